@@ -1,0 +1,36 @@
+# Build options. Tests, samples, benchmarks and install default ON only when
+# mlframework is the top-level project, so add_subdirectory() users stay quiet.
+option(MLFW_BUILD_TESTS "Build the test suites" ${PROJECT_IS_TOP_LEVEL})
+option(MLFW_BUILD_SAMPLES "Build the samples" ${PROJECT_IS_TOP_LEVEL})
+option(MLFW_BUILD_BENCHMARKS "Build the benchmarks" ${PROJECT_IS_TOP_LEVEL})
+option(MLFW_INSTALL "Generate the install target" ${PROJECT_IS_TOP_LEVEL})
+option(MLFW_WARNINGS_AS_ERRORS "Treat compiler warnings as errors" OFF)
+set(MLFW_SANITIZE "" CACHE STRING "Sanitizers to build with, e.g. address,undefined")
+
+if(NOT CMAKE_BUILD_TYPE AND NOT CMAKE_CONFIGURATION_TYPES)
+  set(CMAKE_BUILD_TYPE Release CACHE STRING "Build type" FORCE)
+endif()
+
+# Project-wide compile settings live on this interface target, never in
+# CMAKE_CXX_FLAGS, so consumers embedding us are not affected.
+add_library(mlfw_build_flags INTERFACE)
+target_compile_features(mlfw_build_flags INTERFACE cxx_std_20)
+target_compile_options(mlfw_build_flags INTERFACE
+  $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wno-sign-conversion>
+  $<$<AND:$<BOOL:${MLFW_WARNINGS_AS_ERRORS}>,$<COMPILE_LANGUAGE:CXX>>:-Werror>)
+if(MLFW_SANITIZE)
+  target_compile_options(mlfw_build_flags INTERFACE -fsanitize=${MLFW_SANITIZE} -fno-omit-frame-pointer -fno-sanitize-recover=all)
+  target_link_options(mlfw_build_flags INTERFACE -fsanitize=${MLFW_SANITIZE})
+  message(STATUS "mlframework: sanitizers ${MLFW_SANITIZE}")
+endif()
+
+find_package(xtl REQUIRED)
+find_package(xsimd REQUIRED)
+find_package(xtensor REQUIRED)
+find_package(OpenMP REQUIRED COMPONENTS CXX)
+message(STATUS "mlframework: xtensor ${xtensor_VERSION}, xsimd ${xsimd_VERSION}, OpenMP ${OpenMP_CXX_VERSION}")
+
+# Optional engines, each detected in its own file (status lines say what was found):
+# MlfwMpi.cmake sets MLFW_HAS_MPI, MlfwCuda.cmake sets MLFW_HAS_CUDA and MLFW_HAS_NCCL.
+include(MlfwMpi OPTIONAL)
+include(MlfwCuda OPTIONAL)

@@ -1,0 +1,27 @@
+# mlfw_add_boost_test(<target> SOURCES ... [LIBS ...] [LABELS ...])
+#
+# Builds one Boost.Test executable (tests/main.cpp defines the module) and
+# registers each BOOST_AUTO_TEST_SUITE found in its sources as its own CTest
+# test named <target>.<Suite>, so `ctest -R Suite` runs exactly one suite.
+function(mlfw_add_boost_test target)
+  cmake_parse_arguments(ARG "" "" "SOURCES;LIBS;LABELS" ${ARGN})
+  add_executable(${target} ${PROJECT_SOURCE_DIR}/tests/main.cpp ${ARG_SOURCES})
+  target_link_libraries(${target} PRIVATE mlframework::mlframework Boost::unit_test_framework
+                                          mlfw_build_flags ${ARG_LIBS})
+  target_include_directories(${target} PRIVATE ${PROJECT_SOURCE_DIR}/tests ${PROJECT_SOURCE_DIR}/src)
+  set(suites "")
+  foreach(source ${ARG_SOURCES})
+    file(STRINGS ${source} lines REGEX "^BOOST_(AUTO|FIXTURE)_TEST_SUITE\\(")
+    foreach(line ${lines})
+      string(REGEX REPLACE "^BOOST_(AUTO|FIXTURE)_TEST_SUITE\\(([A-Za-z0-9_]+).*" "\\2" suite "${line}")
+      list(APPEND suites ${suite})
+    endforeach()
+  endforeach()
+  list(REMOVE_DUPLICATES suites)
+  foreach(suite ${suites})
+    add_test(NAME ${target}.${suite} COMMAND ${target} --run_test=${suite} --log_level=message)
+    if(ARG_LABELS)
+      set_tests_properties(${target}.${suite} PROPERTIES LABELS "${ARG_LABELS}")
+    endif()
+  endforeach()
+endfunction()

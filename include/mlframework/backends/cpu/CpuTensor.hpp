@@ -1,0 +1,73 @@
+#pragma once
+/// @file CpuTensor.hpp
+/// @brief CPU backend: factories and queries (the tensor class itself is private).
+///
+/// CPU tensors keep their elements in xtensor containers (FP16 and BF16 as
+/// 16-bit words) and run the fused multi-tensor kernels with OpenMP threads
+/// over equal chunks cut across all tensors, vectorized with run-time
+/// instruction-set dispatch.
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include <mlframework/core/BFloat16.hpp>
+#include <mlframework/core/Float16.hpp>
+#include <mlframework/core/Error.hpp>
+#include <mlframework/core/ITensor.hpp>
+#include <mlframework/core/TensorBackend.hpp>
+#include <mlframework/export.hpp>
+
+namespace mlframework::backends::cpu {
+
+/// A CPU tensor of @p shape and @p dtype filled with zeros.
+MLFRAMEWORK_EXPORT TensorPtr Empty(const Shape& shape, DataType dtype);
+/// A CPU tensor of @p shape whose elements are @p base's elements starting at element @p offset.
+/// The view shares @p base's memory and keeps it alive; writes through either are seen by both.
+/// Throws ArgumentNullError for a null @p base, ArgumentError when @p base is not a CPU tensor or
+/// the view does not fit inside it.
+MLFRAMEWORK_EXPORT TensorPtr View(const TensorPtr& base, std::size_t offset, const Shape& shape);
+/// True when @p tensor is a CPU-backend tensor (so its memory can be read directly).
+MLFRAMEWORK_EXPORT bool IsCpuTensor(const ITensor& tensor) noexcept;
+/// Raw element storage of a CPU tensor (`Size() * ElementSize` bytes); ArgumentError otherwise.
+MLFRAMEWORK_EXPORT void* MutableData(ITensor& tensor);
+/// Raw element storage of a CPU tensor, read only; ArgumentError otherwise.
+MLFRAMEWORK_EXPORT const void* Data(const ITensor& tensor);
+/// The CPU backend's fused kernels.
+MLFRAMEWORK_EXPORT const TensorBackend& Backend() noexcept;
+/// Name of the instruction set the kernels dispatched to on this CPU ("avx512", "avx2", "portable").
+MLFRAMEWORK_EXPORT std::string_view InstructionSet() noexcept;
+
+/// The C++ element type stored for a DataType.
+template <DataType D>
+struct StorageOf;
+/// FP32 elements are floats.
+template <>
+struct StorageOf<DataType::Float32> {
+  using type = float;  ///< Element type.
+};
+/// FP16 elements are binary16 bit structs.
+template <>
+struct StorageOf<DataType::Float16> {
+  using type = Float16;  ///< Element type.
+};
+/// BF16 elements are bfloat16 bit structs.
+template <>
+struct StorageOf<DataType::BFloat16> {
+  using type = BFloat16;  ///< Element type.
+};
+
+/// Typed view of a CPU tensor's elements; ArgumentError when the dtype is not @p D.
+template <DataType D>
+std::span<typename StorageOf<D>::type> Elements(ITensor& tensor) {
+  void* data = MutableData(tensor);
+  if (tensor.GetDataType() != D) {
+    throw ArgumentError("tensor", std::string("has dtype ") + std::string(ToString(tensor.GetDataType())) +
+                                      ", expected " + std::string(ToString(D)));
+  }
+  return {static_cast<typename StorageOf<D>::type*>(data), tensor.Size()};
+}
+
+}  // namespace mlframework::backends::cpu

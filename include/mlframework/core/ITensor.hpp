@@ -1,0 +1,90 @@
+#pragma once
+/// @file ITensor.hpp
+/// @brief The tensor interface every backend (and a framework's own tensors) implements.
+
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <mlframework/core/DataType.hpp>
+#include <mlframework/core/Device.hpp>
+#include <mlframework/export.hpp>
+
+namespace mlframework {
+
+class ITensor;
+class TensorBackend;
+
+/// Extents of a tensor, outermost first. An empty shape is a scalar (one element).
+using Shape = std::vector<std::size_t>;
+/// Shared ownership of a tensor (the specs' `Tensor` / `ITensor`).
+using TensorPtr = std::shared_ptr<ITensor>;
+/// Parameter name to gradient (the specs' `Dictionary<string, Tensor>`); ordered, so iteration is deterministic.
+using GradientMap = std::map<std::string, TensorPtr>;
+
+/// Number of elements of @p shape (1 for a scalar).
+MLFRAMEWORK_EXPORT std::size_t ElementCount(const Shape& shape);
+/// "[2, 3]" for error messages.
+MLFRAMEWORK_EXPORT std::string ToString(const Shape& shape);
+
+/// A dense tensor of FP32, FP16 or BF16 elements.
+///
+/// This is the seam a framework plugs its own tensors into: implement the
+/// per-tensor operations below and every scaler, the gradient pipeline and
+/// FSDP accept your tensors. Backends that also provide fused multi-tensor
+/// kernels return them from Backend(); a tensor that returns null is handled
+/// through these virtual functions instead.
+class MLFRAMEWORK_EXPORT ITensor {
+ public:
+  virtual ~ITensor();
+
+  /// Element type.
+  virtual DataType GetDataType() const = 0;
+  /// Where the elements live.
+  virtual Device GetDevice() const = 0;
+  /// Extents, outermost first.
+  virtual const Shape& GetShape() const = 0;
+  /// Number of elements.
+  virtual std::size_t Size() const = 0;
+
+  /// New tensor of the same dtype holding `this * factor` (rounded into the dtype).
+  virtual TensorPtr Multiply(float factor) const = 0;
+  /// New tensor of the same dtype holding `this / divisor` (rounded into the dtype).
+  virtual TensorPtr Divide(float divisor) const = 0;
+  /// Multiplies every element by @p factor in place (rounded into the dtype).
+  virtual void MultiplyInPlace(float factor) = 0;
+  /// Deep copy.
+  virtual TensorPtr Clone() const = 0;
+  /// New tensor converted to @p dtype (round to nearest even); a copy when the dtype is the same.
+  virtual TensorPtr CastTo(DataType dtype) const = 0;
+
+  /// True when any element is +Inf or -Inf.
+  virtual bool HasInf() const = 0;
+  /// True when any element is NaN.
+  virtual bool HasNaN() const = 0;
+  /// True when any element is Inf or NaN.
+  virtual bool HasNonFinite() const;
+  /// Sum of the squares of the elements, accumulated in double.
+  virtual double SumOfSquares() const = 0;
+
+  /// The elements widened to float, in row-major order (copied to the host).
+  virtual std::vector<float> ToFloatVector() const = 0;
+  /// Overwrites the elements with @p values rounded into the dtype; `values.size()` must equal Size().
+  virtual void CopyFromFloats(std::span<const float> values) = 0;
+
+  /// Backend with fused multi-tensor kernels for this tensor, or null for the per-tensor fallback.
+  virtual const TensorBackend* Backend() const noexcept;
+
+ protected:
+  /// Only implementations construct the interface.
+  ITensor() = default;
+  /// Implementations may be copyable.
+  ITensor(const ITensor&) = default;
+  /// Implementations may be copy-assignable.
+  ITensor& operator=(const ITensor&) = default;
+};
+
+}  // namespace mlframework

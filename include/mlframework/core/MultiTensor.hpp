@@ -1,0 +1,40 @@
+#pragma once
+/// @file MultiTensor.hpp
+/// @brief Fused operations over lists of tensors: the hot path of every scaler.
+///
+/// Each function validates its arguments (null tensors, size mismatches),
+/// hands groups of tensors that share a backend to that backend's fused
+/// kernel in one call, and handles tensors without a backend through the
+/// per-tensor virtual functions of ITensor.
+
+#include <span>
+#include <vector>
+
+#include <mlframework/core/ITensor.hpp>
+#include <mlframework/core/TensorBackend.hpp>
+#include <mlframework/export.hpp>
+
+namespace mlframework {
+
+/// The tensors of @p gradients in key order (throws ArgumentNullError naming a null entry).
+MLFRAMEWORK_EXPORT std::vector<TensorPtr> TensorList(const GradientMap& gradients);
+
+/// Multiplies every element by @p factor in place; true when any result is Inf or NaN. One pass.
+MLFRAMEWORK_EXPORT bool UnscaleAndCheck(std::span<const TensorPtr> tensors, float factor);
+/// True when any element is Inf or NaN. One read pass.
+MLFRAMEWORK_EXPORT bool HasNonFinite(std::span<const TensorPtr> tensors);
+/// Sum of the squares of `factor * x` over all elements (FP32 partials per chunk, combined in FP64).
+MLFRAMEWORK_EXPORT double SumOfSquares(std::span<const TensorPtr> tensors, float factor = 1.0f);
+/// One read pass: non-finite flag and sum of squares of `factor * x`.
+MLFRAMEWORK_EXPORT NonFiniteAndNorm CheckAndSumSquares(std::span<const TensorPtr> tensors,
+                                                       float factor = 1.0f);
+/// Multiplies every element by @p factor in place.
+MLFRAMEWORK_EXPORT void ScaleInPlace(std::span<const TensorPtr> tensors, float factor);
+/// Writes `src[i] * factor` rounded into the dtype of `dst[i]`; shapes must match pairwise.
+MLFRAMEWORK_EXPORT void CastInto(std::span<const TensorPtr> src, std::span<const TensorPtr> dst,
+                                 float factor = 1.0f);
+/// New tensors (same backend and device as the sources) holding `src[i] * factor` in @p dtype.
+MLFRAMEWORK_EXPORT std::vector<TensorPtr> Cast(std::span<const TensorPtr> src, DataType dtype,
+                                               float factor = 1.0f);
+
+}  // namespace mlframework

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs what mlframework needs from Debian's packages, skipping what is there.
+# Idempotent: safe to run on every build.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config
+  libxtensor-dev libxsimd-dev xtl-dev libxtensor-blas-dev libopenblas-dev zlib1g-dev
+  libboost-test-dev libbenchmark-dev doxygen
+  openmpi-bin libopenmpi-dev
+  dataset-fashion-mnist gnuplot-nox
+  clang libclang-rt-dev clang-tidy clang-format
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]} == 0)); then
+  echo "setup: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+echo "setup: installing ${missing[*]}"
+sudo_cmd=()
+if [[ $(id -u) -ne 0 ]]; then
+  sudo_cmd=(sudo)
+fi
+"${sudo_cmd[@]}" apt-get update -qq
+DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"

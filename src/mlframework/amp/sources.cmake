@@ -1,0 +1,2 @@
+target_sources(mlframework PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/ScalePolicy.cpp)

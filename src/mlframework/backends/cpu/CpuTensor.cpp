@@ -1,0 +1,147 @@
+#include "mlframework/backends/cpu/CpuTensorImpl.hpp"
+
+#include <cmath>
+
+#include <mlframework/backends/cpu/CpuTensor.hpp>
+#include <mlframework/core/Error.hpp>
+
+#include "mlframework/backends/cpu/MultiTensorKernels.hpp"
+
+namespace mlframework::backends::cpu {
+
+CpuTensor::CpuTensor(Shape shape, DataType dtype)
+    : shape_(std::move(shape)), size_(ElementCount(shape_)), dtype_(dtype) {
+  if (!IsValid(dtype)) {
+    throw ArgumentError("dtype", "value " + std::to_string(static_cast<int>(dtype)) + " is not a DataType");
+  }
+  if (dtype_ == DataType::Float32) {
+    f32_ = xt::zeros<float>({size_});
+    data_ = f32_.data();
+  } else {
+    u16_ = xt::zeros<std::uint16_t>({size_});
+    data_ = u16_.data();
+  }
+}
+
+CpuTensor::CpuTensor(Shape shape, DataType dtype, TensorPtr base, void* data)
+    : shape_(std::move(shape)), size_(ElementCount(shape_)), dtype_(dtype), base_(std::move(base)), data_(data) {}
+
+namespace {
+
+// Every per-tensor operation is the fused kernel on a one-element list, so
+// there is exactly one implementation of each piece of element math.
+const ITensor* const* One(const ITensor*& slot) { return &slot; }
+
+}  // namespace
+
+TensorPtr CpuTensor::Multiply(float factor) const {
+  auto result = std::make_shared<CpuTensor>(shape_, dtype_);
+  const ITensor* src = this;
+  ITensor* dst = result.get();
+  CastIntoKernel({One(src), 1}, {&dst, 1}, factor);
+  return result;
+}
+
+TensorPtr CpuTensor::Divide(float divisor) const {
+  if (divisor == 0.0f || !std::isfinite(divisor)) {
+    throw ArgumentError("divisor", "must be finite and non-zero, got " + std::to_string(divisor));
+  }
+  // Multiplying by the inverse computed in double is what the scalers do; it
+  // equals true division for the power-of-two scales used in practice.
+  return Multiply(static_cast<float>(1.0 / static_cast<double>(divisor)));
+}
+
+void CpuTensor::MultiplyInPlace(float factor) {
+  ITensor* self = this;
+  ScaleKernel({&self, 1}, factor);
+}
+
+TensorPtr CpuTensor::Clone() const { return Multiply(1.0f); }
+
+TensorPtr CpuTensor::CastTo(DataType dtype) const {
+  auto result = std::make_shared<CpuTensor>(shape_, dtype);
+  const ITensor* src = this;
+  ITensor* dst = result.get();
+  CastIntoKernel({One(src), 1}, {&dst, 1}, 1.0f);
+  return result;
+}
+
+bool CpuTensor::HasInf() const {
+  for (const float value : ToFloatVector()) {
+    if (std::isinf(value)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+bool CpuTensor::HasNaN() const {
+  for (const float value : ToFloatVector()) {
+    if (std::isnan(value)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+bool CpuTensor::HasNonFinite() const {
+  const ITensor* self = this;
+  return HasNonFiniteKernel({One(self), 1});
+}
+
+double CpuTensor::SumOfSquares() const {
+  const ITensor* self = this;
+  return CheckAndSumSquaresKernel({One(self), 1}, 1.0f).SumOfSquares;
+}
+
+std::vector<float> CpuTensor::ToFloatVector() const {
+  std::vector<float> values(size_);
+  WidenToFloat(data(), dtype_, values.data(), size_);
+  return values;
+}
+
+void CpuTensor::CopyFromFloats(std::span<const float> values) {
+  if (values.size() != size_) {
+    throw ArgumentError("values", "has " + std::to_string(values.size()) + " elements, tensor " +
+                                      ToString(shape_) + " has " + std::to_string(size_));
+  }
+  NarrowFromFloat(values.data(), data(), dtype_, size_);
+}
+
+const TensorBackend* CpuTensor::Backend() const noexcept { return &cpu::Backend(); }
+
+TensorPtr Empty(const Shape& shape, DataType dtype) { return std::make_shared<CpuTensor>(shape, dtype); }
+
+TensorPtr View(const TensorPtr& base, std::size_t offset, const Shape& shape) {
+  if (!base) {
+    throw ArgumentNullError("base");
+  }
+  void* data = MutableData(*base);
+  const std::size_t count = ElementCount(shape);
+  if (offset > base->Size() || count > base->Size() - offset) {
+    throw ArgumentError("shape", "view of " + std::to_string(count) + " elements at offset " + std::to_string(offset) +
+                                     " does not fit in a tensor of " + std::to_string(base->Size()) + " elements");
+  }
+  auto* first = static_cast<std::byte*>(data) + offset * ElementSize(base->GetDataType());
+  return std::make_shared<CpuTensor>(shape, base->GetDataType(), base, first);
+}
+
+bool IsCpuTensor(const ITensor& tensor) noexcept { return dynamic_cast<const CpuTensor*>(&tensor) != nullptr; }
+
+void* MutableData(ITensor& tensor) {
+  auto* cpu_tensor = dynamic_cast<CpuTensor*>(&tensor);
+  if (cpu_tensor == nullptr) {
+    throw ArgumentError("tensor", "is not a CPU-backend tensor (device " + tensor.GetDevice().ToString() + ")");
+  }
+  return cpu_tensor->data();
+}
+
+const void* Data(const ITensor& tensor) {
+  const auto* cpu_tensor = dynamic_cast<const CpuTensor*>(&tensor);
+  if (cpu_tensor == nullptr) {
+    throw ArgumentError("tensor", "is not a CPU-backend tensor (device " + tensor.GetDevice().ToString() + ")");
+  }
+  return cpu_tensor->data();
+}
+
+}  // namespace mlframework::backends::cpu

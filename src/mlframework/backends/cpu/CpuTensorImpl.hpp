@@ -1,0 +1,53 @@
+#pragma once
+// Private: the CPU tensor class. Elements live in xtensor containers; FP16 and
+// BF16 are stored as their 16-bit words.
+
+#include <cstdint>
+
+#include <xtensor/xtensor.hpp>
+
+#include <mlframework/core/ITensor.hpp>
+
+namespace mlframework::backends::cpu {
+
+class CpuTensor final : public ITensor {
+ public:
+  CpuTensor(Shape shape, DataType dtype);
+  // A view of `count(shape)` elements of `base` from `data` on (base keeps the memory alive).
+  CpuTensor(Shape shape, DataType dtype, TensorPtr base, void* data);
+
+  DataType GetDataType() const override { return dtype_; }
+  Device GetDevice() const override { return Device::CPU(); }
+  const Shape& GetShape() const override { return shape_; }
+  std::size_t Size() const override { return size_; }
+
+  TensorPtr Multiply(float factor) const override;
+  TensorPtr Divide(float divisor) const override;
+  void MultiplyInPlace(float factor) override;
+  TensorPtr Clone() const override;
+  TensorPtr CastTo(DataType dtype) const override;
+
+  bool HasInf() const override;
+  bool HasNaN() const override;
+  bool HasNonFinite() const override;
+  double SumOfSquares() const override;
+
+  std::vector<float> ToFloatVector() const override;
+  void CopyFromFloats(std::span<const float> values) override;
+
+  const TensorBackend* Backend() const noexcept override;
+
+  void* data() noexcept { return data_; }
+  const void* data() const noexcept { return data_; }
+
+ private:
+  Shape shape_;
+  std::size_t size_;
+  DataType dtype_;
+  xt::xtensor<float, 1> f32_;          // used when dtype_ is Float32
+  xt::xtensor<std::uint16_t, 1> u16_;  // used when dtype_ is Float16 or BFloat16
+  TensorPtr base_;                     // set for a view: the tensor owning the memory
+  void* data_ = nullptr;               // first element (own storage or the view's start)
+};
+
+}  // namespace mlframework::backends::cpu

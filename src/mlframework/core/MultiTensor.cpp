@@ -1,0 +1,207 @@
+#include <mlframework/core/MultiTensor.hpp>
+
+#include <cmath>
+#include <string>
+#include <utility>
+
+#include <mlframework/core/Error.hpp>
+#include <mlframework/core/Tensor.hpp>
+
+namespace mlframework {
+
+namespace {
+
+// Tensors that share one backend (null: the per-tensor fallback), in list order.
+struct Group {
+  const TensorBackend* backend = nullptr;
+  std::vector<std::size_t> indices;
+};
+
+void RequireNonNull(std::span<const TensorPtr> tensors, const char* name) {
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    if (!tensors[i]) {
+      throw ArgumentNullError(std::string(name) + "[" + std::to_string(i) + "]");
+    }
+  }
+}
+
+// Almost always one group: every tensor of a step comes from one backend.
+std::vector<Group> GroupByBackend(std::span<const TensorPtr> tensors) {
+  std::vector<Group> groups;
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const TensorBackend* backend = tensors[i]->Backend();
+    Group* group = nullptr;
+    for (Group& g : groups) {
+      if (g.backend == backend) {
+        group = &g;
+      }
+    }
+    if (group == nullptr) {
+      group = &groups.emplace_back(Group{backend, {}});
+    }
+    group->indices.push_back(i);
+  }
+  return groups;
+}
+
+template <typename Pointer>
+std::vector<Pointer> Pointers(std::span<const TensorPtr> tensors, const std::vector<std::size_t>& indices) {
+  std::vector<Pointer> pointers;
+  pointers.reserve(indices.size());
+  for (const std::size_t i : indices) {
+    pointers.push_back(tensors[i].get());
+  }
+  return pointers;
+}
+
+double FallbackSumOfSquares(const ITensor& tensor, double factor) {
+  return tensor.SumOfSquares() * factor * factor;
+}
+
+}  // namespace
+
+std::vector<TensorPtr> TensorList(const GradientMap& gradients) {
+  std::vector<TensorPtr> list;
+  list.reserve(gradients.size());
+  for (const auto& [name, tensor] : gradients) {
+    if (!tensor) {
+      throw ArgumentNullError("gradients[\"" + name + "\"]");
+    }
+    list.push_back(tensor);
+  }
+  return list;
+}
+
+bool UnscaleAndCheck(std::span<const TensorPtr> tensors, float factor) {
+  RequireNonNull(tensors, "tensors");
+  bool found = false;
+  for (const Group& group : GroupByBackend(tensors)) {
+    if (group.backend != nullptr) {
+      const auto pointers = Pointers<ITensor*>(tensors, group.indices);
+      found = group.backend->UnscaleAndCheck(pointers, factor) || found;
+      continue;
+    }
+    for (const std::size_t i : group.indices) {
+      tensors[i]->MultiplyInPlace(factor);
+      found = tensors[i]->HasNonFinite() || found;
+    }
+  }
+  return found;
+}
+
+bool HasNonFinite(std::span<const TensorPtr> tensors) {
+  RequireNonNull(tensors, "tensors");
+  for (const Group& group : GroupByBackend(tensors)) {
+    if (group.backend != nullptr) {
+      if (group.backend->HasNonFinite(Pointers<const ITensor*>(tensors, group.indices))) {
+        return true;
+      }
+      continue;
+    }
+    for (const std::size_t i : group.indices) {
+      if (tensors[i]->HasNonFinite()) {
+        return true;  // early exit, as the spec asks
+      }
+    }
+  }
+  return false;
+}
+
+NonFiniteAndNorm CheckAndSumSquares(std::span<const TensorPtr> tensors, float factor) {
+  RequireNonNull(tensors, "tensors");
+  NonFiniteAndNorm total;
+  for (const Group& group : GroupByBackend(tensors)) {
+    if (group.backend != nullptr) {
+      const NonFiniteAndNorm part =
+          group.backend->CheckAndSumSquares(Pointers<const ITensor*>(tensors, group.indices), factor);
+      total.FoundNonFinite = total.FoundNonFinite || part.FoundNonFinite;
+      total.SumOfSquares += part.SumOfSquares;
+      continue;
+    }
+    for (const std::size_t i : group.indices) {
+      total.FoundNonFinite = total.FoundNonFinite || tensors[i]->HasNonFinite();
+      total.SumOfSquares += FallbackSumOfSquares(*tensors[i], factor);
+    }
+  }
+  return total;
+}
+
+double SumOfSquares(std::span<const TensorPtr> tensors, float factor) {
+  return CheckAndSumSquares(tensors, factor).SumOfSquares;
+}
+
+void ScaleInPlace(std::span<const TensorPtr> tensors, float factor) {
+  RequireNonNull(tensors, "tensors");
+  for (const Group& group : GroupByBackend(tensors)) {
+    if (group.backend != nullptr) {
+      group.backend->Scale(Pointers<ITensor*>(tensors, group.indices), factor);
+      continue;
+    }
+    for (const std::size_t i : group.indices) {
+      tensors[i]->MultiplyInPlace(factor);
+    }
+  }
+}
+
+void CastInto(std::span<const TensorPtr> src, std::span<const TensorPtr> dst, float factor) {
+  RequireNonNull(src, "src");
+  RequireNonNull(dst, "dst");
+  if (src.size() != dst.size()) {
+    throw ArgumentError("dst", "has " + std::to_string(dst.size()) + " tensors but src has " +
+                                   std::to_string(src.size()));
+  }
+  for (std::size_t i = 0; i < src.size(); ++i) {
+    if (src[i]->GetShape() != dst[i]->GetShape()) {
+      throw ArgumentError("dst[" + std::to_string(i) + "]", "shape " + ToString(dst[i]->GetShape()) +
+                                                                 " differs from src shape " +
+                                                                 ToString(src[i]->GetShape()));
+    }
+  }
+  // Pairs whose source and destination share a backend go to its fused kernel.
+  std::vector<const ITensor*> fused_src;
+  std::vector<ITensor*> fused_dst;
+  const TensorBackend* backend = nullptr;
+  auto flush = [&] {
+    if (!fused_src.empty()) {
+      backend->CastInto(fused_src, fused_dst, factor);
+      fused_src.clear();
+      fused_dst.clear();
+    }
+  };
+  for (std::size_t i = 0; i < src.size(); ++i) {
+    const TensorBackend* pair_backend = src[i]->Backend();
+    if (pair_backend != nullptr && pair_backend == dst[i]->Backend()) {
+      if (pair_backend != backend) {
+        flush();
+        backend = pair_backend;
+      }
+      fused_src.push_back(src[i].get());
+      fused_dst.push_back(dst[i].get());
+      continue;
+    }
+    std::vector<float> values = src[i]->ToFloatVector();
+    if (factor != 1.0f) {
+      for (float& v : values) {
+        v *= factor;
+      }
+    }
+    dst[i]->CopyFromFloats(values);
+  }
+  flush();
+}
+
+std::vector<TensorPtr> Cast(std::span<const TensorPtr> src, DataType dtype, float factor) {
+  RequireNonNull(src, "src");
+  if (!IsValid(dtype)) {
+    throw ArgumentError("dtype", "value " + std::to_string(static_cast<int>(dtype)) + " is not a DataType");
+  }
+  std::vector<TensorPtr> dst;
+  dst.reserve(src.size());
+  for (const TensorPtr& tensor : src) {
+    dst.push_back(Zeros(tensor->GetShape(), dtype, tensor->GetDevice()));
+  }
+  CastInto(src, dst, factor);
+  return dst;
+}
+
+}  // namespace mlframework

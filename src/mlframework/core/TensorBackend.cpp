@@ -1,0 +1,7 @@
+#include <mlframework/core/TensorBackend.hpp>
+
+namespace mlframework {
+
+TensorBackend::~TensorBackend() = default;
+
+}  // namespace mlframework

@@ -1,0 +1,12 @@
+target_sources(mlframework PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/Device.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/Error.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/ITensor.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/MultiTensor.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/StateBlob.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/Tensor.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/TensorBackend.cpp)
+# Without the CUDA backend, device tensors raise a clear BackendError.
+if(NOT MLFW_HAS_CUDA)
+  target_sources(mlframework PRIVATE ${CMAKE_CURRENT_LIST_DIR}/NoDeviceFactory.cpp)
+endif()
