@@ -31,7 +31,8 @@ MLFRAMEWORK_EXPORT NonFiniteAndNorm CheckAndSumSquares(std::span<const TensorPtr
 /// Multiplies every element by @p factor in place.
 MLFRAMEWORK_EXPORT void ScaleInPlace(std::span<const TensorPtr> tensors, float factor);
 /// Writes `src[i] * factor` rounded into the dtype of `dst[i]`; shapes must match pairwise.
-MLFRAMEWORK_EXPORT void CastInto(std::span<const TensorPtr> src, std::span<const TensorPtr> dst,
+/// Returns true when any written value is Inf or NaN (one pass: this is unscale-to-FP32 plus check).
+MLFRAMEWORK_EXPORT bool CastInto(std::span<const TensorPtr> src, std::span<const TensorPtr> dst,
                                  float factor = 1.0f);
 /// New tensors (same backend and device as the sources) holding `src[i] * factor` in @p dtype.
 MLFRAMEWORK_EXPORT std::vector<TensorPtr> Cast(std::span<const TensorPtr> src, DataType dtype,

@@ -40,7 +40,8 @@ class MLFRAMEWORK_EXPORT TensorBackend {
   /// Multiplies every element by @p factor in place.
   virtual void Scale(std::span<ITensor* const> tensors, float factor) const = 0;
   /// `dst[i] = round_to_dst_dtype(src[i] * factor)`; dtypes may differ, sizes match.
-  virtual void CastInto(std::span<const ITensor* const> src, std::span<ITensor* const> dst,
+  /// Returns true when any written value is Inf or NaN (the check is free in the same pass).
+  virtual bool CastInto(std::span<const ITensor* const> src, std::span<ITensor* const> dst,
                         float factor) const = 0;
 
  protected:

@@ -143,7 +143,7 @@ void ScaleInPlace(std::span<const TensorPtr> tensors, float factor) {
   }
 }
 
-void CastInto(std::span<const TensorPtr> src, std::span<const TensorPtr> dst, float factor) {
+bool CastInto(std::span<const TensorPtr> src, std::span<const TensorPtr> dst, float factor) {
   RequireNonNull(src, "src");
   RequireNonNull(dst, "dst");
   if (src.size() != dst.size()) {
@@ -161,9 +161,10 @@ void CastInto(std::span<const TensorPtr> src, std::span<const TensorPtr> dst, fl
   std::vector<const ITensor*> fused_src;
   std::vector<ITensor*> fused_dst;
   const TensorBackend* backend = nullptr;
+  bool found = false;
   auto flush = [&] {
     if (!fused_src.empty()) {
-      backend->CastInto(fused_src, fused_dst, factor);
+      found = backend->CastInto(fused_src, fused_dst, factor) || found;
       fused_src.clear();
       fused_dst.clear();
     }
@@ -186,8 +187,10 @@ void CastInto(std::span<const TensorPtr> src, std::span<const TensorPtr> dst, fl
       }
     }
     dst[i]->CopyFromFloats(values);
+    found = dst[i]->HasNonFinite() || found;
   }
   flush();
+  return found;
 }
 
 std::vector<TensorPtr> Cast(std::span<const TensorPtr> src, DataType dtype, float factor) {

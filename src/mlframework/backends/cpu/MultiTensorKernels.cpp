@@ -160,16 +160,13 @@ void ScalePiece(void* data, std::size_t begin, std::size_t end, float factor) {
 }
 
 template <DataType S, DataType T>
-void CastPiece(const void* src, void* dst, std::size_t begin, std::size_t end, float factor) {
-  if (factor == 1.0f) {
-    for (std::size_t i = begin; i < end; ++i) {
-      Store<T>(dst, i, Load<S>(src, i));
-    }
-  } else {
-    for (std::size_t i = begin; i < end; ++i) {
-      Store<T>(dst, i, Load<S>(src, i) * factor);
-    }
+bool CastPiece(const void* src, void* dst, std::size_t begin, std::size_t end, float factor) {
+  bool all_finite = true;
+  for (std::size_t i = begin; i < end; ++i) {
+    Store<T>(dst, i, Load<S>(src, i) * factor);
+    all_finite &= IsFiniteAt<T>(dst, i);
   }
+  return !all_finite;
 }
 
 }  // namespace
@@ -244,19 +241,23 @@ void ScaleKernel(std::span<ITensor* const> tensors, float factor) {
   }
 }
 
-void CastIntoKernel(std::span<const ITensor* const> src, std::span<ITensor* const> dst, float factor) {
+bool CastIntoKernel(std::span<const ITensor* const> src, std::span<ITensor* const> dst, float factor) {
   const Plan src_plan(src);
   const Plan dst_plan(dst);  // same sizes pairwise (checked by the caller), so the same chunks
-#pragma omp parallel for schedule(static) if (Parallel(src_plan))
+  int found = 0;
+#pragma omp parallel for schedule(static) reduction(| : found) if (Parallel(src_plan))
   for (std::size_t c = 0; c < src_plan.chunks; ++c) {
     src_plan.ForEachPiece(c, [&](std::size_t s, std::size_t begin, std::size_t end) {
       const Segment& in = src_plan.segments[s];
       const Segment& out = dst_plan.segments[s];
       DispatchDtype(in.dtype, [&]<DataType S>() {
-        DispatchDtype(out.dtype, [&]<DataType T>() { CastPiece<S, T>(in.data, out.data, begin, end, factor); });
+        DispatchDtype(out.dtype, [&]<DataType T>() {
+          found |= CastPiece<S, T>(in.data, out.data, begin, end, factor) ? 1 : 0;
+        });
       });
     });
   }
+  return found != 0;
 }
 
 void WidenToFloat(const void* src, DataType dtype, float* dst, std::size_t count) {
@@ -290,8 +291,8 @@ class CpuBackend final : public TensorBackend {
     return CheckAndSumSquaresKernel(tensors, factor);
   }
   void Scale(std::span<ITensor* const> tensors, float factor) const override { ScaleKernel(tensors, factor); }
-  void CastInto(std::span<const ITensor* const> src, std::span<ITensor* const> dst, float factor) const override {
-    CastIntoKernel(src, dst, factor);
+  bool CastInto(std::span<const ITensor* const> src, std::span<ITensor* const> dst, float factor) const override {
+    return CastIntoKernel(src, dst, factor);
   }
 };
 

@@ -20,7 +20,7 @@ bool UnscaleAndCheckKernel(std::span<ITensor* const> tensors, float factor);
 bool HasNonFiniteKernel(std::span<const ITensor* const> tensors);
 NonFiniteAndNorm CheckAndSumSquaresKernel(std::span<const ITensor* const> tensors, float factor);
 void ScaleKernel(std::span<ITensor* const> tensors, float factor);
-void CastIntoKernel(std::span<const ITensor* const> src, std::span<ITensor* const> dst, float factor);
+bool CastIntoKernel(std::span<const ITensor* const> src, std::span<ITensor* const> dst, float factor);
 
 /// Widens @p count elements of @p dtype at @p src into floats (single thread).
 void WidenToFloat(const void* src, DataType dtype, float* dst, std::size_t count);

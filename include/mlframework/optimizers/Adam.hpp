@@ -1,0 +1,73 @@
+#pragma once
+/// @file Adam.hpp
+/// @brief Reference Adam / AdamW, keeping FP32 master weights for FP16/BF16 parameters.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include <mlframework/amp/IOptimizer.hpp>
+#include <mlframework/core/ITensor.hpp>
+#include <mlframework/export.hpp>
+
+namespace mlframework::optimizers {
+
+/// Hyper-parameters of Adam (PyTorch's semantics); AdamW when DecoupledWeightDecay is set.
+struct AdamOptions {
+  float LearningRate = 1e-3f;         ///< Step size (> 0, finite).
+  float Beta1 = 0.9f;                 ///< First-moment decay in [0, 1).
+  float Beta2 = 0.999f;               ///< Second-moment decay in [0, 1).
+  float Epsilon = 1e-8f;              ///< Denominator term (> 0).
+  float WeightDecay = 0.0f;           ///< Weight decay (>= 0).
+  bool DecoupledWeightDecay = false;  ///< true: AdamW (decay applied to weights, not gradients).
+  /// ArgumentError naming the first invalid field and its value.
+  MLFRAMEWORK_EXPORT void Validate() const;
+  /// AdamW options with @p learning_rate and @p weight_decay.
+  static AdamOptions AdamW(float learning_rate = 1e-3f, float weight_decay = 1e-2f) {
+    return AdamOptions{.LearningRate = learning_rate, .WeightDecay = weight_decay, .DecoupledWeightDecay = true};
+  }
+};
+
+/// Adam over named parameters, with FP32 moments and FP32 master weights.
+///
+/// FP32 parameters are updated in place (no extra copy: 16 bytes of state per
+/// parameter with its gradient, the ZeRO figure). For FP16/BF16 parameters the
+/// optimizer keeps an FP32 master copy and writes the rounded values back after
+/// each Step(). Gradients of any dtype are accepted and read in FP32.
+class MLFRAMEWORK_EXPORT Adam final : public amp::IOptimizer {
+ public:
+  /// Optimizes @p parameters (name to tensor; tensors are updated in place).
+  /// ArgumentError for an empty map, ArgumentNullError for a null tensor, invalid options.
+  explicit Adam(GradientMap parameters, AdamOptions options = {});
+  ~Adam() override;
+
+  GradientMap GetGradients() override;
+  /// Names and shapes must match the parameters (ArgumentError otherwise); state is unchanged on error.
+  void SetGradients(const GradientMap& gradients) override;
+  /// InvalidOperationError when no gradients were set.
+  void Step() override;
+
+  /// The parameter tensors as given.
+  const GradientMap& Parameters() const noexcept;
+  /// The FP32 weights the update is applied to (the parameters themselves when they are FP32).
+  const GradientMap& MasterWeights() const noexcept;
+  /// Current hyper-parameters.
+  const AdamOptions& Options() const noexcept;
+  /// Changes the learning rate (schedulers); ArgumentError when not finite and positive.
+  void SetLearningRate(float learning_rate);
+  /// Steps taken (bias correction uses it).
+  std::int64_t StepCount() const noexcept;
+
+  /// Versioned blob of master weights, moments and step count.
+  std::vector<std::byte> StateDict() const;
+  /// Restores a blob from StateDict(); ArgumentError for a corrupted or mismatched blob (state unchanged).
+  void LoadStateDict(std::span<const std::byte> state);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace mlframework::optimizers

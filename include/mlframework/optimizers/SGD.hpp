@@ -1,0 +1,64 @@
+#pragma once
+/// @file SGD.hpp
+/// @brief Reference SGD with momentum, keeping FP32 master weights for FP16/BF16 parameters.
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include <mlframework/amp/IOptimizer.hpp>
+#include <mlframework/core/ITensor.hpp>
+#include <mlframework/export.hpp>
+
+namespace mlframework::optimizers {
+
+/// Hyper-parameters of SGD (PyTorch's semantics).
+struct SGDOptions {
+  float LearningRate = 0.01f;  ///< Step size (> 0, finite).
+  float Momentum = 0.0f;       ///< Momentum factor in [0, 1).
+  float WeightDecay = 0.0f;    ///< L2 penalty added to the gradient (>= 0).
+  bool Nesterov = false;       ///< Nesterov momentum (needs Momentum > 0).
+  /// ArgumentError naming the first invalid field and its value.
+  MLFRAMEWORK_EXPORT void Validate() const;
+};
+
+/// Stochastic gradient descent over named parameters.
+///
+/// FP32 parameters are updated in place. For FP16/BF16 parameters the
+/// optimizer keeps an FP32 master copy, updates it, and writes the rounded
+/// values back into the parameter tensors after each Step() (one fused cast).
+/// Gradients of any dtype are accepted and read in FP32.
+class MLFRAMEWORK_EXPORT SGD final : public amp::IOptimizer {
+ public:
+  /// Optimizes @p parameters (name to tensor; tensors are updated in place).
+  /// ArgumentError for an empty map, ArgumentNullError for a null tensor, invalid options.
+  explicit SGD(GradientMap parameters, SGDOptions options = {});
+  ~SGD() override;
+
+  GradientMap GetGradients() override;
+  /// Names and shapes must match the parameters (ArgumentError otherwise); state is unchanged on error.
+  void SetGradients(const GradientMap& gradients) override;
+  /// InvalidOperationError when no gradients were set.
+  void Step() override;
+
+  /// The parameter tensors as given.
+  const GradientMap& Parameters() const noexcept;
+  /// The FP32 weights the update is applied to (the parameters themselves when they are FP32).
+  const GradientMap& MasterWeights() const noexcept;
+  /// Current hyper-parameters.
+  const SGDOptions& Options() const noexcept;
+  /// Changes the learning rate (schedulers); ArgumentError when not finite and positive.
+  void SetLearningRate(float learning_rate);
+
+  /// Versioned blob of master weights, momentum buffers and step count.
+  std::vector<std::byte> StateDict() const;
+  /// Restores a blob from StateDict(); ArgumentError for a corrupted or mismatched blob (state unchanged).
+  void LoadStateDict(std::span<const std::byte> state);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace mlframework::optimizers
