@@ -16,6 +16,7 @@
 
 #include <mlframework/amp/ScalePolicy.hpp>
 #include <mlframework/core/DataType.hpp>
+#include <mlframework/core/HostDevice.hpp>
 
 namespace mlframework::backends::cuda {
 
@@ -123,6 +124,35 @@ inline std::size_t TotalBlocks(std::span<const Launch> launches) {
     blocks += launch.blocks;
   }
   return blocks;
+}
+
+/// Calls fn(s, lo, hi) for each piece of chunk @p block of @p list, in order: elements [lo, hi)
+/// of tensor s. The kernels call it with blockIdx.x; the host tests call it for every block.
+template <typename Fn>
+MLFW_HOST_DEVICE inline void ForEachPieceOfBlock(const TensorListMeta& list, std::uint64_t block, Fn&& fn) {
+  const std::uint64_t total = list.offsets[list.count];
+  const std::uint64_t begin = block * kChunkElements;
+  const std::uint64_t end = begin + kChunkElements < total ? begin + kChunkElements : total;
+  // The tensor holding `begin`: offsets[lo] <= begin < offsets[hi] (offsets strictly increase).
+  int lo = 0;
+  int hi = list.count;
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (list.offsets[mid] <= begin) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  for (int s = lo; s < list.count && list.offsets[s] < end; ++s) {
+    const std::uint64_t first = list.offsets[s];
+    const std::uint64_t last = list.offsets[s + 1];
+    const std::uint64_t piece_lo = begin > first ? begin - first : 0;
+    const std::uint64_t piece_hi = (end < last ? end : last) - first;
+    if (piece_hi > piece_lo) {
+      fn(s, piece_lo, piece_hi);
+    }
+  }
 }
 
 }  // namespace mlframework::backends::cuda

@@ -44,29 +44,7 @@ __device__ inline void DispatchDtype(std::uint8_t dtype, Fn&& fn) {
 /// Calls fn(s, lo, hi) for each piece of this block's chunk: elements [lo, hi) of tensor s, in order.
 template <typename Fn>
 __device__ inline void ForEachPiece(const TensorListMeta& list, Fn&& fn) {
-  const std::uint64_t total = list.offsets[list.count];
-  const std::uint64_t begin = static_cast<std::uint64_t>(blockIdx.x) * kChunkElements;
-  const std::uint64_t end = begin + kChunkElements < total ? begin + kChunkElements : total;
-  // The tensor holding `begin`: offsets[lo] <= begin < offsets[hi] (offsets strictly increase).
-  int lo = 0;
-  int hi = list.count;
-  while (hi - lo > 1) {
-    const int mid = (lo + hi) / 2;
-    if (list.offsets[mid] <= begin) {
-      lo = mid;
-    } else {
-      hi = mid;
-    }
-  }
-  for (int s = lo; s < list.count && list.offsets[s] < end; ++s) {
-    const std::uint64_t first = list.offsets[s];
-    const std::uint64_t last = list.offsets[s + 1];
-    const std::uint64_t piece_lo = begin > first ? begin - first : 0;
-    const std::uint64_t piece_hi = (end < last ? end : last) - first;
-    if (piece_hi > piece_lo) {
-      fn(s, piece_lo, piece_hi);
-    }
-  }
+  ForEachPieceOfBlock(list, blockIdx.x, static_cast<Fn&&>(fn));
 }
 
 /// Sets *flag when any thread of the block saw a non-finite value (all threads must call it).
