@@ -32,7 +32,7 @@ enum class HalfReduction {
 struct MpiProcessGroupOptions {
   /// Fortran handle of the communicator to use (`MPI_Comm_c2f(comm)`); empty: MPI_COMM_WORLD.
   /// The group duplicates it, so its traffic never mixes with the application's.
-  std::optional<std::int64_t> Communicator;
+  std::optional<std::int64_t> Communicator{};
   /// How FP16/BF16 sums are reduced.
   HalfReduction HalfSum = HalfReduction::UserOp;
 };
