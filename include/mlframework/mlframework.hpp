@@ -20,9 +20,12 @@
 #include <mlframework/backends/cuda/CudaTensor.hpp>
 
 // amp
+#include <mlframework/amp/IOptimizer.hpp>
 #include <mlframework/amp/ScalePolicy.hpp>
 
 // optimizers
+#include <mlframework/optimizers/Adam.hpp>
+#include <mlframework/optimizers/SGD.hpp>
 
 // optimizers::mixed_precision
 
