@@ -9,6 +9,7 @@
 #include <mlframework/config.hpp>
 #include <mlframework/core/Error.hpp>
 #include <mlframework/core/Tensor.hpp>
+#include <mlframework/distributed/NcclProcessGroup.hpp>
 
 using namespace mlframework;
 namespace cuda = mlframework::backends::cuda;
@@ -70,6 +71,19 @@ BOOST_AUTO_TEST_CASE(BackendObjectExistsWithoutDevice) {
                         [](const ArgumentError& e) { return e.Parameter() == "tensors[0]"; });
   BOOST_CHECK_THROW(backend.CreateScaleState(Device::CPU(), amp::ScalePolicy{}, amp::ScaleState{}), ArgumentError);
   BOOST_TEST(DeviceScalingOf(*cpu) == nullptr);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(NcclWithoutDevice)
+
+BOOST_AUTO_TEST_CASE(FactoryThrowsBackendErrorForAMissingDevice) {
+  using namespace mlframework::distributed;
+  // Ordinal DeviceCount() never exists: BackendError (no device, no NCCL, or no CUDA backend).
+  BOOST_CHECK_THROW(MakeNcclProcessGroup(NcclUniqueId{}, 0, 1, {.Device = cuda::DeviceCount()}), BackendError);
+  if (!cuda::IsAvailable()) {
+    BOOST_CHECK_THROW(MakeNcclProcessGroup(NcclUniqueId{}, 0, 1), BackendError);
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

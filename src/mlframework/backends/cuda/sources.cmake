@@ -19,3 +19,13 @@ if(MLFW_HAS_CUDA)
 else()
   target_sources(mlframework PRIVATE ${CMAKE_CURRENT_LIST_DIR}/CudaUnavailable.cpp)
 endif()
+
+# The NCCL process group (distributed area) builds on this backend's streams and memory,
+# so it is listed here, next to the CUDA sources it needs.
+set(mlfw_distributed_dir ${CMAKE_CURRENT_LIST_DIR}/../../distributed)
+if(MLFW_HAS_NCCL)
+  target_sources(mlframework PRIVATE ${mlfw_distributed_dir}/NcclProcessGroup.cpp)
+  target_link_libraries(mlframework PRIVATE NCCL::NCCL)
+else()
+  target_sources(mlframework PRIVATE ${mlfw_distributed_dir}/NoNcclProcessGroup.cpp)
+endif()
