@@ -22,5 +22,9 @@
 // optimizers
 
 // optimizers::mixed_precision
+#include <mlframework/optimizers/mixed_precision/DynamicLossScaler.hpp>
+#include <mlframework/optimizers/mixed_precision/GradientConversionLayer.hpp>
+#include <mlframework/optimizers/mixed_precision/MixedPrecisionOptions.hpp>
+#include <mlframework/optimizers/mixed_precision/PrecisionManager.hpp>
 
 // distributed and distributed::fsdp
