@@ -17,6 +17,7 @@
 /// order would divide by the scale after a growth step), and the norm is that
 /// of the exactly unscaled FP32 values (the spec rounds to FP16 in between).
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -102,6 +103,13 @@ class MLFRAMEWORK_EXPORT GradientConversionLayer {
 
   /// Clears ClipCount(), LastGradientNorm() and resets the loss scaler (a fallback stays in force).
   void Reset();
+
+  /// Versioned, checksummed blob of everything a resumed run needs: ClipCount(), LastGradientNorm(),
+  /// the loss scaler's state and the precision manager's fallback state.
+  std::vector<std::byte> StateDict() const;
+  /// Restores a blob from StateDict(). ArgumentError naming `state` for a corrupt or foreign blob
+  /// (or one the scaler or manager rejects); the layer, its scaler and its manager are unchanged on error.
+  void LoadStateDict(std::span<const std::byte> state);
 
  private:
   // EnableGradientClipping and MaxGradNorm > 0.
