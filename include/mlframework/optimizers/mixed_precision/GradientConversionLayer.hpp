@@ -86,7 +86,9 @@ class MLFRAMEWORK_EXPORT GradientConversionLayer {
   /// empty map on overflow, else unscale, clip (if enabled and MaxGradNorm > 0) and convert to FP32,
   /// in two passes over memory. FP32 inputs are unscaled and clipped in place and returned as they
   /// are; FP16/BF16 inputs get FP32 outputs, whose buffers the layer reuses on the next call when
-  /// the caller no longer holds them. ArgumentNullError naming a null entry, state unchanged.
+  /// the caller no longer holds them. As in spec 003, a disabled scaler (BF16/FP32 recipes, or after
+  /// the auto-fallback) reports no overflow, so the step is never skipped then.
+  /// ArgumentNullError naming a null entry, state unchanged.
   GradientProcessingResult ProcessGradients(const GradientMap& gradients);
 
   /// Scales @p loss before the backward pass (the scaler's ScaleLoss). ArgumentNullError for null.
