@@ -7,8 +7,9 @@ namespace mlframework::backends::cuda {
 
 namespace {
 
-constexpr const char* kNotBuilt =
-    "this build of mlframework has no CUDA backend (configure with nvcc available and MLFW_ENABLE_CUDA=ON)";
+// The same words as core's NoDeviceFactory.cpp, so Zeros(..., Device::CUDA(i)) and
+// UnavailableReason() tell the same story.
+constexpr const char* kNotBuilt = "this build of mlframework has no CUDA backend (configure with nvcc available)";
 
 }  // namespace
 
