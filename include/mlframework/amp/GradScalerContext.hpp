@@ -28,7 +28,9 @@ class MLFRAMEWORK_EXPORT GradScalerContext {
   GradScalerContext(GradScaler& scaler, TensorPtr loss);
   /// Abandons the iteration when it was not stepped (see Dispose()).
   ~GradScalerContext();
+  /// A scope cannot be copied.
   GradScalerContext(const GradScalerContext&) = delete;
+  /// A scope cannot be assigned.
   GradScalerContext& operator=(const GradScalerContext&) = delete;
 
   /// The loss to run backward on.
