@@ -21,6 +21,10 @@ namespace mlframework::amp {
 /// }
 /// @endcode
 ///
+/// An abandoned iteration drops whatever it recorded, overflow included. If you check for
+/// overflow yourself inside a context and leave early, call GradScaler::Update() before
+/// leaving so a dynamic scale still backs off (or let Step() skip the step, which does it).
+///
 /// The scaler must outlive the context. Not copyable or movable (it is a scope).
 class MLFRAMEWORK_EXPORT GradScalerContext {
  public:
