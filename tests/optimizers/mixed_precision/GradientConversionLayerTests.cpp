@@ -171,6 +171,17 @@ BOOST_AUTO_TEST_CASE(MixedDtypesAllComeOutFP32AndFP32IsScaledInPlace) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(AnFP32TensorListedTwiceIsScaledOnce) {
+  GradientConversionLayer layer(MixedPrecisionOptions{.InitialLossScale = 4.0f});
+  const TensorPtr shared = Vec({8.0f});
+  const auto [gradients, skip] = layer.ProcessGradients({{"tied.a", shared}, {"tied.b", shared}});
+  BOOST_TEST(!skip);
+  BOOST_TEST(Values(shared)[0] == 2.0f);
+  const DynamicLossScaler scaler(MixedPrecisionOptions{.InitialLossScale = 2.0f});
+  scaler.UnscaleGradients({{"x", shared}, {"y", shared}});
+  BOOST_TEST(Values(shared)[0] == 1.0f);
+}
+
 BOOST_AUTO_TEST_CASE(ClippingDisabledOrNonPositiveMaxNorm) {
   for (const MixedPrecisionOptions& options :
        {MixedPrecisionOptions{.InitialLossScale = 2.0f, .EnableGradientClipping = false, .MaxGradNorm = 1.0f},
