@@ -127,6 +127,21 @@ struct Avx512Isa {
     }
   }
 
+  // Store for a destination aligned to one full vector, bypassing the caches.
+  template <DataType D>
+  static void StoreStream(Element<D>* p, Batch v, Flag& flag) {
+    if constexpr (D == DataType::Float32) {
+      _mm512_stream_ps(p, v);
+      flag = Fold<D>(flag, _mm512_castps_si512(v));
+    } else {
+      const __m256i words = Narrow<D>(v);
+      _mm256_stream_si256(reinterpret_cast<__m256i*>(p), words);
+      flag = Fold<D>(flag, _mm512_zextsi256_si512(words));
+    }
+  }
+
+  static void Fence() { _mm_sfence(); }
+
   template <DataType D>
   static void StorePartial(Element<D>* p, std::size_t n, Batch v, Flag& flag) {
     const __mmask16 m = Lanes(n);

@@ -41,6 +41,8 @@ struct KernelTable {
   SumSquaresFn sum_squares[kDataTypeCount];
   ScaleFn scale[kDataTypeCount];
   CastFn cast[kDataTypeCount][kDataTypeCount];  ///< [source dtype][destination dtype]
+  /// The same with non-temporal stores, for destinations too large to stay in cache.
+  CastFn cast_streaming[kDataTypeCount][kDataTypeCount];
 };
 
 /// Scalar kernels built on core/FloatBits.hpp; run on every CPU.

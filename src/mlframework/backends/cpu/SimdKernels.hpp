@@ -15,6 +15,8 @@
 //   Isa::CheckBlock<D>(p, flag)       fold the exponent fields of Isa::CheckElements<D> stored
 //                                     elements into flag (read-only check, no conversion)
 //   Isa::CheckPartial<D>(p, n, flag)  the same for n < CheckElements<D> elements
+//   Isa::StoreStream<D>(p, v, flag)   Store to a vector-aligned p with non-temporal stores
+//   Isa::Fence()                      orders the non-temporal stores (sfence)
 //   Isa::Flag, Isa::NoFlag<D>(), Isa::AnyNonFinite<D>(flag)
 // The flag keeps the lane-wise maximum of the masked exponent fields; a lane
 // reaching the all-ones exponent means Inf or NaN, exactly the scalar test.
@@ -143,7 +145,9 @@ float SumSquares(const void* data, std::size_t count) {
   return xsimd::hadd((acc0 + acc1) + (acc2 + acc3));
 }
 
-template <class Isa, DataType S, DataType T>
+// kStream: the full vector stores bypass the caches (non-temporal), for outputs too big
+// to be read back from cache; the stores are fenced before returning.
+template <class Isa, DataType S, DataType T, bool kStream = false>
 bool Cast(const void* src, void* dst, std::size_t count, float factor) {
   using Batch = typename Isa::Batch;
   const auto* in = static_cast<const Element<S>*>(src);
@@ -157,15 +161,27 @@ bool Cast(const void* src, void* dst, std::size_t count, float factor) {
   for (; i + 2 * Isa::kWidth <= count; i += 2 * Isa::kWidth) {
     const Batch a = Isa::template Load<S>(in + i) * f;
     const Batch b = Isa::template Load<S>(in + i + Isa::kWidth) * f;
-    Isa::template Store<T>(out + i, a, flag);
-    Isa::template Store<T>(out + i + Isa::kWidth, b, flag);
+    if constexpr (kStream) {
+      Isa::template StoreStream<T>(out + i, a, flag);
+      Isa::template StoreStream<T>(out + i + Isa::kWidth, b, flag);
+    } else {
+      Isa::template Store<T>(out + i, a, flag);
+      Isa::template Store<T>(out + i + Isa::kWidth, b, flag);
+    }
   }
   for (; i + Isa::kWidth <= count; i += Isa::kWidth) {
-    Isa::template Store<T>(out + i, Isa::template Load<S>(in + i) * f, flag);
+    if constexpr (kStream) {
+      Isa::template StoreStream<T>(out + i, Isa::template Load<S>(in + i) * f, flag);
+    } else {
+      Isa::template Store<T>(out + i, Isa::template Load<S>(in + i) * f, flag);
+    }
   }
   if (i < count) {
     const std::size_t n = count - i;
     Isa::template StorePartial<T>(out + i, n, Isa::template LoadPartial<S>(in + i, n) * f, flag);
+  }
+  if constexpr (kStream) {
+    Isa::Fence();
   }
   return Isa::template AnyNonFinite<T>(flag);
 }
@@ -185,6 +201,9 @@ constexpr Table MakeTable(std::string_view name) {
       {{Cast<Isa, kF32, kF32>, Cast<Isa, kF32, kF16>, Cast<Isa, kF32, kBF16>},
        {Cast<Isa, kF16, kF32>, Cast<Isa, kF16, kF16>, Cast<Isa, kF16, kBF16>},
        {Cast<Isa, kBF16, kF32>, Cast<Isa, kBF16, kF16>, Cast<Isa, kBF16, kBF16>}},
+      {{Cast<Isa, kF32, kF32, true>, Cast<Isa, kF32, kF16, true>, Cast<Isa, kF32, kBF16, true>},
+       {Cast<Isa, kF16, kF32, true>, Cast<Isa, kF16, kF16, true>, Cast<Isa, kF16, kBF16, true>},
+       {Cast<Isa, kBF16, kF32, true>, Cast<Isa, kBF16, kF16, true>, Cast<Isa, kBF16, kBF16, true>}},
   };
 }
 
