@@ -119,4 +119,20 @@ BOOST_AUTO_TEST_CASE(EarlyExitAfterAnOverflowCheckIsAbandoned) {
   BOOST_TEST(scaler.GetStats()->TotalOverflows == 0);
 }
 
+BOOST_AUTO_TEST_CASE(UpdateBeforeAnEarlyExitKeepsTheBackoff) {
+  GradScaler scaler(DynamicScalerConfig{.InitialScale = 8.0f});
+  {
+    GradScalerContext ctx(scaler, Scalar(1.0f));
+    const auto grads = PoisonedGrads(DataType::Float32, kInf);
+    if (scaler.CheckOverflow(grads)) {
+      scaler.Update();  // record the overflow in the scale before leaving the scope
+    }
+  }
+  BOOST_TEST(scaler.Scale() == 4.0f);
+  BOOST_TEST(scaler.GetStats()->TotalOverflows == 1);
+  RecordingOptimizer opt(Grads(DataType::Float32, 4.0f));
+  GradScalerContext ctx(scaler, Scalar(1.0f));
+  BOOST_TEST(ctx.Step(opt));
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -84,6 +84,39 @@ BOOST_AUTO_TEST_CASE(Fp32PatternsRoundLikeTheScalarCode) {
   CheckCastAllTargets(patterns, 3.0f, false);
 }
 
+BOOST_AUTO_TEST_CASE(LargeCastsWithNonTemporalStoresAreExact) {
+  // Destinations of 16 MiB and more are written with non-temporal stores: check those
+  // loops too, whole and through views of assorted odd lengths (every misalignment).
+  constexpr std::size_t kCount = 9u << 20;
+  Rng rng(12);
+  const auto bits = MakeTensor(DataType::Float32, kCount, [&](std::size_t i) {
+    return i % 2 == 0 ? RandomFiniteBits(DataType::Float32, rng) : RandomValueBits(DataType::Float32, rng);
+  });
+  const std::size_t lengths[] = {1, 3, 17, 65537, 1000003, 31};
+  for (const DataType target : {DataType::Float16, DataType::BFloat16, DataType::Float32}) {
+    BOOST_TEST_CONTEXT("Float32 -> " << ToString(target) << " isa=" << backends::cpu::InstructionSet()) {
+      auto dst = backends::cpu::Empty({kCount}, target);
+      std::vector<TensorPtr> src_views;
+      std::vector<TensorPtr> dst_views;
+      for (std::size_t offset = 0, k = 0; offset < kCount; ++k) {
+        const std::size_t n = std::min(lengths[k % std::size(lengths)], kCount - offset);
+        src_views.push_back(backends::cpu::View(bits, offset, {n}));
+        dst_views.push_back(backends::cpu::View(dst, offset, {n}));
+        offset += n;
+      }
+      const std::vector<TensorPtr> src_whole = {bits};
+      const std::vector<TensorPtr> dst_whole = {dst};
+      auto expected = Snapshot(dst_whole);
+      const bool ref_found = RefCast(src_whole, dst_whole, expected, 0.25f);
+      BOOST_TEST(CastInto(src_whole, dst_whole, 0.25f) == ref_found);
+      RequireSameBits(dst_whole, expected, "whole");
+      SetBytes(dst, Bytes(ByteSize(dst), 0));
+      BOOST_TEST(CastInto(src_views, dst_views, 0.25f) == ref_found);
+      RequireSameBits(dst_whole, expected, "views");
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(UnscaleOfEverySixteenBitPattern) {
   for (const DataType dtype : {DataType::Float16, DataType::BFloat16}) {
     for (const float factor : {1.0f, 1.0f / 65536.0f, 0.75f, 40000.0f}) {

@@ -168,8 +168,8 @@ BOOST_AUTO_TEST_CASE(StatsAndTheirString) {
              "Scale: 16384.00, Steps since overflow: 0, Consecutive overflows: 2, Total overflows: 2, Stable: False");
   scaler.UpdateScale(false);
   BOOST_TEST(scaler.GetStats().IsStable);
-  const DynamicLossScaler fractional(MixedPrecisionOptions{.InitialLossScale = 1.125f});
-  BOOST_TEST(fractional.GetStats().ToString().starts_with("Scale: 1.13, "));
+  const DynamicLossScaler fractional(MixedPrecisionOptions{.InitialLossScale = 1.375f});
+  BOOST_TEST(fractional.GetStats().ToString().starts_with("Scale: 1.38, "));
 }
 
 BOOST_AUTO_TEST_CASE(ResetRestoresTheInitialState) {

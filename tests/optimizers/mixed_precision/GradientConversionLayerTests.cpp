@@ -171,6 +171,17 @@ BOOST_AUTO_TEST_CASE(MixedDtypesAllComeOutFP32AndFP32IsScaledInPlace) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(AnFP32TensorListedTwiceIsScaledOnce) {
+  GradientConversionLayer layer(MixedPrecisionOptions{.InitialLossScale = 4.0f});
+  const TensorPtr shared = Vec({8.0f});
+  const auto [gradients, skip] = layer.ProcessGradients({{"tied.a", shared}, {"tied.b", shared}});
+  BOOST_TEST(!skip);
+  BOOST_TEST(Values(shared)[0] == 2.0f);
+  const DynamicLossScaler scaler(MixedPrecisionOptions{.InitialLossScale = 2.0f});
+  scaler.UnscaleGradients({{"x", shared}, {"y", shared}});
+  BOOST_TEST(Values(shared)[0] == 1.0f);
+}
+
 BOOST_AUTO_TEST_CASE(ClippingDisabledOrNonPositiveMaxNorm) {
   for (const MixedPrecisionOptions& options :
        {MixedPrecisionOptions{.InitialLossScale = 2.0f, .EnableGradientClipping = false, .MaxGradNorm = 1.0f},
@@ -240,15 +251,19 @@ BOOST_AUTO_TEST_CASE(MatchesTheSpecPipelineRunStepByStep) {
 BOOST_AUTO_TEST_CASE(OutputBuffersAreReusedOnlyWhenReleased) {
   GradientConversionLayer layer(MixedPrecisionOptions{.InitialLossScale = 2.0f});
   const GradientMap input{{"a", Vec({2.0f, 4.0f}, DataType::Float16)}};
-  GradientMap first = layer.ProcessGradients(input).Gradients;
-  const ITensor* first_buffer = first.at("a").get();
-  const GradientMap second = layer.ProcessGradients({{"a", Vec({6.0f, 8.0f}, DataType::Float16)}}).Gradients;
-  BOOST_TEST(second.at("a").get() != first_buffer);  // still held by the caller: not overwritten
-  BOOST_TEST(Values(first.at("a")) == (std::vector<float>{1.0f, 2.0f}), tt::per_element());
-  first.clear();
-  const GradientMap third = layer.ProcessGradients(input).Gradients;
-  BOOST_TEST(Values(third.at("a")) == (std::vector<float>{1.0f, 2.0f}), tt::per_element());
-  BOOST_TEST(Values(second.at("a")) == (std::vector<float>{3.0f, 4.0f}), tt::per_element());
+  const ITensor* buffer = layer.ProcessGradients(input).Gradients.at("a").get();  // result released at once
+  // The caller released the previous result: its buffer is written again, nothing is allocated.
+  const GradientMap held = layer.ProcessGradients({{"a", Vec({6.0f, 8.0f}, DataType::Float16)}}).Gradients;
+  BOOST_TEST(held.at("a").get() == buffer);
+  BOOST_TEST(Values(held.at("a")) == (std::vector<float>{3.0f, 4.0f}), tt::per_element());
+  // The caller still holds it: the next step writes elsewhere and the held gradients stay as they were.
+  const GradientMap next = layer.ProcessGradients(input).Gradients;
+  BOOST_TEST(next.at("a").get() != buffer);
+  BOOST_TEST(Values(next.at("a")) == (std::vector<float>{1.0f, 2.0f}), tt::per_element());
+  BOOST_TEST(Values(held.at("a")) == (std::vector<float>{3.0f, 4.0f}), tt::per_element());
+  // A gradient whose shape changed gets a fresh buffer of the new shape.
+  const GradientMap reshaped = layer.ProcessGradients({{"a", Vec({2.0f, 2.0f, 2.0f}, DataType::Float16)}}).Gradients;
+  BOOST_TEST(reshaped.at("a")->GetShape() == (Shape{3}));
 }
 
 BOOST_AUTO_TEST_CASE(NullEntryIsRejectedAndNothingChanges) {

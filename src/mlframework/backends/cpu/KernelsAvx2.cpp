@@ -107,6 +107,21 @@ struct Avx2 {
     }
   }
 
+  // Store for a destination aligned to one full vector, bypassing the caches.
+  template <DataType D>
+  static void StoreStream(Element<D>* p, Batch v, Flag& flag) {
+    if constexpr (D == DataType::Float32) {
+      _mm256_stream_ps(p, v);
+      flag = Fold<D>(flag, _mm256_castps_si256(v));
+    } else {
+      const __m128i words = Narrow<D>(v);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(p), words);
+      flag = Fold<D>(flag, _mm256_zextsi128_si256(words));
+    }
+  }
+
+  static void Fence() { _mm_sfence(); }
+
   template <DataType D>
   static void StorePartial(Element<D>* p, std::size_t n, Batch v, Flag& flag) {
     alignas(32) Element<D> buffer[kWidth] = {};

@@ -85,6 +85,10 @@ const KernelTable& PortableKernels() noexcept {
       {{Cast<kF32, kF32>, Cast<kF32, kF16>, Cast<kF32, kBF16>},
        {Cast<kF16, kF32>, Cast<kF16, kF16>, Cast<kF16, kBF16>},
        {Cast<kBF16, kF32>, Cast<kBF16, kF16>, Cast<kBF16, kBF16>}},
+      // Plain stores: portable code has no non-temporal store.
+      {{Cast<kF32, kF32>, Cast<kF32, kF16>, Cast<kF32, kBF16>},
+       {Cast<kF16, kF32>, Cast<kF16, kF16>, Cast<kF16, kBF16>},
+       {Cast<kBF16, kF32>, Cast<kBF16, kF16>, Cast<kBF16, kBF16>}},
   };
   return kTable;
 }

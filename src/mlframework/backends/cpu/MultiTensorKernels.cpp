@@ -34,6 +34,7 @@ struct Plan {
   std::vector<Segment> segments;
   std::vector<std::size_t> offsets;  // size segments + 1
   std::size_t total = 0;
+  std::size_t bytes = 0;
   std::size_t chunks = 0;
 
   template <typename TensorPointer>
@@ -44,6 +45,7 @@ struct Plan {
       offsets.push_back(total);
       segments.push_back(Segment{static_cast<std::byte*>(const_cast<void*>(Data(*tensor))), tensor->GetDataType()});
       total += tensor->Size();
+      bytes += tensor->Size() * ElementSize(tensor->GetDataType());
     }
     offsets.push_back(total);
     chunks = (total + kChunkElements - 1) / kChunkElements;
@@ -169,14 +171,16 @@ bool CastIntoKernel(std::span<const ITensor* const> src, std::span<ITensor* cons
   const KernelTable& kernels = ActiveKernels();
   const Plan src_plan(src);
   const Plan dst_plan(dst);  // same sizes pairwise (checked by the caller), so the same chunks
+  // A destination much larger than a core's cache will be evicted before anyone reads it:
+  // write it with non-temporal stores, which also skip reading the old lines in first.
+  const auto& cast = dst_plan.bytes >= kStreamingBytes ? kernels.cast_streaming : kernels.cast;
   int found = 0;
 #pragma omp parallel for schedule(static) reduction(| : found) if (Parallel(src_plan))
   for (std::size_t c = 0; c < src_plan.chunks; ++c) {
     src_plan.ForEachPiece(c, [&](std::size_t s, std::size_t begin, std::size_t end) {
       const Segment& in = src_plan.segments[s];
       const Segment& out = dst_plan.segments[s];
-      found |= kernels.cast[Slot(in.dtype)][Slot(out.dtype)](in.At(begin), out.At(begin), end - begin, factor) ? 1
-                                                                                                             : 0;
+      found |= cast[Slot(in.dtype)][Slot(out.dtype)](in.At(begin), out.At(begin), end - begin, factor) ? 1 : 0;
     });
   }
   return found != 0;

@@ -15,6 +15,8 @@
 //   Isa::CheckBlock<D>(p, flag)       fold the exponent fields of Isa::CheckElements<D> stored
 //                                     elements into flag (read-only check, no conversion)
 //   Isa::CheckPartial<D>(p, n, flag)  the same for n < CheckElements<D> elements
+//   Isa::StoreStream<D>(p, v, flag)   Store to a vector-aligned p with non-temporal stores
+//   Isa::Fence()                      orders the non-temporal stores (sfence)
 //   Isa::Flag, Isa::NoFlag<D>(), Isa::AnyNonFinite<D>(flag)
 // The flag keeps the lane-wise maximum of the masked exponent fields; a lane
 // reaching the all-ones exponent means Inf or NaN, exactly the scalar test.
@@ -41,13 +43,28 @@ struct ElementOf<DataType::Float32> {
 template <DataType D>
 using Element = typename ElementOf<D>::type;
 
+// Elements before `p` reaches the size of one full vector of T (kWidth elements, which
+// is what one full store writes), at most `count` and always below kWidth, so one partial
+// step covers it. Tensors come from malloc (16-byte aligned) and views start anywhere;
+// without this head every full 64-byte store would straddle two cache lines.
+template <class Isa, typename T>
+std::size_t AlignHead(const T* p, std::size_t count) {
+  constexpr std::size_t kBytes = Isa::kWidth * sizeof(T);
+  const std::size_t misalignment = reinterpret_cast<std::uintptr_t>(p) % kBytes;
+  const std::size_t head = misalignment == 0 ? 0 : (kBytes - misalignment) / sizeof(T);
+  return head < count ? head : count;
+}
+
 template <class Isa, DataType D>
 bool Unscale(void* data, std::size_t count, float factor) {
   using Batch = typename Isa::Batch;
   auto* p = static_cast<Element<D>*>(data);
   const Batch f(factor);
   auto flag = Isa::template NoFlag<D>();
-  std::size_t i = 0;
+  std::size_t i = AlignHead<Isa>(p, count);
+  if (i > 0) {
+    Isa::template StorePartial<D>(p, i, Isa::template LoadPartial<D>(p, i) * f, flag);
+  }
   for (; i + 2 * Isa::kWidth <= count; i += 2 * Isa::kWidth) {
     const Batch a = Isa::template Load<D>(p + i) * f;
     const Batch b = Isa::template Load<D>(p + i + Isa::kWidth) * f;
@@ -75,7 +92,10 @@ bool NonFinite(const void* data, std::size_t count) {
   const auto* p = static_cast<const Element<D>*>(data);
   constexpr std::size_t kStep = Isa::template CheckElements<D>;
   auto flag = Isa::template NoFlag<D>();
-  std::size_t i = 0;
+  std::size_t i = AlignHead<Isa>(p, count);
+  if (i > 0) {
+    Isa::template CheckPartial<D>(p, i, flag);
+  }
   for (; i + 4 * kStep <= count; i += 4 * kStep) {
     Isa::template CheckBlock<D>(p + i, flag);
     Isa::template CheckBlock<D>(p + i + kStep, flag);
@@ -99,7 +119,11 @@ float SumSquares(const void* data, std::size_t count) {
   // Four independent accumulators hide the FMA latency; each lane sums about
   // count / (4 * kW) squares, which keeps the FP32 rounding error small.
   Batch acc0(0.0f), acc1(0.0f), acc2(0.0f), acc3(0.0f);
-  std::size_t i = 0;
+  std::size_t i = AlignHead<Isa>(p, count);
+  if (i > 0) {
+    const Batch a = Isa::template LoadPartial<D>(p, i);
+    acc2 = xsimd::fma(a, a, acc2);
+  }
   for (; i + 4 * kW <= count; i += 4 * kW) {
     const Batch a = Isa::template Load<D>(p + i);
     const Batch b = Isa::template Load<D>(p + i + kW);
@@ -121,26 +145,43 @@ float SumSquares(const void* data, std::size_t count) {
   return xsimd::hadd((acc0 + acc1) + (acc2 + acc3));
 }
 
-template <class Isa, DataType S, DataType T>
+// kStream: the full vector stores bypass the caches (non-temporal), for outputs too big
+// to be read back from cache; the stores are fenced before returning.
+template <class Isa, DataType S, DataType T, bool kStream = false>
 bool Cast(const void* src, void* dst, std::size_t count, float factor) {
   using Batch = typename Isa::Batch;
   const auto* in = static_cast<const Element<S>*>(src);
   auto* out = static_cast<Element<T>*>(dst);
   const Batch f(factor);
   auto flag = Isa::template NoFlag<T>();
-  std::size_t i = 0;
+  std::size_t i = AlignHead<Isa>(out, count);  // align the stores; loads may straddle
+  if (i > 0) {
+    Isa::template StorePartial<T>(out, i, Isa::template LoadPartial<S>(in, i) * f, flag);
+  }
   for (; i + 2 * Isa::kWidth <= count; i += 2 * Isa::kWidth) {
     const Batch a = Isa::template Load<S>(in + i) * f;
     const Batch b = Isa::template Load<S>(in + i + Isa::kWidth) * f;
-    Isa::template Store<T>(out + i, a, flag);
-    Isa::template Store<T>(out + i + Isa::kWidth, b, flag);
+    if constexpr (kStream) {
+      Isa::template StoreStream<T>(out + i, a, flag);
+      Isa::template StoreStream<T>(out + i + Isa::kWidth, b, flag);
+    } else {
+      Isa::template Store<T>(out + i, a, flag);
+      Isa::template Store<T>(out + i + Isa::kWidth, b, flag);
+    }
   }
   for (; i + Isa::kWidth <= count; i += Isa::kWidth) {
-    Isa::template Store<T>(out + i, Isa::template Load<S>(in + i) * f, flag);
+    if constexpr (kStream) {
+      Isa::template StoreStream<T>(out + i, Isa::template Load<S>(in + i) * f, flag);
+    } else {
+      Isa::template Store<T>(out + i, Isa::template Load<S>(in + i) * f, flag);
+    }
   }
   if (i < count) {
     const std::size_t n = count - i;
     Isa::template StorePartial<T>(out + i, n, Isa::template LoadPartial<S>(in + i, n) * f, flag);
+  }
+  if constexpr (kStream) {
+    Isa::Fence();
   }
   return Isa::template AnyNonFinite<T>(flag);
 }
@@ -160,6 +201,9 @@ constexpr Table MakeTable(std::string_view name) {
       {{Cast<Isa, kF32, kF32>, Cast<Isa, kF32, kF16>, Cast<Isa, kF32, kBF16>},
        {Cast<Isa, kF16, kF32>, Cast<Isa, kF16, kF16>, Cast<Isa, kF16, kBF16>},
        {Cast<Isa, kBF16, kF32>, Cast<Isa, kBF16, kF16>, Cast<Isa, kBF16, kBF16>}},
+      {{Cast<Isa, kF32, kF32, true>, Cast<Isa, kF32, kF16, true>, Cast<Isa, kF32, kBF16, true>},
+       {Cast<Isa, kF16, kF32, true>, Cast<Isa, kF16, kF16, true>, Cast<Isa, kF16, kBF16, true>},
+       {Cast<Isa, kBF16, kF32, true>, Cast<Isa, kBF16, kF16, true>, Cast<Isa, kBF16, kBF16, true>}},
   };
 }
 

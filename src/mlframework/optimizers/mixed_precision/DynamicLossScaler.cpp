@@ -1,6 +1,7 @@
 #include <mlframework/optimizers/mixed_precision/DynamicLossScaler.hpp>
 
 #include <string>
+#include <unordered_set>
 #include <utility>
 
 #include <mlframework/core/Error.hpp>
@@ -60,11 +61,15 @@ GradientMap DynamicLossScaler::UnscaleGradients(const GradientMap& gradients) co
   const auto inverse = static_cast<float>(1.0 / static_cast<double>(state_.Scale));
   GradientMap unscaled;
   std::vector<TensorPtr> fp32;
+  std::unordered_set<const ITensor*> fp32_seen;
   std::vector<TensorPtr> low;
   std::vector<const std::string*> low_names;
   for (const auto& [name, tensor] : gradients) {
     if (tensor->GetDataType() == DataType::Float32) {
-      fp32.push_back(tensor);
+      // In place: a tensor listed under two names must still be unscaled once.
+      if (fp32_seen.insert(tensor.get()).second) {
+        fp32.push_back(tensor);
+      }
       unscaled.emplace(name, tensor);
     } else {
       low.push_back(tensor);

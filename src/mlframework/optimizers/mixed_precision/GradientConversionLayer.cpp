@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <string>
+#include <unordered_set>
 #include <utility>
 
 #include <mlframework/core/Error.hpp>
@@ -97,9 +98,13 @@ GradientProcessingResult GradientConversionLayer::ProcessGradients(const Gradien
   std::vector<TensorPtr> low_src;
   std::vector<TensorPtr> low_dst;
   std::vector<TensorPtr> fp32;
+  std::unordered_set<const ITensor*> fp32_seen;
   for (const auto& [name, tensor] : gradients) {
     if (tensor->GetDataType() == DataType::Float32) {
-      fp32.push_back(tensor);
+      // In place: a tensor listed under two names must still be scaled once.
+      if (fp32_seen.insert(tensor.get()).second) {
+        fp32.push_back(tensor);
+      }
       outputs.emplace_hint(outputs.end(), name, tensor);
       continue;
     }
