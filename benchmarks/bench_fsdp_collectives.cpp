@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -43,99 +44,105 @@ std::shared_ptr<dist::IProcessGroup>& Group(dist::HalfReduction method = dist::H
 
 int Ranks() { return Group()->WorldSize(); }
 
-// Times @p op on every rank between barriers; the slowest rank's seconds.
+// Seconds @p op takes on the slowest rank, timed between barriers.
 template <class Op>
-void TimeCollective(benchmark::State& state, std::size_t bytes, Op&& op) {
+double SlowestRankSeconds(Op&& op) {
+  MPI_Barrier(MPI_COMM_WORLD);
+  const double start = MPI_Wtime();
+  op();
+  double elapsed = MPI_Wtime() - start;
+  MPI_Allreduce(MPI_IN_PLACE, &elapsed, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return elapsed;
+}
+
+// Runs the raw MPI collective and each library variant alternately in every iteration, so
+// load changes on a shared machine hit all of them alike. The iteration time is the first
+// library variant's; counters give every variant's best time and its bandwidth relative to
+// raw MPI (raw best time / variant best time: 1.0 means as fast as raw MPI).
+struct Variant {
+  std::string name;
+  std::function<void()> op;
+};
+
+void Compare(benchmark::State& state, std::size_t bytes, const std::function<void()>& raw,
+             const std::vector<Variant>& variants) {
+  double raw_best = 1e30;
+  std::vector<double> best(variants.size(), 1e30);
   for (auto _ : state) {
-    MPI_Barrier(MPI_COMM_WORLD);
-    const double start = MPI_Wtime();
-    op();
-    double elapsed = MPI_Wtime() - start;
-    MPI_Allreduce(MPI_IN_PLACE, &elapsed, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    state.SetIterationTime(elapsed);
+    raw_best = std::min(raw_best, SlowestRankSeconds(raw));
+    double first = 0.0;
+    for (std::size_t v = 0; v < variants.size(); ++v) {
+      const double seconds = SlowestRankSeconds(variants[v].op);
+      best[v] = std::min(best[v], seconds);
+      if (v == 0) first = seconds;
+    }
+    state.SetIterationTime(first);
   }
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * bytes));
   state.counters["ranks"] = Ranks();
+  state.counters["raw_mpi_best_ms"] = raw_best * 1e3;
+  for (std::size_t v = 0; v < variants.size(); ++v) {
+    state.counters[variants[v].name + "_best_ms"] = best[v] * 1e3;
+    state.counters[variants[v].name + "_vs_raw"] = raw_best / best[v];
+  }
 }
 
 DataType DTypeArg(const benchmark::State& state) { return static_cast<DataType>(state.range(0)); }
 
-// ---- all-gather of one 16M-element unit ----
-
-void BM_RawMpiAllGather(benchmark::State& state) {
+// All-gather of one 16M-element unit: raw MPI_Allgather vs IProcessGroup::AllGather vs
+// FSDPShardingUnit::Gather + Release (cast of the FP32 shard, allocation, all-gather, views).
+void BM_AllGather16M(benchmark::State& state) {
   const DataType dtype = DTypeArg(state);
   const std::size_t shard = kUnitElements / static_cast<std::size_t>(Ranks());
   auto input = cpu::Empty({shard}, dtype);
   auto output = cpu::Empty({kUnitElements}, dtype);
   const MPI_Datatype type = dtype == DataType::Float32 ? MPI_FLOAT : MPI_UINT16_T;
-  TimeCollective(state, kUnitElements * mlframework::ElementSize(dtype), [&] {
-    MPI_Allgather(cpu::Data(*input), static_cast<int>(shard), type, cpu::MutableData(*output), static_cast<int>(shard),
-                  type, MPI_COMM_WORLD);
-  });
-}
-
-void BM_LibraryAllGather(benchmark::State& state) {
-  const DataType dtype = DTypeArg(state);
-  const std::size_t shard = kUnitElements / static_cast<std::size_t>(Ranks());
-  auto input = cpu::Empty({shard}, dtype);
-  auto output = cpu::Empty({kUnitElements}, dtype);
-  TimeCollective(state, kUnitElements * mlframework::ElementSize(dtype), [&] { Group()->AllGather(*input, *output); });
-}
-
-// FSDPShardingUnit::Gather: cast of the FP32 shard, allocation of the gathered buffer,
-// all-gather and views; Release frees it (timed too: it is part of the cycle).
-void BM_FsdpUnitGather(benchmark::State& state) {
-  const DataType dtype = DTypeArg(state);
   fsdp::FSDP model(Group(), {.ParamDType = dtype});
   auto& unit = model.RegisterUnit("unit", {{"weight", cpu::Empty({kUnitElements}, DataType::Float32)}});
-  TimeCollective(state, kUnitElements * mlframework::ElementSize(dtype), [&] {
-    unit.Gather();
-    unit.Release();
-  });
+  Compare(
+      state, kUnitElements * mlframework::ElementSize(dtype),
+      [&] {
+        MPI_Allgather(cpu::Data(*input), static_cast<int>(shard), type, cpu::MutableData(*output),
+                      static_cast<int>(shard), type, MPI_COMM_WORLD);
+      },
+      {{"library", [&] { Group()->AllGather(*input, *output); }},
+       {"fsdp_unit", [&] {
+          unit.Gather();
+          unit.Release();
+        }}});
 }
 
-// ---- reduce-scatter of one 16M-element unit ----
-
-void BM_RawMpiReduceScatter(benchmark::State& state) {
-  // FP32: MPI_FLOAT sum. 16-bit: MPI_SHORT integer sum of the same bytes (MPI's cheapest
-  // built-in 16-bit reduction, the limit for any FP16/BF16 method).
+// Reduce-scatter of one 16M-element unit. FP32: raw MPI_FLOAT sum. FP16/BF16: raw MPI_SHORT
+// integer sum of the same bytes (MPI's cheapest built-in 16-bit reduction, the limit for any
+// FP16/BF16 method) vs the user-op and the convert-to-FP32 methods; FSDPShardingUnit's
+// ReduceGradients (fused flatten + average into the reduce dtype, reduce-scatter, FP32 shard).
+void BM_ReduceScatter16M(benchmark::State& state) {
   const DataType dtype = DTypeArg(state);
   const std::size_t shard = kUnitElements / static_cast<std::size_t>(Ranks());
   auto input = cpu::Empty({kUnitElements}, dtype);
   auto output = cpu::Empty({shard}, dtype);
   const MPI_Datatype type = dtype == DataType::Float32 ? MPI_FLOAT : MPI_SHORT;
-  TimeCollective(state, kUnitElements * mlframework::ElementSize(dtype), [&] {
-    MPI_Reduce_scatter_block(cpu::Data(*input), cpu::MutableData(*output), static_cast<int>(shard), type, MPI_SUM,
-                             MPI_COMM_WORLD);
-  });
-}
-
-void ReduceScatterWith(benchmark::State& state, dist::HalfReduction method) {
-  const DataType dtype = DTypeArg(state);
-  const std::size_t shard = kUnitElements / static_cast<std::size_t>(Ranks());
-  auto input = cpu::Empty({kUnitElements}, dtype);
-  auto output = cpu::Empty({shard}, dtype);
-  TimeCollective(state, kUnitElements * mlframework::ElementSize(dtype),
-                 [&] { Group(method)->ReduceScatter(*input, *output); });
-}
-
-void BM_LibraryReduceScatterUserOp(benchmark::State& state) { ReduceScatterWith(state, dist::HalfReduction::UserOp); }
-void BM_LibraryReduceScatterConvertToFloat32(benchmark::State& state) {
-  ReduceScatterWith(state, dist::HalfReduction::ConvertToFloat32);
-}
-
-// FSDPShardingUnit::ReduceGradients: flatten + average (one fused cast into the reduce dtype),
-// reduce-scatter, FP32 shard.
-void BM_FsdpUnitReduceGradients(benchmark::State& state) {
-  const DataType dtype = DTypeArg(state);
   fsdp::FSDP model(Group(), {.ReduceDType = dtype});
   auto& unit = model.RegisterUnit("unit", {{"weight", cpu::Empty({kUnitElements}, DataType::Float32)}});
   const mlframework::GradientMap gradients{{"weight", cpu::Empty({kUnitElements}, DataType::Float32)}};
   unit.Gather();
-  TimeCollective(state, kUnitElements * mlframework::ElementSize(dtype), [&] {
-    unit.ReduceGradients(gradients);
-    unit.ZeroGrad();
-  });
+  std::vector<Variant> variants{
+      {"library_userop", [&] { Group(dist::HalfReduction::UserOp)->ReduceScatter(*input, *output); }}};
+  if (dtype != DataType::Float32) {
+    variants.push_back(
+        {"library_convert", [&] { Group(dist::HalfReduction::ConvertToFloat32)->ReduceScatter(*input, *output); }});
+  }
+  variants.push_back({"fsdp_unit", [&] {
+                        unit.ReduceGradients(gradients);
+                        unit.ZeroGrad();
+                      }});
+  Compare(
+      state, kUnitElements * mlframework::ElementSize(dtype),
+      [&] {
+        MPI_Reduce_scatter_block(cpu::Data(*input), cpu::MutableData(*output), static_cast<int>(shard), type, MPI_SUM,
+                                 MPI_COMM_WORLD);
+      },
+      variants);
   unit.Release();
 }
 
@@ -213,13 +220,8 @@ constexpr auto kBF16 = static_cast<std::int64_t>(DataType::BFloat16);
 
 // Memory first: ru_maxrss only grows, so it must run before the 16M-element buffers exist.
 BENCHMARK(BM_FsdpPeakMemory)->Args({32, 1 << 19})->Iterations(1)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_RawMpiAllGather)->Arg(kF32)->Arg(kF16)->Iterations(kIterations)->UseManualTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_LibraryAllGather)->Arg(kF32)->Arg(kF16)->Iterations(kIterations)->UseManualTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_FsdpUnitGather)->Arg(kF32)->Arg(kF16)->Iterations(kIterations)->UseManualTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_RawMpiReduceScatter)->Arg(kF32)->Arg(kF16)->Iterations(kIterations)->UseManualTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_LibraryReduceScatterUserOp)->Arg(kF32)->Arg(kF16)->Arg(kBF16)->Iterations(kIterations)->UseManualTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_LibraryReduceScatterConvertToFloat32)->Arg(kF16)->Arg(kBF16)->Iterations(kIterations)->UseManualTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_FsdpUnitReduceGradients)->Arg(kF32)->Arg(kF16)->Iterations(kIterations)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_AllGather16M)->Arg(kF32)->Arg(kF16)->Iterations(kIterations)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ReduceScatter16M)->Arg(kF32)->Arg(kF16)->Arg(kBF16)->Iterations(kIterations)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 // Ranks other than 0 run every benchmark in lockstep but report nothing.
 class SilentReporter final : public benchmark::BenchmarkReporter {
