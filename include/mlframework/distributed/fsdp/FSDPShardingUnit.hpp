@@ -86,7 +86,8 @@ class MLFRAMEWORK_EXPORT FSDPShardingUnit {
   /// Replaces the gradient shard (the spec's setter, used by FSDPAmpIntegration).
   /// ArgumentNullError for null; ArgumentError unless it has ShardSize() elements.
   void SetLocalGradient(TensorPtr gradient);
-  /// Drops the gradient shard (after a step or a skipped step).
+  /// Drops the gradient shard (after a step or a skipped step). Its FP32 buffer is reused by the
+  /// next ReduceGradients(), so a reference kept from LocalGradient() sees the next values.
   void ZeroGrad() noexcept;
 
  private:

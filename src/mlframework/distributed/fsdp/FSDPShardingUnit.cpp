@@ -145,16 +145,25 @@ void FSDPShardingUnit::ReduceGradients(const GradientMap& gradients) {
     for (std::size_t i = 0; i < s.names.size(); ++i) targets.push_back(cpu::View(flat, s.offsets[i], s.shapes[i]));
     CastInto(sources, targets, 1.0f / static_cast<float>(world));
   }
+  // The FP32 shard of the last step is reused (the optimizer may still hold it, so a fresh
+  // buffer per step would double the gradient memory).
+  TensorPtr target;
+  if (!s.local_gradient && s.spare_gradient) target = std::move(s.spare_gradient);
+  s.spare_gradient.reset();
+  const bool direct = target && reduce_dtype == DataType::Float32;
   TensorPtr reduced;
   if (s.config->Strategy == ShardingStrategy::NoShard) {
     s.group->AllReduce(*flat, ReduceOp::Sum);
     reduced = std::move(flat);
   } else {
-    reduced = cpu::Empty({s.shard_size}, reduce_dtype);
+    reduced = direct ? target : cpu::Empty({s.shard_size}, reduce_dtype);
     s.group->ReduceScatter(*flat, *reduced, ReduceOp::Sum);
     flat.reset();  // the full gradient buffer is transient
   }
-  if (reduced->GetDataType() != DataType::Float32) {
+  if (reduced != target && target) {
+    CastInto(std::span<const TensorPtr>(&reduced, 1), std::span<const TensorPtr>(&target, 1));
+    reduced = target;
+  } else if (reduced->GetDataType() != DataType::Float32) {
     reduced = Cast(std::span<const TensorPtr>(&reduced, 1), DataType::Float32)[0];
   }
   if (!s.local_gradient) {
@@ -183,6 +192,14 @@ void FSDPShardingUnit::SetLocalGradient(TensorPtr gradient) {
   impl_->local_gradient = std::move(gradient);
 }
 
-void FSDPShardingUnit::ZeroGrad() noexcept { impl_->local_gradient.reset(); }
+void FSDPShardingUnit::ZeroGrad() noexcept {
+  Impl& s = *impl_;
+  // Keep an FP32 CPU shard for the next ReduceGradients() to reduce into.
+  if (s.local_gradient && s.local_gradient->GetDataType() == DataType::Float32 &&
+      cpu::IsCpuTensor(*s.local_gradient) && s.local_gradient->Size() == s.shard_size) {
+    s.spare_gradient = std::move(s.local_gradient);
+  }
+  s.local_gradient.reset();
+}
 
 }  // namespace mlframework::distributed::fsdp

@@ -31,6 +31,7 @@ struct FSDPShardingUnit::Impl {
   bool is_gathered = false;
   TensorPtr kept;             // ShardGradOp / NoShard: gathered buffer kept between steps
   TensorPtr local_gradient;   // FP32 gradient shard
+  TensorPtr spare_gradient;   // last step's FP32 shard, reused by the next ReduceGradients()
 
   // Views of @p flat with the parameters' shapes, by name.
   GradientMap ViewsOf(const TensorPtr& flat) const;
