@@ -17,14 +17,25 @@
 #include <mlframework/backends/cpu/CpuTensor.hpp>
 
 // amp
+#include <mlframework/amp/DynamicLossScaler.hpp>
+#include <mlframework/amp/GradScaler.hpp>
+#include <mlframework/amp/GradScalerContext.hpp>
+#include <mlframework/amp/GradScalerFactory.hpp>
+#include <mlframework/amp/ILossScaler.hpp>
 #include <mlframework/amp/IOptimizer.hpp>
+#include <mlframework/amp/ScaleFactor.hpp>
 #include <mlframework/amp/ScalePolicy.hpp>
+#include <mlframework/amp/StaticLossScaler.hpp>
 
 // optimizers
 #include <mlframework/optimizers/Adam.hpp>
 #include <mlframework/optimizers/SGD.hpp>
 
 // optimizers::mixed_precision
+#include <mlframework/optimizers/mixed_precision/DynamicLossScaler.hpp>
+#include <mlframework/optimizers/mixed_precision/GradientConversionLayer.hpp>
+#include <mlframework/optimizers/mixed_precision/MixedPrecisionOptions.hpp>
+#include <mlframework/optimizers/mixed_precision/PrecisionManager.hpp>
 
 // distributed and distributed::fsdp (MpiProcessGroup.hpp has no MPI types: the same in every
 // build; its constructors throw BackendError where MLFW_HAS_MPI is 0)
