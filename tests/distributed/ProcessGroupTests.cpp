@@ -24,7 +24,7 @@ constexpr DataType kDTypes[] = {DataType::Float32, DataType::Float16, DataType::
 class RecordingGroup final : public dist::IProcessGroup {
  public:
   int Rank() const noexcept override { return 0; }
-  int WorldSize() const noexcept override { return 1; }
+  int WorldSize() const noexcept override { return world_size; }
   std::string_view BackendName() const noexcept override { return "recording"; }
   void AllGather(const mlframework::ITensor&, mlframework::ITensor&) override {}
   void ReduceScatter(const mlframework::ITensor&, mlframework::ITensor&, dist::ReduceOp) override {}
@@ -35,6 +35,7 @@ class RecordingGroup final : public dist::IProcessGroup {
   using IProcessGroup::AllReduceHost;
   void Abort(const std::string& message) noexcept override { aborted = message; }
   std::string aborted;
+  int world_size = 2;
 };
 
 // A framework's own tensor type (not a CPU-backend tensor, no fused backend): collectives
@@ -189,6 +190,15 @@ BOOST_AUTO_TEST_CASE(AbortGuardAbortsOnlyWhenUnwinding) {
   } catch (const mlframework::ArgumentError&) {
   }
   BOOST_CHECK_NE(group.aborted.find("forward of layer 3"), std::string::npos);
+  // Alone in the group: the exception propagates, nothing is aborted.
+  RecordingGroup alone;
+  alone.world_size = 1;
+  try {
+    dist::AbortGuard guard(alone, "single process");
+    throw mlframework::ArgumentError("x", "local failure");
+  } catch (const mlframework::ArgumentError&) {
+  }
+  BOOST_CHECK(alone.aborted.empty());
 }
 
 BOOST_AUTO_TEST_SUITE_END()
