@@ -17,9 +17,12 @@
 #include <mlframework/backends/cpu/CpuTensor.hpp>
 
 // amp
+#include <mlframework/amp/IOptimizer.hpp>
 #include <mlframework/amp/ScalePolicy.hpp>
 
 // optimizers
+#include <mlframework/optimizers/Adam.hpp>
+#include <mlframework/optimizers/SGD.hpp>
 
 // optimizers::mixed_precision
 
