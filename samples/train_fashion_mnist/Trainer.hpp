@@ -42,7 +42,7 @@ enum class Reduction { kMean, kSum };
 
 /// Everything that shapes a run; the same for every mode.
 struct TrainConfig {
-  std::vector<std::size_t> hidden = {256};  ///< Hidden layer widths.
+  std::vector<std::size_t> hidden = {128};  ///< Hidden layer widths.
   int epochs = 2;                           ///< Passes over the training subset.
   std::size_t batch_size = 128;             ///< Examples per step.
   std::size_t subset = 0;                   ///< Training examples used (0: all).
@@ -52,8 +52,8 @@ struct TrainConfig {
   float loss_weight = 1.0f;                 ///< Factor on the loss (as an auxiliary loss weight would be).
   float init_gain = 1.0f;                   ///< Factor on the He initialization.
   float initial_scale = 65536.0f;           ///< Initial loss scale of the scaling modes.
-  int growth_interval = 2000;               ///< Clean steps before the scale doubles.
-  float max_grad_norm = 5.0f;               ///< Clipping threshold of the fp16-layer mode.
+  int growth_interval = 100;                ///< Clean steps before the scale doubles (short, so a demo run shows it move).
+  float max_grad_norm = 1.0f;               ///< Clipping threshold of the fp16-layer mode.
   std::uint64_t seed = 42;                  ///< Initialization and shuffling seed.
   bool progress = true;                     ///< Print a progress line on stderr.
 };
@@ -76,9 +76,9 @@ struct ModeResult {
   std::int64_t skipped = 0;         ///< Steps the scaler skipped.
   float final_scale = 1.0f;         ///< Loss scale at the end (1 without scaling).
   std::int64_t clip_count = 0;      ///< Times the gradient pipeline clipped (fp16-layer only).
-  double seconds_per_step = 0.0;    ///< Wall time per step (forward, backward, scaling, optimizer).
-  double scaling_seconds = 0.0;     ///< Total time inside the library's scaling code (not the optimizer).
-  double total_seconds = 0.0;       ///< Total time of all steps.
+  double seconds_per_step = 0.0;    ///< CPU time (all threads) per step: forward, backward, scaling, optimizer.
+  double scaling_seconds = 0.0;     ///< CPU time inside the library's scaling code (not the optimizer).
+  double total_seconds = 0.0;       ///< CPU time of all steps.
   std::vector<StepRecord> records;  ///< Per-step loss and scale.
 };
 
