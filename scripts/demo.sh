@@ -10,8 +10,10 @@ build=${MLFW_BUILD_DIR:-build}
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release
 cmake --build "$build" -j"$(nproc)" --target train_fashion_mnist
 demo="$build"/samples/train_fashion_mnist/train_fashion_mnist
-# The library's OpenMP threads and OpenBLAS's threads share the cores: idle ones should sleep, not spin.
+# The library's OpenMP threads and OpenBLAS's threads share the cores: idle ones should sleep,
+# not spin, and the demo's products (batch x 784 x 128) are too small to gain from BLAS threads.
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
+export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
 
 if (($# > 0)); then
   exec "$demo" "$@"

@@ -1,9 +1,10 @@
-# cmake -DREADME=<README.md> -DSNIPPETS=<file;file;...> -P CheckReadmeSnippets.cmake
+# cmake -DREADME=<README.md> -DSNIPPETS=<file|file|...> -P CheckReadmeSnippets.cmake
 # Fails unless README.md contains every snippet file verbatim, so the code README
 # shows is the code the readme_snippets test compiles and runs.
 file(READ "${README}" readme)
+string(REPLACE "|" ";" snippets "${SNIPPETS}")
 set(missing "")
-foreach(snippet ${SNIPPETS})
+foreach(snippet ${snippets})
   file(READ "${snippet}" text)
   string(FIND "${readme}" "${text}" position)
   if(position EQUAL -1)

@@ -36,6 +36,7 @@ struct TempDir {
 Run RunDemo(const std::string& args, const fs::path& scratch) {
   // The library's OpenMP threads and OpenBLAS share two cores: idle threads must sleep, not spin.
   setenv("OMP_WAIT_POLICY", "passive", 0);
+  setenv("OPENBLAS_NUM_THREADS", "1", 0);
   const fs::path log = scratch / "output.txt";
   const std::string command = std::string("'") + MLFW_DEMO_EXE + "' " + args + " >'" + log.string() + "' 2>&1";
   Run run;
