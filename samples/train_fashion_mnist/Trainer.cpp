@@ -110,7 +110,7 @@ void PrintProgress(const TrainConfig& config, Mode mode, int epoch, std::size_t 
   if (!tty && !done) {
     return;
   }
-  std::fprintf(stderr, "%s  %-12s epoch %d/%d  step %5zu/%zu  loss %8.4f  scale %-9g%s", tty ? "\r" : "",
+  std::fprintf(stderr, "%s  %-12s epoch %d/%d  step %5zu/%zu  loss %8.4f  scale %-9.0f%s", tty ? "\r" : "",
                std::string(ModeName(mode)).c_str(), epoch + 1, config.epochs, step, steps, loss,
                static_cast<double>(scale), done ? "\n" : "");
   std::fflush(stderr);

@@ -212,6 +212,7 @@ std::string Describe(const Options& options, const Dataset& data, std::size_t ex
 
 void WriteCsv(const std::filesystem::path& path, const ModeResult& result) {
   std::ofstream out(path);
+  out.precision(9);
   out << "step,loss,scale,skipped\n";
   for (const StepRecord& r : result.records) {
     out << r.step << ',' << r.loss << ',' << r.scale << ',' << (r.skipped ? 1 : 0) << '\n';
@@ -223,6 +224,7 @@ void WriteCsv(const std::filesystem::path& path, const ModeResult& result) {
 
 void WriteSummary(const std::filesystem::path& path, const std::vector<ModeResult>& results) {
   std::ofstream out(path);
+  out.precision(9);
   out << "mode,test_accuracy,final_loss,flushed_share,steps,skipped,final_scale,seconds_per_step,scaling_share\n";
   for (const ModeResult& r : results) {
     out << ModeName(r.mode) << ',' << r.test_accuracy << ',' << r.final_loss << ',' << r.underflow.Share() << ','
@@ -325,7 +327,7 @@ int Run(const Options& options) {
     const bool scaled = r.mode == Mode::kFp16Scaler || r.mode == Mode::kFp16Conversion;
     const double scaling_share = r.total_seconds > 0.0 ? r.scaling_seconds / r.total_seconds : 0.0;
     char scale_text[32];
-    std::snprintf(scale_text, sizeof scale_text, "%g", static_cast<double>(r.final_scale));
+    std::snprintf(scale_text, sizeof scale_text, "%.0f", static_cast<double>(r.final_scale));
     std::printf("%-12s %-40s %9s %10.4f %9s %8lld %11s %11.2f %8s\n", std::string(ModeName(r.mode)).c_str(),
                 std::string(ModeDescription(r.mode)).c_str(), Percent(r.test_accuracy).c_str(), r.final_loss,
                 Percent(r.underflow.Share()).c_str(), static_cast<long long>(r.skipped), scaled ? scale_text : "-",
