@@ -37,4 +37,15 @@
 #include <mlframework/optimizers/mixed_precision/MixedPrecisionOptions.hpp>
 #include <mlframework/optimizers/mixed_precision/PrecisionManager.hpp>
 
-// distributed and distributed::fsdp
+// distributed and distributed::fsdp (MpiProcessGroup.hpp has no MPI types: the same in every
+// build; its constructors throw BackendError where MLFW_HAS_MPI is 0)
+#include <mlframework/distributed/AbortGuard.hpp>
+#include <mlframework/distributed/IProcessGroup.hpp>
+#include <mlframework/distributed/LocalProcessGroup.hpp>
+#include <mlframework/distributed/MpiProcessGroup.hpp>
+#include <mlframework/distributed/fsdp/FSDP.hpp>
+#include <mlframework/distributed/fsdp/FSDPAmpIntegration.hpp>
+#include <mlframework/distributed/fsdp/FSDPConfig.hpp>
+#include <mlframework/distributed/fsdp/FSDPMixedPrecisionConfig.hpp>
+#include <mlframework/distributed/fsdp/FSDPMixedPrecisionManager.hpp>
+#include <mlframework/distributed/fsdp/FSDPShardingUnit.hpp>

@@ -143,11 +143,14 @@ BOOST_AUTO_TEST_CASE(DispatchesTheRequestedInstructionSet) {
 #else
   const bool has_avx512 = false;
   const bool has_avx2 = false;
+  const bool has_avx512_bf16 = false;
 #endif
-  const std::string best = has_avx512 ? "avx512" : (has_avx2 ? "avx2" : "portable");
+  const bool has_avx512_bf16 = has_avx512 && __builtin_cpu_supports("avx512bf16");
+  const std::string best = has_avx512_bf16 ? "avx512_bf16" : has_avx512 ? "avx512" : (has_avx2 ? "avx2" : "portable");
   if (requested.empty()) {
     BOOST_TEST(active == best);
-  } else if (requested == "portable" || (requested == "avx2" && has_avx2) || (requested == "avx512" && has_avx512)) {
+  } else if (requested == "portable" || (requested == "avx2" && has_avx2) || (requested == "avx512" && has_avx512) ||
+             (requested == "avx512_bf16" && has_avx512_bf16)) {
     BOOST_TEST(active == requested);
   } else {
     // Never forced onto instructions the CPU lacks: the best supported path runs instead.

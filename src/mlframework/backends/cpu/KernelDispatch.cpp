@@ -19,6 +19,8 @@ bool CpuHasAvx512() {
          __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
 }
 
+bool CpuHasAvx512Bf16() { return CpuHasAvx512() && __builtin_cpu_supports("avx512bf16"); }
+
 bool CpuHasAvx2() {
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
 }
@@ -26,6 +28,9 @@ bool CpuHasAvx2() {
 
 const KernelTable& Best() noexcept {
 #if defined(MLFW_CPU_X86_KERNELS)
+  if (CpuHasAvx512Bf16()) {
+    return Avx512Bf16Kernels();
+  }
   if (CpuHasAvx512()) {
     return Avx512Kernels();
   }
@@ -52,9 +57,13 @@ const KernelTable& Select() noexcept {
   if (name == "avx512" && CpuHasAvx512()) {
     return Avx512Kernels();
   }
+  if (name == "avx512_bf16" && CpuHasAvx512Bf16()) {
+    return Avx512Bf16Kernels();
+  }
 #endif
-  if (name != "avx2" && name != "avx512") {
-    std::fprintf(stderr, "mlframework: MLFW_CPU_ISA=%s is not one of portable, avx2, avx512; ignored\n", requested);
+  if (name != "avx2" && name != "avx512" && name != "avx512_bf16") {
+    std::fprintf(stderr, "mlframework: MLFW_CPU_ISA=%s is not one of portable, avx2, avx512, avx512_bf16; ignored\n",
+                 requested);
   }
   // A path the CPU lacks is never forced: InstructionSet() reports what runs instead.
   return Best();

@@ -2,7 +2,8 @@
 // Private: the per-instruction-set element kernels of the CPU backend.
 //
 // Each instruction set lives in its own source file compiled with its own
-// flags (KernelsPortable.cpp, KernelsAvx2.cpp, KernelsAvx512.cpp, the way
+// flags (KernelsPortable.cpp, KernelsAvx2.cpp, KernelsAvx512.cpp,
+// KernelsAvx512Bf16.cpp, the way
 // xsimd-based libraries split them) and fills one KernelTable. The chunk
 // planner in MultiTensorKernels.cpp picks a table once per process and calls
 // one function pointer per piece (a run of one tensor inside one chunk), so
@@ -34,7 +35,7 @@ struct KernelTable {
   /// `dst = round_to_dst(src * factor)`; true when any written value is Inf or NaN.
   using CastFn = bool (*)(const void* src, void* dst, std::size_t count, float factor);
 
-  std::string_view name;  ///< "portable", "avx2", "avx512": what InstructionSet() reports.
+  std::string_view name;  ///< "portable", "avx2", "avx512", "avx512_bf16": what InstructionSet() reports.
   UnscaleFn unscale[kDataTypeCount];
   NonFiniteFn non_finite[kDataTypeCount];
   SumSquaresFn sum_squares[kDataTypeCount];
@@ -50,10 +51,13 @@ const KernelTable& PortableKernels() noexcept;
 const KernelTable& Avx2Kernels() noexcept;
 /// AVX-512 F/BW/DQ/VL kernels (xsimd avx512bw for FP32 math). Call only when the CPU has them.
 const KernelTable& Avx512Kernels() noexcept;
+/// The AVX-512 kernels with FP32 -> BF16 rounding by AVX512_BF16. Call only when the CPU has it.
+const KernelTable& Avx512Bf16Kernels() noexcept;
 #endif
 
 /// The table this process dispatches to: the best the CPU supports, or the one named by the
-/// environment variable MLFW_CPU_ISA (portable, avx2, avx512) when the CPU supports it. Chosen once.
+/// environment variable MLFW_CPU_ISA (portable, avx2, avx512, avx512_bf16) when the CPU supports it.
+/// Chosen once.
 const KernelTable& ActiveKernels() noexcept;
 
 }  // namespace mlframework::backends::cpu

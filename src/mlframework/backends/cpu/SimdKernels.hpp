@@ -41,13 +41,28 @@ struct ElementOf<DataType::Float32> {
 template <DataType D>
 using Element = typename ElementOf<D>::type;
 
+// Elements before `p` reaches the size of one full vector of T (kWidth elements, which
+// is what one full store writes), at most `count` and always below kWidth, so one partial
+// step covers it. Tensors come from malloc (16-byte aligned) and views start anywhere;
+// without this head every full 64-byte store would straddle two cache lines.
+template <class Isa, typename T>
+std::size_t AlignHead(const T* p, std::size_t count) {
+  constexpr std::size_t kBytes = Isa::kWidth * sizeof(T);
+  const std::size_t misalignment = reinterpret_cast<std::uintptr_t>(p) % kBytes;
+  const std::size_t head = misalignment == 0 ? 0 : (kBytes - misalignment) / sizeof(T);
+  return head < count ? head : count;
+}
+
 template <class Isa, DataType D>
 bool Unscale(void* data, std::size_t count, float factor) {
   using Batch = typename Isa::Batch;
   auto* p = static_cast<Element<D>*>(data);
   const Batch f(factor);
   auto flag = Isa::template NoFlag<D>();
-  std::size_t i = 0;
+  std::size_t i = AlignHead<Isa>(p, count);
+  if (i > 0) {
+    Isa::template StorePartial<D>(p, i, Isa::template LoadPartial<D>(p, i) * f, flag);
+  }
   for (; i + 2 * Isa::kWidth <= count; i += 2 * Isa::kWidth) {
     const Batch a = Isa::template Load<D>(p + i) * f;
     const Batch b = Isa::template Load<D>(p + i + Isa::kWidth) * f;
@@ -75,7 +90,10 @@ bool NonFinite(const void* data, std::size_t count) {
   const auto* p = static_cast<const Element<D>*>(data);
   constexpr std::size_t kStep = Isa::template CheckElements<D>;
   auto flag = Isa::template NoFlag<D>();
-  std::size_t i = 0;
+  std::size_t i = AlignHead<Isa>(p, count);
+  if (i > 0) {
+    Isa::template CheckPartial<D>(p, i, flag);
+  }
   for (; i + 4 * kStep <= count; i += 4 * kStep) {
     Isa::template CheckBlock<D>(p + i, flag);
     Isa::template CheckBlock<D>(p + i + kStep, flag);
@@ -99,7 +117,11 @@ float SumSquares(const void* data, std::size_t count) {
   // Four independent accumulators hide the FMA latency; each lane sums about
   // count / (4 * kW) squares, which keeps the FP32 rounding error small.
   Batch acc0(0.0f), acc1(0.0f), acc2(0.0f), acc3(0.0f);
-  std::size_t i = 0;
+  std::size_t i = AlignHead<Isa>(p, count);
+  if (i > 0) {
+    const Batch a = Isa::template LoadPartial<D>(p, i);
+    acc2 = xsimd::fma(a, a, acc2);
+  }
   for (; i + 4 * kW <= count; i += 4 * kW) {
     const Batch a = Isa::template Load<D>(p + i);
     const Batch b = Isa::template Load<D>(p + i + kW);
@@ -128,7 +150,10 @@ bool Cast(const void* src, void* dst, std::size_t count, float factor) {
   auto* out = static_cast<Element<T>*>(dst);
   const Batch f(factor);
   auto flag = Isa::template NoFlag<T>();
-  std::size_t i = 0;
+  std::size_t i = AlignHead<Isa>(out, count);  // align the stores; loads may straddle
+  if (i > 0) {
+    Isa::template StorePartial<T>(out, i, Isa::template LoadPartial<S>(in, i) * f, flag);
+  }
   for (; i + 2 * Isa::kWidth <= count; i += 2 * Isa::kWidth) {
     const Batch a = Isa::template Load<S>(in + i) * f;
     const Batch b = Isa::template Load<S>(in + i + Isa::kWidth) * f;

@@ -1,0 +1,330 @@
+// CPU fused multi-tensor kernels against the limit kernels, in one run.
+//
+// Cases: each fused operation at 1M, 16M and 64M elements, laid out as
+//   gpt   ~100 tensors of mixed sizes (8 transformer layers plus embeddings),
+//   small tensors of 1K-4K elements (about 6,500 at 16M, 26,000 at 64M),
+//   flat  one tensor.
+// Limit kernels (FP32, one flat buffer, threaded the same way: OpenMP static
+// over 32K-element chunks): read-only sum, in-place scale, copy (memcpy).
+// Every case reports bytes/second (SetBytesProcessed: bytes read plus bytes
+// written); benchmarks/ratios.py turns a JSON run into the target ratios.
+// With libtorch found, benchmarks/torch/MultiTensorTorch.cpp adds what a
+// libtorch user would write to this same binary.
+//
+// Run: OMP_NUM_THREADS=2 bench_multi_tensor --benchmark_format=json --benchmark_out=cpu.json
+#include "bench_multi_tensor.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <benchmark/benchmark.h>
+
+#include <mlframework/backends/cpu/CpuTensor.hpp>
+#include <mlframework/mlframework.hpp>
+
+namespace mlfw_bench {
+
+using mlframework::DataType;
+using mlframework::TensorPtr;
+
+std::vector<std::size_t> LayoutSizes(Layout layout, std::size_t total) {
+  std::vector<std::size_t> sizes;
+  switch (layout) {
+    case Layout::Flat:
+      sizes.push_back(total);
+      break;
+    case Layout::Small: {
+      // The same generator as compare_pytorch.py, so both measure identical lists.
+      std::uint64_t state = 42;
+      std::size_t sum = 0;
+      while (sum < total) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        const std::size_t size = std::min<std::size_t>(1024 + (state >> 33) % 3073, total - sum);
+        sizes.push_back(size);
+        sum += size;
+      }
+      break;
+    }
+    case Layout::Gpt: {
+      // 8 layers of (ln1 w,b, qkv w,b, proj w,b, ln2 w,b, fc w,b, fc_proj w,b), 12 tensors each,
+      // plus token and position embeddings and the final layer norm: 100 tensors. Width d
+      // puts about half of the elements in the layers; the token embedding takes the rest.
+      std::size_t d = 16;
+      while (8 * 12 * (d + 16) * (d + 16) <= total / 2) {
+        d += 16;
+      }
+      const std::size_t positions = std::min<std::size_t>(1024, total / (8 * d));
+      std::size_t layers = 0;
+      std::vector<std::size_t> body;
+      for (int l = 0; l < 8; ++l) {
+        for (const std::size_t s : {d, d, 3 * d * d, 3 * d, d * d, d, d, d, 4 * d * d, 4 * d, 4 * d * d, d}) {
+          body.push_back(s);
+          layers += s;
+        }
+      }
+      sizes.push_back(total - layers - positions * d - 2 * d);  // token embedding
+      sizes.push_back(positions * d);
+      sizes.insert(sizes.end(), body.begin(), body.end());
+      sizes.push_back(d);
+      sizes.push_back(d);
+      break;
+    }
+  }
+  return sizes;
+}
+
+const char* LayoutName(Layout layout) {
+  switch (layout) {
+    case Layout::Gpt:
+      return "gpt";
+    case Layout::Small:
+      return "small";
+    case Layout::Flat:
+      break;
+  }
+  return "flat";
+}
+
+const char* DtypeName(DataType dtype) {
+  switch (dtype) {
+    case DataType::Float16:
+      return "f16";
+    case DataType::BFloat16:
+      return "bf16";
+    case DataType::Float32:
+      break;
+  }
+  return "f32";
+}
+
+std::string SizeName(std::size_t elements) {
+  return elements % (std::size_t{1} << 20) == 0 ? std::to_string(elements >> 20) + "M" : std::to_string(elements >> 10) + "K";
+}
+
+namespace {
+
+// Lists are built once per (layout, size, dtype) and kept while the benchmarks of that
+// layout and size run; registration order groups them, so memory stays bounded.
+std::map<std::tuple<int, std::size_t, int, bool>, std::vector<TensorPtr>> g_lists;
+std::pair<int, std::size_t> g_lists_key{-1, 0};
+
+}  // namespace
+
+const std::vector<TensorPtr>& List(Layout layout, std::size_t total, DataType dtype, bool fill) {
+  if (g_lists_key != std::pair<int, std::size_t>{static_cast<int>(layout), total}) {
+    g_lists.clear();
+    g_lists_key = {static_cast<int>(layout), total};
+  }
+  auto& list = g_lists[{static_cast<int>(layout), total, static_cast<int>(dtype), fill}];
+  if (list.empty()) {
+    std::uint64_t state = 7;
+    for (const std::size_t size : LayoutSizes(layout, total)) {
+      std::vector<float> values(size);
+      if (fill) {
+        for (float& v : values) {
+          state = state * 6364136223846793005ull + 1442695040888963407ull;
+          v = static_cast<float>(static_cast<double>(state >> 40) * 0x1.0p-23 - 1.0);  // [-1, 1)
+        }
+      }
+      list.push_back(mlframework::FromVector(values, {size}, dtype));
+    }
+  }
+  return list;
+}
+
+std::size_t Bytes(const std::vector<TensorPtr>& list) {
+  std::size_t bytes = 0;
+  for (const auto& t : list) {
+    bytes += t->Size() * mlframework::ElementSize(t->GetDataType());
+  }
+  return bytes;
+}
+
+}  // namespace mlfw_bench
+
+namespace {
+
+using namespace mlfw_bench;
+using mlframework::DataType;
+
+constexpr std::size_t kSizes[] = {std::size_t{1} << 20, std::size_t{16} << 20, std::size_t{64} << 20};
+constexpr DataType kDtypes[] = {DataType::Float32, DataType::Float16, DataType::BFloat16};
+constexpr std::size_t kChunk = 32768;  // the CPU backend's chunk (MultiTensorKernels.hpp)
+
+// ---- limit kernels: plain loops over one FP32 buffer, chunked and threaded like the backend ----
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define MLFW_BENCH_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define MLFW_BENCH_CLONES
+#endif
+
+MLFW_BENCH_CLONES float ChunkSum(const float* p, std::size_t n) {
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (std::size_t i = 0; i < n; ++i) {
+    sum += p[i];
+  }
+  return sum;
+}
+
+MLFW_BENCH_CLONES void ChunkScale(float* p, std::size_t n, float factor) {
+#pragma omp simd
+  for (std::size_t i = 0; i < n; ++i) {
+    p[i] *= factor;
+  }
+}
+
+double LimitReadSum(const float* p, std::size_t n) {
+  const std::size_t chunks = (n + kChunk - 1) / kChunk;
+  double total = 0.0;
+#pragma omp parallel for schedule(static) reduction(+ : total)
+  for (std::size_t c = 0; c < chunks; ++c) {
+    total += ChunkSum(p + c * kChunk, std::min(kChunk, n - c * kChunk));
+  }
+  return total;
+}
+
+void LimitScale(float* p, std::size_t n, float factor) {
+  const std::size_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static)
+  for (std::size_t c = 0; c < chunks; ++c) {
+    ChunkScale(p + c * kChunk, std::min(kChunk, n - c * kChunk), factor);
+  }
+}
+
+void LimitCopy(const float* src, float* dst, std::size_t n) {
+  const std::size_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static)
+  for (std::size_t c = 0; c < chunks; ++c) {
+    std::memcpy(dst + c * kChunk, src + c * kChunk, std::min(kChunk, n - c * kChunk) * sizeof(float));
+  }
+}
+
+float* LimitBuffer(std::size_t floats, int which) {
+  static std::vector<float> buffers[2];
+  auto& b = buffers[which];
+  if (b.size() != floats) {
+    b.assign(floats, 0.5f);
+  }
+  return b.data();
+}
+
+void RegisterLimits(std::size_t floats) {
+  const std::string size = SizeName(floats);
+  benchmark::RegisterBenchmark(("limit/read_sum/f32/flat/" + size).c_str(), [floats](benchmark::State& state) {
+    const float* p = LimitBuffer(floats, 0);
+    for (auto _ : state) {
+      benchmark::DoNotOptimize(LimitReadSum(p, floats));
+    }
+    state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * floats * 4));
+  })->UseRealTime();
+  benchmark::RegisterBenchmark(("limit/scale/f32/flat/" + size).c_str(), [floats](benchmark::State& state) {
+    float* p = LimitBuffer(floats, 0);
+    float factor = 0.5f;
+    for (auto _ : state) {
+      LimitScale(p, floats, factor);
+      factor = 1.0f / factor;  // 0.5, 2, 0.5, ...: exact, values stay put
+      benchmark::ClobberMemory();
+    }
+    state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * floats * 8));
+  })->UseRealTime();
+  benchmark::RegisterBenchmark(("limit/copy/f32/flat/" + size).c_str(), [floats](benchmark::State& state) {
+    const float* src = LimitBuffer(floats, 0);
+    float* dst = LimitBuffer(floats, 1);
+    for (auto _ : state) {
+      LimitCopy(src, dst, floats);
+      benchmark::ClobberMemory();
+    }
+    state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * floats * 8));
+  })->UseRealTime();
+}
+
+// ---- the fused operations through the public API -----------------------------------------------
+
+void RegisterFused(Layout layout, std::size_t total) {
+  const std::string tail = std::string("/") + LayoutName(layout) + "/" + SizeName(total);
+  for (const DataType dtype : kDtypes) {
+    const std::string d = DtypeName(dtype);
+    benchmark::RegisterBenchmark(("fused/unscale_check/" + d + tail).c_str(), [=](benchmark::State& state) {
+      const auto& list = List(layout, total, dtype);
+      float factor = 0.5f;
+      for (auto _ : state) {
+        benchmark::DoNotOptimize(mlframework::UnscaleAndCheck(list, factor));
+        factor = 1.0f / factor;
+      }
+      state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * 2 * Bytes(list)));
+    })->UseRealTime();
+    benchmark::RegisterBenchmark(("fused/check/" + d + tail).c_str(), [=](benchmark::State& state) {
+      const auto& list = List(layout, total, dtype);
+      for (auto _ : state) {
+        benchmark::DoNotOptimize(mlframework::HasNonFinite(list));
+      }
+      state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * Bytes(list)));
+    })->UseRealTime();
+    benchmark::RegisterBenchmark(("fused/sum_squares/" + d + tail).c_str(), [=](benchmark::State& state) {
+      const auto& list = List(layout, total, dtype);
+      for (auto _ : state) {
+        benchmark::DoNotOptimize(mlframework::CheckAndSumSquares(list, 1.0f / 65536.0f));
+      }
+      state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * Bytes(list)));
+    })->UseRealTime();
+    benchmark::RegisterBenchmark(("fused/scale/" + d + tail).c_str(), [=](benchmark::State& state) {
+      const auto& list = List(layout, total, dtype);
+      float factor = 0.5f;
+      for (auto _ : state) {
+        mlframework::ScaleInPlace(list, factor);
+        factor = 1.0f / factor;
+        benchmark::ClobberMemory();
+      }
+      state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * 2 * Bytes(list)));
+    })->UseRealTime();
+  }
+  const std::pair<DataType, DataType> casts[] = {{DataType::Float32, DataType::Float16},
+                                                 {DataType::Float32, DataType::BFloat16},
+                                                 {DataType::Float16, DataType::Float32},
+                                                 {DataType::BFloat16, DataType::Float32}};
+  for (const auto& [from, to] : casts) {
+    const std::string name = std::string("fused/cast/") + DtypeName(from) + "_to_" + DtypeName(to) + tail;
+    benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& state) {
+      const auto& src = List(layout, total, from);
+      const auto& dst = List(layout, total, to, /*fill=*/false);
+      for (auto _ : state) {
+        benchmark::DoNotOptimize(mlframework::CastInto(src, dst, 1.0f / 65536.0f));
+      }
+      state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * (Bytes(src) + Bytes(dst))));
+    })->UseRealTime();
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) {
+    return 1;
+  }
+  benchmark::AddCustomContext("mlfw_instruction_set", std::string(mlframework::backends::cpu::InstructionSet()));
+  benchmark::AddCustomContext("mlfw_omp_threads", std::to_string(omp_get_max_threads()));
+  for (const std::size_t total : kSizes) {
+    // Limit kernels over the bytes of an FP32 list and of a 16-bit list of this size.
+    RegisterLimits(total);
+    RegisterLimits(total / 2);
+    for (const Layout layout : {Layout::Gpt, Layout::Small, Layout::Flat}) {
+      RegisterFused(layout, total);
+#if defined(MLFW_BENCH_WITH_TORCH)
+      RegisterTorchPeers(layout, total);
+#endif
+    }
+  }
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

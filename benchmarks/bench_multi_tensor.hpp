@@ -1,0 +1,34 @@
+#pragma once
+// Shared by bench_multi_tensor.cpp and, when libtorch is found, torch/MultiTensorTorch.cpp:
+// the tensor-list layouts every case of the multi-tensor benchmark runs on.
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include <mlframework/core/ITensor.hpp>
+
+namespace mlfw_bench {
+
+enum class Layout { Gpt, Small, Flat };
+
+/// Element counts of the tensors of @p layout, summing to @p total.
+std::vector<std::size_t> LayoutSizes(Layout layout, std::size_t total);
+/// CPU tensors of @p dtype in @p layout (values in [-1, 1) when @p fill), cached while the
+/// benchmarks of one layout and size run.
+const std::vector<mlframework::TensorPtr>& List(Layout layout, std::size_t total, mlframework::DataType dtype,
+                                                bool fill = true);
+/// Bytes of all elements of @p list.
+std::size_t Bytes(const std::vector<mlframework::TensorPtr>& list);
+
+const char* LayoutName(Layout layout);
+const char* DtypeName(mlframework::DataType dtype);
+/// "1M", "16M", "64M".
+std::string SizeName(std::size_t elements);
+
+#if defined(MLFW_BENCH_WITH_TORCH)
+/// Registers the libtorch user-code peers of the fused cases for one layout and size.
+void RegisterTorchPeers(Layout layout, std::size_t total);
+#endif
+
+}  // namespace mlfw_bench

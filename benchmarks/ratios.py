@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""Ratio tables for bench_multi_tensor JSON output (python3 standard library only).
+
+Usage: python3 benchmarks/ratios.py cpu.json [--markdown]
+
+Prints, from one run:
+  1. each fused case's bandwidth over its matching limit kernel's (same bytes per array):
+     unscale_check and scale vs limit/scale, check and sum_squares vs limit/read_sum,
+     casts vs limit/copy; targets at >= 16M elements: 0.9 (casts 0.85);
+  2. the small-tensor layout's time over the flat layout's (target <= 1.5);
+  3. libtorch user code's time over ours where the run has torch/ cases
+     (target for unscale_check: >= 5).
+With repetitions, the median of each case is used.
+"""
+import json
+import statistics
+import sys
+
+SIZE = {"f32": 4, "f16": 2, "bf16": 2}
+LIMIT_FOR = {"unscale_check": "scale", "scale": "scale", "check": "read_sum", "sum_squares": "read_sum", "cast": "copy"}
+
+
+def load(path):
+    with open(path) as f:
+        data = json.load(f)
+    runs = {}
+    for b in data["benchmarks"]:
+        if b.get("run_type") == "aggregate" or b.get("error_occurred"):
+            continue
+        name = b.get("run_name", b["name"])
+        if name.endswith("/real_time"):
+            name = name[: -len("/real_time")]
+        runs.setdefault(name, []).append(b)
+    cases = {}
+    for name, bs in runs.items():
+        cases[name] = {
+            "time": statistics.median(b["real_time"] for b in bs),
+            "bps": statistics.median(b.get("bytes_per_second", 0.0) for b in bs),
+            "unit": bs[0]["time_unit"],
+        }
+    return data.get("context", {}), cases
+
+
+def elements(size_name):
+    return int(size_name[:-1]) << (20 if size_name.endswith("M") else 10)
+
+
+def size_name(n):
+    return "%dM" % (n >> 20) if n % (1 << 20) == 0 else "%dK" % (n >> 10)
+
+
+def fmt(x):
+    return "%.2f" % x
+
+
+def main():
+    if len(sys.argv) < 2:
+        print(__doc__)
+        return 2
+    context, cases = load(sys.argv[1])
+    print("instruction set: %s, OpenMP threads: %s, load average: %s" % (
+        context.get("mlfw_instruction_set", "?"), context.get("mlfw_omp_threads", "?"),
+        context.get("load_avg", "?")))
+    misses = []
+
+    print("\n## Fused op bandwidth / limit kernel bandwidth\n")
+    print("| case | GB/s | limit | limit GB/s | ratio | target |")
+    print("|---|---:|---|---:|---:|---:|")
+    for name, c in sorted(cases.items()):
+        parts = name.split("/")
+        if parts[0] != "fused":
+            continue
+        op, dt, layout, n = parts[1], parts[2], parts[3], parts[4]
+        if op == "cast":
+            src, dst = dt.split("_to_")
+            width = max(SIZE[src], SIZE[dst])
+        else:
+            width = SIZE[dt]
+        limit = "limit/%s/f32/flat/%s" % (LIMIT_FOR[op], size_name(elements(n) * width // 4))
+        if limit not in cases:
+            continue
+        ratio = c["bps"] / cases[limit]["bps"]
+        target = 0.85 if op == "cast" else 0.9
+        checked = elements(n) >= (16 << 20)
+        verdict = ""
+        if checked:
+            verdict = ">= %.2f %s" % (target, "ok" if ratio >= target else "MISS")
+            if ratio < target:
+                misses.append("%s: %.2f < %.2f" % (name, ratio, target))
+        print("| %s | %s | %s | %s | %s | %s |" % (name, fmt(c["bps"] / 1e9), limit, fmt(cases[limit]["bps"] / 1e9),
+                                                  fmt(ratio), verdict))
+
+    print("\n## Small-tensor layout time / flat layout time\n")
+    print("| case | small | flat | ratio | target |")
+    print("|---|---:|---:|---:|---:|")
+    for name, c in sorted(cases.items()):
+        parts = name.split("/")
+        if parts[0] != "fused" or parts[3] != "small":
+            continue
+        flat = "/".join(parts[:3] + ["flat", parts[4]])
+        if flat not in cases:
+            continue
+        ratio = c["time"] / cases[flat]["time"]
+        ok = ratio <= 1.5
+        if not ok:
+            misses.append("%s: small/flat %.2f > 1.5" % (name, ratio))
+        print("| %s | %.3g %s | %.3g %s | %s | <= 1.5 %s |" % (
+            "/".join(parts[1:3] + [parts[4]]), c["time"], c["unit"], cases[flat]["time"], cases[flat]["unit"],
+            fmt(ratio), "ok" if ok else "MISS"))
+
+    torch = [n for n in cases if n.startswith("torch/")]
+    if torch:
+        print("\n## libtorch user code time / ours (higher is better for us)\n")
+        print("| case | ours | libtorch | speedup | target |")
+        print("|---|---:|---:|---:|---:|")
+        for name in sorted(torch):
+            ours = "fused/" + name[len("torch/"):]
+            if ours not in cases:
+                continue
+            speedup = cases[name]["time"] / cases[ours]["time"]
+            target = ""
+            if name.startswith("torch/unscale_check/"):
+                target = ">= 5 " + ("ok" if speedup >= 5 else "MISS")
+                if speedup < 5:
+                    misses.append("%s: speedup %.2f < 5" % (ours, speedup))
+            print("| %s | %.3g %s | %.3g %s | %s | %s |" % (name[len("torch/"):], cases[ours]["time"],
+                                                           cases[ours]["unit"], cases[name]["time"],
+                                                           cases[name]["unit"], fmt(speedup), target))
+
+    print("\n## Misses\n")
+    for m in misses:
+        print("- " + m)
+    if not misses:
+        print("none")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
