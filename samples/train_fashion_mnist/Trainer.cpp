@@ -215,6 +215,7 @@ ModeResult TrainMode(const Dataset& data, const TrainConfig& config, Mode mode) 
         record.skipped = !stepped;
       } else if (mode == Mode::kFp16Conversion) {
         auto t = Clock::now();
+        // A framework runs backward on `scaled`; this MLP's backward takes the factor directly.
         const mlframework::TensorPtr scaled = layer->ScaleLoss(loss);
         record.scale = layer->LossScale();
         scaling_seconds += Seconds(t, Clock::now());
