@@ -62,6 +62,7 @@ class MLFRAMEWORK_EXPORT DynamicLossScaler final : public ILossScaler {
  public:
   /// A scaler configured by @p config; ArgumentError naming the invalid field otherwise.
   explicit DynamicLossScaler(DynamicScalerConfig config = {});
+  /// Releases the cached tensors and buffers.
   ~DynamicLossScaler() override;
   /// Copies the configuration and state (the cached tensors and buffers are not shared).
   DynamicLossScaler(const DynamicLossScaler& other);

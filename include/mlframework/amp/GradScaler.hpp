@@ -85,12 +85,15 @@ class MLFRAMEWORK_EXPORT GradScaler {
   static GradScaler Dynamic(float initialScale = 65536.0f, float growthFactor = 2.0f, float backoffFactor = 0.5f,
                             int growthInterval = 2000, float minScale = 1.0f, float maxScale = 16777216.0f,
                             bool enabled = true);
+  /// Releases the scaler (shared ownership) and the unscale buffers.
   ~GradScaler();
   /// Moves the scaler and its iteration state.
   GradScaler(GradScaler&& other) noexcept;
   /// Moves the scaler and its iteration state.
   GradScaler& operator=(GradScaler&& other) noexcept;
+  /// Move-only: two GradScalers sharing one scaler and iteration would update it twice.
   GradScaler(const GradScaler&) = delete;
+  /// Move-only.
   GradScaler& operator=(const GradScaler&) = delete;
 
   /// The wrapped loss scaler.

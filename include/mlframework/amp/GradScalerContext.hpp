@@ -21,6 +21,10 @@ namespace mlframework::amp {
 /// }
 /// @endcode
 ///
+/// An abandoned iteration drops whatever it recorded, overflow included. If you check for
+/// overflow yourself inside a context and leave early, call GradScaler::Update() before
+/// leaving so a dynamic scale still backs off (or let Step() skip the step, which does it).
+///
 /// The scaler must outlive the context. Not copyable or movable (it is a scope).
 class MLFRAMEWORK_EXPORT GradScalerContext {
  public:
@@ -28,7 +32,9 @@ class MLFRAMEWORK_EXPORT GradScalerContext {
   GradScalerContext(GradScaler& scaler, TensorPtr loss);
   /// Abandons the iteration when it was not stepped (see Dispose()).
   ~GradScalerContext();
+  /// A scope cannot be copied.
   GradScalerContext(const GradScalerContext&) = delete;
+  /// A scope cannot be assigned.
   GradScalerContext& operator=(const GradScalerContext&) = delete;
 
   /// The loss to run backward on.

@@ -15,6 +15,7 @@ namespace mlframework::amp {
 /// @endcode
 class MLFRAMEWORK_EXPORT GradScalerFactory {
  public:
+  /// Static class: not constructible.
   GradScalerFactory() = delete;
   /// Dynamic scaler with DynamicScalerConfig's defaults (recommended for most uses).
   static GradScaler CreateDefault();

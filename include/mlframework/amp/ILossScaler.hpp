@@ -24,6 +24,7 @@ struct UnscaledGradients {
 /// Implementations are not required to be thread-safe: one training loop owns a scaler.
 class MLFRAMEWORK_EXPORT ILossScaler {
  public:
+  /// Implementations are destroyed through the interface.
   virtual ~ILossScaler();
 
   /// The current scaling factor.

@@ -10,6 +10,7 @@ namespace mlframework::amp {
 /// Common scale factors (spec 001's static class: no instances).
 class MLFRAMEWORK_EXPORT ScaleFactor {
  public:
+  /// Static class: not constructible.
   ScaleFactor() = delete;
 
   static constexpr float None = 1.0f;              ///< No scaling (2^0).

@@ -37,6 +37,7 @@ class MLFRAMEWORK_EXPORT StaticLossScaler final : public ILossScaler {
   /// A scaler with constant @p scale. ArgumentError naming `scale` when it is zero,
   /// negative, NaN or infinite.
   explicit StaticLossScaler(float scale = 65536.0f, bool enabled = true);
+  /// Releases the cached tensors and buffers.
   ~StaticLossScaler() override;
   /// Copies share nothing (the cached tensors are rebuilt).
   StaticLossScaler(const StaticLossScaler& other);

@@ -41,6 +41,7 @@ class MLFRAMEWORK_EXPORT Adam final : public amp::IOptimizer {
   /// Optimizes @p parameters (name to tensor; tensors are updated in place).
   /// ArgumentError for an empty map, ArgumentNullError for a null tensor, invalid options.
   explicit Adam(GradientMap parameters, AdamOptions options = {});
+  /// Releases the master weights and moments.
   ~Adam() override;
 
   /// The gradients set by the last SetGradients() (empty before the first).

@@ -35,6 +35,7 @@ class MLFRAMEWORK_EXPORT SGD final : public amp::IOptimizer {
   /// Optimizes @p parameters (name to tensor; tensors are updated in place).
   /// ArgumentError for an empty map, ArgumentNullError for a null tensor, invalid options.
   explicit SGD(GradientMap parameters, SGDOptions options = {});
+  /// Releases the master weights and buffers.
   ~SGD() override;
 
   /// The gradients set by the last SetGradients() (empty before the first).

@@ -17,7 +17,7 @@
 #include <mlframework/core/DataType.hpp>
 #include <mlframework/core/Error.hpp>
 
-#include "mlframework/backends/cpu/MultiTensorKernels.hpp"
+#include "mlframework/backends/cpu/KernelTable.hpp"
 #include "mlframework/distributed/HostStaging.hpp"
 
 namespace mlframework::distributed {
@@ -50,8 +50,20 @@ int CountOf(std::size_t elements, const char* parameter) {
   return static_cast<int>(elements);
 }
 
+// Bulk conversions through the CPU backend's kernel table (F16C / AVX-512 where the CPU has
+// them), chosen once per process: no per-element dtype branch.
+void Widen(const void* src, DataType dtype, float* dst, std::size_t count) {
+  backends::cpu::ActiveKernels().cast[backends::cpu::Slot(dtype)][backends::cpu::Slot(DataType::Float32)](
+      src, dst, count, 1.0f);
+}
+
+void Narrow(const float* src, void* dst, DataType dtype, std::size_t count) {
+  backends::cpu::ActiveKernels().cast[backends::cpu::Slot(DataType::Float32)][backends::cpu::Slot(dtype)](
+      src, dst, count, 1.0f);
+}
+
 // Elements combined per block in the user ops: both operands widened to floats on the stack.
-constexpr int kOpBlock = 1024;
+constexpr int kOpBlock = 4096;
 
 template <DataType D, bool kMax>
 void HalfOp(void* in, void* inout, int* len, MPI_Datatype* /*type*/) {
@@ -61,8 +73,8 @@ void HalfOp(void* in, void* inout, int* len, MPI_Datatype* /*type*/) {
   auto* target = static_cast<std::uint16_t*>(inout);
   for (int start = 0; start < *len; start += kOpBlock) {
     const auto count = static_cast<std::size_t>(std::min(kOpBlock, *len - start));
-    backends::cpu::WidenToFloat(source + start, D, a.data(), count);
-    backends::cpu::WidenToFloat(target + start, D, b.data(), count);
+    Widen(source + start, D, a.data(), count);
+    Widen(target + start, D, b.data(), count);
     for (std::size_t i = 0; i < count; ++i) {
       if constexpr (kMax) {
         b[i] = a[i] > b[i] ? a[i] : b[i];
@@ -70,7 +82,7 @@ void HalfOp(void* in, void* inout, int* len, MPI_Datatype* /*type*/) {
         b[i] = a[i] + b[i];
       }
     }
-    backends::cpu::NarrowFromFloat(b.data(), target + start, D, count);
+    Narrow(b.data(), target + start, D, count);
   }
 }
 
@@ -166,14 +178,14 @@ struct MpiProcessGroup::Impl {
     // Widen, reduce in FP32, narrow once.
     const std::size_t total = scatter ? count * static_cast<std::size_t>(world_size) : count;
     std::vector<float> wide(total);
-    backends::cpu::WidenToFloat(send == MPI_IN_PLACE ? recv : send, dtype, wide.data(), total);
+    Widen(send == MPI_IN_PLACE ? recv : send, dtype, wide.data(), total);
     if (scatter) {
       std::vector<float> part(count);
       MLFW_MPI_CHECK(MPI_Reduce_scatter_block(wide.data(), part.data(), n, MPI_FLOAT, BuiltinOp(op), comm));
-      backends::cpu::NarrowFromFloat(part.data(), recv, dtype, count);
+      Narrow(part.data(), recv, dtype, count);
     } else {
       MLFW_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, wide.data(), n, MPI_FLOAT, BuiltinOp(op), comm));
-      backends::cpu::NarrowFromFloat(wide.data(), recv, dtype, count);
+      Narrow(wide.data(), recv, dtype, count);
     }
   }
 };
@@ -192,7 +204,16 @@ MpiProcessGroup::MpiProcessGroup(MpiProcessGroupOptions options) : impl_(std::ma
     }
   }
   // Our own duplicate: errors are returned (not fatal) and our traffic never matches the app's.
-  MLFW_MPI_CHECK(MPI_Comm_dup(parent, &impl_->comm));
+  // An invalid handle is reported through MPI_COMM_WORLD's handler (fatal by default), so that
+  // handler returns errors for the duration of the dup and is restored right after.
+  MPI_Errhandler world_handler = MPI_ERRHANDLER_NULL;
+  MLFW_MPI_CHECK(MPI_Comm_get_errhandler(MPI_COMM_WORLD, &world_handler));
+  MLFW_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+  const int dup_result = MPI_Comm_dup(parent, &impl_->comm);
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, world_handler);
+  MPI_Errhandler_free(&world_handler);
+  if (dup_result != MPI_SUCCESS) impl_->comm = MPI_COMM_NULL;
+  Check(dup_result, "MPI_Comm_dup");
   try {
     MLFW_MPI_CHECK(MPI_Comm_set_errhandler(impl_->comm, MPI_ERRORS_RETURN));
     MLFW_MPI_CHECK(MPI_Comm_rank(impl_->comm, &impl_->rank));

@@ -329,4 +329,42 @@ BOOST_AUTO_TEST_CASE(AutoFallbackContinuesTrainingInFP32) {
   BOOST_TEST(layer.LossScale() == 1.0f);
 }
 
+BOOST_AUTO_TEST_CASE(StateDictResumesTheWholeLayer) {
+  const MixedPrecisionOptions options{.InitialLossScale = 64.0f, .GrowthInterval = 2, .MaxConsecutiveOverflows = 2,
+                                      .EnableGradientClipping = true, .MaxGradNorm = 1.0f};
+  GradientConversionLayer a(options);
+  a.ProcessGradients({{"w", Vec({640.0f}, DataType::Float16)}});  // clip (norm 10)
+  a.ProcessGradients({{"w", Vec({kNaN}, DataType::Float16)}});
+  GradientConversionLayer b(options);
+  b.LoadStateDict(a.StateDict());
+  BOOST_TEST(b.GetStats().ToString() == a.GetStats().ToString());
+  BOOST_TEST(b.LossScaler()->State() == a.LossScaler()->State());
+  // Both continue identically, through the fallback.
+  for (const float v : {kInf, 3.0f, 5.0f}) {
+    const GradientMap g{{"w", Vec({v}, DataType::Float16)}};
+    BOOST_TEST(a.ProcessGradients(g).ShouldSkip == b.ProcessGradients(g).ShouldSkip);
+    BOOST_TEST(b.GetStats().ToString() == a.GetStats().ToString());
+  }
+  BOOST_TEST(b.GetStats().FellBackToFP32);
+  GradientConversionLayer c(options);
+  c.LoadStateDict(b.StateDict());
+  BOOST_TEST(c.Precision()->HasFallenBack());
+  BOOST_TEST(!c.LossScaler()->IsEnabled());
+
+  // A corrupt blob, or a scaler's blob, changes nothing.
+  GradientConversionLayer d(options);
+  d.ProcessGradients({{"w", Vec({640.0f}, DataType::Float16)}});
+  const std::string before = d.GetStats().ToString();
+  std::vector<std::byte> blob = a.StateDict();
+  blob[30] ^= std::byte{1};
+  BOOST_CHECK_THROW(d.LoadStateDict(blob), ArgumentError);
+  BOOST_CHECK_THROW(d.LoadStateDict(d.LossScaler()->StateDict()), ArgumentError);
+  BOOST_TEST(d.GetStats().ToString() == before);
+  // Valid frame, but the scaler inside does not fit this layer's bounds: nothing is committed.
+  GradientConversionLayer e(MixedPrecisionOptions{.InitialLossScale = 2.0f, .MaxLossScale = 4.0f});
+  BOOST_CHECK_THROW(e.LoadStateDict(d.StateDict()), ArgumentError);
+  BOOST_TEST(e.LossScale() == 2.0f);
+  BOOST_TEST(e.ClipCount() == 0);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

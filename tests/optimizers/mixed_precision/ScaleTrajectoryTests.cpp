@@ -1,10 +1,12 @@
 // One scaling policy for every front-end: the same random overflow/clean sequence gives the same
-// scale trajectory in this DynamicLossScaler, in the layer that drives it, and in the shared rules.
+// scale trajectory in amp::DynamicLossScaler, in this DynamicLossScaler, in the layer that drives
+// it, and in the shared rules.
 #include <random>
 #include <vector>
 
 #include <boost/test/unit_test.hpp>
 
+#include <mlframework/amp/DynamicLossScaler.hpp>
 #include <mlframework/amp/ScalePolicy.hpp>
 #include <mlframework/optimizers/mixed_precision/DynamicLossScaler.hpp>
 #include <mlframework/optimizers/mixed_precision/GradientConversionLayer.hpp>
@@ -35,6 +37,41 @@ MixedPrecisionOptions RandomOptions(std::mt19937& rng) {
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(ScaleTrajectoryTests)
+
+BOOST_AUTO_TEST_CASE(AmpAndMixedPrecisionScalersShareOneTrajectory) {
+  std::mt19937 rng(31337);
+  int configs_that_grew = 0;
+  int configs_that_backed_off = 0;
+  for (int config = 0; config < 100; ++config) {
+    const MixedPrecisionOptions options = RandomOptions(rng);
+    amp::DynamicLossScaler amp_scaler(amp::DynamicScalerConfig{.InitialScale = options.InitialLossScale,
+                                                               .GrowthFactor = options.GrowthFactor,
+                                                               .BackoffFactor = options.BackoffFactor,
+                                                               .GrowthInterval = options.GrowthInterval,
+                                                               .MinScale = options.MinLossScale,
+                                                               .MaxScale = options.MaxLossScale});
+    DynamicLossScaler scaler(options);
+    BOOST_REQUIRE(amp_scaler.State() == scaler.State());
+    std::bernoulli_distribution overflow(std::uniform_real_distribution<double>(0.02, 0.6)(rng));
+    bool grew = false;
+    bool backed_off = false;
+    for (int step = 0; step < 300; ++step) {
+      const float before = scaler.CurrentScale();
+      const bool had_overflow = overflow(rng);
+      amp_scaler.UpdateScale(had_overflow);
+      BOOST_REQUIRE(scaler.UpdateScale(had_overflow) == had_overflow);
+      BOOST_REQUIRE(amp_scaler.State() == scaler.State());
+      BOOST_REQUIRE(amp_scaler.CurrentScale() == scaler.CurrentScale());
+      grew = grew || scaler.CurrentScale() > before;
+      backed_off = backed_off || scaler.CurrentScale() < before;
+    }
+    configs_that_grew += grew ? 1 : 0;
+    configs_that_backed_off += backed_off ? 1 : 0;
+  }
+  // The sequences exercised both rules, not only the bounds.
+  BOOST_TEST(configs_that_grew > 50);
+  BOOST_TEST(configs_that_backed_off > 50);
+}
 
 BOOST_AUTO_TEST_CASE(ScalerFollowsTheSharedRulesStepForStep) {
   std::mt19937 rng(2024);

@@ -17,6 +17,7 @@
 /// order would divide by the scale after a growth step), and the norm is that
 /// of the exactly unscaled FP32 values (the spec rounds to FP16 in between).
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -85,7 +86,9 @@ class MLFRAMEWORK_EXPORT GradientConversionLayer {
   /// empty map on overflow, else unscale, clip (if enabled and MaxGradNorm > 0) and convert to FP32,
   /// in two passes over memory. FP32 inputs are unscaled and clipped in place and returned as they
   /// are; FP16/BF16 inputs get FP32 outputs, whose buffers the layer reuses on the next call when
-  /// the caller no longer holds them. ArgumentNullError naming a null entry, state unchanged.
+  /// the caller no longer holds them. As in spec 003, a disabled scaler (BF16/FP32 recipes, or after
+  /// the auto-fallback) reports no overflow, so the step is never skipped then.
+  /// ArgumentNullError naming a null entry, state unchanged.
   GradientProcessingResult ProcessGradients(const GradientMap& gradients);
 
   /// Scales @p loss before the backward pass (the scaler's ScaleLoss). ArgumentNullError for null.
@@ -102,6 +105,13 @@ class MLFRAMEWORK_EXPORT GradientConversionLayer {
 
   /// Clears ClipCount(), LastGradientNorm() and resets the loss scaler (a fallback stays in force).
   void Reset();
+
+  /// Versioned, checksummed blob of everything a resumed run needs: ClipCount(), LastGradientNorm(),
+  /// the loss scaler's state and the precision manager's fallback state.
+  std::vector<std::byte> StateDict() const;
+  /// Restores a blob from StateDict(). ArgumentError naming `state` for a corrupt or foreign blob
+  /// (or one the scaler or manager rejects); the layer, its scaler and its manager are unchanged on error.
+  void LoadStateDict(std::span<const std::byte> state);
 
  private:
   // EnableGradientClipping and MaxGradNorm > 0.

@@ -240,8 +240,10 @@ GradientMap FSDP::LocalGradients() const {
 double FSDP::GradNorm() {
   const std::vector<TensorPtr> list = impl_->GradientList();
   double sum = list.empty() ? 0.0 : SumOfSquares(list);
-  // Under NoShard every rank already holds the whole (identical) gradient.
-  if (impl_->config.Strategy != ShardingStrategy::NoShard) sum = impl_->group->AllReduceHost(sum, ReduceOp::Sum);
+  // Sharded: add every rank's part. NoShard: every rank holds the whole gradient, but the
+  // threaded sum of squares may round differently per rank, so agree on one value (MAX is exact).
+  sum = impl_->group->AllReduceHost(
+      sum, impl_->config.Strategy == ShardingStrategy::NoShard ? ReduceOp::Max : ReduceOp::Sum);
   return std::sqrt(sum);
 }
 

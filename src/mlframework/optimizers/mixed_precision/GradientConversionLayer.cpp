@@ -8,11 +8,15 @@
 #include <mlframework/core/MultiTensor.hpp>
 #include <mlframework/core/Tensor.hpp>
 
+#include "mlframework/core/StateBlob.hpp"
 #include "mlframework/optimizers/mixed_precision/CSharpFormat.hpp"
 
 namespace mlframework::optimizers::mixed_precision {
 
 namespace {
+
+constexpr const char* kBlobKind = "optimizers.mixed_precision.GradientConversionLayer";
+constexpr std::uint16_t kBlobVersion = 1;
 
 // Spec 003's epsilon in the clip coefficient, so a norm at the limit never divides by zero.
 constexpr float kClipEpsilon = 1e-6f;
@@ -193,6 +197,40 @@ void GradientConversionLayer::Reset() {
   clip_count_ = 0;
   last_gradient_norm_ = 0.0f;
   loss_scaler_->Reset();
+}
+
+std::vector<std::byte> GradientConversionLayer::StateDict() const {
+  const std::vector<std::byte> scaler = loss_scaler_->StateDict();
+  const std::vector<std::byte> manager = precision_manager_->StateDict();
+  mlframework::detail::BlobWriter writer(kBlobKind, kBlobVersion);
+  writer.I64(clip_count_);
+  writer.F32(last_gradient_norm_);
+  writer.U64(scaler.size());
+  writer.Bytes(scaler);
+  writer.U64(manager.size());
+  writer.Bytes(manager);
+  return writer.Finish();
+}
+
+void GradientConversionLayer::LoadStateDict(std::span<const std::byte> state) {
+  mlframework::detail::BlobReader reader(state, kBlobKind, kBlobVersion, "state");
+  const std::int64_t clip_count = reader.I64();
+  const float last_norm = reader.F32();
+  const std::span<const std::byte> scaler_blob = reader.Bytes(static_cast<std::size_t>(reader.U64()));
+  const std::span<const std::byte> manager_blob = reader.Bytes(static_cast<std::size_t>(reader.U64()));
+  reader.ExpectEnd();
+  if (clip_count < 0) {
+    reader.Fail("stored ClipCount " + std::to_string(clip_count) + " is negative");
+  }
+  // Decode the parts into copies first; commit only when all of them are valid.
+  DynamicLossScaler scaler = *loss_scaler_;
+  scaler.LoadStateDict(scaler_blob);
+  PrecisionManager manager = *precision_manager_;
+  manager.LoadStateDict(manager_blob);
+  *loss_scaler_ = std::move(scaler);
+  *precision_manager_ = std::move(manager);
+  clip_count_ = clip_count;
+  last_gradient_norm_ = last_norm;
 }
 
 }  // namespace mlframework::optimizers::mixed_precision
