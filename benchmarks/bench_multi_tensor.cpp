@@ -12,12 +12,14 @@
 // libtorch user would write to this same binary.
 //
 // Run: OMP_NUM_THREADS=2 bench_multi_tensor --benchmark_format=json --benchmark_out=cpu.json
+// Add --mlfw_timing=cpu (and OMP_WAIT_POLICY=passive) to time by process CPU time on a busy machine.
 #include "bench_multi_tensor.hpp"
 
 #include <omp.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <string>
@@ -102,6 +104,39 @@ const char* DtypeName(DataType dtype) {
       break;
   }
   return "f32";
+}
+
+namespace {
+bool g_cpu_timing = false;
+}  // namespace
+
+void ApplyTiming(benchmark::internal::Benchmark* benchmark) {
+  if (g_cpu_timing) {
+    benchmark->MeasureProcessCPUTime();
+  } else {
+    benchmark->UseRealTime();
+  }
+}
+
+bool ParseTimingFlag(int& argc, char** argv) {
+  const std::string flag = "--mlfw_timing=";
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg.rfind(flag, 0) != 0) {
+      continue;
+    }
+    const std::string value = arg.substr(flag.size());
+    if (value != "cpu" && value != "real") {
+      return false;
+    }
+    g_cpu_timing = value == "cpu";
+    for (int j = i; j + 1 < argc; ++j) {
+      argv[j] = argv[j + 1];
+    }
+    --argc;
+    break;
+  }
+  return true;
 }
 
 std::string SizeName(std::size_t elements) {
@@ -225,7 +260,7 @@ void RegisterLimits(std::size_t floats) {
       benchmark::DoNotOptimize(LimitReadSum(p, floats));
     }
     state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * floats * 4));
-  })->UseRealTime();
+  })->Apply(ApplyTiming);
   benchmark::RegisterBenchmark(("limit/scale/f32/flat/" + size).c_str(), [floats](benchmark::State& state) {
     float* p = LimitBuffer(floats, 0);
     float factor = 0.5f;
@@ -235,7 +270,7 @@ void RegisterLimits(std::size_t floats) {
       benchmark::ClobberMemory();
     }
     state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * floats * 8));
-  })->UseRealTime();
+  })->Apply(ApplyTiming);
   benchmark::RegisterBenchmark(("limit/copy/f32/flat/" + size).c_str(), [floats](benchmark::State& state) {
     const float* src = LimitBuffer(floats, 0);
     float* dst = LimitBuffer(floats, 1);
@@ -244,7 +279,7 @@ void RegisterLimits(std::size_t floats) {
       benchmark::ClobberMemory();
     }
     state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * floats * 8));
-  })->UseRealTime();
+  })->Apply(ApplyTiming);
 }
 
 // ---- the fused operations through the public API -----------------------------------------------
@@ -261,21 +296,21 @@ void RegisterFused(Layout layout, std::size_t total) {
         factor = 1.0f / factor;
       }
       state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * 2 * Bytes(list)));
-    })->UseRealTime();
+    })->Apply(ApplyTiming);
     benchmark::RegisterBenchmark(("fused/check/" + d + tail).c_str(), [=](benchmark::State& state) {
       const auto& list = List(layout, total, dtype);
       for (auto _ : state) {
         benchmark::DoNotOptimize(mlframework::HasNonFinite(list));
       }
       state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * Bytes(list)));
-    })->UseRealTime();
+    })->Apply(ApplyTiming);
     benchmark::RegisterBenchmark(("fused/sum_squares/" + d + tail).c_str(), [=](benchmark::State& state) {
       const auto& list = List(layout, total, dtype);
       for (auto _ : state) {
         benchmark::DoNotOptimize(mlframework::CheckAndSumSquares(list, 1.0f / 65536.0f));
       }
       state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * Bytes(list)));
-    })->UseRealTime();
+    })->Apply(ApplyTiming);
     benchmark::RegisterBenchmark(("fused/scale/" + d + tail).c_str(), [=](benchmark::State& state) {
       const auto& list = List(layout, total, dtype);
       float factor = 0.5f;
@@ -285,7 +320,7 @@ void RegisterFused(Layout layout, std::size_t total) {
         benchmark::ClobberMemory();
       }
       state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * 2 * Bytes(list)));
-    })->UseRealTime();
+    })->Apply(ApplyTiming);
   }
   const std::pair<DataType, DataType> casts[] = {{DataType::Float32, DataType::Float16},
                                                  {DataType::Float32, DataType::BFloat16},
@@ -300,19 +335,24 @@ void RegisterFused(Layout layout, std::size_t total) {
         benchmark::DoNotOptimize(mlframework::CastInto(src, dst, 1.0f / 65536.0f));
       }
       state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * (Bytes(src) + Bytes(dst))));
-    })->UseRealTime();
+    })->Apply(ApplyTiming);
   }
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (!mlfw_bench::ParseTimingFlag(argc, argv)) {
+    std::fprintf(stderr, "--mlfw_timing must be cpu or real\n");
+    return 1;
+  }
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) {
     return 1;
   }
   benchmark::AddCustomContext("mlfw_instruction_set", std::string(mlframework::backends::cpu::InstructionSet()));
   benchmark::AddCustomContext("mlfw_omp_threads", std::to_string(omp_get_max_threads()));
+  benchmark::AddCustomContext("mlfw_timing", mlfw_bench::g_cpu_timing ? "process cpu" : "real");
   for (const std::size_t total : kSizes) {
     // Limit kernels over the bytes of an FP32 list and of a 16-bit list of this size.
     RegisterLimits(total);

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include <benchmark/benchmark.h>
+
 #include <mlframework/core/ITensor.hpp>
 
 namespace mlfw_bench {
@@ -20,6 +22,11 @@ const std::vector<mlframework::TensorPtr>& List(Layout layout, std::size_t total
                                                 bool fill = true);
 /// Bytes of all elements of @p list.
 std::size_t Bytes(const std::vector<mlframework::TensorPtr>& list);
+
+/// Wall-clock timing (default), or, with --mlfw_timing=cpu, the CPU time of the whole process
+/// (all OpenMP threads; run with OMP_WAIT_POLICY=passive so waiting threads sleep): the work a
+/// case costs, which a machine shared with other jobs distorts far less than the wall clock.
+void ApplyTiming(benchmark::internal::Benchmark* benchmark);
 
 const char* LayoutName(Layout layout);
 const char* DtypeName(mlframework::DataType dtype);

@@ -55,14 +55,18 @@ def make_list(layout, total, dtype):
     return [(torch.rand(n, dtype=torch.float32) * 2 - 1).to(dtype) for n in layout_sizes(layout, total)]
 
 
+CLOCK = {"real": time.perf_counter, "cpu": time.process_time}
+clock = time.perf_counter
+
+
 def time_call(fn, min_time):
     fn()  # warm up (allocator, thread pool)
     samples = []
     start = time.perf_counter()
     while time.perf_counter() - start < min_time or len(samples) < 3:
-        t0 = time.perf_counter()
+        t0 = clock()
         fn()
-        samples.append(time.perf_counter() - t0)
+        samples.append(clock() - t0)
     return statistics.median(samples)
 
 
@@ -74,10 +78,12 @@ def load_ours(path):
         if b.get("run_type") == "aggregate" or b.get("error_occurred"):
             continue
         name = b.get("run_name", b["name"])
-        if name.endswith("/real_time"):
-            name = name[: -len("/real_time")]
+        t = b["cpu_time"] if name.endswith("/process_time") else b["real_time"]
+        for suffix in ("/real_time", "/process_time"):
+            if name.endswith(suffix):
+                name = name[: -len(suffix)]
         scale = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}[b["time_unit"]]
-        runs.setdefault(name, []).append(b["real_time"] * scale)
+        runs.setdefault(name, []).append(t * scale)
     return {name: statistics.median(times) for name, times in runs.items()}
 
 
@@ -86,10 +92,14 @@ def main():
     parser.add_argument("ours", help="bench_multi_tensor JSON output")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--min-time", type=float, default=0.3, help="seconds per PyTorch case")
+    parser.add_argument("--clock", choices=["real", "cpu"], default="real",
+                        help="cpu: process CPU time of all threads (match bench_multi_tensor --mlfw_timing=cpu)")
     args = parser.parse_args()
+    global clock
+    clock = CLOCK[args.clock]
     torch.set_num_threads(args.threads)
     ours = load_ours(args.ours)
-    print("PyTorch %s, %d threads" % (torch.__version__, torch.get_num_threads()))
+    print("PyTorch %s, %d threads, %s clock" % (torch.__version__, torch.get_num_threads(), args.clock))
     print()
     print("| case | ours (ms) | PyTorch (ms) | PyTorch / ours |")
     print("|---|---:|---:|---:|")

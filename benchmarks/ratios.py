@@ -28,13 +28,16 @@ def load(path):
         if b.get("run_type") == "aggregate" or b.get("error_occurred"):
             continue
         name = b.get("run_name", b["name"])
-        if name.endswith("/real_time"):
-            name = name[: -len("/real_time")]
+        # --mlfw_timing=cpu runs are named .../process_time and timed by cpu_time.
+        b["_time"] = b["cpu_time"] if name.endswith("/process_time") else b["real_time"]
+        for suffix in ("/real_time", "/process_time"):
+            if name.endswith(suffix):
+                name = name[: -len(suffix)]
         runs.setdefault(name, []).append(b)
     cases = {}
     for name, bs in runs.items():
         cases[name] = {
-            "time": statistics.median(b["real_time"] for b in bs),
+            "time": statistics.median(b["_time"] for b in bs),
             "bps": statistics.median(b.get("bytes_per_second", 0.0) for b in bs),
             "unit": bs[0]["time_unit"],
         }
@@ -58,9 +61,9 @@ def main():
         print(__doc__)
         return 2
     context, cases = load(sys.argv[1])
-    print("instruction set: %s, OpenMP threads: %s, load average: %s" % (
+    print("instruction set: %s, OpenMP threads: %s, timing: %s, load average: %s" % (
         context.get("mlfw_instruction_set", "?"), context.get("mlfw_omp_threads", "?"),
-        context.get("load_avg", "?")))
+        context.get("mlfw_timing", "real"), context.get("load_avg", "?")))
     misses = []
 
     print("\n## Fused op bandwidth / limit kernel bandwidth\n")

@@ -11,6 +11,10 @@ packages=(
   dataset-fashion-mnist gnuplot-nox
   clang libclang-rt-dev clang-tidy clang-format
 )
+# Optional: the libtorch peers of bench_multi_tensor (Debian's libtorch 1.13, about 155 packages).
+if [[ "${MLFW_SETUP_TORCH:-0}" == 1 ]]; then
+  packages+=(libtorch-dev)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

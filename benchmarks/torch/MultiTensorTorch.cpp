@@ -79,7 +79,7 @@ void RegisterTorchPeers(Layout layout, std::size_t total) {
         factor = 1.0 / factor;
       });
       state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * 2 * Bytes(list)));
-    })->UseRealTime();
+    })->Apply(ApplyTiming);
     benchmark::RegisterBenchmark(("torch/sum_squares/" + d + tail).c_str(), [=](benchmark::State& state) {
       const auto& list = List(layout, total, dtype);
       const auto tensors = Wrap(list);
@@ -88,7 +88,7 @@ void RegisterTorchPeers(Layout layout, std::size_t total) {
         benchmark::DoNotOptimize(torch::norm(torch::stack(norms), 2).item<double>());
       });
       state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * Bytes(list)));
-    })->UseRealTime();
+    })->Apply(ApplyTiming);
   }
   const std::pair<DataType, DataType> casts[] = {{DataType::Float32, DataType::Float16},
                                                  {DataType::Float32, DataType::BFloat16},
@@ -108,7 +108,7 @@ void RegisterTorchPeers(Layout layout, std::size_t total) {
       const std::size_t elements = Bytes(list) / mlframework::ElementSize(from);
       state.SetBytesProcessed(static_cast<std::int64_t>(
           state.iterations() * elements * (mlframework::ElementSize(from) + mlframework::ElementSize(to))));
-    })->UseRealTime();
+    })->Apply(ApplyTiming);
   }
 }
 

@@ -7,6 +7,7 @@
 #include <limits>
 #include <optional>
 
+#include <mlframework/amp/DynamicLossScaler.hpp>
 #include <mlframework/core/Error.hpp>
 #include <mlframework/distributed/fsdp/FSDP.hpp>
 #include <mlframework/distributed/fsdp/FSDPAmpIntegration.hpp>
@@ -181,6 +182,25 @@ BOOST_AUTO_TEST_CASE(StateRoundTripRestoresShards) {
   BOOST_CHECK(model.FullParameters().at("layer1.weight")->ToFloatVector() == before.at("layer1.weight")->ToFloatVector());
 }
 
+BOOST_AUTO_TEST_CASE(ReduceGradientsTwiceAccumulates) {
+  auto group = mlfw_test::WorldGroup();
+  for (const auto strategy : {fsdp::ShardingStrategy::FullShard, fsdp::ShardingStrategy::NoShard}) {
+    fsdp::FSDP model(group, {.Strategy = strategy, .ReduceDType = DataType::BFloat16});
+    auto& unit = model.RegisterUnit("layer2", Mlp::Layer2());
+    unit.Gather();
+    unit.ReduceGradients(Mlp::Layer2());
+    const std::vector<float> once = unit.LocalGradient()->ToFloatVector();
+    unit.ReduceGradients(Mlp::Layer2());
+    const std::vector<float> twice = unit.LocalGradient()->ToFloatVector();
+    unit.Release();
+    BOOST_REQUIRE_EQUAL(once.size(), unit.ShardSize());
+    for (std::size_t i = 0; i < once.size(); ++i) BOOST_CHECK_EQUAL(twice[i], 2.0f * once[i]);
+    // The average over ranks of identical gradients is the gradient (BF16 reduce: 3 digits).
+    const std::vector<float> full = Mlp::Layer2().at("bias")->ToFloatVector();
+    if (unit.ShardOffset() == 0) BOOST_CHECK_CLOSE_FRACTION(once[0], full[0], 1e-2);
+  }
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_SUITE(FsdpOverflow)
@@ -199,12 +219,18 @@ BOOST_AUTO_TEST_CASE(InfinityOnOneRankSkipsEverywhere) {
     BOOST_CHECK_EQUAL(group->AllReduceHost(scale, dist::ReduceOp::Max), scale);
     BOOST_CHECK_EQUAL(-group->AllReduceHost(-scale, dist::ReduceOp::Max), scale);
   }
-  // The trajectory the shared rules give for "overflow on odd steps".
-  mlframework::amp::ScaleState state = mlframework::amp::ScaleState::Initial(amp.ToScalePolicy());
+  // The trajectory amp::DynamicLossScaler follows for "overflow on odd steps".
+  mlframework::amp::DynamicLossScaler scaler({.InitialScale = amp.InitialLossScale,
+                                              .GrowthFactor = amp.LossScaleGrowthFactor,
+                                              .BackoffFactor = amp.LossScaleBackoffFactor,
+                                              .GrowthInterval = amp.LossScaleSteps,
+                                              .MinScale = amp.MinLossScale,
+                                              .MaxScale = amp.MaxLossScale});
   for (int step = 0; step < kSteps; ++step) {
-    mlframework::amp::UpdateScaleState(state, amp.ToScalePolicy(), step % 2 == 1);
-    BOOST_CHECK_EQUAL(sharded.scales[step], state.Scale);
+    scaler.UpdateScale(step % 2 == 1);
+    BOOST_CHECK_EQUAL(sharded.scales[step], scaler.CurrentScale());
   }
+  BOOST_CHECK_NE(sharded.scales.front(), sharded.scales.back());  // the scale moved
 }
 
 BOOST_AUTO_TEST_CASE(SkippedStepLeavesParametersUnchanged) {

@@ -24,7 +24,7 @@ constexpr DataType kDTypes[] = {DataType::Float32, DataType::Float16, DataType::
 class RecordingGroup final : public dist::IProcessGroup {
  public:
   int Rank() const noexcept override { return 0; }
-  int WorldSize() const noexcept override { return 1; }
+  int WorldSize() const noexcept override { return world_size; }
   std::string_view BackendName() const noexcept override { return "recording"; }
   void AllGather(const mlframework::ITensor&, mlframework::ITensor&) override {}
   void ReduceScatter(const mlframework::ITensor&, mlframework::ITensor&, dist::ReduceOp) override {}
@@ -35,11 +35,55 @@ class RecordingGroup final : public dist::IProcessGroup {
   using IProcessGroup::AllReduceHost;
   void Abort(const std::string& message) noexcept override { aborted = message; }
   std::string aborted;
+  int world_size = 2;
+};
+
+// A framework's own tensor type (not a CPU-backend tensor, no fused backend): collectives
+// must stage it through host memory.
+class UserTensor final : public mlframework::ITensor {
+ public:
+  explicit UserTensor(mlframework::TensorPtr inner) : inner_(std::move(inner)) {}
+  DataType GetDataType() const override { return inner_->GetDataType(); }
+  mlframework::Device GetDevice() const override { return inner_->GetDevice(); }
+  const mlframework::Shape& GetShape() const override { return inner_->GetShape(); }
+  std::size_t Size() const override { return inner_->Size(); }
+  mlframework::TensorPtr Multiply(float f) const override { return inner_->Multiply(f); }
+  mlframework::TensorPtr Divide(float d) const override { return inner_->Divide(d); }
+  void MultiplyInPlace(float f) override { inner_->MultiplyInPlace(f); }
+  mlframework::TensorPtr Clone() const override { return inner_->Clone(); }
+  mlframework::TensorPtr CastTo(DataType d) const override { return inner_->CastTo(d); }
+  bool HasInf() const override { return inner_->HasInf(); }
+  bool HasNaN() const override { return inner_->HasNaN(); }
+  double SumOfSquares() const override { return inner_->SumOfSquares(); }
+  std::vector<float> ToFloatVector() const override { return inner_->ToFloatVector(); }
+  void CopyFromFloats(std::span<const float> values) override { inner_->CopyFromFloats(values); }
+
+ private:
+  mlframework::TensorPtr inner_;
 };
 
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(ProcessGroupCollectives)
+
+BOOST_AUTO_TEST_CASE(UserTensorsAreStagedThroughHostMemory) {
+  auto group = mlfw_test::WorldGroup();
+  const int n = group->WorldSize();
+  for (const DataType dtype : kDTypes) {
+    UserTensor input(FromVector({static_cast<float>(group->Rank()) + 1.0f}, {1}, dtype));
+    BOOST_REQUIRE(!mlframework::backends::cpu::IsCpuTensor(input));
+    UserTensor gathered(Zeros({static_cast<std::size_t>(n)}, dtype));
+    group->AllGather(input, gathered);
+    for (int k = 0; k < n; ++k) BOOST_CHECK_EQUAL(gathered.ToFloatVector()[k], static_cast<float>(k) + 1.0f);
+    group->AllReduce(gathered, dist::ReduceOp::Sum);
+    BOOST_CHECK_EQUAL(gathered.ToFloatVector()[0], static_cast<float>(n));
+    UserTensor part(Zeros({1}, dtype));
+    group->ReduceScatter(gathered, part, dist::ReduceOp::Max);
+    BOOST_CHECK_EQUAL(part.ToFloatVector()[0], static_cast<float>(n * (group->Rank() + 1)));
+    group->Broadcast(input, 0);
+    BOOST_CHECK_EQUAL(input.ToFloatVector()[0], 1.0f);
+  }
+}
 
 BOOST_AUTO_TEST_CASE(AllGatherEveryDType) {
   auto group = mlfw_test::WorldGroup();
@@ -146,6 +190,15 @@ BOOST_AUTO_TEST_CASE(AbortGuardAbortsOnlyWhenUnwinding) {
   } catch (const mlframework::ArgumentError&) {
   }
   BOOST_CHECK_NE(group.aborted.find("forward of layer 3"), std::string::npos);
+  // Alone in the group: the exception propagates, nothing is aborted.
+  RecordingGroup alone;
+  alone.world_size = 1;
+  try {
+    dist::AbortGuard guard(alone, "single process");
+    throw mlframework::ArgumentError("x", "local failure");
+  } catch (const mlframework::ArgumentError&) {
+  }
+  BOOST_CHECK(alone.aborted.empty());
 }
 
 BOOST_AUTO_TEST_SUITE_END()
@@ -182,6 +235,8 @@ BOOST_AUTO_TEST_CASE(MpiFactoryMatchesBuild) {
     BOOST_CHECK_EQUAL(group->BackendName(), "mpi");
     BOOST_CHECK_THROW(dist::MpiProcessGroup({.HalfSum = static_cast<dist::HalfReduction>(9)}),
                       mlframework::ArgumentError);
+    // A Fortran handle that names no communicator: a clear error, not a crash.
+    BOOST_CHECK_THROW(dist::MpiProcessGroup({.Communicator = 987654}), mlframework::Error);
   }
 }
 

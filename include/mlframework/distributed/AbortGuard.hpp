@@ -16,7 +16,8 @@ namespace mlframework::distributed {
 /// would leave them hanging forever. Wrap each rank-local piece of user code (forward,
 /// backward, data loading) in an AbortGuard: on normal exit nothing happens; when the
 /// scope unwinds because of an exception, the guard calls IProcessGroup::Abort() with
-/// @p what and the job ends on every rank with a clear message.
+/// @p what and the job ends on every rank with a clear message. In a group of one rank
+/// nobody can be left waiting, so there the exception just propagates.
 ///
 /// @code
 /// {
@@ -32,7 +33,8 @@ class MLFRAMEWORK_EXPORT AbortGuard {
  public:
   /// Guards the current scope on @p group; @p what names the guarded work in the message.
   AbortGuard(IProcessGroup& group, std::string what);
-  /// Calls group.Abort() when unwinding because of an exception thrown inside the scope.
+  /// Calls group.Abort() when unwinding because of an exception thrown inside the scope
+  /// (and the group has more than one rank).
   ~AbortGuard();
   /// Not copyable: one guard per scope.
   AbortGuard(const AbortGuard&) = delete;

@@ -8,8 +8,9 @@ AbortGuard::AbortGuard(IProcessGroup& group, std::string what)
     : group_(group), what_(std::move(what)), uncaught_at_entry_(std::uncaught_exceptions()) {}
 
 AbortGuard::~AbortGuard() {
-  // More uncaught exceptions than at entry: this scope is being left by a throw.
-  if (std::uncaught_exceptions() > uncaught_at_entry_) {
+  // More uncaught exceptions than at entry: this scope is being left by a throw. Alone in the
+  // group nobody can be left waiting, so the exception simply propagates.
+  if (std::uncaught_exceptions() > uncaught_at_entry_ && group_.WorldSize() > 1) {
     group_.Abort("exception while running " + what_ + "; ending every rank so none waits forever");
   }
 }

@@ -204,7 +204,16 @@ MpiProcessGroup::MpiProcessGroup(MpiProcessGroupOptions options) : impl_(std::ma
     }
   }
   // Our own duplicate: errors are returned (not fatal) and our traffic never matches the app's.
-  MLFW_MPI_CHECK(MPI_Comm_dup(parent, &impl_->comm));
+  // An invalid handle is reported through MPI_COMM_WORLD's handler (fatal by default), so that
+  // handler returns errors for the duration of the dup and is restored right after.
+  MPI_Errhandler world_handler = MPI_ERRHANDLER_NULL;
+  MLFW_MPI_CHECK(MPI_Comm_get_errhandler(MPI_COMM_WORLD, &world_handler));
+  MLFW_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+  const int dup_result = MPI_Comm_dup(parent, &impl_->comm);
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, world_handler);
+  MPI_Errhandler_free(&world_handler);
+  if (dup_result != MPI_SUCCESS) impl_->comm = MPI_COMM_NULL;
+  Check(dup_result, "MPI_Comm_dup");
   try {
     MLFW_MPI_CHECK(MPI_Comm_set_errhandler(impl_->comm, MPI_ERRORS_RETURN));
     MLFW_MPI_CHECK(MPI_Comm_rank(impl_->comm, &impl_->rank));

@@ -82,7 +82,9 @@ class MLFRAMEWORK_EXPORT FSDP {
   double ClipGradNorm(float max_norm);
   /// Hands LocalGradients() to @p optimizer (built over ShardedParameters()), steps it and drops
   /// the gradients; the next Gather() sees the new weights. InvalidOperationError on every rank
-  /// when any rank misses a gradient or still has a unit gathered.
+  /// when any rank misses a gradient or still has a unit gathered; the optimizer's own
+  /// SetGradients() errors are agreed the same way. An exception from the update itself on a
+  /// multi-rank group ends the job (AbortGuard), since the ranks' weights would diverge.
   void Step(amp::IOptimizer& optimizer);
   /// Drops every unit's gradient shard (for example after a skipped step).
   void ZeroGrad() noexcept;

@@ -73,6 +73,8 @@ class MLFRAMEWORK_EXPORT FSDPShardingUnit {
   /// ArgumentError unless it is a CPU tensor of PaddedSize() elements.
   void SetGatheredParameter(TensorPtr gathered);
   /// Per-parameter views into GatheredParameter() (name to tensor of the parameter's shape).
+  /// Treat them as read-only: under NoShard with an FP32 parameter dtype they alias the FP32
+  /// master weights (no copy), and under ShardGradOp the buffer is kept until the next step.
   /// InvalidOperationError when not gathered.
   const GradientMap& Parameters() const;
 

@@ -14,7 +14,7 @@ if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$" AND CMAKE_CXX_COMPILE
   set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/KernelsAvx2.cpp
     PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;-mf16c")
   # GCC 12's AVX-512 intrinsic headers trip -Wmaybe-uninitialized on their own
-  # `__Y = __Y` placeholders (GCC bug 105593, fixed in 13): silence it for these files only.
+  # self-initialised `__Y = __Y` variables (GCC bug 105593, fixed in 13): silence it for these files only.
   set(mlfw_avx512_flags
     "-mavx512f;-mavx512bw;-mavx512dq;-mavx512vl;-mfma;-mf16c;$<$<CXX_COMPILER_ID:GNU>:-Wno-maybe-uninitialized>")
   set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/KernelsAvx512.cpp

@@ -10,6 +10,7 @@
 #include <mlframework/backends/cpu/CpuTensor.hpp>
 #include <mlframework/core/Error.hpp>
 #include <mlframework/core/MultiTensor.hpp>
+#include <mlframework/distributed/AbortGuard.hpp>
 
 #include "mlframework/core/StateBlob.hpp"
 #include "mlframework/distributed/fsdp/Agreement.hpp"
@@ -163,6 +164,7 @@ FSDPShardingUnit& FSDP::RegisterUnit(const std::string& name, const GradientMap&
     }
   }
 
+  AbortGuard guard(group, "FSDP RegisterUnit('" + name + "')");
   const std::size_t world_size = static_cast<std::size_t>(world);
   unit->padded = sharded ? (unit->numel + world_size - 1) / world_size * world_size : unit->numel;
   unit->shard_size = sharded ? unit->padded / world_size : unit->numel;
@@ -269,8 +271,10 @@ void FSDP::Step(amp::IOptimizer& optimizer) {
       }
     }
     gradients = LocalGradients();
+    optimizer.SetGradients(gradients);  // rejects gradients that do not match its parameters
   });
-  optimizer.SetGradients(gradients);
+  // The update runs on this rank only; if it throws, the next collective would hang.
+  AbortGuard guard(*impl_->group, "FSDP Step (optimizer)");
   optimizer.Step();
   for (const auto& unit : impl_->units) {
     unit->impl_->Invalidate();

@@ -6,6 +6,7 @@
 #include <mlframework/backends/cpu/CpuTensor.hpp>
 #include <mlframework/core/Error.hpp>
 #include <mlframework/core/MultiTensor.hpp>
+#include <mlframework/distributed/AbortGuard.hpp>
 
 #include "mlframework/distributed/fsdp/Agreement.hpp"
 #include "mlframework/distributed/fsdp/UnitImpl.hpp"
@@ -51,6 +52,9 @@ void FSDPShardingUnit::Gather() {
                                   "' is already gathered: call Release() before gathering it again");
     }
   });
+  // Past the agreed check every rank enters the all-gather: a failure on one rank from here
+  // on (allocation, MPI) must end the job rather than leave the others waiting.
+  AbortGuard guard(*s.group, "FSDP Gather of unit '" + s.name + "'");
   const DataType dtype = s.config->ParamDType;
   const ShardingStrategy strategy = s.config->Strategy;
   TensorPtr flat;
@@ -134,6 +138,7 @@ void FSDPShardingUnit::ReduceGradients(const GradientMap& gradients) {
       sources.push_back(it->second);
     }
   });
+  AbortGuard guard(*s.group, "FSDP ReduceGradients of unit '" + s.name + "'");
   const int world = s.group->WorldSize();
   const DataType reduce_dtype = s.config->ReduceDType;
   // Flatten, average and cast to the reduce dtype in one fused pass (padding stays zero).
