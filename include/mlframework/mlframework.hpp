@@ -17,9 +17,19 @@
 #include <mlframework/backends/cpu/CpuTensor.hpp>
 
 // amp
+#include <mlframework/amp/DynamicLossScaler.hpp>
+#include <mlframework/amp/GradScaler.hpp>
+#include <mlframework/amp/GradScalerContext.hpp>
+#include <mlframework/amp/GradScalerFactory.hpp>
+#include <mlframework/amp/ILossScaler.hpp>
+#include <mlframework/amp/IOptimizer.hpp>
+#include <mlframework/amp/ScaleFactor.hpp>
 #include <mlframework/amp/ScalePolicy.hpp>
+#include <mlframework/amp/StaticLossScaler.hpp>
 
 // optimizers
+#include <mlframework/optimizers/Adam.hpp>
+#include <mlframework/optimizers/SGD.hpp>
 
 // optimizers::mixed_precision
 

@@ -43,10 +43,14 @@ class MLFRAMEWORK_EXPORT Adam final : public amp::IOptimizer {
   explicit Adam(GradientMap parameters, AdamOptions options = {});
   ~Adam() override;
 
+  /// The gradients set by the last SetGradients() (empty before the first).
   GradientMap GetGradients() override;
-  /// Names and shapes must match the parameters (ArgumentError otherwise); state is unchanged on error.
+  /// Every parameter needs a gradient of its shape (any dtype; read in FP32); unknown names,
+  /// missing names, null tensors or shape mismatches are ArgumentError and change nothing.
   void SetGradients(const GradientMap& gradients) override;
-  /// InvalidOperationError when no gradients were set.
+  /// Applies the current gradients with PyTorch's Adam/AdamW update (bias corrections in double),
+  /// then rounds the FP32 masters into FP16/BF16 parameters. InvalidOperationError when no
+  /// gradients were set.
   void Step() override;
 
   /// The parameter tensors as given.
@@ -60,7 +64,7 @@ class MLFRAMEWORK_EXPORT Adam final : public amp::IOptimizer {
   /// Steps taken (bias correction uses it).
   std::int64_t StepCount() const noexcept;
 
-  /// Versioned blob of master weights, moments and step count.
+  /// Versioned blob of options, master weights, moments and step count.
   std::vector<std::byte> StateDict() const;
   /// Restores a blob from StateDict(); ArgumentError for a corrupted or mismatched blob (state unchanged).
   void LoadStateDict(std::span<const std::byte> state);

@@ -3,6 +3,7 @@
 /// @brief Reference SGD with momentum, keeping FP32 master weights for FP16/BF16 parameters.
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <vector>
@@ -36,10 +37,14 @@ class MLFRAMEWORK_EXPORT SGD final : public amp::IOptimizer {
   explicit SGD(GradientMap parameters, SGDOptions options = {});
   ~SGD() override;
 
+  /// The gradients set by the last SetGradients() (empty before the first).
   GradientMap GetGradients() override;
-  /// Names and shapes must match the parameters (ArgumentError otherwise); state is unchanged on error.
+  /// Every parameter needs a gradient of its shape (any dtype; read in FP32); unknown names,
+  /// missing names, null tensors or shape mismatches are ArgumentError and change nothing.
   void SetGradients(const GradientMap& gradients) override;
-  /// InvalidOperationError when no gradients were set.
+  /// Applies the current gradients (PyTorch's update: `d = g + wd*w`; momentum buffer `b = mu*b + d`,
+  /// a copy of `d` on the first step; `w -= lr * (nesterov ? d + mu*b : b)`), then rounds the FP32
+  /// masters into FP16/BF16 parameters. InvalidOperationError when no gradients were set.
   void Step() override;
 
   /// The parameter tensors as given.
@@ -50,8 +55,10 @@ class MLFRAMEWORK_EXPORT SGD final : public amp::IOptimizer {
   const SGDOptions& Options() const noexcept;
   /// Changes the learning rate (schedulers); ArgumentError when not finite and positive.
   void SetLearningRate(float learning_rate);
+  /// Steps taken.
+  std::int64_t StepCount() const noexcept;
 
-  /// Versioned blob of master weights, momentum buffers and step count.
+  /// Versioned blob of options, master weights, momentum buffers and step count.
   std::vector<std::byte> StateDict() const;
   /// Restores a blob from StateDict(); ArgumentError for a corrupted or mismatched blob (state unchanged).
   void LoadStateDict(std::span<const std::byte> state);

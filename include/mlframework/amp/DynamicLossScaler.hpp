@@ -1,0 +1,119 @@
+#pragma once
+/// @file DynamicLossScaler.hpp
+/// @brief Loss scaling that backs off on overflow and grows after a run of clean steps.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include <mlframework/amp/ILossScaler.hpp>
+#include <mlframework/amp/ScalePolicy.hpp>
+#include <mlframework/core/ITensor.hpp>
+#include <mlframework/export.hpp>
+
+namespace mlframework::amp {
+
+/// Configuration of DynamicLossScaler (spec 004's DynamicScalerConfig).
+struct DynamicScalerConfig {
+  float InitialScale = 65536.0f;  ///< Scale before the first step.
+  float GrowthFactor = 2.0f;      ///< Multiplier after GrowthInterval clean steps (> 1).
+  float BackoffFactor = 0.5f;     ///< Multiplier on overflow (strictly between 0 and 1).
+  int GrowthInterval = 2000;      ///< Consecutive clean steps before growth (>= 1).
+  float MinScale = 1.0f;          ///< Lower bound of the scale (> 0).
+  float MaxScale = 16777216.0f;   ///< Upper bound of the scale (2^24; finite, >= MinScale).
+  int Hysteresis = 1;             ///< Overflows in a row before backing off (>= 1).
+  bool Enabled = true;            ///< Whether scaling is applied.
+
+  /// The scaling rules as the shared policy type.
+  MLFRAMEWORK_EXPORT ScalePolicy ToScalePolicy() const;
+  /// ArgumentError naming the first invalid field and its value (ValidateScalePolicy's checks).
+  MLFRAMEWORK_EXPORT void Validate() const;
+};
+
+/// Where a DynamicLossScaler stands.
+struct DynamicScalerStats {
+  float CurrentScale = 0.0f;               ///< The scale now.
+  std::int64_t StepsSinceLastOverflow = 0; ///< Clean steps since the last overflow or growth.
+  std::int64_t ConsecutiveOverflows = 0;   ///< Overflows in a row (0 after a clean step).
+  std::int64_t TotalOverflows = 0;         ///< Updates that reported an overflow.
+  std::int64_t TotalSteps = 0;             ///< Updates (UpdateScale calls while enabled).
+  std::int64_t SkippedSteps = 0;           ///< Steps skipped because they overflowed (every overflow is skipped).
+  std::int64_t SuccessfulSteps = 0;        ///< TotalSteps - SkippedSteps.
+  float MinScale = 0.0f;                   ///< Configured lower bound.
+  float MaxScale = 0.0f;                   ///< Configured upper bound.
+  int GrowthInterval = 0;                  ///< Configured growth interval.
+};
+
+/// Dynamic loss scaler: the rules of ScalePolicy.hpp (UpdateScaleState), behind ILossScaler.
+///
+/// Unscaling works as in StaticLossScaler (inverse scale in double; FP32 gradients in
+/// place, FP16/BF16 into reused FP32 buffers owned by the scaler; overflow check fused).
+/// A disabled scaler passes values through, reports no overflow and ignores UpdateScale().
+///
+/// Usage:
+/// @code
+/// amp::DynamicLossScaler scaler({.InitialScale = 32768.0f, .GrowthInterval = 1000});
+/// auto [grads32, overflow] = scaler.UnscaleGradientsAndCheck(grads);
+/// scaler.UpdateScale(overflow);
+/// @endcode
+class MLFRAMEWORK_EXPORT DynamicLossScaler final : public ILossScaler {
+ public:
+  /// A scaler configured by @p config; ArgumentError naming the invalid field otherwise.
+  explicit DynamicLossScaler(DynamicScalerConfig config = {});
+  ~DynamicLossScaler() override;
+  /// Copies the configuration and state (the cached tensors and buffers are not shared).
+  DynamicLossScaler(const DynamicLossScaler& other);
+  /// Copy assignment (the cached tensors and buffers are not shared).
+  DynamicLossScaler& operator=(const DynamicLossScaler& other);
+
+  /// The current scale.
+  float Scale() const override;
+  /// Whether scaling is applied.
+  bool Enabled() const override;
+  /// Enables or disables scaling (do it between iterations).
+  void SetEnabled(bool enabled);
+  /// The current scale (spec 000's name for Scale()).
+  float CurrentScale() const;
+  /// The configuration.
+  const DynamicScalerConfig& Config() const noexcept;
+  /// The full state of the shared rules.
+  const ScaleState& State() const noexcept;
+
+  /// `loss * scale` in the loss's dtype; the loss itself when disabled. ArgumentNullError for null.
+  TensorPtr ScaleLoss(const TensorPtr& loss) override;
+  /// Unscaled gradients (FP32 in place, FP16/BF16 into FP32 buffers); the same map when disabled.
+  GradientMap UnscaleGradients(const GradientMap& gradients) override;
+  /// One gradient unscaled: an FP32 tensor in place (returned), an FP16/BF16 one into a new FP32 tensor.
+  TensorPtr UnscaleGradient(const TensorPtr& gradient);
+  /// True when any gradient holds Inf or NaN (one read pass, stops early); false when disabled.
+  bool CheckOverflow(const GradientMap& gradients) override;
+  /// True when @p gradient holds Inf or NaN; false when disabled.
+  bool CheckOverflow(const TensorPtr& gradient);
+  /// Advances the rules by one step (backoff on overflow, growth after the interval); no effect when disabled.
+  void UpdateScale(bool overflow) override;
+  /// Unscale and overflow check in one pass over memory.
+  UnscaledGradients UnscaleGradientsAndCheck(const GradientMap& gradients) override;
+
+  /// The factor ScaleLoss multiplies by, as an FP32 scalar cached until the scale changes (1 when disabled).
+  TensorPtr GetScaleTensor();
+  /// The inverse factor as an FP32 scalar cached until the scale changes (1 when disabled).
+  TensorPtr GetInverseScaleTensor();
+
+  /// Statistics of the run so far.
+  DynamicScalerStats GetStats() const;
+  /// Back to the initial scale with all counters cleared (configuration and enabled flag kept).
+  void Reset();
+
+  /// Versioned blob of the configuration and the state.
+  std::vector<std::byte> StateDict() const;
+  /// Restores StateDict(); ArgumentError for a truncated, corrupted, foreign or invalid blob (state unchanged).
+  void LoadStateDict(std::span<const std::byte> state);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace mlframework::amp

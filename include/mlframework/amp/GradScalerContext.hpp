@@ -1,0 +1,54 @@
+#pragma once
+/// @file GradScalerContext.hpp
+/// @brief RAII scope of one training iteration with a GradScaler.
+
+#include <mlframework/amp/GradScaler.hpp>
+#include <mlframework/amp/IOptimizer.hpp>
+#include <mlframework/core/ITensor.hpp>
+#include <mlframework/export.hpp>
+
+namespace mlframework::amp {
+
+/// One training iteration: scales the loss on construction, steps through the scaler, and
+/// on destruction without a step (an exception in backward, an early `continue`) abandons
+/// the iteration, so the scaler stays consistent: no half-applied update, no double update later.
+///
+/// @code
+/// {
+///   amp::GradScalerContext ctx(scaler, loss);
+///   model.Backward(ctx.ScaledLoss());
+///   if (!ctx.Step(optimizer)) { /* overflow: skipped */ }
+/// }
+/// @endcode
+///
+/// The scaler must outlive the context. Not copyable or movable (it is a scope).
+class MLFRAMEWORK_EXPORT GradScalerContext {
+ public:
+  /// Scales @p loss with @p scaler (GradScaler::Scale). ArgumentNullError("loss") when null.
+  GradScalerContext(GradScaler& scaler, TensorPtr loss);
+  /// Abandons the iteration when it was not stepped (see Dispose()).
+  ~GradScalerContext();
+  GradScalerContext(const GradScalerContext&) = delete;
+  GradScalerContext& operator=(const GradScalerContext&) = delete;
+
+  /// The loss to run backward on.
+  const TensorPtr& ScaledLoss() const noexcept;
+  /// Unscales, steps the optimizer unless the gradients overflowed, updates the scale.
+  /// Returns false when the step was skipped. InvalidOperationError when this context already
+  /// stepped or was disposed.
+  bool Step(IOptimizer& optimizer);
+  /// As Step(optimizer), but with @p updateScale false the scale update is left to the caller's
+  /// GradScaler::Update() (the iteration stays open until then).
+  bool Step(IOptimizer& optimizer, bool updateScale);
+  /// Ends the scope early (spec 004's IDisposable): abandons the iteration when it was not
+  /// stepped. Idempotent; the destructor then does nothing.
+  void Dispose() noexcept;
+
+ private:
+  GradScaler* scaler_;
+  TensorPtr scaled_loss_;
+  bool stepped_ = false;
+  bool disposed_ = false;
+};
+
+}  // namespace mlframework::amp

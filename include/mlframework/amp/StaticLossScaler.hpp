@@ -1,0 +1,83 @@
+#pragma once
+/// @file StaticLossScaler.hpp
+/// @brief Loss scaling with a constant factor.
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include <mlframework/amp/ILossScaler.hpp>
+#include <mlframework/core/ITensor.hpp>
+#include <mlframework/export.hpp>
+
+namespace mlframework::amp {
+
+/// Static loss scaler: a constant scale that keeps small FP16 gradients from underflowing.
+///
+/// Unscaling multiplies by the inverse scale, computed in double and rounded to float
+/// once (exact for power-of-two scales). FP32 gradients are unscaled **in place** with
+/// the fused unscale-and-check kernel: the map returned holds the very same tensors.
+/// FP16/BF16 gradients are unscaled into FP32 tensors (one fused cast pass), because
+/// unscaling back into 16 bits would re-create the underflow loss scaling avoids; these
+/// FP32 buffers belong to the scaler and are reused by its next UnscaleGradients() call
+/// for the same names and shapes (clone them to keep them longer).
+///
+/// Usage:
+/// @code
+/// amp::StaticLossScaler scaler(amp::ScaleFactor::Moderate);
+/// auto scaled = scaler.ScaleLoss(loss);            // backward on `scaled`
+/// if (!scaler.CheckOverflow(grads)) {
+///   optimizer.SetGradients(scaler.UnscaleGradients(grads));
+///   optimizer.Step();
+/// }
+/// @endcode
+class MLFRAMEWORK_EXPORT StaticLossScaler final : public ILossScaler {
+ public:
+  /// A scaler with constant @p scale. ArgumentError naming `scale` when it is zero,
+  /// negative, NaN or infinite.
+  explicit StaticLossScaler(float scale = 65536.0f, bool enabled = true);
+  ~StaticLossScaler() override;
+  /// Copies share nothing (the cached tensors are rebuilt).
+  StaticLossScaler(const StaticLossScaler& other);
+  /// Copy assignment (the cached tensors are rebuilt).
+  StaticLossScaler& operator=(const StaticLossScaler& other);
+
+  /// The constant scale (also when disabled).
+  float Scale() const override;
+  /// Whether scaling is applied.
+  bool Enabled() const override;
+  /// Enables or disables scaling (do it between iterations).
+  void SetEnabled(bool enabled);
+
+  /// `loss * scale` in the loss's dtype; the loss itself when disabled. ArgumentNullError for null.
+  TensorPtr ScaleLoss(const TensorPtr& loss) override;
+  /// Unscaled gradients (see the class notes for what is in place); the same map when disabled.
+  GradientMap UnscaleGradients(const GradientMap& gradients) override;
+  /// One gradient unscaled: an FP32 tensor in place (returned), an FP16/BF16 one into a new FP32 tensor.
+  TensorPtr UnscaleGradient(const TensorPtr& gradient);
+  /// True when any gradient holds Inf or NaN (one read pass, stops early); false when disabled.
+  bool CheckOverflow(const GradientMap& gradients) override;
+  /// True when @p gradient holds Inf or NaN; false when disabled. ArgumentNullError for null.
+  bool CheckOverflow(const TensorPtr& gradient);
+  /// No effect: the scale is constant.
+  void UpdateScale(bool overflow) override;
+  /// Unscale and overflow check in one pass over memory.
+  UnscaledGradients UnscaleGradientsAndCheck(const GradientMap& gradients) override;
+
+  /// The factor ScaleLoss multiplies by, as a cached FP32 scalar (1 when disabled). Shared: do not modify it.
+  TensorPtr GetScaleTensor();
+  /// The factor unscaling multiplies by, as a cached FP32 scalar (1 when disabled). Shared: do not modify it.
+  TensorPtr GetInverseScaleTensor();
+
+  /// Versioned blob of the scale and the enabled flag.
+  std::vector<std::byte> StateDict() const;
+  /// Restores StateDict(); ArgumentError for a truncated, corrupted or foreign blob (state unchanged).
+  void LoadStateDict(std::span<const std::byte> state);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace mlframework::amp

@@ -1,0 +1,130 @@
+#include <mlframework/amp/StaticLossScaler.hpp>
+
+#include <mlframework/core/Error.hpp>
+#include <mlframework/core/MultiTensor.hpp>
+#include <mlframework/core/Tensor.hpp>
+
+#include "mlframework/amp/UnscaleWorkspace.hpp"
+#include "mlframework/core/StateBlob.hpp"
+
+namespace mlframework::amp {
+
+namespace {
+constexpr char kKind[] = "amp.StaticLossScaler";
+constexpr std::uint16_t kVersion = 1;
+}  // namespace
+
+struct StaticLossScaler::Impl {
+  Impl(float s, bool e) : scale(s), inverse(detail::InverseScale(s)), enabled(e) {}
+  float scale;
+  float inverse;
+  bool enabled;
+  // Cached scalars (spec 001: cache scale and inverse scale), built on first use.
+  TensorPtr scale_tensor;
+  TensorPtr inverse_tensor;
+  TensorPtr one_tensor;
+  detail::UnscaleWorkspace workspace;
+};
+
+StaticLossScaler::StaticLossScaler(float scale, bool enabled) {
+  detail::RequireScale(scale, "scale");
+  impl_ = std::make_unique<Impl>(scale, enabled);
+}
+
+StaticLossScaler::~StaticLossScaler() = default;
+
+StaticLossScaler::StaticLossScaler(const StaticLossScaler& other)
+    : impl_(std::make_unique<Impl>(other.impl_->scale, other.impl_->enabled)) {}
+
+StaticLossScaler& StaticLossScaler::operator=(const StaticLossScaler& other) {
+  if (this != &other) {
+    impl_ = std::make_unique<Impl>(other.impl_->scale, other.impl_->enabled);
+  }
+  return *this;
+}
+
+float StaticLossScaler::Scale() const { return impl_->scale; }
+bool StaticLossScaler::Enabled() const { return impl_->enabled; }
+void StaticLossScaler::SetEnabled(bool enabled) { impl_->enabled = enabled; }
+
+TensorPtr StaticLossScaler::ScaleLoss(const TensorPtr& loss) {
+  if (!loss) {
+    throw ArgumentNullError("loss");
+  }
+  return impl_->enabled ? loss->Multiply(impl_->scale) : loss;
+}
+
+GradientMap StaticLossScaler::UnscaleGradients(const GradientMap& gradients) {
+  return UnscaleGradientsAndCheck(gradients).Gradients;
+}
+
+UnscaledGradients StaticLossScaler::UnscaleGradientsAndCheck(const GradientMap& gradients) {
+  if (!impl_->enabled) {
+    TensorList(gradients);  // same null check as when enabled
+    return UnscaledGradients{gradients, false};
+  }
+  return impl_->workspace.Run(gradients, impl_->inverse);
+}
+
+TensorPtr StaticLossScaler::UnscaleGradient(const TensorPtr& gradient) {
+  if (!gradient) {
+    throw ArgumentNullError("gradient");
+  }
+  return impl_->enabled ? detail::UnscaleWorkspace::RunOne(gradient, impl_->inverse) : gradient;
+}
+
+bool StaticLossScaler::CheckOverflow(const GradientMap& gradients) {
+  const std::vector<TensorPtr> list = TensorList(gradients);
+  return impl_->enabled && HasNonFinite(list);
+}
+
+bool StaticLossScaler::CheckOverflow(const TensorPtr& gradient) {
+  if (!gradient) {
+    throw ArgumentNullError("gradient");
+  }
+  const std::vector<TensorPtr> list{gradient};
+  return impl_->enabled && HasNonFinite(list);
+}
+
+void StaticLossScaler::UpdateScale(bool /*overflow*/) {}
+
+TensorPtr StaticLossScaler::GetScaleTensor() {
+  Impl& s = *impl_;
+  if (!s.enabled) {
+    return s.one_tensor ? s.one_tensor : (s.one_tensor = Scalar(1.0f));
+  }
+  return s.scale_tensor ? s.scale_tensor : (s.scale_tensor = Scalar(s.scale));
+}
+
+TensorPtr StaticLossScaler::GetInverseScaleTensor() {
+  Impl& s = *impl_;
+  if (!s.enabled) {
+    return s.one_tensor ? s.one_tensor : (s.one_tensor = Scalar(1.0f));
+  }
+  return s.inverse_tensor ? s.inverse_tensor : (s.inverse_tensor = Scalar(s.inverse));
+}
+
+std::vector<std::byte> StaticLossScaler::StateDict() const {
+  mlframework::detail::BlobWriter writer(kKind, kVersion);
+  writer.F32(impl_->scale);
+  writer.U8(impl_->enabled ? 1 : 0);
+  return writer.Finish();
+}
+
+void StaticLossScaler::LoadStateDict(std::span<const std::byte> state) {
+  mlframework::detail::BlobReader reader(state, kKind, kVersion);
+  const float scale = reader.F32();
+  const std::uint8_t enabled = reader.U8();
+  reader.ExpectEnd();
+  if (enabled > 1) {
+    reader.Fail("enabled flag " + std::to_string(enabled) + " is not 0 or 1");
+  }
+  try {
+    detail::RequireScale(scale, "scale");
+  } catch (const ArgumentError& error) {
+    reader.Fail(std::string("holds an invalid scale: ") + error.what());
+  }
+  impl_ = std::make_unique<Impl>(scale, enabled == 1);
+}
+
+}  // namespace mlframework::amp

@@ -1,0 +1,75 @@
+#include "mlframework/amp/UnscaleWorkspace.hpp"
+
+#include <cmath>
+#include <sstream>
+#include <vector>
+
+#include <mlframework/core/Error.hpp>
+#include <mlframework/core/MultiTensor.hpp>
+#include <mlframework/core/Tensor.hpp>
+
+namespace mlframework::amp::detail {
+
+UnscaledGradients UnscaleWorkspace::Run(const GradientMap& gradients, float inverse_scale) {
+  const std::vector<TensorPtr> list = TensorList(gradients);  // ArgumentNullError naming a null entry
+  std::vector<TensorPtr> in_place;
+  std::vector<TensorPtr> cast_src;
+  std::vector<TensorPtr> cast_dst;
+  UnscaledGradients result;
+  std::size_t index = 0;
+  for (const auto& [name, tensor] : gradients) {
+    const TensorPtr& gradient = list[index++];
+    if (gradient->GetDataType() == DataType::Float32) {
+      in_place.push_back(gradient);
+      result.Gradients.emplace(name, gradient);
+      continue;
+    }
+    TensorPtr& buffer = buffers_[name];
+    if (!buffer || buffer->GetShape() != gradient->GetShape() || buffer->GetDevice() != gradient->GetDevice()) {
+      buffer = Zeros(gradient->GetShape(), DataType::Float32, gradient->GetDevice());
+    }
+    cast_src.push_back(gradient);
+    cast_dst.push_back(buffer);
+    result.Gradients.emplace(name, buffer);
+  }
+  bool overflow = false;
+  if (!in_place.empty()) {
+    overflow = UnscaleAndCheck(in_place, inverse_scale);
+  }
+  if (!cast_src.empty()) {
+    overflow = CastInto(cast_src, cast_dst, inverse_scale) || overflow;
+  }
+  result.Overflow = overflow;
+  return result;
+}
+
+TensorPtr UnscaleWorkspace::RunOne(const TensorPtr& gradient, float inverse_scale) {
+  if (!gradient) {
+    throw ArgumentNullError("gradient");
+  }
+  const std::vector<TensorPtr> src{gradient};
+  if (gradient->GetDataType() == DataType::Float32) {
+    UnscaleAndCheck(src, inverse_scale);
+    return gradient;
+  }
+  const std::vector<TensorPtr> dst{Zeros(gradient->GetShape(), DataType::Float32, gradient->GetDevice())};
+  CastInto(src, dst, inverse_scale);
+  return dst[0];
+}
+
+float InverseScale(float scale) { return static_cast<float>(1.0 / static_cast<double>(scale)); }
+
+void RequireScale(float scale, const char* parameter) {
+  if (!std::isfinite(scale) || scale <= 0.0f) {
+    std::ostringstream text;
+    text << "must be finite and > 0, got " << scale;
+    throw ArgumentError(parameter, text.str());
+  }
+  if (!std::isfinite(InverseScale(scale))) {
+    std::ostringstream text;
+    text << "is so small that its inverse overflows float, got " << scale;
+    throw ArgumentError(parameter, text.str());
+  }
+}
+
+}  // namespace mlframework::amp::detail

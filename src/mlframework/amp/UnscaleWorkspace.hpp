@@ -1,0 +1,33 @@
+#pragma once
+// Private: the unscale-and-check pass shared by the built-in scalers.
+//
+// FP32 gradients are unscaled in place with the fused UnscaleAndCheck kernel;
+// FP16/BF16 gradients are written as FP32 (times the inverse scale) into
+// buffers kept here and reused while names, shapes and devices match, with the
+// fused CastInto, which reports non-finite values it wrote. Each group is one
+// multi-tensor call, so the whole list is read once and written once.
+
+#include <map>
+#include <string>
+
+#include <mlframework/amp/ILossScaler.hpp>
+#include <mlframework/core/ITensor.hpp>
+
+namespace mlframework::amp::detail {
+
+class UnscaleWorkspace {
+ public:
+  UnscaledGradients Run(const GradientMap& gradients, float inverse_scale);
+  // A fresh FP32 result for one tensor (no buffer kept).
+  static TensorPtr RunOne(const TensorPtr& gradient, float inverse_scale);
+
+ private:
+  std::map<std::string, TensorPtr> buffers_;
+};
+
+// 1/scale computed in double, rounded to float once (exact for powers of two).
+float InverseScale(float scale);
+// "must be finite and > 0, got <value>" as an ArgumentError naming @p parameter.
+void RequireScale(float scale, const char* parameter);
+
+}  // namespace mlframework::amp::detail

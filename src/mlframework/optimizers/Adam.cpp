@@ -1,0 +1,178 @@
+#include <mlframework/optimizers/Adam.hpp>
+
+#include <cmath>
+#include <sstream>
+
+#include <mlframework/core/Error.hpp>
+
+#include "mlframework/core/StateBlob.hpp"
+#include "mlframework/optimizers/ParameterSet.hpp"
+
+namespace mlframework::optimizers {
+
+namespace {
+
+constexpr char kKind[] = "optimizers.Adam";
+constexpr std::uint16_t kVersion = 1;
+// Below this many elements one thread is faster than waking the team.
+constexpr std::ptrdiff_t kParallelThreshold = 1 << 16;
+
+std::string Show(float value) {
+  std::ostringstream text;
+  text << value;
+  return text.str();
+}
+
+void RequireBeta(float value, const char* field) {
+  if (!(value >= 0.0f && value < 1.0f)) {
+    throw ArgumentError(field, "must be in [0, 1), got " + Show(value));
+  }
+}
+
+}  // namespace
+
+void AdamOptions::Validate() const {
+  detail::RequireLearningRate(LearningRate, "LearningRate");
+  RequireBeta(Beta1, "Beta1");
+  RequireBeta(Beta2, "Beta2");
+  if (!std::isfinite(Epsilon) || !(Epsilon > 0.0f)) {
+    throw ArgumentError("Epsilon", "must be finite and > 0, got " + Show(Epsilon));
+  }
+  if (!(WeightDecay >= 0.0f) || !std::isfinite(WeightDecay)) {
+    throw ArgumentError("WeightDecay", "must be finite and >= 0, got " + Show(WeightDecay));
+  }
+}
+
+struct Adam::Impl {
+  Impl(GradientMap parameters, AdamOptions opts) : options(opts), params(std::move(parameters)) {
+    for (std::size_t t = 0; t < params.Count(); ++t) {
+      exp_avg.emplace_back(params.Size(t), 0.0f);
+      exp_avg_sq.emplace_back(params.Size(t), 0.0f);
+    }
+  }
+  AdamOptions options;
+  detail::ParameterSet params;
+  std::vector<std::vector<float>> exp_avg;     // first moments, FP32
+  std::vector<std::vector<float>> exp_avg_sq;  // second moments, FP32
+  std::int64_t steps = 0;
+};
+
+Adam::Adam(GradientMap parameters, AdamOptions options) {
+  options.Validate();
+  impl_ = std::make_unique<Impl>(std::move(parameters), options);
+}
+
+Adam::~Adam() = default;
+
+GradientMap Adam::GetGradients() { return impl_->params.Gradients(); }
+
+void Adam::SetGradients(const GradientMap& gradients) { impl_->params.SetGradients(gradients); }
+
+void Adam::Step() {
+  Impl& s = *impl_;
+  s.params.RequireGradients("Adam");
+  const std::vector<std::span<const float>> grads = s.params.GradientsAsFloat();
+  const std::int64_t step = s.steps + 1;
+  const AdamOptions& o = s.options;
+  // PyTorch computes the bias corrections as Python floats (double) and applies them as float.
+  const double bias_correction1 = 1.0 - std::pow(static_cast<double>(o.Beta1), static_cast<double>(step));
+  const double bias_correction2 = 1.0 - std::pow(static_cast<double>(o.Beta2), static_cast<double>(step));
+  const auto step_size = static_cast<float>(static_cast<double>(o.LearningRate) / bias_correction1);
+  const auto bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
+  const float beta1 = o.Beta1;
+  const float beta2 = o.Beta2;
+  const float eps = o.Epsilon;
+  const float l2 = o.DecoupledWeightDecay ? 0.0f : o.WeightDecay;
+  const float decay = o.DecoupledWeightDecay ? 1.0f - o.LearningRate * o.WeightDecay : 1.0f;
+  for (std::size_t t = 0; t < s.params.Count(); ++t) {
+    float* w = s.params.Master(t).data();
+    const float* g = grads[t].data();
+    float* m = s.exp_avg[t].data();
+    float* v = s.exp_avg_sq[t].data();
+    const auto n = static_cast<std::ptrdiff_t>(grads[t].size());
+#pragma omp parallel for schedule(static) if (n > kParallelThreshold)
+    for (std::ptrdiff_t i = 0; i < n; ++i) {
+      const float d = g[i] + l2 * w[i];
+      const float wi = w[i] * decay;  // AdamW: decay applied to the weight, not the gradient
+      const float mi = beta1 * m[i] + (1.0f - beta1) * d;
+      const float vi = beta2 * v[i] + (1.0f - beta2) * d * d;
+      m[i] = mi;
+      v[i] = vi;
+      const float denom = std::sqrt(vi) / bias_correction2_sqrt + eps;
+      w[i] = wi - step_size * (mi / denom);
+    }
+  }
+  s.params.WriteBack();
+  s.steps = step;
+}
+
+const GradientMap& Adam::Parameters() const noexcept { return impl_->params.Parameters(); }
+const GradientMap& Adam::MasterWeights() const noexcept { return impl_->params.Masters(); }
+const AdamOptions& Adam::Options() const noexcept { return impl_->options; }
+
+void Adam::SetLearningRate(float learning_rate) {
+  detail::RequireLearningRate(learning_rate, "learning_rate");
+  impl_->options.LearningRate = learning_rate;
+}
+
+std::int64_t Adam::StepCount() const noexcept { return impl_->steps; }
+
+std::vector<std::byte> Adam::StateDict() const {
+  const Impl& s = *impl_;
+  mlframework::detail::BlobWriter writer(kKind, kVersion);
+  writer.F32(s.options.LearningRate);
+  writer.F32(s.options.Beta1);
+  writer.F32(s.options.Beta2);
+  writer.F32(s.options.Epsilon);
+  writer.F32(s.options.WeightDecay);
+  writer.U8(s.options.DecoupledWeightDecay ? 1 : 0);
+  writer.I64(s.steps);
+  s.params.SaveMasters(writer);
+  for (std::size_t t = 0; t < s.params.Count(); ++t) {
+    detail::WriteFloats(writer, s.exp_avg[t]);
+    detail::WriteFloats(writer, s.exp_avg_sq[t]);
+  }
+  return writer.Finish();
+}
+
+void Adam::LoadStateDict(std::span<const std::byte> state) {
+  Impl& s = *impl_;
+  mlframework::detail::BlobReader reader(state, kKind, kVersion);
+  AdamOptions options;
+  options.LearningRate = reader.F32();
+  options.Beta1 = reader.F32();
+  options.Beta2 = reader.F32();
+  options.Epsilon = reader.F32();
+  options.WeightDecay = reader.F32();
+  const std::uint8_t decoupled = reader.U8();
+  if (decoupled > 1) {
+    reader.Fail("DecoupledWeightDecay flag " + std::to_string(decoupled) + " is not 0 or 1");
+  }
+  options.DecoupledWeightDecay = decoupled == 1;
+  try {
+    options.Validate();
+  } catch (const ArgumentError& error) {
+    reader.Fail(std::string("holds invalid options: ") + error.what());
+  }
+  const std::int64_t steps = reader.I64();
+  if (steps < 0) {
+    reader.Fail("step count " + std::to_string(steps) + " is negative");
+  }
+  std::vector<std::vector<float>> masters = s.params.ReadMasters(reader);
+  std::vector<std::vector<float>> exp_avg;
+  std::vector<std::vector<float>> exp_avg_sq;
+  for (std::size_t t = 0; t < s.params.Count(); ++t) {
+    exp_avg.push_back(detail::ReadFloats(reader, s.params.Size(t), "first moments of \"" + s.params.Name(t) + "\""));
+    exp_avg_sq.push_back(
+        detail::ReadFloats(reader, s.params.Size(t), "second moments of \"" + s.params.Name(t) + "\""));
+  }
+  reader.ExpectEnd();
+  // Everything decoded: commit.
+  s.params.CommitMasters(masters);
+  s.exp_avg = std::move(exp_avg);
+  s.exp_avg_sq = std::move(exp_avg_sq);
+  s.options = options;
+  s.steps = steps;
+}
+
+}  // namespace mlframework::optimizers

@@ -1,0 +1,202 @@
+#include "mlframework/optimizers/ParameterSet.hpp"
+
+#include <cmath>
+#include <sstream>
+
+#include <mlframework/backends/cpu/CpuTensor.hpp>
+#include <mlframework/core/Error.hpp>
+#include <mlframework/core/MultiTensor.hpp>
+#include <mlframework/core/Tensor.hpp>
+
+namespace mlframework::optimizers::detail {
+
+namespace {
+
+bool IsCpuFloat32(const ITensor& tensor) {
+  return tensor.GetDataType() == DataType::Float32 && backends::cpu::IsCpuTensor(tensor);
+}
+
+}  // namespace
+
+ParameterSet::ParameterSet(GradientMap parameters) : parameters_(std::move(parameters)) {
+  if (parameters_.empty()) {
+    throw ArgumentError("parameters", "must hold at least one tensor, got an empty map");
+  }
+  for (const auto& [name, tensor] : parameters_) {
+    if (!tensor) {
+      throw ArgumentNullError("parameters[\"" + name + "\"]");
+    }
+    if (!IsValid(tensor->GetDataType())) {
+      throw ArgumentError("parameters[\"" + name + "\"]", "has an invalid dtype");
+    }
+  }
+  std::vector<TensorPtr> to_copy_src;
+  std::vector<TensorPtr> to_copy_dst;
+  for (const auto& [name, tensor] : parameters_) {
+    names_.push_back(name);
+    list_.push_back(tensor);
+    // FP32 CPU parameters are their own master (no extra copy); everything else
+    // (FP16/BF16, or tensors whose memory we cannot address) gets an FP32 host master.
+    const bool in_place = IsCpuFloat32(*tensor);
+    in_place_.push_back(in_place);
+    TensorPtr master = in_place ? tensor : Zeros(tensor->GetShape(), DataType::Float32, Device::CPU());
+    if (!in_place) {
+      to_copy_src.push_back(tensor);
+      to_copy_dst.push_back(master);
+    }
+    master_list_.push_back(master);
+    masters_.emplace(name, master);
+  }
+  if (!to_copy_src.empty()) {
+    CastInto(to_copy_src, to_copy_dst);
+  }
+  scratch_.resize(list_.size());
+}
+
+void ParameterSet::SetGradients(const GradientMap& gradients) {
+  for (const auto& [name, tensor] : gradients) {
+    const auto it = parameters_.find(name);
+    if (it == parameters_.end()) {
+      throw ArgumentError("gradients", "has \"" + name + "\", which is not a parameter of this optimizer");
+    }
+    if (!tensor) {
+      throw ArgumentNullError("gradients[\"" + name + "\"]");
+    }
+    if (tensor->GetShape() != it->second->GetShape()) {
+      throw ArgumentError("gradients[\"" + name + "\"]", "has shape " + ToString(tensor->GetShape()) +
+                                                           " but the parameter has shape " +
+                                                           ToString(it->second->GetShape()));
+    }
+  }
+  for (const auto& [name, tensor] : parameters_) {
+    if (gradients.find(name) == gradients.end()) {
+      throw ArgumentError("gradients", "has no gradient for parameter \"" + name + "\"");
+    }
+  }
+  std::vector<TensorPtr> list = TensorList(gradients);
+  gradients_ = gradients;
+  gradient_list_ = std::move(list);
+}
+
+void ParameterSet::RequireGradients(const char* optimizer) const {
+  if (gradient_list_.empty()) {
+    throw InvalidOperationError(std::string(optimizer) +
+                                "::Step() called before any gradients were set: call SetGradients() first");
+  }
+}
+
+std::span<float> ParameterSet::Master(std::size_t i) {
+  return backends::cpu::Elements<DataType::Float32>(*master_list_[i]);
+}
+
+std::vector<std::span<const float>> ParameterSet::GradientsAsFloat() {
+  std::vector<std::span<const float>> spans(list_.size());
+  std::vector<TensorPtr> src;
+  std::vector<TensorPtr> dst;
+  for (std::size_t i = 0; i < gradient_list_.size(); ++i) {
+    const TensorPtr& gradient = gradient_list_[i];
+    if (IsCpuFloat32(*gradient)) {
+      spans[i] = backends::cpu::Elements<DataType::Float32>(*gradient);
+      continue;
+    }
+    if (!scratch_[i]) {
+      scratch_[i] = Zeros(gradient->GetShape(), DataType::Float32, Device::CPU());
+    }
+    src.push_back(gradient);
+    dst.push_back(scratch_[i]);
+    spans[i] = backends::cpu::Elements<DataType::Float32>(*scratch_[i]);
+  }
+  if (!src.empty()) {
+    CastInto(src, dst);  // one fused pass for every gradient that is not FP32 on the CPU
+  }
+  return spans;
+}
+
+void ParameterSet::WriteBack() {
+  std::vector<TensorPtr> src;
+  std::vector<TensorPtr> dst;
+  for (std::size_t i = 0; i < list_.size(); ++i) {
+    if (!in_place_[i]) {
+      src.push_back(master_list_[i]);
+      dst.push_back(list_[i]);
+    }
+  }
+  if (!src.empty()) {
+    CastInto(src, dst);
+  }
+}
+
+void ParameterSet::SaveMasters(mlframework::detail::BlobWriter& writer) const {
+  writer.U64(list_.size());
+  for (std::size_t i = 0; i < list_.size(); ++i) {
+    WriteName(writer, names_[i]);
+    WriteFloats(writer, backends::cpu::Elements<DataType::Float32>(*master_list_[i]));
+  }
+}
+
+std::vector<std::vector<float>> ParameterSet::ReadMasters(mlframework::detail::BlobReader& reader) const {
+  const std::uint64_t count = reader.U64();
+  if (count != list_.size()) {
+    reader.Fail("holds " + std::to_string(count) + " parameters but this optimizer has " +
+                std::to_string(list_.size()));
+  }
+  std::vector<std::vector<float>> values;
+  values.reserve(list_.size());
+  for (std::size_t i = 0; i < list_.size(); ++i) {
+    const std::string name = ReadName(reader);
+    if (name != names_[i]) {
+      reader.Fail("parameter " + std::to_string(i) + " is \"" + name + "\" but this optimizer has \"" + names_[i] +
+                  "\"");
+    }
+    values.push_back(ReadFloats(reader, list_[i]->Size(), "master weights of \"" + name + "\""));
+  }
+  return values;
+}
+
+void ParameterSet::CommitMasters(const std::vector<std::vector<float>>& values) {
+  for (std::size_t i = 0; i < list_.size(); ++i) {
+    const std::span<float> master = Master(i);
+    std::copy(values[i].begin(), values[i].end(), master.begin());
+  }
+  WriteBack();
+}
+
+void WriteName(mlframework::detail::BlobWriter& writer, const std::string& name) {
+  writer.U32(static_cast<std::uint32_t>(name.size()));
+  writer.Bytes(std::as_bytes(std::span<const char>(name.data(), name.size())));
+}
+
+std::string ReadName(mlframework::detail::BlobReader& reader) {
+  const std::uint32_t length = reader.U32();
+  const std::span<const std::byte> bytes = reader.Bytes(length);
+  return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+}
+
+void WriteFloats(mlframework::detail::BlobWriter& writer, std::span<const float> values) {
+  writer.U64(values.size());
+  for (const float v : values) {
+    writer.F32(v);
+  }
+}
+
+std::vector<float> ReadFloats(mlframework::detail::BlobReader& reader, std::size_t expected, const std::string& what) {
+  const std::uint64_t count = reader.U64();
+  if (count != expected) {
+    reader.Fail(what + " hold " + std::to_string(count) + " values, expected " + std::to_string(expected));
+  }
+  std::vector<float> values(expected);
+  for (float& v : values) {
+    v = reader.F32();
+  }
+  return values;
+}
+
+void RequireLearningRate(float value, const char* parameter) {
+  if (!std::isfinite(value) || value <= 0.0f) {
+    std::ostringstream text;
+    text << "must be finite and > 0, got " << value;
+    throw ArgumentError(parameter, text.str());
+  }
+}
+
+}  // namespace mlframework::optimizers::detail

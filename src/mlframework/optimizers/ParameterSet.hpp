@@ -1,0 +1,70 @@
+#pragma once
+// Private: what SGD and Adam share. Parameters, their FP32 master weights,
+// the gradients set by SetGradients, fused reading of gradients as FP32 and
+// the fused write-back of rounded weights into FP16/BF16 parameters.
+
+#include <cstddef>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <mlframework/core/ITensor.hpp>
+
+#include "mlframework/core/StateBlob.hpp"
+
+namespace mlframework::optimizers::detail {
+
+class ParameterSet {
+ public:
+  // Validates (non-empty, no null tensor, valid dtype) and creates the FP32 masters.
+  explicit ParameterSet(GradientMap parameters);
+
+  const GradientMap& Parameters() const noexcept { return parameters_; }
+  const GradientMap& Masters() const noexcept { return masters_; }
+  const GradientMap& Gradients() const noexcept { return gradients_; }
+  std::size_t Count() const noexcept { return list_.size(); }
+  std::size_t Size(std::size_t i) const noexcept { return list_[i]->Size(); }
+  const std::string& Name(std::size_t i) const noexcept { return names_[i]; }
+
+  // Names and shapes must match the parameters one to one; nothing changes on error.
+  void SetGradients(const GradientMap& gradients);
+  // InvalidOperationError naming @p optimizer when SetGradients was never called.
+  void RequireGradients(const char* optimizer) const;
+
+  // FP32 master elements of parameter i (the parameter's own memory when it is an FP32 CPU tensor).
+  std::span<float> Master(std::size_t i);
+  // The gradients as FP32 spans, in parameter order. FP32 CPU gradients are read where they
+  // are; every other gradient is converted by one fused CastInto into reused FP32 buffers.
+  std::vector<std::span<const float>> GradientsAsFloat();
+  // Rounds the masters into the parameters that are not updated in place (one fused CastInto).
+  void WriteBack();
+
+  // Master weights: count, then per parameter its name, element count and values.
+  void SaveMasters(mlframework::detail::BlobWriter& writer) const;
+  // Reads what SaveMasters wrote, checking names and sizes against this set (no change made).
+  std::vector<std::vector<float>> ReadMasters(mlframework::detail::BlobReader& reader) const;
+  // Commits values read by ReadMasters (and writes the rounded values back into the parameters).
+  void CommitMasters(const std::vector<std::vector<float>>& values);
+
+ private:
+  GradientMap parameters_;
+  GradientMap masters_;
+  GradientMap gradients_;
+  std::vector<std::string> names_;
+  std::vector<TensorPtr> list_;           // parameters in name order
+  std::vector<TensorPtr> master_list_;    // masters in name order
+  std::vector<bool> in_place_;            // parameter i is its own master
+  std::vector<TensorPtr> gradient_list_;  // gradients in name order
+  std::vector<TensorPtr> scratch_;        // FP32 buffers for gradients read through CastInto
+};
+
+// Name written into a blob (length-prefixed).
+void WriteName(mlframework::detail::BlobWriter& writer, const std::string& name);
+std::string ReadName(mlframework::detail::BlobReader& reader);
+// A float vector (length-prefixed), and its reader with an expected length.
+void WriteFloats(mlframework::detail::BlobWriter& writer, std::span<const float> values);
+std::vector<float> ReadFloats(mlframework::detail::BlobReader& reader, std::size_t expected, const std::string& what);
+// ArgumentError unless @p value is finite and > 0.
+void RequireLearningRate(float value, const char* parameter);
+
+}  // namespace mlframework::optimizers::detail

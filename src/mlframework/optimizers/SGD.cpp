@@ -1,0 +1,169 @@
+#include <mlframework/optimizers/SGD.hpp>
+
+#include <cmath>
+#include <sstream>
+
+#include <mlframework/core/Error.hpp>
+
+#include "mlframework/core/StateBlob.hpp"
+#include "mlframework/optimizers/ParameterSet.hpp"
+
+namespace mlframework::optimizers {
+
+namespace {
+
+constexpr char kKind[] = "optimizers.SGD";
+constexpr std::uint16_t kVersion = 1;
+// Below this many elements one thread is faster than waking the team.
+constexpr std::ptrdiff_t kParallelThreshold = 1 << 16;
+
+std::string Show(float value) {
+  std::ostringstream text;
+  text << value;
+  return text.str();
+}
+
+}  // namespace
+
+void SGDOptions::Validate() const {
+  detail::RequireLearningRate(LearningRate, "LearningRate");
+  if (!(Momentum >= 0.0f && Momentum < 1.0f)) {
+    throw ArgumentError("Momentum", "must be in [0, 1), got " + Show(Momentum));
+  }
+  if (!(WeightDecay >= 0.0f) || !std::isfinite(WeightDecay)) {
+    throw ArgumentError("WeightDecay", "must be finite and >= 0, got " + Show(WeightDecay));
+  }
+  if (Nesterov && Momentum == 0.0f) {
+    throw ArgumentError("Nesterov", "needs Momentum > 0, got Momentum " + Show(Momentum));
+  }
+}
+
+struct SGD::Impl {
+  Impl(GradientMap parameters, SGDOptions opts) : options(opts), params(std::move(parameters)) {
+    momentum.resize(params.Count());
+  }
+  SGDOptions options;
+  detail::ParameterSet params;
+  std::vector<std::vector<float>> momentum;  // empty until the first step with Momentum > 0 (PyTorch)
+  std::int64_t steps = 0;
+};
+
+SGD::SGD(GradientMap parameters, SGDOptions options) {
+  options.Validate();
+  impl_ = std::make_unique<Impl>(std::move(parameters), options);
+}
+
+SGD::~SGD() = default;
+
+GradientMap SGD::GetGradients() { return impl_->params.Gradients(); }
+
+void SGD::SetGradients(const GradientMap& gradients) { impl_->params.SetGradients(gradients); }
+
+void SGD::Step() {
+  Impl& s = *impl_;
+  s.params.RequireGradients("SGD");
+  const std::vector<std::span<const float>> grads = s.params.GradientsAsFloat();
+  const float lr = s.options.LearningRate;
+  const float mu = s.options.Momentum;
+  const float wd = s.options.WeightDecay;
+  const bool nesterov = s.options.Nesterov;
+  for (std::size_t t = 0; t < s.params.Count(); ++t) {
+    float* w = s.params.Master(t).data();
+    const float* g = grads[t].data();
+    const auto n = static_cast<std::ptrdiff_t>(grads[t].size());
+    if (mu == 0.0f) {
+#pragma omp parallel for schedule(static) if (n > kParallelThreshold)
+      for (std::ptrdiff_t i = 0; i < n; ++i) {
+        w[i] -= lr * (g[i] + wd * w[i]);
+      }
+      continue;
+    }
+    std::vector<float>& buffer = s.momentum[t];
+    const bool first = buffer.empty();
+    if (first) {
+      buffer.resize(static_cast<std::size_t>(n));
+    }
+    float* b = buffer.data();
+#pragma omp parallel for schedule(static) if (n > kParallelThreshold)
+    for (std::ptrdiff_t i = 0; i < n; ++i) {
+      const float d = g[i] + wd * w[i];
+      // PyTorch: the buffer starts as a copy of the first gradient (no dampening).
+      const float next = first ? d : mu * b[i] + d;
+      b[i] = next;
+      w[i] -= lr * (nesterov ? d + mu * next : next);
+    }
+  }
+  s.params.WriteBack();
+  ++s.steps;
+}
+
+const GradientMap& SGD::Parameters() const noexcept { return impl_->params.Parameters(); }
+const GradientMap& SGD::MasterWeights() const noexcept { return impl_->params.Masters(); }
+const SGDOptions& SGD::Options() const noexcept { return impl_->options; }
+
+void SGD::SetLearningRate(float learning_rate) {
+  detail::RequireLearningRate(learning_rate, "learning_rate");
+  impl_->options.LearningRate = learning_rate;
+}
+
+std::int64_t SGD::StepCount() const noexcept { return impl_->steps; }
+
+std::vector<std::byte> SGD::StateDict() const {
+  const Impl& s = *impl_;
+  mlframework::detail::BlobWriter writer(kKind, kVersion);
+  writer.F32(s.options.LearningRate);
+  writer.F32(s.options.Momentum);
+  writer.F32(s.options.WeightDecay);
+  writer.U8(s.options.Nesterov ? 1 : 0);
+  writer.I64(s.steps);
+  s.params.SaveMasters(writer);
+  for (std::size_t t = 0; t < s.params.Count(); ++t) {
+    writer.U8(s.momentum[t].empty() ? 0 : 1);
+    if (!s.momentum[t].empty()) {
+      detail::WriteFloats(writer, s.momentum[t]);
+    }
+  }
+  return writer.Finish();
+}
+
+void SGD::LoadStateDict(std::span<const std::byte> state) {
+  Impl& s = *impl_;
+  mlframework::detail::BlobReader reader(state, kKind, kVersion);
+  SGDOptions options;
+  options.LearningRate = reader.F32();
+  options.Momentum = reader.F32();
+  options.WeightDecay = reader.F32();
+  const std::uint8_t nesterov = reader.U8();
+  if (nesterov > 1) {
+    reader.Fail("Nesterov flag " + std::to_string(nesterov) + " is not 0 or 1");
+  }
+  options.Nesterov = nesterov == 1;
+  try {
+    options.Validate();
+  } catch (const ArgumentError& error) {
+    reader.Fail(std::string("holds invalid options: ") + error.what());
+  }
+  const std::int64_t steps = reader.I64();
+  if (steps < 0) {
+    reader.Fail("step count " + std::to_string(steps) + " is negative");
+  }
+  std::vector<std::vector<float>> masters = s.params.ReadMasters(reader);
+  std::vector<std::vector<float>> momentum(s.params.Count());
+  for (std::size_t t = 0; t < s.params.Count(); ++t) {
+    const std::uint8_t has = reader.U8();
+    if (has > 1) {
+      reader.Fail("momentum flag of \"" + s.params.Name(t) + "\" is not 0 or 1");
+    }
+    if (has == 1) {
+      momentum[t] = detail::ReadFloats(reader, s.params.Size(t), "momentum of \"" + s.params.Name(t) + "\"");
+    }
+  }
+  reader.ExpectEnd();
+  // Everything decoded: commit.
+  s.params.CommitMasters(masters);
+  s.momentum = std::move(momentum);
+  s.options = options;
+  s.steps = steps;
+}
+
+}  // namespace mlframework::optimizers

@@ -1,0 +1,122 @@
+// GradScalerContext: the RAII iteration, including destruction without a step.
+#include <limits>
+#include <stdexcept>
+
+#include <boost/test/unit_test.hpp>
+
+#include "amp/AmpTestUtil.hpp"
+
+using namespace mlframework;
+using namespace mlfw_test;
+using mlframework::amp::DynamicScalerConfig;
+using mlframework::amp::GradScaler;
+using mlframework::amp::GradScalerContext;
+
+namespace {
+constexpr float kInf = std::numeric_limits<float>::infinity();
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(GradScalerContextTests)
+
+BOOST_AUTO_TEST_CASE(ScalesTheLossAndSteps) {
+  GradScaler scaler(DynamicScalerConfig{.InitialScale = 8.0f});
+  RecordingOptimizer opt(Grads(DataType::Float16, 8.0f));
+  {
+    GradScalerContext ctx(scaler, Scalar(0.5f));
+    BOOST_TEST(Values(ctx.ScaledLoss())[0] == 4.0f);
+    BOOST_TEST(ctx.Step(opt));
+  }
+  BOOST_TEST(opt.steps == 1);
+  BOOST_TEST(Values(opt.stepped_with.at("a"))[1] == -2.0f);
+  BOOST_TEST(scaler.GetStats()->TotalSteps == 1);
+}
+
+BOOST_AUTO_TEST_CASE(OverflowSkipsAndBacksOff) {
+  GradScaler scaler(DynamicScalerConfig{.InitialScale = 8.0f});
+  RecordingOptimizer opt(PoisonedGrads(DataType::Float16, kInf));
+  {
+    GradScalerContext ctx(scaler, Scalar(1.0f));
+    BOOST_TEST(!ctx.Step(opt));
+  }
+  BOOST_TEST(opt.steps == 0);
+  BOOST_TEST(scaler.Scale() == 4.0f);
+}
+
+BOOST_AUTO_TEST_CASE(StepWithManualUpdate) {
+  GradScaler scaler(DynamicScalerConfig{.InitialScale = 8.0f, .GrowthInterval = 1});
+  RecordingOptimizer opt(Grads(DataType::Float32, 8.0f));
+  {
+    GradScalerContext ctx(scaler, Scalar(1.0f));
+    BOOST_TEST(ctx.Step(opt, false));
+    BOOST_TEST(opt.steps == 1);  // the optimizer stepped
+    BOOST_TEST(scaler.Scale() == 8.0f);
+  }
+  BOOST_TEST(scaler.Scale() == 8.0f);  // leaving the scope did not update either
+  scaler.Update();
+  BOOST_TEST(scaler.Scale() == 16.0f);
+  RecordingOptimizer opt2(Grads(DataType::Float32, 16.0f));
+  {
+    GradScalerContext ctx(scaler, Scalar(1.0f));
+    BOOST_TEST(ctx.Step(opt2, true));
+  }
+  BOOST_TEST(scaler.GetStats()->TotalSteps == 2);
+}
+
+BOOST_AUTO_TEST_CASE(SteppingTwiceOrAfterDisposeIsAnError) {
+  GradScaler scaler(DynamicScalerConfig{.InitialScale = 8.0f});
+  RecordingOptimizer opt(Grads(DataType::Float32, 8.0f));
+  GradScalerContext ctx(scaler, Scalar(1.0f));
+  ctx.Step(opt);
+  const auto before = scaler.StateDict();
+  BOOST_CHECK_THROW(ctx.Step(opt), InvalidOperationError);
+  BOOST_TEST((scaler.StateDict() == before));
+  BOOST_TEST(opt.steps == 1);
+  GradScalerContext other(scaler, Scalar(1.0f));
+  other.Dispose();
+  other.Dispose();  // idempotent
+  BOOST_CHECK_THROW(other.Step(opt), InvalidOperationError);
+  BOOST_CHECK_THROW(GradScalerContext(scaler, nullptr), ArgumentNullError);
+}
+
+BOOST_AUTO_TEST_CASE(ExceptionInBackwardLeavesTheScalerConsistent) {
+  GradScaler scaler(DynamicScalerConfig{.InitialScale = 8.0f});
+  const auto before = scaler.StateDict();
+  RecordingOptimizer opt(Grads(DataType::Float32, 8.0f));
+  try {
+    GradScalerContext ctx(scaler, Scalar(1.0f));
+    throw std::runtime_error("backward failed");
+  } catch (const std::runtime_error&) {
+  }
+  BOOST_TEST((scaler.StateDict() == before));  // no half-applied update
+  // The next iteration runs normally and updates exactly once.
+  {
+    GradScalerContext ctx(scaler, Scalar(1.0f));
+    BOOST_TEST(ctx.Step(opt));
+  }
+  BOOST_TEST(scaler.GetStats()->TotalSteps == 1);
+  BOOST_TEST(opt.steps == 1);
+}
+
+BOOST_AUTO_TEST_CASE(EarlyExitAfterAnOverflowCheckIsAbandoned) {
+  GradScaler scaler(DynamicScalerConfig{.InitialScale = 8.0f});
+  const auto before = scaler.StateDict();
+  for (int i = 0; i < 2; ++i) {
+    GradScalerContext ctx(scaler, Scalar(1.0f));
+    const auto grads = PoisonedGrads(DataType::Float16, kInf);
+    scaler.Unscale(grads);
+    if (scaler.CheckOverflow(grads)) {
+      continue;  // leaves the scope without a step
+    }
+  }
+  BOOST_TEST((scaler.StateDict() == before));  // no scale update, no pending result
+  RecordingOptimizer opt(Grads(DataType::Float16, 8.0f));
+  {
+    GradScalerContext ctx(scaler, Scalar(1.0f));
+    scaler.Unscale(opt.GetGradients());  // starts clean: not "unscaled twice"
+    BOOST_TEST(ctx.Step(opt));
+  }
+  BOOST_TEST(scaler.GetStats()->TotalSteps == 1);
+  BOOST_TEST(scaler.GetStats()->TotalOverflows == 0);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
