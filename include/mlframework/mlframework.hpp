@@ -32,5 +32,9 @@
 #include <mlframework/optimizers/SGD.hpp>
 
 // optimizers::mixed_precision
+#include <mlframework/optimizers/mixed_precision/DynamicLossScaler.hpp>
+#include <mlframework/optimizers/mixed_precision/GradientConversionLayer.hpp>
+#include <mlframework/optimizers/mixed_precision/MixedPrecisionOptions.hpp>
+#include <mlframework/optimizers/mixed_precision/PrecisionManager.hpp>
 
 // distributed and distributed::fsdp

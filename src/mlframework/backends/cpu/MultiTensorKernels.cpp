@@ -11,66 +11,22 @@
 #include <mlframework/core/FloatBits.hpp>
 
 #include "mlframework/backends/cpu/CpuTensorImpl.hpp"
+#include "mlframework/backends/cpu/KernelTable.hpp"
+#include "mlframework/backends/cpu/ScalarElements.hpp"
 
 namespace mlframework::backends::cpu {
 
 namespace {
 
-// ---- element math, once per dtype --------------------------------------------------------
-
-template <DataType D>
-float Load(const void* base, std::size_t i) {
-  if constexpr (D == DataType::Float32) {
-    return static_cast<const float*>(base)[i];
-  } else if constexpr (D == DataType::Float16) {
-    return detail::HalfBitsToFloat(static_cast<const std::uint16_t*>(base)[i]);
-  } else {
-    return detail::BFloat16BitsToFloat(static_cast<const std::uint16_t*>(base)[i]);
-  }
-}
-
-template <DataType D>
-void Store(void* base, std::size_t i, float value) {
-  if constexpr (D == DataType::Float32) {
-    static_cast<float*>(base)[i] = value;
-  } else if constexpr (D == DataType::Float16) {
-    static_cast<std::uint16_t*>(base)[i] = detail::FloatToHalfBits(value);
-  } else {
-    static_cast<std::uint16_t*>(base)[i] = detail::FloatToBFloat16Bits(value);
-  }
-}
-
-// Finite test on the stored bits: no conversion needed.
-template <DataType D>
-bool IsFiniteAt(const void* base, std::size_t i) {
-  if constexpr (D == DataType::Float32) {
-    return detail::IsFiniteFloat(static_cast<const float*>(base)[i]);
-  } else if constexpr (D == DataType::Float16) {
-    return (static_cast<const std::uint16_t*>(base)[i] & 0x7c00u) != 0x7c00u;
-  } else {
-    return (static_cast<const std::uint16_t*>(base)[i] & 0x7f80u) != 0x7f80u;
-  }
-}
-
-// Calls fn.template operator()<D>() for the runtime dtype: the one dtype branch per piece.
-template <typename Fn>
-decltype(auto) DispatchDtype(DataType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DataType::Float16:
-      return fn.template operator()<DataType::Float16>();
-    case DataType::BFloat16:
-      return fn.template operator()<DataType::BFloat16>();
-    case DataType::Float32:
-      break;
-  }
-  return fn.template operator()<DataType::Float32>();
-}
+using scalar::DispatchDtype;
 
 // ---- chunk plan --------------------------------------------------------------------------
 
 struct Segment {
-  void* data;
+  std::byte* data;
   DataType dtype;
+
+  void* At(std::size_t element) const { return data + element * ElementSize(dtype); }
 };
 
 // The list as one virtual array: offsets[i] is where tensor i starts.
@@ -86,7 +42,7 @@ struct Plan {
     offsets.reserve(tensors.size() + 1);
     for (TensorPointer tensor : tensors) {
       offsets.push_back(total);
-      segments.push_back(Segment{const_cast<void*>(Data(*tensor)), tensor->GetDataType()});
+      segments.push_back(Segment{static_cast<std::byte*>(const_cast<void*>(Data(*tensor))), tensor->GetDataType()});
       total += tensor->Size();
     }
     offsets.push_back(total);
@@ -113,80 +69,39 @@ struct Plan {
 // Threads only when there is more than one chunk: a fork costs more than a small list.
 bool Parallel(const Plan& plan) { return plan.chunks > 1 && omp_get_max_threads() > 1; }
 
-// ---- typed piece kernels -------------------------------------------------------------------
+// ---- one piece = one function pointer call ------------------------------------------------
 
-template <DataType D>
-bool UnscalePiece(void* data, std::size_t begin, std::size_t end, float factor) {
-  bool all_finite = true;
-  for (std::size_t i = begin; i < end; ++i) {
-    Store<D>(data, i, Load<D>(data, i) * factor);
-    all_finite &= IsFiniteAt<D>(data, i);
-  }
-  return !all_finite;
-}
-
-template <DataType D>
-bool NonFinitePiece(const void* data, std::size_t begin, std::size_t end) {
-  bool all_finite = true;
-  for (std::size_t i = begin; i < end; ++i) {
-    all_finite &= IsFiniteAt<D>(data, i);
-  }
-  return !all_finite;
-}
-
-template <DataType D>
-float SumSquaresPiece(const void* data, std::size_t begin, std::size_t end) {
-  // Eight independent FP32 accumulators: shorter dependency chains and smaller rounding error.
-  float acc[8] = {};
-  std::size_t i = begin;
-  for (; i + 8 <= end; i += 8) {
-    for (std::size_t k = 0; k < 8; ++k) {
-      const float v = Load<D>(data, i + k);
-      acc[k] += v * v;
+// FP64 sum of squares of a piece, for the rare piece whose FP32 partial overflowed
+// although every element is finite (elements above about 1e19).
+double SumSquaresFp64(const void* data, DataType dtype, std::size_t count) {
+  return DispatchDtype(dtype, [&]<DataType D>() {
+    double sum = 0.0;
+    for (std::size_t i = 0; i < count; ++i) {
+      const double v = scalar::Load<D>(data, i);
+      sum += v * v;
     }
-  }
-  for (; i < end; ++i) {
-    const float v = Load<D>(data, i);
-    acc[0] += v * v;
-  }
-  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-}
-
-template <DataType D>
-void ScalePiece(void* data, std::size_t begin, std::size_t end, float factor) {
-  for (std::size_t i = begin; i < end; ++i) {
-    Store<D>(data, i, Load<D>(data, i) * factor);
-  }
-}
-
-template <DataType S, DataType T>
-bool CastPiece(const void* src, void* dst, std::size_t begin, std::size_t end, float factor) {
-  bool all_finite = true;
-  for (std::size_t i = begin; i < end; ++i) {
-    Store<T>(dst, i, Load<S>(src, i) * factor);
-    all_finite &= IsFiniteAt<T>(dst, i);
-  }
-  return !all_finite;
+    return sum;
+  });
 }
 
 }  // namespace
 
 bool UnscaleAndCheckKernel(std::span<ITensor* const> tensors, float factor) {
+  const KernelTable& kernels = ActiveKernels();
   const Plan plan(tensors);
   int found = 0;
 #pragma omp parallel for schedule(static) reduction(| : found) if (Parallel(plan))
   for (std::size_t c = 0; c < plan.chunks; ++c) {
     plan.ForEachPiece(c, [&](std::size_t s, std::size_t begin, std::size_t end) {
       const Segment& seg = plan.segments[s];
-      found |= DispatchDtype(seg.dtype, [&]<DataType D>() { return UnscalePiece<D>(seg.data, begin, end, factor); })
-                   ? 1
-                   : 0;
+      found |= kernels.unscale[Slot(seg.dtype)](seg.At(begin), end - begin, factor) ? 1 : 0;
     });
   }
   return found != 0;
 }
 
 bool HasNonFiniteKernel(std::span<const ITensor* const> tensors) {
+  const KernelTable& kernels = ActiveKernels();
   const Plan plan(tensors);
   std::atomic<bool> found{false};
 #pragma omp parallel for schedule(static) if (Parallel(plan))
@@ -196,7 +111,7 @@ bool HasNonFiniteKernel(std::span<const ITensor* const> tensors) {
     }
     plan.ForEachPiece(c, [&](std::size_t s, std::size_t begin, std::size_t end) {
       const Segment& seg = plan.segments[s];
-      if (DispatchDtype(seg.dtype, [&]<DataType D>() { return NonFinitePiece<D>(seg.data, begin, end); })) {
+      if (kernels.non_finite[Slot(seg.dtype)](seg.At(begin), end - begin)) {
         found.store(true, std::memory_order_relaxed);
       }
     });
@@ -205,9 +120,10 @@ bool HasNonFiniteKernel(std::span<const ITensor* const> tensors) {
 }
 
 NonFiniteAndNorm CheckAndSumSquaresKernel(std::span<const ITensor* const> tensors, float factor) {
+  const KernelTable& kernels = ActiveKernels();
   const Plan plan(tensors);
-  // One FP32 partial per chunk, summed in FP64 in chunk order: the result does
-  // not depend on the thread count.
+  // One partial per chunk (FP32 sums of its pieces, added in FP64), the partials summed
+  // in FP64 in chunk order: the result does not depend on the thread count.
   std::vector<double> partials(plan.chunks, 0.0);
   int found = 0;
 #pragma omp parallel for schedule(static) reduction(| : found) if (Parallel(plan))
@@ -215,10 +131,17 @@ NonFiniteAndNorm CheckAndSumSquaresKernel(std::span<const ITensor* const> tensor
     double chunk_sum = 0.0;
     plan.ForEachPiece(c, [&](std::size_t s, std::size_t begin, std::size_t end) {
       const Segment& seg = plan.segments[s];
-      DispatchDtype(seg.dtype, [&]<DataType D>() {
-        found |= NonFinitePiece<D>(seg.data, begin, end) ? 1 : 0;
-        chunk_sum += static_cast<double>(SumSquaresPiece<D>(seg.data, begin, end));
-      });
+      const void* first = seg.At(begin);
+      const float piece = kernels.sum_squares[Slot(seg.dtype)](first, end - begin);
+      if (detail::IsFiniteFloat(piece)) {
+        // A finite sum of squares proves every element finite: the check costs nothing.
+        chunk_sum += static_cast<double>(piece);
+      } else if (kernels.non_finite[Slot(seg.dtype)](first, end - begin)) {
+        found = 1;
+        chunk_sum += static_cast<double>(piece);
+      } else {
+        chunk_sum += SumSquaresFp64(first, seg.dtype, end - begin);
+      }
     });
     partials[c] = chunk_sum;
   }
@@ -231,17 +154,19 @@ NonFiniteAndNorm CheckAndSumSquaresKernel(std::span<const ITensor* const> tensor
 }
 
 void ScaleKernel(std::span<ITensor* const> tensors, float factor) {
+  const KernelTable& kernels = ActiveKernels();
   const Plan plan(tensors);
 #pragma omp parallel for schedule(static) if (Parallel(plan))
   for (std::size_t c = 0; c < plan.chunks; ++c) {
     plan.ForEachPiece(c, [&](std::size_t s, std::size_t begin, std::size_t end) {
       const Segment& seg = plan.segments[s];
-      DispatchDtype(seg.dtype, [&]<DataType D>() { ScalePiece<D>(seg.data, begin, end, factor); });
+      kernels.scale[Slot(seg.dtype)](seg.At(begin), end - begin, factor);
     });
   }
 }
 
 bool CastIntoKernel(std::span<const ITensor* const> src, std::span<ITensor* const> dst, float factor) {
+  const KernelTable& kernels = ActiveKernels();
   const Plan src_plan(src);
   const Plan dst_plan(dst);  // same sizes pairwise (checked by the caller), so the same chunks
   int found = 0;
@@ -250,11 +175,8 @@ bool CastIntoKernel(std::span<const ITensor* const> src, std::span<ITensor* cons
     src_plan.ForEachPiece(c, [&](std::size_t s, std::size_t begin, std::size_t end) {
       const Segment& in = src_plan.segments[s];
       const Segment& out = dst_plan.segments[s];
-      DispatchDtype(in.dtype, [&]<DataType S>() {
-        DispatchDtype(out.dtype, [&]<DataType T>() {
-          found |= CastPiece<S, T>(in.data, out.data, begin, end, factor) ? 1 : 0;
-        });
-      });
+      found |= kernels.cast[Slot(in.dtype)][Slot(out.dtype)](in.At(begin), out.At(begin), end - begin, factor) ? 1
+                                                                                                             : 0;
     });
   }
   return found != 0;
@@ -263,7 +185,7 @@ bool CastIntoKernel(std::span<const ITensor* const> src, std::span<ITensor* cons
 void WidenToFloat(const void* src, DataType dtype, float* dst, std::size_t count) {
   DispatchDtype(dtype, [&]<DataType D>() {
     for (std::size_t i = 0; i < count; ++i) {
-      dst[i] = Load<D>(src, i);
+      dst[i] = scalar::Load<D>(src, i);
     }
   });
 }
@@ -271,7 +193,7 @@ void WidenToFloat(const void* src, DataType dtype, float* dst, std::size_t count
 void NarrowFromFloat(const float* src, void* dst, DataType dtype, std::size_t count) {
   DispatchDtype(dtype, [&]<DataType D>() {
     for (std::size_t i = 0; i < count; ++i) {
-      Store<D>(dst, i, src[i]);
+      scalar::Store<D>(dst, i, src[i]);
     }
   });
 }
@@ -303,6 +225,6 @@ const TensorBackend& Backend() noexcept {
   return kBackend;
 }
 
-std::string_view InstructionSet() noexcept { return "portable"; }
+std::string_view InstructionSet() noexcept { return ActiveKernels().name; }
 
 }  // namespace mlframework::backends::cpu

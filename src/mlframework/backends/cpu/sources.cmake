@@ -1,3 +1,25 @@
 target_sources(mlframework PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/CpuTensor.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/KernelDispatch.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/KernelsPortable.cpp
   ${CMAKE_CURRENT_LIST_DIR}/MultiTensorKernels.cpp)
+
+# One source file per instruction set, each with its own flags (the rest of the
+# library keeps the baseline flags); KernelDispatch.cpp picks one at run time.
+if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$" AND CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
+  target_sources(mlframework PRIVATE
+    ${CMAKE_CURRENT_LIST_DIR}/KernelsAvx2.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/KernelsAvx512.cpp)
+  set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/KernelsAvx2.cpp
+    PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;-mf16c")
+  # GCC 12's AVX-512 intrinsic headers trip -Wmaybe-uninitialized on their own
+  # `__Y = __Y` placeholders (GCC bug 105593, fixed in 13): silence it for this file only.
+  set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/KernelsAvx512.cpp
+    PROPERTIES COMPILE_OPTIONS
+      "-mavx512f;-mavx512bw;-mavx512dq;-mavx512vl;-mfma;-mf16c;$<$<CXX_COMPILER_ID:GNU>:-Wno-maybe-uninitialized>")
+  set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/KernelDispatch.cpp
+    PROPERTIES COMPILE_DEFINITIONS MLFW_CPU_X86_KERNELS)
+  message(STATUS "mlframework: CPU kernels portable + avx2 + avx512 (chosen at run time)")
+else()
+  message(STATUS "mlframework: CPU kernels portable only (${CMAKE_SYSTEM_PROCESSOR})")
+endif()

@@ -1,0 +1,133 @@
+#pragma once
+/// @file GradientConversionLayer.hpp
+/// @brief Spec 003: overflow check, unscale, clip by global norm and FP32 conversion of gradients.
+///
+/// ProcessGradients keeps spec 003's observable order (check overflow, update
+/// the scale, skip with an empty map, unscale, clip, convert to FP32) but runs
+/// it in two passes over memory with no intermediate tensors:
+///
+/// - pass 1 reads the low-precision gradients once for the non-finite flag and
+///   the sum of squares of the unscaled values (CheckAndSumSquares), or only
+///   the flag (HasNonFinite, early exit) when clipping is off;
+/// - pass 2 writes FP32 gradients multiplied by inverse-scale times the clip
+///   coefficient (CastInto); FP32 inputs are scaled in place instead.
+///
+/// Two deliberate differences from the C# text, both in docs/spec-mapping.md:
+/// gradients are unscaled by the scale they were produced with (the spec's
+/// order would divide by the scale after a growth step), and the norm is that
+/// of the exactly unscaled FP32 values (the spec rounds to FP16 in between).
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <mlframework/core/DataType.hpp>
+#include <mlframework/core/ITensor.hpp>
+#include <mlframework/export.hpp>
+#include <mlframework/optimizers/mixed_precision/DynamicLossScaler.hpp>
+#include <mlframework/optimizers/mixed_precision/MixedPrecisionOptions.hpp>
+#include <mlframework/optimizers/mixed_precision/PrecisionManager.hpp>
+
+namespace mlframework::optimizers::mixed_precision {
+
+/// Statistics about gradient processing (spec 003's GradientProcessingStats; an aggregate).
+struct MLFRAMEWORK_EXPORT GradientProcessingStats {
+  float LossScale = 0.0f;                ///< Current loss scale.
+  std::int64_t ClipCount = 0;            ///< Clipping operations since creation or Reset().
+  float LastGradientNorm = 0.0f;         ///< Global L2 norm of the last unscaled gradients measured.
+  bool ClippingEnabled = false;          ///< EnableGradientClipping from the options.
+  float MaxGradNorm = 0.0f;              ///< MaxGradNorm from the options.
+  mixed_precision::LossScalerStats LossScalerStats;  ///< The loss scaler's own statistics.
+  DataType TargetPrecision = DataType::Float16;  ///< The precision manager's target precision now.
+  bool FellBackToFP32 = false;           ///< The auto-fallback to FP32 has happened.
+
+  /// "LossScale: 65536.00, LastGradNorm: 0.0000, ClipCount: 0, ClippingEnabled: False,
+  /// MaxGradNorm: 1.00", exactly as spec 003 formats it; after an auto-fallback
+  /// ", Fell back to FP32" is appended.
+  std::string ToString() const;
+};
+
+/// Result of ProcessGradients (the spec's C# tuple): `auto [grads, skip] = layer.ProcessGradients(g);`
+struct GradientProcessingResult {
+  GradientMap Gradients;    ///< FP32 gradients for the optimizer; empty when the step is skipped.
+  bool ShouldSkip = false;  ///< True when the gradients overflowed and the optimizer step must be skipped.
+};
+
+/// Gradient precision management, loss scaling and clipping for mixed-precision training (spec 003).
+class MLFRAMEWORK_EXPORT GradientConversionLayer {
+ public:
+  /// Layer over a shared scaler and precision manager (C# references become shared pointers).
+  /// ArgumentNullError for a null @p lossScaler or @p precisionManager; ArgumentError when
+  /// @p options is invalid.
+  GradientConversionLayer(const MixedPrecisionOptions& options, std::shared_ptr<DynamicLossScaler> lossScaler,
+                          std::shared_ptr<PrecisionManager> precisionManager);
+  /// Layer with its own scaler and precision manager built from @p options.
+  explicit GradientConversionLayer(const MixedPrecisionOptions& options);
+  /// Layer for MixedPrecisionOptions::ForFP16().
+  GradientConversionLayer();
+
+  /// Current loss scale factor.
+  float LossScale() const noexcept { return loss_scaler_->CurrentScale(); }
+  /// Number of gradient clipping operations performed.
+  std::int64_t ClipCount() const noexcept { return clip_count_; }
+  /// Global L2 norm of the last unscaled gradients measured for clipping.
+  float LastGradientNorm() const noexcept { return last_gradient_norm_; }
+  /// The loss scaler (shared).
+  const std::shared_ptr<DynamicLossScaler>& LossScaler() const noexcept { return loss_scaler_; }
+  /// The precision manager (shared).
+  const std::shared_ptr<PrecisionManager>& Precision() const noexcept { return precision_manager_; }
+  /// The options of this layer.
+  const MixedPrecisionOptions& Options() const noexcept { return options_; }
+
+  /// The full pipeline: check overflow, update the scale (and the auto-fallback), skip with an
+  /// empty map on overflow, else unscale, clip (if enabled and MaxGradNorm > 0) and convert to FP32,
+  /// in two passes over memory. FP32 inputs are unscaled and clipped in place and returned as they
+  /// are; FP16/BF16 inputs get FP32 outputs, whose buffers the layer reuses on the next call when
+  /// the caller no longer holds them. As in spec 003, a disabled scaler (BF16/FP32 recipes, or after
+  /// the auto-fallback) reports no overflow, so the step is never skipped then.
+  /// ArgumentNullError naming a null entry, state unchanged.
+  GradientProcessingResult ProcessGradients(const GradientMap& gradients);
+
+  /// Scales @p loss before the backward pass (the scaler's ScaleLoss). ArgumentNullError for null.
+  TensorPtr ScaleLoss(const TensorPtr& loss) const;
+
+  /// Clips already unscaled @p gradients to MaxGradNorm: measures the global L2 norm (stored in
+  /// LastGradientNorm()) and, when it exceeds MaxGradNorm, returns new tensors (same dtypes) times
+  /// MaxGradNorm / (norm + 1e-6) and counts a clip; otherwise returns @p gradients. Returns
+  /// @p gradients untouched when clipping is disabled or MaxGradNorm <= 0.
+  GradientMap ClipGradients(const GradientMap& gradients);
+
+  /// Snapshot of the gradient processing.
+  GradientProcessingStats GetStats() const;
+
+  /// Clears ClipCount(), LastGradientNorm() and resets the loss scaler (a fallback stays in force).
+  void Reset();
+
+  /// Versioned, checksummed blob of everything a resumed run needs: ClipCount(), LastGradientNorm(),
+  /// the loss scaler's state and the precision manager's fallback state.
+  std::vector<std::byte> StateDict() const;
+  /// Restores a blob from StateDict(). ArgumentError naming `state` for a corrupt or foreign blob
+  /// (or one the scaler or manager rejects); the layer, its scaler and its manager are unchanged on error.
+  void LoadStateDict(std::span<const std::byte> state);
+
+ private:
+  // EnableGradientClipping and MaxGradNorm > 0.
+  bool ClippingActive() const noexcept;
+  // Records the norm sqrt(@p sum_of_squares); when it exceeds MaxGradNorm counts a clip, sets
+  // @p clipped and returns the clip coefficient, else returns 1.
+  float ClipCoefficient(double sum_of_squares, bool& clipped);
+  // An FP32 output buffer for gradient @p name shaped like @p like, reused when nobody else holds it.
+  TensorPtr OutputBuffer(const std::string& name, const ITensor& like) const;
+
+  MixedPrecisionOptions options_;
+  std::shared_ptr<DynamicLossScaler> loss_scaler_;
+  std::shared_ptr<PrecisionManager> precision_manager_;
+  std::int64_t clip_count_ = 0;
+  float last_gradient_norm_ = 0.0f;
+  GradientMap output_buffers_;
+};
+
+}  // namespace mlframework::optimizers::mixed_precision

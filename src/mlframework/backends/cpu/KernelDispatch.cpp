@@ -1,0 +1,70 @@
+// Run-time choice of the kernel table: once per process, from what the CPU
+// (and the operating system, for the AVX-512 register state) supports, or
+// from MLFW_CPU_ISA when a test or a benchmark asks for a given path.
+
+#include <cstdio>
+#include <cstdlib>
+#include <string_view>
+
+#include "mlframework/backends/cpu/KernelTable.hpp"
+
+namespace mlframework::backends::cpu {
+
+namespace {
+
+#if defined(MLFW_CPU_X86_KERNELS)
+bool CpuHasAvx512() {
+  // __builtin_cpu_supports also checks that the OS saves the AVX-512 state.
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+}
+
+bool CpuHasAvx2() {
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+}
+#endif
+
+const KernelTable& Best() noexcept {
+#if defined(MLFW_CPU_X86_KERNELS)
+  if (CpuHasAvx512()) {
+    return Avx512Kernels();
+  }
+  if (CpuHasAvx2()) {
+    return Avx2Kernels();
+  }
+#endif
+  return PortableKernels();
+}
+
+const KernelTable& Select() noexcept {
+  const char* requested = std::getenv("MLFW_CPU_ISA");
+  if (requested == nullptr || *requested == '\0') {
+    return Best();
+  }
+  const std::string_view name(requested);
+  if (name == "portable") {
+    return PortableKernels();
+  }
+#if defined(MLFW_CPU_X86_KERNELS)
+  if (name == "avx2" && CpuHasAvx2()) {
+    return Avx2Kernels();
+  }
+  if (name == "avx512" && CpuHasAvx512()) {
+    return Avx512Kernels();
+  }
+#endif
+  if (name != "avx2" && name != "avx512") {
+    std::fprintf(stderr, "mlframework: MLFW_CPU_ISA=%s is not one of portable, avx2, avx512; ignored\n", requested);
+  }
+  // A path the CPU lacks is never forced: InstructionSet() reports what runs instead.
+  return Best();
+}
+
+}  // namespace
+
+const KernelTable& ActiveKernels() noexcept {
+  static const KernelTable& active = Select();
+  return active;
+}
+
+}  // namespace mlframework::backends::cpu

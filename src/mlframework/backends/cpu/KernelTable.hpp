@@ -1,0 +1,59 @@
+#pragma once
+// Private: the per-instruction-set element kernels of the CPU backend.
+//
+// Each instruction set lives in its own source file compiled with its own
+// flags (KernelsPortable.cpp, KernelsAvx2.cpp, KernelsAvx512.cpp, the way
+// xsimd-based libraries split them) and fills one KernelTable. The chunk
+// planner in MultiTensorKernels.cpp picks a table once per process and calls
+// one function pointer per piece (a run of one tensor inside one chunk), so
+// there is no dtype branch or indirect call inside an element loop.
+//
+// Every table writes exactly the bits the scalar functions of
+// core/FloatBits.hpp write (the CUDA backend uses those too); only the
+// rounding of the FP32 sum-of-squares partial may differ between tables.
+
+#include <cstddef>
+#include <string_view>
+
+#include <mlframework/core/DataType.hpp>
+
+namespace mlframework::backends::cpu {
+
+/// Indexes a per-dtype slot of a KernelTable.
+constexpr std::size_t Slot(DataType dtype) noexcept { return static_cast<std::size_t>(dtype); }
+
+struct KernelTable {
+  /// In place `x = round(x * factor)`; true when any written value is Inf or NaN.
+  using UnscaleFn = bool (*)(void* data, std::size_t count, float factor);
+  /// True when any element is Inf or NaN (read only).
+  using NonFiniteFn = bool (*)(const void* data, std::size_t count);
+  /// FP32 sum of `x * x` (not finite when an element is not finite, or when the FP32 sum overflows).
+  using SumSquaresFn = float (*)(const void* data, std::size_t count);
+  /// In place `x = round(x * factor)`.
+  using ScaleFn = void (*)(void* data, std::size_t count, float factor);
+  /// `dst = round_to_dst(src * factor)`; true when any written value is Inf or NaN.
+  using CastFn = bool (*)(const void* src, void* dst, std::size_t count, float factor);
+
+  std::string_view name;  ///< "portable", "avx2", "avx512": what InstructionSet() reports.
+  UnscaleFn unscale[kDataTypeCount];
+  NonFiniteFn non_finite[kDataTypeCount];
+  SumSquaresFn sum_squares[kDataTypeCount];
+  ScaleFn scale[kDataTypeCount];
+  CastFn cast[kDataTypeCount][kDataTypeCount];  ///< [source dtype][destination dtype]
+};
+
+/// Scalar kernels built on core/FloatBits.hpp; run on every CPU.
+const KernelTable& PortableKernels() noexcept;
+
+#if defined(MLFW_CPU_X86_KERNELS)
+/// AVX2 + FMA + F16C kernels (xsimd fma3<avx2> for FP32 math). Call only when the CPU has them.
+const KernelTable& Avx2Kernels() noexcept;
+/// AVX-512 F/BW/DQ/VL kernels (xsimd avx512bw for FP32 math). Call only when the CPU has them.
+const KernelTable& Avx512Kernels() noexcept;
+#endif
+
+/// The table this process dispatches to: the best the CPU supports, or the one named by the
+/// environment variable MLFW_CPU_ISA (portable, avx2, avx512) when the CPU supports it. Chosen once.
+const KernelTable& ActiveKernels() noexcept;
+
+}  // namespace mlframework::backends::cpu

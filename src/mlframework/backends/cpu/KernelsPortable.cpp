@@ -1,0 +1,92 @@
+// Portable element kernels: the scalar functions of core/FloatBits.hpp, one
+// template per dtype. Built with the project's baseline flags, so they run on
+// every CPU; they are also the reference the SIMD tables must match bit for bit.
+
+#include "mlframework/backends/cpu/KernelTable.hpp"
+#include "mlframework/backends/cpu/ScalarElements.hpp"
+
+namespace mlframework::backends::cpu {
+
+namespace {
+
+using scalar::IsFiniteAt;
+using scalar::Load;
+using scalar::Store;
+
+template <DataType D>
+bool Unscale(void* data, std::size_t count, float factor) {
+  bool all_finite = true;
+  for (std::size_t i = 0; i < count; ++i) {
+    Store<D>(data, i, Load<D>(data, i) * factor);
+    all_finite &= IsFiniteAt<D>(data, i);
+  }
+  return !all_finite;
+}
+
+template <DataType D>
+bool NonFinite(const void* data, std::size_t count) {
+  bool all_finite = true;
+  for (std::size_t i = 0; i < count; ++i) {
+    all_finite &= IsFiniteAt<D>(data, i);
+  }
+  return !all_finite;
+}
+
+template <DataType D>
+float SumSquares(const void* data, std::size_t count) {
+  // Scalar code pays nothing for FP64 accumulators, and one FP32 accumulator per
+  // few thousand squares would drift past the 1e-6 error budget; the piece's sum
+  // is still handed back as an FP32 partial, like the SIMD tables do.
+  double acc[4] = {};
+  std::size_t i = 0;
+  for (; i + 4 <= count; i += 4) {
+    for (std::size_t k = 0; k < 4; ++k) {
+      const double v = Load<D>(data, i + k);
+      acc[k] += v * v;
+    }
+  }
+  for (; i < count; ++i) {
+    const double v = Load<D>(data, i);
+    acc[0] += v * v;
+  }
+  return static_cast<float>((acc[0] + acc[1]) + (acc[2] + acc[3]));
+}
+
+template <DataType D>
+void Scale(void* data, std::size_t count, float factor) {
+  for (std::size_t i = 0; i < count; ++i) {
+    Store<D>(data, i, Load<D>(data, i) * factor);
+  }
+}
+
+template <DataType S, DataType T>
+bool Cast(const void* src, void* dst, std::size_t count, float factor) {
+  bool all_finite = true;
+  for (std::size_t i = 0; i < count; ++i) {
+    Store<T>(dst, i, Load<S>(src, i) * factor);
+    all_finite &= IsFiniteAt<T>(dst, i);
+  }
+  return !all_finite;
+}
+
+constexpr DataType kF32 = DataType::Float32;
+constexpr DataType kF16 = DataType::Float16;
+constexpr DataType kBF16 = DataType::BFloat16;
+
+}  // namespace
+
+const KernelTable& PortableKernels() noexcept {
+  static constexpr KernelTable kTable{
+      "portable",
+      {Unscale<kF32>, Unscale<kF16>, Unscale<kBF16>},
+      {NonFinite<kF32>, NonFinite<kF16>, NonFinite<kBF16>},
+      {SumSquares<kF32>, SumSquares<kF16>, SumSquares<kBF16>},
+      {Scale<kF32>, Scale<kF16>, Scale<kBF16>},
+      {{Cast<kF32, kF32>, Cast<kF32, kF16>, Cast<kF32, kBF16>},
+       {Cast<kF16, kF32>, Cast<kF16, kF16>, Cast<kF16, kBF16>},
+       {Cast<kBF16, kF32>, Cast<kBF16, kF16>, Cast<kBF16, kBF16>}},
+  };
+  return kTable;
+}
+
+}  // namespace mlframework::backends::cpu

@@ -1,0 +1,166 @@
+#pragma once
+// Private: the element loops shared by the SIMD kernel tables, written once
+// over an instruction-set traits type `Isa`. Included only by the per-ISA
+// sources (KernelsAvx2.cpp, KernelsAvx512.cpp), each of which defines its
+// traits in an anonymous namespace, so every instantiation is local to the
+// file compiled with that ISA's flags and the linker can never mix them up.
+//
+// An `Isa` provides, for each DataType D:
+//   Isa::kWidth                       floats per Isa::Batch (an xsimd::batch<float, Arch>)
+//   Isa::Load<D>(p)                   kWidth elements widened exactly to FP32
+//   Isa::LoadPartial<D>(p, n)         n < kWidth elements, the other lanes zero
+//   Isa::Store<D>(p, v, flag)         round v to D (FloatBits.hpp rounding), store kWidth
+//                                     elements, fold their exponent fields into flag
+//   Isa::StorePartial<D>(p, n, v, flag)  the same for the first n lanes only
+//   Isa::CheckBlock<D>(p, flag)       fold the exponent fields of Isa::CheckElements<D> stored
+//                                     elements into flag (read-only check, no conversion)
+//   Isa::CheckPartial<D>(p, n, flag)  the same for n < CheckElements<D> elements
+//   Isa::Flag, Isa::NoFlag<D>(), Isa::AnyNonFinite<D>(flag)
+// The flag keeps the lane-wise maximum of the masked exponent fields; a lane
+// reaching the all-ones exponent means Inf or NaN, exactly the scalar test.
+// Function-local code only: no out-of-line helper from a shared header may be
+// instantiated here with this file's instruction set.
+
+#include <cstddef>
+#include <cstdint>
+
+#include <xsimd/xsimd.hpp>
+
+#include <mlframework/core/DataType.hpp>
+
+namespace mlframework::backends::cpu::simd {
+
+template <DataType D>
+struct ElementOf {
+  using type = std::uint16_t;  // FP16 and BF16 are stored as 16-bit words
+};
+template <>
+struct ElementOf<DataType::Float32> {
+  using type = float;
+};
+template <DataType D>
+using Element = typename ElementOf<D>::type;
+
+template <class Isa, DataType D>
+bool Unscale(void* data, std::size_t count, float factor) {
+  using Batch = typename Isa::Batch;
+  auto* p = static_cast<Element<D>*>(data);
+  const Batch f(factor);
+  auto flag = Isa::template NoFlag<D>();
+  std::size_t i = 0;
+  for (; i + 2 * Isa::kWidth <= count; i += 2 * Isa::kWidth) {
+    const Batch a = Isa::template Load<D>(p + i) * f;
+    const Batch b = Isa::template Load<D>(p + i + Isa::kWidth) * f;
+    Isa::template Store<D>(p + i, a, flag);
+    Isa::template Store<D>(p + i + Isa::kWidth, b, flag);
+  }
+  for (; i + Isa::kWidth <= count; i += Isa::kWidth) {
+    Isa::template Store<D>(p + i, Isa::template Load<D>(p + i) * f, flag);
+  }
+  if (i < count) {
+    const std::size_t n = count - i;
+    Isa::template StorePartial<D>(p + i, n, Isa::template LoadPartial<D>(p + i, n) * f, flag);
+  }
+  return Isa::template AnyNonFinite<D>(flag);
+}
+
+template <class Isa, DataType D>
+void Scale(void* data, std::size_t count, float factor) {
+  // The same loop with the flag left unused: the compiler drops its computation.
+  (void)Unscale<Isa, D>(data, count, factor);
+}
+
+template <class Isa, DataType D>
+bool NonFinite(const void* data, std::size_t count) {
+  const auto* p = static_cast<const Element<D>*>(data);
+  constexpr std::size_t kStep = Isa::template CheckElements<D>;
+  auto flag = Isa::template NoFlag<D>();
+  std::size_t i = 0;
+  for (; i + 4 * kStep <= count; i += 4 * kStep) {
+    Isa::template CheckBlock<D>(p + i, flag);
+    Isa::template CheckBlock<D>(p + i + kStep, flag);
+    Isa::template CheckBlock<D>(p + i + 2 * kStep, flag);
+    Isa::template CheckBlock<D>(p + i + 3 * kStep, flag);
+  }
+  for (; i + kStep <= count; i += kStep) {
+    Isa::template CheckBlock<D>(p + i, flag);
+  }
+  if (i < count) {
+    Isa::template CheckPartial<D>(p + i, count - i, flag);
+  }
+  return Isa::template AnyNonFinite<D>(flag);
+}
+
+template <class Isa, DataType D>
+float SumSquares(const void* data, std::size_t count) {
+  using Batch = typename Isa::Batch;
+  const auto* p = static_cast<const Element<D>*>(data);
+  constexpr std::size_t kW = Isa::kWidth;
+  // Four independent accumulators hide the FMA latency; each lane sums about
+  // count / (4 * kW) squares, which keeps the FP32 rounding error small.
+  Batch acc0(0.0f), acc1(0.0f), acc2(0.0f), acc3(0.0f);
+  std::size_t i = 0;
+  for (; i + 4 * kW <= count; i += 4 * kW) {
+    const Batch a = Isa::template Load<D>(p + i);
+    const Batch b = Isa::template Load<D>(p + i + kW);
+    const Batch c = Isa::template Load<D>(p + i + 2 * kW);
+    const Batch d = Isa::template Load<D>(p + i + 3 * kW);
+    acc0 = xsimd::fma(a, a, acc0);
+    acc1 = xsimd::fma(b, b, acc1);
+    acc2 = xsimd::fma(c, c, acc2);
+    acc3 = xsimd::fma(d, d, acc3);
+  }
+  for (; i + kW <= count; i += kW) {
+    const Batch a = Isa::template Load<D>(p + i);
+    acc0 = xsimd::fma(a, a, acc0);
+  }
+  if (i < count) {
+    const Batch a = Isa::template LoadPartial<D>(p + i, count - i);
+    acc1 = xsimd::fma(a, a, acc1);
+  }
+  return xsimd::hadd((acc0 + acc1) + (acc2 + acc3));
+}
+
+template <class Isa, DataType S, DataType T>
+bool Cast(const void* src, void* dst, std::size_t count, float factor) {
+  using Batch = typename Isa::Batch;
+  const auto* in = static_cast<const Element<S>*>(src);
+  auto* out = static_cast<Element<T>*>(dst);
+  const Batch f(factor);
+  auto flag = Isa::template NoFlag<T>();
+  std::size_t i = 0;
+  for (; i + 2 * Isa::kWidth <= count; i += 2 * Isa::kWidth) {
+    const Batch a = Isa::template Load<S>(in + i) * f;
+    const Batch b = Isa::template Load<S>(in + i + Isa::kWidth) * f;
+    Isa::template Store<T>(out + i, a, flag);
+    Isa::template Store<T>(out + i + Isa::kWidth, b, flag);
+  }
+  for (; i + Isa::kWidth <= count; i += Isa::kWidth) {
+    Isa::template Store<T>(out + i, Isa::template Load<S>(in + i) * f, flag);
+  }
+  if (i < count) {
+    const std::size_t n = count - i;
+    Isa::template StorePartial<T>(out + i, n, Isa::template LoadPartial<S>(in + i, n) * f, flag);
+  }
+  return Isa::template AnyNonFinite<T>(flag);
+}
+
+/// Fills a KernelTable from the loops above for one instruction set.
+template <class Isa, class Table>
+constexpr Table MakeTable(std::string_view name) {
+  constexpr DataType kF32 = DataType::Float32;
+  constexpr DataType kF16 = DataType::Float16;
+  constexpr DataType kBF16 = DataType::BFloat16;
+  return Table{
+      name,
+      {Unscale<Isa, kF32>, Unscale<Isa, kF16>, Unscale<Isa, kBF16>},
+      {NonFinite<Isa, kF32>, NonFinite<Isa, kF16>, NonFinite<Isa, kBF16>},
+      {SumSquares<Isa, kF32>, SumSquares<Isa, kF16>, SumSquares<Isa, kBF16>},
+      {Scale<Isa, kF32>, Scale<Isa, kF16>, Scale<Isa, kBF16>},
+      {{Cast<Isa, kF32, kF32>, Cast<Isa, kF32, kF16>, Cast<Isa, kF32, kBF16>},
+       {Cast<Isa, kF16, kF32>, Cast<Isa, kF16, kF16>, Cast<Isa, kF16, kBF16>},
+       {Cast<Isa, kBF16, kF32>, Cast<Isa, kBF16, kF16>, Cast<Isa, kBF16, kBF16>}},
+  };
+}
+
+}  // namespace mlframework::backends::cpu::simd

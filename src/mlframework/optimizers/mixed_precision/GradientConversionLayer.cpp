@@ -1,0 +1,241 @@
+#include <mlframework/optimizers/mixed_precision/GradientConversionLayer.hpp>
+
+#include <cmath>
+#include <string>
+#include <unordered_set>
+#include <utility>
+
+#include <mlframework/core/Error.hpp>
+#include <mlframework/core/MultiTensor.hpp>
+#include <mlframework/core/Tensor.hpp>
+
+#include "mlframework/core/StateBlob.hpp"
+#include "mlframework/optimizers/mixed_precision/CSharpFormat.hpp"
+
+namespace mlframework::optimizers::mixed_precision {
+
+namespace {
+
+constexpr const char* kBlobKind = "optimizers.mixed_precision.GradientConversionLayer";
+constexpr std::uint16_t kBlobVersion = 1;
+
+// Spec 003's epsilon in the clip coefficient, so a norm at the limit never divides by zero.
+constexpr float kClipEpsilon = 1e-6f;
+
+const MixedPrecisionOptions& Validated(const MixedPrecisionOptions& options) {
+  options.Validate();
+  return options;
+}
+
+template <typename T>
+std::shared_ptr<T> NonNull(std::shared_ptr<T> pointer, const char* name) {
+  if (!pointer) {
+    throw ArgumentNullError(name);
+  }
+  return pointer;
+}
+
+}  // namespace
+
+std::string GradientProcessingStats::ToString() const {
+  std::string text = "LossScale: " + detail::FormatFixed(LossScale, 2) +
+                     ", LastGradNorm: " + detail::FormatFixed(LastGradientNorm, 4) +
+                     ", ClipCount: " + std::to_string(ClipCount) +
+                     ", ClippingEnabled: " + detail::FormatBool(ClippingEnabled) +
+                     ", MaxGradNorm: " + detail::FormatFixed(MaxGradNorm, 2);
+  if (FellBackToFP32) {
+    text += ", Fell back to FP32";
+  }
+  return text;
+}
+
+GradientConversionLayer::GradientConversionLayer(const MixedPrecisionOptions& options,
+                                                 std::shared_ptr<DynamicLossScaler> lossScaler,
+                                                 std::shared_ptr<PrecisionManager> precisionManager)
+    : loss_scaler_(NonNull(std::move(lossScaler), "lossScaler")),
+      precision_manager_(NonNull(std::move(precisionManager), "precisionManager")) {
+  options_ = Validated(options);
+}
+
+GradientConversionLayer::GradientConversionLayer(const MixedPrecisionOptions& options)
+    : GradientConversionLayer(options, std::make_shared<DynamicLossScaler>(options),
+                              std::make_shared<PrecisionManager>(options)) {}
+
+GradientConversionLayer::GradientConversionLayer()
+    : GradientConversionLayer(MixedPrecisionOptions::ForFP16()) {}
+
+bool GradientConversionLayer::ClippingActive() const noexcept {
+  return options_.EnableGradientClipping && options_.MaxGradNorm > 0.0f;
+}
+
+float GradientConversionLayer::ClipCoefficient(double sum_of_squares, bool& clipped) {
+  const auto norm = static_cast<float>(std::sqrt(sum_of_squares));
+  last_gradient_norm_ = norm;
+  clipped = norm > options_.MaxGradNorm;  // false for a NaN norm: nothing sensible to clip to
+  if (!clipped) {
+    return 1.0f;
+  }
+  ++clip_count_;
+  return options_.MaxGradNorm / (norm + kClipEpsilon);
+}
+
+TensorPtr GradientConversionLayer::OutputBuffer(const std::string& name, const ITensor& like) const {
+  const auto cached = output_buffers_.find(name);
+  // Reuse only a buffer nobody but this layer still holds, so returned gradients are never overwritten.
+  if (cached != output_buffers_.end() && cached->second.use_count() == 1 &&
+      cached->second->GetShape() == like.GetShape() && cached->second->GetDevice() == like.GetDevice()) {
+    return cached->second;
+  }
+  return Zeros(like.GetShape(), DataType::Float32, like.GetDevice());
+}
+
+GradientProcessingResult GradientConversionLayer::ProcessGradients(const GradientMap& gradients) {
+  const std::vector<TensorPtr> list = TensorList(gradients);  // null entries: error, nothing changed
+
+  // Outputs first: if an allocation fails, the scaler and the counters have not moved.
+  GradientMap outputs;
+  GradientMap buffers;
+  std::vector<TensorPtr> low_src;
+  std::vector<TensorPtr> low_dst;
+  std::vector<TensorPtr> fp32;
+  std::unordered_set<const ITensor*> fp32_seen;
+  for (const auto& [name, tensor] : gradients) {
+    if (tensor->GetDataType() == DataType::Float32) {
+      // In place: a tensor listed under two names must still be scaled once.
+      if (fp32_seen.insert(tensor.get()).second) {
+        fp32.push_back(tensor);
+      }
+      outputs.emplace_hint(outputs.end(), name, tensor);
+      continue;
+    }
+    TensorPtr buffer = OutputBuffer(name, *tensor);
+    low_src.push_back(tensor);
+    low_dst.push_back(buffer);
+    buffers.emplace_hint(buffers.end(), name, buffer);
+    outputs.emplace_hint(outputs.end(), name, std::move(buffer));
+  }
+
+  DynamicLossScaler& scaler = *loss_scaler_;
+  const bool scaling = scaler.IsEnabled();
+  const bool clipping = ClippingActive();
+  // The scale the gradients were produced with, before UpdateScale may grow it.
+  const double inverse = scaling ? 1.0 / static_cast<double>(scaler.CurrentScale()) : 1.0;
+
+  // Pass 1 (steps 1 and the norm of step 4): one read of the gradients.
+  bool non_finite = false;
+  double sum_of_squares = 0.0;
+  if (clipping) {
+    const NonFiniteAndNorm measured = CheckAndSumSquares(list, static_cast<float>(inverse));
+    non_finite = measured.FoundNonFinite;
+    sum_of_squares = measured.SumOfSquares;
+  } else if (scaling) {
+    non_finite = HasNonFinite(list);  // early exit on the first non-finite chunk
+  }
+
+  // Step 2: the scale update (spec: a disabled scaler never reports an overflow), then the fallback rule.
+  const bool skip = scaler.UpdateScale(scaling && non_finite);
+  precision_manager_->CheckFallback(scaler);
+  output_buffers_ = std::move(buffers);
+  if (skip) {
+    return {GradientMap{}, true};
+  }
+
+  // Steps 3-5 in pass 2: unscale x clip, written once as FP32.
+  double factor = inverse;
+  if (clipping) {
+    bool clipped = false;
+    factor *= static_cast<double>(ClipCoefficient(sum_of_squares, clipped));
+  }
+  const auto write_factor = static_cast<float>(factor);
+  if (!low_src.empty()) {
+    CastInto(low_src, low_dst, write_factor);
+  }
+  if (!fp32.empty() && write_factor != 1.0f) {
+    ScaleInPlace(fp32, write_factor);
+  }
+  return {std::move(outputs), false};
+}
+
+TensorPtr GradientConversionLayer::ScaleLoss(const TensorPtr& loss) const {
+  if (!loss) {
+    throw ArgumentNullError("loss");
+  }
+  return loss_scaler_->ScaleLoss(loss);
+}
+
+GradientMap GradientConversionLayer::ClipGradients(const GradientMap& gradients) {
+  const std::vector<TensorPtr> list = TensorList(gradients);
+  if (!ClippingActive()) {
+    return gradients;
+  }
+  std::vector<TensorPtr> clipped_tensors;
+  clipped_tensors.reserve(list.size());
+  for (const TensorPtr& tensor : list) {
+    clipped_tensors.push_back(Zeros(tensor->GetShape(), tensor->GetDataType(), tensor->GetDevice()));
+  }
+  bool clipped = false;
+  const float coefficient = ClipCoefficient(SumOfSquares(list), clipped);
+  if (!clipped) {
+    return gradients;
+  }
+  CastInto(list, clipped_tensors, coefficient);
+  GradientMap result;
+  std::size_t i = 0;
+  for (const auto& entry : gradients) {
+    result.emplace_hint(result.end(), entry.first, clipped_tensors[i++]);
+  }
+  return result;
+}
+
+GradientProcessingStats GradientConversionLayer::GetStats() const {
+  return GradientProcessingStats{.LossScale = loss_scaler_->CurrentScale(),
+                                 .ClipCount = clip_count_,
+                                 .LastGradientNorm = last_gradient_norm_,
+                                 .ClippingEnabled = options_.EnableGradientClipping,
+                                 .MaxGradNorm = options_.MaxGradNorm,
+                                 .LossScalerStats = loss_scaler_->GetStats(),
+                                 .TargetPrecision = precision_manager_->TargetPrecision(),
+                                 .FellBackToFP32 = precision_manager_->HasFallenBack()};
+}
+
+void GradientConversionLayer::Reset() {
+  clip_count_ = 0;
+  last_gradient_norm_ = 0.0f;
+  loss_scaler_->Reset();
+}
+
+std::vector<std::byte> GradientConversionLayer::StateDict() const {
+  const std::vector<std::byte> scaler = loss_scaler_->StateDict();
+  const std::vector<std::byte> manager = precision_manager_->StateDict();
+  mlframework::detail::BlobWriter writer(kBlobKind, kBlobVersion);
+  writer.I64(clip_count_);
+  writer.F32(last_gradient_norm_);
+  writer.U64(scaler.size());
+  writer.Bytes(scaler);
+  writer.U64(manager.size());
+  writer.Bytes(manager);
+  return writer.Finish();
+}
+
+void GradientConversionLayer::LoadStateDict(std::span<const std::byte> state) {
+  mlframework::detail::BlobReader reader(state, kBlobKind, kBlobVersion, "state");
+  const std::int64_t clip_count = reader.I64();
+  const float last_norm = reader.F32();
+  const std::span<const std::byte> scaler_blob = reader.Bytes(static_cast<std::size_t>(reader.U64()));
+  const std::span<const std::byte> manager_blob = reader.Bytes(static_cast<std::size_t>(reader.U64()));
+  reader.ExpectEnd();
+  if (clip_count < 0) {
+    reader.Fail("stored ClipCount " + std::to_string(clip_count) + " is negative");
+  }
+  // Decode the parts into copies first; commit only when all of them are valid.
+  DynamicLossScaler scaler = *loss_scaler_;
+  scaler.LoadStateDict(scaler_blob);
+  PrecisionManager manager = *precision_manager_;
+  manager.LoadStateDict(manager_blob);
+  *loss_scaler_ = std::move(scaler);
+  *precision_manager_ = std::move(manager);
+  clip_count_ = clip_count;
+  last_gradient_norm_ = last_norm;
+}
+
+}  // namespace mlframework::optimizers::mixed_precision

@@ -1,0 +1,104 @@
+// Bulk conversions of the dispatched kernel path against the scalar functions
+// of core/FloatBits.hpp, bit for bit: every FP16 and every BF16 bit pattern,
+// and about 3.7 million FP32 patterns that cover every exponent, every FP16
+// mantissa prefix and the rounding ties of both 16-bit formats. The 16-bit
+// tensors are also cut into views of odd lengths so every vector tail runs.
+#include <cstdint>
+#include <cstring>
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include <boost/test/unit_test.hpp>
+
+#include "core/KernelReference.hpp"
+
+using namespace mlframework;
+using namespace kernel_test;
+
+namespace {
+
+// Views of `base` with lengths 1, 2, 3, ... 40, 1, 2, ... (every tail length of every
+// vector width), covering all of it.
+std::vector<TensorPtr> OddViews(const TensorPtr& base) {
+  std::vector<TensorPtr> views;
+  std::size_t offset = 0;
+  std::size_t length = 1;
+  while (offset < base->Size()) {
+    const std::size_t n = std::min(length, base->Size() - offset);
+    views.push_back(backends::cpu::View(base, offset, {n}));
+    offset += n;
+    length = length % 40 + 1;
+  }
+  return views;
+}
+
+void CheckCastAllTargets(const TensorPtr& source, float factor, bool with_views) {
+  const std::vector<TensorPtr> src_whole = {source};
+  for (const DataType target : kAllTypes) {
+    const std::string what = std::string(ToString(source->GetDataType())) + " -> " + std::string(ToString(target)) +
+                             " isa=" + std::string(backends::cpu::InstructionSet());
+    BOOST_TEST_CONTEXT(what) {
+      auto dst = backends::cpu::Empty(source->GetShape(), target);
+      const std::vector<TensorPtr> dst_whole = {dst};
+      auto expected = Snapshot(dst_whole);
+      const bool ref_found = RefCast(src_whole, dst_whole, expected, factor);
+      BOOST_TEST(CastInto(src_whole, dst_whole, factor) == ref_found);
+      RequireSameBits(dst_whole, expected, what);
+      if (with_views) {
+        // The same through views of every odd length.
+        SetBytes(dst, Bytes(ByteSize(dst), 0));
+        BOOST_TEST(CastInto(OddViews(source), OddViews(dst), factor) == ref_found);
+        RequireSameBits(dst_whole, expected, what + " (odd views)");
+      }
+    }
+  }
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(KernelConversions)
+
+BOOST_AUTO_TEST_CASE(EverySixteenBitPatternWidensAndNarrowsLikeTheScalarCode) {
+  for (const DataType dtype : {DataType::Float16, DataType::BFloat16}) {
+    const auto all = MakeTensor(dtype, 65536, [](std::size_t i) { return static_cast<std::uint32_t>(i); });
+    CheckCastAllTargets(all, 1.0f, true);
+    CheckCastAllTargets(all, 0.5f, true);
+    CheckCastAllTargets(all, 1024.0f, true);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(Fp32PatternsRoundLikeTheScalarCode) {
+  // (high << 13) | low for all 2^19 high parts: every sign, exponent and FP16 mantissa,
+  // with low parts at the FP16 ties; bits 13..15 of the high part make the BF16 ties.
+  const std::uint32_t lows[] = {0x0000u, 0x0001u, 0x0fffu, 0x1000u, 0x1001u, 0x1fffu};
+  Rng rng(11);
+  const std::size_t per_high = std::size(lows) + 1;
+  const auto patterns = MakeTensor(DataType::Float32, (std::size_t{1} << 19) * per_high, [&](std::size_t i) {
+    const auto high = static_cast<std::uint32_t>(i / per_high);
+    const std::size_t k = i % per_high;
+    const std::uint32_t low = k < std::size(lows) ? lows[k] : (rng.Next32() & 0x1fffu);
+    return (high << 13) | low;
+  });
+  CheckCastAllTargets(patterns, 1.0f, false);
+  CheckCastAllTargets(patterns, 3.0f, false);
+}
+
+BOOST_AUTO_TEST_CASE(UnscaleOfEverySixteenBitPattern) {
+  for (const DataType dtype : {DataType::Float16, DataType::BFloat16}) {
+    for (const float factor : {1.0f, 1.0f / 65536.0f, 0.75f, 40000.0f}) {
+      BOOST_TEST_CONTEXT(ToString(dtype) << " factor " << factor) {
+        const auto all = MakeTensor(dtype, 65536, [](std::size_t i) { return static_cast<std::uint32_t>(i); });
+        const auto views = OddViews(all);
+        const std::vector<TensorPtr> whole = {all};
+        auto expected = Snapshot(whole);
+        const bool ref_found = RefUnscale(whole, expected, factor);
+        BOOST_TEST(ref_found);  // the list holds Inf and NaN patterns
+        BOOST_TEST(UnscaleAndCheck(views, factor) == ref_found);
+        RequireSameBits(whole, expected, "unscale " + std::string(backends::cpu::InstructionSet()));
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_SUITE_END()

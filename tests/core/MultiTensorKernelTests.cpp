@@ -1,0 +1,291 @@
+// The CPU backend's fused multi-tensor kernels against a plain scalar
+// reference, on the instruction-set path this process dispatched to. CTest runs
+// this executable once per path (MLFW_CPU_ISA=portable, avx2, avx512, and the
+// automatic choice), so every compiled path is checked on the machine.
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <boost/test/unit_test.hpp>
+
+#include "core/KernelReference.hpp"
+
+using namespace mlframework;
+using namespace kernel_test;
+
+namespace {
+
+const int kThreadCounts[] = {1, 2};
+const float kFactors[] = {1.0f / 65536.0f, 3.0f, 65536.0f, 1.0f};
+const float kNonFiniteFactors[] = {1.0f / 65536.0f, 3.0f};
+
+// Restores the OpenMP thread count a test changed.
+struct ThreadCountGuard {
+  int saved = omp_get_max_threads();
+  ~ThreadCountGuard() { omp_set_num_threads(saved); }
+};
+
+std::string Describe(const char* op, int threads, float factor) {
+  return std::string(op) + " threads=" + std::to_string(threads) + " factor=" + std::to_string(factor) +
+         " isa=" + std::string(backends::cpu::InstructionSet());
+}
+
+bool SameBits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
+// What the reference says one factor does to a list.
+struct Expected {
+  float factor;
+  std::vector<Bytes> unscaled;
+  bool unscale_found;
+  std::vector<std::vector<Bytes>> cast;  // per target dtype
+  std::vector<bool> cast_found;
+};
+
+std::vector<TensorPtr> EmptyLike(const std::vector<TensorPtr>& list, DataType dtype) {
+  std::vector<TensorPtr> out;
+  for (const auto& t : list) {
+    out.push_back(backends::cpu::Empty(t->GetShape(), dtype));
+  }
+  return out;
+}
+
+// Runs every fused operation on `list` (restored between runs) against the reference,
+// with 1 and 2 OpenMP threads; the reference is computed once.
+void CheckAllOperations(const std::vector<TensorPtr>& list, const char* label,
+                        std::span<const float> factors = kFactors) {
+  ThreadCountGuard guard;
+  const auto original = Snapshot(list);
+  const bool ref_non_finite = RefHasNonFinite(list);
+  const float norm_factors[] = {1.0f, 1.0f / 1024.0f};
+  const double ref_norm[] = {RefSumOfSquares(list, norm_factors[0]), RefSumOfSquares(list, norm_factors[1])};
+  std::vector<Expected> expected;
+  for (const float factor : factors) {
+    Expected e{factor, original, false, {}, {}};
+    e.unscale_found = RefUnscale(list, e.unscaled, factor);
+    for (const DataType target : kAllTypes) {
+      const auto dst = EmptyLike(list, target);
+      auto bytes = Snapshot(dst);
+      e.cast_found.push_back(RefCast(list, dst, bytes, factor));
+      e.cast.push_back(std::move(bytes));
+    }
+    expected.push_back(std::move(e));
+  }
+
+  double norms[2][2] = {};
+  for (const int threads : kThreadCounts) {
+    omp_set_num_threads(threads);
+    BOOST_TEST_CONTEXT(label << " threads=" << threads) {
+      // 2. Non-finite check alone.
+      BOOST_TEST(HasNonFinite(list) == ref_non_finite);
+
+      // 3. Sum of squares with a scale, fused with the check.
+      for (int k = 0; k < 2; ++k) {
+        const double ref = ref_norm[k];
+        const NonFiniteAndNorm got = CheckAndSumSquares(list, norm_factors[k]);
+        norms[threads - 1][k] = got.SumOfSquares;
+        BOOST_TEST(got.FoundNonFinite == ref_non_finite);
+        if (ref_non_finite) {
+          BOOST_TEST(!std::isfinite(got.SumOfSquares));
+        } else if (ref == 0.0) {
+          BOOST_TEST(got.SumOfSquares == 0.0);
+        } else {
+          BOOST_TEST(std::abs(got.SumOfSquares - ref) / ref <= 1e-6,
+                     Describe("sum of squares", threads, norm_factors[k])
+                         << " got " << got.SumOfSquares << " reference " << ref);
+        }
+        BOOST_TEST(SameBits(SumOfSquares(list, norm_factors[k]), got.SumOfSquares));
+      }
+
+      for (const Expected& e : expected) {
+        // 1. Unscale in place + check.
+        BOOST_TEST(UnscaleAndCheck(list, e.factor) == e.unscale_found, Describe("unscale", threads, e.factor));
+        RequireSameBits(list, e.unscaled, Describe("unscale", threads, e.factor));
+
+        // 4. Scale in place.
+        Restore(list, original);
+        ScaleInPlace(list, e.factor);
+        RequireSameBits(list, e.unscaled, Describe("scale", threads, e.factor));
+        Restore(list, original);
+
+        // 5. Casts into every dtype, fused with the scale.
+        for (std::size_t k = 0; k < std::size(kAllTypes); ++k) {
+          const auto dst = EmptyLike(list, kAllTypes[k]);
+          const std::string what = Describe("cast to ", threads, e.factor) + std::string(ToString(kAllTypes[k]));
+          BOOST_TEST(CastInto(list, dst, e.factor) == e.cast_found[k], what);
+          RequireSameBits(dst, e.cast[k], what);
+        }
+        RequireSameBits(list, original, Describe("casts leave the source untouched", threads, e.factor));
+      }
+    }
+  }
+  // The sums do not depend on the thread count, bit for bit.
+  BOOST_TEST(SameBits(norms[0][0], norms[1][0]));
+  BOOST_TEST(SameBits(norms[0][1], norms[1][1]));
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(MultiTensorKernels)
+
+BOOST_AUTO_TEST_CASE(DispatchesTheRequestedInstructionSet) {
+  const std::string requested = RequestedIsa();
+  const std::string_view active = backends::cpu::InstructionSet();
+  BOOST_TEST_MESSAGE("MLFW_CPU_ISA='" << requested << "', dispatched to " << active);
+#if defined(__x86_64__)
+  const bool has_avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+  const bool has_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                        __builtin_cpu_supports("f16c");
+#else
+  const bool has_avx512 = false;
+  const bool has_avx2 = false;
+#endif
+  const std::string best = has_avx512 ? "avx512" : (has_avx2 ? "avx2" : "portable");
+  if (requested.empty()) {
+    BOOST_TEST(active == best);
+  } else if (requested == "portable" || (requested == "avx2" && has_avx2) || (requested == "avx512" && has_avx512)) {
+    BOOST_TEST(active == requested);
+  } else {
+    // Never forced onto instructions the CPU lacks: the best supported path runs instead.
+    BOOST_TEST_MESSAGE("this CPU lacks " << requested << ": its kernels are NOT tested in this run");
+    BOOST_TEST(active == best);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(RandomBitPatternsEveryDtype) {
+  Rng rng(1);
+  for (const DataType dtype : kAllTypes) {
+    const auto list = RandomList({dtype}, RandomSizes(rng), Fill::Bits, rng);
+    CheckAllOperations(list, ("random bits " + std::string(ToString(dtype))).c_str());
+  }
+}
+
+BOOST_AUTO_TEST_CASE(GradientLikeValuesEveryDtype) {
+  Rng rng(2);
+  for (const DataType dtype : kAllTypes) {
+    const auto list = RandomList({dtype}, RandomSizes(rng), Fill::Values, rng);
+    // Both outcomes of the flag must be exercised: these values stay finite after unscaling.
+    auto copy = Snapshot(list);
+    BOOST_TEST(!RefUnscale(list, copy, 1.0f / 65536.0f));
+    CheckAllOperations(list, ("gradient values " + std::string(ToString(dtype))).c_str());
+  }
+}
+
+BOOST_AUTO_TEST_CASE(MixedDtypeList) {
+  Rng rng(3);
+  const auto list = RandomList({DataType::Float16, DataType::Float32, DataType::BFloat16}, RandomSizes(rng),
+                               Fill::Values, rng);
+  CheckAllOperations(list, "mixed dtypes");
+}
+
+BOOST_AUTO_TEST_CASE(NonFiniteAtFirstAndLastElementOfLastTensor) {
+  Rng rng(4);
+  for (const DataType dtype : kAllTypes) {
+    const auto list = RandomList({dtype}, RandomSizes(rng), Fill::Values, rng);
+    const auto clean = Snapshot(list);
+    for (const NonFiniteValue& value : kNonFinite) {
+      for (const bool at_last : {false, true}) {
+        const TensorPtr& last = list.back();
+        Restore(list, clean);
+        SetElementBits(last, at_last ? last->Size() - 1 : 0, value);
+        BOOST_TEST_REQUIRE(RefHasNonFinite(list));
+        const std::string label = std::string(value.name) + (at_last ? " at last " : " at first ") +
+                                  std::string(ToString(dtype));
+        CheckAllOperations(list, label.c_str(), kNonFiniteFactors);
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(EmptyListsAndEmptyTensors) {
+  const std::vector<TensorPtr> none;
+  BOOST_TEST(!UnscaleAndCheck(none, 2.0f));
+  BOOST_TEST(!HasNonFinite(none));
+  BOOST_TEST(SumOfSquares(none) == 0.0);
+  const std::vector<TensorPtr> empties = {backends::cpu::Empty({0}, DataType::Float16),
+                                          backends::cpu::Empty({0}, DataType::Float32)};
+  CheckAllOperations(empties, "only empty tensors");
+  Rng rng(5);
+  for (const DataType dtype : kAllTypes) {
+    const auto single = RandomList({dtype}, {1}, Fill::Values, rng);
+    CheckAllOperations(single, "one element");
+  }
+}
+
+BOOST_AUTO_TEST_CASE(HugeFiniteValuesOverflowTheFp32PartialButNotTheResult) {
+  // Squares of 1e30 overflow FP32; the kernel must fall back to FP64 for such pieces.
+  const std::vector<TensorPtr> list = {FromVector({1e30f, -2e30f, 3.0f}, {3}, DataType::Float32),
+                                       FromVector({1e38f}, {1}, DataType::BFloat16)};
+  const NonFiniteAndNorm got = CheckAndSumSquares(list);
+  BOOST_TEST(!got.FoundNonFinite);
+  const double ref = RefSumOfSquares(list, 1.0f);
+  BOOST_TEST(std::isfinite(got.SumOfSquares));
+  BOOST_TEST(std::abs(got.SumOfSquares - ref) / ref <= 1e-6);
+}
+
+BOOST_AUTO_TEST_CASE(TenThousandSmallTensors) {
+  // 10,000 tensors of 1K-4K elements (about 25M in all), the dtypes taking turns, so
+  // most chunks hold pieces of several tensors of different dtypes.
+  ThreadCountGuard guard;
+  Rng rng(6);
+  std::vector<std::size_t> sizes(10000);
+  for (auto& s : sizes) {
+    s = rng.Between(1024, 4096);
+  }
+  const auto list = RandomList({DataType::Float32, DataType::Float16, DataType::BFloat16}, sizes, Fill::Values, rng);
+  const auto original = Snapshot(list);
+  const double ref = RefSumOfSquares(list, 1.0f);
+  auto expected = original;
+  const bool ref_found = RefUnscale(list, expected, 1.0f / 1024.0f);
+  double sums[2] = {};
+  for (const int threads : kThreadCounts) {
+    BOOST_TEST_CONTEXT("threads=" << threads) {
+      omp_set_num_threads(threads);
+      const NonFiniteAndNorm got = CheckAndSumSquares(list);
+      BOOST_TEST(!got.FoundNonFinite);
+      BOOST_TEST(std::abs(got.SumOfSquares - ref) / ref <= 1e-6);
+      sums[threads - 1] = got.SumOfSquares;
+      BOOST_TEST(UnscaleAndCheck(list, 1.0f / 1024.0f) == ref_found);
+      RequireSameBits(list, expected, "unscale, threads " + std::to_string(threads));
+      Restore(list, original);
+      BOOST_TEST(!HasNonFinite(list));
+      // A NaN in the very last element: found although every chunk before it is clean.
+      SetElementBits(list.back(), list.back()->Size() - 1, kNonFinite[0]);
+      BOOST_TEST(HasNonFinite(list));
+      BOOST_TEST(CheckAndSumSquares(list).FoundNonFinite);
+      SetBytes(list.back(), original.back());
+    }
+  }
+  BOOST_TEST(SameBits(sums[0], sums[1]));  // bit-identical for 1 and 2 threads
+}
+
+BOOST_AUTO_TEST_CASE(SumOfSquaresAt64MElements) {
+  ThreadCountGuard guard;
+  constexpr std::size_t kCount = std::size_t{64} << 20;
+  Rng rng(7);
+  auto tensor = backends::cpu::Empty({kCount}, DataType::Float32);
+  auto* data = static_cast<float*>(backends::cpu::MutableData(*tensor));
+  double ref = 0.0;
+  for (std::size_t i = 0; i < kCount; ++i) {
+    // Positive, same order of magnitude everywhere: the case where FP32 accumulation drifts most.
+    data[i] = static_cast<float>(rng.Unit());
+    ref += static_cast<double>(data[i]) * static_cast<double>(data[i]);
+  }
+  const std::vector<TensorPtr> list = {tensor};
+  double sums[2] = {};
+  for (const int threads : kThreadCounts) {
+    omp_set_num_threads(threads);
+    sums[threads - 1] = SumOfSquares(list);
+    const double error = std::abs(sums[threads - 1] - ref) / ref;
+    BOOST_TEST_MESSAGE("64M elements, " << threads << " thread(s), " << backends::cpu::InstructionSet()
+                                        << ": relative error " << error);
+    BOOST_TEST(error <= 1e-6);
+  }
+  BOOST_TEST(SameBits(sums[0], sums[1]));
+}
+
+BOOST_AUTO_TEST_SUITE_END()

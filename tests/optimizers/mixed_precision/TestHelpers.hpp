@@ -1,0 +1,38 @@
+#pragma once
+// Small helpers shared by the mixed-precision suites.
+
+#include <limits>
+#include <ostream>
+#include <vector>
+
+#include <mlframework/amp/ScalePolicy.hpp>
+#include <mlframework/core/DataType.hpp>
+#include <mlframework/core/ITensor.hpp>
+#include <mlframework/core/Tensor.hpp>
+
+// Boost.Test prints the operands of a failed check (found by argument-dependent lookup).
+namespace mlframework {
+inline std::ostream& boost_test_print_type(std::ostream& out, DataType dtype) { return out << ToString(dtype); }
+}  // namespace mlframework
+namespace mlframework::amp {
+inline std::ostream& boost_test_print_type(std::ostream& out, const ScaleState& s) {
+  return out << "{Scale " << s.Scale << ", clean " << s.StepsSinceLastOverflow << ", consecutive "
+             << s.ConsecutiveOverflows << ", overflows " << s.TotalOverflows << ", steps " << s.TotalSteps << "}";
+}
+}  // namespace mlframework::amp
+
+namespace mlfw_test {
+
+inline const float kNaN = std::numeric_limits<float>::quiet_NaN();
+inline const float kInf = std::numeric_limits<float>::infinity();
+
+// A 1-D tensor of @p values in @p dtype.
+inline mlframework::TensorPtr Vec(const std::vector<float>& values,
+                                  mlframework::DataType dtype = mlframework::DataType::Float32) {
+  return mlframework::FromVector(values, {values.size()}, dtype);
+}
+
+// The elements of @p tensor as floats.
+inline std::vector<float> Values(const mlframework::TensorPtr& tensor) { return tensor->ToFloatVector(); }
+
+}  // namespace mlfw_test
