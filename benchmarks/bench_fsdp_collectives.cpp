@@ -1,0 +1,252 @@
+// FSDP collectives and memory, run under MPI:
+//   mpiexec -n 2 build/benchmarks/bench_fsdp_collectives --benchmark_format=json
+//
+// 1. Bandwidth: the library's all-gather and reduce-scatter of 16M-element units (through
+//    IProcessGroup and through FSDPShardingUnit) against the raw MPI collective moving the
+//    same bytes, in the same run. Every iteration is timed between barriers and the slowest
+//    rank's time is reported (manual time), so all ranks run identical iteration counts.
+// 2. Memory: peak resident memory per rank while training with FSDP FullShard + Adam, against
+//    the ZeRO-3 figure 16 bytes x parameters / ranks + the largest gathered unit.
+#include <benchmark/benchmark.h>
+#include <mpi.h>
+#include <malloc.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <mlframework/backends/cpu/CpuTensor.hpp>
+#include <mlframework/core/Tensor.hpp>
+#include <mlframework/distributed/MpiProcessGroup.hpp>
+#include <mlframework/distributed/fsdp/FSDP.hpp>
+#include <mlframework/optimizers/Adam.hpp>
+
+namespace dist = mlframework::distributed;
+namespace fsdp = mlframework::distributed::fsdp;
+namespace cpu = mlframework::backends::cpu;
+using mlframework::DataType;
+
+namespace {
+
+constexpr std::size_t kUnitElements = std::size_t{1} << 24;  // 16M elements per unit
+constexpr int kIterations = 8;
+
+std::shared_ptr<dist::IProcessGroup>& Group(dist::HalfReduction method = dist::HalfReduction::UserOp) {
+  static std::shared_ptr<dist::IProcessGroup> user_op = dist::MakeMpiProcessGroup({.HalfSum = dist::HalfReduction::UserOp});
+  static std::shared_ptr<dist::IProcessGroup> convert =
+      dist::MakeMpiProcessGroup({.HalfSum = dist::HalfReduction::ConvertToFloat32});
+  return method == dist::HalfReduction::UserOp ? user_op : convert;
+}
+
+int Ranks() { return Group()->WorldSize(); }
+
+// Times @p op on every rank between barriers; the slowest rank's seconds.
+template <class Op>
+void TimeCollective(benchmark::State& state, std::size_t bytes, Op&& op) {
+  for (auto _ : state) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    const double start = MPI_Wtime();
+    op();
+    double elapsed = MPI_Wtime() - start;
+    MPI_Allreduce(MPI_IN_PLACE, &elapsed, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    state.SetIterationTime(elapsed);
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * bytes));
+  state.counters["ranks"] = Ranks();
+}
+
+DataType DTypeArg(const benchmark::State& state) { return static_cast<DataType>(state.range(0)); }
+
+// ---- all-gather of one 16M-element unit ----
+
+void BM_RawMpiAllGather(benchmark::State& state) {
+  const DataType dtype = DTypeArg(state);
+  const std::size_t shard = kUnitElements / static_cast<std::size_t>(Ranks());
+  auto input = cpu::Empty({shard}, dtype);
+  auto output = cpu::Empty({kUnitElements}, dtype);
+  const MPI_Datatype type = dtype == DataType::Float32 ? MPI_FLOAT : MPI_UINT16_T;
+  TimeCollective(state, kUnitElements * mlframework::ElementSize(dtype), [&] {
+    MPI_Allgather(cpu::Data(*input), static_cast<int>(shard), type, cpu::MutableData(*output), static_cast<int>(shard),
+                  type, MPI_COMM_WORLD);
+  });
+}
+
+void BM_LibraryAllGather(benchmark::State& state) {
+  const DataType dtype = DTypeArg(state);
+  const std::size_t shard = kUnitElements / static_cast<std::size_t>(Ranks());
+  auto input = cpu::Empty({shard}, dtype);
+  auto output = cpu::Empty({kUnitElements}, dtype);
+  TimeCollective(state, kUnitElements * mlframework::ElementSize(dtype), [&] { Group()->AllGather(*input, *output); });
+}
+
+// FSDPShardingUnit::Gather: cast of the FP32 shard, allocation of the gathered buffer,
+// all-gather and views; Release frees it (timed too: it is part of the cycle).
+void BM_FsdpUnitGather(benchmark::State& state) {
+  const DataType dtype = DTypeArg(state);
+  fsdp::FSDP model(Group(), {.ParamDType = dtype});
+  auto& unit = model.RegisterUnit("unit", {{"weight", cpu::Empty({kUnitElements}, DataType::Float32)}});
+  TimeCollective(state, kUnitElements * mlframework::ElementSize(dtype), [&] {
+    unit.Gather();
+    unit.Release();
+  });
+}
+
+// ---- reduce-scatter of one 16M-element unit ----
+
+void BM_RawMpiReduceScatter(benchmark::State& state) {
+  // FP32: MPI_FLOAT sum. 16-bit: MPI_SHORT integer sum of the same bytes (MPI's cheapest
+  // built-in 16-bit reduction, the limit for any FP16/BF16 method).
+  const DataType dtype = DTypeArg(state);
+  const std::size_t shard = kUnitElements / static_cast<std::size_t>(Ranks());
+  auto input = cpu::Empty({kUnitElements}, dtype);
+  auto output = cpu::Empty({shard}, dtype);
+  const MPI_Datatype type = dtype == DataType::Float32 ? MPI_FLOAT : MPI_SHORT;
+  TimeCollective(state, kUnitElements * mlframework::ElementSize(dtype), [&] {
+    MPI_Reduce_scatter_block(cpu::Data(*input), cpu::MutableData(*output), static_cast<int>(shard), type, MPI_SUM,
+                             MPI_COMM_WORLD);
+  });
+}
+
+void ReduceScatterWith(benchmark::State& state, dist::HalfReduction method) {
+  const DataType dtype = DTypeArg(state);
+  const std::size_t shard = kUnitElements / static_cast<std::size_t>(Ranks());
+  auto input = cpu::Empty({kUnitElements}, dtype);
+  auto output = cpu::Empty({shard}, dtype);
+  TimeCollective(state, kUnitElements * mlframework::ElementSize(dtype),
+                 [&] { Group(method)->ReduceScatter(*input, *output); });
+}
+
+void BM_LibraryReduceScatterUserOp(benchmark::State& state) { ReduceScatterWith(state, dist::HalfReduction::UserOp); }
+void BM_LibraryReduceScatterConvertToFloat32(benchmark::State& state) {
+  ReduceScatterWith(state, dist::HalfReduction::ConvertToFloat32);
+}
+
+// FSDPShardingUnit::ReduceGradients: flatten + average (one fused cast into the reduce dtype),
+// reduce-scatter, FP32 shard.
+void BM_FsdpUnitReduceGradients(benchmark::State& state) {
+  const DataType dtype = DTypeArg(state);
+  fsdp::FSDP model(Group(), {.ReduceDType = dtype});
+  auto& unit = model.RegisterUnit("unit", {{"weight", cpu::Empty({kUnitElements}, DataType::Float32)}});
+  const mlframework::GradientMap gradients{{"weight", cpu::Empty({kUnitElements}, DataType::Float32)}};
+  unit.Gather();
+  TimeCollective(state, kUnitElements * mlframework::ElementSize(dtype), [&] {
+    unit.ReduceGradients(gradients);
+    unit.ZeroGrad();
+  });
+  unit.Release();
+}
+
+// ---- peak memory per rank ----
+
+// Bytes the allocator has handed out and not yet taken back (heap + mmapped chunks).
+double LiveHeapBytes() {
+  const struct mallinfo2 info = mallinfo2();
+  return static_cast<double>(info.uordblks + info.hblkhd);
+}
+
+double MaxRssBytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) * 1024.0;  // Linux reports KiB
+}
+
+// Trains 3 steps of FullShard + Adam over range(0) units of range(1) elements (FP16 forward,
+// FP32 reduce). The "framework" owns one full FP32 gradient tensor per unit at a time, as a
+// backward pass produces it. Peak RSS growth over the start is compared with the ZeRO-3 figure.
+void BM_FsdpPeakMemory(benchmark::State& state) {
+  const auto units = static_cast<std::size_t>(state.range(0));
+  const auto unit_elements = static_cast<std::size_t>(state.range(1));
+  const double params = static_cast<double>(units * unit_elements);
+  const int ranks = Ranks();
+  double peak_growth = 0.0;
+  double live_peak = 0.0;
+  for (auto _ : state) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    const double baseline = MaxRssBytes();
+    const double live_baseline = LiveHeapBytes();
+    {
+      fsdp::FSDP model(Group(), {.Strategy = fsdp::ShardingStrategy::FullShard, .ParamDType = DataType::Float16});
+      for (std::size_t u = 0; u < units; ++u) {
+        model.RegisterUnit("unit" + std::to_string(u),
+                           {{"weight", mlframework::Zeros({unit_elements}, DataType::Float32)}});
+      }
+      mlframework::optimizers::Adam adam(model.ShardedParameters());
+      auto sample = [&] { live_peak = std::max(live_peak, LiveHeapBytes() - live_baseline); };
+      for (int step = 0; step < 3; ++step) {
+        for (std::size_t u = 0; u < units; ++u) {
+          auto& unit = model.Unit(u);
+          unit.Gather();
+          sample();
+          {
+            // The framework's backward output for this unit (owned by the framework).
+            const mlframework::GradientMap gradients{{"weight", mlframework::Zeros({unit_elements})}};
+            sample();
+            unit.ReduceGradients(gradients);
+          }
+          sample();
+          unit.Release();
+        }
+        model.Step(adam);
+        sample();
+      }
+      peak_growth = MaxRssBytes() - baseline;
+    }
+    MPI_Allreduce(MPI_IN_PLACE, &peak_growth, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, &live_peak, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  }
+  const double zero3 = 16.0 * params / ranks + 2.0 * static_cast<double>(unit_elements);
+  state.counters["ranks"] = ranks;
+  state.counters["params_M"] = params / 1e6;
+  state.counters["rss_peak_MiB_max_rank"] = peak_growth / (1024.0 * 1024.0);
+  state.counters["zero3_MiB"] = zero3 / (1024.0 * 1024.0);
+  state.counters["rss_over_zero3"] = peak_growth / zero3;
+  state.counters["live_peak_MiB_max_rank"] = live_peak / (1024.0 * 1024.0);
+  state.counters["live_over_zero3"] = live_peak / zero3;
+}
+
+constexpr auto kF32 = static_cast<std::int64_t>(DataType::Float32);
+constexpr auto kF16 = static_cast<std::int64_t>(DataType::Float16);
+constexpr auto kBF16 = static_cast<std::int64_t>(DataType::BFloat16);
+
+// Memory first: ru_maxrss only grows, so it must run before the 16M-element buffers exist.
+BENCHMARK(BM_FsdpPeakMemory)->Args({32, 1 << 19})->Iterations(1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_RawMpiAllGather)->Arg(kF32)->Arg(kF16)->Iterations(kIterations)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_LibraryAllGather)->Arg(kF32)->Arg(kF16)->Iterations(kIterations)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_FsdpUnitGather)->Arg(kF32)->Arg(kF16)->Iterations(kIterations)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_RawMpiReduceScatter)->Arg(kF32)->Arg(kF16)->Iterations(kIterations)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_LibraryReduceScatterUserOp)->Arg(kF32)->Arg(kF16)->Arg(kBF16)->Iterations(kIterations)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_LibraryReduceScatterConvertToFloat32)->Arg(kF16)->Arg(kBF16)->Iterations(kIterations)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_FsdpUnitReduceGradients)->Arg(kF32)->Arg(kF16)->Iterations(kIterations)->UseManualTime()->Unit(benchmark::kMillisecond);
+
+// Ranks other than 0 run every benchmark in lockstep but report nothing.
+class SilentReporter final : public benchmark::BenchmarkReporter {
+ public:
+  bool ReportContext(const Context&) override { return true; }
+  void ReportRuns(const std::vector<Run>&) override {}
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Group();  // initializes MPI (the library finalizes it at exit)
+  // Only rank 0 reports: the others drop --benchmark_out* so they never write the same file.
+  std::vector<char*> args(argv, argv + argc);
+  if (Group()->Rank() != 0) {
+    args.erase(std::remove_if(args.begin() + 1, args.end(),
+                              [](const char* arg) { return std::string(arg).rfind("--benchmark_out", 0) == 0; }),
+               args.end());
+  }
+  int count = static_cast<int>(args.size());
+  benchmark::Initialize(&count, args.data());
+  if (Group()->Rank() == 0) {
+    benchmark::RunSpecifiedBenchmarks();
+  } else {
+    SilentReporter silent;
+    benchmark::RunSpecifiedBenchmarks(&silent);
+  }
+  benchmark::Shutdown();
+  return 0;
+}

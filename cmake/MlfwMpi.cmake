@@ -1,0 +1,15 @@
+# MPI engine (Open MPI from Debian): sets MLFW_HAS_MPI and links MPI::MPI_CXX privately,
+# so the public headers and the package config need no MPI.
+option(MLFW_WITH_MPI "Build the MPI process group when MPI is found" ON)
+set(MLFW_HAS_MPI OFF)
+if(MLFW_WITH_MPI)
+  find_package(MPI COMPONENTS CXX QUIET)
+  if(MPI_CXX_FOUND)
+    set(MLFW_HAS_MPI ON)
+    message(STATUS "mlframework: MPI ${MPI_CXX_VERSION} (${MPIEXEC_EXECUTABLE}): MPI process group ON")
+  else()
+    message(STATUS "mlframework: MPI not found: MPI process group OFF (constructors throw BackendError)")
+  endif()
+else()
+  message(STATUS "mlframework: MPI process group OFF (MLFW_WITH_MPI=OFF)")
+endif()

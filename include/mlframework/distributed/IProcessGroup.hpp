@@ -1,0 +1,79 @@
+#pragma once
+/// @file IProcessGroup.hpp
+/// @brief The seam for collectives: every distributed feature talks to ranks only through it.
+
+#include <span>
+#include <string>
+#include <string_view>
+
+#include <mlframework/core/ITensor.hpp>
+#include <mlframework/export.hpp>
+
+namespace mlframework::distributed {
+
+/// Reduction applied by AllReduce and ReduceScatter.
+enum class ReduceOp {
+  Sum,  ///< Element-wise sum (FP16/BF16 are accumulated in FP32 per element, rounded once per combine).
+  Max,  ///< Element-wise maximum (used to agree on flags: any rank's 1 wins).
+};
+
+/// Name of @p op ("Sum", "Max") for messages.
+MLFRAMEWORK_EXPORT std::string_view ToString(ReduceOp op) noexcept;
+
+/// A group of ranks that run collectives together (MPI communicator, NCCL communicator,
+/// or the single-process group).
+///
+/// All collectives are blocking and must be called by every rank of the group in the same
+/// order with matching dtypes and sizes. Tensors of all three dtypes are accepted; FP16 and
+/// BF16 travel as 16-bit words. Tensors that live on another device or come from a user
+/// backend are staged through host memory by implementations that cannot address them.
+///
+/// Argument errors (dtype or size mismatch) throw ArgumentError before any communication;
+/// a failed collective throws CommunicationError naming the call and the backend's error string.
+/// A rank that cannot continue must call Abort() (see AbortGuard) so the others do not wait forever.
+class MLFRAMEWORK_EXPORT IProcessGroup {
+ public:
+  virtual ~IProcessGroup();
+
+  /// This process's index in the group, in [0, WorldSize()).
+  virtual int Rank() const noexcept = 0;
+  /// Number of ranks in the group (>= 1).
+  virtual int WorldSize() const noexcept = 0;
+  /// Short name of the engine ("local", "mpi", "nccl").
+  virtual std::string_view BackendName() const noexcept = 0;
+
+  /// Concatenates every rank's @p input into @p output in rank order.
+  /// Same dtype; `output.Size() == input.Size() * WorldSize()`.
+  virtual void AllGather(const ITensor& input, ITensor& output) = 0;
+  /// Reduces @p input element-wise over all ranks with @p op and leaves chunk `Rank()` of the
+  /// result in @p output. Same dtype; `input.Size() == output.Size() * WorldSize()`.
+  virtual void ReduceScatter(const ITensor& input, ITensor& output, ReduceOp op = ReduceOp::Sum) = 0;
+  /// Reduces @p tensor element-wise over all ranks with @p op, in place on every rank.
+  virtual void AllReduce(ITensor& tensor, ReduceOp op = ReduceOp::Sum) = 0;
+  /// Copies @p tensor of rank @p root to every rank (same dtype and size everywhere).
+  virtual void Broadcast(ITensor& tensor, int root = 0) = 0;
+  /// Returns once every rank has entered the barrier.
+  virtual void Barrier() = 0;
+
+  /// Reduces host doubles in place over all ranks (flags, norms, agreement checks).
+  /// Doubles carry integers up to 2^53 exactly, so counts and hashes travel here too.
+  virtual void AllReduceHost(std::span<double> values, ReduceOp op) = 0;
+
+  /// Ends the whole job: prints "mlframework: rank R aborting: <message>" to stderr and
+  /// aborts every rank of the communicator (MPI_Abort, ncclCommAbort + exit). The real
+  /// engines never return; a test double may.
+  virtual void Abort(const std::string& message) noexcept = 0;
+
+  /// Convenience: AllReduce of one double.
+  double AllReduceHost(double value, ReduceOp op);
+
+ protected:
+  /// Only implementations construct the interface.
+  IProcessGroup() = default;
+  /// Not copyable through the interface.
+  IProcessGroup(const IProcessGroup&) = default;
+  /// Not assignable through the interface.
+  IProcessGroup& operator=(const IProcessGroup&) = default;
+};
+
+}  // namespace mlframework::distributed

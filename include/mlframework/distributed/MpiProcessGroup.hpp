@@ -1,0 +1,85 @@
+#pragma once
+/// @file MpiProcessGroup.hpp
+/// @brief Process group over MPI (Open MPI): the engine for CPU clusters.
+///
+/// This header has no MPI types, so it is the same in every build; in a build without
+/// MPI (`MLFW_HAS_MPI == 0` in mlframework/config.hpp) the constructors throw BackendError.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include <mlframework/distributed/IProcessGroup.hpp>
+#include <mlframework/export.hpp>
+
+namespace mlframework::distributed {
+
+/// How FP16/BF16 sums are computed (MPI has no standard 16-bit float type).
+enum class HalfReduction {
+  /// Reduce 16-bit words with a user-defined MPI_Op that widens each pair to FP32, adds and
+  /// rounds back (half the traffic of ConvertToFloat32). The default: it measured faster
+  /// (docs/BENCHMARKS.md, "FSDP collectives and memory").
+  UserOp,
+  /// Widen the tensor to FP32 with the fused cast kernel, reduce with MPI_FLOAT, narrow back
+  /// (one rounding at the end, twice the bytes on the wire).
+  ConvertToFloat32,
+};
+
+/// Options of MpiProcessGroup.
+struct MpiProcessGroupOptions {
+  /// Fortran handle of the communicator to use (`MPI_Comm_c2f(comm)`); empty: MPI_COMM_WORLD.
+  /// The group duplicates it, so its traffic never mixes with the application's.
+  std::optional<std::int64_t> Communicator{};
+  /// How FP16/BF16 sums are reduced.
+  HalfReduction HalfSum = HalfReduction::UserOp;
+};
+
+/// Collectives over an MPI communicator.
+///
+/// Initializes MPI (MPI_Init_thread, MPI_THREAD_SERIALIZED) when the application did not, and
+/// then finalizes it at process exit; MPI initialized by the application is left to it. Every
+/// MPI call is checked: the communicator uses MPI_ERRORS_RETURN and a failure throws
+/// CommunicationError naming the call and MPI_Error_string. Abort() calls MPI_Abort.
+/// Element counts per rank are limited to INT_MAX (ArgumentError beyond).
+class MLFRAMEWORK_EXPORT MpiProcessGroup final : public IProcessGroup {
+ public:
+  /// Joins the communicator of @p options; BackendError when built without MPI.
+  explicit MpiProcessGroup(MpiProcessGroupOptions options = {});
+  /// Frees the duplicated communicator.
+  ~MpiProcessGroup() override;
+  /// Not copyable (owns a communicator).
+  MpiProcessGroup(const MpiProcessGroup&) = delete;
+  /// Not assignable.
+  MpiProcessGroup& operator=(const MpiProcessGroup&) = delete;
+
+  int Rank() const noexcept override;
+  int WorldSize() const noexcept override;
+  /// "mpi".
+  std::string_view BackendName() const noexcept override;
+  void AllGather(const ITensor& input, ITensor& output) override;
+  void ReduceScatter(const ITensor& input, ITensor& output, ReduceOp op = ReduceOp::Sum) override;
+  void AllReduce(ITensor& tensor, ReduceOp op = ReduceOp::Sum) override;
+  void Broadcast(ITensor& tensor, int root = 0) override;
+  void Barrier() override;
+  void AllReduceHost(std::span<double> values, ReduceOp op) override;
+  using IProcessGroup::AllReduceHost;
+  /// Prints the message and calls MPI_Abort on the communicator (never returns).
+  void Abort(const std::string& message) noexcept override;
+
+  /// The options this group was created with.
+  const MpiProcessGroupOptions& Options() const noexcept;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// True when this build has the MPI engine.
+MLFRAMEWORK_EXPORT bool MpiAvailable() noexcept;
+/// A shared MpiProcessGroup; BackendError when built without MPI.
+MLFRAMEWORK_EXPORT std::shared_ptr<IProcessGroup> MakeMpiProcessGroup(MpiProcessGroupOptions options = {});
+
+}  // namespace mlframework::distributed

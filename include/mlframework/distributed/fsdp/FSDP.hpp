@@ -1,0 +1,106 @@
+#pragma once
+/// @file FSDP.hpp
+/// @brief Fully sharded data parallel: sharded FP32 master weights, gathered per unit.
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <mlframework/amp/IOptimizer.hpp>
+#include <mlframework/core/DataType.hpp>
+#include <mlframework/core/ITensor.hpp>
+#include <mlframework/distributed/IProcessGroup.hpp>
+#include <mlframework/distributed/fsdp/FSDPConfig.hpp>
+#include <mlframework/distributed/fsdp/FSDPShardingUnit.hpp>
+#include <mlframework/export.hpp>
+
+namespace mlframework::distributed::fsdp {
+
+/// Fully sharded data parallel over a process group (PyTorch FSDP / DeepSpeed ZeRO-3).
+///
+/// The framework registers its parameters as units (for example one per layer); each unit keeps
+/// only this rank's FP32 shard. Per step: Gather() each unit before its forward, use its
+/// views, ReduceGradients() after its backward, Release() it; then clip and Step() with a
+/// reference optimizer built over ShardedParameters() (it updates the shards in place).
+///
+/// @code
+/// auto group = mlframework::distributed::MakeMpiProcessGroup();
+/// FSDP fsdp(group, {.Strategy = ShardingStrategy::FullShard, .ParamDType = DataType::Float16});
+/// fsdp.RegisterUnit("layer1", {{"weight", w1}, {"bias", b1}});
+/// optimizers::Adam adam(fsdp.ShardedParameters());
+/// // per step: unit.Gather(); forward/backward with unit.Parameters(); unit.ReduceGradients(g);
+/// //           unit.Release(); fsdp.ClipGradNorm(1.0f); fsdp.Step(adam);
+/// @endcode
+///
+/// Every method that communicates is a collective: all ranks call it in the same order.
+/// Checks whose outcome could differ between ranks are agreed with an all-reduce first, so a
+/// failing check throws on every rank and no rank is left waiting.
+class MLFRAMEWORK_EXPORT FSDP {
+ public:
+  /// FSDP over @p group (ArgumentNullError when null) with @p config (validated).
+  explicit FSDP(std::shared_ptr<IProcessGroup> group, FSDPConfig config = {});
+  ~FSDP();
+  /// Not copyable: owns the units.
+  FSDP(const FSDP&) = delete;
+  /// Not assignable.
+  FSDP& operator=(const FSDP&) = delete;
+
+  /// Registers a unit (collective): flattens @p parameters (name to full FP32/FP16/BF16 tensor,
+  /// identical on every rank unless SyncModuleStates), pads to a multiple of the world size and
+  /// keeps this rank's FP32 shard. ArgumentError on every rank for: an empty map, a duplicate
+  /// unit name, a null or empty (size 0) parameter, a unit smaller than the world size
+  /// (sharded strategies), or ranks that disagree on the world size, the unit's name, its
+  /// parameter names or shapes.
+  FSDPShardingUnit& RegisterUnit(const std::string& name, const GradientMap& parameters);
+  /// Number of registered units.
+  std::size_t UnitCount() const noexcept;
+  /// Unit number @p index in registration order; ArgumentError when out of range.
+  FSDPShardingUnit& Unit(std::size_t index);
+  /// Unit named @p name; ArgumentError when unknown.
+  FSDPShardingUnit& Unit(const std::string& name);
+
+  /// The process group.
+  IProcessGroup& ProcessGroup() const noexcept;
+  /// The configuration.
+  const FSDPConfig& Config() const noexcept;
+  /// Changes the dtype later Gather() calls produce (FSDPAmpIntegration sets the forward dtype).
+  /// ArgumentError for an invalid dtype; InvalidOperationError while any unit is gathered.
+  void SetParamDType(DataType dtype);
+
+  /// Unit name to its FP32 local shard: build the optimizer over this map.
+  GradientMap ShardedParameters() const;
+  /// Unit name to its LocalGradient(). InvalidOperationError when a unit has none.
+  GradientMap LocalGradients() const;
+  /// Global L2 norm of the gradients (collective): the square root of the all-reduced sum of
+  /// the squares of every rank's shards, the same value on every rank.
+  double GradNorm();
+  /// Scales the gradient shards by `max_norm / (norm + 1e-6)` when the global norm exceeds
+  /// @p max_norm (PyTorch's clip_grad_norm_), identically on every rank; returns the norm
+  /// before clipping (collective). ArgumentError unless @p max_norm is finite and > 0.
+  double ClipGradNorm(float max_norm);
+  /// Hands LocalGradients() to @p optimizer (built over ShardedParameters()), steps it and drops
+  /// the gradients; the next Gather() sees the new weights. InvalidOperationError on every rank
+  /// when any rank misses a gradient or still has a unit gathered.
+  void Step(amp::IOptimizer& optimizer);
+  /// Drops every unit's gradient shard (for example after a skipped step).
+  void ZeroGrad() noexcept;
+
+  /// The full parameters as FP32 tensors named "unit.parameter" (collective; for checkpoints,
+  /// evaluation and tests; does not change the units' state).
+  GradientMap FullParameters();
+
+  /// This rank's shards as a versioned, checksummed blob (world size, rank, strategy, units).
+  std::vector<std::byte> StateDict() const;
+  /// Restores a blob from StateDict() of the same rank and world size (collective).
+  /// ArgumentError on every rank when any rank's blob is corrupted or does not match
+  /// (world size, rank, units, sizes); nothing changes then.
+  void LoadStateDict(std::span<const std::byte> state);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace mlframework::distributed::fsdp

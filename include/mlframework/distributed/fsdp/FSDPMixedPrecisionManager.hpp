@@ -1,0 +1,78 @@
+#pragma once
+/// @file FSDPMixedPrecisionManager.hpp
+/// @brief Casts, loss scaling and rank-agreed overflow decisions for FSDP (spec 002).
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include <mlframework/amp/ScalePolicy.hpp>
+#include <mlframework/core/ITensor.hpp>
+#include <mlframework/distributed/fsdp/FSDP.hpp>
+#include <mlframework/distributed/fsdp/FSDPMixedPrecisionConfig.hpp>
+#include <mlframework/export.hpp>
+
+namespace mlframework::distributed::fsdp {
+
+/// Mixed-precision operations of one FSDP instance.
+///
+/// The loss scale follows the shared rules (amp::UpdateScaleState). The overflow decision is a
+/// collective: the local found-inf flag is combined with an all-reduce MAX over the FSDP
+/// process group before the scale changes, so all ranks skip the same steps and keep equal
+/// scales. Casts run through the fused multi-tensor cast kernel.
+class MLFRAMEWORK_EXPORT FSDPMixedPrecisionManager {
+ public:
+  /// Validates @p config (ArgumentError naming the field) and starts at InitialLossScale.
+  /// @p fsdp must outlive the manager.
+  FSDPMixedPrecisionManager(FSDPMixedPrecisionConfig config, FSDP& fsdp);
+  /// Releases nothing beyond its own state (the spec's Dispose).
+  ~FSDPMixedPrecisionManager();
+  /// Not copyable: one scale state per FSDP.
+  FSDPMixedPrecisionManager(const FSDPMixedPrecisionManager&) = delete;
+  /// Not assignable.
+  FSDPMixedPrecisionManager& operator=(const FSDPMixedPrecisionManager&) = delete;
+
+  /// @p gatheredParam in ForwardDType (the same tensor when it already is, or when mixed
+  /// precision is disabled). ArgumentNullError for null.
+  TensorPtr ConvertToMixedPrecision(const TensorPtr& gatheredParam) const;
+  /// @p mixedPrecisionGrad in BackwardDType (FP32; the same tensor when it already is).
+  /// ArgumentNullError for null.
+  TensorPtr ConvertGradientToFP32(const TensorPtr& mixedPrecisionGrad) const;
+  /// A new tensor holding `loss * CurrentLossScale()`, or @p loss itself without loss scaling.
+  /// ArgumentNullError for null.
+  TensorPtr ScaleLoss(const TensorPtr& loss) const;
+  /// Collective: true when any rank's @p gradients (null entries skipped) hold Inf or NaN; then
+  /// updates the scale by the shared rules. Always false without loss scaling.
+  bool CheckOverflow(const GradientMap& gradients);
+  /// Collective: multiplies @p gradients in place by `1 / CurrentLossScale()` and checks them in
+  /// the same pass, agrees across ranks and updates the scale like CheckOverflow(). Without loss
+  /// scaling the gradients are left as they are and only checked.
+  bool UnscaleAndCheckOverflow(const GradientMap& gradients);
+  /// The current loss scale.
+  float CurrentLossScale() const noexcept;
+  /// Clean steps since the last overflow or growth.
+  std::int64_t StepsSinceOverflow() const noexcept;
+  /// The full scaling state (counters included).
+  const amp::ScaleState& State() const noexcept;
+  /// Back to InitialLossScale with cleared counters.
+  void ResetLossScale() noexcept;
+  /// The configuration.
+  const FSDPMixedPrecisionConfig& Config() const noexcept;
+
+  /// Versioned blob of the scaling state.
+  std::vector<std::byte> StateDict() const;
+  /// Restores a blob from StateDict(); ArgumentError for a corrupted blob (state unchanged).
+  void LoadStateDict(std::span<const std::byte> state);
+
+ private:
+  TensorPtr CastTensor(const TensorPtr& tensor, TensorDataType targetDType) const;
+  bool Decide(bool local_overflow);
+
+  FSDPMixedPrecisionConfig config_;
+  amp::ScalePolicy policy_;
+  FSDP& fsdp_;
+  amp::ScaleState state_;
+};
+
+}  // namespace mlframework::distributed::fsdp

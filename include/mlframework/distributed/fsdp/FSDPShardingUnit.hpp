@@ -1,0 +1,100 @@
+#pragma once
+/// @file FSDPShardingUnit.hpp
+/// @brief One sharded group of parameters (typically one layer), flattened into one buffer.
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <mlframework/core/ITensor.hpp>
+#include <mlframework/export.hpp>
+
+namespace mlframework::distributed::fsdp {
+
+class FSDP;
+
+/// A group of named parameters that is gathered, released and reduced as one flat buffer.
+///
+/// Layout: the parameters, in name order, are laid end to end and zero-padded to PaddedSize(),
+/// a multiple of the world size; rank r owns elements `[r * ShardSize(), (r + 1) * ShardSize())`
+/// and keeps them as its FP32 master shard (LocalShard()). Under NoShard every rank keeps the
+/// whole buffer.
+///
+/// Life of a unit in one training step:
+/// 1. Gather(): the FP32 shard is cast to the parameter dtype and all-gathered (collective).
+///    GatheredParameter() is the flat buffer and Parameters() its per-parameter views, which the
+///    framework uses in forward and backward.
+/// 2. ReduceGradients(full_gradients): the full per-parameter gradients are flattened into the
+///    reduce dtype and reduce-scattered (collective), averaged over ranks, into LocalGradient(),
+///    this rank's FP32 gradient shard. Called again before a step, it accumulates.
+/// 3. Release(): the gathered buffer is dropped (its memory is freed once the framework drops
+///    its views too).
+///
+/// Units are created by FSDP::RegisterUnit(). State checks (gathering twice, reducing before
+/// gathering) are agreed across ranks before any communication, so every rank throws together.
+class MLFRAMEWORK_EXPORT FSDPShardingUnit {
+ public:
+  ~FSDPShardingUnit();
+  /// Not copyable: it owns shards.
+  FSDPShardingUnit(const FSDPShardingUnit&) = delete;
+  /// Not assignable.
+  FSDPShardingUnit& operator=(const FSDPShardingUnit&) = delete;
+
+  /// Name given at registration.
+  const std::string& Name() const noexcept;
+  /// Parameter names in layout order.
+  const std::vector<std::string>& ParameterNames() const noexcept;
+  /// Shape of parameter @p name; ArgumentError for an unknown name.
+  const Shape& ParameterShape(const std::string& name) const;
+  /// Elements of all parameters together (without padding).
+  std::size_t NumElements() const noexcept;
+  /// Flat buffer size: NumElements() rounded up to a multiple of the world size (sharded strategies).
+  std::size_t PaddedSize() const noexcept;
+  /// Elements this rank owns (PaddedSize() / world size; the whole buffer under NoShard).
+  std::size_t ShardSize() const noexcept;
+  /// First flat element this rank owns.
+  std::size_t ShardOffset() const noexcept;
+
+  /// This rank's FP32 master shard (what the optimizer updates in place).
+  TensorPtr LocalShard() const noexcept;
+
+  /// All-gathers the unit in the parameter dtype (collective). InvalidOperationError on every
+  /// rank when any rank already has it gathered.
+  void Gather();
+  /// Drops the gathered buffer. InvalidOperationError when not gathered (local, no communication).
+  void Release();
+  /// True between Gather() and Release().
+  bool IsGathered() const noexcept;
+  /// The gathered flat buffer (PaddedSize() elements), or null when not gathered.
+  TensorPtr GatheredParameter() const noexcept;
+  /// Replaces the gathered flat buffer (the spec's setter, used by FSDPAmpIntegration) and
+  /// rebuilds the views. InvalidOperationError when not gathered; ArgumentNullError for null;
+  /// ArgumentError unless it is a CPU tensor of PaddedSize() elements.
+  void SetGatheredParameter(TensorPtr gathered);
+  /// Per-parameter views into GatheredParameter() (name to tensor of the parameter's shape).
+  /// InvalidOperationError when not gathered.
+  const GradientMap& Parameters() const;
+
+  /// Reduce-scatters the full gradients of this unit's parameters (collective): every name of
+  /// ParameterNames() with a tensor of its shape, any dtype. The result, averaged over ranks,
+  /// is added to LocalGradient(). InvalidOperationError on every rank when any rank has not
+  /// gathered the unit; ArgumentError on every rank for missing names or wrong shapes.
+  void ReduceGradients(const GradientMap& gradients);
+  /// This rank's gradient shard (ShardSize() elements, FP32), or null before ReduceGradients().
+  TensorPtr LocalGradient() const noexcept;
+  /// Replaces the gradient shard (the spec's setter, used by FSDPAmpIntegration).
+  /// ArgumentNullError for null; ArgumentError unless it has ShardSize() elements.
+  void SetLocalGradient(TensorPtr gradient);
+  /// Drops the gradient shard (after a step or a skipped step). Its FP32 buffer is reused by the
+  /// next ReduceGradients(), so a reference kept from LocalGradient() sees the next values.
+  void ZeroGrad() noexcept;
+
+ private:
+  friend class FSDP;
+  struct Impl;
+  explicit FSDPShardingUnit(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace mlframework::distributed::fsdp

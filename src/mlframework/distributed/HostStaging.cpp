@@ -1,0 +1,75 @@
+#include "mlframework/distributed/HostStaging.hpp"
+
+#include <cstring>
+#include <string>
+
+#include <mlframework/backends/cpu/CpuTensor.hpp>
+#include <mlframework/core/Error.hpp>
+#include <mlframework/core/Tensor.hpp>
+
+namespace mlframework::distributed::detail {
+
+HostRead::HostRead(const ITensor& tensor) {
+  if (backends::cpu::IsCpuTensor(tensor)) {
+    data_ = backends::cpu::Data(tensor);
+    return;
+  }
+  staged_ = FromVector(tensor.ToFloatVector(), tensor.GetShape(), tensor.GetDataType());
+  data_ = backends::cpu::Data(*staged_);
+}
+
+HostWrite::HostWrite(ITensor& tensor, bool keep_contents) : tensor_(tensor) {
+  if (backends::cpu::IsCpuTensor(tensor)) {
+    data_ = backends::cpu::MutableData(tensor);
+    return;
+  }
+  staged_ = keep_contents ? FromVector(tensor.ToFloatVector(), tensor.GetShape(), tensor.GetDataType())
+                          : backends::cpu::Empty(tensor.GetShape(), tensor.GetDataType());
+  data_ = backends::cpu::MutableData(*staged_);
+}
+
+void HostWrite::Commit() {
+  // 16-bit values widen to float exactly, so the round trip through floats is lossless.
+  if (staged_) tensor_.CopyFromFloats(staged_->ToFloatVector());
+}
+
+void CheckSameDType(std::string_view call, const ITensor& input, const ITensor& output) {
+  if (input.GetDataType() != output.GetDataType()) {
+    throw ArgumentError("output", std::string(call) + ": output dtype " +
+                                      std::string(ToString(output.GetDataType())) + " differs from input dtype " +
+                                      std::string(ToString(input.GetDataType())));
+  }
+}
+
+void CheckGatherSizes(const ITensor& input, const ITensor& output, int world_size) {
+  CheckSameDType("AllGather", input, output);
+  if (output.Size() != input.Size() * static_cast<std::size_t>(world_size)) {
+    throw ArgumentError("output", "AllGather: output has " + std::to_string(output.Size()) +
+                                      " elements, expected input size " + std::to_string(input.Size()) +
+                                      " x world size " + std::to_string(world_size));
+  }
+}
+
+void CheckScatterSizes(const ITensor& input, const ITensor& output, int world_size) {
+  CheckSameDType("ReduceScatter", input, output);
+  if (input.Size() != output.Size() * static_cast<std::size_t>(world_size)) {
+    throw ArgumentError("input", "ReduceScatter: input has " + std::to_string(input.Size()) +
+                                     " elements, expected output size " + std::to_string(output.Size()) +
+                                     " x world size " + std::to_string(world_size));
+  }
+}
+
+void CheckRoot(int root, int world_size) {
+  if (root < 0 || root >= world_size) {
+    throw ArgumentError("root", "Broadcast: root " + std::to_string(root) + " is outside [0, " +
+                                    std::to_string(world_size) + ")");
+  }
+}
+
+void CheckOp(ReduceOp op) {
+  if (op != ReduceOp::Sum && op != ReduceOp::Max) {
+    throw ArgumentError("op", "unknown ReduceOp " + std::to_string(static_cast<int>(op)));
+  }
+}
+
+}  // namespace mlframework::distributed::detail

@@ -1,0 +1,44 @@
+#pragma once
+// Private: host pointers for collectives. CPU tensors are used in place; any other tensor
+// (a device tensor, a user backend) is staged through a CPU copy, so every engine accepts
+// every ITensor. Also the argument checks every engine shares, so they fail identically.
+
+#include <cstddef>
+#include <string_view>
+
+#include <mlframework/core/ITensor.hpp>
+#include <mlframework/distributed/IProcessGroup.hpp>
+
+namespace mlframework::distributed::detail {
+
+/// Read access to a tensor's elements on the host.
+class HostRead {
+ public:
+  explicit HostRead(const ITensor& tensor);
+  const void* Data() const noexcept { return data_; }
+
+ private:
+  TensorPtr staged_;
+  const void* data_ = nullptr;
+};
+
+/// Write (and optionally read) access on the host; Commit() copies staged elements back.
+class HostWrite {
+ public:
+  HostWrite(ITensor& tensor, bool keep_contents);
+  void* Data() const noexcept { return data_; }
+  void Commit();
+
+ private:
+  ITensor& tensor_;
+  TensorPtr staged_;
+  void* data_ = nullptr;
+};
+
+void CheckSameDType(std::string_view call, const ITensor& input, const ITensor& output);
+void CheckGatherSizes(const ITensor& input, const ITensor& output, int world_size);
+void CheckScatterSizes(const ITensor& input, const ITensor& output, int world_size);
+void CheckRoot(int root, int world_size);
+void CheckOp(ReduceOp op);
+
+}  // namespace mlframework::distributed::detail

@@ -1,0 +1,55 @@
+#include <mlframework/distributed/LocalProcessGroup.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include <mlframework/core/DataType.hpp>
+
+#include "mlframework/distributed/HostStaging.hpp"
+
+namespace mlframework::distributed {
+
+namespace {
+void CopyElements(const ITensor& input, ITensor& output) {
+  detail::HostRead source(input);
+  detail::HostWrite target(output, false);
+  std::memcpy(target.Data(), source.Data(), input.Size() * ElementSize(input.GetDataType()));
+  target.Commit();
+}
+}  // namespace
+
+LocalProcessGroup::~LocalProcessGroup() = default;
+
+int LocalProcessGroup::Rank() const noexcept { return 0; }
+int LocalProcessGroup::WorldSize() const noexcept { return 1; }
+std::string_view LocalProcessGroup::BackendName() const noexcept { return "local"; }
+
+void LocalProcessGroup::AllGather(const ITensor& input, ITensor& output) {
+  detail::CheckGatherSizes(input, output, 1);
+  if (&input != &output) CopyElements(input, output);
+}
+
+void LocalProcessGroup::ReduceScatter(const ITensor& input, ITensor& output, ReduceOp op) {
+  detail::CheckOp(op);
+  detail::CheckScatterSizes(input, output, 1);
+  if (&input != &output) CopyElements(input, output);
+}
+
+void LocalProcessGroup::AllReduce(ITensor& /*tensor*/, ReduceOp op) { detail::CheckOp(op); }
+
+void LocalProcessGroup::Broadcast(ITensor& /*tensor*/, int root) { detail::CheckRoot(root, 1); }
+
+void LocalProcessGroup::Barrier() {}
+
+void LocalProcessGroup::AllReduceHost(std::span<double> /*values*/, ReduceOp op) { detail::CheckOp(op); }
+
+void LocalProcessGroup::Abort(const std::string& message) noexcept {
+  std::fprintf(stderr, "mlframework: rank 0 aborting: %s\n", message.c_str());
+  std::fflush(stderr);
+  std::abort();
+}
+
+std::shared_ptr<IProcessGroup> MakeLocalProcessGroup() { return std::make_shared<LocalProcessGroup>(); }
+
+}  // namespace mlframework::distributed

@@ -1,0 +1,273 @@
+// MPI engine. MPI has no standard 16-bit float type: FP16/BF16 travel as MPI_UINT16_T words;
+// sums use either user-defined MPI_Ops (widen each block to FP32, add, round back) or a
+// widen-reduce-narrow round trip through MPI_FLOAT, chosen by MpiProcessGroupOptions::HalfSum.
+#include <mlframework/distributed/MpiProcessGroup.hpp>
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <array>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <mlframework/core/DataType.hpp>
+#include <mlframework/core/Error.hpp>
+
+#include "mlframework/backends/cpu/MultiTensorKernels.hpp"
+#include "mlframework/distributed/HostStaging.hpp"
+
+namespace mlframework::distributed {
+
+namespace {
+
+std::string MpiErrorString(int code) {
+  std::array<char, MPI_MAX_ERROR_STRING> text{};
+  int length = 0;
+  if (MPI_Error_string(code, text.data(), &length) != MPI_SUCCESS) {
+    return "MPI error code " + std::to_string(code);
+  }
+  return std::string(text.data(), static_cast<std::size_t>(length));
+}
+
+void Check(int code, const char* call) {
+  if (code != MPI_SUCCESS) {
+    throw CommunicationError(std::string(call) + " failed: " + MpiErrorString(code));
+  }
+}
+
+#define MLFW_MPI_CHECK(call) Check((call), #call)
+
+int CountOf(std::size_t elements, const char* parameter) {
+  if (elements > static_cast<std::size_t>(INT_MAX)) {
+    throw ArgumentError(parameter, "has " + std::to_string(elements) +
+                                       " elements per rank, more than MPI's int count limit " +
+                                       std::to_string(INT_MAX));
+  }
+  return static_cast<int>(elements);
+}
+
+// Elements combined per block in the user ops: both operands widened to floats on the stack.
+constexpr int kOpBlock = 1024;
+
+template <DataType D, bool kMax>
+void HalfOp(void* in, void* inout, int* len, MPI_Datatype* /*type*/) {
+  std::array<float, kOpBlock> a{};
+  std::array<float, kOpBlock> b{};
+  const auto* source = static_cast<const std::uint16_t*>(in);
+  auto* target = static_cast<std::uint16_t*>(inout);
+  for (int start = 0; start < *len; start += kOpBlock) {
+    const auto count = static_cast<std::size_t>(std::min(kOpBlock, *len - start));
+    backends::cpu::WidenToFloat(source + start, D, a.data(), count);
+    backends::cpu::WidenToFloat(target + start, D, b.data(), count);
+    for (std::size_t i = 0; i < count; ++i) {
+      if constexpr (kMax) {
+        b[i] = a[i] > b[i] ? a[i] : b[i];
+      } else {
+        b[i] = a[i] + b[i];
+      }
+    }
+    backends::cpu::NarrowFromFloat(b.data(), target + start, D, count);
+  }
+}
+
+// Process-wide MPI state: whether we initialized MPI (and so must finalize it) and the
+// user-defined ops, created once.
+class MpiRuntime {
+ public:
+  static MpiRuntime& Get() {
+    static MpiRuntime runtime;
+    return runtime;
+  }
+
+  void EnsureInitialized() {
+    std::lock_guard lock(mutex_);
+    if (ready_) return;
+    int initialized = 0;
+    MLFW_MPI_CHECK(MPI_Initialized(&initialized));
+    if (initialized == 0) {
+      int provided = 0;
+      MLFW_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided));
+      we_initialized_ = true;
+    }
+    MLFW_MPI_CHECK(MPI_Op_create(&HalfOp<DataType::Float16, false>, 1, &ops_[0]));
+    MLFW_MPI_CHECK(MPI_Op_create(&HalfOp<DataType::Float16, true>, 1, &ops_[1]));
+    MLFW_MPI_CHECK(MPI_Op_create(&HalfOp<DataType::BFloat16, false>, 1, &ops_[2]));
+    MLFW_MPI_CHECK(MPI_Op_create(&HalfOp<DataType::BFloat16, true>, 1, &ops_[3]));
+    ready_ = true;
+  }
+
+  MPI_Op HalfOpFor(DataType dtype, ReduceOp op) const {
+    const std::size_t index = (dtype == DataType::BFloat16 ? 2u : 0u) + (op == ReduceOp::Max ? 1u : 0u);
+    return ops_[index];
+  }
+
+  static bool Finalized() {
+    int finalized = 0;
+    return MPI_Finalized(&finalized) == MPI_SUCCESS && finalized != 0;
+  }
+
+  ~MpiRuntime() {
+    if (!ready_ || Finalized()) return;
+    for (MPI_Op& op : ops_) MPI_Op_free(&op);
+    // Finalize only what we initialized; an application that called MPI_Init finalizes itself.
+    if (we_initialized_) MPI_Finalize();
+  }
+
+  MpiRuntime(const MpiRuntime&) = delete;
+  MpiRuntime& operator=(const MpiRuntime&) = delete;
+
+ private:
+  MpiRuntime() = default;
+  std::mutex mutex_;
+  bool ready_ = false;
+  bool we_initialized_ = false;
+  std::array<MPI_Op, 4> ops_{MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
+};
+
+MPI_Datatype WireType(DataType dtype) {
+  return dtype == DataType::Float32 ? MPI_FLOAT : MPI_UINT16_T;
+}
+
+MPI_Op BuiltinOp(ReduceOp op) { return op == ReduceOp::Max ? MPI_MAX : MPI_SUM; }
+
+}  // namespace
+
+struct MpiProcessGroup::Impl {
+  MpiProcessGroupOptions options;
+  MPI_Comm comm = MPI_COMM_NULL;
+  int rank = 0;
+  int world_size = 1;
+
+  // Reduces `count` elements of `dtype` from `send` (or in place when send is MPI_IN_PLACE)
+  // into `recv`; scatter: chunk `rank` of the result only (recv holds count elements).
+  void Reduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op, bool scatter) {
+    const int n = CountOf(count, scatter ? "output" : "tensor");
+    if (dtype == DataType::Float32) {
+      if (scatter) {
+        MLFW_MPI_CHECK(MPI_Reduce_scatter_block(send, recv, n, MPI_FLOAT, BuiltinOp(op), comm));
+      } else {
+        MLFW_MPI_CHECK(MPI_Allreduce(send, recv, n, MPI_FLOAT, BuiltinOp(op), comm));
+      }
+      return;
+    }
+    if (options.HalfSum == HalfReduction::UserOp) {
+      const MPI_Op user_op = MpiRuntime::Get().HalfOpFor(dtype, op);
+      if (scatter) {
+        MLFW_MPI_CHECK(MPI_Reduce_scatter_block(send, recv, n, MPI_UINT16_T, user_op, comm));
+      } else {
+        MLFW_MPI_CHECK(MPI_Allreduce(send, recv, n, MPI_UINT16_T, user_op, comm));
+      }
+      return;
+    }
+    // Widen, reduce in FP32, narrow once.
+    const std::size_t total = scatter ? count * static_cast<std::size_t>(world_size) : count;
+    std::vector<float> wide(total);
+    backends::cpu::WidenToFloat(send == MPI_IN_PLACE ? recv : send, dtype, wide.data(), total);
+    if (scatter) {
+      std::vector<float> part(count);
+      MLFW_MPI_CHECK(MPI_Reduce_scatter_block(wide.data(), part.data(), n, MPI_FLOAT, BuiltinOp(op), comm));
+      backends::cpu::NarrowFromFloat(part.data(), recv, dtype, count);
+    } else {
+      MLFW_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, wide.data(), n, MPI_FLOAT, BuiltinOp(op), comm));
+      backends::cpu::NarrowFromFloat(wide.data(), recv, dtype, count);
+    }
+  }
+};
+
+MpiProcessGroup::MpiProcessGroup(MpiProcessGroupOptions options) : impl_(std::make_unique<Impl>()) {
+  if (options.HalfSum != HalfReduction::UserOp && options.HalfSum != HalfReduction::ConvertToFloat32) {
+    throw ArgumentError("options.HalfSum", "unknown HalfReduction " + std::to_string(static_cast<int>(options.HalfSum)));
+  }
+  MpiRuntime::Get().EnsureInitialized();
+  MPI_Comm parent = MPI_COMM_WORLD;
+  if (options.Communicator) {
+    parent = MPI_Comm_f2c(static_cast<MPI_Fint>(*options.Communicator));
+    if (parent == MPI_COMM_NULL) {
+      throw ArgumentError("options.Communicator",
+                          "Fortran handle " + std::to_string(*options.Communicator) + " is MPI_COMM_NULL");
+    }
+  }
+  // Our own duplicate: errors are returned (not fatal) and our traffic never matches the app's.
+  MLFW_MPI_CHECK(MPI_Comm_dup(parent, &impl_->comm));
+  try {
+    MLFW_MPI_CHECK(MPI_Comm_set_errhandler(impl_->comm, MPI_ERRORS_RETURN));
+    MLFW_MPI_CHECK(MPI_Comm_rank(impl_->comm, &impl_->rank));
+    MLFW_MPI_CHECK(MPI_Comm_size(impl_->comm, &impl_->world_size));
+  } catch (...) {
+    MPI_Comm_free(&impl_->comm);
+    throw;
+  }
+  impl_->options = options;
+}
+
+MpiProcessGroup::~MpiProcessGroup() {
+  if (impl_->comm != MPI_COMM_NULL && !MpiRuntime::Finalized()) MPI_Comm_free(&impl_->comm);
+}
+
+int MpiProcessGroup::Rank() const noexcept { return impl_->rank; }
+int MpiProcessGroup::WorldSize() const noexcept { return impl_->world_size; }
+std::string_view MpiProcessGroup::BackendName() const noexcept { return "mpi"; }
+const MpiProcessGroupOptions& MpiProcessGroup::Options() const noexcept { return impl_->options; }
+
+void MpiProcessGroup::AllGather(const ITensor& input, ITensor& output) {
+  detail::CheckGatherSizes(input, output, impl_->world_size);
+  const int n = CountOf(input.Size(), "input");
+  const MPI_Datatype type = WireType(input.GetDataType());
+  detail::HostRead source(input);
+  detail::HostWrite target(output, false);
+  MLFW_MPI_CHECK(MPI_Allgather(source.Data(), n, type, target.Data(), n, type, impl_->comm));
+  target.Commit();
+}
+
+void MpiProcessGroup::ReduceScatter(const ITensor& input, ITensor& output, ReduceOp op) {
+  detail::CheckOp(op);
+  detail::CheckScatterSizes(input, output, impl_->world_size);
+  detail::HostRead source(input);
+  detail::HostWrite target(output, false);
+  impl_->Reduce(source.Data(), target.Data(), output.Size(), input.GetDataType(), op, true);
+  target.Commit();
+}
+
+void MpiProcessGroup::AllReduce(ITensor& tensor, ReduceOp op) {
+  detail::CheckOp(op);
+  detail::HostWrite target(tensor, true);
+  impl_->Reduce(MPI_IN_PLACE, target.Data(), tensor.Size(), tensor.GetDataType(), op, false);
+  target.Commit();
+}
+
+void MpiProcessGroup::Broadcast(ITensor& tensor, int root) {
+  detail::CheckRoot(root, impl_->world_size);
+  const int n = CountOf(tensor.Size(), "tensor");
+  detail::HostWrite target(tensor, true);
+  MLFW_MPI_CHECK(MPI_Bcast(target.Data(), n, WireType(tensor.GetDataType()), root, impl_->comm));
+  target.Commit();
+}
+
+void MpiProcessGroup::Barrier() { MLFW_MPI_CHECK(MPI_Barrier(impl_->comm)); }
+
+void MpiProcessGroup::AllReduceHost(std::span<double> values, ReduceOp op) {
+  detail::CheckOp(op);
+  if (values.empty()) return;
+  const int n = CountOf(values.size(), "values");
+  MLFW_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, values.data(), n, MPI_DOUBLE, BuiltinOp(op), impl_->comm));
+}
+
+void MpiProcessGroup::Abort(const std::string& message) noexcept {
+  std::fprintf(stderr, "mlframework: rank %d of %d aborting the MPI job: %s\n", impl_->rank,
+               impl_->world_size, message.c_str());
+  std::fflush(stderr);
+  if (!MpiRuntime::Finalized()) MPI_Abort(impl_->comm != MPI_COMM_NULL ? impl_->comm : MPI_COMM_WORLD, 1);
+  std::abort();
+}
+
+bool MpiAvailable() noexcept { return true; }
+
+std::shared_ptr<IProcessGroup> MakeMpiProcessGroup(MpiProcessGroupOptions options) {
+  return std::make_shared<MpiProcessGroup>(options);
+}
+
+}  // namespace mlframework::distributed

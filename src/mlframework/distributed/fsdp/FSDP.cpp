@@ -1,0 +1,367 @@
+#include <mlframework/distributed/fsdp/FSDP.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <sstream>
+#include <utility>
+
+#include <mlframework/backends/cpu/CpuTensor.hpp>
+#include <mlframework/core/Error.hpp>
+#include <mlframework/core/MultiTensor.hpp>
+
+#include "mlframework/core/StateBlob.hpp"
+#include "mlframework/distributed/fsdp/Agreement.hpp"
+#include "mlframework/distributed/fsdp/UnitImpl.hpp"
+
+namespace mlframework::distributed::fsdp {
+
+namespace cpu = backends::cpu;
+
+namespace {
+
+constexpr char kBlobKind[] = "distributed.fsdp.FSDP";
+constexpr std::uint16_t kBlobVersion = 1;
+
+// FNV-1a over the unit's layout, cut to 52 bits so it travels exactly in a double.
+std::uint64_t LayoutHash(const std::string& unit, const std::vector<std::string>& names,
+                         const std::vector<Shape>& shapes) {
+  std::uint64_t hash = 1469598103934665603ull;
+  auto mix = [&hash](const void* data, std::size_t size) {
+    const auto* bytes = static_cast<const unsigned char*>(data);
+    for (std::size_t i = 0; i < size; ++i) {
+      hash ^= bytes[i];
+      hash *= 1099511628211ull;
+    }
+  };
+  mix(unit.data(), unit.size() + 1);
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    mix(names[i].c_str(), names[i].size() + 1);
+    const std::uint64_t rank = shapes[i].size();
+    mix(&rank, sizeof rank);
+    for (const std::size_t extent : shapes[i]) {
+      const std::uint64_t e = extent;
+      mix(&e, sizeof e);
+    }
+  }
+  return hash & ((1ull << 52) - 1);
+}
+
+std::string Show(double value) {
+  std::ostringstream text;
+  text << value;
+  return text.str();
+}
+
+}  // namespace
+
+std::string_view ToString(ShardingStrategy strategy) noexcept {
+  switch (strategy) {
+    case ShardingStrategy::FullShard:
+      return "FullShard";
+    case ShardingStrategy::ShardGradOp:
+      return "ShardGradOp";
+    case ShardingStrategy::NoShard:
+      return "NoShard";
+  }
+  return "unknown";
+}
+
+void FSDPConfig::Validate() const {
+  if (Strategy != ShardingStrategy::FullShard && Strategy != ShardingStrategy::ShardGradOp &&
+      Strategy != ShardingStrategy::NoShard) {
+    throw ArgumentError("Strategy", "unknown ShardingStrategy " + std::to_string(static_cast<int>(Strategy)));
+  }
+  if (!IsValid(ParamDType)) {
+    throw ArgumentError("ParamDType", "unknown DataType " + std::to_string(static_cast<int>(ParamDType)));
+  }
+  if (!IsValid(ReduceDType)) {
+    throw ArgumentError("ReduceDType", "unknown DataType " + std::to_string(static_cast<int>(ReduceDType)));
+  }
+}
+
+struct FSDP::Impl {
+  std::shared_ptr<IProcessGroup> group;
+  FSDPConfig config;
+  std::vector<std::unique_ptr<FSDPShardingUnit>> units;
+
+  std::vector<TensorPtr> GradientList() const {
+    std::vector<TensorPtr> list;
+    for (const auto& unit : units) {
+      if (unit->impl_->local_gradient) list.push_back(unit->impl_->local_gradient);
+    }
+    return list;
+  }
+};
+
+FSDP::FSDP(std::shared_ptr<IProcessGroup> group, FSDPConfig config) {
+  if (!group) throw ArgumentNullError("group");
+  config.Validate();
+  impl_ = std::make_unique<Impl>();
+  impl_->group = std::move(group);
+  impl_->config = config;
+}
+
+FSDP::~FSDP() = default;
+
+FSDPShardingUnit& FSDP::RegisterUnit(const std::string& name, const GradientMap& parameters) {
+  IProcessGroup& group = *impl_->group;
+  const int world = group.WorldSize();
+  const bool sharded = impl_->config.Strategy != ShardingStrategy::NoShard;
+  auto unit = std::make_unique<FSDPShardingUnit::Impl>();
+  unit->group = impl_->group.get();
+  unit->config = &impl_->config;
+  unit->name = name;
+  std::vector<TensorPtr> sources;
+
+  detail::AgreeOn(group, "RegisterUnit('" + name + "')", [&] {
+    if (name.empty()) throw ArgumentError("name", "a unit needs a non-empty name");
+    for (const auto& existing : impl_->units) {
+      if (existing->Name() == name) throw ArgumentError("name", "a unit named '" + name + "' is already registered");
+    }
+    if (parameters.empty()) throw ArgumentError("parameters", "unit '" + name + "' has no parameters");
+    for (const auto& [param_name, tensor] : parameters) {
+      if (!tensor) throw ArgumentNullError("parameters[" + param_name + "]");
+      if (tensor->Size() == 0) {
+        throw ArgumentError("parameters[" + param_name + "]", "parameter '" + param_name + "' of unit '" + name +
+                                                                   "' has size 0 (shape " +
+                                                                   mlframework::ToString(tensor->GetShape()) + ")");
+      }
+      unit->offsets.push_back(unit->numel);
+      unit->names.push_back(param_name);
+      unit->shapes.push_back(tensor->GetShape());
+      unit->numel += tensor->Size();
+      sources.push_back(tensor);
+    }
+    if (sharded && unit->numel < static_cast<std::size_t>(world)) {
+      throw ArgumentError("parameters", "unit '" + name + "' has " + std::to_string(unit->numel) +
+                                            " elements, fewer than the world size " + std::to_string(world) +
+                                            ": merge it into a larger unit or use ShardingStrategy::NoShard");
+    }
+  });
+
+  // Every rank must describe the same unit: compare max and min of each field in one all-reduce.
+  const std::array<const char*, 5> fields{"world size", "unit index", "element count", "parameter count",
+                                          "parameter names and shapes"};
+  const std::array<double, 5> mine{static_cast<double>(world), static_cast<double>(impl_->units.size()),
+                                   static_cast<double>(unit->numel), static_cast<double>(unit->names.size()),
+                                   static_cast<double>(LayoutHash(name, unit->names, unit->shapes))};
+  std::array<double, 10> extremes{};
+  for (std::size_t i = 0; i < mine.size(); ++i) {
+    extremes[i] = mine[i];
+    extremes[i + mine.size()] = -mine[i];
+  }
+  group.AllReduceHost(extremes, ReduceOp::Max);
+  for (std::size_t i = 0; i < mine.size(); ++i) {
+    const double high = extremes[i];
+    const double low = -extremes[i + mine.size()];
+    if (high != low) {
+      throw ArgumentError("parameters", "RegisterUnit('" + name + "'): ranks disagree on the " + fields[i] +
+                                            " (this rank " + Show(mine[i]) + ", min " + Show(low) + ", max " +
+                                            Show(high) + "); every rank must register the same units");
+    }
+  }
+
+  const std::size_t world_size = static_cast<std::size_t>(world);
+  unit->padded = sharded ? (unit->numel + world_size - 1) / world_size * world_size : unit->numel;
+  unit->shard_size = sharded ? unit->padded / world_size : unit->numel;
+  unit->shard_offset = sharded ? unit->shard_size * static_cast<std::size_t>(group.Rank()) : 0;
+
+  // Flatten into FP32 (one fused cast), optionally take rank 0's values, keep this rank's part.
+  TensorPtr flat = cpu::Empty({unit->padded}, DataType::Float32);
+  {
+    std::vector<TensorPtr> targets;
+    for (std::size_t i = 0; i < unit->names.size(); ++i) {
+      targets.push_back(cpu::View(flat, unit->offsets[i], unit->shapes[i]));
+    }
+    CastInto(sources, targets);
+  }
+  if (impl_->config.SyncModuleStates) group.Broadcast(*flat, 0);
+  if (sharded) {
+    unit->shard = cpu::Empty({unit->shard_size}, DataType::Float32);
+    std::memcpy(cpu::MutableData(*unit->shard), cpu::Elements<DataType::Float32>(*flat).data() + unit->shard_offset,
+                unit->shard_size * sizeof(float));
+  } else {
+    unit->shard = std::move(flat);
+  }
+  impl_->units.push_back(std::unique_ptr<FSDPShardingUnit>(new FSDPShardingUnit(std::move(unit))));
+  return *impl_->units.back();
+}
+
+std::size_t FSDP::UnitCount() const noexcept { return impl_->units.size(); }
+
+FSDPShardingUnit& FSDP::Unit(std::size_t index) {
+  if (index >= impl_->units.size()) {
+    throw ArgumentError("index", "unit index " + std::to_string(index) + " is out of range (" +
+                                     std::to_string(impl_->units.size()) + " units)");
+  }
+  return *impl_->units[index];
+}
+
+FSDPShardingUnit& FSDP::Unit(const std::string& name) {
+  for (const auto& unit : impl_->units) {
+    if (unit->Name() == name) return *unit;
+  }
+  throw ArgumentError("name", "no unit named '" + name + "'");
+}
+
+IProcessGroup& FSDP::ProcessGroup() const noexcept { return *impl_->group; }
+const FSDPConfig& FSDP::Config() const noexcept { return impl_->config; }
+
+void FSDP::SetParamDType(DataType dtype) {
+  if (!IsValid(dtype)) throw ArgumentError("dtype", "unknown DataType " + std::to_string(static_cast<int>(dtype)));
+  for (const auto& unit : impl_->units) {
+    if (unit->IsGathered()) {
+      throw InvalidOperationError("cannot change the parameter dtype while unit '" + unit->Name() +
+                                  "' is gathered: release it first");
+    }
+  }
+  impl_->config.ParamDType = dtype;
+}
+
+GradientMap FSDP::ShardedParameters() const {
+  GradientMap result;
+  for (const auto& unit : impl_->units) result.emplace(unit->Name(), unit->LocalShard());
+  return result;
+}
+
+GradientMap FSDP::LocalGradients() const {
+  GradientMap result;
+  for (const auto& unit : impl_->units) {
+    if (!unit->LocalGradient()) {
+      throw InvalidOperationError("unit '" + unit->Name() + "' has no gradient: call ReduceGradients() first");
+    }
+    result.emplace(unit->Name(), unit->LocalGradient());
+  }
+  return result;
+}
+
+double FSDP::GradNorm() {
+  const std::vector<TensorPtr> list = impl_->GradientList();
+  double sum = list.empty() ? 0.0 : SumOfSquares(list);
+  // Under NoShard every rank already holds the whole (identical) gradient.
+  if (impl_->config.Strategy != ShardingStrategy::NoShard) sum = impl_->group->AllReduceHost(sum, ReduceOp::Sum);
+  return std::sqrt(sum);
+}
+
+double FSDP::ClipGradNorm(float max_norm) {
+  if (!std::isfinite(max_norm) || !(max_norm > 0.0f)) {
+    throw ArgumentError("max_norm", "must be finite and > 0, got " + Show(max_norm));
+  }
+  const double norm = GradNorm();
+  const double coefficient = static_cast<double>(max_norm) / (norm + 1e-6);
+  // Every rank computed the same norm, so every rank takes the same branch.
+  if (std::isfinite(norm) && coefficient < 1.0) {
+    ScaleInPlace(impl_->GradientList(), static_cast<float>(coefficient));
+  }
+  return norm;
+}
+
+void FSDP::Step(amp::IOptimizer& optimizer) {
+  GradientMap gradients;
+  detail::AgreeOn(*impl_->group, "FSDP::Step", [&] {
+    for (const auto& unit : impl_->units) {
+      if (unit->IsGathered()) {
+        throw InvalidOperationError("unit '" + unit->Name() + "' is still gathered: release it before the step");
+      }
+    }
+    gradients = LocalGradients();
+  });
+  optimizer.SetGradients(gradients);
+  optimizer.Step();
+  for (const auto& unit : impl_->units) {
+    unit->impl_->Invalidate();
+    unit->ZeroGrad();
+  }
+}
+
+void FSDP::ZeroGrad() noexcept {
+  for (const auto& unit : impl_->units) unit->ZeroGrad();
+}
+
+GradientMap FSDP::FullParameters() {
+  GradientMap result;
+  for (const auto& unit : impl_->units) {
+    const FSDPShardingUnit::Impl& s = *unit->impl_;
+    TensorPtr flat = s.shard;
+    if (impl_->config.Strategy != ShardingStrategy::NoShard) {
+      flat = cpu::Empty({s.padded}, DataType::Float32);
+      impl_->group->AllGather(*s.shard, *flat);
+    }
+    for (const auto& [name, view] : s.ViewsOf(flat)) result.emplace(s.name + "." + name, view->Clone());
+  }
+  return result;
+}
+
+std::vector<std::byte> FSDP::StateDict() const {
+  mlframework::detail::BlobWriter writer(kBlobKind, kBlobVersion);
+  writer.U32(static_cast<std::uint32_t>(impl_->group->WorldSize()));
+  writer.U32(static_cast<std::uint32_t>(impl_->group->Rank()));
+  writer.U8(static_cast<std::uint8_t>(impl_->config.Strategy));
+  writer.U64(impl_->units.size());
+  for (const auto& unit : impl_->units) {
+    const FSDPShardingUnit::Impl& s = *unit->impl_;
+    writer.U64(s.name.size());
+    writer.Bytes(std::as_bytes(std::span<const char>(s.name.data(), s.name.size())));
+    writer.U64(s.padded);
+    writer.U64(s.shard_size);
+    const auto values = cpu::Elements<DataType::Float32>(*s.shard);
+    writer.Bytes(std::as_bytes(std::span<const float>(values.data(), values.size())));
+  }
+  return writer.Finish();
+}
+
+void FSDP::LoadStateDict(std::span<const std::byte> state) {
+  std::vector<std::vector<float>> shards;
+  detail::AgreeOn(*impl_->group, "FSDP::LoadStateDict", [&] {
+    mlframework::detail::BlobReader reader(state, kBlobKind, kBlobVersion);
+    const std::uint32_t world = reader.U32();
+    const std::uint32_t rank = reader.U32();
+    const std::uint8_t strategy = reader.U8();
+    if (world != static_cast<std::uint32_t>(impl_->group->WorldSize())) {
+      reader.Fail("was saved with world size " + std::to_string(world) + ", this group has world size " +
+                  std::to_string(impl_->group->WorldSize()));
+    }
+    if (rank != static_cast<std::uint32_t>(impl_->group->Rank())) {
+      reader.Fail("was saved by rank " + std::to_string(rank) + ", loaded on rank " +
+                  std::to_string(impl_->group->Rank()));
+    }
+    if (strategy != static_cast<std::uint8_t>(impl_->config.Strategy)) {
+      reader.Fail("was saved with sharding strategy " + std::to_string(strategy) + ", this FSDP uses " +
+                  std::string(ToString(impl_->config.Strategy)));
+    }
+    const std::uint64_t count = reader.U64();
+    if (count != impl_->units.size()) {
+      reader.Fail("holds " + std::to_string(count) + " units, this FSDP has " + std::to_string(impl_->units.size()));
+    }
+    for (const auto& unit : impl_->units) {
+      const FSDPShardingUnit::Impl& s = *unit->impl_;
+      const std::uint64_t length = reader.U64();
+      if (length > 4096) reader.Fail("unit name length " + std::to_string(length) + " is implausible");
+      const auto name_bytes = reader.Bytes(static_cast<std::size_t>(length));
+      const std::string name(reinterpret_cast<const char*>(name_bytes.data()), name_bytes.size());
+      const std::uint64_t padded = reader.U64();
+      const std::uint64_t shard_size = reader.U64();
+      if (name != s.name || padded != s.padded || shard_size != s.shard_size) {
+        reader.Fail("unit '" + name + "' (" + std::to_string(padded) + " padded elements, shard " +
+                    std::to_string(shard_size) + ") does not match unit '" + s.name + "' (" +
+                    std::to_string(s.padded) + ", shard " + std::to_string(s.shard_size) + ")");
+      }
+      const auto bytes = reader.Bytes(static_cast<std::size_t>(shard_size) * sizeof(float));
+      std::vector<float> values(static_cast<std::size_t>(shard_size));
+      std::memcpy(values.data(), bytes.data(), bytes.size());
+      shards.push_back(std::move(values));
+    }
+    reader.ExpectEnd();
+  });
+  // Every rank decoded its blob: commit.
+  for (std::size_t i = 0; i < impl_->units.size(); ++i) {
+    FSDPShardingUnit::Impl& s = *impl_->units[i]->impl_;
+    const auto target = cpu::Elements<DataType::Float32>(*s.shard);
+    std::copy(shards[i].begin(), shards[i].end(), target.begin());
+    s.Invalidate();
+  }
+}
+
+}  // namespace mlframework::distributed::fsdp

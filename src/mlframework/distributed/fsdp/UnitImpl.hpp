@@ -1,0 +1,42 @@
+#pragma once
+// Private: the state of one sharding unit, shared by FSDP (which creates units) and
+// FSDPShardingUnit (which runs their collectives).
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include <mlframework/core/ITensor.hpp>
+#include <mlframework/distributed/IProcessGroup.hpp>
+#include <mlframework/distributed/fsdp/FSDPConfig.hpp>
+#include <mlframework/distributed/fsdp/FSDPShardingUnit.hpp>
+
+namespace mlframework::distributed::fsdp {
+
+struct FSDPShardingUnit::Impl {
+  IProcessGroup* group = nullptr;
+  const FSDPConfig* config = nullptr;  // the owning FSDP's (ParamDType may change)
+  std::string name;
+  std::vector<std::string> names;
+  std::vector<Shape> shapes;
+  std::vector<std::size_t> offsets;
+  std::size_t numel = 0;
+  std::size_t padded = 0;
+  std::size_t shard_size = 0;
+  std::size_t shard_offset = 0;
+
+  TensorPtr shard;            // FP32 master shard (the whole buffer under NoShard)
+  TensorPtr gathered;         // flat gathered buffer while gathered
+  GradientMap views;          // per-parameter views of `gathered`
+  bool is_gathered = false;
+  TensorPtr kept;             // ShardGradOp / NoShard: gathered buffer kept between steps
+  TensorPtr local_gradient;   // FP32 gradient shard
+  TensorPtr spare_gradient;   // last step's FP32 shard, reused by the next ReduceGradients()
+
+  // Views of @p flat with the parameters' shapes, by name.
+  GradientMap ViewsOf(const TensorPtr& flat) const;
+  // The kept buffer no longer matches the shard (after an optimizer step or a state load).
+  void Invalidate() { kept.reset(); }
+};
+
+}  // namespace mlframework::distributed::fsdp

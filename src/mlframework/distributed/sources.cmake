@@ -1,0 +1,12 @@
+target_sources(mlframework PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/AbortGuard.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/HostStaging.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/IProcessGroup.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/LocalProcessGroup.cpp)
+# The MPI engine links MPI privately: public headers and consumers never see mpi.h.
+if(MLFW_HAS_MPI)
+  target_sources(mlframework PRIVATE ${CMAKE_CURRENT_LIST_DIR}/MpiProcessGroup.cpp)
+  target_link_libraries(mlframework PRIVATE MPI::MPI_CXX)
+else()
+  target_sources(mlframework PRIVATE ${CMAKE_CURRENT_LIST_DIR}/NoMpiProcessGroup.cpp)
+endif()

@@ -1,0 +1,148 @@
+// Bad input to FSDP: every rank gets a clear exception (no rank is left waiting), and the
+// objects keep working afterwards.
+#include <boost/test/unit_test.hpp>
+
+#include <mlframework/core/Error.hpp>
+#include <mlframework/core/Tensor.hpp>
+#include <mlframework/distributed/LocalProcessGroup.hpp>
+#include <mlframework/distributed/fsdp/FSDP.hpp>
+#include <mlframework/optimizers/SGD.hpp>
+
+#include "distributed/DistributedTestUtil.hpp"
+
+namespace dist = mlframework::distributed;
+namespace fsdp = mlframework::distributed::fsdp;
+using mlframework::Zeros;
+using mlfw_test::Mlp;
+
+namespace {
+
+// Forwards to a real group but reports a different world size on rank 0 (a misconfigured job).
+class WrongWorldSize final : public dist::IProcessGroup {
+ public:
+  explicit WrongWorldSize(std::shared_ptr<dist::IProcessGroup> inner) : inner_(std::move(inner)) {}
+  int Rank() const noexcept override { return inner_->Rank(); }
+  int WorldSize() const noexcept override { return inner_->WorldSize() + (inner_->Rank() == 0 ? 1 : 0); }
+  std::string_view BackendName() const noexcept override { return inner_->BackendName(); }
+  void AllGather(const mlframework::ITensor& i, mlframework::ITensor& o) override { inner_->AllGather(i, o); }
+  void ReduceScatter(const mlframework::ITensor& i, mlframework::ITensor& o, dist::ReduceOp op) override {
+    inner_->ReduceScatter(i, o, op);
+  }
+  void AllReduce(mlframework::ITensor& t, dist::ReduceOp op) override { inner_->AllReduce(t, op); }
+  void Broadcast(mlframework::ITensor& t, int root) override { inner_->Broadcast(t, root); }
+  void Barrier() override { inner_->Barrier(); }
+  void AllReduceHost(std::span<double> v, dist::ReduceOp op) override { inner_->AllReduceHost(v, op); }
+  using IProcessGroup::AllReduceHost;
+  void Abort(const std::string& m) noexcept override { inner_->Abort(m); }
+
+ private:
+  std::shared_ptr<dist::IProcessGroup> inner_;
+};
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(FsdpBadInput)
+
+BOOST_AUTO_TEST_CASE(MismatchedWorldSizesFailOnEveryRank) {
+  auto group = mlfw_test::WorldGroup();
+  if (group->WorldSize() == 1) {
+    BOOST_TEST_MESSAGE("world size 1: no second rank to disagree with (covered under mpiexec -n 2 and -n 4)");
+    return;
+  }
+  fsdp::FSDP model(std::make_shared<WrongWorldSize>(group));
+  BOOST_CHECK_THROW(model.RegisterUnit("layer1", Mlp::Layer1()), mlframework::ArgumentError);
+  BOOST_CHECK_EQUAL(model.UnitCount(), 0u);
+  // A state blob of another world size is refused on every rank.
+  fsdp::FSDP local(dist::MakeLocalProcessGroup());
+  local.RegisterUnit("layer1", Mlp::Layer1());
+  fsdp::FSDP sharded(group);
+  sharded.RegisterUnit("layer1", Mlp::Layer1());
+  BOOST_CHECK_THROW(sharded.LoadStateDict(local.StateDict()), mlframework::ArgumentError);
+  BOOST_CHECK_THROW(local.LoadStateDict(sharded.StateDict()), mlframework::ArgumentError);
+}
+
+BOOST_AUTO_TEST_CASE(MismatchedUnitShapesFailOnEveryRank) {
+  auto group = mlfw_test::WorldGroup();
+  fsdp::FSDP model(group);
+  const bool first = group->Rank() == 0;
+  // Same element count, transposed shape on rank 0 only (only detectable with 2+ ranks).
+  if (group->WorldSize() > 1) {
+    BOOST_CHECK_THROW(model.RegisterUnit("w", {{"weight", Zeros(first ? mlframework::Shape{4, 6} : mlframework::Shape{6, 4})}}),
+                      mlframework::ArgumentError);
+    BOOST_CHECK_THROW(model.RegisterUnit("w", {{"weight", Zeros({4, first ? 6u : 5u})}}), mlframework::ArgumentError);
+    BOOST_CHECK_THROW(model.RegisterUnit("w", {{first ? "weight" : "kernel", Zeros({4, 6})}}),
+                      mlframework::ArgumentError);
+  }
+  // The failed registrations left nothing behind: the same name registers fine now.
+  model.RegisterUnit("w", {{"weight", Zeros({4, 6})}});
+  BOOST_CHECK_EQUAL(model.UnitCount(), 1u);
+  BOOST_CHECK_THROW(model.RegisterUnit("w", {{"weight", Zeros({4, 6})}}), mlframework::ArgumentError);
+}
+
+BOOST_AUTO_TEST_CASE(GatherTwiceAndReduceBeforeGather) {
+  auto group = mlfw_test::WorldGroup();
+  fsdp::FSDP model(group);
+  auto& unit = model.RegisterUnit("layer1", Mlp::Layer1());
+  BOOST_CHECK_THROW(unit.ReduceGradients(Mlp::Layer1()), mlframework::InvalidOperationError);
+  BOOST_CHECK(!unit.LocalGradient());
+  BOOST_CHECK_THROW(unit.Release(), mlframework::InvalidOperationError);
+  unit.Gather();
+  BOOST_CHECK_THROW(unit.Gather(), mlframework::InvalidOperationError);
+  BOOST_CHECK(unit.IsGathered());
+  // A gradient of the wrong shape on one rank only: every rank throws.
+  auto gradients = Mlp::Layer1();
+  if (group->Rank() == group->WorldSize() - 1) gradients["bias"] = Zeros({3});
+  BOOST_CHECK_THROW(unit.ReduceGradients(gradients), mlframework::ArgumentError);
+  BOOST_CHECK_THROW(unit.ReduceGradients({}), mlframework::ArgumentError);
+  unit.ReduceGradients(Mlp::Layer1());
+  BOOST_CHECK(unit.LocalGradient());
+  unit.Release();
+  BOOST_CHECK(!unit.IsGathered());
+}
+
+BOOST_AUTO_TEST_CASE(EmptyParameterAndTinyUnit) {
+  auto group = mlfw_test::WorldGroup();
+  fsdp::FSDP model(group);
+  try {
+    model.RegisterUnit("bad", {{"weight", Zeros({4, 0})}, {"bias", Zeros({4})}});
+    BOOST_ERROR("a parameter of size 0 was accepted");
+  } catch (const mlframework::ArgumentError& error) {
+    BOOST_CHECK_EQUAL(error.Parameter(), "parameters[weight]");
+  }
+  BOOST_CHECK_THROW(model.RegisterUnit("none", {}), mlframework::ArgumentError);
+  BOOST_CHECK_THROW(model.RegisterUnit("null", {{"weight", nullptr}}), mlframework::ArgumentNullError);
+  BOOST_CHECK_THROW(model.RegisterUnit("", {{"weight", Zeros({4})}}), mlframework::ArgumentError);
+  // A unit with fewer elements than ranks cannot be sharded.
+  if (group->WorldSize() > 1) {
+    BOOST_CHECK_THROW(model.RegisterUnit("tiny", {{"scale", Zeros({1})}}), mlframework::ArgumentError);
+    fsdp::FSDP replicated(group, {.Strategy = fsdp::ShardingStrategy::NoShard});
+    BOOST_CHECK_NO_THROW(replicated.RegisterUnit("tiny", {{"scale", Zeros({1})}}));
+  } else {
+    BOOST_CHECK_NO_THROW(model.RegisterUnit("tiny", {{"scale", Zeros({1})}}));
+  }
+  BOOST_CHECK_THROW(fsdp::FSDP(nullptr), mlframework::ArgumentNullError);
+  BOOST_CHECK_THROW(fsdp::FSDP(group, {.ParamDType = static_cast<mlframework::DataType>(42)}),
+                    mlframework::ArgumentError);
+}
+
+BOOST_AUTO_TEST_CASE(StepNeedsGradientsAndReleasedUnits) {
+  auto group = mlfw_test::WorldGroup();
+  fsdp::FSDP model(group);
+  auto& unit = model.RegisterUnit("layer1", Mlp::Layer1());
+  mlframework::optimizers::SGD sgd(model.ShardedParameters());
+  BOOST_CHECK_THROW(model.Step(sgd), mlframework::InvalidOperationError);  // no gradients
+  unit.Gather();
+  unit.ReduceGradients(Mlp::Layer1());
+  BOOST_CHECK_THROW(model.Step(sgd), mlframework::InvalidOperationError);  // still gathered
+  BOOST_CHECK_THROW(model.SetParamDType(mlframework::DataType::Float16), mlframework::InvalidOperationError);
+  unit.Release();
+  BOOST_CHECK_NO_THROW(model.Step(sgd));
+  // A blob corrupted on rank 0 only: every rank refuses it, nothing changes.
+  auto blob = model.StateDict();
+  const auto before = model.FullParameters();
+  if (group->Rank() == 0) blob[blob.size() / 2] ^= std::byte{0x5a};
+  BOOST_CHECK_THROW(model.LoadStateDict(blob), mlframework::ArgumentError);
+  BOOST_CHECK(model.FullParameters().at("layer1.weight")->ToFloatVector() == before.at("layer1.weight")->ToFloatVector());
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,188 @@
+// Collectives of the process group under test (MPI under mpiexec with 1, 2 or 4 ranks) on all
+// three dtypes, both 16-bit reduction methods, argument errors, and the local group.
+#include <boost/test/unit_test.hpp>
+
+#include <cmath>
+#include <limits>
+
+#include <mlframework/core/Error.hpp>
+#include <mlframework/core/Tensor.hpp>
+#include <mlframework/distributed/AbortGuard.hpp>
+
+#include "distributed/DistributedTestUtil.hpp"
+
+namespace dist = mlframework::distributed;
+using mlframework::DataType;
+using mlframework::FromVector;
+using mlframework::Zeros;
+
+namespace {
+
+constexpr DataType kDTypes[] = {DataType::Float32, DataType::Float16, DataType::BFloat16};
+
+// A group that records Abort() instead of ending the process (AbortGuard test).
+class RecordingGroup final : public dist::IProcessGroup {
+ public:
+  int Rank() const noexcept override { return 0; }
+  int WorldSize() const noexcept override { return 1; }
+  std::string_view BackendName() const noexcept override { return "recording"; }
+  void AllGather(const mlframework::ITensor&, mlframework::ITensor&) override {}
+  void ReduceScatter(const mlframework::ITensor&, mlframework::ITensor&, dist::ReduceOp) override {}
+  void AllReduce(mlframework::ITensor&, dist::ReduceOp) override {}
+  void Broadcast(mlframework::ITensor&, int) override {}
+  void Barrier() override {}
+  void AllReduceHost(std::span<double>, dist::ReduceOp) override {}
+  using IProcessGroup::AllReduceHost;
+  void Abort(const std::string& message) noexcept override { aborted = message; }
+  std::string aborted;
+};
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(ProcessGroupCollectives)
+
+BOOST_AUTO_TEST_CASE(AllGatherEveryDType) {
+  auto group = mlfw_test::WorldGroup();
+  const int n = group->WorldSize();
+  const int r = group->Rank();
+  for (const DataType dtype : kDTypes) {
+    auto input = FromVector({10.0f * static_cast<float>(r), 10.0f * static_cast<float>(r) + 1.0f, -2.0f}, {3}, dtype);
+    auto output = Zeros({3 * static_cast<std::size_t>(n)}, dtype);
+    group->AllGather(*input, *output);
+    const auto values = output->ToFloatVector();
+    for (int k = 0; k < n; ++k) {
+      BOOST_CHECK_EQUAL(values[3 * k], 10.0f * static_cast<float>(k));
+      BOOST_CHECK_EQUAL(values[3 * k + 1], 10.0f * static_cast<float>(k) + 1.0f);
+      BOOST_CHECK_EQUAL(values[3 * k + 2], -2.0f);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(ReduceScatterAndAllReduceBothHalfMethods) {
+  for (const auto method : {dist::HalfReduction::UserOp, dist::HalfReduction::ConvertToFloat32}) {
+    auto group = mlfw_test::WorldGroup({.HalfSum = method});
+    const int n = group->WorldSize();
+    const int r = group->Rank();
+    for (const DataType dtype : kDTypes) {
+      // Element i of rank r holds r + 0.5 i: small halves, exact in every dtype and in the sum.
+      std::vector<float> values(2 * static_cast<std::size_t>(n));
+      for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(r) + 0.5f * static_cast<float>(i);
+      auto input = FromVector(values, {values.size()}, dtype);
+      auto output = Zeros({2}, dtype);
+      group->ReduceScatter(*input, *output, dist::ReduceOp::Sum);
+      const float rank_sum = static_cast<float>(n * (n - 1) / 2);
+      const auto got = output->ToFloatVector();
+      for (std::size_t j = 0; j < 2; ++j) {
+        const std::size_t i = 2 * static_cast<std::size_t>(r) + j;
+        BOOST_CHECK_EQUAL(got[j], rank_sum + static_cast<float>(n) * 0.5f * static_cast<float>(i));
+      }
+      auto all = FromVector(values, {values.size()}, dtype);
+      group->AllReduce(*all, dist::ReduceOp::Max);
+      const auto max_values = all->ToFloatVector();
+      for (std::size_t i = 0; i < values.size(); ++i) {
+        BOOST_CHECK_EQUAL(max_values[i], static_cast<float>(n - 1) + 0.5f * static_cast<float>(i));
+      }
+      auto sum = FromVector(values, {values.size()}, dtype);
+      group->AllReduce(*sum, dist::ReduceOp::Sum);
+      BOOST_CHECK_EQUAL(sum->ToFloatVector()[1], rank_sum + static_cast<float>(n) * 0.5f);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(HalfSumsRoundLikeFp32AndOverflowToInfinity) {
+  for (const auto method : {dist::HalfReduction::UserOp, dist::HalfReduction::ConvertToFloat32}) {
+    auto group = mlfw_test::WorldGroup({.HalfSum = method});
+    const int n = group->WorldSize();
+    // 2048 + 1 per rank: FP16 has 11 significant bits, so 2048 + n rounds to an even number.
+    auto t = FromVector({group->Rank() == 0 ? 2048.0f : 1.0f, 40000.0f}, {2}, DataType::Float16);
+    group->AllReduce(*t, dist::ReduceOp::Sum);
+    const auto got = t->ToFloatVector();
+    BOOST_CHECK_GE(got[0], 2048.0f);
+    BOOST_CHECK_LE(got[0], 2048.0f + static_cast<float>(n));
+    if (n >= 2) {
+      BOOST_CHECK(std::isinf(got[1]));  // 80000 > 65504
+    } else {
+      BOOST_CHECK_EQUAL(got[1], 40000.0f);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(BroadcastBarrierAndHostReduce) {
+  auto group = mlfw_test::WorldGroup();
+  const int n = group->WorldSize();
+  for (const DataType dtype : kDTypes) {
+    auto t = FromVector({static_cast<float>(group->Rank()), 3.0f}, {2}, dtype);
+    group->Broadcast(*t, n - 1);
+    BOOST_CHECK_EQUAL(t->ToFloatVector()[0], static_cast<float>(n - 1));
+  }
+  group->Barrier();
+  BOOST_CHECK_EQUAL(group->AllReduceHost(1.0, dist::ReduceOp::Sum), static_cast<double>(n));
+  BOOST_CHECK_EQUAL(group->AllReduceHost(static_cast<double>(group->Rank()), dist::ReduceOp::Max),
+                    static_cast<double>(n - 1));
+}
+
+BOOST_AUTO_TEST_CASE(ArgumentErrorsBeforeAnyCommunication) {
+  auto group = mlfw_test::WorldGroup();
+  const auto n = static_cast<std::size_t>(group->WorldSize());
+  auto input = Zeros({3});
+  auto wrong = Zeros({3 * n + 1});
+  BOOST_CHECK_THROW(group->AllGather(*input, *wrong), mlframework::ArgumentError);
+  auto half = Zeros({3 * n}, DataType::Float16);
+  BOOST_CHECK_THROW(group->AllGather(*input, *half), mlframework::ArgumentError);
+  BOOST_CHECK_THROW(group->ReduceScatter(*wrong, *input), mlframework::ArgumentError);
+  BOOST_CHECK_THROW(group->Broadcast(*input, group->WorldSize()), mlframework::ArgumentError);
+  BOOST_CHECK_THROW(group->Broadcast(*input, -1), mlframework::ArgumentError);
+  // The group still works after rejected calls.
+  group->Barrier();
+}
+
+BOOST_AUTO_TEST_CASE(AbortGuardAbortsOnlyWhenUnwinding) {
+  RecordingGroup group;
+  { dist::AbortGuard guard(group, "quiet scope"); }
+  BOOST_CHECK(group.aborted.empty());
+  try {
+    dist::AbortGuard guard(group, "forward of layer 3");
+    throw mlframework::ArgumentError("x", "rank-local failure");
+  } catch (const mlframework::ArgumentError&) {
+  }
+  BOOST_CHECK_NE(group.aborted.find("forward of layer 3"), std::string::npos);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(LocalProcessGroupTests)
+
+BOOST_AUTO_TEST_CASE(WorldOfOne) {
+  dist::LocalProcessGroup group;
+  BOOST_CHECK_EQUAL(group.Rank(), 0);
+  BOOST_CHECK_EQUAL(group.WorldSize(), 1);
+  BOOST_CHECK_EQUAL(group.BackendName(), "local");
+  for (const DataType dtype : kDTypes) {
+    auto input = FromVector({1.5f, -2.0f}, {2}, dtype);
+    auto output = Zeros({2}, dtype);
+    group.AllGather(*input, *output);
+    BOOST_CHECK(output->ToFloatVector() == input->ToFloatVector());
+    auto scattered = Zeros({2}, dtype);
+    group.ReduceScatter(*input, *scattered, dist::ReduceOp::Max);
+    BOOST_CHECK(scattered->ToFloatVector() == input->ToFloatVector());
+    group.AllReduce(*input);
+    BOOST_CHECK_EQUAL(input->ToFloatVector()[0], 1.5f);
+  }
+  BOOST_CHECK_THROW(group.Broadcast(*Zeros({1}), 1), mlframework::ArgumentError);
+  BOOST_CHECK_EQUAL(group.AllReduceHost(2.5, dist::ReduceOp::Sum), 2.5);
+  BOOST_CHECK_THROW(group.AllReduce(*Zeros({1}), static_cast<dist::ReduceOp>(7)), mlframework::ArgumentError);
+}
+
+BOOST_AUTO_TEST_CASE(MpiFactoryMatchesBuild) {
+  BOOST_CHECK_EQUAL(dist::MpiAvailable(), MLFW_HAS_MPI == 1);
+  if (!dist::MpiAvailable()) {
+    BOOST_CHECK_THROW(dist::MakeMpiProcessGroup(), mlframework::BackendError);
+  } else {
+    auto group = dist::MakeMpiProcessGroup();
+    BOOST_CHECK_EQUAL(group->BackendName(), "mpi");
+    BOOST_CHECK_THROW(dist::MpiProcessGroup({.HalfSum = static_cast<dist::HalfReduction>(9)}),
+                      mlframework::ArgumentError);
+  }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
