@@ -14,7 +14,10 @@
 #include <mlframework/core/Tensor.hpp>
 #include <mlframework/core/TensorBackend.hpp>
 
+#include <mlframework/core/DeviceScaling.hpp>
+
 #include <mlframework/backends/cpu/CpuTensor.hpp>
+#include <mlframework/backends/cuda/CudaTensor.hpp>
 
 // amp
 #include <mlframework/amp/DynamicLossScaler.hpp>

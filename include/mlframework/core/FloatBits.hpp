@@ -111,4 +111,10 @@ MLFW_HOST_DEVICE inline float BFloat16BitsToFloat(std::uint16_t bits) {
   return BitsAsFloat(static_cast<std::uint32_t>(bits) << 16);
 }
 
+/// True when binary16 bits @p half encode a finite value (exponent not all ones).
+MLFW_HOST_DEVICE inline bool IsFiniteHalfBits(std::uint16_t half) { return (half & 0x7c00u) != 0x7c00u; }
+
+/// True when bfloat16 bits @p bits encode a finite value (exponent not all ones).
+MLFW_HOST_DEVICE inline bool IsFiniteBFloat16Bits(std::uint16_t bits) { return (bits & 0x7f80u) != 0x7f80u; }
+
 }  // namespace mlframework::detail

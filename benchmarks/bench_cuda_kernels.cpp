@@ -1,0 +1,218 @@
+// CUDA multi-tensor kernels against the limit kernel: a device-to-device copy
+// moving the same number of bytes through memory (bytes read + bytes written).
+// Each benchmark reports the kernel's time and bytes/s; the copy_* benchmarks
+// with the same arguments are the limit, so ratio = copy time / kernel time.
+//
+//   bench_cuda_kernels --benchmark_format=json
+//
+// Arguments: {layout, dtype}. layout 0: one tensor of 2^26 elements; layout 1:
+// 4096 tensors of 2^14 elements; layout 2: 10000 tensors of 1000 elements
+// (launch-bound). dtype 0: FP32, 1: FP16. Without a CUDA device the program
+// says so and exits 0.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <benchmark/benchmark.h>
+#include <cuda_runtime_api.h>
+
+#include <mlframework/backends/cuda/CudaTensor.hpp>
+#include <mlframework/core/DeviceScaling.hpp>
+#include <mlframework/core/MultiTensor.hpp>
+#include <mlframework/core/Tensor.hpp>
+
+using namespace mlframework;
+namespace cuda = mlframework::backends::cuda;
+
+namespace {
+
+const Device kGpu = Device::CUDA(0);
+
+struct Layout {
+  std::size_t tensors;
+  std::size_t elements;
+};
+
+Layout LayoutOf(std::int64_t index) {
+  switch (index) {
+    case 1:
+      return {4096, std::size_t{1} << 14};
+    case 2:
+      return {10000, 1000};
+    default:
+      return {1, std::size_t{1} << 26};
+  }
+}
+
+DataType DtypeOf(std::int64_t index) { return index == 1 ? DataType::Float16 : DataType::Float32; }
+
+std::vector<TensorPtr> MakeList(const benchmark::State& state, DataType dtype) {
+  const Layout layout = LayoutOf(state.range(0));
+  std::vector<TensorPtr> list;
+  const std::vector<float> values(layout.elements, 0.25f);
+  for (std::size_t i = 0; i < layout.tensors; ++i) {
+    list.push_back(FromVector(values, {layout.elements}, dtype, kGpu));
+  }
+  return list;
+}
+
+std::size_t Bytes(const std::vector<TensorPtr>& list) {
+  std::size_t bytes = 0;
+  for (const TensorPtr& t : list) {
+    bytes += t->Size() * ElementSize(t->GetDataType());
+  }
+  return bytes;
+}
+
+bool Check(benchmark::State& state, cudaError_t status, const char* call) {
+  if (status != cudaSuccess) {
+    state.SkipWithError((std::string(call) + ": " + cudaGetErrorString(status)).c_str());
+    return false;
+  }
+  return true;
+}
+
+// Times fn on the backend's stream with CUDA events; `traffic` is bytes read + written per call.
+template <typename Fn>
+void TimeOnDevice(benchmark::State& state, std::size_t traffic, Fn&& fn) {
+  auto stream = static_cast<cudaStream_t>(cuda::StreamHandle(0));
+  cudaEvent_t start = nullptr;
+  cudaEvent_t stop = nullptr;
+  if (!Check(state, cudaEventCreate(&start), "cudaEventCreate") ||
+      !Check(state, cudaEventCreate(&stop), "cudaEventCreate")) {
+    return;
+  }
+  fn();  // warm-up
+  cuda::Synchronize(0);
+  for (auto _ : state) {
+    if (!Check(state, cudaEventRecord(start, stream), "cudaEventRecord")) {
+      break;
+    }
+    fn();
+    float ms = 0.0f;
+    if (!Check(state, cudaEventRecord(stop, stream), "cudaEventRecord") ||
+        !Check(state, cudaEventSynchronize(stop), "cudaEventSynchronize") ||
+        !Check(state, cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime")) {
+      break;
+    }
+    state.SetIterationTime(static_cast<double>(ms) / 1000.0);
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * static_cast<std::int64_t>(traffic));
+  state.counters["traffic_bytes"] = static_cast<double>(traffic);
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+}
+
+// The limit: one device-to-device copy of traffic / 2 bytes (it reads and writes them).
+void CopyOfTraffic(benchmark::State& state, std::size_t traffic) {
+  const std::size_t bytes = traffic / 2;
+  void* src = nullptr;
+  void* dst = nullptr;
+  if (!Check(state, cudaMalloc(&src, bytes), "cudaMalloc") || !Check(state, cudaMalloc(&dst, bytes), "cudaMalloc")) {
+    return;
+  }
+  auto stream = static_cast<cudaStream_t>(cuda::StreamHandle(0));
+  TimeOnDevice(state, traffic, [&] {
+    Check(state, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync");
+  });
+  cudaFree(src);
+  cudaFree(dst);
+}
+
+std::size_t TrafficOf(benchmark::State& state, std::size_t reads_per_element_bytes, std::size_t writes) {
+  const Layout layout = LayoutOf(state.range(0));
+  return layout.tensors * layout.elements * (reads_per_element_bytes + writes);
+}
+
+void BM_unscale_and_check(benchmark::State& state) {
+  const auto list = MakeList(state, DtypeOf(state.range(1)));
+  TimeOnDevice(state, 2 * Bytes(list), [&] { benchmark::DoNotOptimize(UnscaleAndCheck(list, 1.0f)); });
+}
+
+void BM_unscale_device_state(benchmark::State& state) {
+  const auto list = MakeList(state, DtypeOf(state.range(1)));
+  std::vector<ITensor*> raw;
+  for (const TensorPtr& t : list) {
+    raw.push_back(t.get());
+  }
+  const DeviceScalingBackend& backend = cuda::Backend();
+  const amp::ScalePolicy policy{.InitialScale = 1.0f};
+  auto scale_state = backend.CreateScaleState(kGpu, policy, amp::ScaleState::Initial(policy));
+  // A whole scaler step without a host synchronisation: unscale by the device scale, then update it.
+  TimeOnDevice(state, 2 * Bytes(list), [&] {
+    backend.UnscaleWithState(raw, *scale_state);
+    backend.UpdateScale(*scale_state);
+  });
+}
+
+void BM_has_non_finite(benchmark::State& state) {
+  const auto list = MakeList(state, DtypeOf(state.range(1)));
+  TimeOnDevice(state, Bytes(list), [&] { benchmark::DoNotOptimize(HasNonFinite(list)); });
+}
+
+void BM_check_and_sum_squares(benchmark::State& state) {
+  const auto list = MakeList(state, DtypeOf(state.range(1)));
+  TimeOnDevice(state, Bytes(list), [&] { benchmark::DoNotOptimize(CheckAndSumSquares(list, 1.0f)); });
+}
+
+void BM_scale(benchmark::State& state) {
+  const auto list = MakeList(state, DtypeOf(state.range(1)));
+  TimeOnDevice(state, 2 * Bytes(list), [&] { ScaleInPlace(list, 1.0f); });
+}
+
+// Cast to the other dtype (FP32 -> FP16, FP16 -> FP32) with a fused scale and check.
+void BM_cast_scaled(benchmark::State& state) {
+  const DataType dtype = DtypeOf(state.range(1));
+  const DataType target = dtype == DataType::Float16 ? DataType::Float32 : DataType::Float16;
+  const auto src = MakeList(state, dtype);
+  std::vector<TensorPtr> dst;
+  for (const TensorPtr& t : src) {
+    dst.push_back(Zeros(t->GetShape(), target, kGpu));
+  }
+  TimeOnDevice(state, Bytes(src) + Bytes(dst), [&] { benchmark::DoNotOptimize(CastInto(src, dst, 0.5f)); });
+}
+
+void BM_copy_read_write(benchmark::State& state) {
+  CopyOfTraffic(state, TrafficOf(state, ElementSize(DtypeOf(state.range(1))), ElementSize(DtypeOf(state.range(1)))));
+}
+
+void BM_copy_read_only(benchmark::State& state) {
+  CopyOfTraffic(state, TrafficOf(state, ElementSize(DtypeOf(state.range(1))), 0));
+}
+
+void BM_copy_cast(benchmark::State& state) {
+  CopyOfTraffic(state, TrafficOf(state, 4, 2));  // FP32 <-> FP16 moves 6 bytes per element either way
+}
+
+void Arguments(benchmark::internal::Benchmark* b) {
+  for (const std::int64_t layout : {0, 1, 2}) {
+    for (const std::int64_t dtype : {0, 1}) {
+      b->Args({layout, dtype});
+    }
+  }
+  b->ArgNames({"layout", "fp16"})->UseManualTime()->Unit(benchmark::kMicrosecond);
+}
+
+}  // namespace
+
+BENCHMARK(BM_copy_read_write)->Apply(Arguments);
+BENCHMARK(BM_unscale_and_check)->Apply(Arguments);
+BENCHMARK(BM_unscale_device_state)->Apply(Arguments);
+BENCHMARK(BM_scale)->Apply(Arguments);
+BENCHMARK(BM_copy_read_only)->Apply(Arguments);
+BENCHMARK(BM_has_non_finite)->Apply(Arguments);
+BENCHMARK(BM_check_and_sum_squares)->Apply(Arguments);
+BENCHMARK(BM_copy_cast)->Apply(Arguments);
+BENCHMARK(BM_cast_scaled)->Apply(Arguments);
+
+int main(int argc, char** argv) {
+  if (!cuda::IsAvailable()) {
+    std::printf("no CUDA device: %s\n", cuda::UnavailableReason().c_str());
+    return 0;
+  }
+  benchmark::Initialize(&argc, argv);
+  benchmark::AddCustomContext("cuda_device", cuda::DeviceName(0));
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,39 @@
+#include "mlframework/backends/cuda/Cast.cuh"
+
+#include "mlframework/backends/cuda/CudaCheck.hpp"
+#include "mlframework/backends/cuda/MultiTensorApply.cuh"
+
+namespace mlframework::backends::cuda {
+
+namespace {
+
+__global__ void __launch_bounds__(kBlockThreads)
+    CastKernel(const __grid_constant__ TensorListMeta list, FactorSource factor_source, std::int32_t* flag) {
+  const float factor = ResolveFactor(factor_source);
+  bool found = false;
+  ForEachPiece(list, [&](int s, std::uint64_t lo, std::uint64_t hi) {
+    DispatchDtype(list.dtype[0][s], [&](auto src_tag) {
+      constexpr DataType S = decltype(src_tag)::value;
+      DispatchDtype(list.dtype[1][s], [&](auto dst_tag) {
+        constexpr DataType T = decltype(dst_tag)::value;
+        const auto* src = static_cast<const StoredType<S>*>(list.data[0][s]);
+        auto* dst = static_cast<StoredType<T>*>(list.data[1][s]);
+        for (std::uint64_t i = lo + threadIdx.x; i < hi; i += kBlockThreads) {
+          const StoredType<T> out = ScaleConvert<S, T>(src[i], factor);
+          dst[i] = out;
+          found |= !IsFiniteStored<T>(out);
+        }
+      });
+    });
+  });
+  BlockRaiseFlag(found, flag);
+}
+
+}  // namespace
+
+void LaunchCast(const Launch& launch, FactorSource factor, std::int32_t* flag, cudaStream_t stream) {
+  CastKernel<<<launch.blocks, kBlockThreads, 0, stream>>>(launch.meta, factor, flag);
+  MLFW_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace mlframework::backends::cuda

@@ -1,0 +1,384 @@
+#include "mlframework/backends/cuda/CudaBackend.hpp"
+
+#include <cstddef>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <mlframework/core/Error.hpp>
+
+#include "mlframework/backends/cuda/Cast.cuh"
+#include "mlframework/backends/cuda/CudaCheck.hpp"
+#include "mlframework/backends/cuda/CudaTensorImpl.hpp"
+#include "mlframework/backends/cuda/DeviceContext.hpp"
+#include "mlframework/backends/cuda/LaunchPlan.hpp"
+#include "mlframework/backends/cuda/NonFinite.cuh"
+#include "mlframework/backends/cuda/Scale.cuh"
+#include "mlframework/backends/cuda/ScaleUpdate.cuh"
+#include "mlframework/backends/cuda/SumSquares.cuh"
+#include "mlframework/backends/cuda/Unscale.cuh"
+
+namespace mlframework::backends::cuda {
+
+namespace {
+
+// Device pointers to fields of device-resident structs, computed without dereferencing.
+template <typename Field, typename Struct>
+Field* FieldPointer(Struct* base, std::size_t offset) {
+  return reinterpret_cast<Field*>(reinterpret_cast<char*>(base) + offset);
+}
+
+std::int32_t* ResultFlag(DeviceContext& context) {
+  return FieldPointer<std::int32_t>(context.device_result(), offsetof(DeviceResult, flag));
+}
+
+// ---- device-resident scaling state ---------------------------------------------------------
+
+class CudaScaleState final : public DeviceScaleState {
+ public:
+  CudaScaleState(int device, const amp::ScalePolicy& policy, const amp::ScaleState& initial)
+      : context_(&DeviceContext::Get(device)), policy_(policy) {
+    std::lock_guard lock(context_->mutex());
+    DeviceGuard guard(device);
+    block_ = static_cast<DeviceScaleBlock*>(context_->Allocate(sizeof(DeviceScaleBlock)));
+    try {
+      WriteLocked(initial);
+    } catch (...) {
+      context_->Free(block_);
+      throw;
+    }
+  }
+  ~CudaScaleState() override { context_->Free(block_); }
+  CudaScaleState(const CudaScaleState&) = delete;
+  CudaScaleState& operator=(const CudaScaleState&) = delete;
+
+  Device GetDevice() const noexcept override { return Device::CUDA(context_->device()); }
+  const amp::ScalePolicy& Policy() const noexcept override { return policy_; }
+  amp::ScaleState Read() const override { return ReadBlock().state; }
+  void Write(const amp::ScaleState& state) override {
+    std::lock_guard lock(context_->mutex());
+    DeviceGuard guard(context_->device());
+    WriteLocked(state);
+  }
+  bool FoundInf() const override { return ReadBlock().found_inf != 0; }
+  void MarkFoundInf() override {
+    std::lock_guard lock(context_->mutex());
+    DeviceGuard guard(context_->device());
+    // Byte-wise memset: 0x01010101 is non-zero, which is all the flag means.
+    MLFW_CUDA_CHECK(cudaMemsetAsync(flag(), 1, sizeof(std::int32_t), context_->stream()));
+  }
+  bool LastStepSkipped() const override { return ReadBlock().last_skipped != 0; }
+
+  DeviceContext& context() const noexcept { return *context_; }
+  DeviceScaleBlock* block() const noexcept { return block_; }
+  const float* scale() const noexcept {
+    return FieldPointer<float>(block_, offsetof(DeviceScaleBlock, state) + offsetof(amp::ScaleState, Scale));
+  }
+  std::int32_t* flag() const noexcept {
+    return FieldPointer<std::int32_t>(block_, offsetof(DeviceScaleBlock, found_inf));
+  }
+
+ private:
+  void WriteLocked(const amp::ScaleState& state) {
+    const DeviceScaleBlock host{state, 0, 0};
+    MLFW_CUDA_CHECK(cudaMemcpyAsync(block_, &host, sizeof host, cudaMemcpyHostToDevice, context_->stream()));
+    // `host` lives on this stack frame: wait until the copy has read it.
+    MLFW_CUDA_CHECK(cudaStreamSynchronize(context_->stream()));
+  }
+  DeviceScaleBlock ReadBlock() const {
+    std::lock_guard lock(context_->mutex());
+    DeviceGuard guard(context_->device());
+    DeviceScaleBlock host{};
+    MLFW_CUDA_CHECK(cudaMemcpyAsync(&host, block_, sizeof host, cudaMemcpyDeviceToHost, context_->stream()));
+    MLFW_CUDA_CHECK(cudaStreamSynchronize(context_->stream()));
+    return host;
+  }
+
+  DeviceContext* context_;
+  amp::ScalePolicy policy_;
+  DeviceScaleBlock* block_ = nullptr;
+};
+
+// ---- grouping ----------------------------------------------------------------------------
+
+struct DeviceGroup {
+  int device;
+  std::vector<ListEntry> entries;
+};
+
+template <typename TensorPointer>
+const CudaTensor& AsCuda(TensorPointer tensor, const char* name, std::size_t index) {
+  const auto* cuda_tensor = dynamic_cast<const CudaTensor*>(tensor);
+  if (cuda_tensor == nullptr) {
+    throw ArgumentError(std::string(name) + "[" + std::to_string(index) + "]",
+                        "is not a CUDA-backend tensor (device " +
+                            (tensor == nullptr ? std::string("null") : tensor->GetDevice().ToString()) + ")");
+  }
+  return *cuda_tensor;
+}
+
+DeviceGroup& GroupFor(std::vector<DeviceGroup>& groups, int device) {
+  for (DeviceGroup& group : groups) {
+    if (group.device == device) {
+      return group;
+    }
+  }
+  return groups.emplace_back(DeviceGroup{device, {}});
+}
+
+// In-place or read-only lists: slot 0 and slot 1 are the same tensor.
+template <typename TensorPointer>
+std::vector<DeviceGroup> GroupByDevice(std::span<TensorPointer const> tensors) {
+  std::vector<DeviceGroup> groups;
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const CudaTensor& tensor = AsCuda(tensors[i], "tensors", i);
+    GroupFor(groups, tensor.device())
+        .entries.push_back(ListEntry{tensor.data(), tensor.data(), tensor.GetDataType(), tensor.GetDataType(),
+                                     tensor.Size()});
+  }
+  return groups;
+}
+
+// Every tensor on the state's device (one group), or ArgumentError naming the first that is not.
+template <typename TensorPointer>
+std::vector<ListEntry> EntriesOnDevice(std::span<TensorPointer const> tensors, int device) {
+  std::vector<ListEntry> entries;
+  entries.reserve(tensors.size());
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const CudaTensor& tensor = AsCuda(tensors[i], "tensors", i);
+    if (tensor.device() != device) {
+      throw ArgumentError("tensors[" + std::to_string(i) + "]", "is on " + tensor.GetDevice().ToString() +
+                                                                   " but the scale state is on cuda:" +
+                                                                   std::to_string(device));
+    }
+    entries.push_back(
+        ListEntry{tensor.data(), tensor.data(), tensor.GetDataType(), tensor.GetDataType(), tensor.Size()});
+  }
+  return entries;
+}
+
+CudaScaleState& AsCudaState(DeviceScaleState& state) {
+  auto* cuda_state = dynamic_cast<CudaScaleState*>(&state);
+  if (cuda_state == nullptr) {
+    throw ArgumentError("state", "was not created by the CUDA backend (device " + state.GetDevice().ToString() + ")");
+  }
+  return *cuda_state;
+}
+
+// ---- the backend object ------------------------------------------------------------------
+
+class CudaBackend final : public DeviceScalingBackend {
+ public:
+  std::string_view Name() const noexcept override { return "cuda"; }
+
+  bool UnscaleAndCheck(std::span<ITensor* const> tensors, float factor) const override {
+    bool found = false;
+    for (const DeviceGroup& group : GroupByDevice(tensors)) {
+      const auto launches = PlanLaunches(group.entries);
+      if (launches.empty()) {
+        continue;
+      }
+      DeviceContext& context = DeviceContext::Get(group.device);
+      std::lock_guard lock(context.mutex());
+      DeviceGuard guard(group.device);
+      context.ClearResult();
+      for (const Launch& launch : launches) {
+        LaunchUnscale(launch, FactorSource{factor}, ResultFlag(context), context.stream());
+      }
+      found = context.ReadResult().flag != 0 || found;
+    }
+    return found;
+  }
+
+  bool HasNonFinite(std::span<const ITensor* const> tensors) const override {
+    for (const DeviceGroup& group : GroupByDevice(tensors)) {
+      const auto launches = PlanLaunches(group.entries);
+      if (launches.empty()) {
+        continue;
+      }
+      DeviceContext& context = DeviceContext::Get(group.device);
+      std::lock_guard lock(context.mutex());
+      DeviceGuard guard(group.device);
+      context.ClearResult();
+      for (const Launch& launch : launches) {
+        LaunchNonFinite(launch, ResultFlag(context), context.stream());
+      }
+      if (context.ReadResult().flag != 0) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  NonFiniteAndNorm CheckAndSumSquares(std::span<const ITensor* const> tensors, float factor) const override {
+    NonFiniteAndNorm total;
+    for (const DeviceGroup& group : GroupByDevice(tensors)) {
+      const auto launches = PlanLaunches(group.entries);
+      if (launches.empty()) {
+        continue;
+      }
+      DeviceContext& context = DeviceContext::Get(group.device);
+      std::lock_guard lock(context.mutex());
+      DeviceGuard guard(group.device);
+      const std::size_t blocks = TotalBlocks(launches);
+      float* partials = context.Partials(blocks);
+      context.ClearResult();
+      std::size_t first = 0;
+      for (const Launch& launch : launches) {
+        LaunchSumSquares(launch, partials + first, ResultFlag(context), context.stream());
+        first += launch.blocks;
+      }
+      LaunchSumSquaresFinalize(partials, blocks, static_cast<double>(factor), context.device_result(),
+                               context.stream());
+      const DeviceResult result = context.ReadResult();
+      total.FoundNonFinite = total.FoundNonFinite || result.flag != 0;
+      total.SumOfSquares += result.sum;
+    }
+    return total;
+  }
+
+  void Scale(std::span<ITensor* const> tensors, float factor) const override {
+    for (const DeviceGroup& group : GroupByDevice(tensors)) {
+      RunScale(group.device, group.entries, FactorSource{factor});
+    }
+  }
+
+  bool CastInto(std::span<const ITensor* const> src, std::span<ITensor* const> dst, float factor) const override {
+    std::vector<DeviceGroup> groups;
+    bool found = false;
+    for (std::size_t i = 0; i < src.size(); ++i) {
+      const CudaTensor& in = AsCuda(src[i], "src", i);
+      const CudaTensor& out = AsCuda(dst[i], "dst", i);
+      if (in.device() != out.device()) {
+        found = CastAcrossDevices(in, *dst[i], factor) || found;
+        continue;
+      }
+      GroupFor(groups, in.device())
+          .entries.push_back(ListEntry{in.data(), out.data(), in.GetDataType(), out.GetDataType(), in.Size()});
+    }
+    for (const DeviceGroup& group : groups) {
+      const auto launches = PlanLaunches(group.entries);
+      if (launches.empty()) {
+        continue;
+      }
+      DeviceContext& context = DeviceContext::Get(group.device);
+      std::lock_guard lock(context.mutex());
+      DeviceGuard guard(group.device);
+      context.ClearResult();
+      for (const Launch& launch : launches) {
+        LaunchCast(launch, FactorSource{factor}, ResultFlag(context), context.stream());
+      }
+      found = context.ReadResult().flag != 0 || found;
+    }
+    return found;
+  }
+
+  // ---- device-resident scaling (no host synchronisation below) ----
+
+  std::unique_ptr<DeviceScaleState> CreateScaleState(Device device, const amp::ScalePolicy& policy,
+                                                     const amp::ScaleState& initial) const override {
+    if (!device.IsCUDA()) {
+      throw ArgumentError("device", "must be a CUDA device, got " + device.ToString());
+    }
+    return std::make_unique<CudaScaleState>(device.Index, policy, initial);
+  }
+
+  void ScaleWithState(std::span<ITensor* const> tensors, DeviceScaleState& state) const override {
+    CudaScaleState& cuda_state = AsCudaState(state);
+    const int device = cuda_state.context().device();
+    RunScale(device, EntriesOnDevice(tensors, device), FactorSource{1.0f, FactorMode::Scale, cuda_state.scale()});
+  }
+
+  void UnscaleWithState(std::span<ITensor* const> tensors, DeviceScaleState& state) const override {
+    CudaScaleState& cuda_state = AsCudaState(state);
+    DeviceContext& context = cuda_state.context();
+    const auto launches = PlanLaunches(EntriesOnDevice(tensors, context.device()));
+    std::lock_guard lock(context.mutex());
+    DeviceGuard guard(context.device());
+    for (const Launch& launch : launches) {
+      LaunchUnscale(launch, FactorSource{1.0f, FactorMode::InverseOfScale, cuda_state.scale()}, cuda_state.flag(),
+                    context.stream());
+    }
+  }
+
+  void CastUnscaledWithState(std::span<const ITensor* const> src, std::span<ITensor* const> dst,
+                             DeviceScaleState& state) const override {
+    CudaScaleState& cuda_state = AsCudaState(state);
+    DeviceContext& context = cuda_state.context();
+    if (src.size() != dst.size()) {
+      throw ArgumentError("dst", "has " + std::to_string(dst.size()) + " tensors but src has " +
+                                     std::to_string(src.size()));
+    }
+    const auto in = EntriesOnDevice(src, context.device());
+    const auto out = EntriesOnDevice(dst, context.device());
+    std::vector<ListEntry> pairs;
+    pairs.reserve(in.size());
+    for (std::size_t i = 0; i < in.size(); ++i) {
+      if (in[i].size != out[i].size) {
+        throw ArgumentError("dst[" + std::to_string(i) + "]", "has " + std::to_string(out[i].size) +
+                                                                  " elements but src has " +
+                                                                  std::to_string(in[i].size));
+      }
+      pairs.push_back(ListEntry{in[i].src, out[i].src, in[i].src_dtype, out[i].src_dtype, in[i].size});
+    }
+    const auto launches = PlanLaunches(pairs);
+    std::lock_guard lock(context.mutex());
+    DeviceGuard guard(context.device());
+    for (const Launch& launch : launches) {
+      LaunchCast(launch, FactorSource{1.0f, FactorMode::InverseOfScale, cuda_state.scale()}, cuda_state.flag(),
+                 context.stream());
+    }
+  }
+
+  void CheckWithState(std::span<const ITensor* const> tensors, DeviceScaleState& state) const override {
+    CudaScaleState& cuda_state = AsCudaState(state);
+    DeviceContext& context = cuda_state.context();
+    const auto launches = PlanLaunches(EntriesOnDevice(tensors, context.device()));
+    std::lock_guard lock(context.mutex());
+    DeviceGuard guard(context.device());
+    for (const Launch& launch : launches) {
+      LaunchNonFinite(launch, cuda_state.flag(), context.stream());
+    }
+  }
+
+  void UpdateScale(DeviceScaleState& state) const override {
+    CudaScaleState& cuda_state = AsCudaState(state);
+    DeviceContext& context = cuda_state.context();
+    std::lock_guard lock(context.mutex());
+    DeviceGuard guard(context.device());
+    LaunchScaleUpdate(cuda_state.block(), cuda_state.Policy(), context.stream());
+  }
+
+ private:
+  static void RunScale(int device, const std::vector<ListEntry>& entries, FactorSource factor) {
+    const auto launches = PlanLaunches(entries);
+    if (launches.empty()) {
+      return;
+    }
+    DeviceContext& context = DeviceContext::Get(device);
+    std::lock_guard lock(context.mutex());
+    DeviceGuard guard(device);
+    for (const Launch& launch : launches) {
+      LaunchScale(launch, factor, context.stream());
+    }
+  }
+
+  // A pair on two GPUs: through the host (rare; same element math, so the same bits).
+  static bool CastAcrossDevices(const CudaTensor& in, ITensor& out, float factor) {
+    std::vector<float> values = in.ToFloatVector();
+    for (float& value : values) {
+      value *= factor;
+    }
+    out.CopyFromFloats(values);
+    return out.HasNonFinite();
+  }
+};
+
+}  // namespace
+
+const DeviceScalingBackend& BackendInstance() noexcept {
+  static const CudaBackend backend;
+  return backend;
+}
+
+}  // namespace mlframework::backends::cuda

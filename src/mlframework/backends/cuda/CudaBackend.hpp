@@ -1,0 +1,11 @@
+#pragma once
+// Private: the CUDA backend object (fused multi-tensor kernels and device-resident scaling).
+
+#include <mlframework/core/DeviceScaling.hpp>
+
+namespace mlframework::backends::cuda {
+
+/// The one CUDA backend object (what CudaTensor::Backend() returns).
+const DeviceScalingBackend& BackendInstance() noexcept;
+
+}  // namespace mlframework::backends::cuda

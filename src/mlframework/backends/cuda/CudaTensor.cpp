@@ -1,0 +1,206 @@
+#include "mlframework/backends/cuda/CudaTensorImpl.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+#include <mlframework/backends/cuda/CudaTensor.hpp>
+#include <mlframework/core/Error.hpp>
+
+#include "mlframework/backends/cpu/MultiTensorKernels.hpp"
+#include "mlframework/backends/cuda/CudaBackend.hpp"
+#include "mlframework/backends/cuda/CudaCheck.hpp"
+#include "mlframework/backends/cuda/DeviceContext.hpp"
+#include "mlframework/core/DeviceFactory.hpp"
+
+namespace mlframework::backends::cuda {
+
+namespace {
+
+std::string Describe(DataType dtype) { return std::string(mlframework::ToString(dtype)); }
+
+void RequireValidDtype(DataType dtype) {
+  if (!IsValid(dtype)) {
+    throw ArgumentError("dtype", "value " + std::to_string(static_cast<int>(dtype)) + " is not a DataType");
+  }
+}
+
+}  // namespace
+
+CudaTensor::CudaTensor(Shape shape, DataType dtype, int device)
+    : shape_(std::move(shape)), size_(ElementCount(shape_)), dtype_(dtype), device_(device),
+      context_(&DeviceContext::Get(device)) {
+  RequireValidDtype(dtype_);
+  if (size_ > SIZE_MAX / ElementSize(dtype_)) {
+    throw ArgumentError("shape", ToString(shape_) + " of " + Describe(dtype_) + " does not fit in memory");
+  }
+  std::lock_guard lock(context_->mutex());
+  DeviceGuard guard(device_);
+  data_ = context_->Allocate(bytes());
+  if (data_ != nullptr) {
+    try {
+      MLFW_CUDA_CHECK(cudaMemsetAsync(data_, 0, bytes(), context_->stream()));
+    } catch (...) {
+      context_->Free(data_);
+      throw;
+    }
+  }
+}
+
+CudaTensor::~CudaTensor() { context_->Free(data_); }
+
+TensorPtr CudaTensor::Multiply(float factor) const {
+  auto result = std::make_shared<CudaTensor>(shape_, dtype_, device_);
+  const ITensor* src = this;
+  ITensor* dst = result.get();
+  cuda::Backend().CastInto({&src, 1}, {&dst, 1}, factor);
+  return result;
+}
+
+TensorPtr CudaTensor::Divide(float divisor) const {
+  if (divisor == 0.0f || !std::isfinite(divisor)) {
+    throw ArgumentError("divisor", "must be finite and non-zero, got " + std::to_string(divisor));
+  }
+  // The same inverse as the CPU backend, so both round identically.
+  return Multiply(static_cast<float>(1.0 / static_cast<double>(divisor)));
+}
+
+void CudaTensor::MultiplyInPlace(float factor) {
+  ITensor* self = this;
+  cuda::Backend().Scale({&self, 1}, factor);
+}
+
+TensorPtr CudaTensor::Clone() const { return Multiply(1.0f); }
+
+TensorPtr CudaTensor::CastTo(DataType dtype) const {
+  RequireValidDtype(dtype);
+  auto result = std::make_shared<CudaTensor>(shape_, dtype, device_);
+  const ITensor* src = this;
+  ITensor* dst = result.get();
+  cuda::Backend().CastInto({&src, 1}, {&dst, 1}, 1.0f);
+  return result;
+}
+
+bool CudaTensor::HasInf() const {
+  for (const float value : ToFloatVector()) {
+    if (std::isinf(value)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+bool CudaTensor::HasNaN() const {
+  for (const float value : ToFloatVector()) {
+    if (std::isnan(value)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+bool CudaTensor::HasNonFinite() const {
+  const ITensor* self = this;
+  return cuda::Backend().HasNonFinite({&self, 1});
+}
+
+double CudaTensor::SumOfSquares() const {
+  const ITensor* self = this;
+  return cuda::Backend().CheckAndSumSquares({&self, 1}, 1.0f).SumOfSquares;
+}
+
+std::vector<float> CudaTensor::ToFloatVector() const {
+  std::vector<std::uint8_t> raw(bytes());
+  {
+    std::lock_guard lock(context_->mutex());
+    DeviceGuard guard(device_);
+    if (!raw.empty()) {
+      MLFW_CUDA_CHECK(cudaMemcpyAsync(raw.data(), data_, raw.size(), cudaMemcpyDeviceToHost, context_->stream()));
+    }
+    MLFW_CUDA_CHECK(cudaStreamSynchronize(context_->stream()));
+  }
+  // Widened on the host with the CPU backend's conversions (the same bits as everywhere).
+  std::vector<float> values(size_);
+  cpu::WidenToFloat(raw.data(), dtype_, values.data(), size_);
+  return values;
+}
+
+void CudaTensor::CopyFromFloats(std::span<const float> values) {
+  if (values.size() != size_) {
+    throw ArgumentError("values", "has " + std::to_string(values.size()) + " elements, tensor " + ToString(shape_) +
+                                      " has " + std::to_string(size_));
+  }
+  std::vector<std::uint8_t> raw(bytes());
+  cpu::NarrowFromFloat(values.data(), raw.data(), dtype_, size_);
+  std::lock_guard lock(context_->mutex());
+  DeviceGuard guard(device_);
+  if (!raw.empty()) {
+    MLFW_CUDA_CHECK(cudaMemcpyAsync(data_, raw.data(), raw.size(), cudaMemcpyHostToDevice, context_->stream()));
+  }
+  // The staging vector dies at return: wait until the copy has read it.
+  MLFW_CUDA_CHECK(cudaStreamSynchronize(context_->stream()));
+}
+
+const TensorBackend* CudaTensor::Backend() const noexcept { return &BackendInstance(); }
+
+// ---- public factories and queries ----------------------------------------------------------
+
+bool IsBuilt() noexcept { return true; }
+
+int DeviceCount() noexcept { return QueryDeviceCount(nullptr); }
+
+bool IsAvailable() noexcept { return DeviceCount() > 0; }
+
+std::string UnavailableReason() {
+  std::string reason;
+  return QueryDeviceCount(&reason) > 0 ? std::string() : reason;
+}
+
+std::string DeviceName(int device) {
+  DeviceContext::Get(device);  // validates the ordinal with a clear message
+  cudaDeviceProp properties{};
+  MLFW_CUDA_CHECK(cudaGetDeviceProperties(&properties, device));
+  return properties.name;
+}
+
+TensorPtr Empty(const Shape& shape, DataType dtype, int device) {
+  RequireValidDtype(dtype);
+  if (device < 0) {
+    throw ArgumentError("device", "must be >= 0, got " + std::to_string(device));
+  }
+  return std::make_shared<CudaTensor>(shape, dtype, device);
+}
+
+bool IsCudaTensor(const ITensor& tensor) noexcept { return dynamic_cast<const CudaTensor*>(&tensor) != nullptr; }
+
+void* DevicePointer(ITensor& tensor) {
+  auto* cuda_tensor = dynamic_cast<CudaTensor*>(&tensor);
+  if (cuda_tensor == nullptr) {
+    throw ArgumentError("tensor", "is not a CUDA-backend tensor (device " + tensor.GetDevice().ToString() + ")");
+  }
+  return cuda_tensor->data();
+}
+
+void* StreamHandle(int device) { return DeviceContext::Get(device).stream(); }
+
+void Synchronize(int device) {
+  DeviceContext& context = DeviceContext::Get(device);
+  DeviceGuard guard(device);
+  MLFW_CUDA_CHECK(cudaStreamSynchronize(context.stream()));
+}
+
+const DeviceScalingBackend& Backend() { return BackendInstance(); }
+
+}  // namespace mlframework::backends::cuda
+
+namespace mlframework::detail {
+
+TensorPtr MakeDeviceTensor(const Shape& shape, DataType dtype, Device device) {
+  if (!device.IsCUDA()) {
+    throw BackendError("cannot create a tensor on " + device.ToString() + ": no backend for this device type");
+  }
+  return backends::cuda::Empty(shape, dtype, device.Index);
+}
+
+}  // namespace mlframework::detail

@@ -1,0 +1,54 @@
+#pragma once
+// Private: the CUDA tensor class. Elements live in device memory of one GPU
+// (FP16 and BF16 as their 16-bit words); all work on them is ordered on the
+// device's backend stream.
+
+#include <mlframework/core/ITensor.hpp>
+
+namespace mlframework::backends::cuda {
+
+class DeviceContext;
+
+class CudaTensor final : public ITensor {
+ public:
+  // Zero-filled tensor on `device` (validated by the caller).
+  CudaTensor(Shape shape, DataType dtype, int device);
+  ~CudaTensor() override;
+  CudaTensor(const CudaTensor&) = delete;
+  CudaTensor& operator=(const CudaTensor&) = delete;
+
+  DataType GetDataType() const override { return dtype_; }
+  Device GetDevice() const override { return Device::CUDA(device_); }
+  const Shape& GetShape() const override { return shape_; }
+  std::size_t Size() const override { return size_; }
+
+  TensorPtr Multiply(float factor) const override;
+  TensorPtr Divide(float divisor) const override;
+  void MultiplyInPlace(float factor) override;
+  TensorPtr Clone() const override;
+  TensorPtr CastTo(DataType dtype) const override;
+
+  bool HasInf() const override;
+  bool HasNaN() const override;
+  bool HasNonFinite() const override;
+  double SumOfSquares() const override;
+
+  std::vector<float> ToFloatVector() const override;
+  void CopyFromFloats(std::span<const float> values) override;
+
+  const TensorBackend* Backend() const noexcept override;
+
+  int device() const noexcept { return device_; }
+  void* data() const noexcept { return data_; }
+  std::size_t bytes() const noexcept { return size_ * ElementSize(dtype_); }
+
+ private:
+  Shape shape_;
+  std::size_t size_;
+  DataType dtype_;
+  int device_;
+  DeviceContext* context_;
+  void* data_ = nullptr;
+};
+
+}  // namespace mlframework::backends::cuda

@@ -1,0 +1,45 @@
+// Builds without the CUDA backend: the queries answer "no device" and every
+// request for CUDA memory or work raises a clear BackendError.
+#include <mlframework/backends/cuda/CudaTensor.hpp>
+#include <mlframework/core/Error.hpp>
+
+namespace mlframework::backends::cuda {
+
+namespace {
+
+constexpr const char* kNotBuilt =
+    "this build of mlframework has no CUDA backend (configure with nvcc available and MLFW_ENABLE_CUDA=ON)";
+
+}  // namespace
+
+bool IsBuilt() noexcept { return false; }
+
+int DeviceCount() noexcept { return 0; }
+
+bool IsAvailable() noexcept { return false; }
+
+std::string UnavailableReason() { return kNotBuilt; }
+
+std::string DeviceName(int device) {
+  throw BackendError("cannot query cuda:" + std::to_string(device) + ": " + kNotBuilt);
+}
+
+TensorPtr Empty(const Shape& /*shape*/, DataType /*dtype*/, int device) {
+  throw BackendError("cannot create a tensor on cuda:" + std::to_string(device) + ": " + kNotBuilt);
+}
+
+bool IsCudaTensor(const ITensor& /*tensor*/) noexcept { return false; }
+
+void* DevicePointer(ITensor& tensor) {
+  throw ArgumentError("tensor", "is not a CUDA-backend tensor (device " + tensor.GetDevice().ToString() + ")");
+}
+
+void* StreamHandle(int device) {
+  throw BackendError("cannot use cuda:" + std::to_string(device) + ": " + kNotBuilt);
+}
+
+void Synchronize(int device) { throw BackendError("cannot use cuda:" + std::to_string(device) + ": " + kNotBuilt); }
+
+const DeviceScalingBackend& Backend() { throw BackendError(kNotBuilt); }
+
+}  // namespace mlframework::backends::cuda

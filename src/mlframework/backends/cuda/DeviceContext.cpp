@@ -1,0 +1,140 @@
+#include "mlframework/backends/cuda/DeviceContext.hpp"
+
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include <mlframework/core/Error.hpp>
+
+#include "mlframework/backends/cuda/CudaCheck.hpp"
+
+namespace mlframework::backends::cuda {
+
+int QueryDeviceCount(std::string* reason) noexcept {
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess) {
+    static_cast<void>(cudaGetLastError());
+    if (reason != nullptr) {
+      *reason = std::string("cudaGetDeviceCount failed: ") + cudaGetErrorName(status) + " (" +
+                cudaGetErrorString(status) + ")";
+    }
+    return 0;
+  }
+  if (count == 0 && reason != nullptr) {
+    *reason = "cudaGetDeviceCount found no CUDA device";
+  }
+  return count;
+}
+
+DeviceGuard::DeviceGuard(int device) {
+  MLFW_CUDA_CHECK(cudaGetDevice(&previous_));
+  if (previous_ != device) {
+    MLFW_CUDA_CHECK(cudaSetDevice(device));
+  }
+}
+
+DeviceGuard::~DeviceGuard() {
+  int current = -1;
+  if (cudaGetDevice(&current) == cudaSuccess && current != previous_ && previous_ >= 0) {
+    MLFW_CUDA_CHECK_NOTHROW(cudaSetDevice(previous_));
+  }
+}
+
+DeviceContext& DeviceContext::Get(int device) {
+  // Leaked on purpose (see the header); the vector is sized once by the device count.
+  static std::mutex registry_mutex;
+  static auto* registry = new std::vector<DeviceContext*>();
+  std::lock_guard lock(registry_mutex);
+  if (registry->empty()) {
+    std::string reason;
+    const int count = QueryDeviceCount(&reason);
+    if (count == 0) {
+      throw BackendError("cannot use cuda:" + std::to_string(device) + ": " + reason);
+    }
+    registry->assign(static_cast<std::size_t>(count), nullptr);
+  }
+  if (device < 0 || static_cast<std::size_t>(device) >= registry->size()) {
+    throw BackendError("cannot use cuda:" + std::to_string(device) + ": this process sees " +
+                       std::to_string(registry->size()) + " CUDA device(s)");
+  }
+  DeviceContext*& slot = (*registry)[static_cast<std::size_t>(device)];
+  if (slot == nullptr) {
+    slot = new DeviceContext(device);
+  }
+  return *slot;
+}
+
+DeviceContext::DeviceContext(int device) : device_(device) {
+  DeviceGuard guard(device);
+  int pools = 0;
+  MLFW_CUDA_CHECK(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, device));
+  stream_ordered_ = pools != 0;
+  if (stream_ordered_) {
+    // Keep freed blocks in the pool: returning them to the driver at every
+    // synchronisation would make the next allocation slow.
+    cudaMemPool_t pool = nullptr;
+    MLFW_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+    std::uint64_t threshold = std::numeric_limits<std::uint64_t>::max();
+    MLFW_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+  }
+  // A blocking stream: it stays ordered with the legacy default stream a user's code may use.
+  MLFW_CUDA_CHECK(cudaStreamCreate(&stream_));
+  MLFW_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&device_result_), sizeof(DeviceResult)));
+  MLFW_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&host_result_), sizeof(DeviceResult)));
+  MLFW_CUDA_CHECK(cudaMemsetAsync(device_result_, 0, sizeof(DeviceResult), stream_));
+}
+
+void* DeviceContext::Allocate(std::size_t bytes) {
+  if (bytes == 0) {
+    return nullptr;
+  }
+  DeviceGuard guard(device_);
+  void* pointer = nullptr;
+  if (stream_ordered_) {
+    MLFW_CUDA_CHECK(cudaMallocAsync(&pointer, bytes, stream_));
+  } else {
+    MLFW_CUDA_CHECK(cudaMalloc(&pointer, bytes));
+  }
+  return pointer;
+}
+
+void DeviceContext::Free(void* pointer) noexcept {
+  if (pointer == nullptr) {
+    return;
+  }
+  int previous = -1;
+  const bool switched = cudaGetDevice(&previous) == cudaSuccess && previous != device_ &&
+                        cudaSetDevice(device_) == cudaSuccess;
+  if (stream_ordered_) {
+    MLFW_CUDA_CHECK_NOTHROW(cudaFreeAsync(pointer, stream_));
+  } else {
+    MLFW_CUDA_CHECK_NOTHROW(cudaFree(pointer));
+  }
+  if (switched) {
+    MLFW_CUDA_CHECK_NOTHROW(cudaSetDevice(previous));
+  }
+}
+
+float* DeviceContext::Partials(std::size_t count) {
+  if (count > partials_capacity_) {
+    const std::size_t capacity = count + count / 2;  // grow geometrically
+    auto* grown = static_cast<float*>(Allocate(capacity * sizeof(float)));
+    Free(partials_);  // stream-ordered: the previous kernels finish with it first
+    partials_ = grown;
+    partials_capacity_ = capacity;
+  }
+  return partials_;
+}
+
+void DeviceContext::ClearResult() {
+  MLFW_CUDA_CHECK(cudaMemsetAsync(device_result_, 0, sizeof(DeviceResult), stream_));
+}
+
+DeviceResult DeviceContext::ReadResult() {
+  MLFW_CUDA_CHECK(cudaMemcpyAsync(host_result_, device_result_, sizeof(DeviceResult), cudaMemcpyDeviceToHost, stream_));
+  MLFW_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return *host_result_;
+}
+
+}  // namespace mlframework::backends::cuda

@@ -1,0 +1,77 @@
+#pragma once
+// Private: what the CUDA backend keeps per device: the stream all its work
+// runs on, the allocator, and the scratch memory of the reductions.
+//
+// Contexts are created on first use and intentionally never destroyed:
+// tensors held in static objects may be freed after any static context
+// would be, and the driver releases everything at process exit.
+
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <string>
+
+#include <cuda_runtime_api.h>
+
+#include "mlframework/backends/cuda/LaunchPlan.hpp"
+
+namespace mlframework::backends::cuda {
+
+/// Device count, or 0 with the runtime's reason (no driver, no device) in *reason.
+int QueryDeviceCount(std::string* reason) noexcept;
+
+/// Makes @p device current for the guard's lifetime and restores the previous device after.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
+class DeviceContext {
+ public:
+  /// The context of @p device; BackendError when the device does not exist or there is no driver.
+  static DeviceContext& Get(int device);
+
+  int device() const noexcept { return device_; }
+  cudaStream_t stream() const noexcept { return stream_; }
+  /// Held by every backend call while it uses the scratch memory below.
+  std::mutex& mutex() noexcept { return mutex_; }
+
+  /// @p bytes of device memory, ordered on the stream (stream-ordered pool when the device has one).
+  void* Allocate(std::size_t bytes);
+  /// Frees memory from Allocate(), ordered on the stream; never throws.
+  void Free(void* pointer) noexcept;
+
+  /// Result block (flag and sum) in device memory and its pinned host mirror.
+  DeviceResult* device_result() noexcept { return device_result_; }
+  DeviceResult* host_result() noexcept { return host_result_; }
+  /// At least @p count floats of device scratch for the sum-of-squares partials (mutex held).
+  float* Partials(std::size_t count);
+
+  /// Clears the result flag, runs nothing else (mutex held).
+  void ClearResult();
+  /// Copies the result block to the host and waits for the stream (mutex held).
+  DeviceResult ReadResult();
+
+  DeviceContext(const DeviceContext&) = delete;
+  DeviceContext& operator=(const DeviceContext&) = delete;
+
+ private:
+  explicit DeviceContext(int device);
+
+  int device_;
+  bool stream_ordered_ = false;
+  cudaStream_t stream_ = nullptr;
+  std::mutex mutex_;
+  DeviceResult* device_result_ = nullptr;
+  DeviceResult* host_result_ = nullptr;
+  float* partials_ = nullptr;
+  std::size_t partials_capacity_ = 0;
+};
+
+}  // namespace mlframework::backends::cuda

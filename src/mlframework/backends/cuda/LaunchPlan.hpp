@@ -1,0 +1,158 @@
+#pragma once
+// Private: how a list of tensors becomes kernel launches (multi_tensor_apply).
+//
+// The tensors of one launch are seen as one virtual array (tensor s holds
+// elements [offsets[s], offsets[s+1])) cut into chunks of kChunkElements; one
+// block takes one chunk, which may span several small tensors, so every block
+// does the same work whatever the tensor sizes. The tensor table travels as
+// a kernel parameter (no metadata copy to the device, nothing to synchronise),
+// which bounds a launch to kMaxTensorsPerLaunch tensors; longer lists take
+// several launches. Plain C++ (host and device), so the planner is tested on the host.
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include <mlframework/amp/ScalePolicy.hpp>
+#include <mlframework/core/DataType.hpp>
+#include <mlframework/core/HostDevice.hpp>
+
+namespace mlframework::backends::cuda {
+
+/// Tensors per launch: keeps the parameter block under the classic 4 KiB kernel-parameter limit.
+inline constexpr int kMaxTensorsPerLaunch = 128;
+/// Elements per block.
+inline constexpr std::uint64_t kChunkElements = 16384;
+/// Threads per block of the multi-tensor kernels.
+inline constexpr int kBlockThreads = 512;
+/// Threads of the one-block sum-of-squares finalisation kernel.
+inline constexpr int kFinalizeThreads = 256;
+
+/// The tensor table of one launch (passed by value as a __grid_constant__ kernel parameter).
+/// Slot 0 is the source (or the tensor updated in place), slot 1 the destination of a cast.
+struct TensorListMeta {
+  void* data[2][kMaxTensorsPerLaunch];
+  std::uint64_t offsets[kMaxTensorsPerLaunch + 1];
+  std::uint8_t dtype[2][kMaxTensorsPerLaunch];
+  std::int32_t count;
+};
+static_assert(sizeof(TensorListMeta) + 64 <= 4096, "kernel parameters must stay under 4 KiB");
+
+/// Where a kernel takes its multiplier from.
+enum class FactorMode : std::int32_t {
+  Value,           ///< FactorSource::value
+  Scale,           ///< *FactorSource::scale (device memory)
+  InverseOfScale,  ///< InverseScale(*FactorSource::scale) (device memory)
+};
+
+/// A multiplier given on the host or read on the device.
+struct FactorSource {
+  float value = 1.0f;
+  FactorMode mode = FactorMode::Value;
+  const float* scale = nullptr;  // device pointer for Scale / InverseOfScale
+};
+
+/// Flag and sum written by the reductions, read back in one copy.
+struct DeviceResult {
+  std::int32_t flag;
+  std::int32_t padding;
+  double sum;
+};
+
+/// Device-resident dynamic-scaling state (see DeviceScaling.hpp).
+struct DeviceScaleBlock {
+  amp::ScaleState state;
+  std::int32_t found_inf;
+  std::int32_t last_skipped;
+};
+
+/// One entry of a list: source (or in-place) and destination pointers, dtypes, element count.
+struct ListEntry {
+  void* src = nullptr;
+  void* dst = nullptr;
+  DataType src_dtype = DataType::Float32;
+  DataType dst_dtype = DataType::Float32;
+  std::uint64_t size = 0;
+};
+
+/// One launch: its tensor table and grid size (blocks == chunks of its virtual array).
+struct Launch {
+  TensorListMeta meta;
+  std::uint32_t blocks;
+};
+
+/// Cuts @p entries into launches of at most kMaxTensorsPerLaunch tensors, in order;
+/// empty tensors are dropped (so offsets strictly increase). No launch for an empty list.
+inline std::vector<Launch> PlanLaunches(std::span<const ListEntry> entries) {
+  std::vector<Launch> launches;
+  Launch current{};
+  std::uint64_t total = 0;
+  auto close = [&] {
+    if (current.meta.count > 0) {
+      current.meta.offsets[current.meta.count] = total;
+      current.blocks = static_cast<std::uint32_t>((total + kChunkElements - 1) / kChunkElements);
+      launches.push_back(current);
+    }
+    current = Launch{};
+    total = 0;
+  };
+  for (const ListEntry& entry : entries) {
+    if (entry.size == 0) {
+      continue;
+    }
+    const std::int32_t s = current.meta.count;
+    current.meta.data[0][s] = entry.src;
+    current.meta.data[1][s] = entry.dst;
+    current.meta.dtype[0][s] = static_cast<std::uint8_t>(entry.src_dtype);
+    current.meta.dtype[1][s] = static_cast<std::uint8_t>(entry.dst_dtype);
+    current.meta.offsets[s] = total;
+    total += entry.size;
+    current.meta.count = s + 1;
+    if (current.meta.count == kMaxTensorsPerLaunch) {
+      close();
+    }
+  }
+  close();
+  return launches;
+}
+
+/// Total blocks of @p launches (one FP32 partial each in the sum of squares).
+inline std::size_t TotalBlocks(std::span<const Launch> launches) {
+  std::size_t blocks = 0;
+  for (const Launch& launch : launches) {
+    blocks += launch.blocks;
+  }
+  return blocks;
+}
+
+/// Calls fn(s, lo, hi) for each piece of chunk @p block of @p list, in order: elements [lo, hi)
+/// of tensor s. The kernels call it with blockIdx.x; the host tests call it for every block.
+template <typename Fn>
+MLFW_HOST_DEVICE inline void ForEachPieceOfBlock(const TensorListMeta& list, std::uint64_t block, Fn&& fn) {
+  const std::uint64_t total = list.offsets[list.count];
+  const std::uint64_t begin = block * kChunkElements;
+  const std::uint64_t end = begin + kChunkElements < total ? begin + kChunkElements : total;
+  // The tensor holding `begin`: offsets[lo] <= begin < offsets[hi] (offsets strictly increase).
+  int lo = 0;
+  int hi = list.count;
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (list.offsets[mid] <= begin) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  for (int s = lo; s < list.count && list.offsets[s] < end; ++s) {
+    const std::uint64_t first = list.offsets[s];
+    const std::uint64_t last = list.offsets[s + 1];
+    const std::uint64_t piece_lo = begin > first ? begin - first : 0;
+    const std::uint64_t piece_hi = (end < last ? end : last) - first;
+    if (piece_hi > piece_lo) {
+      fn(s, piece_lo, piece_hi);
+    }
+  }
+}
+
+}  // namespace mlframework::backends::cuda

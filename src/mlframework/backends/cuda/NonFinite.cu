@@ -1,0 +1,34 @@
+#include "mlframework/backends/cuda/NonFinite.cuh"
+
+#include "mlframework/backends/cuda/CudaCheck.hpp"
+#include "mlframework/backends/cuda/MultiTensorApply.cuh"
+
+namespace mlframework::backends::cuda {
+
+namespace {
+
+__global__ void __launch_bounds__(kBlockThreads)
+    NonFiniteKernel(const __grid_constant__ TensorListMeta list, std::int32_t* flag) {
+  bool found = false;
+  ForEachPiece(list, [&](int s, std::uint64_t lo, std::uint64_t hi) {
+    DispatchDtype(list.dtype[0][s], [&](auto tag) {
+      constexpr DataType D = decltype(tag)::value;
+      const auto* data = static_cast<const StoredType<D>*>(list.data[0][s]);
+      bool all_finite = true;
+      for (std::uint64_t i = lo + threadIdx.x; i < hi; i += kBlockThreads) {
+        all_finite &= IsFiniteStored<D>(data[i]);
+      }
+      found = found || !all_finite;
+    });
+  });
+  BlockRaiseFlag(found, flag);
+}
+
+}  // namespace
+
+void LaunchNonFinite(const Launch& launch, std::int32_t* flag, cudaStream_t stream) {
+  NonFiniteKernel<<<launch.blocks, kBlockThreads, 0, stream>>>(launch.meta, flag);
+  MLFW_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace mlframework::backends::cuda

@@ -1,0 +1,31 @@
+#include "mlframework/backends/cuda/Scale.cuh"
+
+#include "mlframework/backends/cuda/CudaCheck.hpp"
+#include "mlframework/backends/cuda/MultiTensorApply.cuh"
+
+namespace mlframework::backends::cuda {
+
+namespace {
+
+__global__ void __launch_bounds__(kBlockThreads)
+    ScaleKernel(const __grid_constant__ TensorListMeta list, FactorSource factor_source) {
+  const float factor = ResolveFactor(factor_source);
+  ForEachPiece(list, [&](int s, std::uint64_t lo, std::uint64_t hi) {
+    DispatchDtype(list.dtype[0][s], [&](auto tag) {
+      constexpr DataType D = decltype(tag)::value;
+      auto* data = static_cast<StoredType<D>*>(list.data[0][s]);
+      for (std::uint64_t i = lo + threadIdx.x; i < hi; i += kBlockThreads) {
+        data[i] = ScaleConvert<D, D>(data[i], factor);
+      }
+    });
+  });
+}
+
+}  // namespace
+
+void LaunchScale(const Launch& launch, FactorSource factor, cudaStream_t stream) {
+  ScaleKernel<<<launch.blocks, kBlockThreads, 0, stream>>>(launch.meta, factor);
+  MLFW_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace mlframework::backends::cuda

@@ -1,0 +1,16 @@
+#pragma once
+// Private: the device-side dynamic-scale update (one thread, no host synchronisation).
+
+#include <cuda_runtime_api.h>
+
+#include <mlframework/amp/ScalePolicy.hpp>
+
+#include "mlframework/backends/cuda/LaunchPlan.hpp"
+
+namespace mlframework::backends::cuda {
+
+/// block->state advances by amp::UpdateScaleState(state, policy, found_inf != 0);
+/// block->last_skipped records the overflow, block->found_inf is cleared.
+void LaunchScaleUpdate(DeviceScaleBlock* block, const amp::ScalePolicy& policy, cudaStream_t stream);
+
+}  // namespace mlframework::backends::cuda

@@ -1,0 +1,66 @@
+#include "mlframework/backends/cuda/SumSquares.cuh"
+
+#include "mlframework/backends/cuda/CudaCheck.hpp"
+#include "mlframework/backends/cuda/MultiTensorApply.cuh"
+
+namespace mlframework::backends::cuda {
+
+namespace {
+
+__global__ void __launch_bounds__(kBlockThreads)
+    SumSquaresKernel(const __grid_constant__ TensorListMeta list, float* partials, std::int32_t* flag) {
+  float sum = 0.0f;
+  bool found = false;
+  ForEachPiece(list, [&](int s, std::uint64_t lo, std::uint64_t hi) {
+    DispatchDtype(list.dtype[0][s], [&](auto tag) {
+      constexpr DataType D = decltype(tag)::value;
+      const auto* data = static_cast<const StoredType<D>*>(list.data[0][s]);
+      for (std::uint64_t i = lo + threadIdx.x; i < hi; i += kBlockThreads) {
+        const StoredType<D> stored = data[i];
+        const float v = ToFloat<D>(stored);
+        sum += v * v;
+        found |= !IsFiniteStored<D>(stored);
+      }
+    });
+  });
+  const float block_sum = BlockSum(sum);
+  if (threadIdx.x == 0) {
+    partials[blockIdx.x] = block_sum;
+  }
+  BlockRaiseFlag(found, flag);
+}
+
+__global__ void __launch_bounds__(kFinalizeThreads)
+    SumSquaresFinalizeKernel(const float* partials, std::uint64_t count, double factor, DeviceResult* result) {
+  __shared__ double sums[kFinalizeThreads];
+  double sum = 0.0;
+  for (std::uint64_t i = threadIdx.x; i < count; i += kFinalizeThreads) {
+    sum += static_cast<double>(partials[i]);
+  }
+  sums[threadIdx.x] = sum;
+  __syncthreads();
+  for (int stride = kFinalizeThreads / 2; stride > 0; stride >>= 1) {
+    if (static_cast<int>(threadIdx.x) < stride) {
+      sums[threadIdx.x] += sums[threadIdx.x + stride];
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    result->sum = sums[0] * factor * factor;
+  }
+}
+
+}  // namespace
+
+void LaunchSumSquares(const Launch& launch, float* partials, std::int32_t* flag, cudaStream_t stream) {
+  SumSquaresKernel<<<launch.blocks, kBlockThreads, 0, stream>>>(launch.meta, partials, flag);
+  MLFW_CUDA_CHECK(cudaGetLastError());
+}
+
+void LaunchSumSquaresFinalize(const float* partials, std::size_t count, double factor, DeviceResult* result,
+                              cudaStream_t stream) {
+  SumSquaresFinalizeKernel<<<1, kFinalizeThreads, 0, stream>>>(partials, count, factor, result);
+  MLFW_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace mlframework::backends::cuda

@@ -1,0 +1,265 @@
+// Backend conformance: every multi-tensor operation and every per-tensor
+// operation runs on the CPU backend and on the CUDA backend over the same
+// inputs, and the results are compared: exactly (bits) for values and flags,
+// with a relative tolerance for sums of squares. Needs a CUDA device.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <boost/test/unit_test.hpp>
+
+#include <mlframework/backends/cuda/CudaTensor.hpp>
+#include <mlframework/core/Error.hpp>
+#include <mlframework/core/MultiTensor.hpp>
+#include <mlframework/core/Tensor.hpp>
+
+using namespace mlframework;
+namespace cuda = mlframework::backends::cuda;
+
+namespace {
+
+constexpr DataType kDtypes[] = {DataType::Float32, DataType::Float16, DataType::BFloat16};
+const Device kGpu = Device::CUDA(0);
+
+// Bits of the widened values: widening is injective, so equal bits mean equal stored elements.
+std::vector<std::uint32_t> Bits(const ITensor& tensor) {
+  const std::vector<float> values = tensor.ToFloatVector();
+  std::vector<std::uint32_t> bits(values.size());
+  std::memcpy(bits.data(), values.data(), values.size() * sizeof(float));
+  return bits;
+}
+
+struct Pair {
+  std::vector<TensorPtr> cpu;
+  std::vector<TensorPtr> gpu;
+};
+
+enum class Specials { None, Inf, NaN, Huge };
+
+// The same values on both backends: sizes around the chunk boundaries, mixed dtypes,
+// optionally one Inf / NaN / value that overflows FP16 after scaling by 2.
+Pair MakeLists(const std::vector<std::size_t>& sizes, Specials specials, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  Pair pair;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    std::vector<float> values(sizes[i]);
+    for (float& v : values) {
+      v = normal(rng);
+    }
+    if (!values.empty() && i == sizes.size() / 2) {
+      const std::size_t at = values.size() - 1;
+      if (specials == Specials::Inf) {
+        values[at] = -std::numeric_limits<float>::infinity();
+      } else if (specials == Specials::NaN) {
+        values[at] = std::numeric_limits<float>::quiet_NaN();
+      } else if (specials == Specials::Huge) {
+        values[at] = 60000.0f;
+      }
+    }
+    const DataType dtype = kDtypes[i % 3];
+    pair.cpu.push_back(FromVector(values, {values.size()}, dtype, Device::CPU()));
+    pair.gpu.push_back(FromVector(values, {values.size()}, dtype, kGpu));
+  }
+  return pair;
+}
+
+void CheckSameBits(const std::vector<TensorPtr>& cpu, const std::vector<TensorPtr>& gpu) {
+  BOOST_TEST_REQUIRE(cpu.size() == gpu.size());
+  for (std::size_t i = 0; i < cpu.size(); ++i) {
+    BOOST_TEST_INFO("tensor " << i << " dtype " << ToString(cpu[i]->GetDataType()));
+    BOOST_TEST(gpu[i]->GetDevice() == kGpu);
+    BOOST_TEST(cuda::IsCudaTensor(*gpu[i]));
+    BOOST_TEST(Bits(*cpu[i]) == Bits(*gpu[i]), boost::test_tools::per_element());
+  }
+}
+
+const std::vector<std::vector<std::size_t>>& SizeSets() {
+  static const std::vector<std::vector<std::size_t>> sets = [] {
+    std::vector<std::vector<std::size_t>> s = {
+        {1}, {16383, 16384, 16385}, {0, 5, 0, 100000, 3}, {250000},
+    };
+    std::vector<std::size_t> many(300);  // several launches of small tensors
+    for (std::size_t i = 0; i < many.size(); ++i) {
+      many[i] = 1 + (i * 37) % 900;
+    }
+    s.push_back(many);
+    return s;
+  }();
+  return sets;
+}
+
+bool CloseRelative(double a, double b, double tolerance) {
+  if (!std::isfinite(a) || !std::isfinite(b)) {
+    return std::isnan(a) == std::isnan(b) && (std::isnan(a) || a == b);
+  }
+  return std::fabs(a - b) <= tolerance * std::max(std::fabs(a), std::fabs(b)) + 1e-300;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(CudaBackendConformance)
+
+BOOST_AUTO_TEST_CASE(FactoriesAndCopies) {
+  for (const DataType dtype : kDtypes) {
+    const std::vector<float> values = {0.0f, -1.5f, 65504.0f, 1e-7f, 3.14159f, -0.0f, 70000.0f};
+    const TensorPtr cpu = FromVector(values, {7}, dtype);
+    const TensorPtr gpu = FromVector(values, {7}, dtype, kGpu);
+    BOOST_TEST((gpu->GetShape() == Shape{7}));
+    BOOST_TEST((gpu->GetDataType() == dtype));
+    BOOST_TEST(Bits(*cpu) == Bits(*gpu), boost::test_tools::per_element());
+    const TensorPtr zeros = Zeros({3, 4}, dtype, kGpu);
+    BOOST_TEST(zeros->ToFloatVector() == std::vector<float>(12, 0.0f), boost::test_tools::per_element());
+    BOOST_TEST(Scalar(2.5f, dtype, kGpu)->ToFloatVector() == std::vector<float>{2.5f});
+    BOOST_TEST(Zeros({0}, dtype, kGpu)->ToFloatVector().empty());
+  }
+  const TensorPtr gpu = Zeros({2}, DataType::Float32, kGpu);
+  BOOST_CHECK_THROW(gpu->CopyFromFloats(std::vector<float>(3)), ArgumentError);
+}
+
+BOOST_AUTO_TEST_CASE(UnscaleAndCheckMatchesCpu) {
+  unsigned seed = 1;
+  for (const auto& sizes : SizeSets()) {
+    for (const Specials specials : {Specials::None, Specials::Inf, Specials::NaN, Specials::Huge}) {
+      for (const float factor : {0.5f, 2.0f, 1.0f / 3.0f}) {
+        Pair pair = MakeLists(sizes, specials, seed++);
+        const bool cpu_found = UnscaleAndCheck(pair.cpu, factor);
+        const bool gpu_found = UnscaleAndCheck(pair.gpu, factor);
+        BOOST_TEST(cpu_found == gpu_found);
+        CheckSameBits(pair.cpu, pair.gpu);
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(HasNonFiniteMatchesCpu) {
+  unsigned seed = 100;
+  for (const auto& sizes : SizeSets()) {
+    for (const Specials specials : {Specials::None, Specials::Inf, Specials::NaN}) {
+      const Pair pair = MakeLists(sizes, specials, seed++);
+      BOOST_TEST(HasNonFinite(pair.cpu) == HasNonFinite(pair.gpu));
+      BOOST_TEST(HasNonFinite(pair.gpu) == (specials != Specials::None));
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(CheckAndSumSquaresMatchesCpuAndIsDeterministic) {
+  unsigned seed = 200;
+  for (const auto& sizes : SizeSets()) {
+    for (const Specials specials : {Specials::None, Specials::NaN}) {
+      for (const float factor : {1.0f, 1.0f / 1024.0f}) {
+        const Pair pair = MakeLists(sizes, specials, seed++);
+        const NonFiniteAndNorm cpu = CheckAndSumSquares(pair.cpu, factor);
+        const NonFiniteAndNorm gpu = CheckAndSumSquares(pair.gpu, factor);
+        BOOST_TEST(cpu.FoundNonFinite == gpu.FoundNonFinite);
+        // The CPU backend sums longer FP32 runs per chunk, so it is compared more loosely than the FP64 reference.
+        BOOST_TEST(CloseRelative(cpu.SumOfSquares, gpu.SumOfSquares, 1e-5),
+                   "cpu " << cpu.SumOfSquares << " gpu " << gpu.SumOfSquares);
+        // FP64 reference from the stored values.
+        if (specials == Specials::None) {
+          double reference = 0.0;
+          for (const TensorPtr& t : pair.gpu) {
+            for (const float v : t->ToFloatVector()) {
+              reference += static_cast<double>(v) * v;
+            }
+          }
+          reference *= static_cast<double>(factor) * factor;
+          BOOST_TEST(CloseRelative(reference, gpu.SumOfSquares, 1e-6));
+        }
+        const NonFiniteAndNorm again = CheckAndSumSquares(pair.gpu, factor);
+        BOOST_TEST(std::memcmp(&again.SumOfSquares, &gpu.SumOfSquares, sizeof(double)) == 0);
+        BOOST_TEST(CloseRelative(SumOfSquares(pair.gpu, factor), gpu.SumOfSquares, 0.0));
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(ScaleInPlaceMatchesCpu) {
+  unsigned seed = 300;
+  for (const auto& sizes : SizeSets()) {
+    for (const float factor : {65536.0f, 1.0f / 3.0f, -2.0f}) {
+      Pair pair = MakeLists(sizes, Specials::Huge, seed++);
+      ScaleInPlace(pair.cpu, factor);
+      ScaleInPlace(pair.gpu, factor);
+      CheckSameBits(pair.cpu, pair.gpu);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(CastIntoEveryDtypePairMatchesCpu) {
+  unsigned seed = 400;
+  for (const auto& sizes : SizeSets()) {
+    for (const DataType target : kDtypes) {
+      for (const float factor : {1.0f, 1.0f / 65536.0f, 4.0f}) {
+        const Pair pair = MakeLists(sizes, Specials::Huge, seed++);
+        std::vector<TensorPtr> cpu_dst;
+        std::vector<TensorPtr> gpu_dst;
+        for (const TensorPtr& t : pair.cpu) {
+          cpu_dst.push_back(Zeros(t->GetShape(), target));
+          gpu_dst.push_back(Zeros(t->GetShape(), target, kGpu));
+        }
+        const bool cpu_found = CastInto(pair.cpu, cpu_dst, factor);
+        const bool gpu_found = CastInto(pair.gpu, gpu_dst, factor);
+        BOOST_TEST(cpu_found == gpu_found);
+        CheckSameBits(cpu_dst, gpu_dst);
+        // Cast() makes new tensors on the sources' device.
+        const auto cpu_new = Cast(pair.cpu, target, factor);
+        const auto gpu_new = Cast(pair.gpu, target, factor);
+        CheckSameBits(cpu_new, gpu_new);
+        CheckSameBits(cpu_dst, gpu_new);
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(PerTensorOperationsMatchCpu) {
+  const std::vector<float> values = {1.0f, -2.5f, 0.1f, 60000.0f, -1e-6f, 3.0f, 1024.5f};
+  for (const DataType dtype : kDtypes) {
+    const TensorPtr cpu = FromVector(values, {values.size()}, dtype);
+    const TensorPtr gpu = FromVector(values, {values.size()}, dtype, kGpu);
+    BOOST_TEST(Bits(*cpu->Multiply(3.0f)) == Bits(*gpu->Multiply(3.0f)), boost::test_tools::per_element());
+    BOOST_TEST(Bits(*cpu->Divide(7.0f)) == Bits(*gpu->Divide(7.0f)), boost::test_tools::per_element());
+    BOOST_TEST(Bits(*cpu->Clone()) == Bits(*gpu->Clone()), boost::test_tools::per_element());
+    BOOST_CHECK_THROW(gpu->Divide(0.0f), ArgumentError);
+    for (const DataType target : kDtypes) {
+      const TensorPtr cast = gpu->CastTo(target);
+      BOOST_TEST((cast->GetDataType() == target));
+      BOOST_TEST(cast->GetDevice() == kGpu);
+      BOOST_TEST(Bits(*cpu->CastTo(target)) == Bits(*cast), boost::test_tools::per_element());
+    }
+    const TensorPtr cpu_copy = cpu->Clone();
+    const TensorPtr gpu_copy = gpu->Clone();
+    cpu_copy->MultiplyInPlace(2.0f);
+    gpu_copy->MultiplyInPlace(2.0f);
+    BOOST_TEST(Bits(*cpu_copy) == Bits(*gpu_copy), boost::test_tools::per_element());
+    BOOST_TEST(Bits(*gpu) == Bits(*cpu), boost::test_tools::per_element());  // sources untouched
+    BOOST_TEST(cpu_copy->HasInf() == gpu_copy->HasInf());
+    BOOST_TEST(cpu_copy->HasNonFinite() == gpu_copy->HasNonFinite());
+    BOOST_TEST(CloseRelative(cpu->SumOfSquares(), gpu->SumOfSquares(), 1e-6));
+  }
+  const TensorPtr nan = FromVector({1.0f, std::numeric_limits<float>::quiet_NaN()}, {2}, DataType::Float16, kGpu);
+  BOOST_TEST(nan->HasNaN());
+  BOOST_TEST(!nan->HasInf());
+  BOOST_TEST(nan->HasNonFinite());
+}
+
+BOOST_AUTO_TEST_CASE(MixedCpuAndCudaListsAreGroupedByBackend) {
+  Pair pair = MakeLists({10, 20}, Specials::None, 500);
+  std::vector<TensorPtr> mixed = {pair.cpu[0], pair.gpu[1]};
+  std::vector<TensorPtr> cpu_only = {pair.cpu[0]->Clone(), pair.cpu[1]};
+  BOOST_TEST(UnscaleAndCheck(mixed, 0.25f) == UnscaleAndCheck(cpu_only, 0.25f));
+  BOOST_TEST(Bits(*mixed[0]) == Bits(*cpu_only[0]), boost::test_tools::per_element());
+  BOOST_TEST(Bits(*mixed[1]) == Bits(*cpu_only[1]), boost::test_tools::per_element());
+  // A cast from CPU to CUDA goes through the per-tensor path and still matches.
+  const TensorPtr dst = Zeros({10}, DataType::BFloat16, kGpu);
+  const TensorPtr cpu_dst = Zeros({10}, DataType::BFloat16);
+  CastInto(std::vector<TensorPtr>{pair.cpu[0]}, std::vector<TensorPtr>{dst}, 3.0f);
+  CastInto(std::vector<TensorPtr>{pair.cpu[0]}, std::vector<TensorPtr>{cpu_dst}, 3.0f);
+  BOOST_TEST(Bits(*dst) == Bits(*cpu_dst), boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_SUITE_END()
