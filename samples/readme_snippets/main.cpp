@@ -1,0 +1,71 @@
+// Runs README's snippets and checks that they do what README says.
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <memory>
+
+#include <mlframework/mlframework.hpp>
+
+#include "BackoffOnlyScaler.hpp"
+#include "Model.hpp"
+#include "VectorTensor.hpp"
+
+void Train(Model& model, int steps);  // training_loop.cpp
+
+namespace {
+
+int failures = 0;
+
+void Expect(bool condition, const char* what) {
+  std::printf("%s: %s\n", condition ? "ok  " : "FAIL", what);
+  failures += condition ? 0 : 1;
+}
+
+}  // namespace
+
+int main() {
+  using namespace mlframework;
+
+  Model model;
+  model.Forward();
+  const float initial_loss = model.LastLoss();
+  Train(model, 400);
+  model.Forward();
+  std::printf("training loop: loss %.4g -> %.4g\n", static_cast<double>(initial_loss),
+              static_cast<double>(model.LastLoss()));
+  Expect(model.LastLoss() < 1e-3f * initial_loss, "the training loop fits the FP16 model");
+
+  // The custom scaler inside GradScaler: an overflow skips the step and halves the scale.
+  amp::GradScaler scaler(std::make_shared<BackoffOnlyScaler>(1024.0f));
+  const TensorPtr weight = FromVector({1.0f, 2.0f}, {2}, DataType::Float16);
+  optimizers::SGD sgd({{"w", weight}}, {.LearningRate = 0.5f});
+  {
+    amp::GradScalerContext ctx(scaler, Scalar(1.0f));
+    sgd.SetGradients({{"w", FromVector({1.0f, std::numeric_limits<float>::infinity()}, {2}, DataType::Float16)}});
+    Expect(!ctx.Step(sgd), "BackoffOnlyScaler: an overflow skips the step");
+  }
+  Expect(scaler.Scale() == 512.0f, "BackoffOnlyScaler: the scale halves on overflow");
+  {
+    amp::GradScalerContext ctx(scaler, Scalar(1.0f));
+    Expect(ctx.ScaledLoss()->ToFloatVector()[0] == 512.0f, "BackoffOnlyScaler: the loss is scaled");
+    sgd.SetGradients({{"w", FromVector({512.0f, 1024.0f}, {2}, DataType::Float16)}});
+    Expect(ctx.Step(sgd), "BackoffOnlyScaler: a finite step is taken");
+  }
+  const std::vector<float> stepped = weight->ToFloatVector();
+  Expect(stepped[0] == 0.5f && stepped[1] == 1.0f, "BackoffOnlyScaler: gradients are unscaled before the step");
+  Expect(scaler.Scale() == 512.0f, "BackoffOnlyScaler: the scale never grows");
+
+  // The custom tensor through the library's multi-tensor functions (the per-tensor fallback).
+  const std::vector<TensorPtr> tensors = {std::make_shared<VectorTensor>(std::vector<float>{3.0f, 4.0f}),
+                                          std::make_shared<VectorTensor>(std::vector<float>{12.0f})};
+  Expect(!HasNonFinite(tensors), "VectorTensor: finite values pass the overflow check");
+  Expect(SumOfSquares(tensors) == 169.0, "VectorTensor: sum of squares over the list");
+  const std::vector<TensorPtr> halves = Cast(tensors, DataType::Float16, 0.5f);
+  Expect(halves[1]->GetDataType() == DataType::Float16 && halves[1]->ToFloatVector()[0] == 6.0f,
+         "VectorTensor: cast to FP16 with a factor");
+  tensors[0]->CopyFromFloats(std::vector<float>{1.0f, std::nanf("")});
+  Expect(HasNonFinite(tensors), "VectorTensor: a NaN is caught");
+
+  std::printf(failures == 0 ? "readme snippets ok\n" : "readme snippets: %d failure(s)\n", failures);
+  return failures == 0 ? 0 : 1;
+}

@@ -1,0 +1,88 @@
+#pragma once
+// Trains the MLP on Fashion-MNIST in one precision mode and measures what the
+// loss scaling did: accuracy, loss, underflow, skipped steps, scale, timing.
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <mlframework/core/DataType.hpp>
+
+#include "IdxReader.hpp"
+#include "Mlp.hpp"
+
+namespace fashion_mnist {
+
+/// The precision modes compared side by side.
+enum class Mode {
+  kFp32,           ///< FP32 everywhere (the reference).
+  kFp16,           ///< FP16 storage, no loss scaling.
+  kFp16Scaler,     ///< FP16 storage, amp::GradScaler (dynamic) through GradScalerContext.
+  kFp16Conversion, ///< FP16 storage, GradientConversionLayer (dynamic scaling and clipping).
+  kBf16,           ///< BF16 storage, no loss scaling.
+};
+
+/// Command-line name of @p mode ("fp32", "fp16", "fp16-scaler", "fp16-layer", "bf16").
+std::string_view ModeName(Mode mode);
+/// One-line description of @p mode for the table.
+std::string_view ModeDescription(Mode mode);
+/// Storage dtype of @p mode.
+mlframework::DataType ModeStorage(Mode mode);
+/// The mode named @p name, if any.
+std::optional<Mode> ParseMode(std::string_view name);
+/// All modes in table order.
+std::vector<Mode> AllModes();
+
+/// How the loss is reduced over a batch.
+enum class Reduction { kMean, kSum };
+
+/// Everything that shapes a run; the same for every mode.
+struct TrainConfig {
+  std::vector<std::size_t> hidden = {128};  ///< Hidden layer widths.
+  int epochs = 2;                           ///< Passes over the training subset.
+  std::size_t batch_size = 128;             ///< Examples per step.
+  std::size_t subset = 0;                   ///< Training examples used (0: all).
+  std::string optimizer = "adam";           ///< "adam" or "sgd".
+  float learning_rate = 1e-3f;              ///< Optimizer step size.
+  Reduction reduction = Reduction::kMean;   ///< Loss reduction over the batch.
+  float loss_weight = 1.0f;                 ///< Factor on the loss (as an auxiliary loss weight would be).
+  float init_gain = 1.0f;                   ///< Factor on the He initialization.
+  float initial_scale = 65536.0f;           ///< Initial loss scale of the scaling modes.
+  int growth_interval = 100;                ///< Clean steps before the scale doubles (short, so a demo run shows it move).
+  float max_grad_norm = 1.0f;               ///< Clipping threshold of the fp16-layer mode.
+  std::uint64_t seed = 42;                  ///< Initialization and shuffling seed.
+  bool progress = true;                     ///< Print a progress line on stderr.
+};
+
+/// One training step as recorded in the CSV.
+struct StepRecord {
+  std::int64_t step = 0;  ///< 1-based step number.
+  double loss = 0.0;      ///< Mean cross-entropy per example of the batch (before weight and scale).
+  float scale = 1.0f;     ///< Loss scale used for this step (1 without scaling).
+  bool skipped = false;   ///< The optimizer step was skipped (overflow).
+};
+
+/// What one mode achieved.
+struct ModeResult {
+  Mode mode = Mode::kFp32;          ///< The mode.
+  double test_accuracy = 0.0;       ///< Share of the test set classified correctly.
+  double final_loss = 0.0;          ///< Mean training loss over the last epoch.
+  UnderflowCount underflow;         ///< Backward values flushed to zero when rounded into storage.
+  std::int64_t steps = 0;           ///< Steps taken (including skipped ones).
+  std::int64_t skipped = 0;         ///< Steps the scaler skipped.
+  float final_scale = 1.0f;         ///< Loss scale at the end (1 without scaling).
+  std::int64_t clip_count = 0;      ///< Times the gradient pipeline clipped (fp16-layer only).
+  double seconds_per_step = 0.0;    ///< CPU time (all threads) per step: forward, backward, scaling, optimizer.
+  double scaling_seconds = 0.0;     ///< CPU time inside the library's scaling code (not the optimizer).
+  double total_seconds = 0.0;       ///< CPU time of all steps.
+  std::vector<StepRecord> records;  ///< Per-step loss and scale.
+};
+
+/// Trains one mode from the same initialization and batch order as every other mode.
+ModeResult TrainMode(const Dataset& data, const TrainConfig& config, Mode mode);
+
+}  // namespace fashion_mnist

@@ -1,0 +1,402 @@
+// Fashion-MNIST with mixed precision: trains the same MLP in FP32, FP16
+// without and with loss scaling (GradScalerContext, GradientConversionLayer)
+// and BF16, side by side, and shows what loss scaling changes.
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <mlframework/mlframework.hpp>
+
+#include "IdxReader.hpp"
+#include "Trainer.hpp"
+
+namespace {
+
+using namespace fashion_mnist;
+
+constexpr const char* kDefaultData = "/usr/share/datasets/fashion-mnist";
+constexpr double kScalingBudget = 0.05;  // the specs: scaling costs under 5% of a step
+
+struct Options {
+  std::filesystem::path data = kDefaultData;
+  std::filesystem::path out = "fashion_mnist_out";
+  std::vector<Mode> modes = AllModes();
+  TrainConfig train;
+  bool plot = true;
+};
+
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+const char* kUsage =
+    "usage: train_fashion_mnist [options]\n"
+    "  --data DIR             Fashion-MNIST IDX files (default /usr/share/datasets/fashion-mnist)\n"
+    "  --modes LIST           comma-separated: fp32,fp16,fp16-scaler,fp16-layer,bf16 (default: all)\n"
+    "  --epochs N             passes over the training set (default 2)\n"
+    "  --batch-size N         examples per step (default 128)\n"
+    "  --subset N             use the first N training images (default: all 60000)\n"
+    "  --hidden LIST          hidden layer widths, comma-separated (default 128)\n"
+    "  --optimizer adam|sgd   library optimizer with FP32 master weights (default adam)\n"
+    "  --lr X                 learning rate (default 0.001)\n"
+    "  --loss-reduction mean|sum   reduction of the loss over a batch (default mean)\n"
+    "  --loss-weight X        factor on the loss, like an auxiliary-loss weight (default 1)\n"
+    "  --init-gain X          factor on the He initialization (default 1)\n"
+    "  --initial-scale X      initial loss scale of the scaling modes (default 65536)\n"
+    "  --growth-interval N    clean steps before the scale grows (default 100; PyTorch uses 2000)\n"
+    "  --max-grad-norm X      clipping threshold of fp16-layer (default 1)\n"
+    "  --seed N               initialization and shuffling seed (default 42)\n"
+    "  --scenario underflow   a setting where FP16 gradients underflow: loss weight 1e-4,\n"
+    "                         3 hidden layers of 128, init gain 0.5 (options after it override)\n"
+    "  --out DIR              CSV, summary and plot directory (default fashion_mnist_out)\n"
+    "  --no-plot              do not run gnuplot\n"
+    "  --quiet                no progress line\n";
+
+std::string NeedValue(int argc, char** argv, int& i) {
+  if (i + 1 >= argc) {
+    throw UsageError(std::string(argv[i]) + " needs a value");
+  }
+  return argv[++i];
+}
+
+template <class T>
+T ParseNumber(const std::string& flag, const std::string& text) {
+  std::istringstream in(text);
+  T value{};
+  in >> value;
+  if (in.fail() || !in.eof()) {
+    throw UsageError(flag + " expects a number, got \"" + text + "\"");
+  }
+  return value;
+}
+
+float ParsePositive(const std::string& flag, const std::string& text) {
+  const auto value = ParseNumber<float>(flag, text);
+  if (!(value > 0.0f) || !std::isfinite(value)) {
+    throw UsageError(flag + " must be a finite number > 0, got \"" + text + "\"");
+  }
+  return value;
+}
+
+std::size_t ParseCount(const std::string& flag, const std::string& text, std::size_t min_value) {
+  if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos) {
+    throw UsageError(flag + " expects a whole number, got \"" + text + "\"");
+  }
+  const auto value = ParseNumber<std::size_t>(flag, text);
+  if (value < min_value) {
+    throw UsageError(flag + " must be at least " + std::to_string(min_value) + ", got " + text);
+  }
+  return value;
+}
+
+std::vector<std::string> SplitList(const std::string& text) {
+  std::vector<std::string> items;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    items.push_back(item);
+  }
+  return items;
+}
+
+Options ParseArgs(int argc, char** argv) {
+  Options options;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "--help" || flag == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    } else if (flag == "--data") {
+      options.data = NeedValue(argc, argv, i);
+    } else if (flag == "--out") {
+      options.out = NeedValue(argc, argv, i);
+    } else if (flag == "--modes") {
+      options.modes.clear();
+      for (const std::string& name : SplitList(NeedValue(argc, argv, i))) {
+        const std::optional<Mode> mode = ParseMode(name);
+        if (!mode) {
+          throw UsageError("--modes: unknown mode \"" + name + "\" (fp32, fp16, fp16-scaler, fp16-layer, bf16)");
+        }
+        options.modes.push_back(*mode);
+      }
+      if (options.modes.empty()) {
+        throw UsageError("--modes needs at least one mode");
+      }
+    } else if (flag == "--epochs") {
+      options.train.epochs = static_cast<int>(ParseCount(flag, NeedValue(argc, argv, i), 1));
+    } else if (flag == "--batch-size") {
+      options.train.batch_size = ParseCount(flag, NeedValue(argc, argv, i), 1);
+    } else if (flag == "--subset") {
+      options.train.subset = ParseCount(flag, NeedValue(argc, argv, i), 1);
+    } else if (flag == "--hidden") {
+      options.train.hidden.clear();
+      for (const std::string& width : SplitList(NeedValue(argc, argv, i))) {
+        options.train.hidden.push_back(ParseCount(flag, width, 1));
+      }
+    } else if (flag == "--optimizer") {
+      options.train.optimizer = NeedValue(argc, argv, i);
+      if (options.train.optimizer != "adam" && options.train.optimizer != "sgd") {
+        throw UsageError("--optimizer must be adam or sgd, got \"" + options.train.optimizer + "\"");
+      }
+    } else if (flag == "--lr") {
+      options.train.learning_rate = ParsePositive(flag, NeedValue(argc, argv, i));
+    } else if (flag == "--loss-reduction") {
+      const std::string value = NeedValue(argc, argv, i);
+      if (value == "mean") {
+        options.train.reduction = Reduction::kMean;
+      } else if (value == "sum") {
+        options.train.reduction = Reduction::kSum;
+      } else {
+        throw UsageError("--loss-reduction must be mean or sum, got \"" + value + "\"");
+      }
+    } else if (flag == "--loss-weight") {
+      options.train.loss_weight = ParsePositive(flag, NeedValue(argc, argv, i));
+    } else if (flag == "--init-gain") {
+      options.train.init_gain = ParsePositive(flag, NeedValue(argc, argv, i));
+    } else if (flag == "--initial-scale") {
+      options.train.initial_scale = ParsePositive(flag, NeedValue(argc, argv, i));
+    } else if (flag == "--growth-interval") {
+      options.train.growth_interval = static_cast<int>(ParseCount(flag, NeedValue(argc, argv, i), 1));
+    } else if (flag == "--max-grad-norm") {
+      options.train.max_grad_norm = ParsePositive(flag, NeedValue(argc, argv, i));
+    } else if (flag == "--seed") {
+      options.train.seed = ParseCount(flag, NeedValue(argc, argv, i), 0);
+    } else if (flag == "--scenario") {
+      const std::string value = NeedValue(argc, argv, i);
+      if (value != "underflow") {
+        throw UsageError("--scenario must be underflow, got \"" + value + "\"");
+      }
+      options.train.loss_weight = 1e-4f;
+      options.train.hidden = {128, 128, 128};
+      options.train.init_gain = 0.5f;
+    } else if (flag == "--no-plot") {
+      options.plot = false;
+    } else if (flag == "--quiet") {
+      options.train.progress = false;
+    } else {
+      throw UsageError("unknown option \"" + flag + "\"");
+    }
+  }
+  return options;
+}
+
+std::string Percent(double share) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f%%", 100.0 * share);
+  return text;
+}
+
+std::string Describe(const Options& options, const Dataset& data, std::size_t examples) {
+  std::ostringstream out;
+  out << "MLP " << data.train.features;
+  for (const std::size_t width : options.train.hidden) {
+    out << "-" << width;
+  }
+  out << "-" << kClasses << ", " << (options.train.optimizer == "adam" ? "Adam" : "SGD") << " lr "
+      << options.train.learning_rate << ", batch " << options.train.batch_size << ", " << options.train.epochs
+      << " epoch(s) over " << examples << " images, loss "
+      << (options.train.reduction == Reduction::kMean ? "mean" : "sum") << " x " << options.train.loss_weight
+      << ", init gain " << options.train.init_gain;
+  return out.str();
+}
+
+void WriteCsv(const std::filesystem::path& path, const ModeResult& result) {
+  std::ofstream out(path);
+  out << "step,loss,scale,skipped\n";
+  for (const StepRecord& r : result.records) {
+    out << r.step << ',' << r.loss << ',' << r.scale << ',' << (r.skipped ? 1 : 0) << '\n';
+  }
+  if (!out) {
+    throw std::runtime_error(path.string() + ": cannot be written");
+  }
+}
+
+void WriteSummary(const std::filesystem::path& path, const std::vector<ModeResult>& results) {
+  std::ofstream out(path);
+  out << "mode,test_accuracy,final_loss,flushed_share,steps,skipped,final_scale,seconds_per_step,scaling_share\n";
+  for (const ModeResult& r : results) {
+    out << ModeName(r.mode) << ',' << r.test_accuracy << ',' << r.final_loss << ',' << r.underflow.Share() << ','
+        << r.steps << ',' << r.skipped << ',' << r.final_scale << ',' << r.seconds_per_step << ','
+        << (r.total_seconds > 0.0 ? r.scaling_seconds / r.total_seconds : 0.0) << '\n';
+  }
+  if (!out) {
+    throw std::runtime_error(path.string() + ": cannot be written");
+  }
+}
+
+// One color per mode in both panels.
+const char* Color(Mode mode) {
+  switch (mode) {
+    case Mode::kFp32:
+      return "#000000";
+    case Mode::kFp16:
+      return "#d62728";
+    case Mode::kFp16Scaler:
+      return "#1f77b4";
+    case Mode::kFp16Conversion:
+      return "#ff7f0e";
+    case Mode::kBf16:
+      break;
+  }
+  return "#2ca02c";
+}
+
+bool HaveGnuplot() { return std::system("command -v gnuplot >/dev/null 2>&1") == 0; }
+
+// Loss (smoothed over 20 steps) and scale curves, one line per mode.
+std::optional<std::filesystem::path> Plot(const std::filesystem::path& out, const std::vector<ModeResult>& results) {
+  const std::filesystem::path script = out / "curves.gp";
+  const std::filesystem::path png = out / "curves.png";
+  std::ofstream gp(script);
+  gp << "set terminal pngcairo size 1100,800 noenhanced\n"
+     << "set output '" << png.string() << "'\n"
+     << "set datafile separator ','\n"
+     << "set key outside right\n"
+     << "set multiplot layout 2,1\n"
+     << "set title 'training loss (mean cross-entropy per example, 20-step moving average)'\n"
+     << "set xlabel 'step'\nset ylabel 'loss'\nset logscale y\n"
+     << "avg(x) = (s20 = s19, s19 = s18, s18 = s17, s17 = s16, s16 = s15, s15 = s14, s14 = s13, s13 = s12, "
+        "s12 = s11, s11 = s10, s10 = s9, s9 = s8, s8 = s7, s7 = s6, s6 = s5, s5 = s4, s4 = s3, s3 = s2, s2 = s1, "
+        "s1 = x, (s1+s2+s3+s4+s5+s6+s7+s8+s9+s10+s11+s12+s13+s14+s15+s16+s17+s18+s19+s20)/20.0)\n"
+     << "init(x) = (s1 = s2 = s3 = s4 = s5 = s6 = s7 = s8 = s9 = s10 = s11 = s12 = s13 = s14 = s15 = s16 = s17 = "
+        "s18 = s19 = s20 = x)\n"
+     << "plot ";
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    const std::string name(ModeName(results[i].mode));
+    gp << (i == 0 ? "" : ", ") << "'" << (out / (name + ".csv")).string()
+       << "' skip 1 using 1:($1 == 1 ? init($2) : avg($2)) with lines lw 2 lc rgb '" << Color(results[i].mode)
+       << "' title '" << name << "'";
+  }
+  // Only the modes that scale have a scale worth drawing (the others hold 1).
+  gp << "\nset title 'loss scale (dynamic; a drop is an overflow, a skipped step)'\nset ylabel 'scale'\n"
+     << "set logscale y 2\nset format y '2^%L'\nset offsets 0, 0, graph 0.1, graph 0.1\nplot ";
+  bool first = true;
+  for (const ModeResult& result : results) {
+    if (result.mode != Mode::kFp16Scaler && result.mode != Mode::kFp16Conversion) {
+      continue;
+    }
+    const std::string name(ModeName(result.mode));
+    gp << (first ? "" : ", ") << "'" << (out / (name + ".csv")).string() << "' skip 1 using 1:3 with steps lw 2 lc rgb '"
+       << Color(result.mode) << "' title '" << name << "'";
+    first = false;
+  }
+  if (first) {
+    gp << "1 with lines title 'no scaling mode run'";
+  }
+  gp << "\nunset multiplot\n";
+  gp.close();
+  const std::string command = "gnuplot '" + script.string() + "' 2>'" + (out / "gnuplot.log").string() + "'";
+  if (std::system(command.c_str()) != 0) {
+    return std::nullopt;
+  }
+  return png;
+}
+
+int Run(const Options& options) {
+  const Dataset data = LoadFashionMnist(options.data);
+  const std::size_t examples =
+      options.train.subset == 0 ? data.train.count : std::min(options.train.subset, data.train.count);
+  std::printf("Fashion-MNIST from %s: %zu training, %zu test images\n", options.data.string().c_str(),
+              data.train.count, data.test.count);
+  std::printf("%s\n", Describe(options, data, examples).c_str());
+  std::printf("CPU kernels: %s; matrix products in FP32 through OpenBLAS, results rounded into each mode's storage dtype\n\n",
+              std::string(mlframework::backends::cpu::InstructionSet()).c_str());
+  std::fflush(stdout);
+
+  std::vector<ModeResult> results;
+  for (const Mode mode : options.modes) {
+    results.push_back(TrainMode(data, options.train, mode));
+  }
+
+  std::filesystem::create_directories(options.out);
+  std::printf("\n%-12s %-40s %9s %10s %9s %8s %11s %11s %8s\n", "mode", "what", "test acc", "final loss",
+              "grads->0", "skipped", "final scale", "cpu ms/step", "scaling");
+  for (const ModeResult& r : results) {
+    const bool scaled = r.mode == Mode::kFp16Scaler || r.mode == Mode::kFp16Conversion;
+    const double scaling_share = r.total_seconds > 0.0 ? r.scaling_seconds / r.total_seconds : 0.0;
+    char scale_text[32];
+    std::snprintf(scale_text, sizeof scale_text, "%g", static_cast<double>(r.final_scale));
+    std::printf("%-12s %-40s %9s %10.4f %9s %8lld %11s %11.2f %8s\n", std::string(ModeName(r.mode)).c_str(),
+                std::string(ModeDescription(r.mode)).c_str(), Percent(r.test_accuracy).c_str(), r.final_loss,
+                Percent(r.underflow.Share()).c_str(), static_cast<long long>(r.skipped), scaled ? scale_text : "-",
+                1e3 * r.seconds_per_step, scaled ? Percent(scaling_share).c_str() : "-");
+    WriteCsv(options.out / (std::string(ModeName(r.mode)) + ".csv"), r);
+  }
+  std::printf(
+      "\ngrads->0: share of backward values (logit, activation and parameter gradients) that were non-zero\n"
+      "          in FP32 and rounded to zero in the storage dtype.\n"
+      "cpu ms/step: process CPU time per step, all threads (wall time on a shared machine measures the load).\n"
+      "scaling:  share of that time spent in the library's scaling code (ScaleLoss, overflow check, unscale,\n"
+      "          clipping, conversion to FP32; not the optimizer). The specs ask for under %.0f%%.\n",
+      100.0 * kScalingBudget);
+  for (const ModeResult& r : results) {
+    if (r.mode == Mode::kFp16Conversion) {
+      std::printf("fp16-layer clipped %lld of %lld steps at max norm %g.\n", static_cast<long long>(r.clip_count),
+                  static_cast<long long>(r.steps), static_cast<double>(options.train.max_grad_norm));
+    }
+  }
+
+  // The honest verdict: did scaling matter at these settings?
+  const ModeResult* plain = nullptr;
+  const ModeResult* scaled = nullptr;
+  for (const ModeResult& r : results) {
+    plain = r.mode == Mode::kFp16 ? &r : plain;
+    scaled = r.mode == Mode::kFp16Scaler ? &r : scaled;
+  }
+  if (plain != nullptr && scaled != nullptr) {
+    const double gap = 100.0 * (scaled->test_accuracy - plain->test_accuracy);
+    if (std::abs(gap) < 1.0) {
+      std::printf(
+          "\nVerdict: FP16 without loss scaling trained as well as with it here (%s vs %s): %s of its gradient\n"
+          "values underflowed, too few or too small to matter. Run with --scenario underflow to see a setting\n"
+          "where they do.\n",
+          Percent(plain->test_accuracy).c_str(), Percent(scaled->test_accuracy).c_str(),
+          Percent(plain->underflow.Share()).c_str());
+    } else {
+      std::printf(
+          "\nVerdict: loss scaling changed the result by %+.1f points (FP16 %s without scaling, %s with):\n"
+          "without it %s of the gradient values flushed to zero; with it %s.\n",
+          gap, Percent(plain->test_accuracy).c_str(), Percent(scaled->test_accuracy).c_str(),
+          Percent(plain->underflow.Share()).c_str(), Percent(scaled->underflow.Share()).c_str());
+    }
+  }
+  WriteSummary(options.out / "summary.csv", results);
+  std::printf("\nCSV (step, loss, scale) per mode and summary.csv in %s/\n", options.out.string().c_str());
+  if (options.plot) {
+    if (!HaveGnuplot()) {
+      std::printf("gnuplot not found: no plot (apt-get install gnuplot-nox)\n");
+    } else if (const auto png = Plot(options.out, results)) {
+      std::printf("Loss and scale curves: %s\n", png->string().c_str());
+    } else {
+      std::printf("gnuplot failed, see %s\n", (options.out / "gnuplot.log").string().c_str());
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return Run(ParseArgs(argc, argv));
+  } catch (const UsageError& error) {
+    std::fprintf(stderr, "train_fashion_mnist: %s\n\n%s", error.what(), kUsage);
+    return 2;
+  } catch (const DataError& error) {
+    std::fprintf(stderr, "train_fashion_mnist: data error: %s\n", error.what());
+    return 1;
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "train_fashion_mnist: %s\n", error.what());
+    return 1;
+  }
+}

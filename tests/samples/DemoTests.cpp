@@ -1,0 +1,145 @@
+// Runs the Fashion-MNIST demo at a tiny size (one epoch on a subset) and checks
+// what README promises: FP32, FP16 with dynamic loss scaling and BF16 all learn,
+// and loss scaling makes FP16 match FP32.
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <boost/test/unit_test.hpp>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Run {
+  int status = -1;
+  std::string output;
+};
+
+// A scratch directory removed at the end of the test.
+struct TempDir {
+  fs::path path = fs::temp_directory_path() / ("mlfw_demo_" + std::to_string(std::random_device{}()));
+  TempDir() { fs::create_directories(path); }
+  ~TempDir() {
+    std::error_code ignored;
+    fs::remove_all(path, ignored);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+};
+
+Run RunDemo(const std::string& args, const fs::path& scratch) {
+  // The library's OpenMP threads and OpenBLAS share two cores: idle threads must sleep, not spin.
+  setenv("OMP_WAIT_POLICY", "passive", 0);
+  setenv("OPENBLAS_NUM_THREADS", "1", 0);
+  const fs::path log = scratch / "output.txt";
+  const std::string command = std::string("'") + MLFW_DEMO_EXE + "' " + args + " >'" + log.string() + "' 2>&1";
+  Run run;
+  const int raw = std::system(command.c_str());
+  run.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  std::ifstream in(log);
+  std::stringstream text;
+  text << in.rdbuf();
+  run.output = text.str();
+  return run;
+}
+
+// summary.csv: header line, then one line per mode; returns mode -> column -> value.
+std::map<std::string, std::map<std::string, double>> ReadSummary(const fs::path& path) {
+  std::ifstream in(path);
+  BOOST_REQUIRE_MESSAGE(in, "no summary at " << path);
+  std::string line;
+  std::getline(in, line);
+  std::vector<std::string> columns;
+  std::stringstream header(line);
+  for (std::string column; std::getline(header, column, ',');) {
+    columns.push_back(column);
+  }
+  std::map<std::string, std::map<std::string, double>> summary;
+  while (std::getline(in, line)) {
+    std::stringstream row(line);
+    std::string mode;
+    std::getline(row, mode, ',');
+    std::string cell;
+    for (std::size_t c = 1; c < columns.size() && std::getline(row, cell, ','); ++c) {
+      summary[mode][columns[c]] = std::stod(cell);
+    }
+  }
+  return summary;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(FashionMnistDemo)
+
+BOOST_AUTO_TEST_CASE(TinyRunReachesTheAccuracyFP32Reaches) {
+  const TempDir scratch;
+  const Run run = RunDemo("--modes fp32,fp16-scaler,bf16 --epochs 1 --subset 24000 --batch-size 64 --hidden 128 "
+                          "--quiet --no-plot --out '" + scratch.path.string() + "'",
+                          scratch.path);
+  BOOST_TEST_MESSAGE(run.output);
+  BOOST_REQUIRE_MESSAGE(run.status == 0, "demo failed:\n" << run.output);
+  const auto summary = ReadSummary(scratch.path / "summary.csv");
+  BOOST_REQUIRE(summary.size() == 3u);
+  for (const char* mode : {"fp32", "fp16-scaler", "bf16"}) {
+    BOOST_REQUIRE(summary.count(mode) == 1u);
+    BOOST_TEST(summary.at(mode).at("test_accuracy") >= 0.80, mode << " test accuracy "
+                                                                   << summary.at(mode).at("test_accuracy"));
+    BOOST_TEST(summary.at(mode).at("steps") == 375.0);
+  }
+  const double fp32 = summary.at("fp32").at("test_accuracy");
+  const double fp16 = summary.at("fp16-scaler").at("test_accuracy");
+  BOOST_TEST(std::abs(fp16 - fp32) <= 0.01, "FP16 with scaling " << fp16 << " vs FP32 " << fp32);
+  // The scaled FP16 gradients must not lose values to underflow the way unscaled ones can.
+  BOOST_TEST(summary.at("fp16-scaler").at("flushed_share") < 0.01);
+  BOOST_TEST(summary.at("fp32").at("flushed_share") == 0.0);
+  // One CSV of step, loss and scale per mode, one line per step.
+  std::ifstream csv(scratch.path / "fp16-scaler.csv");
+  std::string line;
+  std::getline(csv, line);
+  BOOST_TEST(line == "step,loss,scale,skipped");
+  int rows = 0;
+  while (std::getline(csv, line)) {
+    ++rows;
+  }
+  BOOST_TEST(rows == 375);
+}
+
+BOOST_AUTO_TEST_CASE(UnderflowScenarioShowsWhatScalingRecovers) {
+  const TempDir scratch;
+  const Run run = RunDemo("--scenario underflow --modes fp32,fp16,fp16-scaler --epochs 1 --subset 6400 --quiet "
+                          "--no-plot --out '" + scratch.path.string() + "'",
+                          scratch.path);
+  BOOST_REQUIRE_MESSAGE(run.status == 0, "demo failed:\n" << run.output);
+  const auto summary = ReadSummary(scratch.path / "summary.csv");
+  // Without scaling a large share of FP16 gradients flush to zero; with it almost none.
+  BOOST_TEST(summary.at("fp16").at("flushed_share") > 0.10);
+  BOOST_TEST(summary.at("fp16-scaler").at("flushed_share") < 0.01);
+  BOOST_TEST(summary.at("fp16-scaler").at("test_accuracy") > summary.at("fp16").at("test_accuracy") + 0.03);
+  BOOST_TEST(std::abs(summary.at("fp16-scaler").at("test_accuracy") - summary.at("fp32").at("test_accuracy")) <= 0.01);
+}
+
+BOOST_AUTO_TEST_CASE(BadDataDirectoryAndOptionsGiveClearErrors) {
+  const TempDir scratch;
+  const Run missing = RunDemo("--data '" + scratch.path.string() + "' --quiet", scratch.path);
+  BOOST_TEST(missing.status == 1);
+  BOOST_TEST(missing.output.find((scratch.path / "train-images-idx3-ubyte.gz").string()) != std::string::npos,
+             missing.output);
+  BOOST_TEST(missing.output.find("missing") != std::string::npos, missing.output);
+
+  const Run unknown = RunDemo("--modes fp8", scratch.path);
+  BOOST_TEST(unknown.status == 2);
+  BOOST_TEST(unknown.output.find("unknown mode \"fp8\"") != std::string::npos, unknown.output);
+
+  const Run bad_number = RunDemo("--epochs two", scratch.path);
+  BOOST_TEST(bad_number.status == 2);
+  BOOST_TEST(bad_number.output.find("--epochs expects a whole number, got \"two\"") != std::string::npos,
+             bad_number.output);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
