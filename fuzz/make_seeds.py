@@ -4,6 +4,7 @@
 The committed corpus also holds inputs the fuzzer found (named by their SHA-1);
 rerun this only to change the seeds. Formats follow src/mlframework/core/StateBlob.hpp.
 """
+import gzip
 import pathlib
 import struct
 
@@ -49,5 +50,47 @@ def state_blob_seeds() -> None:
     write("state_blob", "seed-truncated", bytes([0, 1, 7]) + blob("fuzz.Kind", 1, scale_state())[:20])
 
 
+def scaler_state_seeds() -> None:
+    # front-end (0 amp, 1 mixed, 2 fsdp manager), flags, step count, steps, blob
+    def seed(name, front_end, flags, steps, data):
+        write("scaler_state", name, bytes([front_end, flags, len(steps)]) + bytes(steps) + data)
+
+    def amp_config(initial=65536.0, growth=2.0, backoff=0.5, interval=2000, lo=1.0, hi=16777216.0, hyst=1, on=1):
+        return struct.pack("<fffqffqB", initial, growth, backoff, interval, lo, hi, hyst, on)
+
+    steps = [0, 0, 1, 1, 0, 1, 0, 0, 0, 0]
+    seed("seed-amp", 0, 0, steps, blob("amp.DynamicLossScaler", 1, amp_config() + scale_state(1024.0, 5, 0, 2, 40)))
+    seed("seed-amp-hysteresis", 0, 0, steps,
+         blob("amp.DynamicLossScaler", 1, amp_config(8.0, 4.0, 0.25, 2, 1.0, 64.0, 3, 1) + scale_state(8.0, 1, 2, 2, 3)))
+    seed("seed-amp-bad-scale", 0, 1, steps,
+         blob("amp.DynamicLossScaler", 1, amp_config() + scale_state(1e30, 0, 0, 0, 0)))
+    mixed = "optimizers.mixed_precision.DynamicLossScaler"
+    seed("seed-mixed", 1, 0, steps, blob(mixed, 1, scale_state(4096.0, 3, 0, 1, 9) + bytes([0])))
+    seed("seed-mixed-fallback", 1, 0, steps, blob(mixed, 1, scale_state(1.0, 0, 10, 10, 10) + bytes([1])))
+    seed("seed-mixed-big-counters", 1, 1, steps,
+         blob(mixed, 1, scale_state(2.0, (1 << 63) - 1, 0, 0, (1 << 63) - 1) + bytes([0])))
+    manager = "distributed.fsdp.FSDPMixedPrecisionManager"
+    seed("seed-fsdp", 2, 0, steps, blob(manager, 1, scale_state(2.0, 0, 0, 0, 0)))
+    seed("seed-fsdp-late", 2, 0, steps, blob(manager, 1, scale_state(65536.0, 1999, 0, 7, 5000)))
+
+
+def idx_seeds() -> None:
+    # path (0 ParseIdx, 1 Gunzip + ParseIdx, 2 MakeSplit), cut for path 2, file bytes
+    def idx(dims, data):
+        return bytes([0, 0, 8, len(dims)]) + b"".join(struct.pack(">I", d) for d in dims) + bytes(data)
+
+    images = idx([2, 3, 3], [i * 14 for i in range(18)])
+    labels = idx([2], [1, 9])
+    write("idx", "seed-images", bytes([0, 0]) + images)
+    write("idx", "seed-labels", bytes([0, 0]) + labels)
+    write("idx", "seed-gzip", bytes([1, 0]) + gzip.compress(images, mtime=0))
+    write("idx", "seed-split", bytes([2, len(images)]) + images + labels)
+    write("idx", "seed-overflowing-dims", bytes([0, 0]) + idx([65536, 65536, 65536, 65536], []))
+    write("idx", "seed-zero-dim", bytes([0, 0]) + idx([3, 0], []))
+    write("idx", "seed-truncated-gzip", bytes([1, 0]) + gzip.compress(images, mtime=0)[:25])
+
+
 if __name__ == "__main__":
     state_blob_seeds()
+    scaler_state_seeds()
+    idx_seeds()

@@ -22,7 +22,7 @@ mkdir -p "$build"
 cmake -S . -B "$build" -DCMAKE_CXX_COMPILER="$clangxx" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DMLFW_WARNINGS_AS_ERRORS=ON -DMLFW_BUILD_FUZZERS=ON -DMLFW_SANITIZE=address,undefined \
   -DMLFW_BUILD_TESTS=OFF -DMLFW_BUILD_SAMPLES=OFF -DMLFW_BUILD_BENCHMARKS=OFF -DMLFW_INSTALL=OFF \
-  -DMLFW_ENABLE_CUDA=OFF >"$build/configure.log" || {
+  -DMLFW_ENABLE_CUDA=OFF -DMLFW_WITH_MPI=OFF >"$build/configure.log" || {
   cat "$build/configure.log"
   exit 1
 }

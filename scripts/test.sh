@@ -28,12 +28,24 @@ test_timeout=300
 
 failed=()
 summary=()
+# User + sys seconds of all finished children of this shell, into $cpu_seconds
+# (`times` must run in this shell, not in a $(...) subshell, to see them).
+times_file=$(mktemp)
+trap 'rm -f "$times_file"' EXIT
+child_cpu_seconds() {
+  times >"$times_file"
+  cpu_seconds=$(tail -n 1 "$times_file" | awk '{ split($1, u, /[ms]/); split($2, s, /[ms]/); print u[1] * 60 + u[2] + s[1] * 60 + s[2] }')
+}
+
 step() {
   local name=$1
   shift
-  local start=$SECONDS
   echo "==== $name"
   # A subshell outside any `if`, so `set -e` stops the step at its first failure.
+  # Wall clock from SECONDS, CPU from the children's user + sys totals of `times`.
+  local start=$SECONDS cpu_before
+  child_cpu_seconds
+  cpu_before=$cpu_seconds
   set +e
   (
     set -e
@@ -41,10 +53,13 @@ step() {
   )
   local rc=$?
   set -e
+  child_cpu_seconds
+  local times
+  times="$((SECONDS - start)) s wall, $(awk -v a="$cpu_seconds" -v b="$cpu_before" 'BEGIN { printf "%.0f", a - b }') s CPU"
   if ((rc == 0)); then
-    summary+=("$name: ok ($((SECONDS - start)) s)")
+    summary+=("$name: ok ($times)")
   else
-    summary+=("$name: FAILED ($((SECONDS - start)) s)")
+    summary+=("$name: FAILED ($times)")
     failed+=("$name")
   fi
 }
