@@ -90,7 +90,25 @@ def idx_seeds() -> None:
     write("idx", "seed-truncated-gzip", bytes([1, 0]) + gzip.compress(images, mtime=0)[:25])
 
 
+def fsdp_checkpoint_seeds() -> None:
+    # flags, truncated length (u16), edits (u16 offset, xor mask) ending with a zero mask
+    def seed(name, flags, truncate, edits, tail=b""):
+        body = bytes([flags]) + struct.pack("<H", truncate)
+        for offset, mask in edits:
+            body += struct.pack("<HB", offset, mask)
+        write("fsdp_checkpoint", name, body + struct.pack("<HB", 0, 0) + tail)
+
+    seed("seed-unchanged", 0, 0, [])
+    seed("seed-resealed-unit-name", 1, 0, [(70, 0x20)])
+    seed("seed-resealed-shard-size", 1, 0, [(90, 0x01)])
+    seed("seed-resealed-world-size", 1, 0, [(48, 0x02)])
+    seed("seed-truncated", 3, 60, [])
+    seed("seed-appended", 5, 0, [], b"\x00" * 12)
+    seed("seed-bit-flip-unsealed", 0, 0, [(100, 0x80)])
+
+
 if __name__ == "__main__":
     state_blob_seeds()
     scaler_state_seeds()
     idx_seeds()
+    fsdp_checkpoint_seeds()

@@ -3,11 +3,11 @@
 // (naming the parameter) and prove the call left everything as it was.
 
 #include <functional>
-#include <type_traits>
-#include <typeinfo>
 #include <memory>
 #include <span>
 #include <string>
+#include <type_traits>
+#include <typeinfo>
 #include <vector>
 
 #include <boost/test/unit_test.hpp>

@@ -134,27 +134,39 @@ BOOST_AUTO_TEST_CASE(MultiTensorFunctionsRejectNullsAndMismatches) {
   std::vector<TensorPtr> with_null = tensors;
   with_null.insert(with_null.begin() + 2, nullptr);
   // A null anywhere is reported before any tensor is touched.
-  ExpectUnchanged<ArgumentNullError>(tensors, [&] { (void)UnscaleAndCheck(with_null, 0.5f); }, "tensors[2]");
-  ExpectUnchanged<ArgumentNullError>(tensors, [&] { ScaleInPlace(with_null, 3.0f); }, "tensors[2]");
-  ExpectUnchanged<ArgumentNullError>(tensors, [&] { (void)HasNonFinite(with_null); }, "tensors[2]");
-  ExpectUnchanged<ArgumentNullError>(tensors, [&] { (void)SumOfSquares(with_null); }, "tensors[2]");
-  ExpectUnchanged<ArgumentNullError>(tensors, [&] { (void)CheckAndSumSquares(with_null, 2.0f); }, "tensors[2]");
-  ExpectUnchanged<ArgumentNullError>(tensors, [&] { (void)Cast(with_null, DataType::Float32); }, "src[2]");
+  ExpectUnchanged<ArgumentNullError>(
+      tensors, [&] { (void)UnscaleAndCheck(with_null, 0.5f); }, "tensors[2]");
+  ExpectUnchanged<ArgumentNullError>(
+      tensors, [&] { ScaleInPlace(with_null, 3.0f); }, "tensors[2]");
+  ExpectUnchanged<ArgumentNullError>(
+      tensors, [&] { (void)HasNonFinite(with_null); }, "tensors[2]");
+  ExpectUnchanged<ArgumentNullError>(
+      tensors, [&] { (void)SumOfSquares(with_null); }, "tensors[2]");
+  ExpectUnchanged<ArgumentNullError>(
+      tensors, [&] { (void)CheckAndSumSquares(with_null, 2.0f); }, "tensors[2]");
+  ExpectUnchanged<ArgumentNullError>(
+      tensors, [&] { (void)Cast(with_null, DataType::Float32); }, "src[2]");
 
   // CastInto validates every pair before writing any destination.
   auto dst = Cast(tensors, DataType::Float32, 0.0f);
-  ExpectUnchanged<ArgumentNullError>(dst, [&] { (void)CastInto(with_null, dst); }, "src[2]");
+  ExpectUnchanged<ArgumentNullError>(
+      dst, [&] { (void)CastInto(with_null, dst); }, "src[2]");
   std::vector<TensorPtr> dst_with_null = dst;
   dst_with_null[1] = nullptr;
-  ExpectUnchanged<ArgumentNullError>(dst, [&] { (void)CastInto(tensors, dst_with_null); }, "dst[1]");
+  ExpectUnchanged<ArgumentNullError>(
+      dst, [&] { (void)CastInto(tensors, dst_with_null); }, "dst[1]");
   const std::vector<TensorPtr> short_dst(dst.begin(), dst.end() - 1);
-  ExpectUnchanged<ArgumentError>(dst, [&] { (void)CastInto(tensors, short_dst); }, "dst");
+  ExpectUnchanged<ArgumentError>(
+      dst, [&] { (void)CastInto(tensors, short_dst); }, "dst");
   std::vector<TensorPtr> wrong_shape = dst;
   wrong_shape[2] = Zeros({4});  // same size, different shape
-  ExpectUnchanged<ArgumentError>(dst, [&] { (void)CastInto(tensors, wrong_shape); }, "dst[2]");
+  ExpectUnchanged<ArgumentError>(
+      dst, [&] { (void)CastInto(tensors, wrong_shape); }, "dst[2]");
   wrong_shape[2] = Zeros({3, 3});
-  ExpectUnchanged<ArgumentError>(dst, [&] { (void)CastInto(tensors, wrong_shape); }, "dst[2]");
-  ExpectUnchanged<ArgumentError>(tensors, [&] { (void)Cast(tensors, kBadDtype); }, "dtype");
+  ExpectUnchanged<ArgumentError>(
+      dst, [&] { (void)CastInto(tensors, wrong_shape); }, "dst[2]");
+  ExpectUnchanged<ArgumentError>(
+      tensors, [&] { (void)Cast(tensors, kBadDtype); }, "dtype");
 
   GradientMap gradients{{"a", tensors[0]}, {"b", nullptr}};
   ExpectError<ArgumentNullError>([&] { (void)TensorList(gradients); }, "gradients[\"b\"]");
@@ -189,12 +201,16 @@ BOOST_AUTO_TEST_CASE(NonFiniteFactorsAreReportedNotHidden) {
 BOOST_AUTO_TEST_CASE(PerTensorOperationsRejectBadValues) {
   const auto tensors = SomeTensors();
   for (const float divisor : {0.0f, -0.0f, kNaN, kInf, -kInf}) {
-    ExpectUnchanged<ArgumentError>(tensors, [&] { (void)tensors[0]->Divide(divisor); }, "divisor");
+    ExpectUnchanged<ArgumentError>(
+        tensors, [&] { (void)tensors[0]->Divide(divisor); }, "divisor");
   }
   const std::vector<float> wrong_count(5, 1.0f);
-  ExpectUnchanged<ArgumentError>(tensors, [&] { tensors[1]->CopyFromFloats(wrong_count); }, "values");
-  ExpectUnchanged<ArgumentError>(tensors, [&] { tensors[1]->CopyFromFloats({}); }, "values");
-  ExpectUnchanged<ArgumentError>(tensors, [&] { (void)tensors[2]->CastTo(kBadDtype); }, "dtype");
+  ExpectUnchanged<ArgumentError>(
+      tensors, [&] { tensors[1]->CopyFromFloats(wrong_count); }, "values");
+  ExpectUnchanged<ArgumentError>(
+      tensors, [&] { tensors[1]->CopyFromFloats({}); }, "values");
+  ExpectUnchanged<ArgumentError>(
+      tensors, [&] { (void)tensors[2]->CastTo(kBadDtype); }, "dtype");
 }
 
 BOOST_AUTO_TEST_CASE(CpuQueriesAndViewsRejectForeignAndOutOfRange) {
@@ -202,12 +218,22 @@ BOOST_AUTO_TEST_CASE(CpuQueriesAndViewsRejectForeignAndOutOfRange) {
   const auto tensors = SomeTensors();
   const TensorPtr base = tensors[2];  // 4 BF16 elements
   ExpectError<ArgumentNullError>([] { (void)View(nullptr, 0, {1}); }, "base");
-  ExpectUnchanged<ArgumentError>(tensors, [&] { (void)View(base, 0, {5}); }, "shape");
-  ExpectUnchanged<ArgumentError>(tensors, [&] { (void)View(base, 3, {2}); }, "shape");
-  ExpectUnchanged<ArgumentError>(tensors, [&] { (void)View(base, 5, {0}); }, "shape");
-  ExpectUnchanged<ArgumentError>(tensors, [&] { (void)View(base, SIZE_MAX, {1}); }, "shape");
-  ExpectUnchanged<ArgumentError>(tensors, [&] { (void)View(base, 1, {SIZE_MAX}); }, "shape");
-  ExpectUnchanged<ArgumentError>(tensors, [&] { (void)View(base, 0, {SIZE_MAX, 2}); }, "shape");
+  ExpectUnchanged<ArgumentError>(
+      tensors, [&] { (void)View(base, 0, {5}); }, "shape");
+  ExpectUnchanged<ArgumentError>(
+      tensors, [&] { (void)View(base, 3, {2}); }, "shape");
+  ExpectUnchanged<ArgumentError>(
+      tensors, [&] { (void)View(base, 5, {0}); }, "shape");
+  ExpectUnchanged<ArgumentError>(
+      tensors, [&] { (void)View(base, SIZE_MAX, {1}); }, "shape");
+  ExpectUnchanged<ArgumentError>(
+      tensors, [&] { (void)View(base, 1, {SIZE_MAX}); }, "shape");
+  ExpectUnchanged<ArgumentError>(
+      tensors,
+      [&] {
+        (void)View(base, 0, {SIZE_MAX, 2});
+      },
+      "shape");
   BOOST_TEST(View(base, 4, {0})->Size() == 0U);  // an empty view at the end is valid
 
   const auto foreign = std::make_shared<ForeignTensor>(std::vector<float>{1.0f, 2.0f}, Device::CUDA(1));

@@ -45,8 +45,12 @@ amp::ScalePolicy DrawCommonPolicy(std::mt19937_64& rng) {
 }
 
 amp::DynamicScalerConfig AmpConfig(const amp::ScalePolicy& p) {
-  return {.InitialScale = p.InitialScale, .GrowthFactor = p.GrowthFactor, .BackoffFactor = p.BackoffFactor,
-          .GrowthInterval = static_cast<int>(p.GrowthInterval), .MinScale = p.MinScale, .MaxScale = p.MaxScale,
+  return {.InitialScale = p.InitialScale,
+          .GrowthFactor = p.GrowthFactor,
+          .BackoffFactor = p.BackoffFactor,
+          .GrowthInterval = static_cast<int>(p.GrowthInterval),
+          .MinScale = p.MinScale,
+          .MaxScale = p.MaxScale,
           .Hysteresis = static_cast<int>(p.Hysteresis)};
 }
 
@@ -116,14 +120,12 @@ BOOST_AUTO_TEST_CASE(ThreeFrontEndsWalkTheSameTrajectoryAsTheSharedRules) {
       const bool reference_skip = amp::UpdateScaleState(reference, policy, overflow);
       const auto skips = ends.Step(overflow);
       const bool agree = ends.amp_scaler.State() == reference && ends.mixed.State() == reference &&
-                         ends.manager.State() == reference && skips[1] == reference_skip &&
-                         skips[2] == reference_skip;
+                         ends.manager.State() == reference && skips[1] == reference_skip && skips[2] == reference_skip;
       if (!agree) {
-        BOOST_FAIL("front-ends disagree at step " << reference.TotalSteps << " of " << Describe(policy)
-                                                  << ": reference " << reference.Scale << ", amp "
-                                                  << ends.amp_scaler.State().Scale << ", mixed "
-                                                  << ends.mixed.State().Scale << ", fsdp "
-                                                  << ends.manager.State().Scale << " (seed " << seed << ")");
+        BOOST_FAIL("front-ends disagree at step "
+                   << reference.TotalSteps << " of " << Describe(policy) << ": reference " << reference.Scale
+                   << ", amp " << ends.amp_scaler.State().Scale << ", mixed " << ends.mixed.State().Scale << ", fsdp "
+                   << ends.manager.State().Scale << " (seed " << seed << ")");
       }
       const float scale = ends.amp_scaler.Scale();
       BOOST_REQUIRE(std::isfinite(scale) && scale >= policy.MinScale && scale <= policy.MaxScale);

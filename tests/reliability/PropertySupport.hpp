@@ -59,13 +59,14 @@ inline amp::ScalePolicy DrawPolicy(std::mt19937_64& rng) {
       policy.MaxScale = policy.MinScale;
       break;
     default:
-      policy.MaxScale = std::fmin(FLT_MAX, policy.MinScale * std::ldexp(DrawFloat(rng, 1.0f, 2.0f),
-                                                                        static_cast<int>(DrawInt(rng, 0, 60))));
+      policy.MaxScale = std::fmin(
+          FLT_MAX, policy.MinScale * std::ldexp(DrawFloat(rng, 1.0f, 2.0f), static_cast<int>(DrawInt(rng, 0, 60))));
   }
   const double log_min = std::log2(static_cast<double>(policy.MinScale));
   const double log_max = std::log2(static_cast<double>(policy.MaxScale));
   const double log_initial = std::uniform_real_distribution<double>(log_min, log_max)(rng);
-  policy.InitialScale = std::fmin(policy.MaxScale, std::fmax(policy.MinScale, static_cast<float>(std::exp2(log_initial))));
+  policy.InitialScale =
+      std::fmin(policy.MaxScale, std::fmax(policy.MinScale, static_cast<float>(std::exp2(log_initial))));
   switch (DrawInt(rng, 0, 4)) {
     case 0:
       policy.GrowthFactor = std::nextafter(1.0f, 2.0f);

@@ -106,8 +106,8 @@ BOOST_AUTO_TEST_CASE(EveryStepFollowsTheRulesForRandomPoliciesAndSequences) {
       const bool skipped = UpdateScaleState(state, policy, overflow);
       const std::string broken = CheckStep(policy, before, state, overflow, skipped);
       if (!broken.empty()) {
-        BOOST_FAIL(broken << " at step " << state.TotalSteps << " of policy " << Describe(policy) << " (seed "
-                          << seed << ", scale " << before.Scale << " -> " << state.Scale << ")");
+        BOOST_FAIL(broken << " at step " << state.TotalSteps << " of policy " << Describe(policy) << " (seed " << seed
+                          << ", scale " << before.Scale << " -> " << state.Scale << ")");
       }
       ++steps;
       growths += state.Scale > before.Scale ? 1 : 0;
@@ -154,8 +154,13 @@ BOOST_AUTO_TEST_CASE(SaveAndRestoreAtAnyStepContinuesTheSameTrajectory) {
 
 BOOST_AUTO_TEST_CASE(ScaleNeverReachesInfinityEvenWithTheLargestFactors) {
   // The worst case for overflow: FLT_MAX ceiling, huge growth, interval 1.
-  const ScalePolicy policy{.InitialScale = 1.0f, .GrowthFactor = 3.0e38f, .BackoffFactor = 1e-38f,
-                           .GrowthInterval = 1, .MinScale = FLT_MIN, .MaxScale = FLT_MAX, .Hysteresis = 1};
+  const ScalePolicy policy{.InitialScale = 1.0f,
+                           .GrowthFactor = 3.0e38f,
+                           .BackoffFactor = 1e-38f,
+                           .GrowthInterval = 1,
+                           .MinScale = FLT_MIN,
+                           .MaxScale = FLT_MAX,
+                           .Hysteresis = 1};
   ValidateScalePolicy(policy);
   ScaleState state = ScaleState::Initial(policy);
   for (int i = 0; i < 1000; ++i) {

@@ -19,6 +19,8 @@
 #include <mlframework/distributed/fsdp/FSDP.hpp>
 #include <mlframework/distributed/fsdp/FSDPMixedPrecisionManager.hpp>
 #include <mlframework/optimizers/mixed_precision/DynamicLossScaler.hpp>
+#include <mlframework/optimizers/mixed_precision/GradientConversionLayer.hpp>
+#include <mlframework/optimizers/mixed_precision/PrecisionManager.hpp>
 
 #include "mlframework/core/StateBlob.hpp"
 #include "reliability/BadInputSupport.hpp"
@@ -49,15 +51,18 @@ void ExpectBlobsRejected(Object& object, const std::vector<std::byte>& good,
                          const std::vector<std::vector<std::byte>>& foreign) {
   for (std::size_t length = 0; length < good.size(); length += 3) {
     const std::vector<std::byte> truncated(good.begin(), good.begin() + static_cast<std::ptrdiff_t>(length));
-    ExpectUnchanged<ArgumentError>(object, [&] { object.LoadStateDict(truncated); }, "state");
+    ExpectUnchanged<ArgumentError>(
+        object, [&] { object.LoadStateDict(truncated); }, "state");
   }
   for (std::size_t bit = 0; bit < good.size() * 8; bit += 5) {
     std::vector<std::byte> flipped = good;
     flipped[bit / 8] ^= static_cast<std::byte>(1U << (bit % 8));
-    ExpectUnchanged<ArgumentError>(object, [&] { object.LoadStateDict(flipped); }, "state");
+    ExpectUnchanged<ArgumentError>(
+        object, [&] { object.LoadStateDict(flipped); }, "state");
   }
   for (const auto& blob : foreign) {
-    ExpectUnchanged<ArgumentError>(object, [&] { object.LoadStateDict(blob); }, "state");
+    ExpectUnchanged<ArgumentError>(
+        object, [&] { object.LoadStateDict(blob); }, "state");
   }
 }
 
@@ -76,8 +81,11 @@ std::vector<std::byte> HugeCounterBlob(const char* kind, bool amp_layout, bool m
     writer.U8(1);
   }
   const std::int64_t huge = std::numeric_limits<std::int64_t>::max();
-  writer.ScaleStateFields(amp::ScaleState{.Scale = 2.0f, .StepsSinceLastOverflow = huge, .ConsecutiveOverflows = 0,
-                                          .TotalOverflows = 0, .TotalSteps = huge});
+  writer.ScaleStateFields(amp::ScaleState{.Scale = 2.0f,
+                                          .StepsSinceLastOverflow = huge,
+                                          .ConsecutiveOverflows = 0,
+                                          .TotalOverflows = 0,
+                                          .TotalSteps = huge});
   if (mixed_flag) {
     writer.U8(0);
   }
@@ -120,13 +128,18 @@ BOOST_AUTO_TEST_CASE(AmpDynamicLossScalerRejectsNullsAndBadBlobsUnchanged) {
   amp::DynamicLossScaler scaler({.InitialScale = 1024.0f, .GrowthInterval = 3, .Hysteresis = 2});
   scaler.UpdateScale(true);  // a non-initial state, so "unchanged" means something
   scaler.UpdateScale(false);
-  ExpectUnchanged<ArgumentNullError>(scaler, [&] { (void)scaler.ScaleLoss(nullptr); }, "loss");
+  ExpectUnchanged<ArgumentNullError>(
+      scaler, [&] { (void)scaler.ScaleLoss(nullptr); }, "loss");
   GradientMap with_null = Gradients();
   with_null["c"] = nullptr;
-  ExpectUnchanged<ArgumentNullError>(scaler, [&] { (void)scaler.UnscaleGradients(with_null); }, "c");
-  ExpectUnchanged<ArgumentNullError>(scaler, [&] { (void)scaler.CheckOverflow(with_null); }, "c");
-  ExpectUnchanged<ArgumentNullError>(scaler, [&] { (void)scaler.UnscaleGradientsAndCheck(with_null); }, "c");
-  ExpectUnchanged<ArgumentNullError>(scaler, [&] { (void)scaler.UnscaleGradient(nullptr); }, "");
+  ExpectUnchanged<ArgumentNullError>(
+      scaler, [&] { (void)scaler.UnscaleGradients(with_null); }, "c");
+  ExpectUnchanged<ArgumentNullError>(
+      scaler, [&] { (void)scaler.CheckOverflow(with_null); }, "c");
+  ExpectUnchanged<ArgumentNullError>(
+      scaler, [&] { (void)scaler.UnscaleGradientsAndCheck(with_null); }, "c");
+  ExpectUnchanged<ArgumentNullError>(
+      scaler, [&] { (void)scaler.UnscaleGradient(nullptr); }, "");
   // Empty maps are valid: nothing to unscale, nothing overflowed.
   BOOST_TEST(scaler.UnscaleGradients({}).empty());
   BOOST_TEST(!scaler.CheckOverflow(GradientMap{}));
@@ -141,7 +154,8 @@ BOOST_AUTO_TEST_CASE(AmpDynamicLossScalerRejectsNullsAndBadBlobsUnchanged) {
 
 BOOST_AUTO_TEST_CASE(MixedPrecisionScalerRejectsBadOptionsNullsAndBlobs) {
   for (const float bad : kBadScales) {
-    for (const auto& [field, set] : std::vector<std::pair<std::string, std::function<void(mp::MixedPrecisionOptions&)>>>{
+    for (const auto& [field, set] :
+         std::vector<std::pair<std::string, std::function<void(mp::MixedPrecisionOptions&)>>>{
              {"InitialLossScale", [bad](mp::MixedPrecisionOptions& o) { o.InitialLossScale = bad; }},
              {"MinLossScale", [bad](mp::MixedPrecisionOptions& o) { o.MinLossScale = bad; }},
              {"MaxLossScale", [bad](mp::MixedPrecisionOptions& o) { o.MaxLossScale = bad; }},
@@ -166,12 +180,16 @@ BOOST_AUTO_TEST_CASE(MixedPrecisionScalerRejectsBadOptionsNullsAndBlobs) {
 
   mp::DynamicLossScaler scaler;
   (void)scaler.UpdateScale(true);
-  ExpectUnchanged<ArgumentNullError>(scaler, [&] { (void)scaler.ScaleLoss(nullptr); }, "loss");
+  ExpectUnchanged<ArgumentNullError>(
+      scaler, [&] { (void)scaler.ScaleLoss(nullptr); }, "loss");
   GradientMap with_null = Gradients();
   with_null["c"] = nullptr;
-  ExpectUnchanged<ArgumentNullError>(scaler, [&] { (void)scaler.UnscaleGradients(with_null); }, "c");
-  ExpectUnchanged<ArgumentNullError>(scaler, [&] { (void)scaler.CheckOverflow(with_null); }, "c");
-  ExpectUnchanged<ArgumentNullError>(scaler, [&] { (void)scaler.CheckOverflowAndUpdate(with_null); }, "c");
+  ExpectUnchanged<ArgumentNullError>(
+      scaler, [&] { (void)scaler.UnscaleGradients(with_null); }, "c");
+  ExpectUnchanged<ArgumentNullError>(
+      scaler, [&] { (void)scaler.CheckOverflow(with_null); }, "c");
+  ExpectUnchanged<ArgumentNullError>(
+      scaler, [&] { (void)scaler.CheckOverflowAndUpdate(with_null); }, "c");
   BOOST_TEST(!scaler.CheckOverflow(GradientMap{}));
 
   amp::DynamicLossScaler amp_scaler;
@@ -209,16 +227,18 @@ BOOST_AUTO_TEST_CASE(FsdpManagerRejectsBadConfigsNullsAndBlobs) {
 
   fsdp::FSDPMixedPrecisionManager manager({}, instance);
   (void)manager.CheckOverflow(GradientMap{{"w", FromVector({kInf}, {1}, DataType::Float16)}});
-  ExpectUnchanged<ArgumentNullError>(manager, [&] { (void)manager.ScaleLoss(nullptr); }, "loss");
-  ExpectUnchanged<ArgumentNullError>(manager, [&] { (void)manager.ConvertToMixedPrecision(nullptr); },
-                                     "gatheredParam");
-  ExpectUnchanged<ArgumentNullError>(manager, [&] { (void)manager.ConvertGradientToFP32(nullptr); },
-                                     "mixedPrecisionGrad");
+  ExpectUnchanged<ArgumentNullError>(
+      manager, [&] { (void)manager.ScaleLoss(nullptr); }, "loss");
+  ExpectUnchanged<ArgumentNullError>(
+      manager, [&] { (void)manager.ConvertToMixedPrecision(nullptr); }, "gatheredParam");
+  ExpectUnchanged<ArgumentNullError>(
+      manager, [&] { (void)manager.ConvertGradientToFP32(nullptr); }, "mixedPrecisionGrad");
   amp::DynamicLossScaler amp_scaler;
   mp::DynamicLossScaler mixed;
   ExpectBlobsRejected(manager, manager.StateDict(), {amp_scaler.StateDict(), mixed.StateDict(), {}});
   ExpectUnchanged<ArgumentError>(
-      manager, [&] { manager.LoadStateDict(HugeCounterBlob("distributed.fsdp.FSDPMixedPrecisionManager", false, false)); },
+      manager,
+      [&] { manager.LoadStateDict(HugeCounterBlob("distributed.fsdp.FSDPMixedPrecisionManager", false, false)); },
       "state");
 }
 
@@ -228,17 +248,47 @@ BOOST_AUTO_TEST_CASE(GradScalerRejectsNullsAndCallsInTheWrongOrder) {
     ExpectError<ArgumentError>([&] { (void)amp::GradScaler::Static(bad); }, "");
   }
   amp::GradScaler scaler(amp::DynamicScalerConfig{.InitialScale = 256.0f, .GrowthInterval = 2});
-  ExpectUnchanged<ArgumentNullError>(scaler, [&] { (void)scaler.Scale(nullptr); }, "loss");
-  ExpectUnchanged<InvalidOperationError>(scaler, [&] { scaler.Update(); }, "");  // no overflow check recorded
+  ExpectUnchanged<ArgumentNullError>(
+      scaler, [&] { (void)scaler.Scale(nullptr); }, "loss");
+  ExpectUnchanged<InvalidOperationError>(
+      scaler, [&] { scaler.Update(); }, "");  // no overflow check recorded
   (void)scaler.Scale(Scalar(1.0f));
   (void)scaler.Unscale(Gradients());
-  ExpectUnchanged<InvalidOperationError>(scaler, [&] { (void)scaler.Unscale(Gradients()); }, "");  // twice
-  ExpectUnchanged<InvalidOperationError>(scaler, [&] { scaler.Disable(); }, "");  // mid-iteration
-  ExpectUnchanged<InvalidOperationError>(scaler, [&] { scaler.Enable(); }, "");
+  ExpectUnchanged<InvalidOperationError>(
+      scaler, [&] { (void)scaler.Unscale(Gradients()); }, "");  // twice
+  ExpectUnchanged<InvalidOperationError>(
+      scaler, [&] { scaler.Disable(); }, "");  // mid-iteration
+  ExpectUnchanged<InvalidOperationError>(
+      scaler, [&] { scaler.Enable(); }, "");
   scaler.Update();
-  ExpectUnchanged<InvalidOperationError>(scaler, [&] { scaler.Update(); }, "");  // iteration already ended
+  ExpectUnchanged<InvalidOperationError>(
+      scaler, [&] { scaler.Update(); }, "");  // iteration already ended
   ExpectBlobsRejected(scaler, scaler.StateDict(), {amp::DynamicLossScaler().StateDict(), {}});
   BOOST_TEST_MESSAGE("ScalerBadInput: " << mlframework::testing::BadInputCount() << " bad-input cases so far");
+}
+
+BOOST_AUTO_TEST_CASE(GradientPipelineAndPrecisionManagerRejectNullsAndBlobs) {
+  mp::GradientConversionLayer layer;
+  (void)layer.ProcessGradients(Gradients());  // a non-initial state
+  GradientMap with_null = Gradients();
+  with_null["c"] = nullptr;
+  ExpectUnchanged<ArgumentNullError>(
+      layer, [&] { (void)layer.ProcessGradients(with_null); }, "c");
+  ExpectUnchanged<ArgumentNullError>(
+      layer, [&] { (void)layer.ClipGradients(with_null); }, "c");
+  ExpectUnchanged<ArgumentNullError>(
+      layer, [&] { (void)layer.ScaleLoss(nullptr); }, "loss");
+  mp::PrecisionManager precision;
+  ExpectBlobsRejected(layer, layer.StateDict(), {precision.StateDict(), mp::DynamicLossScaler().StateDict(), {}});
+
+  ExpectUnchanged<ArgumentNullError>(
+      precision, [&] { (void)precision.ConvertToFP32(with_null); }, "c");
+  ExpectUnchanged<ArgumentNullError>(
+      precision, [&] { (void)precision.ConvertToTargetPrecision(with_null); }, "c");
+  ExpectUnchanged<ArgumentNullError>(
+      precision, [&] { precision.InitializeMasterWeights(with_null); }, "c");
+  ExpectBlobsRejected(precision, precision.StateDict(), {layer.StateDict(), mp::DynamicLossScaler().StateDict(), {}});
+  BOOST_TEST_MESSAGE("ScalerBadInput: " << mlframework::testing::BadInputCount() << " bad-input cases in total");
 }
 
 BOOST_AUTO_TEST_SUITE_END()
