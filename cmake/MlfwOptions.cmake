@@ -6,6 +6,8 @@ option(MLFW_BUILD_BENCHMARKS "Build the benchmarks" ${PROJECT_IS_TOP_LEVEL})
 option(MLFW_INSTALL "Generate the install target" ${PROJECT_IS_TOP_LEVEL})
 option(MLFW_WARNINGS_AS_ERRORS "Treat compiler warnings as errors" OFF)
 set(MLFW_SANITIZE "" CACHE STRING "Sanitizers to build with, e.g. address,undefined")
+# libFuzzer targets under fuzz/ (clang only; scripts/fuzz.sh builds them in their own build dir).
+option(MLFW_BUILD_FUZZERS "Build the libFuzzer targets (needs clang)" OFF)
 
 if(NOT CMAKE_BUILD_TYPE AND NOT CMAKE_CONFIGURATION_TYPES)
   set(CMAKE_BUILD_TYPE Release CACHE STRING "Build type" FORCE)
@@ -22,6 +24,11 @@ if(MLFW_SANITIZE)
   target_compile_options(mlfw_build_flags INTERFACE -fsanitize=${MLFW_SANITIZE} -fno-omit-frame-pointer -fno-sanitize-recover=all)
   target_link_options(mlfw_build_flags INTERFACE -fsanitize=${MLFW_SANITIZE})
   message(STATUS "mlframework: sanitizers ${MLFW_SANITIZE}")
+endif()
+if(MLFW_BUILD_FUZZERS)
+  # Coverage feedback for libFuzzer in everything we build (the library too);
+  # only the fuzz executables link the fuzzer's main.
+  target_compile_options(mlfw_build_flags INTERFACE -fsanitize=fuzzer-no-link)
 endif()
 
 find_package(xtl REQUIRED)

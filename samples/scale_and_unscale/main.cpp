@@ -24,11 +24,12 @@ int main() {
   // With scaling, backward produces scale * grad in FP16; the fused kernel
   // checks for overflow and writes FP32 gradients times 1/scale.
   std::vector<float> scaled_values;
+  scaled_values.reserve(true_grads.size());
   for (const float g : true_grads) {
     scaled_values.push_back(g * scale);
   }
   const std::vector<TensorPtr> grads = {FromVector(scaled_values, {3}, DataType::Float16)};
-  const float inverse = static_cast<float>(1.0 / scale);
+  const auto inverse = static_cast<float>(1.0 / scale);
   const bool overflow = HasNonFinite(grads);
   const std::vector<TensorPtr> fp32 = Cast(grads, DataType::Float32, inverse);
   std::printf("FP16 backward with scaling, unscaled to FP32 (overflow: %s):", overflow ? "yes" : "no");

@@ -136,7 +136,7 @@ BOOST_AUTO_TEST_CASE(HalfNarrowingMatchesReferenceOnHalfwayAndRandomValues) {
                                std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::max()};
   // Every halfway point between neighbouring finite halves, and its float neighbours.
   for (std::size_t i = 0; i + 1 < table.values.size(); ++i) {
-    const float mid = static_cast<float>((table.values[i] + table.values[i + 1]) / 2);
+    const auto mid = static_cast<float>((table.values[i] + table.values[i + 1]) / 2);
     inputs.push_back(mid);
     inputs.push_back(std::nextafter(mid, 0.0f));
     inputs.push_back(std::nextafter(mid, 1e30f));
@@ -166,7 +166,7 @@ BOOST_AUTO_TEST_CASE(BFloat16NarrowingMatchesReferenceOnHalfwayAndRandomValues) 
   std::vector<float> inputs = {0.0f, -0.0f, std::numeric_limits<float>::max(), 3.3895314e38f,
                                std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::min()};
   for (std::size_t i = 0; i + 1 < table.values.size(); i += 7) {
-    const float mid = static_cast<float>((table.values[i] + table.values[i + 1]) / 2);
+    const auto mid = static_cast<float>((table.values[i] + table.values[i + 1]) / 2);
     inputs.push_back(mid);
     inputs.push_back(std::nextafter(mid, 0.0f));
     inputs.push_back(std::nextafter(mid, 1e38f));

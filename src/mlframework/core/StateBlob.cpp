@@ -165,6 +165,14 @@ amp::ScaleState BlobReader::ScaleStateFields() {
       state.ConsecutiveOverflows > state.TotalOverflows) {
     Fail("stored step counters are inconsistent");
   }
+  // No run reaches 2^62 steps; a counter near INT64_MAX would overflow (undefined
+  // behaviour) on the next UpdateScaleState. Found while writing the scaler_state
+  // fuzz target, whose seed-mixed-big-counters input reproduces it under UBSan;
+  // tests/reliability/ScalerBadInputTests.cpp keeps it fixed.
+  constexpr std::int64_t kMaxCounter = std::int64_t{1} << 62;
+  if (state.TotalSteps > kMaxCounter || state.StepsSinceLastOverflow > kMaxCounter) {
+    Fail("stored step counters exceed 2^62 (corrupted blob)");
+  }
   return state;
 }
 

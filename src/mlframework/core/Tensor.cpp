@@ -1,5 +1,7 @@
 #include <mlframework/core/Tensor.hpp>
 
+#include <utility>
+
 #include <mlframework/backends/cpu/CpuTensor.hpp>
 #include <mlframework/config.hpp>
 #include <mlframework/core/Error.hpp>
@@ -21,7 +23,7 @@ void RequireValidDtype(DataType dtype) {
 TensorPtr Zeros(Shape shape, DataType dtype, Device device) {
   RequireValidDtype(dtype);
   if (device.IsCPU()) {
-    return backends::cpu::Empty(shape, dtype);
+    return backends::cpu::Empty(std::move(shape), dtype);
   }
   return detail::MakeDeviceTensor(shape, dtype, device);
 }

@@ -23,7 +23,7 @@
 namespace mlframework::backends::cpu {
 
 /// A CPU tensor of @p shape and @p dtype filled with zeros.
-MLFRAMEWORK_EXPORT TensorPtr Empty(const Shape& shape, DataType dtype);
+MLFRAMEWORK_EXPORT TensorPtr Empty(Shape shape, DataType dtype);
 /// A CPU tensor of @p shape whose elements are @p base's elements starting at element @p offset.
 /// The view shares @p base's memory and keeps it alive; writes through either are seen by both.
 /// Throws ArgumentNullError for a null @p base, ArgumentError when @p base is not a CPU tensor or

@@ -1,6 +1,8 @@
 #include "mlframework/backends/cpu/CpuTensorImpl.hpp"
 
 #include <cmath>
+#include <cstdint>
+#include <string>
 
 #include <mlframework/backends/cpu/CpuTensor.hpp>
 #include <mlframework/core/Error.hpp>
@@ -13,6 +15,12 @@ CpuTensor::CpuTensor(Shape shape, DataType dtype)
     : shape_(std::move(shape)), size_(ElementCount(shape_)), dtype_(dtype) {
   if (!IsValid(dtype)) {
     throw ArgumentError("dtype", "value " + std::to_string(static_cast<int>(dtype)) + " is not a DataType");
+  }
+  // Past PTRDIFF_MAX bytes the allocator throws std::bad_array_new_length, which
+  // is not one of our types and does not say which argument was wrong.
+  if (size_ > static_cast<std::size_t>(PTRDIFF_MAX) / ElementSize(dtype_)) {
+    throw ArgumentError("shape", ToString(shape_) + " of " + std::string(ToString(dtype_)) +
+                                     " needs more bytes than the address space holds");
   }
   if (dtype_ == DataType::Float32) {
     f32_ = xt::zeros<float>({size_});
@@ -96,7 +104,7 @@ double CpuTensor::SumOfSquares() const {
 
 std::vector<float> CpuTensor::ToFloatVector() const {
   std::vector<float> values(size_);
-  WidenToFloat(data(), dtype_, values.data(), size_);
+  WidenToFloat(Data(), dtype_, values.data(), size_);
   return values;
 }
 
@@ -105,12 +113,12 @@ void CpuTensor::CopyFromFloats(std::span<const float> values) {
     throw ArgumentError("values", "has " + std::to_string(values.size()) + " elements, tensor " +
                                       ToString(shape_) + " has " + std::to_string(size_));
   }
-  NarrowFromFloat(values.data(), data(), dtype_, size_);
+  NarrowFromFloat(values.data(), Data(), dtype_, size_);
 }
 
 const TensorBackend* CpuTensor::Backend() const noexcept { return &cpu::Backend(); }
 
-TensorPtr Empty(const Shape& shape, DataType dtype) { return std::make_shared<CpuTensor>(shape, dtype); }
+TensorPtr Empty(Shape shape, DataType dtype) { return std::make_shared<CpuTensor>(std::move(shape), dtype); }
 
 TensorPtr View(const TensorPtr& base, std::size_t offset, const Shape& shape) {
   if (!base) {
@@ -133,7 +141,7 @@ void* MutableData(ITensor& tensor) {
   if (cpu_tensor == nullptr) {
     throw ArgumentError("tensor", "is not a CPU-backend tensor (device " + tensor.GetDevice().ToString() + ")");
   }
-  return cpu_tensor->data();
+  return cpu_tensor->Data();
 }
 
 const void* Data(const ITensor& tensor) {
@@ -141,7 +149,7 @@ const void* Data(const ITensor& tensor) {
   if (cpu_tensor == nullptr) {
     throw ArgumentError("tensor", "is not a CPU-backend tensor (device " + tensor.GetDevice().ToString() + ")");
   }
-  return cpu_tensor->data();
+  return cpu_tensor->Data();
 }
 
 }  // namespace mlframework::backends::cpu

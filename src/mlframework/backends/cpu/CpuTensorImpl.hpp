@@ -37,8 +37,8 @@ class CpuTensor final : public ITensor {
 
   const TensorBackend* Backend() const noexcept override;
 
-  void* data() noexcept { return data_; }
-  const void* data() const noexcept { return data_; }
+  void* Data() noexcept { return data_; }
+  const void* Data() const noexcept { return data_; }
 
  private:
   Shape shape_;

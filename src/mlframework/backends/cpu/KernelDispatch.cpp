@@ -8,6 +8,10 @@
 
 #include "mlframework/backends/cpu/KernelTable.hpp"
 
+#if defined(MLFW_CPU_X86_KERNELS)
+#include <cpuid.h>
+#endif
+
 namespace mlframework::backends::cpu {
 
 namespace {
@@ -21,9 +25,17 @@ bool CpuHasAvx512() {
 
 bool CpuHasAvx512Bf16() { return CpuHasAvx512() && __builtin_cpu_supports("avx512bf16"); }
 
-bool CpuHasAvx2() {
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+// clang 14's __builtin_cpu_supports does not know "f16c" (a compile error), so F16C
+// is read from CPUID leaf 1 directly (ECX bit 29), which both compilers accept.
+bool CpuHasF16c() {
+  unsigned int eax = 0;
+  unsigned int ebx = 0;
+  unsigned int ecx = 0;
+  unsigned int edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
 }
+
+bool CpuHasAvx2() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && CpuHasF16c(); }
 #endif
 
 const KernelTable& Best() noexcept {

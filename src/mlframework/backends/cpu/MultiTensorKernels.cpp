@@ -225,8 +225,8 @@ class CpuBackend final : public TensorBackend {
 }  // namespace
 
 const TensorBackend& Backend() noexcept {
-  static const CpuBackend backend;
-  return backend;
+  static const CpuBackend kBackend;
+  return kBackend;
 }
 
 std::string_view InstructionSet() noexcept { return ActiveKernels().name; }

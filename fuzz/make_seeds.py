@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""Writes the hand-made seed inputs of the fuzz targets into fuzz/corpus/<target>/.
+
+The committed corpus also holds inputs the fuzzer found (named by their SHA-1);
+rerun this only to change the seeds. Formats follow src/mlframework/core/StateBlob.hpp.
+"""
+import gzip
+import pathlib
+import struct
+
+ROOT = pathlib.Path(__file__).resolve().parent / "corpus"
+
+
+def fnv1a(data: bytes) -> int:
+    h = 0xCBF29CE484222325
+    for b in data:
+        h ^= b
+        h = (h * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def blob(kind: str, version: int, payload: bytes) -> bytes:
+    k = kind.encode()
+    body = b"MLFW" + struct.pack("<HHH", 1, version, len(k)) + k + struct.pack("<Q", len(payload)) + payload
+    return body + struct.pack("<Q", fnv1a(body))
+
+
+def scale_state(scale=65536.0, since=0, consecutive=0, overflows=0, steps=0) -> bytes:
+    return struct.pack("<fqqqq", scale, since, consecutive, overflows, steps)
+
+
+def write(target: str, name: str, data: bytes) -> None:
+    path = ROOT / target
+    path.mkdir(parents=True, exist_ok=True)
+    (path / name).write_bytes(data)
+
+
+def state_blob_seeds() -> None:
+    # flags, program length, program, blob
+    def seed(name, flags, program, payload, kind="fuzz.Kind", version=1):
+        write("state_blob", name, bytes([flags, len(program)]) + bytes(program) + blob(kind, version, payload))
+
+    seed("seed-scale-state", 0, [7], scale_state(512.0, 7, 1, 4, 90))
+    seed("seed-scale-state-f64", 1, [7, 5], scale_state(1.0, 0, 0, 0, 1) + struct.pack("<d", 2.5))
+    seed("seed-every-field", 0, [0, 1, 2, 3, 4, 5, 6, 4],
+         bytes([9]) + struct.pack("<IQqfd", 7, 1 << 40, -3, 0.5, -1e300) + b"abcd")
+    seed("seed-empty-payload", 0, [], b"")
+    seed("seed-wrong-kind", 1, [7], scale_state(), kind="fuzz.Other")
+    seed("seed-insane-state", 1, [7], scale_state(-1.0, -5, 3, 2, 1))
+    write("state_blob", "seed-truncated", bytes([0, 1, 7]) + blob("fuzz.Kind", 1, scale_state())[:20])
+
+
+def scaler_state_seeds() -> None:
+    # front-end (0 amp, 1 mixed, 2 fsdp manager), flags, step count, steps, blob
+    def seed(name, front_end, flags, steps, data):
+        write("scaler_state", name, bytes([front_end, flags, len(steps)]) + bytes(steps) + data)
+
+    def amp_config(initial=65536.0, growth=2.0, backoff=0.5, interval=2000, lo=1.0, hi=16777216.0, hyst=1, on=1):
+        return struct.pack("<fffqffqB", initial, growth, backoff, interval, lo, hi, hyst, on)
+
+    steps = [0, 0, 1, 1, 0, 1, 0, 0, 0, 0]
+    seed("seed-amp", 0, 0, steps, blob("amp.DynamicLossScaler", 1, amp_config() + scale_state(1024.0, 5, 0, 2, 40)))
+    seed("seed-amp-hysteresis", 0, 0, steps,
+         blob("amp.DynamicLossScaler", 1, amp_config(8.0, 4.0, 0.25, 2, 1.0, 64.0, 3, 1) + scale_state(8.0, 1, 2, 2, 3)))
+    seed("seed-amp-bad-scale", 0, 1, steps,
+         blob("amp.DynamicLossScaler", 1, amp_config() + scale_state(1e30, 0, 0, 0, 0)))
+    mixed = "optimizers.mixed_precision.DynamicLossScaler"
+    seed("seed-mixed", 1, 0, steps, blob(mixed, 1, scale_state(4096.0, 3, 0, 1, 9) + bytes([0])))
+    seed("seed-mixed-fallback", 1, 0, steps, blob(mixed, 1, scale_state(1.0, 0, 10, 10, 10) + bytes([1])))
+    seed("seed-mixed-big-counters", 1, 1, steps,
+         blob(mixed, 1, scale_state(2.0, (1 << 63) - 1, 0, 0, (1 << 63) - 1) + bytes([0])))
+    manager = "distributed.fsdp.FSDPMixedPrecisionManager"
+    seed("seed-fsdp", 2, 0, steps, blob(manager, 1, scale_state(2.0, 0, 0, 0, 0)))
+    seed("seed-fsdp-late", 2, 0, steps, blob(manager, 1, scale_state(65536.0, 1999, 0, 7, 5000)))
+
+
+def idx_seeds() -> None:
+    # path (0 ParseIdx, 1 Gunzip + ParseIdx, 2 MakeSplit), cut for path 2, file bytes
+    def idx(dims, data):
+        return bytes([0, 0, 8, len(dims)]) + b"".join(struct.pack(">I", d) for d in dims) + bytes(data)
+
+    images = idx([2, 3, 3], [i * 14 for i in range(18)])
+    labels = idx([2], [1, 9])
+    write("idx", "seed-images", bytes([0, 0]) + images)
+    write("idx", "seed-labels", bytes([0, 0]) + labels)
+    write("idx", "seed-gzip", bytes([1, 0]) + gzip.compress(images, mtime=0))
+    write("idx", "seed-split", bytes([2, len(images)]) + images + labels)
+    write("idx", "seed-overflowing-dims", bytes([0, 0]) + idx([65536, 65536, 65536, 65536], []))
+    write("idx", "seed-zero-dim", bytes([0, 0]) + idx([3, 0], []))
+    write("idx", "seed-truncated-gzip", bytes([1, 0]) + gzip.compress(images, mtime=0)[:25])
+
+
+def fsdp_checkpoint_seeds() -> None:
+    # flags, truncated length (u16), edits (u16 offset, xor mask) ending with a zero mask
+    def seed(name, flags, truncate, edits, tail=b""):
+        body = bytes([flags]) + struct.pack("<H", truncate)
+        for offset, mask in edits:
+            body += struct.pack("<HB", offset, mask)
+        write("fsdp_checkpoint", name, body + struct.pack("<HB", 0, 0) + tail)
+
+    seed("seed-unchanged", 0, 0, [])
+    seed("seed-resealed-unit-name", 1, 0, [(70, 0x20)])
+    seed("seed-resealed-shard-size", 1, 0, [(90, 0x01)])
+    seed("seed-resealed-world-size", 1, 0, [(48, 0x02)])
+    seed("seed-truncated", 3, 60, [])
+    seed("seed-appended", 5, 0, [], b"\x00" * 12)
+    seed("seed-bit-flip-unsealed", 0, 0, [(100, 0x80)])
+
+
+if __name__ == "__main__":
+    state_blob_seeds()
+    scaler_state_seeds()
+    idx_seeds()
+    fsdp_checkpoint_seeds()

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets with clang (ASan + UBSan, own build dir) and runs
+# each one for a fixed time over its corpus in fuzz/corpus/<target>/.
+#
+#   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]
+#
+# Defaults: MLFW_FUZZ_SECONDS or 60 seconds, every target in fuzz/FuzzTargets.cmake,
+# build dir MLFW_FUZZ_BUILD_DIR or build-fuzz. New inputs the fuzzer finds go to
+# <build>/corpus-new/<target>/ (the repository's corpus is read, never written;
+# merge good finds in by hand with -merge=1). A crash leaves its input in
+# <build>/artifacts/ and fails the script: add that input to
+# fuzz/corpus/<target>/ and a test to tests/reliability/, then fix the bug.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+seconds=${1:-${MLFW_FUZZ_SECONDS:-60}}
+shift || true
+build=${MLFW_FUZZ_BUILD_DIR:-build-fuzz}
+clangxx=$(command -v clang++-14 || command -v clang++)
+
+mkdir -p "$build"
+cmake -S . -B "$build" -DCMAKE_CXX_COMPILER="$clangxx" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DMLFW_WARNINGS_AS_ERRORS=ON -DMLFW_BUILD_FUZZERS=ON -DMLFW_SANITIZE=address,undefined \
+  -DMLFW_BUILD_TESTS=OFF -DMLFW_BUILD_SAMPLES=OFF -DMLFW_BUILD_BENCHMARKS=OFF -DMLFW_INSTALL=OFF \
+  -DMLFW_ENABLE_CUDA=OFF -DMLFW_WITH_MPI=OFF >"$build/configure.log" || {
+  cat "$build/configure.log"
+  exit 1
+}
+
+if (($# > 0)); then
+  targets=("$@")
+else
+  mapfile -t targets < <(sed -n 's/^set(MLFW_FUZZ_TARGETS \(.*\))$/\1/p' fuzz/FuzzTargets.cmake | tr ' ' '\n')
+fi
+cmake --build "$build" -j"$(nproc)" --target "${targets[@]/#/fuzz_}"
+
+mkdir -p "$build/artifacts"
+status=0
+total_runs=0
+for target in "${targets[@]}"; do
+  new_inputs="$build/corpus-new/$target"
+  mkdir -p "$new_inputs"
+  log="$build/fuzz-$target.log"
+  # -rss_limit_mb/-malloc_limit_mb: a blob that makes us allocate gigabytes is a bug too.
+  if UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ASAN_OPTIONS=detect_leaks=1 \
+    "$build/fuzz/fuzz_$target" -max_total_time="$seconds" -print_final_stats=1 -rss_limit_mb=2048 \
+    -malloc_limit_mb=512 -timeout=10 -artifact_prefix="$build/artifacts/$target-" \
+    "$new_inputs" "fuzz/corpus/$target" >"$log" 2>&1; then
+    result=clean
+  else
+    result=FAILED
+    status=1
+    tail -n 60 "$log"
+  fi
+  runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
+  coverage=$(grep -o 'cov: [0-9]*' "$log" | tail -n 1 || true)
+  corpus=$(find "fuzz/corpus/$target" "$new_inputs" -type f | wc -l)
+  total_runs=$((total_runs + ${runs:-0}))
+  echo "fuzz: $target: $result, ${runs:-0} executions in ${seconds} s, $coverage, corpus $corpus inputs"
+done
+echo "fuzz: ${#targets[@]} targets, $total_runs executions in total"
+exit "$status"

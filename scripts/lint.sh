@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Static checks on the project's own sources: clang-format and clang-tidy.
+#
+#   scripts/lint.sh [--fix] [--format-only | --tidy-only] [BUILD_DIR]
+#
+# BUILD_DIR (default: build) must hold compile_commands.json (configure with
+# -DCMAKE_EXPORT_COMPILE_COMMANDS=ON; scripts/test.sh does). Exits non-zero on
+# any finding, so CI fails. --fix rewrites the files with clang-format instead
+# of only reporting them; clang-tidy findings are always reported, never
+# auto-applied, because its naming fixes cross files and need a human look.
+# Configuration lives in .clang-format and .clang-tidy at the repository root.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+
+fix=0
+run_format=1
+run_tidy=1
+build=build
+for arg in "$@"; do
+  case "$arg" in
+    --fix) fix=1 ;;
+    --format-only) run_tidy=0 ;;
+    --tidy-only) run_format=0 ;;
+    -h | --help)
+      sed -n '2,11p' "$0"
+      exit 0
+      ;;
+    -*)
+      echo "lint: unknown option $arg" >&2
+      exit 2
+      ;;
+    *) build=$arg ;;
+  esac
+done
+
+clang_format=$(command -v clang-format-14 || command -v clang-format)
+clang_tidy=$(command -v clang-tidy-14 || command -v clang-tidy)
+jobs=$(nproc)
+status=0
+
+# Our sources only: third-party and generated code are never checked.
+source_dirs=(include src tests samples benchmarks fuzz)
+mapfile -t sources < <(git ls-files -- "${source_dirs[@]}" | grep -E '\.(cpp|hpp|cu|cuh)$' || true)
+
+if ((run_format)); then
+  if ((fix)); then
+    printf '%s\0' "${sources[@]}" | xargs -0 -r "$clang_format" -i
+    echo "lint: clang-format rewrote ${#sources[@]} files in place (review with git diff)"
+  else
+    unformatted=()
+    for file in "${sources[@]}"; do
+      if ! "$clang_format" --dry-run --Werror "$file" >/dev/null 2>&1; then
+        unformatted+=("$file")
+      fi
+    done
+    if ((${#unformatted[@]})); then
+      echo "lint: clang-format: ${#unformatted[@]} of ${#sources[@]} files differ from .clang-format:"
+      for file in "${unformatted[@]}"; do
+        echo "  $file ($("$clang_format" "$file" | diff "$file" - | grep -c '^<' || true) lines)"
+      done
+      echo "lint: run scripts/lint.sh --fix --format-only to rewrite them"
+      status=1
+    else
+      echo "lint: clang-format: ${#sources[@]} files clean"
+    fi
+  fi
+fi
+
+if ((run_tidy)); then
+  database=$build/compile_commands.json
+  if [[ ! -f $database ]]; then
+    echo "lint: $database is missing; configure with -DCMAKE_EXPORT_COMPILE_COMMANDS=ON" >&2
+    exit 2
+  fi
+  # Translation units of our C++ sources, each once (a private .cpp compiled
+  # into a test too appears twice). CUDA files are left out: clang-tidy cannot
+  # take nvcc's command lines; their host-side headers are checked through the
+  # C++ files that include them.
+  mapfile -t units < <(grep -o '"file": *"[^"]*"' "$database" | sed 's/.*"\([^"]*\)"$/\1/' |
+    grep -E "^$root/($(
+      IFS='|'
+      echo "${source_dirs[*]}"
+    ))/.*\.cpp$" | sort -u)
+  header_filter="^$root/($(
+    IFS='|'
+    echo "${source_dirs[*]}"
+  ))/"
+  log=$(mktemp)
+  trap 'rm -f "$log"' EXIT
+  start=$SECONDS
+  tidy_status=0
+  printf '%s\0' "${units[@]}" |
+    xargs -0 -r -P "$jobs" -n 1 "$clang_tidy" -p "$build" --quiet --header-filter="$header_filter" \
+      >"$log" 2>&1 || tidy_status=$?
+  # Each header's findings print once per unit including it: report them once.
+  findings=$(grep -E '^/[^:]+:[0-9]+:[0-9]+: (warning|error):' "$log" | sort -u || true)
+  count=$(printf '%s' "$findings" | grep -c . || true)
+  if ((tidy_status != 0 || count != 0)); then
+    echo "lint: clang-tidy: $count findings in ${#units[@]} translation units ($((SECONDS - start)) s):"
+    if ((count)); then
+      printf '%s\n' "$findings" | sed "s|^$root/||"
+    else
+      grep -vE '^[0-9]+ warnings? generated|^Suppressed|^Use -header-filter|^$' "$log" | head -50
+    fi
+    status=1
+  else
+    echo "lint: clang-tidy: ${#units[@]} translation units clean ($((SECONDS - start)) s)"
+  fi
+fi
+
+exit "$status"
