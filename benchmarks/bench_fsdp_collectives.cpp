@@ -8,8 +8,8 @@
 // 2. Memory: peak resident memory per rank while training with FSDP FullShard + Adam, against
 //    the ZeRO-3 figure 16 bytes x parameters / ranks + the largest gathered unit.
 #include <benchmark/benchmark.h>
-#include <mpi.h>
 #include <malloc.h>
+#include <mpi.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -36,7 +36,8 @@ constexpr std::size_t kUnitElements = std::size_t{1} << 24;  // 16M elements per
 constexpr int kIterations = 8;
 
 std::shared_ptr<dist::IProcessGroup>& Group(dist::HalfReduction method = dist::HalfReduction::UserOp) {
-  static std::shared_ptr<dist::IProcessGroup> user_op = dist::MakeMpiProcessGroup({.HalfSum = dist::HalfReduction::UserOp});
+  static std::shared_ptr<dist::IProcessGroup> user_op =
+      dist::MakeMpiProcessGroup({.HalfSum = dist::HalfReduction::UserOp});
   static std::shared_ptr<dist::IProcessGroup> convert =
       dist::MakeMpiProcessGroup({.HalfSum = dist::HalfReduction::ConvertToFloat32});
   return method == dist::HalfReduction::UserOp ? user_op : convert;
@@ -103,17 +104,15 @@ void BM_AllGather16M(benchmark::State& state) {
   const MPI_Datatype type = dtype == DataType::Float32 ? MPI_FLOAT : MPI_UINT16_T;
   fsdp::FSDP model(Group(), {.ParamDType = dtype});
   auto& unit = model.RegisterUnit("unit", {{"weight", cpu::Empty({kUnitElements}, DataType::Float32)}});
-  Compare(
-      state, kUnitElements * mlframework::ElementSize(dtype),
-      [&] {
-        MPI_Allgather(cpu::Data(*input), static_cast<int>(shard), type, cpu::MutableData(*output),
-                      static_cast<int>(shard), type, MPI_COMM_WORLD);
-      },
-      {{"library", [&] { Group()->AllGather(*input, *output); }},
-       {"fsdp_unit", [&] {
-          unit.Gather();
-          unit.Release();
-        }}});
+  Compare(state, kUnitElements * mlframework::ElementSize(dtype),
+          [&] {
+            MPI_Allgather(cpu::Data(*input), static_cast<int>(shard), type, cpu::MutableData(*output),
+                          static_cast<int>(shard), type, MPI_COMM_WORLD);
+          },
+          {{"library", [&] { Group()->AllGather(*input, *output); }}, {"fsdp_unit", [&] {
+                                                                         unit.Gather();
+                                                                         unit.Release();
+                                                                       }}});
 }
 
 // Reduce-scatter of one 16M-element unit. FP32: raw MPI_FLOAT sum. FP16/BF16: raw MPI_SHORT
@@ -224,8 +223,19 @@ constexpr auto kBF16 = static_cast<std::int64_t>(DataType::BFloat16);
 
 // Memory first: ru_maxrss only grows, so it must run before the 16M-element buffers exist.
 BENCHMARK(BM_FsdpPeakMemory)->Args({32, 1 << 19})->Args({64, 1 << 18})->Iterations(1)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_AllGather16M)->Arg(kF32)->Arg(kF16)->Iterations(2 * kIterations)->UseManualTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_ReduceScatter16M)->Arg(kF32)->Arg(kF16)->Arg(kBF16)->Iterations(kIterations)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_AllGather16M)
+    ->Arg(kF32)
+    ->Arg(kF16)
+    ->Iterations(2 * kIterations)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ReduceScatter16M)
+    ->Arg(kF32)
+    ->Arg(kF16)
+    ->Arg(kBF16)
+    ->Iterations(kIterations)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
 
 // Ranks other than 0 run every benchmark in lockstep but report nothing.
 class SilentReporter final : public benchmark::BenchmarkReporter {

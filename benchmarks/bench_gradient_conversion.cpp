@@ -99,15 +99,13 @@ std::size_t ElementTotal() {
 }
 
 mp::MixedPrecisionOptions Options() {
-  return mp::MixedPrecisionOptions{.InitialLossScale = 65536.0f,
-                                   .EnableGradientClipping = true,
-                                   .MaxGradNorm = 1.0f};
+  return mp::MixedPrecisionOptions{.InitialLossScale = 65536.0f, .EnableGradientClipping = true, .MaxGradNorm = 1.0f};
 }
 
 // A plain element-by-element copy, split over hardware_concurrency threads like the kernels'
 // OpenMP team. Kept a loop (not memcpy) so stores are ordinary stores, as in the kernels.
 __attribute__((optimize("no-tree-loop-distribute-patterns"))) void CopyRange(const float* src, float* dst,
-                                                                               std::size_t count) {
+                                                                             std::size_t count) {
   for (std::size_t i = 0; i < count; ++i) {
     dst[i] = src[i];
   }
@@ -191,12 +189,12 @@ void BM_NaivePipeline(benchmark::State& state) {
   const std::vector<TensorPtr> src = mlframework::TensorList(Gradients());
   const float inverse = 1.0f / 65536.0f;
   for (auto _ : state) {
-    const bool overflow = mlframework::HasNonFinite(src);                                        // check
-    const auto unscaled = mlframework::Cast(src, DataType::Float16, inverse);                    // unscale
-    const auto norm = static_cast<float>(std::sqrt(mlframework::SumOfSquares(unscaled)));        // norm
+    const bool overflow = mlframework::HasNonFinite(src);                                  // check
+    const auto unscaled = mlframework::Cast(src, DataType::Float16, inverse);              // unscale
+    const auto norm = static_cast<float>(std::sqrt(mlframework::SumOfSquares(unscaled)));  // norm
     const float coef = norm > 1.0f ? 1.0f / (norm + 1e-6f) : 1.0f;
-    const auto clipped = mlframework::Cast(unscaled, DataType::Float16, coef);                   // clip
-    const auto fp32 = mlframework::Cast(clipped, DataType::Float32);                             // convert
+    const auto clipped = mlframework::Cast(unscaled, DataType::Float16, coef);  // clip
+    const auto fp32 = mlframework::Cast(clipped, DataType::Float32);            // convert
     benchmark::DoNotOptimize(overflow);
     benchmark::DoNotOptimize(fp32.data());
   }

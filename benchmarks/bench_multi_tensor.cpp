@@ -140,7 +140,8 @@ bool ParseTimingFlag(int& argc, char** argv) {
 }
 
 std::string SizeName(std::size_t elements) {
-  return elements % (std::size_t{1} << 20) == 0 ? std::to_string(elements >> 20) + "M" : std::to_string(elements >> 10) + "K";
+  return elements % (std::size_t{1} << 20) == 0 ? std::to_string(elements >> 20) + "M"
+                                                : std::to_string(elements >> 10) + "K";
 }
 
 namespace {

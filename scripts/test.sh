@@ -68,7 +68,7 @@ step() {
 
 release() {
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DMLFW_WARNINGS_AS_ERRORS=ON \
-    -DCMAKE_EXPORT_COMPILE_COMMANDS=ON
+    -DCMAKE_EXPORT_COMPILE_COMMANDS=ON -DMLFW_BENCH_TORCH=OFF
   local start=$SECONDS
   cmake --build "$build" -j"$jobs"
   echo "release: build took $((SECONDS - start)) s"

@@ -38,8 +38,7 @@ std::vector<torch::Tensor> Wrap(const std::vector<mlframework::TensorPtr>& list)
   std::vector<torch::Tensor> out;
   out.reserve(list.size());
   for (const auto& t : list) {
-    out.push_back(torch::from_blob(mlframework::backends::cpu::MutableData(*t),
-                                   {static_cast<std::int64_t>(t->Size())},
+    out.push_back(torch::from_blob(mlframework::backends::cpu::MutableData(*t), {static_cast<std::int64_t>(t->Size())},
                                    torch::TensorOptions().dtype(TorchType(t->GetDataType()))));
   }
   return out;

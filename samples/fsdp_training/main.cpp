@@ -30,8 +30,8 @@ std::vector<float> Wave(std::size_t count, float a, float b, float amplitude) {
 }
 
 GradientMap Layer(std::size_t out, std::size_t in, float seed) {
-  return {{"weight", mlframework::FromVector(Wave(out * in, 0.77f + seed, seed, 1.0f / std::sqrt(static_cast<float>(in))),
-                                             {out, in})},
+  return {{"weight", mlframework::FromVector(
+                         Wave(out * in, 0.77f + seed, seed, 1.0f / std::sqrt(static_cast<float>(in))), {out, in})},
           {"bias", mlframework::Zeros({out})}};
 }
 
@@ -52,7 +52,8 @@ Result ForwardBackward(const GradientMap& l1, const GradientMap& l2, std::size_t
   const float norm = 1.0f / static_cast<float>(count * kOut);
   for (std::size_t b = first; b < first + count; ++b) {
     std::vector<float> x(kIn), h(kHidden), dh(kHidden, 0.0f);
-    for (std::size_t i = 0; i < kIn; ++i) x[i] = std::sin(0.3f * static_cast<float>(b * kIn + i + static_cast<std::size_t>(step % 4)));
+    for (std::size_t i = 0; i < kIn; ++i)
+      x[i] = std::sin(0.3f * static_cast<float>(b * kIn + i + static_cast<std::size_t>(step % 4)));
     for (std::size_t j = 0; j < kHidden; ++j) {
       float acc = b1[j];
       for (std::size_t i = 0; i < kIn; ++i) acc += w1[j * kIn + i] * x[i];
@@ -98,12 +99,15 @@ int main() {
     auto& layer2 = model.RegisterUnit("layer2", Layer(kOut, kHidden, 0.2f));
     // FP16 forward (gathers travel in 16 bits) and dynamic loss scaling from 2^24: the first
     // steps overflow FP16 gradients, every rank skips them together and the scale backs off.
-    fsdp::FSDPAmpIntegration amp(model, fsdp::FSDPMixedPrecisionConfig{
-                                            .InitialLossScale = 16777216.0f, .MaxLossScale = 16777216.0f, .LossScaleSteps = 10});
+    fsdp::FSDPAmpIntegration amp(
+        model, fsdp::FSDPMixedPrecisionConfig{
+                   .InitialLossScale = 16777216.0f, .MaxLossScale = 16777216.0f, .LossScaleSteps = 10});
     mlframework::optimizers::Adam adam(model.ShardedParameters(), {.LearningRate = 5e-3f});
 
     const std::size_t per_rank = kGlobalBatch / static_cast<std::size_t>(ranks);
-    if (rank == 0) std::printf("fsdp_training: %d rank(s), %s, %zu parameters\n", ranks, std::string(group->BackendName()).c_str(), layer1.NumElements() + layer2.NumElements());
+    if (rank == 0)
+      std::printf("fsdp_training: %d rank(s), %s, %zu parameters\n", ranks, std::string(group->BackendName()).c_str(),
+                  layer1.NumElements() + layer2.NumElements());
     for (int step = 0; step < 40; ++step) {
       layer1.Gather();
       layer2.Gather();

@@ -65,8 +65,8 @@ int main() {
         gw[k] += d * x[i * kFeatures + k];
       }
     }
-    adam.SetGradients({{"w", FromVector(gw, {kFeatures}, DataType::Float16)},
-                       {"b", FromVector({gb}, {1}, DataType::Float16)}});
+    adam.SetGradients(
+        {{"w", FromVector(gw, {kFeatures}, DataType::Float16)}, {"b", FromVector({gb}, {1}, DataType::Float16)}});
     const bool stepped = ctx.Step(adam);
     if (step % 25 == 0 || !stepped) {
       std::printf("step %3d  loss %9.5f  scale %10.0f%s\n", step, loss, scaler.Scale(),
@@ -75,8 +75,8 @@ int main() {
   }
   const auto stats = scaler.GetStats();
   const std::vector<float> w = params.at("w")->ToFloatVector();
-  std::printf("w = [%.3f, %.3f, %.3f, %.3f] (true [1.5, -2, 0.5, 3]), b = %.3f (true 0.25)\n", w[0], w[1], w[2],
-              w[3], params.at("b")->ToFloatVector()[0]);
+  std::printf("w = [%.3f, %.3f, %.3f, %.3f] (true [1.5, -2, 0.5, 3]), b = %.3f (true 0.25)\n", w[0], w[1], w[2], w[3],
+              params.at("b")->ToFloatVector()[0]);
   std::printf("steps %lld, skipped %lld, final scale %.0f\n", static_cast<long long>(stats->TotalSteps),
               static_cast<long long>(stats->SkippedSteps), stats->CurrentScale);
   return 0;

@@ -12,7 +12,8 @@ class BackoffOnlyScaler final : public mlframework::amp::ILossScaler {
   mlframework::TensorPtr ScaleLoss(const mlframework::TensorPtr& loss) override { return loss->Multiply(scale_); }
   mlframework::GradientMap UnscaleGradients(const mlframework::GradientMap& gradients) override {
     // One fused pass per backend: FP16/BF16 in, FP32 out, times 1/scale.
-    const auto fp32 = mlframework::Cast(mlframework::TensorList(gradients), mlframework::DataType::Float32, 1.0f / scale_);
+    const auto fp32 =
+        mlframework::Cast(mlframework::TensorList(gradients), mlframework::DataType::Float32, 1.0f / scale_);
     mlframework::GradientMap unscaled;
     auto it = fp32.begin();
     for (const auto& [name, gradient] : gradients) {

@@ -46,8 +46,8 @@ class VectorTensor final : public mlframework::ITensor {
   std::vector<float> ToFloatVector() const override { return values_; }
   void CopyFromFloats(std::span<const float> values) override {
     if (values.size() != values_.size()) {
-      throw mlframework::ArgumentError("values", "has " + std::to_string(values.size()) + " elements, expected " +
-                                                     std::to_string(values_.size()));
+      throw mlframework::ArgumentError(
+          "values", "has " + std::to_string(values.size()) + " elements, expected " + std::to_string(values_.size()));
     }
     std::copy(values.begin(), values.end(), values_.begin());
   }

@@ -11,11 +11,11 @@ void Train(Model& model, int steps) {
   optimizers::Adam optimizer(model.Parameters(), {.LearningRate = 5e-2f});
   amp::GradScaler scaler = amp::GradScalerFactory::CreateForFP16();
   for (int step = 0; step < steps; ++step) {
-    const TensorPtr loss = model.Forward();         // FP32 scalar
-    amp::GradScalerContext ctx(scaler, loss);       // loss * scale
-    model.Backward(ctx.ScaledLoss());               // FP16 gradients, scaled
+    const TensorPtr loss = model.Forward();    // FP32 scalar
+    amp::GradScalerContext ctx(scaler, loss);  // loss * scale
+    model.Backward(ctx.ScaledLoss());          // FP16 gradients, scaled
     optimizer.SetGradients(model.Gradients());
-    if (!ctx.Step(optimizer)) {                     // unscale, check, step, update scale
+    if (!ctx.Step(optimizer)) {  // unscale, check, step, update scale
       std::printf("step %d: overflow, skipped; scale now %g\n", step, scaler.Scale());
     }
   }

@@ -35,13 +35,13 @@ DataError::DataError(std::string_view file, std::string_view problem)
 
 IdxArray ParseIdx(std::span<const std::uint8_t> bytes, std::string_view name) {
   if (bytes.size() < kHeaderFixedBytes) {
-    throw DataError(name, "truncated: " + std::to_string(bytes.size()) +
-                              " bytes, too short for the 4-byte IDX magic number");
+    throw DataError(name,
+                    "truncated: " + std::to_string(bytes.size()) + " bytes, too short for the 4-byte IDX magic number");
   }
   if (bytes[0] != 0 || bytes[1] != 0) {
     std::ostringstream problem;
-    problem << "not an IDX file: magic number starts with 0x" << std::hex << int{bytes[0]} << " 0x"
-            << int{bytes[1]} << ", expected 0x0 0x0";
+    problem << "not an IDX file: magic number starts with 0x" << std::hex << int{bytes[0]} << " 0x" << int{bytes[1]}
+            << ", expected 0x0 0x0";
     throw DataError(name, problem.str());
   }
   if (bytes[2] != kUnsignedByteType) {
@@ -51,13 +51,13 @@ IdxArray ParseIdx(std::span<const std::uint8_t> bytes, std::string_view name) {
   }
   const std::size_t ndims = bytes[3];
   if (ndims == 0 || ndims > kMaxDims) {
-    throw DataError(name, "corrupted header: " + std::to_string(ndims) + " dimensions, expected 1 to " +
-                              std::to_string(kMaxDims));
+    throw DataError(
+        name, "corrupted header: " + std::to_string(ndims) + " dimensions, expected 1 to " + std::to_string(kMaxDims));
   }
   const std::size_t header_bytes = kHeaderFixedBytes + 4 * ndims;
   if (bytes.size() < header_bytes) {
-    throw DataError(name, "truncated header: " + std::to_string(bytes.size()) + " bytes, the " +
-                              std::to_string(ndims) + " dimensions need " + std::to_string(header_bytes));
+    throw DataError(name, "truncated header: " + std::to_string(bytes.size()) + " bytes, the " + std::to_string(ndims) +
+                              " dimensions need " + std::to_string(header_bytes));
   }
   IdxArray array;
   array.dims.resize(ndims);
@@ -116,18 +116,20 @@ std::vector<std::uint8_t> Gunzip(std::span<const std::uint8_t> bytes, std::strin
     if (status == Z_DATA_ERROR || status == Z_NEED_DICT || status == Z_MEM_ERROR || status == Z_STREAM_ERROR) {
       const std::string message = stream.msg != nullptr ? stream.msg : "unknown zlib error";
       inflateEnd(&stream);
-      throw DataError(name, "corrupted gzip data after " + std::to_string(out.size()) +
-                                " decompressed bytes: " + message);
+      throw DataError(name,
+                      "corrupted gzip data after " + std::to_string(out.size()) + " decompressed bytes: " + message);
     }
     if (out.size() + produced > max_bytes) {
       inflateEnd(&stream);
       throw DataError(name, "decompresses to more than " + std::to_string(max_bytes) + " bytes");
     }
     out.insert(out.end(), chunk.begin(), chunk.begin() + static_cast<std::ptrdiff_t>(produced));
-    if (status == Z_BUF_ERROR || (status == Z_OK && produced == 0 && stream.avail_in == 0 && consumed == bytes.size())) {
+    if (status == Z_BUF_ERROR ||
+        (status == Z_OK && produced == 0 && stream.avail_in == 0 && consumed == bytes.size())) {
       inflateEnd(&stream);
       throw DataError(name, "truncated gzip stream: it ends after " + std::to_string(bytes.size()) +
-                                " compressed bytes (" + std::to_string(out.size()) + " decompressed) without its end marker");
+                                " compressed bytes (" + std::to_string(out.size()) +
+                                " decompressed) without its end marker");
     }
   }
   const std::size_t trailing = stream.avail_in + (bytes.size() - consumed);
@@ -170,8 +172,8 @@ Split MakeSplit(const IdxArray& images, std::string_view images_name, const IdxA
                                      " dimensions, expected 1 (count): is it an images file?");
   }
   if (images.dims[0] != labels.dims[0]) {
-    throw DataError(labels_name, "has " + std::to_string(labels.dims[0]) + " labels but " +
-                                     std::string(images_name) + " has " + std::to_string(images.dims[0]) + " images");
+    throw DataError(labels_name, "has " + std::to_string(labels.dims[0]) + " labels but " + std::string(images_name) +
+                                     " has " + std::to_string(images.dims[0]) + " images");
   }
   for (std::size_t i = 0; i < labels.data.size(); ++i) {
     if (labels.data[i] >= kClasses) {
@@ -220,9 +222,9 @@ Dataset LoadFashionMnist(const std::filesystem::path& dir) {
   dataset.train = LoadSplit(dir, "train");
   dataset.test = LoadSplit(dir, "t10k");
   if (dataset.train.features != dataset.test.features) {
-    throw DataError((dir / "t10k-images-idx3-ubyte").string(),
-                    "images have " + std::to_string(dataset.test.features) + " pixels, the training images " +
-                        std::to_string(dataset.train.features));
+    throw DataError((dir / "t10k-images-idx3-ubyte").string(), "images have " + std::to_string(dataset.test.features) +
+                                                                   " pixels, the training images " +
+                                                                   std::to_string(dataset.train.features));
   }
   return dataset;
 }

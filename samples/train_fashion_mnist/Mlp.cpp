@@ -94,7 +94,8 @@ template <DataType D>
 void RoundInPlace(std::span<float> values, UnderflowCount* count) {
   if constexpr (D == DataType::Float32) {
     if (count != nullptr) {
-      count->nonzero += static_cast<std::uint64_t>(std::count_if(values.begin(), values.end(), [](float v) { return v != 0.0f; }));
+      count->nonzero +=
+          static_cast<std::uint64_t>(std::count_if(values.begin(), values.end(), [](float v) { return v != 0.0f; }));
     }
   } else {
     std::uint64_t nonzero = 0;
@@ -131,8 +132,8 @@ void StoreInto(std::span<const float> values, ITensor& dst, UnderflowCount& coun
   if constexpr (D == DataType::Float16) {
     if (HaveF16c()) {
       static_assert(sizeof(mlframework::Float16) == sizeof(std::uint16_t));
-      done = RoundHalfF16c(values.data(), values.size(), nullptr, reinterpret_cast<std::uint16_t*>(out.data()),
-                           nonzero, flushed);
+      done = RoundHalfF16c(values.data(), values.size(), nullptr, reinterpret_cast<std::uint16_t*>(out.data()), nonzero,
+                           flushed);
     }
   }
 #endif
@@ -164,7 +165,8 @@ void Resize(xt::xtensor<float, 2>& matrix, std::size_t rows, std::size_t cols) {
 Mlp::Mlp(std::vector<std::size_t> sizes, DataType storage, std::uint64_t seed, float init_gain)
     : sizes_(std::move(sizes)), storage_(storage) {
   if (sizes_.size() < 2) {
-    throw mlframework::ArgumentError("sizes", "needs an input and an output size, got " + std::to_string(sizes_.size()) + " sizes");
+    throw mlframework::ArgumentError(
+        "sizes", "needs an input and an output size, got " + std::to_string(sizes_.size()) + " sizes");
   }
   std::mt19937_64 rng(seed);
   for (std::size_t k = 0; k + 1 < sizes_.size(); ++k) {

@@ -27,9 +27,9 @@ struct UnderflowCount {
 
 /// Loss and accuracy of one forward pass over a batch.
 struct BatchLoss {
-  double mean_loss = 0.0;     ///< Mean cross-entropy per example, computed in FP32 (double sum).
-  std::size_t correct = 0;    ///< Examples whose arg-max logit is the label.
-  bool finite = true;         ///< False when a logit was Inf or NaN.
+  double mean_loss = 0.0;   ///< Mean cross-entropy per example, computed in FP32 (double sum).
+  std::size_t correct = 0;  ///< Examples whose arg-max logit is the label.
+  bool finite = true;       ///< False when a logit was Inf or NaN.
 };
 
 /// The MLP: Linear -> ReLU -> ... -> Linear, softmax cross-entropy on the logits.

@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <array>
-#include <ctime>
 #include <cstdio>
+#include <ctime>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -143,9 +143,8 @@ ModeResult TrainMode(const Dataset& data, const TrainConfig& config, Mode mode) 
   const Split& train = data.train;
   const std::size_t examples = config.subset == 0 ? train.count : std::min(config.subset, train.count);
   if (config.batch_size == 0 || config.batch_size > examples) {
-    throw mlframework::ArgumentError("batch_size", "is " + std::to_string(config.batch_size) +
-                                                       ", expected 1 to the " + std::to_string(examples) +
-                                                       " training examples");
+    throw mlframework::ArgumentError("batch_size", "is " + std::to_string(config.batch_size) + ", expected 1 to the " +
+                                                       std::to_string(examples) + " training examples");
   }
   std::vector<std::size_t> sizes = {train.features};
   sizes.insert(sizes.end(), config.hidden.begin(), config.hidden.end());
@@ -158,8 +157,8 @@ ModeResult TrainMode(const Dataset& data, const TrainConfig& config, Mode mode) 
   std::optional<amp::GradScaler> scaler;
   std::optional<mp::GradientConversionLayer> layer;
   if (mode == Mode::kFp16Scaler) {
-    scaler.emplace(amp::GradScalerFactory::CreateFromConfig(amp::DynamicScalerConfig{
-        .InitialScale = config.initial_scale, .GrowthInterval = config.growth_interval}));
+    scaler.emplace(amp::GradScalerFactory::CreateFromConfig(
+        amp::DynamicScalerConfig{.InitialScale = config.initial_scale, .GrowthInterval = config.growth_interval}));
   }
   if (mode == Mode::kFp16Conversion) {
     mp::MixedPrecisionOptions options = mp::MixedPrecisionOptions::ForFP16();

@@ -19,11 +19,11 @@ namespace fashion_mnist {
 
 /// The precision modes compared side by side.
 enum class Mode {
-  kFp32,           ///< FP32 everywhere (the reference).
-  kFp16,           ///< FP16 storage, no loss scaling.
-  kFp16Scaler,     ///< FP16 storage, amp::GradScaler (dynamic) through GradScalerContext.
-  kFp16Conversion, ///< FP16 storage, GradientConversionLayer (dynamic scaling and clipping).
-  kBf16,           ///< BF16 storage, no loss scaling.
+  kFp32,            ///< FP32 everywhere (the reference).
+  kFp16,            ///< FP16 storage, no loss scaling.
+  kFp16Scaler,      ///< FP16 storage, amp::GradScaler (dynamic) through GradScalerContext.
+  kFp16Conversion,  ///< FP16 storage, GradientConversionLayer (dynamic scaling and clipping).
+  kBf16,            ///< BF16 storage, no loss scaling.
 };
 
 /// Command-line name of @p mode ("fp32", "fp16", "fp16-scaler", "fp16-layer", "bf16").
@@ -52,10 +52,10 @@ struct TrainConfig {
   float loss_weight = 1.0f;                 ///< Factor on the loss (as an auxiliary loss weight would be).
   float init_gain = 1.0f;                   ///< Factor on the He initialization.
   float initial_scale = 65536.0f;           ///< Initial loss scale of the scaling modes.
-  int growth_interval = 100;                ///< Clean steps before the scale doubles (short, so a demo run shows it move).
-  float max_grad_norm = 1.0f;               ///< Clipping threshold of the fp16-layer mode.
-  std::uint64_t seed = 42;                  ///< Initialization and shuffling seed.
-  bool progress = true;                     ///< Print a progress line on stderr.
+  int growth_interval = 100;   ///< Clean steps before the scale doubles (short, so a demo run shows it move).
+  float max_grad_norm = 1.0f;  ///< Clipping threshold of the fp16-layer mode.
+  std::uint64_t seed = 42;     ///< Initialization and shuffling seed.
+  bool progress = true;        ///< Print a progress line on stderr.
 };
 
 /// One training step as recorded in the CSV.

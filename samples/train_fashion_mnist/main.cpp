@@ -288,8 +288,8 @@ std::optional<std::filesystem::path> Plot(const std::filesystem::path& out, cons
       continue;
     }
     const std::string name(ModeName(result.mode));
-    gp << (first ? "" : ", ") << "'" << (out / (name + ".csv")).string() << "' skip 1 using 1:3 with steps lw 2 lc rgb '"
-       << Color(result.mode) << "' title '" << name << "'";
+    gp << (first ? "" : ", ") << "'" << (out / (name + ".csv")).string()
+       << "' skip 1 using 1:3 with steps lw 2 lc rgb '" << Color(result.mode) << "' title '" << name << "'";
     first = false;
   }
   if (first) {
@@ -308,11 +308,12 @@ int Run(const Options& options) {
   const Dataset data = LoadFashionMnist(options.data);
   const std::size_t examples =
       options.train.subset == 0 ? data.train.count : std::min(options.train.subset, data.train.count);
-  std::printf("Fashion-MNIST from %s: %zu training, %zu test images\n", options.data.string().c_str(),
-              data.train.count, data.test.count);
+  std::printf("Fashion-MNIST from %s: %zu training, %zu test images\n", options.data.string().c_str(), data.train.count,
+              data.test.count);
   std::printf("%s\n", Describe(options, data, examples).c_str());
-  std::printf("CPU kernels: %s; matrix products in FP32 through OpenBLAS, results rounded into each mode's storage dtype\n\n",
-              std::string(mlframework::backends::cpu::InstructionSet()).c_str());
+  std::printf(
+      "CPU kernels: %s; matrix products in FP32 through OpenBLAS, results rounded into each mode's storage dtype\n\n",
+      std::string(mlframework::backends::cpu::InstructionSet()).c_str());
   std::fflush(stdout);
 
   std::vector<ModeResult> results;
@@ -321,8 +322,8 @@ int Run(const Options& options) {
   }
 
   std::filesystem::create_directories(options.out);
-  std::printf("\n%-12s %-40s %9s %10s %9s %8s %11s %11s %8s\n", "mode", "what", "test acc", "final loss",
-              "grads->0", "skipped", "final scale", "cpu ms/step", "scaling");
+  std::printf("\n%-12s %-40s %9s %10s %9s %8s %11s %11s %8s\n", "mode", "what", "test acc", "final loss", "grads->0",
+              "skipped", "final scale", "cpu ms/step", "scaling");
   for (const ModeResult& r : results) {
     const bool scaled = r.mode == Mode::kFp16Scaler || r.mode == Mode::kFp16Conversion;
     const double scaling_share = r.total_seconds > 0.0 ? r.scaling_seconds / r.total_seconds : 0.0;

@@ -99,7 +99,9 @@ BOOST_AUTO_TEST_CASE(BackoffGrowthAndBounds) {
   BOOST_TEST(scaler.Scale() == 32.0f);  // clamped at MaxScale
   BOOST_TEST(scaler.GetStats().ConsecutiveOverflows == 0);
   // Growth never reaches infinity, even with a maximal bound.
-  DynamicLossScaler big({.InitialScale = 1e38f, .GrowthFactor = 1000.0f, .GrowthInterval = 1,
+  DynamicLossScaler big({.InitialScale = 1e38f,
+                         .GrowthFactor = 1000.0f,
+                         .GrowthInterval = 1,
                          .MaxScale = std::numeric_limits<float>::max()});
   big.UpdateScale(false);
   BOOST_TEST(std::isfinite(big.Scale()));
@@ -122,10 +124,20 @@ BOOST_AUTO_TEST_CASE(LongRandomSequencesMatchAPlainModelOfTheRules) {
   std::mt19937 rng(1234);
   const DynamicScalerConfig configs[] = {
       {.InitialScale = 1024.0f, .GrowthInterval = 7, .MinScale = 1.0f, .MaxScale = 65536.0f},
-      {.InitialScale = 65536.0f, .GrowthFactor = 4.0f, .BackoffFactor = 0.25f, .GrowthInterval = 3,
-       .MinScale = 0.5f, .MaxScale = 1e9f, .Hysteresis = 2},
-      {.InitialScale = 3.0f, .GrowthFactor = 1.5f, .BackoffFactor = 0.7f, .GrowthInterval = 1,
-       .MinScale = 1.0f, .MaxScale = 100.0f, .Hysteresis = 4},
+      {.InitialScale = 65536.0f,
+       .GrowthFactor = 4.0f,
+       .BackoffFactor = 0.25f,
+       .GrowthInterval = 3,
+       .MinScale = 0.5f,
+       .MaxScale = 1e9f,
+       .Hysteresis = 2},
+      {.InitialScale = 3.0f,
+       .GrowthFactor = 1.5f,
+       .BackoffFactor = 0.7f,
+       .GrowthInterval = 1,
+       .MinScale = 1.0f,
+       .MaxScale = 100.0f,
+       .Hysteresis = 4},
       {}};
   for (const auto& config : configs) {
     for (const double p_overflow : {0.01, 0.2, 0.6}) {
@@ -150,7 +162,8 @@ BOOST_AUTO_TEST_CASE(UnscaleUsesTheCurrentScale) {
   auto result = scaler.UnscaleGradientsAndCheck(grads);
   BOOST_TEST(!result.Overflow);
   BOOST_TEST(result.Gradients.at("a")->GetDataType() == DataType::Float32);
-  BOOST_TEST(Values(result.Gradients.at("a")) == (std::vector<float>{1.0f, -2.0f, 0.5f}), boost::test_tools::per_element());
+  BOOST_TEST(Values(result.Gradients.at("a")) == (std::vector<float>{1.0f, -2.0f, 0.5f}),
+             boost::test_tools::per_element());
   scaler.UpdateScale(true);  // 8
   const auto g32 = Grads(DataType::Float32, 8.0f);
   scaler.UnscaleGradients(g32);

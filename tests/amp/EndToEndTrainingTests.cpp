@@ -83,8 +83,8 @@ struct Rounding {
 };
 
 struct Pass {
-  double loss = 0.0;   // unscaled mean squared error, accumulated in FP32/FP64 (as autocast does)
-  GradientMap grads;   // gradients of seed * loss, in the parameters' dtype
+  double loss = 0.0;  // unscaled mean squared error, accumulated in FP32/FP64 (as autocast does)
+  GradientMap grads;  // gradients of seed * loss, in the parameters' dtype
 };
 
 // Forward and backward of the MLP. Activations and the gradients flowing between layers are
@@ -177,14 +177,14 @@ BOOST_AUTO_TEST_CASE(Fp16WithMasterWeightsAndGradScalerMatchesFp32) {
 
   const double loss_master = EvaluateFp32(adam16.MasterWeights(), problem);
   BOOST_TEST_MESSAGE("master " << loss_master);
-  BOOST_TEST_MESSAGE("initial loss " << initial_loss << ", FP32 " << loss32 << ", FP16+AMP " << loss16
-                                     << ", skipped " << skipped << ", final scale " << scaler.Scale());
+  BOOST_TEST_MESSAGE("initial loss " << initial_loss << ", FP32 " << loss32 << ", FP16+AMP " << loss16 << ", skipped "
+                                     << skipped << ", final scale " << scaler.Scale());
   BOOST_TEST(params16.at("W1")->GetDataType() == DataType::Float16);
   BOOST_TEST(adam16.MasterWeights().at("W1")->GetDataType() == DataType::Float32);
-  BOOST_TEST(skipped >= 1);                       // overflows really happened and were skipped
+  BOOST_TEST(skipped >= 1);  // overflows really happened and were skipped
   BOOST_TEST(skipped == scaler.GetStats()->SkippedSteps);
   BOOST_TEST(adam16.StepCount() == kSteps - skipped);
-  BOOST_TEST(loss32 < 0.2 * initial_loss);        // the reference really trained
+  BOOST_TEST(loss32 < 0.2 * initial_loss);  // the reference really trained
   BOOST_TEST(std::abs(loss16 - loss32) <= 0.01 * loss32);
 }
 

@@ -118,7 +118,8 @@ BOOST_AUTO_TEST_CASE(CustomScalerConstructorWorks) {
   BOOST_TEST(custom->unscale_calls == 1);
   BOOST_TEST(custom->updates == 1);
   BOOST_TEST(opt.steps == 1);
-  BOOST_TEST(Values(opt.stepped_with.at("a")) == (std::vector<float>{1.0f, -2.0f, 0.5f}), boost::test_tools::per_element());
+  BOOST_TEST(Values(opt.stepped_with.at("a")) == (std::vector<float>{1.0f, -2.0f, 0.5f}),
+             boost::test_tools::per_element());
   BOOST_TEST(Values(scaler.GetScaleTensor())[0] == 8.0f);
   BOOST_CHECK_THROW(GradScaler(std::shared_ptr<amp::ILossScaler>{}), ArgumentNullError);
   BOOST_CHECK_THROW(scaler.StateDict(), InvalidOperationError);
@@ -170,10 +171,13 @@ BOOST_AUTO_TEST_CASE(StepWithoutOptimizerStepLeavesStepAndUpdateToTheCaller) {
   BOOST_TEST(scaler.Step(opt, false));
   BOOST_TEST(opt.steps == 0);
   BOOST_TEST(opt.set_calls == 1);  // unscaled FP32 gradients handed over
-  BOOST_TEST(Values(opt.GetGradients().at("b")) == (std::vector<float>{4.0f, -0.25f}), boost::test_tools::per_element());
+  BOOST_TEST(Values(opt.GetGradients().at("b")) == (std::vector<float>{4.0f, -0.25f}),
+             boost::test_tools::per_element());
   BOOST_TEST(scaler.GetStats()->TotalSteps == 0);  // not updated yet
-  ExpectInvalidOperationUnchanged(scaler, [&] { scaler.Step(opt, false); }, "Update()");
-  ExpectInvalidOperationUnchanged(scaler, [&] { scaler.Step(opt); }, "Update()");
+  ExpectInvalidOperationUnchanged(
+      scaler, [&] { scaler.Step(opt, false); }, "Update()");
+  ExpectInvalidOperationUnchanged(
+      scaler, [&] { scaler.Step(opt); }, "Update()");
   opt.Step();
   scaler.Update();
   BOOST_TEST(scaler.GetStats()->TotalSteps == 1);
@@ -277,7 +281,8 @@ BOOST_AUTO_TEST_CASE(ClippingFlowUnscalesOnce) {
     const auto unscaled = scaler.Unscale(opt.GetGradients());
     BOOST_TEST(Values(unscaled.at("a"))[0] == 1.0f);
     BOOST_TEST(scaler.Step(opt));
-    BOOST_TEST(Values(opt.stepped_with.at("a")) == (std::vector<float>{1.0f, -2.0f, 0.5f}), boost::test_tools::per_element());
+    BOOST_TEST(Values(opt.stepped_with.at("a")) == (std::vector<float>{1.0f, -2.0f, 0.5f}),
+               boost::test_tools::per_element());
     BOOST_TEST(scaler.GetStats()->TotalSteps == 1);
   }
 }
@@ -286,25 +291,33 @@ BOOST_AUTO_TEST_CASE(MisuseIsAnInvalidOperationAndChangesNothing) {
   GradScaler scaler(DynamicScalerConfig{.InitialScale = 16.0f});
   RecordingOptimizer opt(Grads(DataType::Float32, 16.0f));
   // Update with nothing recorded.
-  ExpectInvalidOperationUnchanged(scaler, [&] { scaler.Update(); }, "no overflow check recorded");
+  ExpectInvalidOperationUnchanged(
+      scaler, [&] { scaler.Update(); }, "no overflow check recorded");
   // Unscale twice in one iteration.
   scaler.Scale(Scalar(1.0f));
   const auto grads = opt.GetGradients();
   scaler.Unscale(grads);
-  ExpectInvalidOperationUnchanged(scaler, [&] { scaler.Unscale(grads); }, "already called in this iteration");
-  ExpectInvalidOperationUnchanged(scaler, [&] { scaler.Unscale(Grads(DataType::Float32)); }, "already called");
+  ExpectInvalidOperationUnchanged(
+      scaler, [&] { scaler.Unscale(grads); }, "already called in this iteration");
+  ExpectInvalidOperationUnchanged(
+      scaler, [&] { scaler.Unscale(Grads(DataType::Float32)); }, "already called");
   BOOST_TEST(Values(grads.at("a"))[0] == 1.0f);  // unscaled once only
   // Step on other gradients than those unscaled.
   RecordingOptimizer other(Grads(DataType::Float32));
-  ExpectInvalidOperationUnchanged(scaler, [&] { scaler.Step(other); }, "not this optimizer's");
+  ExpectInvalidOperationUnchanged(
+      scaler, [&] { scaler.Step(other); }, "not this optimizer's");
   // Enable/Disable mid-iteration.
-  ExpectInvalidOperationUnchanged(scaler, [&] { scaler.Disable(); }, "middle of an iteration");
+  ExpectInvalidOperationUnchanged(
+      scaler, [&] { scaler.Disable(); }, "middle of an iteration");
   BOOST_TEST(scaler.Step(opt));
   // Update after Step(optimizer), which already updated.
-  ExpectInvalidOperationUnchanged(scaler, [&] { scaler.Update(); }, "already updates the scale");
+  ExpectInvalidOperationUnchanged(
+      scaler, [&] { scaler.Update(); }, "already updates the scale");
   // Stepping twice on the same gradients (no new backward / Scale(loss)).
-  ExpectInvalidOperationUnchanged(scaler, [&] { scaler.Step(opt); }, "twice");
-  ExpectInvalidOperationUnchanged(scaler, [&] { scaler.Unscale(opt.GetGradients()); }, "already unscaled");
+  ExpectInvalidOperationUnchanged(
+      scaler, [&] { scaler.Step(opt); }, "twice");
+  ExpectInvalidOperationUnchanged(
+      scaler, [&] { scaler.Unscale(opt.GetGradients()); }, "already unscaled");
   BOOST_TEST(Values(opt.GetGradients().at("a"))[0] == 1.0f);
   BOOST_TEST(opt.steps == 1);
   // A new iteration goes through.
@@ -359,8 +372,8 @@ BOOST_AUTO_TEST_CASE(GetScaleTensorReturnsTheCurrentScale) {
 }
 
 BOOST_AUTO_TEST_CASE(GetStatsReturnsAccurateValues) {
-  GradScaler scaler(DynamicScalerConfig{.InitialScale = 64.0f, .GrowthInterval = 2, .MinScale = 2.0f,
-                                        .MaxScale = 1024.0f});
+  GradScaler scaler(
+      DynamicScalerConfig{.InitialScale = 64.0f, .GrowthInterval = 2, .MinScale = 2.0f, .MaxScale = 1024.0f});
   RecordingOptimizer opt;
   const bool pattern[] = {false, false, true, false, true, true, false};
   for (const bool o : pattern) {
@@ -451,7 +464,7 @@ BOOST_AUTO_TEST_CASE(BadBlobsAreRejectedWithoutChange) {
   blob[20] ^= std::byte{0x04};
   BOOST_CHECK_THROW(scaler.LoadStateDict(blob), ArgumentError);
   BOOST_CHECK_THROW(scaler.LoadStateDict(GradScaler::Static(4.0f).StateDict()), ArgumentError);  // other kind
-  BOOST_CHECK_THROW(scaler.LoadStateDict(DynamicLossScaler().StateDict()), ArgumentError);       // not a GradScaler blob
+  BOOST_CHECK_THROW(scaler.LoadStateDict(DynamicLossScaler().StateDict()), ArgumentError);  // not a GradScaler blob
   BOOST_TEST((scaler.StateDict() == before));
   GradScaler fixed = GradScaler::Static(4.0f);
   GradScaler other = GradScaler::Static(16.0f, false);

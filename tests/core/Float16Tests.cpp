@@ -23,7 +23,8 @@ float ReferenceHalfToFloat(std::uint16_t h) {
   const int exponent = (h >> 10) & 0x1f;
   const int mantissa = h & 0x3ff;
   if (exponent == 31) {
-    return mantissa ? std::numeric_limits<float>::quiet_NaN() : (sign < 0 ? -1.0f : 1.0f) * std::numeric_limits<float>::infinity();
+    return mantissa ? std::numeric_limits<float>::quiet_NaN()
+                    : (sign < 0 ? -1.0f : 1.0f) * std::numeric_limits<float>::infinity();
   }
   if (exponent == 0) {
     return static_cast<float>(sign * std::ldexp(static_cast<double>(mantissa), -24));
@@ -36,7 +37,8 @@ float ReferenceBF16ToFloat(std::uint16_t b) {
   const int exponent = (b >> 7) & 0xff;
   const int mantissa = b & 0x7f;
   if (exponent == 255) {
-    return mantissa ? std::numeric_limits<float>::quiet_NaN() : (sign < 0 ? -1.0f : 1.0f) * std::numeric_limits<float>::infinity();
+    return mantissa ? std::numeric_limits<float>::quiet_NaN()
+                    : (sign < 0 ? -1.0f : 1.0f) * std::numeric_limits<float>::infinity();
   }
   if (exponent == 0) {
     return static_cast<float>(sign * std::ldexp(static_cast<double>(mantissa), -133));
@@ -130,10 +132,21 @@ BOOST_AUTO_TEST_CASE(AllBFloat16PatternsWidenExactlyAndRoundTrip) {
 
 BOOST_AUTO_TEST_CASE(HalfNarrowingMatchesReferenceOnHalfwayAndRandomValues) {
   const Table table = MakeTable(ReferenceHalfToFloat, 0x7c00);
-  std::vector<float> inputs = {0.0f, -0.0f, 65504.0f, 65519.99f, 65520.0f, -65520.0f, 1e9f,
-                               std::ldexp(1.0f, -24), std::ldexp(1.0f, -25), std::ldexp(1.5f, -25),
-                               std::ldexp(1.0f, -26), std::ldexp(1.0f, -14), std::ldexp(1023.5f, -24),
-                               std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::max()};
+  std::vector<float> inputs = {0.0f,
+                               -0.0f,
+                               65504.0f,
+                               65519.99f,
+                               65520.0f,
+                               -65520.0f,
+                               1e9f,
+                               std::ldexp(1.0f, -24),
+                               std::ldexp(1.0f, -25),
+                               std::ldexp(1.5f, -25),
+                               std::ldexp(1.0f, -26),
+                               std::ldexp(1.0f, -14),
+                               std::ldexp(1023.5f, -24),
+                               std::numeric_limits<float>::denorm_min(),
+                               std::numeric_limits<float>::max()};
   // Every halfway point between neighbouring finite halves, and its float neighbours.
   for (std::size_t i = 0; i + 1 < table.values.size(); ++i) {
     const auto mid = static_cast<float>((table.values[i] + table.values[i + 1]) / 2);
@@ -163,8 +176,12 @@ BOOST_AUTO_TEST_CASE(HalfNarrowingMatchesReferenceOnHalfwayAndRandomValues) {
 
 BOOST_AUTO_TEST_CASE(BFloat16NarrowingMatchesReferenceOnHalfwayAndRandomValues) {
   const Table table = MakeTable(ReferenceBF16ToFloat, 0x7f80);
-  std::vector<float> inputs = {0.0f, -0.0f, std::numeric_limits<float>::max(), 3.3895314e38f,
-                               std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::min()};
+  std::vector<float> inputs = {0.0f,
+                               -0.0f,
+                               std::numeric_limits<float>::max(),
+                               3.3895314e38f,
+                               std::numeric_limits<float>::denorm_min(),
+                               std::numeric_limits<float>::min()};
   for (std::size_t i = 0; i + 1 < table.values.size(); i += 7) {
     const auto mid = static_cast<float>((table.values[i] + table.values[i + 1]) / 2);
     inputs.push_back(mid);

@@ -3,9 +3,9 @@
 // and about 3.7 million FP32 patterns that cover every exponent, every FP16
 // mantissa prefix and the rounding ties of both 16-bit formats. The 16-bit
 // tensors are also cut into views of odd lengths so every vector tail runs.
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <algorithm>
 #include <string>
 #include <vector>
 

@@ -138,8 +138,8 @@ BOOST_AUTO_TEST_CASE(DispatchesTheRequestedInstructionSet) {
 #if defined(__x86_64__)
   const bool has_avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-  const bool has_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                        __builtin_cpu_supports("f16c");
+  const bool has_avx2 =
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
 #else
   const bool has_avx512 = false;
   const bool has_avx2 = false;
@@ -180,8 +180,8 @@ BOOST_AUTO_TEST_CASE(GradientLikeValuesEveryDtype) {
 
 BOOST_AUTO_TEST_CASE(MixedDtypeList) {
   Rng rng(3);
-  const auto list = RandomList({DataType::Float16, DataType::Float32, DataType::BFloat16}, RandomSizes(rng),
-                               Fill::Values, rng);
+  const auto list =
+      RandomList({DataType::Float16, DataType::Float32, DataType::BFloat16}, RandomSizes(rng), Fill::Values, rng);
   CheckAllOperations(list, "mixed dtypes");
 }
 
@@ -196,8 +196,8 @@ BOOST_AUTO_TEST_CASE(NonFiniteAtFirstAndLastElementOfLastTensor) {
         Restore(list, clean);
         SetElementBits(last, at_last ? last->Size() - 1 : 0, value);
         BOOST_TEST_REQUIRE(RefHasNonFinite(list));
-        const std::string label = std::string(value.name) + (at_last ? " at last " : " at first ") +
-                                  std::string(ToString(dtype));
+        const std::string label =
+            std::string(value.name) + (at_last ? " at last " : " at first ") + std::string(ToString(dtype));
         CheckAllOperations(list, label.c_str(), kNonFiniteFactors);
       }
     }

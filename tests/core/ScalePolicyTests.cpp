@@ -47,8 +47,8 @@ BOOST_AUTO_TEST_CASE(BacksOffOnlyAfterHysteresisOverflowsInARow) {
 }
 
 BOOST_AUTO_TEST_CASE(NeverInfiniteEvenWithHugeGrowth) {
-  const ScalePolicy policy{.InitialScale = 3e38f, .GrowthFactor = 1e30f, .GrowthInterval = 1,
-                           .MaxScale = std::numeric_limits<float>::max()};
+  const ScalePolicy policy{
+      .InitialScale = 3e38f, .GrowthFactor = 1e30f, .GrowthInterval = 1, .MaxScale = std::numeric_limits<float>::max()};
   ScaleState state = ScaleState::Initial(policy);
   UpdateScaleState(state, policy, false);
   BOOST_TEST(std::isfinite(state.Scale));

@@ -12,8 +12,8 @@ namespace {
 
 std::vector<std::byte> SampleBlob() {
   BlobWriter writer("test.Kind", 3);
-  writer.ScaleStateFields(amp::ScaleState{.Scale = 512.0f, .StepsSinceLastOverflow = 7,
-                                          .ConsecutiveOverflows = 1, .TotalOverflows = 4, .TotalSteps = 90});
+  writer.ScaleStateFields(amp::ScaleState{
+      .Scale = 512.0f, .StepsSinceLastOverflow = 7, .ConsecutiveOverflows = 1, .TotalOverflows = 4, .TotalSteps = 90});
   writer.F64(2.5);
   return writer.Finish();
 }

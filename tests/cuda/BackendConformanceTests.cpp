@@ -81,7 +81,10 @@ void CheckSameBits(const std::vector<TensorPtr>& cpu, const std::vector<TensorPt
 const std::vector<std::vector<std::size_t>>& SizeSets() {
   static const std::vector<std::vector<std::size_t>> sets = [] {
     std::vector<std::vector<std::size_t>> s = {
-        {1}, {16383, 16384, 16385}, {0, 5, 0, 100000, 3}, {250000},
+        {1},
+        {16383, 16384, 16385},
+        {0, 5, 0, 100000, 3},
+        {250000},
     };
     std::vector<std::size_t> many(300);  // several launches of small tensors
     for (std::size_t i = 0; i < many.size(); ++i) {

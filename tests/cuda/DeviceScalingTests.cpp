@@ -57,8 +57,13 @@ BOOST_AUTO_TEST_CASE(BackendOfCudaTensorsHasTheExtension) {
 }
 
 BOOST_AUTO_TEST_CASE(TrajectoryMatchesHostPolicyAndGradientsMatchCpu) {
-  const amp::ScalePolicy policy{.InitialScale = 1024.0f, .GrowthFactor = 2.0f, .BackoffFactor = 0.5f,
-                                .GrowthInterval = 3, .MinScale = 1.0f, .MaxScale = 4096.0f, .Hysteresis = 2};
+  const amp::ScalePolicy policy{.InitialScale = 1024.0f,
+                                .GrowthFactor = 2.0f,
+                                .BackoffFactor = 0.5f,
+                                .GrowthInterval = 3,
+                                .MinScale = 1.0f,
+                                .MaxScale = 4096.0f,
+                                .Hysteresis = 2};
   amp::ValidateScalePolicy(policy);
   const DeviceScalingBackend& backend = cuda::Backend();
   auto state = backend.CreateScaleState(kGpu, policy, amp::ScaleState::Initial(policy));
@@ -67,8 +72,8 @@ BOOST_AUTO_TEST_CASE(TrajectoryMatchesHostPolicyAndGradientsMatchCpu) {
 
   amp::ScaleState host = amp::ScaleState::Initial(policy);
   // Overflow pattern: clean runs that grow to the maximum, and overflow runs that test hysteresis.
-  const bool pattern[] = {false, false, false, true, true, false, false, false, false, false, false,
-                          false, true, false, true, true, true, false, false, false};
+  const bool pattern[] = {false, false, false, true,  true, false, false, false, false, false,
+                          false, false, true,  false, true, true,  true,  false, false, false};
   for (const bool overflow : pattern) {
     std::vector<float> values = {1.0f, -2.0f, 0.5f, 3.0f};
     if (overflow) {

@@ -48,11 +48,25 @@ std::vector<std::uint16_t> All16BitPatterns() {
 }
 
 std::vector<float> SpreadOfFloats() {
-  std::vector<float> values = {0.0f, -0.0f, 1.0f, -1.0f, 65504.0f, 65520.0f, 65519.99f, 6.1e-5f, 5.96e-8f, 2.98e-8f,
-                               std::numeric_limits<float>::max(), std::numeric_limits<float>::min(),
-                               std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::infinity(),
-                               -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(),
-                               3.3895314e38f, 1.0039062f, 1.0019531f};
+  std::vector<float> values = {0.0f,
+                               -0.0f,
+                               1.0f,
+                               -1.0f,
+                               65504.0f,
+                               65520.0f,
+                               65519.99f,
+                               6.1e-5f,
+                               5.96e-8f,
+                               2.98e-8f,
+                               std::numeric_limits<float>::max(),
+                               std::numeric_limits<float>::min(),
+                               std::numeric_limits<float>::denorm_min(),
+                               std::numeric_limits<float>::infinity(),
+                               -std::numeric_limits<float>::infinity(),
+                               std::numeric_limits<float>::quiet_NaN(),
+                               3.3895314e38f,
+                               1.0039062f,
+                               1.0019531f};
   std::mt19937 rng(42);
   std::uniform_int_distribution<std::uint32_t> bits;
   for (int i = 0; i < 100000; ++i) {
@@ -115,10 +129,8 @@ BOOST_AUTO_TEST_CASE(ScaleConvertMatchesCpuBackendBitForBit) {
 
 BOOST_AUTO_TEST_CASE(FiniteTestOnStoredBitsMatchesWidenedValue) {
   for (const std::uint16_t bits : All16BitPatterns()) {
-    BOOST_TEST(cu::IsFiniteStored<DataType::Float16>(bits) ==
-               std::isfinite(cu::ToFloat<DataType::Float16>(bits)));
-    BOOST_TEST(cu::IsFiniteStored<DataType::BFloat16>(bits) ==
-               std::isfinite(cu::ToFloat<DataType::BFloat16>(bits)));
+    BOOST_TEST(cu::IsFiniteStored<DataType::Float16>(bits) == std::isfinite(cu::ToFloat<DataType::Float16>(bits)));
+    BOOST_TEST(cu::IsFiniteStored<DataType::BFloat16>(bits) == std::isfinite(cu::ToFloat<DataType::BFloat16>(bits)));
   }
   for (const float value : SpreadOfFloats()) {
     BOOST_TEST(cu::IsFiniteStored<DataType::Float32>(value) == std::isfinite(value));

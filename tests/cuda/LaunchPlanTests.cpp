@@ -43,7 +43,8 @@ void CheckCoverage(const std::vector<std::uint64_t>& sizes) {
       std::uint64_t work = 0;
       cu::ForEachPieceOfBlock(launch.meta, block, [&](int s, std::uint64_t lo, std::uint64_t hi) {
         // Map the slot back to the list index through its pointer.
-        const auto index = static_cast<std::size_t>(static_cast<std::uint8_t*>(launch.meta.data[0][s]) - storage.data());
+        const auto index =
+            static_cast<std::size_t>(static_cast<std::uint8_t*>(launch.meta.data[0][s]) - storage.data());
         BOOST_TEST_REQUIRE(hi <= sizes[index]);
         for (std::uint64_t e = lo; e < hi; ++e) {
           ++visits[index][e];

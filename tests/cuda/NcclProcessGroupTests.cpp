@@ -36,8 +36,7 @@ BOOST_AUTO_TEST_CASE(FactoriesMatchTheBuild) {
   }
   BOOST_CHECK_THROW(MakeNcclProcessGroup(NcclUniqueId{}, 1, 1), ArgumentError);
   BOOST_CHECK_THROW(MakeNcclProcessGroup(NcclUniqueId{}, 0, 0), ArgumentError);
-  BOOST_CHECK_THROW(MakeNcclProcessGroup(NcclUniqueId{}, 0, 1, {.Device = 0, .TimeoutSeconds = -1.0}),
-                    ArgumentError);
+  BOOST_CHECK_THROW(MakeNcclProcessGroup(NcclUniqueId{}, 0, 1, {.Device = 0, .TimeoutSeconds = -1.0}), ArgumentError);
   BOOST_CHECK_THROW(MakeNcclProcessGroup(NcclUniqueId{}, 0, 1, {.Device = backends::cuda::DeviceCount()}),
                     BackendError);
 }

@@ -85,8 +85,8 @@ struct Mlp {
   }
 
   struct Output {
-    double loss = 0.0;     // unscaled mean loss over the batch
-    GradientMap layer1;    // FP32 gradients of loss * scale
+    double loss = 0.0;   // unscaled mean loss over the batch
+    GradientMap layer1;  // FP32 gradients of loss * scale
     GradientMap layer2;
   };
   // Forward and backward from the (gathered, any dtype) parameter views.

@@ -67,8 +67,9 @@ BOOST_AUTO_TEST_CASE(MismatchedUnitShapesFailOnEveryRank) {
   const bool first = group->Rank() == 0;
   // Same element count, transposed shape on rank 0 only (only detectable with 2+ ranks).
   if (group->WorldSize() > 1) {
-    BOOST_CHECK_THROW(model.RegisterUnit("w", {{"weight", Zeros(first ? mlframework::Shape{4, 6} : mlframework::Shape{6, 4})}}),
-                      mlframework::ArgumentError);
+    BOOST_CHECK_THROW(
+        model.RegisterUnit("w", {{"weight", Zeros(first ? mlframework::Shape{4, 6} : mlframework::Shape{6, 4})}}),
+        mlframework::ArgumentError);
     BOOST_CHECK_THROW(model.RegisterUnit("w", {{"weight", Zeros({4, first ? 6u : 5u})}}), mlframework::ArgumentError);
     BOOST_CHECK_THROW(model.RegisterUnit("w", {{first ? "weight" : "kernel", Zeros({4, 6})}}),
                       mlframework::ArgumentError);
@@ -142,7 +143,8 @@ BOOST_AUTO_TEST_CASE(StepNeedsGradientsAndReleasedUnits) {
   const auto before = model.FullParameters();
   if (group->Rank() == 0) blob[blob.size() / 2] ^= std::byte{0x5a};
   BOOST_CHECK_THROW(model.LoadStateDict(blob), mlframework::ArgumentError);
-  BOOST_CHECK(model.FullParameters().at("layer1.weight")->ToFloatVector() == before.at("layer1.weight")->ToFloatVector());
+  BOOST_CHECK(model.FullParameters().at("layer1.weight")->ToFloatVector() ==
+              before.at("layer1.weight")->ToFloatVector());
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -147,8 +147,8 @@ BOOST_AUTO_TEST_CASE(AppliedToShardingUnits) {
   unit.Gather();
   BOOST_CHECK(unit.GatheredParameter()->GetDataType() == DataType::BFloat16);
   // A unit gathered in FP32 (set by hand) is converted and its views follow.
-  unit.SetGatheredParameter(mlframework::Cast(std::vector<mlframework::TensorPtr>{unit.GatheredParameter()},
-                                              DataType::Float32)[0]);
+  unit.SetGatheredParameter(
+      mlframework::Cast(std::vector<mlframework::TensorPtr>{unit.GatheredParameter()}, DataType::Float32)[0]);
   BOOST_CHECK(unit.Parameters().at("weight")->GetDataType() == DataType::Float32);
   amp.ApplyMixedPrecision(unit);
   BOOST_CHECK(unit.GatheredParameter()->GetDataType() == DataType::BFloat16);

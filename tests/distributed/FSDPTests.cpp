@@ -38,9 +38,9 @@ enum class Opt { Adam, SGD };
 struct Options {
   fsdp::FSDPConfig config{};
   Opt optimizer = Opt::Adam;
-  std::optional<float> clip{};                       // max norm
+  std::optional<float> clip{};                          // max norm
   std::optional<fsdp::FSDPMixedPrecisionConfig> amp{};  // loss scaling + FP16 forward
-  std::function<bool(int)> inject{};                // step -> inject an infinity on the last rank
+  std::function<bool(int)> inject{};                    // step -> inject an infinity on the last rank
 };
 
 // One training run of kSteps on @p group; every rank trains on its slice of the global batch.
@@ -50,8 +50,8 @@ Run Train(const std::shared_ptr<dist::IProcessGroup>& group, const Options& o) {
   auto& l2 = model.RegisterUnit("layer2", Mlp::Layer2());
   std::unique_ptr<mlframework::amp::IOptimizer> optimizer;
   if (o.optimizer == Opt::Adam) {
-    optimizer = std::make_unique<mlframework::optimizers::Adam>(model.ShardedParameters(),
-                                                                mlframework::optimizers::AdamOptions{.LearningRate = 0.01f});
+    optimizer = std::make_unique<mlframework::optimizers::Adam>(
+        model.ShardedParameters(), mlframework::optimizers::AdamOptions{.LearningRate = 0.01f});
   } else {
     optimizer = std::make_unique<mlframework::optimizers::SGD>(
         model.ShardedParameters(), mlframework::optimizers::SGDOptions{.LearningRate = 0.05f, .Momentum = 0.9f});
@@ -177,9 +177,11 @@ BOOST_AUTO_TEST_CASE(StateRoundTripRestoresShards) {
   unit.ReduceGradients(Mlp::Layer1());  // any gradient of the right shapes
   unit.Release();
   model.Step(sgd);
-  BOOST_CHECK(model.FullParameters().at("layer1.weight")->ToFloatVector() != before.at("layer1.weight")->ToFloatVector());
+  BOOST_CHECK(model.FullParameters().at("layer1.weight")->ToFloatVector() !=
+              before.at("layer1.weight")->ToFloatVector());
   model.LoadStateDict(saved);
-  BOOST_CHECK(model.FullParameters().at("layer1.weight")->ToFloatVector() == before.at("layer1.weight")->ToFloatVector());
+  BOOST_CHECK(model.FullParameters().at("layer1.weight")->ToFloatVector() ==
+              before.at("layer1.weight")->ToFloatVector());
 }
 
 BOOST_AUTO_TEST_CASE(ReduceGradientsTwiceAccumulates) {
@@ -249,7 +251,8 @@ BOOST_AUTO_TEST_CASE(SkippedStepLeavesParametersUnchanged) {
   BOOST_CHECK(amp.CheckOverflow(model.LocalGradients()));
   BOOST_CHECK_EQUAL(amp.Manager().CurrentLossScale(), 4.0f);
   model.ZeroGrad();
-  BOOST_CHECK(model.FullParameters().at("layer1.weight")->ToFloatVector() == before.at("layer1.weight")->ToFloatVector());
+  BOOST_CHECK(model.FullParameters().at("layer1.weight")->ToFloatVector() ==
+              before.at("layer1.weight")->ToFloatVector());
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -46,12 +46,13 @@ BOOST_AUTO_TEST_SUITE(AdamTests)
 
 BOOST_AUTO_TEST_CASE(AdamAndAdamWFollowPyTorch) {
   const std::vector<std::vector<double>> grads{{0.1, -0.2, 0.3}, {0.05, 0.4, -0.1}, {-0.3, 0.1, 0.2}, {1.0, 0.0, -2.0}};
-  for (const AdamOptions o : {AdamOptions{.LearningRate = 0.01f}, AdamOptions{.LearningRate = 0.01f, .WeightDecay = 0.1f},
-                              AdamOptions::AdamW(0.01f, 0.1f), AdamOptions{.Beta1 = 0.5f, .Beta2 = 0.9f}}) {
+  for (const AdamOptions o :
+       {AdamOptions{.LearningRate = 0.01f}, AdamOptions{.LearningRate = 0.01f, .WeightDecay = 0.1f},
+        AdamOptions::AdamW(0.01f, 0.1f), AdamOptions{.Beta1 = 0.5f, .Beta2 = 0.9f}}) {
     Adam adam(OneParam({1.0f, -2.0f, 0.5f}, DataType::Float32), o);
     for (const auto& g : grads) {
-      adam.SetGradients(OneGrad({static_cast<float>(g[0]), static_cast<float>(g[1]), static_cast<float>(g[2])},
-                                DataType::Float32));
+      adam.SetGradients(
+          OneGrad({static_cast<float>(g[0]), static_cast<float>(g[1]), static_cast<float>(g[2])}, DataType::Float32));
       adam.Step();
     }
     const auto expected = ReferenceAdam({1.0, -2.0, 0.5}, grads, o);

@@ -16,8 +16,8 @@ using namespace mlfw_test;
 namespace {
 
 // PyTorch's SGD written out in double, one parameter, fixed gradients per step.
-std::vector<double> ReferenceSGD(std::vector<double> w, const std::vector<std::vector<double>>& grads,
-                                 double lr, double mu, double wd, bool nesterov) {
+std::vector<double> ReferenceSGD(std::vector<double> w, const std::vector<std::vector<double>>& grads, double lr,
+                                 double mu, double wd, bool nesterov) {
   std::vector<double> buf(w.size());
   bool first = true;
   for (const auto& g : grads) {
@@ -46,13 +46,13 @@ BOOST_AUTO_TEST_CASE(PlainMomentumNesterovAndWeightDecayFollowPyTorch) {
     float mu, wd;
     bool nesterov;
   };
-  for (const Case c : {Case{0.0f, 0.0f, false}, Case{0.9f, 0.0f, false}, Case{0.9f, 0.01f, true},
-                       Case{0.0f, 0.1f, false}}) {
+  for (const Case c :
+       {Case{0.0f, 0.0f, false}, Case{0.9f, 0.0f, false}, Case{0.9f, 0.01f, true}, Case{0.0f, 0.1f, false}}) {
     SGD sgd(OneParam(w0, DataType::Float32),
             SGDOptions{.LearningRate = 0.1f, .Momentum = c.mu, .WeightDecay = c.wd, .Nesterov = c.nesterov});
     for (const auto& g : grads) {
-      sgd.SetGradients(OneGrad({static_cast<float>(g[0]), static_cast<float>(g[1]), static_cast<float>(g[2])},
-                               DataType::Float32));
+      sgd.SetGradients(
+          OneGrad({static_cast<float>(g[0]), static_cast<float>(g[1]), static_cast<float>(g[2])}, DataType::Float32));
       sgd.Step();
     }
     const auto expected = ReferenceSGD({1.0, -2.0, 0.5}, grads, 0.1, c.mu, c.wd, c.nesterov);

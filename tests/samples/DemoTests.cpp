@@ -79,17 +79,19 @@ BOOST_AUTO_TEST_SUITE(FashionMnistDemo)
 
 BOOST_AUTO_TEST_CASE(TinyRunReachesTheAccuracyFP32Reaches) {
   const TempDir scratch;
-  const Run run = RunDemo("--modes fp32,fp16-scaler,bf16 --epochs 1 --subset 16000 --batch-size 32 --lr 0.002 --hidden 128 "
-                          "--quiet --no-plot --out '" + scratch.path.string() + "'",
-                          scratch.path);
+  const Run run = RunDemo(
+      "--modes fp32,fp16-scaler,bf16 --epochs 1 --subset 16000 --batch-size 32 --lr 0.002 --hidden 128 "
+      "--quiet --no-plot --out '" +
+          scratch.path.string() + "'",
+      scratch.path);
   BOOST_TEST_MESSAGE(run.output);
   BOOST_REQUIRE_MESSAGE(run.status == 0, "demo failed:\n" << run.output);
   const auto summary = ReadSummary(scratch.path / "summary.csv");
   BOOST_REQUIRE(summary.size() == 3u);
   for (const char* mode : {"fp32", "fp16-scaler", "bf16"}) {
     BOOST_REQUIRE(summary.count(mode) == 1u);
-    BOOST_TEST(summary.at(mode).at("test_accuracy") >= 0.80, mode << " test accuracy "
-                                                                   << summary.at(mode).at("test_accuracy"));
+    BOOST_TEST(summary.at(mode).at("test_accuracy") >= 0.80,
+               mode << " test accuracy " << summary.at(mode).at("test_accuracy"));
     BOOST_TEST(summary.at(mode).at("steps") == 500.0);
   }
   const double fp32 = summary.at("fp32").at("test_accuracy");
@@ -112,9 +114,11 @@ BOOST_AUTO_TEST_CASE(TinyRunReachesTheAccuracyFP32Reaches) {
 
 BOOST_AUTO_TEST_CASE(UnderflowScenarioShowsWhatScalingRecovers) {
   const TempDir scratch;
-  const Run run = RunDemo("--scenario underflow --modes fp32,fp16,fp16-scaler --epochs 1 --subset 6400 --quiet "
-                          "--no-plot --out '" + scratch.path.string() + "'",
-                          scratch.path);
+  const Run run = RunDemo(
+      "--scenario underflow --modes fp32,fp16,fp16-scaler --epochs 1 --subset 6400 --quiet "
+      "--no-plot --out '" +
+          scratch.path.string() + "'",
+      scratch.path);
   BOOST_REQUIRE_MESSAGE(run.status == 0, "demo failed:\n" << run.output);
   const auto summary = ReadSummary(scratch.path / "summary.csv");
   // Without scaling a large share of FP16 gradients flush to zero; with it almost none.

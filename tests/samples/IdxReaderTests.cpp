@@ -112,7 +112,11 @@ BOOST_AUTO_TEST_CASE(RejectsBadHeadersNamingTheFile) {
 }
 
 BOOST_AUTO_TEST_CASE(RejectsDataShorterOrLongerThanTheHeaderSays) {
-  ExpectError([] { ParseIdx(Idx({2, 3}, {1, 2, 3, 4, 5}), "short.idx"); }, {"short.idx", "truncated", "6 bytes", "has 5"});
+  ExpectError(
+      [] {
+        ParseIdx(Idx({2, 3}, {1, 2, 3, 4, 5}), "short.idx");
+      },
+      {"short.idx", "truncated", "6 bytes", "has 5"});
   ExpectError([] { ParseIdx(Idx({2, 3}, Bytes(7)), "long.idx"); }, {"long.idx", "1 bytes after"});
   // Dimensions whose product overflows are caught before any size arithmetic goes wrong.
   ExpectError([] { ParseIdx(Idx({0xffffffffu, 0xffffffffu, 0xffffffffu}, {}), "huge.idx"); }, {"huge.idx"});
@@ -197,8 +201,7 @@ BOOST_AUTO_TEST_CASE(LoadsAValidDataSetFromADirectory) {
 BOOST_AUTO_TEST_CASE(MissingFilesAreNamed) {
   const DataDir data;
   fs::remove(data.dir / "t10k-labels-idx1-ubyte.gz");
-  ExpectError([&] { LoadFashionMnist(data.dir); },
-              {data.Path("t10k-labels-idx1-ubyte.gz"), "missing", "--data"});
+  ExpectError([&] { LoadFashionMnist(data.dir); }, {data.Path("t10k-labels-idx1-ubyte.gz"), "missing", "--data"});
   ExpectError([] { LoadFashionMnist("/nonexistent-mlfw-dir"); }, {"/nonexistent-mlfw-dir/train-images", "missing"});
   ExpectError([&] { ReadIdxFile(data.dir); }, {data.dir.string(), "not a regular file"});
 }

@@ -34,16 +34,16 @@ struct DynamicScalerConfig {
 
 /// Where a DynamicLossScaler stands.
 struct DynamicScalerStats {
-  float CurrentScale = 0.0f;               ///< The scale now.
-  std::int64_t StepsSinceLastOverflow = 0; ///< Clean steps since the last overflow or growth.
-  std::int64_t ConsecutiveOverflows = 0;   ///< Overflows in a row (0 after a clean step).
-  std::int64_t TotalOverflows = 0;         ///< Updates that reported an overflow.
-  std::int64_t TotalSteps = 0;             ///< Updates (UpdateScale calls while enabled).
-  std::int64_t SkippedSteps = 0;           ///< Steps skipped because they overflowed (every overflow is skipped).
-  std::int64_t SuccessfulSteps = 0;        ///< TotalSteps - SkippedSteps.
-  float MinScale = 0.0f;                   ///< Configured lower bound.
-  float MaxScale = 0.0f;                   ///< Configured upper bound.
-  int GrowthInterval = 0;                  ///< Configured growth interval.
+  float CurrentScale = 0.0f;                ///< The scale now.
+  std::int64_t StepsSinceLastOverflow = 0;  ///< Clean steps since the last overflow or growth.
+  std::int64_t ConsecutiveOverflows = 0;    ///< Overflows in a row (0 after a clean step).
+  std::int64_t TotalOverflows = 0;          ///< Updates that reported an overflow.
+  std::int64_t TotalSteps = 0;              ///< Updates (UpdateScale calls while enabled).
+  std::int64_t SkippedSteps = 0;            ///< Steps skipped because they overflowed (every overflow is skipped).
+  std::int64_t SuccessfulSteps = 0;         ///< TotalSteps - SkippedSteps.
+  float MinScale = 0.0f;                    ///< Configured lower bound.
+  float MaxScale = 0.0f;                    ///< Configured upper bound.
+  int GrowthInterval = 0;                   ///< Configured growth interval.
 };
 
 /// Dynamic loss scaler: the rules of ScalePolicy.hpp (UpdateScaleState), behind ILossScaler.

@@ -41,16 +41,15 @@ struct ScalePolicyFieldNames {
 /// Throws ArgumentError naming the first invalid field of @p policy and its value:
 /// non-finite or non-positive scales, GrowthFactor <= 1, BackoffFactor outside (0, 1),
 /// GrowthInterval or Hysteresis < 1, MinScale > MaxScale, InitialScale outside [MinScale, MaxScale].
-MLFRAMEWORK_EXPORT void ValidateScalePolicy(const ScalePolicy& policy,
-                                            const ScalePolicyFieldNames& names = {});
+MLFRAMEWORK_EXPORT void ValidateScalePolicy(const ScalePolicy& policy, const ScalePolicyFieldNames& names = {});
 
 /// Where a dynamic scaler stands (plain data, usable on the device).
 struct ScaleState {
-  float Scale = 65536.0f;                  ///< Current loss scale.
-  std::int64_t StepsSinceLastOverflow = 0; ///< Clean steps since the last overflow or growth.
-  std::int64_t ConsecutiveOverflows = 0;   ///< Overflows in a row (0 after a clean step).
-  std::int64_t TotalOverflows = 0;         ///< Overflowed (and so skipped) steps since creation or reset.
-  std::int64_t TotalSteps = 0;             ///< Updates since creation or reset.
+  float Scale = 65536.0f;                   ///< Current loss scale.
+  std::int64_t StepsSinceLastOverflow = 0;  ///< Clean steps since the last overflow or growth.
+  std::int64_t ConsecutiveOverflows = 0;    ///< Overflows in a row (0 after a clean step).
+  std::int64_t TotalOverflows = 0;          ///< Overflowed (and so skipped) steps since creation or reset.
+  std::int64_t TotalSteps = 0;              ///< Updates since creation or reset.
 
   /// The state before the first step under @p policy.
   MLFW_HOST_DEVICE static ScaleState Initial(const ScalePolicy& policy) {
@@ -70,8 +69,7 @@ struct ScaleState {
 ///   scale is multiplied by GrowthFactor, not above MaxScale, and the count restarts.
 ///
 /// The scale stays finite and within [MinScale, MaxScale] for any validated policy.
-MLFW_HOST_DEVICE inline bool UpdateScaleState(ScaleState& state, const ScalePolicy& policy,
-                                              bool overflow) {
+MLFW_HOST_DEVICE inline bool UpdateScaleState(ScaleState& state, const ScalePolicy& policy, bool overflow) {
   ++state.TotalSteps;
   if (overflow) {
     ++state.TotalOverflows;

@@ -73,7 +73,7 @@ class MLFRAMEWORK_EXPORT DeviceScalingBackend : public TensorBackend {
   /// New device-resident state on @p device holding @p initial, updated under @p policy
   /// (the caller validates the policy with amp::ValidateScalePolicy()).
   virtual std::unique_ptr<DeviceScaleState> CreateScaleState(Device device, const amp::ScalePolicy& policy,
-                                                              const amp::ScaleState& initial) const = 0;
+                                                             const amp::ScaleState& initial) const = 0;
   /// `x *= state.Scale` for every tensor (scales a loss), without reading the scale on the host.
   virtual void ScaleWithState(std::span<ITensor* const> tensors, DeviceScaleState& state) const = 0;
   /// `x *= InverseScale(state.Scale)` in place; sets the flag when a written value is Inf or NaN.
@@ -98,9 +98,7 @@ class MLFRAMEWORK_EXPORT DeviceScalingBackend : public TensorBackend {
 
 /// The inverse of a loss scale as every backend computes it: `float(1.0 / double(scale))`
 /// (exact for the power-of-two scales used in practice).
-MLFW_HOST_DEVICE inline float InverseScale(float scale) {
-  return static_cast<float>(1.0 / static_cast<double>(scale));
-}
+MLFW_HOST_DEVICE inline float InverseScale(float scale) { return static_cast<float>(1.0 / static_cast<double>(scale)); }
 
 /// The device-scaling extension of @p tensor's backend, or null when its backend has none.
 MLFRAMEWORK_EXPORT const DeviceScalingBackend* DeviceScalingOf(const ITensor& tensor) noexcept;

@@ -35,9 +35,7 @@ MLFW_HOST_DEVICE inline float BitsAsFloat(std::uint32_t bits) {
 }
 
 /// True when @p value is neither infinite nor NaN (exponent not all ones).
-MLFW_HOST_DEVICE inline bool IsFiniteFloat(float value) {
-  return (FloatAsBits(value) & 0x7f800000u) != 0x7f800000u;
-}
+MLFW_HOST_DEVICE inline bool IsFiniteFloat(float value) { return (FloatAsBits(value) & 0x7f800000u) != 0x7f800000u; }
 
 /// Rounds a float to binary16, nearest-even; overflow to infinity; NaN quieted.
 MLFW_HOST_DEVICE inline std::uint16_t FloatToHalfBits(float value) {
@@ -51,7 +49,7 @@ MLFW_HOST_DEVICE inline std::uint16_t FloatToHalfBits(float value) {
   if (ax >= 0x477ff000u) {  // >= 65520 rounds past the largest half (65504)
     return static_cast<std::uint16_t>(sign | 0x7c00u);
   }
-  if (ax < 0x38800000u) {  // below 2^-14: half subnormal or zero
+  if (ax < 0x38800000u) {     // below 2^-14: half subnormal or zero
     if (ax <= 0x33000000u) {  // <= 2^-25: rounds to zero (2^-25 is a tie, even is zero)
       return sign;
     }

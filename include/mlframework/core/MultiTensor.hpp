@@ -26,16 +26,13 @@ MLFRAMEWORK_EXPORT bool HasNonFinite(std::span<const TensorPtr> tensors);
 /// Sum of the squares of `factor * x` over all elements (FP32 partials per chunk, combined in FP64).
 MLFRAMEWORK_EXPORT double SumOfSquares(std::span<const TensorPtr> tensors, float factor = 1.0f);
 /// One read pass: non-finite flag and sum of squares of `factor * x`.
-MLFRAMEWORK_EXPORT NonFiniteAndNorm CheckAndSumSquares(std::span<const TensorPtr> tensors,
-                                                       float factor = 1.0f);
+MLFRAMEWORK_EXPORT NonFiniteAndNorm CheckAndSumSquares(std::span<const TensorPtr> tensors, float factor = 1.0f);
 /// Multiplies every element by @p factor in place.
 MLFRAMEWORK_EXPORT void ScaleInPlace(std::span<const TensorPtr> tensors, float factor);
 /// Writes `src[i] * factor` rounded into the dtype of `dst[i]`; shapes must match pairwise.
 /// Returns true when any written value is Inf or NaN (one pass: this is unscale-to-FP32 plus check).
-MLFRAMEWORK_EXPORT bool CastInto(std::span<const TensorPtr> src, std::span<const TensorPtr> dst,
-                                 float factor = 1.0f);
+MLFRAMEWORK_EXPORT bool CastInto(std::span<const TensorPtr> src, std::span<const TensorPtr> dst, float factor = 1.0f);
 /// New tensors (same backend and device as the sources) holding `src[i] * factor` in @p dtype.
-MLFRAMEWORK_EXPORT std::vector<TensorPtr> Cast(std::span<const TensorPtr> src, DataType dtype,
-                                               float factor = 1.0f);
+MLFRAMEWORK_EXPORT std::vector<TensorPtr> Cast(std::span<const TensorPtr> src, DataType dtype, float factor = 1.0f);
 
 }  // namespace mlframework

@@ -15,13 +15,10 @@ namespace mlframework {
 /// Throws ArgumentError when `values.size()` differs from the element count of @p shape,
 /// BackendError when the device's backend is unavailable.
 MLFRAMEWORK_EXPORT TensorPtr FromVector(const std::vector<float>& values, Shape shape,
-                                        DataType dtype = DataType::Float32,
-                                        Device device = Device::CPU());
+                                        DataType dtype = DataType::Float32, Device device = Device::CPU());
 /// A tensor of zeros.
-MLFRAMEWORK_EXPORT TensorPtr Zeros(Shape shape, DataType dtype = DataType::Float32,
-                                   Device device = Device::CPU());
+MLFRAMEWORK_EXPORT TensorPtr Zeros(Shape shape, DataType dtype = DataType::Float32, Device device = Device::CPU());
 /// A scalar (shape `{}`) holding @p value rounded into @p dtype.
-MLFRAMEWORK_EXPORT TensorPtr Scalar(float value, DataType dtype = DataType::Float32,
-                                    Device device = Device::CPU());
+MLFRAMEWORK_EXPORT TensorPtr Scalar(float value, DataType dtype = DataType::Float32, Device device = Device::CPU());
 
 }  // namespace mlframework

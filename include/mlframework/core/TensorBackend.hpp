@@ -35,14 +35,12 @@ class MLFRAMEWORK_EXPORT TensorBackend {
   /// Returns true when any element is Inf or NaN (read only).
   virtual bool HasNonFinite(std::span<const ITensor* const> tensors) const = 0;
   /// One read pass: non-finite flag and the sum of squares of `factor * x`.
-  virtual NonFiniteAndNorm CheckAndSumSquares(std::span<const ITensor* const> tensors,
-                                              float factor) const = 0;
+  virtual NonFiniteAndNorm CheckAndSumSquares(std::span<const ITensor* const> tensors, float factor) const = 0;
   /// Multiplies every element by @p factor in place.
   virtual void Scale(std::span<ITensor* const> tensors, float factor) const = 0;
   /// `dst[i] = round_to_dst_dtype(src[i] * factor)`; dtypes may differ, sizes match.
   /// Returns true when any written value is Inf or NaN (the check is free in the same pass).
-  virtual bool CastInto(std::span<const ITensor* const> src, std::span<ITensor* const> dst,
-                        float factor) const = 0;
+  virtual bool CastInto(std::span<const ITensor* const> src, std::span<ITensor* const> dst, float factor) const = 0;
 
  protected:
   /// Only implementations construct the interface.

@@ -43,12 +43,11 @@ MLFRAMEWORK_EXPORT NcclUniqueId MakeNcclUniqueId();
 /// Joins the group @p id as rank @p rank of @p world_size (blocks until every rank joined).
 /// ArgumentError for a rank outside [0, world_size) or a bad option, BackendError without NCCL
 /// or without the device, CommunicationError when NCCL fails.
-MLFRAMEWORK_EXPORT std::shared_ptr<IProcessGroup> MakeNcclProcessGroup(const NcclUniqueId& id, int rank,
-                                                                        int world_size,
-                                                                        NcclProcessGroupOptions options = {});
+MLFRAMEWORK_EXPORT std::shared_ptr<IProcessGroup> MakeNcclProcessGroup(const NcclUniqueId& id, int rank, int world_size,
+                                                                       NcclProcessGroupOptions options = {});
 /// Forms an NCCL group with the ranks of @p bootstrap (for example an MpiProcessGroup): rank 0
 /// makes the id and shares it with AllReduceHost, so every rank succeeds or throws together.
 MLFRAMEWORK_EXPORT std::shared_ptr<IProcessGroup> MakeNcclProcessGroup(IProcessGroup& bootstrap,
-                                                                        NcclProcessGroupOptions options = {});
+                                                                       NcclProcessGroupOptions options = {});
 
 }  // namespace mlframework::distributed

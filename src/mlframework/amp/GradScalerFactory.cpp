@@ -10,8 +10,8 @@ GradScaler GradScalerFactory::CreateStatic(float scale) { return GradScaler::Sta
 GradScaler GradScalerFactory::CreateConservative() { return GradScaler(DynamicScalerConfig{.GrowthInterval = 5000}); }
 GradScaler GradScalerFactory::CreateAggressive() { return GradScaler(DynamicScalerConfig{.GrowthInterval = 1000}); }
 GradScaler GradScalerFactory::CreateForFP16() {
-  return GradScaler(DynamicScalerConfig{.InitialScale = ScaleFactor::GetRecommendedScale(DataType::Float16),
-                                        .GrowthInterval = 2000});
+  return GradScaler(
+      DynamicScalerConfig{.InitialScale = ScaleFactor::GetRecommendedScale(DataType::Float16), .GrowthInterval = 2000});
 }
 GradScaler GradScalerFactory::CreateForBF16() {
   return GradScaler::Static(ScaleFactor::GetRecommendedScale(DataType::BFloat16));

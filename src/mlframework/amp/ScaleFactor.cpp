@@ -9,8 +9,8 @@ namespace mlframework::amp {
 
 float ScaleFactor::PowerOfTwo(int exponent) {
   if (exponent < -126 || exponent > 127) {
-    throw ArgumentError("exponent", "must be within [-126, 127] so that 2^exponent is a normal float, got " +
-                                        std::to_string(exponent));
+    throw ArgumentError(
+        "exponent", "must be within [-126, 127] so that 2^exponent is a normal float, got " + std::to_string(exponent));
   }
   return std::ldexp(1.0f, exponent);
 }

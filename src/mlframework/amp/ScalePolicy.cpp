@@ -44,8 +44,8 @@ void ValidateScalePolicy(const ScalePolicy& policy, const ScalePolicyFieldNames&
                                             Show(policy.MaxScale) + ")");
   }
   if (policy.InitialScale < policy.MinScale || policy.InitialScale > policy.MaxScale) {
-    throw ArgumentError(names.InitialScale, "must be within [" + Show(policy.MinScale) + ", " +
-                                                Show(policy.MaxScale) + "], got " + Show(policy.InitialScale));
+    throw ArgumentError(names.InitialScale, "must be within [" + Show(policy.MinScale) + ", " + Show(policy.MaxScale) +
+                                                "], got " + Show(policy.InitialScale));
   }
 }
 

@@ -2,8 +2,6 @@
 
 namespace mlframework {
 
-std::string Device::ToString() const {
-  return IsCPU() ? std::string("cpu") : "cuda:" + std::to_string(Index);
-}
+std::string Device::ToString() const { return IsCPU() ? std::string("cpu") : "cuda:" + std::to_string(Index); }
 
 }  // namespace mlframework

@@ -9,8 +9,7 @@ ArgumentError::ArgumentError(const std::string& parameter, const std::string& me
     : Error("invalid argument '" + parameter + "': " + message), parameter_(parameter) {}
 ArgumentError::~ArgumentError() = default;
 
-ArgumentNullError::ArgumentNullError(const std::string& parameter)
-    : ArgumentError(parameter, "must not be null") {}
+ArgumentNullError::ArgumentNullError(const std::string& parameter) : ArgumentError(parameter, "must not be null") {}
 ArgumentNullError::~ArgumentNullError() = default;
 
 InvalidOperationError::InvalidOperationError(const std::string& message) : Error(message) {}

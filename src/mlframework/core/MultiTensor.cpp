@@ -54,9 +54,7 @@ std::vector<Pointer> Pointers(std::span<const TensorPtr> tensors, const std::vec
   return pointers;
 }
 
-double FallbackSumOfSquares(const ITensor& tensor, double factor) {
-  return tensor.SumOfSquares() * factor * factor;
-}
+double FallbackSumOfSquares(const ITensor& tensor, double factor) { return tensor.SumOfSquares() * factor * factor; }
 
 }  // namespace
 
@@ -147,14 +145,14 @@ bool CastInto(std::span<const TensorPtr> src, std::span<const TensorPtr> dst, fl
   RequireNonNull(src, "src");
   RequireNonNull(dst, "dst");
   if (src.size() != dst.size()) {
-    throw ArgumentError("dst", "has " + std::to_string(dst.size()) + " tensors but src has " +
-                                   std::to_string(src.size()));
+    throw ArgumentError("dst",
+                        "has " + std::to_string(dst.size()) + " tensors but src has " + std::to_string(src.size()));
   }
   for (std::size_t i = 0; i < src.size(); ++i) {
     if (src[i]->GetShape() != dst[i]->GetShape()) {
-      throw ArgumentError("dst[" + std::to_string(i) + "]", "shape " + ToString(dst[i]->GetShape()) +
-                                                                 " differs from src shape " +
-                                                                 ToString(src[i]->GetShape()));
+      throw ArgumentError(
+          "dst[" + std::to_string(i) + "]",
+          "shape " + ToString(dst[i]->GetShape()) + " differs from src shape " + ToString(src[i]->GetShape()));
     }
   }
   // Pairs whose source and destination share a backend go to its fused kernel.

@@ -53,7 +53,9 @@ void BlobWriter::F64(double value) {
   std::memcpy(&bits, &value, sizeof bits);
   U64(bits);
 }
-void BlobWriter::Bytes(std::span<const std::byte> bytes) { payload_.insert(payload_.end(), bytes.begin(), bytes.end()); }
+void BlobWriter::Bytes(std::span<const std::byte> bytes) {
+  payload_.insert(payload_.end(), bytes.begin(), bytes.end());
+}
 
 void BlobWriter::ScaleStateFields(const amp::ScaleState& state) {
   F32(state.Scale);

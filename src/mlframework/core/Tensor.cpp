@@ -32,16 +32,14 @@ TensorPtr FromVector(const std::vector<float>& values, Shape shape, DataType dty
   RequireValidDtype(dtype);
   const std::size_t count = ElementCount(shape);
   if (values.size() != count) {
-    throw ArgumentError("values", "has " + std::to_string(values.size()) + " elements but shape " +
-                                      ToString(shape) + " needs " + std::to_string(count));
+    throw ArgumentError("values", "has " + std::to_string(values.size()) + " elements but shape " + ToString(shape) +
+                                      " needs " + std::to_string(count));
   }
   TensorPtr tensor = Zeros(std::move(shape), dtype, device);
   tensor->CopyFromFloats(values);
   return tensor;
 }
 
-TensorPtr Scalar(float value, DataType dtype, Device device) {
-  return FromVector({value}, Shape{}, dtype, device);
-}
+TensorPtr Scalar(float value, DataType dtype, Device device) { return FromVector({value}, Shape{}, dtype, device); }
 
 }  // namespace mlframework

@@ -35,9 +35,8 @@ void HostWrite::Commit() {
 
 void CheckSameDType(std::string_view call, const ITensor& input, const ITensor& output) {
   if (input.GetDataType() != output.GetDataType()) {
-    throw ArgumentError("output", std::string(call) + ": output dtype " +
-                                      std::string(ToString(output.GetDataType())) + " differs from input dtype " +
-                                      std::string(ToString(input.GetDataType())));
+    throw ArgumentError("output", std::string(call) + ": output dtype " + std::string(ToString(output.GetDataType())) +
+                                      " differs from input dtype " + std::string(ToString(input.GetDataType())));
   }
 }
 
@@ -61,8 +60,8 @@ void CheckScatterSizes(const ITensor& input, const ITensor& output, int world_si
 
 void CheckRoot(int root, int world_size) {
   if (root < 0 || root >= world_size) {
-    throw ArgumentError("root", "Broadcast: root " + std::to_string(root) + " is outside [0, " +
-                                    std::to_string(world_size) + ")");
+    throw ArgumentError(
+        "root", "Broadcast: root " + std::to_string(root) + " is outside [0, " + std::to_string(world_size) + ")");
   }
 }
 

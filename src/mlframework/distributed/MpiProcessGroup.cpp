@@ -53,13 +53,13 @@ int CountOf(std::size_t elements, const char* parameter) {
 // Bulk conversions through the CPU backend's kernel table (F16C / AVX-512 where the CPU has
 // them), chosen once per process: no per-element dtype branch.
 void Widen(const void* src, DataType dtype, float* dst, std::size_t count) {
-  backends::cpu::ActiveKernels().cast[backends::cpu::Slot(dtype)][backends::cpu::Slot(DataType::Float32)](
-      src, dst, count, 1.0f);
+  backends::cpu::ActiveKernels().cast[backends::cpu::Slot(dtype)][backends::cpu::Slot(DataType::Float32)](src, dst,
+                                                                                                          count, 1.0f);
 }
 
 void Narrow(const float* src, void* dst, DataType dtype, std::size_t count) {
-  backends::cpu::ActiveKernels().cast[backends::cpu::Slot(DataType::Float32)][backends::cpu::Slot(dtype)](
-      src, dst, count, 1.0f);
+  backends::cpu::ActiveKernels().cast[backends::cpu::Slot(DataType::Float32)][backends::cpu::Slot(dtype)](src, dst,
+                                                                                                          count, 1.0f);
 }
 
 // Elements combined per block in the user ops: both operands widened to floats on the stack.
@@ -140,9 +140,7 @@ class MpiRuntime {
   std::array<MPI_Op, 4> ops_{MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
 };
 
-MPI_Datatype WireType(DataType dtype) {
-  return dtype == DataType::Float32 ? MPI_FLOAT : MPI_UINT16_T;
-}
+MPI_Datatype WireType(DataType dtype) { return dtype == DataType::Float32 ? MPI_FLOAT : MPI_UINT16_T; }
 
 MPI_Op BuiltinOp(ReduceOp op) { return op == ReduceOp::Max ? MPI_MAX : MPI_SUM; }
 
@@ -192,7 +190,8 @@ struct MpiProcessGroup::Impl {
 
 MpiProcessGroup::MpiProcessGroup(MpiProcessGroupOptions options) : impl_(std::make_unique<Impl>()) {
   if (options.HalfSum != HalfReduction::UserOp && options.HalfSum != HalfReduction::ConvertToFloat32) {
-    throw ArgumentError("options.HalfSum", "unknown HalfReduction " + std::to_string(static_cast<int>(options.HalfSum)));
+    throw ArgumentError("options.HalfSum",
+                        "unknown HalfReduction " + std::to_string(static_cast<int>(options.HalfSum)));
   }
   MpiRuntime::Get().EnsureInitialized();
   MPI_Comm parent = MPI_COMM_WORLD;
@@ -278,8 +277,8 @@ void MpiProcessGroup::AllReduceHost(std::span<double> values, ReduceOp op) {
 }
 
 void MpiProcessGroup::Abort(const std::string& message) noexcept {
-  std::fprintf(stderr, "mlframework: rank %d of %d aborting the MPI job: %s\n", impl_->rank,
-               impl_->world_size, message.c_str());
+  std::fprintf(stderr, "mlframework: rank %d of %d aborting the MPI job: %s\n", impl_->rank, impl_->world_size,
+               message.c_str());
   std::fflush(stderr);
   if (!MpiRuntime::Finalized()) MPI_Abort(impl_->comm != MPI_COMM_NULL ? impl_->comm : MPI_COMM_WORLD, 1);
   std::abort();

@@ -23,10 +23,10 @@ namespace mlframework::distributed::detail {
 }  // namespace mlframework::distributed::detail
 
 /// Runs an NCCL call; throws CommunicationError naming it when it does not return ncclSuccess.
-#define MLFW_NCCL_CHECK(call)                                                                  \
-  do {                                                                                         \
-    const ncclResult_t mlfw_nccl_result = (call);                                              \
-    if (mlfw_nccl_result != ncclSuccess) {                                                     \
+#define MLFW_NCCL_CHECK(call)                                                                          \
+  do {                                                                                                 \
+    const ncclResult_t mlfw_nccl_result = (call);                                                      \
+    if (mlfw_nccl_result != ncclSuccess) {                                                             \
       ::mlframework::distributed::detail::ThrowNcclError(#call, mlfw_nccl_result, __FILE__, __LINE__); \
-    }                                                                                          \
+    }                                                                                                  \
   } while (false)

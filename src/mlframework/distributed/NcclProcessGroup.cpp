@@ -53,9 +53,9 @@ class DeviceOperand {
       return;
     }
     // 16-bit values widen to float exactly, so the round trip through floats is lossless.
-    staged_ = keep_contents ? FromVector(tensor.ToFloatVector(), tensor.GetShape(), tensor.GetDataType(),
-                                         Device::CUDA(device))
-                            : Zeros(tensor.GetShape(), tensor.GetDataType(), Device::CUDA(device));
+    staged_ = keep_contents
+                  ? FromVector(tensor.ToFloatVector(), tensor.GetShape(), tensor.GetDataType(), Device::CUDA(device))
+                  : Zeros(tensor.GetShape(), tensor.GetDataType(), Device::CUDA(device));
     pointer_ = cuda::DevicePointer(*staged_);
   }
   void* Pointer() const noexcept { return pointer_; }
@@ -73,8 +73,7 @@ class DeviceOperand {
 class NcclProcessGroup final : public IProcessGroup {
  public:
   NcclProcessGroup(const NcclUniqueId& id, int rank, int world_size, NcclProcessGroupOptions options)
-      : rank_(rank), world_size_(world_size), options_(options),
-        context_(&cuda::DeviceContext::Get(options.Device)) {
+      : rank_(rank), world_size_(world_size), options_(options), context_(&cuda::DeviceContext::Get(options.Device)) {
     cuda::DeviceGuard guard(options_.Device);
     ncclUniqueId nccl_id;
     std::memcpy(&nccl_id, id.data(), sizeof nccl_id);
@@ -111,8 +110,8 @@ class NcclProcessGroup final : public IProcessGroup {
     Run("AllGather", [&] {
       const DeviceOperand in(input, options_.Device, true);
       const DeviceOperand out(output, options_.Device, false);
-      MLFW_NCCL_CHECK(ncclAllGather(in.Pointer(), out.Pointer(), input.Size(), NcclType(input.GetDataType()), comm_,
-                                    Stream()));
+      MLFW_NCCL_CHECK(
+          ncclAllGather(in.Pointer(), out.Pointer(), input.Size(), NcclType(input.GetDataType()), comm_, Stream()));
       Wait("ncclAllGather");
       out.Commit(output);
     });
@@ -146,8 +145,8 @@ class NcclProcessGroup final : public IProcessGroup {
     detail::CheckRoot(root, world_size_);
     Run("Broadcast", [&] {
       const DeviceOperand data(tensor, options_.Device, true);
-      MLFW_NCCL_CHECK(ncclBroadcast(data.Pointer(), data.Pointer(), tensor.Size(), NcclType(tensor.GetDataType()),
-                                    root, comm_, Stream()));
+      MLFW_NCCL_CHECK(ncclBroadcast(data.Pointer(), data.Pointer(), tensor.Size(), NcclType(tensor.GetDataType()), root,
+                                    comm_, Stream()));
       Wait("ncclBroadcast");
       data.Commit(tensor);
     });
@@ -166,11 +165,11 @@ class NcclProcessGroup final : public IProcessGroup {
     Run("AllReduceHost", [&] {
       for (std::size_t first = 0; first < values.size(); first += kScratchDoubles) {
         const std::size_t count = std::min(kScratchDoubles, values.size() - first);
-        MLFW_CUDA_CHECK(cudaMemcpyAsync(scratch_, values.data() + first, count * sizeof(double),
-                                        cudaMemcpyHostToDevice, Stream()));
+        MLFW_CUDA_CHECK(
+            cudaMemcpyAsync(scratch_, values.data() + first, count * sizeof(double), cudaMemcpyHostToDevice, Stream()));
         MLFW_NCCL_CHECK(ncclAllReduce(scratch_, scratch_, count, ncclFloat64, NcclOp(op), comm_, Stream()));
-        MLFW_CUDA_CHECK(cudaMemcpyAsync(values.data() + first, scratch_, count * sizeof(double),
-                                        cudaMemcpyDeviceToHost, Stream()));
+        MLFW_CUDA_CHECK(
+            cudaMemcpyAsync(values.data() + first, scratch_, count * sizeof(double), cudaMemcpyDeviceToHost, Stream()));
         Wait("ncclAllReduce (host values)");
       }
     });
@@ -259,8 +258,8 @@ void ValidateOptions(NcclProcessGroupOptions& options, int rank) {
     throw ArgumentError("options.TimeoutSeconds", "must be >= 0, got " + std::to_string(options.TimeoutSeconds));
   }
   if (options.Device < -1) {
-    throw ArgumentError("options.Device", "must be -1 (automatic) or a device ordinal, got " +
-                                              std::to_string(options.Device));
+    throw ArgumentError("options.Device",
+                        "must be -1 (automatic) or a device ordinal, got " + std::to_string(options.Device));
   }
   if (options.Device == -1) {
     std::string reason;

@@ -14,8 +14,9 @@ struct MpiProcessGroup::Impl {
 
 namespace {
 [[noreturn]] void NoMpi() {
-  throw BackendError("MpiProcessGroup: this mlframework was built without MPI (MLFW_HAS_MPI is 0); "
-                     "install libopenmpi-dev and reconfigure, or use LocalProcessGroup");
+  throw BackendError(
+      "MpiProcessGroup: this mlframework was built without MPI (MLFW_HAS_MPI is 0); "
+      "install libopenmpi-dev and reconfigure, or use LocalProcessGroup");
 }
 }  // namespace
 

@@ -20,8 +20,7 @@ std::shared_ptr<IProcessGroup> MakeNcclProcessGroup(const NcclUniqueId& /*id*/, 
   throw BackendError(kNoNccl);
 }
 
-std::shared_ptr<IProcessGroup> MakeNcclProcessGroup(IProcessGroup& /*bootstrap*/,
-                                                    NcclProcessGroupOptions /*options*/) {
+std::shared_ptr<IProcessGroup> MakeNcclProcessGroup(IProcessGroup& /*bootstrap*/, NcclProcessGroupOptions /*options*/) {
   throw BackendError(kNoNccl);
 }
 

@@ -64,8 +64,8 @@ void ParameterSet::SetGradients(const GradientMap& gradients) {
     }
     if (tensor->GetShape() != it->second->GetShape()) {
       throw ArgumentError("gradients[\"" + name + "\"]", "has shape " + ToString(tensor->GetShape()) +
-                                                           " but the parameter has shape " +
-                                                           ToString(it->second->GetShape()));
+                                                             " but the parameter has shape " +
+                                                             ToString(it->second->GetShape()));
     }
   }
   for (const auto& [name, tensor] : parameters_) {

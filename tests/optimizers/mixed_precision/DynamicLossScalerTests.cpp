@@ -149,8 +149,8 @@ BOOST_AUTO_TEST_CASE(CheckOverflowAndUpdateCombinesBoth) {
 }
 
 BOOST_AUTO_TEST_CASE(StatsAndTheirString) {
-  DynamicLossScaler scaler(MixedPrecisionOptions{.InitialLossScale = 65536.0f, .GrowthInterval = 100,
-                                                 .MaxConsecutiveOverflows = 2});
+  DynamicLossScaler scaler(
+      MixedPrecisionOptions{.InitialLossScale = 65536.0f, .GrowthInterval = 100, .MaxConsecutiveOverflows = 2});
   BOOST_TEST(scaler.GetStats().ToString() ==
              "Scale: 65536.00, Steps since overflow: 0, Consecutive overflows: 0, Total overflows: 0, Stable: True");
   scaler.UpdateScale(false);

@@ -139,8 +139,8 @@ BOOST_AUTO_TEST_CASE(EmptyMapIsACleanStep) {
 
 BOOST_AUTO_TEST_CASE(ZeroNormIsNotClipped) {
   GradientConversionLayer layer(Clipping(1.0f));
-  const auto [gradients, skip] = layer.ProcessGradients(
-      {{"a", Zeros({3, 4}, DataType::Float16)}, {"b", Zeros({5}, DataType::BFloat16)}});
+  const auto [gradients, skip] =
+      layer.ProcessGradients({{"a", Zeros({3, 4}, DataType::Float16)}, {"b", Zeros({5}, DataType::BFloat16)}});
   BOOST_TEST(!skip);
   BOOST_TEST(layer.LastGradientNorm() == 0.0f);
   BOOST_TEST(layer.ClipCount() == 0);
@@ -164,7 +164,8 @@ BOOST_AUTO_TEST_CASE(MixedDtypesAllComeOutFP32AndFP32IsScaledInPlace) {
   BOOST_TEST(gradients.at("f") == f);  // in place
   const float coef = 1.0f / (5.0f + 1e-6f);
   BOOST_TEST(Values(f)[0] == 4.0f * coef, tt::tolerance(1e-6f));
-  BOOST_TEST(Values(gradients.at("h")) == (std::vector<float>{coef, 2.0f * coef}), tt::tolerance(1e-6f) << tt::per_element());
+  BOOST_TEST(Values(gradients.at("h")) == (std::vector<float>{coef, 2.0f * coef}), tt::tolerance(1e-6f)
+                                                                                       << tt::per_element());
   BOOST_TEST(Values(gradients.at("b"))[0] == -2.0f * coef, tt::tolerance(1e-6f));
   for (const auto& [name, tensor] : gradients) {
     BOOST_TEST(tensor->GetDataType() == DataType::Float32);
@@ -202,7 +203,7 @@ BOOST_AUTO_TEST_CASE(GrowthStepUnscalesByTheScaleTheGradientsWereMadeWith) {
   GradientConversionLayer layer(MixedPrecisionOptions{.InitialLossScale = 64.0f, .GrowthInterval = 1});
   const auto [gradients, skip] = layer.ProcessGradients({{"a", Vec({64.0f}, DataType::Float16)}});
   BOOST_TEST(!skip);
-  BOOST_TEST(layer.LossScale() == 128.0f);        // grown by this step
+  BOOST_TEST(layer.LossScale() == 128.0f);           // grown by this step
   BOOST_TEST(Values(gradients.at("a"))[0] == 1.0f);  // but unscaled by 64
 }
 
@@ -345,8 +346,11 @@ BOOST_AUTO_TEST_CASE(AutoFallbackContinuesTrainingInFP32) {
 }
 
 BOOST_AUTO_TEST_CASE(StateDictResumesTheWholeLayer) {
-  const MixedPrecisionOptions options{.InitialLossScale = 64.0f, .GrowthInterval = 2, .MaxConsecutiveOverflows = 2,
-                                      .EnableGradientClipping = true, .MaxGradNorm = 1.0f};
+  const MixedPrecisionOptions options{.InitialLossScale = 64.0f,
+                                      .GrowthInterval = 2,
+                                      .MaxConsecutiveOverflows = 2,
+                                      .EnableGradientClipping = true,
+                                      .MaxGradNorm = 1.0f};
   GradientConversionLayer a(options);
   a.ProcessGradients({{"w", Vec({640.0f}, DataType::Float16)}});  // clip (norm 10)
   a.ProcessGradients({{"w", Vec({kNaN}, DataType::Float16)}});

@@ -102,8 +102,12 @@ BOOST_AUTO_TEST_CASE(MessagesCarryTheValue) {
 }
 
 BOOST_AUTO_TEST_CASE(ToScalePolicyMapsEveryField) {
-  const MixedPrecisionOptions o{.InitialLossScale = 8.0f, .GrowthFactor = 4.0f, .BackoffFactor = 0.25f,
-                                .GrowthInterval = 7, .MinLossScale = 2.0f, .MaxLossScale = 512.0f};
+  const MixedPrecisionOptions o{.InitialLossScale = 8.0f,
+                                .GrowthFactor = 4.0f,
+                                .BackoffFactor = 0.25f,
+                                .GrowthInterval = 7,
+                                .MinLossScale = 2.0f,
+                                .MaxLossScale = 512.0f};
   const amp::ScalePolicy p = o.ToScalePolicy();
   BOOST_TEST(p.InitialScale == 8.0f);
   BOOST_TEST(p.GrowthFactor == 4.0f);

@@ -94,8 +94,11 @@ BOOST_AUTO_TEST_CASE(ScalerFollowsTheSharedRulesStepForStep) {
 
 BOOST_AUTO_TEST_CASE(LayerDrivesTheSameTrajectoryFromRealGradients) {
   std::mt19937 rng(99);
-  const MixedPrecisionOptions options{.InitialLossScale = 4096.0f, .GrowthInterval = 3, .MinLossScale = 1.0f,
-                                      .MaxLossScale = 65536.0f, .EnableAutoFallback = false};
+  const MixedPrecisionOptions options{.InitialLossScale = 4096.0f,
+                                      .GrowthInterval = 3,
+                                      .MinLossScale = 1.0f,
+                                      .MaxLossScale = 65536.0f,
+                                      .EnableAutoFallback = false};
   const amp::ScalePolicy policy = options.ToScalePolicy();
   amp::ScaleState model = amp::ScaleState::Initial(policy);
   GradientConversionLayer layer(options);

@@ -14,8 +14,8 @@
 #include <string_view>
 
 #include <mlframework/core/BFloat16.hpp>
-#include <mlframework/core/Float16.hpp>
 #include <mlframework/core/Error.hpp>
+#include <mlframework/core/Float16.hpp>
 #include <mlframework/core/ITensor.hpp>
 #include <mlframework/core/TensorBackend.hpp>
 #include <mlframework/export.hpp>

@@ -10,16 +10,16 @@ namespace mlframework::distributed::fsdp {
 
 /// Mixed-precision configuration of FSDP: forward dtype and dynamic loss scaling.
 struct FSDPMixedPrecisionConfig {
-  bool Enabled = true;                                 ///< Whether mixed precision is enabled.
-  TensorDataType ForwardDType = TensorDataType::Float16;  ///< Forward pass dtype (FP16 or BF16).
-  TensorDataType BackwardDType = TensorDataType::Float32; ///< Gradient dtype for the optimizer (FP32).
-  bool UseLossScaling = true;                          ///< Whether to use loss scaling.
-  float InitialLossScale = 2.0f;                       ///< Initial loss scale.
-  float MinLossScale = 1.0f;                           ///< Minimum loss scale.
-  float MaxLossScale = 65536.0f;                       ///< Maximum loss scale.
-  float LossScaleGrowthFactor = 2.0f;                  ///< Loss scale growth factor.
-  float LossScaleBackoffFactor = 0.5f;                 ///< Loss scale backoff factor.
-  int LossScaleSteps = 2000;                           ///< Clean steps before the loss scale grows.
+  bool Enabled = true;                                     ///< Whether mixed precision is enabled.
+  TensorDataType ForwardDType = TensorDataType::Float16;   ///< Forward pass dtype (FP16 or BF16).
+  TensorDataType BackwardDType = TensorDataType::Float32;  ///< Gradient dtype for the optimizer (FP32).
+  bool UseLossScaling = true;                              ///< Whether to use loss scaling.
+  float InitialLossScale = 2.0f;                           ///< Initial loss scale.
+  float MinLossScale = 1.0f;                               ///< Minimum loss scale.
+  float MaxLossScale = 65536.0f;                           ///< Maximum loss scale.
+  float LossScaleGrowthFactor = 2.0f;                      ///< Loss scale growth factor.
+  float LossScaleBackoffFactor = 0.5f;                     ///< Loss scale backoff factor.
+  int LossScaleSteps = 2000;                               ///< Clean steps before the loss scale grows.
 
   /// The spec's checks (ForwardDType FP16/BF16, BackwardDType FP32, InitialLossScale within
   /// [MinLossScale, MaxLossScale]) and the shared policy's (finite positive scales, growth > 1,

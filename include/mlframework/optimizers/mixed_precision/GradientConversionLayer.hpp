@@ -35,14 +35,14 @@ namespace mlframework::optimizers::mixed_precision {
 
 /// Statistics about gradient processing (spec 003's GradientProcessingStats; an aggregate).
 struct MLFRAMEWORK_EXPORT GradientProcessingStats {
-  float LossScale = 0.0f;                ///< Current loss scale.
-  std::int64_t ClipCount = 0;            ///< Clipping operations since creation or Reset().
-  float LastGradientNorm = 0.0f;         ///< Global L2 norm of the last unscaled gradients measured.
-  bool ClippingEnabled = false;          ///< EnableGradientClipping from the options.
-  float MaxGradNorm = 0.0f;              ///< MaxGradNorm from the options.
+  float LossScale = 0.0f;                            ///< Current loss scale.
+  std::int64_t ClipCount = 0;                        ///< Clipping operations since creation or Reset().
+  float LastGradientNorm = 0.0f;                     ///< Global L2 norm of the last unscaled gradients measured.
+  bool ClippingEnabled = false;                      ///< EnableGradientClipping from the options.
+  float MaxGradNorm = 0.0f;                          ///< MaxGradNorm from the options.
   mixed_precision::LossScalerStats LossScalerStats;  ///< The loss scaler's own statistics.
-  DataType TargetPrecision = DataType::Float16;  ///< The precision manager's target precision now.
-  bool FellBackToFP32 = false;           ///< The auto-fallback to FP32 has happened.
+  DataType TargetPrecision = DataType::Float16;      ///< The precision manager's target precision now.
+  bool FellBackToFP32 = false;                       ///< The auto-fallback to FP32 has happened.
 
   /// "LossScale: 65536.00, LastGradNorm: 0.0000, ClipCount: 0, ClippingEnabled: False,
   /// MaxGradNorm: 1.00", exactly as spec 003 formats it; after an auto-fallback

@@ -110,8 +110,8 @@ std::vector<float> CpuTensor::ToFloatVector() const {
 
 void CpuTensor::CopyFromFloats(std::span<const float> values) {
   if (values.size() != size_) {
-    throw ArgumentError("values", "has " + std::to_string(values.size()) + " elements, tensor " +
-                                      ToString(shape_) + " has " + std::to_string(size_));
+    throw ArgumentError("values", "has " + std::to_string(values.size()) + " elements, tensor " + ToString(shape_) +
+                                      " has " + std::to_string(size_));
   }
   NarrowFromFloat(values.data(), Data(), dtype_, size_);
 }

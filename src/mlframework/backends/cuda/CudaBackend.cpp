@@ -133,8 +133,8 @@ std::vector<DeviceGroup> GroupByDevice(std::span<TensorPointer const> tensors) {
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     const CudaTensor& tensor = AsCuda(tensors[i], "tensors", i);
     GroupFor(groups, tensor.device())
-        .entries.push_back(ListEntry{tensor.data(), tensor.data(), tensor.GetDataType(), tensor.GetDataType(),
-                                     tensor.Size()});
+        .entries.push_back(
+            ListEntry{tensor.data(), tensor.data(), tensor.GetDataType(), tensor.GetDataType(), tensor.Size()});
   }
   return groups;
 }
@@ -147,9 +147,9 @@ std::vector<ListEntry> EntriesOnDevice(std::span<TensorPointer const> tensors, i
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     const CudaTensor& tensor = AsCuda(tensors[i], "tensors", i);
     if (tensor.device() != device) {
-      throw ArgumentError("tensors[" + std::to_string(i) + "]", "is on " + tensor.GetDevice().ToString() +
-                                                                   " but the scale state is on cuda:" +
-                                                                   std::to_string(device));
+      throw ArgumentError(
+          "tensors[" + std::to_string(i) + "]",
+          "is on " + tensor.GetDevice().ToString() + " but the scale state is on cuda:" + std::to_string(device));
     }
     entries.push_back(
         ListEntry{tensor.data(), tensor.data(), tensor.GetDataType(), tensor.GetDataType(), tensor.Size()});
@@ -306,8 +306,8 @@ class CudaBackend final : public DeviceScalingBackend {
     CudaScaleState& cuda_state = AsCudaState(state);
     DeviceContext& context = cuda_state.context();
     if (src.size() != dst.size()) {
-      throw ArgumentError("dst", "has " + std::to_string(dst.size()) + " tensors but src has " +
-                                     std::to_string(src.size()));
+      throw ArgumentError("dst",
+                          "has " + std::to_string(dst.size()) + " tensors but src has " + std::to_string(src.size()));
     }
     const auto in = EntriesOnDevice(src, context.device());
     const auto out = EntriesOnDevice(dst, context.device());
@@ -315,9 +315,9 @@ class CudaBackend final : public DeviceScalingBackend {
     pairs.reserve(in.size());
     for (std::size_t i = 0; i < in.size(); ++i) {
       if (in[i].size != out[i].size) {
-        throw ArgumentError("dst[" + std::to_string(i) + "]", "has " + std::to_string(out[i].size) +
-                                                                  " elements but src has " +
-                                                                  std::to_string(in[i].size));
+        throw ArgumentError(
+            "dst[" + std::to_string(i) + "]",
+            "has " + std::to_string(out[i].size) + " elements but src has " + std::to_string(in[i].size));
       }
       pairs.push_back(ListEntry{in[i].src, out[i].src, in[i].src_dtype, out[i].src_dtype, in[i].size});
     }

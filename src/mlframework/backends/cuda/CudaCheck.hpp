@@ -26,20 +26,20 @@ inline std::string CudaErrorMessage(const char* call, cudaError_t status, const 
 }  // namespace mlframework::backends::cuda
 
 /// Runs a CUDA runtime call; throws BackendError naming it when it does not return cudaSuccess.
-#define MLFW_CUDA_CHECK(call)                                                                    \
-  do {                                                                                           \
-    const cudaError_t mlfw_cuda_status = (call);                                                 \
-    if (mlfw_cuda_status != cudaSuccess) {                                                       \
+#define MLFW_CUDA_CHECK(call)                                                                     \
+  do {                                                                                            \
+    const cudaError_t mlfw_cuda_status = (call);                                                  \
+    if (mlfw_cuda_status != cudaSuccess) {                                                        \
       ::mlframework::backends::cuda::ThrowCudaError(#call, mlfw_cuda_status, __FILE__, __LINE__); \
-    }                                                                                            \
+    }                                                                                             \
   } while (false)
 
 /// For destructors, which must not throw: runs the call and ignores a failure (the
 /// only expected one is the runtime already shutting down at process exit).
-#define MLFW_CUDA_CHECK_NOTHROW(call)                         \
-  do {                                                        \
-    const cudaError_t mlfw_cuda_status = (call);              \
-    if (mlfw_cuda_status != cudaSuccess) {                    \
-      static_cast<void>(cudaGetLastError());                  \
-    }                                                         \
+#define MLFW_CUDA_CHECK_NOTHROW(call)            \
+  do {                                           \
+    const cudaError_t mlfw_cuda_status = (call); \
+    if (mlfw_cuda_status != cudaSuccess) {       \
+      static_cast<void>(cudaGetLastError());     \
+    }                                            \
   } while (false)

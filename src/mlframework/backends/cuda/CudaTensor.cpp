@@ -29,7 +29,10 @@ void RequireValidDtype(DataType dtype) {
 }  // namespace
 
 CudaTensor::CudaTensor(Shape shape, DataType dtype, int device)
-    : shape_(std::move(shape)), size_(ElementCount(shape_)), dtype_(dtype), device_(device),
+    : shape_(std::move(shape)),
+      size_(ElementCount(shape_)),
+      dtype_(dtype),
+      device_(device),
       context_(&DeviceContext::Get(device)) {
   RequireValidDtype(dtype_);
   if (size_ > SIZE_MAX / ElementSize(dtype_)) {

@@ -35,9 +35,7 @@ void* DevicePointer(ITensor& tensor) {
   throw ArgumentError("tensor", "is not a CUDA-backend tensor (device " + tensor.GetDevice().ToString() + ")");
 }
 
-void* StreamHandle(int device) {
-  throw BackendError("cannot use cuda:" + std::to_string(device) + ": " + kNotBuilt);
-}
+void* StreamHandle(int device) { throw BackendError("cannot use cuda:" + std::to_string(device) + ": " + kNotBuilt); }
 
 void Synchronize(int device) { throw BackendError("cannot use cuda:" + std::to_string(device) + ": " + kNotBuilt); }
 

@@ -104,8 +104,8 @@ void DeviceContext::Free(void* pointer) noexcept {
     return;
   }
   int previous = -1;
-  const bool switched = cudaGetDevice(&previous) == cudaSuccess && previous != device_ &&
-                        cudaSetDevice(device_) == cudaSuccess;
+  const bool switched =
+      cudaGetDevice(&previous) == cudaSuccess && previous != device_ && cudaSetDevice(device_) == cudaSuccess;
   if (stream_ordered_) {
     MLFW_CUDA_CHECK_NOTHROW(cudaFreeAsync(pointer, stream_));
   } else {

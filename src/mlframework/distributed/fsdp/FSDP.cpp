@@ -126,8 +126,8 @@ FSDPShardingUnit& FSDP::RegisterUnit(const std::string& name, const GradientMap&
       if (!tensor) throw ArgumentNullError("parameters[" + param_name + "]");
       if (tensor->Size() == 0) {
         throw ArgumentError("parameters[" + param_name + "]", "parameter '" + param_name + "' of unit '" + name +
-                                                                   "' has size 0 (shape " +
-                                                                   mlframework::ToString(tensor->GetShape()) + ")");
+                                                                  "' has size 0 (shape " +
+                                                                  mlframework::ToString(tensor->GetShape()) + ")");
       }
       unit->offsets.push_back(unit->numel);
       unit->names.push_back(param_name);
@@ -351,8 +351,8 @@ void FSDP::LoadStateDict(std::span<const std::byte> state) {
       const std::uint64_t shard_size = reader.U64();
       if (name != s.name || padded != s.padded || shard_size != s.shard_size) {
         reader.Fail("unit '" + name + "' (" + std::to_string(padded) + " padded elements, shard " +
-                    std::to_string(shard_size) + ") does not match unit '" + s.name + "' (" +
-                    std::to_string(s.padded) + ", shard " + std::to_string(s.shard_size) + ")");
+                    std::to_string(shard_size) + ") does not match unit '" + s.name + "' (" + std::to_string(s.padded) +
+                    ", shard " + std::to_string(s.shard_size) + ")");
       }
       const auto bytes = reader.Bytes(static_cast<std::size_t>(shard_size) * sizeof(float));
       std::vector<float> values(static_cast<std::size_t>(shard_size));

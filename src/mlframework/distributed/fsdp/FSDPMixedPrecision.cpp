@@ -36,9 +36,10 @@ void FSDPMixedPrecisionConfig::Validate() const {
                                                                    : std::to_string(static_cast<int>(ForwardDType))));
   }
   if (BackwardDType != TensorDataType::Float32) {
-    throw ArgumentError("BackwardDType", "must be Float32 for stability, got " +
-                                             (IsValid(BackwardDType) ? std::string(ToString(BackwardDType))
-                                                                     : std::to_string(static_cast<int>(BackwardDType))));
+    throw ArgumentError("BackwardDType",
+                        "must be Float32 for stability, got " +
+                            (IsValid(BackwardDType) ? std::string(ToString(BackwardDType))
+                                                    : std::to_string(static_cast<int>(BackwardDType))));
   }
   amp::ScalePolicyFieldNames names;
   names.InitialScale = "InitialLossScale";
@@ -71,7 +72,7 @@ FSDPMixedPrecisionManager::FSDPMixedPrecisionManager(FSDPMixedPrecisionConfig co
 FSDPMixedPrecisionManager::~FSDPMixedPrecisionManager() = default;
 
 TensorPtr FSDPMixedPrecisionManager::CastTensor(const TensorPtr& tensor, TensorDataType targetDType) const {
-  if (tensor->GetDataType() == targetDType) return tensor;  // no conversion needed
+  if (tensor->GetDataType() == targetDType) return tensor;              // no conversion needed
   return Cast(std::span<const TensorPtr>(&tensor, 1), targetDType)[0];  // one fused cast pass
 }
 
@@ -94,8 +95,7 @@ TensorPtr FSDPMixedPrecisionManager::ScaleLoss(const TensorPtr& loss) const {
 
 bool FSDPMixedPrecisionManager::Decide(bool local_overflow) {
   // MAX over ranks before the scale changes: every rank takes the same decision.
-  const bool overflow =
-      fsdp_.ProcessGroup().AllReduceHost(local_overflow ? 1.0 : 0.0, ReduceOp::Max) > 0.0;
+  const bool overflow = fsdp_.ProcessGroup().AllReduceHost(local_overflow ? 1.0 : 0.0, ReduceOp::Max) > 0.0;
   amp::UpdateScaleState(state_, policy_, overflow);
   return overflow;
 }

@@ -105,7 +105,8 @@ void FSDPShardingUnit::SetGatheredParameter(TensorPtr gathered) {
 
 const GradientMap& FSDPShardingUnit::Parameters() const {
   if (!impl_->is_gathered) {
-    throw InvalidOperationError("unit '" + impl_->name + "' is not gathered: call Gather() before using its parameters");
+    throw InvalidOperationError("unit '" + impl_->name +
+                                "' is not gathered: call Gather() before using its parameters");
   }
   return impl_->views;
 }
@@ -191,8 +192,8 @@ void FSDPShardingUnit::ReduceGradients(const GradientMap& gradients) {
 void FSDPShardingUnit::SetLocalGradient(TensorPtr gradient) {
   if (!gradient) throw ArgumentNullError("gradient");
   if (gradient->Size() != impl_->shard_size) {
-    throw ArgumentError("gradient", "must have the shard size " + std::to_string(impl_->shard_size) +
-                                        " of unit '" + impl_->name + "', got " + std::to_string(gradient->Size()));
+    throw ArgumentError("gradient", "must have the shard size " + std::to_string(impl_->shard_size) + " of unit '" +
+                                        impl_->name + "', got " + std::to_string(gradient->Size()));
   }
   impl_->local_gradient = std::move(gradient);
 }
@@ -200,8 +201,8 @@ void FSDPShardingUnit::SetLocalGradient(TensorPtr gradient) {
 void FSDPShardingUnit::ZeroGrad() noexcept {
   Impl& s = *impl_;
   // Keep an FP32 CPU shard for the next ReduceGradients() to reduce into.
-  if (s.local_gradient && s.local_gradient->GetDataType() == DataType::Float32 &&
-      cpu::IsCpuTensor(*s.local_gradient) && s.local_gradient->Size() == s.shard_size) {
+  if (s.local_gradient && s.local_gradient->GetDataType() == DataType::Float32 && cpu::IsCpuTensor(*s.local_gradient) &&
+      s.local_gradient->Size() == s.shard_size) {
     s.spare_gradient = std::move(s.local_gradient);
   }
   s.local_gradient.reset();

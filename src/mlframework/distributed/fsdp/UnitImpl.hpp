@@ -25,13 +25,13 @@ struct FSDPShardingUnit::Impl {
   std::size_t shard_size = 0;
   std::size_t shard_offset = 0;
 
-  TensorPtr shard;            // FP32 master shard (the whole buffer under NoShard)
-  TensorPtr gathered;         // flat gathered buffer while gathered
-  GradientMap views;          // per-parameter views of `gathered`
+  TensorPtr shard;     // FP32 master shard (the whole buffer under NoShard)
+  TensorPtr gathered;  // flat gathered buffer while gathered
+  GradientMap views;   // per-parameter views of `gathered`
   bool is_gathered = false;
-  TensorPtr kept;             // ShardGradOp / NoShard: gathered buffer kept between steps
-  TensorPtr local_gradient;   // FP32 gradient shard
-  TensorPtr spare_gradient;   // last step's FP32 shard, reused by the next ReduceGradients()
+  TensorPtr kept;            // ShardGradOp / NoShard: gathered buffer kept between steps
+  TensorPtr local_gradient;  // FP32 gradient shard
+  TensorPtr spare_gradient;  // last step's FP32 shard, reused by the next ReduceGradients()
 
   // Views of @p flat with the parameters' shapes, by name.
   GradientMap ViewsOf(const TensorPtr& flat) const;

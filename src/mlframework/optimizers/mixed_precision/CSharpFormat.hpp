@@ -3,8 +3,8 @@
 // the strings match what the C# code prints (invariant culture).
 
 #include <cmath>
-#include <cstdio>
 #include <cstddef>
+#include <cstdio>
 #include <string>
 
 namespace mlframework::optimizers::mixed_precision::detail {

@@ -61,8 +61,7 @@ GradientConversionLayer::GradientConversionLayer(const MixedPrecisionOptions& op
     : GradientConversionLayer(options, std::make_shared<DynamicLossScaler>(options),
                               std::make_shared<PrecisionManager>(options)) {}
 
-GradientConversionLayer::GradientConversionLayer()
-    : GradientConversionLayer(MixedPrecisionOptions::ForFP16()) {}
+GradientConversionLayer::GradientConversionLayer() : GradientConversionLayer(MixedPrecisionOptions::ForFP16()) {}
 
 bool GradientConversionLayer::ClippingActive() const noexcept {
   return options_.EnableGradientClipping && options_.MaxGradNorm > 0.0f;

@@ -53,8 +53,9 @@ void MixedPrecisionOptions::Validate() const {
     throw ArgumentError("MaxConsecutiveOverflows", "must be >= 1, got " + std::to_string(MaxConsecutiveOverflows));
   }
   if (std::isnan(MaxGradNorm)) {
-    throw ArgumentError("MaxGradNorm", "must not be NaN (use a value <= 0 or EnableGradientClipping = false "
-                                       "to disable clipping), got NaN");
+    throw ArgumentError("MaxGradNorm",
+                        "must not be NaN (use a value <= 0 or EnableGradientClipping = false "
+                        "to disable clipping), got NaN");
   }
   if (EnableDynamicLossScaling && Precision == DataType::Float32) {
     throw ArgumentError("EnableDynamicLossScaling",

@@ -80,13 +80,13 @@ void PrecisionManager::CopyMasterToModel(const GradientMap& model_parameters) co
   auto it = model_parameters.begin();
   for (const auto& [name, weight] : master_) {
     if (it->first != name) {
-      throw ArgumentError("model_parameters", "has no tensor \"" + name + "\" (found \"" + it->first +
-                                                  "\" in its place)");
+      throw ArgumentError("model_parameters",
+                          "has no tensor \"" + name + "\" (found \"" + it->first + "\" in its place)");
     }
     if (it->second->GetShape() != weight->GetShape()) {
-      throw ArgumentError("model_parameters[\"" + name + "\"]",
-                          "shape " + ToString(it->second->GetShape()) + " differs from the master weight's " +
-                              ToString(weight->GetShape()));
+      throw ArgumentError("model_parameters[\"" + name + "\"]", "shape " + ToString(it->second->GetShape()) +
+                                                                    " differs from the master weight's " +
+                                                                    ToString(weight->GetShape()));
     }
     master.push_back(weight);
     ++it;
