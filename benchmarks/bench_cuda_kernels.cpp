@@ -132,6 +132,7 @@ void BM_unscale_and_check(benchmark::State& state) {
 void BM_unscale_device_state(benchmark::State& state) {
   const auto list = MakeList(state, DtypeOf(state.range(1)));
   std::vector<ITensor*> raw;
+  raw.reserve(list.size());
   for (const TensorPtr& t : list) {
     raw.push_back(t.get());
   }
@@ -166,6 +167,7 @@ void BM_cast_scaled(benchmark::State& state) {
   const DataType target = dtype == DataType::Float16 ? DataType::Float32 : DataType::Float16;
   const auto src = MakeList(state, dtype);
   std::vector<TensorPtr> dst;
+  dst.reserve(src.size());
   for (const TensorPtr& t : src) {
     dst.push_back(Zeros(t->GetShape(), target, kGpu));
   }

@@ -169,7 +169,7 @@ double MaxRssBytes() {
 void BM_FsdpPeakMemory(benchmark::State& state) {
   const auto units = static_cast<std::size_t>(state.range(0));
   const auto unit_elements = static_cast<std::size_t>(state.range(1));
-  const double params = static_cast<double>(units * unit_elements);
+  const auto params = static_cast<double>(units * unit_elements);
   const int ranks = Ranks();
   double peak_growth = 0.0;
   double live_peak = 0.0;
@@ -226,7 +226,7 @@ BENCHMARK(BM_FsdpPeakMemory)->Args({32, 1 << 19})->Args({64, 1 << 18})->Iteratio
 BENCHMARK(BM_AllGather16M)
     ->Arg(kF32)
     ->Arg(kF16)
-    ->Iterations(2 * kIterations)
+    ->Iterations(benchmark::IterationCount{2} * kIterations)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ReduceScatter16M)

@@ -123,6 +123,7 @@ void BM_Fp16_FusedCastIntoFp32(benchmark::State& state) {
   const GradientMap grads = GptGradients(DataType::Float16);
   const std::vector<TensorPtr> src = TensorList(grads);
   std::vector<TensorPtr> dst;
+  dst.reserve(src.size());
   for (const TensorPtr& g : src) {
     dst.push_back(Zeros(g->GetShape(), DataType::Float32));
   }
@@ -206,6 +207,7 @@ void BM_Fp16_Paired(benchmark::State& state) {
   const GradientMap grads = GptGradients(DataType::Float16);
   const std::vector<TensorPtr> src = TensorList(grads);
   std::vector<TensorPtr> dst;
+  dst.reserve(src.size());
   for (const TensorPtr& g : src) {
     dst.push_back(Zeros(g->GetShape(), DataType::Float32));
   }
@@ -226,6 +228,7 @@ void BM_Fp16_Tiny_FusedCastIntoFp32(benchmark::State& state) {
   const GradientMap grads = TinyGradients(DataType::Float16);
   const std::vector<TensorPtr> src = TensorList(grads);
   std::vector<TensorPtr> dst;
+  dst.reserve(src.size());
   for (const TensorPtr& g : src) {
     dst.push_back(Zeros(g->GetShape(), DataType::Float32));
   }

@@ -59,7 +59,7 @@ std::vector<std::size_t> LayoutSizes(Layout layout, std::size_t total) {
       // plus token and position embeddings and the final layer norm: 100 tensors. Width d
       // puts about half of the elements in the layers; the token embedding takes the rest.
       std::size_t d = 16;
-      while (8 * 12 * (d + 16) * (d + 16) <= total / 2) {
+      while (std::size_t{96} * (d + 16) * (d + 16) <= total / 2) {
         d += 16;
       }
       const std::size_t positions = std::min<std::size_t>(1024, total / (8 * d));
@@ -289,7 +289,8 @@ void RegisterFused(Layout layout, std::size_t total) {
   const std::string tail = std::string("/") + LayoutName(layout) + "/" + SizeName(total);
   for (const DataType dtype : kDtypes) {
     const std::string d = DtypeName(dtype);
-    benchmark::RegisterBenchmark(("fused/unscale_check/" + d + tail).c_str(), [=](benchmark::State& state) {
+    const std::string suffix = d + tail;
+    benchmark::RegisterBenchmark(("fused/unscale_check/" + suffix).c_str(), [=](benchmark::State& state) {
       const auto& list = List(layout, total, dtype);
       float factor = 0.5f;
       for (auto _ : state) {
@@ -298,21 +299,21 @@ void RegisterFused(Layout layout, std::size_t total) {
       }
       state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * 2 * Bytes(list)));
     })->Apply(ApplyTiming);
-    benchmark::RegisterBenchmark(("fused/check/" + d + tail).c_str(), [=](benchmark::State& state) {
+    benchmark::RegisterBenchmark(("fused/check/" + suffix).c_str(), [=](benchmark::State& state) {
       const auto& list = List(layout, total, dtype);
       for (auto _ : state) {
         benchmark::DoNotOptimize(mlframework::HasNonFinite(list));
       }
       state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * Bytes(list)));
     })->Apply(ApplyTiming);
-    benchmark::RegisterBenchmark(("fused/sum_squares/" + d + tail).c_str(), [=](benchmark::State& state) {
+    benchmark::RegisterBenchmark(("fused/sum_squares/" + suffix).c_str(), [=](benchmark::State& state) {
       const auto& list = List(layout, total, dtype);
       for (auto _ : state) {
         benchmark::DoNotOptimize(mlframework::CheckAndSumSquares(list, 1.0f / 65536.0f));
       }
       state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * Bytes(list)));
     })->Apply(ApplyTiming);
-    benchmark::RegisterBenchmark(("fused/scale/" + d + tail).c_str(), [=](benchmark::State& state) {
+    benchmark::RegisterBenchmark(("fused/scale/" + suffix).c_str(), [=](benchmark::State& state) {
       const auto& list = List(layout, total, dtype);
       float factor = 0.5f;
       for (auto _ : state) {
@@ -327,8 +328,12 @@ void RegisterFused(Layout layout, std::size_t total) {
                                                  {DataType::Float32, DataType::BFloat16},
                                                  {DataType::Float16, DataType::Float32},
                                                  {DataType::BFloat16, DataType::Float32}};
-  for (const auto& [from, to] : casts) {
-    const std::string name = std::string("fused/cast/") + DtypeName(from) + "_to_" + DtypeName(to) + tail;
+  for (const auto& cast : casts) {
+    // Plain copies: clang 14 cannot capture structured bindings in the lambda below.
+    const DataType from = cast.first;
+    const DataType to = cast.second;
+    std::string name = "fused/cast/";
+    name.append(DtypeName(from)).append("_to_").append(DtypeName(to)).append(tail);
     benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& state) {
       const auto& src = List(layout, total, from);
       const auto& dst = List(layout, total, to, /*fill=*/false);

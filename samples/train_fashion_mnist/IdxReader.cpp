@@ -194,12 +194,12 @@ Split MakeSplit(const IdxArray& images, std::string_view images_name, const IdxA
 namespace {
 
 std::filesystem::path Locate(const std::filesystem::path& dir, const std::string& stem) {
-  const std::filesystem::path gz = dir / (stem + ".gz");
+  std::filesystem::path gz = dir / (stem + ".gz");
   std::error_code error;
   if (std::filesystem::exists(gz, error)) {
     return gz;
   }
-  const std::filesystem::path plain = dir / stem;
+  std::filesystem::path plain = dir / stem;
   if (std::filesystem::exists(plain, error)) {
     return plain;
   }

@@ -8,6 +8,7 @@
 #include <utility>
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -83,9 +84,16 @@ __attribute__((target("avx,f16c"))) std::size_t RoundHalfF16c(const float* value
   return i;  // the caller finishes the tail
 }
 
+// F16C from CPUID leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports does not know "f16c".
 bool HaveF16c() {
-  static const bool have = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
-  return have;
+  static const bool kHave = [] {
+    unsigned int eax = 0;
+    unsigned int ebx = 0;
+    unsigned int ecx = 0;
+    unsigned int edx = 0;
+    return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0 && __builtin_cpu_supports("avx");
+  }();
+  return kHave;
 }
 #endif
 
@@ -229,8 +237,8 @@ BatchLoss Mlp::Forward(std::span<const float> inputs, std::span<const std::uint8
   Resize(activations_[0], batch, features);
   std::copy(inputs.begin(), inputs.end(), activations_[0].begin());
   Dispatch(storage_, [&](auto d) {
-    constexpr DataType D = decltype(d)::value;
-    RoundInPlace<D>({activations_[0].data(), activations_[0].size()}, nullptr);
+    constexpr DataType kD = decltype(d)::value;
+    RoundInPlace<kD>({activations_[0].data(), activations_[0].size()}, nullptr);
     for (std::size_t k = 0; k < layers_.size(); ++k) {
       const Layer& layer = layers_[k];
       xt::xtensor<float, 2>& out = activations_[k + 1];
@@ -242,7 +250,7 @@ BatchLoss Mlp::Forward(std::span<const float> inputs, std::span<const std::uint8
       for (std::size_t b = 0; b < batch; ++b) {
         float* row = out.data() + b * layer.out;
         for (std::size_t j = 0; j < layer.out; ++j) {
-          const float z = RoundTo<D>(row[j] + bias[j]);
+          const float z = RoundTo<kD>(row[j] + bias[j]);
           row[j] = hidden ? std::max(z, 0.0f) : z;
         }
       }
@@ -283,7 +291,7 @@ void Mlp::Backward(float seed, UnderflowCount& count) {
   }
   const std::size_t batch = batch_;
   Dispatch(storage_, [&](auto d) {
-    constexpr DataType D = decltype(d)::value;
+    constexpr DataType kD = decltype(d)::value;
     // d(seed * CE)/dlogits = seed * (softmax - onehot), in FP32, then rounded as the GPU would store it.
     xt::xtensor<float, 2>& top = deltas_.back();
     const std::size_t classes = sizes_.back();
@@ -293,14 +301,14 @@ void Mlp::Backward(float seed, UnderflowCount& count) {
         row[c] = seed * (row[c] - (c == labels_[b] ? 1.0f : 0.0f));
       }
     }
-    RoundInPlace<D>({top.data(), top.size()}, &count);
+    RoundInPlace<kD>({top.data(), top.size()}, &count);
 
     for (std::size_t k = layers_.size(); k-- > 0;) {
       const Layer& layer = layers_[k];
       const xt::xtensor<float, 2>& delta = deltas_[k];
       Resize(weight_grad_wide_, layer.out, layer.in);
       xt::blas::gemm(delta, activations_[k], weight_grad_wide_, true, false);
-      StoreInto<D>({weight_grad_wide_.data(), weight_grad_wide_.size()}, *layer.weight_grad, count);
+      StoreInto<kD>({weight_grad_wide_.data(), weight_grad_wide_.size()}, *layer.weight_grad, count);
       bias_grad_wide_.assign(layer.out, 0.0f);
       for (std::size_t b = 0; b < batch; ++b) {
         const float* row = delta.data() + b * layer.out;
@@ -308,7 +316,7 @@ void Mlp::Backward(float seed, UnderflowCount& count) {
           bias_grad_wide_[j] += row[j];
         }
       }
-      StoreInto<D>(bias_grad_wide_, *layer.bias_grad, count);
+      StoreInto<kD>(bias_grad_wide_, *layer.bias_grad, count);
       if (k == 0) {
         break;
       }
@@ -322,7 +330,7 @@ void Mlp::Backward(float seed, UnderflowCount& count) {
       for (std::size_t i = 0; i < next.size(); ++i) {
         next.data()[i] = below.data()[i] > 0.0f ? dinput_.data()[i] : 0.0f;
       }
-      RoundInPlace<D>({next.data(), next.size()}, &count);
+      RoundInPlace<kD>({next.data(), next.size()}, &count);
     }
   });
 }

@@ -19,7 +19,8 @@ namespace {
 
 // Process CPU time (all threads): on a shared machine wall time mostly measures the neighbours.
 struct CpuClock {
-  static double now() {
+  // Named like std::chrono clocks (Clock::now()), so either can be plugged in.
+  static double now() {  // NOLINT(readability-identifier-naming)
     timespec t{};
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
     return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
@@ -105,12 +106,12 @@ void PrintProgress(const TrainConfig& config, Mode mode, int epoch, std::size_t 
   if (!config.progress) {
     return;
   }
-  static const bool tty = isatty(STDERR_FILENO) != 0;
+  static const bool kTty = isatty(STDERR_FILENO) != 0;
   // On a terminal the line updates in place; in a log, one line per epoch.
-  if (!tty && !done) {
+  if (!kTty && !done) {
     return;
   }
-  std::fprintf(stderr, "%s  %-12s epoch %d/%d  step %5zu/%zu  loss %8.4f  scale %-9.0f%s", tty ? "\r" : "",
+  std::fprintf(stderr, "%s  %-12s epoch %d/%d  step %5zu/%zu  loss %8.4f  scale %-9.0f%s", kTty ? "\r" : "",
                std::string(ModeName(mode)).c_str(), epoch + 1, config.epochs, step, steps, loss,
                static_cast<double>(scale), done ? "\n" : "");
   std::fflush(stderr);
@@ -133,6 +134,7 @@ std::optional<Mode> ParseMode(std::string_view name) {
 
 std::vector<Mode> AllModes() {
   std::vector<Mode> modes;
+  modes.reserve(kModes.size());
   for (const ModeSpec& spec : kModes) {
     modes.push_back(spec.mode);
   }

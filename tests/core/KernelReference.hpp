@@ -92,7 +92,7 @@ inline std::size_t ByteSize(const TensorPtr& t) { return t->Size() * mlframework
 
 inline Bytes BytesOf(const TensorPtr& t) {
   const auto* p = static_cast<const unsigned char*>(mlframework::backends::cpu::Data(*t));
-  return Bytes(p, p + ByteSize(t));
+  return {p, p + ByteSize(t)};
 }
 
 inline void SetBytes(const TensorPtr& t, const Bytes& bytes) {
@@ -103,6 +103,7 @@ inline void SetBytes(const TensorPtr& t, const Bytes& bytes) {
 
 inline std::vector<Bytes> Snapshot(const std::vector<TensorPtr>& list) {
   std::vector<Bytes> snap;
+  snap.reserve(list.size());
   for (const auto& t : list) {
     snap.push_back(BytesOf(t));
   }
@@ -192,7 +193,7 @@ inline std::uint32_t RandomFiniteBits(DataType dtype, Rng& rng) {
 /// Gradient-like values: normal-ish magnitudes times 2^k, k in [-14, 6], rounded into dtype.
 inline std::uint32_t RandomValueBits(DataType dtype, Rng& rng) {
   const double u = rng.Unit() + rng.Unit() + rng.Unit() - 1.5;  // bell-shaped, |u| < 1.5
-  const int k = static_cast<int>(rng.Between(0, 20)) - 14;
+  const auto k = static_cast<int>(rng.Between(0, 20)) - 14;
   const float v = static_cast<float>(std::ldexp(u, k));
   unsigned char buffer[4];
   RefStore(dtype, buffer, 0, v);

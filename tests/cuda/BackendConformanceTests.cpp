@@ -2,6 +2,7 @@
 // operation runs on the CPU backend and on the CUDA backend over the same
 // inputs, and the results are compared: exactly (bits) for values and flags,
 // with a relative tolerance for sums of squares. Needs a CUDA device.
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -79,7 +80,7 @@ void CheckSameBits(const std::vector<TensorPtr>& cpu, const std::vector<TensorPt
 }
 
 const std::vector<std::vector<std::size_t>>& SizeSets() {
-  static const std::vector<std::vector<std::size_t>> sets = [] {
+  static const std::vector<std::vector<std::size_t>> kSets = [] {
     std::vector<std::vector<std::size_t>> s = {
         {1},
         {16383, 16384, 16385},
@@ -93,7 +94,7 @@ const std::vector<std::vector<std::size_t>>& SizeSets() {
     s.push_back(many);
     return s;
   }();
-  return sets;
+  return kSets;
 }
 
 bool CloseRelative(double a, double b, double tolerance) {
@@ -174,7 +175,7 @@ BOOST_AUTO_TEST_CASE(CheckAndSumSquaresMatchesCpuAndIsDeterministic) {
           BOOST_TEST(CloseRelative(reference, gpu.SumOfSquares, 1e-6));
         }
         const NonFiniteAndNorm again = CheckAndSumSquares(pair.gpu, factor);
-        BOOST_TEST(std::memcmp(&again.SumOfSquares, &gpu.SumOfSquares, sizeof(double)) == 0);
+        BOOST_TEST(std::bit_cast<std::uint64_t>(again.SumOfSquares) == std::bit_cast<std::uint64_t>(gpu.SumOfSquares));
         BOOST_TEST(CloseRelative(SumOfSquares(pair.gpu, factor), gpu.SumOfSquares, 0.0));
       }
     }

@@ -32,6 +32,7 @@ std::vector<std::uint32_t> Bits(const ITensor& tensor) {
 
 std::vector<ITensor*> Raw(const std::vector<TensorPtr>& tensors) {
   std::vector<ITensor*> raw;
+  raw.reserve(tensors.size());
   for (const TensorPtr& t : tensors) {
     raw.push_back(t.get());
   }
@@ -40,6 +41,7 @@ std::vector<ITensor*> Raw(const std::vector<TensorPtr>& tensors) {
 
 std::vector<const ITensor*> RawConst(const std::vector<TensorPtr>& tensors) {
   std::vector<const ITensor*> raw;
+  raw.reserve(tensors.size());
   for (const TensorPtr& t : tensors) {
     raw.push_back(t.get());
   }

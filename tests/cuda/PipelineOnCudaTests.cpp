@@ -2,6 +2,7 @@
 // gives what it gives on CPU gradients: the same skip decisions and scale, the
 // same FP32 gradients (bit for bit without clipping; within the sum-of-squares
 // tolerance with clipping, whose coefficient comes from the norm). Needs a CUDA device.
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -40,7 +41,8 @@ void Compare(const GradientMap& cpu, const GradientMap& gpu, double tolerance) {
     BOOST_TEST_REQUIRE(a.size() == b.size());
     for (std::size_t i = 0; i < a.size(); ++i) {
       if (tolerance == 0.0) {
-        BOOST_TEST(std::memcmp(&a[i], &b[i], sizeof(float)) == 0, name << "[" << i << "] " << a[i] << " vs " << b[i]);
+        BOOST_TEST(std::bit_cast<std::uint32_t>(a[i]) == std::bit_cast<std::uint32_t>(b[i]),
+                   name << "[" << i << "] " << a[i] << " vs " << b[i]);
       } else {
         BOOST_TEST(std::fabs(a[i] - b[i]) <= tolerance * std::fabs(a[i]) + 1e-30, name << "[" << i << "]");
       }

@@ -95,7 +95,7 @@ BOOST_AUTO_TEST_CASE(AllGatherEveryDType) {
     group->AllGather(*input, *output);
     const auto values = output->ToFloatVector();
     for (int k = 0; k < n; ++k) {
-      BOOST_CHECK_EQUAL(values[3 * k], 10.0f * static_cast<float>(k));
+      BOOST_CHECK_EQUAL(values[std::size_t{3} * k], 10.0f * static_cast<float>(k));
       BOOST_CHECK_EQUAL(values[3 * k + 1], 10.0f * static_cast<float>(k) + 1.0f);
       BOOST_CHECK_EQUAL(values[3 * k + 2], -2.0f);
     }
@@ -114,7 +114,7 @@ BOOST_AUTO_TEST_CASE(ReduceScatterAndAllReduceBothHalfMethods) {
       auto input = FromVector(values, {values.size()}, dtype);
       auto output = Zeros({2}, dtype);
       group->ReduceScatter(*input, *output, dist::ReduceOp::Sum);
-      const float rank_sum = static_cast<float>(n * (n - 1) / 2);
+      const auto rank_sum = static_cast<float>(n * (n - 1)) / 2.0f;
       const auto got = output->ToFloatVector();
       for (std::size_t j = 0; j < 2; ++j) {
         const std::size_t i = 2 * static_cast<std::size_t>(r) + j;

@@ -29,7 +29,7 @@ namespace mlframework::amp {
 class MLFRAMEWORK_EXPORT GradScalerContext {
  public:
   /// Scales @p loss with @p scaler (GradScaler::Scale). ArgumentNullError("loss") when null.
-  GradScalerContext(GradScaler& scaler, TensorPtr loss);
+  GradScalerContext(GradScaler& scaler, const TensorPtr& loss);
   /// Abandons the iteration when it was not stepped (see Dispose()).
   ~GradScalerContext();
   /// A scope cannot be copied.

@@ -13,10 +13,12 @@ class MLFRAMEWORK_EXPORT ScaleFactor {
   /// Static class: not constructible.
   ScaleFactor() = delete;
 
+  // Spec 001 names (C# public const), kept as they are: NOLINTBEGIN(readability-identifier-naming)
   static constexpr float None = 1.0f;              ///< No scaling (2^0).
   static constexpr float Conservative = 256.0f;    ///< 2^8.
   static constexpr float Moderate = 65536.0f;      ///< 2^16.
   static constexpr float Aggressive = 1048576.0f;  ///< 2^20.
+  // NOLINTEND(readability-identifier-naming)
 
   /// 2^@p exponent, exact. ArgumentError naming `exponent` unless -126 <= exponent <= 127
   /// (the normal FP32 range: a loss scale must be a finite, positive, normal float).

@@ -39,6 +39,10 @@ namespace mlframework {
 class MLFRAMEWORK_EXPORT DeviceScaleState {
  public:
   virtual ~DeviceScaleState();
+  /// Not copyable: it owns device memory.
+  DeviceScaleState(const DeviceScaleState&) = delete;
+  /// Not copy-assignable.
+  DeviceScaleState& operator=(const DeviceScaleState&) = delete;
   /// Device whose memory holds the state.
   virtual Device GetDevice() const noexcept = 0;
   /// The policy UpdateScale() applies.
@@ -57,10 +61,6 @@ class MLFRAMEWORK_EXPORT DeviceScaleState {
  protected:
   /// Only backends construct states.
   DeviceScaleState() = default;
-  /// Not copyable: it owns device memory.
-  DeviceScaleState(const DeviceScaleState&) = delete;
-  /// Not copy-assignable.
-  DeviceScaleState& operator=(const DeviceScaleState&) = delete;
 };
 
 /// A TensorBackend whose multi-tensor kernels can take their factor from, and report

@@ -4,7 +4,7 @@
 
 namespace mlframework::amp {
 
-GradScalerContext::GradScalerContext(GradScaler& scaler, TensorPtr loss) : scaler_(&scaler) {
+GradScalerContext::GradScalerContext(GradScaler& scaler, const TensorPtr& loss) : scaler_(&scaler) {
   if (!loss) {
     throw ArgumentNullError("loss");
   }

@@ -30,7 +30,7 @@ std::string MpiErrorString(int code) {
   if (MPI_Error_string(code, text.data(), &length) != MPI_SUCCESS) {
     return "MPI error code " + std::to_string(code);
   }
-  return std::string(text.data(), static_cast<std::size_t>(length));
+  return {text.data(), static_cast<std::size_t>(length)};
 }
 
 void Check(int code, const char* call) {

@@ -187,7 +187,7 @@ class NcclProcessGroup final : public IProcessGroup {
  private:
   static constexpr std::size_t kScratchDoubles = 4096;
 
-  cudaStream_t Stream() const noexcept { return context_->stream(); }
+  cudaStream_t Stream() const noexcept { return context_->Stream(); }
 
   // Runs one collective; a communication failure aborts the communicator (it cannot be
   // trusted afterwards) and propagates.

@@ -169,7 +169,7 @@ void WriteName(mlframework::detail::BlobWriter& writer, const std::string& name)
 std::string ReadName(mlframework::detail::BlobReader& reader) {
   const std::uint32_t length = reader.U32();
   const std::span<const std::byte> bytes = reader.Bytes(length);
-  return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  return {reinterpret_cast<const char*>(bytes.data()), bytes.size()};
 }
 
 void WriteFloats(mlframework::detail::BlobWriter& writer, std::span<const float> values) {

@@ -12,10 +12,16 @@
 
 // Boost.Test prints the operands of a failed check (found by argument-dependent lookup).
 namespace mlframework {
-inline std::ostream& boost_test_print_type(std::ostream& out, DataType dtype) { return out << ToString(dtype); }
+// Boost.Test customization point: the name is Boost's.
+inline std::ostream& boost_test_print_type(  // NOLINT(readability-identifier-naming)
+    std::ostream& out, DataType dtype) {
+  return out << ToString(dtype);
+}
 }  // namespace mlframework
 namespace mlframework::amp {
-inline std::ostream& boost_test_print_type(std::ostream& out, const ScaleState& s) {
+// Boost.Test customization point: the name is Boost's.
+inline std::ostream& boost_test_print_type(  // NOLINT(readability-identifier-naming)
+    std::ostream& out, const ScaleState& s) {
   return out << "{Scale " << s.Scale << ", clean " << s.StepsSinceLastOverflow << ", consecutive "
              << s.ConsecutiveOverflows << ", overflows " << s.TotalOverflows << ", steps " << s.TotalSteps << "}";
 }

@@ -27,7 +27,7 @@ class MLFRAMEWORK_EXPORT FSDPMixedPrecisionManager {
   /// @p fsdp must outlive the manager.
   FSDPMixedPrecisionManager(FSDPMixedPrecisionConfig config, FSDP& fsdp);
   /// Releases nothing beyond its own state (the spec's Dispose).
-  ~FSDPMixedPrecisionManager();
+  ~FSDPMixedPrecisionManager() = default;
   /// Not copyable: one scale state per FSDP.
   FSDPMixedPrecisionManager(const FSDPMixedPrecisionManager&) = delete;
   /// Not assignable.

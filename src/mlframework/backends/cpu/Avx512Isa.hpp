@@ -40,7 +40,8 @@ struct Avx512Isa {
       return Batch(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))));
     } else {
       const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-      return Batch(_mm512_castsi512_ps(_mm512_slli_epi32(wide, 16)));
+      // Explicit: braces could pick xsimd's element-list constructor.
+      return Batch(_mm512_castsi512_ps(_mm512_slli_epi32(wide, 16)));  // NOLINT(modernize-return-braced-init-list)
     }
   }
 
@@ -53,7 +54,8 @@ struct Avx512Isa {
       return Batch(_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p)));
     } else {
       const __m512i wide = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p));
-      return Batch(_mm512_castsi512_ps(_mm512_slli_epi32(wide, 16)));
+      // Explicit: braces could pick xsimd's element-list constructor.
+      return Batch(_mm512_castsi512_ps(_mm512_slli_epi32(wide, 16)));  // NOLINT(modernize-return-braced-init-list)
     }
   }
 
@@ -157,7 +159,7 @@ struct Avx512Isa {
 
   // The read-only check looks at whole 64-byte registers of stored words.
   template <DataType D>
-  static constexpr std::size_t CheckElements = 64 / sizeof(Element<D>);
+  static constexpr std::size_t kCheckElements = 64 / sizeof(Element<D>);
 
   template <DataType D>
   static void CheckBlock(const Element<D>* p, Flag& flag) {

@@ -33,7 +33,8 @@ struct Avx2 {
       return Batch(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
     } else {
       const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-      return Batch(_mm256_castsi256_ps(_mm256_slli_epi32(wide, 16)));
+      // Explicit: braces could pick xsimd's element-list constructor.
+      return Batch(_mm256_castsi256_ps(_mm256_slli_epi32(wide, 16)));  // NOLINT(modernize-return-braced-init-list)
     }
   }
 
@@ -134,7 +135,7 @@ struct Avx2 {
   }
 
   template <DataType D>
-  static constexpr std::size_t CheckElements = 32 / sizeof(Element<D>);
+  static constexpr std::size_t kCheckElements = 32 / sizeof(Element<D>);
 
   template <DataType D>
   static void CheckBlock(const Element<D>* p, Flag& flag) {
@@ -143,7 +144,7 @@ struct Avx2 {
 
   template <DataType D>
   static void CheckPartial(const Element<D>* p, std::size_t n, Flag& flag) {
-    alignas(32) Element<D> buffer[CheckElements<D>] = {};
+    alignas(32) Element<D> buffer[kCheckElements<D>] = {};
     std::memcpy(buffer, p, n * sizeof(Element<D>));
     CheckBlock<D>(buffer, flag);
   }

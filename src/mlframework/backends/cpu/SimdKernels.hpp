@@ -12,9 +12,9 @@
 //   Isa::Store<D>(p, v, flag)         round v to D (FloatBits.hpp rounding), store kWidth
 //                                     elements, fold their exponent fields into flag
 //   Isa::StorePartial<D>(p, n, v, flag)  the same for the first n lanes only
-//   Isa::CheckBlock<D>(p, flag)       fold the exponent fields of Isa::CheckElements<D> stored
+//   Isa::CheckBlock<D>(p, flag)       fold the exponent fields of Isa::kCheckElements<D> stored
 //                                     elements into flag (read-only check, no conversion)
-//   Isa::CheckPartial<D>(p, n, flag)  the same for n < CheckElements<D> elements
+//   Isa::CheckPartial<D>(p, n, flag)  the same for n < kCheckElements<D> elements
 //   Isa::StoreStream<D>(p, v, flag)   Store to a vector-aligned p with non-temporal stores
 //   Isa::Fence()                      orders the non-temporal stores (sfence)
 //   Isa::Flag, Isa::NoFlag<D>(), Isa::AnyNonFinite<D>(flag)
@@ -90,7 +90,7 @@ void Scale(void* data, std::size_t count, float factor) {
 template <class Isa, DataType D>
 bool NonFinite(const void* data, std::size_t count) {
   const auto* p = static_cast<const Element<D>*>(data);
-  constexpr std::size_t kStep = Isa::template CheckElements<D>;
+  constexpr std::size_t kStep = Isa::template kCheckElements<D>;
   auto flag = Isa::template NoFlag<D>();
   std::size_t i = AlignHead<Isa>(p, count);
   if (i > 0) {

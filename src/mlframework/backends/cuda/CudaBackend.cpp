@@ -29,7 +29,7 @@ Field* FieldPointer(Struct* base, std::size_t offset) {
 }
 
 std::int32_t* ResultFlag(DeviceContext& context) {
-  return FieldPointer<std::int32_t>(context.device_result(), offsetof(DeviceResult, flag));
+  return FieldPointer<std::int32_t>(context.DeviceResultBlock(), offsetof(DeviceResult, flag));
 }
 
 // ---- device-resident scaling state ---------------------------------------------------------
@@ -38,7 +38,7 @@ class CudaScaleState final : public DeviceScaleState {
  public:
   CudaScaleState(int device, const amp::ScalePolicy& policy, const amp::ScaleState& initial)
       : context_(&DeviceContext::Get(device)), policy_(policy) {
-    std::lock_guard lock(context_->mutex());
+    std::lock_guard lock(context_->Mutex());
     DeviceGuard guard(device);
     block_ = static_cast<DeviceScaleBlock*>(context_->Allocate(sizeof(DeviceScaleBlock)));
     try {
@@ -52,45 +52,45 @@ class CudaScaleState final : public DeviceScaleState {
   CudaScaleState(const CudaScaleState&) = delete;
   CudaScaleState& operator=(const CudaScaleState&) = delete;
 
-  Device GetDevice() const noexcept override { return Device::CUDA(context_->device()); }
+  Device GetDevice() const noexcept override { return Device::CUDA(context_->DeviceIndex()); }
   const amp::ScalePolicy& Policy() const noexcept override { return policy_; }
   amp::ScaleState Read() const override { return ReadBlock().state; }
   void Write(const amp::ScaleState& state) override {
-    std::lock_guard lock(context_->mutex());
-    DeviceGuard guard(context_->device());
+    std::lock_guard lock(context_->Mutex());
+    DeviceGuard guard(context_->DeviceIndex());
     WriteLocked(state);
   }
   bool FoundInf() const override { return ReadBlock().found_inf != 0; }
   void MarkFoundInf() override {
-    std::lock_guard lock(context_->mutex());
-    DeviceGuard guard(context_->device());
+    std::lock_guard lock(context_->Mutex());
+    DeviceGuard guard(context_->DeviceIndex());
     // Byte-wise memset: 0x01010101 is non-zero, which is all the flag means.
-    MLFW_CUDA_CHECK(cudaMemsetAsync(flag(), 1, sizeof(std::int32_t), context_->stream()));
+    MLFW_CUDA_CHECK(cudaMemsetAsync(FlagPointer(), 1, sizeof(std::int32_t), context_->Stream()));
   }
   bool LastStepSkipped() const override { return ReadBlock().last_skipped != 0; }
 
-  DeviceContext& context() const noexcept { return *context_; }
-  DeviceScaleBlock* block() const noexcept { return block_; }
-  const float* scale() const noexcept {
+  DeviceContext& Context() const noexcept { return *context_; }
+  DeviceScaleBlock* Block() const noexcept { return block_; }
+  const float* ScalePointer() const noexcept {
     return FieldPointer<float>(block_, offsetof(DeviceScaleBlock, state) + offsetof(amp::ScaleState, Scale));
   }
-  std::int32_t* flag() const noexcept {
+  std::int32_t* FlagPointer() const noexcept {
     return FieldPointer<std::int32_t>(block_, offsetof(DeviceScaleBlock, found_inf));
   }
 
  private:
   void WriteLocked(const amp::ScaleState& state) {
     const DeviceScaleBlock host{state, 0, 0};
-    MLFW_CUDA_CHECK(cudaMemcpyAsync(block_, &host, sizeof host, cudaMemcpyHostToDevice, context_->stream()));
+    MLFW_CUDA_CHECK(cudaMemcpyAsync(block_, &host, sizeof host, cudaMemcpyHostToDevice, context_->Stream()));
     // `host` lives on this stack frame: wait until the copy has read it.
-    MLFW_CUDA_CHECK(cudaStreamSynchronize(context_->stream()));
+    MLFW_CUDA_CHECK(cudaStreamSynchronize(context_->Stream()));
   }
   DeviceScaleBlock ReadBlock() const {
-    std::lock_guard lock(context_->mutex());
-    DeviceGuard guard(context_->device());
+    std::lock_guard lock(context_->Mutex());
+    DeviceGuard guard(context_->DeviceIndex());
     DeviceScaleBlock host{};
-    MLFW_CUDA_CHECK(cudaMemcpyAsync(&host, block_, sizeof host, cudaMemcpyDeviceToHost, context_->stream()));
-    MLFW_CUDA_CHECK(cudaStreamSynchronize(context_->stream()));
+    MLFW_CUDA_CHECK(cudaMemcpyAsync(&host, block_, sizeof host, cudaMemcpyDeviceToHost, context_->Stream()));
+    MLFW_CUDA_CHECK(cudaStreamSynchronize(context_->Stream()));
     return host;
   }
 
@@ -132,9 +132,9 @@ std::vector<DeviceGroup> GroupByDevice(std::span<TensorPointer const> tensors) {
   std::vector<DeviceGroup> groups;
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     const CudaTensor& tensor = AsCuda(tensors[i], "tensors", i);
-    GroupFor(groups, tensor.device())
+    GroupFor(groups, tensor.DeviceIndex())
         .entries.push_back(
-            ListEntry{tensor.data(), tensor.data(), tensor.GetDataType(), tensor.GetDataType(), tensor.Size()});
+            ListEntry{tensor.Data(), tensor.Data(), tensor.GetDataType(), tensor.GetDataType(), tensor.Size()});
   }
   return groups;
 }
@@ -146,13 +146,13 @@ std::vector<ListEntry> EntriesOnDevice(std::span<TensorPointer const> tensors, i
   entries.reserve(tensors.size());
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     const CudaTensor& tensor = AsCuda(tensors[i], "tensors", i);
-    if (tensor.device() != device) {
+    if (tensor.DeviceIndex() != device) {
       throw ArgumentError(
           "tensors[" + std::to_string(i) + "]",
           "is on " + tensor.GetDevice().ToString() + " but the scale state is on cuda:" + std::to_string(device));
     }
     entries.push_back(
-        ListEntry{tensor.data(), tensor.data(), tensor.GetDataType(), tensor.GetDataType(), tensor.Size()});
+        ListEntry{tensor.Data(), tensor.Data(), tensor.GetDataType(), tensor.GetDataType(), tensor.Size()});
   }
   return entries;
 }
@@ -179,11 +179,11 @@ class CudaBackend final : public DeviceScalingBackend {
         continue;
       }
       DeviceContext& context = DeviceContext::Get(group.device);
-      std::lock_guard lock(context.mutex());
+      std::lock_guard lock(context.Mutex());
       DeviceGuard guard(group.device);
       context.ClearResult();
       for (const Launch& launch : launches) {
-        LaunchUnscale(launch, FactorSource{factor}, ResultFlag(context), context.stream());
+        LaunchUnscale(launch, FactorSource{factor}, ResultFlag(context), context.Stream());
       }
       found = context.ReadResult().flag != 0 || found;
     }
@@ -197,11 +197,11 @@ class CudaBackend final : public DeviceScalingBackend {
         continue;
       }
       DeviceContext& context = DeviceContext::Get(group.device);
-      std::lock_guard lock(context.mutex());
+      std::lock_guard lock(context.Mutex());
       DeviceGuard guard(group.device);
       context.ClearResult();
       for (const Launch& launch : launches) {
-        LaunchNonFinite(launch, ResultFlag(context), context.stream());
+        LaunchNonFinite(launch, ResultFlag(context), context.Stream());
       }
       if (context.ReadResult().flag != 0) {
         return true;
@@ -218,18 +218,18 @@ class CudaBackend final : public DeviceScalingBackend {
         continue;
       }
       DeviceContext& context = DeviceContext::Get(group.device);
-      std::lock_guard lock(context.mutex());
+      std::lock_guard lock(context.Mutex());
       DeviceGuard guard(group.device);
       const std::size_t blocks = TotalBlocks(launches);
       float* partials = context.Partials(blocks);
       context.ClearResult();
       std::size_t first = 0;
       for (const Launch& launch : launches) {
-        LaunchSumSquares(launch, partials + first, ResultFlag(context), context.stream());
+        LaunchSumSquares(launch, partials + first, ResultFlag(context), context.Stream());
         first += launch.blocks;
       }
-      LaunchSumSquaresFinalize(partials, blocks, static_cast<double>(factor), context.device_result(),
-                               context.stream());
+      LaunchSumSquaresFinalize(partials, blocks, static_cast<double>(factor), context.DeviceResultBlock(),
+                               context.Stream());
       const DeviceResult result = context.ReadResult();
       total.FoundNonFinite = total.FoundNonFinite || result.flag != 0;
       total.SumOfSquares += result.sum;
@@ -249,12 +249,12 @@ class CudaBackend final : public DeviceScalingBackend {
     for (std::size_t i = 0; i < src.size(); ++i) {
       const CudaTensor& in = AsCuda(src[i], "src", i);
       const CudaTensor& out = AsCuda(dst[i], "dst", i);
-      if (in.device() != out.device()) {
+      if (in.DeviceIndex() != out.DeviceIndex()) {
         found = CastAcrossDevices(in, *dst[i], factor) || found;
         continue;
       }
-      GroupFor(groups, in.device())
-          .entries.push_back(ListEntry{in.data(), out.data(), in.GetDataType(), out.GetDataType(), in.Size()});
+      GroupFor(groups, in.DeviceIndex())
+          .entries.push_back(ListEntry{in.Data(), out.Data(), in.GetDataType(), out.GetDataType(), in.Size()});
     }
     for (const DeviceGroup& group : groups) {
       const auto launches = PlanLaunches(group.entries);
@@ -262,11 +262,11 @@ class CudaBackend final : public DeviceScalingBackend {
         continue;
       }
       DeviceContext& context = DeviceContext::Get(group.device);
-      std::lock_guard lock(context.mutex());
+      std::lock_guard lock(context.Mutex());
       DeviceGuard guard(group.device);
       context.ClearResult();
       for (const Launch& launch : launches) {
-        LaunchCast(launch, FactorSource{factor}, ResultFlag(context), context.stream());
+        LaunchCast(launch, FactorSource{factor}, ResultFlag(context), context.Stream());
       }
       found = context.ReadResult().flag != 0 || found;
     }
@@ -285,32 +285,33 @@ class CudaBackend final : public DeviceScalingBackend {
 
   void ScaleWithState(std::span<ITensor* const> tensors, DeviceScaleState& state) const override {
     CudaScaleState& cuda_state = AsCudaState(state);
-    const int device = cuda_state.context().device();
-    RunScale(device, EntriesOnDevice(tensors, device), FactorSource{1.0f, FactorMode::Scale, cuda_state.scale()});
+    const int device = cuda_state.Context().DeviceIndex();
+    RunScale(device, EntriesOnDevice(tensors, device),
+             FactorSource{1.0f, FactorMode::Scale, cuda_state.ScalePointer()});
   }
 
   void UnscaleWithState(std::span<ITensor* const> tensors, DeviceScaleState& state) const override {
     CudaScaleState& cuda_state = AsCudaState(state);
-    DeviceContext& context = cuda_state.context();
-    const auto launches = PlanLaunches(EntriesOnDevice(tensors, context.device()));
-    std::lock_guard lock(context.mutex());
-    DeviceGuard guard(context.device());
+    DeviceContext& context = cuda_state.Context();
+    const auto launches = PlanLaunches(EntriesOnDevice(tensors, context.DeviceIndex()));
+    std::lock_guard lock(context.Mutex());
+    DeviceGuard guard(context.DeviceIndex());
     for (const Launch& launch : launches) {
-      LaunchUnscale(launch, FactorSource{1.0f, FactorMode::InverseOfScale, cuda_state.scale()}, cuda_state.flag(),
-                    context.stream());
+      LaunchUnscale(launch, FactorSource{1.0f, FactorMode::InverseOfScale, cuda_state.ScalePointer()},
+                    cuda_state.FlagPointer(), context.Stream());
     }
   }
 
   void CastUnscaledWithState(std::span<const ITensor* const> src, std::span<ITensor* const> dst,
                              DeviceScaleState& state) const override {
     CudaScaleState& cuda_state = AsCudaState(state);
-    DeviceContext& context = cuda_state.context();
+    DeviceContext& context = cuda_state.Context();
     if (src.size() != dst.size()) {
       throw ArgumentError("dst",
                           "has " + std::to_string(dst.size()) + " tensors but src has " + std::to_string(src.size()));
     }
-    const auto in = EntriesOnDevice(src, context.device());
-    const auto out = EntriesOnDevice(dst, context.device());
+    const auto in = EntriesOnDevice(src, context.DeviceIndex());
+    const auto out = EntriesOnDevice(dst, context.DeviceIndex());
     std::vector<ListEntry> pairs;
     pairs.reserve(in.size());
     for (std::size_t i = 0; i < in.size(); ++i) {
@@ -322,31 +323,31 @@ class CudaBackend final : public DeviceScalingBackend {
       pairs.push_back(ListEntry{in[i].src, out[i].src, in[i].src_dtype, out[i].src_dtype, in[i].size});
     }
     const auto launches = PlanLaunches(pairs);
-    std::lock_guard lock(context.mutex());
-    DeviceGuard guard(context.device());
+    std::lock_guard lock(context.Mutex());
+    DeviceGuard guard(context.DeviceIndex());
     for (const Launch& launch : launches) {
-      LaunchCast(launch, FactorSource{1.0f, FactorMode::InverseOfScale, cuda_state.scale()}, cuda_state.flag(),
-                 context.stream());
+      LaunchCast(launch, FactorSource{1.0f, FactorMode::InverseOfScale, cuda_state.ScalePointer()},
+                 cuda_state.FlagPointer(), context.Stream());
     }
   }
 
   void CheckWithState(std::span<const ITensor* const> tensors, DeviceScaleState& state) const override {
     CudaScaleState& cuda_state = AsCudaState(state);
-    DeviceContext& context = cuda_state.context();
-    const auto launches = PlanLaunches(EntriesOnDevice(tensors, context.device()));
-    std::lock_guard lock(context.mutex());
-    DeviceGuard guard(context.device());
+    DeviceContext& context = cuda_state.Context();
+    const auto launches = PlanLaunches(EntriesOnDevice(tensors, context.DeviceIndex()));
+    std::lock_guard lock(context.Mutex());
+    DeviceGuard guard(context.DeviceIndex());
     for (const Launch& launch : launches) {
-      LaunchNonFinite(launch, cuda_state.flag(), context.stream());
+      LaunchNonFinite(launch, cuda_state.FlagPointer(), context.Stream());
     }
   }
 
   void UpdateScale(DeviceScaleState& state) const override {
     CudaScaleState& cuda_state = AsCudaState(state);
-    DeviceContext& context = cuda_state.context();
-    std::lock_guard lock(context.mutex());
-    DeviceGuard guard(context.device());
-    LaunchScaleUpdate(cuda_state.block(), cuda_state.Policy(), context.stream());
+    DeviceContext& context = cuda_state.Context();
+    std::lock_guard lock(context.Mutex());
+    DeviceGuard guard(context.DeviceIndex());
+    LaunchScaleUpdate(cuda_state.Block(), cuda_state.Policy(), context.Stream());
   }
 
  private:
@@ -356,10 +357,10 @@ class CudaBackend final : public DeviceScalingBackend {
       return;
     }
     DeviceContext& context = DeviceContext::Get(device);
-    std::lock_guard lock(context.mutex());
+    std::lock_guard lock(context.Mutex());
     DeviceGuard guard(device);
     for (const Launch& launch : launches) {
-      LaunchScale(launch, factor, context.stream());
+      LaunchScale(launch, factor, context.Stream());
     }
   }
 
@@ -377,8 +378,8 @@ class CudaBackend final : public DeviceScalingBackend {
 }  // namespace
 
 const DeviceScalingBackend& BackendInstance() noexcept {
-  static const CudaBackend backend;
-  return backend;
+  static const CudaBackend kBackend;
+  return kBackend;
 }
 
 }  // namespace mlframework::backends::cuda

@@ -38,12 +38,12 @@ CudaTensor::CudaTensor(Shape shape, DataType dtype, int device)
   if (size_ > SIZE_MAX / ElementSize(dtype_)) {
     throw ArgumentError("shape", ToString(shape_) + " of " + Describe(dtype_) + " does not fit in memory");
   }
-  std::lock_guard lock(context_->mutex());
+  std::lock_guard lock(context_->Mutex());
   DeviceGuard guard(device_);
-  data_ = context_->Allocate(bytes());
+  data_ = context_->Allocate(Bytes());
   if (data_ != nullptr) {
     try {
-      MLFW_CUDA_CHECK(cudaMemsetAsync(data_, 0, bytes(), context_->stream()));
+      MLFW_CUDA_CHECK(cudaMemsetAsync(data_, 0, Bytes(), context_->Stream()));
     } catch (...) {
       context_->Free(data_);
       throw;
@@ -114,14 +114,14 @@ double CudaTensor::SumOfSquares() const {
 }
 
 std::vector<float> CudaTensor::ToFloatVector() const {
-  std::vector<std::uint8_t> raw(bytes());
+  std::vector<std::uint8_t> raw(Bytes());
   {
-    std::lock_guard lock(context_->mutex());
+    std::lock_guard lock(context_->Mutex());
     DeviceGuard guard(device_);
     if (!raw.empty()) {
-      MLFW_CUDA_CHECK(cudaMemcpyAsync(raw.data(), data_, raw.size(), cudaMemcpyDeviceToHost, context_->stream()));
+      MLFW_CUDA_CHECK(cudaMemcpyAsync(raw.data(), data_, raw.size(), cudaMemcpyDeviceToHost, context_->Stream()));
     }
-    MLFW_CUDA_CHECK(cudaStreamSynchronize(context_->stream()));
+    MLFW_CUDA_CHECK(cudaStreamSynchronize(context_->Stream()));
   }
   // Widened on the host with the CPU backend's conversions (the same bits as everywhere).
   std::vector<float> values(size_);
@@ -134,15 +134,15 @@ void CudaTensor::CopyFromFloats(std::span<const float> values) {
     throw ArgumentError("values", "has " + std::to_string(values.size()) + " elements, tensor " + ToString(shape_) +
                                       " has " + std::to_string(size_));
   }
-  std::vector<std::uint8_t> raw(bytes());
+  std::vector<std::uint8_t> raw(Bytes());
   cpu::NarrowFromFloat(values.data(), raw.data(), dtype_, size_);
-  std::lock_guard lock(context_->mutex());
+  std::lock_guard lock(context_->Mutex());
   DeviceGuard guard(device_);
   if (!raw.empty()) {
-    MLFW_CUDA_CHECK(cudaMemcpyAsync(data_, raw.data(), raw.size(), cudaMemcpyHostToDevice, context_->stream()));
+    MLFW_CUDA_CHECK(cudaMemcpyAsync(data_, raw.data(), raw.size(), cudaMemcpyHostToDevice, context_->Stream()));
   }
   // The staging vector dies at return: wait until the copy has read it.
-  MLFW_CUDA_CHECK(cudaStreamSynchronize(context_->stream()));
+  MLFW_CUDA_CHECK(cudaStreamSynchronize(context_->Stream()));
 }
 
 const TensorBackend* CudaTensor::Backend() const noexcept { return &BackendInstance(); }
@@ -182,15 +182,15 @@ void* DevicePointer(ITensor& tensor) {
   if (cuda_tensor == nullptr) {
     throw ArgumentError("tensor", "is not a CUDA-backend tensor (device " + tensor.GetDevice().ToString() + ")");
   }
-  return cuda_tensor->data();
+  return cuda_tensor->Data();
 }
 
-void* StreamHandle(int device) { return DeviceContext::Get(device).stream(); }
+void* StreamHandle(int device) { return DeviceContext::Get(device).Stream(); }
 
 void Synchronize(int device) {
   DeviceContext& context = DeviceContext::Get(device);
   DeviceGuard guard(device);
-  MLFW_CUDA_CHECK(cudaStreamSynchronize(context.stream()));
+  MLFW_CUDA_CHECK(cudaStreamSynchronize(context.Stream()));
 }
 
 const DeviceScalingBackend& Backend() { return BackendInstance(); }

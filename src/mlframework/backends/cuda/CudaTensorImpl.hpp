@@ -38,9 +38,9 @@ class CudaTensor final : public ITensor {
 
   const TensorBackend* Backend() const noexcept override;
 
-  int device() const noexcept { return device_; }
-  void* data() const noexcept { return data_; }
-  std::size_t bytes() const noexcept { return size_ * ElementSize(dtype_); }
+  int DeviceIndex() const noexcept { return device_; }
+  void* Data() const noexcept { return data_; }
+  std::size_t Bytes() const noexcept { return size_ * ElementSize(dtype_); }
 
  private:
   Shape shape_;

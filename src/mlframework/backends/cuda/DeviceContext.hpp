@@ -37,10 +37,10 @@ class DeviceContext {
   /// The context of @p device; BackendError when the device does not exist or there is no driver.
   static DeviceContext& Get(int device);
 
-  int device() const noexcept { return device_; }
-  cudaStream_t stream() const noexcept { return stream_; }
+  int DeviceIndex() const noexcept { return device_; }
+  cudaStream_t Stream() const noexcept { return stream_; }
   /// Held by every backend call while it uses the scratch memory below.
-  std::mutex& mutex() noexcept { return mutex_; }
+  std::mutex& Mutex() noexcept { return mutex_; }
 
   /// @p bytes of device memory, ordered on the stream (stream-ordered pool when the device has one).
   void* Allocate(std::size_t bytes);
@@ -48,8 +48,8 @@ class DeviceContext {
   void Free(void* pointer) noexcept;
 
   /// Result block (flag and sum) in device memory and its pinned host mirror.
-  DeviceResult* device_result() noexcept { return device_result_; }
-  DeviceResult* host_result() noexcept { return host_result_; }
+  DeviceResult* DeviceResultBlock() noexcept { return device_result_; }
+  DeviceResult* HostResultBlock() noexcept { return host_result_; }
   /// At least @p count floats of device scratch for the sum-of-squares partials (mutex held).
   float* Partials(std::size_t count);
 

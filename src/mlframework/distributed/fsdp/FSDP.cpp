@@ -125,9 +125,10 @@ FSDPShardingUnit& FSDP::RegisterUnit(const std::string& name, const GradientMap&
     for (const auto& [param_name, tensor] : parameters) {
       if (!tensor) throw ArgumentNullError("parameters[" + param_name + "]");
       if (tensor->Size() == 0) {
-        throw ArgumentError("parameters[" + param_name + "]", "parameter '" + param_name + "' of unit '" + name +
-                                                                  "' has size 0 (shape " +
-                                                                  mlframework::ToString(tensor->GetShape()) + ")");
+        std::string message = "parameter '";
+        message.append(param_name).append("' of unit '").append(name).append("' has size 0 (shape ");
+        message.append(mlframework::ToString(tensor->GetShape())).append(")");
+        throw ArgumentError("parameters[" + param_name + "]", message);
       }
       unit->offsets.push_back(unit->numel);
       unit->names.push_back(param_name);
@@ -165,7 +166,7 @@ FSDPShardingUnit& FSDP::RegisterUnit(const std::string& name, const GradientMap&
   }
 
   AbortGuard guard(group, "FSDP RegisterUnit('" + name + "')");
-  const std::size_t world_size = static_cast<std::size_t>(world);
+  const auto world_size = static_cast<std::size_t>(world);
   unit->padded = sharded ? (unit->numel + world_size - 1) / world_size * world_size : unit->numel;
   unit->shard_size = sharded ? unit->padded / world_size : unit->numel;
   unit->shard_offset = sharded ? unit->shard_size * static_cast<std::size_t>(group.Rank()) : 0;

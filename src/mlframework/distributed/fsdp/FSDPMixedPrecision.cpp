@@ -69,8 +69,6 @@ FSDPMixedPrecisionManager::FSDPMixedPrecisionManager(FSDPMixedPrecisionConfig co
       fsdp_(fsdp),
       state_(amp::ScaleState::Initial(policy_)) {}
 
-FSDPMixedPrecisionManager::~FSDPMixedPrecisionManager() = default;
-
 TensorPtr FSDPMixedPrecisionManager::CastTensor(const TensorPtr& tensor, TensorDataType targetDType) const {
   if (tensor->GetDataType() == targetDType) return tensor;              // no conversion needed
   return Cast(std::span<const TensorPtr>(&tensor, 1), targetDType)[0];  // one fused cast pass

@@ -231,7 +231,7 @@ void GradientConversionLayer::LoadStateDict(std::span<const std::byte> state) {
   scaler.LoadStateDict(scaler_blob);
   PrecisionManager manager = *precision_manager_;
   manager.LoadStateDict(manager_blob);
-  *loss_scaler_ = std::move(scaler);
+  *loss_scaler_ = scaler;
   *precision_manager_ = std::move(manager);
   clip_count_ = clip_count;
   last_gradient_norm_ = last_norm;
