@@ -194,7 +194,7 @@ inline std::uint32_t RandomFiniteBits(DataType dtype, Rng& rng) {
 inline std::uint32_t RandomValueBits(DataType dtype, Rng& rng) {
   const double u = rng.Unit() + rng.Unit() + rng.Unit() - 1.5;  // bell-shaped, |u| < 1.5
   const auto k = static_cast<int>(rng.Between(0, 20)) - 14;
-  const float v = static_cast<float>(std::ldexp(u, k));
+  const auto v = static_cast<float>(std::ldexp(u, k));
   unsigned char buffer[4];
   RefStore(dtype, buffer, 0, v);
   return BitsAt(dtype, buffer, 0);

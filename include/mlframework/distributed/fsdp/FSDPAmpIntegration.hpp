@@ -22,7 +22,7 @@ class MLFRAMEWORK_EXPORT FSDPAmpIntegration {
  public:
   /// AMP for @p fsdp (which must outlive this object) with @p mpConfig, or the spec defaults.
   explicit FSDPAmpIntegration(FSDP& fsdp, std::optional<FSDPMixedPrecisionConfig> mpConfig = std::nullopt);
-  ~FSDPAmpIntegration();
+  ~FSDPAmpIntegration() = default;
   /// Not copyable: owns the manager.
   FSDPAmpIntegration(const FSDPAmpIntegration&) = delete;
   /// Not assignable.

@@ -140,8 +140,6 @@ FSDPAmpIntegration::FSDPAmpIntegration(FSDP& fsdp, std::optional<FSDPMixedPrecis
   if (mp_manager_.Config().Enabled) fsdp_.SetParamDType(mp_manager_.Config().ForwardDType);
 }
 
-FSDPAmpIntegration::~FSDPAmpIntegration() = default;
-
 void FSDPAmpIntegration::ApplyMixedPrecision(FSDPShardingUnit& shardingUnit) {
   if (!shardingUnit.IsGathered() || !shardingUnit.GatheredParameter()) {
     throw InvalidOperationError("Parameter must be gathered first (unit '" + shardingUnit.Name() + "')");
