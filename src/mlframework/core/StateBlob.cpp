@@ -150,6 +150,22 @@ double BlobReader::F64() {
   std::memcpy(&value, &bits, sizeof value);
   return value;
 }
+bool BlobReader::Flag(const std::string& what) {
+  const std::uint8_t value = U8();
+  if (value > 1) {
+    Fail(what + " flag " + std::to_string(value) + " is not 0 or 1");
+  }
+  return value == 1;
+}
+
+std::int64_t BlobReader::Count(const std::string& what) {
+  const std::int64_t value = I64();
+  if (value < 0) {
+    Fail(what + " " + std::to_string(value) + " is negative");
+  }
+  return value;
+}
+
 std::span<const std::byte> BlobReader::Bytes(std::size_t count) { return Take(count); }
 
 amp::ScaleState BlobReader::ScaleStateFields() {

@@ -51,6 +51,10 @@ class BlobReader {
   std::int64_t I64();
   float F32();
   double F64();
+  /// Reads a byte that must be 0 or 1 (fails naming @p what otherwise).
+  bool Flag(const std::string& what);
+  /// Reads an int64 that must be >= 0 (fails naming @p what otherwise).
+  std::int64_t Count(const std::string& what);
   std::span<const std::byte> Bytes(std::size_t count);
   /// Reads a ScaleState and checks it is sane: finite positive scale, non-negative counters.
   amp::ScaleState ScaleStateFields();

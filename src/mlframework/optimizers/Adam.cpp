@@ -144,20 +144,13 @@ void Adam::LoadStateDict(std::span<const std::byte> state) {
   options.Beta2 = reader.F32();
   options.Epsilon = reader.F32();
   options.WeightDecay = reader.F32();
-  const std::uint8_t decoupled = reader.U8();
-  if (decoupled > 1) {
-    reader.Fail("DecoupledWeightDecay flag " + std::to_string(decoupled) + " is not 0 or 1");
-  }
-  options.DecoupledWeightDecay = decoupled == 1;
+  options.DecoupledWeightDecay = reader.Flag("DecoupledWeightDecay");
   try {
     options.Validate();
   } catch (const ArgumentError& error) {
     reader.Fail(std::string("holds invalid options: ") + error.what());
   }
-  const std::int64_t steps = reader.I64();
-  if (steps < 0) {
-    reader.Fail("step count " + std::to_string(steps) + " is negative");
-  }
+  const std::int64_t steps = reader.Count("step count");
   std::vector<std::vector<float>> masters = s.params.ReadMasters(reader);
   std::vector<std::vector<float>> exp_avg;
   std::vector<std::vector<float>> exp_avg_sq;

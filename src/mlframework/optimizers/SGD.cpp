@@ -133,28 +133,17 @@ void SGD::LoadStateDict(std::span<const std::byte> state) {
   options.LearningRate = reader.F32();
   options.Momentum = reader.F32();
   options.WeightDecay = reader.F32();
-  const std::uint8_t nesterov = reader.U8();
-  if (nesterov > 1) {
-    reader.Fail("Nesterov flag " + std::to_string(nesterov) + " is not 0 or 1");
-  }
-  options.Nesterov = nesterov == 1;
+  options.Nesterov = reader.Flag("Nesterov");
   try {
     options.Validate();
   } catch (const ArgumentError& error) {
     reader.Fail(std::string("holds invalid options: ") + error.what());
   }
-  const std::int64_t steps = reader.I64();
-  if (steps < 0) {
-    reader.Fail("step count " + std::to_string(steps) + " is negative");
-  }
+  const std::int64_t steps = reader.Count("step count");
   std::vector<std::vector<float>> masters = s.params.ReadMasters(reader);
   std::vector<std::vector<float>> momentum(s.params.Count());
   for (std::size_t t = 0; t < s.params.Count(); ++t) {
-    const std::uint8_t has = reader.U8();
-    if (has > 1) {
-      reader.Fail("momentum flag of \"" + s.params.Name(t) + "\" is not 0 or 1");
-    }
-    if (has == 1) {
+    if (reader.Flag("momentum of \"" + s.params.Name(t) + "\"")) {
       momentum[t] = detail::ReadFloats(reader, s.params.Size(t), "momentum of \"" + s.params.Name(t) + "\"");
     }
   }
