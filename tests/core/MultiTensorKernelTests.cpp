@@ -1,6 +1,6 @@
 // The CPU backend's fused multi-tensor kernels against a plain scalar
 // reference, on the instruction-set path this process dispatched to. CTest runs
-// this executable once per path (MLFW_CPU_ISA=portable, avx2, avx512, and the
+// this executable once per path (MLFW_CPU_ISA=portable, avx2, avx512, avx512_bf16, avx512_fp16 and the
 // automatic choice), so every compiled path is checked on the machine.
 #include <omp.h>
 
@@ -152,17 +152,24 @@ BOOST_AUTO_TEST_CASE(DispatchesTheRequestedInstructionSet) {
   unsigned int edx = 0;
   const bool has_f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
   const bool has_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c;
+  const bool has_avx512_bf16 = has_avx512 && __builtin_cpu_supports("avx512bf16");
+  // AVX512_FP16 from CPUID leaf 7 (EDX bit 23), for the same reason.
+  const bool has_avx512_fp16 =
+      has_avx512_bf16 && __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) != 0 && (edx & (1u << 23)) != 0;
 #else
   const bool has_avx512 = false;
   const bool has_avx2 = false;
   const bool has_avx512_bf16 = false;
+  const bool has_avx512_fp16 = false;
 #endif
-  const bool has_avx512_bf16 = has_avx512 && __builtin_cpu_supports("avx512bf16");
-  const std::string best = has_avx512_bf16 ? "avx512_bf16" : has_avx512 ? "avx512" : (has_avx2 ? "avx2" : "portable");
+  const std::string best = has_avx512_fp16   ? "avx512_fp16"
+                           : has_avx512_bf16 ? "avx512_bf16"
+                           : has_avx512      ? "avx512"
+                                             : (has_avx2 ? "avx2" : "portable");
   if (requested.empty()) {
     BOOST_TEST(active == best);
   } else if (requested == "portable" || (requested == "avx2" && has_avx2) || (requested == "avx512" && has_avx512) ||
-             (requested == "avx512_bf16" && has_avx512_bf16)) {
+             (requested == "avx512_bf16" && has_avx512_bf16) || (requested == "avx512_fp16" && has_avx512_fp16)) {
     BOOST_TEST(active == requested);
   } else {
     // Never forced onto instructions the CPU lacks: the best supported path runs instead.

@@ -1,5 +1,7 @@
 // Tensor factories, per-tensor operations and argument errors.
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 
 #include <boost/test/unit_test.hpp>
@@ -53,6 +55,19 @@ BOOST_AUTO_TEST_CASE(BadArgumentsNameTheParameter) {
   BOOST_CHECK_THROW((void)Zeros({1}, static_cast<DataType>(9)), ArgumentError);
   const TensorPtr list[] = {nullptr};
   BOOST_CHECK_THROW(HasNonFinite(list), ArgumentNullError);
+}
+
+BOOST_AUTO_TEST_CASE(StorageIsZeroedAndCacheLineAligned) {
+  // The SIMD kernels count on 64-byte aligned tensors (full-register loads and
+  // non-temporal stores within one cache line); sizes that are not multiples of 64 bytes too.
+  for (const DataType dtype : {DataType::Float32, DataType::Float16, DataType::BFloat16}) {
+    for (const std::size_t n : {std::size_t{1}, std::size_t{3}, std::size_t{1000}, std::size_t{3} << 18}) {
+      const auto t = backends::cpu::Empty({n}, dtype);
+      BOOST_TEST(reinterpret_cast<std::uintptr_t>(backends::cpu::Data(*t)) % 64 == 0u);
+      const auto values = t->ToFloatVector();
+      BOOST_TEST(std::all_of(values.begin(), values.end(), [](float v) { return v == 0.0f; }));
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(ViewsShareMemoryAndCheckBounds) {

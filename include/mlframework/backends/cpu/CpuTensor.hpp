@@ -37,8 +37,8 @@ MLFRAMEWORK_EXPORT void* MutableData(ITensor& tensor);
 MLFRAMEWORK_EXPORT const void* Data(const ITensor& tensor);
 /// The CPU backend's fused kernels.
 MLFRAMEWORK_EXPORT const TensorBackend& Backend() noexcept;
-/// Name of the instruction set the kernels dispatched to on this CPU: "avx512_bf16", "avx512", "avx2"
-/// or "portable". Chosen once per process, the best the CPU supports; the environment variable
+/// Name of the instruction set the kernels dispatched to on this CPU: "avx512_fp16", "avx512_bf16",
+/// "avx512", "avx2" or "portable". Chosen once per process, the best the CPU supports; the environment variable
 /// MLFW_CPU_ISA (same names) selects a path for tests and benchmarks when the CPU supports it.
 /// Every path writes the same bits (core/FloatBits.hpp rounding); only the rounding of sums of
 /// squares differs between paths.

@@ -23,10 +23,10 @@ CpuTensor::CpuTensor(Shape shape, DataType dtype)
                                      " needs more bytes than the address space holds");
   }
   if (dtype_ == DataType::Float32) {
-    f32_ = xt::zeros<float>({size_});
+    f32_ = Storage<float>({size_}, 0.0f);
     data_ = f32_.data();
   } else {
-    u16_ = xt::zeros<std::uint16_t>({size_});
+    u16_ = Storage<std::uint16_t>({size_}, std::uint16_t{0});
     data_ = u16_.data();
   }
 }

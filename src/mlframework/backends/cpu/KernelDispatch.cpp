@@ -25,6 +25,15 @@ bool CpuHasAvx512() {
 
 bool CpuHasAvx512Bf16() { return CpuHasAvx512() && __builtin_cpu_supports("avx512bf16"); }
 
+// AVX512_FP16 from CPUID leaf 7 (EDX bit 23): clang 14's __builtin_cpu_supports does not know it.
+bool CpuHasAvx512Fp16() {
+  unsigned int eax = 0;
+  unsigned int ebx = 0;
+  unsigned int ecx = 0;
+  unsigned int edx = 0;
+  return CpuHasAvx512Bf16() && __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) != 0 && (edx & (1u << 23)) != 0;
+}
+
 // clang 14's __builtin_cpu_supports does not know "f16c" (a compile error), so F16C
 // is read from CPUID leaf 1 directly (ECX bit 29), which both compilers accept.
 bool CpuHasF16c() {
@@ -40,6 +49,9 @@ bool CpuHasAvx2() { return __builtin_cpu_supports("avx2") && __builtin_cpu_suppo
 
 const KernelTable& Best() noexcept {
 #if defined(MLFW_CPU_X86_KERNELS)
+  if (CpuHasAvx512Fp16()) {
+    return Avx512Fp16Kernels();
+  }
   if (CpuHasAvx512Bf16()) {
     return Avx512Bf16Kernels();
   }
@@ -72,9 +84,14 @@ const KernelTable& Select() noexcept {
   if (name == "avx512_bf16" && CpuHasAvx512Bf16()) {
     return Avx512Bf16Kernels();
   }
+  if (name == "avx512_fp16" && CpuHasAvx512Fp16()) {
+    return Avx512Fp16Kernels();
+  }
 #endif
-  if (name != "avx2" && name != "avx512" && name != "avx512_bf16") {
-    std::fprintf(stderr, "mlframework: MLFW_CPU_ISA=%s is not one of portable, avx2, avx512, avx512_bf16; ignored\n",
+  if (name != "avx2" && name != "avx512" && name != "avx512_bf16" && name != "avx512_fp16") {
+    std::fprintf(stderr,
+                 "mlframework: MLFW_CPU_ISA=%s is not one of portable, avx2, avx512, avx512_bf16, avx512_fp16; "
+                 "ignored\n",
                  requested);
   }
   // A path the CPU lacks is never forced: InstructionSet() reports what runs instead.

@@ -3,7 +3,7 @@
 //
 // Each instruction set lives in its own source file compiled with its own
 // flags (KernelsPortable.cpp, KernelsAvx2.cpp, KernelsAvx512.cpp,
-// KernelsAvx512Bf16.cpp, the way
+// KernelsAvx512Bf16.cpp, KernelsAvx512Fp16.cpp, the way
 // xsimd-based libraries split them) and fills one KernelTable. The chunk
 // planner in MultiTensorKernels.cpp picks a table once per process and calls
 // one function pointer per piece (a run of one tensor inside one chunk), so
@@ -35,13 +35,14 @@ struct KernelTable {
   /// `dst = round_to_dst(src * factor)`; true when any written value is Inf or NaN.
   using CastFn = bool (*)(const void* src, void* dst, std::size_t count, float factor);
 
-  std::string_view name;  ///< "portable", "avx2", "avx512", "avx512_bf16": what InstructionSet() reports.
+  std::string_view name;  ///< "portable", "avx2", "avx512", "avx512_bf16", "avx512_fp16": what InstructionSet() reports.
   UnscaleFn unscale[kDataTypeCount];
   NonFiniteFn non_finite[kDataTypeCount];
   SumSquaresFn sum_squares[kDataTypeCount];
   ScaleFn scale[kDataTypeCount];
   CastFn cast[kDataTypeCount][kDataTypeCount];  ///< [source dtype][destination dtype]
-  /// The same with non-temporal stores, for destinations too large to stay in cache.
+  /// The same with non-temporal stores, for destinations too large to stay in cache. Not
+  /// fenced: the caller issues a full fence before the output is read (once per chunk).
   CastFn cast_streaming[kDataTypeCount][kDataTypeCount];
 };
 
@@ -55,10 +56,13 @@ const KernelTable& Avx2Kernels() noexcept;
 const KernelTable& Avx512Kernels() noexcept;
 /// The AVX-512 kernels with FP32 -> BF16 rounding by AVX512_BF16. Call only when the CPU has it.
 const KernelTable& Avx512Bf16Kernels() noexcept;
+/// The avx512_bf16 kernels plus in-place FP16 scaling by VMULPH. Call only when the CPU has
+/// AVX512_BF16 and AVX512_FP16.
+const KernelTable& Avx512Fp16Kernels() noexcept;
 #endif
 
 /// The table this process dispatches to: the best the CPU supports, or the one named by the
-/// environment variable MLFW_CPU_ISA (portable, avx2, avx512, avx512_bf16) when the CPU supports it.
+/// environment variable MLFW_CPU_ISA (portable, avx2, avx512, avx512_bf16, avx512_fp16) when the CPU supports it.
 /// Chosen once.
 const KernelTable& ActiveKernels() noexcept;
 

@@ -24,6 +24,7 @@ struct Avx2 {
   using Batch = xsimd::batch<float, xsimd::fma3<xsimd::avx2>>;
   static constexpr std::size_t kWidth = 8;
   using Flag = __m256i;
+  static constexpr bool kWordKernels = false;  // no 16-bit masks: every 16-bit op takes the FP32 path
 
   template <DataType D>
   static Batch Load(const Element<D>* p) {
@@ -120,8 +121,6 @@ struct Avx2 {
       flag = Fold<D>(flag, _mm256_zextsi128_si256(words));
     }
   }
-
-  static void Fence() { _mm_sfence(); }
 
   template <DataType D>
   static void StorePartial(Element<D>* p, std::size_t n, Batch v, Flag& flag) {

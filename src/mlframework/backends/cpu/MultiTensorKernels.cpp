@@ -30,6 +30,9 @@ struct Segment {
 };
 
 // The list as one virtual array: offsets[i] is where tensor i starts.
+// How much of the next tensor's head to request early (see Plan::PrefetchHead).
+constexpr std::size_t kPrefetchBytes = 512;
+
 struct Plan {
   std::vector<Segment> segments;
   std::vector<std::size_t> offsets;  // size segments + 1
@@ -51,6 +54,21 @@ struct Plan {
     chunks = (total + kChunkElements - 1) / kChunkElements;
   }
 
+  // Starts loading the first cache lines of tensor s (when there is one). The hardware
+  // prefetcher follows a stream only after a few misses, and a list of thousands of small
+  // tensors is thousands of short streams at scattered addresses: asking for the next
+  // tensor's head while this one is processed hides those misses.
+  void PrefetchHead(std::size_t s) const {
+    if (s < segments.size()) {
+      const std::byte* head = segments[s].data;
+      const std::size_t head_bytes =
+          std::min<std::size_t>(kPrefetchBytes, (offsets[s + 1] - offsets[s]) * ElementSize(segments[s].dtype));
+      for (std::size_t line = 0; line < head_bytes; line += 64) {
+        __builtin_prefetch(head + line);
+      }
+    }
+  }
+
   // Calls fn(segment, begin, end) for each piece of chunk c, in order.
   template <typename Fn>
   void ForEachPiece(std::size_t chunk, Fn&& fn) const {
@@ -61,6 +79,9 @@ struct Plan {
     for (std::size_t pos = begin; pos < end; ++s) {
       const std::size_t seg_end = std::min(end, offsets[s + 1]);
       if (seg_end > pos) {
+        if (seg_end == offsets[s + 1] && seg_end < end) {
+          PrefetchHead(s + 1);  // the chunk goes on into the next tensor
+        }
         fn(s, pos - offsets[s], seg_end - offsets[s]);
       }
       pos = std::max(pos, seg_end);
@@ -173,7 +194,8 @@ bool CastIntoKernel(std::span<const ITensor* const> src, std::span<ITensor* cons
   const Plan dst_plan(dst);  // same sizes pairwise (checked by the caller), so the same chunks
   // A destination much larger than a core's cache will be evicted before anyone reads it:
   // write it with non-temporal stores, which also skip reading the old lines in first.
-  const auto& cast = dst_plan.bytes >= kStreamingBytes ? kernels.cast_streaming : kernels.cast;
+  const bool streaming = dst_plan.bytes >= kStreamingBytes;
+  const auto& cast = streaming ? kernels.cast_streaming : kernels.cast;
   int found = 0;
 #pragma omp parallel for schedule(static) reduction(| : found) if (Parallel(src_plan))
   for (std::size_t c = 0; c < src_plan.chunks; ++c) {
@@ -182,6 +204,11 @@ bool CastIntoKernel(std::span<const ITensor* const> src, std::span<ITensor* cons
       const Segment& out = dst_plan.segments[s];
       found |= cast[Slot(in.dtype)][Slot(out.dtype)](in.At(begin), out.At(begin), end - begin, factor) ? 1 : 0;
     });
+    if (streaming) {
+      // Non-temporal stores are weakly ordered: a full fence (MFENCE on x86) makes this
+      // chunk's visible before any thread reads it. Once per chunk, not once per tensor.
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+    }
   }
   return found != 0;
 }

@@ -16,8 +16,11 @@
 //                                     elements into flag (read-only check, no conversion)
 //   Isa::CheckPartial<D>(p, n, flag)  the same for n < kCheckElements<D> elements
 //   Isa::StoreStream<D>(p, v, flag)   Store to a vector-aligned p with non-temporal stores
-//   Isa::Fence()                      orders the non-temporal stores (sfence)
 //   Isa::Flag, Isa::NoFlag<D>(), Isa::AnyNonFinite<D>(flag)
+//   Isa::kWordKernels                 true when the Isa has ScaleWords<D>(p, count, factor, found):
+//                                     an in-place 16-bit scale that returns false, writing
+//                                     nothing, when it is not exact for that factor, and
+//                                     SumSquaresBf16Words(p, count), the BF16 sum of squares
 // The flag keeps the lane-wise maximum of the masked exponent fields; a lane
 // reaching the all-ones exponent means Inf or NaN, exactly the scalar test.
 // Function-local code only: no out-of-line helper from a shared header may be
@@ -55,10 +58,41 @@ std::size_t AlignHead(const T* p, std::size_t count) {
   return head < count ? head : count;
 }
 
+// Software prefetch, kPrefetchDistance bytes ahead of the loads. A list of thousands of
+// small tensors is thousands of short read streams; the hardware prefetcher needs a few
+// misses to lock onto each one, so every main loop asks ahead itself (a prefetch past the
+// end of a buffer never faults). Templated on Isa like every loop here, so each
+// instruction-set file gets its own copy.
+constexpr std::size_t kPrefetchDistance = 1024;
+
+// kLines cache lines, for loops that read kLines full lines per iteration.
+template <class Isa, std::size_t kLines, typename T>
+void PrefetchLines(const T* p) {
+  for (std::size_t line = 0; line < kLines; ++line) {
+    __builtin_prefetch(reinterpret_cast<const char*>(p) + kPrefetchDistance + 64 * line);
+  }
+}
+
+// The lines a two-register iteration over T reads: two for FP32, one for 16-bit types.
+template <class Isa, typename T>
+void PrefetchAhead(const T* p) {
+  __builtin_prefetch(reinterpret_cast<const char*>(p) + kPrefetchDistance);
+  if constexpr (sizeof(T) == 4) {
+    __builtin_prefetch(reinterpret_cast<const char*>(p) + kPrefetchDistance + 64);
+  }
+}
+
 template <class Isa, DataType D>
 bool Unscale(void* data, std::size_t count, float factor) {
   using Batch = typename Isa::Batch;
   auto* p = static_cast<Element<D>*>(data);
+  if constexpr (D != DataType::Float32 && Isa::kWordKernels) {
+    // Loss scales are powers of two: most calls write the 16-bit words directly.
+    bool found = false;
+    if (Isa::template ScaleWords<D>(p, count, factor, found)) {
+      return found;
+    }
+  }
   const Batch f(factor);
   auto flag = Isa::template NoFlag<D>();
   std::size_t i = AlignHead<Isa>(p, count);
@@ -66,6 +100,7 @@ bool Unscale(void* data, std::size_t count, float factor) {
     Isa::template StorePartial<D>(p, i, Isa::template LoadPartial<D>(p, i) * f, flag);
   }
   for (; i + 2 * Isa::kWidth <= count; i += 2 * Isa::kWidth) {
+    PrefetchAhead<Isa>(p + i);
     const Batch a = Isa::template Load<D>(p + i) * f;
     const Batch b = Isa::template Load<D>(p + i + Isa::kWidth) * f;
     Isa::template Store<D>(p + i, a, flag);
@@ -97,6 +132,7 @@ bool NonFinite(const void* data, std::size_t count) {
     Isa::template CheckPartial<D>(p, i, flag);
   }
   for (; i + 4 * kStep <= count; i += 4 * kStep) {
+    PrefetchLines<Isa, 4>(p + i);
     Isa::template CheckBlock<D>(p + i, flag);
     Isa::template CheckBlock<D>(p + i + kStep, flag);
     Isa::template CheckBlock<D>(p + i + 2 * kStep, flag);
@@ -115,6 +151,9 @@ template <class Isa, DataType D>
 float SumSquares(const void* data, std::size_t count) {
   using Batch = typename Isa::Batch;
   const auto* p = static_cast<const Element<D>*>(data);
+  if constexpr (D == DataType::BFloat16 && Isa::kWordKernels) {
+    return Isa::SumSquaresBf16Words(p, count);
+  }
   constexpr std::size_t kW = Isa::kWidth;
   // Four independent accumulators hide the FMA latency; each lane sums about
   // count / (4 * kW) squares, which keeps the FP32 rounding error small.
@@ -125,6 +164,7 @@ float SumSquares(const void* data, std::size_t count) {
     acc2 = xsimd::fma(a, a, acc2);
   }
   for (; i + 4 * kW <= count; i += 4 * kW) {
+    PrefetchLines<Isa, 4 * kW * sizeof(Element<D>) / 64>(p + i);
     const Batch a = Isa::template Load<D>(p + i);
     const Batch b = Isa::template Load<D>(p + i + kW);
     const Batch c = Isa::template Load<D>(p + i + 2 * kW);
@@ -146,7 +186,7 @@ float SumSquares(const void* data, std::size_t count) {
 }
 
 // kStream: the full vector stores bypass the caches (non-temporal), for outputs too big
-// to be read back from cache; the stores are fenced before returning.
+// to be read back from cache; the caller fences them before anyone reads the output.
 template <class Isa, DataType S, DataType T, bool kStream = false>
 bool Cast(const void* src, void* dst, std::size_t count, float factor) {
   using Batch = typename Isa::Batch;
@@ -159,6 +199,7 @@ bool Cast(const void* src, void* dst, std::size_t count, float factor) {
     Isa::template StorePartial<T>(out, i, Isa::template LoadPartial<S>(in, i) * f, flag);
   }
   for (; i + 2 * Isa::kWidth <= count; i += 2 * Isa::kWidth) {
+    PrefetchAhead<Isa>(in + i);
     const Batch a = Isa::template Load<S>(in + i) * f;
     const Batch b = Isa::template Load<S>(in + i + Isa::kWidth) * f;
     if constexpr (kStream) {
@@ -180,9 +221,8 @@ bool Cast(const void* src, void* dst, std::size_t count, float factor) {
     const std::size_t n = count - i;
     Isa::template StorePartial<T>(out + i, n, Isa::template LoadPartial<S>(in + i, n) * f, flag);
   }
-  if constexpr (kStream) {
-    Isa::Fence();
-  }
+  // kStream: no fence here. The caller fences once per chunk (MultiTensorKernels.cpp): an
+  // sfence per call cost a full write-combining drain per small tensor.
   return Isa::template AnyNonFinite<T>(flag);
 }
 

@@ -10,7 +10,8 @@ if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$" AND CMAKE_CXX_COMPILE
   target_sources(mlframework PRIVATE
     ${CMAKE_CURRENT_LIST_DIR}/KernelsAvx2.cpp
     ${CMAKE_CURRENT_LIST_DIR}/KernelsAvx512.cpp
-    ${CMAKE_CURRENT_LIST_DIR}/KernelsAvx512Bf16.cpp)
+    ${CMAKE_CURRENT_LIST_DIR}/KernelsAvx512Bf16.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/KernelsAvx512Fp16.cpp)
   set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/KernelsAvx2.cpp
     PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;-mf16c")
   # GCC 12's AVX-512 intrinsic headers trip -Wmaybe-uninitialized on their own
@@ -21,9 +22,11 @@ if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$" AND CMAKE_CXX_COMPILE
     PROPERTIES COMPILE_OPTIONS "${mlfw_avx512_flags}")
   set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/KernelsAvx512Bf16.cpp
     PROPERTIES COMPILE_OPTIONS "${mlfw_avx512_flags};-mavx512bf16")
+  set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/KernelsAvx512Fp16.cpp
+    PROPERTIES COMPILE_OPTIONS "${mlfw_avx512_flags};-mavx512bf16;-mavx512fp16")
   set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/KernelDispatch.cpp
     PROPERTIES COMPILE_DEFINITIONS MLFW_CPU_X86_KERNELS)
-  message(STATUS "mlframework: CPU kernels portable + avx2 + avx512 + avx512_bf16 (chosen at run time)")
+  message(STATUS "mlframework: CPU kernels portable + avx2 + avx512 + avx512_bf16 + avx512_fp16 (chosen at run time)")
 else()
   message(STATUS "mlframework: CPU kernels portable only (${CMAKE_SYSTEM_PROCESSOR})")
 endif()
