@@ -123,9 +123,9 @@ BOOST_AUTO_TEST_CASE(UnscaleOfEverySixteenBitPattern) {
     // including ones that push results into subnormals, to Inf, or out of range of FP16
     // entirely; 0.75 and 3 are FP16 numbers that are not powers of two (VMULPH path);
     // 40000.5, -2 and the smallest normal FP32 take the FP32 path.
-    for (const float factor : {1.0f, 1.0f / 65536.0f, 0.75f, 40000.0f, 40000.5f, 3.0f, 2.0f, 0.5f, 0x1p-24f, 0x1p-14f,
-                               0x1p15f, 0x1p16f, 0x1p24f, 0x1p-30f, 0x1p-100f, 0x1p100f, 0x1p127f, 0x1p-126f, -2.0f,
-                               0.0f}) {
+    for (const float factor :
+         {1.0f,    1.0f / 65536.0f, 0.75f,   40000.0f, 40000.5f,  3.0f,     2.0f,     0.5f,      0x1p-24f, 0x1p-14f,
+          0x1p15f, 0x1p16f,         0x1p24f, 0x1p-30f, 0x1p-100f, 0x1p100f, 0x1p127f, 0x1p-126f, -2.0f,    0.0f}) {
       BOOST_TEST_CONTEXT(ToString(dtype) << " factor " << factor) {
         const auto all = MakeTensor(dtype, 65536, [](std::size_t i) { return static_cast<std::uint32_t>(i); });
         const auto views = OddViews(all);

@@ -54,8 +54,8 @@ class CpuTensor final : public ITensor {
   DataType dtype_;
   Storage<float> f32_;          // used when dtype_ is Float32
   Storage<std::uint16_t> u16_;  // used when dtype_ is Float16 or BFloat16
-  TensorPtr base_;                     // set for a view: the tensor owning the memory
-  void* data_ = nullptr;               // first element (own storage or the view's start)
+  TensorPtr base_;              // set for a view: the tensor owning the memory
+  void* data_ = nullptr;        // first element (own storage or the view's start)
 };
 
 }  // namespace mlframework::backends::cpu

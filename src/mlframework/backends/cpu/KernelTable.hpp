@@ -35,7 +35,8 @@ struct KernelTable {
   /// `dst = round_to_dst(src * factor)`; true when any written value is Inf or NaN.
   using CastFn = bool (*)(const void* src, void* dst, std::size_t count, float factor);
 
-  std::string_view name;  ///< "portable", "avx2", "avx512", "avx512_bf16", "avx512_fp16": what InstructionSet() reports.
+  /// "portable", "avx2", "avx512", "avx512_bf16" or "avx512_fp16": what InstructionSet() reports.
+  std::string_view name;
   UnscaleFn unscale[kDataTypeCount];
   NonFiniteFn non_finite[kDataTypeCount];
   SumSquaresFn sum_squares[kDataTypeCount];
