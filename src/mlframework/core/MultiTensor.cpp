@@ -38,6 +38,7 @@ std::vector<Group> GroupByBackend(std::span<const TensorPtr> tensors) {
     }
     if (group == nullptr) {
       group = &groups.emplace_back(Group{backend, {}});
+      group->indices.reserve(tensors.size() - i);
     }
     group->indices.push_back(i);
   }
