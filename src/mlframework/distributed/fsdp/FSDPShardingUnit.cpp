@@ -73,9 +73,12 @@ void FSDPShardingUnit::Gather() {
     if (strategy == ShardingStrategy::NoShard) {
       // Every rank holds the whole unit: no communication, one fused cast.
       CastInto(std::span<const TensorPtr>(&s.shard, 1), std::span<const TensorPtr>(&buffer.tensor, 1));
+    } else if (dtype == DataType::Float32) {
+      // Nothing to cast: the all-gather reads the FP32 shard itself, like the raw collective.
+      s.group->AllGather(*s.shard, *buffer.tensor);
     } else {
-      // Cast the FP32 shard straight into this rank's slot (so the all-gather moves ParamDType
-      // bytes, 16-bit for FP16/BF16) and gather in place around it: no staging copy.
+      // Cast the FP32 shard straight into this rank's slot (so the all-gather moves 16-bit
+      // words) and gather in place around it: no staging buffer, no extra copy.
       const TensorPtr slot = cpu::View(buffer.tensor, s.shard_offset, {s.shard_size});
       CastInto(std::span<const TensorPtr>(&s.shard, 1), std::span<const TensorPtr>(&slot, 1));
       s.group->AllGather(*slot, *buffer.tensor);
