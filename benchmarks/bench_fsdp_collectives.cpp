@@ -158,7 +158,7 @@ double LiveHeapBytes() {
   return static_cast<double>(info.uordblks + info.hblkhd);
 }
 
-// A "VmXXX:  N kB" line of /proc/self/status in bytes (-1 when missing).
+// The "<field>:  N kB" line of /proc/self/status (VmRSS, VmHWM) in bytes (-1 when missing).
 double ProcStatusBytes(const std::string& field) {
   std::ifstream status("/proc/self/status");
   std::string line;
