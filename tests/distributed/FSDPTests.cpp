@@ -6,6 +6,8 @@
 #include <functional>
 #include <limits>
 #include <optional>
+#include <set>
+#include <string>
 
 #include <mlframework/amp/DynamicLossScaler.hpp>
 #include <mlframework/core/Error.hpp>
@@ -253,6 +255,36 @@ BOOST_AUTO_TEST_CASE(ReleasedBuffersAreReusedUnlessStillReferenced) {
     model.ReleaseCachedBuffers();
     BOOST_CHECK_EQUAL(model.CachedBufferBytes(), 0u);
   }
+}
+
+// Units gathered at the same time (prefetching) each get their own buffer; after they are all
+// released the cache keeps no more than one use of the largest unit and frees the rest.
+BOOST_AUTO_TEST_CASE(CacheStaysWithinItsLimit) {
+  namespace cpu = mlframework::backends::cpu;
+  auto group = mlfw_test::WorldGroup();
+  fsdp::FSDP model(group);
+  const std::vector<std::size_t> sizes{64, 128, 192, 256, 320, 320, 320, 320, 320, 320};
+  std::vector<fsdp::FSDPShardingUnit*> units;
+  for (std::size_t u = 0; u < sizes.size(); ++u) {
+    units.push_back(&model.RegisterUnit(std::to_string(u), Ramp(sizes[u], 1.0f)));
+  }
+  for (auto* unit : units) unit->Gather();
+  std::set<const void*> all;
+  std::set<const void*> largest;
+  for (auto* unit : units) {
+    all.insert(cpu::Data(*unit->GatheredParameter()));
+    if (unit->NumElements() == 320) largest.insert(cpu::Data(*unit->GatheredParameter()));
+  }
+  BOOST_CHECK_EQUAL(all.size(), units.size());
+  for (auto* unit : units) unit->Release();
+  // 2560 FP32 elements were gathered at once; the cache keeps at most its limit of them.
+  BOOST_CHECK_LT(model.CachedBufferLimit(), 2560u * sizeof(float));
+  BOOST_CHECK_GT(model.CachedBufferBytes(), 0u);
+  BOOST_CHECK_LE(model.CachedBufferBytes(), model.CachedBufferLimit());
+  // The smallest go first: a largest unit gathered again reuses one of the largest buffers.
+  units.back()->Gather();
+  BOOST_CHECK(largest.count(cpu::Data(*units.back()->GatheredParameter())) == 1);
+  units.back()->Release();
 }
 
 // A reused flat gradient buffer still holds the last unit's values: the padding past the
