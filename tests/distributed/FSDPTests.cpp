@@ -6,6 +6,8 @@
 #include <functional>
 #include <limits>
 #include <optional>
+#include <set>
+#include <string>
 
 #include <mlframework/amp/DynamicLossScaler.hpp>
 #include <mlframework/core/Error.hpp>
@@ -200,6 +202,117 @@ BOOST_AUTO_TEST_CASE(ReduceGradientsTwiceAccumulates) {
     // The average over ranks of identical gradients is the gradient (BF16 reduce: 3 digits).
     const std::vector<float> full = Mlp::Layer2().at("bias")->ToFloatVector();
     if (unit.ShardOffset() == 0) BOOST_CHECK_CLOSE_FRACTION(once[0], full[0], 1e-2);
+  }
+}
+
+namespace {
+mlframework::GradientMap Ramp(std::size_t count, float start) {
+  std::vector<float> values(count);
+  for (std::size_t i = 0; i < count; ++i) values[i] = start + static_cast<float>(i);
+  return {{"w", mlframework::FromVector(values, {count})}};
+}
+}  // namespace
+
+// Release() hands the gathered memory to the FSDP's cache and the next Gather() reuses it;
+// memory the framework still references past Release() is never handed to another unit.
+BOOST_AUTO_TEST_CASE(ReleasedBuffersAreReusedUnlessStillReferenced) {
+  namespace cpu = mlframework::backends::cpu;
+  auto group = mlfw_test::WorldGroup();
+  for (const DataType dtype : {DataType::Float32, DataType::Float16}) {
+    fsdp::FSDP model(group, {.ParamDType = dtype});
+    auto& a = model.RegisterUnit("a", Ramp(64, 0.0f));
+    auto& b = model.RegisterUnit("b", Ramp(64, 100.0f));
+    BOOST_CHECK_GE(model.CachedBufferLimit(), 64u * mlframework::ElementSize(dtype));
+    a.Gather();
+    const void* first = cpu::Data(*a.GatheredParameter());
+    a.Release();
+    BOOST_CHECK_GT(model.CachedBufferBytes(), 0u);
+    b.Gather();
+    BOOST_CHECK_EQUAL(cpu::Data(*b.GatheredParameter()), first);
+    BOOST_CHECK(b.Parameters().at("w")->ToFloatVector() == Ramp(64, 100.0f).at("w")->ToFloatVector());
+    const mlframework::TensorPtr kept = b.Parameters().at("w");
+    b.Release();
+    a.Gather();
+    BOOST_CHECK_NE(cpu::Data(*a.GatheredParameter()), cpu::Data(*kept));
+    BOOST_CHECK(a.Parameters().at("w")->ToFloatVector() == Ramp(64, 0.0f).at("w")->ToFloatVector());
+    BOOST_CHECK(kept->ToFloatVector() == Ramp(64, 100.0f).at("w")->ToFloatVector());
+    // One FP32 parameter of a multiple of the world size: reduced straight from the gradient.
+    a.ReduceGradients(Ramp(64, 1.0f));
+    const auto expected = Ramp(64, 1.0f).at("w")->ToFloatVector();
+    const auto shard = a.LocalGradient()->ToFloatVector();
+    BOOST_REQUIRE_EQUAL(shard.size(), a.ShardSize());
+    for (std::size_t i = 0; i < shard.size(); ++i) BOOST_CHECK_EQUAL(shard[i], expected[a.ShardOffset() + i]);
+    a.Release();
+    // Two parameters are flattened into a pooled buffer, which goes back to the cache too:
+    // while `c` is gathered (its buffer in use), the cache holds at least that FP32 buffer.
+    auto& c = model.RegisterUnit("c", {{"w", Ramp(40, 0.0f).at("w")}, {"b", Ramp(24, 0.0f).at("w")}});
+    model.ReleaseCachedBuffers();
+    c.Gather();
+    c.ReduceGradients({{"w", Ramp(40, 0.0f).at("w")}, {"b", Ramp(24, 0.0f).at("w")}});
+    BOOST_CHECK_GE(model.CachedBufferBytes(), c.PaddedSize() * sizeof(float));
+    c.Release();
+    BOOST_CHECK_LE(model.CachedBufferBytes(), model.CachedBufferLimit());
+    model.ReleaseCachedBuffers();
+    BOOST_CHECK_EQUAL(model.CachedBufferBytes(), 0u);
+  }
+}
+
+// Units gathered at the same time (prefetching) each get their own buffer; after they are all
+// released the cache keeps no more than one use of the largest unit and frees the rest.
+BOOST_AUTO_TEST_CASE(CacheStaysWithinItsLimit) {
+  namespace cpu = mlframework::backends::cpu;
+  auto group = mlfw_test::WorldGroup();
+  fsdp::FSDP model(group);
+  const std::vector<std::size_t> sizes{64, 128, 192, 256, 320, 320, 320, 320, 320, 320};
+  std::vector<fsdp::FSDPShardingUnit*> units;
+  for (std::size_t u = 0; u < sizes.size(); ++u) {
+    units.push_back(&model.RegisterUnit(std::to_string(u), Ramp(sizes[u], 1.0f)));
+  }
+  for (auto* unit : units) unit->Gather();
+  std::set<const void*> all;
+  std::set<const void*> largest;
+  for (auto* unit : units) {
+    all.insert(cpu::Data(*unit->GatheredParameter()));
+    if (unit->NumElements() == 320) largest.insert(cpu::Data(*unit->GatheredParameter()));
+  }
+  BOOST_CHECK_EQUAL(all.size(), units.size());
+  for (auto* unit : units) unit->Release();
+  // 2560 FP32 elements were gathered at once; the cache keeps at most its limit of them.
+  BOOST_CHECK_LT(model.CachedBufferLimit(), 2560u * sizeof(float));
+  BOOST_CHECK_GT(model.CachedBufferBytes(), 0u);
+  BOOST_CHECK_LE(model.CachedBufferBytes(), model.CachedBufferLimit());
+  // The smallest go first: a largest unit gathered again reuses one of the largest buffers.
+  units.back()->Gather();
+  BOOST_CHECK(largest.count(cpu::Data(*units.back()->GatheredParameter())) == 1);
+  units.back()->Release();
+}
+
+// A reused flat gradient buffer still holds the last unit's values: the padding past the
+// unit's elements must be zeroed, or it lands in the last rank's gradient shard.
+BOOST_AUTO_TEST_CASE(ReusedGradientBufferPaddingIsZero) {
+  auto group = mlfw_test::WorldGroup();
+  fsdp::FSDP model(group);
+  auto& big1 = model.RegisterUnit("big1", Ramp(256, 1000.0f));
+  auto& big2 = model.RegisterUnit("big2", Ramp(256, 5000.0f));
+  auto& odd = model.RegisterUnit("odd", Mlp::Layer2());  // 33 elements: padded on 2 and 4 ranks
+  big1.Gather();
+  big2.Gather();
+  big1.Release();
+  big2.Release();  // two FP32 blocks full of large values in the cache
+  odd.Gather();
+  odd.ReduceGradients(Mlp::Layer2());
+  const std::vector<float> gradient = odd.LocalGradient()->ToFloatVector();
+  odd.Release();
+  std::vector<float> full;
+  for (const auto& name : odd.ParameterNames()) {
+    const auto values = Mlp::Layer2().at(name)->ToFloatVector();
+    full.insert(full.end(), values.begin(), values.end());
+  }
+  full.resize(odd.PaddedSize(), 0.0f);
+  BOOST_REQUIRE_EQUAL(gradient.size(), odd.ShardSize());
+  for (std::size_t i = 0; i < gradient.size(); ++i) {
+    BOOST_CHECK_CLOSE_FRACTION(gradient[i], full[odd.ShardOffset() + i], 1e-6);
+    if (odd.ShardOffset() + i >= odd.NumElements()) BOOST_CHECK_EQUAL(gradient[i], 0.0f);
   }
 }
 

@@ -3,7 +3,9 @@
 #include <boost/test/unit_test.hpp>
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
+#include <string>
 
 #include <mlframework/core/Error.hpp>
 #include <mlframework/core/Tensor.hpp>
@@ -98,6 +100,31 @@ BOOST_AUTO_TEST_CASE(AllGatherEveryDType) {
       BOOST_CHECK_EQUAL(values[std::size_t{3} * k], 10.0f * static_cast<float>(k));
       BOOST_CHECK_EQUAL(values[3 * k + 1], 10.0f * static_cast<float>(k) + 1.0f);
       BOOST_CHECK_EQUAL(values[3 * k + 2], -2.0f);
+    }
+  }
+}
+
+// The input may be this rank's slot of the output (how FSDP gathers): the all-gather then runs
+// in place. Any other overlap of input and output is refused before communicating.
+BOOST_AUTO_TEST_CASE(AllGatherInPlaceFromOwnSlot) {
+  namespace cpu = mlframework::backends::cpu;
+  auto group = mlfw_test::WorldGroup();
+  const auto n = static_cast<std::size_t>(group->WorldSize());
+  const auto r = static_cast<std::size_t>(group->Rank());
+  for (const DataType dtype : kDTypes) {
+    auto output = cpu::Empty({2 * n}, dtype);
+    auto slot = cpu::View(output, 2 * r, {2});
+    slot->CopyFromFloats(std::vector<float>{static_cast<float>(r) + 0.5f, -static_cast<float>(r)});
+    group->AllGather(*slot, *output);
+    const auto values = output->ToFloatVector();
+    for (std::size_t k = 0; k < n; ++k) {
+      BOOST_CHECK_EQUAL(values[2 * k], static_cast<float>(k) + 0.5f);
+      BOOST_CHECK_EQUAL(values[2 * k + 1], -static_cast<float>(k));
+    }
+    if (n > 1) {
+      // Shifted by one element: overlaps the output without being the slot.
+      auto wrong = cpu::View(output, r == 0 ? 1 : 2 * r - 1, {2});
+      BOOST_CHECK_THROW(group->AllGather(*wrong, *output), mlframework::ArgumentError);
     }
   }
 }
@@ -237,6 +264,32 @@ BOOST_AUTO_TEST_CASE(MpiFactoryMatchesBuild) {
                       mlframework::ArgumentError);
     // A Fortran handle that names no communicator: a clear error, not a crash.
     BOOST_CHECK_THROW(dist::MpiProcessGroup({.Communicator = 987654}), mlframework::Error);
+    // The exit-barrier limit: finite and > 0, from the options or the environment.
+    for (const double bad : {0.0, -1.0, std::nan(""), std::numeric_limits<double>::infinity()}) {
+      BOOST_CHECK_THROW(dist::MpiProcessGroup({.FinalizeTimeoutSeconds = bad}), mlframework::ArgumentError);
+    }
+    BOOST_CHECK_NO_THROW(dist::MpiProcessGroup({.FinalizeTimeoutSeconds = 30.0}));
+    const char* saved = std::getenv("MLFW_MPI_FINALIZE_TIMEOUT_S");
+    const std::string restore = saved != nullptr ? saved : "";
+    for (const char* bad : {"soon", "-5", "0", "12s", "inf"}) {
+      setenv("MLFW_MPI_FINALIZE_TIMEOUT_S", bad, 1);
+      try {
+        const dist::MpiProcessGroup from_env;
+        BOOST_ERROR("MLFW_MPI_FINALIZE_TIMEOUT_S=" << bad << " was accepted");
+      } catch (const mlframework::ArgumentError& error) {
+        BOOST_CHECK(std::string(error.what()).find("MLFW_MPI_FINALIZE_TIMEOUT_S") != std::string::npos);
+      }
+    }
+    setenv("MLFW_MPI_FINALIZE_TIMEOUT_S", "45", 1);
+    BOOST_CHECK_NO_THROW(dist::MpiProcessGroup());
+    // The option takes precedence over a bad environment value.
+    setenv("MLFW_MPI_FINALIZE_TIMEOUT_S", "soon", 1);
+    BOOST_CHECK_NO_THROW(dist::MpiProcessGroup({.FinalizeTimeoutSeconds = 30.0}));
+    if (saved != nullptr) {
+      setenv("MLFW_MPI_FINALIZE_TIMEOUT_S", restore.c_str(), 1);
+    } else {
+      unsetenv("MLFW_MPI_FINALIZE_TIMEOUT_S");
+    }
   }
 }
 

@@ -11,11 +11,19 @@
 //                                       every rank gets ArgumentError and the job
 //                                       goes on (the check is agreed by all-reduce)
 //   distributed_faults mismatched-grad  rank 1 hands in a gradient of the wrong shape
+//   distributed_faults caught-throw     rank 1 throws, main catches it and returns normally
+//                                       (no guard) while rank 0 waits in the reduce-scatter:
+//                                       rank 1's exit barrier times out and aborts the job
+//   distributed_faults early-return     rank 0 returns normally from main; rank 1 then waits
+//                                       in a collective rank 0 never joins: rank 0's exit
+//                                       barrier times out and aborts the job
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <mlframework/core/Error.hpp>
@@ -92,10 +100,18 @@ int Run(const std::string& mode) {
       throw std::runtime_error("injected fault: NaN in the input batch");
     }
     unit.ReduceGradients(Gradient({8, 4}));  // rank 0 waits here for rank 1
-  } else if (mode == "unguarded-throw") {
+  } else if (mode == "unguarded-throw" || mode == "caught-throw") {
     if (rank == 1) {
       throw std::runtime_error("injected fault without a guard");
     }
+    unit.ReduceGradients(Gradient({8, 4}));
+  } else if (mode == "early-return") {
+    if (rank == 0) {
+      std::fprintf(stderr, "rank 0: returning from main early\n");
+      return 0;
+    }
+    // Let rank 0 reach its exit first, then wait for it in a collective it never joins.
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
     unit.ReduceGradients(Gradient({8, 4}));
   } else {
     std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
@@ -110,15 +126,16 @@ int Run(const std::string& mode) {
 // The unguarded mode lets an exception leave main on purpose (that is the fault under test).
 int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   if (argc != 2) {
-    std::fprintf(stderr, "usage: %s guarded-throw|unguarded-throw|mismatched-unit|mismatched-grad\n", argv[0]);
+    std::fprintf(stderr,
+                 "usage: %s guarded-throw|unguarded-throw|caught-throw|early-return|mismatched-unit|mismatched-grad\n",
+                 argv[0]);
     return 2;
   }
   const std::string mode = argv[1];
   if (mode == "unguarded-throw") {
     // A crash: the exception leaves main, std::terminate aborts the rank, mpiexec sees it
     // die and ends the job. (A rank that instead catches the exception and returns from
-    // main normally hangs: it blocks in MPI_Finalize at exit while rank 0 waits in the
-    // reduce-scatter. That is what AbortGuard is for; see docs/RELIABILITY.md.)
+    // main normally is mode caught-throw: the library's bounded exit barrier ends that job.)
     return Run(mode);
   }
   // Like a training program's main: report what reached the top. The handler also makes

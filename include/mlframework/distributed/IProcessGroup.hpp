@@ -43,7 +43,9 @@ class MLFRAMEWORK_EXPORT IProcessGroup {
   virtual std::string_view BackendName() const noexcept = 0;
 
   /// Concatenates every rank's @p input into @p output in rank order.
-  /// Same dtype; `output.Size() == input.Size() * WorldSize()`.
+  /// Same dtype; `output.Size() == input.Size() * WorldSize()`. @p input may be a view of
+  /// exactly this rank's slot of @p output (an in-place all-gather, which FSDP uses);
+  /// implementations must accept that aliasing.
   virtual void AllGather(const ITensor& input, ITensor& output) = 0;
   /// Reduces @p input element-wise over all ranks with @p op and leaves chunk `Rank()` of the
   /// result in @p output. Same dtype; `input.Size() == output.Size() * WorldSize()`.

@@ -35,12 +35,30 @@ struct MpiProcessGroupOptions {
   std::optional<std::int64_t> Communicator{};
   /// How FP16/BF16 sums are reduced.
   HalfReduction HalfSum = HalfReduction::UserOp;
+  /// Seconds a rank waits at exit for every rank to reach MPI_Finalize (finite, > 0) before it
+  /// aborts the job; applies when the library initialized MPI. Empty: the environment variable
+  /// MLFW_MPI_FINALIZE_TIMEOUT_S, else kDefaultFinalizeTimeoutSeconds. With several groups the
+  /// largest value requested wins.
+  std::optional<double> FinalizeTimeoutSeconds{};
 };
+
+/// Default of MpiProcessGroupOptions::FinalizeTimeoutSeconds: long enough for a rank that saves a
+/// checkpoint alone after the others finished, short enough that a stuck job ends in minutes.
+inline constexpr double kDefaultFinalizeTimeoutSeconds = 300.0;
 
 /// Collectives over an MPI communicator.
 ///
 /// Initializes MPI (MPI_Init_thread, MPI_THREAD_SERIALIZED) when the application did not, and
-/// then finalizes it at process exit; MPI initialized by the application is left to it. Every
+/// then finalizes it at process exit; MPI initialized by the application is left to it.
+///
+/// Exit never hangs: MPI_Finalize waits for every rank, so a rank that returns from main while
+/// another rank waits in a collective it will never complete (or the reverse: a rank that waits
+/// in a collective after a peer returned) would hang the job forever. Before finalizing, each
+/// rank therefore enters a non-blocking barrier and polls it for at most
+/// MpiProcessGroupOptions::FinalizeTimeoutSeconds; when it does not complete, the rank prints
+/// "mlframework: rank R of N: ..." naming what happened to stderr and calls MPI_Abort, which
+/// also ends the ranks blocked in the collective. When every rank exits normally the barrier
+/// completes at once. Every
 /// MPI call is checked: the communicator uses MPI_ERRORS_RETURN and a failure throws
 /// CommunicationError naming the call and MPI_Error_string. Abort() calls MPI_Abort.
 /// Element counts per rank are limited to INT_MAX (ArgumentError beyond).

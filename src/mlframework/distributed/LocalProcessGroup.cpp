@@ -14,7 +14,10 @@ namespace {
 void CopyElements(const ITensor& input, ITensor& output) {
   detail::HostRead source(input);
   detail::HostWrite target(output, false);
-  std::memcpy(target.Data(), source.Data(), input.Size() * ElementSize(input.GetDataType()));
+  // The input may be the output itself or a view of it (FSDP gathers in place).
+  if (target.Data() != source.Data()) {
+    std::memmove(target.Data(), source.Data(), input.Size() * ElementSize(input.GetDataType()));
+  }
   target.Commit();
 }
 }  // namespace

@@ -7,11 +7,15 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <climits>
+#include <cmath>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <mlframework/core/DataType.hpp>
@@ -86,8 +90,8 @@ void HalfOp(void* in, void* inout, int* len, MPI_Datatype* /*type*/) {
   }
 }
 
-// Process-wide MPI state: whether we initialized MPI (and so must finalize it) and the
-// user-defined ops, created once.
+// Process-wide MPI state: whether we initialized MPI (and so must finalize it), the
+// user-defined ops, created once, and the bounded agreement that precedes MPI_Finalize.
 class MpiRuntime {
  public:
   static MpiRuntime& Get() {
@@ -104,12 +108,22 @@ class MpiRuntime {
       int provided = 0;
       MLFW_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided));
       we_initialized_ = true;
+      // Our own copy of the world for the exit barrier: it never matches application traffic
+      // and its errors are returned, so a failure there is reported instead of being fatal.
+      MLFW_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &exit_comm_));
+      MLFW_MPI_CHECK(MPI_Comm_set_errhandler(exit_comm_, MPI_ERRORS_RETURN));
     }
     MLFW_MPI_CHECK(MPI_Op_create(&HalfOp<DataType::Float16, false>, 1, &ops_[0]));
     MLFW_MPI_CHECK(MPI_Op_create(&HalfOp<DataType::Float16, true>, 1, &ops_[1]));
     MLFW_MPI_CHECK(MPI_Op_create(&HalfOp<DataType::BFloat16, false>, 1, &ops_[2]));
     MLFW_MPI_CHECK(MPI_Op_create(&HalfOp<DataType::BFloat16, true>, 1, &ops_[3]));
     ready_ = true;
+  }
+
+  // Several groups may ask for different limits: the most patient one wins.
+  void RequestFinalizeTimeout(double seconds) {
+    std::lock_guard lock(mutex_);
+    finalize_timeout_s_ = std::max(finalize_timeout_s_, seconds);
   }
 
   MPI_Op HalfOpFor(DataType dtype, ReduceOp op) const {
@@ -126,7 +140,10 @@ class MpiRuntime {
     if (!ready_ || Finalized()) return;
     for (MPI_Op& op : ops_) MPI_Op_free(&op);
     // Finalize only what we initialized; an application that called MPI_Init finalizes itself.
-    if (we_initialized_) MPI_Finalize();
+    if (!we_initialized_) return;
+    AgreeToFinalize();
+    MPI_Comm_free(&exit_comm_);
+    MPI_Finalize();
   }
 
   MpiRuntime(const MpiRuntime&) = delete;
@@ -134,11 +151,81 @@ class MpiRuntime {
 
  private:
   MpiRuntime() = default;
+
+  // MPI_Finalize blocks until every rank calls it. A rank blocked in a collective that this
+  // rank left (or that it entered after this rank left) never will, and the job would hang
+  // forever. So every rank first meets the others in a non-blocking barrier, polled with a
+  // deadline; on timeout MPI_Abort ends every rank, the blocked ones included.
+  void AgreeToFinalize() {
+    int rank = 0;
+    int size = 1;
+    MPI_Comm_rank(exit_comm_, &rank);
+    MPI_Comm_size(exit_comm_, &size);
+    if (size == 1) return;
+    MPI_Request request = MPI_REQUEST_NULL;
+    const int started = MPI_Ibarrier(exit_comm_, &request);
+    if (started == MPI_SUCCESS) {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(finalize_timeout_s_);
+      // Spin briefly (all ranks usually arrive together), then poll every millisecond so a
+      // waiting rank leaves the cores to the ranks still working.
+      for (int polls = 0;; ++polls) {
+        int done = 0;
+        const int tested = MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+        if (tested != MPI_SUCCESS) {
+          FinalizeAbort(rank, size, "the exit barrier failed: " + MpiErrorString(tested));
+        }
+        if (done != 0) return;
+        if (std::chrono::steady_clock::now() >= deadline) break;
+        if (polls >= kExitSpinPolls) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    } else {
+      FinalizeAbort(rank, size, "the exit barrier could not start: " + MpiErrorString(started));
+    }
+    std::array<char, 32> limit{};
+    std::snprintf(limit.data(), limit.size(), "%g", finalize_timeout_s_);
+    FinalizeAbort(rank, size,
+                  std::string("exiting, but not every rank reached MPI_Finalize within ") + limit.data() +
+                      " s: another rank is blocked in a collective this rank never joined (or is still "
+                      "working); aborting the job so that no rank hangs (MLFW_MPI_FINALIZE_TIMEOUT_S "
+                      "sets the limit)");
+  }
+
+  [[noreturn]] void FinalizeAbort(int rank, int size, const std::string& what) {
+    std::fprintf(stderr, "mlframework: rank %d of %d: %s\n", rank, size, what.c_str());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    std::_Exit(1);
+  }
+
+  static constexpr int kExitSpinPolls = 1000;
   std::mutex mutex_;
   bool ready_ = false;
   bool we_initialized_ = false;
+  MPI_Comm exit_comm_ = MPI_COMM_NULL;
+  double finalize_timeout_s_ = 0.0;
   std::array<MPI_Op, 4> ops_{MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
 };
+
+// The exit-barrier limit of @p options: the option, else the environment, else the default.
+double FinalizeTimeoutOf(const MpiProcessGroupOptions& options) {
+  if (options.FinalizeTimeoutSeconds) {
+    const double seconds = *options.FinalizeTimeoutSeconds;
+    if (!std::isfinite(seconds) || !(seconds > 0.0)) {
+      throw ArgumentError("options.FinalizeTimeoutSeconds",
+                          "must be finite and > 0 seconds, got " + std::to_string(seconds));
+    }
+    return seconds;
+  }
+  const char* text = std::getenv("MLFW_MPI_FINALIZE_TIMEOUT_S");
+  if (text == nullptr || *text == '\0') return kDefaultFinalizeTimeoutSeconds;
+  char* end = nullptr;
+  const double seconds = std::strtod(text, &end);
+  if (end == text || *end != '\0' || !std::isfinite(seconds) || !(seconds > 0.0)) {
+    throw ArgumentError("MLFW_MPI_FINALIZE_TIMEOUT_S",
+                        std::string("must be a finite number of seconds > 0, got '") + text + "'");
+  }
+  return seconds;
+}
 
 MPI_Datatype WireType(DataType dtype) { return dtype == DataType::Float32 ? MPI_FLOAT : MPI_UINT16_T; }
 
@@ -193,7 +280,9 @@ MpiProcessGroup::MpiProcessGroup(MpiProcessGroupOptions options) : impl_(std::ma
     throw ArgumentError("options.HalfSum",
                         "unknown HalfReduction " + std::to_string(static_cast<int>(options.HalfSum)));
   }
+  const double finalize_timeout = FinalizeTimeoutOf(options);
   MpiRuntime::Get().EnsureInitialized();
+  MpiRuntime::Get().RequestFinalizeTimeout(finalize_timeout);
   MPI_Comm parent = MPI_COMM_WORLD;
   if (options.Communicator) {
     parent = MPI_Comm_f2c(static_cast<MPI_Fint>(*options.Communicator));
@@ -239,7 +328,21 @@ void MpiProcessGroup::AllGather(const ITensor& input, ITensor& output) {
   const MPI_Datatype type = WireType(input.GetDataType());
   detail::HostRead source(input);
   detail::HostWrite target(output, false);
-  MLFW_MPI_CHECK(MPI_Allgather(source.Data(), n, type, target.Data(), n, type, impl_->comm));
+  // Input already in this rank's slot of the output (FSDP casts its shard there): gather in
+  // place. Any other overlap would be an aliasing error for MPI, so it is refused.
+  const std::size_t slot_bytes = input.Size() * ElementSize(input.GetDataType());
+  const auto* out_first = static_cast<const std::byte*>(target.Data());
+  const auto* in_first = static_cast<const std::byte*>(source.Data());
+  const auto* slot = out_first + slot_bytes * static_cast<std::size_t>(impl_->rank);
+  if (in_first == slot) {
+    MLFW_MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, n, type, target.Data(), n, type, impl_->comm));
+  } else {
+    const auto* out_last = out_first + slot_bytes * static_cast<std::size_t>(impl_->world_size);
+    if (n > 0 && in_first < out_last && out_first < in_first + slot_bytes) {
+      throw ArgumentError("input", "AllGather: input overlaps the output other than exactly at this rank's slot");
+    }
+    MLFW_MPI_CHECK(MPI_Allgather(source.Data(), n, type, target.Data(), n, type, impl_->comm));
+  }
   target.Commit();
 }
 

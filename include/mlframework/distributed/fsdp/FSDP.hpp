@@ -69,6 +69,19 @@ class MLFRAMEWORK_EXPORT FSDP {
   /// ArgumentError for an invalid dtype; InvalidOperationError while any unit is gathered.
   void SetParamDType(DataType dtype);
 
+  /// Bytes of idle gather and gradient buffers cached for reuse. Release() and the flat
+  /// gradient buffers of ReduceGradients() hand their memory back to this cache, so the next
+  /// unit's Gather() allocates nothing (PyTorch's caching allocator, DeepSpeed's reused flat
+  /// buffers); buffers a caller still references past Release() are never reused.
+  std::size_t CachedBufferBytes() const noexcept;
+  /// The most idle bytes the cache keeps: one use of the largest unit (its gathered buffer in
+  /// the parameter dtype, its flat gradient buffer in the reduce dtype and shard-sized scratch),
+  /// so the ZeRO-3 figure "16 B x parameters / ranks + the largest gathered unit" holds.
+  std::size_t CachedBufferLimit() const noexcept;
+  /// Frees the cached idle buffers now (for example before evaluation or a checkpoint); the
+  /// next Gather() allocates again.
+  void ReleaseCachedBuffers() noexcept;
+
   /// Unit name to its FP32 local shard: build the optimizer over this map.
   GradientMap ShardedParameters() const;
   /// Unit name to its LocalGradient(). InvalidOperationError when a unit has none.

@@ -28,8 +28,15 @@ class FSDP;
 /// 2. ReduceGradients(full_gradients): the full per-parameter gradients are flattened into the
 ///    reduce dtype and reduce-scattered (collective), averaged over ranks, into LocalGradient(),
 ///    this rank's FP32 gradient shard. Called again before a step, it accumulates.
-/// 3. Release(): the gathered buffer is dropped (its memory is freed once the framework drops
-///    its views too).
+/// 3. Release(): the gathered buffer is dropped and its memory goes back to the FSDP's buffer
+///    cache, where the next unit's Gather() reuses it (FSDP::CachedBufferBytes()); if the
+///    framework still holds a view of it, the memory stays the framework's and is freed when
+///    the last view goes, never reused under it.
+///
+/// No per-call allocation once warm: the gathered buffer, the flat gradient buffer and the
+/// scratch shards come from that cache, the FP32 shard is cast straight into this rank's slot
+/// of the gathered buffer (all-gather in place), and a unit of one FP32 parameter whose size is
+/// a multiple of the world size is reduce-scattered straight from the framework's gradient.
 ///
 /// Units are created by FSDP::RegisterUnit(). State checks (gathering twice, reducing before
 /// gathering) are agreed across ranks before any communication, so every rank throws together.
@@ -62,7 +69,9 @@ class MLFRAMEWORK_EXPORT FSDPShardingUnit {
   /// All-gathers the unit in the parameter dtype (collective). InvalidOperationError on every
   /// rank when any rank already has it gathered.
   void Gather();
-  /// Drops the gathered buffer. InvalidOperationError when not gathered (local, no communication).
+  /// Drops the gathered buffer and returns its memory to the FSDP's buffer cache (unless a view
+  /// of it is still held elsewhere). InvalidOperationError when not gathered (local, no
+  /// communication).
   void Release();
   /// True between Gather() and Release().
   bool IsGathered() const noexcept;
@@ -80,7 +89,8 @@ class MLFRAMEWORK_EXPORT FSDPShardingUnit {
 
   /// Reduce-scatters the full gradients of this unit's parameters (collective): every name of
   /// ParameterNames() with a tensor of its shape, any dtype. The result, averaged over ranks,
-  /// is added to LocalGradient(). InvalidOperationError on every rank when any rank has not
+  /// is added to LocalGradient(). FP32 reductions are averaged after the sum (on the shard),
+  /// FP16/BF16 ones before it (away from overflow). InvalidOperationError on every rank when any rank has not
   /// gathered the unit; ArgumentError on every rank for missing names or wrong shapes.
   void ReduceGradients(const GradientMap& gradients);
   /// This rank's gradient shard (ShardSize() elements, FP32), or null before ReduceGradients().

@@ -85,7 +85,21 @@ void FSDPConfig::Validate() const {
 struct FSDP::Impl {
   std::shared_ptr<IProcessGroup> group;
   FSDPConfig config;
+  detail::BufferPool pool;  // before the units: they hand buffers back to it
   std::vector<std::unique_ptr<FSDPShardingUnit>> units;
+
+  // Idle pool memory is capped at one use of the largest unit (the registered ones and one of
+  // @p padded / @p shard elements being registered): its gathered buffer, its flat gradient
+  // buffer and the shard-sized scratch of a 16-bit reduction or an accumulation.
+  void UpdatePoolCapacity(std::size_t padded = 0, std::size_t shard = 0) noexcept {
+    for (const auto& unit : units) {
+      padded = std::max(padded, unit->impl_->padded);
+      shard = std::max(shard, unit->impl_->shard_size);
+    }
+    const std::size_t reduce = ElementSize(config.ReduceDType);
+    pool.SetCapacity(padded * (ElementSize(config.ParamDType) + reduce) +
+                     shard * (ElementSize(DataType::Float32) + reduce));
+  }
 
   std::vector<TensorPtr> GradientList() const {
     std::vector<TensorPtr> list;
@@ -113,6 +127,7 @@ FSDPShardingUnit& FSDP::RegisterUnit(const std::string& name, const GradientMap&
   auto unit = std::make_unique<FSDPShardingUnit::Impl>();
   unit->group = impl_->group.get();
   unit->config = &impl_->config;
+  unit->pool = &impl_->pool;
   unit->name = name;
   std::vector<TensorPtr> sources;
 
@@ -172,9 +187,13 @@ FSDPShardingUnit& FSDP::RegisterUnit(const std::string& name, const GradientMap&
   unit->shard_offset = sharded ? unit->shard_size * static_cast<std::size_t>(group.Rank()) : 0;
 
   // Flatten into FP32 (one fused cast), optionally take rank 0's values, keep this rank's part.
+  // The shard is allocated before the transient flat buffer, so the shards of many units lie
+  // together and the freed flat buffers leave no holes between them.
+  if (sharded) unit->shard = cpu::Empty({unit->shard_size}, DataType::Float32);
   TensorPtr flat = cpu::Empty({unit->padded}, DataType::Float32);
   {
     std::vector<TensorPtr> targets;
+    targets.reserve(unit->names.size());
     for (std::size_t i = 0; i < unit->names.size(); ++i) {
       targets.push_back(cpu::View(flat, unit->offsets[i], unit->shapes[i]));
     }
@@ -182,13 +201,13 @@ FSDPShardingUnit& FSDP::RegisterUnit(const std::string& name, const GradientMap&
   }
   if (impl_->config.SyncModuleStates) group.Broadcast(*flat, 0);
   if (sharded) {
-    unit->shard = cpu::Empty({unit->shard_size}, DataType::Float32);
     std::memcpy(cpu::MutableData(*unit->shard), cpu::Elements<DataType::Float32>(*flat).data() + unit->shard_offset,
                 unit->shard_size * sizeof(float));
   } else {
     unit->shard = std::move(flat);
   }
   impl_->units.push_back(std::unique_ptr<FSDPShardingUnit>(new FSDPShardingUnit(std::move(unit))));
+  impl_->UpdatePoolCapacity();
   return *impl_->units.back();
 }
 
@@ -221,7 +240,14 @@ void FSDP::SetParamDType(DataType dtype) {
     }
   }
   impl_->config.ParamDType = dtype;
+  impl_->UpdatePoolCapacity();
 }
+
+std::size_t FSDP::CachedBufferBytes() const noexcept { return impl_->pool.IdleBytes(); }
+
+std::size_t FSDP::CachedBufferLimit() const noexcept { return impl_->pool.Capacity(); }
+
+void FSDP::ReleaseCachedBuffers() noexcept { impl_->pool.Clear(); }
 
 GradientMap FSDP::ShardedParameters() const {
   GradientMap result;

@@ -1,6 +1,8 @@
 #include <mlframework/distributed/fsdp/FSDPShardingUnit.hpp>
 
 #include <algorithm>
+#include <cstddef>
+#include <cstring>
 #include <utility>
 
 #include <mlframework/backends/cpu/CpuTensor.hpp>
@@ -58,19 +60,36 @@ void FSDPShardingUnit::Gather() {
   const DataType dtype = s.config->ParamDType;
   const ShardingStrategy strategy = s.config->Strategy;
   TensorPtr flat;
-  if (s.kept && s.kept->GetDataType() == dtype) {
-    flat = s.kept;  // ShardGradOp / NoShard: still current since the last step
-  } else if (strategy == ShardingStrategy::NoShard) {
-    // Every rank holds the whole unit: no communication, at most one fused cast.
-    flat = dtype == DataType::Float32 ? s.shard : Cast(std::span<const TensorPtr>(&s.shard, 1), dtype)[0];
-    s.kept = flat;
+  if (s.kept.tensor && s.kept.tensor->GetDataType() == dtype) {
+    flat = s.kept.tensor;  // ShardGradOp / NoShard: still current since the last step
+  } else if (strategy == ShardingStrategy::NoShard && dtype == DataType::Float32) {
+    flat = s.shard;  // every rank holds the whole unit in FP32 already: no copy at all
+    s.pool->Return(s.kept);
+    s.kept.tensor = flat;
   } else {
-    // Cast first, so the all-gather moves ParamDType bytes (16-bit for FP16/BF16).
-    const TensorPtr send =
-        dtype == DataType::Float32 ? s.shard : Cast(std::span<const TensorPtr>(&s.shard, 1), dtype)[0];
-    flat = cpu::Empty({s.padded}, dtype);
-    s.group->AllGather(*send, *flat);
-    if (strategy == ShardingStrategy::ShardGradOp) s.kept = flat;
+    // The buffer comes from the pool (no allocation, no page faults once warm) and every
+    // element is written below, so its old contents never show.
+    detail::PooledBuffer buffer = s.pool->Acquire(dtype, s.padded);
+    if (strategy == ShardingStrategy::NoShard) {
+      // Every rank holds the whole unit: no communication, one fused cast.
+      CastInto(std::span<const TensorPtr>(&s.shard, 1), std::span<const TensorPtr>(&buffer.tensor, 1));
+    } else if (dtype == DataType::Float32) {
+      // Nothing to cast: the all-gather reads the FP32 shard itself, like the raw collective.
+      s.group->AllGather(*s.shard, *buffer.tensor);
+    } else {
+      // Cast the FP32 shard straight into this rank's slot (so the all-gather moves 16-bit
+      // words) and gather in place around it: no staging buffer, no extra copy.
+      const TensorPtr slot = cpu::View(buffer.tensor, s.shard_offset, {s.shard_size});
+      CastInto(std::span<const TensorPtr>(&s.shard, 1), std::span<const TensorPtr>(&slot, 1));
+      s.group->AllGather(*slot, *buffer.tensor);
+    }
+    flat = buffer.tensor;
+    if (strategy == ShardingStrategy::FullShard) {
+      s.gathered_storage = std::move(buffer);
+    } else {
+      s.pool->Return(s.kept);  // a kept buffer of the previous dtype is of no use any more
+      s.kept = std::move(buffer);
+    }
   }
   s.views = s.ViewsOf(flat);
   s.gathered = std::move(flat);
@@ -85,6 +104,9 @@ void FSDPShardingUnit::Release() {
   s.views.clear();
   s.gathered.reset();
   s.is_gathered = false;
+  // FullShard: the memory goes back to the pool for the next unit's Gather(), unless the
+  // framework still holds a view of it (then it is freed when the framework lets go).
+  s.pool->Return(s.gathered_storage);
 }
 
 void FSDPShardingUnit::SetGatheredParameter(TensorPtr gathered) {
@@ -142,51 +164,81 @@ void FSDPShardingUnit::ReduceGradients(const GradientMap& gradients) {
   AbortGuard guard(*s.group, "FSDP ReduceGradients of unit '" + s.name + "'");
   const int world = s.group->WorldSize();
   const DataType reduce_dtype = s.config->ReduceDType;
-  // Flatten, average and cast to the reduce dtype in one fused pass (padding stays zero).
-  // Dividing before the sum keeps 16-bit reductions away from overflow.
-  TensorPtr flat = cpu::Empty({s.padded}, reduce_dtype);
-  {
+  const bool no_shard = s.config->Strategy == ShardingStrategy::NoShard;
+  // Where this rank's FP32 result goes: the FP32 shard of the last step when there is one (the
+  // optimizer may still hold it, so a fresh buffer per step would double the gradient memory),
+  // a new one on the first step, a pooled scratch shard when accumulating into an existing one.
+  TensorPtr target;
+  detail::PooledBuffer scratch;
+  if (s.local_gradient) {
+    scratch = s.pool->Acquire(DataType::Float32, s.shard_size);
+    target = scratch.tensor;
+  } else if (s.spare_gradient) {
+    target = std::move(s.spare_gradient);
+  } else {
+    target = cpu::Empty({s.shard_size}, DataType::Float32);
+  }
+  s.spare_gradient.reset();
+  // FP32 sums are averaged after the reduction, on the shard (exact for power-of-two world
+  // sizes, and 1/world of the work); 16-bit sums before it, which keeps them away from overflow.
+  const bool fp32_reduce = reduce_dtype == DataType::Float32;
+  const float average = 1.0f / static_cast<float>(world);
+  // A unit of one CPU FP32 parameter whose size is a multiple of the world size (the flat
+  // parameter layout of PyTorch FSDP) needs no flattening: its gradient is reduce-scattered
+  // straight from the framework's tensor, as the raw collective would.
+  const bool direct = !no_shard && fp32_reduce && sources.size() == 1 && s.padded == s.numel &&
+                      cpu::IsCpuTensor(*sources[0]) && sources[0]->GetDataType() == DataType::Float32;
+  // Otherwise flatten (and cast to the reduce dtype, and average for 16-bit) in one fused pass
+  // straight into a pooled flat buffer (NoShard with FP32: into the target, the whole unit).
+  const bool into_target = no_shard && fp32_reduce;
+  detail::PooledBuffer flat_buffer;
+  TensorPtr flat;
+  if (direct) {
+    flat = sources[0];
+  } else {
+    if (!into_target) flat_buffer = s.pool->Acquire(reduce_dtype, s.padded);
+    flat = into_target ? target : flat_buffer.tensor;
     std::vector<TensorPtr> targets;
     targets.reserve(s.names.size());
     for (std::size_t i = 0; i < s.names.size(); ++i) targets.push_back(cpu::View(flat, s.offsets[i], s.shapes[i]));
-    CastInto(sources, targets, 1.0f / static_cast<float>(world));
+    CastInto(sources, targets, fp32_reduce ? 1.0f : average);
+    // The padding is reduced too and lands in the last rank's shard: it must be zero, whatever
+    // the pooled buffer held before.
+    if (s.padded > s.numel) {
+      const std::size_t element = ElementSize(reduce_dtype);
+      std::memset(static_cast<std::byte*>(cpu::MutableData(*flat)) + s.numel * element, 0,
+                  (s.padded - s.numel) * element);
+    }
   }
-  // The FP32 shard of the last step is reused (the optimizer may still hold it, so a fresh
-  // buffer per step would double the gradient memory).
-  TensorPtr target;
-  if (!s.local_gradient && s.spare_gradient) target = std::move(s.spare_gradient);
-  s.spare_gradient.reset();
-  const bool direct = target && reduce_dtype == DataType::Float32;
-  TensorPtr reduced;
-  if (s.config->Strategy == ShardingStrategy::NoShard) {
+  if (no_shard) {
     s.group->AllReduce(*flat, ReduceOp::Sum);
-    reduced = std::move(flat);
+    if (!into_target) CastInto(std::span<const TensorPtr>(&flat, 1), std::span<const TensorPtr>(&target, 1));
+  } else if (fp32_reduce) {
+    s.group->ReduceScatter(*flat, *target, ReduceOp::Sum);
   } else {
-    reduced = direct ? target : cpu::Empty({s.shard_size}, reduce_dtype);
-    s.group->ReduceScatter(*flat, *reduced, ReduceOp::Sum);
-    flat.reset();  // the full gradient buffer is transient
+    detail::PooledBuffer reduced = s.pool->Acquire(reduce_dtype, s.shard_size);
+    s.group->ReduceScatter(*flat, *reduced.tensor, ReduceOp::Sum);
+    CastInto(std::span<const TensorPtr>(&reduced.tensor, 1), std::span<const TensorPtr>(&target, 1));
+    s.pool->Return(reduced);
   }
-  if (reduced != target && target) {
-    CastInto(std::span<const TensorPtr>(&reduced, 1), std::span<const TensorPtr>(&target, 1));
-    reduced = target;
-  } else if (reduced->GetDataType() != DataType::Float32) {
-    reduced = Cast(std::span<const TensorPtr>(&reduced, 1), DataType::Float32)[0];
-  }
+  if (fp32_reduce && world > 1) ScaleInPlace(std::span<const TensorPtr>(&target, 1), average);
+  flat.reset();  // the pool reuses only blocks nobody else references
+  s.pool->Return(flat_buffer);
   if (!s.local_gradient) {
-    s.local_gradient = std::move(reduced);
+    s.local_gradient = std::move(target);
     return;
   }
   // Gradient accumulation over several backward passes before one step.
+  const auto add = cpu::Elements<DataType::Float32>(*target);
   if (s.local_gradient->GetDataType() == DataType::Float32 && cpu::IsCpuTensor(*s.local_gradient)) {
     const auto into = cpu::Elements<DataType::Float32>(*s.local_gradient);
-    const auto add = cpu::Elements<DataType::Float32>(*reduced);
     for (std::size_t i = 0; i < into.size(); ++i) into[i] += add[i];
   } else {
     std::vector<float> sum = s.local_gradient->ToFloatVector();
-    const auto add = cpu::Elements<DataType::Float32>(*reduced);
     for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += add[i];
     s.local_gradient->CopyFromFloats(sum);
   }
+  s.pool->Return(scratch);
 }
 
 void FSDPShardingUnit::SetLocalGradient(TensorPtr gradient) {

@@ -11,6 +11,8 @@
 #include <mlframework/distributed/fsdp/FSDPConfig.hpp>
 #include <mlframework/distributed/fsdp/FSDPShardingUnit.hpp>
 
+#include "mlframework/distributed/fsdp/BufferPool.hpp"
+
 namespace mlframework::distributed::fsdp {
 
 struct FSDPShardingUnit::Impl {
@@ -25,18 +27,22 @@ struct FSDPShardingUnit::Impl {
   std::size_t shard_size = 0;
   std::size_t shard_offset = 0;
 
+  detail::BufferPool* pool = nullptr;  // the owning FSDP's caching allocator
+
   TensorPtr shard;     // FP32 master shard (the whole buffer under NoShard)
   TensorPtr gathered;  // flat gathered buffer while gathered
   GradientMap views;   // per-parameter views of `gathered`
   bool is_gathered = false;
-  TensorPtr kept;            // ShardGradOp / NoShard: gathered buffer kept between steps
-  TensorPtr local_gradient;  // FP32 gradient shard
-  TensorPtr spare_gradient;  // last step's FP32 shard, reused by the next ReduceGradients()
+  detail::PooledBuffer gathered_storage;  // pool memory behind `gathered` until Release()
+  detail::PooledBuffer kept;              // ShardGradOp / NoShard: gathered buffer kept between steps
+  TensorPtr local_gradient;               // FP32 gradient shard
+  TensorPtr spare_gradient;               // last step's FP32 shard, reused by the next ReduceGradients()
 
   // Views of @p flat with the parameters' shapes, by name.
   GradientMap ViewsOf(const TensorPtr& flat) const;
-  // The kept buffer no longer matches the shard (after an optimizer step or a state load).
-  void Invalidate() { kept.reset(); }
+  // The kept buffer no longer matches the shard (after an optimizer step or a state load):
+  // its memory goes back to the pool (unless the unit is gathered from it right now).
+  void Invalidate() noexcept { pool->Return(kept); }
 };
 
 }  // namespace mlframework::distributed::fsdp
