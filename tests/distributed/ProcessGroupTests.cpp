@@ -2,6 +2,9 @@
 // three dtypes, both 16-bit reduction methods, argument errors, and the local group.
 #include <boost/test/unit_test.hpp>
 
+#include <omp.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -205,6 +208,20 @@ BOOST_AUTO_TEST_CASE(ArgumentErrorsBeforeAnyCommunication) {
   BOOST_CHECK_THROW(group->Broadcast(*input, -1), mlframework::ArgumentError);
   // The group still works after rejected calls.
   group->Barrier();
+}
+
+BOOST_AUTO_TEST_CASE(LocalRanksShareTheCoresUnlessOmpNumThreadsIsSet) {
+  const auto group = mlfw_test::WorldGroup();  // created: the share is applied by now
+  BOOST_TEST_MESSAGE("rank " << group->Rank() << ": " << omp_get_max_threads() << " OpenMP threads");
+  // Open MPI's launcher tells each rank how many ranks share its node.
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  const char* chosen = std::getenv("OMP_NUM_THREADS");
+  const int local_ranks = local != nullptr ? std::atoi(local) : 1;
+  if (chosen != nullptr && *chosen != '\0') {
+    BOOST_TEST(omp_get_max_threads() == std::atoi(chosen));  // the user's choice stands
+  } else {
+    BOOST_TEST(omp_get_max_threads() <= std::max(1, omp_get_num_procs() / local_ranks));
+  }
 }
 
 BOOST_AUTO_TEST_CASE(AbortGuardAbortsOnlyWhenUnwinding) {

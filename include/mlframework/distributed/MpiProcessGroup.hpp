@@ -40,6 +40,12 @@ struct MpiProcessGroupOptions {
   /// MLFW_MPI_FINALIZE_TIMEOUT_S, else kDefaultFinalizeTimeoutSeconds. With several groups the
   /// largest value requested wins.
   std::optional<double> FinalizeTimeoutSeconds{};
+  /// Share the node's cores among the ranks on it, as torchrun does: when the environment does
+  /// not set OMP_NUM_THREADS and several ranks of the communicator share this node, the first
+  /// group created in the process lowers the OpenMP thread count of the calling thread (what
+  /// the CPU kernels use) to max(1, cores / ranks on this node). Without it, four ranks on two
+  /// cores would each run two kernel threads that wait for each other at every chunk barrier.
+  bool ShareCoresAmongLocalRanks = true;
 };
 
 /// Default of MpiProcessGroupOptions::FinalizeTimeoutSeconds: long enough for a rank that saves a

@@ -4,6 +4,7 @@
 #include <mlframework/distributed/MpiProcessGroup.hpp>
 
 #include <mpi.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <array>
@@ -206,6 +207,29 @@ class MpiRuntime {
   std::array<MPI_Op, 4> ops_{MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
 };
 
+// MpiProcessGroupOptions::ShareCoresAmongLocalRanks: at most once per process, and only when
+// the user left OMP_NUM_THREADS unset. Collective over @p comm (every rank splits it).
+void ShareCoresAmongLocalRanks(MPI_Comm comm) {
+  static std::once_flag once;
+  std::call_once(once, [comm] {
+    const char* chosen = std::getenv("OMP_NUM_THREADS");
+    MPI_Comm node = MPI_COMM_NULL;
+    if (MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) != MPI_SUCCESS) {
+      return;  // no node information: leave the threads as they are
+    }
+    int local_ranks = 1;
+    MPI_Comm_size(node, &local_ranks);
+    MPI_Comm_free(&node);
+    if ((chosen != nullptr && *chosen != '\0') || local_ranks <= 1) {
+      return;
+    }
+    const int share = std::max(1, omp_get_num_procs() / local_ranks);
+    if (share < omp_get_max_threads()) {
+      omp_set_num_threads(share);
+    }
+  });
+}
+
 // The exit-barrier limit of @p options: the option, else the environment, else the default.
 double FinalizeTimeoutOf(const MpiProcessGroupOptions& options) {
   if (options.FinalizeTimeoutSeconds) {
@@ -306,6 +330,9 @@ MpiProcessGroup::MpiProcessGroup(MpiProcessGroupOptions options) : impl_(std::ma
     MLFW_MPI_CHECK(MPI_Comm_set_errhandler(impl_->comm, MPI_ERRORS_RETURN));
     MLFW_MPI_CHECK(MPI_Comm_rank(impl_->comm, &impl_->rank));
     MLFW_MPI_CHECK(MPI_Comm_size(impl_->comm, &impl_->world_size));
+    if (options.ShareCoresAmongLocalRanks) {
+      ShareCoresAmongLocalRanks(impl_->comm);
+    }
   } catch (...) {
     MPI_Comm_free(&impl_->comm);
     throw;
