@@ -67,6 +67,11 @@ class CudaScaleState final : public DeviceScaleState {
     // Byte-wise memset: 0x01010101 is non-zero, which is all the flag means.
     MLFW_CUDA_CHECK(cudaMemsetAsync(FlagPointer(), 1, sizeof(std::int32_t), context_->Stream()));
   }
+  void ClearFoundInf() override {
+    std::lock_guard lock(context_->Mutex());
+    DeviceGuard guard(context_->DeviceIndex());
+    MLFW_CUDA_CHECK(cudaMemsetAsync(FlagPointer(), 0, sizeof(std::int32_t), context_->Stream()));
+  }
   bool LastStepSkipped() const override { return ReadBlock().last_skipped != 0; }
 
   DeviceContext& Context() const noexcept { return *context_; }
