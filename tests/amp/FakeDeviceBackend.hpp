@@ -156,6 +156,26 @@ class FakeDeviceBackend final : public mlframework::DeviceScalingBackend {
     FakeScaleState& s = Own(state, tensors);
     s.Flag() = s.Flag() || mlframework::HasNonFinite(Inner(tensors));
   }
+  void FlagToTensor(const mlframework::DeviceScaleState& state, mlframework::TensorPtr& out) const override {
+    auto& s = dynamic_cast<FakeScaleState&>(const_cast<mlframework::DeviceScaleState&>(state));  // NOLINT
+    const auto* current = dynamic_cast<const FakeDeviceTensor*>(out.get());
+    if (current == nullptr || current->GetDataType() != mlframework::DataType::Float32 || current->Size() != 1 ||
+        current->GetDevice() != s.GetDevice()) {
+      out = std::make_shared<FakeDeviceTensor>(mlframework::Zeros({1}), s.GetDevice().Index);
+      current = static_cast<const FakeDeviceTensor*>(out.get());
+    }
+    const float value = s.Flag() ? 1.0f : 0.0f;
+    current->Inner()->CopyFromFloats(std::span<const float>(&value, 1));  // a device-side write
+  }
+  void FlagFromTensor(mlframework::DeviceScaleState& state, const mlframework::ITensor& in) const override {
+    FakeScaleState& s = Own(state, std::span<const mlframework::ITensor* const>{});
+    const auto* fake = dynamic_cast<const FakeDeviceTensor*>(&in);
+    if (fake == nullptr || in.GetDataType() != mlframework::DataType::Float32 || in.Size() != 1 ||
+        in.GetDevice() != s.GetDevice()) {
+      throw mlframework::ArgumentError("in", "must be a one-element FP32 fake tensor on the state's device");
+    }
+    s.Flag() = fake->Peek()[0] != 0.0f;  // a device-side read
+  }
   void UpdateScale(mlframework::DeviceScaleState& state) const override {
     FakeScaleState& s = Own(state, std::span<const mlframework::ITensor* const>{});
     s.Skipped() = mlframework::amp::UpdateScaleState(s.DeviceSide(), s.Policy(), s.Flag());

@@ -92,6 +92,14 @@ class MLFRAMEWORK_EXPORT DeviceScalingBackend : public TensorBackend {
                                      DeviceScaleState& state) const = 0;
   /// Sets the flag when any element is Inf or NaN (read only).
   virtual void CheckWithState(std::span<const ITensor* const> tensors, DeviceScaleState& state) const = 0;
+  /// Writes the found-inf flag as 1.0f or 0.0f into @p out, a one-element FP32 tensor on the
+  /// state's device, without waiting: the flag can then be all-reduced (MAX) across ranks with
+  /// IProcessGroup::AllReduce on the device. @p out is reused when it is such a tensor of this
+  /// backend, and replaced by a new one otherwise (pass the same pointer every step).
+  virtual void FlagToTensor(const DeviceScaleState& state, TensorPtr& out) const = 0;
+  /// Sets the found-inf flag to `in[0] != 0` without waiting (the reduced flag written back).
+  /// ArgumentError unless @p in is a one-element FP32 tensor of this backend on the state's device.
+  virtual void FlagFromTensor(DeviceScaleState& state, const ITensor& in) const = 0;
   /// Advances the state by one step on the device with amp::UpdateScaleState(state, policy, flag),
   /// records whether the step overflowed (LastStepSkipped()) and clears the flag.
   virtual void UpdateScale(DeviceScaleState& state) const = 0;
