@@ -62,6 +62,7 @@ std::vector<bool> RandomOverflows(unsigned seed, int steps) {
   std::mt19937 rng(seed);
   std::bernoulli_distribution overflow(0.3);
   std::vector<bool> pattern;
+  pattern.reserve(static_cast<std::size_t>(steps));
   for (int i = 0; i < steps; ++i) {
     pattern.push_back(overflow(rng));
   }
@@ -236,6 +237,9 @@ BOOST_AUTO_TEST_CASE(MixedHostAndDeviceListIsAnArgumentErrorAndChangesNothing) {
   BOOST_TEST(scaler.DeviceState() != nullptr);            // the state did not move
   BOOST_TEST((scaler.State() == before));
   BOOST_TEST(!scaler.RecordedOverflow());
+  // An empty list says nothing about where the step runs: the state stays on the device.
+  BOOST_TEST(scaler.UnscaleGradients(GradientMap{}).empty());
+  BOOST_TEST(scaler.DeviceState() != nullptr);
 }
 
 BOOST_AUTO_TEST_CASE(StateFollowsTheGradientsBetweenHostAndDevices) {

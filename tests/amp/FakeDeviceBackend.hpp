@@ -216,8 +216,8 @@ class FakeDeviceBackend final : public mlframework::DeviceScalingBackend {
 };
 
 inline const FakeDeviceBackend& FakeBackend() {
-  static const FakeDeviceBackend backend;
-  return backend;
+  static const FakeDeviceBackend kBackend;
+  return kBackend;
 }
 
 inline bool FakeDeviceTensor::HasInf() const {

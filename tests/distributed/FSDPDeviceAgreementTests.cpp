@@ -2,9 +2,12 @@
 // second rank: fake device tensors (tests/amp/FakeDeviceBackend.hpp) and a
 // process-group double that plays the other ranks. With an "nccl" group the
 // found-inf flag must be agreed through a one-element device tensor
-// (AllReduce MAX), never through AllReduceHost, with one host synchronisation
-// per decision (the returned bool); with an "mpi" group the host path stays.
+// (AllReduce MAX), never through AllReduceHost, with one read of the scaler
+// state per decision (the returned bool); with an "mpi" group the host path
+// stays. (The real NcclProcessGroup::AllReduce also waits for its stream; the
+// double here does not, so the count is the manager's own.)
 // Decisions, scales and counters must equal the host path's.
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <memory>

@@ -1,6 +1,7 @@
 #include <mlframework/amp/DynamicLossScaler.hpp>
 
 #include <limits>
+#include <utility>
 
 #include <mlframework/core/Error.hpp>
 #include <mlframework/core/MultiTensor.hpp>
@@ -52,7 +53,7 @@ struct DynamicLossScaler::Impl {
   explicit Impl(const DynamicScalerConfig& c)
       : config(c), owner(c.ToScalePolicy(), ScaleState::Initial(c.ToScalePolicy())) {}
   // A copy: same configuration, the state read from @p other (host-owned, no record, no buffers).
-  Impl(const DynamicScalerConfig& c, const detail::ScaleStateOwner& other) : config(c), owner(other) {}
+  Impl(DynamicScalerConfig c, const detail::ScaleStateOwner& other) : config(std::move(c)), owner(other) {}
   DynamicScalerConfig config;
   detail::ScaleStateOwner owner;  // the single owner of the state: host or device (ScaleStateOwner.hpp)
   CachedScalar scale_tensor;

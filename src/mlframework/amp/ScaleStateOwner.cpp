@@ -41,6 +41,9 @@ bool ScaleStateOwner::IsOnStateDevice(const ITensor& tensor) const {
 }
 
 const DeviceScalingBackend* ScaleStateOwner::Route(std::span<const TensorPtr> tensors, const char* parameter) {
+  if (tensors.empty()) {
+    return backend_;  // nothing to say where the next step runs: the state stays where it is
+  }
   const DeviceScalingBackend* backend = nullptr;
   Device device;
   for (std::size_t i = 0; i < tensors.size(); ++i) {
@@ -126,7 +129,7 @@ void ScaleStateOwner::Update(bool overflow) {
   if (device_) {
     ClearRecord();
     Record(overflow);
-    std::optional<ScaleState> view = std::move(device_view_);
+    std::optional<ScaleState> view = device_view_;
     device_view_.reset();
     backend_->UpdateScale(*device_);  // clears the flag
     device_dirty_ = false;

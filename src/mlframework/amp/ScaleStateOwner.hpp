@@ -54,7 +54,8 @@ class ScaleStateOwner {
   // Where an operation on @p tensors runs: their DeviceScalingBackend (the state is moved to
   // their device first when it is not there yet), or null for the host path (a device-owned
   // state is moved back first). ArgumentError naming `<parameter>[i]` when the list mixes a
-  // device-scaling backend with other tensors, or two devices.
+  // device-scaling backend with other tensors, or two devices. An empty list leaves the state
+  // where it is (the current backend, or null when host-owned).
   const DeviceScalingBackend* Route(std::span<const TensorPtr> tensors, const char* parameter);
   // True when @p tensor lives where the device state does (same backend and device).
   bool IsOnStateDevice(const ITensor& tensor) const;

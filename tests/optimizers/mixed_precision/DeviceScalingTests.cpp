@@ -73,6 +73,7 @@ std::vector<bool> Pattern(unsigned seed, int steps) {
   std::mt19937 rng(seed);
   std::bernoulli_distribution overflow(0.3);
   std::vector<bool> pattern;
+  pattern.reserve(static_cast<std::size_t>(steps));
   for (int i = 0; i < steps; ++i) {
     pattern.push_back(overflow(rng));
   }

@@ -118,12 +118,16 @@ GradientMap DynamicLossScaler::UnscaleGradients(const GradientMap& gradients) co
     std::vector<TensorPtr> widened;
     std::vector<const ITensor*> src;
     std::vector<ITensor*> dst;
+    widened.reserve(low.size());
+    src.reserve(low.size());
+    dst.reserve(low.size());
     for (const TensorPtr& tensor : low) {
       widened.push_back(tensor->CastTo(DataType::Float32));  // same backend; overwritten below
       src.push_back(tensor.get());
       dst.push_back(widened.back().get());
     }
     std::vector<ITensor*> in_place;
+    in_place.reserve(fp32.size());
     for (const TensorPtr& tensor : fp32) {
       in_place.push_back(tensor.get());
     }

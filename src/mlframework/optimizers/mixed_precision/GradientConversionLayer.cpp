@@ -186,6 +186,7 @@ GradientProcessingResult GradientConversionLayer::ProcessOnDevice(const DeviceSc
     dst.push_back(low_dst[i].get());
   }
   std::vector<ITensor*> fp32_raw;
+  fp32_raw.reserve(fp32.size());
   for (const TensorPtr& tensor : fp32) {
     fp32_raw.push_back(tensor.get());
   }
