@@ -271,6 +271,10 @@ BOOST_AUTO_TEST_CASE(BoolReturningCallsReturnTheirOwnResultAndKeepTheRecord) {
   scaler.ClearRecordedOverflow();
   BOOST_TEST(scaler.CheckOverflow(StepGradients(3, true, true)));
   BOOST_TEST(!scaler.RecordedOverflow());
+  const float inf = std::numeric_limits<float>::infinity();
+  BOOST_TEST(scaler.CheckOverflow(FakeTensor({1.0f, inf}, {2}, DataType::BFloat16)));
+  BOOST_TEST(!scaler.CheckOverflow(FakeTensor({1.0f, 2.0f}, {2}, DataType::BFloat16)));
+  BOOST_TEST(!scaler.RecordedOverflow());
   const TensorPtr one = scaler.UnscaleGradient(FakeTensor({1.0f, 2.0f}, {2}, DataType::Float16));
   BOOST_TEST(one->GetDataType() == DataType::Float32);
   BOOST_TEST(DeviceScalingOf(*one) == &FakeBackend());

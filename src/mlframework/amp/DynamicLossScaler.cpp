@@ -53,7 +53,7 @@ struct DynamicLossScaler::Impl {
   explicit Impl(const DynamicScalerConfig& c)
       : config(c), owner(c.ToScalePolicy(), ScaleState::Initial(c.ToScalePolicy())) {}
   // A copy: same configuration, the state read from @p other (host-owned, no record, no buffers).
-  Impl(DynamicScalerConfig c, const detail::ScaleStateOwner& other) : config(std::move(c)), owner(other) {}
+  Impl(const DynamicScalerConfig& c, detail::ScaleStateOwner other) : config(c), owner(std::move(other)) {}
   DynamicScalerConfig config;
   detail::ScaleStateOwner owner;  // the single owner of the state: host or device (ScaleStateOwner.hpp)
   CachedScalar scale_tensor;
@@ -208,7 +208,17 @@ bool DynamicLossScaler::CheckOverflow(const TensorPtr& gradient) {
   if (!gradient) {
     throw ArgumentNullError("gradient");
   }
-  return CheckOverflow(GradientMap{{"gradient", gradient}});
+  if (!impl_->config.Enabled) {
+    return false;
+  }
+  Impl& s = *impl_;
+  const std::vector<TensorPtr> list{gradient};
+  const DeviceScalingBackend* backend = s.owner.Route(list, "gradient");
+  if (backend == nullptr) {
+    return HasNonFinite(list);
+  }
+  const ITensor* const raw[] = {gradient.get()};
+  return s.OwnResultOnDevice([&] { backend->CheckWithState(raw, *s.owner.DeviceState()); });
 }
 
 void DynamicLossScaler::RecordOverflow(const GradientMap& gradients) {
