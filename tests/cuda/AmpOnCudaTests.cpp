@@ -85,6 +85,27 @@ BOOST_AUTO_TEST_CASE(DynamicLossScalerMatchesCpu) {
     gpu.UpdateScale(gpu_result.Overflow);
     BOOST_TEST(cpu.Scale() == gpu.Scale());
     BOOST_TEST((cpu.State() == gpu.State()));
+    // The state lives on the GPU (device-side scaling) and its own copy agrees, not only the cache.
+    BOOST_TEST_REQUIRE(gpu.DeviceState() != nullptr);
+    BOOST_TEST((gpu.DeviceState()->Read() == cpu.State()));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(RecordedFlowMatchesCpu) {
+  const amp::DynamicScalerConfig config{.InitialScale = 1024.0f, .GrowthInterval = 2, .Hysteresis = 2};
+  amp::DynamicLossScaler cpu(config);
+  amp::DynamicLossScaler gpu(config);
+  for (int step = 0; step < 15; ++step) {
+    const TensorPtr cpu_loss = cpu.ScaleLoss(Scalar(0.3f));
+    const TensorPtr gpu_loss = gpu.ScaleLoss(Scalar(0.3f, DataType::Float32, Device::CUDA(0)));
+    BOOST_TEST(Bits(*cpu_loss) == Bits(*gpu_loss), boost::test_tools::per_element());
+    CheckSameGradients(cpu.UnscaleAndRecordOverflow(Gradients(step, Device::CPU())),
+                       gpu.UnscaleAndRecordOverflow(Gradients(step, Device::CUDA(0))));
+    BOOST_TEST(cpu.RecordedOverflow() == gpu.RecordedOverflow());
+    cpu.UpdateScaleFromRecord();
+    gpu.UpdateScaleFromRecord();
+    BOOST_TEST((gpu.DeviceState()->Read() == cpu.State()));
+    BOOST_TEST(gpu.DeviceState()->LastStepSkipped() == (step % 5 == 3));
   }
 }
 

@@ -106,6 +106,32 @@ BOOST_AUTO_TEST_CASE(TrajectoryMatchesHostPolicyAndGradientsMatchCpu) {
   BOOST_TEST(host.TotalOverflows == 6);
 }
 
+BOOST_AUTO_TEST_CASE(FlagRoundTripsThroughADeviceTensor) {
+  const amp::ScalePolicy policy{.InitialScale = 1024.0f};
+  const DeviceScalingBackend& backend = cuda::Backend();
+  auto state = backend.CreateScaleState(kGpu, policy, amp::ScaleState::Initial(policy));
+  TensorPtr flag;
+  backend.FlagToTensor(*state, flag);
+  BOOST_TEST_REQUIRE(flag != nullptr);
+  BOOST_TEST(flag->GetDevice() == kGpu);
+  BOOST_TEST((flag->GetDataType() == DataType::Float32));
+  BOOST_TEST(flag->ToFloatVector() == std::vector<float>{0.0f}, boost::test_tools::per_element());
+  const ITensor* first = flag.get();
+  state->MarkFoundInf();
+  backend.FlagToTensor(*state, flag);
+  BOOST_TEST(flag.get() == first);  // reused
+  BOOST_TEST(flag->ToFloatVector() == std::vector<float>{1.0f}, boost::test_tools::per_element());
+  state->ClearFoundInf();
+  BOOST_TEST(!state->FoundInf());
+  backend.FlagFromTensor(*state, *flag);
+  BOOST_TEST(state->FoundInf());
+  flag->CopyFromFloats(std::vector<float>{0.0f});
+  backend.FlagFromTensor(*state, *flag);
+  BOOST_TEST(!state->FoundInf());
+  BOOST_CHECK_THROW(backend.FlagFromTensor(*state, *Zeros({2}, DataType::Float32, kGpu)), ArgumentError);
+  BOOST_CHECK_THROW(backend.FlagFromTensor(*state, *Zeros({1}, DataType::Float32)), ArgumentError);
+}
+
 BOOST_AUTO_TEST_CASE(CastUnscaledCheckAndMarkAccumulateIntoTheFlag) {
   const amp::ScalePolicy policy{.InitialScale = 65536.0f};
   const DeviceScalingBackend& backend = cuda::Backend();

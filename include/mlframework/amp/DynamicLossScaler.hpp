@@ -10,6 +10,7 @@
 
 #include <mlframework/amp/ILossScaler.hpp>
 #include <mlframework/amp/ScalePolicy.hpp>
+#include <mlframework/core/DeviceScaling.hpp>
 #include <mlframework/core/ITensor.hpp>
 #include <mlframework/export.hpp>
 
@@ -52,6 +53,29 @@ struct DynamicScalerStats {
 /// place, FP16/BF16 into reused FP32 buffers owned by the scaler; overflow check fused).
 /// A disabled scaler passes values through, reports no overflow and ignores UpdateScale().
 ///
+/// **Device-resident state.** The state starts on the host. The first unscale, check or update
+/// on gradients whose backend is a DeviceScalingBackend (CUDA tensors) moves it to their device
+/// (DeviceScalingBackend::CreateScaleState, one synchronisation); from then on the device copy is
+/// the single truth: the inverse scale is read on the device, overflow goes into the device
+/// found-inf flag and the scale update runs there, so no step-time call waits for the device.
+/// Host gradients later (or another device) move the state back (one synchronisation). One call
+/// takes gradients of one device-scaling backend and device, or host tensors only (ArgumentError
+/// naming the first entry that differs otherwise).
+///
+/// Which calls synchronise with a device-owned state (docs/cuda-backend.md has the table):
+/// - never: ScaleLoss() on a tensor of the state's device, UnscaleGradients(),
+///   UnscaleAndRecordOverflow(), UnscaleGradient(), RecordOverflow(), MarkOverflow(),
+///   ClearRecordedOverflow(), UpdateScale(bool), UpdateScaleFromRecord();
+/// - they return a value read on the device: Scale(), CurrentScale(), State(), GetStats(),
+///   StateDict(), GetScaleTensor(), GetInverseScaleTensor(), RecordedOverflow(), copying;
+///   CheckOverflow() and UnscaleGradientsAndCheck() (they return this call's own overflow);
+/// - they write the state: Reset() (and the first move to the device).
+///
+/// **The record** is the found-inf result of the current step: the *Record* calls OR into it
+/// (on the device, the flag), UpdateScaleFromRecord() consumes and clears it. The
+/// bool-returning CheckOverflow() / UnscaleGradientsAndCheck() leave it unchanged;
+/// UpdateScale(bool) uses its argument, not the record, and clears the record.
+///
 /// Usage:
 /// @code
 /// amp::DynamicLossScaler scaler({.InitialScale = 32768.0f, .GrowthInterval = 1000});
@@ -79,21 +103,42 @@ class MLFRAMEWORK_EXPORT DynamicLossScaler final : public ILossScaler {
   float CurrentScale() const;
   /// The configuration.
   const DynamicScalerConfig& Config() const noexcept;
-  /// The full state of the shared rules.
-  const ScaleState& State() const noexcept;
+  /// The full state of the shared rules (a copy: read from the device when device-owned).
+  ScaleState State() const;
+  /// The device-resident state while the device owns it (see the class notes), else null.
+  /// A fused optimizer may read its found-inf flag on the device to skip a step without a host
+  /// read; the scaler keeps ownership.
+  DeviceScaleState* DeviceState() const noexcept;
 
   /// `loss * scale` in the loss's dtype; the loss itself when disabled. ArgumentNullError for null.
   TensorPtr ScaleLoss(const TensorPtr& loss) override;
   /// Unscaled gradients (FP32 in place, FP16/BF16 into FP32 buffers); the same map when disabled.
+  /// Same as UnscaleAndRecordOverflow(): overflow goes into the record; no synchronisation.
   GradientMap UnscaleGradients(const GradientMap& gradients) override;
-  /// One gradient unscaled: an FP32 tensor in place (returned), an FP16/BF16 one into a new FP32 tensor.
+  /// Unscales like UnscaleGradients() and ORs "any non-finite value written" into the record
+  /// (the device flag on a device path: no synchronisation). Nothing happens when disabled.
+  GradientMap UnscaleAndRecordOverflow(const GradientMap& gradients);
+  /// One gradient unscaled: an FP32 tensor in place (returned), an FP16/BF16 one into a new FP32
+  /// tensor; its overflow goes into the record.
   TensorPtr UnscaleGradient(const TensorPtr& gradient);
   /// True when any gradient holds Inf or NaN (one read pass, stops early); false when disabled.
   bool CheckOverflow(const GradientMap& gradients) override;
   /// True when @p gradient holds Inf or NaN; false when disabled.
   bool CheckOverflow(const TensorPtr& gradient);
-  /// Advances the rules by one step (backoff on overflow, growth after the interval); no effect when disabled.
+  /// ORs into the record whether any gradient holds Inf or NaN (read only; no synchronisation).
+  void RecordOverflow(const GradientMap& gradients);
+  /// Records an overflow found elsewhere (another rank, another backend); no synchronisation.
+  void MarkOverflow();
+  /// The record of this step (reads the device flag when device-owned); false when disabled.
+  bool RecordedOverflow() const;
+  /// Clears the record (no synchronisation).
+  void ClearRecordedOverflow();
+  /// Advances the rules by one step (backoff on overflow, growth after the interval) with
+  /// @p overflow, and clears the record; no effect when disabled. No synchronisation.
   void UpdateScale(bool overflow) override;
+  /// Advances the rules by one step with the record, and clears it; on the device the update
+  /// kernel reads the flag there (no synchronisation). Disabled: only clears the record.
+  void UpdateScaleFromRecord();
   /// Unscale and overflow check in one pass over memory.
   UnscaledGradients UnscaleGradientsAndCheck(const GradientMap& gradients) override;
 

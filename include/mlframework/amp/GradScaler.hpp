@@ -56,6 +56,21 @@ class GradScalerContext;
 /// the scaler and reused by the next iteration, and `Step` hands those to the optimizer with
 /// `SetGradients` (FP16 model gradients, FP32 master gradients, as Apex O2 and Megatron do).
 ///
+/// **On a device** (gradients whose backend is a DeviceScalingBackend, e.g. CUDA tensors) the
+/// built-in dynamic scaler keeps its state on the device (DynamicLossScaler's class notes): the
+/// iteration's found-inf lives in the device flag and `Update()` runs the scale update there.
+/// Host synchronisations per iteration:
+/// - none: `Scale(loss)` (loss on the state's device), `Unscale()`, `Update()`, and applying a
+///   pending result at the next `Scale(loss)` — the manual flow, where a fused optimizer may read
+///   the flag on the device through `DynamicLossScaler::DeviceState()`;
+/// - one: `Step()` reads the flag once, because it must decide whether to call
+///   `optimizer.Step()` and return that decision (as torch.cuda.amp does for non-fused optimizers);
+///   `CheckOverflow()` reads it to return its bool;
+/// - when asked: `Scale()`, `GetStats()`, `GetScaleTensor()`, `StateDict()` (which also reads a
+///   pending found-inf), `Reset()` (writes the state), the first device iteration (creates it).
+///
+/// A static or custom scaler on a device reads the overflow flag at unscale time (TensorBackend).
+///
 /// **Disabled**, the scaler passes the loss and gradients through unchanged, never reports
 /// overflow and never skips a step. Enable()/Disable() belong between iterations.
 ///

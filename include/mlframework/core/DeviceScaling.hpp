@@ -17,7 +17,13 @@
 ///    step must be skipped, and clears the flag.
 ///
 /// None of these waits for the device. The host synchronises only when it
-/// asks: DeviceScaleState::Read(), FoundInf(), LastStepSkipped().
+/// asks: DeviceScaleState::Read(), FoundInf(), LastStepSkipped(), and when it
+/// creates or overwrites a state (CreateScaleState(), Write(), which wait for
+/// the host-to-device copy of their argument).
+///
+/// The front-ends (amp::DynamicLossScaler, amp::GradScaler) create a state
+/// lazily on the gradients' device and from then on keep the state only there
+/// (see docs/cuda-backend.md, "Which calls synchronise").
 /// Backends without the extension (the CPU backend, user tensors) are used
 /// through TensorBackend and ITensor as before; DeviceScalingOf() tells which.
 
@@ -55,6 +61,9 @@ class MLFRAMEWORK_EXPORT DeviceScaleState {
   virtual bool FoundInf() const = 0;
   /// Sets the found-inf flag without waiting, for example after an overflow found on another backend.
   virtual void MarkFoundInf() = 0;
+  /// Clears the found-inf flag without waiting (a front-end that advances the state with an
+  /// overflow decision made on the host sets the flag to exactly that decision).
+  virtual void ClearFoundInf() = 0;
   /// True when the last UpdateScale() saw an overflow, so that step must be skipped (waits for queued work).
   virtual bool LastStepSkipped() const = 0;
 
@@ -83,6 +92,14 @@ class MLFRAMEWORK_EXPORT DeviceScalingBackend : public TensorBackend {
                                      DeviceScaleState& state) const = 0;
   /// Sets the flag when any element is Inf or NaN (read only).
   virtual void CheckWithState(std::span<const ITensor* const> tensors, DeviceScaleState& state) const = 0;
+  /// Writes the found-inf flag as 1.0f or 0.0f into @p out, a one-element FP32 tensor on the
+  /// state's device, without waiting: the flag can then be all-reduced (MAX) across ranks with
+  /// IProcessGroup::AllReduce on the device. @p out is reused when it is such a tensor of this
+  /// backend, and replaced by a new one otherwise (pass the same pointer every step).
+  virtual void FlagToTensor(const DeviceScaleState& state, TensorPtr& out) const = 0;
+  /// Sets the found-inf flag to `in[0] != 0` without waiting (the reduced flag written back).
+  /// ArgumentError unless @p in is a one-element FP32 tensor of this backend on the state's device.
+  virtual void FlagFromTensor(DeviceScaleState& state, const ITensor& in) const = 0;
   /// Advances the state by one step on the device with amp::UpdateScaleState(state, policy, flag),
   /// records whether the step overflowed (LastStepSkipped()) and clears the flag.
   virtual void UpdateScale(DeviceScaleState& state) const = 0;

@@ -1,11 +1,13 @@
 #include <mlframework/amp/DynamicLossScaler.hpp>
 
 #include <limits>
+#include <utility>
 
 #include <mlframework/core/Error.hpp>
 #include <mlframework/core/MultiTensor.hpp>
 #include <mlframework/core/Tensor.hpp>
 
+#include "mlframework/amp/ScaleStateOwner.hpp"
 #include "mlframework/amp/UnscaleWorkspace.hpp"
 #include "mlframework/core/StateBlob.hpp"
 
@@ -49,15 +51,30 @@ void DynamicScalerConfig::Validate() const {
 
 struct DynamicLossScaler::Impl {
   explicit Impl(const DynamicScalerConfig& c)
-      : config(c), policy(c.ToScalePolicy()), state(ScaleState::Initial(policy)) {}
+      : config(c), owner(c.ToScalePolicy(), ScaleState::Initial(c.ToScalePolicy())) {}
+  // A copy: same configuration, the state read from @p other (host-owned, no record, no buffers).
+  Impl(const DynamicScalerConfig& c, detail::ScaleStateOwner other) : config(c), owner(std::move(other)) {}
   DynamicScalerConfig config;
-  ScalePolicy policy;
-  ScaleState state;
+  detail::ScaleStateOwner owner;  // the single owner of the state: host or device (ScaleStateOwner.hpp)
   CachedScalar scale_tensor;
   CachedScalar inverse_tensor;
   detail::UnscaleWorkspace workspace;
 
-  float Factor() const { return config.Enabled ? state.Scale : 1.0f; }
+  float Factor() const { return config.Enabled ? owner.Read().Scale : 1.0f; }
+
+  // Runs @p on_device (device-owned) with the record saved, cleared, and restored around it, and
+  // returns what that call alone found: two flag reads, so the bool-returning calls stay exact.
+  template <typename DeviceCall>
+  bool OwnResultOnDevice(DeviceCall&& on_device) {
+    const bool before = owner.Recorded();
+    owner.ClearRecord();
+    on_device();
+    owner.NoteDeviceRecord();
+    const bool found = owner.Recorded();
+    owner.ClearRecord();
+    owner.Record(before);
+    return found;
+  }
 };
 
 DynamicLossScaler::DynamicLossScaler(DynamicScalerConfig config) {
@@ -68,80 +85,194 @@ DynamicLossScaler::DynamicLossScaler(DynamicScalerConfig config) {
 DynamicLossScaler::~DynamicLossScaler() = default;
 
 DynamicLossScaler::DynamicLossScaler(const DynamicLossScaler& other)
-    : impl_(std::make_unique<Impl>(other.impl_->config)) {
-  impl_->state = other.impl_->state;
-}
+    : impl_(std::make_unique<Impl>(other.impl_->config, other.impl_->owner)) {}
 
 DynamicLossScaler& DynamicLossScaler::operator=(const DynamicLossScaler& other) {
   if (this != &other) {
-    auto copy = std::make_unique<Impl>(other.impl_->config);
-    copy->state = other.impl_->state;
-    impl_ = std::move(copy);
+    impl_ = std::make_unique<Impl>(other.impl_->config, other.impl_->owner);
   }
   return *this;
 }
 
-float DynamicLossScaler::Scale() const { return impl_->state.Scale; }
+float DynamicLossScaler::Scale() const { return impl_->owner.Read().Scale; }
 bool DynamicLossScaler::Enabled() const { return impl_->config.Enabled; }
 void DynamicLossScaler::SetEnabled(bool enabled) { impl_->config.Enabled = enabled; }
-float DynamicLossScaler::CurrentScale() const { return impl_->state.Scale; }
+float DynamicLossScaler::CurrentScale() const { return impl_->owner.Read().Scale; }
 const DynamicScalerConfig& DynamicLossScaler::Config() const noexcept { return impl_->config; }
-const ScaleState& DynamicLossScaler::State() const noexcept { return impl_->state; }
+ScaleState DynamicLossScaler::State() const { return impl_->owner.Read(); }
+DeviceScaleState* DynamicLossScaler::DeviceState() const noexcept { return impl_->owner.DeviceState(); }
 
 TensorPtr DynamicLossScaler::ScaleLoss(const TensorPtr& loss) {
   if (!loss) {
     throw ArgumentNullError("loss");
   }
-  return impl_->config.Enabled ? loss->Multiply(impl_->state.Scale) : loss;
+  if (!impl_->config.Enabled) {
+    return loss;
+  }
+  detail::ScaleStateOwner& owner = impl_->owner;
+  if (owner.IsOnStateDevice(*loss)) {
+    TensorPtr scaled = loss->Clone();
+    ITensor* const raw[] = {scaled.get()};
+    owner.Backend()->ScaleWithState(raw, *owner.DeviceState());  // the scale is read on the device
+    return scaled;
+  }
+  return loss->Multiply(owner.Read().Scale);
 }
 
 GradientMap DynamicLossScaler::UnscaleGradients(const GradientMap& gradients) {
-  return UnscaleGradientsAndCheck(gradients).Gradients;
+  return UnscaleAndRecordOverflow(gradients);
+}
+
+GradientMap DynamicLossScaler::UnscaleAndRecordOverflow(const GradientMap& gradients) {
+  const std::vector<TensorPtr> list = TensorList(gradients);  // ArgumentNullError naming a null entry
+  if (!impl_->config.Enabled) {
+    return gradients;
+  }
+  detail::ScaleStateOwner& owner = impl_->owner;
+  const DeviceScalingBackend* backend = owner.Route(list, "gradients");
+  if (backend == nullptr) {
+    UnscaledGradients result = impl_->workspace.Run(gradients, detail::InverseScale(owner.Read().Scale));
+    owner.Record(result.Overflow);
+    return std::move(result.Gradients);
+  }
+  GradientMap result = impl_->workspace.RunOnDevice(gradients, list, *backend, *owner.DeviceState());
+  owner.NoteDeviceRecord();
+  return result;
 }
 
 UnscaledGradients DynamicLossScaler::UnscaleGradientsAndCheck(const GradientMap& gradients) {
+  const std::vector<TensorPtr> list = TensorList(gradients);  // same null check as when enabled
   if (!impl_->config.Enabled) {
-    TensorList(gradients);  // same null check as when enabled
     return UnscaledGradients{gradients, false};
   }
-  return impl_->workspace.Run(gradients, detail::InverseScale(impl_->state.Scale));
+  Impl& s = *impl_;
+  const DeviceScalingBackend* backend = s.owner.Route(list, "gradients");
+  if (backend == nullptr) {
+    return s.workspace.Run(gradients, detail::InverseScale(s.owner.Read().Scale));
+  }
+  UnscaledGradients result;
+  result.Overflow = s.OwnResultOnDevice(
+      [&] { result.Gradients = s.workspace.RunOnDevice(gradients, list, *backend, *s.owner.DeviceState()); });
+  return result;
 }
 
 TensorPtr DynamicLossScaler::UnscaleGradient(const TensorPtr& gradient) {
   if (!gradient) {
     throw ArgumentNullError("gradient");
   }
-  return impl_->config.Enabled ? detail::UnscaleWorkspace::RunOne(gradient, detail::InverseScale(impl_->state.Scale))
-                               : gradient;
+  if (!impl_->config.Enabled) {
+    return gradient;
+  }
+  detail::ScaleStateOwner& owner = impl_->owner;
+  const TensorPtr list[] = {gradient};
+  const DeviceScalingBackend* backend = owner.Route(list, "gradient");
+  if (backend == nullptr) {
+    bool overflow = false;
+    TensorPtr result = detail::UnscaleWorkspace::RunOne(gradient, detail::InverseScale(owner.Read().Scale), &overflow);
+    owner.Record(overflow);
+    return result;
+  }
+  if (gradient->GetDataType() == DataType::Float32) {
+    ITensor* const raw[] = {gradient.get()};
+    backend->UnscaleWithState(raw, *owner.DeviceState());
+    owner.NoteDeviceRecord();
+    return gradient;
+  }
+  TensorPtr result = gradient->CastTo(DataType::Float32);  // same backend and device; overwritten
+  const ITensor* const src[] = {gradient.get()};
+  ITensor* const dst[] = {result.get()};
+  backend->CastUnscaledWithState(src, dst, *owner.DeviceState());
+  owner.NoteDeviceRecord();
+  return result;
 }
 
 bool DynamicLossScaler::CheckOverflow(const GradientMap& gradients) {
   const std::vector<TensorPtr> list = TensorList(gradients);
-  return impl_->config.Enabled && HasNonFinite(list);
+  if (!impl_->config.Enabled) {
+    return false;
+  }
+  Impl& s = *impl_;
+  const DeviceScalingBackend* backend = s.owner.Route(list, "gradients");
+  if (backend == nullptr) {
+    return HasNonFinite(list);
+  }
+  std::vector<const ITensor*> raw;
+  raw.reserve(list.size());
+  for (const TensorPtr& tensor : list) {
+    raw.push_back(tensor.get());
+  }
+  return s.OwnResultOnDevice([&] { backend->CheckWithState(raw, *s.owner.DeviceState()); });
 }
 
 bool DynamicLossScaler::CheckOverflow(const TensorPtr& gradient) {
   if (!gradient) {
     throw ArgumentNullError("gradient");
   }
+  if (!impl_->config.Enabled) {
+    return false;
+  }
+  Impl& s = *impl_;
   const std::vector<TensorPtr> list{gradient};
-  return impl_->config.Enabled && HasNonFinite(list);
+  const DeviceScalingBackend* backend = s.owner.Route(list, "gradient");
+  if (backend == nullptr) {
+    return HasNonFinite(list);
+  }
+  const ITensor* const raw[] = {gradient.get()};
+  return s.OwnResultOnDevice([&] { backend->CheckWithState(raw, *s.owner.DeviceState()); });
 }
+
+void DynamicLossScaler::RecordOverflow(const GradientMap& gradients) {
+  const std::vector<TensorPtr> list = TensorList(gradients);
+  if (!impl_->config.Enabled) {
+    return;
+  }
+  detail::ScaleStateOwner& owner = impl_->owner;
+  const DeviceScalingBackend* backend = owner.Route(list, "gradients");
+  if (backend == nullptr) {
+    owner.Record(HasNonFinite(list));
+    return;
+  }
+  std::vector<const ITensor*> raw;
+  raw.reserve(list.size());
+  for (const TensorPtr& tensor : list) {
+    raw.push_back(tensor.get());
+  }
+  backend->CheckWithState(raw, *owner.DeviceState());
+  owner.NoteDeviceRecord();
+}
+
+void DynamicLossScaler::MarkOverflow() {
+  if (impl_->config.Enabled) {
+    impl_->owner.Record(true);
+  }
+}
+
+bool DynamicLossScaler::RecordedOverflow() const { return impl_->config.Enabled && impl_->owner.Recorded(); }
+
+void DynamicLossScaler::ClearRecordedOverflow() { impl_->owner.ClearRecord(); }
 
 void DynamicLossScaler::UpdateScale(bool overflow) {
   if (impl_->config.Enabled) {
-    UpdateScaleState(impl_->state, impl_->policy, overflow);
+    impl_->owner.Update(overflow);
+  }
+}
+
+void DynamicLossScaler::UpdateScaleFromRecord() {
+  if (impl_->config.Enabled) {
+    impl_->owner.UpdateFromRecord();
+  } else {
+    impl_->owner.ClearRecord();
   }
 }
 
 TensorPtr DynamicLossScaler::GetScaleTensor() { return impl_->scale_tensor.Get(impl_->Factor()); }
 
 TensorPtr DynamicLossScaler::GetInverseScaleTensor() {
-  return impl_->inverse_tensor.Get(impl_->config.Enabled ? detail::InverseScale(impl_->state.Scale) : 1.0f);
+  return impl_->inverse_tensor.Get(impl_->config.Enabled ? detail::InverseScale(impl_->owner.Read().Scale) : 1.0f);
 }
 
 DynamicScalerStats DynamicLossScaler::GetStats() const {
-  const ScaleState& s = impl_->state;
+  const ScaleState s = impl_->owner.Read();
   return DynamicScalerStats{.CurrentScale = s.Scale,
                             .StepsSinceLastOverflow = s.StepsSinceLastOverflow,
                             .ConsecutiveOverflows = s.ConsecutiveOverflows,
@@ -154,7 +285,7 @@ DynamicScalerStats DynamicLossScaler::GetStats() const {
                             .GrowthInterval = impl_->config.GrowthInterval};
 }
 
-void DynamicLossScaler::Reset() { impl_->state = ScaleState::Initial(impl_->policy); }
+void DynamicLossScaler::Reset() { impl_->owner.Write(ScaleState::Initial(impl_->owner.Policy())); }
 
 std::vector<std::byte> DynamicLossScaler::StateDict() const {
   const DynamicScalerConfig& c = impl_->config;
@@ -167,7 +298,7 @@ std::vector<std::byte> DynamicLossScaler::StateDict() const {
   writer.F32(c.MaxScale);
   writer.I64(c.Hysteresis);
   writer.U8(c.Enabled ? 1 : 0);
-  writer.ScaleStateFields(impl_->state);
+  writer.ScaleStateFields(impl_->owner.Read());
   return writer.Finish();
 }
 
@@ -204,7 +335,7 @@ void DynamicLossScaler::LoadStateDict(std::span<const std::byte> state) {
     reader.Fail("stored scale " + std::to_string(scale_state.Scale) + " lies outside [MinScale, MaxScale]");
   }
   auto next = std::make_unique<Impl>(config);
-  next->state = scale_state;
+  next->owner.Write(scale_state);  // host-owned until the next device operation
   impl_ = std::move(next);
 }
 

@@ -45,12 +45,15 @@ struct GradScaler::Impl {
   bool own_enabled = true;                      // GradScaler's own switch, used for custom scalers
 
   // The current iteration.
-  std::optional<bool> found_inf;  // overflow recorded by Unscale / CheckOverflow / Step
-  bool unscaled = false;          // Unscale (or Step) ran
-  bool stepped = false;           // Step(optimizer, false) ran; waiting for Update()
-  bool loss_scaled = false;       // Scale(loss) ran
-  GradientMap unscaled_source;    // what was unscaled ...
-  GradientMap unscaled_result;    // ... and the unscaled tensors handed out
+  std::optional<bool> found_inf;  // overflow recorded by Unscale / CheckOverflow / Step (host part)
+  // The built-in dynamic scaler's record (its device flag when its state is on a device) holds the
+  // rest of this iteration's found-inf: read only when a bool must be returned, never by Update().
+  bool in_scaler_record = false;
+  bool unscaled = false;        // Unscale (or Step) ran
+  bool stepped = false;         // Step(optimizer, false) ran; waiting for Update()
+  bool loss_scaled = false;     // Scale(loss) ran
+  GradientMap unscaled_source;  // what was unscaled ...
+  GradientMap unscaled_result;  // ... and the unscaled tensors handed out
   // Unscaled tensors of the previous iteration, kept until the next Scale(loss), to catch double unscaling.
   GradientMap previous_result;
 
@@ -62,6 +65,7 @@ struct GradScaler::Impl {
 
   void ClearIteration() {
     found_inf.reset();
+    in_scaler_record = false;
     unscaled = false;
     stepped = false;
     loss_scaled = false;
@@ -69,25 +73,42 @@ struct GradScaler::Impl {
     unscaled_result.clear();
   }
 
-  // Applies the recorded result once and returns to ready.
+  // The iteration's found-inf (reads the dynamic scaler's device flag when part of it lives there).
+  bool FoundInf() const { return *found_inf || (in_scaler_record && dynamic_scaler->RecordedOverflow()); }
+
+  // Applies the recorded result once and returns to ready (no synchronisation on a device).
   void Finish() {
     if (Enabled()) {
-      scaler->UpdateScale(*found_inf);
+      if (in_scaler_record) {
+        if (*found_inf) {
+          dynamic_scaler->MarkOverflow();
+        }
+        dynamic_scaler->UpdateScaleFromRecord();
+      } else {
+        scaler->UpdateScale(*found_inf);
+      }
     }
     GradientMap result = std::move(unscaled_result);
     ClearIteration();
     previous_result = std::move(result);
   }
 
-  UnscaledGradients Unscale(const GradientMap& gradients) {
+  // Unscales and records the overflow for this iteration. The built-in dynamic scaler records it
+  // itself (UnscaleAndRecordOverflow: on a device, in its flag, without a synchronisation).
+  void UnscaleAndRecord(const GradientMap& source) {
+    UnscaledGradients result;
     if (!Enabled()) {
-      TensorList(gradients);  // the same null check as when enabled
-      return UnscaledGradients{gradients, false};
+      TensorList(source);  // the same null check as when enabled
+      result = UnscaledGradients{source, false};
+    } else if (dynamic_scaler != nullptr) {
+      if (!in_scaler_record) {
+        dynamic_scaler->ClearRecordedOverflow();  // this iteration owns the record from here
+      }
+      result.Gradients = dynamic_scaler->UnscaleAndRecordOverflow(source);
+      in_scaler_record = true;
+    } else {
+      result = scaler->UnscaleGradientsAndCheck(source);
     }
-    return scaler->UnscaleGradientsAndCheck(gradients);
-  }
-
-  void Record(const GradientMap& source, UnscaledGradients result) {
     unscaled = true;
     unscaled_source = source;
     unscaled_result = std::move(result.Gradients);
@@ -158,10 +179,8 @@ GradientMap GradScaler::Unscale(const GradientMap& gradients) {
         "GradScaler::Unscale(): these gradients were already unscaled in the previous iteration. Run backward "
         "for new gradients and call Scale(loss) before unscaling again.");
   }
-  UnscaledGradients result = s.Unscale(gradients);
-  GradientMap out = result.Gradients;
-  s.Record(gradients, std::move(result));
-  return out;
+  s.UnscaleAndRecord(gradients);
+  return s.unscaled_result;
 }
 
 bool GradScaler::CheckOverflow(const GradientMap& gradients) {
@@ -169,7 +188,7 @@ bool GradScaler::CheckOverflow(const GradientMap& gradients) {
   TensorList(gradients);  // ArgumentNullError naming a null entry
   bool overflow = false;
   if (s.unscaled && (SameTensors(gradients, s.unscaled_source) || SameTensors(gradients, s.unscaled_result))) {
-    overflow = *s.found_inf;  // the fused unscale pass already checked them: no second pass
+    overflow = s.FoundInf();  // the fused unscale pass already checked them: no second pass
   } else {
     overflow = s.Enabled() && s.scaler->CheckOverflow(gradients);
   }
@@ -210,17 +229,16 @@ bool GradScaler::StepImpl(IOptimizer& optimizer, bool run_optimizer, bool update
           "the manual flow.");
     }
     unscaled = s.unscaled_result;
-    overflow = *s.found_inf;
+    overflow = s.FoundInf();  // the one read of a device flag in a step: Step must decide and return it
   } else {
     if (SameTensors(gradients, s.previous_result)) {
       throw InvalidOperationError(
           "GradScaler::Step() called twice on the same gradients: the previous Step() already unscaled and "
           "applied them. Run backward for new gradients and call Scale(loss) before stepping again.");
     }
-    UnscaledGradients result = s.Unscale(gradients);
-    unscaled = result.Gradients;
-    s.Record(gradients, std::move(result));
-    overflow = *s.found_inf;
+    s.UnscaleAndRecord(gradients);
+    unscaled = s.unscaled_result;
+    overflow = s.FoundInf();  // the one read of a device flag in a step: Step must decide and return it
   }
   if (!overflow) {
     if (!SameTensors(unscaled, gradients)) {
@@ -318,7 +336,7 @@ std::vector<std::byte> GradScaler::StateDict() const {
       s.dynamic_scaler != nullptr ? s.dynamic_scaler->StateDict() : s.static_scaler->StateDict();
   writer.U64(inner.size());
   writer.Bytes(inner);
-  writer.U8(s.found_inf.has_value() ? (*s.found_inf ? 2 : 1) : 0);
+  writer.U8(s.found_inf.has_value() ? (s.FoundInf() ? 2 : 1) : 0);
   writer.U8(s.unscaled ? 1 : 0);
   writer.U8(s.stepped ? 1 : 0);
   writer.U8(s.loss_scaled ? 1 : 0);

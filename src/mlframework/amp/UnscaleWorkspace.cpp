@@ -43,17 +43,55 @@ UnscaledGradients UnscaleWorkspace::Run(const GradientMap& gradients, float inve
   return result;
 }
 
-TensorPtr UnscaleWorkspace::RunOne(const TensorPtr& gradient, float inverse_scale) {
+GradientMap UnscaleWorkspace::RunOnDevice(const GradientMap& gradients, std::span<const TensorPtr> list,
+                                          const DeviceScalingBackend& backend, DeviceScaleState& state) {
+  std::vector<ITensor*> in_place;
+  std::vector<const ITensor*> cast_src;
+  std::vector<ITensor*> cast_dst;
+  GradientMap result;
+  std::size_t index = 0;
+  for (const auto& [name, tensor] : gradients) {
+    const TensorPtr& gradient = list[index++];
+    if (gradient->GetDataType() == DataType::Float32) {
+      in_place.push_back(gradient.get());
+      result.emplace(name, gradient);
+      continue;
+    }
+    TensorPtr& buffer = buffers_[name];
+    if (!buffer || buffer->GetShape() != gradient->GetShape() || buffer->GetDevice() != gradient->GetDevice() ||
+        DeviceScalingOf(*buffer) != &backend) {
+      buffer = gradient->CastTo(DataType::Float32);  // same backend and device; overwritten below
+    }
+    cast_src.push_back(gradient.get());
+    cast_dst.push_back(buffer.get());
+    result.emplace(name, buffer);
+  }
+  if (!in_place.empty()) {
+    backend.UnscaleWithState(in_place, state);
+  }
+  if (!cast_src.empty()) {
+    backend.CastUnscaledWithState(cast_src, cast_dst, state);
+  }
+  return result;
+}
+
+TensorPtr UnscaleWorkspace::RunOne(const TensorPtr& gradient, float inverse_scale, bool* overflow) {
   if (!gradient) {
     throw ArgumentNullError("gradient");
   }
   const std::vector<TensorPtr> src{gradient};
   if (gradient->GetDataType() == DataType::Float32) {
-    UnscaleAndCheck(src, inverse_scale);
+    const bool found = UnscaleAndCheck(src, inverse_scale);
+    if (overflow != nullptr) {
+      *overflow = found;
+    }
     return gradient;
   }
   const std::vector<TensorPtr> dst{Zeros(gradient->GetShape(), DataType::Float32, gradient->GetDevice())};
-  CastInto(src, dst, inverse_scale);
+  const bool found = CastInto(src, dst, inverse_scale);
+  if (overflow != nullptr) {
+    *overflow = found;
+  }
   return dst[0];
 }
 

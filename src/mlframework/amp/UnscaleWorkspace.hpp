@@ -11,6 +11,7 @@
 #include <string>
 
 #include <mlframework/amp/ILossScaler.hpp>
+#include <mlframework/core/DeviceScaling.hpp>
 #include <mlframework/core/ITensor.hpp>
 
 namespace mlframework::amp::detail {
@@ -18,8 +19,13 @@ namespace mlframework::amp::detail {
 class UnscaleWorkspace {
  public:
   UnscaledGradients Run(const GradientMap& gradients, float inverse_scale);
-  // A fresh FP32 result for one tensor (no buffer kept).
-  static TensorPtr RunOne(const TensorPtr& gradient, float inverse_scale);
+  // The same split on a device-scaling backend, with the inverse scale read on the device and
+  // any non-finite value written ORed into the state's flag: no host synchronisation. Buffers
+  // are made with CastTo (a tensor of the gradient's own backend), then reused.
+  GradientMap RunOnDevice(const GradientMap& gradients, std::span<const TensorPtr> list,
+                          const DeviceScalingBackend& backend, DeviceScaleState& state);
+  // A fresh FP32 result for one tensor (no buffer kept); @p overflow, when given, receives the check.
+  static TensorPtr RunOne(const TensorPtr& gradient, float inverse_scale, bool* overflow = nullptr);
 
  private:
   std::map<std::string, TensorPtr> buffers_;

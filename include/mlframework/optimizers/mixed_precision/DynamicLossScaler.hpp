@@ -14,17 +14,34 @@
 /// is disabled (IsEnabled() false, scale 1) until a loaded state says otherwise;
 /// Reset() clears counters but keeps the fallback, because the fallback is a
 /// change of training precision, not a statistic.
+///
+/// On a device (gradients whose backend is a DeviceScalingBackend, e.g. CUDA
+/// tensors) the state moves to the gradients' device on first use and stays
+/// there as the single truth, as in amp::DynamicLossScaler: ScaleLoss() on a
+/// tensor of that device, UnscaleGradients(), RecordOverflow(), UpdateScale(bool)
+/// and UpdateScaleFromRecord() never wait for the device. The accessors
+/// (CurrentScale(), the counters, IsStable(), State(), GetStats(), StateDict())
+/// read the state from the device; that read is cached until the next update,
+/// so asking for several of them between two steps costs one synchronisation.
+/// CheckOverflow() and CheckOverflowAndUpdate() return a host bool, so they
+/// read the flag (docs/cuda-backend.md lists every call).
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
 #include <mlframework/amp/ScalePolicy.hpp>
+#include <mlframework/core/DeviceScaling.hpp>
 #include <mlframework/core/ITensor.hpp>
 #include <mlframework/export.hpp>
 #include <mlframework/optimizers/mixed_precision/MixedPrecisionOptions.hpp>
+
+namespace mlframework::amp::detail {
+class ScaleStateOwner;
+}  // namespace mlframework::amp::detail
 
 namespace mlframework::optimizers::mixed_precision {
 
@@ -52,21 +69,27 @@ class MLFRAMEWORK_EXPORT DynamicLossScaler {
   explicit DynamicLossScaler(const MixedPrecisionOptions& options);
   /// Scaler for MixedPrecisionOptions::ForFP16().
   DynamicLossScaler();
+  /// Releases the state (device memory included).
+  ~DynamicLossScaler();
+  /// Copies options and state; the copy's state is on the host (read from the device if needed).
+  DynamicLossScaler(const DynamicLossScaler& other);
+  /// Copy assignment (same rules as the copy constructor).
+  DynamicLossScaler& operator=(const DynamicLossScaler& other);
 
-  /// Current loss scale factor.
-  float CurrentScale() const noexcept { return state_.Scale; }
+  /// Current loss scale factor (read from the device when the state lives there).
+  float CurrentScale() const;
   /// Number of consecutive overflows detected.
-  std::int64_t ConsecutiveOverflows() const noexcept { return state_.ConsecutiveOverflows; }
+  std::int64_t ConsecutiveOverflows() const;
   /// Number of successful steps since the last overflow (or the last growth).
-  std::int64_t StepsSinceLastOverflow() const noexcept { return state_.StepsSinceLastOverflow; }
+  std::int64_t StepsSinceLastOverflow() const;
   /// Total number of overflows detected since creation or Reset().
-  std::int64_t TotalOverflows() const noexcept { return state_.TotalOverflows; }
+  std::int64_t TotalOverflows() const;
   /// Whether dynamic loss scaling is active: enabled in the options and not stopped by a fallback.
   bool IsEnabled() const noexcept { return options_.EnableDynamicLossScaling && !stopped_; }
   /// Overflows in a row that make the scaler unstable (from the options).
   int MaxConsecutiveOverflows() const noexcept { return options_.MaxConsecutiveOverflows; }
   /// ConsecutiveOverflows() < MaxConsecutiveOverflows().
-  bool IsStable() const noexcept { return state_.ConsecutiveOverflows < options_.MaxConsecutiveOverflows; }
+  bool IsStable() const;
   /// True after StopScaling() (the auto-fallback to FP32).
   bool FellBackToFP32() const noexcept { return stopped_; }
   /// The options this scaler was built with.
@@ -74,7 +97,9 @@ class MLFRAMEWORK_EXPORT DynamicLossScaler {
   /// The shared scaling policy derived from the options.
   const amp::ScalePolicy& Policy() const noexcept { return policy_; }
   /// The full scaling state (scale and counters), as the shared rules see it.
-  const amp::ScaleState& State() const noexcept { return state_; }
+  amp::ScaleState State() const;
+  /// The device-resident state while a device owns it, else null (for reading its flag on the device).
+  DeviceScaleState* DeviceState() const noexcept;
 
   /// `loss * CurrentScale()` as a new tensor, or @p loss itself when disabled.
   /// ArgumentNullError for a null @p loss.
@@ -96,7 +121,14 @@ class MLFRAMEWORK_EXPORT DynamicLossScaler {
   bool UpdateScale(bool hadOverflow);
 
   /// CheckOverflow() then UpdateScale(); returns whether to skip the step.
+  /// On a device: one check into the flag, the update on the device, one read of the result.
   bool CheckOverflowAndUpdate(const GradientMap& gradients);
+  /// ORs into the scaler's record whether any gradient holds NaN or an infinity (read only; on a
+  /// device into the state's flag, without a synchronisation). Nothing happens when disabled.
+  void RecordOverflow(const GradientMap& gradients) const;
+  /// Advances the scale with the record and clears it (on a device the update kernel reads the
+  /// flag there: no synchronisation). Disabled: only clears the record.
+  void UpdateScaleFromRecord();
 
   /// Back to the initial scale with all counters cleared. A fallback stays in force (see file notes).
   void Reset();
@@ -106,7 +138,7 @@ class MLFRAMEWORK_EXPORT DynamicLossScaler {
 
   /// Stops loss scaling for good (the auto-fallback to FP32): IsEnabled() becomes false and the
   /// scale becomes 1; the counters are kept so the overflow history stays visible. Idempotent.
-  void StopScaling() noexcept;
+  void StopScaling();
 
   /// Versioned, checksummed blob of the scale, the counters and the fallback flag.
   std::vector<std::byte> StateDict() const;
@@ -116,9 +148,13 @@ class MLFRAMEWORK_EXPORT DynamicLossScaler {
   void LoadStateDict(std::span<const std::byte> state);
 
  private:
+  friend class GradientConversionLayer;  // runs its device pipeline on the owner below
+
   MixedPrecisionOptions options_;
   amp::ScalePolicy policy_;
-  amp::ScaleState state_;
+  // The single owner of the state, host or device (src/mlframework/amp/ScaleStateOwner.hpp);
+  // mutable because a const call on device gradients may move the state to their device.
+  mutable std::unique_ptr<amp::detail::ScaleStateOwner> owner_;
   bool stopped_ = false;
 };
 

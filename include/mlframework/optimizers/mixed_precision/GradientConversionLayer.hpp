@@ -12,6 +12,17 @@
 /// - pass 2 writes FP32 gradients multiplied by inverse-scale times the clip
 ///   coefficient (CastInto); FP32 inputs are scaled in place instead.
 ///
+/// On a device (gradients of a DeviceScalingBackend, e.g. CUDA tensors, with scaling enabled)
+/// the scaler's state lives on the device and the order is the same, but the scale is read and
+/// updated there. Without clipping, a step makes one host synchronisation, reading the result of
+/// the update because ShouldSkip must reach the host: pass 2 of the 16-bit gradients
+/// (CastUnscaledWithState) runs before the update, with the scale read on the device, and
+/// doubles as the overflow check (its flag means "a non-finite value written", the same as "a
+/// non-finite input" for scales >= 1); FP32 inputs are checked, then scaled in place only when
+/// the step is kept. With clipping, the norm is read for the clip coefficient (the overflow flag
+/// comes with it, and the scale update runs on the device without another read) and pass 2,
+/// which needs that host coefficient, reports its flag: two synchronisations.
+///
 /// Two deliberate differences from the C# text, both in docs/spec-mapping.md:
 /// gradients are unscaled by the scale they were produced with (the spec's
 /// order would divide by the scale after a growth step), and the norm is that
@@ -121,6 +132,11 @@ class MLFRAMEWORK_EXPORT GradientConversionLayer {
   float ClipCoefficient(double sum_of_squares, bool& clipped);
   // An FP32 output buffer for gradient @p name shaped like @p like, reused when nobody else holds it.
   TensorPtr OutputBuffer(const std::string& name, const ITensor& like) const;
+  // ProcessGradients on a device-scaling backend with the scaler's state on that device.
+  GradientProcessingResult ProcessOnDevice(const DeviceScalingBackend& backend, GradientMap outputs,
+                                           GradientMap buffers, const std::vector<TensorPtr>& low_src,
+                                           const std::vector<TensorPtr>& low_dst, const std::vector<TensorPtr>& fp32,
+                                           const std::vector<TensorPtr>& all);
 
   MixedPrecisionOptions options_;
   std::shared_ptr<DynamicLossScaler> loss_scaler_;

@@ -67,6 +67,11 @@ class CudaScaleState final : public DeviceScaleState {
     // Byte-wise memset: 0x01010101 is non-zero, which is all the flag means.
     MLFW_CUDA_CHECK(cudaMemsetAsync(FlagPointer(), 1, sizeof(std::int32_t), context_->Stream()));
   }
+  void ClearFoundInf() override {
+    std::lock_guard lock(context_->Mutex());
+    DeviceGuard guard(context_->DeviceIndex());
+    MLFW_CUDA_CHECK(cudaMemsetAsync(FlagPointer(), 0, sizeof(std::int32_t), context_->Stream()));
+  }
   bool LastStepSkipped() const override { return ReadBlock().last_skipped != 0; }
 
   DeviceContext& Context() const noexcept { return *context_; }
@@ -159,6 +164,14 @@ std::vector<ListEntry> EntriesOnDevice(std::span<TensorPointer const> tensors, i
 
 CudaScaleState& AsCudaState(DeviceScaleState& state) {
   auto* cuda_state = dynamic_cast<CudaScaleState*>(&state);
+  if (cuda_state == nullptr) {
+    throw ArgumentError("state", "was not created by the CUDA backend (device " + state.GetDevice().ToString() + ")");
+  }
+  return *cuda_state;
+}
+
+const CudaScaleState& AsCudaState(const DeviceScaleState& state) {
+  const auto* cuda_state = dynamic_cast<const CudaScaleState*>(&state);
   if (cuda_state == nullptr) {
     throw ArgumentError("state", "was not created by the CUDA backend (device " + state.GetDevice().ToString() + ")");
   }
@@ -340,6 +353,36 @@ class CudaBackend final : public DeviceScalingBackend {
     for (const Launch& launch : launches) {
       LaunchNonFinite(launch, cuda_state.FlagPointer(), context.Stream());
     }
+  }
+
+  void FlagToTensor(const DeviceScaleState& state, TensorPtr& out) const override {
+    const CudaScaleState& cuda_state = AsCudaState(state);
+    DeviceContext& context = cuda_state.Context();
+    const int device = context.DeviceIndex();
+    const auto* current = dynamic_cast<const CudaTensor*>(out.get());
+    if (current == nullptr || current->GetDataType() != DataType::Float32 || current->Size() != 1 ||
+        current->DeviceIndex() != device) {
+      out = std::make_shared<CudaTensor>(Shape{1}, DataType::Float32, device);
+      current = static_cast<const CudaTensor*>(out.get());
+    }
+    std::lock_guard lock(context.Mutex());
+    DeviceGuard guard(device);
+    LaunchFlagToFloat(cuda_state.Block(), static_cast<float*>(current->Data()), context.Stream());
+  }
+
+  void FlagFromTensor(DeviceScaleState& state, const ITensor& in) const override {
+    CudaScaleState& cuda_state = AsCudaState(state);
+    DeviceContext& context = cuda_state.Context();
+    const CudaTensor& tensor = AsCuda(&in, "in", 0);
+    if (tensor.GetDataType() != DataType::Float32 || tensor.Size() != 1 ||
+        tensor.DeviceIndex() != context.DeviceIndex()) {
+      throw ArgumentError("in", "must be a one-element FP32 tensor on cuda:" + std::to_string(context.DeviceIndex()) +
+                                    ", got " + std::string(ToString(tensor.GetDataType())) + " " +
+                                    ToString(tensor.GetShape()) + " on " + tensor.GetDevice().ToString());
+    }
+    std::lock_guard lock(context.Mutex());
+    DeviceGuard guard(context.DeviceIndex());
+    LaunchFlagFromFloat(cuda_state.Block(), static_cast<const float*>(tensor.Data()), context.Stream());
   }
 
   void UpdateScale(DeviceScaleState& state) const override {

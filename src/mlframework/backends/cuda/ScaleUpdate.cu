@@ -14,7 +14,29 @@ __global__ void ScaleUpdateKernel(DeviceScaleBlock* block, amp::ScalePolicy poli
   }
 }
 
+__global__ void FlagToFloatKernel(const DeviceScaleBlock* block, float* out) {
+  if (threadIdx.x == 0 && blockIdx.x == 0) {
+    *out = block->found_inf != 0 ? 1.0f : 0.0f;
+  }
+}
+
+__global__ void FlagFromFloatKernel(DeviceScaleBlock* block, const float* in) {
+  if (threadIdx.x == 0 && blockIdx.x == 0) {
+    block->found_inf = *in != 0.0f ? 1 : 0;
+  }
+}
+
 }  // namespace
+
+void LaunchFlagToFloat(const DeviceScaleBlock* block, float* out, cudaStream_t stream) {
+  FlagToFloatKernel<<<1, 1, 0, stream>>>(block, out);
+  MLFW_CUDA_CHECK(cudaGetLastError());
+}
+
+void LaunchFlagFromFloat(DeviceScaleBlock* block, const float* in, cudaStream_t stream) {
+  FlagFromFloatKernel<<<1, 1, 0, stream>>>(block, in);
+  MLFW_CUDA_CHECK(cudaGetLastError());
+}
 
 void LaunchScaleUpdate(DeviceScaleBlock* block, const amp::ScalePolicy& policy, cudaStream_t stream) {
   ScaleUpdateKernel<<<1, 1, 0, stream>>>(block, policy);

@@ -8,6 +8,7 @@
 #include <mlframework/core/Error.hpp>
 #include <mlframework/core/MultiTensor.hpp>
 
+#include "mlframework/amp/ScaleStateOwner.hpp"
 #include "mlframework/core/StateBlob.hpp"
 
 namespace mlframework::distributed::fsdp {
@@ -67,7 +68,9 @@ FSDPMixedPrecisionManager::FSDPMixedPrecisionManager(FSDPMixedPrecisionConfig co
     : config_((config.Validate(), config)),
       policy_(config_.ToScalePolicy()),
       fsdp_(fsdp),
-      state_(amp::ScaleState::Initial(policy_)) {}
+      owner_(std::make_unique<amp::detail::ScaleStateOwner>(policy_, amp::ScaleState::Initial(policy_))) {}
+
+FSDPMixedPrecisionManager::~FSDPMixedPrecisionManager() = default;
 
 TensorPtr FSDPMixedPrecisionManager::CastTensor(const TensorPtr& tensor, TensorDataType targetDType) const {
   if (tensor->GetDataType() == targetDType) return tensor;              // no conversion needed
@@ -88,37 +91,84 @@ TensorPtr FSDPMixedPrecisionManager::ConvertGradientToFP32(const TensorPtr& mixe
 TensorPtr FSDPMixedPrecisionManager::ScaleLoss(const TensorPtr& loss) const {
   if (!loss) throw ArgumentNullError("loss");
   if (!config_.UseLossScaling) return loss;
-  return loss->Multiply(state_.Scale);
+  if (owner_->IsOnStateDevice(*loss)) {
+    TensorPtr scaled = loss->Clone();
+    ITensor* const raw[] = {scaled.get()};
+    owner_->Backend()->ScaleWithState(raw, *owner_->DeviceState());  // the scale is read on the device
+    return scaled;
+  }
+  return loss->Multiply(owner_->Read().Scale);
 }
 
 bool FSDPMixedPrecisionManager::Decide(bool local_overflow) {
   // MAX over ranks before the scale changes: every rank takes the same decision.
   const bool overflow = fsdp_.ProcessGroup().AllReduceHost(local_overflow ? 1.0 : 0.0, ReduceOp::Max) > 0.0;
-  amp::UpdateScaleState(state_, policy_, overflow);
+  owner_->Update(overflow);
   return overflow;
+}
+
+bool FSDPMixedPrecisionManager::DecideOnDevice(const DeviceScalingBackend& backend) {
+  IProcessGroup& group = fsdp_.ProcessGroup();
+  DeviceScaleState& state = *owner_->DeviceState();
+  if (group.BackendName() != "nccl") {
+    // MPI and local groups reduce host values: read the local flag once and agree as for host tensors.
+    const bool local = owner_->Recorded();
+    owner_->ClearRecord();
+    return Decide(local);
+  }
+  // NCCL: flag -> one-element device tensor -> AllReduce MAX on the device -> flag, then the
+  // update kernel; all queued on the device. The decision is read once because it is returned.
+  backend.FlagToTensor(state, flag_tensor_);
+  group.AllReduce(*flag_tensor_, ReduceOp::Max);
+  backend.FlagFromTensor(state, *flag_tensor_);
+  owner_->NoteDeviceRecord();
+  owner_->UpdateFromRecord();
+  // An overflowed update leaves ConsecutiveOverflows >= 1, a clean one 0.
+  return owner_->Read().ConsecutiveOverflows > 0;
 }
 
 bool FSDPMixedPrecisionManager::CheckOverflow(const GradientMap& gradients) {
   if (!config_.UseLossScaling) return false;
   const std::vector<TensorPtr> list = NonNull(gradients);
-  return Decide(!list.empty() && HasNonFinite(list));
+  const DeviceScalingBackend* backend = list.empty() ? nullptr : owner_->Route(list, "gradients");
+  if (backend == nullptr) {
+    return Decide(!list.empty() && HasNonFinite(list));
+  }
+  std::vector<const ITensor*> raw;
+  raw.reserve(list.size());
+  for (const TensorPtr& tensor : list) raw.push_back(tensor.get());
+  owner_->ClearRecord();
+  backend->CheckWithState(raw, *owner_->DeviceState());
+  owner_->NoteDeviceRecord();
+  return DecideOnDevice(*backend);
 }
 
 bool FSDPMixedPrecisionManager::UnscaleAndCheckOverflow(const GradientMap& gradients) {
   const std::vector<TensorPtr> list = NonNull(gradients);
   if (!config_.UseLossScaling) return false;
-  return Decide(!list.empty() && UnscaleAndCheck(list, 1.0f / state_.Scale));
+  const DeviceScalingBackend* backend = list.empty() ? nullptr : owner_->Route(list, "gradients");
+  if (backend == nullptr) {
+    return Decide(!list.empty() && UnscaleAndCheck(list, 1.0f / owner_->Read().Scale));
+  }
+  std::vector<ITensor*> raw;
+  raw.reserve(list.size());
+  for (const TensorPtr& tensor : list) raw.push_back(tensor.get());
+  owner_->ClearRecord();
+  backend->UnscaleWithState(raw, *owner_->DeviceState());  // times InverseScale(scale) read on the device
+  owner_->NoteDeviceRecord();
+  return DecideOnDevice(*backend);
 }
 
-float FSDPMixedPrecisionManager::CurrentLossScale() const noexcept { return state_.Scale; }
-std::int64_t FSDPMixedPrecisionManager::StepsSinceOverflow() const noexcept { return state_.StepsSinceLastOverflow; }
-const amp::ScaleState& FSDPMixedPrecisionManager::State() const noexcept { return state_; }
-void FSDPMixedPrecisionManager::ResetLossScale() noexcept { state_ = amp::ScaleState::Initial(policy_); }
+float FSDPMixedPrecisionManager::CurrentLossScale() const { return owner_->Read().Scale; }
+std::int64_t FSDPMixedPrecisionManager::StepsSinceOverflow() const { return owner_->Read().StepsSinceLastOverflow; }
+amp::ScaleState FSDPMixedPrecisionManager::State() const { return owner_->Read(); }
+DeviceScaleState* FSDPMixedPrecisionManager::DeviceState() const noexcept { return owner_->DeviceState(); }
+void FSDPMixedPrecisionManager::ResetLossScale() { owner_->Write(amp::ScaleState::Initial(policy_)); }
 const FSDPMixedPrecisionConfig& FSDPMixedPrecisionManager::Config() const noexcept { return config_; }
 
 std::vector<std::byte> FSDPMixedPrecisionManager::StateDict() const {
   mlframework::detail::BlobWriter writer(kManagerKind, kManagerVersion);
-  writer.ScaleStateFields(state_);
+  writer.ScaleStateFields(owner_->Read());
   return writer.Finish();
 }
 
@@ -129,7 +179,7 @@ void FSDPMixedPrecisionManager::LoadStateDict(std::span<const std::byte> state) 
   if (loaded.Scale < policy_.MinScale || loaded.Scale > policy_.MaxScale) {
     reader.Fail("scale " + std::to_string(loaded.Scale) + " is outside [MinLossScale, MaxLossScale]");
   }
-  state_ = loaded;
+  owner_->Write(loaded);
 }
 
 // ---- FSDPAmpIntegration ----

@@ -7,6 +7,8 @@
 #include <mlframework/core/Error.hpp>
 #include <mlframework/core/MultiTensor.hpp>
 
+#include "mlframework/amp/ScaleStateOwner.hpp"
+#include "mlframework/amp/UnscaleWorkspace.hpp"
 #include "mlframework/core/StateBlob.hpp"
 #include "mlframework/optimizers/mixed_precision/CSharpFormat.hpp"
 
@@ -38,9 +40,38 @@ std::string LossScalerStats::ToString() const {
 }
 
 DynamicLossScaler::DynamicLossScaler(const MixedPrecisionOptions& options)
-    : options_(Validated(options)), policy_(options_.ToScalePolicy()), state_(amp::ScaleState::Initial(policy_)) {}
+    : options_(Validated(options)),
+      policy_(options_.ToScalePolicy()),
+      owner_(std::make_unique<amp::detail::ScaleStateOwner>(policy_, amp::ScaleState::Initial(policy_))) {}
 
 DynamicLossScaler::DynamicLossScaler() : DynamicLossScaler(MixedPrecisionOptions::ForFP16()) {}
+
+DynamicLossScaler::~DynamicLossScaler() = default;
+
+DynamicLossScaler::DynamicLossScaler(const DynamicLossScaler& other)
+    : options_(other.options_),
+      policy_(other.policy_),
+      owner_(std::make_unique<amp::detail::ScaleStateOwner>(*other.owner_)),
+      stopped_(other.stopped_) {}
+
+DynamicLossScaler& DynamicLossScaler::operator=(const DynamicLossScaler& other) {
+  if (this != &other) {
+    auto owner = std::make_unique<amp::detail::ScaleStateOwner>(*other.owner_);
+    options_ = other.options_;
+    policy_ = other.policy_;
+    owner_ = std::move(owner);
+    stopped_ = other.stopped_;
+  }
+  return *this;
+}
+
+float DynamicLossScaler::CurrentScale() const { return owner_->Read().Scale; }
+std::int64_t DynamicLossScaler::ConsecutiveOverflows() const { return owner_->Read().ConsecutiveOverflows; }
+std::int64_t DynamicLossScaler::StepsSinceLastOverflow() const { return owner_->Read().StepsSinceLastOverflow; }
+std::int64_t DynamicLossScaler::TotalOverflows() const { return owner_->Read().TotalOverflows; }
+bool DynamicLossScaler::IsStable() const { return ConsecutiveOverflows() < options_.MaxConsecutiveOverflows; }
+amp::ScaleState DynamicLossScaler::State() const { return owner_->Read(); }
+DeviceScaleState* DynamicLossScaler::DeviceState() const noexcept { return owner_->DeviceState(); }
 
 TensorPtr DynamicLossScaler::ScaleLoss(const TensorPtr& loss) const {
   if (!loss) {
@@ -49,16 +80,21 @@ TensorPtr DynamicLossScaler::ScaleLoss(const TensorPtr& loss) const {
   if (!IsEnabled()) {
     return loss;
   }
-  return loss->Multiply(state_.Scale);
+  if (owner_->IsOnStateDevice(*loss)) {
+    TensorPtr scaled = loss->Clone();
+    ITensor* const raw[] = {scaled.get()};
+    owner_->Backend()->ScaleWithState(raw, *owner_->DeviceState());  // the scale is read on the device
+    return scaled;
+  }
+  return loss->Multiply(owner_->Read().Scale);
 }
 
 GradientMap DynamicLossScaler::UnscaleGradients(const GradientMap& gradients) const {
-  TensorList(gradients);  // rejects null entries before anything is written
+  const std::vector<TensorPtr> list = TensorList(gradients);  // rejects null entries before anything is written
   if (!IsEnabled()) {
     return gradients;
   }
-  // The inverse in double is exact for power-of-two scales and the closest float otherwise.
-  const auto inverse = static_cast<float>(1.0 / static_cast<double>(state_.Scale));
+  const DeviceScalingBackend* backend = owner_->Route(list, "gradients");
   GradientMap unscaled;
   std::vector<TensorPtr> fp32;
   std::unordered_set<const ITensor*> fp32_seen;
@@ -76,6 +112,39 @@ GradientMap DynamicLossScaler::UnscaleGradients(const GradientMap& gradients) co
       low_names.push_back(&name);
     }
   }
+  if (backend != nullptr) {
+    // On the device: the inverse scale is read there; the flag these kernels set is replaced
+    // by the next UpdateScale(bool) decision, so nothing here waits for the device.
+    std::vector<TensorPtr> widened;
+    std::vector<const ITensor*> src;
+    std::vector<ITensor*> dst;
+    widened.reserve(low.size());
+    src.reserve(low.size());
+    dst.reserve(low.size());
+    for (const TensorPtr& tensor : low) {
+      widened.push_back(tensor->CastTo(DataType::Float32));  // same backend; overwritten below
+      src.push_back(tensor.get());
+      dst.push_back(widened.back().get());
+    }
+    std::vector<ITensor*> in_place;
+    in_place.reserve(fp32.size());
+    for (const TensorPtr& tensor : fp32) {
+      in_place.push_back(tensor.get());
+    }
+    if (!src.empty()) {
+      backend->CastUnscaledWithState(src, dst, *owner_->DeviceState());
+    }
+    if (!in_place.empty()) {
+      backend->UnscaleWithState(in_place, *owner_->DeviceState());
+    }
+    owner_->NoteDeviceRecord();
+    for (std::size_t i = 0; i < widened.size(); ++i) {
+      unscaled.emplace(*low_names[i], widened[i]);
+    }
+    return unscaled;
+  }
+  // The inverse in double is exact for power-of-two scales and the closest float otherwise.
+  const float inverse = amp::detail::InverseScale(owner_->Read().Scale);
   // New FP32 tensors for the 16-bit gradients first: if that allocation fails, nothing was written.
   const std::vector<TensorPtr> widened = Cast(low, DataType::Float32, inverse);
   UnscaleAndCheck(fp32, inverse);  // in place, one pass; the flag is CheckOverflow's business
@@ -90,47 +159,96 @@ bool DynamicLossScaler::CheckOverflow(const GradientMap& gradients) const {
   if (!IsEnabled()) {
     return false;
   }
-  return HasNonFinite(all);
+  if (owner_->Route(all, "gradients") == nullptr) {
+    return HasNonFinite(all);
+  }
+  // This call's own answer: the flag is cleared first (the record is the next update's input only
+  // through UpdateScaleFromRecord, which this front-end's callers pair with RecordOverflow).
+  owner_->ClearRecord();
+  RecordOverflow(gradients);
+  return owner_->Recorded();
+}
+
+void DynamicLossScaler::RecordOverflow(const GradientMap& gradients) const {
+  const std::vector<TensorPtr> all = TensorList(gradients);
+  if (!IsEnabled()) {
+    return;
+  }
+  const DeviceScalingBackend* backend = owner_->Route(all, "gradients");
+  if (backend == nullptr) {
+    owner_->Record(HasNonFinite(all));
+    return;
+  }
+  std::vector<const ITensor*> raw;
+  raw.reserve(all.size());
+  for (const TensorPtr& tensor : all) {
+    raw.push_back(tensor.get());
+  }
+  backend->CheckWithState(raw, *owner_->DeviceState());
+  owner_->NoteDeviceRecord();
 }
 
 bool DynamicLossScaler::UpdateScale(bool hadOverflow) {
   if (!IsEnabled()) {
     return false;
   }
-  return amp::UpdateScaleState(state_, policy_, hadOverflow);
+  owner_->Update(hadOverflow);
+  return hadOverflow;  // UpdateScaleState skips exactly the overflowed steps
+}
+
+void DynamicLossScaler::UpdateScaleFromRecord() {
+  if (!IsEnabled()) {
+    owner_->ClearRecord();
+    return;
+  }
+  owner_->UpdateFromRecord();
 }
 
 bool DynamicLossScaler::CheckOverflowAndUpdate(const GradientMap& gradients) {
-  const bool overflow = CheckOverflow(gradients);
-  return UpdateScale(overflow);
+  const std::vector<TensorPtr> all = TensorList(gradients);
+  if (!IsEnabled()) {
+    return false;
+  }
+  if (owner_->Route(all, "gradients") == nullptr) {
+    return UpdateScale(HasNonFinite(all));
+  }
+  owner_->ClearRecord();
+  RecordOverflow(gradients);
+  UpdateScaleFromRecord();
+  // An overflowed step leaves ConsecutiveOverflows >= 1, a clean one 0: one (cached) read.
+  return owner_->Read().ConsecutiveOverflows > 0;
 }
 
 void DynamicLossScaler::Reset() {
-  state_ = amp::ScaleState::Initial(policy_);
+  amp::ScaleState initial = amp::ScaleState::Initial(policy_);
   if (stopped_) {
-    state_.Scale = 1.0f;
+    initial.Scale = 1.0f;
   }
+  owner_->Write(initial);
 }
 
 LossScalerStats DynamicLossScaler::GetStats() const {
-  return LossScalerStats{.CurrentScale = state_.Scale,
-                         .StepsSinceLastOverflow = state_.StepsSinceLastOverflow,
-                         .ConsecutiveOverflows = state_.ConsecutiveOverflows,
-                         .TotalOverflows = state_.TotalOverflows,
+  const amp::ScaleState state = owner_->Read();
+  return LossScalerStats{.CurrentScale = state.Scale,
+                         .StepsSinceLastOverflow = state.StepsSinceLastOverflow,
+                         .ConsecutiveOverflows = state.ConsecutiveOverflows,
+                         .TotalOverflows = state.TotalOverflows,
                          .GrowthInterval = options_.GrowthInterval,
                          .MaxConsecutiveOverflows = options_.MaxConsecutiveOverflows,
-                         .IsStable = IsStable(),
+                         .IsStable = state.ConsecutiveOverflows < options_.MaxConsecutiveOverflows,
                          .FellBackToFP32 = stopped_};
 }
 
-void DynamicLossScaler::StopScaling() noexcept {
+void DynamicLossScaler::StopScaling() {
+  amp::ScaleState state = owner_->Read();
+  state.Scale = 1.0f;
+  owner_->Write(state);  // first: if a device write fails, the scaler has not stopped
   stopped_ = true;
-  state_.Scale = 1.0f;
 }
 
 std::vector<std::byte> DynamicLossScaler::StateDict() const {
   mlframework::detail::BlobWriter writer(kBlobKind, kBlobVersion);
-  writer.ScaleStateFields(state_);
+  writer.ScaleStateFields(owner_->Read());
   writer.U8(stopped_ ? 1 : 0);
   return writer.Finish();
 }
@@ -151,7 +269,7 @@ void DynamicLossScaler::LoadStateDict(std::span<const std::byte> state) {
                 std::to_string(policy_.MinScale) + ", " + std::to_string(policy_.MaxScale) + "]");
   }
   // Commit only after every check passed.
-  state_ = loaded;
+  owner_->Write(loaded);
   stopped_ = stopped == 1;
 }
 

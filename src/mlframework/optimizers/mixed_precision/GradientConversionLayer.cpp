@@ -9,6 +9,8 @@
 #include <mlframework/core/MultiTensor.hpp>
 #include <mlframework/core/Tensor.hpp>
 
+#include "mlframework/amp/ScaleStateOwner.hpp"
+#include "mlframework/amp/UnscaleWorkspace.hpp"
 #include "mlframework/core/StateBlob.hpp"
 #include "mlframework/optimizers/mixed_precision/CSharpFormat.hpp"
 
@@ -82,8 +84,12 @@ TensorPtr GradientConversionLayer::OutputBuffer(const std::string& name, const I
   const auto cached = output_buffers_.find(name);
   // Reuse only a buffer nobody but this layer still holds, so returned gradients are never overwritten.
   if (cached != output_buffers_.end() && cached->second.use_count() == 1 &&
-      cached->second->GetShape() == like.GetShape() && cached->second->GetDevice() == like.GetDevice()) {
+      cached->second->GetShape() == like.GetShape() && cached->second->GetDevice() == like.GetDevice() &&
+      cached->second->Backend() == like.Backend()) {
     return cached->second;
+  }
+  if (DeviceScalingOf(like) != nullptr) {
+    return like.CastTo(DataType::Float32);  // a tensor of the gradient's own backend; overwritten in pass 2
   }
   return Zeros(like.GetShape(), DataType::Float32, like.GetDevice());
 }
@@ -117,6 +123,13 @@ GradientProcessingResult GradientConversionLayer::ProcessGradients(const Gradien
   DynamicLossScaler& scaler = *loss_scaler_;
   const bool scaling = scaler.IsEnabled();
   const bool clipping = ClippingActive();
+  if (scaling) {
+    // Moves the scaler's state to the gradients' device when they have one (ArgumentError for a
+    // list that mixes a device with anything else, before anything is written).
+    if (const DeviceScalingBackend* backend = scaler.owner_->Route(list, "gradients")) {
+      return ProcessOnDevice(*backend, std::move(outputs), std::move(buffers), low_src, low_dst, fp32, list);
+    }
+  }
   // The scale the gradients were produced with, before UpdateScale may grow it.
   const double inverse = scaling ? 1.0 / static_cast<double>(scaler.CurrentScale()) : 1.0;
 
@@ -151,6 +164,74 @@ GradientProcessingResult GradientConversionLayer::ProcessGradients(const Gradien
   }
   if (!fp32.empty() && write_factor != 1.0f) {
     ScaleInPlace(fp32, write_factor);
+  }
+  return {std::move(outputs), false};
+}
+
+GradientProcessingResult GradientConversionLayer::ProcessOnDevice(const DeviceScalingBackend& backend,
+                                                                  GradientMap outputs, GradientMap buffers,
+                                                                  const std::vector<TensorPtr>& low_src,
+                                                                  const std::vector<TensorPtr>& low_dst,
+                                                                  const std::vector<TensorPtr>& fp32,
+                                                                  const std::vector<TensorPtr>& all) {
+  DynamicLossScaler& scaler = *loss_scaler_;
+  amp::detail::ScaleStateOwner& owner = *scaler.owner_;
+  DeviceScaleState& state = *owner.DeviceState();
+  // The scale the gradients were produced with: cached from the previous step's read (no wait).
+  const double inverse = 1.0 / static_cast<double>(owner.Read().Scale);
+  std::vector<const ITensor*> src;
+  std::vector<ITensor*> dst;
+  for (std::size_t i = 0; i < low_src.size(); ++i) {
+    src.push_back(low_src[i].get());
+    dst.push_back(low_dst[i].get());
+  }
+  std::vector<ITensor*> fp32_raw;
+  fp32_raw.reserve(fp32.size());
+  for (const TensorPtr& tensor : fp32) {
+    fp32_raw.push_back(tensor.get());
+  }
+  owner.ClearRecord();
+  bool skip = false;
+  double sum_of_squares = 0.0;
+  if (ClippingActive()) {
+    // The clip coefficient needs the norm on the host: one read (flag and sum of squares together).
+    const NonFiniteAndNorm measured = CheckAndSumSquares(all, static_cast<float>(inverse));
+    skip = scaler.UpdateScale(measured.FoundNonFinite);  // device update, cached view advanced: no wait
+    sum_of_squares = measured.SumOfSquares;
+  } else {
+    // Pass 2 of the 16-bit gradients runs before the update, with the scale read on the device
+    // (the update may grow it); its flag is "a non-finite value written", which for scales >= 1
+    // is exactly "a non-finite input". FP32 inputs are only checked here, and unscaled below,
+    // so a skipped step leaves them untouched as on the host.
+    if (!src.empty()) {
+      backend.CastUnscaledWithState(src, dst, state);
+    }
+    std::vector<const ITensor*> fp32_const(fp32_raw.begin(), fp32_raw.end());
+    if (!fp32_const.empty()) {
+      backend.CheckWithState(fp32_const, state);
+    }
+    owner.NoteDeviceRecord();
+    scaler.UpdateScaleFromRecord();
+    // The one read of the step: ShouldSkip must reach the host. An overflowed update leaves
+    // ConsecutiveOverflows >= 1, a clean one 0; the fallback check below reuses this read.
+    skip = owner.Read().ConsecutiveOverflows > 0;
+  }
+  precision_manager_->CheckFallback(scaler);
+  output_buffers_ = std::move(buffers);
+  if (skip) {
+    return {GradientMap{}, true};
+  }
+  double factor = inverse;
+  if (ClippingActive()) {
+    bool clipped = false;
+    factor *= static_cast<double>(ClipCoefficient(sum_of_squares, clipped));
+    if (!low_src.empty()) {
+      CastInto(low_src, low_dst, static_cast<float>(factor));  // reports its flag: one more read
+    }
+  }
+  const auto write_factor = static_cast<float>(factor);
+  if (!fp32.empty() && write_factor != 1.0f) {
+    ScaleInPlace(fp32, write_factor);  // no value returned: no wait
   }
   return {std::move(outputs), false};
 }

@@ -101,9 +101,9 @@ bool PrecisionManager::CheckFallback(DynamicLossScaler& scaler) {
   if (scaler.ConsecutiveOverflows() < options_.MaxConsecutiveOverflows) {
     return false;
   }
+  scaler.StopScaling();  // first: it writes a device-resident state, which may fail; then commit here
   target_ = DataType::Float32;
   fallen_back_ = true;
-  scaler.StopScaling();
   return true;
 }
 

@@ -1,0 +1,259 @@
+#pragma once
+// Test-only stand-in for a GPU backend: a DeviceScalingBackend over host memory.
+//
+// FakeDeviceTensor wraps a CPU tensor and reports a CUDA device, so the
+// front-ends take their device path; the math is delegated to the CPU kernels
+// through the public API, so results are bit-equal to the host path. The
+// backend COUNTS every host synchronisation a real device would need: a value
+// read back (Read(), FoundInf(), LastStepSkipped(), the bool/double results of
+// the TensorBackend kernels, element reads of a tensor) and every blocking
+// host-to-device write (CreateScaleState(), Write()). Tests measure a window
+// with SyncCount() to prove which front-end calls are synchronisation-free.
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <mlframework/mlframework.hpp>
+
+namespace mlfw_test {
+
+class FakeDeviceBackend;
+const FakeDeviceBackend& FakeBackend();
+
+// A tensor "on the device": a CPU tensor inside, a CUDA device outside.
+class FakeDeviceTensor final : public mlframework::ITensor {
+ public:
+  FakeDeviceTensor(mlframework::TensorPtr inner, int device) : inner_(std::move(inner)), device_(device) {}
+  mlframework::DataType GetDataType() const override { return inner_->GetDataType(); }
+  mlframework::Device GetDevice() const override { return mlframework::Device::CUDA(device_); }
+  const mlframework::Shape& GetShape() const override { return inner_->GetShape(); }
+  std::size_t Size() const override { return inner_->Size(); }
+  mlframework::TensorPtr Multiply(float factor) const override { return Wrap(inner_->Multiply(factor)); }
+  mlframework::TensorPtr Divide(float divisor) const override { return Wrap(inner_->Divide(divisor)); }
+  void MultiplyInPlace(float factor) override { inner_->MultiplyInPlace(factor); }
+  mlframework::TensorPtr Clone() const override { return Wrap(inner_->Clone()); }
+  mlframework::TensorPtr CastTo(mlframework::DataType dtype) const override { return Wrap(inner_->CastTo(dtype)); }
+  bool HasInf() const override;
+  bool HasNaN() const override;
+  double SumOfSquares() const override;
+  std::vector<float> ToFloatVector() const override;
+  void CopyFromFloats(std::span<const float> values) override { inner_->CopyFromFloats(values); }
+  const mlframework::TensorBackend* Backend() const noexcept override;
+
+  const mlframework::TensorPtr& Inner() const { return inner_; }
+  // The elements without counting a synchronisation (for comparisons in tests).
+  std::vector<float> Peek() const { return inner_->ToFloatVector(); }
+
+ private:
+  mlframework::TensorPtr Wrap(mlframework::TensorPtr inner) const {
+    return std::make_shared<FakeDeviceTensor>(std::move(inner), device_);
+  }
+  mlframework::TensorPtr inner_;
+  int device_;
+};
+
+// A fake tensor on fake device @p device holding @p values.
+inline mlframework::TensorPtr FakeTensor(const std::vector<float>& values, mlframework::Shape shape,
+                                         mlframework::DataType dtype, int device = 0) {
+  return std::make_shared<FakeDeviceTensor>(mlframework::FromVector(values, std::move(shape), dtype), device);
+}
+
+inline std::vector<float> Peek(const mlframework::TensorPtr& tensor) {
+  if (const auto* fake = dynamic_cast<const FakeDeviceTensor*>(tensor.get())) {
+    return fake->Peek();
+  }
+  return tensor->ToFloatVector();
+}
+
+class FakeScaleState final : public mlframework::DeviceScaleState {
+ public:
+  FakeScaleState(const FakeDeviceBackend& backend, mlframework::Device device,
+                 const mlframework::amp::ScalePolicy& policy, const mlframework::amp::ScaleState& initial)
+      : backend_(backend), device_(device), policy_(policy), state_(initial) {}
+  mlframework::Device GetDevice() const noexcept override { return device_; }
+  const mlframework::amp::ScalePolicy& Policy() const noexcept override { return policy_; }
+  mlframework::amp::ScaleState Read() const override;
+  void Write(const mlframework::amp::ScaleState& state) override;
+  bool FoundInf() const override;
+  void MarkFoundInf() override { found_inf_ = true; }
+  void ClearFoundInf() override { found_inf_ = false; }
+  bool LastStepSkipped() const override;
+
+  // "Device-side" access used by the fake kernels (no synchronisation).
+  mlframework::amp::ScaleState& DeviceSide() { return state_; }
+  bool& Flag() { return found_inf_; }
+  bool& Skipped() { return last_skipped_; }
+
+ private:
+  const FakeDeviceBackend& backend_;
+  mlframework::Device device_;
+  mlframework::amp::ScalePolicy policy_;
+  mlframework::amp::ScaleState state_;
+  bool found_inf_ = false;
+  bool last_skipped_ = false;
+};
+
+class FakeDeviceBackend final : public mlframework::DeviceScalingBackend {
+ public:
+  std::string_view Name() const noexcept override { return "fake-device"; }
+  // Host synchronisations since the process started (tests take differences).
+  std::int64_t SyncCount() const { return syncs_; }
+  void CountSync() const { ++syncs_; }
+
+  bool UnscaleAndCheck(std::span<mlframework::ITensor* const> tensors, float factor) const override {
+    CountSync();  // a bool read back
+    return mlframework::UnscaleAndCheck(Inner(tensors), factor);
+  }
+  bool HasNonFinite(std::span<const mlframework::ITensor* const> tensors) const override {
+    CountSync();
+    return mlframework::HasNonFinite(Inner(tensors));
+  }
+  mlframework::NonFiniteAndNorm CheckAndSumSquares(std::span<const mlframework::ITensor* const> tensors,
+                                                   float factor) const override {
+    CountSync();
+    return mlframework::CheckAndSumSquares(Inner(tensors), factor);
+  }
+  void Scale(std::span<mlframework::ITensor* const> tensors, float factor) const override {
+    mlframework::ScaleInPlace(Inner(tensors), factor);
+  }
+  bool CastInto(std::span<const mlframework::ITensor* const> src, std::span<mlframework::ITensor* const> dst,
+                float factor) const override {
+    CountSync();
+    return mlframework::CastInto(Inner(src), Inner(dst), factor);
+  }
+
+  std::unique_ptr<mlframework::DeviceScaleState> CreateScaleState(
+      mlframework::Device device, const mlframework::amp::ScalePolicy& policy,
+      const mlframework::amp::ScaleState& initial) const override {
+    CountSync();  // the CUDA backend waits for the copy of the initial state
+    return std::make_unique<FakeScaleState>(*this, device, policy, initial);
+  }
+  void ScaleWithState(std::span<mlframework::ITensor* const> tensors,
+                      mlframework::DeviceScaleState& state) const override {
+    FakeScaleState& s = Own(state, tensors);
+    mlframework::ScaleInPlace(Inner(tensors), s.DeviceSide().Scale);
+  }
+  void UnscaleWithState(std::span<mlframework::ITensor* const> tensors,
+                        mlframework::DeviceScaleState& state) const override {
+    FakeScaleState& s = Own(state, tensors);
+    const bool found = mlframework::UnscaleAndCheck(Inner(tensors), mlframework::InverseScale(s.DeviceSide().Scale));
+    s.Flag() = s.Flag() || found;
+  }
+  void CastUnscaledWithState(std::span<const mlframework::ITensor* const> src,
+                             std::span<mlframework::ITensor* const> dst,
+                             mlframework::DeviceScaleState& state) const override {
+    FakeScaleState& s = Own(state, src);
+    Own(state, dst);
+    const bool found = mlframework::CastInto(Inner(src), Inner(dst), mlframework::InverseScale(s.DeviceSide().Scale));
+    s.Flag() = s.Flag() || found;
+  }
+  void CheckWithState(std::span<const mlframework::ITensor* const> tensors,
+                      mlframework::DeviceScaleState& state) const override {
+    FakeScaleState& s = Own(state, tensors);
+    s.Flag() = s.Flag() || mlframework::HasNonFinite(Inner(tensors));
+  }
+  void FlagToTensor(const mlframework::DeviceScaleState& state, mlframework::TensorPtr& out) const override {
+    auto& s = dynamic_cast<FakeScaleState&>(const_cast<mlframework::DeviceScaleState&>(state));  // NOLINT
+    const auto* current = dynamic_cast<const FakeDeviceTensor*>(out.get());
+    if (current == nullptr || current->GetDataType() != mlframework::DataType::Float32 || current->Size() != 1 ||
+        current->GetDevice() != s.GetDevice()) {
+      out = std::make_shared<FakeDeviceTensor>(mlframework::Zeros({1}), s.GetDevice().Index);
+      current = static_cast<const FakeDeviceTensor*>(out.get());
+    }
+    const float value = s.Flag() ? 1.0f : 0.0f;
+    current->Inner()->CopyFromFloats(std::span<const float>(&value, 1));  // a device-side write
+  }
+  void FlagFromTensor(mlframework::DeviceScaleState& state, const mlframework::ITensor& in) const override {
+    FakeScaleState& s = Own(state, std::span<const mlframework::ITensor* const>{});
+    const auto* fake = dynamic_cast<const FakeDeviceTensor*>(&in);
+    if (fake == nullptr || in.GetDataType() != mlframework::DataType::Float32 || in.Size() != 1 ||
+        in.GetDevice() != s.GetDevice()) {
+      throw mlframework::ArgumentError("in", "must be a one-element FP32 fake tensor on the state's device");
+    }
+    s.Flag() = fake->Peek()[0] != 0.0f;  // a device-side read
+  }
+  void UpdateScale(mlframework::DeviceScaleState& state) const override {
+    FakeScaleState& s = Own(state, std::span<const mlframework::ITensor* const>{});
+    s.Skipped() = mlframework::amp::UpdateScaleState(s.DeviceSide(), s.Policy(), s.Flag());
+    s.Flag() = false;
+  }
+
+ private:
+  // The CPU tensors inside (ArgumentError for a tensor of another backend, as the CUDA backend does).
+  template <typename Pointer>
+  static std::vector<mlframework::TensorPtr> Inner(std::span<Pointer const> tensors) {
+    std::vector<mlframework::TensorPtr> inner;
+    inner.reserve(tensors.size());
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      const auto* fake = dynamic_cast<const FakeDeviceTensor*>(tensors[i]);
+      if (fake == nullptr) {
+        throw mlframework::ArgumentError("tensors[" + std::to_string(i) + "]", "is not a fake-device tensor");
+      }
+      inner.push_back(fake->Inner());
+    }
+    return inner;
+  }
+  // The fake state, checking that every tensor lives on its device (the CUDA backend's contract).
+  template <typename Pointer>
+  static FakeScaleState& Own(mlframework::DeviceScaleState& state, std::span<Pointer const> tensors) {
+    auto* fake = dynamic_cast<FakeScaleState*>(&state);
+    if (fake == nullptr) {
+      throw mlframework::ArgumentError("state", "is not a fake-device state");
+    }
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      if (tensors[i]->GetDevice() != fake->GetDevice()) {
+        throw mlframework::ArgumentError("tensors[" + std::to_string(i) + "]", "is not on the state's device");
+      }
+    }
+    return *fake;
+  }
+
+  mutable std::int64_t syncs_ = 0;
+};
+
+inline const FakeDeviceBackend& FakeBackend() {
+  static const FakeDeviceBackend kBackend;
+  return kBackend;
+}
+
+inline bool FakeDeviceTensor::HasInf() const {
+  FakeBackend().CountSync();
+  return inner_->HasInf();
+}
+inline bool FakeDeviceTensor::HasNaN() const {
+  FakeBackend().CountSync();
+  return inner_->HasNaN();
+}
+inline double FakeDeviceTensor::SumOfSquares() const {
+  FakeBackend().CountSync();
+  return inner_->SumOfSquares();
+}
+inline std::vector<float> FakeDeviceTensor::ToFloatVector() const {
+  FakeBackend().CountSync();
+  return inner_->ToFloatVector();
+}
+inline const mlframework::TensorBackend* FakeDeviceTensor::Backend() const noexcept { return &FakeBackend(); }
+
+inline mlframework::amp::ScaleState FakeScaleState::Read() const {
+  backend_.CountSync();
+  return state_;
+}
+inline void FakeScaleState::Write(const mlframework::amp::ScaleState& state) {
+  backend_.CountSync();
+  state_ = state;
+  found_inf_ = false;
+}
+inline bool FakeScaleState::FoundInf() const {
+  backend_.CountSync();
+  return found_inf_;
+}
+inline bool FakeScaleState::LastStepSkipped() const {
+  backend_.CountSync();
+  return last_skipped_;
+}
+
+}  // namespace mlfw_test
