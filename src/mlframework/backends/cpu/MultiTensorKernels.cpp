@@ -41,7 +41,7 @@ const void* ElementsOf(const ITensor& tensor) {
 
 // The list as one virtual array: offsets[i] is where tensor i starts.
 // How much of the next tensor's head to request early (see Plan::PrefetchHead).
-constexpr std::size_t kPrefetchBytes = 512;
+constexpr std::size_t kPrefetchBytes = 2048;
 
 struct Plan {
   std::vector<Segment> segments;

@@ -63,7 +63,7 @@ std::size_t AlignHead(const T* p, std::size_t count) {
 // misses to lock onto each one, so every main loop asks ahead itself (a prefetch past the
 // end of a buffer never faults). Templated on Isa like every loop here, so each
 // instruction-set file gets its own copy.
-constexpr std::size_t kPrefetchDistance = 1024;
+constexpr std::size_t kPrefetchDistance = 4096;
 
 // kLines cache lines, for loops that read kLines full lines per iteration.
 template <class Isa, std::size_t kLines, typename T>
