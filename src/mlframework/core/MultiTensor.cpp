@@ -45,6 +45,30 @@ std::vector<Group> GroupByBackend(std::span<const TensorPtr> tensors) {
   return groups;
 }
 
+// The common case in one pass over the list: every tensor non-null and from one backend.
+// Returns that backend with `pointers` filled; nullptr when the list is empty, mixes backends
+// or holds tensors without one (the caller then takes the general path, which also reports
+// null entries). One pass matters for lists of thousands of small tensors.
+template <typename Pointer>
+const TensorBackend* SingleBackend(std::span<const TensorPtr> tensors, std::vector<Pointer>& pointers) {
+  if (tensors.empty() || !tensors[0]) {
+    return nullptr;
+  }
+  const TensorBackend* backend = tensors[0]->Backend();
+  if (backend == nullptr) {
+    return nullptr;
+  }
+  pointers.reserve(tensors.size());
+  for (const TensorPtr& tensor : tensors) {
+    if (!tensor || tensor->Backend() != backend) {
+      pointers.clear();
+      return nullptr;
+    }
+    pointers.push_back(tensor.get());
+  }
+  return backend;
+}
+
 template <typename Pointer>
 std::vector<Pointer> Pointers(std::span<const TensorPtr> tensors, const std::vector<std::size_t>& indices) {
   std::vector<Pointer> pointers;
@@ -72,12 +96,15 @@ std::vector<TensorPtr> TensorList(const GradientMap& gradients) {
 }
 
 bool UnscaleAndCheck(std::span<const TensorPtr> tensors, float factor) {
+  std::vector<ITensor*> pointers;
+  if (const TensorBackend* backend = SingleBackend(tensors, pointers)) {
+    return backend->UnscaleAndCheck(pointers, factor);
+  }
   RequireNonNull(tensors, "tensors");
   bool found = false;
   for (const Group& group : GroupByBackend(tensors)) {
     if (group.backend != nullptr) {
-      const auto pointers = Pointers<ITensor*>(tensors, group.indices);
-      found = group.backend->UnscaleAndCheck(pointers, factor) || found;
+      found = group.backend->UnscaleAndCheck(Pointers<ITensor*>(tensors, group.indices), factor) || found;
       continue;
     }
     for (const std::size_t i : group.indices) {
@@ -89,6 +116,10 @@ bool UnscaleAndCheck(std::span<const TensorPtr> tensors, float factor) {
 }
 
 bool HasNonFinite(std::span<const TensorPtr> tensors) {
+  std::vector<const ITensor*> pointers;
+  if (const TensorBackend* backend = SingleBackend(tensors, pointers)) {
+    return backend->HasNonFinite(pointers);
+  }
   RequireNonNull(tensors, "tensors");
   for (const Group& group : GroupByBackend(tensors)) {
     if (group.backend != nullptr) {
@@ -107,6 +138,10 @@ bool HasNonFinite(std::span<const TensorPtr> tensors) {
 }
 
 NonFiniteAndNorm CheckAndSumSquares(std::span<const TensorPtr> tensors, float factor) {
+  std::vector<const ITensor*> pointers;
+  if (const TensorBackend* backend = SingleBackend(tensors, pointers)) {
+    return backend->CheckAndSumSquares(pointers, factor);
+  }
   RequireNonNull(tensors, "tensors");
   NonFiniteAndNorm total;
   for (const Group& group : GroupByBackend(tensors)) {
@@ -130,6 +165,11 @@ double SumOfSquares(std::span<const TensorPtr> tensors, float factor) {
 }
 
 void ScaleInPlace(std::span<const TensorPtr> tensors, float factor) {
+  std::vector<ITensor*> pointers;
+  if (const TensorBackend* backend = SingleBackend(tensors, pointers)) {
+    backend->Scale(pointers, factor);
+    return;
+  }
   RequireNonNull(tensors, "tensors");
   for (const Group& group : GroupByBackend(tensors)) {
     if (group.backend != nullptr) {

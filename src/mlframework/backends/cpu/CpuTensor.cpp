@@ -11,8 +11,9 @@
 
 namespace mlframework::backends::cpu {
 
+// size_ is declared before shape_ (see CpuTensorImpl.hpp), so it counts the parameter.
 CpuTensor::CpuTensor(Shape shape, DataType dtype)
-    : shape_(std::move(shape)), size_(ElementCount(shape_)), dtype_(dtype) {
+    : size_(ElementCount(shape)), dtype_(dtype), shape_(std::move(shape)) {
   if (!IsValid(dtype)) {
     throw ArgumentError("dtype", "value " + std::to_string(static_cast<int>(dtype)) + " is not a DataType");
   }
@@ -32,7 +33,7 @@ CpuTensor::CpuTensor(Shape shape, DataType dtype)
 }
 
 CpuTensor::CpuTensor(Shape shape, DataType dtype, TensorPtr base, void* data)
-    : shape_(std::move(shape)), size_(ElementCount(shape_)), dtype_(dtype), base_(std::move(base)), data_(data) {}
+    : data_(data), size_(ElementCount(shape)), dtype_(dtype), shape_(std::move(shape)), base_(std::move(base)) {}
 
 namespace {
 
