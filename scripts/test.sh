@@ -5,7 +5,7 @@
 #  1. release:  Release build with -Werror, every test (ctest).
 #  2. sanitize: ASan + UBSan build (-fno-sanitize-recover: any report fails the
 #               test), every test again, OpenMP and MPI ones included.
-#  3. fuzz:     each libFuzzer target for MLFW_FUZZ_SECONDS (20; scripts/fuzz.sh).
+#  3. fuzz:     each libFuzzer target for MLFW_FUZZ_SECONDS (10; scripts/fuzz.sh).
 #  4. lint:     clang-format and clang-tidy on our sources (scripts/lint.sh).
 #
 # Every step runs even when an earlier one failed, so one CI log shows all
@@ -21,9 +21,9 @@ steps=${MLFW_CI_STEPS:-release sanitize fuzz lint}
 jobs=$(nproc)
 build=${MLFW_BUILD_DIR:-build}
 sanitize_build=${MLFW_SANITIZE_BUILD_DIR:-build-sanitize}
-# 20 s per fuzz target in CI keeps the whole run well under 30 minutes on 2 cores
+# 10 s per fuzz target in CI keeps the whole run under 30 minutes on 2 cores
 # (docs/RELIABILITY.md has the step times); run scripts/fuzz.sh longer by hand.
-export MLFW_FUZZ_SECONDS=${MLFW_FUZZ_SECONDS:-20}
+export MLFW_FUZZ_SECONDS=${MLFW_FUZZ_SECONDS:-10}
 # A test that hangs (a rank waiting forever) fails after this many seconds
 # instead of stalling CI; suites set tighter TIMEOUT properties themselves.
 test_timeout=300
