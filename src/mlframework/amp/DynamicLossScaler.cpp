@@ -109,14 +109,7 @@ TensorPtr DynamicLossScaler::ScaleLoss(const TensorPtr& loss) {
   if (!impl_->config.Enabled) {
     return loss;
   }
-  detail::ScaleStateOwner& owner = impl_->owner;
-  if (owner.IsOnStateDevice(*loss)) {
-    TensorPtr scaled = loss->Clone();
-    ITensor* const raw[] = {scaled.get()};
-    owner.Backend()->ScaleWithState(raw, *owner.DeviceState());  // the scale is read on the device
-    return scaled;
-  }
-  return loss->Multiply(owner.Read().Scale);
+  return impl_->owner.ScaleLoss(loss);
 }
 
 GradientMap DynamicLossScaler::UnscaleGradients(const GradientMap& gradients) {

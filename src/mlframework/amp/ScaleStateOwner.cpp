@@ -156,4 +156,14 @@ void ScaleStateOwner::UpdateFromRecord() {
   host_record_ = false;
 }
 
+TensorPtr ScaleStateOwner::ScaleLoss(const TensorPtr& loss) const {
+  if (IsOnStateDevice(*loss)) {
+    TensorPtr scaled = loss->Clone();
+    ITensor* const raw[] = {scaled.get()};
+    backend_->ScaleWithState(raw, *device_);  // the scale is read on the device
+    return scaled;
+  }
+  return loss->Multiply(Read().Scale);
+}
+
 }  // namespace mlframework::amp::detail

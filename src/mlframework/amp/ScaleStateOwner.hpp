@@ -59,6 +59,9 @@ class ScaleStateOwner {
   const DeviceScalingBackend* Route(std::span<const TensorPtr> tensors, const char* parameter);
   // True when @p tensor lives where the device state does (same backend and device).
   bool IsOnStateDevice(const ITensor& tensor) const;
+  // A new tensor @p loss x scale: on the state's device without a read when the loss lives
+  // there, else with the current scale (device-owned: read back once, then cached).
+  TensorPtr ScaleLoss(const TensorPtr& loss) const;
 
   // Host path: ORs @p overflow into the record. Device path: sets the flag when true (no wait).
   void Record(bool overflow);

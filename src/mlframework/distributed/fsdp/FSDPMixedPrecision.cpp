@@ -91,13 +91,7 @@ TensorPtr FSDPMixedPrecisionManager::ConvertGradientToFP32(const TensorPtr& mixe
 TensorPtr FSDPMixedPrecisionManager::ScaleLoss(const TensorPtr& loss) const {
   if (!loss) throw ArgumentNullError("loss");
   if (!config_.UseLossScaling) return loss;
-  if (owner_->IsOnStateDevice(*loss)) {
-    TensorPtr scaled = loss->Clone();
-    ITensor* const raw[] = {scaled.get()};
-    owner_->Backend()->ScaleWithState(raw, *owner_->DeviceState());  // the scale is read on the device
-    return scaled;
-  }
-  return loss->Multiply(owner_->Read().Scale);
+  return owner_->ScaleLoss(loss);
 }
 
 bool FSDPMixedPrecisionManager::Decide(bool local_overflow) {

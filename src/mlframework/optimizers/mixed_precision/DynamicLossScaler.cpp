@@ -80,13 +80,7 @@ TensorPtr DynamicLossScaler::ScaleLoss(const TensorPtr& loss) const {
   if (!IsEnabled()) {
     return loss;
   }
-  if (owner_->IsOnStateDevice(*loss)) {
-    TensorPtr scaled = loss->Clone();
-    ITensor* const raw[] = {scaled.get()};
-    owner_->Backend()->ScaleWithState(raw, *owner_->DeviceState());  // the scale is read on the device
-    return scaled;
-  }
-  return loss->Multiply(owner_->Read().Scale);
+  return owner_->ScaleLoss(loss);
 }
 
 GradientMap DynamicLossScaler::UnscaleGradients(const GradientMap& gradients) const {
