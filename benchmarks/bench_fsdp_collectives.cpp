@@ -17,6 +17,7 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,12 +37,32 @@ namespace {
 constexpr std::size_t kUnitElements = std::size_t{1} << 24;  // 16M elements per unit
 constexpr int kIterations = 8;
 
-std::shared_ptr<dist::IProcessGroup>& Group(dist::HalfReduction method = dist::HalfReduction::UserOp) {
+// The default group (the default HalfReduction) and one per method, for the 16-bit comparisons.
+std::shared_ptr<dist::IProcessGroup>& Group(std::optional<dist::HalfReduction> method = std::nullopt) {
+  static std::shared_ptr<dist::IProcessGroup> standard = dist::MakeMpiProcessGroup();
+  static std::shared_ptr<dist::IProcessGroup> all_to_all =
+      dist::MakeMpiProcessGroup({.HalfSum = dist::HalfReduction::AllToAll});
   static std::shared_ptr<dist::IProcessGroup> user_op =
       dist::MakeMpiProcessGroup({.HalfSum = dist::HalfReduction::UserOp});
   static std::shared_ptr<dist::IProcessGroup> convert =
       dist::MakeMpiProcessGroup({.HalfSum = dist::HalfReduction::ConvertToFloat32});
-  return method == dist::HalfReduction::UserOp ? user_op : convert;
+  if (!method) return standard;
+  switch (*method) {
+    case dist::HalfReduction::AllToAll:
+      return all_to_all;
+    case dist::HalfReduction::UserOp:
+      return user_op;
+    case dist::HalfReduction::ConvertToFloat32:
+      break;
+  }
+  return convert;
+}
+
+// FP32 sums through MPI's own MPI_Reduce_scatter_block / MPI_Allreduce.
+std::shared_ptr<dist::IProcessGroup>& BuiltinFloat32Group() {
+  static std::shared_ptr<dist::IProcessGroup> builtin =
+      dist::MakeMpiProcessGroup({.Float32Sum = dist::Float32Reduction::Builtin});
+  return builtin;
 }
 
 int Ranks() { return Group()->WorldSize(); }
@@ -130,9 +151,13 @@ void BM_ReduceScatter16M(benchmark::State& state) {
   auto& unit = model.RegisterUnit("unit", {{"weight", cpu::Empty({kUnitElements}, DataType::Float32)}});
   const mlframework::GradientMap gradients{{"weight", cpu::Empty({kUnitElements}, DataType::Float32)}};
   unit.Gather();
-  std::vector<Variant> variants{
-      {"library_userop", [&] { Group(dist::HalfReduction::UserOp)->ReduceScatter(*input, *output); }}};
-  if (dtype != DataType::Float32) {
+  std::vector<Variant> variants{{"library", [&] { Group()->ReduceScatter(*input, *output); }}};
+  if (dtype == DataType::Float32) {
+    variants.push_back({"library_builtin", [&] { BuiltinFloat32Group()->ReduceScatter(*input, *output); }});
+  } else {
+    variants.push_back(
+        {"library_alltoall", [&] { Group(dist::HalfReduction::AllToAll)->ReduceScatter(*input, *output); }});
+    variants.push_back({"library_userop", [&] { Group(dist::HalfReduction::UserOp)->ReduceScatter(*input, *output); }});
     variants.push_back(
         {"library_convert", [&] { Group(dist::HalfReduction::ConvertToFloat32)->ReduceScatter(*input, *output); }});
   }
@@ -148,6 +173,28 @@ void BM_ReduceScatter16M(benchmark::State& state) {
       },
       variants);
   unit.Release();
+}
+
+// All-reduce of one 16M-element tensor (NoShard's gradient reduction, the found-inf and norm
+// agreements at scale): raw MPI_Allreduce (MPI_FLOAT; MPI_SHORT integer sum for 16-bit) vs
+// the library with its default methods and with the alternatives.
+void BM_AllReduce16M(benchmark::State& state) {
+  const DataType dtype = DTypeArg(state);
+  auto tensor = cpu::Empty({kUnitElements}, dtype);
+  const MPI_Datatype type = dtype == DataType::Float32 ? MPI_FLOAT : MPI_SHORT;
+  std::vector<Variant> variants{{"library", [&] { Group()->AllReduce(*tensor); }}};
+  if (dtype == DataType::Float32) {
+    variants.push_back({"library_builtin", [&] { BuiltinFloat32Group()->AllReduce(*tensor); }});
+  } else {
+    variants.push_back({"library_userop", [&] { Group(dist::HalfReduction::UserOp)->AllReduce(*tensor); }});
+  }
+  Compare(
+      state, kUnitElements * mlframework::ElementSize(dtype),
+      [&] {
+        MPI_Allreduce(MPI_IN_PLACE, cpu::MutableData(*tensor), static_cast<int>(kUnitElements), type, MPI_SUM,
+                      MPI_COMM_WORLD);
+      },
+      variants);
 }
 
 // ---- peak memory per rank ----
@@ -270,6 +317,13 @@ BENCHMARK(BM_AllGather16M)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ReduceScatter16M)
+    ->Arg(kF32)
+    ->Arg(kF16)
+    ->Arg(kBF16)
+    ->Iterations(kIterations)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_AllReduce16M)
     ->Arg(kF32)
     ->Arg(kF16)
     ->Arg(kBF16)

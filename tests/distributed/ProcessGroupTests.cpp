@@ -132,9 +132,13 @@ BOOST_AUTO_TEST_CASE(AllGatherInPlaceFromOwnSlot) {
   }
 }
 
-BOOST_AUTO_TEST_CASE(ReduceScatterAndAllReduceBothHalfMethods) {
-  for (const auto method : {dist::HalfReduction::UserOp, dist::HalfReduction::ConvertToFloat32}) {
-    auto group = mlfw_test::WorldGroup({.HalfSum = method});
+BOOST_AUTO_TEST_CASE(ReduceScatterAndAllReduceEveryMethod) {
+  for (const auto method :
+       {dist::HalfReduction::AllToAll, dist::HalfReduction::UserOp, dist::HalfReduction::ConvertToFloat32}) {
+    // FP32 takes the all-to-all path with the default HalfSum and MPI's own otherwise.
+    const auto float32 =
+        method == dist::HalfReduction::AllToAll ? dist::Float32Reduction::AllToAll : dist::Float32Reduction::Builtin;
+    auto group = mlfw_test::WorldGroup({.HalfSum = method, .Float32Sum = float32});
     const int n = group->WorldSize();
     const int r = group->Rank();
     for (const DataType dtype : kDTypes) {
@@ -163,8 +167,51 @@ BOOST_AUTO_TEST_CASE(ReduceScatterAndAllReduceBothHalfMethods) {
   }
 }
 
+// AllToAll splits an AllReduce into one part per rank: lengths that are not a multiple of the
+// world size leave short or empty parts, and long ones take the threaded combine.
+BOOST_AUTO_TEST_CASE(AllToAllReductionsOfAnyLength) {
+  auto group =
+      mlfw_test::WorldGroup({.HalfSum = dist::HalfReduction::AllToAll, .Float32Sum = dist::Float32Reduction::AllToAll});
+  const auto n = static_cast<std::size_t>(group->WorldSize());
+  const auto r = static_cast<float>(group->Rank());
+  const auto rank_sum = static_cast<float>(n * (n - 1)) / 2.0f;
+  // Quarters up to 1.5 plus the rank: every sum is exact in FP16 and BF16.
+  const auto value = [](std::size_t i) { return 0.25f * static_cast<float>(i % 7); };
+  for (const DataType dtype : kDTypes) {
+    for (const std::size_t count : {std::size_t{0}, std::size_t{1}, n - 1, 2 * n + 1, 70000 * n + 3}) {
+      std::vector<float> values(count);
+      for (std::size_t i = 0; i < count; ++i) values[i] = value(i) + r;
+      auto sum = FromVector(values, {count}, dtype);
+      group->AllReduce(*sum, dist::ReduceOp::Sum);
+      auto max = FromVector(values, {count}, dtype);
+      group->AllReduce(*max, dist::ReduceOp::Max);
+      const auto sums = sum->ToFloatVector();
+      const auto maxima = max->ToFloatVector();
+      std::size_t wrong = 0;
+      for (std::size_t i = 0; i < count; ++i) {
+        wrong += sums[i] != static_cast<float>(n) * value(i) + rank_sum ? 1 : 0;
+        wrong += maxima[i] != value(i) + static_cast<float>(n - 1) ? 1 : 0;
+      }
+      BOOST_CHECK_MESSAGE(wrong == 0, ToString(dtype) << " count " << count << ": " << wrong << " wrong");
+      // Reduce-scatter of the same words: this rank's part of the sums.
+      const std::size_t part = count / n;
+      auto input =
+          FromVector(std::vector<float>(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(part * n)),
+                     {part * n}, dtype);
+      auto output = Zeros({part}, dtype);
+      group->ReduceScatter(*input, *output, dist::ReduceOp::Sum);
+      const auto got = output->ToFloatVector();
+      const std::size_t first = part * static_cast<std::size_t>(group->Rank());
+      for (std::size_t j = 0; j < part; ++j) wrong += got[j] != sums[first + j] ? 1 : 0;
+      BOOST_CHECK_MESSAGE(wrong == 0, ToString(dtype)
+                                          << " reduce-scatter of " << part * n << ": " << wrong << " wrong");
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(HalfSumsRoundLikeFp32AndOverflowToInfinity) {
-  for (const auto method : {dist::HalfReduction::UserOp, dist::HalfReduction::ConvertToFloat32}) {
+  for (const auto method :
+       {dist::HalfReduction::AllToAll, dist::HalfReduction::UserOp, dist::HalfReduction::ConvertToFloat32}) {
     auto group = mlfw_test::WorldGroup({.HalfSum = method});
     const int n = group->WorldSize();
     // 2048 + 1 per rank: FP16 has 11 significant bits, so 2048 + n rounds to an even number.
@@ -278,6 +325,8 @@ BOOST_AUTO_TEST_CASE(MpiFactoryMatchesBuild) {
     auto group = dist::MakeMpiProcessGroup();
     BOOST_CHECK_EQUAL(group->BackendName(), "mpi");
     BOOST_CHECK_THROW(dist::MpiProcessGroup({.HalfSum = static_cast<dist::HalfReduction>(9)}),
+                      mlframework::ArgumentError);
+    BOOST_CHECK_THROW(dist::MpiProcessGroup({.Float32Sum = static_cast<dist::Float32Reduction>(9)}),
                       mlframework::ArgumentError);
     // A Fortran handle that names no communicator: a clear error, not a crash.
     BOOST_CHECK_THROW(dist::MpiProcessGroup({.Communicator = 987654}), mlframework::Error);

@@ -20,12 +20,29 @@ namespace mlframework::distributed {
 /// How FP16/BF16 sums are computed (MPI has no standard 16-bit float type).
 enum class HalfReduction {
   /// Reduce 16-bit words with a user-defined MPI_Op that widens each pair to FP32, adds and
-  /// rounds back (half the traffic of ConvertToFloat32). The default: it measured faster
-  /// (docs/BENCHMARKS.md, "FSDP collectives and memory").
+  /// rounds back after every pairwise step (half the traffic of ConvertToFloat32).
   UserOp,
   /// Widen the tensor to FP32 with the fused cast kernel, reduce with MPI_FLOAT, narrow back
   /// (one rounding at the end, twice the bytes on the wire).
   ConvertToFloat32,
+  /// Exchange the 16-bit words with MPI_Alltoall(v) so that each rank holds every rank's copy
+  /// of its own part, combine them locally with the vectorized widening kernels (FP32
+  /// accumulation in rank order, one rounding) and, for AllReduce, all-gather the parts: the
+  /// wire traffic of a ring reduce-scatter, without a per-element call into a user op, and
+  /// identical results on every rank. Keeps one scratch buffer of the largest message's size
+  /// per group. The default: it measured fastest (docs/BENCHMARKS.md, "FSDP collectives").
+  AllToAll,
+};
+
+/// How FP32 sums (and maxima) are computed.
+enum class Float32Reduction {
+  /// MPI's own MPI_Reduce_scatter_block / MPI_Allreduce with MPI_FLOAT.
+  Builtin,
+  /// MPI_Alltoall(v) so that each rank holds every rank's copy of its own part, a local
+  /// vectorized sum in rank order and, for AllReduce, an MPI_Allgatherv of the parts: the wire
+  /// traffic of a ring reduce-scatter. Keeps one scratch buffer of the largest message's size
+  /// per group. The default: it measured faster (docs/BENCHMARKS.md, "FSDP collectives").
+  AllToAll,
 };
 
 /// Options of MpiProcessGroup.
@@ -34,7 +51,9 @@ struct MpiProcessGroupOptions {
   /// The group duplicates it, so its traffic never mixes with the application's.
   std::optional<std::int64_t> Communicator{};
   /// How FP16/BF16 sums are reduced.
-  HalfReduction HalfSum = HalfReduction::UserOp;
+  HalfReduction HalfSum = HalfReduction::AllToAll;
+  /// How FP32 sums are reduced.
+  Float32Reduction Float32Sum = Float32Reduction::AllToAll;
   /// Seconds a rank waits at exit for every rank to reach MPI_Finalize (finite, > 0) before it
   /// aborts the job; applies when the library initialized MPI. Empty: the environment variable
   /// MLFW_MPI_FINALIZE_TIMEOUT_S, else kDefaultFinalizeTimeoutSeconds. With several groups the

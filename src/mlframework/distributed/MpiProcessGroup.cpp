@@ -1,6 +1,7 @@
 // MPI engine. MPI has no standard 16-bit float type: FP16/BF16 travel as MPI_UINT16_T words;
-// sums use either user-defined MPI_Ops (widen each block to FP32, add, round back) or a
-// widen-reduce-narrow round trip through MPI_FLOAT, chosen by MpiProcessGroupOptions::HalfSum.
+// sums use an all-to-all exchange plus a local vectorized combine, user-defined MPI_Ops (widen
+// each block to FP32, add, round back) or a widen-reduce-narrow round trip through MPI_FLOAT,
+// chosen by MpiProcessGroupOptions::HalfSum.
 #include <mlframework/distributed/MpiProcessGroup.hpp>
 
 #include <mpi.h>
@@ -12,8 +13,10 @@
 #include <climits>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -88,6 +91,34 @@ void HalfOp(void* in, void* inout, int* len, MPI_Datatype* /*type*/) {
       }
     }
     Narrow(b.data(), target + start, D, count);
+  }
+}
+
+// The all-to-all reductions' local step: out[i] = combine over p of parts[p * count + i] in
+// FP32, in rank order (so every rank would get the same bits), rounded once for FP16/BF16.
+// Blocks of kOpBlock elements stay in L1 between the steps.
+void CombineParts(const void* parts, int part_count, std::size_t count, DataType dtype, ReduceOp op, void* out) {
+  const std::size_t element = ElementSize(dtype);
+  const auto* first = static_cast<const std::byte*>(parts);
+  const auto blocks = static_cast<std::ptrdiff_t>((count + kOpBlock - 1) / kOpBlock);
+  // Only messages of several blocks are worth waking the other threads for.
+#pragma omp parallel for schedule(static) if (blocks >= 16)
+  for (std::ptrdiff_t block = 0; block < blocks; ++block) {
+    std::array<float, kOpBlock> acc{};
+    std::array<float, kOpBlock> next{};
+    const std::size_t start = static_cast<std::size_t>(block) * kOpBlock;
+    const std::size_t n = std::min<std::size_t>(kOpBlock, count - start);
+    const auto part = [&](int p) { return first + (static_cast<std::size_t>(p) * count + start) * element; };
+    Widen(part(0), dtype, acc.data(), n);
+    for (int p = 1; p < part_count; ++p) {
+      Widen(part(p), dtype, next.data(), n);
+      if (op == ReduceOp::Max) {
+        for (std::size_t i = 0; i < n; ++i) acc[i] = next[i] > acc[i] ? next[i] : acc[i];
+      } else {
+        for (std::size_t i = 0; i < n; ++i) acc[i] += next[i];
+      }
+    }
+    Narrow(acc.data(), static_cast<std::byte*>(out) + start * element, dtype, n);
   }
 }
 
@@ -262,11 +293,31 @@ struct MpiProcessGroup::Impl {
   MPI_Comm comm = MPI_COMM_NULL;
   int rank = 0;
   int world_size = 1;
+  // The all-to-all reductions' receive buffer, grown to the largest message and reused.
+  std::unique_ptr<std::byte[]> scratch;  // NOLINT(cppcoreguidelines-avoid-c-arrays)
+  std::size_t scratch_bytes = 0;
+
+  void* Scratch(std::size_t bytes);
+  // All-to-all reduce-scatter: `send` holds count * world_size elements, `recv` gets this
+  // rank's part.
+  void ReduceScatterByAllToAll(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op);
+  // All-to-all all-reduce in place: every rank combines one part, then the parts are gathered.
+  void AllReduceByAllToAll(void* data, std::size_t count, DataType dtype, ReduceOp op);
 
   // Reduces `count` elements of `dtype` from `send` (or in place when send is MPI_IN_PLACE)
   // into `recv`; scatter: chunk `rank` of the result only (recv holds count elements).
   void Reduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op, bool scatter) {
     const int n = CountOf(count, scatter ? "output" : "tensor");
+    const bool all_to_all = dtype == DataType::Float32 ? options.Float32Sum == Float32Reduction::AllToAll
+                                                       : options.HalfSum == HalfReduction::AllToAll;
+    if (all_to_all) {
+      if (scatter) {
+        ReduceScatterByAllToAll(send, recv, count, dtype, op);
+      } else {
+        AllReduceByAllToAll(recv, count, dtype, op);
+      }
+      return;
+    }
     if (dtype == DataType::Float32) {
       if (scatter) {
         MLFW_MPI_CHECK(MPI_Reduce_scatter_block(send, recv, n, MPI_FLOAT, BuiltinOp(op), comm));
@@ -299,10 +350,64 @@ struct MpiProcessGroup::Impl {
   }
 };
 
+void MpiProcessGroup::Impl::ReduceScatterByAllToAll(const void* send, void* recv, std::size_t count, DataType dtype,
+                                                    ReduceOp op) {
+  const int n = CountOf(count, "output");
+  const MPI_Datatype type = WireType(dtype);
+  void* parts = Scratch(count * static_cast<std::size_t>(world_size) * ElementSize(dtype));
+  MLFW_MPI_CHECK(MPI_Alltoall(send, n, type, parts, n, type, comm));
+  CombineParts(parts, world_size, count, dtype, op, recv);
+}
+
+void MpiProcessGroup::Impl::AllReduceByAllToAll(void* data, std::size_t count, DataType dtype, ReduceOp op) {
+  CountOf(count, "tensor");
+  // Rank r owns elements [r * part, (r + 1) * part) clipped to the tensor (the last parts may
+  // be short or empty when count is not a multiple of the world size).
+  const auto ranks = static_cast<std::size_t>(world_size);
+  const std::size_t part = (count + ranks - 1) / ranks;
+  std::vector<int> counts(ranks);
+  std::vector<int> displacements(ranks);
+  for (std::size_t r = 0; r < ranks; ++r) {
+    const std::size_t first = std::min(count, r * part);
+    counts[r] = static_cast<int>(std::min(count, first + part) - first);
+    displacements[r] = static_cast<int>(first);
+  }
+  const int mine = counts[static_cast<std::size_t>(rank)];
+  std::vector<int> receive_counts(ranks, mine);
+  std::vector<int> receive_displacements(ranks);
+  for (std::size_t r = 0; r < ranks; ++r) receive_displacements[r] = static_cast<int>(r) * mine;
+  const std::size_t element = ElementSize(dtype);
+  const MPI_Datatype type = WireType(dtype);
+  void* parts = Scratch(static_cast<std::size_t>(mine) * ranks * element);
+  MLFW_MPI_CHECK(MPI_Alltoallv(data, counts.data(), displacements.data(), type, parts, receive_counts.data(),
+                               receive_displacements.data(), type, comm));
+  auto* own =
+      static_cast<std::byte*>(data) + static_cast<std::size_t>(displacements[static_cast<std::size_t>(rank)]) * element;
+  CombineParts(parts, world_size, static_cast<std::size_t>(mine), dtype, op, own);
+  MLFW_MPI_CHECK(
+      MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, counts.data(), displacements.data(), type, comm));
+}
+
+void* MpiProcessGroup::Impl::Scratch(std::size_t bytes) {
+  if (bytes > scratch_bytes) {
+    // Not value-initialized: MPI writes every byte before the combine reads it.
+    scratch.reset();
+    scratch_bytes = 0;
+    scratch.reset(new std::byte[bytes]);  // NOLINT(cppcoreguidelines-owning-memory)
+    scratch_bytes = bytes;
+  }
+  return scratch.get();
+}
+
 MpiProcessGroup::MpiProcessGroup(MpiProcessGroupOptions options) : impl_(std::make_unique<Impl>()) {
-  if (options.HalfSum != HalfReduction::UserOp && options.HalfSum != HalfReduction::ConvertToFloat32) {
+  if (options.HalfSum != HalfReduction::UserOp && options.HalfSum != HalfReduction::ConvertToFloat32 &&
+      options.HalfSum != HalfReduction::AllToAll) {
     throw ArgumentError("options.HalfSum",
                         "unknown HalfReduction " + std::to_string(static_cast<int>(options.HalfSum)));
+  }
+  if (options.Float32Sum != Float32Reduction::Builtin && options.Float32Sum != Float32Reduction::AllToAll) {
+    throw ArgumentError("options.Float32Sum",
+                        "unknown Float32Reduction " + std::to_string(static_cast<int>(options.Float32Sum)));
   }
   const double finalize_timeout = FinalizeTimeoutOf(options);
   MpiRuntime::Get().EnsureInitialized();
