@@ -168,7 +168,8 @@ BOOST_AUTO_TEST_CASE(ReduceScatterAndAllReduceEveryMethod) {
 }
 
 // AllToAll splits an AllReduce into one part per rank: lengths that are not a multiple of the
-// world size leave short or empty parts, and long ones take the threaded combine.
+// world size leave short or empty parts, and long ones take several pipeline steps (1 MiB of
+// scratch per step) and the threaded combine.
 BOOST_AUTO_TEST_CASE(AllToAllReductionsOfAnyLength) {
   auto group =
       mlfw_test::WorldGroup({.HalfSum = dist::HalfReduction::AllToAll, .Float32Sum = dist::Float32Reduction::AllToAll});
@@ -178,7 +179,7 @@ BOOST_AUTO_TEST_CASE(AllToAllReductionsOfAnyLength) {
   // Quarters up to 1.5 plus the rank: every sum is exact in FP16 and BF16.
   const auto value = [](std::size_t i) { return 0.25f * static_cast<float>(i % 7); };
   for (const DataType dtype : kDTypes) {
-    for (const std::size_t count : {std::size_t{0}, std::size_t{1}, n - 1, 2 * n + 1, 70000 * n + 3}) {
+    for (const std::size_t count : {std::size_t{0}, std::size_t{1}, n - 1, 2 * n + 1, 300000 * n + 3}) {
       std::vector<float> values(count);
       for (std::size_t i = 0; i < count; ++i) values[i] = value(i) + r;
       auto sum = FromVector(values, {count}, dtype);

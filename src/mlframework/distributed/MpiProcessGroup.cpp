@@ -70,6 +70,9 @@ void Narrow(const float* src, void* dst, DataType dtype, std::size_t count) {
                                                                                                           count, 1.0f);
 }
 
+// Scratch bytes of the all-to-all reductions: each step exchanges at most this much per rank.
+constexpr std::size_t kAllToAllScratchBytes = std::size_t{1} << 20;
+
 // Elements combined per block in the user ops: both operands widened to floats on the stack.
 constexpr int kOpBlock = 4096;
 
@@ -293,11 +296,15 @@ struct MpiProcessGroup::Impl {
   MPI_Comm comm = MPI_COMM_NULL;
   int rank = 0;
   int world_size = 1;
-  // The all-to-all reductions' receive buffer, grown to the largest message and reused.
+  // The all-to-all reductions' receive buffer (at most kAllToAllScratchBytes), reused.
   std::unique_ptr<std::byte[]> scratch;  // NOLINT(cppcoreguidelines-avoid-c-arrays)
   std::size_t scratch_bytes = 0;
 
   void* Scratch(std::size_t bytes);
+  // Pipelined MPI_Alltoallv + CombineParts: rank r sends elements [displacements[d],
+  // + counts[d]) of `send` to rank d and combines what it receives for its own range into `out`.
+  void AllToAllCombine(const void* send, const std::vector<std::size_t>& counts,
+                       const std::vector<std::size_t>& displacements, void* out, DataType dtype, ReduceOp op);
   // All-to-all reduce-scatter: `send` holds count * world_size elements, `recv` gets this
   // rank's part.
   void ReduceScatterByAllToAll(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op);
@@ -310,7 +317,9 @@ struct MpiProcessGroup::Impl {
     const int n = CountOf(count, scatter ? "output" : "tensor");
     const bool all_to_all = dtype == DataType::Float32 ? options.Float32Sum == Float32Reduction::AllToAll
                                                        : options.HalfSum == HalfReduction::AllToAll;
-    if (all_to_all) {
+    // MPI_Alltoallv's displacements are ints: tensors beyond that take the other methods.
+    const std::size_t total = scatter ? count * static_cast<std::size_t>(world_size) : count;
+    if (all_to_all && total <= static_cast<std::size_t>(INT_MAX)) {
       if (scatter) {
         ReduceScatterByAllToAll(send, recv, count, dtype, op);
       } else {
@@ -326,7 +335,7 @@ struct MpiProcessGroup::Impl {
       }
       return;
     }
-    if (options.HalfSum == HalfReduction::UserOp) {
+    if (options.HalfSum != HalfReduction::ConvertToFloat32) {  // UserOp, or AllToAll beyond int displacements
       const MPI_Op user_op = MpiRuntime::Get().HalfOpFor(dtype, op);
       if (scatter) {
         MLFW_MPI_CHECK(MPI_Reduce_scatter_block(send, recv, n, MPI_UINT16_T, user_op, comm));
@@ -336,7 +345,6 @@ struct MpiProcessGroup::Impl {
       return;
     }
     // Widen, reduce in FP32, narrow once.
-    const std::size_t total = scatter ? count * static_cast<std::size_t>(world_size) : count;
     std::vector<float> wide(total);
     Widen(send == MPI_IN_PLACE ? recv : send, dtype, wide.data(), total);
     if (scatter) {
@@ -352,40 +360,67 @@ struct MpiProcessGroup::Impl {
 
 void MpiProcessGroup::Impl::ReduceScatterByAllToAll(const void* send, void* recv, std::size_t count, DataType dtype,
                                                     ReduceOp op) {
-  const int n = CountOf(count, "output");
-  const MPI_Datatype type = WireType(dtype);
-  void* parts = Scratch(count * static_cast<std::size_t>(world_size) * ElementSize(dtype));
-  MLFW_MPI_CHECK(MPI_Alltoall(send, n, type, parts, n, type, comm));
-  CombineParts(parts, world_size, count, dtype, op, recv);
+  const auto ranks = static_cast<std::size_t>(world_size);
+  std::vector<std::size_t> counts(ranks, count);
+  std::vector<std::size_t> displacements(ranks);
+  for (std::size_t r = 0; r < ranks; ++r) displacements[r] = r * count;
+  AllToAllCombine(send, counts, displacements, recv, dtype, op);
 }
 
 void MpiProcessGroup::Impl::AllReduceByAllToAll(void* data, std::size_t count, DataType dtype, ReduceOp op) {
-  CountOf(count, "tensor");
   // Rank r owns elements [r * part, (r + 1) * part) clipped to the tensor (the last parts may
   // be short or empty when count is not a multiple of the world size).
   const auto ranks = static_cast<std::size_t>(world_size);
   const std::size_t part = (count + ranks - 1) / ranks;
-  std::vector<int> counts(ranks);
-  std::vector<int> displacements(ranks);
+  std::vector<std::size_t> counts(ranks);
+  std::vector<std::size_t> displacements(ranks);
   for (std::size_t r = 0; r < ranks; ++r) {
-    const std::size_t first = std::min(count, r * part);
-    counts[r] = static_cast<int>(std::min(count, first + part) - first);
-    displacements[r] = static_cast<int>(first);
+    displacements[r] = std::min(count, r * part);
+    counts[r] = std::min(count, displacements[r] + part) - displacements[r];
   }
-  const int mine = counts[static_cast<std::size_t>(rank)];
-  std::vector<int> receive_counts(ranks, mine);
-  std::vector<int> receive_displacements(ranks);
-  for (std::size_t r = 0; r < ranks; ++r) receive_displacements[r] = static_cast<int>(r) * mine;
+  const auto me = static_cast<std::size_t>(rank);
   const std::size_t element = ElementSize(dtype);
+  AllToAllCombine(data, counts, displacements, static_cast<std::byte*>(data) + displacements[me] * element, dtype, op);
+  std::vector<int> gather_counts(ranks);
+  std::vector<int> gather_displacements(ranks);
+  for (std::size_t r = 0; r < ranks; ++r) {
+    gather_counts[r] = static_cast<int>(counts[r]);
+    gather_displacements[r] = static_cast<int>(displacements[r]);
+  }
+  MLFW_MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, gather_counts.data(),
+                                gather_displacements.data(), WireType(dtype), comm));
+}
+
+void MpiProcessGroup::Impl::AllToAllCombine(const void* send, const std::vector<std::size_t>& counts,
+                                            const std::vector<std::size_t>& displacements, void* out, DataType dtype,
+                                            ReduceOp op) {
+  const auto ranks = static_cast<std::size_t>(world_size);
+  const auto me = static_cast<std::size_t>(rank);
+  const std::size_t element = ElementSize(dtype);
+  // Pieces of at most `piece` elements per rank, so the scratch stays within kAllToAllScratchBytes
+  // (no unit-sized buffer on top of FSDP's ZeRO-3 memory figure) and the combine reads it back
+  // from cache. Every rank runs the same number of steps: that of the longest part.
+  const std::size_t piece = std::max<std::size_t>(1, kAllToAllScratchBytes / (ranks * element));
+  const std::size_t longest = *std::max_element(counts.begin(), counts.end());
+  auto* parts = static_cast<std::byte*>(Scratch(std::min(longest, piece) * ranks * element));
+  std::vector<int> send_counts(ranks);
+  std::vector<int> send_displacements(ranks);
+  std::vector<int> receive_counts(ranks);
+  std::vector<int> receive_displacements(ranks);
   const MPI_Datatype type = WireType(dtype);
-  void* parts = Scratch(static_cast<std::size_t>(mine) * ranks * element);
-  MLFW_MPI_CHECK(MPI_Alltoallv(data, counts.data(), displacements.data(), type, parts, receive_counts.data(),
-                               receive_displacements.data(), type, comm));
-  auto* own =
-      static_cast<std::byte*>(data) + static_cast<std::size_t>(displacements[static_cast<std::size_t>(rank)]) * element;
-  CombineParts(parts, world_size, static_cast<std::size_t>(mine), dtype, op, own);
-  MLFW_MPI_CHECK(
-      MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, counts.data(), displacements.data(), type, comm));
+  for (std::size_t offset = 0; offset < longest; offset += piece) {
+    const auto piece_of = [&](std::size_t length) { return offset < length ? std::min(piece, length - offset) : 0; };
+    const std::size_t mine = piece_of(counts[me]);
+    for (std::size_t r = 0; r < ranks; ++r) {
+      send_counts[r] = static_cast<int>(piece_of(counts[r]));
+      send_displacements[r] = static_cast<int>(displacements[r] + std::min(offset, counts[r]));
+      receive_counts[r] = static_cast<int>(mine);
+      receive_displacements[r] = static_cast<int>(r * mine);
+    }
+    MLFW_MPI_CHECK(MPI_Alltoallv(send, send_counts.data(), send_displacements.data(), type, parts,
+                                 receive_counts.data(), receive_displacements.data(), type, comm));
+    CombineParts(parts, world_size, mine, dtype, op, static_cast<std::byte*>(out) + offset * element);
+  }
 }
 
 void* MpiProcessGroup::Impl::Scratch(std::size_t bytes) {
