@@ -285,6 +285,31 @@ BOOST_AUTO_TEST_CASE(TenThousandSmallTensors) {
   BOOST_TEST(SameBits(sums[0], sums[1]));  // bit-identical for 1 and 2 threads
 }
 
+BOOST_AUTO_TEST_CASE(CastsLargeEnoughToStream) {
+  // Destinations of 16 MiB and more take the non-temporal stores in long pieces and plain
+  // stores in short ones (MultiTensorKernels.hpp): small tensors around a large one, with
+  // odd lengths, so both kinds of piece, their heads and tails meet within chunks.
+  ThreadCountGuard guard;
+  Rng rng(8);
+  std::vector<std::size_t> sizes(600);
+  for (auto& s : sizes) {
+    s = rng.Between(1, 4096);
+  }
+  sizes[300] = (std::size_t{8} << 20) + 3;  // alone past 16 MiB as FP16
+  const auto list = RandomList({DataType::Float32}, sizes, Fill::Values, rng);
+  for (const DataType target : {DataType::Float16, DataType::BFloat16, DataType::Float32}) {
+    const auto dst = EmptyLike(list, target);
+    auto expected = Snapshot(dst);
+    const bool found = RefCast(list, dst, expected, 1.0f / 1024.0f);
+    for (const int threads : kThreadCounts) {
+      omp_set_num_threads(threads);
+      const std::string what = Describe("streaming cast to ", threads, 1.0f / 1024.0f) + std::string(ToString(target));
+      BOOST_TEST(CastInto(list, dst, 1.0f / 1024.0f) == found, what);
+      RequireSameBits(dst, expected, what);
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(SumOfSquaresAt64MElements) {
   ThreadCountGuard guard;
   constexpr std::size_t kCount = std::size_t{64} << 20;
