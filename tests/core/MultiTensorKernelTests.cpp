@@ -286,9 +286,9 @@ BOOST_AUTO_TEST_CASE(TenThousandSmallTensors) {
 }
 
 BOOST_AUTO_TEST_CASE(CastsLargeEnoughToStream) {
-  // Destinations of 16 MiB and more take the non-temporal stores in long pieces and plain
-  // stores in short ones (MultiTensorKernels.hpp): small tensors around a large one, with
-  // odd lengths, so both kinds of piece, their heads and tails meet within chunks.
+  // Destinations of 16 MiB and more are written with non-temporal stores
+  // (MultiTensorKernels.hpp): small tensors around a large one, with odd lengths, so
+  // unaligned heads and masked tails of many pieces meet within the streaming chunks.
   ThreadCountGuard guard;
   Rng rng(8);
   std::vector<std::size_t> sizes(600);

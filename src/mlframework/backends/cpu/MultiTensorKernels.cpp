@@ -214,17 +214,14 @@ bool CastIntoKernel(std::span<const ITensor* const> src, std::span<ITensor* cons
   const Plan dst_plan(dst);  // same sizes pairwise (checked by the caller), so the same chunks
   // A destination much larger than a core's cache will be evicted before anyone reads it:
   // write it with non-temporal stores, which also skip reading the old lines in first.
-  // Only long pieces stream: a short tensor's partial first and last lines would each become
-  // a partial-line write to memory, and a list of thousands of 1-4K-element tensors measured
-  // 25-35% slower with streaming stores than with plain ones (docs/BENCHMARKS.md).
   const bool streaming = dst_plan.bytes >= kStreamingBytes;
+  const auto& cast = streaming ? kernels.cast_streaming : kernels.cast;
   int found = 0;
 #pragma omp parallel for schedule(static) reduction(| : found) if (Parallel(src_plan))
   for (std::size_t c = 0; c < src_plan.chunks; ++c) {
     src_plan.ForEachPiece(c, [&](std::size_t s, std::size_t begin, std::size_t end) {
       const Segment& in = src_plan.segments[s];
       const Segment& out = dst_plan.segments[s];
-      const auto& cast = streaming && end - begin >= kStreamingPieceElements ? kernels.cast_streaming : kernels.cast;
       found |= cast[Slot(in.dtype)][Slot(out.dtype)](in.At(begin), out.At(begin), end - begin, factor) ? 1 : 0;
     });
     if (streaming) {

@@ -17,8 +17,6 @@ namespace mlframework::backends::cpu {
 inline constexpr std::size_t kChunkElements = 32768;
 /// Cast destinations of at least this many bytes are written with non-temporal stores.
 inline constexpr std::size_t kStreamingBytes = std::size_t{16} << 20;
-/// ... and only pieces (one tensor's part of a chunk) of at least this many elements.
-inline constexpr std::size_t kStreamingPieceElements = 16384;
 
 bool UnscaleAndCheckKernel(std::span<ITensor* const> tensors, float factor);
 bool HasNonFiniteKernel(std::span<const ITensor* const> tensors);
