@@ -21,6 +21,7 @@
 #include <mlframework/backends/cpu/CpuTensor.hpp>
 #include <mlframework/core/Error.hpp>
 #include <mlframework/distributed/IProcessGroup.hpp>
+#include <mlframework/distributed/LocalProcessGroup.hpp>
 #include <mlframework/distributed/fsdp/FSDP.hpp>
 #include <mlframework/optimizers/Adam.hpp>
 #include <mlframework/optimizers/SGD.hpp>
@@ -145,8 +146,13 @@ struct Run {
 
 // Per step and unit: gather, loss sum((p - t)^2) over the gathered values, gradient 2(p - t)
 // in the parameter dtype reduced twice on odd steps (accumulation), release; then clip and step.
-Run Train(const Options& options, bool on_device, int world, int steps = 4) {
-  auto group = std::make_shared<MirrorGroup>(world);
+// @p real: a real process group instead of the mirror of @p world ranks.
+Run Train(const Options& options, bool on_device, int world,
+          const std::shared_ptr<dist::IProcessGroup>& real = nullptr) {
+  constexpr int kSteps = 4;
+  auto mirror = std::make_shared<MirrorGroup>(world);
+  std::shared_ptr<dist::IProcessGroup> group = mirror;
+  if (real) group = real;
   fsdp::FSDP model(
       group, {.Strategy = options.strategy, .ParamDType = options.param_dtype, .ReduceDType = options.reduce_dtype});
   std::vector<std::string> units;
@@ -175,7 +181,7 @@ Run Train(const Options& options, bool on_device, int world, int steps = 4) {
     return tensor && tensor->GetDevice() == expected &&
            (on_device ? tensor->Backend() == &FakeBackend() : backends::cpu::IsCpuTensor(*tensor));
   };
-  for (int step = 0; step < steps; ++step) {
+  for (int step = 0; step < kSteps; ++step) {
     float loss = 0.0f;
     for (const std::string& unit_name : units) {
       fsdp::FSDPShardingUnit& unit = model.Unit(unit_name);
@@ -209,7 +215,7 @@ Run Train(const Options& options, bool on_device, int world, int steps = 4) {
     BOOST_TEST(on_place(tensor));
     run.params.push_back(mlfw_test::Peek(tensor));
   }
-  BOOST_TEST(group->aborted.empty());
+  BOOST_TEST(mirror->aborted.empty());
   return run;
 }
 
@@ -250,48 +256,69 @@ BOOST_AUTO_TEST_CASE(TrainingOnTheDeviceIsBitIdenticalToTheHost) {
   }
 }
 
+// Over the job's real group (MPI with its host staging under mpiexec, else the local group).
+BOOST_AUTO_TEST_CASE(RealGroupRunIsBitIdentical) {
+  auto group = mlfw_test::WorldGroup();
+  for (const fsdp::ShardingStrategy strategy : kStrategies) {
+    BOOST_TEST_CONTEXT(fsdp::ToString(strategy) << " on " << group->BackendName() << " x" << group->WorldSize()) {
+      const Options options{
+          .strategy = strategy, .param_dtype = DataType::Float16, .reduce_dtype = DataType::BFloat16, .adam = true};
+      const Run host = Train(options, false, group->WorldSize(), group);
+      const Run device = Train(options, true, group->WorldSize(), group);
+      ExpectIdentical(device, host);
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(PerStepPathWaitsForTheDeviceOnlyForTheClippingNorm) {
   for (const fsdp::ShardingStrategy strategy : kStrategies) {
     for (const DataType param : {DataType::Float32, DataType::Float16}) {
       for (const DataType reduce : {DataType::Float32, DataType::BFloat16}) {
         BOOST_TEST_CONTEXT(fsdp::ToString(strategy) << " param " << ToString(param) << " reduce " << ToString(reduce)) {
-          auto group = std::make_shared<MirrorGroup>(2);
-          fsdp::FSDP model(group, {.Strategy = strategy, .ParamDType = param, .ReduceDType = reduce});
-          // 15 elements (padded to 16) in one unit, 4 in the other (a single FP32 parameter
-          // whose size is a multiple of the world size: the direct reduce-scatter).
-          fsdp::FSDPShardingUnit& a =
-              model.RegisterUnit("a", {{"w", mlfw_test::FakeTensor(Initial(12, 1), {4, 3}, DataType::Float32)},
-                                       {"b", mlfw_test::FakeTensor(Initial(3, 2), {3}, DataType::Float32)}});
-          fsdp::FSDPShardingUnit& b =
-              model.RegisterUnit("b", {{"w", mlfw_test::FakeTensor(Initial(4, 3), {4}, DataType::Float32)}});
-          optimizers::SGD sgd(model.ShardedParameters(), {.LearningRate = 0.1f});
-          auto gradients_of = [&](fsdp::FSDPShardingUnit& unit, DataType dtype) {
-            GradientMap gradients;
-            for (const auto& [name, view] : unit.Parameters()) {
-              gradients.emplace(
-                  name, mlfw_test::FakeTensor(std::vector<float>(view->Size(), 0.25f), view->GetShape(), dtype));
-            }
-            return gradients;
-          };
-          for (int step = 0; step < 3; ++step) {
-            BOOST_TEST_CONTEXT("step " << step) {
-              for (fsdp::FSDPShardingUnit* unit : {&a, &b}) {
-                BOOST_TEST(SyncsDuring([&] { unit->Gather(); }) == 0);
-                const GradientMap gradients = gradients_of(*unit, unit == &b ? DataType::Float32 : param);
-                BOOST_TEST(SyncsDuring([&] {
-                             unit->ReduceGradients(gradients);
-                             unit->ReduceGradients(gradients);  // accumulation
-                             unit->Release();
-                           }) == 0);
+          for (const int world : {1, 2}) {
+            // World 1: the library's LocalProcessGroup, which copies device tensors on the device.
+            auto mirror = std::make_shared<MirrorGroup>(2);
+            std::shared_ptr<dist::IProcessGroup> group = mirror;
+            if (world == 1) group = dist::MakeLocalProcessGroup();
+            fsdp::FSDP model(group, {.Strategy = strategy, .ParamDType = param, .ReduceDType = reduce});
+            // 15 elements (padded to 16 on two ranks) in one unit, 4 in the other (a single FP32
+            // parameter whose size is a multiple of the world size: the direct reduce-scatter).
+            fsdp::FSDPShardingUnit& a =
+                model.RegisterUnit("a", {{"w", mlfw_test::FakeTensor(Initial(12, 1), {4, 3}, DataType::Float32)},
+                                         {"b", mlfw_test::FakeTensor(Initial(3, 2), {3}, DataType::Float32)}});
+            fsdp::FSDPShardingUnit& b =
+                model.RegisterUnit("b", {{"w", mlfw_test::FakeTensor(Initial(4, 3), {4}, DataType::Float32)}});
+            optimizers::SGD sgd(model.ShardedParameters(), {.LearningRate = 0.1f});
+            auto gradients_of = [&](fsdp::FSDPShardingUnit& unit, DataType dtype) {
+              GradientMap gradients;
+              for (const auto& [name, view] : unit.Parameters()) {
+                gradients.emplace(
+                    name, mlfw_test::FakeTensor(std::vector<float>(view->Size(), 0.25f), view->GetShape(), dtype));
               }
-              // The one wait of the step before the optimizer: the sum of squares of the
-              // gradient shards, read back to be all-reduced on the host.
-              BOOST_TEST(SyncsDuring([&] { model.ClipGradNorm(0.5f); }) == 1);
-              model.Step(sgd);  // the host round trip of the reference optimizers (not counted here)
+              return gradients;
+            };
+            for (int step = 0; step < 3; ++step) {
+              BOOST_TEST_CONTEXT("step " << step) {
+                for (fsdp::FSDPShardingUnit* unit : {&a, &b}) {
+                  BOOST_TEST(SyncsDuring([&] { unit->Gather(); }) == 0);
+                  const GradientMap gradients = gradients_of(*unit, unit == &b ? DataType::Float32 : param);
+                  BOOST_TEST(SyncsDuring([&] {
+                               unit->ReduceGradients(gradients);
+                               unit->ReduceGradients(gradients);  // accumulation
+                               unit->Release();
+                             }) == 0);
+                }
+                // The one wait of the step before the optimizer: the sum of squares of the
+                // gradient shards, read back to be all-reduced on the host.
+                BOOST_TEST(SyncsDuring([&] { model.ClipGradNorm(0.5f); }) == 1);
+                model.Step(sgd);  // the host round trip of the reference optimizers (not counted here)
+              }
+            }
+            if (world == 2) {
+              BOOST_TEST(mirror->aborted.empty());
+              BOOST_TEST(mirror->collectives > 0);
             }
           }
-          BOOST_TEST(group->aborted.empty());
-          BOOST_TEST(group->collectives > 0);
         }
       }
     }
