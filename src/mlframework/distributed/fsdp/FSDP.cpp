@@ -59,10 +59,11 @@ detail::Placement PlacementOf(const GradientMap& parameters, const std::string& 
   for (const auto& [param_name, tensor] : parameters) {
     const Device device = tensor->GetDevice();
     if (device != placement.device) {
-      throw ArgumentError("parameters[" + param_name + "]", "parameter '" + param_name + "' of unit '" + unit +
-                                                                "' is on " + device.ToString() + " but parameter '" +
-                                                                first_name + "' is on " + placement.device.ToString() +
-                                                                ": all parameters of one FSDP must share one device");
+      std::string message = "parameter '";
+      message.append(param_name).append("' of unit '").append(unit).append("' is on ").append(device.ToString());
+      message.append(" but parameter '").append(first_name).append("' is on ").append(placement.device.ToString());
+      message.append(": all parameters of one FSDP must share one device");
+      throw ArgumentError("parameters[" + param_name + "]", message);
     }
   }
   if (fixed != nullptr) {
