@@ -133,13 +133,20 @@ class FakeDeviceBackend final : public mlframework::DeviceScalingBackend {
     return mlframework::CastInto(Inner(src), Inner(dst), factor);
   }
   // Queued work: no value comes back, so no synchronisation.
+  // (The CPU backend's own members, like the CUDA kernels, need equal sizes, not equal shapes.)
   void CopyInto(std::span<const mlframework::ITensor* const> src, std::span<mlframework::ITensor* const> dst,
                 float factor) const override {
-    mlframework::CopyInto(Inner(src), Inner(dst), factor);
+    const auto in = Inner(src);
+    const auto out = Inner(dst);
+    mlframework::backends::cpu::Backend().CopyInto(Raw<const mlframework::ITensor*>(in),
+                                                   Raw<mlframework::ITensor*>(out), factor);
   }
   void AddInto(std::span<const mlframework::ITensor* const> src, std::span<mlframework::ITensor* const> dst,
                float alpha) const override {
-    mlframework::AddInto(Inner(src), Inner(dst), alpha);
+    const auto in = Inner(src);
+    const auto out = Inner(dst);
+    mlframework::backends::cpu::Backend().AddInto(Raw<const mlframework::ITensor*>(in), Raw<mlframework::ITensor*>(out),
+                                                  alpha);
   }
   mlframework::TensorPtr Allocate(const mlframework::Shape& shape, mlframework::DataType dtype,
                                   mlframework::Device device) const override {
@@ -234,6 +241,13 @@ class FakeDeviceBackend final : public mlframework::DeviceScalingBackend {
       inner.push_back(fake->Inner());
     }
     return inner;
+  }
+  template <typename Pointer>
+  static std::vector<Pointer> Raw(const std::vector<mlframework::TensorPtr>& tensors) {
+    std::vector<Pointer> raw;
+    raw.reserve(tensors.size());
+    for (const auto& tensor : tensors) raw.push_back(tensor.get());
+    return raw;
   }
   // The fake state, checking that every tensor lives on its device (the CUDA backend's contract).
   template <typename Pointer>

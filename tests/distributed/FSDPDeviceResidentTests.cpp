@@ -101,6 +101,29 @@ class MirrorGroup final : public dist::IProcessGroup {
   int world_;
 };
 
+// A framework's own tensor on a GPU without a TensorBackend: FSDP cannot allocate there.
+class NoBackendTensor final : public ITensor {
+ public:
+  explicit NoBackendTensor(TensorPtr inner) : inner_(std::move(inner)) {}
+  DataType GetDataType() const override { return inner_->GetDataType(); }
+  Device GetDevice() const override { return Device::CUDA(3); }
+  const Shape& GetShape() const override { return inner_->GetShape(); }
+  std::size_t Size() const override { return inner_->Size(); }
+  TensorPtr Multiply(float f) const override { return inner_->Multiply(f); }
+  TensorPtr Divide(float d) const override { return inner_->Divide(d); }
+  void MultiplyInPlace(float f) override { inner_->MultiplyInPlace(f); }
+  TensorPtr Clone() const override { return inner_->Clone(); }
+  TensorPtr CastTo(DataType d) const override { return inner_->CastTo(d); }
+  bool HasInf() const override { return inner_->HasInf(); }
+  bool HasNaN() const override { return inner_->HasNaN(); }
+  double SumOfSquares() const override { return inner_->SumOfSquares(); }
+  std::vector<float> ToFloatVector() const override { return inner_->ToFloatVector(); }
+  void CopyFromFloats(std::span<const float> values) override { inner_->CopyFromFloats(values); }
+
+ private:
+  TensorPtr inner_;
+};
+
 template <typename Body>
 std::int64_t SyncsDuring(Body&& body) {
   const std::int64_t before = FakeBackend().SyncCount();
@@ -364,6 +387,27 @@ BOOST_AUTO_TEST_CASE(UnitBuffersComeFromTheParametersBackendAndThePoolReusesThem
   unit.LocalShard()->CopyFromFloats(std::vector<float>(shard.size(), 3.0f));
   model.LoadStateDict(blob);
   BOOST_TEST(mlfw_test::Peek(unit.LocalShard()) == shard, boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(ParametersWithoutAnAllocatingBackendKeepHostBuffers) {
+  fsdp::FSDP model(dist::MakeLocalProcessGroup(), {.ParamDType = DataType::Float16});
+  fsdp::FSDPShardingUnit& unit =
+      model.RegisterUnit("u", {{"w", std::make_shared<NoBackendTensor>(FromVector({1.0f, -2.0f, 3.0f}, {3}))}});
+  BOOST_TEST(backends::cpu::IsCpuTensor(*unit.LocalShard()));
+  BOOST_TEST(mlfw_test::Peek(unit.LocalShard()) == std::vector<float>({1.0f, -2.0f, 3.0f}),
+             boost::test_tools::per_element());
+  unit.Gather();
+  BOOST_TEST(backends::cpu::IsCpuTensor(*unit.GatheredParameter()));
+  const GradientMap gradients = {
+      {"w", std::make_shared<NoBackendTensor>(FromVector({0.5f, 0.25f, -1.0f}, {3}, DataType::Float16))}};
+  unit.ReduceGradients(gradients);
+  unit.ReduceGradients(gradients);
+  unit.Release();
+  BOOST_TEST(backends::cpu::IsCpuTensor(*unit.LocalGradient()));
+  BOOST_TEST(mlfw_test::Peek(unit.LocalGradient()) == std::vector<float>({1.0f, 0.5f, -2.0f}),
+             boost::test_tools::per_element());
+  // Later units must still be on the same device as the first one.
+  BOOST_CHECK_THROW(model.RegisterUnit("v", {{"x", FromVector({1.0f}, {1})}}), ArgumentError);
 }
 
 BOOST_AUTO_TEST_CASE(ParametersOnTwoDevicesAreRejected) {

@@ -51,13 +51,13 @@ class MLFRAMEWORK_EXPORT FSDP {
   /// identical on every rank unless SyncModuleStates), pads to a multiple of the world size and
   /// keeps this rank's FP32 shard. The unit's buffers live on the parameters' device: CPU
   /// tensors for CPU parameters, otherwise tensors of the parameters' backend
-  /// (TensorBackend::Allocate and View). ArgumentError on every rank for: an empty map, a
-  /// duplicate unit name, a null or empty (size 0) parameter, parameters on two devices (or on
-  /// another device than the units registered before; the message names the parameter and
-  /// both devices), a non-CPU parameter without a backend, a unit smaller than the world size
+  /// (TensorBackend::Allocate and View); parameters without a backend, or whose backend cannot
+  /// allocate and view, keep CPU buffers (staged through host copies). ArgumentError on every
+  /// rank for: an empty map, a duplicate unit name, a null or empty (size 0) parameter,
+  /// parameters on two devices (or on another device than the units registered before; the
+  /// message names the parameter and both devices), a unit smaller than the world size
   /// (sharded strategies), or ranks that disagree on the world size, the unit's name, its
-  /// parameter names or shapes; InvalidOperationError on every rank when that backend cannot
-  /// allocate or view.
+  /// parameter names or shapes.
   FSDPShardingUnit& RegisterUnit(const std::string& name, const GradientMap& parameters);
   /// Number of registered units.
   std::size_t UnitCount() const noexcept;

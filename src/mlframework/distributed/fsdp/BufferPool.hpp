@@ -20,9 +20,10 @@ namespace mlframework::distributed::fsdp::detail {
 // Where one FSDP keeps its unit buffers: on the device of its parameters. CPU parameters use
 // the CPU backend's factories directly (the host path, with its memcpy/memset fast paths);
 // any other device allocates and views through the parameters' own TensorBackend, so the
-// buffers live where the parameters live and collectives run on them in place.
+// buffers live where the parameters live and collectives run on them in place. Parameters
+// whose backend cannot allocate (or that have none) keep the host path.
 struct Placement {
-  Device device = Device::CPU();
+  Device device = Device::CPU();           // the parameters' device
   const TensorBackend* backend = nullptr;  // null: the host path (backends::cpu)
 
   bool IsHost() const noexcept { return backend == nullptr; }

@@ -76,16 +76,18 @@ detail::Placement PlacementOf(const GradientMap& parameters, const std::string& 
     return *fixed;
   }
   if (placement.device.IsCPU()) return placement;
-  placement.backend = first->Backend();
-  if (placement.backend == nullptr) {
-    throw ArgumentError("parameters[" + first_name + "]",
-                        "parameter '" + first_name + "' is on " + placement.device.ToString() +
-                            " but has no TensorBackend: FSDP allocates its unit buffers on the parameters' device "
-                            "through their backend");
+  // Tensors without a backend, or of a backend that cannot allocate and view (it keeps the
+  // TensorBackend defaults), keep host unit buffers, as every tensor did before: correct,
+  // staged through host copies. The probe runs on every rank inside the agreed check.
+  const TensorBackend* backend = first->Backend();
+  if (backend == nullptr) return placement;
+  try {
+    const TensorPtr probe = backend->Allocate({1}, DataType::Float32, placement.device);
+    static_cast<void>(backend->View(probe, 0, {1}));
+  } catch (const InvalidOperationError&) {
+    return placement;
   }
-  // A backend that cannot allocate or view fails here, on every rank, before any buffer exists.
-  const TensorPtr probe = placement.backend->Allocate({1}, DataType::Float32, placement.device);
-  static_cast<void>(placement.backend->View(probe, 0, {1}));
+  placement.backend = backend;
   return placement;
 }
 
