@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <boost/test/unit_test.hpp>
@@ -387,6 +388,56 @@ BOOST_AUTO_TEST_CASE(UnitBuffersComeFromTheParametersBackendAndThePoolReusesThem
   unit.LocalShard()->CopyFromFloats(std::vector<float>(shard.size(), 3.0f));
   model.LoadStateDict(blob);
   BOOST_TEST(mlfw_test::Peek(unit.LocalShard()) == shard, boost::test_tools::per_element());
+}
+
+// The primitives FSDP's device path uses give the same bits on every path: the CPU backend's
+// kernels, the fake device backend, the host fallback (no backend) and mixed pairs.
+BOOST_AUTO_TEST_CASE(CopyIntoAndAddIntoAgreeOnEveryPath) {
+  const std::vector<float> a = {1.5f, -2.25f, 3.0e-3f, 65504.0f, -7.0f, 0.1f, 1.0e-8f};
+  const std::vector<float> b = {0.5f, 4.0f, -1.0e-3f, 1.0f, 7.0f, 0.2f, 3.0f};
+  const Shape shape{a.size()};
+  for (const DataType src_dtype : {DataType::Float32, DataType::Float16, DataType::BFloat16}) {
+    for (const DataType dst_dtype : {DataType::Float32, DataType::Float16, DataType::BFloat16}) {
+      for (const float alpha : {1.0f, -0.375f}) {
+        BOOST_TEST_CONTEXT(ToString(src_dtype) << " into " << ToString(dst_dtype) << " alpha " << alpha) {
+          auto make = [&](int kind, const std::vector<float>& values, DataType dtype) -> TensorPtr {
+            if (kind == 1) return mlfw_test::FakeTensor(values, shape, dtype);
+            if (kind == 2) return std::make_shared<NoBackendTensor>(FromVector(values, shape, dtype));
+            return FromVector(values, shape, dtype);
+          };
+          std::vector<std::vector<float>> added;
+          std::vector<std::vector<float>> copied;
+          for (const auto& [src_kind, dst_kind] : {std::pair{0, 0}, {1, 1}, {2, 2}, {0, 2}, {1, 0}}) {
+            const TensorPtr src = make(src_kind, a, src_dtype);
+            const TensorPtr dst = make(dst_kind, b, dst_dtype);
+            AddInto(std::span<const TensorPtr>(&src, 1), std::span<const TensorPtr>(&dst, 1), alpha);
+            added.push_back(mlfw_test::Peek(dst));
+            CopyInto(std::span<const TensorPtr>(&src, 1), std::span<const TensorPtr>(&dst, 1), alpha);
+            copied.push_back(mlfw_test::Peek(dst));
+          }
+          // Reference: widen, FP32 product, FP32 sum, round into the destination dtype.
+          const std::vector<float> wa = FromVector(a, shape, src_dtype)->ToFloatVector();
+          const std::vector<float> wb = FromVector(b, shape, dst_dtype)->ToFloatVector();
+          std::vector<float> sum(a.size());
+          std::vector<float> scaled(a.size());
+          // (Two loops through memory, so the compiler cannot contract them into an FMA.)
+          for (std::size_t i = 0; i < a.size(); ++i) scaled[i] = alpha * wa[i];
+          for (std::size_t i = 0; i < a.size(); ++i) sum[i] = wb[i] + scaled[i];
+          const std::vector<float> want_added = FromVector(sum, shape, dst_dtype)->ToFloatVector();
+          const std::vector<float> want_copied = FromVector(scaled, shape, dst_dtype)->ToFloatVector();
+          for (std::size_t k = 0; k < added.size(); ++k) {
+            BOOST_TEST(added[k] == want_added, boost::test_tools::per_element());
+            BOOST_TEST(copied[k] == want_copied, boost::test_tools::per_element());
+          }
+        }
+      }
+    }
+  }
+  // Shapes must match pairwise.
+  const TensorPtr x = Zeros({2, 3});
+  const TensorPtr y = Zeros({6});
+  BOOST_CHECK_THROW(AddInto(std::span<const TensorPtr>(&x, 1), std::span<const TensorPtr>(&y, 1)), ArgumentError);
+  BOOST_CHECK_THROW(CopyInto(std::span<const TensorPtr>(&x, 1), std::span<const TensorPtr>(&y, 1)), ArgumentError);
 }
 
 BOOST_AUTO_TEST_CASE(ParametersWithoutAnAllocatingBackendKeepHostBuffers) {

@@ -7,6 +7,8 @@
 #include <mlframework/core/Error.hpp>
 #include <mlframework/core/Tensor.hpp>
 
+#include "mlframework/core/HostAdd.hpp"
+
 namespace mlframework {
 
 namespace {
@@ -283,16 +285,7 @@ void AddInto(std::span<const TensorPtr> src, std::span<const TensorPtr> dst, flo
       [&](const TensorBackend& backend, std::span<const ITensor* const> s, std::span<ITensor* const> d) {
         backend.AddInto(s, d, alpha);
       },
-      [&](std::size_t i) {
-        // The base class's host path (one pair), shared by every backend without a kernel.
-        const std::vector<float> add = src[i]->ToFloatVector();
-        std::vector<float> sum = dst[i]->ToFloatVector();
-        for (std::size_t j = 0; j < sum.size(); ++j) {
-          const float product = alpha * add[j];
-          sum[j] = sum[j] + product;
-        }
-        dst[i]->CopyFromFloats(sum);
-      });
+      [&](std::size_t i) { detail::HostAddInto(*src[i], *dst[i], alpha); });
 }
 
 std::vector<TensorPtr> Cast(std::span<const TensorPtr> src, DataType dtype, float factor) {

@@ -1,9 +1,10 @@
 #include <mlframework/core/TensorBackend.hpp>
 
 #include <string>
-#include <vector>
 
 #include <mlframework/core/Error.hpp>
+
+#include "mlframework/core/HostAdd.hpp"
 
 namespace mlframework {
 
@@ -14,15 +15,7 @@ void TensorBackend::CopyInto(std::span<const ITensor* const> src, std::span<ITen
 }
 
 void TensorBackend::AddInto(std::span<const ITensor* const> src, std::span<ITensor* const> dst, float alpha) const {
-  for (std::size_t i = 0; i < src.size(); ++i) {
-    const std::vector<float> add = src[i]->ToFloatVector();
-    std::vector<float> sum = dst[i]->ToFloatVector();
-    for (std::size_t j = 0; j < sum.size(); ++j) {
-      const float product = alpha * add[j];
-      sum[j] = sum[j] + product;
-    }
-    dst[i]->CopyFromFloats(sum);
-  }
+  for (std::size_t i = 0; i < src.size(); ++i) detail::HostAddInto(*src[i], *dst[i], alpha);
 }
 
 TensorPtr TensorBackend::Allocate(const Shape& /*shape*/, DataType /*dtype*/, Device device) const {

@@ -19,6 +19,7 @@
 #include "mlframework/backends/cuda/ScaleUpdate.cuh"
 #include "mlframework/backends/cuda/SumSquares.cuh"
 #include "mlframework/backends/cuda/Unscale.cuh"
+#include "mlframework/core/HostAdd.hpp"
 
 namespace mlframework::backends::cuda {
 
@@ -308,13 +309,7 @@ class CudaBackend final : public DeviceScalingBackend {
   void AddInto(std::span<const ITensor* const> src, std::span<ITensor* const> dst, float alpha) const override {
     for (const DeviceGroup& group : PairsByDevice(src, dst, [&](const CudaTensor&in, ITensor&out) {
            // A pair on two GPUs: through the host (rare), with the kernel's rounding.
-           const std::vector<float> add = in.ToFloatVector();
-           std::vector<float> sum = out.ToFloatVector();
-           for (std::size_t j = 0; j < sum.size(); ++j) {
-             const float product = alpha * add[j];
-             sum[j] = sum[j] + product;
-           }
-           out.CopyFromFloats(sum);
+           mlframework::detail::HostAddInto(in, out, alpha);
          })) {
       const auto launches = PlanLaunches(group.entries);
       if (launches.empty()) {
