@@ -9,6 +9,8 @@
 // the TensorBackend kernels, element reads of a tensor) and every blocking
 // host-to-device write (CreateScaleState(), Write()). Tests measure a window
 // with SyncCount() to prove which front-end calls are synchronisation-free.
+// It also allocates, views, copies without a flag (CopyInto) and accumulates (AddInto) like a
+// device backend, none of which waits for the device, so FSDP's device path runs on it.
 
 #include <cstdint>
 #include <memory>
@@ -28,6 +30,10 @@ const FakeDeviceBackend& FakeBackend();
 class FakeDeviceTensor final : public mlframework::ITensor {
  public:
   FakeDeviceTensor(mlframework::TensorPtr inner, int device) : inner_(std::move(inner)), device_(device) {}
+  // A view: @p inner is a CPU view of @p base's inner tensor; @p base stays alive with it, so
+  // (as for CPU and CUDA views) the base's use count tells whether a view is still out.
+  FakeDeviceTensor(mlframework::TensorPtr inner, int device, mlframework::TensorPtr base)
+      : inner_(std::move(inner)), device_(device), base_(std::move(base)) {}
   mlframework::DataType GetDataType() const override { return inner_->GetDataType(); }
   mlframework::Device GetDevice() const override { return mlframework::Device::CUDA(device_); }
   const mlframework::Shape& GetShape() const override { return inner_->GetShape(); }
@@ -54,6 +60,7 @@ class FakeDeviceTensor final : public mlframework::ITensor {
   }
   mlframework::TensorPtr inner_;
   int device_;
+  mlframework::TensorPtr base_;
 };
 
 // A fake tensor on fake device @p device holding @p values.
@@ -125,6 +132,44 @@ class FakeDeviceBackend final : public mlframework::DeviceScalingBackend {
     CountSync();
     return mlframework::CastInto(Inner(src), Inner(dst), factor);
   }
+  // Queued work: no value comes back, so no synchronisation.
+  // (The CPU backend's own members, like the CUDA kernels, need equal sizes, not equal shapes.)
+  void CopyInto(std::span<const mlframework::ITensor* const> src, std::span<mlframework::ITensor* const> dst,
+                float factor) const override {
+    const auto in = Inner(src);
+    const auto out = Inner(dst);
+    mlframework::backends::cpu::Backend().CopyInto(Raw<const mlframework::ITensor*>(in),
+                                                   Raw<mlframework::ITensor*>(out), factor);
+  }
+  void AddInto(std::span<const mlframework::ITensor* const> src, std::span<mlframework::ITensor* const> dst,
+               float alpha) const override {
+    const auto in = Inner(src);
+    const auto out = Inner(dst);
+    mlframework::backends::cpu::Backend().AddInto(Raw<const mlframework::ITensor*>(in), Raw<mlframework::ITensor*>(out),
+                                                  alpha);
+  }
+  mlframework::TensorPtr Allocate(const mlframework::Shape& shape, mlframework::DataType dtype,
+                                  mlframework::Device device) const override {
+    if (!device.IsCUDA()) {
+      throw mlframework::ArgumentError("device", "the fake device backend allocates on cuda devices only");
+    }
+    ++allocations_;
+    return std::make_shared<FakeDeviceTensor>(mlframework::backends::cpu::Empty(shape, dtype), device.Index);
+  }
+  mlframework::TensorPtr View(const mlframework::TensorPtr& base, std::size_t offset,
+                              const mlframework::Shape& shape) const override {
+    if (!base) {
+      throw mlframework::ArgumentNullError("base");
+    }
+    const auto* fake = dynamic_cast<const FakeDeviceTensor*>(base.get());
+    if (fake == nullptr) {
+      throw mlframework::ArgumentError("base", "is not a fake-device tensor");
+    }
+    return std::make_shared<FakeDeviceTensor>(mlframework::backends::cpu::View(fake->Inner(), offset, shape),
+                                              fake->GetDevice().Index, base);
+  }
+  // Tensors allocated through Allocate() since the process started.
+  std::int64_t AllocationCount() const { return allocations_; }
 
   std::unique_ptr<mlframework::DeviceScaleState> CreateScaleState(
       mlframework::Device device, const mlframework::amp::ScalePolicy& policy,
@@ -197,6 +242,13 @@ class FakeDeviceBackend final : public mlframework::DeviceScalingBackend {
     }
     return inner;
   }
+  template <typename Pointer>
+  static std::vector<Pointer> Raw(const std::vector<mlframework::TensorPtr>& tensors) {
+    std::vector<Pointer> raw;
+    raw.reserve(tensors.size());
+    for (const auto& tensor : tensors) raw.push_back(tensor.get());
+    return raw;
+  }
   // The fake state, checking that every tensor lives on its device (the CUDA backend's contract).
   template <typename Pointer>
   static FakeScaleState& Own(mlframework::DeviceScaleState& state, std::span<Pointer const> tensors) {
@@ -213,6 +265,7 @@ class FakeDeviceBackend final : public mlframework::DeviceScalingBackend {
   }
 
   mutable std::int64_t syncs_ = 0;
+  mutable std::int64_t allocations_ = 0;
 };
 
 inline const FakeDeviceBackend& FakeBackend() {

@@ -32,6 +32,12 @@ MLFRAMEWORK_EXPORT void ScaleInPlace(std::span<const TensorPtr> tensors, float f
 /// Writes `src[i] * factor` rounded into the dtype of `dst[i]`; shapes must match pairwise.
 /// Returns true when any written value is Inf or NaN (one pass: this is unscale-to-FP32 plus check).
 MLFRAMEWORK_EXPORT bool CastInto(std::span<const TensorPtr> src, std::span<const TensorPtr> dst, float factor = 1.0f);
+/// Writes `src[i] * factor` rounded into the dtype of `dst[i]` like CastInto(), without the
+/// non-finite flag: on a device backend it returns without waiting for the device.
+MLFRAMEWORK_EXPORT void CopyInto(std::span<const TensorPtr> src, std::span<const TensorPtr> dst, float factor = 1.0f);
+/// `dst[i] = round(dst[i] + alpha * src[i])` (TensorBackend::AddInto); shapes must match pairwise.
+/// Pairs on two backends go through the host. On a device backend it does not wait for the device.
+MLFRAMEWORK_EXPORT void AddInto(std::span<const TensorPtr> src, std::span<const TensorPtr> dst, float alpha = 1.0f);
 /// New tensors (same backend and device as the sources) holding `src[i] * factor` in @p dtype.
 MLFRAMEWORK_EXPORT std::vector<TensorPtr> Cast(std::span<const TensorPtr> src, DataType dtype, float factor = 1.0f);
 

@@ -2,6 +2,7 @@
 /// @file TensorBackend.hpp
 /// @brief The fused multi-tensor kernels a backend provides (the Apex multi_tensor_apply seam).
 
+#include <cstddef>
 #include <span>
 #include <string_view>
 
@@ -41,6 +42,26 @@ class MLFRAMEWORK_EXPORT TensorBackend {
   /// `dst[i] = round_to_dst_dtype(src[i] * factor)`; dtypes may differ, sizes match.
   /// Returns true when any written value is Inf or NaN (the check is free in the same pass).
   virtual bool CastInto(std::span<const ITensor* const> src, std::span<ITensor* const> dst, float factor) const = 0;
+
+  /// `dst[i] = round_to_dst_dtype(src[i] * factor)` like CastInto(), but without the non-finite
+  /// flag, so a device backend queues the work and returns without waiting for the device.
+  /// The default calls CastInto() and drops the flag (right for host backends).
+  virtual void CopyInto(std::span<const ITensor* const> src, std::span<ITensor* const> dst, float factor) const;
+  /// `dst[i] = round_to_dst_dtype(dst[i] + alpha * src[i])` (widened to FP32, the product rounded
+  /// to FP32 before the sum, no fused multiply-add); dtypes may differ, sizes match. Queued
+  /// without waiting on a device. The default goes through ToFloatVector() and CopyFromFloats()
+  /// (correct for any tensor, a host round trip per pair); the CPU and CUDA backends override it.
+  virtual void AddInto(std::span<const ITensor* const> src, std::span<ITensor* const> dst, float alpha) const;
+
+  /// A new zero-filled tensor of this backend on @p device. The default throws
+  /// InvalidOperationError naming the backend (it cannot allocate); the CPU and CUDA backends
+  /// override it and throw ArgumentError for a device they do not serve.
+  virtual TensorPtr Allocate(const Shape& shape, DataType dtype, Device device) const;
+  /// A tensor of @p shape whose elements are @p base's elements from element @p offset on: it
+  /// shares @p base's memory and keeps it alive (writes through either are seen by both).
+  /// @p base is a tensor of this backend. ArgumentNullError for a null @p base, ArgumentError
+  /// when the view does not fit; the default throws InvalidOperationError naming the backend.
+  virtual TensorPtr View(const TensorPtr& base, std::size_t offset, const Shape& shape) const;
 
  protected:
   /// Only implementations construct the interface.

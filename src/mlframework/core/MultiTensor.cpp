@@ -7,6 +7,8 @@
 #include <mlframework/core/Error.hpp>
 #include <mlframework/core/Tensor.hpp>
 
+#include "mlframework/core/HostAdd.hpp"
+
 namespace mlframework {
 
 namespace {
@@ -190,7 +192,9 @@ void ScaleInPlace(std::span<const TensorPtr> tensors, float factor) {
   }
 }
 
-bool CastInto(std::span<const TensorPtr> src, std::span<const TensorPtr> dst, float factor) {
+namespace {
+
+void RequirePairs(std::span<const TensorPtr> src, std::span<const TensorPtr> dst) {
   RequireNonNull(src, "src");
   RequireNonNull(dst, "dst");
   if (src.size() != dst.size()) {
@@ -204,14 +208,18 @@ bool CastInto(std::span<const TensorPtr> src, std::span<const TensorPtr> dst, fl
           "shape " + ToString(dst[i]->GetShape()) + " differs from src shape " + ToString(src[i]->GetShape()));
     }
   }
-  // Pairs whose source and destination share a backend go to its fused kernel.
+}
+
+// Runs @p fused(backend, src, dst) on runs of pairs whose source and destination share a
+// backend, in order, and @p host(i) on every other pair.
+template <typename Fused, typename Host>
+void ForEachPairRun(std::span<const TensorPtr> src, std::span<const TensorPtr> dst, Fused&& fused, Host&& host) {
   std::vector<const ITensor*> fused_src;
   std::vector<ITensor*> fused_dst;
   const TensorBackend* backend = nullptr;
-  bool found = false;
   auto flush = [&] {
     if (!fused_src.empty()) {
-      found = backend->CastInto(fused_src, fused_dst, factor) || found;
+      fused(*backend, std::span<const ITensor* const>(fused_src), std::span<ITensor* const>(fused_dst));
       fused_src.clear();
       fused_dst.clear();
     }
@@ -227,17 +235,57 @@ bool CastInto(std::span<const TensorPtr> src, std::span<const TensorPtr> dst, fl
       fused_dst.push_back(dst[i].get());
       continue;
     }
-    std::vector<float> values = src[i]->ToFloatVector();
-    if (factor != 1.0f) {
-      for (float& v : values) {
-        v *= factor;
-      }
-    }
-    dst[i]->CopyFromFloats(values);
-    found = dst[i]->HasNonFinite() || found;
+    host(i);
   }
   flush();
+}
+
+void HostCast(const ITensor& src, ITensor& dst, float factor) {
+  std::vector<float> values = src.ToFloatVector();
+  if (factor != 1.0f) {
+    for (float& v : values) {
+      v *= factor;
+    }
+  }
+  dst.CopyFromFloats(values);
+}
+
+}  // namespace
+
+bool CastInto(std::span<const TensorPtr> src, std::span<const TensorPtr> dst, float factor) {
+  RequirePairs(src, dst);
+  // Pairs whose source and destination share a backend go to its fused kernel.
+  bool found = false;
+  ForEachPairRun(
+      src, dst,
+      [&](const TensorBackend& backend, std::span<const ITensor* const> s, std::span<ITensor* const> d) {
+        found = backend.CastInto(s, d, factor) || found;
+      },
+      [&](std::size_t i) {
+        HostCast(*src[i], *dst[i], factor);
+        found = dst[i]->HasNonFinite() || found;
+      });
   return found;
+}
+
+void CopyInto(std::span<const TensorPtr> src, std::span<const TensorPtr> dst, float factor) {
+  RequirePairs(src, dst);
+  ForEachPairRun(
+      src, dst,
+      [&](const TensorBackend& backend, std::span<const ITensor* const> s, std::span<ITensor* const> d) {
+        backend.CopyInto(s, d, factor);
+      },
+      [&](std::size_t i) { HostCast(*src[i], *dst[i], factor); });
+}
+
+void AddInto(std::span<const TensorPtr> src, std::span<const TensorPtr> dst, float alpha) {
+  RequirePairs(src, dst);
+  ForEachPairRun(
+      src, dst,
+      [&](const TensorBackend& backend, std::span<const ITensor* const> s, std::span<ITensor* const> d) {
+        backend.AddInto(s, d, alpha);
+      },
+      [&](std::size_t i) { detail::HostAddInto(*src[i], *dst[i], alpha); });
 }
 
 std::vector<TensorPtr> Cast(std::span<const TensorPtr> src, DataType dtype, float factor) {

@@ -1,7 +1,30 @@
 #include <mlframework/core/TensorBackend.hpp>
 
+#include <string>
+
+#include <mlframework/core/Error.hpp>
+
+#include "mlframework/core/HostAdd.hpp"
+
 namespace mlframework {
 
 TensorBackend::~TensorBackend() = default;
+
+void TensorBackend::CopyInto(std::span<const ITensor* const> src, std::span<ITensor* const> dst, float factor) const {
+  static_cast<void>(CastInto(src, dst, factor));
+}
+
+void TensorBackend::AddInto(std::span<const ITensor* const> src, std::span<ITensor* const> dst, float alpha) const {
+  for (std::size_t i = 0; i < src.size(); ++i) detail::HostAddInto(*src[i], *dst[i], alpha);
+}
+
+TensorPtr TensorBackend::Allocate(const Shape& /*shape*/, DataType /*dtype*/, Device device) const {
+  throw InvalidOperationError("the '" + std::string(Name()) + "' tensor backend cannot allocate tensors (asked for " +
+                              device.ToString() + ")");
+}
+
+TensorPtr TensorBackend::View(const TensorPtr& /*base*/, std::size_t /*offset*/, const Shape& /*shape*/) const {
+  throw InvalidOperationError("the '" + std::string(Name()) + "' tensor backend cannot make aliasing views");
+}
 
 }  // namespace mlframework

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include <mlframework/core/DataType.hpp>
+#include <mlframework/core/TensorBackend.hpp>
 
 #include "mlframework/distributed/HostStaging.hpp"
 
@@ -12,6 +13,15 @@ namespace mlframework::distributed {
 
 namespace {
 void CopyElements(const ITensor& input, ITensor& output) {
+  // Two tensors of one device backend (a GPU): one queued device copy, no host round trip.
+  const TensorBackend* backend = input.Backend();
+  if (backend != nullptr && backend == output.Backend() && !input.GetDevice().IsCPU() &&
+      input.GetDevice() == output.GetDevice()) {
+    const ITensor* source = &input;
+    ITensor* target = &output;
+    backend->CopyInto({&source, 1}, {&target, 1}, 1.0f);
+    return;
+  }
   detail::HostRead source(input);
   detail::HostWrite target(output, false);
   // The input may be the output itself or a view of it (FSDP gathers in place).

@@ -49,8 +49,13 @@ class MLFRAMEWORK_EXPORT FSDP {
 
   /// Registers a unit (collective): flattens @p parameters (name to full FP32/FP16/BF16 tensor,
   /// identical on every rank unless SyncModuleStates), pads to a multiple of the world size and
-  /// keeps this rank's FP32 shard. ArgumentError on every rank for: an empty map, a duplicate
-  /// unit name, a null or empty (size 0) parameter, a unit smaller than the world size
+  /// keeps this rank's FP32 shard. The unit's buffers live on the parameters' device: CPU
+  /// tensors for CPU parameters, otherwise tensors of the parameters' backend
+  /// (TensorBackend::Allocate and View); parameters without a backend, or whose backend cannot
+  /// allocate and view, keep CPU buffers (staged through host copies). ArgumentError on every
+  /// rank for: an empty map, a duplicate unit name, a null or empty (size 0) parameter,
+  /// parameters on two devices (or on another device than the units registered before; the
+  /// message names the parameter and both devices), a unit smaller than the world size
   /// (sharded strategies), or ranks that disagree on the world size, the unit's name, its
   /// parameter names or shapes.
   FSDPShardingUnit& RegisterUnit(const std::string& name, const GradientMap& parameters);
@@ -98,6 +103,9 @@ class MLFRAMEWORK_EXPORT FSDP {
   /// when any rank misses a gradient or still has a unit gathered; the optimizer's own
   /// SetGradients() errors are agreed the same way. An exception from the update itself on a
   /// multi-rank group ends the job (AbortGuard), since the ranks' weights would diverge.
+  /// Over shards on a GPU the reference optimizers (SGD, Adam) keep FP32 masters and state on
+  /// the host (ZeRO-Offload style): the step copies each gradient shard to the host and the
+  /// updated shard back, the one host round trip of a training step (docs/cuda-backend.md).
   void Step(amp::IOptimizer& optimizer);
   /// Drops every unit's gradient shard (for example after a skipped step).
   void ZeroGrad() noexcept;

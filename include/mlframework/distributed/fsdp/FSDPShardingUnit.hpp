@@ -38,6 +38,11 @@ class FSDP;
 /// of the gathered buffer (all-gather in place), and a unit of one FP32 parameter whose size is
 /// a multiple of the world size is reduce-scattered straight from the framework's gradient.
 ///
+/// Every buffer of a unit (shard, gathered buffer and views, gradient shard, scratch) lives on
+/// the device of the parameters it was registered with; on a device other than the CPU all of
+/// the above runs as queued work of the parameters' backend (TensorBackend::CopyInto, AddInto)
+/// and never waits for the device.
+///
 /// Units are created by FSDP::RegisterUnit(). State checks (gathering twice, reducing before
 /// gathering) are agreed across ranks before any communication, so every rank throws together.
 class MLFRAMEWORK_EXPORT FSDPShardingUnit {
@@ -63,7 +68,7 @@ class MLFRAMEWORK_EXPORT FSDPShardingUnit {
   /// First flat element this rank owns.
   std::size_t ShardOffset() const noexcept;
 
-  /// This rank's FP32 master shard (what the optimizer updates in place).
+  /// This rank's FP32 master shard (what the optimizer updates in place), on the parameters' device.
   TensorPtr LocalShard() const noexcept;
 
   /// All-gathers the unit in the parameter dtype (collective). InvalidOperationError on every
@@ -79,7 +84,8 @@ class MLFRAMEWORK_EXPORT FSDPShardingUnit {
   TensorPtr GatheredParameter() const noexcept;
   /// Replaces the gathered flat buffer (the spec's setter, used by FSDPAmpIntegration) and
   /// rebuilds the views. InvalidOperationError when not gathered; ArgumentNullError for null;
-  /// ArgumentError unless it is a CPU tensor of PaddedSize() elements.
+  /// ArgumentError unless it is a tensor of PaddedSize() elements on the parameters' device (a
+  /// CPU tensor for CPU parameters, otherwise a tensor of the parameters' backend).
   void SetGatheredParameter(TensorPtr gathered);
   /// Per-parameter views into GatheredParameter() (name to tensor of the parameter's shape).
   /// Treat them as read-only: under NoShard with an FP32 parameter dtype they alias the FP32

@@ -1,6 +1,7 @@
 #include "mlframework/backends/cpu/MultiTensorKernels.hpp"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <vector>
@@ -266,6 +267,41 @@ class CpuBackend final : public TensorBackend {
   void Scale(std::span<ITensor* const> tensors, float factor) const override { ScaleKernel(tensors, factor); }
   bool CastInto(std::span<const ITensor* const> src, std::span<ITensor* const> dst, float factor) const override {
     return CastIntoKernel(src, dst, factor);
+  }
+  void AddInto(std::span<const ITensor* const> src, std::span<ITensor* const> dst, float alpha) const override {
+    for (std::size_t t = 0; t < src.size(); ++t) AddPair(*src[t], *dst[t], alpha);
+  }
+  TensorPtr Allocate(const Shape& shape, DataType dtype, Device device) const override {
+    if (!device.IsCPU()) throw ArgumentError("device", "the cpu backend allocates on cpu, got " + device.ToString());
+    return Empty(shape, dtype);
+  }
+  TensorPtr View(const TensorPtr& base, std::size_t offset, const Shape& shape) const override {
+    return cpu::View(base, offset, shape);
+  }
+
+ private:
+  // dst = dst + alpha * src, one dtype dispatch per pair. The product goes through a block
+  // buffer, so it is rounded to FP32 before the sum (as on CUDA) and never contracted into an FMA.
+  static void AddPair(const ITensor& src_tensor, ITensor& dst_tensor, float alpha) {
+    const void* src = Data(src_tensor);
+    void* dst = MutableData(dst_tensor);
+    const auto size = static_cast<std::int64_t>(dst_tensor.Size());
+    constexpr std::int64_t kBlock = 1024;
+    DispatchDtype(src_tensor.GetDataType(), [&]<DataType S>() {
+      DispatchDtype(dst_tensor.GetDataType(), [&]<DataType D>() {
+#pragma omp parallel for schedule(static) if (size > 16 * kBlock)
+        for (std::int64_t begin = 0; begin < size; begin += kBlock) {
+          const std::int64_t end = std::min(size, begin + kBlock);
+          std::array<float, kBlock> product;
+          const auto first = static_cast<std::size_t>(begin);
+          const auto count = static_cast<std::size_t>(end - begin);
+          for (std::size_t i = 0; i < count; ++i) product[i] = alpha * scalar::Load<S>(src, first + i);
+          for (std::size_t i = 0; i < count; ++i) {
+            scalar::Store<D>(dst, first + i, scalar::Load<D>(dst, first + i) + product[i]);
+          }
+        }
+      });
+    });
   }
 };
 

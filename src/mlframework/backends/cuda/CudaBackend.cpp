@@ -1,12 +1,14 @@
 #include "mlframework/backends/cuda/CudaBackend.hpp"
 
 #include <cstddef>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include <mlframework/core/Error.hpp>
 
+#include "mlframework/backends/cuda/AddInto.cuh"
 #include "mlframework/backends/cuda/Cast.cuh"
 #include "mlframework/backends/cuda/CudaCheck.hpp"
 #include "mlframework/backends/cuda/CudaTensorImpl.hpp"
@@ -17,6 +19,7 @@
 #include "mlframework/backends/cuda/ScaleUpdate.cuh"
 #include "mlframework/backends/cuda/SumSquares.cuh"
 #include "mlframework/backends/cuda/Unscale.cuh"
+#include "mlframework/core/HostAdd.hpp"
 
 namespace mlframework::backends::cuda {
 
@@ -286,6 +289,59 @@ class CudaBackend final : public DeviceScalingBackend {
     return found;
   }
 
+  void CopyInto(std::span<const ITensor* const> src, std::span<ITensor* const> dst, float factor) const override {
+    for (const DeviceGroup& group : PairsByDevice(src, dst, [&](const CudaTensor&in, ITensor&out) {
+           static_cast<void>(CastAcrossDevices(in, out, factor));
+         })) {
+      const auto launches = PlanLaunches(group.entries);
+      if (launches.empty()) {
+        continue;
+      }
+      DeviceContext& context = DeviceContext::Get(group.device);
+      std::lock_guard lock(context.Mutex());
+      DeviceGuard guard(group.device);
+      for (const Launch& launch : launches) {
+        LaunchCast(launch, FactorSource{factor}, nullptr, context.Stream());  // no flag: nothing to wait for
+      }
+    }
+  }
+
+  void AddInto(std::span<const ITensor* const> src, std::span<ITensor* const> dst, float alpha) const override {
+    for (const DeviceGroup& group : PairsByDevice(src, dst, [&](const CudaTensor&in, ITensor&out) {
+           // A pair on two GPUs: through the host (rare), with the kernel's rounding.
+           mlframework::detail::HostAddInto(in, out, alpha);
+         })) {
+      const auto launches = PlanLaunches(group.entries);
+      if (launches.empty()) {
+        continue;
+      }
+      DeviceContext& context = DeviceContext::Get(group.device);
+      std::lock_guard lock(context.Mutex());
+      DeviceGuard guard(group.device);
+      for (const Launch& launch : launches) {
+        LaunchAddInto(launch, alpha, context.Stream());
+      }
+    }
+  }
+
+  TensorPtr Allocate(const Shape& shape, DataType dtype, Device device) const override {
+    if (!device.IsCUDA()) {
+      throw ArgumentError("device", "the cuda backend allocates on CUDA devices, got " + device.ToString());
+    }
+    return std::make_shared<CudaTensor>(shape, dtype, device.Index);
+  }
+
+  TensorPtr View(const TensorPtr& base, std::size_t offset, const Shape& shape) const override {
+    if (!base) {
+      throw ArgumentNullError("base");
+    }
+    auto cuda_base = std::dynamic_pointer_cast<const CudaTensor>(base);
+    if (!cuda_base) {
+      throw ArgumentError("base", "is not a CUDA-backend tensor (device " + base->GetDevice().ToString() + ")");
+    }
+    return std::make_shared<CudaTensor>(cuda_base, offset, shape);
+  }
+
   // ---- device-resident scaling (no host synchronisation below) ----
 
   std::unique_ptr<DeviceScaleState> CreateScaleState(Device device, const amp::ScalePolicy& policy,
@@ -405,6 +461,25 @@ class CudaBackend final : public DeviceScalingBackend {
     for (const Launch& launch : launches) {
       LaunchScale(launch, factor, context.Stream());
     }
+  }
+
+  // Pairs on one GPU grouped by device (slot 0 the source, slot 1 the destination); @p across
+  // handles a pair whose tensors sit on two GPUs.
+  template <typename Across>
+  static std::vector<DeviceGroup> PairsByDevice(std::span<const ITensor* const> src, std::span<ITensor* const> dst,
+                                                Across&& across) {
+    std::vector<DeviceGroup> groups;
+    for (std::size_t i = 0; i < src.size(); ++i) {
+      const CudaTensor& in = AsCuda(src[i], "src", i);
+      const CudaTensor& out = AsCuda(dst[i], "dst", i);
+      if (in.DeviceIndex() != out.DeviceIndex()) {
+        across(in, *dst[i]);
+        continue;
+      }
+      GroupFor(groups, in.DeviceIndex())
+          .entries.push_back(ListEntry{in.Data(), out.Data(), in.GetDataType(), out.GetDataType(), in.Size()});
+    }
+    return groups;
   }
 
   // A pair on two GPUs: through the host (rare; same element math, so the same bits).

@@ -1,6 +1,7 @@
 #include "mlframework/backends/cuda/CudaTensorImpl.hpp"
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <mutex>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "mlframework/backends/cuda/CudaBackend.hpp"
 #include "mlframework/backends/cuda/CudaCheck.hpp"
 #include "mlframework/backends/cuda/DeviceContext.hpp"
+#include "mlframework/backends/cuda/ViewRange.hpp"
 #include "mlframework/core/DeviceFactory.hpp"
 
 namespace mlframework::backends::cuda {
@@ -51,7 +53,22 @@ CudaTensor::CudaTensor(Shape shape, DataType dtype, int device)
   }
 }
 
-CudaTensor::~CudaTensor() { context_->Free(data_); }
+CudaTensor::CudaTensor(const std::shared_ptr<const CudaTensor>& base, std::size_t offset, Shape shape)
+    : shape_(std::move(shape)),
+      size_(ElementCount(shape_)),
+      dtype_(base->dtype_),
+      device_(base->device_),
+      context_(base->context_),
+      owner_(base->owner_ ? base->owner_ : base) {
+  const std::size_t bytes = ViewByteOffset(base->size_, ElementSize(dtype_), offset, size_);
+  data_ = static_cast<std::byte*>(base->data_) + bytes;
+}
+
+CudaTensor::~CudaTensor() {
+  if (!owner_) {
+    context_->Free(data_);
+  }
+}
 
 TensorPtr CudaTensor::Multiply(float factor) const {
   auto result = std::make_shared<CudaTensor>(shape_, dtype_, device_);

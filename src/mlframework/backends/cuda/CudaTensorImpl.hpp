@@ -3,6 +3,9 @@
 // (FP16 and BF16 as their 16-bit words); all work on them is ordered on the
 // device's backend stream.
 
+#include <cstddef>
+#include <memory>
+
 #include <mlframework/core/ITensor.hpp>
 
 namespace mlframework::backends::cuda {
@@ -13,6 +16,9 @@ class CudaTensor final : public ITensor {
  public:
   // Zero-filled tensor on `device` (validated by the caller).
   CudaTensor(Shape shape, DataType dtype, int device);
+  // A view of @p count elements of @p base from element @p offset on (ViewByteOffset() checks
+  // the range): shares the allocation, which stays alive while any view of it does.
+  CudaTensor(const std::shared_ptr<const CudaTensor>& base, std::size_t offset, Shape shape);
   ~CudaTensor() override;
   CudaTensor(const CudaTensor&) = delete;
   CudaTensor& operator=(const CudaTensor&) = delete;
@@ -49,6 +55,7 @@ class CudaTensor final : public ITensor {
   int device_;
   DeviceContext* context_;
   void* data_ = nullptr;
+  std::shared_ptr<const CudaTensor> owner_;  // the tensor that owns the allocation (views only)
 };
 
 }  // namespace mlframework::backends::cuda

@@ -11,6 +11,23 @@ namespace {
 std::size_t BytesOf(const TensorPtr& block) { return block->Size() * ElementSize(block->GetDataType()); }
 }  // namespace
 
+TensorPtr Placement::Allocate(std::size_t elements, DataType dtype) const {
+  return IsHost() ? backends::cpu::Empty({elements}, dtype) : backend->Allocate({elements}, dtype, device);
+}
+
+TensorPtr Placement::View(const TensorPtr& base, std::size_t offset, const Shape& shape) const {
+  return IsHost() ? backends::cpu::View(base, offset, shape) : backend->View(base, offset, shape);
+}
+
+bool Placement::Holds(const ITensor& tensor) const noexcept {
+  if (IsHost()) return backends::cpu::IsCpuTensor(tensor);
+  try {
+    return tensor.Backend() == backend && tensor.GetDevice() == device;
+  } catch (...) {
+    return false;  // a user tensor whose GetDevice() throws is no buffer of ours
+  }
+}
+
 PooledBuffer BufferPool::Acquire(DataType dtype, std::size_t elements) {
   auto best = idle_.end();
   for (auto it = idle_.begin(); it != idle_.end(); ++it) {
@@ -26,9 +43,9 @@ PooledBuffer BufferPool::Acquire(DataType dtype, std::size_t elements) {
     idle_bytes_ -= BytesOf(buffer.block);
   } else {
     // The one zero fill of a block's life; reuses write over whatever the last user left.
-    buffer.block = backends::cpu::Empty({elements}, dtype);
+    buffer.block = placement_->Allocate(elements, dtype);
   }
-  buffer.tensor = buffer.block->Size() == elements ? buffer.block : backends::cpu::View(buffer.block, 0, {elements});
+  buffer.tensor = buffer.block->Size() == elements ? buffer.block : placement_->View(buffer.block, 0, {elements});
   return buffer;
 }
 

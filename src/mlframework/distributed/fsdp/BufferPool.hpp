@@ -11,9 +11,30 @@
 #include <vector>
 
 #include <mlframework/core/DataType.hpp>
+#include <mlframework/core/Device.hpp>
 #include <mlframework/core/ITensor.hpp>
+#include <mlframework/core/TensorBackend.hpp>
 
 namespace mlframework::distributed::fsdp::detail {
+
+// Where one FSDP keeps its unit buffers: on the device of its parameters. CPU parameters use
+// the CPU backend's factories directly (the host path, with its memcpy/memset fast paths);
+// any other device allocates and views through the parameters' own TensorBackend, so the
+// buffers live where the parameters live and collectives run on them in place. Parameters
+// whose backend cannot allocate (or that have none) keep the host path.
+struct Placement {
+  Device device = Device::CPU();           // the parameters' device
+  const TensorBackend* backend = nullptr;  // null: the host path (backends::cpu)
+
+  bool IsHost() const noexcept { return backend == nullptr; }
+  // A zero-filled flat tensor of @p elements elements of @p dtype on the device.
+  TensorPtr Allocate(std::size_t elements, DataType dtype) const;
+  // An aliasing view of @p base (a tensor from Allocate() or a view of one).
+  TensorPtr View(const TensorPtr& base, std::size_t offset, const Shape& shape) const;
+  // True when @p tensor is one this placement could have allocated (same backend and device),
+  // so it can be reused as a unit buffer.
+  bool Holds(const ITensor& tensor) const noexcept;
+};
 
 // A buffer from the pool: `tensor` (exactly the requested elements) is a view of `block`
 // (the pooled storage, possibly larger). Empty when not from the pool.
@@ -24,7 +45,9 @@ struct PooledBuffer {
 
 class BufferPool {
  public:
-  // A CPU tensor of @p elements elements of @p dtype whose contents are unspecified (the
+  // Allocates through @p placement (owned by the FSDP, outlives the pool).
+  explicit BufferPool(const Placement& placement) noexcept : placement_(&placement) {}
+  // A tensor on the placement's device of @p elements elements of @p dtype whose contents are unspecified (the
   // caller writes every element): the smallest idle block that fits, else a new block.
   PooledBuffer Acquire(DataType dtype, std::size_t elements);
   // Takes @p buffer back and empties it. Its block is kept for reuse only when nothing else
@@ -41,6 +64,7 @@ class BufferPool {
 
  private:
   void Trim() noexcept;
+  const Placement* placement_;
   std::vector<TensorPtr> idle_;
   std::size_t idle_bytes_ = 0;
   std::size_t capacity_ = 0;

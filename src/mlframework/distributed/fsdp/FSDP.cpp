@@ -49,6 +49,48 @@ std::uint64_t LayoutHash(const std::string& unit, const std::vector<std::string>
   return hash & ((1ull << 52) - 1);
 }
 
+// Where the buffers of a unit of @p parameters live: their common device, allocated through
+// the CPU backend (host path) or, on any other device, through the first parameter's backend.
+// @p fixed is the placement of the units registered before (null for the first unit).
+detail::Placement PlacementOf(const GradientMap& parameters, const std::string& unit, const detail::Placement* fixed) {
+  const auto& [first_name, first] = *parameters.begin();
+  detail::Placement placement;
+  placement.device = first->GetDevice();
+  for (const auto& [param_name, tensor] : parameters) {
+    const Device device = tensor->GetDevice();
+    if (device != placement.device) {
+      std::string message = "parameter '";
+      message.append(param_name).append("' of unit '").append(unit).append("' is on ").append(device.ToString());
+      message.append(" but parameter '").append(first_name).append("' is on ").append(placement.device.ToString());
+      message.append(": all parameters of one FSDP must share one device");
+      throw ArgumentError("parameters[" + param_name + "]", message);
+    }
+  }
+  if (fixed != nullptr) {
+    if (fixed->device != placement.device) {
+      throw ArgumentError("parameters[" + first_name + "]",
+                          "parameter '" + first_name + "' of unit '" + unit + "' is on " + placement.device.ToString() +
+                              " but the units registered before are on " + fixed->device.ToString() +
+                              ": all parameters of one FSDP must share one device");
+    }
+    return *fixed;
+  }
+  if (placement.device.IsCPU()) return placement;
+  // Tensors without a backend, or of a backend that cannot allocate and view (it keeps the
+  // TensorBackend defaults), keep host unit buffers, as every tensor did before: correct,
+  // staged through host copies. The probe runs on every rank inside the agreed check.
+  const TensorBackend* backend = first->Backend();
+  if (backend == nullptr) return placement;
+  try {
+    const TensorPtr probe = backend->Allocate({1}, DataType::Float32, placement.device);
+    static_cast<void>(backend->View(probe, 0, {1}));
+  } catch (const InvalidOperationError&) {
+    return placement;
+  }
+  placement.backend = backend;
+  return placement;
+}
+
 std::string Show(double value) {
   std::ostringstream text;
   text << value;
@@ -85,7 +127,8 @@ void FSDPConfig::Validate() const {
 struct FSDP::Impl {
   std::shared_ptr<IProcessGroup> group;
   FSDPConfig config;
-  detail::BufferPool pool;  // before the units: they hand buffers back to it
+  detail::Placement placement;         // the parameters' device, fixed by the first unit
+  detail::BufferPool pool{placement};  // before the units: they hand buffers back to it
   std::vector<std::unique_ptr<FSDPShardingUnit>> units;
 
   // Idle pool memory is capped at one use of the largest unit (the registered ones and one of
@@ -128,8 +171,10 @@ FSDPShardingUnit& FSDP::RegisterUnit(const std::string& name, const GradientMap&
   unit->group = impl_->group.get();
   unit->config = &impl_->config;
   unit->pool = &impl_->pool;
+  unit->placement = &impl_->placement;
   unit->name = name;
   std::vector<TensorPtr> sources;
+  detail::Placement placement = impl_->placement;
 
   detail::AgreeOn(group, "RegisterUnit('" + name + "')", [&] {
     if (name.empty()) throw ArgumentError("name", "a unit needs a non-empty name");
@@ -151,6 +196,7 @@ FSDPShardingUnit& FSDP::RegisterUnit(const std::string& name, const GradientMap&
       unit->numel += tensor->Size();
       sources.push_back(tensor);
     }
+    placement = PlacementOf(parameters, name, impl_->units.empty() ? nullptr : &impl_->placement);
     if (sharded && unit->numel < static_cast<std::size_t>(world)) {
       throw ArgumentError("parameters", "unit '" + name + "' has " + std::to_string(unit->numel) +
                                             " elements, fewer than the world size " + std::to_string(world) +
@@ -181,6 +227,7 @@ FSDPShardingUnit& FSDP::RegisterUnit(const std::string& name, const GradientMap&
   }
 
   AbortGuard guard(group, "FSDP RegisterUnit('" + name + "')");
+  impl_->placement = placement;  // the same for every unit (PlacementOf() checked it)
   const auto world_size = static_cast<std::size_t>(world);
   unit->padded = sharded ? (unit->numel + world_size - 1) / world_size * world_size : unit->numel;
   unit->shard_size = sharded ? unit->padded / world_size : unit->numel;
@@ -189,22 +236,30 @@ FSDPShardingUnit& FSDP::RegisterUnit(const std::string& name, const GradientMap&
   // Flatten into FP32 (one fused cast), optionally take rank 0's values, keep this rank's part.
   // The shard is allocated before the transient flat buffer, so the shards of many units lie
   // together and the freed flat buffers leave no holes between them.
-  if (sharded) unit->shard = cpu::Empty({unit->shard_size}, DataType::Float32);
-  TensorPtr flat = cpu::Empty({unit->padded}, DataType::Float32);
+  const detail::Placement& where = impl_->placement;
+  if (sharded) unit->shard = where.Allocate(unit->shard_size, DataType::Float32);
+  TensorPtr flat = where.Allocate(unit->padded, DataType::Float32);
   {
     std::vector<TensorPtr> targets;
     targets.reserve(unit->names.size());
     for (std::size_t i = 0; i < unit->names.size(); ++i) {
-      targets.push_back(cpu::View(flat, unit->offsets[i], unit->shapes[i]));
+      targets.push_back(where.View(flat, unit->offsets[i], unit->shapes[i]));
     }
-    CastInto(sources, targets);
+    CopyInto(sources, targets);
   }
   if (impl_->config.SyncModuleStates) group.Broadcast(*flat, 0);
-  if (sharded) {
+  if (sharded && where.IsHost()) {
     std::memcpy(cpu::MutableData(*unit->shard), cpu::Elements<DataType::Float32>(*flat).data() + unit->shard_offset,
                 unit->shard_size * sizeof(float));
+  } else if (sharded) {
+    const TensorPtr own_part = where.View(flat, unit->shard_offset, {unit->shard_size});
+    CopyInto(std::span<const TensorPtr>(&own_part, 1), std::span<const TensorPtr>(&unit->shard, 1));
   } else {
     unit->shard = std::move(flat);
+  }
+  // The device path zeroes the flat gradient buffer's padding by copying these zeros.
+  if (!where.IsHost() && unit->padded > unit->numel) {
+    unit->zero_padding = where.Allocate(unit->padded - unit->numel, DataType::Float32);
   }
   impl_->units.push_back(std::unique_ptr<FSDPShardingUnit>(new FSDPShardingUnit(std::move(unit))));
   impl_->UpdatePoolCapacity();
@@ -319,7 +374,7 @@ GradientMap FSDP::FullParameters() {
     const FSDPShardingUnit::Impl& s = *unit->impl_;
     TensorPtr flat = s.shard;
     if (impl_->config.Strategy != ShardingStrategy::NoShard) {
-      flat = cpu::Empty({s.padded}, DataType::Float32);
+      flat = s.placement->Allocate(s.padded, DataType::Float32);
       impl_->group->AllGather(*s.shard, *flat);
     }
     for (const auto& [name, view] : s.ViewsOf(flat)) result.emplace(s.name + "." + name, view->Clone());
@@ -339,8 +394,13 @@ std::vector<std::byte> FSDP::StateDict() const {
     writer.Bytes(std::as_bytes(std::span<const char>(s.name.data(), s.name.size())));
     writer.U64(s.padded);
     writer.U64(s.shard_size);
-    const auto values = cpu::Elements<DataType::Float32>(*s.shard);
-    writer.Bytes(std::as_bytes(std::span<const float>(values.data(), values.size())));
+    if (s.placement->IsHost()) {
+      const auto values = cpu::Elements<DataType::Float32>(*s.shard);
+      writer.Bytes(std::as_bytes(std::span<const float>(values.data(), values.size())));
+    } else {
+      const std::vector<float> values = s.shard->ToFloatVector();  // a checkpoint, not a step: read back
+      writer.Bytes(std::as_bytes(std::span<const float>(values.data(), values.size())));
+    }
   }
   return writer.Finish();
 }
@@ -391,8 +451,12 @@ void FSDP::LoadStateDict(std::span<const std::byte> state) {
   // Every rank decoded its blob: commit.
   for (std::size_t i = 0; i < impl_->units.size(); ++i) {
     FSDPShardingUnit::Impl& s = *impl_->units[i]->impl_;
-    const auto target = cpu::Elements<DataType::Float32>(*s.shard);
-    std::copy(shards[i].begin(), shards[i].end(), target.begin());
+    if (s.placement->IsHost()) {
+      const auto target = cpu::Elements<DataType::Float32>(*s.shard);
+      std::copy(shards[i].begin(), shards[i].end(), target.begin());
+    } else {
+      s.shard->CopyFromFloats(shards[i]);
+    }
     s.Invalidate();
   }
 }

@@ -19,7 +19,7 @@ namespace cpu = backends::cpu;
 
 GradientMap FSDPShardingUnit::Impl::ViewsOf(const TensorPtr& flat) const {
   GradientMap result;
-  for (std::size_t i = 0; i < names.size(); ++i) result.emplace(names[i], cpu::View(flat, offsets[i], shapes[i]));
+  for (std::size_t i = 0; i < names.size(); ++i) result.emplace(names[i], placement->View(flat, offsets[i], shapes[i]));
   return result;
 }
 
@@ -72,15 +72,15 @@ void FSDPShardingUnit::Gather() {
     detail::PooledBuffer buffer = s.pool->Acquire(dtype, s.padded);
     if (strategy == ShardingStrategy::NoShard) {
       // Every rank holds the whole unit: no communication, one fused cast.
-      CastInto(std::span<const TensorPtr>(&s.shard, 1), std::span<const TensorPtr>(&buffer.tensor, 1));
+      CopyInto(std::span<const TensorPtr>(&s.shard, 1), std::span<const TensorPtr>(&buffer.tensor, 1));
     } else if (dtype == DataType::Float32) {
       // Nothing to cast: the all-gather reads the FP32 shard itself, like the raw collective.
       s.group->AllGather(*s.shard, *buffer.tensor);
     } else {
       // Cast the FP32 shard straight into this rank's slot (so the all-gather moves 16-bit
       // words) and gather in place around it: no staging buffer, no extra copy.
-      const TensorPtr slot = cpu::View(buffer.tensor, s.shard_offset, {s.shard_size});
-      CastInto(std::span<const TensorPtr>(&s.shard, 1), std::span<const TensorPtr>(&slot, 1));
+      const TensorPtr slot = s.placement->View(buffer.tensor, s.shard_offset, {s.shard_size});
+      CopyInto(std::span<const TensorPtr>(&s.shard, 1), std::span<const TensorPtr>(&slot, 1));
       s.group->AllGather(*slot, *buffer.tensor);
     }
     flat = buffer.tensor;
@@ -115,10 +115,13 @@ void FSDPShardingUnit::SetGatheredParameter(TensorPtr gathered) {
     throw InvalidOperationError("unit '" + s.name + "' is not gathered: gather it before replacing its parameter");
   }
   if (!gathered) throw ArgumentNullError("gathered");
-  if (!cpu::IsCpuTensor(*gathered) || gathered->Size() != s.padded) {
-    throw ArgumentError("gathered", "must be a CPU tensor of " + std::to_string(s.padded) + " elements, got " +
+  if (!s.placement->Holds(*gathered) || gathered->Size() != s.padded) {
+    const TensorBackend* backend = gathered->Backend();
+    throw ArgumentError("gathered", "must be a tensor of " + std::to_string(s.padded) + " elements on " +
+                                        s.placement->device.ToString() + " (the parameters' device and backend), got " +
                                         std::to_string(gathered->Size()) + " elements on " +
-                                        gathered->GetDevice().ToString());
+                                        gathered->GetDevice().ToString() + " (backend '" +
+                                        std::string(backend != nullptr ? backend->Name() : "none") + "')");
   }
   GradientMap views = s.ViewsOf(gathered);
   s.views = std::move(views);
@@ -176,7 +179,7 @@ void FSDPShardingUnit::ReduceGradients(const GradientMap& gradients) {
   } else if (s.spare_gradient) {
     target = std::move(s.spare_gradient);
   } else {
-    target = cpu::Empty({s.shard_size}, DataType::Float32);
+    target = s.placement->Allocate(s.shard_size, DataType::Float32);
   }
   s.spare_gradient.reset();
   // FP32 sums are averaged after the reduction, on the shard (exact for power-of-two world
@@ -187,7 +190,7 @@ void FSDPShardingUnit::ReduceGradients(const GradientMap& gradients) {
   // parameter layout of PyTorch FSDP) needs no flattening: its gradient is reduce-scattered
   // straight from the framework's tensor, as the raw collective would.
   const bool direct = !no_shard && fp32_reduce && sources.size() == 1 && s.padded == s.numel &&
-                      cpu::IsCpuTensor(*sources[0]) && sources[0]->GetDataType() == DataType::Float32;
+                      s.placement->Holds(*sources[0]) && sources[0]->GetDataType() == DataType::Float32;
   // Otherwise flatten (and cast to the reduce dtype, and average for 16-bit) in one fused pass
   // straight into a pooled flat buffer (NoShard with FP32: into the target, the whole unit).
   const bool into_target = no_shard && fp32_reduce;
@@ -200,25 +203,31 @@ void FSDPShardingUnit::ReduceGradients(const GradientMap& gradients) {
     flat = into_target ? target : flat_buffer.tensor;
     std::vector<TensorPtr> targets;
     targets.reserve(s.names.size());
-    for (std::size_t i = 0; i < s.names.size(); ++i) targets.push_back(cpu::View(flat, s.offsets[i], s.shapes[i]));
-    CastInto(sources, targets, fp32_reduce ? 1.0f : average);
+    for (std::size_t i = 0; i < s.names.size(); ++i) {
+      targets.push_back(s.placement->View(flat, s.offsets[i], s.shapes[i]));
+    }
+    CopyInto(sources, targets, fp32_reduce ? 1.0f : average);
     // The padding is reduced too and lands in the last rank's shard: it must be zero, whatever
     // the pooled buffer held before.
-    if (s.padded > s.numel) {
+    if (s.padded > s.numel && s.placement->IsHost()) {
       const std::size_t element = ElementSize(reduce_dtype);
       std::memset(static_cast<std::byte*>(cpu::MutableData(*flat)) + s.numel * element, 0,
                   (s.padded - s.numel) * element);
+    } else if (s.padded > s.numel) {
+      // On a device: one queued copy of the unit's zeros (fewer than world-size elements).
+      const TensorPtr padding = s.placement->View(flat, s.numel, {s.padded - s.numel});
+      CopyInto(std::span<const TensorPtr>(&s.zero_padding, 1), std::span<const TensorPtr>(&padding, 1));
     }
   }
   if (no_shard) {
     s.group->AllReduce(*flat, ReduceOp::Sum);
-    if (!into_target) CastInto(std::span<const TensorPtr>(&flat, 1), std::span<const TensorPtr>(&target, 1));
+    if (!into_target) CopyInto(std::span<const TensorPtr>(&flat, 1), std::span<const TensorPtr>(&target, 1));
   } else if (fp32_reduce) {
     s.group->ReduceScatter(*flat, *target, ReduceOp::Sum);
   } else {
     detail::PooledBuffer reduced = s.pool->Acquire(reduce_dtype, s.shard_size);
     s.group->ReduceScatter(*flat, *reduced.tensor, ReduceOp::Sum);
-    CastInto(std::span<const TensorPtr>(&reduced.tensor, 1), std::span<const TensorPtr>(&target, 1));
+    CopyInto(std::span<const TensorPtr>(&reduced.tensor, 1), std::span<const TensorPtr>(&target, 1));
     s.pool->Return(reduced);
   }
   if (fp32_reduce && world > 1) ScaleInPlace(std::span<const TensorPtr>(&target, 1), average);
@@ -229,6 +238,14 @@ void FSDPShardingUnit::ReduceGradients(const GradientMap& gradients) {
     return;
   }
   // Gradient accumulation over several backward passes before one step.
+  if (!s.placement->IsHost()) {
+    // On the device: one queued kernel (a shard set by SetLocalGradient() on another backend
+    // goes through the host, as any mixed pair does).
+    AddInto(std::span<const TensorPtr>(&target, 1), std::span<const TensorPtr>(&s.local_gradient, 1));
+    target.reset();
+    s.pool->Return(scratch);
+    return;
+  }
   const auto add = cpu::Elements<DataType::Float32>(*target);
   if (s.local_gradient->GetDataType() == DataType::Float32 && cpu::IsCpuTensor(*s.local_gradient)) {
     const auto into = cpu::Elements<DataType::Float32>(*s.local_gradient);
@@ -252,9 +269,9 @@ void FSDPShardingUnit::SetLocalGradient(TensorPtr gradient) {
 
 void FSDPShardingUnit::ZeroGrad() noexcept {
   Impl& s = *impl_;
-  // Keep an FP32 CPU shard for the next ReduceGradients() to reduce into.
-  if (s.local_gradient && s.local_gradient->GetDataType() == DataType::Float32 && cpu::IsCpuTensor(*s.local_gradient) &&
-      s.local_gradient->Size() == s.shard_size) {
+  // Keep an FP32 shard of ours for the next ReduceGradients() to reduce into.
+  if (s.local_gradient && s.local_gradient->GetDataType() == DataType::Float32 &&
+      s.placement->Holds(*s.local_gradient) && s.local_gradient->Size() == s.shard_size) {
     s.spare_gradient = std::move(s.local_gradient);
   }
   s.local_gradient.reset();

@@ -27,7 +27,8 @@ struct FSDPShardingUnit::Impl {
   std::size_t shard_size = 0;
   std::size_t shard_offset = 0;
 
-  detail::BufferPool* pool = nullptr;  // the owning FSDP's caching allocator
+  detail::BufferPool* pool = nullptr;            // the owning FSDP's caching allocator
+  const detail::Placement* placement = nullptr;  // the owning FSDP's device and backend
 
   TensorPtr shard;     // FP32 master shard (the whole buffer under NoShard)
   TensorPtr gathered;  // flat gathered buffer while gathered
@@ -37,6 +38,7 @@ struct FSDPShardingUnit::Impl {
   detail::PooledBuffer kept;              // ShardGradOp / NoShard: gathered buffer kept between steps
   TensorPtr local_gradient;               // FP32 gradient shard
   TensorPtr spare_gradient;               // last step's FP32 shard, reused by the next ReduceGradients()
+  TensorPtr zero_padding;                 // device path: PaddedSize() - NumElements() FP32 zeros
 
   // Views of @p flat with the parameters' shapes, by name.
   GradientMap ViewsOf(const TensorPtr& flat) const;

@@ -1,0 +1,36 @@
+#include "mlframework/backends/cuda/AddInto.cuh"
+
+#include "mlframework/backends/cuda/CudaCheck.hpp"
+#include "mlframework/backends/cuda/MultiTensorApply.cuh"
+
+namespace mlframework::backends::cuda {
+
+namespace {
+
+__global__ void __launch_bounds__(kBlockThreads)
+    AddIntoKernel(const __grid_constant__ TensorListMeta list, float alpha) {
+  ForEachPiece(list, [&](int s, std::uint64_t lo, std::uint64_t hi) {
+    DispatchDtype(list.dtype[0][s], [&](auto src_tag) {
+      constexpr DataType S = decltype(src_tag)::value;
+      DispatchDtype(list.dtype[1][s], [&](auto dst_tag) {
+        constexpr DataType T = decltype(dst_tag)::value;
+        const auto* src = static_cast<const StoredType<S>*>(list.data[0][s]);
+        auto* dst = static_cast<StoredType<T>*>(list.data[1][s]);
+        for (std::uint64_t i = lo + threadIdx.x; i < hi; i += kBlockThreads) {
+          // Explicit rounding intrinsics: no contraction into an FMA, so the CPU backend's bits.
+          const float product = __fmul_rn(alpha, ToFloat<S>(src[i]));
+          dst[i] = FromFloat<T>(__fadd_rn(ToFloat<T>(dst[i]), product));
+        }
+      });
+    });
+  });
+}
+
+}  // namespace
+
+void LaunchAddInto(const Launch& launch, float alpha, cudaStream_t stream) {
+  AddIntoKernel<<<launch.blocks, kBlockThreads, 0, stream>>>(launch.meta, alpha);
+  MLFW_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace mlframework::backends::cuda
