@@ -163,6 +163,73 @@ FSDP::FSDP(std::shared_ptr<IProcessGroup> group, FSDPConfig config) {
 
 FSDP::~FSDP() = default;
 
+namespace {
+
+// True when every parameter is a tensor @p where allocates (so views of it can be taken).
+bool AllHeldBy(const detail::Placement& where, const std::vector<TensorPtr>& sources) {
+  return std::all_of(sources.begin(), sources.end(), [&](const TensorPtr& t) { return where.Holds(*t); });
+}
+
+// Where a unit's parameters go: parameter i at offsets[i] of the flat unit of `padded`
+// elements, of which this rank keeps [shard_offset, shard_offset + shard_size).
+struct UnitLayout {
+  const std::vector<std::size_t>& offsets;
+  const std::vector<Shape>& shapes;
+  std::size_t padded;
+  std::size_t shard_offset;
+  std::size_t shard_size;
+};
+
+// Copies the parts of @p sources that fall in this rank's shard into @p shard.
+void CopyShardOf(const UnitLayout& unit, const std::vector<TensorPtr>& sources, const detail::Placement& where,
+                 const TensorPtr& shard) {
+  std::vector<TensorPtr> from;
+  std::vector<TensorPtr> to;
+  const std::size_t first = unit.shard_offset;
+  const std::size_t last = unit.shard_offset + unit.shard_size;
+  for (std::size_t i = 0; i < sources.size(); ++i) {
+    const std::size_t begin = std::max(first, unit.offsets[i]);
+    const std::size_t end = std::min(last, unit.offsets[i] + sources[i]->Size());
+    if (begin >= end) continue;
+    from.push_back(where.View(sources[i], begin - unit.offsets[i], {end - begin}));
+    to.push_back(where.View(shard, begin - first, {end - begin}));
+  }
+  CopyInto(from, to);
+}
+
+// The general registration: flattens the whole unit (needed to broadcast rank 0's values, or
+// when a parameter is not a tensor of the unit's backend), then keeps this rank's part in
+// @p shard (the whole flat buffer when not sharded).
+void RegisterThroughFlatBuffer(const UnitLayout& unit, const std::vector<TensorPtr>& sources, IProcessGroup& group,
+                               const detail::Placement& where, bool sharded, bool sync_module_states,
+                               TensorPtr& shard) {
+  // Flatten into FP32 (one fused cast), optionally take rank 0's values, keep this rank's part.
+  // The shard is allocated before the transient flat buffer, so the shards of many units lie
+  // together and the freed flat buffers leave fewer holes between them.
+  if (sharded) shard = where.Allocate(unit.shard_size, DataType::Float32);
+  TensorPtr flat = where.Allocate(unit.padded, DataType::Float32);
+  {
+    std::vector<TensorPtr> targets;
+    targets.reserve(unit.shapes.size());
+    for (std::size_t i = 0; i < unit.shapes.size(); ++i) {
+      targets.push_back(where.View(flat, unit.offsets[i], unit.shapes[i]));
+    }
+    CopyInto(sources, targets);
+  }
+  if (sync_module_states) group.Broadcast(*flat, 0);
+  if (sharded && where.IsHost()) {
+    std::memcpy(cpu::MutableData(*shard), cpu::Elements<DataType::Float32>(*flat).data() + unit.shard_offset,
+                unit.shard_size * sizeof(float));
+  } else if (sharded) {
+    const TensorPtr own_part = where.View(flat, unit.shard_offset, {unit.shard_size});
+    CopyInto(std::span<const TensorPtr>(&own_part, 1), std::span<const TensorPtr>(&shard, 1));
+  } else {
+    shard = std::move(flat);
+  }
+}
+
+}  // namespace
+
 FSDPShardingUnit& FSDP::RegisterUnit(const std::string& name, const GradientMap& parameters) {
   IProcessGroup& group = *impl_->group;
   const int world = group.WorldSize();
@@ -233,30 +300,23 @@ FSDPShardingUnit& FSDP::RegisterUnit(const std::string& name, const GradientMap&
   unit->shard_size = sharded ? unit->padded / world_size : unit->numel;
   unit->shard_offset = sharded ? unit->shard_size * static_cast<std::size_t>(group.Rank()) : 0;
 
-  // Flatten into FP32 (one fused cast), optionally take rank 0's values, keep this rank's part.
-  // The shard is allocated before the transient flat buffer, so the shards of many units lie
-  // together and the freed flat buffers leave no holes between them.
   const detail::Placement& where = impl_->placement;
-  if (sharded) unit->shard = where.Allocate(unit->shard_size, DataType::Float32);
-  TensorPtr flat = where.Allocate(unit->padded, DataType::Float32);
-  {
-    std::vector<TensorPtr> targets;
-    targets.reserve(unit->names.size());
-    for (std::size_t i = 0; i < unit->names.size(); ++i) {
-      targets.push_back(where.View(flat, unit->offsets[i], unit->shapes[i]));
-    }
-    CopyInto(sources, targets);
-  }
-  if (impl_->config.SyncModuleStates) group.Broadcast(*flat, 0);
-  if (sharded && where.IsHost()) {
-    std::memcpy(cpu::MutableData(*unit->shard), cpu::Elements<DataType::Float32>(*flat).data() + unit->shard_offset,
-                unit->shard_size * sizeof(float));
-  } else if (sharded) {
-    const TensorPtr own_part = where.View(flat, unit->shard_offset, {unit->shard_size});
-    CopyInto(std::span<const TensorPtr>(&own_part, 1), std::span<const TensorPtr>(&unit->shard, 1));
+  const UnitLayout layout{unit->offsets, unit->shapes, unit->padded, unit->shard_offset, unit->shard_size};
+  if (sharded && !impl_->config.SyncModuleStates && AllHeldBy(where, sources)) {
+    // Only this rank's part is needed: copy each parameter's overlap with the shard straight
+    // into it (one fused cast). No transient unit-sized buffer, which between long-lived
+    // shards would leave the allocator's heap full of holes (resident memory above the ZeRO-3
+    // figure in docs/BENCHMARKS.md). The padding stays as allocated: zero.
+    unit->shard = where.Allocate(unit->shard_size, DataType::Float32);
+    CopyShardOf(layout, sources, where, unit->shard);
   } else {
-    unit->shard = std::move(flat);
+    RegisterThroughFlatBuffer(layout, sources, group, where, sharded, impl_->config.SyncModuleStates, unit->shard);
   }
+  // The FP32 gradient shard too is allocated now, next to the parameter shard, as DeepSpeed's
+  // contiguous gradient partitions are: allocated at the first backward instead, between the
+  // framework's transient gradients, the shards left the heap full of holes (resident memory
+  // 1.2x the ZeRO-3 figure; docs/BENCHMARKS.md). It is memory the first step needs anyway.
+  unit->spare_gradient = where.Allocate(unit->shard_size, DataType::Float32);
   // The device path zeroes the flat gradient buffer's padding by copying these zeros.
   if (!where.IsHost() && unit->padded > unit->numel) {
     unit->zero_padding = where.Allocate(unit->padded - unit->numel, DataType::Float32);
