@@ -19,6 +19,8 @@
 using namespace mlframework;
 using mlfw_test::FakeBackend;
 using mlfw_test::FakeTensor;
+using mlfw_test::RandomOverflows;
+using mlfw_test::SyncsDuring;
 
 namespace {
 
@@ -58,17 +60,6 @@ void CheckSameGradients(const GradientMap& host, const GradientMap& device) {
   }
 }
 
-std::vector<bool> RandomOverflows(unsigned seed, int steps) {
-  std::mt19937 rng(seed);
-  std::bernoulli_distribution overflow(0.3);
-  std::vector<bool> pattern;
-  pattern.reserve(static_cast<std::size_t>(steps));
-  for (int i = 0; i < steps; ++i) {
-    pattern.push_back(overflow(rng));
-  }
-  return pattern;
-}
-
 const amp::DynamicScalerConfig kConfig{.InitialScale = 1024.0f,
                                        .GrowthFactor = 2.0f,
                                        .BackoffFactor = 0.5f,
@@ -76,14 +67,6 @@ const amp::DynamicScalerConfig kConfig{.InitialScale = 1024.0f,
                                        .MinScale = 1.0f,
                                        .MaxScale = 8192.0f,
                                        .Hysteresis = 2};
-
-// Synchronisations counted by the fake backend while `body` runs.
-template <typename Body>
-std::int64_t SyncsDuring(Body&& body) {
-  const std::int64_t before = FakeBackend().SyncCount();
-  body();
-  return FakeBackend().SyncCount() - before;
-}
 
 }  // namespace
 

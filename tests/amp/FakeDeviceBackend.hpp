@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <random>
 #include <span>
 #include <string_view>
 #include <utility>
@@ -290,6 +291,27 @@ inline std::vector<float> FakeDeviceTensor::ToFloatVector() const {
   return inner_->ToFloatVector();
 }
 inline const mlframework::TensorBackend* FakeDeviceTensor::Backend() const noexcept { return &FakeBackend(); }
+
+// A reproducible overflow pattern for scale trajectories: each step overflows with
+// probability 0.3.
+inline std::vector<bool> RandomOverflows(unsigned seed, int steps) {
+  std::mt19937 rng(seed);
+  std::bernoulli_distribution overflow(0.3);
+  std::vector<bool> pattern;
+  pattern.reserve(static_cast<std::size_t>(steps));
+  for (int i = 0; i < steps; ++i) {
+    pattern.push_back(overflow(rng));
+  }
+  return pattern;
+}
+
+// Host synchronisations the fake backend counted while `body` ran.
+template <typename Body>
+std::int64_t SyncsDuring(Body&& body) {
+  const std::int64_t before = FakeBackend().SyncCount();
+  body();
+  return FakeBackend().SyncCount() - before;
+}
 
 inline mlframework::amp::ScaleState FakeScaleState::Read() const {
   backend_.CountSync();

@@ -28,6 +28,7 @@ namespace dist = mlframework::distributed;
 namespace fsdp = mlframework::distributed::fsdp;
 using mlfw_test::FakeBackend;
 using mlfw_test::FakeTensor;
+using mlfw_test::SyncsDuring;
 
 namespace {
 
@@ -73,13 +74,6 @@ class TwoRankDouble final : public dist::IProcessGroup {
   static void Unexpected(const char* call) { BOOST_FAIL(std::string("unexpected collective ") + call); }
   std::string name_;
 };
-
-template <typename Body>
-std::int64_t SyncsDuring(Body&& body) {
-  const std::int64_t before = FakeBackend().SyncCount();
-  body();
-  return FakeBackend().SyncCount() - before;
-}
 
 GradientMap Gradients(int step, bool overflow, bool on_device) {
   std::vector<float> a = {1.0f, -2.0f * static_cast<float>(step % 3 + 1), 0.5f};

@@ -35,6 +35,7 @@ namespace dist = mlframework::distributed;
 namespace fsdp = mlframework::distributed::fsdp;
 using mlfw_test::FakeBackend;
 using mlfw_test::FakeDeviceTensor;
+using mlfw_test::SyncsDuring;
 
 namespace {
 
@@ -124,13 +125,6 @@ class NoBackendTensor final : public ITensor {
  private:
   TensorPtr inner_;
 };
-
-template <typename Body>
-std::int64_t SyncsDuring(Body&& body) {
-  const std::int64_t before = FakeBackend().SyncCount();
-  body();
-  return FakeBackend().SyncCount() - before;
-}
 
 struct Layout {
   std::string unit;

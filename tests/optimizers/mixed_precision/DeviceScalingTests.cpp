@@ -22,15 +22,10 @@ using namespace mlframework;
 using namespace mlframework::optimizers::mixed_precision;
 using mlfw_test::FakeBackend;
 using mlfw_test::FakeTensor;
+using mlfw_test::RandomOverflows;
+using mlfw_test::SyncsDuring;
 
 namespace {
-
-template <typename Body>
-std::int64_t SyncsDuring(Body&& body) {
-  const std::int64_t before = FakeBackend().SyncCount();
-  body();
-  return FakeBackend().SyncCount() - before;
-}
 
 GradientMap Gradients(int step, bool overflow, bool on_device) {
   std::vector<float> a = {0.25f * static_cast<float>(step % 5 + 1), -3.0f, 100.0f, 0.001f};
@@ -69,17 +64,6 @@ void CheckSame(const GradientMap& host, const GradientMap& device) {
   }
 }
 
-std::vector<bool> Pattern(unsigned seed, int steps) {
-  std::mt19937 rng(seed);
-  std::bernoulli_distribution overflow(0.3);
-  std::vector<bool> pattern;
-  pattern.reserve(static_cast<std::size_t>(steps));
-  for (int i = 0; i < steps; ++i) {
-    pattern.push_back(overflow(rng));
-  }
-  return pattern;
-}
-
 MixedPrecisionOptions Options(bool clipping) {
   return MixedPrecisionOptions{.InitialLossScale = 1024.0f,
                                .GrowthInterval = 3,
@@ -97,7 +81,7 @@ BOOST_AUTO_TEST_SUITE(MixedPrecisionOnDevice)
 BOOST_AUTO_TEST_CASE(ScalerStepCallsAreSyncFreeAndFollowTheHost) {
   DynamicLossScaler host(Options(false));
   DynamicLossScaler device(Options(false));
-  const std::vector<bool> pattern = Pattern(17, 40);
+  const std::vector<bool> pattern = RandomOverflows(17, 40);
   for (int step = 0; step < static_cast<int>(pattern.size()); ++step) {
     BOOST_TEST_CONTEXT("step " << step) {
       const GradientMap host_grads = host.UnscaleGradients(Gradients(step, pattern[step], false));
@@ -142,7 +126,7 @@ BOOST_AUTO_TEST_CASE(PipelineMatchesHostWithOneSyncPerStep) {
     BOOST_TEST_CONTEXT("clipping " << clipping) {
       GradientConversionLayer host(Options(clipping));
       GradientConversionLayer device(Options(clipping));
-      const std::vector<bool> pattern = Pattern(23, 36);
+      const std::vector<bool> pattern = RandomOverflows(23, 36);
       for (int step = 0; step < static_cast<int>(pattern.size()); ++step) {
         BOOST_TEST_CONTEXT("step " << step) {
           const GradientProcessingResult expected = host.ProcessGradients(Gradients(step, pattern[step], false));
