@@ -16,16 +16,12 @@
 #include <mlframework/backends/cuda/CudaTensor.hpp>
 #include <mlframework/core/Tensor.hpp>
 
+#include "cuda/CudaTestUtil.hpp"
+
 using namespace mlframework;
+using mlfw_cuda_test::Bits;
 
 namespace {
-
-std::vector<std::uint32_t> Bits(const ITensor& tensor) {
-  const std::vector<float> values = tensor.ToFloatVector();
-  std::vector<std::uint32_t> bits(values.size());
-  std::memcpy(bits.data(), values.data(), values.size() * sizeof(float));
-  return bits;
-}
 
 // Gradients of step `step` on `device`: FP16, BF16 and FP32 entries; some steps overflow.
 GradientMap Gradients(int step, Device device) {

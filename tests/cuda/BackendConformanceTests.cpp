@@ -18,21 +18,15 @@
 #include <mlframework/core/MultiTensor.hpp>
 #include <mlframework/core/Tensor.hpp>
 
+#include "cuda/CudaTestUtil.hpp"
+
 using namespace mlframework;
+using mlfw_cuda_test::Bits;
+using mlfw_cuda_test::kDtypes;
+using mlfw_cuda_test::kGpu;
 namespace cuda = mlframework::backends::cuda;
 
 namespace {
-
-constexpr DataType kDtypes[] = {DataType::Float32, DataType::Float16, DataType::BFloat16};
-const Device kGpu = Device::CUDA(0);
-
-// Bits of the widened values: widening is injective, so equal bits mean equal stored elements.
-std::vector<std::uint32_t> Bits(const ITensor& tensor) {
-  const std::vector<float> values = tensor.ToFloatVector();
-  std::vector<std::uint32_t> bits(values.size());
-  std::memcpy(bits.data(), values.data(), values.size() * sizeof(float));
-  return bits;
-}
 
 struct Pair {
   std::vector<TensorPtr> cpu;

@@ -16,19 +16,14 @@
 #include <mlframework/core/MultiTensor.hpp>
 #include <mlframework/core/Tensor.hpp>
 
+#include "cuda/CudaTestUtil.hpp"
+
 using namespace mlframework;
+using mlfw_cuda_test::Bits;
+using mlfw_cuda_test::kGpu;
 namespace cuda = mlframework::backends::cuda;
 
 namespace {
-
-const Device kGpu = Device::CUDA(0);
-
-std::vector<std::uint32_t> Bits(const ITensor& tensor) {
-  const std::vector<float> values = tensor.ToFloatVector();
-  std::vector<std::uint32_t> bits(values.size());
-  std::memcpy(bits.data(), values.data(), values.size() * sizeof(float));
-  return bits;
-}
 
 std::vector<ITensor*> Raw(const std::vector<TensorPtr>& tensors) {
   std::vector<ITensor*> raw;

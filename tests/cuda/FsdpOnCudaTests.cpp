@@ -22,21 +22,16 @@
 #include <mlframework/distributed/fsdp/FSDP.hpp>
 #include <mlframework/optimizers/SGD.hpp>
 
+#include "cuda/CudaTestUtil.hpp"
+
 using namespace mlframework;
+using mlfw_cuda_test::Bits;
+using mlfw_cuda_test::kDtypes;
+using mlfw_cuda_test::kGpu;
 namespace cuda = mlframework::backends::cuda;
 namespace fsdp = mlframework::distributed::fsdp;
 
 namespace {
-
-constexpr DataType kDtypes[] = {DataType::Float32, DataType::Float16, DataType::BFloat16};
-const Device kGpu = Device::CUDA(0);
-
-std::vector<std::uint32_t> Bits(const ITensor& tensor) {
-  const std::vector<float> values = tensor.ToFloatVector();
-  std::vector<std::uint32_t> bits(values.size());
-  std::memcpy(bits.data(), values.data(), values.size() * sizeof(float));
-  return bits;
-}
 
 std::vector<float> Random(std::size_t size, unsigned seed) {
   std::mt19937 rng(seed);

@@ -290,38 +290,20 @@ class CudaBackend final : public DeviceScalingBackend {
   }
 
   void CopyInto(std::span<const ITensor* const> src, std::span<ITensor* const> dst, float factor) const override {
-    for (const DeviceGroup& group : PairsByDevice(src, dst, [&](const CudaTensor&in, ITensor&out) {
-           static_cast<void>(CastAcrossDevices(in, out, factor));
-         })) {
-      const auto launches = PlanLaunches(group.entries);
-      if (launches.empty()) {
-        continue;
-      }
-      DeviceContext& context = DeviceContext::Get(group.device);
-      std::lock_guard lock(context.Mutex());
-      DeviceGuard guard(group.device);
-      for (const Launch& launch : launches) {
-        LaunchCast(launch, FactorSource{factor}, nullptr, context.Stream());  // no flag: nothing to wait for
-      }
-    }
+    const auto groups = PairsByDevice(
+        src, dst, [&](const CudaTensor& in, ITensor& out) { static_cast<void>(CastAcrossDevices(in, out, factor)); });
+    LaunchOnEachDevice(groups, [&](const Launch& launch, cudaStream_t stream) {
+      LaunchCast(launch, FactorSource{factor}, nullptr, stream);  // no flag: nothing to wait for
+    });
   }
 
   void AddInto(std::span<const ITensor* const> src, std::span<ITensor* const> dst, float alpha) const override {
-    for (const DeviceGroup& group : PairsByDevice(src, dst, [&](const CudaTensor&in, ITensor&out) {
-           // A pair on two GPUs: through the host (rare), with the kernel's rounding.
-           mlframework::detail::HostAddInto(in, out, alpha);
-         })) {
-      const auto launches = PlanLaunches(group.entries);
-      if (launches.empty()) {
-        continue;
-      }
-      DeviceContext& context = DeviceContext::Get(group.device);
-      std::lock_guard lock(context.Mutex());
-      DeviceGuard guard(group.device);
-      for (const Launch& launch : launches) {
-        LaunchAddInto(launch, alpha, context.Stream());
-      }
-    }
+    const auto groups = PairsByDevice(src, dst, [&](const CudaTensor& in, ITensor& out) {
+      // A pair on two GPUs: through the host (rare), with the kernel's rounding.
+      mlframework::detail::HostAddInto(in, out, alpha);
+    });
+    LaunchOnEachDevice(groups,
+                       [&](const Launch& launch, cudaStream_t stream) { LaunchAddInto(launch, alpha, stream); });
   }
 
   TensorPtr Allocate(const Shape& shape, DataType dtype, Device device) const override {
@@ -460,6 +442,24 @@ class CudaBackend final : public DeviceScalingBackend {
     DeviceGuard guard(device);
     for (const Launch& launch : launches) {
       LaunchScale(launch, factor, context.Stream());
+    }
+  }
+
+  // Queues @p launch_one(launch, stream) for every planned launch of each group, on its GPU's
+  // backend stream, without waiting for the device.
+  template <typename LaunchOne>
+  static void LaunchOnEachDevice(const std::vector<DeviceGroup>& groups, LaunchOne&& launch_one) {
+    for (const DeviceGroup& group : groups) {
+      const auto launches = PlanLaunches(group.entries);
+      if (launches.empty()) {
+        continue;
+      }
+      DeviceContext& context = DeviceContext::Get(group.device);
+      std::lock_guard lock(context.Mutex());
+      DeviceGuard guard(group.device);
+      for (const Launch& launch : launches) {
+        launch_one(launch, context.Stream());
+      }
     }
   }
 

@@ -1,0 +1,26 @@
+#pragma once
+// Shared by the device suites of test_cuda_device.
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include <mlframework/core/DataType.hpp>
+#include <mlframework/core/Device.hpp>
+#include <mlframework/core/ITensor.hpp>
+
+namespace mlfw_cuda_test {
+
+inline constexpr mlframework::DataType kDtypes[] = {mlframework::DataType::Float32, mlframework::DataType::Float16,
+                                                    mlframework::DataType::BFloat16};
+inline const mlframework::Device kGpu = mlframework::Device::CUDA(0);
+
+// Bits of the widened values: widening is injective, so equal bits mean equal stored elements.
+inline std::vector<std::uint32_t> Bits(const mlframework::ITensor& tensor) {
+  const std::vector<float> values = tensor.ToFloatVector();
+  std::vector<std::uint32_t> bits(values.size());
+  std::memcpy(bits.data(), values.data(), values.size() * sizeof(float));
+  return bits;
+}
+
+}  // namespace mlfw_cuda_test
