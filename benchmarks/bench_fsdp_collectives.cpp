@@ -309,7 +309,12 @@ constexpr auto kBF16 = static_cast<std::int64_t>(DataType::BFloat16);
 
 // Memory first, while the process is small (the peak is reset per run, but a heap grown by the
 // 16M-element buffers would hand FSDP memory that is already resident).
-BENCHMARK(BM_FsdpPeakMemory)->Args({32, 1 << 19})->Args({64, 1 << 18})->Iterations(1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_FsdpPeakMemory)
+    ->Args({32, 1 << 19})
+    ->Args({64, 1 << 18})
+    ->Args({64, 1 << 20})
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_AllGather16M)
     ->Arg(kF32)
     ->Arg(kF16)
