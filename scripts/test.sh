@@ -82,8 +82,8 @@ release() {
 # skip on GPU-less CI anyway), which also saves the nvcc time twice over.
 # Samples stay in: their smoke tests run them.
 sanitize() {
-  # -O1 -g1: about a quarter less compile time than RelWithDebInfo's -O2 -g on this
-  # 2-core machine, and ASan's reports keep file and line (docs/RELIABILITY.md).
+  # -O1 -g1 instead of RelWithDebInfo's -O2 -g: a shorter build on 2 cores (step times in
+  # docs/RELIABILITY.md), and ASan's reports keep file and line.
   cmake -S . -B "$sanitize_build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMLFW_WARNINGS_AS_ERRORS=ON \
     "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" \
     -DMLFW_SANITIZE=address,undefined -DMLFW_BUILD_BENCHMARKS=OFF -DMLFW_ENABLE_CUDA=OFF
