@@ -65,7 +65,8 @@ std::string PendingCollectives::RetireLocked() {
       status = CollectiveStatus{CollectiveStatus::State::Failed, std::string(front.call) + " failed: " + e.what()};
     }
     if (status.Result == CollectiveStatus::State::Failed) {
-      return status.Message + " (rank " + std::to_string(rank_) + ")";
+      return std::string(front.call) + " failed on rank " + std::to_string(rank_) + ": " + status.Message +
+             "; the communicator was aborted";
     }
     if (status.Result == CollectiveStatus::State::NotDone) {
       const double waited = std::chrono::duration<double>(Now() - front.enqueued).count();

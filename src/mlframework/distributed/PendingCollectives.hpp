@@ -31,7 +31,7 @@ namespace mlframework::distributed::detail {
 struct CollectiveStatus {
   enum class State { Done, NotDone, Failed };
   State Result = State::NotDone;
-  /// Why it failed (only for Failed).
+  /// Why it failed (only for Failed); the call name and the rank are added to it.
   std::string Message;
 };
 
