@@ -209,7 +209,7 @@ BOOST_AUTO_TEST_CASE(HookExceptionsAreFailures) {
   FakeClock clock;
   Counters counters;
   PendingCollectivesHooks hooks = counters.Hooks(clock);
-  hooks.AsyncError = [] () -> std::string {
+  hooks.AsyncError = []() -> std::string {
     throw CommunicationError("ncclCommGetAsyncError(comm_, &async) failed: invalid argument at x.cpp:1");
   };
   PendingCollectives pending(0, 10.0, 0ms, hooks);

@@ -34,11 +34,11 @@ namespace mlframework::distributed::detail {
 
 /// For destructors and abort paths, which must not throw: runs the NCCL call and reports a
 /// failure on stderr (call, NCCL's error string, file and line).
-#define MLFW_NCCL_CHECK_NOTHROW(call)                                                                              \
-  do {                                                                                                             \
-    const ncclResult_t mlfw_nccl_result = (call);                                                                  \
-    if (mlfw_nccl_result != ncclSuccess) {                                                                         \
+#define MLFW_NCCL_CHECK_NOTHROW(call)                                                                            \
+  do {                                                                                                           \
+    const ncclResult_t mlfw_nccl_result = (call);                                                                \
+    if (mlfw_nccl_result != ncclSuccess) {                                                                       \
       std::fprintf(stderr, "mlframework: %s failed: %s at %s:%d\n", #call, ncclGetErrorString(mlfw_nccl_result), \
-                   __FILE__, __LINE__);                                                                            \
-    }                                                                                                              \
+                   __FILE__, __LINE__);                                                                          \
+    }                                                                                                            \
   } while (false)

@@ -135,8 +135,8 @@ class NcclProcessGroup final : public IProcessGroup {
     MLFW_NCCL_CHECK(ncclCommInitRank(&comm_, world_size_, nccl_id, rank_));
     try {
       scratch_ = static_cast<double*>(context_->Allocate(kScratchDoubles * sizeof(double)));
-      pending_ = std::make_unique<detail::PendingCollectives>(rank_, options_.TimeoutSeconds, kWatchdogInterval,
-                                                              MakeHooks());
+      pending_ =
+          std::make_unique<detail::PendingCollectives>(rank_, options_.TimeoutSeconds, kWatchdogInterval, MakeHooks());
     } catch (...) {
       context_->Free(scratch_);
       MLFW_NCCL_CHECK_NOTHROW(ncclCommDestroy(comm_));

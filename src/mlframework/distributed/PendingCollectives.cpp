@@ -36,8 +36,7 @@ PendingCollectives::TimePoint PendingCollectives::Now() const {
   return hooks_.Clock ? hooks_.Clock() : std::chrono::steady_clock::now();
 }
 
-void PendingCollectives::Add(const char* call, std::function<CollectiveStatus()> query,
-                             std::function<void()> release) {
+void PendingCollectives::Add(const char* call, std::function<CollectiveStatus()> query, std::function<void()> release) {
   const TimePoint now = Now();
   {
     const std::lock_guard lock(mutex_);
