@@ -9,6 +9,7 @@
 #include <mutex>
 #include <new>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <cuda_runtime_api.h>
@@ -238,14 +239,20 @@ class NcclProcessGroup final : public IProcessGroup {
     Run("AllReduceHost", [&] {
       for (std::size_t first = 0; first < values.size(); first += kScratchDoubles) {
         const std::size_t count = std::min(kScratchDoubles, values.size() - first);
-        // The values come back to the host: waited for.
-        Enqueue("ncclAllReduce (host values)", true, [&](ncclComm_t comm) {
-          MLFW_CUDA_CHECK(cudaMemcpyAsync(scratch_, values.data() + first, count * sizeof(double),
-                                          cudaMemcpyHostToDevice, Stream()));
-          MLFW_NCCL_CHECK(ncclAllReduce(scratch_, scratch_, count, ncclFloat64, NcclOp(op), comm, Stream()));
-          MLFW_CUDA_CHECK(cudaMemcpyAsync(values.data() + first, scratch_, count * sizeof(double),
-                                          cudaMemcpyDeviceToHost, Stream()));
-        });
+        // The copies stay outside the communicator lock: a pageable copy can block until the
+        // stream reaches it, and the watchdog must still be able to abort meanwhile.
+        MLFW_CUDA_CHECK(
+            cudaMemcpyAsync(scratch_, values.data() + first, count * sizeof(double), cudaMemcpyHostToDevice, Stream()));
+        // The values come back to the host: waited for (the event follows the copy back).
+        Enqueue(
+            "ncclAllReduce (host values)", true,
+            [&](ncclComm_t comm) {
+              MLFW_NCCL_CHECK(ncclAllReduce(scratch_, scratch_, count, ncclFloat64, NcclOp(op), comm, Stream()));
+            },
+            [&] {
+              MLFW_CUDA_CHECK(cudaMemcpyAsync(values.data() + first, scratch_, count * sizeof(double),
+                                              cudaMemcpyDeviceToHost, Stream()));
+            });
       }
     });
   }
@@ -279,12 +286,16 @@ class NcclProcessGroup final : public IProcessGroup {
     }
   }
 
-  // Enqueues the NCCL call(s) of @p enqueue on the backend stream under the communicator
-  // lock, records an event after them and registers it as pending. Stream order makes
-  // later kernels see the result, so the host waits only when @p must_wait (the result
-  // goes to the host) or in Blocking mode.
+  // Enqueues the NCCL call of @p enqueue on the backend stream under the communicator lock,
+  // then runs @p after (stream work that follows it, outside the lock), records an event and
+  // registers it as pending. Stream order makes later kernels see the result, so the host
+  // waits only when @p must_wait (the result goes to the host) or in Blocking mode.
   template <typename Fn>
   void Enqueue(const char* call, bool must_wait, Fn&& enqueue) {
+    Enqueue(call, must_wait, std::forward<Fn>(enqueue), [] {});
+  }
+  template <typename Fn, typename After>
+  void Enqueue(const char* call, bool must_wait, Fn&& enqueue, After&& after) {
     cudaEvent_t event = events_.Acquire();
     try {
       bool aborted = false;
@@ -302,6 +313,7 @@ class NcclProcessGroup final : public IProcessGroup {
         throw CommunicationError(std::string(call) + ": the NCCL communicator of rank " + std::to_string(rank_) +
                                  " was aborted");
       }
+      after();
       MLFW_CUDA_CHECK(cudaEventRecord(event, Stream()));
     } catch (...) {
       events_.Release(event);
