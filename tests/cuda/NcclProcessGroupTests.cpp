@@ -1,5 +1,6 @@
 // The NCCL process group on one GPU (world size 1): every collective on every
-// dtype, CUDA tensors in place and CPU tensors staged, and bad arguments.
+// dtype, CUDA tensors in place and CPU tensors staged, bad arguments, collectives
+// that return without waiting (ordered on the stream) and the Blocking option.
 // Needs a CUDA device (and a build with NCCL; otherwise the factories must
 // throw BackendError). Multi-GPU runs need a machine with several GPUs.
 #include <vector>
@@ -9,6 +10,7 @@
 #include <mlframework/backends/cuda/CudaTensor.hpp>
 #include <mlframework/config.hpp>
 #include <mlframework/core/Error.hpp>
+#include <mlframework/core/MultiTensor.hpp>
 #include <mlframework/core/Tensor.hpp>
 #include <mlframework/distributed/NcclProcessGroup.hpp>
 
@@ -20,8 +22,41 @@ namespace {
 const Device kGpu = Device::CUDA(0);
 constexpr DataType kDtypes[] = {DataType::Float32, DataType::Float16, DataType::BFloat16};
 
-std::shared_ptr<IProcessGroup> MakeGroup() {
-  return MakeNcclProcessGroup(MakeNcclUniqueId(), 0, 1, NcclProcessGroupOptions{.Device = 0});
+std::shared_ptr<IProcessGroup> MakeGroup(bool blocking = false) {
+  return MakeNcclProcessGroup(MakeNcclUniqueId(), 0, 1, NcclProcessGroupOptions{.Device = 0, .Blocking = blocking});
+}
+
+// Multiples of 1/8 in [-2, 2): times 2^k they stay exact in FP16 and BF16.
+std::vector<float> Eighths(std::size_t count) {
+  std::vector<float> values(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    values[i] = static_cast<float>(static_cast<int>(i % 32) - 16) / 8.0f;
+  }
+  return values;
+}
+
+// Enqueues @p rounds of AllGather, a backend kernel (x2), ReduceScatter, AllReduce and
+// Broadcast, each reading what the one before wrote, with no host read in between; then
+// reads the result (which synchronises) and checks it is values x 2^rounds.
+void ChainedCollectives(IProcessGroup& group, DataType dtype, int rounds) {
+  constexpr std::size_t kCount = 1u << 16;
+  const std::vector<float> values = Eighths(kCount);
+  const TensorPtr x = FromVector(values, {kCount}, dtype, kGpu);
+  const TensorPtr gathered = Zeros({kCount}, dtype, kGpu);
+  const TensorPtr scattered = Zeros({kCount}, dtype, kGpu);
+  for (int round = 0; round < rounds; ++round) {
+    group.AllGather(*x, *gathered);
+    ScaleInPlace(std::vector<TensorPtr>{gathered}, 2.0f);
+    group.ReduceScatter(*gathered, *scattered, ReduceOp::Sum);
+    group.AllReduce(*scattered, ReduceOp::Max);
+    group.Broadcast(*scattered, 0);
+    CopyInto(std::vector<TensorPtr>{scattered}, std::vector<TensorPtr>{x});
+  }
+  std::vector<float> expected = values;
+  for (float& value : expected) {
+    value *= static_cast<float>(1 << rounds);
+  }
+  BOOST_TEST(x->ToFloatVector() == expected, boost::test_tools::per_element());
 }
 
 }  // namespace
@@ -86,6 +121,72 @@ BOOST_AUTO_TEST_CASE(BadArgumentsThrowBeforeCommunicating) {
   BOOST_CHECK_THROW(group->ReduceScatter(*a, *b), ArgumentError);
   BOOST_CHECK_THROW(group->Broadcast(*a, 1), ArgumentError);
   group->Barrier();  // still usable
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(NcclCollectivesWithoutWaiting)
+
+BOOST_AUTO_TEST_CASE(EnqueuedCollectivesAreOrderedOnTheStream) {
+  if (!NcclAvailable()) {
+    return;
+  }
+  const auto group = MakeGroup();
+  for (const DataType dtype : kDtypes) {
+    ChainedCollectives(*group, dtype, 6);
+  }
+  // A waiting collective after the enqueued ones retires them and still works.
+  std::vector<double> host = {2.0, -1.0};
+  group->AllReduceHost(host, ReduceOp::Sum);
+  BOOST_TEST(host == (std::vector<double>{2.0, -1.0}), boost::test_tools::per_element());
+  group->Barrier();
+}
+
+BOOST_AUTO_TEST_CASE(StagedTensorsBetweenEnqueuedCollectives) {
+  if (!NcclAvailable()) {
+    return;
+  }
+  const auto group = MakeGroup();
+  const std::vector<float> values = Eighths(1024);
+  const TensorPtr device = FromVector(values, {1024}, DataType::Float16, kGpu);
+  const TensorPtr host = FromVector(values, {1024}, DataType::Float16, Device::CPU());
+  group->AllReduce(*device, ReduceOp::Sum);  // returns once enqueued
+  group->AllReduce(*host, ReduceOp::Sum);    // staged: waits, then writes the CPU tensor
+  BOOST_TEST(host->ToFloatVector() == values, boost::test_tools::per_element());
+  group->Broadcast(*device, 0);
+  BOOST_TEST(device->ToFloatVector() == values, boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(GroupDestroyedWithWorkPending) {
+  if (!NcclAvailable()) {
+    return;
+  }
+  const std::vector<float> values = Eighths(1u << 20);
+  const TensorPtr x = FromVector(values, {values.size()}, DataType::BFloat16, kGpu);
+  {
+    const auto group = MakeGroup();
+    for (int i = 0; i < 16; ++i) {
+      group->AllReduce(*x, ReduceOp::Max);
+    }
+  }  // the destructor lets the pending collectives finish before destroying the communicator
+  BOOST_TEST(x->ToFloatVector() == values, boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(BlockingOptionWaitsAndStillWorks) {
+  if (!NcclAvailable()) {
+    return;
+  }
+  const auto group = MakeGroup(true);
+  for (const DataType dtype : kDtypes) {
+    ChainedCollectives(*group, dtype, 3);
+  }
+  const std::vector<float> values = {1.0f, -2.5f, 0.125f, 1024.0f};
+  const TensorPtr input = FromVector(values, {4}, DataType::Float32, Device::CPU());
+  const TensorPtr output = Zeros({4}, DataType::Float32, Device::CPU());
+  group->AllGather(*input, *output);
+  BOOST_TEST(output->ToFloatVector() == values, boost::test_tools::per_element());
+  BOOST_TEST(group->AllReduceHost(3.0, ReduceOp::Sum) == 3.0);
+  group->Barrier();
 }
 
 BOOST_AUTO_TEST_SUITE_END()

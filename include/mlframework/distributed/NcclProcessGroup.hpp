@@ -14,6 +14,19 @@
 /// copy. Every NCCL and CUDA call is checked; a failed collective, an asynchronous NCCL
 /// error or a timeout aborts the communicator (ncclCommAbort) and throws
 /// CommunicationError naming the call, NCCL's error string and its last error message.
+///
+/// The host does not wait for a collective whose tensors are all CUDA tensors on the
+/// group's device (as PyTorch's ProcessGroupNCCL): it is enqueued, an event is recorded
+/// after it and the call returns; stream order makes later backend kernels, and reads
+/// such as `ToFloatVector()`, see its result. A collective that hands data to the host
+/// (staged tensors, `AllReduceHost`) or must see every rank enter (`Barrier`) waits, and
+/// so does every collective with `NcclProcessGroupOptions::Blocking`. Failures are never
+/// lost: each call first polls the pending collectives without blocking, and a watchdog
+/// thread of the group polls them every 50 ms while any is pending; an asynchronous NCCL
+/// error, a failed collective or one pending longer than `TimeoutSeconds` aborts the
+/// communicator (so kernels stuck in it return and a host blocked in a CUDA call gets
+/// control back), and the next call on the group throws CommunicationError naming the
+/// collective, the rank and the timeout; every call after that is refused.
 
 #include <array>
 #include <cstdint>
@@ -31,9 +44,15 @@ using NcclUniqueId = std::array<std::uint8_t, 128>;
 struct NcclProcessGroupOptions {
   /// CUDA device of this rank; -1: `rank % DeviceCount()` (one GPU per rank on each node).
   int Device = -1;
-  /// A collective not finished after this many seconds aborts the communicator and throws
+  /// A collective not finished this many seconds after it was enqueued aborts the
+  /// communicator (found by the watchdog or by the next call) and the next call throws
   /// CommunicationError (a rank that died cannot make the others wait forever); 0: no limit.
   double TimeoutSeconds = 600.0;
+  /// true: every collective waits for its completion before it returns (polling for
+  /// asynchronous NCCL errors and the timeout), like TORCH_NCCL_BLOCKING_WAIT; failures are
+  /// then raised by the collective that failed. false (default): collectives on tensors of
+  /// the group's device return once enqueued and a failure is raised by the next call.
+  bool Blocking = false;
 };
 
 /// True when this build has the NCCL engine.

@@ -3,6 +3,7 @@
 // CommunicationError naming the call, NCCL's error string, its last error
 // message and the file and line of the call.
 
+#include <cstdio>
 #include <string>
 
 #include <nccl.h>
@@ -29,4 +30,15 @@ namespace mlframework::distributed::detail {
     if (mlfw_nccl_result != ncclSuccess) {                                                             \
       ::mlframework::distributed::detail::ThrowNcclError(#call, mlfw_nccl_result, __FILE__, __LINE__); \
     }                                                                                                  \
+  } while (false)
+
+/// For destructors and abort paths, which must not throw: runs the NCCL call and reports a
+/// failure on stderr (call, NCCL's error string, file and line).
+#define MLFW_NCCL_CHECK_NOTHROW(call)                                                                            \
+  do {                                                                                                           \
+    const ncclResult_t mlfw_nccl_result = (call);                                                                \
+    if (mlfw_nccl_result != ncclSuccess) {                                                                       \
+      std::fprintf(stderr, "mlframework: %s failed: %s at %s:%d\n", #call, ncclGetErrorString(mlfw_nccl_result), \
+                   __FILE__, __LINE__);                                                                          \
+    }                                                                                                            \
   } while (false)

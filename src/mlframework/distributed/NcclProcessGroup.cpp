@@ -5,8 +5,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <mutex>
+#include <new>
 #include <string>
-#include <thread>
+#include <utility>
 #include <vector>
 
 #include <cuda_runtime_api.h>
@@ -20,6 +23,7 @@
 #include "mlframework/backends/cuda/DeviceContext.hpp"
 #include "mlframework/distributed/HostStaging.hpp"
 #include "mlframework/distributed/NcclCheck.hpp"
+#include "mlframework/distributed/PendingCollectives.hpp"
 
 namespace mlframework::distributed {
 
@@ -59,6 +63,8 @@ class DeviceOperand {
     pointer_ = cuda::DevicePointer(*staged_);
   }
   void* Pointer() const noexcept { return pointer_; }
+  /// True when the tensor went through a copy: the collective must finish before Commit().
+  bool Staged() const noexcept { return staged_ != nullptr; }
   void Commit(ITensor& tensor) const {
     if (staged_) {
       tensor.CopyFromFloats(staged_->ToFloatVector());
@@ -70,6 +76,56 @@ class DeviceOperand {
   void* pointer_ = nullptr;
 };
 
+// Completion events of pending collectives, reused (creating one per collective would
+// cost a driver call each). Acquire() runs on the owner's thread with the group's device
+// current; Release() also runs on the watchdog thread, hence the mutex.
+class EventPool {
+ public:
+  EventPool() = default;
+  ~EventPool() { DestroyAll(); }
+  EventPool(const EventPool&) = delete;
+  EventPool& operator=(const EventPool&) = delete;
+
+  cudaEvent_t Acquire() {
+    {
+      const std::lock_guard lock(mutex_);
+      if (!free_.empty()) {
+        cudaEvent_t event = free_.back();
+        free_.pop_back();
+        return event;
+      }
+    }
+    cudaEvent_t event = nullptr;
+    MLFW_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+    return event;
+  }
+
+  void Release(cudaEvent_t event) noexcept {
+    const std::lock_guard lock(mutex_);
+    try {
+      free_.push_back(event);
+    } catch (const std::bad_alloc&) {
+      MLFW_CUDA_CHECK_NOTHROW(cudaEventDestroy(event));
+    }
+  }
+
+  /// Destroys every pooled event (the group's device current).
+  void DestroyAll() noexcept {
+    const std::lock_guard lock(mutex_);
+    for (cudaEvent_t event : free_) {
+      MLFW_CUDA_CHECK_NOTHROW(cudaEventDestroy(event));
+    }
+    free_.clear();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<cudaEvent_t> free_;
+};
+
+// How often the watchdog polls while collectives are pending (PyTorch's watchdog: 100 ms).
+constexpr std::chrono::milliseconds kWatchdogInterval{50};
+
 class NcclProcessGroup final : public IProcessGroup {
  public:
   NcclProcessGroup(const NcclUniqueId& id, int rank, int world_size, NcclProcessGroupOptions options)
@@ -80,23 +136,36 @@ class NcclProcessGroup final : public IProcessGroup {
     MLFW_NCCL_CHECK(ncclCommInitRank(&comm_, world_size_, nccl_id, rank_));
     try {
       scratch_ = static_cast<double*>(context_->Allocate(kScratchDoubles * sizeof(double)));
+      pending_ =
+          std::make_unique<detail::PendingCollectives>(rank_, options_.TimeoutSeconds, kWatchdogInterval, MakeHooks());
     } catch (...) {
-      static_cast<void>(ncclCommDestroy(comm_));
+      context_->Free(scratch_);
+      MLFW_NCCL_CHECK_NOTHROW(ncclCommDestroy(comm_));
       throw;
     }
   }
 
   ~NcclProcessGroup() override {
-    if (comm_ != nullptr) {
-      int previous = -1;
-      const bool switched = cudaGetDevice(&previous) == cudaSuccess && cudaSetDevice(options_.Device) == cudaSuccess;
-      // Destroy waits for queued collectives; after a failure the communicator was already aborted.
-      static_cast<void>(aborted_ ? ncclSuccess : ncclCommDestroy(comm_));
-      if (switched && previous >= 0) {
-        MLFW_CUDA_CHECK_NOTHROW(cudaSetDevice(previous));
+    // The watchdog stops first: after it no other thread touches CUDA or the communicator.
+    pending_->StopWatchdog();
+    int previous = -1;
+    const bool switched = cudaGetDevice(&previous) == cudaSuccess && cudaSetDevice(options_.Device) == cudaSuccess;
+    // Work still pending finishes (or fails, bounded by the timeout, and aborts the
+    // communicator) before the communicator is destroyed.
+    static_cast<void>(pending_->Drain());
+    pending_.reset();
+    events_.DestroyAll();
+    context_->Free(scratch_);
+    {
+      const std::lock_guard lock(comm_mutex_);
+      // After a failure the communicator was already aborted (which freed it).
+      if (!aborted_) {
+        MLFW_NCCL_CHECK_NOTHROW(ncclCommDestroy(comm_));
       }
     }
-    context_->Free(scratch_);
+    if (switched && previous >= 0) {
+      MLFW_CUDA_CHECK_NOTHROW(cudaSetDevice(previous));
+    }
   }
   NcclProcessGroup(const NcclProcessGroup&) = delete;
   NcclProcessGroup& operator=(const NcclProcessGroup&) = delete;
@@ -110,9 +179,10 @@ class NcclProcessGroup final : public IProcessGroup {
     Run("AllGather", [&] {
       const DeviceOperand in(input, options_.Device, true);
       const DeviceOperand out(output, options_.Device, false);
-      MLFW_NCCL_CHECK(
-          ncclAllGather(in.Pointer(), out.Pointer(), input.Size(), NcclType(input.GetDataType()), comm_, Stream()));
-      Wait("ncclAllGather");
+      Enqueue("ncclAllGather", in.Staged() || out.Staged(), [&](ncclComm_t comm) {
+        MLFW_NCCL_CHECK(
+            ncclAllGather(in.Pointer(), out.Pointer(), input.Size(), NcclType(input.GetDataType()), comm, Stream()));
+      });
       out.Commit(output);
     });
   }
@@ -123,9 +193,10 @@ class NcclProcessGroup final : public IProcessGroup {
     Run("ReduceScatter", [&] {
       const DeviceOperand in(input, options_.Device, true);
       const DeviceOperand out(output, options_.Device, false);
-      MLFW_NCCL_CHECK(ncclReduceScatter(in.Pointer(), out.Pointer(), output.Size(), NcclType(input.GetDataType()),
-                                        NcclOp(op), comm_, Stream()));
-      Wait("ncclReduceScatter");
+      Enqueue("ncclReduceScatter", in.Staged() || out.Staged(), [&](ncclComm_t comm) {
+        MLFW_NCCL_CHECK(ncclReduceScatter(in.Pointer(), out.Pointer(), output.Size(), NcclType(input.GetDataType()),
+                                          NcclOp(op), comm, Stream()));
+      });
       out.Commit(output);
     });
   }
@@ -134,9 +205,10 @@ class NcclProcessGroup final : public IProcessGroup {
     detail::CheckOp(op);
     Run("AllReduce", [&] {
       const DeviceOperand data(tensor, options_.Device, true);
-      MLFW_NCCL_CHECK(ncclAllReduce(data.Pointer(), data.Pointer(), tensor.Size(), NcclType(tensor.GetDataType()),
-                                    NcclOp(op), comm_, Stream()));
-      Wait("ncclAllReduce");
+      Enqueue("ncclAllReduce", data.Staged(), [&](ncclComm_t comm) {
+        MLFW_NCCL_CHECK(ncclAllReduce(data.Pointer(), data.Pointer(), tensor.Size(), NcclType(tensor.GetDataType()),
+                                      NcclOp(op), comm, Stream()));
+      });
       data.Commit(tensor);
     });
   }
@@ -145,18 +217,20 @@ class NcclProcessGroup final : public IProcessGroup {
     detail::CheckRoot(root, world_size_);
     Run("Broadcast", [&] {
       const DeviceOperand data(tensor, options_.Device, true);
-      MLFW_NCCL_CHECK(ncclBroadcast(data.Pointer(), data.Pointer(), tensor.Size(), NcclType(tensor.GetDataType()), root,
-                                    comm_, Stream()));
-      Wait("ncclBroadcast");
+      Enqueue("ncclBroadcast", data.Staged(), [&](ncclComm_t comm) {
+        MLFW_NCCL_CHECK(ncclBroadcast(data.Pointer(), data.Pointer(), tensor.Size(), NcclType(tensor.GetDataType()),
+                                      root, comm, Stream()));
+      });
       data.Commit(tensor);
     });
   }
 
   void Barrier() override {
-    // NCCL has no barrier: an all-reduce of one value that every rank must enter.
+    // NCCL has no barrier: an all-reduce of one value that every rank must enter, waited for.
     Run("Barrier", [&] {
-      MLFW_NCCL_CHECK(ncclAllReduce(scratch_, scratch_, 1, ncclFloat64, ncclSum, comm_, Stream()));
-      Wait("ncclAllReduce (barrier)");
+      Enqueue("ncclAllReduce (barrier)", true, [&](ncclComm_t comm) {
+        MLFW_NCCL_CHECK(ncclAllReduce(scratch_, scratch_, 1, ncclFloat64, ncclSum, comm, Stream()));
+      });
     });
   }
 
@@ -165,12 +239,20 @@ class NcclProcessGroup final : public IProcessGroup {
     Run("AllReduceHost", [&] {
       for (std::size_t first = 0; first < values.size(); first += kScratchDoubles) {
         const std::size_t count = std::min(kScratchDoubles, values.size() - first);
+        // The copies stay outside the communicator lock: a pageable copy can block until the
+        // stream reaches it, and the watchdog must still be able to abort meanwhile.
         MLFW_CUDA_CHECK(
             cudaMemcpyAsync(scratch_, values.data() + first, count * sizeof(double), cudaMemcpyHostToDevice, Stream()));
-        MLFW_NCCL_CHECK(ncclAllReduce(scratch_, scratch_, count, ncclFloat64, NcclOp(op), comm_, Stream()));
-        MLFW_CUDA_CHECK(
-            cudaMemcpyAsync(values.data() + first, scratch_, count * sizeof(double), cudaMemcpyDeviceToHost, Stream()));
-        Wait("ncclAllReduce (host values)");
+        // The values come back to the host: waited for (the event follows the copy back).
+        Enqueue(
+            "ncclAllReduce (host values)", true,
+            [&](ncclComm_t comm) {
+              MLFW_NCCL_CHECK(ncclAllReduce(scratch_, scratch_, count, ncclFloat64, NcclOp(op), comm, Stream()));
+            },
+            [&] {
+              MLFW_CUDA_CHECK(cudaMemcpyAsync(values.data() + first, scratch_, count * sizeof(double),
+                                              cudaMemcpyDeviceToHost, Stream()));
+            });
       }
     });
   }
@@ -180,7 +262,7 @@ class NcclProcessGroup final : public IProcessGroup {
     std::fprintf(stderr, "mlframework: rank %d aborting: %s\n", rank_, message.c_str());
     std::fflush(stderr);
     AbortCommunicator();
-    // The other ranks see the aborted peer as an NCCL error in their next wait and throw.
+    // The other ranks see the aborted peer as an NCCL error (their watchdog or next call) and throw.
     std::_Exit(EXIT_FAILURE);
   }
 
@@ -189,58 +271,108 @@ class NcclProcessGroup final : public IProcessGroup {
 
   cudaStream_t Stream() const noexcept { return context_->Stream(); }
 
-  // Runs one collective; a communication failure aborts the communicator (it cannot be
-  // trusted afterwards) and propagates.
+  // Runs one collective: first raises an earlier failure (found now or by the watchdog)
+  // and retires finished work without blocking; a communication failure aborts the
+  // communicator (it cannot be trusted afterwards) and propagates.
   template <typename Fn>
   void Run(const char* what, Fn&& fn) {
-    if (aborted_) {
-      throw CommunicationError(std::string(what) + ": the NCCL communicator of rank " + std::to_string(rank_) +
-                               " was aborted after an earlier failure");
-    }
     cuda::DeviceGuard guard(options_.Device);
+    pending_->Check(what);
     try {
       fn();
-    } catch (const CommunicationError&) {
-      AbortCommunicator();
+    } catch (const CommunicationError& e) {
+      pending_->Fail(e.what());
       throw;
     }
   }
 
-  // Waits for the stream without blocking in the driver, so an asynchronous NCCL error
-  // (a peer died) or the timeout ends the wait instead of hanging.
-  void Wait(const char* call) {
-    const auto start = std::chrono::steady_clock::now();
-    for (;;) {
-      const cudaError_t status = cudaStreamQuery(Stream());
-      if (status == cudaSuccess) {
-        return;
+  // Enqueues the NCCL call of @p enqueue on the backend stream under the communicator lock,
+  // then runs @p after (stream work that follows it, outside the lock), records an event and
+  // registers it as pending. Stream order makes later kernels see the result, so the host
+  // waits only when @p must_wait (the result goes to the host) or in Blocking mode.
+  template <typename Fn>
+  void Enqueue(const char* call, bool must_wait, Fn&& enqueue) {
+    Enqueue(call, must_wait, std::forward<Fn>(enqueue), [] {});
+  }
+  template <typename Fn, typename After>
+  void Enqueue(const char* call, bool must_wait, Fn&& enqueue, After&& after) {
+    cudaEvent_t event = events_.Acquire();
+    try {
+      bool aborted = false;
+      {
+        const std::lock_guard lock(comm_mutex_);
+        aborted = aborted_;
+        if (!aborted) {
+          enqueue(comm_);
+        }
       }
-      if (status != cudaErrorNotReady) {
-        static_cast<void>(cudaGetLastError());
-        throw CommunicationError(std::string(call) + " failed on cuda:" + std::to_string(options_.Device) + ": " +
-                                 cudaGetErrorName(status) + " (" + cudaGetErrorString(status) + ")");
+      if (aborted) {
+        // The watchdog aborted since this call's check: raise what it recorded (outside the
+        // communicator lock, which the check's hooks take).
+        pending_->Check(call);
+        throw CommunicationError(std::string(call) + ": the NCCL communicator of rank " + std::to_string(rank_) +
+                                 " was aborted");
       }
-      ncclResult_t async = ncclSuccess;
-      MLFW_NCCL_CHECK(ncclCommGetAsyncError(comm_, &async));
-      if (async != ncclSuccess && async != ncclInProgress) {
-        const char* last = ncclGetLastError(comm_);
-        throw CommunicationError(std::string(call) + " failed: " + ncclGetErrorString(async) +
-                                 (last != nullptr && last[0] != '\0' ? " (" + std::string(last) + ")" : ""));
-      }
-      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      if (options_.TimeoutSeconds > 0.0 && waited > options_.TimeoutSeconds) {
-        throw CommunicationError(std::string(call) + " did not finish within " +
-                                 std::to_string(options_.TimeoutSeconds) + " s on rank " + std::to_string(rank_) +
-                                 " (a rank died or did not enter the collective)");
-      }
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
+      after();
+      MLFW_CUDA_CHECK(cudaEventRecord(event, Stream()));
+    } catch (...) {
+      events_.Release(event);
+      throw;
+    }
+    pending_->Add(
+        call, [this, event] { return QueryEvent(event); }, [this, event] { events_.Release(event); });
+    if (must_wait || options_.Blocking) {
+      pending_->WaitAll(call);
     }
   }
 
+  // Runs on the owner's thread and on the watchdog's (whose device is set at its start).
+  detail::CollectiveStatus QueryEvent(cudaEvent_t event) const {
+    const cudaError_t status = cudaEventQuery(event);
+    if (status == cudaSuccess) {
+      return {detail::CollectiveStatus::State::Done, {}};
+    }
+    if (status == cudaErrorNotReady) {
+      return {detail::CollectiveStatus::State::NotDone, {}};
+    }
+    static_cast<void>(cudaGetLastError());
+    return {detail::CollectiveStatus::State::Failed,
+            "cuda:" + std::to_string(options_.Device) + ": " +
+                cuda::CudaErrorMessage("cudaEventQuery(event)", status, __FILE__, __LINE__)};
+  }
+
+  // The communicator's asynchronous error ("" while healthy); the watchdog calls it too.
+  std::string AsyncError() {
+    const std::lock_guard lock(comm_mutex_);
+    if (aborted_) {
+      return {};
+    }
+    ncclResult_t async = ncclSuccess;
+    MLFW_NCCL_CHECK(ncclCommGetAsyncError(comm_, &async));
+    if (async == ncclSuccess || async == ncclInProgress) {
+      return {};
+    }
+    const char* last = ncclGetLastError(comm_);
+    return std::string("asynchronous NCCL error: ") + ncclGetErrorString(async) +
+           (last != nullptr && last[0] != '\0' ? " (" + std::string(last) + ")" : "");
+  }
+
+  detail::PendingCollectivesHooks MakeHooks() {
+    detail::PendingCollectivesHooks hooks;
+    hooks.AsyncError = [this] { return AsyncError(); };
+    hooks.Abort = [this] { AbortCommunicator(); };
+    // cudaEventQuery and cudaEventDestroy from the watchdog need the group's device.
+    hooks.WatchdogStart = [device = options_.Device] { MLFW_CUDA_CHECK(cudaSetDevice(device)); };
+    return hooks;
+  }
+
+  // Makes kernels stuck in a collective return (so a host blocked in a CUDA call elsewhere
+  // gets control back) and frees the communicator; at most once.
   void AbortCommunicator() noexcept {
+    const std::lock_guard lock(comm_mutex_);
     if (comm_ != nullptr && !aborted_) {
       aborted_ = true;
-      static_cast<void>(ncclCommAbort(comm_));
+      MLFW_NCCL_CHECK_NOTHROW(ncclCommAbort(comm_));
     }
   }
 
@@ -250,7 +382,12 @@ class NcclProcessGroup final : public IProcessGroup {
   cuda::DeviceContext* context_;
   ncclComm_t comm_ = nullptr;
   double* scratch_ = nullptr;
+  EventPool events_;
+  // Guards comm_ and aborted_: the watchdog calls ncclCommGetAsyncError and ncclCommAbort
+  // (the only NCCL calls it makes) while the owner may be enqueueing.
+  std::mutex comm_mutex_;
   bool aborted_ = false;
+  std::unique_ptr<detail::PendingCollectives> pending_;
 };
 
 void ValidateOptions(NcclProcessGroupOptions& options, int rank) {

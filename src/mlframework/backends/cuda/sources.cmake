@@ -25,7 +25,8 @@ endif()
 # so it is listed here, next to the CUDA sources it needs.
 set(mlfw_distributed_dir ${CMAKE_CURRENT_LIST_DIR}/../../distributed)
 if(MLFW_HAS_NCCL)
-  target_sources(mlframework PRIVATE ${mlfw_distributed_dir}/NcclProcessGroup.cpp)
+  target_sources(mlframework PRIVATE ${mlfw_distributed_dir}/NcclProcessGroup.cpp
+                                     ${mlfw_distributed_dir}/PendingCollectives.cpp)
   target_link_libraries(mlframework PRIVATE NCCL::NCCL)
 else()
   target_sources(mlframework PRIVATE ${mlfw_distributed_dir}/NoNcclProcessGroup.cpp)
