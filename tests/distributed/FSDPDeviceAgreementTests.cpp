@@ -4,8 +4,9 @@
 // found-inf flag must be agreed through a one-element device tensor
 // (AllReduce MAX), never through AllReduceHost, with one read of the scaler
 // state per decision (the returned bool); with an "mpi" group the host path
-// stays. (The real NcclProcessGroup::AllReduce also waits for its stream; the
-// double here does not, so the count is the manager's own.)
+// stays. (The real NcclProcessGroup::AllReduce returns once enqueued unless
+// NcclProcessGroupOptions::Blocking; the double never waits, so the count is the
+// manager's own.)
 // Decisions, scales and counters must equal the host path's.
 #include <algorithm>
 #include <cstdint>

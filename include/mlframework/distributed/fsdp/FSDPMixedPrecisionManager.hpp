@@ -34,9 +34,10 @@ namespace mlframework::distributed::fsdp {
 /// process group the ranks agree on the device: the flag becomes a one-element FP32 device tensor
 /// (DeviceScalingBackend::FlagToTensor) that is all-reduced with MAX through
 /// IProcessGroup::AllReduce and written back, and the scale update runs there: the flag never
-/// passes through host memory and no AllReduceHost runs. NcclProcessGroup::AllReduce itself
-/// waits for its stream (it polls for asynchronous NCCL errors with a timeout), and the agreed
-/// decision is read once because CheckOverflow() returns it. With
+/// passes through host memory and no AllReduceHost runs. NcclProcessGroup::AllReduce on a
+/// device tensor returns once enqueued (its watchdog catches NCCL errors and timeouts; with
+/// NcclProcessGroupOptions::Blocking it waits), and the agreed decision is read once because
+/// CheckOverflow() returns it. With
 /// any other group (MPI, local) the local flag is read and agreed with AllReduceHost, as for host
 /// tensors. CurrentLossScale(), StepsSinceOverflow(), State() and StateDict() read the device
 /// state (cached until the next update); ResetLossScale() and LoadStateDict() write it.
