@@ -260,18 +260,9 @@ class CudaBackend final : public DeviceScalingBackend {
   }
 
   bool CastInto(std::span<const ITensor* const> src, std::span<ITensor* const> dst, float factor) const override {
-    std::vector<DeviceGroup> groups;
     bool found = false;
-    for (std::size_t i = 0; i < src.size(); ++i) {
-      const CudaTensor& in = AsCuda(src[i], "src", i);
-      const CudaTensor& out = AsCuda(dst[i], "dst", i);
-      if (in.DeviceIndex() != out.DeviceIndex()) {
-        found = CastAcrossDevices(in, *dst[i], factor) || found;
-        continue;
-      }
-      GroupFor(groups, in.DeviceIndex())
-          .entries.push_back(ListEntry{in.Data(), out.Data(), in.GetDataType(), out.GetDataType(), in.Size()});
-    }
+    const auto groups = PairsByDevice(
+        src, dst, [&](const CudaTensor& in, ITensor& out) { found = CastAcrossDevices(in, out, factor) || found; });
     for (const DeviceGroup& group : groups) {
       const auto launches = PlanLaunches(group.entries);
       if (launches.empty()) {
