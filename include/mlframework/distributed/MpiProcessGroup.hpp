@@ -29,8 +29,9 @@ enum class HalfReduction {
   /// of its own part, combine them locally with the vectorized widening kernels (FP32
   /// accumulation in rank order, one rounding) and, for AllReduce, all-gather the parts: the
   /// wire traffic of a ring reduce-scatter, without a per-element call into a user op, and
-  /// identical results on every rank. Keeps one scratch buffer of the largest message's size
-  /// per group. The default: it measured fastest (docs/BENCHMARKS.md, "FSDP collectives").
+  /// identical results on every rank. Exchanges in steps of at most 1 MiB per rank through one
+  /// reused scratch buffer per group. The default: it measured fastest (docs/BENCHMARKS.md,
+  /// "FSDP collectives"). Tensors of more than INT_MAX elements in all fall back to UserOp.
   AllToAll,
 };
 
@@ -40,8 +41,9 @@ enum class Float32Reduction {
   Builtin,
   /// MPI_Alltoall(v) so that each rank holds every rank's copy of its own part, a local
   /// vectorized sum in rank order and, for AllReduce, an MPI_Allgatherv of the parts: the wire
-  /// traffic of a ring reduce-scatter. Keeps one scratch buffer of the largest message's size
-  /// per group. The default: it measured faster (docs/BENCHMARKS.md, "FSDP collectives").
+  /// traffic of a ring reduce-scatter, in steps of at most 1 MiB per rank through one reused
+  /// scratch buffer per group. The default: it measured faster (docs/BENCHMARKS.md, "FSDP
+  /// collectives"). Tensors of more than INT_MAX elements in all fall back to Builtin.
   AllToAll,
 };
 
