@@ -424,6 +424,13 @@ class CudaBackend final : public DeviceScalingBackend {
 
  private:
   static void RunScale(int device, const std::vector<ListEntry>& entries, FactorSource factor) {
+    LaunchOn(device, entries, [&](const Launch& launch, cudaStream_t stream) { LaunchScale(launch, factor, stream); });
+  }
+
+  // Queues @p launch_one(launch, stream) for every planned launch of @p entries on GPU
+  // @p device's backend stream, without waiting for the device.
+  template <typename LaunchOne>
+  static void LaunchOn(int device, const std::vector<ListEntry>& entries, LaunchOne&& launch_one) {
     const auto launches = PlanLaunches(entries);
     if (launches.empty()) {
       return;
@@ -432,25 +439,15 @@ class CudaBackend final : public DeviceScalingBackend {
     std::lock_guard lock(context.Mutex());
     DeviceGuard guard(device);
     for (const Launch& launch : launches) {
-      LaunchScale(launch, factor, context.Stream());
+      launch_one(launch, context.Stream());
     }
   }
 
-  // Queues @p launch_one(launch, stream) for every planned launch of each group, on its GPU's
-  // backend stream, without waiting for the device.
+  // LaunchOn() for each same-GPU group.
   template <typename LaunchOne>
   static void LaunchOnEachDevice(const std::vector<DeviceGroup>& groups, LaunchOne&& launch_one) {
     for (const DeviceGroup& group : groups) {
-      const auto launches = PlanLaunches(group.entries);
-      if (launches.empty()) {
-        continue;
-      }
-      DeviceContext& context = DeviceContext::Get(group.device);
-      std::lock_guard lock(context.Mutex());
-      DeviceGuard guard(group.device);
-      for (const Launch& launch : launches) {
-        launch_one(launch, context.Stream());
-      }
+      LaunchOn(group.device, group.entries, launch_one);
     }
   }
 
