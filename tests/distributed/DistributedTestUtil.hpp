@@ -8,7 +8,9 @@
 #include <cstddef>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <mlframework/backends/cpu/CpuTensor.hpp>
@@ -22,6 +24,33 @@ namespace mlfw_test {
 
 using mlframework::GradientMap;
 using mlframework::TensorPtr;
+
+// A framework's own tensor type (not a CPU-backend tensor, no TensorBackend): every operation
+// goes to a CPU tensor, and it reports `device`. Collectives stage it through host memory;
+// FSDP cannot allocate next to it when `device` is not the CPU.
+class UserTensor final : public mlframework::ITensor {
+ public:
+  explicit UserTensor(TensorPtr inner, mlframework::Device device = mlframework::Device::CPU())
+      : inner_(std::move(inner)), device_(device) {}
+  mlframework::DataType GetDataType() const override { return inner_->GetDataType(); }
+  mlframework::Device GetDevice() const override { return device_; }
+  const mlframework::Shape& GetShape() const override { return inner_->GetShape(); }
+  std::size_t Size() const override { return inner_->Size(); }
+  TensorPtr Multiply(float f) const override { return inner_->Multiply(f); }
+  TensorPtr Divide(float d) const override { return inner_->Divide(d); }
+  void MultiplyInPlace(float f) override { inner_->MultiplyInPlace(f); }
+  TensorPtr Clone() const override { return inner_->Clone(); }
+  TensorPtr CastTo(mlframework::DataType d) const override { return inner_->CastTo(d); }
+  bool HasInf() const override { return inner_->HasInf(); }
+  bool HasNaN() const override { return inner_->HasNaN(); }
+  double SumOfSquares() const override { return inner_->SumOfSquares(); }
+  std::vector<float> ToFloatVector() const override { return inner_->ToFloatVector(); }
+  void CopyFromFloats(std::span<const float> values) override { inner_->CopyFromFloats(values); }
+
+ private:
+  TensorPtr inner_;
+  mlframework::Device device_;
+};
 
 inline std::shared_ptr<mlframework::distributed::IProcessGroup> WorldGroup(
     mlframework::distributed::MpiProcessGroupOptions options = {}) {

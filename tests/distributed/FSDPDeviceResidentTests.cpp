@@ -36,6 +36,10 @@ namespace fsdp = mlframework::distributed::fsdp;
 using mlfw_test::FakeBackend;
 using mlfw_test::FakeDeviceTensor;
 using mlfw_test::SyncsDuring;
+using mlfw_test::UserTensor;
+
+// Where the framework tensors without a TensorBackend claim to live: FSDP cannot allocate there.
+const Device kNoBackendGpu = Device::CUDA(3);
 
 namespace {
 
@@ -101,29 +105,6 @@ class MirrorGroup final : public dist::IProcessGroup {
     return total;
   }
   int world_;
-};
-
-// A framework's own tensor on a GPU without a TensorBackend: FSDP cannot allocate there.
-class NoBackendTensor final : public ITensor {
- public:
-  explicit NoBackendTensor(TensorPtr inner) : inner_(std::move(inner)) {}
-  DataType GetDataType() const override { return inner_->GetDataType(); }
-  Device GetDevice() const override { return Device::CUDA(3); }
-  const Shape& GetShape() const override { return inner_->GetShape(); }
-  std::size_t Size() const override { return inner_->Size(); }
-  TensorPtr Multiply(float f) const override { return inner_->Multiply(f); }
-  TensorPtr Divide(float d) const override { return inner_->Divide(d); }
-  void MultiplyInPlace(float f) override { inner_->MultiplyInPlace(f); }
-  TensorPtr Clone() const override { return inner_->Clone(); }
-  TensorPtr CastTo(DataType d) const override { return inner_->CastTo(d); }
-  bool HasInf() const override { return inner_->HasInf(); }
-  bool HasNaN() const override { return inner_->HasNaN(); }
-  double SumOfSquares() const override { return inner_->SumOfSquares(); }
-  std::vector<float> ToFloatVector() const override { return inner_->ToFloatVector(); }
-  void CopyFromFloats(std::span<const float> values) override { inner_->CopyFromFloats(values); }
-
- private:
-  TensorPtr inner_;
 };
 
 struct Layout {
@@ -396,7 +377,7 @@ BOOST_AUTO_TEST_CASE(CopyIntoAndAddIntoAgreeOnEveryPath) {
         BOOST_TEST_CONTEXT(ToString(src_dtype) << " into " << ToString(dst_dtype) << " alpha " << alpha) {
           auto make = [&](int kind, const std::vector<float>& values, DataType dtype) -> TensorPtr {
             if (kind == 1) return mlfw_test::FakeTensor(values, shape, dtype);
-            if (kind == 2) return std::make_shared<NoBackendTensor>(FromVector(values, shape, dtype));
+            if (kind == 2) return std::make_shared<UserTensor>(FromVector(values, shape, dtype), kNoBackendGpu);
             return FromVector(values, shape, dtype);
           };
           std::vector<std::vector<float>> added;
@@ -436,15 +417,15 @@ BOOST_AUTO_TEST_CASE(CopyIntoAndAddIntoAgreeOnEveryPath) {
 
 BOOST_AUTO_TEST_CASE(ParametersWithoutAnAllocatingBackendKeepHostBuffers) {
   fsdp::FSDP model(dist::MakeLocalProcessGroup(), {.ParamDType = DataType::Float16});
-  fsdp::FSDPShardingUnit& unit =
-      model.RegisterUnit("u", {{"w", std::make_shared<NoBackendTensor>(FromVector({1.0f, -2.0f, 3.0f}, {3}))}});
+  fsdp::FSDPShardingUnit& unit = model.RegisterUnit(
+      "u", {{"w", std::make_shared<UserTensor>(FromVector({1.0f, -2.0f, 3.0f}, {3}), kNoBackendGpu)}});
   BOOST_TEST(backends::cpu::IsCpuTensor(*unit.LocalShard()));
   BOOST_TEST(mlfw_test::Peek(unit.LocalShard()) == std::vector<float>({1.0f, -2.0f, 3.0f}),
              boost::test_tools::per_element());
   unit.Gather();
   BOOST_TEST(backends::cpu::IsCpuTensor(*unit.GatheredParameter()));
   const GradientMap gradients = {
-      {"w", std::make_shared<NoBackendTensor>(FromVector({0.5f, 0.25f, -1.0f}, {3}, DataType::Float16))}};
+      {"w", std::make_shared<UserTensor>(FromVector({0.5f, 0.25f, -1.0f}, {3}, DataType::Float16), kNoBackendGpu)}};
   unit.ReduceGradients(gradients);
   unit.ReduceGradients(gradients);
   unit.Release();

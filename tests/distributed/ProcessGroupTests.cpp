@@ -20,6 +20,7 @@ namespace dist = mlframework::distributed;
 using mlframework::DataType;
 using mlframework::FromVector;
 using mlframework::Zeros;
+using mlfw_test::UserTensor;
 
 namespace {
 
@@ -41,30 +42,6 @@ class RecordingGroup final : public dist::IProcessGroup {
   void Abort(const std::string& message) noexcept override { aborted = message; }
   std::string aborted;
   int world_size = 2;
-};
-
-// A framework's own tensor type (not a CPU-backend tensor, no fused backend): collectives
-// must stage it through host memory.
-class UserTensor final : public mlframework::ITensor {
- public:
-  explicit UserTensor(mlframework::TensorPtr inner) : inner_(std::move(inner)) {}
-  DataType GetDataType() const override { return inner_->GetDataType(); }
-  mlframework::Device GetDevice() const override { return inner_->GetDevice(); }
-  const mlframework::Shape& GetShape() const override { return inner_->GetShape(); }
-  std::size_t Size() const override { return inner_->Size(); }
-  mlframework::TensorPtr Multiply(float f) const override { return inner_->Multiply(f); }
-  mlframework::TensorPtr Divide(float d) const override { return inner_->Divide(d); }
-  void MultiplyInPlace(float f) override { inner_->MultiplyInPlace(f); }
-  mlframework::TensorPtr Clone() const override { return inner_->Clone(); }
-  mlframework::TensorPtr CastTo(DataType d) const override { return inner_->CastTo(d); }
-  bool HasInf() const override { return inner_->HasInf(); }
-  bool HasNaN() const override { return inner_->HasNaN(); }
-  double SumOfSquares() const override { return inner_->SumOfSquares(); }
-  std::vector<float> ToFloatVector() const override { return inner_->ToFloatVector(); }
-  void CopyFromFloats(std::span<const float> values) override { inner_->CopyFromFloats(values); }
-
- private:
-  mlframework::TensorPtr inner_;
 };
 
 }  // namespace
