@@ -278,7 +278,7 @@ struct Avx512Isa {
       partial(0, i);
     }
     for (; i + 64 <= count; i += 64) {
-      simd::PrefetchLines<Avx512Isa, 2>(p + i, p + count);
+      simd::PrefetchLines<Avx512Isa, 2>(p + i);
       const __m512i a = step(_mm512_load_si512(p + i));
       const __m512i b = step(_mm512_load_si512(p + i + 32));
       _mm512_store_si512(p + i, a);
@@ -313,7 +313,7 @@ struct Avx512Isa {
       add(_mm512_maskz_loadu_epi16(WordLanes(i), p), acc0, acc1);
     }
     for (; i + 64 <= count; i += 64) {
-      simd::PrefetchLines<Avx512Isa, 2>(p + i, p + count);
+      simd::PrefetchLines<Avx512Isa, 2>(p + i);
       add(_mm512_load_si512(p + i), acc0, acc1);
       add(_mm512_load_si512(p + i + 32), acc2, acc3);
     }

@@ -20,11 +20,6 @@
 
 namespace mlframework::backends::cpu {
 
-/// How far ahead of its loads a kernel prefetches, in bytes. Kernels never prefetch past the end
-/// of their piece, so the chunk loop requests the first kPrefetchDistance bytes of the next
-/// piece while a piece runs: together every line is asked for about this far ahead.
-constexpr std::size_t kPrefetchDistance = 2048;
-
 /// Indexes a per-dtype slot of a KernelTable.
 constexpr std::size_t Slot(DataType dtype) noexcept { return static_cast<std::size_t>(dtype); }
 

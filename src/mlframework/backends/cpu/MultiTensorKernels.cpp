@@ -46,6 +46,9 @@ const CpuTensor& AsCpuTensor(const ITensor& tensor, const TensorBackend* self) {
 // ahead, so its first cache line (vtable pointer, data, size, dtype) arrives in time.
 constexpr std::size_t kObjectPrefetchAhead = 8;
 
+// How much of the next tensor's head to request early (see Plan::PrefetchHead).
+constexpr std::size_t kPrefetchBytes = 2048;
+
 struct Plan {
   std::vector<Segment> segments;
   std::vector<std::size_t> offsets;  // size segments + 1
@@ -72,25 +75,22 @@ struct Plan {
     chunks = (total + kChunkElements - 1) / kChunkElements;
   }
 
-  // Starts loading the first kPrefetchDistance bytes of tensor s from element `first` on
-  // (when there is such a tensor): the part of the next piece that the kernels' own prefetch,
-  // which stops at the end of the piece it runs on, cannot reach. A list of thousands of
-  // small tensors is thousands of short streams at scattered addresses, and the hardware
-  // prefetcher follows a stream only after a few misses.
-  void PrefetchHead(std::size_t s, std::size_t first) const {
+  // Starts loading the first cache lines of tensor s (when there is one). The hardware
+  // prefetcher follows a stream only after a few misses, and a list of thousands of small
+  // tensors is thousands of short streams at scattered addresses: asking for the next
+  // tensor's head while this one is processed hides those misses.
+  void PrefetchHead(std::size_t s) const {
     if (s < segments.size()) {
-      const auto* head = static_cast<const std::byte*>(segments[s].At(first));
-      const std::size_t rest = (offsets[s + 1] - offsets[s] - first) * ElementSize(segments[s].dtype);
-      const std::size_t head_bytes = std::min(kPrefetchDistance, rest);
+      const std::byte* head = segments[s].data;
+      const std::size_t head_bytes =
+          std::min<std::size_t>(kPrefetchBytes, (offsets[s + 1] - offsets[s]) * ElementSize(segments[s].dtype));
       for (std::size_t line = 0; line < head_bytes; line += 64) {
         __builtin_prefetch(head + line);
       }
     }
   }
 
-  // Calls fn(segment, begin, end) for each piece of chunk c, in order, after asking for the
-  // head of the piece that follows it (in this chunk, or the next chunk's first, which with
-  // OpenMP's static schedule the same thread runs next).
+  // Calls fn(segment, begin, end) for each piece of chunk c, in order.
   template <typename Fn>
   void ForEachPiece(std::size_t chunk, Fn&& fn) const {
     const std::size_t begin = chunk * kChunkElements;
@@ -100,10 +100,8 @@ struct Plan {
     for (std::size_t pos = begin; pos < end; ++s) {
       const std::size_t seg_end = std::min(end, offsets[s + 1]);
       if (seg_end > pos) {
-        if (seg_end < offsets[s + 1]) {
-          PrefetchHead(s, seg_end - offsets[s]);  // the next chunk goes on in this tensor
-        } else {
-          PrefetchHead(s + 1, 0);
+        if (seg_end == offsets[s + 1] && seg_end < end) {
+          PrefetchHead(s + 1);  // the chunk goes on into the next tensor
         }
         fn(s, pos - offsets[s], seg_end - offsets[s]);
       }

@@ -33,8 +33,6 @@
 
 #include <mlframework/core/DataType.hpp>
 
-#include "mlframework/backends/cpu/KernelTable.hpp"
-
 namespace mlframework::backends::cpu::simd {
 
 template <DataType D>
@@ -60,30 +58,28 @@ std::size_t AlignHead(const T* p, std::size_t count) {
   return head < count ? head : count;
 }
 
-// Software prefetch, kPrefetchDistance bytes (KernelTable.hpp) ahead of the loads. A list of
-// thousands of small tensors is thousands of short read streams; the hardware prefetcher
-// needs a few misses to lock onto each one, so every main loop asks ahead itself. It never
-// asks past `end`, the end of the piece: what lies behind a small tensor is usually some
-// other allocation, and requesting it wasted memory bandwidth on every tensor. The head of
-// the next piece, which this cannot reach, is requested by the chunk loop
-// (MultiTensorKernels.cpp, Plan::PrefetchHead) while this piece runs. Templated on Isa like
-// every loop here, so each instruction-set file gets its own copy.
-//
-// kLines cache lines from kPrefetchDistance bytes after p, for loops that read kLines full
-// lines per iteration; nothing once that is at or past end.
+// Software prefetch, kPrefetchDistance bytes ahead of the loads. A list of thousands of
+// small tensors is thousands of short read streams; the hardware prefetcher needs a few
+// misses to lock onto each one, so every main loop asks ahead itself (a prefetch past the
+// end of a buffer never faults). Templated on Isa like every loop here, so each
+// instruction-set file gets its own copy.
+constexpr std::size_t kPrefetchDistance = 4096;
+
+// kLines cache lines, for loops that read kLines full lines per iteration.
 template <class Isa, std::size_t kLines, typename T>
-void PrefetchLines(const T* p, const T* end) {
-  const auto* first = reinterpret_cast<const char*>(p);
-  const auto left = static_cast<std::size_t>(reinterpret_cast<const char*>(end) - first);
-  for (std::size_t line = 0; line < kLines && kPrefetchDistance + 64 * line < left; ++line) {
-    __builtin_prefetch(first + kPrefetchDistance + 64 * line);
+void PrefetchLines(const T* p) {
+  for (std::size_t line = 0; line < kLines; ++line) {
+    __builtin_prefetch(reinterpret_cast<const char*>(p) + kPrefetchDistance + 64 * line);
   }
 }
 
 // The lines a two-register iteration over T reads: two for FP32, one for 16-bit types.
 template <class Isa, typename T>
-void PrefetchAhead(const T* p, const T* end) {
-  PrefetchLines<Isa, sizeof(T) == 4 ? 2 : 1>(p, end);
+void PrefetchAhead(const T* p) {
+  __builtin_prefetch(reinterpret_cast<const char*>(p) + kPrefetchDistance);
+  if constexpr (sizeof(T) == 4) {
+    __builtin_prefetch(reinterpret_cast<const char*>(p) + kPrefetchDistance + 64);
+  }
 }
 
 template <class Isa, DataType D>
@@ -104,7 +100,7 @@ bool Unscale(void* data, std::size_t count, float factor) {
     Isa::template StorePartial<D>(p, i, Isa::template LoadPartial<D>(p, i) * f, flag);
   }
   for (; i + 2 * Isa::kWidth <= count; i += 2 * Isa::kWidth) {
-    PrefetchAhead<Isa>(p + i, p + count);
+    PrefetchAhead<Isa>(p + i);
     const Batch a = Isa::template Load<D>(p + i) * f;
     const Batch b = Isa::template Load<D>(p + i + Isa::kWidth) * f;
     Isa::template Store<D>(p + i, a, flag);
@@ -136,7 +132,7 @@ bool NonFinite(const void* data, std::size_t count) {
     Isa::template CheckPartial<D>(p, i, flag);
   }
   for (; i + 4 * kStep <= count; i += 4 * kStep) {
-    PrefetchLines<Isa, 4>(p + i, p + count);
+    PrefetchLines<Isa, 4>(p + i);
     Isa::template CheckBlock<D>(p + i, flag);
     Isa::template CheckBlock<D>(p + i + kStep, flag);
     Isa::template CheckBlock<D>(p + i + 2 * kStep, flag);
@@ -168,7 +164,7 @@ float SumSquares(const void* data, std::size_t count) {
     acc2 = xsimd::fma(a, a, acc2);
   }
   for (; i + 4 * kW <= count; i += 4 * kW) {
-    PrefetchLines<Isa, 4 * kW * sizeof(Element<D>) / 64>(p + i, p + count);
+    PrefetchLines<Isa, 4 * kW * sizeof(Element<D>) / 64>(p + i);
     const Batch a = Isa::template Load<D>(p + i);
     const Batch b = Isa::template Load<D>(p + i + kW);
     const Batch c = Isa::template Load<D>(p + i + 2 * kW);
@@ -203,7 +199,7 @@ bool Cast(const void* src, void* dst, std::size_t count, float factor) {
     Isa::template StorePartial<T>(out, i, Isa::template LoadPartial<S>(in, i) * f, flag);
   }
   for (; i + 2 * Isa::kWidth <= count; i += 2 * Isa::kWidth) {
-    PrefetchAhead<Isa>(in + i, in + count);
+    PrefetchAhead<Isa>(in + i);
     const Batch a = Isa::template Load<S>(in + i) * f;
     const Batch b = Isa::template Load<S>(in + i + Isa::kWidth) * f;
     if constexpr (kStream) {
