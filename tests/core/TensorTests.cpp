@@ -80,6 +80,100 @@ BOOST_AUTO_TEST_CASE(ViewsShareMemoryAndCheckBounds) {
   BOOST_CHECK_THROW((void)backends::cpu::View(nullptr, 0, {1}), ArgumentNullError);
 }
 
+BOOST_AUTO_TEST_CASE(ContiguousTensorsArePackedAlignedAndIndependent) {
+  const std::vector<Shape> shapes{{3}, {}, {0}, {2, 5}, {1000}, {1}};
+  for (const DataType dtype : {DataType::Float32, DataType::Float16, DataType::BFloat16}) {
+    const std::size_t element = ElementSize(dtype);
+    auto tensors = ZerosContiguous(shapes, dtype);
+    BOOST_TEST_REQUIRE(tensors.size() == shapes.size());
+    const auto* previous_end = static_cast<const std::byte*>(nullptr);
+    for (std::size_t i = 0; i < shapes.size(); ++i) {
+      BOOST_TEST((tensors[i]->GetShape() == shapes[i]));
+      BOOST_TEST((tensors[i]->GetDataType() == dtype));
+      BOOST_TEST(tensors[i]->GetDevice() == Device::CPU());
+      const auto* start = static_cast<const std::byte*>(backends::cpu::Data(*tensors[i]));
+      BOOST_TEST(reinterpret_cast<std::uintptr_t>(start) % 64 == 0u);
+      if (previous_end != nullptr) {
+        // Back to back: only the padding up to the next cache line lies between two tensors.
+        BOOST_TEST(start >= previous_end);
+        BOOST_TEST(static_cast<std::size_t>(start - previous_end) < 64u);
+      }
+      previous_end = start + tensors[i]->Size() * element;
+      const auto values = tensors[i]->ToFloatVector();
+      BOOST_TEST(std::all_of(values.begin(), values.end(), [](float v) { return v == 0.0f; }));
+    }
+    // Writes stay inside their own tensor.
+    tensors[3]->CopyFromFloats(std::vector<float>(10, 1.0f));
+    BOOST_TEST(tensors[0]->SumOfSquares() == 0.0);
+    BOOST_TEST(tensors[4]->SumOfSquares() == 0.0);
+    BOOST_TEST(tensors[3]->SumOfSquares() == 10.0);
+    // The buffer lives while any one of its tensors does.
+    const TensorPtr last = tensors.back();
+    tensors.clear();
+    last->CopyFromFloats(std::vector<float>{2.0f});
+    BOOST_TEST(last->ToFloatVector() == (std::vector<float>{2.0f}));
+  }
+  BOOST_TEST(ZerosContiguous({}, DataType::Float16).empty());
+}
+
+BOOST_AUTO_TEST_CASE(ContiguousTensorsRunTheFusedKernelsLikeSeparateOnes) {
+  std::vector<Shape> shapes;
+  std::vector<TensorPtr> separate;
+  for (std::size_t i = 0; i < 300; ++i) {
+    const std::size_t n = 1 + (i * 37) % 301;
+    shapes.push_back({n});
+    std::vector<float> values(n);
+    for (std::size_t k = 0; k < n; ++k) {
+      values[k] = static_cast<float>((i + k) % 17) - 8.0f;
+    }
+    separate.push_back(FromVector(values, {n}, DataType::BFloat16));
+  }
+  const auto packed = ZerosContiguous(shapes, DataType::BFloat16);
+  CastInto(separate, packed);
+  BOOST_TEST(SumOfSquares(packed) == SumOfSquares(separate));
+  BOOST_TEST(!UnscaleAndCheck(packed, 0.5f));
+  BOOST_TEST(!UnscaleAndCheck(separate, 0.5f));
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    BOOST_TEST(packed[i]->ToFloatVector() == separate[i]->ToFloatVector());
+  }
+  separate.back()->CopyFromFloats(std::vector<float>(separate.back()->Size(), INFINITY));
+  CastInto(separate, packed);
+  BOOST_TEST(HasNonFinite(packed));
+  BOOST_TEST(!HasNonFinite(std::span<const TensorPtr>(packed).first(packed.size() - 1)));
+}
+
+BOOST_AUTO_TEST_CASE(ContiguousLikeFollowsShapesAndRejectsBadInput) {
+  const std::vector<TensorPtr> like{Zeros({4, 2}, DataType::Float16), Scalar(1.0f), Zeros({7}, DataType::BFloat16)};
+  const auto tensors = ZerosContiguousLike(like, DataType::Float32);
+  BOOST_TEST_REQUIRE(tensors.size() == like.size());
+  for (std::size_t i = 0; i < like.size(); ++i) {
+    BOOST_TEST((tensors[i]->GetShape() == like[i]->GetShape()));
+    BOOST_TEST((tensors[i]->GetDataType() == DataType::Float32));
+  }
+  BOOST_TEST(static_cast<const float*>(backends::cpu::Data(*tensors[1])) ==
+             static_cast<const float*>(backends::cpu::Data(*tensors[0])) + 16);  // 8 floats, padded to 64 bytes
+  try {
+    const std::vector<TensorPtr> with_null{like[0], nullptr};
+    (void)ZerosContiguousLike(with_null, DataType::Float32);
+    BOOST_FAIL("expected ArgumentNullError");
+  } catch (const ArgumentNullError& error) {
+    BOOST_TEST(error.Parameter() == "like[1]");
+  }
+  try {
+    (void)ZerosContiguous({{4}}, static_cast<DataType>(9));
+    BOOST_FAIL("expected ArgumentError");
+  } catch (const ArgumentError& error) {
+    BOOST_TEST(error.Parameter() == "dtype");
+  }
+  try {
+    const std::size_t half = std::numeric_limits<std::size_t>::max() / 2;
+    (void)ZerosContiguous({{half}, {half}, {2}}, DataType::Float32);
+    BOOST_FAIL("expected ArgumentError");
+  } catch (const ArgumentError& error) {
+    BOOST_TEST(error.Parameter() == "shapes");
+  }
+}
+
 BOOST_AUTO_TEST_CASE(CudaTensorsWithoutTheBackendRaiseBackendError) {
   if (MLFW_HAS_CUDA) {
     return;  // covered by the CUDA conformance suite

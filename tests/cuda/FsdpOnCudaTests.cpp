@@ -79,6 +79,32 @@ BOOST_AUTO_TEST_CASE(AllocateAndViewShareTheAllocation) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(ContiguousTensorsAreViewsOfOneDeviceBuffer) {
+  const std::vector<Shape> shapes{{3}, {2, 5}, {0}, {1000}};
+  for (const DataType dtype : kDtypes) {
+    BOOST_TEST_CONTEXT(ToString(dtype)) {
+      auto tensors = ZerosContiguous(shapes, dtype, kGpu);
+      BOOST_TEST_REQUIRE(tensors.size() == shapes.size());
+      const auto* first = static_cast<const char*>(cuda::DevicePointer(*tensors[0]));
+      std::size_t expected_offset = 0;
+      for (std::size_t i = 0; i < shapes.size(); ++i) {
+        BOOST_TEST(cuda::IsCudaTensor(*tensors[i]));
+        BOOST_TEST((tensors[i]->GetShape() == shapes[i]));
+        const auto* start = static_cast<const char*>(cuda::DevicePointer(*tensors[i]));
+        BOOST_TEST(static_cast<std::size_t>(start - first) == expected_offset);
+        expected_offset = (expected_offset + tensors[i]->Size() * ElementSize(dtype) + 63) / 64 * 64;
+        BOOST_TEST(tensors[i]->SumOfSquares() == 0.0);
+      }
+      tensors[1]->CopyFromFloats(std::vector<float>(10, 1.0f));
+      BOOST_TEST(tensors[0]->SumOfSquares() == 0.0);
+      BOOST_TEST(tensors[3]->SumOfSquares() == 0.0);
+      const TensorPtr kept = tensors[1];
+      tensors.clear();
+      BOOST_TEST(kept->SumOfSquares() == 10.0);
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(CopyIntoAndAddIntoMatchTheCpuBitForBit) {
   const std::vector<std::size_t> sizes = {1, 1000, 16384 * 2 + 5, 7};
   for (const DataType src_dtype : kDtypes) {

@@ -1,10 +1,13 @@
 #include <mlframework/core/Tensor.hpp>
 
+#include <cstdint>
+#include <string>
 #include <utility>
 
 #include <mlframework/backends/cpu/CpuTensor.hpp>
 #include <mlframework/config.hpp>
 #include <mlframework/core/Error.hpp>
+#include <mlframework/core/TensorBackend.hpp>
 
 #include "mlframework/core/DeviceFactory.hpp"
 
@@ -16,6 +19,30 @@ void RequireValidDtype(DataType dtype) {
   if (!IsValid(dtype)) {
     throw ArgumentError("dtype", "value " + std::to_string(static_cast<int>(dtype)) + " is not a DataType");
   }
+}
+
+// Every tensor of a contiguous buffer starts on a cache line: full-vector loads and streaming
+// stores stay aligned, and a tensor never shares a line with its neighbour.
+constexpr std::size_t kContiguousAlignmentBytes = 64;
+
+std::size_t AddChecked(std::size_t total, std::size_t add) {
+  if (add > SIZE_MAX - total) {
+    throw ArgumentError("shapes", "hold more elements in total than fit in size_t");
+  }
+  return total + add;
+}
+
+// A view of `shape` at `offset` elements into `buffer` (a tensor of the device's own backend).
+TensorPtr ViewOf(const TensorPtr& buffer, std::size_t offset, const Shape& shape) {
+  if (buffer->GetDevice().IsCPU()) {
+    return backends::cpu::View(buffer, offset, shape);
+  }
+  const TensorBackend* backend = buffer->Backend();
+  if (backend == nullptr) {
+    throw InvalidOperationError("ZerosContiguous: tensors on device " + buffer->GetDevice().ToString() +
+                                " have no backend that can make views");
+  }
+  return backend->View(buffer, offset, shape);
 }
 
 }  // namespace
@@ -38,6 +65,64 @@ TensorPtr FromVector(const std::vector<float>& values, Shape shape, DataType dty
   TensorPtr tensor = Zeros(std::move(shape), dtype, device);
   tensor->CopyFromFloats(values);
   return tensor;
+}
+
+std::vector<TensorPtr> ZerosContiguous(const std::vector<Shape>& shapes, DataType dtype, Device device) {
+  RequireValidDtype(dtype);
+  if (shapes.empty()) {
+    return {};
+  }
+  const std::size_t alignment = kContiguousAlignmentBytes / ElementSize(dtype);
+  std::vector<std::size_t> offsets;
+  offsets.reserve(shapes.size());
+  std::size_t total = 0;
+  for (const Shape& shape : shapes) {
+    total = AddChecked(total, (alignment - total % alignment) % alignment);
+    offsets.push_back(total);
+    total = AddChecked(total, ElementCount(shape));
+  }
+  const TensorPtr buffer = Zeros({total}, dtype, device);
+  std::vector<TensorPtr> tensors;
+  tensors.reserve(shapes.size());
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    tensors.push_back(ViewOf(buffer, offsets[i], shapes[i]));
+  }
+  return tensors;
+}
+
+std::vector<TensorPtr> ZerosContiguousLike(std::span<const TensorPtr> like, DataType dtype) {
+  RequireValidDtype(dtype);
+  // Group by device (a list rarely spans more than one), keeping each group in list order.
+  std::vector<Device> devices;
+  std::vector<std::vector<std::size_t>> members;
+  for (std::size_t i = 0; i < like.size(); ++i) {
+    if (!like[i]) {
+      throw ArgumentNullError("like[" + std::to_string(i) + "]");
+    }
+    const Device device = like[i]->GetDevice();
+    std::size_t group = 0;
+    while (group < devices.size() && devices[group] != device) {
+      ++group;
+    }
+    if (group == devices.size()) {
+      devices.push_back(device);
+      members.emplace_back();
+    }
+    members[group].push_back(i);
+  }
+  std::vector<TensorPtr> result(like.size());
+  for (std::size_t group = 0; group < devices.size(); ++group) {
+    std::vector<Shape> shapes;
+    shapes.reserve(members[group].size());
+    for (const std::size_t i : members[group]) {
+      shapes.push_back(like[i]->GetShape());
+    }
+    std::vector<TensorPtr> tensors = ZerosContiguous(shapes, dtype, devices[group]);
+    for (std::size_t k = 0; k < tensors.size(); ++k) {
+      result[members[group][k]] = std::move(tensors[k]);
+    }
+  }
+  return result;
 }
 
 TensorPtr Scalar(float value, DataType dtype, Device device) { return FromVector({value}, Shape{}, dtype, device); }
