@@ -4,6 +4,7 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include "ContiguousCheck.hpp"
 #include "amp/AmpTestUtil.hpp"
 
 using namespace mlframework;
@@ -73,6 +74,30 @@ BOOST_AUTO_TEST_CASE(LowPrecisionGradientsAreUnscaledIntoFp32) {
     const auto again = scaler.UnscaleGradients(grads);
     BOOST_TEST(again.at("g") == g);
   }
+}
+
+BOOST_AUTO_TEST_CASE(Fp32BuffersOfLowPrecisionGradientsShareOneBuffer) {
+  StaticLossScaler scaler(4.0f);
+  const auto grads = GradientMap{{"a", FromVector({4.0f, 8.0f, 12.0f}, {3}, DataType::Float16)},
+                                 {"b", FromVector({1.0f}, {1}, DataType::Float32)},
+                                 {"c", FromVector(std::vector<float>(40, 4.0f), {5, 8}, DataType::BFloat16)},
+                                 {"d", FromVector({-4.0f}, {1}, DataType::Float16)}};
+  const auto unscaled = scaler.UnscaleGradients(grads);
+  // The FP32 buffers of a, c and d are one contiguous allocation, in name order (the FP32 b is
+  // unscaled in place), so the fused cast writes them like one flat tensor.
+  BOOST_TEST(mlfw_test::BackToBack({unscaled.at("a"), unscaled.at("c"), unscaled.at("d")}));
+  BOOST_TEST(Values(unscaled.at("a")) == (std::vector<float>{1.0f, 2.0f, 3.0f}));
+  BOOST_TEST(Values(unscaled.at("c")) == std::vector<float>(40, 1.0f));
+  BOOST_TEST(Values(unscaled.at("d")) == (std::vector<float>{-1.0f}));
+  BOOST_TEST(unscaled.at("b") == grads.at("b"));
+  // A gradient whose shape changed gets a new buffer of its own; the others are reused.
+  auto reshaped = grads;
+  reshaped["c"] = FromVector({8.0f, 8.0f}, {2}, DataType::BFloat16);
+  const auto next = scaler.UnscaleGradients(reshaped);
+  BOOST_TEST(next.at("a") == unscaled.at("a"));
+  BOOST_TEST(next.at("d") == unscaled.at("d"));
+  BOOST_TEST(next.at("c") != unscaled.at("c"));
+  BOOST_TEST(Values(next.at("c")) == (std::vector<float>{2.0f, 2.0f}));
 }
 
 BOOST_AUTO_TEST_CASE(SingleGradientUnscale) {

@@ -38,7 +38,8 @@ MLFRAMEWORK_EXPORT void CopyInto(std::span<const TensorPtr> src, std::span<const
 /// `dst[i] = round(dst[i] + alpha * src[i])` (TensorBackend::AddInto); shapes must match pairwise.
 /// Pairs on two backends go through the host. On a device backend it does not wait for the device.
 MLFRAMEWORK_EXPORT void AddInto(std::span<const TensorPtr> src, std::span<const TensorPtr> dst, float alpha = 1.0f);
-/// New tensors (same backend and device as the sources) holding `src[i] * factor` in @p dtype.
+/// New tensors holding `src[i] * factor` in @p dtype, on the sources' devices: views of one
+/// contiguous buffer per device (ZerosContiguousLike() in Tensor.hpp).
 MLFRAMEWORK_EXPORT std::vector<TensorPtr> Cast(std::span<const TensorPtr> src, DataType dtype, float factor = 1.0f);
 
 }  // namespace mlframework

@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <sstream>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include <mlframework/core/Error.hpp>
@@ -16,6 +18,7 @@ UnscaledGradients UnscaleWorkspace::Run(const GradientMap& gradients, float inve
   std::vector<TensorPtr> cast_src;
   std::vector<TensorPtr> cast_dst;
   UnscaledGradients result;
+  AllocateBuffers(gradients, list);
   std::size_t index = 0;
   for (const auto& [name, tensor] : gradients) {
     const TensorPtr& gradient = list[index++];
@@ -24,10 +27,7 @@ UnscaledGradients UnscaleWorkspace::Run(const GradientMap& gradients, float inve
       result.Gradients.emplace(name, gradient);
       continue;
     }
-    TensorPtr& buffer = buffers_[name];
-    if (!buffer || buffer->GetShape() != gradient->GetShape() || buffer->GetDevice() != gradient->GetDevice()) {
-      buffer = Zeros(gradient->GetShape(), DataType::Float32, gradient->GetDevice());
-    }
+    const TensorPtr& buffer = buffers_.at(name);
     cast_src.push_back(gradient);
     cast_dst.push_back(buffer);
     result.Gradients.emplace(name, buffer);
@@ -41,6 +41,30 @@ UnscaledGradients UnscaleWorkspace::Run(const GradientMap& gradients, float inve
   }
   result.Overflow = overflow;
   return result;
+}
+
+void UnscaleWorkspace::AllocateBuffers(const GradientMap& gradients, std::span<const TensorPtr> list) {
+  std::vector<std::string> names;
+  std::vector<TensorPtr> like;
+  std::size_t index = 0;
+  for (const auto& [name, tensor] : gradients) {
+    const TensorPtr& gradient = list[index++];
+    if (gradient->GetDataType() == DataType::Float32) {
+      continue;
+    }
+    const auto cached = buffers_.find(name);
+    if (cached == buffers_.end() || cached->second->GetShape() != gradient->GetShape() ||
+        cached->second->GetDevice() != gradient->GetDevice()) {
+      names.push_back(name);
+      like.push_back(gradient);
+    }
+  }
+  // One contiguous FP32 buffer per device for all new ones: the cast streams its output like one
+  // flat tensor instead of thousands of scattered small ones (core/Tensor.hpp).
+  std::vector<TensorPtr> fresh = ZerosContiguousLike(like, DataType::Float32);
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    buffers_[names[i]] = std::move(fresh[i]);
+  }
 }
 
 GradientMap UnscaleWorkspace::RunOnDevice(const GradientMap& gradients, std::span<const TensorPtr> list,

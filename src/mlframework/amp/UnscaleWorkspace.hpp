@@ -8,6 +8,7 @@
 // multi-tensor call, so the whole list is read once and written once.
 
 #include <map>
+#include <span>
 #include <string>
 
 #include <mlframework/amp/ILossScaler.hpp>
@@ -28,6 +29,10 @@ class UnscaleWorkspace {
   static TensorPtr RunOne(const TensorPtr& gradient, float inverse_scale, bool* overflow = nullptr);
 
  private:
+  // Makes the FP32 buffers that are missing or no longer fit, for all of them in one allocation
+  // per device; on failure nothing changes.
+  void AllocateBuffers(const GradientMap& gradients, std::span<const TensorPtr> list);
+
   std::map<std::string, TensorPtr> buffers_;
 };
 

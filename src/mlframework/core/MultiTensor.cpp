@@ -293,11 +293,9 @@ std::vector<TensorPtr> Cast(std::span<const TensorPtr> src, DataType dtype, floa
   if (!IsValid(dtype)) {
     throw ArgumentError("dtype", "value " + std::to_string(static_cast<int>(dtype)) + " is not a DataType");
   }
-  std::vector<TensorPtr> dst;
-  dst.reserve(src.size());
-  for (const TensorPtr& tensor : src) {
-    dst.push_back(Zeros(tensor->GetShape(), dtype, tensor->GetDevice()));
-  }
+  // One contiguous buffer per device, so later fused passes over the result stream it like one
+  // flat tensor.
+  const std::vector<TensorPtr> dst = ZerosContiguousLike(src, dtype);
   CastInto(src, dst, factor);
   return dst;
 }

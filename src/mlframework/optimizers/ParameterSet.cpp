@@ -30,22 +30,27 @@ ParameterSet::ParameterSet(GradientMap parameters) : parameters_(std::move(param
       throw ArgumentError("parameters[\"" + name + "\"]", "has an invalid dtype");
     }
   }
+  // FP32 CPU parameters are their own master (no extra copy); everything else (FP16/BF16, or
+  // tensors whose memory we cannot address) gets an FP32 host master. The masters share one
+  // contiguous buffer, so the optimizer's fused passes over them stream like one flat tensor.
   std::vector<TensorPtr> to_copy_src;
-  std::vector<TensorPtr> to_copy_dst;
+  std::vector<Shape> master_shapes;
   for (const auto& [name, tensor] : parameters_) {
     names_.push_back(name);
     list_.push_back(tensor);
-    // FP32 CPU parameters are their own master (no extra copy); everything else
-    // (FP16/BF16, or tensors whose memory we cannot address) gets an FP32 host master.
     const bool in_place = IsCpuFloat32(*tensor);
     in_place_.push_back(in_place);
-    TensorPtr master = in_place ? tensor : Zeros(tensor->GetShape(), DataType::Float32, Device::CPU());
     if (!in_place) {
       to_copy_src.push_back(tensor);
-      to_copy_dst.push_back(master);
+      master_shapes.push_back(tensor->GetShape());
     }
+  }
+  const std::vector<TensorPtr> to_copy_dst = ZerosContiguous(master_shapes, DataType::Float32, Device::CPU());
+  std::size_t next_master = 0;
+  for (std::size_t i = 0; i < list_.size(); ++i) {
+    const TensorPtr& master = in_place_[i] ? list_[i] : to_copy_dst[next_master++];
     master_list_.push_back(master);
-    masters_.emplace(name, master);
+    masters_.emplace(names_[i], master);
   }
   if (!to_copy_src.empty()) {
     CastInto(to_copy_src, to_copy_dst);
@@ -91,6 +96,7 @@ std::span<float> ParameterSet::Master(std::size_t i) {
 
 std::vector<std::span<const float>> ParameterSet::GradientsAsFloat() {
   std::vector<std::span<const float>> spans(list_.size());
+  AllocateScratch();
   std::vector<TensorPtr> src;
   std::vector<TensorPtr> dst;
   for (std::size_t i = 0; i < gradient_list_.size(); ++i) {
@@ -98,9 +104,6 @@ std::vector<std::span<const float>> ParameterSet::GradientsAsFloat() {
     if (IsCpuFloat32(*gradient)) {
       spans[i] = backends::cpu::Elements<DataType::Float32>(*gradient);
       continue;
-    }
-    if (!scratch_[i]) {
-      scratch_[i] = Zeros(gradient->GetShape(), DataType::Float32, Device::CPU());
     }
     src.push_back(gradient);
     dst.push_back(scratch_[i]);
@@ -110,6 +113,21 @@ std::vector<std::span<const float>> ParameterSet::GradientsAsFloat() {
     CastInto(src, dst);  // one fused pass for every gradient that is not FP32 on the CPU
   }
   return spans;
+}
+
+void ParameterSet::AllocateScratch() {
+  std::vector<std::size_t> missing;
+  std::vector<Shape> shapes;
+  for (std::size_t i = 0; i < gradient_list_.size(); ++i) {
+    if (!scratch_[i] && !IsCpuFloat32(*gradient_list_[i])) {
+      missing.push_back(i);
+      shapes.push_back(gradient_list_[i]->GetShape());
+    }
+  }
+  std::vector<TensorPtr> made = ZerosContiguous(shapes, DataType::Float32, Device::CPU());
+  for (std::size_t k = 0; k < missing.size(); ++k) {
+    scratch_[missing[k]] = std::move(made[k]);
+  }
 }
 
 void ParameterSet::WriteBack() {

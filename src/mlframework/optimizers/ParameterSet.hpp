@@ -47,6 +47,9 @@ class ParameterSet {
   void CommitMasters(const std::vector<std::vector<float>>& values);
 
  private:
+  // Makes the missing FP32 scratch buffers, all in one contiguous buffer.
+  void AllocateScratch();
+
   GradientMap parameters_;
   GradientMap masters_;
   GradientMap gradients_;

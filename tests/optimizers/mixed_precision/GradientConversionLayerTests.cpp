@@ -10,6 +10,7 @@
 #include <mlframework/core/Error.hpp>
 #include <mlframework/optimizers/mixed_precision/GradientConversionLayer.hpp>
 
+#include "ContiguousCheck.hpp"
 #include "optimizers/mixed_precision/TestHelpers.hpp"
 
 using namespace mlframework;
@@ -265,6 +266,26 @@ BOOST_AUTO_TEST_CASE(OutputBuffersAreReusedOnlyWhenReleased) {
   // A gradient whose shape changed gets a fresh buffer of the new shape.
   const GradientMap reshaped = layer.ProcessGradients({{"a", Vec({2.0f, 2.0f, 2.0f}, DataType::Float16)}}).Gradients;
   BOOST_TEST(reshaped.at("a")->GetShape() == (Shape{3}));
+}
+
+BOOST_AUTO_TEST_CASE(NewOutputsShareOneContiguousBuffer) {
+  GradientConversionLayer layer(MixedPrecisionOptions{.InitialLossScale = 2.0f});
+  const GradientMap input{{"a", Vec({2.0f, 4.0f}, DataType::Float16)},
+                          {"b", Vec({2.0f}, DataType::Float32)},
+                          {"c", Vec(std::vector<float>(33, 2.0f), DataType::BFloat16)},
+                          {"d", Vec({6.0f}, DataType::Float16)}};
+  GradientMap out = layer.ProcessGradients(input).Gradients;
+  // The FP32 outputs of the 16-bit gradients are made together, back to back in name order.
+  BOOST_TEST(mlfw_test::BackToBack({out.at("a"), out.at("c"), out.at("d")}));
+  BOOST_TEST(Values(out.at("c")) == std::vector<float>(33, 1.0f), tt::per_element());
+  // Held by the caller: "c" gets a new output next step, "a" and "d" are written again.
+  const TensorPtr held = out.at("c");
+  const ITensor* a = out.at("a").get();
+  out.clear();
+  const GradientMap next = layer.ProcessGradients(input).Gradients;
+  BOOST_TEST(next.at("a").get() == a);
+  BOOST_TEST(next.at("c") != held);
+  BOOST_TEST(Values(next.at("c")) == std::vector<float>(33, 1.0f), tt::per_element());
 }
 
 BOOST_AUTO_TEST_CASE(NullEntryIsRejectedAndNothingChanges) {

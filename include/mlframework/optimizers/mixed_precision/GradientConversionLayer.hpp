@@ -130,8 +130,11 @@ class MLFRAMEWORK_EXPORT GradientConversionLayer {
   // Records the norm sqrt(@p sum_of_squares); when it exceeds MaxGradNorm counts a clip, sets
   // @p clipped and returns the clip coefficient, else returns 1.
   float ClipCoefficient(double sum_of_squares, bool& clipped);
-  // An FP32 output buffer for gradient @p name shaped like @p like, reused when nobody else holds it.
-  TensorPtr OutputBuffer(const std::string& name, const ITensor& like) const;
+  // The FP32 output buffer kept for gradient @p name when it still fits @p like and nobody else
+  // holds it; null otherwise.
+  TensorPtr ReusableOutput(const std::string& name, const ITensor& like) const;
+  // Fills the null entries of @p low_dst with new FP32 outputs shaped like @p low_src.
+  static void AllocateOutputs(std::span<const TensorPtr> low_src, std::span<TensorPtr> low_dst);
   // ProcessGradients on a device-scaling backend with the scaler's state on that device.
   GradientProcessingResult ProcessOnDevice(const DeviceScalingBackend& backend, GradientMap outputs,
                                            GradientMap buffers, const std::vector<TensorPtr>& low_src,

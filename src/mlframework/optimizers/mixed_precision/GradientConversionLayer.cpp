@@ -80,7 +80,7 @@ float GradientConversionLayer::ClipCoefficient(double sum_of_squares, bool& clip
   return options_.MaxGradNorm / (norm + kClipEpsilon);
 }
 
-TensorPtr GradientConversionLayer::OutputBuffer(const std::string& name, const ITensor& like) const {
+TensorPtr GradientConversionLayer::ReusableOutput(const std::string& name, const ITensor& like) const {
   const auto cached = output_buffers_.find(name);
   // Reuse only a buffer nobody but this layer still holds, so returned gradients are never overwritten.
   if (cached != output_buffers_.end() && cached->second.use_count() == 1 &&
@@ -88,10 +88,32 @@ TensorPtr GradientConversionLayer::OutputBuffer(const std::string& name, const I
       cached->second->Backend() == like.Backend()) {
     return cached->second;
   }
-  if (DeviceScalingOf(like) != nullptr) {
-    return like.CastTo(DataType::Float32);  // a tensor of the gradient's own backend; overwritten in pass 2
+  return nullptr;
+}
+
+void GradientConversionLayer::AllocateOutputs(std::span<const TensorPtr> low_src, std::span<TensorPtr> low_dst) {
+  std::vector<std::size_t> fresh;
+  for (std::size_t i = 0; i < low_src.size(); ++i) {
+    if (low_dst[i]) {
+      continue;
+    }
+    if (DeviceScalingOf(*low_src[i]) != nullptr) {
+      low_dst[i] = low_src[i]->CastTo(DataType::Float32);  // a tensor of the gradient's own backend; overwritten
+    } else {
+      fresh.push_back(i);
+    }
   }
-  return Zeros(like.GetShape(), DataType::Float32, like.GetDevice());
+  // The others in one contiguous FP32 buffer per device: the cast of pass 2 then streams its
+  // output like one flat tensor, however many small gradients there are (core/Tensor.hpp).
+  std::vector<TensorPtr> like;
+  like.reserve(fresh.size());
+  for (const std::size_t i : fresh) {
+    like.push_back(low_src[i]);
+  }
+  std::vector<TensorPtr> made = ZerosContiguousLike(like, DataType::Float32);
+  for (std::size_t k = 0; k < fresh.size(); ++k) {
+    low_dst[fresh[k]] = std::move(made[k]);
+  }
 }
 
 GradientProcessingResult GradientConversionLayer::ProcessGradients(const GradientMap& gradients) {
@@ -100,6 +122,7 @@ GradientProcessingResult GradientConversionLayer::ProcessGradients(const Gradien
   // Outputs first: if an allocation fails, the scaler and the counters have not moved.
   GradientMap outputs;
   GradientMap buffers;
+  std::vector<std::string> low_names;
   std::vector<TensorPtr> low_src;
   std::vector<TensorPtr> low_dst;
   std::vector<TensorPtr> fp32;
@@ -113,11 +136,14 @@ GradientProcessingResult GradientConversionLayer::ProcessGradients(const Gradien
       outputs.emplace_hint(outputs.end(), name, tensor);
       continue;
     }
-    TensorPtr buffer = OutputBuffer(name, *tensor);
+    low_names.push_back(name);
     low_src.push_back(tensor);
-    low_dst.push_back(buffer);
-    buffers.emplace_hint(buffers.end(), name, buffer);
-    outputs.emplace_hint(outputs.end(), name, std::move(buffer));
+    low_dst.push_back(ReusableOutput(name, *tensor));
+  }
+  AllocateOutputs(low_src, low_dst);
+  for (std::size_t i = 0; i < low_names.size(); ++i) {
+    buffers.emplace_hint(buffers.end(), low_names[i], low_dst[i]);
+    outputs.emplace(low_names[i], low_dst[i]);
   }
 
   DynamicLossScaler& scaler = *loss_scaler_;
