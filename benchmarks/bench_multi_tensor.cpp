@@ -2,7 +2,10 @@
 //
 // Cases: each fused operation at 1M, 16M and 64M elements, laid out as
 //   gpt   ~100 tensors of mixed sizes (8 transformer layers plus embeddings),
-//   small tensors of 1K-4K elements (about 6,500 at 16M, 26,000 at 64M),
+//   small tensors of 1K-4K elements (about 6,500 at 16M, 26,000 at 64M), each allocated
+//         on its own (FromVector), so other memory lies between them,
+//   packed the same tensors back to back in one buffer (ZerosContiguous), as a framework's
+//         contiguous gradient buffer holds them,
 //   flat  one tensor.
 // Limit kernels (FP32, one flat buffer, threaded the same way: OpenMP static
 // over 32K-element chunks): read-only sum, in-place scale, copy (memcpy).
@@ -42,7 +45,8 @@ std::vector<std::size_t> LayoutSizes(Layout layout, std::size_t total) {
     case Layout::Flat:
       sizes.push_back(total);
       break;
-    case Layout::Small: {
+    case Layout::Small:
+    case Layout::Packed: {
       // The same generator as compare_pytorch.py, so both measure identical lists.
       std::uint64_t state = 42;
       std::size_t sum = 0;
@@ -88,6 +92,8 @@ const char* LayoutName(Layout layout) {
       return "gpt";
     case Layout::Small:
       return "small";
+    case Layout::Packed:
+      return "packed";
     case Layout::Flat:
       break;
   }
@@ -160,16 +166,28 @@ const std::vector<TensorPtr>& List(Layout layout, std::size_t total, DataType dt
   }
   auto& list = g_lists[{static_cast<int>(layout), total, static_cast<int>(dtype), fill}];
   if (list.empty()) {
+    const std::vector<std::size_t> sizes = LayoutSizes(layout, total);
+    std::vector<mlframework::Shape> shapes;
+    for (const std::size_t size : sizes) {
+      shapes.push_back({size});
+    }
+    if (layout == Layout::Packed) {
+      list = mlframework::ZerosContiguous(shapes, dtype);
+    }
     std::uint64_t state = 7;
-    for (const std::size_t size : LayoutSizes(layout, total)) {
-      std::vector<float> values(size);
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      std::vector<float> values(sizes[i]);
       if (fill) {
         for (float& v : values) {
           state = state * 6364136223846793005ull + 1442695040888963407ull;
           v = static_cast<float>(static_cast<double>(state >> 40) * 0x1.0p-23 - 1.0);  // [-1, 1)
         }
       }
-      list.push_back(mlframework::FromVector(values, {size}, dtype));
+      if (layout == Layout::Packed) {
+        list[i]->CopyFromFloats(values);
+      } else {
+        list.push_back(mlframework::FromVector(values, shapes[i], dtype));
+      }
     }
   }
   return list;
@@ -363,7 +381,7 @@ int main(int argc, char** argv) {
     // Limit kernels over the bytes of an FP32 list and of a 16-bit list of this size.
     RegisterLimits(total);
     RegisterLimits(total / 2);
-    for (const Layout layout : {Layout::Gpt, Layout::Small, Layout::Flat}) {
+    for (const Layout layout : {Layout::Gpt, Layout::Small, Layout::Packed, Layout::Flat}) {
       RegisterFused(layout, total);
 #if defined(MLFW_BENCH_WITH_TORCH)
       RegisterTorchPeers(layout, total);

@@ -33,7 +33,7 @@ def layout_sizes(layout, total):
     """The same lists as LayoutSizes() in bench_multi_tensor.cpp."""
     if layout == "flat":
         return [total]
-    if layout == "small":
+    if layout in ("small", "packed"):
         sizes, state, s = [], 42, 0
         while s < total:
             state = (state * MULT + INC) & MASK
@@ -52,7 +52,12 @@ def layout_sizes(layout, total):
 
 
 def make_list(layout, total, dtype):
-    return [(torch.rand(n, dtype=torch.float32) * 2 - 1).to(dtype) for n in layout_sizes(layout, total)]
+    sizes = layout_sizes(layout, total)
+    if layout == "packed":
+        # As ours: the same tensors back to back in one buffer (views of it).
+        flat = (torch.rand(sum(sizes), dtype=torch.float32) * 2 - 1).to(dtype)
+        return list(flat.split(sizes))
+    return [(torch.rand(n, dtype=torch.float32) * 2 - 1).to(dtype) for n in sizes]
 
 
 CLOCK = {"real": time.perf_counter, "cpu": time.process_time}

@@ -134,9 +134,111 @@ void CheckAllOperations(const std::vector<TensorPtr>& list, const char* label,
   BOOST_TEST(SameBits(norms[0][1], norms[1][1]));
 }
 
+// The tensors of @p list (values copied) as exact back-to-back views of one buffer per run of
+// equal dtypes, so the backend joins each run into one segment.
+std::vector<TensorPtr> Packed(const std::vector<TensorPtr>& list) {
+  std::vector<TensorPtr> packed;
+  std::size_t first = 0;
+  while (first < list.size()) {
+    std::size_t last = first;
+    std::size_t elements = 0;
+    while (last < list.size() && list[last]->GetDataType() == list[first]->GetDataType()) {
+      elements += list[last++]->Size();
+    }
+    const TensorPtr base = backends::cpu::Empty({elements}, list[first]->GetDataType());
+    std::size_t offset = 0;
+    for (std::size_t i = first; i < last; ++i) {
+      packed.push_back(backends::cpu::View(base, offset, list[i]->GetShape()));
+      SetBytes(packed.back(), BytesOf(list[i]));
+      offset += list[i]->Size();
+    }
+    first = last;
+  }
+  return packed;
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(MultiTensorKernels)
+
+BOOST_AUTO_TEST_CASE(BackToBackTensorsJoinedIntoOneSegment) {
+  Rng rng(11);
+  for (const DataType dtype : kAllTypes) {
+    const auto packed = Packed(RandomList({dtype}, RandomSizes(rng), Fill::Values, rng));
+    CheckAllOperations(packed, ("back to back " + std::string(ToString(dtype))).c_str());
+    // A non-finite value right after a join, and in the last element.
+    const auto clean = Snapshot(packed);
+    SetElementBits(packed[6], 0, kNonFinite[1]);
+    CheckAllOperations(packed, ("back to back, +Inf after a join " + std::string(ToString(dtype))).c_str(),
+                       kNonFiniteFactors);
+    Restore(packed, clean);
+    SetElementBits(packed.back(), packed.back()->Size() - 1, kNonFinite[0]);
+    CheckAllOperations(packed, ("back to back, NaN last " + std::string(ToString(dtype))).c_str(),
+                       kNonFiniteFactors);
+  }
+  // Runs of three dtypes one after the other: joins inside each run, never across dtypes.
+  std::vector<TensorPtr> runs;
+  for (const DataType dtype : {DataType::Float16, DataType::Float32, DataType::BFloat16}) {
+    const auto run = RandomList({dtype}, RandomSizes(rng), Fill::Values, rng);
+    runs.insert(runs.end(), run.begin(), run.end());
+  }
+  CheckAllOperations(Packed(runs), "back to back runs of three dtypes");
+}
+
+BOOST_AUTO_TEST_CASE(CastBetweenTwoBackToBackListsMatchesTheReference) {
+  ThreadCountGuard guard;
+  Rng rng(12);
+  for (const DataType from : kAllTypes) {
+    for (const DataType to : kAllTypes) {
+      const auto src = Packed(RandomList({from}, RandomSizes(rng), Fill::Values, rng));
+      const auto dst = Packed(EmptyLike(src, to));
+      const auto separate = EmptyLike(src, to);
+      auto expected = Snapshot(separate);
+      const bool found = RefCast(src, separate, expected, 1.0f / 1024.0f);
+      for (const int threads : kThreadCounts) {
+        omp_set_num_threads(threads);
+        const std::string what = std::string(ToString(from)) + " to " + std::string(ToString(to)) +
+                                 " threads=" + std::to_string(threads);
+        BOOST_TEST(CastInto(src, dst, 1.0f / 1024.0f) == found, what);
+        RequireSameBits(dst, expected, what);
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(GapsBetweenViewsAreNeverTouched) {
+  // Views with a gap between them (elements 10 and 11), the rest back to back: the gap holds
+  // NaN, which no operation may see or change.
+  ThreadCountGuard guard;
+  for (const DataType dtype : kAllTypes) {
+    for (const int threads : kThreadCounts) {
+      omp_set_num_threads(threads);
+      const std::vector<float> nans(50, NAN);
+      const TensorPtr base = FromVector(nans, {50}, dtype);
+      const std::vector<TensorPtr> list = {backends::cpu::View(base, 0, {10}), backends::cpu::View(base, 12, {18}),
+                                           backends::cpu::View(base, 30, {20})};
+      for (const auto& t : list) {
+        t->CopyFromFloats(std::vector<float>(t->Size(), 2.0f));
+      }
+      BOOST_TEST(!HasNonFinite(list));
+      BOOST_TEST(SumOfSquares(list) == 4.0 * 48);
+      BOOST_TEST(!UnscaleAndCheck(list, 0.5f));
+      ScaleInPlace(list, 4.0f);
+      const TensorPtr out_base = FromVector(nans, {50}, DataType::Float32);
+      const std::vector<TensorPtr> out = {backends::cpu::View(out_base, 0, {10}),
+                                          backends::cpu::View(out_base, 12, {18}),
+                                          backends::cpu::View(out_base, 30, {20})};
+      BOOST_TEST(!CastInto(list, out, 0.25f));
+      const auto values = base->ToFloatVector();
+      const auto cast = out_base->ToFloatVector();
+      for (std::size_t i = 0; i < 50; ++i) {
+        const bool gap = i == 10 || i == 11;
+        BOOST_TEST((gap ? std::isnan(values[i]) : values[i] == 4.0f), "element " << i);
+        BOOST_TEST((gap ? std::isnan(cast[i]) : cast[i] == 1.0f), "cast element " << i);
+      }
+    }
+  }
+}
 
 BOOST_AUTO_TEST_CASE(DispatchesTheRequestedInstructionSet) {
   const std::string requested = RequestedIsa();

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <utility>
 #include <cstdint>
 #include <vector>
 
@@ -49,28 +50,39 @@ constexpr std::size_t kObjectPrefetchAhead = 8;
 // How much of the next tensor's head to request early (see Plan::PrefetchHead).
 constexpr std::size_t kPrefetchBytes = 2048;
 
+// Tensors that lie back to back in memory (a ZerosContiguous() list, a flat gradient buffer)
+// are joined into one segment: the element loops are per element, so a run of adjacent tensors
+// of one dtype is one piece of memory to them, streamed without a call, a head and a tail per
+// tensor. Only exact adjacency joins: a gap may hold memory that is not in the list.
 struct Plan {
   std::vector<Segment> segments;
-  std::vector<std::size_t> offsets;  // size segments + 1
+  std::vector<std::size_t> offsets;  // where each segment starts in the virtual array; then total
   std::size_t total = 0;
   std::size_t bytes = 0;
   std::size_t chunks = 0;
 
-  template <typename TensorPointer>
-  explicit Plan(std::span<TensorPointer const> tensors) {
-    segments.reserve(tensors.size());
-    offsets.reserve(tensors.size() + 1);
-    const TensorBackend* self = &Backend();
-    for (std::size_t i = 0; i < tensors.size(); ++i) {
-      if (i + kObjectPrefetchAhead < tensors.size()) {
-        __builtin_prefetch(tensors[i + kObjectPrefetchAhead]);  // see kObjectPrefetchAhead
-      }
-      const CpuTensor& tensor = AsCpuTensor(*tensors[i], self);
+  explicit Plan(std::size_t tensors) {
+    segments.reserve(tensors);
+    offsets.reserve(tensors + 1);
+  }
+
+  // True when @p tensor starts exactly where the last segment ends, in the same dtype.
+  bool Continues(const CpuTensor& tensor) const {
+    return !segments.empty() && segments.back().dtype == tensor.GetDataType() &&
+           segments.back().At(total - offsets.back()) == tensor.Data();
+  }
+
+  // Adds @p tensor, as a new segment or (when @p join) as the continuation of the last one.
+  void Append(const CpuTensor& tensor, bool join) {
+    if (!join) {
       offsets.push_back(total);
       segments.push_back(Segment{static_cast<std::byte*>(const_cast<void*>(tensor.Data())), tensor.GetDataType()});
-      total += tensor.Size();
-      bytes += tensor.Size() * ElementSize(tensor.GetDataType());
     }
+    total += tensor.Size();
+    bytes += tensor.Size() * ElementSize(tensor.GetDataType());
+  }
+
+  void Finish() {
     offsets.push_back(total);
     chunks = (total + kChunkElements - 1) / kChunkElements;
   }
@@ -110,6 +122,44 @@ struct Plan {
   }
 };
 
+// The plan of one list.
+template <typename TensorPointer>
+Plan MakePlan(std::span<TensorPointer const> tensors) {
+  Plan plan(tensors.size());
+  const TensorBackend* self = &Backend();
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    if (i + kObjectPrefetchAhead < tensors.size()) {
+      __builtin_prefetch(tensors[i + kObjectPrefetchAhead]);  // see kObjectPrefetchAhead
+    }
+    const CpuTensor& tensor = AsCpuTensor(*tensors[i], self);
+    plan.Append(tensor, plan.Continues(tensor));
+  }
+  plan.Finish();
+  return plan;
+}
+
+// The plans of a source and a destination list of the same sizes: a pair of tensors joins the
+// previous pair only when both sides do, so segment s of one plan matches segment s of the other.
+std::pair<Plan, Plan> MakePairPlans(std::span<const ITensor* const> src, std::span<ITensor* const> dst) {
+  std::pair<Plan, Plan> plans{Plan(src.size()), Plan(dst.size())};
+  auto& [src_plan, dst_plan] = plans;
+  const TensorBackend* self = &Backend();
+  for (std::size_t i = 0; i < src.size(); ++i) {
+    if (i + kObjectPrefetchAhead < src.size()) {
+      __builtin_prefetch(src[i + kObjectPrefetchAhead]);
+      __builtin_prefetch(dst[i + kObjectPrefetchAhead]);
+    }
+    const CpuTensor& in = AsCpuTensor(*src[i], self);
+    const CpuTensor& out = AsCpuTensor(*dst[i], self);
+    const bool join = src_plan.Continues(in) && dst_plan.Continues(out);
+    src_plan.Append(in, join);
+    dst_plan.Append(out, join);
+  }
+  src_plan.Finish();
+  dst_plan.Finish();
+  return plans;
+}
+
 // Threads only when there is more than one chunk: a fork costs more than a small list.
 bool Parallel(const Plan& plan) { return plan.chunks > 1 && omp_get_max_threads() > 1; }
 
@@ -132,7 +182,7 @@ double SumSquaresFp64(const void* data, DataType dtype, std::size_t count) {
 
 bool UnscaleAndCheckKernel(std::span<ITensor* const> tensors, float factor) {
   const KernelTable& kernels = ActiveKernels();
-  const Plan plan(tensors);
+  const Plan plan = MakePlan(tensors);
   int found = 0;
 #pragma omp parallel for schedule(static) reduction(| : found) if (Parallel(plan))
   for (std::size_t c = 0; c < plan.chunks; ++c) {
@@ -146,7 +196,7 @@ bool UnscaleAndCheckKernel(std::span<ITensor* const> tensors, float factor) {
 
 bool HasNonFiniteKernel(std::span<const ITensor* const> tensors) {
   const KernelTable& kernels = ActiveKernels();
-  const Plan plan(tensors);
+  const Plan plan = MakePlan(tensors);
   std::atomic<bool> found{false};
 #pragma omp parallel for schedule(static) if (Parallel(plan))
   for (std::size_t c = 0; c < plan.chunks; ++c) {
@@ -165,7 +215,7 @@ bool HasNonFiniteKernel(std::span<const ITensor* const> tensors) {
 
 NonFiniteAndNorm CheckAndSumSquaresKernel(std::span<const ITensor* const> tensors, float factor) {
   const KernelTable& kernels = ActiveKernels();
-  const Plan plan(tensors);
+  const Plan plan = MakePlan(tensors);
   // One partial per chunk (FP32 sums of its pieces, added in FP64), the partials summed
   // in FP64 in chunk order: the result does not depend on the thread count.
   std::vector<double> partials(plan.chunks, 0.0);
@@ -199,7 +249,7 @@ NonFiniteAndNorm CheckAndSumSquaresKernel(std::span<const ITensor* const> tensor
 
 void ScaleKernel(std::span<ITensor* const> tensors, float factor) {
   const KernelTable& kernels = ActiveKernels();
-  const Plan plan(tensors);
+  const Plan plan = MakePlan(tensors);
 #pragma omp parallel for schedule(static) if (Parallel(plan))
   for (std::size_t c = 0; c < plan.chunks; ++c) {
     plan.ForEachPiece(c, [&](std::size_t s, std::size_t begin, std::size_t end) {
@@ -211,8 +261,8 @@ void ScaleKernel(std::span<ITensor* const> tensors, float factor) {
 
 bool CastIntoKernel(std::span<const ITensor* const> src, std::span<ITensor* const> dst, float factor) {
   const KernelTable& kernels = ActiveKernels();
-  const Plan src_plan(src);
-  const Plan dst_plan(dst);  // same sizes pairwise (checked by the caller), so the same chunks
+  // Same sizes pairwise (checked by the caller), so the same segments and chunks.
+  const auto [src_plan, dst_plan] = MakePairPlans(src, dst);
   // A destination much larger than a core's cache will be evicted before anyone reads it:
   // write it with non-temporal stores, which also skip reading the old lines in first.
   const bool streaming = dst_plan.bytes >= kStreamingBytes;
