@@ -1,6 +1,6 @@
 #pragma once
 // Test helper: do CPU tensors lie back to back in memory, as ZerosContiguous() places them
-// (each one starting at the previous one's end, rounded up to a 64-byte boundary)?
+// (each one starting exactly at the previous one's end)?
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -14,8 +14,7 @@ inline bool BackToBack(const std::vector<mlframework::TensorPtr>& tensors) {
   for (std::size_t i = 1; i < tensors.size(); ++i) {
     const auto previous = reinterpret_cast<std::uintptr_t>(mlframework::backends::cpu::Data(*tensors[i - 1]));
     const std::size_t bytes = tensors[i - 1]->Size() * mlframework::ElementSize(tensors[i - 1]->GetDataType());
-    const std::uintptr_t expected = (previous + bytes + 63) / 64 * 64;
-    if (reinterpret_cast<std::uintptr_t>(mlframework::backends::cpu::Data(*tensors[i])) != expected) {
+    if (reinterpret_cast<std::uintptr_t>(mlframework::backends::cpu::Data(*tensors[i])) != previous + bytes) {
       return false;
     }
   }

@@ -20,12 +20,14 @@ MLFRAMEWORK_EXPORT TensorPtr FromVector(const std::vector<float>& values, Shape 
 /// A tensor of zeros.
 MLFRAMEWORK_EXPORT TensorPtr Zeros(Shape shape, DataType dtype = DataType::Float32, Device device = Device::CPU());
 /// Zero-filled tensors of @p shapes, all of @p dtype on @p device, placed back to back in one
-/// allocation (each tensor's first element on a 64-byte boundary): a contiguous gradient buffer
-/// in the manner of Megatron-LM's grad buffer and DeepSpeed's contiguous gradients.
+/// allocation (the first on a 64-byte boundary, each next one right after the previous one's
+/// last element, no padding): a contiguous gradient buffer in the manner of Megatron-LM's grad
+/// buffer and DeepSpeed's contiguous gradients.
 ///
-/// Why: the fused kernels (MultiTensor.hpp) stream such a list at the speed of one flat
-/// tensor, while thousands of small tensors allocated one by one, with other memory between
-/// them, run up to about 1.6x slower (docs/BENCHMARKS.md, "small" against "packed").
+/// Why: the CPU kernels join tensors that lie exactly back to back into one run of memory, so
+/// a fused operation (MultiTensor.hpp) over such a list streams it like one flat tensor, while
+/// thousands of small tensors allocated one by one, with other memory between them, run up to
+/// about 2x slower (docs/BENCHMARKS.md, layouts "small" and "packed").
 /// The tensors are views of one buffer that stays allocated while any of them is alive.
 /// Returns an empty list for empty @p shapes. Throws ArgumentError for an invalid @p dtype or
 /// when the total element count overflows, BackendError when the device's backend is unavailable.

@@ -21,10 +21,6 @@ void RequireValidDtype(DataType dtype) {
   }
 }
 
-// Every tensor of a contiguous buffer starts on a cache line: full-vector loads and streaming
-// stores stay aligned, and a tensor never shares a line with its neighbour.
-constexpr std::size_t kContiguousAlignmentBytes = 64;
-
 std::size_t AddChecked(std::size_t total, std::size_t add) {
   if (add > SIZE_MAX - total) {
     throw ArgumentError("shapes", "hold more elements in total than fit in size_t");
@@ -72,12 +68,12 @@ std::vector<TensorPtr> ZerosContiguous(const std::vector<Shape>& shapes, DataTyp
   if (shapes.empty()) {
     return {};
   }
-  const std::size_t alignment = kContiguousAlignmentBytes / ElementSize(dtype);
+  // No padding between tensors: the CPU kernels join tensors that lie exactly back to back into
+  // one run of memory, so a whole list streams like one flat tensor (a gap would split it).
   std::vector<std::size_t> offsets;
   offsets.reserve(shapes.size());
   std::size_t total = 0;
   for (const Shape& shape : shapes) {
-    total = AddChecked(total, (alignment - total % alignment) % alignment);
     offsets.push_back(total);
     total = AddChecked(total, ElementCount(shape));
   }
