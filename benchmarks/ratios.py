@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Ratio tables for bench_multi_tensor JSON output (python3 standard library only).
 
-Usage: python3 benchmarks/ratios.py cpu.json [--markdown] [--best]
+Usage: python3 benchmarks/ratios.py cpu.json [--markdown] [--best] [--table]
 
 Prints, from one run:
   1. each fused case's bandwidth over its matching limit kernel's (same bytes per array):
@@ -11,6 +11,8 @@ Prints, from one run:
      tensor allocated on its own) and "packed" (the same tensors in one contiguous buffer);
   3. libtorch user code's time over ours where the run has torch/ cases
      (target for unscale_check: >= 5).
+--table prints instead one summary table: per operation and dtype, each layout's ratio to its
+limit kernel at 16M and 64M elements, and small/flat, packed/flat.
 With repetitions, the median of each case is used; --best takes each case's fastest
 repetition instead (fused and limit kernels alike), which on a shared host filters out the
 repetitions another tenant's memory traffic slowed down.
@@ -24,6 +26,9 @@ LIMIT_FOR = {"unscale_check": "scale", "scale": "scale", "check": "read_sum", "s
 
 
 BEST = "--best" in sys.argv
+TABLE = "--table" in sys.argv
+LAYOUTS = ("gpt", "small", "packed", "flat")
+SIZES = ("16M", "64M")
 
 
 def load(path):
@@ -64,11 +69,51 @@ def fmt(x):
     return "%.2f" % x
 
 
+def limit_ratio(cases, name):
+    """Bandwidth of fused case `name` over its matching limit kernel's, or None."""
+    parts = name.split("/")
+    op, dt, n = parts[1], parts[2], parts[4]
+    width = max(SIZE[d] for d in dt.split("_to_")) if op == "cast" else SIZE[dt]
+    limit = "limit/%s/f32/flat/%s" % (LIMIT_FOR[op], size_name(elements(n) * width // 4))
+    if name not in cases or limit not in cases:
+        return None
+    return cases[name]["bps"] / cases[limit]["bps"]
+
+
+def summary_table(cases):
+    """One row per op and dtype: ratio to the limit kernel per layout and size (bold: below the
+    target), then small/flat and packed/flat per size (bold: above 1.5)."""
+    header = ["op", "dtype"] + ["%s %s" % (l, n) for n in SIZES for l in LAYOUTS]
+    header += ["%s/flat %s" % (l, n) for l in ("small", "packed") for n in SIZES]
+    print("| " + " | ".join(header) + " |")
+    print("|---|---|" + "---:|" * (len(header) - 2))
+    rows = sorted({tuple(n.split("/")[1:3]) for n in cases if n.startswith("fused/")})
+    for op, dt in rows:
+        target = 0.85 if op == "cast" else 0.9
+        cells = [op, dt]
+        for n in SIZES:
+            for l in LAYOUTS:
+                r = limit_ratio(cases, "fused/%s/%s/%s/%s" % (op, dt, l, n))
+                cells.append("" if r is None else ("**%s**" % fmt(r) if r < target else fmt(r)))
+        for l in ("small", "packed"):
+            for n in SIZES:
+                a, f = "fused/%s/%s/%s/%s" % (op, dt, l, n), "fused/%s/%s/flat/%s" % (op, dt, n)
+                if a in cases and f in cases:
+                    r = cases[a]["time"] / cases[f]["time"]
+                    cells.append("**%s**" % fmt(r) if r > 1.5 else fmt(r))
+                else:
+                    cells.append("")
+        print("| " + " | ".join(cells) + " |")
+
+
 def main():
     if len(sys.argv) < 2:
         print(__doc__)
         return 2
     context, cases = load(sys.argv[1])
+    if TABLE:
+        summary_table(cases)
+        return 0
     print("instruction set: %s, OpenMP threads: %s, timing: %s, load average: %s" % (
         context.get("mlfw_instruction_set", "?"), context.get("mlfw_omp_threads", "?"),
         context.get("mlfw_timing", "real"), context.get("load_avg", "?")))

@@ -173,8 +173,7 @@ BOOST_AUTO_TEST_CASE(BackToBackTensorsJoinedIntoOneSegment) {
                        kNonFiniteFactors);
     Restore(packed, clean);
     SetElementBits(packed.back(), packed.back()->Size() - 1, kNonFinite[0]);
-    CheckAllOperations(packed, ("back to back, NaN last " + std::string(ToString(dtype))).c_str(),
-                       kNonFiniteFactors);
+    CheckAllOperations(packed, ("back to back, NaN last " + std::string(ToString(dtype))).c_str(), kNonFiniteFactors);
   }
   // Runs of three dtypes one after the other: joins inside each run, never across dtypes.
   std::vector<TensorPtr> runs;
@@ -197,8 +196,8 @@ BOOST_AUTO_TEST_CASE(CastBetweenTwoBackToBackListsMatchesTheReference) {
       const bool found = RefCast(src, separate, expected, 1.0f / 1024.0f);
       for (const int threads : kThreadCounts) {
         omp_set_num_threads(threads);
-        const std::string what = std::string(ToString(from)) + " to " + std::string(ToString(to)) +
-                                 " threads=" + std::to_string(threads);
+        const std::string what =
+            std::string(ToString(from)) + " to " + std::string(ToString(to)) + " threads=" + std::to_string(threads);
         BOOST_TEST(CastInto(src, dst, 1.0f / 1024.0f) == found, what);
         RequireSameBits(dst, expected, what);
       }

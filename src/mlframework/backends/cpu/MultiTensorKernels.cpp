@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <utility>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include <omp.h>
