@@ -168,6 +168,7 @@ const std::vector<TensorPtr>& List(Layout layout, std::size_t total, DataType dt
   if (list.empty()) {
     const std::vector<std::size_t> sizes = LayoutSizes(layout, total);
     std::vector<mlframework::Shape> shapes;
+    shapes.reserve(sizes.size());
     for (const std::size_t size : sizes) {
       shapes.push_back({size});
     }

@@ -295,7 +295,7 @@ std::vector<TensorPtr> Cast(std::span<const TensorPtr> src, DataType dtype, floa
   }
   // One contiguous buffer per device, so later fused passes over the result stream it like one
   // flat tensor.
-  const std::vector<TensorPtr> dst = ZerosContiguousLike(src, dtype);
+  std::vector<TensorPtr> dst = ZerosContiguousLike(src, dtype);
   CastInto(src, dst, factor);
   return dst;
 }

@@ -262,7 +262,9 @@ void ScaleKernel(std::span<ITensor* const> tensors, float factor) {
 bool CastIntoKernel(std::span<const ITensor* const> src, std::span<ITensor* const> dst, float factor) {
   const KernelTable& kernels = ActiveKernels();
   // Same sizes pairwise (checked by the caller), so the same segments and chunks.
-  const auto [src_plan, dst_plan] = MakePairPlans(src, dst);
+  const std::pair<Plan, Plan> plans = MakePairPlans(src, dst);
+  const Plan& src_plan = plans.first;   // named references, not a structured binding: clang 14
+  const Plan& dst_plan = plans.second;  // cannot capture those in the OpenMP region's lambda
   // A destination much larger than a core's cache will be evicted before anyone reads it:
   // write it with non-temporal stores, which also skip reading the old lines in first.
   const bool streaming = dst_plan.bytes >= kStreamingBytes;
