@@ -8,7 +8,9 @@
 //         contiguous gradient buffer holds them,
 //   flat  one tensor.
 // Limit kernels (FP32, one flat buffer, threaded the same way: OpenMP static
-// over 32K-element chunks): read-only sum, in-place scale, copy (memcpy).
+// over 32K-element chunks): read-only sum, in-place scale, copy (memcpy); and the
+// read-only sum over the memory of the small and packed lists themselves
+// (limit/read_sum/{f32,f16}/{small,packed}/N), which shows what a layout costs any loop.
 // Every case reports bytes/second (SetBytesProcessed: bytes read plus bytes
 // written); benchmarks/ratios.py turns a JSON run into the target ratios.
 // With libtorch found, benchmarks/torch/MultiTensorTorch.cpp adds what a
@@ -302,6 +304,36 @@ void RegisterLimits(std::size_t floats) {
   })->Apply(ApplyTiming);
 }
 
+// The read-only limit loop over the memory of a layout's tensors, wherever they lie: each tensor's
+// bytes read as floats (16-bit lists: half as many), tensors shared out to the threads in equal
+// runs. Against limit/read_sum/f32/flat it shows what the layout itself costs any loop; against
+// fused/check of the same layout, what the kernels add to that.
+double LayoutReadSum(const std::vector<TensorPtr>& list) {
+  const auto count = static_cast<std::int64_t>(list.size());
+  double total = 0.0;
+#pragma omp parallel for schedule(static) reduction(+ : total)
+  for (std::int64_t i = 0; i < count; ++i) {
+    const mlframework::ITensor& tensor = *list[static_cast<std::size_t>(i)];
+    const std::size_t bytes = tensor.Size() * mlframework::ElementSize(tensor.GetDataType());
+    total += ChunkSum(static_cast<const float*>(mlframework::backends::cpu::Data(tensor)), bytes / sizeof(float));
+  }
+  return total;
+}
+
+void RegisterLayoutLimits(Layout layout, std::size_t total) {
+  for (const DataType dtype : {DataType::Float32, DataType::Float16}) {
+    const std::string name =
+        std::string("limit/read_sum/") + DtypeName(dtype) + "/" + LayoutName(layout) + "/" + SizeName(total);
+    benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& state) {
+      const auto& list = List(layout, total, dtype);
+      for (auto _ : state) {
+        benchmark::DoNotOptimize(LayoutReadSum(list));
+      }
+      state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * Bytes(list)));
+    })->Apply(ApplyTiming);
+  }
+}
+
 // ---- the fused operations through the public API -----------------------------------------------
 
 void RegisterFused(Layout layout, std::size_t total) {
@@ -384,6 +416,9 @@ int main(int argc, char** argv) {
     RegisterLimits(total / 2);
     for (const Layout layout : {Layout::Gpt, Layout::Small, Layout::Packed, Layout::Flat}) {
       RegisterFused(layout, total);
+      if (layout == Layout::Small || layout == Layout::Packed) {
+        RegisterLayoutLimits(layout, total);
+      }
 #if defined(MLFW_BENCH_WITH_TORCH)
       RegisterTorchPeers(layout, total);
 #endif
