@@ -47,9 +47,6 @@ const CpuTensor& AsCpuTensor(const ITensor& tensor, const TensorBackend* self) {
 // ahead, so its first cache line (vtable pointer, data, size, dtype) arrives in time.
 constexpr std::size_t kObjectPrefetchAhead = 8;
 
-// How much of the next tensor's head to request early (see Plan::PrefetchHead).
-constexpr std::size_t kPrefetchBytes = 2048;
-
 // Tensors that lie back to back in memory (a ZerosContiguous() list, a flat gradient buffer)
 // are joined into one segment: the element loops are per element, so a run of adjacent tensors
 // of one dtype is one piece of memory to them, streamed without a call, a head and a tail per
@@ -87,21 +84,6 @@ struct Plan {
     chunks = (total + kChunkElements - 1) / kChunkElements;
   }
 
-  // Starts loading the first cache lines of tensor s (when there is one). The hardware
-  // prefetcher follows a stream only after a few misses, and a list of thousands of small
-  // tensors is thousands of short streams at scattered addresses: asking for the next
-  // tensor's head while this one is processed hides those misses.
-  void PrefetchHead(std::size_t s) const {
-    if (s < segments.size()) {
-      const std::byte* head = segments[s].data;
-      const std::size_t head_bytes =
-          std::min<std::size_t>(kPrefetchBytes, (offsets[s + 1] - offsets[s]) * ElementSize(segments[s].dtype));
-      for (std::size_t line = 0; line < head_bytes; line += 64) {
-        __builtin_prefetch(head + line);
-      }
-    }
-  }
-
   // Calls fn(segment, begin, end) for each piece of chunk c, in order.
   template <typename Fn>
   void ForEachPiece(std::size_t chunk, Fn&& fn) const {
@@ -112,9 +94,6 @@ struct Plan {
     for (std::size_t pos = begin; pos < end; ++s) {
       const std::size_t seg_end = std::min(end, offsets[s + 1]);
       if (seg_end > pos) {
-        if (seg_end == offsets[s + 1] && seg_end < end) {
-          PrefetchHead(s + 1);  // the chunk goes on into the next tensor
-        }
         fn(s, pos - offsets[s], seg_end - offsets[s]);
       }
       pos = std::max(pos, seg_end);
