@@ -9,16 +9,19 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <boost/test/unit_test.hpp>
 
 #include <mlframework/backends/cuda/CudaTensor.hpp>
 #include <mlframework/core/Error.hpp>
+#include <mlframework/core/FloatBits.hpp>
 #include <mlframework/core/MultiTensor.hpp>
 #include <mlframework/core/Tensor.hpp>
 
 #include "cuda/CudaTestUtil.hpp"
+#include "mlframework/backends/cuda/LaunchPlan.hpp"
 
 using namespace mlframework;
 using mlfw_cuda_test::Bits;
@@ -35,18 +38,30 @@ struct Pair {
 
 enum class Specials { None, Inf, NaN, Huge };
 
+// The tensor that gets the special value: the first non-empty one from the middle of the list on.
+std::size_t SpecialTensor(const std::vector<std::size_t>& sizes) {
+  std::size_t i = sizes.size() / 2;
+  while (i < sizes.size() && sizes[i] == 0) {
+    ++i;
+  }
+  return i;
+}
+
 // The same values on both backends: sizes around the chunk boundaries, mixed dtypes,
-// optionally one Inf / NaN / value that overflows FP16 after scaling by 2.
+// optionally one Inf / NaN / value that overflows FP16 after scaling by 2, as the last
+// element of SpecialTensor().
 Pair MakeLists(const std::vector<std::size_t>& sizes, Specials specials, unsigned seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 3.0f);
+  const std::size_t special_tensor = SpecialTensor(sizes);
+  BOOST_TEST_REQUIRE(special_tensor < sizes.size(), "every size set needs a non-empty tensor from its middle on");
   Pair pair;
   for (std::size_t i = 0; i < sizes.size(); ++i) {
     std::vector<float> values(sizes[i]);
     for (float& v : values) {
       v = normal(rng);
     }
-    if (!values.empty() && i == sizes.size() / 2) {
+    if (i == special_tensor) {
       const std::size_t at = values.size() - 1;
       if (specials == Specials::Inf) {
         values[at] = -std::numeric_limits<float>::infinity();
@@ -81,7 +96,7 @@ const std::vector<std::vector<std::size_t>>& SizeSets() {
         {0, 5, 0, 100000, 3},
         {250000},
     };
-    std::vector<std::size_t> many(300);  // several launches of small tensors
+    std::vector<std::size_t> many(2 * static_cast<std::size_t>(cuda::kMaxTensorsPerLaunch) + 300);  // several launches of small tensors
     for (std::size_t i = 0; i < many.size(); ++i) {
       many[i] = 1 + (i * 37) % 900;
     }
@@ -210,6 +225,44 @@ BOOST_AUTO_TEST_CASE(CastIntoEveryDtypePairMatchesCpu) {
         CheckSameBits(cpu_new, gpu_new);
         CheckSameBits(cpu_dst, gpu_new);
       }
+    }
+  }
+}
+
+// The kernels convert with the hardware's instructions, the CPU backend with FloatBits.hpp:
+// every 16-bit value is widened, and every value, every halfway point between two neighbours
+// and the floats one step either side of it are narrowed, on both backends.
+BOOST_AUTO_TEST_CASE(EveryHalfAndBFloat16ValueConvertsLikeTheCpu) {
+  for (const DataType dtype : {DataType::Float16, DataType::BFloat16}) {
+    BOOST_TEST_INFO("dtype " << ToString(dtype));
+    const auto widen = [dtype](std::uint32_t bits) {
+      const auto b = static_cast<std::uint16_t>(bits);
+      return dtype == DataType::Float16 ? detail::HalfBitsToFloat(b) : detail::BFloat16BitsToFloat(b);
+    };
+    std::vector<float> every(65536);
+    std::vector<float> narrowing;
+    for (std::uint32_t bits = 0; bits < 65536; ++bits) {
+      every[bits] = widen(bits);
+      const std::uint32_t magnitude = bits & 0x7FFFu;
+      const float next = widen(bits + 1);
+      if (magnitude < 0x7FFFu && std::isfinite(every[bits]) && !std::isnan(next)) {
+        // Halfway to the next value away from zero (to Inf past the largest finite value).
+        const float half_way = std::isfinite(next) ? every[bits] + (next - every[bits]) / 2.0f
+                                                   : every[bits] + (every[bits] - widen(bits - 1)) / 2.0f;
+        narrowing.insert(narrowing.end(), {every[bits], half_way, std::nextafter(half_way, 0.0f),
+                                           std::nextafter(half_way, 2.0f * half_way)});
+      }
+    }
+    narrowing.insert(narrowing.end(), {1e30f, -1e30f, std::numeric_limits<float>::max(),
+                                       std::numeric_limits<float>::denorm_min(), -0.0f});
+    for (const auto& [values, from, to] :
+         {std::tuple{every, dtype, DataType::Float32}, std::tuple{narrowing, DataType::Float32, dtype}}) {
+      const std::vector<TensorPtr> cpu = {FromVector(values, {values.size()}, from)};
+      const std::vector<TensorPtr> gpu = {FromVector(values, {values.size()}, from, kGpu)};
+      std::vector<TensorPtr> cpu_dst = {Zeros({values.size()}, to)};
+      std::vector<TensorPtr> gpu_dst = {Zeros({values.size()}, to, kGpu)};
+      BOOST_TEST(CastInto(cpu, cpu_dst, 1.0f) == CastInto(gpu, gpu_dst, 1.0f));
+      CheckSameBits(cpu_dst, gpu_dst);
     }
   }
 }

@@ -140,9 +140,11 @@ BOOST_AUTO_TEST_CASE(CastUnscaledCheckAndMarkAccumulateIntoTheFlag) {
   backend.CastUnscaledWithState(RawConst(src), Raw(dst), *state);
   CastInto(cpu_src, cpu_dst, InverseScale(65536.0f));
   BOOST_TEST(Bits(*dst[0]) == Bits(*cpu_dst[0]), boost::test_tools::per_element());
-  BOOST_TEST(!state->FoundInf());  // 65536 and -131072 overflow FP16 to +-Inf on the way in
+  // 65536 and -131072 overflow FP16 to +-Inf on the way in, and Inf / 65536 is written as Inf.
   BOOST_TEST(src[0]->HasInf());
+  BOOST_TEST(state->FoundInf());
 
+  state->ClearFoundInf();
   backend.CheckWithState(RawConst(src), *state);
   BOOST_TEST(state->FoundInf());
   backend.UpdateScale(*state);

@@ -109,12 +109,15 @@ BOOST_AUTO_TEST_CASE(ManySmallTensorsShareBlocksAndSplitIntoLaunches) {
   }
   CheckCoverage(sizes);
   std::vector<std::uint8_t> storage;
-  const auto launches = cu::PlanLaunches(EntriesOfSizes(std::vector<std::uint64_t>(300, 10), storage));
+  constexpr std::uint64_t kMax = cu::kMaxTensorsPerLaunch;
+  constexpr std::uint64_t kLast = 44;
+  const auto launches = cu::PlanLaunches(EntriesOfSizes(std::vector<std::uint64_t>(2 * kMax + kLast, 10), storage));
   BOOST_TEST_REQUIRE(launches.size() == 3u);
   BOOST_TEST(launches[0].meta.count == cu::kMaxTensorsPerLaunch);
   BOOST_TEST(launches[1].meta.count == cu::kMaxTensorsPerLaunch);
-  BOOST_TEST(launches[2].meta.count == 300 - 2 * cu::kMaxTensorsPerLaunch);
-  BOOST_TEST(cu::TotalBlocks(launches) == 3u);
+  BOOST_TEST(launches[2].meta.count == static_cast<std::int32_t>(kLast));
+  const auto blocks_of = [](std::uint64_t elements) { return (elements + cu::kChunkElements - 1) / cu::kChunkElements; };
+  BOOST_TEST(cu::TotalBlocks(launches) == 2 * blocks_of(kMax * 10) + blocks_of(kLast * 10));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

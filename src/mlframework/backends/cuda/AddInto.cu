@@ -16,11 +16,14 @@ __global__ void __launch_bounds__(kBlockThreads)
         constexpr DataType T = decltype(dst_tag)::value;
         const auto* src = static_cast<const StoredType<S>*>(list.data[0][s]);
         auto* dst = static_cast<StoredType<T>*>(list.data[1][s]);
-        for (std::uint64_t i = lo + threadIdx.x; i < hi; i += kBlockThreads) {
-          // Explicit rounding intrinsics: no contraction into an FMA, so the CPU backend's bits.
-          const float product = __fmul_rn(alpha, ToFloat<S>(src[i]));
-          dst[i] = FromFloat<T>(__fadd_rn(ToFloat<T>(dst[i]), product));
-        }
+        using Pair = LoadedPair<StoredType<S>, StoredType<T>>;
+        ForEachElement(
+            lo, hi, [&](std::uint64_t i) { return Pair{src[i], dst[i]}; },
+            [&](std::uint64_t i, Pair x) {
+              // Explicit rounding intrinsics: no contraction into an FMA, so the CPU backend's bits.
+              const float product = __fmul_rn(alpha, ToFloat<S>(x.first));
+              dst[i] = FromFloat<T>(__fadd_rn(ToFloat<T>(x.second), product));
+            });
       });
     });
   });

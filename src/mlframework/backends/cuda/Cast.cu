@@ -18,11 +18,13 @@ __global__ void __launch_bounds__(kBlockThreads)
         constexpr DataType T = decltype(dst_tag)::value;
         const auto* src = static_cast<const StoredType<S>*>(list.data[0][s]);
         auto* dst = static_cast<StoredType<T>*>(list.data[1][s]);
-        for (std::uint64_t i = lo + threadIdx.x; i < hi; i += kBlockThreads) {
-          const StoredType<T> out = ScaleConvert<S, T>(src[i], factor);
-          dst[i] = out;
-          found |= !IsFiniteStored<T>(out);
-        }
+        ForEachElement(
+            lo, hi, [&](std::uint64_t i) { return src[i]; },
+            [&](std::uint64_t i, StoredType<S> x) {
+              const StoredType<T> out = ScaleConvert<S, T>(x, factor);
+              dst[i] = out;
+              found |= !IsFiniteStored<T>(out);
+            });
       });
     });
   });

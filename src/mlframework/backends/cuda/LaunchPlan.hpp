@@ -20,10 +20,13 @@
 
 namespace mlframework::backends::cuda {
 
-/// Tensors per launch: keeps the parameter block under the classic 4 KiB kernel-parameter limit.
-inline constexpr int kMaxTensorsPerLaunch = 128;
-/// Elements per block.
-inline constexpr std::uint64_t kChunkElements = 16384;
+/// Tensors per launch. The table must fit the kernel-parameter limit, 32,764 bytes since CUDA 12.1
+/// on every architecture the backend builds for (it was 4 KiB before). A launch with few tensors
+/// has few blocks and leaves most of the GPU idle while it runs: 10,000 tensors of 1,000 elements
+/// at 128 tensors a launch ran 50-100x slower than a copy of the same bytes on an H100.
+inline constexpr int kMaxTensorsPerLaunch = 1024;
+/// Elements per block: small enough that a launch of small tensors still has a few hundred blocks.
+inline constexpr std::uint64_t kChunkElements = 4096;
 /// Threads per block of the multi-tensor kernels.
 inline constexpr int kBlockThreads = 512;
 /// Threads of the one-block sum-of-squares finalisation kernel.
@@ -37,7 +40,7 @@ struct TensorListMeta {
   std::uint8_t dtype[2][kMaxTensorsPerLaunch];
   std::int32_t count;
 };
-static_assert(sizeof(TensorListMeta) + 64 <= 4096, "kernel parameters must stay under 4 KiB");
+static_assert(sizeof(TensorListMeta) + 64 <= 32764, "kernel parameters must stay under 32,764 bytes");
 
 /// Where a kernel takes its multiplier from.
 enum class FactorMode : std::int32_t {
@@ -85,35 +88,39 @@ struct Launch {
 /// Cuts @p entries into launches of at most kMaxTensorsPerLaunch tensors, in order;
 /// empty tensors are dropped (so offsets strictly increase). No launch for an empty list.
 inline std::vector<Launch> PlanLaunches(std::span<const ListEntry> entries) {
+  // Each Launch is about 26 KB: filled where it lies in the vector, never copied.
   std::vector<Launch> launches;
-  Launch current{};
+  launches.reserve((entries.size() + kMaxTensorsPerLaunch - 1) / kMaxTensorsPerLaunch);
+  Launch* current = nullptr;
   std::uint64_t total = 0;
   auto close = [&] {
-    if (current.meta.count > 0) {
-      current.meta.offsets[current.meta.count] = total;
-      current.blocks = static_cast<std::uint32_t>((total + kChunkElements - 1) / kChunkElements);
-      launches.push_back(current);
-    }
-    current = Launch{};
+    current->meta.offsets[current->meta.count] = total;
+    current->blocks = static_cast<std::uint32_t>((total + kChunkElements - 1) / kChunkElements);
+    current = nullptr;
     total = 0;
   };
   for (const ListEntry& entry : entries) {
     if (entry.size == 0) {
       continue;
     }
-    const std::int32_t s = current.meta.count;
-    current.meta.data[0][s] = entry.src;
-    current.meta.data[1][s] = entry.dst;
-    current.meta.dtype[0][s] = static_cast<std::uint8_t>(entry.src_dtype);
-    current.meta.dtype[1][s] = static_cast<std::uint8_t>(entry.dst_dtype);
-    current.meta.offsets[s] = total;
+    if (current == nullptr) {
+      current = &launches.emplace_back();
+    }
+    const std::int32_t s = current->meta.count;
+    current->meta.data[0][s] = entry.src;
+    current->meta.data[1][s] = entry.dst;
+    current->meta.dtype[0][s] = static_cast<std::uint8_t>(entry.src_dtype);
+    current->meta.dtype[1][s] = static_cast<std::uint8_t>(entry.dst_dtype);
+    current->meta.offsets[s] = total;
     total += entry.size;
-    current.meta.count = s + 1;
-    if (current.meta.count == kMaxTensorsPerLaunch) {
+    current->meta.count = s + 1;
+    if (current->meta.count == kMaxTensorsPerLaunch) {
       close();
     }
   }
-  close();
+  if (current != nullptr) {
+    close();
+  }
   return launches;
 }
 

@@ -47,6 +47,43 @@ __device__ inline void ForEachPiece(const TensorListMeta& list, Fn&& fn) {
   ForEachPieceOfBlock(list, blockIdx.x, static_cast<Fn&&>(fn));
 }
 
+/// Elements a thread loads before it uses the first: independent loads in flight hide the
+/// memory latency, which a loop that loads, uses and stores one element at a time does not.
+inline constexpr int kElementsInFlight = 4;
+
+/// Calls apply(i, load(i)) for each index i in [lo, hi) of this thread (strided by the block),
+/// issuing kElementsInFlight loads before the first apply: every load of a round is in flight
+/// before any store of it, so an in-place kernel reads each element before writing it.
+template <typename Load, typename Apply>
+__device__ inline void ForEachElement(std::uint64_t lo, std::uint64_t hi, Load&& load, Apply&& apply) {
+  using Value = decltype(load(lo));
+  constexpr std::uint64_t kStride = kBlockThreads;
+  for (std::uint64_t base = lo + threadIdx.x; base < hi; base += kStride * kElementsInFlight) {
+    Value values[kElementsInFlight] = {};
+#pragma unroll
+    for (int k = 0; k < kElementsInFlight; ++k) {
+      const std::uint64_t i = base + kStride * k;
+      if (i < hi) {
+        values[k] = load(i);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kElementsInFlight; ++k) {
+      const std::uint64_t i = base + kStride * k;
+      if (i < hi) {
+        apply(i, values[k]);
+      }
+    }
+  }
+}
+
+/// Two loaded elements (AddInto reads its source and its destination).
+template <typename A, typename B>
+struct LoadedPair {
+  A first;
+  B second;
+};
+
 /// Sets *flag when any thread of the block saw a non-finite value (all threads must call it).
 __device__ inline void BlockRaiseFlag(bool found, std::int32_t* flag) {
   const int any = __syncthreads_or(found ? 1 : 0);

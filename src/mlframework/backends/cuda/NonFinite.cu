@@ -15,9 +15,9 @@ __global__ void __launch_bounds__(kBlockThreads)
       constexpr DataType D = decltype(tag)::value;
       const auto* data = static_cast<const StoredType<D>*>(list.data[0][s]);
       bool all_finite = true;
-      for (std::uint64_t i = lo + threadIdx.x; i < hi; i += kBlockThreads) {
-        all_finite &= IsFiniteStored<D>(data[i]);
-      }
+      ForEachElement(
+          lo, hi, [&](std::uint64_t i) { return data[i]; },
+          [&](std::uint64_t, StoredType<D> x) { all_finite &= IsFiniteStored<D>(x); });
       found = found || !all_finite;
     });
   });

@@ -15,12 +15,13 @@ __global__ void __launch_bounds__(kBlockThreads)
     DispatchDtype(list.dtype[0][s], [&](auto tag) {
       constexpr DataType D = decltype(tag)::value;
       const auto* data = static_cast<const StoredType<D>*>(list.data[0][s]);
-      for (std::uint64_t i = lo + threadIdx.x; i < hi; i += kBlockThreads) {
-        const StoredType<D> stored = data[i];
-        const float v = ToFloat<D>(stored);
-        sum += v * v;
-        found |= !IsFiniteStored<D>(stored);
-      }
+      ForEachElement(
+          lo, hi, [&](std::uint64_t i) { return data[i]; },
+          [&](std::uint64_t, StoredType<D> stored) {
+            const float v = ToFloat<D>(stored);
+            sum += v * v;
+            found |= !IsFiniteStored<D>(stored);
+          });
     });
   });
   const float block_sum = BlockSum(sum);

@@ -15,11 +15,13 @@ __global__ void __launch_bounds__(kBlockThreads)
     DispatchDtype(list.dtype[0][s], [&](auto tag) {
       constexpr DataType D = decltype(tag)::value;
       auto* data = static_cast<StoredType<D>*>(list.data[0][s]);
-      for (std::uint64_t i = lo + threadIdx.x; i < hi; i += kBlockThreads) {
-        const StoredType<D> out = ScaleConvert<D, D>(data[i], factor);
-        data[i] = out;
-        found |= !IsFiniteStored<D>(out);
-      }
+      ForEachElement(
+          lo, hi, [&](std::uint64_t i) { return data[i]; },
+          [&](std::uint64_t i, StoredType<D> x) {
+            const StoredType<D> out = ScaleConvert<D, D>(x, factor);
+            data[i] = out;
+            found |= !IsFiniteStored<D>(out);
+          });
     });
   });
   BlockRaiseFlag(found, flag);
