@@ -4,6 +4,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <typeinfo>
 #include <vector>
 
 #include <mlframework/core/Error.hpp>
@@ -114,15 +115,16 @@ struct DeviceGroup {
   std::vector<ListEntry> entries;
 };
 
+// CudaTensor is final, so an exact type match is what a dynamic_cast would find, for one
+// comparison; GCC's dynamic_cast walks the class hierarchy for every tensor of the list.
 template <typename TensorPointer>
 const CudaTensor& AsCuda(TensorPointer tensor, const char* name, std::size_t index) {
-  const auto* cuda_tensor = dynamic_cast<const CudaTensor*>(tensor);
-  if (cuda_tensor == nullptr) {
-    throw ArgumentError(std::string(name) + "[" + std::to_string(index) + "]",
-                        "is not a CUDA-backend tensor (device " +
-                            (tensor == nullptr ? std::string("null") : tensor->GetDevice().ToString()) + ")");
+  if (tensor != nullptr && typeid(*tensor) == typeid(CudaTensor)) {
+    return static_cast<const CudaTensor&>(*tensor);
   }
-  return *cuda_tensor;
+  throw ArgumentError(std::string(name) + "[" + std::to_string(index) + "]",
+                      "is not a CUDA-backend tensor (device " +
+                          (tensor == nullptr ? std::string("null") : tensor->GetDevice().ToString()) + ")");
 }
 
 DeviceGroup& GroupFor(std::vector<DeviceGroup>& groups, int device) {

@@ -49,7 +49,7 @@ __device__ inline void ForEachPiece(const TensorListMeta& list, Fn&& fn) {
 
 /// Elements a thread loads before it uses the first: independent loads in flight hide the
 /// memory latency, which a loop that loads, uses and stores one element at a time does not.
-inline constexpr int kElementsInFlight = 4;
+inline constexpr int kElementsInFlight = 8;
 
 /// Calls apply(i, load(i)) for each index i in [lo, hi) of this thread (strided by the block),
 /// issuing kElementsInFlight loads before the first apply: every load of a round is in flight
