@@ -192,7 +192,7 @@ class CudaBackend final : public DeviceScalingBackend {
   bool UnscaleAndCheck(std::span<ITensor* const> tensors, float factor) const override {
     bool found = false;
     for (const DeviceGroup& group : GroupByDevice(tensors)) {
-      const auto launches = PlanLaunches(group.entries);
+      const auto launches = PlanLaunches(group.entries, Access::Writes);
       if (launches.empty()) {
         continue;
       }
@@ -210,7 +210,7 @@ class CudaBackend final : public DeviceScalingBackend {
 
   bool HasNonFinite(std::span<const ITensor* const> tensors) const override {
     for (const DeviceGroup& group : GroupByDevice(tensors)) {
-      const auto launches = PlanLaunches(group.entries);
+      const auto launches = PlanLaunches(group.entries, Access::ReadOnly);
       if (launches.empty()) {
         continue;
       }
@@ -231,7 +231,7 @@ class CudaBackend final : public DeviceScalingBackend {
   NonFiniteAndNorm CheckAndSumSquares(std::span<const ITensor* const> tensors, float factor) const override {
     NonFiniteAndNorm total;
     for (const DeviceGroup& group : GroupByDevice(tensors)) {
-      const auto launches = PlanLaunches(group.entries);
+      const auto launches = PlanLaunches(group.entries, Access::ReadOnly);
       if (launches.empty()) {
         continue;
       }
@@ -266,7 +266,7 @@ class CudaBackend final : public DeviceScalingBackend {
     const auto groups = PairsByDevice(
         src, dst, [&](const CudaTensor& in, ITensor& out) { found = CastAcrossDevices(in, out, factor) || found; });
     for (const DeviceGroup& group : groups) {
-      const auto launches = PlanLaunches(group.entries);
+      const auto launches = PlanLaunches(group.entries, Access::Writes);
       if (launches.empty()) {
         continue;
       }
@@ -337,7 +337,7 @@ class CudaBackend final : public DeviceScalingBackend {
   void UnscaleWithState(std::span<ITensor* const> tensors, DeviceScaleState& state) const override {
     CudaScaleState& cuda_state = AsCudaState(state);
     DeviceContext& context = cuda_state.Context();
-    const auto launches = PlanLaunches(EntriesOnDevice(tensors, context.DeviceIndex()));
+    const auto launches = PlanLaunches(EntriesOnDevice(tensors, context.DeviceIndex()), Access::Writes);
     std::lock_guard lock(context.Mutex());
     DeviceGuard guard(context.DeviceIndex());
     for (const Launch& launch : launches) {
@@ -366,7 +366,7 @@ class CudaBackend final : public DeviceScalingBackend {
       }
       pairs.push_back(ListEntry{in[i].src, out[i].src, in[i].src_dtype, out[i].src_dtype, in[i].size});
     }
-    const auto launches = PlanLaunches(pairs);
+    const auto launches = PlanLaunches(pairs, Access::Writes);
     std::lock_guard lock(context.Mutex());
     DeviceGuard guard(context.DeviceIndex());
     for (const Launch& launch : launches) {
@@ -378,7 +378,7 @@ class CudaBackend final : public DeviceScalingBackend {
   void CheckWithState(std::span<const ITensor* const> tensors, DeviceScaleState& state) const override {
     CudaScaleState& cuda_state = AsCudaState(state);
     DeviceContext& context = cuda_state.Context();
-    const auto launches = PlanLaunches(EntriesOnDevice(tensors, context.DeviceIndex()));
+    const auto launches = PlanLaunches(EntriesOnDevice(tensors, context.DeviceIndex()), Access::ReadOnly);
     std::lock_guard lock(context.Mutex());
     DeviceGuard guard(context.DeviceIndex());
     for (const Launch& launch : launches) {
@@ -433,7 +433,7 @@ class CudaBackend final : public DeviceScalingBackend {
   // @p device's backend stream, without waiting for the device.
   template <typename LaunchOne>
   static void LaunchOn(int device, const std::vector<ListEntry>& entries, LaunchOne&& launch_one) {
-    const auto launches = PlanLaunches(entries);
+    const auto launches = PlanLaunches(entries, Access::Writes);
     if (launches.empty()) {
       return;
     }

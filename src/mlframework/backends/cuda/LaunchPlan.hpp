@@ -2,7 +2,7 @@
 // Private: how a list of tensors becomes kernel launches (multi_tensor_apply).
 //
 // The tensors of one launch are seen as one virtual array (tensor s holds
-// elements [offsets[s], offsets[s+1])) cut into chunks of kChunkElements; one
+// elements [offsets[s], offsets[s+1])) cut into equal chunks (ChunkElementsFor()); one
 // block takes one chunk, which may span several small tensors, so every block
 // does the same work whatever the tensor sizes. The tensor table travels as
 // a kernel parameter (no metadata copy to the device, nothing to synchronise),
@@ -25,8 +25,22 @@ namespace mlframework::backends::cuda {
 /// has few blocks and leaves most of the GPU idle while it runs: 10,000 tensors of 1,000 elements
 /// at 128 tensors a launch ran 50-100x slower than a copy of the same bytes on an H100.
 inline constexpr int kMaxTensorsPerLaunch = 1024;
-/// Elements per block: small enough that a launch of small tensors still has a few hundred blocks.
-inline constexpr std::uint64_t kChunkElements = 4096;
+/// Elements per block, a power of two from kMinChunkElements to kMaxChunkElements (see
+/// ChunkElementsFor()). Measured on an H100 (docs/BENCHMARKS.md, "CUDA kernels"): kernels that
+/// write run best with the small chunk everywhere (one round of loads per thread); read-only
+/// kernels over large launches run best with large chunks, which cut the fixed cost of a block
+/// (its barrier, flag and partial sum). Small chunks keep a launch of small tensors spread over
+/// the whole GPU either way.
+inline constexpr std::uint64_t kMinChunkElements = 4096;
+inline constexpr std::uint64_t kMaxChunkElements = 16384;
+/// A read-only launch's chunk grows while the launch keeps at least this many blocks.
+inline constexpr std::uint64_t kBlocksPerLaunch = 1024;
+
+/// What a kernel does with its tensors, which decides its chunk size.
+enum class Access {
+  ReadOnly,  ///< checks and reductions: chunks grow with the launch
+  Writes,    ///< in-place updates and casts: always kMinChunkElements
+};
 /// Threads per block of the multi-tensor kernels.
 inline constexpr int kBlockThreads = 512;
 /// Threads of the one-block sum-of-squares finalisation kernel.
@@ -39,6 +53,7 @@ struct TensorListMeta {
   std::uint64_t offsets[kMaxTensorsPerLaunch + 1];
   std::uint8_t dtype[2][kMaxTensorsPerLaunch];
   std::int32_t count;
+  std::uint32_t chunk_elements;  // elements per block (ChunkElementsFor())
 };
 static_assert(sizeof(TensorListMeta) + 64 <= 32764, "kernel parameters must stay under 32,764 bytes");
 
@@ -70,6 +85,17 @@ struct DeviceScaleBlock {
   std::int32_t last_skipped;
 };
 
+/// Elements per block for a launch of @p total elements: kMinChunkElements for kernels that
+/// write; for read-only kernels the largest power of two up to kMaxChunkElements that still
+/// gives kBlocksPerLaunch blocks.
+inline std::uint64_t ChunkElementsFor(std::uint64_t total, Access access) {
+  std::uint64_t chunk = kMinChunkElements;
+  while (access == Access::ReadOnly && chunk < kMaxChunkElements && total / (2 * chunk) >= kBlocksPerLaunch) {
+    chunk *= 2;
+  }
+  return chunk;
+}
+
 /// One entry of a list: source (or in-place) and destination pointers, dtypes, element count.
 struct ListEntry {
   void* src = nullptr;
@@ -85,17 +111,20 @@ struct Launch {
   std::uint32_t blocks;
 };
 
-/// Cuts @p entries into launches of at most kMaxTensorsPerLaunch tensors, in order;
-/// empty tensors are dropped (so offsets strictly increase). No launch for an empty list.
-inline std::vector<Launch> PlanLaunches(std::span<const ListEntry> entries) {
+/// Cuts @p entries into launches of at most kMaxTensorsPerLaunch tensors, in order, with the
+/// chunk size of @p access; empty tensors are dropped (so offsets strictly increase). No launch
+/// for an empty list.
+inline std::vector<Launch> PlanLaunches(std::span<const ListEntry> entries, Access access) {
   // Each Launch is about 26 KB: filled where it lies in the vector, never copied.
   std::vector<Launch> launches;
   launches.reserve((entries.size() + kMaxTensorsPerLaunch - 1) / kMaxTensorsPerLaunch);
   Launch* current = nullptr;
   std::uint64_t total = 0;
   auto close = [&] {
+    const std::uint64_t chunk = ChunkElementsFor(total, access);
     current->meta.offsets[current->meta.count] = total;
-    current->blocks = static_cast<std::uint32_t>((total + kChunkElements - 1) / kChunkElements);
+    current->meta.chunk_elements = static_cast<std::uint32_t>(chunk);
+    current->blocks = static_cast<std::uint32_t>((total + chunk - 1) / chunk);
     current = nullptr;
     total = 0;
   };
@@ -138,8 +167,9 @@ inline std::size_t TotalBlocks(std::span<const Launch> launches) {
 template <typename Fn>
 MLFW_HOST_DEVICE inline void ForEachPieceOfBlock(const TensorListMeta& list, std::uint64_t block, Fn&& fn) {
   const std::uint64_t total = list.offsets[list.count];
-  const std::uint64_t begin = block * kChunkElements;
-  const std::uint64_t end = begin + kChunkElements < total ? begin + kChunkElements : total;
+  const std::uint64_t chunk = list.chunk_elements;
+  const std::uint64_t begin = block * chunk;
+  const std::uint64_t end = begin + chunk < total ? begin + chunk : total;
   // The tensor holding `begin`: offsets[lo] <= begin < offsets[hi] (offsets strictly increase).
   int lo = 0;
   int hi = list.count;
