@@ -96,7 +96,8 @@ const std::vector<std::vector<std::size_t>>& SizeSets() {
         {0, 5, 0, 100000, 3},
         {250000},
     };
-    std::vector<std::size_t> many(2 * static_cast<std::size_t>(cuda::kMaxTensorsPerLaunch) + 300);  // several launches of small tensors
+    // Several launches of small tensors.
+    std::vector<std::size_t> many(2 * static_cast<std::size_t>(cuda::kMaxTensorsPerLaunch) + 300);
     for (std::size_t i = 0; i < many.size(); ++i) {
       many[i] = 1 + (i * 37) % 900;
     }

@@ -18,7 +18,10 @@ __global__ void __launch_bounds__(kBlockThreads)
         auto* dst = static_cast<StoredType<T>*>(list.data[1][s]);
         using Pair = LoadedPair<StoredType<S>, StoredType<T>>;
         ForEachElement(
-            lo, hi, [&](std::uint64_t i) { return Pair{src[i], dst[i]}; },
+            lo, hi,
+            [&](std::uint64_t i) {
+              return Pair{src[i], dst[i]};
+            },
             [&](std::uint64_t i, Pair x) {
               // Explicit rounding intrinsics: no contraction into an FMA, so the CPU backend's bits.
               const float product = __fmul_rn(alpha, ToFloat<S>(x.first));
