@@ -26,19 +26,19 @@ if(NOT CMAKE_CUDA_COMPILER)
   return()
 endif()
 
-# The multi-tensor kernels take their tensor table as a kernel parameter of up to 32 KB,
-# which CUDA allows since 12.1 (before: 4 KB).
-if(CMAKE_CUDA_COMPILER_VERSION VERSION_LESS 12.1)
-  message(STATUS "mlframework: CUDA backend OFF (nvcc ${CMAKE_CUDA_COMPILER_VERSION} found; the backend needs CUDA 12.1 or newer)")
-  return()
-endif()
-
 # Ampere (sm_80) and Hopper (sm_90), unless the user chose.
 if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
   set(CMAKE_CUDA_ARCHITECTURES "80;90" CACHE STRING "CUDA architectures to build for")
 endif()
 enable_language(CUDA)
 find_package(CUDAToolkit REQUIRED)
+
+# The multi-tensor kernels take their tensor table as a kernel parameter of up to 32 KB,
+# which CUDA allows since 12.1 (before: 4 KB).
+if(CMAKE_CUDA_COMPILER_VERSION VERSION_LESS 12.1)
+  message(STATUS "mlframework: CUDA backend OFF (nvcc ${CMAKE_CUDA_COMPILER_VERSION} found; the backend needs CUDA 12.1 or newer)")
+  return()
+endif()
 
 # The .cu files include the shared headers, which are C++20. CMake learned the
 # CUDA20 flags for nvcc only recently, so probe nvcc (with this host compiler) directly.
