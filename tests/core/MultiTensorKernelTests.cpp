@@ -184,6 +184,66 @@ BOOST_AUTO_TEST_CASE(BackToBackTensorsJoinedIntoOneSegment) {
   CheckAllOperations(Packed(runs), "back to back runs of three dtypes");
 }
 
+// Lists of 1,024 tensors and more are planned on every thread, each thread a range of the list,
+// and the ranges stitched together: the stitched plan must join exactly where one pass would.
+BOOST_AUTO_TEST_CASE(LongListsPlannedOnEveryThreadMatchTheReference) {
+  ThreadCountGuard guard;
+  Rng rng(13);
+  // Two back-to-back runs of one dtype in two buffers, 1,500 tensors each (empty ones among
+  // them): with 2 threads the second range starts exactly where the second buffer does, which
+  // must not join; with 3 threads both range boundaries fall inside a run, which must.
+  std::vector<TensorPtr> list;
+  for (int run = 0; run < 2; ++run) {
+    std::vector<std::size_t> sizes(1500);
+    for (auto& s : sizes) {
+      s = rng.Between(0, 40);
+    }
+    const auto packed = Packed(RandomList({DataType::Float16}, sizes, Fill::Values, rng));
+    list.insert(list.end(), packed.begin(), packed.end());
+  }
+  CheckAllOperations(list, "two long packed runs", std::span<const float>(kFactors).first(1));
+  const auto original = Snapshot(list);
+  auto expected = original;
+  const bool found = RefUnscale(list, expected, 3.0f);
+  omp_set_num_threads(3);
+  BOOST_TEST(UnscaleAndCheck(list, 3.0f) == found);
+  RequireSameBits(list, expected, "unscale, two long packed runs, 3 threads");
+  Restore(list, original);
+
+  // Runs of random dtypes and lengths with separate tensors between them, a +Inf in the middle.
+  std::vector<TensorPtr> runs;
+  while (runs.size() < 3001) {
+    const DataType dtype = kAllTypes[rng.Between(0, 2)];
+    std::vector<std::size_t> sizes(rng.Between(1, 900));
+    for (auto& s : sizes) {
+      s = rng.Between(0, 40);
+    }
+    const auto run = Packed(RandomList({dtype}, sizes, Fill::Values, rng));
+    runs.insert(runs.end(), run.begin(), run.end());
+    runs.push_back(RandomList({dtype}, {rng.Between(1, 40)}, Fill::Values, rng)[0]);
+  }
+  std::size_t middle = runs.size() / 2;
+  while (runs[middle]->Size() == 0) {
+    ++middle;
+  }
+  SetElementBits(runs[middle], 0, kNonFinite[1]);
+  CheckAllOperations(runs, "long packed runs, +Inf in the middle", kNonFiniteFactors);
+
+  // Casts between two such lists: a pair joins only when both sides do. The destination's run
+  // breaks where the second of 2 threads starts, while the source's run goes on.
+  const auto src = Packed(RandomList({DataType::Float16}, std::vector<std::size_t>(2500, 17), Fill::Values, rng));
+  auto dst = Packed(EmptyLike(src, DataType::Float32));
+  dst[1250] = backends::cpu::Empty({17}, DataType::Float32);
+  const auto separate = EmptyLike(src, DataType::Float32);
+  auto cast_expected = Snapshot(separate);
+  const bool cast_found = RefCast(src, separate, cast_expected, 0.5f);
+  for (const int threads : {1, 2, 3}) {
+    omp_set_num_threads(threads);
+    BOOST_TEST(CastInto(src, dst, 0.5f) == cast_found);
+    RequireSameBits(dst, cast_expected, "long packed cast, threads " + std::to_string(threads));
+  }
+}
+
 BOOST_AUTO_TEST_CASE(CastBetweenTwoBackToBackListsMatchesTheReference) {
   ThreadCountGuard guard;
   Rng rng(12);

@@ -250,6 +250,39 @@ BOOST_AUTO_TEST_CASE(CpuQueriesAndViewsRejectForeignAndOutOfRange) {
   const std::vector<TensorPtr> mixed = {tensors[0], foreign};
   BOOST_TEST(!HasNonFinite(mixed));
   BOOST_TEST(SumOfSquares(mixed) == 1.0 + 4.0 + 9.0 + 1.0 + 4.0);
+
+  // Long lists are checked and planned on every thread: a foreign tensor deep in the second
+  // thread's range still gives the clear error from the CPU backend (no exception may leave an
+  // OpenMP region), leaves every tensor as it was, and takes the front-end's fallback.
+  std::vector<TensorPtr> long_list(3000);
+  for (TensorPtr& t : long_list) {
+    t = FromVector({1.0f, 2.0f, 3.0f}, {3});
+  }
+  long_list[2500] = foreign;
+  std::vector<ITensor*> raw;
+  std::vector<const ITensor*> raw_const;
+  std::vector<ITensor*> raw_dst;
+  std::vector<TensorPtr> long_dst;
+  raw.reserve(long_list.size());
+  raw_const.reserve(long_list.size());
+  raw_dst.reserve(long_list.size());
+  long_dst.reserve(long_list.size());
+  for (const TensorPtr& t : long_list) {
+    raw.push_back(t.get());
+    raw_const.push_back(t.get());
+    long_dst.push_back(Zeros({3}, DataType::Float16));
+    raw_dst.push_back(long_dst.back().get());
+  }
+  const TensorBackend& cpu = backends::cpu::Backend();
+  ExpectUnchanged<ArgumentError>(
+      long_list, [&] { (void)cpu.UnscaleAndCheck(raw, 0.5f); }, "tensor");
+  ExpectUnchanged<ArgumentError>(
+      long_list, [&] { (void)cpu.HasNonFinite(raw_const); }, "tensor");
+  ExpectUnchanged<ArgumentError>(
+      long_dst, [&] { (void)cpu.CastInto(raw_const, raw_dst, 1.0f); }, "tensor");
+  BOOST_TEST(SumOfSquares(long_list) == 2999.0 * 14.0 + 5.0);
+  BOOST_TEST(!UnscaleAndCheck(long_list, 2.0f));
+  BOOST_TEST(SumOfSquares(long_list) == 4.0 * (2999.0 * 14.0 + 5.0));
   BOOST_TEST_MESSAGE("CoreBadInput: " << mlframework::testing::BadInputCount() << " bad-input cases so far");
 }
 

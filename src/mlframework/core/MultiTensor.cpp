@@ -48,6 +48,9 @@ std::vector<Group> GroupByBackend(std::span<const TensorPtr> tensors) {
 }
 
 constexpr std::size_t kObjectPrefetchAhead = 8;
+// Lists this long are checked on every OpenMP thread: reading each scattered tensor object is
+// serial work that would otherwise leave the other threads waiting (see the CPU backend's plan).
+constexpr std::size_t kParallelCheckTensors = 1024;
 
 // The common case in one pass over the list: every tensor non-null and from one backend.
 // Returns that backend with `pointers` filled; nullptr when the list is empty, mixes backends
@@ -62,19 +65,25 @@ const TensorBackend* SingleBackend(std::span<const TensorPtr> tensors, std::vect
   if (backend == nullptr) {
     return nullptr;
   }
-  pointers.reserve(tensors.size());
+  pointers.resize(tensors.size());
+  int other = 0;  // a null tensor or one of another backend
+#pragma omp parallel for schedule(static) reduction(| : other) if (tensors.size() >= kParallelCheckTensors)
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     // Tensor objects lie scattered on the heap: ask for one a few entries ahead so its first
     // cache line (vtable pointer, data, size, dtype) is there when the loop reaches it.
     if (i + kObjectPrefetchAhead < tensors.size()) {
       __builtin_prefetch(tensors[i + kObjectPrefetchAhead].get());
     }
-    const TensorPtr& tensor = tensors[i];
-    if (!tensor || tensor->Backend() != backend) {
-      pointers.clear();
-      return nullptr;
+    const ITensor* tensor = tensors[i].get();
+    if (tensor == nullptr || tensor->Backend() != backend) {
+      other = 1;
+    } else {
+      pointers[i] = tensors[i].get();
     }
-    pointers.push_back(tensor.get());
+  }
+  if (other != 0) {
+    pointers.clear();
+    return nullptr;
   }
   return backend;
 }
