@@ -21,9 +21,10 @@
 namespace mlframework::backends::cuda {
 
 /// Tensors per launch. The table must fit the kernel-parameter limit, 32,764 bytes since CUDA 12.1
-/// on every architecture the backend builds for (it was 4 KiB before). A launch with few tensors
-/// has few blocks and leaves most of the GPU idle while it runs: 10,000 tensors of 1,000 elements
-/// at 128 tensors a launch ran 50-100x slower than a copy of the same bytes on an H100.
+/// on every architecture the backend builds for (it was 4 KiB before). Every launch costs the host
+/// microseconds, and a launch of few small tensors has too few blocks to fill the GPU: on an H100,
+/// 10,000 tensors of 1,000 elements took 3-4x as long at 128 tensors a launch as at 1,024
+/// (docs/BENCHMARKS.md, "CUDA kernels").
 inline constexpr int kMaxTensorsPerLaunch = 1024;
 /// Elements per block, a power of two from kMinChunkElements to kMaxChunkElements (see
 /// ChunkElementsFor()). Measured on an H100 (docs/BENCHMARKS.md, "CUDA kernels"): kernels that
