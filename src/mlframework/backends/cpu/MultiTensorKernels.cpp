@@ -129,9 +129,10 @@ bool PlanInParallel(std::size_t tensors) { return tensors >= kParallelPlanTensor
 // An exception must not leave the OpenMP region: the first one in list order is rethrown after it.
 template <typename Part, typename PlanRange>
 std::vector<Part> PlanInParts(std::size_t count, const PlanRange& plan_range) {
-  std::vector<Part> parts(static_cast<std::size_t>(omp_get_max_threads()));
+  const int max_threads = omp_get_max_threads();
+  std::vector<Part> parts(static_cast<std::size_t>(max_threads));
   std::vector<std::exception_ptr> errors(parts.size());
-#pragma omp parallel num_threads(static_cast <int>(parts.size()))
+#pragma omp parallel num_threads(max_threads)
   {
     const auto threads = static_cast<std::size_t>(omp_get_num_threads());
     const auto t = static_cast<std::size_t>(omp_get_thread_num());
