@@ -9,8 +9,9 @@
 //   flat  one tensor.
 // Limit kernels (FP32, one flat buffer, threaded the same way: OpenMP static
 // over 32K-element chunks): read-only sum, in-place scale, copy (memcpy); and the
-// read-only sum over the memory of the small and packed lists themselves
-// (limit/read_sum/{f32,f16}/{small,packed}/N), which shows what a layout costs any loop.
+// same three plain loops over the memory of the small and packed lists themselves
+// (limit/{read_sum,scale,copy}/{f32,f16}/{small,packed}/N), which show what a layout costs
+// a loop that does nothing but move the bytes.
 // Every case reports bytes/second (SetBytesProcessed: bytes read plus bytes
 // written); benchmarks/ratios.py turns a JSON run into the target ratios.
 // With libtorch found, benchmarks/torch/MultiTensorTorch.cpp adds what a
@@ -304,10 +305,31 @@ void RegisterLimits(std::size_t floats) {
   })->Apply(ApplyTiming);
 }
 
-// The read-only limit loop over the memory of a layout's tensors, wherever they lie: each tensor's
-// bytes read as floats (16-bit lists: half as many), tensors shared out to the threads in equal
-// runs. Against limit/read_sum/f32/flat it shows what the layout itself costs any loop; against
-// fused/check of the same layout, what the kernels add to that.
+// The limit loops over the memory of a layout's tensors, wherever they lie: each tensor's bytes
+// taken as 32-bit words (16-bit lists: half as many), tensors shared out to the threads in equal
+// runs, no software prefetch. Against the flat limit kernels over the same number of bytes they
+// show what the layout itself costs a plain loop; against the fused operations on the same list,
+// what the kernels add to that.
+MLFW_BENCH_CLONES void ChunkFlipSigns(std::uint32_t* p, std::size_t n) {
+  // In place read-modify-write like ChunkScale, in integers: a 16-bit list read as FP32 holds
+  // subnormals, and a multiply by 0.5 would change them and can take microcode assists.
+  constexpr std::uint32_t kSigns = 0x80008000u;  // the sign bit of every 16-bit word (and of FP32)
+#pragma omp simd
+  for (std::size_t i = 0; i < n; ++i) {
+    p[i] ^= kSigns;
+  }
+}
+
+template <typename Fn>
+void ForEachTensorBytes(const std::vector<TensorPtr>& list, const Fn& fn) {
+  const auto count = static_cast<std::int64_t>(list.size());
+#pragma omp parallel for schedule(static)
+  for (std::int64_t i = 0; i < count; ++i) {
+    const mlframework::ITensor& tensor = *list[static_cast<std::size_t>(i)];
+    fn(static_cast<std::size_t>(i), tensor.Size() * mlframework::ElementSize(tensor.GetDataType()));
+  }
+}
+
 double LayoutReadSum(const std::vector<TensorPtr>& list) {
   const auto count = static_cast<std::int64_t>(list.size());
   double total = 0.0;
@@ -320,16 +342,46 @@ double LayoutReadSum(const std::vector<TensorPtr>& list) {
   return total;
 }
 
+void LayoutFlipSigns(const std::vector<TensorPtr>& list) {
+  ForEachTensorBytes(list, [&](std::size_t i, std::size_t bytes) {
+    ChunkFlipSigns(static_cast<std::uint32_t*>(mlframework::backends::cpu::MutableData(*list[i])), bytes / 4);
+  });
+}
+
+void LayoutCopy(const std::vector<TensorPtr>& src, const std::vector<TensorPtr>& dst) {
+  ForEachTensorBytes(src, [&](std::size_t i, std::size_t bytes) {
+    std::memcpy(mlframework::backends::cpu::MutableData(*dst[i]), mlframework::backends::cpu::Data(*src[i]), bytes);
+  });
+}
+
+// limit/{read_sum,scale,copy}/{f32,f16}/{small,packed}/N: read_sum and scale (sign flips, see
+// ChunkFlipSigns) over the list's memory, copy from it into a second list of the same layout.
 void RegisterLayoutLimits(Layout layout, std::size_t total) {
   for (const DataType dtype : {DataType::Float32, DataType::Float16}) {
-    const std::string name =
-        std::string("limit/read_sum/") + DtypeName(dtype) + "/" + LayoutName(layout) + "/" + SizeName(total);
-    benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& state) {
+    const std::string tail = std::string("/") + DtypeName(dtype) + "/" + LayoutName(layout) + "/" + SizeName(total);
+    benchmark::RegisterBenchmark(("limit/read_sum" + tail).c_str(), [=](benchmark::State& state) {
       const auto& list = List(layout, total, dtype);
       for (auto _ : state) {
         benchmark::DoNotOptimize(LayoutReadSum(list));
       }
       state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * Bytes(list)));
+    })->Apply(ApplyTiming);
+    benchmark::RegisterBenchmark(("limit/scale" + tail).c_str(), [=](benchmark::State& state) {
+      const auto& list = List(layout, total, dtype);
+      for (auto _ : state) {
+        LayoutFlipSigns(list);
+        benchmark::ClobberMemory();
+      }
+      state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * 2 * Bytes(list)));
+    })->Apply(ApplyTiming);
+    benchmark::RegisterBenchmark(("limit/copy" + tail).c_str(), [=](benchmark::State& state) {
+      const auto& src = List(layout, total, dtype);
+      const auto& dst = List(layout, total, dtype, /*fill=*/false);
+      for (auto _ : state) {
+        LayoutCopy(src, dst);
+        benchmark::ClobberMemory();
+      }
+      state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * 2 * Bytes(src)));
     })->Apply(ApplyTiming);
   }
 }

@@ -13,6 +13,9 @@ Prints, from one run:
      (target for unscale_check: >= 5).
 --table prints instead one summary table: per operation and dtype, each layout's ratio to its
 limit kernel at 16M and 64M elements, and small/flat, packed/flat.
+--layouts prints instead what the small and packed layouts cost the plain limit loops run over
+their memory (limit/{read_sum,scale,copy}/{f32,f16}/{small,packed}/N against the flat limit
+kernel over as many bytes), and each fused case on those layouts against that loop.
 With repetitions, the median of each case is used; --best takes each case's fastest
 repetition instead (fused and limit kernels alike), which on a shared host filters out the
 repetitions another tenant's memory traffic slowed down.
@@ -27,6 +30,7 @@ LIMIT_FOR = {"unscale_check": "scale", "scale": "scale", "check": "read_sum", "s
 
 BEST = "--best" in sys.argv
 TABLE = "--table" in sys.argv
+LAYOUT_TABLES = "--layouts" in sys.argv
 LAYOUTS = ("gpt", "small", "packed", "flat")
 SIZES = ("16M", "64M")
 
@@ -106,6 +110,57 @@ def summary_table(cases):
         print("| " + " | ".join(cells) + " |")
 
 
+def layout_limit(op, dt, layout, n):
+    """The plain limit loop over the memory of `layout`'s list that matches fused case (op, dt):
+    16-bit lists use the FP16 list's loop (same sizes, same element size), casts the copy loop of
+    their wider side."""
+    width = max(SIZE[d] for d in dt.split("_to_")) if op == "cast" else SIZE[dt]
+    return "limit/%s/%s/%s/%s" % (LIMIT_FOR[op], "f32" if width == 4 else "f16", layout, n)
+
+
+def layout_tables(cases):
+    """Table 1: time of each plain loop over a layout's memory / time of the flat limit kernel
+    over as many bytes (bold: above 1.5). Table 2: fused bandwidth / the same layout's plain loop
+    bandwidth, and fused layout/flat next to the plain loop's layout/flat."""
+    print("| loop | dtype | " + " | ".join("%s/flat %s" % (l, n) for l in ("small", "packed") for n in SIZES) + " |")
+    print("|---|---|" + "---:|" * (2 * len(SIZES)))
+    for op in ("read_sum", "scale", "copy"):
+        for dt in ("f32", "f16"):
+            cells = [op, dt]
+            for l in ("small", "packed"):
+                for n in SIZES:
+                    a = "limit/%s/%s/%s/%s" % (op, dt, l, n)
+                    f = "limit/%s/f32/flat/%s" % (op, size_name(elements(n) * SIZE[dt] // 4))
+                    if a in cases and f in cases:
+                        r = cases[a]["time"] / cases[f]["time"]
+                        cells.append("**%s**" % fmt(r) if r > 1.5 else fmt(r))
+                    else:
+                        cells.append("")
+            print("| " + " | ".join(cells) + " |")
+    print()
+    header = ["op", "dtype"] + ["small vs loop %s" % n for n in SIZES] + ["small/flat %s" % n for n in SIZES]
+    header += ["loop small/flat %s" % n for n in SIZES]
+    print("| " + " | ".join(header) + " |")
+    print("|---|---|" + "---:|" * (len(header) - 2))
+    rows = sorted({tuple(n.split("/")[1:3]) for n in cases if n.startswith("fused/")})
+    for op, dt in rows:
+        cells = [op, dt]
+        for n in SIZES:
+            a, loop = "fused/%s/%s/small/%s" % (op, dt, n), layout_limit(op, dt, "small", n)
+            cells.append(fmt(cases[a]["bps"] / cases[loop]["bps"]) if a in cases and loop in cases else "")
+        for n in SIZES:
+            a, f = "fused/%s/%s/small/%s" % (op, dt, n), "fused/%s/%s/flat/%s" % (op, dt, n)
+            r = cases[a]["time"] / cases[f]["time"] if a in cases and f in cases else None
+            cells.append("" if r is None else ("**%s**" % fmt(r) if r > 1.5 else fmt(r)))
+        for n in SIZES:
+            loop = layout_limit(op, dt, "small", n)
+            width = max(SIZE[d] for d in dt.split("_to_")) if op == "cast" else SIZE[dt]
+            f = "limit/%s/f32/flat/%s" % (LIMIT_FOR[op], size_name(elements(n) * width // 4))
+            r = cases[loop]["time"] / cases[f]["time"] if loop in cases and f in cases else None
+            cells.append("" if r is None else ("**%s**" % fmt(r) if r > 1.5 else fmt(r)))
+        print("| " + " | ".join(cells) + " |")
+
+
 def main():
     if len(sys.argv) < 2:
         print(__doc__)
@@ -113,6 +168,9 @@ def main():
     context, cases = load(sys.argv[1])
     if TABLE:
         summary_table(cases)
+        return 0
+    if LAYOUT_TABLES:
+        layout_tables(cases)
         return 0
     print("instruction set: %s, OpenMP threads: %s, timing: %s, load average: %s" % (
         context.get("mlfw_instruction_set", "?"), context.get("mlfw_omp_threads", "?"),

@@ -449,7 +449,9 @@ BOOST_AUTO_TEST_CASE(TenThousandSmallTensors) {
 BOOST_AUTO_TEST_CASE(CastsLargeEnoughToStream) {
   // Destinations of 16 MiB and more are written with non-temporal stores
   // (MultiTensorKernels.hpp): small tensors around a large one, with odd lengths, so
-  // unaligned heads and masked tails of many pieces meet within the streaming chunks.
+  // unaligned heads and masked tails of many pieces meet within the streaming chunks. Into
+  // tensors allocated one by one (each starts on a line) and into one packed buffer (tensors
+  // start anywhere in a line, so only the whole lines inside each one are streamed).
   ThreadCountGuard guard;
   Rng rng(8);
   std::vector<std::size_t> sizes(600);
@@ -459,14 +461,17 @@ BOOST_AUTO_TEST_CASE(CastsLargeEnoughToStream) {
   sizes[300] = (std::size_t{8} << 20) + 3;  // alone past 16 MiB as FP16
   const auto list = RandomList({DataType::Float32}, sizes, Fill::Values, rng);
   for (const DataType target : {DataType::Float16, DataType::BFloat16, DataType::Float32}) {
-    const auto dst = EmptyLike(list, target);
-    auto expected = Snapshot(dst);
-    const bool found = RefCast(list, dst, expected, 1.0f / 1024.0f);
-    for (const int threads : kThreadCounts) {
-      omp_set_num_threads(threads);
-      const std::string what = Describe("streaming cast to ", threads, 1.0f / 1024.0f) + std::string(ToString(target));
-      BOOST_TEST(CastInto(list, dst, 1.0f / 1024.0f) == found, what);
-      RequireSameBits(dst, expected, what);
+    for (const bool packed : {false, true}) {
+      const auto dst = packed ? ZerosContiguousLike(list, target) : EmptyLike(list, target);
+      auto expected = Snapshot(dst);
+      const bool found = RefCast(list, dst, expected, 1.0f / 1024.0f);
+      for (const int threads : kThreadCounts) {
+        omp_set_num_threads(threads);
+        const std::string what = Describe("streaming cast to ", threads, 1.0f / 1024.0f) +
+                                 std::string(ToString(target)) + (packed ? " (packed)" : "");
+        BOOST_TEST(CastInto(list, dst, 1.0f / 1024.0f) == found, what);
+        RequireSameBits(dst, expected, what);
+      }
     }
   }
 }
