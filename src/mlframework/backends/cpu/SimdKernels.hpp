@@ -219,8 +219,8 @@ void CastOrdinary(const Element<S>* in, Element<T>* out, std::size_t count, cons
 // output. Only whole lines: a 16-bit vector is half a line, and a line written partly by
 // non-temporal stores and partly by ordinary ones (this piece's head or tail, or the piece next to
 // it in a packed buffer) leaves a write-combining buffer to be flushed half full, a partial
-// write to memory. Measured: narrowing casts of per-tensor pieces 1.3-1.5x slower than of one
-// joined piece over the same memory when the pieces' ends were streamed in half lines.
+// write to memory. Streaming whole lines only made the narrowing casts of separately allocated
+// small tensors 11-31% faster (docs/BENCHMARKS.md, session 8).
 template <class Isa, DataType S, DataType T, bool kStream = false>
 bool Cast(const void* src, void* dst, std::size_t count, float factor) {
   using Batch = typename Isa::Batch;
