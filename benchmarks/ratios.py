@@ -73,12 +73,24 @@ def fmt(x):
     return "%.2f" % x
 
 
+def time_ratio_cell(cases, a, b):
+    """Time of case a over time of case b as a table cell (bold: above 1.5), "" when one is missing."""
+    if a not in cases or b not in cases:
+        return ""
+    r = cases[a]["time"] / cases[b]["time"]
+    return "**%s**" % fmt(r) if r > 1.5 else fmt(r)
+
+
+def width_of(op, dt):
+    """Bytes per element of the array a fused case's limit kernel is matched to (casts: the wider side)."""
+    return max(SIZE[d] for d in dt.split("_to_")) if op == "cast" else SIZE[dt]
+
+
 def limit_ratio(cases, name):
     """Bandwidth of fused case `name` over its matching limit kernel's, or None."""
     parts = name.split("/")
     op, dt, n = parts[1], parts[2], parts[4]
-    width = max(SIZE[d] for d in dt.split("_to_")) if op == "cast" else SIZE[dt]
-    limit = "limit/%s/f32/flat/%s" % (LIMIT_FOR[op], size_name(elements(n) * width // 4))
+    limit = "limit/%s/f32/flat/%s" % (LIMIT_FOR[op], size_name(elements(n) * width_of(op, dt) // 4))
     if name not in cases or limit not in cases:
         return None
     return cases[name]["bps"] / cases[limit]["bps"]
@@ -101,12 +113,7 @@ def summary_table(cases):
                 cells.append("" if r is None else ("**%s**" % fmt(r) if r < target else fmt(r)))
         for l in ("small", "packed"):
             for n in SIZES:
-                a, f = "fused/%s/%s/%s/%s" % (op, dt, l, n), "fused/%s/%s/flat/%s" % (op, dt, n)
-                if a in cases and f in cases:
-                    r = cases[a]["time"] / cases[f]["time"]
-                    cells.append("**%s**" % fmt(r) if r > 1.5 else fmt(r))
-                else:
-                    cells.append("")
+                cells.append(time_ratio_cell(cases, "fused/%s/%s/%s/%s" % (op, dt, l, n), "fused/%s/%s/flat/%s" % (op, dt, n)))
         print("| " + " | ".join(cells) + " |")
 
 
@@ -114,8 +121,7 @@ def layout_limit(op, dt, layout, n):
     """The plain limit loop over the memory of `layout`'s list that matches fused case (op, dt):
     16-bit lists use the FP16 list's loop (same sizes, same element size), casts the copy loop of
     their wider side."""
-    width = max(SIZE[d] for d in dt.split("_to_")) if op == "cast" else SIZE[dt]
-    return "limit/%s/%s/%s/%s" % (LIMIT_FOR[op], "f32" if width == 4 else "f16", layout, n)
+    return "limit/%s/%s/%s/%s" % (LIMIT_FOR[op], "f32" if width_of(op, dt) == 4 else "f16", layout, n)
 
 
 def layout_tables(cases):
@@ -129,13 +135,8 @@ def layout_tables(cases):
             cells = [op, dt]
             for l in ("small", "packed"):
                 for n in SIZES:
-                    a = "limit/%s/%s/%s/%s" % (op, dt, l, n)
-                    f = "limit/%s/f32/flat/%s" % (op, size_name(elements(n) * SIZE[dt] // 4))
-                    if a in cases and f in cases:
-                        r = cases[a]["time"] / cases[f]["time"]
-                        cells.append("**%s**" % fmt(r) if r > 1.5 else fmt(r))
-                    else:
-                        cells.append("")
+                    flat = "limit/%s/f32/flat/%s" % (op, size_name(elements(n) * SIZE[dt] // 4))
+                    cells.append(time_ratio_cell(cases, "limit/%s/%s/%s/%s" % (op, dt, l, n), flat))
             print("| " + " | ".join(cells) + " |")
     print()
     header = ["op", "dtype"] + ["small vs loop %s" % n for n in SIZES] + ["small/flat %s" % n for n in SIZES]
@@ -149,15 +150,10 @@ def layout_tables(cases):
             a, loop = "fused/%s/%s/small/%s" % (op, dt, n), layout_limit(op, dt, "small", n)
             cells.append(fmt(cases[a]["bps"] / cases[loop]["bps"]) if a in cases and loop in cases else "")
         for n in SIZES:
-            a, f = "fused/%s/%s/small/%s" % (op, dt, n), "fused/%s/%s/flat/%s" % (op, dt, n)
-            r = cases[a]["time"] / cases[f]["time"] if a in cases and f in cases else None
-            cells.append("" if r is None else ("**%s**" % fmt(r) if r > 1.5 else fmt(r)))
+            cells.append(time_ratio_cell(cases, "fused/%s/%s/small/%s" % (op, dt, n), "fused/%s/%s/flat/%s" % (op, dt, n)))
         for n in SIZES:
-            loop = layout_limit(op, dt, "small", n)
-            width = max(SIZE[d] for d in dt.split("_to_")) if op == "cast" else SIZE[dt]
-            f = "limit/%s/f32/flat/%s" % (LIMIT_FOR[op], size_name(elements(n) * width // 4))
-            r = cases[loop]["time"] / cases[f]["time"] if loop in cases and f in cases else None
-            cells.append("" if r is None else ("**%s**" % fmt(r) if r > 1.5 else fmt(r)))
+            flat = "limit/%s/f32/flat/%s" % (LIMIT_FOR[op], size_name(elements(n) * width_of(op, dt) // 4))
+            cells.append(time_ratio_cell(cases, layout_limit(op, dt, "small", n), flat))
         print("| " + " | ".join(cells) + " |")
 
 
@@ -185,12 +181,7 @@ def main():
         if parts[0] != "fused":
             continue
         op, dt, layout, n = parts[1], parts[2], parts[3], parts[4]
-        if op == "cast":
-            src, dst = dt.split("_to_")
-            width = max(SIZE[src], SIZE[dst])
-        else:
-            width = SIZE[dt]
-        limit = "limit/%s/f32/flat/%s" % (LIMIT_FOR[op], size_name(elements(n) * width // 4))
+        limit = "limit/%s/f32/flat/%s" % (LIMIT_FOR[op], size_name(elements(n) * width_of(op, dt) // 4))
         if limit not in cases:
             continue
         ratio = c["bps"] / cases[limit]["bps"]
