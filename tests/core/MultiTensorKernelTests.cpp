@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <span>
 #include <string>
 #include <vector>
@@ -471,6 +472,24 @@ BOOST_AUTO_TEST_CASE(CastsLargeEnoughToStream) {
                                  std::string(ToString(target)) + (packed ? " (packed)" : "");
         BOOST_TEST(CastInto(list, dst, 1.0f / 1024.0f) == found, what);
         RequireSameBits(dst, expected, what);
+      }
+      // An Inf in each part of the large piece: its first element (packed: in the partial line
+      // before the streamed ones, which takes ordinary stores), one in the streamed lines, and
+      // its last (in the partial line after them). Each part's flag must reach the result.
+      if (packed) {
+        BOOST_TEST_REQUIRE(reinterpret_cast<std::uintptr_t>(backends::cpu::Data(*dst[300])) % 64 != 0);
+      }
+      auto* big = static_cast<float*>(backends::cpu::MutableData(*list[300]));
+      for (const std::size_t at : {std::size_t{0}, sizes[300] / 2, sizes[300] - 1}) {
+        const float kept = big[at];
+        big[at] = std::numeric_limits<float>::infinity();
+        for (const int threads : kThreadCounts) {
+          omp_set_num_threads(threads);
+          BOOST_TEST(CastInto(list, dst, 1.0f / 1024.0f),
+                     Describe("streaming cast to ", threads, 1.0f / 1024.0f) + std::string(ToString(target)) +
+                         (packed ? " (packed)" : "") + " with Inf at " + std::to_string(at));
+        }
+        big[at] = kept;
       }
     }
   }
