@@ -413,7 +413,8 @@ BOOST_AUTO_TEST_CASE(HugeFiniteValuesOverflowTheFp32PartialButNotTheResult) {
 
 BOOST_AUTO_TEST_CASE(TenThousandSmallTensors) {
   // 10,000 tensors of 1K-4K elements (about 25M in all), the dtypes taking turns, so
-  // most chunks hold pieces of several tensors of different dtypes.
+  // most chunks hold pieces of several tensors of different dtypes. About 65 MiB: the
+  // operations run the from_memory kernels (MultiTensorKernels.hpp, kFromMemoryBytes).
   ThreadCountGuard guard;
   Rng rng(6);
   std::vector<std::size_t> sizes(10000);
@@ -436,6 +437,9 @@ BOOST_AUTO_TEST_CASE(TenThousandSmallTensors) {
       BOOST_TEST(UnscaleAndCheck(list, 1.0f / 1024.0f) == ref_found);
       RequireSameBits(list, expected, "unscale, threads " + std::to_string(threads));
       Restore(list, original);
+      ScaleInPlace(list, 1.0f / 1024.0f);
+      RequireSameBits(list, expected, "scale, threads " + std::to_string(threads));
+      Restore(list, original);
       BOOST_TEST(!HasNonFinite(list));
       // A NaN in the very last element: found although every chunk before it is clean.
       SetElementBits(list.back(), list.back()->Size() - 1, kNonFinite[0]);
@@ -448,8 +452,8 @@ BOOST_AUTO_TEST_CASE(TenThousandSmallTensors) {
 }
 
 BOOST_AUTO_TEST_CASE(CastsLargeEnoughToStream) {
-  // Destinations of 16 MiB and more are written with non-temporal stores
-  // (MultiTensorKernels.hpp): small tensors around a large one, with odd lengths, so
+  // Casts over 16 MiB and more (source and destination together) write with non-temporal
+  // stores (MultiTensorKernels.hpp, kFromMemoryBytes): small tensors around a large one, with odd lengths, so
   // unaligned heads and masked tails of many pieces meet within the streaming chunks. Into
   // tensors allocated one by one (each starts on a line) and into one packed buffer (tensors
   // start anywhere in a line, so only the whole lines inside each one are streamed).

@@ -59,15 +59,16 @@ int CountOf(std::size_t elements, const char* parameter) {
 }
 
 // Bulk conversions through the CPU backend's kernel table (F16C / AVX-512 where the CPU has
-// them), chosen once per process: no per-element dtype branch.
+// them), chosen once per process: no per-element dtype branch. The cached set: its casts use
+// ordinary stores, which need no fence before MPI reads the buffer.
 void Widen(const void* src, DataType dtype, float* dst, std::size_t count) {
-  backends::cpu::ActiveKernels().cast[backends::cpu::Slot(dtype)][backends::cpu::Slot(DataType::Float32)](src, dst,
-                                                                                                          count, 1.0f);
+  backends::cpu::ActiveKernels().cached.cast[backends::cpu::Slot(dtype)][backends::cpu::Slot(DataType::Float32)](
+      src, dst, count, 1.0f);
 }
 
 void Narrow(const float* src, void* dst, DataType dtype, std::size_t count) {
-  backends::cpu::ActiveKernels().cast[backends::cpu::Slot(DataType::Float32)][backends::cpu::Slot(dtype)](src, dst,
-                                                                                                          count, 1.0f);
+  backends::cpu::ActiveKernels().cached.cast[backends::cpu::Slot(DataType::Float32)][backends::cpu::Slot(dtype)](
+      src, dst, count, 1.0f);
 }
 
 // Scratch bytes of the all-to-all reductions: each step exchanges at most this much per rank.

@@ -26,8 +26,10 @@ using simd::Element;
 
 // kNativeBf16: round FP32 to BF16 with VCVTNEPS2BF16 (AVX512_BF16) where that is exact.
 // kNativeFp16: multiply FP16 words in place with VMULPH (AVX512_FP16) where that is exact.
-template <bool kNativeBf16, bool kNativeFp16 = false>
+// kPrefetchPages: software prefetch a page ahead (KernelTable::from_memory).
+template <bool kNativeBf16, bool kNativeFp16, bool kPrefetchPages>
 struct Avx512Isa {
+  static constexpr bool kPrefetch = kPrefetchPages;
   using Batch = xsimd::batch<float, xsimd::avx512bw>;
   static constexpr std::size_t kWidth = 16;
   using Flag = __m512i;

@@ -5,9 +5,10 @@
 // flags (KernelsPortable.cpp, KernelsAvx2.cpp, KernelsAvx512.cpp,
 // KernelsAvx512Bf16.cpp, KernelsAvx512Fp16.cpp, the way
 // xsimd-based libraries split them) and fills one KernelTable. The chunk
-// planner in MultiTensorKernels.cpp picks a table once per process and calls
-// one function pointer per piece (a run of one tensor inside one chunk), so
-// there is no dtype branch or indirect call inside an element loop.
+// planner in MultiTensorKernels.cpp picks a table once per process, one of its
+// two sets per call (by the bytes the call covers), and calls one function
+// pointer per piece (a run of one tensor inside one chunk), so there is no
+// dtype branch or indirect call inside an element loop.
 //
 // Every table writes exactly the bits the scalar functions of
 // core/FloatBits.hpp write (the CUDA backend uses those too); only the
@@ -23,7 +24,8 @@ namespace mlframework::backends::cpu {
 /// Indexes a per-dtype slot of a KernelTable.
 constexpr std::size_t Slot(DataType dtype) noexcept { return static_cast<std::size_t>(dtype); }
 
-struct KernelTable {
+/// The element kernels of one instruction set for one kind of call (see KernelTable).
+struct KernelSet {
   /// In place `x = round(x * factor)`; true when any written value is Inf or NaN.
   using UnscaleFn = bool (*)(void* data, std::size_t count, float factor);
   /// True when any element is Inf or NaN (read only).
@@ -35,16 +37,23 @@ struct KernelTable {
   /// `dst = round_to_dst(src * factor)`; true when any written value is Inf or NaN.
   using CastFn = bool (*)(const void* src, void* dst, std::size_t count, float factor);
 
-  /// "portable", "avx2", "avx512", "avx512_bf16" or "avx512_fp16": what InstructionSet() reports.
-  std::string_view name;
   UnscaleFn unscale[kDataTypeCount];
   NonFiniteFn non_finite[kDataTypeCount];
   SumSquaresFn sum_squares[kDataTypeCount];
   ScaleFn scale[kDataTypeCount];
   CastFn cast[kDataTypeCount][kDataTypeCount];  ///< [source dtype][destination dtype]
-  /// The same with non-temporal stores, for destinations too large to stay in cache. Not
-  /// fenced: the caller issues a full fence before the output is read (once per chunk).
-  CastFn cast_streaming[kDataTypeCount][kDataTypeCount];
+};
+
+/// One instruction set's kernels, in two sets that compute the same bits.
+struct KernelTable {
+  /// "portable", "avx2", "avx512", "avx512_bf16" or "avx512_fp16": what InstructionSet() reports.
+  std::string_view name;
+  /// For calls whose memory fits in the caches: no software prefetch, ordinary stores.
+  KernelSet cached;
+  /// For calls over more memory than the caches hold: software prefetch a page ahead of the loads,
+  /// and casts write the whole lines of their destination with non-temporal stores. Those are
+  /// not fenced: the caller issues a full fence before the output is read (once per chunk).
+  KernelSet from_memory;
 };
 
 /// Scalar kernels built on core/FloatBits.hpp; run on every CPU.

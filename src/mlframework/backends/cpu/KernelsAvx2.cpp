@@ -20,7 +20,10 @@ namespace {
 
 using simd::Element;
 
+// kPrefetchPages: software prefetch a page ahead (KernelTable::from_memory).
+template <bool kPrefetchPages>
 struct Avx2 {
+  static constexpr bool kPrefetch = kPrefetchPages;
   using Batch = xsimd::batch<float, xsimd::fma3<xsimd::avx2>>;
   static constexpr std::size_t kWidth = 8;
   using Flag = __m256i;
@@ -162,7 +165,7 @@ struct Avx2 {
 }  // namespace
 
 const KernelTable& Avx2Kernels() noexcept {
-  static constexpr KernelTable kTable = simd::MakeTable<Avx2, KernelTable>("avx2");
+  static constexpr KernelTable kTable = simd::MakeTable<Avx2<false>, Avx2<true>, KernelTable>("avx2");
   return kTable;
 }
 

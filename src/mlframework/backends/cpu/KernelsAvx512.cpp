@@ -8,7 +8,8 @@
 namespace mlframework::backends::cpu {
 
 const KernelTable& Avx512Kernels() noexcept {
-  static constexpr KernelTable kTable = simd::MakeTable<Avx512Isa<false>, KernelTable>("avx512");
+  static constexpr KernelTable kTable =
+      simd::MakeTable<Avx512Isa<false, false, false>, Avx512Isa<false, false, true>, KernelTable>("avx512");
   return kTable;
 }
 

@@ -9,7 +9,8 @@
 namespace mlframework::backends::cpu {
 
 const KernelTable& Avx512Bf16Kernels() noexcept {
-  static constexpr KernelTable kTable = simd::MakeTable<Avx512Isa<true>, KernelTable>("avx512_bf16");
+  static constexpr KernelTable kTable =
+      simd::MakeTable<Avx512Isa<true, false, false>, Avx512Isa<true, false, true>, KernelTable>("avx512_bf16");
   return kTable;
 }
 

@@ -10,7 +10,8 @@
 namespace mlframework::backends::cpu {
 
 const KernelTable& Avx512Fp16Kernels() noexcept {
-  static constexpr KernelTable kTable = simd::MakeTable<Avx512Isa<true, true>, KernelTable>("avx512_fp16");
+  static constexpr KernelTable kTable =
+      simd::MakeTable<Avx512Isa<true, true, false>, Avx512Isa<true, true, true>, KernelTable>("avx512_fp16");
   return kTable;
 }
 

@@ -76,8 +76,7 @@ constexpr DataType kBF16 = DataType::BFloat16;
 }  // namespace
 
 const KernelTable& PortableKernels() noexcept {
-  static constexpr KernelTable kTable{
-      "portable",
+  static constexpr KernelSet kSet{
       {Unscale<kF32>, Unscale<kF16>, Unscale<kBF16>},
       {NonFinite<kF32>, NonFinite<kF16>, NonFinite<kBF16>},
       {SumSquares<kF32>, SumSquares<kF16>, SumSquares<kBF16>},
@@ -85,11 +84,9 @@ const KernelTable& PortableKernels() noexcept {
       {{Cast<kF32, kF32>, Cast<kF32, kF16>, Cast<kF32, kBF16>},
        {Cast<kF16, kF32>, Cast<kF16, kF16>, Cast<kF16, kBF16>},
        {Cast<kBF16, kF32>, Cast<kBF16, kF16>, Cast<kBF16, kBF16>}},
-      // Plain stores: portable code has no non-temporal store.
-      {{Cast<kF32, kF32>, Cast<kF32, kF16>, Cast<kF32, kBF16>},
-       {Cast<kF16, kF32>, Cast<kF16, kF16>, Cast<kF16, kBF16>},
-       {Cast<kBF16, kF32>, Cast<kBF16, kF16>, Cast<kBF16, kBF16>}},
   };
+  // One set for both kinds of call: portable code has no prefetch and no non-temporal store.
+  static constexpr KernelTable kTable{"portable", kSet, kSet};
   return kTable;
 }
 

@@ -213,6 +213,12 @@ std::pair<Plan, Plan> MakePairPlans(std::span<const ITensor* const> src, std::sp
   return plans;
 }
 
+// The kernels for a call over @p bytes of memory (see kFromMemoryBytes).
+const KernelSet& KernelsFor(std::size_t bytes) {
+  const KernelTable& table = ActiveKernels();
+  return bytes >= kFromMemoryBytes ? table.from_memory : table.cached;
+}
+
 // Threads only when there is more than one chunk: a fork costs more than a small list.
 bool Parallel(const Plan& plan) { return plan.chunks > 1 && omp_get_max_threads() > 1; }
 
@@ -234,8 +240,8 @@ double SumSquaresFp64(const void* data, DataType dtype, std::size_t count) {
 }  // namespace
 
 bool UnscaleAndCheckKernel(std::span<ITensor* const> tensors, float factor) {
-  const KernelTable& kernels = ActiveKernels();
   const Plan plan = MakePlan(tensors);
+  const KernelSet& kernels = KernelsFor(plan.bytes);
   int found = 0;
 #pragma omp parallel for schedule(static) reduction(| : found) if (Parallel(plan))
   for (std::size_t c = 0; c < plan.chunks; ++c) {
@@ -248,8 +254,8 @@ bool UnscaleAndCheckKernel(std::span<ITensor* const> tensors, float factor) {
 }
 
 bool HasNonFiniteKernel(std::span<const ITensor* const> tensors) {
-  const KernelTable& kernels = ActiveKernels();
   const Plan plan = MakePlan(tensors);
+  const KernelSet& kernels = KernelsFor(plan.bytes);
   std::atomic<bool> found{false};
 #pragma omp parallel for schedule(static) if (Parallel(plan))
   for (std::size_t c = 0; c < plan.chunks; ++c) {
@@ -267,8 +273,8 @@ bool HasNonFiniteKernel(std::span<const ITensor* const> tensors) {
 }
 
 NonFiniteAndNorm CheckAndSumSquaresKernel(std::span<const ITensor* const> tensors, float factor) {
-  const KernelTable& kernels = ActiveKernels();
   const Plan plan = MakePlan(tensors);
+  const KernelSet& kernels = KernelsFor(plan.bytes);
   // One partial per chunk (FP32 sums of its pieces, added in FP64), the partials summed
   // in FP64 in chunk order: the result does not depend on the thread count.
   std::vector<double> partials(plan.chunks, 0.0);
@@ -301,8 +307,8 @@ NonFiniteAndNorm CheckAndSumSquaresKernel(std::span<const ITensor* const> tensor
 }
 
 void ScaleKernel(std::span<ITensor* const> tensors, float factor) {
-  const KernelTable& kernels = ActiveKernels();
   const Plan plan = MakePlan(tensors);
+  const KernelSet& kernels = KernelsFor(plan.bytes);
 #pragma omp parallel for schedule(static) if (Parallel(plan))
   for (std::size_t c = 0; c < plan.chunks; ++c) {
     plan.ForEachPiece(c, [&](std::size_t s, std::size_t begin, std::size_t end) {
@@ -313,15 +319,16 @@ void ScaleKernel(std::span<ITensor* const> tensors, float factor) {
 }
 
 bool CastIntoKernel(std::span<const ITensor* const> src, std::span<ITensor* const> dst, float factor) {
-  const KernelTable& kernels = ActiveKernels();
   // Same sizes pairwise (checked by the caller), so the same segments and chunks.
   const std::pair<Plan, Plan> plans = MakePairPlans(src, dst);
   const Plan& src_plan = plans.first;   // named references, not a structured binding: clang 14
   const Plan& dst_plan = plans.second;  // cannot capture those in the OpenMP region's lambda
-  // A destination much larger than a core's cache will be evicted before anyone reads it:
-  // write it with non-temporal stores, which also skip reading the old lines in first.
-  const bool streaming = dst_plan.bytes >= kStreamingBytes;
-  const auto& cast = streaming ? kernels.cast_streaming : kernels.cast;
+  // A destination that comes with more memory than the caches hold will be evicted before anyone
+  // reads it: the from_memory casts write it with non-temporal stores, which also skip reading
+  // the old lines in first.
+  const KernelSet& kernels = KernelsFor(src_plan.bytes + dst_plan.bytes);
+  const bool streaming = &kernels == &ActiveKernels().from_memory;
+  const auto& cast = kernels.cast;
   int found = 0;
 #pragma omp parallel for schedule(static) reduction(| : found) if (Parallel(src_plan))
   for (std::size_t c = 0; c < src_plan.chunks; ++c) {

@@ -15,8 +15,10 @@ namespace mlframework::backends::cpu {
 
 /// Elements per chunk: large enough to amortise scheduling, small enough to balance 10k tensors.
 inline constexpr std::size_t kChunkElements = 32768;
-/// Cast destinations of at least this many bytes are written with non-temporal stores.
-inline constexpr std::size_t kStreamingBytes = std::size_t{16} << 20;
+/// Calls over at least this many bytes (a list's, or a cast's source and destination together)
+/// run KernelTable::from_memory: software prefetch, and casts write with non-temporal stores.
+/// Smaller ones run KernelTable::cached.
+inline constexpr std::size_t kFromMemoryBytes = std::size_t{16} << 20;
 
 bool UnscaleAndCheckKernel(std::span<ITensor* const> tensors, float factor);
 bool HasNonFiniteKernel(std::span<const ITensor* const> tensors);

@@ -17,6 +17,8 @@
 //   Isa::CheckPartial<D>(p, n, flag)  the same for n < kCheckElements<D> elements
 //   Isa::StoreStream<D>(p, v, flag)   Store to a vector-aligned p with non-temporal stores
 //   Isa::Flag, Isa::NoFlag<D>(), Isa::AnyNonFinite<D>(flag)
+//   Isa::kPrefetch                    true for the KernelTable::from_memory set: the loops prefetch
+//                                     a page ahead (PrefetchLines / PrefetchAhead below)
 //   Isa::kWordKernels                 true when the Isa has ScaleWords<D>(p, count, factor, found):
 //                                     an in-place 16-bit scale that returns false, writing
 //                                     nothing, when it is not exact for that factor, and
@@ -58,9 +60,12 @@ std::size_t AlignHead(const T* p, std::size_t count) {
   return head < count ? head : count;
 }
 
-// Software prefetch, kPrefetchDistance bytes ahead of the loads. The hardware prefetcher
-// stops at each 4 KiB page and needs a few misses to lock onto a new stream; asking one page
-// ahead crosses that boundary for it (10-21% faster on every layout here, measured).
+// Software prefetch, kPrefetchDistance bytes ahead of the loads, in the from_memory kernels only
+// (Isa::kPrefetch). The hardware prefetcher stops at each 4 KiB page and needs a few misses to
+// lock onto a new stream; asking one page ahead crosses that boundary for it (10-21% faster on
+// every layout on a Xeon host, session 6). For data already in the caches it only costs: the
+// same kernels without it ran 1M-element lists 12% faster (geometric mean, 29 of 32 cases,
+// an EPYC host, docs/BENCHMARKS.md session 9).
 // It deliberately runs past the end of the piece: a prefetch never faults, and tensors
 // allocated one after another lie one after another on the heap, so the lines past one
 // tensor's end are usually the next tensor's head. Stopping at the end was measured 1.1-1.4x
@@ -71,18 +76,17 @@ constexpr std::size_t kPrefetchDistance = 4096;
 // kLines cache lines, for loops that read kLines full lines per iteration.
 template <class Isa, std::size_t kLines, typename T>
 void PrefetchLines(const T* p) {
-  for (std::size_t line = 0; line < kLines; ++line) {
-    __builtin_prefetch(reinterpret_cast<const char*>(p) + kPrefetchDistance + 64 * line);
+  if constexpr (Isa::kPrefetch) {
+    for (std::size_t line = 0; line < kLines; ++line) {
+      __builtin_prefetch(reinterpret_cast<const char*>(p) + kPrefetchDistance + 64 * line);
+    }
   }
 }
 
 // The lines a two-register iteration over T reads: two for FP32, one for 16-bit types.
 template <class Isa, typename T>
 void PrefetchAhead(const T* p) {
-  __builtin_prefetch(reinterpret_cast<const char*>(p) + kPrefetchDistance);
-  if constexpr (sizeof(T) == 4) {
-    __builtin_prefetch(reinterpret_cast<const char*>(p) + kPrefetchDistance + 64);
-  }
+  PrefetchLines<Isa, sizeof(T) == 4 ? 2 : 1>(p);
 }
 
 template <class Isa, DataType D>
@@ -257,25 +261,30 @@ bool Cast(const void* src, void* dst, std::size_t count, float factor) {
   return Isa::template AnyNonFinite<T>(flag);
 }
 
-/// Fills a KernelTable from the loops above for one instruction set.
-template <class Isa, class Table>
-constexpr Table MakeTable(std::string_view name) {
+/// One KernelSet from the loops above for one instruction set; kStream: casts use non-temporal stores.
+template <class Isa, bool kStream, class Set>
+constexpr Set MakeSet() {
   constexpr DataType kF32 = DataType::Float32;
   constexpr DataType kF16 = DataType::Float16;
   constexpr DataType kBF16 = DataType::BFloat16;
-  return Table{
-      name,
+  return Set{
       {Unscale<Isa, kF32>, Unscale<Isa, kF16>, Unscale<Isa, kBF16>},
       {NonFinite<Isa, kF32>, NonFinite<Isa, kF16>, NonFinite<Isa, kBF16>},
       {SumSquares<Isa, kF32>, SumSquares<Isa, kF16>, SumSquares<Isa, kBF16>},
       {Scale<Isa, kF32>, Scale<Isa, kF16>, Scale<Isa, kBF16>},
-      {{Cast<Isa, kF32, kF32>, Cast<Isa, kF32, kF16>, Cast<Isa, kF32, kBF16>},
-       {Cast<Isa, kF16, kF32>, Cast<Isa, kF16, kF16>, Cast<Isa, kF16, kBF16>},
-       {Cast<Isa, kBF16, kF32>, Cast<Isa, kBF16, kF16>, Cast<Isa, kBF16, kBF16>}},
-      {{Cast<Isa, kF32, kF32, true>, Cast<Isa, kF32, kF16, true>, Cast<Isa, kF32, kBF16, true>},
-       {Cast<Isa, kF16, kF32, true>, Cast<Isa, kF16, kF16, true>, Cast<Isa, kF16, kBF16, true>},
-       {Cast<Isa, kBF16, kF32, true>, Cast<Isa, kBF16, kF16, true>, Cast<Isa, kBF16, kBF16, true>}},
+      {{Cast<Isa, kF32, kF32, kStream>, Cast<Isa, kF32, kF16, kStream>, Cast<Isa, kF32, kBF16, kStream>},
+       {Cast<Isa, kF16, kF32, kStream>, Cast<Isa, kF16, kF16, kStream>, Cast<Isa, kF16, kBF16, kStream>},
+       {Cast<Isa, kBF16, kF32, kStream>, Cast<Isa, kBF16, kF16, kStream>, Cast<Isa, kBF16, kBF16, kStream>}},
   };
+}
+
+/// Fills a KernelTable for one instruction set: CachedIsa and MemoryIsa are its traits without
+/// and with software prefetch (kPrefetch false and true).
+template <class CachedIsa, class MemoryIsa, class Table>
+constexpr Table MakeTable(std::string_view name) {
+  static_assert(!CachedIsa::kPrefetch && MemoryIsa::kPrefetch);
+  using Set = decltype(Table::cached);
+  return Table{name, MakeSet<CachedIsa, false, Set>(), MakeSet<MemoryIsa, true, Set>()};
 }
 
 }  // namespace mlframework::backends::cpu::simd
