@@ -326,9 +326,9 @@ bool CastIntoKernel(std::span<const ITensor* const> src, std::span<ITensor* cons
   // A destination that comes with more memory than the caches hold will be evicted before anyone
   // reads it: the from_memory casts write it with non-temporal stores, which also skip reading
   // the old lines in first.
-  const KernelSet& kernels = KernelsFor(src_plan.bytes + dst_plan.bytes);
-  const bool streaming = &kernels == &ActiveKernels().from_memory;
-  const auto& cast = kernels.cast;
+  const std::size_t bytes = src_plan.bytes + dst_plan.bytes;
+  const auto& cast = KernelsFor(bytes).cast;
+  const bool streaming = bytes >= kFromMemoryBytes;
   int found = 0;
 #pragma omp parallel for schedule(static) reduction(| : found) if (Parallel(src_plan))
   for (std::size_t c = 0; c < src_plan.chunks; ++c) {
