@@ -96,12 +96,15 @@ const std::vector<std::vector<std::size_t>>& SizeSets() {
         {0, 5, 0, 100000, 3},
         {250000},
     };
-    // Several launches of small tensors.
-    std::vector<std::size_t> many(2 * static_cast<std::size_t>(cuda::kMaxTensorsPerLaunch) + 300);
-    for (std::size_t i = 0; i < many.size(); ++i) {
-      many[i] = 1 + (i * 37) % 900;
+    // Small tensors: the longest list whose table travels inside the launch, the shortest
+    // whose table is copied to the device first, and a long one (one launch either way).
+    for (const std::size_t count : {cuda::kInlineTableTensors, cuda::kInlineTableTensors + 1, std::size_t{2348}}) {
+      std::vector<std::size_t> many(count);
+      for (std::size_t i = 0; i < many.size(); ++i) {
+        many[i] = 1 + (i * 37) % 900;
+      }
+      s.push_back(many);
     }
-    s.push_back(many);
     return s;
   }();
   return kSets;
@@ -227,6 +230,33 @@ BOOST_AUTO_TEST_CASE(CastIntoEveryDtypePairMatchesCpu) {
         CheckSameBits(cpu_dst, gpu_new);
       }
     }
+  }
+}
+
+// Calls queue their launches without waiting for the device. A long kernel first keeps the
+// device busy, so the later calls' tables (growing, more than the staging buffers, with inline
+// ones between) are written while earlier ones still wait to be read: each launch must still
+// see its own table.
+BOOST_AUTO_TEST_CASE(QueuedCallsKeepTheirOwnTables) {
+  const TensorPtr busy = Zeros({std::size_t{1} << 26}, DataType::Float32, kGpu);
+  ScaleInPlace(std::vector<TensorPtr>{busy}, 2.0f);
+  std::vector<Pair> pairs;
+  std::vector<float> factors;
+  unsigned seed = 350;
+  for (std::size_t k = 0; k < 12; ++k) {
+    const std::size_t count = k % 3 == 2 ? 3 : cuda::kInlineTableTensors + 1 + 97 * k;
+    std::vector<std::size_t> sizes(count);
+    for (std::size_t i = 0; i < count; ++i) {
+      sizes[i] = 1 + (i * 13 + k) % 300;
+    }
+    pairs.push_back(MakeLists(sizes, Specials::None, seed++));
+    factors.push_back(0.5f + static_cast<float>(k));
+    ScaleInPlace(pairs.back().gpu, factors.back());
+  }
+  for (std::size_t k = 0; k < pairs.size(); ++k) {
+    BOOST_TEST_INFO("list " << k);
+    ScaleInPlace(pairs[k].cpu, factors[k]);
+    CheckSameBits(pairs[k].cpu, pairs[k].gpu);
   }
 }
 

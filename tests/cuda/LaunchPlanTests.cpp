@@ -1,10 +1,11 @@
-// The launch planner and the block-to-piece walk of the CUDA kernels, run on
-// the host: every element of every tensor is visited exactly once, by one
-// block, every block but the last of a launch gets a full chunk, and long
-// lists are split into launches of at most kMaxTensorsPerLaunch tensors.
+// The launch planner, the table image and the block-to-piece walk of the CUDA
+// kernels, run on the host: every element of every tensor is visited exactly
+// once, by one block, every block but the last gets a full chunk, and a list of
+// any length is one launch.
 #include <cstdint>
 #include <numeric>
 #include <random>
+#include <span>
 #include <vector>
 
 #include <boost/test/unit_test.hpp>
@@ -25,39 +26,51 @@ std::vector<cu::ListEntry> EntriesOfSizes(const std::vector<std::uint64_t>& size
   return entries;
 }
 
-// Walks every block of every launch like the kernels do; counts visits per element.
+// The table image of a planned list, in host memory (8-byte aligned, as device memory is).
+struct HostTable {
+  cu::TableShape shape;
+  std::vector<std::uint64_t> words;
+
+  HostTable(std::span<const cu::ListEntry> entries, cu::Access access)
+      : shape(cu::ShapeOf(entries, access)), words(shape.bytes / sizeof(std::uint64_t)) {
+    cu::WriteTable(entries, shape, reinterpret_cast<std::byte*>(words.data()));
+  }
+  cu::TableView View() const {
+    return cu::TableView::Of(reinterpret_cast<const std::byte*>(words.data()), shape.count, shape.chunk_elements);
+  }
+};
+
+// Walks every block of the launch like the kernels do; counts visits per element.
 void CheckCoverage(const std::vector<std::uint64_t>& sizes, cu::Access access) {
   std::vector<std::uint8_t> storage;
   const auto entries = EntriesOfSizes(sizes, storage);
-  const auto launches = cu::PlanLaunches(entries, access);
+  const HostTable table(entries, access);
+  const cu::TableView view = table.View();
   std::vector<std::vector<int>> visits(sizes.size());
   for (std::size_t i = 0; i < sizes.size(); ++i) {
     visits[i].assign(sizes[i], 0);
   }
-  for (const cu::Launch& launch : launches) {
-    BOOST_TEST_REQUIRE(launch.meta.count >= 1);
-    BOOST_TEST_REQUIRE(launch.meta.count <= cu::kMaxTensorsPerLaunch);
-    const std::uint64_t total = launch.meta.offsets[launch.meta.count];
-    const std::uint64_t chunk = launch.meta.chunk_elements;
-    BOOST_TEST(chunk == cu::ChunkElementsFor(total, access));
-    BOOST_TEST(launch.blocks == (total + chunk - 1) / chunk);
-    for (std::uint64_t block = 0; block < launch.blocks; ++block) {
-      std::uint64_t work = 0;
-      cu::ForEachPieceOfBlock(launch.meta, block, [&](int s, std::uint64_t lo, std::uint64_t hi) {
-        // Map the slot back to the list index through its pointer.
-        const auto index =
-            static_cast<std::size_t>(static_cast<std::uint8_t*>(launch.meta.data[0][s]) - storage.data());
-        BOOST_TEST_REQUIRE(hi <= sizes[index]);
-        for (std::uint64_t e = lo; e < hi; ++e) {
-          ++visits[index][e];
-        }
-        work += hi - lo;
-      });
-      if (block + 1 < launch.blocks) {
-        BOOST_TEST(work == chunk);  // equal work per block
-      } else {
-        BOOST_TEST(work == total - block * chunk);
+  const std::uint64_t total = std::accumulate(sizes.begin(), sizes.end(), std::uint64_t{0});
+  const std::uint64_t chunk = table.shape.chunk_elements;
+  BOOST_TEST(table.shape.total == total);
+  BOOST_TEST(view.offsets[view.count] == total);
+  BOOST_TEST(chunk == cu::ChunkElementsFor(total, access));
+  BOOST_TEST(table.shape.blocks == (total + chunk - 1) / chunk);
+  for (std::uint64_t block = 0; block < table.shape.blocks; ++block) {
+    std::uint64_t work = 0;
+    cu::ForEachPieceOfBlock(view, block, [&](int s, std::uint64_t lo, std::uint64_t hi) {
+      // Map the slot back to the list index through its pointer.
+      const auto index = static_cast<std::size_t>(static_cast<std::uint8_t*>(view.data[0][s]) - storage.data());
+      BOOST_TEST_REQUIRE(hi <= sizes[index]);
+      for (std::uint64_t e = lo; e < hi; ++e) {
+        ++visits[index][e];
       }
+      work += hi - lo;
+    });
+    if (block + 1 < table.shape.blocks) {
+      BOOST_TEST(work == chunk);  // equal work per block
+    } else {
+      BOOST_TEST(work == total - block * chunk);
     }
   }
   for (std::size_t i = 0; i < sizes.size(); ++i) {
@@ -79,25 +92,54 @@ BOOST_AUTO_TEST_SUITE(CudaLaunchPlan)
 BOOST_AUTO_TEST_CASE(EmptyListsAndEmptyTensorsLaunchNothing) {
   std::vector<std::uint8_t> storage;
   for (const cu::Access access : {cu::Access::ReadOnly, cu::Access::Writes}) {
-    BOOST_TEST(cu::PlanLaunches({}, access).empty());
-    BOOST_TEST(cu::PlanLaunches(EntriesOfSizes({0, 0, 0}, storage), access).empty());
+    BOOST_TEST(cu::ShapeOf({}, access).blocks == 0u);
+    const cu::TableShape shape = cu::ShapeOf(EntriesOfSizes({0, 0, 0}, storage), access);
+    BOOST_TEST(shape.blocks == 0u);
+    BOOST_TEST(shape.count == 0);
   }
 }
 
 BOOST_AUTO_TEST_CASE(TableKeepsOrderPointersAndDtypes) {
   std::vector<std::uint8_t> storage;
-  const auto entries = EntriesOfSizes({5, 0, 7}, storage);
-  const auto launches = cu::PlanLaunches(entries, cu::Access::ReadOnly);
-  BOOST_TEST_REQUIRE(launches.size() == 1u);
-  const cu::TensorListMeta& meta = launches[0].meta;
-  BOOST_TEST(meta.count == 2);
-  BOOST_TEST(meta.offsets[0] == 0u);
-  BOOST_TEST(meta.offsets[1] == 5u);
-  BOOST_TEST(meta.offsets[2] == 12u);
-  BOOST_TEST(meta.data[0][1] == static_cast<void*>(&storage[2]));
-  BOOST_TEST(meta.dtype[0][0] == static_cast<std::uint8_t>(DataType::Float16));
-  BOOST_TEST(meta.dtype[1][0] == static_cast<std::uint8_t>(DataType::Float32));
-  BOOST_TEST(launches[0].blocks == 1u);
+  auto entries = EntriesOfSizes({5, 0, 7}, storage);
+  entries[2].dst = &storage[0];
+  entries[2].src_dtype = DataType::BFloat16;
+  const HostTable table(entries, cu::Access::ReadOnly);
+  const cu::TableView view = table.View();
+  BOOST_TEST(view.count == 2);
+  BOOST_TEST(table.shape.bytes == cu::TableBytes(2));
+  BOOST_TEST(view.offsets[0] == 0u);
+  BOOST_TEST(view.offsets[1] == 5u);
+  BOOST_TEST(view.offsets[2] == 12u);
+  BOOST_TEST(view.data[0][0] == static_cast<void*>(&storage[0]));
+  BOOST_TEST(view.data[0][1] == static_cast<void*>(&storage[2]));
+  BOOST_TEST(view.data[1][1] == static_cast<void*>(&storage[0]));
+  BOOST_TEST(view.dtype[0][0] == static_cast<std::uint8_t>(DataType::Float16));
+  BOOST_TEST(view.dtype[0][1] == static_cast<std::uint8_t>(DataType::BFloat16));
+  BOOST_TEST(view.dtype[1][0] == static_cast<std::uint8_t>(DataType::Float32));
+  BOOST_TEST(table.shape.blocks == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(SmallTablesFitTheLaunchAndLargerOnesDoNot) {
+  // The image's arrays end where the next begins, and the inline limit is exact.
+  for (const std::size_t n : {std::size_t{1}, std::size_t{2}, std::size_t{3}, cu::kInlineTableTensors}) {
+    BOOST_TEST(cu::TableBytes(n) >= n * 26 + 8);
+    BOOST_TEST(cu::TableBytes(n) < n * 26 + 16);
+    BOOST_TEST(cu::TableBytes(n) % 8 == 0u);
+  }
+  BOOST_TEST(cu::TableBytes(cu::kInlineTableTensors) <= cu::kInlineTableBytes);
+  BOOST_TEST(cu::TableBytes(cu::kInlineTableTensors + 1) > cu::kInlineTableBytes);
+  // A view of the inline image reads what was written into it.
+  std::vector<std::uint8_t> storage;
+  const auto entries = EntriesOfSizes(std::vector<std::uint64_t>(cu::kInlineTableTensors, 3), storage);
+  cu::LaunchTable launch;
+  const cu::TableShape shape = cu::ShapeOf(entries, cu::Access::Writes);
+  launch.count = shape.count;
+  launch.chunk_elements = shape.chunk_elements;
+  cu::WriteTable(entries, shape, launch.inline_image);
+  const cu::TableView view = launch.View();
+  BOOST_TEST(view.offsets[view.count] == 3 * cu::kInlineTableTensors);
+  BOOST_TEST(view.data[1][view.count - 1] == static_cast<void*>(&storage.back()));
 }
 
 BOOST_AUTO_TEST_CASE(ChunkBoundariesAreCoveredExactlyOnce) {
@@ -129,7 +171,7 @@ BOOST_AUTO_TEST_CASE(ReadOnlyChunksGrowWithTheLaunchUpToTheLargest) {
   CheckCoverage({kMax * kBlocks + 5, 3, kMax - 1});
 }
 
-BOOST_AUTO_TEST_CASE(ManySmallTensorsShareBlocksAndSplitIntoLaunches) {
+BOOST_AUTO_TEST_CASE(ManySmallTensorsShareBlocksInOneLaunch) {
   std::mt19937 rng(7);
   std::uniform_int_distribution<std::uint64_t> size(0, 3000);
   std::vector<std::uint64_t> sizes(1000);
@@ -137,19 +179,12 @@ BOOST_AUTO_TEST_CASE(ManySmallTensorsShareBlocksAndSplitIntoLaunches) {
     s = size(rng);
   }
   CheckCoverage(sizes);
+  // 10,000 tensors of 10 elements: one table, 25 blocks.
   std::vector<std::uint8_t> storage;
-  constexpr std::uint64_t kMax = cu::kMaxTensorsPerLaunch;
-  constexpr std::uint64_t kLast = 44;
-  const auto launches =
-      cu::PlanLaunches(EntriesOfSizes(std::vector<std::uint64_t>(2 * kMax + kLast, 10), storage), cu::Access::Writes);
-  BOOST_TEST_REQUIRE(launches.size() == 3u);
-  BOOST_TEST(launches[0].meta.count == cu::kMaxTensorsPerLaunch);
-  BOOST_TEST(launches[1].meta.count == cu::kMaxTensorsPerLaunch);
-  BOOST_TEST(launches[2].meta.count == static_cast<std::int32_t>(kLast));
-  const auto blocks_of = [](std::uint64_t elements) {
-    return (elements + cu::kMinChunkElements - 1) / cu::kMinChunkElements;
-  };
-  BOOST_TEST(cu::TotalBlocks(launches) == 2 * blocks_of(kMax * 10) + blocks_of(kLast * 10));
+  const HostTable table(EntriesOfSizes(std::vector<std::uint64_t>(10000, 10), storage), cu::Access::Writes);
+  BOOST_TEST(table.shape.count == 10000);
+  BOOST_TEST(table.shape.blocks == (100000 + cu::kMinChunkElements - 1) / cu::kMinChunkElements);
+  CheckCoverage(std::vector<std::uint64_t>(10000, 10));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -7,8 +7,8 @@ namespace mlframework::backends::cuda {
 
 namespace {
 
-__global__ void __launch_bounds__(kBlockThreads)
-    AddIntoKernel(const __grid_constant__ TensorListMeta list, float alpha) {
+__global__ void __launch_bounds__(kBlockThreads) AddIntoKernel(const __grid_constant__ LaunchTable table, float alpha) {
+  const TableView list = table.View();
   ForEachPiece(list, [&](int s, std::uint64_t lo, std::uint64_t hi) {
     DispatchDtype(list.dtype[0][s], [&](auto src_tag) {
       constexpr DataType S = decltype(src_tag)::value;
@@ -35,7 +35,7 @@ __global__ void __launch_bounds__(kBlockThreads)
 }  // namespace
 
 void LaunchAddInto(const Launch& launch, float alpha, cudaStream_t stream) {
-  AddIntoKernel<<<launch.blocks, kBlockThreads, 0, stream>>>(launch.meta, alpha);
+  AddIntoKernel<<<launch.blocks, kBlockThreads, 0, stream>>>(launch.table, alpha);
   MLFW_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -8,7 +8,8 @@ namespace mlframework::backends::cuda {
 namespace {
 
 __global__ void __launch_bounds__(kBlockThreads)
-    CastKernel(const __grid_constant__ TensorListMeta list, FactorSource factor_source, std::int32_t* flag) {
+    CastKernel(const __grid_constant__ LaunchTable table, FactorSource factor_source, std::int32_t* flag) {
+  const TableView list = table.View();
   const float factor = ResolveFactor(factor_source);
   bool found = false;
   ForEachPiece(list, [&](int s, std::uint64_t lo, std::uint64_t hi) {
@@ -34,7 +35,7 @@ __global__ void __launch_bounds__(kBlockThreads)
 }  // namespace
 
 void LaunchCast(const Launch& launch, FactorSource factor, std::int32_t* flag, cudaStream_t stream) {
-  CastKernel<<<launch.blocks, kBlockThreads, 0, stream>>>(launch.meta, factor, flag);
+  CastKernel<<<launch.blocks, kBlockThreads, 0, stream>>>(launch.table, factor, flag);
   MLFW_CUDA_CHECK(cudaGetLastError());
 }
 

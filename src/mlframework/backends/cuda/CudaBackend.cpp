@@ -192,17 +192,15 @@ class CudaBackend final : public DeviceScalingBackend {
   bool UnscaleAndCheck(std::span<ITensor* const> tensors, float factor) const override {
     bool found = false;
     for (const DeviceGroup& group : GroupByDevice(tensors)) {
-      const auto launches = PlanLaunches(group.entries, Access::Writes);
-      if (launches.empty()) {
-        continue;
-      }
       DeviceContext& context = DeviceContext::Get(group.device);
       std::lock_guard lock(context.Mutex());
       DeviceGuard guard(group.device);
-      context.ClearResult();
-      for (const Launch& launch : launches) {
-        LaunchUnscale(launch, FactorSource{factor}, ResultFlag(context), context.Stream());
+      const Launch launch = context.Stage(group.entries, Access::Writes);
+      if (launch.blocks == 0) {
+        continue;
       }
+      context.ClearResult();
+      LaunchUnscale(launch, FactorSource{factor}, ResultFlag(context), context.Stream());
       found = context.ReadResult().flag != 0 || found;
     }
     return found;
@@ -210,17 +208,15 @@ class CudaBackend final : public DeviceScalingBackend {
 
   bool HasNonFinite(std::span<const ITensor* const> tensors) const override {
     for (const DeviceGroup& group : GroupByDevice(tensors)) {
-      const auto launches = PlanLaunches(group.entries, Access::ReadOnly);
-      if (launches.empty()) {
-        continue;
-      }
       DeviceContext& context = DeviceContext::Get(group.device);
       std::lock_guard lock(context.Mutex());
       DeviceGuard guard(group.device);
-      context.ClearResult();
-      for (const Launch& launch : launches) {
-        LaunchNonFinite(launch, ResultFlag(context), context.Stream());
+      const Launch launch = context.Stage(group.entries, Access::ReadOnly);
+      if (launch.blocks == 0) {
+        continue;
       }
+      context.ClearResult();
+      LaunchNonFinite(launch, ResultFlag(context), context.Stream());
       if (context.ReadResult().flag != 0) {
         return true;
       }
@@ -231,22 +227,17 @@ class CudaBackend final : public DeviceScalingBackend {
   NonFiniteAndNorm CheckAndSumSquares(std::span<const ITensor* const> tensors, float factor) const override {
     NonFiniteAndNorm total;
     for (const DeviceGroup& group : GroupByDevice(tensors)) {
-      const auto launches = PlanLaunches(group.entries, Access::ReadOnly);
-      if (launches.empty()) {
-        continue;
-      }
       DeviceContext& context = DeviceContext::Get(group.device);
       std::lock_guard lock(context.Mutex());
       DeviceGuard guard(group.device);
-      const std::size_t blocks = TotalBlocks(launches);
-      float* partials = context.Partials(blocks);
-      context.ClearResult();
-      std::size_t first = 0;
-      for (const Launch& launch : launches) {
-        LaunchSumSquares(launch, partials + first, ResultFlag(context), context.Stream());
-        first += launch.blocks;
+      const Launch launch = context.Stage(group.entries, Access::ReadOnly);
+      if (launch.blocks == 0) {
+        continue;
       }
-      LaunchSumSquaresFinalize(partials, blocks, static_cast<double>(factor), context.DeviceResultBlock(),
+      float* partials = context.Partials(launch.blocks);
+      context.ClearResult();
+      LaunchSumSquares(launch, partials, ResultFlag(context), context.Stream());
+      LaunchSumSquaresFinalize(partials, launch.blocks, static_cast<double>(factor), context.DeviceResultBlock(),
                                context.Stream());
       const DeviceResult result = context.ReadResult();
       total.FoundNonFinite = total.FoundNonFinite || result.flag != 0;
@@ -266,17 +257,15 @@ class CudaBackend final : public DeviceScalingBackend {
     const auto groups = PairsByDevice(
         src, dst, [&](const CudaTensor& in, ITensor& out) { found = CastAcrossDevices(in, out, factor) || found; });
     for (const DeviceGroup& group : groups) {
-      const auto launches = PlanLaunches(group.entries, Access::Writes);
-      if (launches.empty()) {
-        continue;
-      }
       DeviceContext& context = DeviceContext::Get(group.device);
       std::lock_guard lock(context.Mutex());
       DeviceGuard guard(group.device);
-      context.ClearResult();
-      for (const Launch& launch : launches) {
-        LaunchCast(launch, FactorSource{factor}, ResultFlag(context), context.Stream());
+      const Launch launch = context.Stage(group.entries, Access::Writes);
+      if (launch.blocks == 0) {
+        continue;
       }
+      context.ClearResult();
+      LaunchCast(launch, FactorSource{factor}, ResultFlag(context), context.Stream());
       found = context.ReadResult().flag != 0 || found;
     }
     return found;
@@ -337,10 +326,11 @@ class CudaBackend final : public DeviceScalingBackend {
   void UnscaleWithState(std::span<ITensor* const> tensors, DeviceScaleState& state) const override {
     CudaScaleState& cuda_state = AsCudaState(state);
     DeviceContext& context = cuda_state.Context();
-    const auto launches = PlanLaunches(EntriesOnDevice(tensors, context.DeviceIndex()), Access::Writes);
+    const auto entries = EntriesOnDevice(tensors, context.DeviceIndex());
     std::lock_guard lock(context.Mutex());
     DeviceGuard guard(context.DeviceIndex());
-    for (const Launch& launch : launches) {
+    const Launch launch = context.Stage(entries, Access::Writes);
+    if (launch.blocks != 0) {
       LaunchUnscale(launch, FactorSource{1.0f, FactorMode::InverseOfScale, cuda_state.ScalePointer()},
                     cuda_state.FlagPointer(), context.Stream());
     }
@@ -366,10 +356,10 @@ class CudaBackend final : public DeviceScalingBackend {
       }
       pairs.push_back(ListEntry{in[i].src, out[i].src, in[i].src_dtype, out[i].src_dtype, in[i].size});
     }
-    const auto launches = PlanLaunches(pairs, Access::Writes);
     std::lock_guard lock(context.Mutex());
     DeviceGuard guard(context.DeviceIndex());
-    for (const Launch& launch : launches) {
+    const Launch launch = context.Stage(pairs, Access::Writes);
+    if (launch.blocks != 0) {
       LaunchCast(launch, FactorSource{1.0f, FactorMode::InverseOfScale, cuda_state.ScalePointer()},
                  cuda_state.FlagPointer(), context.Stream());
     }
@@ -378,10 +368,11 @@ class CudaBackend final : public DeviceScalingBackend {
   void CheckWithState(std::span<const ITensor* const> tensors, DeviceScaleState& state) const override {
     CudaScaleState& cuda_state = AsCudaState(state);
     DeviceContext& context = cuda_state.Context();
-    const auto launches = PlanLaunches(EntriesOnDevice(tensors, context.DeviceIndex()), Access::ReadOnly);
+    const auto entries = EntriesOnDevice(tensors, context.DeviceIndex());
     std::lock_guard lock(context.Mutex());
     DeviceGuard guard(context.DeviceIndex());
-    for (const Launch& launch : launches) {
+    const Launch launch = context.Stage(entries, Access::ReadOnly);
+    if (launch.blocks != 0) {
       LaunchNonFinite(launch, cuda_state.FlagPointer(), context.Stream());
     }
   }
@@ -429,18 +420,15 @@ class CudaBackend final : public DeviceScalingBackend {
     LaunchOn(device, entries, [&](const Launch& launch, cudaStream_t stream) { LaunchScale(launch, factor, stream); });
   }
 
-  // Queues @p launch_one(launch, stream) for every planned launch of @p entries on GPU
-  // @p device's backend stream, without waiting for the device.
+  // Queues @p launch_one(launch, stream) for the launch of @p entries on GPU @p device's
+  // backend stream, without waiting for the device.
   template <typename LaunchOne>
   static void LaunchOn(int device, const std::vector<ListEntry>& entries, LaunchOne&& launch_one) {
-    const auto launches = PlanLaunches(entries, Access::Writes);
-    if (launches.empty()) {
-      return;
-    }
     DeviceContext& context = DeviceContext::Get(device);
     std::lock_guard lock(context.Mutex());
     DeviceGuard guard(device);
-    for (const Launch& launch : launches) {
+    const Launch launch = context.Stage(entries, Access::Writes);
+    if (launch.blocks != 0) {
       launch_one(launch, context.Stream());
     }
   }

@@ -127,6 +127,62 @@ float* DeviceContext::Partials(std::size_t count) {
   return partials_;
 }
 
+Launch DeviceContext::Stage(std::span<const ListEntry> entries, Access access) {
+  const TableShape shape = ShapeOf(entries, access);
+  Launch launch;
+  launch.blocks = shape.blocks;
+  launch.table.count = shape.count;
+  launch.table.chunk_elements = shape.chunk_elements;
+  if (shape.count == 0) {
+    return launch;
+  }
+  if (shape.bytes <= kInlineTableBytes) {
+    WriteTable(entries, shape, launch.table.inline_image);
+    return launch;
+  }
+  StagingBuffer& buffer = StagingFor(shape.bytes);
+  WriteTable(entries, shape, buffer.host);
+  std::byte* device = DeviceTable(shape.bytes);
+  MLFW_CUDA_CHECK(cudaMemcpyAsync(device, buffer.host, shape.bytes, cudaMemcpyHostToDevice, stream_));
+  MLFW_CUDA_CHECK(cudaEventRecord(buffer.copied, stream_));
+  launch.table.uploaded = device;
+  return launch;
+}
+
+DeviceContext::StagingBuffer& DeviceContext::StagingFor(std::size_t bytes) {
+  StagingBuffer& buffer = staging_[next_staging_ % kStagingBuffers];
+  if (buffer.copied == nullptr) {
+    MLFW_CUDA_CHECK(cudaEventCreateWithFlags(&buffer.copied, cudaEventDisableTiming));
+  } else {
+    MLFW_CUDA_CHECK(cudaEventSynchronize(buffer.copied));  // its previous copy has run
+  }
+  if (buffer.capacity < bytes) {
+    const std::size_t capacity = bytes + bytes / 2;  // grow geometrically
+    if (buffer.host != nullptr) {
+      MLFW_CUDA_CHECK(cudaFreeHost(buffer.host));
+    }
+    buffer.host = nullptr;
+    buffer.capacity = 0;
+    void* grown = nullptr;
+    MLFW_CUDA_CHECK(cudaMallocHost(&grown, capacity));
+    buffer.host = static_cast<std::byte*>(grown);
+    buffer.capacity = capacity;
+  }
+  ++next_staging_;
+  return buffer;
+}
+
+std::byte* DeviceContext::DeviceTable(std::size_t bytes) {
+  if (bytes > device_table_capacity_) {
+    const std::size_t capacity = bytes + bytes / 2;
+    auto* grown = static_cast<std::byte*>(Allocate(capacity));
+    Free(device_table_);  // stream-ordered: the kernels queued before read it first
+    device_table_ = grown;
+    device_table_capacity_ = capacity;
+  }
+  return device_table_;
+}
+
 void DeviceContext::ClearResult() {
   MLFW_CUDA_CHECK(cudaMemsetAsync(device_result_, 0, sizeof(DeviceResult), stream_));
 }

@@ -6,9 +6,11 @@
 // tensors held in static objects may be freed after any static context
 // would be, and the driver releases everything at process exit.
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
+#include <span>
 #include <string>
 
 #include <cuda_runtime_api.h>
@@ -53,6 +55,12 @@ class DeviceContext {
   /// At least @p count floats of device scratch for the sum-of-squares partials (mutex held).
   float* Partials(std::size_t count);
 
+  /// The one launch of @p entries with the chunk size of @p access (mutex held): its table image
+  /// inline when it fits, otherwise written to a pinned staging buffer and copied, on the
+  /// stream, to a device buffer that the kernels queued next read (so queue the kernel before
+  /// releasing the mutex). `blocks` is 0 when every entry is empty.
+  Launch Stage(std::span<const ListEntry> entries, Access access);
+
   /// Clears the result flag, runs nothing else (mutex held).
   void ClearResult();
   /// Copies the result block to the host and waits for the stream (mutex held).
@@ -72,6 +80,25 @@ class DeviceContext {
   DeviceResult* host_result_ = nullptr;
   float* partials_ = nullptr;
   std::size_t partials_capacity_ = 0;
+
+  // Pinned host buffers the table images are copied from. A buffer is rewritten only after
+  // its last copy has run (its event); several buffers let the host stage the next calls
+  // while the device still works through earlier ones.
+  struct StagingBuffer {
+    std::byte* host = nullptr;
+    std::size_t capacity = 0;
+    cudaEvent_t copied = nullptr;  // recorded after the buffer's last copy
+  };
+  static constexpr std::size_t kStagingBuffers = 4;
+  std::array<StagingBuffer, kStagingBuffers> staging_{};
+  std::size_t next_staging_ = 0;
+  // The device copy of the latest uploaded image. One buffer suffices: the stream runs each
+  // copy after the kernels queued before it, which read the previous image.
+  std::byte* device_table_ = nullptr;
+  std::size_t device_table_capacity_ = 0;
+
+  StagingBuffer& StagingFor(std::size_t bytes);
+  std::byte* DeviceTable(std::size_t bytes);
 };
 
 }  // namespace mlframework::backends::cuda

@@ -1,18 +1,23 @@
 #pragma once
-// Private: how a list of tensors becomes kernel launches (multi_tensor_apply).
+// Private: how a list of tensors becomes one kernel launch (multi_tensor_apply).
 //
-// The tensors of one launch are seen as one virtual array (tensor s holds
-// elements [offsets[s], offsets[s+1])) cut into equal chunks (ChunkElementsFor()); one
+// The tensors of a call are seen as one virtual array (tensor s holds elements
+// [offsets[s], offsets[s+1])) cut into equal chunks (ChunkElementsFor()); one
 // block takes one chunk, which may span several small tensors, so every block
-// does the same work whatever the tensor sizes. The tensor table travels as
-// a kernel parameter (no metadata copy to the device, nothing to synchronise),
-// which bounds a launch to kMaxTensorsPerLaunch tensors; longer lists take
-// several launches. Plain C++ (host and device), so the planner is tested on the host.
+// does the same work whatever the tensor sizes. The tensors' pointers, offsets
+// and dtypes form a table image (TableView). A small image travels inside the
+// launch (kernel parameters: no copy, nothing to wait for); a larger one is
+// copied to device memory first, so that a list of any length is one launch
+// (DeviceContext::Stage). One launch, not one per thousand tensors: on an H100 a
+// 10,000-tensor list cost the host about 18 us per launch of a 26 KB parameter
+// table, and each launch of small tensors had too few blocks to fill the GPU
+// (docs/BENCHMARKS.md, "CUDA kernels"). Plain C++ (host and device), so the
+// planner is tested on the host.
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <span>
-#include <vector>
 
 #include <mlframework/amp/ScalePolicy.hpp>
 #include <mlframework/core/DataType.hpp>
@@ -20,12 +25,6 @@
 
 namespace mlframework::backends::cuda {
 
-/// Tensors per launch. The table must fit the kernel-parameter limit, 32,764 bytes since CUDA 12.1
-/// on every architecture the backend builds for (it was 4 KiB before). Every launch costs the host
-/// microseconds, and a launch of few small tensors has too few blocks to fill the GPU: on an H100,
-/// 10,000 tensors of 1,000 elements took 3-4x as long at 128 tensors a launch as at 1,024
-/// (docs/BENCHMARKS.md, "CUDA kernels").
-inline constexpr int kMaxTensorsPerLaunch = 1024;
 /// Elements per block, a power of two from kMinChunkElements to kMaxChunkElements (see
 /// ChunkElementsFor()). Measured on an H100 (docs/BENCHMARKS.md, "CUDA kernels"): kernels that
 /// write run best with the small chunk everywhere (one round of loads per thread); read-only
@@ -44,19 +43,66 @@ enum class Access {
 };
 /// Threads per block of the multi-tensor kernels.
 inline constexpr int kBlockThreads = 512;
+/// Blocks of the multi-tensor kernels resident on one multiprocessor (2,048 threads, the most an
+/// H100's holds): their register budget (32 a thread) keeps the GPU full of loads in flight.
+inline constexpr int kMinBlocksPerMultiprocessor = 4;
 /// Threads of the one-block sum-of-squares finalisation kernel.
 inline constexpr int kFinalizeThreads = 256;
 
-/// The tensor table of one launch (passed by value as a __grid_constant__ kernel parameter).
-/// Slot 0 is the source (or the tensor updated in place), slot 1 the destination of a cast.
-struct TensorListMeta {
-  void* data[2][kMaxTensorsPerLaunch];
-  std::uint64_t offsets[kMaxTensorsPerLaunch + 1];
-  std::uint8_t dtype[2][kMaxTensorsPerLaunch];
+/// Table images up to this size travel inside the launch. A launch's host cost grows with its
+/// parameter block (about 7 us at 4 KB, 18 us at 26 KB on the H100 machine), and a copy of the
+/// image costs a host call and a transfer ahead of the kernel; 2 KB holds a list of
+/// kInlineTableTensors tensors.
+inline constexpr std::size_t kInlineTableBytes = 2048;
+
+/// Bytes of the table image of @p count tensors: void* data[2][count], then std::uint64_t
+/// offsets[count + 1], then std::uint8_t dtype[2][count], rounded up to 8 bytes.
+MLFW_HOST_DEVICE constexpr std::size_t TableBytes(std::size_t count) {
+  return (2 * sizeof(void*) * count + sizeof(std::uint64_t) * (count + 1) + 2 * count + 7) / 8 * 8;
+}
+/// The most tensors whose image fits inline.
+inline constexpr std::size_t kInlineTableTensors =
+    (kInlineTableBytes - sizeof(std::uint64_t)) / (2 * sizeof(void*) + sizeof(std::uint64_t) + 2);
+static_assert(TableBytes(kInlineTableTensors) <= kInlineTableBytes &&
+                  TableBytes(kInlineTableTensors + 1) > kInlineTableBytes,
+              "kInlineTableTensors is the largest list whose image fits inline");
+
+/// The arrays of a table image (host or device memory). Slot 0 is the source (or the tensor
+/// updated in place), slot 1 the destination of a cast.
+struct TableView {
+  void* const* data[2];
+  const std::uint64_t* offsets;
+  const std::uint8_t* dtype[2];
   std::int32_t count;
   std::uint32_t chunk_elements;  // elements per block (ChunkElementsFor())
+
+  /// The view of the image of @p count tensors at @p image (8-byte aligned).
+  MLFW_HOST_DEVICE static TableView Of(const std::byte* image, std::int32_t count, std::uint32_t chunk_elements) {
+    const auto n = static_cast<std::size_t>(count);
+    TableView view{};
+    view.data[0] = reinterpret_cast<void* const*>(image);
+    view.data[1] = view.data[0] + n;
+    view.offsets = reinterpret_cast<const std::uint64_t*>(image + 2 * sizeof(void*) * n);
+    view.dtype[0] = reinterpret_cast<const std::uint8_t*>(view.offsets + n + 1);
+    view.dtype[1] = view.dtype[0] + n;
+    view.count = count;
+    view.chunk_elements = chunk_elements;
+    return view;
+  }
 };
-static_assert(sizeof(TensorListMeta) + 64 <= 32764, "kernel parameters must stay under 32,764 bytes");
+
+/// The table of one launch, passed by value as a __grid_constant__ kernel parameter: the
+/// image lies in `inline_image`, or in device memory at `uploaded` when it is larger.
+struct LaunchTable {
+  const std::byte* uploaded = nullptr;
+  std::int32_t count = 0;
+  std::uint32_t chunk_elements = 0;
+  alignas(8) std::byte inline_image[kInlineTableBytes];
+
+  MLFW_HOST_DEVICE TableView View() const {
+    return TableView::Of(uploaded != nullptr ? uploaded : inline_image, count, chunk_elements);
+  }
+};
 
 /// Where a kernel takes its multiplier from.
 enum class FactorMode : std::int32_t {
@@ -106,67 +152,69 @@ struct ListEntry {
   std::uint64_t size = 0;
 };
 
-/// One launch: its tensor table and grid size (blocks == chunks of its virtual array).
-struct Launch {
-  TensorListMeta meta;
-  std::uint32_t blocks;
+/// The launch of a list: its table (count, chunk size) and grid size, before the image is written.
+struct TableShape {
+  std::int32_t count = 0;   ///< non-empty tensors (empty ones are dropped)
+  std::uint64_t total = 0;  ///< elements of the virtual array
+  std::uint32_t chunk_elements = 0;
+  std::uint32_t blocks = 0;  ///< chunks of the virtual array, one block each; 0: nothing to launch
+  std::size_t bytes = 0;     ///< TableBytes(count)
 };
 
-/// Cuts @p entries into launches of at most kMaxTensorsPerLaunch tensors, in order, with the
-/// chunk size of @p access; empty tensors are dropped (so offsets strictly increase). No launch
-/// for an empty list.
-inline std::vector<Launch> PlanLaunches(std::span<const ListEntry> entries, Access access) {
-  // Each Launch is about 26 KB: filled where it lies in the vector, never copied.
-  std::vector<Launch> launches;
-  launches.reserve((entries.size() + kMaxTensorsPerLaunch - 1) / kMaxTensorsPerLaunch);
-  Launch* current = nullptr;
+/// One launch: its table and grid size (DeviceContext::Stage fills the image).
+struct Launch {
+  LaunchTable table;
+  std::uint32_t blocks = 0;
+};
+
+/// The shape of the one launch of @p entries with the chunk size of @p access.
+inline TableShape ShapeOf(std::span<const ListEntry> entries, Access access) {
+  TableShape shape;
+  for (const ListEntry& entry : entries) {
+    if (entry.size != 0) {
+      ++shape.count;
+      shape.total += entry.size;
+    }
+  }
+  const std::uint64_t chunk = ChunkElementsFor(shape.total, access);
+  shape.chunk_elements = static_cast<std::uint32_t>(chunk);
+  // At most 2^32 - 1 blocks of 4,096 elements: 1.7e13 elements, far more than any GPU holds.
+  shape.blocks = static_cast<std::uint32_t>((shape.total + chunk - 1) / chunk);
+  shape.bytes = TableBytes(static_cast<std::size_t>(shape.count));
+  return shape;
+}
+
+/// Writes the table image of the non-empty entries of @p entries, in order, to @p image
+/// (shape.bytes, 8-byte aligned); empty tensors are dropped, so offsets strictly increase.
+inline void WriteTable(std::span<const ListEntry> entries, const TableShape& shape, std::byte* image) {
+  const auto n = static_cast<std::size_t>(shape.count);
+  // memcpy into the byte image: well defined whatever the image's memory (pinned, parameters).
+  std::byte* const data = image;
+  std::byte* const offsets = image + 2 * sizeof(void*) * n;
+  std::byte* const dtypes = offsets + sizeof(std::uint64_t) * (n + 1);
+  std::size_t s = 0;
   std::uint64_t total = 0;
-  auto close = [&] {
-    const std::uint64_t chunk = ChunkElementsFor(total, access);
-    current->meta.offsets[current->meta.count] = total;
-    current->meta.chunk_elements = static_cast<std::uint32_t>(chunk);
-    current->blocks = static_cast<std::uint32_t>((total + chunk - 1) / chunk);
-    current = nullptr;
-    total = 0;
-  };
   for (const ListEntry& entry : entries) {
     if (entry.size == 0) {
       continue;
     }
-    if (current == nullptr) {
-      current = &launches.emplace_back();
-    }
-    const std::int32_t s = current->meta.count;
-    current->meta.data[0][s] = entry.src;
-    current->meta.data[1][s] = entry.dst;
-    current->meta.dtype[0][s] = static_cast<std::uint8_t>(entry.src_dtype);
-    current->meta.dtype[1][s] = static_cast<std::uint8_t>(entry.dst_dtype);
-    current->meta.offsets[s] = total;
+    std::memcpy(data + sizeof(void*) * s, &entry.src, sizeof(void*));
+    std::memcpy(data + sizeof(void*) * (n + s), &entry.dst, sizeof(void*));
+    std::memcpy(offsets + sizeof(std::uint64_t) * s, &total, sizeof total);
+    dtypes[s] = static_cast<std::byte>(entry.src_dtype);
+    dtypes[n + s] = static_cast<std::byte>(entry.dst_dtype);
     total += entry.size;
-    current->meta.count = s + 1;
-    if (current->meta.count == kMaxTensorsPerLaunch) {
-      close();
-    }
+    ++s;
   }
-  if (current != nullptr) {
-    close();
-  }
-  return launches;
-}
-
-/// Total blocks of @p launches (one FP32 partial each in the sum of squares).
-inline std::size_t TotalBlocks(std::span<const Launch> launches) {
-  std::size_t blocks = 0;
-  for (const Launch& launch : launches) {
-    blocks += launch.blocks;
-  }
-  return blocks;
+  std::memcpy(offsets + sizeof(std::uint64_t) * n, &total, sizeof total);
 }
 
 /// Calls fn(s, lo, hi) for each piece of chunk @p block of @p list, in order: elements [lo, hi)
 /// of tensor s. The kernels call it with blockIdx.x; the host tests call it for every block.
+/// The tensor where the chunk starts is found by binary search over the offsets, whose first
+/// levels every block reads, so they stay in cache.
 template <typename Fn>
-MLFW_HOST_DEVICE inline void ForEachPieceOfBlock(const TensorListMeta& list, std::uint64_t block, Fn&& fn) {
+MLFW_HOST_DEVICE inline void ForEachPieceOfBlock(const TableView& list, std::uint64_t block, Fn&& fn) {
   const std::uint64_t total = list.offsets[list.count];
   const std::uint64_t chunk = list.chunk_elements;
   const std::uint64_t begin = block * chunk;

@@ -2,6 +2,7 @@
 // Private, device code: the block-level machinery shared by the multi-tensor kernels.
 
 #include <cstdint>
+#include <type_traits>
 
 #include <cuda_runtime.h>
 
@@ -43,7 +44,7 @@ __device__ inline void DispatchDtype(std::uint8_t dtype, Fn&& fn) {
 
 /// Calls fn(s, lo, hi) for each piece of this block's chunk: elements [lo, hi) of tensor s, in order.
 template <typename Fn>
-__device__ inline void ForEachPiece(const TensorListMeta& list, Fn&& fn) {
+__device__ inline void ForEachPiece(const TableView& list, Fn&& fn) {
   ForEachPieceOfBlock(list, blockIdx.x, static_cast<Fn&&>(fn));
 }
 
@@ -72,6 +73,74 @@ __device__ inline void ForEachElement(std::uint64_t lo, std::uint64_t hi, Load&&
       const std::uint64_t i = base + kStride * k;
       if (i < hi) {
         apply(i, values[k]);
+      }
+    }
+  }
+}
+
+/// 16-byte loads a thread issues before it uses the first (ForEachStored()).
+inline constexpr int kVectorsInFlight = 1;
+
+/// Calls fn(x) for each stored element x of data[lo, hi), and with kWrite stores its result
+/// back (fn returns the new value; without kWrite fn returns nothing and data may be const).
+/// The body of the range moves in aligned 16-byte vectors, kVectorsInFlight of a thread in
+/// flight: one load instruction per 8 FP16/BF16 or 4 FP32 elements, where per-element loads of
+/// 2 bytes left FP16 kernels at 0.7-0.8 of a copy's bandwidth on an H100. The few elements
+/// before the first 16-byte boundary and after the last one go one per thread.
+template <bool kWrite, typename T, typename Fn>
+__device__ inline void ForEachStored(T* data, std::uint64_t lo, std::uint64_t hi, Fn&& fn) {
+  using Element = std::remove_const_t<T>;
+  using Vector = std::conditional_t<std::is_const_v<T>, const uint4, uint4>;
+  constexpr std::uint64_t kPerVector = sizeof(uint4) / sizeof(Element);
+  union Lanes {
+    uint4 vector;
+    Element elements[kPerVector];
+  };
+  auto visit = [&](std::uint64_t i) {
+    if constexpr (kWrite) {
+      data[i] = fn(data[i]);
+    } else {
+      fn(data[i]);
+    }
+  };
+  // Tensors start 16-byte aligned, but a piece may start anywhere in its tensor.
+  const std::uint64_t misaligned = (reinterpret_cast<std::uintptr_t>(data + lo) / sizeof(Element)) % kPerVector;
+  std::uint64_t body_lo = lo + (misaligned == 0 ? 0 : kPerVector - misaligned);
+  body_lo = body_lo < hi ? body_lo : hi;
+  const std::uint64_t vectors = (hi - body_lo) / kPerVector;
+  const std::uint64_t body_hi = body_lo + vectors * kPerVector;
+  if (threadIdx.x < body_lo - lo) {
+    visit(lo + threadIdx.x);
+  }
+  if (threadIdx.x < hi - body_hi) {
+    visit(body_hi + threadIdx.x);
+  }
+  Vector* body = reinterpret_cast<Vector*>(data + body_lo);
+  constexpr std::uint64_t kStride = kBlockThreads;
+  for (std::uint64_t base = threadIdx.x; base < vectors; base += kStride * kVectorsInFlight) {
+    Lanes lanes[kVectorsInFlight];
+#pragma unroll
+    for (int k = 0; k < kVectorsInFlight; ++k) {
+      const std::uint64_t v = base + kStride * k;
+      if (v < vectors) {
+        lanes[k].vector = body[v];
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kVectorsInFlight; ++k) {
+      const std::uint64_t v = base + kStride * k;
+      if (v < vectors) {
+#pragma unroll
+        for (std::uint64_t e = 0; e < kPerVector; ++e) {
+          if constexpr (kWrite) {
+            lanes[k].elements[e] = fn(lanes[k].elements[e]);
+          } else {
+            fn(lanes[k].elements[e]);
+          }
+        }
+        if constexpr (kWrite) {
+          body[v] = lanes[k].vector;
+        }
       }
     }
   }

@@ -7,17 +7,16 @@ namespace mlframework::backends::cuda {
 
 namespace {
 
-__global__ void __launch_bounds__(kBlockThreads)
-    NonFiniteKernel(const __grid_constant__ TensorListMeta list, std::int32_t* flag) {
+__global__ void __launch_bounds__(kBlockThreads, kMinBlocksPerMultiprocessor)
+    NonFiniteKernel(const __grid_constant__ LaunchTable table, std::int32_t* flag) {
+  const TableView list = table.View();
   bool found = false;
   ForEachPiece(list, [&](int s, std::uint64_t lo, std::uint64_t hi) {
     DispatchDtype(list.dtype[0][s], [&](auto tag) {
       constexpr DataType D = decltype(tag)::value;
       const auto* data = static_cast<const StoredType<D>*>(list.data[0][s]);
       bool all_finite = true;
-      ForEachElement(
-          lo, hi, [&](std::uint64_t i) { return data[i]; },
-          [&](std::uint64_t, StoredType<D> x) { all_finite &= IsFiniteStored<D>(x); });
+      ForEachStored<false>(data, lo, hi, [&](StoredType<D> x) { all_finite &= IsFiniteStored<D>(x); });
       found = found || !all_finite;
     });
   });
@@ -27,7 +26,7 @@ __global__ void __launch_bounds__(kBlockThreads)
 }  // namespace
 
 void LaunchNonFinite(const Launch& launch, std::int32_t* flag, cudaStream_t stream) {
-  NonFiniteKernel<<<launch.blocks, kBlockThreads, 0, stream>>>(launch.meta, flag);
+  NonFiniteKernel<<<launch.blocks, kBlockThreads, 0, stream>>>(launch.table, flag);
   MLFW_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -7,16 +7,15 @@ namespace mlframework::backends::cuda {
 
 namespace {
 
-__global__ void __launch_bounds__(kBlockThreads)
-    ScaleKernel(const __grid_constant__ TensorListMeta list, FactorSource factor_source) {
+__global__ void __launch_bounds__(kBlockThreads, kMinBlocksPerMultiprocessor)
+    ScaleKernel(const __grid_constant__ LaunchTable table, FactorSource factor_source) {
+  const TableView list = table.View();
   const float factor = ResolveFactor(factor_source);
   ForEachPiece(list, [&](int s, std::uint64_t lo, std::uint64_t hi) {
     DispatchDtype(list.dtype[0][s], [&](auto tag) {
       constexpr DataType D = decltype(tag)::value;
       auto* data = static_cast<StoredType<D>*>(list.data[0][s]);
-      ForEachElement(
-          lo, hi, [&](std::uint64_t i) { return data[i]; },
-          [&](std::uint64_t i, StoredType<D> x) { data[i] = ScaleConvert<D, D>(x, factor); });
+      ForEachStored<true>(data, lo, hi, [&](StoredType<D> x) { return ScaleConvert<D, D>(x, factor); });
     });
   });
 }
@@ -24,7 +23,7 @@ __global__ void __launch_bounds__(kBlockThreads)
 }  // namespace
 
 void LaunchScale(const Launch& launch, FactorSource factor, cudaStream_t stream) {
-  ScaleKernel<<<launch.blocks, kBlockThreads, 0, stream>>>(launch.meta, factor);
+  ScaleKernel<<<launch.blocks, kBlockThreads, 0, stream>>>(launch.table, factor);
   MLFW_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -7,21 +7,20 @@ namespace mlframework::backends::cuda {
 
 namespace {
 
-__global__ void __launch_bounds__(kBlockThreads)
-    SumSquaresKernel(const __grid_constant__ TensorListMeta list, float* partials, std::int32_t* flag) {
+__global__ void __launch_bounds__(kBlockThreads, kMinBlocksPerMultiprocessor)
+    SumSquaresKernel(const __grid_constant__ LaunchTable table, float* partials, std::int32_t* flag) {
+  const TableView list = table.View();
   float sum = 0.0f;
   bool found = false;
   ForEachPiece(list, [&](int s, std::uint64_t lo, std::uint64_t hi) {
     DispatchDtype(list.dtype[0][s], [&](auto tag) {
       constexpr DataType D = decltype(tag)::value;
       const auto* data = static_cast<const StoredType<D>*>(list.data[0][s]);
-      ForEachElement(
-          lo, hi, [&](std::uint64_t i) { return data[i]; },
-          [&](std::uint64_t, StoredType<D> stored) {
-            const float v = ToFloat<D>(stored);
-            sum += v * v;
-            found |= !IsFiniteStored<D>(stored);
-          });
+      ForEachStored<false>(data, lo, hi, [&](StoredType<D> stored) {
+        const float v = ToFloat<D>(stored);
+        sum += v * v;
+        found |= !IsFiniteStored<D>(stored);
+      });
     });
   });
   const float block_sum = BlockSum(sum);
@@ -54,7 +53,7 @@ __global__ void __launch_bounds__(kFinalizeThreads)
 }  // namespace
 
 void LaunchSumSquares(const Launch& launch, float* partials, std::int32_t* flag, cudaStream_t stream) {
-  SumSquaresKernel<<<launch.blocks, kBlockThreads, 0, stream>>>(launch.meta, partials, flag);
+  SumSquaresKernel<<<launch.blocks, kBlockThreads, 0, stream>>>(launch.table, partials, flag);
   MLFW_CUDA_CHECK(cudaGetLastError());
 }
 

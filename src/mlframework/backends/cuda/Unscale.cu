@@ -7,21 +7,20 @@ namespace mlframework::backends::cuda {
 
 namespace {
 
-__global__ void __launch_bounds__(kBlockThreads)
-    UnscaleKernel(const __grid_constant__ TensorListMeta list, FactorSource factor_source, std::int32_t* flag) {
+__global__ void __launch_bounds__(kBlockThreads, kMinBlocksPerMultiprocessor)
+    UnscaleKernel(const __grid_constant__ LaunchTable table, FactorSource factor_source, std::int32_t* flag) {
+  const TableView list = table.View();
   const float factor = ResolveFactor(factor_source);
   bool found = false;
   ForEachPiece(list, [&](int s, std::uint64_t lo, std::uint64_t hi) {
     DispatchDtype(list.dtype[0][s], [&](auto tag) {
       constexpr DataType D = decltype(tag)::value;
       auto* data = static_cast<StoredType<D>*>(list.data[0][s]);
-      ForEachElement(
-          lo, hi, [&](std::uint64_t i) { return data[i]; },
-          [&](std::uint64_t i, StoredType<D> x) {
-            const StoredType<D> out = ScaleConvert<D, D>(x, factor);
-            data[i] = out;
-            found |= !IsFiniteStored<D>(out);
-          });
+      ForEachStored<true>(data, lo, hi, [&](StoredType<D> x) {
+        const StoredType<D> out = ScaleConvert<D, D>(x, factor);
+        found |= !IsFiniteStored<D>(out);
+        return out;
+      });
     });
   });
   BlockRaiseFlag(found, flag);
@@ -30,7 +29,7 @@ __global__ void __launch_bounds__(kBlockThreads)
 }  // namespace
 
 void LaunchUnscale(const Launch& launch, FactorSource factor, std::int32_t* flag, cudaStream_t stream) {
-  UnscaleKernel<<<launch.blocks, kBlockThreads, 0, stream>>>(launch.meta, factor, flag);
+  UnscaleKernel<<<launch.blocks, kBlockThreads, 0, stream>>>(launch.table, factor, flag);
   MLFW_CUDA_CHECK(cudaGetLastError());
 }
 
