@@ -43,8 +43,9 @@ enum class Access {
 };
 /// Threads per block of the multi-tensor kernels.
 inline constexpr int kBlockThreads = 512;
-/// Blocks of the multi-tensor kernels resident on one multiprocessor (2,048 threads, the most an
-/// H100's holds): their register budget (32 a thread) keeps the GPU full of loads in flight.
+/// Blocks of the vectorised kernels (ForEachStored()) resident on one multiprocessor: 2,048
+/// threads, the most an H100's holds. It caps them at 32 registers a thread (without it ptxas
+/// took 40-64, which leaves room for one or two blocks).
 inline constexpr int kMinBlocksPerMultiprocessor = 4;
 /// Threads of the one-block sum-of-squares finalisation kernel.
 inline constexpr int kFinalizeThreads = 256;
