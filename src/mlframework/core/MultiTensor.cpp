@@ -8,6 +8,7 @@
 #include <mlframework/core/Tensor.hpp>
 
 #include "mlframework/core/HostAdd.hpp"
+#include "mlframework/core/TensorListWalk.hpp"
 
 namespace mlframework {
 
@@ -47,10 +48,8 @@ std::vector<Group> GroupByBackend(std::span<const TensorPtr> tensors) {
   return groups;
 }
 
-constexpr std::size_t kObjectPrefetchAhead = 8;
-// Lists this long are checked on every OpenMP thread: reading each scattered tensor object is
-// serial work that would otherwise leave the other threads waiting (see the CPU backend's plan).
-constexpr std::size_t kParallelCheckTensors = 1024;
+using detail::kObjectPrefetchAhead;
+using detail::kParallelWalkTensors;
 
 // The common case in one pass over the list: every tensor non-null and from one backend.
 // Returns that backend with `pointers` filled; nullptr when the list is empty, mixes backends
@@ -67,7 +66,7 @@ const TensorBackend* SingleBackend(std::span<const TensorPtr> tensors, std::vect
   }
   pointers.resize(tensors.size());
   int other = 0;  // a null tensor or one of another backend
-#pragma omp parallel for schedule(static) reduction(| : other) if (tensors.size() >= kParallelCheckTensors)
+#pragma omp parallel for schedule(static) reduction(| : other) if (tensors.size() >= kParallelWalkTensors)
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     // Tensor objects lie scattered on the heap: ask for one a few entries ahead so its first
     // cache line (vtable pointer, data, size, dtype) is there when the loop reaches it.

@@ -16,6 +16,7 @@
 #include "mlframework/backends/cpu/CpuTensorImpl.hpp"
 #include "mlframework/backends/cpu/KernelTable.hpp"
 #include "mlframework/backends/cpu/ScalarElements.hpp"
+#include "mlframework/core/TensorListWalk.hpp"
 
 namespace mlframework::backends::cpu {
 
@@ -44,9 +45,7 @@ const CpuTensor& AsCpuTensor(const ITensor& tensor, const TensorBackend* self) {
 }
 
 // The list as one virtual array: offsets[i] is where tensor i starts.
-// Tensor objects lie scattered on the heap; the plan asks for the object this many entries
-// ahead, so its first cache line (vtable pointer, data, size, dtype) arrives in time.
-constexpr std::size_t kObjectPrefetchAhead = 8;
+using mlframework::detail::kObjectPrefetchAhead;
 
 // Tensors that lie back to back in memory (a ZerosContiguous() list, a flat gradient buffer)
 // are joined into one segment: the element loops are per element, so a run of adjacent tensors
@@ -118,12 +117,10 @@ struct Plan {
   }
 };
 
-// Lists this long are planned on every thread. Reading each scattered tensor object is the
-// serial part of a call (about 40 ns a tensor with the objects out of cache: 15% of the time of
-// a 64M-element list of 26,000 small tensors on two threads, docs/BENCHMARKS.md).
-constexpr std::size_t kParallelPlanTensors = 1024;
-
-bool PlanInParallel(std::size_t tensors) { return tensors >= kParallelPlanTensors && omp_get_max_threads() > 1; }
+// Long lists are planned on every thread (kParallelWalkTensors).
+bool PlanInParallel(std::size_t tensors) {
+  return tensors >= mlframework::detail::kParallelWalkTensors && omp_get_max_threads() > 1;
+}
 
 // plan_range(first, last) over contiguous ranges of [0, count), one a thread, in list order.
 // An exception must not leave the OpenMP region: the first one in list order is rethrown after it.
