@@ -26,18 +26,17 @@ std::vector<cu::ListEntry> EntriesOfSizes(const std::vector<std::uint64_t>& size
   return entries;
 }
 
-// The table image of a planned list, in host memory (8-byte aligned, as device memory is).
+// The table image of a planned list, in host memory (operator new aligns it to at least 8
+// bytes, as device memory is).
 struct HostTable {
   cu::TableShape shape;
-  std::vector<std::uint64_t> words;
+  std::vector<std::byte> image;
 
   HostTable(std::span<const cu::ListEntry> entries, cu::Access access)
-      : shape(cu::ShapeOf(entries, access)), words(shape.bytes / sizeof(std::uint64_t)) {
-    cu::WriteTable(entries, shape, reinterpret_cast<std::byte*>(words.data()));
+      : shape(cu::ShapeOf(entries, access)), image(shape.bytes) {
+    cu::WriteTable(entries, shape, image.data());
   }
-  cu::TableView View() const {
-    return cu::TableView::Of(reinterpret_cast<const std::byte*>(words.data()), shape.count, shape.chunk_elements);
-  }
+  cu::TableView View() const { return cu::TableView::Of(image.data(), shape.count, shape.chunk_elements); }
 };
 
 // Walks every block of the launch like the kernels do; counts visits per element.

@@ -179,7 +179,8 @@ inline TableShape ShapeOf(std::span<const ListEntry> entries, Access access) {
   }
   const std::uint64_t chunk = ChunkElementsFor(shape.total, access);
   shape.chunk_elements = static_cast<std::uint32_t>(chunk);
-  // At most 2^32 - 1 blocks of 4,096 elements: 1.7e13 elements, far more than any GPU holds.
+  // The grid holds 2^31 - 1 blocks: 8.8e12 elements of 4,096-element chunks, far more than any
+  // GPU holds.
   shape.blocks = static_cast<std::uint32_t>((shape.total + chunk - 1) / chunk);
   shape.bytes = TableBytes(static_cast<std::size_t>(shape.count));
   return shape;
