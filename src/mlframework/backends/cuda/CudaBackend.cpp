@@ -127,13 +127,17 @@ const CudaTensor& AsCuda(TensorPointer tensor, const char* name, std::size_t ind
                           (tensor == nullptr ? std::string("null") : tensor->GetDevice().ToString()) + ")");
 }
 
-DeviceGroup& GroupFor(std::vector<DeviceGroup>& groups, int device) {
+// The group of @p device; a new one reserves room for the @p remaining entries of the list, so
+// the usual single group of a long list is filled without reallocating.
+DeviceGroup& GroupFor(std::vector<DeviceGroup>& groups, int device, std::size_t remaining) {
   for (DeviceGroup& group : groups) {
     if (group.device == device) {
       return group;
     }
   }
-  return groups.emplace_back(DeviceGroup{device, {}});
+  DeviceGroup& group = groups.emplace_back(DeviceGroup{device, {}});
+  group.entries.reserve(remaining);
+  return group;
 }
 
 // In-place or read-only lists: slot 0 and slot 1 are the same tensor.
@@ -142,7 +146,7 @@ std::vector<DeviceGroup> GroupByDevice(std::span<TensorPointer const> tensors) {
   std::vector<DeviceGroup> groups;
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     const CudaTensor& tensor = AsCuda(tensors[i], "tensors", i);
-    GroupFor(groups, tensor.DeviceIndex())
+    GroupFor(groups, tensor.DeviceIndex(), tensors.size() - i)
         .entries.push_back(
             ListEntry{tensor.Data(), tensor.Data(), tensor.GetDataType(), tensor.GetDataType(), tensor.Size()});
   }
@@ -454,7 +458,7 @@ class CudaBackend final : public DeviceScalingBackend {
         across(in, *dst[i]);
         continue;
       }
-      GroupFor(groups, in.DeviceIndex())
+      GroupFor(groups, in.DeviceIndex(), src.size() - i)
           .entries.push_back(ListEntry{in.Data(), out.Data(), in.GetDataType(), out.GetDataType(), in.Size()});
     }
     return groups;
