@@ -261,9 +261,12 @@ bool Cast(const void* src, void* dst, std::size_t count, float factor) {
   return Isa::template AnyNonFinite<T>(flag);
 }
 
-/// One KernelSet from the loops above for one instruction set; kStream: casts use non-temporal stores.
-template <class Isa, bool kStream, class Set>
+/// One KernelSet from the loops above for one instruction set. The from_memory traits
+/// (Isa::kPrefetch) also make the casts stream their stores: both are for memory the caches
+/// do not hold.
+template <class Isa, class Set>
 constexpr Set MakeSet() {
+  constexpr bool kStream = Isa::kPrefetch;
   constexpr DataType kF32 = DataType::Float32;
   constexpr DataType kF16 = DataType::Float16;
   constexpr DataType kBF16 = DataType::BFloat16;
@@ -284,7 +287,7 @@ template <class CachedIsa, class MemoryIsa, class Table>
 constexpr Table MakeTable(std::string_view name) {
   static_assert(!CachedIsa::kPrefetch && MemoryIsa::kPrefetch);
   using Set = decltype(Table::cached);
-  return Table{name, MakeSet<CachedIsa, false, Set>(), MakeSet<MemoryIsa, true, Set>()};
+  return Table{name, MakeSet<CachedIsa, Set>(), MakeSet<MemoryIsa, Set>()};
 }
 
 }  // namespace mlframework::backends::cpu::simd
