@@ -92,7 +92,12 @@ sanitize() {
   echo "sanitize: build took $((SECONDS - start)) s"
   # fast_unwind_on_malloc=0: Open MPI is built without frame pointers, so only
   # the slow unwinder sees its frames and the suppressions can match them.
-  ASAN_OPTIONS=detect_leaks=1:fast_unwind_on_malloc=0:detect_stack_use_after_return=1:check_initialization_order=1:strict_init_order=1:halt_on_error=1 \
+  # intercept_tls_get_addr=0: LeakSanitizer's exit-time scan read a bogus dynamic-TLS range
+  # ("DTLS 7 at 0x4af0-0x400005bf2") and its tracer crashed (signal 11, "LeakSanitizer has
+  # encountered a fatal error") in test_distributed.mpi4.FsdpDeviceResident, every rank having
+  # passed; it did so on every run for a while, then not (2026-11-23). The dynamic TLS is Open
+  # MPI's dlopen'ed components'; without the interception LSan does not scan it as a root.
+  ASAN_OPTIONS=detect_leaks=1:fast_unwind_on_malloc=0:detect_stack_use_after_return=1:check_initialization_order=1:strict_init_order=1:halt_on_error=1:intercept_tls_get_addr=0 \
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     LSAN_OPTIONS=suppressions=$root/scripts/sanitizers/lsan.supp \
     ctest --test-dir "$sanitize_build" --output-on-failure -j"$jobs" --timeout "$test_timeout"
