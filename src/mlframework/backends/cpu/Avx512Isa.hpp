@@ -249,11 +249,14 @@ struct Avx512Isa {
     Flag flag = NoFlag<D>();
 
     const auto step = [&](__m512i words) {
-      const __m512i exponent = _mm512_and_si512(words, exponent_mask);
-      const __mmask32 in_range = _mm512_cmplt_epu16_mask(_mm512_sub_epi16(exponent, range_start), range_size);
+      // Nonzero lanes whose exponent is out of range need the FP32 path. When there are none,
+      // the lanes to add k to are exactly the nonzero ones (an in-range exponent is never 0).
       const __mmask32 nonzero = _mm512_test_epi16_mask(words, magnitude);
-      if (_kandn_mask32(in_range, nonzero) == 0) {
-        return _mm512_mask_add_epi16(words, in_range, words, delta);  // zeros stay zeros
+      const __m512i exponent = _mm512_and_si512(words, exponent_mask);
+      const __mmask32 out_of_range =
+          _mm512_mask_cmpge_epu16_mask(nonzero, _mm512_sub_epi16(exponent, range_start), range_size);
+      if (out_of_range == 0) {
+        return _mm512_mask_add_epi16(words, nonzero, words, delta);  // zeros stay zeros
       }
       const __m512i out = MultiplyWordsViaFloat<D>(words, f);
       flag = Fold<D>(flag, out);
