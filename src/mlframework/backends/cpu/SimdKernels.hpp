@@ -241,16 +241,20 @@ bool Cast(const void* src, void* dst, std::size_t count, float factor) {
   } else {
     constexpr std::size_t kLine = 64 / sizeof(Element<T>);  // elements in one line of out
     static_assert(kLine % Isa::kWidth == 0, "a line holds whole vectors");
+    // Each step writes whole lines of out and reads whole lines of in (two lines of out for a
+    // widening cast, two of in for a narrowing one), so every source line is prefetched once.
+    constexpr std::size_t kSourceLine = 64 / sizeof(Element<S>);  // elements in one line of in
+    constexpr std::size_t kStep = kLine > kSourceLine ? kLine : kSourceLine;
     const std::size_t misalignment = reinterpret_cast<std::uintptr_t>(out) % 64;
     std::size_t head = misalignment == 0 ? 0 : (64 - misalignment) / sizeof(Element<T>);
     if (misalignment % sizeof(Element<T>) != 0 || head > count) {
       head = count;  // no whole line to stream
     }
-    const std::size_t lines_end = head + (count - head) / kLine * kLine;
+    const std::size_t lines_end = head + (count - head) / kStep * kStep;
     flag = CastOrdinary<Isa, S, T>(in, out, head, f, flag);
-    for (std::size_t i = head; i < lines_end; i += kLine) {
-      PrefetchAhead<Isa>(in + i);
-      for (std::size_t v = 0; v < kLine; v += Isa::kWidth) {
+    for (std::size_t i = head; i < lines_end; i += kStep) {
+      PrefetchLines<Isa, kStep * sizeof(Element<S>) / 64>(in + i);
+      for (std::size_t v = 0; v < kStep; v += Isa::kWidth) {
         Isa::template StoreStream<T>(out + i + v, Isa::template Load<S>(in + i + v) * f, flag);
       }
     }
