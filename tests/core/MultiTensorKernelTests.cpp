@@ -8,6 +8,7 @@
 #include <cpuid.h>
 #endif
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -242,6 +243,65 @@ BOOST_AUTO_TEST_CASE(LongListsPlannedOnEveryThreadMatchTheReference) {
     omp_set_num_threads(threads);
     BOOST_TEST(CastInto(src, dst, 0.5f) == cast_found);
     RequireSameBits(dst, cast_expected, "long packed cast, threads " + std::to_string(threads));
+  }
+}
+
+// Lists from memory (16 MiB and more) are visited in address order, whatever their own order
+// (MultiTensorKernels.cpp, AddressOrder): here the views of one FP32 buffer in reversed and then
+// shuffled order, with separately allocated BF16 tensors among them. Sorted, runs of the views
+// lie back to back again and join. Every result must match the reference for the list as given.
+BOOST_AUTO_TEST_CASE(ListsFromMemoryVisitedInAddressOrder) {
+  ThreadCountGuard guard;
+  Rng rng(17);
+  std::vector<std::size_t> sizes(2500);
+  for (auto& s : sizes) {
+    s = rng.Between(0, 4096);
+  }
+  const auto packed = Packed(RandomList({DataType::Float32}, sizes, Fill::Values, rng));  // about 20 MiB
+  const auto separate = RandomList({DataType::BFloat16}, std::vector<std::size_t>(100, 777), Fill::Values, rng);
+  // One permutation for the lists of this test: reversed, then 300 random swaps.
+  std::vector<std::size_t> order(packed.size() + separate.size());
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    order[i] = order.size() - 1 - i;
+  }
+  for (int k = 0; k < 300; ++k) {
+    std::swap(order[rng.Between(0, order.size() - 1)], order[rng.Between(0, order.size() - 1)]);
+  }
+  const auto shuffled = [&](const std::vector<TensorPtr>& a, const std::vector<TensorPtr>& b) {
+    std::vector<TensorPtr> all = a;
+    all.insert(all.end(), b.begin(), b.end());
+    std::vector<TensorPtr> out(order.size());
+    for (std::size_t k = 0; k < order.size(); ++k) {
+      out[k] = all[order[k]];
+    }
+    return out;
+  };
+  const auto list = shuffled(packed, separate);
+  CheckAllOperations(list, "shuffled views of one buffer", std::span<const float>(kFactors).first(2));
+
+  // A non-finite value in the tensor that lies lowest in memory, which the list holds near its end.
+  const auto clean = Snapshot(list);
+  std::size_t lowest = 0;
+  while (packed[lowest]->Size() == 0) {
+    ++lowest;
+  }
+  SetElementBits(packed[lowest], 0, kNonFinite[1]);
+  CheckAllOperations(list, "shuffled views, +Inf lowest in memory", std::span<const float>(kNonFiniteFactors).first(1));
+  Restore(list, clean);
+
+  // Casts between two packed lists in the same shuffled order: sorted by the source, a pair joins
+  // the previous one only where both sides lie back to back. One destination tensor is allocated
+  // on its own, so both runs around it must stay apart.
+  const auto packed_dst = Packed(EmptyLike(packed, DataType::Float16));
+  auto dst = shuffled(packed_dst, EmptyLike(separate, DataType::Float16));
+  dst[order.size() / 2] = backends::cpu::Empty(dst[order.size() / 2]->GetShape(), DataType::Float16);
+  const auto reference_dst = EmptyLike(list, DataType::Float16);
+  auto expected = Snapshot(reference_dst);
+  const bool found = RefCast(list, reference_dst, expected, 0.5f);
+  for (const int threads : kThreadCounts) {
+    omp_set_num_threads(threads);
+    BOOST_TEST(CastInto(list, dst, 0.5f) == found);
+    RequireSameBits(dst, expected, "shuffled packed cast, threads " + std::to_string(threads));
   }
 }
 
