@@ -6,11 +6,13 @@
 //         on its own (FromVector), so other memory lies between them,
 //   packed the same tensors back to back in one buffer (ZerosContiguous), as a framework's
 //         contiguous gradient buffer holds them,
+//   reversed the small layout's tensors allocated last to first, as a backward pass allocates
+//         gradients against the order of the parameter list (mostly descending addresses),
 //   flat  one tensor.
 // Limit kernels (FP32, one flat buffer, threaded the same way: OpenMP static
 // over 32K-element chunks): read-only sum, in-place scale, copy (memcpy); and the
-// same three plain loops over the memory of the small and packed lists themselves
-// (limit/{read_sum,scale,copy}/{f32,f16}/{small,packed}/N), which show what a layout costs
+// same three plain loops over the memory of the small, packed and reversed lists themselves
+// (limit/{read_sum,scale,copy}/{f32,f16}/{small,packed,reversed}/N), which show what a layout costs
 // a loop that does nothing but move the bytes.
 // Every case reports bytes/second (SetBytesProcessed: bytes read plus bytes
 // written); benchmarks/ratios.py turns a JSON run into the target ratios.
@@ -49,7 +51,8 @@ std::vector<std::size_t> LayoutSizes(Layout layout, std::size_t total) {
       sizes.push_back(total);
       break;
     case Layout::Small:
-    case Layout::Packed: {
+    case Layout::Packed:
+    case Layout::Reversed: {
       // The same generator as compare_pytorch.py, so both measure identical lists.
       std::uint64_t state = 42;
       std::size_t sum = 0;
@@ -97,6 +100,8 @@ const char* LayoutName(Layout layout) {
       return "small";
     case Layout::Packed:
       return "packed";
+    case Layout::Reversed:
+      return "reversed";
     case Layout::Flat:
       break;
   }
@@ -179,7 +184,10 @@ const std::vector<TensorPtr>& List(Layout layout, std::size_t total, DataType dt
       list = mlframework::ZerosContiguous(shapes, dtype);
     }
     std::uint64_t state = 7;
-    for (std::size_t i = 0; i < sizes.size(); ++i) {
+    // The reversed layout allocates its tensors last to first, as a backward pass does.
+    const bool reversed = layout == Layout::Reversed;
+    for (std::size_t n = 0; n < sizes.size(); ++n) {
+      const std::size_t i = reversed ? sizes.size() - 1 - n : n;
       std::vector<float> values(sizes[i]);
       if (fill) {
         for (float& v : values) {
@@ -192,6 +200,9 @@ const std::vector<TensorPtr>& List(Layout layout, std::size_t total, DataType dt
       } else {
         list.push_back(mlframework::FromVector(values, shapes[i], dtype));
       }
+    }
+    if (reversed) {
+      std::reverse(list.begin(), list.end());
     }
   }
   return list;
@@ -466,9 +477,9 @@ int main(int argc, char** argv) {
     // Limit kernels over the bytes of an FP32 list and of a 16-bit list of this size.
     RegisterLimits(total);
     RegisterLimits(total / 2);
-    for (const Layout layout : {Layout::Gpt, Layout::Small, Layout::Packed, Layout::Flat}) {
+    for (const Layout layout : {Layout::Gpt, Layout::Small, Layout::Packed, Layout::Reversed, Layout::Flat}) {
       RegisterFused(layout, total);
-      if (layout == Layout::Small || layout == Layout::Packed) {
+      if (layout == Layout::Small || layout == Layout::Packed || layout == Layout::Reversed) {
         RegisterLayoutLimits(layout, total);
       }
 #if defined(MLFW_BENCH_WITH_TORCH)

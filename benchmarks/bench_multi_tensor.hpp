@@ -14,7 +14,7 @@ namespace mlfw_bench {
 
 /// gpt: ~100 mixed-size tensors; small: 1K-4K-element tensors allocated one by one; packed: the
 /// same tensors in one contiguous buffer (ZerosContiguous); flat: one tensor.
-enum class Layout { Gpt, Small, Packed, Flat };
+enum class Layout { Gpt, Small, Packed, Reversed, Flat };
 
 /// Element counts of the tensors of @p layout, summing to @p total.
 std::vector<std::size_t> LayoutSizes(Layout layout, std::size_t total);

@@ -33,7 +33,7 @@ def layout_sizes(layout, total):
     """The same lists as LayoutSizes() in bench_multi_tensor.cpp."""
     if layout == "flat":
         return [total]
-    if layout in ("small", "packed"):
+    if layout in ("small", "packed", "reversed"):
         sizes, state, s = [], 42, 0
         while s < total:
             state = (state * MULT + INC) & MASK
@@ -57,6 +57,9 @@ def make_list(layout, total, dtype):
         # As ours: the same tensors back to back in one buffer (views of it).
         flat = (torch.rand(sum(sizes), dtype=torch.float32) * 2 - 1).to(dtype)
         return list(flat.split(sizes))
+    if layout == "reversed":
+        # As ours: the small layout's tensors allocated last to first, as a backward pass does.
+        return [(torch.rand(n, dtype=torch.float32) * 2 - 1).to(dtype) for n in reversed(sizes)][::-1]
     return [(torch.rand(n, dtype=torch.float32) * 2 - 1).to(dtype) for n in sizes]
 
 

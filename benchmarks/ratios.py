@@ -8,13 +8,14 @@ Prints, from one run:
      unscale_check and scale vs limit/scale, check and sum_squares vs limit/read_sum,
      casts vs limit/copy; targets at >= 16M elements: 0.9 (casts 0.85);
   2. the small-tensor layouts' time over the flat layout's (target <= 1.5): "small" (each
-     tensor allocated on its own) and "packed" (the same tensors in one contiguous buffer);
+     tensor allocated on its own), "packed" (the same tensors in one contiguous buffer) and
+     "reversed" (the small layout's tensors allocated last to first, mostly descending addresses);
   3. libtorch user code's time over ours where the run has torch/ cases
      (target for unscale_check: >= 5).
 --table prints instead one summary table: per operation and dtype, each layout's ratio to its
-limit kernel at 16M and 64M elements, and small/flat, packed/flat.
---layouts prints instead what the small and packed layouts cost the plain limit loops run over
-their memory (limit/{read_sum,scale,copy}/{f32,f16}/{small,packed}/N against the flat limit
+limit kernel at 16M and 64M elements, and small/flat, packed/flat, reversed/flat.
+--layouts prints instead what the small, packed and reversed layouts cost the plain limit loops
+run over their memory (limit/{read_sum,scale,copy}/{f32,f16}/{layout}/N against the flat limit
 kernel over as many bytes), and each fused case on those layouts against that loop.
 With repetitions, the median of each case is used; --best takes each case's fastest
 repetition instead (fused and limit kernels alike), which on a shared host filters out the
@@ -31,7 +32,8 @@ LIMIT_FOR = {"unscale_check": "scale", "scale": "scale", "check": "read_sum", "s
 BEST = "--best" in sys.argv
 TABLE = "--table" in sys.argv
 LAYOUT_TABLES = "--layouts" in sys.argv
-LAYOUTS = ("gpt", "small", "packed", "flat")
+LAYOUTS = ("gpt", "small", "packed", "reversed", "flat")
+SCATTERED = ("small", "packed", "reversed")  # the layouts with plain loops over their own memory
 SIZES = ("16M", "64M")
 
 
@@ -100,7 +102,7 @@ def summary_table(cases):
     """One row per op and dtype: ratio to the limit kernel per layout and size (bold: below the
     target), then small/flat and packed/flat per size (bold: above 1.5)."""
     header = ["op", "dtype"] + ["%s %s" % (l, n) for n in SIZES for l in LAYOUTS]
-    header += ["%s/flat %s" % (l, n) for l in ("small", "packed") for n in SIZES]
+    header += ["%s/flat %s" % (l, n) for l in SCATTERED for n in SIZES]
     print("| " + " | ".join(header) + " |")
     print("|---|---|" + "---:|" * (len(header) - 2))
     rows = sorted({tuple(n.split("/")[1:3]) for n in cases if n.startswith("fused/")})
@@ -111,7 +113,7 @@ def summary_table(cases):
             for l in LAYOUTS:
                 r = limit_ratio(cases, "fused/%s/%s/%s/%s" % (op, dt, l, n))
                 cells.append("" if r is None else ("**%s**" % fmt(r) if r < target else fmt(r)))
-        for l in ("small", "packed"):
+        for l in SCATTERED:
             for n in SIZES:
                 cells.append(time_ratio_cell(cases, "fused/%s/%s/%s/%s" % (op, dt, l, n), "fused/%s/%s/flat/%s" % (op, dt, n)))
         print("| " + " | ".join(cells) + " |")
@@ -128,12 +130,12 @@ def layout_tables(cases):
     """Table 1: time of each plain loop over a layout's memory / time of the flat limit kernel
     over as many bytes (bold: above 1.5). Table 2: fused bandwidth / the same layout's plain loop
     bandwidth, and fused layout/flat next to the plain loop's layout/flat."""
-    print("| loop | dtype | " + " | ".join("%s/flat %s" % (l, n) for l in ("small", "packed") for n in SIZES) + " |")
-    print("|---|---|" + "---:|" * (2 * len(SIZES)))
+    print("| loop | dtype | " + " | ".join("%s/flat %s" % (l, n) for l in SCATTERED for n in SIZES) + " |")
+    print("|---|---|" + "---:|" * (len(SCATTERED) * len(SIZES)))
     for op in ("read_sum", "scale", "copy"):
         for dt in ("f32", "f16"):
             cells = [op, dt]
-            for l in ("small", "packed"):
+            for l in SCATTERED:
                 for n in SIZES:
                     flat = "limit/%s/f32/flat/%s" % (op, size_name(elements(n) * SIZE[dt] // 4))
                     cells.append(time_ratio_cell(cases, "limit/%s/%s/%s/%s" % (op, dt, l, n), flat))
@@ -200,7 +202,7 @@ def main():
     print("|---|---|---:|---:|---:|---:|")
     for name, c in sorted(cases.items(), key=lambda item: (item[0].split("/")[3:4], item[0])):
         parts = name.split("/")
-        if parts[0] != "fused" or parts[3] not in ("small", "packed"):
+        if parts[0] != "fused" or parts[3] not in SCATTERED:
             continue
         flat = "/".join(parts[:3] + ["flat", parts[4]])
         if flat not in cases:
