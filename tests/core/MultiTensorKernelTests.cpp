@@ -136,6 +136,15 @@ void CheckAllOperations(const std::vector<TensorPtr>& list, const char* label,
   BOOST_TEST(SameBits(norms[0][1], norms[1][1]));
 }
 
+// @p count sizes drawn from [lo, hi].
+std::vector<std::size_t> SizesBetween(Rng& rng, std::size_t count, std::size_t lo, std::size_t hi) {
+  std::vector<std::size_t> sizes(count);
+  for (auto& s : sizes) {
+    s = rng.Between(lo, hi);
+  }
+  return sizes;
+}
+
 // The tensors of @p list (values copied) as exact back-to-back views of one buffer per run of
 // equal dtypes, so the backend joins each run into one segment.
 std::vector<TensorPtr> Packed(const std::vector<TensorPtr>& list) {
@@ -196,10 +205,7 @@ BOOST_AUTO_TEST_CASE(LongListsPlannedOnEveryThreadMatchTheReference) {
   // must not join; with 3 threads both range boundaries fall inside a run, which must.
   std::vector<TensorPtr> list;
   for (int run = 0; run < 2; ++run) {
-    std::vector<std::size_t> sizes(1500);
-    for (auto& s : sizes) {
-      s = rng.Between(0, 40);
-    }
+    const std::vector<std::size_t> sizes = SizesBetween(rng, 1500, 0, 40);
     const auto packed = Packed(RandomList({DataType::Float16}, sizes, Fill::Values, rng));
     list.insert(list.end(), packed.begin(), packed.end());
   }
@@ -216,10 +222,7 @@ BOOST_AUTO_TEST_CASE(LongListsPlannedOnEveryThreadMatchTheReference) {
   std::vector<TensorPtr> runs;
   while (runs.size() < 3001) {
     const DataType dtype = kAllTypes[rng.Between(0, 2)];
-    std::vector<std::size_t> sizes(rng.Between(1, 900));
-    for (auto& s : sizes) {
-      s = rng.Between(0, 40);
-    }
+    const std::vector<std::size_t> sizes = SizesBetween(rng, rng.Between(1, 900), 0, 40);
     const auto run = Packed(RandomList({dtype}, sizes, Fill::Values, rng));
     runs.insert(runs.end(), run.begin(), run.end());
     runs.push_back(RandomList({dtype}, {rng.Between(1, 40)}, Fill::Values, rng)[0]);
@@ -253,10 +256,7 @@ BOOST_AUTO_TEST_CASE(LongListsPlannedOnEveryThreadMatchTheReference) {
 BOOST_AUTO_TEST_CASE(ListsFromMemoryVisitedInAddressOrder) {
   ThreadCountGuard guard;
   Rng rng(17);
-  std::vector<std::size_t> sizes(2500);
-  for (auto& s : sizes) {
-    s = rng.Between(0, 4096);
-  }
+  const std::vector<std::size_t> sizes = SizesBetween(rng, 2500, 0, 4096);
   const auto packed = Packed(RandomList({DataType::Float32}, sizes, Fill::Values, rng));  // about 20 MiB
   const auto separate = RandomList({DataType::BFloat16}, std::vector<std::size_t>(100, 777), Fill::Values, rng);
   // One permutation for the lists of this test: reversed, then 300 random swaps.
@@ -477,10 +477,7 @@ BOOST_AUTO_TEST_CASE(TenThousandSmallTensors) {
   // operations run the from_memory kernels (MultiTensorKernels.hpp, kFromMemoryBytes).
   ThreadCountGuard guard;
   Rng rng(6);
-  std::vector<std::size_t> sizes(10000);
-  for (auto& s : sizes) {
-    s = rng.Between(1024, 4096);
-  }
+  const std::vector<std::size_t> sizes = SizesBetween(rng, 10000, 1024, 4096);
   const auto list = RandomList({DataType::Float32, DataType::Float16, DataType::BFloat16}, sizes, Fill::Values, rng);
   const auto original = Snapshot(list);
   const double ref = RefSumOfSquares(list, 1.0f);
@@ -519,10 +516,7 @@ BOOST_AUTO_TEST_CASE(CastsLargeEnoughToStream) {
   // start anywhere in a line, so only the whole lines inside each one are streamed).
   ThreadCountGuard guard;
   Rng rng(8);
-  std::vector<std::size_t> sizes(600);
-  for (auto& s : sizes) {
-    s = rng.Between(1, 4096);
-  }
+  std::vector<std::size_t> sizes = SizesBetween(rng, 600, 1, 4096);
   sizes[300] = (std::size_t{8} << 20) + 3;  // alone past 16 MiB as FP16
   const auto list = RandomList({DataType::Float32}, sizes, Fill::Values, rng);
   for (const DataType target : {DataType::Float16, DataType::BFloat16, DataType::Float32}) {
