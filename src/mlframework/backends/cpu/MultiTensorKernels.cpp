@@ -222,7 +222,7 @@ std::pair<Plan, Plan> MakePairPlans(std::span<const ITensor* const> src, std::sp
 //
 // A list's order says nothing about where its tensors lie: gradients are often allocated in
 // the backward pass, last layer first, and a GradientMap lists them by name. Streaming
-// separately allocated tensors from memory in descending address order ran 1.25-1.66x slower
+// separately allocated tensors from memory in descending address order ran 1.1-2.3x slower
 // than in ascending order on an EPYC host (docs/BENCHMARKS.md, session 11): each tensor's lines
 // are a new stream to the hardware prefetcher, and the software prefetch past a tensor's end
 // finds the next tensor only when that one lies above it. So every operation visits a long list
