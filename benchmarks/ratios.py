@@ -100,7 +100,7 @@ def limit_ratio(cases, name):
 
 def summary_table(cases):
     """One row per op and dtype: ratio to the limit kernel per layout and size (bold: below the
-    target), then small/flat and packed/flat per size (bold: above 1.5)."""
+    target), then small/flat, packed/flat and reversed/flat per size (bold: above 1.5)."""
     header = ["op", "dtype"] + ["%s %s" % (l, n) for n in SIZES for l in LAYOUTS]
     header += ["%s/flat %s" % (l, n) for l in SCATTERED for n in SIZES]
     print("| " + " | ".join(header) + " |")
