@@ -309,8 +309,8 @@ std::pair<Plan, Plan> Reordered(const std::pair<Plan, Plan>& plans, const std::v
   return result;
 }
 
-// True when a call over @p bytes streams from memory, where visiting in address order pays
-// for its sort (see kFromMemoryBytes).
+// True when a call over @p bytes streams from memory (kFromMemoryBytes): it runs the from_memory
+// kernels, and visiting its tensors in address order pays for the sort.
 bool FromMemory(std::size_t bytes) { return bytes >= kFromMemoryBytes; }
 
 // The plan of an operation over @p tensors: in address order from memory.
@@ -326,10 +326,23 @@ Plan MakeOrderedPlan(std::span<TensorPointer const> tensors) {
   return plan;
 }
 
+// The plans of a cast, in the source's address order from memory (source and destination
+// bytes together, as KernelsFor counts them).
+std::pair<Plan, Plan> MakeOrderedPairPlans(std::span<const ITensor* const> src, std::span<ITensor* const> dst) {
+  std::pair<Plan, Plan> plans = MakePairPlans(src, dst);
+  if (FromMemory(plans.first.bytes + plans.second.bytes)) {
+    const std::vector<std::size_t> order = AddressOrder(plans.first);
+    if (!order.empty()) {
+      plans = Reordered(plans, order);
+    }
+  }
+  return plans;
+}
+
 // The kernels for a call over @p bytes of memory (see kFromMemoryBytes).
 const KernelSet& KernelsFor(std::size_t bytes) {
   const KernelTable& table = ActiveKernels();
-  return bytes >= kFromMemoryBytes ? table.from_memory : table.cached;
+  return FromMemory(bytes) ? table.from_memory : table.cached;
 }
 
 // Threads only when there is more than one chunk: a fork costs more than a small list.
@@ -433,13 +446,7 @@ void ScaleKernel(std::span<ITensor* const> tensors, float factor) {
 
 bool CastIntoKernel(std::span<const ITensor* const> src, std::span<ITensor* const> dst, float factor) {
   // Same sizes pairwise (checked by the caller), so the same segments and chunks.
-  std::pair<Plan, Plan> plans = MakePairPlans(src, dst);
-  if (FromMemory(plans.first.bytes + plans.second.bytes)) {
-    const std::vector<std::size_t> order = AddressOrder(plans.first);
-    if (!order.empty()) {
-      plans = Reordered(plans, order);
-    }
-  }
+  const std::pair<Plan, Plan> plans = MakeOrderedPairPlans(src, dst);
   const Plan& src_plan = plans.first;   // named references, not a structured binding: clang 14
   const Plan& dst_plan = plans.second;  // cannot capture those in the OpenMP region's lambda
   // A destination that comes with more memory than the caches hold will be evicted before anyone
@@ -447,7 +454,7 @@ bool CastIntoKernel(std::span<const ITensor* const> src, std::span<ITensor* cons
   // the old lines in first.
   const std::size_t bytes = src_plan.bytes + dst_plan.bytes;
   const auto& cast = KernelsFor(bytes).cast;
-  const bool streaming = bytes >= kFromMemoryBytes;
+  const bool streaming = FromMemory(bytes);
   int found = 0;
 #pragma omp parallel for schedule(static) reduction(| : found) if (Parallel(src_plan))
   for (std::size_t c = 0; c < src_plan.chunks; ++c) {
