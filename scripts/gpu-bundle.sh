@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Gathers the CUDA test and benchmark binaries of a build, with the shared libraries they need
+# Gathers the CUDA test and benchmark binaries of a build (and the CPU multi-tensor benchmark, to
+# measure the GPU machine's host processor too), with the shared libraries they need
 # that a GPU machine without this project's Debian packages lacks (libmlframework, Boost.Test,
 # Google Benchmark, Open MPI, libgomp), into one folder to copy there. CUDA's and NCCL's
 # libraries are left out: the GPU machine has its own toolkit.
@@ -10,6 +11,7 @@
 #   export LD_LIBRARY_PATH=$PWD/DEST/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib
 #   DEST/bin/test_cuda_host && DEST/bin/test_cuda_device
 #   DEST/bin/bench_cuda_kernels --benchmark_format=json --benchmark_out=cuda.json
+#   OMP_NUM_THREADS=2 DEST/bin/bench_multi_tensor --benchmark_out=cpu.json --benchmark_out_format=json
 # LD_LIBRARY_PATH comes before the binaries' RUNPATH, so the bundled libmlframework is the one
 # loaded; put another build's lib/ first to run the same binaries against that library.
 set -euo pipefail
@@ -17,7 +19,7 @@ cd "$(dirname "$0")/.."
 build=${1:-build}
 dest=${2:-gpu-bundle}
 binaries=("$build"/tests/cuda/test_cuda_device "$build"/tests/cuda/test_cuda_host
-  "$build"/benchmarks/bench_cuda_kernels)
+  "$build"/benchmarks/bench_cuda_kernels "$build"/benchmarks/bench_multi_tensor)
 for binary in "${binaries[@]}"; do
   [[ -x $binary ]] || { echo "gpu-bundle: $binary is missing (a build with CUDA, tests and benchmarks)" >&2; exit 1; }
 done

@@ -305,6 +305,57 @@ BOOST_AUTO_TEST_CASE(ListsFromMemoryVisitedInAddressOrder) {
   }
 }
 
+// A list out of address order keeps its ordered plan for the next calls (MultiTensorKernels.cpp,
+// OrderCache), and only a list of the same layout may reuse it: two lists of the same sizes in
+// the same reversed order over two buffers, called in turn; the first with one tensor swapped
+// for another of the same size elsewhere; a cast from one source into two destinations.
+BOOST_AUTO_TEST_CASE(AddressOrderReusedOnlyForTheSameLayout) {
+  ThreadCountGuard guard;
+  Rng rng(23);
+  const std::vector<std::size_t> sizes = SizesBetween(rng, 2500, 1, 4096);  // about 20 MiB in FP32
+  const auto a = Packed(RandomList({DataType::Float32}, sizes, Fill::Values, rng));
+  const auto b = Packed(RandomList({DataType::Float32}, sizes, Fill::Values, rng));
+  const auto reversed = [](std::vector<TensorPtr> list) {
+    std::reverse(list.begin(), list.end());
+    return list;
+  };
+  const auto list_a = reversed(a);
+  const auto list_b = reversed(b);
+  SetElementBits(b.front(), 0, kNonFinite[1]);  // +Inf lowest in b's memory, last in its list
+  auto list_c = list_a;
+  const std::size_t k = list_c.size() / 2;
+  list_c[k] = RandomList({DataType::Float32}, {list_c[k]->Size()}, Fill::Values, rng)[0];
+  SetElementBits(list_c[k], list_c[k]->Size() - 1, kNonFinite[0]);
+  for (const int threads : kThreadCounts) {
+    omp_set_num_threads(threads);
+    for (int round = 0; round < 2; ++round) {
+      const std::string what = "threads " + std::to_string(threads) + ", round " + std::to_string(round);
+      BOOST_TEST(!HasNonFinite(list_a), what);
+      BOOST_TEST(HasNonFinite(list_b), what);
+      BOOST_TEST(HasNonFinite(list_c), what);
+      BOOST_TEST(!HasNonFinite(list_a), what);
+    }
+  }
+  CheckAllOperations(list_a, "reversed views, ordered plan reused", std::span<const float>(kFactors).first(2));
+
+  // The same source into two destinations: the second cast must not reuse the first one's plan.
+  const auto to_first = reversed(Packed(EmptyLike(a, DataType::BFloat16)));
+  const auto to_second = reversed(Packed(EmptyLike(a, DataType::BFloat16)));
+  const auto reference_dst = EmptyLike(list_a, DataType::BFloat16);
+  auto expected = Snapshot(reference_dst);
+  const bool found = RefCast(list_a, reference_dst, expected, 0.25f);
+  for (const int threads : kThreadCounts) {
+    omp_set_num_threads(threads);
+    for (const auto& dst : {to_first, to_second, to_first}) {
+      BOOST_TEST(CastInto(list_a, dst, 0.25f) == found);
+      RequireSameBits(dst, expected, "cast into two destinations, threads " + std::to_string(threads));
+      for (const auto& t : dst) {
+        t->CopyFromFloats(std::vector<float>(t->Size(), 0.0f));
+      }
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(CastBetweenTwoBackToBackListsMatchesTheReference) {
   ThreadCountGuard guard;
   Rng rng(12);

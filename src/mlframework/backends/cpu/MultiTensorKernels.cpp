@@ -5,6 +5,8 @@
 #include <atomic>
 #include <cstdint>
 #include <exception>
+#include <memory>
+#include <mutex>
 #include <utility>
 #include <vector>
 
@@ -31,6 +33,7 @@ struct Segment {
   DataType dtype;
 
   void* At(std::size_t element) const { return data + element * ElementSize(dtype); }
+  bool operator==(const Segment&) const = default;
 };
 
 // The CpuTensor behind a tensor handed to this backend. The front-ends pass only tensors whose
@@ -261,16 +264,18 @@ void SortByAddress(std::vector<std::pair<std::uintptr_t, std::size_t>>& keyed) {
   }
 }
 
-// The segments of @p plan in ascending address order, as a permutation; empty when they already
-// are in that order (the common case of a list allocated in order, and of one segment).
-std::vector<std::size_t> AddressOrder(const Plan& plan) {
-  const std::vector<Segment>& segments = plan.segments;
+// True when the segments of @p plan lie in ascending address order (the common case of a list
+// allocated in order, and of one segment).
+bool InAddressOrder(const Plan& plan) {
   const auto above = [](const Segment& a, const Segment& b) {
     return reinterpret_cast<std::uintptr_t>(b.data) < reinterpret_cast<std::uintptr_t>(a.data);
   };
-  if (std::adjacent_find(segments.begin(), segments.end(), above) == segments.end()) {
-    return {};
-  }
+  return std::adjacent_find(plan.segments.begin(), plan.segments.end(), above) == plan.segments.end();
+}
+
+// The segments of @p plan in ascending address order, as a permutation.
+std::vector<std::size_t> AddressOrder(const Plan& plan) {
+  const std::vector<Segment>& segments = plan.segments;
   std::vector<std::pair<std::uintptr_t, std::size_t>> keyed(segments.size());
   for (std::size_t s = 0; s < segments.size(); ++s) {
     keyed[s] = {reinterpret_cast<std::uintptr_t>(segments[s].data), s};
@@ -309,34 +314,112 @@ std::pair<Plan, Plan> Reordered(const std::pair<Plan, Plan>& plans, const std::v
   return result;
 }
 
+// ---- the address order, kept across calls -------------------------------------------------
+//
+// A training step hands the backend the same lists on every step (its gradients, its
+// parameters), and putting a long scattered list in address order is serial work: for the
+// 26,000 tensors of a 64M-element list, the sort took about 340 us and the joining 130 us of a
+// 7.8 ms check on two threads of an EPYC host (docs/BENCHMARKS.md, session 12), a share that
+// grows with the thread count. The ordered plan is a function of the plan alone (addresses,
+// dtypes, counts), so a plan equal to one ordered before reuses that one's result: comparing
+// costs one pass over the two plans, and a hit can never differ from what the sort would give.
+// Only lists out of address order are kept, the kOrderCacheEntries used last.
+constexpr std::size_t kOrderCacheEntries = 4;
+
+bool SameLayout(const Plan& a, const Plan& b) { return a.offsets == b.offsets && a.segments == b.segments; }
+bool SameLayout(const std::pair<Plan, Plan>& a, const std::pair<Plan, Plan>& b) {
+  return SameLayout(a.first, b.first) && SameLayout(a.second, b.second);
+}
+
+// Plans is a Plan, or a source and destination pair of them for a cast. Shared by all threads:
+// the entries are immutable and compared outside the lock.
+template <typename Plans>
+class OrderCache {
+ public:
+  // The ordered plans kept for @p plans, or null.
+  std::shared_ptr<const Plans> Find(const Plans& plans) {
+    for (const std::shared_ptr<const Entry>& entry : Entries()) {
+      if (SameLayout(entry->plans, plans)) {
+        MoveToFront(entry);
+        return entry->ordered;
+      }
+    }
+    return nullptr;
+  }
+
+  void Add(Plans plans, std::shared_ptr<const Plans> ordered) {
+    auto entry = std::make_shared<const Entry>(Entry{std::move(plans), std::move(ordered)});
+    const std::lock_guard<std::mutex> lock(mutex_);
+    entries_.insert(entries_.begin(), std::move(entry));
+    if (entries_.size() > kOrderCacheEntries) {
+      entries_.pop_back();
+    }
+  }
+
+ private:
+  struct Entry {
+    Plans plans;                           // as the list gave them
+    std::shared_ptr<const Plans> ordered;  // the same in address order
+  };
+
+  std::vector<std::shared_ptr<const Entry>> Entries() {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return entries_;
+  }
+  void MoveToFront(const std::shared_ptr<const Entry>& entry) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    const auto it = std::find(entries_.begin(), entries_.end(), entry);
+    if (it != entries_.end()) {
+      std::rotate(entries_.begin(), it, it + 1);
+    }
+  }
+
+  std::mutex mutex_;
+  std::vector<std::shared_ptr<const Entry>> entries_;  // most recently used first
+};
+
+const Plan& OrderKey(const Plan& plan) { return plan; }
+const Plan& OrderKey(const std::pair<Plan, Plan>& plans) { return plans.first; }  // a cast: by its source
+
+// @p plans in address order (by the source for a cast), from @p cache when it holds them.
+template <typename Plans>
+std::shared_ptr<const Plans> InAddressOrder(Plans plans, OrderCache<Plans>& cache) {
+  if (InAddressOrder(OrderKey(plans))) {
+    return std::make_shared<const Plans>(std::move(plans));
+  }
+  if (std::shared_ptr<const Plans> ordered = cache.Find(plans)) {
+    return ordered;
+  }
+  auto ordered = std::make_shared<const Plans>(Reordered(plans, AddressOrder(OrderKey(plans))));
+  cache.Add(std::move(plans), ordered);
+  return ordered;
+}
+
 // True when a call over @p bytes streams from memory (kFromMemoryBytes): it runs the from_memory
 // kernels, and visiting its tensors in address order pays for the sort.
 bool FromMemory(std::size_t bytes) { return bytes >= kFromMemoryBytes; }
 
 // The plan of an operation over @p tensors: in address order from memory.
 template <typename TensorPointer>
-Plan MakeOrderedPlan(std::span<TensorPointer const> tensors) {
+std::shared_ptr<const Plan> MakeOrderedPlan(std::span<TensorPointer const> tensors) {
+  static OrderCache<Plan> cache;
   Plan plan = MakePlan(tensors);
-  if (FromMemory(plan.bytes)) {
-    const std::vector<std::size_t> order = AddressOrder(plan);
-    if (!order.empty()) {
-      plan = Reordered(plan, order);
-    }
+  if (!FromMemory(plan.bytes)) {
+    return std::make_shared<const Plan>(std::move(plan));
   }
-  return plan;
+  return InAddressOrder(std::move(plan), cache);
 }
 
 // The plans of a cast, in the source's address order from memory (source and destination
 // bytes together, as KernelsFor counts them).
-std::pair<Plan, Plan> MakeOrderedPairPlans(std::span<const ITensor* const> src, std::span<ITensor* const> dst) {
+std::shared_ptr<const std::pair<Plan, Plan>> MakeOrderedPairPlans(std::span<const ITensor* const> src,
+                                                                  std::span<ITensor* const> dst) {
+  static OrderCache<std::pair<Plan, Plan>> cache;
   std::pair<Plan, Plan> plans = MakePairPlans(src, dst);
-  if (FromMemory(plans.first.bytes + plans.second.bytes)) {
-    const std::vector<std::size_t> order = AddressOrder(plans.first);
-    if (!order.empty()) {
-      plans = Reordered(plans, order);
-    }
+  if (!FromMemory(plans.first.bytes + plans.second.bytes)) {
+    return std::make_shared<const std::pair<Plan, Plan>>(std::move(plans));
   }
-  return plans;
+  return InAddressOrder(std::move(plans), cache);
 }
 
 // The kernels for a call over @p bytes of memory (see kFromMemoryBytes).
@@ -366,7 +449,8 @@ double SumSquaresFp64(const void* data, DataType dtype, std::size_t count) {
 }  // namespace
 
 bool UnscaleAndCheckKernel(std::span<ITensor* const> tensors, float factor) {
-  const Plan plan = MakeOrderedPlan(tensors);
+  const std::shared_ptr<const Plan> ordered = MakeOrderedPlan(tensors);
+  const Plan& plan = *ordered;
   const KernelSet& kernels = KernelsFor(plan.bytes);
   int found = 0;
 #pragma omp parallel for schedule(static) reduction(| : found) if (Parallel(plan))
@@ -380,7 +464,8 @@ bool UnscaleAndCheckKernel(std::span<ITensor* const> tensors, float factor) {
 }
 
 bool HasNonFiniteKernel(std::span<const ITensor* const> tensors) {
-  const Plan plan = MakeOrderedPlan(tensors);
+  const std::shared_ptr<const Plan> ordered = MakeOrderedPlan(tensors);
+  const Plan& plan = *ordered;
   const KernelSet& kernels = KernelsFor(plan.bytes);
   std::atomic<bool> found{false};
 #pragma omp parallel for schedule(static) if (Parallel(plan))
@@ -399,7 +484,8 @@ bool HasNonFiniteKernel(std::span<const ITensor* const> tensors) {
 }
 
 NonFiniteAndNorm CheckAndSumSquaresKernel(std::span<const ITensor* const> tensors, float factor) {
-  const Plan plan = MakeOrderedPlan(tensors);
+  const std::shared_ptr<const Plan> ordered = MakeOrderedPlan(tensors);
+  const Plan& plan = *ordered;
   const KernelSet& kernels = KernelsFor(plan.bytes);
   // One partial per chunk (FP32 sums of its pieces, added in FP64), the partials summed
   // in FP64 in chunk order: the result does not depend on the thread count.
@@ -433,7 +519,8 @@ NonFiniteAndNorm CheckAndSumSquaresKernel(std::span<const ITensor* const> tensor
 }
 
 void ScaleKernel(std::span<ITensor* const> tensors, float factor) {
-  const Plan plan = MakeOrderedPlan(tensors);
+  const std::shared_ptr<const Plan> ordered = MakeOrderedPlan(tensors);
+  const Plan& plan = *ordered;
   const KernelSet& kernels = KernelsFor(plan.bytes);
 #pragma omp parallel for schedule(static) if (Parallel(plan))
   for (std::size_t c = 0; c < plan.chunks; ++c) {
@@ -446,9 +533,9 @@ void ScaleKernel(std::span<ITensor* const> tensors, float factor) {
 
 bool CastIntoKernel(std::span<const ITensor* const> src, std::span<ITensor* const> dst, float factor) {
   // Same sizes pairwise (checked by the caller), so the same segments and chunks.
-  const std::pair<Plan, Plan> plans = MakeOrderedPairPlans(src, dst);
-  const Plan& src_plan = plans.first;   // named references, not a structured binding: clang 14
-  const Plan& dst_plan = plans.second;  // cannot capture those in the OpenMP region's lambda
+  const auto plans = MakeOrderedPairPlans(src, dst);
+  const Plan& src_plan = plans->first;   // named references, not a structured binding: clang 14
+  const Plan& dst_plan = plans->second;  // cannot capture those in the OpenMP region's lambda
   // A destination that comes with more memory than the caches hold will be evicted before anyone
   // reads it: the from_memory casts write it with non-temporal stores, which also skip reading
   // the old lines in first.
