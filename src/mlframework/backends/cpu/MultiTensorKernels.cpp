@@ -317,13 +317,14 @@ std::pair<Plan, Plan> Reordered(const std::pair<Plan, Plan>& plans, const std::v
 // ---- the address order, kept across calls -------------------------------------------------
 //
 // A training step hands the backend the same lists on every step (its gradients, its
-// parameters), and putting a long scattered list in address order is serial work: for the
-// 26,000 tensors of a 64M-element list, the sort took about 340 us and the joining 130 us of a
-// 7.8 ms check on two threads of an EPYC host (docs/BENCHMARKS.md, session 12), a share that
-// grows with the thread count. The ordered plan is a function of the plan alone (addresses,
-// dtypes, counts), so a plan equal to one ordered before reuses that one's result: comparing
-// costs one pass over the two plans, and a hit can never differ from what the sort would give.
-// Only lists out of address order are kept, the kOrderCacheEntries used last.
+// parameters), and putting a long scattered list in address order is serial work. For the
+// 26,000 tensors of a 64M-element list, the sort and the joining took 800 us of a 2.2 ms check
+// with 16 threads of a Xeon, and 470 us of 7.8 ms with 2 threads of an EPYC (docs/BENCHMARKS.md,
+// session 12). The ordered plan is a function of the plan alone (addresses, dtypes, counts), so
+// a plan equal to one ordered before reuses that one's result: comparing costs one pass over the
+// two plans, and a hit can never differ from what the sort would give. Only lists out of address
+// order are kept, the kOrderCacheEntries used last, in one cache for single lists and one for
+// casts (a source and a destination list).
 constexpr std::size_t kOrderCacheEntries = 4;
 
 bool SameLayout(const Plan& a, const Plan& b) { return a.offsets == b.offsets && a.segments == b.segments; }
@@ -383,7 +384,7 @@ const Plan& OrderKey(const std::pair<Plan, Plan>& plans) { return plans.first; }
 
 // @p plans in address order (by the source for a cast), from @p cache when it holds them.
 template <typename Plans>
-std::shared_ptr<const Plans> InAddressOrder(Plans plans, OrderCache<Plans>& cache) {
+std::shared_ptr<const Plans> OrderedByAddress(Plans plans, OrderCache<Plans>& cache) {
   if (InAddressOrder(OrderKey(plans))) {
     return std::make_shared<const Plans>(std::move(plans));
   }
@@ -399,15 +400,20 @@ std::shared_ptr<const Plans> InAddressOrder(Plans plans, OrderCache<Plans>& cach
 // kernels, and visiting its tensors in address order pays for the sort.
 bool FromMemory(std::size_t bytes) { return bytes >= kFromMemoryBytes; }
 
+// One cache for the lists of every operation: a step unscales, checks and clips the same list.
+OrderCache<Plan>& ListOrderCache() {
+  static OrderCache<Plan> cache;
+  return cache;
+}
+
 // The plan of an operation over @p tensors: in address order from memory.
 template <typename TensorPointer>
 std::shared_ptr<const Plan> MakeOrderedPlan(std::span<TensorPointer const> tensors) {
-  static OrderCache<Plan> cache;
   Plan plan = MakePlan(tensors);
   if (!FromMemory(plan.bytes)) {
     return std::make_shared<const Plan>(std::move(plan));
   }
-  return InAddressOrder(std::move(plan), cache);
+  return OrderedByAddress(std::move(plan), ListOrderCache());
 }
 
 // The plans of a cast, in the source's address order from memory (source and destination
@@ -419,7 +425,7 @@ std::shared_ptr<const std::pair<Plan, Plan>> MakeOrderedPairPlans(std::span<cons
   if (!FromMemory(plans.first.bytes + plans.second.bytes)) {
     return std::make_shared<const std::pair<Plan, Plan>>(std::move(plans));
   }
-  return InAddressOrder(std::move(plans), cache);
+  return OrderedByAddress(std::move(plans), cache);
 }
 
 // The kernels for a call over @p bytes of memory (see kFromMemoryBytes).
