@@ -197,6 +197,33 @@ BOOST_AUTO_TEST_CASE(BackToBackTensorsJoinedIntoOneSegment) {
 
 // Lists of 1,024 tensors and more are planned on every thread, each thread a range of the list,
 // and the ranges stitched together: the stitched plan must join exactly where one pass would.
+// A run of tensors back to back is one segment whichever thread planned which part of the list:
+// the parts' plans are joined where a part's first tensor continues the previous part's last
+// (MultiTensorKernels.cpp, MakePlan). The sum of squares shows it: its FP32 partials are cut per
+// segment, so an extra cut where a thread's part begins changes its last bits. Values with full
+// significands, so that the partials round.
+BOOST_AUTO_TEST_CASE(PartsPlannedOnEveryThreadJoinIntoOneRun) {
+  ThreadCountGuard guard;
+  Rng rng(29);
+  const auto list = Packed(RandomList({DataType::Float32}, SizesBetween(rng, 3000, 1, 2000), Fill::Values, rng));
+  for (const auto& t : list) {
+    std::vector<float> values(t->Size());
+    for (float& v : values) {
+      v = 1.0f + static_cast<float>(rng.Between(0, (1 << 23) - 1)) * 0x1.0p-23f;
+    }
+    t->CopyFromFloats(values);
+  }
+  std::vector<double> sums;
+  for (const int threads : {1, 2, 3, 4}) {
+    omp_set_num_threads(threads);
+    sums.push_back(SumOfSquares(list));
+  }
+  for (std::size_t k = 1; k < sums.size(); ++k) {
+    BOOST_TEST(SameBits(sums[0], sums[k]),
+               "threads " << k + 1 << ": " << std::hexfloat << sums[k] << " against " << sums[0]);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(LongListsPlannedOnEveryThreadMatchTheReference) {
   ThreadCountGuard guard;
   Rng rng(13);
