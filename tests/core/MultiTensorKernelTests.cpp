@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <ios>
 #include <limits>
 #include <span>
 #include <string>
@@ -195,8 +196,6 @@ BOOST_AUTO_TEST_CASE(BackToBackTensorsJoinedIntoOneSegment) {
   CheckAllOperations(Packed(runs), "back to back runs of three dtypes");
 }
 
-// Lists of 1,024 tensors and more are planned on every thread, each thread a range of the list,
-// and the ranges stitched together: the stitched plan must join exactly where one pass would.
 // A run of tensors back to back is one segment whichever thread planned which part of the list:
 // the parts' plans are joined where a part's first tensor continues the previous part's last
 // (MultiTensorKernels.cpp, MakePlan). The sum of squares shows it: its FP32 partials are cut per
@@ -224,6 +223,8 @@ BOOST_AUTO_TEST_CASE(PartsPlannedOnEveryThreadJoinIntoOneRun) {
   }
 }
 
+// Lists of 1,024 tensors and more are planned on every thread, each thread a range of the list,
+// and the ranges stitched together: the stitched plan must join exactly where one pass would.
 BOOST_AUTO_TEST_CASE(LongListsPlannedOnEveryThreadMatchTheReference) {
   ThreadCountGuard guard;
   Rng rng(13);
