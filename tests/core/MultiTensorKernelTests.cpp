@@ -9,6 +9,7 @@
 #endif
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -61,6 +62,24 @@ std::vector<TensorPtr> EmptyLike(const std::vector<TensorPtr>& list, DataType dt
     out.push_back(backends::cpu::Empty(t->GetShape(), dtype));
   }
   return out;
+}
+
+// CastInto(src, dst, factor) with each of @p thread_counts, dst zeroed before each call, against
+// the reference cast into separately allocated tensors of dst's dtype (one for the whole list).
+void CheckCastInto(const std::vector<TensorPtr>& src, const std::vector<TensorPtr>& dst, float factor,
+                   std::span<const int> thread_counts, const std::string& label) {
+  const auto separate = EmptyLike(src, dst.front()->GetDataType());
+  auto expected = Snapshot(separate);
+  const bool found = RefCast(src, separate, expected, factor);
+  for (const int threads : thread_counts) {
+    omp_set_num_threads(threads);
+    for (const auto& t : dst) {
+      t->CopyFromFloats(std::vector<float>(t->Size(), 0.0f));
+    }
+    const std::string what = label + ", threads " + std::to_string(threads);
+    BOOST_TEST(CastInto(src, dst, factor) == found, what);
+    RequireSameBits(dst, expected, what);
+  }
 }
 
 // Runs every fused operation on `list` (restored between runs) against the reference,
@@ -267,14 +286,7 @@ BOOST_AUTO_TEST_CASE(LongListsPlannedOnEveryThreadMatchTheReference) {
   const auto src = Packed(RandomList({DataType::Float16}, std::vector<std::size_t>(2500, 17), Fill::Values, rng));
   auto dst = Packed(EmptyLike(src, DataType::Float32));
   dst[1250] = backends::cpu::Empty({17}, DataType::Float32);
-  const auto separate = EmptyLike(src, DataType::Float32);
-  auto cast_expected = Snapshot(separate);
-  const bool cast_found = RefCast(src, separate, cast_expected, 0.5f);
-  for (const int threads : {1, 2, 3}) {
-    omp_set_num_threads(threads);
-    BOOST_TEST(CastInto(src, dst, 0.5f) == cast_found);
-    RequireSameBits(dst, cast_expected, "long packed cast, threads " + std::to_string(threads));
-  }
+  CheckCastInto(src, dst, 0.5f, std::array{1, 2, 3}, "long packed cast");
 }
 
 // Lists from memory (16 MiB and more) are visited in address order, whatever their own order
@@ -323,14 +335,7 @@ BOOST_AUTO_TEST_CASE(ListsFromMemoryVisitedInAddressOrder) {
   const auto packed_dst = Packed(EmptyLike(packed, DataType::Float16));
   auto dst = shuffled(packed_dst, EmptyLike(separate, DataType::Float16));
   dst[order.size() / 2] = backends::cpu::Empty(dst[order.size() / 2]->GetShape(), DataType::Float16);
-  const auto reference_dst = EmptyLike(list, DataType::Float16);
-  auto expected = Snapshot(reference_dst);
-  const bool found = RefCast(list, reference_dst, expected, 0.5f);
-  for (const int threads : kThreadCounts) {
-    omp_set_num_threads(threads);
-    BOOST_TEST(CastInto(list, dst, 0.5f) == found);
-    RequireSameBits(dst, expected, "shuffled packed cast, threads " + std::to_string(threads));
-  }
+  CheckCastInto(list, dst, 0.5f, kThreadCounts, "shuffled packed cast");
 }
 
 // A list out of address order keeps its ordered plan for the next calls (MultiTensorKernels.cpp,
@@ -369,17 +374,9 @@ BOOST_AUTO_TEST_CASE(AddressOrderReusedOnlyForTheSameLayout) {
   // The same source into two destinations: the second cast must not reuse the first one's plan.
   const auto to_first = reversed(Packed(EmptyLike(a, DataType::BFloat16)));
   const auto to_second = reversed(Packed(EmptyLike(a, DataType::BFloat16)));
-  const auto reference_dst = EmptyLike(list_a, DataType::BFloat16);
-  auto expected = Snapshot(reference_dst);
-  const bool found = RefCast(list_a, reference_dst, expected, 0.25f);
   for (const int threads : kThreadCounts) {
-    omp_set_num_threads(threads);
     for (const auto& dst : {to_first, to_second, to_first}) {
-      BOOST_TEST(CastInto(list_a, dst, 0.25f) == found);
-      RequireSameBits(dst, expected, "cast into two destinations, threads " + std::to_string(threads));
-      for (const auto& t : dst) {
-        t->CopyFromFloats(std::vector<float>(t->Size(), 0.0f));
-      }
+      CheckCastInto(list_a, dst, 0.25f, std::array{threads}, "cast into two destinations");
     }
   }
 }
@@ -391,16 +388,8 @@ BOOST_AUTO_TEST_CASE(CastBetweenTwoBackToBackListsMatchesTheReference) {
     for (const DataType to : kAllTypes) {
       const auto src = Packed(RandomList({from}, RandomSizes(rng), Fill::Values, rng));
       const auto dst = Packed(EmptyLike(src, to));
-      const auto separate = EmptyLike(src, to);
-      auto expected = Snapshot(separate);
-      const bool found = RefCast(src, separate, expected, 1.0f / 1024.0f);
-      for (const int threads : kThreadCounts) {
-        omp_set_num_threads(threads);
-        const std::string what =
-            std::string(ToString(from)) + " to " + std::string(ToString(to)) + " threads=" + std::to_string(threads);
-        BOOST_TEST(CastInto(src, dst, 1.0f / 1024.0f) == found, what);
-        RequireSameBits(dst, expected, what);
-      }
+      CheckCastInto(src, dst, 1.0f / 1024.0f, kThreadCounts,
+                    std::string(ToString(from)) + " to " + std::string(ToString(to)));
     }
   }
 }
