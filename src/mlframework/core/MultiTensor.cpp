@@ -1,12 +1,14 @@
 #include <mlframework/core/MultiTensor.hpp>
 
 #include <cmath>
+#include <optional>
 #include <string>
 #include <utility>
 
 #include <mlframework/core/Error.hpp>
 #include <mlframework/core/Tensor.hpp>
 
+#include "mlframework/backends/cpu/MultiTensorKernels.hpp"
 #include "mlframework/core/HostAdd.hpp"
 #include "mlframework/core/TensorListWalk.hpp"
 
@@ -113,7 +115,13 @@ std::vector<TensorPtr> TensorList(const GradientMap& gradients) {
   return list;
 }
 
+// Every operation first tries the CPU backend's fast path: one walk that checks and plans a
+// list of CPU tensors, and none for a list it has planned twice before (backends::cpu::PlanOfList).
+
 bool UnscaleAndCheck(std::span<const TensorPtr> tensors, float factor) {
+  if (const auto plan = backends::cpu::PlanOfList(tensors)) {
+    return backends::cpu::UnscaleAndCheckKernel(*plan, factor);
+  }
   std::vector<ITensor*> pointers;
   if (const TensorBackend* backend = SingleBackend(tensors, pointers)) {
     return backend->UnscaleAndCheck(pointers, factor);
@@ -134,6 +142,9 @@ bool UnscaleAndCheck(std::span<const TensorPtr> tensors, float factor) {
 }
 
 bool HasNonFinite(std::span<const TensorPtr> tensors) {
+  if (const auto plan = backends::cpu::PlanOfList(tensors)) {
+    return backends::cpu::HasNonFiniteKernel(*plan);
+  }
   std::vector<const ITensor*> pointers;
   if (const TensorBackend* backend = SingleBackend(tensors, pointers)) {
     return backend->HasNonFinite(pointers);
@@ -156,6 +167,9 @@ bool HasNonFinite(std::span<const TensorPtr> tensors) {
 }
 
 NonFiniteAndNorm CheckAndSumSquares(std::span<const TensorPtr> tensors, float factor) {
+  if (const auto plan = backends::cpu::PlanOfList(tensors)) {
+    return backends::cpu::CheckAndSumSquaresKernel(*plan, factor);
+  }
   std::vector<const ITensor*> pointers;
   if (const TensorBackend* backend = SingleBackend(tensors, pointers)) {
     return backend->CheckAndSumSquares(pointers, factor);
@@ -183,6 +197,10 @@ double SumOfSquares(std::span<const TensorPtr> tensors, float factor) {
 }
 
 void ScaleInPlace(std::span<const TensorPtr> tensors, float factor) {
+  if (const auto plan = backends::cpu::PlanOfList(tensors)) {
+    backends::cpu::ScaleKernel(*plan, factor);
+    return;
+  }
   std::vector<ITensor*> pointers;
   if (const TensorBackend* backend = SingleBackend(tensors, pointers)) {
     backend->Scale(pointers, factor);
@@ -261,7 +279,13 @@ void HostCast(const ITensor& src, ITensor& dst, float factor) {
 }  // namespace
 
 bool CastInto(std::span<const TensorPtr> src, std::span<const TensorPtr> dst, float factor) {
+  if (const std::optional<bool> found = backends::cpu::CastIntoKnownLists(src, dst, factor)) {
+    return *found;
+  }
   RequirePairs(src, dst);
+  if (const std::optional<bool> found = backends::cpu::CastIntoCpuLists(src, dst, factor)) {
+    return *found;
+  }
   // Pairs whose source and destination share a backend go to its fused kernel.
   bool found = false;
   ForEachPairRun(

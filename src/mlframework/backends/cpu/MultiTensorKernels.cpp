@@ -7,6 +7,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -22,8 +23,6 @@
 
 namespace mlframework::backends::cpu {
 
-namespace {
-
 using scalar::DispatchDtype;
 
 // ---- chunk plan --------------------------------------------------------------------------
@@ -36,6 +35,8 @@ struct Segment {
   bool operator==(const Segment&) const = default;
 };
 
+namespace {
+
 // The CpuTensor behind a tensor handed to this backend. The front-ends pass only tensors whose
 // Backend() is this one, which are CpuTensors (a final class): one virtual call per tensor
 // instead of a dynamic_cast and three more virtual calls, which showed in lists of thousands
@@ -47,11 +48,12 @@ const CpuTensor& AsCpuTensor(const ITensor& tensor, const TensorBackend* self) {
   return static_cast<const CpuTensor&>(tensor);
 }
 
-// The list as one virtual array: offsets[i] is where tensor i starts.
 using mlframework::detail::kObjectPrefetchAhead;
 
-// Tensors that lie back to back in memory (a ZerosContiguous() list, a flat gradient buffer)
-// are joined into one segment: the element loops are per element, so a run of adjacent tensors
+}  // namespace
+
+// A list as one virtual array of segments. Tensors that lie back to back in memory (a
+// ZerosContiguous() list, a flat gradient buffer) are joined into one segment: the element loops are per element, so a run of adjacent tensors
 // of one dtype is one piece of memory to them, streamed without a call, a head and a tail per
 // tensor. Only exact adjacency joins: a gap may hold memory that is not in the list.
 struct Plan {
@@ -128,6 +130,24 @@ struct Plan {
   }
 };
 
+namespace {
+
+// Thrown by the walk of the front end's fast path (PlanOfList) at a null tensor or one of
+// another backend: the front end then takes its general path, which reports or groups those.
+struct NotCpuList {};
+
+// The CpuTensor at one entry of a list: of a backend call (a foreign tensor is an error), or of
+// the front end's fast path (NotCpuList).
+const CpuTensor& CpuTensorAt(const ITensor* tensor, const TensorBackend* self) { return AsCpuTensor(*tensor, self); }
+const CpuTensor& CpuTensorAt(const TensorPtr& tensor, const TensorBackend* self) {
+  if (!tensor || tensor->Backend() != self) {
+    throw NotCpuList{};
+  }
+  return static_cast<const CpuTensor&>(*tensor);
+}
+const ITensor* Raw(const ITensor* tensor) { return tensor; }
+const ITensor* Raw(const TensorPtr& tensor) { return tensor.get(); }
+
 // Long lists are planned on every thread (kParallelWalkTensors).
 bool PlanInParallel(std::size_t tensors) {
   return tensors >= mlframework::detail::kParallelWalkTensors && omp_get_max_threads() > 1;
@@ -166,9 +186,9 @@ Plan MakePlan(std::span<TensorPointer const> tensors) {
     Plan part(last - first);
     for (std::size_t i = first; i < last; ++i) {
       if (i + kObjectPrefetchAhead < tensors.size()) {
-        __builtin_prefetch(tensors[i + kObjectPrefetchAhead]);  // see kObjectPrefetchAhead
+        __builtin_prefetch(Raw(tensors[i + kObjectPrefetchAhead]));  // see kObjectPrefetchAhead
       }
-      const CpuTensor& tensor = AsCpuTensor(*tensors[i], self);
+      const CpuTensor& tensor = CpuTensorAt(tensors[i], self);
       part.Append(tensor, part.Continues(tensor));
     }
     return part;
@@ -188,17 +208,18 @@ Plan MakePlan(std::span<TensorPointer const> tensors) {
 
 // The plans of a source and a destination list of the same sizes: a pair of tensors joins the
 // previous pair only when both sides do, so segment s of one plan matches segment s of the other.
-std::pair<Plan, Plan> MakePairPlans(std::span<const ITensor* const> src, std::span<ITensor* const> dst) {
+template <typename SrcPointer, typename DstPointer>
+std::pair<Plan, Plan> MakePairPlans(std::span<SrcPointer const> src, std::span<DstPointer const> dst) {
   const TensorBackend* self = &Backend();
   const auto plan_range = [&](std::size_t first, std::size_t last) {
     std::pair<Plan, Plan> part{Plan(last - first), Plan(last - first)};
     for (std::size_t i = first; i < last; ++i) {
       if (i + kObjectPrefetchAhead < src.size()) {
-        __builtin_prefetch(src[i + kObjectPrefetchAhead]);
-        __builtin_prefetch(dst[i + kObjectPrefetchAhead]);
+        __builtin_prefetch(Raw(src[i + kObjectPrefetchAhead]));
+        __builtin_prefetch(Raw(dst[i + kObjectPrefetchAhead]));
       }
-      const CpuTensor& in = AsCpuTensor(*src[i], self);
-      const CpuTensor& out = AsCpuTensor(*dst[i], self);
+      const CpuTensor& in = CpuTensorAt(src[i], self);
+      const CpuTensor& out = CpuTensorAt(dst[i], self);
       const bool join = part.first.Continues(in) && part.second.Continues(out);
       part.first.Append(in, join);
       part.second.Append(out, join);
@@ -418,8 +439,9 @@ std::shared_ptr<const Plan> MakeOrderedPlan(std::span<TensorPointer const> tenso
 
 // The plans of a cast, in the source's address order from memory (source and destination
 // bytes together, as KernelsFor counts them).
-std::shared_ptr<const std::pair<Plan, Plan>> MakeOrderedPairPlans(std::span<const ITensor* const> src,
-                                                                  std::span<ITensor* const> dst) {
+template <typename SrcPointer, typename DstPointer>
+std::shared_ptr<const std::pair<Plan, Plan>> MakeOrderedPairPlans(std::span<SrcPointer const> src,
+                                                                  std::span<DstPointer const> dst) {
   static OrderCache<std::pair<Plan, Plan>> cache;
   std::pair<Plan, Plan> plans = MakePairPlans(src, dst);
   if (!FromMemory(plans.first.bytes + plans.second.bytes)) {
@@ -427,6 +449,141 @@ std::shared_ptr<const std::pair<Plan, Plan>> MakeOrderedPairPlans(std::span<cons
   }
   return OrderedByAddress(std::move(plans), cache);
 }
+
+// ---- lists passed again ------------------------------------------------------------------
+//
+// A training loop hands the same lists to every step: the gradients it unscales, checks and
+// clips, the FP16 gradients it casts into FP32 ones. Planning such a list walks every tensor
+// object, scattered on the heap, and builds, joins and orders the plan. A CpuTensor never
+// changes its data pointer, size, dtype or shape, so a list that holds the same live tensor
+// objects in the same order as an earlier call has that call's plan.
+//
+// "The same live objects" is decided without touching them: an entry keeps a weak_ptr per
+// tensor. A weak_ptr keeps the tensor's control block allocated, so while the entry lives no
+// other tensor can have that control block; a caller's shared_ptr that shares it (owner-equal)
+// and points at the same object is that tensor, alive. Comparing reads the caller's array of
+// shared_ptrs and the entry's two arrays, in order; no tensor object is read. The cost is
+// memory: an entry keeps each tensor's control block (with make_shared, the tensor object's few
+// hundred bytes, not its elements) allocated after the tensor dies, until the entry is dropped.
+// So an entry is made only for lists planned twice (fingerprints of the last kSeenLists
+// plannings), and only the kListCacheEntries used last are kept.
+constexpr std::size_t kListCacheEntries = 4;
+constexpr std::size_t kSeenLists = 8;
+
+// The tensors of one call as the front end holds them: one list (the second empty), or a
+// cast's source and destination.
+using TensorLists = std::array<std::span<const TensorPtr>, 2>;
+
+template <typename Plans>
+class ListCache {
+ public:
+  // The plans kept for @p lists, or null.
+  std::shared_ptr<const Plans> Find(const TensorLists& lists) {
+    for (const std::shared_ptr<const Entry>& entry : Entries()) {
+      if (entry->Holds(lists)) {
+        MoveToFront(entry);
+        return entry->plans;
+      }
+    }
+    return nullptr;
+  }
+
+  // Keeps @p plans for @p lists when lists with the same objects were planned recently.
+  void Add(const TensorLists& lists, std::shared_ptr<const Plans> plans) {
+    const std::uint64_t print = Fingerprint(lists);
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      if (std::find(seen_.begin(), seen_.end(), print) == seen_.end()) {
+        seen_[next_seen_++ % kSeenLists] = print;
+        return;
+      }
+    }
+    auto entry = std::make_shared<const Entry>(lists, std::move(plans));
+    std::shared_ptr<const Entry> dropped;  // released after the lock: it may free control blocks
+    const std::lock_guard<std::mutex> lock(mutex_);
+    entries_.insert(entries_.begin(), std::move(entry));
+    if (entries_.size() > kListCacheEntries) {
+      dropped = std::move(entries_.back());
+      entries_.pop_back();
+    }
+  }
+
+ private:
+  struct Entry {
+    Entry(const TensorLists& lists, std::shared_ptr<const Plans> kept) : plans(std::move(kept)) {
+      for (std::size_t l = 0; l < lists.size(); ++l) {
+        sizes[l] = lists[l].size();
+        for (const TensorPtr& tensor : lists[l]) {
+          objects.push_back(tensor.get());
+          owners.emplace_back(tensor);
+        }
+      }
+    }
+
+    // True when @p lists hold exactly this entry's live tensors, in order.
+    bool Holds(const TensorLists& lists) const {
+      if (lists[0].size() != sizes[0] || lists[1].size() != sizes[1]) {
+        return false;
+      }
+      const auto differs = [&](std::size_t at, const TensorPtr& tensor) {
+        return objects[at] != tensor.get() || owners[at].owner_before(tensor) || tensor.owner_before(owners[at]);
+      };
+      std::size_t first = 0;  // where list l starts in objects and owners
+      for (const std::span<const TensorPtr> list : lists) {
+        const std::size_t count = list.size();
+        // Another list of the same length (fresh gradients each step) differs at its ends.
+        if (count > 0 && (differs(first, list.front()) || differs(first + count - 1, list.back()))) {
+          return false;
+        }
+        int other = 0;
+#pragma omp parallel for schedule(static) reduction(| : other) if (PlanInParallel(count))
+        for (std::size_t i = 0; i < count; ++i) {
+          other |= differs(first + i, list[i]) ? 1 : 0;
+        }
+        if (other != 0) {
+          return false;
+        }
+        first += count;
+      }
+      return true;
+    }
+
+    std::array<std::size_t, 2> sizes{};
+    std::vector<const ITensor*> objects;         // the lists' tensors, one list after the other
+    std::vector<std::weak_ptr<ITensor>> owners;  // their control blocks, kept allocated
+    std::shared_ptr<const Plans> plans;
+  };
+
+  // Of the object addresses, for admission only: equal prints may come from other objects at
+  // reused addresses, which Holds() tells apart.
+  static std::uint64_t Fingerprint(const TensorLists& lists) {
+    std::uint64_t hash = 0x9e3779b97f4a7c15ull;
+    for (const std::span<const TensorPtr> list : lists) {
+      hash = (hash ^ list.size()) * 0x100000001b3ull;
+      for (const TensorPtr& tensor : list) {
+        hash = (hash ^ reinterpret_cast<std::uintptr_t>(tensor.get())) * 0x100000001b3ull;
+      }
+    }
+    return hash;
+  }
+
+  std::vector<std::shared_ptr<const Entry>> Entries() {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return entries_;
+  }
+  void MoveToFront(const std::shared_ptr<const Entry>& entry) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    const auto it = std::find(entries_.begin(), entries_.end(), entry);
+    if (it != entries_.end()) {
+      std::rotate(entries_.begin(), it, it + 1);
+    }
+  }
+
+  std::mutex mutex_;
+  std::vector<std::shared_ptr<const Entry>> entries_;  // most recently used first
+  std::array<std::uint64_t, kSeenLists> seen_{};
+  std::size_t next_seen_ = 0;
+};
 
 // The kernels for a call over @p bytes of memory (see kFromMemoryBytes).
 const KernelSet& KernelsFor(std::size_t bytes) {
@@ -454,9 +611,7 @@ double SumSquaresFp64(const void* data, DataType dtype, std::size_t count) {
 
 }  // namespace
 
-bool UnscaleAndCheckKernel(std::span<ITensor* const> tensors, float factor) {
-  const std::shared_ptr<const Plan> ordered = MakeOrderedPlan(tensors);
-  const Plan& plan = *ordered;
+bool UnscaleAndCheckKernel(const Plan& plan, float factor) {
   const KernelSet& kernels = KernelsFor(plan.bytes);
   int found = 0;
 #pragma omp parallel for schedule(static) reduction(| : found) if (Parallel(plan))
@@ -469,9 +624,7 @@ bool UnscaleAndCheckKernel(std::span<ITensor* const> tensors, float factor) {
   return found != 0;
 }
 
-bool HasNonFiniteKernel(std::span<const ITensor* const> tensors) {
-  const std::shared_ptr<const Plan> ordered = MakeOrderedPlan(tensors);
-  const Plan& plan = *ordered;
+bool HasNonFiniteKernel(const Plan& plan) {
   const KernelSet& kernels = KernelsFor(plan.bytes);
   std::atomic<bool> found{false};
 #pragma omp parallel for schedule(static) if (Parallel(plan))
@@ -489,9 +642,7 @@ bool HasNonFiniteKernel(std::span<const ITensor* const> tensors) {
   return found.load();
 }
 
-NonFiniteAndNorm CheckAndSumSquaresKernel(std::span<const ITensor* const> tensors, float factor) {
-  const std::shared_ptr<const Plan> ordered = MakeOrderedPlan(tensors);
-  const Plan& plan = *ordered;
+NonFiniteAndNorm CheckAndSumSquaresKernel(const Plan& plan, float factor) {
   const KernelSet& kernels = KernelsFor(plan.bytes);
   // One partial per chunk (FP32 sums of its pieces, added in FP64), the partials summed
   // in FP64 in chunk order: the result does not depend on the thread count.
@@ -524,9 +675,7 @@ NonFiniteAndNorm CheckAndSumSquaresKernel(std::span<const ITensor* const> tensor
   return NonFiniteAndNorm{found != 0, total * f * f};
 }
 
-void ScaleKernel(std::span<ITensor* const> tensors, float factor) {
-  const std::shared_ptr<const Plan> ordered = MakeOrderedPlan(tensors);
-  const Plan& plan = *ordered;
+void ScaleKernel(const Plan& plan, float factor) {
   const KernelSet& kernels = KernelsFor(plan.bytes);
 #pragma omp parallel for schedule(static) if (Parallel(plan))
   for (std::size_t c = 0; c < plan.chunks; ++c) {
@@ -537,11 +686,9 @@ void ScaleKernel(std::span<ITensor* const> tensors, float factor) {
   }
 }
 
-bool CastIntoKernel(std::span<const ITensor* const> src, std::span<ITensor* const> dst, float factor) {
-  // Same sizes pairwise (checked by the caller), so the same segments and chunks.
-  const auto plans = MakeOrderedPairPlans(src, dst);
-  const Plan& src_plan = plans->first;   // named references, not a structured binding: clang 14
-  const Plan& dst_plan = plans->second;  // cannot capture those in the OpenMP region's lambda
+bool CastIntoKernel(const std::pair<Plan, Plan>& plans, float factor) {
+  const Plan& src_plan = plans.first;   // named references, not a structured binding: clang 14
+  const Plan& dst_plan = plans.second;  // cannot capture those in the OpenMP region's lambda
   // A destination that comes with more memory than the caches hold will be evicted before anyone
   // reads it: the from_memory casts write it with non-temporal stores, which also skip reading
   // the old lines in first.
@@ -563,6 +710,86 @@ bool CastIntoKernel(std::span<const ITensor* const> src, std::span<ITensor* cons
     }
   }
   return found != 0;
+}
+
+bool UnscaleAndCheckKernel(std::span<ITensor* const> tensors, float factor) {
+  return UnscaleAndCheckKernel(*MakeOrderedPlan(tensors), factor);
+}
+
+bool HasNonFiniteKernel(std::span<const ITensor* const> tensors) { return HasNonFiniteKernel(*MakeOrderedPlan(tensors)); }
+
+NonFiniteAndNorm CheckAndSumSquaresKernel(std::span<const ITensor* const> tensors, float factor) {
+  return CheckAndSumSquaresKernel(*MakeOrderedPlan(tensors), factor);
+}
+
+void ScaleKernel(std::span<ITensor* const> tensors, float factor) { ScaleKernel(*MakeOrderedPlan(tensors), factor); }
+
+bool CastIntoKernel(std::span<const ITensor* const> src, std::span<ITensor* const> dst, float factor) {
+  // Same sizes pairwise (checked by the caller), so the same segments and chunks.
+  return CastIntoKernel(*MakeOrderedPairPlans(src, dst), factor);
+}
+
+namespace {
+
+// One cache for the lists of every operation: a step unscales, checks and clips the same list.
+ListCache<Plan>& SingleListCache() {
+  static ListCache<Plan> cache;
+  return cache;
+}
+
+ListCache<std::pair<Plan, Plan>>& PairListCache() {
+  static ListCache<std::pair<Plan, Plan>> cache;
+  return cache;
+}
+
+// True when @p tensor is a CPU tensor: a list that starts with another kind is not walked.
+bool IsCpuTensor(const TensorPtr& tensor) { return tensor && tensor->Backend() == &Backend(); }
+
+}  // namespace
+
+std::shared_ptr<const Plan> PlanOfList(std::span<const TensorPtr> tensors) {
+  if (tensors.empty()) {
+    return nullptr;
+  }
+  const TensorLists lists{tensors, {}};
+  if (std::shared_ptr<const Plan> plan = SingleListCache().Find(lists)) {
+    return plan;
+  }
+  if (!IsCpuTensor(tensors.front())) {
+    return nullptr;
+  }
+  std::shared_ptr<const Plan> plan;
+  try {
+    plan = MakeOrderedPlan(tensors);
+  } catch (const NotCpuList&) {
+    return nullptr;
+  }
+  SingleListCache().Add(lists, plan);
+  return plan;
+}
+
+std::optional<bool> CastIntoKnownLists(std::span<const TensorPtr> src, std::span<const TensorPtr> dst, float factor) {
+  if (src.empty()) {
+    return std::nullopt;
+  }
+  if (const std::shared_ptr<const std::pair<Plan, Plan>> plans = PairListCache().Find({src, dst})) {
+    return CastIntoKernel(*plans, factor);
+  }
+  return std::nullopt;
+}
+
+std::optional<bool> CastIntoCpuLists(std::span<const TensorPtr> src, std::span<const TensorPtr> dst, float factor) {
+  if (src.empty() || src.size() != dst.size() || !IsCpuTensor(src.front()) || !IsCpuTensor(dst.front())) {
+    return std::nullopt;
+  }
+  std::shared_ptr<const std::pair<Plan, Plan>> plans;
+  try {
+    plans = MakeOrderedPairPlans(src, dst);
+  } catch (const NotCpuList&) {
+    return std::nullopt;
+  }
+  PairListCache().Add({src, dst}, plans);
+  return CastIntoKernel(*plans, factor);
 }
 
 void WidenToFloat(const void* src, DataType dtype, float* dst, std::size_t count) {

@@ -7,6 +7,8 @@
 // the same size costs. The element loops dispatch on dtype once per piece.
 
 #include <cstddef>
+#include <memory>
+#include <optional>
 #include <span>
 
 #include <mlframework/core/TensorBackend.hpp>
@@ -19,6 +21,28 @@ inline constexpr std::size_t kChunkElements = 32768;
 /// run KernelTable::from_memory: software prefetch, and casts write with non-temporal stores.
 /// Smaller ones run KernelTable::cached.
 inline constexpr std::size_t kFromMemoryBytes = std::size_t{16} << 20;
+
+/// The chunk plan of a list, made once per call or kept across calls (MultiTensorKernels.cpp).
+struct Plan;
+
+/// The front end's fast path (core/MultiTensor.cpp). The plan of @p tensors when every one is a
+/// CPU tensor, or null (an empty list, a null entry, another backend's tensor: the front end's
+/// general path reports or groups those). A list holding the same live tensors in the same order
+/// as a list planned twice before takes the kept plan without reading the tensor objects.
+std::shared_ptr<const Plan> PlanOfList(std::span<const TensorPtr> tensors);
+/// The fast path of CastInto: its result over the cast planned for exactly these live source
+/// and destination tensors, kept because the same lists were cast twice before; nullopt when
+/// none is kept. Kept lists passed every check of CastInto, and tensors do not change.
+std::optional<bool> CastIntoKnownLists(std::span<const TensorPtr> src, std::span<const TensorPtr> dst, float factor);
+/// CastInto over lists of CPU tensors (planned in one walk, and kept as PlanOfList keeps a
+/// list), or nullopt when they are not all CPU tensors. @p src and @p dst must have the same
+/// sizes pairwise: the caller checks them first.
+std::optional<bool> CastIntoCpuLists(std::span<const TensorPtr> src, std::span<const TensorPtr> dst, float factor);
+
+bool UnscaleAndCheckKernel(const Plan& plan, float factor);
+bool HasNonFiniteKernel(const Plan& plan);
+NonFiniteAndNorm CheckAndSumSquaresKernel(const Plan& plan, float factor);
+void ScaleKernel(const Plan& plan, float factor);
 
 bool UnscaleAndCheckKernel(std::span<ITensor* const> tensors, float factor);
 bool HasNonFiniteKernel(std::span<const ITensor* const> tensors);
