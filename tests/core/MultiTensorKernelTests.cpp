@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -18,6 +19,7 @@
 #include <limits>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <boost/test/unit_test.hpp>
@@ -379,6 +381,69 @@ BOOST_AUTO_TEST_CASE(AddressOrderReusedOnlyForTheSameLayout) {
       CheckCastInto(list_a, dst, 0.25f, std::array{threads}, "cast into two destinations");
     }
   }
+}
+
+// The front end keeps the plan of a list it planned twice (backends::cpu::PlanOfList), and of a
+// cast's two lists, keyed by the live tensor objects. A kept plan says where the tensors are,
+// never what they hold; it must be used only for exactly those live tensors in that order.
+BOOST_AUTO_TEST_CASE(KeptPlansOnlyForTheSameLiveTensorsInOrder) {
+  ThreadCountGuard guard;
+  Rng rng(31);
+  const std::vector<DataType> mixed = {DataType::Float32, DataType::Float16, DataType::BFloat16};
+
+  // New values in a kept list's tensors are seen.
+  const auto list = RandomList(mixed, SizesBetween(rng, 300, 1, 3000), Fill::Values, rng);
+  for (int call = 0; call < 3; ++call) {
+    BOOST_TEST(!HasNonFinite(list));
+  }
+  const auto finite = Snapshot(list);
+  SetElementBits(list[150], list[150]->Size() - 1, kNonFinite[1]);
+  BOOST_TEST(HasNonFinite(list));
+  Restore(list, finite);
+  CheckAllOperations(list, "kept list", std::span<const float>(kFactors).first(2));
+
+  // Tensors that die with a kept list, and new ones that may take their addresses: each list
+  // of one tensor is planned three times (kept), then dropped. A plan kept by address alone
+  // would send the next one to the dead tensor's memory and miss its +Inf.
+  for (int round = 0; round < 20; ++round) {
+    const auto size = static_cast<std::size_t>(1 + 97 * round);
+    const std::vector<TensorPtr> one = RandomList({mixed[round % 3]}, {size}, Fill::Values, rng);
+    SetElementBits(one[0], size - 1, kNonFinite[round % 3]);
+    for (int call = 0; call < 3; ++call) {
+      BOOST_TEST(HasNonFinite(one), "round " << round << ", call " << call);
+    }
+  }
+
+  // The same tensors in another order are another list: two destinations of one size swapped.
+  const std::vector<std::size_t> sizes = {700, 1000, 300, 1000, 50};
+  const auto src = RandomList({DataType::Float32}, sizes, Fill::Values, rng);
+  const auto dst = EmptyLike(src, DataType::BFloat16);
+  auto swapped = dst;
+  std::swap(swapped[1], swapped[3]);
+  for (const auto& to : {dst, dst, dst, swapped, dst, swapped}) {
+    CheckCastInto(src, to, 0.5f, kThreadCounts, "destinations in two orders");
+  }
+
+  // Lists kept while other threads plan and keep theirs.
+  const auto other = RandomList(mixed, SizesBetween(rng, 2000, 1, 500), Fill::Values, rng);
+  SetElementBits(other.back(), 0, kNonFinite[0]);
+  omp_set_num_threads(1);
+  std::vector<std::thread> threads;
+  std::atomic<int> wrong{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int call = 0; call < 50; ++call) {
+        const bool expected = t % 2 == 1;
+        if (HasNonFinite(t % 2 == 0 ? list : other) != expected) {
+          ++wrong;
+        }
+      }
+    });
+  }
+  for (std::thread& thread : threads) {
+    thread.join();
+  }
+  BOOST_TEST(wrong.load() == 0);
 }
 
 BOOST_AUTO_TEST_CASE(CastBetweenTwoBackToBackListsMatchesTheReference) {
