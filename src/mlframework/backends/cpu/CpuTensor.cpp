@@ -32,6 +32,13 @@ CpuTensor::CpuTensor(Shape shape, DataType dtype)
   }
 }
 
+CpuTensor::~CpuTensor() {
+  // The acquire of the last reference's release makes a MarkKept() of any thread visible here.
+  if (kept_.load(std::memory_order_relaxed)) {
+    KeptTensorDestroyed();
+  }
+}
+
 CpuTensor::CpuTensor(Shape shape, DataType dtype, TensorPtr base, void* data)
     : data_(data), size_(ElementCount(shape)), dtype_(dtype), shape_(std::move(shape)), base_(std::move(base)) {}
 

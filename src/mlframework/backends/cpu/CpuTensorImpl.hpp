@@ -2,6 +2,7 @@
 // Private: the CPU tensor class. Elements live in xtensor containers; FP16 and
 // BF16 are stored as their 16-bit words.
 
+#include <atomic>
 #include <cstdint>
 
 #include <xsimd/memory/xsimd_aligned_allocator.hpp>
@@ -48,6 +49,14 @@ class CpuTensor final : public ITensor {
   void* Data() noexcept { return data_; }
   const void* Data() const noexcept { return data_; }
 
+  ~CpuTensor() override;
+  CpuTensor(const CpuTensor&) = delete;
+  CpuTensor& operator=(const CpuTensor&) = delete;
+
+  /// Marks this tensor as held by a kept list plan (MultiTensorKernels.cpp): destroying it then
+  /// invalidates every kept plan.
+  void MarkKept() const noexcept { kept_.store(true, std::memory_order_relaxed); }
+
  private:
   // What the kernels read per tensor (data_, size_, dtype_) sits next to the vtable pointer,
   // in the object's first cache line: planning a list of thousands of small tensors costs
@@ -55,6 +64,7 @@ class CpuTensor final : public ITensor {
   void* data_ = nullptr;  // first element (own storage or the view's start)
   std::size_t size_;
   DataType dtype_;
+  mutable std::atomic<bool> kept_{false};  // see MarkKept()
   Shape shape_;
   Storage<float> f32_;          // used when dtype_ is Float32
   Storage<std::uint16_t> u16_;  // used when dtype_ is Float16 or BFloat16

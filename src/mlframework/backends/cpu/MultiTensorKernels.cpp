@@ -455,20 +455,26 @@ std::shared_ptr<const std::pair<Plan, Plan>> MakeOrderedPairPlans(std::span<SrcP
 // A training loop hands the same lists to every step: the gradients it unscales, checks and
 // clips, the FP16 gradients it casts into FP32 ones. Planning such a list walks every tensor
 // object, scattered on the heap, and builds, joins and orders the plan. A CpuTensor never
-// changes its data pointer, size, dtype or shape, so a list that holds the same live tensor
-// objects in the same order as an earlier call has that call's plan.
+// changes its data pointer, size, dtype or shape, so a list that holds the same tensor objects
+// in the same order as an earlier call, all still alive, has that call's plan.
 //
-// "The same live objects" is decided without touching them: an entry keeps a weak_ptr per
-// tensor. A weak_ptr keeps the tensor's control block allocated, so while the entry lives no
-// other tensor can have that control block; a caller's shared_ptr that shares it (owner-equal)
-// and points at the same object is that tensor, alive. Comparing reads the caller's array of
-// shared_ptrs and the entry's two arrays, in order; no tensor object is read. The cost is
-// memory: an entry keeps each tensor's control block (with make_shared, the tensor object's few
-// hundred bytes, not its elements) allocated after the tensor dies, until the entry is dropped.
-// So an entry is made only for lists planned twice (fingerprints of the last kSeenLists
-// plannings), and only the kListCacheEntries used last are kept.
+// An entry keeps the list's object pointers and is valid only while no tensor that any entry
+// held has been destroyed since the entry was made: each tensor an entry holds is marked
+// (CpuTensor::MarkKept), and destroying a marked tensor advances g_kept_generation, which
+// invalidates every entry made before. While an entry is valid, each of its pointers still
+// names the live tensor it named, so a list with the same pointers is that list. Comparing reads
+// the caller's array of shared_ptrs and the entry's array of pointers, in order; no tensor object
+// is read. Nothing is kept alive: an earlier version kept a weak_ptr per tensor, and the control
+// blocks it held after lists died scattered the next lists' tensors further on the heap.
+//
+// A list that dies each step (gradients freed and allocated again) would mark tensors whose
+// death then invalidates the lists that live on. So an entry is made only for lists planned
+// twice (fingerprints of the last kSeenLists plannings), and only the kListCacheEntries used
+// last are kept.
 constexpr std::size_t kListCacheEntries = 4;
 constexpr std::size_t kSeenLists = 8;
+
+std::atomic<std::uint64_t> g_kept_generation{0};
 
 // The tensors of one call as the front end holds them: one list (the second empty), or a
 // cast's source and destination.
@@ -488,8 +494,9 @@ class ListCache {
     return nullptr;
   }
 
-  // Keeps @p plans for @p lists when lists with the same objects were planned recently.
-  void Add(const TensorLists& lists, std::shared_ptr<const Plans> plans) {
+  // Keeps @p plans for @p lists, all CPU tensors, planned after g_kept_generation read
+  // @p generation, when lists with the same objects were planned recently.
+  void Add(const TensorLists& lists, std::shared_ptr<const Plans> plans, std::uint64_t generation) {
     const std::uint64_t print = Fingerprint(lists);
     {
       const std::lock_guard<std::mutex> lock(mutex_);
@@ -498,47 +505,44 @@ class ListCache {
         return;
       }
     }
-    auto entry = std::make_shared<const Entry>(lists, std::move(plans));
-    std::shared_ptr<const Entry> dropped;  // released after the lock: it may free control blocks
+    auto entry = std::make_shared<const Entry>(lists, std::move(plans), generation);
     const std::lock_guard<std::mutex> lock(mutex_);
     entries_.insert(entries_.begin(), std::move(entry));
     if (entries_.size() > kListCacheEntries) {
-      dropped = std::move(entries_.back());
       entries_.pop_back();
     }
   }
 
  private:
   struct Entry {
-    Entry(const TensorLists& lists, std::shared_ptr<const Plans> kept) : plans(std::move(kept)) {
+    Entry(const TensorLists& lists, std::shared_ptr<const Plans> kept, std::uint64_t made)
+        : generation(made), plans(std::move(kept)) {
       for (std::size_t l = 0; l < lists.size(); ++l) {
         sizes[l] = lists[l].size();
         for (const TensorPtr& tensor : lists[l]) {
+          static_cast<const CpuTensor&>(*tensor).MarkKept();
           objects.push_back(tensor.get());
-          owners.emplace_back(tensor);
         }
       }
     }
 
-    // True when @p lists hold exactly this entry's live tensors, in order.
+    // True when @p lists hold exactly this entry's tensors, in order, and none it held has died.
     bool Holds(const TensorLists& lists) const {
-      if (lists[0].size() != sizes[0] || lists[1].size() != sizes[1]) {
+      if (lists[0].size() != sizes[0] || lists[1].size() != sizes[1] ||
+          g_kept_generation.load(std::memory_order_acquire) != generation) {
         return false;
       }
-      const auto differs = [&](std::size_t at, const TensorPtr& tensor) {
-        return objects[at] != tensor.get() || owners[at].owner_before(tensor) || tensor.owner_before(owners[at]);
-      };
-      std::size_t first = 0;  // where list l starts in objects and owners
+      std::size_t first = 0;  // where list l starts in objects
       for (const std::span<const TensorPtr> list : lists) {
         const std::size_t count = list.size();
         // Another list of the same length (fresh gradients each step) differs at its ends.
-        if (count > 0 && (differs(first, list.front()) || differs(first + count - 1, list.back()))) {
+        if (count > 0 && (objects[first] != list.front().get() || objects[first + count - 1] != list.back().get())) {
           return false;
         }
         int other = 0;
 #pragma omp parallel for schedule(static) reduction(| : other) if (PlanInParallel(count))
         for (std::size_t i = 0; i < count; ++i) {
-          other |= differs(first + i, list[i]) ? 1 : 0;
+          other |= objects[first + i] != list[i].get() ? 1 : 0;
         }
         if (other != 0) {
           return false;
@@ -548,9 +552,9 @@ class ListCache {
       return true;
     }
 
+    std::uint64_t generation;  // g_kept_generation before the lists were planned
     std::array<std::size_t, 2> sizes{};
-    std::vector<const ITensor*> objects;         // the lists' tensors, one list after the other
-    std::vector<std::weak_ptr<ITensor>> owners;  // their control blocks, kept allocated
+    std::vector<const ITensor*> objects;  // the lists' tensors, one list after the other
     std::shared_ptr<const Plans> plans;
   };
 
@@ -567,8 +571,11 @@ class ListCache {
     return hash;
   }
 
+  // The entries, after dropping those a destroyed tensor invalidated.
   std::vector<std::shared_ptr<const Entry>> Entries() {
+    const std::uint64_t generation = g_kept_generation.load(std::memory_order_acquire);
     const std::lock_guard<std::mutex> lock(mutex_);
+    std::erase_if(entries_, [&](const std::shared_ptr<const Entry>& entry) { return entry->generation != generation; });
     return entries_;
   }
   void MoveToFront(const std::shared_ptr<const Entry>& entry) {
@@ -747,6 +754,8 @@ bool IsCpuTensor(const TensorPtr& tensor) { return tensor && tensor->Backend() =
 
 }  // namespace
 
+void KeptTensorDestroyed() noexcept { g_kept_generation.fetch_add(1, std::memory_order_acq_rel); }
+
 std::shared_ptr<const Plan> PlanOfList(std::span<const TensorPtr> tensors) {
   if (tensors.empty()) {
     return nullptr;
@@ -758,13 +767,14 @@ std::shared_ptr<const Plan> PlanOfList(std::span<const TensorPtr> tensors) {
   if (!IsCpuTensor(tensors.front())) {
     return nullptr;
   }
+  const std::uint64_t generation = g_kept_generation.load(std::memory_order_acquire);
   std::shared_ptr<const Plan> plan;
   try {
     plan = MakeOrderedPlan(tensors);
   } catch (const NotCpuList&) {
     return nullptr;
   }
-  SingleListCache().Add(lists, plan);
+  SingleListCache().Add(lists, plan, generation);
   return plan;
 }
 
@@ -782,13 +792,14 @@ std::optional<bool> CastIntoCpuLists(std::span<const TensorPtr> src, std::span<c
   if (src.empty() || src.size() != dst.size() || !IsCpuTensor(src.front()) || !IsCpuTensor(dst.front())) {
     return std::nullopt;
   }
+  const std::uint64_t generation = g_kept_generation.load(std::memory_order_acquire);
   std::shared_ptr<const std::pair<Plan, Plan>> plans;
   try {
     plans = MakeOrderedPairPlans(src, dst);
   } catch (const NotCpuList&) {
     return std::nullopt;
   }
-  PairListCache().Add({src, dst}, plans);
+  PairListCache().Add({src, dst}, plans, generation);
   return CastIntoKernel(*plans, factor);
 }
 

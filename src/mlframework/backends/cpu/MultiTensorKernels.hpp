@@ -28,16 +28,20 @@ struct Plan;
 /// The front end's fast path (core/MultiTensor.cpp). The plan of @p tensors when every one is a
 /// CPU tensor, or null (an empty list, a null entry, another backend's tensor: the front end's
 /// general path reports or groups those). A list holding the same live tensors in the same order
-/// as a list planned twice before takes the kept plan without reading the tensor objects.
+/// as a list planned twice before, while no tensor of a kept plan has been destroyed since, takes
+/// the kept plan without reading the tensor objects.
 std::shared_ptr<const Plan> PlanOfList(std::span<const TensorPtr> tensors);
-/// The fast path of CastInto: its result over the cast planned for exactly these live source
-/// and destination tensors, kept because the same lists were cast twice before; nullopt when
-/// none is kept. Kept lists passed every check of CastInto, and tensors do not change.
+/// The fast path of CastInto: its result over the cast planned for exactly these source and
+/// destination tensors, kept as PlanOfList keeps a list; nullopt when none is kept. Kept lists
+/// passed every check of CastInto, and tensors do not change.
 std::optional<bool> CastIntoKnownLists(std::span<const TensorPtr> src, std::span<const TensorPtr> dst, float factor);
 /// CastInto over lists of CPU tensors (planned in one walk, and kept as PlanOfList keeps a
 /// list), or nullopt when they are not all CPU tensors. @p src and @p dst must have the same
 /// sizes pairwise: the caller checks them first.
 std::optional<bool> CastIntoCpuLists(std::span<const TensorPtr> src, std::span<const TensorPtr> dst, float factor);
+
+/// Called by a CpuTensor that a kept plan held when it is destroyed: no kept plan is used again.
+void KeptTensorDestroyed() noexcept;
 
 bool UnscaleAndCheckKernel(const Plan& plan, float factor);
 bool HasNonFiniteKernel(const Plan& plan);
