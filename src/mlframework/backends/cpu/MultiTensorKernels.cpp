@@ -53,9 +53,10 @@ using mlframework::detail::kObjectPrefetchAhead;
 }  // namespace
 
 // A list as one virtual array of segments. Tensors that lie back to back in memory (a
-// ZerosContiguous() list, a flat gradient buffer) are joined into one segment: the element loops are per element, so a run of adjacent tensors
-// of one dtype is one piece of memory to them, streamed without a call, a head and a tail per
-// tensor. Only exact adjacency joins: a gap may hold memory that is not in the list.
+// ZerosContiguous() list, a flat gradient buffer) are joined into one segment: the element
+// loops are per element, so a run of adjacent tensors of one dtype is one piece of memory to
+// them, streamed without a call, a head and a tail per tensor. Only exact adjacency joins: a gap
+// may hold memory that is not in the list.
 struct Plan {
   std::vector<Segment> segments;
   std::vector<std::size_t> offsets;  // where each segment starts in the virtual array; then total
@@ -723,7 +724,9 @@ bool UnscaleAndCheckKernel(std::span<ITensor* const> tensors, float factor) {
   return UnscaleAndCheckKernel(*MakeOrderedPlan(tensors), factor);
 }
 
-bool HasNonFiniteKernel(std::span<const ITensor* const> tensors) { return HasNonFiniteKernel(*MakeOrderedPlan(tensors)); }
+bool HasNonFiniteKernel(std::span<const ITensor* const> tensors) {
+  return HasNonFiniteKernel(*MakeOrderedPlan(tensors));
+}
 
 NonFiniteAndNorm CheckAndSumSquaresKernel(std::span<const ITensor* const> tensors, float factor) {
   return CheckAndSumSquaresKernel(*MakeOrderedPlan(tensors), factor);
