@@ -406,7 +406,7 @@ BOOST_AUTO_TEST_CASE(KeptPlansOnlyForTheSameLiveTensorsInOrder) {
   // of one tensor is planned three times (kept), then dropped. A plan kept by address alone
   // would send the next one to the dead tensor's memory and miss its +Inf.
   for (int round = 0; round < 20; ++round) {
-    const auto size = static_cast<std::size_t>(1 + 97 * round);
+    const std::size_t size = 1 + std::size_t{97} * static_cast<std::size_t>(round);
     const std::vector<TensorPtr> one = RandomList({mixed[round % 3]}, {size}, Fill::Values, rng);
     SetElementBits(one[0], size - 1, kNonFinite[round % 3]);
     for (int call = 0; call < 3; ++call) {
@@ -429,6 +429,7 @@ BOOST_AUTO_TEST_CASE(KeptPlansOnlyForTheSameLiveTensorsInOrder) {
   SetElementBits(other.back(), 0, kNonFinite[0]);
   omp_set_num_threads(1);
   std::vector<std::thread> threads;
+  threads.reserve(4);
   std::atomic<int> wrong{0};
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {
