@@ -354,6 +354,46 @@ bool SameLayout(const std::pair<Plan, Plan>& a, const std::pair<Plan, Plan>& b) 
   return SameLayout(a.first, b.first) && SameLayout(a.second, b.second);
 }
 
+// The entries of a cache shared by all threads, most recently used first. Entries are
+// immutable: callers compare a snapshot of them outside the lock.
+template <typename Entry>
+class RecentEntries {
+ public:
+  using Pointer = std::shared_ptr<const Entry>;
+
+  // The entries, after dropping those for which @p stale is true.
+  template <typename Stale>
+  std::vector<Pointer> Snapshot(Stale&& stale) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    std::erase_if(entries_, [&](const Pointer& entry) { return stale(*entry); });
+    return entries_;
+  }
+  std::vector<Pointer> Snapshot() {
+    return Snapshot([](const Entry&) { return false; });
+  }
+
+  void MoveToFront(const Pointer& entry) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    const auto it = std::find(entries_.begin(), entries_.end(), entry);
+    if (it != entries_.end()) {
+      std::rotate(entries_.begin(), it, it + 1);
+    }
+  }
+
+  // Adds @p entry first, dropping the least recently used beyond @p capacity.
+  void Add(Pointer entry, std::size_t capacity) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    entries_.insert(entries_.begin(), std::move(entry));
+    if (entries_.size() > capacity) {
+      entries_.pop_back();
+    }
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<Pointer> entries_;
+};
+
 // Plans is a Plan, or a source and destination pair of them for a cast. Shared by all threads:
 // the entries are immutable and compared outside the lock.
 template <typename Plans>
@@ -361,9 +401,9 @@ class OrderCache {
  public:
   // The ordered plans kept for @p plans, or null.
   std::shared_ptr<const Plans> Find(const Plans& plans) {
-    for (const std::shared_ptr<const Entry>& entry : Entries()) {
+    for (const auto& entry : entries_.Snapshot()) {
       if (SameLayout(entry->plans, plans)) {
-        MoveToFront(entry);
+        entries_.MoveToFront(entry);
         return entry->ordered;
       }
     }
@@ -371,12 +411,7 @@ class OrderCache {
   }
 
   void Add(Plans plans, std::shared_ptr<const Plans> ordered) {
-    auto entry = std::make_shared<const Entry>(Entry{std::move(plans), std::move(ordered)});
-    const std::lock_guard<std::mutex> lock(mutex_);
-    entries_.insert(entries_.begin(), std::move(entry));
-    if (entries_.size() > kOrderCacheEntries) {
-      entries_.pop_back();
-    }
+    entries_.Add(std::make_shared<const Entry>(Entry{std::move(plans), std::move(ordered)}), kOrderCacheEntries);
   }
 
  private:
@@ -385,20 +420,7 @@ class OrderCache {
     std::shared_ptr<const Plans> ordered;  // the same in address order
   };
 
-  std::vector<std::shared_ptr<const Entry>> Entries() {
-    const std::lock_guard<std::mutex> lock(mutex_);
-    return entries_;
-  }
-  void MoveToFront(const std::shared_ptr<const Entry>& entry) {
-    const std::lock_guard<std::mutex> lock(mutex_);
-    const auto it = std::find(entries_.begin(), entries_.end(), entry);
-    if (it != entries_.end()) {
-      std::rotate(entries_.begin(), it, it + 1);
-    }
-  }
-
-  std::mutex mutex_;
-  std::vector<std::shared_ptr<const Entry>> entries_;  // most recently used first
+  RecentEntries<Entry> entries_;
 };
 
 const Plan& OrderKey(const Plan& plan) { return plan; }
@@ -486,9 +508,11 @@ class ListCache {
  public:
   // The plans kept for @p lists, or null.
   std::shared_ptr<const Plans> Find(const TensorLists& lists) {
-    for (const std::shared_ptr<const Entry>& entry : Entries()) {
+    // Entries a destroyed tensor invalidated are dropped here.
+    const std::uint64_t generation = g_kept_generation.load(std::memory_order_acquire);
+    for (const auto& entry : entries_.Snapshot([&](const Entry& e) { return e.generation != generation; })) {
       if (entry->Holds(lists)) {
-        MoveToFront(entry);
+        entries_.MoveToFront(entry);
         return entry->plans;
       }
     }
@@ -500,18 +524,13 @@ class ListCache {
   void Add(const TensorLists& lists, std::shared_ptr<const Plans> plans, std::uint64_t generation) {
     const std::uint64_t print = Fingerprint(lists);
     {
-      const std::lock_guard<std::mutex> lock(mutex_);
+      const std::lock_guard<std::mutex> lock(seen_mutex_);
       if (std::find(seen_.begin(), seen_.end(), print) == seen_.end()) {
         seen_[next_seen_++ % kSeenLists] = print;
         return;
       }
     }
-    auto entry = std::make_shared<const Entry>(lists, std::move(plans), generation);
-    const std::lock_guard<std::mutex> lock(mutex_);
-    entries_.insert(entries_.begin(), std::move(entry));
-    if (entries_.size() > kListCacheEntries) {
-      entries_.pop_back();
-    }
+    entries_.Add(std::make_shared<const Entry>(lists, std::move(plans), generation), kListCacheEntries);
   }
 
  private:
@@ -572,23 +591,8 @@ class ListCache {
     return hash;
   }
 
-  // The entries, after dropping those a destroyed tensor invalidated.
-  std::vector<std::shared_ptr<const Entry>> Entries() {
-    const std::uint64_t generation = g_kept_generation.load(std::memory_order_acquire);
-    const std::lock_guard<std::mutex> lock(mutex_);
-    std::erase_if(entries_, [&](const std::shared_ptr<const Entry>& entry) { return entry->generation != generation; });
-    return entries_;
-  }
-  void MoveToFront(const std::shared_ptr<const Entry>& entry) {
-    const std::lock_guard<std::mutex> lock(mutex_);
-    const auto it = std::find(entries_.begin(), entries_.end(), entry);
-    if (it != entries_.end()) {
-      std::rotate(entries_.begin(), it, it + 1);
-    }
-  }
-
-  std::mutex mutex_;
-  std::vector<std::shared_ptr<const Entry>> entries_;  // most recently used first
+  RecentEntries<Entry> entries_;
+  std::mutex seen_mutex_;
   std::array<std::uint64_t, kSeenLists> seen_{};
   std::size_t next_seen_ = 0;
 };
