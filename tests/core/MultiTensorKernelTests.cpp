@@ -402,24 +402,27 @@ BOOST_AUTO_TEST_CASE(KeptPlansOnlyForTheSameLiveTensorsInOrder) {
   Restore(list, finite);
   CheckAllOperations(list, "kept list", std::span<const float>(kFactors).first(2));
 
-  // Tensors that die with a kept list, and new ones that may take their addresses: each list
-  // of one tensor is planned three times (kept), then dropped. A plan kept by address alone
-  // would send the next one to the dead tensor's memory and miss its +Inf.
+  // Tensors that die with a kept list, and new ones that may take their addresses: a list of
+  // one tensor 64 times (short lists are not kept) is planned three times (kept), then dropped,
+  // and the next tensor most likely takes the dead one's address. A plan kept by address alone
+  // would send the next list to the dead tensor's memory and miss its non-finite value.
   for (int round = 0; round < 20; ++round) {
     const std::size_t size = 1 + std::size_t{97} * static_cast<std::size_t>(round);
-    const std::vector<TensorPtr> one = RandomList({mixed[round % 3]}, {size}, Fill::Values, rng);
-    SetElementBits(one[0], size - 1, kNonFinite[round % 3]);
+    const TensorPtr one = RandomList({mixed[round % 3]}, {size}, Fill::Values, rng)[0];
+    SetElementBits(one, size - 1, kNonFinite[round % 3]);
+    const std::vector<TensorPtr> same(64, one);
     for (int call = 0; call < 3; ++call) {
-      BOOST_TEST(HasNonFinite(one), "round " << round << ", call " << call);
+      BOOST_TEST(HasNonFinite(same), "round " << round << ", call " << call);
     }
   }
 
   // The same tensors in another order are another list: two destinations of one size swapped.
-  const std::vector<std::size_t> sizes = {700, 1000, 300, 1000, 50};
+  auto sizes = SizesBetween(rng, 100, 1, 1000);
+  sizes[10] = sizes[90];
   const auto src = RandomList({DataType::Float32}, sizes, Fill::Values, rng);
   const auto dst = EmptyLike(src, DataType::BFloat16);
   auto swapped = dst;
-  std::swap(swapped[1], swapped[3]);
+  std::swap(swapped[10], swapped[90]);
   for (const auto& to : {dst, dst, dst, swapped, dst, swapped}) {
     CheckCastInto(src, to, 0.5f, kThreadCounts, "destinations in two orders");
   }

@@ -7,10 +7,10 @@
 /// kernel in one call, and handles tensors without a backend through the
 /// per-tensor virtual functions of ITensor.
 ///
-/// Lists of CPU tensors are checked and planned in one walk over the tensor objects. A list
-/// holding the same tensor objects in the same order as one already planned twice skips that
-/// walk (the CPU backend keeps the plans of the last four such lists, and of four casts, until
-/// any tensor they hold is destroyed). So pass a training step's lists again each step instead
+/// Lists of CPU tensors are checked and planned in one walk over the tensor objects. A list of
+/// 64 tensors or more holding the same tensor objects in the same order as one already planned
+/// twice skips that walk (the CPU backend keeps the plans of the last four such lists, and of
+/// four casts, until any tensor they hold is destroyed). So pass a training step's lists again each step instead
 /// of making new tensors: a new std::vector of the same TensorPtrs is the same list.
 
 #include <span>

@@ -490,12 +490,14 @@ std::shared_ptr<const std::pair<Plan, Plan>> MakeOrderedPairPlans(std::span<SrcP
 // is read. Nothing is kept alive: an earlier version kept a weak_ptr per tensor, and the control
 // blocks it held after lists died scattered the next lists' tensors further on the heap.
 //
-// A list that dies each step (gradients freed and allocated again) would mark tensors whose
-// death then invalidates the lists that live on. So an entry is made only for lists planned
-// twice (fingerprints of the last kSeenLists plannings), and only the kListCacheEntries used
-// last are kept.
+// A list that dies each step (gradients freed and allocated again, a cast's fresh output) would
+// mark tensors whose death then invalidates the lists that live on, and short lists would push
+// the long ones out. So an entry is made only for lists of kMinKeptTensors tensors or more
+// (shorter ones cost little to plan) that were planned twice (fingerprints of the last
+// kSeenLists plannings), and only the kListCacheEntries used last are kept.
 constexpr std::size_t kListCacheEntries = 4;
 constexpr std::size_t kSeenLists = 8;
+constexpr std::size_t kMinKeptTensors = 64;
 
 std::atomic<std::uint64_t> g_kept_generation{0};
 
@@ -520,8 +522,11 @@ class ListCache {
   }
 
   // Keeps @p plans for @p lists, all CPU tensors, planned after g_kept_generation read
-  // @p generation, when lists with the same objects were planned recently.
+  // @p generation, when the lists are long and lists with the same objects were planned recently.
   void Add(const TensorLists& lists, std::shared_ptr<const Plans> plans, std::uint64_t generation) {
+    if (lists[0].size() + lists[1].size() < kMinKeptTensors) {
+      return;
+    }
     const std::uint64_t print = Fingerprint(lists);
     {
       const std::lock_guard<std::mutex> lock(seen_mutex_);
