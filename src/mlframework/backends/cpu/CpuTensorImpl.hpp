@@ -57,6 +57,15 @@ class CpuTensor final : public ITensor {
   /// invalidates every kept plan.
   void MarkKept() const noexcept { kept_.store(true, std::memory_order_relaxed); }
 
+  /// Marks this tensor as planned (in a list by MultiTensorKernels.cpp); false the first time.
+  bool MarkPlanned() const noexcept {
+    if (planned_.load(std::memory_order_relaxed)) {
+      return true;
+    }
+    planned_.store(true, std::memory_order_relaxed);
+    return false;
+  }
+
  private:
   // What the kernels read per tensor (data_, size_, dtype_) sits next to the vtable pointer,
   // in the object's first cache line: planning a list of thousands of small tensors costs
@@ -64,7 +73,8 @@ class CpuTensor final : public ITensor {
   void* data_ = nullptr;  // first element (own storage or the view's start)
   std::size_t size_;
   DataType dtype_;
-  mutable std::atomic<bool> kept_{false};  // see MarkKept()
+  mutable std::atomic<bool> kept_{false};     // see MarkKept()
+  mutable std::atomic<bool> planned_{false};  // see MarkPlanned()
   Shape shape_;
   Storage<float> f32_;          // used when dtype_ is Float32
   Storage<std::uint16_t> u16_;  // used when dtype_ is Float16 or BFloat16

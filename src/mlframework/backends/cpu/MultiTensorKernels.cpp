@@ -179,9 +179,20 @@ std::vector<Part> PlanInParts(std::size_t count, const PlanRange& plan_range) {
   return parts;
 }
 
+// Set by a planning walk that met a tensor planned for the first time (CpuTensor::MarkPlanned):
+// such a list is not kept (see ListCache).
+using FirstPlanning = std::atomic<bool>;
+
+// Marks @p tensor planned, and sets @p first_planning when this is its first planning.
+void MarkPlanned(const CpuTensor& tensor, FirstPlanning* first_planning) {
+  if (!tensor.MarkPlanned() && first_planning != nullptr) {
+    first_planning->store(true, std::memory_order_relaxed);
+  }
+}
+
 // The plan of one list.
 template <typename TensorPointer>
-Plan MakePlan(std::span<TensorPointer const> tensors) {
+Plan MakePlan(std::span<TensorPointer const> tensors, FirstPlanning* first_planning = nullptr) {
   const TensorBackend* self = &Backend();
   const auto plan_range = [&](std::size_t first, std::size_t last) {
     Plan part(last - first);
@@ -190,6 +201,7 @@ Plan MakePlan(std::span<TensorPointer const> tensors) {
         __builtin_prefetch(Raw(tensors[i + kObjectPrefetchAhead]));  // see kObjectPrefetchAhead
       }
       const CpuTensor& tensor = CpuTensorAt(tensors[i], self);
+      MarkPlanned(tensor, first_planning);
       part.Append(tensor, part.Continues(tensor));
     }
     return part;
@@ -210,7 +222,8 @@ Plan MakePlan(std::span<TensorPointer const> tensors) {
 // The plans of a source and a destination list of the same sizes: a pair of tensors joins the
 // previous pair only when both sides do, so segment s of one plan matches segment s of the other.
 template <typename SrcPointer, typename DstPointer>
-std::pair<Plan, Plan> MakePairPlans(std::span<SrcPointer const> src, std::span<DstPointer const> dst) {
+std::pair<Plan, Plan> MakePairPlans(std::span<SrcPointer const> src, std::span<DstPointer const> dst,
+                                    FirstPlanning* first_planning = nullptr) {
   const TensorBackend* self = &Backend();
   const auto plan_range = [&](std::size_t first, std::size_t last) {
     std::pair<Plan, Plan> part{Plan(last - first), Plan(last - first)};
@@ -221,6 +234,8 @@ std::pair<Plan, Plan> MakePairPlans(std::span<SrcPointer const> src, std::span<D
       }
       const CpuTensor& in = CpuTensorAt(src[i], self);
       const CpuTensor& out = CpuTensorAt(dst[i], self);
+      MarkPlanned(in, first_planning);
+      MarkPlanned(out, first_planning);
       const bool join = part.first.Continues(in) && part.second.Continues(out);
       part.first.Append(in, join);
       part.second.Append(out, join);
@@ -452,8 +467,9 @@ OrderCache<Plan>& ListOrderCache() {
 
 // The plan of an operation over @p tensors: in address order from memory.
 template <typename TensorPointer>
-std::shared_ptr<const Plan> MakeOrderedPlan(std::span<TensorPointer const> tensors) {
-  Plan plan = MakePlan(tensors);
+std::shared_ptr<const Plan> MakeOrderedPlan(std::span<TensorPointer const> tensors,
+                                            FirstPlanning* first_planning = nullptr) {
+  Plan plan = MakePlan(tensors, first_planning);
   if (!FromMemory(plan.bytes)) {
     return std::make_shared<const Plan>(std::move(plan));
   }
@@ -464,9 +480,10 @@ std::shared_ptr<const Plan> MakeOrderedPlan(std::span<TensorPointer const> tenso
 // bytes together, as KernelsFor counts them).
 template <typename SrcPointer, typename DstPointer>
 std::shared_ptr<const std::pair<Plan, Plan>> MakeOrderedPairPlans(std::span<SrcPointer const> src,
-                                                                  std::span<DstPointer const> dst) {
+                                                                  std::span<DstPointer const> dst,
+                                                                  FirstPlanning* first_planning = nullptr) {
   static OrderCache<std::pair<Plan, Plan>> cache;
-  std::pair<Plan, Plan> plans = MakePairPlans(src, dst);
+  std::pair<Plan, Plan> plans = MakePairPlans(src, dst, first_planning);
   if (!FromMemory(plans.first.bytes + plans.second.bytes)) {
     return std::make_shared<const std::pair<Plan, Plan>>(std::move(plans));
   }
@@ -493,10 +510,10 @@ std::shared_ptr<const std::pair<Plan, Plan>> MakeOrderedPairPlans(std::span<SrcP
 // A list that dies each step (gradients freed and allocated again, a cast's fresh output) would
 // mark tensors whose death then invalidates the lists that live on, and short lists would push
 // the long ones out. So an entry is made only for lists of kMinKeptTensors tensors or more
-// (shorter ones cost little to plan) that were planned twice (fingerprints of the last
-// kSeenLists plannings), and only the kListCacheEntries used last are kept.
+// (shorter ones cost little to plan) whose every tensor was planned before (a list planned
+// again; fresh tensors, even at a dead one's address, are planned for the first time), and
+// only the kListCacheEntries used last are kept.
 constexpr std::size_t kListCacheEntries = 4;
-constexpr std::size_t kSeenLists = 8;
 constexpr std::size_t kMinKeptTensors = 64;
 
 std::atomic<std::uint64_t> g_kept_generation{0};
@@ -521,19 +538,11 @@ class ListCache {
     return nullptr;
   }
 
-  // Keeps @p plans for @p lists, all CPU tensors, planned after g_kept_generation read
-  // @p generation, when the lists are long and lists with the same objects were planned recently.
+  // Keeps @p plans for @p lists, all CPU tensors planned before, planned again after
+  // g_kept_generation read @p generation, when the lists are long.
   void Add(const TensorLists& lists, std::shared_ptr<const Plans> plans, std::uint64_t generation) {
     if (lists[0].size() + lists[1].size() < kMinKeptTensors) {
       return;
-    }
-    const std::uint64_t print = Fingerprint(lists);
-    {
-      const std::lock_guard<std::mutex> lock(seen_mutex_);
-      if (std::find(seen_.begin(), seen_.end(), print) == seen_.end()) {
-        seen_[next_seen_++ % kSeenLists] = print;
-        return;
-      }
     }
     entries_.Add(std::make_shared<const Entry>(lists, std::move(plans), generation), kListCacheEntries);
   }
@@ -583,23 +592,7 @@ class ListCache {
     std::shared_ptr<const Plans> plans;
   };
 
-  // Of the object addresses, for admission only: equal prints may come from other objects at
-  // reused addresses, which Holds() tells apart.
-  static std::uint64_t Fingerprint(const TensorLists& lists) {
-    std::uint64_t hash = 0x9e3779b97f4a7c15ull;
-    for (const std::span<const TensorPtr> list : lists) {
-      hash = (hash ^ list.size()) * 0x100000001b3ull;
-      for (const TensorPtr& tensor : list) {
-        hash = (hash ^ reinterpret_cast<std::uintptr_t>(tensor.get())) * 0x100000001b3ull;
-      }
-    }
-    return hash;
-  }
-
   RecentEntries<Entry> entries_;
-  std::mutex seen_mutex_;
-  std::array<std::uint64_t, kSeenLists> seen_{};
-  std::size_t next_seen_ = 0;
 };
 
 // The kernels for a call over @p bytes of memory (see kFromMemoryBytes).
@@ -780,13 +773,16 @@ std::shared_ptr<const Plan> PlanOfList(std::span<const TensorPtr> tensors) {
     return nullptr;
   }
   const std::uint64_t generation = g_kept_generation.load(std::memory_order_acquire);
+  FirstPlanning first{false};
   std::shared_ptr<const Plan> plan;
   try {
-    plan = MakeOrderedPlan(tensors);
+    plan = MakeOrderedPlan(tensors, &first);
   } catch (const NotCpuList&) {
     return nullptr;
   }
-  SingleListCache().Add(lists, plan, generation);
+  if (!first.load(std::memory_order_relaxed)) {
+    SingleListCache().Add(lists, plan, generation);
+  }
   return plan;
 }
 
@@ -805,13 +801,16 @@ std::optional<bool> CastIntoCpuLists(std::span<const TensorPtr> src, std::span<c
     return std::nullopt;
   }
   const std::uint64_t generation = g_kept_generation.load(std::memory_order_acquire);
+  FirstPlanning first{false};
   std::shared_ptr<const std::pair<Plan, Plan>> plans;
   try {
-    plans = MakeOrderedPairPlans(src, dst);
+    plans = MakeOrderedPairPlans(src, dst, &first);
   } catch (const NotCpuList&) {
     return std::nullopt;
   }
-  PairListCache().Add({src, dst}, plans, generation);
+  if (!first.load(std::memory_order_relaxed)) {
+    PairListCache().Add({src, dst}, plans, generation);
+  }
   return CastIntoKernel(*plans, factor);
 }
 
