@@ -403,8 +403,8 @@ BOOST_AUTO_TEST_CASE(KeptPlansOnlyForTheSameLiveTensorsInOrder) {
   CheckAllOperations(list, "kept list", std::span<const float>(kFactors).first(2));
 
   // Tensors that die with a kept list, and new ones that may take their addresses: a list of
-  // one tensor 64 times (short lists are not kept) is planned three times (kept), then dropped,
-  // and the next tensor most likely takes the dead one's address. A plan kept by address alone
+  // one tensor 64 times (short lists are not kept) is called three times (kept at the second),
+  // then dropped, and the next tensor most likely takes the dead one's address. A plan kept by address alone
   // would send the next list to the dead tensor's memory and miss its non-finite value.
   for (int round = 0; round < 20; ++round) {
     const std::size_t size = 1 + std::size_t{97} * static_cast<std::size_t>(round);
@@ -427,10 +427,10 @@ BOOST_AUTO_TEST_CASE(KeptPlansOnlyForTheSameLiveTensorsInOrder) {
     CheckCastInto(src, to, 0.5f, kThreadCounts, "destinations in two orders");
   }
 
-  // Lists kept while other threads plan and keep theirs.
+  // Lists kept while other threads plan and keep theirs (each thread's calls fork their own
+  // OpenMP teams).
   const auto other = RandomList(mixed, SizesBetween(rng, 2000, 1, 500), Fill::Values, rng);
   SetElementBits(other.back(), 0, kNonFinite[0]);
-  omp_set_num_threads(1);
   std::vector<std::thread> threads;
   threads.reserve(4);
   std::atomic<int> wrong{0};
