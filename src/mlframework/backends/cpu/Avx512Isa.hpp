@@ -112,6 +112,18 @@ struct Avx512Isa {
     }
   }
 
+  // The lane-wise maximum of two flags. The masked form with every lane selected is the same
+  // instruction; GCC 12 warns (-Wuninitialized) on the unmasked intrinsic's undefined
+  // pass-through operand when both inputs are known zeros.
+  template <DataType D>
+  static Flag Merge(Flag a, Flag b) {
+    if constexpr (D == DataType::Float32) {
+      return _mm512_mask_max_epu32(a, static_cast<__mmask16>(0xffff), a, b);
+    } else {
+      return _mm512_mask_max_epu16(a, static_cast<__mmask32>(0xffffffff), a, b);
+    }
+  }
+
   template <DataType D>
   static bool AnyNonFinite(Flag flag) {
     if constexpr (D == DataType::Float32) {

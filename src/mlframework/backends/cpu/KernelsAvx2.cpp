@@ -89,6 +89,16 @@ struct Avx2 {
     }
   }
 
+  // The lane-wise maximum of two flags.
+  template <DataType D>
+  static Flag Merge(Flag a, Flag b) {
+    if constexpr (D == DataType::Float32) {
+      return _mm256_max_epu32(a, b);
+    } else {
+      return _mm256_max_epu16(a, b);
+    }
+  }
+
   template <DataType D>
   static bool AnyNonFinite(Flag flag) {
     __m256i hit;
