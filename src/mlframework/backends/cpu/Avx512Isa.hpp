@@ -113,8 +113,9 @@ struct Avx512Isa {
   }
 
   // The lane-wise maximum of two flags. The masked form with every lane selected is the same
-  // instruction; GCC 12 warns (-Wuninitialized) on the unmasked intrinsic's undefined
-  // pass-through operand when both inputs are known zeros.
+  // instruction; on the unmasked one GCC 12 warns (-Wuninitialized) about its undefined
+  // pass-through operand when both inputs are known zeros (GCC bug 105593, as in
+  // SumSquaresBf16Words below).
   template <DataType D>
   static Flag Merge(Flag a, Flag b) {
     if constexpr (D == DataType::Float32) {
