@@ -696,7 +696,10 @@ void ScaleKernel(const Plan& plan, float factor) {
   }
 }
 
-bool CastIntoKernel(const std::pair<Plan, Plan>& plans, float factor) {
+namespace {
+
+// The cast along a source plan and a destination plan cut alike (MakePairPlans).
+bool CastPairPlans(const std::pair<Plan, Plan>& plans, float factor) {
   const Plan& src_plan = plans.first;   // named references, not a structured binding: clang 14
   const Plan& dst_plan = plans.second;  // cannot capture those in the OpenMP region's lambda
   // A destination that comes with more memory than the caches hold will be evicted before anyone
@@ -722,6 +725,8 @@ bool CastIntoKernel(const std::pair<Plan, Plan>& plans, float factor) {
   return found != 0;
 }
 
+}  // namespace
+
 bool UnscaleAndCheckKernel(std::span<ITensor* const> tensors, float factor) {
   return UnscaleAndCheckKernel(*MakeOrderedPlan(tensors), factor);
 }
@@ -738,7 +743,7 @@ void ScaleKernel(std::span<ITensor* const> tensors, float factor) { ScaleKernel(
 
 bool CastIntoKernel(std::span<const ITensor* const> src, std::span<ITensor* const> dst, float factor) {
   // Same sizes pairwise (checked by the caller), so the same segments and chunks.
-  return CastIntoKernel(*MakeOrderedPairPlans(src, dst), factor);
+  return CastPairPlans(*MakeOrderedPairPlans(src, dst), factor);
 }
 
 namespace {
@@ -791,7 +796,7 @@ std::optional<bool> CastIntoKnownLists(std::span<const TensorPtr> src, std::span
     return std::nullopt;
   }
   if (const std::shared_ptr<const std::pair<Plan, Plan>> plans = PairListCache().Find({src, dst})) {
-    return CastIntoKernel(*plans, factor);
+    return CastPairPlans(*plans, factor);
   }
   return std::nullopt;
 }
@@ -811,7 +816,7 @@ std::optional<bool> CastIntoCpuLists(std::span<const TensorPtr> src, std::span<c
   if (!first.load(std::memory_order_relaxed)) {
     PairListCache().Add({src, dst}, plans, generation);
   }
-  return CastIntoKernel(*plans, factor);
+  return CastPairPlans(*plans, factor);
 }
 
 void WidenToFloat(const void* src, DataType dtype, float* dst, std::size_t count) {
