@@ -14,6 +14,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <ios>
 #include <limits>
@@ -534,6 +535,27 @@ BOOST_AUTO_TEST_CASE(DispatchesTheRequestedInstructionSet) {
     // Never forced onto instructions the CPU lacks: the best supported path runs instead.
     BOOST_TEST_MESSAGE("this CPU lacks " << requested << ": its kernels are NOT tested in this run");
     BOOST_TEST(active == best);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(SoftwarePrefetchAsRequested) {
+  // MLFW_CPU_PREFETCH=1 or 0 forces the software prefetch of calls from memory on or off (the
+  // kernel tests run once each way, tests/core/CMakeLists.txt); without it, AMD CPUs run without.
+  const char* env = std::getenv("MLFW_CPU_PREFETCH");
+  const std::string requested = env == nullptr ? "" : env;
+  const bool on = backends::cpu::SoftwarePrefetch();
+  BOOST_TEST_MESSAGE("MLFW_CPU_PREFETCH='" << requested << "', software prefetch " << (on ? "on" : "off") << ", "
+                                           << backends::cpu::InstructionSet());
+  if (backends::cpu::InstructionSet() == "portable") {
+    BOOST_TEST(!on);  // scalar loops have no prefetch to turn on
+  } else if (requested == "1" || requested == "0") {
+    BOOST_TEST(on == (requested == "1"));
+  } else {
+#if defined(__x86_64__)
+    BOOST_TEST(on == !__builtin_cpu_is("amd"));
+#else
+    BOOST_TEST(on);
+#endif
   }
 }
 

@@ -43,6 +43,11 @@ MLFRAMEWORK_EXPORT const TensorBackend& Backend() noexcept;
 /// Every path writes the same bits (core/FloatBits.hpp rounding); only the rounding of sums of
 /// squares differs between paths.
 MLFRAMEWORK_EXPORT std::string_view InstructionSet() noexcept;
+/// True when the kernels prefetch a page ahead in software in calls over 16 MiB and more. Chosen
+/// once per process: on for the SIMD paths except on AMD CPUs, where it was measured slower
+/// (docs/BENCHMARKS.md, session 15); never on the portable path. The environment variable
+/// MLFW_CPU_PREFETCH=1 or 0 forces it on or off. It changes speed only, never a result.
+MLFRAMEWORK_EXPORT bool SoftwarePrefetch() noexcept;
 
 /// The C++ element type stored for a DataType.
 template <DataType D>

@@ -1,10 +1,14 @@
 // Run-time choice of the kernel table: once per process, from what the CPU
 // (and the operating system, for the AVX-512 register state) supports, or
-// from MLFW_CPU_ISA when a test or a benchmark asks for a given path.
+// from MLFW_CPU_ISA when a test or a benchmark asks for a given path. Also
+// once per process: whether calls from memory prefetch in software
+// (MLFW_CPU_PREFETCH forces it).
 
 #include <cstdio>
 #include <cstdlib>
 #include <string_view>
+
+#include <mlframework/backends/cpu/CpuTensor.hpp>
 
 #include "mlframework/backends/cpu/KernelTable.hpp"
 
@@ -98,11 +102,47 @@ const KernelTable& Select() noexcept {
   return Best();
 }
 
+// Software prefetch a page ahead helps where the hardware prefetcher stops at each 4 KiB page
+// and needs a few misses to lock onto a new stream: on a Xeon every layout ran 10-21% slower
+// without it (docs/BENCHMARKS.md, session 6). On an AMD EPYC (Zen 4) the same loops, timed in one
+// process on the same memory, ran up to 39% slower with it and never measurably faster (session
+// 15): there it is off. Other vendors keep it.
+bool PrefetchByDefault() noexcept {
+#if defined(MLFW_CPU_X86_KERNELS)
+  return !__builtin_cpu_is("amd");
+#else
+  return true;
+#endif
+}
+
+bool SelectPrefetch() noexcept {
+  const char* requested = std::getenv("MLFW_CPU_PREFETCH");
+  if (requested == nullptr || *requested == '\0') {
+    return PrefetchByDefault();
+  }
+  const std::string_view value(requested);
+  if (value == "1" || value == "0") {
+    return value == "1";
+  }
+  std::fprintf(stderr, "mlframework: MLFW_CPU_PREFETCH=%s is not 0 or 1; ignored\n", requested);
+  return PrefetchByDefault();
+}
+
 }  // namespace
 
 const KernelTable& ActiveKernels() noexcept {
   static const KernelTable& active = Select();
   return active;
+}
+
+bool SoftwarePrefetch() noexcept {
+  static const bool on = ActiveKernels().software_prefetch && SelectPrefetch();
+  return on;
+}
+
+const KernelSet& FromMemoryKernels() noexcept {
+  const KernelTable& table = ActiveKernels();
+  return SoftwarePrefetch() ? table.from_memory : table.from_memory_no_prefetch;
 }
 
 }  // namespace mlframework::backends::cpu

@@ -54,6 +54,11 @@ struct KernelTable {
   /// and casts write the whole lines of their destination with non-temporal stores. Those are
   /// not fenced: the caller issues a full fence before the output is read (once per chunk).
   KernelSet from_memory;
+  /// from_memory without the software prefetch, for CPUs whose hardware prefetcher needs no help
+  /// (SoftwarePrefetch() false): the cached loops, with the casts' non-temporal stores.
+  KernelSet from_memory_no_prefetch;
+  /// True when from_memory prefetches in software (every SIMD table; portable code has none).
+  bool software_prefetch;
 };
 
 /// Scalar kernels built on core/FloatBits.hpp; run on every CPU.
@@ -75,5 +80,9 @@ const KernelTable& Avx512Fp16Kernels() noexcept;
 /// environment variable MLFW_CPU_ISA (portable, avx2, avx512, avx512_bf16, avx512_fp16) when the CPU supports it.
 /// Chosen once.
 const KernelTable& ActiveKernels() noexcept;
+
+/// The set calls over at least kFromMemoryBytes run in this process: ActiveKernels().from_memory
+/// where SoftwarePrefetch() (CpuTensor.hpp) is true, else from_memory_no_prefetch.
+const KernelSet& FromMemoryKernels() noexcept;
 
 }  // namespace mlframework::backends::cpu

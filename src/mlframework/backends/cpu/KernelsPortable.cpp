@@ -86,7 +86,7 @@ const KernelTable& PortableKernels() noexcept {
        {Cast<kBF16, kF32>, Cast<kBF16, kF16>, Cast<kBF16, kBF16>}},
   };
   // One set for both kinds of call: portable code has no prefetch and no non-temporal store.
-  static constexpr KernelTable kTable{"portable", kSet, kSet};
+  static constexpr KernelTable kTable{"portable", kSet, kSet, kSet, false};
   return kTable;
 }
 

@@ -597,8 +597,7 @@ class ListCache {
 
 // The kernels for a call over @p bytes of memory (see kFromMemoryBytes).
 const KernelSet& KernelsFor(std::size_t bytes) {
-  const KernelTable& table = ActiveKernels();
-  return FromMemory(bytes) ? table.from_memory : table.cached;
+  return FromMemory(bytes) ? FromMemoryKernels() : ActiveKernels().cached;
 }
 
 // Threads only when there is more than one chunk: a fork costs more than a small list.

@@ -18,8 +18,8 @@ namespace mlframework::backends::cpu {
 /// Elements per chunk: large enough to amortise scheduling, small enough to balance 10k tensors.
 inline constexpr std::size_t kChunkElements = 32768;
 /// Calls over at least this many bytes (a list's, or a cast's source and destination together)
-/// run KernelTable::from_memory: software prefetch, and casts write with non-temporal stores.
-/// Smaller ones run KernelTable::cached.
+/// run FromMemoryKernels() (KernelTable.hpp): casts write with non-temporal stores, and the loops
+/// prefetch in software where SoftwarePrefetch() is true. Smaller ones run KernelTable::cached.
 inline constexpr std::size_t kFromMemoryBytes = std::size_t{16} << 20;
 
 /// The chunk plan of a list, made once per call or kept across calls (MultiTensorKernels.cpp).

@@ -18,7 +18,8 @@
 //   Isa::StoreStream<D>(p, v, flag)   Store to a vector-aligned p with non-temporal stores
 //   Isa::Flag, Isa::NoFlag<D>(), Isa::AnyNonFinite<D>(flag), Isa::Merge<D>(a, b) (lane-wise max)
 //   Isa::kPrefetch                    true for the KernelTable::from_memory set: the loops prefetch
-//                                     a page ahead (PrefetchLines / PrefetchAhead below)
+//                                     a page ahead (PrefetchLines / PrefetchAhead below); false
+//                                     for the cached and from_memory_no_prefetch sets
 //   Isa::kWordKernels                 true when the Isa has ScaleWords<D>(p, count, factor, found):
 //                                     an in-place 16-bit scale that returns false, writing
 //                                     nothing, when it is not exact for that factor, and
@@ -65,7 +66,8 @@ std::size_t AlignHead(const T* p, std::size_t count) {
 // lock onto a new stream; asking one page ahead crosses that boundary for it (10-21% faster on
 // every layout on a Xeon host, session 6). For data already in the caches it only costs: the
 // same kernels without it ran 1M-element lists 12% faster (geometric mean, 29 of 32 cases,
-// an EPYC host, docs/BENCHMARKS.md session 9).
+// an EPYC host, docs/BENCHMARKS.md session 9). On AMD EPYC it costs from memory too (session 15),
+// so there calls from memory run these loops without it (KernelTable::from_memory_no_prefetch).
 // It deliberately runs past the end of the piece: a prefetch never faults, and tensors
 // allocated one after another lie one after another on the heap, so the lines past one
 // tensor's end are usually the next tensor's head. Stopping at the end was measured 1.1-1.4x
@@ -272,12 +274,10 @@ bool Cast(const void* src, void* dst, std::size_t count, float factor) {
   return Isa::template AnyNonFinite<T>(flag);
 }
 
-/// One KernelSet from the loops above for one instruction set. The from_memory traits
-/// (Isa::kPrefetch) also make the casts stream their stores: both are for memory the caches
-/// do not hold.
-template <class Isa, class Set>
+/// One KernelSet from the loops above for one instruction set: Isa::kPrefetch says whether the
+/// loops prefetch in software, kStream whether the casts stream their stores.
+template <class Isa, class Set, bool kStream>
 constexpr Set MakeSet() {
-  constexpr bool kStream = Isa::kPrefetch;
   constexpr DataType kF32 = DataType::Float32;
   constexpr DataType kF16 = DataType::Float16;
   constexpr DataType kBF16 = DataType::BFloat16;
@@ -293,12 +293,14 @@ constexpr Set MakeSet() {
 }
 
 /// Fills a KernelTable for one instruction set: CachedIsa and MemoryIsa are its traits without
-/// and with software prefetch (kPrefetch false and true).
+/// and with software prefetch (kPrefetch false and true). Both sets for memory stream the casts'
+/// stores; they differ only in the software prefetch.
 template <class CachedIsa, class MemoryIsa, class Table>
 constexpr Table MakeTable(std::string_view name) {
   static_assert(!CachedIsa::kPrefetch && MemoryIsa::kPrefetch);
   using Set = decltype(Table::cached);
-  return Table{name, MakeSet<CachedIsa, Set>(), MakeSet<MemoryIsa, Set>()};
+  return Table{name, MakeSet<CachedIsa, Set, false>(), MakeSet<MemoryIsa, Set, true>(),
+               MakeSet<CachedIsa, Set, true>(), true};
 }
 
 }  // namespace mlframework::backends::cpu::simd
