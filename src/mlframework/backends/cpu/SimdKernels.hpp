@@ -299,8 +299,8 @@ template <class CachedIsa, class MemoryIsa, class Table>
 constexpr Table MakeTable(std::string_view name) {
   static_assert(!CachedIsa::kPrefetch && MemoryIsa::kPrefetch);
   using Set = decltype(Table::cached);
-  return Table{name, MakeSet<CachedIsa, Set, false>(), MakeSet<MemoryIsa, Set, true>(),
-               MakeSet<CachedIsa, Set, true>(), true};
+  return Table{name, MakeSet<CachedIsa, Set, false>(), MakeSet<MemoryIsa, Set, true>(), MakeSet<CachedIsa, Set, true>(),
+               true};
 }
 
 }  // namespace mlframework::backends::cpu::simd
