@@ -136,8 +136,8 @@ const KernelTable& ActiveKernels() noexcept {
 }
 
 bool SoftwarePrefetch() noexcept {
-  static const bool on = ActiveKernels().software_prefetch && SelectPrefetch();
-  return on;
+  static const bool kOn = ActiveKernels().software_prefetch && SelectPrefetch();
+  return kOn;
 }
 
 const KernelSet& FromMemoryKernels() noexcept {
