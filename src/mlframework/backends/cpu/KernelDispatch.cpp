@@ -141,8 +141,9 @@ bool SoftwarePrefetch() noexcept {
 }
 
 const KernelSet& FromMemoryKernels() noexcept {
-  const KernelTable& table = ActiveKernels();
-  return SoftwarePrefetch() ? table.from_memory : table.from_memory_no_prefetch;
+  static const KernelSet& set =
+      SoftwarePrefetch() ? ActiveKernels().from_memory : ActiveKernels().from_memory_no_prefetch;
+  return set;
 }
 
 }  // namespace mlframework::backends::cpu
