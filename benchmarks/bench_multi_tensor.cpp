@@ -472,6 +472,7 @@ int main(int argc, char** argv) {
   }
   benchmark::AddCustomContext("mlfw_instruction_set", std::string(mlframework::backends::cpu::InstructionSet()));
   benchmark::AddCustomContext("mlfw_software_prefetch", mlframework::backends::cpu::SoftwarePrefetch() ? "on" : "off");
+  benchmark::AddCustomContext("mlfw_small_tensor_pool", mlframework::backends::cpu::SmallTensorPool() ? "on" : "off");
   benchmark::AddCustomContext("mlfw_omp_threads", std::to_string(omp_get_max_threads()));
   benchmark::AddCustomContext("mlfw_timing", mlfw_bench::g_cpu_timing ? "process cpu" : "real");
   for (const std::size_t total : kSizes) {

@@ -49,6 +49,15 @@ MLFRAMEWORK_EXPORT std::string_view InstructionSet() noexcept;
 /// MLFW_CPU_PREFETCH=1 or 0 forces it on or off. It changes speed only, never a result.
 MLFRAMEWORK_EXPORT bool SoftwarePrefetch() noexcept;
 
+/// True when CPU tensors of up to 32 KiB take their elements from the library's pool of small
+/// buffers, which hands memory out in the order it is asked for: small tensors made one after
+/// another then lie back to back, and fused kernels over them stream like one buffer
+/// (docs/BENCHMARKS.md, session 16). Memory of freed small tensors is kept for later tensors of
+/// the same rounded size, and up to 32 MiB of emptied 2 MiB blocks are kept for reuse. On unless
+/// the environment variable MLFW_CPU_SMALL_POOL=0 (read once per process) turns it off; larger
+/// tensors always come from the aligned operator new. It changes where memory lies, never a result.
+MLFRAMEWORK_EXPORT bool SmallTensorPool() noexcept;
+
 /// The C++ element type stored for a DataType.
 template <DataType D>
 struct StorageOf;

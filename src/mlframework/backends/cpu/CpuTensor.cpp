@@ -142,6 +142,8 @@ TensorPtr View(const TensorPtr& base, std::size_t offset, const Shape& shape) {
   return std::make_shared<CpuTensor>(shape, base->GetDataType(), base, first);
 }
 
+bool SmallTensorPool() noexcept { return SmallPoolEnabled(); }
+
 bool IsCpuTensor(const ITensor& tensor) noexcept { return dynamic_cast<const CpuTensor*>(&tensor) != nullptr; }
 
 void* MutableData(ITensor& tensor) {

@@ -5,10 +5,11 @@
 #include <atomic>
 #include <cstdint>
 
-#include <xsimd/memory/xsimd_aligned_allocator.hpp>
 #include <xtensor/xtensor.hpp>
 
 #include <mlframework/core/ITensor.hpp>
+
+#include "mlframework/backends/cpu/SmallBufferPool.hpp"
 
 namespace mlframework::backends::cpu {
 
@@ -16,8 +17,9 @@ namespace mlframework::backends::cpu {
 // 16-byte alignment would make most full-register loads and non-temporal stores of a
 // tensor straddle two cache lines, and two tensors of different dtypes could never be
 // aligned together (casts between separately allocated small tensors ran 1.5x slower).
+// Tensors of up to 32 KiB come from SmallBufferPool, which places them one after another.
 template <typename T>
-using Storage = xt::xtensor<T, 1, XTENSOR_DEFAULT_LAYOUT, xsimd::aligned_allocator<T, 64>>;
+using Storage = xt::xtensor<T, 1, XTENSOR_DEFAULT_LAYOUT, TensorAllocator<T>>;
 
 class CpuTensor final : public ITensor {
  public:

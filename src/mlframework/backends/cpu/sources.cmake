@@ -2,7 +2,8 @@ target_sources(mlframework PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/CpuTensor.cpp
   ${CMAKE_CURRENT_LIST_DIR}/KernelDispatch.cpp
   ${CMAKE_CURRENT_LIST_DIR}/KernelsPortable.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/MultiTensorKernels.cpp)
+  ${CMAKE_CURRENT_LIST_DIR}/MultiTensorKernels.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/SmallBufferPool.cpp)
 
 # One source file per instruction set, each with its own flags (the rest of the
 # library keeps the baseline flags); KernelDispatch.cpp picks one at run time.

@@ -1,0 +1,232 @@
+#include "mlframework/backends/cpu/SmallBufferPool.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+
+#include <mlframework/core/Error.hpp>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define MLFW_POOL_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define MLFW_POOL_ASAN 1
+#endif
+#endif
+#if defined(MLFW_POOL_ASAN)
+#include <sanitizer/asan_interface.h>
+#endif
+
+namespace mlframework::backends::cpu {
+
+namespace {
+
+// Bytes the kernels must not touch are poisoned under AddressSanitizer.
+void Poison([[maybe_unused]] const void* pointer, [[maybe_unused]] std::size_t bytes) {
+#if defined(MLFW_POOL_ASAN)
+  ASAN_POISON_MEMORY_REGION(pointer, bytes);
+#endif
+}
+
+void Unpoison([[maybe_unused]] const void* pointer, [[maybe_unused]] std::size_t bytes) {
+#if defined(MLFW_POOL_ASAN)
+  ASAN_UNPOISON_MEMORY_REGION(pointer, bytes);
+#endif
+}
+
+constexpr std::align_val_t kBlockAlignment{SmallBufferPool::kBlockBytes};
+constexpr std::align_val_t kTensorAlignment{SmallBufferPool::kAlignment};
+constexpr std::size_t kBitsPerWord = 64;
+
+std::string Hex(const void* pointer) {
+  char text[2 + 2 * sizeof(void*) + 1];
+  std::snprintf(text, sizeof(text), "%p", pointer);
+  return text;
+}
+
+void RequireSize(std::size_t bytes) {
+  if (bytes == 0 || bytes > SmallBufferPool::kMaxBytes) {
+    throw ArgumentError(
+        "bytes", "must be 1 to " + std::to_string(SmallBufferPool::kMaxBytes) + ", got " + std::to_string(bytes));
+  }
+}
+
+bool SelectSmallPool() noexcept {
+  const char* requested = std::getenv("MLFW_CPU_SMALL_POOL");
+  if (requested == nullptr || *requested == '\0') {
+    return true;
+  }
+  const std::string_view value(requested);
+  if (value == "1" || value == "0") {
+    return value == "1";
+  }
+  std::fprintf(stderr, "mlframework: MLFW_CPU_SMALL_POOL=%s is not 0 or 1; ignored\n", requested);
+  return true;
+}
+
+}  // namespace
+
+SmallBufferPool::~SmallBufferPool() {
+  for (const auto& [address, block] : blocks_) {
+    Unpoison(block.base, kBlockBytes);
+    ::operator delete(block.base, kBlockAlignment);
+  }
+  for (std::byte* base : spares_) {
+    Unpoison(base, kBlockBytes);
+    ::operator delete(base, kBlockAlignment);
+  }
+}
+
+SmallBufferPool& SmallBufferPool::Process() {
+  static auto* const kPool = new SmallBufferPool();
+  return *kPool;
+}
+
+SmallBufferPool::Block* SmallBufferPool::FindBlock(const void* pointer) {
+  const auto base = reinterpret_cast<std::uintptr_t>(pointer) & ~(std::uintptr_t{kBlockBytes} - 1);
+  const auto found = blocks_.find(base);
+  return found == blocks_.end() ? nullptr : &found->second;
+}
+
+SmallBufferPool::Block& SmallBufferPool::NewCurrentBlock() {
+  Block block;
+  block.live_starts.assign(kBlockBytes / kAlignment / kBitsPerWord, 0);
+  const bool fresh = spares_.empty();
+  if (fresh) {
+    block.base = static_cast<std::byte*>(::operator new(kBlockBytes, kBlockAlignment));
+    Poison(block.base, kBlockBytes);
+  } else {
+    block.base = spares_.back();  // poisoned whole since its last slot was freed
+  }
+  std::byte* base = block.base;
+  try {
+    block.generation = next_generation_;
+    current_ = &blocks_.emplace(reinterpret_cast<std::uintptr_t>(base), std::move(block)).first->second;
+  } catch (...) {
+    if (fresh) {
+      Unpoison(base, kBlockBytes);
+      ::operator delete(base, kBlockAlignment);
+    }
+    throw;
+  }
+  if (!fresh) {
+    spares_.pop_back();
+  }
+  ++next_generation_;
+  return *current_;
+}
+
+std::byte* SmallBufferPool::TakeFreeSlot(std::size_t size_class) {
+  std::vector<FreeSlot>& slots = free_slots_[size_class];
+  while (!slots.empty()) {
+    const FreeSlot slot = slots.back();
+    slots.pop_back();
+    // A slot of a block emptied since it was freed is gone: the block has started over.
+    const Block* block = FindBlock(slot.pointer);
+    if (block != nullptr && block->generation == slot.generation) {
+      return slot.pointer;
+    }
+  }
+  return nullptr;
+}
+
+void SmallBufferPool::MarkLive(Block& block, std::byte* pointer, std::size_t bytes) {
+  const std::size_t unit = static_cast<std::size_t>(pointer - block.base) / kAlignment;
+  block.live_starts[unit / kBitsPerWord] |= std::uint64_t{1} << (unit % kBitsPerWord);
+  ++block.live_slots;
+  ++live_slots_;
+  live_bytes_ += SizeClass(bytes) * kAlignment;
+  Unpoison(pointer, bytes);
+}
+
+void* SmallBufferPool::Allocate(std::size_t bytes) {
+  RequireSize(bytes);
+  const std::size_t size_class = SizeClass(bytes);
+  const std::size_t rounded = size_class * kAlignment;
+  const std::lock_guard lock(mutex_);
+  if (std::byte* reused = TakeFreeSlot(size_class)) {
+    MarkLive(*FindBlock(reused), reused, bytes);
+    return reused;
+  }
+  // The rest of a block too short for this request stays unused until the block empties.
+  Block& block = current_ != nullptr && current_->used + rounded <= kBlockBytes ? *current_ : NewCurrentBlock();
+  std::byte* pointer = block.base + block.used;
+  block.used += rounded;
+  MarkLive(block, pointer, bytes);
+  return pointer;
+}
+
+void SmallBufferPool::EmptyBlock(Block& block) {
+  // Its free slots expire with the generation; they are dropped when next met in a free list.
+  if (&block == current_) {
+    block.used = 0;
+    block.generation = next_generation_++;
+    return;
+  }
+  std::byte* base = block.base;
+  blocks_.erase(reinterpret_cast<std::uintptr_t>(base));
+  if (spares_.size() < kMaxSpareBlocks) {
+    spares_.push_back(base);  // capacity reserved in Free
+  } else {
+    Unpoison(base, kBlockBytes);
+    ::operator delete(base, kBlockAlignment);
+  }
+}
+
+void SmallBufferPool::Free(void* pointer, std::size_t bytes) {
+  RequireSize(bytes);
+  const std::size_t size_class = SizeClass(bytes);
+  const std::lock_guard lock(mutex_);
+  Block* block = FindBlock(pointer);
+  const std::size_t offset =
+      block == nullptr ? 0 : static_cast<std::size_t>(static_cast<std::byte*>(pointer) - block->base);
+  const std::size_t unit = offset / kAlignment;
+  const std::uint64_t bit = std::uint64_t{1} << (unit % kBitsPerWord);
+  if (block == nullptr || offset % kAlignment != 0 || (block->live_starts[unit / kBitsPerWord] & bit) == 0) {
+    throw ArgumentError("pointer", Hex(pointer) +
+                                       " is not memory this pool holds live (never allocated here, or "
+                                       "freed already)");
+  }
+  // What can throw (growing a list) comes first, so a failure leaves the pool as it was.
+  if (block->live_slots == 1) {
+    spares_.reserve(kMaxSpareBlocks);
+  } else {
+    free_slots_[size_class].push_back({static_cast<std::byte*>(pointer), block->generation});
+  }
+  block->live_starts[unit / kBitsPerWord] &= ~bit;
+  --block->live_slots;
+  --live_slots_;
+  live_bytes_ -= size_class * kAlignment;
+  Poison(pointer, size_class * kAlignment);
+  if (block->live_slots == 0) {
+    EmptyBlock(*block);
+  }
+}
+
+SmallBufferPool::Stats SmallBufferPool::GetStats() const {
+  const std::lock_guard lock(mutex_);
+  return {blocks_.size(), spares_.size(), live_slots_, live_bytes_};
+}
+
+bool SmallPoolEnabled() noexcept {
+  static const bool kOn = SelectSmallPool();
+  return kOn;
+}
+
+void* AllocateTensorBytes(std::size_t bytes) {
+  if (bytes != 0 && bytes <= SmallBufferPool::kMaxBytes && SmallPoolEnabled()) {
+    return SmallBufferPool::Process().Allocate(bytes);
+  }
+  return ::operator new(bytes, kTensorAlignment);
+}
+
+void FreeTensorBytes(void* pointer, std::size_t bytes) noexcept {
+  if (bytes != 0 && bytes <= SmallBufferPool::kMaxBytes && SmallPoolEnabled()) {
+    SmallBufferPool::Process().Free(pointer, bytes);
+    return;
+  }
+  ::operator delete(pointer, kTensorAlignment);
+}
+
+}  // namespace mlframework::backends::cpu
