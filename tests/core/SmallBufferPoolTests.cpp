@@ -143,6 +143,7 @@ BOOST_AUTO_TEST_CASE(ThreadsNeverShareASlot) {
   constexpr int kThreads = 4;
   constexpr int kRounds = 3000;
   std::vector<std::thread> threads;
+  threads.reserve(kThreads);
   std::vector<int> errors(kThreads, 0);
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&pool, &errors, t] {

@@ -2,6 +2,8 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
+#include <new>
 #include <string>
 #include <string_view>
 
@@ -167,11 +169,15 @@ void SmallBufferPool::EmptyBlock(Block& block) {
   std::byte* base = block.base;
   blocks_.erase(reinterpret_cast<std::uintptr_t>(base));
   if (spares_.size() < kMaxSpareBlocks) {
-    spares_.push_back(base);  // capacity reserved in Free
-  } else {
-    Unpoison(base, kBlockBytes);
-    ::operator delete(base, kBlockAlignment);
+    try {
+      spares_.push_back(base);
+      return;
+    } catch (const std::bad_alloc&) {
+      // No room to keep it: it goes back to the system like any block past the limit.
+    }
   }
+  Unpoison(base, kBlockBytes);
+  ::operator delete(base, kBlockAlignment);
 }
 
 void SmallBufferPool::Free(void* pointer, std::size_t bytes) {
@@ -188,11 +194,12 @@ void SmallBufferPool::Free(void* pointer, std::size_t bytes) {
                                        " is not memory this pool holds live (never allocated here, or "
                                        "freed already)");
   }
-  // What can throw (growing a list) comes first, so a failure leaves the pool as it was.
-  if (block->live_slots == 1) {
-    spares_.reserve(kMaxSpareBlocks);
-  } else {
-    free_slots_[size_class].push_back({static_cast<std::byte*>(pointer), block->generation});
+  if (block->live_slots > 1) {
+    try {
+      free_slots_[size_class].push_back({static_cast<std::byte*>(pointer), block->generation});
+    } catch (const std::bad_alloc&) {
+      // Not listed, the slot is reused when its block empties; the counts below stay right.
+    }
   }
   block->live_starts[unit / kBitsPerWord] &= ~bit;
   --block->live_slots;
@@ -223,7 +230,12 @@ void* AllocateTensorBytes(std::size_t bytes) {
 
 void FreeTensorBytes(void* pointer, std::size_t bytes) noexcept {
   if (bytes != 0 && bytes <= SmallBufferPool::kMaxBytes && SmallPoolEnabled()) {
-    SmallBufferPool::Process().Free(pointer, bytes);
+    try {
+      SmallBufferPool::Process().Free(pointer, bytes);
+    } catch (const std::exception& error) {
+      std::fprintf(stderr, "mlframework: freeing CPU tensor memory: %s\n", error.what());
+      std::abort();
+    }
     return;
   }
   ::operator delete(pointer, kTensorAlignment);

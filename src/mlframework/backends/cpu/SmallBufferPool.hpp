@@ -37,9 +37,9 @@ namespace mlframework::backends::cpu {
 
 class SmallBufferPool {
  public:
-  static constexpr std::size_t kAlignment = 64;        // every slot starts on a cache line
-  static constexpr std::size_t kMaxBytes = 32 * 1024;  // larger requests do not come here
-  static constexpr std::size_t kBlockBytes = 2 * 1024 * 1024;
+  static constexpr std::size_t kAlignment = 64;                     // every slot starts on a cache line
+  static constexpr std::size_t kMaxBytes = std::size_t{32} * 1024;  // larger requests do not come here
+  static constexpr std::size_t kBlockBytes = std::size_t{2} * 1024 * 1024;
   static constexpr std::size_t kMaxSpareBlocks = 16;  // emptied blocks kept for reuse
 
   struct Stats {
@@ -65,7 +65,7 @@ class SmallBufferPool {
 
   // Gives back what Allocate(bytes) returned. ArgumentError, with the pool unchanged, for a
   // size out of range or a pointer this pool does not hold live (never allocated, or freed
-  // already).
+  // already); nothing else is thrown.
   void Free(void* pointer, std::size_t bytes);
 
   Stats GetStats() const;
@@ -107,24 +107,27 @@ bool SmallPoolEnabled() noexcept;
 // Memory for a CPU tensor's elements, 64-byte aligned: from the process pool for small
 // requests when it is enabled, else from the aligned operator new. Zero bytes is allowed.
 void* AllocateTensorBytes(std::size_t bytes);
-// Gives back AllocateTensorBytes(bytes).
+// Gives back AllocateTensorBytes(bytes). A pointer the pool does not hold live is memory
+// corruption: the process stops with a message instead of going on.
 void FreeTensorBytes(void* pointer, std::size_t bytes) noexcept;
 
-// The allocator under the CPU tensors' xtensor containers.
+// The allocator under the CPU tensors' xtensor containers (the standard names of an allocator's
+// members are required, hence the NOLINTs of the naming rule).
 template <typename T>
 struct TensorAllocator {
-  using value_type = T;
+  using value_type = T;  // NOLINT(readability-identifier-naming)
 
   TensorAllocator() noexcept = default;
   template <typename U>
   TensorAllocator(const TensorAllocator<U>& /*other*/) noexcept {}
 
-  T* allocate(std::size_t count) {
+  T* allocate(std::size_t count) {  // NOLINT(readability-identifier-naming)
     if (count > static_cast<std::size_t>(PTRDIFF_MAX) / sizeof(T)) {
       throw std::bad_array_new_length();
     }
     return static_cast<T*>(AllocateTensorBytes(count * sizeof(T)));
   }
+  // NOLINTNEXTLINE(readability-identifier-naming)
   void deallocate(T* pointer, std::size_t count) noexcept { FreeTensorBytes(pointer, count * sizeof(T)); }
 
   friend bool operator==(const TensorAllocator& /*a*/, const TensorAllocator& /*b*/) noexcept { return true; }
