@@ -133,6 +133,7 @@ BOOST_AUTO_TEST_CASE(BadRequestsThrowAndLeaveThePoolUnchanged) {
   BOOST_CHECK_EXCEPTION(pool.Free(&outside, 4), ArgumentError, names("pointer", "never allocated"));
   BOOST_CHECK_EXCEPTION(pool.Free(freed, 256), ArgumentError, names("pointer", "freed already"));
   BOOST_CHECK_EXCEPTION(pool.Free(Bytes(live) + 64, 64), ArgumentError, names("pointer", "not memory"));
+  BOOST_CHECK_EXCEPTION(pool.Free(live, 128), ArgumentError, names("bytes", "allocated with 193 to 256 bytes"));
   BOOST_TEST(SameStats(pool.GetStats(), before));
   pool.Free(live, 256);  // still live after all that
   BOOST_TEST(pool.GetStats().live_slots == 0u);

@@ -39,7 +39,6 @@ void Unpoison([[maybe_unused]] const void* pointer, [[maybe_unused]] std::size_t
 
 constexpr std::align_val_t kBlockAlignment{SmallBufferPool::kBlockBytes};
 constexpr std::align_val_t kTensorAlignment{SmallBufferPool::kAlignment};
-constexpr std::size_t kBitsPerWord = 64;
 
 std::string Hex(const void* pointer) {
   char text[2 + 2 * sizeof(void*) + 1];
@@ -93,7 +92,7 @@ SmallBufferPool::Block* SmallBufferPool::FindBlock(const void* pointer) {
 
 SmallBufferPool::Block& SmallBufferPool::NewCurrentBlock() {
   Block block;
-  block.live_starts.assign(kBlockBytes / kAlignment / kBitsPerWord, 0);
+  block.live_class.assign(kBlockBytes / kAlignment, 0);
   const bool fresh = spares_.empty();
   if (fresh) {
     block.base = static_cast<std::byte*>(::operator new(kBlockBytes, kBlockAlignment));
@@ -133,12 +132,12 @@ std::byte* SmallBufferPool::TakeFreeSlot(std::size_t size_class) {
   return nullptr;
 }
 
-void SmallBufferPool::MarkLive(Block& block, std::byte* pointer, std::size_t bytes) {
-  const std::size_t unit = static_cast<std::size_t>(pointer - block.base) / kAlignment;
-  block.live_starts[unit / kBitsPerWord] |= std::uint64_t{1} << (unit % kBitsPerWord);
+void SmallBufferPool::MarkLive(Block& block, std::byte* pointer, std::size_t bytes, std::size_t size_class) {
+  block.live_class[static_cast<std::size_t>(pointer - block.base) / kAlignment] =
+      static_cast<std::uint16_t>(size_class);
   ++block.live_slots;
   ++live_slots_;
-  live_bytes_ += SizeClass(bytes) * kAlignment;
+  live_bytes_ += size_class * kAlignment;
   Unpoison(pointer, bytes);
 }
 
@@ -148,14 +147,14 @@ void* SmallBufferPool::Allocate(std::size_t bytes) {
   const std::size_t rounded = size_class * kAlignment;
   const std::lock_guard lock(mutex_);
   if (std::byte* reused = TakeFreeSlot(size_class)) {
-    MarkLive(*FindBlock(reused), reused, bytes);
+    MarkLive(*FindBlock(reused), reused, bytes, size_class);
     return reused;
   }
   // The rest of a block too short for this request stays unused until the block empties.
   Block& block = current_ != nullptr && current_->used + rounded <= kBlockBytes ? *current_ : NewCurrentBlock();
   std::byte* pointer = block.base + block.used;
   block.used += rounded;
-  MarkLive(block, pointer, bytes);
+  MarkLive(block, pointer, bytes, size_class);
   return pointer;
 }
 
@@ -188,11 +187,15 @@ void SmallBufferPool::Free(void* pointer, std::size_t bytes) {
   const std::size_t offset =
       block == nullptr ? 0 : static_cast<std::size_t>(static_cast<std::byte*>(pointer) - block->base);
   const std::size_t unit = offset / kAlignment;
-  const std::uint64_t bit = std::uint64_t{1} << (unit % kBitsPerWord);
-  if (block == nullptr || offset % kAlignment != 0 || (block->live_starts[unit / kBitsPerWord] & bit) == 0) {
+  if (block == nullptr || offset % kAlignment != 0 || block->live_class[unit] == 0) {
     throw ArgumentError("pointer", Hex(pointer) +
                                        " is not memory this pool holds live (never allocated here, or "
                                        "freed already)");
+  }
+  if (block->live_class[unit] != size_class) {
+    throw ArgumentError("bytes", std::to_string(bytes) + " for " + Hex(pointer) + ", which was allocated with " +
+                                     std::to_string((block->live_class[unit] - 1) * kAlignment + 1) + " to " +
+                                     std::to_string(block->live_class[unit] * kAlignment) + " bytes");
   }
   if (block->live_slots > 1) {
     try {
@@ -201,7 +204,7 @@ void SmallBufferPool::Free(void* pointer, std::size_t bytes) {
       // Not listed, the slot is reused when its block empties; the counts below stay right.
     }
   }
-  block->live_starts[unit / kBitsPerWord] &= ~bit;
+  block->live_class[unit] = 0;
   --block->live_slots;
   --live_slots_;
   live_bytes_ -= size_class * kAlignment;

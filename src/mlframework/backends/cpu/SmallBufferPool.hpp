@@ -64,8 +64,9 @@ class SmallBufferPool {
   void* Allocate(std::size_t bytes);
 
   // Gives back what Allocate(bytes) returned. ArgumentError, with the pool unchanged, for a
-  // size out of range or a pointer this pool does not hold live (never allocated, or freed
-  // already); nothing else is thrown.
+  // size out of range, a pointer this pool does not hold live (never allocated, or freed
+  // already) or a size that does not round to the one it was allocated with; nothing else is
+  // thrown.
   void Free(void* pointer, std::size_t bytes);
 
   Stats GetStats() const;
@@ -75,8 +76,10 @@ class SmallBufferPool {
     std::byte* base = nullptr;
     std::size_t used = 0;  // bytes handed out from the start (the bump offset)
     std::size_t live_slots = 0;
-    std::uint64_t generation = 0;            // changes when the block is emptied: its free slots expire
-    std::vector<std::uint64_t> live_starts;  // one bit per 64 bytes: a live slot starts here
+    std::uint64_t generation = 0;  // changes when the block is emptied: its free slots expire
+    // Per 64 bytes of the block: the size class of the live slot starting there, or 0. Free
+    // checks a pointer and its size against it (3% of the block).
+    std::vector<std::uint16_t> live_class;
   };
   struct FreeSlot {
     std::byte* pointer;
@@ -87,7 +90,7 @@ class SmallBufferPool {
   Block* FindBlock(const void* pointer);
   Block& NewCurrentBlock();
   std::byte* TakeFreeSlot(std::size_t size_class);
-  void MarkLive(Block& block, std::byte* pointer, std::size_t bytes);
+  void MarkLive(Block& block, std::byte* pointer, std::size_t bytes, std::size_t size_class);
   void EmptyBlock(Block& block);
 
   mutable std::mutex mutex_;
