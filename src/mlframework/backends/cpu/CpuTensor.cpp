@@ -2,7 +2,10 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
+#include <string_view>
 
 #include <mlframework/backends/cpu/CpuTensor.hpp>
 #include <mlframework/core/Error.hpp>
@@ -142,7 +145,27 @@ TensorPtr View(const TensorPtr& base, std::size_t offset, const Shape& shape) {
   return std::make_shared<CpuTensor>(shape, base->GetDataType(), base, first);
 }
 
-bool SmallTensorPool() noexcept { return SmallPoolEnabled(); }
+namespace {
+
+bool SelectSmallPool() noexcept {
+  const char* requested = std::getenv("MLFW_CPU_SMALL_POOL");
+  if (requested == nullptr || *requested == '\0') {
+    return true;
+  }
+  const std::string_view value(requested);
+  if (value == "1" || value == "0") {
+    return value == "1";
+  }
+  std::fprintf(stderr, "mlframework: MLFW_CPU_SMALL_POOL=%s is not 0 or 1; ignored\n", requested);
+  return true;
+}
+
+}  // namespace
+
+bool SmallTensorPool() noexcept {
+  static const bool kOn = SelectSmallPool();
+  return kOn;
+}
 
 bool IsCpuTensor(const ITensor& tensor) noexcept { return dynamic_cast<const CpuTensor*>(&tensor) != nullptr; }
 

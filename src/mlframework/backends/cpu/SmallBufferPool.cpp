@@ -5,8 +5,8 @@
 #include <exception>
 #include <new>
 #include <string>
-#include <string_view>
 
+#include <mlframework/backends/cpu/CpuTensor.hpp>
 #include <mlframework/core/Error.hpp>
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -51,19 +51,6 @@ void RequireSize(std::size_t bytes) {
     throw ArgumentError(
         "bytes", "must be 1 to " + std::to_string(SmallBufferPool::kMaxBytes) + ", got " + std::to_string(bytes));
   }
-}
-
-bool SelectSmallPool() noexcept {
-  const char* requested = std::getenv("MLFW_CPU_SMALL_POOL");
-  if (requested == nullptr || *requested == '\0') {
-    return true;
-  }
-  const std::string_view value(requested);
-  if (value == "1" || value == "0") {
-    return value == "1";
-  }
-  std::fprintf(stderr, "mlframework: MLFW_CPU_SMALL_POOL=%s is not 0 or 1; ignored\n", requested);
-  return true;
 }
 
 }  // namespace
@@ -118,13 +105,13 @@ SmallBufferPool::Block& SmallBufferPool::NewCurrentBlock() {
   return *current_;
 }
 
-std::byte* SmallBufferPool::TakeFreeSlot(std::size_t size_class) {
+std::byte* SmallBufferPool::TakeFreeSlot(std::size_t size_class, Block*& block) {
   std::vector<FreeSlot>& slots = free_slots_[size_class];
   while (!slots.empty()) {
     const FreeSlot slot = slots.back();
     slots.pop_back();
     // A slot of a block emptied since it was freed is gone: the block has started over.
-    const Block* block = FindBlock(slot.pointer);
+    block = FindBlock(slot.pointer);
     if (block != nullptr && block->generation == slot.generation) {
       return slot.pointer;
     }
@@ -136,8 +123,6 @@ void SmallBufferPool::MarkLive(Block& block, std::byte* pointer, std::size_t byt
   block.live_class[static_cast<std::size_t>(pointer - block.base) / kAlignment] =
       static_cast<std::uint16_t>(size_class);
   ++block.live_slots;
-  ++live_slots_;
-  live_bytes_ += size_class * kAlignment;
   Unpoison(pointer, bytes);
 }
 
@@ -146,8 +131,9 @@ void* SmallBufferPool::Allocate(std::size_t bytes) {
   const std::size_t size_class = SizeClass(bytes);
   const std::size_t rounded = size_class * kAlignment;
   const std::lock_guard lock(mutex_);
-  if (std::byte* reused = TakeFreeSlot(size_class)) {
-    MarkLive(*FindBlock(reused), reused, bytes, size_class);
+  Block* owner = nullptr;
+  if (std::byte* reused = TakeFreeSlot(size_class, owner)) {
+    MarkLive(*owner, reused, bytes, size_class);
     return reused;
   }
   // The rest of a block too short for this request stays unused until the block empties.
@@ -206,8 +192,6 @@ void SmallBufferPool::Free(void* pointer, std::size_t bytes) {
   }
   block->live_class[unit] = 0;
   --block->live_slots;
-  --live_slots_;
-  live_bytes_ -= size_class * kAlignment;
   Poison(pointer, size_class * kAlignment);
   if (block->live_slots == 0) {
     EmptyBlock(*block);
@@ -216,23 +200,25 @@ void SmallBufferPool::Free(void* pointer, std::size_t bytes) {
 
 SmallBufferPool::Stats SmallBufferPool::GetStats() const {
   const std::lock_guard lock(mutex_);
-  return {blocks_.size(), spares_.size(), live_slots_, live_bytes_};
-}
-
-bool SmallPoolEnabled() noexcept {
-  static const bool kOn = SelectSmallPool();
-  return kOn;
+  Stats stats{blocks_.size(), spares_.size(), 0, 0};
+  for (const auto& [address, block] : blocks_) {
+    stats.live_slots += block.live_slots;
+    for (const std::uint16_t size_class : block.live_class) {
+      stats.live_bytes += size_class * kAlignment;
+    }
+  }
+  return stats;
 }
 
 void* AllocateTensorBytes(std::size_t bytes) {
-  if (bytes != 0 && bytes <= SmallBufferPool::kMaxBytes && SmallPoolEnabled()) {
+  if (bytes != 0 && bytes <= SmallBufferPool::kMaxBytes && SmallTensorPool()) {
     return SmallBufferPool::Process().Allocate(bytes);
   }
   return ::operator new(bytes, kTensorAlignment);
 }
 
 void FreeTensorBytes(void* pointer, std::size_t bytes) noexcept {
-  if (bytes != 0 && bytes <= SmallBufferPool::kMaxBytes && SmallPoolEnabled()) {
+  if (bytes != 0 && bytes <= SmallBufferPool::kMaxBytes && SmallTensorPool()) {
     try {
       SmallBufferPool::Process().Free(pointer, bytes);
     } catch (const std::exception& error) {

@@ -89,8 +89,8 @@ class SmallBufferPool {
   static std::size_t SizeClass(std::size_t bytes) { return (bytes + kAlignment - 1) / kAlignment; }
   Block* FindBlock(const void* pointer);
   Block& NewCurrentBlock();
-  std::byte* TakeFreeSlot(std::size_t size_class);
-  void MarkLive(Block& block, std::byte* pointer, std::size_t bytes, std::size_t size_class);
+  std::byte* TakeFreeSlot(std::size_t size_class, Block*& block);
+  static void MarkLive(Block& block, std::byte* pointer, std::size_t bytes, std::size_t size_class);
   void EmptyBlock(Block& block);
 
   mutable std::mutex mutex_;
@@ -99,16 +99,10 @@ class SmallBufferPool {
   std::vector<std::byte*> spares_;
   std::vector<std::vector<FreeSlot>> free_slots_ = std::vector<std::vector<FreeSlot>>(kMaxBytes / kAlignment + 1);
   std::uint64_t next_generation_ = 1;
-  std::size_t live_slots_ = 0;
-  std::size_t live_bytes_ = 0;
 };
 
-// Whether CPU tensors of up to SmallBufferPool::kMaxBytes take their memory from the process
-// pool: on unless MLFW_CPU_SMALL_POOL=0 (read once per process).
-bool SmallPoolEnabled() noexcept;
-
 // Memory for a CPU tensor's elements, 64-byte aligned: from the process pool for small
-// requests when it is enabled, else from the aligned operator new. Zero bytes is allowed.
+// requests when SmallTensorPool() (CpuTensor.hpp) is on, else from the aligned operator new. Zero bytes is allowed.
 void* AllocateTensorBytes(std::size_t bytes);
 // Gives back AllocateTensorBytes(bytes). A pointer the pool does not hold live is memory
 // corruption: the process stops with a message instead of going on.
