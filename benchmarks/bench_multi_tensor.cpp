@@ -26,10 +26,13 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -277,43 +280,78 @@ void LimitCopy(const float* src, float* dst, std::size_t n) {
   }
 }
 
+// Kept for the whole run, one per size and role: paired cases of FP32 and 16-bit operations
+// alternate between sizes, and must not rebuild a buffer every time.
 float* LimitBuffer(std::size_t floats, int which) {
-  static std::vector<float> buffers[2];
-  auto& b = buffers[which];
+  static std::map<std::pair<std::size_t, int>, std::vector<float>> buffers;
+  auto& b = buffers[{floats, which}];
   if (b.size() != floats) {
     b.assign(floats, 0.5f);
   }
   return b.data();
 }
 
+// One call of a fused operation on a layout's lists, and the bytes it reads plus writes.
+// In-place calls scale by 0.5 and 2 in turn (exact, so values stay put); `settle`, run after the
+// timed loop, makes one more call when the loop made an odd number. Without it a case of odd
+// iterations leaves its list halved for the next case: over a run FP16 values drifted down into
+// the subnormal range, where the 16-bit word path falls back to the float path, and the FP16
+// scale cases slowed 2-3x from one repetition to the next (session 17).
+struct BoundCall {
+  std::function<void()> call;
+  std::size_t bytes = 0;
+  std::function<void()> settle = [] {};
+};
+
+// A call that scales by *factor and then flips it between 0.5 and 2, with its settle.
+template <typename Fn>
+BoundCall Alternating(Fn scale_by, std::size_t bytes) {
+  auto factor = std::make_shared<float>(0.5f);
+  std::function<void()> call = [scale_by, factor] {
+    scale_by(*factor);
+    *factor = 1.0f / *factor;
+  };
+  return {call, bytes, [call, factor] {
+            if (*factor != 0.5f) {
+              call();
+            }
+          }};
+}
+
+// One call of the flat FP32 limit kernel `name` over `floats` floats, and the bytes it moves.
+BoundCall BindLimit(const std::string& name, std::size_t floats) {
+  float* p = LimitBuffer(floats, 0);
+  if (name == "read_sum") {
+    return {[p, floats] { benchmark::DoNotOptimize(LimitReadSum(p, floats)); }, floats * 4};
+  }
+  if (name == "scale") {
+    return Alternating(
+        [p, floats](float factor) {
+          LimitScale(p, floats, factor);
+          benchmark::ClobberMemory();
+        },
+        floats * 8);
+  }
+  float* dst = LimitBuffer(floats, 1);
+  return {[p, dst, floats] {
+            LimitCopy(p, dst, floats);
+            benchmark::ClobberMemory();
+          },
+          floats * 8};
+}
+
 void RegisterLimits(std::size_t floats) {
-  const std::string size = SizeName(floats);
-  benchmark::RegisterBenchmark(("limit/read_sum/f32/flat/" + size).c_str(), [floats](benchmark::State& state) {
-    const float* p = LimitBuffer(floats, 0);
-    for (auto _ : state) {
-      benchmark::DoNotOptimize(LimitReadSum(p, floats));
-    }
-    state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * floats * 4));
-  })->Apply(ApplyTiming);
-  benchmark::RegisterBenchmark(("limit/scale/f32/flat/" + size).c_str(), [floats](benchmark::State& state) {
-    float* p = LimitBuffer(floats, 0);
-    float factor = 0.5f;
-    for (auto _ : state) {
-      LimitScale(p, floats, factor);
-      factor = 1.0f / factor;  // 0.5, 2, 0.5, ...: exact, values stay put
-      benchmark::ClobberMemory();
-    }
-    state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * floats * 8));
-  })->Apply(ApplyTiming);
-  benchmark::RegisterBenchmark(("limit/copy/f32/flat/" + size).c_str(), [floats](benchmark::State& state) {
-    const float* src = LimitBuffer(floats, 0);
-    float* dst = LimitBuffer(floats, 1);
-    for (auto _ : state) {
-      LimitCopy(src, dst, floats);
-      benchmark::ClobberMemory();
-    }
-    state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * floats * 8));
-  })->Apply(ApplyTiming);
+  for (const char* name : {"read_sum", "scale", "copy"}) {
+    const std::string case_name = std::string("limit/") + name + "/f32/flat/" + SizeName(floats);
+    benchmark::RegisterBenchmark(case_name.c_str(), [name, floats](benchmark::State& state) {
+      const BoundCall limit = BindLimit(name, floats);
+      for (auto _ : state) {
+        limit.call();
+      }
+      limit.settle();
+      state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * limit.bytes));
+    })->Apply(ApplyTiming);
+  }
 }
 
 // The limit loops over the memory of a layout's tensors, wherever they lie: each tensor's bytes
@@ -399,44 +437,48 @@ void RegisterLayoutLimits(Layout layout, std::size_t total) {
 
 // ---- the fused operations through the public API -----------------------------------------------
 
-void RegisterFused(Layout layout, std::size_t total) {
-  const std::string tail = std::string("/") + LayoutName(layout) + "/" + SizeName(total);
+// A fused operation, named "<op>/<dtype>" ("cast/<from>_to_<to>" for casts), with the flat FP32
+// limit kernel it is held against: `limit` over `limit_floats(total)` floats, as many bytes per
+// array as the operation's (a cast: as its wider side).
+struct FusedOp {
+  std::string name;
+  std::string limit;
+  std::size_t width = 4;
+  std::function<BoundCall(Layout, std::size_t)> bind;
+};
+
+std::vector<FusedOp> FusedOps() {
+  std::vector<FusedOp> ops;
   for (const DataType dtype : kDtypes) {
     const std::string d = DtypeName(dtype);
-    const std::string suffix = d + tail;
-    benchmark::RegisterBenchmark(("fused/unscale_check/" + suffix).c_str(), [=](benchmark::State& state) {
-      const auto& list = List(layout, total, dtype);
-      float factor = 0.5f;
-      for (auto _ : state) {
-        benchmark::DoNotOptimize(mlframework::UnscaleAndCheck(list, factor));
-        factor = 1.0f / factor;
-      }
-      state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * 2 * Bytes(list)));
-    })->Apply(ApplyTiming);
-    benchmark::RegisterBenchmark(("fused/check/" + suffix).c_str(), [=](benchmark::State& state) {
-      const auto& list = List(layout, total, dtype);
-      for (auto _ : state) {
-        benchmark::DoNotOptimize(mlframework::HasNonFinite(list));
-      }
-      state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * Bytes(list)));
-    })->Apply(ApplyTiming);
-    benchmark::RegisterBenchmark(("fused/sum_squares/" + suffix).c_str(), [=](benchmark::State& state) {
-      const auto& list = List(layout, total, dtype);
-      for (auto _ : state) {
-        benchmark::DoNotOptimize(mlframework::CheckAndSumSquares(list, 1.0f / 65536.0f));
-      }
-      state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * Bytes(list)));
-    })->Apply(ApplyTiming);
-    benchmark::RegisterBenchmark(("fused/scale/" + suffix).c_str(), [=](benchmark::State& state) {
-      const auto& list = List(layout, total, dtype);
-      float factor = 0.5f;
-      for (auto _ : state) {
-        mlframework::ScaleInPlace(list, factor);
-        factor = 1.0f / factor;
-        benchmark::ClobberMemory();
-      }
-      state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * 2 * Bytes(list)));
-    })->Apply(ApplyTiming);
+    const std::size_t width = mlframework::ElementSize(dtype);
+    ops.push_back(
+        {"unscale_check/" + d, "scale", width, [dtype](Layout layout, std::size_t total) {
+           const auto& list = List(layout, total, dtype);
+           return Alternating(
+               [&list](float factor) { benchmark::DoNotOptimize(mlframework::UnscaleAndCheck(list, factor)); },
+               2 * Bytes(list));
+         }});
+    ops.push_back(
+        {"check/" + d, "read_sum", width, [dtype](Layout layout, std::size_t total) {
+           const auto& list = List(layout, total, dtype);
+           return BoundCall{[&list] { benchmark::DoNotOptimize(mlframework::HasNonFinite(list)); }, Bytes(list)};
+         }});
+    ops.push_back({"sum_squares/" + d, "read_sum", width, [dtype](Layout layout, std::size_t total) {
+                     const auto& list = List(layout, total, dtype);
+                     return BoundCall{
+                         [&list] { benchmark::DoNotOptimize(mlframework::CheckAndSumSquares(list, 1.0f / 65536.0f)); },
+                         Bytes(list)};
+                   }});
+    ops.push_back({"scale/" + d, "scale", width, [dtype](Layout layout, std::size_t total) {
+                     const auto& list = List(layout, total, dtype);
+                     return Alternating(
+                         [&list](float factor) {
+                           mlframework::ScaleInPlace(list, factor);
+                           benchmark::ClobberMemory();
+                         },
+                         2 * Bytes(list));
+                   }});
   }
   const std::pair<DataType, DataType> casts[] = {{DataType::Float32, DataType::Float16},
                                                  {DataType::Float32, DataType::BFloat16},
@@ -446,16 +488,73 @@ void RegisterFused(Layout layout, std::size_t total) {
     // Plain copies: clang 14 cannot capture structured bindings in the lambda below.
     const DataType from = cast.first;
     const DataType to = cast.second;
-    std::string name = "fused/cast/";
-    name.append(DtypeName(from)).append("_to_").append(DtypeName(to)).append(tail);
-    benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& state) {
-      const auto& src = List(layout, total, from);
-      const auto& dst = List(layout, total, to, /*fill=*/false);
+    std::string name = "cast/";
+    name.append(DtypeName(from)).append("_to_").append(DtypeName(to));
+    const std::size_t width = std::max(mlframework::ElementSize(from), mlframework::ElementSize(to));
+    ops.push_back({name, "copy", width, [from, to](Layout layout, std::size_t total) {
+                     const auto& src = List(layout, total, from);
+                     const auto& dst = List(layout, total, to, /*fill=*/false);
+                     return BoundCall{
+                         [&src, &dst] { benchmark::DoNotOptimize(mlframework::CastInto(src, dst, 1.0f / 65536.0f)); },
+                         Bytes(src) + Bytes(dst)};
+                   }});
+  }
+  return ops;
+}
+
+// fused/<op>/<dtype>/<layout>/N: the operation alone, as many calls as the benchmark asks.
+void RegisterFused(Layout layout, std::size_t total) {
+  const std::string tail = std::string("/") + LayoutName(layout) + "/" + SizeName(total);
+  for (const FusedOp& op : FusedOps()) {
+    benchmark::RegisterBenchmark(("fused/" + op.name + tail).c_str(), [op, layout, total](benchmark::State& state) {
+      const BoundCall bound = op.bind(layout, total);
       for (auto _ : state) {
-        benchmark::DoNotOptimize(mlframework::CastInto(src, dst, 1.0f / 65536.0f));
+        bound.call();
       }
-      state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * (Bytes(src) + Bytes(dst))));
+      bound.settle();
+      state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * bound.bytes));
     })->Apply(ApplyTiming);
+  }
+}
+
+double Seconds(const std::function<void()>& call) {
+  const auto start = std::chrono::steady_clock::now();
+  call();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// pair/<op>/<dtype>/<layout>/N: the fused operation and its flat limit kernel, one call of each
+// per iteration, alternately first. Separate cases each take the host's bandwidth in their own
+// seconds, and a shared host's bandwidth moves from one minute to the next (BENCHMARKS.md,
+// sessions 15-16); two calls a few milliseconds apart share it. The iteration time is the fused
+// call's; the counter limit_ratio is the median over the iterations of the fused call's
+// bandwidth over the limit call's (each kernel also starts on memory the other just evicted
+// from the cache, as gradients do in training).
+void RegisterPaired(Layout layout, std::size_t total) {
+  const std::string tail = std::string("/") + LayoutName(layout) + "/" + SizeName(total);
+  for (const FusedOp& op : FusedOps()) {
+    benchmark::RegisterBenchmark(("pair/" + op.name + tail).c_str(), [op, layout, total](benchmark::State& state) {
+      const BoundCall fused = op.bind(layout, total);
+      const BoundCall limit = BindLimit(op.limit, total * op.width / 4);
+      std::vector<double> ratios;
+      bool fused_first = false;
+      for (auto _ : state) {
+        fused_first = !fused_first;
+        const double first = Seconds(fused_first ? fused.call : limit.call);
+        const double second = Seconds(fused_first ? limit.call : fused.call);
+        const double fused_s = fused_first ? first : second;
+        const double limit_s = fused_first ? second : first;
+        state.SetIterationTime(fused_s);
+        ratios.push_back((static_cast<double>(fused.bytes) / fused_s) / (static_cast<double>(limit.bytes) / limit_s));
+      }
+      fused.settle();
+      limit.settle();
+      state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * fused.bytes));
+      if (!ratios.empty()) {
+        std::nth_element(ratios.begin(), ratios.begin() + static_cast<std::ptrdiff_t>(ratios.size() / 2), ratios.end());
+        state.counters["limit_ratio"] = ratios[ratios.size() / 2];
+      }
+    })->UseManualTime();
   }
 }
 
@@ -481,6 +580,9 @@ int main(int argc, char** argv) {
     RegisterLimits(total / 2);
     for (const Layout layout : {Layout::Gpt, Layout::Small, Layout::Packed, Layout::Reversed, Layout::Flat}) {
       RegisterFused(layout, total);
+      if (total >= (std::size_t{16} << 20)) {
+        RegisterPaired(layout, total);
+      }
       if (layout == Layout::Small || layout == Layout::Packed || layout == Layout::Reversed) {
         RegisterLayoutLimits(layout, total);
       }

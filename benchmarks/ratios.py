@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Ratio tables for bench_multi_tensor JSON output (python3 standard library only).
 
-Usage: python3 benchmarks/ratios.py cpu.json [--markdown] [--best] [--table]
+Usage: python3 benchmarks/ratios.py cpu.json [--best] [--table | --layouts | --pairs]
 
 Prints, from one run:
   1. each fused case's bandwidth over its matching limit kernel's (same bytes per array):
@@ -14,6 +14,11 @@ Prints, from one run:
      (target for unscale_check: >= 5).
 --table prints instead one summary table: per operation and dtype, each layout's ratio to its
 limit kernel at 16M and 64M elements, and small/flat, packed/flat, reversed/flat.
+--pairs prints instead the paired cases (pair/<op>/<dtype>/<layout>/N, each iteration one call of
+the fused operation and one of its flat limit kernel, alternately first): per operation and
+dtype, each layout's median limit_ratio at 16M and 64M (bold: below the target), and how many
+cases meet the target. Two calls milliseconds apart share the host's bandwidth, which separate
+cases, timed seconds or minutes apart, do not.
 --layouts prints instead what the small, packed and reversed layouts cost the plain limit loops
 run over their memory (limit/{read_sum,scale,copy}/{f32,f16}/{layout}/N against the flat limit
 kernel over as many bytes), and each fused case on those layouts against that loop.
@@ -32,6 +37,7 @@ LIMIT_FOR = {"unscale_check": "scale", "scale": "scale", "check": "read_sum", "s
 BEST = "--best" in sys.argv
 TABLE = "--table" in sys.argv
 LAYOUT_TABLES = "--layouts" in sys.argv
+PAIRS = "--pairs" in sys.argv
 LAYOUTS = ("gpt", "small", "packed", "reversed", "flat")
 SCATTERED = ("small", "packed", "reversed")  # the layouts with plain loops over their own memory
 SIZES = ("16M", "64M")
@@ -47,7 +53,7 @@ def load(path):
         name = b.get("run_name", b["name"])
         # --mlfw_timing=cpu runs are named .../process_time and timed by cpu_time.
         b["_time"] = b["cpu_time"] if name.endswith("/process_time") else b["real_time"]
-        for suffix in ("/real_time", "/process_time"):
+        for suffix in ("/real_time", "/process_time", "/manual_time"):
             if name.endswith(suffix):
                 name = name[: -len(suffix)]
         runs.setdefault(name, []).append(b)
@@ -56,6 +62,7 @@ def load(path):
         pick_time = min if BEST else statistics.median
         pick_rate = max if BEST else statistics.median
         cases[name] = {
+            "limit_ratio": pick_rate(b.get("limit_ratio", 0.0) for b in bs),
             "time": pick_time(b["_time"] for b in bs),
             "bps": pick_rate(b.get("bytes_per_second", 0.0) for b in bs),
             "unit": bs[0]["time_unit"],
@@ -119,6 +126,37 @@ def summary_table(cases):
         print("| " + " | ".join(cells) + " |")
 
 
+def pairs_table(cases):
+    """One row per op and dtype: each layout's paired limit_ratio at 16M and 64M (bold: below the
+    target); then, per layout, how many cases meet the target."""
+    header = ["op", "dtype"] + ["%s %s" % (l, n) for n in SIZES for l in LAYOUTS]
+    print("| " + " | ".join(header) + " |")
+    print("|---|---|" + "---:|" * (len(header) - 2))
+    rows = sorted({tuple(n.split("/")[1:3]) for n in cases if n.startswith("pair/")})
+    met = {l: [0, 0, 1e9] for l in LAYOUTS}  # met, cases, worst
+    for op, dt in rows:
+        target = 0.85 if op == "cast" else 0.9
+        cells = [op, dt]
+        for n in SIZES:
+            for l in LAYOUTS:
+                case = cases.get("pair/%s/%s/%s/%s" % (op, dt, l, n))
+                if case is None:
+                    cells.append("")
+                    continue
+                r = case["limit_ratio"]
+                met[l][0] += r >= target
+                met[l][1] += 1
+                met[l][2] = min(met[l][2], r / target)
+                cells.append("**%s**" % fmt(r) if r < target else fmt(r))
+        print("| " + " | ".join(cells) + " |")
+    print()
+    print("| layout | cases meeting the target | worst ratio / target |")
+    print("|---|---:|---:|")
+    for l in LAYOUTS:
+        if met[l][1]:
+            print("| %s | %d of %d | %s |" % (l, met[l][0], met[l][1], fmt(met[l][2])))
+
+
 def layout_limit(op, dt, layout, n):
     """The plain limit loop over the memory of `layout`'s list that matches fused case (op, dt):
     16-bit lists use the FP16 list's loop (same sizes, same element size), casts the copy loop of
@@ -169,6 +207,9 @@ def main():
         return 0
     if LAYOUT_TABLES:
         layout_tables(cases)
+        return 0
+    if PAIRS:
+        pairs_table(cases)
         return 0
     print("instruction set: %s, OpenMP threads: %s, timing: %s, load average: %s" % (
         context.get("mlfw_instruction_set", "?"), context.get("mlfw_omp_threads", "?"),
