@@ -280,15 +280,19 @@ void LimitCopy(const float* src, float* dst, std::size_t n) {
   }
 }
 
-// Kept for the whole run, one per size and role: paired cases of FP32 and 16-bit operations
-// alternate between sizes, and must not rebuild a buffer every time.
+// The limit kernels' FP32 buffers (every element 0.5), kept for the whole run, one per size and
+// role: paired cases of FP32 and 16-bit operations alternate between sizes, and must not rebuild
+// a buffer every time. Each is a library tensor, so its memory is laid out as the fused
+// operations' is (2 MiB aligned with huge pages asked for when HugePages() is on).
 float* LimitBuffer(std::size_t floats, int which) {
-  static std::map<std::pair<std::size_t, int>, std::vector<float>> buffers;
-  auto& b = buffers[{floats, which}];
-  if (b.size() != floats) {
-    b.assign(floats, 0.5f);
+  static std::map<std::pair<std::size_t, int>, TensorPtr> buffers;
+  TensorPtr& buffer = buffers[{floats, which}];
+  if (!buffer) {
+    buffer = mlframework::Zeros({floats}, DataType::Float32);
+    auto* p = static_cast<float*>(mlframework::backends::cpu::MutableData(*buffer));
+    std::fill(p, p + floats, 0.5f);
   }
-  return b.data();
+  return static_cast<float*>(mlframework::backends::cpu::MutableData(*buffer));
 }
 
 // One call of a fused operation on a layout's lists, and the bytes it reads plus writes.
@@ -572,6 +576,7 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext("mlfw_instruction_set", std::string(mlframework::backends::cpu::InstructionSet()));
   benchmark::AddCustomContext("mlfw_software_prefetch", mlframework::backends::cpu::SoftwarePrefetch() ? "on" : "off");
   benchmark::AddCustomContext("mlfw_small_tensor_pool", mlframework::backends::cpu::SmallTensorPool() ? "on" : "off");
+  benchmark::AddCustomContext("mlfw_huge_pages", mlframework::backends::cpu::HugePages() ? "on" : "off");
   benchmark::AddCustomContext("mlfw_omp_threads", std::to_string(omp_get_max_threads()));
   benchmark::AddCustomContext("mlfw_timing", mlfw_bench::g_cpu_timing ? "process cpu" : "real");
   for (const std::size_t total : kSizes) {

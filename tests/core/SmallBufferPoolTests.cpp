@@ -1,13 +1,17 @@
 // The pool small CPU tensors take their memory from (src/mlframework/backends/cpu/SmallBufferPool.hpp):
-// its own instances from source, then the library's tensors through the public API.
+// its own instances from source, then the library's tensors through the public API, then the
+// 2 MiB pages under large tensors and the pool's blocks.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <random>
+#include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <boost/test/unit_test.hpp>
@@ -231,6 +235,105 @@ BOOST_AUTO_TEST_CASE(ALargeTensorIsNotPooledAndStillAligned) {
   const auto empty = Zeros({0}, DataType::BFloat16);
   BOOST_TEST(empty->Size() == 0u);
   BOOST_TEST(empty->SumOfSquares() == 0.0);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// Large tensors and the pool's blocks on 2 MiB pages (src/mlframework/backends/cpu/HugePages.hpp);
+// MLFW_CPU_HUGE_PAGES=0 turns that off (CTest runs this suite both ways).
+namespace {
+
+constexpr std::size_t kTwoMiB = std::size_t{2} * 1024 * 1024;
+
+// The VmFlags line of the mapping that holds `address`, from /proc/self/smaps; "" when there is none.
+std::string VmFlagsAt(const void* address) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto where = reinterpret_cast<std::uintptr_t>(address);
+  std::string line;
+  bool inside = false;
+  while (std::getline(smaps, line)) {
+    unsigned long long start = 0;
+    unsigned long long end = 0;
+    char dash = 0;
+    std::istringstream header(line);
+    if (header >> std::hex >> start >> dash >> end && dash == '-') {
+      inside = start <= where && where < end;
+    } else if (inside && line.rfind("VmFlags:", 0) == 0) {
+      return line + " ";
+    }
+  }
+  return "";
+}
+
+// True when the kernel has transparent huge pages and does not refuse them outright.
+bool SystemHasHugePages() {
+  std::ifstream enabled("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string modes;
+  return std::getline(enabled, modes) && modes.find("[never]") == std::string::npos;
+}
+
+bool AdvisedHuge(const void* address) { return VmFlagsAt(address).find(" hg ") != std::string::npos; }
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(HugePageTensors)
+
+BOOST_AUTO_TEST_CASE(HugePagesAsRequested) {
+  const char* env = std::getenv("MLFW_CPU_HUGE_PAGES");
+  const std::string requested = env == nullptr ? "" : env;
+  BOOST_TEST_MESSAGE("MLFW_CPU_HUGE_PAGES='" << requested << "', huge pages "
+                                             << (mlframework::backends::cpu::HugePages() ? "on" : "off") << ", system "
+                                             << (SystemHasHugePages() ? "has them" : "has none"));
+  BOOST_TEST(mlframework::backends::cpu::HugePages() == (requested != "0"));
+}
+
+BOOST_AUTO_TEST_CASE(LargeTensorsStartOnA2MiBBoundaryAndAskForHugePages) {
+  using namespace mlframework;
+  const bool on = backends::cpu::HugePages();
+  // 3 MiB of FP32 and exactly 2 MiB of BF16: each holds at least one whole 2 MiB page.
+  for (const auto& [count, dtype] : {std::pair{std::size_t{3} * 256 * 1024, DataType::Float32},
+                                     std::pair{std::size_t{1024} * 1024, DataType::BFloat16}}) {
+    const TensorPtr tensor = Zeros({count}, dtype);
+    const void* data = backends::cpu::Data(*tensor);
+    const auto address = reinterpret_cast<std::uintptr_t>(data);
+    BOOST_TEST(address % 64 == 0u);
+    if (on) {
+      BOOST_TEST(address % kTwoMiB == 0u);
+    }
+    if (SystemHasHugePages()) {
+      BOOST_TEST(AdvisedHuge(data) == on, "mapping at " << data << ": '" << VmFlagsAt(data) << "'");
+    }
+    // Wherever the memory lies, the tensor keeps its values.
+    std::vector<float> values(count);
+    for (std::size_t i = 0; i < count; ++i) {
+      values[i] = static_cast<float>(i % 256);
+    }
+    tensor->CopyFromFloats(values);
+    BOOST_TEST(tensor->ToFloatVector() == values);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(TensorsUnder2MiBKeepSmallPages) {
+  using namespace mlframework;
+  // One byte short of a whole 2 MiB page: 64-byte aligned, no advice asked for its mapping
+  // (malloc's own, which it may share with other small allocations).
+  const TensorPtr tensor = Zeros({kTwoMiB / 2 - 1}, DataType::Float16);
+  const void* data = backends::cpu::Data(*tensor);
+  BOOST_TEST(reinterpret_cast<std::uintptr_t>(data) % 64 == 0u);
+  if (SystemHasHugePages()) {
+    BOOST_TEST(!AdvisedHuge(data), "mapping at " << data << ": '" << VmFlagsAt(data) << "'");
+  }
+}
+
+BOOST_AUTO_TEST_CASE(PoolBlocksAskForHugePages) {
+  using namespace mlframework;
+  if (!backends::cpu::SmallTensorPool() || !SystemHasHugePages()) {
+    BOOST_TEST_MESSAGE("no pool or no transparent huge pages here: nothing to check");
+    return;
+  }
+  const TensorPtr small = Zeros({100}, DataType::Float32);
+  const void* data = backends::cpu::Data(*small);
+  BOOST_TEST(AdvisedHuge(data) == backends::cpu::HugePages(), "mapping at " << data << ": '" << VmFlagsAt(data) << "'");
 }
 
 BOOST_AUTO_TEST_SUITE_END()

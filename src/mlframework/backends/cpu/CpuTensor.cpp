@@ -147,8 +147,10 @@ TensorPtr View(const TensorPtr& base, std::size_t offset, const Shape& shape) {
 
 namespace {
 
-bool SelectSmallPool() noexcept {
-  const char* requested = std::getenv("MLFW_CPU_SMALL_POOL");
+// An on/off switch from the environment: "1" or "0"; unset, empty or anything else is on
+// (with a message for anything else).
+bool SwitchFromEnvironment(const char* name) noexcept {
+  const char* requested = std::getenv(name);
   if (requested == nullptr || *requested == '\0') {
     return true;
   }
@@ -156,14 +158,19 @@ bool SelectSmallPool() noexcept {
   if (value == "1" || value == "0") {
     return value == "1";
   }
-  std::fprintf(stderr, "mlframework: MLFW_CPU_SMALL_POOL=%s is not 0 or 1; ignored\n", requested);
+  std::fprintf(stderr, "mlframework: %s=%s is not 0 or 1; ignored\n", name, requested);
   return true;
 }
 
 }  // namespace
 
 bool SmallTensorPool() noexcept {
-  static const bool kOn = SelectSmallPool();
+  static const bool kOn = SwitchFromEnvironment("MLFW_CPU_SMALL_POOL");
+  return kOn;
+}
+
+bool HugePages() noexcept {
+  static const bool kOn = SwitchFromEnvironment("MLFW_CPU_HUGE_PAGES");
   return kOn;
 }
 

@@ -1,5 +1,7 @@
 #include "mlframework/backends/cpu/SmallBufferPool.hpp"
 
+#include "mlframework/backends/cpu/HugePages.hpp"
+
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -39,6 +41,7 @@ void Unpoison([[maybe_unused]] const void* pointer, [[maybe_unused]] std::size_t
 
 constexpr std::align_val_t kBlockAlignment{SmallBufferPool::kBlockBytes};
 constexpr std::align_val_t kTensorAlignment{SmallBufferPool::kAlignment};
+constexpr std::align_val_t kHugePageAlignment{kHugePageBytes};
 
 std::string Hex(const void* pointer) {
   char text[2 + 2 * sizeof(void*) + 1];
@@ -83,6 +86,9 @@ SmallBufferPool::Block& SmallBufferPool::NewCurrentBlock() {
   const bool fresh = spares_.empty();
   if (fresh) {
     block.base = static_cast<std::byte*>(::operator new(kBlockBytes, kBlockAlignment));
+    if (HugePages()) {
+      AdviseHugePages(block.base, kBlockBytes);  // a block is one 2 MiB page
+    }
     Poison(block.base, kBlockBytes);
   } else {
     block.base = spares_.back();  // poisoned whole since its last slot was freed
@@ -214,6 +220,11 @@ void* AllocateTensorBytes(std::size_t bytes) {
   if (bytes != 0 && bytes <= SmallBufferPool::kMaxBytes && SmallTensorPool()) {
     return SmallBufferPool::Process().Allocate(bytes);
   }
+  if (bytes >= kHugePageBytes && HugePages()) {
+    void* pointer = ::operator new(bytes, kHugePageAlignment);
+    AdviseHugePages(pointer, bytes);
+    return pointer;
+  }
   return ::operator new(bytes, kTensorAlignment);
 }
 
@@ -225,6 +236,10 @@ void FreeTensorBytes(void* pointer, std::size_t bytes) noexcept {
       std::fprintf(stderr, "mlframework: freeing CPU tensor memory: %s\n", error.what());
       std::abort();
     }
+    return;
+  }
+  if (bytes >= kHugePageBytes && HugePages()) {
+    ::operator delete(pointer, kHugePageAlignment);
     return;
   }
   ::operator delete(pointer, kTensorAlignment);

@@ -102,7 +102,9 @@ class SmallBufferPool {
 };
 
 // Memory for a CPU tensor's elements, 64-byte aligned: from the process pool for small
-// requests when SmallTensorPool() (CpuTensor.hpp) is on, else from the aligned operator new. Zero bytes is allowed.
+// requests when SmallTensorPool() (CpuTensor.hpp) is on; for 2 MiB and more, when HugePages()
+// is on, 2 MiB aligned with huge pages asked for (HugePages.hpp); else from the aligned
+// operator new. Zero bytes is allowed.
 void* AllocateTensorBytes(std::size_t bytes);
 // Gives back AllocateTensorBytes(bytes). A pointer the pool does not hold live is memory
 // corruption: the process stops with a message instead of going on.
