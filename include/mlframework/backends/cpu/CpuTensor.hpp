@@ -60,13 +60,13 @@ MLFRAMEWORK_EXPORT bool SmallTensorPool() noexcept;
 
 /// True when CPU tensors of 2 MiB and more start on a 2 MiB boundary and ask the operating
 /// system for 2 MiB pages (Linux transparent huge pages, madvise(MADV_HUGEPAGE)), as do the
-/// small-tensor pool's 2 MiB blocks. With 4 KiB pages a streaming kernel's speed depends on where
-/// the system put the pages: the same read loop over two identical 64 MiB buffers differed by up
-/// to 1.26x, and by at most 1.02x with 2 MiB pages (docs/BENCHMARKS.md, session 17). No memory is
-/// added: a tensor's end past its last whole 2 MiB page keeps small pages. Where the system has no
-/// transparent huge pages the request does nothing. On unless the environment variable
-/// MLFW_CPU_HUGE_PAGES=0 (read once per process) turns it off. It changes where memory lies, never
-/// a result.
+/// small-tensor pool's 2 MiB blocks. No memory is added: a tensor's end past its last whole 2 MiB
+/// page keeps small pages; where the system has no transparent huge pages the request does
+/// nothing. Off unless the environment variable MLFW_CPU_HUGE_PAGES=1 (read once per process)
+/// turns it on, as PyTorch's THP_MEM_ALLOC_ENABLE does: with 4 KiB pages the same read loop over
+/// two identical 64 MiB buffers differed by up to 1.26x and with 2 MiB pages by at most 1.02x, but
+/// the fused kernels' speed against the limit loops did not change measurably
+/// (docs/BENCHMARKS.md, session 17). It changes where memory lies, never a result.
 MLFRAMEWORK_EXPORT bool HugePages() noexcept;
 
 /// The C++ element type stored for a DataType.

@@ -147,30 +147,30 @@ TensorPtr View(const TensorPtr& base, std::size_t offset, const Shape& shape) {
 
 namespace {
 
-// An on/off switch from the environment: "1" or "0"; unset, empty or anything else is on
-// (with a message for anything else).
-bool SwitchFromEnvironment(const char* name) noexcept {
+// An on/off switch from the environment: "1" or "0"; unset, empty or anything else (with a
+// message) is @p fallback.
+bool SwitchFromEnvironment(const char* name, bool fallback) noexcept {
   const char* requested = std::getenv(name);
   if (requested == nullptr || *requested == '\0') {
-    return true;
+    return fallback;
   }
   const std::string_view value(requested);
   if (value == "1" || value == "0") {
     return value == "1";
   }
   std::fprintf(stderr, "mlframework: %s=%s is not 0 or 1; ignored\n", name, requested);
-  return true;
+  return fallback;
 }
 
 }  // namespace
 
 bool SmallTensorPool() noexcept {
-  static const bool kOn = SwitchFromEnvironment("MLFW_CPU_SMALL_POOL");
+  static const bool kOn = SwitchFromEnvironment("MLFW_CPU_SMALL_POOL", true);
   return kOn;
 }
 
 bool HugePages() noexcept {
-  static const bool kOn = SwitchFromEnvironment("MLFW_CPU_HUGE_PAGES");
+  static const bool kOn = SwitchFromEnvironment("MLFW_CPU_HUGE_PAGES", false);
   return kOn;
 }
 

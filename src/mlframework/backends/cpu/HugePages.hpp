@@ -5,7 +5,8 @@
 // the operating system put those pages. In one process, the same read loop over two identical
 // 64 MiB buffers took from 0.80 to 1.02 times as long on the second as on the first, over six
 // processes; with 2 MiB pages 0.98 to 1.02 (docs/BENCHMARKS.md, session 17). A 2 MiB page also
-// takes one TLB entry where 4 KiB pages take 512.
+// takes one TLB entry where 4 KiB pages take 512. Off by default (HugePages(), CpuTensor.hpp):
+// on the fused kernels themselves it made no measurable difference on the host measured.
 //
 // How: Linux transparent huge pages, asked for with madvise(MADV_HUGEPAGE); the kernel's usual
 // mode ("madvise") gives them only to memory that asks. A buffer of at least kHugePageBytes
