@@ -146,8 +146,26 @@ struct Avx2 {
     CheckPartialBuffer<D>(buffer, flag);
   }
 
+  // The read-only check folds into the same flag as the stores (AVX2 has no mask registers).
+  using CheckFlag = Flag;
+
   template <DataType D>
   static constexpr std::size_t kCheckElements = 32 / sizeof(Element<D>);
+
+  template <DataType D>
+  static CheckFlag NoCheckFlag() {
+    return NoFlag<D>();
+  }
+
+  template <DataType D>
+  static CheckFlag MergeChecks(CheckFlag a, CheckFlag b) {
+    return Merge<D>(a, b);
+  }
+
+  template <DataType D>
+  static bool AnyNonFiniteChecked(CheckFlag flag) {
+    return AnyNonFinite<D>(flag);
+  }
 
   template <DataType D>
   static void CheckBlock(const Element<D>* p, Flag& flag) {

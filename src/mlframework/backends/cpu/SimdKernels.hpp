@@ -13,7 +13,9 @@
 //                                     elements, fold their exponent fields into flag
 //   Isa::StorePartial<D>(p, n, v, flag)  the same for the first n lanes only
 //   Isa::CheckBlock<D>(p, flag)       fold the exponent fields of Isa::kCheckElements<D> stored
-//                                     elements into flag (read-only check, no conversion)
+//                                     elements into an Isa::CheckFlag (read-only check, no
+//                                     conversion); Isa::NoCheckFlag<D>(), Isa::MergeChecks<D>(a, b),
+//                                     Isa::AnyNonFiniteChecked<D>(flag)
 //   Isa::CheckPartial<D>(p, n, flag)  the same for n < kCheckElements<D> elements
 //   Isa::StoreStream<D>(p, v, flag)   Store to a vector-aligned p with non-temporal stores
 //   Isa::Flag, Isa::NoFlag<D>(), Isa::AnyNonFinite<D>(flag), Isa::Merge<D>(a, b) (lane-wise max)
@@ -135,7 +137,7 @@ template <class Isa, DataType D>
 bool NonFinite(const void* data, std::size_t count) {
   const auto* p = static_cast<const Element<D>*>(data);
   constexpr std::size_t kStep = Isa::template kCheckElements<D>;
-  auto flag = Isa::template NoFlag<D>();
+  auto flag = Isa::template NoCheckFlag<D>();
   std::size_t i = AlignHead<Isa>(p, count);
   if (i > 0) {
     Isa::template CheckPartial<D>(p, i, flag);
@@ -143,9 +145,9 @@ bool NonFinite(const void* data, std::size_t count) {
   // Four flags, one per block of an iteration. Folded into one flag, every block waits for the
   // previous block's fold, and from memory the check of a flat 64M-element FP32 list ran 1.3x
   // slower than its sum of squares over the same bytes (docs/BENCHMARKS.md, session 14).
-  auto flag1 = Isa::template NoFlag<D>();
-  auto flag2 = Isa::template NoFlag<D>();
-  auto flag3 = Isa::template NoFlag<D>();
+  auto flag1 = Isa::template NoCheckFlag<D>();
+  auto flag2 = Isa::template NoCheckFlag<D>();
+  auto flag3 = Isa::template NoCheckFlag<D>();
   for (; i + 4 * kStep <= count; i += 4 * kStep) {
     PrefetchLines<Isa, 4>(p + i);
     Isa::template CheckBlock<D>(p + i, flag);
@@ -153,14 +155,15 @@ bool NonFinite(const void* data, std::size_t count) {
     Isa::template CheckBlock<D>(p + i + 2 * kStep, flag2);
     Isa::template CheckBlock<D>(p + i + 3 * kStep, flag3);
   }
-  flag = Isa::template Merge<D>(Isa::template Merge<D>(flag, flag1), Isa::template Merge<D>(flag2, flag3));
+  flag = Isa::template MergeChecks<D>(Isa::template MergeChecks<D>(flag, flag1),
+                                      Isa::template MergeChecks<D>(flag2, flag3));
   for (; i + kStep <= count; i += kStep) {
     Isa::template CheckBlock<D>(p + i, flag);
   }
   if (i < count) {
     Isa::template CheckPartial<D>(p + i, count - i, flag);
   }
-  return Isa::template AnyNonFinite<D>(flag);
+  return Isa::template AnyNonFiniteChecked<D>(flag);
 }
 
 template <class Isa, DataType D>
