@@ -305,6 +305,7 @@ struct BoundCall {
   std::function<void()> call;
   std::size_t bytes = 0;
   std::function<void()> settle = [] {};
+  const std::vector<TensorPtr>* list = nullptr;  // the list it reads (and writes), casts: none
 };
 
 // A call that scales by *factor and then flips it between 0.5 and 2, with its settle.
@@ -451,37 +452,47 @@ struct FusedOp {
   std::function<BoundCall(Layout, std::size_t)> bind;
 };
 
+// The call, noting the list it reads (and writes), for the plain loop over the same memory.
+BoundCall WithList(BoundCall call, const std::vector<TensorPtr>& list) {
+  call.list = &list;
+  return call;
+}
+
 std::vector<FusedOp> FusedOps() {
   std::vector<FusedOp> ops;
   for (const DataType dtype : kDtypes) {
     const std::string d = DtypeName(dtype);
     const std::size_t width = mlframework::ElementSize(dtype);
-    ops.push_back(
-        {"unscale_check/" + d, "scale", width, [dtype](Layout layout, std::size_t total) {
-           const auto& list = List(layout, total, dtype);
-           return Alternating(
-               [&list](float factor) { benchmark::DoNotOptimize(mlframework::UnscaleAndCheck(list, factor)); },
-               2 * Bytes(list));
-         }});
+    ops.push_back({"unscale_check/" + d, "scale", width, [dtype](Layout layout, std::size_t total) {
+                     const auto& list = List(layout, total, dtype);
+                     return WithList(Alternating(
+                                         [&list](float factor) {
+                                           benchmark::DoNotOptimize(mlframework::UnscaleAndCheck(list, factor));
+                                         },
+                                         2 * Bytes(list)),
+                                     list);
+                   }});
     ops.push_back(
         {"check/" + d, "read_sum", width, [dtype](Layout layout, std::size_t total) {
            const auto& list = List(layout, total, dtype);
-           return BoundCall{[&list] { benchmark::DoNotOptimize(mlframework::HasNonFinite(list)); }, Bytes(list)};
+           return WithList({[&list] { benchmark::DoNotOptimize(mlframework::HasNonFinite(list)); }, Bytes(list)}, list);
          }});
     ops.push_back({"sum_squares/" + d, "read_sum", width, [dtype](Layout layout, std::size_t total) {
                      const auto& list = List(layout, total, dtype);
-                     return BoundCall{
-                         [&list] { benchmark::DoNotOptimize(mlframework::CheckAndSumSquares(list, 1.0f / 65536.0f)); },
-                         Bytes(list)};
+                     return WithList(
+                         {[&list] { benchmark::DoNotOptimize(mlframework::CheckAndSumSquares(list, 1.0f / 65536.0f)); },
+                          Bytes(list)},
+                         list);
                    }});
     ops.push_back({"scale/" + d, "scale", width, [dtype](Layout layout, std::size_t total) {
                      const auto& list = List(layout, total, dtype);
-                     return Alternating(
-                         [&list](float factor) {
-                           mlframework::ScaleInPlace(list, factor);
-                           benchmark::ClobberMemory();
-                         },
-                         2 * Bytes(list));
+                     return WithList(Alternating(
+                                         [&list](float factor) {
+                                           mlframework::ScaleInPlace(list, factor);
+                                           benchmark::ClobberMemory();
+                                         },
+                                         2 * Bytes(list)),
+                                     list);
                    }});
   }
   const std::pair<DataType, DataType> casts[] = {{DataType::Float32, DataType::Float16},
@@ -527,34 +538,106 @@ double Seconds(const std::function<void()>& call) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// pair/<op>/<dtype>/<layout>/N: the fused operation and its flat limit kernel, one call of each
-// per iteration. Separate cases each take the host's bandwidth in their own seconds, and a
-// shared host's bandwidth moves from one minute to the next (BENCHMARKS.md, sessions 15-16); two
-// calls a few milliseconds apart share it. The calls strictly alternate (one limit call before
-// the loop), so each starts on caches the other just filled with its own memory: a kernel run
-// twice in a row would find part of a 16M-element list still in a 32 MiB L3, and the faster
-// loop gains more from that. The iteration time is the fused call's; the counter limit_ratio is
-// the median over the iterations of the fused call's bandwidth over the limit call's.
+// The memory of a list's tensors in pieces of at most kChunk FP32 words, in address order (as
+// the library visits a list from memory, session 11), for plain loops over that same memory.
+std::vector<std::pair<void*, std::size_t>> MemoryPieces(const std::vector<TensorPtr>& list) {
+  std::vector<std::pair<void*, std::size_t>> pieces;
+  for (const auto& tensor : list) {
+    auto* first = static_cast<std::byte*>(mlframework::backends::cpu::MutableData(*tensor));
+    const std::size_t bytes = tensor->Size() * mlframework::ElementSize(tensor->GetDataType());
+    for (std::size_t at = 0; at < bytes; at += kChunk * 4) {
+      pieces.emplace_back(first + at, std::min(kChunk * 4, bytes - at));
+    }
+  }
+  std::sort(pieces.begin(), pieces.end());
+  return pieces;
+}
+
+// One call of the plain loop `name` (read_sum: a sum of the words as FP32; scale: sign flips,
+// see ChunkFlipSigns) over the memory of `list`, OpenMP-static over its pieces like the flat
+// limit kernels, and the bytes it moves.
+BoundCall BindListLoop(const std::string& name, const std::vector<TensorPtr>& list) {
+  auto pieces = std::make_shared<const std::vector<std::pair<void*, std::size_t>>>(MemoryPieces(list));
+  const auto count = static_cast<std::int64_t>(pieces->size());
+  if (name == "read_sum") {
+    return {[pieces, count] {
+              double total = 0.0;
+#pragma omp parallel for schedule(static) reduction(+ : total)
+              for (std::int64_t i = 0; i < count; ++i) {
+                const auto& [p, bytes] = (*pieces)[static_cast<std::size_t>(i)];
+                total += ChunkSum(static_cast<const float*>(p), bytes / 4);
+              }
+              benchmark::DoNotOptimize(total);
+            },
+            Bytes(list)};
+  }
+  return {[pieces, count] {
+#pragma omp parallel for schedule(static)
+            for (std::int64_t i = 0; i < count; ++i) {
+              const auto& [p, bytes] = (*pieces)[static_cast<std::size_t>(i)];
+              ChunkFlipSigns(static_cast<std::uint32_t*>(p), bytes / 4);
+            }
+            benchmark::ClobberMemory();
+          },
+          2 * Bytes(list)};
+}
+
+double Median(std::vector<double> values) {
+  std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(values.size() / 2), values.end());
+  return values[values.size() / 2];
+}
+
+// Reads a 128 MiB buffer of its own, untimed, so that the next call finds none of its memory in
+// the caches (the L3 of the hosts measured: 32 MiB on the EPYC; a 16M-element 16-bit list is
+// 32 MiB) and no dirty lines of the previous call to write back.
+void EvictCaches() {
+  static const std::vector<float> kBuffer(std::size_t{32} << 20, 1.0f);
+  benchmark::DoNotOptimize(LimitReadSum(kBuffer.data(), kBuffer.size()));
+}
+
+double SecondsFromMemory(const std::function<void()>& call) {
+  EvictCaches();
+  return Seconds(call);
+}
+
+// pair/<op>/<dtype>/<layout>/N: the fused operation against its flat limit kernel and, but for
+// casts, against the same plain loop over the very memory the operation works on. Separate
+// cases each take the host's bandwidth in their own seconds, and a shared host's bandwidth moves
+// from one minute to the next (BENCHMARKS.md, sessions 15-16); calls a few milliseconds apart
+// share it. And two buffers of the same size read at speeds up to 20% apart in one process,
+// depending on where their pages lie (session 17); a loop over the same memory takes that out.
+// Each iteration times fused, limit and loop, each after an untimed read of other memory that
+// empties the caches (EvictCaches): a call right after another over its own memory would find
+// part of a 16M-element list still in the L3. The iteration time is the fused call's; the
+// counters are medians over the iterations of the fused call's bandwidth over the limit call's
+// (limit_ratio) and over the loop's (loop_ratio).
 void RegisterPaired(Layout layout, std::size_t total) {
   const std::string tail = std::string("/") + LayoutName(layout) + "/" + SizeName(total);
   for (const FusedOp& op : FusedOps()) {
     benchmark::RegisterBenchmark(("pair/" + op.name + tail).c_str(), [op, layout, total](benchmark::State& state) {
       const BoundCall fused = op.bind(layout, total);
       const BoundCall limit = BindLimit(op.limit, total * op.width / 4);
-      std::vector<double> ratios;
-      limit.call();
+      const BoundCall loop = fused.list != nullptr ? BindListLoop(op.limit, *fused.list) : BoundCall{};
+      std::vector<double> limit_ratios;
+      std::vector<double> loop_ratios;
       for (auto _ : state) {
-        const double fused_s = Seconds(fused.call);
-        const double limit_s = Seconds(limit.call);
+        const double fused_s = SecondsFromMemory(fused.call);
+        const double limit_s = SecondsFromMemory(limit.call);
         state.SetIterationTime(fused_s);
-        ratios.push_back((static_cast<double>(fused.bytes) / fused_s) / (static_cast<double>(limit.bytes) / limit_s));
+        const double fused_rate = static_cast<double>(fused.bytes) / fused_s;
+        limit_ratios.push_back(fused_rate / (static_cast<double>(limit.bytes) / limit_s));
+        if (loop.call) {
+          loop_ratios.push_back(fused_rate / (static_cast<double>(loop.bytes) / SecondsFromMemory(loop.call)));
+        }
       }
       fused.settle();
       limit.settle();
       state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * fused.bytes));
-      if (!ratios.empty()) {
-        std::nth_element(ratios.begin(), ratios.begin() + static_cast<std::ptrdiff_t>(ratios.size() / 2), ratios.end());
-        state.counters["limit_ratio"] = ratios[ratios.size() / 2];
+      if (!limit_ratios.empty()) {
+        state.counters["limit_ratio"] = Median(limit_ratios);
+      }
+      if (!loop_ratios.empty()) {
+        state.counters["loop_ratio"] = Median(loop_ratios);
       }
     })->UseManualTime();
   }
