@@ -164,18 +164,28 @@ std::string SizeName(std::size_t elements) {
 namespace {
 
 // Lists are built once per (layout, size, dtype) and kept while the benchmarks of that
-// layout and size run; registration order groups them, so memory stays bounded.
-std::map<std::tuple<int, std::size_t, int, bool>, std::vector<TensorPtr>> g_lists;
+// layout and size run; registration order groups them, so memory stays bounded. Flat lists are
+// kept apart, while cases of their size run: a paired case holds its layout's list and the flat
+// one of the same size at once.
+using ListKey = std::tuple<int, std::size_t, int, bool>;
+std::map<ListKey, std::vector<TensorPtr>> g_lists;
 std::pair<int, std::size_t> g_lists_key{-1, 0};
+std::map<ListKey, std::vector<TensorPtr>> g_flat_lists;
+std::size_t g_flat_total = 0;
 
 }  // namespace
 
 const std::vector<TensorPtr>& List(Layout layout, std::size_t total, DataType dtype, bool fill) {
-  if (g_lists_key != std::pair<int, std::size_t>{static_cast<int>(layout), total}) {
+  const ListKey key{static_cast<int>(layout), total, static_cast<int>(dtype), fill};
+  if (layout == Layout::Flat && g_flat_total != total) {
+    g_flat_lists.clear();
+    g_flat_total = total;
+  }
+  if (layout != Layout::Flat && g_lists_key != std::pair<int, std::size_t>{static_cast<int>(layout), total}) {
     g_lists.clear();
     g_lists_key = {static_cast<int>(layout), total};
   }
-  auto& list = g_lists[{static_cast<int>(layout), total, static_cast<int>(dtype), fill}];
+  auto& list = layout == Layout::Flat ? g_flat_lists[key] : g_lists[key];
   if (list.empty()) {
     const std::vector<std::size_t> sizes = LayoutSizes(layout, total);
     std::vector<mlframework::Shape> shapes;
@@ -610,7 +620,9 @@ double SecondsFromMemory(const std::function<void()>& call) {
 // empties the caches (EvictCaches): a call right after another over its own memory would find
 // part of a 16M-element list still in the L3. The iteration time is the fused call's; the
 // counters are medians over the iterations of the fused call's bandwidth over the limit call's
-// (limit_ratio) and over the loop's (loop_ratio).
+// (limit_ratio) and over the loop's (loop_ratio), and, for the layouts other than flat, of its
+// time over the same operation's on the flat list of the same size, timed in the same iteration
+// (over_flat).
 void RegisterPaired(Layout layout, std::size_t total) {
   const std::string tail = std::string("/") + LayoutName(layout) + "/" + SizeName(total);
   for (const FusedOp& op : FusedOps()) {
@@ -618,8 +630,10 @@ void RegisterPaired(Layout layout, std::size_t total) {
       const BoundCall fused = op.bind(layout, total);
       const BoundCall limit = BindLimit(op.limit, total * op.width / 4);
       const BoundCall loop = fused.list != nullptr ? BindListLoop(op.limit, *fused.list) : BoundCall{};
+      const BoundCall flat = layout != Layout::Flat ? op.bind(Layout::Flat, total) : BoundCall{};
       std::vector<double> limit_ratios;
       std::vector<double> loop_ratios;
+      std::vector<double> over_flat;
       for (auto _ : state) {
         const double fused_s = SecondsFromMemory(fused.call);
         const double limit_s = SecondsFromMemory(limit.call);
@@ -629,15 +643,24 @@ void RegisterPaired(Layout layout, std::size_t total) {
         if (loop.call) {
           loop_ratios.push_back(fused_rate / (static_cast<double>(loop.bytes) / SecondsFromMemory(loop.call)));
         }
+        if (flat.call) {
+          over_flat.push_back(fused_s / SecondsFromMemory(flat.call));
+        }
       }
       fused.settle();
       limit.settle();
+      if (flat.call) {
+        flat.settle();
+      }
       state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * fused.bytes));
       if (!limit_ratios.empty()) {
         state.counters["limit_ratio"] = Median(limit_ratios);
       }
       if (!loop_ratios.empty()) {
         state.counters["loop_ratio"] = Median(loop_ratios);
+      }
+      if (!over_flat.empty()) {
+        state.counters["over_flat"] = Median(over_flat);
       }
     })->UseManualTime();
   }

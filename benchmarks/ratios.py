@@ -17,8 +17,12 @@ limit kernel at 16M and 64M elements, and small/flat, packed/flat, reversed/flat
 --pairs prints instead the paired cases (pair/<op>/<dtype>/<layout>/N, each iteration one call of
 the fused operation and one of its flat limit kernel, alternately first): per operation and
 dtype, each layout's median limit_ratio at 16M and 64M (bold: below the target), and how many
-cases meet the target. Two calls milliseconds apart share the host's bandwidth, which separate
-cases, timed seconds or minutes apart, do not.
+cases meet the target; then the same for loop_ratio, the fused call against a plain loop (read
+sum, or sign flips in place) over the very memory of its list, which takes out where each
+buffer's pages lie; then each small-tensor layout's time over the flat list's, timed in the same
+iteration (over_flat, target <= 1.5). Calls milliseconds apart share the host's bandwidth, which separate cases,
+timed seconds or minutes apart, do not; each call is timed from memory (after an untimed read
+of 128 MiB).
 --layouts prints instead what the small, packed and reversed layouts cost the plain limit loops
 run over their memory (limit/{read_sum,scale,copy}/{f32,f16}/{layout}/N against the flat limit
 kernel over as many bytes), and each fused case on those layouts against that loop.
@@ -63,6 +67,8 @@ def load(path):
         pick_rate = max if BEST else statistics.median
         cases[name] = {
             "limit_ratio": pick_rate(b.get("limit_ratio", 0.0) for b in bs),
+            "loop_ratio": pick_rate(b["loop_ratio"] for b in bs) if "loop_ratio" in bs[0] else None,
+            "over_flat": pick_time(b["over_flat"] for b in bs) if "over_flat" in bs[0] else None,
             "time": pick_time(b["_time"] for b in bs),
             "bps": pick_rate(b.get("bytes_per_second", 0.0) for b in bs),
             "unit": bs[0]["time_unit"],
@@ -126,8 +132,8 @@ def summary_table(cases):
         print("| " + " | ".join(cells) + " |")
 
 
-def pairs_table(cases):
-    """One row per op and dtype: each layout's paired limit_ratio at 16M and 64M (bold: below the
+def pairs_table(cases, key="limit_ratio"):
+    """One row per op and dtype: each layout's paired ratio `key` at 16M and 64M (bold: below the
     target); then, per layout, how many cases meet the target."""
     header = ["op", "dtype"] + ["%s %s" % (l, n) for n in SIZES for l in LAYOUTS]
     print("| " + " | ".join(header) + " |")
@@ -140,10 +146,10 @@ def pairs_table(cases):
         for n in SIZES:
             for l in LAYOUTS:
                 case = cases.get("pair/%s/%s/%s/%s" % (op, dt, l, n))
-                if case is None:
+                if case is None or case.get(key) is None:
                     cells.append("")
                     continue
-                r = case["limit_ratio"]
+                r = case[key]
                 met[l][0] += r >= target
                 met[l][1] += 1
                 met[l][2] = min(met[l][2], r / target)
@@ -153,6 +159,36 @@ def pairs_table(cases):
     print("| layout | cases meeting the target | worst ratio / target |")
     print("|---|---:|---:|")
     for l in LAYOUTS:
+        if met[l][1]:
+            print("| %s | %d of %d | %s |" % (l, met[l][0], met[l][1], fmt(met[l][2])))
+
+
+def over_flat_table(cases):
+    """Per op and dtype: each small-tensor layout's paired time over the flat list's (bold: above
+    1.5), then how many cases per layout are within 1.5."""
+    header = ["op", "dtype"] + ["%s/flat %s" % (l, n) for l in SCATTERED for n in SIZES]
+    print("| " + " | ".join(header) + " |")
+    print("|---|---|" + "---:|" * (len(header) - 2))
+    rows = sorted({tuple(n.split("/")[1:3]) for n in cases if n.startswith("pair/")})
+    met = {l: [0, 0, 0.0] for l in SCATTERED}  # within, cases, worst
+    for op, dt in rows:
+        cells = [op, dt]
+        for l in SCATTERED:
+            for n in SIZES:
+                case = cases.get("pair/%s/%s/%s/%s" % (op, dt, l, n))
+                r = None if case is None else case.get("over_flat")
+                if r is None:
+                    cells.append("")
+                    continue
+                met[l][0] += r <= 1.5
+                met[l][1] += 1
+                met[l][2] = max(met[l][2], r)
+                cells.append("**%s**" % fmt(r) if r > 1.5 else fmt(r))
+        print("| " + " | ".join(cells) + " |")
+    print()
+    print("| layout | cases within 1.5x of flat | worst |")
+    print("|---|---:|---:|")
+    for l in SCATTERED:
         if met[l][1]:
             print("| %s | %d of %d | %s |" % (l, met[l][0], met[l][1], fmt(met[l][2])))
 
@@ -209,7 +245,14 @@ def main():
         layout_tables(cases)
         return 0
     if PAIRS:
+        print("Fused bandwidth over the flat limit kernel's (limit_ratio):\n")
         pairs_table(cases)
+        if any(c.get("loop_ratio") is not None for c in cases.values()):
+            print("\nFused bandwidth over the same plain loop over the list's own memory (loop_ratio; casts: none):\n")
+            pairs_table(cases, "loop_ratio")
+        if any(c.get("over_flat") is not None for c in cases.values()):
+            print("\nTime over the same operation's on the flat list, timed in the same iteration (over_flat):\n")
+            over_flat_table(cases)
         return 0
     print("instruction set: %s, OpenMP threads: %s, timing: %s, load average: %s" % (
         context.get("mlfw_instruction_set", "?"), context.get("mlfw_omp_threads", "?"),
