@@ -132,65 +132,51 @@ def summary_table(cases):
         print("| " + " | ".join(cells) + " |")
 
 
-def pairs_table(cases, key="limit_ratio"):
-    """One row per op and dtype: each layout's paired ratio `key` at 16M and 64M (bold: below the
-    target); then, per layout, how many cases meet the target."""
-    header = ["op", "dtype"] + ["%s %s" % (l, n) for n in SIZES for l in LAYOUTS]
+def target_of(op):
+    return 0.85 if op == "cast" else 0.9
+
+
+def paired_table(cases, key, columns, label, passes, score, worst, summary):
+    """One row per op and dtype of the pair/ cases' counter `key`, one column per (layout, size)
+    in `columns` (bold: `passes` false); then per layout how many pass and the `worst` `score`."""
+    header = ["op", "dtype"] + [label(l, n) for l, n in columns]
     print("| " + " | ".join(header) + " |")
     print("|---|---|" + "---:|" * (len(header) - 2))
     rows = sorted({tuple(n.split("/")[1:3]) for n in cases if n.startswith("pair/")})
-    met = {l: [0, 0, 1e9] for l in LAYOUTS}  # met, cases, worst
+    met = {}  # layout: [passing, cases, scores]
     for op, dt in rows:
-        target = 0.85 if op == "cast" else 0.9
         cells = [op, dt]
-        for n in SIZES:
-            for l in LAYOUTS:
-                case = cases.get("pair/%s/%s/%s/%s" % (op, dt, l, n))
-                if case is None or case.get(key) is None:
-                    cells.append("")
-                    continue
-                r = case[key]
-                met[l][0] += r >= target
-                met[l][1] += 1
-                met[l][2] = min(met[l][2], r / target)
-                cells.append("**%s**" % fmt(r) if r < target else fmt(r))
+        for l, n in columns:
+            case = cases.get("pair/%s/%s/%s/%s" % (op, dt, l, n))
+            r = None if case is None else case.get(key)
+            if r is None:
+                cells.append("")
+                continue
+            m = met.setdefault(l, [0, 0, []])
+            m[0] += passes(op, r)
+            m[1] += 1
+            m[2].append(score(op, r))
+            cells.append(fmt(r) if passes(op, r) else "**%s**" % fmt(r))
         print("| " + " | ".join(cells) + " |")
     print()
-    print("| layout | cases meeting the target | worst ratio / target |")
+    print("| layout | %s |" % summary)
     print("|---|---:|---:|")
-    for l in LAYOUTS:
-        if met[l][1]:
-            print("| %s | %d of %d | %s |" % (l, met[l][0], met[l][1], fmt(met[l][2])))
+    for l, (ok, count, scores) in met.items():
+        print("| %s | %d of %d | %s |" % (l, ok, count, fmt(worst(scores))))
+
+
+def pairs_table(cases, key="limit_ratio"):
+    """Each layout's paired bandwidth ratio `key` at 16M and 64M against the target (worst: ratio
+    over target)."""
+    paired_table(cases, key, [(l, n) for n in SIZES for l in LAYOUTS], lambda l, n: "%s %s" % (l, n),
+                 lambda op, r: r >= target_of(op), lambda op, r: r / target_of(op), min,
+                 "cases meeting the target | worst ratio / target")
 
 
 def over_flat_table(cases):
-    """Per op and dtype: each small-tensor layout's paired time over the flat list's (bold: above
-    1.5), then how many cases per layout are within 1.5."""
-    header = ["op", "dtype"] + ["%s/flat %s" % (l, n) for l in SCATTERED for n in SIZES]
-    print("| " + " | ".join(header) + " |")
-    print("|---|---|" + "---:|" * (len(header) - 2))
-    rows = sorted({tuple(n.split("/")[1:3]) for n in cases if n.startswith("pair/")})
-    met = {l: [0, 0, 0.0] for l in SCATTERED}  # within, cases, worst
-    for op, dt in rows:
-        cells = [op, dt]
-        for l in SCATTERED:
-            for n in SIZES:
-                case = cases.get("pair/%s/%s/%s/%s" % (op, dt, l, n))
-                r = None if case is None else case.get("over_flat")
-                if r is None:
-                    cells.append("")
-                    continue
-                met[l][0] += r <= 1.5
-                met[l][1] += 1
-                met[l][2] = max(met[l][2], r)
-                cells.append("**%s**" % fmt(r) if r > 1.5 else fmt(r))
-        print("| " + " | ".join(cells) + " |")
-    print()
-    print("| layout | cases within 1.5x of flat | worst |")
-    print("|---|---:|---:|")
-    for l in SCATTERED:
-        if met[l][1]:
-            print("| %s | %d of %d | %s |" % (l, met[l][0], met[l][1], fmt(met[l][2])))
+    """Each small-tensor layout's paired time over the flat list's (target: at most 1.5)."""
+    paired_table(cases, "over_flat", [(l, n) for l in SCATTERED for n in SIZES], lambda l, n: "%s/flat %s" % (l, n),
+                 lambda op, r: r <= 1.5, lambda op, r: r, max, "cases within 1.5x of flat | worst")
 
 
 def layout_limit(op, dt, layout, n):
