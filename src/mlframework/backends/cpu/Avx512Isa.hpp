@@ -176,7 +176,8 @@ struct Avx512Isa {
   // the lanes found Inf or NaN (exponent field all ones), ORed over the registers, instead of
   // the lane-wise maximum the stores fold. From memory, on a Zen 4 host, a loop of compares
   // into mask registers ran 1.01-1.03x as fast as a plain FP32 sum over the same memory and the
-  // maximum loop 0.96-0.98x (docs/BENCHMARKS.md, session 17).
+  // maximum loop 0.97-0.99x; through the library the check went from 0.95-0.99x to 1.00-1.02x of
+  // that loop (docs/BENCHMARKS.md, session 17).
   using CheckFlag = std::uint32_t;  // 16 lanes for FP32, 32 for 16-bit words
 
   template <DataType D>
