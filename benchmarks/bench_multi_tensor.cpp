@@ -16,6 +16,9 @@
 // a loop that does nothing but move the bytes.
 // Every case reports bytes/second (SetBytesProcessed: bytes read plus bytes
 // written); benchmarks/ratios.py turns a JSON run into the target ratios.
+// pair/<op>/<dtype>/<layout>/N (16M and 64M) time the fused call, its flat limit kernel, the same
+// plain loop over the call's own memory and the call on the flat list in one iteration, each from
+// memory, and report their ratios as counters (RegisterPaired; ratios.py --pairs).
 // With libtorch found, benchmarks/torch/MultiTensorTorch.cpp adds what a
 // libtorch user would write to this same binary.
 //
