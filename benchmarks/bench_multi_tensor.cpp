@@ -456,8 +456,8 @@ void RegisterLayoutLimits(Layout layout, std::size_t total) {
 // ---- the fused operations through the public API -----------------------------------------------
 
 // A fused operation, named "<op>/<dtype>" ("cast/<from>_to_<to>" for casts), with the flat FP32
-// limit kernel it is held against: `limit` over `limit_floats(total)` floats, as many bytes per
-// array as the operation's (a cast: as its wider side).
+// limit kernel it is held against: `limit` over total * width / 4 floats, as many bytes per array
+// as the operation's (`width`: its element size; a cast's wider side).
 struct FusedOp {
   std::string name;
   std::string limit;

@@ -216,11 +216,20 @@ SmallBufferPool::Stats SmallBufferPool::GetStats() const {
   return stats;
 }
 
+namespace {
+
+// Where a request of `bytes` goes; AllocateTensorBytes and FreeTensorBytes must agree, and both
+// switches are read once per process, so they always do.
+bool FromPool(std::size_t bytes) { return bytes != 0 && bytes <= SmallBufferPool::kMaxBytes && SmallTensorPool(); }
+bool OnHugePages(std::size_t bytes) { return bytes >= kHugePageBytes && HugePages(); }
+
+}  // namespace
+
 void* AllocateTensorBytes(std::size_t bytes) {
-  if (bytes != 0 && bytes <= SmallBufferPool::kMaxBytes && SmallTensorPool()) {
+  if (FromPool(bytes)) {
     return SmallBufferPool::Process().Allocate(bytes);
   }
-  if (bytes >= kHugePageBytes && HugePages()) {
+  if (OnHugePages(bytes)) {
     void* pointer = ::operator new(bytes, kHugePageAlignment);
     AdviseHugePages(pointer, bytes);
     return pointer;
@@ -229,7 +238,7 @@ void* AllocateTensorBytes(std::size_t bytes) {
 }
 
 void FreeTensorBytes(void* pointer, std::size_t bytes) noexcept {
-  if (bytes != 0 && bytes <= SmallBufferPool::kMaxBytes && SmallTensorPool()) {
+  if (FromPool(bytes)) {
     try {
       SmallBufferPool::Process().Free(pointer, bytes);
     } catch (const std::exception& error) {
@@ -238,7 +247,7 @@ void FreeTensorBytes(void* pointer, std::size_t bytes) noexcept {
     }
     return;
   }
-  if (bytes >= kHugePageBytes && HugePages()) {
+  if (OnHugePages(bytes)) {
     ::operator delete(pointer, kHugePageAlignment);
     return;
   }
