@@ -667,6 +667,59 @@ BOOST_AUTO_TEST_CASE(TenThousandSmallTensors) {
   BOOST_TEST(SameBits(sums[0], sums[1]));  // bit-identical for 1 and 2 threads
 }
 
+BOOST_AUTO_TEST_CASE(Fp32SumOfSquaresOfConstantValues) {
+  // Every value 0.1f, where FP32 accumulation drifts most: each addition rounds the same way, and
+  // one FP32 sum per lane over a chunk was off by 5e-6. The SIMD loops sum squares in FP32 for a
+  // block of 16 vectors at most and add the blocks in FP64 (from cache), or sum in FP64 outright
+  // (from memory, SumSquaresWide), so what is left is each piece's FP32 partial: at most 2^-24
+  // relative. Packed views, so pieces start anywhere in a vector and the masked head and tail
+  // loads are exercised: about 4 MiB (the cached kernels) and about 24 MiB (from memory).
+  ThreadCountGuard guard;
+  Rng rng(31);
+  for (const std::size_t tensors : {std::size_t{500}, std::size_t{3000}}) {
+    const auto list = Packed(RandomList({DataType::Float32}, SizesBetween(rng, tensors, 1, 4000), Fill::Values, rng));
+    for (const auto& t : list) {
+      t->CopyFromFloats(std::vector<float>(t->Size(), 0.1f));
+    }
+    BOOST_TEST_REQUIRE(reinterpret_cast<std::uintptr_t>(backends::cpu::Data(*list[1])) % 64 != 0);
+    const auto clean = Snapshot(list);
+    const auto check = [&](const std::string& what, bool non_finite) {
+      const double ref = RefSumOfSquares(list, 1.0f);
+      double sums[2] = {};
+      for (const int threads : kThreadCounts) {
+        omp_set_num_threads(threads);
+        const NonFiniteAndNorm got = CheckAndSumSquares(list);
+        BOOST_TEST(got.FoundNonFinite == non_finite, what << ", threads " << threads);
+        if (non_finite) {
+          BOOST_TEST(!std::isfinite(got.SumOfSquares), what << ", threads " << threads);
+        } else {
+          BOOST_TEST(std::abs(got.SumOfSquares - ref) / ref <= 1e-7,
+                     what << ", threads " << threads << ": got " << got.SumOfSquares << " reference " << ref);
+        }
+        sums[threads - 1] = got.SumOfSquares;
+      }
+      BOOST_TEST(SameBits(sums[0], sums[1]), what);
+    };
+    const std::string size = std::to_string(tensors) + " tensors, ";
+    check(size + "clean", false);
+    // A square too large for FP32 (the piece's FP32 partial overflows): the result stays exact.
+    const std::size_t middle = tensors / 2;
+    static_cast<float*>(backends::cpu::MutableData(*list[middle]))[list[middle]->Size() / 2] = 3e30f;
+    check(size + "3e30 inside", false);
+    Restore(list, clean);
+    // Inf as the first element of an unaligned piece (the masked head), NaN as the very last
+    // element (the masked tail), -Inf in the middle of a long run.
+    SetElementBits(list[1], 0, kNonFinite[1]);
+    check(size + "+Inf first in a piece", true);
+    Restore(list, clean);
+    SetElementBits(list.back(), list.back()->Size() - 1, kNonFinite[0]);
+    check(size + "NaN last", true);
+    Restore(list, clean);
+    SetElementBits(list[middle + 1], list[middle + 1]->Size() / 2, kNonFinite[2]);
+    check(size + "-Inf inside", true);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(CastsLargeEnoughToStream) {
   // Casts over 16 MiB and more (source and destination together) write with non-temporal
   // stores (MultiTensorKernels.hpp, kFromMemoryBytes): small tensors around a large one, with odd lengths, so

@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <utility>
 
 #include "mlframework/backends/cpu/SimdKernels.hpp"
 
@@ -61,6 +62,24 @@ struct Avx512Isa {
       // Explicit: braces could pick xsimd's element-list constructor.
       return Batch(_mm512_castsi512_ps(_mm512_slli_epi32(wide, 16)));  // NOLINT(modernize-return-braced-init-list)
     }
+  }
+
+  // FP32 elements widened exactly to FP64, for the sum of squares of calls from memory.
+  using WideBatch = xsimd::batch<double, xsimd::avx512bw>;
+
+  // kWidth FP32 elements at p as two halves of FP64 lanes, each converted straight from a 256-bit
+  // load (VCVTPS2PD with a memory operand).
+  static std::pair<WideBatch, WideBatch> LoadWide(const float* p) {
+    return {WideBatch(_mm512_cvtps_pd(_mm256_loadu_ps(p))), WideBatch(_mm512_cvtps_pd(_mm256_loadu_ps(p + 8)))};
+  }
+
+  // The lanes of v as two halves of FP64 lanes (for the partial head and tail).
+  static std::pair<WideBatch, WideBatch> Widen(const Batch& v) {
+    const __m512 x = v;
+    // The zero-masking form: with GCC 12 the plain extract reads an "undefined" register that
+    // -Wuninitialized flags.
+    const __m256 high = _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, _mm512_castps_pd(x), 1));
+    return {WideBatch(_mm512_cvtps_pd(_mm512_castps512_ps256(x))), WideBatch(_mm512_cvtps_pd(high))};
   }
 
   // FloatToBFloat16Bits for 16 lanes, left in the low half of each 32-bit lane.

@@ -12,7 +12,8 @@
 //
 // Every table writes exactly the bits the scalar functions of
 // core/FloatBits.hpp write (the CUDA backend uses those too); only the
-// rounding of the FP32 sum-of-squares partial may differ between tables.
+// rounding of the FP32 sum-of-squares partial may differ between tables (and between a
+// table's sets: calls from memory accumulate it in FP64).
 
 #include <cstddef>
 #include <string_view>
@@ -51,11 +52,13 @@ struct KernelTable {
   /// For calls whose memory fits in the caches: no software prefetch, ordinary stores.
   KernelSet cached;
   /// For calls over more memory than the caches hold: software prefetch a page ahead of the loads,
-  /// and casts write the whole lines of their destination with non-temporal stores. Those are
-  /// not fenced: the caller issues a full fence before the output is read (once per chunk).
+  /// the FP32 sum of squares accumulates in FP64, and casts write the whole lines of their
+  /// destination with non-temporal stores. Those are not fenced: the caller issues a full fence
+  /// before the output is read (once per chunk).
   KernelSet from_memory;
   /// from_memory without the software prefetch, for CPUs whose hardware prefetcher needs no help
-  /// (SoftwarePrefetch() false): the cached loops, with the casts' non-temporal stores.
+  /// (SoftwarePrefetch() false): the cached loops, with the casts' non-temporal stores and the
+  /// FP64 sum of squares.
   KernelSet from_memory_no_prefetch;
   /// True when from_memory prefetches in software (every SIMD table; portable code has none).
   bool software_prefetch;

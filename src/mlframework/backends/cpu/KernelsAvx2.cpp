@@ -10,6 +10,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <utility>
 
 #include "mlframework/backends/cpu/KernelTable.hpp"
 #include "mlframework/backends/cpu/SimdKernels.hpp"
@@ -47,6 +48,21 @@ struct Avx2 {
     alignas(32) Element<D> buffer[kWidth] = {};
     std::memcpy(buffer, p, n * sizeof(Element<D>));
     return Load<D>(buffer);
+  }
+
+  // FP32 elements widened exactly to FP64, for the sum of squares of calls from memory.
+  using WideBatch = xsimd::batch<double, xsimd::fma3<xsimd::avx2>>;
+
+  // kWidth FP32 elements at p as two halves of FP64 lanes.
+  static std::pair<WideBatch, WideBatch> LoadWide(const float* p) {
+    return {WideBatch(_mm256_cvtps_pd(_mm_loadu_ps(p))), WideBatch(_mm256_cvtps_pd(_mm_loadu_ps(p + 4)))};
+  }
+
+  // The lanes of v as two halves of FP64 lanes (for the partial head and tail).
+  static std::pair<WideBatch, WideBatch> Widen(const Batch& v) {
+    const __m256 x = v;
+    return {WideBatch(_mm256_cvtps_pd(_mm256_castps256_ps128(x))),
+            WideBatch(_mm256_cvtps_pd(_mm256_extractf128_ps(x, 1)))};
   }
 
   // FloatToBFloat16Bits for 8 lanes, packed to 8 words.

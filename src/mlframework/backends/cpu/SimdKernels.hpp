@@ -19,6 +19,9 @@
 //   Isa::CheckPartial<D>(p, n, flag)  the same for n < kCheckElements<D> elements
 //   Isa::StoreStream<D>(p, v, flag)   Store to a vector-aligned p with non-temporal stores
 //   Isa::Flag, Isa::NoFlag<D>(), Isa::AnyNonFinite<D>(flag), Isa::Merge<D>(a, b) (lane-wise max)
+//   Isa::WideBatch                    an xsimd batch of kWidth / 2 doubles
+//   Isa::LoadWide(p), Isa::Widen(v)   kWidth FP32 elements at p (or the lanes of v) widened
+//                                     exactly to FP64, as a pair of WideBatch halves
 //   Isa::kPrefetch                    true for the KernelTable::from_memory set: the loops prefetch
 //                                     a page ahead (PrefetchLines / PrefetchAhead below); false
 //                                     for the cached and from_memory_no_prefetch sets
@@ -31,8 +34,10 @@
 // Function-local code only: no out-of-line helper from a shared header may be
 // instantiated here with this file's instruction set.
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 
 #include <xsimd/xsimd.hpp>
 
@@ -166,42 +171,116 @@ bool NonFinite(const void* data, std::size_t count) {
   return Isa::template AnyNonFiniteChecked<D>(flag);
 }
 
-template <class Isa, DataType D>
+// The sum of the lanes of an FP64 batch, lane by lane in order. Not xsimd::hadd: with GCC 12 its
+// AVX-512 FP64 form reads an "undefined" register that -Wuninitialized flags.
+template <class Wide>
+double LaneSum(const Wide& v) {
+  alignas(64) std::array<double, Wide::size> lanes{};
+  v.store_aligned(lanes.data());
+  double sum = 0.0;
+  for (const double lane : lanes) {
+    sum += lane;
+  }
+  return sum;
+}
+
+// The FP32 sum of squares of calls from memory, accumulated in FP64: one 64-byte line per
+// iteration, each FP32 vector widened exactly into two FP64 halves, one chain of FMAs per half.
+// From memory the arithmetic is free, and this loop streamed faster than four FP32 accumulators:
+// over one 64 MiB buffer, 2 threads, against a plain FP32 sum loop, 1.02-1.09 where the four
+// accumulators ran at 0.95-0.98 (docs/BENCHMARKS.md, session 18, an EPYC host). In cache it runs
+// at 0.6-0.8 of that loop, so calls that run from cache take the blocked loop below.
+template <class Isa>
+float SumSquaresWide(const float* p, std::size_t count) {
+  using Wide = typename Isa::WideBatch;
+  constexpr std::size_t kW = Isa::kWidth;
+  constexpr std::size_t kLine = 64 / sizeof(float);
+  constexpr std::size_t kVectors = kLine / kW;  // FP32 vectors in one line
+  static_assert(kLine % kW == 0, "a line holds whole vectors");
+  std::array<Wide, 2 * kVectors> acc;
+  acc.fill(Wide(0.0));
+  const auto add = [&acc](std::size_t k, const std::pair<Wide, Wide>& halves) {
+    acc[2 * k] = xsimd::fma(halves.first, halves.first, acc[2 * k]);
+    acc[2 * k + 1] = xsimd::fma(halves.second, halves.second, acc[2 * k + 1]);
+  };
+  std::size_t i = AlignHead<Isa>(p, count);
+  if (i > 0) {
+    add(0, Isa::Widen(Isa::template LoadPartial<DataType::Float32>(p, i)));
+  }
+  for (; i + kLine <= count; i += kLine) {
+    PrefetchLines<Isa, 1>(p + i);
+    for (std::size_t k = 0; k < kVectors; ++k) {
+      add(k, Isa::LoadWide(p + i + k * kW));
+    }
+  }
+  for (; i + kW <= count; i += kW) {
+    add(0, Isa::LoadWide(p + i));
+  }
+  if (i < count) {
+    add(0, Isa::Widen(Isa::template LoadPartial<DataType::Float32>(p + i, count - i)));
+  }
+  Wide total = acc[0];
+  for (std::size_t k = 1; k < acc.size(); ++k) {
+    total += acc[k];
+  }
+  return static_cast<float>(LaneSum(total));
+}
+
+// kFromMemory: the set for calls from memory (FP32 takes SumSquaresWide above).
+// Otherwise: blocks of 16 vectors, each summed by four FP32 accumulators (they hide the FMA
+// latency) and then widened into FP64 sums, so FP32 rounding never builds up past a block. With
+// one FP32 sum per lane over a whole 32,768-element chunk, a list of 0.1f was off by 5e-6
+// (MultiTensorKernelTests, Fp32SumOfSquaresOfConstantValues); in cache the blocks cost nothing
+// measurable (ck3.cpp, session 18: 1.22 against 1.23 of a plain sum loop).
+template <class Isa, DataType D, bool kFromMemory>
 float SumSquares(const void* data, std::size_t count) {
   using Batch = typename Isa::Batch;
+  using Wide = typename Isa::WideBatch;
   const auto* p = static_cast<const Element<D>*>(data);
   if constexpr (D == DataType::BFloat16 && Isa::kWordKernels) {
     return Isa::SumSquaresBf16Words(p, count);
   }
+  if constexpr (D == DataType::Float32 && kFromMemory) {
+    return SumSquaresWide<Isa>(p, count);
+  }
   constexpr std::size_t kW = Isa::kWidth;
-  // Four independent accumulators hide the FMA latency; each lane sums about
-  // count / (4 * kW) squares, which keeps the FP32 rounding error small.
-  Batch acc0(0.0f), acc1(0.0f), acc2(0.0f), acc3(0.0f);
+  constexpr std::size_t kBlock = 16 * kW;
+  Wide low(0.0), high(0.0);
+  const auto fold = [&low, &high](const Batch& sum) {
+    const auto halves = Isa::Widen(sum);
+    low += halves.first;
+    high += halves.second;
+  };
   std::size_t i = AlignHead<Isa>(p, count);
   if (i > 0) {
     const Batch a = Isa::template LoadPartial<D>(p, i);
-    acc2 = xsimd::fma(a, a, acc2);
+    fold(a * a);
   }
-  for (; i + 4 * kW <= count; i += 4 * kW) {
-    PrefetchLines<Isa, 4 * kW * sizeof(Element<D>) / 64>(p + i);
-    const Batch a = Isa::template Load<D>(p + i);
-    const Batch b = Isa::template Load<D>(p + i + kW);
-    const Batch c = Isa::template Load<D>(p + i + 2 * kW);
-    const Batch d = Isa::template Load<D>(p + i + 3 * kW);
-    acc0 = xsimd::fma(a, a, acc0);
-    acc1 = xsimd::fma(b, b, acc1);
-    acc2 = xsimd::fma(c, c, acc2);
-    acc3 = xsimd::fma(d, d, acc3);
-  }
-  for (; i + kW <= count; i += kW) {
-    const Batch a = Isa::template Load<D>(p + i);
-    acc0 = xsimd::fma(a, a, acc0);
+  while (i + kW <= count) {
+    const std::size_t end = count - i < kBlock ? count : i + kBlock;
+    Batch acc0(0.0f), acc1(0.0f), acc2(0.0f), acc3(0.0f);
+    for (; i + 4 * kW <= end; i += 4 * kW) {
+      PrefetchLines<Isa, 4 * kW * sizeof(Element<D>) / 64>(p + i);
+      const Batch a = Isa::template Load<D>(p + i);
+      const Batch b = Isa::template Load<D>(p + i + kW);
+      const Batch c = Isa::template Load<D>(p + i + 2 * kW);
+      const Batch d = Isa::template Load<D>(p + i + 3 * kW);
+      acc0 = xsimd::fma(a, a, acc0);
+      acc1 = xsimd::fma(b, b, acc1);
+      acc2 = xsimd::fma(c, c, acc2);
+      acc3 = xsimd::fma(d, d, acc3);
+    }
+    for (; i + kW <= end; i += kW) {
+      const Batch a = Isa::template Load<D>(p + i);
+      acc0 = xsimd::fma(a, a, acc0);
+    }
+    fold((acc0 + acc1) + (acc2 + acc3));
   }
   if (i < count) {
     const Batch a = Isa::template LoadPartial<D>(p + i, count - i);
-    acc1 = xsimd::fma(a, a, acc1);
+    fold(a * a);
   }
-  return xsimd::hadd((acc0 + acc1) + (acc2 + acc3));
+  return static_cast<float>(LaneSum(low + high));
 }
 
 // out[i] = round(in[i] * f) for i < count with ordinary stores: a partial vector up to the first
@@ -278,8 +357,9 @@ bool Cast(const void* src, void* dst, std::size_t count, float factor) {
 }
 
 /// One KernelSet from the loops above for one instruction set: Isa::kPrefetch says whether the
-/// loops prefetch in software, kStream whether the casts stream their stores.
-template <class Isa, class Set, bool kStream>
+/// loops prefetch in software; kFromMemory, whether the set is for calls from memory (the casts
+/// stream their stores, the FP32 sum of squares accumulates in FP64).
+template <class Isa, class Set, bool kFromMemory>
 constexpr Set MakeSet() {
   constexpr DataType kF32 = DataType::Float32;
   constexpr DataType kF16 = DataType::Float16;
@@ -287,11 +367,12 @@ constexpr Set MakeSet() {
   return Set{
       {Unscale<Isa, kF32>, Unscale<Isa, kF16>, Unscale<Isa, kBF16>},
       {NonFinite<Isa, kF32>, NonFinite<Isa, kF16>, NonFinite<Isa, kBF16>},
-      {SumSquares<Isa, kF32>, SumSquares<Isa, kF16>, SumSquares<Isa, kBF16>},
+      {SumSquares<Isa, kF32, kFromMemory>, SumSquares<Isa, kF16, kFromMemory>, SumSquares<Isa, kBF16, kFromMemory>},
       {Scale<Isa, kF32>, Scale<Isa, kF16>, Scale<Isa, kBF16>},
-      {{Cast<Isa, kF32, kF32, kStream>, Cast<Isa, kF32, kF16, kStream>, Cast<Isa, kF32, kBF16, kStream>},
-       {Cast<Isa, kF16, kF32, kStream>, Cast<Isa, kF16, kF16, kStream>, Cast<Isa, kF16, kBF16, kStream>},
-       {Cast<Isa, kBF16, kF32, kStream>, Cast<Isa, kBF16, kF16, kStream>, Cast<Isa, kBF16, kBF16, kStream>}},
+      {{Cast<Isa, kF32, kF32, kFromMemory>, Cast<Isa, kF32, kF16, kFromMemory>, Cast<Isa, kF32, kBF16, kFromMemory>},
+       {Cast<Isa, kF16, kF32, kFromMemory>, Cast<Isa, kF16, kF16, kFromMemory>, Cast<Isa, kF16, kBF16, kFromMemory>},
+       {Cast<Isa, kBF16, kF32, kFromMemory>, Cast<Isa, kBF16, kF16, kFromMemory>,
+        Cast<Isa, kBF16, kBF16, kFromMemory>}},
   };
 }
 
