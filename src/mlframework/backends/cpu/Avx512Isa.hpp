@@ -68,18 +68,20 @@ struct Avx512Isa {
   using WideBatch = xsimd::batch<double, xsimd::avx512bw>;
 
   // kWidth FP32 elements at p as two halves of FP64 lanes, each converted straight from a 256-bit
-  // load (VCVTPS2PD with a memory operand).
+  // load (VCVTPS2PD with a memory operand). The zero-masking forms here and in Widen, with every
+  // lane selected: with GCC 12 the plain ones read an "undefined" register that -Wuninitialized
+  // flags where they are inlined.
   static std::pair<WideBatch, WideBatch> LoadWide(const float* p) {
-    return {WideBatch(_mm512_cvtps_pd(_mm256_loadu_ps(p))), WideBatch(_mm512_cvtps_pd(_mm256_loadu_ps(p + 8)))};
+    return {WideBatch(_mm512_maskz_cvtps_pd(0xFF, _mm256_loadu_ps(p))),
+            WideBatch(_mm512_maskz_cvtps_pd(0xFF, _mm256_loadu_ps(p + 8)))};
   }
 
-  // The lanes of v as two halves of FP64 lanes (for the partial head and tail).
+  // The lanes of v as two halves of FP64 lanes (for partial vectors and block sums).
   static std::pair<WideBatch, WideBatch> Widen(const Batch& v) {
-    const __m512 x = v;
-    // The zero-masking form: with GCC 12 the plain extract reads an "undefined" register that
-    // -Wuninitialized flags.
-    const __m256 high = _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, _mm512_castps_pd(x), 1));
-    return {WideBatch(_mm512_cvtps_pd(_mm512_castps512_ps256(x))), WideBatch(_mm512_cvtps_pd(high))};
+    const __m512d x = _mm512_castps_pd(v);
+    const __m256 low = _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, x, 0));
+    const __m256 high = _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, x, 1));
+    return {WideBatch(_mm512_maskz_cvtps_pd(0xFF, low)), WideBatch(_mm512_maskz_cvtps_pd(0xFF, high))};
   }
 
   // FloatToBFloat16Bits for 16 lanes, left in the low half of each 32-bit lane.

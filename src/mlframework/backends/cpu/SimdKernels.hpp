@@ -189,7 +189,7 @@ double LaneSum(const Wide& v) {
 // From memory the arithmetic is free, and this loop streamed faster than four FP32 accumulators:
 // over one 64 MiB buffer, 2 threads, against a plain FP32 sum loop, 1.02-1.09 where the four
 // accumulators ran at 0.95-0.98 (docs/BENCHMARKS.md, session 18, an EPYC host). In cache it runs
-// at 0.6-0.8 of that loop, so calls that run from cache take the blocked loop below.
+// at 0.6-0.8 of that loop, so calls that run from cache take the FP32 blocks below.
 template <class Isa>
 float SumSquaresWide(const float* p, std::size_t count) {
   using Wide = typename Isa::WideBatch;
@@ -227,11 +227,13 @@ float SumSquaresWide(const float* p, std::size_t count) {
 }
 
 // kFromMemory: the set for calls from memory (FP32 takes SumSquaresWide above).
-// Otherwise: blocks of 16 vectors, each summed by four FP32 accumulators (they hide the FMA
-// latency) and then widened into FP64 sums, so FP32 rounding never builds up past a block. With
-// one FP32 sum per lane over a whole 32,768-element chunk, a list of 0.1f was off by 5e-6
-// (MultiTensorKernelTests, Fp32SumOfSquaresOfConstantValues); in cache the blocks cost nothing
-// measurable (ck3.cpp, session 18: 1.22 against 1.23 of a plain sum loop).
+// Four FP32 accumulators hide the FMA latency. For FP32 from cache, in blocks of 16 vectors whose
+// sums are widened into FP64 sums, so FP32 rounding never builds up past a block: with one FP32
+// sum per lane over a whole 32,768-element chunk, a list of 0.1f was off by 5e-6
+// (MultiTensorKernelTests, Fp32SumOfSquaresOfConstantValues); in cache the blocks took 1.00-1.03
+// of the unblocked loop's time. The 16-bit types keep one run per piece: their loop is bound by the conversions,
+// and the blocks' widening made FP16 in cache 4-22% slower (blocks of 128 to 16 vectors; session
+// 18, docs/BENCHMARKS.md).
 template <class Isa, DataType D, bool kFromMemory>
 float SumSquares(const void* data, std::size_t count) {
   using Batch = typename Isa::Batch;
@@ -251,35 +253,46 @@ float SumSquares(const void* data, std::size_t count) {
     low += halves.first;
     high += halves.second;
   };
+  // Four vectors at q into four accumulators.
+  const auto add4 = [](const Element<D>* q, Batch& acc0, Batch& acc1, Batch& acc2, Batch& acc3) {
+    PrefetchLines<Isa, 4 * kW * sizeof(Element<D>) / 64>(q);
+    const Batch a = Isa::template Load<D>(q);
+    const Batch b = Isa::template Load<D>(q + kW);
+    const Batch c = Isa::template Load<D>(q + 2 * kW);
+    const Batch d = Isa::template Load<D>(q + 3 * kW);
+    acc0 = xsimd::fma(a, a, acc0);
+    acc1 = xsimd::fma(b, b, acc1);
+    acc2 = xsimd::fma(c, c, acc2);
+    acc3 = xsimd::fma(d, d, acc3);
+  };
   std::size_t i = AlignHead<Isa>(p, count);
   if (i > 0) {
     const Batch a = Isa::template LoadPartial<D>(p, i);
     fold(a * a);
   }
-  while (i + kW <= count) {
-    const std::size_t end = count - i < kBlock ? count : i + kBlock;
-    Batch acc0(0.0f), acc1(0.0f), acc2(0.0f), acc3(0.0f);
-    for (; i + 4 * kW <= end; i += 4 * kW) {
-      PrefetchLines<Isa, 4 * kW * sizeof(Element<D>) / 64>(p + i);
-      const Batch a = Isa::template Load<D>(p + i);
-      const Batch b = Isa::template Load<D>(p + i + kW);
-      const Batch c = Isa::template Load<D>(p + i + 2 * kW);
-      const Batch d = Isa::template Load<D>(p + i + 3 * kW);
-      acc0 = xsimd::fma(a, a, acc0);
-      acc1 = xsimd::fma(b, b, acc1);
-      acc2 = xsimd::fma(c, c, acc2);
-      acc3 = xsimd::fma(d, d, acc3);
+  if constexpr (D == DataType::Float32) {
+    // Whole blocks, a fixed trip count the compiler unrolls.
+    for (; i + kBlock <= count; i += kBlock) {
+      Batch acc0(0.0f), acc1(0.0f), acc2(0.0f), acc3(0.0f);
+      for (std::size_t j = 0; j < kBlock; j += 4 * kW) {
+        add4(p + i + j, acc0, acc1, acc2, acc3);
+      }
+      fold((acc0 + acc1) + (acc2 + acc3));
     }
-    for (; i + kW <= end; i += kW) {
-      const Batch a = Isa::template Load<D>(p + i);
-      acc0 = xsimd::fma(a, a, acc0);
-    }
-    fold((acc0 + acc1) + (acc2 + acc3));
+  }
+  Batch acc0(0.0f), acc1(0.0f), acc2(0.0f), acc3(0.0f);
+  for (; i + 4 * kW <= count; i += 4 * kW) {
+    add4(p + i, acc0, acc1, acc2, acc3);
+  }
+  for (; i + kW <= count; i += kW) {
+    const Batch a = Isa::template Load<D>(p + i);
+    acc0 = xsimd::fma(a, a, acc0);
   }
   if (i < count) {
     const Batch a = Isa::template LoadPartial<D>(p + i, count - i);
-    fold(a * a);
+    acc1 = xsimd::fma(a, a, acc1);
   }
+  fold((acc0 + acc1) + (acc2 + acc3));
   return static_cast<float>(LaneSum(low + high));
 }
 
