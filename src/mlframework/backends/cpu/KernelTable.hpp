@@ -31,7 +31,8 @@ struct KernelSet {
   using UnscaleFn = bool (*)(void* data, std::size_t count, float factor);
   /// True when any element is Inf or NaN (read only).
   using NonFiniteFn = bool (*)(const void* data, std::size_t count);
-  /// FP32 sum of `x * x` (not finite when an element is not finite, or when the FP32 sum overflows).
+  /// The sum of `x * x` rounded to FP32, the piece's partial (not finite when an element is not
+  /// finite, or when the sum overflows FP32).
   using SumSquaresFn = float (*)(const void* data, std::size_t count);
   /// In place `x = round(x * factor)`.
   using ScaleFn = void (*)(void* data, std::size_t count, float factor);

@@ -231,9 +231,9 @@ float SumSquaresWide(const float* p, std::size_t count) {
 // sums are widened into FP64 sums, so FP32 rounding never builds up past a block: with one FP32
 // sum per lane over a whole 32,768-element chunk, a list of 0.1f was off by 5e-6
 // (MultiTensorKernelTests, Fp32SumOfSquaresOfConstantValues); in cache the blocks took 1.00-1.03
-// of the unblocked loop's time. The 16-bit types keep one run per piece: their loop is bound by the conversions,
-// and the blocks' widening made FP16 in cache 4-22% slower (blocks of 128 to 16 vectors; session
-// 18, docs/BENCHMARKS.md).
+// of the unblocked loop's time. The 16-bit types keep one run per piece: their loop is bound by
+// the conversions, and the blocks' widening made FP16 in cache 4-22% slower (blocks of 128 to 16
+// vectors; session 18, docs/BENCHMARKS.md).
 template <class Isa, DataType D, bool kFromMemory>
 float SumSquares(const void* data, std::size_t count) {
   using Batch = typename Isa::Batch;
