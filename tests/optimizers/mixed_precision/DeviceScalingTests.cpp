@@ -168,9 +168,17 @@ BOOST_AUTO_TEST_CASE(AutoFallbackAndRestoreOnDevice) {
   BOOST_TEST(device.Precision()->HasFallenBack());
   BOOST_TEST(device.LossScaler()->CurrentScale() == 1.0f);
   BOOST_TEST(device.LossScaler()->State() == host.LossScaler()->State());
-  // After the fallback scaling is off: the step is never skipped, gradients pass at scale 1.
+  // After the fallback scaling is off, clean gradients pass at scale 1, and overflowed steps
+  // are still skipped, on the device as on the host.
   const GradientProcessingResult kept = device.ProcessGradients(Gradients(6, false, true));
   BOOST_TEST(!kept.ShouldSkip);
+  BOOST_TEST(!host.ProcessGradients(Gradients(6, false, false)).ShouldSkip);
+  const GradientProcessingResult overflowed = device.ProcessGradients(Gradients(7, true, true));
+  BOOST_TEST(overflowed.ShouldSkip);
+  BOOST_TEST(overflowed.Gradients.empty());
+  BOOST_TEST(host.ProcessGradients(Gradients(7, true, false)).ShouldSkip);
+  BOOST_TEST(device.LossScaler()->CurrentScale() == 1.0f);
+  BOOST_TEST(device.LossScaler()->State() == host.LossScaler()->State());
   const std::vector<std::byte> blob = device.StateDict();
   BOOST_TEST((blob == host.StateDict()));
   GradientConversionLayer restored(Options(false));

@@ -197,7 +197,22 @@ BOOST_AUTO_TEST_CASE(StopScalingIsTheFallbackAndSurvivesReset) {
   BOOST_TEST(scaler.TotalOverflows() == 1);  // history kept
   const TensorPtr loss = Scalar(3.0f);
   BOOST_TEST(scaler.ScaleLoss(loss) == loss);
-  BOOST_TEST(!scaler.UpdateScale(true));
+  // The checks go on at scale 1: an overflow is still counted and still skips the step.
+  BOOST_TEST(scaler.IsChecking());
+  BOOST_TEST(scaler.UpdateScale(true));
+  BOOST_TEST(scaler.CurrentScale() == 1.0f);
+  BOOST_TEST(scaler.TotalOverflows() == 2);
+  BOOST_TEST(scaler.ConsecutiveOverflows() == 2);
+  BOOST_TEST(scaler.CheckOverflow({{"w", Vec({kNaN})}}));
+  BOOST_TEST(scaler.CheckOverflowAndUpdate({{"w", Vec({kInf})}}));
+  BOOST_TEST(scaler.TotalOverflows() == 3);
+  BOOST_TEST(!scaler.CheckOverflowAndUpdate({{"w", Vec({1.0f})}}));
+  BOOST_TEST(scaler.ConsecutiveOverflows() == 0);
+  BOOST_TEST(scaler.StepsSinceLastOverflow() == 1);
+  scaler.RecordOverflow({{"w", Vec({-kInf})}});
+  scaler.UpdateScaleFromRecord();
+  BOOST_TEST(scaler.TotalOverflows() == 4);
+  BOOST_TEST(scaler.CurrentScale() == 1.0f);
   BOOST_TEST(scaler.GetStats().ToString().ends_with(", Fell back to FP32"));
   scaler.Reset();
   BOOST_TEST(scaler.FellBackToFP32());

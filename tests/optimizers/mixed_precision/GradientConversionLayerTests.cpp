@@ -360,10 +360,43 @@ BOOST_AUTO_TEST_CASE(AutoFallbackContinuesTrainingInFP32) {
   const auto [gradients, skip] = layer.ProcessGradients({{"w", Vec({0.25f, -1.0f})}});
   BOOST_TEST(!skip);
   BOOST_TEST(Values(gradients.at("w")) == (std::vector<float>{0.25f, -1.0f}), tt::per_element());
+  // The overflow checks go on after the fallback: non-finite gradients never reach the optimizer.
+  for (const float v : {kNaN, kInf, -kInf}) {
+    for (const DataType dtype : {DataType::Float16, DataType::Float32}) {
+      const GradientProcessingResult result = layer.ProcessGradients({{"w", Vec({1.0f, v}, dtype)}});
+      BOOST_TEST(result.ShouldSkip);
+      BOOST_TEST(result.Gradients.empty());
+    }
+  }
+  BOOST_TEST(layer.LossScale() == 1.0f);
+  BOOST_TEST(layer.LossScaler()->TotalOverflows() == 9);
   // Reset clears the statistics, not the fallback.
   layer.Reset();
   BOOST_TEST(layer.GetStats().FellBackToFP32);
   BOOST_TEST(layer.LossScale() == 1.0f);
+}
+
+BOOST_AUTO_TEST_CASE(NonFiniteGradientsAreSkippedOnEveryStepThroughTheFallback) {
+  // Overflow after overflow from a high initial scale: the fallback fires, and neither before
+  // nor after it does a step hand non-finite values on, with clipping on or off.
+  for (const bool clipping : {false, true}) {
+    for (const DataType dtype : {DataType::Float16, DataType::BFloat16, DataType::Float32}) {
+      GradientConversionLayer layer(
+          MixedPrecisionOptions{.MaxConsecutiveOverflows = 3, .EnableGradientClipping = clipping, .MaxGradNorm = 1.0f});
+      for (int step = 0; step < 12; ++step) {
+        const float bad = step % 3 == 0 ? kNaN : (step % 3 == 1 ? kInf : -kInf);
+        const GradientProcessingResult result =
+            layer.ProcessGradients({{"a", Vec({0.5f, bad}, dtype)}, {"b", Vec({1.0f}, dtype)}});
+        BOOST_TEST(result.ShouldSkip, "step " << step << " clipping " << clipping);
+        BOOST_TEST(result.Gradients.empty());
+      }
+      BOOST_TEST(layer.GetStats().FellBackToFP32);
+      BOOST_TEST(layer.LossScaler()->TotalOverflows() == 12);
+      const GradientProcessingResult clean = layer.ProcessGradients({{"a", Vec({0.5f, 0.25f}, dtype)}});
+      BOOST_TEST(!clean.ShouldSkip);
+      BOOST_TEST(Values(clean.Gradients.at("a")) == (std::vector<float>{0.5f, 0.25f}), tt::per_element());
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(StateDictResumesTheWholeLayer) {

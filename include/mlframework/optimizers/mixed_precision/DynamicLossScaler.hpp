@@ -11,9 +11,12 @@
 /// Auto-fallback: the scaler only reports instability (`IsStable` in its
 /// stats, ConsecutiveOverflows() >= MaxConsecutiveOverflows); PrecisionManager
 /// decides to fall back to FP32 and then calls StopScaling(). A stopped scaler
-/// is disabled (IsEnabled() false, scale 1) until a loaded state says otherwise;
-/// Reset() clears counters but keeps the fallback, because the fallback is a
-/// change of training precision, not a statistic.
+/// no longer scales (IsEnabled() false, scale 1) but still checks: IsChecking()
+/// stays true, CheckOverflow() still looks at the gradients and UpdateScale()
+/// still counts overflows and returns true for them, so a step with non-finite
+/// gradients is skipped after the fallback as before it. Reset() clears counters
+/// but keeps the fallback, because the fallback is a change of training
+/// precision, not a statistic.
 ///
 /// On a device (gradients whose backend is a DeviceScalingBackend, e.g. CUDA
 /// tensors) the state moves to the gradients' device on first use and stays
@@ -86,6 +89,9 @@ class MLFRAMEWORK_EXPORT DynamicLossScaler {
   std::int64_t TotalOverflows() const;
   /// Whether dynamic loss scaling is active: enabled in the options and not stopped by a fallback.
   bool IsEnabled() const noexcept { return options_.EnableDynamicLossScaling && !stopped_; }
+  /// Whether gradients are checked for overflow: EnableDynamicLossScaling in the options, also
+  /// after a fallback stopped the scaling (the checks then go on at scale 1).
+  bool IsChecking() const noexcept { return options_.EnableDynamicLossScaling; }
   /// Overflows in a row that make the scaler unstable (from the options).
   int MaxConsecutiveOverflows() const noexcept { return options_.MaxConsecutiveOverflows; }
   /// ConsecutiveOverflows() < MaxConsecutiveOverflows().
@@ -113,21 +119,23 @@ class MLFRAMEWORK_EXPORT DynamicLossScaler {
   GradientMap UnscaleGradients(const GradientMap& gradients) const;
 
   /// True when any gradient holds NaN or an infinity (one fused read pass with early exit);
-  /// false when disabled. ArgumentNullError naming a null entry.
+  /// false when not IsChecking(). ArgumentNullError naming a null entry.
   bool CheckOverflow(const GradientMap& gradients) const;
 
   /// Advances the scale by the shared rules; returns true when the step must be skipped
-  /// (@p hadOverflow). Returns false and changes nothing when disabled.
+  /// (@p hadOverflow). After a fallback the scale stays 1 but the counters still advance and an
+  /// overflow still returns true. Returns false and changes nothing when not IsChecking().
   bool UpdateScale(bool hadOverflow);
 
   /// CheckOverflow() then UpdateScale(); returns whether to skip the step.
   /// On a device: one check into the flag, the update on the device, one read of the result.
   bool CheckOverflowAndUpdate(const GradientMap& gradients);
   /// ORs into the scaler's record whether any gradient holds NaN or an infinity (read only; on a
-  /// device into the state's flag, without a synchronisation). Nothing happens when disabled.
+  /// device into the state's flag, without a synchronisation). Nothing happens when not IsChecking().
   void RecordOverflow(const GradientMap& gradients) const;
   /// Advances the scale with the record and clears it (on a device the update kernel reads the
-  /// flag there: no synchronisation). Disabled: only clears the record.
+  /// flag there: no synchronisation; after a fallback it reads the flag). Not IsChecking(): only
+  /// clears the record.
   void UpdateScaleFromRecord();
 
   /// Back to the initial scale with all counters cleared. A fallback stays in force (see file notes).
@@ -137,7 +145,8 @@ class MLFRAMEWORK_EXPORT DynamicLossScaler {
   LossScalerStats GetStats() const;
 
   /// Stops loss scaling for good (the auto-fallback to FP32): IsEnabled() becomes false and the
-  /// scale becomes 1; the counters are kept so the overflow history stays visible. Idempotent.
+  /// scale becomes 1; the counters are kept so the overflow history stays visible, and overflow
+  /// checks go on (IsChecking()). Idempotent.
   void StopScaling();
 
   /// Versioned, checksummed blob of the scale, the counters and the fallback flag.

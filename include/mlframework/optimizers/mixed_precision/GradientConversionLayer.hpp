@@ -97,8 +97,10 @@ class MLFRAMEWORK_EXPORT GradientConversionLayer {
   /// empty map on overflow, else unscale, clip (if enabled and MaxGradNorm > 0) and convert to FP32,
   /// in two passes over memory. FP32 inputs are unscaled and clipped in place and returned as they
   /// are; FP16/BF16 inputs get FP32 outputs, whose buffers the layer reuses on the next call when
-  /// the caller no longer holds them. As in spec 003, a disabled scaler (BF16/FP32 recipes, or after
-  /// the auto-fallback) reports no overflow, so the step is never skipped then.
+  /// the caller no longer holds them. As in spec 003, a scaler disabled in the options (the
+  /// BF16/FP32 recipes) reports no overflow, so the step is never skipped then. After the
+  /// auto-fallback to FP32 the scale is 1 but the overflow check goes on: a step with a non-finite
+  /// gradient is skipped (ShouldSkip, empty map), so no Inf or NaN reaches the optimizer.
   /// ArgumentNullError naming a null entry, state unchanged.
   GradientProcessingResult ProcessGradients(const GradientMap& gradients);
 

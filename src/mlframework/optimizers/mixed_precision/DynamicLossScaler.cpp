@@ -150,7 +150,7 @@ GradientMap DynamicLossScaler::UnscaleGradients(const GradientMap& gradients) co
 
 bool DynamicLossScaler::CheckOverflow(const GradientMap& gradients) const {
   const std::vector<TensorPtr> all = TensorList(gradients);
-  if (!IsEnabled()) {
+  if (!IsChecking()) {
     return false;
   }
   if (owner_->Route(all, "gradients") == nullptr) {
@@ -165,7 +165,7 @@ bool DynamicLossScaler::CheckOverflow(const GradientMap& gradients) const {
 
 void DynamicLossScaler::RecordOverflow(const GradientMap& gradients) const {
   const std::vector<TensorPtr> all = TensorList(gradients);
-  if (!IsEnabled()) {
+  if (!IsChecking()) {
     return;
   }
   const DeviceScalingBackend* backend = owner_->Route(all, "gradients");
@@ -183,16 +183,36 @@ void DynamicLossScaler::RecordOverflow(const GradientMap& gradients) const {
 }
 
 bool DynamicLossScaler::UpdateScale(bool hadOverflow) {
-  if (!IsEnabled()) {
+  if (!IsChecking()) {
     return false;
+  }
+  if (stopped_) {
+    // After the fallback the scale stays 1, yet the step is still counted and an overflowed one
+    // still skipped: the shared rules would back the scale off or grow it, so count by hand.
+    amp::ScaleState state = owner_->Read();
+    ++state.TotalSteps;
+    if (hadOverflow) {
+      ++state.TotalOverflows;
+      ++state.ConsecutiveOverflows;
+      state.StepsSinceLastOverflow = 0;
+    } else {
+      state.ConsecutiveOverflows = 0;
+      ++state.StepsSinceLastOverflow;
+    }
+    owner_->Write(state);
+    return hadOverflow;
   }
   owner_->Update(hadOverflow);
   return hadOverflow;  // UpdateScaleState skips exactly the overflowed steps
 }
 
 void DynamicLossScaler::UpdateScaleFromRecord() {
-  if (!IsEnabled()) {
+  if (!IsChecking()) {
     owner_->ClearRecord();
+    return;
+  }
+  if (stopped_) {
+    UpdateScale(owner_->Recorded());  // Write() clears the record
     return;
   }
   owner_->UpdateFromRecord();
@@ -200,10 +220,10 @@ void DynamicLossScaler::UpdateScaleFromRecord() {
 
 bool DynamicLossScaler::CheckOverflowAndUpdate(const GradientMap& gradients) {
   const std::vector<TensorPtr> all = TensorList(gradients);
-  if (!IsEnabled()) {
+  if (!IsChecking()) {
     return false;
   }
-  if (owner_->Route(all, "gradients") == nullptr) {
+  if (stopped_ || owner_->Route(all, "gradients") == nullptr) {
     return UpdateScale(HasNonFinite(all));
   }
   owner_->ClearRecord();

@@ -148,6 +148,9 @@ GradientProcessingResult GradientConversionLayer::ProcessGradients(const Gradien
 
   DynamicLossScaler& scaler = *loss_scaler_;
   const bool scaling = scaler.IsEnabled();
+  // After the fallback to FP32 the scale is 1 but the checks go on: a non-finite gradient must
+  // never reach the optimizer while overflow checking is configured.
+  const bool checking = scaler.IsChecking();
   const bool clipping = ClippingActive();
   if (scaling) {
     // Moves the scaler's state to the gradients' device when they have one (ArgumentError for a
@@ -166,12 +169,12 @@ GradientProcessingResult GradientConversionLayer::ProcessGradients(const Gradien
     const NonFiniteAndNorm measured = CheckAndSumSquares(list, static_cast<float>(inverse));
     non_finite = measured.FoundNonFinite;
     sum_of_squares = measured.SumOfSquares;
-  } else if (scaling) {
+  } else if (checking) {
     non_finite = HasNonFinite(list);  // early exit on the first non-finite chunk
   }
 
   // Step 2: the scale update (spec: a disabled scaler never reports an overflow), then the fallback rule.
-  const bool skip = scaler.UpdateScale(scaling && non_finite);
+  const bool skip = scaler.UpdateScale(checking && non_finite);
   precision_manager_->CheckFallback(scaler);
   output_buffers_ = std::move(buffers);
   if (skip) {
