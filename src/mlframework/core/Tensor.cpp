@@ -39,7 +39,8 @@ TensorPtr ViewOf(const TensorPtr& buffer, std::size_t offset, const Shape& shape
 
 }  // namespace
 
-TensorPtr Zeros(Shape shape, DataType dtype, Device device) {
+// The public signature takes the shape by value; the backends take it by reference.
+TensorPtr Zeros(Shape shape, DataType dtype, Device device) {  // NOLINT(performance-unnecessary-value-param)
   RequireValidDtype(dtype);
   if (device.IsCPU()) {
     return detail::HostBackend().Allocate(shape, dtype, device);

@@ -4,6 +4,7 @@
 #include <array>
 #include <cstdint>
 #include <utility>
+#include <vector>
 
 #include "mlframework/backends/cpu/OrderCache.hpp"
 
@@ -38,6 +39,30 @@ void SortByAddress(std::vector<std::pair<std::uintptr_t, std::size_t>>& keyed) {
     }
     keyed.swap(sorted);
   }
+}
+
+// True when the segments of @p plan lie in ascending address order (the common case of a list
+// allocated in order, and of one segment).
+bool InAddressOrder(const Plan& plan) {
+  const auto above = [](const Segment& a, const Segment& b) {
+    return reinterpret_cast<std::uintptr_t>(b.data) < reinterpret_cast<std::uintptr_t>(a.data);
+  };
+  return std::adjacent_find(plan.segments.begin(), plan.segments.end(), above) == plan.segments.end();
+}
+
+// The segments of @p plan in ascending address order, as a permutation.
+std::vector<std::size_t> AddressOrder(const Plan& plan) {
+  const std::vector<Segment>& segments = plan.segments;
+  std::vector<std::pair<std::uintptr_t, std::size_t>> keyed(segments.size());
+  for (std::size_t s = 0; s < segments.size(); ++s) {
+    keyed[s] = {reinterpret_cast<std::uintptr_t>(segments[s].data), s};
+  }
+  SortByAddress(keyed);
+  std::vector<std::size_t> order(keyed.size());
+  for (std::size_t s = 0; s < keyed.size(); ++s) {
+    order[s] = keyed[s].second;
+  }
+  return order;
 }
 
 // @p plan with its segments in @p order, joined where they now lie back to back.
@@ -92,27 +117,6 @@ std::shared_ptr<const Plans> Ordered(Plans plans) {
 }
 
 }  // namespace
-
-bool InAddressOrder(const Plan& plan) {
-  const auto above = [](const Segment& a, const Segment& b) {
-    return reinterpret_cast<std::uintptr_t>(b.data) < reinterpret_cast<std::uintptr_t>(a.data);
-  };
-  return std::adjacent_find(plan.segments.begin(), plan.segments.end(), above) == plan.segments.end();
-}
-
-std::vector<std::size_t> AddressOrder(const Plan& plan) {
-  const std::vector<Segment>& segments = plan.segments;
-  std::vector<std::pair<std::uintptr_t, std::size_t>> keyed(segments.size());
-  for (std::size_t s = 0; s < segments.size(); ++s) {
-    keyed[s] = {reinterpret_cast<std::uintptr_t>(segments[s].data), s};
-  }
-  SortByAddress(keyed);
-  std::vector<std::size_t> order(keyed.size());
-  for (std::size_t s = 0; s < keyed.size(); ++s) {
-    order[s] = keyed[s].second;
-  }
-  return order;
-}
 
 std::shared_ptr<const Plan> OrderedByAddress(Plan plan) { return Ordered(std::move(plan)); }
 

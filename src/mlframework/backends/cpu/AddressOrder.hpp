@@ -12,19 +12,11 @@
 // (tensors joined because they lie back to back), and also on the order in memory. For one list
 // in one layout it is the same on every call and for every thread count.
 
-#include <cstddef>
 #include <memory>
-#include <vector>
 
 #include "mlframework/backends/cpu/Plan.hpp"
 
 namespace mlframework::backends::cpu {
-
-/// True when the segments of @p plan lie in ascending address order (the common case of a list
-/// allocated in order, and of one segment).
-bool InAddressOrder(const Plan& plan);
-/// The segments of @p plan in ascending address order, as a permutation.
-std::vector<std::size_t> AddressOrder(const Plan& plan);
 
 /// @p plans (a finished plan, or a cast's pair ordered by its source) in address order, joined
 /// where segments now lie back to back. A plan of the same layout as one ordered recently takes

@@ -92,33 +92,27 @@ std::shared_ptr<const Plan> CpuBackend::PlanOfList(std::span<const TensorPtr> te
 }
 
 std::optional<bool> CpuBackend::UnscaleAndCheckList(std::span<const TensorPtr> tensors, float factor) const {
-  if (const auto plan = PlanOfList(tensors)) {
-    return UnscaleAndCheckKernel(*plan, factor);
-  }
-  return std::nullopt;
+  const auto plan = PlanOfList(tensors);
+  return plan ? std::optional(UnscaleAndCheckKernel(*plan, factor)) : std::nullopt;
 }
 
 std::optional<bool> CpuBackend::HasNonFiniteList(std::span<const TensorPtr> tensors) const {
-  if (const auto plan = PlanOfList(tensors)) {
-    return HasNonFiniteKernel(*plan);
-  }
-  return std::nullopt;
+  const auto plan = PlanOfList(tensors);
+  return plan ? std::optional(HasNonFiniteKernel(*plan)) : std::nullopt;
 }
 
 std::optional<NonFiniteAndNorm> CpuBackend::CheckAndSumSquaresList(std::span<const TensorPtr> tensors,
                                                                    float factor) const {
-  if (const auto plan = PlanOfList(tensors)) {
-    return CheckAndSumSquaresKernel(*plan, factor);
-  }
-  return std::nullopt;
+  const auto plan = PlanOfList(tensors);
+  return plan ? std::optional(CheckAndSumSquaresKernel(*plan, factor)) : std::nullopt;
 }
 
 bool CpuBackend::ScaleList(std::span<const TensorPtr> tensors, float factor) const {
-  if (const auto plan = PlanOfList(tensors)) {
+  const auto plan = PlanOfList(tensors);
+  if (plan) {
     ScaleKernel(*plan, factor);
-    return true;
   }
-  return false;
+  return plan != nullptr;
 }
 
 std::optional<bool> CpuBackend::CastIntoKnownLists(std::span<const TensorPtr> src, std::span<const TensorPtr> dst,
