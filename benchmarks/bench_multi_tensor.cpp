@@ -313,7 +313,7 @@ float* LimitBuffer(std::size_t floats, int which) {
 // timed loop, makes one more call when the loop made an odd number. Without it a case of odd
 // iterations leaves its list halved for the next case: over a run FP16 values drifted down into
 // the subnormal range, where the 16-bit word path falls back to the float path, and the FP16
-// scale cases slowed 2-3x from one repetition to the next (session 17).
+// scale cases slowed 2-3x from one repetition to the next (measured on a 2-vCPU EPYC).
 struct BoundCall {
   std::function<void()> call;
   std::size_t bytes = 0;
@@ -552,7 +552,7 @@ double Seconds(const std::function<void()>& call) {
 }
 
 // The memory of a list's tensors in pieces of at most kChunk FP32 words, in address order (as
-// the library visits a list from memory, session 11), for plain loops over that same memory.
+// the library visits a list from memory), for plain loops over that same memory.
 std::vector<std::pair<void*, std::size_t>> MemoryPieces(const std::vector<TensorPtr>& list) {
   std::vector<std::pair<void*, std::size_t>> pieces;
   for (const auto& tensor : list) {
@@ -616,9 +616,9 @@ double SecondsFromMemory(const std::function<void()>& call) {
 // pair/<op>/<dtype>/<layout>/N: the fused operation against its flat limit kernel and, but for
 // casts, against the same plain loop over the very memory the operation works on. Separate
 // cases each take the host's bandwidth in their own seconds, and a shared host's bandwidth moves
-// from one minute to the next (BENCHMARKS.md, sessions 15-16); calls a few milliseconds apart
-// share it. And two buffers of the same size read at speeds up to 20% apart in one process,
-// depending on where their pages lie (session 17); a loop over the same memory takes that out.
+// from one minute to the next (the flat limit loops by up to 1.7x on a 2-vCPU EPYC); calls a few
+// milliseconds apart share it. And two buffers of the same size read at speeds up to 20% apart in
+// one process, depending on where their pages lie; a loop over the same memory takes that out.
 // Each iteration times fused, limit and loop, each after an untimed read of other memory that
 // empties the caches (EvictCaches): a call right after another over its own memory would find
 // part of a 16M-element list still in the L3. The iteration time is the fused call's; the

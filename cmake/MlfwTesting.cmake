@@ -6,7 +6,9 @@
 function(mlfw_add_boost_test target)
   cmake_parse_arguments(ARG "" "" "SOURCES;LIBS;LABELS" ${ARGN})
   add_executable(${target} ${PROJECT_SOURCE_DIR}/tests/main.cpp ${ARG_SOURCES})
-  target_link_libraries(${target} PRIVATE mlframework::mlframework Boost::unit_test_framework
+  # Test suites link the optional components too (the CUDA suites skip themselves without a GPU).
+  target_link_libraries(${target} PRIVATE mlframework::mlframework mlframework::cuda mlframework::mpi
+                                          Boost::unit_test_framework
                                           mlfw_build_flags ${ARG_LIBS})
   target_include_directories(${target} PRIVATE ${PROJECT_SOURCE_DIR}/tests ${PROJECT_SOURCE_DIR}/src)
   set(suites "")

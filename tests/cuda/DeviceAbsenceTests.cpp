@@ -1,12 +1,14 @@
 // What a machine without a CUDA driver or GPU (or a build without the backend)
 // sees: clear errors, never a crash. On a GPU machine: clear errors for a
 // device that does not exist.
+#include <span>
 #include <string>
 
 #include <boost/test/unit_test.hpp>
 
 #include <mlframework/backends/cuda/CudaTensor.hpp>
 #include <mlframework/config.hpp>
+#include <mlframework/core/DeviceScaling.hpp>
 #include <mlframework/core/Error.hpp>
 #include <mlframework/core/Tensor.hpp>
 #include <mlframework/distributed/NcclProcessGroup.hpp>
@@ -19,6 +21,30 @@ namespace {
 bool MessageNames(const Error& error, const std::string& text) {
   return std::string(error.what()).find(text) != std::string::npos;
 }
+
+// The whole ArgumentError: the parameter and the exact message.
+auto IsArgumentError(const std::string& parameter, const std::string& message) {
+  return [=](const ArgumentError& e) {
+    return e.Parameter() == parameter && std::string(e.what()) == "invalid argument '" + parameter + "': " + message;
+  };
+}
+
+// A scale state some other backend created: the CUDA backend must refuse it by name.
+class ForeignScaleState final : public DeviceScaleState {
+ public:
+  Device GetDevice() const noexcept override { return Device::CPU(); }
+  const amp::ScalePolicy& Policy() const noexcept override { return policy_; }
+  amp::ScaleState Read() const override { return state_; }
+  void Write(const amp::ScaleState& state) override { state_ = state; }
+  bool FoundInf() const override { return false; }
+  void MarkFoundInf() override {}
+  void ClearFoundInf() override {}
+  bool LastStepSkipped() const override { return false; }
+
+ private:
+  amp::ScalePolicy policy_{};
+  amp::ScaleState state_{};
+};
 
 }  // namespace
 
@@ -71,6 +97,59 @@ BOOST_AUTO_TEST_CASE(BackendObjectExistsWithoutDevice) {
                         [](const ArgumentError& e) { return e.Parameter() == "tensors[0]"; });
   BOOST_CHECK_THROW(backend.CreateScaleState(Device::CPU(), amp::ScalePolicy{}, amp::ScaleState{}), ArgumentError);
   BOOST_TEST(DeviceScalingOf(*cpu) == nullptr);
+}
+
+// Every multi-tensor entry point checks its whole list before it asks for a device, so these
+// errors are the same with or without a GPU.
+BOOST_AUTO_TEST_CASE(EveryEntryPointRejectsForeignInputsByName) {
+  if (!cuda::IsBuilt()) {
+    return;
+  }
+  const DeviceScalingBackend& backend = cuda::Backend();
+  TensorPtr cpu = Zeros({2});
+  ITensor* tensor = cpu.get();
+  const ITensor* input = cpu.get();
+  const std::span<ITensor* const> tensors{&tensor, 1};
+  const std::span<const ITensor* const> inputs{&input, 1};
+  const auto not_cuda = IsArgumentError("tensors[0]", "is not a CUDA-backend tensor (device cpu)");
+  BOOST_CHECK_EXCEPTION(backend.UnscaleAndCheck(tensors, 0.5f), ArgumentError, not_cuda);
+  BOOST_CHECK_EXCEPTION(backend.HasNonFinite(inputs), ArgumentError, not_cuda);
+  BOOST_CHECK_EXCEPTION(backend.CheckAndSumSquares(inputs, 1.0f), ArgumentError, not_cuda);
+  BOOST_CHECK_EXCEPTION(backend.Scale(tensors, 2.0f), ArgumentError, not_cuda);
+  const auto src_not_cuda = IsArgumentError("src[0]", "is not a CUDA-backend tensor (device cpu)");
+  BOOST_CHECK_EXCEPTION(backend.CastInto(inputs, tensors, 1.0f), ArgumentError, src_not_cuda);
+  BOOST_CHECK_EXCEPTION(backend.CopyInto(inputs, tensors, 1.0f), ArgumentError, src_not_cuda);
+  BOOST_CHECK_EXCEPTION(backend.AddInto(inputs, tensors, 1.0f), ArgumentError, src_not_cuda);
+
+  ForeignScaleState state;
+  const auto foreign = IsArgumentError("state", "was not created by the CUDA backend (device cpu)");
+  BOOST_CHECK_EXCEPTION(backend.ScaleWithState(tensors, state), ArgumentError, foreign);
+  BOOST_CHECK_EXCEPTION(backend.UnscaleWithState(tensors, state), ArgumentError, foreign);
+  // The state is checked before the list sizes.
+  BOOST_CHECK_EXCEPTION(backend.CastUnscaledWithState(inputs, {}, state), ArgumentError, foreign);
+  BOOST_CHECK_EXCEPTION(backend.CheckWithState(inputs, state), ArgumentError, foreign);
+  TensorPtr flag;
+  BOOST_CHECK_EXCEPTION(backend.FlagToTensor(state, flag), ArgumentError, foreign);
+  BOOST_TEST(flag == nullptr);
+  BOOST_CHECK_EXCEPTION(backend.FlagFromTensor(state, *cpu), ArgumentError, foreign);
+  BOOST_CHECK_EXCEPTION(backend.UpdateScale(state), ArgumentError, foreign);
+}
+
+// Empty lists launch nothing, so they need no device either.
+BOOST_AUTO_TEST_CASE(EmptyListsNeedNoDevice) {
+  if (!cuda::IsBuilt()) {
+    return;
+  }
+  const DeviceScalingBackend& backend = cuda::Backend();
+  BOOST_TEST(!backend.UnscaleAndCheck({}, 0.5f));
+  BOOST_TEST(!backend.HasNonFinite({}));
+  const NonFiniteAndNorm result = backend.CheckAndSumSquares({}, 1.0f);
+  BOOST_TEST(!result.FoundNonFinite);
+  BOOST_TEST(result.SumOfSquares == 0.0);
+  BOOST_CHECK_NO_THROW(backend.Scale({}, 2.0f));
+  BOOST_TEST(!backend.CastInto({}, {}, 1.0f));
+  BOOST_CHECK_NO_THROW(backend.CopyInto({}, {}, 1.0f));
+  BOOST_CHECK_NO_THROW(backend.AddInto({}, {}, 1.0f));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -1,5 +1,6 @@
 target_sources(mlframework PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/Device.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/DeviceFactory.cpp
   ${CMAKE_CURRENT_LIST_DIR}/DeviceScaling.cpp
   ${CMAKE_CURRENT_LIST_DIR}/Error.cpp
   ${CMAKE_CURRENT_LIST_DIR}/ITensor.cpp
@@ -7,7 +8,3 @@ target_sources(mlframework PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/StateBlob.cpp
   ${CMAKE_CURRENT_LIST_DIR}/Tensor.cpp
   ${CMAKE_CURRENT_LIST_DIR}/TensorBackend.cpp)
-# Without the CUDA backend, device tensors raise a clear BackendError.
-if(NOT MLFW_HAS_CUDA)
-  target_sources(mlframework PRIVATE ${CMAKE_CURRENT_LIST_DIR}/NoDeviceFactory.cpp)
-endif()

@@ -2,17 +2,19 @@
 // Private: host pointers for collectives. CPU tensors are used in place; any other tensor
 // (a device tensor, a user backend) is staged through a CPU copy, so every engine accepts
 // every ITensor. Also the argument checks every engine shares, so they fail identically.
+// Exported (not public API) because the MPI and NCCL engines live in their own libraries.
 
 #include <cstddef>
 #include <string_view>
 
 #include <mlframework/core/ITensor.hpp>
 #include <mlframework/distributed/IProcessGroup.hpp>
+#include <mlframework/export.hpp>
 
 namespace mlframework::distributed::detail {
 
 /// Read access to a tensor's elements on the host.
-class HostRead {
+class MLFRAMEWORK_EXPORT HostRead {
  public:
   explicit HostRead(const ITensor& tensor);
   const void* Data() const noexcept { return data_; }
@@ -23,7 +25,7 @@ class HostRead {
 };
 
 /// Write (and optionally read) access on the host; Commit() copies staged elements back.
-class HostWrite {
+class MLFRAMEWORK_EXPORT HostWrite {
  public:
   HostWrite(ITensor& tensor, bool keep_contents);
   void* Data() const noexcept { return data_; }
@@ -35,10 +37,10 @@ class HostWrite {
   void* data_ = nullptr;
 };
 
-void CheckSameDType(std::string_view call, const ITensor& input, const ITensor& output);
-void CheckGatherSizes(const ITensor& input, const ITensor& output, int world_size);
-void CheckScatterSizes(const ITensor& input, const ITensor& output, int world_size);
-void CheckRoot(int root, int world_size);
-void CheckOp(ReduceOp op);
+MLFRAMEWORK_EXPORT void CheckSameDType(std::string_view call, const ITensor& input, const ITensor& output);
+MLFRAMEWORK_EXPORT void CheckGatherSizes(const ITensor& input, const ITensor& output, int world_size);
+MLFRAMEWORK_EXPORT void CheckScatterSizes(const ITensor& input, const ITensor& output, int world_size);
+MLFRAMEWORK_EXPORT void CheckRoot(int root, int world_size);
+MLFRAMEWORK_EXPORT void CheckOp(ReduceOp op);
 
 }  // namespace mlframework::distributed::detail

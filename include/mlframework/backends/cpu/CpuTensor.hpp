@@ -44,17 +44,21 @@ MLFRAMEWORK_EXPORT const TensorBackend& Backend() noexcept;
 /// squares differs between paths.
 MLFRAMEWORK_EXPORT std::string_view InstructionSet() noexcept;
 /// True when the kernels prefetch a page ahead in software in calls over 16 MiB and more. Chosen
-/// once per process: on for the SIMD paths except on AMD CPUs, where it was measured up to 39%
-/// slower and never faster; never on the portable path. The environment variable
-/// MLFW_CPU_PREFETCH=1 or 0 forces it on or off. It changes speed only, never a result.
+/// once per process: on for the SIMD paths except on AMD CPUs, where the same loops ran up to
+/// 1.39x slower with it (docs/BENCHMARKS.md, "Why the kernels are built as they are"); never on
+/// the portable path. The environment variable MLFW_CPU_PREFETCH=1 or 0 forces it on or off. It
+/// changes speed only, never a result.
 MLFRAMEWORK_EXPORT bool SoftwarePrefetch() noexcept;
 
 /// True when CPU tensors of up to 32 KiB take their elements from the library's pool of small
 /// buffers, which hands memory out in the order it is asked for: small tensors made one after
-/// another then lie back to back, and fused kernels over them stream like one buffer. Memory of freed small tensors is
-/// kept for later tensors of the same rounded size, and up to 32 MiB of emptied 2 MiB blocks are kept for reuse. On
-/// unless the environment variable MLFW_CPU_SMALL_POOL=0 (read once per process) turns it off; larger tensors always
-/// come from the aligned operator new. It changes where memory lies, never a result.
+/// another then lie back to back, and fused kernels over them stream like one buffer (a plain
+/// read of thousands of such 16-bit tensors took 1.00-1.04x the time of one flat buffer, and
+/// 1.37-1.53x where malloc placed them; docs/BENCHMARKS.md, "Why the kernels are built as they
+/// are"). Memory of freed small tensors is kept for later tensors of the same rounded size, and up
+/// to 32 MiB of emptied 2 MiB blocks are kept for reuse. On unless the environment variable
+/// MLFW_CPU_SMALL_POOL=0 (read once per process) turns it off; larger tensors always come from the
+/// aligned operator new. It changes where memory lies, never a result.
 MLFRAMEWORK_EXPORT bool SmallTensorPool() noexcept;
 
 /// True when CPU tensors of 2 MiB and more start on a 2 MiB boundary and ask the operating
@@ -64,8 +68,9 @@ MLFRAMEWORK_EXPORT bool SmallTensorPool() noexcept;
 /// nothing. Off unless the environment variable MLFW_CPU_HUGE_PAGES=1 (read once per process)
 /// turns it on, as PyTorch's THP_MEM_ALLOC_ENABLE does: with 4 KiB pages the same read loop over
 /// two identical 64 MiB buffers differed by up to 1.26x and with 2 MiB pages by at most 1.02x, but
-/// the fused kernels' speed against the limit loops did not change measurably. It changes where memory lies, never a
-/// result.
+/// the fused kernels' speed against the limit loops did not change measurably
+/// (docs/BENCHMARKS.md, "Why the kernels are built as they are"). It changes where memory lies,
+/// never a result.
 MLFRAMEWORK_EXPORT bool HugePages() noexcept;
 
 /// The C++ element type stored for a DataType.

@@ -29,8 +29,8 @@ void ScaleKernel(std::span<ITensor* const> tensors, float factor);
 bool CastIntoKernel(std::span<const ITensor* const> src, std::span<ITensor* const> dst, float factor);
 
 /// Widens @p count elements of @p dtype at @p src into floats (single thread).
-void WidenToFloat(const void* src, DataType dtype, float* dst, std::size_t count);
+MLFRAMEWORK_EXPORT void WidenToFloat(const void* src, DataType dtype, float* dst, std::size_t count);
 /// Rounds @p count floats into @p dtype elements at @p dst (single thread).
-void NarrowFromFloat(const float* src, void* dst, DataType dtype, std::size_t count);
+MLFRAMEWORK_EXPORT void NarrowFromFloat(const float* src, void* dst, DataType dtype, std::size_t count);
 
 }  // namespace mlframework::backends::cpu

@@ -9,26 +9,20 @@ namespace {
 
 __global__ void __launch_bounds__(kBlockThreads) AddIntoKernel(const __grid_constant__ LaunchTable table, float alpha) {
   const TableView list = table.View();
-  ForEachPiece(list, [&](int s, std::uint64_t lo, std::uint64_t hi) {
-    DispatchDtype(list.dtype[0][s], [&](auto src_tag) {
-      constexpr DataType S = decltype(src_tag)::value;
-      DispatchDtype(list.dtype[1][s], [&](auto dst_tag) {
-        constexpr DataType T = decltype(dst_tag)::value;
-        const auto* src = static_cast<const StoredType<S>*>(list.data[0][s]);
-        auto* dst = static_cast<StoredType<T>*>(list.data[1][s]);
-        using Pair = LoadedPair<StoredType<S>, StoredType<T>>;
-        ForEachElement(
-            lo, hi,
-            [&](std::uint64_t i) {
-              return Pair{src[i], dst[i]};
-            },
-            [&](std::uint64_t i, Pair x) {
-              // Explicit rounding intrinsics: no contraction into an FMA, so the CPU backend's bits.
-              const float product = __fmul_rn(alpha, ToFloat<S>(x.first));
-              dst[i] = FromFloat<T>(__fadd_rn(ToFloat<T>(x.second), product));
-            });
-      });
-    });
+  ForEachPair(list, [&](auto src_tag, auto dst_tag, const auto* src, auto* dst, std::uint64_t lo, std::uint64_t hi) {
+    constexpr DataType S = decltype(src_tag)::value;
+    constexpr DataType T = decltype(dst_tag)::value;
+    using Pair = LoadedPair<StoredType<S>, StoredType<T>>;
+    ForEachElement(
+        lo, hi,
+        [&](std::uint64_t i) {
+          return Pair{src[i], dst[i]};
+        },
+        [&](std::uint64_t i, Pair x) {
+          // Explicit rounding intrinsics: no contraction into an FMA, so the CPU backend's bits.
+          const float product = __fmul_rn(alpha, ToFloat<S>(x.first));
+          dst[i] = FromFloat<T>(__fadd_rn(ToFloat<T>(x.second), product));
+        });
   });
 }
 

@@ -12,22 +12,16 @@ __global__ void __launch_bounds__(kBlockThreads)
   const TableView list = table.View();
   const float factor = ResolveFactor(factor_source);
   bool found = false;
-  ForEachPiece(list, [&](int s, std::uint64_t lo, std::uint64_t hi) {
-    DispatchDtype(list.dtype[0][s], [&](auto src_tag) {
-      constexpr DataType S = decltype(src_tag)::value;
-      DispatchDtype(list.dtype[1][s], [&](auto dst_tag) {
-        constexpr DataType T = decltype(dst_tag)::value;
-        const auto* src = static_cast<const StoredType<S>*>(list.data[0][s]);
-        auto* dst = static_cast<StoredType<T>*>(list.data[1][s]);
-        ForEachElement(
-            lo, hi, [&](std::uint64_t i) { return src[i]; },
-            [&](std::uint64_t i, StoredType<S> x) {
-              const StoredType<T> out = ScaleConvert<S, T>(x, factor);
-              dst[i] = out;
-              found |= !IsFiniteStored<T>(out);
-            });
-      });
-    });
+  ForEachPair(list, [&](auto src_tag, auto dst_tag, const auto* src, auto* dst, std::uint64_t lo, std::uint64_t hi) {
+    constexpr DataType S = decltype(src_tag)::value;
+    constexpr DataType T = decltype(dst_tag)::value;
+    ForEachElement(
+        lo, hi, [&](std::uint64_t i) { return src[i]; },
+        [&](std::uint64_t i, StoredType<S> x) {
+          const StoredType<T> out = ScaleConvert<S, T>(x, factor);
+          dst[i] = out;
+          found |= !IsFiniteStored<T>(out);
+        });
   });
   BlockRaiseFlag(found, flag);
 }

@@ -1,8 +1,12 @@
 #include "mlframework/backends/cuda/CudaBackend.hpp"
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <span>
 #include <string>
 #include <typeinfo>
 #include <vector>
@@ -108,7 +112,7 @@ class CudaScaleState final : public DeviceScaleState {
   DeviceScaleBlock* block_ = nullptr;
 };
 
-// ---- grouping ----------------------------------------------------------------------------
+// ---- lists: the tensors of a call as launch entries, checked before any device work ----
 
 struct DeviceGroup {
   int device;
@@ -153,9 +157,29 @@ std::vector<DeviceGroup> GroupByDevice(std::span<TensorPointer const> tensors) {
   return groups;
 }
 
+// Pairs on one GPU grouped by device (slot 0 the source, slot 1 the destination); @p across
+// handles a pair whose tensors sit on two GPUs.
+template <typename Across>
+std::vector<DeviceGroup> PairsByDevice(std::span<const ITensor* const> src, std::span<ITensor* const> dst,
+                                       Across&& across) {
+  std::vector<DeviceGroup> groups;
+  for (std::size_t i = 0; i < src.size(); ++i) {
+    const CudaTensor& in = AsCuda(src[i], "src", i);
+    const CudaTensor& out = AsCuda(dst[i], "dst", i);
+    if (in.DeviceIndex() != out.DeviceIndex()) {
+      across(in, *dst[i]);
+      continue;
+    }
+    GroupFor(groups, in.DeviceIndex(), src.size() - i)
+        .entries.push_back(ListEntry{in.Data(), out.Data(), in.GetDataType(), out.GetDataType(), in.Size()});
+  }
+  return groups;
+}
+
 // Every tensor on the state's device (one group), or ArgumentError naming the first that is not.
 template <typename TensorPointer>
-std::vector<ListEntry> EntriesOnDevice(std::span<TensorPointer const> tensors, int device) {
+std::vector<ListEntry> EntriesOnDevice(std::span<TensorPointer const> tensors, const CudaScaleState& state) {
+  const int device = state.Context().DeviceIndex();
   std::vector<ListEntry> entries;
   entries.reserve(tensors.size());
   for (std::size_t i = 0; i < tensors.size(); ++i) {
@@ -171,20 +195,111 @@ std::vector<ListEntry> EntriesOnDevice(std::span<TensorPointer const> tensors, i
   return entries;
 }
 
-CudaScaleState& AsCudaState(DeviceScaleState& state) {
-  auto* cuda_state = dynamic_cast<CudaScaleState*>(&state);
-  if (cuda_state == nullptr) {
-    throw ArgumentError("state", "was not created by the CUDA backend (device " + state.GetDevice().ToString() + ")");
+// EntriesOnDevice() for pairs (slot 0 the source, slot 1 the destination), which must match in
+// number and in element counts.
+std::vector<ListEntry> PairsOnDevice(std::span<const ITensor* const> src, std::span<ITensor* const> dst,
+                                     const CudaScaleState& state) {
+  if (src.size() != dst.size()) {
+    throw ArgumentError("dst",
+                        "has " + std::to_string(dst.size()) + " tensors but src has " + std::to_string(src.size()));
   }
-  return *cuda_state;
+  const auto in = EntriesOnDevice(src, state);
+  const auto out = EntriesOnDevice(dst, state);
+  std::vector<ListEntry> pairs;
+  pairs.reserve(in.size());
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    if (in[i].size != out[i].size) {
+      throw ArgumentError("dst[" + std::to_string(i) + "]",
+                          "has " + std::to_string(out[i].size) + " elements but src has " + std::to_string(in[i].size));
+    }
+    pairs.push_back(ListEntry{in[i].src, out[i].src, in[i].src_dtype, out[i].src_dtype, in[i].size});
+  }
+  return pairs;
 }
 
+// The accessors are const (not the device memory they point to): this serves every call.
 const CudaScaleState& AsCudaState(const DeviceScaleState& state) {
   const auto* cuda_state = dynamic_cast<const CudaScaleState*>(&state);
   if (cuda_state == nullptr) {
     throw ArgumentError("state", "was not created by the CUDA backend (device " + state.GetDevice().ToString() + ")");
   }
   return *cuda_state;
+}
+
+// A pair on two GPUs: through the host (rare; same element math, so the same bits).
+bool CastAcrossDevices(const CudaTensor& in, ITensor& out, float factor) {
+  std::vector<float> values = in.ToFloatVector();
+  for (float& value : values) {
+    value *= factor;
+  }
+  out.CopyFromFloats(values);
+  return out.HasNonFinite();
+}
+
+// ---- the launch driver: an entry point builds its lists and names its kernels; the rest is here ----
+
+// Calls queue_work(stream) on @p context's device with its mutex held: the device's staging
+// buffers, result block and partials serve every thread, one call at a time (Stage()).
+template <typename QueueWork>
+void OnStream(DeviceContext& context, QueueWork&& queue_work) {
+  std::lock_guard lock(context.Mutex());
+  DeviceGuard guard(context.DeviceIndex());
+  queue_work(context.Stream());
+}
+
+// Stages @p entries as one launch, chunked for @p access, and queues launch_one(launch, stream)
+// unless the list holds no element. The host does not wait for the kernels.
+template <typename LaunchOne>
+void Queue(DeviceContext& context, std::span<const ListEntry> entries, Access access, LaunchOne&& launch_one) {
+  OnStream(context, [&](cudaStream_t stream) {
+    const Launch launch = context.Stage(entries, access);
+    if (launch.blocks != 0) {
+      launch_one(launch, stream);
+    }
+  });
+}
+
+// Queue() for each same-GPU group.
+template <typename LaunchOne>
+void QueueOnEachDevice(const std::vector<DeviceGroup>& groups, Access access, LaunchOne&& launch_one) {
+  for (const DeviceGroup& group : groups) {
+    Queue(DeviceContext::Get(group.device), group.entries, access, launch_one);
+  }
+}
+
+// Queue() for kernels that answer in the result block: cleared before them, copied to the host
+// after them (waits for the stream); nullopt when the list holds no element and nothing ran.
+template <typename LaunchAll>
+std::optional<DeviceResult> QueueAndRead(DeviceContext& context, std::span<const ListEntry> entries, Access access,
+                                         LaunchAll&& launch_all) {
+  std::optional<DeviceResult> result;
+  Queue(context, entries, access, [&](const Launch& launch, cudaStream_t stream) {
+    context.ClearResult();
+    launch_all(launch, stream);
+    result = context.ReadResult();
+  });
+  return result;
+}
+
+// QueueAndRead() of one group's kernel, launch_one(launch, flag, stream), whose answer is the
+// result flag alone: whether it was raised.
+template <typename LaunchOne>
+bool QueueAndReadFlag(const DeviceGroup& group, Access access, LaunchOne&& launch_one) {
+  DeviceContext& context = DeviceContext::Get(group.device);
+  const auto result = QueueAndRead(context, group.entries, access, [&](const Launch& launch, cudaStream_t stream) {
+    launch_one(launch, ResultFlag(context), stream);
+  });
+  return result.has_value() && result->flag != 0;
+}
+
+// QueueAndReadFlag() on every group (these kernels write, so none is skipped): whether any raised it.
+template <typename LaunchOne>
+bool FlagRaisedOnAnyDevice(const std::vector<DeviceGroup>& groups, Access access, LaunchOne&& launch_one) {
+  bool raised = false;
+  for (const DeviceGroup& group : groups) {
+    raised = QueueAndReadFlag(group, access, launch_one) || raised;
+  }
+  return raised;
 }
 
 // ---- the backend object ------------------------------------------------------------------
@@ -194,91 +309,59 @@ class CudaBackend final : public DeviceScalingBackend {
   std::string_view Name() const noexcept override { return "cuda"; }
 
   bool UnscaleAndCheck(std::span<ITensor* const> tensors, float factor) const override {
-    bool found = false;
-    for (const DeviceGroup& group : GroupByDevice(tensors)) {
-      DeviceContext& context = DeviceContext::Get(group.device);
-      std::lock_guard lock(context.Mutex());
-      DeviceGuard guard(group.device);
-      const Launch launch = context.Stage(group.entries, Access::Writes);
-      if (launch.blocks == 0) {
-        continue;
-      }
-      context.ClearResult();
-      LaunchUnscale(launch, FactorSource{factor}, ResultFlag(context), context.Stream());
-      found = context.ReadResult().flag != 0 || found;
-    }
-    return found;
+    return FlagRaisedOnAnyDevice(GroupByDevice(tensors), Access::Writes,
+                                 [&](const Launch& launch, std::int32_t* flag, cudaStream_t stream) {
+                                   LaunchUnscale(launch, FactorSource{factor}, flag, stream);
+                                 });
   }
 
   bool HasNonFinite(std::span<const ITensor* const> tensors) const override {
-    for (const DeviceGroup& group : GroupByDevice(tensors)) {
-      DeviceContext& context = DeviceContext::Get(group.device);
-      std::lock_guard lock(context.Mutex());
-      DeviceGuard guard(group.device);
-      const Launch launch = context.Stage(group.entries, Access::ReadOnly);
-      if (launch.blocks == 0) {
-        continue;
-      }
-      context.ClearResult();
-      LaunchNonFinite(launch, ResultFlag(context), context.Stream());
-      if (context.ReadResult().flag != 0) {
-        return true;
-      }
-    }
-    return false;
+    // Read only: the first device that finds a non-finite value answers for the list.
+    return std::ranges::any_of(GroupByDevice(tensors), [](const DeviceGroup& group) {
+      return QueueAndReadFlag(group, Access::ReadOnly, LaunchNonFinite);
+    });
   }
 
   NonFiniteAndNorm CheckAndSumSquares(std::span<const ITensor* const> tensors, float factor) const override {
     NonFiniteAndNorm total;
     for (const DeviceGroup& group : GroupByDevice(tensors)) {
       DeviceContext& context = DeviceContext::Get(group.device);
-      std::lock_guard lock(context.Mutex());
-      DeviceGuard guard(group.device);
-      const Launch launch = context.Stage(group.entries, Access::ReadOnly);
-      if (launch.blocks == 0) {
-        continue;
+      const auto result =
+          QueueAndRead(context, group.entries, Access::ReadOnly, [&](const Launch& launch, cudaStream_t stream) {
+            float* partials = context.Partials(launch.blocks);
+            LaunchSumSquares(launch, partials, ResultFlag(context), stream);
+            LaunchSumSquaresFinalize(partials, launch.blocks, static_cast<double>(factor), context.DeviceResultBlock(),
+                                     stream);
+          });
+      if (result.has_value()) {
+        total.FoundNonFinite = total.FoundNonFinite || result->flag != 0;
+        total.SumOfSquares += result->sum;
       }
-      float* partials = context.Partials(launch.blocks);
-      context.ClearResult();
-      LaunchSumSquares(launch, partials, ResultFlag(context), context.Stream());
-      LaunchSumSquaresFinalize(partials, launch.blocks, static_cast<double>(factor), context.DeviceResultBlock(),
-                               context.Stream());
-      const DeviceResult result = context.ReadResult();
-      total.FoundNonFinite = total.FoundNonFinite || result.flag != 0;
-      total.SumOfSquares += result.sum;
     }
     return total;
   }
 
   void Scale(std::span<ITensor* const> tensors, float factor) const override {
-    for (const DeviceGroup& group : GroupByDevice(tensors)) {
-      RunScale(group.device, group.entries, FactorSource{factor});
-    }
+    QueueOnEachDevice(GroupByDevice(tensors), Access::Writes, [&](const Launch& launch, cudaStream_t stream) {
+      LaunchScale(launch, FactorSource{factor}, stream);
+    });
   }
 
   bool CastInto(std::span<const ITensor* const> src, std::span<ITensor* const> dst, float factor) const override {
     bool found = false;
     const auto groups = PairsByDevice(
         src, dst, [&](const CudaTensor& in, ITensor& out) { found = CastAcrossDevices(in, out, factor) || found; });
-    for (const DeviceGroup& group : groups) {
-      DeviceContext& context = DeviceContext::Get(group.device);
-      std::lock_guard lock(context.Mutex());
-      DeviceGuard guard(group.device);
-      const Launch launch = context.Stage(group.entries, Access::Writes);
-      if (launch.blocks == 0) {
-        continue;
-      }
-      context.ClearResult();
-      LaunchCast(launch, FactorSource{factor}, ResultFlag(context), context.Stream());
-      found = context.ReadResult().flag != 0 || found;
-    }
-    return found;
+    return FlagRaisedOnAnyDevice(groups, Access::Writes,
+                                 [&](const Launch& launch, std::int32_t* flag, cudaStream_t stream) {
+                                   LaunchCast(launch, FactorSource{factor}, flag, stream);
+                                 }) ||
+           found;
   }
 
   void CopyInto(std::span<const ITensor* const> src, std::span<ITensor* const> dst, float factor) const override {
     const auto groups = PairsByDevice(
         src, dst, [&](const CudaTensor& in, ITensor& out) { static_cast<void>(CastAcrossDevices(in, out, factor)); });
-    LaunchOnEachDevice(groups, [&](const Launch& launch, cudaStream_t stream) {
+    QueueOnEachDevice(groups, Access::Writes, [&](const Launch& launch, cudaStream_t stream) {
       LaunchCast(launch, FactorSource{factor}, nullptr, stream);  // no flag: nothing to wait for
     });
   }
@@ -288,8 +371,8 @@ class CudaBackend final : public DeviceScalingBackend {
       // A pair on two GPUs: through the host (rare), with the kernel's rounding.
       mlframework::detail::HostAddInto(in, out, alpha);
     });
-    LaunchOnEachDevice(groups,
-                       [&](const Launch& launch, cudaStream_t stream) { LaunchAddInto(launch, alpha, stream); });
+    QueueOnEachDevice(groups, Access::Writes,
+                      [&](const Launch& launch, cudaStream_t stream) { LaunchAddInto(launch, alpha, stream); });
   }
 
   TensorPtr Allocate(const Shape& shape, DataType dtype, Device device) const override {
@@ -321,64 +404,37 @@ class CudaBackend final : public DeviceScalingBackend {
   }
 
   void ScaleWithState(std::span<ITensor* const> tensors, DeviceScaleState& state) const override {
-    CudaScaleState& cuda_state = AsCudaState(state);
-    const int device = cuda_state.Context().DeviceIndex();
-    RunScale(device, EntriesOnDevice(tensors, device),
-             FactorSource{1.0f, FactorMode::Scale, cuda_state.ScalePointer()});
+    const CudaScaleState& cuda_state = AsCudaState(state);
+    Queue(cuda_state.Context(), EntriesOnDevice(tensors, cuda_state), Access::Writes,
+          [&](const Launch& launch, cudaStream_t stream) {
+            LaunchScale(launch, FactorSource{1.0f, FactorMode::Scale, cuda_state.ScalePointer()}, stream);
+          });
   }
 
   void UnscaleWithState(std::span<ITensor* const> tensors, DeviceScaleState& state) const override {
-    CudaScaleState& cuda_state = AsCudaState(state);
-    DeviceContext& context = cuda_state.Context();
-    const auto entries = EntriesOnDevice(tensors, context.DeviceIndex());
-    std::lock_guard lock(context.Mutex());
-    DeviceGuard guard(context.DeviceIndex());
-    const Launch launch = context.Stage(entries, Access::Writes);
-    if (launch.blocks != 0) {
-      LaunchUnscale(launch, FactorSource{1.0f, FactorMode::InverseOfScale, cuda_state.ScalePointer()},
-                    cuda_state.FlagPointer(), context.Stream());
-    }
+    const CudaScaleState& cuda_state = AsCudaState(state);
+    Queue(cuda_state.Context(), EntriesOnDevice(tensors, cuda_state), Access::Writes,
+          [&](const Launch& launch, cudaStream_t stream) {
+            LaunchUnscale(launch, FactorSource{1.0f, FactorMode::InverseOfScale, cuda_state.ScalePointer()},
+                          cuda_state.FlagPointer(), stream);
+          });
   }
 
   void CastUnscaledWithState(std::span<const ITensor* const> src, std::span<ITensor* const> dst,
                              DeviceScaleState& state) const override {
-    CudaScaleState& cuda_state = AsCudaState(state);
-    DeviceContext& context = cuda_state.Context();
-    if (src.size() != dst.size()) {
-      throw ArgumentError("dst",
-                          "has " + std::to_string(dst.size()) + " tensors but src has " + std::to_string(src.size()));
-    }
-    const auto in = EntriesOnDevice(src, context.DeviceIndex());
-    const auto out = EntriesOnDevice(dst, context.DeviceIndex());
-    std::vector<ListEntry> pairs;
-    pairs.reserve(in.size());
-    for (std::size_t i = 0; i < in.size(); ++i) {
-      if (in[i].size != out[i].size) {
-        throw ArgumentError(
-            "dst[" + std::to_string(i) + "]",
-            "has " + std::to_string(out[i].size) + " elements but src has " + std::to_string(in[i].size));
-      }
-      pairs.push_back(ListEntry{in[i].src, out[i].src, in[i].src_dtype, out[i].src_dtype, in[i].size});
-    }
-    std::lock_guard lock(context.Mutex());
-    DeviceGuard guard(context.DeviceIndex());
-    const Launch launch = context.Stage(pairs, Access::Writes);
-    if (launch.blocks != 0) {
-      LaunchCast(launch, FactorSource{1.0f, FactorMode::InverseOfScale, cuda_state.ScalePointer()},
-                 cuda_state.FlagPointer(), context.Stream());
-    }
+    const CudaScaleState& cuda_state = AsCudaState(state);
+    Queue(cuda_state.Context(), PairsOnDevice(src, dst, cuda_state), Access::Writes,
+          [&](const Launch& launch, cudaStream_t stream) {
+            LaunchCast(launch, FactorSource{1.0f, FactorMode::InverseOfScale, cuda_state.ScalePointer()},
+                       cuda_state.FlagPointer(), stream);
+          });
   }
 
   void CheckWithState(std::span<const ITensor* const> tensors, DeviceScaleState& state) const override {
-    CudaScaleState& cuda_state = AsCudaState(state);
-    DeviceContext& context = cuda_state.Context();
-    const auto entries = EntriesOnDevice(tensors, context.DeviceIndex());
-    std::lock_guard lock(context.Mutex());
-    DeviceGuard guard(context.DeviceIndex());
-    const Launch launch = context.Stage(entries, Access::ReadOnly);
-    if (launch.blocks != 0) {
-      LaunchNonFinite(launch, cuda_state.FlagPointer(), context.Stream());
-    }
+    const CudaScaleState& cuda_state = AsCudaState(state);
+    Queue(
+        cuda_state.Context(), EntriesOnDevice(tensors, cuda_state), Access::ReadOnly,
+        [&](const Launch& launch, cudaStream_t stream) { LaunchNonFinite(launch, cuda_state.FlagPointer(), stream); });
   }
 
   void FlagToTensor(const DeviceScaleState& state, TensorPtr& out) const override {
@@ -391,13 +447,13 @@ class CudaBackend final : public DeviceScalingBackend {
       out = std::make_shared<CudaTensor>(Shape{1}, DataType::Float32, device);
       current = static_cast<const CudaTensor*>(out.get());
     }
-    std::lock_guard lock(context.Mutex());
-    DeviceGuard guard(device);
-    LaunchFlagToFloat(cuda_state.Block(), static_cast<float*>(current->Data()), context.Stream());
+    OnStream(context, [&](cudaStream_t stream) {
+      LaunchFlagToFloat(cuda_state.Block(), static_cast<float*>(current->Data()), stream);
+    });
   }
 
   void FlagFromTensor(DeviceScaleState& state, const ITensor& in) const override {
-    CudaScaleState& cuda_state = AsCudaState(state);
+    const CudaScaleState& cuda_state = AsCudaState(state);
     DeviceContext& context = cuda_state.Context();
     const CudaTensor& tensor = AsCuda(&in, "in", 0);
     if (tensor.GetDataType() != DataType::Float32 || tensor.Size() != 1 ||
@@ -406,72 +462,15 @@ class CudaBackend final : public DeviceScalingBackend {
                                     ", got " + std::string(ToString(tensor.GetDataType())) + " " +
                                     ToString(tensor.GetShape()) + " on " + tensor.GetDevice().ToString());
     }
-    std::lock_guard lock(context.Mutex());
-    DeviceGuard guard(context.DeviceIndex());
-    LaunchFlagFromFloat(cuda_state.Block(), static_cast<const float*>(tensor.Data()), context.Stream());
+    OnStream(context, [&](cudaStream_t stream) {
+      LaunchFlagFromFloat(cuda_state.Block(), static_cast<const float*>(tensor.Data()), stream);
+    });
   }
 
   void UpdateScale(DeviceScaleState& state) const override {
-    CudaScaleState& cuda_state = AsCudaState(state);
-    DeviceContext& context = cuda_state.Context();
-    std::lock_guard lock(context.Mutex());
-    DeviceGuard guard(context.DeviceIndex());
-    LaunchScaleUpdate(cuda_state.Block(), cuda_state.Policy(), context.Stream());
-  }
-
- private:
-  static void RunScale(int device, const std::vector<ListEntry>& entries, FactorSource factor) {
-    LaunchOn(device, entries, [&](const Launch& launch, cudaStream_t stream) { LaunchScale(launch, factor, stream); });
-  }
-
-  // Queues @p launch_one(launch, stream) for the launch of @p entries on GPU @p device's
-  // backend stream, without waiting for the device.
-  template <typename LaunchOne>
-  static void LaunchOn(int device, const std::vector<ListEntry>& entries, LaunchOne&& launch_one) {
-    DeviceContext& context = DeviceContext::Get(device);
-    std::lock_guard lock(context.Mutex());
-    DeviceGuard guard(device);
-    const Launch launch = context.Stage(entries, Access::Writes);
-    if (launch.blocks != 0) {
-      launch_one(launch, context.Stream());
-    }
-  }
-
-  // LaunchOn() for each same-GPU group.
-  template <typename LaunchOne>
-  static void LaunchOnEachDevice(const std::vector<DeviceGroup>& groups, LaunchOne&& launch_one) {
-    for (const DeviceGroup& group : groups) {
-      LaunchOn(group.device, group.entries, launch_one);
-    }
-  }
-
-  // Pairs on one GPU grouped by device (slot 0 the source, slot 1 the destination); @p across
-  // handles a pair whose tensors sit on two GPUs.
-  template <typename Across>
-  static std::vector<DeviceGroup> PairsByDevice(std::span<const ITensor* const> src, std::span<ITensor* const> dst,
-                                                Across&& across) {
-    std::vector<DeviceGroup> groups;
-    for (std::size_t i = 0; i < src.size(); ++i) {
-      const CudaTensor& in = AsCuda(src[i], "src", i);
-      const CudaTensor& out = AsCuda(dst[i], "dst", i);
-      if (in.DeviceIndex() != out.DeviceIndex()) {
-        across(in, *dst[i]);
-        continue;
-      }
-      GroupFor(groups, in.DeviceIndex(), src.size() - i)
-          .entries.push_back(ListEntry{in.Data(), out.Data(), in.GetDataType(), out.GetDataType(), in.Size()});
-    }
-    return groups;
-  }
-
-  // A pair on two GPUs: through the host (rare; same element math, so the same bits).
-  static bool CastAcrossDevices(const CudaTensor& in, ITensor& out, float factor) {
-    std::vector<float> values = in.ToFloatVector();
-    for (float& value : values) {
-      value *= factor;
-    }
-    out.CopyFromFloats(values);
-    return out.HasNonFinite();
+    const CudaScaleState& cuda_state = AsCudaState(state);
+    OnStream(cuda_state.Context(),
+             [&](cudaStream_t stream) { LaunchScaleUpdate(cuda_state.Block(), cuda_state.Policy(), stream); });
   }
 };
 

@@ -214,13 +214,21 @@ const DeviceScalingBackend& Backend() { return BackendInstance(); }
 
 }  // namespace mlframework::backends::cuda
 
-namespace mlframework::detail {
+namespace mlframework::backends::cuda {
 
-TensorPtr MakeDeviceTensor(const Shape& shape, DataType dtype, Device device) {
-  if (!device.IsCUDA()) {
-    throw BackendError("cannot create a tensor on " + device.ToString() + ": no backend for this device type");
-  }
-  return backends::cuda::Empty(shape, dtype, device.Index);
+namespace {
+
+TensorPtr MakeCudaTensor(const Shape& shape, DataType dtype, Device device) {
+  return Empty(shape, dtype, device.Index);
 }
 
-}  // namespace mlframework::detail
+// Core's Zeros(..., Device::CUDA(i)) reaches this backend through the factory registered when
+// libmlframework_cuda is loaded; core itself links no CUDA.
+[[maybe_unused]] const bool kRegistered = [] {
+  mlframework::detail::RegisterDeviceTensorFactory(DeviceType::CUDA, &MakeCudaTensor);
+  return true;
+}();
+
+}  // namespace
+
+}  // namespace mlframework::backends::cuda

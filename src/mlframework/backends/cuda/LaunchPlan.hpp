@@ -8,11 +8,10 @@
 // and dtypes form a table image (TableView). A small image travels inside the
 // launch (kernel parameters: no copy, nothing to wait for); a larger one is
 // copied to device memory first, so that a list of any length is one launch
-// (DeviceContext::Stage). One launch, not one per thousand tensors: on an H100 a
-// 10,000-tensor list cost the host about 18 us per launch of a 26 KB parameter
-// table, and each launch of small tensors had too few blocks to fill the GPU
-// (docs/BENCHMARKS.md, "CUDA kernels"). Plain C++ (host and device), so the
-// planner is tested on the host.
+// (DeviceContext::Stage). One launch for the whole list, because on an H100 each
+// launch with a 26 KB parameter table costs the host about 18 us, and a launch of
+// a few small tensors has too few blocks to fill the GPU. Plain C++ (host and
+// device), so the planner is tested on the host.
 
 #include <cstddef>
 #include <cstdint>
@@ -26,11 +25,10 @@
 namespace mlframework::backends::cuda {
 
 /// Elements per block, a power of two from kMinChunkElements to kMaxChunkElements (see
-/// ChunkElementsFor()). Measured on an H100 (docs/BENCHMARKS.md, "CUDA kernels"): kernels that
-/// write run best with the small chunk everywhere (one round of loads per thread); read-only
-/// kernels over large launches run best with large chunks, which cut the fixed cost of a block
-/// (its barrier, flag and partial sum). Small chunks keep a launch of small tensors spread over
-/// the whole GPU either way.
+/// ChunkElementsFor()). Measured on an H100: kernels that write run best with the small chunk
+/// everywhere (one round of loads per thread); read-only kernels over large launches run best
+/// with large chunks, which cut the fixed cost of a block (its barrier, flag and partial sum).
+/// Small chunks keep a launch of small tensors spread over the whole GPU either way.
 inline constexpr std::uint64_t kMinChunkElements = 4096;
 inline constexpr std::uint64_t kMaxChunkElements = 16384;
 /// A read-only launch's chunk grows while the launch keeps at least this many blocks.

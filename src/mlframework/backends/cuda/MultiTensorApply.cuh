@@ -48,6 +48,22 @@ __device__ inline void ForEachPiece(const TableView& list, Fn&& fn) {
   ForEachPieceOfBlock(list, blockIdx.x, static_cast<Fn&&>(fn));
 }
 
+/// ForEachPiece() over a list of pairs: calls fn(src_tag, dst_tag, src, dst, lo, hi) for each piece,
+/// with the source (slot 0, read only) and the destination (slot 1) typed by their runtime dtypes:
+/// DtypeTag<S>, DtypeTag<T>, const StoredType<S>*, StoredType<T>*.
+template <typename Fn>
+__device__ inline void ForEachPair(const TableView& list, Fn&& fn) {
+  ForEachPiece(list, [&](int s, std::uint64_t lo, std::uint64_t hi) {
+    DispatchDtype(list.dtype[0][s], [&](auto src_tag) {
+      DispatchDtype(list.dtype[1][s], [&](auto dst_tag) {
+        const auto* src = static_cast<const StoredType<decltype(src_tag)::value>*>(list.data[0][s]);
+        auto* dst = static_cast<StoredType<decltype(dst_tag)::value>*>(list.data[1][s]);
+        fn(src_tag, dst_tag, src, dst, lo, hi);
+      });
+    });
+  });
+}
+
 /// Elements a thread loads before it uses the first: independent loads in flight hide the
 /// memory latency, which a loop that loads, uses and stores one element at a time does not.
 inline constexpr int kElementsInFlight = 8;

@@ -1,7 +1,7 @@
 # CUDA backend (MLFW_HAS_CUDA, see cmake/MlfwCuda.cmake). Few .cu files, one per
 # kernel family, to keep the nvcc time of CI modest.
 if(MLFW_HAS_CUDA)
-  target_sources(mlframework PRIVATE
+  target_sources(mlframework_cuda PRIVATE
     ${CMAKE_CURRENT_LIST_DIR}/CudaBackend.cpp
     ${CMAKE_CURRENT_LIST_DIR}/CudaTensor.cpp
     ${CMAKE_CURRENT_LIST_DIR}/DeviceContext.cpp
@@ -12,22 +12,22 @@ if(MLFW_HAS_CUDA)
     ${CMAKE_CURRENT_LIST_DIR}/ScaleUpdate.cu
     ${CMAKE_CURRENT_LIST_DIR}/SumSquares.cu
     ${CMAKE_CURRENT_LIST_DIR}/Unscale.cu)
-  target_link_libraries(mlframework PRIVATE CUDA::cudart)
-  set_target_properties(mlframework PROPERTIES
+  target_link_libraries(mlframework_cuda PRIVATE CUDA::cudart)
+  set_target_properties(mlframework_cuda PROPERTIES
     CUDA_VISIBILITY_PRESET hidden
     # libcudart may live outside the loader's default path (for example /usr/local/cuda/lib64).
     INSTALL_RPATH_USE_LINK_PATH ON)
 else()
-  target_sources(mlframework PRIVATE ${CMAKE_CURRENT_LIST_DIR}/CudaUnavailable.cpp)
+  target_sources(mlframework_cuda PRIVATE ${CMAKE_CURRENT_LIST_DIR}/CudaUnavailable.cpp)
 endif()
 
 # The NCCL process group (distributed area) builds on this backend's streams and memory,
 # so it is listed here, next to the CUDA sources it needs.
 set(mlfw_distributed_dir ${CMAKE_CURRENT_LIST_DIR}/../../distributed)
 if(MLFW_HAS_NCCL)
-  target_sources(mlframework PRIVATE ${mlfw_distributed_dir}/NcclProcessGroup.cpp
+  target_sources(mlframework_cuda PRIVATE ${mlfw_distributed_dir}/NcclProcessGroup.cpp
                                      ${mlfw_distributed_dir}/PendingCollectives.cpp)
-  target_link_libraries(mlframework PRIVATE NCCL::NCCL)
+  target_link_libraries(mlframework_cuda PRIVATE NCCL::NCCL)
 else()
-  target_sources(mlframework PRIVATE ${mlfw_distributed_dir}/NoNcclProcessGroup.cpp)
+  target_sources(mlframework_cuda PRIVATE ${mlfw_distributed_dir}/NoNcclProcessGroup.cpp)
 endif()
