@@ -341,10 +341,10 @@ BOOST_AUTO_TEST_CASE(ListsFromMemoryVisitedInAddressOrder) {
   CheckCastInto(list, dst, 0.5f, kThreadCounts, "shuffled packed cast");
 }
 
-// A list out of address order keeps its ordered plan for the next calls (backends/cpu/OrderCache.hpp), and only a list
-// of the same layout may reuse it: two lists of the same sizes in the same reversed order over two buffers, called in
-// turn; the first with one tensor swapped for another of the same size elsewhere; a cast from one source into two
-// destinations.
+// A list out of address order keeps its ordered plan for the next calls (backends/cpu/PlanCaches.hpp, OrderCache), and
+// only a list of the same layout may reuse it: two lists of the same sizes in the same reversed order over two buffers,
+// called in turn; the first with one tensor swapped for another of the same size elsewhere; a cast from one source into
+// two destinations.
 BOOST_AUTO_TEST_CASE(AddressOrderReusedOnlyForTheSameLayout) {
   ThreadCountGuard guard;
   Rng rng(23);
@@ -384,7 +384,7 @@ BOOST_AUTO_TEST_CASE(AddressOrderReusedOnlyForTheSameLayout) {
   }
 }
 
-// The CPU backend keeps the plan of a list it planned twice (backends/cpu/ListCache.hpp), and of a
+// The CPU backend keeps the plan of a list it planned twice (backends/cpu/PlanCaches.hpp, ListCache), and of a
 // cast's two lists, keyed by the live tensor objects. A kept plan says where the tensors are,
 // never what they hold; it must be used only for exactly those live tensors in that order.
 BOOST_AUTO_TEST_CASE(KeptPlansOnlyForTheSameLiveTensorsInOrder) {

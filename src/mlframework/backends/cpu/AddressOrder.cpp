@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "mlframework/backends/cpu/OrderCache.hpp"
+#include "mlframework/backends/cpu/PlanCaches.hpp"
 
 namespace mlframework::backends::cpu {
 

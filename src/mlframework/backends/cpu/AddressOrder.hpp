@@ -20,7 +20,7 @@ namespace mlframework::backends::cpu {
 
 /// @p plans (a finished plan, or a cast's pair ordered by its source) in address order, joined
 /// where segments now lie back to back. A plan of the same layout as one ordered recently takes
-/// that one's result from a cache (OrderCache.hpp).
+/// that one's result from a cache (PlanCaches.hpp, OrderCache).
 std::shared_ptr<const Plan> OrderedByAddress(Plan plan);
 std::shared_ptr<const PairPlans> OrderedByAddress(PairPlans plans);
 

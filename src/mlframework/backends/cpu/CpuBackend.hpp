@@ -7,13 +7,13 @@
 
 #include <mlframework/core/TensorBackend.hpp>
 
-#include "mlframework/backends/cpu/ListCache.hpp"
 #include "mlframework/backends/cpu/Plan.hpp"
+#include "mlframework/backends/cpu/PlanCaches.hpp"
 
 namespace mlframework::backends::cpu {
 
 /// The fused kernels over CPU tensors. The whole-list entry points keep the plans of long lists
-/// passed again (ListCache.hpp); the span entry points plan each call.
+/// passed again (PlanCaches.hpp, ListCache); the span entry points plan each call.
 class CpuBackend final : public TensorBackend {
  public:
   std::string_view Name() const noexcept override { return "cpu"; }

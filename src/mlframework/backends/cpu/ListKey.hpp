@@ -1,5 +1,5 @@
 #pragma once
-// Private: what makes a list "the same tensors again" for the kept plans (ListCache.hpp).
+// Private: what makes a list "the same tensors again" for the kept plans (PlanCaches.hpp, ListCache).
 //
 // The key is the list's tensor objects, in order: a CpuTensor never changes its data pointer,
 // size, dtype or shape, so a list that holds the same live tensor objects in the same order as

@@ -13,7 +13,7 @@
 namespace mlframework::backends::cpu {
 
 /// Set by a planning walk that met a tensor planned for the first time (CpuTensor::MarkPlanned):
-/// such a list is not kept (ListCache.hpp).
+/// such a list is not kept (PlanCaches.hpp, ListCache).
 using FirstPlanning = std::atomic<bool>;
 
 /// Thrown by the planning of a list as its caller holds it (TensorPtr entries) at a null tensor
