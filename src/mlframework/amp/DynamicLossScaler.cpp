@@ -96,7 +96,10 @@ DynamicLossScaler& DynamicLossScaler::operator=(const DynamicLossScaler& other) 
 
 float DynamicLossScaler::Scale() const { return impl_->owner.Read().Scale; }
 bool DynamicLossScaler::Enabled() const { return impl_->config.Enabled; }
-void DynamicLossScaler::SetEnabled(bool enabled) { impl_->config.Enabled = enabled; }
+bool DynamicLossScaler::SetEnabled(bool enabled) {
+  impl_->config.Enabled = enabled;
+  return true;
+}
 float DynamicLossScaler::CurrentScale() const { return impl_->owner.Read().Scale; }
 const DynamicScalerConfig& DynamicLossScaler::Config() const noexcept { return impl_->config; }
 ScaleState DynamicLossScaler::State() const { return impl_->owner.Read(); }

@@ -45,7 +45,10 @@ StaticLossScaler& StaticLossScaler::operator=(const StaticLossScaler& other) {
 
 float StaticLossScaler::Scale() const { return impl_->scale; }
 bool StaticLossScaler::Enabled() const { return impl_->enabled; }
-void StaticLossScaler::SetEnabled(bool enabled) { impl_->enabled = enabled; }
+bool StaticLossScaler::SetEnabled(bool enabled) {
+  impl_->enabled = enabled;
+  return true;
+}
 
 TensorPtr StaticLossScaler::ScaleLoss(const TensorPtr& loss) {
   if (!loss) {
