@@ -85,7 +85,7 @@ DynamicLossScaler::DynamicLossScaler(DynamicScalerConfig config) {
 DynamicLossScaler::~DynamicLossScaler() = default;
 
 DynamicLossScaler::DynamicLossScaler(const DynamicLossScaler& other)
-    : impl_(std::make_unique<Impl>(other.impl_->config, other.impl_->owner)) {}
+    : ILossScaler(other), impl_(std::make_unique<Impl>(other.impl_->config, other.impl_->owner)) {}
 
 DynamicLossScaler& DynamicLossScaler::operator=(const DynamicLossScaler& other) {
   if (this != &other) {

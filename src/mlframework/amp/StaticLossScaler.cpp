@@ -34,10 +34,11 @@ StaticLossScaler::StaticLossScaler(float scale, bool enabled) {
 StaticLossScaler::~StaticLossScaler() = default;
 
 StaticLossScaler::StaticLossScaler(const StaticLossScaler& other)
-    : impl_(std::make_unique<Impl>(other.impl_->scale, other.impl_->enabled)) {}
+    : ILossScaler(other), impl_(std::make_unique<Impl>(other.impl_->scale, other.impl_->enabled)) {}
 
 StaticLossScaler& StaticLossScaler::operator=(const StaticLossScaler& other) {
   if (this != &other) {
+    ILossScaler::operator=(other);  // the found-inf record (ILossScaler's default, which this scaler keeps)
     impl_ = std::make_unique<Impl>(other.impl_->scale, other.impl_->enabled);
   }
   return *this;
