@@ -44,8 +44,6 @@ class GradScalerContext;
 /// | `Step(opt, false)` | Stepped | Stepped | Stepped | Stepped (1) | **error** |
 /// | `Update()` | **error** | **error** | apply, Ready | apply, Ready | apply, Ready |
 /// | `Enable()`, `Disable()` | Ready | **error** | **error** | **error** | **error** |
-/// | `Reset()`, an abandoned GradScalerContext | Ready | Ready (dropped) | Ready (dropped) | Ready (dropped) | Ready
-/// (dropped) |
 ///
 /// - (1) the gradient-clipping flow: `Step` reuses the unscaled gradients when they are the
 ///   optimizer's, and is an InvalidOperationError otherwise.
@@ -54,7 +52,8 @@ class GradScalerContext;
 ///   on gradients this iteration already unscaled returns it without a second pass.
 /// - `Scale(loss)` applying a pending result is spec 004's manual flow, which skips `Update()` on
 ///   overflow: the scale still backs off exactly once.
-/// - An abandoned iteration drops its result: no scale update.
+/// - `Reset()` and an abandoned GradScalerContext return to Ready from any state and drop the
+///   iteration's result: no scale update.
 /// - Stepping or unscaling again, without a new `Scale(loss)`, the very gradients the previous
 ///   iteration already unscaled is an InvalidOperationError (they would be unscaled twice).
 ///
