@@ -35,8 +35,7 @@ struct UnscaledGradients {
 /// | Reset() | nothing (the scaler has no state the interface can see to reset) |
 /// | GetScaleTensor() | a new FP32 scalar of `Enabled() ? Scale() : 1` |
 /// | Statistics() | empty |
-/// | StateDict() / LoadStateDict() | a blob of Scale() and Enabled(); loading accepts a blob equal to the current state
-/// and otherwise throws (see LoadStateDict()) |
+/// | StateDict() / LoadStateDict() | Scale() and Enabled(); loading another state throws (see LoadStateDict()) |
 ///
 /// A policy whose state goes beyond Scale() and Enabled() (a counter of clean steps, a
 /// configuration) overrides StateDict() and LoadStateDict(), and GradScaler checkpoints it
