@@ -4,10 +4,15 @@
 // but never above a cap: a variant of dynamic scaling some teams prefer for unstable
 // early training. It reuses the library's fused kernels for the heavy lifting:
 // TensorList + HasNonFinite for the check, Cast with a factor for the unscale to FP32.
+// It overrides StateDict/LoadStateDict, so GradScaler checkpoints it like a built-in scaler.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <memory>
+#include <span>
+#include <vector>
 
 #include <mlframework/mlframework.hpp>
 
@@ -48,6 +53,32 @@ class CappedScaler final : public amp::ILossScaler {
     }
   }
 
+  // The policy's state, for GradScaler::StateDict(). ILossScaler's default would save only
+  // Scale() and Enabled() and could not restore a different scale or the clean-step count.
+  std::vector<std::byte> StateDict() const override {
+    std::vector<std::byte> blob(sizeof(scale_) + sizeof(clean_));
+    std::memcpy(blob.data(), &scale_, sizeof(scale_));
+    std::memcpy(blob.data() + sizeof(scale_), &clean_, sizeof(clean_));
+    return blob;
+  }
+
+  // Validates the whole blob before changing anything, as GradScaler::LoadStateDict expects.
+  void LoadStateDict(std::span<const std::byte> state) override {
+    float scale = 0.0f;
+    int clean = 0;
+    if (state.size() != sizeof(scale) + sizeof(clean)) {
+      throw ArgumentError("state", "is " + std::to_string(state.size()) + " bytes, not a CappedScaler state");
+    }
+    std::memcpy(&scale, state.data(), sizeof(scale));
+    std::memcpy(&clean, state.data() + sizeof(scale), sizeof(clean));
+    if (!std::isfinite(scale) || scale < 1.0f || scale > cap_ || clean < 0 || clean >= interval_) {
+      throw ArgumentError("state", "holds scale " + std::to_string(scale) + " and clean steps " +
+                                       std::to_string(clean) + ", outside this policy's bounds");
+    }
+    scale_ = scale;
+    clean_ = clean;
+  }
+
  private:
   float scale_;
   float cap_;
@@ -66,7 +97,13 @@ int main() {
   optimizers::SGD sgd(params, {.LearningRate = 0.1f, .Momentum = 0.9f});
   const std::vector<float> target{0.5f, -1.0f, 0.25f, 2.0f};
 
+  std::vector<std::byte> checkpoint;
+  float scale_at_checkpoint = 0.0f;
   for (int step = 0; step < 60; ++step) {
+    if (step == 15) {  // between iterations, as a training loop saves its checkpoints
+      checkpoint = scaler.StateDict();
+      scale_at_checkpoint = scaler.Scale();
+    }
     const std::vector<float> w = params.at("w")->ToFloatVector();
     double loss = 0.0;
     std::vector<float> scaled_grad(4);
@@ -87,5 +124,10 @@ int main() {
   }
   const std::vector<float> w = params.at("w")->ToFloatVector();
   std::printf("final w = [%.3f, %.3f, %.3f, %.3f], target [0.5, -1, 0.25, 2]\n", w[0], w[1], w[2], w[3]);
-  return 0;
+
+  // Resuming: a fresh policy restored from the checkpoint continues where step 15 stood.
+  amp::GradScaler resumed(std::make_shared<CappedScaler>(1024.0f, 4096.0f, 2));
+  resumed.LoadStateDict(checkpoint);
+  std::printf("resumed from the step-15 checkpoint: scale %.0f (saved %.0f)\n", resumed.Scale(), scale_at_checkpoint);
+  return resumed.Scale() == scale_at_checkpoint ? 0 : 1;
 }

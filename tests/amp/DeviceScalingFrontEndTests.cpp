@@ -68,6 +68,27 @@ const amp::DynamicScalerConfig kConfig{.InitialScale = 1024.0f,
                                        .MaxScale = 8192.0f,
                                        .Hysteresis = 2};
 
+// A user's policy with only spec 001's six members: GradScaler drives it through ILossScaler's
+// defaults (a host found-inf record), on any backend.
+class HalvingScaler final : public amp::ILossScaler {
+ public:
+  float Scale() const override { return scale_; }
+  bool Enabled() const override { return true; }
+  TensorPtr ScaleLoss(const TensorPtr& loss) override { return loss->Multiply(scale_); }
+  GradientMap UnscaleGradients(const GradientMap& gradients) override {
+    GradientMap out;
+    for (const auto& [name, tensor] : gradients) {
+      out.emplace(name, tensor->CastTo(DataType::Float32)->Multiply(1.0f / scale_));
+    }
+    return out;
+  }
+  bool CheckOverflow(const GradientMap& gradients) override { return HasNonFinite(TensorList(gradients)); }
+  void UpdateScale(bool overflow) override { scale_ = overflow ? scale_ / 2.0f : scale_; }
+
+ private:
+  float scale_ = 256.0f;
+};
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(DeviceScalingFrontEnds)
@@ -336,6 +357,51 @@ BOOST_AUTO_TEST_CASE(GradScalerSaveRestoreMidIterationAndManualSkip) {
   BOOST_TEST(device.GetStats()->TotalOverflows == 1);
   BOOST_TEST(host.Scale() == device.Scale());
   BOOST_TEST(host.Scale() == restored.Scale());
+}
+
+BOOST_AUTO_TEST_CASE(GradScalerCheckFirstFlowAndACustomScalerOnTheDevice) {
+  // CheckOverflow first (it returns a bool: one read), then Unscale and Update without a read.
+  amp::GradScaler device(kConfig);
+  amp::GradScaler host(kConfig);
+  for (int step = 0; step < 6; ++step) {
+    BOOST_TEST_CONTEXT("step " << step) {
+      const bool overflow = step % 3 == 1;
+      device.Scale(FakeTensor({1.0f}, {}, DataType::Float32));
+      host.Scale(Scalar(1.0f));
+      const GradientMap device_grads = StepGradients(step, overflow, true);
+      bool found = false;
+      BOOST_TEST(SyncsDuring([&] { found = device.CheckOverflow(device_grads); }) == (step == 0 ? 2 : 1));
+      BOOST_TEST(found == overflow);
+      BOOST_TEST(host.CheckOverflow(StepGradients(step, overflow, false)) == overflow);
+      BOOST_TEST(SyncsDuring([&] {
+                   device.Unscale(device_grads);
+                   device.Update();
+                 }) == 0);
+      host.Update();
+      BOOST_TEST(host.Scale() == device.Scale());
+      BOOST_TEST((host.GetStats()->TotalOverflows == device.GetStats()->TotalOverflows));
+    }
+  }
+  // A user's ILossScaler on device gradients: the same steps, skips and scales as on the host.
+  amp::GradScaler custom_device(std::make_shared<HalvingScaler>());
+  amp::GradScaler custom_host(std::make_shared<HalvingScaler>());
+  mlfw_test::RecordingOptimizer device_opt;
+  mlfw_test::RecordingOptimizer host_opt;
+  for (int step = 0; step < 6; ++step) {
+    BOOST_TEST_CONTEXT("custom step " << step) {
+      const bool overflow = step % 2 == 1;
+      device_opt.Load(StepGradients(step, overflow, true));
+      host_opt.Load(StepGradients(step, overflow, false));
+      custom_device.Scale(FakeTensor({1.0f}, {}, DataType::Float32));
+      custom_host.Scale(Scalar(1.0f));
+      BOOST_TEST(custom_device.Step(device_opt) == !overflow);
+      BOOST_TEST(custom_host.Step(host_opt) == !overflow);
+      BOOST_TEST(custom_device.Scale() == custom_host.Scale());
+    }
+  }
+  BOOST_TEST(device_opt.steps == 3);
+  CheckSameGradients(host_opt.stepped_with, device_opt.stepped_with);
+  BOOST_TEST((custom_device.StateDict() == custom_host.StateDict()));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -97,8 +98,8 @@ class MLFRAMEWORK_EXPORT DynamicLossScaler final : public ILossScaler {
   float Scale() const override;
   /// Whether scaling is applied.
   bool Enabled() const override;
-  /// Enables or disables scaling (do it between iterations).
-  void SetEnabled(bool enabled);
+  /// Enables or disables scaling (do it between iterations); returns true (the scaler has its own switch).
+  bool SetEnabled(bool enabled) override;
   /// The current scale (spec 000's name for Scale()).
   float CurrentScale() const;
   /// The configuration.
@@ -117,7 +118,7 @@ class MLFRAMEWORK_EXPORT DynamicLossScaler final : public ILossScaler {
   GradientMap UnscaleGradients(const GradientMap& gradients) override;
   /// Unscales like UnscaleGradients() and ORs "any non-finite value written" into the record
   /// (the device flag on a device path: no synchronisation). Nothing happens when disabled.
-  GradientMap UnscaleAndRecordOverflow(const GradientMap& gradients);
+  GradientMap UnscaleAndRecordOverflow(const GradientMap& gradients) override;
   /// One gradient unscaled: an FP32 tensor in place (returned), an FP16/BF16 one into a new FP32
   /// tensor; its overflow goes into the record.
   TensorPtr UnscaleGradient(const TensorPtr& gradient);
@@ -128,34 +129,36 @@ class MLFRAMEWORK_EXPORT DynamicLossScaler final : public ILossScaler {
   /// ORs into the record whether any gradient holds Inf or NaN (read only; no synchronisation).
   void RecordOverflow(const GradientMap& gradients);
   /// Records an overflow found elsewhere (another rank, another backend); no synchronisation.
-  void MarkOverflow();
+  void MarkOverflow() override;
   /// The record of this step (reads the device flag when device-owned); false when disabled.
-  bool RecordedOverflow() const;
+  bool RecordedOverflow() const override;
   /// Clears the record (no synchronisation).
-  void ClearRecordedOverflow();
+  void ClearRecordedOverflow() override;
   /// Advances the rules by one step (backoff on overflow, growth after the interval) with
   /// @p overflow, and clears the record; no effect when disabled. No synchronisation.
   void UpdateScale(bool overflow) override;
   /// Advances the rules by one step with the record, and clears it; on the device the update
   /// kernel reads the flag there (no synchronisation). Disabled: only clears the record.
-  void UpdateScaleFromRecord();
+  void UpdateScaleFromRecord() override;
   /// Unscale and overflow check in one pass over memory.
   UnscaledGradients UnscaleGradientsAndCheck(const GradientMap& gradients) override;
 
   /// The factor ScaleLoss multiplies by, as an FP32 scalar cached until the scale changes (1 when disabled).
-  TensorPtr GetScaleTensor();
+  TensorPtr GetScaleTensor() override;
   /// The inverse factor as an FP32 scalar cached until the scale changes (1 when disabled).
   TensorPtr GetInverseScaleTensor();
 
   /// Statistics of the run so far.
   DynamicScalerStats GetStats() const;
+  /// GetStats(), for callers holding the ILossScaler interface.
+  std::optional<DynamicScalerStats> Statistics() const override { return GetStats(); }
   /// Back to the initial scale with all counters cleared (configuration and enabled flag kept).
-  void Reset();
+  void Reset() override;
 
   /// Versioned blob of the configuration and the state.
-  std::vector<std::byte> StateDict() const;
+  std::vector<std::byte> StateDict() const override;
   /// Restores StateDict(); ArgumentError for a truncated, corrupted, foreign or invalid blob (state unchanged).
-  void LoadStateDict(std::span<const std::byte> state);
+  void LoadStateDict(std::span<const std::byte> state) override;
 
  private:
   struct Impl;

@@ -3,6 +3,7 @@
 /// @brief The high-level mixed-precision API: scale the loss, unscale, skip on overflow, adapt the scale.
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <span>
@@ -30,21 +31,29 @@ class GradScalerContext;
 /// | manual (spec 004) | `Scale(loss)`, backward, `Unscale(grads)`, `CheckOverflow(grads)`, your step, `Update()` |
 /// | RAII | `GradScalerContext ctx(scaler, loss)`, backward, `ctx.Step(opt)` |
 ///
-/// State machine of one iteration:
-/// - **ready**: nothing recorded. `Unscale`, `CheckOverflow`, `Step` start the iteration.
-/// - **unscaled**: `Unscale` ran (found-inf recorded from the fused pass). A second `Unscale`
-///   is an InvalidOperationError; `Step` reuses the unscaled gradients when they are the
-///   optimizer's (the gradient-clipping flow) and is an error otherwise.
-/// - **checked**: `CheckOverflow` recorded found-inf (ORed over calls; asking again about
-///   gradients this iteration already unscaled returns the recorded flag without a pass).
-/// - **stepped**: `Step(opt, false)` ran; only `Update()` may follow (another `Step` is an error).
-/// - `Update()` (or `Step(opt)`) applies `UpdateScale(found_inf)` once and returns to ready.
-///   `Update()` with no found-inf recorded is an InvalidOperationError.
-/// - `Scale(loss)` starts the next iteration. If the previous one recorded a result but never
-///   called `Update()` (spec 004's manual flow skips it on overflow), that result is applied
-///   first, so an overflow still backs the scale off exactly once.
-/// - An abandoned iteration (a GradScalerContext destroyed without a step) is dropped: no
-///   scale update, the next iteration starts at ready.
+/// **Iteration state** (IterationState, like PyTorch's per-optimizer `OptState`). `Ready`,
+/// `Unscaled` and `Stepped` are PyTorch's three; `LossScaled` and `Checked` are the steps of
+/// spec 004's manual flow. "apply" below is `UpdateScale` with the recorded found-inf, once.
+///
+/// | call | Ready | LossScaled | Checked | Unscaled | Stepped |
+/// |---|---|---|---|---|---|
+/// | `Scale(loss)` | LossScaled | LossScaled | apply, LossScaled | apply, LossScaled | apply, LossScaled |
+/// | `CheckOverflow` | Checked | Checked | Checked | Unscaled | Stepped |
+/// | `Unscale` | Unscaled | Unscaled | Unscaled | **error** | **error** |
+/// | `Step(opt)` | apply, Ready | apply, Ready | apply, Ready | apply, Ready (1) | **error** |
+/// | `Step(opt, false)` | Stepped | Stepped | Stepped | Stepped (1) | **error** |
+/// | `Update()` | **error** | **error** | apply, Ready | apply, Ready | apply, Ready |
+/// | `Enable()`, `Disable()` | Ready | **error** | **error** | **error** | **error** |
+///
+/// - (1) the gradient-clipping flow: `Step` reuses the unscaled gradients when they are the
+///   optimizer's, and is an InvalidOperationError otherwise.
+/// - Checked, Unscaled and Stepped hold a found-inf result: the OR of every check and unscale of
+///   the iteration, kept in the scaler's record (ILossScaler's found-inf record). `CheckOverflow`
+///   on gradients this iteration already unscaled returns it without a second pass.
+/// - `Scale(loss)` applying a pending result is spec 004's manual flow, which skips `Update()` on
+///   overflow: the scale still backs off exactly once.
+/// - `Reset()` and an abandoned GradScalerContext return to Ready from any state and drop the
+///   iteration's result: no scale update.
 /// - Stepping or unscaling again, without a new `Scale(loss)`, the very gradients the previous
 ///   iteration already unscaled is an InvalidOperationError (they would be unscaled twice).
 ///
@@ -69,7 +78,12 @@ class GradScalerContext;
 /// - when asked: `Scale()`, `GetStats()`, `GetScaleTensor()`, `StateDict()` (which also reads a
 ///   pending found-inf), `Reset()` (writes the state), the first device iteration (creates it).
 ///
-/// A static or custom scaler on a device reads the overflow flag at unscale time (TensorBackend).
+/// A scaler that keeps the ILossScaler defaults of the found-inf record (the static scaler, most
+/// custom ones) reads the overflow flag at unscale time (TensorBackend).
+///
+/// **Any ILossScaler** is driven through the interface alone, so a custom scaler gets the same
+/// flows, statistics (ILossScaler::Statistics) and checkpoints (ILossScaler::StateDict) as the
+/// built-in ones.
 ///
 /// **Disabled**, the scaler passes the loss and gradients through unchanged, never reports
 /// overflow and never skips a step. Enable()/Disable() belong between iterations.
@@ -86,6 +100,15 @@ class GradScalerContext;
 /// @endcode
 class MLFRAMEWORK_EXPORT GradScaler {
  public:
+  /// Where the current iteration stands (see the class notes). The values are stored in StateDict().
+  enum class IterationState : std::uint8_t {
+    Ready = 0,       ///< Nothing recorded.
+    LossScaled = 1,  ///< Scale(loss) ran; no found-inf recorded yet.
+    Checked = 2,     ///< CheckOverflow() recorded found-inf; nothing unscaled.
+    Unscaled = 3,    ///< Unscale() unscaled the gradients and recorded found-inf.
+    Stepped = 4,     ///< Step(optimizer, false) ran; Update() finishes the iteration.
+  };
+
   /// Dynamic loss scaling with DynamicScalerConfig's defaults (spec 004's default constructor).
   GradScaler();
   /// Dynamic loss scaling configured by @p config (spec 004's dynamic constructor; fields by name).
@@ -117,6 +140,8 @@ class MLFRAMEWORK_EXPORT GradScaler {
   float Scale() const;
   /// Whether scaling is applied.
   bool Enabled() const;
+  /// Where the current iteration stands.
+  IterationState State() const noexcept;
 
   /// The loss times the scale (the loss itself when disabled); starts an iteration (see the class notes).
   /// ArgumentNullError("loss") when null.
@@ -134,21 +159,29 @@ class MLFRAMEWORK_EXPORT GradScaler {
   void Update();
   /// True when any of @p gradients holds Inf or NaN (false when disabled); records it for this iteration.
   bool CheckOverflow(const GradientMap& gradients);
-  /// Enables scaling (between iterations; InvalidOperationError mid-iteration).
+  /// Enables scaling (in state Ready; InvalidOperationError otherwise): ILossScaler::SetEnabled,
+  /// and GradScaler's own switch in front of a scaler that has none.
   void Enable();
-  /// Disables scaling (between iterations; InvalidOperationError mid-iteration).
+  /// Disables scaling (in state Ready; InvalidOperationError otherwise): ILossScaler::SetEnabled,
+  /// or GradScaler's own switch when the scaler has none (SetEnabled returned false).
   void Disable();
-  /// Dynamic scaler: back to the initial scale, counters cleared. Every scaler: iteration state cleared.
+  /// The scaler's ILossScaler::Reset() (the dynamic scaler: back to the initial scale, counters
+  /// cleared; the static scaler: nothing), then the iteration is dropped (state Ready).
   void Reset();
   /// The factor the loss is multiplied by, as an FP32 scalar (1 when disabled), cached until it changes.
   TensorPtr GetScaleTensor();
-  /// Statistics of the dynamic scaler; empty for a static or custom scaler.
+  /// The wrapped scaler's statistics (ILossScaler::Statistics): the dynamic scaler's; empty for the
+  /// static scaler and for a custom scaler that does not override Statistics().
   std::optional<DynamicScalerStats> GetStats() const;
 
-  /// Versioned blob of the wrapped built-in scaler and the iteration state.
-  /// InvalidOperationError for a custom scaler (save its state yourself).
+  /// Versioned blob (version 2) of the wrapped scaler's ILossScaler::StateDict(), the iteration
+  /// state with its found-inf, and GradScaler's own switch. Works for every scaler; a custom one
+  /// saves what its StateDict() saves (by default its scale and enabled flag).
   std::vector<std::byte> StateDict() const;
-  /// Restores StateDict(); ArgumentError for a truncated, corrupted or mismatched blob (state unchanged).
+  /// Restores StateDict(), also a version 1 blob of a built-in scaler. ArgumentError for a
+  /// truncated, corrupted or mismatched blob (one of another scaler kind), and whatever the
+  /// scaler's LoadStateDict() throws (InvalidOperationError from the default when it cannot
+  /// restore the saved state); the GradScaler and its scaler are unchanged on every error.
   void LoadStateDict(std::span<const std::byte> state);
 
  private:

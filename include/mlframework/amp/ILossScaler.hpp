@@ -2,10 +2,17 @@
 /// @file ILossScaler.hpp
 /// @brief The loss-scaling interface; subclass it for your own scaling policy.
 
+#include <cstddef>
+#include <optional>
+#include <span>
+#include <vector>
+
 #include <mlframework/core/ITensor.hpp>
 #include <mlframework/export.hpp>
 
 namespace mlframework::amp {
+
+struct DynamicScalerStats;  // amp/DynamicLossScaler.hpp; include it to override Statistics()
 
 /// Result of unscaling a gradient list with the overflow check fused into the same pass.
 struct UnscaledGradients {
@@ -16,10 +23,23 @@ struct UnscaledGradients {
 /// A loss-scaling policy: scale the loss before backward, unscale the gradients
 /// after it, detect overflow, and adapt the scale.
 ///
-/// The six pure members are spec 001's interface. UnscaleGradientsAndCheck() is
-/// the hook GradScaler calls; its default runs CheckOverflow() then
-/// UnscaleGradients(), so a subclass only has to implement the six, and may
-/// override it to do both in one pass (the built-in scalers do).
+/// The six pure members are spec 001's interface; a subclass only has to implement them.
+/// GradScaler drives every scaler, built in or yours, through this interface alone, so the
+/// other members have defaults built on the six and a subclass overrides them to do better:
+///
+/// | member | default |
+/// |---|---|
+/// | UnscaleGradientsAndCheck() | CheckOverflow() then UnscaleGradients() (the built-ins fuse them in one pass) |
+/// | the found-inf record (UnscaleAndRecordOverflow() ... UpdateScaleFromRecord()) | a host flag |
+/// | SetEnabled() | returns false: GradScaler then keeps its own switch in front of the scaler |
+/// | Reset() | nothing (the scaler has no state the interface can see to reset) |
+/// | GetScaleTensor() | a new FP32 scalar of `Enabled() ? Scale() : 1` |
+/// | Statistics() | empty |
+/// | StateDict() / LoadStateDict() | Scale() and Enabled(); loading another state throws (see LoadStateDict()) |
+///
+/// A policy whose state goes beyond Scale() and Enabled() (a counter of clean steps, a
+/// configuration) overrides StateDict() and LoadStateDict(), and GradScaler checkpoints it
+/// like the built-in scalers (samples/custom_loss_scaler shows one).
 ///
 /// Implementations are not required to be thread-safe: one training loop owns a scaler.
 class MLFRAMEWORK_EXPORT ILossScaler {
@@ -44,6 +64,46 @@ class MLFRAMEWORK_EXPORT ILossScaler {
   /// Default: `CheckOverflow(gradients)` then `UnscaleGradients(gradients)`.
   virtual UnscaledGradients UnscaleGradientsAndCheck(const GradientMap& gradients);
 
+  /// @name The found-inf record
+  /// The overflow result of the current step, kept by the scaler so that a scaler whose state
+  /// lives on a device can keep it there (in a device flag) and never wait for the device in a
+  /// step. GradScaler clears it when an iteration records its first result, ORs into it, reads
+  /// it only when it must return a bool, and ends the iteration with UpdateScaleFromRecord().
+  /// The defaults keep a host flag and call UnscaleGradientsAndCheck() / UpdateScale().
+  /// @{
+  /// Unscales like UnscaleGradients() and ORs "any non-finite value" into the record.
+  virtual GradientMap UnscaleAndRecordOverflow(const GradientMap& gradients);
+  /// Records an overflow found elsewhere (another check, another rank).
+  virtual void MarkOverflow();
+  /// The record of this step.
+  virtual bool RecordedOverflow() const;
+  /// Clears the record.
+  virtual void ClearRecordedOverflow();
+  /// `UpdateScale(record)`, then clears the record.
+  virtual void UpdateScaleFromRecord();
+  /// @}
+
+  /// Switches scaling on or off and returns true; the default returns false without a change,
+  /// meaning the scaler has no switch of its own (GradScaler then keeps one in front of it).
+  virtual bool SetEnabled(bool enabled);
+  /// Back to the initial state. Default: nothing.
+  virtual void Reset();
+  /// The factor the loss is multiplied by, as an FP32 scalar (1 when disabled).
+  /// Default: a new scalar each call (the built-ins cache theirs until the scale changes).
+  virtual TensorPtr GetScaleTensor();
+  /// Statistics of the scaling run so far, when the scaler keeps them. Default: empty.
+  virtual std::optional<DynamicScalerStats> Statistics() const;
+
+  /// Versioned blob of the scaler's state, for checkpoints.
+  /// Default: a blob (kind `amp.ILossScaler`) of Scale() and Enabled().
+  virtual std::vector<std::byte> StateDict() const;
+  /// Restores StateDict(). An override must validate the whole blob before changing anything:
+  /// ArgumentError for a truncated, corrupted or foreign blob, and the scaler unchanged.
+  /// Default: validates the default blob (ArgumentError as above); when it equals the current
+  /// Scale() and Enabled() there is nothing to restore, otherwise InvalidOperationError naming
+  /// both states, because the interface cannot set them: override both members to restore.
+  virtual void LoadStateDict(std::span<const std::byte> state);
+
  protected:
   /// Only implementations construct the interface.
   ILossScaler() = default;
@@ -51,6 +111,9 @@ class MLFRAMEWORK_EXPORT ILossScaler {
   ILossScaler(const ILossScaler&) = default;
   /// Implementations may be copy-assignable.
   ILossScaler& operator=(const ILossScaler&) = default;
+
+ private:
+  bool recorded_overflow_ = false;  // the default found-inf record
 };
 
 }  // namespace mlframework::amp

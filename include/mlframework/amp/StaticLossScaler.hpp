@@ -48,8 +48,8 @@ class MLFRAMEWORK_EXPORT StaticLossScaler final : public ILossScaler {
   float Scale() const override;
   /// Whether scaling is applied.
   bool Enabled() const override;
-  /// Enables or disables scaling (do it between iterations).
-  void SetEnabled(bool enabled);
+  /// Enables or disables scaling (do it between iterations); returns true (the scaler has its own switch).
+  bool SetEnabled(bool enabled) override;
 
   /// `loss * scale` in the loss's dtype; the loss itself when disabled. ArgumentNullError for null.
   TensorPtr ScaleLoss(const TensorPtr& loss) override;
@@ -67,14 +67,14 @@ class MLFRAMEWORK_EXPORT StaticLossScaler final : public ILossScaler {
   UnscaledGradients UnscaleGradientsAndCheck(const GradientMap& gradients) override;
 
   /// The factor ScaleLoss multiplies by, as a cached FP32 scalar (1 when disabled). Shared: do not modify it.
-  TensorPtr GetScaleTensor();
+  TensorPtr GetScaleTensor() override;
   /// The factor unscaling multiplies by, as a cached FP32 scalar (1 when disabled). Shared: do not modify it.
   TensorPtr GetInverseScaleTensor();
 
   /// Versioned blob of the scale and the enabled flag.
-  std::vector<std::byte> StateDict() const;
+  std::vector<std::byte> StateDict() const override;
   /// Restores StateDict(); ArgumentError for a truncated, corrupted or foreign blob (state unchanged).
-  void LoadStateDict(std::span<const std::byte> state);
+  void LoadStateDict(std::span<const std::byte> state) override;
 
  private:
   struct Impl;

@@ -85,7 +85,7 @@ DynamicLossScaler::DynamicLossScaler(DynamicScalerConfig config) {
 DynamicLossScaler::~DynamicLossScaler() = default;
 
 DynamicLossScaler::DynamicLossScaler(const DynamicLossScaler& other)
-    : impl_(std::make_unique<Impl>(other.impl_->config, other.impl_->owner)) {}
+    : ILossScaler(other), impl_(std::make_unique<Impl>(other.impl_->config, other.impl_->owner)) {}
 
 DynamicLossScaler& DynamicLossScaler::operator=(const DynamicLossScaler& other) {
   if (this != &other) {
@@ -96,7 +96,10 @@ DynamicLossScaler& DynamicLossScaler::operator=(const DynamicLossScaler& other) 
 
 float DynamicLossScaler::Scale() const { return impl_->owner.Read().Scale; }
 bool DynamicLossScaler::Enabled() const { return impl_->config.Enabled; }
-void DynamicLossScaler::SetEnabled(bool enabled) { impl_->config.Enabled = enabled; }
+bool DynamicLossScaler::SetEnabled(bool enabled) {
+  impl_->config.Enabled = enabled;
+  return true;
+}
 float DynamicLossScaler::CurrentScale() const { return impl_->owner.Read().Scale; }
 const DynamicScalerConfig& DynamicLossScaler::Config() const noexcept { return impl_->config; }
 ScaleState DynamicLossScaler::State() const { return impl_->owner.Read(); }

@@ -1,5 +1,7 @@
 #include <mlframework/amp/GradScaler.hpp>
 
+#include <exception>
+
 #include <mlframework/amp/StaticLossScaler.hpp>
 #include <mlframework/core/Error.hpp>
 #include <mlframework/core/MultiTensor.hpp>
@@ -11,10 +13,13 @@ namespace mlframework::amp {
 
 namespace {
 
+using Phase = GradScaler::IterationState;
+
 constexpr char kKind[] = "amp.GradScaler";
-constexpr std::uint16_t kVersion = 1;
-constexpr std::uint8_t kStaticKind = 0;
-constexpr std::uint8_t kDynamicKind = 1;
+// Version 2: any ILossScaler's blob, the IterationState, found-inf and GradScaler's own switch.
+// Version 1 (still read): a built-in scaler's kind byte and blob, and four iteration flags.
+constexpr std::uint16_t kVersion = 2;
+constexpr std::uint16_t kVersion1 = 1;
 
 // Same names mapping to the same tensor objects (the identity of gradients, not their values).
 bool SameTensors(const GradientMap& a, const GradientMap& b) {
@@ -31,88 +36,108 @@ bool SameTensors(const GradientMap& a, const GradientMap& b) {
   return true;
 }
 
+// The states that hold a found-inf result in the scaler's record.
+bool HoldsRecord(Phase state) { return state == Phase::Checked || state == Phase::Unscaled || state == Phase::Stepped; }
+
+// Opens @p state as the current version, else as version 1; a blob that is neither reports the
+// current version's error.
+mlframework::detail::BlobReader OpenBlob(std::span<const std::byte> state, std::uint16_t& version) {
+  try {
+    version = kVersion;
+    return {state, kKind, kVersion};
+  } catch (const ArgumentError&) {
+    const std::exception_ptr current = std::current_exception();
+    try {
+      version = kVersion1;
+      return {state, kKind, kVersion1};
+    } catch (const ArgumentError&) {
+      std::rethrow_exception(current);
+    }
+  }
+}
+
+// The iteration of a version 1 blob: found-inf 0 (none), 1 (false), 2 (true); the unscaled,
+// stepped and loss-scaled flags.
+Phase StateOfVersion1(mlframework::detail::BlobReader& reader, bool& found_inf) {
+  const std::uint8_t found = reader.U8();
+  const std::uint8_t unscaled = reader.U8();
+  const std::uint8_t stepped = reader.U8();
+  const std::uint8_t loss_scaled = reader.U8();
+  if (found > 2 || unscaled > 1 || stepped > 1 || loss_scaled > 1 || (stepped == 1 && unscaled == 0) ||
+      (unscaled == 1 && found == 0)) {
+    reader.Fail("holds an inconsistent iteration state");
+  }
+  found_inf = found == 2;
+  if (stepped == 1) {
+    return Phase::Stepped;
+  }
+  if (unscaled == 1) {
+    return Phase::Unscaled;
+  }
+  if (found != 0) {
+    return Phase::Checked;
+  }
+  return loss_scaled == 1 ? Phase::LossScaled : Phase::Ready;
+}
+
 }  // namespace
 
 struct GradScaler::Impl {
-  explicit Impl(std::shared_ptr<ILossScaler> s) : scaler(std::move(s)) {
-    static_scaler = dynamic_cast<StaticLossScaler*>(scaler.get());
-    dynamic_scaler = dynamic_cast<DynamicLossScaler*>(scaler.get());
-  }
+  explicit Impl(std::shared_ptr<ILossScaler> s) : scaler(std::move(s)) {}
 
   std::shared_ptr<ILossScaler> scaler;
-  StaticLossScaler* static_scaler = nullptr;    // set when the wrapped scaler is built in
-  DynamicLossScaler* dynamic_scaler = nullptr;  // set when the wrapped scaler is built in
-  bool own_enabled = true;                      // GradScaler's own switch, used for custom scalers
+  bool own_enabled = true;  // the switch in front of a scaler without one (ILossScaler::SetEnabled returned false)
+  Phase state = Phase::Ready;
 
-  // The current iteration.
-  std::optional<bool> found_inf;  // overflow recorded by Unscale / CheckOverflow / Step (host part)
-  // The built-in dynamic scaler's record (its device flag when its state is on a device) holds the
-  // rest of this iteration's found-inf: read only when a bool must be returned, never by Update().
-  bool in_scaler_record = false;
-  bool unscaled = false;        // Unscale (or Step) ran
-  bool stepped = false;         // Step(optimizer, false) ran; waiting for Update()
-  bool loss_scaled = false;     // Scale(loss) ran
-  GradientMap unscaled_source;  // what was unscaled ...
+  GradientMap unscaled_source;  // what this iteration unscaled ...
   GradientMap unscaled_result;  // ... and the unscaled tensors handed out
   // Unscaled tensors of the previous iteration, kept until the next Scale(loss), to catch double unscaling.
   GradientMap previous_result;
 
-  TensorPtr custom_scale_tensor;  // GetScaleTensor cache for custom scalers
-  float custom_scale_value = 0.0f;
+  TensorPtr scale_tensor;  // GetScaleTensor cache
+  float scale_tensor_value = 0.0f;
 
   bool Enabled() const { return own_enabled && scaler->Enabled(); }
-  bool InIteration() const { return found_inf.has_value() || unscaled || stepped || loss_scaled; }
 
   void ClearIteration() {
-    found_inf.reset();
-    in_scaler_record = false;
-    unscaled = false;
-    stepped = false;
-    loss_scaled = false;
+    state = Phase::Ready;
     unscaled_source.clear();
     unscaled_result.clear();
   }
 
-  // The iteration's found-inf (reads the dynamic scaler's device flag when part of it lives there).
-  bool FoundInf() const { return *found_inf || (in_scaler_record && dynamic_scaler->RecordedOverflow()); }
+  // The first result of an iteration takes over the scaler's record (a dropped iteration may have left one).
+  void BeginRecord() {
+    if (!HoldsRecord(state)) {
+      scaler->ClearRecordedOverflow();
+    }
+  }
 
-  // Applies the recorded result once and returns to ready (no synchronisation on a device).
+  // The iteration's found-inf; a device-resident record is read here, and only here.
+  bool FoundInf() const { return Enabled() && scaler->RecordedOverflow(); }
+
+  // Applies the recorded result once and returns to Ready (no synchronisation on a device).
   void Finish() {
     if (Enabled()) {
-      if (in_scaler_record) {
-        if (*found_inf) {
-          dynamic_scaler->MarkOverflow();
-        }
-        dynamic_scaler->UpdateScaleFromRecord();
-      } else {
-        scaler->UpdateScale(*found_inf);
-      }
+      scaler->UpdateScaleFromRecord();
     }
     GradientMap result = std::move(unscaled_result);
     ClearIteration();
     previous_result = std::move(result);
   }
 
-  // Unscales and records the overflow for this iteration. The built-in dynamic scaler records it
-  // itself (UnscaleAndRecordOverflow: on a device, in its flag, without a synchronisation).
+  // Unscales and ORs the overflow into the scaler's record (on a device: its flag, no synchronisation).
   void UnscaleAndRecord(const GradientMap& source) {
-    UnscaledGradients result;
+    GradientMap result;
     if (!Enabled()) {
       TensorList(source);  // the same null check as when enabled
-      result = UnscaledGradients{source, false};
-    } else if (dynamic_scaler != nullptr) {
-      if (!in_scaler_record) {
-        dynamic_scaler->ClearRecordedOverflow();  // this iteration owns the record from here
-      }
-      result.Gradients = dynamic_scaler->UnscaleAndRecordOverflow(source);
-      in_scaler_record = true;
+      result = source;
     } else {
-      result = scaler->UnscaleGradientsAndCheck(source);
+      BeginRecord();
+      result = scaler->UnscaleAndRecordOverflow(source);
     }
-    unscaled = true;
+    state = Phase::Unscaled;
     unscaled_source = source;
-    unscaled_result = std::move(result.Gradients);
-    found_inf = found_inf.value_or(false) || result.Overflow;
+    unscaled_result = std::move(result);
   }
 };
 
@@ -150,26 +175,27 @@ GradScaler& GradScaler::operator=(GradScaler&& other) noexcept = default;
 const std::shared_ptr<ILossScaler>& GradScaler::Scaler() const noexcept { return impl_->scaler; }
 float GradScaler::Scale() const { return impl_->scaler->Scale(); }
 bool GradScaler::Enabled() const { return impl_->Enabled(); }
+GradScaler::IterationState GradScaler::State() const noexcept { return impl_->state; }
 
 TensorPtr GradScaler::Scale(const TensorPtr& loss) {
   if (!loss) {
     throw ArgumentNullError("loss");
   }
   Impl& s = *impl_;
-  if (s.found_inf.has_value()) {
+  if (HoldsRecord(s.state)) {
     // The previous iteration recorded a result but never called Update() (spec 004's manual
     // flow skips it on overflow): apply it now, once.
     s.Finish();
   }
   TensorPtr scaled = s.Enabled() ? s.scaler->ScaleLoss(loss) : loss;
   s.previous_result.clear();  // a new loss means new gradients
-  s.loss_scaled = true;
+  s.state = Phase::LossScaled;
   return scaled;
 }
 
 GradientMap GradScaler::Unscale(const GradientMap& gradients) {
   Impl& s = *impl_;
-  if (s.unscaled) {
+  if (s.state == Phase::Unscaled || s.state == Phase::Stepped) {
     throw InvalidOperationError(
         "GradScaler::Unscale() was already called in this iteration; gradients are unscaled once per "
         "iteration. Call Update() (or Step()) to finish the iteration, then Scale(loss) for the next one.");
@@ -186,19 +212,24 @@ GradientMap GradScaler::Unscale(const GradientMap& gradients) {
 bool GradScaler::CheckOverflow(const GradientMap& gradients) {
   Impl& s = *impl_;
   TensorList(gradients);  // ArgumentNullError naming a null entry
-  bool overflow = false;
-  if (s.unscaled && (SameTensors(gradients, s.unscaled_source) || SameTensors(gradients, s.unscaled_result))) {
-    overflow = s.FoundInf();  // the fused unscale pass already checked them: no second pass
-  } else {
-    overflow = s.Enabled() && s.scaler->CheckOverflow(gradients);
+  const bool unscaled = s.state == Phase::Unscaled || s.state == Phase::Stepped;
+  if (unscaled && (SameTensors(gradients, s.unscaled_source) || SameTensors(gradients, s.unscaled_result))) {
+    return s.FoundInf();  // the fused unscale pass already checked them and recorded the result
   }
-  s.found_inf = s.found_inf.value_or(false) || overflow;
+  const bool overflow = s.Enabled() && s.scaler->CheckOverflow(gradients);
+  s.BeginRecord();
+  if (overflow) {
+    s.scaler->MarkOverflow();
+  }
+  if (!HoldsRecord(s.state)) {
+    s.state = Phase::Checked;
+  }
   return overflow;
 }
 
 void GradScaler::Update() {
   Impl& s = *impl_;
-  if (!s.found_inf.has_value()) {
+  if (!HoldsRecord(s.state)) {
     throw InvalidOperationError(
         "GradScaler::Update() called with no overflow check recorded in this iteration: call Unscale(), "
         "CheckOverflow() or Step(optimizer, false) first (Step(optimizer) already updates the scale).");
@@ -212,15 +243,13 @@ bool GradScaler::Step(IOptimizer& optimizer, bool optimizerStep) {
 
 bool GradScaler::StepImpl(IOptimizer& optimizer, bool run_optimizer, bool update_scale) {
   Impl& s = *impl_;
-  if (s.stepped) {
+  if (s.state == Phase::Stepped) {
     throw InvalidOperationError(
         "GradScaler::Step() was already called in this iteration (with optimizerStep = false): call Update() "
         "to finish the iteration before stepping again.");
   }
   const GradientMap gradients = optimizer.GetGradients();
-  GradientMap unscaled;
-  bool overflow = false;
-  if (s.unscaled) {
+  if (s.state == Phase::Unscaled) {
     // The clipping flow: Unscale(optimizer's gradients), clip, Step(optimizer).
     if (!SameTensors(gradients, s.unscaled_source) && !SameTensors(gradients, s.unscaled_result)) {
       throw InvalidOperationError(
@@ -228,8 +257,6 @@ bool GradScaler::StepImpl(IOptimizer& optimizer, bool run_optimizer, bool update
           "optimizer's. Unscale the optimizer's own gradients (GetGradients()) or call Update() to finish "
           "the manual flow.");
     }
-    unscaled = s.unscaled_result;
-    overflow = s.FoundInf();  // the one read of a device flag in a step: Step must decide and return it
   } else {
     if (SameTensors(gradients, s.previous_result)) {
       throw InvalidOperationError(
@@ -237,9 +264,9 @@ bool GradScaler::StepImpl(IOptimizer& optimizer, bool run_optimizer, bool update
           "applied them. Run backward for new gradients and call Scale(loss) before stepping again.");
     }
     s.UnscaleAndRecord(gradients);
-    unscaled = s.unscaled_result;
-    overflow = s.FoundInf();  // the one read of a device flag in a step: Step must decide and return it
   }
+  const GradientMap unscaled = s.unscaled_result;
+  const bool overflow = s.FoundInf();  // the one read of a device flag in a step: Step must decide and return it
   if (!overflow) {
     if (!SameTensors(unscaled, gradients)) {
       optimizer.SetGradients(unscaled);  // FP16/BF16 model gradients -> FP32 unscaled gradients
@@ -251,7 +278,7 @@ bool GradScaler::StepImpl(IOptimizer& optimizer, bool run_optimizer, bool update
   if (update_scale) {
     s.Finish();
   } else {
-    s.stepped = true;
+    s.state = Phase::Stepped;
   }
   return !overflow;
 }
@@ -263,133 +290,97 @@ void GradScaler::AbandonIteration() noexcept {
 
 void GradScaler::Enable() {
   Impl& s = *impl_;
-  if (s.InIteration()) {
+  if (s.state != Phase::Ready) {
     throw InvalidOperationError(
         "GradScaler::Enable() called in the middle of an iteration (the loss or gradients were already "
         "scaled with the old setting): finish it with Step() or Update() first.");
   }
-  if (s.static_scaler != nullptr) {
-    s.static_scaler->SetEnabled(true);
-  } else if (s.dynamic_scaler != nullptr) {
-    s.dynamic_scaler->SetEnabled(true);
-  }
+  s.scaler->SetEnabled(true);
   s.own_enabled = true;
 }
 
 void GradScaler::Disable() {
   Impl& s = *impl_;
-  if (s.InIteration()) {
+  if (s.state != Phase::Ready) {
     throw InvalidOperationError(
         "GradScaler::Disable() called in the middle of an iteration (the loss or gradients were already "
         "scaled): finish it with Step() or Update() first.");
   }
-  if (s.static_scaler != nullptr) {
-    s.static_scaler->SetEnabled(false);
-  } else if (s.dynamic_scaler != nullptr) {
-    s.dynamic_scaler->SetEnabled(false);
-  } else {
-    s.own_enabled = false;
+  if (!s.scaler->SetEnabled(false)) {
+    s.own_enabled = false;  // the scaler has no switch of its own
   }
 }
 
 void GradScaler::Reset() {
-  Impl& s = *impl_;
-  if (s.dynamic_scaler != nullptr) {
-    s.dynamic_scaler->Reset();
-  }
+  impl_->scaler->Reset();
   AbandonIteration();
 }
 
 TensorPtr GradScaler::GetScaleTensor() {
   Impl& s = *impl_;
-  if (s.static_scaler != nullptr) {
-    return s.static_scaler->GetScaleTensor();
-  }
-  if (s.dynamic_scaler != nullptr) {
-    return s.dynamic_scaler->GetScaleTensor();
-  }
   const float factor = s.Enabled() ? s.scaler->Scale() : 1.0f;
-  if (!s.custom_scale_tensor || s.custom_scale_value != factor) {
-    s.custom_scale_tensor = Scalar(factor);
-    s.custom_scale_value = factor;
+  if (!s.scale_tensor || s.scale_tensor_value != factor) {
+    // A scaler disabled by the own switch still reports its scale: the factor is 1 then.
+    s.scale_tensor = s.own_enabled ? s.scaler->GetScaleTensor() : Scalar(1.0f);
+    s.scale_tensor_value = factor;
   }
-  return s.custom_scale_tensor;
+  return s.scale_tensor;
 }
 
-std::optional<DynamicScalerStats> GradScaler::GetStats() const {
-  if (impl_->dynamic_scaler != nullptr) {
-    return impl_->dynamic_scaler->GetStats();
-  }
-  return std::nullopt;
-}
+std::optional<DynamicScalerStats> GradScaler::GetStats() const { return impl_->scaler->Statistics(); }
 
 std::vector<std::byte> GradScaler::StateDict() const {
   const Impl& s = *impl_;
-  if (s.static_scaler == nullptr && s.dynamic_scaler == nullptr) {
-    throw InvalidOperationError(
-        "GradScaler::StateDict(): the wrapped scaler is a custom ILossScaler, whose state this class cannot "
-        "see; save the custom scaler's state yourself.");
-  }
+  const std::vector<std::byte> inner = s.scaler->StateDict();
   mlframework::detail::BlobWriter writer(kKind, kVersion);
-  writer.U8(s.dynamic_scaler != nullptr ? kDynamicKind : kStaticKind);
-  const std::vector<std::byte> inner =
-      s.dynamic_scaler != nullptr ? s.dynamic_scaler->StateDict() : s.static_scaler->StateDict();
   writer.U64(inner.size());
   writer.Bytes(inner);
-  writer.U8(s.found_inf.has_value() ? (s.FoundInf() ? 2 : 1) : 0);
-  writer.U8(s.unscaled ? 1 : 0);
-  writer.U8(s.stepped ? 1 : 0);
-  writer.U8(s.loss_scaled ? 1 : 0);
+  writer.U8(static_cast<std::uint8_t>(s.state));
+  writer.U8(HoldsRecord(s.state) && s.FoundInf() ? 1 : 0);
+  writer.U8(s.own_enabled ? 1 : 0);
   return writer.Finish();
 }
 
 void GradScaler::LoadStateDict(std::span<const std::byte> state) {
   Impl& s = *impl_;
-  if (s.static_scaler == nullptr && s.dynamic_scaler == nullptr) {
-    throw InvalidOperationError(
-        "GradScaler::LoadStateDict(): the wrapped scaler is a custom ILossScaler; restore its state yourself.");
-  }
-  mlframework::detail::BlobReader reader(state, kKind, kVersion);
-  const std::uint8_t kind = reader.U8();
-  const std::uint8_t expected = s.dynamic_scaler != nullptr ? kDynamicKind : kStaticKind;
-  if (kind != expected) {
-    reader.Fail(std::string("holds the state of a ") + (kind == kDynamicKind ? "dynamic" : "static") +
-                " scaler but this GradScaler wraps a " + (expected == kDynamicKind ? "dynamic" : "static") + " one");
+  std::uint16_t version = 0;
+  mlframework::detail::BlobReader reader = OpenBlob(state, version);
+  if (version == kVersion1) {
+    // The built-in scaler's kind (0 static, 1 dynamic); its blob's own kind tag is checked by its LoadStateDict.
+    if (reader.U8() > 1) {
+      reader.Fail("names an unknown scaler kind");
+    }
   }
   const std::uint64_t inner_size = reader.U64();
   const std::span<const std::byte> inner = reader.Bytes(static_cast<std::size_t>(inner_size));
-  const std::uint8_t found = reader.U8();
-  const std::uint8_t unscaled = reader.U8();
-  const std::uint8_t stepped = reader.U8();
-  const std::uint8_t loss_scaled = reader.U8();
+  bool found_inf = false;
+  bool own_enabled = true;
+  Phase iteration = Phase::Ready;
+  if (version == kVersion1) {
+    iteration = StateOfVersion1(reader, found_inf);
+  } else {
+    const std::uint8_t stored = reader.U8();
+    if (stored > static_cast<std::uint8_t>(Phase::Stepped)) {
+      reader.Fail("iteration state " + std::to_string(stored) + " is not one of GradScaler::IterationState");
+    }
+    iteration = static_cast<Phase>(stored);
+    found_inf = reader.Flag("found-inf");
+    own_enabled = reader.Flag("enabled");
+    if (found_inf && !HoldsRecord(iteration)) {
+      reader.Fail("holds a found-inf result in an iteration state that records none");
+    }
+  }
   reader.ExpectEnd();
-  if (found > 2 || unscaled > 1 || stepped > 1 || loss_scaled > 1 || (stepped == 1 && unscaled == 0) ||
-      (unscaled == 1 && found == 0)) {
-    reader.Fail("holds an inconsistent iteration state");
-  }
-  // Decode the inner scaler into a temporary, then commit everything.
-  std::optional<DynamicLossScaler> dynamic;
-  std::optional<StaticLossScaler> static_scaler;
-  if (s.dynamic_scaler != nullptr) {
-    dynamic.emplace(*s.dynamic_scaler);
-    dynamic->LoadStateDict(inner);
-  } else {
-    static_scaler.emplace(*s.static_scaler);
-    static_scaler->LoadStateDict(inner);
-  }
-  if (dynamic) {
-    *s.dynamic_scaler = *dynamic;
-  } else {
-    *s.static_scaler = *static_scaler;
-  }
+  // Everything of ours is validated; the scaler validates its blob before changing anything.
+  s.scaler->LoadStateDict(inner);
   s.ClearIteration();
   s.previous_result.clear();
-  if (found != 0) {
-    s.found_inf = found == 2;
+  s.state = iteration;
+  s.own_enabled = own_enabled;
+  s.scaler->ClearRecordedOverflow();
+  if (found_inf) {
+    s.scaler->MarkOverflow();
   }
-  s.unscaled = unscaled == 1;
-  s.stepped = stepped == 1;
-  s.loss_scaled = loss_scaled == 1;
 }
 
 }  // namespace mlframework::amp

@@ -1,6 +1,28 @@
 #include <mlframework/amp/ILossScaler.hpp>
 
+#include <sstream>
+#include <string>
+
+#include <mlframework/amp/DynamicLossScaler.hpp>
+#include <mlframework/core/Error.hpp>
+#include <mlframework/core/Tensor.hpp>
+
+#include "mlframework/core/StateBlob.hpp"
+
 namespace mlframework::amp {
+
+namespace {
+
+constexpr char kKind[] = "amp.ILossScaler";
+constexpr std::uint16_t kVersion = 1;
+
+std::string Describe(float scale, bool enabled) {
+  std::ostringstream text;
+  text << "scale " << scale << (enabled ? " (enabled)" : " (disabled)");
+  return text.str();
+}
+
+}  // namespace
 
 ILossScaler::~ILossScaler() = default;
 
@@ -8,6 +30,53 @@ UnscaledGradients ILossScaler::UnscaleGradientsAndCheck(const GradientMap& gradi
   // Check first: a user's UnscaleGradients may work in place, and the spec checks the scaled values.
   const bool overflow = CheckOverflow(gradients);
   return UnscaledGradients{UnscaleGradients(gradients), overflow};
+}
+
+GradientMap ILossScaler::UnscaleAndRecordOverflow(const GradientMap& gradients) {
+  UnscaledGradients result = UnscaleGradientsAndCheck(gradients);
+  recorded_overflow_ = recorded_overflow_ || result.Overflow;
+  return std::move(result.Gradients);
+}
+
+void ILossScaler::MarkOverflow() { recorded_overflow_ = true; }
+
+bool ILossScaler::RecordedOverflow() const { return recorded_overflow_; }
+
+void ILossScaler::ClearRecordedOverflow() { recorded_overflow_ = false; }
+
+void ILossScaler::UpdateScaleFromRecord() {
+  const bool overflow = RecordedOverflow();
+  UpdateScale(overflow);  // first: a throwing user policy leaves the record for a retry
+  ClearRecordedOverflow();
+}
+
+bool ILossScaler::SetEnabled(bool /*enabled*/) { return false; }
+
+void ILossScaler::Reset() {}
+
+TensorPtr ILossScaler::GetScaleTensor() { return Scalar(Enabled() ? Scale() : 1.0f); }
+
+std::optional<DynamicScalerStats> ILossScaler::Statistics() const { return std::nullopt; }
+
+std::vector<std::byte> ILossScaler::StateDict() const {
+  mlframework::detail::BlobWriter writer(kKind, kVersion);
+  writer.F32(Scale());
+  writer.U8(Enabled() ? 1 : 0);
+  return writer.Finish();
+}
+
+void ILossScaler::LoadStateDict(std::span<const std::byte> state) {
+  mlframework::detail::BlobReader reader(state, kKind, kVersion);
+  const float scale = reader.F32();
+  const bool enabled = reader.Flag("enabled");
+  reader.ExpectEnd();
+  if (scale == Scale() && enabled == Enabled()) {
+    return;  // the checkpoint is the current state: nothing to restore
+  }
+  throw InvalidOperationError("ILossScaler::LoadStateDict(): the checkpoint holds " + Describe(scale, enabled) +
+                              " but this scaler is at " + Describe(Scale(), Enabled()) +
+                              ", and its class does not override LoadStateDict(), so the interface cannot set "
+                              "them. Override StateDict() and LoadStateDict() in your ILossScaler to checkpoint it.");
 }
 
 }  // namespace mlframework::amp

@@ -34,10 +34,11 @@ StaticLossScaler::StaticLossScaler(float scale, bool enabled) {
 StaticLossScaler::~StaticLossScaler() = default;
 
 StaticLossScaler::StaticLossScaler(const StaticLossScaler& other)
-    : impl_(std::make_unique<Impl>(other.impl_->scale, other.impl_->enabled)) {}
+    : ILossScaler(other), impl_(std::make_unique<Impl>(other.impl_->scale, other.impl_->enabled)) {}
 
 StaticLossScaler& StaticLossScaler::operator=(const StaticLossScaler& other) {
   if (this != &other) {
+    ILossScaler::operator=(other);  // the found-inf record (ILossScaler's default, which this scaler keeps)
     impl_ = std::make_unique<Impl>(other.impl_->scale, other.impl_->enabled);
   }
   return *this;
@@ -45,7 +46,10 @@ StaticLossScaler& StaticLossScaler::operator=(const StaticLossScaler& other) {
 
 float StaticLossScaler::Scale() const { return impl_->scale; }
 bool StaticLossScaler::Enabled() const { return impl_->enabled; }
-void StaticLossScaler::SetEnabled(bool enabled) { impl_->enabled = enabled; }
+bool StaticLossScaler::SetEnabled(bool enabled) {
+  impl_->enabled = enabled;
+  return true;
+}
 
 TensorPtr StaticLossScaler::ScaleLoss(const TensorPtr& loss) {
   if (!loss) {

@@ -1,0 +1,371 @@
+// GradScaler's iteration state (IterationState) and its transitions and errors, and a user's
+// ILossScaler driven, reported and checkpointed through the interface like the built-ins.
+#include <cstring>
+#include <initializer_list>
+#include <limits>
+#include <optional>
+
+#include <boost/test/unit_test.hpp>
+
+#include "amp/AmpTestUtil.hpp"
+#include "mlframework/core/StateBlob.hpp"
+
+using namespace mlframework;
+using namespace mlfw_test;
+using mlframework::amp::DynamicLossScaler;
+using mlframework::amp::DynamicScalerConfig;
+using mlframework::amp::GradScaler;
+using State = mlframework::amp::GradScaler::IterationState;
+
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// A user policy with state beyond Scale(): quarter on overflow, double every `interval` clean
+// steps, counts its updates. It overrides the checkpoint, statistics and reset members.
+class CappedScaler final : public amp::ILossScaler {
+ public:
+  CappedScaler(float initial, int interval) : initial_(initial), scale_(initial), interval_(interval) {}
+
+  float Scale() const override { return scale_; }
+  bool Enabled() const override { return true; }
+  TensorPtr ScaleLoss(const TensorPtr& loss) override { return loss->Multiply(scale_); }
+  GradientMap UnscaleGradients(const GradientMap& gradients) override {
+    GradientMap out;
+    for (const auto& [name, g] : gradients) {
+      out.emplace(name, g->CastTo(DataType::Float32)->Divide(scale_));
+    }
+    return out;
+  }
+  bool CheckOverflow(const GradientMap& gradients) override { return HasNonFinite(TensorList(gradients)); }
+  void UpdateScale(bool overflow) override {
+    ++updates_;
+    if (overflow) {
+      ++overflows_;
+      scale_ /= 4.0f;
+      clean_ = 0;
+    } else if (++clean_ == interval_) {
+      scale_ *= 2.0f;
+      clean_ = 0;
+    }
+  }
+
+  void Reset() override { *this = CappedScaler(initial_, interval_); }
+  std::optional<amp::DynamicScalerStats> Statistics() const override {
+    return amp::DynamicScalerStats{.CurrentScale = scale_,
+                                   .StepsSinceLastOverflow = clean_,
+                                   .TotalOverflows = overflows_,
+                                   .TotalSteps = updates_,
+                                   .SkippedSteps = overflows_,
+                                   .SuccessfulSteps = updates_ - overflows_,
+                                   .GrowthInterval = interval_};
+  }
+  // A user's own format: a tag, then the fields.
+  std::vector<std::byte> StateDict() const override {
+    const Fields f{kTag, scale_, clean_, updates_, overflows_};
+    std::vector<std::byte> blob(sizeof(f));
+    std::memcpy(blob.data(), &f, sizeof(f));
+    return blob;
+  }
+  void LoadStateDict(std::span<const std::byte> state) override {
+    Fields f{};
+    if (state.size() != sizeof(f)) {
+      throw ArgumentError("state", "is not a CappedScaler blob");
+    }
+    std::memcpy(&f, state.data(), sizeof(f));
+    if (f.tag != kTag || !(f.scale > 0.0f)) {
+      throw ArgumentError("state", "is not a valid CappedScaler blob");
+    }
+    scale_ = f.scale;
+    clean_ = f.clean;
+    updates_ = f.updates;
+    overflows_ = f.overflows;
+  }
+
+ private:
+  static constexpr std::uint32_t kTag = 0xCA99ED01;
+  struct Fields {
+    std::uint32_t tag;
+    float scale;
+    std::int64_t clean, updates, overflows;
+  };
+  float initial_;
+  float scale_;
+  int interval_;
+  std::int64_t clean_ = 0, updates_ = 0, overflows_ = 0;
+};
+
+// Only the six members of spec 001.
+class PlainScaler final : public amp::ILossScaler {
+ public:
+  explicit PlainScaler(float scale) : scale_(scale) {}
+  float Scale() const override { return scale_; }
+  bool Enabled() const override { return true; }
+  TensorPtr ScaleLoss(const TensorPtr& loss) override { return loss->Multiply(scale_); }
+  GradientMap UnscaleGradients(const GradientMap& gradients) override {
+    GradientMap out;
+    for (const auto& [name, g] : gradients) {
+      out.emplace(name, g->CastTo(DataType::Float32)->Divide(scale_));
+    }
+    return out;
+  }
+  bool CheckOverflow(const GradientMap& gradients) override { return HasNonFinite(TensorList(gradients)); }
+  void UpdateScale(bool overflow) override { scale_ = overflow ? scale_ / 2.0f : scale_; }
+
+ private:
+  float scale_;
+};
+
+template <typename E, typename F>
+void ExpectRefused(GradScaler& scaler, F&& misuse, const std::string& hint) {
+  const State state = scaler.State();
+  const auto before = scaler.StateDict();
+  try {
+    misuse();
+    BOOST_FAIL("expected an error");
+  } catch (const E& e) {
+    BOOST_TEST(std::string(e.what()).find(hint) != std::string::npos, "message: " << e.what());
+  }
+  BOOST_TEST(scaler.State() == state);
+  BOOST_TEST((scaler.StateDict() == before));
+}
+
+}  // namespace
+
+namespace mlframework::amp {
+inline std::ostream& operator<<(std::ostream& out, GradScaler::IterationState state) {
+  return out << static_cast<int>(state);
+}
+}  // namespace mlframework::amp
+
+BOOST_AUTO_TEST_SUITE(GradScalerStateTests)
+
+BOOST_AUTO_TEST_CASE(EachFlowWalksTheIterationStates) {
+  GradScaler scaler(DynamicScalerConfig{.InitialScale = 8.0f});
+  RecordingOptimizer opt(Grads(DataType::Float16, 8.0f));
+  BOOST_TEST(scaler.State() == State::Ready);
+  // Automatic.
+  scaler.Scale(Scalar(1.0f));
+  BOOST_TEST(scaler.State() == State::LossScaled);
+  BOOST_TEST(scaler.Step(opt));
+  BOOST_TEST(scaler.State() == State::Ready);
+  // Deferred.
+  opt.Load(Grads(DataType::Float16, 8.0f));
+  scaler.Scale(Scalar(1.0f));
+  BOOST_TEST(scaler.Step(opt, false));
+  BOOST_TEST(scaler.State() == State::Stepped);
+  BOOST_TEST(!scaler.CheckOverflow(opt.GetGradients()));  // already unscaled: the recorded result
+  BOOST_TEST(scaler.State() == State::Stepped);
+  scaler.Update();
+  BOOST_TEST(scaler.State() == State::Ready);
+  // Manual: check, unscale, check again, Update.
+  const auto grads = Grads(DataType::Float32, 8.0f);
+  scaler.Scale(Scalar(1.0f));
+  BOOST_TEST(!scaler.CheckOverflow(grads));
+  BOOST_TEST(scaler.State() == State::Checked);
+  scaler.Unscale(grads);
+  BOOST_TEST(scaler.State() == State::Unscaled);
+  BOOST_TEST(!scaler.CheckOverflow(grads));
+  BOOST_TEST(scaler.State() == State::Unscaled);
+  scaler.Update();
+  BOOST_TEST(scaler.State() == State::Ready);
+  BOOST_TEST(scaler.GetStats()->TotalSteps == 3);
+  // Manual without Update() on overflow: the next Scale(loss) applies it and starts LossScaled.
+  scaler.Scale(Scalar(1.0f));
+  scaler.Unscale(PoisonedGrads(DataType::Float32, kInf));
+  scaler.Scale(Scalar(1.0f));
+  BOOST_TEST(scaler.State() == State::LossScaled);
+  BOOST_TEST(scaler.Scale() == 4.0f);
+  // Reset and an abandoned context drop the iteration.
+  scaler.Unscale(Grads(DataType::Float32));
+  scaler.Reset();
+  BOOST_TEST(scaler.State() == State::Ready);
+  {
+    amp::GradScalerContext ctx(scaler, Scalar(1.0f));
+    BOOST_TEST(scaler.State() == State::LossScaled);
+    scaler.CheckOverflow(PoisonedGrads(DataType::Float16, kInf));
+    BOOST_TEST(scaler.State() == State::Checked);
+  }
+  BOOST_TEST(scaler.State() == State::Ready);
+  BOOST_TEST(scaler.GetStats()->TotalOverflows == 0);  // dropped, not applied
+}
+
+BOOST_AUTO_TEST_CASE(CallsOutOfOrderAreRefusedInEveryState) {
+  GradScaler scaler(DynamicScalerConfig{.InitialScale = 8.0f});
+  RecordingOptimizer opt(Grads(DataType::Float32, 8.0f));
+  // Update without a step or check, in Ready and LossScaled.
+  ExpectRefused<InvalidOperationError>(
+      scaler, [&] { scaler.Update(); }, "no overflow check recorded");
+  scaler.Scale(Scalar(1.0f));
+  ExpectRefused<InvalidOperationError>(
+      scaler, [&] { scaler.Update(); }, "no overflow check recorded");
+  ExpectRefused<InvalidOperationError>(
+      scaler, [&] { scaler.Enable(); }, "middle of an iteration");
+  // Checked: Enable/Disable refused.
+  scaler.CheckOverflow(Grads(DataType::Float32));
+  ExpectRefused<InvalidOperationError>(
+      scaler, [&] { scaler.Disable(); }, "middle of an iteration");
+  scaler.Update();
+  // Unscale twice; Unscaled refuses Enable too.
+  scaler.Scale(Scalar(1.0f));
+  scaler.Unscale(opt.GetGradients());
+  ExpectRefused<InvalidOperationError>(
+      scaler, [&] { scaler.Unscale(opt.GetGradients()); }, "already called");
+  ExpectRefused<InvalidOperationError>(
+      scaler, [&] { scaler.Enable(); }, "middle of an iteration");
+  BOOST_TEST(scaler.Step(opt, false));  // the clipping flow into the deferred one
+  // Stepped: a second Step (either form) and a second Unscale are refused; Update finishes.
+  ExpectRefused<InvalidOperationError>(
+      scaler, [&] { scaler.Step(opt, false); }, "already called");
+  ExpectRefused<InvalidOperationError>(
+      scaler, [&] { scaler.Step(opt); }, "already called");
+  ExpectRefused<InvalidOperationError>(
+      scaler, [&] { scaler.Unscale(Grads(DataType::Float32)); }, "already called");
+  ExpectRefused<InvalidOperationError>(
+      scaler, [&] { scaler.Disable(); }, "middle of an iteration");
+  scaler.Update();
+  ExpectRefused<InvalidOperationError>(
+      scaler, [&] { scaler.Update(); }, "no overflow check recorded");
+  // Stepping the same gradients again without a new Scale(loss).
+  ExpectRefused<InvalidOperationError>(
+      scaler, [&] { scaler.Step(opt); }, "twice");
+  // Bad input leaves the state too.
+  scaler.Scale(Scalar(1.0f));
+  const GradientMap with_null{{"a", nullptr}};
+  ExpectRefused<ArgumentNullError>(
+      scaler, [&] { scaler.Unscale(with_null); }, "");
+  ExpectRefused<ArgumentNullError>(
+      scaler, [&] { scaler.CheckOverflow(with_null); }, "");
+  BOOST_TEST(scaler.State() == State::LossScaled);
+  BOOST_TEST(scaler.GetStats()->TotalSteps == 2);
+}
+
+BOOST_AUTO_TEST_CASE(AUserScalerIsDrivenReportedAndResetThroughTheInterface) {
+  auto policy = std::make_shared<CappedScaler>(64.0f, 2);
+  GradScaler scaler(policy);
+  RecordingOptimizer opt;
+  for (const bool overflow : {false, false, true, false}) {
+    opt.Load(overflow ? PoisonedGrads(DataType::Float16, kInf) : Grads(DataType::Float16));
+    scaler.Scale(Scalar(1.0f));
+    BOOST_TEST(scaler.Step(opt) == !overflow);
+  }
+  const auto stats = scaler.GetStats();
+  BOOST_REQUIRE(stats.has_value());
+  BOOST_TEST(stats->CurrentScale == 32.0f);  // 64 -> 128 -> 32
+  BOOST_TEST(stats->TotalSteps == 4);
+  BOOST_TEST(stats->TotalOverflows == 1);
+  BOOST_TEST(stats->StepsSinceLastOverflow == 1);
+  scaler.Reset();
+  BOOST_TEST(scaler.Scale() == 64.0f);
+  BOOST_TEST(scaler.GetStats()->TotalSteps == 0);
+  BOOST_TEST(!GradScaler(std::make_shared<PlainScaler>(2.0f)).GetStats().has_value());
+}
+
+BOOST_AUTO_TEST_CASE(AUserScalerIsCheckpointedThroughGradScaler) {
+  const bool sequence[] = {false, false, true, false, false, false, true, true, false, false, false, false};
+  auto run = [&](GradScaler& scaler, std::size_t from, std::size_t to, std::vector<float>& scales) {
+    RecordingOptimizer opt;
+    for (std::size_t i = from; i < to; ++i) {
+      opt.Load(sequence[i] ? PoisonedGrads(DataType::Float16, kInf) : Grads(DataType::Float16));
+      scaler.Scale(Scalar(1.0f));
+      scaler.Step(opt);
+      scales.push_back(scaler.Scale());
+    }
+  };
+  GradScaler a(std::make_shared<CappedScaler>(256.0f, 3));
+  std::vector<float> scales_a;
+  run(a, 0, 5, scales_a);
+  const auto saved = a.StateDict();
+  run(a, 5, 12, scales_a);
+  GradScaler b(std::make_shared<CappedScaler>(256.0f, 3));  // a fresh policy: the blob restores its counters
+  b.LoadStateDict(saved);
+  std::vector<float> scales_b(scales_a.begin(), scales_a.begin() + 5);
+  run(b, 5, 12, scales_b);
+  BOOST_TEST(scales_b == scales_a, boost::test_tools::per_element());
+  BOOST_TEST((b.StateDict() == a.StateDict()));
+  BOOST_TEST(b.GetStats()->TotalSteps == 12);
+
+  // A pending found-inf (manual flow, no Update()) and GradScaler's own switch survive.
+  GradScaler c(std::make_shared<CappedScaler>(256.0f, 3));
+  c.Scale(Scalar(1.0f));
+  c.Unscale(PoisonedGrads(DataType::Float32, kInf));
+  GradScaler d(std::make_shared<CappedScaler>(256.0f, 3));
+  d.LoadStateDict(c.StateDict());
+  BOOST_TEST(d.State() == State::Unscaled);
+  d.Update();
+  BOOST_TEST(d.Scale() == 64.0f);
+  GradScaler off(std::make_shared<CappedScaler>(256.0f, 3));
+  off.Disable();  // CappedScaler has no switch: GradScaler's own
+  GradScaler on(std::make_shared<CappedScaler>(256.0f, 3));
+  on.LoadStateDict(off.StateDict());
+  BOOST_TEST(!on.Enabled());
+
+  // The user's LoadStateDict rejects a foreign blob; nothing changes.
+  const auto before = b.StateDict();
+  BOOST_CHECK_THROW(b.LoadStateDict(GradScaler().StateDict()), ArgumentError);
+  BOOST_CHECK_THROW(GradScaler().LoadStateDict(before), ArgumentError);  // and the dynamic scaler a user blob
+  BOOST_TEST((b.StateDict() == before));
+}
+
+BOOST_AUTO_TEST_CASE(TheDefaultCheckpointRestoresWhatItCanAndRefusesTheRest) {
+  GradScaler a(std::make_shared<PlainScaler>(32.0f));
+  GradScaler same(std::make_shared<PlainScaler>(32.0f));
+  same.LoadStateDict(a.StateDict());  // scale and enabled flag equal: nothing to restore
+  BOOST_TEST((same.StateDict() == a.StateDict()));
+  // The iteration state still round-trips.
+  a.Scale(Scalar(1.0f));
+  a.CheckOverflow(PoisonedGrads(DataType::Float32, kInf));
+  same.LoadStateDict(a.StateDict());
+  BOOST_TEST(same.State() == State::Checked);
+  same.Update();
+  BOOST_TEST(same.Scale() == 16.0f);
+  // A scale the interface cannot set: a clear error, nothing changed.
+  GradScaler other(std::make_shared<PlainScaler>(4.0f));
+  other.Scale(Scalar(1.0f));
+  ExpectRefused<InvalidOperationError>(
+      other, [&] { other.LoadStateDict(same.StateDict()); }, "override");
+  ExpectRefused<ArgumentError>(
+      other, [&] { other.LoadStateDict(GradScaler::Static(4.0f).StateDict()); }, "amp.StaticLossScaler");
+  auto blob = same.StateDict();
+  blob.resize(blob.size() - 3);
+  ExpectRefused<ArgumentError>(
+      other, [&] { other.LoadStateDict(blob); }, "state");
+}
+
+BOOST_AUTO_TEST_CASE(VersionOneBlobsOfTheBuiltInScalersStillLoad) {
+  // The layout GradScaler wrote before IterationState: kind (1 dynamic), the scaler's blob,
+  // found-inf (2 = overflow), unscaled, stepped, loss scaled.
+  DynamicLossScaler inner({.InitialScale = 512.0f, .GrowthInterval = 7});
+  const std::vector<std::byte> inner_blob = inner.StateDict();
+  mlframework::detail::BlobWriter writer("amp.GradScaler", 1);
+  writer.U8(1);
+  writer.U64(inner_blob.size());
+  writer.Bytes(inner_blob);
+  for (const std::uint8_t field : std::initializer_list<std::uint8_t>{2, 1, 0, 1}) {
+    writer.U8(field);
+  }
+  const std::vector<std::byte> v1 = writer.Finish();
+  GradScaler scaler;
+  scaler.LoadStateDict(v1);
+  BOOST_TEST(scaler.Scale() == 512.0f);
+  BOOST_TEST(scaler.State() == State::Unscaled);
+  scaler.Update();  // the recorded overflow backs off once
+  BOOST_TEST(scaler.Scale() == 256.0f);
+  BOOST_TEST(scaler.GetStats()->GrowthInterval == 7);
+  // A static GradScaler refuses the dynamic scaler's blob; an inconsistent v1 iteration is refused.
+  GradScaler fixed = GradScaler::Static(2.0f);
+  BOOST_CHECK_THROW(fixed.LoadStateDict(v1), ArgumentError);
+  mlframework::detail::BlobWriter bad("amp.GradScaler", 1);
+  bad.U8(1);
+  bad.U64(inner_blob.size());
+  bad.Bytes(inner_blob);
+  for (const std::uint8_t field : std::initializer_list<std::uint8_t>{0, 1, 0, 1}) {  // unscaled without a found-inf
+    bad.U8(field);
+  }
+  GradScaler untouched;
+  BOOST_CHECK_THROW(untouched.LoadStateDict(bad.Finish()), ArgumentError);
+  BOOST_TEST(untouched.State() == State::Ready);
+  BOOST_TEST(untouched.Scale() == 65536.0f);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
