@@ -220,7 +220,7 @@ BOOST_AUTO_TEST_CASE(BackToBackTensorsJoinedIntoOneSegment) {
 
 // A run of tensors back to back is one segment whichever thread planned which part of the list:
 // the parts' plans are joined where a part's first tensor continues the previous part's last
-// (MultiTensorKernels.cpp, MakePlan). The sum of squares shows it: its FP32 partials are cut per
+// (backends/cpu/Planning.cpp, MakePlan). The sum of squares shows it: its FP32 partials are cut per
 // segment, so an extra cut where a thread's part begins changes its last bits. Values with full
 // significands, so that the partials round.
 BOOST_AUTO_TEST_CASE(PartsPlannedOnEveryThreadJoinIntoOneRun) {
@@ -293,7 +293,7 @@ BOOST_AUTO_TEST_CASE(LongListsPlannedOnEveryThreadMatchTheReference) {
 }
 
 // Lists from memory (16 MiB and more) are visited in address order, whatever their own order
-// (MultiTensorKernels.cpp, AddressOrder): here the views of one FP32 buffer in reversed and then
+// (backends/cpu/AddressOrder.hpp): here the views of one FP32 buffer in reversed and then
 // shuffled order, with separately allocated BF16 tensors among them. Sorted, runs of the views
 // lie back to back again and join. Every result must match the reference for the list as given.
 BOOST_AUTO_TEST_CASE(ListsFromMemoryVisitedInAddressOrder) {
@@ -341,10 +341,10 @@ BOOST_AUTO_TEST_CASE(ListsFromMemoryVisitedInAddressOrder) {
   CheckCastInto(list, dst, 0.5f, kThreadCounts, "shuffled packed cast");
 }
 
-// A list out of address order keeps its ordered plan for the next calls (MultiTensorKernels.cpp,
-// OrderCache), and only a list of the same layout may reuse it: two lists of the same sizes in
-// the same reversed order over two buffers, called in turn; the first with one tensor swapped
-// for another of the same size elsewhere; a cast from one source into two destinations.
+// A list out of address order keeps its ordered plan for the next calls (backends/cpu/PlanCaches.hpp, OrderCache), and
+// only a list of the same layout may reuse it: two lists of the same sizes in the same reversed order over two buffers,
+// called in turn; the first with one tensor swapped for another of the same size elsewhere; a cast from one source into
+// two destinations.
 BOOST_AUTO_TEST_CASE(AddressOrderReusedOnlyForTheSameLayout) {
   ThreadCountGuard guard;
   Rng rng(23);
@@ -384,7 +384,7 @@ BOOST_AUTO_TEST_CASE(AddressOrderReusedOnlyForTheSameLayout) {
   }
 }
 
-// The front end keeps the plan of a list it planned twice (backends::cpu::PlanOfList), and of a
+// The CPU backend keeps the plan of a list it planned twice (backends/cpu/PlanCaches.hpp, ListCache), and of a
 // cast's two lists, keyed by the live tensor objects. A kept plan says where the tensors are,
 // never what they hold; it must be used only for exactly those live tensors in that order.
 BOOST_AUTO_TEST_CASE(KeptPlansOnlyForTheSameLiveTensorsInOrder) {

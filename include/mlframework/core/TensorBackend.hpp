@@ -3,6 +3,7 @@
 /// @brief The fused multi-tensor kernels a backend provides (the Apex multi_tensor_apply seam).
 
 #include <cstddef>
+#include <optional>
 #include <span>
 #include <string_view>
 
@@ -52,6 +53,33 @@ class MLFRAMEWORK_EXPORT TensorBackend {
   /// without waiting on a device. The default goes through ToFloatVector() and CopyFromFloats()
   /// (correct for any tensor, a host round trip per pair); the CPU and CUDA backends override it.
   virtual void AddInto(std::span<const ITensor* const> src, std::span<ITensor* const> dst, float alpha) const;
+
+  /// @name Whole lists as their callers hold them
+  /// The free functions of MultiTensor.hpp hand a whole list to the backend of its first tensor
+  /// before they walk it, so a backend that keeps what it learnt about a list passed before
+  /// (where its tensors lie) can run it without reading the tensor objects again. Each returns
+  /// nullopt (ScaleList: false) when the backend does not take the list (it is empty, an entry is
+  /// null or belongs to another backend); the caller then walks the list and groups it by backend
+  /// for the span operations above. The defaults take no list.
+  ///@{
+  /// UnscaleAndCheck() over @p tensors.
+  virtual std::optional<bool> UnscaleAndCheckList(std::span<const TensorPtr> tensors, float factor) const;
+  /// HasNonFinite() over @p tensors.
+  virtual std::optional<bool> HasNonFiniteList(std::span<const TensorPtr> tensors) const;
+  /// CheckAndSumSquares() over @p tensors.
+  virtual std::optional<NonFiniteAndNorm> CheckAndSumSquaresList(std::span<const TensorPtr> tensors,
+                                                                 float factor) const;
+  /// Scale() over @p tensors; true when the backend took the list.
+  virtual bool ScaleList(std::span<const TensorPtr> tensors, float factor) const;
+  /// CastInto() over @p src and @p dst before the caller has checked them (entries non-null, the
+  /// same count, the same shapes pairwise): the backend answers only for a pair of lists it has
+  /// seen pass those checks and kept, else nullopt.
+  virtual std::optional<bool> CastIntoKnownLists(std::span<const TensorPtr> src, std::span<const TensorPtr> dst,
+                                                 float factor) const;
+  /// CastInto() over @p src and @p dst once the caller has checked them.
+  virtual std::optional<bool> CastIntoLists(std::span<const TensorPtr> src, std::span<const TensorPtr> dst,
+                                            float factor) const;
+  ///@}
 
   /// A new zero-filled tensor of this backend on @p device. The default throws
   /// InvalidOperationError naming the backend (it cannot allocate); the CPU and CUDA backends

@@ -1,15 +1,21 @@
 #pragma once
-// Private: creation of tensors on non-CPU devices.
+// Private: where core's factories (core/Tensor.cpp) get their tensors, so that core includes
+// no backend.
 //
+// Host tensors come from HostBackend(), which the CPU backend (part of libmlframework) defines.
 // Core knows no device backend. A backend library registers a factory for its device type when
 // it is loaded (libmlframework_cuda does, from a static initialiser), so a CPU-only program that
 // links only libmlframework never loads CUDA, and one that asks for a device tensor without the
 // backend's library gets a BackendError that says which library to link.
 #include <mlframework/core/Device.hpp>
 #include <mlframework/core/ITensor.hpp>
+#include <mlframework/core/TensorBackend.hpp>
 #include <mlframework/export.hpp>
 
 namespace mlframework::detail {
+
+/// The backend of host tensors (Device::CPU()): it allocates them and makes views of them.
+const TensorBackend& HostBackend() noexcept;
 
 /// Makes a zero-filled tensor on a device of the type it was registered for.
 using DeviceTensorFactory = TensorPtr (*)(const Shape& shape, DataType dtype, Device device);

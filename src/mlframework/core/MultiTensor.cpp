@@ -8,7 +8,6 @@
 #include <mlframework/core/Error.hpp>
 #include <mlframework/core/Tensor.hpp>
 
-#include "mlframework/backends/cpu/MultiTensorKernels.hpp"
 #include "mlframework/core/HostAdd.hpp"
 #include "mlframework/core/TensorListWalk.hpp"
 
@@ -52,6 +51,12 @@ std::vector<Group> GroupByBackend(std::span<const TensorPtr> tensors) {
 
 using detail::kObjectPrefetchAhead;
 using detail::kParallelWalkTensors;
+
+// The backend a whole list is offered to first: its first tensor's (null for an empty list or a
+// null first entry).
+const TensorBackend* FirstBackend(std::span<const TensorPtr> tensors) {
+  return tensors.empty() || !tensors.front() ? nullptr : tensors.front()->Backend();
+}
 
 // The common case in one pass over the list: every tensor non-null and from one backend.
 // Returns that backend with `pointers` filled; nullptr when the list is empty, mixes backends
@@ -115,12 +120,15 @@ std::vector<TensorPtr> TensorList(const GradientMap& gradients) {
   return list;
 }
 
-// Every operation first tries the CPU backend's fast path: one walk that checks and plans a
-// list of CPU tensors, and none for a list it has planned twice before (backends::cpu::PlanOfList).
+// Every operation first offers the whole list to the backend of its first tensor
+// (TensorBackend::UnscaleAndCheckList and the like): the CPU backend checks and plans a list of
+// its tensors in one walk, and runs a list it has planned twice before without any.
 
 bool UnscaleAndCheck(std::span<const TensorPtr> tensors, float factor) {
-  if (const auto plan = backends::cpu::PlanOfList(tensors)) {
-    return backends::cpu::UnscaleAndCheckKernel(*plan, factor);
+  if (const TensorBackend* first = FirstBackend(tensors)) {
+    if (const std::optional<bool> found = first->UnscaleAndCheckList(tensors, factor)) {
+      return *found;
+    }
   }
   std::vector<ITensor*> pointers;
   if (const TensorBackend* backend = SingleBackend(tensors, pointers)) {
@@ -142,8 +150,10 @@ bool UnscaleAndCheck(std::span<const TensorPtr> tensors, float factor) {
 }
 
 bool HasNonFinite(std::span<const TensorPtr> tensors) {
-  if (const auto plan = backends::cpu::PlanOfList(tensors)) {
-    return backends::cpu::HasNonFiniteKernel(*plan);
+  if (const TensorBackend* first = FirstBackend(tensors)) {
+    if (const std::optional<bool> found = first->HasNonFiniteList(tensors)) {
+      return *found;
+    }
   }
   std::vector<const ITensor*> pointers;
   if (const TensorBackend* backend = SingleBackend(tensors, pointers)) {
@@ -167,8 +177,10 @@ bool HasNonFinite(std::span<const TensorPtr> tensors) {
 }
 
 NonFiniteAndNorm CheckAndSumSquares(std::span<const TensorPtr> tensors, float factor) {
-  if (const auto plan = backends::cpu::PlanOfList(tensors)) {
-    return backends::cpu::CheckAndSumSquaresKernel(*plan, factor);
+  if (const TensorBackend* first = FirstBackend(tensors)) {
+    if (const std::optional<NonFiniteAndNorm> result = first->CheckAndSumSquaresList(tensors, factor)) {
+      return *result;
+    }
   }
   std::vector<const ITensor*> pointers;
   if (const TensorBackend* backend = SingleBackend(tensors, pointers)) {
@@ -197,8 +209,7 @@ double SumOfSquares(std::span<const TensorPtr> tensors, float factor) {
 }
 
 void ScaleInPlace(std::span<const TensorPtr> tensors, float factor) {
-  if (const auto plan = backends::cpu::PlanOfList(tensors)) {
-    backends::cpu::ScaleKernel(*plan, factor);
+  if (const TensorBackend* first = FirstBackend(tensors); first != nullptr && first->ScaleList(tensors, factor)) {
     return;
   }
   std::vector<ITensor*> pointers;
@@ -279,12 +290,17 @@ void HostCast(const ITensor& src, ITensor& dst, float factor) {
 }  // namespace
 
 bool CastInto(std::span<const TensorPtr> src, std::span<const TensorPtr> dst, float factor) {
-  if (const std::optional<bool> found = backends::cpu::CastIntoKnownLists(src, dst, factor)) {
-    return *found;
+  const TensorBackend* first = FirstBackend(src);
+  if (first != nullptr) {
+    if (const std::optional<bool> found = first->CastIntoKnownLists(src, dst, factor)) {
+      return *found;
+    }
   }
   RequirePairs(src, dst);
-  if (const std::optional<bool> found = backends::cpu::CastIntoCpuLists(src, dst, factor)) {
-    return *found;
+  if (first != nullptr) {
+    if (const std::optional<bool> found = first->CastIntoLists(src, dst, factor)) {
+      return *found;
+    }
   }
   // Pairs whose source and destination share a backend go to its fused kernel.
   bool found = false;

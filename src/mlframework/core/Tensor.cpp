@@ -4,7 +4,6 @@
 #include <string>
 #include <utility>
 
-#include <mlframework/backends/cpu/CpuTensor.hpp>
 #include <mlframework/config.hpp>
 #include <mlframework/core/Error.hpp>
 #include <mlframework/core/TensorBackend.hpp>
@@ -30,9 +29,6 @@ std::size_t AddChecked(std::size_t total, std::size_t add) {
 
 // A view of `shape` at `offset` elements into `buffer` (a tensor of the device's own backend).
 TensorPtr ViewOf(const TensorPtr& buffer, std::size_t offset, const Shape& shape) {
-  if (buffer->GetDevice().IsCPU()) {
-    return backends::cpu::View(buffer, offset, shape);
-  }
   const TensorBackend* backend = buffer->Backend();
   if (backend == nullptr) {
     throw InvalidOperationError("ZerosContiguous: tensors on device " + buffer->GetDevice().ToString() +
@@ -43,10 +39,11 @@ TensorPtr ViewOf(const TensorPtr& buffer, std::size_t offset, const Shape& shape
 
 }  // namespace
 
-TensorPtr Zeros(Shape shape, DataType dtype, Device device) {
+// The public signature takes the shape by value; the backends take it by reference.
+TensorPtr Zeros(Shape shape, DataType dtype, Device device) {  // NOLINT(performance-unnecessary-value-param)
   RequireValidDtype(dtype);
   if (device.IsCPU()) {
-    return backends::cpu::Empty(std::move(shape), dtype);
+    return detail::HostBackend().Allocate(shape, dtype, device);
   }
   return detail::MakeDeviceTensor(shape, dtype, device);
 }

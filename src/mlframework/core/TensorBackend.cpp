@@ -18,6 +18,31 @@ void TensorBackend::AddInto(std::span<const ITensor* const> src, std::span<ITens
   for (std::size_t i = 0; i < src.size(); ++i) detail::HostAddInto(*src[i], *dst[i], alpha);
 }
 
+std::optional<bool> TensorBackend::UnscaleAndCheckList(std::span<const TensorPtr> /*tensors*/, float /*factor*/) const {
+  return std::nullopt;
+}
+
+std::optional<bool> TensorBackend::HasNonFiniteList(std::span<const TensorPtr> /*tensors*/) const {
+  return std::nullopt;
+}
+
+std::optional<NonFiniteAndNorm> TensorBackend::CheckAndSumSquaresList(std::span<const TensorPtr> /*tensors*/,
+                                                                      float /*factor*/) const {
+  return std::nullopt;
+}
+
+bool TensorBackend::ScaleList(std::span<const TensorPtr> /*tensors*/, float /*factor*/) const { return false; }
+
+std::optional<bool> TensorBackend::CastIntoKnownLists(std::span<const TensorPtr> /*src*/,
+                                                      std::span<const TensorPtr> /*dst*/, float /*factor*/) const {
+  return std::nullopt;
+}
+
+std::optional<bool> TensorBackend::CastIntoLists(std::span<const TensorPtr> /*src*/, std::span<const TensorPtr> /*dst*/,
+                                                 float /*factor*/) const {
+  return std::nullopt;
+}
+
 TensorPtr TensorBackend::Allocate(const Shape& /*shape*/, DataType /*dtype*/, Device device) const {
   throw InvalidOperationError("the '" + std::string(Name()) + "' tensor backend cannot allocate tensors (asked for " +
                               device.ToString() + ")");

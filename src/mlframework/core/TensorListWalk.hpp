@@ -12,7 +12,7 @@ inline constexpr std::size_t kObjectPrefetchAhead = 8;
 
 /// Lists this long are walked on every OpenMP thread. Reading each scattered tensor object is
 /// the serial part of a call (about 40 ns a tensor with the objects out of cache: 15% of the
-/// time of a 64M-element list of 26,000 small tensors on two threads, docs/BENCHMARKS.md).
+/// time of a 64M-element list of 26,000 small tensors on two threads).
 inline constexpr std::size_t kParallelWalkTensors = 1024;
 
 }  // namespace mlframework::detail

@@ -10,6 +10,7 @@
 #include <mlframework/backends/cpu/CpuTensor.hpp>
 #include <mlframework/core/Error.hpp>
 
+#include "mlframework/backends/cpu/ListKey.hpp"
 #include "mlframework/backends/cpu/MultiTensorKernels.hpp"
 
 namespace mlframework::backends::cpu {

@@ -55,11 +55,11 @@ class CpuTensor final : public ITensor {
   CpuTensor(const CpuTensor&) = delete;
   CpuTensor& operator=(const CpuTensor&) = delete;
 
-  /// Marks this tensor as held by a kept list plan (MultiTensorKernels.cpp): destroying it then
+  /// Marks this tensor as held by the key of a kept list plan (ListKey.hpp): destroying it then
   /// invalidates every kept plan.
   void MarkKept() const noexcept { kept_.store(true, std::memory_order_relaxed); }
 
-  /// Marks this tensor as planned (in a list by MultiTensorKernels.cpp); false the first time.
+  /// Marks this tensor as planned (in a list, Planning.cpp); false the first time.
   bool MarkPlanned() const noexcept {
     if (planned_.load(std::memory_order_relaxed)) {
       return true;

@@ -4,7 +4,7 @@
 // Why: a kernel streaming through a buffer in 4 KiB pages runs at a speed that depends on where
 // the operating system put those pages. In one process, the same read loop over two identical
 // 64 MiB buffers took from 0.80 to 1.02 times as long on the second as on the first, over six
-// processes; with 2 MiB pages 0.98 to 1.02 (docs/BENCHMARKS.md, session 17). A 2 MiB page also
+// processes; with 2 MiB pages 0.98 to 1.02. A 2 MiB page also
 // takes one TLB entry where 4 KiB pages take 512. Off by default (HugePages(), CpuTensor.hpp):
 // on the fused kernels themselves it made no measurable difference on the host measured.
 //

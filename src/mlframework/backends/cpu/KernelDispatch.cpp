@@ -7,9 +7,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string_view>
+#include <type_traits>
 
 #include <mlframework/backends/cpu/CpuTensor.hpp>
 
+#include "mlframework/backends/cpu/InstructionSets.hpp"
 #include "mlframework/backends/cpu/KernelTable.hpp"
 
 #if defined(MLFW_CPU_X86_KERNELS)
@@ -20,53 +22,82 @@ namespace mlframework::backends::cpu {
 
 namespace {
 
+// Whether this CPU (and the operating system, for the AVX-512 register state) runs the kernels
+// of the tag Arch.
+template <class Arch>
+bool Supported() noexcept;
+
+template <>
+bool Supported<arch::Portable>() noexcept {
+  return true;
+}
+
 #if defined(MLFW_CPU_X86_KERNELS)
-bool CpuHasAvx512() {
+constexpr bool kX86Kernels = true;
+
+// clang 14's __builtin_cpu_supports does not know "f16c" (a compile error), so F16C
+// is read from CPUID leaf 1 directly (ECX bit 29), which both compilers accept.
+template <>
+bool Supported<arch::Avx2>() noexcept {
+  unsigned int eax = 0;
+  unsigned int ebx = 0;
+  unsigned int ecx = 0;
+  unsigned int edx = 0;
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+         __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+}
+
+template <>
+bool Supported<arch::Avx512>() noexcept {
   // __builtin_cpu_supports also checks that the OS saves the AVX-512 state.
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
          __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
 }
 
-bool CpuHasAvx512Bf16() { return CpuHasAvx512() && __builtin_cpu_supports("avx512bf16"); }
+template <>
+bool Supported<arch::Avx512Bf16>() noexcept {
+  return Supported<arch::Avx512>() && __builtin_cpu_supports("avx512bf16");
+}
 
 // AVX512_FP16 from CPUID leaf 7 (EDX bit 23): clang 14's __builtin_cpu_supports does not know it.
-bool CpuHasAvx512Fp16() {
+template <>
+bool Supported<arch::Avx512Fp16>() noexcept {
   unsigned int eax = 0;
   unsigned int ebx = 0;
   unsigned int ecx = 0;
   unsigned int edx = 0;
-  return CpuHasAvx512Bf16() && __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) != 0 && (edx & (1u << 23)) != 0;
+  return Supported<arch::Avx512Bf16>() && __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) != 0 &&
+         (edx & (1u << 23)) != 0;
 }
-
-// clang 14's __builtin_cpu_supports does not know "f16c" (a compile error), so F16C
-// is read from CPUID leaf 1 directly (ECX bit 29), which both compilers accept.
-bool CpuHasF16c() {
-  unsigned int eax = 0;
-  unsigned int ebx = 0;
-  unsigned int ecx = 0;
-  unsigned int edx = 0;
-  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
-}
-
-bool CpuHasAvx2() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && CpuHasF16c(); }
+#else
+constexpr bool kX86Kernels = false;
 #endif
 
+// The table of Arch when this build has it and the CPU runs it, else null.
+template <class Arch>
+const KernelTable* IfSupported() noexcept {
+  if constexpr (kX86Kernels || std::is_same_v<Arch, arch::Portable>) {
+    return Supported<Arch>() ? &KernelsOf<Arch>() : nullptr;
+  } else {
+    return nullptr;  // this build has only the portable kernels
+  }
+}
+
+// The table of the first tag of arch::All that @p take accepts and this CPU runs, or null.
+template <class Take, class... Archs>
+const KernelTable* FirstSupported(arch::List<Archs...> /*archs*/, const Take& take) noexcept {
+  const KernelTable* found = nullptr;
+  (void)((take(Archs::kName) && (found = IfSupported<Archs>()) != nullptr) || ...);
+  return found;
+}
+
+bool Known(std::string_view name) noexcept {
+  return [&]<class... Archs>(arch::List<Archs...>) { return ((name == Archs::kName) || ...); }(arch::All{});
+}
+
+// The best table this CPU runs (arch::All lists them best first; the portable one runs anywhere).
 const KernelTable& Best() noexcept {
-#if defined(MLFW_CPU_X86_KERNELS)
-  if (CpuHasAvx512Fp16()) {
-    return Avx512Fp16Kernels();
-  }
-  if (CpuHasAvx512Bf16()) {
-    return Avx512Bf16Kernels();
-  }
-  if (CpuHasAvx512()) {
-    return Avx512Kernels();
-  }
-  if (CpuHasAvx2()) {
-    return Avx2Kernels();
-  }
-#endif
-  return PortableKernels();
+  return *FirstSupported(arch::All{}, [](std::string_view /*name*/) { return true; });
 }
 
 const KernelTable& Select() noexcept {
@@ -75,24 +106,11 @@ const KernelTable& Select() noexcept {
     return Best();
   }
   const std::string_view name(requested);
-  if (name == "portable") {
-    return PortableKernels();
+  if (const KernelTable* table =
+          FirstSupported(arch::All{}, [&](std::string_view tag_name) { return tag_name == name; })) {
+    return *table;
   }
-#if defined(MLFW_CPU_X86_KERNELS)
-  if (name == "avx2" && CpuHasAvx2()) {
-    return Avx2Kernels();
-  }
-  if (name == "avx512" && CpuHasAvx512()) {
-    return Avx512Kernels();
-  }
-  if (name == "avx512_bf16" && CpuHasAvx512Bf16()) {
-    return Avx512Bf16Kernels();
-  }
-  if (name == "avx512_fp16" && CpuHasAvx512Fp16()) {
-    return Avx512Fp16Kernels();
-  }
-#endif
-  if (name != "avx2" && name != "avx512" && name != "avx512_bf16" && name != "avx512_fp16") {
+  if (!Known(name)) {
     std::fprintf(stderr,
                  "mlframework: MLFW_CPU_ISA=%s is not one of portable, avx2, avx512, avx512_bf16, avx512_fp16; "
                  "ignored\n",
@@ -104,9 +122,8 @@ const KernelTable& Select() noexcept {
 
 // Software prefetch a page ahead helps where the hardware prefetcher stops at each 4 KiB page
 // and needs a few misses to lock onto a new stream: on a Xeon every layout ran 10-21% slower
-// without it (docs/BENCHMARKS.md, session 6). On an AMD EPYC (Zen 4) the same loops, timed in one
-// process on the same memory, ran up to 39% slower with it and never measurably faster (session
-// 15): there it is off. Other vendors keep it.
+// without it. On an AMD EPYC (Zen 4) the same loops, timed in one process on the same memory, ran
+// up to 39% slower with it and never measurably faster: there it is off. Other vendors keep it.
 bool PrefetchByDefault() noexcept {
 #if defined(MLFW_CPU_X86_KERNELS)
   return !__builtin_cpu_is("amd");

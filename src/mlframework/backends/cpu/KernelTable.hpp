@@ -4,11 +4,11 @@
 // Each instruction set lives in its own source file compiled with its own
 // flags (KernelsPortable.cpp, KernelsAvx2.cpp, KernelsAvx512.cpp,
 // KernelsAvx512Bf16.cpp, KernelsAvx512Fp16.cpp, the way
-// xsimd-based libraries split them) and fills one KernelTable. The chunk
-// planner in MultiTensorKernels.cpp picks a table once per process, one of its
-// two sets per call (by the bytes the call covers), and calls one function
-// pointer per piece (a run of one tensor inside one chunk), so there is no
-// dtype branch or indirect call inside an element loop.
+// xsimd-based libraries split them) and fills one KernelTable. KernelDispatch.cpp
+// picks a table once per process; the drivers in MultiTensorKernels.cpp pick one of
+// its sets per call (by the bytes the call covers) and call one function pointer
+// per piece (a run of one segment inside one chunk), so there is no dtype branch or
+// indirect call inside an element loop.
 //
 // Every table writes exactly the bits the scalar functions of
 // core/FloatBits.hpp write (the CUDA backend uses those too); only the
@@ -20,6 +20,8 @@
 
 #include <mlframework/core/DataType.hpp>
 #include <mlframework/export.hpp>
+
+#include "mlframework/backends/cpu/InstructionSets.hpp"
 
 namespace mlframework::backends::cpu {
 
@@ -66,20 +68,21 @@ struct KernelTable {
   bool software_prefetch;
 };
 
-/// Scalar kernels built on core/FloatBits.hpp; run on every CPU.
-const KernelTable& PortableKernels() noexcept;
-
-#if defined(MLFW_CPU_X86_KERNELS)
-/// AVX2 + FMA + F16C kernels (xsimd fma3<avx2> for FP32 math). Call only when the CPU has them.
-const KernelTable& Avx2Kernels() noexcept;
-/// AVX-512 F/BW/DQ/VL kernels (xsimd avx512bw for FP32 math). Call only when the CPU has them.
-const KernelTable& Avx512Kernels() noexcept;
-/// The AVX-512 kernels with FP32 -> BF16 rounding by AVX512_BF16. Call only when the CPU has it.
-const KernelTable& Avx512Bf16Kernels() noexcept;
-/// The avx512_bf16 kernels plus in-place FP16 scaling by VMULPH. Call only when the CPU has
-/// AVX512_BF16 and AVX512_FP16.
-const KernelTable& Avx512Fp16Kernels() noexcept;
-#endif
+/// The kernels of the instruction set tagged @p Arch (InstructionSets.hpp), defined in the source
+/// file compiled for it (KernelsPortable.cpp, KernelsAvx2.cpp, KernelsAvx512*.cpp; the x86 ones
+/// only in x86 builds). Call only when the CPU has that instruction set.
+template <class Arch>
+const KernelTable& KernelsOf() noexcept;
+template <>
+const KernelTable& KernelsOf<arch::Portable>() noexcept;
+template <>
+const KernelTable& KernelsOf<arch::Avx2>() noexcept;
+template <>
+const KernelTable& KernelsOf<arch::Avx512>() noexcept;
+template <>
+const KernelTable& KernelsOf<arch::Avx512Bf16>() noexcept;
+template <>
+const KernelTable& KernelsOf<arch::Avx512Fp16>() noexcept;
 
 /// The table this process dispatches to: the best the CPU supports, or the one named by the
 /// environment variable MLFW_CPU_ISA (portable, avx2, avx512, avx512_bf16, avx512_fp16) when the CPU supports it.

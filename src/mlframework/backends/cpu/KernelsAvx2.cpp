@@ -1,5 +1,5 @@
 // AVX2 element kernels (AVX2 + FMA + F16C), compiled with those flags only for
-// this file; MultiTensorKernels.cpp calls in only when the CPU has them.
+// this file; KernelDispatch.cpp selects them only when the CPU has them.
 //
 // FP32 math runs on xsimd::batch<float, xsimd::fma3<xsimd::avx2>>. FP16
 // converts with F16C (VCVTPH2PS / VCVTPS2PH, round to nearest even), bit-exact
@@ -12,6 +12,7 @@
 #include <cstring>
 #include <utility>
 
+#include "mlframework/backends/cpu/InstructionSets.hpp"
 #include "mlframework/backends/cpu/KernelTable.hpp"
 #include "mlframework/backends/cpu/SimdKernels.hpp"
 
@@ -21,9 +22,10 @@ namespace {
 
 using simd::Element;
 
-// kPrefetchPages: software prefetch a page ahead (KernelTable::from_memory).
-template <bool kPrefetchPages>
-struct Avx2 {
+// The operations of arch::Avx2 for SimdKernels.hpp. kPrefetchPages: software prefetch a page
+// ahead (KernelTable::from_memory).
+template <class Arch, bool kPrefetchPages>
+struct Avx2Ops {
   static constexpr bool kPrefetch = kPrefetchPages;
   using Batch = xsimd::batch<float, xsimd::fma3<xsimd::avx2>>;
   static constexpr std::size_t kWidth = 8;
@@ -208,8 +210,9 @@ struct Avx2 {
 
 }  // namespace
 
-const KernelTable& Avx2Kernels() noexcept {
-  static constexpr KernelTable kTable = simd::MakeTable<Avx2<false>, Avx2<true>, KernelTable>("avx2");
+template <>
+const KernelTable& KernelsOf<arch::Avx2>() noexcept {
+  static constexpr KernelTable kTable = simd::MakeTable<arch::Avx2, Avx2Ops, KernelTable>();
   return kTable;
 }
 

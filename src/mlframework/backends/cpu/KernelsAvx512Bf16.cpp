@@ -3,14 +3,15 @@
 // path, so the bits match core/FloatBits.hpp). Compiled with -mavx512bf16 on
 // top of the AVX-512 flags; KernelDispatch.cpp selects it only when the CPU has it.
 
-#include "mlframework/backends/cpu/Avx512Isa.hpp"
+#include "mlframework/backends/cpu/Avx512Ops.hpp"
+#include "mlframework/backends/cpu/InstructionSets.hpp"
 #include "mlframework/backends/cpu/KernelTable.hpp"
 
 namespace mlframework::backends::cpu {
 
-const KernelTable& Avx512Bf16Kernels() noexcept {
-  static constexpr KernelTable kTable =
-      simd::MakeTable<Avx512Isa<true, false, false>, Avx512Isa<true, false, true>, KernelTable>("avx512_bf16");
+template <>
+const KernelTable& KernelsOf<arch::Avx512Bf16>() noexcept {
+  static constexpr KernelTable kTable = simd::MakeTable<arch::Avx512Bf16, Avx512Ops, KernelTable>();
   return kTable;
 }
 

@@ -4,14 +4,15 @@
 // match core/FloatBits.hpp). Compiled with -mavx512fp16 -mavx512bf16 on top of
 // the AVX-512 flags; KernelDispatch.cpp selects it only when the CPU has both.
 
-#include "mlframework/backends/cpu/Avx512Isa.hpp"
+#include "mlframework/backends/cpu/Avx512Ops.hpp"
+#include "mlframework/backends/cpu/InstructionSets.hpp"
 #include "mlframework/backends/cpu/KernelTable.hpp"
 
 namespace mlframework::backends::cpu {
 
-const KernelTable& Avx512Fp16Kernels() noexcept {
-  static constexpr KernelTable kTable =
-      simd::MakeTable<Avx512Isa<true, true, false>, Avx512Isa<true, true, true>, KernelTable>("avx512_fp16");
+template <>
+const KernelTable& KernelsOf<arch::Avx512Fp16>() noexcept {
+  static constexpr KernelTable kTable = simd::MakeTable<arch::Avx512Fp16, Avx512Ops, KernelTable>();
   return kTable;
 }
 

@@ -2,6 +2,7 @@
 // template per dtype. Built with the project's baseline flags, so they run on
 // every CPU; they are also the reference the SIMD tables must match bit for bit.
 
+#include "mlframework/backends/cpu/InstructionSets.hpp"
 #include "mlframework/backends/cpu/KernelTable.hpp"
 #include "mlframework/backends/cpu/ScalarElements.hpp"
 
@@ -75,7 +76,8 @@ constexpr DataType kBF16 = DataType::BFloat16;
 
 }  // namespace
 
-const KernelTable& PortableKernels() noexcept {
+template <>
+const KernelTable& KernelsOf<arch::Portable>() noexcept {
   static constexpr KernelSet kSet{
       {Unscale<kF32>, Unscale<kF16>, Unscale<kBF16>},
       {NonFinite<kF32>, NonFinite<kF16>, NonFinite<kBF16>},
@@ -86,7 +88,7 @@ const KernelTable& PortableKernels() noexcept {
        {Cast<kBF16, kF32>, Cast<kBF16, kF16>, Cast<kBF16, kBF16>}},
   };
   // One set for both kinds of call: portable code has no prefetch and no non-temporal store.
-  static constexpr KernelTable kTable{"portable", kSet, kSet, kSet, false};
+  static constexpr KernelTable kTable{arch::Portable::kName, kSet, kSet, kSet, false};
   return kTable;
 }
 

@@ -1,31 +1,31 @@
 #pragma once
-// Private: the element loops shared by the SIMD kernel tables, written once
-// over an instruction-set traits type `Isa`. Included only by the per-ISA
-// sources (KernelsAvx2.cpp, KernelsAvx512.cpp), each of which defines its
-// traits in an anonymous namespace, so every instantiation is local to the
-// file compiled with that ISA's flags and the linker can never mix them up.
+// Private: the element loops shared by the SIMD kernel tables, written once over the operations
+// type `Ops` of an instruction set (Avx2Ops in KernelsAvx2.cpp, Avx512Ops in Avx512Ops.hpp),
+// which MakeTable below instantiates for an instruction-set tag (InstructionSets.hpp). The
+// operations types live in anonymous namespaces, so every instantiation is local to the file
+// compiled with that instruction set's flags and the linker can never mix them up.
 //
-// An `Isa` provides, for each DataType D:
-//   Isa::kWidth                       floats per Isa::Batch (an xsimd::batch<float, Arch>)
-//   Isa::Load<D>(p)                   kWidth elements widened exactly to FP32
-//   Isa::LoadPartial<D>(p, n)         n < kWidth elements, the other lanes zero
-//   Isa::Store<D>(p, v, flag)         round v to D (FloatBits.hpp rounding), store kWidth
+// An `Ops` provides, for each DataType D:
+//   Ops::kWidth                       floats per Ops::Batch (an xsimd::batch<float, Arch>)
+//   Ops::Load<D>(p)                   kWidth elements widened exactly to FP32
+//   Ops::LoadPartial<D>(p, n)         n < kWidth elements, the other lanes zero
+//   Ops::Store<D>(p, v, flag)         round v to D (FloatBits.hpp rounding), store kWidth
 //                                     elements, fold their exponent fields into flag
-//   Isa::StorePartial<D>(p, n, v, flag)  the same for the first n lanes only
-//   Isa::CheckBlock<D>(p, flag)       fold the exponent fields of Isa::kCheckElements<D> stored
-//                                     elements into an Isa::CheckFlag (read-only check, no
-//                                     conversion); Isa::NoCheckFlag<D>(), Isa::MergeChecks<D>(a, b),
-//                                     Isa::AnyNonFiniteChecked<D>(flag)
-//   Isa::CheckPartial<D>(p, n, flag)  the same for n < kCheckElements<D> elements
-//   Isa::StoreStream<D>(p, v, flag)   Store to a vector-aligned p with non-temporal stores
-//   Isa::Flag, Isa::NoFlag<D>(), Isa::AnyNonFinite<D>(flag), Isa::Merge<D>(a, b) (lane-wise max)
-//   Isa::WideBatch                    an xsimd batch of kWidth / 2 doubles
-//   Isa::LoadWide(p), Isa::Widen(v)   kWidth FP32 elements at p (or the lanes of v) widened
+//   Ops::StorePartial<D>(p, n, v, flag)  the same for the first n lanes only
+//   Ops::CheckBlock<D>(p, flag)       fold the exponent fields of Ops::kCheckElements<D> stored
+//                                     elements into an Ops::CheckFlag (read-only check, no
+//                                     conversion); Ops::NoCheckFlag<D>(), Ops::MergeChecks<D>(a, b),
+//                                     Ops::AnyNonFiniteChecked<D>(flag)
+//   Ops::CheckPartial<D>(p, n, flag)  the same for n < kCheckElements<D> elements
+//   Ops::StoreStream<D>(p, v, flag)   Store to a vector-aligned p with non-temporal stores
+//   Ops::Flag, Ops::NoFlag<D>(), Ops::AnyNonFinite<D>(flag), Ops::Merge<D>(a, b) (lane-wise max)
+//   Ops::WideBatch                    an xsimd batch of kWidth / 2 doubles
+//   Ops::LoadWide(p), Ops::Widen(v)   kWidth FP32 elements at p (or the lanes of v) widened
 //                                     exactly to FP64, as a pair of WideBatch halves
-//   Isa::kPrefetch                    true for the KernelTable::from_memory set: the loops prefetch
+//   Ops::kPrefetch                    true for the KernelTable::from_memory set: the loops prefetch
 //                                     a page ahead (PrefetchLines / PrefetchAhead below); false
 //                                     for the cached and from_memory_no_prefetch sets
-//   Isa::kWordKernels                 true when the Isa has ScaleWords<D>(p, count, factor, found):
+//   Ops::kWordKernels                 true when the Ops has ScaleWords<D>(p, count, factor, found):
 //                                     an in-place 16-bit scale that returns false, writing
 //                                     nothing, when it is not exact for that factor, and
 //                                     SumSquaresBf16Words(p, count), the BF16 sum of squares
@@ -60,32 +60,32 @@ using Element = typename ElementOf<D>::type;
 // is what one full store writes), at most `count` and always below kWidth, so one partial
 // step covers it. Tensors come from malloc (16-byte aligned) and views start anywhere;
 // without this head every full 64-byte store would straddle two cache lines.
-template <class Isa, typename T>
+template <class Ops, typename T>
 std::size_t AlignHead(const T* p, std::size_t count) {
-  constexpr std::size_t kBytes = Isa::kWidth * sizeof(T);
+  constexpr std::size_t kBytes = Ops::kWidth * sizeof(T);
   const std::size_t misalignment = reinterpret_cast<std::uintptr_t>(p) % kBytes;
   const std::size_t head = misalignment == 0 ? 0 : (kBytes - misalignment) / sizeof(T);
   return head < count ? head : count;
 }
 
 // Software prefetch, kPrefetchDistance bytes ahead of the loads, in the from_memory kernels only
-// (Isa::kPrefetch). The hardware prefetcher stops at each 4 KiB page and needs a few misses to
+// (Ops::kPrefetch). The hardware prefetcher stops at each 4 KiB page and needs a few misses to
 // lock onto a new stream; asking one page ahead crosses that boundary for it (10-21% faster on
-// every layout on a Xeon host, session 6). For data already in the caches it only costs: the
-// same kernels without it ran 1M-element lists 12% faster (geometric mean, 29 of 32 cases,
-// an EPYC host, docs/BENCHMARKS.md session 9). On AMD EPYC it costs from memory too (session 15),
+// every layout on a Xeon host). For data already in the caches it only costs: the same kernels
+// without it ran 1M-element lists 12% faster (geometric mean, 29 of 32 cases, an EPYC host). On
+// AMD EPYC it costs from memory too (up to 39% slower, never measurably faster),
 // so there calls from memory run these loops without it (KernelTable::from_memory_no_prefetch).
 // It deliberately runs past the end of the piece: a prefetch never faults, and tensors
 // allocated one after another lie one after another on the heap, so the lines past one
 // tensor's end are usually the next tensor's head. Stopping at the end was measured 1.1-1.4x
-// slower on separately allocated small tensors (docs/BENCHMARKS.md, session 6).
-// Templated on Isa like every loop here, so each instruction-set file gets its own copy.
+// slower on separately allocated small tensors.
+// Templated on Ops like every loop here, so each instruction-set file gets its own copy.
 constexpr std::size_t kPrefetchDistance = 4096;
 
 // kLines cache lines, for loops that read kLines full lines per iteration.
-template <class Isa, std::size_t kLines, typename T>
+template <class Ops, std::size_t kLines, typename T>
 void PrefetchLines(const T* p) {
-  if constexpr (Isa::kPrefetch) {
+  if constexpr (Ops::kPrefetch) {
     for (std::size_t line = 0; line < kLines; ++line) {
       __builtin_prefetch(reinterpret_cast<const char*>(p) + kPrefetchDistance + 64 * line);
     }
@@ -93,82 +93,82 @@ void PrefetchLines(const T* p) {
 }
 
 // The lines a two-register iteration over T reads: two for FP32, one for 16-bit types.
-template <class Isa, typename T>
+template <class Ops, typename T>
 void PrefetchAhead(const T* p) {
-  PrefetchLines<Isa, sizeof(T) == 4 ? 2 : 1>(p);
+  PrefetchLines<Ops, sizeof(T) == 4 ? 2 : 1>(p);
 }
 
-template <class Isa, DataType D>
+template <class Ops, DataType D>
 bool Unscale(void* data, std::size_t count, float factor) {
-  using Batch = typename Isa::Batch;
+  using Batch = typename Ops::Batch;
   auto* p = static_cast<Element<D>*>(data);
-  if constexpr (D != DataType::Float32 && Isa::kWordKernels) {
+  if constexpr (D != DataType::Float32 && Ops::kWordKernels) {
     // Loss scales are powers of two: most calls write the 16-bit words directly.
     bool found = false;
-    if (Isa::template ScaleWords<D>(p, count, factor, found)) {
+    if (Ops::template ScaleWords<D>(p, count, factor, found)) {
       return found;
     }
   }
   const Batch f(factor);
-  auto flag = Isa::template NoFlag<D>();
-  std::size_t i = AlignHead<Isa>(p, count);
+  auto flag = Ops::template NoFlag<D>();
+  std::size_t i = AlignHead<Ops>(p, count);
   if (i > 0) {
-    Isa::template StorePartial<D>(p, i, Isa::template LoadPartial<D>(p, i) * f, flag);
+    Ops::template StorePartial<D>(p, i, Ops::template LoadPartial<D>(p, i) * f, flag);
   }
-  for (; i + 2 * Isa::kWidth <= count; i += 2 * Isa::kWidth) {
-    PrefetchAhead<Isa>(p + i);
-    const Batch a = Isa::template Load<D>(p + i) * f;
-    const Batch b = Isa::template Load<D>(p + i + Isa::kWidth) * f;
-    Isa::template Store<D>(p + i, a, flag);
-    Isa::template Store<D>(p + i + Isa::kWidth, b, flag);
+  for (; i + 2 * Ops::kWidth <= count; i += 2 * Ops::kWidth) {
+    PrefetchAhead<Ops>(p + i);
+    const Batch a = Ops::template Load<D>(p + i) * f;
+    const Batch b = Ops::template Load<D>(p + i + Ops::kWidth) * f;
+    Ops::template Store<D>(p + i, a, flag);
+    Ops::template Store<D>(p + i + Ops::kWidth, b, flag);
   }
-  for (; i + Isa::kWidth <= count; i += Isa::kWidth) {
-    Isa::template Store<D>(p + i, Isa::template Load<D>(p + i) * f, flag);
+  for (; i + Ops::kWidth <= count; i += Ops::kWidth) {
+    Ops::template Store<D>(p + i, Ops::template Load<D>(p + i) * f, flag);
   }
   if (i < count) {
     const std::size_t n = count - i;
-    Isa::template StorePartial<D>(p + i, n, Isa::template LoadPartial<D>(p + i, n) * f, flag);
+    Ops::template StorePartial<D>(p + i, n, Ops::template LoadPartial<D>(p + i, n) * f, flag);
   }
-  return Isa::template AnyNonFinite<D>(flag);
+  return Ops::template AnyNonFinite<D>(flag);
 }
 
-template <class Isa, DataType D>
+template <class Ops, DataType D>
 void Scale(void* data, std::size_t count, float factor) {
   // The same loop with the flag left unused: the compiler drops its computation.
-  (void)Unscale<Isa, D>(data, count, factor);
+  (void)Unscale<Ops, D>(data, count, factor);
 }
 
-template <class Isa, DataType D>
+template <class Ops, DataType D>
 bool NonFinite(const void* data, std::size_t count) {
   const auto* p = static_cast<const Element<D>*>(data);
-  constexpr std::size_t kStep = Isa::template kCheckElements<D>;
-  auto flag = Isa::template NoCheckFlag<D>();
-  std::size_t i = AlignHead<Isa>(p, count);
+  constexpr std::size_t kStep = Ops::template kCheckElements<D>;
+  auto flag = Ops::template NoCheckFlag<D>();
+  std::size_t i = AlignHead<Ops>(p, count);
   if (i > 0) {
-    Isa::template CheckPartial<D>(p, i, flag);
+    Ops::template CheckPartial<D>(p, i, flag);
   }
   // Four flags, one per block of an iteration. Folded into one flag, every block waits for the
   // previous block's fold, and from memory the check of a flat 64M-element FP32 list ran 1.3x
-  // slower than its sum of squares over the same bytes (docs/BENCHMARKS.md, session 14).
-  auto flag1 = Isa::template NoCheckFlag<D>();
-  auto flag2 = Isa::template NoCheckFlag<D>();
-  auto flag3 = Isa::template NoCheckFlag<D>();
+  // slower than its sum of squares over the same bytes.
+  auto flag1 = Ops::template NoCheckFlag<D>();
+  auto flag2 = Ops::template NoCheckFlag<D>();
+  auto flag3 = Ops::template NoCheckFlag<D>();
   for (; i + 4 * kStep <= count; i += 4 * kStep) {
-    PrefetchLines<Isa, 4>(p + i);
-    Isa::template CheckBlock<D>(p + i, flag);
-    Isa::template CheckBlock<D>(p + i + kStep, flag1);
-    Isa::template CheckBlock<D>(p + i + 2 * kStep, flag2);
-    Isa::template CheckBlock<D>(p + i + 3 * kStep, flag3);
+    PrefetchLines<Ops, 4>(p + i);
+    Ops::template CheckBlock<D>(p + i, flag);
+    Ops::template CheckBlock<D>(p + i + kStep, flag1);
+    Ops::template CheckBlock<D>(p + i + 2 * kStep, flag2);
+    Ops::template CheckBlock<D>(p + i + 3 * kStep, flag3);
   }
-  flag = Isa::template MergeChecks<D>(Isa::template MergeChecks<D>(flag, flag1),
-                                      Isa::template MergeChecks<D>(flag2, flag3));
+  flag = Ops::template MergeChecks<D>(Ops::template MergeChecks<D>(flag, flag1),
+                                      Ops::template MergeChecks<D>(flag2, flag3));
   for (; i + kStep <= count; i += kStep) {
-    Isa::template CheckBlock<D>(p + i, flag);
+    Ops::template CheckBlock<D>(p + i, flag);
   }
   if (i < count) {
-    Isa::template CheckPartial<D>(p + i, count - i, flag);
+    Ops::template CheckPartial<D>(p + i, count - i, flag);
   }
-  return Isa::template AnyNonFiniteChecked<D>(flag);
+  return Ops::template AnyNonFiniteChecked<D>(flag);
 }
 
 // The sum of the lanes of an FP64 batch, lane by lane in order. Not xsimd::hadd: with GCC 12 its
@@ -188,12 +188,12 @@ double LaneSum(const Wide& v) {
 // iteration, each FP32 vector widened exactly into two FP64 halves, one chain of FMAs per half.
 // From memory the arithmetic is free, and this loop streamed faster than four FP32 accumulators:
 // over one 64 MiB buffer, 2 threads, against a plain FP32 sum loop, 1.02-1.09 where the four
-// accumulators ran at 0.95-0.98 (docs/BENCHMARKS.md, session 18, an EPYC host). In cache it runs
+// accumulators ran at 0.95-0.98 (an EPYC host). In cache it runs
 // at 0.6-0.8 of that loop, so calls that run from cache take the FP32 blocks below.
-template <class Isa>
+template <class Ops>
 float SumSquaresWide(const float* p, std::size_t count) {
-  using Wide = typename Isa::WideBatch;
-  constexpr std::size_t kW = Isa::kWidth;
+  using Wide = typename Ops::WideBatch;
+  constexpr std::size_t kW = Ops::kWidth;
   constexpr std::size_t kLine = 64 / sizeof(float);
   constexpr std::size_t kVectors = kLine / kW;  // FP32 vectors in one line
   static_assert(kLine % kW == 0, "a line holds whole vectors");
@@ -203,21 +203,21 @@ float SumSquaresWide(const float* p, std::size_t count) {
     acc[2 * k] = xsimd::fma(halves.first, halves.first, acc[2 * k]);
     acc[2 * k + 1] = xsimd::fma(halves.second, halves.second, acc[2 * k + 1]);
   };
-  std::size_t i = AlignHead<Isa>(p, count);
+  std::size_t i = AlignHead<Ops>(p, count);
   if (i > 0) {
-    add(0, Isa::Widen(Isa::template LoadPartial<DataType::Float32>(p, i)));
+    add(0, Ops::Widen(Ops::template LoadPartial<DataType::Float32>(p, i)));
   }
   for (; i + kLine <= count; i += kLine) {
-    PrefetchLines<Isa, 1>(p + i);
+    PrefetchLines<Ops, 1>(p + i);
     for (std::size_t k = 0; k < kVectors; ++k) {
-      add(k, Isa::LoadWide(p + i + k * kW));
+      add(k, Ops::LoadWide(p + i + k * kW));
     }
   }
   for (; i + kW <= count; i += kW) {
-    add(0, Isa::LoadWide(p + i));
+    add(0, Ops::LoadWide(p + i));
   }
   if (i < count) {
-    add(0, Isa::Widen(Isa::template LoadPartial<DataType::Float32>(p + i, count - i)));
+    add(0, Ops::Widen(Ops::template LoadPartial<DataType::Float32>(p + i, count - i)));
   }
   Wide total = acc[0];
   for (std::size_t k = 1; k < acc.size(); ++k) {
@@ -233,41 +233,41 @@ float SumSquaresWide(const float* p, std::size_t count) {
 // (MultiTensorKernelTests, Fp32SumOfSquaresOfConstantValues); in cache the blocks took 1.00-1.03
 // of the unblocked loop's time. The 16-bit types keep one run per piece: their loop is bound by
 // the conversions, and the blocks' widening made FP16 in cache 4-22% slower (blocks of 128 to 16
-// vectors; session 18, docs/BENCHMARKS.md).
-template <class Isa, DataType D, bool kFromMemory>
+// vectors).
+template <class Ops, DataType D, bool kFromMemory>
 float SumSquares(const void* data, std::size_t count) {
-  using Batch = typename Isa::Batch;
-  using Wide = typename Isa::WideBatch;
+  using Batch = typename Ops::Batch;
+  using Wide = typename Ops::WideBatch;
   const auto* p = static_cast<const Element<D>*>(data);
-  if constexpr (D == DataType::BFloat16 && Isa::kWordKernels) {
-    return Isa::SumSquaresBf16Words(p, count);
+  if constexpr (D == DataType::BFloat16 && Ops::kWordKernels) {
+    return Ops::SumSquaresBf16Words(p, count);
   }
   if constexpr (D == DataType::Float32 && kFromMemory) {
-    return SumSquaresWide<Isa>(p, count);
+    return SumSquaresWide<Ops>(p, count);
   }
-  constexpr std::size_t kW = Isa::kWidth;
+  constexpr std::size_t kW = Ops::kWidth;
   constexpr std::size_t kBlock = 16 * kW;
   Wide low(0.0), high(0.0);
   const auto fold = [&low, &high](const Batch& sum) {
-    const auto halves = Isa::Widen(sum);
+    const auto halves = Ops::Widen(sum);
     low += halves.first;
     high += halves.second;
   };
   // Four vectors at q into four accumulators.
   const auto add4 = [](const Element<D>* q, Batch& acc0, Batch& acc1, Batch& acc2, Batch& acc3) {
-    PrefetchLines<Isa, 4 * kW * sizeof(Element<D>) / 64>(q);
-    const Batch a = Isa::template Load<D>(q);
-    const Batch b = Isa::template Load<D>(q + kW);
-    const Batch c = Isa::template Load<D>(q + 2 * kW);
-    const Batch d = Isa::template Load<D>(q + 3 * kW);
+    PrefetchLines<Ops, 4 * kW * sizeof(Element<D>) / 64>(q);
+    const Batch a = Ops::template Load<D>(q);
+    const Batch b = Ops::template Load<D>(q + kW);
+    const Batch c = Ops::template Load<D>(q + 2 * kW);
+    const Batch d = Ops::template Load<D>(q + 3 * kW);
     acc0 = xsimd::fma(a, a, acc0);
     acc1 = xsimd::fma(b, b, acc1);
     acc2 = xsimd::fma(c, c, acc2);
     acc3 = xsimd::fma(d, d, acc3);
   };
-  std::size_t i = AlignHead<Isa>(p, count);
+  std::size_t i = AlignHead<Ops>(p, count);
   if (i > 0) {
-    const Batch a = Isa::template LoadPartial<D>(p, i);
+    const Batch a = Ops::template LoadPartial<D>(p, i);
     fold(a * a);
   }
   if constexpr (D == DataType::Float32) {
@@ -285,11 +285,11 @@ float SumSquares(const void* data, std::size_t count) {
     add4(p + i, acc0, acc1, acc2, acc3);
   }
   for (; i + kW <= count; i += kW) {
-    const Batch a = Isa::template Load<D>(p + i);
+    const Batch a = Ops::template Load<D>(p + i);
     acc0 = xsimd::fma(a, a, acc0);
   }
   if (i < count) {
-    const Batch a = Isa::template LoadPartial<D>(p + i, count - i);
+    const Batch a = Ops::template LoadPartial<D>(p + i, count - i);
     acc1 = xsimd::fma(a, a, acc1);
   }
   fold((acc0 + acc1) + (acc2 + acc3));
@@ -301,27 +301,27 @@ float SumSquares(const void* data, std::size_t count) {
 // over what it wrote. The flag is a value, not a reference: through a reference the compiler must
 // assume each 16-bit store may change it, and kept it in memory, a load and a store per vector on
 // the loop's critical path (casts that stay in cache ran at a third of copy speed).
-template <class Isa, DataType S, DataType T>
-typename Isa::Flag CastOrdinary(const Element<S>* in, Element<T>* out, std::size_t count, const typename Isa::Batch& f,
-                                typename Isa::Flag flag) {
-  using Batch = typename Isa::Batch;
-  std::size_t i = AlignHead<Isa>(out, count);  // align the stores; loads may straddle
+template <class Ops, DataType S, DataType T>
+typename Ops::Flag CastOrdinary(const Element<S>* in, Element<T>* out, std::size_t count, const typename Ops::Batch& f,
+                                typename Ops::Flag flag) {
+  using Batch = typename Ops::Batch;
+  std::size_t i = AlignHead<Ops>(out, count);  // align the stores; loads may straddle
   if (i > 0) {
-    Isa::template StorePartial<T>(out, i, Isa::template LoadPartial<S>(in, i) * f, flag);
+    Ops::template StorePartial<T>(out, i, Ops::template LoadPartial<S>(in, i) * f, flag);
   }
-  for (; i + 2 * Isa::kWidth <= count; i += 2 * Isa::kWidth) {
-    PrefetchAhead<Isa>(in + i);
-    const Batch a = Isa::template Load<S>(in + i) * f;
-    const Batch b = Isa::template Load<S>(in + i + Isa::kWidth) * f;
-    Isa::template Store<T>(out + i, a, flag);
-    Isa::template Store<T>(out + i + Isa::kWidth, b, flag);
+  for (; i + 2 * Ops::kWidth <= count; i += 2 * Ops::kWidth) {
+    PrefetchAhead<Ops>(in + i);
+    const Batch a = Ops::template Load<S>(in + i) * f;
+    const Batch b = Ops::template Load<S>(in + i + Ops::kWidth) * f;
+    Ops::template Store<T>(out + i, a, flag);
+    Ops::template Store<T>(out + i + Ops::kWidth, b, flag);
   }
-  for (; i + Isa::kWidth <= count; i += Isa::kWidth) {
-    Isa::template Store<T>(out + i, Isa::template Load<S>(in + i) * f, flag);
+  for (; i + Ops::kWidth <= count; i += Ops::kWidth) {
+    Ops::template Store<T>(out + i, Ops::template Load<S>(in + i) * f, flag);
   }
   if (i < count) {
     const std::size_t n = count - i;
-    Isa::template StorePartial<T>(out + i, n, Isa::template LoadPartial<S>(in + i, n) * f, flag);
+    Ops::template StorePartial<T>(out + i, n, Ops::template LoadPartial<S>(in + i, n) * f, flag);
   }
   return flag;
 }
@@ -332,19 +332,19 @@ typename Isa::Flag CastOrdinary(const Element<S>* in, Element<T>* out, std::size
 // non-temporal stores and partly by ordinary ones (this piece's head or tail, or the piece next to
 // it in a packed buffer) leaves a write-combining buffer to be flushed half full, a partial
 // write to memory. Streaming whole lines only made the narrowing casts of separately allocated
-// small tensors 11-31% faster (docs/BENCHMARKS.md, session 8).
-template <class Isa, DataType S, DataType T, bool kStream = false>
+// small tensors 11-31% faster.
+template <class Ops, DataType S, DataType T, bool kStream = false>
 bool Cast(const void* src, void* dst, std::size_t count, float factor) {
-  using Batch = typename Isa::Batch;
+  using Batch = typename Ops::Batch;
   const auto* in = static_cast<const Element<S>*>(src);
   auto* out = static_cast<Element<T>*>(dst);
   const Batch f(factor);
-  auto flag = Isa::template NoFlag<T>();
+  auto flag = Ops::template NoFlag<T>();
   if constexpr (!kStream) {
-    flag = CastOrdinary<Isa, S, T>(in, out, count, f, flag);
+    flag = CastOrdinary<Ops, S, T>(in, out, count, f, flag);
   } else {
     constexpr std::size_t kLine = 64 / sizeof(Element<T>);  // elements in one line of out
-    static_assert(kLine % Isa::kWidth == 0, "a line holds whole vectors");
+    static_assert(kLine % Ops::kWidth == 0, "a line holds whole vectors");
     // Each step writes whole lines of out and reads whole lines of in (two lines of out for a
     // widening cast, two of in for a narrowing one), so every source line is prefetched once.
     constexpr std::size_t kSourceLine = 64 / sizeof(Element<S>);  // elements in one line of in
@@ -355,48 +355,50 @@ bool Cast(const void* src, void* dst, std::size_t count, float factor) {
       head = count;  // no whole line to stream
     }
     const std::size_t lines_end = head + (count - head) / kStep * kStep;
-    flag = CastOrdinary<Isa, S, T>(in, out, head, f, flag);
+    flag = CastOrdinary<Ops, S, T>(in, out, head, f, flag);
     for (std::size_t i = head; i < lines_end; i += kStep) {
-      PrefetchLines<Isa, kStep * sizeof(Element<S>) / 64>(in + i);
-      for (std::size_t v = 0; v < kStep; v += Isa::kWidth) {
-        Isa::template StoreStream<T>(out + i + v, Isa::template Load<S>(in + i + v) * f, flag);
+      PrefetchLines<Ops, kStep * sizeof(Element<S>) / 64>(in + i);
+      for (std::size_t v = 0; v < kStep; v += Ops::kWidth) {
+        Ops::template StoreStream<T>(out + i + v, Ops::template Load<S>(in + i + v) * f, flag);
       }
     }
-    flag = CastOrdinary<Isa, S, T>(in + lines_end, out + lines_end, count - lines_end, f, flag);
-    // No fence here. The caller fences once per chunk (MultiTensorKernels.cpp): an sfence per
+    flag = CastOrdinary<Ops, S, T>(in + lines_end, out + lines_end, count - lines_end, f, flag);
+    // No fence here. The caller fences once per chunk (MultiTensorKernels.cpp, CastKernel): an sfence per
     // call cost a full write-combining drain per small tensor.
   }
-  return Isa::template AnyNonFinite<T>(flag);
+  return Ops::template AnyNonFinite<T>(flag);
 }
 
-/// One KernelSet from the loops above for one instruction set: Isa::kPrefetch says whether the
+/// One KernelSet from the loops above for one instruction set: Ops::kPrefetch says whether the
 /// loops prefetch in software; kFromMemory, whether the set is for calls from memory (the casts
 /// stream their stores, the FP32 sum of squares accumulates in FP64).
-template <class Isa, class Set, bool kFromMemory>
+template <class Ops, class Set, bool kFromMemory>
 constexpr Set MakeSet() {
   constexpr DataType kF32 = DataType::Float32;
   constexpr DataType kF16 = DataType::Float16;
   constexpr DataType kBF16 = DataType::BFloat16;
   return Set{
-      {Unscale<Isa, kF32>, Unscale<Isa, kF16>, Unscale<Isa, kBF16>},
-      {NonFinite<Isa, kF32>, NonFinite<Isa, kF16>, NonFinite<Isa, kBF16>},
-      {SumSquares<Isa, kF32, kFromMemory>, SumSquares<Isa, kF16, kFromMemory>, SumSquares<Isa, kBF16, kFromMemory>},
-      {Scale<Isa, kF32>, Scale<Isa, kF16>, Scale<Isa, kBF16>},
-      {{Cast<Isa, kF32, kF32, kFromMemory>, Cast<Isa, kF32, kF16, kFromMemory>, Cast<Isa, kF32, kBF16, kFromMemory>},
-       {Cast<Isa, kF16, kF32, kFromMemory>, Cast<Isa, kF16, kF16, kFromMemory>, Cast<Isa, kF16, kBF16, kFromMemory>},
-       {Cast<Isa, kBF16, kF32, kFromMemory>, Cast<Isa, kBF16, kF16, kFromMemory>,
-        Cast<Isa, kBF16, kBF16, kFromMemory>}},
+      {Unscale<Ops, kF32>, Unscale<Ops, kF16>, Unscale<Ops, kBF16>},
+      {NonFinite<Ops, kF32>, NonFinite<Ops, kF16>, NonFinite<Ops, kBF16>},
+      {SumSquares<Ops, kF32, kFromMemory>, SumSquares<Ops, kF16, kFromMemory>, SumSquares<Ops, kBF16, kFromMemory>},
+      {Scale<Ops, kF32>, Scale<Ops, kF16>, Scale<Ops, kBF16>},
+      {{Cast<Ops, kF32, kF32, kFromMemory>, Cast<Ops, kF32, kF16, kFromMemory>, Cast<Ops, kF32, kBF16, kFromMemory>},
+       {Cast<Ops, kF16, kF32, kFromMemory>, Cast<Ops, kF16, kF16, kFromMemory>, Cast<Ops, kF16, kBF16, kFromMemory>},
+       {Cast<Ops, kBF16, kF32, kFromMemory>, Cast<Ops, kBF16, kF16, kFromMemory>,
+        Cast<Ops, kBF16, kBF16, kFromMemory>}},
   };
 }
 
-/// Fills a KernelTable for one instruction set: CachedIsa and MemoryIsa are its traits without
-/// and with software prefetch (kPrefetch false and true). Both sets for memory stream the casts'
-/// stores; they differ only in the software prefetch.
-template <class CachedIsa, class MemoryIsa, class Table>
-constexpr Table MakeTable(std::string_view name) {
-  static_assert(!CachedIsa::kPrefetch && MemoryIsa::kPrefetch);
+/// Fills the KernelTable of the instruction set tagged Arch (InstructionSets.hpp) from the loops
+/// above on its operations: OpsOf<Arch, false> without software prefetch and OpsOf<Arch, true>
+/// with it. Both sets for memory stream the casts' stores; they differ only in the prefetch.
+template <class Arch, template <class, bool> class OpsOf, class Table>
+constexpr Table MakeTable() {
+  using Cached = OpsOf<Arch, false>;
+  using Memory = OpsOf<Arch, true>;
+  static_assert(!Cached::kPrefetch && Memory::kPrefetch);
   using Set = decltype(Table::cached);
-  return Table{name, MakeSet<CachedIsa, Set, false>(), MakeSet<MemoryIsa, Set, true>(), MakeSet<CachedIsa, Set, true>(),
+  return Table{Arch::kName, MakeSet<Cached, Set, false>(), MakeSet<Memory, Set, true>(), MakeSet<Cached, Set, true>(),
                true};
 }
 

@@ -6,7 +6,7 @@
 // other allocations and out of order, and a fused kernel over the list then streams through
 // thousands of short, scattered runs of memory. A plain read loop over such a list ran 1.2-1.8x
 // as long as over one flat buffer, while the same tensors placed one after another in the order
-// they were made ran as fast as flat (docs/BENCHMARKS.md, session 16). So this pool hands memory
+// they were made ran as fast as flat. So this pool hands memory
 // out in the order it is asked for: a list of small tensors made one after another lies back to
 // back, as in a framework's contiguous gradient buffer, without the framework asking for one.
 //

@@ -1,9 +1,13 @@
 target_sources(mlframework PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/AddressOrder.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/CpuBackend.cpp
   ${CMAKE_CURRENT_LIST_DIR}/CpuTensor.cpp
   ${CMAKE_CURRENT_LIST_DIR}/HugePages.cpp
   ${CMAKE_CURRENT_LIST_DIR}/KernelDispatch.cpp
   ${CMAKE_CURRENT_LIST_DIR}/KernelsPortable.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/ListKey.cpp
   ${CMAKE_CURRENT_LIST_DIR}/MultiTensorKernels.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/Planning.cpp
   ${CMAKE_CURRENT_LIST_DIR}/SmallBufferPool.cpp)
 
 # One source file per instruction set, each with its own flags (the rest of the

@@ -1,14 +1,14 @@
 #pragma once
-// Private: the AVX-512 (F, BW, DQ, VL) instruction-set traits for SimdKernels.hpp.
-// Included only by KernelsAvx512.cpp and KernelsAvx512Bf16.cpp, which are built
-// with the matching flags; everything here has internal linkage in each of them.
+// Private: the AVX-512 (F, BW, DQ, VL) operations SimdKernels.hpp's loops run on, for the tags
+// arch::Avx512, arch::Avx512Bf16 and arch::Avx512Fp16 (InstructionSets.hpp). Included only by
+// KernelsAvx512*.cpp, which are built with the matching flags; everything here has internal
+// linkage in each of them.
 //
-// FP32 math runs on xsimd::batch<float, xsimd::avx512bw>. FP16 converts with
-// VCVTPH2PS / VCVTPS2PH (round to nearest even), which give exactly the bits of
-// core/FloatBits.hpp for every input, NaN and subnormals included (checked over
-// all 2^32 inputs). BF16 rounds with integer SIMD (bits + 0x7fff + lsb, NaN
-// quieted), or with VCVTNEPS2BF16 where the CPU has AVX512_BF16 and the vector
-// holds no subnormal (the instruction flushes those to zero). Tails use masked
+// FP32 math runs on xsimd::batch<float, xsimd::avx512bw>. FP16 converts with VCVTPH2PS /
+// VCVTPS2PH (round to nearest even), which give exactly the bits of core/FloatBits.hpp for every
+// input, NaN and subnormals included (checked over all 2^32 inputs). BF16 rounds with integer
+// SIMD (bits + 0x7fff + lsb, NaN quieted), or with VCVTNEPS2BF16 where the tag has kNativeBf16
+// and the vector holds no subnormal (the instruction flushes those to zero). Tails use masked
 // loads and stores, so no scalar code from a shared header is compiled here.
 
 #include <immintrin.h>
@@ -25,11 +25,10 @@ namespace {
 
 using simd::Element;
 
-// kNativeBf16: round FP32 to BF16 with VCVTNEPS2BF16 (AVX512_BF16) where that is exact.
-// kNativeFp16: multiply FP16 words in place with VMULPH (AVX512_FP16) where that is exact.
-// kPrefetchPages: software prefetch a page ahead (KernelTable::from_memory).
-template <bool kNativeBf16, bool kNativeFp16, bool kPrefetchPages>
-struct Avx512Isa {
+// Arch: an AVX-512 tag (its kNativeBf16 and kNativeFp16). kPrefetchPages: software prefetch a
+// page ahead (KernelTable::from_memory).
+template <class Arch, bool kPrefetchPages>
+struct Avx512Ops {
   static constexpr bool kPrefetch = kPrefetchPages;
   using Batch = xsimd::batch<float, xsimd::avx512bw>;
   static constexpr std::size_t kWidth = 16;
@@ -101,7 +100,7 @@ struct Avx512Isa {
     if constexpr (D == DataType::Float16) {
       return _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     } else {
-      if constexpr (kNativeBf16) {
+      if constexpr (Arch::kNativeBf16) {
 #if defined(__AVX512BF16__)
         // VCVTNEPS2BF16 rounds exactly like FloatToBFloat16Bits (nearest even, NaN quieted)
         // except that it flushes subnormal inputs to zero: a vector holding a subnormal
@@ -198,7 +197,7 @@ struct Avx512Isa {
   // the lane-wise maximum the stores fold. From memory, on a Zen 4 host, a loop of compares
   // into mask registers ran 1.01-1.03x as fast as a plain FP32 sum over the same memory and the
   // maximum loop 0.97-0.99x; through the library the check went from 0.95-0.99x to 1.00-1.02x of
-  // that loop (docs/BENCHMARKS.md, session 17).
+  // that loop.
   using CheckFlag = std::uint32_t;  // 16 lanes for FP32, 32 for 16-bit words
 
   template <DataType D>
@@ -351,7 +350,7 @@ struct Avx512Isa {
       partial(0, i);
     }
     for (; i + 64 <= count; i += 64) {
-      simd::PrefetchLines<Avx512Isa, 2>(p + i);
+      simd::PrefetchLines<Avx512Ops, 2>(p + i);
       const __m512i a = step(_mm512_load_si512(p + i));
       const __m512i b = step(_mm512_load_si512(p + i + 32));
       _mm512_store_si512(p + i, a);
@@ -386,7 +385,7 @@ struct Avx512Isa {
       add(_mm512_maskz_loadu_epi16(WordLanes(i), p), acc0, acc1);
     }
     for (; i + 64 <= count; i += 64) {
-      simd::PrefetchLines<Avx512Isa, 2>(p + i);
+      simd::PrefetchLines<Avx512Ops, 2>(p + i);
       add(_mm512_load_si512(p + i), acc0, acc1);
       add(_mm512_load_si512(p + i + 32), acc2, acc3);
     }
@@ -424,7 +423,7 @@ struct Avx512Isa {
   template <DataType D>
   static bool ScaleWords(std::uint16_t* p, std::size_t count, float factor, bool& found) {
 #if defined(__AVX512FP16__)
-    if constexpr (kNativeFp16 && D == DataType::Float16) {
+    if constexpr (Arch::kNativeFp16 && D == DataType::Float16) {
       return ScaleHalfWordsNative(p, count, factor, found);
     }
 #endif

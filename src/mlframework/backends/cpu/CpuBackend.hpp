@@ -1,0 +1,51 @@
+#pragma once
+// Private: the CPU backend object (CpuTensor.hpp's Backend()).
+
+#include <optional>
+#include <span>
+#include <string_view>
+
+#include <mlframework/core/TensorBackend.hpp>
+
+#include "mlframework/backends/cpu/Plan.hpp"
+#include "mlframework/backends/cpu/PlanCaches.hpp"
+
+namespace mlframework::backends::cpu {
+
+/// The fused kernels over CPU tensors. The whole-list entry points keep the plans of long lists
+/// passed again (PlanCaches.hpp, ListCache); the span entry points plan each call.
+class CpuBackend final : public TensorBackend {
+ public:
+  std::string_view Name() const noexcept override { return "cpu"; }
+
+  bool UnscaleAndCheck(std::span<ITensor* const> tensors, float factor) const override;
+  bool HasNonFinite(std::span<const ITensor* const> tensors) const override;
+  NonFiniteAndNorm CheckAndSumSquares(std::span<const ITensor* const> tensors, float factor) const override;
+  void Scale(std::span<ITensor* const> tensors, float factor) const override;
+  bool CastInto(std::span<const ITensor* const> src, std::span<ITensor* const> dst, float factor) const override;
+  void AddInto(std::span<const ITensor* const> src, std::span<ITensor* const> dst, float alpha) const override;
+
+  std::optional<bool> UnscaleAndCheckList(std::span<const TensorPtr> tensors, float factor) const override;
+  std::optional<bool> HasNonFiniteList(std::span<const TensorPtr> tensors) const override;
+  std::optional<NonFiniteAndNorm> CheckAndSumSquaresList(std::span<const TensorPtr> tensors,
+                                                         float factor) const override;
+  bool ScaleList(std::span<const TensorPtr> tensors, float factor) const override;
+  std::optional<bool> CastIntoKnownLists(std::span<const TensorPtr> src, std::span<const TensorPtr> dst,
+                                         float factor) const override;
+  std::optional<bool> CastIntoLists(std::span<const TensorPtr> src, std::span<const TensorPtr> dst,
+                                    float factor) const override;
+
+  TensorPtr Allocate(const Shape& shape, DataType dtype, Device device) const override;
+  TensorPtr View(const TensorPtr& base, std::size_t offset, const Shape& shape) const override;
+
+ private:
+  // The plan of @p tensors when every one is a CPU tensor, or null (an empty list, a null entry,
+  // another backend's tensor). A list kept in single_lists_ takes its kept plan.
+  std::shared_ptr<const Plan> PlanOfList(std::span<const TensorPtr> tensors) const;
+
+  // One cache for the lists of every operation: a step unscales, checks and clips the same list.
+  mutable ListCache<Plan> single_lists_;
+  mutable ListCache<PairPlans> pair_lists_;
+};
+
+}  // namespace mlframework::backends::cpu

@@ -1,0 +1,164 @@
+// How the free functions of MultiTensor.hpp hand a whole list to a backend
+// (TensorBackend::UnscaleAndCheckList and the like), and the CPU backend's kept plans seen
+// through those entry points.
+#include <cstddef>
+#include <optional>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include <boost/test/unit_test.hpp>
+
+#include <mlframework/mlframework.hpp>
+
+using namespace mlframework;
+
+namespace {
+
+// A backend that records what it is handed. It takes whole lists for UnscaleAndCheck (its
+// answer: true) and declines them for every other operation, whose span forms it counts.
+class RecordingBackend final : public TensorBackend {
+ public:
+  std::string_view Name() const noexcept override { return "recording"; }
+  bool UnscaleAndCheck(std::span<ITensor* const> tensors, float /*factor*/) const override {
+    span_tensors += tensors.size();
+    return false;
+  }
+  bool HasNonFinite(std::span<const ITensor* const> tensors) const override {
+    span_tensors += tensors.size();
+    return false;
+  }
+  NonFiniteAndNorm CheckAndSumSquares(std::span<const ITensor* const> tensors, float /*factor*/) const override {
+    span_tensors += tensors.size();
+    return {};
+  }
+  void Scale(std::span<ITensor* const> tensors, float /*factor*/) const override { span_tensors += tensors.size(); }
+  bool CastInto(std::span<const ITensor* const> src, std::span<ITensor* const> /*dst*/,
+                float /*factor*/) const override {
+    span_tensors += src.size();
+    return false;
+  }
+  std::optional<bool> UnscaleAndCheckList(std::span<const TensorPtr> tensors, float /*factor*/) const override {
+    whole_list = tensors.data();
+    return true;
+  }
+
+  mutable const TensorPtr* whole_list = nullptr;
+  mutable std::size_t span_tensors = 0;
+};
+
+// A CPU tensor inside, the RecordingBackend outside.
+class RecordedTensor final : public ITensor {
+ public:
+  RecordedTensor(TensorPtr inner, const RecordingBackend* backend) : inner_(std::move(inner)), backend_(backend) {}
+  DataType GetDataType() const override { return inner_->GetDataType(); }
+  Device GetDevice() const override { return inner_->GetDevice(); }
+  const Shape& GetShape() const override { return inner_->GetShape(); }
+  std::size_t Size() const override { return inner_->Size(); }
+  TensorPtr Multiply(float factor) const override { return inner_->Multiply(factor); }
+  TensorPtr Divide(float divisor) const override { return inner_->Divide(divisor); }
+  void MultiplyInPlace(float factor) override { inner_->MultiplyInPlace(factor); }
+  TensorPtr Clone() const override { return inner_->Clone(); }
+  TensorPtr CastTo(DataType dtype) const override { return inner_->CastTo(dtype); }
+  bool HasInf() const override { return inner_->HasInf(); }
+  bool HasNaN() const override { return inner_->HasNaN(); }
+  double SumOfSquares() const override { return inner_->SumOfSquares(); }
+  std::vector<float> ToFloatVector() const override { return inner_->ToFloatVector(); }
+  void CopyFromFloats(std::span<const float> values) override { inner_->CopyFromFloats(values); }
+  const TensorBackend* Backend() const noexcept override { return backend_; }
+
+ private:
+  TensorPtr inner_;
+  const RecordingBackend* backend_;
+};
+
+std::vector<TensorPtr> RecordedList(const RecordingBackend& backend, std::size_t count) {
+  std::vector<TensorPtr> list;
+  for (std::size_t i = 0; i < count; ++i) {
+    list.push_back(std::make_shared<RecordedTensor>(Zeros({4}, DataType::Float32), &backend));
+  }
+  return list;
+}
+
+std::vector<TensorPtr> CpuList(std::size_t count, DataType dtype) {
+  std::vector<TensorPtr> list;
+  for (std::size_t i = 0; i < count; ++i) {
+    list.push_back(FromVector({1.0f, 2.0f, 3.0f}, {3}, dtype));
+  }
+  return list;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(WholeLists)
+
+BOOST_AUTO_TEST_CASE(DefaultsTakeNoList) {
+  const RecordingBackend backend;
+  const TensorBackend& base = backend;
+  const auto list = RecordedList(backend, 3);
+  BOOST_TEST(!base.HasNonFiniteList(list).has_value());
+  BOOST_TEST(!base.CheckAndSumSquaresList(list, 1.0f).has_value());
+  BOOST_TEST(!base.ScaleList(list, 1.0f));
+  BOOST_TEST(!base.CastIntoKnownLists(list, list, 1.0f).has_value());
+  BOOST_TEST(!base.CastIntoLists(list, list, 1.0f).has_value());
+  BOOST_TEST(backend.span_tensors == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(TheFirstTensorsBackendGetsTheWholeList) {
+  const RecordingBackend backend;
+  const auto list = RecordedList(backend, 5);
+  // Taken: the backend's answer, for the caller's own array, with no span call.
+  BOOST_TEST(UnscaleAndCheck(list, 0.5f));
+  BOOST_TEST(backend.whole_list == list.data());
+  BOOST_TEST(backend.span_tensors == 0u);
+  // Declined: the list is walked and handed over as a span.
+  BOOST_TEST(!HasNonFinite(list));
+  BOOST_TEST(backend.span_tensors == 5u);
+  ScaleInPlace(list, 2.0f);
+  BOOST_TEST(backend.span_tensors == 10u);
+}
+
+BOOST_AUTO_TEST_CASE(CpuBackendDeclinesListsItCannotRun) {
+  const TensorBackend& cpu = backends::cpu::Backend();
+  const RecordingBackend other;
+  auto list = CpuList(3, DataType::Float16);
+  BOOST_TEST(!cpu.HasNonFiniteList({}).has_value());
+  list.push_back(RecordedList(other, 1)[0]);
+  BOOST_TEST(!cpu.HasNonFiniteList(list).has_value());
+  list.back() = nullptr;
+  BOOST_TEST(!cpu.UnscaleAndCheckList(list, 1.0f).has_value());
+  list.pop_back();
+  BOOST_TEST((cpu.HasNonFiniteList(list) == std::optional<bool>(false)));
+  // Through the free functions the general path still reports the null entry.
+  list.push_back(nullptr);
+  BOOST_CHECK_THROW(HasNonFinite(list), ArgumentNullError);
+}
+
+// A cast's lists of 64 tensors and more (source and destination together) are kept from their second planning on and
+// taken without checks from the third call; a destroyed tensor drops them.
+BOOST_AUTO_TEST_CASE(KeptCastListsUntilATensorDies) {
+  const TensorBackend& cpu = backends::cpu::Backend();
+  const auto src = CpuList(64, DataType::Float16);
+  auto dst = CpuList(64, DataType::Float32);
+  BOOST_TEST(!cpu.CastIntoKnownLists(src, dst, 1.0f).has_value());
+  for (int call = 0; call < 2; ++call) {
+    BOOST_TEST(!CastInto(src, dst, 0.5f));
+  }
+  // The kept plan says where the tensors lie, never what they hold.
+  src[5]->CopyFromFloats(std::vector<float>{1.0f, 65504.0f, 4.0f});
+  BOOST_TEST((cpu.CastIntoKnownLists(src, dst, 2.0f) == std::optional<bool>(false)));
+  BOOST_TEST(dst[5]->ToFloatVector() == (std::vector<float>{2.0f, 131008.0f, 8.0f}));
+  BOOST_TEST((cpu.CastIntoKnownLists(src, dst, 1e38f) == std::optional<bool>(true)));  // 65504e38 overflows FP32
+  // Lists of fewer than 64 tensors in all (31 pairs) are never kept.
+  const std::span<const TensorPtr> short_src(src.data(), 31);
+  const std::span<const TensorPtr> short_dst(dst.data(), 31);
+  for (int call = 0; call < 3; ++call) {
+    BOOST_TEST(!CastInto(short_src, short_dst, 1.0f));
+  }
+  BOOST_TEST(!cpu.CastIntoKnownLists(short_src, short_dst, 1.0f).has_value());
+  // A tensor of the kept lists dies: nothing kept is used again.
+  dst[63] = FromVector({0.0f, 0.0f, 0.0f}, {3}, DataType::Float32);
+  BOOST_TEST(!cpu.CastIntoKnownLists(src, dst, 1.0f).has_value());
+}
+
+BOOST_AUTO_TEST_SUITE_END()
