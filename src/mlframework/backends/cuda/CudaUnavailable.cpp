@@ -31,8 +31,10 @@ TensorPtr Empty(const Shape& /*shape*/, DataType /*dtype*/, int device) {
   throw BackendError("cannot create a tensor on cuda:" + std::to_string(device) + ": " + kNotBuilt);
 }
 
-TensorPtr Wrap(void* data, Shape shape, DataType dtype, int device, std::shared_ptr<void> /*owner*/) {
-  mlframework::detail::CheckWrapArguments(data, shape, dtype);  // bad arguments fail as in a CUDA build
+// The by-value parameters are the public signature's (the CUDA build moves them into the tensor).
+TensorPtr Wrap(void* data, Shape shape, DataType dtype, int device,  // NOLINT(performance-unnecessary-value-param)
+               std::shared_ptr<void> /*owner*/) {                    // NOLINT(performance-unnecessary-value-param)
+  mlframework::detail::CheckWrapArguments(data, shape, dtype);       // bad arguments fail as in a CUDA build
   throw BackendError("cannot wrap memory of cuda:" + std::to_string(device) + ": " + kNotBuilt);
 }
 
