@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config
   libxtensor-dev libxsimd-dev xtl-dev libxtensor-blas-dev libopenblas-dev zlib1g-dev
-  libboost-test-dev libbenchmark-dev doxygen
+  libboost-test-dev libbenchmark-dev doxygen libdlpack-dev
   openmpi-bin libopenmpi-dev
   dataset-fashion-mnist gnuplot-nox
   clang libclang-rt-dev clang-tidy clang-format

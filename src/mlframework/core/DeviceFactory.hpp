@@ -1,12 +1,17 @@
 #pragma once
-// Private: where core's factories (core/Tensor.cpp) get their tensors, so that core includes
-// no backend.
+// Private: where core's factories (core/Tensor.cpp) and FromDLPack get their tensors, so that
+// core includes no backend.
 //
 // Host tensors come from HostBackend(), which the CPU backend (part of libmlframework) defines.
-// Core knows no device backend. A backend library registers a factory for its device type when
-// it is loaded (libmlframework_cuda does, from a static initialiser), so a CPU-only program that
-// links only libmlframework never loads CUDA, and one that asks for a device tensor without the
-// backend's library gets a BackendError that says which library to link.
+// Each backend also registers hooks for its device type when its library is loaded (from a
+// static initialiser: the CPU backend inside libmlframework, the CUDA backend in
+// libmlframework_cuda), so a CPU-only program that links only libmlframework never loads CUDA,
+// and one that asks for a device tensor without the backend's library gets a BackendError that
+// says which library to link. Exported (not public API) for the component libraries.
+#include <cstddef>
+#include <memory>
+#include <string>
+
 #include <mlframework/core/Device.hpp>
 #include <mlframework/core/ITensor.hpp>
 #include <mlframework/core/TensorBackend.hpp>
@@ -17,14 +22,32 @@ namespace mlframework::detail {
 /// The backend of host tensors (Device::CPU()): it allocates them and makes views of them.
 const TensorBackend& HostBackend() noexcept;
 
-/// Makes a zero-filled tensor on a device of the type it was registered for.
-using DeviceTensorFactory = TensorPtr (*)(const Shape& shape, DataType dtype, Device device);
+/// What a backend registers for its device type.
+struct DeviceTensorHooks {
+  /// A zero-filled tensor on @p device.
+  TensorPtr (*Make)(const Shape& shape, DataType dtype, Device device) = nullptr;
+  /// A tensor over memory the caller owns on @p device (no copy); @p owner keeps it alive.
+  TensorPtr (*Wrap)(void* data, const Shape& shape, DataType dtype, Device device,
+                    std::shared_ptr<void> owner) = nullptr;
+  /// The first element of @p tensor when it is this backend's tensor, else null.
+  void* (*DataPointer)(const ITensor& tensor) = nullptr;
+};
 
-/// Registers @p factory for @p type, replacing any earlier one (null unregisters). Thread-safe.
-MLFRAMEWORK_EXPORT void RegisterDeviceTensorFactory(DeviceType type, DeviceTensorFactory factory) noexcept;
+/// Registers @p hooks (static storage) for @p type, replacing any earlier ones (null unregisters).
+MLFRAMEWORK_EXPORT void RegisterDeviceTensorHooks(DeviceType type, const DeviceTensorHooks* hooks) noexcept;
 
-/// A zero-filled tensor on @p device (not the CPU) from the registered factory; BackendError
-/// naming the device and the library to link when none is registered.
+/// The hooks registered for @p device's type; BackendError naming the device and the library to
+/// link when none are.
+MLFRAMEWORK_EXPORT const DeviceTensorHooks& DeviceHooks(Device device);
+
+/// A zero-filled tensor on @p device (not the CPU) from the registered hooks.
 TensorPtr MakeDeviceTensor(const Shape& shape, DataType dtype, Device device);
+
+/// The checks every Wrap makes before it builds a tensor, so they fail alike: ArgumentError for a
+/// `dtype` that is not a DataType, a `shape` whose byte size overflows, null `data` with elements,
+/// or `data` not aligned to the element size (named @p data_name and @p shape_name). Returns the byte size.
+MLFRAMEWORK_EXPORT std::size_t CheckWrapArguments(const void* data, const Shape& shape, DataType dtype,
+                                                  const std::string& data_name = "data",
+                                                  const std::string& shape_name = "shape");
 
 }  // namespace mlframework::detail

@@ -29,6 +29,16 @@ MLFRAMEWORK_EXPORT TensorPtr Empty(Shape shape, DataType dtype);
 /// Throws ArgumentNullError for a null @p base, ArgumentError when @p base is not a CPU tensor or
 /// the view does not fit inside it.
 MLFRAMEWORK_EXPORT TensorPtr View(const TensorPtr& base, std::size_t offset, const Shape& shape);
+/// A CPU tensor over host memory that the caller owns, with no copy: the fused kernels run on
+/// @p data directly, as on the library's own tensors. @p owner is held until the last reference
+/// to the tensor (and to any view of it) is gone, so it can keep the memory alive (the framework's
+/// tensor, a DLPack capsule); it may be null when the caller guarantees the lifetime.
+/// The memory must be contiguous, row-major, `Size() * ElementSize(dtype)` bytes, and @p data
+/// aligned to the element size (any further alignment is fine).
+/// ArgumentError naming the parameter and its value: @p data null while @p shape has elements,
+/// @p data not aligned to the element size, a @p dtype that is not a DataType, or a @p shape
+/// whose byte size overflows.
+MLFRAMEWORK_EXPORT TensorPtr Wrap(void* data, Shape shape, DataType dtype, std::shared_ptr<void> owner);
 /// True when @p tensor is a CPU-backend tensor (so its memory can be read directly).
 MLFRAMEWORK_EXPORT bool IsCpuTensor(const ITensor& tensor) noexcept;
 /// Raw element storage of a CPU tensor (`Size() * ElementSize` bytes); ArgumentError otherwise.

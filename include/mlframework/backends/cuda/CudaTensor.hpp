@@ -40,6 +40,17 @@ MLFRAMEWORK_EXPORT std::string DeviceName(int device);
 MLFRAMEWORK_EXPORT TensorPtr Empty(const Shape& shape, DataType dtype, int device = 0);
 /// True when @p tensor is a CUDA-backend tensor.
 MLFRAMEWORK_EXPORT bool IsCudaTensor(const ITensor& tensor) noexcept;
+/// A CUDA tensor over device memory of GPU @p device that the caller owns, with no copy: the
+/// fused kernels run on @p data directly. The memory is never freed by the library; @p owner is
+/// held until the last reference to the tensor (and to any view of it) is gone, so it can keep
+/// the memory alive (the framework's tensor, a DLPack capsule), and may be null when the caller
+/// guarantees the lifetime. Contiguous, row-major, @p data aligned to the element size. Work on
+/// it runs on the library's stream of @p device (StreamHandle()): order it with the framework's
+/// stream as with any CUDA tensor (for example an event, or Synchronize()).
+/// ArgumentError naming the parameter and its value: @p data null while @p shape has elements,
+/// @p data not aligned to the element size, a @p dtype that is not a DataType, a @p shape whose
+/// byte size overflows, a negative @p device; BackendError when the device cannot be used.
+MLFRAMEWORK_EXPORT TensorPtr Wrap(void* data, Shape shape, DataType dtype, int device, std::shared_ptr<void> owner);
 /// Device pointer to the elements of a CUDA tensor (`Size() * ElementSize` bytes), for
 /// interoperation with the caller's own kernels; ArgumentError when @p tensor is not a CUDA tensor.
 /// Work on it must be ordered after Synchronize() or on the backend's stream (see StreamHandle()).

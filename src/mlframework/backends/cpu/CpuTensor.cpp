@@ -12,6 +12,7 @@
 
 #include "mlframework/backends/cpu/ListKey.hpp"
 #include "mlframework/backends/cpu/MultiTensorKernels.hpp"
+#include "mlframework/core/DeviceFactory.hpp"
 
 namespace mlframework::backends::cpu {
 
@@ -43,8 +44,8 @@ CpuTensor::~CpuTensor() {
   }
 }
 
-CpuTensor::CpuTensor(Shape shape, DataType dtype, TensorPtr base, void* data)
-    : data_(data), size_(ElementCount(shape)), dtype_(dtype), shape_(std::move(shape)), base_(std::move(base)) {}
+CpuTensor::CpuTensor(Shape shape, DataType dtype, std::shared_ptr<void> owner, void* data)
+    : data_(data), size_(ElementCount(shape)), dtype_(dtype), shape_(std::move(shape)), owner_(std::move(owner)) {}
 
 namespace {
 
@@ -131,6 +132,35 @@ void CpuTensor::CopyFromFloats(std::span<const float> values) {
 const TensorBackend* CpuTensor::Backend() const noexcept { return &cpu::Backend(); }
 
 TensorPtr Empty(Shape shape, DataType dtype) { return std::make_shared<CpuTensor>(std::move(shape), dtype); }
+
+TensorPtr Wrap(void* data, Shape shape, DataType dtype, std::shared_ptr<void> owner) {
+  mlframework::detail::CheckWrapArguments(data, shape, dtype);
+  return std::make_shared<CpuTensor>(std::move(shape), dtype, std::move(owner), data);
+}
+
+namespace {
+
+// Core reaches CPU memory it did not allocate (DLPack) through these hooks.
+TensorPtr WrapHook(void* data, const Shape& shape, DataType dtype, Device /*device*/, std::shared_ptr<void> owner) {
+  return Wrap(data, shape, dtype, std::move(owner));
+}
+
+void* DataPointerHook(const ITensor& tensor) {
+  const auto* cpu_tensor = dynamic_cast<const CpuTensor*>(&tensor);
+  return cpu_tensor != nullptr ? const_cast<void*>(cpu_tensor->Data()) : nullptr;
+}
+
+TensorPtr MakeHook(const Shape& shape, DataType dtype, Device /*device*/) { return Empty(shape, dtype); }
+
+const mlframework::detail::DeviceTensorHooks kHooks{
+    .Make = &MakeHook, .Wrap = &WrapHook, .DataPointer = &DataPointerHook};
+
+[[maybe_unused]] const bool kRegistered = [] {
+  mlframework::detail::RegisterDeviceTensorHooks(DeviceType::CPU, &kHooks);
+  return true;
+}();
+
+}  // namespace
 
 TensorPtr View(const TensorPtr& base, std::size_t offset, const Shape& shape) {
   if (!base) {

@@ -24,8 +24,9 @@ using Storage = xt::xtensor<T, 1, XTENSOR_DEFAULT_LAYOUT, TensorAllocator<T>>;
 class CpuTensor final : public ITensor {
  public:
   CpuTensor(Shape shape, DataType dtype);
-  // A view of `count(shape)` elements of `base` from `data` on (base keeps the memory alive).
-  CpuTensor(Shape shape, DataType dtype, TensorPtr base, void* data);
+  // `count(shape)` elements from `data` on that this tensor does not own: a view of another
+  // tensor, or memory the framework owns (Wrap); `owner` keeps the memory alive.
+  CpuTensor(Shape shape, DataType dtype, std::shared_ptr<void> owner, void* data);
 
   DataType GetDataType() const override { return dtype_; }
   Device GetDevice() const override { return Device::CPU(); }
@@ -78,9 +79,9 @@ class CpuTensor final : public ITensor {
   mutable std::atomic<bool> kept_{false};     // see MarkKept()
   mutable std::atomic<bool> planned_{false};  // see MarkPlanned()
   Shape shape_;
-  Storage<float> f32_;          // used when dtype_ is Float32
-  Storage<std::uint16_t> u16_;  // used when dtype_ is Float16 or BFloat16
-  TensorPtr base_;              // set for a view: the tensor owning the memory
+  Storage<float> f32_;           // used when dtype_ is Float32
+  Storage<std::uint16_t> u16_;   // used when dtype_ is Float16 or BFloat16
+  std::shared_ptr<void> owner_;  // set for a view or a wrap: what keeps the memory alive
 };
 
 }  // namespace mlframework::backends::cpu

@@ -64,6 +64,16 @@ CudaTensor::CudaTensor(const std::shared_ptr<const CudaTensor>& base, std::size_
   data_ = static_cast<std::byte*>(base->data_) + bytes;
 }
 
+CudaTensor::CudaTensor(void* data, Shape shape, DataType dtype, int device, std::shared_ptr<void> owner)
+    : shape_(std::move(shape)),
+      size_(ElementCount(shape_)),
+      dtype_(dtype),
+      device_(device),
+      context_(&DeviceContext::Get(device)),
+      data_(data),
+      // A wrap with no owner still must not free the caller's memory: hold an empty keeper.
+      owner_(owner ? std::move(owner) : std::make_shared<int>(0)) {}
+
 CudaTensor::~CudaTensor() {
   if (!owner_) {
     context_->Free(data_);
@@ -192,6 +202,14 @@ TensorPtr Empty(const Shape& shape, DataType dtype, int device) {
   return std::make_shared<CudaTensor>(shape, dtype, device);
 }
 
+TensorPtr Wrap(void* data, Shape shape, DataType dtype, int device, std::shared_ptr<void> owner) {
+  mlframework::detail::CheckWrapArguments(data, shape, dtype);
+  if (device < 0) {
+    throw ArgumentError("device", "must be >= 0, got " + std::to_string(device));
+  }
+  return std::make_shared<CudaTensor>(data, std::move(shape), dtype, device, std::move(owner));
+}
+
 bool IsCudaTensor(const ITensor& tensor) noexcept { return dynamic_cast<const CudaTensor*>(&tensor) != nullptr; }
 
 void* DevicePointer(ITensor& tensor) {
@@ -218,14 +236,24 @@ namespace mlframework::backends::cuda {
 
 namespace {
 
-TensorPtr MakeCudaTensor(const Shape& shape, DataType dtype, Device device) {
-  return Empty(shape, dtype, device.Index);
+TensorPtr MakeHook(const Shape& shape, DataType dtype, Device device) { return Empty(shape, dtype, device.Index); }
+
+TensorPtr WrapHook(void* data, const Shape& shape, DataType dtype, Device device, std::shared_ptr<void> owner) {
+  return Wrap(data, shape, dtype, device.Index, std::move(owner));
 }
 
-// Core's Zeros(..., Device::CUDA(i)) reaches this backend through the factory registered when
-// libmlframework_cuda is loaded; core itself links no CUDA.
+void* DataPointerHook(const ITensor& tensor) {
+  const auto* cuda_tensor = dynamic_cast<const CudaTensor*>(&tensor);
+  return cuda_tensor != nullptr ? cuda_tensor->Data() : nullptr;
+}
+
+const mlframework::detail::DeviceTensorHooks kHooks{
+    .Make = &MakeHook, .Wrap = &WrapHook, .DataPointer = &DataPointerHook};
+
+// Core's Zeros(..., Device::CUDA(i)) and FromDLPack reach this backend through the hooks
+// registered when libmlframework_cuda is loaded; core itself links no CUDA.
 [[maybe_unused]] const bool kRegistered = [] {
-  mlframework::detail::RegisterDeviceTensorFactory(DeviceType::CUDA, &MakeCudaTensor);
+  mlframework::detail::RegisterDeviceTensorHooks(DeviceType::CUDA, &kHooks);
   return true;
 }();
 

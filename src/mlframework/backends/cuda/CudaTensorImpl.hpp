@@ -19,6 +19,8 @@ class CudaTensor final : public ITensor {
   // A view of @p count elements of @p base from element @p offset on (ViewByteOffset() checks
   // the range): shares the allocation, which stays alive while any view of it does.
   CudaTensor(const std::shared_ptr<const CudaTensor>& base, std::size_t offset, Shape shape);
+  // Memory on `device` that the caller owns (Wrap): never freed here; `owner` keeps it alive.
+  CudaTensor(void* data, Shape shape, DataType dtype, int device, std::shared_ptr<void> owner);
   ~CudaTensor() override;
   CudaTensor(const CudaTensor&) = delete;
   CudaTensor& operator=(const CudaTensor&) = delete;
@@ -55,7 +57,7 @@ class CudaTensor final : public ITensor {
   int device_;
   DeviceContext* context_;
   void* data_ = nullptr;
-  std::shared_ptr<const CudaTensor> owner_;  // the tensor that owns the allocation (views only)
+  std::shared_ptr<const void> owner_;  // views and wraps: what keeps the memory alive (null: own allocation)
 };
 
 }  // namespace mlframework::backends::cuda

@@ -3,6 +3,8 @@
 #include <mlframework/backends/cuda/CudaTensor.hpp>
 #include <mlframework/core/Error.hpp>
 
+#include "mlframework/core/DeviceFactory.hpp"
+
 namespace mlframework::backends::cuda {
 
 namespace {
@@ -27,6 +29,13 @@ std::string DeviceName(int device) {
 
 TensorPtr Empty(const Shape& /*shape*/, DataType /*dtype*/, int device) {
   throw BackendError("cannot create a tensor on cuda:" + std::to_string(device) + ": " + kNotBuilt);
+}
+
+// The by-value parameters are the public signature's (the CUDA build moves them into the tensor).
+TensorPtr Wrap(void* data, Shape shape, DataType dtype, int device,  // NOLINT(performance-unnecessary-value-param)
+               std::shared_ptr<void> /*owner*/) {                    // NOLINT(performance-unnecessary-value-param)
+  mlframework::detail::CheckWrapArguments(data, shape, dtype);       // bad arguments fail as in a CUDA build
+  throw BackendError("cannot wrap memory of cuda:" + std::to_string(device) + ": " + kNotBuilt);
 }
 
 bool IsCudaTensor(const ITensor& /*tensor*/) noexcept { return false; }

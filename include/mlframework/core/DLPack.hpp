@@ -1,0 +1,43 @@
+#pragma once
+/// @file DLPack.hpp
+/// @brief Zero-copy exchange of tensors with other frameworks through DLPack.
+///
+/// DLPack (https://dmlc.github.io/dlpack/) is the tensor-exchange struct PyTorch, JAX, CuPy,
+/// TensorFlow and most C++ frameworks speak: `at::toDLPack(tensor)` in libtorch hands over a
+/// `DLManagedTensor*` that FromDLPack() turns into a TensorPtr over the same memory, on which
+/// the fused kernels run at full speed. This is DLPack's legacy (unversioned) struct, the one
+/// Debian's libdlpack-dev (0.6) and libtorch 1.13/2.x exchange; include `<dlpack/dlpack.h>`
+/// to use these functions (this header only declares the struct).
+
+#include <mlframework/core/ITensor.hpp>
+#include <mlframework/export.hpp>
+
+struct DLManagedTensor;  // <dlpack/dlpack.h>
+
+namespace mlframework {
+
+/// A tensor over the memory of @p managed, with no copy, that takes ownership of it: the
+/// managed tensor's deleter is called exactly once, when the last TensorPtr (and the last view of
+/// it) is gone.
+///
+/// Accepted: device kDLCPU (the CPU backend) or kDLCUDA (the CUDA backend, which needs
+/// mlframework::cuda linked); dtype float32, float16 or bfloat16 with one lane; compact row-major
+/// strides or null strides (strides of extent-1 dimensions are ignored, as PyTorch writes them
+/// freely); `byte_offset` added to `data`; the resulting address aligned to the element size.
+///
+/// Anything else throws, and @p managed is then left untouched (its deleter is not called: the
+/// caller still owns it): ArgumentNullError for a null @p managed; ArgumentError naming the field
+/// (`managed->dl_tensor.ndim`, `...shape[i]`, `...strides[i]`, `...dtype`, `...device`,
+/// `...byte_offset`, `...data`) and its value; BackendError when the device's backend is not
+/// available (CUDA not linked or not built).
+MLFRAMEWORK_EXPORT TensorPtr FromDLPack(DLManagedTensor* managed);
+
+/// Exports @p tensor's memory as a DLPack managed tensor (no copy) for another framework
+/// (`at::fromDLPack`): compact row-major strides, the tensor's dtype and device. The managed
+/// tensor keeps @p tensor alive until its deleter is called, which the receiver must do once.
+/// ArgumentNullError for a null @p tensor; ArgumentError when its memory cannot be addressed
+/// (a tensor of a backend without a DLPack device, such as a user's own ITensor that keeps its
+/// elements elsewhere).
+MLFRAMEWORK_EXPORT DLManagedTensor* ToDLPack(const TensorPtr& tensor);
+
+}  // namespace mlframework

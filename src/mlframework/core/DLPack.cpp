@@ -1,0 +1,185 @@
+#include <mlframework/core/DLPack.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <dlpack/dlpack.h>
+
+#include <mlframework/core/Error.hpp>
+
+#include "mlframework/core/DeviceFactory.hpp"
+
+namespace mlframework {
+
+namespace {
+
+std::string Field(const std::string& name) { return "managed->dl_tensor." + name; }
+
+DataType DTypeOf(const DLDataType& dtype) {
+  if (dtype.lanes == 1 && dtype.code == kDLFloat && dtype.bits == 32) {
+    return DataType::Float32;
+  }
+  if (dtype.lanes == 1 && dtype.code == kDLFloat && dtype.bits == 16) {
+    return DataType::Float16;
+  }
+  if (dtype.lanes == 1 && dtype.code == kDLBfloat && dtype.bits == 16) {
+    return DataType::BFloat16;
+  }
+  throw ArgumentError(Field("dtype"), "{code " + std::to_string(dtype.code) + ", bits " + std::to_string(dtype.bits) +
+                                          ", lanes " + std::to_string(dtype.lanes) +
+                                          "} is not float32, float16 or bfloat16 with one lane");
+}
+
+Device DeviceOf(const DLDevice& device) {
+  if (device.device_type == kDLCPU) {
+    return Device::CPU();
+  }
+  if (device.device_type == kDLCUDA) {
+    if (device.device_id < 0) {
+      throw ArgumentError(Field("device.device_id"), "must be >= 0, got " + std::to_string(device.device_id));
+    }
+    return Device::CUDA(device.device_id);
+  }
+  throw ArgumentError(Field("device.device_type"),
+                      std::to_string(static_cast<int>(device.device_type)) + " is not kDLCPU (1) or kDLCUDA (2)");
+}
+
+// The shape, after checking it and the strides (compact row-major; extent-1 dimensions may carry
+// any stride, as PyTorch writes them).
+Shape ShapeOf(const DLTensor& tensor) {
+  constexpr int kMaxDims = 64;  // DLPack leaves it open; anything deeper is a corrupt descriptor
+  if (tensor.ndim < 0 || tensor.ndim > kMaxDims) {
+    throw ArgumentError(Field("ndim"),
+                        std::to_string(tensor.ndim) + " is outside [0, " + std::to_string(kMaxDims) + "]");
+  }
+  if (tensor.ndim > 0 && tensor.shape == nullptr) {
+    throw ArgumentError(Field("shape"), "is null with ndim " + std::to_string(tensor.ndim));
+  }
+  Shape shape;
+  shape.reserve(static_cast<std::size_t>(tensor.ndim));
+  for (int i = 0; i < tensor.ndim; ++i) {
+    if (tensor.shape[i] < 0) {
+      throw ArgumentError(Field("shape[" + std::to_string(i) + "]"), "is negative: " + std::to_string(tensor.shape[i]));
+    }
+    shape.push_back(static_cast<std::size_t>(tensor.shape[i]));
+  }
+  if (tensor.strides != nullptr) {
+    std::int64_t expected = 1;
+    for (int i = tensor.ndim - 1; i >= 0; --i) {
+      if (tensor.shape[i] != 1 && tensor.strides[i] != expected) {
+        throw ArgumentError(Field("strides[" + std::to_string(i) + "]"),
+                            "is " + std::to_string(tensor.strides[i]) + " but a compact row-major tensor has " +
+                                std::to_string(expected) + " (only contiguous memory is accepted)");
+      }
+      // Past the element count the product no longer matters (the shape check below rejects it).
+      if (tensor.shape[i] > 0 && expected <= INT64_MAX / tensor.shape[i]) {
+        expected *= tensor.shape[i];
+      }
+    }
+  }
+  return shape;
+}
+
+// Calls the managed tensor's deleter when the last tensor over its memory goes. The pointer is
+// set only once the tensor exists, so a failed import never calls the deleter.
+struct ManagedOwner {
+  DLManagedTensor* managed = nullptr;
+  ManagedOwner() = default;
+  ManagedOwner(const ManagedOwner&) = delete;
+  ManagedOwner& operator=(const ManagedOwner&) = delete;
+  ~ManagedOwner() {
+    if (managed != nullptr && managed->deleter != nullptr) {
+      managed->deleter(managed);
+    }
+  }
+};
+
+// What an exported managed tensor holds: the tensor (keeps the memory alive) and its shape.
+struct ExportContext {
+  DLManagedTensor managed{};
+  TensorPtr tensor;
+  std::vector<std::int64_t> shape;
+  std::vector<std::int64_t> strides;
+};
+
+void DeleteExport(DLManagedTensor* managed) {
+  delete static_cast<ExportContext*>(managed->manager_ctx);  // NOLINT(cppcoreguidelines-owning-memory)
+}
+
+}  // namespace
+
+TensorPtr FromDLPack(DLManagedTensor* managed) {
+  if (managed == nullptr) {
+    throw ArgumentNullError("managed");
+  }
+  const DLTensor& tensor = managed->dl_tensor;
+  const Device device = DeviceOf(tensor.device);
+  const DataType dtype = DTypeOf(tensor.dtype);
+  const Shape shape = ShapeOf(tensor);
+  if (tensor.byte_offset % ElementSize(dtype) != 0) {
+    throw ArgumentError(Field("byte_offset"), std::to_string(tensor.byte_offset) + " is not a multiple of the " +
+                                                  std::to_string(ElementSize(dtype)) + "-byte elements of " +
+                                                  std::string(ToString(dtype)));
+  }
+  if (tensor.data == nullptr && tensor.byte_offset != 0) {
+    throw ArgumentError(Field("data"), "is null with byte_offset " + std::to_string(tensor.byte_offset));
+  }
+  void* data = tensor.data == nullptr ? nullptr : static_cast<std::byte*>(tensor.data) + tensor.byte_offset;
+  detail::CheckWrapArguments(data, shape, dtype, Field("data"), Field("shape"));
+  const detail::DeviceTensorHooks& hooks = detail::DeviceHooks(device);
+  auto owner = std::make_shared<ManagedOwner>();
+  TensorPtr result = hooks.Wrap(data, shape, dtype, device, owner);
+  owner->managed = managed;  // from here on, the last tensor calls the deleter
+  return result;
+}
+
+DLManagedTensor* ToDLPack(const TensorPtr& tensor) {
+  if (!tensor) {
+    throw ArgumentNullError("tensor");
+  }
+  const Device device = tensor->GetDevice();
+  void* data = nullptr;
+  if (tensor->Size() > 0) {
+    data = detail::DeviceHooks(device).DataPointer(*tensor);
+    if (data == nullptr) {
+      throw ArgumentError("tensor", "on " + device.ToString() +
+                                        " is not a tensor of the library's backends, so its memory has no address "
+                                        "to export");
+    }
+  }
+  auto context = std::make_unique<ExportContext>();
+  context->tensor = tensor;
+  for (const std::size_t extent : tensor->GetShape()) {
+    context->shape.push_back(static_cast<std::int64_t>(extent));
+  }
+  context->strides.assign(context->shape.size(), 1);
+  for (std::size_t i = context->shape.size(); i-- > 1;) {
+    context->strides[i - 1] = context->strides[i] * context->shape[i];
+  }
+  DLTensor& out = context->managed.dl_tensor;
+  out.data = data;
+  out.device = DLDevice{device.IsCUDA() ? kDLCUDA : kDLCPU, device.IsCUDA() ? device.Index : 0};
+  out.ndim = static_cast<std::int32_t>(context->shape.size());
+  switch (tensor->GetDataType()) {
+    case DataType::Float32:
+      out.dtype = DLDataType{kDLFloat, 32, 1};
+      break;
+    case DataType::Float16:
+      out.dtype = DLDataType{kDLFloat, 16, 1};
+      break;
+    case DataType::BFloat16:
+      out.dtype = DLDataType{kDLBfloat, 16, 1};
+      break;
+  }
+  out.shape = context->shape.data();
+  out.strides = context->strides.data();
+  out.byte_offset = 0;
+  context->managed.manager_ctx = context.get();
+  context->managed.deleter = &DeleteExport;
+  return &context.release()->managed;
+}
+
+}  // namespace mlframework

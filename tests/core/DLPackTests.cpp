@@ -1,0 +1,157 @@
+// Zero copy: backends::cpu::Wrap over memory the caller owns, and DLPack import and export.
+// The fused kernels run on the caller's memory itself, and the owner (or the DLPack deleter)
+// lives exactly as long as the tensors over it.
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include <dlpack/dlpack.h>
+#include <boost/test/unit_test.hpp>
+
+#include <mlframework/backends/cpu/CpuTensor.hpp>
+#include <mlframework/core/DLPack.hpp>
+#include <mlframework/core/Error.hpp>
+#include <mlframework/core/Float16.hpp>
+#include <mlframework/core/MultiTensor.hpp>
+#include <mlframework/core/Tensor.hpp>
+
+using namespace mlframework;
+
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// A DLPack managed tensor over a vector the test owns, counting its deleter's calls.
+struct Managed {
+  std::vector<float> values;
+  std::vector<std::int64_t> shape;
+  DLManagedTensor managed{};
+  int deleted = 0;
+
+  explicit Managed(std::vector<float> v, std::vector<std::int64_t> s) : values(std::move(v)), shape(std::move(s)) {
+    managed.dl_tensor.data = values.data();
+    managed.dl_tensor.device = DLDevice{kDLCPU, 0};
+    managed.dl_tensor.ndim = static_cast<std::int32_t>(shape.size());
+    managed.dl_tensor.dtype = DLDataType{kDLFloat, 32, 1};
+    managed.dl_tensor.shape = shape.data();
+    managed.manager_ctx = this;
+    managed.deleter = [](DLManagedTensor* self) { ++static_cast<Managed*>(self->manager_ctx)->deleted; };
+  }
+};
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(ZeroCopyWrap)
+
+BOOST_AUTO_TEST_CASE(FusedKernelsRunOnTheCallersMemory) {
+  std::vector<float> grads = {2.0f, -4.0f, 8.0f, 16.0f};
+  const TensorPtr wrapped = backends::cpu::Wrap(grads.data(), {2, 2}, DataType::Float32, nullptr);
+  BOOST_TEST(wrapped->Backend() == &backends::cpu::Backend());
+  BOOST_TEST(backends::cpu::Data(*wrapped) == grads.data());
+  const TensorPtr list[] = {wrapped};
+  BOOST_TEST(!UnscaleAndCheck(list, 0.5f));
+  BOOST_TEST(grads == (std::vector<float>{1.0f, -2.0f, 4.0f, 8.0f}), boost::test_tools::per_element());
+  grads[3] = kInf;
+  BOOST_TEST(HasNonFinite(list));
+
+  // 16-bit memory: a cast into the library's FP32 buffer reads the caller's words.
+  std::vector<std::uint16_t> half = {Float16(1.5f).bits, Float16(-0.25f).bits};
+  const TensorPtr h = backends::cpu::Wrap(half.data(), {2}, DataType::Float16, nullptr);
+  const std::vector<TensorPtr> wide = Cast(std::vector<TensorPtr>{h}, DataType::Float32, 2.0f);
+  BOOST_TEST(wide[0]->ToFloatVector() == (std::vector<float>{3.0f, -0.5f}), boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(OwnerLivesAsLongAsTheTensorsOverIt) {
+  auto owner = std::make_shared<std::vector<float>>(8, 1.0f);
+  std::weak_ptr<std::vector<float>> watch = owner;
+  TensorPtr view;
+  {
+    const TensorPtr wrapped = backends::cpu::Wrap(owner->data(), {8}, DataType::Float32, owner);
+    owner.reset();
+    BOOST_TEST(!watch.expired());
+    view = backends::cpu::View(wrapped, 2, {3});
+  }
+  BOOST_TEST(!watch.expired());  // the view still reads the memory
+  BOOST_TEST(view->ToFloatVector() == (std::vector<float>{1.0f, 1.0f, 1.0f}), boost::test_tools::per_element());
+  view.reset();
+  BOOST_TEST(watch.expired());
+}
+
+BOOST_AUTO_TEST_CASE(ElementAlignmentIsEnough) {
+  // Memory one element past a cache line: the kernels take any element-aligned address.
+  std::vector<float> storage(67, 3.0f);
+  const TensorPtr wrapped = backends::cpu::Wrap(storage.data() + 1, {65}, DataType::Float32, nullptr);
+  const TensorPtr list[] = {wrapped};
+  BOOST_TEST(SumOfSquares(list) == 65.0 * 9.0);
+  const TensorPtr empty = backends::cpu::Wrap(nullptr, {0, 3}, DataType::BFloat16, nullptr);
+  BOOST_TEST(empty->Size() == 0u);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(DLPackExchange)
+
+BOOST_AUTO_TEST_CASE(ImportIsZeroCopyAndDeletesOnce) {
+  Managed m({1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f}, {2, 3});
+  TensorPtr view;
+  {
+    const TensorPtr tensor = FromDLPack(&m.managed);
+    BOOST_TEST(tensor->GetShape() == (Shape{2, 3}), boost::test_tools::per_element());
+    BOOST_TEST((tensor->GetDataType() == DataType::Float32));
+    BOOST_TEST(tensor->GetDevice().IsCPU());
+    BOOST_TEST(backends::cpu::Data(*tensor) == m.values.data());
+    const TensorPtr list[] = {tensor};
+    ScaleInPlace(list, 2.0f);
+    BOOST_TEST(m.values[5] == 12.0f);
+    view = backends::cpu::View(tensor, 3, {3});
+    BOOST_TEST(m.deleted == 0);
+  }
+  BOOST_TEST(m.deleted == 0);  // the view holds the memory
+  view.reset();
+  BOOST_TEST(m.deleted == 1);
+}
+
+BOOST_AUTO_TEST_CASE(ByteOffsetAndStridesAsPyTorchWritesThem) {
+  Managed m({9.0f, 1.0f, 2.0f, 3.0f}, {3, 1});
+  m.managed.dl_tensor.byte_offset = sizeof(float);
+  std::vector<std::int64_t> strides = {1, 7};  // compact; the extent-1 dimension's stride is free
+  m.managed.dl_tensor.strides = strides.data();
+  const TensorPtr tensor = FromDLPack(&m.managed);
+  BOOST_TEST(tensor->ToFloatVector() == (std::vector<float>{1.0f, 2.0f, 3.0f}), boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(ExportRoundTripsThroughDLPack) {
+  for (const DataType dtype : {DataType::Float32, DataType::Float16, DataType::BFloat16}) {
+    const TensorPtr original = FromVector({1.0f, -2.0f, 0.5f, 4.0f, 8.0f, 16.0f}, {3, 2}, dtype);
+    DLManagedTensor* exported = ToDLPack(original);
+    BOOST_TEST(exported->dl_tensor.ndim == 2);
+    BOOST_TEST(exported->dl_tensor.shape[0] == 3);
+    BOOST_TEST(exported->dl_tensor.strides[0] == 2);
+    BOOST_TEST(exported->dl_tensor.strides[1] == 1);
+    BOOST_TEST(exported->dl_tensor.device.device_type == kDLCPU);
+    BOOST_TEST(exported->dl_tensor.dtype.bits == (dtype == DataType::Float32 ? 32 : 16));
+    BOOST_TEST(exported->dl_tensor.data == backends::cpu::Data(*original));
+    const TensorPtr back = FromDLPack(exported);  // takes ownership of the export
+    BOOST_TEST((back->GetDataType() == dtype));
+    BOOST_TEST(back->ToFloatVector() == original->ToFloatVector(), boost::test_tools::per_element());
+    BOOST_TEST(backends::cpu::Data(*back) == backends::cpu::Data(*original));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(ExportKeepsTheTensorAlive) {
+  std::weak_ptr<ITensor> watch;
+  DLManagedTensor* exported = nullptr;
+  {
+    const TensorPtr tensor = Zeros({4}, DataType::Float32);
+    watch = tensor;
+    exported = ToDLPack(tensor);
+  }
+  BOOST_TEST(!watch.expired());
+  exported->deleter(exported);
+  BOOST_TEST(watch.expired());
+}
+
+BOOST_AUTO_TEST_SUITE_END()
