@@ -1,31 +1,45 @@
 #include "mlframework/distributed/HostStaging.hpp"
 
-#include <cstring>
+#include <cstddef>
+#include <span>
 #include <string>
 
-#include <mlframework/backends/cpu/CpuTensor.hpp>
 #include <mlframework/core/Error.hpp>
 #include <mlframework/core/Tensor.hpp>
 
 namespace mlframework::distributed::detail {
 
+namespace {
+
+// The memory of a staging tensor made by core's factories on the CPU, which the host addresses.
+void* StagedMemory(ITensor& staged) {
+  const std::span<std::byte> bytes = staged.MutableHostBytes();
+  if (bytes.empty() && staged.Size() != 0) {
+    throw InvalidOperationError("a CPU staging tensor of " + std::to_string(staged.Size()) +
+                                " elements exposes no host memory");
+  }
+  return bytes.data();
+}
+
+}  // namespace
+
 HostRead::HostRead(const ITensor& tensor) {
-  if (backends::cpu::IsCpuTensor(tensor)) {
-    data_ = backends::cpu::Data(tensor);
+  if (const std::span<const std::byte> bytes = tensor.HostBytes(); !bytes.empty()) {
+    data_ = bytes.data();
     return;
   }
   staged_ = FromVector(tensor.ToFloatVector(), tensor.GetShape(), tensor.GetDataType());
-  data_ = backends::cpu::Data(*staged_);
+  data_ = StagedMemory(*staged_);
 }
 
 HostWrite::HostWrite(ITensor& tensor, bool keep_contents) : tensor_(tensor) {
-  if (backends::cpu::IsCpuTensor(tensor)) {
-    data_ = backends::cpu::MutableData(tensor);
+  if (const std::span<std::byte> bytes = tensor.MutableHostBytes(); !bytes.empty()) {
+    data_ = bytes.data();
     return;
   }
   staged_ = keep_contents ? FromVector(tensor.ToFloatVector(), tensor.GetShape(), tensor.GetDataType())
-                          : backends::cpu::Empty(tensor.GetShape(), tensor.GetDataType());
-  data_ = backends::cpu::MutableData(*staged_);
+                          : Zeros(tensor.GetShape(), tensor.GetDataType());
+  data_ = StagedMemory(*staged_);
 }
 
 void HostWrite::Commit() {
