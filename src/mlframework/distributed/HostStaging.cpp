@@ -9,27 +9,13 @@
 
 namespace mlframework::distributed::detail {
 
-namespace {
-
-// The memory of a staging tensor made by core's factories on the CPU, which the host addresses.
-void* StagedMemory(ITensor& staged) {
-  const std::span<std::byte> bytes = staged.MutableHostBytes();
-  if (bytes.empty() && staged.Size() != 0) {
-    throw InvalidOperationError("a CPU staging tensor of " + std::to_string(staged.Size()) +
-                                " elements exposes no host memory");
-  }
-  return bytes.data();
-}
-
-}  // namespace
-
 HostRead::HostRead(const ITensor& tensor) {
   if (const std::span<const std::byte> bytes = tensor.HostBytes(); !bytes.empty()) {
     data_ = bytes.data();
     return;
   }
   staged_ = FromVector(tensor.ToFloatVector(), tensor.GetShape(), tensor.GetDataType());
-  data_ = StagedMemory(*staged_);
+  data_ = staged_->MutableHostBytes().data();  // core's CPU tensors lie in host memory
 }
 
 HostWrite::HostWrite(ITensor& tensor, bool keep_contents) : tensor_(tensor) {
@@ -39,7 +25,7 @@ HostWrite::HostWrite(ITensor& tensor, bool keep_contents) : tensor_(tensor) {
   }
   staged_ = keep_contents ? FromVector(tensor.ToFloatVector(), tensor.GetShape(), tensor.GetDataType())
                           : Zeros(tensor.GetShape(), tensor.GetDataType());
-  data_ = StagedMemory(*staged_);
+  data_ = staged_->MutableHostBytes().data();  // core's CPU tensors lie in host memory
 }
 
 void HostWrite::Commit() {

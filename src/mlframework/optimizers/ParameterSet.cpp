@@ -22,11 +22,7 @@ bool IsHostFloat32(const ITensor& tensor) {
 // The elements of an FP32 host tensor (a master, a scratch buffer or an IsHostFloat32() tensor).
 std::span<float> Floats(ITensor& tensor) {
   const std::span<std::byte> bytes = tensor.MutableHostBytes();
-  if (tensor.GetDataType() != DataType::Float32 || (bytes.empty() && tensor.Size() != 0)) {
-    throw InvalidOperationError("an optimizer buffer of " + std::to_string(tensor.Size()) + " " +
-                                std::string(ToString(tensor.GetDataType())) + " elements is not FP32 host memory");
-  }
-  return {reinterpret_cast<float*>(bytes.data()), tensor.Size()};
+  return {reinterpret_cast<float*>(bytes.data()), bytes.size() / sizeof(float)};
 }
 
 }  // namespace
