@@ -4,12 +4,16 @@
 // mantissa prefix and the rounding ties of both 16-bit formats. The 16-bit
 // tensors are also cut into views of odd lengths so every vector tail runs.
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <boost/test/unit_test.hpp>
+
+#include <mlframework/core/HostConversion.hpp>
 
 #include "core/KernelReference.hpp"
 
@@ -115,6 +119,54 @@ BOOST_AUTO_TEST_CASE(LargeCastsWithNonTemporalStoresAreExact) {
       RequireSameBits(dst_whole, expected, "views");
     }
   }
+}
+
+BOOST_AUTO_TEST_CASE(HostConversionOfRawBuffersMatchesTheScalarCode) {
+  // ConvertHostElements (core's raw-buffer conversion, the CPU backend's dispatched casts):
+  // every 16-bit pattern widened and FP32 patterns narrowed, bit for bit, in blocks of every
+  // odd length at every offset, as a collective converts its buffers.
+  Rng rng(13);
+  const auto fp32 = MakeTensor(DataType::Float32, std::size_t{1} << 18, [&](std::size_t i) {
+    return i % 2 == 0 ? RandomFiniteBits(DataType::Float32, rng) : RandomValueBits(DataType::Float32, rng);
+  });
+  for (const DataType dtype : {DataType::Float16, DataType::BFloat16}) {
+    const auto all = MakeTensor(dtype, 65536, [](std::size_t i) { return static_cast<std::uint32_t>(i); });
+    for (const auto& [source, target] : {std::pair{all, DataType::Float32}, std::pair{fp32, dtype}}) {
+      const std::string what = std::string(ToString(source->GetDataType())) + " -> " + std::string(ToString(target)) +
+                               " isa=" + std::string(backends::cpu::InstructionSet());
+      BOOST_TEST_CONTEXT(what) {
+        const auto dst = backends::cpu::Empty(source->GetShape(), target);
+        const std::vector<TensorPtr> dst_whole = {dst};
+        auto expected = Snapshot(dst_whole);
+        static_cast<void>(RefCast({source}, dst_whole, expected, 1.0f));
+        const auto* in = static_cast<const std::byte*>(backends::cpu::Data(*source));
+        auto* out = static_cast<std::byte*>(backends::cpu::MutableData(*dst));
+        for (std::size_t offset = 0, length = 1; offset < source->Size(); length = length % 40 + 1) {
+          const std::size_t n = std::min(length, source->Size() - offset);
+          ConvertHostElements(in + offset * ElementSize(source->GetDataType()), source->GetDataType(),
+                              out + offset * ElementSize(target), target, n);
+          offset += n;
+        }
+        RequireSameBits(dst_whole, expected, what);
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(HostConversionRejectsBadArguments) {
+  std::vector<float> wide(4, 1.0f);
+  std::vector<std::uint16_t> narrow(4, 0);
+  const auto bad = static_cast<DataType>(7);
+  BOOST_CHECK_THROW(ConvertHostElements(wide.data(), bad, narrow.data(), DataType::Float16, 4), ArgumentError);
+  BOOST_CHECK_THROW(ConvertHostElements(wide.data(), DataType::Float32, narrow.data(), bad, 4), ArgumentError);
+  BOOST_CHECK_THROW(ConvertHostElements(nullptr, DataType::Float32, narrow.data(), DataType::Float16, 4),
+                    ArgumentNullError);
+  BOOST_CHECK_THROW(ConvertHostElements(wide.data(), DataType::Float32, nullptr, DataType::Float16, 4),
+                    ArgumentNullError);
+  BOOST_TEST(narrow == std::vector<std::uint16_t>(4, 0));                          // nothing written on error
+  ConvertHostElements(nullptr, DataType::Float32, nullptr, DataType::Float16, 0);  // nothing to convert
+  ConvertHostElements(wide.data(), DataType::Float32, narrow.data(), DataType::Float16, 4);
+  BOOST_TEST(narrow == std::vector<std::uint16_t>(4, 0x3c00u));  // FP16 1.0
 }
 
 BOOST_AUTO_TEST_CASE(UnscaleOfEverySixteenBitPattern) {

@@ -3,7 +3,11 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <limits>
+#include <span>
+#include <utility>
+#include <vector>
 
 #include <boost/test/unit_test.hpp>
 
@@ -169,6 +173,24 @@ BOOST_AUTO_TEST_CASE(ContiguousLikeFollowsShapesAndRejectsBadInput) {
     BOOST_FAIL("expected ArgumentError");
   } catch (const ArgumentError& error) {
     BOOST_TEST(error.Parameter() == "shapes");
+  }
+}
+
+BOOST_AUTO_TEST_CASE(HostBytesAreTheElementsOfHostTensors) {
+  for (const DataType dtype : {DataType::Float32, DataType::Float16, DataType::BFloat16}) {
+    const auto flat = FromVector({1, 2, 3, 4, 5, 6}, {2, 3}, dtype);
+    const std::span<const std::byte> bytes = std::as_const(*flat).HostBytes();
+    BOOST_TEST(static_cast<const void*>(bytes.data()) == backends::cpu::Data(*flat));
+    BOOST_TEST(bytes.size() == 6 * ElementSize(dtype));
+    // A view's bytes are its part of the base's memory; writes through them are the elements.
+    const auto view = backends::cpu::View(flat, 2, {3});
+    const std::span<std::byte> part = view->MutableHostBytes();
+    BOOST_TEST(part.data() == flat->MutableHostBytes().data() + 2 * ElementSize(dtype));
+    BOOST_TEST(part.size() == 3 * ElementSize(dtype));
+    const auto seven = FromVector({7}, {1}, dtype);
+    std::memcpy(part.data(), seven->HostBytes().data(), ElementSize(dtype));
+    BOOST_TEST(flat->ToFloatVector() == (std::vector<float>{1, 2, 7, 4, 5, 6}));
+    BOOST_TEST(Zeros({0}, dtype)->HostBytes().empty());
   }
 }
 

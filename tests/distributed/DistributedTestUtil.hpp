@@ -27,11 +27,15 @@ using mlframework::TensorPtr;
 
 // A framework's own tensor type (not a CPU-backend tensor, no TensorBackend): every operation
 // goes to a CPU tensor, and it reports `device`. Collectives stage it through host memory;
-// FSDP cannot allocate next to it when `device` is not the CPU.
+// FSDP cannot allocate next to it when `device` is not the CPU. With `host_memory`, it hands
+// out its elements' memory (ITensor::HostBytes()), as a framework's tensor over host memory
+// does: collectives then use it in place. Element reads and writes through ToFloatVector() and
+// CopyFromFloats() are counted, so a test sees whether a caller staged it.
 class UserTensor final : public mlframework::ITensor {
  public:
-  explicit UserTensor(TensorPtr inner, mlframework::Device device = mlframework::Device::CPU())
-      : inner_(std::move(inner)), device_(device) {}
+  explicit UserTensor(TensorPtr inner, mlframework::Device device = mlframework::Device::CPU(),
+                      bool host_memory = false)
+      : inner_(std::move(inner)), device_(device), host_memory_(host_memory) {}
   mlframework::DataType GetDataType() const override { return inner_->GetDataType(); }
   mlframework::Device GetDevice() const override { return device_; }
   const mlframework::Shape& GetShape() const override { return inner_->GetShape(); }
@@ -44,12 +48,29 @@ class UserTensor final : public mlframework::ITensor {
   bool HasInf() const override { return inner_->HasInf(); }
   bool HasNaN() const override { return inner_->HasNaN(); }
   double SumOfSquares() const override { return inner_->SumOfSquares(); }
-  std::vector<float> ToFloatVector() const override { return inner_->ToFloatVector(); }
-  void CopyFromFloats(std::span<const float> values) override { inner_->CopyFromFloats(values); }
+  std::vector<float> ToFloatVector() const override {
+    ++element_copies_;
+    return inner_->ToFloatVector();
+  }
+  void CopyFromFloats(std::span<const float> values) override {
+    ++element_copies_;
+    inner_->CopyFromFloats(values);
+  }
+  // Calls of ToFloatVector() and CopyFromFloats() so far.
+  int ElementCopies() const noexcept { return element_copies_; }
+  // The elements without counting a copy (for checks in tests).
+  std::vector<float> Peek() const { return inner_->ToFloatVector(); }
+
+ protected:
+  std::span<std::byte> HostStorage() const noexcept override {
+    return host_memory_ ? inner_->MutableHostBytes() : std::span<std::byte>{};
+  }
 
  private:
   TensorPtr inner_;
   mlframework::Device device_;
+  bool host_memory_;
+  mutable int element_copies_ = 0;
 };
 
 inline std::shared_ptr<mlframework::distributed::IProcessGroup> WorldGroup(

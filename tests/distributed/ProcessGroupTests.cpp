@@ -67,6 +67,38 @@ BOOST_AUTO_TEST_CASE(UserTensorsAreStagedThroughHostMemory) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(UserTensorsInHostMemoryAreUsedInPlace) {
+  // A framework's tensor over host memory, of no backend of ours: every collective reads and
+  // writes its memory directly, with no staging copy (ITensor::HostBytes()).
+  auto group = mlfw_test::WorldGroup();
+  const int n = group->WorldSize();
+  const auto cpu = mlframework::Device::CPU();
+  for (const DataType dtype : kDTypes) {
+    UserTensor input(FromVector({static_cast<float>(group->Rank()) + 1.0f}, {1}, dtype), cpu, true);
+    BOOST_REQUIRE(!mlframework::backends::cpu::IsCpuTensor(input));
+    BOOST_REQUIRE_EQUAL(input.HostBytes().size(), mlframework::ElementSize(dtype));
+    UserTensor gathered(Zeros({static_cast<std::size_t>(n)}, dtype), cpu, true);
+    group->AllGather(input, gathered);
+    for (int k = 0; k < n; ++k) BOOST_CHECK_EQUAL(gathered.Peek()[k], static_cast<float>(k) + 1.0f);
+    group->AllReduce(gathered, dist::ReduceOp::Sum);
+    BOOST_CHECK_EQUAL(gathered.Peek()[0], static_cast<float>(n));
+    UserTensor part(Zeros({1}, dtype), cpu, true);
+    group->ReduceScatter(gathered, part, dist::ReduceOp::Max);
+    BOOST_CHECK_EQUAL(part.Peek()[0], static_cast<float>(n * (group->Rank() + 1)));
+    group->Broadcast(input, 0);
+    BOOST_CHECK_EQUAL(input.Peek()[0], 1.0f);
+    BOOST_CHECK_EQUAL(input.ElementCopies() + gathered.ElementCopies() + part.ElementCopies(), 0);
+  }
+  // Without host memory the same tensor is staged: the counter sees it.
+  UserTensor staged_input(FromVector({2.0f}, {1}), cpu);
+  UserTensor staged_output(Zeros({static_cast<std::size_t>(n)}), cpu);
+  BOOST_CHECK(staged_input.HostBytes().empty());
+  group->AllGather(staged_input, staged_output);
+  BOOST_CHECK_EQUAL(staged_input.ElementCopies(), 1);   // read into a staging copy
+  BOOST_CHECK_EQUAL(staged_output.ElementCopies(), 1);  // the gathered staging copy written back
+  BOOST_CHECK(staged_output.Peek() == std::vector<float>(static_cast<std::size_t>(n), 2.0f));
+}
+
 BOOST_AUTO_TEST_CASE(AllGatherEveryDType) {
   auto group = mlfw_test::WorldGroup();
   const int n = group->WorldSize();

@@ -1,8 +1,12 @@
 #pragma once
 // Helpers shared by the optimizer tests.
 
+#include <cstddef>
+#include <memory>
 #include <ostream>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <mlframework/mlframework.hpp>
@@ -23,6 +27,36 @@ inline mlframework::GradientMap OneParam(const std::vector<float>& values, mlfra
 inline mlframework::GradientMap OneGrad(const std::vector<float>& values, mlframework::DataType dtype) {
   return {{"w", mlframework::FromVector(values, {values.size()}, dtype)}};
 }
+
+// A framework's own tensor (no backend of ours) delegating to a CPU tensor; with
+// `host_memory` it hands out the elements' memory (ITensor::HostBytes()).
+class ForeignTensor final : public mlframework::ITensor {
+ public:
+  ForeignTensor(mlframework::TensorPtr inner, bool host_memory) : inner_(std::move(inner)), host_memory_(host_memory) {}
+  mlframework::DataType GetDataType() const override { return inner_->GetDataType(); }
+  mlframework::Device GetDevice() const override { return inner_->GetDevice(); }
+  const mlframework::Shape& GetShape() const override { return inner_->GetShape(); }
+  std::size_t Size() const override { return inner_->Size(); }
+  mlframework::TensorPtr Multiply(float f) const override { return inner_->Multiply(f); }
+  mlframework::TensorPtr Divide(float d) const override { return inner_->Divide(d); }
+  void MultiplyInPlace(float f) override { inner_->MultiplyInPlace(f); }
+  mlframework::TensorPtr Clone() const override { return inner_->Clone(); }
+  mlframework::TensorPtr CastTo(mlframework::DataType d) const override { return inner_->CastTo(d); }
+  bool HasInf() const override { return inner_->HasInf(); }
+  bool HasNaN() const override { return inner_->HasNaN(); }
+  double SumOfSquares() const override { return inner_->SumOfSquares(); }
+  std::vector<float> ToFloatVector() const override { return inner_->ToFloatVector(); }
+  void CopyFromFloats(std::span<const float> values) override { inner_->CopyFromFloats(values); }
+
+ protected:
+  std::span<std::byte> HostStorage() const noexcept override {
+    return host_memory_ ? inner_->MutableHostBytes() : std::span<std::byte>{};
+  }
+
+ private:
+  mlframework::TensorPtr inner_;
+  bool host_memory_;
+};
 
 inline float RoundTo(float value, mlframework::DataType dtype) {
   return mlframework::FromVector({value}, {1}, dtype)->ToFloatVector()[0];

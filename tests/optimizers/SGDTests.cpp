@@ -73,6 +73,22 @@ BOOST_AUTO_TEST_CASE(Fp32ParametersAreUpdatedInPlace) {
   BOOST_TEST(Values(params.at("w")) == (std::vector<float>{0.5f, 1.5f}), boost::test_tools::per_element());
 }
 
+BOOST_AUTO_TEST_CASE(Fp32ParametersInHostMemoryOfAnyTensorTypeAreUpdatedInPlace) {
+  // A framework's own FP32 tensor over host memory is its own master too; one that keeps its
+  // elements out of the host's reach gets an FP32 master and the rounded values written back.
+  for (const bool host_memory : {true, false}) {
+    BOOST_TEST_CONTEXT("host memory " << host_memory) {
+      const auto inner = FromVector({1.0f, 2.0f}, {2});
+      const GradientMap params{{"w", std::make_shared<ForeignTensor>(inner, host_memory)}};
+      SGD sgd(params, SGDOptions{.LearningRate = 0.5f});
+      BOOST_TEST((sgd.MasterWeights().at("w") == params.at("w")) == host_memory);
+      sgd.SetGradients({{"w", std::make_shared<ForeignTensor>(FromVector({1.0f, -1.0f}, {2}), host_memory)}});
+      sgd.Step();
+      BOOST_TEST(Values(inner) == (std::vector<float>{0.5f, 2.5f}), boost::test_tools::per_element());
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(LowPrecisionParametersKeepAnFp32MasterAndGetRoundedValues) {
   for (const DataType dtype : {DataType::Float16, DataType::BFloat16}) {
     const auto params = OneParam({1.0f, -1.0f}, dtype);

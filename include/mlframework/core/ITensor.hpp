@@ -78,7 +78,23 @@ class MLFRAMEWORK_EXPORT ITensor {
   /// Backend with fused multi-tensor kernels for this tensor, or null for the per-tensor fallback.
   virtual const TensorBackend* Backend() const noexcept;
 
+  /// The elements' memory when the host can address it directly: `Size() * ElementSize(GetDataType())`
+  /// bytes, dense, in row-major order, valid while the tensor lives. Empty when the tensor has no
+  /// elements or the host cannot address them (device memory, elements kept in another form):
+  /// callers then go through ToFloatVector() and CopyFromFloats().
+  ///
+  /// Why: code that moves raw buffers (the process groups' collectives, checkpoints, optimizers
+  /// working on FP32 spans) reads and writes host tensors in place, with no copy, whatever
+  /// backend made them. Implement HostStorage() to give yours that path.
+  std::span<const std::byte> HostBytes() const noexcept { return HostStorage(); }
+  /// HostBytes() for writing: bytes written are the tensor's new elements.
+  std::span<std::byte> MutableHostBytes() noexcept { return HostStorage(); }
+
  protected:
+  /// What HostBytes() and MutableHostBytes() return. The default returns an empty span (the
+  /// host cannot address the elements); a tensor whose elements lie in host memory returns them.
+  virtual std::span<std::byte> HostStorage() const noexcept;
+
   /// Only implementations construct the interface.
   ITensor() = default;
   /// Implementations may be copyable.

@@ -29,4 +29,6 @@ bool ITensor::HasNonFinite() const { return HasInf() || HasNaN(); }
 
 const TensorBackend* ITensor::Backend() const noexcept { return nullptr; }
 
+std::span<std::byte> ITensor::HostStorage() const noexcept { return {}; }
+
 }  // namespace mlframework

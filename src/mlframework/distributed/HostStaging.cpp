@@ -1,31 +1,31 @@
 #include "mlframework/distributed/HostStaging.hpp"
 
-#include <cstring>
+#include <cstddef>
+#include <span>
 #include <string>
 
-#include <mlframework/backends/cpu/CpuTensor.hpp>
 #include <mlframework/core/Error.hpp>
 #include <mlframework/core/Tensor.hpp>
 
 namespace mlframework::distributed::detail {
 
 HostRead::HostRead(const ITensor& tensor) {
-  if (backends::cpu::IsCpuTensor(tensor)) {
-    data_ = backends::cpu::Data(tensor);
+  if (const std::span<const std::byte> bytes = tensor.HostBytes(); !bytes.empty()) {
+    data_ = bytes.data();
     return;
   }
   staged_ = FromVector(tensor.ToFloatVector(), tensor.GetShape(), tensor.GetDataType());
-  data_ = backends::cpu::Data(*staged_);
+  data_ = staged_->MutableHostBytes().data();  // core's CPU tensors lie in host memory
 }
 
 HostWrite::HostWrite(ITensor& tensor, bool keep_contents) : tensor_(tensor) {
-  if (backends::cpu::IsCpuTensor(tensor)) {
-    data_ = backends::cpu::MutableData(tensor);
+  if (const std::span<std::byte> bytes = tensor.MutableHostBytes(); !bytes.empty()) {
+    data_ = bytes.data();
     return;
   }
   staged_ = keep_contents ? FromVector(tensor.ToFloatVector(), tensor.GetShape(), tensor.GetDataType())
-                          : backends::cpu::Empty(tensor.GetShape(), tensor.GetDataType());
-  data_ = backends::cpu::MutableData(*staged_);
+                          : Zeros(tensor.GetShape(), tensor.GetDataType());
+  data_ = staged_->MutableHostBytes().data();  // core's CPU tensors lie in host memory
 }
 
 void HostWrite::Commit() {

@@ -1,6 +1,7 @@
 #pragma once
-// Private: host pointers for collectives. CPU tensors are used in place; any other tensor
-// (a device tensor, a user backend) is staged through a CPU copy, so every engine accepts
+// Private: host pointers for collectives. Tensors whose memory the host addresses
+// (ITensor::HostBytes()) are used in place; any other tensor (a device tensor, a user tensor
+// that keeps its elements elsewhere) is staged through a CPU copy, so every engine accepts
 // every ITensor. Also the argument checks every engine shares, so they fail identically.
 // Exported (not public API) because the MPI and NCCL engines live in their own libraries.
 

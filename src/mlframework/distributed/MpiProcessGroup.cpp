@@ -24,8 +24,8 @@
 
 #include <mlframework/core/DataType.hpp>
 #include <mlframework/core/Error.hpp>
+#include <mlframework/core/HostConversion.hpp>
 
-#include "mlframework/backends/cpu/KernelTable.hpp"
 #include "mlframework/distributed/HostStaging.hpp"
 
 namespace mlframework::distributed {
@@ -58,17 +58,15 @@ int CountOf(std::size_t elements, const char* parameter) {
   return static_cast<int>(elements);
 }
 
-// Bulk conversions through the CPU backend's kernel table (F16C / AVX-512 where the CPU has
-// them), chosen once per process: no per-element dtype branch. The cached set: its casts use
-// ordinary stores, which need no fence before MPI reads the buffer.
+// Bulk conversions of raw 16-bit words through core's host conversion: the CPU backend's
+// vectorised casts (F16C / AVX-512 where the CPU has them), picked once per process, so there is
+// no per-element dtype branch, and their ordinary stores need no fence before MPI reads the buffer.
 void Widen(const void* src, DataType dtype, float* dst, std::size_t count) {
-  backends::cpu::ActiveKernels().cached.cast[backends::cpu::Slot(dtype)][backends::cpu::Slot(DataType::Float32)](
-      src, dst, count, 1.0f);
+  ConvertHostElements(src, dtype, dst, DataType::Float32, count);
 }
 
 void Narrow(const float* src, void* dst, DataType dtype, std::size_t count) {
-  backends::cpu::ActiveKernels().cached.cast[backends::cpu::Slot(DataType::Float32)][backends::cpu::Slot(dtype)](
-      src, dst, count, 1.0f);
+  ConvertHostElements(src, DataType::Float32, dst, dtype, count);
 }
 
 // Scratch bytes of the all-to-all reductions: each step exchanges at most this much per rank.

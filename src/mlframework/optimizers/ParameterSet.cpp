@@ -1,9 +1,11 @@
 #include "mlframework/optimizers/ParameterSet.hpp"
 
 #include <cmath>
+#include <cstddef>
+#include <span>
 #include <sstream>
+#include <string>
 
-#include <mlframework/backends/cpu/CpuTensor.hpp>
 #include <mlframework/core/Error.hpp>
 #include <mlframework/core/MultiTensor.hpp>
 #include <mlframework/core/Tensor.hpp>
@@ -12,8 +14,15 @@ namespace mlframework::optimizers::detail {
 
 namespace {
 
-bool IsCpuFloat32(const ITensor& tensor) {
-  return tensor.GetDataType() == DataType::Float32 && backends::cpu::IsCpuTensor(tensor);
+// An FP32 tensor whose memory the host addresses: the optimizer reads and writes it in place.
+bool IsHostFloat32(const ITensor& tensor) {
+  return tensor.GetDataType() == DataType::Float32 && !tensor.HostBytes().empty();
+}
+
+// The elements of an FP32 host tensor (a master, a scratch buffer or an IsHostFloat32() tensor).
+std::span<float> Floats(ITensor& tensor) {
+  const std::span<std::byte> bytes = tensor.MutableHostBytes();
+  return {reinterpret_cast<float*>(bytes.data()), bytes.size() / sizeof(float)};
 }
 
 }  // namespace
@@ -30,15 +39,15 @@ ParameterSet::ParameterSet(GradientMap parameters) : parameters_(std::move(param
       throw ArgumentError("parameters[\"" + name + "\"]", "has an invalid dtype");
     }
   }
-  // FP32 CPU parameters are their own master (no extra copy); everything else (FP16/BF16, or
-  // tensors whose memory we cannot address) gets an FP32 host master. The masters share one
+  // FP32 parameters in host memory are their own master (no extra copy); everything else
+  // (FP16/BF16, or tensors whose memory the host cannot address) gets an FP32 host master. The masters share one
   // contiguous buffer, so the optimizer's fused passes over them stream like one flat tensor.
   std::vector<TensorPtr> to_copy_src;
   std::vector<Shape> master_shapes;
   for (const auto& [name, tensor] : parameters_) {
     names_.push_back(name);
     list_.push_back(tensor);
-    const bool in_place = IsCpuFloat32(*tensor);
+    const bool in_place = IsHostFloat32(*tensor);
     in_place_.push_back(in_place);
     if (!in_place) {
       to_copy_src.push_back(tensor);
@@ -90,9 +99,7 @@ void ParameterSet::RequireGradients(const char* optimizer) const {
   }
 }
 
-std::span<float> ParameterSet::Master(std::size_t i) {
-  return backends::cpu::Elements<DataType::Float32>(*master_list_[i]);
-}
+std::span<float> ParameterSet::Master(std::size_t i) { return Floats(*master_list_[i]); }
 
 std::vector<std::span<const float>> ParameterSet::GradientsAsFloat() {
   std::vector<std::span<const float>> spans(list_.size());
@@ -101,16 +108,16 @@ std::vector<std::span<const float>> ParameterSet::GradientsAsFloat() {
   std::vector<TensorPtr> dst;
   for (std::size_t i = 0; i < gradient_list_.size(); ++i) {
     const TensorPtr& gradient = gradient_list_[i];
-    if (IsCpuFloat32(*gradient)) {
-      spans[i] = backends::cpu::Elements<DataType::Float32>(*gradient);
+    if (IsHostFloat32(*gradient)) {
+      spans[i] = Floats(*gradient);
       continue;
     }
     src.push_back(gradient);
     dst.push_back(scratch_[i]);
-    spans[i] = backends::cpu::Elements<DataType::Float32>(*scratch_[i]);
+    spans[i] = Floats(*scratch_[i]);
   }
   if (!src.empty()) {
-    CastInto(src, dst);  // one fused pass for every gradient that is not FP32 on the CPU
+    CastInto(src, dst);  // one fused pass for every gradient that is not FP32 host memory
   }
   return spans;
 }
@@ -119,7 +126,7 @@ void ParameterSet::AllocateScratch() {
   std::vector<std::size_t> missing;
   std::vector<Shape> shapes;
   for (std::size_t i = 0; i < gradient_list_.size(); ++i) {
-    if (!scratch_[i] && !IsCpuFloat32(*gradient_list_[i])) {
+    if (!scratch_[i] && !IsHostFloat32(*gradient_list_[i])) {
       missing.push_back(i);
       shapes.push_back(gradient_list_[i]->GetShape());
     }
@@ -148,7 +155,7 @@ void ParameterSet::SaveMasters(mlframework::detail::BlobWriter& writer) const {
   writer.U64(list_.size());
   for (std::size_t i = 0; i < list_.size(); ++i) {
     WriteName(writer, names_[i]);
-    WriteFloats(writer, backends::cpu::Elements<DataType::Float32>(*master_list_[i]));
+    WriteFloats(writer, Floats(*master_list_[i]));
   }
 }
 

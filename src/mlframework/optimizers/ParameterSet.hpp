@@ -31,9 +31,9 @@ class ParameterSet {
   // InvalidOperationError naming @p optimizer when SetGradients was never called.
   void RequireGradients(const char* optimizer) const;
 
-  // FP32 master elements of parameter i (the parameter's own memory when it is an FP32 CPU tensor).
+  // FP32 master elements of parameter i (the parameter's own memory when it is FP32 in host memory).
   std::span<float> Master(std::size_t i);
-  // The gradients as FP32 spans, in parameter order. FP32 CPU gradients are read where they
+  // The gradients as FP32 spans, in parameter order. FP32 gradients in host memory are read where they
   // are; every other gradient is converted by one fused CastInto into reused FP32 buffers.
   std::vector<std::span<const float>> GradientsAsFloat();
   // Rounds the masters into the parameters that are not updated in place (one fused CastInto).

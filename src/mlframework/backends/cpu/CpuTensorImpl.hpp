@@ -48,6 +48,9 @@ class CpuTensor final : public ITensor {
   void CopyFromFloats(std::span<const float> values) override;
 
   const TensorBackend* Backend() const noexcept override;
+  std::span<std::byte> HostStorage() const noexcept override {
+    return {static_cast<std::byte*>(data_), size_ * ElementSize(dtype_)};
+  }
 
   void* Data() noexcept { return data_; }
   const void* Data() const noexcept { return data_; }

@@ -19,7 +19,6 @@
 #include <string_view>
 
 #include <mlframework/core/DataType.hpp>
-#include <mlframework/export.hpp>
 
 #include "mlframework/backends/cpu/InstructionSets.hpp"
 
@@ -87,7 +86,7 @@ const KernelTable& KernelsOf<arch::Avx512Fp16>() noexcept;
 /// The table this process dispatches to: the best the CPU supports, or the one named by the
 /// environment variable MLFW_CPU_ISA (portable, avx2, avx512, avx512_bf16, avx512_fp16) when the CPU supports it.
 /// Chosen once.
-MLFRAMEWORK_EXPORT const KernelTable& ActiveKernels() noexcept;  // exported for libmlframework_mpi
+const KernelTable& ActiveKernels() noexcept;
 
 /// The set calls over at least kFromMemoryBytes run in this process: ActiveKernels().from_memory
 /// where SoftwarePrefetch() (CpuTensor.hpp) is true, else from_memory_no_prefetch.

@@ -2,6 +2,7 @@ target_sources(mlframework PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/AddressOrder.cpp
   ${CMAKE_CURRENT_LIST_DIR}/CpuBackend.cpp
   ${CMAKE_CURRENT_LIST_DIR}/CpuTensor.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/HostConversion.cpp
   ${CMAKE_CURRENT_LIST_DIR}/HugePages.cpp
   ${CMAKE_CURRENT_LIST_DIR}/KernelDispatch.cpp
   ${CMAKE_CURRENT_LIST_DIR}/KernelsPortable.cpp

@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <utility>
 
-#include <mlframework/backends/cpu/CpuTensor.hpp>
-
 namespace mlframework::distributed::fsdp::detail {
 
 namespace {
@@ -12,17 +10,16 @@ std::size_t BytesOf(const TensorPtr& block) { return block->Size() * ElementSize
 }  // namespace
 
 TensorPtr Placement::Allocate(std::size_t elements, DataType dtype) const {
-  return IsHost() ? backends::cpu::Empty({elements}, dtype) : backend->Allocate({elements}, dtype, device);
+  return backend->Allocate({elements}, dtype, buffer_device);
 }
 
 TensorPtr Placement::View(const TensorPtr& base, std::size_t offset, const Shape& shape) const {
-  return IsHost() ? backends::cpu::View(base, offset, shape) : backend->View(base, offset, shape);
+  return backend->View(base, offset, shape);
 }
 
 bool Placement::Holds(const ITensor& tensor) const noexcept {
-  if (IsHost()) return backends::cpu::IsCpuTensor(tensor);
   try {
-    return tensor.Backend() == backend && tensor.GetDevice() == device;
+    return tensor.Backend() == backend && tensor.GetDevice() == buffer_device;
   } catch (...) {
     return false;  // a user tensor whose GetDevice() throws is no buffer of ours
   }

@@ -17,22 +17,22 @@
 
 namespace mlframework::distributed::fsdp::detail {
 
-// Where one FSDP keeps its unit buffers: on the device of its parameters. CPU parameters use
-// the CPU backend's factories directly (the host path, with its memcpy/memset fast paths);
-// any other device allocates and views through the parameters' own TensorBackend, so the
-// buffers live where the parameters live and collectives run on them in place. Parameters
-// whose backend cannot allocate (or that have none) keep the host path.
+// Where one FSDP keeps its unit buffers, and the backend that allocates and views them. The
+// parameters' own backend when it can allocate and view on their device: the buffers live where
+// the parameters live and collectives run on them in place. Otherwise (parameters without a
+// backend, or whose backend keeps the TensorBackend defaults) the backend of core's CPU
+// tensors, on the host: correct for any tensor, staged through host copies.
 struct Placement {
   Device device = Device::CPU();           // the parameters' device
-  const TensorBackend* backend = nullptr;  // null: the host path (backends::cpu)
+  Device buffer_device = Device::CPU();    // where the unit buffers live
+  const TensorBackend* backend = nullptr;  // makes the unit buffers; set with the first unit
 
-  bool IsHost() const noexcept { return backend == nullptr; }
-  // A zero-filled flat tensor of @p elements elements of @p dtype on the device.
+  // A zero-filled flat tensor of @p elements elements of @p dtype on the buffer device.
   TensorPtr Allocate(std::size_t elements, DataType dtype) const;
-  // An aliasing view of @p base (a tensor from Allocate() or a view of one).
+  // An aliasing view of @p base (a tensor from Allocate(), a view of one, or a tensor Holds()).
   TensorPtr View(const TensorPtr& base, std::size_t offset, const Shape& shape) const;
   // True when @p tensor is one this placement could have allocated (same backend and device),
-  // so it can be reused as a unit buffer.
+  // so it can be viewed and reused as a unit buffer.
   bool Holds(const ITensor& tensor) const noexcept;
 };
 

@@ -7,9 +7,9 @@
 #include <sstream>
 #include <utility>
 
-#include <mlframework/backends/cpu/CpuTensor.hpp>
 #include <mlframework/core/Error.hpp>
 #include <mlframework/core/MultiTensor.hpp>
+#include <mlframework/core/Tensor.hpp>
 #include <mlframework/distributed/AbortGuard.hpp>
 
 #include "mlframework/core/StateBlob.hpp"
@@ -17,8 +17,6 @@
 #include "mlframework/distributed/fsdp/UnitImpl.hpp"
 
 namespace mlframework::distributed::fsdp {
-
-namespace cpu = backends::cpu;
 
 namespace {
 
@@ -49,9 +47,10 @@ std::uint64_t LayoutHash(const std::string& unit, const std::vector<std::string>
   return hash & ((1ull << 52) - 1);
 }
 
-// Where the buffers of a unit of @p parameters live: their common device, allocated through
-// the CPU backend (host path) or, on any other device, through the first parameter's backend.
-// @p fixed is the placement of the units registered before (null for the first unit).
+// Where the buffers of a unit of @p parameters live: on their common device through the first
+// parameter's backend when it can allocate and view there, else on the host through the backend
+// of core's CPU tensors. @p fixed is the placement of the units registered before (null for the
+// first unit).
 detail::Placement PlacementOf(const GradientMap& parameters, const std::string& unit, const detail::Placement* fixed) {
   const auto& [first_name, first] = *parameters.begin();
   detail::Placement placement;
@@ -75,19 +74,24 @@ detail::Placement PlacementOf(const GradientMap& parameters, const std::string& 
     }
     return *fixed;
   }
-  if (placement.device.IsCPU()) return placement;
-  // Tensors without a backend, or of a backend that cannot allocate and view (it keeps the
-  // TensorBackend defaults), keep host unit buffers, as every tensor did before: correct,
-  // staged through host copies. The probe runs on every rank inside the agreed check.
-  const TensorBackend* backend = first->Backend();
-  if (backend == nullptr) return placement;
-  try {
-    const TensorPtr probe = backend->Allocate({1}, DataType::Float32, placement.device);
-    static_cast<void>(backend->View(probe, 0, {1}));
-  } catch (const InvalidOperationError&) {
-    return placement;
+  // The probe runs on every rank inside the agreed check.
+  if (const TensorBackend* backend = first->Backend(); backend != nullptr) {
+    try {
+      const TensorPtr probe = backend->Allocate({1}, DataType::Float32, placement.device);
+      static_cast<void>(backend->View(probe, 0, {1}));
+      placement.backend = backend;
+      placement.buffer_device = placement.device;
+      return placement;
+    } catch (const InvalidOperationError&) {
+      // The backend keeps the TensorBackend defaults: host buffers below.
+    }
   }
-  placement.backend = backend;
+  const TensorPtr host = Zeros({1}, DataType::Float32, Device::CPU());
+  placement.backend = host->Backend();
+  placement.buffer_device = host->GetDevice();
+  if (placement.backend == nullptr) {
+    throw InvalidOperationError("FSDP unit '" + unit + "': core's CPU tensors have no backend to make unit buffers");
+  }
   return placement;
 }
 
@@ -217,10 +221,7 @@ void RegisterThroughFlatBuffer(const UnitLayout& unit, const std::vector<TensorP
     CopyInto(sources, targets);
   }
   if (sync_module_states) group.Broadcast(*flat, 0);
-  if (sharded && where.IsHost()) {
-    std::memcpy(cpu::MutableData(*shard), cpu::Elements<DataType::Float32>(*flat).data() + unit.shard_offset,
-                unit.shard_size * sizeof(float));
-  } else if (sharded) {
+  if (sharded) {
     const TensorPtr own_part = where.View(flat, unit.shard_offset, {unit.shard_size});
     CopyInto(std::span<const TensorPtr>(&own_part, 1), std::span<const TensorPtr>(&shard, 1));
   } else {
@@ -305,20 +306,21 @@ FSDPShardingUnit& FSDP::RegisterUnit(const std::string& name, const GradientMap&
   if (sharded && !impl_->config.SyncModuleStates && AllHeldBy(where, sources)) {
     // Only this rank's part is needed: copy each parameter's overlap with the shard straight
     // into it (one fused cast). No transient unit-sized buffer, which between long-lived
-    // shards would leave the allocator's heap full of holes (resident memory above the ZeRO-3
-    // figure in docs/BENCHMARKS.md). The padding stays as allocated: zero.
+    // shards would leave the allocator's heap full of holes and the resident memory above the
+    // ZeRO-3 figure (16 B x parameters / ranks). The padding stays as allocated: zero.
     unit->shard = where.Allocate(unit->shard_size, DataType::Float32);
     CopyShardOf(layout, sources, where, unit->shard);
   } else {
     RegisterThroughFlatBuffer(layout, sources, group, where, sharded, impl_->config.SyncModuleStates, unit->shard);
   }
   // The FP32 gradient shard too is allocated now, next to the parameter shard, as DeepSpeed's
-  // contiguous gradient partitions are: allocated at the first backward instead, between the
-  // framework's transient gradients, the shards left the heap full of holes (resident memory
-  // 1.2x the ZeRO-3 figure; docs/BENCHMARKS.md). It is memory the first step needs anyway.
+  // contiguous gradient partitions are: allocated at the first backward, between the
+  // framework's transient gradients, the shards would leave the heap full of holes (resident
+  // memory up to 1.2x the ZeRO-3 figure). It is memory the first step needs anyway.
   unit->spare_gradient = where.Allocate(unit->shard_size, DataType::Float32);
-  // The device path zeroes the flat gradient buffer's padding by copying these zeros.
-  if (!where.IsHost() && unit->padded > unit->numel) {
+  // Zeros for the padding of the flat gradient buffer (fewer elements than the world size),
+  // copied there when the host cannot address the unit buffers; host buffers are cleared in place.
+  if (unit->padded > unit->numel && unit->spare_gradient->HostBytes().empty()) {
     unit->zero_padding = where.Allocate(unit->padded - unit->numel, DataType::Float32);
   }
   impl_->units.push_back(std::unique_ptr<FSDPShardingUnit>(new FSDPShardingUnit(std::move(unit))));
@@ -454,11 +456,11 @@ std::vector<std::byte> FSDP::StateDict() const {
     writer.Bytes(std::as_bytes(std::span<const char>(s.name.data(), s.name.size())));
     writer.U64(s.padded);
     writer.U64(s.shard_size);
-    if (s.placement->IsHost()) {
-      const auto values = cpu::Elements<DataType::Float32>(*s.shard);
-      writer.Bytes(std::as_bytes(std::span<const float>(values.data(), values.size())));
+    // The FP32 shard where it lies when the host addresses it, else read back (a checkpoint, not a step).
+    if (const std::span<const std::byte> bytes = s.shard->HostBytes(); !bytes.empty()) {
+      writer.Bytes(bytes);
     } else {
-      const std::vector<float> values = s.shard->ToFloatVector();  // a checkpoint, not a step: read back
+      const std::vector<float> values = s.shard->ToFloatVector();
       writer.Bytes(std::as_bytes(std::span<const float>(values.data(), values.size())));
     }
   }
@@ -511,12 +513,7 @@ void FSDP::LoadStateDict(std::span<const std::byte> state) {
   // Every rank decoded its blob: commit.
   for (std::size_t i = 0; i < impl_->units.size(); ++i) {
     FSDPShardingUnit::Impl& s = *impl_->units[i]->impl_;
-    if (s.placement->IsHost()) {
-      const auto target = cpu::Elements<DataType::Float32>(*s.shard);
-      std::copy(shards[i].begin(), shards[i].end(), target.begin());
-    } else {
-      s.shard->CopyFromFloats(shards[i]);
-    }
+    s.shard->CopyFromFloats(shards[i]);
     s.Invalidate();
   }
 }

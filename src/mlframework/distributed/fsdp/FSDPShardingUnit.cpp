@@ -5,7 +5,6 @@
 #include <cstring>
 #include <utility>
 
-#include <mlframework/backends/cpu/CpuTensor.hpp>
 #include <mlframework/core/Error.hpp>
 #include <mlframework/core/MultiTensor.hpp>
 #include <mlframework/distributed/AbortGuard.hpp>
@@ -14,8 +13,6 @@
 #include "mlframework/distributed/fsdp/UnitImpl.hpp"
 
 namespace mlframework::distributed::fsdp {
-
-namespace cpu = backends::cpu;
 
 GradientMap FSDPShardingUnit::Impl::ViewsOf(const TensorPtr& flat) const {
   GradientMap result;
@@ -209,14 +206,15 @@ void FSDPShardingUnit::ReduceGradients(const GradientMap& gradients) {
     CopyInto(sources, targets, fp32_reduce ? 1.0f : average);
     // The padding is reduced too and lands in the last rank's shard: it must be zero, whatever
     // the pooled buffer held before.
-    if (s.padded > s.numel && s.placement->IsHost()) {
+    if (s.padded > s.numel) {
       const std::size_t element = ElementSize(reduce_dtype);
-      std::memset(static_cast<std::byte*>(cpu::MutableData(*flat)) + s.numel * element, 0,
-                  (s.padded - s.numel) * element);
-    } else if (s.padded > s.numel) {
-      // On a device: one queued copy of the unit's zeros (fewer than world-size elements).
-      const TensorPtr padding = s.placement->View(flat, s.numel, {s.padded - s.numel});
-      CopyInto(std::span<const TensorPtr>(&s.zero_padding, 1), std::span<const TensorPtr>(&padding, 1));
+      if (const std::span<std::byte> bytes = flat->MutableHostBytes(); !bytes.empty()) {
+        std::memset(bytes.data() + s.numel * element, 0, (s.padded - s.numel) * element);
+      } else {
+        // On a device: one queued copy of the unit's zeros (fewer than world-size elements).
+        const TensorPtr padding = s.placement->View(flat, s.numel, {s.padded - s.numel});
+        CopyInto(std::span<const TensorPtr>(&s.zero_padding, 1), std::span<const TensorPtr>(&padding, 1));
+      }
     }
   }
   if (no_shard) {
@@ -237,24 +235,11 @@ void FSDPShardingUnit::ReduceGradients(const GradientMap& gradients) {
     s.local_gradient = std::move(target);
     return;
   }
-  // Gradient accumulation over several backward passes before one step.
-  if (!s.placement->IsHost()) {
-    // On the device: one queued kernel (a shard set by SetLocalGradient() on another backend
-    // goes through the host, as any mixed pair does).
-    AddInto(std::span<const TensorPtr>(&target, 1), std::span<const TensorPtr>(&s.local_gradient, 1));
-    target.reset();
-    s.pool->Return(scratch);
-    return;
-  }
-  const auto add = cpu::Elements<DataType::Float32>(*target);
-  if (s.local_gradient->GetDataType() == DataType::Float32 && cpu::IsCpuTensor(*s.local_gradient)) {
-    const auto into = cpu::Elements<DataType::Float32>(*s.local_gradient);
-    for (std::size_t i = 0; i < into.size(); ++i) into[i] += add[i];
-  } else {
-    std::vector<float> sum = s.local_gradient->ToFloatVector();
-    for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += add[i];
-    s.local_gradient->CopyFromFloats(sum);
-  }
+  // Gradient accumulation over several backward passes before one step: one fused add (a
+  // shard set by SetLocalGradient() on another backend goes through the host, as any mixed
+  // pair does).
+  AddInto(std::span<const TensorPtr>(&target, 1), std::span<const TensorPtr>(&s.local_gradient, 1));
+  target.reset();
   s.pool->Return(scratch);
 }
 

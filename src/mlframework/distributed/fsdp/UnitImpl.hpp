@@ -38,7 +38,7 @@ struct FSDPShardingUnit::Impl {
   detail::PooledBuffer kept;              // ShardGradOp / NoShard: gathered buffer kept between steps
   TensorPtr local_gradient;               // FP32 gradient shard
   TensorPtr spare_gradient;               // last step's FP32 shard, reused by the next ReduceGradients()
-  TensorPtr zero_padding;                 // device path: PaddedSize() - NumElements() FP32 zeros
+  TensorPtr zero_padding;                 // PaddedSize() - NumElements() FP32 zeros for buffers off the host
 
   // Views of @p flat with the parameters' shapes, by name.
   GradientMap ViewsOf(const TensorPtr& flat) const;
