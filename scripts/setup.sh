@@ -11,7 +11,8 @@ packages=(
   dataset-fashion-mnist gnuplot-nox
   clang libclang-rt-dev clang-tidy clang-format
 )
-# Optional: the libtorch peers of bench_multi_tensor (Debian's libtorch 1.13, about 155 packages).
+# libtorch (Debian's libtorch 1.13, about 155 packages): the libtorch_interop sample and its test
+# (scripts/test.sh asks for it), and the libtorch peers of bench_multi_tensor.
 if [[ "${MLFW_SETUP_TORCH:-0}" == 1 ]]; then
   packages+=(libtorch-dev)
 fi

@@ -16,7 +16,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 
-scripts/setup.sh
+# The test setup includes libtorch, so the libtorch_interop sample is built and run as a test.
+MLFW_SETUP_TORCH=1 scripts/setup.sh
 steps=${MLFW_CI_STEPS:-release sanitize fuzz lint}
 jobs=$(nproc)
 build=${MLFW_BUILD_DIR:-build}
