@@ -5,14 +5,14 @@
 /// On a GPU, reading the found-inf flag back to the host after every unscale
 /// and deciding the new scale on the host costs a host synchronisation per
 /// step. A backend that implements DeviceScalingBackend keeps the whole
-/// scaler state (amp::ScaleState, the policy and the found-inf flag) in
+/// scaler state (ScaleState, the policy and the found-inf flag) in
 /// device memory instead, in the style of Apex / torch.cuda.amp:
 ///
 /// 1. ScaleWithState() multiplies the loss by the scale read on the device;
 /// 2. UnscaleWithState() / CastUnscaledWithState() multiply gradients by the
 ///    inverse scale read on the device and OR "any non-finite value written"
 ///    into the device flag (CheckWithState() only reads);
-/// 3. UpdateScale() runs amp::UpdateScaleState() (the same function every
+/// 3. UpdateScale() runs UpdateScaleState() (the same function every
 ///    front-end uses on the host) in a one-thread kernel, records whether the
 ///    step must be skipped, and clears the flag.
 ///
@@ -30,7 +30,7 @@
 #include <memory>
 #include <span>
 
-#include <mlframework/amp/ScalePolicy.hpp>
+#include <mlframework/core/ScalePolicy.hpp>
 #include <mlframework/core/Device.hpp>
 #include <mlframework/core/ITensor.hpp>
 #include <mlframework/core/TensorBackend.hpp>
@@ -38,7 +38,7 @@
 
 namespace mlframework {
 
-/// Dynamic-scaling state that lives in device memory: amp::ScaleState, its policy and a found-inf flag.
+/// Dynamic-scaling state that lives in device memory: ScaleState, its policy and a found-inf flag.
 ///
 /// Created by DeviceScalingBackend::CreateScaleState(). Every member that returns a value
 /// read from the device waits for the work queued before it.
@@ -52,11 +52,11 @@ class MLFRAMEWORK_EXPORT DeviceScaleState {
   /// Device whose memory holds the state.
   virtual Device GetDevice() const noexcept = 0;
   /// The policy UpdateScale() applies.
-  virtual const amp::ScalePolicy& Policy() const noexcept = 0;
+  virtual const ScalePolicy& Policy() const noexcept = 0;
   /// Copies the state to the host (waits for queued work).
-  virtual amp::ScaleState Read() const = 0;
+  virtual ScaleState Read() const = 0;
   /// Overwrites the state (for example when a saved scaler is loaded) and clears the flag.
-  virtual void Write(const amp::ScaleState& state) = 0;
+  virtual void Write(const ScaleState& state) = 0;
   /// True when a non-finite value was seen since the last UpdateScale() (waits for queued work).
   virtual bool FoundInf() const = 0;
   /// Sets the found-inf flag without waiting, for example after an overflow found on another backend.
@@ -80,9 +80,9 @@ class MLFRAMEWORK_EXPORT DeviceScalingBackend : public TensorBackend {
  public:
   ~DeviceScalingBackend() override;
   /// New device-resident state on @p device holding @p initial, updated under @p policy
-  /// (the caller validates the policy with amp::ValidateScalePolicy()).
-  virtual std::unique_ptr<DeviceScaleState> CreateScaleState(Device device, const amp::ScalePolicy& policy,
-                                                             const amp::ScaleState& initial) const = 0;
+  /// (the caller validates the policy with ValidateScalePolicy()).
+  virtual std::unique_ptr<DeviceScaleState> CreateScaleState(Device device, const ScalePolicy& policy,
+                                                             const ScaleState& initial) const = 0;
   /// `x *= state.Scale` for every tensor (scales a loss), without reading the scale on the host.
   virtual void ScaleWithState(std::span<ITensor* const> tensors, DeviceScaleState& state) const = 0;
   /// `x *= InverseScale(state.Scale)` in place; sets the flag when a written value is Inf or NaN.
@@ -100,7 +100,7 @@ class MLFRAMEWORK_EXPORT DeviceScalingBackend : public TensorBackend {
   /// Sets the found-inf flag to `in[0] != 0` without waiting (the reduced flag written back).
   /// ArgumentError unless @p in is a one-element FP32 tensor of this backend on the state's device.
   virtual void FlagFromTensor(DeviceScaleState& state, const ITensor& in) const = 0;
-  /// Advances the state by one step on the device with amp::UpdateScaleState(state, policy, flag),
+  /// Advances the state by one step on the device with UpdateScaleState(state, policy, flag),
   /// records whether the step overflowed (LastStepSkipped()) and clears the flag.
   virtual void UpdateScale(DeviceScaleState& state) const = 0;
 
