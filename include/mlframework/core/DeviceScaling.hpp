@@ -1,44 +1,43 @@
 #pragma once
 /// @file DeviceScaling.hpp
-/// @brief Optional backend extension: dynamic loss scaling whose state stays in device memory.
+/// @brief The scaling-backend interface: dynamic loss scaling whose state lives with the tensors.
 ///
-/// On a GPU, reading the found-inf flag back to the host after every unscale
-/// and deciding the new scale on the host costs a host synchronisation per
-/// step. A backend that implements DeviceScalingBackend keeps the whole
-/// scaler state (ScaleState, the policy and the found-inf flag) in
-/// device memory instead, in the style of Apex / torch.cuda.amp:
+/// Every backend implements one interface, DeviceScalingBackend, so the front ends
+/// (amp::DynamicLossScaler, optimizers::mixed_precision::DynamicLossScaler,
+/// distributed::fsdp::FSDPMixedPrecisionManager, GradientConversionLayer) have one code path:
 ///
-/// 1. ScaleWithState() multiplies the loss by the scale read on the device;
+/// 1. ScaleWithState() multiplies the loss by the scale the state holds;
 /// 2. UnscaleWithState() / CastUnscaledWithState() multiply gradients by the
-///    inverse scale read on the device and OR "any non-finite value written"
-///    into the device flag (CheckWithState() only reads);
-/// 3. UpdateScale() runs UpdateScaleState() (the same function every
-///    front-end uses on the host) in a one-thread kernel, records whether the
-///    step must be skipped, and clears the flag.
+///    inverse scale the state holds and OR "any non-finite value written"
+///    into the state's flag (CheckWithState() only reads);
+/// 3. UpdateScale() runs UpdateScaleState() (core/ScalePolicy.hpp), records whether the step
+///    must be skipped, and clears the flag.
 ///
-/// None of these waits for the device. The host synchronises only when it
-/// asks: DeviceScaleState::Read(), FoundInf(), LastStepSkipped(), and when it
-/// creates or overwrites a state (CreateScaleState(), Write(), which wait for
-/// the host-to-device copy of their argument).
+/// On a GPU (the CUDA backend) the state is in device memory, so none of these waits for the
+/// device: reading the found-inf flag back after every unscale would cost a host
+/// synchronisation per step. The host synchronises only when it asks: DeviceScaleState::Read(),
+/// FoundInf(), LastStepSkipped(), and when it creates or overwrites a state
+/// (CreateScaleState(), Write(), which wait for the host-to-device copy of their argument);
+/// docs/cuda-backend.md, "Which calls synchronise", lists the front ends' calls.
 ///
-/// The front-ends (amp::DynamicLossScaler, amp::GradScaler) create a state
-/// lazily on the gradients' device and from then on keep the state only there
-/// (see docs/cuda-backend.md, "Which calls synchronise").
-/// Backends without the extension (the CPU backend, user tensors) are used
-/// through TensorBackend and ITensor as before; DeviceScalingOf() tells which.
+/// On the host (the CPU backend, and HostScaling() for tensors whose backend has no scaling of
+/// its own) the state is a HostScaleState, a ScaleState plus a flag in host memory, and the
+/// kernels are the backend's fused multi-tensor kernels: the same calls cost what a plain
+/// unscale and check cost. ScalingOf() names the scaling backend of a tensor.
 
 #include <memory>
 #include <span>
+#include <vector>
 
-#include <mlframework/core/ScalePolicy.hpp>
 #include <mlframework/core/Device.hpp>
 #include <mlframework/core/ITensor.hpp>
+#include <mlframework/core/ScalePolicy.hpp>
 #include <mlframework/core/TensorBackend.hpp>
 #include <mlframework/export.hpp>
 
 namespace mlframework {
 
-/// Dynamic-scaling state that lives in device memory: ScaleState, its policy and a found-inf flag.
+/// Dynamic-scaling state kept where a backend's kernels read it: ScaleState, its policy and a found-inf flag.
 ///
 /// Created by DeviceScalingBackend::CreateScaleState(). Every member that returns a value
 /// read from the device waits for the work queued before it.
@@ -49,7 +48,7 @@ class MLFRAMEWORK_EXPORT DeviceScaleState {
   DeviceScaleState(const DeviceScaleState&) = delete;
   /// Not copy-assignable.
   DeviceScaleState& operator=(const DeviceScaleState&) = delete;
-  /// Device whose memory holds the state.
+  /// Device whose memory holds the state (Device::CPU() for a HostScaleState).
   virtual Device GetDevice() const noexcept = 0;
   /// The policy UpdateScale() applies.
   virtual const ScalePolicy& Policy() const noexcept = 0;
@@ -104,6 +103,25 @@ class MLFRAMEWORK_EXPORT DeviceScalingBackend : public TensorBackend {
   /// records whether the step overflowed (LastStepSkipped()) and clears the flag.
   virtual void UpdateScale(DeviceScaleState& state) const = 0;
 
+  /// The list forms the front ends call: the same kernels on lists of shared tensors. The
+  /// defaults pass the raw pointers to the members above; a backend whose plain multi-tensor
+  /// calls keep plans per list (the host backends, through core's multi-tensor functions)
+  /// overrides them, so a step costs what a plain unscale costs there.
+  virtual void UnscaleListWithState(std::span<const TensorPtr> tensors, DeviceScaleState& state) const;
+  /// List form of CastUnscaledWithState() (@p src and @p dst pairwise).
+  virtual void CastUnscaledListWithState(std::span<const TensorPtr> src, std::span<const TensorPtr> dst,
+                                         DeviceScaleState& state) const;
+  /// List form of CheckWithState().
+  virtual void CheckListWithState(std::span<const TensorPtr> tensors, DeviceScaleState& state) const;
+  /// A new tensor `loss * state.Scale` (the default clones @p loss and runs ScaleWithState()).
+  virtual TensorPtr ScaledLoss(const ITensor& loss, DeviceScaleState& state) const;
+  /// New FP32 tensors shaped like @p like, on their devices, for CastUnscaledWithState() to
+  /// overwrite (the default casts each one: a tensor of its own backend).
+  virtual std::vector<TensorPtr> Float32Outputs(std::span<const TensorPtr> like) const;
+  /// True when this backend's states live in host memory (HostScaleState): such states serve
+  /// every host backend alike, so a list that mixes host backends is one host list.
+  virtual bool StatesInHostMemory() const noexcept { return false; }
+
  protected:
   /// Only implementations construct the interface.
   DeviceScalingBackend() = default;
@@ -113,11 +131,111 @@ class MLFRAMEWORK_EXPORT DeviceScalingBackend : public TensorBackend {
   DeviceScalingBackend& operator=(const DeviceScalingBackend&) = default;
 };
 
+/// A scaling state in host memory: a ScaleState, its policy, the found-inf flag and the last
+/// step's skip decision. Nothing here waits for anything.
+class MLFRAMEWORK_EXPORT HostScaleState final : public DeviceScaleState {
+ public:
+  /// A state holding @p initial, updated under @p policy.
+  HostScaleState(const ScalePolicy& policy, const ScaleState& initial) : policy_(policy), state_(initial) {}
+  /// Device::CPU().
+  Device GetDevice() const noexcept override;
+  /// The policy UpdateScale() applies.
+  const ScalePolicy& Policy() const noexcept override { return policy_; }
+  /// A copy of the state.
+  ScaleState Read() const override { return state_; }
+  /// Overwrites the state and clears the flag.
+  void Write(const ScaleState& state) override;
+  /// The flag.
+  bool FoundInf() const override { return found_inf_; }
+  /// Sets the flag.
+  void MarkFoundInf() override { found_inf_ = true; }
+  /// Clears the flag.
+  void ClearFoundInf() override { found_inf_ = false; }
+  /// Whether the last update saw an overflow.
+  bool LastStepSkipped() const override { return last_skipped_; }
+
+  /// The current scale (what the host kernels multiply by, or by the inverse of).
+  float Scale() const noexcept { return state_.Scale; }
+  /// ORs @p found into the flag.
+  void Record(bool found) noexcept { found_inf_ = found_inf_ || found; }
+  /// Advances the state with the flag, records the skip decision and clears the flag.
+  void Update() noexcept;
+
+ private:
+  ScalePolicy policy_;
+  ScaleState state_;
+  bool found_inf_ = false;
+  bool last_skipped_ = false;
+};
+
+/// The scaling interface on any backend whose tensors the host addresses: HostScaleState, and
+/// the backend's own fused kernels (through core's multi-tensor functions for lists). The CPU
+/// backend is one; HostScaling() is the one for tensors whose backend has no scaling of its own.
+class MLFRAMEWORK_EXPORT HostScalingBackend : public DeviceScalingBackend {
+ public:
+  ~HostScalingBackend() override;
+  /// A HostScaleState (@p device is not used: the state lives in host memory).
+  std::unique_ptr<DeviceScaleState> CreateScaleState(Device device, const ScalePolicy& policy,
+                                                     const ScaleState& initial) const override;
+  /// `x *= scale` with this backend's Scale().
+  void ScaleWithState(std::span<ITensor* const> tensors, DeviceScaleState& state) const override;
+  /// This backend's UnscaleAndCheck() with InverseScale(scale), ORed into the flag.
+  void UnscaleWithState(std::span<ITensor* const> tensors, DeviceScaleState& state) const override;
+  /// This backend's CastInto() with InverseScale(scale), ORed into the flag.
+  void CastUnscaledWithState(std::span<const ITensor* const> src, std::span<ITensor* const> dst,
+                             DeviceScaleState& state) const override;
+  /// This backend's HasNonFinite(), ORed into the flag.
+  void CheckWithState(std::span<const ITensor* const> tensors, DeviceScaleState& state) const override;
+  /// A one-element FP32 host tensor holding the flag (reused when @p out already is one).
+  void FlagToTensor(const DeviceScaleState& state, TensorPtr& out) const override;
+  /// Sets the flag to `in[0] != 0`; ArgumentError unless @p in is a one-element FP32 host tensor.
+  void FlagFromTensor(DeviceScaleState& state, const ITensor& in) const override;
+  /// UpdateScaleState() on the host state.
+  void UpdateScale(DeviceScaleState& state) const override;
+  /// core's UnscaleAndCheck() (MultiTensor.hpp) with InverseScale(scale), ORed into the flag.
+  void UnscaleListWithState(std::span<const TensorPtr> tensors, DeviceScaleState& state) const override;
+  /// core's CastInto() with InverseScale(scale), ORed into the flag.
+  void CastUnscaledListWithState(std::span<const TensorPtr> src, std::span<const TensorPtr> dst,
+                                 DeviceScaleState& state) const override;
+  /// core's HasNonFinite() (stops at the first non-finite chunk), ORed into the flag.
+  void CheckListWithState(std::span<const TensorPtr> tensors, DeviceScaleState& state) const override;
+  /// `loss.Multiply(scale)`: one pass.
+  TensorPtr ScaledLoss(const ITensor& loss, DeviceScaleState& state) const override;
+  /// ZerosContiguousLike(like, Float32): one contiguous buffer per device, so the cast into
+  /// them streams like one flat tensor however many small gradients there are.
+  std::vector<TensorPtr> Float32Outputs(std::span<const TensorPtr> like) const override;
+  /// True.
+  bool StatesInHostMemory() const noexcept override { return true; }
+
+ protected:
+  /// Only backends construct the interface.
+  HostScalingBackend() = default;
+  /// Backends may be copyable.
+  HostScalingBackend(const HostScalingBackend&) = default;
+  /// Backends may be copy-assignable.
+  HostScalingBackend& operator=(const HostScalingBackend&) = default;
+};
+
 /// The inverse of a loss scale as every backend computes it: `float(1.0 / double(scale))`
 /// (exact for the power-of-two scales used in practice).
 MLFW_HOST_DEVICE inline float InverseScale(float scale) { return static_cast<float>(1.0 / static_cast<double>(scale)); }
 
-/// The device-scaling extension of @p tensor's backend, or null when its backend has none.
+/// The scaling backend of @p tensor's backend when it keeps its states in device memory (CUDA),
+/// else null (the CPU backend, user tensors).
 MLFRAMEWORK_EXPORT const DeviceScalingBackend* DeviceScalingOf(const ITensor& tensor) noexcept;
+
+/// Scaling for tensors whose backend implements none (a user's ITensor, with or without a
+/// TensorBackend): host states, and core's multi-tensor functions, which fall back to the
+/// per-tensor virtual operations.
+MLFRAMEWORK_EXPORT const HostScalingBackend& HostScaling() noexcept;
+
+/// The scaling backend of @p tensor: its backend when that implements the interface (CPU, CUDA),
+/// else HostScaling().
+MLFRAMEWORK_EXPORT const DeviceScalingBackend& ScalingOf(const ITensor& tensor) noexcept;
+
+/// New FP32 tensors shaped like @p like for an unscale to overwrite, made by the scaling backend
+/// of @p like's first tensor (ScalingOf(); a list holds the tensors of one backend, or host
+/// tensors only, which every host backend allocates alike). Empty for an empty list.
+MLFRAMEWORK_EXPORT std::vector<TensorPtr> Float32OutputsLike(std::span<const TensorPtr> like);
 
 }  // namespace mlframework

@@ -14,6 +14,7 @@
 #include <omp.h>
 
 #include <mlframework/backends/cpu/CpuTensor.hpp>
+#include <mlframework/core/DeviceScaling.hpp>
 #include <mlframework/core/FloatBits.hpp>
 
 #include "mlframework/backends/cpu/CpuTensorImpl.hpp"
@@ -838,7 +839,7 @@ void NarrowFromFloat(const float* src, void* dst, DataType dtype, std::size_t co
 
 namespace {
 
-class CpuBackend final : public TensorBackend {
+class CpuBackend final : public HostScalingBackend {  // scaling: host states, these kernels
  public:
   std::string_view Name() const noexcept override { return "cpu"; }
   bool UnscaleAndCheck(std::span<ITensor* const> tensors, float factor) const override {
