@@ -61,6 +61,11 @@ struct DynamicLossScaler::Impl {
   detail::UnscaleWorkspace workspace;
 
   float Factor() const { return config.Enabled ? owner.Read().Scale : 1.0f; }
+  // Whether @p list holds Inf or NaN, the record of the step kept around the check.
+  bool CheckOwn(std::span<const TensorPtr> list, const char* parameter) {
+    owner.Place(list, parameter);
+    return owner.OwnResult([&] { owner.Check(list); });
+  }
 };
 
 DynamicLossScaler::DynamicLossScaler(DynamicScalerConfig config) {
@@ -145,9 +150,7 @@ bool DynamicLossScaler::CheckOverflow(const GradientMap& gradients) {
   if (!impl_->config.Enabled) {
     return false;
   }
-  mlframework::detail::ScaleStateOwner& owner = impl_->owner;
-  owner.Place(list, "gradients");
-  return owner.OwnResult([&] { owner.Check(list); });
+  return impl_->CheckOwn(list, "gradients");
 }
 
 bool DynamicLossScaler::CheckOverflow(const TensorPtr& gradient) {
@@ -157,10 +160,8 @@ bool DynamicLossScaler::CheckOverflow(const TensorPtr& gradient) {
   if (!impl_->config.Enabled) {
     return false;
   }
-  mlframework::detail::ScaleStateOwner& owner = impl_->owner;
   const TensorPtr list[] = {gradient};
-  owner.Place(list, "gradient");
-  return owner.OwnResult([&] { owner.Check(list); });
+  return impl_->CheckOwn(list, "gradient");
 }
 
 void DynamicLossScaler::RecordOverflow(const GradientMap& gradients) {

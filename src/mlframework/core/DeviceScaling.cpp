@@ -42,10 +42,6 @@ HostScaleState& HostState(DeviceScaleState& state) {
   return *host;
 }
 
-const HostScaleState& HostState(const DeviceScaleState& state) {
-  return HostState(const_cast<DeviceScaleState&>(state));  // NOLINT(cppcoreguidelines-pro-type-const-cast)
-}
-
 // HostScaling(): the kernels are core's multi-tensor functions, which run each tensor's own
 // backend where it has one and the per-tensor virtual operations where it has none.
 class GenericHostScaling final : public HostScalingBackend {
@@ -142,7 +138,7 @@ void HostScalingBackend::CheckWithState(std::span<const ITensor* const> tensors,
 }
 
 void HostScalingBackend::FlagToTensor(const DeviceScaleState& state, TensorPtr& out) const {
-  const float value = HostState(state).FoundInf() ? 1.0f : 0.0f;
+  const float value = state.FoundInf() ? 1.0f : 0.0f;  // a host state: no wait
   if (!out || out->GetDataType() != DataType::Float32 || out->Size() != 1 || !out->GetDevice().IsCPU()) {
     out = Zeros({1});
   }

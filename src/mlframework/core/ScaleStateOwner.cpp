@@ -46,8 +46,7 @@ void ScaleStateOwner::Place(std::span<const TensorPtr> tensors, const char* para
   const DeviceScalingBackend* backend = &ScalingOf(*tensors[0]);
   const bool host = backend->StatesInHostMemory();
   for (std::size_t i = 1; i < tensors.size(); ++i) {
-    const Device own_device = tensors[i]->GetDevice();
-    if (tensors[i]->Backend() == first && (host || own_device == device)) {
+    if (tensors[i]->Backend() == first && (host || tensors[i]->GetDevice() == device)) {
       continue;  // the common case: one backend, one device
     }
     if (host && ScalingOf(*tensors[i]).StatesInHostMemory()) {
@@ -55,7 +54,7 @@ void ScaleStateOwner::Place(std::span<const TensorPtr> tensors, const char* para
       continue;
     }
     throw ArgumentError(std::string(parameter) + "[" + std::to_string(i) + "]",
-                        "is on " + own_device.ToString() + " but entry 0 is on " + device.ToString() +
+                        "is on " + tensors[i]->GetDevice().ToString() + " but entry 0 is on " + device.ToString() +
                             ": a dynamic scaler keeps its state on one device, so one call takes "
                             "tensors of one device-scaling backend and device, or host tensors only");
   }
@@ -102,15 +101,9 @@ void ScaleStateOwner::Check(std::span<const TensorPtr> tensors) {
 }
 
 bool ScaleStateOwner::Fits(const ITensor& buffer, const ITensor& like) {
-  if (buffer.GetShape() != like.GetShape() || buffer.GetDevice() != like.GetDevice()) {
-    return false;
-  }
-  if (buffer.Backend() == like.Backend()) {
-    return true;
-  }
-  const DeviceScalingBackend& home = ScalingOf(buffer);
-  const DeviceScalingBackend& like_home = ScalingOf(like);
-  return &home == &like_home || (home.StatesInHostMemory() && like_home.StatesInHostMemory());
+  // Host buffers serve host tensors of any backend; a device buffer only its own backend's.
+  return buffer.GetShape() == like.GetShape() && buffer.GetDevice() == like.GetDevice() &&
+         (buffer.Backend() == like.Backend() || DeviceScalingOf(buffer) == DeviceScalingOf(like));
 }
 
 TensorPtr ScaleStateOwner::ScaleLoss(const TensorPtr& loss) const {

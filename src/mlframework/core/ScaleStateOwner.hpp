@@ -1,22 +1,17 @@
 #pragma once
 // Private: the single owner of a dynamic scaler's state, and the one code path of every front end.
 //
-// The state is a DeviceScaleState of the scaling backend of the tensors the scaler works on
-// (core/DeviceScaling.hpp): a host state for CPU tensors and user tensors, a device state for
-// CUDA tensors. A scaler starts with a host state; Place() moves it where the next operation's
-// tensors keep theirs (CreateScaleState from the current copy: one synchronisation onto a
-// device, one read back from it), so exactly one copy is current at any time. One host state
-// serves every host backend, so mixing CPU and user tensors moves nothing.
+// The state is a DeviceScaleState of the scaling backend of the scaler's tensors
+// (core/DeviceScaling.hpp): in host memory for CPU and user tensors, on the device for CUDA
+// tensors. It starts in host memory; Place() moves it where the next operation's tensors keep
+// theirs (one synchronisation onto or off a device), so exactly one copy is current. One host
+// state serves every host backend.
 //
-// Reads of the state are cached until the next update (the only call that changes it), so
-// Scale(), stats and counters read between two updates cost one synchronisation together on a
-// device. An update with a host decision (Update(bool)) advances the cached copy with the same
-// UpdateScaleState(), so it stays current; an update from the flag drops it. Nothing else may
-// change the state behind the owner's back (DeviceState() is for reading the flag).
-//
-// The "record" is the state's found-inf flag: the kernels OR into it and never wait; Recorded(),
-// Read() and moves do wait on a device. The owner knows when nothing was recorded since the last
-// clear, and then answers without reading.
+// Reads are cached until the next update (the only call that changes the state), so the
+// accessors between two updates cost one synchronisation together on a device; Update(bool)
+// advances the cached copy with the same UpdateScaleState(). The "record" is the state's
+// found-inf flag: kernels OR into it without waiting; the owner knows when nothing was recorded
+// since the last clear and then answers Recorded() without a read.
 
 #include <memory>
 #include <optional>

@@ -91,20 +91,20 @@ TensorPtr GradientConversionLayer::ReusableOutput(const std::string& name, const
 }
 
 void GradientConversionLayer::AllocateOutputs(std::span<const TensorPtr> low_src, std::span<TensorPtr> low_dst) {
-  std::vector<std::size_t> fresh;
   std::vector<TensorPtr> like;
   for (std::size_t i = 0; i < low_src.size(); ++i) {
     if (!low_dst[i]) {
-      fresh.push_back(i);
       like.push_back(low_src[i]);
     }
   }
   // Made by the gradients' scaling backend: on the host one contiguous FP32 buffer per device,
-  // so the cast of pass 2 streams its output like one flat tensor however many small gradients
-  // there are (core/Tensor.hpp).
+  // so pass 2 streams its output like one flat tensor however many small gradients there are.
   std::vector<TensorPtr> made = Float32OutputsLike(like);
-  for (std::size_t k = 0; k < fresh.size(); ++k) {
-    low_dst[fresh[k]] = std::move(made[k]);
+  std::size_t next = 0;
+  for (TensorPtr& output : low_dst) {
+    if (!output) {
+      output = std::move(made[next++]);
+    }
   }
 }
 
@@ -162,16 +162,14 @@ GradientProcessingResult GradientConversionLayer::ProcessGradients(const Gradien
     skip = scaler.UpdateScale(checking && measured.FoundNonFinite);
     sum_of_squares = measured.SumOfSquares;
   } else if (checking) {
-    // Pass 2 of the 16-bit gradients runs before the update, with the scale the state holds (the
-    // update may grow it); its flag is "a non-finite value written", which for scales >= 1 is
-    // exactly "a non-finite input", so it doubles as their check. FP32 inputs are only checked
-    // here and unscaled below, so a skipped step leaves them untouched.
+    // Pass 2 of the 16-bit gradients before the update (which may grow the scale) doubles as
+    // their check (see the header); FP32 inputs are only checked, so a skipped step keeps them.
     scaler.ClearRecordedOverflow();
     scaler.UnscaleAndRecordOverflow({}, low_src, low_dst);
     scaler.RecordOverflow(fp32);
     scaler.UpdateScaleFromRecord();
-    // The one read of the step (ShouldSkip must reach the host): an overflowed update leaves
-    // ConsecutiveOverflows >= 1, a clean one 0; the fallback check below reuses this read.
+    // The one read of the step: an overflowed update leaves ConsecutiveOverflows >= 1, a clean
+    // one 0; the fallback check below reuses this read.
     skip = scaler.ConsecutiveOverflows() > 0;
     written = true;
   }
