@@ -138,13 +138,16 @@ class MLFRAMEWORK_EXPORT HostScaleState final : public DeviceScaleState {
   /// A state holding @p initial, updated under @p policy.
   HostScaleState(const ScalePolicy& policy, const ScaleState& initial) : policy_(policy), state_(initial) {}
   /// Device::CPU().
-  Device GetDevice() const noexcept override;
+  Device GetDevice() const noexcept override { return Device::CPU(); }
   /// The policy UpdateScale() applies.
   const ScalePolicy& Policy() const noexcept override { return policy_; }
   /// A copy of the state.
   ScaleState Read() const override { return state_; }
   /// Overwrites the state and clears the flag.
-  void Write(const ScaleState& state) override;
+  void Write(const ScaleState& state) override {
+    state_ = state;
+    found_inf_ = false;
+  }
   /// The flag.
   bool FoundInf() const override { return found_inf_; }
   /// Sets the flag.
@@ -159,7 +162,10 @@ class MLFRAMEWORK_EXPORT HostScaleState final : public DeviceScaleState {
   /// ORs @p found into the flag.
   void Record(bool found) noexcept { found_inf_ = found_inf_ || found; }
   /// Advances the state with the flag, records the skip decision and clears the flag.
-  void Update() noexcept;
+  void Update() noexcept {
+    last_skipped_ = UpdateScaleState(state_, policy_, found_inf_);
+    found_inf_ = false;
+  }
 
  private:
   ScalePolicy policy_;

@@ -99,18 +99,6 @@ std::vector<TensorPtr> DeviceScalingBackend::Float32Outputs(std::span<const Tens
   return outputs;
 }
 
-Device HostScaleState::GetDevice() const noexcept { return Device::CPU(); }
-
-void HostScaleState::Write(const ScaleState& state) {
-  state_ = state;
-  found_inf_ = false;
-}
-
-void HostScaleState::Update() noexcept {
-  last_skipped_ = UpdateScaleState(state_, policy_, found_inf_);
-  found_inf_ = false;
-}
-
 HostScalingBackend::~HostScalingBackend() = default;
 
 std::unique_ptr<DeviceScaleState> HostScalingBackend::CreateScaleState(Device /*device*/, const ScalePolicy& policy,
@@ -148,9 +136,8 @@ void HostScalingBackend::FlagToTensor(const DeviceScaleState& state, TensorPtr& 
 void HostScalingBackend::FlagFromTensor(DeviceScaleState& state, const ITensor& in) const {
   HostScaleState& host = HostState(state);
   if (in.GetDataType() != DataType::Float32 || in.Size() != 1 || !in.GetDevice().IsCPU()) {
-    throw ArgumentError("in", "must be a one-element FP32 host tensor, got " + std::to_string(in.Size()) + " " +
-                                  std::string(ToString(in.GetDataType())) + " elements on " +
-                                  in.GetDevice().ToString());
+    throw ArgumentError("in", "must be a one-element FP32 host tensor, got " + std::to_string(in.Size()) +
+                                  " elements on " + in.GetDevice().ToString());
   }
   host.ClearFoundInf();
   host.Record(in.ToFloatVector()[0] != 0.0f);

@@ -83,21 +83,14 @@ void ScaleStateOwner::MoveTo(const DeviceScalingBackend& backend, Device device)
 
 void ScaleStateOwner::Unscale(std::span<const TensorPtr> in_place, std::span<const TensorPtr> src,
                               std::span<const TensorPtr> dst) {
-  if (!in_place.empty()) {
-    backend_->UnscaleListWithState(in_place, *state_);
-    dirty_ = true;
-  }
-  if (!src.empty()) {
-    backend_->CastUnscaledListWithState(src, dst, *state_);
-    dirty_ = true;
-  }
+  if (!in_place.empty()) backend_->UnscaleListWithState(in_place, *state_);
+  if (!src.empty()) backend_->CastUnscaledListWithState(src, dst, *state_);
+  dirty_ = dirty_ || !in_place.empty() || !src.empty();
 }
 
 void ScaleStateOwner::Check(std::span<const TensorPtr> tensors) {
-  if (!tensors.empty()) {
-    backend_->CheckListWithState(tensors, *state_);
-    dirty_ = true;
-  }
+  if (!tensors.empty()) backend_->CheckListWithState(tensors, *state_);
+  dirty_ = dirty_ || !tensors.empty();
 }
 
 bool ScaleStateOwner::Fits(const ITensor& buffer, const ITensor& like) {

@@ -19,9 +19,9 @@
 #include <cstring>
 #include <span>
 
-#include <mlframework/core/ScalePolicy.hpp>
 #include <mlframework/core/DataType.hpp>
 #include <mlframework/core/HostDevice.hpp>
+#include <mlframework/core/ScalePolicy.hpp>
 
 namespace mlframework::backends::cuda {
 
