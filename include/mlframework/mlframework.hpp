@@ -15,6 +15,7 @@
 #include <mlframework/core/TensorBackend.hpp>
 
 #include <mlframework/core/DeviceScaling.hpp>
+#include <mlframework/core/HostScaling.hpp>
 #include <mlframework/core/ScalePolicy.hpp>
 
 #include <mlframework/backends/cpu/CpuTensor.hpp>

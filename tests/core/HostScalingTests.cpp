@@ -12,6 +12,7 @@
 #include <mlframework/amp/DynamicLossScaler.hpp>
 #include <mlframework/core/DeviceScaling.hpp>
 #include <mlframework/core/Error.hpp>
+#include <mlframework/core/HostScaling.hpp>
 #include <mlframework/core/Tensor.hpp>
 #include <mlframework/optimizers/mixed_precision/DynamicLossScaler.hpp>
 

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include <mlframework/core/Error.hpp>
+#include <mlframework/core/HostScaling.hpp>
 
 namespace mlframework::detail {
 
@@ -11,10 +12,7 @@ ScaleStateOwner::ScaleStateOwner(const ScalePolicy& policy, const ScaleState& in
     : policy_(policy), backend_(&HostScaling()), state_(backend_->CreateScaleState(Device::CPU(), policy, initial)) {}
 
 ScaleStateOwner& ScaleStateOwner::operator=(const ScaleStateOwner& other) {
-  if (this != &other) {
-    ScaleStateOwner copy(other);
-    *this = std::move(copy);
-  }
+  if (this != &other) *this = ScaleStateOwner(other);
   return *this;
 }
 

@@ -2,6 +2,7 @@ target_sources(mlframework PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/Device.cpp
   ${CMAKE_CURRENT_LIST_DIR}/DeviceScaling.cpp
   ${CMAKE_CURRENT_LIST_DIR}/Error.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/HostScaling.cpp
   ${CMAKE_CURRENT_LIST_DIR}/ITensor.cpp
   ${CMAKE_CURRENT_LIST_DIR}/MultiTensor.cpp
   ${CMAKE_CURRENT_LIST_DIR}/ScalePolicy.cpp

@@ -14,8 +14,8 @@
 #include <omp.h>
 
 #include <mlframework/backends/cpu/CpuTensor.hpp>
-#include <mlframework/core/DeviceScaling.hpp>
 #include <mlframework/core/FloatBits.hpp>
+#include <mlframework/core/HostScaling.hpp>
 
 #include "mlframework/backends/cpu/CpuTensorImpl.hpp"
 #include "mlframework/backends/cpu/KernelTable.hpp"
