@@ -144,8 +144,8 @@ void BM_unscale_device_state(benchmark::State& state) {
     raw.push_back(t.get());
   }
   const DeviceScalingBackend& backend = cuda::Backend();
-  const amp::ScalePolicy policy{.InitialScale = 1.0f};
-  auto scale_state = backend.CreateScaleState(kGpu, policy, amp::ScaleState::Initial(policy));
+  const ScalePolicy policy{.InitialScale = 1.0f};
+  auto scale_state = backend.CreateScaleState(kGpu, policy, ScaleState::Initial(policy));
   // A whole scaler step without a host synchronisation: unscale by the device scale, then update it.
   TimeOnDevice(state, 2 * Bytes(list), [&] {
     backend.UnscaleWithState(raw, *scale_state);

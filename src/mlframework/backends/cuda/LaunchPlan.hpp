@@ -18,9 +18,9 @@
 #include <cstring>
 #include <span>
 
-#include <mlframework/amp/ScalePolicy.hpp>
 #include <mlframework/core/DataType.hpp>
 #include <mlframework/core/HostDevice.hpp>
+#include <mlframework/core/ScalePolicy.hpp>
 
 namespace mlframework::backends::cuda {
 
@@ -126,7 +126,7 @@ struct DeviceResult {
 
 /// Device-resident dynamic-scaling state (see DeviceScaling.hpp).
 struct DeviceScaleBlock {
-  amp::ScaleState state;
+  ScaleState state;
   std::int32_t found_inf;
   std::int32_t last_skipped;
 };
