@@ -19,14 +19,12 @@ void FSDPMixedPrecisionConfig::Validate() const {
                             (IsValid(BackwardDType) ? std::string(ToString(BackwardDType))
                                                     : std::to_string(static_cast<int>(BackwardDType))));
   }
-  amp::ScalePolicyFieldNames names;
-  names.InitialScale = "InitialLossScale";
-  names.GrowthFactor = "LossScaleGrowthFactor";
-  names.BackoffFactor = "LossScaleBackoffFactor";
-  names.GrowthInterval = "LossScaleSteps";
-  names.MinScale = "MinLossScale";
-  names.MaxScale = "MaxLossScale";
-  amp::ValidateScalePolicy(ToScalePolicy(), names);
+  amp::ValidateScalePolicy(ToScalePolicy(), amp::ScalePolicyFieldNames{.InitialScale = "InitialLossScale",
+                                                                       .GrowthFactor = "LossScaleGrowthFactor",
+                                                                       .BackoffFactor = "LossScaleBackoffFactor",
+                                                                       .GrowthInterval = "LossScaleSteps",
+                                                                       .MinScale = "MinLossScale",
+                                                                       .MaxScale = "MaxLossScale"});
 }
 
 amp::ScalePolicy FSDPMixedPrecisionConfig::ToScalePolicy() const {
