@@ -21,8 +21,6 @@ namespace mlframework::backends::cuda {
 
 namespace {
 
-std::string Describe(DataType dtype) { return std::string(mlframework::ToString(dtype)); }
-
 void RequireValidDtype(DataType dtype) {
   if (!IsValid(dtype)) {
     throw ArgumentError("dtype", "value " + std::to_string(static_cast<int>(dtype)) + " is not a DataType");
@@ -58,7 +56,8 @@ CudaTensor::CudaTensor(Shape shape, DataType dtype, int device)
       context_(&DeviceContext::Get(device)) {
   RequireValidDtype(dtype_);
   if (size_ > SIZE_MAX / ElementSize(dtype_)) {
-    throw ArgumentError("shape", ToString(shape_) + " of " + Describe(dtype_) + " does not fit in memory");
+    throw ArgumentError(
+        "shape", ToString(shape_) + " of " + std::string(mlframework::ToString(dtype_)) + " does not fit in memory");
   }
   std::lock_guard lock(context_->Mutex());
   DeviceGuard guard(device_);
