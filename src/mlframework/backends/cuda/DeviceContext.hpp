@@ -59,8 +59,9 @@ class DeviceContext {
   /// The one launch of @p entries with the chunk size of @p access (mutex held): its table image
   /// inline when it fits; otherwise the table kept on the device for the same memory
   /// (TableCache), or else a new table, written to a pinned staging buffer, copied on the
-  /// stream to new device memory and kept for the next call (so queue the kernel before
-  /// releasing the mutex). `blocks` is 0 when every entry is empty.
+  /// stream to new device memory and kept for the next call. Queue the kernel before releasing
+  /// the mutex and before the next Stage(), which may evict (free, stream-ordered) this table.
+  /// `blocks` is 0 when every entry is empty.
   Launch Stage(std::span<const ListEntry> entries, Access access);
 
   /// Clears the result flag, runs nothing else (mutex held).
