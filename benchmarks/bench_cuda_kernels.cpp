@@ -201,8 +201,8 @@ void UnscaleWrapped(benchmark::State& state, std::size_t copies, std::size_t rot
     return;
   }
   const DeviceScalingBackend& backend = cuda::Backend();
-  const amp::ScalePolicy policy{.InitialScale = 1.0f};
-  auto scale_state = backend.CreateScaleState(kGpu, policy, amp::ScaleState::Initial(policy));
+  const ScalePolicy policy{.InitialScale = 1.0f};
+  auto scale_state = backend.CreateScaleState(kGpu, policy, ScaleState::Initial(policy));
   const Layout layout = LayoutOf(state.range(0));
   std::size_t call = 0;
   TimeOnDevice(state, 2 * layout.tensors * layout.elements * ElementSize(dtype), [&] {
