@@ -6,6 +6,7 @@ target_sources(mlframework PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/Error.cpp
   ${CMAKE_CURRENT_LIST_DIR}/ITensor.cpp
   ${CMAKE_CURRENT_LIST_DIR}/MultiTensor.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/SameMemory.cpp
   ${CMAKE_CURRENT_LIST_DIR}/StateBlob.cpp
   ${CMAKE_CURRENT_LIST_DIR}/Tensor.cpp
   ${CMAKE_CURRENT_LIST_DIR}/TensorBackend.cpp)
