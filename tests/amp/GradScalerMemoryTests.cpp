@@ -162,7 +162,7 @@ BOOST_AUTO_TEST_CASE(TheSameMemoryNextIterationIsANewStep) {
           const bool stepped = scaler.Step(opt);
           BOOST_TEST(stepped == (iteration != 2), "iteration " << iteration);
           if (stepped) {
-            const float k = static_cast<float>(iteration + 1);
+            const auto k = static_cast<float>(iteration + 1);
             BOOST_TEST(Values(opt.stepped_with.at("a")) == (std::vector<float>{k, -2.0f * k, 0.5f * k}),
                        boost::test_tools::per_element());
           }

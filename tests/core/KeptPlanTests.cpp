@@ -78,7 +78,7 @@ std::shared_ptr<const Plan> Keep(ListCache<Plan>& cache, Wrapper&& wrap) {
     cache.Add(One(list), APlan());
   }
   const auto list = wrap();
-  const auto kept = cache.Find(One(list));
+  auto kept = cache.Find(One(list));
   BOOST_TEST(kept != nullptr);
   return kept;
 }
@@ -273,6 +273,7 @@ BOOST_AUTO_TEST_CASE(RewrappedListsGiveTheReferenceResults) {
         BOOST_TEST(UnscaleAndCheck(list, 0.5f) == found);
         RequireSameBits(list, expected, "unscaled");
         std::vector<TensorPtr> out;
+        out.reserve(list.size());
         for (const auto& t : list) {
           out.push_back(backends::cpu::Empty(t->GetShape(), DataType::Float32));
         }

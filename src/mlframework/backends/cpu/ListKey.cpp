@@ -15,9 +15,15 @@ bool SameShape(const CpuTensor& a, const CpuTensor& b) {
   return x.size() == y.size() && (x.size() <= 1 || x == y);
 }
 
+// The dynamic type of the lists' first tensor.
+const std::type_info& TypeOf(const TensorLists& lists) {
+  const ITensor& first = *(lists[0].empty() ? lists[1] : lists[0]).front();
+  return typeid(first);
+}
+
 }  // namespace
 
-ListKey::ListKey(const TensorLists& lists) : type_(&typeid(*(lists[0].empty() ? lists[1] : lists[0]).front())) {
+ListKey::ListKey(const TensorLists& lists) : type_(&TypeOf(lists)) {
   memory_.reserve(lists[0].size() + lists[1].size());
   for (std::size_t l = 0; l < lists.size(); ++l) {
     sizes_[l] = lists[l].size();
