@@ -7,6 +7,7 @@ target_sources(mlframework PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/HostScaling.cpp
   ${CMAKE_CURRENT_LIST_DIR}/ITensor.cpp
   ${CMAKE_CURRENT_LIST_DIR}/MultiTensor.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/SameMemory.cpp
   ${CMAKE_CURRENT_LIST_DIR}/ScalePolicy.cpp
   ${CMAKE_CURRENT_LIST_DIR}/ScaleStateOwner.cpp
   ${CMAKE_CURRENT_LIST_DIR}/StateBlob.cpp
