@@ -26,6 +26,10 @@ const std::vector<ExternalGradient>& External(mlframework::DataType dtype);
 /// The value External() stores at element @p i of gradient @p k (exactly representable in FP16).
 float Value(std::size_t k, std::size_t i);
 
+/// Bytes of all allocations of 64 KiB and more made through operator new in this process so
+/// far (zero_copy/LargeAllocations.cpp replaces the program's operator new to count them).
+std::size_t LargeAllocatedBytes();
+
 /// One way to run the same operation; the paired benchmarks time each in every iteration.
 struct Contender {
   std::string name;                     ///< "native", "wrap", "dlpack", "torch": the counters' prefix.

@@ -1,6 +1,8 @@
 // libtorch's own unscale + overflow check on the very memory bench_zero_copy wraps, in the same
 // binary and iteration: at::from_blob tensors made once, as a libtorch program's gradients.
 // Built only when CMake finds Torch and MLFW_BENCH_TORCH is ON.
+#include <omp.h>
+
 #include <cstdint>
 #include <memory>
 #include <stdexcept>
@@ -14,6 +16,7 @@
 namespace mlfw_zc {
 
 Contender TorchUnscaleCheck(std::string& note) {
+  at::set_num_threads(omp_get_max_threads());  // the library's OpenMP team: libtorch may pick fewer
   auto tensors = std::make_shared<std::vector<at::Tensor>>();
   for (const ExternalGradient& g : External(mlframework::DataType::Float32)) {
     std::vector<std::int64_t> shape(g.shape.begin(), g.shape.end());
