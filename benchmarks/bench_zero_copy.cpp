@@ -17,12 +17,13 @@
 // Counters: <c>_ms (median per call), <c>_ratio (median over iterations of <c>'s time over
 // native's in the same iteration; target <= 1/0.95), torch_over_wrap (target > 1),
 // <c>_alloc_bytes (per call, allocations of 64 KiB and more) and bytes_copied (the target is 0):
-//   - FP32 unscaling must happen in place: every gradient the optimizer receives must lie at its
-//     external address (checked every call), and before timing the results of a Static(4) step
-//     are checked element by element in the external buffers;
-//   - a copy of a gradient into library memory must allocate it (steady state: native allocates
-//     nothing of that size), so a library call allocating more than native's in the same
-//     iteration counts the difference as copied.
+//   - every tensor the library is handed must lie at its external address (Wrap and FromDLPack
+//     copy nothing), and FP32 results must be those tensors (unscaled in place): checked after
+//     every call; before timing, a Static(4) step's results are checked element by element in the
+//     external buffers;
+//   - a copy of a gradient of 64 KiB or more into library memory must allocate it (steady state:
+//     native allocates nothing of that size), so a library call allocating more than native's in
+//     the same iteration counts the difference as copied (the FP16 inputs' check beyond pointers).
 // A non-zero bytes_copied, a wrong result or a deleter not called exactly once is the case's error.
 // The results of wrap and dlpack are also checked bit for bit against native's before timing.
 //
