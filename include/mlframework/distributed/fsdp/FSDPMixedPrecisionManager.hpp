@@ -68,7 +68,8 @@ class MLFRAMEWORK_EXPORT FSDPMixedPrecisionManager {
   bool CheckOverflow(const GradientMap& gradients);
   /// Collective: multiplies @p gradients in place by `1 / CurrentLossScale()` and checks them in
   /// the same pass, agrees across ranks and updates the scale like CheckOverflow(). Without loss
-  /// scaling the gradients are left as they are and only checked.
+  /// scaling the gradients are left as they are and only checked: true when any rank's gradients
+  /// hold Inf or NaN (one read and a host all-reduce MAX; no scale changes).
   bool UnscaleAndCheckOverflow(const GradientMap& gradients);
   /// The current loss scale.
   float CurrentLossScale() const;

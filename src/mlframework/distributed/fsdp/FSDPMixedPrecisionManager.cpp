@@ -87,7 +87,12 @@ bool FSDPMixedPrecisionManager::CheckOverflow(const GradientMap& gradients) {
 
 bool FSDPMixedPrecisionManager::UnscaleAndCheckOverflow(const GradientMap& gradients) {
   const std::vector<TensorPtr> list = NonNull(gradients);
-  if (!config_.UseLossScaling) return false;
+  if (!config_.UseLossScaling) {
+    // Nothing to unscale, but the gradients are still checked and the ranks still agree, so no
+    // rank steps on non-finite gradients (there is no scale to update).
+    const bool local = HasNonFinite(list);
+    return fsdp_.ProcessGroup().AllReduceHost(local ? 1.0 : 0.0, ReduceOp::Max) > 0.0;
+  }
   owner_->Place(list, "gradients");
   owner_->ClearRecord();
   owner_->Unscale(list, {}, {});  // in place, times InverseScale(scale) read where the state lives
