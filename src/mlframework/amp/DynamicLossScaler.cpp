@@ -18,19 +18,6 @@ namespace {
 constexpr char kKind[] = "amp.DynamicLossScaler";
 constexpr std::uint16_t kVersion = 1;
 
-// A scalar tensor cached for one value; rebuilt only when the value changes.
-struct CachedScalar {
-  TensorPtr Get(float value) {
-    if (!tensor || cached != value) {
-      tensor = Scalar(value);
-      cached = value;
-    }
-    return tensor;
-  }
-  TensorPtr tensor;
-  float cached = 0.0f;
-};
-
 }  // namespace
 
 ScalePolicy DynamicScalerConfig::ToScalePolicy() const {
@@ -56,8 +43,8 @@ struct DynamicLossScaler::Impl {
   Impl(const DynamicScalerConfig& c, mlframework::detail::ScaleStateOwner other) : config(c), owner(std::move(other)) {}
   DynamicScalerConfig config;
   mlframework::detail::ScaleStateOwner owner;  // the single owner of the state (core/ScaleStateOwner.hpp)
-  CachedScalar scale_tensor;
-  CachedScalar inverse_tensor;
+  detail::CachedScalar scale_tensor;
+  detail::CachedScalar inverse_tensor;
   detail::UnscaleWorkspace workspace;
 
   float Factor() const { return config.Enabled ? owner.Read().Scale : 1.0f; }

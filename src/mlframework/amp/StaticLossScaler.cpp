@@ -20,9 +20,8 @@ struct StaticLossScaler::Impl {
   float inverse;
   bool enabled;
   // Cached scalars (spec 001: cache scale and inverse scale), built on first use.
-  TensorPtr scale_tensor;
-  TensorPtr inverse_tensor;
-  TensorPtr one_tensor;
+  detail::CachedScalar scale_tensor;
+  detail::CachedScalar inverse_tensor;
   detail::UnscaleWorkspace workspace;
 };
 
@@ -92,20 +91,10 @@ bool StaticLossScaler::CheckOverflow(const TensorPtr& gradient) {
 
 void StaticLossScaler::UpdateScale(bool /*overflow*/) {}
 
-TensorPtr StaticLossScaler::GetScaleTensor() {
-  Impl& s = *impl_;
-  if (!s.enabled) {
-    return s.one_tensor ? s.one_tensor : (s.one_tensor = Scalar(1.0f));
-  }
-  return s.scale_tensor ? s.scale_tensor : (s.scale_tensor = Scalar(s.scale));
-}
+TensorPtr StaticLossScaler::GetScaleTensor() { return impl_->scale_tensor.Get(impl_->enabled ? impl_->scale : 1.0f); }
 
 TensorPtr StaticLossScaler::GetInverseScaleTensor() {
-  Impl& s = *impl_;
-  if (!s.enabled) {
-    return s.one_tensor ? s.one_tensor : (s.one_tensor = Scalar(1.0f));
-  }
-  return s.inverse_tensor ? s.inverse_tensor : (s.inverse_tensor = Scalar(s.inverse));
+  return impl_->inverse_tensor.Get(impl_->enabled ? impl_->inverse : 1.0f);
 }
 
 std::vector<std::byte> StaticLossScaler::StateDict() const {

@@ -81,15 +81,10 @@ TensorPtr UnscaleWorkspace::RunOne(const TensorPtr& gradient, float inverse_scal
     throw ArgumentNullError("gradient");
   }
   const std::vector<TensorPtr> src{gradient};
-  if (gradient->GetDataType() == DataType::Float32) {
-    const bool found = UnscaleAndCheck(src, inverse_scale);
-    if (overflow != nullptr) {
-      *overflow = found;
-    }
-    return gradient;
-  }
-  const std::vector<TensorPtr> dst{Zeros(gradient->GetShape(), DataType::Float32, gradient->GetDevice())};
-  const bool found = CastInto(src, dst, inverse_scale);
+  const bool in_place = gradient->GetDataType() == DataType::Float32;
+  const std::vector<TensorPtr> dst{in_place ? gradient
+                                            : Zeros(gradient->GetShape(), DataType::Float32, gradient->GetDevice())};
+  const bool found = in_place ? UnscaleAndCheck(src, inverse_scale) : CastInto(src, dst, inverse_scale);
   if (overflow != nullptr) {
     *overflow = found;
   }

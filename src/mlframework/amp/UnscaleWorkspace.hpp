@@ -1,5 +1,5 @@
 #pragma once
-// Private: the unscale-and-check pass shared by the built-in scalers.
+// Private: the unscale-and-check pass and the cached scale tensors shared by the built-in scalers.
 //
 // FP32 gradients are unscaled in place with the fused UnscaleAndCheck kernel; FP16/BF16
 // gradients are written as FP32 (times the inverse scale) into buffers kept here and reused
@@ -15,6 +15,7 @@
 #include <mlframework/amp/ILossScaler.hpp>
 #include <mlframework/core/DeviceScaling.hpp>
 #include <mlframework/core/ITensor.hpp>
+#include <mlframework/core/Tensor.hpp>
 
 #include "mlframework/core/ScaleStateOwner.hpp"
 
@@ -45,6 +46,19 @@ class UnscaleWorkspace {
   Split SplitList(const GradientMap& gradients, std::span<const TensorPtr> list, Allocate&& allocate);
 
   std::map<std::string, TensorPtr> buffers_;
+};
+
+// A scalar tensor cached for one value; rebuilt only when the value changes.
+struct CachedScalar {
+  TensorPtr Get(float value) {
+    if (!tensor || cached != value) {
+      tensor = Scalar(value);
+      cached = value;
+    }
+    return tensor;
+  }
+  TensorPtr tensor;
+  float cached = 0.0f;
 };
 
 // The one definition (core/DeviceScaling.hpp).

@@ -1,5 +1,6 @@
 #include "mlframework/core/StateBlob.hpp"
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 
@@ -43,16 +44,8 @@ void BlobWriter::U8(std::uint8_t value) { Put(payload_, value, 1); }
 void BlobWriter::U32(std::uint32_t value) { Put(payload_, value, 4); }
 void BlobWriter::U64(std::uint64_t value) { Put(payload_, value, 8); }
 void BlobWriter::I64(std::int64_t value) { Put(payload_, static_cast<std::uint64_t>(value), 8); }
-void BlobWriter::F32(float value) {
-  std::uint32_t bits;
-  std::memcpy(&bits, &value, sizeof bits);
-  U32(bits);
-}
-void BlobWriter::F64(double value) {
-  std::uint64_t bits;
-  std::memcpy(&bits, &value, sizeof bits);
-  U64(bits);
-}
+void BlobWriter::F32(float value) { U32(std::bit_cast<std::uint32_t>(value)); }
+void BlobWriter::F64(double value) { U64(std::bit_cast<std::uint64_t>(value)); }
 void BlobWriter::Bytes(std::span<const std::byte> bytes) {
   payload_.insert(payload_.end(), bytes.begin(), bytes.end());
 }
@@ -138,18 +131,8 @@ std::uint8_t BlobReader::U8() { return static_cast<std::uint8_t>(Get(Take(1), 1)
 std::uint32_t BlobReader::U32() { return static_cast<std::uint32_t>(Get(Take(4), 4)); }
 std::uint64_t BlobReader::U64() { return Get(Take(8), 8); }
 std::int64_t BlobReader::I64() { return static_cast<std::int64_t>(U64()); }
-float BlobReader::F32() {
-  const std::uint32_t bits = U32();
-  float value;
-  std::memcpy(&value, &bits, sizeof value);
-  return value;
-}
-double BlobReader::F64() {
-  const std::uint64_t bits = U64();
-  double value;
-  std::memcpy(&value, &bits, sizeof value);
-  return value;
-}
+float BlobReader::F32() { return std::bit_cast<float>(U32()); }
+double BlobReader::F64() { return std::bit_cast<double>(U64()); }
 bool BlobReader::Flag(const std::string& what) {
   const std::uint8_t value = U8();
   if (value > 1) {

@@ -1,8 +1,3 @@
-target_sources(mlframework PRIVATE
-  ${CMAKE_CURRENT_LIST_DIR}/AbortGuard.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/HostStaging.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/IProcessGroup.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/LocalProcessGroup.cpp)
 # The MPI engine links MPI privately: public headers and consumers never see mpi.h.
 # It is its own library (mlframework::mpi), so programs without MPI never load libmpi.
 if(MLFW_HAS_MPI)

@@ -1,7 +1,6 @@
 #include <mlframework/optimizers/Adam.hpp>
 
 #include <cmath>
-#include <sstream>
 
 #include <mlframework/core/Error.hpp>
 
@@ -14,33 +13,15 @@ namespace {
 
 constexpr char kKind[] = "optimizers.Adam";
 constexpr std::uint16_t kVersion = 1;
-// Below this many elements one thread is faster than waking the team.
-constexpr std::ptrdiff_t kParallelThreshold = 1 << 16;
-
-std::string Show(float value) {
-  std::ostringstream text;
-  text << value;
-  return text.str();
-}
-
-void RequireBeta(float value, const char* field) {
-  if (!(value >= 0.0f && value < 1.0f)) {
-    throw ArgumentError(field, "must be in [0, 1), got " + Show(value));
-  }
-}
 
 }  // namespace
 
 void AdamOptions::Validate() const {
-  detail::RequireLearningRate(LearningRate, "LearningRate");
-  RequireBeta(Beta1, "Beta1");
-  RequireBeta(Beta2, "Beta2");
-  if (!std::isfinite(Epsilon) || !(Epsilon > 0.0f)) {
-    throw ArgumentError("Epsilon", "must be finite and > 0, got " + Show(Epsilon));
-  }
-  if (!(WeightDecay >= 0.0f) || !std::isfinite(WeightDecay)) {
-    throw ArgumentError("WeightDecay", "must be finite and >= 0, got " + Show(WeightDecay));
-  }
+  detail::RequirePositive(LearningRate, "LearningRate");
+  detail::RequireFraction(Beta1, "Beta1");
+  detail::RequireFraction(Beta2, "Beta2");
+  detail::RequirePositive(Epsilon, "Epsilon");
+  detail::RequireNonNegative(WeightDecay, "WeightDecay");
 }
 
 struct Adam::Impl {
@@ -90,7 +71,7 @@ void Adam::Step() {
     float* m = s.exp_avg[t].data();
     float* v = s.exp_avg_sq[t].data();
     const auto n = static_cast<std::ptrdiff_t>(grads[t].size());
-#pragma omp parallel for schedule(static) if (n > kParallelThreshold)
+#pragma omp parallel for schedule(static) if (n > detail::kParallelThreshold)
     for (std::ptrdiff_t i = 0; i < n; ++i) {
       const float d = g[i] + l2 * w[i];
       const float wi = w[i] * decay;  // AdamW: decay applied to the weight, not the gradient
@@ -111,7 +92,7 @@ const GradientMap& Adam::MasterWeights() const noexcept { return impl_->params.M
 const AdamOptions& Adam::Options() const noexcept { return impl_->options; }
 
 void Adam::SetLearningRate(float learning_rate) {
-  detail::RequireLearningRate(learning_rate, "learning_rate");
+  detail::RequirePositive(learning_rate, "learning_rate");
   impl_->options.LearningRate = learning_rate;
 }
 
@@ -145,11 +126,7 @@ void Adam::LoadStateDict(std::span<const std::byte> state) {
   options.Epsilon = reader.F32();
   options.WeightDecay = reader.F32();
   options.DecoupledWeightDecay = reader.Flag("DecoupledWeightDecay");
-  try {
-    options.Validate();
-  } catch (const ArgumentError& error) {
-    reader.Fail(std::string("holds invalid options: ") + error.what());
-  }
+  detail::ValidateLoaded(options, reader);
   const std::int64_t steps = reader.Count("step count");
   std::vector<std::vector<float>> masters = s.params.ReadMasters(reader);
   std::vector<std::vector<float>> exp_avg;

@@ -216,11 +216,27 @@ std::vector<float> ReadFloats(mlframework::detail::BlobReader& reader, std::size
   return values;
 }
 
-void RequireLearningRate(float value, const char* parameter) {
+std::string Show(float value) {
+  std::ostringstream text;
+  text << value;
+  return text.str();
+}
+
+void RequirePositive(float value, const char* parameter) {
   if (!std::isfinite(value) || value <= 0.0f) {
-    std::ostringstream text;
-    text << "must be finite and > 0, got " << value;
-    throw ArgumentError(parameter, text.str());
+    throw ArgumentError(parameter, "must be finite and > 0, got " + Show(value));
+  }
+}
+
+void RequireNonNegative(float value, const char* parameter) {
+  if (!(value >= 0.0f) || !std::isfinite(value)) {
+    throw ArgumentError(parameter, "must be finite and >= 0, got " + Show(value));
+  }
+}
+
+void RequireFraction(float value, const char* parameter) {
+  if (!(value >= 0.0f && value < 1.0f)) {
+    throw ArgumentError(parameter, "must be in [0, 1), got " + Show(value));
   }
 }
 

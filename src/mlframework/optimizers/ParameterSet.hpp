@@ -8,11 +8,15 @@
 #include <string>
 #include <vector>
 
+#include <mlframework/core/Error.hpp>
 #include <mlframework/core/ITensor.hpp>
 
 #include "mlframework/core/StateBlob.hpp"
 
 namespace mlframework::optimizers::detail {
+
+// Below this many elements one thread is faster than waking the team.
+inline constexpr std::ptrdiff_t kParallelThreshold = 1 << 16;
 
 class ParameterSet {
  public:
@@ -67,7 +71,21 @@ std::string ReadName(mlframework::detail::BlobReader& reader);
 // A float vector (length-prefixed), and its reader with an expected length.
 void WriteFloats(mlframework::detail::BlobWriter& writer, std::span<const float> values);
 std::vector<float> ReadFloats(mlframework::detail::BlobReader& reader, std::size_t expected, const std::string& what);
-// ArgumentError unless @p value is finite and > 0.
-void RequireLearningRate(float value, const char* parameter);
+// The options' checks: ArgumentError naming @p parameter unless @p value is finite and > 0,
+// finite and >= 0, or in [0, 1).
+std::string Show(float value);
+void RequirePositive(float value, const char* parameter);
+void RequireNonNegative(float value, const char* parameter);
+void RequireFraction(float value, const char* parameter);
+
+// Options read from a blob must pass Validate(); the blob's reader names the problem otherwise.
+template <typename Options>
+void ValidateLoaded(const Options& options, mlframework::detail::BlobReader& reader) {
+  try {
+    options.Validate();
+  } catch (const ArgumentError& error) {
+    reader.Fail(std::string("holds invalid options: ") + error.what());
+  }
+}
 
 }  // namespace mlframework::optimizers::detail

@@ -1,8 +1,5 @@
 #include <mlframework/optimizers/SGD.hpp>
 
-#include <cmath>
-#include <sstream>
-
 #include <mlframework/core/Error.hpp>
 
 #include "mlframework/core/StateBlob.hpp"
@@ -14,27 +11,15 @@ namespace {
 
 constexpr char kKind[] = "optimizers.SGD";
 constexpr std::uint16_t kVersion = 1;
-// Below this many elements one thread is faster than waking the team.
-constexpr std::ptrdiff_t kParallelThreshold = 1 << 16;
-
-std::string Show(float value) {
-  std::ostringstream text;
-  text << value;
-  return text.str();
-}
 
 }  // namespace
 
 void SGDOptions::Validate() const {
-  detail::RequireLearningRate(LearningRate, "LearningRate");
-  if (!(Momentum >= 0.0f && Momentum < 1.0f)) {
-    throw ArgumentError("Momentum", "must be in [0, 1), got " + Show(Momentum));
-  }
-  if (!(WeightDecay >= 0.0f) || !std::isfinite(WeightDecay)) {
-    throw ArgumentError("WeightDecay", "must be finite and >= 0, got " + Show(WeightDecay));
-  }
+  detail::RequirePositive(LearningRate, "LearningRate");
+  detail::RequireFraction(Momentum, "Momentum");
+  detail::RequireNonNegative(WeightDecay, "WeightDecay");
   if (Nesterov && Momentum == 0.0f) {
-    throw ArgumentError("Nesterov", "needs Momentum > 0, got Momentum " + Show(Momentum));
+    throw ArgumentError("Nesterov", "needs Momentum > 0, got Momentum " + detail::Show(Momentum));
   }
 }
 
@@ -72,7 +57,7 @@ void SGD::Step() {
     const float* g = grads[t].data();
     const auto n = static_cast<std::ptrdiff_t>(grads[t].size());
     if (mu == 0.0f) {
-#pragma omp parallel for schedule(static) if (n > kParallelThreshold)
+#pragma omp parallel for schedule(static) if (n > detail::kParallelThreshold)
       for (std::ptrdiff_t i = 0; i < n; ++i) {
         w[i] -= lr * (g[i] + wd * w[i]);
       }
@@ -84,7 +69,7 @@ void SGD::Step() {
       buffer.resize(static_cast<std::size_t>(n));
     }
     float* b = buffer.data();
-#pragma omp parallel for schedule(static) if (n > kParallelThreshold)
+#pragma omp parallel for schedule(static) if (n > detail::kParallelThreshold)
     for (std::ptrdiff_t i = 0; i < n; ++i) {
       const float d = g[i] + wd * w[i];
       // PyTorch: the buffer starts as a copy of the first gradient (no dampening).
@@ -102,7 +87,7 @@ const GradientMap& SGD::MasterWeights() const noexcept { return impl_->params.Ma
 const SGDOptions& SGD::Options() const noexcept { return impl_->options; }
 
 void SGD::SetLearningRate(float learning_rate) {
-  detail::RequireLearningRate(learning_rate, "learning_rate");
+  detail::RequirePositive(learning_rate, "learning_rate");
   impl_->options.LearningRate = learning_rate;
 }
 
@@ -134,11 +119,7 @@ void SGD::LoadStateDict(std::span<const std::byte> state) {
   options.Momentum = reader.F32();
   options.WeightDecay = reader.F32();
   options.Nesterov = reader.Flag("Nesterov");
-  try {
-    options.Validate();
-  } catch (const ArgumentError& error) {
-    reader.Fail(std::string("holds invalid options: ") + error.what());
-  }
+  detail::ValidateLoaded(options, reader);
   const std::int64_t steps = reader.Count("step count");
   std::vector<std::vector<float>> masters = s.params.ReadMasters(reader);
   std::vector<std::vector<float>> momentum(s.params.Count());

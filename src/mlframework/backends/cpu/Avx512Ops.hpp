@@ -154,27 +154,23 @@ struct Avx512Ops {
     }
   }
 
-  template <DataType D>
+  // kStream: p is aligned to one full vector and the store bypasses the caches.
+  template <DataType D, bool kStream = false>
   static void Store(Element<D>* p, Batch v, Flag& flag) {
     if constexpr (D == DataType::Float32) {
-      _mm512_storeu_ps(p, v);
+      if constexpr (kStream) {
+        _mm512_stream_ps(p, v);
+      } else {
+        _mm512_storeu_ps(p, v);
+      }
       flag = Fold<D>(flag, _mm512_castps_si512(v));
     } else {
       const __m256i words = Narrow<D>(v);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), words);
-      flag = Fold<D>(flag, _mm512_zextsi256_si512(words));
-    }
-  }
-
-  // Store for a destination aligned to one full vector, bypassing the caches.
-  template <DataType D>
-  static void StoreStream(Element<D>* p, Batch v, Flag& flag) {
-    if constexpr (D == DataType::Float32) {
-      _mm512_stream_ps(p, v);
-      flag = Fold<D>(flag, _mm512_castps_si512(v));
-    } else {
-      const __m256i words = Narrow<D>(v);
-      _mm256_stream_si256(reinterpret_cast<__m256i*>(p), words);
+      if constexpr (kStream) {
+        _mm256_stream_si256(reinterpret_cast<__m256i*>(p), words);
+      } else {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), words);
+      }
       flag = Fold<D>(flag, _mm512_zextsi256_si512(words));
     }
   }

@@ -4,6 +4,7 @@
 // once per process: whether calls from memory prefetch in software
 // (MLFW_CPU_PREFETCH forces it).
 
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <string_view>
@@ -35,16 +36,20 @@ bool Supported<arch::Portable>() noexcept {
 #if defined(MLFW_CPU_X86_KERNELS)
 constexpr bool kX86Kernels = true;
 
+// CPUID leaf @p leaf (subleaf 0) as {eax, ebx, ecx, edx}, all zero where the CPU lacks the leaf.
+std::array<unsigned int, 4> CpuId(unsigned int leaf) noexcept {
+  std::array<unsigned int, 4> r{};
+  if (__get_cpuid_count(leaf, 0, &r[0], &r[1], &r[2], &r[3]) == 0) {
+    r = {};
+  }
+  return r;
+}
+
 // clang 14's __builtin_cpu_supports does not know "f16c" (a compile error), so F16C
 // is read from CPUID leaf 1 directly (ECX bit 29), which both compilers accept.
 template <>
 bool Supported<arch::Avx2>() noexcept {
-  unsigned int eax = 0;
-  unsigned int ebx = 0;
-  unsigned int ecx = 0;
-  unsigned int edx = 0;
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-         __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && (CpuId(1)[2] & bit_F16C) != 0;
 }
 
 template <>
@@ -62,12 +67,7 @@ bool Supported<arch::Avx512Bf16>() noexcept {
 // AVX512_FP16 from CPUID leaf 7 (EDX bit 23): clang 14's __builtin_cpu_supports does not know it.
 template <>
 bool Supported<arch::Avx512Fp16>() noexcept {
-  unsigned int eax = 0;
-  unsigned int ebx = 0;
-  unsigned int ecx = 0;
-  unsigned int edx = 0;
-  return Supported<arch::Avx512Bf16>() && __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) != 0 &&
-         (edx & (1u << 23)) != 0;
+  return Supported<arch::Avx512Bf16>() && (CpuId(7)[3] & (1u << 23)) != 0;
 }
 #else
 constexpr bool kX86Kernels = false;

@@ -128,27 +128,23 @@ struct Avx2Ops {
     return _mm256_testz_si256(hit, hit) == 0;
   }
 
-  template <DataType D>
+  // kStream: p is aligned to one full vector and the store bypasses the caches.
+  template <DataType D, bool kStream = false>
   static void Store(Element<D>* p, Batch v, Flag& flag) {
     if constexpr (D == DataType::Float32) {
-      _mm256_storeu_ps(p, v);
+      if constexpr (kStream) {
+        _mm256_stream_ps(p, v);
+      } else {
+        _mm256_storeu_ps(p, v);
+      }
       flag = Fold<D>(flag, _mm256_castps_si256(v));
     } else {
       const __m128i words = Narrow<D>(v);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(p), words);
-      flag = Fold<D>(flag, _mm256_zextsi128_si256(words));
-    }
-  }
-
-  // Store for a destination aligned to one full vector, bypassing the caches.
-  template <DataType D>
-  static void StoreStream(Element<D>* p, Batch v, Flag& flag) {
-    if constexpr (D == DataType::Float32) {
-      _mm256_stream_ps(p, v);
-      flag = Fold<D>(flag, _mm256_castps_si256(v));
-    } else {
-      const __m128i words = Narrow<D>(v);
-      _mm_stream_si128(reinterpret_cast<__m128i*>(p), words);
+      if constexpr (kStream) {
+        _mm_stream_si128(reinterpret_cast<__m128i*>(p), words);
+      } else {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(p), words);
+      }
       flag = Fold<D>(flag, _mm256_zextsi128_si256(words));
     }
   }

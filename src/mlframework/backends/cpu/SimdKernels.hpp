@@ -17,7 +17,7 @@
 //                                     conversion); Ops::NoCheckFlag<D>(), Ops::MergeChecks<D>(a, b),
 //                                     Ops::AnyNonFiniteChecked<D>(flag)
 //   Ops::CheckPartial<D>(p, n, flag)  the same for n < kCheckElements<D> elements
-//   Ops::StoreStream<D>(p, v, flag)   Store to a vector-aligned p with non-temporal stores
+//   Ops::Store<D, true>(p, v, flag)   Store to a vector-aligned p with non-temporal stores
 //   Ops::Flag, Ops::NoFlag<D>(), Ops::AnyNonFinite<D>(flag), Ops::Merge<D>(a, b) (lane-wise max)
 //   Ops::WideBatch                    an xsimd batch of kWidth / 2 doubles
 //   Ops::LoadWide(p), Ops::Widen(v)   kWidth FP32 elements at p (or the lanes of v) widened
@@ -98,6 +98,36 @@ void PrefetchAhead(const T* p) {
   PrefetchLines<Ops, sizeof(T) == 4 ? 2 : 1>(p);
 }
 
+// out[i] = round(in[i] * f) for i < count with ordinary stores: a partial vector up to the first
+// vector-aligned element of out, aligned full vectors, a partial tail. Returns the flag folded
+// over what it wrote. The flag is a value, not a reference: through a reference the compiler must
+// assume each 16-bit store may change it, and kept it in memory, a load and a store per vector on
+// the loop's critical path (casts that stay in cache ran at a third of copy speed).
+template <class Ops, DataType S, DataType T>
+typename Ops::Flag CastOrdinary(const Element<S>* in, Element<T>* out, std::size_t count, const typename Ops::Batch& f,
+                                typename Ops::Flag flag) {
+  using Batch = typename Ops::Batch;
+  std::size_t i = AlignHead<Ops>(out, count);  // align the stores; loads may straddle
+  if (i > 0) {
+    Ops::template StorePartial<T>(out, i, Ops::template LoadPartial<S>(in, i) * f, flag);
+  }
+  for (; i + 2 * Ops::kWidth <= count; i += 2 * Ops::kWidth) {
+    PrefetchAhead<Ops>(in + i);
+    const Batch a = Ops::template Load<S>(in + i) * f;
+    const Batch b = Ops::template Load<S>(in + i + Ops::kWidth) * f;
+    Ops::template Store<T>(out + i, a, flag);
+    Ops::template Store<T>(out + i + Ops::kWidth, b, flag);
+  }
+  for (; i + Ops::kWidth <= count; i += Ops::kWidth) {
+    Ops::template Store<T>(out + i, Ops::template Load<S>(in + i) * f, flag);
+  }
+  if (i < count) {
+    const std::size_t n = count - i;
+    Ops::template StorePartial<T>(out + i, n, Ops::template LoadPartial<S>(in + i, n) * f, flag);
+  }
+  return flag;
+}
+
 template <class Ops, DataType D>
 bool Unscale(void* data, std::size_t count, float factor) {
   using Batch = typename Ops::Batch;
@@ -109,27 +139,7 @@ bool Unscale(void* data, std::size_t count, float factor) {
       return found;
     }
   }
-  const Batch f(factor);
-  auto flag = Ops::template NoFlag<D>();
-  std::size_t i = AlignHead<Ops>(p, count);
-  if (i > 0) {
-    Ops::template StorePartial<D>(p, i, Ops::template LoadPartial<D>(p, i) * f, flag);
-  }
-  for (; i + 2 * Ops::kWidth <= count; i += 2 * Ops::kWidth) {
-    PrefetchAhead<Ops>(p + i);
-    const Batch a = Ops::template Load<D>(p + i) * f;
-    const Batch b = Ops::template Load<D>(p + i + Ops::kWidth) * f;
-    Ops::template Store<D>(p + i, a, flag);
-    Ops::template Store<D>(p + i + Ops::kWidth, b, flag);
-  }
-  for (; i + Ops::kWidth <= count; i += Ops::kWidth) {
-    Ops::template Store<D>(p + i, Ops::template Load<D>(p + i) * f, flag);
-  }
-  if (i < count) {
-    const std::size_t n = count - i;
-    Ops::template StorePartial<D>(p + i, n, Ops::template LoadPartial<D>(p + i, n) * f, flag);
-  }
-  return Ops::template AnyNonFinite<D>(flag);
+  return Ops::template AnyNonFinite<D>(CastOrdinary<Ops, D, D>(p, p, count, Batch(factor), Ops::template NoFlag<D>()));
 }
 
 template <class Ops, DataType D>
@@ -296,36 +306,6 @@ float SumSquares(const void* data, std::size_t count) {
   return static_cast<float>(LaneSum(low + high));
 }
 
-// out[i] = round(in[i] * f) for i < count with ordinary stores: a partial vector up to the first
-// vector-aligned element of out, aligned full vectors, a partial tail. Returns the flag folded
-// over what it wrote. The flag is a value, not a reference: through a reference the compiler must
-// assume each 16-bit store may change it, and kept it in memory, a load and a store per vector on
-// the loop's critical path (casts that stay in cache ran at a third of copy speed).
-template <class Ops, DataType S, DataType T>
-typename Ops::Flag CastOrdinary(const Element<S>* in, Element<T>* out, std::size_t count, const typename Ops::Batch& f,
-                                typename Ops::Flag flag) {
-  using Batch = typename Ops::Batch;
-  std::size_t i = AlignHead<Ops>(out, count);  // align the stores; loads may straddle
-  if (i > 0) {
-    Ops::template StorePartial<T>(out, i, Ops::template LoadPartial<S>(in, i) * f, flag);
-  }
-  for (; i + 2 * Ops::kWidth <= count; i += 2 * Ops::kWidth) {
-    PrefetchAhead<Ops>(in + i);
-    const Batch a = Ops::template Load<S>(in + i) * f;
-    const Batch b = Ops::template Load<S>(in + i + Ops::kWidth) * f;
-    Ops::template Store<T>(out + i, a, flag);
-    Ops::template Store<T>(out + i + Ops::kWidth, b, flag);
-  }
-  for (; i + Ops::kWidth <= count; i += Ops::kWidth) {
-    Ops::template Store<T>(out + i, Ops::template Load<S>(in + i) * f, flag);
-  }
-  if (i < count) {
-    const std::size_t n = count - i;
-    Ops::template StorePartial<T>(out + i, n, Ops::template LoadPartial<S>(in + i, n) * f, flag);
-  }
-  return flag;
-}
-
 // kStream: the stores of whole 64-byte lines of out bypass the caches (non-temporal), for
 // outputs too big to be read back from cache; the caller fences them before anyone reads the
 // output. Only whole lines: a 16-bit vector is half a line, and a line written partly by
@@ -359,7 +339,7 @@ bool Cast(const void* src, void* dst, std::size_t count, float factor) {
     for (std::size_t i = head; i < lines_end; i += kStep) {
       PrefetchLines<Ops, kStep * sizeof(Element<S>) / 64>(in + i);
       for (std::size_t v = 0; v < kStep; v += Ops::kWidth) {
-        Ops::template StoreStream<T>(out + i + v, Ops::template Load<S>(in + i + v) * f, flag);
+        Ops::template Store<T, true>(out + i + v, Ops::template Load<S>(in + i + v) * f, flag);
       }
     }
     flag = CastOrdinary<Ops, S, T>(in + lines_end, out + lines_end, count - lines_end, f, flag);

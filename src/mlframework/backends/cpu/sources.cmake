@@ -1,16 +1,3 @@
-target_sources(mlframework PRIVATE
-  ${CMAKE_CURRENT_LIST_DIR}/AddressOrder.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/CpuBackend.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/CpuTensor.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/HostConversion.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/HugePages.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/KernelDispatch.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/KernelsPortable.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/ListKey.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/MultiTensorKernels.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/Planning.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/SmallBufferPool.cpp)
-
 # One source file per instruction set, each with its own flags (the rest of the
 # library keeps the baseline flags); KernelDispatch.cpp picks one at run time.
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$" AND CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")

@@ -1,5 +1,6 @@
 #include "mlframework/backends/cuda/CudaTensorImpl.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -20,12 +21,29 @@ namespace mlframework::backends::cuda {
 
 namespace {
 
-std::string Describe(DataType dtype) { return std::string(mlframework::ToString(dtype)); }
-
 void RequireValidDtype(DataType dtype) {
   if (!IsValid(dtype)) {
     throw ArgumentError("dtype", "value " + std::to_string(static_cast<int>(dtype)) + " is not a DataType");
   }
+}
+
+void RequireDeviceIndex(int device) {
+  if (device < 0) {
+    throw ArgumentError("device", "must be >= 0, got " + std::to_string(device));
+  }
+}
+
+// A new tensor of @p dtype holding round(x * factor) for every element x of @p tensor.
+TensorPtr Converted(const CudaTensor& tensor, DataType dtype, float factor) {
+  auto result = std::make_shared<CudaTensor>(tensor.GetShape(), dtype, tensor.GetDevice().Index);
+  const ITensor* src = &tensor;
+  ITensor* dst = result.get();
+  Backend().CastInto({&src, 1}, {&dst, 1}, factor);
+  return result;
+}
+
+bool AnyOf(const std::vector<float>& values, bool (*test)(float)) {
+  return std::any_of(values.begin(), values.end(), test);
 }
 
 }  // namespace
@@ -38,7 +56,8 @@ CudaTensor::CudaTensor(Shape shape, DataType dtype, int device)
       context_(&DeviceContext::Get(device)) {
   RequireValidDtype(dtype_);
   if (size_ > SIZE_MAX / ElementSize(dtype_)) {
-    throw ArgumentError("shape", ToString(shape_) + " of " + Describe(dtype_) + " does not fit in memory");
+    throw ArgumentError(
+        "shape", ToString(shape_) + " of " + std::string(mlframework::ToString(dtype_)) + " does not fit in memory");
   }
   std::lock_guard lock(context_->Mutex());
   DeviceGuard guard(device_);
@@ -80,13 +99,7 @@ CudaTensor::~CudaTensor() {
   }
 }
 
-TensorPtr CudaTensor::Multiply(float factor) const {
-  auto result = std::make_shared<CudaTensor>(shape_, dtype_, device_);
-  const ITensor* src = this;
-  ITensor* dst = result.get();
-  cuda::Backend().CastInto({&src, 1}, {&dst, 1}, factor);
-  return result;
-}
+TensorPtr CudaTensor::Multiply(float factor) const { return Converted(*this, dtype_, factor); }
 
 TensorPtr CudaTensor::Divide(float divisor) const {
   if (divisor == 0.0f || !std::isfinite(divisor)) {
@@ -105,29 +118,15 @@ TensorPtr CudaTensor::Clone() const { return Multiply(1.0f); }
 
 TensorPtr CudaTensor::CastTo(DataType dtype) const {
   RequireValidDtype(dtype);
-  auto result = std::make_shared<CudaTensor>(shape_, dtype, device_);
-  const ITensor* src = this;
-  ITensor* dst = result.get();
-  cuda::Backend().CastInto({&src, 1}, {&dst, 1}, 1.0f);
-  return result;
+  return Converted(*this, dtype, 1.0f);
 }
 
 bool CudaTensor::HasInf() const {
-  for (const float value : ToFloatVector()) {
-    if (std::isinf(value)) {
-      return true;
-    }
-  }
-  return false;
+  return AnyOf(ToFloatVector(), [](float value) { return std::isinf(value); });
 }
 
 bool CudaTensor::HasNaN() const {
-  for (const float value : ToFloatVector()) {
-    if (std::isnan(value)) {
-      return true;
-    }
-  }
-  return false;
+  return AnyOf(ToFloatVector(), [](float value) { return std::isnan(value); });
 }
 
 bool CudaTensor::HasNonFinite() const {
@@ -196,17 +195,13 @@ std::string DeviceName(int device) {
 
 TensorPtr Empty(const Shape& shape, DataType dtype, int device) {
   RequireValidDtype(dtype);
-  if (device < 0) {
-    throw ArgumentError("device", "must be >= 0, got " + std::to_string(device));
-  }
+  RequireDeviceIndex(device);
   return std::make_shared<CudaTensor>(shape, dtype, device);
 }
 
 TensorPtr Wrap(void* data, Shape shape, DataType dtype, int device, std::shared_ptr<void> owner) {
   mlframework::detail::CheckWrapArguments(data, shape, dtype);
-  if (device < 0) {
-    throw ArgumentError("device", "must be >= 0, got " + std::to_string(device));
-  }
+  RequireDeviceIndex(device);
   return std::make_shared<CudaTensor>(data, std::move(shape), dtype, device, std::move(owner));
 }
 
@@ -229,10 +224,6 @@ void Synchronize(int device) {
 }
 
 const DeviceScalingBackend& Backend() { return BackendInstance(); }
-
-}  // namespace mlframework::backends::cuda
-
-namespace mlframework::backends::cuda {
 
 namespace {
 

@@ -18,12 +18,6 @@ namespace {
 constexpr const char* kBlobKind = "optimizers.mixed_precision.DynamicLossScaler";
 constexpr std::uint16_t kBlobVersion = 1;
 
-// Validates before anything is stored, so a bad options object never yields a scaler.
-const MixedPrecisionOptions& Validated(const MixedPrecisionOptions& options) {
-  options.Validate();
-  return options;
-}
-
 }  // namespace
 
 std::string LossScalerStats::ToString() const {
@@ -39,7 +33,7 @@ std::string LossScalerStats::ToString() const {
 }
 
 DynamicLossScaler::DynamicLossScaler(const MixedPrecisionOptions& options)
-    : options_(Validated(options)),
+    : options_((options.Validate(), options)),
       policy_(options_.ToScalePolicy()),
       owner_(std::make_unique<mlframework::detail::ScaleStateOwner>(policy_, ScaleState::Initial(policy_))) {}
 

@@ -23,11 +23,6 @@ constexpr std::uint16_t kBlobVersion = 1;
 // Spec 003's epsilon in the clip coefficient, so a norm at the limit never divides by zero.
 constexpr float kClipEpsilon = 1e-6f;
 
-const MixedPrecisionOptions& Validated(const MixedPrecisionOptions& options) {
-  options.Validate();
-  return options;
-}
-
 template <typename T>
 std::shared_ptr<T> NonNull(std::shared_ptr<T> pointer, const char* name) {
   if (!pointer) {
@@ -55,7 +50,8 @@ GradientConversionLayer::GradientConversionLayer(const MixedPrecisionOptions& op
                                                  std::shared_ptr<PrecisionManager> precisionManager)
     : loss_scaler_(NonNull(std::move(lossScaler), "lossScaler")),
       precision_manager_(NonNull(std::move(precisionManager), "precisionManager")) {
-  options_ = Validated(options);
+  options.Validate();
+  options_ = options;
 }
 
 GradientConversionLayer::GradientConversionLayer(const MixedPrecisionOptions& options)

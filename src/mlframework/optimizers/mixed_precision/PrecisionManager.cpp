@@ -16,11 +16,6 @@ namespace {
 constexpr const char* kBlobKind = "optimizers.mixed_precision.PrecisionManager";
 constexpr std::uint16_t kBlobVersion = 1;
 
-const MixedPrecisionOptions& Validated(const MixedPrecisionOptions& options) {
-  options.Validate();
-  return options;
-}
-
 // The tensors of @p map converted to @p dtype in one fused cast, under the same names.
 GradientMap CastMap(const GradientMap& map, DataType dtype) {
   const std::vector<TensorPtr> list = TensorList(map);
@@ -36,7 +31,7 @@ GradientMap CastMap(const GradientMap& map, DataType dtype) {
 }  // namespace
 
 PrecisionManager::PrecisionManager(const MixedPrecisionOptions& options)
-    : options_(Validated(options)), target_(options_.Precision) {}
+    : options_((options.Validate(), options)), target_(options_.Precision) {}
 
 PrecisionManager::PrecisionManager() : PrecisionManager(MixedPrecisionOptions::ForFP16()) {}
 
