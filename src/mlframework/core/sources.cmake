@@ -4,6 +4,7 @@ target_sources(mlframework PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/DeviceScaling.cpp
   ${CMAKE_CURRENT_LIST_DIR}/DLPack.cpp
   ${CMAKE_CURRENT_LIST_DIR}/Error.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/HostAlias.cpp
   ${CMAKE_CURRENT_LIST_DIR}/ITensor.cpp
   ${CMAKE_CURRENT_LIST_DIR}/MultiTensor.cpp
   ${CMAKE_CURRENT_LIST_DIR}/StateBlob.cpp
