@@ -47,16 +47,19 @@ MLFRAMEWORK_EXPORT std::string ToString(const Shape& shape);
 /// elements lie in host memory: that is the fast path. Every other tensor without a backend goes
 /// through its virtuals, one tensor after another in list order:
 ///
-/// | operation (MultiTensor.hpp)      | virtuals it calls per tensor (defaults in brackets)                     |
-/// |----------------------------------|--------------------------------------------------------------------------|
-/// | UnscaleAndCheck                  | UnscaleAndCheck(factor) [MultiplyInPlace(factor), then HasNonFinite()]   |
-/// | HasNonFinite                     | HasNonFinite() [HasInf() or HasNaN()]; stops at the first hit            |
-/// | CheckAndSumSquares, SumOfSquares | HasNonFinite(), SumOfSquares() (scaled by factor squared)                |
-/// | ScaleInPlace                     | MultiplyInPlace(factor)                                                  |
-/// | CastInto, CopyInto, Cast         | source: CopyToFloats(buffer) [ToFloatVector()]; destination: its memory  |
-/// |                                  | if HostBytes() says where, else CopyFromFloats(); CastInto then checks   |
-/// |                                  | the destination with HasNonFinite() unless it is FP32                     |
-/// | AddInto                          | ToFloatVector() of both, CopyFromFloats() of the destination             |
+/// | operation (MultiTensor.hpp)      | virtuals it calls per tensor [defaults]                            |
+/// |----------------------------------|---------------------------------------------------------------------|
+/// | UnscaleAndCheck                  | UnscaleAndCheck(factor) [MultiplyInPlace(factor), HasNonFinite()]   |
+/// | HasNonFinite                     | HasNonFinite() [HasInf() or HasNaN()], stops at the first hit       |
+/// | CheckAndSumSquares, SumOfSquares | HasNonFinite(), SumOfSquares()                                      |
+/// | ScaleInPlace                     | MultiplyInPlace(factor)                                             |
+/// | CastInto, CopyInto, Cast         | source CopyToFloats() [ToFloatVector()]; destination CopyFromFloats() |
+/// | AddInto                          | ToFloatVector() of both, CopyFromFloats() of the destination        |
+///
+/// A cast's source widens straight into the destination's memory when that is host FP32 (else
+/// into one buffer, narrowed into the destination's host memory or through CopyFromFloats());
+/// CastInto then checks a destination that is not FP32 with HasNonFinite(), since narrowing can
+/// overflow.
 ///
 /// Why not in parallel: a tensor without host bytes usually lives in another framework's device
 /// memory or runtime (its stream, its allocator, an interpreter lock), where calling in from
