@@ -7,9 +7,13 @@
 //
 // Arguments: {layout, dtype}. layout 0: one tensor of 2^26 elements; layout 1:
 // 4096 tensors of 2^14 elements; layout 2: 10000 tensors of 1000 elements
-// (launch-bound). dtype 0: FP32, 1: FP16. Without a CUDA device the program
+// (launch-bound). dtype 0: FP32, 1: FP16. Every call passes the same list again,
+// so the backend reuses the list's uploaded table; BM_unscale_rewrapped_* wrap
+// the same memory in new tensors each call (table found) or change the order
+// each call (table uploaded every call). Without a CUDA device the program
 // says so and exits 0.
 #include <chrono>
+#include <cstddef>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -144,14 +148,72 @@ void BM_unscale_device_state(benchmark::State& state) {
     raw.push_back(t.get());
   }
   const DeviceScalingBackend& backend = cuda::Backend();
-  const amp::ScalePolicy policy{.InitialScale = 1.0f};
-  auto scale_state = backend.CreateScaleState(kGpu, policy, amp::ScaleState::Initial(policy));
+  const ScalePolicy policy{.InitialScale = 1.0f};
+  auto scale_state = backend.CreateScaleState(kGpu, policy, ScaleState::Initial(policy));
   // A whole scaler step without a host synchronisation: unscale by the device scale, then update it.
   TimeOnDevice(state, 2 * Bytes(list), [&] {
     backend.UnscaleWithState(raw, *scale_state);
     backend.UpdateScale(*scale_state);
   });
 }
+
+// Lists over one device buffer of the layout's tensors, each tensor wrapped anew (cuda::Wrap)
+// in every list, as a framework that owns its tensors hands them over each step. List k
+// starts at tensor k * rotate: with rotate 0 every list is the same memory in the same order.
+struct WrappedLists {
+  void* memory = nullptr;
+  std::vector<std::vector<TensorPtr>> lists;
+  std::vector<std::vector<ITensor*>> raw;
+
+  WrappedLists(benchmark::State& state, DataType dtype, std::size_t copies, std::size_t rotate) {
+    const Layout layout = LayoutOf(state.range(0));
+    const std::size_t bytes = layout.elements * ElementSize(dtype);
+    if (!Check(state, cudaMalloc(&memory, layout.tensors * bytes), "cudaMalloc") ||
+        !Check(state, cudaMemset(memory, 0, layout.tensors * bytes), "cudaMemset")) {
+      return;
+    }
+    for (std::size_t k = 0; k < copies; ++k) {
+      std::vector<TensorPtr>& list = lists.emplace_back();
+      std::vector<ITensor*>& pointers = raw.emplace_back();
+      for (std::size_t i = 0; i < layout.tensors; ++i) {
+        const std::size_t t = (i + k * rotate) % layout.tensors;
+        list.push_back(
+            cuda::Wrap(static_cast<std::byte*>(memory) + t * bytes, Shape{layout.elements}, dtype, 0, nullptr));
+        pointers.push_back(list.back().get());
+      }
+    }
+  }
+  ~WrappedLists() {
+    lists.clear();
+    cudaFree(memory);
+  }
+  WrappedLists(const WrappedLists&) = delete;
+  WrappedLists& operator=(const WrappedLists&) = delete;
+};
+
+// UnscaleWithState on lists of new TensorPtr objects each call over memory passed before
+// (rotate 0: the backend finds the list's uploaded table) or in an order not seen for 16
+// calls (rotate 1: more lists than the backend keeps tables for, so every call uploads).
+void UnscaleWrapped(benchmark::State& state, std::size_t copies, std::size_t rotate) {
+  const DataType dtype = DtypeOf(state.range(1));
+  const WrappedLists wrapped(state, dtype, copies, rotate);
+  if (wrapped.raw.size() != copies) {
+    return;
+  }
+  const DeviceScalingBackend& backend = cuda::Backend();
+  const ScalePolicy policy{.InitialScale = 1.0f};
+  auto scale_state = backend.CreateScaleState(kGpu, policy, ScaleState::Initial(policy));
+  const Layout layout = LayoutOf(state.range(0));
+  std::size_t call = 0;
+  TimeOnDevice(state, 2 * layout.tensors * layout.elements * ElementSize(dtype), [&] {
+    backend.UnscaleWithState(wrapped.raw[call++ % copies], *scale_state);
+    backend.UpdateScale(*scale_state);
+  });
+}
+
+void BM_unscale_rewrapped_same_memory(benchmark::State& state) { UnscaleWrapped(state, 2, 0); }
+
+void BM_unscale_rewrapped_new_order(benchmark::State& state) { UnscaleWrapped(state, 16, 1); }
 
 void BM_has_non_finite(benchmark::State& state) {
   const auto list = MakeList(state, DtypeOf(state.range(1)));
@@ -202,11 +264,23 @@ void Arguments(benchmark::internal::Benchmark* b) {
   b->ArgNames({"layout", "fp16"})->UseManualTime()->Unit(benchmark::kMicrosecond);
 }
 
+// The many-tensor layouts only: the cases where the table is large enough to be uploaded.
+void ManyTensorArguments(benchmark::internal::Benchmark* b) {
+  for (const std::int64_t layout : {1, 2}) {
+    for (const std::int64_t dtype : {0, 1}) {
+      b->Args({layout, dtype});
+    }
+  }
+  b->ArgNames({"layout", "fp16"})->UseManualTime()->Unit(benchmark::kMicrosecond);
+}
+
 }  // namespace
 
 BENCHMARK(BM_copy_read_write)->Apply(Arguments);
 BENCHMARK(BM_unscale_and_check)->Apply(Arguments);
 BENCHMARK(BM_unscale_device_state)->Apply(Arguments);
+BENCHMARK(BM_unscale_rewrapped_same_memory)->Apply(ManyTensorArguments);
+BENCHMARK(BM_unscale_rewrapped_new_order)->Apply(ManyTensorArguments);
 BENCHMARK(BM_scale)->Apply(Arguments);
 BENCHMARK(BM_copy_read_only)->Apply(Arguments);
 BENCHMARK(BM_has_non_finite)->Apply(Arguments);

@@ -20,7 +20,7 @@
 #include "mlframework/core/StateBlob.hpp"
 
 using mlframework::ArgumentError;
-using mlframework::amp::ScaleState;
+using mlframework::ScaleState;
 using mlframework::detail::BlobReader;
 using mlframework::detail::BlobWriter;
 

@@ -81,7 +81,10 @@ if ((run_tidy)); then
     grep -E "^$root/($(
       IFS='|'
       echo "${source_dirs[*]}"
-    ))/.*\.cpp$" | sort -u)
+    ))/.*\.cpp$" | sort -u |
+    # libtorch 1.13's headers do not compile with clang-tidy's clang (c10::IValue is incomplete
+    # where libstdc++ 12 needs it), and parsing them takes minutes: the sample is left to GCC.
+    grep -v "^$root/samples/libtorch_interop/")
   header_filter="^$root/($(
     IFS='|'
     echo "${source_dirs[*]}"

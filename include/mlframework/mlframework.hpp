@@ -17,6 +17,8 @@
 #include <mlframework/core/TensorBackend.hpp>
 
 #include <mlframework/core/DeviceScaling.hpp>
+#include <mlframework/core/HostScaling.hpp>
+#include <mlframework/core/ScalePolicy.hpp>
 
 #include <mlframework/backends/cpu/CpuTensor.hpp>
 #include <mlframework/backends/cuda/CudaTensor.hpp>

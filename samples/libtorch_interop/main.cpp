@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <limits>
 #include <map>
 #include <string>
@@ -171,7 +172,7 @@ std::map<std::string, at::Tensor> TrainWithLibtorch(at::ScalarType dtype, const 
 
 }  // namespace
 
-int main() {
+int Run() {
   torch::manual_seed(1);
   const at::Tensor x = torch::randn({64, 16});
   const at::Tensor y = x.matmul(torch::linspace(-1.0, 1.0, 16).unsqueeze(1)) + 0.25;
@@ -202,4 +203,13 @@ int main() {
   }
   std::printf("libtorch interop ok\n");
   return 0;
+}
+
+int main() {
+  try {
+    return Run();
+  } catch (const std::exception& error) {  // a library or libtorch error: report it, fail the run
+    std::printf("libtorch_interop: %s\n", error.what());
+    return 1;
+  }
 }

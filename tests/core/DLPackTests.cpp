@@ -141,6 +141,39 @@ BOOST_AUTO_TEST_CASE(ExportRoundTripsThroughDLPack) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(UserTensorsOverHostMemoryExport) {
+  // A user's ITensor without a backend that gives its memory through HostBytes().
+  struct HostVector final : ITensor {
+    std::vector<float> values{1.0f, 2.0f, 3.0f};
+    Shape shape{3};
+    DataType GetDataType() const override { return DataType::Float32; }
+    Device GetDevice() const override { return Device::CPU(); }
+    const Shape& GetShape() const override { return shape; }
+    std::size_t Size() const override { return values.size(); }
+    TensorPtr Multiply(float) const override { return nullptr; }
+    TensorPtr Divide(float) const override { return nullptr; }
+    void MultiplyInPlace(float) override {}
+    TensorPtr Clone() const override { return nullptr; }
+    TensorPtr CastTo(DataType) const override { return nullptr; }
+    bool HasInf() const override { return false; }
+    bool HasNaN() const override { return false; }
+    bool HasNonFinite() const override { return false; }
+    double SumOfSquares() const override { return 0.0; }
+    std::vector<float> ToFloatVector() const override { return values; }
+    void CopyFromFloats(std::span<const float>) override {}
+
+   protected:
+    std::span<std::byte> HostStorage() const noexcept override {
+      return {reinterpret_cast<std::byte*>(const_cast<float*>(values.data())), values.size() * sizeof(float)};
+    }
+  };
+  const auto user = std::make_shared<HostVector>();
+  DLManagedTensor* exported = ToDLPack(user);
+  BOOST_TEST(exported->dl_tensor.data == user->values.data());
+  const TensorPtr back = FromDLPack(exported);
+  BOOST_TEST(back->ToFloatVector() == user->values, boost::test_tools::per_element());
+}
+
 BOOST_AUTO_TEST_CASE(ExportKeepsTheTensorAlive) {
   std::weak_ptr<ITensor> watch;
   DLManagedTensor* exported = nullptr;

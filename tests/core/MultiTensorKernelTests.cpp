@@ -385,8 +385,9 @@ BOOST_AUTO_TEST_CASE(AddressOrderReusedOnlyForTheSameLayout) {
 }
 
 // The CPU backend keeps the plan of a list it planned twice (backends/cpu/PlanCaches.hpp, ListCache), and of a
-// cast's two lists, keyed by the live tensor objects. A kept plan says where the tensors are,
-// never what they hold; it must be used only for exactly those live tensors in that order.
+// cast's two lists, keyed by their memory (address, count, dtype; KeptPlanTests.cpp covers lists wrapped anew). A
+// kept plan says where the tensors are, never what they hold; it must be used only for exactly that memory in that
+// order.
 BOOST_AUTO_TEST_CASE(KeptPlansOnlyForTheSameLiveTensorsInOrder) {
   ThreadCountGuard guard;
   Rng rng(31);
@@ -405,8 +406,9 @@ BOOST_AUTO_TEST_CASE(KeptPlansOnlyForTheSameLiveTensorsInOrder) {
 
   // Tensors that die with a kept list, and new ones that may take their addresses: a list of
   // one tensor 64 times (short lists are not kept) is called three times (kept at the second),
-  // then dropped, and the next tensor most likely takes the dead one's address. A plan kept by address alone
-  // would send the next list to the dead tensor's memory and miss its non-finite value.
+  // then dropped, and the next tensor most likely takes the dead one's address with another count and
+  // dtype. A plan kept by address alone would read the next list with the dead tensor's count and dtype and miss its
+  // non-finite value.
   for (int round = 0; round < 20; ++round) {
     const std::size_t size = 1 + std::size_t{97} * static_cast<std::size_t>(round);
     const TensorPtr one = RandomList({mixed[round % 3]}, {size}, Fill::Values, rng)[0];

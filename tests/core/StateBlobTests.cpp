@@ -12,7 +12,7 @@ namespace {
 
 std::vector<std::byte> SampleBlob() {
   BlobWriter writer("test.Kind", 3);
-  writer.ScaleStateFields(amp::ScaleState{
+  writer.ScaleStateFields(ScaleState{
       .Scale = 512.0f, .StepsSinceLastOverflow = 7, .ConsecutiveOverflows = 1, .TotalOverflows = 4, .TotalSteps = 90});
   writer.F64(2.5);
   return writer.Finish();
@@ -25,7 +25,7 @@ BOOST_AUTO_TEST_SUITE(StateBlobFormat)
 BOOST_AUTO_TEST_CASE(RoundTrips) {
   const auto blob = SampleBlob();
   BlobReader reader(blob, "test.Kind", 3);
-  const amp::ScaleState state = reader.ScaleStateFields();
+  const ScaleState state = reader.ScaleStateFields();
   BOOST_TEST(state.Scale == 512.0f);
   BOOST_TEST(state.TotalSteps == 90);
   BOOST_TEST(reader.F64() == 2.5);
@@ -62,7 +62,7 @@ BOOST_AUTO_TEST_CASE(RejectsWrongKindVersionAndTrailingBytes) {
 
 BOOST_AUTO_TEST_CASE(RejectsInsaneScaleState) {
   BlobWriter writer("test.Kind", 1);
-  writer.ScaleStateFields(amp::ScaleState{.Scale = -1.0f});
+  writer.ScaleStateFields(ScaleState{.Scale = -1.0f});
   const auto blob = writer.Finish();
   BlobReader reader(blob, "test.Kind", 1);
   BOOST_CHECK_THROW(reader.ScaleStateFields(), ArgumentError);

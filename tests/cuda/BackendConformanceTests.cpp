@@ -260,6 +260,67 @@ BOOST_AUTO_TEST_CASE(QueuedCallsKeepTheirOwnTables) {
   }
 }
 
+// Long lists keep their uploaded tables (TableCache): the same memory wrapped in new tensors
+// reuses its table, a list with one tensor's memory replaced must not, and more lists than the
+// device keeps, queued without waiting behind a long kernel, evict tables that kernels still
+// have to read. Every result must match the CPU.
+BOOST_AUTO_TEST_CASE(ListsPassedAgainReuseTheirTableOnlyForTheSameMemory) {
+  const std::size_t count = cuda::kInlineTableTensors + 222;
+  std::vector<std::size_t> sizes(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    sizes[i] = 1 + (i * 29) % 700;
+  }
+  Pair pair = MakeLists(sizes, Specials::None, 901);
+  ScaleInPlace(pair.gpu, 2.0f);
+  ScaleInPlace(pair.cpu, 2.0f);
+  // The same memory in new tensors, as a framework that wraps its gradients every step.
+  std::vector<TensorPtr> rewrapped;
+  for (const TensorPtr& t : pair.gpu) {
+    rewrapped.push_back(cuda::Wrap(cuda::DevicePointer(*t), t->GetShape(), t->GetDataType(), 0, t));
+  }
+  ScaleInPlace(rewrapped, 3.0f);
+  ScaleInPlace(pair.cpu, 3.0f);
+  CheckSameBits(pair.cpu, pair.gpu);
+  // One tensor's memory replaced (same size and dtype): its new memory is scaled, the old is not.
+  const std::size_t moved = count / 2;
+  const Pair replacement = MakeLists({sizes[moved]}, Specials::None, 902);
+  std::vector<TensorPtr> gpu_list = rewrapped;
+  std::vector<TensorPtr> cpu_list = pair.cpu;
+  gpu_list[moved] = replacement.gpu[0];
+  cpu_list[moved] = replacement.cpu[0];
+  // The replacement's dtype is kDtypes[0]; the tensor it replaces must have the same one.
+  BOOST_TEST_REQUIRE((gpu_list[moved]->GetDataType() == pair.gpu[moved]->GetDataType()));
+  ScaleInPlace(gpu_list, 0.5f);
+  ScaleInPlace(cpu_list, 0.5f);
+  CheckSameBits(pair.cpu, pair.gpu);
+  CheckSameBits(replacement.cpu, replacement.gpu);
+
+  // Twelve lists, more than a device keeps, each passed three times, all queued behind a long
+  // kernel: tables are evicted while launches that read them still wait.
+  std::vector<Pair> lists;
+  for (std::size_t k = 0; k < 12; ++k) {
+    std::vector<std::size_t> list_sizes(cuda::kInlineTableTensors + 1 + 31 * k);
+    for (std::size_t i = 0; i < list_sizes.size(); ++i) {
+      list_sizes[i] = 1 + (i * 17 + k) % 400;
+    }
+    lists.push_back(MakeLists(list_sizes, Specials::None, 910 + static_cast<unsigned>(k)));
+  }
+  // Made after the lists: creating them copies to the device and may wait for it.
+  const TensorPtr busy = Zeros({std::size_t{1} << 26}, DataType::Float32, kGpu);
+  ScaleInPlace(std::vector<TensorPtr>{busy}, 2.0f);
+  for (int round = 0; round < 3; ++round) {
+    for (std::size_t k = 0; k < lists.size(); ++k) {
+      const float factor = 0.75f + 0.25f * static_cast<float>(k + round);
+      ScaleInPlace(lists[k].gpu, factor);
+      ScaleInPlace(lists[k].cpu, factor);
+    }
+  }
+  for (std::size_t k = 0; k < lists.size(); ++k) {
+    BOOST_TEST_INFO("list " << k);
+    CheckSameBits(lists[k].cpu, lists[k].gpu);
+  }
+}
+
 // The kernels convert with the hardware's instructions, the CPU backend with FloatBits.hpp:
 // every 16-bit value is widened, and every value, every halfway point between two neighbours
 // and the floats one step either side of it are narrowed, on both backends.

@@ -6,6 +6,7 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include <mlframework/amp/ScalePolicy.hpp>
 #include <mlframework/backends/cuda/CudaTensor.hpp>
 #include <mlframework/config.hpp>
 #include <mlframework/core/DeviceScaling.hpp>

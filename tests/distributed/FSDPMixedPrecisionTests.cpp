@@ -131,6 +131,17 @@ BOOST_AUTO_TEST_CASE(ScaleLossAndDynamicScaling) {
   fsdp::FSDPMixedPrecisionManager off({.UseLossScaling = false}, model);
   BOOST_CHECK(off.ScaleLoss(loss) == loss);
   BOOST_CHECK(!off.CheckOverflow(inf));
+  // UnscaleAndCheckOverflow still checks: non-finite gradients are reported, nothing is scaled.
+  for (const float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                          -std::numeric_limits<float>::infinity()}) {
+    mlframework::GradientMap bad_grads{{"a", FromVector({8.0f, bad}, {2})}, {"b", FromVector({1.0f}, {1})}};
+    BOOST_CHECK(off.UnscaleAndCheckOverflow(bad_grads));
+    BOOST_CHECK_EQUAL(bad_grads.at("a")->ToFloatVector()[0], 8.0f);
+  }
+  mlframework::GradientMap finite{{"a", FromVector({8.0f, -4.0f}, {2})}};
+  BOOST_CHECK(!off.UnscaleAndCheckOverflow(finite));
+  BOOST_CHECK(finite.at("a")->ToFloatVector() == (std::vector<float>{8.0f, -4.0f}));
+  BOOST_CHECK_EQUAL(off.CurrentLossScale(), off.Config().InitialLossScale);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -55,7 +55,7 @@ struct DynamicScalerStats {
 /// A disabled scaler passes values through, reports no overflow and ignores UpdateScale().
 ///
 /// **Device-resident state.** The state starts on the host. The first unscale, check or update
-/// on gradients whose backend is a DeviceScalingBackend (CUDA tensors) moves it to their device
+/// on gradients whose backend keeps scaling state on a device (CUDA tensors) moves it to their device
 /// (DeviceScalingBackend::CreateScaleState, one synchronisation); from then on the device copy is
 /// the single truth: the inverse scale is read on the device, overflow goes into the device
 /// found-inf flag and the scale update runs there, so no step-time call waits for the device.

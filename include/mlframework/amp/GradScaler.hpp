@@ -55,7 +55,14 @@ class GradScalerContext;
 /// - `Reset()` and an abandoned GradScalerContext return to Ready from any state and drop the
 ///   iteration's result: no scale update.
 /// - Stepping or unscaling again, without a new `Scale(loss)`, the very gradients the previous
-///   iteration already unscaled is an InvalidOperationError (they would be unscaled twice).
+///   iteration already unscaled (or their unscaled FP32 tensors) is an InvalidOperationError
+///   (they would be unscaled twice).
+/// - "The same gradients" means the same names over the same memory (device, dtype, element
+///   count, first element), whatever `TensorPtr`s hold it: a framework that wraps its gradients
+///   anew on every call (`backends::cpu::Wrap`, `FromDLPack`) gets the clipping flow and these
+///   checks, and one that keeps its gradient buffers (the same memory every iteration) steps
+///   normally, since `Scale(loss)` starts a new iteration. Tensors whose memory the library cannot
+///   see (no host bytes, no device backend) are the same only as themselves.
 ///
 /// Every error leaves the scaler unchanged.
 ///

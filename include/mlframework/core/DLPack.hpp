@@ -35,9 +35,9 @@ MLFRAMEWORK_EXPORT TensorPtr FromDLPack(DLManagedTensor* managed);
 /// Exports @p tensor's memory as a DLPack managed tensor (no copy) for another framework
 /// (`at::fromDLPack`): compact row-major strides, the tensor's dtype and device. The managed
 /// tensor keeps @p tensor alive until its deleter is called, which the receiver must do once.
+/// A user's own ITensor on the CPU exports when it gives its memory through HostBytes().
 /// ArgumentNullError for a null @p tensor; ArgumentError when its memory cannot be addressed
-/// (a tensor of a backend without a DLPack device, such as a user's own ITensor that keeps its
-/// elements elsewhere).
+/// (a user's own ITensor that keeps its elements elsewhere).
 MLFRAMEWORK_EXPORT DLManagedTensor* ToDLPack(const TensorPtr& tensor);
 
 }  // namespace mlframework

@@ -1,44 +1,43 @@
 #pragma once
 /// @file DeviceScaling.hpp
-/// @brief Optional backend extension: dynamic loss scaling whose state stays in device memory.
+/// @brief The scaling-backend interface: dynamic loss scaling whose state lives with the tensors.
 ///
-/// On a GPU, reading the found-inf flag back to the host after every unscale
-/// and deciding the new scale on the host costs a host synchronisation per
-/// step. A backend that implements DeviceScalingBackend keeps the whole
-/// scaler state (amp::ScaleState, the policy and the found-inf flag) in
-/// device memory instead, in the style of Apex / torch.cuda.amp:
+/// Every backend implements one interface, DeviceScalingBackend, so the front ends
+/// (amp::DynamicLossScaler, optimizers::mixed_precision::DynamicLossScaler,
+/// distributed::fsdp::FSDPMixedPrecisionManager, GradientConversionLayer) have one code path:
 ///
-/// 1. ScaleWithState() multiplies the loss by the scale read on the device;
+/// 1. ScaleWithState() multiplies the loss by the scale the state holds;
 /// 2. UnscaleWithState() / CastUnscaledWithState() multiply gradients by the
-///    inverse scale read on the device and OR "any non-finite value written"
-///    into the device flag (CheckWithState() only reads);
-/// 3. UpdateScale() runs amp::UpdateScaleState() (the same function every
-///    front-end uses on the host) in a one-thread kernel, records whether the
-///    step must be skipped, and clears the flag.
+///    inverse scale the state holds and OR "any non-finite value written"
+///    into the state's flag (CheckWithState() only reads);
+/// 3. UpdateScale() runs UpdateScaleState() (core/ScalePolicy.hpp), records whether the step
+///    must be skipped, and clears the flag.
 ///
-/// None of these waits for the device. The host synchronises only when it
-/// asks: DeviceScaleState::Read(), FoundInf(), LastStepSkipped(), and when it
-/// creates or overwrites a state (CreateScaleState(), Write(), which wait for
-/// the host-to-device copy of their argument).
+/// On a GPU (the CUDA backend) the state is in device memory, so none of these waits for the
+/// device: reading the found-inf flag back after every unscale would cost a host
+/// synchronisation per step. The host synchronises only when it asks: DeviceScaleState::Read(),
+/// FoundInf(), LastStepSkipped(), and when it creates or overwrites a state
+/// (CreateScaleState(), Write(), which wait for the host-to-device copy of their argument);
+/// docs/cuda-backend.md, "Which calls synchronise", lists the front ends' calls.
 ///
-/// The front-ends (amp::DynamicLossScaler, amp::GradScaler) create a state
-/// lazily on the gradients' device and from then on keep the state only there
-/// (see docs/cuda-backend.md, "Which calls synchronise").
-/// Backends without the extension (the CPU backend, user tensors) are used
-/// through TensorBackend and ITensor as before; DeviceScalingOf() tells which.
+/// On the host (the CPU backend, and HostScaling() for tensors whose backend has no scaling of
+/// its own; core/HostScaling.hpp) the state is a HostScaleState, a ScaleState plus a flag in host memory, and the
+/// kernels are the backend's fused multi-tensor kernels: the same calls cost what a plain
+/// unscale and check cost. ScalingOf() names the scaling backend of a tensor.
 
 #include <memory>
 #include <span>
+#include <vector>
 
-#include <mlframework/amp/ScalePolicy.hpp>
 #include <mlframework/core/Device.hpp>
 #include <mlframework/core/ITensor.hpp>
+#include <mlframework/core/ScalePolicy.hpp>
 #include <mlframework/core/TensorBackend.hpp>
 #include <mlframework/export.hpp>
 
 namespace mlframework {
 
-/// Dynamic-scaling state that lives in device memory: amp::ScaleState, its policy and a found-inf flag.
+/// Dynamic-scaling state kept where a backend's kernels read it: ScaleState, its policy and a found-inf flag.
 ///
 /// Created by DeviceScalingBackend::CreateScaleState(). Every member that returns a value
 /// read from the device waits for the work queued before it.
@@ -49,14 +48,14 @@ class MLFRAMEWORK_EXPORT DeviceScaleState {
   DeviceScaleState(const DeviceScaleState&) = delete;
   /// Not copy-assignable.
   DeviceScaleState& operator=(const DeviceScaleState&) = delete;
-  /// Device whose memory holds the state.
+  /// Device whose memory holds the state (Device::CPU() for a HostScaleState).
   virtual Device GetDevice() const noexcept = 0;
   /// The policy UpdateScale() applies.
-  virtual const amp::ScalePolicy& Policy() const noexcept = 0;
+  virtual const ScalePolicy& Policy() const noexcept = 0;
   /// Copies the state to the host (waits for queued work).
-  virtual amp::ScaleState Read() const = 0;
+  virtual ScaleState Read() const = 0;
   /// Overwrites the state (for example when a saved scaler is loaded) and clears the flag.
-  virtual void Write(const amp::ScaleState& state) = 0;
+  virtual void Write(const ScaleState& state) = 0;
   /// True when a non-finite value was seen since the last UpdateScale() (waits for queued work).
   virtual bool FoundInf() const = 0;
   /// Sets the found-inf flag without waiting, for example after an overflow found on another backend.
@@ -80,9 +79,9 @@ class MLFRAMEWORK_EXPORT DeviceScalingBackend : public TensorBackend {
  public:
   ~DeviceScalingBackend() override;
   /// New device-resident state on @p device holding @p initial, updated under @p policy
-  /// (the caller validates the policy with amp::ValidateScalePolicy()).
-  virtual std::unique_ptr<DeviceScaleState> CreateScaleState(Device device, const amp::ScalePolicy& policy,
-                                                             const amp::ScaleState& initial) const = 0;
+  /// (the caller validates the policy with ValidateScalePolicy()).
+  virtual std::unique_ptr<DeviceScaleState> CreateScaleState(Device device, const ScalePolicy& policy,
+                                                             const ScaleState& initial) const = 0;
   /// `x *= state.Scale` for every tensor (scales a loss), without reading the scale on the host.
   virtual void ScaleWithState(std::span<ITensor* const> tensors, DeviceScaleState& state) const = 0;
   /// `x *= InverseScale(state.Scale)` in place; sets the flag when a written value is Inf or NaN.
@@ -100,9 +99,28 @@ class MLFRAMEWORK_EXPORT DeviceScalingBackend : public TensorBackend {
   /// Sets the found-inf flag to `in[0] != 0` without waiting (the reduced flag written back).
   /// ArgumentError unless @p in is a one-element FP32 tensor of this backend on the state's device.
   virtual void FlagFromTensor(DeviceScaleState& state, const ITensor& in) const = 0;
-  /// Advances the state by one step on the device with amp::UpdateScaleState(state, policy, flag),
+  /// Advances the state by one step on the device with UpdateScaleState(state, policy, flag),
   /// records whether the step overflowed (LastStepSkipped()) and clears the flag.
   virtual void UpdateScale(DeviceScaleState& state) const = 0;
+
+  /// The list forms the front ends call: the same kernels on lists of shared tensors. The
+  /// defaults pass the raw pointers to the members above; a backend whose plain multi-tensor
+  /// calls keep plans per list (the host backends, through core's multi-tensor functions)
+  /// overrides them, so a step costs what a plain unscale costs there.
+  virtual void UnscaleListWithState(std::span<const TensorPtr> tensors, DeviceScaleState& state) const;
+  /// List form of CastUnscaledWithState() (@p src and @p dst pairwise).
+  virtual void CastUnscaledListWithState(std::span<const TensorPtr> src, std::span<const TensorPtr> dst,
+                                         DeviceScaleState& state) const;
+  /// List form of CheckWithState().
+  virtual void CheckListWithState(std::span<const TensorPtr> tensors, DeviceScaleState& state) const;
+  /// A new tensor `loss * state.Scale` (the default clones @p loss and runs ScaleWithState()).
+  virtual TensorPtr ScaledLoss(const ITensor& loss, DeviceScaleState& state) const;
+  /// New FP32 tensors shaped like @p like, on their devices, for CastUnscaledWithState() to
+  /// overwrite (the default casts each one: a tensor of its own backend).
+  virtual std::vector<TensorPtr> Float32Outputs(std::span<const TensorPtr> like) const;
+  /// True when this backend's states live in host memory (HostScaleState): such states serve
+  /// every host backend alike, so a list that mixes host backends is one host list.
+  virtual bool StatesInHostMemory() const noexcept { return false; }
 
  protected:
   /// Only implementations construct the interface.
@@ -117,7 +135,17 @@ class MLFRAMEWORK_EXPORT DeviceScalingBackend : public TensorBackend {
 /// (exact for the power-of-two scales used in practice).
 MLFW_HOST_DEVICE inline float InverseScale(float scale) { return static_cast<float>(1.0 / static_cast<double>(scale)); }
 
-/// The device-scaling extension of @p tensor's backend, or null when its backend has none.
+/// The scaling backend of @p tensor's backend when it keeps its states in device memory (CUDA),
+/// else null (the CPU backend, user tensors).
 MLFRAMEWORK_EXPORT const DeviceScalingBackend* DeviceScalingOf(const ITensor& tensor) noexcept;
+
+/// The scaling backend of @p tensor: its backend when that implements the interface (CPU, CUDA),
+/// else HostScaling() (core/HostScaling.hpp).
+MLFRAMEWORK_EXPORT const DeviceScalingBackend& ScalingOf(const ITensor& tensor) noexcept;
+
+/// New FP32 tensors shaped like @p like for an unscale to overwrite, made by the scaling backend
+/// of @p like's first tensor (ScalingOf(); a list holds the tensors of one backend, or host
+/// tensors only, which every host backend allocates alike). Empty for an empty list.
+MLFRAMEWORK_EXPORT std::vector<TensorPtr> Float32OutputsLike(std::span<const TensorPtr> like);
 
 }  // namespace mlframework

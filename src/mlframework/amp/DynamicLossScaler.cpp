@@ -7,8 +7,8 @@
 #include <mlframework/core/MultiTensor.hpp>
 #include <mlframework/core/Tensor.hpp>
 
-#include "mlframework/amp/ScaleStateOwner.hpp"
 #include "mlframework/amp/UnscaleWorkspace.hpp"
+#include "mlframework/core/ScaleStateOwner.hpp"
 #include "mlframework/core/StateBlob.hpp"
 
 namespace mlframework::amp {
@@ -52,28 +52,19 @@ void DynamicScalerConfig::Validate() const {
 struct DynamicLossScaler::Impl {
   explicit Impl(const DynamicScalerConfig& c)
       : config(c), owner(c.ToScalePolicy(), ScaleState::Initial(c.ToScalePolicy())) {}
-  // A copy: same configuration, the state read from @p other (host-owned, no record, no buffers).
-  Impl(const DynamicScalerConfig& c, detail::ScaleStateOwner other) : config(c), owner(std::move(other)) {}
+  // A copy: same configuration, the state read from @p other (a host state, no record, no buffers).
+  Impl(const DynamicScalerConfig& c, mlframework::detail::ScaleStateOwner other) : config(c), owner(std::move(other)) {}
   DynamicScalerConfig config;
-  detail::ScaleStateOwner owner;  // the single owner of the state: host or device (ScaleStateOwner.hpp)
+  mlframework::detail::ScaleStateOwner owner;  // the single owner of the state (core/ScaleStateOwner.hpp)
   CachedScalar scale_tensor;
   CachedScalar inverse_tensor;
   detail::UnscaleWorkspace workspace;
 
   float Factor() const { return config.Enabled ? owner.Read().Scale : 1.0f; }
-
-  // Runs @p on_device (device-owned) with the record saved, cleared, and restored around it, and
-  // returns what that call alone found: two flag reads, so the bool-returning calls stay exact.
-  template <typename DeviceCall>
-  bool OwnResultOnDevice(DeviceCall&& on_device) {
-    const bool before = owner.Recorded();
-    owner.ClearRecord();
-    on_device();
-    owner.NoteDeviceRecord();
-    const bool found = owner.Recorded();
-    owner.ClearRecord();
-    owner.Record(before);
-    return found;
+  // Whether @p list holds Inf or NaN, the record of the step kept around the check.
+  bool CheckOwn(std::span<const TensorPtr> list, const char* parameter) {
+    owner.Place(list, parameter);
+    return owner.OwnResult([&] { owner.Check(list); });
   }
 };
 
@@ -124,16 +115,7 @@ GradientMap DynamicLossScaler::UnscaleAndRecordOverflow(const GradientMap& gradi
   if (!impl_->config.Enabled) {
     return gradients;
   }
-  detail::ScaleStateOwner& owner = impl_->owner;
-  const DeviceScalingBackend* backend = owner.Route(list, "gradients");
-  if (backend == nullptr) {
-    UnscaledGradients result = impl_->workspace.Run(gradients, detail::InverseScale(owner.Read().Scale));
-    owner.Record(result.Overflow);
-    return std::move(result.Gradients);
-  }
-  GradientMap result = impl_->workspace.RunOnDevice(gradients, list, *backend, *owner.DeviceState());
-  owner.NoteDeviceRecord();
-  return result;
+  return impl_->workspace.Run(gradients, list, impl_->owner);
 }
 
 UnscaledGradients DynamicLossScaler::UnscaleGradientsAndCheck(const GradientMap& gradients) {
@@ -142,13 +124,8 @@ UnscaledGradients DynamicLossScaler::UnscaleGradientsAndCheck(const GradientMap&
     return UnscaledGradients{gradients, false};
   }
   Impl& s = *impl_;
-  const DeviceScalingBackend* backend = s.owner.Route(list, "gradients");
-  if (backend == nullptr) {
-    return s.workspace.Run(gradients, detail::InverseScale(s.owner.Read().Scale));
-  }
   UnscaledGradients result;
-  result.Overflow = s.OwnResultOnDevice(
-      [&] { result.Gradients = s.workspace.RunOnDevice(gradients, list, *backend, *s.owner.DeviceState()); });
+  result.Overflow = s.owner.OwnResult([&] { result.Gradients = s.workspace.Run(gradients, list, s.owner); });
   return result;
 }
 
@@ -159,27 +136,16 @@ TensorPtr DynamicLossScaler::UnscaleGradient(const TensorPtr& gradient) {
   if (!impl_->config.Enabled) {
     return gradient;
   }
-  detail::ScaleStateOwner& owner = impl_->owner;
+  mlframework::detail::ScaleStateOwner& owner = impl_->owner;
   const TensorPtr list[] = {gradient};
-  const DeviceScalingBackend* backend = owner.Route(list, "gradient");
-  if (backend == nullptr) {
-    bool overflow = false;
-    TensorPtr result = detail::UnscaleWorkspace::RunOne(gradient, detail::InverseScale(owner.Read().Scale), &overflow);
-    owner.Record(overflow);
-    return result;
-  }
+  owner.Place(list, "gradient");
   if (gradient->GetDataType() == DataType::Float32) {
-    ITensor* const raw[] = {gradient.get()};
-    backend->UnscaleWithState(raw, *owner.DeviceState());
-    owner.NoteDeviceRecord();
+    owner.Unscale(list, {}, {});
     return gradient;
   }
-  TensorPtr result = gradient->CastTo(DataType::Float32);  // same backend and device; overwritten
-  const ITensor* const src[] = {gradient.get()};
-  ITensor* const dst[] = {result.get()};
-  backend->CastUnscaledWithState(src, dst, *owner.DeviceState());
-  owner.NoteDeviceRecord();
-  return result;
+  const std::vector<TensorPtr> result = Float32OutputsLike(list);
+  owner.Unscale({}, list, result);
+  return result[0];
 }
 
 bool DynamicLossScaler::CheckOverflow(const GradientMap& gradients) {
@@ -187,17 +153,7 @@ bool DynamicLossScaler::CheckOverflow(const GradientMap& gradients) {
   if (!impl_->config.Enabled) {
     return false;
   }
-  Impl& s = *impl_;
-  const DeviceScalingBackend* backend = s.owner.Route(list, "gradients");
-  if (backend == nullptr) {
-    return HasNonFinite(list);
-  }
-  std::vector<const ITensor*> raw;
-  raw.reserve(list.size());
-  for (const TensorPtr& tensor : list) {
-    raw.push_back(tensor.get());
-  }
-  return s.OwnResultOnDevice([&] { backend->CheckWithState(raw, *s.owner.DeviceState()); });
+  return impl_->CheckOwn(list, "gradients");
 }
 
 bool DynamicLossScaler::CheckOverflow(const TensorPtr& gradient) {
@@ -207,14 +163,8 @@ bool DynamicLossScaler::CheckOverflow(const TensorPtr& gradient) {
   if (!impl_->config.Enabled) {
     return false;
   }
-  Impl& s = *impl_;
-  const std::vector<TensorPtr> list{gradient};
-  const DeviceScalingBackend* backend = s.owner.Route(list, "gradient");
-  if (backend == nullptr) {
-    return HasNonFinite(list);
-  }
-  const ITensor* const raw[] = {gradient.get()};
-  return s.OwnResultOnDevice([&] { backend->CheckWithState(raw, *s.owner.DeviceState()); });
+  const TensorPtr list[] = {gradient};
+  return impl_->CheckOwn(list, "gradient");
 }
 
 void DynamicLossScaler::RecordOverflow(const GradientMap& gradients) {
@@ -222,19 +172,8 @@ void DynamicLossScaler::RecordOverflow(const GradientMap& gradients) {
   if (!impl_->config.Enabled) {
     return;
   }
-  detail::ScaleStateOwner& owner = impl_->owner;
-  const DeviceScalingBackend* backend = owner.Route(list, "gradients");
-  if (backend == nullptr) {
-    owner.Record(HasNonFinite(list));
-    return;
-  }
-  std::vector<const ITensor*> raw;
-  raw.reserve(list.size());
-  for (const TensorPtr& tensor : list) {
-    raw.push_back(tensor.get());
-  }
-  backend->CheckWithState(raw, *owner.DeviceState());
-  owner.NoteDeviceRecord();
+  impl_->owner.Place(list, "gradients");
+  impl_->owner.Check(list);
 }
 
 void DynamicLossScaler::MarkOverflow() {
@@ -264,7 +203,7 @@ void DynamicLossScaler::UpdateScaleFromRecord() {
 TensorPtr DynamicLossScaler::GetScaleTensor() { return impl_->scale_tensor.Get(impl_->Factor()); }
 
 TensorPtr DynamicLossScaler::GetInverseScaleTensor() {
-  return impl_->inverse_tensor.Get(impl_->config.Enabled ? detail::InverseScale(impl_->owner.Read().Scale) : 1.0f);
+  return impl_->inverse_tensor.Get(impl_->config.Enabled ? InverseScale(impl_->owner.Read().Scale) : 1.0f);
 }
 
 DynamicScalerStats DynamicLossScaler::GetStats() const {
@@ -331,7 +270,7 @@ void DynamicLossScaler::LoadStateDict(std::span<const std::byte> state) {
     reader.Fail("stored scale " + std::to_string(scale_state.Scale) + " lies outside [MinScale, MaxScale]");
   }
   auto next = std::make_unique<Impl>(config);
-  next->owner.Write(scale_state);  // host-owned until the next device operation
+  next->owner.Write(scale_state);  // a host state until the next operation on device tensors
   impl_ = std::move(next);
 }
 

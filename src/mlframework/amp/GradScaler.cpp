@@ -7,6 +7,7 @@
 #include <mlframework/core/MultiTensor.hpp>
 #include <mlframework/core/Tensor.hpp>
 
+#include "mlframework/core/SameMemory.hpp"
 #include "mlframework/core/StateBlob.hpp"
 
 namespace mlframework::amp {
@@ -21,14 +22,17 @@ constexpr char kKind[] = "amp.GradScaler";
 constexpr std::uint16_t kVersion = 2;
 constexpr std::uint16_t kVersion1 = 1;
 
-// Same names mapping to the same tensor objects (the identity of gradients, not their values).
+// Same names mapping to the same gradients: the same tensor objects or new ones over the same
+// memory (a framework may wrap its gradients anew on every call), never equal values alone.
 bool SameTensors(const GradientMap& a, const GradientMap& b) {
   if (a.size() != b.size() || a.empty()) {
     return false;
   }
   auto it = b.begin();
   for (const auto& [name, tensor] : a) {
-    if (it->first != name || it->second != tensor) {
+    const TensorPtr& other = it->second;
+    if (it->first != name ||
+        (tensor != other && (!tensor || !other || !mlframework::detail::SameMemory(*tensor, *other)))) {
       return false;
     }
     ++it;
@@ -91,13 +95,25 @@ struct GradScaler::Impl {
 
   GradientMap unscaled_source;  // what this iteration unscaled ...
   GradientMap unscaled_result;  // ... and the unscaled tensors handed out
-  // Unscaled tensors of the previous iteration, kept until the next Scale(loss), to catch double unscaling.
+  // The previous iteration's gradients and their unscaled tensors, kept until the next
+  // Scale(loss), to catch double unscaling (FP16 gradients are unscaled into other tensors, so
+  // either may come back).
+  GradientMap previous_source;
   GradientMap previous_result;
 
   TensorPtr scale_tensor;  // GetScaleTensor cache
   float scale_tensor_value = 0.0f;
 
   bool Enabled() const { return own_enabled && scaler->Enabled(); }
+
+  // True when @p gradients are the previous iteration's (the same memory), before a new Scale(loss).
+  bool UnscaledBefore(const GradientMap& gradients) const {
+    return SameTensors(gradients, previous_source) || SameTensors(gradients, previous_result);
+  }
+  void ForgetPrevious() {
+    previous_source.clear();
+    previous_result.clear();
+  }
 
   void ClearIteration() {
     state = Phase::Ready;
@@ -120,8 +136,10 @@ struct GradScaler::Impl {
     if (Enabled()) {
       scaler->UpdateScaleFromRecord();
     }
+    GradientMap source = std::move(unscaled_source);
     GradientMap result = std::move(unscaled_result);
     ClearIteration();
+    previous_source = std::move(source);
     previous_result = std::move(result);
   }
 
@@ -188,7 +206,7 @@ TensorPtr GradScaler::Scale(const TensorPtr& loss) {
     s.Finish();
   }
   TensorPtr scaled = s.Enabled() ? s.scaler->ScaleLoss(loss) : loss;
-  s.previous_result.clear();  // a new loss means new gradients
+  s.ForgetPrevious();  // a new loss means new gradients
   s.state = Phase::LossScaled;
   return scaled;
 }
@@ -200,7 +218,7 @@ GradientMap GradScaler::Unscale(const GradientMap& gradients) {
         "GradScaler::Unscale() was already called in this iteration; gradients are unscaled once per "
         "iteration. Call Update() (or Step()) to finish the iteration, then Scale(loss) for the next one.");
   }
-  if (SameTensors(gradients, s.previous_result)) {
+  if (s.UnscaledBefore(gradients)) {
     throw InvalidOperationError(
         "GradScaler::Unscale(): these gradients were already unscaled in the previous iteration. Run backward "
         "for new gradients and call Scale(loss) before unscaling again.");
@@ -258,7 +276,7 @@ bool GradScaler::StepImpl(IOptimizer& optimizer, bool run_optimizer, bool update
           "the manual flow.");
     }
   } else {
-    if (SameTensors(gradients, s.previous_result)) {
+    if (s.UnscaledBefore(gradients)) {
       throw InvalidOperationError(
           "GradScaler::Step() called twice on the same gradients: the previous Step() already unscaled and "
           "applied them. Run backward for new gradients and call Scale(loss) before stepping again.");
@@ -285,7 +303,7 @@ bool GradScaler::StepImpl(IOptimizer& optimizer, bool run_optimizer, bool update
 
 void GradScaler::AbandonIteration() noexcept {
   impl_->ClearIteration();
-  impl_->previous_result.clear();
+  impl_->ForgetPrevious();
 }
 
 void GradScaler::Enable() {
@@ -374,7 +392,7 @@ void GradScaler::LoadStateDict(std::span<const std::byte> state) {
   // Everything of ours is validated; the scaler validates its blob before changing anything.
   s.scaler->LoadStateDict(inner);
   s.ClearIteration();
-  s.previous_result.clear();
+  s.ForgetPrevious();
   s.state = iteration;
   s.own_enabled = own_enabled;
   s.scaler->ClearRecordedOverflow();

@@ -12,38 +12,9 @@
 
 namespace mlframework::amp::detail {
 
-UnscaledGradients UnscaleWorkspace::Run(const GradientMap& gradients, float inverse_scale) {
-  const std::vector<TensorPtr> list = TensorList(gradients);  // ArgumentNullError naming a null entry
-  std::vector<TensorPtr> in_place;
-  std::vector<TensorPtr> cast_src;
-  std::vector<TensorPtr> cast_dst;
-  UnscaledGradients result;
-  AllocateBuffers(gradients, list);
-  std::size_t index = 0;
-  for (const auto& [name, tensor] : gradients) {
-    const TensorPtr& gradient = list[index++];
-    if (gradient->GetDataType() == DataType::Float32) {
-      in_place.push_back(gradient);
-      result.Gradients.emplace(name, gradient);
-      continue;
-    }
-    const TensorPtr& buffer = buffers_.at(name);
-    cast_src.push_back(gradient);
-    cast_dst.push_back(buffer);
-    result.Gradients.emplace(name, buffer);
-  }
-  bool overflow = false;
-  if (!in_place.empty()) {
-    overflow = UnscaleAndCheck(in_place, inverse_scale);
-  }
-  if (!cast_src.empty()) {
-    overflow = CastInto(cast_src, cast_dst, inverse_scale) || overflow;
-  }
-  result.Overflow = overflow;
-  return result;
-}
-
-void UnscaleWorkspace::AllocateBuffers(const GradientMap& gradients, std::span<const TensorPtr> list) {
+template <typename Allocate>
+UnscaleWorkspace::Split UnscaleWorkspace::SplitList(const GradientMap& gradients, std::span<const TensorPtr> list,
+                                                    Allocate&& allocate) {
   std::vector<std::string> names;
   std::vector<TensorPtr> like;
   std::size_t index = 0;
@@ -53,50 +24,56 @@ void UnscaleWorkspace::AllocateBuffers(const GradientMap& gradients, std::span<c
       continue;
     }
     const auto cached = buffers_.find(name);
-    if (cached == buffers_.end() || cached->second->GetShape() != gradient->GetShape() ||
-        cached->second->GetDevice() != gradient->GetDevice()) {
+    if (cached == buffers_.end() || !mlframework::detail::ScaleStateOwner::Fits(*cached->second, *gradient)) {
       names.push_back(name);
       like.push_back(gradient);
     }
   }
-  // One contiguous FP32 buffer per device for all new ones: the cast streams its output like one
-  // flat tensor instead of thousands of scattered small ones (core/Tensor.hpp).
-  std::vector<TensorPtr> fresh = ZerosContiguousLike(like, DataType::Float32);
-  for (std::size_t i = 0; i < names.size(); ++i) {
-    buffers_[names[i]] = std::move(fresh[i]);
+  if (!like.empty()) {
+    std::vector<TensorPtr> fresh = allocate(std::span<const TensorPtr>(like));
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      buffers_[names[i]] = std::move(fresh[i]);
+    }
   }
-}
-
-GradientMap UnscaleWorkspace::RunOnDevice(const GradientMap& gradients, std::span<const TensorPtr> list,
-                                          const DeviceScalingBackend& backend, DeviceScaleState& state) {
-  std::vector<ITensor*> in_place;
-  std::vector<const ITensor*> cast_src;
-  std::vector<ITensor*> cast_dst;
-  GradientMap result;
-  std::size_t index = 0;
+  Split split;
+  index = 0;
   for (const auto& [name, tensor] : gradients) {
     const TensorPtr& gradient = list[index++];
     if (gradient->GetDataType() == DataType::Float32) {
-      in_place.push_back(gradient.get());
-      result.emplace(name, gradient);
+      split.in_place.push_back(gradient);
+      split.result.emplace_hint(split.result.end(), name, gradient);
       continue;
     }
-    TensorPtr& buffer = buffers_[name];
-    if (!buffer || buffer->GetShape() != gradient->GetShape() || buffer->GetDevice() != gradient->GetDevice() ||
-        DeviceScalingOf(*buffer) != &backend) {
-      buffer = gradient->CastTo(DataType::Float32);  // same backend and device; overwritten below
-    }
-    cast_src.push_back(gradient.get());
-    cast_dst.push_back(buffer.get());
-    result.emplace(name, buffer);
+    const TensorPtr& buffer = buffers_.at(name);
+    split.src.push_back(gradient);
+    split.dst.push_back(buffer);
+    split.result.emplace_hint(split.result.end(), name, buffer);
   }
-  if (!in_place.empty()) {
-    backend.UnscaleWithState(in_place, state);
+  return split;
+}
+
+UnscaledGradients UnscaleWorkspace::Run(const GradientMap& gradients, float inverse_scale) {
+  const std::vector<TensorPtr> list = TensorList(gradients);  // ArgumentNullError naming a null entry
+  // One contiguous FP32 buffer per device for all new ones: the cast streams its output like one
+  // flat tensor instead of thousands of scattered small ones (core/Tensor.hpp).
+  Split split = SplitList(gradients, list,
+                          [](std::span<const TensorPtr> like) { return ZerosContiguousLike(like, DataType::Float32); });
+  bool overflow = false;
+  if (!split.in_place.empty()) {
+    overflow = UnscaleAndCheck(split.in_place, inverse_scale);
   }
-  if (!cast_src.empty()) {
-    backend.CastUnscaledWithState(cast_src, cast_dst, state);
+  if (!split.src.empty()) {
+    overflow = CastInto(split.src, split.dst, inverse_scale) || overflow;
   }
-  return result;
+  return UnscaledGradients{std::move(split.result), overflow};
+}
+
+GradientMap UnscaleWorkspace::Run(const GradientMap& gradients, std::span<const TensorPtr> list,
+                                  mlframework::detail::ScaleStateOwner& owner) {
+  owner.Place(list, "gradients");
+  Split split = SplitList(gradients, list, [](std::span<const TensorPtr> like) { return Float32OutputsLike(like); });
+  owner.Unscale(split.in_place, split.src, split.dst);
+  return std::move(split.result);
 }
 
 TensorPtr UnscaleWorkspace::RunOne(const TensorPtr& gradient, float inverse_scale, bool* overflow) {
@@ -118,8 +95,6 @@ TensorPtr UnscaleWorkspace::RunOne(const TensorPtr& gradient, float inverse_scal
   }
   return dst[0];
 }
-
-float InverseScale(float scale) { return static_cast<float>(1.0 / static_cast<double>(scale)); }
 
 void RequireScale(float scale, const char* parameter) {
   if (!std::isfinite(scale) || scale <= 0.0f) {

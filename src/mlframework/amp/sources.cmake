@@ -6,7 +6,5 @@ target_sources(mlframework PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/ILossScaler.cpp
   ${CMAKE_CURRENT_LIST_DIR}/IOptimizer.cpp
   ${CMAKE_CURRENT_LIST_DIR}/ScaleFactor.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/ScalePolicy.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/ScaleStateOwner.cpp
   ${CMAKE_CURRENT_LIST_DIR}/StaticLossScaler.cpp
   ${CMAKE_CURRENT_LIST_DIR}/UnscaleWorkspace.cpp)

@@ -144,6 +144,10 @@ DLManagedTensor* ToDLPack(const TensorPtr& tensor) {
   void* data = nullptr;
   if (tensor->Size() > 0) {
     data = detail::DeviceHooks(device).DataPointer(*tensor);
+    if (data == nullptr && device.IsCPU()) {
+      // Any tensor whose elements the host addresses (a user's ITensor over host memory) exports too.
+      data = tensor->MutableHostBytes().data();
+    }
     if (data == nullptr) {
       throw ArgumentError("tensor", "on " + device.ToString() +
                                         " is not a tensor of the library's backends, so its memory has no address "

@@ -57,7 +57,7 @@ void BlobWriter::Bytes(std::span<const std::byte> bytes) {
   payload_.insert(payload_.end(), bytes.begin(), bytes.end());
 }
 
-void BlobWriter::ScaleStateFields(const amp::ScaleState& state) {
+void BlobWriter::ScaleStateFields(const ScaleState& state) {
   F32(state.Scale);
   I64(state.StepsSinceLastOverflow);
   I64(state.ConsecutiveOverflows);
@@ -168,8 +168,8 @@ std::int64_t BlobReader::Count(const std::string& what) {
 
 std::span<const std::byte> BlobReader::Bytes(std::size_t count) { return Take(count); }
 
-amp::ScaleState BlobReader::ScaleStateFields() {
-  amp::ScaleState state;
+ScaleState BlobReader::ScaleStateFields() {
+  ScaleState state;
   state.Scale = F32();
   state.StepsSinceLastOverflow = I64();
   state.ConsecutiveOverflows = I64();

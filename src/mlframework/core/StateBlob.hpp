@@ -15,7 +15,7 @@
 #include <string_view>
 #include <vector>
 
-#include <mlframework/amp/ScalePolicy.hpp>
+#include <mlframework/core/ScalePolicy.hpp>
 
 namespace mlframework::detail {
 
@@ -30,7 +30,7 @@ class BlobWriter {
   void F32(float value);
   void F64(double value);
   void Bytes(std::span<const std::byte> bytes);
-  void ScaleStateFields(const amp::ScaleState& state);
+  void ScaleStateFields(const ScaleState& state);
   /// Closes the frame and returns the blob.
   std::vector<std::byte> Finish();
 
@@ -57,7 +57,7 @@ class BlobReader {
   std::int64_t Count(const std::string& what);
   std::span<const std::byte> Bytes(std::size_t count);
   /// Reads a ScaleState and checks it is sane: finite positive scale, non-negative counters.
-  amp::ScaleState ScaleStateFields();
+  ScaleState ScaleStateFields();
   /// ArgumentError unless every payload byte was read.
   void ExpectEnd() const;
   /// ArgumentError naming the parameter with @p what.

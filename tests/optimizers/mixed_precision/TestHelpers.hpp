@@ -17,15 +17,13 @@ inline std::ostream& boost_test_print_type(  // NOLINT(readability-identifier-na
     std::ostream& out, DataType dtype) {
   return out << ToString(dtype);
 }
-}  // namespace mlframework
-namespace mlframework::amp {
 // Boost.Test customization point: the name is Boost's.
 inline std::ostream& boost_test_print_type(  // NOLINT(readability-identifier-naming)
     std::ostream& out, const ScaleState& s) {
   return out << "{Scale " << s.Scale << ", clean " << s.StepsSinceLastOverflow << ", consecutive "
              << s.ConsecutiveOverflows << ", overflows " << s.TotalOverflows << ", steps " << s.TotalSteps << "}";
 }
-}  // namespace mlframework::amp
+}  // namespace mlframework
 
 namespace mlfw_test {
 

@@ -8,30 +8,31 @@
 #include <span>
 #include <vector>
 
-#include <mlframework/amp/ScalePolicy.hpp>
 #include <mlframework/core/DeviceScaling.hpp>
 #include <mlframework/core/ITensor.hpp>
+#include <mlframework/core/ScalePolicy.hpp>
 #include <mlframework/distributed/fsdp/FSDP.hpp>
 #include <mlframework/distributed/fsdp/FSDPMixedPrecisionConfig.hpp>
 #include <mlframework/export.hpp>
 
-namespace mlframework::amp::detail {
+namespace mlframework::detail {
 class ScaleStateOwner;
-}  // namespace mlframework::amp::detail
+}  // namespace mlframework::detail
 
 namespace mlframework::distributed::fsdp {
 
 /// Mixed-precision operations of one FSDP instance.
 ///
-/// The loss scale follows the shared rules (amp::UpdateScaleState). The overflow decision is a
+/// The loss scale follows the shared rules (UpdateScaleState, core/ScalePolicy.hpp). The overflow decision is a
 /// collective: the local found-inf flag is combined with an all-reduce MAX over the FSDP
 /// process group before the scale changes, so all ranks skip the same steps and keep equal
 /// scales. Casts run through the fused multi-tensor cast kernel.
 ///
-/// On a device (gradients of a DeviceScalingBackend, e.g. CUDA tensors) the scale state moves to
-/// the gradients' device on first use and stays there (the single owner, as in
-/// amp::DynamicLossScaler): the check or unscale writes the device found-inf flag. With an NCCL
-/// process group the ranks agree on the device: the flag becomes a one-element FP32 device tensor
+/// The scale state lives where the gradients' scaling backend keeps it (core/DeviceScaling.hpp),
+/// one code path for all: in host memory for CPU tensors; on a device (e.g. CUDA tensors) it
+/// moves to the gradients' device on first use and stays there (the single owner, as in
+/// amp::DynamicLossScaler). The check or unscale writes the state's found-inf flag. With an NCCL
+/// process group the ranks agree where the state lives: the flag becomes a one-element FP32 tensor
 /// (DeviceScalingBackend::FlagToTensor) that is all-reduced with MAX through
 /// IProcessGroup::AllReduce and written back, and the scale update runs there: the flag never
 /// passes through host memory and no AllReduceHost runs. NcclProcessGroup::AllReduce on a
@@ -67,15 +68,16 @@ class MLFRAMEWORK_EXPORT FSDPMixedPrecisionManager {
   bool CheckOverflow(const GradientMap& gradients);
   /// Collective: multiplies @p gradients in place by `1 / CurrentLossScale()` and checks them in
   /// the same pass, agrees across ranks and updates the scale like CheckOverflow(). Without loss
-  /// scaling the gradients are left as they are and only checked.
+  /// scaling the gradients are left as they are and only checked: true when any rank's gradients
+  /// hold Inf or NaN (one read and a host all-reduce MAX; no scale changes).
   bool UnscaleAndCheckOverflow(const GradientMap& gradients);
   /// The current loss scale.
   float CurrentLossScale() const;
   /// Clean steps since the last overflow or growth.
   std::int64_t StepsSinceOverflow() const;
   /// The full scaling state (counters included).
-  amp::ScaleState State() const;
-  /// The device-resident state while a device owns it, else null.
+  ScaleState State() const;
+  /// The state while it lives in device memory, else null.
   DeviceScaleState* DeviceState() const noexcept;
   /// Back to InitialLossScale with cleared counters.
   void ResetLossScale();
@@ -89,14 +91,15 @@ class MLFRAMEWORK_EXPORT FSDPMixedPrecisionManager {
 
  private:
   TensorPtr CastTensor(const TensorPtr& tensor, TensorDataType targetDType) const;
-  bool Decide(bool local_overflow);
-  bool DecideOnDevice(const DeviceScalingBackend& backend);
+  // Agrees on the recorded flag across ranks (MAX), advances the scale with the agreed decision
+  // and returns it.
+  bool Agree();
 
   FSDPMixedPrecisionConfig config_;
-  amp::ScalePolicy policy_;
+  ScalePolicy policy_;
   FSDP& fsdp_;
-  std::unique_ptr<amp::detail::ScaleStateOwner> owner_;  // the single owner of the scale state
-  TensorPtr flag_tensor_;                                // the found-inf flag, all-reduced on the device
+  std::unique_ptr<mlframework::detail::ScaleStateOwner> owner_;  // the single owner of the scale state
+  TensorPtr flag_tensor_;  // the found-inf flag, all-reduced where the state lives (NCCL)
 };
 
 }  // namespace mlframework::distributed::fsdp

@@ -2,8 +2,8 @@
 /// @file DynamicLossScaler.hpp
 /// @brief Spec 000: the dynamic loss scaler of the mixed-precision optimizer stack.
 ///
-/// The scaling rules are not written here: the scaler keeps an amp::ScaleState
-/// and advances it with amp::UpdateScaleState() under the policy built from
+/// The scaling rules are not written here: the scaler keeps a ScaleState
+/// (core/ScalePolicy.hpp) and advances it with UpdateScaleState() under the policy built from
 /// MixedPrecisionOptions (MixedPrecisionOptions::ToScalePolicy), exactly like
 /// amp::DynamicLossScaler and the FSDP manager, so all three follow the same
 /// trajectory when configured alike.
@@ -18,9 +18,10 @@
 /// but keeps the fallback, because the fallback is a change of training
 /// precision, not a statistic.
 ///
-/// On a device (gradients whose backend is a DeviceScalingBackend, e.g. CUDA
-/// tensors) the state moves to the gradients' device on first use and stays
-/// there as the single truth, as in amp::DynamicLossScaler: ScaleLoss() on a
+/// The state lives where the gradients' scaling backend keeps it (core/DeviceScaling.hpp): in
+/// host memory for CPU and user tensors; on a device (e.g. CUDA tensors) it moves to the
+/// gradients' device on first use and stays there as the single truth, as in
+/// amp::DynamicLossScaler, and every call runs the same code on both: ScaleLoss() on a
 /// tensor of that device, UnscaleGradients(), RecordOverflow(), UpdateScale(bool)
 /// and UpdateScaleFromRecord() never wait for the device. The accessors
 /// (CurrentScale(), the counters, IsStable(), State(), GetStats(), StateDict())
@@ -39,12 +40,13 @@
 #include <mlframework/amp/ScalePolicy.hpp>
 #include <mlframework/core/DeviceScaling.hpp>
 #include <mlframework/core/ITensor.hpp>
+#include <mlframework/core/ScalePolicy.hpp>
 #include <mlframework/export.hpp>
 #include <mlframework/optimizers/mixed_precision/MixedPrecisionOptions.hpp>
 
-namespace mlframework::amp::detail {
+namespace mlframework::detail {
 class ScaleStateOwner;
-}  // namespace mlframework::amp::detail
+}  // namespace mlframework::detail
 
 namespace mlframework::optimizers::mixed_precision {
 
@@ -101,10 +103,10 @@ class MLFRAMEWORK_EXPORT DynamicLossScaler {
   /// The options this scaler was built with.
   const MixedPrecisionOptions& Options() const noexcept { return options_; }
   /// The shared scaling policy derived from the options.
-  const amp::ScalePolicy& Policy() const noexcept { return policy_; }
+  const ScalePolicy& Policy() const noexcept { return policy_; }
   /// The full scaling state (scale and counters), as the shared rules see it.
-  amp::ScaleState State() const;
-  /// The device-resident state while a device owns it, else null (for reading its flag on the device).
+  ScaleState State() const;
+  /// The state while it lives in device memory, else null (for reading its flag on the device).
   DeviceScaleState* DeviceState() const noexcept;
 
   /// `loss * CurrentScale()` as a new tensor, or @p loss itself when disabled.
@@ -133,6 +135,22 @@ class MLFRAMEWORK_EXPORT DynamicLossScaler {
   /// ORs into the scaler's record whether any gradient holds NaN or an infinity (read only; on a
   /// device into the state's flag, without a synchronisation). Nothing happens when not IsChecking().
   void RecordOverflow(const GradientMap& gradients) const;
+  /// ORs into the record whether any of @p tensors holds NaN or an infinity, like the map form.
+  void RecordOverflow(std::span<const TensorPtr> tensors) const;
+  /// Multiplies @p in_place by the inverse scale in place and writes `dst[i] = src[i]` times the
+  /// inverse scale into @p dst (FP32 tensors of the same backend, e.g. from Float32OutputsLike()),
+  /// with the scale read where the state lives; ORs "a non-finite value written" into the record.
+  /// Never waits for a device. Runs even when not IsEnabled() (the scale is then 1 after a
+  /// fallback, the initial scale when scaling is off in the options).
+  void UnscaleAndRecordOverflow(std::span<const TensorPtr> in_place, std::span<const TensorPtr> src,
+                                std::span<const TensorPtr> dst) const;
+  /// Clears the record (no synchronisation).
+  void ClearRecordedOverflow() const;
+  /// Moves the state where the scaling backend of @p gradients keeps it, as the first operation on
+  /// them would (one synchronisation onto or off a device). ArgumentError naming `gradients[i]`
+  /// for a list that mixes a device with other tensors, with nothing changed: a caller can fail
+  /// before it writes anything.
+  void MoveStateTo(std::span<const TensorPtr> gradients) const;
   /// Advances the scale with the record and clears it (on a device the update kernel reads the
   /// flag there: no synchronisation; after a fallback it reads the flag). Not IsChecking(): only
   /// clears the record.
@@ -157,13 +175,11 @@ class MLFRAMEWORK_EXPORT DynamicLossScaler {
   void LoadStateDict(std::span<const std::byte> state);
 
  private:
-  friend class GradientConversionLayer;  // runs its device pipeline on the owner below
-
   MixedPrecisionOptions options_;
-  amp::ScalePolicy policy_;
-  // The single owner of the state, host or device (src/mlframework/amp/ScaleStateOwner.hpp);
-  // mutable because a const call on device gradients may move the state to their device.
-  mutable std::unique_ptr<amp::detail::ScaleStateOwner> owner_;
+  ScalePolicy policy_;
+  // The single owner of the state (src/mlframework/core/ScaleStateOwner.hpp); mutable because a
+  // const call on device gradients may move the state to their device.
+  mutable std::unique_ptr<mlframework::detail::ScaleStateOwner> owner_;
   bool stopped_ = false;
 };
 

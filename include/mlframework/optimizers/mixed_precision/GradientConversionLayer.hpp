@@ -4,25 +4,20 @@
 ///
 /// ProcessGradients keeps spec 003's observable order (check overflow, update
 /// the scale, skip with an empty map, unscale, clip, convert to FP32) but runs
-/// it in two passes over memory with no intermediate tensors:
+/// it in two passes over memory with no intermediate tensors, one code path on
+/// every backend (the scaler's state lives where the gradients' backend keeps it):
 ///
-/// - pass 1 reads the low-precision gradients once for the non-finite flag and
-///   the sum of squares of the unscaled values (CheckAndSumSquares), or only
-///   the flag (HasNonFinite, early exit) when clipping is off;
-/// - pass 2 writes FP32 gradients multiplied by inverse-scale times the clip
-///   coefficient (CastInto); FP32 inputs are scaled in place instead.
-///
-/// On a device (gradients of a DeviceScalingBackend, e.g. CUDA tensors, with scaling enabled)
-/// the scaler's state lives on the device and the order is the same, but the scale is read and
-/// updated there. Without clipping, a step makes one host synchronisation, reading the result of
-/// the update because ShouldSkip must reach the host: pass 2 of the 16-bit gradients
-/// (CastUnscaledWithState) runs before the update, with the scale read on the device, and
-/// doubles as the overflow check (its flag means "a non-finite value written", the same as "a
-/// non-finite input" for scales >= 1); FP32 inputs are checked, then scaled in place only when
-/// the step is kept. With clipping, the norm is read for the clip coefficient (the overflow flag
-/// comes with it, and the scale update runs on the device without another read) and pass 2,
-/// which needs that host coefficient, reports its flag: two synchronisations.
-///
+/// - without clipping, pass 2 of the 16-bit gradients runs first, with the scale the state holds:
+///   it writes FP32 gradients times the inverse scale and its flag ("a non-finite value written",
+///   the same as "a non-finite input" for scales >= 1) is their overflow check; FP32 inputs are
+///   only checked. The scale update then reads that flag where the state lives, and the result is
+///   read once because ShouldSkip must reach the host: one host synchronisation per step on a
+///   device. FP32 inputs are scaled in place only when the step is kept.
+/// - with clipping, pass 1 reads the gradients once for the non-finite flag and the sum of squares
+///   of the unscaled values (CheckAndSumSquares); pass 2 writes FP32 gradients multiplied by
+///   inverse-scale times the clip coefficient (CastInto), FP32 inputs scaled in place. On a device
+///   the norm and pass 2's flag are read: two synchronisations.
+
 /// Two deliberate differences from the C# text, both in docs/spec-mapping.md:
 /// gradients are unscaled by the scale they were produced with (the spec's
 /// order would divide by the scale after a growth step), and the norm is that
@@ -137,11 +132,6 @@ class MLFRAMEWORK_EXPORT GradientConversionLayer {
   TensorPtr ReusableOutput(const std::string& name, const ITensor& like) const;
   // Fills the null entries of @p low_dst with new FP32 outputs shaped like @p low_src.
   static void AllocateOutputs(std::span<const TensorPtr> low_src, std::span<TensorPtr> low_dst);
-  // ProcessGradients on a device-scaling backend with the scaler's state on that device.
-  GradientProcessingResult ProcessOnDevice(const DeviceScalingBackend& backend, GradientMap outputs,
-                                           GradientMap buffers, const std::vector<TensorPtr>& low_src,
-                                           const std::vector<TensorPtr>& low_dst, const std::vector<TensorPtr>& fp32,
-                                           const std::vector<TensorPtr>& all);
 
   MixedPrecisionOptions options_;
   std::shared_ptr<DynamicLossScaler> loss_scaler_;

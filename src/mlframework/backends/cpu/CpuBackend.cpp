@@ -77,17 +77,13 @@ std::shared_ptr<const Plan> CpuBackend::PlanOfList(std::span<const TensorPtr> te
   if (!IsCpuEntry(tensors.front())) {
     return nullptr;
   }
-  const std::uint64_t generation = ListKey::Generation();
-  FirstPlanning first{false};
   std::shared_ptr<const Plan> plan;
   try {
-    plan = PlanOf(tensors, first);
+    plan = PlanOf(tensors);
   } catch (const NotCpuList&) {
     return nullptr;
   }
-  if (!first.load(std::memory_order_relaxed)) {
-    single_lists_.Add(lists, plan, generation);
-  }
+  single_lists_.Add(lists, plan);
   return plan;
 }
 
@@ -120,7 +116,8 @@ std::optional<bool> CpuBackend::CastIntoKnownLists(std::span<const TensorPtr> sr
   if (src.empty()) {
     return std::nullopt;
   }
-  // Kept lists passed every check of CastInto, and their tensors do not change.
+  // Kept lists passed every check of CastInto; ListKey::Matches proves them again for these
+  // (CPU tensors over the same memory, the same shapes pairwise).
   if (const std::shared_ptr<const PairPlans> plans = pair_lists_.Find({src, dst})) {
     return CastKernel(*plans, factor);
   }
@@ -132,17 +129,13 @@ std::optional<bool> CpuBackend::CastIntoLists(std::span<const TensorPtr> src, st
   if (src.empty() || src.size() != dst.size() || !IsCpuEntry(src.front()) || !IsCpuEntry(dst.front())) {
     return std::nullopt;
   }
-  const std::uint64_t generation = ListKey::Generation();
-  FirstPlanning first{false};
   std::shared_ptr<const PairPlans> plans;
   try {
-    plans = PlansOf(src, dst, first);
+    plans = PlansOf(src, dst);
   } catch (const NotCpuList&) {
     return std::nullopt;
   }
-  if (!first.load(std::memory_order_relaxed)) {
-    pair_lists_.Add({src, dst}, plans, generation);
-  }
+  pair_lists_.Add({src, dst}, plans);
   return CastKernel(*plans, factor);
 }
 

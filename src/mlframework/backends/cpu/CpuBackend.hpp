@@ -5,6 +5,7 @@
 #include <span>
 #include <string_view>
 
+#include <mlframework/core/HostScaling.hpp>
 #include <mlframework/core/TensorBackend.hpp>
 
 #include "mlframework/backends/cpu/Plan.hpp"
@@ -14,7 +15,7 @@ namespace mlframework::backends::cpu {
 
 /// The fused kernels over CPU tensors. The whole-list entry points keep the plans of long lists
 /// passed again (PlanCaches.hpp, ListCache); the span entry points plan each call.
-class CpuBackend final : public TensorBackend {
+class CpuBackend final : public HostScalingBackend {  // scaling: host states, these kernels
  public:
   std::string_view Name() const noexcept override { return "cpu"; }
 

@@ -10,7 +10,6 @@
 #include <mlframework/backends/cpu/CpuTensor.hpp>
 #include <mlframework/core/Error.hpp>
 
-#include "mlframework/backends/cpu/ListKey.hpp"
 #include "mlframework/backends/cpu/MultiTensorKernels.hpp"
 #include "mlframework/core/DeviceFactory.hpp"
 
@@ -34,13 +33,6 @@ CpuTensor::CpuTensor(Shape shape, DataType dtype)
   } else {
     u16_ = Storage<std::uint16_t>({size_}, std::uint16_t{0});
     data_ = u16_.data();
-  }
-}
-
-CpuTensor::~CpuTensor() {
-  // The acquire of the last reference's release makes a MarkKept() of any thread visible here.
-  if (kept_.load(std::memory_order_relaxed)) {
-    KeptTensorDestroyed();
   }
 }
 

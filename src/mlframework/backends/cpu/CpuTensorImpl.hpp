@@ -2,7 +2,6 @@
 // Private: the CPU tensor class. Elements live in xtensor containers; FP16 and
 // BF16 are stored as their 16-bit words.
 
-#include <atomic>
 #include <cstdint>
 
 #include <xtensor/xtensor.hpp>
@@ -55,32 +54,18 @@ class CpuTensor final : public ITensor {
   void* Data() noexcept { return data_; }
   const void* Data() const noexcept { return data_; }
 
-  ~CpuTensor() override;
+  ~CpuTensor() override = default;
   CpuTensor(const CpuTensor&) = delete;
   CpuTensor& operator=(const CpuTensor&) = delete;
-
-  /// Marks this tensor as held by the key of a kept list plan (ListKey.hpp): destroying it then
-  /// invalidates every kept plan.
-  void MarkKept() const noexcept { kept_.store(true, std::memory_order_relaxed); }
-
-  /// Marks this tensor as planned (in a list, Planning.cpp); false the first time.
-  bool MarkPlanned() const noexcept {
-    if (planned_.load(std::memory_order_relaxed)) {
-      return true;
-    }
-    planned_.store(true, std::memory_order_relaxed);
-    return false;
-  }
 
  private:
   // What the kernels read per tensor (data_, size_, dtype_) sits next to the vtable pointer,
   // in the object's first cache line: planning a list of thousands of small tensors costs
-  // one cache miss per tensor instead of three.
+  // one cache miss per tensor instead of three, and so does comparing a list with a kept plan's
+  // key (ListKey.hpp).
   void* data_ = nullptr;  // first element (own storage or the view's start)
   std::size_t size_;
   DataType dtype_;
-  mutable std::atomic<bool> kept_{false};     // see MarkKept()
-  mutable std::atomic<bool> planned_{false};  // see MarkPlanned()
   Shape shape_;
   Storage<float> f32_;           // used when dtype_ is Float32
   Storage<std::uint16_t> u16_;   // used when dtype_ is Float16 or BFloat16

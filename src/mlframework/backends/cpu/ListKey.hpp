@@ -1,26 +1,30 @@
 #pragma once
 // Private: what makes a list "the same tensors again" for the kept plans (PlanCaches.hpp, ListCache).
 //
-// The key is the list's tensor objects, in order: a CpuTensor never changes its data pointer,
-// size, dtype or shape, so a list that holds the same live tensor objects in the same order as
-// an earlier call has that call's plan. A key is valid only while no tensor that any key held
-// has been destroyed since the key was made: each tensor a key holds is marked
-// (CpuTensor::MarkKept), and destroying a marked tensor advances a generation count, which
-// invalidates every key made before. While a key is valid, each of its pointers still names the
-// live tensor it named, so a list with the same pointers is that list. Comparing reads the
-// caller's array of shared_ptrs and the key's array of pointers, in order; no tensor object is
-// read. Nothing is kept alive: a weak_ptr per tensor would keep control blocks after the lists
-// died, and those scattered the next lists' tensors further on the heap.
+// The key is the lists' memory, in order: for each tensor its first element's address, its
+// element count and its dtype (all on the CPU). A plan is a function of exactly those (Plan.hpp:
+// segments of addresses and dtypes, counts), so a list over the same memory has the same plan
+// whatever tensor objects hold it: the framework may wrap its memory in new tensors every step
+// (cpu::Wrap, FromDLPack), or free a list and allocate one at the same addresses, and the kept
+// plan is still right. Memory that changed at any position (another address, count or dtype)
+// misses. Nothing is kept alive and nothing needs invalidating: a key's addresses are only
+// compared, never read, and a plan is run only for a list that holds live memory at them.
 //
-// All of that lives in this one class, so that keying on the memory instead (pointer, size,
-// dtype, device) changes this file only.
+// Comparing reads each tensor's first cache line (CpuTensor keeps its vtable pointer, data,
+// size and dtype together) and allocates nothing. Whether an entry is a CpuTensor at all is told
+// by its dynamic type, read through the same vtable pointer, against the type of the tensors the
+// key was made of: no virtual call per tensor. A cast's key also needs each source and
+// destination shape to be equal (the check CastIntoKnownLists skips), which the counts prove for
+// tensors of rank 0 or 1 and which is compared only for higher ranks.
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <typeinfo>
 #include <vector>
 
+#include <mlframework/core/DataType.hpp>
 #include <mlframework/core/ITensor.hpp>
 
 namespace mlframework::backends::cpu {
@@ -29,27 +33,29 @@ namespace mlframework::backends::cpu {
 /// source and destination.
 using TensorLists = std::array<std::span<const TensorPtr>, 2>;
 
-/// Called by a CpuTensor that a key held when it is destroyed: no key made before is valid again.
-void KeptTensorDestroyed() noexcept;
-
 class ListKey {
  public:
-  /// The generation count now: read it before planning the lists a key is made for.
-  static std::uint64_t Generation() noexcept;
+  /// The key of @p lists, all CPU tensors (the caller planned them), at least one.
+  explicit ListKey(const TensorLists& lists);
 
-  /// The key of @p lists, all CPU tensors, planned after Generation() read @p generation.
-  /// Marks every tensor kept.
-  ListKey(const TensorLists& lists, std::uint64_t generation);
-
-  /// False once a tensor held by any key has been destroyed since this key was made.
-  bool Valid() const noexcept;
-  /// True when this key is valid and @p lists hold exactly its tensors, in order.
+  /// True when @p lists hold CPU tensors over exactly this key's memory, in order (and, for a
+  /// cast, the same shapes pairwise). Null entries and other tensors miss.
   bool Matches(const TensorLists& lists) const;
 
+  /// A hash of the key's memory: equal keys have equal fingerprints.
+  std::uint64_t Fingerprint() const noexcept;
+
  private:
-  std::uint64_t generation_;  // the generation count before the lists were planned
+  struct Memory {
+    const void* data;
+    std::size_t size;
+    DataType dtype;
+    bool operator==(const Memory&) const = default;
+  };
+
+  const std::type_info* type_;  // the dynamic type of the tensors the key was made of (CpuTensor)
   std::array<std::size_t, 2> sizes_{};
-  std::vector<const ITensor*> objects_;  // the lists' tensors, one list after the other
+  std::vector<Memory> memory_;  // the lists' tensors, one list after the other
 };
 
 }  // namespace mlframework::backends::cpu

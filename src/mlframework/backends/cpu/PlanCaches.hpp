@@ -103,17 +103,17 @@ class OrderCache {
 // ---- the plans of lists passed again -------------------------------------------------------
 //
 // A training loop hands the same lists to every step: the gradients it unscales, checks and
-// clips, the FP16 gradients it casts into FP32 ones. Planning such a list walks every tensor
-// object, scattered on the heap, and builds, joins and orders the plan. A list whose ListKey
-// matches an entry's takes that entry's plan without reading a tensor object.
+// clips, the FP16 gradients it casts into FP32 ones, often wrapped anew in tensor objects each
+// step by the framework that owns them. Planning such a list walks every tensor object,
+// scattered on the heap, and builds, joins and orders the plan. A list whose ListKey (its
+// memory) matches an entry's takes that entry's plan.
 //
-// A list that dies each step (gradients freed and allocated again, a cast's fresh output) would
-// mark tensors whose death then invalidates the lists that live on, and short lists would push
-// the long ones out. So an entry is made only for lists of kMinTensors tensors or more (a cast's
-// two lists together; shorter ones cost little to plan) whose every tensor was planned before (a
-// list planned again; fresh tensors, even at a dead one's address, are planned for the first
-// time), and only the kEntries used last are kept: a list is planned on its first two calls and
-// takes its kept plan from the third on.
+// A list that dies each step at new addresses (a cast's fresh output) would push the long-lived
+// lists out, and short lists cost little to plan. So an entry is made only for lists of
+// kMinTensors tensors or more (a cast's two lists together) planned a second time over the same
+// memory (the fingerprints of the last kSeen lists planned are remembered), and only the kEntries
+// used last are kept: a list is planned on its first two calls and takes its kept plan from the
+// third on.
 
 /// Plans is a Plan, or a PairPlans for a cast. Shared by all threads.
 template <typename Plans>
@@ -121,10 +121,11 @@ class ListCache {
  public:
   static constexpr std::size_t kEntries = 4;
   static constexpr std::size_t kMinTensors = 64;
+  static constexpr std::size_t kSeen = 16;
 
-  /// The plans kept for @p lists, or null. Entries a destroyed tensor invalidated are dropped.
+  /// The plans kept for @p lists, or null.
   std::shared_ptr<const Plans> Find(const TensorLists& lists) {
-    for (const auto& entry : entries_.Snapshot([](const Entry& e) { return !e.key.Valid(); })) {
+    for (const auto& entry : entries_.Snapshot()) {
       if (entry->key.Matches(lists)) {
         entries_.MoveToFront(entry);
         return entry->plans;
@@ -133,13 +134,17 @@ class ListCache {
     return nullptr;
   }
 
-  /// Keeps @p plans for @p lists, all CPU tensors planned before, planned again after
-  /// ListKey::Generation() read @p generation, when the lists are long.
-  void Add(const TensorLists& lists, std::shared_ptr<const Plans> plans, std::uint64_t generation) {
+  /// Called with the @p plans just made for @p lists, all CPU tensors: keeps them when the lists
+  /// are long and their memory was planned before.
+  void Add(const TensorLists& lists, std::shared_ptr<const Plans> plans) {
     if (lists[0].size() + lists[1].size() < kMinTensors) {
       return;
     }
-    entries_.Add(std::make_shared<const Entry>(Entry{ListKey(lists, generation), std::move(plans)}), kEntries);
+    ListKey key(lists);
+    if (!SeenBefore(key.Fingerprint())) {
+      return;
+    }
+    entries_.Add(std::make_shared<const Entry>(Entry{std::move(key), std::move(plans)}), kEntries);
   }
 
  private:
@@ -148,7 +153,25 @@ class ListCache {
     std::shared_ptr<const Plans> plans;
   };
 
+  // True when @p fingerprint is one of the last kSeen planned (it is then forgotten); else
+  // remembers it.
+  bool SeenBefore(std::uint64_t fingerprint) {
+    const std::lock_guard<std::mutex> lock(seen_mutex_);
+    const auto it = std::find(seen_.begin(), seen_.end(), fingerprint);
+    if (it != seen_.end()) {
+      seen_.erase(it);
+      return true;
+    }
+    seen_.insert(seen_.begin(), fingerprint);
+    if (seen_.size() > kSeen) {
+      seen_.pop_back();
+    }
+    return false;
+  }
+
   RecentEntries<Entry> entries_;
+  std::mutex seen_mutex_;
+  std::vector<std::uint64_t> seen_;  // most recent first
 };
 
 }  // namespace mlframework::backends::cpu

@@ -14,10 +14,6 @@
 
 namespace mlframework::backends::cpu {
 
-bool PlanInParallel(std::size_t tensors) {
-  return tensors >= mlframework::detail::kParallelWalkTensors && omp_get_max_threads() > 1;
-}
-
 namespace {
 
 using mlframework::detail::kObjectPrefetchAhead;
@@ -44,13 +40,6 @@ const ITensor* Raw(const TensorPtr& tensor) { return tensor.get(); }
 
 Segment SegmentOf(const CpuTensor& tensor) {
   return Segment{static_cast<std::byte*>(const_cast<void*>(tensor.Data())), tensor.GetDataType()};
-}
-
-// Marks @p tensor planned, and sets @p first_planning when this is its first planning.
-void MarkPlanned(const CpuTensor& tensor, FirstPlanning* first_planning) {
-  if (!tensor.MarkPlanned() && first_planning != nullptr) {
-    first_planning->store(true, std::memory_order_relaxed);
-  }
 }
 
 // plan_range(first, last) over contiguous ranges of [0, count), one a thread, in list order.
@@ -80,7 +69,7 @@ std::vector<Part> PlanInParts(std::size_t count, const PlanRange& plan_range) {
 
 // The plan of one list, in list order.
 template <typename TensorPointer>
-Plan MakePlan(std::span<TensorPointer const> tensors, FirstPlanning* first_planning) {
+Plan MakePlan(std::span<TensorPointer const> tensors) {
   const TensorBackend* self = &Backend();
   const auto plan_range = [&](std::size_t first, std::size_t last) {
     Plan part(last - first);
@@ -89,7 +78,6 @@ Plan MakePlan(std::span<TensorPointer const> tensors, FirstPlanning* first_plann
         __builtin_prefetch(Raw(tensors[i + kObjectPrefetchAhead]));  // see kObjectPrefetchAhead
       }
       const CpuTensor& tensor = CpuTensorAt(tensors[i], self);
-      MarkPlanned(tensor, first_planning);
       const Segment segment = SegmentOf(tensor);
       part.Append(segment, tensor.Size(), part.Continues(segment));
     }
@@ -112,8 +100,7 @@ Plan MakePlan(std::span<TensorPointer const> tensors, FirstPlanning* first_plann
 // tensors joins the previous pair only when both sides do, so segment s of one plan matches
 // segment s of the other.
 template <typename SrcPointer, typename DstPointer>
-PairPlans MakePairPlans(std::span<SrcPointer const> src, std::span<DstPointer const> dst,
-                        FirstPlanning* first_planning) {
+PairPlans MakePairPlans(std::span<SrcPointer const> src, std::span<DstPointer const> dst) {
   const TensorBackend* self = &Backend();
   const auto plan_range = [&](std::size_t first, std::size_t last) {
     PairPlans part{Plan(last - first), Plan(last - first)};
@@ -124,8 +111,6 @@ PairPlans MakePairPlans(std::span<SrcPointer const> src, std::span<DstPointer co
       }
       const CpuTensor& in = CpuTensorAt(src[i], self);
       const CpuTensor& out = CpuTensorAt(dst[i], self);
-      MarkPlanned(in, first_planning);
-      MarkPlanned(out, first_planning);
       const Segment in_segment = SegmentOf(in);
       const Segment out_segment = SegmentOf(out);
       const bool join = part.first.Continues(in_segment) && part.second.Continues(out_segment);
@@ -151,8 +136,8 @@ PairPlans MakePairPlans(std::span<SrcPointer const> src, std::span<DstPointer co
 }
 
 template <typename TensorPointer>
-std::shared_ptr<const Plan> OrderedPlanOf(std::span<TensorPointer const> tensors, FirstPlanning* first_planning) {
-  Plan plan = MakePlan(tensors, first_planning);
+std::shared_ptr<const Plan> OrderedPlanOf(std::span<TensorPointer const> tensors) {
+  Plan plan = MakePlan(tensors);
   if (!FromMemory(plan.bytes)) {
     return std::make_shared<const Plan>(std::move(plan));
   }
@@ -160,9 +145,8 @@ std::shared_ptr<const Plan> OrderedPlanOf(std::span<TensorPointer const> tensors
 }
 
 template <typename SrcPointer, typename DstPointer>
-std::shared_ptr<const PairPlans> OrderedPlansOf(std::span<SrcPointer const> src, std::span<DstPointer const> dst,
-                                                FirstPlanning* first_planning) {
-  PairPlans plans = MakePairPlans(src, dst, first_planning);
+std::shared_ptr<const PairPlans> OrderedPlansOf(std::span<SrcPointer const> src, std::span<DstPointer const> dst) {
+  PairPlans plans = MakePairPlans(src, dst);
   if (!FromMemory(plans.first.bytes + plans.second.bytes)) {
     return std::make_shared<const PairPlans>(std::move(plans));
   }
@@ -171,21 +155,18 @@ std::shared_ptr<const PairPlans> OrderedPlansOf(std::span<SrcPointer const> src,
 
 }  // namespace
 
-std::shared_ptr<const Plan> PlanOf(std::span<ITensor* const> tensors) { return OrderedPlanOf(tensors, nullptr); }
+std::shared_ptr<const Plan> PlanOf(std::span<ITensor* const> tensors) { return OrderedPlanOf(tensors); }
 
-std::shared_ptr<const Plan> PlanOf(std::span<const ITensor* const> tensors) { return OrderedPlanOf(tensors, nullptr); }
+std::shared_ptr<const Plan> PlanOf(std::span<const ITensor* const> tensors) { return OrderedPlanOf(tensors); }
 
-std::shared_ptr<const Plan> PlanOf(std::span<const TensorPtr> tensors, FirstPlanning& first_planning) {
-  return OrderedPlanOf(tensors, &first_planning);
-}
+std::shared_ptr<const Plan> PlanOf(std::span<const TensorPtr> tensors) { return OrderedPlanOf(tensors); }
 
 std::shared_ptr<const PairPlans> PlansOf(std::span<const ITensor* const> src, std::span<ITensor* const> dst) {
-  return OrderedPlansOf(src, dst, nullptr);
+  return OrderedPlansOf(src, dst);
 }
 
-std::shared_ptr<const PairPlans> PlansOf(std::span<const TensorPtr> src, std::span<const TensorPtr> dst,
-                                         FirstPlanning& first_planning) {
-  return OrderedPlansOf(src, dst, &first_planning);
+std::shared_ptr<const PairPlans> PlansOf(std::span<const TensorPtr> src, std::span<const TensorPtr> dst) {
+  return OrderedPlansOf(src, dst);
 }
 
 }  // namespace mlframework::backends::cpu

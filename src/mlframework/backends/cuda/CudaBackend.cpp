@@ -44,7 +44,7 @@ std::int32_t* ResultFlag(DeviceContext& context) {
 
 class CudaScaleState final : public DeviceScaleState {
  public:
-  CudaScaleState(int device, const amp::ScalePolicy& policy, const amp::ScaleState& initial)
+  CudaScaleState(int device, const ScalePolicy& policy, const ScaleState& initial)
       : context_(&DeviceContext::Get(device)), policy_(policy) {
     std::lock_guard lock(context_->Mutex());
     DeviceGuard guard(device);
@@ -61,9 +61,9 @@ class CudaScaleState final : public DeviceScaleState {
   CudaScaleState& operator=(const CudaScaleState&) = delete;
 
   Device GetDevice() const noexcept override { return Device::CUDA(context_->DeviceIndex()); }
-  const amp::ScalePolicy& Policy() const noexcept override { return policy_; }
-  amp::ScaleState Read() const override { return ReadBlock().state; }
-  void Write(const amp::ScaleState& state) override {
+  const ScalePolicy& Policy() const noexcept override { return policy_; }
+  ScaleState Read() const override { return ReadBlock().state; }
+  void Write(const ScaleState& state) override {
     std::lock_guard lock(context_->Mutex());
     DeviceGuard guard(context_->DeviceIndex());
     WriteLocked(state);
@@ -85,14 +85,14 @@ class CudaScaleState final : public DeviceScaleState {
   DeviceContext& Context() const noexcept { return *context_; }
   DeviceScaleBlock* Block() const noexcept { return block_; }
   const float* ScalePointer() const noexcept {
-    return FieldPointer<float>(block_, offsetof(DeviceScaleBlock, state) + offsetof(amp::ScaleState, Scale));
+    return FieldPointer<float>(block_, offsetof(DeviceScaleBlock, state) + offsetof(ScaleState, Scale));
   }
   std::int32_t* FlagPointer() const noexcept {
     return FieldPointer<std::int32_t>(block_, offsetof(DeviceScaleBlock, found_inf));
   }
 
  private:
-  void WriteLocked(const amp::ScaleState& state) {
+  void WriteLocked(const ScaleState& state) {
     const DeviceScaleBlock host{state, 0, 0};
     MLFW_CUDA_CHECK(cudaMemcpyAsync(block_, &host, sizeof host, cudaMemcpyHostToDevice, context_->Stream()));
     // `host` lives on this stack frame: wait until the copy has read it.
@@ -108,7 +108,7 @@ class CudaScaleState final : public DeviceScaleState {
   }
 
   DeviceContext* context_;
-  amp::ScalePolicy policy_;
+  ScalePolicy policy_;
   DeviceScaleBlock* block_ = nullptr;
 };
 
@@ -395,8 +395,8 @@ class CudaBackend final : public DeviceScalingBackend {
 
   // ---- device-resident scaling (no host synchronisation below) ----
 
-  std::unique_ptr<DeviceScaleState> CreateScaleState(Device device, const amp::ScalePolicy& policy,
-                                                     const amp::ScaleState& initial) const override {
+  std::unique_ptr<DeviceScaleState> CreateScaleState(Device device, const ScalePolicy& policy,
+                                                     const ScaleState& initial) const override {
     if (!device.IsCUDA()) {
       throw ArgumentError("device", "must be a CUDA device, got " + device.ToString());
     }

@@ -2,6 +2,7 @@
 
 #include <limits>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include <mlframework/core/Error.hpp>
@@ -128,6 +129,19 @@ float* DeviceContext::Partials(std::size_t count) {
 }
 
 Launch DeviceContext::Stage(std::span<const ListEntry> entries, Access access) {
+  // A list of at most kInlineTableTensors entries always travels inline: only longer ones may
+  // have a kept table. A hit costs one comparison of the list with the kept key.
+  if (entries.size() > kInlineTableTensors) {
+    if (const KeptTable* kept = tables_.Find(device_, entries); kept != nullptr) {
+      const TableShape shape = ShapeOfTotal(kept->count, kept->total, access);
+      Launch launch;
+      launch.blocks = shape.blocks;
+      launch.table.count = shape.count;
+      launch.table.chunk_elements = shape.chunk_elements;
+      launch.table.uploaded = kept->table;
+      return launch;
+    }
+  }
   const TableShape shape = ShapeOf(entries, access);
   Launch launch;
   launch.blocks = shape.blocks;
@@ -140,12 +154,24 @@ Launch DeviceContext::Stage(std::span<const ListEntry> entries, Access access) {
     WriteTable(entries, shape, launch.table.inline_image);
     return launch;
   }
+  // Why sharing tables with kernels still in flight is safe: a kept table is never written
+  // again after its upload (a list that misses gets new device memory, so a kernel queued
+  // earlier keeps reading its own table), and the cache frees an evicted table with Free(),
+  // ordered on this device's one stream after every kernel queued before it, among them all
+  // that read the table (without a stream-ordered pool, cudaFree waits for the device).
+  TableKey key = TableKey::Of(device_, entries);  // before any allocation: it may throw
   StagingBuffer& buffer = StagingFor(shape.bytes);
   WriteTable(entries, shape, buffer.host);
-  std::byte* device = DeviceTable(shape.bytes);
-  MLFW_CUDA_CHECK(cudaMemcpyAsync(device, buffer.host, shape.bytes, cudaMemcpyHostToDevice, stream_));
-  MLFW_CUDA_CHECK(cudaEventRecord(buffer.copied, stream_));
-  launch.table.uploaded = device;
+  auto* table = static_cast<std::byte*>(Allocate(shape.bytes));
+  try {
+    MLFW_CUDA_CHECK(cudaMemcpyAsync(table, buffer.host, shape.bytes, cudaMemcpyHostToDevice, stream_));
+    MLFW_CUDA_CHECK(cudaEventRecord(buffer.copied, stream_));
+  } catch (...) {
+    Free(table);  // never kept: a table whose copy failed must not be found by a later call
+    throw;
+  }
+  tables_.Insert(std::move(key), table, shape.count, shape.total);
+  launch.table.uploaded = table;
   return launch;
 }
 
@@ -170,17 +196,6 @@ DeviceContext::StagingBuffer& DeviceContext::StagingFor(std::size_t bytes) {
   }
   ++next_staging_;
   return buffer;
-}
-
-std::byte* DeviceContext::DeviceTable(std::size_t bytes) {
-  if (bytes > device_table_capacity_) {
-    const std::size_t capacity = bytes + bytes / 2;
-    auto* grown = static_cast<std::byte*>(Allocate(capacity));
-    Free(device_table_);  // stream-ordered: the kernels queued before read it first
-    device_table_ = grown;
-    device_table_capacity_ = capacity;
-  }
-  return device_table_;
 }
 
 void DeviceContext::ClearResult() {

@@ -16,6 +16,7 @@
 #include <cuda_runtime_api.h>
 
 #include "mlframework/backends/cuda/LaunchPlan.hpp"
+#include "mlframework/backends/cuda/TableCache.hpp"
 
 namespace mlframework::backends::cuda {
 
@@ -56,9 +57,11 @@ class DeviceContext {
   float* Partials(std::size_t count);
 
   /// The one launch of @p entries with the chunk size of @p access (mutex held): its table image
-  /// inline when it fits, otherwise written to a pinned staging buffer and copied, on the
-  /// stream, to a device buffer that the kernels queued next read (so queue the kernel before
-  /// releasing the mutex). `blocks` is 0 when every entry is empty.
+  /// inline when it fits; otherwise the table kept on the device for the same memory
+  /// (TableCache), or else a new table, written to a pinned staging buffer, copied on the
+  /// stream to new device memory and kept for the next call. Queue the kernel before releasing
+  /// the mutex and before the next Stage(), which may evict (free, stream-ordered) this table.
+  /// `blocks` is 0 when every entry is empty.
   Launch Stage(std::span<const ListEntry> entries, Access access);
 
   /// Clears the result flag, runs nothing else (mutex held).
@@ -92,13 +95,12 @@ class DeviceContext {
   static constexpr std::size_t kStagingBuffers = 4;
   std::array<StagingBuffer, kStagingBuffers> staging_{};
   std::size_t next_staging_ = 0;
-  // The device copy of the latest uploaded image. One buffer suffices: the stream runs each
-  // copy after the kernels queued before it, which read the previous image.
-  std::byte* device_table_ = nullptr;
-  std::size_t device_table_capacity_ = 0;
+  // The uploaded table images, kept for lists passed again (see Stage()); an evicted one is
+  // freed at once. The context lives until the process exits (see above), where the driver
+  // reclaims the tables still kept.
+  TableCache tables_{TableCache::kDefaultCapacity, [this](std::byte* table) { Free(table); }};
 
   StagingBuffer& StagingFor(std::size_t bytes);
-  std::byte* DeviceTable(std::size_t bytes);
 };
 
 }  // namespace mlframework::backends::cuda

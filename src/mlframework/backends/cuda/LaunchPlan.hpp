@@ -7,8 +7,9 @@
 // does the same work whatever the tensor sizes. The tensors' pointers, offsets
 // and dtypes form a table image (TableView). A small image travels inside the
 // launch (kernel parameters: no copy, nothing to wait for); a larger one is
-// copied to device memory first, so that a list of any length is one launch
-// (DeviceContext::Stage). One launch for the whole list, because on an H100 each
+// copied to device memory first, so that a list of any length is one launch,
+// and kept there for the next call on the same memory (DeviceContext::Stage,
+// TableCache.hpp). One launch for the whole list, because on an H100 each
 // launch with a 26 KB parameter table costs the host about 18 us, and a launch of
 // a few small tensors has too few blocks to fill the GPU. Plain C++ (host and
 // device), so the planner is tested on the host.
@@ -18,9 +19,9 @@
 #include <cstring>
 #include <span>
 
-#include <mlframework/amp/ScalePolicy.hpp>
 #include <mlframework/core/DataType.hpp>
 #include <mlframework/core/HostDevice.hpp>
+#include <mlframework/core/ScalePolicy.hpp>
 
 namespace mlframework::backends::cuda {
 
@@ -126,7 +127,7 @@ struct DeviceResult {
 
 /// Device-resident dynamic-scaling state (see DeviceScaling.hpp).
 struct DeviceScaleBlock {
-  amp::ScaleState state;
+  ScaleState state;
   std::int32_t found_inf;
   std::int32_t last_skipped;
 };
@@ -166,15 +167,12 @@ struct Launch {
   std::uint32_t blocks = 0;
 };
 
-/// The shape of the one launch of @p entries with the chunk size of @p access.
-inline TableShape ShapeOf(std::span<const ListEntry> entries, Access access) {
+/// The shape of the one launch of a list of @p count non-empty tensors holding @p total
+/// elements, with the chunk size of @p access (a kept table knows both without the list).
+inline TableShape ShapeOfTotal(std::int32_t count, std::uint64_t total, Access access) {
   TableShape shape;
-  for (const ListEntry& entry : entries) {
-    if (entry.size != 0) {
-      ++shape.count;
-      shape.total += entry.size;
-    }
-  }
+  shape.count = count;
+  shape.total = total;
   const std::uint64_t chunk = ChunkElementsFor(shape.total, access);
   shape.chunk_elements = static_cast<std::uint32_t>(chunk);
   // The grid holds 2^31 - 1 blocks: 8.8e12 elements of 4,096-element chunks, far more than any
@@ -182,6 +180,19 @@ inline TableShape ShapeOf(std::span<const ListEntry> entries, Access access) {
   shape.blocks = static_cast<std::uint32_t>((shape.total + chunk - 1) / chunk);
   shape.bytes = TableBytes(static_cast<std::size_t>(shape.count));
   return shape;
+}
+
+/// The shape of the one launch of @p entries with the chunk size of @p access.
+inline TableShape ShapeOf(std::span<const ListEntry> entries, Access access) {
+  std::int32_t count = 0;
+  std::uint64_t total = 0;
+  for (const ListEntry& entry : entries) {
+    if (entry.size != 0) {
+      ++count;
+      total += entry.size;
+    }
+  }
+  return ShapeOfTotal(count, total, access);
 }
 
 /// Writes the table image of the non-empty entries of @p entries, in order, to @p image

@@ -6,10 +6,10 @@ namespace mlframework::backends::cuda {
 
 namespace {
 
-__global__ void ScaleUpdateKernel(DeviceScaleBlock* block, amp::ScalePolicy policy) {
+__global__ void ScaleUpdateKernel(DeviceScaleBlock* block, ScalePolicy policy) {
   if (threadIdx.x == 0 && blockIdx.x == 0) {
     const bool overflow = block->found_inf != 0;
-    block->last_skipped = amp::UpdateScaleState(block->state, policy, overflow) ? 1 : 0;
+    block->last_skipped = UpdateScaleState(block->state, policy, overflow) ? 1 : 0;
     block->found_inf = 0;
   }
 }
@@ -38,7 +38,7 @@ void LaunchFlagFromFloat(DeviceScaleBlock* block, const float* in, cudaStream_t 
   MLFW_CUDA_CHECK(cudaGetLastError());
 }
 
-void LaunchScaleUpdate(DeviceScaleBlock* block, const amp::ScalePolicy& policy, cudaStream_t stream) {
+void LaunchScaleUpdate(DeviceScaleBlock* block, const ScalePolicy& policy, cudaStream_t stream) {
   ScaleUpdateKernel<<<1, 1, 0, stream>>>(block, policy);
   MLFW_CUDA_CHECK(cudaGetLastError());
 }

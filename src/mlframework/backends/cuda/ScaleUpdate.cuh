@@ -3,15 +3,15 @@
 
 #include <cuda_runtime_api.h>
 
-#include <mlframework/amp/ScalePolicy.hpp>
+#include <mlframework/core/ScalePolicy.hpp>
 
 #include "mlframework/backends/cuda/LaunchPlan.hpp"
 
 namespace mlframework::backends::cuda {
 
-/// block->state advances by amp::UpdateScaleState(state, policy, found_inf != 0);
+/// block->state advances by UpdateScaleState(state, policy, found_inf != 0);
 /// block->last_skipped records the overflow, block->found_inf is cleared.
-void LaunchScaleUpdate(DeviceScaleBlock* block, const amp::ScalePolicy& policy, cudaStream_t stream);
+void LaunchScaleUpdate(DeviceScaleBlock* block, const ScalePolicy& policy, cudaStream_t stream);
 
 /// *out = block->found_inf != 0 ? 1.0f : 0.0f (one thread), for an all-reduce of the flag.
 void LaunchFlagToFloat(const DeviceScaleBlock* block, float* out, cudaStream_t stream);

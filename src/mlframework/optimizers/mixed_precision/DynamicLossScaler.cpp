@@ -7,8 +7,7 @@
 #include <mlframework/core/Error.hpp>
 #include <mlframework/core/MultiTensor.hpp>
 
-#include "mlframework/amp/ScaleStateOwner.hpp"
-#include "mlframework/amp/UnscaleWorkspace.hpp"
+#include "mlframework/core/ScaleStateOwner.hpp"
 #include "mlframework/core/StateBlob.hpp"
 #include "mlframework/optimizers/mixed_precision/CSharpFormat.hpp"
 
@@ -42,7 +41,7 @@ std::string LossScalerStats::ToString() const {
 DynamicLossScaler::DynamicLossScaler(const MixedPrecisionOptions& options)
     : options_(Validated(options)),
       policy_(options_.ToScalePolicy()),
-      owner_(std::make_unique<amp::detail::ScaleStateOwner>(policy_, amp::ScaleState::Initial(policy_))) {}
+      owner_(std::make_unique<mlframework::detail::ScaleStateOwner>(policy_, ScaleState::Initial(policy_))) {}
 
 DynamicLossScaler::DynamicLossScaler() : DynamicLossScaler(MixedPrecisionOptions::ForFP16()) {}
 
@@ -51,12 +50,12 @@ DynamicLossScaler::~DynamicLossScaler() = default;
 DynamicLossScaler::DynamicLossScaler(const DynamicLossScaler& other)
     : options_(other.options_),
       policy_(other.policy_),
-      owner_(std::make_unique<amp::detail::ScaleStateOwner>(*other.owner_)),
+      owner_(std::make_unique<mlframework::detail::ScaleStateOwner>(*other.owner_)),
       stopped_(other.stopped_) {}
 
 DynamicLossScaler& DynamicLossScaler::operator=(const DynamicLossScaler& other) {
   if (this != &other) {
-    auto owner = std::make_unique<amp::detail::ScaleStateOwner>(*other.owner_);
+    auto owner = std::make_unique<mlframework::detail::ScaleStateOwner>(*other.owner_);
     options_ = other.options_;
     policy_ = other.policy_;
     owner_ = std::move(owner);
@@ -70,7 +69,7 @@ std::int64_t DynamicLossScaler::ConsecutiveOverflows() const { return owner_->Re
 std::int64_t DynamicLossScaler::StepsSinceLastOverflow() const { return owner_->Read().StepsSinceLastOverflow; }
 std::int64_t DynamicLossScaler::TotalOverflows() const { return owner_->Read().TotalOverflows; }
 bool DynamicLossScaler::IsStable() const { return ConsecutiveOverflows() < options_.MaxConsecutiveOverflows; }
-amp::ScaleState DynamicLossScaler::State() const { return owner_->Read(); }
+ScaleState DynamicLossScaler::State() const { return owner_->Read(); }
 DeviceScaleState* DynamicLossScaler::DeviceState() const noexcept { return owner_->DeviceState(); }
 
 TensorPtr DynamicLossScaler::ScaleLoss(const TensorPtr& loss) const {
@@ -88,7 +87,7 @@ GradientMap DynamicLossScaler::UnscaleGradients(const GradientMap& gradients) co
   if (!IsEnabled()) {
     return gradients;
   }
-  const DeviceScalingBackend* backend = owner_->Route(list, "gradients");
+  owner_->Place(list, "gradients");
   GradientMap unscaled;
   std::vector<TensorPtr> fp32;
   std::unordered_set<const ITensor*> fp32_seen;
@@ -106,42 +105,11 @@ GradientMap DynamicLossScaler::UnscaleGradients(const GradientMap& gradients) co
       low_names.push_back(&name);
     }
   }
-  if (backend != nullptr) {
-    // On the device: the inverse scale is read there; the flag these kernels set is replaced
-    // by the next UpdateScale(bool) decision, so nothing here waits for the device.
-    std::vector<TensorPtr> widened;
-    std::vector<const ITensor*> src;
-    std::vector<ITensor*> dst;
-    widened.reserve(low.size());
-    src.reserve(low.size());
-    dst.reserve(low.size());
-    for (const TensorPtr& tensor : low) {
-      widened.push_back(tensor->CastTo(DataType::Float32));  // same backend; overwritten below
-      src.push_back(tensor.get());
-      dst.push_back(widened.back().get());
-    }
-    std::vector<ITensor*> in_place;
-    in_place.reserve(fp32.size());
-    for (const TensorPtr& tensor : fp32) {
-      in_place.push_back(tensor.get());
-    }
-    if (!src.empty()) {
-      backend->CastUnscaledWithState(src, dst, *owner_->DeviceState());
-    }
-    if (!in_place.empty()) {
-      backend->UnscaleWithState(in_place, *owner_->DeviceState());
-    }
-    owner_->NoteDeviceRecord();
-    for (std::size_t i = 0; i < widened.size(); ++i) {
-      unscaled.emplace(*low_names[i], widened[i]);
-    }
-    return unscaled;
-  }
-  // The inverse in double is exact for power-of-two scales and the closest float otherwise.
-  const float inverse = amp::detail::InverseScale(owner_->Read().Scale);
   // New FP32 tensors for the 16-bit gradients first: if that allocation fails, nothing was written.
-  const std::vector<TensorPtr> widened = Cast(low, DataType::Float32, inverse);
-  UnscaleAndCheck(fp32, inverse);  // in place, one pass; the flag is CheckOverflow's business
+  const std::vector<TensorPtr> widened = Float32OutputsLike(low);
+  // The flag these kernels set is replaced by the next UpdateScale(bool) decision, or joins the
+  // record that UpdateScaleFromRecord() consumes; nothing here waits for a device.
+  owner_->Unscale(fp32, low, widened);
   for (std::size_t i = 0; i < widened.size(); ++i) {
     unscaled.emplace(*low_names[i], widened[i]);
   }
@@ -153,33 +121,37 @@ bool DynamicLossScaler::CheckOverflow(const GradientMap& gradients) const {
   if (!IsChecking()) {
     return false;
   }
-  if (owner_->Route(all, "gradients") == nullptr) {
-    return HasNonFinite(all);
-  }
-  // This call's own answer: the flag is cleared first (the record is the next update's input only
-  // through UpdateScaleFromRecord, which this front-end's callers pair with RecordOverflow).
-  owner_->ClearRecord();
-  RecordOverflow(gradients);
-  return owner_->Recorded();
+  owner_->Place(all, "gradients");
+  // This call's own answer; the record of the step is kept around it.
+  return owner_->OwnResult([&] { owner_->Check(all); });
 }
 
 void DynamicLossScaler::RecordOverflow(const GradientMap& gradients) const {
   const std::vector<TensorPtr> all = TensorList(gradients);
+  if (IsChecking()) {
+    RecordOverflow(all);
+  }
+}
+
+void DynamicLossScaler::RecordOverflow(std::span<const TensorPtr> tensors) const {
   if (!IsChecking()) {
     return;
   }
-  const DeviceScalingBackend* backend = owner_->Route(all, "gradients");
-  if (backend == nullptr) {
-    owner_->Record(HasNonFinite(all));
-    return;
-  }
-  std::vector<const ITensor*> raw;
-  raw.reserve(all.size());
-  for (const TensorPtr& tensor : all) {
-    raw.push_back(tensor.get());
-  }
-  backend->CheckWithState(raw, *owner_->DeviceState());
-  owner_->NoteDeviceRecord();
+  owner_->Place(tensors, "gradients");
+  owner_->Check(tensors);
+}
+
+void DynamicLossScaler::UnscaleAndRecordOverflow(std::span<const TensorPtr> in_place, std::span<const TensorPtr> src,
+                                                 std::span<const TensorPtr> dst) const {
+  owner_->Place(in_place, "in_place");
+  owner_->Place(src, "src");
+  owner_->Unscale(in_place, src, dst);
+}
+
+void DynamicLossScaler::ClearRecordedOverflow() const { owner_->ClearRecord(); }
+
+void DynamicLossScaler::MoveStateTo(std::span<const TensorPtr> gradients) const {
+  owner_->Place(gradients, "gradients");
 }
 
 bool DynamicLossScaler::UpdateScale(bool hadOverflow) {
@@ -189,7 +161,7 @@ bool DynamicLossScaler::UpdateScale(bool hadOverflow) {
   if (stopped_) {
     // After the fallback the scale stays 1, yet the step is still counted and an overflowed one
     // still skipped: the shared rules would back the scale off or grow it, so count by hand.
-    amp::ScaleState state = owner_->Read();
+    ScaleState state = owner_->Read();
     ++state.TotalSteps;
     if (hadOverflow) {
       ++state.TotalOverflows;
@@ -223,18 +195,17 @@ bool DynamicLossScaler::CheckOverflowAndUpdate(const GradientMap& gradients) {
   if (!IsChecking()) {
     return false;
   }
-  if (stopped_ || owner_->Route(all, "gradients") == nullptr) {
-    return UpdateScale(HasNonFinite(all));
-  }
+  owner_->Place(all, "gradients");
   owner_->ClearRecord();
-  RecordOverflow(gradients);
+  owner_->Check(all);
   UpdateScaleFromRecord();
-  // An overflowed step leaves ConsecutiveOverflows >= 1, a clean one 0: one (cached) read.
+  // An overflowed step leaves ConsecutiveOverflows >= 1, a clean one 0 (after a fallback too):
+  // one read, cached for the accessors.
   return owner_->Read().ConsecutiveOverflows > 0;
 }
 
 void DynamicLossScaler::Reset() {
-  amp::ScaleState initial = amp::ScaleState::Initial(policy_);
+  ScaleState initial = ScaleState::Initial(policy_);
   if (stopped_) {
     initial.Scale = 1.0f;
   }
@@ -242,7 +213,7 @@ void DynamicLossScaler::Reset() {
 }
 
 LossScalerStats DynamicLossScaler::GetStats() const {
-  const amp::ScaleState state = owner_->Read();
+  const ScaleState state = owner_->Read();
   return LossScalerStats{.CurrentScale = state.Scale,
                          .StepsSinceLastOverflow = state.StepsSinceLastOverflow,
                          .ConsecutiveOverflows = state.ConsecutiveOverflows,
@@ -254,7 +225,7 @@ LossScalerStats DynamicLossScaler::GetStats() const {
 }
 
 void DynamicLossScaler::StopScaling() {
-  amp::ScaleState state = owner_->Read();
+  ScaleState state = owner_->Read();
   state.Scale = 1.0f;
   owner_->Write(state);  // first: if a device write fails, the scaler has not stopped
   stopped_ = true;
@@ -269,7 +240,7 @@ std::vector<std::byte> DynamicLossScaler::StateDict() const {
 
 void DynamicLossScaler::LoadStateDict(std::span<const std::byte> state) {
   mlframework::detail::BlobReader reader(state, kBlobKind, kBlobVersion, "state");
-  const amp::ScaleState loaded = reader.ScaleStateFields();
+  const ScaleState loaded = reader.ScaleStateFields();
   const std::uint8_t stopped = reader.U8();
   reader.ExpectEnd();
   if (stopped > 1) {

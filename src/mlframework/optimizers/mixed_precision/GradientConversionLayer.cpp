@@ -5,12 +5,11 @@
 #include <unordered_set>
 #include <utility>
 
+#include <mlframework/core/DeviceScaling.hpp>
 #include <mlframework/core/Error.hpp>
 #include <mlframework/core/MultiTensor.hpp>
 #include <mlframework/core/Tensor.hpp>
 
-#include "mlframework/amp/ScaleStateOwner.hpp"
-#include "mlframework/amp/UnscaleWorkspace.hpp"
 #include "mlframework/core/StateBlob.hpp"
 #include "mlframework/optimizers/mixed_precision/CSharpFormat.hpp"
 
@@ -92,32 +91,36 @@ TensorPtr GradientConversionLayer::ReusableOutput(const std::string& name, const
 }
 
 void GradientConversionLayer::AllocateOutputs(std::span<const TensorPtr> low_src, std::span<TensorPtr> low_dst) {
-  std::vector<std::size_t> fresh;
-  for (std::size_t i = 0; i < low_src.size(); ++i) {
-    if (low_dst[i]) {
-      continue;
-    }
-    if (DeviceScalingOf(*low_src[i]) != nullptr) {
-      low_dst[i] = low_src[i]->CastTo(DataType::Float32);  // a tensor of the gradient's own backend; overwritten
-    } else {
-      fresh.push_back(i);
-    }
-  }
-  // The others in one contiguous FP32 buffer per device: the cast of pass 2 then streams its
-  // output like one flat tensor, however many small gradients there are (core/Tensor.hpp).
   std::vector<TensorPtr> like;
-  like.reserve(fresh.size());
-  for (const std::size_t i : fresh) {
-    like.push_back(low_src[i]);
+  for (std::size_t i = 0; i < low_src.size(); ++i) {
+    if (!low_dst[i]) {
+      like.push_back(low_src[i]);
+    }
   }
-  std::vector<TensorPtr> made = ZerosContiguousLike(like, DataType::Float32);
-  for (std::size_t k = 0; k < fresh.size(); ++k) {
-    low_dst[fresh[k]] = std::move(made[k]);
+  // Made by the gradients' scaling backend: on the host one contiguous FP32 buffer per device,
+  // so pass 2 streams its output like one flat tensor however many small gradients there are.
+  std::vector<TensorPtr> made = Float32OutputsLike(like);
+  std::size_t next = 0;
+  for (TensorPtr& output : low_dst) {
+    if (!output) {
+      output = std::move(made[next++]);
+    }
   }
 }
 
 GradientProcessingResult GradientConversionLayer::ProcessGradients(const GradientMap& gradients) {
   const std::vector<TensorPtr> list = TensorList(gradients);  // null entries: error, nothing changed
+  DynamicLossScaler& scaler = *loss_scaler_;
+  const bool scaling = scaler.IsEnabled();
+  // After the fallback to FP32 the scale is 1 but the checks go on: a non-finite gradient must
+  // never reach the optimizer while overflow checking is configured.
+  const bool checking = scaler.IsChecking();
+  const bool clipping = ClippingActive();
+  if (checking) {
+    // The scaler's state goes where the gradients' backend keeps it (ArgumentError for a list
+    // that mixes a device with anything else, before anything is written).
+    scaler.MoveStateTo(list);
+  }
 
   // Outputs first: if an allocation fails, the scaler and the counters have not moved.
   GradientMap outputs;
@@ -146,35 +149,32 @@ GradientProcessingResult GradientConversionLayer::ProcessGradients(const Gradien
     outputs.emplace(low_names[i], low_dst[i]);
   }
 
-  DynamicLossScaler& scaler = *loss_scaler_;
-  const bool scaling = scaler.IsEnabled();
-  // After the fallback to FP32 the scale is 1 but the checks go on: a non-finite gradient must
-  // never reach the optimizer while overflow checking is configured.
-  const bool checking = scaler.IsChecking();
-  const bool clipping = ClippingActive();
-  if (scaling) {
-    // Moves the scaler's state to the gradients' device when they have one (ArgumentError for a
-    // list that mixes a device with anything else, before anything is written).
-    if (const DeviceScalingBackend* backend = scaler.owner_->Route(list, "gradients")) {
-      return ProcessOnDevice(*backend, std::move(outputs), std::move(buffers), low_src, low_dst, fp32, list);
-    }
-  }
-  // The scale the gradients were produced with, before UpdateScale may grow it.
+  // The scale the gradients were produced with, before the update may grow it (on a device the
+  // copy read at the previous step: no wait).
   const double inverse = scaling ? 1.0 / static_cast<double>(scaler.CurrentScale()) : 1.0;
-
-  // Pass 1 (steps 1 and the norm of step 4): one read of the gradients.
-  bool non_finite = false;
+  bool skip = false;
   double sum_of_squares = 0.0;
+  bool written = false;
   if (clipping) {
+    // Pass 1 (step 1 and the norm of step 4): one read; the clip coefficient needs the norm on
+    // the host, so the flag comes with it and the update takes that decision.
     const NonFiniteAndNorm measured = CheckAndSumSquares(list, static_cast<float>(inverse));
-    non_finite = measured.FoundNonFinite;
+    skip = scaler.UpdateScale(checking && measured.FoundNonFinite);
     sum_of_squares = measured.SumOfSquares;
   } else if (checking) {
-    non_finite = HasNonFinite(list);  // early exit on the first non-finite chunk
+    // Pass 2 of the 16-bit gradients before the update (which may grow the scale) doubles as
+    // their check (see the header); FP32 inputs are only checked, so a skipped step keeps them.
+    scaler.ClearRecordedOverflow();
+    scaler.UnscaleAndRecordOverflow({}, low_src, low_dst);
+    scaler.RecordOverflow(fp32);
+    scaler.UpdateScaleFromRecord();
+    // The one read of the step: an overflowed update leaves ConsecutiveOverflows >= 1, a clean
+    // one 0; the fallback check below reuses this read.
+    skip = scaler.ConsecutiveOverflows() > 0;
+    written = true;
   }
 
-  // Step 2: the scale update (spec: a disabled scaler never reports an overflow), then the fallback rule.
-  const bool skip = scaler.UpdateScale(checking && non_finite);
+  // Step 2's fallback rule (spec: a disabled scaler never reports an overflow).
   precision_manager_->CheckFallback(scaler);
   output_buffers_ = std::move(buffers);
   if (skip) {
@@ -188,79 +188,11 @@ GradientProcessingResult GradientConversionLayer::ProcessGradients(const Gradien
     factor *= static_cast<double>(ClipCoefficient(sum_of_squares, clipped));
   }
   const auto write_factor = static_cast<float>(factor);
-  if (!low_src.empty()) {
+  if (!written && !low_src.empty()) {
     CastInto(low_src, low_dst, write_factor);
   }
   if (!fp32.empty() && write_factor != 1.0f) {
     ScaleInPlace(fp32, write_factor);
-  }
-  return {std::move(outputs), false};
-}
-
-GradientProcessingResult GradientConversionLayer::ProcessOnDevice(const DeviceScalingBackend& backend,
-                                                                  GradientMap outputs, GradientMap buffers,
-                                                                  const std::vector<TensorPtr>& low_src,
-                                                                  const std::vector<TensorPtr>& low_dst,
-                                                                  const std::vector<TensorPtr>& fp32,
-                                                                  const std::vector<TensorPtr>& all) {
-  DynamicLossScaler& scaler = *loss_scaler_;
-  amp::detail::ScaleStateOwner& owner = *scaler.owner_;
-  DeviceScaleState& state = *owner.DeviceState();
-  // The scale the gradients were produced with: cached from the previous step's read (no wait).
-  const double inverse = 1.0 / static_cast<double>(owner.Read().Scale);
-  std::vector<const ITensor*> src;
-  std::vector<ITensor*> dst;
-  for (std::size_t i = 0; i < low_src.size(); ++i) {
-    src.push_back(low_src[i].get());
-    dst.push_back(low_dst[i].get());
-  }
-  std::vector<ITensor*> fp32_raw;
-  fp32_raw.reserve(fp32.size());
-  for (const TensorPtr& tensor : fp32) {
-    fp32_raw.push_back(tensor.get());
-  }
-  owner.ClearRecord();
-  bool skip = false;
-  double sum_of_squares = 0.0;
-  if (ClippingActive()) {
-    // The clip coefficient needs the norm on the host: one read (flag and sum of squares together).
-    const NonFiniteAndNorm measured = CheckAndSumSquares(all, static_cast<float>(inverse));
-    skip = scaler.UpdateScale(measured.FoundNonFinite);  // device update, cached view advanced: no wait
-    sum_of_squares = measured.SumOfSquares;
-  } else {
-    // Pass 2 of the 16-bit gradients runs before the update, with the scale read on the device
-    // (the update may grow it); its flag is "a non-finite value written", which for scales >= 1
-    // is exactly "a non-finite input". FP32 inputs are only checked here, and unscaled below,
-    // so a skipped step leaves them untouched as on the host.
-    if (!src.empty()) {
-      backend.CastUnscaledWithState(src, dst, state);
-    }
-    std::vector<const ITensor*> fp32_const(fp32_raw.begin(), fp32_raw.end());
-    if (!fp32_const.empty()) {
-      backend.CheckWithState(fp32_const, state);
-    }
-    owner.NoteDeviceRecord();
-    scaler.UpdateScaleFromRecord();
-    // The one read of the step: ShouldSkip must reach the host. An overflowed update leaves
-    // ConsecutiveOverflows >= 1, a clean one 0; the fallback check below reuses this read.
-    skip = owner.Read().ConsecutiveOverflows > 0;
-  }
-  precision_manager_->CheckFallback(scaler);
-  output_buffers_ = std::move(buffers);
-  if (skip) {
-    return {GradientMap{}, true};
-  }
-  double factor = inverse;
-  if (ClippingActive()) {
-    bool clipped = false;
-    factor *= static_cast<double>(ClipCoefficient(sum_of_squares, clipped));
-    if (!low_src.empty()) {
-      CastInto(low_src, low_dst, static_cast<float>(factor));  // reports its flag: one more read
-    }
-  }
-  const auto write_factor = static_cast<float>(factor);
-  if (!fp32.empty() && write_factor != 1.0f) {
-    ScaleInPlace(fp32, write_factor);  // no value returned: no wait
   }
   return {std::move(outputs), false};
 }

@@ -1,11 +1,11 @@
-#include <mlframework/amp/ScalePolicy.hpp>
+#include <mlframework/core/ScalePolicy.hpp>
 
 #include <cmath>
 #include <sstream>
 
 #include <mlframework/core/Error.hpp>
 
-namespace mlframework::amp {
+namespace mlframework {
 
 namespace {
 
@@ -49,4 +49,4 @@ void ValidateScalePolicy(const ScalePolicy& policy, const ScalePolicyFieldNames&
   }
 }
 
-}  // namespace mlframework::amp
+}  // namespace mlframework

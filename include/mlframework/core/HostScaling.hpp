@@ -1,0 +1,114 @@
+#pragma once
+/// @file HostScaling.hpp
+/// @brief The scaling interface on the host: a state in host memory and the backend's own kernels.
+///
+/// The CPU backend implements DeviceScalingBackend (core/DeviceScaling.hpp) through
+/// HostScalingBackend, and HostScaling() does the same for tensors whose backend implements no
+/// scaling (a user's ITensor), so every front end runs one code path on every backend.
+
+#include <memory>
+#include <span>
+#include <vector>
+
+#include <mlframework/core/DeviceScaling.hpp>
+#include <mlframework/export.hpp>
+
+namespace mlframework {
+
+/// A scaling state in host memory: a ScaleState, its policy, the found-inf flag and the last
+/// step's skip decision. Nothing here waits for anything.
+class MLFRAMEWORK_EXPORT HostScaleState final : public DeviceScaleState {
+ public:
+  /// A state holding @p initial, updated under @p policy.
+  HostScaleState(const ScalePolicy& policy, const ScaleState& initial) : policy_(policy), state_(initial) {}
+  /// Device::CPU().
+  Device GetDevice() const noexcept override { return Device::CPU(); }
+  /// The policy UpdateScale() applies.
+  const ScalePolicy& Policy() const noexcept override { return policy_; }
+  /// A copy of the state.
+  ScaleState Read() const override { return state_; }
+  /// Overwrites the state and clears the flag.
+  void Write(const ScaleState& state) override {
+    state_ = state;
+    found_inf_ = false;
+  }
+  /// The flag.
+  bool FoundInf() const override { return found_inf_; }
+  /// Sets the flag.
+  void MarkFoundInf() override { found_inf_ = true; }
+  /// Clears the flag.
+  void ClearFoundInf() override { found_inf_ = false; }
+  /// Whether the last update saw an overflow.
+  bool LastStepSkipped() const override { return last_skipped_; }
+
+  /// The current scale (what the host kernels multiply by, or by the inverse of).
+  float Scale() const noexcept { return state_.Scale; }
+  /// ORs @p found into the flag.
+  void Record(bool found) noexcept { found_inf_ = found_inf_ || found; }
+  /// Advances the state with the flag, records the skip decision and clears the flag.
+  void Update() noexcept {
+    last_skipped_ = UpdateScaleState(state_, policy_, found_inf_);
+    found_inf_ = false;
+  }
+
+ private:
+  ScalePolicy policy_;
+  ScaleState state_;
+  bool found_inf_ = false;
+  bool last_skipped_ = false;
+};
+
+/// The scaling interface on any backend whose tensors the host addresses: HostScaleState, and
+/// the backend's own fused kernels (through core's multi-tensor functions for lists). The CPU
+/// backend is one; HostScaling() is the one for tensors whose backend has no scaling of its own.
+class MLFRAMEWORK_EXPORT HostScalingBackend : public DeviceScalingBackend {
+ public:
+  ~HostScalingBackend() override;
+  /// A HostScaleState (@p device is not used: the state lives in host memory).
+  std::unique_ptr<DeviceScaleState> CreateScaleState(Device device, const ScalePolicy& policy,
+                                                     const ScaleState& initial) const override;
+  /// `x *= scale` with this backend's Scale().
+  void ScaleWithState(std::span<ITensor* const> tensors, DeviceScaleState& state) const override;
+  /// This backend's UnscaleAndCheck() with InverseScale(scale), ORed into the flag.
+  void UnscaleWithState(std::span<ITensor* const> tensors, DeviceScaleState& state) const override;
+  /// This backend's CastInto() with InverseScale(scale), ORed into the flag.
+  void CastUnscaledWithState(std::span<const ITensor* const> src, std::span<ITensor* const> dst,
+                             DeviceScaleState& state) const override;
+  /// This backend's HasNonFinite(), ORed into the flag.
+  void CheckWithState(std::span<const ITensor* const> tensors, DeviceScaleState& state) const override;
+  /// A one-element FP32 host tensor holding the flag (reused when @p out already is one).
+  void FlagToTensor(const DeviceScaleState& state, TensorPtr& out) const override;
+  /// Sets the flag to `in[0] != 0`; ArgumentError unless @p in is a one-element FP32 host tensor.
+  void FlagFromTensor(DeviceScaleState& state, const ITensor& in) const override;
+  /// UpdateScaleState() on the host state.
+  void UpdateScale(DeviceScaleState& state) const override;
+  /// core's UnscaleAndCheck() (MultiTensor.hpp) with InverseScale(scale), ORed into the flag.
+  void UnscaleListWithState(std::span<const TensorPtr> tensors, DeviceScaleState& state) const override;
+  /// core's CastInto() with InverseScale(scale), ORed into the flag.
+  void CastUnscaledListWithState(std::span<const TensorPtr> src, std::span<const TensorPtr> dst,
+                                 DeviceScaleState& state) const override;
+  /// core's HasNonFinite() (stops at the first non-finite chunk), ORed into the flag.
+  void CheckListWithState(std::span<const TensorPtr> tensors, DeviceScaleState& state) const override;
+  /// `loss.Multiply(scale)`: one pass.
+  TensorPtr ScaledLoss(const ITensor& loss, DeviceScaleState& state) const override;
+  /// ZerosContiguousLike(like, Float32): one contiguous buffer per device, so the cast into
+  /// them streams like one flat tensor however many small gradients there are.
+  std::vector<TensorPtr> Float32Outputs(std::span<const TensorPtr> like) const override;
+  /// True.
+  bool StatesInHostMemory() const noexcept override { return true; }
+
+ protected:
+  /// Only backends construct the interface.
+  HostScalingBackend() = default;
+  /// Backends may be copyable.
+  HostScalingBackend(const HostScalingBackend&) = default;
+  /// Backends may be copy-assignable.
+  HostScalingBackend& operator=(const HostScalingBackend&) = default;
+};
+
+/// Scaling for tensors whose backend implements none (a user's ITensor, with or without a
+/// TensorBackend): host states, and core's multi-tensor functions, which fall back to the
+/// per-tensor virtual operations.
+MLFRAMEWORK_EXPORT const HostScalingBackend& HostScaling() noexcept;
+
+}  // namespace mlframework

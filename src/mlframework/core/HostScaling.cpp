@@ -1,0 +1,133 @@
+#include <mlframework/core/HostScaling.hpp>
+
+#include <string>
+#include <string_view>
+
+#include <mlframework/core/Error.hpp>
+#include <mlframework/core/MultiTensor.hpp>
+#include <mlframework/core/Tensor.hpp>
+
+namespace mlframework {
+
+namespace {
+
+// Non-owning shared pointers (the aliasing constructor with no owner allocates nothing), so
+// the raw-pointer kernels can run core's list functions; the caller keeps the tensors alive.
+template <typename Pointer>
+std::vector<TensorPtr> Borrowed(std::span<Pointer const> tensors) {
+  std::vector<TensorPtr> list;
+  list.reserve(tensors.size());
+  for (Pointer tensor : tensors) {
+    list.emplace_back(TensorPtr(), const_cast<ITensor*>(tensor));  // NOLINT(cppcoreguidelines-pro-type-const-cast)
+  }
+  return list;
+}
+
+HostScaleState& HostState(DeviceScaleState& state) {
+  auto* host = dynamic_cast<HostScaleState*>(&state);
+  if (host == nullptr) {
+    throw ArgumentError("state", "is a state in " + state.GetDevice().ToString() +
+                                     " memory, but a host scaling backend needs a HostScaleState");
+  }
+  return *host;
+}
+
+// HostScaling(): the kernels are core's multi-tensor functions, which run each tensor's own
+// backend where it has one and the per-tensor virtual operations where it has none.
+class GenericHostScaling final : public HostScalingBackend {
+ public:
+  std::string_view Name() const noexcept override { return "host"; }
+  bool UnscaleAndCheck(std::span<ITensor* const> tensors, float factor) const override {
+    return mlframework::UnscaleAndCheck(Borrowed(tensors), factor);
+  }
+  bool HasNonFinite(std::span<const ITensor* const> tensors) const override {
+    return mlframework::HasNonFinite(Borrowed(tensors));
+  }
+  NonFiniteAndNorm CheckAndSumSquares(std::span<const ITensor* const> tensors, float factor) const override {
+    return mlframework::CheckAndSumSquares(Borrowed(tensors), factor);
+  }
+  void Scale(std::span<ITensor* const> tensors, float factor) const override {
+    ScaleInPlace(Borrowed(tensors), factor);
+  }
+  bool CastInto(std::span<const ITensor* const> src, std::span<ITensor* const> dst, float factor) const override {
+    return mlframework::CastInto(Borrowed(src), Borrowed(dst), factor);
+  }
+};
+
+}  // namespace
+
+HostScalingBackend::~HostScalingBackend() = default;
+
+std::unique_ptr<DeviceScaleState> HostScalingBackend::CreateScaleState(Device /*device*/, const ScalePolicy& policy,
+                                                                       const ScaleState& initial) const {
+  return std::make_unique<HostScaleState>(policy, initial);
+}
+
+void HostScalingBackend::ScaleWithState(std::span<ITensor* const> tensors, DeviceScaleState& state) const {
+  Scale(tensors, HostState(state).Scale());
+}
+
+void HostScalingBackend::UnscaleWithState(std::span<ITensor* const> tensors, DeviceScaleState& state) const {
+  HostScaleState& host = HostState(state);
+  host.Record(UnscaleAndCheck(tensors, InverseScale(host.Scale())));
+}
+
+void HostScalingBackend::CastUnscaledWithState(std::span<const ITensor* const> src, std::span<ITensor* const> dst,
+                                               DeviceScaleState& state) const {
+  HostScaleState& host = HostState(state);
+  host.Record(CastInto(src, dst, InverseScale(host.Scale())));
+}
+
+void HostScalingBackend::CheckWithState(std::span<const ITensor* const> tensors, DeviceScaleState& state) const {
+  HostState(state).Record(HasNonFinite(tensors));
+}
+
+void HostScalingBackend::FlagToTensor(const DeviceScaleState& state, TensorPtr& out) const {
+  const float value = state.FoundInf() ? 1.0f : 0.0f;  // a host state: no wait
+  if (!out || out->GetDataType() != DataType::Float32 || out->Size() != 1 || !out->GetDevice().IsCPU()) {
+    out = Zeros({1});
+  }
+  out->CopyFromFloats(std::span<const float>(&value, 1));
+}
+
+void HostScalingBackend::FlagFromTensor(DeviceScaleState& state, const ITensor& in) const {
+  HostScaleState& host = HostState(state);
+  if (in.GetDataType() != DataType::Float32 || in.Size() != 1 || !in.GetDevice().IsCPU()) {
+    throw ArgumentError("in", "must be a one-element FP32 host tensor, got " + std::to_string(in.Size()) +
+                                  " elements on " + in.GetDevice().ToString());
+  }
+  host.ClearFoundInf();
+  host.Record(in.ToFloatVector()[0] != 0.0f);
+}
+
+void HostScalingBackend::UpdateScale(DeviceScaleState& state) const { HostState(state).Update(); }
+
+void HostScalingBackend::UnscaleListWithState(std::span<const TensorPtr> tensors, DeviceScaleState& state) const {
+  HostScaleState& host = HostState(state);
+  host.Record(mlframework::UnscaleAndCheck(tensors, InverseScale(host.Scale())));
+}
+
+void HostScalingBackend::CastUnscaledListWithState(std::span<const TensorPtr> src, std::span<const TensorPtr> dst,
+                                                   DeviceScaleState& state) const {
+  HostScaleState& host = HostState(state);
+  host.Record(mlframework::CastInto(src, dst, InverseScale(host.Scale())));
+}
+
+void HostScalingBackend::CheckListWithState(std::span<const TensorPtr> tensors, DeviceScaleState& state) const {
+  HostState(state).Record(mlframework::HasNonFinite(tensors));
+}
+
+TensorPtr HostScalingBackend::ScaledLoss(const ITensor& loss, DeviceScaleState& state) const {
+  return loss.Multiply(HostState(state).Scale());
+}
+
+std::vector<TensorPtr> HostScalingBackend::Float32Outputs(std::span<const TensorPtr> like) const {
+  return ZerosContiguousLike(like, DataType::Float32);
+}
+
+const HostScalingBackend& HostScaling() noexcept {
+  static const GenericHostScaling kBackend;
+  return kBackend;
+}
+
+}  // namespace mlframework

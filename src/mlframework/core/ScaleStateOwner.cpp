@@ -1,0 +1,151 @@
+#include "mlframework/core/ScaleStateOwner.hpp"
+
+#include <string>
+#include <utility>
+
+#include <mlframework/core/Error.hpp>
+#include <mlframework/core/HostScaling.hpp>
+
+namespace mlframework::detail {
+
+ScaleStateOwner::ScaleStateOwner(const ScalePolicy& policy, const ScaleState& initial)
+    : policy_(policy), backend_(&HostScaling()), state_(backend_->CreateScaleState(Device::CPU(), policy, initial)) {}
+
+ScaleStateOwner& ScaleStateOwner::operator=(const ScaleStateOwner& other) {
+  if (this != &other) *this = ScaleStateOwner(other);
+  return *this;
+}
+
+ScaleState ScaleStateOwner::Read() const {
+  if (!view_) {
+    view_ = state_->Read();
+  }
+  return *view_;
+}
+
+void ScaleStateOwner::Write(const ScaleState& state) {
+  view_.reset();
+  state_->Write(state);  // also clears the flag
+  view_ = state;
+  dirty_ = false;
+}
+
+bool ScaleStateOwner::IsOnStateDevice(const ITensor& tensor) const {
+  return &ScalingOf(tensor) == backend_ &&
+         (backend_->StatesInHostMemory() || tensor.GetDevice() == state_->GetDevice());
+}
+
+void ScaleStateOwner::Place(std::span<const TensorPtr> tensors, const char* parameter) {
+  if (tensors.empty()) {
+    return;  // nothing to say where the next step runs: the state stays where it is
+  }
+  const TensorBackend* first = tensors[0]->Backend();
+  const Device device = tensors[0]->GetDevice();
+  const DeviceScalingBackend* backend = &ScalingOf(*tensors[0]);
+  const bool host = backend->StatesInHostMemory();
+  for (std::size_t i = 1; i < tensors.size(); ++i) {
+    if (tensors[i]->Backend() == first && (host || tensors[i]->GetDevice() == device)) {
+      continue;  // the common case: one backend, one device
+    }
+    if (host && ScalingOf(*tensors[i]).StatesInHostMemory()) {
+      backend = &HostScaling();  // host tensors of several backends: core's functions take them all
+      continue;
+    }
+    throw ArgumentError(std::string(parameter) + "[" + std::to_string(i) + "]",
+                        "is on " + tensors[i]->GetDevice().ToString() + " but entry 0 is on " + device.ToString() +
+                            ": a dynamic scaler keeps its state on one device, so one call takes "
+                            "tensors of one device-scaling backend and device, or host tensors only");
+  }
+  const Device home = host ? Device::CPU() : device;
+  if (backend != backend_ || state_->GetDevice() != home) {
+    MoveTo(*backend, home);
+  }
+}
+
+void ScaleStateOwner::MoveTo(const DeviceScalingBackend& backend, Device device) {
+  if (backend.StatesInHostMemory() && backend_->StatesInHostMemory()) {
+    backend_ = &backend;  // one host state serves every host backend
+    return;
+  }
+  const ScaleState state = Read();
+  const bool record = Recorded();
+  std::unique_ptr<DeviceScaleState> next = backend.CreateScaleState(device, policy_, state);
+  if (record) {
+    next->MarkFoundInf();
+  }
+  state_ = std::move(next);
+  view_ = state;
+  backend_ = &backend;
+  dirty_ = record;
+}
+
+void ScaleStateOwner::Unscale(std::span<const TensorPtr> in_place, std::span<const TensorPtr> src,
+                              std::span<const TensorPtr> dst) {
+  if (!in_place.empty()) backend_->UnscaleListWithState(in_place, *state_);
+  if (!src.empty()) backend_->CastUnscaledListWithState(src, dst, *state_);
+  dirty_ = dirty_ || !in_place.empty() || !src.empty();
+}
+
+void ScaleStateOwner::Check(std::span<const TensorPtr> tensors) {
+  if (!tensors.empty()) backend_->CheckListWithState(tensors, *state_);
+  dirty_ = dirty_ || !tensors.empty();
+}
+
+bool ScaleStateOwner::Fits(const ITensor& buffer, const ITensor& like) {
+  // Host buffers serve host tensors of any backend; a device buffer only its own backend's.
+  return buffer.GetShape() == like.GetShape() && buffer.GetDevice() == like.GetDevice() &&
+         (buffer.Backend() == like.Backend() || DeviceScalingOf(buffer) == DeviceScalingOf(like));
+}
+
+TensorPtr ScaleStateOwner::ScaleLoss(const TensorPtr& loss) const {
+  if (IsOnStateDevice(*loss)) {
+    return backend_->ScaledLoss(*loss, *state_);  // the scale is read where the state lives
+  }
+  return loss->Multiply(Read().Scale);
+}
+
+void ScaleStateOwner::Record(bool overflow) {
+  if (overflow) {
+    state_->MarkFoundInf();
+    dirty_ = true;
+  }
+}
+
+bool ScaleStateOwner::Recorded() const { return dirty_ && state_->FoundInf(); }
+
+void ScaleStateOwner::ClearRecord() {
+  if (dirty_) {
+    state_->ClearFoundInf();
+  }
+  dirty_ = false;
+}
+
+void ScaleStateOwner::Update(bool overflow) {
+  ClearRecord();
+  Record(overflow);
+  std::optional<ScaleState> view = view_;
+  view_.reset();
+  backend_->UpdateScale(*state_);  // clears the flag
+  dirty_ = false;
+  if (view) {
+    // The host knows the decision and the state before it: the same function gives the same
+    // bits the backend computes, so the cached copy stays current without a read.
+    UpdateScaleState(*view, policy_, overflow);
+    view_ = view;
+  }
+}
+
+void ScaleStateOwner::UpdateFromRecord() {
+  view_.reset();
+  backend_->UpdateScale(*state_);  // reads and clears the flag where the state lives
+  dirty_ = false;
+}
+
+void ScaleStateOwner::FlagToTensor(TensorPtr& out) const { backend_->FlagToTensor(*state_, out); }
+
+void ScaleStateOwner::FlagFromTensor(const ITensor& in) {
+  backend_->FlagFromTensor(*state_, in);
+  dirty_ = true;
+}
+
+}  // namespace mlframework::detail

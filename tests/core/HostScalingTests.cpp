@@ -1,0 +1,154 @@
+// The scaling interface on the host: the CPU backend and HostScaling() (user tensors) implement
+// DeviceScalingBackend with a HostScaleState, and the front ends run their one code path on it.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include <boost/test/unit_test.hpp>
+
+#include <mlframework/amp/DynamicLossScaler.hpp>
+#include <mlframework/core/DeviceScaling.hpp>
+#include <mlframework/core/Error.hpp>
+#include <mlframework/core/HostScaling.hpp>
+#include <mlframework/core/Tensor.hpp>
+#include <mlframework/optimizers/mixed_precision/DynamicLossScaler.hpp>
+
+using namespace mlframework;
+
+namespace {
+
+const float kInf = std::numeric_limits<float>::infinity();
+
+// A user's tensor: FP32 values in host memory, no TensorBackend (the per-tensor virtuals only).
+class UserTensor final : public ITensor {
+ public:
+  explicit UserTensor(std::vector<float> values) : values_(std::move(values)), shape_{values_.size()} {}
+  DataType GetDataType() const override { return DataType::Float32; }
+  Device GetDevice() const override { return Device::CPU(); }
+  const Shape& GetShape() const override { return shape_; }
+  std::size_t Size() const override { return values_.size(); }
+  TensorPtr Multiply(float factor) const override {
+    auto copy = std::make_shared<UserTensor>(values_);
+    copy->MultiplyInPlace(factor);
+    return copy;
+  }
+  TensorPtr Divide(float divisor) const override { return Multiply(1.0f / divisor); }
+  void MultiplyInPlace(float factor) override {
+    for (float& v : values_) {
+      v *= factor;
+    }
+  }
+  TensorPtr Clone() const override { return Multiply(1.0f); }
+  TensorPtr CastTo(DataType /*dtype*/) const override { return Clone(); }
+  bool HasInf() const override {
+    return std::any_of(values_.begin(), values_.end(), [](float v) { return std::isinf(v); });
+  }
+  bool HasNaN() const override {
+    return std::any_of(values_.begin(), values_.end(), [](float v) { return std::isnan(v); });
+  }
+  double SumOfSquares() const override {
+    double sum = 0.0;
+    for (const float v : values_) {
+      sum += static_cast<double>(v) * v;
+    }
+    return sum;
+  }
+  std::vector<float> ToFloatVector() const override { return values_; }
+  void CopyFromFloats(std::span<const float> values) override { values_.assign(values.begin(), values.end()); }
+
+ private:
+  std::vector<float> values_;
+  Shape shape_;
+};
+
+const ScalePolicy kPolicy{.InitialScale = 4.0f, .GrowthInterval = 3};
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(HostScaling)
+
+BOOST_AUTO_TEST_CASE(CpuBackendImplementsTheInterfaceWithAHostState) {
+  const TensorPtr cpu = FromVector({2.0f, 8.0f}, {2});
+  const DeviceScalingBackend& backend = ScalingOf(*cpu);
+  BOOST_TEST(&backend == dynamic_cast<const DeviceScalingBackend*>(cpu->Backend()));
+  BOOST_TEST(backend.StatesInHostMemory());
+  BOOST_TEST(DeviceScalingOf(*cpu) == nullptr);  // no device memory: the host path's costs
+  const std::unique_ptr<DeviceScaleState> state =
+      backend.CreateScaleState(Device::CPU(), kPolicy, ScaleState::Initial(kPolicy));
+  BOOST_TEST(state->GetDevice() == Device::CPU());
+
+  ITensor* const raw[] = {cpu.get()};
+  backend.UnscaleWithState(raw, *state);
+  BOOST_TEST(cpu->ToFloatVector() == (std::vector<float>{0.5f, 2.0f}));
+  BOOST_TEST(!state->FoundInf());
+  const TensorPtr half = FromVector({8.0f, kInf}, {2}, DataType::Float16);
+  const TensorPtr wide = Zeros({2});
+  const TensorPtr src[] = {half};
+  const TensorPtr dst[] = {wide};
+  backend.CastUnscaledListWithState(src, dst, *state);
+  BOOST_TEST(wide->ToFloatVector()[0] == 2.0f);
+  BOOST_TEST(state->FoundInf());
+
+  // The flag as a tensor and back (the FSDP agreement), then the update from it.
+  TensorPtr flag;
+  backend.FlagToTensor(*state, flag);
+  BOOST_TEST(flag->ToFloatVector() == (std::vector<float>{1.0f}));
+  BOOST_CHECK_EXCEPTION(backend.FlagFromTensor(*state, *Zeros({2})), ArgumentError,
+                        [](const ArgumentError& e) { return e.Parameter() == "in"; });
+  BOOST_TEST(state->FoundInf());  // unchanged by the rejected call
+  backend.UpdateScale(*state);
+  BOOST_TEST(state->LastStepSkipped());
+  BOOST_TEST(!state->FoundInf());
+  BOOST_TEST(state->Read().Scale == 2.0f);
+  BOOST_TEST(state->Read().TotalOverflows == 1);
+}
+
+BOOST_AUTO_TEST_CASE(UserTensorsGetTheGenericHostScaling) {
+  const TensorPtr user = std::make_shared<UserTensor>(std::vector<float>{4.0f, 12.0f});
+  BOOST_TEST(&ScalingOf(*user) == &mlframework::HostScaling());
+  const DeviceScalingBackend& backend = ScalingOf(*user);
+  HostScaleState state(kPolicy, ScaleState::Initial(kPolicy));
+  const TensorPtr list[] = {user};
+  backend.UnscaleListWithState(list, state);
+  BOOST_TEST(user->ToFloatVector() == (std::vector<float>{1.0f, 3.0f}));
+  BOOST_TEST(!state.FoundInf());
+  const TensorPtr bad = std::make_shared<UserTensor>(std::vector<float>{1.0f, kInf});
+  const TensorPtr bad_list[] = {bad};
+  backend.CheckListWithState(bad_list, state);
+  BOOST_TEST(state.FoundInf());
+  BOOST_TEST(backend.ScaledLoss(*user, state)->ToFloatVector() == (std::vector<float>{4.0f, 12.0f}));
+}
+
+BOOST_AUTO_TEST_CASE(AScalerTakesCpuAndUserTensorsInOneList) {
+  amp::DynamicLossScaler scaler({.InitialScale = 2.0f, .GrowthInterval = 100});
+  const GradientMap grads = {{"cpu", FromVector({2.0f, 4.0f}, {2})},
+                             {"user", std::make_shared<UserTensor>(std::vector<float>{6.0f})}};
+  const GradientMap unscaled = scaler.UnscaleAndRecordOverflow(grads);
+  BOOST_TEST(unscaled.at("cpu")->ToFloatVector() == (std::vector<float>{1.0f, 2.0f}));
+  BOOST_TEST(unscaled.at("user")->ToFloatVector() == (std::vector<float>{3.0f}));
+  BOOST_TEST(!scaler.RecordedOverflow());
+  BOOST_TEST(scaler.DeviceState() == nullptr);
+  const GradientMap bad = {{"cpu", FromVector({1.0f}, {1})},
+                           {"user", std::make_shared<UserTensor>(std::vector<float>{kInf})}};
+  BOOST_TEST(scaler.CheckOverflow(bad));
+  BOOST_TEST(!scaler.RecordedOverflow());  // CheckOverflow returns its own result only
+  scaler.RecordOverflow(bad);
+  scaler.UpdateScaleFromRecord();
+  BOOST_TEST(scaler.State().TotalOverflows == 1);
+  BOOST_TEST(scaler.Scale() == 1.0f);
+}
+
+BOOST_AUTO_TEST_CASE(MixedPrecisionCheckOverflowKeepsTheRecord) {
+  optimizers::mixed_precision::DynamicLossScaler scaler;
+  const GradientMap bad = {{"g", FromVector({kInf}, {1})}};
+  const GradientMap good = {{"g", FromVector({1.0f}, {1})}};
+  scaler.RecordOverflow(bad);
+  BOOST_TEST(!scaler.CheckOverflow(good));
+  scaler.UpdateScaleFromRecord();  // still consumes the overflow recorded before the check
+  BOOST_TEST(scaler.TotalOverflows() == 1);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
