@@ -1,13 +1,16 @@
 #pragma once
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <span>
 #include <string>
 #include <vector>
 
 #include <mlframework/mlframework.hpp>
 
 // Your framework's own tensor (here: FP32 in a std::vector) plugged into the library.
-// Tensors without a fused backend (Backend() returns null) go through these virtuals.
+// It has no fused backend (Backend() returns null); HostStorage() tells the library where its
+// elements lie, so the fused list operations run the CPU kernels on them in place.
 class VectorTensor final : public mlframework::ITensor {
  public:
   explicit VectorTensor(std::vector<float> values) : values_(std::move(values)), shape_{values_.size()} {}
@@ -50,6 +53,11 @@ class VectorTensor final : public mlframework::ITensor {
           "values", "has " + std::to_string(values.size()) + " elements, expected " + std::to_string(values_.size()));
     }
     std::copy(values.begin(), values.end(), values_.begin());
+  }
+
+ protected:
+  std::span<std::byte> HostStorage() const noexcept override {
+    return std::as_writable_bytes(std::span<float>(const_cast<float*>(values_.data()), values_.size()));
   }
 
  private:

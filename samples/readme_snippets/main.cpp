@@ -55,7 +55,8 @@ int main() {
   Expect(stepped[0] == 0.5f && stepped[1] == 1.0f, "BackoffOnlyScaler: gradients are unscaled before the step");
   Expect(scaler.Scale() == 512.0f, "BackoffOnlyScaler: the scale never grows");
 
-  // The custom tensor through the library's multi-tensor functions (the per-tensor fallback).
+  // The custom tensor through the library's multi-tensor functions (its host memory on the CPU
+  // kernels, HostStorage()).
   const std::vector<TensorPtr> tensors = {std::make_shared<VectorTensor>(std::vector<float>{3.0f, 4.0f}),
                                           std::make_shared<VectorTensor>(std::vector<float>{12.0f})};
   Expect(!HasNonFinite(tensors), "VectorTensor: finite values pass the overflow check");
@@ -63,6 +64,8 @@ int main() {
   const std::vector<TensorPtr> halves = Cast(tensors, DataType::Float16, 0.5f);
   Expect(halves[1]->GetDataType() == DataType::Float16 && halves[1]->ToFloatVector()[0] == 6.0f,
          "VectorTensor: cast to FP16 with a factor");
+  Expect(!UnscaleAndCheck(tensors, 0.25f) && tensors[1]->ToFloatVector()[0] == 3.0f,
+         "VectorTensor: unscaled in place, overflow check passes");
   tensors[0]->CopyFromFloats(std::vector<float>{1.0f, std::nanf("")});
   Expect(HasNonFinite(tensors), "VectorTensor: a NaN is caught");
 

@@ -37,6 +37,35 @@ MLFRAMEWORK_EXPORT std::string ToString(const Shape& shape);
 /// FSDP accept your tensors. Backends that also provide fused multi-tensor
 /// kernels return them from Backend(); a tensor that returns null is handled
 /// through these virtual functions instead.
+///
+/// ### What the fused list operations (MultiTensor.hpp) do with a tensor without a backend
+///
+/// A tensor whose Backend() is null but whose HostBytes() are its elements (dense, row-major,
+/// `Size() * ElementSize(GetDataType())` bytes, aligned to the element size) is run by the CPU
+/// backend's fused kernels in place, together with the rest of the list: one pass, all threads,
+/// no copy, and none of the virtuals below is called. So implement HostStorage() if your
+/// elements lie in host memory: that is the fast path. Every other tensor without a backend goes
+/// through its virtuals, one tensor after another in list order:
+///
+/// | operation (MultiTensor.hpp)      | virtuals it calls per tensor [defaults]                            |
+/// |----------------------------------|---------------------------------------------------------------------|
+/// | UnscaleAndCheck                  | UnscaleAndCheck(factor) [MultiplyInPlace(factor), HasNonFinite()]   |
+/// | HasNonFinite                     | HasNonFinite() [HasInf() or HasNaN()], stops at the first hit       |
+/// | CheckAndSumSquares, SumOfSquares | HasNonFinite(), SumOfSquares()                                      |
+/// | ScaleInPlace                     | MultiplyInPlace(factor)                                             |
+/// | CastInto, CopyInto, Cast         | source CopyToFloats() [ToFloatVector()]; destination CopyFromFloats() |
+/// | AddInto                          | ToFloatVector() of both, CopyFromFloats() of the destination        |
+///
+/// A cast's source widens straight into the destination's memory when that is host FP32 (else
+/// into one buffer, narrowed into the destination's host memory or through CopyFromFloats());
+/// CastInto then checks a destination that is not FP32 with HasNonFinite(), since narrowing can
+/// overflow.
+///
+/// Why not in parallel: a tensor without host bytes usually lives in another framework's device
+/// memory or runtime (its stream, its allocator, an interpreter lock), where calling in from
+/// several threads at once is unsafe or serialised anyway; the fused one-pass virtuals remove
+/// the second pass over memory instead. A pair whose source and destination share a backend
+/// (host-addressable tensors count as the CPU backend's) takes that backend's fused kernel.
 class MLFRAMEWORK_EXPORT ITensor {
  public:
   virtual ~ITensor();
@@ -74,6 +103,19 @@ class MLFRAMEWORK_EXPORT ITensor {
   virtual std::vector<float> ToFloatVector() const = 0;
   /// Overwrites the elements with @p values rounded into the dtype; `values.size()` must equal Size().
   virtual void CopyFromFloats(std::span<const float> values) = 0;
+  /// Writes the elements widened to float, in row-major order, into @p out: ToFloatVector()
+  /// without a vector by value, so a cast writes straight into the buffer the library holds.
+  /// ArgumentError naming `out` when `out.size()` differs from Size().
+  /// The default widens HostBytes() with the vectorised host conversion when they are the
+  /// elements (see the class comment), else copies ToFloatVector() (InvalidOperationError when
+  /// that returns a size other than Size()). Override it to widen into @p out in one pass.
+  virtual void CopyToFloats(std::span<float> out) const;
+  /// Multiplies every element by @p factor in place (rounded into the dtype) and returns true
+  /// when any result is Inf or NaN: the unscale and overflow check of one gradient in one pass.
+  /// The default runs Backend()'s fused kernel when there is one, the CPU backend's kernel on
+  /// HostBytes() when they are the elements, and otherwise MultiplyInPlace(factor) followed by
+  /// HasNonFinite() (two passes). Override it to do both in one pass over your memory.
+  virtual bool UnscaleAndCheck(float factor);
 
   /// Backend with fused multi-tensor kernels for this tensor, or null for the per-tensor fallback.
   virtual const TensorBackend* Backend() const noexcept;

@@ -4,8 +4,9 @@
 ///
 /// Each function validates its arguments (null tensors, size mismatches),
 /// hands groups of tensors that share a backend to that backend's fused
-/// kernel in one call, and handles tensors without a backend through the
-/// per-tensor virtual functions of ITensor.
+/// kernel in one call, and handles tensors without a backend on the CPU
+/// backend's kernels when their ITensor::HostBytes() are their elements, else
+/// through the per-tensor virtual functions of ITensor (the table in ITensor.hpp).
 ///
 /// Lists of CPU tensors are checked and planned in one walk over the tensor objects. A list of
 /// 64 tensors or more holding the same tensor objects in the same order as one already planned

@@ -1,6 +1,15 @@
 #include <mlframework/core/ITensor.hpp>
 
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
 #include <mlframework/core/Error.hpp>
+#include <mlframework/core/HostConversion.hpp>
+#include <mlframework/core/TensorBackend.hpp>
+
+#include "mlframework/core/DeviceFactory.hpp"
+#include "mlframework/core/HostAlias.hpp"
 
 namespace mlframework {
 
@@ -26,6 +35,45 @@ std::string ToString(const Shape& shape) {
 ITensor::~ITensor() = default;
 
 bool ITensor::HasNonFinite() const { return HasInf() || HasNaN(); }
+
+void ITensor::CopyToFloats(std::span<float> out) const {
+  const std::size_t size = Size();
+  if (out.size() != size) {
+    throw ArgumentError("out", "has " + std::to_string(out.size()) + " elements, tensor " + ToString(GetShape()) +
+                                   " has " + std::to_string(size));
+  }
+  if (size == 0) {
+    return;
+  }
+  const DataType dtype = GetDataType();
+  const std::span<const std::byte> bytes = HostBytes();
+  // Misaligned host bytes go through ToFloatVector(): the conversion kernels read whole elements.
+  if (IsValid(dtype) && bytes.size() / ElementSize(dtype) == size && bytes.size() % ElementSize(dtype) == 0 &&
+      reinterpret_cast<std::uintptr_t>(bytes.data()) % ElementSize(dtype) == 0) {
+    ConvertHostElements(bytes.data(), dtype, out.data(), DataType::Float32, size);
+    return;
+  }
+  const std::vector<float> values = ToFloatVector();
+  if (values.size() != size) {
+    throw InvalidOperationError("ToFloatVector() returned " + std::to_string(values.size()) +
+                                " elements for a tensor of " + std::to_string(size));
+  }
+  std::copy(values.begin(), values.end(), out.begin());
+}
+
+bool ITensor::UnscaleAndCheck(float factor) {
+  ITensor* self = this;
+  if (const TensorBackend* backend = Backend()) {
+    return backend->UnscaleAndCheck({&self, 1}, factor);
+  }
+  // No owner: the alias lives only for this call, while *this does.
+  if (const TensorPtr alias = detail::HostAlias(*this, nullptr)) {
+    ITensor* aliased = alias.get();
+    return detail::HostBackend().UnscaleAndCheck({&aliased, 1}, factor);
+  }
+  MultiplyInPlace(factor);
+  return HasNonFinite();
+}
 
 const TensorBackend* ITensor::Backend() const noexcept { return nullptr; }
 

@@ -1,14 +1,18 @@
 #include <mlframework/core/MultiTensor.hpp>
 
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <utility>
 
 #include <mlframework/core/Error.hpp>
+#include <mlframework/core/HostConversion.hpp>
 #include <mlframework/core/Tensor.hpp>
 
 #include "mlframework/core/HostAdd.hpp"
+#include "mlframework/core/HostAlias.hpp"
 #include "mlframework/core/TensorListWalk.hpp"
 
 namespace mlframework {
@@ -135,6 +139,9 @@ bool UnscaleAndCheck(std::span<const TensorPtr> tensors, float factor) {
     return backend->UnscaleAndCheck(pointers, factor);
   }
   RequireNonNull(tensors, "tensors");
+  if (const std::optional<std::vector<TensorPtr>> aliased = detail::WithHostAliases(tensors)) {
+    return UnscaleAndCheck(*aliased, factor);
+  }
   bool found = false;
   for (const Group& group : GroupByBackend(tensors)) {
     if (group.backend != nullptr) {
@@ -142,8 +149,7 @@ bool UnscaleAndCheck(std::span<const TensorPtr> tensors, float factor) {
       continue;
     }
     for (const std::size_t i : group.indices) {
-      tensors[i]->MultiplyInPlace(factor);
-      found = tensors[i]->HasNonFinite() || found;
+      found = tensors[i]->UnscaleAndCheck(factor) || found;
     }
   }
   return found;
@@ -160,6 +166,9 @@ bool HasNonFinite(std::span<const TensorPtr> tensors) {
     return backend->HasNonFinite(pointers);
   }
   RequireNonNull(tensors, "tensors");
+  if (const std::optional<std::vector<TensorPtr>> aliased = detail::WithHostAliases(tensors)) {
+    return HasNonFinite(*aliased);
+  }
   for (const Group& group : GroupByBackend(tensors)) {
     if (group.backend != nullptr) {
       if (group.backend->HasNonFinite(Pointers<const ITensor*>(tensors, group.indices))) {
@@ -187,6 +196,9 @@ NonFiniteAndNorm CheckAndSumSquares(std::span<const TensorPtr> tensors, float fa
     return backend->CheckAndSumSquares(pointers, factor);
   }
   RequireNonNull(tensors, "tensors");
+  if (const std::optional<std::vector<TensorPtr>> aliased = detail::WithHostAliases(tensors)) {
+    return CheckAndSumSquares(*aliased, factor);
+  }
   NonFiniteAndNorm total;
   for (const Group& group : GroupByBackend(tensors)) {
     if (group.backend != nullptr) {
@@ -218,6 +230,10 @@ void ScaleInPlace(std::span<const TensorPtr> tensors, float factor) {
     return;
   }
   RequireNonNull(tensors, "tensors");
+  if (const std::optional<std::vector<TensorPtr>> aliased = detail::WithHostAliases(tensors)) {
+    ScaleInPlace(*aliased, factor);
+    return;
+  }
   for (const Group& group : GroupByBackend(tensors)) {
     if (group.backend != nullptr) {
       group.backend->Scale(Pointers<ITensor*>(tensors, group.indices), factor);
@@ -277,14 +293,83 @@ void ForEachPairRun(std::span<const TensorPtr> src, std::span<const TensorPtr> d
   flush();
 }
 
-void HostCast(const ITensor& src, ITensor& dst, float factor) {
-  std::vector<float> values = src.ToFloatVector();
-  if (factor != 1.0f) {
-    for (float& v : values) {
-      v *= factor;
-    }
+// Pairs after host-addressable tensors without a backend have been replaced by CPU aliases
+// (detail::WithHostAliases on both lists), or nullopt when neither list changes.
+struct AliasedPairs {
+  std::vector<TensorPtr> src;
+  std::vector<TensorPtr> dst;
+};
+std::optional<AliasedPairs> WithHostAliases(std::span<const TensorPtr> src, std::span<const TensorPtr> dst) {
+  std::optional<std::vector<TensorPtr>> aliased_src = detail::WithHostAliases(src);
+  std::optional<std::vector<TensorPtr>> aliased_dst = detail::WithHostAliases(dst);
+  if (!aliased_src && !aliased_dst) {
+    return std::nullopt;
   }
-  dst.CopyFromFloats(values);
+  AliasedPairs pairs;
+  pairs.src = aliased_src ? std::move(*aliased_src) : std::vector<TensorPtr>(src.begin(), src.end());
+  pairs.dst = aliased_dst ? std::move(*aliased_dst) : std::vector<TensorPtr>(dst.begin(), dst.end());
+  return pairs;
+}
+
+// Multiplies @p values by @p factor (not at all for 1, which keeps NaN payloads as the fused
+// kernels do); true when any result is Inf or NaN. Exponent bits, not std::isfinite, so the
+// loop vectorises.
+bool ScaleAndCheckFloats(std::span<float> values, float factor) {
+  constexpr std::uint32_t kExponent = 0x7f800000U;
+  std::uint32_t non_finite = 0;
+  if (factor == 1.0f) {
+    for (const float v : values) {
+      non_finite |= static_cast<std::uint32_t>((std::bit_cast<std::uint32_t>(v) & kExponent) == kExponent);
+    }
+    return non_finite != 0;
+  }
+  for (float& v : values) {
+    v *= factor;
+    non_finite |= static_cast<std::uint32_t>((std::bit_cast<std::uint32_t>(v) & kExponent) == kExponent);
+  }
+  return non_finite != 0;
+}
+
+// The elements of a tensor the host addresses (its HostBytes() when they are the elements and
+// aligned for the conversion kernels), else an empty span.
+std::span<std::byte> HostElements(ITensor& tensor) {
+  const DataType dtype = tensor.GetDataType();
+  const std::span<std::byte> bytes = tensor.MutableHostBytes();
+  if (!IsValid(dtype) || bytes.size() / ElementSize(dtype) != tensor.Size() || bytes.size() % ElementSize(dtype) != 0 ||
+      reinterpret_cast<std::uintptr_t>(bytes.data()) % ElementSize(dtype) != 0) {
+    return {};
+  }
+  return bytes;
+}
+
+// `dst = round(src * factor)` for a pair no backend fuses (a tensor without a backend and
+// without host bytes on either side, or two backends). The source widens straight into the
+// destination's memory when that is host FP32, else into one buffer that is then narrowed into
+// the destination: never a vector by value. Returns the non-finite flag when @p check.
+bool HostCast(const ITensor& src, ITensor& dst, float factor, bool check) {
+  const std::size_t size = src.Size();
+  const std::span<std::byte> dst_bytes = HostElements(dst);
+  if (!dst_bytes.empty() && dst.GetDataType() == DataType::Float32 &&
+      reinterpret_cast<std::uintptr_t>(dst_bytes.data()) % alignof(float) == 0) {
+    const std::span<float> out(reinterpret_cast<float*>(dst_bytes.data()), size);
+    src.CopyToFloats(out);
+    if (!check && factor == 1.0f) {
+      return false;
+    }
+    return ScaleAndCheckFloats(out, factor) && check;
+  }
+  std::vector<float> buffer(size);
+  src.CopyToFloats(buffer);
+  if (factor != 1.0f) {
+    ScaleAndCheckFloats(buffer, factor);
+  }
+  if (!dst_bytes.empty()) {
+    ConvertHostElements(buffer.data(), DataType::Float32, dst_bytes.data(), dst.GetDataType(), size);
+  } else {
+    dst.CopyFromFloats(buffer);
+  }
+  // Narrowing can overflow where the FP32 product did not, so the destination is what is checked.
+  return check && dst.HasNonFinite();
 }
 
 }  // namespace
@@ -302,6 +387,9 @@ bool CastInto(std::span<const TensorPtr> src, std::span<const TensorPtr> dst, fl
       return *found;
     }
   }
+  if (const std::optional<AliasedPairs> aliased = WithHostAliases(src, dst)) {
+    return CastInto(aliased->src, aliased->dst, factor);
+  }
   // Pairs whose source and destination share a backend go to its fused kernel.
   bool found = false;
   ForEachPairRun(
@@ -309,25 +397,30 @@ bool CastInto(std::span<const TensorPtr> src, std::span<const TensorPtr> dst, fl
       [&](const TensorBackend& backend, std::span<const ITensor* const> s, std::span<ITensor* const> d) {
         found = backend.CastInto(s, d, factor) || found;
       },
-      [&](std::size_t i) {
-        HostCast(*src[i], *dst[i], factor);
-        found = dst[i]->HasNonFinite() || found;
-      });
+      [&](std::size_t i) { found = HostCast(*src[i], *dst[i], factor, true) || found; });
   return found;
 }
 
 void CopyInto(std::span<const TensorPtr> src, std::span<const TensorPtr> dst, float factor) {
   RequirePairs(src, dst);
+  if (const std::optional<AliasedPairs> aliased = WithHostAliases(src, dst)) {
+    CopyInto(aliased->src, aliased->dst, factor);
+    return;
+  }
   ForEachPairRun(
       src, dst,
       [&](const TensorBackend& backend, std::span<const ITensor* const> s, std::span<ITensor* const> d) {
         backend.CopyInto(s, d, factor);
       },
-      [&](std::size_t i) { HostCast(*src[i], *dst[i], factor); });
+      [&](std::size_t i) { HostCast(*src[i], *dst[i], factor, false); });
 }
 
 void AddInto(std::span<const TensorPtr> src, std::span<const TensorPtr> dst, float alpha) {
   RequirePairs(src, dst);
+  if (const std::optional<AliasedPairs> aliased = WithHostAliases(src, dst)) {
+    AddInto(aliased->src, aliased->dst, alpha);
+    return;
+  }
   ForEachPairRun(
       src, dst,
       [&](const TensorBackend& backend, std::span<const ITensor* const> s, std::span<ITensor* const> d) {
