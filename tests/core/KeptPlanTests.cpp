@@ -136,6 +136,33 @@ BOOST_AUTO_TEST_CASE(RewrappedMemoryTakesTheKeptPlan) {
   }
 }
 
+// A list passed again in the same tensor objects takes the kept plan without reading them (the
+// fast path); once one of them is destroyed and replaced by a tensor over other memory the list
+// misses, while the others, passed again, still take the plan through their memory.
+BOOST_AUTO_TEST_CASE(SameObjectsTakeTheKeptPlanUntilOneIsReplaced) {
+  Rng rng(40);
+  OwnedMemory memory(96, rng);
+  ListCache<Plan> cache;
+  std::vector<TensorPtr> list = memory.Wrap();
+  for (int call = 0; call < 2; ++call) {
+    BOOST_TEST(cache.Find(One(list)) == nullptr);
+    cache.Add(One(list), APlan());
+  }
+  const auto kept = cache.Find(One(list));
+  BOOST_TEST(kept != nullptr);
+  BOOST_TEST(cache.Find(One(list)) == kept);
+  // Destroyed first, so the allocator most likely puts the new object at the old one's address:
+  // the same object pointers over other memory must still miss.
+  const ITensor* before = list[7].get();
+  list[7].reset();
+  std::vector<std::uint32_t> elsewhere(memory.buffers[7].size());
+  list[7] = backends::cpu::Wrap(elsewhere.data(), memory.shapes[7], memory.dtypes[7], nullptr);
+  BOOST_TEST_MESSAGE("replacement at the same address: " << (list[7].get() == before));
+  BOOST_TEST(cache.Find(One(list)) == nullptr);
+  list[7] = backends::cpu::Wrap(memory.buffers[7].data(), memory.shapes[7], memory.dtypes[7], nullptr);
+  BOOST_TEST(cache.Find(One(list)) == kept);  // a new object over the key's memory
+}
+
 // Memory that changed at one position misses: another buffer of the same shape, one element
 // fewer, another dtype over the same bytes, two tensors swapped, a null entry, another kind of
 // tensor over the same memory, a longer or shorter list. Moved memory (same shapes, new buffers) misses.

@@ -1,5 +1,6 @@
 #include "mlframework/backends/cpu/CpuTensorImpl.hpp"
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -10,6 +11,7 @@
 #include <mlframework/backends/cpu/CpuTensor.hpp>
 #include <mlframework/core/Error.hpp>
 
+#include "mlframework/backends/cpu/ListKey.hpp"
 #include "mlframework/backends/cpu/MultiTensorKernels.hpp"
 #include "mlframework/core/DeviceFactory.hpp"
 
@@ -33,6 +35,22 @@ CpuTensor::CpuTensor(Shape shape, DataType dtype)
   } else {
     u16_ = Storage<std::uint16_t>({size_}, std::uint16_t{0});
     data_ = u16_.data();
+  }
+}
+
+namespace {
+
+std::atomic<std::uint64_t> g_kept_generation{0};
+
+}  // namespace
+
+std::uint64_t KeptGeneration() noexcept { return g_kept_generation.load(std::memory_order_acquire); }
+
+// The last reference's release synchronises with this destructor, so a MarkKept() of any thread
+// is seen here.
+CpuTensor::~CpuTensor() {
+  if (kept_.load(std::memory_order_relaxed)) {
+    g_kept_generation.fetch_add(1, std::memory_order_acq_rel);
   }
 }
 

@@ -2,6 +2,7 @@
 // Private: the CPU tensor class. Elements live in xtensor containers; FP16 and
 // BF16 are stored as their 16-bit words.
 
+#include <atomic>
 #include <cstdint>
 
 #include <xtensor/xtensor.hpp>
@@ -54,9 +55,13 @@ class CpuTensor final : public ITensor {
   void* Data() noexcept { return data_; }
   const void* Data() const noexcept { return data_; }
 
-  ~CpuTensor() override = default;
+  ~CpuTensor() override;
   CpuTensor(const CpuTensor&) = delete;
   CpuTensor& operator=(const CpuTensor&) = delete;
+
+  /// Marks this tensor as held by a kept plan's key (ListKey): destroying it then advances
+  /// KeptGeneration(), which ends the keys' fast path of comparing tensor objects.
+  void MarkKept() const noexcept { kept_.store(true, std::memory_order_relaxed); }
 
  private:
   // What the kernels read per tensor (data_, size_, dtype_) sits next to the vtable pointer,
@@ -66,6 +71,7 @@ class CpuTensor final : public ITensor {
   void* data_ = nullptr;  // first element (own storage or the view's start)
   std::size_t size_;
   DataType dtype_;
+  mutable std::atomic<bool> kept_{false};  // see MarkKept()
   Shape shape_;
   Storage<float> f32_;           // used when dtype_ is Float32
   Storage<std::uint16_t> u16_;   // used when dtype_ is Float16 or BFloat16

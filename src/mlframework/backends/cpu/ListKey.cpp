@@ -25,18 +25,38 @@ const std::type_info& TypeOf(const TensorLists& lists) {
 
 ListKey::ListKey(const TensorLists& lists) : type_(&TypeOf(lists)) {
   memory_.reserve(lists[0].size() + lists[1].size());
+  objects_.reserve(lists[0].size() + lists[1].size());
   for (std::size_t l = 0; l < lists.size(); ++l) {
     sizes_[l] = lists[l].size();
     for (const TensorPtr& tensor : lists[l]) {
       const auto& cpu = static_cast<const CpuTensor&>(*tensor);
+      cpu.MarkKept();
+      objects_.push_back(&cpu);
       memory_.push_back({cpu.Data(), cpu.Size(), cpu.GetDataType()});
     }
   }
+  // Read after marking: a kept tensor destroyed from here on is seen by Matches().
+  generation_ = KeptGeneration();
+}
+
+bool ListKey::SameObjects(const TensorLists& lists) const noexcept {
+  std::size_t k = 0;
+  for (const std::span<const TensorPtr> list : lists) {
+    for (const TensorPtr& tensor : list) {
+      if (tensor.get() != objects_[k++]) {
+        return false;
+      }
+    }
+  }
+  return true;
 }
 
 bool ListKey::Matches(const TensorLists& lists) const {
   if (lists[0].size() != sizes_[0] || lists[1].size() != sizes_[1]) {
     return false;
+  }
+  if (KeptGeneration() == generation_ && SameObjects(lists)) {
+    return true;  // the same live objects: the same memory, shapes included (see ListKey.hpp)
   }
   // The CpuTensor at an entry over the key's memory at @p k, or null.
   const auto same = [&](const TensorPtr& entry, std::size_t k) -> const CpuTensor* {

@@ -10,6 +10,14 @@
 // misses. Nothing is kept alive and nothing needs invalidating: a key's addresses are only
 // compared, never read, and a plan is run only for a list that holds live memory at them.
 //
+// Fast path: while no tensor a key holds has been destroyed (KeptGeneration() unchanged since the
+// key was made; the key marks its tensors with CpuTensor::MarkKept), each tensor object the key
+// names is still alive over the key's memory, so a list holding the same objects in the same
+// order is the key's list, told from the caller's array of pointers alone. That keeps a list
+// passed again cheap when its tensor objects are cold in the caches (a training step that has
+// moved gigabytes since): reading thousands of scattered objects then costs a cache and TLB miss
+// each. Lists wrapped anew each step take the memory path below instead.
+//
 // Comparing reads each tensor's first cache line (CpuTensor keeps its vtable pointer, data,
 // size and dtype together) and allocates nothing. Whether an entry is a CpuTensor at all is told
 // by its dynamic type, read through the same vtable pointer, against the type of the tensors the
@@ -26,12 +34,17 @@
 
 #include <mlframework/core/DataType.hpp>
 #include <mlframework/core/ITensor.hpp>
+#include <mlframework/export.hpp>
 
 namespace mlframework::backends::cpu {
 
 /// The tensors of one call as the caller holds them: one list (the second empty), or a cast's
 /// source and destination.
 using TensorLists = std::array<std::span<const TensorPtr>, 2>;
+
+/// Advanced each time a CpuTensor marked kept is destroyed (defined with CpuTensor, exported so
+/// a copy of ListKey compiled into a test reads the library's count).
+MLFRAMEWORK_EXPORT std::uint64_t KeptGeneration() noexcept;
 
 class ListKey {
  public:
@@ -53,7 +66,12 @@ class ListKey {
     bool operator==(const Memory&) const = default;
   };
 
-  const std::type_info* type_;  // the dynamic type of the tensors the key was made of (CpuTensor)
+  // True when @p lists hold exactly the key's tensor objects, in order (reads only the caller's array).
+  bool SameObjects(const TensorLists& lists) const noexcept;
+
+  std::vector<const ITensor*> objects_;  // the tensor objects the key was made of, marked kept
+  std::uint64_t generation_ = 0;         // KeptGeneration() after they were marked
+  const std::type_info* type_;           // the dynamic type of the tensors the key was made of (CpuTensor)
   std::array<std::size_t, 2> sizes_{};
   std::vector<Memory> memory_;  // the lists' tensors, one list after the other
 };
