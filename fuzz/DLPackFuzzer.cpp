@@ -74,9 +74,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     std::int64_t step = 1;
     for (int i = t.ndim - 1; i >= 0; --i) {
       strides[static_cast<std::size_t>(i)] = step;
-      step = shape[static_cast<std::size_t>(i)] > 0 && step < (std::int64_t{1} << 40)
-                 ? step * shape[static_cast<std::size_t>(i)]
-                 : step;
+      const std::int64_t extent = shape[static_cast<std::size_t>(i)];
+      if (extent > 0 && step <= std::numeric_limits<std::int64_t>::max() / extent) {
+        step *= extent;
+      }
     }
     if (stride_mode == 2) {
       strides[0] += 1;

@@ -5,8 +5,8 @@
 #include <mlframework/config.hpp>
 
 #include <mlframework/core/BFloat16.hpp>
-#include <mlframework/core/DataType.hpp>
 #include <mlframework/core/DLPack.hpp>
+#include <mlframework/core/DataType.hpp>
 #include <mlframework/core/Device.hpp>
 #include <mlframework/core/Error.hpp>
 #include <mlframework/core/Float16.hpp>
