@@ -80,7 +80,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       }
     }
     if (stride_mode == 2) {
-      strides[0] += 1;
+      strides[0] = strides[0] == std::numeric_limits<std::int64_t>::max() ? 0 : strides[0] + 1;
     } else if (stride_mode == 3) {
       strides.assign(8, 0);
     }
