@@ -33,6 +33,9 @@ int g_deleted = 0;
 
 void CountDelete(DLManagedTensor* /*managed*/) { ++g_deleted; }
 
+// A byte as two's complement: 0-127 stay, 128-255 become -128 to -1.
+int Signed(std::uint8_t byte) { return byte < 128 ? byte : static_cast<int>(byte) - 256; }
+
 std::int64_t Extent(std::uint8_t byte) {
   switch (byte) {
     case 0xF0:
@@ -56,11 +59,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   DLManagedTensor managed{};
   DLTensor& t = managed.dl_tensor;
   t.device.device_type = static_cast<DLDeviceType>(input.Byte() % 16);
-  t.device.device_id = static_cast<std::int8_t>(input.Byte());
+  t.device.device_id = Signed(input.Byte());
   t.dtype.code = input.Byte() % 8;
   t.dtype.bits = input.Byte();
   t.dtype.lanes = input.Byte() % 3;
-  t.ndim = static_cast<std::int8_t>(input.Byte()) % 8;
+  t.ndim = Signed(input.Byte()) % 8;  // -7 to 7
   const std::uint8_t flags = input.Byte();
   t.byte_offset = input.Byte();
   std::vector<std::int64_t> shape(8);
