@@ -120,6 +120,10 @@ const char* DtypeName(DataType dtype) {
       return "f16";
     case DataType::BFloat16:
       return "bf16";
+    case DataType::Float8E4M3FN:
+      return "f8e4m3";
+    case DataType::Float8E5M2:
+      return "f8e5m2";
     case DataType::Float32:
       break;
   }

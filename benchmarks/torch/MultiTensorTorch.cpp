@@ -29,6 +29,10 @@ torch::ScalarType TorchType(DataType dtype) {
       return torch::kHalf;
     case DataType::BFloat16:
       return torch::kBFloat16;
+    case DataType::Float8E4M3FN:
+      return torch::kFloat8_e4m3fn;
+    case DataType::Float8E5M2:
+      return torch::kFloat8_e5m2;
     case DataType::Float32:
       break;
   }

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <limits>
 #include <memory>
+#include <vector>
 
 #include <mlframework/mlframework.hpp>
 
@@ -68,6 +69,15 @@ int main() {
          "VectorTensor: unscaled in place, overflow check passes");
   tensors[0]->CopyFromFloats(std::vector<float>{1.0f, std::nanf("")});
   Expect(HasNonFinite(tensors), "VectorTensor: a NaN is caught");
+
+  // README, "FP8 tensors": the values its snippet states.
+  const TensorPtr x = FromVector({1.0f, 300.0f, 1e6f}, {3}, DataType::Float32);
+  const std::vector<float> e4m3 = x->CastTo(DataType::Float8E4M3FN)->ToFloatVector();
+  const std::vector<float> e5m2 = x->CastTo(DataType::Float8E5M2)->ToFloatVector();
+  Expect(e4m3 == std::vector<float>{1.0f, 288.0f, 448.0f}, "FP8: E4M3FN rounds and saturates");
+  Expect(e5m2[0] == 1.0f && e5m2[1] == 320.0f && std::isinf(e5m2[2]), "FP8: E5M2 rounds and overflows to inf");
+  Expect(x->CastTo(DataType::Float8E4M3FN)->CastTo(DataType::BFloat16)->ToFloatVector() == e4m3,
+         "FP8: widening to BF16 is exact");
 
   std::printf(failures == 0 ? "readme snippets ok\n" : "readme snippets: %d failure(s)\n", failures);
   return failures == 0 ? 0 : 1;

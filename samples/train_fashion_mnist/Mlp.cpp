@@ -40,6 +40,8 @@ decltype(auto) Dispatch(DataType dtype, F&& f) {
       return std::forward<F>(f)(DType<DataType::Float16>{});
     case DataType::BFloat16:
       return std::forward<F>(f)(DType<DataType::BFloat16>{});
+    case DataType::Float8E4M3FN:
+    case DataType::Float8E5M2:  // refused by the constructor
     case DataType::Float32:
       break;
   }
@@ -175,6 +177,12 @@ Mlp::Mlp(std::vector<std::size_t> sizes, DataType storage, std::uint64_t seed, f
   if (sizes_.size() < 2) {
     throw mlframework::ArgumentError(
         "sizes", "needs an input and an output size, got " + std::to_string(sizes_.size()) + " sizes");
+  }
+  if (mlframework::IsFloat8(storage_)) {
+    // FP8 storage needs a scale per tensor; this network's plain rounding would lose the gradients.
+    throw mlframework::ArgumentError("storage", std::string(mlframework::ToString(storage_)) +
+                                                    " is not a storage dtype of this network (Float32, Float16, "
+                                                    "BFloat16)");
   }
   std::mt19937_64 rng(seed);
   for (std::size_t k = 0; k + 1 < sizes_.size(); ++k) {

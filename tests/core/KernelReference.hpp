@@ -15,6 +15,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <mlframework/backends/cpu/CpuTensor.hpp>
+#include <mlframework/core/Float8Bits.hpp>
 #include <mlframework/core/FloatBits.hpp>
 #include <mlframework/mlframework.hpp>
 
@@ -24,6 +25,9 @@ using mlframework::DataType;
 using mlframework::TensorPtr;
 
 inline constexpr DataType kAllTypes[] = {DataType::Float32, DataType::Float16, DataType::BFloat16};
+/// kAllTypes and the FP8 formats (Float8KernelTests.cpp).
+inline constexpr DataType kEveryType[] = {DataType::Float32, DataType::Float16, DataType::BFloat16,
+                                          DataType::Float8E4M3FN, DataType::Float8E5M2};
 
 /// xorshift64*: fast, deterministic, good enough for test data.
 class Rng {
@@ -53,6 +57,10 @@ inline float RefLoad(DataType dtype, const void* base, std::size_t i) {
       return mlframework::detail::HalfBitsToFloat(static_cast<const std::uint16_t*>(base)[i]);
     case DataType::BFloat16:
       return mlframework::detail::BFloat16BitsToFloat(static_cast<const std::uint16_t*>(base)[i]);
+    case DataType::Float8E4M3FN:
+      return mlframework::detail::Float8E4M3FNBitsToFloat(static_cast<const std::uint8_t*>(base)[i]);
+    case DataType::Float8E5M2:
+      return mlframework::detail::Float8E5M2BitsToFloat(static_cast<const std::uint8_t*>(base)[i]);
     case DataType::Float32:
       break;
   }
@@ -66,6 +74,12 @@ inline void RefStore(DataType dtype, void* base, std::size_t i, float value) {
       return;
     case DataType::BFloat16:
       static_cast<std::uint16_t*>(base)[i] = mlframework::detail::FloatToBFloat16Bits(value);
+      return;
+    case DataType::Float8E4M3FN:
+      static_cast<std::uint8_t*>(base)[i] = mlframework::detail::FloatToFloat8E4M3FNBits(value);
+      return;
+    case DataType::Float8E5M2:
+      static_cast<std::uint8_t*>(base)[i] = mlframework::detail::FloatToFloat8E5M2Bits(value);
       return;
     case DataType::Float32:
       break;
@@ -123,6 +137,9 @@ inline std::uint32_t BitsAt(DataType dtype, const unsigned char* base, std::size
     std::memcpy(&bits, base + 4 * i, 4);
     return bits;
   }
+  if (mlframework::IsFloat8(dtype)) {
+    return base[i];
+  }
   std::uint16_t bits;
   std::memcpy(&bits, base + 2 * i, 2);
   return bits;
@@ -158,6 +175,8 @@ TensorPtr MakeTensor(DataType dtype, std::size_t count, BitsFn&& bits) {
     const std::uint32_t b = bits(i);
     if (dtype == DataType::Float32) {
       std::memcpy(static_cast<unsigned char*>(data) + 4 * i, &b, 4);
+    } else if (mlframework::IsFloat8(dtype)) {
+      static_cast<unsigned char*>(data)[i] = static_cast<unsigned char>(b);
     } else {
       const auto h = static_cast<std::uint16_t>(b);
       std::memcpy(static_cast<unsigned char*>(data) + 2 * i, &h, 2);
@@ -179,6 +198,16 @@ inline std::uint32_t RandomFiniteBits(DataType dtype, Rng& rng) {
       case DataType::BFloat16:
         if (((r >> 16) & 0x7f80u) != 0x7f80u) {
           return r >> 16;
+        }
+        break;
+      case DataType::Float8E4M3FN:
+        if (((r >> 24) & 0x7fu) != 0x7fu) {
+          return r >> 24;
+        }
+        break;
+      case DataType::Float8E5M2:
+        if (((r >> 24) & 0x7cu) != 0x7cu) {
+          return r >> 24;
         }
         break;
       case DataType::Float32:
@@ -229,15 +258,15 @@ inline std::vector<TensorPtr> RandomList(const std::vector<DataType>& dtypes, co
   return list;
 }
 
-/// NaN, +Inf and -Inf bits of each dtype.
+/// NaN, +Inf and -Inf bits of each dtype (E4M3FN has no infinity: its NaN of that sign).
 struct NonFiniteValue {
   const char* name;
-  std::uint32_t f32, f16, bf16;
+  std::uint32_t f32, f16, bf16, e4m3, e5m2;
 };
 inline constexpr NonFiniteValue kNonFinite[] = {
-    {"NaN", 0x7fc00000u, 0x7e00u, 0x7fc0u},
-    {"+Inf", 0x7f800000u, 0x7c00u, 0x7f80u},
-    {"-Inf", 0xff800000u, 0xfc00u, 0xff80u},
+    {"NaN", 0x7fc00000u, 0x7e00u, 0x7fc0u, 0x7fu, 0x7fu},
+    {"+Inf", 0x7f800000u, 0x7c00u, 0x7f80u, 0x7fu, 0x7cu},
+    {"-Inf", 0xff800000u, 0xfc00u, 0xff80u, 0xffu, 0xfcu},
 };
 
 inline void SetElementBits(const TensorPtr& t, std::size_t i, const NonFiniteValue& value) {
@@ -256,6 +285,12 @@ inline void SetElementBits(const TensorPtr& t, std::size_t i, const NonFiniteVal
       std::memcpy(static_cast<unsigned char*>(data) + 2 * i, &h, 2);
       return;
     }
+    case DataType::Float8E4M3FN:
+      static_cast<unsigned char*>(data)[i] = static_cast<unsigned char>(value.e4m3);
+      return;
+    case DataType::Float8E5M2:
+      static_cast<unsigned char*>(data)[i] = static_cast<unsigned char>(value.e5m2);
+      return;
   }
 }
 

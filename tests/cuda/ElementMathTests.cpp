@@ -1,6 +1,6 @@
-// The element math of the CUDA kernels (ElementOps.hpp, built on FloatBits.hpp)
-// run on the host against the CPU backend, for every FP16 and BF16 value and a
-// spread of FP32 values: the bits the kernels write are the bits the CPU writes.
+// The element math of the CUDA kernels (ElementOps.hpp, built on FloatBits.hpp and
+// Float8Bits.hpp) run on the host against the CPU backend, for every FP16, BF16 and FP8 value
+// and a spread of FP32 values: the bits the kernels write are the bits the CPU writes.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -78,10 +78,20 @@ std::vector<float> SpreadOfFloats() {
   return values;
 }
 
+std::vector<std::uint8_t> All8BitPatterns() {
+  std::vector<std::uint8_t> all(256);
+  for (std::uint32_t i = 0; i < 256; ++i) {
+    all[i] = static_cast<std::uint8_t>(i);
+  }
+  return all;
+}
+
 template <DataType S>
 std::vector<cu::StoredType<S>> Sources() {
   if constexpr (S == DataType::Float32) {
     return SpreadOfFloats();
+  } else if constexpr (IsFloat8(S)) {
+    return All8BitPatterns();
   } else {
     return All16BitPatterns();
   }
@@ -126,6 +136,44 @@ BOOST_AUTO_TEST_CASE(ScaleConvertMatchesCpuBackendBitForBit) {
   CheckScaleConvert<DataType::Float32, DataType::Float32>();
   CheckScaleConvert<DataType::Float32, DataType::Float16>();
   CheckScaleConvert<DataType::Float32, DataType::BFloat16>();
+}
+
+BOOST_AUTO_TEST_CASE(Float8ScaleConvertMatchesCpuBackendBitForBit) {
+  constexpr DataType kE4M3 = DataType::Float8E4M3FN;
+  constexpr DataType kE5M2 = DataType::Float8E5M2;
+  CheckScaleConvert<DataType::Float32, kE4M3>();
+  CheckScaleConvert<DataType::Float32, kE5M2>();
+  CheckScaleConvert<DataType::Float16, kE4M3>();
+  CheckScaleConvert<DataType::Float16, kE5M2>();
+  CheckScaleConvert<DataType::BFloat16, kE4M3>();
+  CheckScaleConvert<DataType::BFloat16, kE5M2>();
+  CheckScaleConvert<kE4M3, DataType::Float32>();
+  CheckScaleConvert<kE4M3, DataType::Float16>();
+  CheckScaleConvert<kE4M3, DataType::BFloat16>();
+  CheckScaleConvert<kE4M3, kE4M3>();
+  CheckScaleConvert<kE4M3, kE5M2>();
+  CheckScaleConvert<kE5M2, DataType::Float32>();
+  CheckScaleConvert<kE5M2, DataType::Float16>();
+  CheckScaleConvert<kE5M2, DataType::BFloat16>();
+  CheckScaleConvert<kE5M2, kE5M2>();
+  CheckScaleConvert<kE5M2, kE4M3>();
+}
+
+BOOST_AUTO_TEST_CASE(Float8FiniteTestAndRoundTripOnEveryCode) {
+  for (const std::uint8_t bits : All8BitPatterns()) {
+    const float e4m3 = cu::ToFloat<DataType::Float8E4M3FN>(bits);
+    const float e5m2 = cu::ToFloat<DataType::Float8E5M2>(bits);
+    BOOST_TEST(cu::IsFiniteStored<DataType::Float8E4M3FN>(bits) == !std::isnan(e4m3));
+    BOOST_TEST(cu::IsFiniteStored<DataType::Float8E5M2>(bits) == std::isfinite(e5m2));
+    if (!std::isnan(e4m3)) {
+      BOOST_TEST(unsigned{cu::FromFloat<DataType::Float8E4M3FN>(e4m3)} == unsigned{bits});
+    }
+    if (!std::isnan(e5m2)) {
+      BOOST_TEST(unsigned{cu::FromFloat<DataType::Float8E5M2>(e5m2)} == unsigned{bits});
+    }
+  }
+  static_assert(sizeof(cu::StoredType<DataType::Float8E4M3FN>) == 1);
+  static_assert(sizeof(cu::StoredType<DataType::Float8E5M2>) == 1);
 }
 
 BOOST_AUTO_TEST_CASE(FiniteTestOnStoredBitsMatchesWidenedValue) {

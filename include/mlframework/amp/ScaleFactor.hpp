@@ -25,7 +25,8 @@ class MLFRAMEWORK_EXPORT ScaleFactor {
   static float PowerOfTwo(int exponent);
   /// The recommended initial scale for training in @p precision: 65536 for Float16
   /// (its 5-bit exponent underflows small gradients), 1 for BFloat16 and Float32
-  /// (FP32's exponent range). ArgumentError for an invalid DataType.
+  /// (FP32's exponent range). ArgumentError for an invalid DataType and for the FP8 dtypes
+  /// (Float8E4M3FN, Float8E5M2), which need a scale per tensor, not one loss scale.
   static float GetRecommendedScale(DataType precision);
 };
 

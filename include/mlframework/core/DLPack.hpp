@@ -37,7 +37,9 @@ MLFRAMEWORK_EXPORT TensorPtr FromDLPack(DLManagedTensor* managed);
 /// tensor keeps @p tensor alive until its deleter is called, which the receiver must do once.
 /// A user's own ITensor on the CPU exports when it gives its memory through HostBytes().
 /// ArgumentNullError for a null @p tensor; ArgumentError when its memory cannot be addressed
-/// (a user's own ITensor that keeps its elements elsewhere).
+/// (a user's own ITensor that keeps its elements elsewhere) or its dtype is FP8
+/// (Float8E4M3FN, Float8E5M2: this legacy struct has no FP8 type code; FromDLPack() likewise
+/// accepts no FP8 dtype).
 MLFRAMEWORK_EXPORT DLManagedTensor* ToDLPack(const TensorPtr& tensor);
 
 }  // namespace mlframework

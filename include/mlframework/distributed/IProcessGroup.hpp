@@ -42,6 +42,9 @@ class MLFRAMEWORK_EXPORT IProcessGroup {
   /// Short name of the engine ("local", "mpi", "nccl").
   virtual std::string_view BackendName() const noexcept = 0;
 
+  // The tensor collectives below take Float32, Float16 and BFloat16 tensors; the library's
+  // engines throw ArgumentError naming `tensor` for an FP8 dtype.
+
   /// Concatenates every rank's @p input into @p output in rank order.
   /// Same dtype; `output.Size() == input.Size() * WorldSize()`. @p input may be a view of
   /// exactly this rank's slot of @p output (an in-place all-gather, which FSDP uses);

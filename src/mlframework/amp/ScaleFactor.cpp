@@ -22,6 +22,12 @@ float ScaleFactor::GetRecommendedScale(DataType precision) {
     case DataType::BFloat16:
     case DataType::Float32:
       return None;
+    case DataType::Float8E4M3FN:
+    case DataType::Float8E5M2:
+      // One loss scale cannot fit FP8's few exponents to every tensor: FP8 training scales each
+      // tensor by its own amax (a scaling recipe), not the loss.
+      throw ArgumentError("precision", std::string(ToString(precision)) +
+                                           " has no recommended loss scale: FP8 tensors need per-tensor scales");
   }
   throw ArgumentError("precision", "value " + std::to_string(static_cast<int>(precision)) + " is not a DataType");
 }

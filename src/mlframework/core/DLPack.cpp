@@ -140,6 +140,13 @@ DLManagedTensor* ToDLPack(const TensorPtr& tensor) {
   if (!tensor) {
     throw ArgumentNullError("tensor");
   }
+  if (IsFloat8(tensor->GetDataType())) {
+    // The legacy DLPack struct (0.6-0.8, what Debian's dlpack.h and libtorch's toDLPack speak)
+    // has no type code for FP8: kDLFloat8_* arrived with DLPack 1.1.
+    throw ArgumentError("tensor", "has dtype " + std::string(ToString(tensor->GetDataType())) +
+                                      ", which DLPack 0.x (dlpack.h) cannot describe; cast it to Float16, "
+                                      "BFloat16 or Float32 to export it");
+  }
   const Device device = tensor->GetDevice();
   void* data = nullptr;
   if (tensor->Size() > 0) {
@@ -177,6 +184,9 @@ DLManagedTensor* ToDLPack(const TensorPtr& tensor) {
     case DataType::BFloat16:
       out.dtype = DLDataType{kDLBfloat, 16, 1};
       break;
+    case DataType::Float8E4M3FN:
+    case DataType::Float8E5M2:
+      break;  // refused above
   }
   out.shape = context->shape.data();
   out.strides = context->strides.data();

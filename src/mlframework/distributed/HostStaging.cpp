@@ -33,7 +33,16 @@ void HostWrite::Commit() {
   if (staged_) tensor_.CopyFromFloats(staged_->ToFloatVector());
 }
 
+void CheckCollectiveDType(std::string_view call, const ITensor& tensor) {
+  if (IsFloat8(tensor.GetDataType())) {
+    throw ArgumentError("tensor", std::string(call) + ": dtype " + std::string(ToString(tensor.GetDataType())) +
+                                      " is not supported by the collectives (Float32, Float16, BFloat16); "
+                                      "cast FP8 tensors before a collective");
+  }
+}
+
 void CheckSameDType(std::string_view call, const ITensor& input, const ITensor& output) {
+  CheckCollectiveDType(call, input);
   if (input.GetDataType() != output.GetDataType()) {
     throw ArgumentError("output", std::string(call) + ": output dtype " + std::string(ToString(output.GetDataType())) +
                                       " differs from input dtype " + std::string(ToString(input.GetDataType())));

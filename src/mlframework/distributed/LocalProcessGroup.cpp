@@ -49,9 +49,15 @@ void LocalProcessGroup::ReduceScatter(const ITensor& input, ITensor& output, Red
   if (&input != &output) CopyElements(input, output);
 }
 
-void LocalProcessGroup::AllReduce(ITensor& /*tensor*/, ReduceOp op) { detail::CheckOp(op); }
+void LocalProcessGroup::AllReduce(ITensor& tensor, ReduceOp op) {
+  detail::CheckOp(op);
+  detail::CheckCollectiveDType("AllReduce", tensor);
+}
 
-void LocalProcessGroup::Broadcast(ITensor& /*tensor*/, int root) { detail::CheckRoot(root, 1); }
+void LocalProcessGroup::Broadcast(ITensor& tensor, int root) {
+  detail::CheckRoot(root, 1);
+  detail::CheckCollectiveDType("Broadcast", tensor);
+}
 
 void LocalProcessGroup::Barrier() {}
 

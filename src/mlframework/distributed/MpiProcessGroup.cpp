@@ -523,6 +523,7 @@ void MpiProcessGroup::ReduceScatter(const ITensor& input, ITensor& output, Reduc
 
 void MpiProcessGroup::AllReduce(ITensor& tensor, ReduceOp op) {
   detail::CheckOp(op);
+  detail::CheckCollectiveDType("AllReduce", tensor);
   detail::HostWrite target(tensor, true);
   impl_->Reduce(MPI_IN_PLACE, target.Data(), tensor.Size(), tensor.GetDataType(), op, false);
   target.Commit();
@@ -530,6 +531,7 @@ void MpiProcessGroup::AllReduce(ITensor& tensor, ReduceOp op) {
 
 void MpiProcessGroup::Broadcast(ITensor& tensor, int root) {
   detail::CheckRoot(root, impl_->world_size);
+  detail::CheckCollectiveDType("Broadcast", tensor);
   const int n = CountOf(tensor.Size(), "tensor");
   detail::HostWrite target(tensor, true);
   MLFW_MPI_CHECK(MPI_Bcast(target.Data(), n, WireType(tensor.GetDataType()), root, impl_->comm));

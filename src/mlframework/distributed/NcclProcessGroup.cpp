@@ -39,6 +39,8 @@ ncclDataType_t NcclType(DataType dtype) {
       return ncclFloat16;
     case DataType::BFloat16:
       return ncclBfloat16;
+    case DataType::Float8E4M3FN:
+    case DataType::Float8E5M2:  // refused before (detail::CheckCollectiveDType)
     case DataType::Float32:
       break;
   }
@@ -203,6 +205,7 @@ class NcclProcessGroup final : public IProcessGroup {
 
   void AllReduce(ITensor& tensor, ReduceOp op) override {
     detail::CheckOp(op);
+    detail::CheckCollectiveDType("AllReduce", tensor);
     Run("AllReduce", [&] {
       const DeviceOperand data(tensor, options_.Device, true);
       Enqueue("ncclAllReduce", data.Staged(), [&](ncclComm_t comm) {
@@ -215,6 +218,7 @@ class NcclProcessGroup final : public IProcessGroup {
 
   void Broadcast(ITensor& tensor, int root) override {
     detail::CheckRoot(root, world_size_);
+    detail::CheckCollectiveDType("Broadcast", tensor);
     Run("Broadcast", [&] {
       const DeviceOperand data(tensor, options_.Device, true);
       Enqueue("ncclBroadcast", data.Staged(), [&](ncclComm_t comm) {

@@ -3,7 +3,7 @@
 /// @brief CPU backend: factories and queries (the tensor class itself is private).
 ///
 /// CPU tensors keep their elements in xtensor containers (FP16 and BF16 as
-/// 16-bit words) and run the fused multi-tensor kernels with OpenMP threads
+/// 16-bit words, FP8 as bytes) and run the fused multi-tensor kernels with OpenMP threads
 /// over equal chunks cut across all tensors, vectorized with run-time
 /// instruction-set dispatch.
 
@@ -16,6 +16,7 @@
 #include <mlframework/core/BFloat16.hpp>
 #include <mlframework/core/Error.hpp>
 #include <mlframework/core/Float16.hpp>
+#include <mlframework/core/Float8.hpp>
 #include <mlframework/core/ITensor.hpp>
 #include <mlframework/core/TensorBackend.hpp>
 #include <mlframework/export.hpp>
@@ -100,6 +101,18 @@ struct StorageOf<DataType::Float16> {
 template <>
 struct StorageOf<DataType::BFloat16> {
   using type = BFloat16;  ///< Element type.
+};
+
+/// FP8 E4M3FN elements are 8-bit structs.
+template <>
+struct StorageOf<DataType::Float8E4M3FN> {
+  using type = Float8E4M3FN;  ///< Element type.
+};
+
+/// FP8 E5M2 elements are 8-bit structs.
+template <>
+struct StorageOf<DataType::Float8E5M2> {
+  using type = Float8E5M2;  ///< Element type.
 };
 
 /// Typed view of a CPU tensor's elements; ArgumentError when the dtype is not @p D.

@@ -32,6 +32,9 @@ CpuTensor::CpuTensor(Shape shape, DataType dtype)
   if (dtype_ == DataType::Float32) {
     f32_ = Storage<float>({size_}, 0.0f);
     data_ = f32_.data();
+  } else if (IsFloat8(dtype_)) {
+    u8_ = Storage<std::uint8_t>({size_}, std::uint8_t{0});
+    data_ = u8_.data();
   } else {
     u16_ = Storage<std::uint16_t>({size_}, std::uint16_t{0});
     data_ = u16_.data();

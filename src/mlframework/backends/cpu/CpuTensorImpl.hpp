@@ -1,6 +1,6 @@
 #pragma once
 // Private: the CPU tensor class. Elements live in xtensor containers; FP16 and
-// BF16 are stored as their 16-bit words.
+// BF16 are stored as their 16-bit words, FP8 as bytes.
 
 #include <atomic>
 #include <cstdint>
@@ -75,6 +75,7 @@ class CpuTensor final : public ITensor {
   Shape shape_;
   Storage<float> f32_;           // used when dtype_ is Float32
   Storage<std::uint16_t> u16_;   // used when dtype_ is Float16 or BFloat16
+  Storage<std::uint8_t> u8_;     // used when dtype_ is Float8E4M3FN or Float8E5M2
   std::shared_ptr<void> owner_;  // set for a view or a wrap: what keeps the memory alive
 };
 

@@ -5,6 +5,7 @@
 // (MLFW_CPU_PREFETCH forces it).
 
 #include <array>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <string_view>
@@ -145,10 +146,40 @@ bool SelectPrefetch() noexcept {
   return PrefetchByDefault();
 }
 
+// Fills the slots @p set leaves empty with the portable kernels of the same slot.
+void CompleteFrom(const KernelSet& portable, KernelSet& set) noexcept {
+  const auto fill = [](auto& slot, auto kernel) {
+    if (slot == nullptr) {
+      slot = kernel;
+    }
+  };
+  for (std::size_t d = 0; d < static_cast<std::size_t>(kDataTypeCount); ++d) {
+    fill(set.unscale[d], portable.unscale[d]);
+    fill(set.non_finite[d], portable.non_finite[d]);
+    fill(set.sum_squares[d], portable.sum_squares[d]);
+    fill(set.scale[d], portable.scale[d]);
+    for (std::size_t t = 0; t < static_cast<std::size_t>(kDataTypeCount); ++t) {
+      fill(set.cast[d][t], portable.cast[d][t]);
+    }
+  }
+}
+
+// The SIMD tables vectorise the FP32, FP16 and BF16 slots only (SimdKernels.hpp); every slot
+// with an FP8 dtype runs the portable kernel, which writes the same bits (core/Float8Bits.hpp).
+// Completing the chosen table once here keeps the drivers free of a per-call dtype test.
+KernelTable Completed(const KernelTable& table) noexcept {
+  KernelTable complete = table;
+  const KernelTable& portable = KernelsOf<arch::Portable>();
+  CompleteFrom(portable.cached, complete.cached);
+  CompleteFrom(portable.cached, complete.from_memory);
+  CompleteFrom(portable.cached, complete.from_memory_no_prefetch);
+  return complete;
+}
+
 }  // namespace
 
 const KernelTable& ActiveKernels() noexcept {
-  static const KernelTable& active = Select();
+  static const KernelTable active = Completed(Select());
   return active;
 }
 

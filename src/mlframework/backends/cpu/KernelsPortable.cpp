@@ -1,6 +1,11 @@
 // Portable element kernels: the scalar functions of core/FloatBits.hpp, one
 // template per dtype. Built with the project's baseline flags, so they run on
-// every CPU; they are also the reference the SIMD tables must match bit for bit.
+// every CPU; they are also the reference the SIMD tables must match bit for bit. They fill every
+// dtype's slots, the FP8 ones included: the SIMD tables leave those empty and ActiveKernels()
+// takes them from here (KernelDispatch.cpp).
+
+#include <cstddef>
+#include <utility>
 
 #include "mlframework/backends/cpu/InstructionSets.hpp"
 #include "mlframework/backends/cpu/KernelTable.hpp"
@@ -70,23 +75,28 @@ bool Cast(const void* src, void* dst, std::size_t count, float factor) {
   return !all_finite;
 }
 
-constexpr DataType kF32 = DataType::Float32;
-constexpr DataType kF16 = DataType::Float16;
-constexpr DataType kBF16 = DataType::BFloat16;
+template <DataType S, std::size_t... T>
+constexpr void FillCastRow(KernelSet& set, std::index_sequence<T...> /*dtypes*/) {
+  ((set.cast[Slot(S)][T] = &Cast<S, static_cast<DataType>(T)>), ...);
+}
+
+// Every slot of every dtype, generated from the one list in DataType.hpp.
+template <std::size_t... D>
+constexpr KernelSet MakePortableSet(std::index_sequence<D...> dtypes) {
+  KernelSet set{};
+  ((set.unscale[D] = &Unscale<static_cast<DataType>(D)>), ...);
+  ((set.non_finite[D] = &NonFinite<static_cast<DataType>(D)>), ...);
+  ((set.sum_squares[D] = &SumSquares<static_cast<DataType>(D)>), ...);
+  ((set.scale[D] = &Scale<static_cast<DataType>(D)>), ...);
+  (FillCastRow<static_cast<DataType>(D)>(set, dtypes), ...);
+  return set;
+}
 
 }  // namespace
 
 template <>
 const KernelTable& KernelsOf<arch::Portable>() noexcept {
-  static constexpr KernelSet kSet{
-      {Unscale<kF32>, Unscale<kF16>, Unscale<kBF16>},
-      {NonFinite<kF32>, NonFinite<kF16>, NonFinite<kBF16>},
-      {SumSquares<kF32>, SumSquares<kF16>, SumSquares<kBF16>},
-      {Scale<kF32>, Scale<kF16>, Scale<kBF16>},
-      {{Cast<kF32, kF32>, Cast<kF32, kF16>, Cast<kF32, kBF16>},
-       {Cast<kF16, kF32>, Cast<kF16, kF16>, Cast<kF16, kBF16>},
-       {Cast<kBF16, kF32>, Cast<kBF16, kF16>, Cast<kBF16, kBF16>}},
-  };
+  static constexpr KernelSet kSet = MakePortableSet(std::make_index_sequence<kDataTypeCount>{});
   // One set for both kinds of call: portable code has no prefetch and no non-temporal store.
   static constexpr KernelTable kTable{arch::Portable::kName, kSet, kSet, kSet, false};
   return kTable;

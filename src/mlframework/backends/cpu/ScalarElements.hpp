@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include <mlframework/core/DataType.hpp>
+#include <mlframework/core/Float8Bits.hpp>
 #include <mlframework/core/FloatBits.hpp>
 
 namespace mlframework::backends::cpu::scalar {
@@ -18,6 +19,10 @@ float Load(const void* base, std::size_t i) {
     return static_cast<const float*>(base)[i];
   } else if constexpr (D == DataType::Float16) {
     return detail::HalfBitsToFloat(static_cast<const std::uint16_t*>(base)[i]);
+  } else if constexpr (D == DataType::Float8E4M3FN) {
+    return detail::Float8E4M3FNBitsToFloat(static_cast<const std::uint8_t*>(base)[i]);
+  } else if constexpr (D == DataType::Float8E5M2) {
+    return detail::Float8E5M2BitsToFloat(static_cast<const std::uint8_t*>(base)[i]);
   } else {
     return detail::BFloat16BitsToFloat(static_cast<const std::uint16_t*>(base)[i]);
   }
@@ -29,18 +34,26 @@ void Store(void* base, std::size_t i, float value) {
     static_cast<float*>(base)[i] = value;
   } else if constexpr (D == DataType::Float16) {
     static_cast<std::uint16_t*>(base)[i] = detail::FloatToHalfBits(value);
+  } else if constexpr (D == DataType::Float8E4M3FN) {
+    static_cast<std::uint8_t*>(base)[i] = detail::FloatToFloat8E4M3FNBits(value);
+  } else if constexpr (D == DataType::Float8E5M2) {
+    static_cast<std::uint8_t*>(base)[i] = detail::FloatToFloat8E5M2Bits(value);
   } else {
     static_cast<std::uint16_t*>(base)[i] = detail::FloatToBFloat16Bits(value);
   }
 }
 
-// Finite test on the stored bits: exponent field not all ones.
+// Finite test on the stored bits: exponent field not all ones (E4M3FN: not S.1111.111).
 template <DataType D>
 bool IsFiniteAt(const void* base, std::size_t i) {
   if constexpr (D == DataType::Float32) {
     return detail::IsFiniteFloat(static_cast<const float*>(base)[i]);
   } else if constexpr (D == DataType::Float16) {
     return (static_cast<const std::uint16_t*>(base)[i] & 0x7c00u) != 0x7c00u;
+  } else if constexpr (D == DataType::Float8E4M3FN) {
+    return detail::IsFiniteFloat8E4M3FNBits(static_cast<const std::uint8_t*>(base)[i]);
+  } else if constexpr (D == DataType::Float8E5M2) {
+    return detail::IsFiniteFloat8E5M2Bits(static_cast<const std::uint8_t*>(base)[i]);
   } else {
     return (static_cast<const std::uint16_t*>(base)[i] & 0x7f80u) != 0x7f80u;
   }
@@ -54,6 +67,10 @@ decltype(auto) DispatchDtype(DataType dtype, Fn&& fn) {
       return fn.template operator()<DataType::Float16>();
     case DataType::BFloat16:
       return fn.template operator()<DataType::BFloat16>();
+    case DataType::Float8E4M3FN:
+      return fn.template operator()<DataType::Float8E4M3FN>();
+    case DataType::Float8E5M2:
+      return fn.template operator()<DataType::Float8E5M2>();
     case DataType::Float32:
       break;
   }

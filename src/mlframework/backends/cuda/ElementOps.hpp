@@ -11,6 +11,11 @@
 // FP16 and BF16 value, and every halfway point between two of them, through
 // the kernels against the CPU backend. Only NaN payloads differ (the hardware
 // writes 0x7FFF), and no result depends on a NaN's payload.
+//
+// FP8 (E4M3FN, E5M2) goes through core/Float8Bits.hpp on host and device alike: torch's
+// non-saturating encoding (NaN for E4M3FN overflow, 0x7F for every E5M2 NaN) is not what
+// cuda_fp8.h's __nv_cvt_float_to_fp8 writes for NaN, and its E4M3 non-saturating path is no
+// hardware instruction either (cvt.*.e4m3x2 always saturates).
 
 #include <cstdint>
 #include <type_traits>
@@ -21,14 +26,16 @@
 #endif
 
 #include <mlframework/core/DataType.hpp>
+#include <mlframework/core/Float8Bits.hpp>
 #include <mlframework/core/FloatBits.hpp>
 #include <mlframework/core/HostDevice.hpp>
 
 namespace mlframework::backends::cuda {
 
-/// The stored type of one element: float, or the 16 bits of a half / bfloat16.
+/// The stored type of one element: float, the 16 bits of a half / bfloat16, or the byte of an FP8.
 template <DataType D>
-using StoredType = std::conditional_t<D == DataType::Float32, float, std::uint16_t>;
+using StoredType =
+    std::conditional_t<D == DataType::Float32, float, std::conditional_t<IsFloat8(D), std::uint8_t, std::uint16_t>>;
 
 /// A dtype as a type, for generic lambdas in device code.
 template <DataType D>
@@ -47,6 +54,10 @@ MLFW_HOST_DEVICE inline float ToFloat(StoredType<D> stored) {
 #else
     return detail::HalfBitsToFloat(stored);
 #endif
+  } else if constexpr (D == DataType::Float8E4M3FN) {
+    return detail::Float8E4M3FNBitsToFloat(stored);
+  } else if constexpr (D == DataType::Float8E5M2) {
+    return detail::Float8E5M2BitsToFloat(stored);
   } else {
     return detail::BFloat16BitsToFloat(stored);
   }
@@ -63,6 +74,10 @@ MLFW_HOST_DEVICE inline StoredType<D> FromFloat(float value) {
 #else
     return detail::FloatToHalfBits(value);
 #endif
+  } else if constexpr (D == DataType::Float8E4M3FN) {
+    return detail::FloatToFloat8E4M3FNBits(value);
+  } else if constexpr (D == DataType::Float8E5M2) {
+    return detail::FloatToFloat8E5M2Bits(value);
   } else {
 #if defined(__CUDA_ARCH__)
     return __bfloat16_as_ushort(__float2bfloat16_rn(value));
@@ -79,6 +94,10 @@ MLFW_HOST_DEVICE inline bool IsFiniteStored(StoredType<D> stored) {
     return detail::IsFiniteFloat(stored);
   } else if constexpr (D == DataType::Float16) {
     return detail::IsFiniteHalfBits(stored);
+  } else if constexpr (D == DataType::Float8E4M3FN) {
+    return detail::IsFiniteFloat8E4M3FNBits(stored);
+  } else if constexpr (D == DataType::Float8E5M2) {
+    return detail::IsFiniteFloat8E5M2Bits(stored);
   } else {
     return detail::IsFiniteBFloat16Bits(stored);
   }

@@ -36,6 +36,12 @@ __device__ inline void DispatchDtype(std::uint8_t dtype, Fn&& fn) {
     case DataType::BFloat16:
       fn(DtypeTag<DataType::BFloat16>{});
       return;
+    case DataType::Float8E4M3FN:
+      fn(DtypeTag<DataType::Float8E4M3FN>{});
+      return;
+    case DataType::Float8E5M2:
+      fn(DtypeTag<DataType::Float8E5M2>{});
+      return;
     case DataType::Float32:
       break;
   }

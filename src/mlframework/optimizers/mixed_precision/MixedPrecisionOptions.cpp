@@ -41,6 +41,11 @@ void MixedPrecisionOptions::Validate() const {
     throw ArgumentError("Precision", "value " + std::to_string(static_cast<int>(Precision)) +
                                          " is not a DataType (Float32, Float16, BFloat16)");
   }
+  if (IsFloat8(Precision)) {
+    throw ArgumentError("Precision", std::string(ToString(Precision)) +
+                                         " is not a training precision of this optimizer (Float32, Float16, "
+                                         "BFloat16): FP8 needs per-tensor scaling");
+  }
   // The loss-scale fields are checked by the shared rules, under this struct's field names.
   amp::ValidateScalePolicy(ToScalePolicy(), amp::ScalePolicyFieldNames{.InitialScale = "InitialLossScale",
                                                                        .GrowthFactor = "GrowthFactor",
