@@ -15,6 +15,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <mlframework/distributed/LocalProcessGroup.hpp>
+#include <mlframework/distributed/fsdp/FSDPConfig.hpp>
 #include <mlframework/distributed/fsdp/FSDPMixedPrecisionConfig.hpp>
 #include <mlframework/mlframework.hpp>
 
@@ -304,6 +305,8 @@ BOOST_AUTO_TEST_CASE(PlacesWithoutFp8SayWhy) {
     distributed::fsdp::FSDPMixedPrecisionConfig config;
     config.ForwardDType = dtype;
     BOOST_CHECK_THROW(config.Validate(), ArgumentError);
+    ExpectArgumentError([&] { distributed::fsdp::FSDPConfig{.ParamDType = dtype}.Validate(); }, "ParamDType", name);
+    ExpectArgumentError([&] { distributed::fsdp::FSDPConfig{.ReduceDType = dtype}.Validate(); }, "ReduceDType", name);
     distributed::LocalProcessGroup group;
     ExpectArgumentError([&] { group.AllReduce(*t); }, "tensor", name);
     ExpectArgumentError([&] { group.Broadcast(*t, 0); }, "tensor", name);

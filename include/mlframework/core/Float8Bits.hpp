@@ -15,8 +15,8 @@
 ///   65536, infinity) on, as binary16 does; NaN gives S.11111.11;
 /// - the sign is kept everywhere, NaN included.
 ///
-/// Why not cuda_fp8.h's `__nv_cvt_float_to_fp8`: its NaN encoding for E5M2 (0x7E | mantissa)
-/// is not torch's (0x7F), so sharing this code keeps CPU, CUDA and torch bit-identical.
+/// Why not cuda_fp8.h's `__nv_cvt_float_to_fp8`: it writes every NaN as the positive NaN (torch
+/// keeps the sign), so sharing this code keeps CPU, CUDA and torch bit-identical.
 
 #include <cstdint>
 
@@ -86,38 +86,52 @@ MLFW_HOST_DEVICE inline std::uint8_t FloatToFloat8E5M2Bits(float value) {
   return static_cast<std::uint8_t>(sign | RoundFloatToFloat8Magnitude<2, 15>(ax));
 }
 
-/// Widens E4M3FN bits to float exactly. NaN (S.1111.111) becomes the float with bits
-/// S.11111111.1110000..., the value PyTorch's decoder writes.
-MLFW_HOST_DEVICE inline float Float8E4M3FNBitsToFloat(std::uint8_t bits) {
+/// The FP32 bits of the FP8 value @p bits with @p kMantissa mantissa bits and exponent bias
+/// @p kBias, exact; constexpr, so the CPU backend builds its decode tables at compile time.
+/// @p kIeee: the all-ones exponent holds infinities and NaNs (E5M2); otherwise only S.1111.111
+/// is NaN (E4M3FN). NaNs come out quiet with their payload and sign, as torch's decoders write
+/// them: E4M3FN's NaN as S.11111111.1110..., E5M2's as the quieted binary16 NaN.
+template <unsigned kMantissa, unsigned kBias, bool kIeee>
+MLFW_HOST_DEVICE constexpr std::uint32_t Float8ToFloatBits(std::uint8_t bits) {
+  constexpr unsigned kExponentBits = 7u - kMantissa;
+  constexpr std::uint32_t kExponentMax = (1u << kExponentBits) - 1u;
   const std::uint32_t sign = static_cast<std::uint32_t>(bits & 0x80u) << 24;
-  const std::uint32_t exponent = (bits >> 3) & 0x0fu;
-  std::uint32_t mantissa = bits & 0x07u;
-  if ((bits & 0x7fu) == 0x7fu) {
-    return BitsAsFloat(sign | 0x7ff00000u);
+  const std::uint32_t exponent = (bits >> kMantissa) & kExponentMax;
+  std::uint32_t mantissa = bits & ((1u << kMantissa) - 1u);
+  if constexpr (kIeee) {
+    if (exponent == kExponentMax) {
+      return sign | 0x7f800000u | (mantissa != 0u ? 0x00400000u | (mantissa << (23u - kMantissa)) : 0u);
+    }
+  } else {
+    if ((bits & 0x7fu) == 0x7fu) {
+      return sign | 0x7ff00000u;
+    }
   }
   if (exponent == 0u) {
     if (mantissa == 0u) {
-      return BitsAsFloat(sign);
+      return sign;
     }
-    // Subnormal: mantissa * 2^-9; normalise so the leading one becomes the implicit bit.
-    std::uint32_t float_exponent = 127u - 6u;
-    while ((mantissa & 0x08u) == 0u) {
+    // Subnormal: mantissa * 2^(1 - bias - kMantissa); normalise so the leading one becomes the
+    // implicit bit.
+    std::uint32_t float_exponent = 127u + 1u - kBias;
+    while ((mantissa & (1u << kMantissa)) == 0u) {
       mantissa <<= 1;
       --float_exponent;
     }
-    return BitsAsFloat(sign | (float_exponent << 23) | ((mantissa & 0x07u) << 20));
+    return sign | (float_exponent << 23) | ((mantissa & ((1u << kMantissa) - 1u)) << (23u - kMantissa));
   }
-  return BitsAsFloat(sign | ((exponent + 120u) << 23) | (mantissa << 20));
+  return sign | ((exponent + 127u - kBias) << 23) | (mantissa << (23u - kMantissa));
 }
 
-/// Widens E5M2 bits to float exactly: E5M2 is the upper byte of a binary16. A NaN keeps its
-/// payload and comes out quiet (S.11111111.1x...), as torch's decoder writes it.
+/// Widens E4M3FN bits to float exactly (NaN: S.11111111.1110..., as torch writes it).
+MLFW_HOST_DEVICE inline float Float8E4M3FNBitsToFloat(std::uint8_t bits) {
+  return BitsAsFloat(Float8ToFloatBits<3, 7, false>(bits));
+}
+
+/// Widens E5M2 bits to float exactly: E5M2 is the upper byte of a binary16; a NaN keeps its
+/// payload and comes out quiet, as torch's decoder writes it.
 MLFW_HOST_DEVICE inline float Float8E5M2BitsToFloat(std::uint8_t bits) {
-  const float value = HalfBitsToFloat(static_cast<std::uint16_t>(bits << 8));
-  if ((bits & 0x7fu) > 0x7cu) {
-    return BitsAsFloat(FloatAsBits(value) | 0x00400000u);
-  }
-  return value;
+  return BitsAsFloat(Float8ToFloatBits<2, 15, true>(bits));
 }
 
 /// True when E4M3FN bits encode a finite value (everything but S.1111.111).

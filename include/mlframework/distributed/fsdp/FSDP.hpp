@@ -71,7 +71,7 @@ class MLFRAMEWORK_EXPORT FSDP {
   /// The configuration.
   const FSDPConfig& Config() const noexcept;
   /// Changes the dtype later Gather() calls produce (FSDPAmpIntegration sets the forward dtype).
-  /// ArgumentError for an invalid dtype; InvalidOperationError while any unit is gathered.
+  /// ArgumentError for an invalid or FP8 dtype; InvalidOperationError while any unit is gathered.
   void SetParamDType(DataType dtype);
 
   /// Bytes of idle gather and gradient buffers cached for reuse. Release() and the flat

@@ -12,10 +12,12 @@
 // the kernels against the CPU backend. Only NaN payloads differ (the hardware
 // writes 0x7FFF), and no result depends on a NaN's payload.
 //
-// FP8 (E4M3FN, E5M2) goes through core/Float8Bits.hpp on host and device alike: torch's
-// non-saturating encoding (NaN for E4M3FN overflow, 0x7F for every E5M2 NaN) is not what
-// cuda_fp8.h's __nv_cvt_float_to_fp8 writes for NaN, and its E4M3 non-saturating path is no
-// hardware instruction either (cvt.*.e4m3x2 always saturates).
+// FP8 (E4M3FN, E5M2) goes through core/Float8Bits.hpp on host and device alike, so the
+// kernels write torch's bytes: cuda_fp8.h's __nv_cvt_float_to_fp8 turns every NaN into the
+// positive canonical NaN (torch keeps the sign), and its non-saturating E5M2 path is software
+// (through double) on every architecture. The hardware's cvt.rn.satfinite.e4m3x2 rounds like
+// torch's E4M3FN cast for every non-NaN input and could replace the integer encode once a GPU
+// run checks it (test_cuda_device.Float8OnCuda compares every path with the CPU).
 
 #include <cstdint>
 #include <type_traits>

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <sstream>
+#include <string>
 #include <utility>
 
 #include <mlframework/core/Error.hpp>
@@ -125,6 +126,13 @@ void FSDPConfig::Validate() const {
   }
   if (!IsValid(ReduceDType)) {
     throw ArgumentError("ReduceDType", "unknown DataType " + std::to_string(static_cast<int>(ReduceDType)));
+  }
+  // FP8 shards need their scales gathered with them, which the units do not do yet.
+  if (IsFloat8(ParamDType)) {
+    throw ArgumentError("ParamDType", std::string(ToString(ParamDType)) + " is not supported by FSDP's collectives");
+  }
+  if (IsFloat8(ReduceDType)) {
+    throw ArgumentError("ReduceDType", std::string(ToString(ReduceDType)) + " is not supported by FSDP's collectives");
   }
 }
 
@@ -350,6 +358,9 @@ const FSDPConfig& FSDP::Config() const noexcept { return impl_->config; }
 
 void FSDP::SetParamDType(DataType dtype) {
   if (!IsValid(dtype)) throw ArgumentError("dtype", "unknown DataType " + std::to_string(static_cast<int>(dtype)));
+  if (IsFloat8(dtype)) {
+    throw ArgumentError("dtype", std::string(ToString(dtype)) + " is not supported by FSDP's collectives");
+  }
   for (const auto& unit : impl_->units) {
     if (unit->IsGathered()) {
       throw InvalidOperationError("cannot change the parameter dtype while unit '" + unit->Name() +
