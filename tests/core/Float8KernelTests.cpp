@@ -29,6 +29,7 @@ struct ThreadCountGuard {
 
 std::vector<TensorPtr> EmptyLike(const std::vector<TensorPtr>& list, DataType dtype) {
   std::vector<TensorPtr> out;
+  out.reserve(list.size());
   for (const auto& t : list) {
     out.push_back(backends::cpu::Empty(t->GetShape(), dtype));
   }

@@ -1,6 +1,7 @@
 // FP8 tensors on the CPU backend: every factory, cast, view and per-tensor operation, the fused
 // list operations, a framework's own FP8 tensor, and the places that refuse FP8 with an
 // ArgumentError naming the dtype.
+#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -56,7 +57,9 @@ bool SameFloats(const std::vector<float>& a, const std::vector<float>& b) {
     return false;
   }
   for (std::size_t i = 0; i < a.size(); ++i) {
-    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0 && !(std::isnan(a[i]) && std::isnan(b[i]))) {
+    // Bits, so -0 differs from +0; any NaN equals any NaN.
+    if (std::bit_cast<std::uint32_t>(a[i]) != std::bit_cast<std::uint32_t>(b[i]) &&
+        !(std::isnan(a[i]) && std::isnan(b[i]))) {
       return false;
     }
   }
@@ -65,6 +68,7 @@ bool SameFloats(const std::vector<float>& a, const std::vector<float>& b) {
 
 std::vector<float> Rounded(DataType dtype, const std::vector<float>& values) {
   std::vector<float> out;
+  out.reserve(values.size());
   for (const float v : values) {
     out.push_back(RoundTo(dtype, v));
   }

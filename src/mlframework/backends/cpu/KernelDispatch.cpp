@@ -179,8 +179,8 @@ KernelTable Completed(const KernelTable& table) noexcept {
 }  // namespace
 
 const KernelTable& ActiveKernels() noexcept {
-  static const KernelTable active = Completed(Select());
-  return active;
+  static const KernelTable kActive = Completed(Select());
+  return kActive;
 }
 
 bool SoftwarePrefetch() noexcept {
