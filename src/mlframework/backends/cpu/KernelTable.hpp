@@ -85,7 +85,8 @@ const KernelTable& KernelsOf<arch::Avx512Fp16>() noexcept;
 
 /// The table this process dispatches to: the best the CPU supports, or the one named by the
 /// environment variable MLFW_CPU_ISA (portable, avx2, avx512, avx512_bf16, avx512_fp16) when the CPU supports it.
-/// Chosen once.
+/// Chosen once, and completed once: the slots the table leaves empty (the SIMD tables' FP8 slots)
+/// hold the portable kernels.
 const KernelTable& ActiveKernels() noexcept;
 
 /// The set calls over at least kFromMemoryBytes run in this process: ActiveKernels().from_memory
