@@ -22,6 +22,7 @@
 
 #include <mlframework/backends/cpu/CpuTensor.hpp>
 #include <mlframework/backends/cuda/CudaTensor.hpp>
+#include <mlframework/backends/cuda/StreamGuard.hpp>
 
 // amp
 #include <mlframework/amp/DynamicLossScaler.hpp>

@@ -46,8 +46,7 @@ class CudaScaleState final : public DeviceScaleState {
  public:
   CudaScaleState(int device, const ScalePolicy& policy, const ScaleState& initial)
       : context_(&DeviceContext::Get(device)), policy_(policy) {
-    std::lock_guard lock(context_->Mutex());
-    DeviceGuard guard(device);
+    const StreamUse use(*context_);
     block_ = static_cast<DeviceScaleBlock*>(context_->Allocate(sizeof(DeviceScaleBlock)));
     try {
       WriteLocked(initial);
@@ -64,20 +63,17 @@ class CudaScaleState final : public DeviceScaleState {
   const ScalePolicy& Policy() const noexcept override { return policy_; }
   ScaleState Read() const override { return ReadBlock().state; }
   void Write(const ScaleState& state) override {
-    std::lock_guard lock(context_->Mutex());
-    DeviceGuard guard(context_->DeviceIndex());
+    const StreamUse use(*context_);
     WriteLocked(state);
   }
   bool FoundInf() const override { return ReadBlock().found_inf != 0; }
   void MarkFoundInf() override {
-    std::lock_guard lock(context_->Mutex());
-    DeviceGuard guard(context_->DeviceIndex());
+    const StreamUse use(*context_);
     // Byte-wise memset: 0x01010101 is non-zero, which is all the flag means.
     MLFW_CUDA_CHECK(cudaMemsetAsync(FlagPointer(), 1, sizeof(std::int32_t), context_->Stream()));
   }
   void ClearFoundInf() override {
-    std::lock_guard lock(context_->Mutex());
-    DeviceGuard guard(context_->DeviceIndex());
+    const StreamUse use(*context_);
     MLFW_CUDA_CHECK(cudaMemsetAsync(FlagPointer(), 0, sizeof(std::int32_t), context_->Stream()));
   }
   bool LastStepSkipped() const override { return ReadBlock().last_skipped != 0; }
@@ -99,8 +95,7 @@ class CudaScaleState final : public DeviceScaleState {
     MLFW_CUDA_CHECK(cudaStreamSynchronize(context_->Stream()));
   }
   DeviceScaleBlock ReadBlock() const {
-    std::lock_guard lock(context_->Mutex());
-    DeviceGuard guard(context_->DeviceIndex());
+    const StreamUse use(*context_);
     DeviceScaleBlock host{};
     MLFW_CUDA_CHECK(cudaMemcpyAsync(&host, block_, sizeof host, cudaMemcpyDeviceToHost, context_->Stream()));
     MLFW_CUDA_CHECK(cudaStreamSynchronize(context_->Stream()));
@@ -242,8 +237,7 @@ bool CastAcrossDevices(const CudaTensor& in, ITensor& out, float factor) {
 // buffers, result block and partials serve every thread, one call at a time (Stage()).
 template <typename QueueWork>
 void OnStream(DeviceContext& context, QueueWork&& queue_work) {
-  std::lock_guard lock(context.Mutex());
-  DeviceGuard guard(context.DeviceIndex());
+  const StreamUse use(context);
   queue_work(context.Stream());
 }
 
