@@ -56,9 +56,12 @@ class MLFRAMEWORK_EXPORT FSDP {
   /// rank for: an empty map, a duplicate unit name, a null or empty (size 0) parameter,
   /// parameters on two devices (or on another device than the units registered before; the
   /// message names the parameter and both devices), a unit smaller than the world size
-  /// (sharded strategies), or ranks that disagree on the world size, the unit's name, its
-  /// parameter names or shapes.
-  FSDPShardingUnit& RegisterUnit(const std::string& name, const GradientMap& parameters);
+  /// (sharded strategies), ranks that disagree on the world size, the unit's name, its
+  /// parameter names or shapes, or its precision; an invalid @p precision (named by field).
+  /// @p precision gives the unit its own gather and reduce dtypes (UnitPrecision: norm layers
+  /// in FP32 while the rest runs in BF16); by default it follows the FSDP's.
+  FSDPShardingUnit& RegisterUnit(const std::string& name, const GradientMap& parameters,
+                                 const UnitPrecision& precision = {});
   /// Number of registered units.
   std::size_t UnitCount() const noexcept;
   /// Unit number @p index in registration order; ArgumentError when out of range.
@@ -70,7 +73,8 @@ class MLFRAMEWORK_EXPORT FSDP {
   IProcessGroup& ProcessGroup() const noexcept;
   /// The configuration.
   const FSDPConfig& Config() const noexcept;
-  /// Changes the dtype later Gather() calls produce (FSDPAmpIntegration sets the forward dtype).
+  /// Changes the dtype later Gather() calls produce (FSDPAmpIntegration sets the forward dtype),
+  /// except for units registered with their own UnitPrecision::ParamDType, which keep it.
   /// ArgumentError for an invalid dtype; InvalidOperationError while any unit is gathered.
   void SetParamDType(DataType dtype);
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include <mlframework/core/ITensor.hpp>
+#include <mlframework/distributed/fsdp/UnitPrecision.hpp>
 #include <mlframework/export.hpp>
 
 namespace mlframework::distributed::fsdp {
@@ -22,7 +23,8 @@ class FSDP;
 /// whole buffer.
 ///
 /// Life of a unit in one training step:
-/// 1. Gather(): the FP32 shard is cast to the parameter dtype and all-gathered (collective).
+/// 1. Gather(): the FP32 shard is cast to the parameter dtype (ParamDType(): the unit's own,
+///    else the FSDP's) and all-gathered (collective).
 ///    GatheredParameter() is the flat buffer and Parameters() its per-parameter views, which the
 ///    framework uses in forward and backward.
 /// 2. ReduceGradients(full_gradients): the full per-parameter gradients are flattened into the
@@ -70,6 +72,13 @@ class MLFRAMEWORK_EXPORT FSDPShardingUnit {
 
   /// This rank's FP32 master shard (what the optimizer updates in place), on the parameters' device.
   TensorPtr LocalShard() const noexcept;
+
+  /// The unit's own precision policy as registered (unset fields follow the FSDP).
+  const UnitPrecision& Precision() const noexcept;
+  /// The dtype the next Gather() produces: the unit's own ParamDType, else the FSDP's current one.
+  DataType ParamDType() const noexcept;
+  /// The dtype ReduceGradients() reduces in: the unit's own ReduceDType, else the FSDP's.
+  DataType ReduceDType() const noexcept;
 
   /// All-gathers the unit in the parameter dtype (collective). InvalidOperationError on every
   /// rank when any rank already has it gathered.

@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <sstream>
 #include <utility>
 
@@ -128,6 +129,15 @@ void FSDPConfig::Validate() const {
   }
 }
 
+void UnitPrecision::Validate() const {
+  if (ParamDType && !IsValid(*ParamDType)) {
+    throw ArgumentError("precision.ParamDType", "unknown DataType " + std::to_string(static_cast<int>(*ParamDType)));
+  }
+  if (ReduceDType && !IsValid(*ReduceDType)) {
+    throw ArgumentError("precision.ReduceDType", "unknown DataType " + std::to_string(static_cast<int>(*ReduceDType)));
+  }
+}
+
 struct FSDP::Impl {
   std::shared_ptr<IProcessGroup> group;
   FSDPConfig config;
@@ -135,17 +145,18 @@ struct FSDP::Impl {
   detail::BufferPool pool{placement};  // before the units: they hand buffers back to it
   std::vector<std::unique_ptr<FSDPShardingUnit>> units;
 
-  // Idle pool memory is capped at one use of the largest unit (the registered ones and one of
-  // @p padded / @p shard elements being registered): its gathered buffer, its flat gradient
-  // buffer and the shard-sized scratch of a 16-bit reduction or an accumulation.
-  void UpdatePoolCapacity(std::size_t padded = 0, std::size_t shard = 0) noexcept {
+  // Idle pool memory is capped at one use of the largest unit, in its own dtypes: its gathered
+  // buffer, its flat gradient buffer and the shard-sized scratch of a 16-bit reduction or an
+  // accumulation.
+  void UpdatePoolCapacity() noexcept {
+    std::size_t capacity = 0;
     for (const auto& unit : units) {
-      padded = std::max(padded, unit->impl_->padded);
-      shard = std::max(shard, unit->impl_->shard_size);
+      const FSDPShardingUnit::Impl& u = *unit->impl_;
+      const std::size_t reduce = ElementSize(u.ReduceDType());
+      capacity = std::max(capacity, u.padded * (ElementSize(u.ParamDType()) + reduce) +
+                                        u.shard_size * (ElementSize(DataType::Float32) + reduce));
     }
-    const std::size_t reduce = ElementSize(config.ReduceDType);
-    pool.SetCapacity(padded * (ElementSize(config.ParamDType) + reduce) +
-                     shard * (ElementSize(DataType::Float32) + reduce));
+    pool.SetCapacity(capacity);
   }
 
   std::vector<TensorPtr> GradientList() const {
@@ -168,6 +179,15 @@ FSDP::FSDP(std::shared_ptr<IProcessGroup> group, FSDPConfig config) {
 FSDP::~FSDP() = default;
 
 namespace {
+
+// One number for a unit's policy, so ranks compare it with the rest of the layout: each field
+// is its DataType's value plus one, 0 when unset.
+double PrecisionCode(const UnitPrecision& precision) {
+  const auto code = [](const std::optional<DataType>& dtype) {
+    return dtype ? static_cast<double>(static_cast<int>(*dtype)) + 1.0 : 0.0;
+  };
+  return code(precision.ParamDType) * 256.0 + code(precision.ReduceDType);
+}
 
 // True when every parameter is a tensor @p where allocates (so views of it can be taken).
 bool AllHeldBy(const detail::Placement& where, const std::vector<TensorPtr>& sources) {
@@ -231,7 +251,8 @@ void RegisterThroughFlatBuffer(const UnitLayout& unit, const std::vector<TensorP
 
 }  // namespace
 
-FSDPShardingUnit& FSDP::RegisterUnit(const std::string& name, const GradientMap& parameters) {
+FSDPShardingUnit& FSDP::RegisterUnit(const std::string& name, const GradientMap& parameters,
+                                     const UnitPrecision& precision) {
   IProcessGroup& group = *impl_->group;
   const int world = group.WorldSize();
   const bool sharded = impl_->config.Strategy != ShardingStrategy::NoShard;
@@ -241,6 +262,7 @@ FSDPShardingUnit& FSDP::RegisterUnit(const std::string& name, const GradientMap&
   unit->pool = &impl_->pool;
   unit->placement = &impl_->placement;
   unit->name = name;
+  unit->precision = precision;
   std::vector<TensorPtr> sources;
   detail::Placement placement = impl_->placement;
 
@@ -249,6 +271,7 @@ FSDPShardingUnit& FSDP::RegisterUnit(const std::string& name, const GradientMap&
     for (const auto& existing : impl_->units) {
       if (existing->Name() == name) throw ArgumentError("name", "a unit named '" + name + "' is already registered");
     }
+    precision.Validate();
     if (parameters.empty()) throw ArgumentError("parameters", "unit '" + name + "' has no parameters");
     for (const auto& [param_name, tensor] : parameters) {
       if (!tensor) throw ArgumentNullError("parameters[" + param_name + "]");
@@ -273,12 +296,19 @@ FSDPShardingUnit& FSDP::RegisterUnit(const std::string& name, const GradientMap&
   });
 
   // Every rank must describe the same unit: compare max and min of each field in one all-reduce.
-  const std::array<const char*, 5> fields{"world size", "unit index", "element count", "parameter count",
-                                          "parameter names and shapes"};
-  const std::array<double, 5> mine{static_cast<double>(world), static_cast<double>(impl_->units.size()),
-                                   static_cast<double>(unit->numel), static_cast<double>(unit->names.size()),
-                                   static_cast<double>(LayoutHash(name, unit->names, unit->shapes))};
-  std::array<double, 10> extremes{};
+  const std::array<const char*, 6> fields{"world size",
+                                          "unit index",
+                                          "element count",
+                                          "parameter count",
+                                          "parameter names and shapes",
+                                          "precision (ParamDType, ReduceDType)"};
+  const std::array<double, 6> mine{static_cast<double>(world),
+                                   static_cast<double>(impl_->units.size()),
+                                   static_cast<double>(unit->numel),
+                                   static_cast<double>(unit->names.size()),
+                                   static_cast<double>(LayoutHash(name, unit->names, unit->shapes)),
+                                   PrecisionCode(precision)};
+  std::array<double, 12> extremes{};
   for (std::size_t i = 0; i < mine.size(); ++i) {
     extremes[i] = mine[i];
     extremes[i + mine.size()] = -mine[i];

@@ -39,6 +39,9 @@ std::size_t FSDPShardingUnit::PaddedSize() const noexcept { return impl_->padded
 std::size_t FSDPShardingUnit::ShardSize() const noexcept { return impl_->shard_size; }
 std::size_t FSDPShardingUnit::ShardOffset() const noexcept { return impl_->shard_offset; }
 TensorPtr FSDPShardingUnit::LocalShard() const noexcept { return impl_->shard; }
+const UnitPrecision& FSDPShardingUnit::Precision() const noexcept { return impl_->precision; }
+DataType FSDPShardingUnit::ParamDType() const noexcept { return impl_->ParamDType(); }
+DataType FSDPShardingUnit::ReduceDType() const noexcept { return impl_->ReduceDType(); }
 bool FSDPShardingUnit::IsGathered() const noexcept { return impl_->is_gathered; }
 TensorPtr FSDPShardingUnit::GatheredParameter() const noexcept { return impl_->gathered; }
 TensorPtr FSDPShardingUnit::LocalGradient() const noexcept { return impl_->local_gradient; }
@@ -54,7 +57,7 @@ void FSDPShardingUnit::Gather() {
   // Past the agreed check every rank enters the all-gather: a failure on one rank from here
   // on (allocation, MPI) must end the job rather than leave the others waiting.
   AbortGuard guard(*s.group, "FSDP Gather of unit '" + s.name + "'");
-  const DataType dtype = s.config->ParamDType;
+  const DataType dtype = s.ParamDType();
   const ShardingStrategy strategy = s.config->Strategy;
   TensorPtr flat;
   if (s.kept.tensor && s.kept.tensor->GetDataType() == dtype) {
@@ -163,7 +166,7 @@ void FSDPShardingUnit::ReduceGradients(const GradientMap& gradients) {
   });
   AbortGuard guard(*s.group, "FSDP ReduceGradients of unit '" + s.name + "'");
   const int world = s.group->WorldSize();
-  const DataType reduce_dtype = s.config->ReduceDType;
+  const DataType reduce_dtype = s.ReduceDType();
   const bool no_shard = s.config->Strategy == ShardingStrategy::NoShard;
   // Where this rank's FP32 result goes: the FP32 shard of the last step when there is one (the
   // optimizer may still hold it, so a fresh buffer per step would double the gradient memory),

@@ -10,6 +10,7 @@
 #include <mlframework/distributed/IProcessGroup.hpp>
 #include <mlframework/distributed/fsdp/FSDPConfig.hpp>
 #include <mlframework/distributed/fsdp/FSDPShardingUnit.hpp>
+#include <mlframework/distributed/fsdp/UnitPrecision.hpp>
 
 #include "mlframework/distributed/fsdp/BufferPool.hpp"
 
@@ -18,6 +19,7 @@ namespace mlframework::distributed::fsdp {
 struct FSDPShardingUnit::Impl {
   IProcessGroup* group = nullptr;
   const FSDPConfig* config = nullptr;  // the owning FSDP's (ParamDType may change)
+  UnitPrecision precision;             // this unit's own dtypes, where set
   std::string name;
   std::vector<std::string> names;
   std::vector<Shape> shapes;
@@ -39,6 +41,10 @@ struct FSDPShardingUnit::Impl {
   TensorPtr local_gradient;               // FP32 gradient shard
   TensorPtr spare_gradient;               // last step's FP32 shard, reused by the next ReduceGradients()
   TensorPtr zero_padding;                 // PaddedSize() - NumElements() FP32 zeros for buffers off the host
+
+  // The dtypes this unit gathers and reduces in: its own, else the FSDP's current ones.
+  DataType ParamDType() const noexcept { return precision.ParamDType.value_or(config->ParamDType); }
+  DataType ReduceDType() const noexcept { return precision.ReduceDType.value_or(config->ReduceDType); }
 
   // Views of @p flat with the parameters' shapes, by name.
   GradientMap ViewsOf(const TensorPtr& flat) const;
