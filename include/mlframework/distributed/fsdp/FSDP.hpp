@@ -78,6 +78,24 @@ class MLFRAMEWORK_EXPORT FSDP {
   /// ArgumentError for an invalid dtype; InvalidOperationError while any unit is gathered.
   void SetParamDType(DataType dtype);
 
+  /// Gradient accumulation without communication (PyTorch FSDP2's set_requires_gradient_sync,
+  /// DeepSpeed's gradient_accumulation_steps): while off, ReduceGradients() only sums each
+  /// unit's full gradients locally in FP32; turn it back on for the last micro-batch, whose
+  /// ReduceGradients() reduce-scatters the sum once. Loss scaling and the overflow check then
+  /// see the accumulated gradients once, after that reduction. The cost is one FP32 full-unit
+  /// buffer per unit with unsynced gradients (from the buffer cache). Local: no communication;
+  /// every rank must switch at the same micro-batch. On by default.
+  /// @code
+  /// for (int micro = 0; micro < k; ++micro) {
+  ///   fsdp.SetRequiresGradientSync(micro == k - 1);
+  ///   // Gather, forward, backward, ReduceGradients, Release for every unit
+  /// }
+  /// fsdp.Step(adam);
+  /// @endcode
+  void SetRequiresGradientSync(bool requires_sync) noexcept;
+  /// Whether ReduceGradients() communicates (SetRequiresGradientSync()).
+  bool RequiresGradientSync() const noexcept;
+
   /// Bytes of idle gather and gradient buffers cached for reuse. Release() and the flat
   /// gradient buffers of ReduceGradients() hand their memory back to this cache, so the next
   /// unit's Gather() allocates nothing (PyTorch's caching allocator, DeepSpeed's reused flat
@@ -104,7 +122,8 @@ class MLFRAMEWORK_EXPORT FSDP {
   double ClipGradNorm(float max_norm);
   /// Hands LocalGradients() to @p optimizer (built over ShardedParameters()), steps it and drops
   /// the gradients; the next Gather() sees the new weights. InvalidOperationError on every rank
-  /// when any rank misses a gradient or still has a unit gathered; the optimizer's own
+  /// when any rank misses a gradient, holds unsynced gradients (HasUnsyncedGradients()) or
+  /// still has a unit gathered; the optimizer's own
   /// SetGradients() errors are agreed the same way. An exception from the update itself on a
   /// multi-rank group ends the job (AbortGuard), since the ranks' weights would diverge.
   /// Over shards on a GPU the reference optimizers (SGD, Adam) keep FP32 masters and state on

@@ -107,14 +107,21 @@ class MLFRAMEWORK_EXPORT FSDPShardingUnit {
   /// is added to LocalGradient(). FP32 reductions are averaged after the sum (on the shard),
   /// FP16/BF16 ones before it (away from overflow). InvalidOperationError on every rank when any rank has not
   /// gathered the unit; ArgumentError on every rank for missing names or wrong shapes.
+  /// Without gradient sync (FSDP::SetRequiresGradientSync(false)) it communicates nothing: the
+  /// gradients are added in FP32 to a local full-unit sum (the same checks, raised on this rank
+  /// only), which the next call with sync adds its gradients to and reduce-scatters once.
   void ReduceGradients(const GradientMap& gradients);
   /// This rank's gradient shard (ShardSize() elements, FP32), or null before ReduceGradients().
   TensorPtr LocalGradient() const noexcept;
+  /// True while the unit holds gradients summed without gradient sync
+  /// (FSDP::SetRequiresGradientSync(false)) that no ReduceGradients() with sync has reduced yet.
+  bool HasUnsyncedGradients() const noexcept;
   /// Replaces the gradient shard (the spec's setter, used by FSDPAmpIntegration).
   /// ArgumentNullError for null; ArgumentError unless it has ShardSize() elements.
   void SetLocalGradient(TensorPtr gradient);
-  /// Drops the gradient shard (after a step or a skipped step). Its FP32 buffer is reused by the
-  /// next ReduceGradients(), so a reference kept from LocalGradient() sees the next values.
+  /// Drops the gradient shard (after a step or a skipped step) and any unsynced sum. Its FP32
+  /// buffer is reused by the next ReduceGradients(), so a reference kept from LocalGradient()
+  /// sees the next values.
   void ZeroGrad() noexcept;
 
  private:

@@ -144,6 +144,7 @@ struct FSDP::Impl {
   detail::Placement placement;         // the parameters' device, fixed by the first unit
   detail::BufferPool pool{placement};  // before the units: they hand buffers back to it
   std::vector<std::unique_ptr<FSDPShardingUnit>> units;
+  bool requires_sync = true;  // read by the units' ReduceGradients()
 
   // Idle pool memory is capped at one use of the largest unit, in its own dtypes: its gathered
   // buffer, its flat gradient buffer and the shard-sized scratch of a 16-bit reduction or an
@@ -263,6 +264,7 @@ FSDPShardingUnit& FSDP::RegisterUnit(const std::string& name, const GradientMap&
   unit->placement = &impl_->placement;
   unit->name = name;
   unit->precision = precision;
+  unit->requires_sync = &impl_->requires_sync;
   std::vector<TensorPtr> sources;
   detail::Placement placement = impl_->placement;
 
@@ -390,6 +392,10 @@ void FSDP::SetParamDType(DataType dtype) {
   impl_->UpdatePoolCapacity();
 }
 
+void FSDP::SetRequiresGradientSync(bool requires_sync) noexcept { impl_->requires_sync = requires_sync; }
+
+bool FSDP::RequiresGradientSync() const noexcept { return impl_->requires_sync; }
+
 std::size_t FSDP::CachedBufferBytes() const noexcept { return impl_->pool.IdleBytes(); }
 
 std::size_t FSDP::CachedBufferLimit() const noexcept { return impl_->pool.Capacity(); }
@@ -442,6 +448,11 @@ void FSDP::Step(amp::IOptimizer& optimizer) {
     for (const auto& unit : impl_->units) {
       if (unit->IsGathered()) {
         throw InvalidOperationError("unit '" + unit->Name() + "' is still gathered: release it before the step");
+      }
+      if (unit->HasUnsyncedGradients()) {
+        throw InvalidOperationError("unit '" + unit->Name() +
+                                    "' holds gradients accumulated without sync: reduce the last micro-batch "
+                                    "with SetRequiresGradientSync(true) before the step");
       }
     }
     gradients = LocalGradients();
