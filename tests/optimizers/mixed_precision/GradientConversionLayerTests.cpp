@@ -341,14 +341,23 @@ BOOST_AUTO_TEST_CASE(StatsStringsAndReset) {
 }
 
 BOOST_AUTO_TEST_CASE(AutoFallbackContinuesTrainingInFP32) {
-  GradientConversionLayer layer(MixedPrecisionOptions{.InitialLossScale = 1024.0f, .MaxConsecutiveOverflows = 3});
+  // Starting at the minimum scale 1, so every overflow counts towards the fallback.
+  GradientConversionLayer layer(MixedPrecisionOptions{.InitialLossScale = 1.0f, .MaxConsecutiveOverflows = 3});
   const GradientMap bad{{"w", Vec({kNaN, 1.0f}, DataType::Float16)}};
   BOOST_TEST(layer.ProcessGradients(bad).ShouldSkip);
-  BOOST_TEST(layer.ProcessGradients(bad).ShouldSkip);
+  const GradientProcessingResult second = layer.ProcessGradients(bad);
+  BOOST_TEST(second.ShouldSkip);
+  BOOST_TEST(!second.FellBackToFP32);
   BOOST_TEST(!layer.GetStats().FellBackToFP32);
-  BOOST_TEST(layer.ProcessGradients(bad).ShouldSkip);  // third in a row: fallback
+  BOOST_TEST(layer.GetStats().OverflowsAtMinScale == 2);
+  const GradientProcessingResult third = layer.ProcessGradients(bad);  // third in a row: fallback
+  BOOST_TEST(third.ShouldSkip);
+  BOOST_TEST(third.FellBackToFP32);  // the event, on the step it happens
+  BOOST_TEST(third.Gradients.empty());
   const GradientProcessingStats stats = layer.GetStats();
   BOOST_TEST(stats.FellBackToFP32);
+  BOOST_TEST(stats.FallbackStep == 3);
+  BOOST_TEST(stats.OverflowsAtMinScale == 3);
   BOOST_TEST(stats.TargetPrecision == DataType::Float32);
   BOOST_TEST(stats.LossScalerStats.FellBackToFP32);
   BOOST_TEST(stats.LossScale == 1.0f);
@@ -357,7 +366,9 @@ BOOST_AUTO_TEST_CASE(AutoFallbackContinuesTrainingInFP32) {
   BOOST_TEST(!layer.LossScaler()->IsEnabled());
   // Training goes on: the loss is no longer scaled and gradients are not unscaled.
   BOOST_TEST(Values(layer.ScaleLoss(Scalar(2.0f)))[0] == 2.0f);
-  const auto [gradients, skip] = layer.ProcessGradients({{"w", Vec({0.25f, -1.0f})}});
+  const GradientProcessingResult after = layer.ProcessGradients({{"w", Vec({0.25f, -1.0f})}});
+  BOOST_TEST(!after.FellBackToFP32);  // reported once
+  const auto& [gradients, skip] = after;
   BOOST_TEST(!skip);
   BOOST_TEST(Values(gradients.at("w")) == (std::vector<float>{0.25f, -1.0f}), tt::per_element());
   // The overflow checks go on after the fallback: non-finite gradients never reach the optimizer.
@@ -377,21 +388,24 @@ BOOST_AUTO_TEST_CASE(AutoFallbackContinuesTrainingInFP32) {
 }
 
 BOOST_AUTO_TEST_CASE(NonFiniteGradientsAreSkippedOnEveryStepThroughTheFallback) {
-  // Overflow after overflow from a high initial scale: the fallback fires, and neither before
+  // Overflow after overflow from a high initial scale: 16 back-offs from 65536 to the minimum,
+  // then the fallback fires on the third overflow at the minimum (step 19), and neither before
   // nor after it does a step hand non-finite values on, with clipping on or off.
   for (const bool clipping : {false, true}) {
     for (const DataType dtype : {DataType::Float16, DataType::BFloat16, DataType::Float32}) {
       GradientConversionLayer layer(
           MixedPrecisionOptions{.MaxConsecutiveOverflows = 3, .EnableGradientClipping = clipping, .MaxGradNorm = 1.0f});
-      for (int step = 0; step < 12; ++step) {
+      for (int step = 0; step < 24; ++step) {
         const float bad = step % 3 == 0 ? kNaN : (step % 3 == 1 ? kInf : -kInf);
         const GradientProcessingResult result =
             layer.ProcessGradients({{"a", Vec({0.5f, bad}, dtype)}, {"b", Vec({1.0f}, dtype)}});
         BOOST_TEST(result.ShouldSkip, "step " << step << " clipping " << clipping);
         BOOST_TEST(result.Gradients.empty());
+        BOOST_TEST(result.FellBackToFP32 == (step == 18), "step " << step << " clipping " << clipping);
       }
       BOOST_TEST(layer.GetStats().FellBackToFP32);
-      BOOST_TEST(layer.LossScaler()->TotalOverflows() == 12);
+      BOOST_TEST(layer.GetStats().FallbackStep == 19);
+      BOOST_TEST(layer.LossScaler()->TotalOverflows() == 24);
       const GradientProcessingResult clean = layer.ProcessGradients({{"a", Vec({0.5f, 0.25f}, dtype)}});
       BOOST_TEST(!clean.ShouldSkip);
       BOOST_TEST(Values(clean.Gradients.at("a")) == (std::vector<float>{0.5f, 0.25f}), tt::per_element());
@@ -400,8 +414,10 @@ BOOST_AUTO_TEST_CASE(NonFiniteGradientsAreSkippedOnEveryStepThroughTheFallback) 
 }
 
 BOOST_AUTO_TEST_CASE(StateDictResumesTheWholeLayer) {
+  // The minimum 32 is one back-off below the initial scale, so the run below reaches the fallback.
   const MixedPrecisionOptions options{.InitialLossScale = 64.0f,
                                       .GrowthInterval = 2,
+                                      .MinLossScale = 32.0f,
                                       .MaxConsecutiveOverflows = 2,
                                       .EnableGradientClipping = true,
                                       .MaxGradNorm = 1.0f};
@@ -412,8 +428,8 @@ BOOST_AUTO_TEST_CASE(StateDictResumesTheWholeLayer) {
   b.LoadStateDict(a.StateDict());
   BOOST_TEST(b.GetStats().ToString() == a.GetStats().ToString());
   BOOST_TEST(b.LossScaler()->State() == a.LossScaler()->State());
-  // Both continue identically, through the fallback.
-  for (const float v : {kInf, 3.0f, 5.0f}) {
+  // Both continue identically, through the fallback (two overflows at the minimum 32).
+  for (const float v : {kInf, -kInf, 3.0f, 5.0f}) {
     const GradientMap g{{"w", Vec({v}, DataType::Float16)}};
     BOOST_TEST(a.ProcessGradients(g).ShouldSkip == b.ProcessGradients(g).ShouldSkip);
     BOOST_TEST(b.GetStats().ToString() == a.GetStats().ToString());
