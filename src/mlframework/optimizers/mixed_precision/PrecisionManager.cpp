@@ -1,6 +1,5 @@
 #include <mlframework/optimizers/mixed_precision/PrecisionManager.hpp>
 
-#include <exception>
 #include <optional>
 #include <string>
 #include <utility>
@@ -50,23 +49,6 @@ std::int64_t OverflowsAtMin(float scale, std::int64_t overflows, const ScalePoli
     scale = next;
   }
   return 0;
-}
-
-// Opens @p state as the current version, else as version 1; a blob that is neither reports the
-// current version's error.
-mlframework::detail::BlobReader OpenBlob(std::span<const std::byte> state, std::uint16_t& version) {
-  try {
-    version = kBlobVersion;
-    return {state, kBlobKind, kBlobVersion, "state"};
-  } catch (const ArgumentError&) {
-    const std::exception_ptr current = std::current_exception();
-    try {
-      version = kBlobVersion1;
-      return {state, kBlobKind, kBlobVersion1, "state"};
-    } catch (const ArgumentError&) {
-      std::rethrow_exception(current);
-    }
-  }
 }
 
 }  // namespace
@@ -195,7 +177,8 @@ std::vector<std::byte> PrecisionManager::StateDict() const {
 
 void PrecisionManager::LoadStateDict(std::span<const std::byte> state) {
   std::uint16_t version = 0;
-  mlframework::detail::BlobReader reader = OpenBlob(state, version);
+  mlframework::detail::BlobReader reader =
+      mlframework::detail::OpenBlobVersion(state, kBlobKind, {kBlobVersion, kBlobVersion1}, version);
   const auto precision = static_cast<DataType>(reader.U8());
   const bool fallen_back = reader.Flag("stored fallback");
   std::int64_t fallback_step = 0;
