@@ -1,5 +1,6 @@
 // Spec 003: GradientConversionLayer, the two-pass gradient pipeline.
 #include <cmath>
+#include <cstdint>
 #include <memory>
 #include <random>
 #include <string>
@@ -11,6 +12,7 @@
 #include <mlframework/optimizers/mixed_precision/GradientConversionLayer.hpp>
 
 #include "ContiguousCheck.hpp"
+#include "mlframework/core/StateBlob.hpp"
 #include "optimizers/mixed_precision/TestHelpers.hpp"
 
 using namespace mlframework;
@@ -454,6 +456,36 @@ BOOST_AUTO_TEST_CASE(StateDictResumesTheWholeLayer) {
   BOOST_CHECK_THROW(e.LoadStateDict(d.StateDict()), ArgumentError);
   BOOST_TEST(e.LossScale() == 2.0f);
   BOOST_TEST(e.ClipCount() == 0);
+}
+
+BOOST_AUTO_TEST_CASE(ALayerBlobWithAVersionOnePrecisionManagerStillLoads) {
+  // A checkpoint written before the count at the minimum scale: the layer's frame is unchanged,
+  // the manager's part is version 1 (precision and fallback flag).
+  const MixedPrecisionOptions options{.InitialLossScale = 1.0f, .MaxConsecutiveOverflows = 2};
+  DynamicLossScaler scaler(options);
+  scaler.UpdateScale(true);
+  scaler.StopScaling();
+  const std::vector<std::byte> scaler_blob = scaler.StateDict();
+  mlframework::detail::BlobWriter manager("optimizers.mixed_precision.PrecisionManager", 1);
+  manager.U8(static_cast<std::uint8_t>(DataType::Float16));
+  manager.U8(1);
+  const std::vector<std::byte> manager_blob = manager.Finish();
+  mlframework::detail::BlobWriter writer("optimizers.mixed_precision.GradientConversionLayer", 1);
+  writer.I64(3);
+  writer.F32(0.5f);
+  writer.U64(scaler_blob.size());
+  writer.Bytes(scaler_blob);
+  writer.U64(manager_blob.size());
+  writer.Bytes(manager_blob);
+  GradientConversionLayer layer(options);
+  layer.LoadStateDict(writer.Finish());
+  BOOST_TEST(layer.ClipCount() == 3);
+  BOOST_TEST(layer.GetStats().FellBackToFP32);
+  BOOST_TEST(layer.GetStats().FallbackStep == 0);  // version 1 did not record it
+  BOOST_TEST(layer.LossScale() == 1.0f);
+  // Resumed in FP32, still checking: a NaN step is skipped, a clean one kept.
+  BOOST_TEST(layer.ProcessGradients({{"w", Vec({kNaN})}}).ShouldSkip);
+  BOOST_TEST(!layer.ProcessGradients({{"w", Vec({0.5f})}}).ShouldSkip);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
