@@ -14,6 +14,7 @@
 #include <mlframework/mlframework.hpp>
 #include <mlframework/optimizers/FusedSteps.hpp>
 
+#include "amp/FakeDeviceBackend.hpp"
 #include "optimizers/OptimizerTestUtil.hpp"
 #include "optimizers/ReferenceSteps.hpp"
 
@@ -311,6 +312,32 @@ BOOST_AUTO_TEST_CASE(InvalidListsThrowAndWriteNothing) {
   BOOST_CHECK_THROW(static_cast<void>(SGDStepScalarsFor(SGDOptions{.LearningRate = -1.0f}, true)), ArgumentError);
   // An empty list is a step with nothing to do.
   BOOST_TEST(FusedAdamStep({}, scalars));
+}
+
+BOOST_AUTO_TEST_CASE(DeviceTensorsGoToTheirBackend) {
+  // A backend without fused optimizer kernels (the TensorBackend defaults) is named in the error.
+  auto fake = [](std::vector<float> values) {
+    const std::size_t n = values.size();
+    return FakeTensor(values, {n}, DataType::Float32);
+  };
+  const std::vector<TensorPtr> w = {fake({1.0f, 2.0f})};
+  const std::vector<TensorPtr> g = {fake({0.5f, 0.5f})};
+  const std::vector<TensorPtr> m = {fake({0.0f, 0.0f})};
+  const std::vector<TensorPtr> v = {fake({0.0f, 0.0f})};
+  const std::vector<TensorPtr> host_v = {Host({0.0f, 0.0f})};
+  const AdamStepScalars scalars = AdamStepScalarsFor(AdamOptions{}, 1);
+  try {
+    FusedAdamStep({.Parameters = w, .Gradients = g, .FirstState = m, .SecondState = v}, scalars);
+    BOOST_FAIL("expected InvalidOperationError");
+  } catch (const InvalidOperationError& error) {
+    BOOST_TEST(std::string(error.what()).find(FakeBackend().Name()) != std::string::npos);
+  }
+  BOOST_CHECK_THROW(FusedSGDStep({.Parameters = w, .Gradients = g}, SGDStepScalarsFor({}, true)),
+                    InvalidOperationError);
+  // Host memory and device tensors in one call: one kind per call.
+  BOOST_CHECK_THROW(FusedAdamStep({.Parameters = w, .Gradients = g, .FirstState = m, .SecondState = host_v}, scalars),
+                    ArgumentError);
+  BOOST_TEST(Peek(w[0]) == (std::vector<float>{1.0f, 2.0f}));
 }
 
 BOOST_AUTO_TEST_CASE(OptimizerClassesWriteTheirHalfParametersInTheFusedPass) {
