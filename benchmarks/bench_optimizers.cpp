@@ -79,6 +79,7 @@ std::size_t Total(const std::vector<std::size_t>& sizes) {
 // One contiguous list of @p sizes in @p dtype, filled with small values that keep every step finite.
 std::vector<TensorPtr> MakeList(const std::vector<std::size_t>& sizes, DataType dtype, float base) {
   std::vector<mlframework::Shape> shapes;
+  shapes.reserve(sizes.size());
   for (const std::size_t n : sizes) {
     shapes.push_back({n});
   }

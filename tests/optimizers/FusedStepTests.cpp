@@ -65,6 +65,7 @@ TensorPtr Host(const std::vector<float>& values) { return FromVector(values, {va
 // A list of FP32 tensors holding @p values.
 std::vector<TensorPtr> Tensors(const std::vector<std::vector<float>>& values) {
   std::vector<TensorPtr> out;
+  out.reserve(values.size());
   for (const auto& v : values) {
     out.push_back(Host(v));
   }
@@ -73,6 +74,7 @@ std::vector<TensorPtr> Tensors(const std::vector<std::vector<float>>& values) {
 
 std::vector<std::vector<float>> RandomList(std::mt19937& rng, float scale) {
   std::vector<std::vector<float>> out;
+  out.reserve(kSizes.size());
   for (const std::size_t n : kSizes) {
     out.push_back(Random(n, rng, scale));
   }
@@ -81,6 +83,7 @@ std::vector<std::vector<float>> RandomList(std::mt19937& rng, float scale) {
 
 std::vector<std::vector<float>> ZeroList() {
   std::vector<std::vector<float>> out;
+  out.reserve(kSizes.size());
   for (const std::size_t n : kSizes) {
     out.emplace_back(n, 0.0f);
   }
@@ -316,7 +319,7 @@ BOOST_AUTO_TEST_CASE(InvalidListsThrowAndWriteNothing) {
 
 BOOST_AUTO_TEST_CASE(DeviceTensorsGoToTheirBackend) {
   // A backend without fused optimizer kernels (the TensorBackend defaults) is named in the error.
-  auto fake = [](std::vector<float> values) {
+  auto fake = [](const std::vector<float>& values) {
     const std::size_t n = values.size();
     return FakeTensor(values, {n}, DataType::Float32);
   };

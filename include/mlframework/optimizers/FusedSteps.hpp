@@ -34,7 +34,8 @@ MLFRAMEWORK_EXPORT SGDStepScalars SGDStepScalarsFor(const SGDOptions& options, b
 /// SecondState = exp_avg_sq, optional LowPrecisionCopies).
 ///
 /// When @p skip_if_found_inf is not null and its found-inf flag is set, nothing is read or written:
-/// a host state's flag is read on the host (no pass at all, returns false); a device backend reads
+/// for host-memory lists the flag is read on the host (a device state's flag is read back, which
+/// waits for the device) and a set flag means no pass at all (returns false); a device backend reads
 /// its state's flag on the device without the host waiting (returns true: the device decides).
 /// ArgumentError (nothing written) for lists of different lengths, a null entry, a tensor that is
 /// not FP32 (copies: not FP16/BF16), element counts that differ within an entry, or tensors on

@@ -82,8 +82,10 @@ Route Check(const OptimizerStepLists& lists, const ListRules& rules) {
   const TensorBackend* backend = nullptr;
   // Every tensor of the call: host memory, or the first parameter's backend.
   auto place = [&](const ITensor& tensor, const std::string& name) {
-    const bool host = tensor.Size() == 0 || !tensor.HostBytes().empty();
-    if (host) {
+    if (tensor.Size() == 0) {
+      return;  // nothing to update: runs anywhere
+    }
+    if (!tensor.HostBytes().empty()) {
       any_host = true;
       return;
     }

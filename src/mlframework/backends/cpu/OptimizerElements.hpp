@@ -104,9 +104,9 @@ void AdamRun(const OptimizerPiece& piece, const AdamStepScalars& scalars) {
   ForEachBlock(piece, [&](std::size_t lo, std::size_t hi) {
     std::size_t i = lo;
     for (; i + kWidth <= hi; i += kWidth) {
-      Batch wi = Load<Batch>(w + i);
-      Batch mi = Load<Batch>(m + i);
-      Batch vi = Load<Batch>(v + i);
+      auto wi = Load<Batch>(w + i);
+      auto mi = Load<Batch>(m + i);
+      auto vi = Load<Batch>(v + i);
       AdamElement(wi, Load<Batch>(g + i), mi, vi, vc);
       Store(m + i, mi);
       Store(v + i, vi);
@@ -151,7 +151,7 @@ void SGDRunFixed(const OptimizerPiece& piece, const SGDStepScalars& s) {
   ForEachBlock(piece, [&](std::size_t lo, std::size_t hi) {
     std::size_t i = lo;
     for (; i + kWidth <= hi; i += kWidth) {
-      Batch wi = Load<Batch>(w + i);
+      auto wi = Load<Batch>(w + i);
       Batch bi = kMomentum && !kFirst ? Load<Batch>(b + i) : Batch(0.0f);
       SGDElement<Batch, kMomentum, kFirst, kNesterov>(wi, Load<Batch>(g + i), bi, vlr, vmu, vwd);
       if constexpr (kMomentum) {
