@@ -65,12 +65,15 @@ ParameterSet::ParameterSet(GradientMap parameters) : parameters_(std::move(param
     CastInto(to_copy_src, to_copy_dst);
   }
   scratch_.resize(list_.size());
-  for (std::size_t i = 0; i < list_.size(); ++i) {
-    const DataType dtype = list_[i]->GetDataType();
-    const bool half = dtype == DataType::Float16 || dtype == DataType::BFloat16;
-    const std::span<std::byte> bytes = list_[i]->MutableHostBytes();
-    fused_copy_.push_back(!in_place_[i] && half && !bytes.empty() ? bytes.data() : nullptr);
+}
+
+void* ParameterSet::FusedCopy(std::size_t i) const noexcept {
+  const DataType dtype = list_[i]->GetDataType();
+  if (in_place_[i] || (dtype != DataType::Float16 && dtype != DataType::BFloat16)) {
+    return nullptr;
   }
+  const std::span<std::byte> bytes = list_[i]->MutableHostBytes();
+  return bytes.empty() ? nullptr : bytes.data();
 }
 
 void ParameterSet::SetGradients(const GradientMap& gradients) {
@@ -161,7 +164,7 @@ void ParameterSet::WriteBackUnfused() {
   std::vector<TensorPtr> src;
   std::vector<TensorPtr> dst;
   for (std::size_t i = 0; i < list_.size(); ++i) {
-    if (!in_place_[i] && fused_copy_[i] == nullptr) {
+    if (!in_place_[i] && FusedCopy(i) == nullptr) {
       src.push_back(master_list_[i]);
       dst.push_back(list_[i]);
     }

@@ -45,7 +45,8 @@ class ParameterSet {
   void WriteBack();
   // The FP16/BF16 host memory of parameter i when a fused step writes its rounded value in the
   // same pass (a parameter that is not its own master, in memory the host addresses), else null.
-  void* FusedCopy(std::size_t i) const noexcept { return fused_copy_[i]; }
+  // Asked at every step: a tensor of a framework may hand out other memory later.
+  void* FusedCopy(std::size_t i) const noexcept;
   // WriteBack() for the parameters FusedCopy() does not cover (none, after a fused step, unless
   // some parameters live in memory the host cannot address).
   void WriteBackUnfused();
@@ -70,7 +71,6 @@ class ParameterSet {
   std::vector<bool> in_place_;            // parameter i is its own master
   std::vector<TensorPtr> gradient_list_;  // gradients in name order
   std::vector<TensorPtr> scratch_;        // FP32 buffers for gradients read through CastInto
-  std::vector<void*> fused_copy_;         // FusedCopy(i)
 };
 
 // Name written into a blob (length-prefixed).
