@@ -13,6 +13,7 @@
 #include <mlframework/core/HostConversion.hpp>
 #include <mlframework/core/ITensor.hpp>
 #include <mlframework/core/MultiTensor.hpp>
+#include <mlframework/core/OptimizerStep.hpp>
 #include <mlframework/core/Tensor.hpp>
 #include <mlframework/core/TensorBackend.hpp>
 
@@ -37,6 +38,7 @@
 
 // optimizers
 #include <mlframework/optimizers/Adam.hpp>
+#include <mlframework/optimizers/FusedSteps.hpp>
 #include <mlframework/optimizers/SGD.hpp>
 
 // optimizers::mixed_precision

@@ -16,6 +16,7 @@
 #include "mlframework/backends/cuda/AddInto.cuh"
 #include "mlframework/backends/cuda/Cast.cuh"
 #include "mlframework/backends/cuda/CudaCheck.hpp"
+#include "mlframework/backends/cuda/CudaOptimizerSteps.hpp"
 #include "mlframework/backends/cuda/CudaTensorImpl.hpp"
 #include "mlframework/backends/cuda/DeviceContext.hpp"
 #include "mlframework/backends/cuda/LaunchPlan.hpp"
@@ -231,6 +232,24 @@ bool CastAcrossDevices(const CudaTensor& in, ITensor& out, float factor) {
   return out.HasNonFinite();
 }
 
+// The found-inf flag a fused optimizer step reads: a CUDA state's device flag (read by the
+// kernel), or the host flag of another state, read here (skip_now when it is set).
+struct SkipFlag {
+  const std::int32_t* flag = nullptr;
+  int device = -1;
+  bool skip_now = false;
+};
+
+SkipFlag SkipFlagOf(const DeviceScaleState* state) {
+  if (state == nullptr) {
+    return {};
+  }
+  if (const auto* cuda_state = dynamic_cast<const CudaScaleState*>(state)) {
+    return {cuda_state->FlagPointer(), cuda_state->Context().DeviceIndex(), false};
+  }
+  return {nullptr, -1, state->FoundInf()};
+}
+
 // ---- the launch driver: an entry point builds its lists and names its kernels; the rest is here ----
 
 // Calls queue_work(stream) on @p context's device with its mutex held: the device's staging
@@ -367,6 +386,17 @@ class CudaBackend final : public DeviceScalingBackend {
     });
     QueueOnEachDevice(groups, Access::Writes,
                       [&](const Launch& launch, cudaStream_t stream) { LaunchAddInto(launch, alpha, stream); });
+  }
+
+  bool AdamStep(const OptimizerStepLists& lists, const AdamStepScalars& scalars,
+                const DeviceScaleState* skip_if_found_inf) const override {
+    const SkipFlag skip = SkipFlagOf(skip_if_found_inf);
+    return skip.skip_now || QueueAdamStep(lists, scalars, skip.flag, skip.device);
+  }
+  bool SGDStep(const OptimizerStepLists& lists, const SGDStepScalars& scalars,
+               const DeviceScaleState* skip_if_found_inf) const override {
+    const SkipFlag skip = SkipFlagOf(skip_if_found_inf);
+    return skip.skip_now || QueueSGDStep(lists, scalars, skip.flag, skip.device);
   }
 
   TensorPtr Allocate(const Shape& shape, DataType dtype, Device device) const override {
