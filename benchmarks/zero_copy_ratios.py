@@ -9,6 +9,8 @@ files (aggregate rows are ignored): <c>_ms is already the median call of a repet
 <c>_ratio the median of <c>'s time over native's in the same iteration. Prints a markdown table
 for docs/BENCHMARKS.md:
   - wrap / native and dlpack / native: time ratios, target <= 1/0.95 (at least 0.95x the speed);
+  - control / native: Wrap over the native tensors' own memory (the wrapped path on the same
+    pages), target <= 1/0.95 as well;
   - torch / wrap: libtorch's own unscale + check on the same memory over wrap's, target > 1;
   - bytes copied: the largest count of any repetition, target 0 (a non-zero count is also the
     case's error in the JSON).
@@ -73,10 +75,10 @@ def main(paths):
     )
     print()
     print(
-        "| case | native ms | wrap ms | wrap / native | DLPack ms | DLPack / native | torch ms | torch / wrap "
-        "| bytes copied | runs |"
+        "| case | native ms | wrap ms | wrap / native | DLPack ms | DLPack / native | control / native "
+        "| torch ms | torch / wrap | bytes copied | runs |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name, title in CASES.items():
         bs = runs.get(name)
         if not bs:
@@ -92,6 +94,7 @@ def main(paths):
                     cell(median(bs, "wrap_ratio"), ".3f", lambda r: r <= limit),
                     cell(median(bs, "dlpack_ms"), ".1f"),
                     cell(median(bs, "dlpack_ratio"), ".3f", lambda r: r <= limit),
+                    cell(median(bs, "wrap_native_ratio"), ".3f", lambda r: r <= limit),
                     cell(median(bs, "torch_ms"), ".1f"),
                     cell(median(bs, "torch_over_wrap"), ".2f", lambda r: r > 1.0),
                     cell(copied, ".0f", lambda c: c == 0),

@@ -14,6 +14,7 @@
 #include <mlframework/core/HostConversion.hpp>
 #include <mlframework/core/ITensor.hpp>
 #include <mlframework/core/MultiTensor.hpp>
+#include <mlframework/core/OptimizerStep.hpp>
 #include <mlframework/core/Tensor.hpp>
 #include <mlframework/core/TensorBackend.hpp>
 
@@ -23,6 +24,7 @@
 
 #include <mlframework/backends/cpu/CpuTensor.hpp>
 #include <mlframework/backends/cuda/CudaTensor.hpp>
+#include <mlframework/backends/cuda/StreamGuard.hpp>
 
 // amp
 #include <mlframework/amp/DynamicLossScaler.hpp>
@@ -37,6 +39,7 @@
 
 // optimizers
 #include <mlframework/optimizers/Adam.hpp>
+#include <mlframework/optimizers/FusedSteps.hpp>
 #include <mlframework/optimizers/SGD.hpp>
 
 // optimizers::mixed_precision

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -18,6 +19,7 @@
 #include <mlframework/distributed/LocalProcessGroup.hpp>
 #include <mlframework/distributed/fsdp/FSDPConfig.hpp>
 #include <mlframework/distributed/fsdp/FSDPMixedPrecisionConfig.hpp>
+#include <mlframework/distributed/fsdp/UnitPrecision.hpp>
 #include <mlframework/mlframework.hpp>
 
 #include "core/UserTensor.hpp"
@@ -311,6 +313,12 @@ BOOST_AUTO_TEST_CASE(PlacesWithoutFp8SayWhy) {
     BOOST_CHECK_THROW(config.Validate(), ArgumentError);
     ExpectArgumentError([&] { distributed::fsdp::FSDPConfig{.ParamDType = dtype}.Validate(); }, "ParamDType", name);
     ExpectArgumentError([&] { distributed::fsdp::FSDPConfig{.ReduceDType = dtype}.Validate(); }, "ReduceDType", name);
+    ExpectArgumentError(
+        [&] { distributed::fsdp::UnitPrecision{.ParamDType = dtype, .ReduceDType = std::nullopt}.Validate(); },
+        "precision.ParamDType", name);
+    ExpectArgumentError(
+        [&] { distributed::fsdp::UnitPrecision{.ParamDType = std::nullopt, .ReduceDType = dtype}.Validate(); },
+        "precision.ReduceDType", name);
     distributed::LocalProcessGroup group;
     ExpectArgumentError([&] { group.AllReduce(*t); }, "tensor", name);
     ExpectArgumentError([&] { group.Broadcast(*t, 0); }, "tensor", name);

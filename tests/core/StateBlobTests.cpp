@@ -1,4 +1,9 @@
 // Versioned, checksummed state blobs: round trip and every kind of damage.
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
 #include <boost/test/unit_test.hpp>
 
 #include <mlframework/core/Error.hpp>
@@ -66,6 +71,30 @@ BOOST_AUTO_TEST_CASE(RejectsInsaneScaleState) {
   const auto blob = writer.Finish();
   BlobReader reader(blob, "test.Kind", 1);
   BOOST_CHECK_THROW(reader.ScaleStateFields(), ArgumentError);
+}
+
+BOOST_AUTO_TEST_CASE(OpensTheFirstVersionThatFramesTheBlob) {
+  const auto blob = [](std::uint16_t version) {
+    BlobWriter writer("test.Kind", version);
+    writer.U8(static_cast<std::uint8_t>(version));
+    return writer.Finish();
+  };
+  for (const std::uint16_t written : std::initializer_list<std::uint16_t>{2, 1}) {
+    std::uint16_t version = 0;
+    const std::vector<std::byte> bytes = blob(written);
+    BlobReader reader = OpenBlobVersion(bytes, "test.Kind", {2, 1}, version);
+    BOOST_TEST(version == written);
+    BOOST_TEST(reader.U8() == written);
+  }
+  // A version not listed, or another kind, is the first version's error (naming the parameter).
+  std::uint16_t version = 0;
+  BOOST_CHECK_EXCEPTION(
+      OpenBlobVersion(blob(3), "test.Kind", {2, 1}, version, "blob"), ArgumentError, [](const ArgumentError& e) {
+        return e.Parameter() == "blob" && std::string(e.what()).find("expected 2") != std::string::npos;
+      });
+  BOOST_CHECK_THROW(OpenBlobVersion(blob(2), "test.Other", {2, 1}, version), ArgumentError);
+  BOOST_CHECK_THROW(OpenBlobVersion(blob(2), "test.Kind", {}, version), ArgumentError);
+  BOOST_TEST(version == 0);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

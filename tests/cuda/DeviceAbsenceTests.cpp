@@ -8,6 +8,7 @@
 
 #include <mlframework/amp/ScalePolicy.hpp>
 #include <mlframework/backends/cuda/CudaTensor.hpp>
+#include <mlframework/backends/cuda/StreamGuard.hpp>
 #include <mlframework/config.hpp>
 #include <mlframework/core/DeviceScaling.hpp>
 #include <mlframework/core/Error.hpp>
@@ -82,6 +83,16 @@ BOOST_AUTO_TEST_CASE(InvalidArgumentsAreArgumentErrors) {
   const TensorPtr cpu = Zeros({2});
   BOOST_TEST(!cuda::IsCudaTensor(*cpu));
   BOOST_CHECK_THROW(cuda::DevicePointer(*cpu), ArgumentError);
+}
+
+BOOST_AUTO_TEST_CASE(StreamGuardNeedsAValidDevice) {
+  BOOST_CHECK_EXCEPTION(cuda::StreamGuard(nullptr, -2), ArgumentError, IsArgumentError("device", "-2 is negative"));
+  const int missing = cuda::DeviceCount();
+  BOOST_CHECK_EXCEPTION(cuda::StreamGuard(nullptr, missing), BackendError,
+                        [&](const BackendError& e) { return MessageNames(e, Device::CUDA(missing).ToString()); });
+  // A failed guard installs nothing.
+  BOOST_TEST(cuda::CurrentExternalStream(missing) == nullptr);
+  BOOST_TEST(cuda::CurrentExternalStream(0) == nullptr);
 }
 
 BOOST_AUTO_TEST_CASE(BackendObjectExistsWithoutDevice) {

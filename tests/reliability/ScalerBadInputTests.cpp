@@ -288,6 +288,70 @@ BOOST_AUTO_TEST_CASE(GradientPipelineAndPrecisionManagerRejectNullsAndBlobs) {
   ExpectUnchanged<ArgumentNullError>(
       precision, [&] { precision.InitializeMasterWeights(with_null); }, "c");
   ExpectBlobsRejected(precision, precision.StateDict(), {layer.StateDict(), mp::DynamicLossScaler().StateDict(), {}});
+  BOOST_TEST_MESSAGE("ScalerBadInput: " << mlframework::testing::BadInputCount() << " bad-input cases so far");
+}
+
+BOOST_AUTO_TEST_CASE(PrecisionManagerFallbackEntryPointsRejectBadInput) {
+  // FP32Parameters: null entries, and with master weights names and shapes that are not theirs.
+  mp::PrecisionManager precision;
+  GradientMap with_null = Gradients();
+  with_null["c"] = nullptr;
+  ExpectUnchanged<ArgumentNullError>(
+      precision, [&] { (void)precision.FP32Parameters(with_null); }, "c");
+  precision.InitializeMasterWeights(Gradients());
+  ExpectUnchanged<ArgumentNullError>(
+      precision, [&] { (void)precision.FP32Parameters(with_null); }, "c");
+  ExpectUnchanged<ArgumentError>(
+      precision,
+      [&] {
+        (void)precision.FP32Parameters({{"a", FromVector({1.0f, 2.0f}, {2})}});
+      },
+      "model_parameters");
+  ExpectUnchanged<ArgumentError>(
+      precision,
+      [&] {
+        (void)precision.FP32Parameters({{"a", FromVector({1.0f, 2.0f}, {2})}, {"x", FromVector({3.0f}, {1})}});
+      },
+      "model_parameters");
+  ExpectUnchanged<ArgumentError>(
+      precision,
+      [&] {
+        (void)precision.FP32Parameters({{"a", FromVector({1.0f}, {1})}, {"b", FromVector({3.0f}, {1})}});
+      },
+      "model_parameters[\"a\"]");
+
+  // Version 2 blobs that frame correctly but hold an impossible fallback state.
+  mp::PrecisionManager manager(mp::MixedPrecisionOptions{.InitialLossScale = 2.0f, .MaxConsecutiveOverflows = 3});
+  mp::DynamicLossScaler scaler(manager.Options());
+  for (int i = 0; i < 3; ++i) {  // one back-off, two overflows at the minimum: a non-initial count
+    scaler.UpdateScale(true);
+    (void)manager.CheckFallback(scaler);
+  }
+  ExpectBlobsRejected(manager, manager.StateDict(),
+                      {mp::GradientConversionLayer().StateDict(), scaler.StateDict(), {}});
+  const auto blob = [](std::uint8_t fallen_back, std::int64_t step, std::int64_t at_min, std::uint8_t has_seen,
+                       std::int64_t run) {
+    detail::BlobWriter writer("optimizers.mixed_precision.PrecisionManager", 2);
+    writer.U8(static_cast<std::uint8_t>(DataType::Float16));
+    writer.U8(fallen_back);
+    writer.I64(step);
+    writer.I64(at_min);
+    writer.U8(has_seen);
+    amp::ScaleState seen;
+    seen.Scale = 1.0f;
+    seen.ConsecutiveOverflows = run;
+    seen.TotalOverflows = run;
+    seen.TotalSteps = run;
+    writer.ScaleStateFields(seen);
+    return writer.Finish();
+  };
+  for (const auto& bad : {blob(2, 0, 0, 1, 3), blob(0, 5, 0, 1, 3), blob(1, -1, 0, 1, 3), blob(0, 0, -1, 1, 3),
+                          blob(0, 0, 4, 1, 3), blob(0, 0, 0, 2, 3)}) {
+    ExpectUnchanged<ArgumentError>(
+        manager, [&] { manager.LoadStateDict(bad); }, "state");
+  }
+  manager.LoadStateDict(blob(1, 7, 3, 1, 3));  // the same frame with a possible state loads
+  BOOST_TEST(manager.FallbackStep() == 7);
   BOOST_TEST_MESSAGE("ScalerBadInput: " << mlframework::testing::BadInputCount() << " bad-input cases in total");
 }
 

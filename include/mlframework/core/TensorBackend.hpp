@@ -8,9 +8,12 @@
 #include <string_view>
 
 #include <mlframework/core/ITensor.hpp>
+#include <mlframework/core/OptimizerStep.hpp>
 #include <mlframework/export.hpp>
 
 namespace mlframework {
+
+class DeviceScaleState;
 
 /// Result of one read pass over a gradient list: non-finite flag and sum of squares.
 struct NonFiniteAndNorm {
@@ -79,6 +82,21 @@ class MLFRAMEWORK_EXPORT TensorBackend {
   /// CastInto() over @p src and @p dst once the caller has checked them.
   virtual std::optional<bool> CastIntoLists(std::span<const TensorPtr> src, std::span<const TensorPtr> dst,
                                             float factor) const;
+  ///@}
+
+  /// @name Fused optimizer steps
+  /// One pass per step over the lists (core/OptimizerStep.hpp; optimizers/FusedSteps.hpp validates
+  /// them and calls these for tensors whose memory the host cannot address). When
+  /// @p skip_if_found_inf is not null and its found-inf flag is set, the step changes nothing; a
+  /// device backend reads the flag on the device, so the call never waits for it. Each returns
+  /// false when the backend has no fused optimizer kernels for these tensors (the defaults).
+  ///@{
+  /// Adam/AdamW over @p lists (Parameters, Gradients, FirstState, SecondState, LowPrecisionCopies).
+  virtual bool AdamStep(const OptimizerStepLists& lists, const AdamStepScalars& scalars,
+                        const DeviceScaleState* skip_if_found_inf) const;
+  /// SGD over @p lists (FirstState: the momentum buffers, empty when the momentum is 0).
+  virtual bool SGDStep(const OptimizerStepLists& lists, const SGDStepScalars& scalars,
+                       const DeviceScaleState* skip_if_found_inf) const;
   ///@}
 
   /// A new zero-filled tensor of this backend on @p device. The default throws

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <mlframework/amp/IOptimizer.hpp>
+#include <mlframework/core/DeviceScaling.hpp>
 #include <mlframework/core/ITensor.hpp>
 #include <mlframework/export.hpp>
 
@@ -47,6 +48,9 @@ class MLFRAMEWORK_EXPORT SGD final : public amp::IOptimizer {
   /// a copy of `d` on the first step; `w -= lr * (nesterov ? d + mu*b : b)`), then rounds the FP32
   /// masters into FP16/BF16 parameters. InvalidOperationError when no gradients were set.
   void Step() override;
+  /// Step() unless the found-inf flag of @p skip_if_found_inf is set (a scaler's overflow):
+  /// then nothing is read or written, the step count stays, and false is returned.
+  bool Step(const DeviceScaleState& skip_if_found_inf);
 
   /// The parameter tensors as given.
   const GradientMap& Parameters() const noexcept;

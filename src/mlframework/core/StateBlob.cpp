@@ -3,6 +3,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <exception>
 
 #include <mlframework/core/Error.hpp>
 
@@ -184,5 +185,26 @@ void BlobReader::ExpectEnd() const {
 }
 
 void BlobReader::Fail(const std::string& what) const { throw ArgumentError(parameter_, what); }
+
+BlobReader OpenBlobVersion(std::span<const std::byte> blob, std::string_view kind,
+                           std::initializer_list<std::uint16_t> versions, std::uint16_t& version,
+                           const std::string& parameter) {
+  std::exception_ptr first;
+  for (const std::uint16_t candidate : versions) {
+    try {
+      BlobReader reader(blob, kind, candidate, parameter);
+      version = candidate;
+      return reader;
+    } catch (const ArgumentError&) {
+      if (!first) {
+        first = std::current_exception();
+      }
+    }
+  }
+  if (!first) {
+    throw ArgumentError(parameter, "no blob version to read it as");
+  }
+  std::rethrow_exception(first);
+}
 
 }  // namespace mlframework::detail

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <span>
 #include <string>
 #include <string_view>
@@ -69,5 +70,12 @@ class BlobReader {
   std::size_t position_ = 0;
   std::string parameter_;
 };
+
+/// Opens @p blob as the first of @p versions (newest first) whose frame it has, and sets
+/// @p version to it, so a reader still loads the layouts it wrote before; a blob that no version
+/// frames is the ArgumentError of the first version.
+BlobReader OpenBlobVersion(std::span<const std::byte> blob, std::string_view kind,
+                           std::initializer_list<std::uint16_t> versions, std::uint16_t& version,
+                           const std::string& parameter = "state");
 
 }  // namespace mlframework::detail

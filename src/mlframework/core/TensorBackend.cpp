@@ -43,6 +43,16 @@ std::optional<bool> TensorBackend::CastIntoLists(std::span<const TensorPtr> /*sr
   return std::nullopt;
 }
 
+bool TensorBackend::AdamStep(const OptimizerStepLists& /*lists*/, const AdamStepScalars& /*scalars*/,
+                             const DeviceScaleState* /*skip_if_found_inf*/) const {
+  return false;
+}
+
+bool TensorBackend::SGDStep(const OptimizerStepLists& /*lists*/, const SGDStepScalars& /*scalars*/,
+                            const DeviceScaleState* /*skip_if_found_inf*/) const {
+  return false;
+}
+
 TensorPtr TensorBackend::Allocate(const Shape& /*shape*/, DataType /*dtype*/, Device device) const {
   throw InvalidOperationError("the '" + std::string(Name()) + "' tensor backend cannot allocate tensors (asked for " +
                               device.ToString() + ")");

@@ -281,6 +281,7 @@ class NcclProcessGroup final : public IProcessGroup {
   template <typename Fn>
   void Run(const char* what, Fn&& fn) {
     cuda::DeviceGuard guard(options_.Device);
+    const cuda::ExternalOrder order(options_.Device, Stream());  // the framework's stream, if any (StreamGuard)
     pending_->Check(what);
     try {
       fn();

@@ -1,9 +1,9 @@
 #include <mlframework/optimizers/Adam.hpp>
 
-#include <cmath>
-
 #include <mlframework/core/Error.hpp>
+#include <mlframework/optimizers/FusedSteps.hpp>
 
+#include "mlframework/backends/cpu/OptimizerKernels.hpp"
 #include "mlframework/core/StateBlob.hpp"
 #include "mlframework/optimizers/ParameterSet.hpp"
 
@@ -54,37 +54,31 @@ void Adam::Step() {
   s.params.RequireGradients("Adam");
   const std::vector<std::span<const float>> grads = s.params.GradientsAsFloat();
   const std::int64_t step = s.steps + 1;
-  const AdamOptions& o = s.options;
-  // PyTorch computes the bias corrections as Python floats (double) and applies them as float.
-  const double bias_correction1 = 1.0 - std::pow(static_cast<double>(o.Beta1), static_cast<double>(step));
-  const double bias_correction2 = 1.0 - std::pow(static_cast<double>(o.Beta2), static_cast<double>(step));
-  const auto step_size = static_cast<float>(static_cast<double>(o.LearningRate) / bias_correction1);
-  const auto bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
-  const float beta1 = o.Beta1;
-  const float beta2 = o.Beta2;
-  const float eps = o.Epsilon;
-  const float l2 = o.DecoupledWeightDecay ? 0.0f : o.WeightDecay;
-  const float decay = o.DecoupledWeightDecay ? 1.0f - o.LearningRate * o.WeightDecay : 1.0f;
+  const AdamStepScalars scalars = AdamStepScalarsFor(s.options, step);
+  // One fused pass: masters, gradients and moments read once, masters and moments written once,
+  // and FP16/BF16 parameters in host memory rounded from the updated masters in the same pass.
+  std::vector<backends::cpu::OptimizerTensor> tensors(s.params.Count());
   for (std::size_t t = 0; t < s.params.Count(); ++t) {
-    float* w = s.params.Master(t).data();
-    const float* g = grads[t].data();
-    float* m = s.exp_avg[t].data();
-    float* v = s.exp_avg_sq[t].data();
-    const auto n = static_cast<std::ptrdiff_t>(grads[t].size());
-#pragma omp parallel for schedule(static) if (n > detail::kParallelThreshold)
-    for (std::ptrdiff_t i = 0; i < n; ++i) {
-      const float d = g[i] + l2 * w[i];
-      const float wi = w[i] * decay;  // AdamW: decay applied to the weight, not the gradient
-      const float mi = beta1 * m[i] + (1.0f - beta1) * d;
-      const float vi = beta2 * v[i] + (1.0f - beta2) * d * d;
-      m[i] = mi;
-      v[i] = vi;
-      const float denom = std::sqrt(vi) / bias_correction2_sqrt + eps;
-      w[i] = wi - step_size * (mi / denom);
-    }
+    backends::cpu::OptimizerTensor& x = tensors[t];
+    x.parameter = s.params.Master(t).data();
+    x.gradient = grads[t].data();
+    x.first = s.exp_avg[t].data();
+    x.second = s.exp_avg_sq[t].data();
+    x.low_precision = s.params.FusedCopy(t);
+    x.low_precision_dtype = s.params.ParameterDtype(t);
+    x.count = grads[t].size();
   }
-  s.params.WriteBack();
+  backends::cpu::AdamStepKernel(tensors, scalars);
+  s.params.WriteBackUnfused();
   s.steps = step;
+}
+
+bool Adam::Step(const DeviceScaleState& skip_if_found_inf) {
+  if (skip_if_found_inf.FoundInf()) {
+    return false;
+  }
+  Step();
+  return true;
 }
 
 const GradientMap& Adam::Parameters() const noexcept { return impl_->params.Parameters(); }

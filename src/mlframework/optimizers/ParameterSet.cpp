@@ -67,6 +67,15 @@ ParameterSet::ParameterSet(GradientMap parameters) : parameters_(std::move(param
   scratch_.resize(list_.size());
 }
 
+void* ParameterSet::FusedCopy(std::size_t i) const noexcept {
+  const DataType dtype = list_[i]->GetDataType();
+  if (in_place_[i] || (dtype != DataType::Float16 && dtype != DataType::BFloat16)) {
+    return nullptr;
+  }
+  const std::span<std::byte> bytes = list_[i]->MutableHostBytes();
+  return bytes.empty() ? nullptr : bytes.data();
+}
+
 void ParameterSet::SetGradients(const GradientMap& gradients) {
   for (const auto& [name, tensor] : gradients) {
     const auto it = parameters_.find(name);
@@ -142,6 +151,20 @@ void ParameterSet::WriteBack() {
   std::vector<TensorPtr> dst;
   for (std::size_t i = 0; i < list_.size(); ++i) {
     if (!in_place_[i]) {
+      src.push_back(master_list_[i]);
+      dst.push_back(list_[i]);
+    }
+  }
+  if (!src.empty()) {
+    CastInto(src, dst);
+  }
+}
+
+void ParameterSet::WriteBackUnfused() {
+  std::vector<TensorPtr> src;
+  std::vector<TensorPtr> dst;
+  for (std::size_t i = 0; i < list_.size(); ++i) {
+    if (!in_place_[i] && FusedCopy(i) == nullptr) {
       src.push_back(master_list_[i]);
       dst.push_back(list_[i]);
     }

@@ -29,6 +29,7 @@ class ParameterSet {
   std::size_t Count() const noexcept { return list_.size(); }
   std::size_t Size(std::size_t i) const noexcept { return list_[i]->Size(); }
   const std::string& Name(std::size_t i) const noexcept { return names_[i]; }
+  DataType ParameterDtype(std::size_t i) const { return list_[i]->GetDataType(); }
 
   // Names and shapes must match the parameters one to one; nothing changes on error.
   void SetGradients(const GradientMap& gradients);
@@ -42,6 +43,13 @@ class ParameterSet {
   std::vector<std::span<const float>> GradientsAsFloat();
   // Rounds the masters into the parameters that are not updated in place (one fused CastInto).
   void WriteBack();
+  // The FP16/BF16 host memory of parameter i when a fused step writes its rounded value in the
+  // same pass (a parameter that is not its own master, in memory the host addresses), else null.
+  // Asked at every step: a tensor of a framework may hand out other memory later.
+  void* FusedCopy(std::size_t i) const noexcept;
+  // WriteBack() for the parameters FusedCopy() does not cover (none, after a fused step, unless
+  // some parameters live in memory the host cannot address).
+  void WriteBackUnfused();
 
   // Master weights: count, then per parameter its name, element count and values.
   void SaveMasters(mlframework::detail::BlobWriter& writer) const;

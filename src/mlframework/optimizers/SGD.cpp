@@ -1,7 +1,9 @@
 #include <mlframework/optimizers/SGD.hpp>
 
 #include <mlframework/core/Error.hpp>
+#include <mlframework/optimizers/FusedSteps.hpp>
 
+#include "mlframework/backends/cpu/OptimizerKernels.hpp"
 #include "mlframework/core/StateBlob.hpp"
 #include "mlframework/optimizers/ParameterSet.hpp"
 
@@ -48,38 +50,42 @@ void SGD::Step() {
   Impl& s = *impl_;
   s.params.RequireGradients("SGD");
   const std::vector<std::span<const float>> grads = s.params.GradientsAsFloat();
-  const float lr = s.options.LearningRate;
-  const float mu = s.options.Momentum;
-  const float wd = s.options.WeightDecay;
-  const bool nesterov = s.options.Nesterov;
+  const bool momentum = s.options.Momentum != 0.0f;
+  // One fused pass per step, the FP16/BF16 parameters in host memory written in it. Buffers made
+  // by this step start as a copy of d (PyTorch), so they run as a "first step" call of their own.
+  std::vector<backends::cpu::OptimizerTensor> first;
+  std::vector<backends::cpu::OptimizerTensor> later;
   for (std::size_t t = 0; t < s.params.Count(); ++t) {
-    float* w = s.params.Master(t).data();
-    const float* g = grads[t].data();
-    const auto n = static_cast<std::ptrdiff_t>(grads[t].size());
-    if (mu == 0.0f) {
-#pragma omp parallel for schedule(static) if (n > detail::kParallelThreshold)
-      for (std::ptrdiff_t i = 0; i < n; ++i) {
-        w[i] -= lr * (g[i] + wd * w[i]);
-      }
-      continue;
-    }
+    backends::cpu::OptimizerTensor x;
+    x.parameter = s.params.Master(t).data();
+    x.gradient = grads[t].data();
+    x.low_precision = s.params.FusedCopy(t);
+    x.low_precision_dtype = s.params.ParameterDtype(t);
+    x.count = grads[t].size();
     std::vector<float>& buffer = s.momentum[t];
-    const bool first = buffer.empty();
-    if (first) {
-      buffer.resize(static_cast<std::size_t>(n));
+    const bool made_now = momentum && buffer.empty();
+    if (momentum) {
+      buffer.resize(x.count);
+      x.first = buffer.data();
     }
-    float* b = buffer.data();
-#pragma omp parallel for schedule(static) if (n > detail::kParallelThreshold)
-    for (std::ptrdiff_t i = 0; i < n; ++i) {
-      const float d = g[i] + wd * w[i];
-      // PyTorch: the buffer starts as a copy of the first gradient (no dampening).
-      const float next = first ? d : mu * b[i] + d;
-      b[i] = next;
-      w[i] -= lr * (nesterov ? d + mu * next : next);
-    }
+    (made_now ? first : later).push_back(x);
   }
-  s.params.WriteBack();
+  if (!first.empty()) {
+    backends::cpu::SGDStepKernel(first, SGDStepScalarsFor(s.options, true));
+  }
+  if (!later.empty()) {
+    backends::cpu::SGDStepKernel(later, SGDStepScalarsFor(s.options, false));
+  }
+  s.params.WriteBackUnfused();
   ++s.steps;
+}
+
+bool SGD::Step(const DeviceScaleState& skip_if_found_inf) {
+  if (skip_if_found_inf.FoundInf()) {
+    return false;
+  }
+  Step();
+  return true;
 }
 
 const GradientMap& SGD::Parameters() const noexcept { return impl_->params.Parameters(); }

@@ -160,9 +160,13 @@ BOOST_AUTO_TEST_CASE(PipelineMatchesHostWithOneSyncPerStep) {
 BOOST_AUTO_TEST_CASE(AutoFallbackAndRestoreOnDevice) {
   GradientConversionLayer host(Options(false));
   GradientConversionLayer device(Options(false));
-  for (int step = 0; step < 5; ++step) {  // MaxConsecutiveOverflows = 4 overflows in a row
-    host.ProcessGradients(Gradients(step, true, false));
-    device.ProcessGradients(Gradients(step, true, true));
+  // 10 back-offs from 1024 to the minimum 1, then MaxConsecutiveOverflows = 4 overflows in a row
+  // at the minimum: the 14th step falls back, on the device as on the host.
+  for (int step = 0; step < 14; ++step) {
+    const bool host_fell_back = host.ProcessGradients(Gradients(step, true, false)).FellBackToFP32;
+    const bool device_fell_back = device.ProcessGradients(Gradients(step, true, true)).FellBackToFP32;
+    BOOST_TEST(host_fell_back == (step == 13));
+    BOOST_TEST(device_fell_back == (step == 13));
   }
   BOOST_TEST(host.Precision()->HasFallenBack());
   BOOST_TEST(device.Precision()->HasFallenBack());
@@ -170,6 +174,7 @@ BOOST_AUTO_TEST_CASE(AutoFallbackAndRestoreOnDevice) {
   BOOST_TEST(device.LossScaler()->State() == host.LossScaler()->State());
   // After the fallback scaling is off, clean gradients pass at scale 1, and overflowed steps
   // are still skipped, on the device as on the host.
+  BOOST_TEST(device.GetStats().FallbackStep == 14);
   const GradientProcessingResult kept = device.ProcessGradients(Gradients(6, false, true));
   BOOST_TEST(!kept.ShouldSkip);
   BOOST_TEST(!host.ProcessGradients(Gradients(6, false, false)).ShouldSkip);

@@ -1,5 +1,6 @@
 // Spec 003: GradientConversionLayer, the two-pass gradient pipeline.
 #include <cmath>
+#include <cstdint>
 #include <memory>
 #include <random>
 #include <string>
@@ -11,6 +12,7 @@
 #include <mlframework/optimizers/mixed_precision/GradientConversionLayer.hpp>
 
 #include "ContiguousCheck.hpp"
+#include "mlframework/core/StateBlob.hpp"
 #include "optimizers/mixed_precision/TestHelpers.hpp"
 
 using namespace mlframework;
@@ -341,14 +343,23 @@ BOOST_AUTO_TEST_CASE(StatsStringsAndReset) {
 }
 
 BOOST_AUTO_TEST_CASE(AutoFallbackContinuesTrainingInFP32) {
-  GradientConversionLayer layer(MixedPrecisionOptions{.InitialLossScale = 1024.0f, .MaxConsecutiveOverflows = 3});
+  // Starting at the minimum scale 1, so every overflow counts towards the fallback.
+  GradientConversionLayer layer(MixedPrecisionOptions{.InitialLossScale = 1.0f, .MaxConsecutiveOverflows = 3});
   const GradientMap bad{{"w", Vec({kNaN, 1.0f}, DataType::Float16)}};
   BOOST_TEST(layer.ProcessGradients(bad).ShouldSkip);
-  BOOST_TEST(layer.ProcessGradients(bad).ShouldSkip);
+  const GradientProcessingResult second = layer.ProcessGradients(bad);
+  BOOST_TEST(second.ShouldSkip);
+  BOOST_TEST(!second.FellBackToFP32);
   BOOST_TEST(!layer.GetStats().FellBackToFP32);
-  BOOST_TEST(layer.ProcessGradients(bad).ShouldSkip);  // third in a row: fallback
+  BOOST_TEST(layer.GetStats().OverflowsAtMinScale == 2);
+  const GradientProcessingResult third = layer.ProcessGradients(bad);  // third in a row: fallback
+  BOOST_TEST(third.ShouldSkip);
+  BOOST_TEST(third.FellBackToFP32);  // the event, on the step it happens
+  BOOST_TEST(third.Gradients.empty());
   const GradientProcessingStats stats = layer.GetStats();
   BOOST_TEST(stats.FellBackToFP32);
+  BOOST_TEST(stats.FallbackStep == 3);
+  BOOST_TEST(stats.OverflowsAtMinScale == 3);
   BOOST_TEST(stats.TargetPrecision == DataType::Float32);
   BOOST_TEST(stats.LossScalerStats.FellBackToFP32);
   BOOST_TEST(stats.LossScale == 1.0f);
@@ -357,7 +368,9 @@ BOOST_AUTO_TEST_CASE(AutoFallbackContinuesTrainingInFP32) {
   BOOST_TEST(!layer.LossScaler()->IsEnabled());
   // Training goes on: the loss is no longer scaled and gradients are not unscaled.
   BOOST_TEST(Values(layer.ScaleLoss(Scalar(2.0f)))[0] == 2.0f);
-  const auto [gradients, skip] = layer.ProcessGradients({{"w", Vec({0.25f, -1.0f})}});
+  const GradientProcessingResult after = layer.ProcessGradients({{"w", Vec({0.25f, -1.0f})}});
+  BOOST_TEST(!after.FellBackToFP32);  // reported once
+  const auto& [gradients, skip] = after;
   BOOST_TEST(!skip);
   BOOST_TEST(Values(gradients.at("w")) == (std::vector<float>{0.25f, -1.0f}), tt::per_element());
   // The overflow checks go on after the fallback: non-finite gradients never reach the optimizer.
@@ -377,21 +390,24 @@ BOOST_AUTO_TEST_CASE(AutoFallbackContinuesTrainingInFP32) {
 }
 
 BOOST_AUTO_TEST_CASE(NonFiniteGradientsAreSkippedOnEveryStepThroughTheFallback) {
-  // Overflow after overflow from a high initial scale: the fallback fires, and neither before
+  // Overflow after overflow from a high initial scale: 16 back-offs from 65536 to the minimum,
+  // then the fallback fires on the third overflow at the minimum (step 19), and neither before
   // nor after it does a step hand non-finite values on, with clipping on or off.
   for (const bool clipping : {false, true}) {
     for (const DataType dtype : {DataType::Float16, DataType::BFloat16, DataType::Float32}) {
       GradientConversionLayer layer(
           MixedPrecisionOptions{.MaxConsecutiveOverflows = 3, .EnableGradientClipping = clipping, .MaxGradNorm = 1.0f});
-      for (int step = 0; step < 12; ++step) {
+      for (int step = 0; step < 24; ++step) {
         const float bad = step % 3 == 0 ? kNaN : (step % 3 == 1 ? kInf : -kInf);
         const GradientProcessingResult result =
             layer.ProcessGradients({{"a", Vec({0.5f, bad}, dtype)}, {"b", Vec({1.0f}, dtype)}});
         BOOST_TEST(result.ShouldSkip, "step " << step << " clipping " << clipping);
         BOOST_TEST(result.Gradients.empty());
+        BOOST_TEST(result.FellBackToFP32 == (step == 18), "step " << step << " clipping " << clipping);
       }
       BOOST_TEST(layer.GetStats().FellBackToFP32);
-      BOOST_TEST(layer.LossScaler()->TotalOverflows() == 12);
+      BOOST_TEST(layer.GetStats().FallbackStep == 19);
+      BOOST_TEST(layer.LossScaler()->TotalOverflows() == 24);
       const GradientProcessingResult clean = layer.ProcessGradients({{"a", Vec({0.5f, 0.25f}, dtype)}});
       BOOST_TEST(!clean.ShouldSkip);
       BOOST_TEST(Values(clean.Gradients.at("a")) == (std::vector<float>{0.5f, 0.25f}), tt::per_element());
@@ -400,8 +416,10 @@ BOOST_AUTO_TEST_CASE(NonFiniteGradientsAreSkippedOnEveryStepThroughTheFallback) 
 }
 
 BOOST_AUTO_TEST_CASE(StateDictResumesTheWholeLayer) {
+  // The minimum 32 is one back-off below the initial scale, so the run below reaches the fallback.
   const MixedPrecisionOptions options{.InitialLossScale = 64.0f,
                                       .GrowthInterval = 2,
+                                      .MinLossScale = 32.0f,
                                       .MaxConsecutiveOverflows = 2,
                                       .EnableGradientClipping = true,
                                       .MaxGradNorm = 1.0f};
@@ -412,8 +430,8 @@ BOOST_AUTO_TEST_CASE(StateDictResumesTheWholeLayer) {
   b.LoadStateDict(a.StateDict());
   BOOST_TEST(b.GetStats().ToString() == a.GetStats().ToString());
   BOOST_TEST(b.LossScaler()->State() == a.LossScaler()->State());
-  // Both continue identically, through the fallback.
-  for (const float v : {kInf, 3.0f, 5.0f}) {
+  // Both continue identically, through the fallback (two overflows at the minimum 32).
+  for (const float v : {kInf, -kInf, 3.0f, 5.0f}) {
     const GradientMap g{{"w", Vec({v}, DataType::Float16)}};
     BOOST_TEST(a.ProcessGradients(g).ShouldSkip == b.ProcessGradients(g).ShouldSkip);
     BOOST_TEST(b.GetStats().ToString() == a.GetStats().ToString());
@@ -438,6 +456,36 @@ BOOST_AUTO_TEST_CASE(StateDictResumesTheWholeLayer) {
   BOOST_CHECK_THROW(e.LoadStateDict(d.StateDict()), ArgumentError);
   BOOST_TEST(e.LossScale() == 2.0f);
   BOOST_TEST(e.ClipCount() == 0);
+}
+
+BOOST_AUTO_TEST_CASE(ALayerBlobWithAVersionOnePrecisionManagerStillLoads) {
+  // A checkpoint written before the count at the minimum scale: the layer's frame is unchanged,
+  // the manager's part is version 1 (precision and fallback flag).
+  const MixedPrecisionOptions options{.InitialLossScale = 1.0f, .MaxConsecutiveOverflows = 2};
+  DynamicLossScaler scaler(options);
+  scaler.UpdateScale(true);
+  scaler.StopScaling();
+  const std::vector<std::byte> scaler_blob = scaler.StateDict();
+  mlframework::detail::BlobWriter manager("optimizers.mixed_precision.PrecisionManager", 1);
+  manager.U8(static_cast<std::uint8_t>(DataType::Float16));
+  manager.U8(1);
+  const std::vector<std::byte> manager_blob = manager.Finish();
+  mlframework::detail::BlobWriter writer("optimizers.mixed_precision.GradientConversionLayer", 1);
+  writer.I64(3);
+  writer.F32(0.5f);
+  writer.U64(scaler_blob.size());
+  writer.Bytes(scaler_blob);
+  writer.U64(manager_blob.size());
+  writer.Bytes(manager_blob);
+  GradientConversionLayer layer(options);
+  layer.LoadStateDict(writer.Finish());
+  BOOST_TEST(layer.ClipCount() == 3);
+  BOOST_TEST(layer.GetStats().FellBackToFP32);
+  BOOST_TEST(layer.GetStats().FallbackStep == 0);  // version 1 did not record it
+  BOOST_TEST(layer.LossScale() == 1.0f);
+  // Resumed in FP32, still checking: a NaN step is skipped, a clean one kept.
+  BOOST_TEST(layer.ProcessGradients({{"w", Vec({kNaN})}}).ShouldSkip);
+  BOOST_TEST(!layer.ProcessGradients({{"w", Vec({0.5f})}}).ShouldSkip);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

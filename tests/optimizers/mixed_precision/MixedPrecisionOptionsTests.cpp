@@ -1,4 +1,4 @@
-// MixedPrecisionOptions (the spec 002 we designed): recipes, validation, policy mapping.
+// MixedPrecisionOptions (designed here: no seed spec): recipes, validation, policy mapping.
 #include <cmath>
 #include <limits>
 #include <string>

@@ -1,4 +1,5 @@
-// PrecisionManager (the spec 004 we designed): conversions, master weights, auto-fallback.
+// PrecisionManager (designed here: no seed spec): conversions, master weights, auto-fallback.
+#include <cstdint>
 #include <vector>
 
 #include <boost/test/unit_test.hpp>
@@ -7,11 +8,13 @@
 #include <mlframework/optimizers/mixed_precision/DynamicLossScaler.hpp>
 #include <mlframework/optimizers/mixed_precision/PrecisionManager.hpp>
 
+#include "mlframework/core/StateBlob.hpp"
 #include "optimizers/mixed_precision/TestHelpers.hpp"
 
 using namespace mlframework;
 using namespace mlframework::optimizers::mixed_precision;
 using namespace mlfw_test;
+namespace tt = boost::test_tools;
 
 BOOST_AUTO_TEST_SUITE(PrecisionManagerTests)
 
@@ -90,30 +93,135 @@ BOOST_AUTO_TEST_CASE(CopyMasterToModelRejectsMismatchesWithoutWriting) {
   BOOST_TEST(manager.MasterWeights().size() == 2u);
 }
 
-BOOST_AUTO_TEST_CASE(AutoFallbackAfterMaxConsecutiveOverflows) {
-  const MixedPrecisionOptions options{.InitialLossScale = 1024.0f, .MaxConsecutiveOverflows = 3};
+BOOST_AUTO_TEST_CASE(AutoFallbackAfterMaxConsecutiveOverflowsAtTheMinimumScale) {
+  const MixedPrecisionOptions options{.InitialLossScale = 4.0f, .MaxConsecutiveOverflows = 3};
   PrecisionManager manager(options);
   DynamicLossScaler scaler(options);
+  // The back-off from 4 to the minimum 1 does not count: those overflows were above the minimum.
   for (int i = 0; i < 2; ++i) {
     scaler.UpdateScale(true);
     BOOST_TEST(!manager.CheckFallback(scaler));
+    BOOST_TEST(manager.OverflowsAtMinScale() == 0);
+  }
+  BOOST_TEST(scaler.CurrentScale() == 1.0f);
+  for (int i = 0; i < 2; ++i) {
+    scaler.UpdateScale(true);
+    BOOST_TEST(!manager.CheckFallback(scaler));
+    BOOST_TEST(manager.OverflowsAtMinScale() == i + 1);
   }
   scaler.UpdateScale(false);  // a clean step ends the run
   BOOST_TEST(!manager.CheckFallback(scaler));
+  BOOST_TEST(manager.OverflowsAtMinScale() == 0);
   for (int i = 0; i < 2; ++i) {
     scaler.UpdateScale(true);
     BOOST_TEST(!manager.CheckFallback(scaler));
   }
+  BOOST_TEST(!manager.CheckFallback(scaler));  // a second look at the same step counts nothing
+  BOOST_TEST(manager.OverflowsAtMinScale() == 2);
   BOOST_TEST(manager.TargetPrecision() == DataType::Float16);
+  BOOST_TEST(manager.FallbackStep() == 0);
   scaler.UpdateScale(true);
-  BOOST_TEST(manager.CheckFallback(scaler));  // third overflow in a row
+  BOOST_TEST(manager.CheckFallback(scaler));  // third overflow in a row at the minimum
   BOOST_TEST(manager.HasFallenBack());
+  BOOST_TEST(manager.FallbackStep() == 8);
+  BOOST_TEST(manager.OverflowsAtMinScale() == 3);
   BOOST_TEST(manager.TargetPrecision() == DataType::Float32);
   BOOST_TEST(!scaler.IsEnabled());
+  BOOST_TEST(scaler.IsChecking());
   BOOST_TEST(scaler.CurrentScale() == 1.0f);
   BOOST_TEST(!manager.CheckFallback(scaler));  // reported once
   // Parameters now go to FP32.
   BOOST_TEST(manager.ConvertToTargetPrecision({{"p", Vec({1e6f})}}).at("p")->GetDataType() == DataType::Float32);
+}
+
+BOOST_AUTO_TEST_CASE(TheBackOffFromAHighInitialScaleNeverFallsBack) {
+  // Megatron-LM and DeepSpeed start at 2^32 and back off about 16 times before the first kept
+  // step; here the whole way down to the minimum (32 overflows) with a threshold of 1.
+  const MixedPrecisionOptions options{
+      .InitialLossScale = 4294967296.0f, .MaxLossScale = 4294967296.0f, .MaxConsecutiveOverflows = 1};
+  PrecisionManager manager(options);
+  DynamicLossScaler scaler(options);
+  for (int i = 0; i < 32; ++i) {
+    scaler.UpdateScale(true);
+    BOOST_TEST(!manager.CheckFallback(scaler), "overflow " << i);
+  }
+  BOOST_TEST(scaler.CurrentScale() == 1.0f);
+  BOOST_TEST(scaler.ConsecutiveOverflows() == 32);
+  scaler.UpdateScale(true);  // the first overflow at the minimum
+  BOOST_TEST(manager.CheckFallback(scaler));
+  BOOST_TEST(manager.FallbackStep() == 33);
+}
+
+BOOST_AUTO_TEST_CASE(UpdatesWithoutACheckAreCountedSafely) {
+  const MixedPrecisionOptions options{.InitialLossScale = 8.0f, .GrowthInterval = 1, .MaxConsecutiveOverflows = 4};
+  {
+    // Only overflows since the last look: exact (3 to reach 1 from 8, then 3 at the minimum).
+    PrecisionManager manager(options);
+    DynamicLossScaler scaler(options);
+    for (int i = 0; i < 6; ++i) {
+      scaler.UpdateScale(true);
+    }
+    BOOST_TEST(!manager.CheckFallback(scaler));
+    BOOST_TEST(manager.OverflowsAtMinScale() == 3);
+    scaler.UpdateScale(true);
+    BOOST_TEST(manager.CheckFallback(scaler));
+  }
+  {
+    // A clean step the manager did not see: the run may have begun as high as MaxLossScale
+    // (2^24, 24 back-offs), so only overflows beyond that count, and the fallback is not early.
+    PrecisionManager manager(options);
+    DynamicLossScaler scaler(options);
+    scaler.UpdateScale(false);  // grows to 16
+    for (int i = 0; i < 10; ++i) {
+      scaler.UpdateScale(true);  // 4 back-offs, then 6 at the minimum
+    }
+    BOOST_TEST(!manager.CheckFallback(scaler));
+    BOOST_TEST(manager.OverflowsAtMinScale() == 0);
+    // From here on it sees every update and counts exactly.
+    for (int i = 0; i < 3; ++i) {
+      scaler.UpdateScale(true);
+      BOOST_TEST(!manager.CheckFallback(scaler));
+    }
+    scaler.UpdateScale(true);
+    BOOST_TEST(manager.CheckFallback(scaler));
+  }
+  {
+    // After the scaler's Reset() the run starts again from the initial scale: counted exactly.
+    PrecisionManager manager(options);
+    DynamicLossScaler scaler(options);
+    for (int i = 0; i < 5; ++i) {
+      scaler.UpdateScale(i != 2);
+      manager.CheckFallback(scaler);
+    }
+    scaler.Reset();
+    for (int i = 0; i < 4; ++i) {
+      scaler.UpdateScale(true);  // 8 -> 1: three back-offs, then one at the minimum
+      BOOST_TEST(!manager.CheckFallback(scaler));
+    }
+    BOOST_TEST(manager.OverflowsAtMinScale() == 1);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(FP32ParametersAreTheMasterWeightsOrTheModelWidened) {
+  PrecisionManager manager;
+  const TensorPtr w = Vec({1.5f, -2.0f}, DataType::Float16);
+  const GradientMap model{{"w", w}};
+  // Without master weights: the model's values, widened.
+  const GradientMap widened = manager.FP32Parameters(model);
+  BOOST_TEST(widened.at("w")->GetDataType() == DataType::Float32);
+  BOOST_TEST(Values(widened.at("w")) == (std::vector<float>{1.5f, -2.0f}), tt::per_element());
+  BOOST_CHECK_THROW(manager.FP32Parameters({{"w", nullptr}}), ArgumentNullError);
+  // With master weights: their exact FP32 values (not the FP16-rounded model), as new tensors.
+  manager.InitializeMasterWeights({{"w", Vec({1.0001f, -2.0f})}});
+  const TensorPtr master = manager.MasterWeights().at("w");
+  const GradientMap fp32 = manager.FP32Parameters(model);
+  BOOST_TEST(fp32.at("w") != master);
+  BOOST_TEST(Values(fp32.at("w"))[0] == 1.0001f);
+  // Names and shapes must match the master weights.
+  BOOST_CHECK_EXCEPTION(manager.FP32Parameters({{"v", w}}), ArgumentError,
+                        [](const ArgumentError& e) { return e.Parameter() == "model_parameters"; });
+  BOOST_CHECK_EXCEPTION(manager.FP32Parameters({{"w", Vec({1.0f}, DataType::Float16)}}), ArgumentError,
+                        [](const ArgumentError& e) { return e.Parameter() == "model_parameters[\"w\"]"; });
 }
 
 BOOST_AUTO_TEST_CASE(NoFallbackWhenDisabled) {
@@ -128,21 +236,77 @@ BOOST_AUTO_TEST_CASE(NoFallbackWhenDisabled) {
 }
 
 BOOST_AUTO_TEST_CASE(StateDictKeepsTheFallback) {
-  const MixedPrecisionOptions options{.MaxConsecutiveOverflows = 1};
+  // Starting at the minimum scale, the first overflow is at the minimum.
+  const MixedPrecisionOptions options{.InitialLossScale = 1.0f, .MaxConsecutiveOverflows = 1};
   PrecisionManager manager(options);
   DynamicLossScaler scaler(options);
   scaler.UpdateScale(true);
-  manager.CheckFallback(scaler);
+  BOOST_TEST(manager.CheckFallback(scaler));
   PrecisionManager restored(options);
   restored.LoadStateDict(manager.StateDict());
   BOOST_TEST(restored.HasFallenBack());
   BOOST_TEST(restored.TargetPrecision() == DataType::Float32);
+  BOOST_TEST(restored.FallbackStep() == manager.FallbackStep());
+  BOOST_TEST(restored.OverflowsAtMinScale() == 1);
   // A blob saved for another precision, or a scaler's blob, is rejected and changes nothing.
   PrecisionManager bf16(MixedPrecisionOptions::ForBF16());
   BOOST_CHECK_THROW(bf16.LoadStateDict(manager.StateDict()), ArgumentError);
   BOOST_CHECK_THROW(bf16.LoadStateDict(scaler.StateDict()), ArgumentError);
   BOOST_TEST(bf16.TargetPrecision() == DataType::BFloat16);
   BOOST_TEST(!bf16.HasFallenBack());
+}
+
+BOOST_AUTO_TEST_CASE(StateDictKeepsTheCountAtTheMinimumScale) {
+  const MixedPrecisionOptions options{.InitialLossScale = 2.0f, .MaxConsecutiveOverflows = 3};
+  PrecisionManager manager(options);
+  DynamicLossScaler scaler(options);
+  for (int i = 0; i < 3; ++i) {  // one back-off, two at the minimum
+    scaler.UpdateScale(true);
+    manager.CheckFallback(scaler);
+  }
+  BOOST_TEST(manager.OverflowsAtMinScale() == 2);
+  PrecisionManager restored(options);
+  restored.LoadStateDict(manager.StateDict());
+  BOOST_TEST(restored.OverflowsAtMinScale() == 2);
+  scaler.UpdateScale(true);
+  BOOST_TEST(restored.CheckFallback(scaler));  // the resumed count reaches 3
+  BOOST_TEST(restored.FallbackStep() == 4);
+}
+
+BOOST_AUTO_TEST_CASE(VersionOneBlobsStillLoad) {
+  // The layout before the count at the minimum scale: precision and fallback flag only.
+  const auto v1 = [](std::uint8_t fallen_back) {
+    mlframework::detail::BlobWriter writer("optimizers.mixed_precision.PrecisionManager", 1);
+    writer.U8(static_cast<std::uint8_t>(DataType::Float16));
+    writer.U8(fallen_back);
+    return writer.Finish();
+  };
+  const MixedPrecisionOptions options{.InitialLossScale = 2.0f, .MaxConsecutiveOverflows = 2};
+  PrecisionManager fallen(options);
+  fallen.LoadStateDict(v1(1));
+  BOOST_TEST(fallen.HasFallenBack());
+  BOOST_TEST(fallen.TargetPrecision() == DataType::Float32);
+  BOOST_TEST(fallen.FallbackStep() == 0);  // version 1 did not record it
+  // Not fallen back: the state last seen is unknown, so a run of a scaler stepped past a clean
+  // step counts only what is certainly at the minimum (2^24 down to 1 takes 24 back-offs).
+  PrecisionManager manager(options);
+  manager.LoadStateDict(v1(0));
+  BOOST_TEST(!manager.HasFallenBack());
+  DynamicLossScaler scaler(options);
+  scaler.UpdateScale(false);
+  for (int i = 0; i < 3; ++i) {
+    scaler.UpdateScale(true);
+  }
+  BOOST_TEST(!manager.CheckFallback(scaler));
+  BOOST_TEST(manager.OverflowsAtMinScale() == 0);
+  scaler.UpdateScale(true);
+  BOOST_TEST(!manager.CheckFallback(scaler));  // seen from now on: exact
+  scaler.UpdateScale(true);
+  BOOST_TEST(manager.CheckFallback(scaler));
+  // A version 1 blob with a bad flag is refused and changes nothing.
+  PrecisionManager untouched(options);
+  BOOST_CHECK_THROW(untouched.LoadStateDict(v1(2)), ArgumentError);
+  BOOST_TEST(!untouched.HasFallenBack());
 }
 
 BOOST_AUTO_TEST_SUITE_END()

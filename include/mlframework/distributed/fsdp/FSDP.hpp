@@ -56,9 +56,12 @@ class MLFRAMEWORK_EXPORT FSDP {
   /// rank for: an empty map, a duplicate unit name, a null or empty (size 0) parameter,
   /// parameters on two devices (or on another device than the units registered before; the
   /// message names the parameter and both devices), a unit smaller than the world size
-  /// (sharded strategies), or ranks that disagree on the world size, the unit's name, its
-  /// parameter names or shapes.
-  FSDPShardingUnit& RegisterUnit(const std::string& name, const GradientMap& parameters);
+  /// (sharded strategies), ranks that disagree on the world size, the unit's name, its
+  /// parameter names or shapes, or its precision; an invalid @p precision (named by field).
+  /// @p precision gives the unit its own gather and reduce dtypes (UnitPrecision: norm layers
+  /// in FP32 while the rest runs in BF16); by default it follows the FSDP's.
+  FSDPShardingUnit& RegisterUnit(const std::string& name, const GradientMap& parameters,
+                                 const UnitPrecision& precision = {});
   /// Number of registered units.
   std::size_t UnitCount() const noexcept;
   /// Unit number @p index in registration order; ArgumentError when out of range.
@@ -70,9 +73,28 @@ class MLFRAMEWORK_EXPORT FSDP {
   IProcessGroup& ProcessGroup() const noexcept;
   /// The configuration.
   const FSDPConfig& Config() const noexcept;
-  /// Changes the dtype later Gather() calls produce (FSDPAmpIntegration sets the forward dtype).
+  /// Changes the dtype later Gather() calls produce (FSDPAmpIntegration sets the forward dtype),
+  /// except for units registered with their own UnitPrecision::ParamDType, which keep it.
   /// ArgumentError for an invalid or FP8 dtype; InvalidOperationError while any unit is gathered.
   void SetParamDType(DataType dtype);
+
+  /// Gradient accumulation without communication (PyTorch FSDP2's set_requires_gradient_sync,
+  /// DeepSpeed's gradient_accumulation_steps): while off, ReduceGradients() only sums each
+  /// unit's full gradients locally in FP32; turn it back on for the last micro-batch, whose
+  /// ReduceGradients() reduce-scatters the sum once. Loss scaling and the overflow check then
+  /// see the accumulated gradients once, after that reduction. The cost is one FP32 full-unit
+  /// buffer per unit with unsynced gradients (from the buffer cache). Local: no communication;
+  /// every rank must switch at the same micro-batch. On by default.
+  /// @code
+  /// for (int micro = 0; micro < k; ++micro) {
+  ///   fsdp.SetRequiresGradientSync(micro == k - 1);
+  ///   // Gather, forward, backward, ReduceGradients, Release for every unit
+  /// }
+  /// fsdp.Step(adam);
+  /// @endcode
+  void SetRequiresGradientSync(bool requires_sync) noexcept;
+  /// Whether ReduceGradients() communicates (SetRequiresGradientSync()).
+  bool RequiresGradientSync() const noexcept;
 
   /// Bytes of idle gather and gradient buffers cached for reuse. Release() and the flat
   /// gradient buffers of ReduceGradients() hand their memory back to this cache, so the next
@@ -100,7 +122,8 @@ class MLFRAMEWORK_EXPORT FSDP {
   double ClipGradNorm(float max_norm);
   /// Hands LocalGradients() to @p optimizer (built over ShardedParameters()), steps it and drops
   /// the gradients; the next Gather() sees the new weights. InvalidOperationError on every rank
-  /// when any rank misses a gradient or still has a unit gathered; the optimizer's own
+  /// when any rank misses a gradient, holds unsynced gradients (HasUnsyncedGradients()) or
+  /// still has a unit gathered; the optimizer's own
   /// SetGradients() errors are agreed the same way. An exception from the update itself on a
   /// multi-rank group ends the job (AbortGuard), since the ranks' weights would diverge.
   /// Over shards on a GPU the reference optimizers (SGD, Adam) keep FP32 masters and state on

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include <mlframework/core/ITensor.hpp>
+#include <mlframework/distributed/fsdp/UnitPrecision.hpp>
 #include <mlframework/export.hpp>
 
 namespace mlframework::distributed::fsdp {
@@ -22,7 +23,8 @@ class FSDP;
 /// whole buffer.
 ///
 /// Life of a unit in one training step:
-/// 1. Gather(): the FP32 shard is cast to the parameter dtype and all-gathered (collective).
+/// 1. Gather(): the FP32 shard is cast to the parameter dtype (ParamDType(): the unit's own,
+///    else the FSDP's) and all-gathered (collective).
 ///    GatheredParameter() is the flat buffer and Parameters() its per-parameter views, which the
 ///    framework uses in forward and backward.
 /// 2. ReduceGradients(full_gradients): the full per-parameter gradients are flattened into the
@@ -71,6 +73,13 @@ class MLFRAMEWORK_EXPORT FSDPShardingUnit {
   /// This rank's FP32 master shard (what the optimizer updates in place), on the parameters' device.
   TensorPtr LocalShard() const noexcept;
 
+  /// The unit's own precision policy as registered (unset fields follow the FSDP).
+  const UnitPrecision& Precision() const noexcept;
+  /// The dtype the next Gather() produces: the unit's own ParamDType, else the FSDP's current one.
+  DataType ParamDType() const noexcept;
+  /// The dtype ReduceGradients() reduces in: the unit's own ReduceDType, else the FSDP's.
+  DataType ReduceDType() const noexcept;
+
   /// All-gathers the unit in the parameter dtype (collective). InvalidOperationError on every
   /// rank when any rank already has it gathered.
   void Gather();
@@ -98,14 +107,21 @@ class MLFRAMEWORK_EXPORT FSDPShardingUnit {
   /// is added to LocalGradient(). FP32 reductions are averaged after the sum (on the shard),
   /// FP16/BF16 ones before it (away from overflow). InvalidOperationError on every rank when any rank has not
   /// gathered the unit; ArgumentError on every rank for missing names or wrong shapes.
+  /// Without gradient sync (FSDP::SetRequiresGradientSync(false)) it communicates nothing: the
+  /// gradients are added in FP32 to a local full-unit sum (the same checks, raised on this rank
+  /// only), which the next call with sync adds its gradients to and reduce-scatters once.
   void ReduceGradients(const GradientMap& gradients);
   /// This rank's gradient shard (ShardSize() elements, FP32), or null before ReduceGradients().
   TensorPtr LocalGradient() const noexcept;
+  /// True while the unit holds gradients summed without gradient sync
+  /// (FSDP::SetRequiresGradientSync(false)) that no ReduceGradients() with sync has reduced yet.
+  bool HasUnsyncedGradients() const noexcept;
   /// Replaces the gradient shard (the spec's setter, used by FSDPAmpIntegration).
   /// ArgumentNullError for null; ArgumentError unless it has ShardSize() elements.
   void SetLocalGradient(TensorPtr gradient);
-  /// Drops the gradient shard (after a step or a skipped step). Its FP32 buffer is reused by the
-  /// next ReduceGradients(), so a reference kept from LocalGradient() sees the next values.
+  /// Drops the gradient shard (after a step or a skipped step) and any unsynced sum. Its FP32
+  /// buffer is reused by the next ReduceGradients(), so a reference kept from LocalGradient()
+  /// sees the next values.
   void ZeroGrad() noexcept;
 
  private:

@@ -9,8 +9,10 @@
 /// trajectory when configured alike.
 ///
 /// Auto-fallback: the scaler only reports instability (`IsStable` in its
-/// stats, ConsecutiveOverflows() >= MaxConsecutiveOverflows); PrecisionManager
-/// decides to fall back to FP32 and then calls StopScaling(). A stopped scaler
+/// stats, ConsecutiveOverflows() >= MaxConsecutiveOverflows, every overflow
+/// counted as spec 000 does); PrecisionManager decides to fall back to FP32,
+/// on MaxConsecutiveOverflows overflows in a row at MinLossScale (its State()
+/// tells it the scale), and then calls StopScaling(). A stopped scaler
 /// no longer scales (IsEnabled() false, scale 1) but still checks: IsChecking()
 /// stays true, CheckOverflow() still looks at the gradients and UpdateScale()
 /// still counts overflows and returns true for them, so a step with non-finite

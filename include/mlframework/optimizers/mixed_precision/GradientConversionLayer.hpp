@@ -23,11 +23,15 @@
 /// order would divide by the scale after a growth step), and the norm is that
 /// of the exactly unscaled FP32 values (the spec rounds to FP16 in between).
 
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <mlframework/core/DataType.hpp>
@@ -49,6 +53,9 @@ struct MLFRAMEWORK_EXPORT GradientProcessingStats {
   mixed_precision::LossScalerStats LossScalerStats;  ///< The loss scaler's own statistics.
   DataType TargetPrecision = DataType::Float16;      ///< The precision manager's target precision now.
   bool FellBackToFP32 = false;                       ///< The auto-fallback to FP32 has happened.
+  std::int64_t FallbackStep =
+      0;  ///< The scaler's step (from 1) on which it happened; 0 before (PrecisionManager::FallbackStep).
+  std::int64_t OverflowsAtMinScale = 0;  ///< Overflows in a row at MinLossScale, the fallback's count.
 
   /// "LossScale: 65536.00, LastGradNorm: 0.0000, ClipCount: 0, ClippingEnabled: False,
   /// MaxGradNorm: 1.00", exactly as spec 003 formats it; after an auto-fallback
@@ -57,10 +64,32 @@ struct MLFRAMEWORK_EXPORT GradientProcessingStats {
 };
 
 /// Result of ProcessGradients (the spec's C# tuple): `auto [grads, skip] = layer.ProcessGradients(g);`
+/// binds the spec's two elements (a tuple-like type of size 2, see get() below); FellBackToFP32
+/// is read by name.
 struct GradientProcessingResult {
   GradientMap Gradients;    ///< FP32 gradients for the optimizer; empty when the step is skipped.
   bool ShouldSkip = false;  ///< True when the gradients overflowed and the optimizer step must be skipped.
+  /// True on the one call on which the auto-fallback to FP32 happened (always an overflowed,
+  /// skipped step). The caller then switches its model to FP32 (PrecisionManager::FP32Parameters,
+  /// see PrecisionManager.hpp) and keeps calling ProcessGradients.
+  bool FellBackToFP32 = false;
 };
+
+/// Element @p I of a GradientProcessingResult for structured bindings: 0 is Gradients, 1 is
+/// ShouldSkip (the spec's tuple), with the value category of @p result.
+// The tuple protocol of structured bindings looks up exactly the name 'get'.
+// NOLINTBEGIN(readability-identifier-naming)
+template <std::size_t I, typename Result>
+requires std::same_as<std::remove_cvref_t<Result>, GradientProcessingResult>
+constexpr decltype(auto) get(Result&& result) noexcept {
+  static_assert(I < 2, "GradientProcessingResult binds two elements: Gradients and ShouldSkip");
+  if constexpr (I == 0) {
+    return (std::forward<Result>(result).Gradients);
+  } else {
+    return (std::forward<Result>(result).ShouldSkip);
+  }
+}
+// NOLINTEND(readability-identifier-naming)
 
 /// Gradient precision management, loss scaling and clipping for mixed-precision training (spec 003).
 class MLFRAMEWORK_EXPORT GradientConversionLayer {
@@ -95,8 +124,9 @@ class MLFRAMEWORK_EXPORT GradientConversionLayer {
   /// the caller no longer holds them. As in spec 003, a scaler disabled in the options (the
   /// BF16/FP32 recipes) reports no overflow, so the step is never skipped then. After the
   /// auto-fallback to FP32 the scale is 1 but the overflow check goes on: a step with a non-finite
-  /// gradient is skipped (ShouldSkip, empty map), so no Inf or NaN reaches the optimizer.
-  /// ArgumentNullError naming a null entry, state unchanged.
+  /// gradient is skipped (ShouldSkip, empty map), so no Inf or NaN reaches the optimizer. The
+  /// call on which the fallback happens returns FellBackToFP32 (see PrecisionManager.hpp for the
+  /// trigger and what the caller does next). ArgumentNullError naming a null entry, state unchanged.
   GradientProcessingResult ProcessGradients(const GradientMap& gradients);
 
   /// Scales @p loss before the backward pass (the scaler's ScaleLoss). ArgumentNullError for null.
@@ -142,3 +172,18 @@ class MLFRAMEWORK_EXPORT GradientConversionLayer {
 };
 
 }  // namespace mlframework::optimizers::mixed_precision
+
+/// GradientProcessingResult is tuple-like with the spec's two elements (Gradients, ShouldSkip).
+template <>
+struct std::tuple_size<mlframework::optimizers::mixed_precision::GradientProcessingResult>
+    : std::integral_constant<std::size_t, 2> {};
+/// Element 0: the gradients.
+template <>
+struct std::tuple_element<0, mlframework::optimizers::mixed_precision::GradientProcessingResult> {
+  using type = mlframework::GradientMap;  ///< The type of GradientProcessingResult::Gradients.
+};
+/// Element 1: whether to skip the step.
+template <>
+struct std::tuple_element<1, mlframework::optimizers::mixed_precision::GradientProcessingResult> {
+  using type = bool;  ///< The type of GradientProcessingResult::ShouldSkip.
+};

@@ -2,8 +2,10 @@
 /// @file MixedPrecisionOptions.hpp
 /// @brief Configuration shared by DynamicLossScaler, PrecisionManager and GradientConversionLayer.
 ///
-/// Specs 000 and 003 depend on a spec 002 "MixedPrecisionOptions" that we do
-/// not have; this is its design, derived from what those specs read:
+/// Seed specs 000 (DynamicLossScaler) and 003 (GradientConversionLayer) depend on a
+/// "MixedPrecisionOptions" (their "Spec 002", in the numbering of the original spec series; our
+/// seed 002 is the FSDP spec) that is not among our seed specs; this is its design, derived from
+/// what those specs read:
 /// the scaler reads the loss-scale fields, the conversion layer the clipping
 /// fields, the precision manager the target precision and the fallback
 /// fields. The default member values are the FP16 recipe (ForFP16()), so
@@ -38,8 +40,12 @@ struct MLFRAMEWORK_EXPORT MixedPrecisionOptions {
   float MinLossScale = 1.0f;
   /// Upper bound of the scale (finite, >= MinLossScale).
   float MaxLossScale = 16777216.0f;
-  /// Overflows in a row after which the scaler reports itself unstable (`IsStable == false`)
-  /// and, with EnableAutoFallback, training falls back to FP32 (>= 1).
+  /// Overflows in a row after which the scaler reports itself unstable (`IsStable == false`,
+  /// counting every overflow, as spec 000 does) and, with EnableAutoFallback, the number of
+  /// overflows in a row **at MinLossScale** after which training falls back to FP32 (>= 1).
+  /// The fallback counts only overflows that happen while the scale is already at its minimum,
+  /// as DeepSpeed gives up only at its min_scale: the back-off from a high initial scale (16
+  /// overflows from 65536) never triggers it (see PrecisionManager.hpp).
   int MaxConsecutiveOverflows = 10;
 
   /// Whether GradientConversionLayer clips gradients by their global L2 norm.
@@ -49,11 +55,13 @@ struct MLFRAMEWORK_EXPORT MixedPrecisionOptions {
   float MaxGradNorm = 1.0f;
 
   /// Whether PrecisionManager switches training to FP32 after MaxConsecutiveOverflows overflows
-  /// in a row (the loss scaler then stops scaling). Has no effect when Precision is Float32.
+  /// in a row at MinLossScale (the loss scaler then stops scaling but keeps checking, so steps
+  /// with non-finite gradients are still skipped). Has no effect when Precision is Float32.
   bool EnableAutoFallback = true;
 
   /// FP16 recipe: scale 65536, growth 2, backoff 0.5, interval 2000, bounds [1, 2^24],
-  /// 10 overflows in a row before fallback, clipping off (max norm 1.0), auto-fallback on.
+  /// 10 overflows in a row at the minimum scale before fallback, clipping off (max norm 1.0),
+  /// auto-fallback on.
   static MixedPrecisionOptions ForFP16();
   /// BF16 recipe: BF16 has FP32's exponent range, so no loss scaling (scale 1); otherwise as ForFP16().
   static MixedPrecisionOptions ForBF16();

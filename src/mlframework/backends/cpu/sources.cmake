@@ -24,3 +24,24 @@ if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$" AND CMAKE_CXX_COMPILE
 else()
   message(STATUS "mlframework: CPU kernels portable only (${CMAKE_SYSTEM_PROCESSOR})")
 endif()
+
+# The fused optimizer steps (OptimizerKernels.hpp): one element-kernel file per instruction set,
+# all without FMA contraction (the reference optimizers' bits) and without errno-bound math (the
+# square root stays one instruction, so the loops vectorise).
+set(mlfw_optimizer_numerics "-ffp-contract=off;-fno-math-errno")
+target_sources(mlframework PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/OptimizerKernels.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/OptimizerKernelsPortable.cpp)
+set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/OptimizerKernelsPortable.cpp
+  PROPERTIES COMPILE_OPTIONS "${mlfw_optimizer_numerics}")
+if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$" AND CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
+  target_sources(mlframework PRIVATE
+    ${CMAKE_CURRENT_LIST_DIR}/OptimizerKernelsAvx2.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/OptimizerKernelsAvx512.cpp)
+  set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/OptimizerKernelsAvx2.cpp
+    PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;-mf16c;${mlfw_optimizer_numerics}")
+  set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/OptimizerKernelsAvx512.cpp
+    PROPERTIES COMPILE_OPTIONS "${mlfw_avx512_flags};${mlfw_optimizer_numerics}")
+  set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/OptimizerKernels.cpp
+    PROPERTIES COMPILE_DEFINITIONS MLFW_CPU_X86_KERNELS)
+endif()

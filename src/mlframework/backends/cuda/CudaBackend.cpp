@@ -16,6 +16,7 @@
 #include "mlframework/backends/cuda/AddInto.cuh"
 #include "mlframework/backends/cuda/Cast.cuh"
 #include "mlframework/backends/cuda/CudaCheck.hpp"
+#include "mlframework/backends/cuda/CudaOptimizerSteps.hpp"
 #include "mlframework/backends/cuda/CudaTensorImpl.hpp"
 #include "mlframework/backends/cuda/DeviceContext.hpp"
 #include "mlframework/backends/cuda/LaunchPlan.hpp"
@@ -46,8 +47,7 @@ class CudaScaleState final : public DeviceScaleState {
  public:
   CudaScaleState(int device, const ScalePolicy& policy, const ScaleState& initial)
       : context_(&DeviceContext::Get(device)), policy_(policy) {
-    std::lock_guard lock(context_->Mutex());
-    DeviceGuard guard(device);
+    const StreamUse use(*context_);
     block_ = static_cast<DeviceScaleBlock*>(context_->Allocate(sizeof(DeviceScaleBlock)));
     try {
       WriteLocked(initial);
@@ -64,20 +64,17 @@ class CudaScaleState final : public DeviceScaleState {
   const ScalePolicy& Policy() const noexcept override { return policy_; }
   ScaleState Read() const override { return ReadBlock().state; }
   void Write(const ScaleState& state) override {
-    std::lock_guard lock(context_->Mutex());
-    DeviceGuard guard(context_->DeviceIndex());
+    const StreamUse use(*context_);
     WriteLocked(state);
   }
   bool FoundInf() const override { return ReadBlock().found_inf != 0; }
   void MarkFoundInf() override {
-    std::lock_guard lock(context_->Mutex());
-    DeviceGuard guard(context_->DeviceIndex());
+    const StreamUse use(*context_);
     // Byte-wise memset: 0x01010101 is non-zero, which is all the flag means.
     MLFW_CUDA_CHECK(cudaMemsetAsync(FlagPointer(), 1, sizeof(std::int32_t), context_->Stream()));
   }
   void ClearFoundInf() override {
-    std::lock_guard lock(context_->Mutex());
-    DeviceGuard guard(context_->DeviceIndex());
+    const StreamUse use(*context_);
     MLFW_CUDA_CHECK(cudaMemsetAsync(FlagPointer(), 0, sizeof(std::int32_t), context_->Stream()));
   }
   bool LastStepSkipped() const override { return ReadBlock().last_skipped != 0; }
@@ -99,8 +96,7 @@ class CudaScaleState final : public DeviceScaleState {
     MLFW_CUDA_CHECK(cudaStreamSynchronize(context_->Stream()));
   }
   DeviceScaleBlock ReadBlock() const {
-    std::lock_guard lock(context_->Mutex());
-    DeviceGuard guard(context_->DeviceIndex());
+    const StreamUse use(*context_);
     DeviceScaleBlock host{};
     MLFW_CUDA_CHECK(cudaMemcpyAsync(&host, block_, sizeof host, cudaMemcpyDeviceToHost, context_->Stream()));
     MLFW_CUDA_CHECK(cudaStreamSynchronize(context_->Stream()));
@@ -236,14 +232,31 @@ bool CastAcrossDevices(const CudaTensor& in, ITensor& out, float factor) {
   return out.HasNonFinite();
 }
 
+// The found-inf flag a fused optimizer step reads: a CUDA state's device flag (read by the
+// kernel), or the host flag of another state, read here (skip_now when it is set).
+struct SkipFlag {
+  const std::int32_t* flag = nullptr;
+  int device = -1;
+  bool skip_now = false;
+};
+
+SkipFlag SkipFlagOf(const DeviceScaleState* state) {
+  if (state == nullptr) {
+    return {};
+  }
+  if (const auto* cuda_state = dynamic_cast<const CudaScaleState*>(state)) {
+    return {cuda_state->FlagPointer(), cuda_state->Context().DeviceIndex(), false};
+  }
+  return {nullptr, -1, state->FoundInf()};
+}
+
 // ---- the launch driver: an entry point builds its lists and names its kernels; the rest is here ----
 
 // Calls queue_work(stream) on @p context's device with its mutex held: the device's staging
 // buffers, result block and partials serve every thread, one call at a time (Stage()).
 template <typename QueueWork>
 void OnStream(DeviceContext& context, QueueWork&& queue_work) {
-  std::lock_guard lock(context.Mutex());
-  DeviceGuard guard(context.DeviceIndex());
+  const StreamUse use(context);
   queue_work(context.Stream());
 }
 
@@ -373,6 +386,17 @@ class CudaBackend final : public DeviceScalingBackend {
     });
     QueueOnEachDevice(groups, Access::Writes,
                       [&](const Launch& launch, cudaStream_t stream) { LaunchAddInto(launch, alpha, stream); });
+  }
+
+  bool AdamStep(const OptimizerStepLists& lists, const AdamStepScalars& scalars,
+                const DeviceScaleState* skip_if_found_inf) const override {
+    const SkipFlag skip = SkipFlagOf(skip_if_found_inf);
+    return skip.skip_now || QueueAdamStep(lists, scalars, skip.flag, skip.device);
+  }
+  bool SGDStep(const OptimizerStepLists& lists, const SGDStepScalars& scalars,
+               const DeviceScaleState* skip_if_found_inf) const override {
+    const SkipFlag skip = SkipFlagOf(skip_if_found_inf);
+    return skip.skip_now || QueueSGDStep(lists, scalars, skip.flag, skip.device);
   }
 
   TensorPtr Allocate(const Shape& shape, DataType dtype, Device device) const override {

@@ -59,8 +59,7 @@ CudaTensor::CudaTensor(Shape shape, DataType dtype, int device)
     throw ArgumentError(
         "shape", ToString(shape_) + " of " + std::string(mlframework::ToString(dtype_)) + " does not fit in memory");
   }
-  std::lock_guard lock(context_->Mutex());
-  DeviceGuard guard(device_);
+  const StreamUse use(*context_);
   data_ = context_->Allocate(Bytes());
   if (data_ != nullptr) {
     try {
@@ -142,8 +141,7 @@ double CudaTensor::SumOfSquares() const {
 std::vector<float> CudaTensor::ToFloatVector() const {
   std::vector<std::uint8_t> raw(Bytes());
   {
-    std::lock_guard lock(context_->Mutex());
-    DeviceGuard guard(device_);
+    const StreamUse use(*context_);
     if (!raw.empty()) {
       MLFW_CUDA_CHECK(cudaMemcpyAsync(raw.data(), data_, raw.size(), cudaMemcpyDeviceToHost, context_->Stream()));
     }
@@ -162,8 +160,7 @@ void CudaTensor::CopyFromFloats(std::span<const float> values) {
   }
   std::vector<std::uint8_t> raw(Bytes());
   cpu::NarrowFromFloat(values.data(), raw.data(), dtype_, size_);
-  std::lock_guard lock(context_->Mutex());
-  DeviceGuard guard(device_);
+  const StreamUse use(*context_);
   if (!raw.empty()) {
     MLFW_CUDA_CHECK(cudaMemcpyAsync(data_, raw.data(), raw.size(), cudaMemcpyHostToDevice, context_->Stream()));
   }

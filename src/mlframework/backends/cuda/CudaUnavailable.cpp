@@ -1,6 +1,7 @@
 // Builds without the CUDA backend: the queries answer "no device" and every
 // request for CUDA memory or work raises a clear BackendError.
 #include <mlframework/backends/cuda/CudaTensor.hpp>
+#include <mlframework/backends/cuda/StreamGuard.hpp>
 #include <mlframework/core/Error.hpp>
 
 #include "mlframework/core/DeviceFactory.hpp"
@@ -49,5 +50,16 @@ void* StreamHandle(int device) { throw BackendError("cannot use cuda:" + std::to
 void Synchronize(int device) { throw BackendError("cannot use cuda:" + std::to_string(device) + ": " + kNotBuilt); }
 
 const DeviceScalingBackend& Backend() { throw BackendError(kNotBuilt); }
+
+StreamGuard::StreamGuard(void* stream, int device) : stream_(stream), device_(device) {
+  if (device < 0) {
+    throw ArgumentError("device", std::to_string(device) + " is negative");  // as in a CUDA build
+  }
+  throw BackendError("cannot use cuda:" + std::to_string(device) + ": " + kNotBuilt);
+}
+
+StreamGuard::~StreamGuard() = default;
+
+void* CurrentExternalStream(int /*device*/) noexcept { return nullptr; }
 
 }  // namespace mlframework::backends::cuda

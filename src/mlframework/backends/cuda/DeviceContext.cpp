@@ -108,6 +108,11 @@ void DeviceContext::Free(void* pointer) noexcept {
   const bool switched =
       cudaGetDevice(&previous) == cudaSuccess && previous != device_ && cudaSetDevice(device_) == cudaSuccess;
   if (stream_ordered_) {
+    try {
+      // The framework's stream may still read library memory it was handed (the FP32 outputs).
+      WaitForExternal(device_, stream_);
+    } catch (const BackendError&) {  // a free must not throw; the device error surfaces on the next call
+    }
     MLFW_CUDA_CHECK_NOTHROW(cudaFreeAsync(pointer, stream_));
   } else {
     MLFW_CUDA_CHECK_NOTHROW(cudaFree(pointer));

@@ -15,6 +15,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "mlframework/backends/cuda/ExternalStream.hpp"
 #include "mlframework/backends/cuda/LaunchPlan.hpp"
 #include "mlframework/backends/cuda/TableCache.hpp"
 
@@ -47,7 +48,8 @@ class DeviceContext {
 
   /// @p bytes of device memory, ordered on the stream (stream-ordered pool when the device has one).
   void* Allocate(std::size_t bytes);
-  /// Frees memory from Allocate(), ordered on the stream; never throws.
+  /// Frees memory from Allocate(), ordered on the stream (and after the calling thread's
+  /// framework stream: StreamGuard); never throws.
   void Free(void* pointer) noexcept;
 
   /// Result block (flag and sum) in device memory and its pinned host mirror.
@@ -101,6 +103,20 @@ class DeviceContext {
   TableCache tables_{TableCache::kDefaultCapacity, [this](std::byte* table) { Free(table); }};
 
   StagingBuffer& StagingFor(std::size_t bytes);
+};
+
+/// What a backend call that queues work on a device holds for its duration: the device's mutex
+/// (see Stage()), the device made current, and the join with the calling thread's framework
+/// stream (StreamGuard).
+class StreamUse {
+ public:
+  explicit StreamUse(DeviceContext& context)
+      : lock_(context.Mutex()), device_(context.DeviceIndex()), order_(context.DeviceIndex(), context.Stream()) {}
+
+ private:
+  std::lock_guard<std::mutex> lock_;
+  DeviceGuard device_;
+  ExternalOrder order_;
 };
 
 }  // namespace mlframework::backends::cuda

@@ -3,12 +3,15 @@
 if(MLFW_HAS_CUDA)
   target_sources(mlframework_cuda PRIVATE
     ${CMAKE_CURRENT_LIST_DIR}/CudaBackend.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/CudaOptimizerSteps.cpp
     ${CMAKE_CURRENT_LIST_DIR}/CudaTensor.cpp
     ${CMAKE_CURRENT_LIST_DIR}/DeviceContext.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/ExternalStream.cpp
     ${CMAKE_CURRENT_LIST_DIR}/TableCache.cpp
     ${CMAKE_CURRENT_LIST_DIR}/AddInto.cu
     ${CMAKE_CURRENT_LIST_DIR}/Cast.cu
     ${CMAKE_CURRENT_LIST_DIR}/NonFinite.cu
+    ${CMAKE_CURRENT_LIST_DIR}/OptimizerSteps.cu
     ${CMAKE_CURRENT_LIST_DIR}/Scale.cu
     ${CMAKE_CURRENT_LIST_DIR}/ScaleUpdate.cu
     ${CMAKE_CURRENT_LIST_DIR}/SumSquares.cu

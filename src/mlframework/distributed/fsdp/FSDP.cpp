@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -136,24 +137,44 @@ void FSDPConfig::Validate() const {
   }
 }
 
+void UnitPrecision::Validate() const {
+  if (ParamDType && !IsValid(*ParamDType)) {
+    throw ArgumentError("precision.ParamDType", "unknown DataType " + std::to_string(static_cast<int>(*ParamDType)));
+  }
+  if (ReduceDType && !IsValid(*ReduceDType)) {
+    throw ArgumentError("precision.ReduceDType", "unknown DataType " + std::to_string(static_cast<int>(*ReduceDType)));
+  }
+  // As FSDPConfig::Validate: FP8 shards would need their scales gathered with them.
+  if (ParamDType && IsFloat8(*ParamDType)) {
+    throw ArgumentError("precision.ParamDType",
+                        std::string(ToString(*ParamDType)) + " is not supported by FSDP's collectives");
+  }
+  if (ReduceDType && IsFloat8(*ReduceDType)) {
+    throw ArgumentError("precision.ReduceDType",
+                        std::string(ToString(*ReduceDType)) + " is not supported by FSDP's collectives");
+  }
+}
+
 struct FSDP::Impl {
   std::shared_ptr<IProcessGroup> group;
   FSDPConfig config;
   detail::Placement placement;         // the parameters' device, fixed by the first unit
   detail::BufferPool pool{placement};  // before the units: they hand buffers back to it
   std::vector<std::unique_ptr<FSDPShardingUnit>> units;
+  bool requires_sync = true;  // read by the units' ReduceGradients()
 
-  // Idle pool memory is capped at one use of the largest unit (the registered ones and one of
-  // @p padded / @p shard elements being registered): its gathered buffer, its flat gradient
-  // buffer and the shard-sized scratch of a 16-bit reduction or an accumulation.
-  void UpdatePoolCapacity(std::size_t padded = 0, std::size_t shard = 0) noexcept {
+  // Idle pool memory is capped at one use of the largest unit, in its own dtypes: its gathered
+  // buffer, its flat gradient buffer and the shard-sized scratch of a 16-bit reduction or an
+  // accumulation.
+  void UpdatePoolCapacity() noexcept {
+    std::size_t capacity = 0;
     for (const auto& unit : units) {
-      padded = std::max(padded, unit->impl_->padded);
-      shard = std::max(shard, unit->impl_->shard_size);
+      const FSDPShardingUnit::Impl& u = *unit->impl_;
+      const std::size_t reduce = ElementSize(u.ReduceDType());
+      capacity = std::max(capacity, u.padded * (ElementSize(u.ParamDType()) + reduce) +
+                                        u.shard_size * (ElementSize(DataType::Float32) + reduce));
     }
-    const std::size_t reduce = ElementSize(config.ReduceDType);
-    pool.SetCapacity(padded * (ElementSize(config.ParamDType) + reduce) +
-                     shard * (ElementSize(DataType::Float32) + reduce));
+    pool.SetCapacity(capacity);
   }
 
   std::vector<TensorPtr> GradientList() const {
@@ -176,6 +197,15 @@ FSDP::FSDP(std::shared_ptr<IProcessGroup> group, FSDPConfig config) {
 FSDP::~FSDP() = default;
 
 namespace {
+
+// One number for a unit's policy, so ranks compare it with the rest of the layout: each field
+// is its DataType's value plus one, 0 when unset.
+double PrecisionCode(const UnitPrecision& precision) {
+  const auto code = [](const std::optional<DataType>& dtype) {
+    return dtype ? static_cast<double>(static_cast<int>(*dtype)) + 1.0 : 0.0;
+  };
+  return code(precision.ParamDType) * 256.0 + code(precision.ReduceDType);
+}
 
 // True when every parameter is a tensor @p where allocates (so views of it can be taken).
 bool AllHeldBy(const detail::Placement& where, const std::vector<TensorPtr>& sources) {
@@ -239,7 +269,8 @@ void RegisterThroughFlatBuffer(const UnitLayout& unit, const std::vector<TensorP
 
 }  // namespace
 
-FSDPShardingUnit& FSDP::RegisterUnit(const std::string& name, const GradientMap& parameters) {
+FSDPShardingUnit& FSDP::RegisterUnit(const std::string& name, const GradientMap& parameters,
+                                     const UnitPrecision& precision) {
   IProcessGroup& group = *impl_->group;
   const int world = group.WorldSize();
   const bool sharded = impl_->config.Strategy != ShardingStrategy::NoShard;
@@ -249,6 +280,8 @@ FSDPShardingUnit& FSDP::RegisterUnit(const std::string& name, const GradientMap&
   unit->pool = &impl_->pool;
   unit->placement = &impl_->placement;
   unit->name = name;
+  unit->precision = precision;
+  unit->requires_sync = &impl_->requires_sync;
   std::vector<TensorPtr> sources;
   detail::Placement placement = impl_->placement;
 
@@ -257,6 +290,7 @@ FSDPShardingUnit& FSDP::RegisterUnit(const std::string& name, const GradientMap&
     for (const auto& existing : impl_->units) {
       if (existing->Name() == name) throw ArgumentError("name", "a unit named '" + name + "' is already registered");
     }
+    precision.Validate();
     if (parameters.empty()) throw ArgumentError("parameters", "unit '" + name + "' has no parameters");
     for (const auto& [param_name, tensor] : parameters) {
       if (!tensor) throw ArgumentNullError("parameters[" + param_name + "]");
@@ -281,12 +315,19 @@ FSDPShardingUnit& FSDP::RegisterUnit(const std::string& name, const GradientMap&
   });
 
   // Every rank must describe the same unit: compare max and min of each field in one all-reduce.
-  const std::array<const char*, 5> fields{"world size", "unit index", "element count", "parameter count",
-                                          "parameter names and shapes"};
-  const std::array<double, 5> mine{static_cast<double>(world), static_cast<double>(impl_->units.size()),
-                                   static_cast<double>(unit->numel), static_cast<double>(unit->names.size()),
-                                   static_cast<double>(LayoutHash(name, unit->names, unit->shapes))};
-  std::array<double, 10> extremes{};
+  const std::array<const char*, 6> fields{"world size",
+                                          "unit index",
+                                          "element count",
+                                          "parameter count",
+                                          "parameter names and shapes",
+                                          "precision (ParamDType, ReduceDType)"};
+  const std::array<double, 6> mine{static_cast<double>(world),
+                                   static_cast<double>(impl_->units.size()),
+                                   static_cast<double>(unit->numel),
+                                   static_cast<double>(unit->names.size()),
+                                   static_cast<double>(LayoutHash(name, unit->names, unit->shapes)),
+                                   PrecisionCode(precision)};
+  std::array<double, 12> extremes{};
   for (std::size_t i = 0; i < mine.size(); ++i) {
     extremes[i] = mine[i];
     extremes[i + mine.size()] = -mine[i];
@@ -371,6 +412,10 @@ void FSDP::SetParamDType(DataType dtype) {
   impl_->UpdatePoolCapacity();
 }
 
+void FSDP::SetRequiresGradientSync(bool requires_sync) noexcept { impl_->requires_sync = requires_sync; }
+
+bool FSDP::RequiresGradientSync() const noexcept { return impl_->requires_sync; }
+
 std::size_t FSDP::CachedBufferBytes() const noexcept { return impl_->pool.IdleBytes(); }
 
 std::size_t FSDP::CachedBufferLimit() const noexcept { return impl_->pool.Capacity(); }
@@ -423,6 +468,11 @@ void FSDP::Step(amp::IOptimizer& optimizer) {
     for (const auto& unit : impl_->units) {
       if (unit->IsGathered()) {
         throw InvalidOperationError("unit '" + unit->Name() + "' is still gathered: release it before the step");
+      }
+      if (unit->HasUnsyncedGradients()) {
+        throw InvalidOperationError("unit '" + unit->Name() +
+                                    "' holds gradients accumulated without sync: reduce the last micro-batch "
+                                    "with SetRequiresGradientSync(true) before the step");
       }
     }
     gradients = LocalGradients();

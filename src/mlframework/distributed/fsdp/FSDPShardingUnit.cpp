@@ -14,6 +14,13 @@
 
 namespace mlframework::distributed::fsdp {
 
+std::vector<TensorPtr> FSDPShardingUnit::Impl::ParameterViews(const TensorPtr& flat) const {
+  std::vector<TensorPtr> result;
+  result.reserve(names.size());
+  for (std::size_t i = 0; i < names.size(); ++i) result.push_back(placement->View(flat, offsets[i], shapes[i]));
+  return result;
+}
+
 GradientMap FSDPShardingUnit::Impl::ViewsOf(const TensorPtr& flat) const {
   GradientMap result;
   for (std::size_t i = 0; i < names.size(); ++i) result.emplace(names[i], placement->View(flat, offsets[i], shapes[i]));
@@ -39,6 +46,10 @@ std::size_t FSDPShardingUnit::PaddedSize() const noexcept { return impl_->padded
 std::size_t FSDPShardingUnit::ShardSize() const noexcept { return impl_->shard_size; }
 std::size_t FSDPShardingUnit::ShardOffset() const noexcept { return impl_->shard_offset; }
 TensorPtr FSDPShardingUnit::LocalShard() const noexcept { return impl_->shard; }
+bool FSDPShardingUnit::HasUnsyncedGradients() const noexcept { return impl_->accumulated.tensor != nullptr; }
+const UnitPrecision& FSDPShardingUnit::Precision() const noexcept { return impl_->precision; }
+DataType FSDPShardingUnit::ParamDType() const noexcept { return impl_->ParamDType(); }
+DataType FSDPShardingUnit::ReduceDType() const noexcept { return impl_->ReduceDType(); }
 bool FSDPShardingUnit::IsGathered() const noexcept { return impl_->is_gathered; }
 TensorPtr FSDPShardingUnit::GatheredParameter() const noexcept { return impl_->gathered; }
 TensorPtr FSDPShardingUnit::LocalGradient() const noexcept { return impl_->local_gradient; }
@@ -54,7 +65,7 @@ void FSDPShardingUnit::Gather() {
   // Past the agreed check every rank enters the all-gather: a failure on one rank from here
   // on (allocation, MPI) must end the job rather than leave the others waiting.
   AbortGuard guard(*s.group, "FSDP Gather of unit '" + s.name + "'");
-  const DataType dtype = s.config->ParamDType;
+  const DataType dtype = s.ParamDType();
   const ShardingStrategy strategy = s.config->Strategy;
   TensorPtr flat;
   if (s.kept.tensor && s.kept.tensor->GetDataType() == dtype) {
@@ -133,10 +144,36 @@ const GradientMap& FSDPShardingUnit::Parameters() const {
   return impl_->views;
 }
 
+// The padding of a flat unit buffer is reduced too and lands in the last rank's shard: it must
+// be zero, whatever the pooled buffer held before.
+void FSDPShardingUnit::Impl::ZeroPadding(const TensorPtr& flat) const {
+  if (padded == numel) return;
+  const std::size_t element = ElementSize(flat->GetDataType());
+  if (const std::span<std::byte> bytes = flat->MutableHostBytes(); !bytes.empty()) {
+    std::memset(bytes.data() + numel * element, 0, (padded - numel) * element);
+  } else {
+    // On a device: one queued copy of the unit's zeros (fewer than world-size elements).
+    const TensorPtr padding = placement->View(flat, numel, {padded - numel});
+    CopyInto(std::span<const TensorPtr>(&zero_padding, 1), std::span<const TensorPtr>(&padding, 1));
+  }
+}
+
+// The first micro-batch is copied into a pooled buffer, later ones added: one fused pass each.
+void FSDPShardingUnit::Impl::AccumulateLocally(const std::vector<TensorPtr>& gradients) {
+  if (accumulated.tensor) {
+    AddInto(gradients, ParameterViews(accumulated.tensor));
+    return;
+  }
+  detail::PooledBuffer buffer = pool->Acquire(DataType::Float32, padded);
+  CopyInto(gradients, ParameterViews(buffer.tensor));
+  ZeroPadding(buffer.tensor);
+  accumulated = std::move(buffer);
+}
+
 void FSDPShardingUnit::ReduceGradients(const GradientMap& gradients) {
   Impl& s = *impl_;
   std::vector<TensorPtr> sources;
-  detail::AgreeOn(*s.group, "ReduceGradients of unit '" + s.name + "'", [&] {
+  const auto check = [&] {
     if (!s.is_gathered) {
       throw InvalidOperationError("unit '" + s.name +
                                   "' is not gathered: reduce-scatter before gather; gather the unit for its "
@@ -160,10 +197,24 @@ void FSDPShardingUnit::ReduceGradients(const GradientMap& gradients) {
       }
       sources.push_back(it->second);
     }
-  });
+  };
+  const DataType reduce_dtype = s.ReduceDType();
+  if (!*s.requires_sync) {
+    // A micro-batch without gradient sync: no communication at all, so the checks stay local
+    // (every rank runs the same schedule), and the gradients are summed in FP32 in place.
+    check();
+    s.AccumulateLocally(sources);
+    return;
+  }
+  detail::AgreeOn(*s.group, "ReduceGradients of unit '" + s.name + "'", check);
   AbortGuard guard(*s.group, "FSDP ReduceGradients of unit '" + s.name + "'");
+  if (s.accumulated.tensor) {
+    // The last micro-batch of an accumulation: add it to the local sum, which is reduced once,
+    // as one flat FP32 parameter (its padding is zero).
+    s.AccumulateLocally(sources);
+    sources.assign(1, s.accumulated.tensor);
+  }
   const int world = s.group->WorldSize();
-  const DataType reduce_dtype = s.config->ReduceDType;
   const bool no_shard = s.config->Strategy == ShardingStrategy::NoShard;
   // Where this rank's FP32 result goes: the FP32 shard of the last step when there is one (the
   // optimizer may still hold it, so a fresh buffer per step would double the gradient memory),
@@ -186,8 +237,10 @@ void FSDPShardingUnit::ReduceGradients(const GradientMap& gradients) {
   // A unit of one CPU FP32 parameter whose size is a multiple of the world size (the flat
   // parameter layout of PyTorch FSDP) needs no flattening: its gradient is reduce-scattered
   // straight from the framework's tensor, as the raw collective would.
-  const bool direct = !no_shard && fp32_reduce && sources.size() == 1 && s.padded == s.numel &&
-                      s.placement->Holds(*sources[0]) && sources[0]->GetDataType() == DataType::Float32;
+  const bool from_sum = s.accumulated.tensor != nullptr;  // sources: the FP32 sum, padding included
+  const bool direct = !no_shard && fp32_reduce &&
+                      (from_sum || (sources.size() == 1 && s.padded == s.numel && s.placement->Holds(*sources[0]) &&
+                                    sources[0]->GetDataType() == DataType::Float32));
   // Otherwise flatten (and cast to the reduce dtype, and average for 16-bit) in one fused pass
   // straight into a pooled flat buffer (NoShard with FP32: into the target, the whole unit).
   const bool into_target = no_shard && fp32_reduce;
@@ -198,23 +251,12 @@ void FSDPShardingUnit::ReduceGradients(const GradientMap& gradients) {
   } else {
     if (!into_target) flat_buffer = s.pool->Acquire(reduce_dtype, s.padded);
     flat = into_target ? target : flat_buffer.tensor;
-    std::vector<TensorPtr> targets;
-    targets.reserve(s.names.size());
-    for (std::size_t i = 0; i < s.names.size(); ++i) {
-      targets.push_back(s.placement->View(flat, s.offsets[i], s.shapes[i]));
-    }
-    CopyInto(sources, targets, fp32_reduce ? 1.0f : average);
-    // The padding is reduced too and lands in the last rank's shard: it must be zero, whatever
-    // the pooled buffer held before.
-    if (s.padded > s.numel) {
-      const std::size_t element = ElementSize(reduce_dtype);
-      if (const std::span<std::byte> bytes = flat->MutableHostBytes(); !bytes.empty()) {
-        std::memset(bytes.data() + s.numel * element, 0, (s.padded - s.numel) * element);
-      } else {
-        // On a device: one queued copy of the unit's zeros (fewer than world-size elements).
-        const TensorPtr padding = s.placement->View(flat, s.numel, {s.padded - s.numel});
-        CopyInto(std::span<const TensorPtr>(&s.zero_padding, 1), std::span<const TensorPtr>(&padding, 1));
-      }
+    if (from_sum) {
+      // The accumulated sum, padding included: one cast of the whole buffer.
+      CopyInto(sources, std::span<const TensorPtr>(&flat, 1), fp32_reduce ? 1.0f : average);
+    } else {
+      CopyInto(sources, s.ParameterViews(flat), fp32_reduce ? 1.0f : average);
+      s.ZeroPadding(flat);
     }
   }
   if (no_shard) {
@@ -230,7 +272,9 @@ void FSDPShardingUnit::ReduceGradients(const GradientMap& gradients) {
   }
   if (fp32_reduce && world > 1) ScaleInPlace(std::span<const TensorPtr>(&target, 1), average);
   flat.reset();  // the pool reuses only blocks nobody else references
+  sources.clear();
   s.pool->Return(flat_buffer);
+  s.pool->Return(s.accumulated);
   if (!s.local_gradient) {
     s.local_gradient = std::move(target);
     return;
@@ -254,6 +298,7 @@ void FSDPShardingUnit::SetLocalGradient(TensorPtr gradient) {
 
 void FSDPShardingUnit::ZeroGrad() noexcept {
   Impl& s = *impl_;
+  s.pool->Return(s.accumulated);
   // Keep an FP32 shard of ours for the next ReduceGradients() to reduce into.
   if (s.local_gradient && s.local_gradient->GetDataType() == DataType::Float32 &&
       s.placement->Holds(*s.local_gradient) && s.local_gradient->Size() == s.shard_size) {

@@ -10,6 +10,7 @@
 #include <mlframework/distributed/IProcessGroup.hpp>
 #include <mlframework/distributed/fsdp/FSDPConfig.hpp>
 #include <mlframework/distributed/fsdp/FSDPShardingUnit.hpp>
+#include <mlframework/distributed/fsdp/UnitPrecision.hpp>
 
 #include "mlframework/distributed/fsdp/BufferPool.hpp"
 
@@ -17,7 +18,9 @@ namespace mlframework::distributed::fsdp {
 
 struct FSDPShardingUnit::Impl {
   IProcessGroup* group = nullptr;
-  const FSDPConfig* config = nullptr;  // the owning FSDP's (ParamDType may change)
+  const FSDPConfig* config = nullptr;   // the owning FSDP's (ParamDType may change)
+  UnitPrecision precision;              // this unit's own dtypes, where set
+  const bool* requires_sync = nullptr;  // the owning FSDP's gradient-sync switch
   std::string name;
   std::vector<std::string> names;
   std::vector<Shape> shapes;
@@ -39,9 +42,22 @@ struct FSDPShardingUnit::Impl {
   TensorPtr local_gradient;               // FP32 gradient shard
   TensorPtr spare_gradient;               // last step's FP32 shard, reused by the next ReduceGradients()
   TensorPtr zero_padding;                 // PaddedSize() - NumElements() FP32 zeros for buffers off the host
+  // Full FP32 gradients summed locally over micro-batches without gradient sync (pool memory,
+  // padding zero), reduce-scattered once by the next ReduceGradients() with sync.
+  detail::PooledBuffer accumulated;
+
+  // The dtypes this unit gathers and reduces in: its own, else the FSDP's current ones.
+  DataType ParamDType() const noexcept { return precision.ParamDType.value_or(config->ParamDType); }
+  DataType ReduceDType() const noexcept { return precision.ReduceDType.value_or(config->ReduceDType); }
 
   // Views of @p flat with the parameters' shapes, by name.
   GradientMap ViewsOf(const TensorPtr& flat) const;
+  // The same views in layout order.
+  std::vector<TensorPtr> ParameterViews(const TensorPtr& flat) const;
+  // Zeroes the padding of the flat unit buffer @p flat.
+  void ZeroPadding(const TensorPtr& flat) const;
+  // Adds a micro-batch's full gradients to `accumulated`.
+  void AccumulateLocally(const std::vector<TensorPtr>& gradients);
   // The kept buffer no longer matches the shard (after an optimizer step or a state load):
   // its memory goes back to the pool (unless the unit is gathered from it right now).
   void Invalidate() noexcept { pool->Return(kept); }

@@ -170,11 +170,12 @@ GradientProcessingResult GradientConversionLayer::ProcessGradients(const Gradien
     written = true;
   }
 
-  // Step 2's fallback rule (spec: a disabled scaler never reports an overflow).
-  precision_manager_->CheckFallback(scaler);
+  // Step 2's fallback rule (spec: a disabled scaler never reports an overflow). It fires only on
+  // an overflowed step, so the step on which it happens is skipped.
+  const bool fell_back = precision_manager_->CheckFallback(scaler);
   output_buffers_ = std::move(buffers);
   if (skip) {
-    return {GradientMap{}, true};
+    return {.Gradients = GradientMap{}, .ShouldSkip = true, .FellBackToFP32 = fell_back};
   }
 
   // Steps 3-5 in pass 2: unscale x clip, written once as FP32.
@@ -190,7 +191,7 @@ GradientProcessingResult GradientConversionLayer::ProcessGradients(const Gradien
   if (!fp32.empty() && write_factor != 1.0f) {
     ScaleInPlace(fp32, write_factor);
   }
-  return {std::move(outputs), false};
+  return {.Gradients = std::move(outputs), .ShouldSkip = false, .FellBackToFP32 = fell_back};
 }
 
 TensorPtr GradientConversionLayer::ScaleLoss(const TensorPtr& loss) const {
@@ -232,7 +233,9 @@ GradientProcessingStats GradientConversionLayer::GetStats() const {
                                  .MaxGradNorm = options_.MaxGradNorm,
                                  .LossScalerStats = loss_scaler_->GetStats(),
                                  .TargetPrecision = precision_manager_->TargetPrecision(),
-                                 .FellBackToFP32 = precision_manager_->HasFallenBack()};
+                                 .FellBackToFP32 = precision_manager_->HasFallenBack(),
+                                 .FallbackStep = precision_manager_->FallbackStep(),
+                                 .OverflowsAtMinScale = precision_manager_->OverflowsAtMinScale()};
 }
 
 void GradientConversionLayer::Reset() {

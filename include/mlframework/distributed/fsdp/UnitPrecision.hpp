@@ -1,0 +1,30 @@
+#pragma once
+/// @file UnitPrecision.hpp
+/// @brief A sharding unit's own precision policy (PyTorch FSDP2's per-`fully_shard` policy).
+
+#include <optional>
+
+#include <mlframework/core/DataType.hpp>
+#include <mlframework/export.hpp>
+
+namespace mlframework::distributed::fsdp {
+
+/// The dtypes one unit gathers and reduces in, when they differ from the FSDP's: for example
+/// norm and embedding units kept in FP32 while the rest gather in BF16, as FSDP2 users pass a
+/// `MixedPrecisionPolicy` to each `fully_shard` and Megatron keeps layer norms in FP32.
+/// An unset field follows the FSDP: FSDPConfig's value, and for ParamDType also later
+/// FSDP::SetParamDType() calls (FSDPAmpIntegration's forward dtype). A set ParamDType stays.
+/// The master shard and the gradient shard stay FP32 either way, so gradient clipping and the
+/// overflow check span all units alike.
+struct UnitPrecision {
+  /// Dtype this unit is gathered in and handed to the forward pass; unset: the FSDP's.
+  std::optional<DataType> ParamDType;
+  /// Dtype this unit's gradients are reduced in; unset: the FSDP's.
+  std::optional<DataType> ReduceDType;
+
+  /// ArgumentError naming the first set field that is not a DataType, and its value, or that is
+  /// an FP8 dtype (FSDP gathers and reduces Float32, Float16 and BFloat16).
+  MLFRAMEWORK_EXPORT void Validate() const;
+};
+
+}  // namespace mlframework::distributed::fsdp

@@ -1,0 +1,77 @@
+#pragma once
+// Private: the CPU backend's fused optimizer steps (Adam/AdamW, SGD). One pass per step reads
+// parameter, gradient and state and writes parameter, state and, optionally, the FP16/BF16 copy
+// of the updated parameter. OpenMP threads take chunks of the list; each piece of a chunk is one
+// call of the element kernel of the instruction set KernelDispatch.cpp chose (OptimizerKernels*.cpp).
+//
+// Numerics: every operation is the FP32 operation the reference optimizers (optimizers/Adam.cpp,
+// SGD.cpp, PyTorch's single-tensor forms) perform, in their order, each rounded to FP32: the
+// files are compiled with -ffp-contract=off (no fused multiply-add), the square root is the
+// correctly rounded SQRTPS/VSQRTPS (xsimd::sqrt, or std::sqrt under -fno-math-errno for the
+// scalar tails and the portable table) and the division is the IEEE one. The results are therefore
+// the reference's bits on every instruction set.
+
+#include <cstddef>
+#include <span>
+
+#include <mlframework/core/DataType.hpp>
+#include <mlframework/core/OptimizerStep.hpp>
+
+#include "mlframework/backends/cpu/InstructionSets.hpp"
+
+namespace mlframework::backends::cpu {
+
+/// One tensor of a fused step: FP32 elements of the parameter, its gradient and its state.
+struct OptimizerTensor {
+  float* parameter = nullptr;
+  const float* gradient = nullptr;
+  float* first = nullptr;         // Adam's exp_avg, SGD's momentum buffer (null: SGD without momentum)
+  float* second = nullptr;        // Adam's exp_avg_sq
+  void* low_precision = nullptr;  // null, or the FP16/BF16 copy of the updated parameter
+  DataType low_precision_dtype = DataType::BFloat16;
+  std::size_t count = 0;
+};
+
+/// Rounds @p count FP32 values into @p dst of the low-precision dtype (a cast kernel of KernelTable).
+using NarrowFn = bool (*)(const void* src, void* dst, std::size_t count, float factor);
+
+/// One piece: elements [begin, begin + count) of an OptimizerTensor, with its narrowing kernel.
+struct OptimizerPiece {
+  float* parameter;
+  const float* gradient;
+  float* first;
+  float* second;
+  void* low_precision;  // already offset to the piece's first element
+  NarrowFn narrow;      // null when low_precision is null
+  std::size_t count;
+};
+
+/// The element kernels of one instruction set.
+struct OptimizerKernelTable {
+  void (*adam)(const OptimizerPiece& piece, const AdamStepScalars& scalars);
+  void (*sgd)(const OptimizerPiece& piece, const SGDStepScalars& scalars);
+};
+
+/// The table of the tag @p Arch, defined in the file compiled for it (OptimizerKernelsPortable.cpp,
+/// OptimizerKernelsAvx2.cpp, OptimizerKernelsAvx512.cpp; the x86 ones only in x86 builds).
+template <class Arch>
+const OptimizerKernelTable& OptimizerKernelsOf() noexcept;
+template <>
+const OptimizerKernelTable& OptimizerKernelsOf<arch::Portable>() noexcept;
+template <>
+const OptimizerKernelTable& OptimizerKernelsOf<arch::Avx2>() noexcept;
+template <>
+const OptimizerKernelTable& OptimizerKernelsOf<arch::Avx512>() noexcept;
+
+/// The table of the instruction set ActiveKernels() runs (the AVX-512 one for every AVX-512 tag).
+const OptimizerKernelTable& ActiveOptimizerKernels() noexcept;
+
+/// Elements of one piece of a fused step: a chunk an OpenMP thread takes, small enough that a
+/// list of a few large tensors still spreads over every thread.
+inline constexpr std::size_t kOptimizerChunkElements = std::size_t{1} << 15;
+
+/// The fused steps over @p tensors (FP32, host memory; the caller has checked them).
+void AdamStepKernel(std::span<const OptimizerTensor> tensors, const AdamStepScalars& scalars);
+void SGDStepKernel(std::span<const OptimizerTensor> tensors, const SGDStepScalars& scalars);
+
+}  // namespace mlframework::backends::cpu

@@ -1,0 +1,125 @@
+#include "mlframework/backends/cuda/CudaOptimizerSteps.hpp"
+
+#include <cstddef>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <typeinfo>
+#include <vector>
+
+#include <mlframework/core/Error.hpp>
+
+#include "mlframework/backends/cuda/CudaCheck.hpp"
+#include "mlframework/backends/cuda/CudaTensorImpl.hpp"
+#include "mlframework/backends/cuda/DeviceContext.hpp"
+#include "mlframework/backends/cuda/OptimizerSteps.cuh"
+
+namespace mlframework::backends::cuda {
+
+namespace {
+
+// The device memory of entry @p i of @p list when it is a CUDA tensor (null entry: nullptr; not
+// a CUDA tensor: nullopt), its GPU checked against *device (set by the first tensor).
+std::optional<void*> DataOf(std::span<const TensorPtr> list, std::size_t i, int& device) {
+  if (list.empty() || !list[i]) {
+    return nullptr;
+  }
+  const ITensor& tensor = *list[i];
+  if (typeid(tensor) != typeid(CudaTensor)) {
+    return std::nullopt;
+  }
+  const auto& cuda = static_cast<const CudaTensor&>(tensor);
+  if (device < 0) {
+    device = cuda.DeviceIndex();
+  } else if (cuda.DeviceIndex() != device) {
+    throw ArgumentError("lists", "holds tensors on cuda:" + std::to_string(device) + " and on " +
+                                     tensor.GetDevice().ToString() + "; one fused step runs on one GPU");
+  }
+  return cuda.Data();
+}
+
+struct Table {
+  std::vector<OptimizerEntry> entries;  // non-empty tensors, then the sentinel
+  std::uint64_t total = 0;
+  int device = -1;
+};
+
+// The kernels' table of @p lists, or nullopt when a tensor is not a CUDA tensor.
+std::optional<Table> Build(const OptimizerStepLists& lists) {
+  Table table;
+  for (std::size_t i = 0; i < lists.Parameters.size(); ++i) {
+    const auto p = DataOf(lists.Parameters, i, table.device);
+    const auto g = DataOf(lists.Gradients, i, table.device);
+    const auto s1 = DataOf(lists.FirstState, i, table.device);
+    const auto s2 = DataOf(lists.SecondState, i, table.device);
+    const auto low = DataOf(lists.LowPrecisionCopies, i, table.device);
+    if (!p || !g || !s1 || !s2 || !low) {
+      return std::nullopt;
+    }
+    const std::size_t count = lists.Parameters[i]->Size();
+    if (count == 0) {
+      continue;
+    }
+    const DataType low_dtype = *low != nullptr ? lists.LowPrecisionCopies[i]->GetDataType() : DataType::BFloat16;
+    table.entries.push_back(OptimizerEntry{static_cast<float*>(*p), static_cast<const float*>(*g),
+                                           static_cast<float*>(*s1), static_cast<float*>(*s2), *low, table.total,
+                                           static_cast<std::uint32_t>(low_dtype), 0});
+    table.total += count;
+  }
+  table.entries.push_back(OptimizerEntry{nullptr, nullptr, nullptr, nullptr, nullptr, table.total, 0, 0});
+  return table;
+}
+
+// Uploads the table and queues launch(entries, count, total, stream) on the tensors' GPU.
+template <typename LaunchFn>
+bool Queue(const OptimizerStepLists& lists, const std::int32_t* skip_flag, int flag_device, LaunchFn&& launch) {
+  std::optional<Table> table = Build(lists);
+  if (!table) {
+    return false;
+  }
+  if (table->total == 0) {
+    return true;
+  }
+  if (skip_flag != nullptr && flag_device != table->device) {
+    throw ArgumentError("skip_if_found_inf", "is on cuda:" + std::to_string(flag_device) +
+                                                 " but the tensors are on cuda:" + std::to_string(table->device));
+  }
+  DeviceContext& context = DeviceContext::Get(table->device);
+  std::lock_guard lock(context.Mutex());
+  DeviceGuard guard(table->device);
+  const std::size_t bytes = table->entries.size() * sizeof(OptimizerEntry);
+  auto* device_table = static_cast<OptimizerEntry*>(context.Allocate(bytes));
+  try {
+    // From pageable memory the copy stages the bytes before it returns (no wait for the device),
+    // so the host vector may go; the table is freed in stream order after the kernel.
+    MLFW_CUDA_CHECK(
+        cudaMemcpyAsync(device_table, table->entries.data(), bytes, cudaMemcpyHostToDevice, context.Stream()));
+    launch(device_table, static_cast<std::int32_t>(table->entries.size() - 1), table->total, context.Stream());
+  } catch (...) {
+    context.Free(device_table);
+    throw;
+  }
+  context.Free(device_table);
+  return true;
+}
+
+}  // namespace
+
+bool QueueAdamStep(const OptimizerStepLists& lists, const AdamStepScalars& scalars, const std::int32_t* skip_flag,
+                   int flag_device) {
+  return Queue(lists, skip_flag, flag_device,
+               [&](const OptimizerEntry* entries, std::int32_t count, std::uint64_t total, cudaStream_t stream) {
+                 LaunchAdamStep(entries, count, total, scalars, skip_flag, stream);
+               });
+}
+
+bool QueueSGDStep(const OptimizerStepLists& lists, const SGDStepScalars& scalars, const std::int32_t* skip_flag,
+                  int flag_device) {
+  return Queue(lists, skip_flag, flag_device,
+               [&](const OptimizerEntry* entries, std::int32_t count, std::uint64_t total, cudaStream_t stream) {
+                 LaunchSGDStep(entries, count, total, scalars, skip_flag, stream);
+               });
+}
+
+}  // namespace mlframework::backends::cuda

@@ -1,0 +1,216 @@
+#include <mlframework/optimizers/FusedSteps.hpp>
+
+#include <cmath>
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include <mlframework/core/Error.hpp>
+
+#include "mlframework/backends/cpu/OptimizerKernels.hpp"
+
+namespace mlframework::optimizers {
+
+namespace {
+
+using backends::cpu::OptimizerTensor;
+
+// What a step needs of each list beyond the parameters.
+struct ListRules {
+  bool first = false;   // FirstState holds one tensor per parameter (else it must be empty)
+  bool second = false;  // SecondState likewise
+};
+
+std::string Entry(const char* list, std::size_t i) {
+  return std::string("lists.") + list + "[" + std::to_string(i) + "]";
+}
+
+void RequireLength(std::span<const TensorPtr> list, const char* name, std::size_t expected) {
+  if (list.size() != expected) {
+    throw ArgumentError(std::string("lists.") + name,
+                        "holds " + std::to_string(list.size()) + " tensors, expected " + std::to_string(expected));
+  }
+}
+
+// Entry i of @p list: non-null, @p count elements, FP32 (or FP16/BF16 when @p low_precision).
+const ITensor& Checked(std::span<const TensorPtr> list, const char* name, std::size_t i, std::size_t count,
+                       bool low_precision = false) {
+  const TensorPtr& tensor = list[i];
+  if (!tensor) {
+    throw ArgumentNullError(Entry(name, i));
+  }
+  const DataType dtype = tensor->GetDataType();
+  const bool dtype_ok =
+      low_precision ? (dtype == DataType::Float16 || dtype == DataType::BFloat16) : dtype == DataType::Float32;
+  if (!dtype_ok) {
+    throw ArgumentError(Entry(name, i), "has dtype " + std::string(ToString(dtype)) + ", expected " +
+                                            (low_precision ? "Float16 or BFloat16" : "Float32"));
+  }
+  if (tensor->Size() != count) {
+    throw ArgumentError(Entry(name, i), "has " + std::to_string(tensor->Size()) + " elements but the parameter has " +
+                                            std::to_string(count));
+  }
+  return *tensor;
+}
+
+// The host elements of @p tensor, or null when the host cannot address them.
+void* HostData(const ITensor& tensor) {
+  const std::span<const std::byte> bytes = tensor.HostBytes();
+  // NOLINTNEXTLINE(cppcoreguidelines-pro-type-const-cast): MutableHostBytes() of the same memory
+  return bytes.empty() ? nullptr : const_cast<ITensor&>(tensor).MutableHostBytes().data();
+}
+
+// How a checked list runs: on the host (every tensor's memory addressable), or on one backend.
+struct Route {
+  std::vector<OptimizerTensor> host;  // filled when every tensor is host memory
+  const TensorBackend* backend = nullptr;
+  bool on_host = true;
+};
+
+// Checks @p lists against @p rules (ArgumentError naming the entry, nothing written) and finds the route.
+Route Check(const OptimizerStepLists& lists, const ListRules& rules) {
+  const std::size_t n = lists.Parameters.size();
+  RequireLength(lists.Gradients, "Gradients", n);
+  RequireLength(lists.FirstState, "FirstState", rules.first ? n : 0);
+  RequireLength(lists.SecondState, "SecondState", rules.second ? n : 0);
+  if (!lists.LowPrecisionCopies.empty()) {
+    RequireLength(lists.LowPrecisionCopies, "LowPrecisionCopies", n);
+  }
+  Route route;
+  bool any_host = false;
+  bool any_device = false;
+  const TensorBackend* backend = nullptr;
+  // Every tensor of the call: host memory, or the first parameter's backend.
+  auto place = [&](const ITensor& tensor, const std::string& name) {
+    if (tensor.Size() == 0) {
+      return;  // nothing to update: runs anywhere
+    }
+    if (!tensor.HostBytes().empty()) {
+      any_host = true;
+      return;
+    }
+    any_device = true;
+    if (tensor.Backend() == nullptr) {
+      throw ArgumentError(name, "has neither host memory nor a backend: no kernel can update it");
+    }
+    if (backend == nullptr) {
+      backend = tensor.Backend();
+    }
+    if (tensor.Backend() != backend) {
+      throw ArgumentError(name, "is on another backend than the list's other device tensors");
+    }
+  };
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!lists.Parameters[i]) {
+      throw ArgumentNullError(Entry("Parameters", i));
+    }
+    const ITensor& parameter = Checked(lists.Parameters, "Parameters", i, lists.Parameters[i]->Size());
+    const std::size_t count = parameter.Size();
+    place(parameter, Entry("Parameters", i));
+    place(Checked(lists.Gradients, "Gradients", i, count), Entry("Gradients", i));
+    if (rules.first) {
+      place(Checked(lists.FirstState, "FirstState", i, count), Entry("FirstState", i));
+    }
+    if (rules.second) {
+      place(Checked(lists.SecondState, "SecondState", i, count), Entry("SecondState", i));
+    }
+    if (!lists.LowPrecisionCopies.empty() && lists.LowPrecisionCopies[i]) {
+      place(Checked(lists.LowPrecisionCopies, "LowPrecisionCopies", i, count, true), Entry("LowPrecisionCopies", i));
+    }
+  }
+  if (any_host && any_device) {
+    throw ArgumentError("lists", "mixes host-memory tensors with device tensors; pass one kind per call");
+  }
+  if (any_device) {
+    route.on_host = false;
+    route.backend = backend;
+    return route;
+  }
+  route.host.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    OptimizerTensor t;
+    t.count = lists.Parameters[i]->Size();
+    t.parameter = static_cast<float*>(HostData(*lists.Parameters[i]));
+    t.gradient = static_cast<const float*>(HostData(*lists.Gradients[i]));
+    t.first = rules.first ? static_cast<float*>(HostData(*lists.FirstState[i])) : nullptr;
+    t.second = rules.second ? static_cast<float*>(HostData(*lists.SecondState[i])) : nullptr;
+    if (!lists.LowPrecisionCopies.empty() && lists.LowPrecisionCopies[i]) {
+      t.low_precision = HostData(*lists.LowPrecisionCopies[i]);
+      t.low_precision_dtype = lists.LowPrecisionCopies[i]->GetDataType();
+    }
+    if (t.count != 0) {
+      route.host.push_back(t);
+    }
+  }
+  return route;
+}
+
+[[noreturn]] void NoFusedStep(const TensorBackend& backend, const char* what) {
+  throw InvalidOperationError("the '" + std::string(backend.Name()) + "' tensor backend has no fused " + what +
+                              " step for these tensors");
+}
+
+}  // namespace
+
+AdamStepScalars AdamStepScalarsFor(const AdamOptions& options, std::int64_t step) {
+  options.Validate();
+  if (step < 1) {
+    throw ArgumentError("step", "must be >= 1 (the first step is 1), got " + std::to_string(step));
+  }
+  // PyTorch computes the bias corrections as Python floats (double) and applies them as float.
+  const double bias_correction1 = 1.0 - std::pow(static_cast<double>(options.Beta1), static_cast<double>(step));
+  const double bias_correction2 = 1.0 - std::pow(static_cast<double>(options.Beta2), static_cast<double>(step));
+  AdamStepScalars s;
+  s.StepSize = static_cast<float>(static_cast<double>(options.LearningRate) / bias_correction1);
+  s.BiasCorrection2Sqrt = static_cast<float>(std::sqrt(bias_correction2));
+  s.Beta1 = options.Beta1;
+  s.Beta2 = options.Beta2;
+  s.Epsilon = options.Epsilon;
+  s.L2 = options.DecoupledWeightDecay ? 0.0f : options.WeightDecay;
+  // AdamW: the decay multiplies the weight (rounded to FP32 once, as the reference does).
+  s.Decay = options.DecoupledWeightDecay ? 1.0f - options.LearningRate * options.WeightDecay : 1.0f;
+  return s;
+}
+
+SGDStepScalars SGDStepScalarsFor(const SGDOptions& options, bool first_step) {
+  options.Validate();
+  return SGDStepScalars{.LearningRate = options.LearningRate,
+                        .Momentum = options.Momentum,
+                        .WeightDecay = options.WeightDecay,
+                        .Nesterov = options.Nesterov,
+                        .FirstStep = first_step};
+}
+
+bool FusedAdamStep(const OptimizerStepLists& lists, const AdamStepScalars& scalars,
+                   const DeviceScaleState* skip_if_found_inf) {
+  const Route route = Check(lists, ListRules{.first = true, .second = true});
+  if (!route.on_host) {
+    if (!route.backend->AdamStep(lists, scalars, skip_if_found_inf)) {
+      NoFusedStep(*route.backend, "Adam");
+    }
+    return true;
+  }
+  if (skip_if_found_inf != nullptr && skip_if_found_inf->FoundInf()) {
+    return false;  // a skipped step reads nothing
+  }
+  backends::cpu::AdamStepKernel(route.host, scalars);
+  return true;
+}
+
+bool FusedSGDStep(const OptimizerStepLists& lists, const SGDStepScalars& scalars,
+                  const DeviceScaleState* skip_if_found_inf) {
+  const Route route = Check(lists, ListRules{.first = scalars.Momentum != 0.0f, .second = false});
+  if (!route.on_host) {
+    if (!route.backend->SGDStep(lists, scalars, skip_if_found_inf)) {
+      NoFusedStep(*route.backend, "SGD");
+    }
+    return true;
+  }
+  if (skip_if_found_inf != nullptr && skip_if_found_inf->FoundInf()) {
+    return false;
+  }
+  backends::cpu::SGDStepKernel(route.host, scalars);
+  return true;
+}
+
+}  // namespace mlframework::optimizers

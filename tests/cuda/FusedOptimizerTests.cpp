@@ -1,0 +1,111 @@
+// The CUDA backend's fused Adam/AdamW and SGD (TensorBackend::AdamStep / SGDStep through
+// optimizers/FusedSteps.hpp): the same bits as the CPU kernels (and so as the reference
+// optimizers) over lists of odd sizes and several steps, the FP16/BF16 copies, and the step
+// skipped on the device when the scale state's found-inf flag is set. Needs a CUDA device.
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include <boost/test/unit_test.hpp>
+
+#include <mlframework/backends/cuda/CudaTensor.hpp>
+#include <mlframework/core/DeviceScaling.hpp>
+#include <mlframework/core/Tensor.hpp>
+#include <mlframework/optimizers/FusedSteps.hpp>
+
+#include "cuda/CudaTestUtil.hpp"
+
+using namespace mlframework;
+using namespace mlframework::optimizers;
+using mlfw_cuda_test::Bits;
+using mlfw_cuda_test::kGpu;
+namespace cuda = mlframework::backends::cuda;
+
+namespace {
+
+const std::vector<std::size_t> kSizes = {1, 5, 16, 1000, 4095, 4097, 70001};
+
+// The same values on the host and on the GPU, one list each.
+struct Lists {
+  std::vector<TensorPtr> host;
+  std::vector<TensorPtr> gpu;
+};
+
+Lists Make(std::mt19937& rng, float scale, DataType dtype = DataType::Float32) {
+  std::normal_distribution<float> normal(0.0f, scale);
+  Lists lists;
+  for (const std::size_t n : kSizes) {
+    std::vector<float> v(n);
+    for (float& x : v) {
+      x = normal(rng);
+    }
+    lists.host.push_back(FromVector(v, {n}, dtype));
+    lists.gpu.push_back(FromVector(v, {n}, dtype, kGpu));
+  }
+  return lists;
+}
+
+void RequireSameBits(const Lists& lists) {
+  for (std::size_t t = 0; t < lists.host.size(); ++t) {
+    BOOST_TEST(Bits(*lists.gpu[t]) == Bits(*lists.host[t]));
+  }
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(CudaFusedOptimizers)
+
+BOOST_AUTO_TEST_CASE(AdamWAndSGDMatchTheCpuKernelsBitForBit) {
+  std::mt19937 rng(17);
+  const Lists w = Make(rng, 1.0f);
+  const Lists m = Make(rng, 0.0f);
+  const Lists v = Make(rng, 0.0f);
+  const Lists b = Make(rng, 0.0f);
+  const Lists copies = Make(rng, 0.0f, DataType::BFloat16);
+  const AdamOptions adam = AdamOptions::AdamW(3e-3f, 5e-2f);
+  for (std::int64_t step = 1; step <= 4; ++step) {
+    const Lists g = Make(rng, 0.1f);
+    for (const bool on_gpu : {false, true}) {
+      auto pick = [&](const Lists& l) -> const std::vector<TensorPtr>& { return on_gpu ? l.gpu : l.host; };
+      BOOST_TEST(FusedAdamStep({.Parameters = pick(w),
+                                .Gradients = pick(g),
+                                .FirstState = pick(m),
+                                .SecondState = pick(v),
+                                .LowPrecisionCopies = pick(copies)},
+                               AdamStepScalarsFor(adam, step)));
+      BOOST_TEST(
+          FusedSGDStep({.Parameters = pick(w), .Gradients = pick(g), .FirstState = pick(b)},
+                       SGDStepScalarsFor({.LearningRate = 0.01f, .Momentum = 0.9f, .Nesterov = true}, step == 1)));
+    }
+    RequireSameBits(w);
+    RequireSameBits(m);
+    RequireSameBits(v);
+    RequireSameBits(b);
+    RequireSameBits(copies);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(TheDeviceFlagSkipsTheStepWithoutTheHost) {
+  std::mt19937 rng(19);
+  const Lists w = Make(rng, 1.0f);
+  const Lists g = Make(rng, 0.1f);
+  const Lists m = Make(rng, 0.0f);
+  const Lists v = Make(rng, 0.0f);
+  const ScalePolicy policy;
+  const std::unique_ptr<DeviceScaleState> state =
+      cuda::Backend().CreateScaleState(kGpu, policy, ScaleState::Initial(policy));
+  state->MarkFoundInf();
+  const OptimizerStepLists lists{.Parameters = w.gpu, .Gradients = g.gpu, .FirstState = m.gpu, .SecondState = v.gpu};
+  BOOST_TEST(FusedAdamStep(lists, AdamStepScalarsFor(AdamOptions{}, 1), state.get()));  // queued
+  RequireSameBits(w);  // the host copies never stepped: the device skipped
+  state->ClearFoundInf();
+  BOOST_TEST(FusedAdamStep(lists, AdamStepScalarsFor(AdamOptions{}, 1), state.get()));
+  BOOST_TEST(FusedAdamStep({.Parameters = w.host, .Gradients = g.host, .FirstState = m.host, .SecondState = v.host},
+                           AdamStepScalarsFor(AdamOptions{}, 1)));
+  RequireSameBits(w);
+  RequireSameBits(m);
+  RequireSameBits(v);
+}
+
+BOOST_AUTO_TEST_SUITE_END()

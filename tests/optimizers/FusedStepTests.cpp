@@ -1,0 +1,388 @@
+// Fused multi-tensor Adam/AdamW and SGD (optimizers/FusedSteps.hpp) against the scalar reference
+// steps (ReferenceSteps.hpp): bit-identical results over random lists of odd sizes and several
+// steps, the FP16/BF16 copies written in the same pass, the found-inf skip, and the errors.
+// CMake runs this suite again with each instruction set forced through MLFW_CPU_ISA.
+#include <bit>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <span>
+#include <vector>
+
+#include <boost/test/unit_test.hpp>
+
+#include <mlframework/mlframework.hpp>
+#include <mlframework/optimizers/FusedSteps.hpp>
+
+#include "amp/FakeDeviceBackend.hpp"
+#include "optimizers/OptimizerTestUtil.hpp"
+#include "optimizers/ReferenceSteps.hpp"
+
+using namespace mlframework;
+using namespace mlframework::optimizers;
+using namespace mlfw_test;
+
+namespace {
+
+// Sizes around the SIMD widths, the narrowing block (2048) and the chunk (32768 elements).
+const std::vector<std::size_t> kSizes = {1, 3, 8, 15, 16, 17, 33, 1000, 2049, 4097, 40000, 70001};
+
+// Distance in units in the last place (0 for equal bits; NaNs compare equal to NaNs).
+std::uint32_t Ulps(float a, float b) {
+  if (std::isnan(a) && std::isnan(b)) {
+    return 0;
+  }
+  auto ordered = [](float x) {
+    const auto bits = std::bit_cast<std::int32_t>(x);
+    return bits < 0 ? static_cast<std::int64_t>(INT32_MIN) - bits : static_cast<std::int64_t>(bits);
+  };
+  const std::int64_t d = ordered(a) - ordered(b);
+  return static_cast<std::uint32_t>(d < 0 ? -d : d);
+}
+
+std::uint32_t MaxUlps(const std::vector<float>& a, const std::vector<float>& b) {
+  BOOST_REQUIRE_EQUAL(a.size(), b.size());
+  std::uint32_t worst = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    worst = std::max(worst, Ulps(a[i], b[i]));
+  }
+  return worst;
+}
+
+// Gradients of mixed magnitudes (including zeros and values far from 1), weights around 1.
+std::vector<float> Random(std::size_t n, std::mt19937& rng, float scale) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int> magnitude(-6, 3);
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    v[i] = i % 97 == 5 ? 0.0f : scale * normal(rng) * std::ldexp(1.0f, magnitude(rng));
+  }
+  return v;
+}
+
+TensorPtr Host(const std::vector<float>& values) { return FromVector(values, {values.size()}); }
+
+// A list of FP32 tensors holding @p values.
+std::vector<TensorPtr> Tensors(const std::vector<std::vector<float>>& values) {
+  std::vector<TensorPtr> out;
+  out.reserve(values.size());
+  for (const auto& v : values) {
+    out.push_back(Host(v));
+  }
+  return out;
+}
+
+std::vector<std::vector<float>> RandomList(std::mt19937& rng, float scale) {
+  std::vector<std::vector<float>> out;
+  out.reserve(kSizes.size());
+  for (const std::size_t n : kSizes) {
+    out.push_back(Random(n, rng, scale));
+  }
+  return out;
+}
+
+std::vector<std::vector<float>> ZeroList() {
+  std::vector<std::vector<float>> out;
+  out.reserve(kSizes.size());
+  for (const std::size_t n : kSizes) {
+    out.emplace_back(n, 0.0f);
+  }
+  return out;
+}
+
+AdamOptions ToOptions(const mlfw_reference::AdamConfig& c) {
+  return AdamOptions{.LearningRate = c.lr,
+                     .Beta1 = c.beta1,
+                     .Beta2 = c.beta2,
+                     .Epsilon = c.eps,
+                     .WeightDecay = c.weight_decay,
+                     .DecoupledWeightDecay = c.decoupled};
+}
+
+SGDOptions ToOptions(const mlfw_reference::SGDConfig& c) {
+  return SGDOptions{
+      .LearningRate = c.lr, .Momentum = c.momentum, .WeightDecay = c.weight_decay, .Nesterov = c.nesterov};
+}
+
+// Element values of every tensor of @p list, concatenated.
+std::vector<float> Flat(const std::vector<TensorPtr>& list) {
+  std::vector<float> out;
+  for (const TensorPtr& t : list) {
+    const std::vector<float> v = t->ToFloatVector();
+    out.insert(out.end(), v.begin(), v.end());
+  }
+  return out;
+}
+
+std::vector<float> Flat(const std::vector<std::vector<float>>& list) {
+  std::vector<float> out;
+  for (const auto& v : list) {
+    out.insert(out.end(), v.begin(), v.end());
+  }
+  return out;
+}
+
+// The values of @p values rounded to @p dtype (CastInto's rounding).
+std::vector<float> Rounded(const std::vector<float>& values, DataType dtype) {
+  return Host(values)->CastTo(dtype)->ToFloatVector();
+}
+
+std::unique_ptr<DeviceScaleState> HostState() {
+  const ScalePolicy policy;
+  return HostScaling().CreateScaleState(Device::CPU(), policy, ScaleState::Initial(policy));
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(FusedSteps)
+
+BOOST_AUTO_TEST_CASE(AdamAndAdamWMatchTheReferenceToTheBit) {
+  BOOST_TEST_MESSAGE("instruction set: " << backends::cpu::InstructionSet());
+  const std::vector<mlfw_reference::AdamConfig> configs = {
+      {},
+      {.lr = 1e-2f, .weight_decay = 1e-2f},
+      {.lr = 3e-3f, .weight_decay = 5e-2f, .decoupled = true},
+      {.lr = 1e-4f, .beta1 = 0.8f, .beta2 = 0.95f, .eps = 1e-6f, .weight_decay = 0.1f, .decoupled = true},
+  };
+  std::mt19937 rng(31);
+  std::uint32_t worst = 0;
+  for (const auto& config : configs) {
+    auto ref_w = RandomList(rng, 1.0f);
+    auto ref_m = ZeroList();
+    auto ref_v = ZeroList();
+    const std::vector<TensorPtr> w = Tensors(ref_w);
+    const std::vector<TensorPtr> m = Tensors(ref_m);
+    const std::vector<TensorPtr> v = Tensors(ref_v);
+    for (std::int64_t step = 1; step <= 6; ++step) {
+      const auto grads = RandomList(rng, 0.1f);
+      const std::vector<TensorPtr> g = Tensors(grads);
+      for (std::size_t t = 0; t < kSizes.size(); ++t) {
+        mlfw_reference::AdamStep(ref_w[t], grads[t], ref_m[t], ref_v[t], config, step);
+      }
+      const OptimizerStepLists lists{.Parameters = w, .Gradients = g, .FirstState = m, .SecondState = v};
+      BOOST_TEST(FusedAdamStep(lists, AdamStepScalarsFor(ToOptions(config), step)));
+      worst = std::max(
+          {worst, MaxUlps(Flat(w), Flat(ref_w)), MaxUlps(Flat(m), Flat(ref_m)), MaxUlps(Flat(v), Flat(ref_v))});
+    }
+  }
+  BOOST_TEST_MESSAGE("largest distance from the reference: " << worst << " ulp");
+  BOOST_TEST(worst == 0u);  // the same operations in the same order: the reference's bits
+}
+
+BOOST_AUTO_TEST_CASE(SGDMatchesTheReferenceToTheBit) {
+  const std::vector<mlfw_reference::SGDConfig> configs = {
+      {.lr = 0.1f},
+      {.lr = 0.05f, .weight_decay = 1e-3f},
+      {.lr = 0.01f, .momentum = 0.9f, .weight_decay = 1e-4f},
+      {.lr = 0.02f, .momentum = 0.5f, .weight_decay = 1e-2f, .nesterov = true},
+  };
+  std::mt19937 rng(7);
+  std::uint32_t worst = 0;
+  for (const auto& config : configs) {
+    auto ref_w = RandomList(rng, 1.0f);
+    auto ref_b = ZeroList();
+    const std::vector<TensorPtr> w = Tensors(ref_w);
+    const std::vector<TensorPtr> b = Tensors(ref_b);
+    const bool momentum = config.momentum != 0.0f;
+    for (int step = 1; step <= 5; ++step) {
+      const auto grads = RandomList(rng, 0.1f);
+      const std::vector<TensorPtr> g = Tensors(grads);
+      for (std::size_t t = 0; t < kSizes.size(); ++t) {
+        mlfw_reference::SGDStep(ref_w[t], grads[t], ref_b[t], config, step == 1);
+      }
+      const OptimizerStepLists lists{
+          .Parameters = w,
+          .Gradients = g,
+          .FirstState = momentum ? std::span<const TensorPtr>(b) : std::span<const TensorPtr>()};
+      BOOST_TEST(FusedSGDStep(lists, SGDStepScalarsFor(ToOptions(config), step == 1)));
+      worst = std::max(worst, MaxUlps(Flat(w), Flat(ref_w)));
+      if (momentum) {
+        worst = std::max(worst, MaxUlps(Flat(b), Flat(ref_b)));
+      }
+    }
+  }
+  BOOST_TEST(worst == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(LowPrecisionCopiesAreTheRoundedUpdatedParameters) {
+  std::mt19937 rng(3);
+  const std::vector<TensorPtr> w = Tensors(RandomList(rng, 1.0f));
+  const std::vector<TensorPtr> g = Tensors(RandomList(rng, 0.1f));
+  const std::vector<TensorPtr> m = Tensors(ZeroList());
+  const std::vector<TensorPtr> v = Tensors(ZeroList());
+  std::vector<TensorPtr> copies;
+  for (std::size_t t = 0; t < kSizes.size(); ++t) {
+    // BF16, FP16 and no copy in turn.
+    copies.push_back(t % 3 == 2 ? nullptr : Zeros({kSizes[t]}, t % 3 == 0 ? DataType::BFloat16 : DataType::Float16));
+  }
+  const OptimizerStepLists adam{
+      .Parameters = w, .Gradients = g, .FirstState = m, .SecondState = v, .LowPrecisionCopies = copies};
+  BOOST_TEST(FusedAdamStep(adam, AdamStepScalarsFor(AdamOptions{}, 1)));
+  for (std::size_t t = 0; t < kSizes.size(); ++t) {
+    if (copies[t]) {
+      BOOST_TEST(copies[t]->ToFloatVector() == Rounded(w[t]->ToFloatVector(), copies[t]->GetDataType()));
+    }
+  }
+  const std::vector<TensorPtr> b = Tensors(ZeroList());
+  const OptimizerStepLists sgd{.Parameters = w, .Gradients = g, .FirstState = b, .LowPrecisionCopies = copies};
+  BOOST_TEST(FusedSGDStep(sgd, SGDStepScalarsFor(SGDOptions{.Momentum = 0.9f}, true)));
+  for (std::size_t t = 0; t < kSizes.size(); ++t) {
+    if (copies[t]) {
+      BOOST_TEST(copies[t]->ToFloatVector() == Rounded(w[t]->ToFloatVector(), copies[t]->GetDataType()));
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(ASetFoundInfFlagSkipsTheStep) {
+  std::mt19937 rng(5);
+  const std::vector<TensorPtr> w = Tensors(RandomList(rng, 1.0f));
+  const std::vector<TensorPtr> g = Tensors(RandomList(rng, 0.1f));
+  const std::vector<TensorPtr> m = Tensors(ZeroList());
+  const std::vector<TensorPtr> v = Tensors(ZeroList());
+  const std::vector<float> before = Flat(w);
+  const std::unique_ptr<DeviceScaleState> state = HostState();
+  state->MarkFoundInf();
+  const OptimizerStepLists adam{.Parameters = w, .Gradients = g, .FirstState = m, .SecondState = v};
+  BOOST_TEST(!FusedAdamStep(adam, AdamStepScalarsFor(AdamOptions{}, 1), state.get()));
+  const OptimizerStepLists sgd{.Parameters = w, .Gradients = g, .FirstState = m};
+  BOOST_TEST(!FusedSGDStep(sgd, SGDStepScalarsFor(SGDOptions{.Momentum = 0.9f}, true), state.get()));
+  BOOST_TEST(MaxUlps(Flat(w), before) == 0u);
+  BOOST_TEST(MaxUlps(Flat(m), Flat(ZeroList())) == 0u);
+  BOOST_TEST(MaxUlps(Flat(v), Flat(ZeroList())) == 0u);
+  state->ClearFoundInf();
+  BOOST_TEST(FusedAdamStep(adam, AdamStepScalarsFor(AdamOptions{}, 1), state.get()));
+  BOOST_TEST(MaxUlps(Flat(w), before) > 0u);
+
+  // The optimizer classes: a skipped step keeps the step count (Adam's bias correction).
+  Adam optimizer(OneParam({1.0f, 2.0f, 3.0f}, DataType::BFloat16));
+  optimizer.SetGradients(OneGrad({0.5f, -0.5f, 1.0f}, DataType::Float32));
+  state->MarkFoundInf();
+  BOOST_TEST(!optimizer.Step(*state));
+  BOOST_TEST(optimizer.StepCount() == 0);
+  BOOST_TEST(Values(optimizer.Parameters().at("w")) == (std::vector<float>{1.0f, 2.0f, 3.0f}));
+  state->ClearFoundInf();
+  BOOST_TEST(optimizer.Step(*state));
+  BOOST_TEST(optimizer.StepCount() == 1);
+  SGD sgd_optimizer(OneParam({1.0f, 2.0f}, DataType::Float32), SGDOptions{.LearningRate = 0.5f});
+  sgd_optimizer.SetGradients(OneGrad({1.0f, 1.0f}, DataType::Float32));
+  state->MarkFoundInf();
+  BOOST_TEST(!sgd_optimizer.Step(*state));
+  BOOST_TEST(Values(sgd_optimizer.Parameters().at("w")) == (std::vector<float>{1.0f, 2.0f}));
+  state->ClearFoundInf();
+  BOOST_TEST(sgd_optimizer.Step(*state));
+  BOOST_TEST(Values(sgd_optimizer.Parameters().at("w")) == (std::vector<float>{0.5f, 1.5f}));
+}
+
+BOOST_AUTO_TEST_CASE(InvalidListsThrowAndWriteNothing) {
+  const std::vector<TensorPtr> w = {Host({1.0f, 2.0f}), Host({3.0f})};
+  const std::vector<TensorPtr> g = {Host({0.5f, 0.5f}), Host({0.5f})};
+  const std::vector<TensorPtr> m = {Host({0.0f, 0.0f}), Host({0.0f})};
+  const std::vector<TensorPtr> v = {Host({0.0f, 0.0f}), Host({0.0f})};
+  const AdamStepScalars scalars = AdamStepScalarsFor(AdamOptions{}, 1);
+  auto unchanged = [&] { return Flat(w) == (std::vector<float>{1.0f, 2.0f, 3.0f}); };
+
+  const std::vector<TensorPtr> short_g = {g[0]};
+  BOOST_CHECK_THROW(FusedAdamStep({.Parameters = w, .Gradients = short_g, .FirstState = m, .SecondState = v}, scalars),
+                    ArgumentError);
+  const std::vector<TensorPtr> null_g = {g[0], nullptr};
+  BOOST_CHECK_THROW(FusedAdamStep({.Parameters = w, .Gradients = null_g, .FirstState = m, .SecondState = v}, scalars),
+                    ArgumentNullError);
+  const std::vector<TensorPtr> half_g = {g[0], FromVector({0.5f}, {1}, DataType::BFloat16)};
+  BOOST_CHECK_THROW(FusedAdamStep({.Parameters = w, .Gradients = half_g, .FirstState = m, .SecondState = v}, scalars),
+                    ArgumentError);
+  const std::vector<TensorPtr> long_m = {m[0], Host({0.0f, 0.0f})};
+  BOOST_CHECK_THROW(FusedAdamStep({.Parameters = w, .Gradients = g, .FirstState = long_m, .SecondState = v}, scalars),
+                    ArgumentError);
+  const std::vector<TensorPtr> fp32_copy = {nullptr, Host({0.0f})};
+  BOOST_CHECK_THROW(
+      FusedAdamStep(
+          {.Parameters = w, .Gradients = g, .FirstState = m, .SecondState = v, .LowPrecisionCopies = fp32_copy},
+          scalars),
+      ArgumentError);
+  // SGD without momentum takes no buffers, with momentum one per parameter.
+  BOOST_CHECK_THROW(FusedSGDStep({.Parameters = w, .Gradients = g, .FirstState = m}, SGDStepScalarsFor({}, true)),
+                    ArgumentError);
+  BOOST_CHECK_THROW(FusedSGDStep({.Parameters = w, .Gradients = g}, SGDStepScalarsFor({.Momentum = 0.9f}, true)),
+                    ArgumentError);
+  // Memory the host cannot address, on no backend: nothing can run it.
+  const std::vector<TensorPtr> foreign_g = {g[0], std::make_shared<ForeignTensor>(Host({0.5f}), false)};
+  BOOST_CHECK_THROW(
+      FusedAdamStep({.Parameters = w, .Gradients = foreign_g, .FirstState = m, .SecondState = v}, scalars),
+      ArgumentError);
+  BOOST_TEST(unchanged());
+  BOOST_CHECK_THROW(static_cast<void>(AdamStepScalarsFor(AdamOptions{}, 0)), ArgumentError);
+  BOOST_CHECK_THROW(static_cast<void>(AdamStepScalarsFor(AdamOptions{.Beta1 = 1.0f}, 1)), ArgumentError);
+  BOOST_CHECK_THROW(static_cast<void>(SGDStepScalarsFor(SGDOptions{.LearningRate = -1.0f}, true)), ArgumentError);
+  // An empty list is a step with nothing to do.
+  BOOST_TEST(FusedAdamStep({}, scalars));
+}
+
+BOOST_AUTO_TEST_CASE(DeviceTensorsGoToTheirBackend) {
+  // A backend without fused optimizer kernels (the TensorBackend defaults) is named in the error.
+  auto fake = [](const std::vector<float>& values) {
+    const std::size_t n = values.size();
+    return FakeTensor(values, {n}, DataType::Float32);
+  };
+  const std::vector<TensorPtr> w = {fake({1.0f, 2.0f})};
+  const std::vector<TensorPtr> g = {fake({0.5f, 0.5f})};
+  const std::vector<TensorPtr> m = {fake({0.0f, 0.0f})};
+  const std::vector<TensorPtr> v = {fake({0.0f, 0.0f})};
+  const std::vector<TensorPtr> host_v = {Host({0.0f, 0.0f})};
+  const AdamStepScalars scalars = AdamStepScalarsFor(AdamOptions{}, 1);
+  try {
+    FusedAdamStep({.Parameters = w, .Gradients = g, .FirstState = m, .SecondState = v}, scalars);
+    BOOST_FAIL("expected InvalidOperationError");
+  } catch (const InvalidOperationError& error) {
+    BOOST_TEST(std::string(error.what()).find(FakeBackend().Name()) != std::string::npos);
+  }
+  BOOST_CHECK_THROW(FusedSGDStep({.Parameters = w, .Gradients = g}, SGDStepScalarsFor({}, true)),
+                    InvalidOperationError);
+  // Host memory and device tensors in one call: one kind per call.
+  BOOST_CHECK_THROW(FusedAdamStep({.Parameters = w, .Gradients = g, .FirstState = m, .SecondState = host_v}, scalars),
+                    ArgumentError);
+  BOOST_TEST(Peek(w[0]) == (std::vector<float>{1.0f, 2.0f}));
+}
+
+BOOST_AUTO_TEST_CASE(OptimizerClassesWriteTheirHalfParametersInTheFusedPass) {
+  std::mt19937 rng(11);
+  const mlfw_reference::AdamConfig config{.lr = 1e-2f, .weight_decay = 1e-2f, .decoupled = true};
+  const std::vector<float> start_a = Random(4097, rng, 1.0f);
+  const std::vector<float> start_b = Random(33, rng, 1.0f);
+  // "a" in host memory (written in the fused pass), "b" in memory the host cannot address
+  // (written back by a cast after the pass).
+  const GradientMap params = {
+      {"a", FromVector(start_a, {start_a.size()}, DataType::BFloat16)},
+      {"b", std::make_shared<ForeignTensor>(FromVector(start_b, {start_b.size()}, DataType::Float16), false)}};
+  Adam adam(params, ToOptions(config));
+  std::vector<float> ref_a = Rounded(start_a, DataType::BFloat16);
+  std::vector<float> ref_b = Rounded(start_b, DataType::Float16);
+  std::vector<float> ma(ref_a.size()), va(ref_a.size()), mb(ref_b.size()), vb(ref_b.size());
+  for (std::int64_t step = 1; step <= 3; ++step) {
+    const std::vector<float> ga = Random(ref_a.size(), rng, 0.1f);
+    const std::vector<float> gb = Random(ref_b.size(), rng, 0.1f);
+    adam.SetGradients({{"a", FromVector(ga, {ga.size()}, DataType::BFloat16)}, {"b", Host(gb)}});
+    adam.Step();
+    mlfw_reference::AdamStep(ref_a, Rounded(ga, DataType::BFloat16), ma, va, config, step);
+    mlfw_reference::AdamStep(ref_b, gb, mb, vb, config, step);
+    BOOST_TEST(MaxUlps(Values(adam.MasterWeights().at("a")), ref_a) == 0u);
+    BOOST_TEST(MaxUlps(Values(adam.MasterWeights().at("b")), ref_b) == 0u);
+    BOOST_TEST(Values(params.at("a")) == Rounded(ref_a, DataType::BFloat16));
+    BOOST_TEST(Values(params.at("b")) == Rounded(ref_b, DataType::Float16));
+  }
+
+  const mlfw_reference::SGDConfig sgd_config{.lr = 0.05f, .momentum = 0.9f, .weight_decay = 1e-3f, .nesterov = true};
+  const TensorPtr half = FromVector(start_a, {start_a.size()}, DataType::Float16);
+  SGD sgd({{"w", half}}, ToOptions(sgd_config));
+  std::vector<float> ref = Rounded(start_a, DataType::Float16);
+  std::vector<float> buffer(ref.size());
+  for (int step = 1; step <= 3; ++step) {
+    const std::vector<float> g = Random(ref.size(), rng, 0.1f);
+    sgd.SetGradients({{"w", Host(g)}});
+    sgd.Step();
+    mlfw_reference::SGDStep(ref, g, buffer, sgd_config, step == 1);
+    BOOST_TEST(MaxUlps(Values(sgd.MasterWeights().at("w")), ref) == 0u);
+    BOOST_TEST(Values(half) == Rounded(ref, DataType::Float16));
+  }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
