@@ -16,7 +16,7 @@ struct StepEvent {
   float LossScale = 0.0f;                    ///< The scale the step's gradients were produced with.
   float NewLossScale = 0.0f;                 ///< The scale after the step's update.
   bool Skipped = false;                      ///< The optimizer step was skipped (non-finite gradients).
-  std::optional<float> GradientNorm;         ///< Global L2 norm of the unscaled gradients, when measured.
+  std::optional<float> GradientNorm = {};    ///< Global L2 norm of the unscaled gradients, when measured.
   const OverflowReport* Overflow = nullptr;  ///< The step's report when it overflowed, else null.
 };
 

@@ -63,7 +63,7 @@ void ScanBits(std::span<const Bits> bits, Format<Bits> format, NonFiniteScan& sc
 
 template <typename Bits>
 void ScanBytes(std::span<const std::byte> bytes, Format<Bits> format, NonFiniteScan& scan) {
-  // HostBytes() are aligned to the element size (ITensor's contract), so they can be read as Bits.
+  // Checked by the caller: the bytes are aligned to the element size, so they can be read as Bits.
   const std::span<const Bits> bits(reinterpret_cast<const Bits*>(bytes.data()), bytes.size() / sizeof(Bits));
   ScanBits(bits, format, scan);
 }
@@ -74,7 +74,10 @@ NonFiniteScan HostScanNonFinite(const ITensor& tensor) {
   NonFiniteScan scan;
   const DataType dtype = tensor.GetDataType();
   const std::span<const std::byte> bytes = tensor.HostBytes();
-  const bool host = !bytes.empty() && bytes.size() == tensor.Size() * ElementSize(dtype);
+  // Only bytes that are exactly the elements, aligned to the element size (a tensor's HostBytes()
+  // may be neither: ITensor's contract asks it, the scan does not trust it).
+  const bool host = !bytes.empty() && bytes.size() == tensor.Size() * ElementSize(dtype) &&
+                    reinterpret_cast<std::uintptr_t>(bytes.data()) % ElementSize(dtype) == 0;
   if (host && dtype == DataType::Float32) {
     ScanBytes(bytes, kFloat32, scan);
   } else if (host && dtype == DataType::Float16) {

@@ -71,20 +71,21 @@ std::string OverflowReport::ToString() const {
   return text;
 }
 
-OverflowReport OverflowReport::FromGradients(const GradientMap& gradients, std::int64_t step, float lossScale,
-                                             int rank) {
-  const std::vector<TensorPtr> list = TensorList(gradients);
-  const std::vector<NonFiniteScan> scans = ScanNonFinite(list);
+namespace {
+
+// The report of @p tensors, named by name_of(i).
+template <typename NameOf>
+OverflowReport Build(std::span<const TensorPtr> tensors, std::int64_t step, float scale, int rank, NameOf&& name_of) {
+  const std::vector<NonFiniteScan> scans = ScanNonFinite(tensors);
   OverflowReport report;
   report.Step = step;
-  report.LossScale = lossScale;
-  std::size_t i = 0;
-  for (const auto& entry : gradients) {
-    const NonFiniteScan& scan = scans[i++];
+  report.LossScale = scale;
+  for (std::size_t i = 0; i < scans.size(); ++i) {
+    const NonFiniteScan& scan = scans[i];
     if (scan.Count == 0) {
       continue;
     }
-    report.Tensors.push_back(TensorOverflow{.Name = entry.first,
+    report.Tensors.push_back(TensorOverflow{.Name = name_of(i),
                                             .NonFiniteCount = scan.Count,
                                             .FirstIndex = scan.FirstIndex,
                                             .HasNaN = scan.HasNaN,
@@ -95,6 +96,26 @@ OverflowReport OverflowReport::FromGradients(const GradientMap& gradients, std::
     report.Ranks.push_back(rank);
   }
   return report;
+}
+
+}  // namespace
+
+OverflowReport OverflowReport::FromGradients(const GradientMap& gradients, std::int64_t step, float lossScale,
+                                             int rank) {
+  const std::vector<TensorPtr> list = TensorList(gradients);
+  std::vector<const std::string*> names;
+  names.reserve(gradients.size());
+  for (const auto& entry : gradients) names.push_back(&entry.first);
+  return Build(list, step, lossScale, rank, [&](std::size_t i) { return *names[i]; });
+}
+
+OverflowReport OverflowReport::FromTensors(std::span<const TensorPtr> tensors, std::int64_t step, float lossScale,
+                                           int rank) {
+  return Build(tensors, step, lossScale, rank, [](std::size_t i) {
+    std::string name(1, '#');
+    name += std::to_string(i);
+    return name;
+  });
 }
 
 std::vector<NonFiniteScan> ScanNonFinite(std::span<const TensorPtr> tensors) {
