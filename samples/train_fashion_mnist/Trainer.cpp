@@ -5,15 +5,15 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
-#include <fstream>
-#include <stdexcept>
-#include <string>
-#include <vector>
 #include <ctime>
+#include <fstream>
 #include <memory>
 #include <numeric>
 #include <random>
+#include <stdexcept>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include <mlframework/mlframework.hpp>
 

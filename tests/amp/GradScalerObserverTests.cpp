@@ -48,8 +48,8 @@ BOOST_AUTO_TEST_CASE(EventsInOrderAndAReportOnOverflowOnly) {
       BOOST_TEST(Iterate(scaler, optimizer, Grads(dtype, 1024.0f)));
       BOOST_TEST(!scaler.LastOverflow().has_value());  // clean steps build no report
       BOOST_TEST(!Iterate(scaler, optimizer, PoisonedGrads(dtype, -kInf, 2048.0f)));
-      BOOST_TEST(observer->events == (Strings{"step 0", "growth 1 1024->2048", "step 1", "overflow 2",
-                                              "skipped 2 2048", "backoff 2 2048->1024", "step 2 skipped"}));
+      BOOST_TEST(observer->events == (Strings{"step 0", "growth 1 1024->2048", "step 1", "overflow 2", "skipped 2 2048",
+                                              "backoff 2 2048->1024", "step 2 skipped"}));
       BOOST_TEST_REQUIRE(scaler.LastOverflow().has_value());
       const mlframework::OverflowReport& report = *scaler.LastOverflow();
       BOOST_TEST(report.Step == 2);

@@ -191,7 +191,8 @@ BOOST_AUTO_TEST_CASE(ABurstOfSixteenOverflowsIsOneLine) {
     second.OnStep(Step(40, 8.0f, 4.0f, &report));
   }
   BOOST_TEST_REQUIRE(lines.size() == 2u);
-  BOOST_TEST(lines[1] == "step 40: 1 overflow, scale 2^3 -> 2^2, first: layer3.weight (12 Inf, first at 0) on ranks 1,3");
+  BOOST_TEST(lines[1] ==
+             "step 40: 1 overflow, scale 2^3 -> 2^2, first: layer3.weight (12 Inf, first at 0) on ranks 1,3");
 }
 
 BOOST_AUTO_TEST_CASE(IntervalWindowsAndFallback) {

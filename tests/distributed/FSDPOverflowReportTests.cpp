@@ -73,7 +73,7 @@ BOOST_AUTO_TEST_CASE(EveryRankHoldsTheSameReport) {
   const mlframework::TensorOverflow& a = report.Tensors[0];
   BOOST_TEST(a.Name == "a");
   BOOST_TEST(a.NonFiniteCount == static_cast<std::uint64_t>(world));  // one per rank, summed
-  BOOST_TEST(a.FirstIndex == (world == 1 ? 3u : 1u));                  // the smallest over the ranks
+  BOOST_TEST(a.FirstIndex == (world == 1 ? 3u : 1u));                 // the smallest over the ranks
   BOOST_TEST(a.HasPosInf);
   BOOST_TEST(a.HasNaN == (world > 1));
   BOOST_TEST(report.Tensors[1].Name == "b");
@@ -91,8 +91,8 @@ BOOST_AUTO_TEST_CASE(EveryRankHoldsTheSameReport) {
   BOOST_TEST(group->AllReduceHost(sum, dist::ReduceOp::Max) == sum);
   BOOST_TEST(-group->AllReduceHost(-sum, dist::ReduceOp::Max) == sum);
   // Observers saw the step in order.
-  BOOST_TEST(observer->events == (std::vector<std::string>{"step 0", "overflow 1", "skipped 1 8", "backoff 1 8->4",
-                                                           "step 1 skipped"}));
+  BOOST_TEST(observer->events ==
+             (std::vector<std::string>{"step 0", "overflow 1", "skipped 1 8", "backoff 1 8->4", "step 1 skipped"}));
   // CheckOverflow reports too, with the next step index; a clean step keeps the report.
   BOOST_TEST(manager.CheckOverflow(RankGradients(rank, true)));
   BOOST_TEST(manager.LastOverflow()->Step == 2);

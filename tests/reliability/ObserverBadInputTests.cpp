@@ -78,10 +78,9 @@ BOOST_AUTO_TEST_CASE(BuiltInsRejectEmptySinksAndNegativeIntervals) {
   ExpectError<ArgumentNullError>([] { mlframework::OverflowLogger logger(mlframework::OverflowLogger::Sink{}); },
                                  "sink");
   ExpectError<ArgumentError>([&] { mlframework::OverflowLogger logger(out, -1); }, "interval");
-  ExpectError<ArgumentError>(
-      [] { mlframework::OverflowLogger logger([](std::string_view) {}, -5); }, "interval");
-  ExpectError<ArgumentNullError>(
-      [] { mlframework::TrainingCsvWriter csv(mlframework::TrainingCsvWriter::Sink{}); }, "sink");
+  ExpectError<ArgumentError>([] { mlframework::OverflowLogger logger([](std::string_view) {}, -5); }, "interval");
+  ExpectError<ArgumentNullError>([] { mlframework::TrainingCsvWriter csv(mlframework::TrainingCsvWriter::Sink{}); },
+                                 "sink");
   BOOST_TEST(out.str().empty());  // nothing written by a logger that was never made
 }
 

@@ -30,9 +30,9 @@ struct MLFRAMEWORK_EXPORT TensorOverflow {
 /// FSDPMixedPrecisionManager) only on steps that overflowed: one extra read of the checked
 /// gradients then (TensorBackend::ScanNonFinite), nothing on clean steps.
 struct MLFRAMEWORK_EXPORT OverflowReport {
-  std::int64_t Step = 0;               ///< The front end's step index (0 for its first step).
-  float LossScale = 0.0f;              ///< The scale the gradients were produced with.
-  std::vector<int> Ranks = {};         ///< Ranks whose gradients overflowed (a single process: {0}).
+  std::int64_t Step = 0;                     ///< The front end's step index (0 for its first step).
+  float LossScale = 0.0f;                    ///< The scale the gradients were produced with.
+  std::vector<int> Ranks = {};               ///< Ranks whose gradients overflowed (a single process: {0}).
   std::vector<TensorOverflow> Tensors = {};  ///< The gradients that held non-finite values, in map order.
 
   /// "step 12, scale 65536, rank 0: layer3.weight (12 Inf, first at 4)": one line.

@@ -21,7 +21,8 @@ namespace mlframework {
 /// | scale | the loss scale the step's gradients were produced with (`%.9g`) |
 /// | skipped | 1 when the optimizer step was skipped, else 0 |
 /// | grad_norm | the global norm (`%.9g`) when the front end measured it (clipping), else empty |
-/// | overflowing_tensors | the overflow report's gradient names joined by ';', in double quotes (a `"` in a name doubled); `""` on clean steps |
+/// | overflowing_tensors | the overflow report's gradient names joined by ';', in double quotes (a `"` in a name
+/// doubled); `""` on clean steps |
 ///
 /// Rows go to a std::ostream (each followed by '\n') or to a callback (without it).
 class MLFRAMEWORK_EXPORT TrainingCsvWriter final : public ITrainingObserver {

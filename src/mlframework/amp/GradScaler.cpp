@@ -106,7 +106,7 @@ struct GradScaler::Impl {
   float scale_tensor_value = 0.0f;
 
   mlframework::detail::Observers observers;
-  std::int64_t steps = 0;                       // finished iterations: the next report's step index
+  std::int64_t steps = 0;                        // finished iterations: the next report's step index
   std::optional<OverflowReport> pending_report;  // this iteration's, built once its overflow is known
   std::optional<OverflowReport> last_overflow;   // committed when an overflowed iteration finishes
 

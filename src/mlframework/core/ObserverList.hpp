@@ -11,11 +11,11 @@ namespace mlframework::detail {
 
 /// What a front end decided on one step, handed to NotifyObservers().
 struct StepNotice {
-  StepEvent Event;                ///< Step, scales, skipped, norm and the overflow report.
-  bool FellBack = false;          ///< The auto-fallback to FP32 happened on this step.
-  bool Clipped = false;           ///< The gradients were clipped ...
-  float NormBeforeClipping = 0;   ///< ... from this norm ...
-  float ClipCoefficient = 1.0f;   ///< ... by this coefficient.
+  StepEvent Event;               ///< Step, scales, skipped, norm and the overflow report.
+  bool FellBack = false;         ///< The auto-fallback to FP32 happened on this step.
+  bool Clipped = false;          ///< The gradients were clipped ...
+  float NormBeforeClipping = 0;  ///< ... from this norm ...
+  float ClipCoefficient = 1.0f;  ///< ... by this coefficient.
 };
 
 /// A front end's observers, in registration order; empty() is the one test a front end makes

@@ -47,8 +47,7 @@ std::string TensorOverflow::ToString() const {
     add(HasPosInf, "+Inf");
     add(HasNegInf, "-Inf");
   }
-  return Name + " (" + std::to_string(NonFiniteCount) + " " + kinds + ", first at " + std::to_string(FirstIndex) +
-         ")";
+  return Name + " (" + std::to_string(NonFiniteCount) + " " + kinds + ", first at " + std::to_string(FirstIndex) + ")";
 }
 
 std::string OverflowReport::ToString() const {

@@ -29,7 +29,8 @@ TrainingCsvWriter::TrainingCsvWriter(Sink sink) : sink_(std::move(sink)) {
 }
 
 std::string TrainingCsvWriter::Row(const StepEvent& event) {
-  std::string row = std::to_string(event.Step) + "," + Number(event.LossScale) + "," + (event.Skipped ? "1" : "0") + ",";
+  std::string row =
+      std::to_string(event.Step) + "," + Number(event.LossScale) + "," + (event.Skipped ? "1" : "0") + ",";
   if (event.GradientNorm.has_value()) {
     row += Number(*event.GradientNorm);
   }

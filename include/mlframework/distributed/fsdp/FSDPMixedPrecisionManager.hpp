@@ -130,7 +130,7 @@ class MLFRAMEWORK_EXPORT FSDPMixedPrecisionManager {
   ScalePolicy policy_;
   FSDP& fsdp_;
   std::unique_ptr<mlframework::detail::ScaleStateOwner> owner_;  // the single owner of the scale state
-  TensorPtr flag_tensor_;  // the found-inf flag, all-reduced where the state lives (NCCL)
+  TensorPtr flag_tensor_;   // the found-inf flag, all-reduced where the state lives (NCCL)
   std::int64_t steps_ = 0;  // checking calls finished: the step index of reports and events
   std::optional<OverflowReport> last_overflow_;
   std::vector<std::shared_ptr<ITrainingObserver>> observers_;

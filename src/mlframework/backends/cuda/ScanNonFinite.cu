@@ -23,8 +23,8 @@ struct Masks {
 // that saw a non-finite value (the scan runs on overflow steps only, where they are few).
 template <typename Bits>
 __global__ void ScanKernel(const Bits* data, std::uint64_t size, Masks<Bits> masks, DeviceNonFiniteScan* out) {
-  unsigned long long count = 0;            // NOLINT(google-runtime-int)
-  unsigned long long first = ~0ull;        // NOLINT(google-runtime-int)
+  unsigned long long count = 0;      // NOLINT(google-runtime-int)
+  unsigned long long first = ~0ull;  // NOLINT(google-runtime-int)
   unsigned int nan = 0;
   unsigned int pos = 0;
   unsigned int neg = 0;
@@ -56,8 +56,8 @@ __global__ void ScanKernel(const Bits* data, std::uint64_t size, Masks<Bits> mas
 template <typename Bits>
 void Launch(const void* data, std::uint64_t size, Masks<Bits> masks, DeviceNonFiniteScan* out, cudaStream_t stream) {
   const std::uint64_t blocks = std::min<std::uint64_t>(kMaxScanBlocks, (size + kScanThreads - 1) / kScanThreads);
-  ScanKernel<Bits><<<static_cast<unsigned int>(blocks), kScanThreads, 0, stream>>>(static_cast<const Bits*>(data),
-                                                                                   size, masks, out);
+  ScanKernel<Bits><<<static_cast<unsigned int>(blocks), kScanThreads, 0, stream>>>(static_cast<const Bits*>(data), size,
+                                                                                   masks, out);
   MLFW_CUDA_CHECK(cudaGetLastError());
 }
 
