@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -65,8 +66,8 @@ BOOST_AUTO_TEST_CASE(EveryRankHoldsTheSameReport) {
   const mlframework::OverflowReport& report = *manager.LastOverflow();
   BOOST_TEST(report.Step == 1);
   BOOST_TEST(report.LossScale == 8.0f);
-  std::vector<int> ranks;
-  for (int r = 0; r < world; ++r) ranks.push_back(r);
+  std::vector<int> ranks(static_cast<std::size_t>(world));
+  std::iota(ranks.begin(), ranks.end(), 0);
   BOOST_TEST(report.Ranks == ranks);
   const std::size_t expected_tensors = world == 1 ? 2u : 3u;
   BOOST_TEST_REQUIRE(report.Tensors.size() == expected_tensors);
