@@ -108,12 +108,19 @@ BOOST_AUTO_TEST_CASE(WithoutLossScalingTheCheckStillReports) {
   auto group = mlfw_test::WorldGroup();
   fsdp::FSDP model(group);
   fsdp::FSDPMixedPrecisionManager manager({.UseLossScaling = false}, model);
+  BOOST_TEST(!manager.OverflowReports());
+  // Reports are opt-in (a collective): without an observer or SetOverflowReports, none.
+  const int last_rank = group->WorldSize() - 1;
+  BOOST_TEST(manager.UnscaleAndCheckOverflow(RankGradients(group->Rank(), group->Rank() == last_rank)));
+  BOOST_TEST(!manager.LastOverflow().has_value());
+  manager.SetOverflowReports(true);
   // Only the last rank holds a non-finite value: every rank reports it, with that rank.
-  const int last = group->WorldSize() - 1;
+  const int last = last_rank;
   BOOST_TEST(manager.UnscaleAndCheckOverflow(RankGradients(group->Rank(), group->Rank() == last)));
   BOOST_TEST_REQUIRE(manager.LastOverflow().has_value());
   BOOST_TEST(manager.LastOverflow()->Ranks == std::vector<int>{last});
   BOOST_TEST(manager.LastOverflow()->LossScale == 1.0f);
+  BOOST_TEST(manager.LastOverflow()->Step == 1);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -97,12 +97,13 @@ class GradScalerContext;
 /// registered, the `Update()` (or `Scale(loss)`) that finishes an iteration whose result was not
 /// read yet (after `Unscale()` alone; on a device that read is a synchronisation, so without
 /// observers that flow builds no report). It is committed when the iteration finishes, as
-/// LastOverflow(). Observers (ITrainingObserver) are called by the call that finishes the
-/// iteration (`Step(opt)`, `Update()`, or `Scale(loss)` applying a pending result), after the
-/// scale update: overflow, skipped step (an overflowed iteration is a skipped step), backoff or
-/// growth, then OnStep. An observer's exception reaches the caller after every observer ran; the
-/// scaler's state is committed (for `Scale(loss)`: the new iteration has started, call it again
-/// for the scaled loss). The step index counts finished iterations from 0.
+/// LastOverflow(). The scan of device gradients waits for the device, so on a device the report
+/// is built only while an observer is registered: without one, `Step()` keeps its one
+/// synchronisation and LastOverflow() stays empty. Observers (ITrainingObserver) are called by the call that finishes
+/// the iteration (`Step(opt)`, `Update()`, or `Scale(loss)` applying a pending result), after the scale update:
+/// overflow, skipped step (an overflowed iteration is a skipped step), backoff or growth, then OnStep. An observer's
+/// exception reaches the caller after every observer ran; the scaler's state is committed (for `Scale(loss)`: the new
+/// iteration has started, call it again for the scaled loss). The step index counts finished iterations from 0.
 ///
 /// **Any ILossScaler** is driven through the interface alone, so a custom scaler gets the same
 /// flows, statistics (ILossScaler::Statistics) and checkpoints (ILossScaler::StateDict) as the

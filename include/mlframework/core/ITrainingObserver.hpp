@@ -25,7 +25,9 @@ struct StepEvent {
 ///
 /// Every callback has an empty default, so an observer overrides only what it needs. A front
 /// end with no observer registered builds no event: no allocation and no virtual call on its
-/// hot path (an overflow report is still built on overflow steps, for LastOverflow()).
+/// hot path (for host gradients an overflow report is still built on overflow steps, for
+/// LastOverflow(); for device gradients only while an observer is registered, since the scan
+/// waits for the device).
 ///
 /// **When.** Callbacks run at the end of the front-end call that finishes a step, after the
 /// front end has committed its state (scale, counters, LastOverflow()), in this order:
@@ -38,8 +40,9 @@ struct StepEvent {
 /// and the next step runs normally; what the throwing call would have returned is lost
 /// (GradientConversionLayer::ProcessGradients' gradients: treat the step as skipped).
 ///
-/// **On a device**, a front end with observers reads the scale before and after its update
-/// (host synchronisations it does not need without observers).
+/// **On a device**, a front end with observers reads the scale before and after its update and,
+/// on overflow steps, waits for the report's scan (host synchronisations it does not need
+/// without observers).
 class MLFRAMEWORK_EXPORT ITrainingObserver {
  public:
   virtual ~ITrainingObserver();

@@ -28,7 +28,8 @@ struct MLFRAMEWORK_EXPORT TensorOverflow {
 
 /// The report of one overflow step, built by the front ends (GradScaler, GradientConversionLayer,
 /// FSDPMixedPrecisionManager) only on steps that overflowed: one extra read of the checked
-/// gradients then (TensorBackend::ScanNonFinite), nothing on clean steps.
+/// gradients then (TensorBackend::ScanNonFinite), nothing on clean steps. For device gradients
+/// that read waits for the device, so there they build it only while an observer is registered.
 struct MLFRAMEWORK_EXPORT OverflowReport {
   std::int64_t Step = 0;                     ///< The front end's step index (0 for its first step).
   float LossScale = 0.0f;                    ///< The scale the gradients were produced with.

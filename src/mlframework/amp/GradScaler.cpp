@@ -128,9 +128,10 @@ struct GradScaler::Impl {
     pending_report.reset();
   }
 
-  // Builds this iteration's report from @p checked (the gradients whose check overflowed), once.
+  // Builds this iteration's report from @p checked (the gradients whose check overflowed), once:
+  // always for host gradients, on a device only for observers (the scan waits for the device).
   void ReportOverflow(const GradientMap& checked) {
-    if (!pending_report) {
+    if (!pending_report && (!observers.empty() || mlframework::detail::ReportCostsNoWait(checked))) {
       pending_report = OverflowReport::FromGradients(checked, steps, scaler->Scale());
     }
   }

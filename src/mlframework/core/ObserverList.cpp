@@ -4,6 +4,7 @@
 #include <exception>
 #include <utility>
 
+#include <mlframework/core/DeviceScaling.hpp>
 #include <mlframework/core/Error.hpp>
 
 namespace mlframework::detail {
@@ -67,6 +68,16 @@ void NotifyObservers(const Observers& list, const StepNotice& notice) {
   if (first) {
     std::rethrow_exception(first);
   }
+}
+
+bool ReportCostsNoWait(const GradientMap& gradients) noexcept {
+  return std::ranges::all_of(
+      gradients, [](const auto& entry) { return !entry.second || ScalingOf(*entry.second).StatesInHostMemory(); });
+}
+
+bool ReportCostsNoWait(std::span<const TensorPtr> tensors) noexcept {
+  return std::ranges::all_of(
+      tensors, [](const TensorPtr& tensor) { return !tensor || ScalingOf(*tensor).StatesInHostMemory(); });
 }
 
 }  // namespace mlframework::detail

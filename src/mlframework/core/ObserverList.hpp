@@ -3,7 +3,10 @@
 // reach them (ITrainingObserver's class notes).
 
 #include <memory>
+#include <span>
 #include <vector>
+
+#include <mlframework/core/ITensor.hpp>
 
 #include <mlframework/core/ITrainingObserver.hpp>
 
@@ -31,5 +34,13 @@ bool RemoveObserver(Observers& list, const std::shared_ptr<ITrainingObserver>& o
 /// Sends @p notice's callbacks in ITrainingObserver's order to every observer of @p list when it
 /// starts; an exception from one is kept and the others still run, then the first is rethrown.
 void NotifyObservers(const Observers& list, const StepNotice& notice);
+
+/// True when every tensor of @p gradients keeps its scaling state in host memory (CPU and user
+/// tensors): an overflow report of them costs no device synchronisation, so front ends build it
+/// on every overflow step. On a device they build it only with an observer registered, so a
+/// step keeps the synchronisations the front ends document.
+bool ReportCostsNoWait(const GradientMap& gradients) noexcept;
+/// The same for a list (null entries ignored).
+bool ReportCostsNoWait(std::span<const TensorPtr> tensors) noexcept;
 
 }  // namespace mlframework::detail

@@ -130,6 +130,11 @@ BOOST_AUTO_TEST_CASE(OnADeviceOnlyOverflowStepsScan) {
     return GradientMap{{"p", mlfw_test::FakeTensor({1.0f, poison}, {2}, DataType::Float16)},
                        {"q", mlfw_test::FakeTensor({poison}, {1}, DataType::Float32)}};
   };
+  // Without an observer: the one synchronisation per step, no scan, no report.
+  BOOST_TEST(layer.ProcessGradients(grads(kNaN)).ShouldSkip);
+  BOOST_TEST(backend.ScanCount() == scans);
+  BOOST_TEST(!layer.LastOverflow().has_value());
+  layer.AddObserver(std::make_shared<RecordingObserver>());
   for (int i = 0; i < 3; ++i) BOOST_TEST(!layer.ProcessGradients(grads(2.0f)).ShouldSkip);
   BOOST_TEST(backend.ScanCount() == scans);
   BOOST_TEST(layer.ProcessGradients(grads(-kInf)).ShouldSkip);

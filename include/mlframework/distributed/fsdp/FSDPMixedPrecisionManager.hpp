@@ -46,19 +46,23 @@ namespace mlframework::distributed::fsdp {
 /// tensors. CurrentLossScale(), StepsSinceOverflow(), State() and StateDict() read the device
 /// state (cached until the next update); ResetLossScale() and LoadStateDict() write it.
 ///
-/// **Overflow reports.** When the ranks agree that a step overflowed, every rank scans its own
-/// gradients once more (ScanNonFinite) and the per-gradient results are agreed in two host
-/// all-reduces over fixed-size arrays (SUM of the counts; MAX of the NaN/+Inf/-Inf flags, of
-/// "rank r saw non-finite values" and of the negated first index), so every rank holds the same
-/// LastOverflow(): the names, the counts summed over the ranks, the smallest first index, the
-/// kinds and the ranks. All ranks must pass gradient maps with the same names (as FSDP's units
-/// give them); a null entry counts as finite. Clean steps run none of this. A step index counts
-/// the calls of CheckOverflow() and UnscaleAndCheckOverflow() that checked (from 0).
+/// **Overflow reports** are a collective, so they are opt-in: with SetOverflowReports(true), or
+/// while an observer is registered, a step that the ranks agree overflowed makes every rank scan
+/// its own gradients once more (ScanNonFinite; on a device that waits for it) and agree the
+/// per-gradient results in two host all-reduces over fixed-size arrays (SUM of the counts; MAX
+/// of the NaN/+Inf/-Inf flags, of "rank r saw non-finite values" and of the negated first
+/// index), so every rank holds the same LastOverflow(): the names, the counts summed over the
+/// ranks, the smallest first index, the kinds and the ranks. All ranks must pass gradient maps
+/// with the same names (as FSDP's units give them; a null entry counts as finite) and opt in
+/// alike (the same SetOverflowReports() value, observers on every rank or on none). Clean steps
+/// run none of this, and without the opt-in an overflow step costs exactly what it did (the
+/// decision's one read and one agreement). The step index counts the calls of CheckOverflow()
+/// and UnscaleAndCheckOverflow() that checked (from 0).
 ///
 /// **Observers** (ITrainingObserver) are called by those calls after the scale update:
-/// overflow, skipped step, backoff or growth, OnStep. An observer's exception reaches the caller
-/// after every observer ran; the state is committed. Reports and the collectives behind them do
-/// not depend on observers, so ranks may register different observers.
+/// overflow, skipped step, backoff or growth, OnStep (the scale is read before and after the
+/// update). An observer's exception reaches the caller after every observer ran; the state is
+/// committed.
 class MLFRAMEWORK_EXPORT FSDPMixedPrecisionManager {
  public:
   /// Validates @p config (ArgumentError naming the field) and starts at InitialLossScale.
@@ -101,12 +105,16 @@ class MLFRAMEWORK_EXPORT FSDPMixedPrecisionManager {
   /// The configuration.
   const FSDPMixedPrecisionConfig& Config() const noexcept;
 
-  /// The agreed report of the most recent step that overflowed on any rank (the same on every
-  /// rank), or nullopt when none has since construction or ResetLossScale(). The reference stays
-  /// valid until the next overflowed step.
+  /// The agreed report of the most recent step that overflowed on any rank while reports were on
+  /// (the same on every rank; see the class notes), or nullopt when none has since construction
+  /// or ResetLossScale(). The reference stays valid until the next reported step.
   const std::optional<OverflowReport>& LastOverflow() const noexcept { return last_overflow_; }
-  /// Registers @p observer (see the class notes). ArgumentNullError("observer") for null,
-  /// ArgumentError when already registered; nothing changes on error.
+  /// Turns overflow reports on or off without an observer (see the class notes; every rank alike).
+  void SetOverflowReports(bool enabled) noexcept;
+  /// Whether SetOverflowReports(true) is in force (observers turn reports on as well).
+  bool OverflowReports() const noexcept;
+  /// Registers @p observer (see the class notes; reports are on while one is registered). ArgumentNullError("observer")
+  /// for null, ArgumentError when already registered; nothing changes on error.
   void AddObserver(std::shared_ptr<ITrainingObserver> observer);
   /// Unregisters @p observer; false when it was not registered. ArgumentNullError("observer") for null.
   bool RemoveObserver(const std::shared_ptr<ITrainingObserver>& observer);
@@ -123,6 +131,8 @@ class MLFRAMEWORK_EXPORT FSDPMixedPrecisionManager {
   bool Agree();
   // After an agreed overflow: every rank's scan of @p gradients, agreed into one report (collective).
   OverflowReport AgreedReport(const GradientMap& gradients, float scale) const;
+  // Whether a step builds a report on overflow: SetOverflowReports(true) or an observer.
+  bool Reporting() const noexcept;
   // Commits the step: the report on overflow, the step index, then the observers.
   bool FinishStep(const GradientMap& gradients, bool overflow, float old_scale);
 
@@ -132,6 +142,7 @@ class MLFRAMEWORK_EXPORT FSDPMixedPrecisionManager {
   std::unique_ptr<mlframework::detail::ScaleStateOwner> owner_;  // the single owner of the scale state
   TensorPtr flag_tensor_;   // the found-inf flag, all-reduced where the state lives (NCCL)
   std::int64_t steps_ = 0;  // checking calls finished: the step index of reports and events
+  bool reports_ = false;    // SetOverflowReports()
   std::optional<OverflowReport> last_overflow_;
   std::vector<std::shared_ptr<ITrainingObserver>> observers_;
 };

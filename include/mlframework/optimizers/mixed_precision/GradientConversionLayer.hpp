@@ -123,7 +123,9 @@ class MLFRAMEWORK_EXPORT GradientConversionLayer {
   /// more read of the checked gradients: without clipping the FP32 values pass 2 wrote (FP16/BF16
   /// inputs) and the FP32 inputs, with clipping the inputs, under their GradientMap names. The
   /// reference stays valid until the next skipped step. A scaler disabled in the options checks
-  /// nothing, so it reports nothing.
+  /// nothing, so it reports nothing. On a device the scan waits for the device, so the report is
+  /// built there only while an observer is registered (the layer's one synchronisation per step
+  /// holds without one).
   const std::optional<OverflowReport>& LastOverflow() const noexcept { return last_overflow_; }
   /// Registers @p observer (ITrainingObserver). ProcessGradients() calls it after the step is
   /// committed (scale update, fallback, counters, outputs): overflow, skipped step, backoff or

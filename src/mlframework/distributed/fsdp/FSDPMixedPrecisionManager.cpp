@@ -84,8 +84,7 @@ bool FSDPMixedPrecisionManager::CheckOverflow(const GradientMap& gradients) {
   if (!config_.UseLossScaling) return false;
   const std::vector<TensorPtr> list = NonNull(gradients);
   owner_->Place(list, "gradients");
-  // Cached since the previous update (this call's own read is the first only on a device's first step).
-  const float old_scale = owner_->Read().Scale;
+  const float old_scale = Reporting() ? owner_->Read().Scale : 0.0f;
   owner_->ClearRecord();
   owner_->Check(list);
   return FinishStep(gradients, Agree(), old_scale);
@@ -101,7 +100,7 @@ bool FSDPMixedPrecisionManager::UnscaleAndCheckOverflow(const GradientMap& gradi
     return FinishStep(gradients, overflow, 1.0f);
   }
   owner_->Place(list, "gradients");
-  const float old_scale = owner_->Read().Scale;  // cached since the previous update, as in CheckOverflow()
+  const float old_scale = Reporting() ? owner_->Read().Scale : 0.0f;
   owner_->ClearRecord();
   owner_->Unscale(list, {}, {});  // in place, times InverseScale(scale) read where the state lives
   return FinishStep(gradients, Agree(), old_scale);
@@ -168,8 +167,10 @@ OverflowReport FSDPMixedPrecisionManager::AgreedReport(const GradientMap& gradie
   return report;
 }
 
+bool FSDPMixedPrecisionManager::Reporting() const noexcept { return reports_ || !observers_.empty(); }
+
 bool FSDPMixedPrecisionManager::FinishStep(const GradientMap& gradients, bool overflow, float old_scale) {
-  if (overflow) {
+  if (overflow && Reporting()) {
     last_overflow_ = AgreedReport(gradients, old_scale);
   }
   const std::int64_t step = steps_++;
@@ -180,11 +181,14 @@ bool FSDPMixedPrecisionManager::FinishStep(const GradientMap& gradients, bool ov
                              .NewLossScale = config_.UseLossScaling ? owner_->Read().Scale : old_scale,
                              .Skipped = overflow,
                              .GradientNorm = std::nullopt,
-                             .Overflow = overflow ? &*last_overflow_ : nullptr};
+                             .Overflow = overflow && last_overflow_ ? &*last_overflow_ : nullptr};
     mlframework::detail::NotifyObservers(observers_, notice);
   }
   return overflow;
 }
+
+void FSDPMixedPrecisionManager::SetOverflowReports(bool enabled) noexcept { reports_ = enabled; }
+bool FSDPMixedPrecisionManager::OverflowReports() const noexcept { return reports_; }
 
 void FSDPMixedPrecisionManager::AddObserver(std::shared_ptr<ITrainingObserver> observer) {
   mlframework::detail::AddObserver(observers_, std::move(observer));

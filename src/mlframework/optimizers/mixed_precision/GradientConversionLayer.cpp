@@ -175,8 +175,10 @@ GradientProcessingResult GradientConversionLayer::ProcessGradients(const Gradien
   // The report reads what the check read: the values pass 2 wrote (and the FP32 inputs), or the
   // inputs pass 1 measured (pass 2's outputs may hold Inf where a finite input times the inverse
   // scale overflowed, so they, not the inputs, say why the step is skipped).
+  // On a device only for observers: the scan waits for the device (one synchronisation per step
+  // is the layer's promise without them).
   std::optional<OverflowReport> report;
-  if (skip) {
+  if (skip && (!observers_.empty() || mlframework::detail::ReportCostsNoWait(list))) {
     report = OverflowReport::FromGradients(written ? outputs : gradients, steps_, old_scale);
   }
 
@@ -201,7 +203,9 @@ GradientProcessingResult GradientConversionLayer::ProcessGradients(const Gradien
     mlframework::detail::NotifyObservers(observers_, notice);
   };
   if (skip) {
-    last_overflow_ = std::move(report);
+    if (report) {
+      last_overflow_ = std::move(report);
+    }
     if (!observers_.empty()) {
       notify(std::nullopt, false, 1.0f);
     }
