@@ -14,6 +14,9 @@
 // benchmarks drift with the load, paired samples see the same load.
 #include <chrono>
 #include <cstddef>
+#include <iterator>
+#include <limits>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -147,6 +150,58 @@ void BM_Fp16_GradScalerStep(benchmark::State& state) {
   Report(state, Elements(grads));
 }
 
+// The cheapest useful observer: it counts steps (what a metrics hook does at the least).
+class CountingObserver final : public ITrainingObserver {
+ public:
+  void OnStep(const StepEvent& event) override { last_step = event.Step; }
+  std::int64_t last_step = -1;
+};
+
+// BM_Fp16_GradScalerStep with an observer registered: the observed path (events built, the
+// scale read before and after the update) against the plain one ("observers off" is the plain
+// benchmark itself: registering none costs one empty() test per step).
+void BM_Fp16_GradScalerStep_Observed(benchmark::State& state) {
+  const GradientMap grads = GptGradients(DataType::Float16);
+  NullOptimizer optimizer(grads);
+  amp::GradScaler scaler(amp::DynamicScalerConfig{.InitialScale = 65536.0f, .GrowthInterval = 1 << 30});
+  auto observer = std::make_shared<CountingObserver>();
+  scaler.AddObserver(observer);
+  const TensorPtr loss = Scalar(1.0f);
+  scaler.Scale(loss);
+  scaler.Step(optimizer);
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(scaler.Scale(loss));
+    benchmark::DoNotOptimize(scaler.Step(optimizer));
+  }
+  benchmark::DoNotOptimize(observer->last_step);
+  Report(state, Elements(grads));
+}
+
+// An overflow step (static scale, so every step overflows the same way): the fused cast, then
+// the report's one extra read of the unscaled FP32 gradients. Against BM_Fp16_GradScalerStep
+// this is the cost of an overflow report.
+void BM_Fp16_GradScalerStep_OverflowReport(benchmark::State& state) {
+  GradientMap grads = GptGradients(DataType::Float16);
+  const TensorPtr& last = std::prev(grads.end())->second;
+  std::vector<float> values = last->ToFloatVector();
+  values.back() = std::numeric_limits<float>::infinity();
+  last->CopyFromFloats(values);
+  NullOptimizer optimizer(grads);
+  amp::GradScaler scaler = amp::GradScaler::Static(65536.0f);
+  const TensorPtr loss = Scalar(1.0f);
+  scaler.Scale(loss);
+  scaler.Step(optimizer);
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(scaler.Scale(loss));
+    if (scaler.Step(optimizer)) {
+      state.SkipWithError("the step did not overflow");
+      break;
+    }
+  }
+  state.counters["reported"] = static_cast<double>(scaler.LastOverflow()->Tensors.size());
+  Report(state, Elements(grads));
+}
+
 using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
@@ -262,5 +317,7 @@ BENCHMARK(BM_Fp32_FusedUnscaleAndCheck)->Unit(benchmark::kMillisecond)->UseRealT
 BENCHMARK(BM_Fp32_GradScalerStep)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Fp16_FusedCastIntoFp32)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Fp16_GradScalerStep)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Fp16_GradScalerStep_Observed)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Fp16_GradScalerStep_OverflowReport)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 BENCHMARK_MAIN();

@@ -13,10 +13,14 @@
 #include <mlframework/core/Float8.hpp>
 #include <mlframework/core/HostConversion.hpp>
 #include <mlframework/core/ITensor.hpp>
+#include <mlframework/core/ITrainingObserver.hpp>
 #include <mlframework/core/MultiTensor.hpp>
 #include <mlframework/core/OptimizerStep.hpp>
+#include <mlframework/core/OverflowLogger.hpp>
+#include <mlframework/core/OverflowReport.hpp>
 #include <mlframework/core/Tensor.hpp>
 #include <mlframework/core/TensorBackend.hpp>
+#include <mlframework/core/TrainingCsvWriter.hpp>
 
 #include <mlframework/core/DeviceScaling.hpp>
 #include <mlframework/core/HostScaling.hpp>

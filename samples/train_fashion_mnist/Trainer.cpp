@@ -6,10 +6,14 @@
 #include <array>
 #include <cstdio>
 #include <ctime>
+#include <fstream>
 #include <memory>
 #include <numeric>
 #include <random>
+#include <stdexcept>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include <mlframework/mlframework.hpp>
 
@@ -170,6 +174,34 @@ ModeResult TrainMode(const Dataset& data, const TrainConfig& config, Mode mode) 
     options.MaxGradNorm = config.max_grad_norm;
     layer.emplace(options);
   }
+  // The library's observers report what the scaler decided: which gradients overflowed (one
+  // summary line per burst) and, with --csv, a row per step.
+  std::vector<std::shared_ptr<mlframework::ITrainingObserver>> observers;
+  std::shared_ptr<mlframework::OverflowLogger> logger;
+  std::ofstream steps_csv;
+  if (scaler || layer) {
+    const std::string name(ModeName(mode));
+    if (config.log_overflows) {
+      logger = std::make_shared<mlframework::OverflowLogger>([name](std::string_view line) {
+        static const bool kTty = isatty(STDERR_FILENO) != 0;
+        std::fprintf(stderr, "%s  %-12s %.*s\n", kTty ? "\r\033[K" : "", name.c_str(), static_cast<int>(line.size()),
+                     line.data());
+      });
+      observers.push_back(logger);
+    }
+    if (!config.steps_csv_dir.empty()) {
+      const std::string path = config.steps_csv_dir + "/" + name + "-steps.csv";
+      steps_csv.open(path);
+      if (!steps_csv) {
+        throw std::runtime_error("cannot write " + path);
+      }
+      observers.push_back(std::make_shared<mlframework::TrainingCsvWriter>(steps_csv));
+    }
+  }
+  for (const auto& observer : observers) {
+    if (scaler) scaler->AddObserver(observer);
+    if (layer) layer->AddObserver(observer);
+  }
 
   ModeResult result;
   result.mode = mode;
@@ -250,6 +282,9 @@ ModeResult TrainMode(const Dataset& data, const TrainConfig& config, Mode mode) 
       }
     }
     result.final_loss = epoch_loss / static_cast<double>(std::max<std::size_t>(steps_per_epoch, 1));
+  }
+  if (logger) {
+    logger->Flush();  // a burst still open at the end of training
   }
   if (scaler) {
     result.final_scale = scaler->Scale();

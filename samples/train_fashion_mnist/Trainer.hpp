@@ -56,6 +56,12 @@ struct TrainConfig {
   float max_grad_norm = 1.0f;  ///< Clipping threshold of the fp16-layer mode.
   std::uint64_t seed = 42;     ///< Initialization and shuffling seed.
   bool progress = true;        ///< Print a progress line on stderr.
+  /// Overflow summaries of the scaling modes on stderr (the library's OverflowLogger: one line
+  /// per burst of overflows, not one per overflow).
+  bool log_overflows = true;
+  /// When not empty: the scaling modes also write the library's per-step CSV (TrainingCsvWriter:
+  /// step, scale, skipped, grad_norm, overflowing tensors) to `<steps_csv_dir>/<mode>-steps.csv`.
+  std::string steps_csv_dir;
 };
 
 /// One training step as recorded in the CSV.

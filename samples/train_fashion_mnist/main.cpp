@@ -32,6 +32,7 @@ struct Options {
   std::vector<Mode> modes = AllModes();
   TrainConfig train;
   bool plot = true;
+  bool steps_csv = false;  // --csv: the library's TrainingCsvWriter per scaling mode
 };
 
 class UsageError : public std::runtime_error {
@@ -59,8 +60,11 @@ const char* kUsage =
     "  --scenario underflow   a setting where FP16 gradients underflow: loss weight 1e-4,\n"
     "                         3 hidden layers of 128, init gain 0.5 (options after it override)\n"
     "  --out DIR              CSV, summary and plot directory (default fashion_mnist_out)\n"
+    "  --csv                  also write the library's per-step CSV of the scaling modes\n"
+    "                         (TrainingCsvWriter: step, scale, skipped, grad_norm, overflowing\n"
+    "                         tensors) to DIR/<mode>-steps.csv\n"
     "  --no-plot              do not run gnuplot\n"
-    "  --quiet                no progress line\n";
+    "  --quiet                no progress line and no overflow summaries\n";
 
 std::string NeedValue(int argc, char** argv, int& i) {
   if (i + 1 >= argc) {
@@ -183,6 +187,9 @@ Options ParseArgs(int argc, char** argv) {
       options.plot = false;
     } else if (flag == "--quiet") {
       options.train.progress = false;
+      options.train.log_overflows = false;
+    } else if (flag == "--csv") {
+      options.steps_csv = true;
     } else {
       throw UsageError("unknown option \"" + flag + "\"");
     }
@@ -316,12 +323,16 @@ int Run(const Options& options) {
       std::string(mlframework::backends::cpu::InstructionSet()).c_str());
   std::fflush(stdout);
 
+  std::filesystem::create_directories(options.out);
+  TrainConfig train = options.train;
+  if (options.steps_csv) {
+    train.steps_csv_dir = options.out.string();
+  }
   std::vector<ModeResult> results;
   for (const Mode mode : options.modes) {
-    results.push_back(TrainMode(data, options.train, mode));
+    results.push_back(TrainMode(data, train, mode));
   }
 
-  std::filesystem::create_directories(options.out);
   std::printf("\n%-12s %-40s %9s %10s %9s %8s %11s %11s %8s\n", "mode", "what", "test acc", "final loss", "grads->0",
               "skipped", "final scale", "cpu ms/step", "scaling");
   for (const ModeResult& r : results) {

@@ -12,6 +12,7 @@
 // It also allocates, views, copies without a flag (CopyInto) and accumulates (AddInto) like a
 // device backend, none of which waits for the device, so FSDP's device path runs on it.
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <random>
@@ -128,6 +129,16 @@ class FakeDeviceBackend final : public mlframework::DeviceScalingBackend {
   void Scale(std::span<mlframework::ITensor* const> tensors, float factor) const override {
     mlframework::ScaleInPlace(Inner(tensors), factor);
   }
+  // Like the CUDA backend's scan: the results are read back (one wait for the list here).
+  void ScanNonFinite(std::span<const mlframework::ITensor* const> tensors,
+                     std::span<mlframework::NonFiniteScan> out) const override {
+    CountSync();
+    ++scans_;
+    const std::vector<mlframework::NonFiniteScan> scans = mlframework::ScanNonFinite(Inner(tensors));
+    std::copy(scans.begin(), scans.end(), out.begin());
+  }
+  // ScanNonFinite() calls since the process started (reports are built on overflow steps only).
+  std::int64_t ScanCount() const { return scans_; }
   bool CastInto(std::span<const mlframework::ITensor* const> src, std::span<mlframework::ITensor* const> dst,
                 float factor) const override {
     CountSync();
@@ -266,6 +277,7 @@ class FakeDeviceBackend final : public mlframework::DeviceScalingBackend {
   }
 
   mutable std::int64_t syncs_ = 0;
+  mutable std::int64_t scans_ = 0;
   mutable std::int64_t allocations_ = 0;
 };
 

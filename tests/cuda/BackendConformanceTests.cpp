@@ -18,6 +18,7 @@
 #include <mlframework/core/Error.hpp>
 #include <mlframework/core/FloatBits.hpp>
 #include <mlframework/core/MultiTensor.hpp>
+#include <mlframework/core/OverflowReport.hpp>
 #include <mlframework/core/Tensor.hpp>
 
 #include "cuda/CudaTestUtil.hpp"
@@ -136,6 +137,39 @@ BOOST_AUTO_TEST_CASE(FactoriesAndCopies) {
   }
   const TensorPtr gpu = Zeros({2}, DataType::Float32, kGpu);
   BOOST_CHECK_THROW(gpu->CopyFromFloats(std::vector<float>(3)), ArgumentError);
+}
+
+BOOST_AUTO_TEST_CASE(ScanNonFiniteMatchesCpu) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::mt19937 rng(7);
+  for (const DataType dtype : kDtypes) {
+    std::vector<TensorPtr> cpu;
+    std::vector<TensorPtr> gpu;
+    for (const std::size_t size : {std::size_t{0}, std::size_t{1}, std::size_t{1000}, std::size_t{3000001}}) {
+      for (int kinds = 0; kinds < 8; ++kinds) {
+        std::vector<float> values(size, 0.25f);
+        std::uniform_int_distribution<std::size_t> at(0, size == 0 ? 0 : size - 1);
+        for (int k = 0; k < 3 && size > 0; ++k) {
+          if ((kinds & (1 << k)) != 0) values[at(rng)] = k == 0 ? nan : (k == 1 ? inf : -inf);
+        }
+        cpu.push_back(FromVector(values, {size}, dtype));
+        gpu.push_back(FromVector(values, {size}, dtype, kGpu));
+      }
+    }
+    const std::vector<NonFiniteScan> expected = ScanNonFinite(cpu);
+    const std::vector<NonFiniteScan> got = ScanNonFinite(gpu);
+    BOOST_TEST_REQUIRE(got.size() == expected.size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      BOOST_TEST_CONTEXT(ToString(dtype) << " tensor " << i) {
+        BOOST_TEST(got[i].Count == expected[i].Count);
+        BOOST_TEST(got[i].FirstIndex == expected[i].FirstIndex);
+        BOOST_TEST(got[i].HasNaN == expected[i].HasNaN);
+        BOOST_TEST(got[i].HasPosInf == expected[i].HasPosInf);
+        BOOST_TEST(got[i].HasNegInf == expected[i].HasNegInf);
+      }
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(UnscaleAndCheckMatchesCpu) {

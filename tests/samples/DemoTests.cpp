@@ -81,7 +81,7 @@ BOOST_AUTO_TEST_CASE(TinyRunReachesTheAccuracyFP32Reaches) {
   const TempDir scratch;
   const Run run = RunDemo(
       "--modes fp32,fp16-scaler,bf16 --epochs 1 --subset 16000 --batch-size 32 --lr 0.002 --hidden 128 "
-      "--quiet --no-plot --out '" +
+      "--quiet --no-plot --csv --out '" +
           scratch.path.string() + "'",
       scratch.path);
   BOOST_TEST_MESSAGE(run.output);
@@ -110,6 +110,23 @@ BOOST_AUTO_TEST_CASE(TinyRunReachesTheAccuracyFP32Reaches) {
     ++rows;
   }
   BOOST_TEST(rows == 500);
+  // --csv: the library's TrainingCsvWriter for the scaling mode, one row per step, its skipped
+  // steps the ones summary.csv counts.
+  std::ifstream steps(scratch.path / "fp16-scaler-steps.csv");
+  std::getline(steps, line);
+  BOOST_TEST(line == "step,scale,skipped,grad_norm,overflowing_tensors");
+  int step_rows = 0;
+  int skipped = 0;
+  while (std::getline(steps, line)) {
+    BOOST_TEST(line.rfind(std::to_string(step_rows) + ",", 0) == 0u, line);
+    const std::size_t after_step = line.find(',');
+    const std::size_t after_scale = line.find(',', after_step + 1);
+    skipped += line.compare(after_scale + 1, 2, "1,") == 0 ? 1 : 0;
+    ++step_rows;
+  }
+  BOOST_TEST(step_rows == 500);
+  BOOST_TEST(skipped == summary.at("fp16-scaler").at("skipped"));
+  BOOST_TEST(!std::filesystem::exists(scratch.path / "fp32-steps.csv"));  // no scaler, no observer
 }
 
 BOOST_AUTO_TEST_CASE(UnderflowScenarioShowsWhatScalingRecovers) {

@@ -13,6 +13,8 @@
 #include <mlframework/amp/ILossScaler.hpp>
 #include <mlframework/amp/IOptimizer.hpp>
 #include <mlframework/core/ITensor.hpp>
+#include <mlframework/core/ITrainingObserver.hpp>
+#include <mlframework/core/OverflowReport.hpp>
 #include <mlframework/export.hpp>
 
 namespace mlframework::amp {
@@ -87,6 +89,21 @@ class GradScalerContext;
 ///
 /// A scaler that keeps the ILossScaler defaults of the found-inf record (the static scaler, most
 /// custom ones) reads the overflow flag at unscale time (TensorBackend).
+///
+/// **Overflow reports and observers.** On an iteration that overflowed, the scaler reads the
+/// checked gradients once more (ScanNonFinite) to build an OverflowReport: the gradients with
+/// Inf/NaN, their counts, first indices and kinds. It is built where the iteration's overflow is
+/// known on the host: `Step()`, a `CheckOverflow()` that returns true, and, with an observer
+/// registered, the `Update()` (or `Scale(loss)`) that finishes an iteration whose result was not
+/// read yet (after `Unscale()` alone; on a device that read is a synchronisation, so without
+/// observers that flow builds no report). It is committed when the iteration finishes, as
+/// LastOverflow(). The scan of device gradients waits for the device, so on a device the report
+/// is built only while an observer is registered: without one, `Step()` keeps its one
+/// synchronisation and LastOverflow() stays empty. Observers (ITrainingObserver) are called by the call that finishes
+/// the iteration (`Step(opt)`, `Update()`, or `Scale(loss)` applying a pending result), after the scale update:
+/// overflow, skipped step (an overflowed iteration is a skipped step), backoff or growth, then OnStep. An observer's
+/// exception reaches the caller after every observer ran; the scaler's state is committed (for `Scale(loss)`: the new
+/// iteration has started, call it again for the scaled loss). The step index counts finished iterations from 0.
 ///
 /// **Any ILossScaler** is driven through the interface alone, so a custom scaler gets the same
 /// flows, statistics (ILossScaler::Statistics) and checkpoints (ILossScaler::StateDict) as the
@@ -173,13 +190,25 @@ class MLFRAMEWORK_EXPORT GradScaler {
   /// or GradScaler's own switch when the scaler has none (SetEnabled returned false).
   void Disable();
   /// The scaler's ILossScaler::Reset() (the dynamic scaler: back to the initial scale, counters
-  /// cleared; the static scaler: nothing), then the iteration is dropped (state Ready).
+  /// cleared; the static scaler: nothing), then the iteration is dropped (state Ready) and
+  /// LastOverflow() cleared. Observers stay registered.
   void Reset();
   /// The factor the loss is multiplied by, as an FP32 scalar (1 when disabled), cached until it changes.
   TensorPtr GetScaleTensor();
   /// The wrapped scaler's statistics (ILossScaler::Statistics): the dynamic scaler's; empty for the
   /// static scaler and for a custom scaler that does not override Statistics().
   std::optional<DynamicScalerStats> GetStats() const;
+
+  /// The report of the most recent iteration that overflowed (since construction or Reset()), or
+  /// nullopt when none has (see the class notes for when a report is built). The reference stays
+  /// valid until the next overflowed iteration finishes.
+  const std::optional<OverflowReport>& LastOverflow() const noexcept;
+  /// Registers @p observer (shared ownership; see the class notes). ArgumentNullError("observer")
+  /// for null, ArgumentError when it is already registered; nothing changes on error. GradScalerContext
+  /// steps through this scaler, so its steps reach the observer too.
+  void AddObserver(std::shared_ptr<ITrainingObserver> observer);
+  /// Unregisters @p observer; false when it was not registered. ArgumentNullError("observer") for null.
+  bool RemoveObserver(const std::shared_ptr<ITrainingObserver>& observer);
 
   /// Versioned blob (version 2) of the wrapped scaler's ILossScaler::StateDict(), the iteration
   /// state with its found-inf, and GradScaler's own switch. Works for every scaler; a custom one

@@ -3,6 +3,7 @@
 /// @brief The fused multi-tensor kernels a backend provides (the Apex multi_tensor_apply seam).
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <span>
 #include <string_view>
@@ -19,6 +20,15 @@ class DeviceScaleState;
 struct NonFiniteAndNorm {
   bool FoundNonFinite = false;  ///< Any element was Inf or NaN.
   double SumOfSquares = 0.0;    ///< Sum of squares of the (scaled) elements.
+};
+
+/// What one tensor's non-finite values are (an overflow report's per-tensor line).
+struct NonFiniteScan {
+  std::uint64_t Count = 0;       ///< Elements that are Inf or NaN.
+  std::uint64_t FirstIndex = 0;  ///< Flat (row-major) index of the first of them; 0 when Count is 0.
+  bool HasNaN = false;           ///< Some element is NaN.
+  bool HasPosInf = false;        ///< Some element is +Inf.
+  bool HasNegInf = false;        ///< Some element is -Inf.
 };
 
 /// Fused kernels over a whole list of tensors at once.
@@ -56,6 +66,13 @@ class MLFRAMEWORK_EXPORT TensorBackend {
   /// without waiting on a device. The default goes through ToFloatVector() and CopyFromFloats()
   /// (correct for any tensor, a host round trip per pair); the CPU and CUDA backends override it.
   virtual void AddInto(std::span<const ITensor* const> src, std::span<ITensor* const> dst, float alpha) const;
+  /// `out[i]` = the non-finite values of `tensors[i]` (count, first flat index, NaN/+Inf/-Inf);
+  /// the spans have the same size. Front ends call it only on overflow steps, to build an
+  /// OverflowReport, so it reads each tensor once and waits for the answer. The default reads
+  /// the tensor's HostBytes() with a tight bit-level loop when it has them (CPU tensors, host
+  /// wrappers), else widens it with CopyToFloats(): correct for any tensor. The CUDA backend
+  /// overrides it with a kernel.
+  virtual void ScanNonFinite(std::span<const ITensor* const> tensors, std::span<NonFiniteScan> out) const;
 
   /// @name Whole lists as their callers hold them
   /// The free functions of MultiTensor.hpp hand a whole list to the backend of its first tensor

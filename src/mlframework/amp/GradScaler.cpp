@@ -7,6 +7,7 @@
 #include <mlframework/core/MultiTensor.hpp>
 #include <mlframework/core/Tensor.hpp>
 
+#include "mlframework/core/ObserverList.hpp"
 #include "mlframework/core/SameMemory.hpp"
 #include "mlframework/core/StateBlob.hpp"
 
@@ -104,6 +105,11 @@ struct GradScaler::Impl {
   TensorPtr scale_tensor;  // GetScaleTensor cache
   float scale_tensor_value = 0.0f;
 
+  mlframework::detail::Observers observers;
+  std::int64_t steps = 0;                        // finished iterations: the next report's step index
+  std::optional<OverflowReport> pending_report;  // this iteration's, built once its overflow is known
+  std::optional<OverflowReport> last_overflow;   // committed when an overflowed iteration finishes
+
   bool Enabled() const { return own_enabled && scaler->Enabled(); }
 
   // True when @p gradients are the previous iteration's (the same memory), before a new Scale(loss).
@@ -119,6 +125,15 @@ struct GradScaler::Impl {
     state = Phase::Ready;
     unscaled_source.clear();
     unscaled_result.clear();
+    pending_report.reset();
+  }
+
+  // Builds this iteration's report from @p checked (the gradients whose check overflowed), once:
+  // always for host gradients, on a device only for observers (the scan waits for the device).
+  void ReportOverflow(const GradientMap& checked) {
+    if (!pending_report && (!observers.empty() || mlframework::detail::ReportCostsNoWait(checked))) {
+      pending_report = OverflowReport::FromGradients(checked, steps, scaler->Scale());
+    }
   }
 
   // The first result of an iteration takes over the scaler's record (a dropped iteration may have left one).
@@ -131,16 +146,47 @@ struct GradScaler::Impl {
   // The iteration's found-inf; a device-resident record is read here, and only here.
   bool FoundInf() const { return Enabled() && scaler->RecordedOverflow(); }
 
-  // Applies the recorded result once and returns to Ready (no synchronisation on a device).
-  void Finish() {
+  // Applies the recorded result once and returns to Ready (no synchronisation on a device
+  // without observers). Returns what the observers are to be told, once the caller is done.
+  std::optional<mlframework::detail::StepNotice> Finish() {
+    const bool observed = !observers.empty();
+    float old_scale = 0.0f;
+    if (observed) {
+      old_scale = scaler->Scale();
+      if (!pending_report && !unscaled_result.empty() && FoundInf()) {
+        ReportOverflow(unscaled_result);  // Update() after Unscale() alone: the flag is read here
+      }
+    }
     if (Enabled()) {
       scaler->UpdateScaleFromRecord();
     }
+    const bool overflowed = pending_report.has_value();
+    if (overflowed) {
+      last_overflow = std::move(pending_report);
+    }
+    const std::int64_t step = steps++;
     GradientMap source = std::move(unscaled_source);
     GradientMap result = std::move(unscaled_result);
     ClearIteration();
     previous_source = std::move(source);
     previous_result = std::move(result);
+    if (!observed) {
+      return std::nullopt;
+    }
+    mlframework::detail::StepNotice notice;
+    notice.Event = StepEvent{.Step = step,
+                             .LossScale = old_scale,
+                             .NewLossScale = scaler->Scale(),
+                             .Skipped = overflowed,
+                             .GradientNorm = std::nullopt,
+                             .Overflow = overflowed ? &*last_overflow : nullptr};
+    return notice;
+  }
+
+  void Notify(const std::optional<mlframework::detail::StepNotice>& notice) const {
+    if (notice) {
+      mlframework::detail::NotifyObservers(observers, *notice);
+    }
   }
 
   // Unscales and ORs the overflow into the scaler's record (on a device: its flag, no synchronisation).
@@ -200,14 +246,16 @@ TensorPtr GradScaler::Scale(const TensorPtr& loss) {
     throw ArgumentNullError("loss");
   }
   Impl& s = *impl_;
+  std::optional<mlframework::detail::StepNotice> notice;
   if (HoldsRecord(s.state)) {
     // The previous iteration recorded a result but never called Update() (spec 004's manual
     // flow skips it on overflow): apply it now, once.
-    s.Finish();
+    notice = s.Finish();
   }
   TensorPtr scaled = s.Enabled() ? s.scaler->ScaleLoss(loss) : loss;
   s.ForgetPrevious();  // a new loss means new gradients
   s.state = Phase::LossScaled;
+  s.Notify(notice);
   return scaled;
 }
 
@@ -232,9 +280,17 @@ bool GradScaler::CheckOverflow(const GradientMap& gradients) {
   TensorList(gradients);  // ArgumentNullError naming a null entry
   const bool unscaled = s.state == Phase::Unscaled || s.state == Phase::Stepped;
   if (unscaled && (SameTensors(gradients, s.unscaled_source) || SameTensors(gradients, s.unscaled_result))) {
-    return s.FoundInf();  // the fused unscale pass already checked them and recorded the result
+    // The fused unscale pass already checked them and recorded the result.
+    const bool found = s.FoundInf();
+    if (found) {
+      s.ReportOverflow(s.unscaled_result);
+    }
+    return found;
   }
   const bool overflow = s.Enabled() && s.scaler->CheckOverflow(gradients);
+  if (overflow) {
+    s.ReportOverflow(gradients);  // before any change: it may throw (a tensor that cannot be read)
+  }
   s.BeginRecord();
   if (overflow) {
     s.scaler->MarkOverflow();
@@ -252,7 +308,7 @@ void GradScaler::Update() {
         "GradScaler::Update() called with no overflow check recorded in this iteration: call Unscale(), "
         "CheckOverflow() or Step(optimizer, false) first (Step(optimizer) already updates the scale).");
   }
-  s.Finish();
+  s.Notify(s.Finish());
 }
 
 bool GradScaler::Step(IOptimizer& optimizer, bool optimizerStep) {
@@ -285,6 +341,9 @@ bool GradScaler::StepImpl(IOptimizer& optimizer, bool run_optimizer, bool update
   }
   const GradientMap unscaled = s.unscaled_result;
   const bool overflow = s.FoundInf();  // the one read of a device flag in a step: Step must decide and return it
+  if (overflow) {
+    s.ReportOverflow(unscaled);
+  }
   if (!overflow) {
     if (!SameTensors(unscaled, gradients)) {
       optimizer.SetGradients(unscaled);  // FP16/BF16 model gradients -> FP32 unscaled gradients
@@ -294,7 +353,7 @@ bool GradScaler::StepImpl(IOptimizer& optimizer, bool run_optimizer, bool update
     }
   }
   if (update_scale) {
-    s.Finish();
+    s.Notify(s.Finish());
   } else {
     s.state = Phase::Stepped;
   }
@@ -332,6 +391,17 @@ void GradScaler::Disable() {
 void GradScaler::Reset() {
   impl_->scaler->Reset();
   AbandonIteration();
+  impl_->last_overflow.reset();
+}
+
+const std::optional<OverflowReport>& GradScaler::LastOverflow() const noexcept { return impl_->last_overflow; }
+
+void GradScaler::AddObserver(std::shared_ptr<ITrainingObserver> observer) {
+  mlframework::detail::AddObserver(impl_->observers, std::move(observer));
+}
+
+bool GradScaler::RemoveObserver(const std::shared_ptr<ITrainingObserver>& observer) {
+  return mlframework::detail::RemoveObserver(impl_->observers, observer);
 }
 
 TensorPtr GradScaler::GetScaleTensor() {

@@ -5,6 +5,7 @@
 #include <mlframework/core/Error.hpp>
 
 #include "mlframework/core/HostAdd.hpp"
+#include "mlframework/core/HostNonFiniteScan.hpp"
 
 namespace mlframework {
 
@@ -16,6 +17,10 @@ void TensorBackend::CopyInto(std::span<const ITensor* const> src, std::span<ITen
 
 void TensorBackend::AddInto(std::span<const ITensor* const> src, std::span<ITensor* const> dst, float alpha) const {
   for (std::size_t i = 0; i < src.size(); ++i) detail::HostAddInto(*src[i], *dst[i], alpha);
+}
+
+void TensorBackend::ScanNonFinite(std::span<const ITensor* const> tensors, std::span<NonFiniteScan> out) const {
+  for (std::size_t i = 0; i < tensors.size(); ++i) out[i] = detail::HostScanNonFinite(*tensors[i]);
 }
 
 std::optional<bool> TensorBackend::UnscaleAndCheckList(std::span<const TensorPtr> /*tensors*/, float /*factor*/) const {

@@ -5,11 +5,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
 #include <mlframework/core/DeviceScaling.hpp>
 #include <mlframework/core/ITensor.hpp>
+#include <mlframework/core/ITrainingObserver.hpp>
+#include <mlframework/core/OverflowReport.hpp>
 #include <mlframework/core/ScalePolicy.hpp>
 #include <mlframework/distributed/fsdp/FSDP.hpp>
 #include <mlframework/distributed/fsdp/FSDPMixedPrecisionConfig.hpp>
@@ -42,6 +45,24 @@ namespace mlframework::distributed::fsdp {
 /// any other group (MPI, local) the local flag is read and agreed with AllReduceHost, as for host
 /// tensors. CurrentLossScale(), StepsSinceOverflow(), State() and StateDict() read the device
 /// state (cached until the next update); ResetLossScale() and LoadStateDict() write it.
+///
+/// **Overflow reports** are a collective, so they are opt-in: with SetOverflowReports(true), or
+/// while an observer is registered, a step that the ranks agree overflowed makes every rank scan
+/// its own gradients once more (ScanNonFinite; on a device that waits for it) and agree the
+/// per-gradient results in two host all-reduces over fixed-size arrays (SUM of the counts; MAX
+/// of the NaN/+Inf/-Inf flags, of "rank r saw non-finite values" and of the negated first
+/// index), so every rank holds the same LastOverflow(): the names, the counts summed over the
+/// ranks, the smallest first index, the kinds and the ranks. All ranks must pass gradient maps
+/// with the same names (as FSDP's units give them; a null entry counts as finite) and opt in
+/// alike (the same SetOverflowReports() value, observers on every rank or on none). Clean steps
+/// run none of this, and without the opt-in an overflow step costs exactly what it did (the
+/// decision's one read and one agreement). The step index counts the calls of CheckOverflow()
+/// and UnscaleAndCheckOverflow() that checked (from 0).
+///
+/// **Observers** (ITrainingObserver) are called by those calls after the scale update:
+/// overflow, skipped step, backoff or growth, OnStep (the scale is read before and after the
+/// update). An observer's exception reaches the caller after every observer ran; the state is
+/// committed.
 class MLFRAMEWORK_EXPORT FSDPMixedPrecisionManager {
  public:
   /// Validates @p config (ArgumentError naming the field) and starts at InitialLossScale.
@@ -79,10 +100,24 @@ class MLFRAMEWORK_EXPORT FSDPMixedPrecisionManager {
   ScaleState State() const;
   /// The state while it lives in device memory, else null.
   DeviceScaleState* DeviceState() const noexcept;
-  /// Back to InitialLossScale with cleared counters.
+  /// Back to InitialLossScale with cleared counters; LastOverflow() cleared.
   void ResetLossScale();
   /// The configuration.
   const FSDPMixedPrecisionConfig& Config() const noexcept;
+
+  /// The agreed report of the most recent step that overflowed on any rank while reports were on
+  /// (the same on every rank; see the class notes), or nullopt when none has since construction
+  /// or ResetLossScale(). The reference stays valid until the next reported step.
+  const std::optional<OverflowReport>& LastOverflow() const noexcept { return last_overflow_; }
+  /// Turns overflow reports on or off without an observer (see the class notes; every rank alike).
+  void SetOverflowReports(bool enabled) noexcept;
+  /// Whether SetOverflowReports(true) is in force (observers turn reports on as well).
+  bool OverflowReports() const noexcept;
+  /// Registers @p observer (see the class notes; reports are on while one is registered). ArgumentNullError("observer")
+  /// for null, ArgumentError when already registered; nothing changes on error.
+  void AddObserver(std::shared_ptr<ITrainingObserver> observer);
+  /// Unregisters @p observer; false when it was not registered. ArgumentNullError("observer") for null.
+  bool RemoveObserver(const std::shared_ptr<ITrainingObserver>& observer);
 
   /// Versioned blob of the scaling state.
   std::vector<std::byte> StateDict() const;
@@ -94,12 +129,22 @@ class MLFRAMEWORK_EXPORT FSDPMixedPrecisionManager {
   // Agrees on the recorded flag across ranks (MAX), advances the scale with the agreed decision
   // and returns it.
   bool Agree();
+  // After an agreed overflow: every rank's scan of @p gradients, agreed into one report (collective).
+  OverflowReport AgreedReport(const GradientMap& gradients, float scale) const;
+  // Whether a step builds a report on overflow: SetOverflowReports(true) or an observer.
+  bool Reporting() const noexcept;
+  // Commits the step: the report on overflow, the step index, then the observers.
+  bool FinishStep(const GradientMap& gradients, bool overflow, float old_scale);
 
   FSDPMixedPrecisionConfig config_;
   ScalePolicy policy_;
   FSDP& fsdp_;
   std::unique_ptr<mlframework::detail::ScaleStateOwner> owner_;  // the single owner of the scale state
-  TensorPtr flag_tensor_;  // the found-inf flag, all-reduced where the state lives (NCCL)
+  TensorPtr flag_tensor_;   // the found-inf flag, all-reduced where the state lives (NCCL)
+  std::int64_t steps_ = 0;  // checking calls finished: the step index of reports and events
+  bool reports_ = false;    // SetOverflowReports()
+  std::optional<OverflowReport> last_overflow_;
+  std::vector<std::shared_ptr<ITrainingObserver>> observers_;
 };
 
 }  // namespace mlframework::distributed::fsdp

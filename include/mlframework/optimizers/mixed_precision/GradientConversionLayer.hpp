@@ -27,6 +27,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <tuple>
@@ -36,6 +37,8 @@
 
 #include <mlframework/core/DataType.hpp>
 #include <mlframework/core/ITensor.hpp>
+#include <mlframework/core/ITrainingObserver.hpp>
+#include <mlframework/core/OverflowReport.hpp>
 #include <mlframework/export.hpp>
 #include <mlframework/optimizers/mixed_precision/DynamicLossScaler.hpp>
 #include <mlframework/optimizers/mixed_precision/MixedPrecisionOptions.hpp>
@@ -141,8 +144,30 @@ class MLFRAMEWORK_EXPORT GradientConversionLayer {
   /// Snapshot of the gradient processing.
   GradientProcessingStats GetStats() const;
 
-  /// Clears ClipCount(), LastGradientNorm() and resets the loss scaler (a fallback stays in force).
+  /// Clears ClipCount(), LastGradientNorm(), LastOverflow() and resets the loss scaler (a
+  /// fallback stays in force; observers stay registered).
   void Reset();
+
+  /// The report of the most recent ProcessGradients() step that was skipped for non-finite
+  /// gradients (since construction or Reset()), else nullopt. Built only on such steps, by one
+  /// more read of the checked gradients: without clipping the FP32 values pass 2 wrote (FP16/BF16
+  /// inputs) and the FP32 inputs, with clipping the inputs, under their GradientMap names. The
+  /// reference stays valid until the next skipped step. A scaler disabled in the options checks
+  /// nothing, so it reports nothing. On a device the scan waits for the device, so the report is
+  /// built there only while an observer is registered (the layer's one synchronisation per step
+  /// holds without one).
+  const std::optional<OverflowReport>& LastOverflow() const noexcept { return last_overflow_; }
+  /// Registers @p observer (ITrainingObserver). ProcessGradients() calls it after the step is
+  /// committed (scale update, fallback, counters, outputs): overflow, skipped step, backoff or
+  /// growth, fallback to FP32 (when PrecisionManager::CheckFallback() falls back on this step),
+  /// clipping (norm before clipping, coefficient), OnStep (with the norm when clipping measured
+  /// it). An observer's exception reaches the caller after every observer ran; the step's state is
+  /// committed but its gradients are not returned (treat the step as skipped). On a device, a
+  /// layer with observers reads the scale before and after the update. ArgumentNullError
+  /// ("observer") for null, ArgumentError when already registered; nothing changes on error.
+  void AddObserver(std::shared_ptr<ITrainingObserver> observer);
+  /// Unregisters @p observer; false when it was not registered. ArgumentNullError("observer") for null.
+  bool RemoveObserver(const std::shared_ptr<ITrainingObserver>& observer);
 
   /// Versioned, checksummed blob of everything a resumed run needs: ClipCount(), LastGradientNorm(),
   /// the loss scaler's state and the precision manager's fallback state.
@@ -169,6 +194,9 @@ class MLFRAMEWORK_EXPORT GradientConversionLayer {
   std::int64_t clip_count_ = 0;
   float last_gradient_norm_ = 0.0f;
   GradientMap output_buffers_;
+  std::int64_t steps_ = 0;  // ProcessGradients() steps finished: the step index of events and reports
+  std::optional<OverflowReport> last_overflow_;
+  std::vector<std::shared_ptr<ITrainingObserver>> observers_;
 };
 
 }  // namespace mlframework::optimizers::mixed_precision

@@ -23,6 +23,7 @@
 #include "mlframework/backends/cuda/NonFinite.cuh"
 #include "mlframework/backends/cuda/Scale.cuh"
 #include "mlframework/backends/cuda/ScaleUpdate.cuh"
+#include "mlframework/backends/cuda/ScanNonFinite.cuh"
 #include "mlframework/backends/cuda/SumSquares.cuh"
 #include "mlframework/backends/cuda/Unscale.cuh"
 #include "mlframework/core/HostAdd.hpp"
@@ -397,6 +398,39 @@ class CudaBackend final : public DeviceScalingBackend {
                const DeviceScaleState* skip_if_found_inf) const override {
     const SkipFlag skip = SkipFlagOf(skip_if_found_inf);
     return skip.skip_now || QueueSGDStep(lists, scalars, skip.flag, skip.device);
+  }
+
+  void ScanNonFinite(std::span<const ITensor* const> tensors, std::span<NonFiniteScan> out) const override {
+    // Overflow steps only: one kernel and one wait per tensor keeps this simple and exact.
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      const CudaTensor& tensor = AsCuda(tensors[i], "tensors", i);
+      if (!ScanKernelHandles(tensor.GetDataType())) {
+        TensorBackend::ScanNonFinite(tensors.subspan(i, 1), out.subspan(i, 1));
+        continue;
+      }
+      DeviceContext& context = DeviceContext::Get(tensor.DeviceIndex());
+      DeviceNonFiniteScan host{};
+      OnStream(context, [&](cudaStream_t stream) {
+        auto* device = static_cast<DeviceNonFiniteScan*>(context.Allocate(sizeof(DeviceNonFiniteScan)));
+        try {
+          DeviceNonFiniteScan initial{};
+          initial.first_index = ~0ull;
+          MLFW_CUDA_CHECK(cudaMemcpyAsync(device, &initial, sizeof initial, cudaMemcpyHostToDevice, stream));
+          LaunchScanNonFinite(tensor.Data(), tensor.GetDataType(), tensor.Size(), device, stream);
+          MLFW_CUDA_CHECK(cudaMemcpyAsync(&host, device, sizeof host, cudaMemcpyDeviceToHost, stream));
+          MLFW_CUDA_CHECK(cudaStreamSynchronize(stream));
+        } catch (...) {
+          context.Free(device);
+          throw;
+        }
+        context.Free(device);
+      });
+      out[i] = NonFiniteScan{.Count = host.count,
+                             .FirstIndex = host.count == 0 ? 0 : host.first_index,
+                             .HasNaN = host.has_nan != 0,
+                             .HasPosInf = host.has_pos_inf != 0,
+                             .HasNegInf = host.has_neg_inf != 0};
+    }
   }
 
   TensorPtr Allocate(const Shape& shape, DataType dtype, Device device) const override {

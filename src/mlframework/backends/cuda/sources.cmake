@@ -14,6 +14,7 @@ if(MLFW_HAS_CUDA)
     ${CMAKE_CURRENT_LIST_DIR}/OptimizerSteps.cu
     ${CMAKE_CURRENT_LIST_DIR}/Scale.cu
     ${CMAKE_CURRENT_LIST_DIR}/ScaleUpdate.cu
+    ${CMAKE_CURRENT_LIST_DIR}/ScanNonFinite.cu
     ${CMAKE_CURRENT_LIST_DIR}/SumSquares.cu
     ${CMAKE_CURRENT_LIST_DIR}/Unscale.cu)
   target_link_libraries(mlframework_cuda PRIVATE CUDA::cudart)

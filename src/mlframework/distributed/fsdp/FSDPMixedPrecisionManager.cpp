@@ -1,11 +1,15 @@
 // Spec 002: FSDPMixedPrecisionManager.
 #include <mlframework/distributed/fsdp/FSDPMixedPrecisionManager.hpp>
 
+#include <algorithm>
+#include <cmath>
+#include <string>
 #include <utility>
 
 #include <mlframework/core/Error.hpp>
 #include <mlframework/core/MultiTensor.hpp>
 
+#include "mlframework/core/ObserverList.hpp"
 #include "mlframework/core/ScaleStateOwner.hpp"
 #include "mlframework/core/StateBlob.hpp"
 
@@ -80,9 +84,10 @@ bool FSDPMixedPrecisionManager::CheckOverflow(const GradientMap& gradients) {
   if (!config_.UseLossScaling) return false;
   const std::vector<TensorPtr> list = NonNull(gradients);
   owner_->Place(list, "gradients");
+  const float old_scale = Reporting() ? owner_->Read().Scale : 0.0f;
   owner_->ClearRecord();
   owner_->Check(list);
-  return Agree();
+  return FinishStep(gradients, Agree(), old_scale);
 }
 
 bool FSDPMixedPrecisionManager::UnscaleAndCheckOverflow(const GradientMap& gradients) {
@@ -91,19 +96,116 @@ bool FSDPMixedPrecisionManager::UnscaleAndCheckOverflow(const GradientMap& gradi
     // Nothing to unscale, but the gradients are still checked and the ranks still agree, so no
     // rank steps on non-finite gradients (there is no scale to update).
     const bool local = HasNonFinite(list);
-    return fsdp_.ProcessGroup().AllReduceHost(local ? 1.0 : 0.0, ReduceOp::Max) > 0.0;
+    const bool overflow = fsdp_.ProcessGroup().AllReduceHost(local ? 1.0 : 0.0, ReduceOp::Max) > 0.0;
+    return FinishStep(gradients, overflow, 1.0f);
   }
   owner_->Place(list, "gradients");
+  const float old_scale = Reporting() ? owner_->Read().Scale : 0.0f;
   owner_->ClearRecord();
   owner_->Unscale(list, {}, {});  // in place, times InverseScale(scale) read where the state lives
-  return Agree();
+  return FinishStep(gradients, Agree(), old_scale);
+}
+
+OverflowReport FSDPMixedPrecisionManager::AgreedReport(const GradientMap& gradients, float scale) const {
+  std::vector<TensorPtr> present;
+  present.reserve(gradients.size());
+  for (const auto& entry : gradients) {
+    if (entry.second) present.push_back(entry.second);
+  }
+  const std::vector<NonFiniteScan> scans = ScanNonFinite(present);
+  IProcessGroup& group = fsdp_.ProcessGroup();
+  const std::size_t n = gradients.size();
+  const auto world = static_cast<std::size_t>(group.WorldSize());
+  // Fixed-size arrays, the same layout on every rank: SUM of the counts; MAX of the three kinds,
+  // of "rank r saw one" and of the negated first index (MAX of -i is MIN of i; -2^53 for none).
+  constexpr double kNoIndex = -9007199254740992.0;
+  std::vector<double> counts(n, 0.0);
+  std::vector<double> maxima(4 * n + world, 0.0);
+  std::fill(maxima.begin() + static_cast<std::ptrdiff_t>(3 * n), maxima.begin() + static_cast<std::ptrdiff_t>(4 * n),
+            kNoIndex);
+  bool local = false;
+  std::size_t i = 0;
+  std::size_t k = 0;
+  for (const auto& entry : gradients) {
+    if (entry.second) {
+      const NonFiniteScan& scan = scans[k++];
+      if (scan.Count != 0) {
+        local = true;
+        counts[i] = static_cast<double>(scan.Count);
+        maxima[i] = scan.HasNaN ? 1.0 : 0.0;
+        maxima[n + i] = scan.HasPosInf ? 1.0 : 0.0;
+        maxima[2 * n + i] = scan.HasNegInf ? 1.0 : 0.0;
+        maxima[3 * n + i] = -static_cast<double>(scan.FirstIndex);
+      }
+    }
+    ++i;
+  }
+  if (local) {
+    maxima[4 * n + static_cast<std::size_t>(group.Rank())] = 1.0;
+  }
+  group.AllReduceHost(counts, ReduceOp::Sum);
+  group.AllReduceHost(maxima, ReduceOp::Max);
+
+  OverflowReport report;
+  report.Step = steps_;
+  report.LossScale = scale;
+  i = 0;
+  for (const auto& entry : gradients) {
+    if (counts[i] > 0.0) {
+      report.Tensors.push_back(TensorOverflow{.Name = entry.first,
+                                              .NonFiniteCount = static_cast<std::uint64_t>(counts[i]),
+                                              .FirstIndex = static_cast<std::uint64_t>(-maxima[3 * n + i]),
+                                              .HasNaN = maxima[i] > 0.0,
+                                              .HasPosInf = maxima[n + i] > 0.0,
+                                              .HasNegInf = maxima[2 * n + i] > 0.0});
+    }
+    ++i;
+  }
+  for (std::size_t r = 0; r < world; ++r) {
+    if (maxima[4 * n + r] > 0.0) report.Ranks.push_back(static_cast<int>(r));
+  }
+  return report;
+}
+
+bool FSDPMixedPrecisionManager::Reporting() const noexcept { return reports_ || !observers_.empty(); }
+
+bool FSDPMixedPrecisionManager::FinishStep(const GradientMap& gradients, bool overflow, float old_scale) {
+  if (overflow && Reporting()) {
+    last_overflow_ = AgreedReport(gradients, old_scale);
+  }
+  const std::int64_t step = steps_++;
+  if (!observers_.empty()) {
+    mlframework::detail::StepNotice notice;
+    notice.Event = StepEvent{.Step = step,
+                             .LossScale = old_scale,
+                             .NewLossScale = config_.UseLossScaling ? owner_->Read().Scale : old_scale,
+                             .Skipped = overflow,
+                             .GradientNorm = std::nullopt,
+                             .Overflow = overflow && last_overflow_ ? &*last_overflow_ : nullptr};
+    mlframework::detail::NotifyObservers(observers_, notice);
+  }
+  return overflow;
+}
+
+void FSDPMixedPrecisionManager::SetOverflowReports(bool enabled) noexcept { reports_ = enabled; }
+bool FSDPMixedPrecisionManager::OverflowReports() const noexcept { return reports_; }
+
+void FSDPMixedPrecisionManager::AddObserver(std::shared_ptr<ITrainingObserver> observer) {
+  mlframework::detail::AddObserver(observers_, std::move(observer));
+}
+
+bool FSDPMixedPrecisionManager::RemoveObserver(const std::shared_ptr<ITrainingObserver>& observer) {
+  return mlframework::detail::RemoveObserver(observers_, observer);
 }
 
 float FSDPMixedPrecisionManager::CurrentLossScale() const { return owner_->Read().Scale; }
 std::int64_t FSDPMixedPrecisionManager::StepsSinceOverflow() const { return owner_->Read().StepsSinceLastOverflow; }
 ScaleState FSDPMixedPrecisionManager::State() const { return owner_->Read(); }
 DeviceScaleState* FSDPMixedPrecisionManager::DeviceState() const noexcept { return owner_->DeviceState(); }
-void FSDPMixedPrecisionManager::ResetLossScale() { owner_->Write(ScaleState::Initial(policy_)); }
+void FSDPMixedPrecisionManager::ResetLossScale() {
+  owner_->Write(ScaleState::Initial(policy_));
+  last_overflow_.reset();
+}
 const FSDPMixedPrecisionConfig& FSDPMixedPrecisionManager::Config() const noexcept { return config_; }
 
 std::vector<std::byte> FSDPMixedPrecisionManager::StateDict() const {

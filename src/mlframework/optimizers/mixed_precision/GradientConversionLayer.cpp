@@ -10,6 +10,7 @@
 #include <mlframework/core/MultiTensor.hpp>
 #include <mlframework/core/Tensor.hpp>
 
+#include "mlframework/core/ObserverList.hpp"
 #include "mlframework/core/StateBlob.hpp"
 #include "mlframework/optimizers/mixed_precision/CSharpFormat.hpp"
 
@@ -147,7 +148,8 @@ GradientProcessingResult GradientConversionLayer::ProcessGradients(const Gradien
 
   // The scale the gradients were produced with, before the update may grow it (on a device the
   // copy read at the previous step: no wait).
-  const double inverse = scaling ? 1.0 / static_cast<double>(scaler.CurrentScale()) : 1.0;
+  const float old_scale = scaler.CurrentScale();
+  const double inverse = scaling ? 1.0 / static_cast<double>(old_scale) : 1.0;
   bool skip = false;
   double sum_of_squares = 0.0;
   bool written = false;
@@ -170,19 +172,54 @@ GradientProcessingResult GradientConversionLayer::ProcessGradients(const Gradien
     written = true;
   }
 
+  // The report reads what the check read: the values pass 2 wrote (and the FP32 inputs), or the
+  // inputs pass 1 measured (pass 2's outputs may hold Inf where a finite input times the inverse
+  // scale overflowed, so they, not the inputs, say why the step is skipped).
+  // On a device only for observers: the scan waits for the device (one synchronisation per step
+  // is the layer's promise without them).
+  std::optional<OverflowReport> report;
+  if (skip && (!observers_.empty() || mlframework::detail::ReportCostsNoWait(list))) {
+    report = OverflowReport::FromGradients(written ? outputs : gradients, steps_, old_scale);
+  }
+
   // Step 2's fallback rule (spec: a disabled scaler never reports an overflow). It fires only on
   // an overflowed step, so the step on which it happens is skipped.
   const bool fell_back = precision_manager_->CheckFallback(scaler);
   output_buffers_ = std::move(buffers);
+  const std::int64_t step = steps_++;
+  // Observers last, with everything committed (ITrainingObserver's notes); nothing is built
+  // without them.
+  const auto notify = [&](std::optional<float> norm, bool clipped, float coefficient) {
+    mlframework::detail::StepNotice notice;
+    notice.Event = StepEvent{.Step = step,
+                             .LossScale = old_scale,
+                             .NewLossScale = scaler.CurrentScale(),
+                             .Skipped = skip,
+                             .GradientNorm = norm,
+                             .Overflow = skip && last_overflow_ ? &*last_overflow_ : nullptr};
+    notice.FellBack = fell_back;
+    notice.Clipped = clipped;
+    notice.NormBeforeClipping = norm.value_or(0.0f);
+    notice.ClipCoefficient = coefficient;
+    mlframework::detail::NotifyObservers(observers_, notice);
+  };
   if (skip) {
+    if (report) {
+      last_overflow_ = std::move(report);
+    }
+    if (!observers_.empty()) {
+      notify(std::nullopt, false, 1.0f);
+    }
     return {.Gradients = GradientMap{}, .ShouldSkip = true, .FellBackToFP32 = fell_back};
   }
 
   // Steps 3-5 in pass 2: unscale x clip, written once as FP32.
   double factor = inverse;
+  bool clipped = false;
+  float coefficient = 1.0f;
   if (clipping) {
-    bool clipped = false;
-    factor *= static_cast<double>(ClipCoefficient(sum_of_squares, clipped));
+    coefficient = ClipCoefficient(sum_of_squares, clipped);
+    factor *= static_cast<double>(coefficient);
   }
   const auto write_factor = static_cast<float>(factor);
   if (!written && !low_src.empty()) {
@@ -191,7 +228,18 @@ GradientProcessingResult GradientConversionLayer::ProcessGradients(const Gradien
   if (!fp32.empty() && write_factor != 1.0f) {
     ScaleInPlace(fp32, write_factor);
   }
+  if (!observers_.empty()) {
+    notify(clipping ? std::optional(last_gradient_norm_) : std::nullopt, clipped, coefficient);
+  }
   return {.Gradients = std::move(outputs), .ShouldSkip = false, .FellBackToFP32 = fell_back};
+}
+
+void GradientConversionLayer::AddObserver(std::shared_ptr<ITrainingObserver> observer) {
+  mlframework::detail::AddObserver(observers_, std::move(observer));
+}
+
+bool GradientConversionLayer::RemoveObserver(const std::shared_ptr<ITrainingObserver>& observer) {
+  return mlframework::detail::RemoveObserver(observers_, observer);
 }
 
 TensorPtr GradientConversionLayer::ScaleLoss(const TensorPtr& loss) const {
@@ -241,6 +289,7 @@ GradientProcessingStats GradientConversionLayer::GetStats() const {
 void GradientConversionLayer::Reset() {
   clip_count_ = 0;
   last_gradient_norm_ = 0.0f;
+  last_overflow_.reset();
   loss_scaler_->Reset();
 }
 

@@ -1,0 +1,77 @@
+#pragma once
+/// @file OverflowLogger.hpp
+/// @brief A rate-limited ITrainingObserver: one summary line per burst of overflows (or per N steps).
+
+#include <cstdint>
+#include <functional>
+#include <iosfwd>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <mlframework/core/ITrainingObserver.hpp>
+#include <mlframework/export.hpp>
+
+namespace mlframework {
+
+/// Writes overflow summaries, never one line per overflow inside a burst.
+///
+/// - `Interval == 0` (default): one line per burst (overflow steps in a row), written at the
+///   first clean step after it, at Flush() or at destruction:
+///   `steps 10-25: 16 overflows, scale 2^32 -> 2^16, first: layer3.weight (12 Inf, first at 4)`.
+///   Clean steps write nothing.
+/// - `Interval == N > 0`: one line per window of N steps (steps kN .. kN+N-1), written when a
+///   step of a later window arrives, at Flush() or at destruction, also for a window without
+///   overflows, so the log shows the scale regularly:
+///   `steps 0-99: 0 overflows, scale 2^16 -> 2^17`.
+/// - The fallback to FP32 writes its own line at once (after the pending summary), since it
+///   changes how the run continues: `step 40: fell back to FP32 (scale 1 from now on)`.
+///
+/// A scale that is a power of two prints as `2^k`. "first" names the first overflowing gradient
+/// of the first overflow step of the line (its ranks follow when they are not just rank 0).
+/// Lines go to a std::ostream (each followed by '\n') or to a callback (without it). Not
+/// thread-safe; register one logger on one front end.
+class MLFRAMEWORK_EXPORT OverflowLogger final : public ITrainingObserver {
+ public:
+  /// Receives one line at a time, without a trailing newline.
+  using Sink = std::function<void(std::string_view)>;
+
+  /// Writes to @p out, which must outlive the logger. ArgumentError for a negative @p interval.
+  explicit OverflowLogger(std::ostream& out, std::int64_t interval = 0);
+  /// Writes through @p sink. ArgumentNullError("sink") for an empty function, ArgumentError for a
+  /// negative @p interval.
+  explicit OverflowLogger(Sink sink, std::int64_t interval = 0);
+  /// Writes the pending summary (Flush()); an exception from the sink is swallowed here.
+  ~OverflowLogger() override;
+  OverflowLogger(const OverflowLogger&) = delete;
+  OverflowLogger& operator=(const OverflowLogger&) = delete;
+
+  void OnFallbackToFP32(std::int64_t step) override;
+  void OnStep(const StepEvent& event) override;
+
+  /// Writes the summary of the burst or window in progress, if any, and starts a new one.
+  void Flush();
+  /// Lines written so far.
+  std::int64_t LinesWritten() const noexcept { return lines_; }
+
+ private:
+  // The steps one pending line summarises.
+  struct Pending {
+    std::int64_t first_step = 0;
+    std::int64_t last_step = 0;
+    std::int64_t overflows = 0;
+    float scale_before = 0.0f;
+    float scale_after = 0.0f;
+    std::string first_tensor;  // empty until an overflow step with a report
+  };
+
+  void Write(const std::string& line);
+  void Add(const StepEvent& event);
+
+  Sink sink_;
+  std::int64_t interval_;
+  std::optional<Pending> pending_;
+  std::int64_t lines_ = 0;
+};
+
+}  // namespace mlframework

@@ -1,0 +1,52 @@
+#pragma once
+/// @file TrainingCsvWriter.hpp
+/// @brief An ITrainingObserver that writes one CSV row per step.
+
+#include <functional>
+#include <iosfwd>
+#include <string>
+#include <string_view>
+
+#include <mlframework/core/ITrainingObserver.hpp>
+#include <mlframework/export.hpp>
+
+namespace mlframework {
+
+/// Writes `step,scale,skipped,grad_norm,overflowing_tensors` (the header, at construction) and
+/// one row per step (ITrainingObserver::OnStep):
+///
+/// | column | value |
+/// |---|---|
+/// | step | StepEvent::Step |
+/// | scale | the loss scale the step's gradients were produced with (`%.9g`) |
+/// | skipped | 1 when the optimizer step was skipped, else 0 |
+/// | grad_norm | the global norm (`%.9g`) when the front end measured it (clipping), else empty |
+/// | overflowing_tensors | the overflow report's gradient names joined by ';', in double quotes (a `"` in a name
+/// doubled); `""` on clean steps |
+///
+/// Rows go to a std::ostream (each followed by '\n') or to a callback (without it).
+class MLFRAMEWORK_EXPORT TrainingCsvWriter final : public ITrainingObserver {
+ public:
+  /// Receives one line at a time, without a trailing newline.
+  using Sink = std::function<void(std::string_view)>;
+  /// The header line.
+  static constexpr std::string_view kHeader = "step,scale,skipped,grad_norm,overflowing_tensors";
+
+  /// Writes to @p out (which must outlive the writer); the header is written now.
+  explicit TrainingCsvWriter(std::ostream& out);
+  /// Writes through @p sink (ArgumentNullError("sink") for an empty function); the header is written now.
+  explicit TrainingCsvWriter(Sink sink);
+
+  void OnStep(const StepEvent& event) override;
+
+  /// The row OnStep() writes for @p event.
+  static std::string Row(const StepEvent& event);
+  /// Rows written so far (the header not counted).
+  std::int64_t RowsWritten() const noexcept { return rows_; }
+
+ private:
+  Sink sink_;
+  std::int64_t rows_ = 0;
+};
+
+}  // namespace mlframework

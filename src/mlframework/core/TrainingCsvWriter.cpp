@@ -1,0 +1,61 @@
+#include <mlframework/core/TrainingCsvWriter.hpp>
+
+#include <cstdio>
+#include <ostream>
+#include <utility>
+
+#include <mlframework/core/Error.hpp>
+
+namespace mlframework {
+
+namespace {
+
+std::string Number(float value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.9g", static_cast<double>(value));
+  return text;
+}
+
+}  // namespace
+
+TrainingCsvWriter::TrainingCsvWriter(std::ostream& out)
+    : TrainingCsvWriter(Sink([&out](std::string_view line) { out << line << '\n'; })) {}
+
+TrainingCsvWriter::TrainingCsvWriter(Sink sink) : sink_(std::move(sink)) {
+  if (!sink_) {
+    throw ArgumentNullError("sink");
+  }
+  sink_(kHeader);
+}
+
+std::string TrainingCsvWriter::Row(const StepEvent& event) {
+  std::string row =
+      std::to_string(event.Step) + "," + Number(event.LossScale) + "," + (event.Skipped ? "1" : "0") + ",";
+  if (event.GradientNorm.has_value()) {
+    row += Number(*event.GradientNorm);
+  }
+  row += ",\"";
+  if (event.Overflow != nullptr) {
+    bool first = true;
+    for (const TensorOverflow& tensor : event.Overflow->Tensors) {
+      if (!first) {
+        row += ';';
+      }
+      first = false;
+      for (const char c : tensor.Name) {
+        row += c;
+        if (c == '"') {
+          row += '"';  // RFC 4180: a quote inside a quoted field is doubled
+        }
+      }
+    }
+  }
+  return row + "\"";
+}
+
+void TrainingCsvWriter::OnStep(const StepEvent& event) {
+  sink_(Row(event));
+  ++rows_;
+}
+
+}  // namespace mlframework

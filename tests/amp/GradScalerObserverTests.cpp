@@ -1,0 +1,198 @@
+// GradScaler::LastOverflow() and observers (ITrainingObserver) through every flow.
+#include <boost/test/unit_test.hpp>
+
+#include <limits>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "amp/AmpTestUtil.hpp"
+#include "amp/FakeDeviceBackend.hpp"
+#include "core/RecordingObserver.hpp"
+
+using mlfw_test::DataType;
+using mlfw_test::GradientMap;
+using mlfw_test::Grads;
+using mlfw_test::PoisonedGrads;
+using mlfw_test::RecordingObserver;
+using mlfw_test::RecordingOptimizer;
+namespace amp = mlframework::amp;
+
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+using Strings = std::vector<std::string>;
+
+// One automatic-flow iteration on @p gradients; returns Step()'s answer.
+bool Iterate(amp::GradScaler& scaler, RecordingOptimizer& optimizer, GradientMap gradients) {
+  scaler.Scale(mlframework::Scalar(1.0f));
+  optimizer.Load(std::move(gradients));
+  return scaler.Step(optimizer);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(GradScalerObservers)
+
+BOOST_AUTO_TEST_CASE(EventsInOrderAndAReportOnOverflowOnly) {
+  for (const DataType dtype : {DataType::Float32, DataType::Float16, DataType::BFloat16}) {
+    BOOST_TEST_CONTEXT(dtype) {
+      amp::GradScaler scaler(amp::DynamicScalerConfig{.InitialScale = 1024.0f, .GrowthInterval = 2});
+      auto observer = std::make_shared<RecordingObserver>();
+      scaler.AddObserver(observer);
+      RecordingOptimizer optimizer;
+      BOOST_TEST(Iterate(scaler, optimizer, Grads(dtype, 1024.0f)));
+      BOOST_TEST(Iterate(scaler, optimizer, Grads(dtype, 1024.0f)));
+      BOOST_TEST(!scaler.LastOverflow().has_value());  // clean steps build no report
+      BOOST_TEST(!Iterate(scaler, optimizer, PoisonedGrads(dtype, -kInf, 2048.0f)));
+      BOOST_TEST(observer->events == (Strings{"step 0", "growth 1 1024->2048", "step 1", "overflow 2", "skipped 2 2048",
+                                              "backoff 2 2048->1024", "step 2 skipped"}));
+      BOOST_TEST_REQUIRE(scaler.LastOverflow().has_value());
+      const mlframework::OverflowReport& report = *scaler.LastOverflow();
+      BOOST_TEST(report.Step == 2);
+      BOOST_TEST(report.LossScale == 2048.0f);
+      BOOST_TEST(report.Ranks == std::vector<int>{0});
+      BOOST_TEST_REQUIRE(report.Tensors.size() == 1u);
+      BOOST_TEST(report.Tensors[0].Name == "a");
+      BOOST_TEST(report.Tensors[0].NonFiniteCount == 1u);
+      BOOST_TEST(report.Tensors[0].FirstIndex == 1u);
+      BOOST_TEST(report.Tensors[0].HasNegInf);
+      BOOST_TEST(!report.Tensors[0].HasPosInf);
+      BOOST_TEST(observer->reports.size() == 1u);
+      BOOST_TEST(observer->steps[2].LossScale == 2048.0f);
+      BOOST_TEST(observer->steps[2].NewLossScale == 1024.0f);
+      BOOST_TEST(!observer->steps[2].GradientNorm.has_value());
+      // A later clean step keeps the last report; Reset() clears it.
+      BOOST_TEST(Iterate(scaler, optimizer, Grads(dtype, 1024.0f)));
+      BOOST_TEST(scaler.LastOverflow()->Step == 2);
+      scaler.Reset();
+      BOOST_TEST(!scaler.LastOverflow().has_value());
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(OnADeviceTheReportIsOneScanOnOverflowStepsWithAnObserver) {
+  amp::GradScaler scaler(amp::DynamicScalerConfig{.InitialScale = 16.0f});
+  RecordingOptimizer optimizer;
+  // Without an observer a device step keeps its one synchronisation: no scan, no report.
+  {
+    amp::GradScaler plain(amp::DynamicScalerConfig{.InitialScale = 16.0f});
+    const std::int64_t scans = mlfw_test::FakeBackend().ScanCount();
+    BOOST_TEST(
+        !Iterate(plain, optimizer, GradientMap{{"w", mlfw_test::FakeTensor({1.0f, kInf}, {2}, DataType::Float16)}}));
+    BOOST_TEST(mlfw_test::FakeBackend().ScanCount() == scans);
+    BOOST_TEST(!plain.LastOverflow().has_value());
+  }
+  scaler.AddObserver(std::make_shared<RecordingObserver>());
+  const auto& backend = mlfw_test::FakeBackend();
+  const auto device_grads = [](float poison) {
+    return GradientMap{{"w", mlfw_test::FakeTensor({1.0f, 2.0f, poison}, {3}, DataType::Float16)},
+                       {"x", mlfw_test::FakeTensor({poison, poison}, {2}, DataType::Float32)}};
+  };
+  const std::int64_t scans = backend.ScanCount();
+  for (int i = 0; i < 2; ++i) BOOST_TEST(Iterate(scaler, optimizer, device_grads(4.0f)));
+  std::int64_t before = backend.SyncCount();
+  BOOST_TEST(Iterate(scaler, optimizer, device_grads(4.0f)));
+  const std::int64_t clean_syncs = backend.SyncCount() - before;
+  BOOST_TEST(backend.ScanCount() == scans);  // nothing extra on clean steps ...
+  before = backend.SyncCount();
+  BOOST_TEST(!Iterate(scaler, optimizer, device_grads(kNaN)));
+  BOOST_TEST(backend.ScanCount() == scans + 1);  // ... and one scan of the list on an overflow step
+  // The scan's read (the scale is read anyway with an observer).
+  BOOST_TEST(backend.SyncCount() - before <= clean_syncs + 1);
+  BOOST_TEST_REQUIRE(scaler.LastOverflow().has_value());
+  BOOST_TEST(scaler.LastOverflow()->Tensors.size() == 2u);
+  BOOST_TEST(scaler.LastOverflow()->Tensors[1].Name == "x");
+  BOOST_TEST(scaler.LastOverflow()->Tensors[1].NonFiniteCount == 2u);
+  BOOST_TEST(scaler.LastOverflow()->Tensors[1].HasNaN);
+}
+
+BOOST_AUTO_TEST_CASE(ManualAndDeferredFlows) {
+  amp::GradScaler scaler(amp::DynamicScalerConfig{.InitialScale = 8.0f});
+  auto observer = std::make_shared<RecordingObserver>();
+  scaler.AddObserver(observer);
+  // Manual flow: CheckOverflow reads the result; the report is built then and committed by Update().
+  scaler.Scale(mlframework::Scalar(1.0f));
+  const GradientMap bad = PoisonedGrads(DataType::Float16, kInf, 8.0f);
+  BOOST_TEST(scaler.CheckOverflow(bad));
+  BOOST_TEST(!scaler.LastOverflow().has_value());  // not before the iteration finishes
+  BOOST_TEST(observer->events.empty());
+  scaler.Update();
+  BOOST_TEST(scaler.LastOverflow()->Step == 0);
+  BOOST_TEST(observer->events == (Strings{"overflow 0", "skipped 0 8", "backoff 0 8->4", "step 0 skipped"}));
+  // Unscale() then Update(): with an observer the flag is read at Update().
+  observer->events.clear();
+  scaler.Scale(mlframework::Scalar(1.0f));
+  scaler.Unscale(PoisonedGrads(DataType::BFloat16, kNaN, 4.0f));
+  scaler.Update();
+  BOOST_TEST(scaler.LastOverflow()->Step == 1);
+  BOOST_TEST(scaler.LastOverflow()->Tensors[0].HasNaN);
+  BOOST_TEST(observer->events == (Strings{"overflow 1", "skipped 1 4", "backoff 1 4->2", "step 1 skipped"}));
+  // Spec 004's manual flow skips Update() on overflow: the next Scale(loss) finishes it and notifies.
+  observer->events.clear();
+  scaler.Scale(mlframework::Scalar(1.0f));
+  BOOST_TEST(scaler.CheckOverflow(PoisonedGrads(DataType::Float32, kInf)));
+  BOOST_TEST(observer->events.empty());
+  scaler.Scale(mlframework::Scalar(1.0f));
+  BOOST_TEST(observer->events == (Strings{"overflow 2", "skipped 2 2", "backoff 2 2->1", "step 2 skipped"}));
+  // Deferred flow: Step(opt, false) then Update().
+  observer->events.clear();
+  RecordingOptimizer optimizer(Grads(DataType::Float16));
+  BOOST_TEST(scaler.Step(optimizer, false));
+  BOOST_TEST(observer->events.empty());
+  scaler.Update();
+  BOOST_TEST(observer->events == (Strings{"step 3"}));
+  // Through GradScalerContext.
+  observer->events.clear();
+  {
+    amp::GradScalerContext context(scaler, mlframework::Scalar(1.0f));
+    optimizer.Load(PoisonedGrads(DataType::Float16, kInf));
+    BOOST_TEST(!context.Step(optimizer));
+  }
+  BOOST_TEST(observer->events.front() == "overflow 4");
+  BOOST_TEST(observer->events.back() == "step 4 skipped");
+  // Removed: no more events.
+  BOOST_TEST(scaler.RemoveObserver(observer));
+  BOOST_TEST(!scaler.RemoveObserver(observer));
+  observer->events.clear();
+  BOOST_TEST(!Iterate(scaler, optimizer, PoisonedGrads(DataType::Float16, kInf)));
+  BOOST_TEST(observer->events.empty());
+  BOOST_TEST(scaler.LastOverflow()->Step == 5);  // reports do not depend on observers
+}
+
+BOOST_AUTO_TEST_CASE(AThrowingObserverLeavesTheScalerConsistent) {
+  amp::GradScaler scaler(amp::DynamicScalerConfig{.InitialScale = 64.0f});
+  auto thrower = std::make_shared<RecordingObserver>("overflow", "first failure");
+  auto second_thrower = std::make_shared<RecordingObserver>("backoff", "second failure");
+  auto recorder = std::make_shared<RecordingObserver>();
+  scaler.AddObserver(thrower);
+  scaler.AddObserver(second_thrower);
+  scaler.AddObserver(recorder);
+  RecordingOptimizer optimizer;
+  try {
+    Iterate(scaler, optimizer, PoisonedGrads(DataType::Float16, kInf, 64.0f));
+    BOOST_ERROR("the observer's exception did not reach the caller");
+  } catch (const std::runtime_error& error) {
+    BOOST_TEST(std::string(error.what()) == "first failure");  // the first one, after all ran
+  }
+  const Strings all{"overflow 0", "skipped 0 64", "backoff 0 64->32", "step 0 skipped"};
+  BOOST_TEST(recorder->events == all);
+  BOOST_TEST(thrower->events == all);  // its later callbacks still ran
+  BOOST_TEST(second_thrower->events == all);
+  // The state was committed before the observers ran.
+  BOOST_TEST((scaler.State() == amp::GradScaler::IterationState::Ready));
+  BOOST_TEST(scaler.Scale() == 32.0f);
+  BOOST_TEST(scaler.LastOverflow()->Step == 0);
+  BOOST_TEST(optimizer.steps == 0);
+  // The next iteration runs normally.
+  scaler.RemoveObserver(thrower);
+  scaler.RemoveObserver(second_thrower);
+  BOOST_TEST(Iterate(scaler, optimizer, Grads(DataType::Float16, 32.0f)));
+  BOOST_TEST(optimizer.steps == 1);
+  BOOST_TEST(recorder->events.back() == "step 1");
+}
+
+BOOST_AUTO_TEST_SUITE_END()

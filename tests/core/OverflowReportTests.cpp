@@ -1,0 +1,239 @@
+// OverflowReport, ScanNonFinite (CPU, fake device, user tensors), OverflowLogger, TrainingCsvWriter.
+#include <boost/test/unit_test.hpp>
+
+#include <cmath>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <mlframework/core/Error.hpp>
+#include <mlframework/core/OverflowLogger.hpp>
+#include <mlframework/core/OverflowReport.hpp>
+#include <mlframework/core/Tensor.hpp>
+#include <mlframework/core/TrainingCsvWriter.hpp>
+
+#include "amp/FakeDeviceBackend.hpp"
+#include "core/UserTensor.hpp"
+
+using mlframework::DataType;
+using mlframework::FromVector;
+using mlframework::GradientMap;
+using mlframework::NonFiniteScan;
+using mlframework::OverflowReport;
+using mlframework::TensorPtr;
+
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+// 5000 elements (more than one block of the host scan): NaN at 4100, +Inf at 4200 and 4300,
+// -Inf at 4999; everything else finite.
+std::vector<float> LongValues() {
+  std::vector<float> values(5000, 0.5f);
+  values[4100] = kNaN;
+  values[4200] = kInf;
+  values[4300] = kInf;
+  values[4999] = -kInf;
+  return values;
+}
+
+void CheckLong(const NonFiniteScan& scan) {
+  BOOST_TEST(scan.Count == 4u);
+  BOOST_TEST(scan.FirstIndex == 4100u);
+  BOOST_TEST(scan.HasNaN);
+  BOOST_TEST(scan.HasPosInf);
+  BOOST_TEST(scan.HasNegInf);
+}
+
+const DataType kTypes[] = {DataType::Float32, DataType::Float16, DataType::BFloat16};
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(NonFiniteScanTests)
+
+BOOST_AUTO_TEST_CASE(CpuTensorsOfEveryDtype) {
+  for (const DataType dtype : kTypes) {
+    BOOST_TEST_CONTEXT(mlframework::ToString(dtype)) {
+      const std::vector<TensorPtr> list{FromVector(LongValues(), {5000}, dtype),
+                                        FromVector({1.0f, -2.0f, 3.0f}, {3}, dtype),
+                                        FromVector({-kInf, 1.0f}, {2}, dtype)};
+      const std::vector<NonFiniteScan> scans = mlframework::ScanNonFinite(list);
+      BOOST_TEST_REQUIRE(scans.size() == 3u);
+      CheckLong(scans[0]);
+      BOOST_TEST(scans[1].Count == 0u);
+      BOOST_TEST(!scans[1].HasNaN);
+      BOOST_TEST(scans[2].Count == 1u);
+      BOOST_TEST(scans[2].FirstIndex == 0u);
+      BOOST_TEST(scans[2].HasNegInf);
+      BOOST_TEST(!scans[2].HasPosInf);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(FP16OverflowOfAFiniteFloatIsInf) {
+  // 70000 does not fit FP16: stored as +Inf, which the scan of the FP16 tensor reports.
+  const std::vector<TensorPtr> list{FromVector({1.0f, 70000.0f, -70000.0f}, {3}, DataType::Float16)};
+  const NonFiniteScan scan = mlframework::ScanNonFinite(list)[0];
+  BOOST_TEST(scan.Count == 2u);
+  BOOST_TEST(scan.FirstIndex == 1u);
+  BOOST_TEST(scan.HasPosInf);
+  BOOST_TEST(scan.HasNegInf);
+  BOOST_TEST(!scan.HasNaN);
+}
+
+BOOST_AUTO_TEST_CASE(FakeDeviceTensorsGoThroughTheirBackend) {
+  for (const DataType dtype : kTypes) {
+    const std::vector<TensorPtr> list{mlfw_test::FakeTensor(LongValues(), {5000}, dtype),
+                                      mlfw_test::FakeTensor({2.0f, kNaN}, {2}, dtype)};
+    const std::int64_t scans_before = mlfw_test::FakeBackend().ScanCount();
+    const std::vector<NonFiniteScan> scans = mlframework::ScanNonFinite(list);
+    BOOST_TEST(mlfw_test::FakeBackend().ScanCount() == scans_before + 1);  // one call for the run
+    CheckLong(scans[0]);
+    BOOST_TEST(scans[1].Count == 1u);
+    BOOST_TEST(scans[1].FirstIndex == 1u);
+    BOOST_TEST(scans[1].HasNaN);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(UserTensorsWithAndWithoutHostBytes) {
+  using mlframework::testing::Mode;
+  using mlframework::testing::UserTensor;
+  for (const DataType dtype : kTypes) {
+    for (const bool host : {true, false}) {
+      for (const std::size_t misalign : {std::size_t{0}, std::size_t{1}}) {
+        BOOST_TEST_CONTEXT(mlframework::ToString(dtype) << " host " << host << " misalign " << misalign) {
+          auto tensor = std::make_shared<UserTensor>(LongValues(), dtype, Mode::Defaults, host, misalign);
+          const std::vector<TensorPtr> list{tensor, FromVector({kInf}, {1}, dtype)};
+          const std::vector<NonFiniteScan> scans = mlframework::ScanNonFinite(list);
+          CheckLong(scans[0]);
+          BOOST_TEST(scans[1].Count == 1u);
+          BOOST_TEST(scans[1].HasPosInf);
+          // Only tensors whose bytes cannot be read in place are widened through the virtuals.
+          BOOST_TEST((tensor->calls.to_float_vector > 0) == (!host || misalign != 0));
+        }
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(ReportFromGradients) {
+  const GradientMap gradients{{"clean", FromVector({1.0f, 2.0f}, {2})},
+                              {"layer3.weight", FromVector({0.0f, kInf, kInf, 1.0f}, {4}, DataType::Float16)},
+                              {"z.bias", FromVector({kNaN, -kInf}, {2}, DataType::BFloat16)}};
+  const OverflowReport report = OverflowReport::FromGradients(gradients, 7, 65536.0f, 3);
+  BOOST_TEST(report.Step == 7);
+  BOOST_TEST(report.LossScale == 65536.0f);
+  BOOST_TEST(report.Ranks == std::vector<int>{3});
+  BOOST_TEST_REQUIRE(report.Tensors.size() == 2u);
+  BOOST_TEST(report.Tensors[0].Name == "layer3.weight");
+  BOOST_TEST(report.Tensors[0].NonFiniteCount == 2u);
+  BOOST_TEST(report.Tensors[0].FirstIndex == 1u);
+  BOOST_TEST(report.Tensors[1].Name == "z.bias");
+  BOOST_TEST(report.Tensors[1].HasNaN);
+  BOOST_TEST(report.Tensors[1].HasNegInf);
+  BOOST_TEST(report.ToString() ==
+             "step 7, scale 65536, rank 3: layer3.weight (2 Inf, first at 1), z.bias (2 NaN, -Inf, first at 0)");
+  // An unnamed list: "#<index>".
+  const std::vector<TensorPtr> list{FromVector({1.0f}, {1}), FromVector({kNaN, kNaN}, {2}, DataType::Float16)};
+  const OverflowReport unnamed = OverflowReport::FromTensors(list, 1, 2.0f);
+  BOOST_TEST_REQUIRE(unnamed.Tensors.size() == 1u);
+  BOOST_TEST(unnamed.Tensors[0].Name == "#1");
+  BOOST_TEST(unnamed.Tensors[0].NonFiniteCount == 2u);
+  BOOST_TEST(unnamed.Ranks == std::vector<int>{0});
+  // Finite gradients: no tensor and no rank.
+  const OverflowReport clean = OverflowReport::FromGradients({{"a", FromVector({1.0f}, {1})}}, 0, 1.0f);
+  BOOST_TEST(clean.Tensors.empty());
+  BOOST_TEST(clean.Ranks.empty());
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(OverflowLoggerTests)
+
+namespace {
+
+mlframework::StepEvent Step(std::int64_t step, float scale, float new_scale, const OverflowReport* report) {
+  return {.Step = step,
+          .LossScale = scale,
+          .NewLossScale = new_scale,
+          .Skipped = report != nullptr,
+          .GradientNorm = std::nullopt,
+          .Overflow = report};
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(ABurstOfSixteenOverflowsIsOneLine) {
+  std::vector<std::string> lines;
+  mlframework::OverflowLogger logger([&](std::string_view line) { lines.emplace_back(line); });
+  OverflowReport report;
+  report.Ranks = {0};
+  report.Tensors.push_back({.Name = "layer3.weight", .NonFiniteCount = 12, .FirstIndex = 0, .HasPosInf = true});
+  for (std::int64_t step = 0; step < 10; ++step) logger.OnStep(Step(step, 4.0f, 4.0f, nullptr));
+  BOOST_TEST(lines.empty());  // clean steps write nothing
+  float scale = std::ldexp(1.0f, 32);
+  for (std::int64_t step = 10; step < 26; ++step) {
+    report.Step = step;
+    logger.OnStep(Step(step, scale, scale / 2.0f, &report));
+    scale /= 2.0f;
+  }
+  BOOST_TEST(lines.empty());  // nothing while the burst lasts
+  logger.OnStep(Step(26, scale, scale, nullptr));
+  BOOST_TEST_REQUIRE(lines.size() == 1u);
+  BOOST_TEST(lines[0] == "steps 10-25: 16 overflows, scale 2^32 -> 2^16, first: layer3.weight (12 Inf, first at 0)");
+  BOOST_TEST(logger.LinesWritten() == 1);
+  // An isolated overflow is its own line; the destructor writes a burst still open.
+  {
+    mlframework::OverflowLogger second([&](std::string_view line) { lines.emplace_back(line); });
+    report.Ranks = {1, 3};
+    second.OnStep(Step(40, 8.0f, 4.0f, &report));
+  }
+  BOOST_TEST_REQUIRE(lines.size() == 2u);
+  BOOST_TEST(lines[1] ==
+             "step 40: 1 overflow, scale 2^3 -> 2^2, first: layer3.weight (12 Inf, first at 0) on ranks 1,3");
+}
+
+BOOST_AUTO_TEST_CASE(IntervalWindowsAndFallback) {
+  std::ostringstream out;
+  {
+    mlframework::OverflowLogger logger(out, 4);
+    OverflowReport report;
+    report.Ranks = {0};
+    report.Tensors.push_back({.Name = "w", .NonFiniteCount = 1, .FirstIndex = 2, .HasNaN = true});
+    for (std::int64_t step = 0; step < 10; ++step) {
+      const bool overflow = step == 1 || step == 2 || step == 5;
+      logger.OnStep(Step(step, 3.0f, 3.0f, overflow ? &report : nullptr));
+    }
+    logger.OnFallbackToFP32(10);
+  }
+  BOOST_TEST(out.str() ==
+             "steps 0-3: 2 overflows, scale 3 -> 3, first: w (1 NaN, first at 2)\n"
+             "steps 4-7: 1 overflow, scale 3 -> 3, first: w (1 NaN, first at 2)\n"
+             "steps 8-9: 0 overflows, scale 3 -> 3\n"
+             "step 10: fell back to FP32 (scale 1 from now on)\n");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(TrainingCsvWriterTests)
+
+BOOST_AUTO_TEST_CASE(HeaderAndOneRowPerStep) {
+  std::ostringstream out;
+  mlframework::TrainingCsvWriter csv(out);
+  OverflowReport report;
+  report.Tensors.push_back({.Name = "a.weight", .NonFiniteCount = 1});
+  report.Tensors.push_back({.Name = "say \"hi\"", .NonFiniteCount = 2});
+  csv.OnStep({.Step = 0, .LossScale = 65536.0f, .NewLossScale = 32768.0f, .Skipped = true, .Overflow = &report});
+  csv.OnStep({.Step = 1, .LossScale = 32768.0f, .NewLossScale = 32768.0f, .GradientNorm = 0.25f});
+  csv.OnStep({.Step = 2, .LossScale = 0.5f, .NewLossScale = 0.5f});
+  BOOST_TEST(out.str() ==
+             "step,scale,skipped,grad_norm,overflowing_tensors\n"
+             "0,65536,1,,\"a.weight;say \"\"hi\"\"\"\n"
+             "1,32768,0,0.25,\"\"\n"
+             "2,0.5,0,,\"\"\n");
+  BOOST_TEST(csv.RowsWritten() == 3);
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,126 @@
+// FSDPMixedPrecisionManager: overflow reports agreed through the process group, and observers.
+#include <boost/test/unit_test.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include <mlframework/core/Tensor.hpp>
+#include <mlframework/distributed/fsdp/FSDPMixedPrecisionManager.hpp>
+
+#include "core/RecordingObserver.hpp"
+#include "distributed/DistributedTestUtil.hpp"
+
+namespace dist = mlframework::distributed;
+namespace fsdp = mlframework::distributed::fsdp;
+using mlframework::DataType;
+using mlframework::FromVector;
+using mlframework::GradientMap;
+
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+// Every rank the same names; rank r >= 1 puts a NaN at a[r] and -Inf in c, rank 0 +Inf at a[3]
+// and in b[0].
+GradientMap RankGradients(int rank, bool poison) {
+  std::vector<float> a(8, 1.0f);
+  std::vector<float> b(3, 2.0f);
+  std::vector<float> c(2, 0.5f);
+  if (poison) {
+    if (rank == 0) {
+      a[3] = kInf;
+      b[0] = kInf;
+    } else {
+      a[static_cast<std::size_t>(rank)] = kNaN;
+      c[1] = -kInf;
+    }
+  }
+  return {{"a", FromVector(a, {8}, DataType::Float16)},
+          {"b", FromVector(b, {3}, DataType::Float32)},
+          {"c", FromVector(c, {2}, DataType::BFloat16)},
+          {"unused", nullptr}};
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(FsdpOverflowReport)
+
+BOOST_AUTO_TEST_CASE(EveryRankHoldsTheSameReport) {
+  auto group = mlfw_test::WorldGroup();
+  const int rank = group->Rank();
+  const int world = group->WorldSize();
+  fsdp::FSDP model(group);
+  fsdp::FSDPMixedPrecisionManager manager({.InitialLossScale = 8.0f}, model);
+  auto observer = std::make_shared<mlfw_test::RecordingObserver>();
+  manager.AddObserver(observer);
+  BOOST_TEST(!manager.UnscaleAndCheckOverflow(RankGradients(rank, false)));
+  BOOST_TEST(!manager.LastOverflow().has_value());  // clean steps build no report
+  BOOST_TEST(manager.UnscaleAndCheckOverflow(RankGradients(rank, true)));
+  BOOST_TEST_REQUIRE(manager.LastOverflow().has_value());
+  const mlframework::OverflowReport& report = *manager.LastOverflow();
+  BOOST_TEST(report.Step == 1);
+  BOOST_TEST(report.LossScale == 8.0f);
+  std::vector<int> ranks(static_cast<std::size_t>(world));
+  std::iota(ranks.begin(), ranks.end(), 0);
+  BOOST_TEST(report.Ranks == ranks);
+  const std::size_t expected_tensors = world == 1 ? 2u : 3u;
+  BOOST_TEST_REQUIRE(report.Tensors.size() == expected_tensors);
+  const mlframework::TensorOverflow& a = report.Tensors[0];
+  BOOST_TEST(a.Name == "a");
+  BOOST_TEST(a.NonFiniteCount == static_cast<std::uint64_t>(world));  // one per rank, summed
+  BOOST_TEST(a.FirstIndex == (world == 1 ? 3u : 1u));                 // the smallest over the ranks
+  BOOST_TEST(a.HasPosInf);
+  BOOST_TEST(a.HasNaN == (world > 1));
+  BOOST_TEST(report.Tensors[1].Name == "b");
+  BOOST_TEST(report.Tensors[1].NonFiniteCount == 1u);
+  if (world > 1) {
+    BOOST_TEST(report.Tensors[2].Name == "c");
+    BOOST_TEST(report.Tensors[2].NonFiniteCount == static_cast<std::uint64_t>(world - 1));
+    BOOST_TEST(report.Tensors[2].FirstIndex == 1u);
+    BOOST_TEST(report.Tensors[2].HasNegInf);
+  }
+  // The same text on every rank: compare a checksum of the report through the group.
+  double sum = 0.0;
+  for (const char ch : report.ToString()) sum = sum * 31.0 + static_cast<unsigned char>(ch);
+  sum = std::fmod(sum, 1e9);
+  BOOST_TEST(group->AllReduceHost(sum, dist::ReduceOp::Max) == sum);
+  BOOST_TEST(-group->AllReduceHost(-sum, dist::ReduceOp::Max) == sum);
+  // Observers saw the step in order.
+  BOOST_TEST(observer->events ==
+             (std::vector<std::string>{"step 0", "overflow 1", "skipped 1 8", "backoff 1 8->4", "step 1 skipped"}));
+  // CheckOverflow reports too, with the next step index; a clean step keeps the report.
+  BOOST_TEST(manager.CheckOverflow(RankGradients(rank, true)));
+  BOOST_TEST(manager.LastOverflow()->Step == 2);
+  BOOST_TEST(manager.LastOverflow()->LossScale == 4.0f);
+  BOOST_TEST(!manager.CheckOverflow(RankGradients(rank, false)));
+  BOOST_TEST(manager.LastOverflow()->Step == 2);
+  manager.ResetLossScale();
+  BOOST_TEST(!manager.LastOverflow().has_value());
+}
+
+BOOST_AUTO_TEST_CASE(WithoutLossScalingTheCheckStillReports) {
+  auto group = mlfw_test::WorldGroup();
+  fsdp::FSDP model(group);
+  fsdp::FSDPMixedPrecisionManager manager({.UseLossScaling = false}, model);
+  BOOST_TEST(!manager.OverflowReports());
+  // Reports are opt-in (a collective): without an observer or SetOverflowReports, none.
+  const int last_rank = group->WorldSize() - 1;
+  BOOST_TEST(manager.UnscaleAndCheckOverflow(RankGradients(group->Rank(), group->Rank() == last_rank)));
+  BOOST_TEST(!manager.LastOverflow().has_value());
+  manager.SetOverflowReports(true);
+  // Only the last rank holds a non-finite value: every rank reports it, with that rank.
+  const int last = last_rank;
+  BOOST_TEST(manager.UnscaleAndCheckOverflow(RankGradients(group->Rank(), group->Rank() == last)));
+  BOOST_TEST_REQUIRE(manager.LastOverflow().has_value());
+  BOOST_TEST(manager.LastOverflow()->Ranks == std::vector<int>{last});
+  BOOST_TEST(manager.LastOverflow()->LossScale == 1.0f);
+  BOOST_TEST(manager.LastOverflow()->Step == 1);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
