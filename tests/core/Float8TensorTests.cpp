@@ -186,6 +186,25 @@ BOOST_AUTO_TEST_CASE(OverflowFollowsEachFormat) {
   BOOST_TEST(!CastInto(src, to_e4m3));
 }
 
+// The overflow report reads FP8 gradients through their FP32 widening: E5M2's signed infinities
+// and NaN, E4M3FN's NaN (it has no infinity).
+BOOST_AUTO_TEST_CASE(OverflowReportsOfFp8Gradients) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<TensorPtr> tensors{FromVector({1.0f, kInf, -kInf, 2.0f}, {4}, DataType::Float8E5M2),
+                                       FromVector({1.0f, 2.0f, nan}, {3}, DataType::Float8E4M3FN),
+                                       FromVector({1.0f, 2.0f}, {2}, DataType::Float8E4M3FN)};
+  const OverflowReport report = OverflowReport::FromTensors(tensors, 3, 1.0f);
+  BOOST_TEST_REQUIRE(report.Tensors.size() == 2u);
+  BOOST_TEST(report.Tensors[0].Name == "#0");
+  BOOST_TEST(report.Tensors[0].NonFiniteCount == 2u);
+  BOOST_TEST(report.Tensors[0].FirstIndex == 1u);
+  BOOST_TEST((report.Tensors[0].HasPosInf && report.Tensors[0].HasNegInf && !report.Tensors[0].HasNaN));
+  BOOST_TEST(report.Tensors[1].Name == "#1");
+  BOOST_TEST(report.Tensors[1].NonFiniteCount == 1u);
+  BOOST_TEST(report.Tensors[1].FirstIndex == 2u);
+  BOOST_TEST((report.Tensors[1].HasNaN && !report.Tensors[1].HasPosInf));
+}
+
 BOOST_AUTO_TEST_CASE(PerTensorOperations) {
   for (const DataType dtype : kFp8) {
     const TensorPtr t = FromVector({1.0f, -2.0f, 3.0f}, {3}, dtype);
