@@ -1,6 +1,8 @@
 #include <mlframework/amp/GradScaler.hpp>
 
 #include <exception>
+#include <optional>
+#include <string>
 
 #include <mlframework/amp/StaticLossScaler.hpp>
 #include <mlframework/core/Error.hpp>
@@ -101,6 +103,10 @@ struct GradScaler::Impl {
   GradientMap previous_source;
   GradientMap previous_result;
 
+  bool amax_tracking = false;
+  bool unscaled_this_iteration = false;  // an unscale ran (enabled) in this iteration
+  std::optional<float> last_amax;        // LastAmax()
+
   TensorPtr scale_tensor;  // GetScaleTensor cache
   float scale_tensor_value = 0.0f;
 
@@ -116,6 +122,7 @@ struct GradScaler::Impl {
   }
 
   void ClearIteration() {
+    unscaled_this_iteration = false;
     state = Phase::Ready;
     unscaled_source.clear();
     unscaled_result.clear();
@@ -133,6 +140,11 @@ struct GradScaler::Impl {
 
   // Applies the recorded result once and returns to Ready (no synchronisation on a device).
   void Finish() {
+    if (amax_tracking) {
+      // Read before the update: the record (and with it the amax) is the iteration's.
+      last_amax = Enabled() && unscaled_this_iteration ? scaler->RecordedAmax() : std::nullopt;
+    }
+    unscaled_this_iteration = false;
     if (Enabled()) {
       scaler->UpdateScaleFromRecord();
     }
@@ -152,6 +164,7 @@ struct GradScaler::Impl {
     } else {
       BeginRecord();
       result = scaler->UnscaleAndRecordOverflow(source);
+      unscaled_this_iteration = true;
     }
     state = Phase::Unscaled;
     unscaled_source = source;
@@ -400,5 +413,21 @@ void GradScaler::LoadStateDict(std::span<const std::byte> state) {
     s.scaler->MarkOverflow();
   }
 }
+
+void GradScaler::SetAmaxTracking(bool on) {
+  Impl& s = *impl_;
+  if (!s.scaler->SetAmaxTracking(on) && on) {
+    throw InvalidOperationError(
+        std::string("GradScaler::SetAmaxTracking(true)") +
+        ": the wrapped ILossScaler cannot track the amax (its SetAmaxTracking() returned false); override "
+        "ILossScaler::SetAmaxTracking() and RecordedAmax(), or use a built-in scaler");
+  }
+  s.amax_tracking = on;
+  s.last_amax.reset();
+}
+
+bool GradScaler::AmaxTracking() const noexcept { return impl_->amax_tracking; }
+
+std::optional<float> GradScaler::LastAmax() const noexcept { return impl_->last_amax; }
 
 }  // namespace mlframework::amp

@@ -81,6 +81,12 @@ class CudaScaleState final : public DeviceScaleState {
     MLFW_CUDA_CHECK(cudaMemsetAsync(FlagPointer(), 0, sizeof(std::int32_t), context_->Stream()));
   }
   bool LastStepSkipped() const override { return ReadBlock().last_skipped != 0; }
+  float Amax() const override { return ReadBlock().amax; }
+  void ClearAmax() override {
+    std::lock_guard lock(context_->Mutex());
+    DeviceGuard guard(context_->DeviceIndex());
+    MLFW_CUDA_CHECK(cudaMemsetAsync(AmaxPointer(), 0, sizeof(float), context_->Stream()));
+  }
 
   DeviceContext& Context() const noexcept { return *context_; }
   DeviceScaleBlock* Block() const noexcept { return block_; }
@@ -90,10 +96,12 @@ class CudaScaleState final : public DeviceScaleState {
   std::int32_t* FlagPointer() const noexcept {
     return FieldPointer<std::int32_t>(block_, offsetof(DeviceScaleBlock, found_inf));
   }
+  // The amax the kernels raise while tracking is on, else null (the kernels without it).
+  float* AmaxPointer() const noexcept { return FieldPointer<float>(block_, offsetof(DeviceScaleBlock, amax)); }
 
  private:
   void WriteLocked(const ScaleState& state) {
-    const DeviceScaleBlock host{state, 0, 0};
+    const DeviceScaleBlock host{state, 0, 0, 0.0f};
     MLFW_CUDA_CHECK(cudaMemcpyAsync(block_, &host, sizeof host, cudaMemcpyHostToDevice, context_->Stream()));
     // `host` lives on this stack frame: wait until the copy has read it.
     MLFW_CUDA_CHECK(cudaStreamSynchronize(context_->Stream()));
