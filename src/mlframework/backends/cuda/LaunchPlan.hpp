@@ -121,7 +121,7 @@ struct FactorSource {
 /// Flag and sum written by the reductions, read back in one copy.
 struct DeviceResult {
   std::int32_t flag;
-  std::int32_t padding;
+  float amax;  ///< the amax kernels' answer (raised with atomicMax on its bits)
   double sum;
 };
 
