@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -84,6 +85,22 @@ class MLFRAMEWORK_EXPORT FSDPMixedPrecisionManager {
   /// The configuration.
   const FSDPMixedPrecisionConfig& Config() const noexcept;
 
+  /// Turns amax tracking (headroom telemetry) on or off; off by default (call it on every rank
+  /// alike: it changes what the agreement collective carries). While on,
+  /// UnscaleAndCheckOverflow() also takes the largest finite absolute value of the unscaled
+  /// gradients (max|g| / scale) in its fused pass, and the ranks agree on the largest one in the
+  /// same MAX all-reduce as the overflow flag (a two-element flag tensor on NCCL, two host values
+  /// otherwise): no extra collective. Inf and NaN are left out, so an overflowing step still
+  /// reports the amax of its finite values. While off, the kernels are the plain ones.
+  void SetAmaxTracking(bool on);
+  /// Whether amax tracking is on.
+  bool AmaxTracking() const noexcept;
+  /// The amax agreed by the last UnscaleAndCheckOverflow() that ran while tracking was on (the
+  /// same on every rank); nullopt while tracking is off and before such a step. CheckOverflow()
+  /// takes none (its gradients may still be scaled). On a device the value was read once when
+  /// the step agreed.
+  std::optional<float> LastAmax() const noexcept;
+
   /// Versioned blob of the scaling state.
   std::vector<std::byte> StateDict() const;
   /// Restores a blob from StateDict(); ArgumentError for a corrupted blob (state unchanged).
@@ -100,6 +117,9 @@ class MLFRAMEWORK_EXPORT FSDPMixedPrecisionManager {
   FSDP& fsdp_;
   std::unique_ptr<mlframework::detail::ScaleStateOwner> owner_;  // the single owner of the scale state
   TensorPtr flag_tensor_;  // the found-inf flag, all-reduced where the state lives (NCCL)
+  bool amax_tracking_ = false;
+  std::optional<float> last_amax_;    // LastAmax()
+  std::optional<float> agreed_amax_;  // what the last Agree() agreed, while tracking
 };
 
 }  // namespace mlframework::distributed::fsdp
