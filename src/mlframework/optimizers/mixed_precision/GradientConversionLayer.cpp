@@ -1,6 +1,8 @@
 #include <mlframework/optimizers/mixed_precision/GradientConversionLayer.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
 #include <unordered_set>
 #include <utility>
@@ -151,6 +153,7 @@ GradientProcessingResult GradientConversionLayer::ProcessGradients(const Gradien
   bool skip = false;
   double sum_of_squares = 0.0;
   bool written = false;
+  std::optional<float> amax;
   if (clipping) {
     // Pass 1 (step 1 and the norm of step 4): one read; the clip coefficient needs the norm on
     // the host, so the flag comes with it and the update takes that decision.
@@ -162,7 +165,18 @@ GradientProcessingResult GradientConversionLayer::ProcessGradients(const Gradien
     // their check (see the header); FP32 inputs are only checked, so a skipped step keeps them.
     scaler.ClearRecordedOverflow();
     scaler.UnscaleAndRecordOverflow({}, low_src, low_dst);
-    scaler.RecordOverflow(fp32);
+    if (amax_tracking_) {
+      // The FP32 check with the amax of the (scaled) values; the record takes their flag through
+      // the plain check, run again only when they overflowed.
+      const NonFiniteAndAmax fp32_checked = fp32.empty() ? NonFiniteAndAmax{} : CheckAndAmax(fp32);
+      if (fp32_checked.FoundNonFinite) {
+        scaler.RecordOverflow(fp32);
+      }
+      // Rounding is monotonic: max|x| x (1/scale) is the largest |x x (1/scale)| the unscale writes.
+      amax = std::max(scaler.RecordedAmax().value_or(0.0f), fp32_checked.Amax * static_cast<float>(inverse));
+    } else {
+      scaler.RecordOverflow(fp32);
+    }
     scaler.UpdateScaleFromRecord();
     // The one read of the step: an overflowed update leaves ConsecutiveOverflows >= 1, a clean
     // one 0; the fallback check below reuses this read.
@@ -170,6 +184,9 @@ GradientProcessingResult GradientConversionLayer::ProcessGradients(const Gradien
     written = true;
   }
 
+  if (amax_tracking_) {
+    last_amax_ = amax;
+  }
   // Step 2's fallback rule (spec: a disabled scaler never reports an overflow).
   precision_manager_->CheckFallback(scaler);
   output_buffers_ = std::move(buffers);
@@ -191,6 +208,12 @@ GradientProcessingResult GradientConversionLayer::ProcessGradients(const Gradien
     ScaleInPlace(fp32, write_factor);
   }
   return {std::move(outputs), false};
+}
+
+void GradientConversionLayer::SetAmaxTracking(bool on) {
+  loss_scaler_->SetAmaxTracking(on);
+  amax_tracking_ = on;
+  last_amax_.reset();
 }
 
 TensorPtr GradientConversionLayer::ScaleLoss(const TensorPtr& loss) const {
