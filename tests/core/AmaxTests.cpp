@@ -183,18 +183,6 @@ BOOST_AUTO_TEST_CASE(HeadroomBitsOfEachDtype) {
   BOOST_TEST(MaxFiniteValue(DataType::Float16) == 65504.0);
 }
 
-BOOST_AUTO_TEST_CASE(HeadroomBitsRejectsBadInput) {
-  const auto names = [](const char* parameter) {
-    return [parameter](const ArgumentError& e) { return e.Parameter() == parameter; };
-  };
-  BOOST_CHECK_EXCEPTION(HeadroomBits(-1.0f, 2.0f, DataType::Float16), ArgumentError, names("amax"));
-  BOOST_CHECK_EXCEPTION(HeadroomBits(kNaN, 2.0f, DataType::Float16), ArgumentError, names("amax"));
-  BOOST_CHECK_EXCEPTION(HeadroomBits(kInf, 2.0f, DataType::Float16), ArgumentError, names("amax"));
-  BOOST_CHECK_EXCEPTION(HeadroomBits(1.0f, 0.0f, DataType::Float16), ArgumentError, names("scale"));
-  BOOST_CHECK_EXCEPTION(HeadroomBits(1.0f, -2.0f, DataType::Float16), ArgumentError, names("scale"));
-  BOOST_CHECK_EXCEPTION(HeadroomBits(1.0f, kInf, DataType::Float16), ArgumentError, names("scale"));
-  BOOST_CHECK_EXCEPTION(HeadroomBits(1.0f, 2.0f, static_cast<DataType>(42)), ArgumentError, names("gradient_dtype"));
-  BOOST_CHECK_EXCEPTION(MaxFiniteValue(static_cast<DataType>(42)), ArgumentError, names("dtype"));
-}
+// Bad input: tests/reliability/AmaxBadInputTests.cpp.
 
 BOOST_AUTO_TEST_SUITE_END()
