@@ -125,6 +125,28 @@ BOOST_AUTO_TEST_CASE(StaticScalerTracksToo) {
   BOOST_TEST(AmaxOf(scaler) == 6.0f);
 }
 
+BOOST_AUTO_TEST_CASE(ResetStartsOverAndCopiesKeepTracking) {
+  GradScaler scaler(DynamicScalerConfig{.InitialScale = 8.0f});
+  scaler.SetAmaxTracking(true);
+  RecordingOptimizer optimizer(Scaled(8.0f, false));
+  scaler.Scale(Scalar(1.0f));
+  scaler.Step(optimizer);
+  BOOST_TEST(scaler.LastAmax().has_value());
+  scaler.Reset();
+  BOOST_TEST(!scaler.LastAmax().has_value());
+  BOOST_TEST(scaler.AmaxTracking());
+
+  StaticLossScaler tracked(4.0f);
+  BOOST_TEST(tracked.SetAmaxTracking(true));
+  const StaticLossScaler copy(tracked);
+  BOOST_TEST(copy.RecordedAmax().has_value());
+  BOOST_TEST(!StaticLossScaler(4.0f).RecordedAmax().has_value());
+  DynamicLossScaler dynamic(DynamicScalerConfig{});
+  BOOST_TEST(dynamic.SetAmaxTracking(true));
+  const DynamicLossScaler dynamic_copy(dynamic);
+  BOOST_TEST(dynamic_copy.RecordedAmax().has_value());
+}
+
 BOOST_AUTO_TEST_CASE(DisabledIterationHasNone) {
   GradScaler scaler(DynamicScalerConfig{.InitialScale = 8.0f});
   scaler.SetAmaxTracking(true);

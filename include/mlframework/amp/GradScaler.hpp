@@ -194,8 +194,9 @@ class MLFRAMEWORK_EXPORT GradScaler {
   /// Whether amax tracking is on.
   bool AmaxTracking() const noexcept;
   /// The amax of the last finished iteration (Step() or Update()) that unscaled its gradients
-  /// while tracking was on; nullopt while tracking is off, before such an iteration, and after
-  /// one that ran disabled or only checked (CheckOverflow() reads gradients that may be scaled).
+  /// while tracking was on; nullopt while tracking is off, before such an iteration (Reset()
+  /// starts over), and after one that ran disabled or only checked (CheckOverflow() reads
+  /// gradients that may be scaled).
   /// On a device the value was read once when the iteration finished.
   std::optional<float> LastAmax() const noexcept;
 

@@ -345,6 +345,7 @@ void GradScaler::Disable() {
 void GradScaler::Reset() {
   impl_->scaler->Reset();
   AbandonIteration();
+  impl_->last_amax.reset();  // the amax belonged to the run before the reset
 }
 
 TensorPtr GradScaler::GetScaleTensor() {

@@ -37,12 +37,15 @@ StaticLossScaler::StaticLossScaler(float scale, bool enabled) {
 StaticLossScaler::~StaticLossScaler() = default;
 
 StaticLossScaler::StaticLossScaler(const StaticLossScaler& other)
-    : ILossScaler(other), impl_(std::make_unique<Impl>(other.impl_->scale, other.impl_->enabled)) {}
+    : ILossScaler(other), impl_(std::make_unique<Impl>(other.impl_->scale, other.impl_->enabled)) {
+  impl_->track_amax = other.impl_->track_amax;  // tracking is configuration, like the dynamic scaler's copy
+}
 
 StaticLossScaler& StaticLossScaler::operator=(const StaticLossScaler& other) {
   if (this != &other) {
     ILossScaler::operator=(other);  // the found-inf record (ILossScaler's default, which this scaler keeps)
     impl_ = std::make_unique<Impl>(other.impl_->scale, other.impl_->enabled);
+    impl_->track_amax = other.impl_->track_amax;
   }
   return *this;
 }
