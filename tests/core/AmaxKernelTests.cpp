@@ -91,6 +91,7 @@ void CheckList(const std::vector<TensorPtr>& list, const std::string& what) {
       Restore(list, original);
       for (const DataType target : kAllTypes) {
         std::vector<TensorPtr> dst;
+        dst.reserve(list.size());
         for (const auto& t : list) dst.push_back(backends::cpu::Empty(t->GetShape(), target));
         auto cast_expected = Snapshot(dst);
         const bool cast_found = RefCast(list, dst, cast_expected, factor);
@@ -180,6 +181,7 @@ BOOST_AUTO_TEST_CASE(ProductsThatOverflowAreLeftOut) {
 BOOST_AUTO_TEST_CASE(ManyTensorsAndKeptPlans) {
   Rng rng(11);
   std::vector<std::size_t> sizes;
+  sizes.reserve(300);
   for (int i = 0; i < 300; ++i) sizes.push_back(rng.Between(0, 700));
   const auto list = RandomList({DataType::Float32, DataType::Float16}, sizes, Fill::Values, rng);
   const auto original = Snapshot(list);

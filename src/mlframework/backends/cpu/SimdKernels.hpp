@@ -148,7 +148,8 @@ typename Ops::Flag CastOrdinary(const Element<S>* in, Element<T>* out, std::size
   if constexpr (kAmax) {
     amax = *peak;
   }
-  const auto product = [&f, &amax](const Batch& x) {
+  // A default capture: without kAmax the lambda does not use amax.
+  const auto product = [&](const Batch& x) {
     const Batch v = x * f;
     if constexpr (kAmax) {
       amax = RaiseAmax<Ops>(amax, v);
