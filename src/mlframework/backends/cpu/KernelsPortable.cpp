@@ -70,6 +70,55 @@ bool Cast(const void* src, void* dst, std::size_t count, float factor) {
   return !all_finite;
 }
 
+// |v| when v is finite, else 0 (the amax leaves Inf and NaN out).
+float FiniteAbs(float v) {
+  const float a = v < 0.0f ? -v : v;
+  return detail::IsFiniteFloat(a) ? a : 0.0f;
+}
+
+template <DataType D>
+bool UnscaleAmax(void* data, std::size_t count, float factor, float* amax) {
+  bool all_finite = true;
+  float peak = *amax;
+  for (std::size_t i = 0; i < count; ++i) {
+    const float v = Load<D>(data, i) * factor;
+    const float a = FiniteAbs(v);
+    peak = a > peak ? a : peak;
+    Store<D>(data, i, v);
+    all_finite &= IsFiniteAt<D>(data, i);
+  }
+  *amax = peak;
+  return !all_finite;
+}
+
+template <DataType D>
+bool NonFiniteAmax(const void* data, std::size_t count, float* amax) {
+  bool all_finite = true;
+  float peak = *amax;
+  for (std::size_t i = 0; i < count; ++i) {
+    const float a = FiniteAbs(Load<D>(data, i));
+    peak = a > peak ? a : peak;
+    all_finite &= IsFiniteAt<D>(data, i);
+  }
+  *amax = peak;
+  return !all_finite;
+}
+
+template <DataType S, DataType T>
+bool CastAmax(const void* src, void* dst, std::size_t count, float factor, float* amax) {
+  bool all_finite = true;
+  float peak = *amax;
+  for (std::size_t i = 0; i < count; ++i) {
+    const float v = Load<S>(src, i) * factor;
+    const float a = FiniteAbs(v);
+    peak = a > peak ? a : peak;
+    Store<T>(dst, i, v);
+    all_finite &= IsFiniteAt<T>(dst, i);
+  }
+  *amax = peak;
+  return !all_finite;
+}
+
 constexpr DataType kF32 = DataType::Float32;
 constexpr DataType kF16 = DataType::Float16;
 constexpr DataType kBF16 = DataType::BFloat16;
@@ -86,6 +135,11 @@ const KernelTable& KernelsOf<arch::Portable>() noexcept {
       {{Cast<kF32, kF32>, Cast<kF32, kF16>, Cast<kF32, kBF16>},
        {Cast<kF16, kF32>, Cast<kF16, kF16>, Cast<kF16, kBF16>},
        {Cast<kBF16, kF32>, Cast<kBF16, kF16>, Cast<kBF16, kBF16>}},
+      {UnscaleAmax<kF32>, UnscaleAmax<kF16>, UnscaleAmax<kBF16>},
+      {NonFiniteAmax<kF32>, NonFiniteAmax<kF16>, NonFiniteAmax<kBF16>},
+      {{CastAmax<kF32, kF32>, CastAmax<kF32, kF16>, CastAmax<kF32, kBF16>},
+       {CastAmax<kF16, kF32>, CastAmax<kF16, kF16>, CastAmax<kF16, kBF16>},
+       {CastAmax<kBF16, kF32>, CastAmax<kBF16, kF16>, CastAmax<kBF16, kBF16>}},
   };
   // One set for both kinds of call: portable code has no prefetch and no non-temporal store.
   static constexpr KernelTable kTable{arch::Portable::kName, kSet, kSet, kSet, false};
