@@ -12,6 +12,10 @@
 // The *_Paired benchmarks time both in the same iteration, alternating which goes first,
 // and report the ratio of the summed times: on a shared, loaded machine the separate
 // benchmarks drift with the load, paired samples see the same load.
+//
+// The *_AmaxPaired benchmarks pair the same work with amax tracking off ("kernel_ms") and on
+// ("scaler_ms"), so "ratio" is the cost of the amax (target <= 1.03): the fused kernels alone
+// (FP32 unscale + check in place, FP16 -> FP32 cast + check) and GradScaler's step.
 #include <chrono>
 #include <cstddef>
 #include <iterator>
@@ -279,6 +283,49 @@ void BM_Fp16_Paired(benchmark::State& state) {
       });
 }
 
+// 64M-element GPT-like list, unscale + check in place, amax off vs on: the kernels alone.
+void BM_Fp32_Kernel_AmaxPaired(benchmark::State& state) {
+  const GradientMap grads = GptGradients(DataType::Float32);
+  const std::vector<TensorPtr> list = TensorList(grads);
+  Paired(
+      state, Elements(grads), [&] { benchmark::DoNotOptimize(UnscaleAndCheck(list, 1.0f)); },
+      [&] { benchmark::DoNotOptimize(UnscaleCheckAndAmax(list, 1.0f)); });
+}
+
+// The FP16 list unscaled into FP32 buffers, amax off vs on.
+void BM_Fp16_Kernel_AmaxPaired(benchmark::State& state) {
+  const GradientMap grads = GptGradients(DataType::Float16);
+  const std::vector<TensorPtr> src = TensorList(grads);
+  std::vector<TensorPtr> dst;
+  dst.reserve(src.size());
+  for (const TensorPtr& g : src) {
+    dst.push_back(Zeros(g->GetShape(), DataType::Float32));
+  }
+  Paired(
+      state, Elements(grads), [&] { benchmark::DoNotOptimize(CastInto(src, dst, 1.0f / 65536.0f)); },
+      [&] { benchmark::DoNotOptimize(CastIntoAndAmax(src, dst, 1.0f / 65536.0f)); });
+}
+
+// GradScaler::Step over the FP32 list (static scale 1), amax tracking off vs on.
+void BM_Fp32_GradScaler_AmaxPaired(benchmark::State& state) {
+  const GradientMap grads = GptGradients(DataType::Float32);
+  NullOptimizer off_optimizer(grads);
+  NullOptimizer on_optimizer(grads);
+  amp::GradScaler off = amp::GradScaler::Static(1.0f);
+  amp::GradScaler on = amp::GradScaler::Static(1.0f);
+  on.SetAmaxTracking(true);
+  const TensorPtr loss = Scalar(1.0f);
+  const auto step = [&](amp::GradScaler& scaler, NullOptimizer& optimizer) {
+    benchmark::DoNotOptimize(scaler.Scale(loss));
+    benchmark::DoNotOptimize(scaler.Step(optimizer));
+  };
+  step(off, off_optimizer);
+  step(on, on_optimizer);
+  Paired(
+      state, Elements(grads), [&] { step(off, off_optimizer); }, [&] { step(on, on_optimizer); });
+  state.counters["amax"] = static_cast<double>(on.LastAmax().value_or(-1.0f));
+}
+
 void BM_Fp16_Tiny_FusedCastIntoFp32(benchmark::State& state) {
   const GradientMap grads = TinyGradients(DataType::Float16);
   const std::vector<TensorPtr> src = TensorList(grads);
@@ -312,6 +359,9 @@ void BM_Fp16_Tiny_GradScalerStep(benchmark::State& state) {
 BENCHMARK(BM_Fp16_Tiny_FusedCastIntoFp32)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Fp16_Tiny_GradScalerStep)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Fp32_Paired)->Unit(benchmark::kMillisecond)->UseManualTime();
+BENCHMARK(BM_Fp32_Kernel_AmaxPaired)->Unit(benchmark::kMillisecond)->UseManualTime();
+BENCHMARK(BM_Fp16_Kernel_AmaxPaired)->Unit(benchmark::kMillisecond)->UseManualTime();
+BENCHMARK(BM_Fp32_GradScaler_AmaxPaired)->Unit(benchmark::kMillisecond)->UseManualTime();
 BENCHMARK(BM_Fp16_Paired)->Unit(benchmark::kMillisecond)->UseManualTime();
 BENCHMARK(BM_Fp32_FusedUnscaleAndCheck)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Fp32_GradScalerStep)->Unit(benchmark::kMillisecond)->UseRealTime();

@@ -91,10 +91,18 @@ class FakeScaleState final : public mlframework::DeviceScaleState {
   void MarkFoundInf() override { found_inf_ = true; }
   void ClearFoundInf() override { found_inf_ = false; }
   bool LastStepSkipped() const override;
+  float Amax() const override;
+  void ClearAmax() override { amax_ = 0.0f; }
 
   // "Device-side" access used by the fake kernels (no synchronisation).
   mlframework::amp::ScaleState& DeviceSide() { return state_; }
   bool& Flag() { return found_inf_; }
+  float& AmaxSide() { return amax_; }
+  // Folds a fused pass's result into the flag and, while tracked, the amax.
+  void Fold(const mlframework::NonFiniteAndAmax& result) {
+    found_inf_ = found_inf_ || result.FoundNonFinite;
+    amax_ = std::max(amax_, result.Amax);
+  }
   bool& Skipped() { return last_skipped_; }
 
  private:
@@ -104,6 +112,7 @@ class FakeScaleState final : public mlframework::DeviceScaleState {
   mlframework::amp::ScaleState state_;
   bool found_inf_ = false;
   bool last_skipped_ = false;
+  float amax_ = 0.0f;
 };
 
 class FakeDeviceBackend final : public mlframework::DeviceScalingBackend {
@@ -197,7 +206,12 @@ class FakeDeviceBackend final : public mlframework::DeviceScalingBackend {
   void UnscaleWithState(std::span<mlframework::ITensor* const> tensors,
                         mlframework::DeviceScaleState& state) const override {
     FakeScaleState& s = Own(state, tensors);
-    const bool found = mlframework::UnscaleAndCheck(Inner(tensors), mlframework::InverseScale(s.DeviceSide().Scale));
+    const float factor = mlframework::InverseScale(s.DeviceSide().Scale);
+    if (s.AmaxTracking()) {
+      s.Fold(mlframework::UnscaleCheckAndAmax(Inner(tensors), factor));
+      return;
+    }
+    const bool found = mlframework::UnscaleAndCheck(Inner(tensors), factor);
     s.Flag() = s.Flag() || found;
   }
   void CastUnscaledWithState(std::span<const mlframework::ITensor* const> src,
@@ -205,7 +219,12 @@ class FakeDeviceBackend final : public mlframework::DeviceScalingBackend {
                              mlframework::DeviceScaleState& state) const override {
     FakeScaleState& s = Own(state, src);
     Own(state, dst);
-    const bool found = mlframework::CastInto(Inner(src), Inner(dst), mlframework::InverseScale(s.DeviceSide().Scale));
+    const float factor = mlframework::InverseScale(s.DeviceSide().Scale);
+    if (s.AmaxTracking()) {
+      s.Fold(mlframework::CastIntoAndAmax(Inner(src), Inner(dst), factor));
+      return;
+    }
+    const bool found = mlframework::CastInto(Inner(src), Inner(dst), factor);
     s.Flag() = s.Flag() || found;
   }
   void CheckWithState(std::span<const mlframework::ITensor* const> tensors,
@@ -215,23 +234,29 @@ class FakeDeviceBackend final : public mlframework::DeviceScalingBackend {
   }
   void FlagToTensor(const mlframework::DeviceScaleState& state, mlframework::TensorPtr& out) const override {
     auto& s = dynamic_cast<FakeScaleState&>(const_cast<mlframework::DeviceScaleState&>(state));  // NOLINT
+    const std::size_t count = s.AmaxTracking() ? 2 : 1;
     const auto* current = dynamic_cast<const FakeDeviceTensor*>(out.get());
-    if (current == nullptr || current->GetDataType() != mlframework::DataType::Float32 || current->Size() != 1 ||
+    if (current == nullptr || current->GetDataType() != mlframework::DataType::Float32 || current->Size() != count ||
         current->GetDevice() != s.GetDevice()) {
-      out = std::make_shared<FakeDeviceTensor>(mlframework::Zeros({1}), s.GetDevice().Index);
+      out = std::make_shared<FakeDeviceTensor>(mlframework::Zeros({count}), s.GetDevice().Index);
       current = static_cast<const FakeDeviceTensor*>(out.get());
     }
-    const float value = s.Flag() ? 1.0f : 0.0f;
-    current->Inner()->CopyFromFloats(std::span<const float>(&value, 1));  // a device-side write
+    const float values[] = {s.Flag() ? 1.0f : 0.0f, s.AmaxSide()};
+    current->Inner()->CopyFromFloats(std::span<const float>(values, count));  // a device-side write
   }
   void FlagFromTensor(mlframework::DeviceScaleState& state, const mlframework::ITensor& in) const override {
     FakeScaleState& s = Own(state, std::span<const mlframework::ITensor* const>{});
+    const std::size_t count = s.AmaxTracking() ? 2 : 1;
     const auto* fake = dynamic_cast<const FakeDeviceTensor*>(&in);
-    if (fake == nullptr || in.GetDataType() != mlframework::DataType::Float32 || in.Size() != 1 ||
+    if (fake == nullptr || in.GetDataType() != mlframework::DataType::Float32 || in.Size() != count ||
         in.GetDevice() != s.GetDevice()) {
-      throw mlframework::ArgumentError("in", "must be a one-element FP32 fake tensor on the state's device");
+      throw mlframework::ArgumentError("in", "must be an FP32 fake tensor of the flag's size on the state's device");
     }
-    s.Flag() = fake->Peek()[0] != 0.0f;  // a device-side read
+    const std::vector<float> values = fake->Peek();  // a device-side read
+    s.Flag() = values[0] != 0.0f;
+    if (count == 2) {
+      s.AmaxSide() = values[1];
+    }
   }
   void UpdateScale(mlframework::DeviceScaleState& state) const override {
     FakeScaleState& s = Own(state, std::span<const mlframework::ITensor* const>{});
@@ -333,6 +358,11 @@ inline void FakeScaleState::Write(const mlframework::amp::ScaleState& state) {
   backend_.CountSync();
   state_ = state;
   found_inf_ = false;
+  amax_ = 0.0f;
+}
+inline float FakeScaleState::Amax() const {
+  backend_.CountSync();
+  return amax_;
 }
 inline bool FakeScaleState::FoundInf() const {
   backend_.CountSync();

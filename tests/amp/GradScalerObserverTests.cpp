@@ -3,6 +3,7 @@
 
 #include <limits>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -70,6 +71,28 @@ BOOST_AUTO_TEST_CASE(EventsInOrderAndAReportOnOverflowOnly) {
       BOOST_TEST(scaler.LastOverflow()->Step == 2);
       scaler.Reset();
       BOOST_TEST(!scaler.LastOverflow().has_value());
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(StepEventsCarryTheAmaxWhileTracked) {
+  for (const DataType dtype : {DataType::Float32, DataType::Float16}) {
+    BOOST_TEST_CONTEXT(dtype) {
+      amp::GradScaler scaler(amp::DynamicScalerConfig{.InitialScale = 1024.0f});
+      auto observer = std::make_shared<RecordingObserver>();
+      scaler.AddObserver(observer);
+      RecordingOptimizer optimizer;
+      BOOST_TEST(Iterate(scaler, optimizer, Grads(dtype, 1024.0f)));
+      BOOST_TEST(!observer->steps.back().GradientAmax.has_value());  // tracking is off by default
+      scaler.SetAmaxTracking(true);
+      BOOST_TEST(Iterate(scaler, optimizer, Grads(dtype, 1024.0f)));
+      BOOST_TEST_REQUIRE(observer->steps.back().GradientAmax.has_value());
+      BOOST_TEST(*observer->steps.back().GradientAmax == 4.0f);  // max |g| / scale of Grads
+      BOOST_TEST((observer->steps.back().GradientAmax == scaler.LastAmax()));
+      // An overflowing step reports the amax of its finite values.
+      BOOST_TEST(!Iterate(scaler, optimizer, PoisonedGrads(dtype, kNaN, 1024.0f)));
+      BOOST_TEST(observer->steps.back().Skipped);
+      BOOST_TEST((observer->steps.back().GradientAmax == std::optional<float>(4.0f)));
     }
   }
 }

@@ -42,6 +42,8 @@ class ForeignScaleState final : public DeviceScaleState {
   void MarkFoundInf() override {}
   void ClearFoundInf() override {}
   bool LastStepSkipped() const override { return false; }
+  float Amax() const override { return 0.0f; }
+  void ClearAmax() override {}
 
  private:
   amp::ScalePolicy policy_{};

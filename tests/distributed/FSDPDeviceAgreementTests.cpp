@@ -187,4 +187,55 @@ BOOST_AUTO_TEST_CASE(MixedListIsAnArgumentError) {
   BOOST_TEST(manager.State().TotalSteps == 0);
 }
 
+// Amax tracking: the ranks agree on the largest amax in the same MAX reduction as the flag (no
+// extra collective), on the device through a two-element flag tensor; the double's other rank
+// reports an amax of 1 when it overflows, else 0.
+BOOST_AUTO_TEST_CASE(AmaxIsAgreedInTheSameCollective) {
+  for (const char* name : {"mpi", "nccl"}) {
+    BOOST_TEST_CONTEXT(name) {
+      const bool on_device = std::string(name) == "nccl";
+      auto group = std::make_shared<TwoRankDouble>(name);
+      fsdp::FSDP model(group);
+      fsdp::FSDPMixedPrecisionManager manager(kConfig, model);
+      BOOST_TEST(!manager.LastAmax().has_value());
+      manager.SetAmaxTracking(true);
+      BOOST_TEST(manager.AmaxTracking());
+      for (int step = 0; step < 6; ++step) {
+        BOOST_TEST_CONTEXT("step " << step) {
+          const bool local = step == 2;
+          group->remote_overflow = step == 4;
+          const float scale = manager.CurrentLossScale();
+          const GradientMap grads = Gradients(step, local, on_device);
+          const int reductions = group->host_reductions + group->device_reductions;
+          const bool overflow = manager.UnscaleAndCheckOverflow(grads);
+          BOOST_TEST(overflow == (local || step == 4));
+          BOOST_TEST(group->host_reductions + group->device_reductions == reductions + 1);
+          // max |g| / scale over the finite values: 4 (b) or 2 * (step % 3 + 1) (a), unless Inf.
+          const float a = local ? 0.0f : 2.0f * static_cast<float>(step % 3 + 1);
+          const float expected = step == 4 ? 1.0f : std::max(a, 4.0f) / scale;
+          BOOST_TEST(manager.LastAmax().value_or(-1.0f) == expected);
+        }
+      }
+      BOOST_TEST((on_device ? group->host_reductions : group->device_reductions) == 0);
+      manager.SetAmaxTracking(false);
+      BOOST_TEST(!manager.LastAmax().has_value());
+    }
+  }
+}
+
+// Without loss scaling the gradients are only checked: their amax is the amax of the values.
+BOOST_AUTO_TEST_CASE(AmaxWithoutLossScaling) {
+  auto group = std::make_shared<TwoRankDouble>("mpi");
+  fsdp::FSDP model(group);
+  fsdp::FSDPMixedPrecisionConfig config = kConfig;
+  config.UseLossScaling = false;
+  fsdp::FSDPMixedPrecisionManager manager(config, model);
+  manager.SetAmaxTracking(true);
+  BOOST_TEST(!manager.UnscaleAndCheckOverflow(Gradients(1, false, false)));
+  BOOST_TEST(manager.LastAmax().value_or(-1.0f) == 4.0f);
+  BOOST_TEST(manager.UnscaleAndCheckOverflow(Gradients(1, true, false)));
+  BOOST_TEST(manager.LastAmax().value_or(-1.0f) == 4.0f);
+  BOOST_TEST(group->host_reductions == 2);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

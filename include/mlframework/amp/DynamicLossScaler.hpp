@@ -132,8 +132,13 @@ class MLFRAMEWORK_EXPORT DynamicLossScaler final : public ILossScaler {
   void MarkOverflow() override;
   /// The record of this step (reads the device flag when device-owned); false when disabled.
   bool RecordedOverflow() const override;
-  /// Clears the record (no synchronisation).
+  /// Clears the record and the amax (no synchronisation).
   void ClearRecordedOverflow() override;
+  /// Turns amax tracking on the scaler's state on or off (DeviceScaleState, "Amax"); true.
+  bool SetAmaxTracking(bool on) override;
+  /// The amax of the gradients unscaled since the record was cleared (on a device: reads it, one
+  /// synchronisation); nullopt while tracking is off.
+  std::optional<float> RecordedAmax() const override;
   /// Advances the rules by one step (backoff on overflow, growth after the interval) with
   /// @p overflow, and clears the record; no effect when disabled. No synchronisation.
   void UpdateScale(bool overflow) override;

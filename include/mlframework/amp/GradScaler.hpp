@@ -209,6 +209,24 @@ class MLFRAMEWORK_EXPORT GradScaler {
   void AddObserver(std::shared_ptr<ITrainingObserver> observer);
   /// Unregisters @p observer; false when it was not registered. ArgumentNullError("observer") for null.
   bool RemoveObserver(const std::shared_ptr<ITrainingObserver>& observer);
+  /// Turns amax tracking (headroom telemetry) on or off; off by default. While on, the unscale of
+  /// each iteration also takes the largest finite absolute value of the unscaled gradients
+  /// (max|g| / scale, what the optimizer receives) in the same pass as its overflow check; Inf
+  /// and NaN are left out, so an overflowing iteration still reports the amax of its finite
+  /// values (and is skipped as usual). HeadroomBits() (core/Headroom.hpp) turns it into the bits
+  /// left before the gradient dtype overflows. While off, the kernels are the plain ones.
+  /// Turning it on throws InvalidOperationError, nothing changed, when the wrapped ILossScaler
+  /// cannot track it (ILossScaler::SetAmaxTracking() returned false; the built-in scalers can);
+  /// turning it off always works.
+  void SetAmaxTracking(bool on);
+  /// Whether amax tracking is on.
+  bool AmaxTracking() const noexcept;
+  /// The amax of the last finished iteration (Step() or Update()) that unscaled its gradients
+  /// while tracking was on; nullopt while tracking is off, before such an iteration (Reset()
+  /// starts over), and after one that ran disabled or only checked (CheckOverflow() reads
+  /// gradients that may be scaled).
+  /// On a device the value was read once when the iteration finished.
+  std::optional<float> LastAmax() const noexcept;
 
   /// Versioned blob (version 2) of the wrapped scaler's ILossScaler::StateDict(), the iteration
   /// state with its found-inf, and GradScaler's own switch. Works for every scaler; a custom one

@@ -83,6 +83,19 @@ class MLFRAMEWORK_EXPORT ILossScaler {
   virtual void UpdateScaleFromRecord();
   /// @}
 
+  /// @name Amax (headroom telemetry, off by default)
+  /// The largest finite absolute value of the unscaled gradients (max|g| / scale, what the
+  /// optimizer receives), taken in the same pass as the overflow check. Inf and NaN are left out,
+  /// so a step that overflows still reports the amax of its finite values.
+  /// @{
+  /// Turns amax tracking on or off and returns true; the default returns false without a change,
+  /// meaning the scaler cannot take it (GradScaler::SetAmaxTracking then throws).
+  virtual bool SetAmaxTracking(bool on);
+  /// The amax of the gradients unscaled since the record was last cleared
+  /// (ClearRecordedOverflow()); nullopt while tracking is off. Default: nullopt.
+  virtual std::optional<float> RecordedAmax() const;
+  /// @}
+
   /// Switches scaling on or off and returns true; the default returns false without a change,
   /// meaning the scaler has no switch of its own (GradScaler then keeps one in front of it).
   virtual bool SetEnabled(bool enabled);

@@ -50,6 +50,12 @@ class MLFRAMEWORK_EXPORT StaticLossScaler final : public ILossScaler {
   bool Enabled() const override;
   /// Enables or disables scaling (do it between iterations); returns true (the scaler has its own switch).
   bool SetEnabled(bool enabled) override;
+  /// Turns amax tracking on or off (ILossScaler, "Amax"); true.
+  bool SetAmaxTracking(bool on) override;
+  /// The amax of the gradients unscaled since the record was cleared; nullopt while tracking is off.
+  std::optional<float> RecordedAmax() const override;
+  /// Clears the record and the amax.
+  void ClearRecordedOverflow() override;
 
   /// `loss * scale` in the loss's dtype; the loss itself when disabled. ArgumentNullError for null.
   TensorPtr ScaleLoss(const TensorPtr& loss) override;

@@ -66,9 +66,35 @@ class MLFRAMEWORK_EXPORT DeviceScaleState {
   /// True when the last UpdateScale() saw an overflow, so that step must be skipped (waits for queued work).
   virtual bool LastStepSkipped() const = 0;
 
+  /// @name Amax (headroom telemetry, off by default)
+  /// While on, the unscale kernels of the state's backend (UnscaleWithState(),
+  /// CastUnscaledWithState() and their list forms) also fold the largest finite absolute value
+  /// they write (NonFiniteAndAmax in TensorBackend.hpp) into the state's amax, in the same pass as
+  /// the overflow check: max|g| / scale over the finite gradients, what the optimizer receives.
+  /// CheckWithState() does not (the gradients it reads may still be scaled). Inf and NaN are left out, so an
+  /// overflowing step still reports the amax of its finite values. UpdateScale() does not touch it; ClearAmax(),
+  /// Write() and SetAmaxTracking() set it to 0. While off, the kernels are the plain ones.
+  ///@{
+  /// Turns amax tracking on or off and clears the amax (no wait).
+  void SetAmaxTracking(bool on) {
+    amax_tracking_ = on;
+    ClearAmax();
+  }
+  /// Whether the kernels fold the amax in.
+  bool AmaxTracking() const noexcept { return amax_tracking_; }
+  /// The amax folded in since it was last cleared; 0 when nothing finite was seen or tracking is
+  /// off (waits for queued work).
+  virtual float Amax() const = 0;
+  /// Sets the amax to 0 without waiting.
+  virtual void ClearAmax() = 0;
+  ///@}
+
  protected:
   /// Only backends construct states.
   DeviceScaleState() = default;
+
+ private:
+  bool amax_tracking_ = false;
 };
 
 /// A TensorBackend whose multi-tensor kernels can take their factor from, and report
@@ -93,11 +119,14 @@ class MLFRAMEWORK_EXPORT DeviceScalingBackend : public TensorBackend {
   virtual void CheckWithState(std::span<const ITensor* const> tensors, DeviceScaleState& state) const = 0;
   /// Writes the found-inf flag as 1.0f or 0.0f into @p out, a one-element FP32 tensor on the
   /// state's device, without waiting: the flag can then be all-reduced (MAX) across ranks with
-  /// IProcessGroup::AllReduce on the device. @p out is reused when it is such a tensor of this
-  /// backend, and replaced by a new one otherwise (pass the same pointer every step).
+  /// IProcessGroup::AllReduce on the device. While the state tracks the amax, @p out has two
+  /// elements, the flag and the amax, so the same MAX all-reduce agrees both. @p out is reused when
+  /// it is such a tensor of this backend, and replaced by a new one otherwise (pass the same
+  /// pointer every step).
   virtual void FlagToTensor(const DeviceScaleState& state, TensorPtr& out) const = 0;
-  /// Sets the found-inf flag to `in[0] != 0` without waiting (the reduced flag written back).
-  /// ArgumentError unless @p in is a one-element FP32 tensor of this backend on the state's device.
+  /// Sets the found-inf flag to `in[0] != 0` without waiting (the reduced flag written back), and
+  /// the amax to `in[1]` when the state tracks it. ArgumentError unless @p in is an FP32 tensor of
+  /// this backend on the state's device with the element count FlagToTensor() writes.
   virtual void FlagFromTensor(DeviceScaleState& state, const ITensor& in) const = 0;
   /// Advances the state by one step on the device with UpdateScaleState(state, policy, flag),
   /// records whether the step overflowed (LastStepSkipped()) and clears the flag.

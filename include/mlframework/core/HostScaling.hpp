@@ -31,6 +31,7 @@ class MLFRAMEWORK_EXPORT HostScaleState final : public DeviceScaleState {
   void Write(const ScaleState& state) override {
     state_ = state;
     found_inf_ = false;
+    amax_ = 0.0f;
   }
   /// The flag.
   bool FoundInf() const override { return found_inf_; }
@@ -40,6 +41,14 @@ class MLFRAMEWORK_EXPORT HostScaleState final : public DeviceScaleState {
   void ClearFoundInf() override { found_inf_ = false; }
   /// Whether the last update saw an overflow.
   bool LastStepSkipped() const override { return last_skipped_; }
+  /// The amax folded in since the last clear.
+  float Amax() const override { return amax_; }
+  /// Sets the amax to 0.
+  void ClearAmax() override { amax_ = 0.0f; }
+  /// Folds @p amax into the amax (a maximum).
+  void RecordAmax(float amax) noexcept { amax_ = amax > amax_ ? amax : amax_; }
+  /// Sets the amax to @p amax (the value agreed across ranks written back).
+  void SetAmax(float amax) noexcept { amax_ = amax; }
 
   /// The current scale (what the host kernels multiply by, or by the inverse of).
   float Scale() const noexcept { return state_.Scale; }
@@ -56,6 +65,7 @@ class MLFRAMEWORK_EXPORT HostScaleState final : public DeviceScaleState {
   ScaleState state_;
   bool found_inf_ = false;
   bool last_skipped_ = false;
+  float amax_ = 0.0f;
 };
 
 /// The scaling interface on any backend whose tensors the host addresses: HostScaleState, and
@@ -69,16 +79,18 @@ class MLFRAMEWORK_EXPORT HostScalingBackend : public DeviceScalingBackend {
                                                      const ScaleState& initial) const override;
   /// `x *= scale` with this backend's Scale().
   void ScaleWithState(std::span<ITensor* const> tensors, DeviceScaleState& state) const override;
-  /// This backend's UnscaleAndCheck() with InverseScale(scale), ORed into the flag.
+  /// This backend's UnscaleAndCheck() with InverseScale(scale), ORed into the flag (with the
+  /// amax: UnscaleCheckAndAmax(), the amax folded into the state's; the same for the casts below).
   void UnscaleWithState(std::span<ITensor* const> tensors, DeviceScaleState& state) const override;
   /// This backend's CastInto() with InverseScale(scale), ORed into the flag.
   void CastUnscaledWithState(std::span<const ITensor* const> src, std::span<ITensor* const> dst,
                              DeviceScaleState& state) const override;
   /// This backend's HasNonFinite(), ORed into the flag.
   void CheckWithState(std::span<const ITensor* const> tensors, DeviceScaleState& state) const override;
-  /// A one-element FP32 host tensor holding the flag (reused when @p out already is one).
+  /// An FP32 host tensor holding the flag (and the amax while tracked), reused when @p out already is one.
   void FlagToTensor(const DeviceScaleState& state, TensorPtr& out) const override;
-  /// Sets the flag to `in[0] != 0`; ArgumentError unless @p in is a one-element FP32 host tensor.
+  /// Sets the flag to `in[0] != 0` (and the amax to `in[1]` while tracked); ArgumentError unless
+  /// @p in is an FP32 host tensor of the element count FlagToTensor() writes.
   void FlagFromTensor(DeviceScaleState& state, const ITensor& in) const override;
   /// UpdateScaleState() on the host state.
   void UpdateScale(DeviceScaleState& state) const override;

@@ -12,11 +12,14 @@ namespace mlframework {
 
 /// One finished step of a front end, the last callback of the step (ITrainingObserver::OnStep).
 struct StepEvent {
-  std::int64_t Step = 0;                     ///< The front end's step index (0 for its first step).
-  float LossScale = 0.0f;                    ///< The scale the step's gradients were produced with.
-  float NewLossScale = 0.0f;                 ///< The scale after the step's update.
-  bool Skipped = false;                      ///< The optimizer step was skipped (non-finite gradients).
-  std::optional<float> GradientNorm = {};    ///< Global L2 norm of the unscaled gradients, when measured.
+  std::int64_t Step = 0;                   ///< The front end's step index (0 for its first step).
+  float LossScale = 0.0f;                  ///< The scale the step's gradients were produced with.
+  float NewLossScale = 0.0f;               ///< The scale after the step's update.
+  bool Skipped = false;                    ///< The optimizer step was skipped (non-finite gradients).
+  std::optional<float> GradientNorm = {};  ///< Global L2 norm of the unscaled gradients, when measured.
+  /// Largest finite absolute value of the unscaled gradients (the front end's LastAmax()), while
+  /// its amax tracking is on; HeadroomBits() turns it into the bits left before overflow.
+  std::optional<float> GradientAmax = {};
   const OverflowReport* Overflow = nullptr;  ///< The step's report when it overflowed, else null.
 };
 

@@ -45,6 +45,21 @@ MLFRAMEWORK_EXPORT void CopyInto(std::span<const TensorPtr> src, std::span<const
 /// `dst[i] = round(dst[i] + alpha * src[i])` (TensorBackend::AddInto); shapes must match pairwise.
 /// Pairs on two backends go through the host. On a device backend it does not wait for the device.
 MLFRAMEWORK_EXPORT void AddInto(std::span<const TensorPtr> src, std::span<const TensorPtr> dst, float alpha = 1.0f);
+/// @name The check passes with the amax (headroom telemetry)
+/// The same one-pass operations that also return the largest finite absolute value of the values
+/// they write or read (NonFiniteAndAmax in TensorBackend.hpp): a tensor of a backend with fused
+/// amax kernels (CPU, CUDA) costs one pass, a host-addressable tensor without a backend takes the
+/// CPU kernels, and other tensors are read once through ToFloatVector() and written through
+/// CopyFromFloats(). Amax is exact (a maximum): it does not depend on threads or chunking.
+///@{
+/// UnscaleAndCheck() and the amax of `x * factor` (the unscaled values when factor is the inverse scale).
+MLFRAMEWORK_EXPORT NonFiniteAndAmax UnscaleCheckAndAmax(std::span<const TensorPtr> tensors, float factor);
+/// HasNonFinite() and the amax of the values; reads every value (no early exit).
+MLFRAMEWORK_EXPORT NonFiniteAndAmax CheckAndAmax(std::span<const TensorPtr> tensors);
+/// CastInto() and the amax of `src * factor`.
+MLFRAMEWORK_EXPORT NonFiniteAndAmax CastIntoAndAmax(std::span<const TensorPtr> src, std::span<const TensorPtr> dst,
+                                                    float factor = 1.0f);
+///@}
 /// New tensors holding `src[i] * factor` in @p dtype, on the sources' devices: views of one
 /// contiguous buffer per device (ZerosContiguousLike() in Tensor.hpp).
 MLFRAMEWORK_EXPORT std::vector<TensorPtr> Cast(std::span<const TensorPtr> src, DataType dtype, float factor = 1.0f);

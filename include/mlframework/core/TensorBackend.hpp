@@ -31,6 +31,17 @@ struct NonFiniteScan {
   bool HasNegInf = false;        ///< Some element is -Inf.
 };
 
+/// Result of a check pass that also takes the largest absolute value (amax, the headroom telemetry).
+///
+/// Amax is the largest `|x * factor|` over the elements whose product `x * factor` (computed in
+/// FP32, before any rounding into a narrower destination) is finite: Inf and NaN are left out, so
+/// a pass that finds them still reports the amax of the finite values. 0 when no value is finite.
+/// The check is the one of the pass without amax (the written values for an unscale or a cast).
+struct NonFiniteAndAmax {
+  bool FoundNonFinite = false;  ///< Any checked value was Inf or NaN.
+  float Amax = 0.0f;            ///< Largest finite |x * factor| (0 when none).
+};
+
 /// Fused kernels over a whole list of tensors at once.
 ///
 /// A backend receives every tensor of a step in one call, cuts the list into
@@ -114,6 +125,31 @@ class MLFRAMEWORK_EXPORT TensorBackend {
   /// SGD over @p lists (FirstState: the momentum buffers, empty when the momentum is 0).
   virtual bool SGDStep(const OptimizerStepLists& lists, const SGDStepScalars& scalars,
                        const DeviceScaleState* skip_if_found_inf) const;
+  ///@}
+
+  /// @name Check passes that also take the amax (NonFiniteAndAmax)
+  /// The same passes as UnscaleAndCheck(), HasNonFinite() and CastInto(), returning the largest
+  /// finite absolute value as well. A backend fuses it into the same pass (the CPU and CUDA
+  /// backends do); the defaults run the plain pass and then read the values back through
+  /// ITensor::ToFloatVector() (a second read, correct for any tensor). The list forms answer like
+  /// the whole-list members above (nullopt: not taken); CastIntoAndAmaxLists() is called once the
+  /// caller has checked the pairs.
+  ///@{
+  /// UnscaleAndCheck() and the amax of the written values `x * factor`.
+  virtual NonFiniteAndAmax UnscaleCheckAndAmax(std::span<ITensor* const> tensors, float factor) const;
+  /// HasNonFinite() (no early exit: every value is read) and the amax of the values.
+  virtual NonFiniteAndAmax CheckAndAmax(std::span<const ITensor* const> tensors) const;
+  /// CastInto() and the amax of the products `src * factor`.
+  virtual NonFiniteAndAmax CastIntoAndAmax(std::span<const ITensor* const> src, std::span<ITensor* const> dst,
+                                           float factor) const;
+  /// UnscaleCheckAndAmax() over a whole list; the default takes none.
+  virtual std::optional<NonFiniteAndAmax> UnscaleCheckAndAmaxList(std::span<const TensorPtr> tensors,
+                                                                  float factor) const;
+  /// CheckAndAmax() over a whole list; the default takes none.
+  virtual std::optional<NonFiniteAndAmax> CheckAndAmaxList(std::span<const TensorPtr> tensors) const;
+  /// CastIntoAndAmax() over checked pairs of lists; the default takes none.
+  virtual std::optional<NonFiniteAndAmax> CastIntoAndAmaxLists(std::span<const TensorPtr> src,
+                                                               std::span<const TensorPtr> dst, float factor) const;
   ///@}
 
   /// A new zero-filled tensor of this backend on @p device. The default throws

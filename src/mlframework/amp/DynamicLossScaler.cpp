@@ -171,7 +171,19 @@ void DynamicLossScaler::MarkOverflow() {
 
 bool DynamicLossScaler::RecordedOverflow() const { return impl_->config.Enabled && impl_->owner.Recorded(); }
 
-void DynamicLossScaler::ClearRecordedOverflow() { impl_->owner.ClearRecord(); }
+void DynamicLossScaler::ClearRecordedOverflow() {
+  impl_->owner.ClearRecord();
+  impl_->owner.ClearAmax();
+}
+
+bool DynamicLossScaler::SetAmaxTracking(bool on) {
+  impl_->owner.SetAmaxTracking(on);
+  return true;
+}
+
+std::optional<float> DynamicLossScaler::RecordedAmax() const {
+  return impl_->owner.AmaxTracking() ? std::optional<float>(impl_->owner.Amax()) : std::nullopt;
+}
 
 void DynamicLossScaler::UpdateScale(bool overflow) {
   if (impl_->config.Enabled) {

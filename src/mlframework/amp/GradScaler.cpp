@@ -1,6 +1,8 @@
 #include <mlframework/amp/GradScaler.hpp>
 
 #include <exception>
+#include <optional>
+#include <string>
 
 #include <mlframework/amp/StaticLossScaler.hpp>
 #include <mlframework/core/Error.hpp>
@@ -102,6 +104,10 @@ struct GradScaler::Impl {
   GradientMap previous_source;
   GradientMap previous_result;
 
+  bool amax_tracking = false;
+  bool unscaled_this_iteration = false;  // an unscale ran (enabled) in this iteration
+  std::optional<float> last_amax;        // LastAmax()
+
   TensorPtr scale_tensor;  // GetScaleTensor cache
   float scale_tensor_value = 0.0f;
 
@@ -122,6 +128,7 @@ struct GradScaler::Impl {
   }
 
   void ClearIteration() {
+    unscaled_this_iteration = false;
     state = Phase::Ready;
     unscaled_source.clear();
     unscaled_result.clear();
@@ -147,7 +154,8 @@ struct GradScaler::Impl {
   bool FoundInf() const { return Enabled() && scaler->RecordedOverflow(); }
 
   // Applies the recorded result once and returns to Ready (no synchronisation on a device
-  // without observers). Returns what the observers are to be told, once the caller is done.
+  // without observers or amax tracking). Returns what the observers are to be told, once the
+  // caller is done.
   std::optional<mlframework::detail::StepNotice> Finish() {
     const bool observed = !observers.empty();
     float old_scale = 0.0f;
@@ -157,6 +165,11 @@ struct GradScaler::Impl {
         ReportOverflow(unscaled_result);  // Update() after Unscale() alone: the flag is read here
       }
     }
+    if (amax_tracking) {
+      // Read before the update: the record (and with it the amax) is the iteration's.
+      last_amax = Enabled() && unscaled_this_iteration ? scaler->RecordedAmax() : std::nullopt;
+    }
+    unscaled_this_iteration = false;
     if (Enabled()) {
       scaler->UpdateScaleFromRecord();
     }
@@ -179,6 +192,7 @@ struct GradScaler::Impl {
                              .NewLossScale = scaler->Scale(),
                              .Skipped = overflowed,
                              .GradientNorm = std::nullopt,
+                             .GradientAmax = last_amax,
                              .Overflow = overflowed ? &*last_overflow : nullptr};
     return notice;
   }
@@ -198,6 +212,7 @@ struct GradScaler::Impl {
     } else {
       BeginRecord();
       result = scaler->UnscaleAndRecordOverflow(source);
+      unscaled_this_iteration = true;
     }
     state = Phase::Unscaled;
     unscaled_source = source;
@@ -392,6 +407,7 @@ void GradScaler::Reset() {
   impl_->scaler->Reset();
   AbandonIteration();
   impl_->last_overflow.reset();
+  impl_->last_amax.reset();  // the amax belonged to the run before the reset
 }
 
 const std::optional<OverflowReport>& GradScaler::LastOverflow() const noexcept { return impl_->last_overflow; }
@@ -470,5 +486,21 @@ void GradScaler::LoadStateDict(std::span<const std::byte> state) {
     s.scaler->MarkOverflow();
   }
 }
+
+void GradScaler::SetAmaxTracking(bool on) {
+  Impl& s = *impl_;
+  if (!s.scaler->SetAmaxTracking(on) && on) {
+    throw InvalidOperationError(
+        std::string("GradScaler::SetAmaxTracking(true)") +
+        ": the wrapped ILossScaler cannot track the amax (its SetAmaxTracking() returned false); override "
+        "ILossScaler::SetAmaxTracking() and RecordedAmax(), or use a built-in scaler");
+  }
+  s.amax_tracking = on;
+  s.last_amax.reset();
+}
+
+bool GradScaler::AmaxTracking() const noexcept { return impl_->amax_tracking; }
+
+std::optional<float> GradScaler::LastAmax() const noexcept { return impl_->last_amax; }
 
 }  // namespace mlframework::amp

@@ -52,6 +52,10 @@ void ILossScaler::UpdateScaleFromRecord() {
 
 bool ILossScaler::SetEnabled(bool /*enabled*/) { return false; }
 
+bool ILossScaler::SetAmaxTracking(bool /*on*/) { return false; }
+
+std::optional<float> ILossScaler::RecordedAmax() const { return std::nullopt; }
+
 void ILossScaler::Reset() {}
 
 TensorPtr ILossScaler::GetScaleTensor() { return Scalar(Enabled() ? Scale() : 1.0f); }

@@ -1,5 +1,7 @@
 #include <mlframework/amp/StaticLossScaler.hpp>
 
+#include <algorithm>
+
 #include <mlframework/core/Error.hpp>
 #include <mlframework/core/MultiTensor.hpp>
 #include <mlframework/core/Tensor.hpp>
@@ -23,6 +25,8 @@ struct StaticLossScaler::Impl {
   detail::CachedScalar scale_tensor;
   detail::CachedScalar inverse_tensor;
   detail::UnscaleWorkspace workspace;
+  bool track_amax = false;
+  float amax = 0.0f;  // since the record was cleared
 };
 
 StaticLossScaler::StaticLossScaler(float scale, bool enabled) {
@@ -33,12 +37,15 @@ StaticLossScaler::StaticLossScaler(float scale, bool enabled) {
 StaticLossScaler::~StaticLossScaler() = default;
 
 StaticLossScaler::StaticLossScaler(const StaticLossScaler& other)
-    : ILossScaler(other), impl_(std::make_unique<Impl>(other.impl_->scale, other.impl_->enabled)) {}
+    : ILossScaler(other), impl_(std::make_unique<Impl>(other.impl_->scale, other.impl_->enabled)) {
+  impl_->track_amax = other.impl_->track_amax;  // tracking is configuration, like the dynamic scaler's copy
+}
 
 StaticLossScaler& StaticLossScaler::operator=(const StaticLossScaler& other) {
   if (this != &other) {
     ILossScaler::operator=(other);  // the found-inf record (ILossScaler's default, which this scaler keeps)
     impl_ = std::make_unique<Impl>(other.impl_->scale, other.impl_->enabled);
+    impl_->track_amax = other.impl_->track_amax;
   }
   return *this;
 }
@@ -48,6 +55,21 @@ bool StaticLossScaler::Enabled() const { return impl_->enabled; }
 bool StaticLossScaler::SetEnabled(bool enabled) {
   impl_->enabled = enabled;
   return true;
+}
+
+bool StaticLossScaler::SetAmaxTracking(bool on) {
+  impl_->track_amax = on;
+  impl_->amax = 0.0f;
+  return true;
+}
+
+std::optional<float> StaticLossScaler::RecordedAmax() const {
+  return impl_->track_amax ? std::optional<float>(impl_->amax) : std::nullopt;
+}
+
+void StaticLossScaler::ClearRecordedOverflow() {
+  ILossScaler::ClearRecordedOverflow();
+  impl_->amax = 0.0f;
 }
 
 TensorPtr StaticLossScaler::ScaleLoss(const TensorPtr& loss) {
@@ -66,7 +88,13 @@ UnscaledGradients StaticLossScaler::UnscaleGradientsAndCheck(const GradientMap& 
     TensorList(gradients);  // same null check as when enabled
     return UnscaledGradients{gradients, false};
   }
-  return impl_->workspace.Run(gradients, impl_->inverse);
+  if (!impl_->track_amax) {
+    return impl_->workspace.Run(gradients, impl_->inverse);
+  }
+  float amax = 0.0f;
+  UnscaledGradients result = impl_->workspace.Run(gradients, impl_->inverse, &amax);
+  impl_->amax = std::max(impl_->amax, amax);
+  return result;
 }
 
 TensorPtr StaticLossScaler::UnscaleGradient(const TensorPtr& gradient) {

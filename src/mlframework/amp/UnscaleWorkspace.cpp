@@ -1,5 +1,6 @@
 #include "mlframework/amp/UnscaleWorkspace.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 #include <string>
@@ -52,13 +53,25 @@ UnscaleWorkspace::Split UnscaleWorkspace::SplitList(const GradientMap& gradients
   return split;
 }
 
-UnscaledGradients UnscaleWorkspace::Run(const GradientMap& gradients, float inverse_scale) {
+UnscaledGradients UnscaleWorkspace::Run(const GradientMap& gradients, float inverse_scale, float* amax) {
   const std::vector<TensorPtr> list = TensorList(gradients);  // ArgumentNullError naming a null entry
   // One contiguous FP32 buffer per device for all new ones: the cast streams its output like one
   // flat tensor instead of thousands of scattered small ones (core/Tensor.hpp).
   Split split = SplitList(gradients, list,
                           [](std::span<const TensorPtr> like) { return ZerosContiguousLike(like, DataType::Float32); });
   bool overflow = false;
+  if (amax != nullptr) {
+    NonFiniteAndAmax in_place;
+    NonFiniteAndAmax cast;
+    if (!split.in_place.empty()) {
+      in_place = UnscaleCheckAndAmax(split.in_place, inverse_scale);
+    }
+    if (!split.src.empty()) {
+      cast = CastIntoAndAmax(split.src, split.dst, inverse_scale);
+    }
+    *amax = std::max(in_place.Amax, cast.Amax);
+    return UnscaledGradients{std::move(split.result), in_place.FoundNonFinite || cast.FoundNonFinite};
+  }
   if (!split.in_place.empty()) {
     overflow = UnscaleAndCheck(split.in_place, inverse_scale);
   }

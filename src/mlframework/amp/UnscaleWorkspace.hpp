@@ -23,8 +23,9 @@ namespace mlframework::amp::detail {
 
 class UnscaleWorkspace {
  public:
-  // With a fixed @p inverse_scale on the host (a static scaler).
-  UnscaledGradients Run(const GradientMap& gradients, float inverse_scale);
+  // With a fixed @p inverse_scale on the host (a static scaler). With @p amax, the passes also
+  // take the amax of the unscaled values (NonFiniteAndAmax) and write it there.
+  UnscaledGradients Run(const GradientMap& gradients, float inverse_scale, float* amax = nullptr);
   // With the scale @p owner holds, read where it lives (placed on @p list, the tensors of
   // @p gradients, first); the overflow goes into the owner's record. No host synchronisation.
   GradientMap Run(const GradientMap& gradients, std::span<const TensorPtr> list,

@@ -1,5 +1,6 @@
 #include <mlframework/core/HostScaling.hpp>
 
+#include <array>
 #include <string>
 #include <string_view>
 
@@ -52,6 +53,16 @@ class GenericHostScaling final : public HostScalingBackend {
   bool CastInto(std::span<const ITensor* const> src, std::span<ITensor* const> dst, float factor) const override {
     return mlframework::CastInto(Borrowed(src), Borrowed(dst), factor);
   }
+  NonFiniteAndAmax UnscaleCheckAndAmax(std::span<ITensor* const> tensors, float factor) const override {
+    return mlframework::UnscaleCheckAndAmax(Borrowed(tensors), factor);
+  }
+  NonFiniteAndAmax CheckAndAmax(std::span<const ITensor* const> tensors) const override {
+    return mlframework::CheckAndAmax(Borrowed(tensors));
+  }
+  NonFiniteAndAmax CastIntoAndAmax(std::span<const ITensor* const> src, std::span<ITensor* const> dst,
+                                   float factor) const override {
+    return mlframework::CastIntoAndAmax(Borrowed(src), Borrowed(dst), factor);
+  }
 };
 
 }  // namespace
@@ -67,14 +78,35 @@ void HostScalingBackend::ScaleWithState(std::span<ITensor* const> tensors, Devic
   Scale(tensors, HostState(state).Scale());
 }
 
+namespace {
+
+// Records a pass with the amax into @p host.
+void Record(HostScaleState& host, const NonFiniteAndAmax& result) {
+  host.Record(result.FoundNonFinite);
+  host.RecordAmax(result.Amax);
+}
+
+}  // namespace
+
+// Each unscale picks the amax pass or the plain one once (never per element): without tracking
+// the kernels are exactly the plain ones. The checks never take the amax (DeviceScaleState, "Amax").
+
 void HostScalingBackend::UnscaleWithState(std::span<ITensor* const> tensors, DeviceScaleState& state) const {
   HostScaleState& host = HostState(state);
+  if (host.AmaxTracking()) {
+    Record(host, UnscaleCheckAndAmax(tensors, InverseScale(host.Scale())));
+    return;
+  }
   host.Record(UnscaleAndCheck(tensors, InverseScale(host.Scale())));
 }
 
 void HostScalingBackend::CastUnscaledWithState(std::span<const ITensor* const> src, std::span<ITensor* const> dst,
                                                DeviceScaleState& state) const {
   HostScaleState& host = HostState(state);
+  if (host.AmaxTracking()) {
+    Record(host, CastIntoAndAmax(src, dst, InverseScale(host.Scale())));
+    return;
+  }
   host.Record(CastInto(src, dst, InverseScale(host.Scale())));
 }
 
@@ -83,33 +115,54 @@ void HostScalingBackend::CheckWithState(std::span<const ITensor* const> tensors,
 }
 
 void HostScalingBackend::FlagToTensor(const DeviceScaleState& state, TensorPtr& out) const {
-  const float value = state.FoundInf() ? 1.0f : 0.0f;  // a host state: no wait
-  if (!out || out->GetDataType() != DataType::Float32 || out->Size() != 1 || !out->GetDevice().IsCPU()) {
-    out = Zeros({1});
+  const auto* host_state = dynamic_cast<const HostScaleState*>(&state);
+  if (host_state == nullptr) {
+    throw ArgumentError("state", "is a state in " + state.GetDevice().ToString() +
+                                     " memory, but a host scaling backend needs a HostScaleState");
   }
-  out->CopyFromFloats(std::span<const float>(&value, 1));
+  const HostScaleState& host = *host_state;
+  const std::size_t count = host.AmaxTracking() ? 2 : 1;
+  const std::array<float, 2> values{host.FoundInf() ? 1.0f : 0.0f, host.Amax()};  // a host state: no wait
+  if (!out || out->GetDataType() != DataType::Float32 || out->Size() != count || !out->GetDevice().IsCPU()) {
+    out = Zeros({count});
+  }
+  out->CopyFromFloats(std::span<const float>(values.data(), count));
 }
 
 void HostScalingBackend::FlagFromTensor(DeviceScaleState& state, const ITensor& in) const {
   HostScaleState& host = HostState(state);
-  if (in.GetDataType() != DataType::Float32 || in.Size() != 1 || !in.GetDevice().IsCPU()) {
-    throw ArgumentError("in", "must be a one-element FP32 host tensor, got " + std::to_string(in.Size()) +
-                                  " elements on " + in.GetDevice().ToString());
+  const std::size_t count = host.AmaxTracking() ? 2 : 1;
+  if (in.GetDataType() != DataType::Float32 || in.Size() != count || !in.GetDevice().IsCPU()) {
+    throw ArgumentError("in", "must be an FP32 host tensor of " + std::to_string(count) + " element(s), got " +
+                                  std::to_string(in.Size()) + " elements of " +
+                                  std::string(ToString(in.GetDataType())) + " on " + in.GetDevice().ToString());
   }
+  const std::vector<float> values = in.ToFloatVector();
   host.ClearFoundInf();
-  host.Record(in.ToFloatVector()[0] != 0.0f);
+  host.Record(values[0] != 0.0f);
+  if (count == 2) {
+    host.SetAmax(values[1]);
+  }
 }
 
 void HostScalingBackend::UpdateScale(DeviceScaleState& state) const { HostState(state).Update(); }
 
 void HostScalingBackend::UnscaleListWithState(std::span<const TensorPtr> tensors, DeviceScaleState& state) const {
   HostScaleState& host = HostState(state);
+  if (host.AmaxTracking()) {
+    Record(host, mlframework::UnscaleCheckAndAmax(tensors, InverseScale(host.Scale())));
+    return;
+  }
   host.Record(mlframework::UnscaleAndCheck(tensors, InverseScale(host.Scale())));
 }
 
 void HostScalingBackend::CastUnscaledListWithState(std::span<const TensorPtr> src, std::span<const TensorPtr> dst,
                                                    DeviceScaleState& state) const {
   HostScaleState& host = HostState(state);
+  if (host.AmaxTracking()) {
+    Record(host, mlframework::CastIntoAndAmax(src, dst, InverseScale(host.Scale())));
+    return;
+  }
   host.Record(mlframework::CastInto(src, dst, InverseScale(host.Scale())));
 }
 

@@ -70,6 +70,7 @@ void ScaleStateOwner::MoveTo(const DeviceScalingBackend& backend, Device device)
   const ScaleState state = Read();
   const bool record = Recorded();
   std::unique_ptr<DeviceScaleState> next = backend.CreateScaleState(device, policy_, state);
+  next->SetAmaxTracking(state_->AmaxTracking());
   if (record) {
     next->MarkFoundInf();
   }

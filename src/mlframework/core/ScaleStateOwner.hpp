@@ -28,7 +28,10 @@ class ScaleStateOwner {
  public:
   ScaleStateOwner(const ScalePolicy& policy, const ScaleState& initial);
   // The copy holds a host state and no record (reads a device state: one synchronisation).
-  ScaleStateOwner(const ScaleStateOwner& other) : ScaleStateOwner(other.policy_, other.Read()) {}
+  // The copy tracks the amax when @p other does (from 0).
+  ScaleStateOwner(const ScaleStateOwner& other) : ScaleStateOwner(other.policy_, other.Read()) {
+    state_->SetAmaxTracking(other.AmaxTracking());
+  }
   ScaleStateOwner& operator=(const ScaleStateOwner& other);
   ScaleStateOwner(ScaleStateOwner&&) noexcept = default;
   ScaleStateOwner& operator=(ScaleStateOwner&&) noexcept = default;
@@ -84,7 +87,18 @@ class ScaleStateOwner {
   void Update(bool overflow);
   // Advances the state with the record and clears it. No wait.
   void UpdateFromRecord();
-  // The record as a one-element FP32 tensor where the state lives (for an all-reduce there).
+  // Amax tracking on the state (DeviceScaleState, "Amax"): kept when the state moves to another
+  // device (the amax folded in so far is not: a state moves before a step's first pass).
+  void SetAmaxTracking(bool on) { state_->SetAmaxTracking(on); }
+  bool AmaxTracking() const noexcept { return state_->AmaxTracking(); }
+  // The amax since the last clear (on a device: waits for queued work).
+  float Amax() const { return state_->Amax(); }
+  // Clears the amax (no wait).
+  void ClearAmax() {
+    if (state_->AmaxTracking()) state_->ClearAmax();
+  }
+  // The record as a one-element FP32 tensor where the state lives (for an all-reduce there), two
+  // elements (the record, the amax) while the amax is tracked.
   void FlagToTensor(TensorPtr& out) const;
   // The record set to `in[0] != 0` (the reduced flag written back). No wait.
   void FlagFromTensor(const ITensor& in);

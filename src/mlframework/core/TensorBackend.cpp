@@ -1,5 +1,7 @@
 #include <mlframework/core/TensorBackend.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <string>
 
 #include <mlframework/core/Error.hpp>
@@ -56,6 +58,52 @@ bool TensorBackend::AdamStep(const OptimizerStepLists& /*lists*/, const AdamStep
 bool TensorBackend::SGDStep(const OptimizerStepLists& /*lists*/, const SGDStepScalars& /*scalars*/,
                             const DeviceScaleState* /*skip_if_found_inf*/) const {
   return false;
+}
+
+namespace {
+
+// The largest finite |x * factor| over @p tensors' values, read back through the host.
+float HostAmax(std::span<const ITensor* const> tensors, float factor) {
+  float amax = 0.0f;
+  for (const ITensor* tensor : tensors) {
+    for (const float x : tensor->ToFloatVector()) {
+      const float v = std::fabs(x * factor);
+      if (std::isfinite(v)) amax = std::max(amax, v);
+    }
+  }
+  return amax;
+}
+
+}  // namespace
+
+NonFiniteAndAmax TensorBackend::UnscaleCheckAndAmax(std::span<ITensor* const> tensors, float factor) const {
+  // Read before the unscale: the amax is of the FP32 products, before rounding into the dtype.
+  const float amax = HostAmax(std::span<const ITensor* const>(tensors.data(), tensors.size()), factor);
+  return {UnscaleAndCheck(tensors, factor), amax};
+}
+
+NonFiniteAndAmax TensorBackend::CheckAndAmax(std::span<const ITensor* const> tensors) const {
+  return {HasNonFinite(tensors), HostAmax(tensors, 1.0f)};
+}
+
+NonFiniteAndAmax TensorBackend::CastIntoAndAmax(std::span<const ITensor* const> src, std::span<ITensor* const> dst,
+                                                float factor) const {
+  return {CastInto(src, dst, factor), HostAmax(src, factor)};
+}
+
+std::optional<NonFiniteAndAmax> TensorBackend::UnscaleCheckAndAmaxList(std::span<const TensorPtr> /*tensors*/,
+                                                                       float /*factor*/) const {
+  return std::nullopt;
+}
+
+std::optional<NonFiniteAndAmax> TensorBackend::CheckAndAmaxList(std::span<const TensorPtr> /*tensors*/) const {
+  return std::nullopt;
+}
+
+std::optional<NonFiniteAndAmax> TensorBackend::CastIntoAndAmaxLists(std::span<const TensorPtr> /*src*/,
+                                                                    std::span<const TensorPtr> /*dst*/,
+                                                                    float /*factor*/) const {
+  return std::nullopt;
 }
 
 TensorPtr TensorBackend::Allocate(const Shape& /*shape*/, DataType /*dtype*/, Device device) const {

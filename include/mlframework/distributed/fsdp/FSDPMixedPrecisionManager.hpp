@@ -118,6 +118,21 @@ class MLFRAMEWORK_EXPORT FSDPMixedPrecisionManager {
   void AddObserver(std::shared_ptr<ITrainingObserver> observer);
   /// Unregisters @p observer; false when it was not registered. ArgumentNullError("observer") for null.
   bool RemoveObserver(const std::shared_ptr<ITrainingObserver>& observer);
+  /// Turns amax tracking (headroom telemetry) on or off; off by default (call it on every rank
+  /// alike: it changes what the agreement collective carries). While on,
+  /// UnscaleAndCheckOverflow() also takes the largest finite absolute value of the unscaled
+  /// gradients (max|g| / scale) in its fused pass, and the ranks agree on the largest one in the
+  /// same MAX all-reduce as the overflow flag (a two-element flag tensor on NCCL, two host values
+  /// otherwise): no extra collective. Inf and NaN are left out, so an overflowing step still
+  /// reports the amax of its finite values. While off, the kernels are the plain ones.
+  void SetAmaxTracking(bool on);
+  /// Whether amax tracking is on.
+  bool AmaxTracking() const noexcept;
+  /// The amax agreed by the last UnscaleAndCheckOverflow() that ran while tracking was on (the
+  /// same on every rank); nullopt while tracking is off and before such a step. CheckOverflow()
+  /// takes none (its gradients may still be scaled). On a device the value was read once when
+  /// the step agreed.
+  std::optional<float> LastAmax() const noexcept;
 
   /// Versioned blob of the scaling state.
   std::vector<std::byte> StateDict() const;
@@ -134,7 +149,8 @@ class MLFRAMEWORK_EXPORT FSDPMixedPrecisionManager {
   // Whether a step builds a report on overflow: SetOverflowReports(true) or an observer.
   bool Reporting() const noexcept;
   // Commits the step: the report on overflow, the step index, then the observers.
-  bool FinishStep(const GradientMap& gradients, bool overflow, float old_scale);
+  bool FinishStep(const GradientMap& gradients, bool overflow, float old_scale,
+                  std::optional<float> amax = std::nullopt);
 
   FSDPMixedPrecisionConfig config_;
   ScalePolicy policy_;
@@ -145,6 +161,9 @@ class MLFRAMEWORK_EXPORT FSDPMixedPrecisionManager {
   bool reports_ = false;    // SetOverflowReports()
   std::optional<OverflowReport> last_overflow_;
   std::vector<std::shared_ptr<ITrainingObserver>> observers_;
+  bool amax_tracking_ = false;
+  std::optional<float> last_amax_;    // LastAmax()
+  std::optional<float> agreed_amax_;  // what the last Agree() agreed, while tracking
 };
 
 }  // namespace mlframework::distributed::fsdp

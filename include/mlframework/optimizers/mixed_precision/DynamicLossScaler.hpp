@@ -35,6 +35,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -146,8 +147,14 @@ class MLFRAMEWORK_EXPORT DynamicLossScaler {
   /// fallback, the initial scale when scaling is off in the options).
   void UnscaleAndRecordOverflow(std::span<const TensorPtr> in_place, std::span<const TensorPtr> src,
                                 std::span<const TensorPtr> dst) const;
-  /// Clears the record (no synchronisation).
+  /// Clears the record and the amax (no synchronisation).
   void ClearRecordedOverflow() const;
+  /// Turns amax tracking on the scaler's state on or off (DeviceScaleState, "Amax"): while on,
+  /// UnscaleAndRecordOverflow() also takes the largest finite absolute value it writes.
+  void SetAmaxTracking(bool on) const;
+  /// The amax of the unscales since the record was cleared (on a device: one synchronisation);
+  /// nullopt while tracking is off.
+  std::optional<float> RecordedAmax() const;
   /// Moves the state where the scaling backend of @p gradients keeps it, as the first operation on
   /// them would (one synchronisation onto or off a device). ArgumentError naming `gradients[i]`
   /// for a list that mixes a device with other tensors, with nothing changed: a caller can fail

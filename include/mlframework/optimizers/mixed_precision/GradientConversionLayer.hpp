@@ -141,6 +141,22 @@ class MLFRAMEWORK_EXPORT GradientConversionLayer {
   /// @p gradients untouched when clipping is disabled or MaxGradNorm <= 0.
   GradientMap ClipGradients(const GradientMap& gradients);
 
+  /// Turns amax tracking (headroom telemetry) on or off; off by default. It is tracked on the
+  /// layer's scaler (shared: DynamicLossScaler::SetAmaxTracking()). While on, ProcessGradients()
+  /// also takes the largest finite absolute value of the unscaled gradients (max|g| / scale, what
+  /// the optimizer receives) in the passes that check them: the fused unscale of the 16-bit
+  /// gradients and the read-only check of the FP32 ones (their amax times 1 / scale). Inf and NaN
+  /// are left out, so a skipped step still reports the amax of its finite values. With clipping
+  /// active the check pass computes the norm, not the amax: LastAmax() stays nullopt then. While
+  /// off, the kernels are the plain ones.
+  void SetAmaxTracking(bool on);
+  /// Whether amax tracking is on.
+  bool AmaxTracking() const noexcept { return amax_tracking_; }
+  /// The amax of the last ProcessGradients() that checked its gradients while tracking was on,
+  /// without clipping; nullopt otherwise (tracking off, before such a call, clipping active,
+  /// checking off in the options).
+  std::optional<float> LastAmax() const noexcept { return last_amax_; }
+
   /// Snapshot of the gradient processing.
   GradientProcessingStats GetStats() const;
 
@@ -190,6 +206,8 @@ class MLFRAMEWORK_EXPORT GradientConversionLayer {
 
   MixedPrecisionOptions options_;
   std::shared_ptr<DynamicLossScaler> loss_scaler_;
+  bool amax_tracking_ = false;
+  std::optional<float> last_amax_;
   std::shared_ptr<PrecisionManager> precision_manager_;
   std::int64_t clip_count_ = 0;
   float last_gradient_norm_ = 0.0f;

@@ -139,6 +139,52 @@ std::optional<bool> CpuBackend::CastIntoLists(std::span<const TensorPtr> src, st
   return CastKernel(*plans, factor);
 }
 
+NonFiniteAndAmax CpuBackend::UnscaleCheckAndAmax(std::span<ITensor* const> tensors, float factor) const {
+  return UnscaleCheckAndAmaxKernel(tensors, factor);
+}
+
+NonFiniteAndAmax CpuBackend::CheckAndAmax(std::span<const ITensor* const> tensors) const {
+  return CheckAndAmaxKernel(tensors);
+}
+
+NonFiniteAndAmax CpuBackend::CastIntoAndAmax(std::span<const ITensor* const> src, std::span<ITensor* const> dst,
+                                             float factor) const {
+  return CastIntoAndAmaxKernel(src, dst, factor);
+}
+
+std::optional<NonFiniteAndAmax> CpuBackend::UnscaleCheckAndAmaxList(std::span<const TensorPtr> tensors,
+                                                                    float factor) const {
+  const auto plan = PlanOfList(tensors);
+  return plan ? std::optional(UnscaleCheckAndAmaxKernel(*plan, factor)) : std::nullopt;
+}
+
+std::optional<NonFiniteAndAmax> CpuBackend::CheckAndAmaxList(std::span<const TensorPtr> tensors) const {
+  const auto plan = PlanOfList(tensors);
+  return plan ? std::optional(CheckAndAmaxKernel(*plan)) : std::nullopt;
+}
+
+std::optional<NonFiniteAndAmax> CpuBackend::CastIntoAndAmaxLists(std::span<const TensorPtr> src,
+                                                                 std::span<const TensorPtr> dst, float factor) const {
+  if (src.empty() || src.size() != dst.size()) {
+    return std::nullopt;
+  }
+  // The pair cache the plain cast keeps: a step's cast lists are planned once for both forms.
+  if (const std::shared_ptr<const PairPlans> plans = pair_lists_.Find({src, dst})) {
+    return CastAndAmaxKernel(*plans, factor);
+  }
+  if (!IsCpuEntry(src.front()) || !IsCpuEntry(dst.front())) {
+    return std::nullopt;
+  }
+  std::shared_ptr<const PairPlans> plans;
+  try {
+    plans = PlansOf(src, dst);
+  } catch (const NotCpuList&) {
+    return std::nullopt;
+  }
+  pair_lists_.Add({src, dst}, plans);
+  return CastAndAmaxKernel(*plans, factor);
+}
+
 TensorPtr CpuBackend::Allocate(const Shape& shape, DataType dtype, Device device) const {
   if (!device.IsCPU()) throw ArgumentError("device", "the cpu backend allocates on cpu, got " + device.ToString());
   return Empty(shape, dtype);

@@ -36,6 +36,16 @@ class CpuBackend final : public HostScalingBackend {  // scaling: host states, t
   std::optional<bool> CastIntoLists(std::span<const TensorPtr> src, std::span<const TensorPtr> dst,
                                     float factor) const override;
 
+  NonFiniteAndAmax UnscaleCheckAndAmax(std::span<ITensor* const> tensors, float factor) const override;
+  NonFiniteAndAmax CheckAndAmax(std::span<const ITensor* const> tensors) const override;
+  NonFiniteAndAmax CastIntoAndAmax(std::span<const ITensor* const> src, std::span<ITensor* const> dst,
+                                   float factor) const override;
+  std::optional<NonFiniteAndAmax> UnscaleCheckAndAmaxList(std::span<const TensorPtr> tensors,
+                                                          float factor) const override;
+  std::optional<NonFiniteAndAmax> CheckAndAmaxList(std::span<const TensorPtr> tensors) const override;
+  std::optional<NonFiniteAndAmax> CastIntoAndAmaxLists(std::span<const TensorPtr> src, std::span<const TensorPtr> dst,
+                                                       float factor) const override;
+
   TensorPtr Allocate(const Shape& shape, DataType dtype, Device device) const override;
   TensorPtr View(const TensorPtr& base, std::size_t offset, const Shape& shape) const override;
 

@@ -158,8 +158,11 @@ void CompleteFrom(const KernelSet& portable, KernelSet& set) noexcept {
     fill(set.non_finite[d], portable.non_finite[d]);
     fill(set.sum_squares[d], portable.sum_squares[d]);
     fill(set.scale[d], portable.scale[d]);
+    fill(set.unscale_amax[d], portable.unscale_amax[d]);
+    fill(set.non_finite_amax[d], portable.non_finite_amax[d]);
     for (std::size_t t = 0; t < static_cast<std::size_t>(kDataTypeCount); ++t) {
       fill(set.cast[d][t], portable.cast[d][t]);
+      fill(set.cast_amax[d][t], portable.cast_amax[d][t]);
     }
   }
 }

@@ -41,11 +41,23 @@ struct KernelSet {
   /// `dst = round_to_dst(src * factor)`; true when any written value is Inf or NaN.
   using CastFn = bool (*)(const void* src, void* dst, std::size_t count, float factor);
 
+  /// The same with the amax: folds the largest finite |x * factor| (the FP32 product, before
+  /// rounding into the destination) of the piece into `*amax` (max with what it holds).
+  using UnscaleAmaxFn = bool (*)(void* data, std::size_t count, float factor, float* amax);
+  /// NonFiniteFn reading every element, and folding the largest finite |x| into `*amax`.
+  using NonFiniteAmaxFn = bool (*)(const void* data, std::size_t count, float* amax);
+  /// CastFn folding the largest finite |src * factor| into `*amax`.
+  using CastAmaxFn = bool (*)(const void* src, void* dst, std::size_t count, float factor, float* amax);
+
   UnscaleFn unscale[kDataTypeCount];
   NonFiniteFn non_finite[kDataTypeCount];
   SumSquaresFn sum_squares[kDataTypeCount];
   ScaleFn scale[kDataTypeCount];
   CastFn cast[kDataTypeCount][kDataTypeCount];  ///< [source dtype][destination dtype]
+  // The amax forms: separate functions, so the kernels above stay the code they are without it.
+  UnscaleAmaxFn unscale_amax[kDataTypeCount];
+  NonFiniteAmaxFn non_finite_amax[kDataTypeCount];
+  CastAmaxFn cast_amax[kDataTypeCount][kDataTypeCount];  ///< [source dtype][destination dtype]
 };
 
 /// One instruction set's kernels, in two sets that compute the same bits.

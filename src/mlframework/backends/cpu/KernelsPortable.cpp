@@ -75,9 +75,59 @@ bool Cast(const void* src, void* dst, std::size_t count, float factor) {
   return !all_finite;
 }
 
+// |v| when v is finite, else 0 (the amax leaves Inf and NaN out).
+float FiniteAbs(float v) {
+  const float a = v < 0.0f ? -v : v;
+  return detail::IsFiniteFloat(a) ? a : 0.0f;
+}
+
+template <DataType D>
+bool UnscaleAmax(void* data, std::size_t count, float factor, float* amax) {
+  bool all_finite = true;
+  float peak = *amax;
+  for (std::size_t i = 0; i < count; ++i) {
+    const float v = Load<D>(data, i) * factor;
+    const float a = FiniteAbs(v);
+    peak = a > peak ? a : peak;
+    Store<D>(data, i, v);
+    all_finite &= IsFiniteAt<D>(data, i);
+  }
+  *amax = peak;
+  return !all_finite;
+}
+
+template <DataType D>
+bool NonFiniteAmax(const void* data, std::size_t count, float* amax) {
+  bool all_finite = true;
+  float peak = *amax;
+  for (std::size_t i = 0; i < count; ++i) {
+    const float a = FiniteAbs(Load<D>(data, i));
+    peak = a > peak ? a : peak;
+    all_finite &= IsFiniteAt<D>(data, i);
+  }
+  *amax = peak;
+  return !all_finite;
+}
+
+template <DataType S, DataType T>
+bool CastAmax(const void* src, void* dst, std::size_t count, float factor, float* amax) {
+  bool all_finite = true;
+  float peak = *amax;
+  for (std::size_t i = 0; i < count; ++i) {
+    const float v = Load<S>(src, i) * factor;
+    const float a = FiniteAbs(v);
+    peak = a > peak ? a : peak;
+    Store<T>(dst, i, v);
+    all_finite &= IsFiniteAt<T>(dst, i);
+  }
+  *amax = peak;
+  return !all_finite;
+}
+
 template <DataType S, std::size_t... T>
 constexpr void FillCastRow(KernelSet& set, std::index_sequence<T...> /*dtypes*/) {
   ((set.cast[Slot(S)][T] = &Cast<S, static_cast<DataType>(T)>), ...);
+  ((set.cast_amax[Slot(S)][T] = &CastAmax<S, static_cast<DataType>(T)>), ...);
 }
 
 // Every slot of every dtype, generated from the one list in DataType.hpp.
@@ -88,6 +138,8 @@ constexpr KernelSet MakePortableSet(std::index_sequence<D...> dtypes) {
   ((set.non_finite[D] = &NonFinite<static_cast<DataType>(D)>), ...);
   ((set.sum_squares[D] = &SumSquares<static_cast<DataType>(D)>), ...);
   ((set.scale[D] = &Scale<static_cast<DataType>(D)>), ...);
+  ((set.unscale_amax[D] = &UnscaleAmax<static_cast<DataType>(D)>), ...);
+  ((set.non_finite_amax[D] = &NonFiniteAmax<static_cast<DataType>(D)>), ...);
   (FillCastRow<static_cast<DataType>(D)>(set, dtypes), ...);
   return set;
 }

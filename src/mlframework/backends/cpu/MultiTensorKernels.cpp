@@ -141,6 +141,59 @@ bool CastKernel(const PairPlans& plans, float factor) {
   return found != 0;
 }
 
+// The amax passes: each thread folds its pieces into one amax (a max is exact in any order, so
+// the result does not depend on the thread count).
+
+NonFiniteAndAmax UnscaleCheckAndAmaxKernel(const Plan& plan, float factor) {
+  const KernelSet& kernels = KernelsFor(plan.bytes);
+  int found = 0;
+  float amax = 0.0f;
+#pragma omp parallel for schedule(static) reduction(| : found) reduction(max : amax) if (Parallel(plan))
+  for (std::size_t c = 0; c < plan.chunks; ++c) {
+    plan.ForEachPiece(c, [&](std::size_t s, std::size_t begin, std::size_t end) {
+      const Segment& seg = plan.segments[s];
+      found |= kernels.unscale_amax[Slot(seg.dtype)](seg.At(begin), end - begin, factor, &amax) ? 1 : 0;
+    });
+  }
+  return {found != 0, amax};
+}
+
+NonFiniteAndAmax CheckAndAmaxKernel(const Plan& plan) {
+  const KernelSet& kernels = KernelsFor(plan.bytes);
+  int found = 0;
+  float amax = 0.0f;
+#pragma omp parallel for schedule(static) reduction(| : found) reduction(max : amax) if (Parallel(plan))
+  for (std::size_t c = 0; c < plan.chunks; ++c) {
+    plan.ForEachPiece(c, [&](std::size_t s, std::size_t begin, std::size_t end) {
+      const Segment& seg = plan.segments[s];
+      found |= kernels.non_finite_amax[Slot(seg.dtype)](seg.At(begin), end - begin, &amax) ? 1 : 0;
+    });
+  }
+  return {found != 0, amax};
+}
+
+NonFiniteAndAmax CastAndAmaxKernel(const PairPlans& plans, float factor) {
+  const Plan& src_plan = plans.first;
+  const Plan& dst_plan = plans.second;
+  const std::size_t bytes = src_plan.bytes + dst_plan.bytes;
+  const auto& cast = KernelsFor(bytes).cast_amax;
+  const bool streaming = FromMemory(bytes);
+  int found = 0;
+  float amax = 0.0f;
+#pragma omp parallel for schedule(static) reduction(| : found) reduction(max : amax) if (Parallel(src_plan))
+  for (std::size_t c = 0; c < src_plan.chunks; ++c) {
+    src_plan.ForEachPiece(c, [&](std::size_t s, std::size_t begin, std::size_t end) {
+      const Segment& in = src_plan.segments[s];
+      const Segment& out = dst_plan.segments[s];
+      found |= cast[Slot(in.dtype)][Slot(out.dtype)](in.At(begin), out.At(begin), end - begin, factor, &amax) ? 1 : 0;
+    });
+    if (streaming) {
+      std::atomic_thread_fence(std::memory_order_seq_cst);  // as in CastKernel
+    }
+  }
+  return {found != 0, amax};
+}
+
 bool UnscaleAndCheckKernel(std::span<ITensor* const> tensors, float factor) {
   return UnscaleAndCheckKernel(*PlanOf(tensors), factor);
 }
@@ -155,6 +208,19 @@ void ScaleKernel(std::span<ITensor* const> tensors, float factor) { ScaleKernel(
 
 bool CastIntoKernel(std::span<const ITensor* const> src, std::span<ITensor* const> dst, float factor) {
   return CastKernel(*PlansOf(src, dst), factor);
+}
+
+NonFiniteAndAmax UnscaleCheckAndAmaxKernel(std::span<ITensor* const> tensors, float factor) {
+  return UnscaleCheckAndAmaxKernel(*PlanOf(tensors), factor);
+}
+
+NonFiniteAndAmax CheckAndAmaxKernel(std::span<const ITensor* const> tensors) {
+  return CheckAndAmaxKernel(*PlanOf(tensors));
+}
+
+NonFiniteAndAmax CastIntoAndAmaxKernel(std::span<const ITensor* const> src, std::span<ITensor* const> dst,
+                                       float factor) {
+  return CastAndAmaxKernel(*PlansOf(src, dst), factor);
 }
 
 void WidenToFloat(const void* src, DataType dtype, float* dst, std::size_t count) {

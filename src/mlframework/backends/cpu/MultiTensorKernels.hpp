@@ -28,6 +28,16 @@ void ScaleKernel(std::span<ITensor* const> tensors, float factor);
 /// @p src and @p dst have the same sizes pairwise: the caller checks them first.
 bool CastIntoKernel(std::span<const ITensor* const> src, std::span<ITensor* const> dst, float factor);
 
+/// The amax forms (TensorBackend.hpp, NonFiniteAndAmax): the same passes with the amax folded in;
+/// CheckAndAmaxKernel reads every chunk (no early exit: the amax needs every value).
+NonFiniteAndAmax UnscaleCheckAndAmaxKernel(const Plan& plan, float factor);
+NonFiniteAndAmax CheckAndAmaxKernel(const Plan& plan);
+NonFiniteAndAmax CastAndAmaxKernel(const PairPlans& plans, float factor);
+NonFiniteAndAmax UnscaleCheckAndAmaxKernel(std::span<ITensor* const> tensors, float factor);
+NonFiniteAndAmax CheckAndAmaxKernel(std::span<const ITensor* const> tensors);
+NonFiniteAndAmax CastIntoAndAmaxKernel(std::span<const ITensor* const> src, std::span<ITensor* const> dst,
+                                       float factor);
+
 /// Widens @p count elements of @p dtype at @p src into floats (single thread).
 MLFRAMEWORK_EXPORT void WidenToFloat(const void* src, DataType dtype, float* dst, std::size_t count);
 /// Rounds @p count floats into @p dtype elements at @p dst (single thread).

@@ -37,6 +37,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <utility>
 
 #include <xsimd/xsimd.hpp>
@@ -103,27 +104,78 @@ void PrefetchAhead(const T* p) {
 // over what it wrote. The flag is a value, not a reference: through a reference the compiler must
 // assume each 16-bit store may change it, and kept it in memory, a load and a store per vector on
 // the loop's critical path (casts that stay in cache ran at a third of copy speed).
-template <class Ops, DataType S, DataType T>
-typename Ops::Flag CastOrdinary(const Element<S>* in, Element<T>* out, std::size_t count, const typename Ops::Batch& f,
-                                typename Ops::Flag flag) {
+// peak raised lane-wise to |v| where v is finite: what an amax folds in (Inf and NaN left out,
+// so an overflowing pass still reports the amax of its finite values). A compare and a blend,
+// not xsimd::max: with GCC 12 its AVX-512 form reads an "undefined" register that
+// -Wuninitialized flags.
+template <class Ops>
+typename Ops::Batch RaiseAmax(const typename Ops::Batch& peak, const typename Ops::Batch& v) {
   using Batch = typename Ops::Batch;
+  const Batch a = xsimd::abs(v);
+  return xsimd::select((a <= Batch(std::numeric_limits<float>::max())) & (a > peak), a, peak);
+}
+
+// The lane-wise maximum of two amax batches (no NaN lanes).
+template <class Ops>
+typename Ops::Batch MaxOf(const typename Ops::Batch& a, const typename Ops::Batch& b) {
+  return xsimd::select(a > b, a, b);
+}
+
+// The largest lane of a batch of non-negative floats.
+template <class Batch>
+float LaneMax(const Batch& v) {
+  alignas(64) std::array<float, Batch::size> lanes{};
+  v.store_aligned(lanes.data());
+  float peak = 0.0f;
+  for (const float lane : lanes) {
+    peak = lane > peak ? lane : peak;
+  }
+  return peak;
+}
+
+// out[i] = round(in[i] * f) for i < count with ordinary stores: a partial vector up to the first
+// vector-aligned element of out, aligned full vectors, a partial tail. Returns the flag folded
+// over what it wrote. The flag is a value, not a reference: through a reference the compiler must
+// assume each 16-bit store may change it, and kept it in memory, a load and a store per vector on
+// the loop's critical path (casts that stay in cache ran at a third of copy speed).
+// kAmax: also folds every product into the amax *peak (RaiseAmax) (kept in a local for the same reason);
+// without it the loop is the plain cast, not a branch.
+template <class Ops, DataType S, DataType T, bool kAmax = false>
+typename Ops::Flag CastOrdinary(const Element<S>* in, Element<T>* out, std::size_t count, const typename Ops::Batch& f,
+                                typename Ops::Flag flag, typename Ops::Batch* peak = nullptr) {
+  using Batch = typename Ops::Batch;
+  Batch amax(0.0f);
+  if constexpr (kAmax) {
+    amax = *peak;
+  }
+  // A default capture: without kAmax the lambda does not use amax.
+  const auto product = [&](const Batch& x) {
+    const Batch v = x * f;
+    if constexpr (kAmax) {
+      amax = RaiseAmax<Ops>(amax, v);
+    }
+    return v;
+  };
   std::size_t i = AlignHead<Ops>(out, count);  // align the stores; loads may straddle
   if (i > 0) {
-    Ops::template StorePartial<T>(out, i, Ops::template LoadPartial<S>(in, i) * f, flag);
+    Ops::template StorePartial<T>(out, i, product(Ops::template LoadPartial<S>(in, i)), flag);
   }
   for (; i + 2 * Ops::kWidth <= count; i += 2 * Ops::kWidth) {
     PrefetchAhead<Ops>(in + i);
-    const Batch a = Ops::template Load<S>(in + i) * f;
-    const Batch b = Ops::template Load<S>(in + i + Ops::kWidth) * f;
+    const Batch a = product(Ops::template Load<S>(in + i));
+    const Batch b = product(Ops::template Load<S>(in + i + Ops::kWidth));
     Ops::template Store<T>(out + i, a, flag);
     Ops::template Store<T>(out + i + Ops::kWidth, b, flag);
   }
   for (; i + Ops::kWidth <= count; i += Ops::kWidth) {
-    Ops::template Store<T>(out + i, Ops::template Load<S>(in + i) * f, flag);
+    Ops::template Store<T>(out + i, product(Ops::template Load<S>(in + i)), flag);
   }
   if (i < count) {
     const std::size_t n = count - i;
-    Ops::template StorePartial<T>(out + i, n, Ops::template LoadPartial<S>(in + i, n) * f, flag);
+    Ops::template StorePartial<T>(out + i, n, product(Ops::template LoadPartial<S>(in + i, n)), flag);
+  }
+  if constexpr (kAmax) {
+    *peak = amax;
   }
   return flag;
 }
@@ -179,6 +231,55 @@ bool NonFinite(const void* data, std::size_t count) {
     Ops::template CheckPartial<D>(p + i, count - i, flag);
   }
   return Ops::template AnyNonFiniteChecked<D>(flag);
+}
+
+// Unscale() that also folds the amax of the products into *amax. The 16-bit word kernels write
+// the words without the FP32 products, so this always takes the converting loop.
+template <class Ops, DataType D>
+bool UnscaleAmax(void* data, std::size_t count, float factor, float* amax) {
+  using Batch = typename Ops::Batch;
+  auto* p = static_cast<Element<D>*>(data);
+  Batch peak(0.0f);
+  const auto flag = CastOrdinary<Ops, D, D, true>(p, p, count, Batch(factor), Ops::template NoFlag<D>(), &peak);
+  const float piece = LaneMax(peak);
+  *amax = piece > *amax ? piece : *amax;
+  return Ops::template AnyNonFinite<D>(flag);
+}
+
+// NonFinite() that also folds the amax of the values into *amax. Every value is widened to FP32
+// (the amax needs it), so the check rides on the same vectors: `bad += v * 0` stays 0 while every
+// value is finite and becomes NaN at the first Inf or NaN.
+template <class Ops, DataType D>
+bool NonFiniteAmax(const void* data, std::size_t count, float* amax) {
+  using Batch = typename Ops::Batch;
+  const auto* p = static_cast<const Element<D>*>(data);
+  constexpr std::size_t kW = Ops::kWidth;
+  const Batch zero(0.0f);
+  Batch peak0(0.0f), peak1(0.0f), bad0(0.0f), bad1(0.0f);
+  const auto fold = [&zero](const Batch& v, Batch& peak, Batch& bad) {
+    peak = RaiseAmax<Ops>(peak, v);
+    bad = xsimd::fma(v, zero, bad);
+  };
+  std::size_t i = AlignHead<Ops>(p, count);
+  if (i > 0) {
+    fold(Ops::template LoadPartial<D>(p, i), peak0, bad0);
+  }
+  for (; i + 2 * kW <= count; i += 2 * kW) {
+    PrefetchAhead<Ops>(p + i);
+    fold(Ops::template Load<D>(p + i), peak0, bad0);
+    fold(Ops::template Load<D>(p + i + kW), peak1, bad1);
+  }
+  for (; i + kW <= count; i += kW) {
+    fold(Ops::template Load<D>(p + i), peak0, bad0);
+  }
+  if (i < count) {
+    fold(Ops::template LoadPartial<D>(p + i, count - i), peak1, bad1);
+  }
+  const float piece = LaneMax(MaxOf<Ops>(peak0, peak1));
+  *amax = piece > *amax ? piece : *amax;
+  const Batch bad = bad0 + bad1;
+  // Not `bad != bad`: xsimd compares with the ordered not-equal, false for NaN.
+  return xsimd::any(!(bad == bad));
 }
 
 // The sum of the lanes of an FP64 batch, lane by lane in order. Not xsimd::hadd: with GCC 12 its
@@ -313,15 +414,16 @@ float SumSquares(const void* data, std::size_t count) {
 // it in a packed buffer) leaves a write-combining buffer to be flushed half full, a partial
 // write to memory. Streaming whole lines only made the narrowing casts of separately allocated
 // small tensors 11-31% faster.
-template <class Ops, DataType S, DataType T, bool kStream = false>
-bool Cast(const void* src, void* dst, std::size_t count, float factor) {
+// kAmax: also folds the amax of the products into *peak (the plain cast without it).
+template <class Ops, DataType S, DataType T, bool kStream, bool kAmax>
+typename Ops::Flag CastBody(const void* src, void* dst, std::size_t count, float factor, typename Ops::Batch* peak) {
   using Batch = typename Ops::Batch;
   const auto* in = static_cast<const Element<S>*>(src);
   auto* out = static_cast<Element<T>*>(dst);
   const Batch f(factor);
   auto flag = Ops::template NoFlag<T>();
   if constexpr (!kStream) {
-    flag = CastOrdinary<Ops, S, T>(in, out, count, f, flag);
+    flag = CastOrdinary<Ops, S, T, kAmax>(in, out, count, f, flag, peak);
   } else {
     constexpr std::size_t kLine = 64 / sizeof(Element<T>);  // elements in one line of out
     static_assert(kLine % Ops::kWidth == 0, "a line holds whole vectors");
@@ -335,17 +437,47 @@ bool Cast(const void* src, void* dst, std::size_t count, float factor) {
       head = count;  // no whole line to stream
     }
     const std::size_t lines_end = head + (count - head) / kStep * kStep;
-    flag = CastOrdinary<Ops, S, T>(in, out, head, f, flag);
+    flag = CastOrdinary<Ops, S, T, kAmax>(in, out, head, f, flag, peak);
+    Batch amax(0.0f);
     for (std::size_t i = head; i < lines_end; i += kStep) {
       PrefetchLines<Ops, kStep * sizeof(Element<S>) / 64>(in + i);
       for (std::size_t v = 0; v < kStep; v += Ops::kWidth) {
-        Ops::template Store<T, true>(out + i + v, Ops::template Load<S>(in + i + v) * f, flag);
+        const Batch product = Ops::template Load<S>(in + i + v) * f;
+        if constexpr (kAmax) {
+          amax = RaiseAmax<Ops>(amax, product);
+        }
+        Ops::template Store<T, true>(out + i + v, product, flag);
       }
     }
-    flag = CastOrdinary<Ops, S, T>(in + lines_end, out + lines_end, count - lines_end, f, flag);
+    if constexpr (kAmax) {
+      *peak = MaxOf<Ops>(*peak, amax);
+    }
+    flag = CastOrdinary<Ops, S, T, kAmax>(in + lines_end, out + lines_end, count - lines_end, f, flag, peak);
     // No fence here. The caller fences once per chunk (MultiTensorKernels.cpp, CastKernel): an sfence per
     // call cost a full write-combining drain per small tensor.
   }
+  return flag;
+}
+
+// kStream: the stores of whole 64-byte lines of out bypass the caches (non-temporal), for
+// outputs too big to be read back from cache; the caller fences them before anyone reads the
+// output. Only whole lines: a 16-bit vector is half a line, and a line written partly by
+// non-temporal stores and partly by ordinary ones (this piece's head or tail, or the piece next to
+// it in a packed buffer) leaves a write-combining buffer to be flushed half full, a partial
+// write to memory. Streaming whole lines only made the narrowing casts of separately allocated
+// small tensors 11-31% faster.
+template <class Ops, DataType S, DataType T, bool kStream = false>
+bool Cast(const void* src, void* dst, std::size_t count, float factor) {
+  return Ops::template AnyNonFinite<T>(CastBody<Ops, S, T, kStream, false>(src, dst, count, factor, nullptr));
+}
+
+// Cast() that also folds the amax of the products into *amax.
+template <class Ops, DataType S, DataType T, bool kStream = false>
+bool CastAmax(const void* src, void* dst, std::size_t count, float factor, float* amax) {
+  typename Ops::Batch peak(0.0f);
+  const auto flag = CastBody<Ops, S, T, kStream, true>(src, dst, count, factor, &peak);
+  const float piece = LaneMax(peak);
+  *amax = piece > *amax ? piece : *amax;
   return Ops::template AnyNonFinite<T>(flag);
 }
 
@@ -366,6 +498,14 @@ constexpr Set MakeSet() {
        {Cast<Ops, kF16, kF32, kFromMemory>, Cast<Ops, kF16, kF16, kFromMemory>, Cast<Ops, kF16, kBF16, kFromMemory>},
        {Cast<Ops, kBF16, kF32, kFromMemory>, Cast<Ops, kBF16, kF16, kFromMemory>,
         Cast<Ops, kBF16, kBF16, kFromMemory>}},
+      {UnscaleAmax<Ops, kF32>, UnscaleAmax<Ops, kF16>, UnscaleAmax<Ops, kBF16>},
+      {NonFiniteAmax<Ops, kF32>, NonFiniteAmax<Ops, kF16>, NonFiniteAmax<Ops, kBF16>},
+      {{CastAmax<Ops, kF32, kF32, kFromMemory>, CastAmax<Ops, kF32, kF16, kFromMemory>,
+        CastAmax<Ops, kF32, kBF16, kFromMemory>},
+       {CastAmax<Ops, kF16, kF32, kFromMemory>, CastAmax<Ops, kF16, kF16, kFromMemory>,
+        CastAmax<Ops, kF16, kBF16, kFromMemory>},
+       {CastAmax<Ops, kBF16, kF32, kFromMemory>, CastAmax<Ops, kBF16, kF16, kFromMemory>,
+        CastAmax<Ops, kBF16, kBF16, kFromMemory>}},
   };
 }
 

@@ -42,6 +42,10 @@ std::int32_t* ResultFlag(DeviceContext& context) {
   return FieldPointer<std::int32_t>(context.DeviceResultBlock(), offsetof(DeviceResult, flag));
 }
 
+float* ResultAmax(DeviceContext& context) {
+  return FieldPointer<float>(context.DeviceResultBlock(), offsetof(DeviceResult, amax));
+}
+
 // ---- device-resident scaling state ---------------------------------------------------------
 
 class CudaScaleState final : public DeviceScaleState {
@@ -79,6 +83,12 @@ class CudaScaleState final : public DeviceScaleState {
     MLFW_CUDA_CHECK(cudaMemsetAsync(FlagPointer(), 0, sizeof(std::int32_t), context_->Stream()));
   }
   bool LastStepSkipped() const override { return ReadBlock().last_skipped != 0; }
+  float Amax() const override { return ReadBlock().amax; }
+  void ClearAmax() override {
+    std::lock_guard lock(context_->Mutex());
+    DeviceGuard guard(context_->DeviceIndex());
+    MLFW_CUDA_CHECK(cudaMemsetAsync(AmaxPointer(), 0, sizeof(float), context_->Stream()));
+  }
 
   DeviceContext& Context() const noexcept { return *context_; }
   DeviceScaleBlock* Block() const noexcept { return block_; }
@@ -88,10 +98,12 @@ class CudaScaleState final : public DeviceScaleState {
   std::int32_t* FlagPointer() const noexcept {
     return FieldPointer<std::int32_t>(block_, offsetof(DeviceScaleBlock, found_inf));
   }
+  // The amax the kernels raise while tracking is on, else null (the kernels without it).
+  float* AmaxPointer() const noexcept { return FieldPointer<float>(block_, offsetof(DeviceScaleBlock, amax)); }
 
  private:
   void WriteLocked(const ScaleState& state) {
-    const DeviceScaleBlock host{state, 0, 0};
+    const DeviceScaleBlock host{state, 0, 0, 0.0f};
     MLFW_CUDA_CHECK(cudaMemcpyAsync(block_, &host, sizeof host, cudaMemcpyHostToDevice, context_->Stream()));
     // `host` lives on this stack frame: wait until the copy has read it.
     MLFW_CUDA_CHECK(cudaStreamSynchronize(context_->Stream()));
@@ -316,6 +328,24 @@ bool FlagRaisedOnAnyDevice(const std::vector<DeviceGroup>& groups, Access access
   return raised;
 }
 
+// QueueAndRead() of launch_one(launch, flag, amax, stream) on every group, folded: the flag
+// raised anywhere, the largest amax.
+template <typename LaunchOne>
+NonFiniteAndAmax AmaxOnEachDevice(const std::vector<DeviceGroup>& groups, Access access, LaunchOne&& launch_one) {
+  NonFiniteAndAmax total;
+  for (const DeviceGroup& group : groups) {
+    DeviceContext& context = DeviceContext::Get(group.device);
+    const auto result = QueueAndRead(context, group.entries, access, [&](const Launch& launch, cudaStream_t stream) {
+      launch_one(launch, ResultFlag(context), ResultAmax(context), stream);
+    });
+    if (result.has_value()) {
+      total.FoundNonFinite = total.FoundNonFinite || result->flag != 0;
+      total.Amax = std::max(total.Amax, result->amax);
+    }
+  }
+  return total;
+}
+
 // ---- the backend object ------------------------------------------------------------------
 
 class CudaBackend final : public DeviceScalingBackend {
@@ -353,6 +383,19 @@ class CudaBackend final : public DeviceScalingBackend {
       }
     }
     return total;
+  }
+
+  // The amax forms over spans (the list forms and the cast keep TensorBackend's defaults): one
+  // fused pass per device, answered in the result block with the flag.
+  NonFiniteAndAmax UnscaleCheckAndAmax(std::span<ITensor* const> tensors, float factor) const override {
+    return AmaxOnEachDevice(GroupByDevice(tensors), Access::Writes,
+                            [&](const Launch& launch, std::int32_t* flag, float* amax, cudaStream_t stream) {
+                              LaunchUnscaleAmax(launch, FactorSource{factor}, flag, amax, stream);
+                            });
+  }
+
+  NonFiniteAndAmax CheckAndAmax(std::span<const ITensor* const> tensors) const override {
+    return AmaxOnEachDevice(GroupByDevice(tensors), Access::ReadOnly, LaunchNonFiniteAmax);
   }
 
   void Scale(std::span<ITensor* const> tensors, float factor) const override {
@@ -471,20 +514,30 @@ class CudaBackend final : public DeviceScalingBackend {
 
   void UnscaleWithState(std::span<ITensor* const> tensors, DeviceScaleState& state) const override {
     const CudaScaleState& cuda_state = AsCudaState(state);
+    const FactorSource factor{1.0f, FactorMode::InverseOfScale, cuda_state.ScalePointer()};
+    const bool amax = cuda_state.AmaxTracking();  // once per call: the plain kernel without it
     Queue(cuda_state.Context(), EntriesOnDevice(tensors, cuda_state), Access::Writes,
           [&](const Launch& launch, cudaStream_t stream) {
-            LaunchUnscale(launch, FactorSource{1.0f, FactorMode::InverseOfScale, cuda_state.ScalePointer()},
-                          cuda_state.FlagPointer(), stream);
+            if (amax) {
+              LaunchUnscaleAmax(launch, factor, cuda_state.FlagPointer(), cuda_state.AmaxPointer(), stream);
+            } else {
+              LaunchUnscale(launch, factor, cuda_state.FlagPointer(), stream);
+            }
           });
   }
 
   void CastUnscaledWithState(std::span<const ITensor* const> src, std::span<ITensor* const> dst,
                              DeviceScaleState& state) const override {
     const CudaScaleState& cuda_state = AsCudaState(state);
+    const FactorSource factor{1.0f, FactorMode::InverseOfScale, cuda_state.ScalePointer()};
+    const bool amax = cuda_state.AmaxTracking();
     Queue(cuda_state.Context(), PairsOnDevice(src, dst, cuda_state), Access::Writes,
           [&](const Launch& launch, cudaStream_t stream) {
-            LaunchCast(launch, FactorSource{1.0f, FactorMode::InverseOfScale, cuda_state.ScalePointer()},
-                       cuda_state.FlagPointer(), stream);
+            if (amax) {
+              LaunchCastAmax(launch, factor, cuda_state.FlagPointer(), cuda_state.AmaxPointer(), stream);
+            } else {
+              LaunchCast(launch, factor, cuda_state.FlagPointer(), stream);
+            }
           });
   }
 
@@ -499,14 +552,16 @@ class CudaBackend final : public DeviceScalingBackend {
     const CudaScaleState& cuda_state = AsCudaState(state);
     DeviceContext& context = cuda_state.Context();
     const int device = context.DeviceIndex();
+    const bool amax = cuda_state.AmaxTracking();
+    const std::size_t count = amax ? 2 : 1;
     const auto* current = dynamic_cast<const CudaTensor*>(out.get());
-    if (current == nullptr || current->GetDataType() != DataType::Float32 || current->Size() != 1 ||
+    if (current == nullptr || current->GetDataType() != DataType::Float32 || current->Size() != count ||
         current->DeviceIndex() != device) {
-      out = std::make_shared<CudaTensor>(Shape{1}, DataType::Float32, device);
+      out = std::make_shared<CudaTensor>(Shape{count}, DataType::Float32, device);
       current = static_cast<const CudaTensor*>(out.get());
     }
     OnStream(context, [&](cudaStream_t stream) {
-      LaunchFlagToFloat(cuda_state.Block(), static_cast<float*>(current->Data()), stream);
+      LaunchFlagToFloat(cuda_state.Block(), static_cast<float*>(current->Data()), amax, stream);
     });
   }
 
@@ -514,14 +569,17 @@ class CudaBackend final : public DeviceScalingBackend {
     const CudaScaleState& cuda_state = AsCudaState(state);
     DeviceContext& context = cuda_state.Context();
     const CudaTensor& tensor = AsCuda(&in, "in", 0);
-    if (tensor.GetDataType() != DataType::Float32 || tensor.Size() != 1 ||
+    const bool amax = cuda_state.AmaxTracking();
+    const std::size_t count = amax ? 2 : 1;
+    if (tensor.GetDataType() != DataType::Float32 || tensor.Size() != count ||
         tensor.DeviceIndex() != context.DeviceIndex()) {
-      throw ArgumentError("in", "must be a one-element FP32 tensor on cuda:" + std::to_string(context.DeviceIndex()) +
-                                    ", got " + std::string(ToString(tensor.GetDataType())) + " " +
-                                    ToString(tensor.GetShape()) + " on " + tensor.GetDevice().ToString());
+      throw ArgumentError("in", "must be an FP32 tensor of " + std::to_string(count) +
+                                    " element(s) on cuda:" + std::to_string(context.DeviceIndex()) + ", got " +
+                                    std::string(ToString(tensor.GetDataType())) + " " + ToString(tensor.GetShape()) +
+                                    " on " + tensor.GetDevice().ToString());
     }
     OnStream(context, [&](cudaStream_t stream) {
-      LaunchFlagFromFloat(cuda_state.Block(), static_cast<const float*>(tensor.Data()), stream);
+      LaunchFlagFromFloat(cuda_state.Block(), static_cast<const float*>(tensor.Data()), amax, stream);
     });
   }
 

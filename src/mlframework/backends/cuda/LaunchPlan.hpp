@@ -121,7 +121,7 @@ struct FactorSource {
 /// Flag and sum written by the reductions, read back in one copy.
 struct DeviceResult {
   std::int32_t flag;
-  std::int32_t padding;
+  float amax;  ///< the amax kernels' answer (raised with atomicMax on its bits)
   double sum;
 };
 
@@ -130,6 +130,7 @@ struct DeviceScaleBlock {
   ScaleState state;
   std::int32_t found_inf;
   std::int32_t last_skipped;
+  float amax;  ///< DeviceScaleState::Amax(): raised with atomicMax on its bits (non-negative floats order as integers)
 };
 
 /// Elements per block for a launch of @p total elements: kMinChunkElements for kernels that

@@ -187,6 +187,38 @@ __device__ inline void BlockRaiseFlag(bool found, std::int32_t* flag) {
   }
 }
 
+/// Raises *amax to the block's largest @p peak (non-negative, never NaN: such floats order as
+/// their bits do, so one integer atomicMax per block does it).
+__device__ inline void BlockRaiseAmax(float peak, float* amax) {
+  __shared__ float warp_peaks[kBlockThreads / 32];
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    peak = fmaxf(peak, __shfl_down_sync(0xffffffffu, peak, offset));
+  }
+  const unsigned lane = threadIdx.x & 31u;
+  const unsigned warp = threadIdx.x >> 5;
+  if (lane == 0) {
+    warp_peaks[warp] = peak;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float block = 0.0f;
+    for (int w = 0; w < kBlockThreads / 32; ++w) {
+      block = fmaxf(block, warp_peaks[w]);
+    }
+    if (block > 0.0f) {
+      atomicMax(reinterpret_cast<int*>(amax), __float_as_int(block));
+    }
+  }
+}
+
+/// @p peak raised to |v| when v is finite (the amax leaves Inf and NaN out).
+__device__ inline void RaisePeak(float& peak, float v) {
+  const float a = fabsf(v);
+  if (a <= 3.40282347e38f && a > peak) {
+    peak = a;
+  }
+}
+
 /// Deterministic block sum of one float per thread (fixed shuffle tree, warps in order); valid in thread 0.
 __device__ inline float BlockSum(float value) {
   __shared__ float warp_sums[kBlockThreads / 32];

@@ -14,27 +14,33 @@ __global__ void ScaleUpdateKernel(DeviceScaleBlock* block, ScalePolicy policy) {
   }
 }
 
-__global__ void FlagToFloatKernel(const DeviceScaleBlock* block, float* out) {
+__global__ void FlagToFloatKernel(const DeviceScaleBlock* block, float* out, bool with_amax) {
   if (threadIdx.x == 0 && blockIdx.x == 0) {
-    *out = block->found_inf != 0 ? 1.0f : 0.0f;
+    out[0] = block->found_inf != 0 ? 1.0f : 0.0f;
+    if (with_amax) {
+      out[1] = block->amax;
+    }
   }
 }
 
-__global__ void FlagFromFloatKernel(DeviceScaleBlock* block, const float* in) {
+__global__ void FlagFromFloatKernel(DeviceScaleBlock* block, const float* in, bool with_amax) {
   if (threadIdx.x == 0 && blockIdx.x == 0) {
-    block->found_inf = *in != 0.0f ? 1 : 0;
+    block->found_inf = in[0] != 0.0f ? 1 : 0;
+    if (with_amax) {
+      block->amax = in[1];
+    }
   }
 }
 
 }  // namespace
 
-void LaunchFlagToFloat(const DeviceScaleBlock* block, float* out, cudaStream_t stream) {
-  FlagToFloatKernel<<<1, 1, 0, stream>>>(block, out);
+void LaunchFlagToFloat(const DeviceScaleBlock* block, float* out, bool with_amax, cudaStream_t stream) {
+  FlagToFloatKernel<<<1, 1, 0, stream>>>(block, out, with_amax);
   MLFW_CUDA_CHECK(cudaGetLastError());
 }
 
-void LaunchFlagFromFloat(DeviceScaleBlock* block, const float* in, cudaStream_t stream) {
-  FlagFromFloatKernel<<<1, 1, 0, stream>>>(block, in);
+void LaunchFlagFromFloat(DeviceScaleBlock* block, const float* in, bool with_amax, cudaStream_t stream) {
+  FlagFromFloatKernel<<<1, 1, 0, stream>>>(block, in, with_amax);
   MLFW_CUDA_CHECK(cudaGetLastError());
 }
 

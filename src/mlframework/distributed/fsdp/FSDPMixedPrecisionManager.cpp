@@ -2,6 +2,7 @@
 #include <mlframework/distributed/fsdp/FSDPMixedPrecisionManager.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <string>
 #include <utility>
@@ -64,7 +65,16 @@ bool FSDPMixedPrecisionManager::Agree() {
   // MAX over ranks before the scale changes: every rank takes the same decision.
   IProcessGroup& group = fsdp_.ProcessGroup();
   if (group.BackendName() != "nccl") {
-    // MPI and local groups reduce host values: the local flag is read once.
+    // MPI and local groups reduce host values: the local flag is read once (with the amax while
+    // tracked: the same all-reduce carries both).
+    if (owner_->AmaxTracking()) {
+      std::array<double, 2> values{owner_->Recorded() ? 1.0 : 0.0, static_cast<double>(owner_->Amax())};
+      group.AllReduceHost(values, ReduceOp::Max);
+      const bool overflow = values[0] > 0.0;
+      owner_->Update(overflow);
+      agreed_amax_ = static_cast<float>(values[1]);
+      return overflow;
+    }
     const bool local = owner_->Recorded();
     const bool overflow = group.AllReduceHost(local ? 1.0 : 0.0, ReduceOp::Max) > 0.0;
     owner_->Update(overflow);
@@ -74,8 +84,11 @@ bool FSDPMixedPrecisionManager::Agree() {
   // the update; on a device all queued there. The decision is read once because it is returned.
   owner_->FlagToTensor(flag_tensor_);
   group.AllReduce(*flag_tensor_, ReduceOp::Max);
-  owner_->FlagFromTensor(*flag_tensor_);
+  owner_->FlagFromTensor(*flag_tensor_);  // the agreed amax too, while tracked
   owner_->UpdateFromRecord();
+  if (owner_->AmaxTracking()) {
+    agreed_amax_ = owner_->Amax();  // the update leaves the amax
+  }
   // An overflowed update leaves ConsecutiveOverflows >= 1, a clean one 0.
   return owner_->Read().ConsecutiveOverflows > 0;
 }
@@ -94,7 +107,15 @@ bool FSDPMixedPrecisionManager::UnscaleAndCheckOverflow(const GradientMap& gradi
   const std::vector<TensorPtr> list = NonNull(gradients);
   if (!config_.UseLossScaling) {
     // Nothing to unscale, but the gradients are still checked and the ranks still agree, so no
-    // rank steps on non-finite gradients (there is no scale to update).
+    // rank steps on non-finite gradients (there is no scale to update). Unscaled already: their
+    // amax is the amax of the values.
+    if (amax_tracking_) {
+      const NonFiniteAndAmax local = CheckAndAmax(list);
+      std::array<double, 2> values{local.FoundNonFinite ? 1.0 : 0.0, static_cast<double>(local.Amax)};
+      fsdp_.ProcessGroup().AllReduceHost(values, ReduceOp::Max);
+      last_amax_ = static_cast<float>(values[1]);
+      return FinishStep(gradients, values[0] > 0.0, 1.0f, last_amax_);
+    }
     const bool local = HasNonFinite(list);
     const bool overflow = fsdp_.ProcessGroup().AllReduceHost(local ? 1.0 : 0.0, ReduceOp::Max) > 0.0;
     return FinishStep(gradients, overflow, 1.0f);
@@ -102,8 +123,14 @@ bool FSDPMixedPrecisionManager::UnscaleAndCheckOverflow(const GradientMap& gradi
   owner_->Place(list, "gradients");
   const float old_scale = Reporting() ? owner_->Read().Scale : 0.0f;
   owner_->ClearRecord();
+  owner_->ClearAmax();
   owner_->Unscale(list, {}, {});  // in place, times InverseScale(scale) read where the state lives
-  return FinishStep(gradients, Agree(), old_scale);
+  agreed_amax_.reset();
+  const bool overflow = Agree();
+  if (amax_tracking_) {
+    last_amax_ = agreed_amax_;
+  }
+  return FinishStep(gradients, overflow, old_scale, amax_tracking_ ? last_amax_ : std::nullopt);
 }
 
 OverflowReport FSDPMixedPrecisionManager::AgreedReport(const GradientMap& gradients, float scale) const {
@@ -169,7 +196,8 @@ OverflowReport FSDPMixedPrecisionManager::AgreedReport(const GradientMap& gradie
 
 bool FSDPMixedPrecisionManager::Reporting() const noexcept { return reports_ || !observers_.empty(); }
 
-bool FSDPMixedPrecisionManager::FinishStep(const GradientMap& gradients, bool overflow, float old_scale) {
+bool FSDPMixedPrecisionManager::FinishStep(const GradientMap& gradients, bool overflow, float old_scale,
+                                           std::optional<float> amax) {
   if (overflow && Reporting()) {
     last_overflow_ = AgreedReport(gradients, old_scale);
   }
@@ -181,6 +209,7 @@ bool FSDPMixedPrecisionManager::FinishStep(const GradientMap& gradients, bool ov
                              .NewLossScale = config_.UseLossScaling ? owner_->Read().Scale : old_scale,
                              .Skipped = overflow,
                              .GradientNorm = std::nullopt,
+                             .GradientAmax = amax,
                              .Overflow = overflow && last_overflow_ ? &*last_overflow_ : nullptr};
     mlframework::detail::NotifyObservers(observers_, notice);
   }
@@ -197,6 +226,16 @@ void FSDPMixedPrecisionManager::AddObserver(std::shared_ptr<ITrainingObserver> o
 bool FSDPMixedPrecisionManager::RemoveObserver(const std::shared_ptr<ITrainingObserver>& observer) {
   return mlframework::detail::RemoveObserver(observers_, observer);
 }
+
+void FSDPMixedPrecisionManager::SetAmaxTracking(bool on) {
+  owner_->SetAmaxTracking(on);
+  amax_tracking_ = on;
+  last_amax_.reset();
+}
+
+bool FSDPMixedPrecisionManager::AmaxTracking() const noexcept { return amax_tracking_; }
+
+std::optional<float> FSDPMixedPrecisionManager::LastAmax() const noexcept { return last_amax_; }
 
 float FSDPMixedPrecisionManager::CurrentLossScale() const { return owner_->Read().Scale; }
 std::int64_t FSDPMixedPrecisionManager::StepsSinceOverflow() const { return owner_->Read().StepsSinceLastOverflow; }

@@ -142,7 +142,16 @@ void DynamicLossScaler::UnscaleAndRecordOverflow(std::span<const TensorPtr> in_p
   owner_->Unscale(in_place, src, dst);
 }
 
-void DynamicLossScaler::ClearRecordedOverflow() const { owner_->ClearRecord(); }
+void DynamicLossScaler::ClearRecordedOverflow() const {
+  owner_->ClearRecord();
+  owner_->ClearAmax();
+}
+
+void DynamicLossScaler::SetAmaxTracking(bool on) const { owner_->SetAmaxTracking(on); }
+
+std::optional<float> DynamicLossScaler::RecordedAmax() const {
+  return owner_->AmaxTracking() ? std::optional<float>(owner_->Amax()) : std::nullopt;
+}
 
 void DynamicLossScaler::MoveStateTo(std::span<const TensorPtr> gradients) const {
   owner_->Place(gradients, "gradients");

@@ -1,6 +1,8 @@
 #include <mlframework/optimizers/mixed_precision/GradientConversionLayer.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
 #include <unordered_set>
 #include <utility>
@@ -153,6 +155,7 @@ GradientProcessingResult GradientConversionLayer::ProcessGradients(const Gradien
   bool skip = false;
   double sum_of_squares = 0.0;
   bool written = false;
+  std::optional<float> amax;
   if (clipping) {
     // Pass 1 (step 1 and the norm of step 4): one read; the clip coefficient needs the norm on
     // the host, so the flag comes with it and the update takes that decision.
@@ -164,7 +167,18 @@ GradientProcessingResult GradientConversionLayer::ProcessGradients(const Gradien
     // their check (see the header); FP32 inputs are only checked, so a skipped step keeps them.
     scaler.ClearRecordedOverflow();
     scaler.UnscaleAndRecordOverflow({}, low_src, low_dst);
-    scaler.RecordOverflow(fp32);
+    if (amax_tracking_) {
+      // The FP32 check with the amax of the (scaled) values; the record takes their flag through
+      // the plain check, run again only when they overflowed.
+      const NonFiniteAndAmax fp32_checked = fp32.empty() ? NonFiniteAndAmax{} : CheckAndAmax(fp32);
+      if (fp32_checked.FoundNonFinite) {
+        scaler.RecordOverflow(fp32);
+      }
+      // Rounding is monotonic: max|x| x (1/scale) is the largest |x x (1/scale)| the unscale writes.
+      amax = std::max(scaler.RecordedAmax().value_or(0.0f), fp32_checked.Amax * static_cast<float>(inverse));
+    } else {
+      scaler.RecordOverflow(fp32);
+    }
     scaler.UpdateScaleFromRecord();
     // The one read of the step: an overflowed update leaves ConsecutiveOverflows >= 1, a clean
     // one 0; the fallback check below reuses this read.
@@ -182,6 +196,9 @@ GradientProcessingResult GradientConversionLayer::ProcessGradients(const Gradien
     report = OverflowReport::FromGradients(written ? outputs : gradients, steps_, old_scale);
   }
 
+  if (amax_tracking_) {
+    last_amax_ = amax;
+  }
   // Step 2's fallback rule (spec: a disabled scaler never reports an overflow). It fires only on
   // an overflowed step, so the step on which it happens is skipped.
   const bool fell_back = precision_manager_->CheckFallback(scaler);
@@ -196,6 +213,7 @@ GradientProcessingResult GradientConversionLayer::ProcessGradients(const Gradien
                              .NewLossScale = scaler.CurrentScale(),
                              .Skipped = skip,
                              .GradientNorm = norm,
+                             .GradientAmax = amax_tracking_ ? last_amax_ : std::nullopt,
                              .Overflow = skip && last_overflow_ ? &*last_overflow_ : nullptr};
     notice.FellBack = fell_back;
     notice.Clipped = clipped;
@@ -240,6 +258,12 @@ void GradientConversionLayer::AddObserver(std::shared_ptr<ITrainingObserver> obs
 
 bool GradientConversionLayer::RemoveObserver(const std::shared_ptr<ITrainingObserver>& observer) {
   return mlframework::detail::RemoveObserver(observers_, observer);
+}
+
+void GradientConversionLayer::SetAmaxTracking(bool on) {
+  loss_scaler_->SetAmaxTracking(on);
+  amax_tracking_ = on;
+  last_amax_.reset();
 }
 
 TensorPtr GradientConversionLayer::ScaleLoss(const TensorPtr& loss) const {

@@ -1,0 +1,72 @@
+// GradientConversionLayer's amax tracking: the amax of the unscaled gradients of each checked
+// step (16-bit ones from the fused unscale, FP32 ones from their check), the finite values only
+// on a skipped step, nothing with clipping active, and the same results as without tracking.
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include <boost/test/unit_test.hpp>
+
+#include <mlframework/core/Tensor.hpp>
+#include <mlframework/optimizers/mixed_precision/GradientConversionLayer.hpp>
+
+using namespace mlframework;
+using namespace mlframework::optimizers::mixed_precision;
+
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+GradientMap Gradients(float scale, float fp32_peak, float poison = 0.0f) {
+  return {{"half", FromVector({3.0f * scale, poison == 0.0f ? -0.5f * scale : poison}, {2}, DataType::Float16)},
+          {"full", FromVector({fp32_peak * scale, 0.25f * scale, -1.0f * scale}, {3}, DataType::Float32)}};
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(GradientConversionAmax)
+
+BOOST_AUTO_TEST_CASE(TracksTheCheckedSteps) {
+  const MixedPrecisionOptions options{.InitialLossScale = 1024.0f};
+  GradientConversionLayer plain(options);
+  GradientConversionLayer layer(options);
+  BOOST_TEST(!layer.AmaxTracking());
+  layer.SetAmaxTracking(true);
+  BOOST_TEST(layer.AmaxTracking());
+  BOOST_TEST(!layer.LastAmax().has_value());
+
+  // The FP32 peak wins, then the FP16 one.
+  for (const float fp32_peak : {7.0f, 2.0f}) {
+    const GradientProcessingResult expected = plain.ProcessGradients(Gradients(1024.0f, fp32_peak));
+    const GradientProcessingResult result = layer.ProcessGradients(Gradients(1024.0f, fp32_peak));
+    BOOST_TEST(!result.ShouldSkip);
+    BOOST_TEST(layer.LastAmax().value_or(-1.0f) == std::max(fp32_peak, 3.0f));
+    for (const auto& [name, tensor] : expected.Gradients) {
+      BOOST_TEST(result.Gradients.at(name)->ToFloatVector() == tensor->ToFloatVector(),
+                 boost::test_tools::per_element());
+    }
+  }
+  // A skipped step reports the amax of its finite values, in either dtype.
+  BOOST_TEST(layer.ProcessGradients(Gradients(1024.0f, 2.0f, kInf)).ShouldSkip);
+  BOOST_TEST(layer.LastAmax().value_or(-1.0f) == 3.0f);
+  const float scale = layer.LossScale();
+  GradientMap poisoned = Gradients(scale, 5.0f);
+  poisoned.emplace("nan", FromVector({std::numeric_limits<float>::quiet_NaN()}, {1}));
+  BOOST_TEST(layer.ProcessGradients(poisoned).ShouldSkip);
+  BOOST_TEST(layer.LastAmax().value_or(-1.0f) == 5.0f);
+
+  layer.SetAmaxTracking(false);
+  BOOST_TEST(!layer.LastAmax().has_value());
+  BOOST_TEST(!layer.ProcessGradients(Gradients(layer.LossScale(), 2.0f)).ShouldSkip);
+  BOOST_TEST(!layer.LastAmax().has_value());
+}
+
+BOOST_AUTO_TEST_CASE(NoneWithClipping) {
+  GradientConversionLayer layer(
+      MixedPrecisionOptions{.InitialLossScale = 1024.0f, .EnableGradientClipping = true, .MaxGradNorm = 100.0f});
+  layer.SetAmaxTracking(true);
+  BOOST_TEST(!layer.ProcessGradients(Gradients(1024.0f, 2.0f)).ShouldSkip);
+  BOOST_TEST(!layer.LastAmax().has_value());
+}
+
+BOOST_AUTO_TEST_SUITE_END()
