@@ -99,6 +99,8 @@ BOOST_AUTO_TEST_CASE(TheDtypesAreDeclared) {
   BOOST_TEST(ToString(DataType::Float8E5M2) == "Float8E5M2");
   BOOST_TEST(IsValid(DataType::Float8E5M2));
   BOOST_TEST(!IsValid(static_cast<DataType>(kDataTypeCount)));
+  BOOST_TEST(MaxFiniteValue(DataType::Float8E4M3FN) == 448.0);
+  BOOST_TEST(MaxFiniteValue(DataType::Float8E5M2) == 57344.0);
   BOOST_TEST(IsFloat8(DataType::Float8E4M3FN));
   BOOST_TEST(!IsFloat8(DataType::BFloat16));
 }

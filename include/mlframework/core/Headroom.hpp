@@ -8,7 +8,8 @@
 namespace mlframework {
 
 /// The largest finite value of @p dtype: 65504 for FP16, about 3.39e38 for BF16, about 3.40e38 for
-/// FP32. ArgumentError naming `dtype` for a value outside DataType.
+/// FP32, 448 for Float8E4M3FN, 57344 for Float8E5M2. ArgumentError naming `dtype` for a value
+/// outside DataType.
 MLFRAMEWORK_EXPORT double MaxFiniteValue(DataType dtype);
 
 /// The headroom of a step in bits: `log2(MaxFiniteValue(gradient_dtype) / (amax * scale))`.

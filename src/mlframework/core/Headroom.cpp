@@ -29,6 +29,12 @@ double MaxFiniteValue(DataType dtype) {
   if (dtype == DataType::BFloat16) {
     return 0x1.fep127;  // 0x7f7f: the largest finite BF16, (2 - 2^-7) * 2^127
   }
+  if (dtype == DataType::Float8E4M3FN) {
+    return 448.0;
+  }
+  if (dtype == DataType::Float8E5M2) {
+    return 57344.0;
+  }
   throw ArgumentError("dtype", "value " + std::to_string(static_cast<int>(dtype)) + " is not a DataType");
 }
 
