@@ -1,6 +1,7 @@
 // GradientConversionLayer's amax tracking: the amax of the unscaled gradients of each checked
 // step (16-bit ones from the fused unscale, FP32 ones from their check), the finite values only
-// on a skipped step, nothing with clipping active, and the same results as without tracking.
+// on a skipped step, with clipping from the pass that writes the clipped gradients, and the same
+// results as without tracking.
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -61,12 +62,28 @@ BOOST_AUTO_TEST_CASE(TracksTheCheckedSteps) {
   BOOST_TEST(!layer.LastAmax().has_value());
 }
 
-BOOST_AUTO_TEST_CASE(NoneWithClipping) {
-  GradientConversionLayer layer(
-      MixedPrecisionOptions{.InitialLossScale = 1024.0f, .EnableGradientClipping = true, .MaxGradNorm = 100.0f});
-  layer.SetAmaxTracking(true);
-  BOOST_TEST(!layer.ProcessGradients(Gradients(1024.0f, 2.0f)).ShouldSkip);
-  BOOST_TEST(!layer.LastAmax().has_value());
+BOOST_AUTO_TEST_CASE(WithClippingFromTheWritingPass) {
+  for (const float max_norm : {100.0f, 1.0f}) {  // not clipping, then clipping every step
+    BOOST_TEST_CONTEXT("MaxGradNorm " << max_norm) {
+      const MixedPrecisionOptions options{
+          .InitialLossScale = 1024.0f, .EnableGradientClipping = true, .MaxGradNorm = max_norm};
+      GradientConversionLayer plain(options);
+      GradientConversionLayer layer(options);
+      layer.SetAmaxTracking(true);
+      const GradientProcessingResult expected = plain.ProcessGradients(Gradients(1024.0f, 7.0f));
+      const GradientProcessingResult result = layer.ProcessGradients(Gradients(1024.0f, 7.0f));
+      BOOST_TEST(!result.ShouldSkip);
+      // The unclipped amax (7), recovered from the clipped values to within a few ulps.
+      BOOST_TEST(layer.LastAmax().value_or(-1.0f) == 7.0f, boost::test_tools::tolerance(1e-6f));
+      for (const auto& [name, tensor] : expected.Gradients) {  // tracking changes no result
+        BOOST_TEST(result.Gradients.at(name)->ToFloatVector() == tensor->ToFloatVector(),
+                   boost::test_tools::per_element());
+      }
+      // A step that the norm pass skips has no amax.
+      BOOST_TEST(layer.ProcessGradients(Gradients(layer.LossScale(), 2.0f, kInf)).ShouldSkip);
+      BOOST_TEST(!layer.LastAmax().has_value());
+    }
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

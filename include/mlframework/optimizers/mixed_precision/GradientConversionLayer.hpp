@@ -147,13 +147,14 @@ class MLFRAMEWORK_EXPORT GradientConversionLayer {
   /// the optimizer receives) in the passes that check them: the fused unscale of the 16-bit
   /// gradients and the read-only check of the FP32 ones (their amax times 1 / scale). Inf and NaN
   /// are left out, so a skipped step still reports the amax of its finite values. With clipping
-  /// active the check pass computes the norm, not the amax: LastAmax() stays nullopt then. While
-  /// off, the kernels are the plain ones.
+  /// active the check pass computes the norm, so the amax comes from the pass that writes the
+  /// clipped FP32 gradients, divided by the clip coefficient (the unclipped amax to within
+  /// rounding); a step that pass 1 skips has none then. While off, the kernels are the plain ones.
   void SetAmaxTracking(bool on);
   /// Whether amax tracking is on.
   bool AmaxTracking() const noexcept { return amax_tracking_; }
-  /// The amax of the last ProcessGradients() that checked its gradients while tracking was on,
-  /// without clipping; nullopt otherwise (tracking off, before such a call, clipping active,
+  /// The amax of the last ProcessGradients() that checked its gradients while tracking was on;
+  /// nullopt otherwise (tracking off, before such a call, a step skipped with clipping active,
   /// checking off in the options).
   std::optional<float> LastAmax() const noexcept { return last_amax_; }
 

@@ -240,11 +240,26 @@ GradientProcessingResult GradientConversionLayer::ProcessGradients(const Gradien
     factor *= static_cast<double>(coefficient);
   }
   const auto write_factor = static_cast<float>(factor);
-  if (!written && !low_src.empty()) {
-    CastInto(low_src, low_dst, write_factor);
-  }
-  if (!fp32.empty() && write_factor != 1.0f) {
-    ScaleInPlace(fp32, write_factor);
+  if (amax_tracking_ && clipping) {
+    // Pass 1 measured the norm, so the amax comes from the pass that writes the clipped FP32
+    // gradients: their amax over the clip coefficient is the unscaled gradients' (to rounding).
+    float written_amax = 0.0f;
+    if (!low_src.empty()) {
+      written_amax = CastIntoAndAmax(low_src, low_dst, write_factor).Amax;
+    }
+    if (!fp32.empty()) {
+      const NonFiniteAndAmax in_place =
+          write_factor != 1.0f ? UnscaleCheckAndAmax(fp32, write_factor) : CheckAndAmax(fp32);
+      written_amax = std::max(written_amax, in_place.Amax);
+    }
+    last_amax_ = written_amax / coefficient;
+  } else {
+    if (!written && !low_src.empty()) {
+      CastInto(low_src, low_dst, write_factor);
+    }
+    if (!fp32.empty() && write_factor != 1.0f) {
+      ScaleInPlace(fp32, write_factor);
+    }
   }
   if (!observers_.empty()) {
     notify(clipping ? std::optional(last_gradient_norm_) : std::nullopt, clipped, coefficient);
