@@ -111,8 +111,15 @@ void PrefetchAhead(const T* p) {
 template <class Ops>
 typename Ops::Batch RaiseAmax(const typename Ops::Batch& peak, const typename Ops::Batch& v) {
   using Batch = typename Ops::Batch;
-  const Batch a = xsimd::abs(v);
-  return xsimd::select((a <= Batch(std::numeric_limits<float>::max())) & (a > peak), a, peak);
+  using Bits = xsimd::batch<std::int32_t, typename Batch::arch_type>;
+  // On the bits: the magnitudes of non-negative floats order like their bit patterns, and every
+  // Inf or NaN lies at 0x7F800000 or above, so the finite test stays off the loop-carried chain,
+  // which is one integer max (a float compare and blend on the chain made the FP16 -> FP32 cast
+  // with amax about 9% slower than without).
+  const Bits magnitude = xsimd::bitwise_cast<Bits>(v) & Bits(0x7FFFFFFF);
+  const Bits finite = xsimd::select(magnitude < Bits(0x7F800000), magnitude, Bits(0));
+  const Bits current = xsimd::bitwise_cast<Bits>(peak);
+  return xsimd::bitwise_cast<Batch>(xsimd::select(finite > current, finite, current));
 }
 
 // The lane-wise maximum of two amax batches (no NaN lanes).
