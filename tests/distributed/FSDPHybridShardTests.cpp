@@ -346,6 +346,19 @@ BOOST_AUTO_TEST_CASE(BytesPerStepStayInTheShardGroupButOneShardAcrossReplicas) {
   auto world = mlfw_test::WorldGroup();
   const int n = world->WorldSize();
   for (const DataType dtype : {DataType::Float32, DataType::BFloat16}) {
+    // FullShard over every rank, for comparison: the whole unit goes over the world group.
+    auto full_traffic = std::make_shared<Traffic>();
+    fsdp::FSDP full_shard(std::make_shared<CountingGroup>(world, full_traffic),
+                          {.ParamDType = dtype, .ReduceDType = dtype});
+    auto& full_unit = full_shard.RegisterUnit("layer1", Mlp::Layer1());
+    *full_traffic = {};
+    full_unit.Gather();
+    full_unit.ReduceGradients(Mlp::Layer1());
+    full_unit.Release();
+    BOOST_TEST(full_traffic->bytes["AllGather"] == full_unit.PaddedSize() * mlframework::ElementSize(dtype));
+    BOOST_TEST_MESSAGE("FullShard " << n << " ranks, " << mlframework::ToString(dtype) << ": per step "
+                                    << full_traffic->bytes["AllGather"] << " B gathered and "
+                                    << full_traffic->bytes["ReduceScatter"] << " B reduce-scattered over all ranks");
     for (const int s : ShardGroupSizes(n)) {
       BOOST_TEST_CONTEXT("world " << n << ", shard group size " << s << ", dtype " << mlframework::ToString(dtype)) {
         auto top = std::make_shared<Traffic>();
@@ -367,6 +380,9 @@ BOOST_AUTO_TEST_CASE(BytesPerStepStayInTheShardGroupButOneShardAcrossReplicas) {
         BOOST_TEST(replicate.bytes["AllReduce"] == (n / s > 1 ? unit.ShardSize() * element : 0u));
         BOOST_TEST(replicate.bytes["AllGather"] == 0u);
         BOOST_TEST(top->bytes["AllGather"] + top->bytes["ReduceScatter"] + top->bytes["AllReduce"] == 0u);
+        // What leaves the shard group (a node) is one shard: 1/S of what FullShard gathers
+        // across all ranks (up to padding).
+        BOOST_TEST(replicate.bytes["AllReduce"] * static_cast<std::size_t>(s) <= full_traffic->bytes["AllGather"]);
         BOOST_TEST_MESSAGE("HybridShard " << n << " ranks, shard group " << s << ", " << mlframework::ToString(dtype)
                                           << ": per step " << shard.bytes["AllGather"] << " B gathered and "
                                           << shard.bytes["ReduceScatter"] << " B reduce-scattered in the shard group, "
