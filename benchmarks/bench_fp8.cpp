@@ -113,31 +113,48 @@ std::vector<Chunk> Chunks(const Lists& lists) {
   return chunks;
 }
 
+// The limits' element loops at the CPU's best width, as bench_multi_tensor builds its limits (the
+// library's kernels pick theirs at run time too).
+#if defined(__x86_64__) && defined(__GNUC__)
+#define MLFW_BENCH_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define MLFW_BENCH_CLONES
+#endif
+
+MLFW_BENCH_CLONES void ChunkNarrow(const float* src, std::uint8_t* dst, std::size_t count) {
+#pragma omp simd
+  for (std::size_t i = 0; i < count; ++i) {
+    std::uint32_t bits;
+    std::memcpy(&bits, src + i, 4);
+    dst[i] = static_cast<std::uint8_t>(bits);
+  }
+}
+
+MLFW_BENCH_CLONES float ChunkSum(const float* src, std::size_t count) {
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (std::size_t i = 0; i < count; ++i) {
+    sum += src[i];
+  }
+  return sum;
+}
+
 void LimitNarrow(const std::vector<Chunk>& chunks) {
   const auto n = static_cast<std::ptrdiff_t>(chunks.size());
 #pragma omp parallel for schedule(static)
   for (std::ptrdiff_t c = 0; c < n; ++c) {
     const Chunk& chunk = chunks[static_cast<std::size_t>(c)];
-    for (std::size_t i = 0; i < chunk.count; ++i) {
-      std::uint32_t bits;
-      std::memcpy(&bits, chunk.src + i, 4);
-      chunk.dst[i] = static_cast<std::uint8_t>(bits);
-    }
+    ChunkNarrow(chunk.src, chunk.dst, chunk.count);
   }
 }
 
-float LimitReadSum(const std::vector<Chunk>& chunks) {
+double LimitReadSum(const std::vector<Chunk>& chunks) {
   const auto n = static_cast<std::ptrdiff_t>(chunks.size());
-  float total = 0.0f;
+  double total = 0.0;
 #pragma omp parallel for schedule(static) reduction(+ : total)
   for (std::ptrdiff_t c = 0; c < n; ++c) {
     const Chunk& chunk = chunks[static_cast<std::size_t>(c)];
-    float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-    for (std::size_t i = 0; i < chunk.count; ++i) {
-      sum += chunk.src[i];
-    }
-    total += sum;
+    total += ChunkSum(chunk.src, chunk.count);
   }
   return total;
 }
