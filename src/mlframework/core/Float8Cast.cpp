@@ -9,6 +9,7 @@
 
 #include "mlframework/core/DeviceFactory.hpp"
 #include "mlframework/core/HostAlias.hpp"
+#include "mlframework/core/TensorGroups.hpp"
 
 // The free functions of Float8Cast.hpp: check everything, put host tensors without a backend on
 // the CPU kernels (HostAlias.hpp), check that one backend and one device hold every tensor of the
@@ -20,28 +21,8 @@ namespace {
 
 std::string Indexed(const char* name, std::size_t i) { return std::string(name) + "[" + std::to_string(i) + "]"; }
 
-void RequireNonNull(std::span<const TensorPtr> tensors, const char* name) {
-  for (std::size_t i = 0; i < tensors.size(); ++i) {
-    if (!tensors[i]) {
-      throw ArgumentNullError(Indexed(name, i));
-    }
-  }
-}
-
-void RequirePairs(std::span<const TensorPtr> src, std::span<const TensorPtr> dst) {
-  RequireNonNull(src, "src");
-  RequireNonNull(dst, "dst");
-  if (src.size() != dst.size()) {
-    throw ArgumentError("dst",
-                        "has " + std::to_string(dst.size()) + " tensors but src has " + std::to_string(src.size()));
-  }
-  for (std::size_t i = 0; i < src.size(); ++i) {
-    if (src[i]->GetShape() != dst[i]->GetShape()) {
-      throw ArgumentError(Indexed("dst", i), "has shape " + ToString(dst[i]->GetShape()) + " but src[" +
-                                                 std::to_string(i) + "] has shape " + ToString(src[i]->GetShape()));
-    }
-  }
-}
+using detail::RequireNonNull;
+using detail::RequirePairs;
 
 bool IsWide(DataType dtype) {
   return dtype == DataType::Float32 || dtype == DataType::Float16 || dtype == DataType::BFloat16;
@@ -127,24 +108,6 @@ class Call {
   std::string anchor_name_;
 };
 
-std::vector<const ITensor*> ConstPointers(const std::vector<TensorPtr>& tensors) {
-  std::vector<const ITensor*> pointers;
-  pointers.reserve(tensors.size());
-  for (const TensorPtr& t : tensors) {
-    pointers.push_back(t.get());
-  }
-  return pointers;
-}
-
-std::vector<ITensor*> Pointers(const std::vector<TensorPtr>& tensors) {
-  std::vector<ITensor*> pointers;
-  pointers.reserve(tensors.size());
-  for (const TensorPtr& t : tensors) {
-    pointers.push_back(t.get());
-  }
-  return pointers;
-}
-
 void RequireFloatingPoint(std::span<const TensorPtr> tensors, const char* name) {
   RequireDtypes(
       tensors, name, [](DataType d) { return IsValid(d); }, "Float32, Float16, BFloat16, Float8E4M3FN or Float8E5M2");
@@ -161,7 +124,7 @@ void Amax(std::span<const TensorPtr> tensors, const TensorPtr& amax) {
   if (taken.empty()) {
     return;
   }
-  call.Backend().AmaxInto(ConstPointers(taken), call.Anchor());
+  call.Backend().AmaxInto(detail::Pointers<const ITensor*>(taken), call.Anchor());
 }
 
 float ListAmax(std::span<const TensorPtr> tensors) {
@@ -180,7 +143,7 @@ float ListAmax(std::span<const TensorPtr> tensors) {
     // memory, write the per-tensor amaxes into a host tensor.
     amax = detail::HostBackend().Allocate({tensors.size()}, DataType::Float32, Device::CPU());
   }
-  call.Backend().AmaxInto(ConstPointers(taken), *amax);
+  call.Backend().AmaxInto(detail::Pointers<const ITensor*>(taken), *amax);
   float result = 0.0f;
   for (const float a : amax->ToFloatVector()) {
     if (std::isnan(a)) {
@@ -207,7 +170,8 @@ void ScaledCastToFloat8(std::span<const TensorPtr> src, std::span<const TensorPt
   if (taken_src.empty()) {
     return;
   }
-  call.Backend().ScaledCastToFloat8(ConstPointers(taken_src), Pointers(taken_dst), call.Anchor(), taken_amax.get());
+  call.Backend().ScaledCastToFloat8(detail::Pointers<const ITensor*>(taken_src), detail::Pointers<ITensor*>(taken_dst),
+                                    call.Anchor(), taken_amax.get());
 }
 
 void DequantizeFloat8(std::span<const TensorPtr> src, std::span<const TensorPtr> dst, const TensorPtr& scale_inv) {
@@ -221,7 +185,8 @@ void DequantizeFloat8(std::span<const TensorPtr> src, std::span<const TensorPtr>
   if (taken_src.empty()) {
     return;
   }
-  call.Backend().DequantizeFloat8(ConstPointers(taken_src), Pointers(taken_dst), call.Anchor());
+  call.Backend().DequantizeFloat8(detail::Pointers<const ITensor*>(taken_src), detail::Pointers<ITensor*>(taken_dst),
+                                  call.Anchor());
 }
 
 }  // namespace mlframework

@@ -89,6 +89,17 @@ std::vector<Pointer> Pointers(std::span<const TensorPtr> tensors, const std::vec
   return pointers;
 }
 
+/// The raw pointers of every entry of @p tensors.
+template <typename Pointer>
+std::vector<Pointer> Pointers(std::span<const TensorPtr> tensors) {
+  std::vector<Pointer> pointers;
+  pointers.reserve(tensors.size());
+  for (const TensorPtr& tensor : tensors) {
+    pointers.push_back(tensor.get());
+  }
+  return pointers;
+}
+
 /// Runs @p fused(backend, src, dst) on runs of pairs whose source and destination share a
 /// backend, in order, and @p host(i) on every other pair.
 template <typename Fused, typename Host>
