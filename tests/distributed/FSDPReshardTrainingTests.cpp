@@ -10,6 +10,8 @@
 
 #include <unistd.h>
 
+#include <bit>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -37,7 +39,7 @@ struct Training {
   mlframework::optimizers::Adam adam;
   mlframework::amp::DynamicLossScaler scaler;
 
-  Training(std::shared_ptr<mlframework::distributed::IProcessGroup> g, float amplitude)
+  Training(const std::shared_ptr<mlframework::distributed::IProcessGroup>& g, float amplitude)
       : group(g),
         model(g, {.Strategy = fsdp::ShardingStrategy::FullShard,
                   .ParamDType = mlframework::DataType::Float32,
@@ -110,7 +112,8 @@ void LoadAndCompare(const std::filesystem::path& directory) {
   for (int step = kSavedStep; step < kSavedStep + kMoreSteps; ++step) {
     const double loss = resumed.Step(step);
     BOOST_TEST_CONTEXT("step " << step << " at " << group->WorldSize() << " ranks") {
-      BOOST_CHECK(std::memcmp(&loss, &losses[static_cast<std::size_t>(step - kSavedStep)], sizeof loss) == 0);
+      BOOST_CHECK_EQUAL(std::bit_cast<std::uint64_t>(loss),
+                        std::bit_cast<std::uint64_t>(losses[static_cast<std::size_t>(step - kSavedStep)]));
       BOOST_CHECK_EQUAL(resumed.scaler.Scale(), scales[static_cast<std::size_t>(step - kSavedStep)]);
     }
   }

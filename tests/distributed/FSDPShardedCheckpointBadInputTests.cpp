@@ -28,7 +28,7 @@ using mlfw_test::SimulatedRankGroup;
 namespace {
 
 std::unique_ptr<fsdp::FSDP> Model(int rank, int world, const std::string& embed = "embed",
-                                  mlframework::GradientMap head = mlfw_test::ReshardHead()) {
+                                  const mlframework::GradientMap& head = mlfw_test::ReshardHead()) {
   auto model = std::make_unique<fsdp::FSDP>(std::make_shared<SimulatedRankGroup>(rank, world));
   model->RegisterUnit(embed, mlfw_test::ReshardEmbed());
   model->RegisterUnit("head", head);

@@ -132,6 +132,7 @@ void CheckSameState(const std::vector<SimRank>& a, const std::vector<SimRank>& b
 std::vector<std::vector<std::byte>> SaveAll(const std::vector<SimRank>& ranks, std::int64_t step,
                                             const fsdp::BlobState& scaler = {}) {
   std::vector<std::vector<std::byte>> blobs;
+  blobs.reserve(ranks.size());
   for (const SimRank& rank : ranks) {
     blobs.push_back(rank.model->SaveShardedCheckpoint({.Optimizer = rank.Optimizer(), .Scaler = scaler, .Step = step}));
   }

@@ -77,7 +77,9 @@ struct ExactModel {
 
   // Sample i's value for flat element e of unit u at @p step: k / 64, k in [-8, 8].
   static float Sample(int i, std::size_t u, std::size_t e, int step) {
-    const long k = (static_cast<long>(i) * 7 + static_cast<long>(e) * 3 + static_cast<long>(u) * 5 + step * 11) % 17;
+    const long k = (static_cast<long>(i) * 7 + static_cast<long>(e) * 3 + static_cast<long>(u) * 5 +
+                    static_cast<long>(step) * 11) %
+                   17;
     return static_cast<float>(k - 8) / 64.0f;
   }
   // Samples [first, first + count) of the global batch summed for element e.

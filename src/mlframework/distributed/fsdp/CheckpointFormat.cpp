@@ -163,8 +163,10 @@ void CheckSameUnit(const SavedUnit& mine, const SavedUnit& first, std::size_t in
 // ArgumentError unless the ranges of every rank together cover elements [0, numel) of unit @p u.
 void CheckCovered(const std::vector<SavedRank>& ranks, std::size_t u) {
   std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;
-  for (const SavedRank& rank : ranks)
+  ranges.reserve(ranks.size());
+  for (const SavedRank& rank : ranks) {
     ranges.emplace_back(rank.units[u].first, rank.units[u].first + rank.units[u].count);
+  }
   std::sort(ranges.begin(), ranges.end());
   std::uint64_t covered = 0;
   const std::uint64_t numel = ranks.front().units[u].numel;
@@ -302,8 +304,9 @@ void CheckOneCheckpoint(const std::vector<SavedRank>& ranks) {
     }
     seen[mine.rank] = static_cast<int>(i);
     const auto differ = [&](const std::string& what, const std::string& value, const std::string& first_value) {
-      throw ArgumentError("saved_ranks", where + " has " + what + " " + value + ", saved_ranks[0] " + first_value +
-                                             ": not blobs of one checkpoint");
+      std::string message = where;
+      message.append(" has ").append(what).append(" ").append(value).append(", saved_ranks[0] ").append(first_value);
+      throw ArgumentError("saved_ranks", message.append(": not blobs of one checkpoint"));
     };
     if (mine.step != first.step) differ("training step", std::to_string(mine.step), std::to_string(first.step));
     if (mine.strategy != first.strategy) {

@@ -1,6 +1,8 @@
 // FSDP's resharding checkpoints: save at N ranks, load at M (the format: CheckpointFormat.hpp).
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <string>
@@ -135,7 +137,7 @@ void CheckSameOptimizer(const detail::SavedOptimizer& saved, const OptimizerRef&
   const std::vector<std::string> names = detail::OptimizerOptionNames(live.kind);
   for (std::size_t i = 0; i < names.size(); ++i) {
     // Compared as bits: a NaN in a corrupt blob must not pass as equal either.
-    if (std::memcmp(&saved.options[i], &mine.options[i], sizeof(float)) != 0) {
+    if (std::bit_cast<std::uint32_t>(saved.options[i]) != std::bit_cast<std::uint32_t>(mine.options[i])) {
       throw ArgumentError("contents.Optimizer", std::string(detail::ToString(live.kind)) + " option " + names[i] +
                                                     " is " + std::to_string(saved.options[i]) + " in the checkpoint, " +
                                                     std::to_string(mine.options[i]) + " here");
