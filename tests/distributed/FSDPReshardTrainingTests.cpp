@@ -20,6 +20,8 @@
 #include <vector>
 
 #include <mlframework/amp/DynamicLossScaler.hpp>
+#include <mlframework/core/Error.hpp>
+#include <mlframework/distributed/LocalProcessGroup.hpp>
 #include <mlframework/distributed/fsdp/FSDP.hpp>
 #include <mlframework/optimizers/Adam.hpp>
 
@@ -118,6 +120,16 @@ void LoadAndCompare(const std::filesystem::path& directory) {
     }
   }
   BOOST_CHECK(SameBits(resumed.Flat(), reference.Flat()));
+
+  // Ranks handed different (each valid) checkpoints refuse together and keep their state.
+  if (group->WorldSize() > 1) {
+    fsdp::FSDP own(mlframework::distributed::MakeLocalProcessGroup());
+    Training::Registered(own, 1.0f + static_cast<float>(group->Rank()));
+    const std::vector<std::vector<std::byte>> mine{own.SaveShardedCheckpoint()};
+    const std::vector<float> before = resumed.Flat();
+    BOOST_CHECK_THROW(static_cast<void>(resumed.model.LoadShardedCheckpoint(mine)), mlframework::ArgumentError);
+    BOOST_CHECK(SameBits(resumed.Flat(), before));
+  }
   BOOST_TEST_MESSAGE("resumed at " << group->WorldSize() << " ranks: " << kMoreSteps << " losses bit-identical");
 }
 

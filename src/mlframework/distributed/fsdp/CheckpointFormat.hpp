@@ -3,7 +3,7 @@
 //
 // Payload (in a StateBlob frame of kind "distributed.fsdp.ShardedCheckpoint", whose checksum
 // covers every byte; integers little-endian, floats IEEE-754 binary32 in the machine's order):
-//   u32 saved world size | u32 saved rank | u8 strategy | i64 training step
+//   u32 saved world size | u32 saved rank | u8 strategy (ShardingStrategy) | i64 training step
 //   optimizer: u8 kind (0 none, 1 SGD, 2 Adam) | u32 option count | f32 options (the kind's
 //              options but the learning rate, OptimizerOptionNames() order) | f32 learning rate |
 //              i64 step count | u32 per-element state vectors per unit (SGD 1, Adam 2)

@@ -1,5 +1,6 @@
 // FSDP's resharding checkpoints: save at N ranks, load at M (the format: CheckpointFormat.hpp).
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -90,6 +91,26 @@ OptimizerRef Identify(amp::IOptimizer* optimizer, const FSDP& fsdp) {
 }
 
 std::span<const std::byte> BytesOf(std::span<const float> values) { return std::as_bytes(values); }
+
+// The trailing checksums of @p blobs (each frame's FNV-1a, StateBlob.hpp), sorted (the blobs
+// may come in any order) and folded with FNV-1a, cut to 52 bits so it travels exactly in a
+// double. The blobs were validated before, so each has its 8 checksum bytes.
+double Fingerprint(std::span<const std::vector<std::byte>> blobs) {
+  std::vector<std::uint64_t> checksums;
+  checksums.reserve(blobs.size());
+  for (const std::vector<std::byte>& blob : blobs) {
+    std::uint64_t checksum = 0;
+    std::memcpy(&checksum, blob.data() + blob.size() - sizeof checksum, sizeof checksum);
+    checksums.push_back(checksum);
+  }
+  std::sort(checksums.begin(), checksums.end());
+  std::uint64_t hash = 1469598103934665603ULL;
+  for (const std::uint64_t checksum : checksums) {
+    hash ^= checksum;
+    hash *= 1099511628211ULL;
+  }
+  return static_cast<double>(hash & ((1ULL << 52) - 1));
+}
 
 // ArgumentError unless the saved model is this FSDP's: units, parameters, shapes, offsets.
 void CheckSameModel(const SavedRank& saved, FSDP& fsdp) {
@@ -270,6 +291,17 @@ std::int64_t FSDP::LoadShardedCheckpoint(std::span<const std::vector<std::byte>>
       }
     }
   });
+
+  // Every rank must have read the same checkpoint (files on node-local disks can differ): the
+  // blobs' own checksums, combined, compared as max and min over the ranks.
+  std::array<double, 2> extremes{Fingerprint(saved_ranks), 0.0};
+  extremes[1] = -extremes[0];
+  group.AllReduceHost(extremes, ReduceOp::Max);
+  if (extremes[0] != -extremes[1]) {
+    throw ArgumentError("saved_ranks",
+                        "the ranks were given different checkpoints (blob checksums differ between "
+                        "ranks): every rank must load the blobs of all saved ranks, the same ones");
+  }
 
   // The scaler validates its own state: agreed, and put back where it loaded when another
   // rank rejected it, so no rank keeps a partial load.
