@@ -161,7 +161,8 @@ class MLFRAMEWORK_EXPORT FSDP {
   /// the optimizer state; the scaler state and the optimizer's step count and learning rate
   /// are loaded as saved. Returns the saved training step. ArgumentError on every rank, naming
   /// what differs, for a corrupt, truncated or foreign blob, a wrong format version, a missing
-  /// or duplicate rank, blobs of different checkpoints, another model (unit or parameter
+  /// or duplicate rank, blobs of different checkpoints, ranks handed different blobs (their
+  /// checksums are compared across ranks), another model (unit or parameter
   /// names, shapes, offsets), another optimizer kind or options, or a scaler state its Load
   /// rejects; InvalidOperationError on every rank while a unit is gathered or holds unsynced
   /// gradients. Nothing changes on any rank then (a scaler state loaded on some ranks is put
