@@ -57,10 +57,10 @@ Blobs SavedAtFour(std::int64_t step = 7, bool with_optimizer = true) {
 
 // FNV-1a over everything before the trailing checksum, written back (StateBlob.hpp's frame).
 void Reseal(std::vector<std::byte>& blob) {
-  std::uint64_t hash = 1469598103934665603ull;
+  std::uint64_t hash = 0xcbf29ce484222325ULL;
   for (std::size_t i = 0; i < blob.size() - 8; ++i) {
     hash ^= static_cast<std::uint8_t>(blob[i]);
-    hash *= 1099511628211ull;
+    hash *= 0x100000001b3ULL;
   }
   for (int b = 0; b < 8; ++b) blob[blob.size() - 8 + static_cast<std::size_t>(b)] = std::byte((hash >> (8 * b)) & 0xff);
 }
@@ -102,6 +102,13 @@ BOOST_AUTO_TEST_CASE(missing_duplicate_and_foreign_ranks_name_the_rank) {
   loader.Expect({blobs[0], blobs[1], blobs[3]}, "saved rank 2 of 4 is missing");
   loader.Expect({blobs[0], blobs[1], blobs[1], blobs[3]}, "saved_ranks[2] and saved_ranks[1] are both saved rank 1");
   loader.Expect({}, "holds no blob");
+  // A world size of 4 billion (re-sealed): reported as missing ranks, no allocation by it.
+  Blobs huge = blobs;
+  for (std::vector<std::byte>& blob : huge) {
+    blob[55] = std::byte{0xf0};  // the saved world size's high byte (payload from 52)
+    Reseal(blob);
+  }
+  loader.Expect(huge, "saved rank 4 of 4026531844 is missing");
   const Blobs later = SavedAtFour(8);
   loader.Expect({blobs[0], blobs[1], later[2], blobs[3]}, "saved_ranks[2] has training step 8, saved_ranks[0] 7");
   // Blobs of a 2-rank save mixed in.

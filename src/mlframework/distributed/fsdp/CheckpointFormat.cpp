@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
 #include <utility>
 
 #include <mlframework/core/DataType.hpp>
@@ -290,7 +291,8 @@ SavedRank DecodeCheckpoint(std::span<const std::byte> blob, const std::string& p
 void CheckOneCheckpoint(const std::vector<SavedRank>& ranks) {
   if (ranks.empty()) throw ArgumentError("saved_ranks", "holds no blob: pass the blobs of every saved rank");
   const SavedRank& first = ranks.front();
-  std::vector<int> seen(first.world, -1);
+  // Saved rank to its blob's index: sized by the blobs given, never by a (maybe corrupt) world size.
+  std::map<std::uint32_t, std::size_t> seen;
   for (std::size_t i = 0; i < ranks.size(); ++i) {
     const SavedRank& mine = ranks[i];
     const std::string where = "saved_ranks[" + std::to_string(i) + "]";
@@ -299,11 +301,11 @@ void CheckOneCheckpoint(const std::vector<SavedRank>& ranks) {
                                              ", saved_ranks[0] at " + std::to_string(first.world) +
                                              ": not blobs of one checkpoint");
     }
-    if (seen[mine.rank] >= 0) {
-      throw ArgumentError("saved_ranks", where + " and saved_ranks[" + std::to_string(seen[mine.rank]) +
+    if (const auto it = seen.find(mine.rank); it != seen.end()) {
+      throw ArgumentError("saved_ranks", where + " and saved_ranks[" + std::to_string(it->second) +
                                              "] are both saved rank " + std::to_string(mine.rank));
     }
-    seen[mine.rank] = static_cast<int>(i);
+    seen.emplace(mine.rank, i);
     const auto differ = [&](const std::string& what, const std::string& value, const std::string& first_value) {
       std::string message = where;
       message.append(" has ").append(what).append(" ").append(value).append(", saved_ranks[0] ").append(first_value);
@@ -332,8 +334,10 @@ void CheckOneCheckpoint(const std::vector<SavedRank>& ranks) {
     }
     for (std::size_t u = 0; u < mine.units.size(); ++u) CheckSameUnit(mine.units[u], first.units[u], i);
   }
+  // Distinct ranks below the world size: when fewer than the world size, one of the first
+  // ranks.size() + 1 ranks is missing.
   for (std::uint32_t r = 0; r < first.world; ++r) {
-    if (seen[r] < 0) {
+    if (seen.count(r) == 0) {
       throw ArgumentError("saved_ranks", "saved rank " + std::to_string(r) + " of " + std::to_string(first.world) +
                                              " is missing (" + std::to_string(ranks.size()) +
                                              " blobs given): pass the blobs of every saved rank");

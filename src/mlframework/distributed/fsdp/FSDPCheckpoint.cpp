@@ -104,10 +104,10 @@ double Fingerprint(std::span<const std::vector<std::byte>> blobs) {
     checksums.push_back(checksum);
   }
   std::sort(checksums.begin(), checksums.end());
-  std::uint64_t hash = 1469598103934665603ULL;
+  std::uint64_t hash = 0xcbf29ce484222325ULL;
   for (const std::uint64_t checksum : checksums) {
     hash ^= checksum;
-    hash *= 1099511628211ULL;
+    hash *= 0x100000001b3ULL;
   }
   return static_cast<double>(hash & ((1ULL << 52) - 1));
 }
