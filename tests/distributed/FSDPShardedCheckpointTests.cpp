@@ -19,6 +19,7 @@
 #include <mlframework/optimizers/Adam.hpp>
 #include <mlframework/optimizers/SGD.hpp>
 
+#include "amp/FakeDeviceBackend.hpp"
 #include "distributed/ReshardSupport.hpp"
 
 namespace fsdp = mlframework::distributed::fsdp;
@@ -39,15 +40,27 @@ struct SimRank {
 
 enum class Opt { Adam, SGD };
 
+// The parameters as tensors of the fake device backend (CPU memory that reports cuda:0).
+mlframework::GradientMap OnFakeDevice(const mlframework::GradientMap& parameters) {
+  mlframework::GradientMap fake;
+  for (const auto& [name, tensor] : parameters) {
+    fake.emplace(name,
+                 mlfw_test::FakeTensor(tensor->ToFloatVector(), tensor->GetShape(), mlframework::DataType::Float32));
+  }
+  return fake;
+}
+
 std::vector<SimRank> MakeWorld(int world, float amplitude, Opt opt,
-                               fsdp::ShardingStrategy strategy = fsdp::ShardingStrategy::FullShard) {
+                               fsdp::ShardingStrategy strategy = fsdp::ShardingStrategy::FullShard,
+                               bool fake_device = false) {
   std::vector<SimRank> ranks(static_cast<std::size_t>(world));
   for (int r = 0; r < world; ++r) {
     SimRank& rank = ranks[static_cast<std::size_t>(r)];
     rank.model = std::make_unique<fsdp::FSDP>(std::make_shared<SimulatedRankGroup>(r, world),
                                               fsdp::FSDPConfig{.Strategy = strategy});
-    rank.model->RegisterUnit("embed", mlfw_test::ReshardEmbed(amplitude));
-    rank.model->RegisterUnit("head", mlfw_test::ReshardHead(amplitude));
+    const auto place = [&](const mlframework::GradientMap& p) { return fake_device ? OnFakeDevice(p) : p; };
+    rank.model->RegisterUnit("embed", place(mlfw_test::ReshardEmbed(amplitude)));
+    rank.model->RegisterUnit("head", place(mlfw_test::ReshardHead(amplitude)));
     if (opt == Opt::Adam) {
       rank.adam = std::make_unique<optim::Adam>(rank.model->ShardedParameters(), optim::AdamOptions::AdamW(2e-3f));
     } else {
@@ -202,6 +215,23 @@ BOOST_AUTO_TEST_CASE(no_shard_checkpoint_loads_into_full_shard_ranks_and_back) {
   std::vector<SimRank> back = MakeWorld(1, 2.0f, Opt::Adam, fsdp::ShardingStrategy::NoShard);
   LoadAll(back, SaveAll(sharded, 1), 1);
   CheckSameState(replicated, back, "FullShard to NoShard");
+}
+
+BOOST_AUTO_TEST_CASE(device_resident_shards_reshard_and_the_optimizers_host_masters_follow) {
+  // Shards the host cannot address: saved through a read-back, loaded through a copy; Adam and
+  // SGD keep host FP32 masters for them (ZeRO-Offload style), which the load must replace too,
+  // or the next step would write the old masters back over the loaded shards.
+  for (const Opt opt : {Opt::Adam, Opt::SGD}) {
+    std::vector<SimRank> saved = MakeWorld(2, 1.0f, opt, fsdp::ShardingStrategy::FullShard, true);
+    BOOST_REQUIRE(saved.front().model->Unit(0).LocalShard()->HostBytes().empty());
+    StepAll(saved, 0);
+    std::vector<SimRank> loaded = MakeWorld(3, 2.0f, opt, fsdp::ShardingStrategy::FullShard, true);
+    LoadAll(loaded, SaveAll(saved, 1), 1);
+    CheckSameState(saved, loaded, "device-resident, after the load");
+    StepAll(saved, 1);
+    StepAll(loaded, 1);
+    CheckSameState(saved, loaded, "device-resident, one step after the load");
+  }
 }
 
 BOOST_AUTO_TEST_CASE(scaler_state_and_training_step_travel_with_the_shards) {
