@@ -111,6 +111,9 @@ class MLFRAMEWORK_EXPORT MpiProcessGroup final : public IProcessGroup {
   void Barrier() override;
   void AllReduceHost(std::span<double> values, ReduceOp op) override;
   using IProcessGroup::AllReduceHost;
+  /// MPI_Comm_split of this group's communicator into a new MpiProcessGroup with the same
+  /// options (collective over this group).
+  std::shared_ptr<IProcessGroup> Split(int color, int key) override;
   /// Prints the message and calls MPI_Abort on the communicator (never returns).
   void Abort(const std::string& message) noexcept override;
 

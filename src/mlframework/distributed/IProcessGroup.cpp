@@ -1,5 +1,7 @@
 #include <mlframework/distributed/IProcessGroup.hpp>
 
+#include <mlframework/core/Error.hpp>
+
 namespace mlframework::distributed {
 
 IProcessGroup::~IProcessGroup() = default;
@@ -12,6 +14,12 @@ std::string_view ToString(ReduceOp op) noexcept {
       return "Max";
   }
   return "unknown";
+}
+
+std::shared_ptr<IProcessGroup> IProcessGroup::Split(int /*color*/, int /*key*/) {
+  // Deterministic for a given implementation, so every rank throws together.
+  throw InvalidOperationError("the '" + std::string(BackendName()) +
+                              "' process group cannot split into subgroups: implement IProcessGroup::Split");
 }
 
 double IProcessGroup::AllReduceHost(double value, ReduceOp op) {

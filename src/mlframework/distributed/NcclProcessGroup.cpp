@@ -136,15 +136,18 @@ class NcclProcessGroup final : public IProcessGroup {
     ncclUniqueId nccl_id;
     std::memcpy(&nccl_id, id.data(), sizeof nccl_id);
     MLFW_NCCL_CHECK(ncclCommInitRank(&comm_, world_size_, nccl_id, rank_));
-    try {
-      scratch_ = static_cast<double*>(context_->Allocate(kScratchDoubles * sizeof(double)));
-      pending_ =
-          std::make_unique<detail::PendingCollectives>(rank_, options_.TimeoutSeconds, kWatchdogInterval, MakeHooks());
-    } catch (...) {
-      context_->Free(scratch_);
-      MLFW_NCCL_CHECK_NOTHROW(ncclCommDestroy(comm_));
-      throw;
-    }
+    Start();
+  }
+
+  /// Takes over @p comm (from ncclCommSplit), of which this process is @p rank of @p world_size.
+  NcclProcessGroup(ncclComm_t comm, int rank, int world_size, NcclProcessGroupOptions options)
+      : rank_(rank),
+        world_size_(world_size),
+        options_(options),
+        context_(&cuda::DeviceContext::Get(options.Device)),
+        comm_(comm) {
+    cuda::DeviceGuard guard(options_.Device);
+    Start();
   }
 
   ~NcclProcessGroup() override {
@@ -262,6 +265,39 @@ class NcclProcessGroup final : public IProcessGroup {
   }
   using IProcessGroup::AllReduceHost;
 
+  std::shared_ptr<IProcessGroup> Split(int color, int key) override {
+    detail::CheckSplitColor(color);
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 18, 0)
+    ncclComm_t part = nullptr;
+    Run("Split", [&] {
+      // ncclCommSplit blocks until every rank joins: what was enqueued before finishes first,
+      // so the watchdog has nothing pending (and no reason to abort the communicator) meanwhile.
+      pending_->WaitAll("Split");
+      {
+        const std::lock_guard lock(comm_mutex_);
+        if (aborted_) {
+          throw CommunicationError("Split: the NCCL communicator of rank " + std::to_string(rank_) + " was aborted");
+        }
+      }
+      MLFW_NCCL_CHECK(ncclCommSplit(comm_, color, key, &part, nullptr));
+    });
+    int rank = 0;
+    int size = 0;
+    try {
+      MLFW_NCCL_CHECK(ncclCommUserRank(part, &rank));
+      MLFW_NCCL_CHECK(ncclCommCount(part, &size));
+    } catch (...) {
+      MLFW_NCCL_CHECK_NOTHROW(ncclCommDestroy(part));
+      throw;
+    }
+    return std::make_shared<NcclProcessGroup>(part, rank, size, options_);  // owns `part`, even when it throws
+#else
+    static_cast<void>(key);
+    throw BackendError("NcclProcessGroup::Split: this build's NCCL " + std::to_string(NCCL_MAJOR) + "." +
+                       std::to_string(NCCL_MINOR) + " has no ncclCommSplit (NCCL 2.18 or later)");
+#endif
+  }
+
   void Abort(const std::string& message) noexcept override {
     std::fprintf(stderr, "mlframework: rank %d aborting: %s\n", rank_, message.c_str());
     std::fflush(stderr);
@@ -274,6 +310,19 @@ class NcclProcessGroup final : public IProcessGroup {
   static constexpr std::size_t kScratchDoubles = 4096;
 
   cudaStream_t Stream() const noexcept { return context_->Stream(); }
+
+  // The rest of construction once comm_ is set: on failure the communicator is destroyed.
+  void Start() {
+    try {
+      scratch_ = static_cast<double*>(context_->Allocate(kScratchDoubles * sizeof(double)));
+      pending_ =
+          std::make_unique<detail::PendingCollectives>(rank_, options_.TimeoutSeconds, kWatchdogInterval, MakeHooks());
+    } catch (...) {
+      context_->Free(scratch_);
+      MLFW_NCCL_CHECK_NOTHROW(ncclCommDestroy(comm_));
+      throw;
+    }
+  }
 
   // Runs one collective: first raises an earlier failure (found now or by the watchdog)
   // and retires finished work without blocking; a communication failure aborts the

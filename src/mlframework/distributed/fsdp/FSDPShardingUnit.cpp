@@ -83,16 +83,16 @@ void FSDPShardingUnit::Gather() {
       CopyInto(std::span<const TensorPtr>(&s.shard, 1), std::span<const TensorPtr>(&buffer.tensor, 1));
     } else if (dtype == DataType::Float32) {
       // Nothing to cast: the all-gather reads the FP32 shard itself, like the raw collective.
-      s.group->AllGather(*s.shard, *buffer.tensor);
+      s.shard_group->AllGather(*s.shard, *buffer.tensor);
     } else {
       // Cast the FP32 shard straight into this rank's slot (so the all-gather moves 16-bit
       // words) and gather in place around it: no staging buffer, no extra copy.
       const TensorPtr slot = s.placement->View(buffer.tensor, s.shard_offset, {s.shard_size});
       CopyInto(std::span<const TensorPtr>(&s.shard, 1), std::span<const TensorPtr>(&slot, 1));
-      s.group->AllGather(*slot, *buffer.tensor);
+      s.shard_group->AllGather(*slot, *buffer.tensor);
     }
     flat = buffer.tensor;
-    if (strategy == ShardingStrategy::FullShard) {
+    if (strategy == ShardingStrategy::FullShard || strategy == ShardingStrategy::HybridShard) {
       s.gathered_storage = std::move(buffer);
     } else {
       s.pool->Return(s.kept);  // a kept buffer of the previous dtype is of no use any more
@@ -263,10 +263,12 @@ void FSDPShardingUnit::ReduceGradients(const GradientMap& gradients) {
     s.group->AllReduce(*flat, ReduceOp::Sum);
     if (!into_target) CopyInto(std::span<const TensorPtr>(&flat, 1), std::span<const TensorPtr>(&target, 1));
   } else if (fp32_reduce) {
-    s.group->ReduceScatter(*flat, *target, ReduceOp::Sum);
+    s.shard_group->ReduceScatter(*flat, *target, ReduceOp::Sum);
+    s.ReduceAcrossReplicas(*target);
   } else {
     detail::PooledBuffer reduced = s.pool->Acquire(reduce_dtype, s.shard_size);
-    s.group->ReduceScatter(*flat, *reduced.tensor, ReduceOp::Sum);
+    s.shard_group->ReduceScatter(*flat, *reduced.tensor, ReduceOp::Sum);
+    s.ReduceAcrossReplicas(*reduced.tensor);  // in the reduce dtype: the same bytes as the reduce-scatter's
     CopyInto(std::span<const TensorPtr>(&reduced.tensor, 1), std::span<const TensorPtr>(&target, 1));
     s.pool->Return(reduced);
   }

@@ -17,10 +17,12 @@
 namespace mlframework::distributed::fsdp {
 
 struct FSDPShardingUnit::Impl {
-  IProcessGroup* group = nullptr;
-  const FSDPConfig* config = nullptr;   // the owning FSDP's (ParamDType may change)
-  UnitPrecision precision;              // this unit's own dtypes, where set
-  const bool* requires_sync = nullptr;  // the owning FSDP's gradient-sync switch
+  IProcessGroup* group = nullptr;            // the whole group: agreement checks, averaging
+  IProcessGroup* shard_group = nullptr;      // gathers and reduce-scatters (`group` unless HybridShard)
+  IProcessGroup* replicate_group = nullptr;  // HybridShard: all-reduces the gradient shard; else null
+  const FSDPConfig* config = nullptr;        // the owning FSDP's (ParamDType may change)
+  UnitPrecision precision;                   // this unit's own dtypes, where set
+  const bool* requires_sync = nullptr;       // the owning FSDP's gradient-sync switch
   std::string name;
   std::vector<std::string> names;
   std::vector<Shape> shapes;
@@ -56,6 +58,13 @@ struct FSDPShardingUnit::Impl {
   std::vector<TensorPtr> ParameterViews(const TensorPtr& flat) const;
   // Zeroes the padding of the flat unit buffer @p flat.
   void ZeroPadding(const TensorPtr& flat) const;
+  // HybridShard: sums the shard group's @p reduced shard over the replicas (the ranks holding
+  // the same shard), so it becomes the sum over every rank; nothing otherwise.
+  void ReduceAcrossReplicas(ITensor& reduced) const {
+    if (replicate_group != nullptr && replicate_group->WorldSize() > 1) {
+      replicate_group->AllReduce(reduced, ReduceOp::Sum);
+    }
+  }
   // Adds a micro-batch's full gradients to `accumulated`.
   void AccumulateLocally(const std::vector<TensorPtr>& gradients);
   // The kept buffer no longer matches the shard (after an optimizer step or a state load):
