@@ -1,5 +1,6 @@
 // Save at N ranks, resume at M: ctest runs FsdpReshardSave under mpiexec -n 4 into
-// $MLFW_RESHARD_DIR, then FsdpReshardLoad under -n 2 and -n 3 from it. The loader compares, bit
+// $MLFW_RESHARD_DIR (a FullShard run, and a HybridShard run of 2 groups of 2 ranks), then
+// FsdpReshardLoad under -n 2 and -n 3 from it (into FullShard). The loader compares, bit
 // for bit, the full parameters after the load with an uninterrupted run at its own world size
 // stopped at the same step, and every later loss, loss scale and the final parameters with
 // that run continued: the test model's reduced gradients are exact at any world size
@@ -41,11 +42,14 @@ struct Training {
   mlframework::optimizers::Adam adam;
   mlframework::amp::DynamicLossScaler scaler;
 
-  Training(const std::shared_ptr<mlframework::distributed::IProcessGroup>& g, float amplitude)
+  // FullShard, or HybridShard with shard groups of @p shard_group_size ranks when it is > 0.
+  Training(const std::shared_ptr<mlframework::distributed::IProcessGroup>& g, float amplitude, int shard_group_size = 0)
       : group(g),
-        model(g, {.Strategy = fsdp::ShardingStrategy::FullShard,
+        model(g, {.Strategy =
+                      shard_group_size > 0 ? fsdp::ShardingStrategy::HybridShard : fsdp::ShardingStrategy::FullShard,
                   .ParamDType = mlframework::DataType::Float32,
-                  .ReduceDType = mlframework::DataType::Float32}),
+                  .ReduceDType = mlframework::DataType::Float32,
+                  .ShardGroupSize = shard_group_size}),
         adam(Registered(model, amplitude), mlframework::optimizers::AdamOptions::AdamW(1e-2f, 1e-2f)),
         scaler({.InitialScale = 1024.0f, .GrowthInterval = 2}) {}
 
@@ -88,13 +92,19 @@ bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
+// The FullShard run saves into @p directory, a HybridShard run (shard groups of 2 ranks when
+// the world size is even, else 1) into its "hybrid" subdirectory: under -n 4, 2 groups of 2.
 void Save(const std::filesystem::path& directory) {
-  Training run(mlfw_test::WorldGroup(), 1.0f);
-  for (int step = 0; step < kSavedStep; ++step) run.Step(step);
-  run.model.SaveShardedCheckpointFiles(directory, run.Contents(kSavedStep));
-  BOOST_TEST_MESSAGE("saved at " << run.group->WorldSize() << " ranks into " << directory);
+  auto group = mlfw_test::WorldGroup();
+  for (const bool hybrid : {false, true}) {
+    Training run(group, 1.0f, hybrid ? (group->WorldSize() % 2 == 0 ? 2 : 1) : 0);
+    for (int step = 0; step < kSavedStep; ++step) run.Step(step);
+    run.model.SaveShardedCheckpointFiles(hybrid ? directory / "hybrid" : directory, run.Contents(kSavedStep));
+  }
+  BOOST_TEST_MESSAGE("saved at " << group->WorldSize() << " ranks into " << directory);
 }
 
+// Resumes a FullShard run at this world size from @p directory and compares (see the top).
 void LoadAndCompare(const std::filesystem::path& directory) {
   auto group = mlfw_test::WorldGroup();
   Training reference(group, 1.0f);
@@ -149,6 +159,7 @@ void SaveAndLoadHere(const char* suite) {
   const std::filesystem::path directory = PrivateDirectory(suite);
   Save(directory);
   LoadAndCompare(directory);
+  LoadAndCompare(directory / "hybrid");
   auto group = mlfw_test::WorldGroup();
   group->Barrier();
   if (group->Rank() == 0) std::filesystem::remove_all(directory);
@@ -173,6 +184,7 @@ BOOST_AUTO_TEST_SUITE(FsdpReshardLoad)
 BOOST_AUTO_TEST_CASE(resumes_bit_identical_to_an_uninterrupted_run_at_this_world_size) {
   if (const char* directory = SharedDirectory()) {
     LoadAndCompare(directory);
+    LoadAndCompare(std::filesystem::path(directory) / "hybrid");
   } else {
     SaveAndLoadHere("reshard-load");
   }
