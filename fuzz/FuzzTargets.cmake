@@ -3,7 +3,7 @@
 # Private pieces (hidden in the shared library) and the demo's IDX reader are
 # compiled in from source, so the fuzz build needs no samples.
 find_package(ZLIB REQUIRED)
-set(MLFW_FUZZ_TARGETS state_blob scaler_state fsdp_checkpoint idx dlpack)
+set(MLFW_FUZZ_TARGETS state_blob scaler_state fsdp_checkpoint fsdp_sharded_checkpoint idx dlpack)
 set(MLFW_FUZZ_state_blob_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/StateBlobFuzzer.cpp
   ${PROJECT_SOURCE_DIR}/src/mlframework/core/StateBlob.cpp)
@@ -11,6 +11,8 @@ set(MLFW_FUZZ_scaler_state_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/ScalerStateFuzzer.cpp)
 set(MLFW_FUZZ_fsdp_checkpoint_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/FsdpCheckpointFuzzer.cpp)
+set(MLFW_FUZZ_fsdp_sharded_checkpoint_SOURCES
+  ${CMAKE_CURRENT_LIST_DIR}/FsdpShardedCheckpointFuzzer.cpp)
 set(MLFW_FUZZ_idx_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/IdxFuzzer.cpp
   ${PROJECT_SOURCE_DIR}/samples/train_fashion_mnist/IdxReader.cpp)

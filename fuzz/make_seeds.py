@@ -107,8 +107,37 @@ def fsdp_checkpoint_seeds() -> None:
     seed("seed-bit-flip-unsealed", 0, 0, [(100, 0x80)])
 
 
+def fsdp_sharded_checkpoint_seeds() -> None:
+    # flags, blob to damage, truncated length (u16), edits (u16 offset, xor mask) ending with a
+    # zero mask. Offsets into the blob: payload from 52 (world 52, rank 56, strategy 60, step 61,
+    # optimizer kind 69, option count 70, options 74, learning rate 94, step count 98, state
+    # vectors 106, scaler flag 110, scaler length 111, scaler bytes 119, then the units).
+    def seed(name, flags, victim, truncate, edits, tail=b""):
+        body = bytes([flags, victim]) + struct.pack("<H", truncate)
+        for offset, mask in edits:
+            body += struct.pack("<HB", offset, mask)
+        write("fsdp_sharded_checkpoint", name, body + struct.pack("<HB", 0, 0) + tail)
+
+    seed("seed-unchanged", 0, 0, 0, [])
+    seed("seed-resealed-world-size", 1, 1, 0, [(52, 0x01)])
+    seed("seed-resealed-rank", 1, 2, 0, [(56, 0x02)])
+    seed("seed-resealed-step", 1, 1, 0, [(61, 0x01)])
+    seed("seed-resealed-optimizer-kind", 1, 0, 0, [(69, 0x03)])
+    seed("seed-resealed-option", 1, 0, 0, [(80, 0x10)])
+    seed("seed-resealed-state-count", 1, 2, 0, [(106, 0x01)])
+    seed("seed-resealed-scaler-length", 1, 0, 0, [(111, 0x04)])
+    seed("seed-resealed-unit-region", 1, 1, 0, [(300, 0x01)])
+    seed("seed-resealed-late", 1, 2, 0, [(420, 0x08)])
+    seed("seed-truncated", 3, 1, 200, [])
+    seed("seed-appended", 5, 0, 0, [], b"\x00" * 12)
+    seed("seed-bit-flip-unsealed", 0, 2, 0, [(150, 0x80)])
+    seed("seed-dropped", 8, 1, 0, [])
+    seed("seed-duplicated", 16, 0, 0, [])
+
+
 if __name__ == "__main__":
     state_blob_seeds()
     scaler_state_seeds()
     idx_seeds()
     fsdp_checkpoint_seeds()
+    fsdp_sharded_checkpoint_seeds()

@@ -4,8 +4,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include <mlframework/amp/IOptimizer.hpp>
@@ -29,6 +31,14 @@ struct AdamOptions {
   static AdamOptions AdamW(float learning_rate = 1e-3f, float weight_decay = 1e-2f) {
     return AdamOptions{.LearningRate = learning_rate, .WeightDecay = weight_decay, .DecoupledWeightDecay = true};
   }
+};
+
+/// One parameter's FP32 state, for Adam::RestoreState(): what a checkpoint that reshards
+/// parameters (distributed::fsdp::FSDP::LoadShardedCheckpoint()) moves between shardings.
+struct AdamParameterState {
+  std::vector<float> Master;         ///< Master weights (rounded into FP16/BF16 parameters).
+  std::vector<float> FirstMoments;   ///< exp_avg, one per element.
+  std::vector<float> SecondMoments;  ///< exp_avg_sq, one per element.
 };
 
 /// Adam over named parameters, with FP32 moments and FP32 master weights.
@@ -68,6 +78,17 @@ class MLFRAMEWORK_EXPORT Adam final : public amp::IOptimizer {
   void SetLearningRate(float learning_rate);
   /// Steps taken (bias correction uses it).
   std::int64_t StepCount() const noexcept;
+
+  /// First moments (exp_avg) of parameter @p name, one FP32 value per element, valid until the
+  /// next Step() or load; ArgumentError naming `name` for an unknown parameter.
+  std::span<const float> FirstMoments(const std::string& name) const;
+  /// Second moments (exp_avg_sq) of parameter @p name, as FirstMoments().
+  std::span<const float> SecondMoments(const std::string& name) const;
+  /// Replaces every parameter's master weights (rounded back into FP16/BF16 parameters) and
+  /// moments, and the step count, at once: for checkpoints that cut the state differently from
+  /// StateDict() (resharding). ArgumentError naming `state` when a parameter is missing or
+  /// unknown or a vector has the wrong length, naming `steps` when negative; nothing changes then.
+  void RestoreState(const std::map<std::string, AdamParameterState>& state, std::int64_t steps);
 
   /// Versioned blob of options, master weights, moments and step count.
   std::vector<std::byte> StateDict() const;

@@ -4,8 +4,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include <mlframework/amp/IOptimizer.hpp>
@@ -23,6 +25,13 @@ struct SGDOptions {
   bool Nesterov = false;       ///< Nesterov momentum (needs Momentum > 0).
   /// ArgumentError naming the first invalid field and its value.
   MLFRAMEWORK_EXPORT void Validate() const;
+};
+
+/// One parameter's FP32 state, for SGD::RestoreState(): what a checkpoint that reshards
+/// parameters (distributed::fsdp::FSDP::LoadShardedCheckpoint()) moves between shardings.
+struct SGDParameterState {
+  std::vector<float> Master;          ///< Master weights (rounded into FP16/BF16 parameters).
+  std::vector<float> MomentumBuffer;  ///< One per element, or empty: no buffer yet (made at the next step).
 };
 
 /// Stochastic gradient descent over named parameters.
@@ -62,6 +71,17 @@ class MLFRAMEWORK_EXPORT SGD final : public amp::IOptimizer {
   void SetLearningRate(float learning_rate);
   /// Steps taken.
   std::int64_t StepCount() const noexcept;
+
+  /// Momentum buffer of parameter @p name, one FP32 value per element, valid until the next
+  /// Step() or load; empty until the first step with Momentum > 0 (PyTorch makes it lazily).
+  /// ArgumentError naming `name` for an unknown parameter.
+  std::span<const float> MomentumBuffer(const std::string& name) const;
+  /// Replaces every parameter's master weights (rounded back into FP16/BF16 parameters) and
+  /// momentum buffer, and the step count, at once: for checkpoints that cut the state
+  /// differently from StateDict() (resharding). ArgumentError naming `state` when a parameter
+  /// is missing or unknown or a vector has the wrong length (a momentum buffer may be empty),
+  /// naming `steps` when negative; nothing changes then.
+  void RestoreState(const std::map<std::string, SGDParameterState>& state, std::int64_t steps);
 
   /// Versioned blob of options, master weights, momentum buffers and step count.
   std::vector<std::byte> StateDict() const;

@@ -1,5 +1,7 @@
 #include <mlframework/optimizers/Adam.hpp>
 
+#include <string>
+
 #include <mlframework/core/Error.hpp>
 #include <mlframework/optimizers/FusedSteps.hpp>
 
@@ -91,6 +93,39 @@ void Adam::SetLearningRate(float learning_rate) {
 }
 
 std::int64_t Adam::StepCount() const noexcept { return impl_->steps; }
+
+std::span<const float> Adam::FirstMoments(const std::string& name) const {
+  return impl_->exp_avg[impl_->params.IndexOf(name, "name")];
+}
+
+std::span<const float> Adam::SecondMoments(const std::string& name) const {
+  return impl_->exp_avg_sq[impl_->params.IndexOf(name, "name")];
+}
+
+void Adam::RestoreState(const std::map<std::string, AdamParameterState>& state, std::int64_t steps) {
+  Impl& s = *impl_;
+  if (steps < 0) {
+    throw ArgumentError("steps", "must be >= 0, got " + std::to_string(steps));
+  }
+  s.params.RequireSameNames(
+      state.size(), [&](const std::string& name) { return state.count(name) != 0; }, "state");
+  std::vector<std::vector<float>> masters;
+  for (std::size_t t = 0; t < s.params.Count(); ++t) {
+    const AdamParameterState& entry = state.at(s.params.Name(t));
+    s.params.RequireLength(entry.Master.size(), t, "master weights", "state");
+    s.params.RequireLength(entry.FirstMoments.size(), t, "first moments", "state");
+    s.params.RequireLength(entry.SecondMoments.size(), t, "second moments", "state");
+    masters.push_back(entry.Master);
+  }
+  // Everything checked: commit.
+  s.params.CommitMasters(masters);
+  for (std::size_t t = 0; t < s.params.Count(); ++t) {
+    const AdamParameterState& entry = state.at(s.params.Name(t));
+    s.exp_avg[t] = entry.FirstMoments;
+    s.exp_avg_sq[t] = entry.SecondMoments;
+  }
+  s.steps = steps;
+}
 
 std::vector<std::byte> Adam::StateDict() const {
   const Impl& s = *impl_;

@@ -208,6 +208,36 @@ void ParameterSet::CommitMasters(const std::vector<std::vector<float>>& values) 
   WriteBack();
 }
 
+std::size_t ParameterSet::IndexOf(const std::string& name, const std::string& parameter) const {
+  for (std::size_t i = 0; i < names_.size(); ++i) {
+    if (names_[i] == name) {
+      return i;
+    }
+  }
+  throw ArgumentError(parameter, "\"" + name + "\" is not a parameter of this optimizer");
+}
+
+void ParameterSet::RequireSameNames(std::size_t count, const std::function<bool(const std::string&)>& has,
+                                    const std::string& parameter) const {
+  for (const std::string& name : names_) {
+    if (!has(name)) {
+      throw ArgumentError(parameter, "has no state for parameter \"" + name + "\"");
+    }
+  }
+  if (count != names_.size()) {
+    throw ArgumentError(parameter, "holds " + std::to_string(count) + " parameters but this optimizer has " +
+                                       std::to_string(names_.size()));
+  }
+}
+
+void ParameterSet::RequireLength(std::size_t length, std::size_t i, const std::string& what,
+                                 const std::string& parameter) const {
+  if (length != list_[i]->Size()) {
+    throw ArgumentError(parameter, "holds " + std::to_string(length) + " " + what + " for \"" + names_[i] +
+                                       "\", which has " + std::to_string(list_[i]->Size()) + " elements");
+  }
+}
+
 void WriteName(mlframework::detail::BlobWriter& writer, const std::string& name) {
   writer.U32(static_cast<std::uint32_t>(name.size()));
   writer.Bytes(std::as_bytes(std::span<const char>(name.data(), name.size())));

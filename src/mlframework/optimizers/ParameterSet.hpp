@@ -4,6 +4,8 @@
 // the fused write-back of rounded weights into FP16/BF16 parameters.
 
 #include <cstddef>
+#include <functional>
+#include <map>
 #include <span>
 #include <string>
 #include <vector>
@@ -31,6 +33,8 @@ class ParameterSet {
   std::size_t Size(std::size_t i) const noexcept { return list_[i]->Size(); }
   const std::string& Name(std::size_t i) const noexcept { return names_[i]; }
   DataType ParameterDtype(std::size_t i) const { return list_[i]->GetDataType(); }
+  // Index of parameter @p name; ArgumentError naming @p parameter when there is none.
+  std::size_t IndexOf(const std::string& name, const std::string& parameter) const;
 
   // Names and shapes must match the parameters one to one; nothing changes on error.
   void SetGradients(const GradientMap& gradients);
@@ -58,6 +62,12 @@ class ParameterSet {
   std::vector<std::vector<float>> ReadMasters(mlframework::detail::BlobReader& reader) const;
   // Commits values read by ReadMasters (and writes the rounded values back into the parameters).
   void CommitMasters(const std::vector<std::vector<float>>& values);
+  // ArgumentError naming @p parameter unless a map of @p count names, asked by @p has, holds
+  // exactly this set's names (RestoreState() of the optimizers).
+  void RequireSameNames(std::size_t count, const std::function<bool(const std::string&)>& has,
+                        const std::string& parameter) const;
+  // ArgumentError naming @p parameter unless @p length is parameter i's size (@p what names the state).
+  void RequireLength(std::size_t length, std::size_t i, const std::string& what, const std::string& parameter) const;
 
  private:
   // Makes the missing FP32 scratch buffers, all in one contiguous buffer.

@@ -1,5 +1,7 @@
 #include <mlframework/optimizers/SGD.hpp>
 
+#include <string>
+
 #include <mlframework/core/Error.hpp>
 #include <mlframework/optimizers/FusedSteps.hpp>
 
@@ -98,6 +100,34 @@ void SGD::SetLearningRate(float learning_rate) {
 }
 
 std::int64_t SGD::StepCount() const noexcept { return impl_->steps; }
+
+std::span<const float> SGD::MomentumBuffer(const std::string& name) const {
+  return impl_->momentum[impl_->params.IndexOf(name, "name")];
+}
+
+void SGD::RestoreState(const std::map<std::string, SGDParameterState>& state, std::int64_t steps) {
+  Impl& s = *impl_;
+  if (steps < 0) {
+    throw ArgumentError("steps", "must be >= 0, got " + std::to_string(steps));
+  }
+  s.params.RequireSameNames(
+      state.size(), [&](const std::string& name) { return state.count(name) != 0; }, "state");
+  std::vector<std::vector<float>> masters;
+  for (std::size_t t = 0; t < s.params.Count(); ++t) {
+    const SGDParameterState& entry = state.at(s.params.Name(t));
+    s.params.RequireLength(entry.Master.size(), t, "master weights", "state");
+    if (!entry.MomentumBuffer.empty()) {
+      s.params.RequireLength(entry.MomentumBuffer.size(), t, "momentum values", "state");
+    }
+    masters.push_back(entry.Master);
+  }
+  // Everything checked: commit.
+  s.params.CommitMasters(masters);
+  for (std::size_t t = 0; t < s.params.Count(); ++t) {
+    s.momentum[t] = state.at(s.params.Name(t)).MomentumBuffer;
+  }
+  s.steps = steps;
+}
 
 std::vector<std::byte> SGD::StateDict() const {
   const Impl& s = *impl_;

@@ -3,6 +3,8 @@
 /// @brief Fully sharded data parallel: sharded FP32 master weights, gathered per unit.
 
 #include <cstddef>
+#include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <span>
 #include <string>
@@ -14,6 +16,7 @@
 #include <mlframework/distributed/IProcessGroup.hpp>
 #include <mlframework/distributed/fsdp/FSDPConfig.hpp>
 #include <mlframework/distributed/fsdp/FSDPShardingUnit.hpp>
+#include <mlframework/distributed/fsdp/ShardedCheckpoint.hpp>
 #include <mlframework/export.hpp>
 
 namespace mlframework::distributed::fsdp {
@@ -171,6 +174,40 @@ class MLFRAMEWORK_EXPORT FSDP {
   /// (world size, rank, units, sizes; a HybridShard blob of another shard group size has other
   /// shard sizes); nothing changes then.
   void LoadStateDict(std::span<const std::byte> state);
+
+  /// This rank's part of a resharding checkpoint (PyTorch DCP, DeepSpeed's Universal
+  /// Checkpoint): a versioned, checksummed blob with the full layout of every unit (names,
+  /// parameter names, shapes and offsets, dtypes, padded size), the saved world size and rank,
+  /// this rank's range of each unit, its FP32 master shard, the optimizer's per-element state
+  /// over the same range with its kind, options and step count, the scaler's state and
+  /// @p contents.Step. Local (no communication); every rank saves its own blob. A load at any
+  /// world size takes the blobs of all saved ranks. Only the FP32 values are in the machine's
+  /// byte order (little-endian on every platform the library builds for).
+  std::vector<std::byte> SaveShardedCheckpoint(const ShardedCheckpointContents& contents = {}) const;
+  /// Restores a checkpoint saved at any world size from @p saved_ranks, the blobs of every
+  /// saved rank in any order (collective): each rank takes its own ranges of the shards and
+  /// the optimizer state; the scaler state and the optimizer's step count and learning rate
+  /// are loaded as saved. Returns the saved training step. ArgumentError on every rank, naming
+  /// what differs, for a corrupt, truncated or foreign blob, a wrong format version, a missing
+  /// or duplicate rank, blobs of different checkpoints, ranks handed different blobs (their
+  /// checksums are compared across ranks), another model (unit or parameter
+  /// names, shapes, offsets), another optimizer kind or options, or a scaler state its Load
+  /// rejects; InvalidOperationError on every rank while a unit is gathered or holds unsynced
+  /// gradients. Nothing changes on any rank then (a scaler state loaded on some ranks is put
+  /// back). Gradient shards are dropped (ZeroGrad()).
+  std::int64_t LoadShardedCheckpoint(std::span<const std::vector<std::byte>> saved_ranks,
+                                     const ShardedCheckpointContents& contents = {});
+  /// SaveShardedCheckpoint() into @p directory (collective): every rank writes its blob to
+  /// ShardedCheckpointFileName(rank) (atomically, through a temporary file) and rank 0 removes
+  /// shard files of higher ranks left by an earlier save at a larger world size. ArgumentError
+  /// on every rank when any rank cannot write.
+  void SaveShardedCheckpointFiles(const std::filesystem::path& directory,
+                                  const ShardedCheckpointContents& contents = {});
+  /// LoadShardedCheckpoint() from the files of @p directory (ReadShardedCheckpointDirectory();
+  /// every rank reads every file), with the same agreement: a file missing or unreadable on
+  /// any rank is an ArgumentError on every rank. Returns the saved training step.
+  std::int64_t LoadShardedCheckpointFiles(const std::filesystem::path& directory,
+                                          const ShardedCheckpointContents& contents = {});
 
  private:
   struct Impl;

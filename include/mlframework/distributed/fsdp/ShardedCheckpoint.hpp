@@ -1,0 +1,76 @@
+#pragma once
+/// @file ShardedCheckpoint.hpp
+/// @brief What a resharding FSDP checkpoint holds besides the shards, and its file names.
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <mlframework/amp/IOptimizer.hpp>
+#include <mlframework/export.hpp>
+
+namespace mlframework::distributed::fsdp {
+
+/// An object whose state is a blob, for a checkpoint to save and restore: typically the loss
+/// scaler (amp::GradScaler, amp::DynamicLossScaler, FSDPMixedPrecisionManager, ...), whose
+/// state is the same on every rank. Of() builds it from any type with `StateDict()` and
+/// `LoadStateDict(std::span<const std::byte>)`.
+struct BlobState {
+  /// Returns the current state (the object's StateDict()).
+  std::function<std::vector<std::byte>()> Save{};
+  /// Restores a state from Save(); must validate it whole before changing anything and throw
+  /// ArgumentError for a bad one (every library StateDict() type does).
+  std::function<void(std::span<const std::byte>)> Load{};
+
+  /// True when both functions are set.
+  explicit operator bool() const noexcept { return Save && Load; }
+
+  /// The StateDict() / LoadStateDict() pair of @p object, kept by reference.
+  template <typename T>
+  static BlobState Of(T& object) {
+    return {[&object] { return object.StateDict(); },
+            [&object](std::span<const std::byte> state) { object.LoadStateDict(state); }};
+  }
+};
+
+/// What FSDP::SaveShardedCheckpoint() stores with the FP32 shards and what
+/// FSDP::LoadShardedCheckpoint() restores.
+struct ShardedCheckpointContents {
+  /// The optimizer built over FSDP::ShardedParameters(): optimizers::Adam (moments, step
+  /// count) or optimizers::SGD (momentum buffers, step count), whose per-element state is
+  /// sharded like the masters and resharded with them. Its options are stored: a load needs an
+  /// optimizer of the same kind and options, except the learning rate, which is restored (a
+  /// scheduler changes it). Null: no optimizer state (a load with null skips a saved one).
+  amp::IOptimizer* Optimizer = nullptr;
+  /// The loss scaler's (or any replicated object's) state, stored in every rank's blob and
+  /// required equal across the saved ranks. Empty: none (a load without it skips a saved one).
+  BlobState Scaler{};
+  /// The training step to store (SaveShardedCheckpoint); LoadShardedCheckpoint() returns the
+  /// stored one and ignores this field.
+  std::int64_t Step = 0;
+};
+
+/// Format version FSDP::SaveShardedCheckpoint() writes (blob kind "distributed.fsdp.ShardedCheckpoint").
+inline constexpr std::uint16_t kShardedCheckpointVersion = 1;
+
+/// File of @p rank in a checkpoint directory: "shard-00003.mlfw" for rank 3 (five digits, more
+/// when the rank needs them). ArgumentError for a negative rank.
+MLFRAMEWORK_EXPORT std::string ShardedCheckpointFileName(int rank);
+
+/// Writes @p blob to @p path atomically: to "<path>.tmp" first, then renamed over @p path, so a
+/// crash never leaves a half-written file under the final name. ArgumentError naming `path`
+/// when it cannot be written.
+MLFRAMEWORK_EXPORT void WriteCheckpointFile(const std::filesystem::path& path, std::span<const std::byte> blob);
+/// The whole file at @p path; ArgumentError naming `path` when it cannot be read.
+MLFRAMEWORK_EXPORT std::vector<std::byte> ReadCheckpointFile(const std::filesystem::path& path);
+/// Every "shard-*.mlfw" file in @p directory, in file name order (so in rank order); which
+/// ranks they hold is checked by the load. ArgumentError naming `directory` when it is not a
+/// directory, holds no shard file or a file cannot be read.
+MLFRAMEWORK_EXPORT std::vector<std::vector<std::byte>> ReadShardedCheckpointDirectory(
+    const std::filesystem::path& directory);
+
+}  // namespace mlframework::distributed::fsdp

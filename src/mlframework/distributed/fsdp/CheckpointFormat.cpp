@@ -1,0 +1,349 @@
+#include "mlframework/distributed/fsdp/CheckpointFormat.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <utility>
+
+#include <mlframework/core/DataType.hpp>
+#include <mlframework/core/Error.hpp>
+#include <mlframework/distributed/fsdp/ShardedCheckpoint.hpp>
+
+#include "mlframework/core/StateBlob.hpp"
+
+namespace mlframework::distributed::fsdp::detail {
+
+namespace {
+
+using mlframework::detail::BlobReader;
+using mlframework::detail::BlobWriter;
+
+// Longest unit or parameter name and most dimensions a blob may claim: anything larger is a
+// corrupt length field, rejected before it sizes an allocation.
+constexpr std::uint32_t kMaxName = 4096;
+constexpr std::uint32_t kMaxDims = 32;
+constexpr std::uint32_t kMaxOptions = 16;
+
+void WriteString(BlobWriter& writer, const std::string& text) {
+  writer.U32(static_cast<std::uint32_t>(text.size()));
+  writer.Bytes(std::as_bytes(std::span<const char>(text.data(), text.size())));
+}
+
+std::string ReadString(BlobReader& reader, const std::string& what) {
+  const std::uint32_t length = reader.U32();
+  if (length > kMaxName) reader.Fail(what + " length " + std::to_string(length) + " is implausible");
+  const std::span<const std::byte> bytes = reader.Bytes(length);
+  return {reinterpret_cast<const char*>(bytes.data()), bytes.size()};
+}
+
+// count FP32 values; the length is bounded by what is left, so a corrupt count fails as "ends early".
+std::span<const std::byte> ReadValues(BlobReader& reader, std::uint64_t count) {
+  if (count > std::numeric_limits<std::size_t>::max() / sizeof(float)) {
+    reader.Fail("value count " + std::to_string(count) + " is implausible");
+  }
+  return reader.Bytes(static_cast<std::size_t>(count) * sizeof(float));
+}
+
+SavedOptimizer ReadOptimizer(BlobReader& reader) {
+  SavedOptimizer optimizer;
+  const std::uint8_t kind = reader.U8();
+  if (kind > static_cast<std::uint8_t>(OptimizerKind::Adam)) {
+    reader.Fail("optimizer kind " + std::to_string(kind) + " is unknown");
+  }
+  optimizer.kind = static_cast<OptimizerKind>(kind);
+  const std::uint32_t count = reader.U32();
+  const std::size_t expected = OptimizerOptionNames(optimizer.kind).size();
+  if (count != expected || count > kMaxOptions) {
+    reader.Fail("holds " + std::to_string(count) + " options for optimizer " + ToString(optimizer.kind) +
+                ", which has " + std::to_string(expected));
+  }
+  for (std::uint32_t i = 0; i < count; ++i) optimizer.options.push_back(reader.F32());
+  optimizer.learning_rate = reader.F32();
+  optimizer.steps = reader.Count("optimizer step count");
+  const std::uint32_t states = reader.U32();
+  if (states != OptimizerStateCount(optimizer.kind)) {
+    reader.Fail("holds " + std::to_string(states) + " state vectors per unit for optimizer " +
+                ToString(optimizer.kind) + ", which keeps " + std::to_string(OptimizerStateCount(optimizer.kind)));
+  }
+  return optimizer;
+}
+
+SavedUnit ReadUnit(BlobReader& reader, std::uint32_t states) {
+  SavedUnit unit;
+  unit.name = ReadString(reader, "unit name");
+  const std::string label = "unit '" + unit.name + "'";
+  const std::uint8_t dtype = reader.U8();
+  if (dtype != static_cast<std::uint8_t>(DataType::Float32)) {
+    reader.Fail(label + " stores values of dtype code " + std::to_string(dtype) + ", expected Float32");
+  }
+  unit.numel = reader.U64();
+  unit.padded = reader.U64();
+  unit.first = reader.U64();
+  unit.count = reader.U64();
+  if (unit.numel == 0 || unit.padded < unit.numel) {
+    reader.Fail(label + " has " + std::to_string(unit.numel) + " elements and padded size " +
+                std::to_string(unit.padded));
+  }
+  if (unit.first > unit.padded || unit.count > unit.padded - unit.first) {
+    reader.Fail(label + ": range [" + std::to_string(unit.first) + ", +" + std::to_string(unit.count) +
+                ") lies outside its padded size " + std::to_string(unit.padded));
+  }
+  const std::uint32_t parameters = reader.U32();
+  if (parameters == 0 || parameters > unit.numel) {
+    reader.Fail(label + " claims " + std::to_string(parameters) + " parameters for " + std::to_string(unit.numel) +
+                " elements");
+  }
+  std::uint64_t next = 0;
+  for (std::uint32_t p = 0; p < parameters; ++p) {
+    SavedParameter parameter;
+    parameter.name = ReadString(reader, label + " parameter name");
+    const std::uint32_t dims = reader.U32();
+    if (dims > kMaxDims)
+      reader.Fail(label + " parameter '" + parameter.name + "' has " + std::to_string(dims) + " dimensions");
+    std::uint64_t size = 1;
+    for (std::uint32_t d = 0; d < dims; ++d) {
+      const std::uint64_t extent = reader.U64();
+      if (extent != 0 && size > unit.numel / extent) {
+        reader.Fail(label + " parameter '" + parameter.name + "' is larger than the unit");
+      }
+      size *= extent;
+      parameter.shape.push_back(static_cast<std::size_t>(extent));
+    }
+    parameter.offset = reader.U64();
+    if (parameter.offset != next || size == 0 || size > unit.numel - next) {
+      reader.Fail(label + " parameter '" + parameter.name + "' at offset " + std::to_string(parameter.offset) +
+                  " with " + std::to_string(size) + " elements does not follow the parameters before it (offset " +
+                  std::to_string(next) + " of " + std::to_string(unit.numel) + ")");
+    }
+    next += size;
+    unit.parameters.push_back(std::move(parameter));
+  }
+  if (next != unit.numel) {
+    reader.Fail(label + "'s parameters hold " + std::to_string(next) + " elements, the unit " +
+                std::to_string(unit.numel));
+  }
+  unit.master = ReadValues(reader, unit.count);
+  for (std::uint32_t s = 0; s < states; ++s) {
+    unit.states.push_back(reader.Flag(label + " optimizer state") ? ReadValues(reader, unit.count)
+                                                                  : std::span<const std::byte>{});
+  }
+  return unit;
+}
+
+std::string Describe(const std::vector<float>& values) {
+  std::string text = "(";
+  for (std::size_t i = 0; i < values.size(); ++i) text += (i ? ", " : "") + std::to_string(values[i]);
+  return text + ")";
+}
+
+// ArgumentError naming saved_ranks[index] unless its unit @p mine matches rank 0's @p first.
+void CheckSameUnit(const SavedUnit& mine, const SavedUnit& first, std::size_t index) {
+  const std::string where = "saved_ranks[" + std::to_string(index) + "]";
+  const auto differ = [&](const std::string& what) {
+    throw ArgumentError("saved_ranks", where + " " + what + ", unlike saved_ranks[0]: not blobs of one checkpoint");
+  };
+  if (mine.name != first.name) differ("has unit '" + mine.name + "' in place of unit '" + first.name + "'");
+  if (mine.numel != first.numel || mine.padded != first.padded || mine.parameters.size() != first.parameters.size()) {
+    differ("lays out unit '" + mine.name + "' differently (elements, padded size or parameter count)");
+  }
+  for (std::size_t p = 0; p < mine.parameters.size(); ++p) {
+    if (mine.parameters[p].name != first.parameters[p].name || mine.parameters[p].shape != first.parameters[p].shape) {
+      differ("has parameter '" + mine.parameters[p].name + "' " + mlframework::ToString(mine.parameters[p].shape) +
+             " of unit '" + mine.name + "' in place of '" + first.parameters[p].name + "' " +
+             mlframework::ToString(first.parameters[p].shape));
+    }
+  }
+  for (std::size_t s = 0; s < mine.states.size(); ++s) {
+    if (mine.states[s].empty() != first.states[s].empty()) {
+      differ(std::string(mine.states[s].empty() ? "lacks" : "has") + " optimizer state vector " + std::to_string(s) +
+             " of unit '" + mine.name + "'");
+    }
+  }
+}
+
+// ArgumentError unless the ranges of every rank together cover elements [0, numel) of unit @p u.
+void CheckCovered(const std::vector<SavedRank>& ranks, std::size_t u) {
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;
+  ranges.reserve(ranks.size());
+  for (const SavedRank& rank : ranks) {
+    ranges.emplace_back(rank.units[u].first, rank.units[u].first + rank.units[u].count);
+  }
+  std::sort(ranges.begin(), ranges.end());
+  std::uint64_t covered = 0;
+  const std::uint64_t numel = ranks.front().units[u].numel;
+  for (const auto& [begin, end] : ranges) {
+    if (begin > covered) break;
+    covered = std::max(covered, end);
+  }
+  if (covered < numel) {
+    throw ArgumentError("saved_ranks", "the saved ranks' ranges of unit '" + ranks.front().units[u].name +
+                                           "' leave element " + std::to_string(covered) + " of " +
+                                           std::to_string(numel) + " uncovered");
+  }
+}
+
+}  // namespace
+
+const char* ToString(OptimizerKind kind) noexcept {
+  switch (kind) {
+    case OptimizerKind::SGD:
+      return "SGD";
+    case OptimizerKind::Adam:
+      return "Adam";
+    case OptimizerKind::None:
+      break;
+  }
+  return "none";
+}
+
+std::vector<std::string> OptimizerOptionNames(OptimizerKind kind) {
+  switch (kind) {
+    case OptimizerKind::SGD:
+      return {"Momentum", "WeightDecay", "Nesterov"};
+    case OptimizerKind::Adam:
+      return {"Beta1", "Beta2", "Epsilon", "WeightDecay", "DecoupledWeightDecay"};
+    case OptimizerKind::None:
+      break;
+  }
+  return {};
+}
+
+std::uint32_t OptimizerStateCount(OptimizerKind kind) noexcept {
+  switch (kind) {
+    case OptimizerKind::SGD:
+      return 1;
+    case OptimizerKind::Adam:
+      return 2;
+    case OptimizerKind::None:
+      break;
+  }
+  return 0;
+}
+
+std::vector<std::byte> EncodeCheckpoint(const SavedRank& saved) {
+  BlobWriter writer(kCheckpointKind, kShardedCheckpointVersion);
+  writer.U32(saved.world);
+  writer.U32(saved.rank);
+  writer.U8(saved.strategy);
+  writer.I64(saved.step);
+  writer.U8(static_cast<std::uint8_t>(saved.optimizer.kind));
+  writer.U32(static_cast<std::uint32_t>(saved.optimizer.options.size()));
+  for (const float option : saved.optimizer.options) writer.F32(option);
+  writer.F32(saved.optimizer.learning_rate);
+  writer.I64(saved.optimizer.steps);
+  writer.U32(OptimizerStateCount(saved.optimizer.kind));
+  writer.U8(saved.has_scaler ? 1 : 0);
+  writer.U64(saved.scaler.size());
+  writer.Bytes(saved.scaler);
+  writer.U64(saved.units.size());
+  for (const SavedUnit& unit : saved.units) {
+    WriteString(writer, unit.name);
+    writer.U8(static_cast<std::uint8_t>(DataType::Float32));
+    writer.U64(unit.numel);
+    writer.U64(unit.padded);
+    writer.U64(unit.first);
+    writer.U64(unit.count);
+    writer.U32(static_cast<std::uint32_t>(unit.parameters.size()));
+    for (const SavedParameter& parameter : unit.parameters) {
+      WriteString(writer, parameter.name);
+      writer.U32(static_cast<std::uint32_t>(parameter.shape.size()));
+      for (const std::size_t extent : parameter.shape) writer.U64(extent);
+      writer.U64(parameter.offset);
+    }
+    writer.Bytes(unit.master);
+    for (const std::span<const std::byte> state : unit.states) {
+      writer.U8(state.empty() ? 0 : 1);
+      writer.Bytes(state);
+    }
+  }
+  return writer.Finish();
+}
+
+SavedRank DecodeCheckpoint(std::span<const std::byte> blob, const std::string& parameter) {
+  BlobReader reader(blob, kCheckpointKind, kShardedCheckpointVersion, parameter);
+  SavedRank saved;
+  saved.world = reader.U32();
+  saved.rank = reader.U32();
+  if (saved.world == 0 || saved.rank >= saved.world) {
+    reader.Fail("rank " + std::to_string(saved.rank) + " of world size " + std::to_string(saved.world) +
+                " is impossible");
+  }
+  saved.strategy = reader.U8();
+  // The strategy is recorded for inspection only: a load reads the stored ranges, whatever
+  // strategy cut them, so a checkpoint of one strategy loads under another.
+  saved.step = reader.Count("training step");
+  saved.optimizer = ReadOptimizer(reader);
+  saved.has_scaler = reader.Flag("scaler");
+  const std::uint64_t scaler_length = reader.U64();
+  if (scaler_length > blob.size())
+    reader.Fail("scaler state length " + std::to_string(scaler_length) + " is implausible");
+  saved.scaler = reader.Bytes(static_cast<std::size_t>(scaler_length));
+  if (!saved.has_scaler && !saved.scaler.empty()) reader.Fail("holds scaler bytes but no scaler");
+  const std::uint64_t units = reader.U64();
+  if (units == 0 || units > blob.size()) reader.Fail("unit count " + std::to_string(units) + " is implausible");
+  for (std::uint64_t u = 0; u < units; ++u) {
+    saved.units.push_back(ReadUnit(reader, OptimizerStateCount(saved.optimizer.kind)));
+  }
+  reader.ExpectEnd();
+  return saved;
+}
+
+void CheckOneCheckpoint(const std::vector<SavedRank>& ranks) {
+  if (ranks.empty()) throw ArgumentError("saved_ranks", "holds no blob: pass the blobs of every saved rank");
+  const SavedRank& first = ranks.front();
+  // Saved rank to its blob's index: sized by the blobs given, never by a (maybe corrupt) world size.
+  std::map<std::uint32_t, std::size_t> seen;
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    const SavedRank& mine = ranks[i];
+    const std::string where = "saved_ranks[" + std::to_string(i) + "]";
+    if (mine.world != first.world) {
+      throw ArgumentError("saved_ranks", where + " was saved at world size " + std::to_string(mine.world) +
+                                             ", saved_ranks[0] at " + std::to_string(first.world) +
+                                             ": not blobs of one checkpoint");
+    }
+    if (const auto it = seen.find(mine.rank); it != seen.end()) {
+      throw ArgumentError("saved_ranks", where + " and saved_ranks[" + std::to_string(it->second) +
+                                             "] are both saved rank " + std::to_string(mine.rank));
+    }
+    seen.emplace(mine.rank, i);
+    const auto differ = [&](const std::string& what, const std::string& value, const std::string& first_value) {
+      std::string message = where;
+      message.append(" has ").append(what).append(" ").append(value).append(", saved_ranks[0] ").append(first_value);
+      throw ArgumentError("saved_ranks", message.append(": not blobs of one checkpoint"));
+    };
+    if (mine.step != first.step) differ("training step", std::to_string(mine.step), std::to_string(first.step));
+    if (mine.strategy != first.strategy) {
+      differ("sharding strategy", std::to_string(mine.strategy), std::to_string(first.strategy));
+    }
+    const SavedOptimizer& a = mine.optimizer;
+    const SavedOptimizer& b = first.optimizer;
+    if (a.kind != b.kind || a.options != b.options || a.learning_rate != b.learning_rate || a.steps != b.steps) {
+      differ("optimizer",
+             std::string(ToString(a.kind)) + Describe(a.options) + " lr " + std::to_string(a.learning_rate) +
+                 " at step " + std::to_string(a.steps),
+             std::string(ToString(b.kind)) + Describe(b.options) + " lr " + std::to_string(b.learning_rate) +
+                 " at step " + std::to_string(b.steps));
+    }
+    if (mine.has_scaler != first.has_scaler ||
+        !std::equal(mine.scaler.begin(), mine.scaler.end(), first.scaler.begin(), first.scaler.end())) {
+      differ("scaler state", "of " + std::to_string(mine.scaler.size()) + " bytes",
+             "another of " + std::to_string(first.scaler.size()) + " bytes");
+    }
+    if (mine.units.size() != first.units.size()) {
+      differ("unit count", std::to_string(mine.units.size()), std::to_string(first.units.size()));
+    }
+    for (std::size_t u = 0; u < mine.units.size(); ++u) CheckSameUnit(mine.units[u], first.units[u], i);
+  }
+  // Distinct ranks below the world size: when fewer than the world size, one of the first
+  // ranks.size() + 1 ranks is missing.
+  for (std::uint32_t r = 0; r < first.world; ++r) {
+    if (seen.count(r) == 0) {
+      throw ArgumentError("saved_ranks", "saved rank " + std::to_string(r) + " of " + std::to_string(first.world) +
+                                             " is missing (" + std::to_string(ranks.size()) +
+                                             " blobs given): pass the blobs of every saved rank");
+    }
+  }
+  for (std::size_t u = 0; u < first.units.size(); ++u) CheckCovered(ranks, u);
+}
+
+}  // namespace mlframework::distributed::fsdp::detail

@@ -1,0 +1,86 @@
+#pragma once
+// Private: the blob of one rank of a resharding FSDP checkpoint, its encoder and its decoder.
+//
+// Payload (in a StateBlob frame of kind "distributed.fsdp.ShardedCheckpoint", whose checksum
+// covers every byte; integers little-endian, floats IEEE-754 binary32 in the machine's order):
+//   u32 saved world size | u32 saved rank | u8 strategy (ShardingStrategy) | i64 training step
+//   optimizer: u8 kind (0 none, 1 SGD, 2 Adam) | u32 option count | f32 options (the kind's
+//              options but the learning rate, OptimizerOptionNames() order) | f32 learning rate |
+//              i64 step count | u32 per-element state vectors per unit (SGD 1, Adam 2)
+//   scaler:    u8 present | u64 length | bytes
+//   u64 unit count, then per unit:
+//     u32 name length | name | u8 dtype of the stored values (DataType::Float32)
+//     u64 elements | u64 padded size | u64 first element of this rank | u64 elements of this rank
+//     u32 parameter count, per parameter: u32 name length | name | u32 rank | u64 extents | u64 offset
+//     f32 x (elements of this rank): the master shard
+//     per optimizer state vector: u8 present | f32 x (elements of this rank) when present
+// The values are the rank's range [first, first + count) of the unit's flat, zero-padded buffer.
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <mlframework/core/ITensor.hpp>
+
+namespace mlframework::distributed::fsdp::detail {
+
+inline constexpr char kCheckpointKind[] = "distributed.fsdp.ShardedCheckpoint";
+
+enum class OptimizerKind : std::uint8_t { None = 0, SGD = 1, Adam = 2 };
+
+// "none", "SGD", "Adam".
+const char* ToString(OptimizerKind kind) noexcept;
+// Names of the stored options of @p kind, in order (the learning rate is stored apart).
+std::vector<std::string> OptimizerOptionNames(OptimizerKind kind);
+// Per-element state vectors per unit: 0, 1 (SGD momentum) or 2 (Adam moments).
+std::uint32_t OptimizerStateCount(OptimizerKind kind) noexcept;
+
+struct SavedParameter {
+  std::string name;
+  Shape shape;
+  std::uint64_t offset = 0;
+};
+
+struct SavedOptimizer {
+  OptimizerKind kind = OptimizerKind::None;
+  std::vector<float> options;
+  float learning_rate = 0.0f;
+  std::int64_t steps = 0;
+};
+
+struct SavedUnit {
+  std::string name;
+  std::uint64_t numel = 0;
+  std::uint64_t padded = 0;
+  std::uint64_t first = 0;  // this rank's range of the padded buffer
+  std::uint64_t count = 0;
+  std::vector<SavedParameter> parameters;
+  std::span<const std::byte> master;               // count FP32 values
+  std::vector<std::span<const std::byte>> states;  // per optimizer state vector; empty: absent
+};
+
+struct SavedRank {
+  std::uint32_t world = 0;
+  std::uint32_t rank = 0;
+  std::uint8_t strategy = 0;
+  std::int64_t step = 0;
+  SavedOptimizer optimizer;
+  bool has_scaler = false;
+  std::span<const std::byte> scaler;
+  std::vector<SavedUnit> units;
+};
+
+// The blob of @p saved (spans are read, not kept).
+std::vector<std::byte> EncodeCheckpoint(const SavedRank& saved);
+// Decodes and checks a blob on its own (frame, version, bounds, layout sanity); the spans of
+// the result point into @p blob. ArgumentError naming @p parameter otherwise.
+SavedRank DecodeCheckpoint(std::span<const std::byte> blob, const std::string& parameter);
+// Checks that @p ranks (decoded from the blobs named saved_ranks[i]) are the blobs of one
+// checkpoint: one per saved rank, the same world size, step, strategy, optimizer, scaler state
+// and unit layouts, ranges that cover every unit, state vectors present alike. ArgumentError
+// naming the first difference otherwise.
+void CheckOneCheckpoint(const std::vector<SavedRank>& ranks);
+
+}  // namespace mlframework::distributed::fsdp::detail

@@ -1,0 +1,373 @@
+// FSDP's resharding checkpoints: save at N ranks, load at M (the format: CheckpointFormat.hpp).
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include <mlframework/core/Error.hpp>
+#include <mlframework/distributed/AbortGuard.hpp>
+#include <mlframework/distributed/fsdp/FSDP.hpp>
+#include <mlframework/optimizers/Adam.hpp>
+#include <mlframework/optimizers/SGD.hpp>
+
+#include "mlframework/distributed/fsdp/Agreement.hpp"
+#include "mlframework/distributed/fsdp/CheckpointFormat.hpp"
+#include "mlframework/distributed/fsdp/UnitImpl.hpp"
+
+namespace mlframework::distributed::fsdp {
+
+namespace {
+
+using detail::OptimizerKind;
+using detail::SavedRank;
+using detail::SavedUnit;
+
+// The optimizer of ShardedCheckpointContents as the checkpoint sees it.
+struct OptimizerRef {
+  OptimizerKind kind = OptimizerKind::None;
+  optimizers::Adam* adam = nullptr;
+  optimizers::SGD* sgd = nullptr;
+
+  const GradientMap& Parameters() const { return adam ? adam->Parameters() : sgd->Parameters(); }
+
+  // The stored description: options but the learning rate (OptimizerOptionNames() order).
+  detail::SavedOptimizer Describe() const {
+    detail::SavedOptimizer saved;
+    saved.kind = kind;
+    if (adam) {
+      const optimizers::AdamOptions& o = adam->Options();
+      saved.options = {o.Beta1, o.Beta2, o.Epsilon, o.WeightDecay, o.DecoupledWeightDecay ? 1.0f : 0.0f};
+      saved.learning_rate = o.LearningRate;
+      saved.steps = adam->StepCount();
+    } else if (sgd) {
+      const optimizers::SGDOptions& o = sgd->Options();
+      saved.options = {o.Momentum, o.WeightDecay, o.Nesterov ? 1.0f : 0.0f};
+      saved.learning_rate = o.LearningRate;
+      saved.steps = sgd->StepCount();
+    }
+    return saved;
+  }
+
+  // The per-element state vectors of parameter (unit) @p name; an empty span: none yet.
+  std::vector<std::span<const float>> States(const std::string& name) const {
+    if (adam) return {adam->FirstMoments(name), adam->SecondMoments(name)};
+    if (sgd) return {sgd->MomentumBuffer(name)};
+    return {};
+  }
+};
+
+// ArgumentError unless @p optimizer is null, Adam or SGD built over @p fsdp's ShardedParameters().
+OptimizerRef Identify(amp::IOptimizer* optimizer, const FSDP& fsdp) {
+  OptimizerRef ref;
+  if (optimizer == nullptr) return ref;
+  if (auto* adam = dynamic_cast<optimizers::Adam*>(optimizer)) {
+    ref.kind = OptimizerKind::Adam;
+    ref.adam = adam;
+  } else if (auto* sgd = dynamic_cast<optimizers::SGD*>(optimizer)) {
+    ref.kind = OptimizerKind::SGD;
+    ref.sgd = sgd;
+  } else {
+    throw ArgumentError("contents.Optimizer",
+                        "is neither optimizers::Adam nor optimizers::SGD: a resharding checkpoint moves only their "
+                        "per-element state (save another optimizer's state on its own)");
+  }
+  const GradientMap shards = fsdp.ShardedParameters();
+  const GradientMap& parameters = ref.Parameters();
+  for (const auto& [name, shard] : shards) {
+    const auto it = parameters.find(name);
+    if (it == parameters.end() || it->second.get() != shard.get() || parameters.size() != shards.size()) {
+      throw ArgumentError("contents.Optimizer", std::string("this ") + detail::ToString(ref.kind) +
+                                                    " is not built over this FSDP's ShardedParameters() (unit '" +
+                                                    name + "' differs): its state cannot follow the shards");
+    }
+  }
+  return ref;
+}
+
+std::span<const std::byte> BytesOf(std::span<const float> values) { return std::as_bytes(values); }
+
+// The trailing checksums of @p blobs (each frame's FNV-1a, StateBlob.hpp), sorted (the blobs
+// may come in any order) and folded with FNV-1a, cut to 52 bits so it travels exactly in a
+// double. The blobs were validated before, so each has its 8 checksum bytes.
+double Fingerprint(std::span<const std::vector<std::byte>> blobs) {
+  std::vector<std::uint64_t> checksums;
+  checksums.reserve(blobs.size());
+  for (const std::vector<std::byte>& blob : blobs) {
+    std::uint64_t checksum = 0;
+    std::memcpy(&checksum, blob.data() + blob.size() - sizeof checksum, sizeof checksum);
+    checksums.push_back(checksum);
+  }
+  std::sort(checksums.begin(), checksums.end());
+  std::uint64_t hash = 0xcbf29ce484222325ULL;
+  for (const std::uint64_t checksum : checksums) {
+    hash ^= checksum;
+    hash *= 0x100000001b3ULL;
+  }
+  return static_cast<double>(hash & ((1ULL << 52) - 1));
+}
+
+// ArgumentError unless the saved model is this FSDP's: units, parameters, shapes, offsets.
+void CheckSameModel(const SavedRank& saved, FSDP& fsdp) {
+  const auto fail = [](const std::string& what) {
+    throw ArgumentError("saved_ranks", "the checkpoint is of another model: " + what);
+  };
+  if (saved.units.size() != fsdp.UnitCount()) {
+    fail("it holds " + std::to_string(saved.units.size()) + " units, this FSDP has " +
+         std::to_string(fsdp.UnitCount()));
+  }
+  for (std::size_t u = 0; u < saved.units.size(); ++u) {
+    const SavedUnit& mine = saved.units[u];
+    const FSDPShardingUnit& unit = fsdp.Unit(u);
+    if (mine.name != unit.Name()) {
+      fail("unit " + std::to_string(u) + " is '" + mine.name + "' in the checkpoint, '" + unit.Name() + "' here");
+    }
+    const std::vector<std::string>& names = unit.ParameterNames();
+    if (mine.parameters.size() != names.size() || mine.numel != unit.NumElements()) {
+      fail("unit '" + mine.name + "' has " + std::to_string(mine.parameters.size()) + " parameters of " +
+           std::to_string(mine.numel) + " elements in the checkpoint, " + std::to_string(names.size()) + " of " +
+           std::to_string(unit.NumElements()) + " here");
+    }
+    for (std::size_t p = 0; p < names.size(); ++p) {
+      const detail::SavedParameter& parameter = mine.parameters[p];
+      const Shape& shape = unit.ParameterShape(names[p]);
+      if (parameter.name != names[p] || parameter.shape != shape) {
+        fail("parameter " + std::to_string(p) + " of unit '" + mine.name + "' is '" + parameter.name + "' " +
+             mlframework::ToString(parameter.shape) + " in the checkpoint, '" + names[p] + "' " +
+             mlframework::ToString(shape) + " here");
+      }
+    }
+  }
+}
+
+// ArgumentError unless the live optimizer matches the saved one (kind and options but the
+// learning rate, which a load restores).
+void CheckSameOptimizer(const detail::SavedOptimizer& saved, const OptimizerRef& live) {
+  if (live.kind == OptimizerKind::None) return;  // the caller skips the saved state
+  if (saved.kind != live.kind) {
+    throw ArgumentError("contents.Optimizer", std::string("is ") + detail::ToString(live.kind) +
+                                                  " but the checkpoint holds " + detail::ToString(saved.kind) +
+                                                  " state");
+  }
+  const detail::SavedOptimizer mine = live.Describe();
+  const std::vector<std::string> names = detail::OptimizerOptionNames(live.kind);
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    // Compared as bits: a NaN in a corrupt blob must not pass as equal either.
+    if (std::bit_cast<std::uint32_t>(saved.options[i]) != std::bit_cast<std::uint32_t>(mine.options[i])) {
+      throw ArgumentError("contents.Optimizer", std::string(detail::ToString(live.kind)) + " option " + names[i] +
+                                                    " is " + std::to_string(saved.options[i]) + " in the checkpoint, " +
+                                                    std::to_string(mine.options[i]) + " here");
+    }
+  }
+  if (!std::isfinite(saved.learning_rate) || !(saved.learning_rate > 0.0f)) {
+    throw ArgumentError("saved_ranks", "the stored learning rate " + std::to_string(saved.learning_rate) +
+                                           " is not finite and positive");
+  }
+}
+
+// This rank's range of unit @p u under the new sharding, copied from the ranges of the saved
+// ranks that overlap it: the master shard (@p state < 0) or optimizer state vector @p state.
+std::vector<float> Reshard(const std::vector<SavedRank>& ranks, std::size_t u, const FSDPShardingUnit& unit,
+                           int state) {
+  const std::uint64_t first = unit.ShardOffset();
+  const std::uint64_t last = std::min<std::uint64_t>(first + unit.ShardSize(), unit.NumElements());
+  std::vector<float> values(unit.ShardSize(), 0.0f);  // the padding stays zero, as registered
+  for (const SavedRank& rank : ranks) {
+    const SavedUnit& saved = rank.units[u];
+    const std::span<const std::byte> bytes = state < 0 ? saved.master : saved.states[static_cast<std::size_t>(state)];
+    const std::uint64_t begin = std::max(first, saved.first);
+    const std::uint64_t end = std::min(last, saved.first + saved.count);
+    if (begin >= end) continue;
+    std::memcpy(values.data() + (begin - first), bytes.data() + (begin - saved.first) * sizeof(float),
+                (end - begin) * sizeof(float));
+  }
+  return values;
+}
+
+}  // namespace
+
+std::vector<std::byte> FSDP::SaveShardedCheckpoint(const ShardedCheckpointContents& contents) const {
+  if (contents.Step < 0) throw ArgumentError("contents.Step", "must be >= 0, got " + std::to_string(contents.Step));
+  const OptimizerRef optimizer = Identify(contents.Optimizer, *this);
+  SavedRank saved;
+  saved.world = static_cast<std::uint32_t>(ProcessGroup().WorldSize());
+  saved.rank = static_cast<std::uint32_t>(ProcessGroup().Rank());
+  saved.strategy = static_cast<std::uint8_t>(Config().Strategy);
+  saved.step = contents.Step;
+  saved.optimizer = optimizer.Describe();
+  std::vector<std::byte> scaler;
+  if (contents.Scaler) {
+    scaler = contents.Scaler.Save();
+    saved.has_scaler = true;
+    saved.scaler = scaler;
+  }
+  // Shards the host cannot address are read back (a checkpoint, not a step); kept alive here.
+  std::vector<std::vector<float>> read_back;
+  read_back.reserve(UnitCount());
+  for (std::size_t u = 0; u < UnitCount(); ++u) {
+    FSDPShardingUnit& unit = const_cast<FSDP*>(this)->Unit(u);
+    const FSDPShardingUnit::Impl& s = *unit.impl_;
+    SavedUnit record;
+    record.name = s.name;
+    record.numel = s.numel;
+    record.padded = s.padded;
+    record.first = s.shard_offset;
+    record.count = s.shard_size;
+    for (std::size_t p = 0; p < s.names.size(); ++p)
+      record.parameters.push_back({s.names[p], s.shapes[p], s.offsets[p]});
+    record.master = s.shard->HostBytes();
+    if (record.master.empty()) {
+      read_back.push_back(s.shard->ToFloatVector());
+      record.master = BytesOf(read_back.back());
+    }
+    for (const std::span<const float> state : optimizer.States(s.name)) record.states.push_back(BytesOf(state));
+    saved.units.push_back(std::move(record));
+  }
+  return detail::EncodeCheckpoint(saved);
+}
+
+std::int64_t FSDP::LoadShardedCheckpoint(std::span<const std::vector<std::byte>> saved_ranks,
+                                         const ShardedCheckpointContents& contents) {
+  IProcessGroup& group = ProcessGroup();
+  std::vector<std::vector<float>> masters;  // per unit, this rank's new range
+  std::map<std::string, optimizers::AdamParameterState> adam_state;
+  std::map<std::string, optimizers::SGDParameterState> sgd_state;
+  OptimizerRef optimizer;
+  detail::SavedOptimizer saved_optimizer;
+  std::vector<std::byte> scaler_backup;
+  std::vector<std::byte> scaler_state;
+  std::int64_t step = 0;
+
+  detail::AgreeOn(group, "FSDP::LoadShardedCheckpoint", [&] {
+    for (std::size_t u = 0; u < UnitCount(); ++u) {
+      const FSDPShardingUnit& unit = Unit(u);
+      if (unit.IsGathered()) {
+        throw InvalidOperationError("unit '" + unit.Name() + "' is gathered: release it before loading a checkpoint");
+      }
+      if (unit.HasUnsyncedGradients()) {
+        throw InvalidOperationError("unit '" + unit.Name() +
+                                    "' holds gradients accumulated without sync: finish the step first");
+      }
+    }
+    optimizer = Identify(contents.Optimizer, *this);
+    std::vector<SavedRank> ranks;
+    ranks.reserve(saved_ranks.size());
+    for (std::size_t i = 0; i < saved_ranks.size(); ++i) {
+      ranks.push_back(detail::DecodeCheckpoint(saved_ranks[i], "saved_ranks[" + std::to_string(i) + "]"));
+    }
+    detail::CheckOneCheckpoint(ranks);
+    const SavedRank& first = ranks.front();
+    CheckSameModel(first, *this);
+    if (optimizer.kind != OptimizerKind::None && first.optimizer.kind == OptimizerKind::None) {
+      throw ArgumentError("contents.Optimizer", "is set but the checkpoint holds no optimizer state");
+    }
+    CheckSameOptimizer(first.optimizer, optimizer);
+    if (contents.Scaler && !first.has_scaler) {
+      throw ArgumentError("contents.Scaler", "is set but the checkpoint holds no scaler state");
+    }
+    if (contents.Scaler) {
+      scaler_state.assign(first.scaler.begin(), first.scaler.end());
+      scaler_backup = contents.Scaler.Save();
+    }
+    saved_optimizer = first.optimizer;
+    step = first.step;
+    for (std::size_t u = 0; u < UnitCount(); ++u) {
+      const FSDPShardingUnit& unit = Unit(u);
+      masters.push_back(Reshard(ranks, u, unit, -1));
+      // A state vector absent from the checkpoint (SGD's lazy momentum) stays absent.
+      const auto state = [&](int s) {
+        return first.units[u].states[static_cast<std::size_t>(s)].empty() ? std::vector<float>{}
+                                                                          : Reshard(ranks, u, unit, s);
+      };
+      if (optimizer.kind == OptimizerKind::Adam) {
+        adam_state[unit.Name()] = {masters.back(), state(0), state(1)};
+      } else if (optimizer.kind == OptimizerKind::SGD) {
+        sgd_state[unit.Name()] = {masters.back(), state(0)};
+      }
+    }
+  });
+
+  // Every rank must have read the same checkpoint (files on node-local disks can differ): the
+  // blobs' own checksums, combined, compared as max and min over the ranks.
+  std::array<double, 2> extremes{Fingerprint(saved_ranks), 0.0};
+  extremes[1] = -extremes[0];
+  group.AllReduceHost(extremes, ReduceOp::Max);
+  if (extremes[0] != -extremes[1]) {
+    throw ArgumentError("saved_ranks",
+                        "the ranks were given different checkpoints (blob checksums differ between "
+                        "ranks): every rank must load the blobs of all saved ranks, the same ones");
+  }
+
+  // The scaler validates its own state: agreed, and put back where it loaded when another
+  // rank rejected it, so no rank keeps a partial load.
+  if (contents.Scaler) {
+    bool loaded = false;
+    try {
+      detail::AgreeOn(group, "FSDP::LoadShardedCheckpoint (scaler state)", [&] {
+        contents.Scaler.Load(scaler_state);
+        loaded = true;
+      });
+    } catch (...) {
+      if (loaded) contents.Scaler.Load(scaler_backup);
+      throw;
+    }
+  }
+
+  // Everything checked on every rank: commit. A failure now would leave ranks apart.
+  AbortGuard guard(group, "FSDP LoadShardedCheckpoint (commit)");
+  for (std::size_t u = 0; u < UnitCount(); ++u) {
+    FSDPShardingUnit& unit = Unit(u);
+    unit.impl_->shard->CopyFromFloats(masters[u]);
+    unit.impl_->Invalidate();
+    unit.ZeroGrad();
+  }
+  if (optimizer.adam != nullptr) {
+    optimizer.adam->RestoreState(adam_state, saved_optimizer.steps);
+    optimizer.adam->SetLearningRate(saved_optimizer.learning_rate);
+  } else if (optimizer.sgd != nullptr) {
+    optimizer.sgd->RestoreState(sgd_state, saved_optimizer.steps);
+    optimizer.sgd->SetLearningRate(saved_optimizer.learning_rate);
+  }
+  return step;
+}
+
+void FSDP::SaveShardedCheckpointFiles(const std::filesystem::path& directory,
+                                      const ShardedCheckpointContents& contents) {
+  IProcessGroup& group = ProcessGroup();
+  detail::AgreeOn(group, "FSDP::SaveShardedCheckpointFiles", [&] {
+    const std::vector<std::byte> blob = SaveShardedCheckpoint(contents);
+    std::error_code error;
+    std::filesystem::create_directories(directory, error);
+    if (!std::filesystem::is_directory(directory)) {
+      throw ArgumentError("directory", "cannot create checkpoint directory '" + directory.string() + "'");
+    }
+    WriteCheckpointFile(directory / ShardedCheckpointFileName(group.Rank()), blob);
+  });
+  // Every rank has written: files of ranks this world does not have belong to an older save.
+  detail::AgreeOn(group, "FSDP::SaveShardedCheckpointFiles (stale files)", [&] {
+    if (group.Rank() != 0) return;
+    for (int rank = group.WorldSize();; ++rank) {
+      std::error_code error;
+      const std::filesystem::path stale = directory / ShardedCheckpointFileName(rank);
+      if (!std::filesystem::exists(stale, error)) break;
+      if (!std::filesystem::remove(stale, error) || error) {
+        throw ArgumentError("directory", "cannot remove the stale checkpoint file '" + stale.string() + "'");
+      }
+    }
+  });
+}
+
+std::int64_t FSDP::LoadShardedCheckpointFiles(const std::filesystem::path& directory,
+                                              const ShardedCheckpointContents& contents) {
+  std::vector<std::vector<std::byte>> blobs;
+  detail::AgreeOn(ProcessGroup(), "FSDP::LoadShardedCheckpointFiles",
+                  [&] { blobs = ReadShardedCheckpointDirectory(directory); });
+  return LoadShardedCheckpoint(blobs, contents);
+}
+
+}  // namespace mlframework::distributed::fsdp
