@@ -181,16 +181,16 @@ class ScatterByAllToAll final : public MpiAsyncOp {
         dtype_(dtype),
         op_(op),
         world_(engine.WorldSize()),
-        parts_(count * static_cast<std::size_t>(world_) * ElementSize(dtype)) {
+        parts_(engine.TakeScratch(count * static_cast<std::size_t>(world_) * ElementSize(dtype))) {
     const int n = static_cast<int>(count);
     const std::lock_guard mpi(MpiCallLock());
     Start(MPI_Ialltoall(send, n, WireType(dtype), parts_.data(), n, WireType(dtype), engine.Comm(), &request_));
   }
 
  private:
-  bool Advance(MpiAsyncEngine& /*engine*/) override {
+  bool Advance(MpiAsyncEngine& engine) override {
     CombineParts(parts_.data(), world_, count_, dtype_, op_, recv_);
-    parts_ = {};
+    engine.GiveScratch(std::move(parts_));
     return true;
   }
   void* recv_;
@@ -223,7 +223,7 @@ class AllReduceByAllToAll final : public MpiAsyncOp {
     receive_counts_.assign(ranks, counts_[me]);
     receive_displacements_.resize(ranks);
     for (std::size_t r = 0; r < ranks; ++r) receive_displacements_[r] = static_cast<int>(r * mine_);
-    parts_.resize(mine_ * ranks * ElementSize(dtype));
+    parts_ = engine.TakeScratch(mine_ * ranks * ElementSize(dtype));
     ticket_ = engine.TakeTicket();
     const std::lock_guard mpi(MpiCallLock());
     Start(MPI_Ialltoallv(data_, counts_.data(), displacements_.data(), WireType(dtype), parts_.data(),
@@ -235,7 +235,7 @@ class AllReduceByAllToAll final : public MpiAsyncOp {
   bool Advance(MpiAsyncEngine& engine) override {
     if (stage_ == 0) {
       CombineParts(parts_.data(), engine.WorldSize(), mine_, dtype_, op_, data_ + offset_ * ElementSize(dtype_));
-      parts_ = {};
+      engine.GiveScratch(std::move(parts_));
       stage_ = 1;
     }
     if (stage_ == 1) {
@@ -354,6 +354,35 @@ void MpiAsyncEngine::ProgressAll() {
     const std::lock_guard lock(mutex_);
     std::erase_if(active_, [](const std::shared_ptr<MpiAsyncOp>& op) { return op->Done(); });
   }
+}
+
+std::vector<std::byte> MpiAsyncEngine::TakeScratch(std::size_t bytes) {
+  {
+    const std::lock_guard lock(mutex_);
+    // The smallest kept buffer that fits.
+    auto best = spare_.end();
+    for (auto it = spare_.begin(); it != spare_.end(); ++it) {
+      if (it->size() >= bytes && (best == spare_.end() || it->size() < best->size())) best = it;
+    }
+    if (best != spare_.end()) {
+      std::vector<std::byte> buffer = std::move(*best);
+      spare_.erase(best);
+      return buffer;
+    }
+  }
+  return std::vector<std::byte>(bytes);
+}
+
+void MpiAsyncEngine::GiveScratch(std::vector<std::byte> buffer) noexcept {
+  const std::lock_guard lock(mutex_);
+  if (spare_.size() < kSpareBuffers) {
+    spare_.push_back(std::move(buffer));
+    return;
+  }
+  // Full: keep the larger buffers.
+  auto smallest =
+      std::min_element(spare_.begin(), spare_.end(), [](const auto& a, const auto& b) { return a.size() < b.size(); });
+  if (smallest->size() < buffer.size()) *smallest = std::move(buffer);
 }
 
 void MpiAsyncEngine::Run() {

@@ -54,6 +54,12 @@ class MpiAsyncEngine : public std::enable_shared_from_this<MpiAsyncEngine> {
   // True when both tensors lie in host memory (staged tensors take the blocking path).
   static bool Stageless(const ITensor& a, const ITensor& b) noexcept;
 
+  // Receive buffers of the all-to-all reductions, reused (page faults on a fresh unit-sized
+  // buffer per reduction would cost more than the combine): at least @p bytes long.
+  std::vector<std::byte> TakeScratch(std::size_t bytes);
+  // Keeps @p buffer for the next TakeScratch() (at most kSpareBuffers are kept).
+  void GiveScratch(std::vector<std::byte> buffer) noexcept;
+
   // Completes every outstanding operation and stops the thread (before the communicators go).
   void Shutdown() noexcept;
   // Advances every outstanding operation once (any thread).
@@ -84,6 +90,8 @@ class MpiAsyncEngine : public std::enable_shared_from_this<MpiAsyncEngine> {
   std::mutex mutex_;  // guards active_, stop_, thread_
   std::condition_variable wake_;
   std::vector<std::shared_ptr<MpiAsyncOp>> active_;
+  static constexpr std::size_t kSpareBuffers = 2;  // one reduction in flight and the next starting
+  std::vector<std::vector<std::byte>> spare_;
   bool stop_ = false;
   bool use_thread_;
   std::thread thread_;
