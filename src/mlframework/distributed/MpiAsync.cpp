@@ -319,7 +319,7 @@ MpiAsyncEngine::MpiAsyncEngine(MPI_Comm comm, MPI_Comm follow_up, int rank, int 
       follow_up_(follow_up),
       rank_(rank),
       world_size_(world_size),
-      options_(std::move(options)),
+      options_(options),
       kernel_threads_(omp_get_max_threads()),
       use_thread_(ProgressThreadWanted()) {}
 

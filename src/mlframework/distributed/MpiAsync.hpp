@@ -90,7 +90,7 @@ class MpiAsyncEngine : public std::enable_shared_from_this<MpiAsyncEngine> {
   std::mutex mutex_;  // guards active_, stop_, thread_
   std::condition_variable wake_;
   std::vector<std::shared_ptr<MpiAsyncOp>> active_;
-  static constexpr std::size_t kSpareBuffers = 2;  // one reduction in flight and the next starting
+  static constexpr std::size_t kSpareBuffers = 1;  // FSDP keeps one reduction in flight at a time
   std::vector<std::vector<std::byte>> spare_;
   bool stop_ = false;
   bool use_thread_;
