@@ -123,6 +123,26 @@ BOOST_AUTO_TEST_CASE(BadArgumentsThrowBeforeCommunicating) {
   group->Barrier();  // still usable
 }
 
+BOOST_AUTO_TEST_CASE(SplitFormsAnIndependentGroup) {
+  if (!NcclAvailable()) {
+    return;
+  }
+  const auto group = MakeGroup();
+  BOOST_CHECK_THROW(group->Split(-1, 0), ArgumentError);
+  const auto part = group->Split(0, 0);  // ncclCommSplit: a communicator of its own
+  BOOST_REQUIRE(part != nullptr);
+  BOOST_TEST(part.get() != group.get());
+  BOOST_TEST(part->BackendName() == "nccl");
+  BOOST_TEST(part->Rank() == 0);
+  BOOST_TEST(part->WorldSize() == 1);
+  const std::vector<float> values = {1.0f, -2.5f, 0.125f, 1024.0f};
+  const TensorPtr tensor = FromVector(values, {4}, DataType::BFloat16, kGpu);
+  part->AllReduce(*tensor, ReduceOp::Sum);
+  group->AllReduce(*tensor, ReduceOp::Sum);
+  BOOST_TEST(tensor->ToFloatVector() == values, boost::test_tools::per_element());
+  BOOST_TEST(part->AllReduceHost(3.0, ReduceOp::Max) == 3.0);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_SUITE(NcclCollectivesWithoutWaiting)

@@ -153,6 +153,18 @@ BOOST_AUTO_TEST_CASE(AsyncUnitsGiveTheBitsOfTheBlockingCalls) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(HybridShardAsyncAndHooksGiveTheBitsOfTheSerialRun) {
+  // Shard groups of half the ranks (2 groups of 2 on 4 ranks), or one group of one rank.
+  const int world = mlfw_test::WorldGroup()->WorldSize();
+  const fsdp::FSDPConfig config{.Strategy = fsdp::ShardingStrategy::HybridShard,
+                                .ParamDType = DataType::BFloat16,
+                                .ReduceDType = DataType::Float32,
+                                .ShardGroupSize = world > 1 ? world / 2 : 1};
+  const auto serial = Train(config, Schedule::Serial);
+  CheckSame(Train(config, Schedule::AsyncUnits), serial);
+  CheckSame(Train(config, Schedule::Hooks, {.Forward = true, .Backward = true}), serial);
+}
+
 BOOST_AUTO_TEST_CASE(PrefetchingHooksGiveTheBitsOfTheSerialRun) {
   for (const auto strategy : {fsdp::ShardingStrategy::FullShard, fsdp::ShardingStrategy::NoShard}) {
     for (const DataType reduce : {DataType::Float32, DataType::Float16}) {

@@ -2,6 +2,7 @@
 /// @file IProcessGroup.hpp
 /// @brief The seam for collectives: every distributed feature talks to ranks only through it.
 
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -69,6 +70,15 @@ class MLFRAMEWORK_EXPORT IProcessGroup {
   /// aborts every rank of the communicator (MPI_Abort, ncclCommAbort + exit). The real
   /// engines never return; a test double may.
   virtual void Abort(const std::string& message) noexcept = 0;
+
+  /// Splits this group into disjoint groups (collective over this group, MPI_Comm_split):
+  /// ranks that pass the same @p color form one new group, ranked by @p key, ties by their
+  /// rank here. FSDP's HybridShard builds its shard and replicate groups with it. The new
+  /// group uses the same engine and options; its traffic never mixes with this group's.
+  /// ArgumentError for a negative @p color (every rank must land in a group) before any
+  /// communication. The library's engines split (NCCL through ncclCommSplit, NCCL 2.18 or
+  /// later); the default, for other implementations, throws InvalidOperationError on every rank.
+  virtual std::shared_ptr<IProcessGroup> Split(int color, int key);
 
   // Non-blocking forms (MPI_Iallgather, MPI_Ireduce_scatter_block, MPI_Iallreduce; NCCL on a
   // communication stream). Same arguments, checks and results as the blocking calls, and the

@@ -35,6 +35,8 @@ class MLFRAMEWORK_EXPORT LocalProcessGroup final : public IProcessGroup {
   void Barrier() override;
   void AllReduceHost(std::span<double> values, ReduceOp op) override;
   using IProcessGroup::AllReduceHost;
+  /// A new LocalProcessGroup (a group of one splits into itself); ArgumentError for a negative @p color.
+  std::shared_ptr<IProcessGroup> Split(int color, int key) override;
   /// Prints the message and calls std::abort().
   void Abort(const std::string& message) noexcept override;
 };

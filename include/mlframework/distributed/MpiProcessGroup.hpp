@@ -121,6 +121,9 @@ class MLFRAMEWORK_EXPORT MpiProcessGroup final : public IProcessGroup {
   void Barrier() override;
   void AllReduceHost(std::span<double> values, ReduceOp op) override;
   using IProcessGroup::AllReduceHost;
+  /// MPI_Comm_split of this group's communicator into a new MpiProcessGroup with the same
+  /// options (collective over this group).
+  std::shared_ptr<IProcessGroup> Split(int color, int key) override;
   /// MPI_Iallgather (in place when @p input is this rank's slot of @p output).
   CollectiveRequestPtr AllGatherAsync(const ITensor& input, ITensor& output) override;
   /// The all-to-all strategies exchange the whole input with one MPI_Ialltoall and combine

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -10,6 +9,8 @@
 #include <mlframework/core/Error.hpp>
 #include <mlframework/core/MultiTensor.hpp>
 #include <mlframework/core/Tensor.hpp>
+
+#include "mlframework/core/Validation.hpp"
 
 namespace mlframework::amp::detail {
 
@@ -105,15 +106,10 @@ TensorPtr UnscaleWorkspace::RunOne(const TensorPtr& gradient, float inverse_scal
 }
 
 void RequireScale(float scale, const char* parameter) {
-  if (!std::isfinite(scale) || scale <= 0.0f) {
-    std::ostringstream text;
-    text << "must be finite and > 0, got " << scale;
-    throw ArgumentError(parameter, text.str());
-  }
+  mlframework::detail::RequirePositive(scale, parameter);
   if (!std::isfinite(InverseScale(scale))) {
-    std::ostringstream text;
-    text << "is so small that its inverse overflows float, got " << scale;
-    throw ArgumentError(parameter, text.str());
+    throw ArgumentError(parameter,
+                        "is so small that its inverse overflows float, got " + mlframework::detail::Show(scale));
   }
 }
 

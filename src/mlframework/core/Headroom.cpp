@@ -2,22 +2,13 @@
 
 #include <cmath>
 #include <limits>
-#include <sstream>
 #include <string>
 
 #include <mlframework/core/Error.hpp>
 
+#include "mlframework/core/Validation.hpp"
+
 namespace mlframework {
-
-namespace {
-
-std::string Describe(float value) {
-  std::ostringstream text;
-  text << value;
-  return text.str();
-}
-
-}  // namespace
 
 double MaxFiniteValue(DataType dtype) {
   if (dtype == DataType::Float32) {
@@ -39,12 +30,8 @@ double MaxFiniteValue(DataType dtype) {
 }
 
 double HeadroomBits(float amax, float scale, DataType gradient_dtype) {
-  if (!std::isfinite(amax) || amax < 0.0f) {
-    throw ArgumentError("amax", "must be finite and >= 0, got " + Describe(amax));
-  }
-  if (!std::isfinite(scale) || scale <= 0.0f) {
-    throw ArgumentError("scale", "must be finite and > 0, got " + Describe(scale));
-  }
+  detail::RequireNonNegative(amax, "amax");
+  detail::RequirePositive(scale, "scale");
   if (!IsValid(gradient_dtype)) {
     throw ArgumentError("gradient_dtype",
                         "value " + std::to_string(static_cast<int>(gradient_dtype)) + " is not a DataType");

@@ -13,54 +13,23 @@
 
 #include "mlframework/core/HostAdd.hpp"
 #include "mlframework/core/HostAlias.hpp"
+#include "mlframework/core/TensorGroups.hpp"
 #include "mlframework/core/TensorListWalk.hpp"
 
 namespace mlframework {
 
 namespace {
 
-// Tensors that share one backend (null: the per-tensor fallback), in list order.
-struct Group {
-  const TensorBackend* backend = nullptr;
-  std::vector<std::size_t> indices;
-};
-
-void RequireNonNull(std::span<const TensorPtr> tensors, const char* name) {
-  for (std::size_t i = 0; i < tensors.size(); ++i) {
-    if (!tensors[i]) {
-      throw ArgumentNullError(std::string(name) + "[" + std::to_string(i) + "]");
-    }
-  }
-}
-
-// Almost always one group: every tensor of a step comes from one backend.
-std::vector<Group> GroupByBackend(std::span<const TensorPtr> tensors) {
-  std::vector<Group> groups;
-  for (std::size_t i = 0; i < tensors.size(); ++i) {
-    const TensorBackend* backend = tensors[i]->Backend();
-    Group* group = nullptr;
-    for (Group& g : groups) {
-      if (g.backend == backend) {
-        group = &g;
-      }
-    }
-    if (group == nullptr) {
-      group = &groups.emplace_back(Group{backend, {}});
-      group->indices.reserve(tensors.size() - i);
-    }
-    group->indices.push_back(i);
-  }
-  return groups;
-}
-
+using detail::AliasedPairs;
+using detail::BackendGroup;
+using detail::FirstBackend;
+using detail::ForEachPairRun;
+using detail::GroupByBackend;
 using detail::kObjectPrefetchAhead;
 using detail::kParallelWalkTensors;
-
-// The backend a whole list is offered to first: its first tensor's (null for an empty list or a
-// null first entry).
-const TensorBackend* FirstBackend(std::span<const TensorPtr> tensors) {
-  return tensors.empty() || !tensors.front() ? nullptr : tensors.front()->Backend();
-}
+using detail::Pointers;
+using detail::RequireNonNull;
+using detail::RequirePairs;
 
 // The common case in one pass over the list: every tensor non-null and from one backend.
 // Returns that backend with `pointers` filled; nullptr when the list is empty, mixes backends
@@ -98,16 +67,6 @@ const TensorBackend* SingleBackend(std::span<const TensorPtr> tensors, std::vect
   return backend;
 }
 
-template <typename Pointer>
-std::vector<Pointer> Pointers(std::span<const TensorPtr> tensors, const std::vector<std::size_t>& indices) {
-  std::vector<Pointer> pointers;
-  pointers.reserve(indices.size());
-  for (const std::size_t i : indices) {
-    pointers.push_back(tensors[i].get());
-  }
-  return pointers;
-}
-
 double FallbackSumOfSquares(const ITensor& tensor, double factor) { return tensor.SumOfSquares() * factor * factor; }
 
 }  // namespace
@@ -143,7 +102,7 @@ bool UnscaleAndCheck(std::span<const TensorPtr> tensors, float factor) {
     return UnscaleAndCheck(*aliased, factor);
   }
   bool found = false;
-  for (const Group& group : GroupByBackend(tensors)) {
+  for (const BackendGroup& group : GroupByBackend(tensors)) {
     if (group.backend != nullptr) {
       found = group.backend->UnscaleAndCheck(Pointers<ITensor*>(tensors, group.indices), factor) || found;
       continue;
@@ -169,7 +128,7 @@ bool HasNonFinite(std::span<const TensorPtr> tensors) {
   if (const std::optional<std::vector<TensorPtr>> aliased = detail::WithHostAliases(tensors)) {
     return HasNonFinite(*aliased);
   }
-  for (const Group& group : GroupByBackend(tensors)) {
+  for (const BackendGroup& group : GroupByBackend(tensors)) {
     if (group.backend != nullptr) {
       if (group.backend->HasNonFinite(Pointers<const ITensor*>(tensors, group.indices))) {
         return true;
@@ -200,7 +159,7 @@ NonFiniteAndNorm CheckAndSumSquares(std::span<const TensorPtr> tensors, float fa
     return CheckAndSumSquares(*aliased, factor);
   }
   NonFiniteAndNorm total;
-  for (const Group& group : GroupByBackend(tensors)) {
+  for (const BackendGroup& group : GroupByBackend(tensors)) {
     if (group.backend != nullptr) {
       const NonFiniteAndNorm part =
           group.backend->CheckAndSumSquares(Pointers<const ITensor*>(tensors, group.indices), factor);
@@ -234,7 +193,7 @@ void ScaleInPlace(std::span<const TensorPtr> tensors, float factor) {
     ScaleInPlace(*aliased, factor);
     return;
   }
-  for (const Group& group : GroupByBackend(tensors)) {
+  for (const BackendGroup& group : GroupByBackend(tensors)) {
     if (group.backend != nullptr) {
       group.backend->Scale(Pointers<ITensor*>(tensors, group.indices), factor);
       continue;
@@ -246,70 +205,6 @@ void ScaleInPlace(std::span<const TensorPtr> tensors, float factor) {
 }
 
 namespace {
-
-void RequirePairs(std::span<const TensorPtr> src, std::span<const TensorPtr> dst) {
-  RequireNonNull(src, "src");
-  RequireNonNull(dst, "dst");
-  if (src.size() != dst.size()) {
-    throw ArgumentError("dst",
-                        "has " + std::to_string(dst.size()) + " tensors but src has " + std::to_string(src.size()));
-  }
-  for (std::size_t i = 0; i < src.size(); ++i) {
-    if (src[i]->GetShape() != dst[i]->GetShape()) {
-      throw ArgumentError(
-          "dst[" + std::to_string(i) + "]",
-          "shape " + ToString(dst[i]->GetShape()) + " differs from src shape " + ToString(src[i]->GetShape()));
-    }
-  }
-}
-
-// Runs @p fused(backend, src, dst) on runs of pairs whose source and destination share a
-// backend, in order, and @p host(i) on every other pair.
-template <typename Fused, typename Host>
-void ForEachPairRun(std::span<const TensorPtr> src, std::span<const TensorPtr> dst, Fused&& fused, Host&& host) {
-  std::vector<const ITensor*> fused_src;
-  std::vector<ITensor*> fused_dst;
-  const TensorBackend* backend = nullptr;
-  auto flush = [&] {
-    if (!fused_src.empty()) {
-      fused(*backend, std::span<const ITensor* const>(fused_src), std::span<ITensor* const>(fused_dst));
-      fused_src.clear();
-      fused_dst.clear();
-    }
-  };
-  for (std::size_t i = 0; i < src.size(); ++i) {
-    const TensorBackend* pair_backend = src[i]->Backend();
-    if (pair_backend != nullptr && pair_backend == dst[i]->Backend()) {
-      if (pair_backend != backend) {
-        flush();
-        backend = pair_backend;
-      }
-      fused_src.push_back(src[i].get());
-      fused_dst.push_back(dst[i].get());
-      continue;
-    }
-    host(i);
-  }
-  flush();
-}
-
-// Pairs after host-addressable tensors without a backend have been replaced by CPU aliases
-// (detail::WithHostAliases on both lists), or nullopt when neither list changes.
-struct AliasedPairs {
-  std::vector<TensorPtr> src;
-  std::vector<TensorPtr> dst;
-};
-std::optional<AliasedPairs> WithHostAliases(std::span<const TensorPtr> src, std::span<const TensorPtr> dst) {
-  std::optional<std::vector<TensorPtr>> aliased_src = detail::WithHostAliases(src);
-  std::optional<std::vector<TensorPtr>> aliased_dst = detail::WithHostAliases(dst);
-  if (!aliased_src && !aliased_dst) {
-    return std::nullopt;
-  }
-  AliasedPairs pairs;
-  pairs.src = aliased_src ? std::move(*aliased_src) : std::vector<TensorPtr>(src.begin(), src.end());
-  pairs.dst = aliased_dst ? std::move(*aliased_dst) : std::vector<TensorPtr>(dst.begin(), dst.end());
-  return pairs;
-}
 
 // Multiplies @p values by @p factor (not at all for 1, which keeps NaN payloads as the fused
 // kernels do); true when any result is Inf or NaN. Exponent bits, not std::isfinite, so the
@@ -387,7 +282,7 @@ bool CastInto(std::span<const TensorPtr> src, std::span<const TensorPtr> dst, fl
       return *found;
     }
   }
-  if (const std::optional<AliasedPairs> aliased = WithHostAliases(src, dst)) {
+  if (const std::optional<AliasedPairs> aliased = detail::WithHostAliases(src, dst)) {
     return CastInto(aliased->src, aliased->dst, factor);
   }
   // Pairs whose source and destination share a backend go to its fused kernel.
@@ -403,7 +298,7 @@ bool CastInto(std::span<const TensorPtr> src, std::span<const TensorPtr> dst, fl
 
 void CopyInto(std::span<const TensorPtr> src, std::span<const TensorPtr> dst, float factor) {
   RequirePairs(src, dst);
-  if (const std::optional<AliasedPairs> aliased = WithHostAliases(src, dst)) {
+  if (const std::optional<AliasedPairs> aliased = detail::WithHostAliases(src, dst)) {
     CopyInto(aliased->src, aliased->dst, factor);
     return;
   }
@@ -417,7 +312,7 @@ void CopyInto(std::span<const TensorPtr> src, std::span<const TensorPtr> dst, fl
 
 void AddInto(std::span<const TensorPtr> src, std::span<const TensorPtr> dst, float alpha) {
   RequirePairs(src, dst);
-  if (const std::optional<AliasedPairs> aliased = WithHostAliases(src, dst)) {
+  if (const std::optional<AliasedPairs> aliased = detail::WithHostAliases(src, dst)) {
     AddInto(aliased->src, aliased->dst, alpha);
     return;
   }

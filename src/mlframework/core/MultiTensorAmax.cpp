@@ -9,27 +9,22 @@
 #include <mlframework/core/Tensor.hpp>
 
 #include "mlframework/core/HostAlias.hpp"
+#include "mlframework/core/TensorGroups.hpp"
 
 // The amax forms of MultiTensor.hpp's check passes. They take the same route as the plain
 // passes: the whole list to its first tensor's backend, else host aliases for tensors without a
-// backend that the host addresses, else runs of one backend, and the per-tensor float vectors for
+// backend that the host addresses, else each backend's share of the list, and the per-tensor float vectors for
 // the rest.
 
 namespace mlframework {
 
 namespace {
 
-void RequireNonNull(std::span<const TensorPtr> tensors, const char* name) {
-  for (std::size_t i = 0; i < tensors.size(); ++i) {
-    if (!tensors[i]) {
-      throw ArgumentNullError(std::string(name) + "[" + std::to_string(i) + "]");
-    }
-  }
-}
-
-const TensorBackend* FirstBackend(std::span<const TensorPtr> tensors) {
-  return tensors.empty() || !tensors.front() ? nullptr : tensors.front()->Backend();
-}
+using detail::BackendGroup;
+using detail::FirstBackend;
+using detail::GroupByBackend;
+using detail::Pointers;
+using detail::RequireNonNull;
 
 void Fold(NonFiniteAndAmax& total, const NonFiniteAndAmax& part) {
   total.FoundNonFinite = total.FoundNonFinite || part.FoundNonFinite;
@@ -66,43 +61,6 @@ NonFiniteAndAmax HostCastAndAmax(const ITensor& src, ITensor& dst, float factor)
   return result;
 }
 
-// Runs @p run(backend, indices) over the runs of @p tensors that share a backend, in list order,
-// and @p host(i) over the tensors without one.
-template <typename Run, typename Host>
-void ForEachGroup(std::span<const TensorPtr> tensors, Run&& run, Host&& host) {
-  std::vector<std::size_t> indices;
-  const TensorBackend* backend = nullptr;
-  const auto flush = [&] {
-    if (!indices.empty()) {
-      run(*backend, indices);
-      indices.clear();
-    }
-  };
-  for (std::size_t i = 0; i < tensors.size(); ++i) {
-    const TensorBackend* own = tensors[i]->Backend();
-    if (own == nullptr) {
-      host(i);
-      continue;
-    }
-    if (own != backend) {
-      flush();
-      backend = own;
-    }
-    indices.push_back(i);
-  }
-  flush();
-}
-
-template <typename Pointer>
-std::vector<Pointer> Pointers(std::span<const TensorPtr> tensors, const std::vector<std::size_t>& indices) {
-  std::vector<Pointer> pointers;
-  pointers.reserve(indices.size());
-  for (const std::size_t i : indices) {
-    pointers.push_back(tensors[i].get());
-  }
-  return pointers;
-}
-
 }  // namespace
 
 NonFiniteAndAmax UnscaleCheckAndAmax(std::span<const TensorPtr> tensors, float factor) {
@@ -116,12 +74,15 @@ NonFiniteAndAmax UnscaleCheckAndAmax(std::span<const TensorPtr> tensors, float f
     return UnscaleCheckAndAmax(*aliased, factor);
   }
   NonFiniteAndAmax total;
-  ForEachGroup(
-      tensors,
-      [&](const TensorBackend& backend, const std::vector<std::size_t>& indices) {
-        Fold(total, backend.UnscaleCheckAndAmax(Pointers<ITensor*>(tensors, indices), factor));
-      },
-      [&](std::size_t i) { Fold(total, HostCastAndAmax(*tensors[i], *tensors[i], factor)); });
+  for (const BackendGroup& group : GroupByBackend(tensors)) {
+    if (group.backend != nullptr) {
+      Fold(total, group.backend->UnscaleCheckAndAmax(Pointers<ITensor*>(tensors, group.indices), factor));
+      continue;
+    }
+    for (const std::size_t i : group.indices) {
+      Fold(total, HostCastAndAmax(*tensors[i], *tensors[i], factor));
+    }
+  }
   return total;
 }
 
@@ -136,72 +97,36 @@ NonFiniteAndAmax CheckAndAmax(std::span<const TensorPtr> tensors) {
     return CheckAndAmax(*aliased);
   }
   NonFiniteAndAmax total;
-  ForEachGroup(
-      tensors,
-      [&](const TensorBackend& backend, const std::vector<std::size_t>& indices) {
-        Fold(total, backend.CheckAndAmax(Pointers<const ITensor*>(tensors, indices)));
-      },
-      [&](std::size_t i) {
-        std::vector<float> values = tensors[i]->ToFloatVector();
-        Fold(total, ScaleFloats(values, 1.0f));
-      });
+  for (const BackendGroup& group : GroupByBackend(tensors)) {
+    if (group.backend != nullptr) {
+      Fold(total, group.backend->CheckAndAmax(Pointers<const ITensor*>(tensors, group.indices)));
+      continue;
+    }
+    for (const std::size_t i : group.indices) {
+      std::vector<float> values = tensors[i]->ToFloatVector();
+      Fold(total, ScaleFloats(values, 1.0f));
+    }
+  }
   return total;
 }
 
 NonFiniteAndAmax CastIntoAndAmax(std::span<const TensorPtr> src, std::span<const TensorPtr> dst, float factor) {
-  RequireNonNull(src, "src");
-  RequireNonNull(dst, "dst");
-  if (src.size() != dst.size()) {
-    throw ArgumentError("dst",
-                        "has " + std::to_string(dst.size()) + " tensors but src has " + std::to_string(src.size()));
-  }
-  for (std::size_t i = 0; i < src.size(); ++i) {
-    if (src[i]->GetShape() != dst[i]->GetShape()) {
-      throw ArgumentError(
-          "dst[" + std::to_string(i) + "]",
-          "shape " + ToString(dst[i]->GetShape()) + " differs from src shape " + ToString(src[i]->GetShape()));
-    }
-  }
+  detail::RequirePairs(src, dst);
   if (const TensorBackend* first = FirstBackend(src)) {
     if (const std::optional<NonFiniteAndAmax> result = first->CastIntoAndAmaxLists(src, dst, factor)) {
       return *result;
     }
   }
-  std::optional<std::vector<TensorPtr>> aliased_src = detail::WithHostAliases(src);
-  std::optional<std::vector<TensorPtr>> aliased_dst = detail::WithHostAliases(dst);
-  if (aliased_src || aliased_dst) {
-    const std::vector<TensorPtr> s =
-        aliased_src ? std::move(*aliased_src) : std::vector<TensorPtr>(src.begin(), src.end());
-    const std::vector<TensorPtr> d =
-        aliased_dst ? std::move(*aliased_dst) : std::vector<TensorPtr>(dst.begin(), dst.end());
-    return CastIntoAndAmax(s, d, factor);
+  if (const std::optional<detail::AliasedPairs> aliased = detail::WithHostAliases(src, dst)) {
+    return CastIntoAndAmax(aliased->src, aliased->dst, factor);
   }
-  // Runs of pairs whose source and destination share a backend go to its fused kernel.
   NonFiniteAndAmax total;
-  std::vector<const ITensor*> run_src;
-  std::vector<ITensor*> run_dst;
-  const TensorBackend* backend = nullptr;
-  const auto flush = [&] {
-    if (!run_src.empty()) {
-      Fold(total, backend->CastIntoAndAmax(run_src, run_dst, factor));
-      run_src.clear();
-      run_dst.clear();
-    }
-  };
-  for (std::size_t i = 0; i < src.size(); ++i) {
-    const TensorBackend* pair_backend = src[i]->Backend();
-    if (pair_backend != nullptr && pair_backend == dst[i]->Backend()) {
-      if (pair_backend != backend) {
-        flush();
-        backend = pair_backend;
-      }
-      run_src.push_back(src[i].get());
-      run_dst.push_back(dst[i].get());
-      continue;
-    }
-    Fold(total, HostCastAndAmax(*src[i], *dst[i], factor));
-  }
-  flush();
+  detail::ForEachPairRun(
+      src, dst,
+      [&](const TensorBackend& backend, std::span<const ITensor* const> s, std::span<ITensor* const> d) {
+        Fold(total, backend.CastIntoAndAmax(s, d, factor));
+      },
+      [&](std::size_t i) { Fold(total, HostCastAndAmax(*src[i], *dst[i], factor)); });
   return total;
 }
 

@@ -1,32 +1,19 @@
 #include <mlframework/core/ScalePolicy.hpp>
 
 #include <cmath>
-#include <sstream>
 
 #include <mlframework/core/Error.hpp>
 
+#include "mlframework/core/Validation.hpp"
+
 namespace mlframework {
 
-namespace {
-
-std::string Show(double value) {
-  std::ostringstream text;
-  text << value;
-  return text.str();
-}
-
-void RequirePositiveFinite(const char* field, float value) {
-  if (!std::isfinite(value) || value <= 0.0f) {
-    throw ArgumentError(field, "must be finite and > 0, got " + Show(value));
-  }
-}
-
-}  // namespace
+using detail::Show;
 
 void ValidateScalePolicy(const ScalePolicy& policy, const ScalePolicyFieldNames& names) {
-  RequirePositiveFinite(names.InitialScale, policy.InitialScale);
-  RequirePositiveFinite(names.MinScale, policy.MinScale);
-  RequirePositiveFinite(names.MaxScale, policy.MaxScale);
+  detail::RequirePositive(policy.InitialScale, names.InitialScale);
+  detail::RequirePositive(policy.MinScale, names.MinScale);
+  detail::RequirePositive(policy.MaxScale, names.MaxScale);
   if (!std::isfinite(policy.GrowthFactor) || policy.GrowthFactor <= 1.0f) {
     throw ArgumentError(names.GrowthFactor, "must be finite and > 1, got " + Show(policy.GrowthFactor));
   }

@@ -80,4 +80,11 @@ void CheckOp(ReduceOp op) {
   }
 }
 
+void CheckSplitColor(int color) {
+  if (color < 0) {
+    throw ArgumentError("color", "Split: color " + std::to_string(color) +
+                                     " is negative; every rank must pass a color >= 0 to land in a group");
+  }
+}
+
 }  // namespace mlframework::distributed::detail

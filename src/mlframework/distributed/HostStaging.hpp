@@ -46,5 +46,7 @@ MLFRAMEWORK_EXPORT void CheckGatherSizes(const ITensor& input, const ITensor& ou
 MLFRAMEWORK_EXPORT void CheckScatterSizes(const ITensor& input, const ITensor& output, int world_size);
 MLFRAMEWORK_EXPORT void CheckRoot(int root, int world_size);
 MLFRAMEWORK_EXPORT void CheckOp(ReduceOp op);
+/// ArgumentError naming `color` when it is negative (IProcessGroup::Split puts every rank in a group).
+MLFRAMEWORK_EXPORT void CheckSplitColor(int color);
 
 }  // namespace mlframework::distributed::detail

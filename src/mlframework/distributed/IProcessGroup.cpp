@@ -1,6 +1,9 @@
 #include <mlframework/distributed/IProcessGroup.hpp>
 
 #include <memory>
+#include <string>
+
+#include <mlframework/core/Error.hpp>
 
 namespace mlframework::distributed {
 
@@ -44,6 +47,12 @@ CollectiveRequestPtr IProcessGroup::ReduceScatterAsync(const ITensor& input, ITe
 CollectiveRequestPtr IProcessGroup::AllReduceAsync(ITensor& tensor, ReduceOp op) {
   AllReduce(tensor, op);
   return MakeCompletedRequest();
+}
+
+std::shared_ptr<IProcessGroup> IProcessGroup::Split(int /*color*/, int /*key*/) {
+  // Deterministic for a given implementation, so every rank throws together.
+  throw InvalidOperationError("the '" + std::string(BackendName()) +
+                              "' process group cannot split into subgroups: implement IProcessGroup::Split");
 }
 
 double IProcessGroup::AllReduceHost(double value, ReduceOp op) {

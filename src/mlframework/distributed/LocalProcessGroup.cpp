@@ -63,6 +63,11 @@ void LocalProcessGroup::Barrier() {}
 
 void LocalProcessGroup::AllReduceHost(std::span<double> /*values*/, ReduceOp op) { detail::CheckOp(op); }
 
+std::shared_ptr<IProcessGroup> LocalProcessGroup::Split(int color, int /*key*/) {
+  detail::CheckSplitColor(color);
+  return std::make_shared<LocalProcessGroup>();
+}
+
 void LocalProcessGroup::Abort(const std::string& message) noexcept {
   std::fprintf(stderr, "mlframework: rank 0 aborting: %s\n", message.c_str());
   std::fflush(stderr);

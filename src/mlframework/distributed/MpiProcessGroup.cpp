@@ -468,6 +468,31 @@ MpiProcessGroup::~MpiProcessGroup() {
   if (impl_->comm != MPI_COMM_NULL) MPI_Comm_free(&impl_->comm);
 }
 
+std::shared_ptr<IProcessGroup> MpiProcessGroup::Split(int color, int key) {
+  detail::CheckSplitColor(color);
+  MPI_Comm part = MPI_COMM_NULL;
+  {
+    const std::lock_guard mpi(detail::MpiCallLock());  // not held over the constructor, which takes it
+    MLFW_MPI_CHECK(MPI_Comm_split(impl_->comm, color, key, &part));
+  }
+  // The new group duplicates the split communicator (as it does any communicator it is given),
+  // so the split itself is freed here whatever happens.
+  const auto free_part = [&part] {
+    const std::lock_guard mpi(detail::MpiCallLock());
+    MPI_Comm_free(&part);
+  };
+  MpiProcessGroupOptions options = impl_->options;
+  options.Communicator = static_cast<std::int64_t>(MPI_Comm_c2f(part));
+  try {
+    auto group = std::make_shared<MpiProcessGroup>(options);
+    free_part();
+    return group;
+  } catch (...) {
+    free_part();
+    throw;
+  }
+}
+
 int MpiProcessGroup::Rank() const noexcept { return impl_->rank; }
 int MpiProcessGroup::WorldSize() const noexcept { return impl_->world_size; }
 std::string_view MpiProcessGroup::BackendName() const noexcept { return "mpi"; }

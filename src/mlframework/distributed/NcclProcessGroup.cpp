@@ -23,6 +23,7 @@
 #include "mlframework/backends/cuda/DeviceContext.hpp"
 #include "mlframework/distributed/HostStaging.hpp"
 #include "mlframework/distributed/NcclCheck.hpp"
+#include "mlframework/distributed/NcclRequest.hpp"
 #include "mlframework/distributed/PendingCollectives.hpp"
 
 namespace mlframework::distributed {
@@ -136,18 +137,18 @@ class NcclProcessGroup final : public IProcessGroup {
     ncclUniqueId nccl_id;
     std::memcpy(&nccl_id, id.data(), sizeof nccl_id);
     MLFW_NCCL_CHECK(ncclCommInitRank(&comm_, world_size_, nccl_id, rank_));
-    try {
-      scratch_ = static_cast<double*>(context_->Allocate(kScratchDoubles * sizeof(double)));
-      pending_ =
-          std::make_unique<detail::PendingCollectives>(rank_, options_.TimeoutSeconds, kWatchdogInterval, MakeHooks());
-      MLFW_CUDA_CHECK(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
-      MLFW_CUDA_CHECK(cudaEventCreateWithFlags(&comm_tail_, cudaEventDisableTiming));
-    } catch (...) {
-      if (comm_stream_ != nullptr) MLFW_CUDA_CHECK_NOTHROW(cudaStreamDestroy(comm_stream_));
-      context_->Free(scratch_);
-      MLFW_NCCL_CHECK_NOTHROW(ncclCommDestroy(comm_));
-      throw;
-    }
+    Start();
+  }
+
+  /// Takes over @p comm (from ncclCommSplit), of which this process is @p rank of @p world_size.
+  NcclProcessGroup(ncclComm_t comm, int rank, int world_size, NcclProcessGroupOptions options)
+      : rank_(rank),
+        world_size_(world_size),
+        options_(options),
+        context_(&cuda::DeviceContext::Get(options.Device)),
+        comm_(comm) {
+    cuda::DeviceGuard guard(options_.Device);
+    Start();
   }
 
   ~NcclProcessGroup() override {
@@ -267,11 +268,8 @@ class NcclProcessGroup final : public IProcessGroup {
   }
   using IProcessGroup::AllReduceHost;
 
-  // The non-blocking forms run on the group's communication stream: it waits for the work the
-  // compute stream queued so far (an event), the NCCL call follows, and the request's Wait()
-  // makes the compute stream wait for its completion event. Neither side blocks the host, and
-  // the GPU overlaps the collective with the kernels queued meanwhile. Staged tensors and
-  // Blocking groups take the blocking calls (a completed request).
+  // The non-blocking forms run on the communication stream (StartAsync, NcclRequest.hpp);
+  // staged tensors and Blocking groups take the blocking calls (a completed request).
   CollectiveRequestPtr AllGatherAsync(const ITensor& input, ITensor& output) override {
     detail::CheckGatherSizes(input, output, world_size_);
     if (!Direct(input) || !Direct(output)) return IProcessGroup::AllGatherAsync(input, output);
@@ -306,6 +304,39 @@ class NcclProcessGroup final : public IProcessGroup {
     });
   }
 
+  std::shared_ptr<IProcessGroup> Split(int color, int key) override {
+    detail::CheckSplitColor(color);
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 18, 0)
+    ncclComm_t part = nullptr;
+    Run("Split", [&] {
+      // ncclCommSplit blocks until every rank joins: what was enqueued before finishes first,
+      // so the watchdog has nothing pending (and no reason to abort the communicator) meanwhile.
+      pending_->WaitAll("Split");
+      {
+        const std::lock_guard lock(comm_mutex_);
+        if (aborted_) {
+          throw CommunicationError("Split: the NCCL communicator of rank " + std::to_string(rank_) + " was aborted");
+        }
+      }
+      MLFW_NCCL_CHECK(ncclCommSplit(comm_, color, key, &part, nullptr));
+    });
+    int rank = 0;
+    int size = 0;
+    try {
+      MLFW_NCCL_CHECK(ncclCommUserRank(part, &rank));
+      MLFW_NCCL_CHECK(ncclCommCount(part, &size));
+    } catch (...) {
+      MLFW_NCCL_CHECK_NOTHROW(ncclCommDestroy(part));
+      throw;
+    }
+    return std::make_shared<NcclProcessGroup>(part, rank, size, options_);  // owns `part`, even when it throws
+#else
+    static_cast<void>(key);
+    throw BackendError("NcclProcessGroup::Split: this build's NCCL " + std::to_string(NCCL_MAJOR) + "." +
+                       std::to_string(NCCL_MINOR) + " has no ncclCommSplit (NCCL 2.18 or later)");
+#endif
+  }
+
   void Abort(const std::string& message) noexcept override {
     std::fprintf(stderr, "mlframework: rank %d aborting: %s\n", rank_, message.c_str());
     std::fflush(stderr);
@@ -324,52 +355,13 @@ class NcclProcessGroup final : public IProcessGroup {
     return !options_.Blocking && cuda::IsCudaTensor(tensor) && tensor.GetDevice() == Device::CUDA(options_.Device);
   }
 
-  // The completion of one collective on the communication stream, as CollectiveRequest.
-  class NcclRequest final : public CollectiveRequest {
-   public:
-    NcclRequest(int device, cudaStream_t compute) : device_(device), compute_(compute) {
-      MLFW_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
-    }
-    ~NcclRequest() override {
-      try {
-        Wait();
-      } catch (...) {  // NOLINT(bugprone-empty-catch): the group's watchdog reports the failure
-      }
-      MLFW_CUDA_CHECK_NOTHROW(cudaEventDestroy(done_));
-    }
-    NcclRequest(const NcclRequest&) = delete;
-    NcclRequest& operator=(const NcclRequest&) = delete;
-    cudaEvent_t Event() const noexcept { return done_; }
-    bool Test() override {
-      cuda::DeviceGuard guard(device_);
-      const cudaError_t status = cudaEventQuery(done_);
-      if (status == cudaErrorNotReady) return false;
-      MLFW_CUDA_CHECK(status);
-      Wait();
-      return true;
-    }
-    // Stream order, as the blocking calls: later work on the compute stream sees the result.
-    void Wait() override {
-      if (waited_) return;
-      cuda::DeviceGuard guard(device_);
-      MLFW_CUDA_CHECK(cudaStreamWaitEvent(compute_, done_, 0));
-      waited_ = true;
-    }
-
-   private:
-    int device_;
-    cudaStream_t compute_;
-    cudaEvent_t done_ = nullptr;
-    bool waited_ = false;
-  };
-
   // Starts @p enqueue on the communication stream after the compute stream's work so far; the
   // watchdog tracks it as any pending collective.
   template <typename Fn>
   CollectiveRequestPtr StartAsync(const char* what, const char* call, Fn&& enqueue) {
-    std::unique_ptr<NcclRequest> request;
+    std::unique_ptr<detail::NcclRequest> request;
     Run(what, [&] {
-      request = std::make_unique<NcclRequest>(options_.Device, Stream());
+      request = std::make_unique<detail::NcclRequest>(options_.Device, Stream());
       cudaEvent_t ready = events_.Acquire();
       // Waits capture the event's state when called, so it goes back to the pool at once.
       const cudaError_t recorded = cudaEventRecord(ready, Stream());
@@ -383,6 +375,22 @@ class NcclProcessGroup final : public IProcessGroup {
       comm_tail_valid_ = true;
     });
     return request;
+  }
+
+  // The rest of construction once comm_ is set: on failure the communicator is destroyed.
+  void Start() {
+    try {
+      scratch_ = static_cast<double*>(context_->Allocate(kScratchDoubles * sizeof(double)));
+      pending_ =
+          std::make_unique<detail::PendingCollectives>(rank_, options_.TimeoutSeconds, kWatchdogInterval, MakeHooks());
+      MLFW_CUDA_CHECK(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
+      MLFW_CUDA_CHECK(cudaEventCreateWithFlags(&comm_tail_, cudaEventDisableTiming));
+    } catch (...) {
+      if (comm_stream_ != nullptr) MLFW_CUDA_CHECK_NOTHROW(cudaStreamDestroy(comm_stream_));
+      context_->Free(scratch_);
+      MLFW_NCCL_CHECK_NOTHROW(ncclCommDestroy(comm_));
+      throw;
+    }
   }
 
   // Runs one collective: first raises an earlier failure (found now or by the watchdog)

@@ -35,6 +35,7 @@ CollectiveRequestPtr MpiProcessGroup::ReduceScatterAsync(const ITensor&, ITensor
 CollectiveRequestPtr MpiProcessGroup::AllReduceAsync(ITensor&, ReduceOp) { NoMpi(); }
 void MpiProcessGroup::Barrier() { NoMpi(); }
 void MpiProcessGroup::AllReduceHost(std::span<double>, ReduceOp) { NoMpi(); }
+std::shared_ptr<IProcessGroup> MpiProcessGroup::Split(int, int) { NoMpi(); }
 void MpiProcessGroup::Abort(const std::string&) noexcept { std::abort(); }
 bool MpiAvailable() noexcept { return false; }
 std::shared_ptr<IProcessGroup> MakeMpiProcessGroup(MpiProcessGroupOptions options) {

@@ -3,7 +3,7 @@
 #include <mlframework/core/Error.hpp>
 #include <mlframework/optimizers/FusedSteps.hpp>
 
-#include "mlframework/backends/cpu/OptimizerKernels.hpp"
+#include "mlframework/core/HostOptimizerStep.hpp"
 #include "mlframework/core/StateBlob.hpp"
 #include "mlframework/optimizers/ParameterSet.hpp"
 
@@ -57,9 +57,9 @@ void Adam::Step() {
   const AdamStepScalars scalars = AdamStepScalarsFor(s.options, step);
   // One fused pass: masters, gradients and moments read once, masters and moments written once,
   // and FP16/BF16 parameters in host memory rounded from the updated masters in the same pass.
-  std::vector<backends::cpu::OptimizerTensor> tensors(s.params.Count());
+  std::vector<mlframework::detail::HostOptimizerTensor> tensors(s.params.Count());
   for (std::size_t t = 0; t < s.params.Count(); ++t) {
-    backends::cpu::OptimizerTensor& x = tensors[t];
+    mlframework::detail::HostOptimizerTensor& x = tensors[t];
     x.parameter = s.params.Master(t).data();
     x.gradient = grads[t].data();
     x.first = s.exp_avg[t].data();
@@ -68,7 +68,7 @@ void Adam::Step() {
     x.low_precision_dtype = s.params.ParameterDtype(t);
     x.count = grads[t].size();
   }
-  backends::cpu::AdamStepKernel(tensors, scalars);
+  mlframework::detail::HostAdamStep(tensors, scalars);
   s.params.WriteBackUnfused();
   s.steps = step;
 }

@@ -7,13 +7,13 @@
 
 #include <mlframework/core/Error.hpp>
 
-#include "mlframework/backends/cpu/OptimizerKernels.hpp"
+#include "mlframework/core/HostOptimizerStep.hpp"
 
 namespace mlframework::optimizers {
 
 namespace {
 
-using backends::cpu::OptimizerTensor;
+using OptimizerTensor = mlframework::detail::HostOptimizerTensor;
 
 // What a step needs of each list beyond the parameters.
 struct ListRules {
@@ -193,7 +193,7 @@ bool FusedAdamStep(const OptimizerStepLists& lists, const AdamStepScalars& scala
   if (skip_if_found_inf != nullptr && skip_if_found_inf->FoundInf()) {
     return false;  // a skipped step reads nothing
   }
-  backends::cpu::AdamStepKernel(route.host, scalars);
+  mlframework::detail::HostAdamStep(route.host, scalars);
   return true;
 }
 
@@ -209,7 +209,7 @@ bool FusedSGDStep(const OptimizerStepLists& lists, const SGDStepScalars& scalars
   if (skip_if_found_inf != nullptr && skip_if_found_inf->FoundInf()) {
     return false;
   }
-  backends::cpu::SGDStepKernel(route.host, scalars);
+  mlframework::detail::HostSGDStep(route.host, scalars);
   return true;
 }
 

@@ -3,7 +3,6 @@
 #include <cmath>
 #include <cstddef>
 #include <span>
-#include <sstream>
 #include <string>
 
 #include <mlframework/core/Error.hpp>
@@ -237,24 +236,6 @@ std::vector<float> ReadFloats(mlframework::detail::BlobReader& reader, std::size
     v = reader.F32();
   }
   return values;
-}
-
-std::string Show(float value) {
-  std::ostringstream text;
-  text << value;
-  return text.str();
-}
-
-void RequirePositive(float value, const char* parameter) {
-  if (!std::isfinite(value) || value <= 0.0f) {
-    throw ArgumentError(parameter, "must be finite and > 0, got " + Show(value));
-  }
-}
-
-void RequireNonNegative(float value, const char* parameter) {
-  if (!(value >= 0.0f) || !std::isfinite(value)) {
-    throw ArgumentError(parameter, "must be finite and >= 0, got " + Show(value));
-  }
 }
 
 void RequireFraction(float value, const char* parameter) {

@@ -12,6 +12,7 @@
 #include <mlframework/core/ITensor.hpp>
 
 #include "mlframework/core/StateBlob.hpp"
+#include "mlframework/core/Validation.hpp"
 
 namespace mlframework::optimizers::detail {
 
@@ -81,9 +82,9 @@ void WriteFloats(mlframework::detail::BlobWriter& writer, std::span<const float>
 std::vector<float> ReadFloats(mlframework::detail::BlobReader& reader, std::size_t expected, const std::string& what);
 // The options' checks: ArgumentError naming @p parameter unless @p value is finite and > 0,
 // finite and >= 0, or in [0, 1).
-std::string Show(float value);
-void RequirePositive(float value, const char* parameter);
-void RequireNonNegative(float value, const char* parameter);
+using mlframework::detail::RequireNonNegative;
+using mlframework::detail::RequirePositive;
+using mlframework::detail::Show;
 void RequireFraction(float value, const char* parameter);
 
 // Options read from a blob must pass Validate(); the blob's reader names the problem otherwise.

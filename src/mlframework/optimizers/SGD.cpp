@@ -3,7 +3,7 @@
 #include <mlframework/core/Error.hpp>
 #include <mlframework/optimizers/FusedSteps.hpp>
 
-#include "mlframework/backends/cpu/OptimizerKernels.hpp"
+#include "mlframework/core/HostOptimizerStep.hpp"
 #include "mlframework/core/StateBlob.hpp"
 #include "mlframework/optimizers/ParameterSet.hpp"
 
@@ -53,10 +53,10 @@ void SGD::Step() {
   const bool momentum = s.options.Momentum != 0.0f;
   // One fused pass per step, the FP16/BF16 parameters in host memory written in it. Buffers made
   // by this step start as a copy of d (PyTorch), so they run as a "first step" call of their own.
-  std::vector<backends::cpu::OptimizerTensor> first;
-  std::vector<backends::cpu::OptimizerTensor> later;
+  std::vector<mlframework::detail::HostOptimizerTensor> first;
+  std::vector<mlframework::detail::HostOptimizerTensor> later;
   for (std::size_t t = 0; t < s.params.Count(); ++t) {
-    backends::cpu::OptimizerTensor x;
+    mlframework::detail::HostOptimizerTensor x;
     x.parameter = s.params.Master(t).data();
     x.gradient = grads[t].data();
     x.low_precision = s.params.FusedCopy(t);
@@ -71,10 +71,10 @@ void SGD::Step() {
     (made_now ? first : later).push_back(x);
   }
   if (!first.empty()) {
-    backends::cpu::SGDStepKernel(first, SGDStepScalarsFor(s.options, true));
+    mlframework::detail::HostSGDStep(first, SGDStepScalarsFor(s.options, true));
   }
   if (!later.empty()) {
-    backends::cpu::SGDStepKernel(later, SGDStepScalarsFor(s.options, false));
+    mlframework::detail::HostSGDStep(later, SGDStepScalarsFor(s.options, false));
   }
   s.params.WriteBackUnfused();
   ++s.steps;

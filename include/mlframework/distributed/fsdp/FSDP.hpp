@@ -76,9 +76,25 @@ namespace mlframework::distributed::fsdp {
 /// Every method that communicates is a collective: all ranks call it in the same order.
 /// Checks whose outcome could differ between ranks are agreed with an all-reduce first, so a
 /// failing check throws on every rank and no rank is left waiting.
+///
+/// Hybrid sharding (ShardingStrategy::HybridShard, PyTorch's HSDP): units are sharded over
+/// ShardGroup() (FSDPConfig::ShardGroupSize consecutive ranks, a node) and replicated across
+/// ReplicateGroup(); Gather() all-gathers inside the shard group, ReduceGradients()
+/// reduce-scatters inside it and all-reduces the shard across the replicas. The ranks of a
+/// replicate group hold equal shards, so GradNorm() counts each shard once, and agreement
+/// checks and the overflow flag still span every rank of ProcessGroup().
+/// @code
+/// // 4 ranks on 2 nodes: shard over the 2 ranks of a node, replicate across the nodes.
+/// FSDP fsdp(world, {.Strategy = ShardingStrategy::HybridShard, .ShardGroupSize = 2});
+/// @endcode
 class MLFRAMEWORK_EXPORT FSDP {
  public:
-  /// FSDP over @p group (ArgumentNullError when null) with @p config (validated).
+  /// FSDP over @p group (ArgumentNullError when null) with @p config (validated; ArgumentError).
+  /// Local for every strategy but HybridShard. Under HybridShard a collective over @p group:
+  /// the config's checks, FSDPConfig::ShardGroupSize dividing the world size and every rank using
+  /// the same ShardGroupSize are agreed (ArgumentError on every rank together), then @p group is
+  /// split (IProcessGroup::Split) into the shard and replicate groups; a group that cannot split
+  /// throws InvalidOperationError on every rank.
   explicit FSDP(std::shared_ptr<IProcessGroup> group, FSDPConfig config = {});
   ~FSDP();
   /// Not copyable: owns the units.
@@ -87,16 +103,16 @@ class MLFRAMEWORK_EXPORT FSDP {
   FSDP& operator=(const FSDP&) = delete;
 
   /// Registers a unit (collective): flattens @p parameters (name to full FP32/FP16/BF16 tensor,
-  /// identical on every rank unless SyncModuleStates), pads to a multiple of the world size and
-  /// keeps this rank's FP32 shard. The unit's buffers live on the parameters' device: CPU
-  /// tensors for CPU parameters, otherwise tensors of the parameters' backend
+  /// identical on every rank unless SyncModuleStates), pads to a multiple of the world size
+  /// (HybridShard: of the shard group size) and keeps this rank's FP32 shard. The unit's buffers live on the
+  /// parameters' device: CPU tensors for CPU parameters, otherwise tensors of the parameters' backend
   /// (TensorBackend::Allocate and View); parameters without a backend, or whose backend cannot
   /// allocate and view, keep CPU buffers (staged through host copies). ArgumentError on every
   /// rank for: an empty map, a duplicate unit name, a null or empty (size 0) parameter,
   /// parameters on two devices (or on another device than the units registered before; the
   /// message names the parameter and both devices), a unit smaller than the world size
-  /// (sharded strategies), ranks that disagree on the world size, the unit's name, its
-  /// parameter names or shapes, or its precision; an invalid @p precision (named by field).
+  /// (sharded strategies; HybridShard: the shard group size), ranks that disagree on the world size, the unit's name,
+  /// its parameter names or shapes, or its precision; an invalid @p precision (named by field).
   /// @p precision gives the unit its own gather and reduce dtypes (UnitPrecision: norm layers
   /// in FP32 while the rest runs in BF16); by default it follows the FSDP's.
   FSDPShardingUnit& RegisterUnit(const std::string& name, const GradientMap& parameters,
@@ -108,8 +124,15 @@ class MLFRAMEWORK_EXPORT FSDP {
   /// Unit named @p name; ArgumentError when unknown.
   FSDPShardingUnit& Unit(const std::string& name);
 
-  /// The process group.
+  /// The process group (every rank: agreement checks, the overflow flag, averaging).
   IProcessGroup& ProcessGroup() const noexcept;
+  /// The ranks units are sharded over and gathered in: ProcessGroup() itself, except under
+  /// HybridShard, where it is this rank's shard group of FSDPConfig::ShardGroupSize ranks
+  /// (ranks `rank / S * S` to `rank / S * S + S - 1` of ProcessGroup()).
+  IProcessGroup& ShardGroup() const noexcept;
+  /// HybridShard: the ranks that hold the same shards as this one (one per shard group, those
+  /// with equal `rank % S`), across which gradient shards are all-reduced; null otherwise.
+  IProcessGroup* ReplicateGroup() const noexcept;
   /// The configuration.
   const FSDPConfig& Config() const noexcept;
   /// Changes the dtype later Gather() calls produce (FSDPAmpIntegration sets the forward dtype),
@@ -178,8 +201,11 @@ class MLFRAMEWORK_EXPORT FSDP {
   /// Unit name to its LocalGradient(). InvalidOperationError when a unit has none.
   GradientMap LocalGradients() const;
   /// Global L2 norm of the gradients (collective): the square root of the all-reduced sum of
-  /// the squares of every rank's shards, the same value on every rank. InvalidOperationError on
-  /// every rank while any rank has a gradient reduction in flight (FinishBackward() first).
+  /// the squares of every rank's shards, the same value on every rank. Under HybridShard the
+  /// squares are summed over the shard group (each shard counted once, not once per replica)
+  /// and the replicas agree on one value (MAX, exact).
+  /// InvalidOperationError on every rank while any rank has a gradient reduction in flight
+  /// (FinishBackward() first).
   double GradNorm();
   /// Scales the gradient shards by `max_norm / (norm + 1e-6)` when the global norm exceeds
   /// @p max_norm (PyTorch's clip_grad_norm_), identically on every rank; returns the norm
@@ -203,10 +229,13 @@ class MLFRAMEWORK_EXPORT FSDP {
   GradientMap FullParameters();
 
   /// This rank's shards as a versioned, checksummed blob (world size, rank, strategy, units).
+  /// Under HybridShard the ranks of a replicate group hold, and save, equal shards (the blob
+  /// differs only in the rank); the shard size per unit records the shard group size.
   std::vector<std::byte> StateDict() const;
   /// Restores a blob from StateDict() of the same rank and world size (collective).
   /// ArgumentError on every rank when any rank's blob is corrupted or does not match
-  /// (world size, rank, units, sizes); nothing changes then.
+  /// (world size, rank, units, sizes; a HybridShard blob of another shard group size has other
+  /// shard sizes); nothing changes then.
   void LoadStateDict(std::span<const std::byte> state);
 
  private:

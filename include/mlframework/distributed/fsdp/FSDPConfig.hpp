@@ -19,6 +19,12 @@ enum class ShardingStrategy {
   ShardGradOp,
   /// DDP: nothing sharded; every rank holds all parameters and gradients are all-reduced.
   NoShard,
+  /// ZeRO-3 inside groups of FSDPConfig::ShardGroupSize ranks (a node), replicated across the
+  /// groups (PyTorch's HSDP / HYBRID_SHARD, DeepSpeed ZeRO++ hpZ): each unit is sharded over
+  /// its shard group and gathered inside it, so the all-gathers stay within the node; gradients
+  /// are reduce-scattered inside the shard group, then the shard is all-reduced across the
+  /// replicate group (the ranks that hold the same shard), averaged over every rank.
+  HybridShard,
 };
 
 /// Name of @p strategy ("FullShard", ...) for messages.
@@ -38,6 +44,12 @@ struct FSDPConfig {
   /// Broadcast rank 0's initial parameter values when a unit is registered, so ranks that
   /// initialized differently start from the same weights (PyTorch's sync_module_states).
   bool SyncModuleStates = false;
+  /// HybridShard only (0 otherwise): ranks per shard group, >= 1 and dividing the world size.
+  /// Consecutive ranks shard together, as the ranks of a node usually are numbered: ranks
+  /// [g x S, (g + 1) x S) form shard group g, and the ranks with the same `rank % S` (one per
+  /// shard group, holding equal shards) form a replicate group. S = 1 replicates everything
+  /// (DDP); S = the world size is FullShard.
+  int ShardGroupSize = 0;
 
   /// ArgumentError naming the first invalid field and its value.
   MLFRAMEWORK_EXPORT void Validate() const;

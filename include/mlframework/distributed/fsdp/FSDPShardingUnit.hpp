@@ -146,8 +146,11 @@ class MLFRAMEWORK_EXPORT FSDPShardingUnit {
   void ReduceGradientsAsync(const GradientMap& gradients);
   /// True between ReduceGradientsAsync() and WaitReduce().
   bool IsReduceInFlight() const noexcept;
-  /// Completes the reduction started by ReduceGradientsAsync() (local). InvalidOperationError
-  /// when none is in flight; CommunicationError as WaitGather().
+  /// Completes the reduction started by ReduceGradientsAsync() (local, except under
+  /// HybridShard: the all-reduce across the replicate group follows the shard group's
+  /// reduce-scatter, so it runs here, a blocking collective over the replicate group that every
+  /// rank reaches in the same order of waits). InvalidOperationError when none is in flight;
+  /// CommunicationError as WaitGather().
   void WaitReduce();
   /// This rank's gradient shard (ShardSize() elements, FP32), or null before ReduceGradients().
   TensorPtr LocalGradient() const noexcept;

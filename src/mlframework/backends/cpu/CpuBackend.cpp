@@ -124,19 +124,25 @@ std::optional<bool> CpuBackend::CastIntoKnownLists(std::span<const TensorPtr> sr
   return std::nullopt;
 }
 
-std::optional<bool> CpuBackend::CastIntoLists(std::span<const TensorPtr> src, std::span<const TensorPtr> dst,
-                                              float factor) const {
+std::shared_ptr<const PairPlans> CpuBackend::NewPairPlans(std::span<const TensorPtr> src,
+                                                          std::span<const TensorPtr> dst) const {
   if (src.empty() || src.size() != dst.size() || !IsCpuEntry(src.front()) || !IsCpuEntry(dst.front())) {
-    return std::nullopt;
+    return nullptr;
   }
   std::shared_ptr<const PairPlans> plans;
   try {
     plans = PlansOf(src, dst);
   } catch (const NotCpuList&) {
-    return std::nullopt;
+    return nullptr;
   }
   pair_lists_.Add({src, dst}, plans);
-  return CastKernel(*plans, factor);
+  return plans;
+}
+
+std::optional<bool> CpuBackend::CastIntoLists(std::span<const TensorPtr> src, std::span<const TensorPtr> dst,
+                                              float factor) const {
+  const auto plans = NewPairPlans(src, dst);
+  return plans ? std::optional(CastKernel(*plans, factor)) : std::nullopt;
 }
 
 NonFiniteAndAmax CpuBackend::UnscaleCheckAndAmax(std::span<ITensor* const> tensors, float factor) const {
@@ -169,20 +175,11 @@ std::optional<NonFiniteAndAmax> CpuBackend::CastIntoAndAmaxLists(std::span<const
     return std::nullopt;
   }
   // The pair cache the plain cast keeps: a step's cast lists are planned once for both forms.
-  if (const std::shared_ptr<const PairPlans> plans = pair_lists_.Find({src, dst})) {
-    return CastAndAmaxKernel(*plans, factor);
+  std::shared_ptr<const PairPlans> plans = pair_lists_.Find({src, dst});
+  if (!plans) {
+    plans = NewPairPlans(src, dst);
   }
-  if (!IsCpuEntry(src.front()) || !IsCpuEntry(dst.front())) {
-    return std::nullopt;
-  }
-  std::shared_ptr<const PairPlans> plans;
-  try {
-    plans = PlansOf(src, dst);
-  } catch (const NotCpuList&) {
-    return std::nullopt;
-  }
-  pair_lists_.Add({src, dst}, plans);
-  return CastAndAmaxKernel(*plans, factor);
+  return plans ? std::optional(CastAndAmaxKernel(*plans, factor)) : std::nullopt;
 }
 
 TensorPtr CpuBackend::Allocate(const Shape& shape, DataType dtype, Device device) const {

@@ -53,6 +53,9 @@ class CpuBackend final : public HostScalingBackend {  // scaling: host states, t
   // The plan of @p tensors when every one is a CPU tensor, or null (an empty list, a null entry,
   // another backend's tensor). A list kept in single_lists_ takes its kept plan.
   std::shared_ptr<const Plan> PlanOfList(std::span<const TensorPtr> tensors) const;
+  // The plans of a new pair of lists, kept in pair_lists_, when both hold CPU tensors pairwise,
+  // or null (empty or unequal lists, a null entry, another backend's tensor).
+  std::shared_ptr<const PairPlans> NewPairPlans(std::span<const TensorPtr> src, std::span<const TensorPtr> dst) const;
 
   // One cache for the lists of every operation: a step unscales, checks and clips the same list.
   mutable ListCache<Plan> single_lists_;

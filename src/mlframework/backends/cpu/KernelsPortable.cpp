@@ -20,16 +20,6 @@ using scalar::Load;
 using scalar::Store;
 
 template <DataType D>
-bool Unscale(void* data, std::size_t count, float factor) {
-  bool all_finite = true;
-  for (std::size_t i = 0; i < count; ++i) {
-    Store<D>(data, i, Load<D>(data, i) * factor);
-    all_finite &= IsFiniteAt<D>(data, i);
-  }
-  return !all_finite;
-}
-
-template <DataType D>
 bool NonFinite(const void* data, std::size_t count) {
   bool all_finite = true;
   for (std::size_t i = 0; i < count; ++i) {
@@ -82,21 +72,6 @@ float FiniteAbs(float v) {
 }
 
 template <DataType D>
-bool UnscaleAmax(void* data, std::size_t count, float factor, float* amax) {
-  bool all_finite = true;
-  float peak = *amax;
-  for (std::size_t i = 0; i < count; ++i) {
-    const float v = Load<D>(data, i) * factor;
-    const float a = FiniteAbs(v);
-    peak = a > peak ? a : peak;
-    Store<D>(data, i, v);
-    all_finite &= IsFiniteAt<D>(data, i);
-  }
-  *amax = peak;
-  return !all_finite;
-}
-
-template <DataType D>
 bool NonFiniteAmax(const void* data, std::size_t count, float* amax) {
   bool all_finite = true;
   float peak = *amax;
@@ -122,6 +97,17 @@ bool CastAmax(const void* src, void* dst, std::size_t count, float factor, float
   }
   *amax = peak;
   return !all_finite;
+}
+
+// The in-place forms are the casts with one buffer on both sides.
+template <DataType D>
+bool Unscale(void* data, std::size_t count, float factor) {
+  return Cast<D, D>(data, data, count, factor);
+}
+
+template <DataType D>
+bool UnscaleAmax(void* data, std::size_t count, float factor, float* amax) {
+  return CastAmax<D, D>(data, data, count, factor, amax);
 }
 
 template <DataType S, std::size_t... T>

@@ -38,19 +38,56 @@ double SumSquaresFp64(const void* data, DataType dtype, std::size_t count) {
   });
 }
 
+// One pass over @p plan that folds what @p piece(segment, begin, end, &amax) returns, the
+// piece's non-finite flag, and the amax it raises. Each thread folds its pieces into one amax
+// (a max is exact in any order, so the result does not depend on the thread count).
+template <typename Piece>
+NonFiniteAndAmax CheckPass(const Plan& plan, Piece&& piece) {
+  int found = 0;
+  float amax = 0.0f;
+#pragma omp parallel for schedule(static) reduction(| : found) reduction(max : amax) if (Parallel(plan))
+  for (std::size_t c = 0; c < plan.chunks; ++c) {
+    plan.ForEachPiece(c, [&](std::size_t s, std::size_t begin, std::size_t end) {
+      found |= piece(plan.segments[s], begin, end, &amax) ? 1 : 0;
+    });
+  }
+  return {found != 0, amax};
+}
+
+// CheckPass over pairs of lists: @p piece(in, out, begin, end, &amax) per piece. A destination
+// that comes with more memory than the caches hold will be evicted before anyone reads it: the
+// from_memory casts write it with non-temporal stores, which also skip reading the old lines in
+// first.
+template <typename Piece>
+NonFiniteAndAmax PairPass(const PairPlans& plans, Piece&& piece) {
+  const Plan& src_plan = plans.first;   // named references, not a structured binding: clang 14
+  const Plan& dst_plan = plans.second;  // cannot capture those in the OpenMP region's lambda
+  const bool streaming = FromMemory(src_plan.bytes + dst_plan.bytes);
+  int found = 0;
+  float amax = 0.0f;
+#pragma omp parallel for schedule(static) reduction(| : found) reduction(max : amax) if (Parallel(src_plan))
+  for (std::size_t c = 0; c < src_plan.chunks; ++c) {
+    src_plan.ForEachPiece(c, [&](std::size_t s, std::size_t begin, std::size_t end) {
+      found |= piece(src_plan.segments[s], dst_plan.segments[s], begin, end, &amax) ? 1 : 0;
+    });
+    if (streaming) {
+      // Non-temporal stores are weakly ordered: a full fence (MFENCE on x86) makes this
+      // chunk's visible before any thread reads it. Once per chunk, not once per tensor.
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+    }
+  }
+  return {found != 0, amax};
+}
+
 }  // namespace
 
 bool UnscaleAndCheckKernel(const Plan& plan, float factor) {
   const KernelSet& kernels = KernelsFor(plan.bytes);
-  int found = 0;
-#pragma omp parallel for schedule(static) reduction(| : found) if (Parallel(plan))
-  for (std::size_t c = 0; c < plan.chunks; ++c) {
-    plan.ForEachPiece(c, [&](std::size_t s, std::size_t begin, std::size_t end) {
-      const Segment& seg = plan.segments[s];
-      found |= kernels.unscale[Slot(seg.dtype)](seg.At(begin), end - begin, factor) ? 1 : 0;
-    });
-  }
-  return found != 0;
+  return CheckPass(plan,
+                   [&](const Segment& seg, std::size_t begin, std::size_t end, float* /*amax*/) {
+                     return kernels.unscale[Slot(seg.dtype)](seg.At(begin), end - begin, factor);
+                   })
+      .FoundNonFinite;
 }
 
 bool HasNonFiniteKernel(const Plan& plan) {
@@ -116,82 +153,33 @@ void ScaleKernel(const Plan& plan, float factor) {
 }
 
 bool CastKernel(const PairPlans& plans, float factor) {
-  const Plan& src_plan = plans.first;   // named references, not a structured binding: clang 14
-  const Plan& dst_plan = plans.second;  // cannot capture those in the OpenMP region's lambda
-  // A destination that comes with more memory than the caches hold will be evicted before anyone
-  // reads it: the from_memory casts write it with non-temporal stores, which also skip reading
-  // the old lines in first.
-  const std::size_t bytes = src_plan.bytes + dst_plan.bytes;
-  const auto& cast = KernelsFor(bytes).cast;
-  const bool streaming = FromMemory(bytes);
-  int found = 0;
-#pragma omp parallel for schedule(static) reduction(| : found) if (Parallel(src_plan))
-  for (std::size_t c = 0; c < src_plan.chunks; ++c) {
-    src_plan.ForEachPiece(c, [&](std::size_t s, std::size_t begin, std::size_t end) {
-      const Segment& in = src_plan.segments[s];
-      const Segment& out = dst_plan.segments[s];
-      found |= cast[Slot(in.dtype)][Slot(out.dtype)](in.At(begin), out.At(begin), end - begin, factor) ? 1 : 0;
-    });
-    if (streaming) {
-      // Non-temporal stores are weakly ordered: a full fence (MFENCE on x86) makes this
-      // chunk's visible before any thread reads it. Once per chunk, not once per tensor.
-      std::atomic_thread_fence(std::memory_order_seq_cst);
-    }
-  }
-  return found != 0;
+  const auto& cast = KernelsFor(plans.first.bytes + plans.second.bytes).cast;
+  return PairPass(plans,
+                  [&](const Segment& in, const Segment& out, std::size_t begin, std::size_t end, float* /*amax*/) {
+                    return cast[Slot(in.dtype)][Slot(out.dtype)](in.At(begin), out.At(begin), end - begin, factor);
+                  })
+      .FoundNonFinite;
 }
-
-// The amax passes: each thread folds its pieces into one amax (a max is exact in any order, so
-// the result does not depend on the thread count).
 
 NonFiniteAndAmax UnscaleCheckAndAmaxKernel(const Plan& plan, float factor) {
   const KernelSet& kernels = KernelsFor(plan.bytes);
-  int found = 0;
-  float amax = 0.0f;
-#pragma omp parallel for schedule(static) reduction(| : found) reduction(max : amax) if (Parallel(plan))
-  for (std::size_t c = 0; c < plan.chunks; ++c) {
-    plan.ForEachPiece(c, [&](std::size_t s, std::size_t begin, std::size_t end) {
-      const Segment& seg = plan.segments[s];
-      found |= kernels.unscale_amax[Slot(seg.dtype)](seg.At(begin), end - begin, factor, &amax) ? 1 : 0;
-    });
-  }
-  return {found != 0, amax};
+  return CheckPass(plan, [&](const Segment& seg, std::size_t begin, std::size_t end, float* amax) {
+    return kernels.unscale_amax[Slot(seg.dtype)](seg.At(begin), end - begin, factor, amax);
+  });
 }
 
 NonFiniteAndAmax CheckAndAmaxKernel(const Plan& plan) {
   const KernelSet& kernels = KernelsFor(plan.bytes);
-  int found = 0;
-  float amax = 0.0f;
-#pragma omp parallel for schedule(static) reduction(| : found) reduction(max : amax) if (Parallel(plan))
-  for (std::size_t c = 0; c < plan.chunks; ++c) {
-    plan.ForEachPiece(c, [&](std::size_t s, std::size_t begin, std::size_t end) {
-      const Segment& seg = plan.segments[s];
-      found |= kernels.non_finite_amax[Slot(seg.dtype)](seg.At(begin), end - begin, &amax) ? 1 : 0;
-    });
-  }
-  return {found != 0, amax};
+  return CheckPass(plan, [&](const Segment& seg, std::size_t begin, std::size_t end, float* amax) {
+    return kernels.non_finite_amax[Slot(seg.dtype)](seg.At(begin), end - begin, amax);
+  });
 }
 
 NonFiniteAndAmax CastAndAmaxKernel(const PairPlans& plans, float factor) {
-  const Plan& src_plan = plans.first;
-  const Plan& dst_plan = plans.second;
-  const std::size_t bytes = src_plan.bytes + dst_plan.bytes;
-  const auto& cast = KernelsFor(bytes).cast_amax;
-  const bool streaming = FromMemory(bytes);
-  int found = 0;
-  float amax = 0.0f;
-#pragma omp parallel for schedule(static) reduction(| : found) reduction(max : amax) if (Parallel(src_plan))
-  for (std::size_t c = 0; c < src_plan.chunks; ++c) {
-    src_plan.ForEachPiece(c, [&](std::size_t s, std::size_t begin, std::size_t end) {
-      const Segment& in = src_plan.segments[s];
-      const Segment& out = dst_plan.segments[s];
-      found |= cast[Slot(in.dtype)][Slot(out.dtype)](in.At(begin), out.At(begin), end - begin, factor, &amax) ? 1 : 0;
-    });
-    if (streaming) {
-      std::atomic_thread_fence(std::memory_order_seq_cst);  // as in CastKernel
-    }
-  }
-  return {found != 0, amax};
+  const auto& cast = KernelsFor(plans.first.bytes + plans.second.bytes).cast_amax;
+  return PairPass(plans, [&](const Segment& in, const Segment& out, std::size_t begin, std::size_t end, float* amax) {
+    return cast[Slot(in.dtype)][Slot(out.dtype)](in.At(begin), out.At(begin), end - begin, factor, amax);
+  });
 }
 
 bool UnscaleAndCheckKernel(std::span<ITensor* const> tensors, float factor) {

@@ -72,12 +72,16 @@ void Run(std::span<const OptimizerTensor> tensors, const Scalars& scalars,
 
 }  // namespace
 
-void AdamStepKernel(std::span<const OptimizerTensor> tensors, const AdamStepScalars& scalars) {
-  Run(tensors, scalars, ActiveOptimizerKernels().adam);
-}
-
-void SGDStepKernel(std::span<const OptimizerTensor> tensors, const SGDStepScalars& scalars) {
-  Run(tensors, scalars, ActiveOptimizerKernels().sgd);
-}
-
 }  // namespace mlframework::backends::cpu
+
+namespace mlframework::detail {
+
+void HostAdamStep(std::span<const HostOptimizerTensor> tensors, const AdamStepScalars& scalars) {
+  backends::cpu::Run(tensors, scalars, backends::cpu::ActiveOptimizerKernels().adam);
+}
+
+void HostSGDStep(std::span<const HostOptimizerTensor> tensors, const SGDStepScalars& scalars) {
+  backends::cpu::Run(tensors, scalars, backends::cpu::ActiveOptimizerKernels().sgd);
+}
+
+}  // namespace mlframework::detail

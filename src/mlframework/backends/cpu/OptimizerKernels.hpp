@@ -18,19 +18,11 @@
 #include <mlframework/core/OptimizerStep.hpp>
 
 #include "mlframework/backends/cpu/InstructionSets.hpp"
+#include "mlframework/core/HostOptimizerStep.hpp"
 
 namespace mlframework::backends::cpu {
 
-/// One tensor of a fused step: FP32 elements of the parameter, its gradient and its state.
-struct OptimizerTensor {
-  float* parameter = nullptr;
-  const float* gradient = nullptr;
-  float* first = nullptr;         // Adam's exp_avg, SGD's momentum buffer (null: SGD without momentum)
-  float* second = nullptr;        // Adam's exp_avg_sq
-  void* low_precision = nullptr;  // null, or the FP16/BF16 copy of the updated parameter
-  DataType low_precision_dtype = DataType::BFloat16;
-  std::size_t count = 0;
-};
+using OptimizerTensor = detail::HostOptimizerTensor;
 
 /// Rounds @p count FP32 values into @p dst of the low-precision dtype (a cast kernel of KernelTable).
 using NarrowFn = bool (*)(const void* src, void* dst, std::size_t count, float factor);
@@ -69,9 +61,5 @@ const OptimizerKernelTable& ActiveOptimizerKernels() noexcept;
 /// Elements of one piece of a fused step: a chunk an OpenMP thread takes, small enough that a
 /// list of a few large tensors still spreads over every thread.
 inline constexpr std::size_t kOptimizerChunkElements = std::size_t{1} << 15;
-
-/// The fused steps over @p tensors (FP32, host memory; the caller has checked them).
-void AdamStepKernel(std::span<const OptimizerTensor> tensors, const AdamStepScalars& scalars);
-void SGDStepKernel(std::span<const OptimizerTensor> tensors, const SGDStepScalars& scalars);
 
 }  // namespace mlframework::backends::cpu

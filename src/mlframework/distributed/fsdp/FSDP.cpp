@@ -17,6 +17,7 @@
 #include "mlframework/core/StateBlob.hpp"
 #include "mlframework/distributed/fsdp/Agreement.hpp"
 #include "mlframework/distributed/fsdp/Hooks.hpp"
+#include "mlframework/distributed/fsdp/ShardingGroups.hpp"
 #include "mlframework/distributed/fsdp/UnitImpl.hpp"
 
 namespace mlframework::distributed::fsdp {
@@ -114,15 +115,18 @@ std::string_view ToString(ShardingStrategy strategy) noexcept {
       return "ShardGradOp";
     case ShardingStrategy::NoShard:
       return "NoShard";
+    case ShardingStrategy::HybridShard:
+      return "HybridShard";
   }
   return "unknown";
 }
 
 void FSDPConfig::Validate() const {
   if (Strategy != ShardingStrategy::FullShard && Strategy != ShardingStrategy::ShardGradOp &&
-      Strategy != ShardingStrategy::NoShard) {
+      Strategy != ShardingStrategy::NoShard && Strategy != ShardingStrategy::HybridShard) {
     throw ArgumentError("Strategy", "unknown ShardingStrategy " + std::to_string(static_cast<int>(Strategy)));
   }
+  detail::ValidateShardGroupSize(Strategy, ShardGroupSize);
   if (!IsValid(ParamDType)) {
     throw ArgumentError("ParamDType", "unknown DataType " + std::to_string(static_cast<int>(ParamDType)));
   }
@@ -158,6 +162,7 @@ void UnitPrecision::Validate() const {
 
 struct FSDP::Impl {
   std::shared_ptr<IProcessGroup> group;
+  detail::ShardingGroups groups;  // where units gather and reduce (HybridShard: subgroups of `group`)
   FSDPConfig config;
   detail::Placement placement;         // the parameters' device, fixed by the first unit
   detail::BufferPool pool{placement};  // before the units: they hand buffers back to it
@@ -189,9 +194,10 @@ struct FSDP::Impl {
 
 FSDP::FSDP(std::shared_ptr<IProcessGroup> group, FSDPConfig config) {
   if (!group) throw ArgumentNullError("group");
-  config.Validate();
+  detail::ShardingGroups groups = detail::MakeShardingGroups(group, config);  // validates config
   impl_ = std::make_unique<Impl>();
   impl_->group = std::move(group);
+  impl_->groups = std::move(groups);
   impl_->config = config;
 }
 
@@ -277,6 +283,9 @@ FSDPShardingUnit& FSDP::RegisterUnit(const std::string& name, const GradientMap&
   const bool sharded = impl_->config.Strategy != ShardingStrategy::NoShard;
   auto unit = std::make_unique<FSDPShardingUnit::Impl>();
   unit->group = impl_->group.get();
+  unit->shard_group = impl_->groups.shard.get();
+  unit->replicate_group = impl_->groups.replicate.get();
+  const int shard_world = unit->shard_group->WorldSize();  // ranks it is sharded over
   unit->config = &impl_->config;
   unit->pool = &impl_->pool;
   unit->placement = &impl_->placement;
@@ -308,9 +317,10 @@ FSDPShardingUnit& FSDP::RegisterUnit(const std::string& name, const GradientMap&
       sources.push_back(tensor);
     }
     placement = PlacementOf(parameters, name, impl_->units.empty() ? nullptr : &impl_->placement);
-    if (sharded && unit->numel < static_cast<std::size_t>(world)) {
+    if (sharded && unit->numel < static_cast<std::size_t>(shard_world)) {
       throw ArgumentError("parameters", "unit '" + name + "' has " + std::to_string(unit->numel) +
-                                            " elements, fewer than the world size " + std::to_string(world) +
+                                            " elements, fewer than the ranks it is sharded over " +
+                                            std::to_string(shard_world) +
                                             ": merge it into a larger unit or use ShardingStrategy::NoShard");
     }
   });
@@ -346,10 +356,10 @@ FSDPShardingUnit& FSDP::RegisterUnit(const std::string& name, const GradientMap&
 
   AbortGuard guard(group, "FSDP RegisterUnit('" + name + "')");
   impl_->placement = placement;  // the same for every unit (PlacementOf() checked it)
-  const auto world_size = static_cast<std::size_t>(world);
+  const auto world_size = static_cast<std::size_t>(shard_world);
   unit->padded = sharded ? (unit->numel + world_size - 1) / world_size * world_size : unit->numel;
   unit->shard_size = sharded ? unit->padded / world_size : unit->numel;
-  unit->shard_offset = sharded ? unit->shard_size * static_cast<std::size_t>(group.Rank()) : 0;
+  unit->shard_offset = sharded ? unit->shard_size * static_cast<std::size_t>(unit->shard_group->Rank()) : 0;
 
   const detail::Placement& where = impl_->placement;
   const UnitLayout layout{unit->offsets, unit->shapes, unit->padded, unit->shard_offset, unit->shard_size};
@@ -396,6 +406,8 @@ FSDPShardingUnit& FSDP::Unit(const std::string& name) {
 }
 
 IProcessGroup& FSDP::ProcessGroup() const noexcept { return *impl_->group; }
+IProcessGroup& FSDP::ShardGroup() const noexcept { return *impl_->groups.shard; }
+IProcessGroup* FSDP::ReplicateGroup() const noexcept { return impl_->groups.replicate.get(); }
 const FSDPConfig& FSDP::Config() const noexcept { return impl_->config; }
 
 void FSDP::SetParamDType(DataType dtype) {
@@ -443,12 +455,8 @@ GradientMap FSDP::LocalGradients() const {
 double FSDP::GradNorm() {
   detail::AgreeOn(*impl_->group, "FSDP::GradNorm", [&] { detail::RefuseReductionsInFlight(*this); });
   const std::vector<TensorPtr> list = impl_->GradientList();
-  double sum = list.empty() ? 0.0 : SumOfSquares(list);
-  // Sharded: add every rank's part. NoShard: every rank holds the whole gradient, but the
-  // threaded sum of squares may round differently per rank, so agree on one value (MAX is exact).
-  sum = impl_->group->AllReduceHost(
-      sum, impl_->config.Strategy == ShardingStrategy::NoShard ? ReduceOp::Max : ReduceOp::Sum);
-  return std::sqrt(sum);
+  const double sum = list.empty() ? 0.0 : SumOfSquares(list);
+  return std::sqrt(detail::AgreedSquareSum(*impl_->group, impl_->groups, impl_->config.Strategy, sum));
 }
 
 double FSDP::ClipGradNorm(float max_norm) {
@@ -501,7 +509,7 @@ GradientMap FSDP::FullParameters() {
     TensorPtr flat = s.shard;
     if (impl_->config.Strategy != ShardingStrategy::NoShard) {
       flat = s.placement->Allocate(s.padded, DataType::Float32);
-      impl_->group->AllGather(*s.shard, *flat);
+      s.shard_group->AllGather(*s.shard, *flat);
     }
     for (const auto& [name, view] : s.ViewsOf(flat)) result.emplace(s.name + "." + name, view->Clone());
   }

@@ -90,18 +90,18 @@ void FSDPShardingUnit::Impl::StartGather(const char* call, bool async) {
       CopyInto(std::span<const TensorPtr>(&s.shard, 1), std::span<const TensorPtr>(&buffer.tensor, 1));
     } else if (dtype == DataType::Float32) {
       // Nothing to cast: the all-gather reads the FP32 shard itself, like the raw collective.
-      s.gather.request = async ? s.group->AllGatherAsync(*s.shard, *buffer.tensor)
-                               : (s.group->AllGather(*s.shard, *buffer.tensor), nullptr);
+      s.gather.request = async ? s.shard_group->AllGatherAsync(*s.shard, *buffer.tensor)
+                               : (s.shard_group->AllGather(*s.shard, *buffer.tensor), nullptr);
     } else {
       // Cast the FP32 shard straight into this rank's slot (so the all-gather moves 16-bit
       // words) and gather in place around it: no staging buffer, no extra copy.
       const TensorPtr slot = s.placement->View(buffer.tensor, s.shard_offset, {s.shard_size});
       CopyInto(std::span<const TensorPtr>(&s.shard, 1), std::span<const TensorPtr>(&slot, 1));
-      s.gather.request =
-          async ? s.group->AllGatherAsync(*slot, *buffer.tensor) : (s.group->AllGather(*slot, *buffer.tensor), nullptr);
+      s.gather.request = async ? s.shard_group->AllGatherAsync(*slot, *buffer.tensor)
+                               : (s.shard_group->AllGather(*slot, *buffer.tensor), nullptr);
     }
     flat = buffer.tensor;
-    if (strategy == ShardingStrategy::FullShard) {
+    if (strategy == ShardingStrategy::FullShard || strategy == ShardingStrategy::HybridShard) {
       s.gathered_storage = std::move(buffer);
     } else {
       s.pool->Return(s.kept);  // a kept buffer of the previous dtype is of no use any more
@@ -307,16 +307,17 @@ void FSDPShardingUnit::Impl::StartReduce(const char* call, const GradientMap& gr
     p.request =
         async ? s.group->AllReduceAsync(*flat, ReduceOp::Sum) : (s.group->AllReduce(*flat, ReduceOp::Sum), nullptr);
   } else if (fp32_reduce) {
-    p.request = async ? s.group->ReduceScatterAsync(*flat, *target, ReduceOp::Sum)
-                      : (s.group->ReduceScatter(*flat, *target, ReduceOp::Sum), nullptr);
+    p.request = async ? s.shard_group->ReduceScatterAsync(*flat, *target, ReduceOp::Sum)
+                      : (s.shard_group->ReduceScatter(*flat, *target, ReduceOp::Sum), nullptr);
   } else {
     p.reduced = s.pool->Acquire(reduce_dtype, s.shard_size);
-    p.request = async ? s.group->ReduceScatterAsync(*flat, *p.reduced.tensor, ReduceOp::Sum)
-                      : (s.group->ReduceScatter(*flat, *p.reduced.tensor, ReduceOp::Sum), nullptr);
+    p.request = async ? s.shard_group->ReduceScatterAsync(*flat, *p.reduced.tensor, ReduceOp::Sum)
+                      : (s.shard_group->ReduceScatter(*flat, *p.reduced.tensor, ReduceOp::Sum), nullptr);
   }
   p.active = true;
   p.communicated = true;
   p.copy_back = no_shard && !into_target;
+  p.across_replicas = !no_shard;
   p.scale = fp32_reduce && world > 1 ? average : 1.0f;
   p.target = std::move(target);
   p.scratch = std::move(scratch);
@@ -336,6 +337,10 @@ void FSDPShardingUnit::Impl::FinishReduce() {
   if (p.request) p.request->Wait();
   TensorPtr target = std::move(p.target);
   if (p.copy_back) CopyInto(std::span<const TensorPtr>(&p.flat, 1), std::span<const TensorPtr>(&target, 1));
+  // HybridShard: the replicas' all-reduce starts once the shard group's reduce-scatter is done,
+  // so it runs here (a collective over the replicate group, in the order of the waits); in the
+  // reduce dtype, the same bytes as the reduce-scatter's.
+  if (p.across_replicas) s.ReduceAcrossReplicas(p.reduced.tensor ? *p.reduced.tensor : *target);
   if (p.reduced.tensor) {
     CopyInto(std::span<const TensorPtr>(&p.reduced.tensor, 1), std::span<const TensorPtr>(&target, 1));
     s.pool->Return(p.reduced);

@@ -27,12 +27,13 @@ struct PendingGather {
 // A reduction started by ReduceGradientsAsync() (or ReduceGradients()): what FinishReduce()
 // needs after the collective. The buffers stay referenced until then.
 struct PendingReduce {
-  bool active = false;        // started and not finished
-  bool communicated = false;  // false: a micro-batch without sync, summed locally already
-  bool copy_back = false;     // NoShard in a 16-bit dtype: the all-reduced flat buffer -> target
-  float scale = 1.0f;         // FP32 sums are averaged after the reduction
-  TensorPtr target;           // this rank's FP32 result
-  TensorPtr flat;             // the reduced flat buffer (or the framework's own gradient)
+  bool active = false;           // started and not finished
+  bool communicated = false;     // false: a micro-batch without sync, summed locally already
+  bool copy_back = false;        // NoShard in a 16-bit dtype: the all-reduced flat buffer -> target
+  bool across_replicas = false;  // sharded: HybridShard's replicate group all-reduces the result
+  float scale = 1.0f;            // FP32 sums are averaged after the reduction
+  TensorPtr target;              // this rank's FP32 result
+  TensorPtr flat;                // the reduced flat buffer (or the framework's own gradient)
   std::vector<TensorPtr> sources;
   detail::PooledBuffer scratch;      // pooled target when adding to an existing gradient
   detail::PooledBuffer flat_buffer;  // pool memory behind `flat`
@@ -41,10 +42,12 @@ struct PendingReduce {
 };
 
 struct FSDPShardingUnit::Impl {
-  IProcessGroup* group = nullptr;
-  const FSDPConfig* config = nullptr;   // the owning FSDP's (ParamDType may change)
-  UnitPrecision precision;              // this unit's own dtypes, where set
-  const bool* requires_sync = nullptr;  // the owning FSDP's gradient-sync switch
+  IProcessGroup* group = nullptr;            // the whole group: agreement checks, averaging
+  IProcessGroup* shard_group = nullptr;      // gathers and reduce-scatters (`group` unless HybridShard)
+  IProcessGroup* replicate_group = nullptr;  // HybridShard: all-reduces the gradient shard; else null
+  const FSDPConfig* config = nullptr;        // the owning FSDP's (ParamDType may change)
+  UnitPrecision precision;                   // this unit's own dtypes, where set
+  const bool* requires_sync = nullptr;       // the owning FSDP's gradient-sync switch
   std::string name;
   std::vector<std::string> names;
   std::vector<Shape> shapes;
@@ -84,6 +87,13 @@ struct FSDPShardingUnit::Impl {
   std::vector<TensorPtr> ParameterViews(const TensorPtr& flat) const;
   // Zeroes the padding of the flat unit buffer @p flat.
   void ZeroPadding(const TensorPtr& flat) const;
+  // HybridShard: sums the shard group's @p reduced shard over the replicas (the ranks holding
+  // the same shard), so it becomes the sum over every rank; nothing otherwise.
+  void ReduceAcrossReplicas(ITensor& reduced) const {
+    if (replicate_group != nullptr && replicate_group->WorldSize() > 1) {
+      replicate_group->AllReduce(reduced, ReduceOp::Sum);
+    }
+  }
   // Adds a micro-batch's full gradients to `accumulated`.
   void AccumulateLocally(const std::vector<TensorPtr>& gradients);
   // Gather() and ReduceGradients() in two halves around their collective (@p async: started

@@ -1,0 +1,141 @@
+#pragma once
+// Private: how core's list operations (MultiTensor.cpp, MultiTensorAmax.cpp) check their
+// arguments and split a list among the backends of its tensors. A list almost always comes
+// from one backend; these walks serve the rest: tensors of several backends, and tensors
+// without one, which take the per-tensor host path.
+
+#include <cstddef>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <mlframework/core/Error.hpp>
+#include <mlframework/core/ITensor.hpp>
+#include <mlframework/core/TensorBackend.hpp>
+
+#include "mlframework/core/HostAlias.hpp"
+
+namespace mlframework::detail {
+
+/// ArgumentNullError naming `name[i]` for the first null entry.
+inline void RequireNonNull(std::span<const TensorPtr> tensors, const char* name) {
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    if (!tensors[i]) {
+      throw ArgumentNullError(std::string(name) + "[" + std::to_string(i) + "]");
+    }
+  }
+}
+
+/// Non-null entries, lists of one length and pairs of one shape, else ArgumentError naming the
+/// first offending entry of @p dst.
+inline void RequirePairs(std::span<const TensorPtr> src, std::span<const TensorPtr> dst) {
+  RequireNonNull(src, "src");
+  RequireNonNull(dst, "dst");
+  if (src.size() != dst.size()) {
+    throw ArgumentError("dst",
+                        "has " + std::to_string(dst.size()) + " tensors but src has " + std::to_string(src.size()));
+  }
+  for (std::size_t i = 0; i < src.size(); ++i) {
+    if (src[i]->GetShape() != dst[i]->GetShape()) {
+      throw ArgumentError(
+          "dst[" + std::to_string(i) + "]",
+          "shape " + ToString(dst[i]->GetShape()) + " differs from src shape " + ToString(src[i]->GetShape()));
+    }
+  }
+}
+
+/// The backend a whole list is offered to first: its first tensor's (null for an empty list or a
+/// null first entry).
+inline const TensorBackend* FirstBackend(std::span<const TensorPtr> tensors) {
+  return tensors.empty() || !tensors.front() ? nullptr : tensors.front()->Backend();
+}
+
+/// Tensors that share one backend (null: the per-tensor host path), in list order.
+struct BackendGroup {
+  const TensorBackend* backend = nullptr;
+  std::vector<std::size_t> indices;
+};
+
+/// @p tensors (non-null) grouped by backend; almost always one group.
+inline std::vector<BackendGroup> GroupByBackend(std::span<const TensorPtr> tensors) {
+  std::vector<BackendGroup> groups;
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const TensorBackend* backend = tensors[i]->Backend();
+    BackendGroup* group = nullptr;
+    for (BackendGroup& g : groups) {
+      if (g.backend == backend) {
+        group = &g;
+      }
+    }
+    if (group == nullptr) {
+      group = &groups.emplace_back(BackendGroup{backend, {}});
+      group->indices.reserve(tensors.size() - i);
+    }
+    group->indices.push_back(i);
+  }
+  return groups;
+}
+
+/// The raw pointers of @p tensors at @p indices, for a backend's list entry points.
+template <typename Pointer>
+std::vector<Pointer> Pointers(std::span<const TensorPtr> tensors, const std::vector<std::size_t>& indices) {
+  std::vector<Pointer> pointers;
+  pointers.reserve(indices.size());
+  for (const std::size_t i : indices) {
+    pointers.push_back(tensors[i].get());
+  }
+  return pointers;
+}
+
+/// Runs @p fused(backend, src, dst) on runs of pairs whose source and destination share a
+/// backend, in order, and @p host(i) on every other pair.
+template <typename Fused, typename Host>
+void ForEachPairRun(std::span<const TensorPtr> src, std::span<const TensorPtr> dst, Fused&& fused, Host&& host) {
+  std::vector<const ITensor*> fused_src;
+  std::vector<ITensor*> fused_dst;
+  const TensorBackend* backend = nullptr;
+  auto flush = [&] {
+    if (!fused_src.empty()) {
+      fused(*backend, std::span<const ITensor* const>(fused_src), std::span<ITensor* const>(fused_dst));
+      fused_src.clear();
+      fused_dst.clear();
+    }
+  };
+  for (std::size_t i = 0; i < src.size(); ++i) {
+    const TensorBackend* pair_backend = src[i]->Backend();
+    if (pair_backend != nullptr && pair_backend == dst[i]->Backend()) {
+      if (pair_backend != backend) {
+        flush();
+        backend = pair_backend;
+      }
+      fused_src.push_back(src[i].get());
+      fused_dst.push_back(dst[i].get());
+      continue;
+    }
+    host(i);
+  }
+  flush();
+}
+
+/// Pairs after host-addressable tensors without a backend have been replaced by CPU aliases.
+struct AliasedPairs {
+  std::vector<TensorPtr> src;
+  std::vector<TensorPtr> dst;
+};
+
+/// WithHostAliases() on both lists, or nullopt when neither list changes.
+inline std::optional<AliasedPairs> WithHostAliases(std::span<const TensorPtr> src, std::span<const TensorPtr> dst) {
+  std::optional<std::vector<TensorPtr>> aliased_src = WithHostAliases(src);
+  std::optional<std::vector<TensorPtr>> aliased_dst = WithHostAliases(dst);
+  if (!aliased_src && !aliased_dst) {
+    return std::nullopt;
+  }
+  AliasedPairs pairs;
+  pairs.src = aliased_src ? std::move(*aliased_src) : std::vector<TensorPtr>(src.begin(), src.end());
+  pairs.dst = aliased_dst ? std::move(*aliased_dst) : std::vector<TensorPtr>(dst.begin(), dst.end());
+  return pairs;
+}
+
+}  // namespace mlframework::detail
