@@ -3,9 +3,9 @@
 // a request destroyed without a wait, and the completed requests of the blocking default.
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
-#include <ranges>
 #include <string>
 #include <vector>
 
@@ -139,7 +139,7 @@ BOOST_AUTO_TEST_CASE(SeveralInFlightCompleteInAnyOrderAndDestroyedOnesComplete) 
   // A blocking collective while they are in flight, then waits in reverse order.
   const double total = group->AllReduceHost(1.0, dist::ReduceOp::Sum);
   BOOST_TEST(total == static_cast<double>(world));
-  for (const auto& request : std::views::reverse(requests)) request->Wait();
+  std::for_each(requests.rbegin(), requests.rend(), [](const auto& request) { request->Wait(); });
   for (int i = 0; i < 4; ++i) {
     BOOST_TEST(outputs[i]->ToFloatVector() == expected[i]->ToFloatVector(), boost::test_tools::per_element());
   }
