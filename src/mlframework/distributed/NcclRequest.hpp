@@ -8,6 +8,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include <string>
+
+#include <mlframework/core/Error.hpp>
 #include <mlframework/distributed/CollectiveRequest.hpp>
 
 #include "mlframework/backends/cuda/CudaCheck.hpp"
@@ -35,7 +38,11 @@ class NcclRequest final : public CollectiveRequest {
     backends::cuda::DeviceGuard guard(device_);
     const cudaError_t status = cudaEventQuery(done_);
     if (status == cudaErrorNotReady) return false;
-    MLFW_CUDA_CHECK(status);
+    if (status != cudaSuccess) {
+      static_cast<void>(cudaGetLastError());
+      throw CommunicationError("a non-blocking NCCL collective failed on cuda:" + std::to_string(device_) + ": " +
+                               backends::cuda::CudaErrorMessage("cudaEventQuery(done)", status, __FILE__, __LINE__));
+    }
     Wait();
     return true;
   }
