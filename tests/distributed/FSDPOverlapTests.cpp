@@ -5,8 +5,12 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <memory>
+#include <span>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include <mlframework/core/Error.hpp>
@@ -21,6 +25,8 @@ using mlframework::DataType;
 using mlframework::GradientMap;
 using mlframework::Shape;
 using mlframework::TensorPtr;
+using mlframework::distributed::CollectiveRequestPtr;
+using mlframework::distributed::ReduceOp;
 
 namespace {
 
@@ -64,13 +70,88 @@ std::string UnitName(std::size_t i) {
   return name;
 }
 
+// A group whose non-blocking collectives deliver only in Wait(): the outputs hold NaN until
+// then, so any read of a result before its wait shows in the bits. The inputs are copied at the
+// start (the caller may reuse them once the request is waited for, not before, but a copy makes
+// a premature reuse harmless here and leaves the outputs as the only thing under test).
+class DeferredGroup final : public mlframework::distributed::IProcessGroup {
+ public:
+  explicit DeferredGroup(std::shared_ptr<IProcessGroup> inner) : inner_(std::move(inner)) {}
+  int Rank() const noexcept override { return inner_->Rank(); }
+  int WorldSize() const noexcept override { return inner_->WorldSize(); }
+  std::string_view BackendName() const noexcept override { return "deferred"; }
+  void AllGather(const mlframework::ITensor& i, mlframework::ITensor& o) override { inner_->AllGather(i, o); }
+  void ReduceScatter(const mlframework::ITensor& i, mlframework::ITensor& o, ReduceOp op) override {
+    inner_->ReduceScatter(i, o, op);
+  }
+  void AllReduce(mlframework::ITensor& t, ReduceOp op) override { inner_->AllReduce(t, op); }
+  void Broadcast(mlframework::ITensor& t, int root) override { inner_->Broadcast(t, root); }
+  void Barrier() override { inner_->Barrier(); }
+  void AllReduceHost(std::span<double> v, ReduceOp op) override { inner_->AllReduceHost(v, op); }
+  using IProcessGroup::AllReduceHost;
+  void Abort(const std::string& m) noexcept override { inner_->Abort(m); }
+
+  CollectiveRequestPtr AllGatherAsync(const mlframework::ITensor& input, mlframework::ITensor& output) override {
+    TensorPtr copy = Snapshot(input);
+    Poison(output);
+    return Defer([this, copy, &output] { inner_->AllGather(*copy, output); });
+  }
+  CollectiveRequestPtr ReduceScatterAsync(const mlframework::ITensor& input, mlframework::ITensor& output,
+                                          ReduceOp op) override {
+    TensorPtr copy = Snapshot(input);
+    Poison(output);
+    return Defer([this, copy, &output, op] { inner_->ReduceScatter(*copy, output, op); });
+  }
+  CollectiveRequestPtr AllReduceAsync(mlframework::ITensor& tensor, ReduceOp op) override {
+    TensorPtr copy = Snapshot(tensor);
+    Poison(tensor);
+    return Defer([this, copy, &tensor, op] {
+      tensor.CopyFromFloats(copy->ToFloatVector());
+      inner_->AllReduce(tensor, op);
+    });
+  }
+
+  int started = 0;
+
+ private:
+  class Request final : public mlframework::distributed::CollectiveRequest {
+   public:
+    explicit Request(std::function<void()> deliver) : deliver_(std::move(deliver)) {}
+    ~Request() override { Wait(); }
+    Request(const Request&) = delete;
+    Request& operator=(const Request&) = delete;
+    bool Test() override { return done_; }
+    void Wait() override {
+      if (done_) return;
+      done_ = true;
+      deliver_();
+    }
+
+   private:
+    std::function<void()> deliver_;
+    bool done_ = false;
+  };
+  static TensorPtr Snapshot(const mlframework::ITensor& t) {
+    return mlframework::FromVector(t.ToFloatVector(), t.GetShape(), t.GetDataType());
+  }
+  static void Poison(mlframework::ITensor& t) {
+    t.CopyFromFloats(std::vector<float>(t.Size(), std::numeric_limits<float>::quiet_NaN()));
+  }
+  CollectiveRequestPtr Defer(std::function<void()> deliver) {
+    ++started;
+    return std::make_unique<Request>(std::move(deliver));
+  }
+  std::shared_ptr<IProcessGroup> inner_;
+};
+
 enum class Schedule { Serial, AsyncUnits, Hooks };
 
 // kSteps steps of SGD over kUnits units (with @p micro_batches micro-batches per step, the
 // earlier ones without gradient sync), driven by @p schedule; returns the full parameters.
 std::vector<std::vector<float>> Train(const fsdp::FSDPConfig& config, Schedule schedule,
-                                      fsdp::PrefetchPolicy prefetch = {}, int micro_batches = 1) {
-  auto group = mlfw_test::WorldGroup();
+                                      fsdp::PrefetchPolicy prefetch = {}, int micro_batches = 1,
+                                      std::shared_ptr<mlframework::distributed::IProcessGroup> group = nullptr) {
+  if (!group) group = mlfw_test::WorldGroup();
   fsdp::FSDP model(group, config);
   for (std::size_t i = 0; i < kUnits; ++i) model.RegisterUnit(UnitName(i), UnitParameters(i));
   mlframework::optimizers::SGD sgd(model.ShardedParameters(), {.LearningRate = 0.05f, .Momentum = 0.9f});
@@ -177,6 +258,22 @@ BOOST_AUTO_TEST_CASE(PrefetchingHooksGiveTheBitsOfTheSerialRun) {
         // Gradient accumulation through the same hooks: 3 micro-batches, one reduction.
         CheckSame(Train(config, Schedule::Hooks, {.Forward = true, .Backward = true}, 3),
                   Train(config, Schedule::Serial, {}, 3));
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(NoResultIsReadBeforeItsWait) {
+  for (const auto strategy :
+       {fsdp::ShardingStrategy::FullShard, fsdp::ShardingStrategy::ShardGradOp, fsdp::ShardingStrategy::NoShard}) {
+    for (const DataType reduce : {DataType::Float32, DataType::BFloat16}) {
+      BOOST_TEST_CONTEXT(fsdp::ToString(strategy) << ", reduce " << mlframework::ToString(reduce)) {
+        const fsdp::FSDPConfig config{.Strategy = strategy, .ParamDType = DataType::BFloat16, .ReduceDType = reduce};
+        auto deferred = std::make_shared<DeferredGroup>(mlfw_test::WorldGroup());
+        CheckSame(Train(config, Schedule::Hooks, {.Forward = true, .Backward = true}, 2, deferred),
+                  Train(config, Schedule::Serial, {}, 2));
+        CheckSame(Train(config, Schedule::AsyncUnits, {}, 1, deferred), Train(config, Schedule::Serial));
+        BOOST_TEST(deferred->started > 0);  // the asynchronous forms were used
       }
     }
   }
