@@ -27,6 +27,8 @@
 #include <mlframework/distributed/fsdp/FSDP.hpp>
 #include <mlframework/optimizers/Adam.hpp>
 
+#include "mpi_benchmark_main.hpp"
+
 namespace dist = mlframework::distributed;
 namespace fsdp = mlframework::distributed::fsdp;
 namespace cpu = mlframework::backends::cpu;
@@ -360,32 +362,9 @@ BENCHMARK(BM_AllReduce16M)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 
-// Ranks other than 0 run every benchmark in lockstep but report nothing.
-class SilentReporter final : public benchmark::BenchmarkReporter {
- public:
-  bool ReportContext(const Context&) override { return true; }
-  void ReportRuns(const std::vector<Run>&) override {}
-};
-
 }  // namespace
 
 int main(int argc, char** argv) {
   Group();  // initializes MPI (the library finalizes it at exit)
-  // Only rank 0 reports: the others drop --benchmark_out* so they never write the same file.
-  std::vector<char*> args(argv, argv + argc);
-  if (Group()->Rank() != 0) {
-    args.erase(std::remove_if(args.begin() + 1, args.end(),
-                              [](const char* arg) { return std::string(arg).rfind("--benchmark_out", 0) == 0; }),
-               args.end());
-  }
-  int count = static_cast<int>(args.size());
-  benchmark::Initialize(&count, args.data());
-  if (Group()->Rank() == 0) {
-    benchmark::RunSpecifiedBenchmarks();
-  } else {
-    SilentReporter silent;
-    benchmark::RunSpecifiedBenchmarks(&silent);
-  }
-  benchmark::Shutdown();
-  return 0;
+  return mlfw_bench::RunOnEveryRank(argc, argv, Group()->Rank());
 }
