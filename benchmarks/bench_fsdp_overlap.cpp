@@ -29,6 +29,8 @@
 #include <mlframework/distributed/MpiProcessGroup.hpp>
 #include <mlframework/distributed/fsdp/FSDP.hpp>
 
+#include "mpi_benchmark_main.hpp"
+
 namespace dist = mlframework::distributed;
 namespace fsdp = mlframework::distributed::fsdp;
 using mlframework::DataType;
@@ -160,4 +162,7 @@ BENCHMARK(BM_OverlappedStep)->UseManualTime()->Iterations(10)->Unit(benchmark::k
 
 }  // namespace
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  // Every rank runs every case in lockstep; rank 0 reports (mpi_benchmark_main.hpp).
+  return mlfw_bench::RunOnEveryRank(argc, argv, TheModel().group->Rank());
+}
