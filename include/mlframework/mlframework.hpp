@@ -11,6 +11,7 @@
 #include <mlframework/core/Error.hpp>
 #include <mlframework/core/Float16.hpp>
 #include <mlframework/core/Float8.hpp>
+#include <mlframework/core/Float8Cast.hpp>
 #include <mlframework/core/Headroom.hpp>
 #include <mlframework/core/HostConversion.hpp>
 #include <mlframework/core/ITensor.hpp>

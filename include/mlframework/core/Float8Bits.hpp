@@ -86,6 +86,27 @@ MLFW_HOST_DEVICE inline std::uint8_t FloatToFloat8E5M2Bits(float value) {
   return static_cast<std::uint8_t>(sign | RoundFloatToFloat8Magnitude<2, 15>(ax));
 }
 
+/// Rounds a float to E4M3FN bits, saturating (Float8Cast.hpp's scaled casts, Transformer
+/// Engine's and CUDA's `__NV_SATFINITE`): the plain cast already saturates finite overflow and
+/// infinities to +-448, so this is FloatToFloat8E4M3FNBits(); NaN stays NaN.
+MLFW_HOST_DEVICE inline std::uint8_t FloatToFloat8E4M3FNSatBits(float value) { return FloatToFloat8E4M3FNBits(value); }
+
+/// Rounds a float to E5M2 bits, saturating: what would round past 57344 (from 61440 on) and
+/// infinities give +-57344 instead of infinity; NaN stays NaN (S.11111.11), otherwise the bits
+/// of FloatToFloat8E5M2Bits().
+MLFW_HOST_DEVICE inline std::uint8_t FloatToFloat8E5M2SatBits(float value) {
+  const std::uint32_t x = FloatAsBits(value);
+  const auto sign = static_cast<std::uint8_t>((x >> 24) & 0x80u);
+  const std::uint32_t ax = x & 0x7fffffffu;
+  if (ax > 0x7f800000u) {
+    return static_cast<std::uint8_t>(sign | 0x7fu);
+  }
+  if (ax >= 0x47700000u) {
+    return static_cast<std::uint8_t>(sign | 0x7bu);
+  }
+  return static_cast<std::uint8_t>(sign | RoundFloatToFloat8Magnitude<2, 15>(ax));
+}
+
 /// The FP32 bits of the FP8 value @p bits with @p kMantissa mantissa bits and exponent bias
 /// @p kBias, exact; constexpr, so the CPU backend builds its decode tables at compile time.
 /// @p kIeee: the all-ones exponent holds infinities and NaNs (E5M2); otherwise only S.1111.111

@@ -152,6 +152,25 @@ class MLFRAMEWORK_EXPORT TensorBackend {
                                                                std::span<const TensorPtr> dst, float factor) const;
   ///@}
 
+  /// @name FP8 kernels (core/Float8Cast.hpp)
+  /// The free functions of Float8Cast.hpp validate every argument (counts, shapes, dtypes, one
+  /// backend and one device for all the tensors of a call, the FP32 per-tensor tensors of
+  /// `src.size()` elements) before they call these, so implementations may assume it. The
+  /// defaults run the CPU backend's kernels on the tensors' ITensor::HostBytes() when every
+  /// tensor has them (right for a backend whose memory the host addresses), else throw
+  /// InvalidOperationError naming the backend. The CPU and CUDA backends override them.
+  ///@{
+  /// `amax[i] = max |tensors[i]|` (NaN propagates; Float8Cast.hpp's Amax()).
+  virtual void AmaxInto(std::span<const ITensor* const> tensors, ITensor& amax) const;
+  /// `dst[i] = saturate_to_fp8(src[i] * scale[i])` and `amax[i] = max |src[i]|` when @p amax is
+  /// not null (Float8Cast.hpp's ScaledCastToFloat8()).
+  virtual void ScaledCastToFloat8(std::span<const ITensor* const> src, std::span<ITensor* const> dst,
+                                  const ITensor& scale, ITensor* amax) const;
+  /// `dst[i] = round_to_dst(float(src[i]) * scale_inv[i])` (Float8Cast.hpp's DequantizeFloat8()).
+  virtual void DequantizeFloat8(std::span<const ITensor* const> src, std::span<ITensor* const> dst,
+                                const ITensor& scale_inv) const;
+  ///@}
+
   /// A new zero-filled tensor of this backend on @p device. The default throws
   /// InvalidOperationError naming the backend (it cannot allocate); the CPU and CUDA backends
   /// override it and throw ArgumentError for a device they do not serve.

@@ -46,6 +46,13 @@ class CpuBackend final : public HostScalingBackend {  // scaling: host states, t
   std::optional<NonFiniteAndAmax> CastIntoAndAmaxLists(std::span<const TensorPtr> src, std::span<const TensorPtr> dst,
                                                        float factor) const override;
 
+  // FP8 kernels (Float8Kernels.hpp), defined in CpuBackendFloat8.cpp.
+  void AmaxInto(std::span<const ITensor* const> tensors, ITensor& amax) const override;
+  void ScaledCastToFloat8(std::span<const ITensor* const> src, std::span<ITensor* const> dst, const ITensor& scale,
+                          ITensor* amax) const override;
+  void DequantizeFloat8(std::span<const ITensor* const> src, std::span<ITensor* const> dst,
+                        const ITensor& scale_inv) const override;
+
   TensorPtr Allocate(const Shape& shape, DataType dtype, Device device) const override;
   TensorPtr View(const TensorPtr& base, std::size_t offset, const Shape& shape) const override;
 

@@ -1,3 +1,10 @@
+# The FP8 kernels (Float8Kernels.hpp): the driver and the portable loops everywhere, one file of
+# vector loops per x86 instruction set with the flags of its KernelsX file.
+target_sources(mlframework PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/CpuBackendFloat8.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/Float8Kernels.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/Float8KernelsPortable.cpp)
+
 # One source file per instruction set, each with its own flags (the rest of the
 # library keeps the baseline flags); KernelDispatch.cpp picks one at run time.
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$" AND CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
@@ -19,6 +26,15 @@ if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$" AND CMAKE_CXX_COMPILE
   set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/KernelsAvx512Fp16.cpp
     PROPERTIES COMPILE_OPTIONS "${mlfw_avx512_flags};-mavx512bf16;-mavx512fp16")
   set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/KernelDispatch.cpp
+    PROPERTIES COMPILE_DEFINITIONS MLFW_CPU_X86_KERNELS)
+  target_sources(mlframework PRIVATE
+    ${CMAKE_CURRENT_LIST_DIR}/Float8KernelsAvx2.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/Float8KernelsAvx512.cpp)
+  set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/Float8KernelsAvx2.cpp
+    PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;-mf16c")
+  set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/Float8KernelsAvx512.cpp
+    PROPERTIES COMPILE_OPTIONS "${mlfw_avx512_flags}")
+  set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/Float8Kernels.cpp
     PROPERTIES COMPILE_DEFINITIONS MLFW_CPU_X86_KERNELS)
   message(STATUS "mlframework: CPU kernels portable + avx2 + avx512 + avx512_bf16 + avx512_fp16 (chosen at run time)")
 else()
