@@ -246,12 +246,14 @@ void WarmUpTransport(std::size_t unit_elements) {
 }
 
 // Trains 3 steps of FullShard + Adam over range(0) units of range(1) elements (FP16 forward,
-// FP32 reduce). The "framework" owns one full FP32 gradient tensor per unit at a time, as a
-// backward pass produces it. Peak RSS growth (VmHWM, reset after the transport warm-up) over
-// the start is compared with the ZeRO-3 figure.
+// FP32 reduce); with range(2), through FSDP's hooks with forward and backward prefetch, against
+// the ZeRO-3 figure plus one more gathered unit. The "framework" owns one full FP32 gradient tensor per unit at a time,
+// as a backward pass produces it. Peak RSS growth (VmHWM, reset after the transport warm-up) over the start is compared
+// with the ZeRO-3 figure.
 void BM_FsdpPeakMemory(benchmark::State& state) {
   const auto units = static_cast<std::size_t>(state.range(0));
   const auto unit_elements = static_cast<std::size_t>(state.range(1));
+  const bool prefetch = state.range(2) != 0;
   const auto params = static_cast<double>(units * unit_elements);
   const int ranks = Ranks();
   double peak_growth = 0.0;
@@ -272,7 +274,27 @@ void BM_FsdpPeakMemory(benchmark::State& state) {
       }
       mlframework::optimizers::Adam adam(model.ShardedParameters());
       auto sample = [&] { live_peak = std::max(live_peak, LiveHeapBytes() - live_baseline); };
-      for (int step = 0; step < 3; ++step) {
+      for (int step = 0; prefetch && step < 3; ++step) {
+        // The overlapped schedule through the hooks: forward, then backward in reverse.
+        model.SetPrefetch({.Forward = true, .Backward = true});
+        for (std::size_t u = 0; u < units; ++u) {
+          model.PreForward(u);
+          sample();
+          model.PostForward(u);
+        }
+        for (std::size_t u = units; u-- > 0;) {
+          model.PreBackward(u);
+          // Kept by the reduction in flight until the next unit's PostBackward.
+          const mlframework::GradientMap gradients{{"weight", mlframework::Zeros({unit_elements})}};
+          sample();
+          model.PostBackward(u, gradients);
+          sample();
+        }
+        model.FinishBackward();
+        model.Step(adam);
+        sample();
+      }
+      for (int step = 0; !prefetch && step < 3; ++step) {
         for (std::size_t u = 0; u < units; ++u) {
           auto& unit = model.Unit(u);
           unit.Gather();
@@ -294,7 +316,8 @@ void BM_FsdpPeakMemory(benchmark::State& state) {
     MPI_Allreduce(MPI_IN_PLACE, &peak_growth, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     MPI_Allreduce(MPI_IN_PLACE, &live_peak, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   }
-  const double zero3 = 16.0 * params / ranks + 2.0 * static_cast<double>(unit_elements);
+  // With prefetch the target adds one more gathered unit (FP16) to the ZeRO-3 figure.
+  const double zero3 = 16.0 * params / ranks + (prefetch ? 4.0 : 2.0) * static_cast<double>(unit_elements);
   if (!peak_reset) state.SkipWithError("cannot reset the peak RSS (/proc/self/clear_refs)");
   state.counters["ranks"] = ranks;
   state.counters["params_M"] = params / 1e6;
@@ -312,9 +335,10 @@ constexpr auto kBF16 = static_cast<std::int64_t>(DataType::BFloat16);
 // Memory first, while the process is small (the peak is reset per run, but a heap grown by the
 // 16M-element buffers would hand FSDP memory that is already resident).
 BENCHMARK(BM_FsdpPeakMemory)
-    ->Args({32, 1 << 19})
-    ->Args({64, 1 << 18})
-    ->Args({64, 1 << 20})
+    ->Args({32, 1 << 19, 0})
+    ->Args({64, 1 << 18, 0})
+    ->Args({64, 1 << 20, 0})
+    ->Args({64, 1 << 20, 1})
     ->Iterations(1)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_AllGather16M)

@@ -108,6 +108,41 @@ BOOST_AUTO_TEST_CASE(CollectivesOnEveryDtype) {
   group->Barrier();
 }
 
+// The non-blocking forms run on the group's communication stream: chained with kernels on the
+// compute stream and with blocking collectives, with no host read in between, the results are
+// those of the blocking chain (stream events order the two streams).
+BOOST_AUTO_TEST_CASE(AsyncCollectivesOrderedAgainstTheComputeStream) {
+  if (!NcclAvailable()) {
+    return;
+  }
+  const auto group = MakeGroup();
+  constexpr std::size_t kCount = 1u << 16;
+  for (const DataType dtype : kDtypes) {
+    const std::vector<float> values = Eighths(kCount);
+    const TensorPtr x = FromVector(values, {kCount}, dtype, kGpu);
+    const TensorPtr gathered = Zeros({kCount}, dtype, kGpu);
+    const TensorPtr scattered = Zeros({kCount}, dtype, kGpu);
+    for (int round = 0; round < 3; ++round) {
+      group->AllGatherAsync(*x, *gathered)->Wait();
+      ScaleInPlace(std::vector<TensorPtr>{gathered}, 2.0f);
+      auto reduce = group->ReduceScatterAsync(*gathered, *scattered, ReduceOp::Sum);
+      BOOST_TEST_REQUIRE(reduce != nullptr);
+      reduce->Wait();
+      group->AllReduce(*scattered, ReduceOp::Max);               // blocking, after the async one started before it
+      group->AllReduceAsync(*scattered, ReduceOp::Sum).reset();  // destroyed: completes in stream order
+      CopyInto(std::vector<TensorPtr>{scattered}, std::vector<TensorPtr>{x});
+    }
+    std::vector<float> expected = values;
+    for (float& value : expected) value *= 8.0f;
+    BOOST_TEST(x->ToFloatVector() == expected, boost::test_tools::per_element());
+    // CPU tensors are staged: the blocking path and a completed request.
+    const TensorPtr host = FromVector(values, {kCount}, dtype, Device::CPU());
+    auto staged = group->AllReduceAsync(*host, ReduceOp::Sum);
+    BOOST_TEST(staged->Test());
+    BOOST_TEST(host->ToFloatVector() == values, boost::test_tools::per_element());
+  }
+}
+
 BOOST_AUTO_TEST_CASE(BadArgumentsThrowBeforeCommunicating) {
   if (!NcclAvailable()) {
     return;

@@ -134,6 +134,7 @@ struct Options {
   DataType param_dtype = DataType::Float32;
   DataType reduce_dtype = DataType::Float32;
   bool adam = false;
+  bool hooks = false;  // through FSDP's backward hooks with prefetch, units in reverse order
 };
 
 struct Run {
@@ -180,11 +181,20 @@ Run Train(const Options& options, bool on_device, int world,
     return tensor && tensor->GetDevice() == expected &&
            (on_device ? tensor->Backend() == &FakeBackend() : backends::cpu::IsCpuTensor(*tensor));
   };
+  if (options.hooks) {
+    model.SetPrefetch({.Forward = true, .Backward = true});
+    std::reverse(units.begin(), units.end());  // backward order: the hooks prefetch unit i - 1
+  }
   for (int step = 0; step < kSteps; ++step) {
     float loss = 0.0f;
     for (const std::string& unit_name : units) {
       fsdp::FSDPShardingUnit& unit = model.Unit(unit_name);
-      unit.Gather();
+      const std::size_t index = unit_name == "l1" ? 0 : 1;
+      if (options.hooks) {
+        model.PreBackward(index);
+      } else {
+        unit.Gather();
+      }
       BOOST_TEST(on_place(unit.LocalShard()));
       BOOST_TEST(on_place(unit.GatheredParameter()));
       GradientMap gradients;
@@ -200,11 +210,21 @@ Run Train(const Options& options, bool on_device, int world,
         }
         gradients.emplace(name, MakeTensor(values, view->GetShape(), options.param_dtype, on_device));
       }
+      if (options.hooks) {
+        if (step % 2 == 1) unit.ReduceGradients(gradients);  // a first micro-batch, then the hook's
+        model.PostBackward(index, gradients);                // starts the reduction, releases the unit
+        ++run.steps_checked;
+        continue;
+      }
       unit.ReduceGradients(gradients);
       if (step % 2 == 1) unit.ReduceGradients(gradients);  // accumulate a second micro-batch
       BOOST_TEST(on_place(unit.LocalGradient()));
       unit.Release();
       ++run.steps_checked;
+    }
+    if (options.hooks) {
+      model.FinishBackward();
+      for (const std::string& unit_name : units) BOOST_TEST(on_place(model.Unit(unit_name).LocalGradient()));
     }
     run.losses.push_back(loss);
     run.norms.push_back(model.ClipGradNorm(1.0f));
@@ -248,6 +268,31 @@ BOOST_AUTO_TEST_CASE(TrainingOnTheDeviceIsBitIdenticalToTheHost) {
             BOOST_TEST(host.steps_checked == 8);
             BOOST_TEST(host.losses.front() != host.losses.back());  // it trained
             ExpectIdentical(device, host);
+          }
+        }
+      }
+    }
+  }
+}
+
+// The hook-driven, prefetching schedule keeps every buffer on the device and gives the bits of
+// the host run, and the parameters of the manual schedule.
+BOOST_AUTO_TEST_CASE(HooksWithPrefetchOnTheDeviceAreBitIdenticalToTheHost) {
+  for (const fsdp::ShardingStrategy strategy : kStrategies) {
+    for (const DataType param : {DataType::Float32, DataType::Float16}) {
+      for (const DataType reduce : {DataType::Float32, DataType::BFloat16}) {
+        BOOST_TEST_CONTEXT(fsdp::ToString(strategy) << " param " << ToString(param) << " reduce " << ToString(reduce)) {
+          const Options manual{.strategy = strategy, .param_dtype = param, .reduce_dtype = reduce};
+          Options hooks = manual;
+          hooks.hooks = true;
+          const Run host = Train(hooks, false, 2);
+          const Run device = Train(hooks, true, 2);
+          BOOST_TEST(host.steps_checked == 8);
+          ExpectIdentical(device, host);
+          const Run reference = Train(manual, false, 2);
+          BOOST_REQUIRE_EQUAL(host.params.size(), reference.params.size());
+          for (std::size_t i = 0; i < host.params.size(); ++i) {
+            BOOST_TEST(host.params[i] == reference.params[i], boost::test_tools::per_element());
           }
         }
       }

@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include <mlframework/core/ITensor.hpp>
+#include <mlframework/distributed/CollectiveRequest.hpp>
 #include <mlframework/export.hpp>
 
 namespace mlframework::distributed {
@@ -24,10 +25,10 @@ MLFRAMEWORK_EXPORT std::string_view ToString(ReduceOp op) noexcept;
 /// A group of ranks that run collectives together (MPI communicator, NCCL communicator,
 /// or the single-process group).
 ///
-/// All collectives are blocking and must be called by every rank of the group in the same
-/// order with matching dtypes and sizes. Tensors of all three dtypes are accepted; FP16 and
-/// BF16 travel as 16-bit words. Tensors that live on another device or come from a user
-/// backend are staged through host memory by implementations that cannot address them.
+/// The collectives below are blocking (the *Async forms return a CollectiveRequest) and must be called by every rank of
+/// the group in the same order with matching dtypes and sizes. Tensors of all three dtypes are accepted; FP16 and BF16
+/// travel as 16-bit words. Tensors that live on another device or come from a user backend are staged through host
+/// memory by implementations that cannot address them.
 ///
 /// Argument errors (dtype or size mismatch) throw ArgumentError before any communication;
 /// a failed collective throws CommunicationError naming the call and the backend's error string.
@@ -78,6 +79,22 @@ class MLFRAMEWORK_EXPORT IProcessGroup {
   /// communication. The library's engines split (NCCL through ncclCommSplit, NCCL 2.18 or
   /// later); the default, for other implementations, throws InvalidOperationError on every rank.
   virtual std::shared_ptr<IProcessGroup> Split(int color, int key);
+
+  // Non-blocking forms (MPI_Iallgather, MPI_Ireduce_scatter_block, MPI_Iallreduce; NCCL on a
+  // communication stream). Same arguments, checks and results as the blocking calls, and the
+  // same rule: every rank starts them in the same order, interleaved with the blocking calls
+  // in the same order. The returned request must be completed (CollectiveRequest::Wait() or a
+  // Test() that returned true) before the tensors are read, written or freed. Argument errors
+  // throw before any communication, as in the blocking calls. The default implementation runs
+  // the blocking call and returns a completed request (LocalProcessGroup, user groups), so
+  // code written against the asynchronous forms runs on every group.
+
+  /// Starts AllGather(@p input, @p output); the outputs are final once the request completes.
+  virtual CollectiveRequestPtr AllGatherAsync(const ITensor& input, ITensor& output);
+  /// Starts ReduceScatter(@p input, @p output, @p op).
+  virtual CollectiveRequestPtr ReduceScatterAsync(const ITensor& input, ITensor& output, ReduceOp op = ReduceOp::Sum);
+  /// Starts AllReduce(@p tensor, @p op).
+  virtual CollectiveRequestPtr AllReduceAsync(ITensor& tensor, ReduceOp op = ReduceOp::Sum);
 
   /// Convenience: AllReduce of one double.
   double AllReduceHost(double value, ReduceOp op);

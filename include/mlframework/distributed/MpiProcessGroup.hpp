@@ -89,6 +89,16 @@ inline constexpr double kDefaultFinalizeTimeoutSeconds = 300.0;
 /// MPI call is checked: the communicator uses MPI_ERRORS_RETURN and a failure throws
 /// CommunicationError naming the call and MPI_Error_string. Abort() calls MPI_Abort.
 /// Element counts per rank are limited to INT_MAX (ArgumentError beyond).
+///
+/// The *Async collectives start MPI's non-blocking collectives on the caller's thread (so every
+/// rank starts them in its program order) and return a request. Open MPI advances them only
+/// inside MPI calls, so the group runs a progress thread while any is outstanding: it tests
+/// them (one MPI_Test at a time under the lock that serializes every MPI call of the library,
+/// MPI_THREAD_SERIALIZED) and yields between tests, and runs their local combine when they
+/// arrive. The environment variable MLFW_MPI_PROGRESS_THREAD=0 turns it off (progress then
+/// happens in Test(), Wait() and the blocking calls only). Tensors that need host staging take
+/// the blocking path and return a completed request. Destroying the group completes every
+/// outstanding request first.
 class MLFRAMEWORK_EXPORT MpiProcessGroup final : public IProcessGroup {
  public:
   /// Joins the communicator of @p options; BackendError when built without MPI.
@@ -114,6 +124,14 @@ class MLFRAMEWORK_EXPORT MpiProcessGroup final : public IProcessGroup {
   /// MPI_Comm_split of this group's communicator into a new MpiProcessGroup with the same
   /// options (collective over this group).
   std::shared_ptr<IProcessGroup> Split(int color, int key) override;
+  /// MPI_Iallgather (in place when @p input is this rank's slot of @p output).
+  CollectiveRequestPtr AllGatherAsync(const ITensor& input, ITensor& output) override;
+  /// The all-to-all strategies exchange the whole input with one MPI_Ialltoall and combine
+  /// on completion (same bits as ReduceScatter()); the others MPI_Ireduce_scatter_block.
+  CollectiveRequestPtr ReduceScatterAsync(const ITensor& input, ITensor& output, ReduceOp op = ReduceOp::Sum) override;
+  /// The all-to-all strategies: MPI_Ialltoallv, the combine, then MPI_Iallgatherv (same bits
+  /// as AllReduce()); the others MPI_Iallreduce (16-bit sums with the user MPI_Op).
+  CollectiveRequestPtr AllReduceAsync(ITensor& tensor, ReduceOp op = ReduceOp::Sum) override;
   /// Prints the message and calls MPI_Abort on the communicator (never returns).
   void Abort(const std::string& message) noexcept override;
 

@@ -1,5 +1,8 @@
 #include <mlframework/distributed/IProcessGroup.hpp>
 
+#include <memory>
+#include <string>
+
 #include <mlframework/core/Error.hpp>
 
 namespace mlframework::distributed {
@@ -14,6 +17,36 @@ std::string_view ToString(ReduceOp op) noexcept {
       return "Max";
   }
   return "unknown";
+}
+
+CollectiveRequest::~CollectiveRequest() = default;
+
+namespace {
+
+// The blocking defaults below finish their collective before returning this.
+class CompletedRequest final : public CollectiveRequest {
+ public:
+  bool Test() override { return true; }
+  void Wait() override {}
+};
+
+}  // namespace
+
+CollectiveRequestPtr MakeCompletedRequest() { return std::make_unique<CompletedRequest>(); }
+
+CollectiveRequestPtr IProcessGroup::AllGatherAsync(const ITensor& input, ITensor& output) {
+  AllGather(input, output);
+  return MakeCompletedRequest();
+}
+
+CollectiveRequestPtr IProcessGroup::ReduceScatterAsync(const ITensor& input, ITensor& output, ReduceOp op) {
+  ReduceScatter(input, output, op);
+  return MakeCompletedRequest();
+}
+
+CollectiveRequestPtr IProcessGroup::AllReduceAsync(ITensor& tensor, ReduceOp op) {
+  AllReduce(tensor, op);
+  return MakeCompletedRequest();
 }
 
 std::shared_ptr<IProcessGroup> IProcessGroup::Split(int /*color*/, int /*key*/) {

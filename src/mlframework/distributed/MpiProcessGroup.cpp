@@ -27,6 +27,7 @@
 #include <mlframework/core/HostConversion.hpp>
 
 #include "mlframework/distributed/HostStaging.hpp"
+#include "mlframework/distributed/MpiAsync.hpp"
 
 namespace mlframework::distributed {
 
@@ -93,34 +94,6 @@ void HalfOp(void* in, void* inout, int* len, MPI_Datatype* /*type*/) {
       }
     }
     Narrow(b.data(), target + start, D, count);
-  }
-}
-
-// The all-to-all reductions' local step: out[i] = combine over p of parts[p * count + i] in
-// FP32, in rank order (so every rank would get the same bits), rounded once for FP16/BF16.
-// Blocks of kOpBlock elements stay in L1 between the steps.
-void CombineParts(const void* parts, int part_count, std::size_t count, DataType dtype, ReduceOp op, void* out) {
-  const std::size_t element = ElementSize(dtype);
-  const auto* first = static_cast<const std::byte*>(parts);
-  const auto blocks = static_cast<std::ptrdiff_t>((count + kOpBlock - 1) / kOpBlock);
-  // Only messages of several blocks are worth waking the other threads for.
-#pragma omp parallel for schedule(static) if (blocks >= 16)
-  for (std::ptrdiff_t block = 0; block < blocks; ++block) {
-    std::array<float, kOpBlock> acc{};
-    std::array<float, kOpBlock> next{};
-    const std::size_t start = static_cast<std::size_t>(block) * kOpBlock;
-    const std::size_t n = std::min<std::size_t>(kOpBlock, count - start);
-    const auto part = [&](int p) { return first + (static_cast<std::size_t>(p) * count + start) * element; };
-    Widen(part(0), dtype, acc.data(), n);
-    for (int p = 1; p < part_count; ++p) {
-      Widen(part(p), dtype, next.data(), n);
-      if (op == ReduceOp::Max) {
-        for (std::size_t i = 0; i < n; ++i) acc[i] = next[i] > acc[i] ? next[i] : acc[i];
-      } else {
-        for (std::size_t i = 0; i < n; ++i) acc[i] += next[i];
-      }
-    }
-    Narrow(acc.data(), static_cast<std::byte*>(out) + start * element, dtype, n);
   }
 }
 
@@ -290,9 +263,13 @@ MPI_Op BuiltinOp(ReduceOp op) { return op == ReduceOp::Max ? MPI_MAX : MPI_SUM; 
 
 }  // namespace
 
+MPI_Op detail::MpiHalfOp(DataType dtype, ReduceOp op) { return MpiRuntime::Get().HalfOpFor(dtype, op); }
+
 struct MpiProcessGroup::Impl {
   MpiProcessGroupOptions options;
   MPI_Comm comm = MPI_COMM_NULL;
+  MPI_Comm follow_up = MPI_COMM_NULL;             // the non-blocking all-reduces' second stage
+  std::shared_ptr<detail::MpiAsyncEngine> async;  // the non-blocking collectives
   int rank = 0;
   int world_size = 1;
   // The all-to-all reductions' receive buffer (at most kAllToAllScratchBytes), reused.
@@ -418,7 +395,7 @@ void MpiProcessGroup::Impl::AllToAllCombine(const void* send, const std::vector<
     }
     MLFW_MPI_CHECK(MPI_Alltoallv(send, send_counts.data(), send_displacements.data(), type, parts,
                                  receive_counts.data(), receive_displacements.data(), type, comm));
-    CombineParts(parts, world_size, mine, dtype, op, static_cast<std::byte*>(out) + offset * element);
+    detail::CombineParts(parts, world_size, mine, dtype, op, static_cast<std::byte*>(out) + offset * element);
   }
 }
 
@@ -446,6 +423,7 @@ MpiProcessGroup::MpiProcessGroup(MpiProcessGroupOptions options) : impl_(std::ma
   const double finalize_timeout = FinalizeTimeoutOf(options);
   MpiRuntime::Get().EnsureInitialized();
   MpiRuntime::Get().RequestFinalizeTimeout(finalize_timeout);
+  const std::lock_guard mpi(detail::MpiCallLock());  // other groups' progress threads may be testing
   MPI_Comm parent = MPI_COMM_WORLD;
   if (options.Communicator) {
     parent = MPI_Comm_f2c(static_cast<MPI_Fint>(*options.Communicator));
@@ -472,31 +450,45 @@ MpiProcessGroup::MpiProcessGroup(MpiProcessGroupOptions options) : impl_(std::ma
     if (options.ShareCoresAmongLocalRanks) {
       ShareCoresAmongLocalRanks(impl_->comm);
     }
+    MLFW_MPI_CHECK(MPI_Comm_dup(impl_->comm, &impl_->follow_up));
   } catch (...) {
     MPI_Comm_free(&impl_->comm);
     throw;
   }
   impl_->options = options;
+  impl_->async =
+      std::make_shared<detail::MpiAsyncEngine>(impl_->comm, impl_->follow_up, impl_->rank, impl_->world_size, options);
 }
 
 MpiProcessGroup::~MpiProcessGroup() {
-  if (impl_->comm != MPI_COMM_NULL && !MpiRuntime::Finalized()) MPI_Comm_free(&impl_->comm);
+  if (impl_->async) impl_->async->Shutdown();  // outstanding requests use the communicators
+  if (MpiRuntime::Finalized()) return;
+  const std::lock_guard mpi(detail::MpiCallLock());
+  if (impl_->follow_up != MPI_COMM_NULL) MPI_Comm_free(&impl_->follow_up);
+  if (impl_->comm != MPI_COMM_NULL) MPI_Comm_free(&impl_->comm);
 }
 
 std::shared_ptr<IProcessGroup> MpiProcessGroup::Split(int color, int key) {
   detail::CheckSplitColor(color);
   MPI_Comm part = MPI_COMM_NULL;
-  MLFW_MPI_CHECK(MPI_Comm_split(impl_->comm, color, key, &part));
+  {
+    const std::lock_guard mpi(detail::MpiCallLock());  // not held over the constructor, which takes it
+    MLFW_MPI_CHECK(MPI_Comm_split(impl_->comm, color, key, &part));
+  }
   // The new group duplicates the split communicator (as it does any communicator it is given),
   // so the split itself is freed here whatever happens.
+  const auto free_part = [&part] {
+    const std::lock_guard mpi(detail::MpiCallLock());
+    MPI_Comm_free(&part);
+  };
   MpiProcessGroupOptions options = impl_->options;
   options.Communicator = static_cast<std::int64_t>(MPI_Comm_c2f(part));
   try {
     auto group = std::make_shared<MpiProcessGroup>(options);
-    MPI_Comm_free(&part);
+    free_part();
     return group;
   } catch (...) {
-    MPI_Comm_free(&part);
+    free_part();
     throw;
   }
 }
@@ -507,6 +499,7 @@ std::string_view MpiProcessGroup::BackendName() const noexcept { return "mpi"; }
 const MpiProcessGroupOptions& MpiProcessGroup::Options() const noexcept { return impl_->options; }
 
 void MpiProcessGroup::AllGather(const ITensor& input, ITensor& output) {
+  const std::lock_guard mpi(detail::MpiCallLock());
   detail::CheckGatherSizes(input, output, impl_->world_size);
   const int n = CountOf(input.Size(), "input");
   const MPI_Datatype type = WireType(input.GetDataType());
@@ -531,6 +524,7 @@ void MpiProcessGroup::AllGather(const ITensor& input, ITensor& output) {
 }
 
 void MpiProcessGroup::ReduceScatter(const ITensor& input, ITensor& output, ReduceOp op) {
+  const std::lock_guard mpi(detail::MpiCallLock());
   detail::CheckOp(op);
   detail::CheckScatterSizes(input, output, impl_->world_size);
   detail::HostRead source(input);
@@ -540,6 +534,7 @@ void MpiProcessGroup::ReduceScatter(const ITensor& input, ITensor& output, Reduc
 }
 
 void MpiProcessGroup::AllReduce(ITensor& tensor, ReduceOp op) {
+  const std::lock_guard mpi(detail::MpiCallLock());
   detail::CheckOp(op);
   detail::CheckCollectiveDType("AllReduce", tensor);
   detail::HostWrite target(tensor, true);
@@ -548,6 +543,7 @@ void MpiProcessGroup::AllReduce(ITensor& tensor, ReduceOp op) {
 }
 
 void MpiProcessGroup::Broadcast(ITensor& tensor, int root) {
+  const std::lock_guard mpi(detail::MpiCallLock());
   detail::CheckRoot(root, impl_->world_size);
   detail::CheckCollectiveDType("Broadcast", tensor);
   const int n = CountOf(tensor.Size(), "tensor");
@@ -556,13 +552,32 @@ void MpiProcessGroup::Broadcast(ITensor& tensor, int root) {
   target.Commit();
 }
 
-void MpiProcessGroup::Barrier() { MLFW_MPI_CHECK(MPI_Barrier(impl_->comm)); }
+void MpiProcessGroup::Barrier() {
+  const std::lock_guard mpi(detail::MpiCallLock());
+  MLFW_MPI_CHECK(MPI_Barrier(impl_->comm));
+}
 
 void MpiProcessGroup::AllReduceHost(std::span<double> values, ReduceOp op) {
   detail::CheckOp(op);
   if (values.empty()) return;
   const int n = CountOf(values.size(), "values");
+  const std::lock_guard mpi(detail::MpiCallLock());
   MLFW_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, values.data(), n, MPI_DOUBLE, BuiltinOp(op), impl_->comm));
+}
+
+CollectiveRequestPtr MpiProcessGroup::AllGatherAsync(const ITensor& input, ITensor& output) {
+  if (!detail::MpiAsyncEngine::Stageless(input, output)) return IProcessGroup::AllGatherAsync(input, output);
+  return impl_->async->AllGather(input, output);
+}
+
+CollectiveRequestPtr MpiProcessGroup::ReduceScatterAsync(const ITensor& input, ITensor& output, ReduceOp op) {
+  if (!detail::MpiAsyncEngine::Stageless(input, output)) return IProcessGroup::ReduceScatterAsync(input, output, op);
+  return impl_->async->ReduceScatter(input, output, op);
+}
+
+CollectiveRequestPtr MpiProcessGroup::AllReduceAsync(ITensor& tensor, ReduceOp op) {
+  if (!detail::MpiAsyncEngine::Stageless(tensor, tensor)) return IProcessGroup::AllReduceAsync(tensor, op);
+  return impl_->async->AllReduce(tensor, op);
 }
 
 void MpiProcessGroup::Abort(const std::string& message) noexcept {

@@ -23,6 +23,7 @@
 #include "mlframework/backends/cuda/DeviceContext.hpp"
 #include "mlframework/distributed/HostStaging.hpp"
 #include "mlframework/distributed/NcclCheck.hpp"
+#include "mlframework/distributed/NcclRequest.hpp"
 #include "mlframework/distributed/PendingCollectives.hpp"
 
 namespace mlframework::distributed {
@@ -160,6 +161,8 @@ class NcclProcessGroup final : public IProcessGroup {
     static_cast<void>(pending_->Drain());
     pending_.reset();
     events_.DestroyAll();
+    MLFW_CUDA_CHECK_NOTHROW(cudaEventDestroy(comm_tail_));
+    MLFW_CUDA_CHECK_NOTHROW(cudaStreamDestroy(comm_stream_));
     context_->Free(scratch_);
     {
       const std::lock_guard lock(comm_mutex_);
@@ -265,6 +268,42 @@ class NcclProcessGroup final : public IProcessGroup {
   }
   using IProcessGroup::AllReduceHost;
 
+  // The non-blocking forms run on the communication stream (StartAsync, NcclRequest.hpp);
+  // staged tensors and Blocking groups take the blocking calls (a completed request).
+  CollectiveRequestPtr AllGatherAsync(const ITensor& input, ITensor& output) override {
+    detail::CheckGatherSizes(input, output, world_size_);
+    if (!Direct(input) || !Direct(output)) return IProcessGroup::AllGatherAsync(input, output);
+    const DeviceOperand in(input, options_.Device, true);
+    const DeviceOperand out(output, options_.Device, false);
+    return StartAsync("AllGatherAsync", "ncclAllGather", [&](ncclComm_t comm) {
+      MLFW_NCCL_CHECK(
+          ncclAllGather(in.Pointer(), out.Pointer(), input.Size(), NcclType(input.GetDataType()), comm, comm_stream_));
+    });
+  }
+
+  CollectiveRequestPtr ReduceScatterAsync(const ITensor& input, ITensor& output, ReduceOp op) override {
+    detail::CheckOp(op);
+    detail::CheckScatterSizes(input, output, world_size_);
+    if (!Direct(input) || !Direct(output)) return IProcessGroup::ReduceScatterAsync(input, output, op);
+    const DeviceOperand in(input, options_.Device, true);
+    const DeviceOperand out(output, options_.Device, false);
+    return StartAsync("ReduceScatterAsync", "ncclReduceScatter", [&](ncclComm_t comm) {
+      MLFW_NCCL_CHECK(ncclReduceScatter(in.Pointer(), out.Pointer(), output.Size(), NcclType(input.GetDataType()),
+                                        NcclOp(op), comm, comm_stream_));
+    });
+  }
+
+  CollectiveRequestPtr AllReduceAsync(ITensor& tensor, ReduceOp op) override {
+    detail::CheckOp(op);
+    detail::CheckCollectiveDType("AllReduce", tensor);
+    if (!Direct(tensor)) return IProcessGroup::AllReduceAsync(tensor, op);
+    const DeviceOperand data(tensor, options_.Device, true);
+    return StartAsync("AllReduceAsync", "ncclAllReduce", [&](ncclComm_t comm) {
+      MLFW_NCCL_CHECK(ncclAllReduce(data.Pointer(), data.Pointer(), tensor.Size(), NcclType(tensor.GetDataType()),
+                                    NcclOp(op), comm, comm_stream_));
+    });
+  }
+
   std::shared_ptr<IProcessGroup> Split(int color, int key) override {
     detail::CheckSplitColor(color);
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 18, 0)
@@ -311,13 +350,43 @@ class NcclProcessGroup final : public IProcessGroup {
 
   cudaStream_t Stream() const noexcept { return context_->Stream(); }
 
+  // A CUDA tensor on the group's device: usable in place by a collective on another stream.
+  bool Direct(const ITensor& tensor) const {
+    return !options_.Blocking && cuda::IsCudaTensor(tensor) && tensor.GetDevice() == Device::CUDA(options_.Device);
+  }
+
+  // Starts @p enqueue on the communication stream after the compute stream's work so far; the
+  // watchdog tracks it as any pending collective.
+  template <typename Fn>
+  CollectiveRequestPtr StartAsync(const char* what, const char* call, Fn&& enqueue) {
+    std::unique_ptr<detail::NcclRequest> request;
+    Run(what, [&] {
+      request = std::make_unique<detail::NcclRequest>(options_.Device, Stream());
+      cudaEvent_t ready = events_.Acquire();
+      // Waits capture the event's state when called, so it goes back to the pool at once.
+      const cudaError_t recorded = cudaEventRecord(ready, Stream());
+      const cudaError_t waited = recorded == cudaSuccess ? cudaStreamWaitEvent(comm_stream_, ready, 0) : recorded;
+      events_.Release(ready);
+      MLFW_CUDA_CHECK(waited);
+      EnqueueOn(comm_stream_, call, false, std::forward<Fn>(enqueue), [&] {
+        MLFW_CUDA_CHECK(cudaEventRecord(request->Event(), comm_stream_));
+        MLFW_CUDA_CHECK(cudaEventRecord(comm_tail_, comm_stream_));
+      });
+      comm_tail_valid_ = true;
+    });
+    return request;
+  }
+
   // The rest of construction once comm_ is set: on failure the communicator is destroyed.
   void Start() {
     try {
       scratch_ = static_cast<double*>(context_->Allocate(kScratchDoubles * sizeof(double)));
       pending_ =
           std::make_unique<detail::PendingCollectives>(rank_, options_.TimeoutSeconds, kWatchdogInterval, MakeHooks());
+      MLFW_CUDA_CHECK(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
+      MLFW_CUDA_CHECK(cudaEventCreateWithFlags(&comm_tail_, cudaEventDisableTiming));
     } catch (...) {
+      if (comm_stream_ != nullptr) MLFW_CUDA_CHECK_NOTHROW(cudaStreamDestroy(comm_stream_));
       context_->Free(scratch_);
       MLFW_NCCL_CHECK_NOTHROW(ncclCommDestroy(comm_));
       throw;
@@ -333,6 +402,9 @@ class NcclProcessGroup final : public IProcessGroup {
     const cuda::ExternalOrder order(options_.Device, Stream());  // the framework's stream, if any (StreamGuard)
     pending_->Check(what);
     try {
+      // Collectives of one communicator run in the order they were started on every rank: a
+      // collective on the compute stream waits for those started on the communication stream.
+      if (comm_tail_valid_) MLFW_CUDA_CHECK(cudaStreamWaitEvent(Stream(), comm_tail_, 0));
       fn();
     } catch (const CommunicationError& e) {
       pending_->Fail(e.what());
@@ -346,10 +418,15 @@ class NcclProcessGroup final : public IProcessGroup {
   // waits only when @p must_wait (the result goes to the host) or in Blocking mode.
   template <typename Fn>
   void Enqueue(const char* call, bool must_wait, Fn&& enqueue) {
-    Enqueue(call, must_wait, std::forward<Fn>(enqueue), [] {});
+    EnqueueOn(Stream(), call, must_wait, std::forward<Fn>(enqueue), [] {});
   }
   template <typename Fn, typename After>
   void Enqueue(const char* call, bool must_wait, Fn&& enqueue, After&& after) {
+    EnqueueOn(Stream(), call, must_wait, std::forward<Fn>(enqueue), std::forward<After>(after));
+  }
+  // Enqueue() on @p stream (the compute stream or the communication stream).
+  template <typename Fn, typename After>
+  void EnqueueOn(cudaStream_t stream, const char* call, bool must_wait, Fn&& enqueue, After&& after) {
     cudaEvent_t event = events_.Acquire();
     try {
       bool aborted = false;
@@ -368,7 +445,7 @@ class NcclProcessGroup final : public IProcessGroup {
                                  " was aborted");
       }
       after();
-      MLFW_CUDA_CHECK(cudaEventRecord(event, Stream()));
+      MLFW_CUDA_CHECK(cudaEventRecord(event, stream));
     } catch (...) {
       events_.Release(event);
       throw;
@@ -442,6 +519,9 @@ class NcclProcessGroup final : public IProcessGroup {
   std::mutex comm_mutex_;
   bool aborted_ = false;
   std::unique_ptr<detail::PendingCollectives> pending_;
+  cudaStream_t comm_stream_ = nullptr;  // the non-blocking collectives' stream
+  cudaEvent_t comm_tail_ = nullptr;     // recorded after the last of them
+  bool comm_tail_valid_ = false;
 };
 
 void ValidateOptions(NcclProcessGroupOptions& options, int rank) {

@@ -30,6 +30,9 @@ void MpiProcessGroup::AllGather(const ITensor&, ITensor&) { NoMpi(); }
 void MpiProcessGroup::ReduceScatter(const ITensor&, ITensor&, ReduceOp) { NoMpi(); }
 void MpiProcessGroup::AllReduce(ITensor&, ReduceOp) { NoMpi(); }
 void MpiProcessGroup::Broadcast(ITensor&, int) { NoMpi(); }
+CollectiveRequestPtr MpiProcessGroup::AllGatherAsync(const ITensor&, ITensor&) { NoMpi(); }
+CollectiveRequestPtr MpiProcessGroup::ReduceScatterAsync(const ITensor&, ITensor&, ReduceOp) { NoMpi(); }
+CollectiveRequestPtr MpiProcessGroup::AllReduceAsync(ITensor&, ReduceOp) { NoMpi(); }
 void MpiProcessGroup::Barrier() { NoMpi(); }
 void MpiProcessGroup::AllReduceHost(std::span<double>, ReduceOp) { NoMpi(); }
 std::shared_ptr<IProcessGroup> MpiProcessGroup::Split(int, int) { NoMpi(); }

@@ -45,8 +45,15 @@ class FSDP;
 /// the above runs as queued work of the parameters' backend (TensorBackend::CopyInto, AddInto)
 /// and never waits for the device.
 ///
+/// Gather() and ReduceGradients() have asynchronous forms (GatherAsync() / WaitGather(),
+/// ReduceGradientsAsync() / WaitReduce()) so that communication overlaps the framework's
+/// compute; FSDP's hooks (FSDP::PreForward() and friends) drive them with a bounded prefetch.
+/// Every rank starts the collectives in the same order; the waits are local. A unit destroyed
+/// with a collective in flight completes it first.
+///
 /// Units are created by FSDP::RegisterUnit(). State checks (gathering twice, reducing before
-/// gathering) are agreed across ranks before any communication, so every rank throws together.
+/// gathering, starting a second gather or reduction while one is in flight) are agreed across
+/// ranks before any communication, so every rank throws together.
 class MLFRAMEWORK_EXPORT FSDPShardingUnit {
  public:
   ~FSDPShardingUnit();
@@ -83,9 +90,25 @@ class MLFRAMEWORK_EXPORT FSDPShardingUnit {
   /// All-gathers the unit in the parameter dtype (collective). InvalidOperationError on every
   /// rank when any rank already has it gathered.
   void Gather();
+  /// Starts Gather() without waiting for its all-gather (collective; PyTorch FSDP2's
+  /// `unshard(async_op=True)`, DeepSpeed's parameter prefetch): the shard is cast into the
+  /// gathered buffer and the all-gather is started; WaitGather() completes it. Meanwhile the
+  /// unit is not gathered (Parameters() throws) and the framework computes something else, for
+  /// example the previous unit's forward. InvalidOperationError on every rank when any rank has
+  /// the unit gathered or a gather of it in flight; nothing is started then. The gathered
+  /// buffer counts against memory from here on (FSDP::SetPrefetch() documents the peak).
+  void GatherAsync();
+  /// True between GatherAsync() and WaitGather().
+  bool IsGatherInFlight() const noexcept;
+  /// Completes the gather started by GatherAsync(); the unit is then gathered exactly as after
+  /// Gather(). Local (no new communication; the peers need not wait at the same moment).
+  /// InvalidOperationError when no gather is in flight (for example a second WaitGather()). A
+  /// failed all-gather throws CommunicationError; on a multi-rank group it ends the job
+  /// (AbortGuard), since the peers' gathers may never complete.
+  void WaitGather();
   /// Drops the gathered buffer and returns its memory to the FSDP's buffer cache (unless a view
-  /// of it is still held elsewhere). InvalidOperationError when not gathered (local, no
-  /// communication).
+  /// of it is still held elsewhere). InvalidOperationError when not gathered, including while a
+  /// gather is in flight (WaitGather() first; local, no communication).
   void Release();
   /// True between Gather() and Release().
   bool IsGathered() const noexcept;
@@ -111,6 +134,24 @@ class MLFRAMEWORK_EXPORT FSDPShardingUnit {
   /// gradients are added in FP32 to a local full-unit sum (the same checks, raised on this rank
   /// only), which the next call with sync adds its gradients to and reduce-scatters once.
   void ReduceGradients(const GradientMap& gradients);
+  /// Starts ReduceGradients() without waiting for its collective (collective): the gradients
+  /// are flattened (and cast) into the reduce buffer and the reduce-scatter (all-reduce under
+  /// NoShard) is started; WaitReduce() completes it and adds the result to LocalGradient(). The
+  /// unit may be released meanwhile (the reduction does not read the gathered buffer), but the
+  /// tensors of @p gradients must stay unchanged until WaitReduce(): an FP32 unit of one
+  /// parameter is reduced straight from the framework's tensor. The checks and errors of
+  /// ReduceGradients(), plus InvalidOperationError on every rank when any rank has a reduction
+  /// of this unit in flight. Without gradient sync it sums locally as ReduceGradients() does
+  /// and WaitReduce() has nothing to wait for. Results are bit-identical to ReduceGradients().
+  void ReduceGradientsAsync(const GradientMap& gradients);
+  /// True between ReduceGradientsAsync() and WaitReduce().
+  bool IsReduceInFlight() const noexcept;
+  /// Completes the reduction started by ReduceGradientsAsync() (local, except under
+  /// HybridShard: the all-reduce across the replicate group follows the shard group's
+  /// reduce-scatter, so it runs here, a blocking collective over the replicate group that every
+  /// rank reaches in the same order of waits). InvalidOperationError when none is in flight;
+  /// CommunicationError as WaitGather().
+  void WaitReduce();
   /// This rank's gradient shard (ShardSize() elements, FP32), or null before ReduceGradients().
   TensorPtr LocalGradient() const noexcept;
   /// True while the unit holds gradients summed without gradient sync

@@ -16,6 +16,7 @@
 
 #include "mlframework/core/StateBlob.hpp"
 #include "mlframework/distributed/fsdp/Agreement.hpp"
+#include "mlframework/distributed/fsdp/Hooks.hpp"
 #include "mlframework/distributed/fsdp/ShardingGroups.hpp"
 #include "mlframework/distributed/fsdp/UnitImpl.hpp"
 
@@ -415,7 +416,7 @@ void FSDP::SetParamDType(DataType dtype) {
     throw ArgumentError("dtype", std::string(ToString(dtype)) + " is not supported by FSDP's collectives");
   }
   for (const auto& unit : impl_->units) {
-    if (unit->IsGathered()) {
+    if (unit->IsGathered() || unit->IsGatherInFlight()) {
       throw InvalidOperationError("cannot change the parameter dtype while unit '" + unit->Name() +
                                   "' is gathered: release it first");
     }
@@ -452,6 +453,7 @@ GradientMap FSDP::LocalGradients() const {
 }
 
 double FSDP::GradNorm() {
+  detail::AgreeOn(*impl_->group, "FSDP::GradNorm", [&] { detail::RefuseReductionsInFlight(*this); });
   const std::vector<TensorPtr> list = impl_->GradientList();
   const double sum = list.empty() ? 0.0 : SumOfSquares(list);
   return std::sqrt(detail::AgreedSquareSum(*impl_->group, impl_->groups, impl_->config.Strategy, sum));
@@ -474,7 +476,7 @@ void FSDP::Step(amp::IOptimizer& optimizer) {
   GradientMap gradients;
   detail::AgreeOn(*impl_->group, "FSDP::Step", [&] {
     for (const auto& unit : impl_->units) {
-      if (unit->IsGathered()) {
+      if (unit->IsGathered() || unit->IsGatherInFlight()) {
         throw InvalidOperationError("unit '" + unit->Name() + "' is still gathered: release it before the step");
       }
       if (unit->HasUnsyncedGradients()) {
@@ -483,6 +485,7 @@ void FSDP::Step(amp::IOptimizer& optimizer) {
                                     "with SetRequiresGradientSync(true) before the step");
       }
     }
+    detail::RefuseReductionsInFlight(*this);
     gradients = LocalGradients();
     optimizer.SetGradients(gradients);  // rejects gradients that do not match its parameters
   });

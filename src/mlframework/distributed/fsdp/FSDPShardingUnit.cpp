@@ -55,16 +55,23 @@ TensorPtr FSDPShardingUnit::GatheredParameter() const noexcept { return impl_->g
 TensorPtr FSDPShardingUnit::LocalGradient() const noexcept { return impl_->local_gradient; }
 
 void FSDPShardingUnit::Gather() {
-  Impl& s = *impl_;
-  detail::AgreeOn(*s.group, "Gather of unit '" + s.name + "'", [&] {
-    if (s.is_gathered) {
-      throw InvalidOperationError("unit '" + s.name +
-                                  "' is already gathered: call Release() before gathering it again");
+  impl_->StartGather("Gather", false);
+  impl_->FinishGather();
+}
+
+// Gather() up to its all-gather, which @p async starts without waiting (GatherAsync()).
+void FSDPShardingUnit::Impl::StartGather(const char* call, bool async) {
+  Impl& s = *this;
+  detail::AgreeOn(*s.group, std::string(call) + " of unit '" + s.name + "'", [&] {
+    if (s.is_gathered || s.gather.active) {
+      throw InvalidOperationError("unit '" + s.name + "' is already " +
+                                  (s.is_gathered ? "gathered: call Release()" : "being gathered: call WaitGather()") +
+                                  " before gathering it again");
     }
   });
   // Past the agreed check every rank enters the all-gather: a failure on one rank from here
   // on (allocation, MPI) must end the job rather than leave the others waiting.
-  AbortGuard guard(*s.group, "FSDP Gather of unit '" + s.name + "'");
+  AbortGuard guard(*s.group, "FSDP " + std::string(call) + " of unit '" + s.name + "'");
   const DataType dtype = s.ParamDType();
   const ShardingStrategy strategy = s.config->Strategy;
   TensorPtr flat;
@@ -83,13 +90,15 @@ void FSDPShardingUnit::Gather() {
       CopyInto(std::span<const TensorPtr>(&s.shard, 1), std::span<const TensorPtr>(&buffer.tensor, 1));
     } else if (dtype == DataType::Float32) {
       // Nothing to cast: the all-gather reads the FP32 shard itself, like the raw collective.
-      s.shard_group->AllGather(*s.shard, *buffer.tensor);
+      s.gather.request = async ? s.shard_group->AllGatherAsync(*s.shard, *buffer.tensor)
+                               : (s.shard_group->AllGather(*s.shard, *buffer.tensor), nullptr);
     } else {
       // Cast the FP32 shard straight into this rank's slot (so the all-gather moves 16-bit
       // words) and gather in place around it: no staging buffer, no extra copy.
       const TensorPtr slot = s.placement->View(buffer.tensor, s.shard_offset, {s.shard_size});
       CopyInto(std::span<const TensorPtr>(&s.shard, 1), std::span<const TensorPtr>(&slot, 1));
-      s.shard_group->AllGather(*slot, *buffer.tensor);
+      s.gather.request = async ? s.shard_group->AllGatherAsync(*slot, *buffer.tensor)
+                               : (s.shard_group->AllGather(*slot, *buffer.tensor), nullptr);
     }
     flat = buffer.tensor;
     if (strategy == ShardingStrategy::FullShard || strategy == ShardingStrategy::HybridShard) {
@@ -99,15 +108,36 @@ void FSDPShardingUnit::Gather() {
       s.kept = std::move(buffer);
     }
   }
-  s.views = s.ViewsOf(flat);
-  s.gathered = std::move(flat);
-  s.is_gathered = true;
+  s.gather.flat = std::move(flat);
+  s.gather.active = true;
+}
+
+// The rest of Gather(): waits for the all-gather, if one is running, and hands out the views.
+void FSDPShardingUnit::Impl::FinishGather() {
+  if (gather.request) {
+    AbortGuard guard(*group, "FSDP WaitGather of unit '" + name + "'");
+    try {
+      gather.request->Wait();
+    } catch (...) {
+      // One rank (no peer to end): the unit is left as never gathered.
+      gather = {};
+      pool->Return(gathered_storage);
+      throw;
+    }
+  }
+  views = ViewsOf(gather.flat);
+  gathered = std::move(gather.flat);
+  gather = {};
+  is_gathered = true;
 }
 
 void FSDPShardingUnit::Release() {
   Impl& s = *impl_;
   if (!s.is_gathered) {
-    throw InvalidOperationError("unit '" + s.name + "' is not gathered: nothing to release");
+    throw InvalidOperationError("unit '" + s.name +
+                                (s.gather.active ? "' has a gather in flight: call WaitGather() "
+                                                   "before releasing it"
+                                                 : "' is not gathered: nothing to release"));
   }
   s.views.clear();
   s.gathered.reset();
@@ -171,17 +201,29 @@ void FSDPShardingUnit::Impl::AccumulateLocally(const std::vector<TensorPtr>& gra
 }
 
 void FSDPShardingUnit::ReduceGradients(const GradientMap& gradients) {
-  Impl& s = *impl_;
+  impl_->StartReduce("ReduceGradients", gradients, false);
+  impl_->FinishReduce();
+}
+
+// ReduceGradients() up to its collective, which @p async starts without waiting
+// (ReduceGradientsAsync()); what follows the collective is left to FinishReduce() in `reduce`.
+void FSDPShardingUnit::Impl::StartReduce(const char* call, const GradientMap& gradients, bool async) {
+  Impl& s = *this;
   std::vector<TensorPtr> sources;
   const auto check = [&] {
+    if (s.reduce.active) {
+      throw InvalidOperationError("unit '" + s.name +
+                                  "' has a gradient reduction in flight: call WaitReduce() "
+                                  "before reducing its gradients again");
+    }
     if (!s.is_gathered) {
       throw InvalidOperationError("unit '" + s.name +
                                   "' is not gathered: reduce-scatter before gather; gather the unit for its "
                                   "backward pass, then reduce its gradients, then release it");
     }
-    for (const auto& [name, tensor] : gradients) {
-      if (std::find(s.names.begin(), s.names.end(), name) == s.names.end()) {
-        throw ArgumentError("gradients", "unit '" + s.name + "' has no parameter '" + name + "'");
+    for (const auto& [param_name, tensor] : gradients) {
+      if (std::find(s.names.begin(), s.names.end(), param_name) == s.names.end()) {
+        throw ArgumentError("gradients", "unit '" + s.name + "' has no parameter '" + param_name + "'");
       }
     }
     for (std::size_t i = 0; i < s.names.size(); ++i) {
@@ -204,10 +246,11 @@ void FSDPShardingUnit::ReduceGradients(const GradientMap& gradients) {
     // (every rank runs the same schedule), and the gradients are summed in FP32 in place.
     check();
     s.AccumulateLocally(sources);
+    s.reduce.active = true;  // nothing in flight: FinishReduce() only clears it
     return;
   }
-  detail::AgreeOn(*s.group, "ReduceGradients of unit '" + s.name + "'", check);
-  AbortGuard guard(*s.group, "FSDP ReduceGradients of unit '" + s.name + "'");
+  detail::AgreeOn(*s.group, std::string(call) + " of unit '" + s.name + "'", check);
+  AbortGuard guard(*s.group, "FSDP " + std::string(call) + " of unit '" + s.name + "'");
   if (s.accumulated.tensor) {
     // The last micro-batch of an accumulation: add it to the local sum, which is reduced once,
     // as one flat FP32 parameter (its padding is zero).
@@ -259,26 +302,65 @@ void FSDPShardingUnit::ReduceGradients(const GradientMap& gradients) {
       s.ZeroPadding(flat);
     }
   }
+  PendingReduce& p = s.reduce;
   if (no_shard) {
-    s.group->AllReduce(*flat, ReduceOp::Sum);
-    if (!into_target) CopyInto(std::span<const TensorPtr>(&flat, 1), std::span<const TensorPtr>(&target, 1));
+    p.request =
+        async ? s.group->AllReduceAsync(*flat, ReduceOp::Sum) : (s.group->AllReduce(*flat, ReduceOp::Sum), nullptr);
   } else if (fp32_reduce) {
-    s.shard_group->ReduceScatter(*flat, *target, ReduceOp::Sum);
-    s.ReduceAcrossReplicas(*target);
+    p.request = async ? s.shard_group->ReduceScatterAsync(*flat, *target, ReduceOp::Sum)
+                      : (s.shard_group->ReduceScatter(*flat, *target, ReduceOp::Sum), nullptr);
   } else {
-    detail::PooledBuffer reduced = s.pool->Acquire(reduce_dtype, s.shard_size);
-    s.shard_group->ReduceScatter(*flat, *reduced.tensor, ReduceOp::Sum);
-    s.ReduceAcrossReplicas(*reduced.tensor);  // in the reduce dtype: the same bytes as the reduce-scatter's
-    CopyInto(std::span<const TensorPtr>(&reduced.tensor, 1), std::span<const TensorPtr>(&target, 1));
-    s.pool->Return(reduced);
+    p.reduced = s.pool->Acquire(reduce_dtype, s.shard_size);
+    p.request = async ? s.shard_group->ReduceScatterAsync(*flat, *p.reduced.tensor, ReduceOp::Sum)
+                      : (s.shard_group->ReduceScatter(*flat, *p.reduced.tensor, ReduceOp::Sum), nullptr);
   }
-  if (fp32_reduce && world > 1) ScaleInPlace(std::span<const TensorPtr>(&target, 1), average);
-  flat.reset();  // the pool reuses only blocks nobody else references
-  sources.clear();
-  s.pool->Return(flat_buffer);
+  p.active = true;
+  p.communicated = true;
+  p.copy_back = no_shard && !into_target;
+  p.across_replicas = !no_shard;
+  p.scale = fp32_reduce && world > 1 ? average : 1.0f;
+  p.target = std::move(target);
+  p.scratch = std::move(scratch);
+  p.flat = std::move(flat);
+  p.flat_buffer = std::move(flat_buffer);
+  p.sources = std::move(sources);
+}
+
+// The rest of ReduceGradients(): waits for the collective, if one is running, and lands the
+// result in LocalGradient().
+void FSDPShardingUnit::Impl::FinishReduce() {
+  Impl& s = *this;
+  PendingReduce p = std::move(s.reduce);
+  s.reduce = {};
+  if (!p.communicated) return;  // a micro-batch without gradient sync: summed already
+  AbortGuard guard(*s.group, "FSDP WaitReduce of unit '" + s.name + "'");
+  if (p.request) p.request->Wait();
+  TensorPtr target = std::move(p.target);
+  if (p.copy_back) CopyInto(std::span<const TensorPtr>(&p.flat, 1), std::span<const TensorPtr>(&target, 1));
+  // HybridShard: the replicas' all-reduce starts once the shard group's reduce-scatter is done,
+  // so it runs here (a collective over the replicate group, in the order of the waits); in the
+  // reduce dtype, the same bytes as the reduce-scatter's.
+  if (p.across_replicas) s.ReduceAcrossReplicas(p.reduced.tensor ? *p.reduced.tensor : *target);
+  if (p.reduced.tensor) {
+    CopyInto(std::span<const TensorPtr>(&p.reduced.tensor, 1), std::span<const TensorPtr>(&target, 1));
+    s.pool->Return(p.reduced);
+  }
+  if (p.scale != 1.0f) ScaleInPlace(std::span<const TensorPtr>(&target, 1), p.scale);
+  p.flat.reset();  // the pool reuses only blocks nobody else references
+  p.sources.clear();
+  s.pool->Return(p.flat_buffer);
   s.pool->Return(s.accumulated);
   if (!s.local_gradient) {
-    s.local_gradient = std::move(target);
+    // The first reduction of this step, or the shard was dropped (ZeroGrad()) while this one
+    // was in flight: a pooled scratch target must not become the gradient, so it is copied.
+    if (p.scratch.tensor) {
+      s.local_gradient = s.placement->Allocate(s.shard_size, DataType::Float32);
+      CopyInto(std::span<const TensorPtr>(&target, 1), std::span<const TensorPtr>(&s.local_gradient, 1));
+      target.reset();
+      s.pool->Return(p.scratch);
+    } else {
+      s.local_gradient = std::move(target);
+    }
     return;
   }
   // Gradient accumulation over several backward passes before one step: one fused add (a
@@ -286,7 +368,7 @@ void FSDPShardingUnit::ReduceGradients(const GradientMap& gradients) {
   // pair does).
   AddInto(std::span<const TensorPtr>(&target, 1), std::span<const TensorPtr>(&s.local_gradient, 1));
   target.reset();
-  s.pool->Return(scratch);
+  s.pool->Return(p.scratch);
 }
 
 void FSDPShardingUnit::SetLocalGradient(TensorPtr gradient) {

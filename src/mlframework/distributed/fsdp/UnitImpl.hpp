@@ -7,6 +7,7 @@
 #include <vector>
 
 #include <mlframework/core/ITensor.hpp>
+#include <mlframework/distributed/CollectiveRequest.hpp>
 #include <mlframework/distributed/IProcessGroup.hpp>
 #include <mlframework/distributed/fsdp/FSDPConfig.hpp>
 #include <mlframework/distributed/fsdp/FSDPShardingUnit.hpp>
@@ -15,6 +16,30 @@
 #include "mlframework/distributed/fsdp/BufferPool.hpp"
 
 namespace mlframework::distributed::fsdp {
+
+// A gather started by GatherAsync() (or by Gather(), which finishes it at once).
+struct PendingGather {
+  bool active = false;
+  TensorPtr flat;                // the buffer being gathered into
+  CollectiveRequestPtr request;  // null once complete; last, so it completes before `flat` goes
+};
+
+// A reduction started by ReduceGradientsAsync() (or ReduceGradients()): what FinishReduce()
+// needs after the collective. The buffers stay referenced until then.
+struct PendingReduce {
+  bool active = false;           // started and not finished
+  bool communicated = false;     // false: a micro-batch without sync, summed locally already
+  bool copy_back = false;        // NoShard in a 16-bit dtype: the all-reduced flat buffer -> target
+  bool across_replicas = false;  // sharded: HybridShard's replicate group all-reduces the result
+  float scale = 1.0f;            // FP32 sums are averaged after the reduction
+  TensorPtr target;              // this rank's FP32 result
+  TensorPtr flat;                // the reduced flat buffer (or the framework's own gradient)
+  std::vector<TensorPtr> sources;
+  detail::PooledBuffer scratch;      // pooled target when adding to an existing gradient
+  detail::PooledBuffer flat_buffer;  // pool memory behind `flat`
+  detail::PooledBuffer reduced;      // 16-bit reduce-scatter result
+  CollectiveRequestPtr request;      // last, so it completes before the buffers above go
+};
 
 struct FSDPShardingUnit::Impl {
   IProcessGroup* group = nullptr;            // the whole group: agreement checks, averaging
@@ -47,6 +72,10 @@ struct FSDPShardingUnit::Impl {
   // Full FP32 gradients summed locally over micro-batches without gradient sync (pool memory,
   // padding zero), reduce-scattered once by the next ReduceGradients() with sync.
   detail::PooledBuffer accumulated;
+  // Collectives of GatherAsync() / ReduceGradientsAsync() not waited for yet; last, so that a
+  // unit destroyed with one in flight completes it before its buffers go.
+  PendingReduce reduce;
+  PendingGather gather;
 
   // The dtypes this unit gathers and reduces in: its own, else the FSDP's current ones.
   DataType ParamDType() const noexcept { return precision.ParamDType.value_or(config->ParamDType); }
@@ -67,6 +96,12 @@ struct FSDPShardingUnit::Impl {
   }
   // Adds a micro-batch's full gradients to `accumulated`.
   void AccumulateLocally(const std::vector<TensorPtr>& gradients);
+  // Gather() and ReduceGradients() in two halves around their collective (@p async: started
+  // without waiting, finished by WaitGather() / WaitReduce()); @p call names the entry point.
+  void StartGather(const char* call, bool async);
+  void FinishGather();
+  void StartReduce(const char* call, const GradientMap& gradients, bool async);
+  void FinishReduce();
   // The kept buffer no longer matches the shard (after an optimizer step or a state load):
   // its memory goes back to the pool (unless the unit is gathered from it right now).
   void Invalidate() noexcept { pool->Return(kept); }

@@ -1,0 +1,499 @@
+// The non-blocking collectives of the MPI engine (see MpiAsync.hpp for the threading model).
+//
+// Results match the blocking calls bit for bit under the same options: the all-to-all
+// reductions (the defaults) exchange the whole tensor with one MPI_Ialltoall(v) instead of
+// 1 MiB steps and run the same local combine in rank order once it arrived; their receive
+// buffer is therefore one reduce-sized copy of the input per reduction in flight. The other
+// methods use MPI_Ireduce_scatter_block / MPI_Iallreduce with the same MPI_Op (for 16-bit
+// sums the user op, which MPI allows in non-blocking collectives); there the bits equal the
+// blocking call's whenever MPI's blocking and non-blocking algorithms sum in the same order
+// (always on two ranks).
+#include "mlframework/distributed/MpiAsync.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <array>
+#include <climits>
+#include <cstddef>
+#include <cstdlib>
+#include <exception>
+#include <functional>
+#include <string>
+#include <utility>
+
+#include <mlframework/core/Error.hpp>
+#include <mlframework/core/HostConversion.hpp>
+
+#include "mlframework/distributed/HostStaging.hpp"
+
+namespace mlframework::distributed::detail {
+
+namespace {
+
+void Check(int code, const char* call) {
+  if (code == MPI_SUCCESS) return;
+  std::array<char, MPI_MAX_ERROR_STRING> text{};
+  int length = 0;
+  std::string message = "MPI error code " + std::to_string(code);
+  if (MPI_Error_string(code, text.data(), &length) == MPI_SUCCESS) {
+    message.assign(text.data(), static_cast<std::size_t>(length));
+  }
+  throw CommunicationError(std::string(call) + " failed: " + message);
+}
+
+int CountOf(std::size_t elements, const char* parameter) {
+  if (elements > static_cast<std::size_t>(INT_MAX)) {
+    throw ArgumentError(parameter, "has " + std::to_string(elements) +
+                                       " elements per rank, more than MPI's int count limit " +
+                                       std::to_string(INT_MAX));
+  }
+  return static_cast<int>(elements);
+}
+
+MPI_Datatype WireType(DataType dtype) { return dtype == DataType::Float32 ? MPI_FLOAT : MPI_UINT16_T; }
+MPI_Op BuiltinOp(ReduceOp op) { return op == ReduceOp::Max ? MPI_MAX : MPI_SUM; }
+
+bool AllToAll(const MpiProcessGroupOptions& options, DataType dtype, std::size_t total) {
+  const bool chosen = dtype == DataType::Float32 ? options.Float32Sum == Float32Reduction::AllToAll
+                                                 : options.HalfSum == HalfReduction::AllToAll;
+  return chosen && total <= static_cast<std::size_t>(INT_MAX);
+}
+
+// Bytes of host memory for @p tensor, or null when it would need staging.
+bool OnHost(const ITensor& tensor) { return tensor.Size() == 0 || !tensor.HostBytes().empty(); }
+
+}  // namespace
+
+// The all-to-all reductions' local step, of the blocking calls too: out[i] = combine over p of
+// parts[p * count + i] in FP32, in rank order (so every rank gets the same bits), rounded once
+// for FP16/BF16. Blocks of kCombineBlock elements stay in L1 between the steps.
+void CombineParts(const void* parts, int part_count, std::size_t count, DataType dtype, ReduceOp op, void* out) {
+  constexpr std::size_t kCombineBlock = 4096;
+  const std::size_t element = ElementSize(dtype);
+  const auto* first = static_cast<const std::byte*>(parts);
+  const auto blocks = static_cast<std::ptrdiff_t>((count + kCombineBlock - 1) / kCombineBlock);
+  // Only messages of several blocks are worth waking the other threads for.
+#pragma omp parallel for schedule(static) if (blocks >= 16)
+  for (std::ptrdiff_t block = 0; block < blocks; ++block) {
+    std::array<float, kCombineBlock> acc{};
+    std::array<float, kCombineBlock> next{};
+    const std::size_t start = static_cast<std::size_t>(block) * kCombineBlock;
+    const std::size_t n = std::min<std::size_t>(kCombineBlock, count - start);
+    const auto part = [&](int p) { return first + (static_cast<std::size_t>(p) * count + start) * element; };
+    ConvertHostElements(part(0), dtype, acc.data(), DataType::Float32, n);
+    for (int p = 1; p < part_count; ++p) {
+      ConvertHostElements(part(p), dtype, next.data(), DataType::Float32, n);
+      if (op == ReduceOp::Max) {
+        for (std::size_t i = 0; i < n; ++i) acc[i] = next[i] > acc[i] ? next[i] : acc[i];
+      } else {
+        for (std::size_t i = 0; i < n; ++i) acc[i] += next[i];
+      }
+    }
+    ConvertHostElements(acc.data(), DataType::Float32, static_cast<std::byte*>(out) + start * element, dtype, n);
+  }
+}
+
+std::mutex& MpiCallLock() noexcept {
+  static std::mutex lock;
+  return lock;
+}
+
+// One started operation: MPI requests in stages, each stage's local work in Advance().
+class MpiAsyncOp {
+ public:
+  explicit MpiAsyncOp(const char* call) : call_(call) {}
+  virtual ~MpiAsyncOp() = default;
+  MpiAsyncOp(const MpiAsyncOp&) = delete;
+  MpiAsyncOp& operator=(const MpiAsyncOp&) = delete;
+
+  // Tests the current request and runs what follows it; true once complete (or failed). A
+  // poll already running on another thread makes this one return at once.
+  bool Poll(MpiAsyncEngine& engine) noexcept {
+    if (done_.load()) return true;
+    std::unique_lock lock(mutex_, std::try_to_lock);
+    if (!lock.owns_lock() || done_.load()) return done_.load();
+    try {
+      if (request_ != MPI_REQUEST_NULL) {
+        int flag = 0;
+        {
+          const std::lock_guard mpi(MpiCallLock());
+          Check(MPI_Test(&request_, &flag, MPI_STATUS_IGNORE), call_);
+        }
+        if (flag == 0) return false;
+      }
+      if (Advance(engine)) done_.store(true);
+    } catch (...) {
+      error_ = std::current_exception();
+      Abandon(engine);
+      done_.store(true);
+    }
+    return done_.load();
+  }
+  bool Done() const noexcept { return done_.load(); }
+  void RethrowIfFailed() {
+    const std::lock_guard lock(mutex_);
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ protected:
+  // Runs once the current request completed (or, with none, when the op may move on): true
+  // when the op is complete; false after starting the next request or to be called again.
+  virtual bool Advance(MpiAsyncEngine& engine) = 0;
+  // After a failure: lets operations queued behind this one start their second stage.
+  virtual void Abandon(MpiAsyncEngine& /*engine*/) noexcept {}
+  void Start(int code) const { Check(code, call_); }
+
+  MPI_Request request_ = MPI_REQUEST_NULL;  // NOLINT(misc-non-private-member-variables-in-classes)
+
+ private:
+  const char* call_;
+  std::mutex mutex_;  // one poller at a time
+  std::atomic<bool> done_{false};
+  std::exception_ptr error_;
+};
+
+namespace {
+
+class SingleOp final : public MpiAsyncOp {
+ public:
+  using MpiAsyncOp::MpiAsyncOp;
+  MPI_Request* Request() noexcept { return &request_; }
+  // Local work after the request (a narrowing), if any.
+  std::function<void()> after;
+
+ private:
+  bool Advance(MpiAsyncEngine& /*engine*/) override {
+    if (after) after();
+    return true;
+  }
+};
+
+// The all-to-all reduce-scatter: every rank's part of every rank arrives in `parts`, then the
+// combine of the blocking call.
+class ScatterByAllToAll final : public MpiAsyncOp {
+ public:
+  ScatterByAllToAll(MpiAsyncEngine& engine, const void* send, void* recv, std::size_t count, DataType dtype,
+                    ReduceOp op)
+      : MpiAsyncOp("MPI_Ialltoall"),
+        recv_(recv),
+        count_(count),
+        dtype_(dtype),
+        op_(op),
+        world_(engine.WorldSize()),
+        parts_(engine.TakeScratch(count * static_cast<std::size_t>(world_) * ElementSize(dtype))) {
+    const int n = static_cast<int>(count);
+    const std::lock_guard mpi(MpiCallLock());
+    Start(MPI_Ialltoall(send, n, WireType(dtype), parts_.data(), n, WireType(dtype), engine.Comm(), &request_));
+  }
+
+ private:
+  bool Advance(MpiAsyncEngine& engine) override {
+    CombineParts(parts_.data(), world_, count_, dtype_, op_, recv_);
+    engine.GiveScratch(std::move(parts_));
+    return true;
+  }
+  void* recv_;
+  std::size_t count_;
+  DataType dtype_;
+  ReduceOp op_;
+  int world_;
+  std::vector<std::byte> parts_;
+};
+
+// The all-to-all all-reduce: each rank combines its part (stage 1), then the parts are
+// all-gathered (stage 2) on the engine's second communicator, in the order the operations
+// were started, since stage 2 starts on whichever thread polls first.
+class AllReduceByAllToAll final : public MpiAsyncOp {
+ public:
+  AllReduceByAllToAll(MpiAsyncEngine& engine, void* data, std::size_t count, DataType dtype, ReduceOp op)
+      : MpiAsyncOp("MPI_Ialltoallv"), data_(static_cast<std::byte*>(data)), dtype_(dtype), op_(op) {
+    const auto ranks = static_cast<std::size_t>(engine.WorldSize());
+    const auto me = static_cast<std::size_t>(engine.Rank());
+    const std::size_t part = (count + ranks - 1) / ranks;
+    counts_.resize(ranks);
+    displacements_.resize(ranks);
+    for (std::size_t r = 0; r < ranks; ++r) {
+      const std::size_t first = std::min(count, r * part);
+      displacements_[r] = static_cast<int>(first);
+      counts_[r] = static_cast<int>(std::min(count, first + part) - first);
+    }
+    mine_ = static_cast<std::size_t>(counts_[me]);
+    offset_ = static_cast<std::size_t>(displacements_[me]);
+    receive_counts_.assign(ranks, counts_[me]);
+    receive_displacements_.resize(ranks);
+    for (std::size_t r = 0; r < ranks; ++r) receive_displacements_[r] = static_cast<int>(r * mine_);
+    parts_ = engine.TakeScratch(mine_ * ranks * ElementSize(dtype));
+    ticket_ = engine.TakeTicket();
+    const std::lock_guard mpi(MpiCallLock());
+    Start(MPI_Ialltoallv(data_, counts_.data(), displacements_.data(), WireType(dtype), parts_.data(),
+                         receive_counts_.data(), receive_displacements_.data(), WireType(dtype), engine.Comm(),
+                         &request_));
+  }
+
+ private:
+  bool Advance(MpiAsyncEngine& engine) override {
+    if (stage_ == 0) {
+      CombineParts(parts_.data(), engine.WorldSize(), mine_, dtype_, op_, data_ + offset_ * ElementSize(dtype_));
+      engine.GiveScratch(std::move(parts_));
+      stage_ = 1;
+    }
+    if (stage_ == 1) {
+      if (!engine.MayStart(ticket_)) return false;
+      stage_ = 2;
+      {
+        const std::lock_guard mpi(MpiCallLock());
+        const int code = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data_, counts_.data(),
+                                         displacements_.data(), WireType(dtype_), engine.FollowUp(), &request_);
+        engine.Started();
+        Check(code, "MPI_Iallgatherv");
+      }
+      return false;
+    }
+    return true;
+  }
+  void Abandon(MpiAsyncEngine& engine) noexcept override {
+    if (stage_ < 2) {
+      stage_ = 2;
+      engine.Started();
+    }
+  }
+
+  std::byte* data_;
+  DataType dtype_;
+  ReduceOp op_;
+  std::vector<int> counts_, displacements_, receive_counts_, receive_displacements_;
+  std::size_t mine_ = 0;
+  std::size_t offset_ = 0;
+  std::vector<std::byte> parts_;
+  std::size_t ticket_ = 0;
+  int stage_ = 0;
+};
+
+class MpiRequest final : public CollectiveRequest {
+ public:
+  MpiRequest(std::shared_ptr<MpiAsyncEngine> engine, std::shared_ptr<MpiAsyncOp> op)
+      : engine_(std::move(engine)), op_(std::move(op)) {}
+  ~MpiRequest() override {
+    try {
+      Wait();
+    } catch (...) {  // NOLINT(bugprone-empty-catch): the peers see the failure in their own requests
+    }
+  }
+  MpiRequest(const MpiRequest&) = delete;
+  MpiRequest& operator=(const MpiRequest&) = delete;
+
+  bool Test() override {
+    if (!op_->Done()) engine_->ProgressAll();
+    if (!op_->Done()) return false;
+    op_->RethrowIfFailed();
+    return true;
+  }
+  void Wait() override {
+    // Every outstanding operation is driven, not only this one: an earlier all-reduce may have
+    // to start its second stage before this one may (and without the progress thread nothing
+    // else would).
+    while (!op_->Done()) {
+      engine_->ProgressAll();
+      if (!op_->Done()) std::this_thread::yield();
+    }
+    op_->RethrowIfFailed();
+  }
+
+ private:
+  std::shared_ptr<MpiAsyncEngine> engine_;
+  std::shared_ptr<MpiAsyncOp> op_;
+};
+
+// MLFW_MPI_PROGRESS_THREAD=0 leaves progress to Test() and Wait() (and to the blocking calls).
+bool ProgressThreadWanted() {
+  const char* text = std::getenv("MLFW_MPI_PROGRESS_THREAD");
+  return text == nullptr || std::string(text) != "0";
+}
+
+}  // namespace
+
+MpiAsyncEngine::MpiAsyncEngine(MPI_Comm comm, MPI_Comm follow_up, int rank, int world_size,
+                               MpiProcessGroupOptions options)
+    : comm_(comm),
+      follow_up_(follow_up),
+      rank_(rank),
+      world_size_(world_size),
+      options_(options),
+      kernel_threads_(omp_get_max_threads()),
+      use_thread_(ProgressThreadWanted()) {}
+
+MpiAsyncEngine::~MpiAsyncEngine() { Shutdown(); }
+
+void MpiAsyncEngine::Shutdown() noexcept {
+  for (;;) {
+    {
+      const std::lock_guard lock(mutex_);
+      if (active_.empty()) break;
+    }
+    ProgressAll();
+    std::this_thread::yield();
+  }
+  {
+    const std::lock_guard lock(mutex_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void MpiAsyncEngine::ProgressAll() {
+  std::vector<std::shared_ptr<MpiAsyncOp>> ops;
+  {
+    const std::lock_guard lock(mutex_);
+    ops = active_;
+  }
+  bool finished = false;
+  for (const auto& op : ops) finished = op->Poll(*this) || finished;
+  if (finished) {
+    const std::lock_guard lock(mutex_);
+    std::erase_if(active_, [](const std::shared_ptr<MpiAsyncOp>& op) { return op->Done(); });
+  }
+}
+
+std::vector<std::byte> MpiAsyncEngine::TakeScratch(std::size_t bytes) {
+  {
+    const std::lock_guard lock(mutex_);
+    // The smallest kept buffer that fits.
+    auto best = spare_.end();
+    for (auto it = spare_.begin(); it != spare_.end(); ++it) {
+      if (it->size() >= bytes && (best == spare_.end() || it->size() < best->size())) best = it;
+    }
+    if (best != spare_.end()) {
+      std::vector<std::byte> buffer = std::move(*best);
+      spare_.erase(best);
+      return buffer;
+    }
+  }
+  return std::vector<std::byte>(bytes);
+}
+
+void MpiAsyncEngine::GiveScratch(std::vector<std::byte> buffer) noexcept {
+  const std::lock_guard lock(mutex_);
+  if (spare_.size() < kSpareBuffers) {
+    spare_.push_back(std::move(buffer));
+    return;
+  }
+  // Full: keep the larger buffers.
+  auto smallest =
+      std::min_element(spare_.begin(), spare_.end(), [](const auto& a, const auto& b) { return a.size() < b.size(); });
+  if (smallest->size() < buffer.size()) *smallest = std::move(buffer);
+}
+
+void MpiAsyncEngine::Run() {
+  // Combines run here too: with the creating thread's kernel width, not OpenMP's default.
+  omp_set_num_threads(kernel_threads_);
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    wake_.wait(lock, [this] { return stop_ || !active_.empty(); });
+    if (stop_) return;
+    lock.unlock();
+    ProgressAll();
+    std::this_thread::yield();
+    lock.lock();
+  }
+}
+
+CollectiveRequestPtr MpiAsyncEngine::Submit(std::shared_ptr<MpiAsyncOp> op) {
+  {
+    const std::lock_guard lock(mutex_);
+    active_.push_back(op);
+    if (use_thread_ && !thread_.joinable() && !stop_) thread_ = std::thread([this] { Run(); });
+  }
+  wake_.notify_one();
+  return std::make_unique<MpiRequest>(shared_from_this(), std::move(op));
+}
+
+CollectiveRequestPtr MpiAsyncEngine::AllGather(const ITensor& input, ITensor& output) {
+  CheckGatherSizes(input, output, world_size_);
+  const int n = CountOf(input.Size(), "input");
+  const MPI_Datatype type = WireType(input.GetDataType());
+  const void* source = input.HostBytes().data();
+  void* target = output.MutableHostBytes().data();
+  const std::size_t slot_bytes = input.Size() * ElementSize(input.GetDataType());
+  const auto* out_first = static_cast<const std::byte*>(target);
+  const auto* in_first = static_cast<const std::byte*>(source);
+  const bool in_place = n > 0 && in_first == out_first + slot_bytes * static_cast<std::size_t>(rank_);
+  const auto* out_last = out_first + slot_bytes * static_cast<std::size_t>(world_size_);
+  if (!in_place && n > 0 && in_first < out_last && out_first < in_first + slot_bytes) {
+    throw ArgumentError("input", "AllGatherAsync: input overlaps the output other than exactly at this rank's slot");
+  }
+  auto op = std::make_shared<SingleOp>("MPI_Iallgather");
+  {
+    const std::lock_guard mpi(MpiCallLock());
+    Check(MPI_Iallgather(in_place ? MPI_IN_PLACE : source, n, type, target, n, type, comm_, op->Request()),
+          "MPI_Iallgather");
+  }
+  return Submit(std::move(op));
+}
+
+CollectiveRequestPtr MpiAsyncEngine::ReduceScatter(const ITensor& input, ITensor& output, ReduceOp op) {
+  CheckOp(op);
+  CheckScatterSizes(input, output, world_size_);
+  const std::size_t count = output.Size();
+  const int n = CountOf(count, "output");
+  const DataType dtype = input.GetDataType();
+  const void* send = input.HostBytes().data();
+  void* recv = output.MutableHostBytes().data();
+  if (AllToAll(options_, dtype, count * static_cast<std::size_t>(world_size_))) {
+    return Submit(std::make_shared<ScatterByAllToAll>(*this, send, recv, count, dtype, op));
+  }
+  auto single = std::make_shared<SingleOp>("MPI_Ireduce_scatter_block");
+  const std::lock_guard mpi(MpiCallLock());
+  if (dtype == DataType::Float32) {
+    Check(MPI_Ireduce_scatter_block(send, recv, n, MPI_FLOAT, BuiltinOp(op), comm_, single->Request()),
+          "MPI_Ireduce_scatter_block");
+  } else if (options_.HalfSum != HalfReduction::ConvertToFloat32) {
+    Check(MPI_Ireduce_scatter_block(send, recv, n, MPI_UINT16_T, MpiHalfOp(dtype, op), comm_, single->Request()),
+          "MPI_Ireduce_scatter_block");
+  } else {
+    // Widen, reduce in FP32, narrow once (after completion).
+    auto wide = std::make_shared<std::vector<float>>(count * static_cast<std::size_t>(world_size_));
+    auto part = std::make_shared<std::vector<float>>(count);
+    ConvertHostElements(send, dtype, wide->data(), DataType::Float32, wide->size());
+    Check(MPI_Ireduce_scatter_block(wide->data(), part->data(), n, MPI_FLOAT, BuiltinOp(op), comm_, single->Request()),
+          "MPI_Ireduce_scatter_block");
+    single->after = [wide, part, recv, dtype] {
+      ConvertHostElements(part->data(), DataType::Float32, recv, dtype, part->size());
+    };
+  }
+  return Submit(std::move(single));
+}
+
+CollectiveRequestPtr MpiAsyncEngine::AllReduce(ITensor& tensor, ReduceOp op) {
+  CheckOp(op);
+  CheckCollectiveDType("AllReduce", tensor);
+  const std::size_t count = tensor.Size();
+  const int n = CountOf(count, "tensor");
+  const DataType dtype = tensor.GetDataType();
+  void* data = tensor.MutableHostBytes().data();
+  if (AllToAll(options_, dtype, count)) {
+    return Submit(std::make_shared<AllReduceByAllToAll>(*this, data, count, dtype, op));
+  }
+  auto single = std::make_shared<SingleOp>("MPI_Iallreduce");
+  const std::lock_guard mpi(MpiCallLock());
+  if (dtype == DataType::Float32) {
+    Check(MPI_Iallreduce(MPI_IN_PLACE, data, n, MPI_FLOAT, BuiltinOp(op), comm_, single->Request()), "MPI_Iallreduce");
+  } else if (options_.HalfSum != HalfReduction::ConvertToFloat32) {
+    Check(MPI_Iallreduce(MPI_IN_PLACE, data, n, MPI_UINT16_T, MpiHalfOp(dtype, op), comm_, single->Request()),
+          "MPI_Iallreduce");
+  } else {
+    auto wide = std::make_shared<std::vector<float>>(count);
+    ConvertHostElements(data, dtype, wide->data(), DataType::Float32, count);
+    Check(MPI_Iallreduce(MPI_IN_PLACE, wide->data(), n, MPI_FLOAT, BuiltinOp(op), comm_, single->Request()),
+          "MPI_Iallreduce");
+    single->after = [wide, data, dtype] {
+      ConvertHostElements(wide->data(), DataType::Float32, data, dtype, wide->size());
+    };
+  }
+  return Submit(std::move(single));
+}
+
+bool MpiAsyncEngine::Stageless(const ITensor& a, const ITensor& b) noexcept { return OnHost(a) && OnHost(b); }
+
+}  // namespace mlframework::distributed::detail

@@ -1,0 +1,100 @@
+#pragma once
+// Private to the MPI engine (includes mpi.h): the non-blocking collectives of MpiProcessGroup.
+//
+// Open MPI's non-blocking collectives (libnbc) move data only while some thread is inside an
+// MPI call. A rank whose main thread computes (or waits for a GPU) would therefore leave a
+// started all-gather idle until its Wait(). The engine keeps a progress thread that tests the
+// outstanding requests while any exist, so a collective advances during the caller's compute.
+// MPI is initialized MPI_THREAD_SERIALIZED: every MPI call of the library (the blocking
+// collectives of MpiProcessGroup included) holds MpiCallLock(), and the progress thread takes
+// it only for one MPI_Test at a time, so calls never run concurrently and a blocking
+// collective never waits for the thread.
+
+#include <mpi.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include <mlframework/core/DataType.hpp>
+#include <mlframework/core/ITensor.hpp>
+#include <mlframework/distributed/CollectiveRequest.hpp>
+#include <mlframework/distributed/MpiProcessGroup.hpp>
+
+namespace mlframework::distributed::detail {
+
+// The process-wide lock that serializes every MPI call (MPI_THREAD_SERIALIZED).
+std::mutex& MpiCallLock() noexcept;
+
+// Defined by MpiProcessGroup.cpp: the user MPI_Op for 16-bit sums and maxima, and the local
+// combine of the all-to-all reductions (FP32 accumulation in rank order, one rounding).
+MPI_Op MpiHalfOp(DataType dtype, ReduceOp op);
+void CombineParts(const void* parts, int part_count, std::size_t count, DataType dtype, ReduceOp op, void* out);
+
+class MpiAsyncOp;
+
+// Outstanding operations of one group and the thread that progresses them.
+class MpiAsyncEngine : public std::enable_shared_from_this<MpiAsyncEngine> {
+ public:
+  // @p comm: the group's communicator (requests start on it in the callers' order);
+  // @p follow_up: a duplicate on which second stages start (see MpiAsync.cpp).
+  MpiAsyncEngine(MPI_Comm comm, MPI_Comm follow_up, int rank, int world_size, MpiProcessGroupOptions options);
+  ~MpiAsyncEngine();
+  MpiAsyncEngine(const MpiAsyncEngine&) = delete;
+  MpiAsyncEngine& operator=(const MpiAsyncEngine&) = delete;
+
+  CollectiveRequestPtr AllGather(const ITensor& input, ITensor& output);
+  CollectiveRequestPtr ReduceScatter(const ITensor& input, ITensor& output, ReduceOp op);
+  CollectiveRequestPtr AllReduce(ITensor& tensor, ReduceOp op);
+
+  // True when both tensors lie in host memory (staged tensors take the blocking path).
+  static bool Stageless(const ITensor& a, const ITensor& b) noexcept;
+
+  // Receive buffers of the all-to-all reductions, reused (page faults on a fresh unit-sized
+  // buffer per reduction would cost more than the combine): at least @p bytes long.
+  std::vector<std::byte> TakeScratch(std::size_t bytes);
+  // Keeps @p buffer for the next TakeScratch() (at most kSpareBuffers are kept).
+  void GiveScratch(std::vector<std::byte> buffer) noexcept;
+
+  // Completes every outstanding operation and stops the thread (before the communicators go).
+  void Shutdown() noexcept;
+  // Advances every outstanding operation once (any thread).
+  void ProgressAll();
+
+  MPI_Comm Comm() const noexcept { return comm_; }
+  MPI_Comm FollowUp() const noexcept { return follow_up_; }
+  int Rank() const noexcept { return rank_; }
+  int WorldSize() const noexcept { return world_size_; }
+  const MpiProcessGroupOptions& Options() const noexcept { return options_; }
+  // Second stages start in the order their operations were started (same on every rank).
+  std::size_t TakeTicket() noexcept { return next_ticket_++; }
+  bool MayStart(std::size_t ticket) const noexcept { return started_.load() == ticket; }
+  void Started() noexcept { started_.fetch_add(1); }
+
+ private:
+  CollectiveRequestPtr Submit(std::shared_ptr<MpiAsyncOp> op);
+  void Run();
+
+  MPI_Comm comm_;
+  MPI_Comm follow_up_;
+  int rank_;
+  int world_size_;
+  MpiProcessGroupOptions options_;
+  int kernel_threads_;  // the creating thread's OpenMP width, for combines run by the thread
+  std::size_t next_ticket_ = 0;
+  std::atomic<std::size_t> started_{0};
+  std::mutex mutex_;  // guards active_, stop_, thread_
+  std::condition_variable wake_;
+  std::vector<std::shared_ptr<MpiAsyncOp>> active_;
+  static constexpr std::size_t kSpareBuffers = 1;  // FSDP keeps one reduction in flight at a time
+  std::vector<std::vector<std::byte>> spare_;
+  bool stop_ = false;
+  bool use_thread_;
+  std::thread thread_;
+};
+
+}  // namespace mlframework::distributed::detail

@@ -1,0 +1,84 @@
+// FSDP's module hooks: the overlapped schedule (PrefetchPolicy) over the units' asynchronous
+// Gather and ReduceGradients. Only the units' public API is used here; every collective the
+// hooks start is a unit collective, agreed and ordered as the unit documents.
+#include <mlframework/distributed/fsdp/FSDP.hpp>
+
+#include <string>
+
+#include <mlframework/core/Error.hpp>
+
+#include "mlframework/distributed/fsdp/Hooks.hpp"
+
+namespace mlframework::distributed::fsdp {
+
+namespace {
+
+// On return @p unit is gathered: its prefetched gather is waited for, else it is gathered now.
+void EnsureGathered(FSDPShardingUnit& unit) {
+  if (unit.IsGatherInFlight()) {
+    unit.WaitGather();
+  } else if (!unit.IsGathered()) {
+    unit.Gather();
+  }
+}
+
+// Starts the gather of @p unit unless it is gathered or on its way: at most the current unit
+// and this one are gathered at a time (the memory bound of PrefetchPolicy).
+void Prefetch(FSDPShardingUnit& unit) {
+  if (!unit.IsGathered() && !unit.IsGatherInFlight()) unit.GatherAsync();
+}
+
+}  // namespace
+
+void detail::RefuseReductionsInFlight(FSDP& fsdp) {
+  for (std::size_t i = 0; i < fsdp.UnitCount(); ++i) {
+    FSDPShardingUnit& unit = fsdp.Unit(i);
+    if (unit.IsReduceInFlight()) {
+      throw InvalidOperationError("unit '" + unit.Name() +
+                                  "' has a gradient reduction in flight: call FSDP::FinishBackward() (or the unit's "
+                                  "WaitReduce()) first");
+    }
+  }
+}
+
+void FSDP::SetPrefetch(PrefetchPolicy policy) noexcept { prefetch_ = policy; }
+
+const PrefetchPolicy& FSDP::Prefetch() const noexcept { return prefetch_; }
+
+void FSDP::PreForward(std::size_t unit) {
+  FSDPShardingUnit& current = Unit(unit);
+  EnsureGathered(current);
+  if (prefetch_.Forward && unit + 1 < UnitCount()) fsdp::Prefetch(Unit(unit + 1));
+}
+
+void FSDP::PostForward(std::size_t unit) {
+  FSDPShardingUnit& current = Unit(unit);
+  if (current.IsGathered()) current.Release();
+}
+
+void FSDP::PreBackward(std::size_t unit) {
+  FSDPShardingUnit& current = Unit(unit);
+  EnsureGathered(current);
+  if (prefetch_.Backward && unit > 0) fsdp::Prefetch(Unit(unit - 1));
+}
+
+void FSDP::PostBackward(std::size_t unit, const GradientMap& gradients) {
+  FSDPShardingUnit& current = Unit(unit);
+  if (prefetch_.Backward) {
+    // One reduction in flight at a time: the previous unit's ran during this unit's backward.
+    FinishBackward();
+    current.ReduceGradientsAsync(gradients);
+  } else {
+    current.ReduceGradients(gradients);
+  }
+  current.Release();
+}
+
+void FSDP::FinishBackward() {
+  for (std::size_t i = 0; i < UnitCount(); ++i) {
+    FSDPShardingUnit& unit = Unit(i);
+    if (unit.IsReduceInFlight()) unit.WaitReduce();
+  }
+}
+
+}  // namespace mlframework::distributed::fsdp
