@@ -11,6 +11,7 @@
 #include <mlframework/core/Error.hpp>
 #include <mlframework/core/Float16.hpp>
 #include <mlframework/core/Float8.hpp>
+#include <mlframework/core/Float8ScaleUpdate.hpp>
 #include <mlframework/core/Headroom.hpp>
 #include <mlframework/core/HostConversion.hpp>
 #include <mlframework/core/ITensor.hpp>
@@ -52,6 +53,13 @@
 #include <mlframework/optimizers/mixed_precision/GradientConversionLayer.hpp>
 #include <mlframework/optimizers/mixed_precision/MixedPrecisionOptions.hpp>
 #include <mlframework/optimizers/mixed_precision/PrecisionManager.hpp>
+
+// fp8: scaling recipes (Transformer Engine's DelayedScaling and current scaling, OCP MXFP8)
+#include <mlframework/fp8/CurrentScaling.hpp>
+#include <mlframework/fp8/DelayedScaling.hpp>
+#include <mlframework/fp8/Format.hpp>
+#include <mlframework/fp8/IScalingRecipe.hpp>
+#include <mlframework/fp8/MXFP8BlockScaling.hpp>
 
 // distributed and distributed::fsdp (MpiProcessGroup.hpp has no MPI types: the same in every
 // build; its constructors throw BackendError where MLFW_HAS_MPI is 0)
