@@ -92,7 +92,7 @@ BOOST_AUTO_TEST_SUITE(MXFP8)
 BOOST_AUTO_TEST_CASE(QuantizeMatchesTheSpecReference) {
   for (const DataType type : {DataType::Float8E4M3FN, DataType::Float8E5M2}) {
     const MXFP8BlockScaling mx(type);
-    for (const Shape& shape : {Shape{40, 64}, Shape{7, 45}, Shape{1000}, Shape{3, 1}, Shape{}}) {
+    for (const Shape& shape : {Shape{40, 64}, Shape{7, 45}, Shape{1000}, Shape{3, 1}, Shape{}, Shape{300, 250}}) {
       const std::size_t count = ElementCount(shape);
       std::vector<float> values = Sample(count, static_cast<std::uint32_t>(count));
       if (count > 300) {
@@ -174,6 +174,12 @@ BOOST_AUTO_TEST_CASE(BadArgumentsAreNamed) {
   BOOST_CHECK_EXCEPTION(mx.Quantize(*dst, *dst, scales), ArgumentError, names("'src'"));
   BOOST_CHECK_EXCEPTION(mx.Quantize(*src, *Zeros({64}, DataType::BFloat16), scales), ArgumentError, names("'dst'"));
   BOOST_CHECK_EXCEPTION(mx.Quantize(*src, *Zeros({65}, DataType::Float8E4M3FN), scales), ArgumentError, names("'dst'"));
+  std::vector<float> values(64);
+  std::vector<std::uint8_t> elements(64);
+  BOOST_CHECK_EXCEPTION(mx.QuantizeBlocks(values, 48, elements, scales), ArgumentError, names("'row_length'"));
+  BOOST_CHECK_EXCEPTION(mx.QuantizeBlocks(values, 64, std::span(elements).first(63), scales), ArgumentError,
+                        names("'elements'"));
+  BOOST_CHECK_EXCEPTION(mx.DequantizeBlocks(values, 16, scales), ArgumentError, names("'scales'"));
   std::vector<std::uint8_t> short_scales(1);
   BOOST_CHECK_EXCEPTION(mx.Quantize(*src, *dst, short_scales), ArgumentError, names("'scales'"));
   BOOST_CHECK_EXCEPTION(mx.Dequantize(*src, scales, *src), ArgumentError, names("'src'"));

@@ -35,6 +35,7 @@ class MLFRAMEWORK_EXPORT CurrentScaling final : public IScalingRecipe {
  public:
   /// ArgumentError naming `config.Fp8Format` for a format outside the enum.
   explicit CurrentScaling(CurrentScalingConfig config = {});
+  /// Releases the state tensors.
   ~CurrentScaling() override;
   /// Movable.
   CurrentScaling(CurrentScaling&&) noexcept;

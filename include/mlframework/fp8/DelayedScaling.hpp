@@ -60,6 +60,7 @@ class MLFRAMEWORK_EXPORT DelayedScaling final : public IScalingRecipe {
   /// ArgumentError naming the field for a history length of 0, a margin outside
   /// [0, kMaxFloat8Margin], or a format or algorithm outside its enum.
   explicit DelayedScaling(DelayedScalingConfig config = {});
+  /// Releases the state tensors.
   ~DelayedScaling() override;
   /// Movable.
   DelayedScaling(DelayedScaling&&) noexcept;

@@ -28,6 +28,7 @@ namespace mlframework::fp8 {
 /// the parameter and the value for a name that is not registered, and changes nothing then.
 class MLFRAMEWORK_EXPORT IScalingRecipe {
  public:
+  /// Implementations are destroyed through the interface.
   virtual ~IScalingRecipe();
 
   /// Short name of the recipe ("DelayedScaling", "CurrentScaling").
