@@ -13,6 +13,7 @@
 #include <mlframework/fp8/CurrentScaling.hpp>
 #include <mlframework/fp8/DelayedScaling.hpp>
 
+#include "core/UserTensor.hpp"
 #include "fp8/RecipeTestUtil.hpp"
 
 using namespace mlframework;
@@ -189,6 +190,23 @@ BOOST_AUTO_TEST_CASE(BadInputIsNamedAndChangesNothing) {
                         [](const ArgumentError& e) { return Says(e, "'config.Fp8Format'"); });
   BOOST_CHECK_EXCEPTION(CurrentScaling({.Fp8Format = static_cast<Format>(9)}), ArgumentError,
                         [](const ArgumentError& e) { return Says(e, "'config.Fp8Format'"); });
+}
+
+BOOST_AUTO_TEST_CASE(AFrameworksOwnHostTensorsQuantize) {
+  // A tensor without a backend whose host bytes are its elements: its state lives on the CPU and
+  // core's kernels run on its memory.
+  const auto user = std::make_shared<mlframework::testing::UserTensor>(
+      std::vector<float>{2.0f, -8.0f}, DataType::BFloat16, mlframework::testing::Mode::Defaults, true);
+  DelayedScaling recipe({.AmaxHistoryLen = 1});
+  recipe.Register("u", TensorRole::Forward, *user);
+  BOOST_TEST(recipe.Scale("u")->GetDevice() == Device::CPU());
+  const TensorPtr u8 = Zeros({2}, DataType::Float8E4M3FN);
+  recipe.Quantize(Names{"u"}, List{user}, List{u8});
+  BOOST_TEST(ValueOf(recipe.Amax("u")) == 8.0f);
+  recipe.UpdateScales();
+  BOOST_TEST(ValueOf(recipe.Scale("u")) == 56.0f);
+  recipe.Quantize(Names{"u"}, List{user}, List{u8});
+  BOOST_TEST((u8->ToFloatVector() == std::vector<float>{112.0f, -448.0f}));
 }
 
 BOOST_AUTO_TEST_CASE(TheReadmeLoopRuns) {
