@@ -269,7 +269,7 @@ NonFiniteAndAmax AmaxOnEachDevice(const std::vector<DeviceGroup>& groups, Access
 
 // ---- the backend object ------------------------------------------------------------------
 
-class CudaBackend final : public DeviceScalingBackend {
+class CudaBackend final : public CudaFloat8Backend {
  public:
   std::string_view Name() const noexcept override { return "cuda"; }
 

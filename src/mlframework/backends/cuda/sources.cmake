@@ -4,6 +4,7 @@ if(MLFW_HAS_CUDA)
   target_sources(mlframework_cuda PRIVATE
     ${CMAKE_CURRENT_LIST_DIR}/CudaBackend.cpp
     ${CMAKE_CURRENT_LIST_DIR}/CudaFloat8Scales.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/CudaFloat8Backend.cpp
     ${CMAKE_CURRENT_LIST_DIR}/CudaOptimizerSteps.cpp
     ${CMAKE_CURRENT_LIST_DIR}/CudaTensor.cpp
     ${CMAKE_CURRENT_LIST_DIR}/DeviceContext.cpp
@@ -12,6 +13,7 @@ if(MLFW_HAS_CUDA)
     ${CMAKE_CURRENT_LIST_DIR}/AddInto.cu
     ${CMAKE_CURRENT_LIST_DIR}/Cast.cu
     ${CMAKE_CURRENT_LIST_DIR}/Float8ScaleUpdate.cu
+    ${CMAKE_CURRENT_LIST_DIR}/Float8Cast.cu
     ${CMAKE_CURRENT_LIST_DIR}/NonFinite.cu
     ${CMAKE_CURRENT_LIST_DIR}/OptimizerSteps.cu
     ${CMAKE_CURRENT_LIST_DIR}/Scale.cu
