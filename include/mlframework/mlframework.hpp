@@ -11,7 +11,6 @@
 #include <mlframework/core/Error.hpp>
 #include <mlframework/core/Float16.hpp>
 #include <mlframework/core/Float8.hpp>
-#include <mlframework/core/Float8ScaleUpdate.hpp>
 #include <mlframework/core/Headroom.hpp>
 #include <mlframework/core/HostConversion.hpp>
 #include <mlframework/core/ITensor.hpp>
@@ -54,7 +53,9 @@
 #include <mlframework/optimizers/mixed_precision/MixedPrecisionOptions.hpp>
 #include <mlframework/optimizers/mixed_precision/PrecisionManager.hpp>
 
-// fp8: scaling recipes (Transformer Engine's DelayedScaling and current scaling, OCP MXFP8)
+// fp8: scaling recipes (Transformer Engine's DelayedScaling and current scaling, OCP MXFP8) and
+// core's rule of their fused scale update
+#include <mlframework/core/Float8ScaleUpdate.hpp>
 #include <mlframework/fp8/CurrentScaling.hpp>
 #include <mlframework/fp8/DelayedScaling.hpp>
 #include <mlframework/fp8/Format.hpp>
