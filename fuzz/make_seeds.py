@@ -135,9 +135,53 @@ def fsdp_sharded_checkpoint_seeds() -> None:
     seed("seed-duplicated", 16, 0, 0, [])
 
 
+def fp8_recipe_state_seeds() -> None:
+    # recipe (0 DelayedScaling H=4 margin 1 HYBRID max, 1 DelayedScaling H=1 E4M3 most_recent,
+    # 2 CurrentScaling HYBRID), flags, step count, steps, blob; tensors w, x (Forward), g (Gradient).
+    # Scales are powers of two so that scale_inv = 1 / scale is exact here as in FP32.
+    def seed(name, recipe, flags, steps, data):
+        write("fp8_recipe_state", name, bytes([recipe, flags, len(steps)]) + bytes(steps) + data)
+
+    def entry(name, role, history, scale=1.0, scale_inv=None):
+        inverse = 1.0 / scale if scale_inv is None else scale_inv
+        return (struct.pack("<I", len(name)) + name.encode() + bytes([role]) +
+                b"".join(struct.pack("<f", a) for a in history) + struct.pack("<ff", scale, inverse))
+
+    def delayed(history_len, algo, margin, fmt, entries):
+        return blob("fp8.DelayedScaling", 1, struct.pack("<QBqBQ", history_len, algo, margin, fmt, len(entries)) +
+                    b"".join(entries))
+
+    def current(fmt, entries):
+        return blob("fp8.CurrentScaling", 1, struct.pack("<BQ", fmt, len(entries)) + b"".join(entries))
+
+    steps = [5, 13, 0, 1, 2, 3, 4, 21, 29, 37]
+    h4 = [entry("w", 0, [1.0, 0.0, 2.0, 0.5], 128.0), entry("x", 0, [0.0, 4.0, 8.0, 16.0], 16.0),
+          entry("g", 1, [1e-3, 0.0, 0.0, 0.0], 2.0 ** 24)]
+    seed("seed-delayed", 0, 0, steps, delayed(4, 0, 1, 1, h4))
+    seed("seed-delayed-nan-inf-history", 0, 0, steps,
+         delayed(4, 0, 1, 1, [entry("w", 0, [float("nan"), float("inf"), 0.0, 1.0], 0.5)] + h4[1:]))
+    seed("seed-delayed-reordered", 0, 0, steps, delayed(4, 0, 1, 1, [h4[2], h4[0], h4[1]]))
+    seed("seed-delayed-wrong-history", 0, 0, steps, delayed(3, 0, 1, 1, [entry(n, r, [0.0] * 3) for n, r in
+                                                                         (("w", 0), ("x", 0), ("g", 1))]))
+    seed("seed-delayed-wrong-role", 0, 1, steps, delayed(4, 0, 1, 1, [h4[0], h4[1], entry("g", 0, [0.0] * 4)]))
+    seed("seed-delayed-bad-inverse", 0, 1, steps, delayed(4, 0, 1, 1, [entry("w", 0, [0.0] * 4, 4.0, 0.5)] + h4[1:]))
+    seed("seed-delayed-negative-amax", 0, 1, steps, delayed(4, 0, 1, 1, [entry("w", 0, [-1.0, 0, 0, 0])] + h4[1:]))
+    seed("seed-delayed-unknown-name", 0, 1, steps, delayed(4, 0, 1, 1, [entry("v", 0, [0.0] * 4)] + h4[1:]))
+    seed("seed-delayed-huge-count", 0, 1, steps, blob("fp8.DelayedScaling", 1,
+                                                       struct.pack("<QBqBQ", 4, 0, 1, 1, (1 << 64) - 1)))
+    h1 = [entry(n, r, [a], 2.0 ** k) for n, r, a, k in (("w", 0, 3.0, 7), ("x", 0, 0.0, 0), ("g", 1, float("inf"), -3))]
+    seed("seed-delayed-most-recent", 1, 0, steps, delayed(1, 1, 0, 0, h1))
+    seed("seed-delayed-truncated", 1, 0, steps, delayed(1, 1, 0, 0, h1)[:-13])
+    cur = [entry("w", 0, [2.5], 128.0), entry("x", 0, [0.0]), entry("g", 1, [1.0], 32768.0)]
+    seed("seed-current", 2, 0, steps, current(1, cur))
+    seed("seed-current-wrong-format", 2, 0, steps, current(0, cur))
+    seed("seed-current-as-delayed", 0, 0, steps, current(1, cur))
+
+
 if __name__ == "__main__":
     state_blob_seeds()
     scaler_state_seeds()
     idx_seeds()
     fsdp_checkpoint_seeds()
     fsdp_sharded_checkpoint_seeds()
+    fp8_recipe_state_seeds()

@@ -54,6 +54,15 @@
 #include <mlframework/optimizers/mixed_precision/MixedPrecisionOptions.hpp>
 #include <mlframework/optimizers/mixed_precision/PrecisionManager.hpp>
 
+// fp8: scaling recipes (Transformer Engine's DelayedScaling and current scaling, OCP MXFP8) and
+// core's rule of their fused scale update
+#include <mlframework/core/Float8ScaleUpdate.hpp>
+#include <mlframework/fp8/CurrentScaling.hpp>
+#include <mlframework/fp8/DelayedScaling.hpp>
+#include <mlframework/fp8/Format.hpp>
+#include <mlframework/fp8/IScalingRecipe.hpp>
+#include <mlframework/fp8/MXFP8BlockScaling.hpp>
+
 // distributed and distributed::fsdp (MpiProcessGroup.hpp has no MPI types: the same in every
 // build; its constructors throw BackendError where MLFW_HAS_MPI is 0)
 #include <mlframework/distributed/AbortGuard.hpp>

@@ -15,6 +15,7 @@
 namespace mlframework {
 
 class DeviceScaleState;
+struct Float8ScaleUpdate;
 
 /// Result of one read pass over a gradient list: non-finite flag and sum of squares.
 struct NonFiniteAndNorm {
@@ -125,6 +126,21 @@ class MLFRAMEWORK_EXPORT TensorBackend {
   /// SGD over @p lists (FirstState: the momentum buffers, empty when the momentum is 0).
   virtual bool SGDStep(const OptimizerStepLists& lists, const SGDStepScalars& scalars,
                        const DeviceScaleState* skip_if_found_inf) const;
+  ///@}
+
+  /// @name FP8 scale state (core/Float8ScaleUpdate.hpp)
+  /// The fused update of the FP8 scaling recipes: one call updates every scale kept in @p state,
+  /// an FP32 tensor of this backend laid out as Float8ScaleUpdate describes. A device backend
+  /// queues the work without waiting for it. The defaults run UpdateFloat8ScalesOnHost() /
+  /// FoldFloat8AmaxOnHost() on the tensor's HostBytes() in place, or, for a tensor the host
+  /// cannot address, on a ToFloatVector() copy written back with CopyFromFloats() (correct for
+  /// any tensor); the CUDA backend overrides them with kernels. ArgumentError when @p state is not
+  /// FP32 or does not fit @p update.
+  ///@{
+  /// Rolls the amax history and computes the new scales and inverse scales of @p update's slots.
+  virtual void UpdateFloat8Scales(ITensor& state, const Float8ScaleUpdate& update) const;
+  /// Folds the amax a cast wrote into the scratch row into the current amax (row 0) of @p update's slots.
+  virtual void FoldFloat8Amax(ITensor& state, const Float8ScaleUpdate& update) const;
   ///@}
 
   /// @name Check passes that also take the amax (NonFiniteAndAmax)

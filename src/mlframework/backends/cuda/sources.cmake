@@ -3,6 +3,7 @@
 if(MLFW_HAS_CUDA)
   target_sources(mlframework_cuda PRIVATE
     ${CMAKE_CURRENT_LIST_DIR}/CudaBackend.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/CudaFloat8Scales.cpp
     ${CMAKE_CURRENT_LIST_DIR}/CudaFloat8Backend.cpp
     ${CMAKE_CURRENT_LIST_DIR}/CudaOptimizerSteps.cpp
     ${CMAKE_CURRENT_LIST_DIR}/CudaTensor.cpp
@@ -11,6 +12,7 @@ if(MLFW_HAS_CUDA)
     ${CMAKE_CURRENT_LIST_DIR}/TableCache.cpp
     ${CMAKE_CURRENT_LIST_DIR}/AddInto.cu
     ${CMAKE_CURRENT_LIST_DIR}/Cast.cu
+    ${CMAKE_CURRENT_LIST_DIR}/Float8ScaleUpdate.cu
     ${CMAKE_CURRENT_LIST_DIR}/Float8Cast.cu
     ${CMAKE_CURRENT_LIST_DIR}/NonFinite.cu
     ${CMAKE_CURRENT_LIST_DIR}/OptimizerSteps.cu

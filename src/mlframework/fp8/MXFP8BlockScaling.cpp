@@ -1,0 +1,204 @@
+#include <mlframework/fp8/MXFP8BlockScaling.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <mlframework/core/Error.hpp>
+#include <mlframework/core/Float8Bits.hpp>
+#include <mlframework/core/FloatBits.hpp>
+#include <mlframework/fp8/Format.hpp>
+
+namespace mlframework::fp8 {
+
+namespace {
+
+// The element format's largest exponent (emax_elem of the spec): 448 = 1.75 * 2^8, 57344 = 1.75 * 2^15.
+int ElementEmax(DataType element_type) { return element_type == DataType::Float8E4M3FN ? 8 : 15; }
+
+std::size_t RowLength(const Shape& shape) { return shape.empty() ? 1 : shape.back(); }
+
+// 2^k as a float, k in [-126, 127] (a normal float).
+float PowerOfTwo(int k) { return mlframework::detail::BitsAsFloat(static_cast<std::uint32_t>(k + 127) << 23); }
+
+// The block's values as floats, whatever the tensor: its host bytes widened, else ToFloatVector().
+std::vector<float> ReadFloats(const ITensor& tensor) {
+  std::vector<float> values(tensor.Size());
+  tensor.CopyToFloats(values);
+  return values;
+}
+
+void CheckShapes(const ITensor& a, const char* a_name, const ITensor& b) {
+  if (a.GetShape() != b.GetShape()) {
+    throw ArgumentError(a_name, "has shape " + mlframework::ToString(a.GetShape()) + ", expected " +
+                                    mlframework::ToString(b.GetShape()));
+  }
+}
+
+// Below this many values a tensor is quantized on the calling thread.
+constexpr std::size_t kParallelElements = std::size_t{1} << 16;
+// The elements of a block whose scale is NaN (E4M3FN's and E5M2's positive NaN code).
+constexpr std::uint8_t kElementNaN = 0x7f;
+
+// Where each block of 32 lies: rows of row_length values, ceil(row_length / 32) blocks per row.
+struct BlockLayout {
+  std::size_t row_length = 1;
+  std::size_t per_row = 0;
+  std::size_t blocks = 0;
+  std::pair<std::size_t, std::size_t> Range(std::size_t block) const {
+    const std::size_t row = block / per_row;
+    const std::size_t begin = row * row_length + (block % per_row) * MXFP8BlockScaling::kBlockSize;
+    return {begin, std::min(begin + MXFP8BlockScaling::kBlockSize, (row + 1) * row_length)};
+  }
+};
+
+BlockLayout CheckBlocks(std::size_t values, std::size_t row_length, std::size_t outputs, const char* output_name,
+                        std::size_t scales) {
+  if (row_length == 0 ? values != 0 : values % row_length != 0) {
+    throw ArgumentError("row_length", std::to_string(row_length) + " does not divide the " + std::to_string(values) +
+                                          " values into rows");
+  }
+  if (outputs != values) {
+    throw ArgumentError(output_name,
+                        "has " + std::to_string(outputs) + " entries for " + std::to_string(values) + " values");
+  }
+  BlockLayout layout;
+  if (row_length > 0) {
+    layout.row_length = row_length;
+    layout.per_row = (row_length + MXFP8BlockScaling::kBlockSize - 1) / MXFP8BlockScaling::kBlockSize;
+    layout.blocks = (values / row_length) * layout.per_row;
+  }
+  if (scales != layout.blocks) {
+    throw ArgumentError("scales",
+                        "has " + std::to_string(scales) + " bytes for " + std::to_string(layout.blocks) + " blocks");
+  }
+  return layout;
+}
+
+}  // namespace
+
+MXFP8BlockScaling::MXFP8BlockScaling(DataType element_type) : element_type_(element_type) {
+  if (!IsFloat8(element_type)) {
+    throw ArgumentError("element_type", "is " + std::string(ToString(element_type)) +
+                                            "; MXFP8 elements are Float8E4M3FN or Float8E5M2");
+  }
+}
+
+std::size_t MXFP8BlockScaling::ScaleCount(const Shape& shape) {
+  const std::size_t row = RowLength(shape);
+  if (row == 0) return 0;
+  return (ElementCount(shape) / row) * ((row + kBlockSize - 1) / kBlockSize);
+}
+
+void MXFP8BlockScaling::QuantizeBlocks(std::span<const float> values, std::size_t row_length,
+                                       std::span<std::uint8_t> elements, std::span<std::uint8_t> scales) const {
+  const BlockLayout layout = CheckBlocks(values.size(), row_length, elements.size(), "elements", scales.size());
+  const bool e4m3 = element_type_ == DataType::Float8E4M3FN;
+  const float max_normal = Float8Max(element_type_);
+  const int emax = ElementEmax(element_type_);
+  const auto blocks = static_cast<std::int64_t>(layout.blocks);
+  // Blocks are independent: threads take whole blocks (a large tensor only, where it pays).
+#pragma omp parallel for schedule(static) if (values.size() >= kParallelElements)
+  for (std::int64_t block = 0; block < blocks; ++block) {
+    const auto [begin, end] = layout.Range(static_cast<std::size_t>(block));
+    float amax = 0.0f;
+    bool finite = true;
+    for (std::size_t i = begin; i < end; ++i) {
+      const float a = std::fabs(values[i]);
+      finite = finite && std::isfinite(a);
+      amax = std::max(amax, a);
+    }
+    if (!finite) {
+      scales[static_cast<std::size_t>(block)] = kScaleNaN;
+      for (std::size_t i = begin; i < end; ++i) elements[i] = kElementNaN;
+      continue;
+    }
+    // floor(log2(amax)) is the unbiased exponent (ilogb also handles subnormals); a zero block
+    // takes the smallest scale.
+    const int shared = amax > 0.0f ? std::clamp(std::ilogb(amax) - emax, -127, 127) : -127;
+    scales[static_cast<std::size_t>(block)] = static_cast<std::uint8_t>(shared + 127);
+    // V / 2^shared as a product with 2^-shared, -shared in [-127 + emax, 127]: exact (a product
+    // that falls below FP32's normal range is far below FP8's smallest subnormal either way).
+    const float inverse = PowerOfTwo(-shared);
+    for (std::size_t i = begin; i < end; ++i) {
+      const float p = std::clamp(values[i] * inverse, -max_normal, max_normal);
+      elements[i] =
+          e4m3 ? mlframework::detail::FloatToFloat8E4M3FNBits(p) : mlframework::detail::FloatToFloat8E5M2Bits(p);
+    }
+  }
+}
+
+void MXFP8BlockScaling::DequantizeBlocks(std::span<float> values, std::size_t row_length,
+                                         std::span<const std::uint8_t> scales) const {
+  const BlockLayout layout = CheckBlocks(values.size(), row_length, values.size(), "values", scales.size());
+  const auto blocks = static_cast<std::int64_t>(layout.blocks);
+#pragma omp parallel for schedule(static) if (values.size() >= kParallelElements)
+  for (std::int64_t block = 0; block < blocks; ++block) {
+    const auto [begin, end] = layout.Range(static_cast<std::size_t>(block));
+    const std::uint8_t code = scales[static_cast<std::size_t>(block)];
+    for (std::size_t i = begin; i < end; ++i) {
+      values[i] = code == kScaleNaN ? std::numeric_limits<float>::quiet_NaN()
+                                    : std::ldexp(values[i], static_cast<int>(code) - 127);
+    }
+  }
+}
+
+void MXFP8BlockScaling::Quantize(const ITensor& src, ITensor& dst, std::span<std::uint8_t> scales) const {
+  if (IsFloat8(src.GetDataType()) || !IsValid(src.GetDataType())) {
+    throw ArgumentError(
+        "src", "is " + std::string(ToString(src.GetDataType())) + "; MXFP8 quantizes Float32, Float16 or BFloat16");
+  }
+  if (dst.GetDataType() != element_type_) {
+    throw ArgumentError(
+        "dst", "is " + std::string(ToString(dst.GetDataType())) + ", expected " + std::string(ToString(element_type_)));
+  }
+  CheckShapes(dst, "dst", src);
+  const std::size_t count = ScaleCount(src.GetShape());
+  if (scales.size() != count) {
+    throw ArgumentError("scales", "has " + std::to_string(scales.size()) + " bytes; shape " +
+                                      mlframework::ToString(src.GetShape()) + " has " + std::to_string(count) +
+                                      " blocks");
+  }
+  const std::vector<float> values = ReadFloats(src);
+  const std::span<std::byte> host = dst.MutableHostBytes();
+  if (!host.empty()) {
+    QuantizeBlocks(values, RowLength(src.GetShape()),
+                   std::span<std::uint8_t>(reinterpret_cast<std::uint8_t*>(host.data()), host.size()), scales);
+    return;
+  }
+  std::vector<std::uint8_t> elements(values.size());
+  QuantizeBlocks(values, RowLength(src.GetShape()), elements, scales);
+  std::vector<float> decoded(values.size());
+  for (std::size_t i = 0; i < elements.size(); ++i) {
+    decoded[i] = element_type_ == DataType::Float8E4M3FN ? mlframework::detail::Float8E4M3FNBitsToFloat(elements[i])
+                                                         : mlframework::detail::Float8E5M2BitsToFloat(elements[i]);
+  }
+  dst.CopyFromFloats(decoded);
+}
+
+void MXFP8BlockScaling::Dequantize(const ITensor& src, std::span<const std::uint8_t> scales, ITensor& dst) const {
+  if (src.GetDataType() != element_type_) {
+    throw ArgumentError(
+        "src", "is " + std::string(ToString(src.GetDataType())) + ", expected " + std::string(ToString(element_type_)));
+  }
+  if (IsFloat8(dst.GetDataType()) || !IsValid(dst.GetDataType())) {
+    throw ArgumentError("dst", "is " + std::string(ToString(dst.GetDataType())) +
+                                   "; MXFP8 dequantizes into Float32, Float16 or BFloat16");
+  }
+  CheckShapes(dst, "dst", src);
+  const std::size_t count = ScaleCount(src.GetShape());
+  if (scales.size() != count) {
+    throw ArgumentError("scales", "has " + std::to_string(scales.size()) + " bytes; shape " +
+                                      mlframework::ToString(src.GetShape()) + " has " + std::to_string(count) +
+                                      " blocks");
+  }
+  std::vector<float> values = ReadFloats(src);
+  DequantizeBlocks(values, RowLength(src.GetShape()), scales);
+  dst.CopyFromFloats(values);
+}
+
+}  // namespace mlframework::fp8
