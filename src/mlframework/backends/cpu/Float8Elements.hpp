@@ -30,6 +30,12 @@
 
 namespace mlframework::backends::cpu::float8 {
 
+// Internal linkage: each per-instruction-set file gets its own copy of every function here,
+// compiled with its flags. With external linkage the linker keeps one copy of each template
+// instantiation shared by those files (AmaxBits was the same function in all of them), so a
+// file could run another file's code: narrower, or wider than the CPU has.
+namespace {
+
 // Magnitudes order like unsigned integers in every format (Float8Kernels.hpp): a plain integer
 // max reduction, which the compiler vectorises at the including file's width.
 template <typename T, std::uint32_t kMagnitude>
@@ -200,5 +206,7 @@ struct Elements {
     return set;
   }
 };
+
+}  // namespace
 
 }  // namespace mlframework::backends::cpu::float8

@@ -14,6 +14,11 @@
 
 namespace mlframework::backends::cpu::optimizer {
 
+// Internal linkage: each per-instruction-set file gets its own copy of these functions, compiled
+// with its flags. With external linkage the linker would keep one copy of an instantiation the
+// files share (the scalar tails over float), which could be another file's wider code.
+namespace {
+
 // Elements of a piece updated before their FP16/BF16 copy is written: the block is still in the
 // L1 cache when the narrowing kernel reads it back, so the copy costs no pass over memory.
 inline constexpr std::size_t kNarrowBlock = 2048;
@@ -185,5 +190,7 @@ template <class Batch>
 constexpr OptimizerKernelTable MakeOptimizerTable() {
   return OptimizerKernelTable{&AdamRun<Batch>, &SGDRun<Batch>};
 }
+
+}  // namespace
 
 }  // namespace mlframework::backends::cpu::optimizer
