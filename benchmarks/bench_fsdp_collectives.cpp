@@ -207,15 +207,7 @@ double LiveHeapBytes() {
   return static_cast<double>(info.uordblks + info.hblkhd);
 }
 
-// The "<field>:  N kB" line of /proc/self/status (VmRSS, VmHWM) in bytes (-1 when missing).
-double ProcStatusBytes(const std::string& field) {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind(field + ":", 0) == 0) return std::stod(line.substr(field.size() + 1)) * 1024.0;
-  }
-  return -1.0;
-}
+using mlfw_bench::ProcStatusBytes;
 
 // Resets the peak resident set size (VmHWM) to the current one (Linux >= 4.0), so the peak of
 // each measurement is its own; false when the kernel refuses.

@@ -44,15 +44,7 @@ std::shared_ptr<dist::IProcessGroup>& Group() {
   return group;
 }
 
-// The "<field>:  N kB" line of /proc/self/status in bytes (-1 when missing).
-double ProcStatusBytes(const std::string& field) {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind(field + ":", 0) == 0) return std::stod(line.substr(field.size() + 1)) * 1024.0;
-  }
-  return -1.0;
-}
+using mlfw_bench::ProcStatusBytes;
 
 // The forward of `y = x + sum(w * c)` over the gathered BF16 weights.
 float Forward(const mlframework::ITensor& weights, const std::vector<float>& c) {
