@@ -1,5 +1,7 @@
 #include "Mlp.hpp"
 
+#include "Fp8Codec.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <random>
@@ -217,6 +219,18 @@ Mlp::Mlp(std::vector<std::size_t> sizes, DataType storage, std::uint64_t seed, f
   RefreshWeights();
 }
 
+void Mlp::UseFp8(Fp8Codec* codec) {
+  if (codec != nullptr && storage_ != DataType::Float32) {
+    throw mlframework::ArgumentError("codec", "needs a Float32 network (the FP32 values it quantizes), storage is " +
+                                                  std::string(mlframework::ToString(storage_)));
+  }
+  fp8_ = codec;
+  for (Layer& layer : layers_) {
+    // The products read the decoded FP8 weights, no longer the FP32 parameters themselves.
+    layer.weight_wide = codec != nullptr ? mlframework::Zeros({layer.out, layer.in}, DataType::Float32) : layer.weight;
+  }
+}
+
 void Mlp::RefreshWeights() {
   if (storage_ == DataType::Float32) {
     return;
@@ -249,6 +263,14 @@ BatchLoss Mlp::Forward(std::span<const float> inputs, std::span<const std::uint8
     RoundInPlace<kD>({activations_[0].data(), activations_[0].size()}, nullptr);
     for (std::size_t k = 0; k < layers_.size(); ++k) {
       const Layer& layer = layers_[k];
+      if (fp8_ != nullptr) {
+        const std::string prefix = "layer" + std::to_string(k);
+        const auto* master = static_cast<const float*>(cpu::Data(*layer.weight));
+        fp8_->RoundTrip(prefix + ".weight", mlframework::fp8::TensorRole::Forward, {master, layer.out * layer.in},
+                        {static_cast<float*>(cpu::MutableData(*layer.weight_wide)), layer.out * layer.in}, nullptr);
+        std::span<float> input(activations_[k].data(), activations_[k].size());
+        fp8_->RoundTrip(prefix + ".input", mlframework::fp8::TensorRole::Forward, input, input, nullptr);
+      }
       xt::xtensor<float, 2>& out = activations_[k + 1];
       Resize(out, batch, layer.out);
       auto weight = Matrix(layer.weight_wide, layer.out, layer.in);
@@ -309,14 +331,22 @@ void Mlp::Backward(float seed, UnderflowCount& count) {
         row[c] = seed * (row[c] - (c == labels_[b] ? 1.0f : 0.0f));
       }
     }
-    RoundInPlace<kD>({top.data(), top.size()}, &count);
+    // Under FP8 the counts cover the E5M2 gradients only (below); the FP32 ones cannot flush.
+    UnderflowCount unstored;
+    UnderflowCount& stored = fp8_ != nullptr ? unstored : count;
+    RoundInPlace<kD>({top.data(), top.size()}, &stored);
 
     for (std::size_t k = layers_.size(); k-- > 0;) {
       const Layer& layer = layers_[k];
-      const xt::xtensor<float, 2>& delta = deltas_[k];
+      xt::xtensor<float, 2>& delta = deltas_[k];
+      if (fp8_ != nullptr) {
+        std::span<float> values(delta.data(), delta.size());
+        fp8_->RoundTrip("layer" + std::to_string(k) + ".grad_output", mlframework::fp8::TensorRole::Gradient, values,
+                        values, &count);
+      }
       Resize(weight_grad_wide_, layer.out, layer.in);
       xt::blas::gemm(delta, activations_[k], weight_grad_wide_, true, false);
-      StoreInto<kD>({weight_grad_wide_.data(), weight_grad_wide_.size()}, *layer.weight_grad, count);
+      StoreInto<kD>({weight_grad_wide_.data(), weight_grad_wide_.size()}, *layer.weight_grad, stored);
       bias_grad_wide_.assign(layer.out, 0.0f);
       for (std::size_t b = 0; b < batch; ++b) {
         const float* row = delta.data() + b * layer.out;
@@ -324,7 +354,7 @@ void Mlp::Backward(float seed, UnderflowCount& count) {
           bias_grad_wide_[j] += row[j];
         }
       }
-      StoreInto<kD>(bias_grad_wide_, *layer.bias_grad, count);
+      StoreInto<kD>(bias_grad_wide_, *layer.bias_grad, stored);
       if (k == 0) {
         break;
       }
@@ -338,7 +368,7 @@ void Mlp::Backward(float seed, UnderflowCount& count) {
       for (std::size_t i = 0; i < next.size(); ++i) {
         next.data()[i] = below.data()[i] > 0.0f ? dinput_.data()[i] : 0.0f;
       }
-      RoundInPlace<kD>({next.data(), next.size()}, &count);
+      RoundInPlace<kD>({next.data(), next.size()}, &stored);
     }
   });
 }

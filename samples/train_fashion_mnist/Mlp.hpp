@@ -16,6 +16,8 @@
 
 namespace fashion_mnist {
 
+class Fp8Codec;
+
 /// Gradient values produced by one or more backward passes, counted where they
 /// are rounded into the storage dtype.
 struct UnderflowCount {
@@ -46,6 +48,13 @@ class Mlp {
   const mlframework::GradientMap& Gradients() const { return gradients_; }
   /// Storage dtype.
   mlframework::DataType Storage() const { return storage_; }
+
+  /// FP8 storage through @p codec (not owned; null turns it off), on a Float32 network: every
+  /// forward quantizes the weights and each layer's input (E4M3 under HYBRID), every backward each
+  /// layer's output gradient (E5M2), and the products run in FP32 on the decoded values. Biases,
+  /// logits and parameter gradients stay FP32, as Transformer Engine keeps them in higher precision.
+  /// ArgumentError naming `codec` on a network whose storage is not Float32.
+  void UseFp8(Fp8Codec* codec);
 
   /// Re-reads the parameters (after an optimizer step) into the FP32 copies BLAS reads.
   void RefreshWeights();
@@ -85,6 +94,7 @@ class Mlp {
   std::vector<float> bias_grad_wide_;
   std::vector<std::uint8_t> labels_;
   std::size_t batch_ = 0;
+  Fp8Codec* fp8_ = nullptr;  // FP8 storage when set (UseFp8)
 };
 
 }  // namespace fashion_mnist

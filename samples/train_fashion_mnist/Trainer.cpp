@@ -15,7 +15,11 @@
 #include <utility>
 #include <vector>
 
+#include <mlframework/backends/cpu/CpuTensor.hpp>
+#include <mlframework/fp8/DelayedScaling.hpp>
 #include <mlframework/mlframework.hpp>
+
+#include "Fp8Codec.hpp"
 
 namespace fashion_mnist {
 
@@ -44,12 +48,13 @@ struct ModeSpec {
   DataType storage;
 };
 
-constexpr std::array<ModeSpec, 5> kModes = {{
+constexpr std::array<ModeSpec, 6> kModes = {{
     {Mode::kFp32, "fp32", "FP32 everywhere (reference)", DataType::Float32},
     {Mode::kFp16, "fp16", "FP16, no loss scaling", DataType::Float16},
     {Mode::kFp16Scaler, "fp16-scaler", "FP16, GradScalerContext, dynamic scale", DataType::Float16},
     {Mode::kFp16Conversion, "fp16-layer", "FP16, GradientConversionLayer, clipping", DataType::Float16},
     {Mode::kBf16, "bf16", "BF16, no loss scaling", DataType::BFloat16},
+    {Mode::kFp8, "fp8", "FP8 E4M3/E5M2, DelayedScaling", DataType::Float8E4M3FN},
 }};
 
 const ModeSpec& Spec(Mode mode) {
@@ -121,6 +126,10 @@ void PrintProgress(const TrainConfig& config, Mode mode, int epoch, std::size_t 
   std::fflush(stderr);
 }
 
+float ReadScalar(const mlframework::TensorPtr& tensor) {
+  return *static_cast<const float*>(mlframework::backends::cpu::Data(*tensor));
+}
+
 }  // namespace
 
 std::string_view ModeName(Mode mode) { return Spec(mode).name; }
@@ -155,7 +164,19 @@ ModeResult TrainMode(const Dataset& data, const TrainConfig& config, Mode mode) 
   std::vector<std::size_t> sizes = {train.features};
   sizes.insert(sizes.end(), config.hidden.begin(), config.hidden.end());
   sizes.push_back(kClasses);
-  Mlp model(sizes, ModeStorage(mode), config.seed, config.init_gain);
+  // FP8 mode: an FP32 network whose weights, activations and gradients go through FP8 storage.
+  Mlp model(sizes, mode == Mode::kFp8 ? DataType::Float32 : ModeStorage(mode), config.seed, config.init_gain);
+  std::optional<mlframework::fp8::DelayedScaling> recipe;
+  std::optional<Fp8Codec> codec;
+  if (mode == Mode::kFp8) {
+    recipe.emplace(mlframework::fp8::DelayedScalingConfig{
+        .Margin = config.fp8_margin,
+        .Fp8Format = mlframework::fp8::Format::HYBRID,
+        .AmaxHistoryLen = config.fp8_history_len,
+        .AmaxComputeAlgo = mlframework::fp8::ParseAmaxComputeAlgo(config.fp8_amax_algo)});
+    codec.emplace(*recipe);
+    model.UseFp8(&*codec);
+  }
   const std::unique_ptr<amp::IOptimizer> optimizer = MakeOptimizer(config, model.Parameters());
   TimedOptimizer timed(*optimizer);
 
@@ -225,6 +246,7 @@ ModeResult TrainMode(const Dataset& data, const TrainConfig& config, Mode mode) 
         labels[b] = train.labels[index];
       }
       const auto step_start = Clock::now();
+      const auto fp8_before = codec ? codec->Seconds() : 0.0;
       const BatchLoss forward = model.Forward(inputs, labels, config.batch_size);
       // The loss as the framework holds it: an FP32 scalar tensor.
       const float reduced = static_cast<float>(forward.mean_loss) * config.loss_weight *
@@ -265,6 +287,21 @@ ModeResult TrainMode(const Dataset& data, const TrainConfig& config, Mode mode) 
         model.Backward(seed, result.underflow);
         optimizer->SetGradients(model.Gradients());
         optimizer->Step();
+      }
+      if (recipe) {
+        // The step's amax, then the scales the next step casts with (Transformer Engine updates
+        // after the step).
+        const std::vector<std::string> names = recipe->Names();
+        const std::size_t first = result.fp8.size();
+        for (const std::string& name : names) {
+          result.fp8.push_back({.step = result.steps + 1, .tensor = name, .amax = ReadScalar(recipe->Amax(name))});
+        }
+        const auto t = Clock::now();
+        recipe->UpdateScales();
+        scaling_seconds += Seconds(t, Clock::now()) + codec->Seconds() - fp8_before;
+        for (std::size_t i = 0; i < names.size(); ++i) {
+          result.fp8[first + i].scale = ReadScalar(recipe->Scale(names[i]));
+        }
       }
       if (!record.skipped) {
         model.RefreshWeights();

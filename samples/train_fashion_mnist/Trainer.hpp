@@ -24,13 +24,16 @@ enum class Mode {
   kFp16Scaler,      ///< FP16 storage, amp::GradScaler (dynamic) through GradScalerContext.
   kFp16Conversion,  ///< FP16 storage, GradientConversionLayer (dynamic scaling and clipping).
   kBf16,            ///< BF16 storage, no loss scaling.
+  /// FP8 storage (E4M3 weights and activations, E5M2 gradients) under fp8::DelayedScaling, FP32
+  /// master weights and biases; the products run in FP32 on the decoded values.
+  kFp8,
 };
 
-/// Command-line name of @p mode ("fp32", "fp16", "fp16-scaler", "fp16-layer", "bf16").
+/// Command-line name of @p mode ("fp32", "fp16", "fp16-scaler", "fp16-layer", "bf16", "fp8").
 std::string_view ModeName(Mode mode);
 /// One-line description of @p mode for the table.
 std::string_view ModeDescription(Mode mode);
-/// Storage dtype of @p mode.
+/// Storage dtype of @p mode (Float8E4M3FN for fp8, whose gradients are Float8E5M2).
 mlframework::DataType ModeStorage(Mode mode);
 /// The mode named @p name, if any.
 std::optional<Mode> ParseMode(std::string_view name);
@@ -62,6 +65,9 @@ struct TrainConfig {
   /// When not empty: the scaling modes also write the library's per-step CSV (TrainingCsvWriter:
   /// step, scale, skipped, grad_norm, overflowing tensors) to `<steps_csv_dir>/<mode>-steps.csv`.
   std::string steps_csv_dir;
+  int fp8_margin = 0;                  ///< DelayedScaling margin of the fp8 mode.
+  std::size_t fp8_history_len = 1024;  ///< DelayedScaling amax history length of the fp8 mode.
+  std::string fp8_amax_algo = "max";   ///< DelayedScaling amax_compute_algo: "max" or "most_recent".
 };
 
 /// One training step as recorded in the CSV.
@@ -70,6 +76,14 @@ struct StepRecord {
   double loss = 0.0;      ///< Mean cross-entropy per example of the batch (before weight and scale).
   float scale = 1.0f;     ///< Loss scale used for this step (1 without scaling).
   bool skipped = false;   ///< The optimizer step was skipped (overflow).
+};
+
+/// One FP8 tensor's delayed-scaling state at the end of a step.
+struct Fp8Record {
+  std::int64_t step = 0;  ///< 1-based step number.
+  std::string tensor;     ///< The recipe's name of the tensor ("layer0.weight", "layer1.grad_output", ...).
+  float amax = 0.0f;      ///< The amax the step's casts of the tensor recorded.
+  float scale = 1.0f;     ///< The scale UpdateScales() computed for the next step.
 };
 
 /// What one mode achieved.
@@ -86,6 +100,7 @@ struct ModeResult {
   double scaling_seconds = 0.0;     ///< CPU time inside the library's scaling code (not the optimizer).
   double total_seconds = 0.0;       ///< CPU time of all steps.
   std::vector<StepRecord> records;  ///< Per-step loss and scale.
+  std::vector<Fp8Record> fp8;       ///< Per-step amax and scale of every FP8 tensor (fp8 mode only).
 };
 
 /// Trains one mode from the same initialization and batch order as every other mode.

@@ -1,6 +1,8 @@
 // Fashion-MNIST with mixed precision: trains the same MLP in FP32, FP16
 // without and with loss scaling (GradScalerContext, GradientConversionLayer)
-// and BF16, side by side, and shows what loss scaling changes.
+// and BF16, and FP8 with delayed scaling, side by side, and shows what loss
+// scaling changes.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -43,7 +45,7 @@ class UsageError : public std::runtime_error {
 const char* kUsage =
     "usage: train_fashion_mnist [options]\n"
     "  --data DIR             Fashion-MNIST IDX files (default /usr/share/datasets/fashion-mnist)\n"
-    "  --modes LIST           comma-separated: fp32,fp16,fp16-scaler,fp16-layer,bf16 (default: all)\n"
+    "  --modes LIST           comma-separated: fp32,fp16,fp16-scaler,fp16-layer,bf16,fp8 (default: all)\n"
     "  --epochs N             passes over the training set (default 2)\n"
     "  --batch-size N         examples per step (default 128)\n"
     "  --subset N             use the first N training images (default: all 60000)\n"
@@ -56,6 +58,9 @@ const char* kUsage =
     "  --initial-scale X      initial loss scale of the scaling modes (default 65536)\n"
     "  --growth-interval N    clean steps before the scale grows (default 100; PyTorch uses 2000)\n"
     "  --max-grad-norm X      clipping threshold of fp16-layer (default 1)\n"
+    "  --fp8-margin N         DelayedScaling margin of fp8: scale = 448/amax/2^N (default 0)\n"
+    "  --fp8-history N        DelayedScaling amax history length of fp8 (default 1024)\n"
+    "  --fp8-amax max|most_recent  DelayedScaling amax_compute_algo of fp8 (default max)\n"
     "  --seed N               initialization and shuffling seed (default 42)\n"
     "  --scenario underflow   a setting where FP16 gradients underflow: loss weight 1e-4,\n"
     "                         3 hidden layers of 128, init gain 0.5 (options after it override)\n"
@@ -129,7 +134,7 @@ Options ParseArgs(int argc, char** argv) {
       for (const std::string& name : SplitList(NeedValue(argc, argv, i))) {
         const std::optional<Mode> mode = ParseMode(name);
         if (!mode) {
-          throw UsageError("--modes: unknown mode \"" + name + "\" (fp32, fp16, fp16-scaler, fp16-layer, bf16)");
+          throw UsageError("--modes: unknown mode \"" + name + "\" (fp32, fp16, fp16-scaler, fp16-layer, bf16, fp8)");
         }
         options.modes.push_back(*mode);
       }
@@ -173,6 +178,15 @@ Options ParseArgs(int argc, char** argv) {
       options.train.growth_interval = static_cast<int>(ParseCount(flag, NeedValue(argc, argv, i), 1));
     } else if (flag == "--max-grad-norm") {
       options.train.max_grad_norm = ParsePositive(flag, NeedValue(argc, argv, i));
+    } else if (flag == "--fp8-margin") {
+      options.train.fp8_margin = static_cast<int>(ParseCount(flag, NeedValue(argc, argv, i), 0));
+    } else if (flag == "--fp8-history") {
+      options.train.fp8_history_len = ParseCount(flag, NeedValue(argc, argv, i), 1);
+    } else if (flag == "--fp8-amax") {
+      options.train.fp8_amax_algo = NeedValue(argc, argv, i);
+      if (options.train.fp8_amax_algo != "max" && options.train.fp8_amax_algo != "most_recent") {
+        throw UsageError("--fp8-amax must be max or most_recent, got \"" + options.train.fp8_amax_algo + "\"");
+      }
     } else if (flag == "--seed") {
       options.train.seed = ParseCount(flag, NeedValue(argc, argv, i), 0);
     } else if (flag == "--scenario") {
@@ -229,6 +243,39 @@ void WriteCsv(const std::filesystem::path& path, const ModeResult& result) {
   }
 }
 
+// The FP8 tensors of @p result in the order the recipe registered them.
+std::vector<std::string> Fp8Tensors(const ModeResult& result) {
+  std::vector<std::string> tensors;
+  for (const Fp8Record& r : result.fp8) {
+    if (std::find(tensors.begin(), tensors.end(), r.tensor) == tensors.end()) {
+      tensors.push_back(r.tensor);
+    }
+  }
+  return tensors;
+}
+
+// fp8-scales.csv: one row per step, the amax and the delayed scale of every FP8 tensor (a wide
+// table, so each curve is one column for gnuplot or a spreadsheet).
+void WriteFp8Csv(const std::filesystem::path& path, const ModeResult& result) {
+  const std::vector<std::string> tensors = Fp8Tensors(result);
+  std::ofstream out(path);
+  out.precision(9);
+  out << "step";
+  for (const std::string& tensor : tensors) {
+    out << ',' << tensor << ".amax," << tensor << ".scale";
+  }
+  for (std::size_t i = 0; i < result.fp8.size(); i += tensors.size()) {
+    out << '\n' << result.fp8[i].step;
+    for (std::size_t t = 0; t < tensors.size() && i + t < result.fp8.size(); ++t) {
+      out << ',' << result.fp8[i + t].amax << ',' << result.fp8[i + t].scale;
+    }
+  }
+  out << '\n';
+  if (!out) {
+    throw std::runtime_error(path.string() + ": cannot be written");
+  }
+}
+
 void WriteSummary(const std::filesystem::path& path, const std::vector<ModeResult>& results) {
   std::ofstream out(path);
   out.precision(9);
@@ -254,6 +301,8 @@ const char* Color(Mode mode) {
       return "#1f77b4";
     case Mode::kFp16Conversion:
       return "#ff7f0e";
+    case Mode::kFp8:
+      return "#9467bd";
     case Mode::kBf16:
       break;
   }
@@ -264,6 +313,10 @@ bool HaveGnuplot() { return std::system("command -v gnuplot >/dev/null 2>&1") ==
 
 // Loss (smoothed over 20 steps) and scale curves, one line per mode.
 std::optional<std::filesystem::path> Plot(const std::filesystem::path& out, const std::vector<ModeResult>& results) {
+  const ModeResult* fp8 = nullptr;
+  for (const ModeResult& r : results) {
+    fp8 = r.mode == Mode::kFp8 ? &r : fp8;
+  }
   const std::filesystem::path script = out / "curves.gp";
   const std::filesystem::path png = out / "curves.png";
   std::ofstream gp(script);
@@ -271,7 +324,7 @@ std::optional<std::filesystem::path> Plot(const std::filesystem::path& out, cons
      << "set output '" << png.string() << "'\n"
      << "set datafile separator ','\n"
      << "set key outside right\n"
-     << "set multiplot layout 2,1\n"
+     << "set multiplot layout " << (fp8 != nullptr ? 3 : 2) << ",1\n"
      << "set title 'training loss (mean cross-entropy per example, 20-step moving average)'\n"
      << "set xlabel 'step'\nset ylabel 'loss'\nset logscale y\n"
      << "avg(x) = (s20 = s19, s19 = s18, s18 = s17, s17 = s16, s16 = s15, s15 = s14, s14 = s13, s13 = s12, "
@@ -301,6 +354,18 @@ std::optional<std::filesystem::path> Plot(const std::filesystem::path& out, cons
   }
   if (first) {
     gp << "1 with lines title 'no scaling mode run'";
+  }
+  if (fp8 != nullptr) {
+    // One pair of curves per FP8 tensor: its amax (dashed) and its delayed scale (solid).
+    const std::vector<std::string> tensors = Fp8Tensors(*fp8);
+    const std::string csv = (out / "fp8-scales.csv").string();
+    gp << "\nset title 'fp8: amax (dashed) and DelayedScaling scale (solid) per tensor'\nset ylabel 'value'\n"
+       << "set logscale y 10\nset format y '1e%L'\nplot ";
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      gp << (i == 0 ? "" : ", ") << "'" << csv << "' skip 1 using 1:" << 2 * i + 2 << " with lines dt 2 lc " << i + 1
+         << " notitle, '" << csv << "' skip 1 using 1:" << 2 * i + 3 << " with lines lw 2 lc " << i + 1 << " title '"
+         << tensors[i] << "'";
+    }
   }
   gp << "\nunset multiplot\n";
   gp.close();
@@ -337,23 +402,36 @@ int Run(const Options& options) {
               "skipped", "final scale", "cpu ms/step", "scaling");
   for (const ModeResult& r : results) {
     const bool scaled = r.mode == Mode::kFp16Scaler || r.mode == Mode::kFp16Conversion;
+    const bool timed = scaled || r.mode == Mode::kFp8;  // fp8's scaling code: casts and scale updates
     const double scaling_share = r.total_seconds > 0.0 ? r.scaling_seconds / r.total_seconds : 0.0;
     char scale_text[32];
     std::snprintf(scale_text, sizeof scale_text, "%.0f", static_cast<double>(r.final_scale));
     std::printf("%-12s %-40s %9s %10.4f %9s %8lld %11s %11.2f %8s\n", std::string(ModeName(r.mode)).c_str(),
                 std::string(ModeDescription(r.mode)).c_str(), Percent(r.test_accuracy).c_str(), r.final_loss,
                 Percent(r.underflow.Share()).c_str(), static_cast<long long>(r.skipped), scaled ? scale_text : "-",
-                1e3 * r.seconds_per_step, scaled ? Percent(scaling_share).c_str() : "-");
+                1e3 * r.seconds_per_step, timed ? Percent(scaling_share).c_str() : "-");
     WriteCsv(options.out / (std::string(ModeName(r.mode)) + ".csv"), r);
+    if (r.mode == Mode::kFp8) {
+      WriteFp8Csv(options.out / "fp8-scales.csv", r);
+    }
   }
   std::printf(
       "\ngrads->0: share of backward values (logit, activation and parameter gradients) that were non-zero\n"
       "          in FP32 and rounded to zero in the storage dtype.\n"
       "cpu ms/step: process CPU time per step, all threads (wall time on a shared machine measures the load).\n"
       "scaling:  share of that time spent in the library's scaling code (ScaleLoss, overflow check, unscale,\n"
-      "          clipping, conversion to FP32; not the optimizer). The specs ask for under %.0f%%.\n",
+      "          clipping, conversion to FP32; not the optimizer; for fp8: the FP8 casts, decodes and scale\n"
+      "          updates). The specs ask for under %.0f%% (for loss scaling).\n",
       100.0 * kScalingBudget);
   for (const ModeResult& r : results) {
+    if (r.mode == Mode::kFp8) {
+      std::printf(
+          "fp8: weights and activations stored in E4M3, gradients of layer outputs in E5M2, one DelayedScaling\n"
+          "     scale per tensor (margin %d, amax history %zu, %s); matrix products run in FP32 on the decoded\n"
+          "     values (this CPU has no FP8 GEMM); FP32 master weights, biases and parameter gradients;\n"
+          "     grads->0 counts the E5M2 gradients; amax and scale per step in fp8-scales.csv.\n",
+          options.train.fp8_margin, options.train.fp8_history_len, options.train.fp8_amax_algo.c_str());
+    }
     if (r.mode == Mode::kFp16Conversion) {
       std::printf("fp16-layer clipped %lld of %lld steps at max norm %g.\n", static_cast<long long>(r.clip_count),
                   static_cast<long long>(r.steps), static_cast<double>(options.train.max_grad_norm));
@@ -383,6 +461,16 @@ int Run(const Options& options) {
           gap, Percent(plain->test_accuracy).c_str(), Percent(scaled->test_accuracy).c_str(),
           Percent(plain->underflow.Share()).c_str(), Percent(scaled->underflow.Share()).c_str());
     }
+  }
+  const ModeResult* bf16 = nullptr;
+  const ModeResult* fp8 = nullptr;
+  for (const ModeResult& r : results) {
+    bf16 = r.mode == Mode::kBf16 ? &r : bf16;
+    fp8 = r.mode == Mode::kFp8 ? &r : fp8;
+  }
+  if (bf16 != nullptr && fp8 != nullptr) {
+    std::printf("\nFP8 vs BF16: %s vs %s test accuracy (%+.2f points).\n", Percent(fp8->test_accuracy).c_str(),
+                Percent(bf16->test_accuracy).c_str(), 100.0 * (fp8->test_accuracy - bf16->test_accuracy));
   }
   WriteSummary(options.out / "summary.csv", results);
   std::printf("\nCSV (step, loss, scale) per mode and summary.csv in %s/\n", options.out.string().c_str());

@@ -1,6 +1,7 @@
 // Runs the Fashion-MNIST demo at a tiny size (one epoch on a subset) and checks
 // what README promises: FP32, FP16 with dynamic loss scaling and BF16 all learn,
-// and loss scaling makes FP16 match FP32.
+// and loss scaling makes FP16 match FP32; FP8 with delayed scaling stays near BF16.
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -145,6 +146,72 @@ BOOST_AUTO_TEST_CASE(UnderflowScenarioShowsWhatScalingRecovers) {
   BOOST_TEST(std::abs(summary.at("fp16-scaler").at("test_accuracy") - summary.at("fp32").at("test_accuracy")) <= 0.01);
 }
 
+// The target for the fp8 mode: FP8 storage under DelayedScaling within 1.5 points of BF16
+// in the same run, with the amax and scale of every FP8 tensor written per step.
+BOOST_AUTO_TEST_CASE(Fp8ModeTrainsWithinOnePointFiveOfBf16) {
+  const TempDir scratch;
+  const Run run = RunDemo(
+      "--modes bf16,fp8 --epochs 1 --subset 16000 --batch-size 32 --lr 0.002 --hidden 128 --quiet --no-plot "
+      "--out '" +
+          scratch.path.string() + "'",
+      scratch.path);
+  BOOST_TEST_MESSAGE(run.output);
+  BOOST_REQUIRE_MESSAGE(run.status == 0, "demo failed:\n" << run.output);
+  // Said plainly: the products are FP32 on decoded values, not FP8 GEMMs.
+  BOOST_TEST(run.output.find("matrix products run in FP32 on the decoded") != std::string::npos, run.output);
+  const auto summary = ReadSummary(scratch.path / "summary.csv");
+  BOOST_REQUIRE(summary.count("fp8") == 1u);
+  BOOST_REQUIRE(summary.count("bf16") == 1u);
+  const double fp8 = summary.at("fp8").at("test_accuracy");
+  const double bf16 = summary.at("bf16").at("test_accuracy");
+  BOOST_TEST(fp8 >= 0.80, "fp8 test accuracy " << fp8);
+  BOOST_TEST(std::abs(fp8 - bf16) <= 0.015, "FP8 " << fp8 << " vs BF16 " << bf16);
+  BOOST_TEST(summary.at("fp8").at("steps") == 500.0);
+  BOOST_TEST(summary.at("fp8").at("skipped") == 0.0);
+  // Per-tensor scales keep the E5M2 gradients from flushing (with every scale left at 1, about an
+  // eighth of them flush at this setting).
+  BOOST_TEST(summary.at("fp8").at("flushed_share") < 0.01);
+
+  // fp8-scales.csv: step, then amax and scale of each tensor; one row per step.
+  std::ifstream csv(scratch.path / "fp8-scales.csv");
+  std::string line;
+  std::getline(csv, line);
+  BOOST_TEST(line ==
+             "step,layer0.weight.amax,layer0.weight.scale,layer0.input.amax,layer0.input.scale,"
+             "layer1.weight.amax,layer1.weight.scale,layer1.input.amax,layer1.input.scale,"
+             "layer1.grad_output.amax,layer1.grad_output.scale,layer0.grad_output.amax,layer0.grad_output.scale");
+  int rows = 0;
+  std::vector<double> first;
+  std::vector<double> last;
+  while (std::getline(csv, line)) {
+    ++rows;
+    std::vector<double> cells;
+    std::stringstream row(line);
+    for (std::string cell; std::getline(row, cell, ',');) {
+      cells.push_back(std::stod(cell));
+    }
+    BOOST_REQUIRE_EQUAL(cells.size(), 13u);
+    BOOST_TEST(cells[0] == static_cast<double>(rows));
+    for (std::size_t c = 1; c < cells.size(); c += 2) {
+      const double amax = cells[c];
+      const double scale = cells[c + 1];
+      BOOST_TEST((std::isfinite(amax) && amax > 0.0), line);
+      // Delayed scaling with margin 0: the scale never exceeds what the step's amax allows
+      // (448 for E4M3, 57344 for E5M2 gradients), since the history max is at least that amax.
+      const double fp8_max = c >= 9 ? 57344.0 : 448.0;
+      BOOST_TEST(scale <= fp8_max / amax * (1.0 + 1e-6), line);
+    }
+    (first.empty() ? first : last) = cells;
+  }
+  BOOST_TEST(rows == 500);
+  BOOST_REQUIRE(!last.empty());
+  // The inputs are pixels in [0, 1]: amax 1, scale 448 throughout.
+  BOOST_TEST(first[3] == 1.0);
+  BOOST_TEST(last[4] == 448.0);
+  // The scales follow the amax: the weights grow while training, so their scales fall.
+  BOOST_TEST(last[2] < first[2]);
+}
+
 BOOST_AUTO_TEST_CASE(BadDataDirectoryAndOptionsGiveClearErrors) {
   const TempDir scratch;
   const Run missing = RunDemo("--data '" + scratch.path.string() + "' --quiet", scratch.path);
@@ -153,9 +220,14 @@ BOOST_AUTO_TEST_CASE(BadDataDirectoryAndOptionsGiveClearErrors) {
              missing.output);
   BOOST_TEST(missing.output.find("missing") != std::string::npos, missing.output);
 
-  const Run unknown = RunDemo("--modes fp8", scratch.path);
+  const Run unknown = RunDemo("--modes fp4", scratch.path);
   BOOST_TEST(unknown.status == 2);
-  BOOST_TEST(unknown.output.find("unknown mode \"fp8\"") != std::string::npos, unknown.output);
+  BOOST_TEST(unknown.output.find("unknown mode \"fp4\"") != std::string::npos, unknown.output);
+
+  const Run bad_algo = RunDemo("--modes fp8 --fp8-amax mean", scratch.path);
+  BOOST_TEST(bad_algo.status == 2);
+  BOOST_TEST(bad_algo.output.find("--fp8-amax must be max or most_recent, got \"mean\"") != std::string::npos,
+             bad_algo.output);
 
   const Run bad_number = RunDemo("--epochs two", scratch.path);
   BOOST_TEST(bad_number.status == 2);

@@ -1,15 +1,20 @@
 // The demo's MLP: its backward pass is the derivative of its forward pass (checked
 // by finite differences in FP32), and rounding into FP16 flushes small gradients
-// to zero the way the demo reports, while BF16 and FP32 keep them.
+// to zero the way the demo reports, while BF16 and FP32 keep them; FP8 storage goes
+// through the library's DelayedScaling.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 #include <boost/test/unit_test.hpp>
 
+#include <mlframework/fp8/DelayedScaling.hpp>
 #include <mlframework/mlframework.hpp>
 
+#include "Fp8Codec.hpp"
 #include "Mlp.hpp"
 
 using namespace fashion_mnist;
@@ -148,6 +153,57 @@ BOOST_AUTO_TEST_CASE(FP16GradientsAreTheRoundedFP32Products) {
   }
   for (const float g : half.Gradients().at("layer0.weight")->ToFloatVector()) {
     BOOST_TEST(g == static_cast<float>(mlframework::Float16(g)));  // exactly representable
+  }
+}
+
+BOOST_AUTO_TEST_CASE(FP8StorageQuantizesWeightsInputsAndGradientsUnderDelayedScaling) {
+  namespace fp8 = mlframework::fp8;
+  const std::vector<std::size_t> sizes = {40, 3};
+  const Batch batch = MakeBatch(sizes.front(), sizes.back());
+  fp8::DelayedScaling recipe({.Margin = 0, .Fp8Format = fp8::Format::HYBRID, .AmaxHistoryLen = 4});
+  Fp8Codec codec(recipe);
+
+  Mlp bf16(sizes, DataType::BFloat16, 4, 1.0f);
+  BOOST_CHECK_EXCEPTION(bf16.UseFp8(&codec), mlframework::ArgumentError, [](const mlframework::ArgumentError& e) {
+    return std::string(e.what()).find("codec") != std::string::npos;
+  });
+  BOOST_TEST(recipe.Names().empty());  // nothing registered by the refused call
+
+  Mlp wide(sizes, DataType::Float32, 4, 1.0f);
+  Mlp narrow(sizes, DataType::Float32, 4, 1.0f);
+  narrow.UseFp8(&codec);
+  const double loss_wide = wide.Forward(batch.inputs, batch.labels, kBatch).mean_loss;
+  const double loss_narrow = narrow.Forward(batch.inputs, batch.labels, kBatch).mean_loss;
+  UnderflowCount count;
+  narrow.Backward(0.25f, count);
+  BOOST_TEST((recipe.Names() == std::vector<std::string>{"layer0.weight", "layer0.input", "layer0.grad_output"}));
+  BOOST_TEST((recipe.Float8TypeOf("layer0.weight") == DataType::Float8E4M3FN));
+  BOOST_TEST((recipe.Float8TypeOf("layer0.grad_output") == DataType::Float8E5M2));
+  // The recorded amax is the FP32 master weights' (they stay FP32 for the optimizer).
+  float weight_amax = 0.0f;
+  for (const float w : narrow.Parameters().at("layer0.weight")->ToFloatVector()) {
+    weight_amax = std::max(weight_amax, std::abs(w));
+  }
+  BOOST_TEST(recipe.Amax("layer0.weight")->ToFloatVector().at(0) == weight_amax);
+  BOOST_TEST(count.nonzero == kBatch * sizes.back());  // the logit gradients, all non-zero
+  // Quantized, but close: E4M3 keeps 3 mantissa bits.
+  BOOST_TEST(loss_narrow != loss_wide);
+  BOOST_TEST(std::abs(loss_narrow - loss_wide) < 0.1 * loss_wide);
+
+  // After UpdateScales the gradients are cast with scale 57344 / amax, so none flushes, and the
+  // bias gradient (4 logit gradients of at most 0.25 each, summed) stays near the FP32 one: the
+  // E4M3 weights and inputs move the softmax by a few hundredths.
+  recipe.UpdateScales();
+  wide.Forward(batch.inputs, batch.labels, kBatch);
+  narrow.Forward(batch.inputs, batch.labels, kBatch);
+  UnderflowCount ignored;
+  wide.Backward(0.25f, ignored);
+  narrow.Backward(0.25f, ignored);
+  BOOST_TEST(ignored.flushed == 0u);
+  const std::vector<float> bias_wide = wide.Gradients().at("layer0.bias")->ToFloatVector();
+  const std::vector<float> bias_narrow = narrow.Gradients().at("layer0.bias")->ToFloatVector();
+  for (std::size_t j = 0; j < bias_wide.size(); ++j) {
+    BOOST_TEST(std::abs(bias_narrow[j] - bias_wide[j]) <= 0.05f);
   }
 }
 
