@@ -62,6 +62,7 @@
 #include <mlframework/fp8/Format.hpp>
 #include <mlframework/fp8/IScalingRecipe.hpp>
 #include <mlframework/fp8/MXFP8BlockScaling.hpp>
+#include <mlframework/fp8/PerTensorScaling.hpp>
 
 // distributed and distributed::fsdp (MpiProcessGroup.hpp has no MPI types: the same in every
 // build; its constructors throw BackendError where MLFW_HAS_MPI is 0)

@@ -10,12 +10,9 @@
 
 #include <mlframework/export.hpp>
 #include <mlframework/fp8/IScalingRecipe.hpp>
+#include <mlframework/fp8/PerTensorScaling.hpp>
 
 namespace mlframework::fp8 {
-
-namespace detail {
-class ScaleTable;
-}  // namespace detail
 
 /// CurrentScaling's configuration (Transformer Engine's `Float8CurrentScaling` arguments).
 struct CurrentScalingConfig {
@@ -31,7 +28,7 @@ struct CurrentScalingConfig {
 /// Scale(), ScaleInv() and Amax() are those of the latest Quantize() of the name;
 /// UpdateScales() changes nothing (the scales follow each cast). StateDict() holds the format
 /// and, per tensor, its name, role, latest amax, scale and scale_inv.
-class MLFRAMEWORK_EXPORT CurrentScaling final : public IScalingRecipe {
+class MLFRAMEWORK_EXPORT CurrentScaling final : public PerTensorScaling {
  public:
   /// ArgumentError naming `config.Fp8Format` for a format outside the enum.
   explicit CurrentScaling(CurrentScalingConfig config = {});
@@ -41,33 +38,19 @@ class MLFRAMEWORK_EXPORT CurrentScaling final : public IScalingRecipe {
   CurrentScaling(CurrentScaling&&) noexcept;
   /// Move-assignable.
   CurrentScaling& operator=(CurrentScaling&&) noexcept;
-  /// Not copyable (the state tensors are not shared).
-  CurrentScaling(const CurrentScaling&) = delete;
-  /// Not copy-assignable.
-  CurrentScaling& operator=(const CurrentScaling&) = delete;
 
   /// The configuration.
   const CurrentScalingConfig& Config() const noexcept { return config_; }
 
   std::string_view Name() const noexcept override { return "CurrentScaling"; }
-  void Register(const std::string& name, TensorRole role, const ITensor& like) override;
-  bool IsRegistered(const std::string& name) const override;
-  std::vector<std::string> Names() const override;
-  DataType Float8TypeOf(const std::string& name) const override;
   void Quantize(std::span<const std::string> names, std::span<const TensorPtr> src,
                 std::span<const TensorPtr> dst) override;
-  void Dequantize(std::span<const std::string> names, std::span<const TensorPtr> src,
-                  std::span<const TensorPtr> dst) const override;
   void UpdateScales() override;
-  TensorPtr Scale(const std::string& name) const override;
-  TensorPtr ScaleInv(const std::string& name) const override;
-  TensorPtr Amax(const std::string& name) const override;
   std::vector<std::byte> StateDict() const override;
   void LoadStateDict(std::span<const std::byte> state) override;
 
  private:
   CurrentScalingConfig config_;
-  std::unique_ptr<detail::ScaleTable> table_;
 };
 
 }  // namespace mlframework::fp8

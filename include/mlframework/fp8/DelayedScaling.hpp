@@ -11,12 +11,9 @@
 
 #include <mlframework/export.hpp>
 #include <mlframework/fp8/IScalingRecipe.hpp>
+#include <mlframework/fp8/PerTensorScaling.hpp>
 
 namespace mlframework::fp8 {
-
-namespace detail {
-class ScaleTable;
-}  // namespace detail
 
 /// How DelayedScaling reduces the amax history to one amax (Transformer Engine's `amax_compute_algo`).
 enum class AmaxComputeAlgorithm : unsigned char {
@@ -55,7 +52,7 @@ struct DelayedScalingConfig {
 /// StateDict() holds the configuration and, per registered tensor, its name, role, history,
 /// scale and scale_inv: its size is fixed by the number of tensors and the history length. A
 /// restored recipe continues exactly as the saved one would have.
-class MLFRAMEWORK_EXPORT DelayedScaling final : public IScalingRecipe {
+class MLFRAMEWORK_EXPORT DelayedScaling final : public PerTensorScaling {
  public:
   /// ArgumentError naming the field for a history length of 0, a margin outside
   /// [0, kMaxFloat8Margin], or a format or algorithm outside its enum.
@@ -66,10 +63,6 @@ class MLFRAMEWORK_EXPORT DelayedScaling final : public IScalingRecipe {
   DelayedScaling(DelayedScaling&&) noexcept;
   /// Move-assignable.
   DelayedScaling& operator=(DelayedScaling&&) noexcept;
-  /// Not copyable (the state tensors are not shared).
-  DelayedScaling(const DelayedScaling&) = delete;
-  /// Not copy-assignable.
-  DelayedScaling& operator=(const DelayedScaling&) = delete;
 
   /// The configuration.
   const DelayedScalingConfig& Config() const noexcept { return config_; }
@@ -77,24 +70,14 @@ class MLFRAMEWORK_EXPORT DelayedScaling final : public IScalingRecipe {
   std::vector<float> AmaxHistory(const std::string& name) const;
 
   std::string_view Name() const noexcept override { return "DelayedScaling"; }
-  void Register(const std::string& name, TensorRole role, const ITensor& like) override;
-  bool IsRegistered(const std::string& name) const override;
-  std::vector<std::string> Names() const override;
-  DataType Float8TypeOf(const std::string& name) const override;
   void Quantize(std::span<const std::string> names, std::span<const TensorPtr> src,
                 std::span<const TensorPtr> dst) override;
-  void Dequantize(std::span<const std::string> names, std::span<const TensorPtr> src,
-                  std::span<const TensorPtr> dst) const override;
   void UpdateScales() override;
-  TensorPtr Scale(const std::string& name) const override;
-  TensorPtr ScaleInv(const std::string& name) const override;
-  TensorPtr Amax(const std::string& name) const override;
   std::vector<std::byte> StateDict() const override;
   void LoadStateDict(std::span<const std::byte> state) override;
 
  private:
   DelayedScalingConfig config_;
-  std::unique_ptr<detail::ScaleTable> table_;
 };
 
 }  // namespace mlframework::fp8

@@ -15,30 +15,24 @@ namespace {
 constexpr char kKind[] = "fp8.CurrentScaling";
 constexpr std::uint16_t kVersion = 1;
 
+// @p config, or ArgumentError naming `config.Fp8Format` outside the enum.
+const CurrentScalingConfig& Validated(const CurrentScalingConfig& config) {
+  if (config.Fp8Format != Format::E4M3 && config.Fp8Format != Format::HYBRID) {
+    throw ArgumentError("config.Fp8Format",
+                        "value " + std::to_string(static_cast<int>(config.Fp8Format)) + " is not E4M3 or HYBRID");
+  }
+  return config;
+}
+
 }  // namespace
 
-CurrentScaling::CurrentScaling(CurrentScalingConfig config) : config_(config) {
-  if (config_.Fp8Format != Format::E4M3 && config_.Fp8Format != Format::HYBRID) {
-    throw ArgumentError("config.Fp8Format",
-                        "value " + std::to_string(static_cast<int>(config_.Fp8Format)) + " is not E4M3 or HYBRID");
-  }
-  // One history row: the amax of the latest cast.
-  table_ = std::make_unique<detail::ScaleTable>(config_.Fp8Format, 1);
-}
+CurrentScaling::CurrentScaling(CurrentScalingConfig config)
+    // One history row: the amax of the latest cast.
+    : PerTensorScaling(Validated(config).Fp8Format, 1), config_(config) {}
 
 CurrentScaling::~CurrentScaling() = default;
 CurrentScaling::CurrentScaling(CurrentScaling&&) noexcept = default;
 CurrentScaling& CurrentScaling::operator=(CurrentScaling&&) noexcept = default;
-
-void CurrentScaling::Register(const std::string& name, TensorRole role, const ITensor& like) {
-  table_->Register(name, role, like);
-}
-
-bool CurrentScaling::IsRegistered(const std::string& name) const { return table_->IsRegistered(name); }
-
-std::vector<std::string> CurrentScaling::Names() const { return table_->Names(); }
-
-DataType CurrentScaling::Float8TypeOf(const std::string& name) const { return table_->Find(name).dtype; }
 
 void CurrentScaling::Quantize(std::span<const std::string> names, std::span<const TensorPtr> src,
                               std::span<const TensorPtr> dst) {
@@ -47,12 +41,7 @@ void CurrentScaling::Quantize(std::span<const std::string> names, std::span<cons
   update.Margin = 0;
   update.KeepScaleOnBadAmax = false;  // Transformer Engine's current scaling: scale 1 then
   update.RollHistory = false;         // the amax stays readable until the next cast
-  table_->Quantize(names, src, dst, &update);
-}
-
-void CurrentScaling::Dequantize(std::span<const std::string> names, std::span<const TensorPtr> src,
-                                std::span<const TensorPtr> dst) const {
-  table_->Dequantize(names, src, dst);
+  Table().Quantize(names, src, dst, &update);
 }
 
 void CurrentScaling::UpdateScales() {
@@ -60,16 +49,10 @@ void CurrentScaling::UpdateScales() {
   // that wrote its input, so there is nothing to advance here.
 }
 
-TensorPtr CurrentScaling::Scale(const std::string& name) const { return table_->View(name, table_->ScaleRow()); }
-
-TensorPtr CurrentScaling::ScaleInv(const std::string& name) const { return table_->View(name, table_->ScaleInvRow()); }
-
-TensorPtr CurrentScaling::Amax(const std::string& name) const { return table_->View(name, 0); }
-
 std::vector<std::byte> CurrentScaling::StateDict() const {
   mlframework::detail::BlobWriter writer(kKind, kVersion);
   writer.U8(static_cast<std::uint8_t>(config_.Fp8Format));
-  table_->WriteEntries(writer);
+  Table().WriteEntries(writer);
   return writer.Finish();
 }
 
@@ -80,9 +63,9 @@ void CurrentScaling::LoadStateDict(std::span<const std::byte> state) {
     reader.Fail("format " + std::string(ToString(static_cast<Format>(format))) + " differs from this recipe's " +
                 std::string(ToString(config_.Fp8Format)));
   }
-  const auto columns = table_->ReadEntries(reader);
+  const auto columns = Table().ReadEntries(reader);
   reader.ExpectEnd();
-  table_->Commit(columns);
+  Table().Commit(columns);
 }
 
 }  // namespace mlframework::fp8

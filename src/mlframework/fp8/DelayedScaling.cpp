@@ -15,7 +15,8 @@ namespace {
 constexpr char kKind[] = "fp8.DelayedScaling";
 constexpr std::uint16_t kVersion = 1;
 
-void Validate(const DelayedScalingConfig& config) {
+// @p config, or ArgumentError naming its first invalid field (before any state is made).
+const DelayedScalingConfig& Validated(const DelayedScalingConfig& config) {
   if (config.AmaxHistoryLen == 0) {
     throw ArgumentError("config.AmaxHistoryLen", "is 0; the amax history holds at least one step");
   }
@@ -32,6 +33,7 @@ void Validate(const DelayedScalingConfig& config) {
     throw ArgumentError("config.AmaxComputeAlgo", "value " + std::to_string(static_cast<int>(config.AmaxComputeAlgo)) +
                                                       " is not Max or MostRecent");
   }
+  return config;
 }
 
 }  // namespace
@@ -52,35 +54,18 @@ std::string_view ToString(AmaxComputeAlgorithm algorithm) noexcept {
   return "unknown";
 }
 
-DelayedScaling::DelayedScaling(DelayedScalingConfig config) : config_(config) {
-  Validate(config_);
-  table_ = std::make_unique<detail::ScaleTable>(config_.Fp8Format, config_.AmaxHistoryLen);
-}
+DelayedScaling::DelayedScaling(DelayedScalingConfig config)
+    : PerTensorScaling(Validated(config).Fp8Format, config.AmaxHistoryLen), config_(config) {}
 
 DelayedScaling::~DelayedScaling() = default;
 DelayedScaling::DelayedScaling(DelayedScaling&&) noexcept = default;
 DelayedScaling& DelayedScaling::operator=(DelayedScaling&&) noexcept = default;
 
-std::vector<float> DelayedScaling::AmaxHistory(const std::string& name) const { return table_->Read(name).history; }
-
-void DelayedScaling::Register(const std::string& name, TensorRole role, const ITensor& like) {
-  table_->Register(name, role, like);
-}
-
-bool DelayedScaling::IsRegistered(const std::string& name) const { return table_->IsRegistered(name); }
-
-std::vector<std::string> DelayedScaling::Names() const { return table_->Names(); }
-
-DataType DelayedScaling::Float8TypeOf(const std::string& name) const { return table_->Find(name).dtype; }
+std::vector<float> DelayedScaling::AmaxHistory(const std::string& name) const { return Table().Read(name).history; }
 
 void DelayedScaling::Quantize(std::span<const std::string> names, std::span<const TensorPtr> src,
                               std::span<const TensorPtr> dst) {
-  table_->Quantize(names, src, dst, nullptr);
-}
-
-void DelayedScaling::Dequantize(std::span<const std::string> names, std::span<const TensorPtr> src,
-                                std::span<const TensorPtr> dst) const {
-  table_->Dequantize(names, src, dst);
+  Table().Quantize(names, src, dst, nullptr);
 }
 
 void DelayedScaling::UpdateScales() {
@@ -89,14 +74,8 @@ void DelayedScaling::UpdateScales() {
   update.Margin = config_.Margin;
   update.KeepScaleOnBadAmax = true;
   update.RollHistory = true;
-  table_->UpdateAll(update);
+  Table().UpdateAll(update);
 }
-
-TensorPtr DelayedScaling::Scale(const std::string& name) const { return table_->View(name, table_->ScaleRow()); }
-
-TensorPtr DelayedScaling::ScaleInv(const std::string& name) const { return table_->View(name, table_->ScaleInvRow()); }
-
-TensorPtr DelayedScaling::Amax(const std::string& name) const { return table_->View(name, 0); }
 
 std::vector<std::byte> DelayedScaling::StateDict() const {
   mlframework::detail::BlobWriter writer(kKind, kVersion);
@@ -104,7 +83,7 @@ std::vector<std::byte> DelayedScaling::StateDict() const {
   writer.U8(static_cast<std::uint8_t>(config_.AmaxComputeAlgo));
   writer.I64(config_.Margin);
   writer.U8(static_cast<std::uint8_t>(config_.Fp8Format));
-  table_->WriteEntries(writer);
+  Table().WriteEntries(writer);
   return writer.Finish();
 }
 
@@ -129,9 +108,9 @@ void DelayedScaling::LoadStateDict(std::span<const std::byte> state) {
     reader.Fail("format " + std::string(ToString(static_cast<Format>(format))) + " differs from this recipe's " +
                 std::string(ToString(config_.Fp8Format)));
   }
-  const auto columns = table_->ReadEntries(reader);
+  const auto columns = Table().ReadEntries(reader);
   reader.ExpectEnd();
-  table_->Commit(columns);
+  Table().Commit(columns);
 }
 
 }  // namespace mlframework::fp8

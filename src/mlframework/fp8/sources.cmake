@@ -6,5 +6,6 @@ target_sources(mlframework PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/Format.cpp
   ${CMAKE_CURRENT_LIST_DIR}/IScalingRecipe.cpp
   ${CMAKE_CURRENT_LIST_DIR}/MXFP8BlockScaling.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/PerTensorScaling.cpp
   ${CMAKE_CURRENT_LIST_DIR}/ScaleTable.cpp
   ${CMAKE_CURRENT_LIST_DIR}/ScaleTableCasts.cpp)
