@@ -212,7 +212,7 @@ BOOST_AUTO_TEST_CASE(CorruptBlobsAreRejectedWithTheStateUnchanged) {
   ExpectRejected(target,
                  Reframed(blob,
                           [](std::vector<std::byte>& b) {
-                            b.resize(b.size() - 4);
+                            b.erase(b.end() - 4, b.end());
                             const std::uint64_t length = b.size() - kPayload;
                             for (int i = 0; i < 8; ++i) {
                               b[kPayload - 8 + static_cast<std::size_t>(i)] =
