@@ -290,13 +290,7 @@ class MpiRequest final : public CollectiveRequest {
     return true;
   }
   void Wait() override {
-    // Every outstanding operation is driven, not only this one: an earlier all-reduce may have
-    // to start its second stage before this one may (and without the progress thread nothing
-    // else would).
-    while (!op_->Done()) {
-      engine_->ProgressAll();
-      if (!op_->Done()) std::this_thread::yield();
-    }
+    engine_->WaitFor(*op_);
     op_->RethrowIfFailed();
   }
 
@@ -351,8 +345,33 @@ void MpiAsyncEngine::ProgressAll() {
   bool finished = false;
   for (const auto& op : ops) finished = op->Poll(*this) || finished;
   if (finished) {
-    const std::lock_guard lock(mutex_);
-    std::erase_if(active_, [](const std::shared_ptr<MpiAsyncOp>& op) { return op->Done(); });
+    {
+      const std::lock_guard lock(mutex_);
+      std::erase_if(active_, [](const std::shared_ptr<MpiAsyncOp>& op) { return op->Done(); });
+    }
+    finished_.notify_all();
+  }
+}
+
+void MpiAsyncEngine::WaitFor(const MpiAsyncOp& op) {
+  if (use_thread_) {
+    // The progress thread drives every operation (second stages included): the waiting thread
+    // sleeps rather than polling beside it, since on a rank with one core a second poller only
+    // takes CPU time from the thread that moves the data and runs the combines. An op is marked
+    // done before ProgressAll() takes mutex_ to notify, so the wake-up cannot be missed.
+    std::unique_lock lock(mutex_);
+    // Without a running thread (none started yet, or stopped) the caller polls, below.
+    if (thread_.joinable() && !stop_) {
+      finished_.wait(lock, [&op] { return op.Done(); });
+      return;
+    }
+  }
+  // Every outstanding operation is driven, not only this one: an earlier all-reduce may have to
+  // start its second stage before this one may, and without the progress thread nothing else
+  // would.
+  while (!op.Done()) {
+    ProgressAll();
+    if (!op.Done()) std::this_thread::yield();
   }
 }
 

@@ -64,6 +64,8 @@ class MpiAsyncEngine : public std::enable_shared_from_this<MpiAsyncEngine> {
   void Shutdown() noexcept;
   // Advances every outstanding operation once (any thread).
   void ProgressAll();
+  // Returns once @p op is done (complete or failed).
+  void WaitFor(const MpiAsyncOp& op);
 
   MPI_Comm Comm() const noexcept { return comm_; }
   MPI_Comm FollowUp() const noexcept { return follow_up_; }
@@ -89,6 +91,7 @@ class MpiAsyncEngine : public std::enable_shared_from_this<MpiAsyncEngine> {
   std::atomic<std::size_t> started_{0};
   std::mutex mutex_;  // guards active_, stop_, thread_
   std::condition_variable wake_;
+  std::condition_variable finished_;  // notified (after mutex_) when ProgressAll() completed an op
   std::vector<std::shared_ptr<MpiAsyncOp>> active_;
   static constexpr std::size_t kSpareBuffers = 1;  // FSDP keeps one reduction in flight at a time
   std::vector<std::vector<std::byte>> spare_;

@@ -168,7 +168,9 @@ class MLFRAMEWORK_EXPORT FSDP {
   const PrefetchPolicy& Prefetch() const noexcept;
   /// Pre-forward hook of unit @p unit (collective): on return the unit is gathered (its gather
   /// in flight is waited for, else it is gathered now); with PrefetchPolicy::Forward the
-  /// gather of unit @p unit + 1 is started unless it is gathered or in flight already.
+  /// gather of unit @p unit + 1 is started unless it is gathered or in flight already, before
+  /// the wait (its start then overlaps this unit's all-gather; this unit's own gather, when
+  /// none is in flight, is started first, so at most these two units are gathered).
   /// ArgumentError for an index out of range; the units' errors otherwise.
   void PreForward(std::size_t unit);
   /// Post-forward hook (local): releases unit @p unit when it is gathered.

@@ -47,8 +47,14 @@ const PrefetchPolicy& FSDP::Prefetch() const noexcept { return prefetch_; }
 
 void FSDP::PreForward(std::size_t unit) {
   FSDPShardingUnit& current = Unit(unit);
+  if (prefetch_.Forward) {
+    // The next unit's gather starts before this one is waited for: its start (the agreement
+    // and the cast into the send slot) runs on this thread, and here it overlaps this unit's
+    // all-gather instead of adding to the step after it.
+    fsdp::Prefetch(current);
+    if (unit + 1 < UnitCount()) fsdp::Prefetch(Unit(unit + 1));
+  }
   EnsureGathered(current);
-  if (prefetch_.Forward && unit + 1 < UnitCount()) fsdp::Prefetch(Unit(unit + 1));
 }
 
 void FSDP::PostForward(std::size_t unit) {
@@ -58,8 +64,12 @@ void FSDP::PostForward(std::size_t unit) {
 
 void FSDP::PreBackward(std::size_t unit) {
   FSDPShardingUnit& current = Unit(unit);
+  if (prefetch_.Backward) {
+    // As in PreForward(): the previous unit's gather starts before this one is waited for.
+    fsdp::Prefetch(current);
+    if (unit > 0) fsdp::Prefetch(Unit(unit - 1));
+  }
   EnsureGathered(current);
-  if (prefetch_.Backward && unit > 0) fsdp::Prefetch(Unit(unit - 1));
 }
 
 void FSDP::PostBackward(std::size_t unit, const GradientMap& gradients) {
