@@ -58,11 +58,7 @@ std::vector<std::byte> CurrentScaling::StateDict() const {
 
 void CurrentScaling::LoadStateDict(std::span<const std::byte> state) {
   mlframework::detail::BlobReader reader(state, kKind, kVersion);
-  const std::uint8_t format = reader.U8();
-  if (format != static_cast<std::uint8_t>(config_.Fp8Format)) {
-    reader.Fail("format " + std::string(ToString(static_cast<Format>(format))) + " differs from this recipe's " +
-                std::string(ToString(config_.Fp8Format)));
-  }
+  Table().ReadFormat(reader);
   const auto columns = Table().ReadEntries(reader);
   reader.ExpectEnd();
   Table().Commit(columns);

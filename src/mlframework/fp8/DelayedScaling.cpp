@@ -103,11 +103,7 @@ void DelayedScaling::LoadStateDict(std::span<const std::byte> state) {
   if (margin != config_.Margin) {
     reader.Fail("margin " + std::to_string(margin) + " differs from this recipe's " + std::to_string(config_.Margin));
   }
-  const std::uint8_t format = reader.U8();
-  if (format != static_cast<std::uint8_t>(config_.Fp8Format)) {
-    reader.Fail("format " + std::string(ToString(static_cast<Format>(format))) + " differs from this recipe's " +
-                std::string(ToString(config_.Fp8Format)));
-  }
+  Table().ReadFormat(reader);
   const auto columns = Table().ReadEntries(reader);
   reader.ExpectEnd();
   Table().Commit(columns);

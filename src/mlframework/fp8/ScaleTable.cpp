@@ -290,4 +290,12 @@ void ScaleTable::Commit(const std::map<std::string, Column>& columns) const {
   }
 }
 
+void ScaleTable::ReadFormat(mlframework::detail::BlobReader& reader) const {
+  const std::uint8_t format = reader.U8();
+  if (format != static_cast<std::uint8_t>(format_)) {
+    reader.Fail("format " + std::string(ToString(static_cast<Format>(format))) + " differs from this recipe's " +
+                std::string(ToString(format_)));
+  }
+}
+
 }  // namespace mlframework::fp8::detail

@@ -88,6 +88,9 @@ class ScaleTable {
 
   // Entries in registration order: name, role, history, scale, scale_inv.
   void WriteEntries(mlframework::detail::BlobWriter& writer) const;
+  // Reads a format byte a recipe's StateDict() wrote; the reader fails naming both formats when
+  // it is not this table's.
+  void ReadFormat(mlframework::detail::BlobReader& reader) const;
   // Reads what WriteEntries() wrote and validates it against the registered entries and values;
   // commits nothing (ArgumentError through @p reader on any difference).
   std::map<std::string, Column> ReadEntries(mlframework::detail::BlobReader& reader) const;
