@@ -299,6 +299,7 @@ BOOST_AUTO_TEST_CASE(HooksKeepAtMostTwoUnitsGathered) {
     BOOST_TEST(gathered_or_in_flight() <= 2u);
     model.PostForward(i);
   }
+  BOOST_TEST(gathered_or_in_flight() == 1u);  // the last unit, kept for its backward
   std::size_t reductions_in_flight = 0;
   for (std::size_t i = kUnits; i-- > 0;) {
     model.PreBackward(i);
@@ -312,6 +313,58 @@ BOOST_AUTO_TEST_CASE(HooksKeepAtMostTwoUnitsGathered) {
   model.FinishBackward();
   for (std::size_t u = 0; u < kUnits; ++u) BOOST_TEST(!model.Unit(u).IsReduceInFlight());
   model.ZeroGrad();
+}
+
+// With Backward prefetch the last unit stays gathered from its forward to its backward: one
+// gather fewer per step (each gather and reduction is one asynchronous start here), and a
+// forward without a backward leaves it gathered only until the next forward begins.
+BOOST_AUTO_TEST_CASE(TheLastUnitStaysGatheredFromForwardToBackward) {
+  auto group = mlfw_test::WorldGroup();
+  auto counting = std::make_shared<DeferredGroup>(group);
+  fsdp::FSDP model(counting, {.ParamDType = DataType::BFloat16});
+  for (std::size_t i = 0; i < kUnits; ++i) model.RegisterUnit(UnitName(i), UnitParameters(i));
+  mlframework::optimizers::SGD sgd(model.ShardedParameters(), {.LearningRate = 0.05f});
+  model.SetPrefetch({.Forward = true, .Backward = true});
+  const auto gathered_or_in_flight = [&] {
+    std::size_t count = 0;
+    for (std::size_t i = 0; i < kUnits; ++i) {
+      count += model.Unit(i).IsGathered() || model.Unit(i).IsGatherInFlight() ? 1 : 0;
+    }
+    return count;
+  };
+  const auto forward = [&] {
+    for (std::size_t i = 0; i < kUnits; ++i) {
+      model.PreForward(i);
+      BOOST_TEST(gathered_or_in_flight() <= 2u);
+      model.PostForward(i);
+    }
+  };
+  // Evaluation: a forward alone keeps the last unit, the next forward releases it first.
+  forward();
+  BOOST_TEST(model.Unit(kUnits - 1).IsGathered());
+  BOOST_TEST(gathered_or_in_flight() == 1u);
+  model.PreForward(0);
+  BOOST_TEST(!model.Unit(kUnits - 1).IsGathered());
+  BOOST_TEST(gathered_or_in_flight() == 2u);  // unit 0 and unit 1's prefetch
+  model.PostForward(0);
+  for (std::size_t i = 1; i < kUnits; ++i) {
+    model.PreForward(i);
+    model.PostForward(i);
+  }
+  // Training: the backward starts from the kept unit without gathering it again.
+  const int before = counting->started;
+  forward();
+  BOOST_TEST(counting->started - before == static_cast<int>(kUnits));  // the forward's gathers
+  for (std::size_t i = kUnits; i-- > 0;) {
+    model.PreBackward(i);
+    BOOST_TEST(gathered_or_in_flight() <= 2u);
+    model.PostBackward(i, Backward(model.Unit(i), 0, group->Rank(), 0));
+  }
+  model.FinishBackward();
+  // Per unit a forward gather and a reduction, and backward gathers for all units but the last.
+  BOOST_TEST(counting->started - before == static_cast<int>(3 * kUnits - 1));
+  BOOST_TEST(gathered_or_in_flight() == 0u);
+  model.Step(sgd);
 }
 
 BOOST_AUTO_TEST_CASE(MisuseThrowsOnEveryRankAndLeavesTheUnitUsable) {

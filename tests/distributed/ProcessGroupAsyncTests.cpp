@@ -6,10 +6,12 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include <mlframework/core/Error.hpp>
+#include <mlframework/core/MultiTensor.hpp>
 #include <mlframework/core/Tensor.hpp>
 #include <mlframework/distributed/LocalProcessGroup.hpp>
 #include <mlframework/distributed/MpiProcessGroup.hpp>
@@ -177,6 +179,96 @@ BOOST_AUTO_TEST_CASE(TheBlockingDefaultReturnsACompletedRequest) {
   auto tensor = mlframework::FromVector({4.0f, 5.0f}, {2});
   local.AllReduceAsync(*tensor)->Wait();
   BOOST_TEST(tensor->ToFloatVector() == std::vector<float>({4.0f, 5.0f}), boost::test_tools::per_element());
+}
+
+// The forms with attached work: an in-place all-gather whose slot `prepare` writes (FSDP's cast)
+// and a reduce-scatter followed by `finish` (FSDP's averaging) give the bits of the blocking
+// calls around the same work, with several in flight among the other collectives (the MPI
+// engine starts the gathers on another communicator, in call order); each work runs once,
+// before its request completes.
+BOOST_AUTO_TEST_CASE(AttachedWorkRunsOnceBeforeCompletionWithTheBlockingBits) {
+  for (std::size_t m = 0; m < MethodsUnderTest().size(); ++m) {
+    auto group = mlfw_test::WorldGroup(MethodsUnderTest()[m]);
+    const auto world = static_cast<std::size_t>(group->WorldSize());
+    const auto me = static_cast<std::size_t>(group->Rank());
+    constexpr std::size_t kCount = 3000;
+    constexpr int kEach = 3;
+    BOOST_TEST_CONTEXT("method " << m) {
+      std::vector<int> runs(2 * kEach, 0);
+      std::vector<TensorPtr> sources;
+      std::vector<TensorPtr> gathered;
+      std::vector<TensorPtr> scatter_inputs;
+      std::vector<TensorPtr> scattered;
+      std::vector<dist::CollectiveRequestPtr> requests;
+      for (int i = 0; i < kEach; ++i) {
+        const float salt = 0.3f * static_cast<float>(i);
+        sources.push_back(Make(RankValues(kCount, group->Rank(), salt), DataType::Float32));
+        gathered.push_back(mlframework::Zeros({kCount * world}, DataType::BFloat16));
+        const TensorPtr slot = gathered.back()->Backend()->View(gathered.back(), kCount * me, {kCount});
+        requests.push_back(group->AllGatherAsyncAfter(
+            [source = sources.back(), slot, &runs, i] {
+              mlframework::CopyInto(std::span<const TensorPtr>(&source, 1), std::span<const TensorPtr>(&slot, 1));
+              ++runs[static_cast<std::size_t>(i)];
+            },
+            *slot, *gathered.back()));
+        scatter_inputs.push_back(Make(RankValues(kCount * world, group->Rank(), salt + 0.1f), DataType::Float32));
+        scattered.push_back(mlframework::Zeros({kCount}));
+        requests.push_back(group->ReduceScatterAsyncThen(
+            *scatter_inputs.back(), *scattered.back(), dist::ReduceOp::Sum, [out = scattered.back(), &runs, i] {
+              mlframework::ScaleInPlace(std::span<const TensorPtr>(&out, 1), 0.5f);
+              ++runs[static_cast<std::size_t>(kEach + i)];
+            }));
+        // Plain collectives in between, blocking and not, in the same order on every rank.
+        BOOST_TEST(group->AllReduceHost(1.0, dist::ReduceOp::Sum) == static_cast<double>(world));
+        auto plain = mlframework::Zeros({kCount});
+        requests.push_back(group->ReduceScatterAsync(*scatter_inputs.back(), *plain));
+        requests.back()->Wait();
+      }
+      std::for_each(requests.rbegin(), requests.rend(), [](const auto& request) { request->Wait(); });
+      requests[0]->Wait();  // a second wait runs nothing again
+      BOOST_TEST(runs == std::vector<int>(2 * kEach, 1), boost::test_tools::per_element());
+      for (int i = 0; i < kEach; ++i) {
+        const auto k = static_cast<std::size_t>(i);
+        auto expected = mlframework::Zeros({kCount * world}, DataType::BFloat16);
+        const TensorPtr slot = expected->Backend()->View(expected, kCount * me, {kCount});
+        mlframework::CopyInto(std::span<const TensorPtr>(&sources[k], 1), std::span<const TensorPtr>(&slot, 1));
+        group->AllGather(*slot, *expected);
+        BOOST_TEST(gathered[k]->ToFloatVector() == expected->ToFloatVector(), boost::test_tools::per_element());
+        auto sum = mlframework::Zeros({kCount});
+        group->ReduceScatter(*scatter_inputs[k], *sum);
+        mlframework::ScaleInPlace(std::span<const TensorPtr>(&sum, 1), 0.5f);
+        BOOST_TEST(scattered[k]->ToFloatVector() == sum->ToFloatVector(), boost::test_tools::per_element());
+      }
+    }
+  }
+}
+
+// Attached work that throws on every rank: its exception reaches the caller (from the call or
+// the wait, again from a second wait), nothing is left half-started and the group still works.
+BOOST_AUTO_TEST_CASE(AttachedWorkFailuresReachTheCaller) {
+  for (const bool local : {true, false}) {
+    std::shared_ptr<dist::IProcessGroup> group = mlfw_test::WorldGroup();
+    if (local) group = std::make_shared<dist::LocalProcessGroup>();  // the blocking defaults
+    const auto world = static_cast<std::size_t>(group->WorldSize());
+    const auto me = static_cast<std::size_t>(group->Rank());
+    BOOST_TEST_CONTEXT((local ? "local" : group->BackendName())) {
+      const auto fail = [] { throw mlframework::InvalidOperationError("attached work failed"); };
+      auto input = Make(RankValues(8 * world, group->Rank(), 0.4f), DataType::Float32);
+      auto output = mlframework::Zeros({8});
+      auto request = group->ReduceScatterAsyncThen(*input, *output, dist::ReduceOp::Sum, fail);
+      BOOST_CHECK_THROW(request->Wait(), mlframework::InvalidOperationError);
+      BOOST_CHECK_THROW(request->Wait(), mlframework::InvalidOperationError);
+      auto out = mlframework::Zeros({8 * world});
+      const TensorPtr slot = out->Backend()->View(out, 8 * me, {8});
+      BOOST_CHECK_THROW(group->AllGatherAsyncAfter(fail, *slot, *out)->Wait(), mlframework::InvalidOperationError);
+      // A later gather on the same path starts and completes.
+      slot->CopyFromFloats(std::vector<float>(8, static_cast<float>(me + 1)));
+      group->AllGatherAsyncAfter([] {}, *slot, *out)->Wait();
+      std::vector<float> expected;
+      for (std::size_t r = 0; r < world; ++r) expected.insert(expected.end(), 8, static_cast<float>(r + 1));
+      BOOST_TEST(out->ToFloatVector() == expected, boost::test_tools::per_element());
+    }
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

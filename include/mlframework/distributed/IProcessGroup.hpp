@@ -2,6 +2,7 @@
 /// @file IProcessGroup.hpp
 /// @brief The seam for collectives: every distributed feature talks to ranks only through it.
 
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -95,6 +96,30 @@ class MLFRAMEWORK_EXPORT IProcessGroup {
   virtual CollectiveRequestPtr ReduceScatterAsync(const ITensor& input, ITensor& output, ReduceOp op = ReduceOp::Sum);
   /// Starts AllReduce(@p tensor, @p op).
   virtual CollectiveRequestPtr AllReduceAsync(ITensor& tensor, ReduceOp op = ReduceOp::Sum);
+
+  // Non-blocking forms with local work attached (FSDP's cast into a gather's send slot, its
+  // averaging of a reduced gradient shard), so that an engine with a progress thread can run
+  // that work there, during the caller's compute, instead of on the caller's thread. The work
+  // may run on another thread: it must not call collectives and may touch only tensors that
+  // the caller leaves alone until the request completes. An exception from it is thrown by the
+  // call itself or by the request's Wait() or Test(). On the MPI engine a failure on one rank leaves the others
+  // waiting, so callers end the job on failure (AbortGuard), as for any failed collective.
+
+  /// Starts AllGather(@p input, @p output) once @p prepare() has written @p input. Every rank
+  /// makes these calls in the same order among themselves; relative to the group's other
+  /// collectives the all-gather may start later, on a channel of its own (the MPI engine starts
+  /// it, after @p prepare(), on its progress thread and a dedicated communicator, in the order of
+  /// the calls). Argument errors throw before any communication. The default runs @p prepare()
+  /// and then AllGatherAsync(@p input, @p output).
+  virtual CollectiveRequestPtr AllGatherAsyncAfter(std::function<void()> prepare, const ITensor& input,
+                                                   ITensor& output);
+  /// Starts ReduceScatter(@p input, @p output, @p op) and runs @p finish() once @p output holds
+  /// the result, before the request completes (the MPI engine: on its progress thread, right
+  /// after its combine). The default runs ReduceScatterAsync() and @p finish() in the first
+  /// Wait() or Test() that finds the collective complete, on the caller's thread; a request
+  /// destroyed without either completes its collective without running @p finish().
+  virtual CollectiveRequestPtr ReduceScatterAsyncThen(const ITensor& input, ITensor& output, ReduceOp op,
+                                                      std::function<void()> finish);
 
   /// Convenience: AllReduce of one double.
   double AllReduceHost(double value, ReduceOp op);

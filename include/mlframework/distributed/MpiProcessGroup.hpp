@@ -6,6 +6,7 @@
 /// MPI (`MLFW_HAS_MPI == 0` in mlframework/config.hpp) the constructors throw BackendError.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -132,6 +133,14 @@ class MLFRAMEWORK_EXPORT MpiProcessGroup final : public IProcessGroup {
   /// The all-to-all strategies: MPI_Ialltoallv, the combine, then MPI_Iallgatherv (same bits
   /// as AllReduce()); the others MPI_Iallreduce (16-bit sums with the user MPI_Op).
   CollectiveRequestPtr AllReduceAsync(ITensor& tensor, ReduceOp op = ReduceOp::Sum) override;
+  /// @p prepare and the MPI_Iallgather both run on the progress thread (or in the Test() or
+  /// Wait() that first polls the request), the all-gather on a communicator of its own, in the
+  /// order these calls were made.
+  CollectiveRequestPtr AllGatherAsyncAfter(std::function<void()> prepare, const ITensor& input,
+                                           ITensor& output) override;
+  /// As ReduceScatterAsync(); @p finish runs on the progress thread right after the combine.
+  CollectiveRequestPtr ReduceScatterAsyncThen(const ITensor& input, ITensor& output, ReduceOp op,
+                                              std::function<void()> finish) override;
   /// Prints the message and calls MPI_Abort on the communicator (never returns).
   void Abort(const std::string& message) noexcept override;
 

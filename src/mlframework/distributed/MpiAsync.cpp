@@ -159,12 +159,13 @@ class SingleOp final : public MpiAsyncOp {
  public:
   using MpiAsyncOp::MpiAsyncOp;
   MPI_Request* Request() noexcept { return &request_; }
-  // Local work after the request (a narrowing), if any.
+  // Local work after the request (a narrowing, the caller's finish), if any.
   std::function<void()> after;
 
  private:
   bool Advance(MpiAsyncEngine& /*engine*/) override {
     if (after) after();
+    after = nullptr;  // what it holds (the caller's tensors) goes before the op completes
     return true;
   }
 };
@@ -174,8 +175,9 @@ class SingleOp final : public MpiAsyncOp {
 class ScatterByAllToAll final : public MpiAsyncOp {
  public:
   ScatterByAllToAll(MpiAsyncEngine& engine, const void* send, void* recv, std::size_t count, DataType dtype,
-                    ReduceOp op)
+                    ReduceOp op, std::function<void()> finish)
       : MpiAsyncOp("MPI_Ialltoall"),
+        finish_(std::move(finish)),
         recv_(recv),
         count_(count),
         dtype_(dtype),
@@ -191,8 +193,11 @@ class ScatterByAllToAll final : public MpiAsyncOp {
   bool Advance(MpiAsyncEngine& engine) override {
     CombineParts(parts_.data(), world_, count_, dtype_, op_, recv_);
     engine.GiveScratch(std::move(parts_));
+    if (finish_) finish_();
+    finish_ = nullptr;  // what it holds (the caller's tensors) goes before the op completes
     return true;
   }
+  std::function<void()> finish_;
   void* recv_;
   std::size_t count_;
   DataType dtype_;
@@ -268,6 +273,52 @@ class AllReduceByAllToAll final : public MpiAsyncOp {
   std::vector<std::byte> parts_;
   std::size_t ticket_ = 0;
   int stage_ = 0;
+};
+
+// An all-gather whose send slot `prepare` writes first (FSDP's cast of its shard): both run on
+// the thread that polls the operation, as a rule the progress thread, during the caller's
+// compute. That thread's starts are not ordered with the callers' calls on the group's
+// communicator, so the all-gather starts on the second one, in the order the operations were
+// started (the same on every rank), as the all-reduces' second stages do.
+class DeferredAllGather final : public MpiAsyncOp {
+ public:
+  DeferredAllGather(MpiAsyncEngine& engine, std::function<void()> prepare, const void* send, void* recv, int count,
+                    MPI_Datatype type)
+      : MpiAsyncOp("MPI_Iallgather"),
+        prepare_(std::move(prepare)),
+        send_(send),
+        recv_(recv),
+        count_(count),
+        type_(type),
+        ticket_(engine.TakeTicket()) {}
+
+ private:
+  bool Advance(MpiAsyncEngine& engine) override {
+    if (started_) return true;  // the all-gather completed
+    if (!engine.MayStart(ticket_)) return false;
+    prepare_();
+    prepare_ = nullptr;  // what it holds (the caller's tensors) goes before the op completes
+    started_ = true;
+    const std::lock_guard mpi(MpiCallLock());
+    const int code = MPI_Iallgather(send_, count_, type_, recv_, count_, type_, engine.FollowUp(), &request_);
+    engine.Started();
+    Start(code);
+    return false;
+  }
+  void Abandon(MpiAsyncEngine& engine) noexcept override {
+    if (!started_) {
+      started_ = true;
+      engine.Started();
+    }
+  }
+
+  std::function<void()> prepare_;
+  const void* send_;  // MPI_IN_PLACE for a send slot inside the output
+  void* recv_;
+  int count_;
+  MPI_Datatype type_;
+  std::size_t ticket_;
+  bool started_ = false;
 };
 
 class MpiRequest final : public CollectiveRequest {
@@ -428,7 +479,7 @@ CollectiveRequestPtr MpiAsyncEngine::Submit(std::shared_ptr<MpiAsyncOp> op) {
   return std::make_unique<MpiRequest>(shared_from_this(), std::move(op));
 }
 
-CollectiveRequestPtr MpiAsyncEngine::AllGather(const ITensor& input, ITensor& output) {
+CollectiveRequestPtr MpiAsyncEngine::AllGather(const ITensor& input, ITensor& output, std::function<void()> prepare) {
   CheckGatherSizes(input, output, world_size_);
   const int n = CountOf(input.Size(), "input");
   const MPI_Datatype type = WireType(input.GetDataType());
@@ -442,6 +493,10 @@ CollectiveRequestPtr MpiAsyncEngine::AllGather(const ITensor& input, ITensor& ou
   if (!in_place && n > 0 && in_first < out_last && out_first < in_first + slot_bytes) {
     throw ArgumentError("input", "AllGatherAsync: input overlaps the output other than exactly at this rank's slot");
   }
+  if (prepare) {
+    return Submit(std::make_shared<DeferredAllGather>(*this, std::move(prepare), in_place ? MPI_IN_PLACE : source,
+                                                      target, n, type));
+  }
   auto op = std::make_shared<SingleOp>("MPI_Iallgather");
   {
     const std::lock_guard mpi(MpiCallLock());
@@ -451,7 +506,8 @@ CollectiveRequestPtr MpiAsyncEngine::AllGather(const ITensor& input, ITensor& ou
   return Submit(std::move(op));
 }
 
-CollectiveRequestPtr MpiAsyncEngine::ReduceScatter(const ITensor& input, ITensor& output, ReduceOp op) {
+CollectiveRequestPtr MpiAsyncEngine::ReduceScatter(const ITensor& input, ITensor& output, ReduceOp op,
+                                                   std::function<void()> finish) {
   CheckOp(op);
   CheckScatterSizes(input, output, world_size_);
   const std::size_t count = output.Size();
@@ -460,7 +516,7 @@ CollectiveRequestPtr MpiAsyncEngine::ReduceScatter(const ITensor& input, ITensor
   const void* send = input.HostBytes().data();
   void* recv = output.MutableHostBytes().data();
   if (AllToAll(options_, dtype, count * static_cast<std::size_t>(world_size_))) {
-    return Submit(std::make_shared<ScatterByAllToAll>(*this, send, recv, count, dtype, op));
+    return Submit(std::make_shared<ScatterByAllToAll>(*this, send, recv, count, dtype, op, std::move(finish)));
   }
   auto single = std::make_shared<SingleOp>("MPI_Ireduce_scatter_block");
   const std::lock_guard mpi(MpiCallLock());
@@ -479,6 +535,12 @@ CollectiveRequestPtr MpiAsyncEngine::ReduceScatter(const ITensor& input, ITensor
           "MPI_Ireduce_scatter_block");
     single->after = [wide, part, recv, dtype] {
       ConvertHostElements(part->data(), DataType::Float32, recv, dtype, part->size());
+    };
+  }
+  if (finish) {
+    single->after = [narrow = std::move(single->after), finish = std::move(finish)] {
+      if (narrow) narrow();
+      finish();
     };
   }
   return Submit(std::move(single));

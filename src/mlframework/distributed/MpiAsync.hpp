@@ -15,6 +15,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -41,14 +42,19 @@ class MpiAsyncOp;
 class MpiAsyncEngine : public std::enable_shared_from_this<MpiAsyncEngine> {
  public:
   // @p comm: the group's communicator (requests start on it in the callers' order);
-  // @p follow_up: a duplicate on which second stages start (see MpiAsync.cpp).
+  // @p follow_up: a duplicate on which second stages and deferred all-gathers start, in the
+  // order their operations were started (see MpiAsync.cpp).
   MpiAsyncEngine(MPI_Comm comm, MPI_Comm follow_up, int rank, int world_size, MpiProcessGroupOptions options);
   ~MpiAsyncEngine();
   MpiAsyncEngine(const MpiAsyncEngine&) = delete;
   MpiAsyncEngine& operator=(const MpiAsyncEngine&) = delete;
 
-  CollectiveRequestPtr AllGather(const ITensor& input, ITensor& output);
-  CollectiveRequestPtr ReduceScatter(const ITensor& input, ITensor& output, ReduceOp op);
+  // With @p prepare, the all-gather is deferred: @p prepare runs and the all-gather starts on
+  // follow_up, both on the thread that polls the operation (IProcessGroup::AllGatherAsyncAfter).
+  CollectiveRequestPtr AllGather(const ITensor& input, ITensor& output, std::function<void()> prepare = {});
+  // @p finish runs on the polling thread once the output is final (ReduceScatterAsyncThen).
+  CollectiveRequestPtr ReduceScatter(const ITensor& input, ITensor& output, ReduceOp op,
+                                     std::function<void()> finish = {});
   CollectiveRequestPtr AllReduce(ITensor& tensor, ReduceOp op);
 
   // True when both tensors lie in host memory (staged tensors take the blocking path).
@@ -72,7 +78,8 @@ class MpiAsyncEngine : public std::enable_shared_from_this<MpiAsyncEngine> {
   int Rank() const noexcept { return rank_; }
   int WorldSize() const noexcept { return world_size_; }
   const MpiProcessGroupOptions& Options() const noexcept { return options_; }
-  // Second stages start in the order their operations were started (same on every rank).
+  // Second stages and deferred all-gathers start in the order their operations were started
+  // (the same on every rank).
   std::size_t TakeTicket() noexcept { return next_ticket_++; }
   bool MayStart(std::size_t ticket) const noexcept { return started_.load() == ticket; }
   void Started() noexcept { started_.fetch_add(1); }

@@ -16,10 +16,12 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <mlframework/core/DataType.hpp>
@@ -573,6 +575,22 @@ CollectiveRequestPtr MpiProcessGroup::AllGatherAsync(const ITensor& input, ITens
 CollectiveRequestPtr MpiProcessGroup::ReduceScatterAsync(const ITensor& input, ITensor& output, ReduceOp op) {
   if (!detail::MpiAsyncEngine::Stageless(input, output)) return IProcessGroup::ReduceScatterAsync(input, output, op);
   return impl_->async->ReduceScatter(input, output, op);
+}
+
+CollectiveRequestPtr MpiProcessGroup::AllGatherAsyncAfter(std::function<void()> prepare, const ITensor& input,
+                                                          ITensor& output) {
+  if (!detail::MpiAsyncEngine::Stageless(input, output)) {
+    return IProcessGroup::AllGatherAsyncAfter(std::move(prepare), input, output);
+  }
+  return impl_->async->AllGather(input, output, std::move(prepare));
+}
+
+CollectiveRequestPtr MpiProcessGroup::ReduceScatterAsyncThen(const ITensor& input, ITensor& output, ReduceOp op,
+                                                             std::function<void()> finish) {
+  if (!detail::MpiAsyncEngine::Stageless(input, output)) {
+    return IProcessGroup::ReduceScatterAsyncThen(input, output, op, std::move(finish));
+  }
+  return impl_->async->ReduceScatter(input, output, op, std::move(finish));
 }
 
 CollectiveRequestPtr MpiProcessGroup::AllReduceAsync(ITensor& tensor, ReduceOp op) {

@@ -3,6 +3,7 @@
 #include <mlframework/distributed/MpiProcessGroup.hpp>
 
 #include <cstdlib>
+#include <functional>
 
 #include <mlframework/core/Error.hpp>
 
@@ -33,6 +34,11 @@ void MpiProcessGroup::Broadcast(ITensor&, int) { NoMpi(); }
 CollectiveRequestPtr MpiProcessGroup::AllGatherAsync(const ITensor&, ITensor&) { NoMpi(); }
 CollectiveRequestPtr MpiProcessGroup::ReduceScatterAsync(const ITensor&, ITensor&, ReduceOp) { NoMpi(); }
 CollectiveRequestPtr MpiProcessGroup::AllReduceAsync(ITensor&, ReduceOp) { NoMpi(); }
+CollectiveRequestPtr MpiProcessGroup::AllGatherAsyncAfter(std::function<void()>, const ITensor&, ITensor&) { NoMpi(); }
+CollectiveRequestPtr MpiProcessGroup::ReduceScatterAsyncThen(const ITensor&, ITensor&, ReduceOp,
+                                                             std::function<void()>) {
+  NoMpi();
+}
 void MpiProcessGroup::Barrier() { NoMpi(); }
 void MpiProcessGroup::AllReduceHost(std::span<double>, ReduceOp) { NoMpi(); }
 std::shared_ptr<IProcessGroup> MpiProcessGroup::Split(int, int) { NoMpi(); }

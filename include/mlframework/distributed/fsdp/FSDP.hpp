@@ -173,7 +173,12 @@ class MLFRAMEWORK_EXPORT FSDP {
   /// none is in flight, is started first, so at most these two units are gathered).
   /// ArgumentError for an index out of range; the units' errors otherwise.
   void PreForward(std::size_t unit);
-  /// Post-forward hook (local): releases unit @p unit when it is gathered.
+  /// Post-forward hook (local): releases unit @p unit when it is gathered, except the last
+  /// unit under PrefetchPolicy::Backward: its backward comes next, so it stays gathered for
+  /// PreBackward() instead of being gathered again (PyTorch FSDP2 keeps its root unsharded
+  /// after forward for the same reason). A forward without a backward (evaluation) leaves it
+  /// gathered until the next PreForward() of another unit releases it, or Unit(n - 1).Release();
+  /// Step() and the checkpoints refuse while it is gathered, as for any gathered unit.
   void PostForward(std::size_t unit);
   /// Pre-backward hook of unit @p unit (collective): as PreForward(), prefetching unit
   /// @p unit - 1 under PrefetchPolicy::Backward.
@@ -281,6 +286,9 @@ class MLFRAMEWORK_EXPORT FSDP {
   struct Impl;
   std::unique_ptr<Impl> impl_;
   PrefetchPolicy prefetch_{};
+  // The last unit, left gathered by PostForward() for the PreBackward() that follows (Backward
+  // prefetch); the size of the unit list when none is.
+  std::size_t kept_after_forward_ = static_cast<std::size_t>(-1);
 };
 
 }  // namespace mlframework::distributed::fsdp

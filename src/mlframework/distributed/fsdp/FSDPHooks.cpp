@@ -47,6 +47,13 @@ const PrefetchPolicy& FSDP::Prefetch() const noexcept { return prefetch_; }
 
 void FSDP::PreForward(std::size_t unit) {
   FSDPShardingUnit& current = Unit(unit);
+  if (kept_after_forward_ < UnitCount() && kept_after_forward_ != unit) {
+    // A new forward began without the backward that would have used the kept unit: it goes,
+    // so that at most two units are gathered.
+    FSDPShardingUnit& kept = Unit(kept_after_forward_);
+    if (kept.IsGathered()) kept.Release();
+  }
+  kept_after_forward_ = static_cast<std::size_t>(-1);
   if (prefetch_.Forward) {
     // The next unit's gather starts before this one is waited for: its start (the agreement
     // and the cast into the send slot) runs on this thread, and here it overlaps this unit's
@@ -59,11 +66,19 @@ void FSDP::PreForward(std::size_t unit) {
 
 void FSDP::PostForward(std::size_t unit) {
   FSDPShardingUnit& current = Unit(unit);
-  if (current.IsGathered()) current.Release();
+  if (!current.IsGathered()) return;
+  if (prefetch_.Backward && unit + 1 == UnitCount()) {
+    // Its backward is next: releasing it here would make PreBackward() gather it again, with
+    // nothing to overlap that gather. Kept, it is one of the two units PreBackward() allows.
+    kept_after_forward_ = unit;
+    return;
+  }
+  current.Release();
 }
 
 void FSDP::PreBackward(std::size_t unit) {
   FSDPShardingUnit& current = Unit(unit);
+  kept_after_forward_ = static_cast<std::size_t>(-1);  // in use now; PostBackward() releases it
   if (prefetch_.Backward) {
     // As in PreForward(): the previous unit's gather starts before this one is waited for.
     fsdp::Prefetch(current);

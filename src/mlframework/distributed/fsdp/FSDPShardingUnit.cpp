@@ -95,10 +95,19 @@ void FSDPShardingUnit::Impl::StartGather(const char* call, bool async) {
     } else {
       // Cast the FP32 shard straight into this rank's slot (so the all-gather moves 16-bit
       // words) and gather in place around it: no staging buffer, no extra copy.
+      // Asynchronous: the cast is the gather's first step, which the engine may run on its
+      // progress thread, during the caller's compute (the shard stays unchanged meanwhile:
+      // Step() and the state loads refuse while a gather is in flight).
       const TensorPtr slot = s.placement->View(buffer.tensor, s.shard_offset, {s.shard_size});
-      CopyInto(std::span<const TensorPtr>(&s.shard, 1), std::span<const TensorPtr>(&slot, 1));
-      s.gather.request = async ? s.shard_group->AllGatherAsync(*slot, *buffer.tensor)
-                               : (s.shard_group->AllGather(*slot, *buffer.tensor), nullptr);
+      auto cast = [shard = s.shard, slot] {
+        CopyInto(std::span<const TensorPtr>(&shard, 1), std::span<const TensorPtr>(&slot, 1));
+      };
+      if (async) {
+        s.gather.request = s.shard_group->AllGatherAsyncAfter(cast, *slot, *buffer.tensor);
+      } else {
+        cast();
+        s.shard_group->AllGather(*slot, *buffer.tensor);
+      }
     }
     flat = buffer.tensor;
     if (strategy == ShardingStrategy::FullShard || strategy == ShardingStrategy::HybridShard) {
@@ -303,9 +312,17 @@ void FSDPShardingUnit::Impl::StartReduce(const char* call, const GradientMap& gr
     }
   }
   PendingReduce& p = s.reduce;
+  bool averaged = false;  // FP32: averaged by the request itself
   if (no_shard) {
     p.request =
         async ? s.group->AllReduceAsync(*flat, ReduceOp::Sum) : (s.group->AllReduce(*flat, ReduceOp::Sum), nullptr);
+  } else if (fp32_reduce && async && world > 1 && s.replicate_group == nullptr) {
+    // The averaging is the reduction's last step, which the engine may run on its progress
+    // thread (the same multiply on the same sums as FinishReduce()'s, so the same bits).
+    p.request = s.shard_group->ReduceScatterAsyncThen(*flat, *target, ReduceOp::Sum, [target, average] {
+      ScaleInPlace(std::span<const TensorPtr>(&target, 1), average);
+    });
+    averaged = true;
   } else if (fp32_reduce) {
     p.request = async ? s.shard_group->ReduceScatterAsync(*flat, *target, ReduceOp::Sum)
                       : (s.shard_group->ReduceScatter(*flat, *target, ReduceOp::Sum), nullptr);
@@ -318,7 +335,7 @@ void FSDPShardingUnit::Impl::StartReduce(const char* call, const GradientMap& gr
   p.communicated = true;
   p.copy_back = no_shard && !into_target;
   p.across_replicas = !no_shard;
-  p.scale = fp32_reduce && world > 1 ? average : 1.0f;
+  p.scale = fp32_reduce && world > 1 && !averaged ? average : 1.0f;
   p.target = std::move(target);
   p.scratch = std::move(scratch);
   p.flat = std::move(flat);
