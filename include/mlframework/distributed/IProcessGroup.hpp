@@ -102,15 +102,17 @@ class MLFRAMEWORK_EXPORT IProcessGroup {
   // that work there, during the caller's compute, instead of on the caller's thread. The work
   // may run on another thread: it must not call collectives and may touch only tensors that
   // the caller leaves alone until the request completes. An exception from it is thrown by the
-  // call itself or by the request's Wait() or Test(). On the MPI engine a failure on one rank leaves the others
-  // waiting, so callers end the job on failure (AbortGuard), as for any failed collective.
+  // call itself or by the request's Wait() or Test(). On the MPI engine a failure on one rank
+  // leaves the others waiting, so callers end the job on failure (AbortGuard), as for any
+  // failed collective. Every rank makes these calls in the same order among themselves and
+  // with the other collectives, as usual; an engine may still start their communication
+  // later, on a channel of their own, in the order of the calls (the MPI engine: on its
+  // progress thread and a second communicator). Argument errors throw before any
+  // communication.
 
-  /// Starts AllGather(@p input, @p output) once @p prepare() has written @p input. Every rank
-  /// makes these calls in the same order among themselves; relative to the group's other
-  /// collectives the all-gather may start later, on a channel of its own (the MPI engine starts
-  /// it, after @p prepare(), on its progress thread and a dedicated communicator, in the order of
-  /// the calls). Argument errors throw before any communication. The default runs @p prepare()
-  /// and then AllGatherAsync(@p input, @p output).
+  /// Starts AllGather(@p input, @p output) once @p prepare() has written @p input (the MPI
+  /// engine runs @p prepare() and starts the all-gather on its progress thread). The default
+  /// runs @p prepare() and then AllGatherAsync(@p input, @p output).
   virtual CollectiveRequestPtr AllGatherAsyncAfter(std::function<void()> prepare, const ITensor& input,
                                                    ITensor& output);
   /// Starts ReduceScatter(@p input, @p output, @p op) and runs @p finish() once @p output holds

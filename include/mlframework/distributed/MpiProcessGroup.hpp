@@ -139,6 +139,8 @@ class MLFRAMEWORK_EXPORT MpiProcessGroup final : public IProcessGroup {
   CollectiveRequestPtr AllGatherAsyncAfter(std::function<void()> prepare, const ITensor& input,
                                            ITensor& output) override;
   /// As ReduceScatterAsync(); @p finish runs on the progress thread right after the combine.
+  /// The all-to-all strategies also start their MPI_Ialltoall there, on the communicator and
+  /// in the order of AllGatherAsyncAfter().
   CollectiveRequestPtr ReduceScatterAsyncThen(const ITensor& input, ITensor& output, ReduceOp op,
                                               std::function<void()> finish) override;
   /// Prints the message and calls MPI_Abort on the communicator (never returns).

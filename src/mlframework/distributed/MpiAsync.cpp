@@ -171,39 +171,70 @@ class SingleOp final : public MpiAsyncOp {
 };
 
 // The all-to-all reduce-scatter: every rank's part of every rank arrives in `parts`, then the
-// combine of the blocking call.
+// combine of the blocking call, then the caller's finish. With a finish (ReduceScatterAsyncThen)
+// the MPI_Ialltoall itself starts on the polling thread too, as the deferred all-gathers do (on
+// the second communicator, in the order the operations were started): its start copies this
+// rank's own part, which the caller's thread then does not wait for.
 class ScatterByAllToAll final : public MpiAsyncOp {
  public:
   ScatterByAllToAll(MpiAsyncEngine& engine, const void* send, void* recv, std::size_t count, DataType dtype,
                     ReduceOp op, std::function<void()> finish)
       : MpiAsyncOp("MPI_Ialltoall"),
         finish_(std::move(finish)),
+        send_(send),
         recv_(recv),
         count_(count),
         dtype_(dtype),
         op_(op),
         world_(engine.WorldSize()),
         parts_(engine.TakeScratch(count * static_cast<std::size_t>(world_) * ElementSize(dtype))) {
-    const int n = static_cast<int>(count);
+    if (finish_) {
+      ticket_ = engine.TakeTicket();
+      return;
+    }
+    started_ = true;
     const std::lock_guard mpi(MpiCallLock());
-    Start(MPI_Ialltoall(send, n, WireType(dtype), parts_.data(), n, WireType(dtype), engine.Comm(), &request_));
+    Start(StartOn(engine.Comm()));
   }
 
  private:
+  int StartOn(MPI_Comm comm) {
+    const int n = static_cast<int>(count_);
+    return MPI_Ialltoall(send_, n, WireType(dtype_), parts_.data(), n, WireType(dtype_), comm, &request_);
+  }
   bool Advance(MpiAsyncEngine& engine) override {
+    if (!started_) {
+      if (!engine.MayStart(ticket_)) return false;
+      started_ = true;
+      const std::lock_guard mpi(MpiCallLock());
+      const int code = StartOn(engine.FollowUp());
+      engine.Started();
+      Start(code);
+      return false;
+    }
     CombineParts(parts_.data(), world_, count_, dtype_, op_, recv_);
     engine.GiveScratch(std::move(parts_));
     if (finish_) finish_();
     finish_ = nullptr;  // what it holds (the caller's tensors) goes before the op completes
     return true;
   }
+  void Abandon(MpiAsyncEngine& engine) noexcept override {
+    if (!started_) {
+      started_ = true;
+      engine.Started();
+    }
+  }
+
   std::function<void()> finish_;
+  const void* send_;
   void* recv_;
   std::size_t count_;
   DataType dtype_;
   ReduceOp op_;
   int world_;
   std::vector<std::byte> parts_;
+  std::size_t ticket_ = 0;
+  bool started_ = false;
 };
 
 // The all-to-all all-reduce: each rank combines its part (stage 1), then the parts are
