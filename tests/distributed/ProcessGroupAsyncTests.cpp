@@ -192,7 +192,7 @@ BOOST_AUTO_TEST_CASE(AttachedWorkRunsOnceBeforeCompletionWithTheBlockingBits) {
     const auto world = static_cast<std::size_t>(group->WorldSize());
     const auto me = static_cast<std::size_t>(group->Rank());
     constexpr std::size_t kCount = 3000;
-    constexpr int kEach = 3;
+    constexpr std::size_t kEach = 3;
     BOOST_TEST_CONTEXT("method " << m) {
       std::vector<int> runs(2 * kEach, 0);
       std::vector<TensorPtr> sources;
@@ -200,7 +200,7 @@ BOOST_AUTO_TEST_CASE(AttachedWorkRunsOnceBeforeCompletionWithTheBlockingBits) {
       std::vector<TensorPtr> scatter_inputs;
       std::vector<TensorPtr> scattered;
       std::vector<dist::CollectiveRequestPtr> requests;
-      for (int i = 0; i < kEach; ++i) {
+      for (std::size_t i = 0; i < kEach; ++i) {
         const float salt = 0.3f * static_cast<float>(i);
         sources.push_back(Make(RankValues(kCount, group->Rank(), salt), DataType::Float32));
         gathered.push_back(mlframework::Zeros({kCount * world}, DataType::BFloat16));
@@ -208,7 +208,7 @@ BOOST_AUTO_TEST_CASE(AttachedWorkRunsOnceBeforeCompletionWithTheBlockingBits) {
         requests.push_back(group->AllGatherAsyncAfter(
             [source = sources.back(), slot, &runs, i] {
               mlframework::CopyInto(std::span<const TensorPtr>(&source, 1), std::span<const TensorPtr>(&slot, 1));
-              ++runs[static_cast<std::size_t>(i)];
+              ++runs[i];
             },
             *slot, *gathered.back()));
         scatter_inputs.push_back(Make(RankValues(kCount * world, group->Rank(), salt + 0.1f), DataType::Float32));
@@ -216,7 +216,7 @@ BOOST_AUTO_TEST_CASE(AttachedWorkRunsOnceBeforeCompletionWithTheBlockingBits) {
         requests.push_back(group->ReduceScatterAsyncThen(
             *scatter_inputs.back(), *scattered.back(), dist::ReduceOp::Sum, [out = scattered.back(), &runs, i] {
               mlframework::ScaleInPlace(std::span<const TensorPtr>(&out, 1), 0.5f);
-              ++runs[static_cast<std::size_t>(kEach + i)];
+              ++runs[kEach + i];
             }));
         // Plain collectives in between, blocking and not, in the same order on every rank.
         BOOST_TEST(group->AllReduceHost(1.0, dist::ReduceOp::Sum) == static_cast<double>(world));
@@ -227,8 +227,7 @@ BOOST_AUTO_TEST_CASE(AttachedWorkRunsOnceBeforeCompletionWithTheBlockingBits) {
       std::for_each(requests.rbegin(), requests.rend(), [](const auto& request) { request->Wait(); });
       requests[0]->Wait();  // a second wait runs nothing again
       BOOST_TEST(runs == std::vector<int>(2 * kEach, 1), boost::test_tools::per_element());
-      for (int i = 0; i < kEach; ++i) {
-        const auto k = static_cast<std::size_t>(i);
+      for (std::size_t k = 0; k < kEach; ++k) {
         auto expected = mlframework::Zeros({kCount * world}, DataType::BFloat16);
         const TensorPtr slot = expected->Backend()->View(expected, kCount * me, {kCount});
         mlframework::CopyInto(std::span<const TensorPtr>(&sources[k], 1), std::span<const TensorPtr>(&slot, 1));

@@ -93,8 +93,10 @@ CollectiveRequestPtr IProcessGroup::AllReduceAsync(ITensor& tensor, ReduceOp op)
   return MakeCompletedRequest();
 }
 
-CollectiveRequestPtr IProcessGroup::AllGatherAsyncAfter(std::function<void()> prepare, const ITensor& input,
-                                                        ITensor& output) {
+// By value, as the engines that keep @p prepare for their progress thread take it.
+CollectiveRequestPtr IProcessGroup::AllGatherAsyncAfter(
+    std::function<void()> prepare,  // NOLINT(performance-unnecessary-value-param)
+    const ITensor& input, ITensor& output) {
   if (prepare) prepare();
   return AllGatherAsync(input, output);
 }
