@@ -170,8 +170,8 @@ int main() {
         model.PreForward(1);
         amp.ApplyMixedPrecision(layer2);
         Forward2(layer2.Parameters(), a);
-        model.PostForward(1);
-        model.PreBackward(1);  // gathers layer2 again, starts layer1's gather
+        model.PostForward(1);  // keeps layer2 gathered: its backward is next
+        model.PreBackward(1);  // starts layer1's gather
         const GradientMap g2 = Backward2(layer2.Parameters(), a, loss_norm, scale);
         model.PostBackward(1, g2);  // starts layer2's reduction, releases it
         model.PreBackward(0);       // layer1's gather arrived meanwhile
