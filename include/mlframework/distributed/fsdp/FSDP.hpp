@@ -42,14 +42,15 @@ namespace mlframework::distributed::fsdp {
 /// units itself; with SetPrefetch() the hooks overlap communication with compute. Unit indices
 /// are registration order, which must be the forward order (backward runs in reverse):
 ///
-/// | framework hook            | call                          | what runs                                      |
-/// |---------------------------|-------------------------------|------------------------------------------------|
-/// | pre-forward of unit i     | PreForward(i)                 | waits for (or runs) unit i's gather; Forward: starts
-/// unit i+1's | | post-forward of unit i    | PostForward(i)                | releases unit i (its memory goes to the
-/// cache) | | pre-backward of unit i    | PreBackward(i)                | waits for (or runs) unit i's gather;
-/// Backward: starts unit i-1's | | post-backward of unit i   | PostBackward(i, gradients)    | Backward: waits for the
-/// reduction in flight, starts unit i's; else reduces now; releases unit i | | after the last backward   |
-/// FinishBackward()              | waits for the last reduction                   |
+/// - pre-forward of unit i, PreForward(i): waits for (or runs) unit i's gather; with Forward it
+///   first starts unit i+1's.
+/// - post-forward of unit i, PostForward(i): releases unit i (its memory goes to the cache);
+///   with Backward the last unit stays gathered, since its backward comes next.
+/// - pre-backward of unit i, PreBackward(i): waits for (or runs) unit i's gather; with Backward
+///   it first starts unit i-1's.
+/// - post-backward of unit i, PostBackward(i, gradients): with Backward waits for the reduction
+///   in flight and starts unit i's, else reduces now; then releases unit i.
+/// - after the last backward, FinishBackward(): waits for the last reduction.
 ///
 /// Then ClipGradNorm() and Step() as usual (they refuse, on every rank, while a reduction is in
 /// flight). So during unit i's forward the gather of unit i+1 is in flight, and during unit
