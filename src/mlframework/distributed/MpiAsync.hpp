@@ -31,8 +31,8 @@ namespace mlframework::distributed::detail {
 // The process-wide lock that serializes every MPI call (MPI_THREAD_SERIALIZED).
 std::mutex& MpiCallLock() noexcept;
 
-// Defined by MpiProcessGroup.cpp: the user MPI_Op for 16-bit sums and maxima, and the local
-// combine of the all-to-all reductions (FP32 accumulation in rank order, one rounding).
+// The user MPI_Op for 16-bit sums and maxima (MpiProcessGroup.cpp), and the local combine of
+// the all-to-all reductions (FP32 accumulation in rank order, one rounding; MpiCombine.cpp).
 MPI_Op MpiHalfOp(DataType dtype, ReduceOp op);
 void CombineParts(const void* parts, int part_count, std::size_t count, DataType dtype, ReduceOp op, void* out);
 

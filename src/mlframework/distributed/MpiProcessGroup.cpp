@@ -16,12 +16,10 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
-#include <utility>
 #include <vector>
 
 #include <mlframework/core/DataType.hpp>
@@ -567,36 +565,7 @@ void MpiProcessGroup::AllReduceHost(std::span<double> values, ReduceOp op) {
   MLFW_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, values.data(), n, MPI_DOUBLE, BuiltinOp(op), impl_->comm));
 }
 
-CollectiveRequestPtr MpiProcessGroup::AllGatherAsync(const ITensor& input, ITensor& output) {
-  if (!detail::MpiAsyncEngine::Stageless(input, output)) return IProcessGroup::AllGatherAsync(input, output);
-  return impl_->async->AllGather(input, output);
-}
-
-CollectiveRequestPtr MpiProcessGroup::ReduceScatterAsync(const ITensor& input, ITensor& output, ReduceOp op) {
-  if (!detail::MpiAsyncEngine::Stageless(input, output)) return IProcessGroup::ReduceScatterAsync(input, output, op);
-  return impl_->async->ReduceScatter(input, output, op);
-}
-
-CollectiveRequestPtr MpiProcessGroup::AllGatherAsyncAfter(std::function<void()> prepare, const ITensor& input,
-                                                          ITensor& output) {
-  if (!detail::MpiAsyncEngine::Stageless(input, output)) {
-    return IProcessGroup::AllGatherAsyncAfter(std::move(prepare), input, output);
-  }
-  return impl_->async->AllGather(input, output, std::move(prepare));
-}
-
-CollectiveRequestPtr MpiProcessGroup::ReduceScatterAsyncThen(const ITensor& input, ITensor& output, ReduceOp op,
-                                                             std::function<void()> finish) {
-  if (!detail::MpiAsyncEngine::Stageless(input, output)) {
-    return IProcessGroup::ReduceScatterAsyncThen(input, output, op, std::move(finish));
-  }
-  return impl_->async->ReduceScatter(input, output, op, std::move(finish));
-}
-
-CollectiveRequestPtr MpiProcessGroup::AllReduceAsync(ITensor& tensor, ReduceOp op) {
-  if (!detail::MpiAsyncEngine::Stageless(tensor, tensor)) return IProcessGroup::AllReduceAsync(tensor, op);
-  return impl_->async->AllReduce(tensor, op);
-}
+detail::MpiAsyncEngine& MpiProcessGroup::AsyncEngine() const noexcept { return *impl_->async; }
 
 void MpiProcessGroup::Abort(const std::string& message) noexcept {
   std::fprintf(stderr, "mlframework: rank %d of %d aborting the MPI job: %s\n", impl_->rank, impl_->world_size,
