@@ -55,9 +55,9 @@ void FSDP::PreForward(std::size_t unit) {
   }
   kept_after_forward_ = static_cast<std::size_t>(-1);
   if (prefetch_.Forward) {
-    // The next unit's gather starts before this one is waited for: its start (the agreement
-    // and the cast into the send slot) runs on this thread, and here it overlaps this unit's
-    // all-gather instead of adding to the step after it.
+    // The next unit's gather starts before this one is waited for: its start (the agreement,
+    // and the cast into the send slot on engines that run it on the calling thread) then
+    // overlaps this unit's all-gather instead of adding to the step after it.
     fsdp::Prefetch(current);
     if (unit + 1 < UnitCount()) fsdp::Prefetch(Unit(unit + 1));
   }
