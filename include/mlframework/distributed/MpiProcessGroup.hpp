@@ -47,6 +47,27 @@ enum class Float32Reduction {
   AllToAll,
 };
 
+/// How a rank waits for MPI: in the blocking collectives, and between the progress thread's
+/// tests of the non-blocking ones.
+///
+/// Open MPI's blocking calls poll until they complete, so a rank waiting for a slower peer keeps
+/// its core busy. On a machine where other work shares the cores, that core is lost to it, and a
+/// rank whose core the other work shares runs at a fraction of its speed while its peer spins.
+/// The sleeping modes give the core back while waiting, at the price of waking up later than a
+/// poll would notice the completion. docs/fsdp-overlap.md ("Waiting on a shared machine")
+/// has the measurements.
+enum class WaitMode {
+  /// MPI's blocking calls and a progress thread that yields between tests: the lowest latency
+  /// on a machine whose cores the ranks have to themselves.
+  Spin,
+  /// Every blocking collective starts its non-blocking twin (MPI_Iallgather, ...) and tests it
+  /// with a growing, capped sleep between tests; the progress thread sleeps the same way. The
+  /// process-wide MPI lock is not held while sleeping.
+  Sleep,
+  /// Sleep after a short spin: tests back to back for a bounded time, then sleeps as Sleep does.
+  Hybrid,
+};
+
 /// Options of MpiProcessGroup.
 struct MpiProcessGroupOptions {
   /// Fortran handle of the communicator to use (`MPI_Comm_c2f(comm)`); empty: MPI_COMM_WORLD.
@@ -67,6 +88,13 @@ struct MpiProcessGroupOptions {
   /// the CPU kernels use) to max(1, cores / ranks on this node). Without it, four ranks on two
   /// cores would each run two kernel threads that wait for each other at every chunk barrier.
   bool ShareCoresAmongLocalRanks = true;
+  /// How this group's ranks wait for MPI. Empty: the environment variable MLFW_MPI_WAIT
+  /// (`spin`, `sleep` or `hybrid`; unset or empty: Spin). The group's Options() report the mode
+  /// chosen. In the sleeping modes the sums that use MPI's own algorithms (Builtin, UserOp,
+  /// ConvertToFloat32, AllReduceHost) run their non-blocking twins, which may add in another
+  /// order than the blocking calls beyond two ranks; the all-to-all defaults, gathers and
+  /// broadcasts give the same bits in every mode.
+  std::optional<WaitMode> Wait{};
 };
 
 /// Default of MpiProcessGroupOptions::FinalizeTimeoutSeconds: long enough for a rank that saves a

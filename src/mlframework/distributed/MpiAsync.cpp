@@ -26,6 +26,7 @@
 #include <mlframework/core/HostConversion.hpp>
 
 #include "mlframework/distributed/HostStaging.hpp"
+#include "mlframework/distributed/MpiWait.hpp"
 
 namespace mlframework::distributed::detail {
 
@@ -315,18 +316,23 @@ MpiAsyncEngine::MpiAsyncEngine(MPI_Comm comm, MPI_Comm follow_up, int rank, int 
       world_size_(world_size),
       options_(options),
       kernel_threads_(omp_get_max_threads()),
+      wait_(options.Wait.value_or(WaitMode::Spin)),
       use_thread_(ProgressThreadWanted()) {}
 
 MpiAsyncEngine::~MpiAsyncEngine() { Shutdown(); }
 
 void MpiAsyncEngine::Shutdown() noexcept {
+  Backoff backoff(wait_);
   for (;;) {
     {
       const std::lock_guard lock(mutex_);
       if (active_.empty()) break;
     }
-    ProgressAll();
-    std::this_thread::yield();
+    if (ProgressAll()) {
+      backoff.Reset();
+    } else {
+      backoff.Pause();
+    }
   }
   {
     const std::lock_guard lock(mutex_);
@@ -336,7 +342,7 @@ void MpiAsyncEngine::Shutdown() noexcept {
   if (thread_.joinable()) thread_.join();
 }
 
-void MpiAsyncEngine::ProgressAll() {
+bool MpiAsyncEngine::ProgressAll() {
   std::vector<std::shared_ptr<MpiAsyncOp>> ops;
   {
     const std::lock_guard lock(mutex_);
@@ -351,6 +357,7 @@ void MpiAsyncEngine::ProgressAll() {
     }
     finished_.notify_all();
   }
+  return finished;
 }
 
 void MpiAsyncEngine::WaitFor(const MpiAsyncOp& op) {
@@ -369,9 +376,13 @@ void MpiAsyncEngine::WaitFor(const MpiAsyncOp& op) {
   // Every outstanding operation is driven, not only this one: an earlier all-reduce may have to
   // start its second stage before this one may, and without the progress thread nothing else
   // would.
+  Backoff backoff(wait_);
   while (!op.Done()) {
-    ProgressAll();
-    if (!op.Done()) std::this_thread::yield();
+    if (ProgressAll()) {
+      backoff.Reset();
+    } else if (!op.Done()) {
+      backoff.Pause();
+    }
   }
 }
 
@@ -407,13 +418,20 @@ void MpiAsyncEngine::GiveScratch(std::vector<std::byte> buffer) noexcept {
 void MpiAsyncEngine::Run() {
   // Combines run here too: with the creating thread's kernel width, not OpenMP's default.
   omp_set_num_threads(kernel_threads_);
+  Backoff backoff(wait_);
   std::unique_lock lock(mutex_);
   for (;;) {
-    wake_.wait(lock, [this] { return stop_ || !active_.empty(); });
+    if (!stop_ && active_.empty()) {
+      wake_.wait(lock, [this] { return stop_ || !active_.empty(); });
+      backoff.Reset();  // a new operation: Hybrid spins on it first
+    }
     if (stop_) return;
     lock.unlock();
-    ProgressAll();
-    std::this_thread::yield();
+    if (ProgressAll()) {
+      backoff.Reset();
+    } else {
+      backoff.Pause();
+    }
     lock.lock();
   }
 }
