@@ -47,24 +47,28 @@ enum class Float32Reduction {
   AllToAll,
 };
 
-/// How a rank waits for MPI: in the blocking collectives, and between the progress thread's
-/// tests of the non-blocking ones.
+/// How a rank waits for the other ranks of an MPI collective.
 ///
 /// Open MPI's blocking calls poll until they complete, so a rank waiting for a slower peer keeps
-/// its core busy. On a machine where other work shares the cores, that core is lost to it, and a
-/// rank whose core the other work shares runs at a fraction of its speed while its peer spins.
-/// The sleeping modes give the core back while waiting, at the price of waking up later than a
-/// poll would notice the completion. docs/fsdp-overlap.md ("Waiting on a shared machine")
-/// has the measurements.
+/// its core busy. On a machine where other work shares the cores, the scheduler can then never
+/// move that work onto the waiting rank's core, and the rank that shares its core runs at a
+/// fraction of its speed while its peer spins. The sleeping modes give the core back while a
+/// rank waits for the others to arrive at a collective: each blocking collective first tests a
+/// non-blocking barrier, sleeping between tests (growing, capped sleeps; the process-wide MPI
+/// lock is not held while sleeping), and then moves the data in MPI's blocking call, which
+/// every rank has entered by then. Data is never moved by a sleeping rank, because without
+/// single-copy Open MPI moves large messages only inside MPI calls on both sides. Results are
+/// the same bits in every mode. The progress thread of the *Async collectives pauses between
+/// its tests the same way (yields in Spin). docs/fsdp-overlap.md ("Waiting on a shared
+/// machine") has the measurements and the settings to use.
 enum class WaitMode {
-  /// MPI's blocking calls and a progress thread that yields between tests: the lowest latency
-  /// on a machine whose cores the ranks have to themselves.
+  /// MPI's blocking calls as they are, and a progress thread that yields between tests: the
+  /// lowest latency when the ranks have their cores to themselves.
   Spin,
-  /// Every blocking collective starts its non-blocking twin (MPI_Iallgather, ...) and tests it
-  /// with a growing, capped sleep between tests; the progress thread sleeps the same way. The
-  /// process-wide MPI lock is not held while sleeping.
+  /// Sleep from the first test on while waiting for the other ranks to arrive.
   Sleep,
-  /// Sleep after a short spin: tests back to back for a bounded time, then sleeps as Sleep does.
+  /// Test back to back for a short, bounded time (most arrivals on a quiet machine), then sleep
+  /// as Sleep does.
   Hybrid,
 };
 
@@ -88,12 +92,10 @@ struct MpiProcessGroupOptions {
   /// the CPU kernels use) to max(1, cores / ranks on this node). Without it, four ranks on two
   /// cores would each run two kernel threads that wait for each other at every chunk barrier.
   bool ShareCoresAmongLocalRanks = true;
-  /// How this group's ranks wait for MPI. Empty: the environment variable MLFW_MPI_WAIT
-  /// (`spin`, `sleep` or `hybrid`; unset or empty: Spin). The group's Options() report the mode
-  /// chosen. In the sleeping modes the sums that use MPI's own algorithms (Builtin, UserOp,
-  /// ConvertToFloat32, AllReduceHost) run their non-blocking twins, which may add in another
-  /// order than the blocking calls beyond two ranks; the all-to-all defaults, gathers and
-  /// broadcasts give the same bits in every mode.
+  /// How this group's ranks wait for each other. Empty: the environment variable MLFW_MPI_WAIT
+  /// (`spin`, `sleep` or `hybrid`; unset or empty: Spin); another value is an ArgumentError
+  /// naming the variable and the value. The group's Options() report the mode chosen, and
+  /// Split() passes it on.
   std::optional<WaitMode> Wait{};
 };
 

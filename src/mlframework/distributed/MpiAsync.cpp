@@ -386,6 +386,14 @@ void MpiAsyncEngine::WaitFor(const MpiAsyncOp& op) {
   }
 }
 
+bool MpiAsyncEngine::AwaitPeers() {
+  if (wait_ == WaitMode::Spin || world_size_ == 1) return false;
+  MPI_Request request = MPI_REQUEST_NULL;
+  Check(MPI_Ibarrier(comm_, &request), "MPI_Ibarrier");
+  Check(WaitHeld(&request, wait_), "MPI_Test");
+  return true;
+}
+
 std::vector<std::byte> MpiAsyncEngine::TakeScratch(std::size_t bytes) {
   {
     const std::lock_guard lock(mutex_);

@@ -66,6 +66,10 @@ class MpiAsyncEngine : public std::enable_shared_from_this<MpiAsyncEngine> {
   bool ProgressAll();
   // Returns once @p op is done (complete or failed).
   void WaitFor(const MpiAsyncOp& op);
+  // Before a blocking collective, with MpiCallLock() held: in the sleeping wait modes, returns
+  // once every rank of the communicator has arrived (MPI_Ibarrier, tested with Backoff; the
+  // lock is released while sleeping) and true; in Spin, false at once. See MpiWait.hpp.
+  bool AwaitPeers();
 
   MPI_Comm Comm() const noexcept { return comm_; }
   MPI_Comm FollowUp() const noexcept { return follow_up_; }

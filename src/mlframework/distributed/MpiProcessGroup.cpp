@@ -11,7 +11,6 @@
 #include <array>
 #include <chrono>
 #include <climits>
-#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -29,7 +28,6 @@
 #include "mlframework/distributed/HostStaging.hpp"
 #include "mlframework/distributed/MpiAsync.hpp"
 #include "mlframework/distributed/MpiOptions.hpp"
-#include "mlframework/distributed/MpiWait.hpp"
 
 namespace mlframework::distributed {
 
@@ -248,7 +246,6 @@ MPI_Op detail::MpiHalfOp(DataType dtype, ReduceOp op) { return MpiRuntime::Get()
 
 struct MpiProcessGroup::Impl {
   MpiProcessGroupOptions options;
-  WaitMode wait = WaitMode::Spin;  // options.Wait, resolved
   MPI_Comm comm = MPI_COMM_NULL;
   MPI_Comm follow_up = MPI_COMM_NULL;             // the non-blocking all-reduces' second stage
   std::shared_ptr<detail::MpiAsyncEngine> async;  // the non-blocking collectives
@@ -287,18 +284,18 @@ struct MpiProcessGroup::Impl {
     }
     if (dtype == DataType::Float32) {
       if (scatter) {
-        MLFW_MPI_CHECK(detail::ReduceScatterBlock(wait, send, recv, n, MPI_FLOAT, BuiltinOp(op), comm));
+        MLFW_MPI_CHECK(MPI_Reduce_scatter_block(send, recv, n, MPI_FLOAT, BuiltinOp(op), comm));
       } else {
-        MLFW_MPI_CHECK(detail::Allreduce(wait, send, recv, n, MPI_FLOAT, BuiltinOp(op), comm));
+        MLFW_MPI_CHECK(MPI_Allreduce(send, recv, n, MPI_FLOAT, BuiltinOp(op), comm));
       }
       return;
     }
     if (options.HalfSum != HalfReduction::ConvertToFloat32) {  // UserOp, or AllToAll beyond int displacements
       const MPI_Op user_op = MpiRuntime::Get().HalfOpFor(dtype, op);
       if (scatter) {
-        MLFW_MPI_CHECK(detail::ReduceScatterBlock(wait, send, recv, n, MPI_UINT16_T, user_op, comm));
+        MLFW_MPI_CHECK(MPI_Reduce_scatter_block(send, recv, n, MPI_UINT16_T, user_op, comm));
       } else {
-        MLFW_MPI_CHECK(detail::Allreduce(wait, send, recv, n, MPI_UINT16_T, user_op, comm));
+        MLFW_MPI_CHECK(MPI_Allreduce(send, recv, n, MPI_UINT16_T, user_op, comm));
       }
       return;
     }
@@ -307,10 +304,10 @@ struct MpiProcessGroup::Impl {
     Widen(send == MPI_IN_PLACE ? recv : send, dtype, wide.data(), total);
     if (scatter) {
       std::vector<float> part(count);
-      MLFW_MPI_CHECK(detail::ReduceScatterBlock(wait, wide.data(), part.data(), n, MPI_FLOAT, BuiltinOp(op), comm));
+      MLFW_MPI_CHECK(MPI_Reduce_scatter_block(wide.data(), part.data(), n, MPI_FLOAT, BuiltinOp(op), comm));
       Narrow(part.data(), recv, dtype, count);
     } else {
-      MLFW_MPI_CHECK(detail::Allreduce(wait, MPI_IN_PLACE, wide.data(), n, MPI_FLOAT, BuiltinOp(op), comm));
+      MLFW_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, wide.data(), n, MPI_FLOAT, BuiltinOp(op), comm));
       Narrow(wide.data(), recv, dtype, count);
     }
   }
@@ -345,8 +342,8 @@ void MpiProcessGroup::Impl::AllReduceByAllToAll(void* data, std::size_t count, D
     gather_counts[r] = static_cast<int>(counts[r]);
     gather_displacements[r] = static_cast<int>(displacements[r]);
   }
-  MLFW_MPI_CHECK(detail::Allgatherv(wait, MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, gather_counts.data(),
-                                    gather_displacements.data(), WireType(dtype), comm));
+  MLFW_MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, gather_counts.data(),
+                                gather_displacements.data(), WireType(dtype), comm));
 }
 
 void MpiProcessGroup::Impl::AllToAllCombine(const void* send, const std::vector<std::size_t>& counts,
@@ -375,8 +372,8 @@ void MpiProcessGroup::Impl::AllToAllCombine(const void* send, const std::vector<
       receive_counts[r] = static_cast<int>(mine);
       receive_displacements[r] = static_cast<int>(r * mine);
     }
-    MLFW_MPI_CHECK(detail::Alltoallv(wait, send, send_counts.data(), send_displacements.data(), type, parts,
-                                     receive_counts.data(), receive_displacements.data(), type, comm));
+    MLFW_MPI_CHECK(MPI_Alltoallv(send, send_counts.data(), send_displacements.data(), type, parts,
+                                 receive_counts.data(), receive_displacements.data(), type, comm));
     detail::CombineParts(parts, world_size, mine, dtype, op, static_cast<std::byte*>(out) + offset * element);
   }
 }
@@ -439,7 +436,6 @@ MpiProcessGroup::MpiProcessGroup(MpiProcessGroupOptions options) : impl_(std::ma
     throw;
   }
   impl_->options = options;
-  impl_->wait = *options.Wait;
   impl_->async =
       std::make_shared<detail::MpiAsyncEngine>(impl_->comm, impl_->follow_up, impl_->rank, impl_->world_size, options);
 }
@@ -489,6 +485,7 @@ void MpiProcessGroup::AllGather(const ITensor& input, ITensor& output) {
   const MPI_Datatype type = WireType(input.GetDataType());
   detail::HostRead source(input);
   detail::HostWrite target(output, false);
+  impl_->async->AwaitPeers();
   // Input already in this rank's slot of the output (FSDP casts its shard there): gather in
   // place. Any other overlap would be an aliasing error for MPI, so it is refused.
   const std::size_t slot_bytes = input.Size() * ElementSize(input.GetDataType());
@@ -496,13 +493,13 @@ void MpiProcessGroup::AllGather(const ITensor& input, ITensor& output) {
   const auto* in_first = static_cast<const std::byte*>(source.Data());
   const auto* slot = out_first + slot_bytes * static_cast<std::size_t>(impl_->rank);
   if (in_first == slot) {
-    MLFW_MPI_CHECK(detail::Allgather(impl_->wait, MPI_IN_PLACE, n, type, target.Data(), n, type, impl_->comm));
+    MLFW_MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, n, type, target.Data(), n, type, impl_->comm));
   } else {
     const auto* out_last = out_first + slot_bytes * static_cast<std::size_t>(impl_->world_size);
     if (n > 0 && in_first < out_last && out_first < in_first + slot_bytes) {
       throw ArgumentError("input", "AllGather: input overlaps the output other than exactly at this rank's slot");
     }
-    MLFW_MPI_CHECK(detail::Allgather(impl_->wait, source.Data(), n, type, target.Data(), n, type, impl_->comm));
+    MLFW_MPI_CHECK(MPI_Allgather(source.Data(), n, type, target.Data(), n, type, impl_->comm));
   }
   target.Commit();
 }
@@ -513,6 +510,7 @@ void MpiProcessGroup::ReduceScatter(const ITensor& input, ITensor& output, Reduc
   detail::CheckScatterSizes(input, output, impl_->world_size);
   detail::HostRead source(input);
   detail::HostWrite target(output, false);
+  impl_->async->AwaitPeers();
   impl_->Reduce(source.Data(), target.Data(), output.Size(), input.GetDataType(), op, true);
   target.Commit();
 }
@@ -522,6 +520,7 @@ void MpiProcessGroup::AllReduce(ITensor& tensor, ReduceOp op) {
   detail::CheckOp(op);
   detail::CheckCollectiveDType("AllReduce", tensor);
   detail::HostWrite target(tensor, true);
+  impl_->async->AwaitPeers();
   impl_->Reduce(MPI_IN_PLACE, target.Data(), tensor.Size(), tensor.GetDataType(), op, false);
   target.Commit();
 }
@@ -532,13 +531,14 @@ void MpiProcessGroup::Broadcast(ITensor& tensor, int root) {
   detail::CheckCollectiveDType("Broadcast", tensor);
   const int n = CountOf(tensor.Size(), "tensor");
   detail::HostWrite target(tensor, true);
-  MLFW_MPI_CHECK(detail::Bcast(impl_->wait, target.Data(), n, WireType(tensor.GetDataType()), root, impl_->comm));
+  impl_->async->AwaitPeers();
+  MLFW_MPI_CHECK(MPI_Bcast(target.Data(), n, WireType(tensor.GetDataType()), root, impl_->comm));
   target.Commit();
 }
 
 void MpiProcessGroup::Barrier() {
   const std::lock_guard mpi(detail::MpiCallLock());
-  MLFW_MPI_CHECK(detail::Barrier(impl_->wait, impl_->comm));
+  if (!impl_->async->AwaitPeers()) MLFW_MPI_CHECK(MPI_Barrier(impl_->comm));
 }
 
 void MpiProcessGroup::AllReduceHost(std::span<double> values, ReduceOp op) {
@@ -546,8 +546,8 @@ void MpiProcessGroup::AllReduceHost(std::span<double> values, ReduceOp op) {
   if (values.empty()) return;
   const int n = CountOf(values.size(), "values");
   const std::lock_guard mpi(detail::MpiCallLock());
-  MLFW_MPI_CHECK(
-      detail::Allreduce(impl_->wait, MPI_IN_PLACE, values.data(), n, MPI_DOUBLE, BuiltinOp(op), impl_->comm));
+  impl_->async->AwaitPeers();
+  MLFW_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, values.data(), n, MPI_DOUBLE, BuiltinOp(op), impl_->comm));
 }
 
 CollectiveRequestPtr MpiProcessGroup::AllGatherAsync(const ITensor& input, ITensor& output) {

@@ -3,9 +3,13 @@
 //
 // Open MPI's blocking collectives and MPI_Wait poll until the operation completes. A rank that
 // waits for a slower peer therefore keeps its core busy, and on a machine shared with other
-// work the scheduler can never hand that core to it. In the sleeping modes the blocking
-// collectives of MpiProcessGroup start their non-blocking twins and test them here, sleeping
-// between tests without MpiCallLock(), and the progress thread of MpiAsync sleeps the same way.
+// work the scheduler can never hand that core to it. Sleeping through the whole collective
+// does not work either: without single-copy, Open MPI moves a large message's shared-memory
+// fragments only inside MPI calls on both sides, so a rank that sleeps between tests turns
+// every fragment round trip into a sleep. In the sleeping modes a blocking collective
+// therefore first waits for the other ranks to arrive (an MPI_Ibarrier tested with Backoff,
+// sleeping without MpiCallLock()), then moves the data in MPI's blocking call, which every
+// rank has entered by then. The progress thread of MpiAsync pauses with Backoff as well.
 
 #include <mpi.h>
 
@@ -44,21 +48,5 @@ class Backoff {
 // caller holds MpiCallLock(); it is released while sleeping and held again on return. Returns
 // the MPI error code.
 int WaitHeld(MPI_Request* request, WaitMode mode);
-
-// The blocking collectives of MpiProcessGroup, with MPI's signatures after the mode: in Spin
-// the blocking call itself, else its non-blocking twin completed by WaitHeld(). The caller holds
-// MpiCallLock(). Each returns the MPI error code.
-int Allgather(WaitMode mode, const void* send, int send_count, MPI_Datatype send_type, void* recv, int recv_count,
-              MPI_Datatype recv_type, MPI_Comm comm);
-int Allgatherv(WaitMode mode, const void* send, int send_count, MPI_Datatype send_type, void* recv,
-               const int* recv_counts, const int* displacements, MPI_Datatype recv_type, MPI_Comm comm);
-int Alltoallv(WaitMode mode, const void* send, const int* send_counts, const int* send_displacements,
-              MPI_Datatype send_type, void* recv, const int* recv_counts, const int* recv_displacements,
-              MPI_Datatype recv_type, MPI_Comm comm);
-int ReduceScatterBlock(WaitMode mode, const void* send, void* recv, int recv_count, MPI_Datatype type, MPI_Op op,
-                       MPI_Comm comm);
-int Allreduce(WaitMode mode, const void* send, void* recv, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm);
-int Bcast(WaitMode mode, void* buffer, int count, MPI_Datatype type, int root, MPI_Comm comm);
-int Barrier(WaitMode mode, MPI_Comm comm);
 
 }  // namespace mlframework::distributed::detail
