@@ -4,13 +4,12 @@
 // MLFW_MPI_WAIT, chooses the mode; bad values of either are refused by name.
 #include <boost/test/unit_test.hpp>
 
-#include <time.h>
-
 #include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <ctime>
 #include <memory>
 #include <string>
 #include <thread>
@@ -47,8 +46,10 @@ std::vector<std::vector<std::uint64_t>> RunCollectives(dist::IProcessGroup& grou
   const int rank = group.Rank();
   std::vector<std::vector<std::uint64_t>> out;
   const auto add = [&out](const mlframework::ITensor& tensor) {
+    const std::vector<float> values = tensor.ToFloatVector();
     std::vector<std::uint64_t> bits;
-    for (const float value : tensor.ToFloatVector()) bits.push_back(std::bit_cast<std::uint32_t>(value));
+    bits.reserve(values.size());
+    for (const float value : values) bits.push_back(std::bit_cast<std::uint32_t>(value));
     out.push_back(std::move(bits));
   };
   const std::size_t count = 150001;
@@ -75,6 +76,7 @@ std::vector<std::vector<std::uint64_t>> RunCollectives(dist::IProcessGroup& grou
   std::vector<double> host{0.1 * (rank + 1), 1.0 / (rank + 3), 1e16 * rank + 1.0};
   group.AllReduceHost(host, dist::ReduceOp::Sum);
   std::vector<std::uint64_t> host_bits;
+  host_bits.reserve(host.size());
   for (const double value : host) host_bits.push_back(std::bit_cast<std::uint64_t>(value));
   out.push_back(std::move(host_bits));
   // The non-blocking forms, two in flight at once.
@@ -94,7 +96,7 @@ std::vector<std::vector<std::uint64_t>> RunCollectives(dist::IProcessGroup& grou
 
 // CPU time of the calling thread.
 double ThreadCpuSeconds() {
-  timespec now{};
+  std::timespec now{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
   return static_cast<double>(now.tv_sec) + 1e-9 * static_cast<double>(now.tv_nsec);
 }

@@ -124,10 +124,11 @@ inline constexpr double kDefaultFinalizeTimeoutSeconds = 300.0;
 /// rank starts them in its program order) and return a request. Open MPI advances them only
 /// inside MPI calls, so the group runs a progress thread while any is outstanding: it tests
 /// them (one MPI_Test at a time under the lock that serializes every MPI call of the library,
-/// MPI_THREAD_SERIALIZED) and yields between tests, and runs their local combine when they
-/// arrive. The environment variable MLFW_MPI_PROGRESS_THREAD=0 turns it off (progress then
-/// happens in Test(), Wait() and the blocking calls only). Tensors that need host staging take
-/// the blocking path and return a completed request. Destroying the group completes every
+/// MPI_THREAD_SERIALIZED), pauses between tests as MpiProcessGroupOptions::Wait says (yields
+/// in Spin), and runs their local combine when they arrive. The environment variable
+/// MLFW_MPI_PROGRESS_THREAD=0 turns it off (progress then happens in Test(), Wait() and the
+/// blocking calls only). Tensors that need host staging take the blocking path and return a
+/// completed request. Destroying the group completes every
 /// outstanding request first.
 class MLFRAMEWORK_EXPORT MpiProcessGroup final : public IProcessGroup {
  public:
