@@ -51,7 +51,10 @@ int CountOf(std::size_t elements, const char* parameter) {
   return static_cast<int>(elements);
 }
 
-MPI_Datatype WireType(DataType dtype) { return dtype == DataType::Float32 ? MPI_FLOAT : MPI_UINT16_T; }
+MPI_Datatype WireType(DataType dtype) {
+  if (IsFloat8(dtype)) return MPI_UINT8_T;  // all-gathers only: FP8 is refused by the reductions
+  return dtype == DataType::Float32 ? MPI_FLOAT : MPI_UINT16_T;
+}
 MPI_Op BuiltinOp(ReduceOp op) { return op == ReduceOp::Max ? MPI_MAX : MPI_SUM; }
 
 bool AllToAll(const MpiProcessGroupOptions& options, DataType dtype, std::size_t total) {

@@ -257,7 +257,10 @@ double FinalizeTimeoutOf(const MpiProcessGroupOptions& options) {
   return seconds;
 }
 
-MPI_Datatype WireType(DataType dtype) { return dtype == DataType::Float32 ? MPI_FLOAT : MPI_UINT16_T; }
+MPI_Datatype WireType(DataType dtype) {
+  if (IsFloat8(dtype)) return MPI_UINT8_T;  // all-gathers only: FP8 is refused by the reductions
+  return dtype == DataType::Float32 ? MPI_FLOAT : MPI_UINT16_T;
+}
 
 MPI_Op BuiltinOp(ReduceOp op) { return op == ReduceOp::Max ? MPI_MAX : MPI_SUM; }
 
