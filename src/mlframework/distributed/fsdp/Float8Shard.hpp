@@ -9,9 +9,7 @@
 #include <mlframework/core/DataType.hpp>
 #include <mlframework/core/ITensor.hpp>
 
-namespace mlframework::distributed::fsdp {
-
-namespace detail {
+namespace mlframework::distributed::fsdp::detail {
 
 struct Float8Shard {
   // FP32 scale state of the unit's N parameters on the buffer device, one row of N each, in the
@@ -25,11 +23,10 @@ struct Float8Shard {
   // FullShard / ShardGradOp / HybridShard: this rank's shard in FP8 (ShardSize() bytes; the
   // padding stays as allocated: zero), what every gather of the unit sends.
   TensorPtr shard;
-  std::vector<TensorPtr> master_slices;  // each parameter's part of the FP32 master shard
+  std::vector<TensorPtr> master_slices;  // each parameter's part of the FP32 master shard (NoShard: all of it)
   std::vector<TensorPtr> fp8_slices;     // the same parts of `shard`
   DataType dtype = DataType::Float32;    // the FP8 type `state` and `shard` were made for
   bool current = false;                  // `shard` holds the masters' current values
 };
 
-}  // namespace detail
-}  // namespace mlframework::distributed::fsdp
+}  // namespace mlframework::distributed::fsdp::detail
