@@ -51,9 +51,8 @@ int CountOf(std::size_t elements, const char* parameter) {
   return static_cast<int>(elements);
 }
 
-MPI_Datatype WireType(DataType dtype) {
-  if (IsFloat8(dtype)) return MPI_UINT8_T;  // all-gathers only: FP8 is refused by the reductions
-  return dtype == DataType::Float32 ? MPI_FLOAT : MPI_UINT16_T;
+MPI_Datatype WireType(DataType t) {  // FP8 moves as bytes, in all-gathers (the reductions refuse it)
+  return IsFloat8(t) ? MPI_UINT8_T : t == DataType::Float32 ? MPI_FLOAT : MPI_UINT16_T;
 }
 MPI_Op BuiltinOp(ReduceOp op) { return op == ReduceOp::Max ? MPI_MAX : MPI_SUM; }
 
