@@ -184,6 +184,35 @@ BOOST_AUTO_TEST_CASE(TheShardIsQuantizedOnceUntilAStepOrALoadChangesTheMasters) 
   }
 }
 
+BOOST_AUTO_TEST_CASE(PrefetchingHooksGatherFp8UnitsAsTheSerialCallsDo) {
+  // With prefetch the next unit's quantization (its amax all-reduce) runs while this unit's
+  // all-gather is in flight: the same bytes as gathering one unit at a time.
+  auto group = mlfw_test::WorldGroup();
+  fsdp::FSDP model(group, {.ParamDType = DataType::Float8E5M2});
+  const float magnitudes[] = {3.0f, 0.02f, 700.0f};
+  const char* const names[] = {"u0", "u1", "u2"};
+  for (std::size_t i = 0; i < 3; ++i) model.RegisterUnit(names[i], Model(magnitudes[i]));
+  model.SetPrefetch({.Forward = true, .Backward = true});
+  for (int pass = 0; pass < 2; ++pass) {
+    for (std::size_t i = 0; i < 3; ++i) {
+      model.PreForward(i);
+      ExpectQuantizedFrom(model.Unit(i), Model(magnitudes[i]), DataType::Float8E5M2);
+      model.PostForward(i);
+    }
+    for (std::size_t i = 3; i-- > 0;) {
+      model.PreBackward(i);
+      ExpectQuantizedFrom(model.Unit(i), Model(magnitudes[i]), DataType::Float8E5M2);
+      GradientMap gradients;
+      for (const auto& [name, tensor] : Model()) {
+        gradients[name] = mlframework::FromVector(std::vector<float>(tensor->Size(), 0.0f), tensor->GetShape());
+      }
+      model.PostBackward(i, gradients);
+    }
+    model.FinishBackward();
+    model.ZeroGrad();
+  }
+}
+
 BOOST_AUTO_TEST_CASE(ChangingTheParameterDtypeQuantizesAgainAndLeavesFp8Behind) {
   auto group = mlfw_test::WorldGroup();
   fsdp::FSDP model(group, {.ParamDType = DataType::BFloat16});
