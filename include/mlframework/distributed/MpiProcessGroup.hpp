@@ -58,9 +58,10 @@ enum class Float32Reduction {
 /// lock is not held while sleeping), and then moves the data in MPI's blocking call, which
 /// every rank has entered by then. Data is never moved by a sleeping rank, because without
 /// single-copy Open MPI moves large messages only inside MPI calls on both sides. Results are
-/// the same bits in every mode. The progress thread of the *Async collectives pauses between
-/// its tests the same way (yields in Spin). docs/fsdp-overlap.md ("Waiting on a shared
-/// machine") has the measurements and the settings to use.
+/// the same bits in every mode. For the same reason the progress thread of the *Async
+/// collectives yields between its tests in every mode: its tests move their data.
+/// docs/fsdp-overlap.md ("Waiting on a shared machine") has the measurements and the settings
+/// to use.
 enum class WaitMode {
   /// MPI's blocking calls as they are, and a progress thread that yields between tests: the
   /// lowest latency when the ranks have their cores to themselves.
@@ -124,8 +125,8 @@ inline constexpr double kDefaultFinalizeTimeoutSeconds = 300.0;
 /// rank starts them in its program order) and return a request. Open MPI advances them only
 /// inside MPI calls, so the group runs a progress thread while any is outstanding: it tests
 /// them (one MPI_Test at a time under the lock that serializes every MPI call of the library,
-/// MPI_THREAD_SERIALIZED), pauses between tests as MpiProcessGroupOptions::Wait says (yields
-/// in Spin), and runs their local combine when they arrive. The environment variable
+/// MPI_THREAD_SERIALIZED) and yields between tests, and runs their local combine when they
+/// arrive. The environment variable
 /// MLFW_MPI_PROGRESS_THREAD=0 turns it off (progress then happens in Test(), Wait() and the
 /// blocking calls only). Tensors that need host staging take the blocking path and return a
 /// completed request. Destroying the group completes every

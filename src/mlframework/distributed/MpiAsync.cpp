@@ -324,17 +324,13 @@ MpiAsyncEngine::MpiAsyncEngine(MPI_Comm comm, MPI_Comm follow_up, int rank, int 
 MpiAsyncEngine::~MpiAsyncEngine() { Shutdown(); }
 
 void MpiAsyncEngine::Shutdown() noexcept {
-  Backoff backoff(wait_);
   for (;;) {
     {
       const std::lock_guard lock(mutex_);
       if (active_.empty()) break;
     }
-    if (ProgressAll()) {
-      backoff.Reset();
-    } else {
-      backoff.Pause();
-    }
+    ProgressAll();
+    std::this_thread::yield();
   }
   {
     const std::lock_guard lock(mutex_);
@@ -344,7 +340,7 @@ void MpiAsyncEngine::Shutdown() noexcept {
   if (thread_.joinable()) thread_.join();
 }
 
-bool MpiAsyncEngine::ProgressAll() {
+void MpiAsyncEngine::ProgressAll() {
   std::vector<std::shared_ptr<MpiAsyncOp>> ops;
   {
     const std::lock_guard lock(mutex_);
@@ -359,7 +355,6 @@ bool MpiAsyncEngine::ProgressAll() {
     }
     finished_.notify_all();
   }
-  return finished;
 }
 
 void MpiAsyncEngine::WaitFor(const MpiAsyncOp& op) {
@@ -378,13 +373,9 @@ void MpiAsyncEngine::WaitFor(const MpiAsyncOp& op) {
   // Every outstanding operation is driven, not only this one: an earlier all-reduce may have to
   // start its second stage before this one may, and without the progress thread nothing else
   // would.
-  Backoff backoff(wait_);
   while (!op.Done()) {
-    if (ProgressAll()) {
-      backoff.Reset();
-    } else if (!op.Done()) {
-      backoff.Pause();
-    }
+    ProgressAll();
+    if (!op.Done()) std::this_thread::yield();
   }
 }
 
@@ -426,22 +417,18 @@ void MpiAsyncEngine::GiveScratch(std::vector<std::byte> buffer) noexcept {
 }
 
 void MpiAsyncEngine::Run() {
+  // Yields in every wait mode, never sleeps: the thread runs only while operations are in
+  // flight, and their fragments move only inside MPI calls on both sides (see MpiWait.hpp), so a
+  // sleeping thread slowed the transfers it exists for.
   // Combines run here too: with the creating thread's kernel width, not OpenMP's default.
   omp_set_num_threads(kernel_threads_);
-  Backoff backoff(wait_);
   std::unique_lock lock(mutex_);
   for (;;) {
-    if (!stop_ && active_.empty()) {
-      wake_.wait(lock, [this] { return stop_ || !active_.empty(); });
-      backoff.Reset();  // a new operation: Hybrid spins on it first
-    }
+    wake_.wait(lock, [this] { return stop_ || !active_.empty(); });
     if (stop_) return;
     lock.unlock();
-    if (ProgressAll()) {
-      backoff.Reset();
-    } else {
-      backoff.Pause();
-    }
+    ProgressAll();
+    std::this_thread::yield();
     lock.lock();
   }
 }

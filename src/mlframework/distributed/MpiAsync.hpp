@@ -62,8 +62,8 @@ class MpiAsyncEngine : public std::enable_shared_from_this<MpiAsyncEngine> {
 
   // Completes every outstanding operation and stops the thread (before the communicators go).
   void Shutdown() noexcept;
-  // Advances every outstanding operation once (any thread); true when one completed.
-  bool ProgressAll();
+  // Advances every outstanding operation once (any thread).
+  void ProgressAll();
   // Returns once @p op is done (complete or failed).
   void WaitFor(const MpiAsyncOp& op);
   // Before a blocking collective, with MpiCallLock() held: in the sleeping wait modes, returns
@@ -91,7 +91,7 @@ class MpiAsyncEngine : public std::enable_shared_from_this<MpiAsyncEngine> {
   int world_size_;
   MpiProcessGroupOptions options_;
   int kernel_threads_;  // the creating thread's OpenMP width, for combines run by the thread
-  WaitMode wait_;       // how the progress thread and the waits without it pause between tests
+  WaitMode wait_;       // how the blocking collectives wait for the other ranks (AwaitPeers)
   std::size_t next_ticket_ = 0;
   std::atomic<std::size_t> started_{0};
   std::mutex mutex_;  // guards active_, stop_, thread_

@@ -30,10 +30,6 @@ bool Backoff::Spinning() const noexcept {
 }
 
 void Backoff::Pause() {
-  if (mode_ == WaitMode::Spin) {
-    std::this_thread::yield();
-    return;
-  }
   if (Spinning()) return;
   std::this_thread::sleep_for(sleep_);
   sleep_ = std::min(sleep_ * 2, kMaxSleep);

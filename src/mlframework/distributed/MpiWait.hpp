@@ -9,7 +9,8 @@
 // every fragment round trip into a sleep. In the sleeping modes a blocking collective
 // therefore first waits for the other ranks to arrive (an MPI_Ibarrier tested with Backoff,
 // sleeping without MpiCallLock()), then moves the data in MPI's blocking call, which every
-// rank has entered by then. The progress thread of MpiAsync pauses with Backoff as well.
+// rank has entered by then. The progress thread of MpiAsync yields in every mode, since its
+// tests move the data of the operations in flight.
 
 #include <mpi.h>
 
@@ -27,8 +28,8 @@ class Backoff {
   void Reset() noexcept;
   // True while the next test should follow at once: Hybrid's first kSpinTime after Reset().
   bool Spinning() const noexcept;
-  // After a test that found nothing done: Spin yields, Hybrid returns at once while Spinning(),
-  // else the thread sleeps, each sleep twice the last, from kFirstSleep up to kMaxSleep.
+  // After a test that found nothing done: returns at once while Spinning(), else sleeps, each
+  // sleep twice the last, from kFirstSleep up to kMaxSleep (Sleep and Hybrid only).
   void Pause();
 
   // Bounded so that the fast exchanges of a quiet machine complete before the first sleep.
