@@ -24,7 +24,7 @@ namespace mlframework::distributed::detail {
 class Backoff {
  public:
   explicit Backoff(WaitMode mode) noexcept : mode_(mode) { Reset(); }
-  // After progress (or a new operation): Hybrid spins again, sleeps start short again.
+  // Starts a wait: Hybrid spins again, sleeps start short again.
   void Reset() noexcept;
   // True while the next test should follow at once: Hybrid's first kSpinTime after Reset().
   bool Spinning() const noexcept;
@@ -32,10 +32,10 @@ class Backoff {
   // sleep twice the last, from kFirstSleep up to kMaxSleep (Sleep and Hybrid only).
   void Pause();
 
-  // Bounded so that the fast exchanges of a quiet machine complete before the first sleep.
+  // Long enough for ranks that arrive together on a quiet machine, short against a late peer.
   static constexpr std::chrono::microseconds kSpinTime{50};
-  // Open MPI moves shared-memory fragments only inside MPI calls on both sides (without
-  // single-copy), so long sleeps would throttle large transfers: the cap stays small.
+  // The cap bounds how late a sleeping rank notices the last arrival (plus the kernel's timer
+  // slack, about 50 us), a delay paid once per blocking collective, about 30 times an FSDP step.
   static constexpr std::chrono::microseconds kFirstSleep{5};
   static constexpr std::chrono::microseconds kMaxSleep{200};
 
