@@ -5,6 +5,9 @@
 //    IProcessGroup and through FSDPShardingUnit) against the raw MPI collective moving the
 //    same bytes, in the same run. Every iteration is timed between barriers and the slowest
 //    rank's time is reported (manual time), so all ranks run identical iteration counts.
+//    FP8 units: the all-gather of a unit whose FP8 shard is current against raw MPI_Allgather
+//    of the same bytes, and, as its own case, the once-per-step quantization (amax, all-reduce
+//    MAX, cast) that precedes the first gather after a step.
 // 2. Memory: peak resident memory per rank while training with FSDP FullShard + Adam, against
 //    the ZeRO-3 figure 16 bytes x parameters / ranks + the largest gathered unit.
 #include <benchmark/benchmark.h>
@@ -18,11 +21,15 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include <mlframework/backends/cpu/CpuTensor.hpp>
+#include <mlframework/core/Float8Cast.hpp>
+#include <mlframework/core/Float8ScaleUpdate.hpp>
 #include <mlframework/core/Tensor.hpp>
+#include <mlframework/core/TensorBackend.hpp>
 #include <mlframework/distributed/MpiProcessGroup.hpp>
 #include <mlframework/distributed/fsdp/FSDP.hpp>
 #include <mlframework/optimizers/Adam.hpp>
@@ -137,6 +144,80 @@ void BM_AllGather16M(benchmark::State& state) {
                                                                          unit.Gather();
                                                                          unit.Release();
                                                                        }}});
+}
+
+// All-gather of one 16M-element FP8 unit whose FP8 shard is current (the forward and backward
+// gathers of a step): raw MPI_Allgather of the shard's bytes vs IProcessGroup::AllGather of the
+// FP8 tensors vs FSDPShardingUnit::Gather + Release (the kept FP8 shard sent as it is).
+void BM_AllGatherFloat816M(benchmark::State& state) {
+  const DataType dtype = DTypeArg(state);
+  const std::size_t shard = kUnitElements / static_cast<std::size_t>(Ranks());
+  auto input = cpu::Empty({shard}, dtype);
+  auto output = cpu::Empty({kUnitElements}, dtype);
+  fsdp::FSDP model(Group(), {.ParamDType = dtype});
+  auto& unit = model.RegisterUnit(
+      "unit", {{"weight", mlframework::FromVector(std::vector<float>(kUnitElements, 0.5f), {kUnitElements})}});
+  unit.Gather();  // quantizes the shard once; the gathers below send it as it is
+  unit.Release();
+  Compare(state, kUnitElements,
+          [&] {
+            MPI_Allgather(cpu::Data(*input), static_cast<int>(shard), MPI_UINT8_T, cpu::MutableData(*output),
+                          static_cast<int>(shard), MPI_UINT8_T, MPI_COMM_WORLD);
+          },
+          {{"fsdp_unit",
+            [&] {
+              unit.Gather();
+              unit.Release();
+            }},
+           {"library", [&] { Group()->AllGather(*input, *output); }}});
+}
+
+// The once-per-step quantization of a 16M-element FP8 unit's shard, the chain the first gather
+// after a step runs before its all-gather: the amax of each parameter's part of the FP32 master
+// shard, one all-reduce MAX of the unit's amax vector, the scale update, the scaled cast into the
+// FP8 shard. Timed as its own case (slowest rank, between barriers); the traffic is two reads of
+// the FP32 shard and one write of the FP8 shard. "first_gather" is a whole first gather after a
+// change of the FP8 dtype (state and FP8 shard made again, quantization, all-gather).
+void BM_Float8Quantize16M(benchmark::State& state) {
+  const DataType dtype = DTypeArg(state);
+  const std::size_t shard = kUnitElements / static_cast<std::size_t>(Ranks());
+  std::vector<float> values(shard);
+  for (std::size_t i = 0; i < shard; ++i) values[i] = static_cast<float>(i % 1000) * 0.001f - 0.5f;
+  const mlframework::TensorPtr master = mlframework::FromVector(values, {shard});
+  const mlframework::TensorPtr fp8_shard = cpu::Empty({shard}, dtype);
+  // The unit's state rows with a history of one row: amax, scale, scale_inv, fp8_max, scratch.
+  const mlframework::TensorPtr scales =
+      mlframework::FromVector({0.0f, 1.0f, 1.0f, dtype == DataType::Float8E4M3FN ? 448.0f : 57344.0f, 0.0f}, {5});
+  const mlframework::TensorPtr amax = cpu::View(scales, 0, {1});
+  const mlframework::TensorPtr scale = cpu::View(scales, 1, {1});
+  const mlframework::Float8ScaleUpdate update{
+      .Count = 1, .Length = 1, .MostRecent = true, .KeepScaleOnBadAmax = false, .RollHistory = false};
+  fsdp::FSDP model(Group(), {.ParamDType = dtype});
+  auto& unit = model.RegisterUnit("unit", {{"weight", mlframework::Zeros({kUnitElements})}});
+  const DataType other = dtype == DataType::Float8E4M3FN ? DataType::Float8E5M2 : DataType::Float8E4M3FN;
+  double best = 1e30;
+  double first_gather_best = 1e30;
+  bool flip = false;
+  for (auto _ : state) {
+    const double seconds = SlowestRankSeconds([&] {
+      mlframework::Amax(std::span<const mlframework::TensorPtr>(&master, 1), amax);
+      Group()->AllReduce(*amax, dist::ReduceOp::Max);
+      scales->Backend()->UpdateFloat8Scales(*scales, update);
+      mlframework::ScaledCastToFloat8(std::span<const mlframework::TensorPtr>(&master, 1),
+                                      std::span<const mlframework::TensorPtr>(&fp8_shard, 1), scale, nullptr);
+    });
+    best = std::min(best, seconds);
+    state.SetIterationTime(seconds);
+    model.SetParamDType((flip = !flip) ? other : dtype);  // the next gather quantizes again
+    first_gather_best = std::min(first_gather_best, SlowestRankSeconds([&] {
+                                   unit.Gather();
+                                   unit.Release();
+                                 }));
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * shard * (2 * sizeof(float) + 1)));
+  state.counters["ranks"] = Ranks();
+  state.counters["quantize_best_ms"] = best * 1e3;
+  state.counters["first_gather_best_ms"] = first_gather_best * 1e3;
 }
 
 // Reduce-scatter of one 16M-element unit. FP32: raw MPI_FLOAT sum. FP16/BF16: raw MPI_SHORT
@@ -323,6 +404,7 @@ void BM_FsdpPeakMemory(benchmark::State& state) {
 constexpr auto kF32 = static_cast<std::int64_t>(DataType::Float32);
 constexpr auto kF16 = static_cast<std::int64_t>(DataType::Float16);
 constexpr auto kBF16 = static_cast<std::int64_t>(DataType::BFloat16);
+constexpr auto kE4M3 = static_cast<std::int64_t>(DataType::Float8E4M3FN);
 
 // Memory first, while the process is small (the peak is reset per run, but a heap grown by the
 // 16M-element buffers would hand FSDP memory that is already resident).
@@ -339,6 +421,12 @@ BENCHMARK(BM_AllGather16M)
     ->Iterations(benchmark::IterationCount{2} * kIterations)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_AllGatherFloat816M)
+    ->Arg(kE4M3)
+    ->Iterations(benchmark::IterationCount{2} * kIterations)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Float8Quantize16M)->Arg(kE4M3)->Iterations(kIterations)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ReduceScatter16M)
     ->Arg(kF32)
     ->Arg(kF16)

@@ -113,4 +113,28 @@ if ((run_tidy)); then
   fi
 fi
 
+# The per-instruction-set kernel files are compiled with -mavx2 / -mavx512*: an inline function
+# they emit out of line (a weak symbol) could be the one copy the linker keeps for the whole
+# library, and then run AVX-512 code on a CPU without it. Their helpers therefore have internal
+# linkage; this check keeps it so (the C++ personality reference is the one weak symbol allowed).
+if ((run_tidy)); then
+  mapfile -t isa_objects < <(find "$build/src" -path '*mlframework.dir*' -name '*Avx*.o' 2>/dev/null | sort)
+  if ((${#isa_objects[@]} == 0)); then
+    echo "lint: no per-instruction-set objects under $build/src (build the library first)" >&2
+    status=1
+  else
+    shared=$(for object in "${isa_objects[@]}"; do
+      nm -C --defined-only "$object" | awk -v o="${object##*/}" '$2 ~ /^[WVu]$/ && $3 !~ /^DW\.ref\./ {
+        $1 = ""; $2 = ""; print o ":" $0 }'
+    done)
+    if [[ -n $shared ]]; then
+      echo "lint: per-instruction-set objects define weak symbols (give them internal linkage):"
+      printf '%s\n' "$shared" | head -40
+      status=1
+    else
+      echo "lint: ${#isa_objects[@]} per-instruction-set objects define no weak symbols"
+    fi
+  fi
+fi
+
 exit "$status"

@@ -2,7 +2,7 @@
 // backend: Allocate() and aliasing View() (bounds, sharing, lifetime), CopyInto() (the cast
 // without a flag) and AddInto() bit-equal to the CPU backend for every dtype pair, and an FSDP
 // training run on CUDA parameters bit-identical to the same run on CPU parameters, with every
-// unit buffer on the GPU. Needs a CUDA device.
+// unit buffer on the GPU, and FP8 parameter gathers bit-identical to the CPU's. Needs a CUDA device.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -184,6 +184,50 @@ BOOST_AUTO_TEST_CASE(TrainingOnTheGpuIsBitIdenticalToTheCpu) {
         BOOST_REQUIRE_EQUAL(results[1].size(), results[0].size());
         for (std::size_t i = 0; i < results[0].size(); ++i) {
           BOOST_TEST(results[1][i] == results[0][i], boost::test_tools::per_element());
+        }
+      }
+    }
+  }
+}
+
+// FP8 parameter gathers on the GPU (amax, scale update and scaled cast queued on the device)
+// write the bytes and inverse scales the CPU backend writes, before and after steps.
+BOOST_AUTO_TEST_CASE(Fp8GathersOnTheGpuAreBitIdenticalToTheCpu) {
+  for (const fsdp::ShardingStrategy strategy :
+       {fsdp::ShardingStrategy::FullShard, fsdp::ShardingStrategy::ShardGradOp, fsdp::ShardingStrategy::NoShard}) {
+    for (const DataType param : {DataType::Float8E4M3FN, DataType::Float8E5M2}) {
+      BOOST_TEST_CONTEXT(fsdp::ToString(strategy) << " " << ToString(param)) {
+        std::vector<std::vector<float>> gathered[2];
+        std::vector<float> inverses[2];
+        for (const bool on_gpu : {false, true}) {
+          const Device device = on_gpu ? kGpu : Device::CPU();
+          fsdp::FSDP model(distributed::MakeLocalProcessGroup(), {.Strategy = strategy, .ParamDType = param});
+          fsdp::FSDPShardingUnit& unit =
+              model.RegisterUnit("layer", {{"w", FromVector(Random(300, 3), {20, 15}, DataType::Float32, device)},
+                                           {"b", FromVector(Random(15, 4), {15}, DataType::Float32, device)}});
+          optimizers::SGD sgd(model.ShardedParameters(), {.LearningRate = 0.25f});
+          for (int step = 0; step < 3; ++step) {
+            unit.Gather();
+            BOOST_TEST((unit.GatheredParameter()->GetDevice() == device));
+            GradientMap gradients;
+            for (const auto& [name, view] : unit.Parameters()) {
+              BOOST_TEST((view->GetDataType() == param));
+              gathered[on_gpu ? 1 : 0].push_back(view->ToFloatVector());  // FP8 decodes exactly
+              const TensorPtr& inverse = unit.Float8ScaleInverses().at(name);
+              BOOST_TEST((inverse->GetDevice() == device));
+              inverses[on_gpu ? 1 : 0].push_back(inverse->ToFloatVector()[0]);
+              gradients.emplace(name, FromVector(Random(view->Size(), static_cast<unsigned>(5 + step)),
+                                                 view->GetShape(), DataType::Float32, device));
+            }
+            unit.ReduceGradients(gradients);
+            unit.Release();
+            model.Step(sgd);
+          }
+        }
+        BOOST_TEST(inverses[1] == inverses[0], boost::test_tools::per_element());
+        BOOST_REQUIRE_EQUAL(gathered[1].size(), gathered[0].size());
+        for (std::size_t i = 0; i < gathered[0].size(); ++i) {
+          BOOST_TEST(gathered[1][i] == gathered[0][i], boost::test_tools::per_element());
         }
       }
     }

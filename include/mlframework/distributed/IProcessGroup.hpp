@@ -46,10 +46,12 @@ class MLFRAMEWORK_EXPORT IProcessGroup {
   virtual std::string_view BackendName() const noexcept = 0;
 
   // The tensor collectives below take Float32, Float16 and BFloat16 tensors; the library's
-  // engines throw ArgumentError naming `tensor` for an FP8 dtype.
+  // engines throw ArgumentError naming `tensor` for an FP8 dtype, except in AllGather.
 
   /// Concatenates every rank's @p input into @p output in rank order.
-  /// Same dtype; `output.Size() == input.Size() * WorldSize()`. @p input may be a view of
+  /// Same dtype; `output.Size() == input.Size() * WorldSize()`. AllGather only moves bytes, so
+  /// the library's engines also take the FP8 dtypes here (one byte an element: FSDP's FP8
+  /// parameter gathers); a user implementation may refuse them. @p input may be a view of
   /// exactly this rank's slot of @p output (an in-place all-gather, which FSDP uses);
   /// implementations must accept that aliasing.
   virtual void AllGather(const ITensor& input, ITensor& output) = 0;

@@ -52,6 +52,32 @@ enum class Float32Reduction {
   AllToAll,
 };
 
+/// How a rank waits for the other ranks of an MPI collective.
+///
+/// Open MPI's blocking calls poll until they complete, so a rank waiting for a slower peer keeps
+/// its core busy. On a machine where other work shares the cores, the scheduler can then never
+/// move that work onto the waiting rank's core, and the rank that shares its core runs at a
+/// fraction of its speed while its peer spins. The sleeping modes give the core back while a
+/// rank waits for the others to arrive at a collective: each blocking collective first tests a
+/// non-blocking barrier, sleeping between tests (growing, capped sleeps; the process-wide MPI
+/// lock is not held while sleeping), and then moves the data in MPI's blocking call, which
+/// every rank has entered by then. Data is never moved by a sleeping rank, because without
+/// single-copy Open MPI moves large messages only inside MPI calls on both sides. Results are
+/// the same bits in every mode. For the same reason the progress thread of the *Async
+/// collectives yields between its tests in every mode: its tests move their data.
+/// docs/fsdp-overlap.md ("Waiting on a shared machine") has the measurements and the settings
+/// to use.
+enum class WaitMode {
+  /// MPI's blocking calls as they are, and a progress thread that yields between tests: the
+  /// lowest latency when the ranks have their cores to themselves.
+  Spin,
+  /// Sleep from the first test on while waiting for the other ranks to arrive.
+  Sleep,
+  /// Test back to back for a short, bounded time (most arrivals on a quiet machine), then sleep
+  /// as Sleep does.
+  Hybrid,
+};
+
 /// Options of MpiProcessGroup.
 struct MpiProcessGroupOptions {
   /// Fortran handle of the communicator to use (`MPI_Comm_c2f(comm)`); empty: MPI_COMM_WORLD.
@@ -72,6 +98,11 @@ struct MpiProcessGroupOptions {
   /// the CPU kernels use) to max(1, cores / ranks on this node). Without it, four ranks on two
   /// cores would each run two kernel threads that wait for each other at every chunk barrier.
   bool ShareCoresAmongLocalRanks = true;
+  /// How this group's ranks wait for each other. Empty: the environment variable MLFW_MPI_WAIT
+  /// (`spin`, `sleep` or `hybrid`; unset or empty: Spin); another value is an ArgumentError
+  /// naming the variable and the value. The group's Options() report the mode chosen, and
+  /// Split() passes it on.
+  std::optional<WaitMode> Wait{};
 };
 
 /// Default of MpiProcessGroupOptions::FinalizeTimeoutSeconds: long enough for a rank that saves a
@@ -100,9 +131,10 @@ inline constexpr double kDefaultFinalizeTimeoutSeconds = 300.0;
 /// inside MPI calls, so the group runs a progress thread while any is outstanding: it tests
 /// them (one MPI_Test at a time under the lock that serializes every MPI call of the library,
 /// MPI_THREAD_SERIALIZED) and yields between tests, and runs their local combine when they
-/// arrive. The environment variable MLFW_MPI_PROGRESS_THREAD=0 turns it off (progress then
-/// happens in Test(), Wait() and the blocking calls only). Tensors that need host staging take
-/// the blocking path and return a completed request. Destroying the group completes every
+/// arrive. The environment variable
+/// MLFW_MPI_PROGRESS_THREAD=0 turns it off (progress then happens in Test(), Wait() and the
+/// blocking calls only). Tensors that need host staging take the blocking path and return a
+/// completed request. Destroying the group completes every
 /// outstanding request first.
 class MLFRAMEWORK_EXPORT MpiProcessGroup final : public IProcessGroup {
  public:

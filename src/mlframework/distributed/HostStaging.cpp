@@ -50,7 +50,11 @@ void CheckSameDType(std::string_view call, const ITensor& input, const ITensor& 
 }
 
 void CheckGatherSizes(const ITensor& input, const ITensor& output, int world_size) {
-  CheckSameDType("AllGather", input, output);
+  // An all-gather only moves bytes: FP8 travels as one byte per element (FSDP's FP8 gathers).
+  if (input.GetDataType() != output.GetDataType()) {
+    throw ArgumentError("output", "AllGather: output dtype " + std::string(ToString(output.GetDataType())) +
+                                      " differs from input dtype " + std::string(ToString(input.GetDataType())));
+  }
   if (output.Size() != input.Size() * static_cast<std::size_t>(world_size)) {
     throw ArgumentError("output", "AllGather: output has " + std::to_string(output.Size()) +
                                       " elements, expected input size " + std::to_string(input.Size()) +

@@ -38,8 +38,9 @@ class MLFRAMEWORK_EXPORT HostWrite {
   void* data_ = nullptr;
 };
 
-/// ArgumentError naming `tensor` for an FP8 dtype: the collectives move FP32, FP16 and BF16
-/// (an FP8 reduction has no NCCL or MPI type, and summing FP8 would round at every step).
+/// ArgumentError naming `tensor` for an FP8 dtype: the reductions and Broadcast take FP32, FP16
+/// and BF16 (an FP8 reduction has no NCCL or MPI type, and summing FP8 would round at every
+/// step). AllGather (CheckGatherSizes) also takes FP8: it moves bytes.
 MLFRAMEWORK_EXPORT void CheckCollectiveDType(std::string_view call, const ITensor& tensor);
 MLFRAMEWORK_EXPORT void CheckSameDType(std::string_view call, const ITensor& input, const ITensor& output);
 MLFRAMEWORK_EXPORT void CheckGatherSizes(const ITensor& input, const ITensor& output, int world_size);

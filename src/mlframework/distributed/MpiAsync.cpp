@@ -26,6 +26,7 @@
 #include <mlframework/core/HostConversion.hpp>
 
 #include "mlframework/distributed/HostStaging.hpp"
+#include "mlframework/distributed/MpiWait.hpp"
 
 namespace mlframework::distributed::detail {
 
@@ -51,7 +52,9 @@ int CountOf(std::size_t elements, const char* parameter) {
   return static_cast<int>(elements);
 }
 
-MPI_Datatype WireType(DataType dtype) { return dtype == DataType::Float32 ? MPI_FLOAT : MPI_UINT16_T; }
+MPI_Datatype WireType(DataType t) {  // FP8 moves as bytes, in all-gathers (the reductions refuse it)
+  return IsFloat8(t) ? MPI_UINT8_T : t == DataType::Float32 ? MPI_FLOAT : MPI_UINT16_T;
+}
 MPI_Op BuiltinOp(ReduceOp op) { return op == ReduceOp::Max ? MPI_MAX : MPI_SUM; }
 
 bool AllToAll(const MpiProcessGroupOptions& options, DataType dtype, std::size_t total) {
@@ -368,6 +371,7 @@ MpiAsyncEngine::MpiAsyncEngine(MPI_Comm comm, MPI_Comm follow_up, int rank, int 
       world_size_(world_size),
       options_(options),
       kernel_threads_(omp_get_max_threads()),
+      wait_(options.Wait.value_or(WaitMode::Spin)),
       use_thread_(ProgressThreadWanted()) {}
 
 MpiAsyncEngine::~MpiAsyncEngine() { Shutdown(); }
@@ -428,6 +432,14 @@ void MpiAsyncEngine::WaitFor(const MpiAsyncOp& op) {
   }
 }
 
+bool MpiAsyncEngine::AwaitPeers() {
+  if (wait_ == WaitMode::Spin || world_size_ == 1) return false;
+  MPI_Request request = MPI_REQUEST_NULL;
+  Check(MPI_Ibarrier(comm_, &request), "MPI_Ibarrier");
+  Check(WaitHeld(&request, wait_), "MPI_Test");
+  return true;
+}
+
 std::vector<std::byte> MpiAsyncEngine::TakeScratch(std::size_t bytes) {
   {
     const std::lock_guard lock(mutex_);
@@ -458,6 +470,9 @@ void MpiAsyncEngine::GiveScratch(std::vector<std::byte> buffer) noexcept {
 }
 
 void MpiAsyncEngine::Run() {
+  // Yields in every wait mode, never sleeps: the thread runs only while operations are in
+  // flight, and their fragments move only inside MPI calls on both sides (see MpiWait.hpp), so a
+  // sleeping thread slowed the transfers it exists for.
   // Combines run here too: with the creating thread's kernel width, not OpenMP's default.
   omp_set_num_threads(kernel_threads_);
   std::unique_lock lock(mutex_);

@@ -72,6 +72,10 @@ class MpiAsyncEngine : public std::enable_shared_from_this<MpiAsyncEngine> {
   void ProgressAll();
   // Returns once @p op is done (complete or failed).
   void WaitFor(const MpiAsyncOp& op);
+  // Before a blocking collective, with MpiCallLock() held: in the sleeping wait modes, returns
+  // once every rank of the communicator has arrived (MPI_Ibarrier, tested with Backoff; the
+  // lock is released while sleeping) and true; in Spin, false at once. See MpiWait.hpp.
+  bool AwaitPeers();
 
   MPI_Comm Comm() const noexcept { return comm_; }
   MPI_Comm FollowUp() const noexcept { return follow_up_; }
@@ -94,6 +98,7 @@ class MpiAsyncEngine : public std::enable_shared_from_this<MpiAsyncEngine> {
   int world_size_;
   MpiProcessGroupOptions options_;
   int kernel_threads_;  // the creating thread's OpenMP width, for combines run by the thread
+  WaitMode wait_;       // how the blocking collectives wait for the other ranks (AwaitPeers)
   std::size_t next_ticket_ = 0;
   std::atomic<std::size_t> started_{0};
   std::mutex mutex_;  // guards active_, stop_, thread_

@@ -11,7 +11,6 @@
 #include <array>
 #include <chrono>
 #include <climits>
-#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -28,6 +27,7 @@
 
 #include "mlframework/distributed/HostStaging.hpp"
 #include "mlframework/distributed/MpiAsync.hpp"
+#include "mlframework/distributed/MpiOptions.hpp"
 
 namespace mlframework::distributed {
 
@@ -236,28 +236,9 @@ void ShareCoresAmongLocalRanks(MPI_Comm comm) {
   });
 }
 
-// The exit-barrier limit of @p options: the option, else the environment, else the default.
-double FinalizeTimeoutOf(const MpiProcessGroupOptions& options) {
-  if (options.FinalizeTimeoutSeconds) {
-    const double seconds = *options.FinalizeTimeoutSeconds;
-    if (!std::isfinite(seconds) || !(seconds > 0.0)) {
-      throw ArgumentError("options.FinalizeTimeoutSeconds",
-                          "must be finite and > 0 seconds, got " + std::to_string(seconds));
-    }
-    return seconds;
-  }
-  const char* text = std::getenv("MLFW_MPI_FINALIZE_TIMEOUT_S");
-  if (text == nullptr || *text == '\0') return kDefaultFinalizeTimeoutSeconds;
-  char* end = nullptr;
-  const double seconds = std::strtod(text, &end);
-  if (end == text || *end != '\0' || !std::isfinite(seconds) || !(seconds > 0.0)) {
-    throw ArgumentError("MLFW_MPI_FINALIZE_TIMEOUT_S",
-                        std::string("must be a finite number of seconds > 0, got '") + text + "'");
-  }
-  return seconds;
+MPI_Datatype WireType(DataType t) {  // FP8 moves as bytes, in all-gathers (the reductions refuse it)
+  return IsFloat8(t) ? MPI_UINT8_T : t == DataType::Float32 ? MPI_FLOAT : MPI_UINT16_T;
 }
-
-MPI_Datatype WireType(DataType dtype) { return dtype == DataType::Float32 ? MPI_FLOAT : MPI_UINT16_T; }
 
 MPI_Op BuiltinOp(ReduceOp op) { return op == ReduceOp::Max ? MPI_MAX : MPI_SUM; }
 
@@ -420,7 +401,8 @@ MpiProcessGroup::MpiProcessGroup(MpiProcessGroupOptions options) : impl_(std::ma
     throw ArgumentError("options.Float32Sum",
                         "unknown Float32Reduction " + std::to_string(static_cast<int>(options.Float32Sum)));
   }
-  const double finalize_timeout = FinalizeTimeoutOf(options);
+  const double finalize_timeout = detail::FinalizeTimeoutOf(options);
+  options.Wait = detail::WaitModeOf(options);
   MpiRuntime::Get().EnsureInitialized();
   MpiRuntime::Get().RequestFinalizeTimeout(finalize_timeout);
   const std::lock_guard mpi(detail::MpiCallLock());  // other groups' progress threads may be testing
@@ -505,6 +487,7 @@ void MpiProcessGroup::AllGather(const ITensor& input, ITensor& output) {
   const MPI_Datatype type = WireType(input.GetDataType());
   detail::HostRead source(input);
   detail::HostWrite target(output, false);
+  impl_->async->AwaitPeers();
   // Input already in this rank's slot of the output (FSDP casts its shard there): gather in
   // place. Any other overlap would be an aliasing error for MPI, so it is refused.
   const std::size_t slot_bytes = input.Size() * ElementSize(input.GetDataType());
@@ -529,6 +512,7 @@ void MpiProcessGroup::ReduceScatter(const ITensor& input, ITensor& output, Reduc
   detail::CheckScatterSizes(input, output, impl_->world_size);
   detail::HostRead source(input);
   detail::HostWrite target(output, false);
+  impl_->async->AwaitPeers();
   impl_->Reduce(source.Data(), target.Data(), output.Size(), input.GetDataType(), op, true);
   target.Commit();
 }
@@ -538,6 +522,7 @@ void MpiProcessGroup::AllReduce(ITensor& tensor, ReduceOp op) {
   detail::CheckOp(op);
   detail::CheckCollectiveDType("AllReduce", tensor);
   detail::HostWrite target(tensor, true);
+  impl_->async->AwaitPeers();
   impl_->Reduce(MPI_IN_PLACE, target.Data(), tensor.Size(), tensor.GetDataType(), op, false);
   target.Commit();
 }
@@ -548,13 +533,14 @@ void MpiProcessGroup::Broadcast(ITensor& tensor, int root) {
   detail::CheckCollectiveDType("Broadcast", tensor);
   const int n = CountOf(tensor.Size(), "tensor");
   detail::HostWrite target(tensor, true);
+  impl_->async->AwaitPeers();
   MLFW_MPI_CHECK(MPI_Bcast(target.Data(), n, WireType(tensor.GetDataType()), root, impl_->comm));
   target.Commit();
 }
 
 void MpiProcessGroup::Barrier() {
   const std::lock_guard mpi(detail::MpiCallLock());
-  MLFW_MPI_CHECK(MPI_Barrier(impl_->comm));
+  if (!impl_->async->AwaitPeers()) MLFW_MPI_CHECK(MPI_Barrier(impl_->comm));
 }
 
 void MpiProcessGroup::AllReduceHost(std::span<double> values, ReduceOp op) {
@@ -562,6 +548,7 @@ void MpiProcessGroup::AllReduceHost(std::span<double> values, ReduceOp op) {
   if (values.empty()) return;
   const int n = CountOf(values.size(), "values");
   const std::lock_guard mpi(detail::MpiCallLock());
+  impl_->async->AwaitPeers();
   MLFW_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, values.data(), n, MPI_DOUBLE, BuiltinOp(op), impl_->comm));
 }
 

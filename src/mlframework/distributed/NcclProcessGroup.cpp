@@ -41,7 +41,8 @@ ncclDataType_t NcclType(DataType dtype) {
     case DataType::BFloat16:
       return ncclBfloat16;
     case DataType::Float8E4M3FN:
-    case DataType::Float8E5M2:  // refused before (detail::CheckCollectiveDType)
+    case DataType::Float8E5M2:  // all-gathers only (the reductions refuse FP8): bytes
+      return ncclUint8;
     case DataType::Float32:
       break;
   }

@@ -20,6 +20,10 @@
 #include <mlframework/distributed/fsdp/ShardedCheckpoint.hpp>
 #include <mlframework/export.hpp>
 
+namespace mlframework::fp8 {
+class IScalingRecipe;
+}  // namespace mlframework::fp8
+
 namespace mlframework::distributed::fsdp {
 
 /// Fully sharded data parallel over a process group (PyTorch FSDP / DeepSpeed ZeRO-3).
@@ -140,9 +144,17 @@ class MLFRAMEWORK_EXPORT FSDP {
   /// The configuration.
   const FSDPConfig& Config() const noexcept;
   /// Changes the dtype later Gather() calls produce (FSDPAmpIntegration sets the forward dtype),
-  /// except for units registered with their own UnitPrecision::ParamDType, which keep it.
-  /// ArgumentError for an invalid or FP8 dtype; InvalidOperationError while any unit is gathered.
+  /// except for units registered with their own UnitPrecision::ParamDType, which keep it. An FP8
+  /// dtype gathers FP8 shards with per-parameter scales (FSDPShardingUnit::Float8ScaleInverses()).
+  /// ArgumentError for an invalid dtype; InvalidOperationError while any unit is gathered.
   void SetParamDType(DataType dtype);
+  /// Agrees @p recipe's recorded amaxes over ProcessGroup() (collective): every registered
+  /// tensor's amax becomes its maximum over all ranks, in one all-reduce on the amaxes' device,
+  /// so the next IScalingRecipe::UpdateScales() gives every rank the same scales (Transformer
+  /// Engine's amax reduction over the data-parallel group). Call it after the step's casts,
+  /// before UpdateScales(). distributed::AllReduceAmax() (Float8Amax.hpp) with every name; its
+  /// errors, on every rank with nothing changed.
+  void AgreeAmax(fp8::IScalingRecipe& recipe);
 
   /// Gradient accumulation without communication (PyTorch FSDP2's set_requires_gradient_sync,
   /// DeepSpeed's gradient_accumulation_steps): while off, ReduceGradients() only sums each

@@ -36,10 +36,12 @@ struct FSDPConfig {
   ShardingStrategy Strategy = ShardingStrategy::FullShard;
   /// Dtype parameters are gathered in and handed to the forward pass (PyTorch's param_dtype).
   /// The local FP32 shard is cast to it before the all-gather, so FP16/BF16 halve the traffic.
-  /// Float32, Float16 or BFloat16 (FP8 is refused: its shards need their scales).
+  /// Float32, Float16, BFloat16, or Float8E4M3FN / Float8E5M2: FP8 shards quantized with
+  /// per-parameter scales agreed across ranks, a quarter of FP32's traffic
+  /// (FSDPShardingUnit::Float8ScaleInverses()).
   DataType ParamDType = DataType::Float32;
   /// Dtype gradients are reduced in (PyTorch's reduce_dtype); the result lands in FP32 shards.
-  /// Float32, Float16 or BFloat16.
+  /// Float32, Float16 or BFloat16 (never FP8: ArgumentError).
   DataType ReduceDType = DataType::Float32;
   /// Broadcast rank 0's initial parameter values when a unit is registered, so ranks that
   /// initialized differently start from the same weights (PyTorch's sync_module_states).

@@ -123,7 +123,32 @@ class MLFRAMEWORK_EXPORT FSDPShardingUnit {
   /// Treat them as read-only: under NoShard with an FP32 parameter dtype they alias the FP32
   /// master weights (no copy), and under ShardGradOp the buffer is kept until the next step.
   /// InvalidOperationError when not gathered.
+  ///
+  /// With an FP8 parameter dtype (Float8E4M3FN or Float8E5M2) the views hold FP8 values
+  /// `x * scale` of the masters x, one tensorwise scale per parameter (see
+  /// Float8ScaleInverses() to decode them).
   const GradientMap& Parameters() const;
+  /// The inverse scale of each parameter of an FP8 gather, by parameter name: one-element FP32
+  /// tensors on the parameters' device (never read back to the host here), valid for the FP8
+  /// values Parameters() holds now. Decode a parameter into FP32, FP16 or BF16 with
+  /// DequantizeFloat8() (core/Float8Cast.hpp):
+  /// @code
+  /// const TensorPtr w8 = unit.Parameters().at("weight");
+  /// const TensorPtr w = mlframework::Zeros(w8->GetShape(), DataType::Float32, w8->GetDevice());
+  /// mlframework::DequantizeFloat8({&w8, 1}, {&w, 1}, unit.Float8ScaleInverses().at("weight"));
+  /// @endcode
+  /// How the scales are chosen (torchao's float8 all-gather under FSDP2, tensorwise current
+  /// scaling): each rank takes the amax of each parameter's part of its FP32 master shard, one
+  /// AllReduce(ReduceOp::Max) over ShardGroup() agrees the unit's amax vector (replicas under
+  /// HybridShard hold the same masters; NoShard needs none), and `scale = fp8_max / amax` in
+  /// FP32 (fp8_max: 448 for E4M3FN, 57344 for E5M2); an amax of 0 or not finite gives scale 1.
+  /// Every rank computes the same scales from the same amax, so no scale is sent. The shard is
+  /// quantized with a saturating scaled cast (ScaledCastToFloat8()) at the first gather after
+  /// registration, an FSDP::Step(), a state load or a change of the parameter dtype, and kept
+  /// (one byte a shard element): the other gathers of a step send those bytes as they are, half
+  /// of BF16's traffic. InvalidOperationError when the unit's parameter dtype is not FP8 or it
+  /// has not been gathered in that dtype yet.
+  const GradientMap& Float8ScaleInverses() const;
 
   /// Reduce-scatters the full gradients of this unit's parameters (collective): every name of
   /// ParameterNames() with a tensor of its shape, any dtype. The result, averaged over ranks,

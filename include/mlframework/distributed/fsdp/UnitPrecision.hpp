@@ -22,8 +22,9 @@ struct UnitPrecision {
   /// Dtype this unit's gradients are reduced in; unset: the FSDP's.
   std::optional<DataType> ReduceDType;
 
-  /// ArgumentError naming the first set field that is not a DataType, and its value, or that is
-  /// an FP8 dtype (FSDP gathers and reduces Float32, Float16 and BFloat16).
+  /// ArgumentError naming the first set field that is not a DataType, and its value, or a
+  /// ReduceDType that is an FP8 dtype (FSDP gathers in FP8, as FSDPConfig::ParamDType says, but
+  /// reduces in Float32, Float16 or BFloat16 only).
   MLFRAMEWORK_EXPORT void Validate() const;
 };
 

@@ -133,12 +133,11 @@ void FSDPConfig::Validate() const {
   if (!IsValid(ReduceDType)) {
     throw ArgumentError("ReduceDType", "unknown DataType " + std::to_string(static_cast<int>(ReduceDType)));
   }
-  // FP8 shards need their scales gathered with them, which the units do not do yet.
-  if (IsFloat8(ParamDType)) {
-    throw ArgumentError("ParamDType", std::string(ToString(ParamDType)) + " is not supported by FSDP's collectives");
-  }
+  // FP8 parameters gather with their scales (Float8Gather.cpp); gradients are never reduced in
+  // FP8 (a sum rounded to 3 mantissa bits at every step).
   if (IsFloat8(ReduceDType)) {
-    throw ArgumentError("ReduceDType", std::string(ToString(ReduceDType)) + " is not supported by FSDP's collectives");
+    throw ArgumentError("ReduceDType", std::string(ToString(ReduceDType)) +
+                                           " cannot reduce gradients: use Float32, Float16 or BFloat16");
   }
 }
 
@@ -149,14 +148,10 @@ void UnitPrecision::Validate() const {
   if (ReduceDType && !IsValid(*ReduceDType)) {
     throw ArgumentError("precision.ReduceDType", "unknown DataType " + std::to_string(static_cast<int>(*ReduceDType)));
   }
-  // As FSDPConfig::Validate: FP8 shards would need their scales gathered with them.
-  if (ParamDType && IsFloat8(*ParamDType)) {
-    throw ArgumentError("precision.ParamDType",
-                        std::string(ToString(*ParamDType)) + " is not supported by FSDP's collectives");
-  }
+  // As FSDPConfig::Validate: FP8 gathers, never FP8 reductions.
   if (ReduceDType && IsFloat8(*ReduceDType)) {
-    throw ArgumentError("precision.ReduceDType",
-                        std::string(ToString(*ReduceDType)) + " is not supported by FSDP's collectives");
+    throw ArgumentError("precision.ReduceDType", std::string(ToString(*ReduceDType)) +
+                                                     " cannot reduce gradients: use Float32, Float16 or BFloat16");
   }
 }
 
@@ -412,9 +407,6 @@ const FSDPConfig& FSDP::Config() const noexcept { return impl_->config; }
 
 void FSDP::SetParamDType(DataType dtype) {
   if (!IsValid(dtype)) throw ArgumentError("dtype", "unknown DataType " + std::to_string(static_cast<int>(dtype)));
-  if (IsFloat8(dtype)) {
-    throw ArgumentError("dtype", std::string(ToString(dtype)) + " is not supported by FSDP's collectives");
-  }
   for (const auto& unit : impl_->units) {
     if (unit->IsGathered() || unit->IsGatherInFlight()) {
       throw InvalidOperationError("cannot change the parameter dtype while unit '" + unit->Name() +

@@ -85,7 +85,10 @@ void FSDPShardingUnit::Impl::StartGather(const char* call, bool async) {
     // The buffer comes from the pool (no allocation, no page faults once warm) and every
     // element is written below, so its old contents never show.
     detail::PooledBuffer buffer = s.pool->Acquire(dtype, s.padded);
-    if (strategy == ShardingStrategy::NoShard) {
+    if (IsFloat8(dtype)) {
+      // FP8: the shard quantized with agreed per-parameter scales, kept until the masters change.
+      s.gather.request = s.GatherFloat8(buffer.tensor, async);
+    } else if (strategy == ShardingStrategy::NoShard) {
       // Every rank holds the whole unit: no communication, one fused cast.
       CopyInto(std::span<const TensorPtr>(&s.shard, 1), std::span<const TensorPtr>(&buffer.tensor, 1));
     } else if (dtype == DataType::Float32) {

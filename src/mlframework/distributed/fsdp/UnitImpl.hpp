@@ -3,6 +3,7 @@
 // FSDPShardingUnit (which runs their collectives).
 
 #include <cstddef>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include <mlframework/distributed/fsdp/UnitPrecision.hpp>
 
 #include "mlframework/distributed/fsdp/BufferPool.hpp"
+#include "mlframework/distributed/fsdp/Float8Shard.hpp"
 
 namespace mlframework::distributed::fsdp {
 
@@ -72,6 +74,7 @@ struct FSDPShardingUnit::Impl {
   // Full FP32 gradients summed locally over micro-batches without gradient sync (pool memory,
   // padding zero), reduce-scattered once by the next ReduceGradients() with sync.
   detail::PooledBuffer accumulated;
+  detail::Float8Shard fp8;  // FP8 parameter dtype: scales and the quantized shard (Float8Gather.cpp)
   // Collectives of GatherAsync() / ReduceGradientsAsync() not waited for yet; last, so that a
   // unit destroyed with one in flight completes it before its buffers go.
   PendingReduce reduce;
@@ -102,9 +105,18 @@ struct FSDPShardingUnit::Impl {
   void FinishGather();
   void StartReduce(const char* call, const GradientMap& gradients, bool async);
   void FinishReduce();
-  // The kept buffer no longer matches the shard (after an optimizer step or a state load):
-  // its memory goes back to the pool (unless the unit is gathered from it right now).
-  void Invalidate() noexcept { pool->Return(kept); }
+  // FP8 parameter dtype (Float8Gather.cpp): quantizes the shard when the masters changed and
+  // starts the all-gather of its bytes into @p buffer (NoShard: quantizes into it, no collective).
+  CollectiveRequestPtr GatherFloat8(const TensorPtr& buffer, bool async);
+  void PrepareFloat8(DataType dtype);
+  void QuantizeFloat8(std::span<const TensorPtr> dst, bool agree);
+  // The kept buffer and the FP8 shard no longer match the masters (after an optimizer step or a
+  // state load): the buffer's memory goes back to the pool (unless the unit is gathered from it
+  // right now) and the next FP8 gather quantizes again.
+  void Invalidate() noexcept {
+    pool->Return(kept);
+    fp8.current = false;
+  }
 };
 
 }  // namespace mlframework::distributed::fsdp
