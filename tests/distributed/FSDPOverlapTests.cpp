@@ -1,6 +1,7 @@
 // Overlapped FSDP: the units' asynchronous Gather/ReduceGradients and the hook-driven prefetch
 // schedule give the very bits of the serial run (every strategy, parameter and reduce dtype, on
 // 1, 2 and 4 ranks), and misuse throws on every rank without a hang.
+#include <algorithm>
 #include <boost/test/unit_test.hpp>
 
 #include <cmath>
@@ -308,7 +309,7 @@ BOOST_AUTO_TEST_CASE(HooksKeepAtMostTwoUnitsGathered) {
     model.PostBackward(i, Backward(model.Unit(i), 0, group->Rank(), 0));
     reductions_in_flight = 0;
     for (std::size_t u = 0; u < kUnits; ++u) reductions_in_flight += model.Unit(u).IsReduceInFlight() ? 1 : 0;
-    BOOST_TEST(reductions_in_flight == 1u);
+    BOOST_TEST(reductions_in_flight == std::min<std::size_t>(kUnits - i, 2));  // this unit's and the one before
   }
   model.FinishBackward();
   for (std::size_t u = 0; u < kUnits; ++u) BOOST_TEST(!model.Unit(u).IsReduceInFlight());

@@ -105,7 +105,7 @@ class MpiAsyncEngine : public std::enable_shared_from_this<MpiAsyncEngine> {
   std::condition_variable wake_;
   std::condition_variable finished_;  // notified (after mutex_) when ProgressAll() completed an op
   std::vector<std::shared_ptr<MpiAsyncOp>> active_;
-  static constexpr std::size_t kSpareBuffers = 1;  // FSDP keeps one reduction in flight at a time
+  static constexpr std::size_t kSpareBuffers = 2;  // FSDP keeps up to two reductions in flight
   std::vector<std::vector<std::byte>> spare_;
   bool stop_ = false;
   bool use_thread_;

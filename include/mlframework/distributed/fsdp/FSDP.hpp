@@ -196,13 +196,16 @@ class MLFRAMEWORK_EXPORT FSDP {
   /// Pre-backward hook of unit @p unit (collective): as PreForward(), prefetching unit
   /// @p unit - 1 under PrefetchPolicy::Backward.
   void PreBackward(std::size_t unit);
-  /// Post-backward hook of unit @p unit (collective): with PrefetchPolicy::Backward it waits
-  /// for the reductions in flight (the unit after it, in the usual order) and starts
-  /// ReduceGradientsAsync(@p gradients), whose tensors must then stay unchanged until the
-  /// next PostBackward() or FinishBackward(); otherwise ReduceGradients(@p gradients). Then it
+  /// Post-backward hook of unit @p unit (collective): with PrefetchPolicy::Backward it starts
+  /// ReduceGradientsAsync(@p gradients), first waiting for the oldest reduction in flight when
+  /// two are (so at most two run: the previous unit's and this one's, which lets a reduction
+  /// that runs long finish during the next unit's backward instead of stalling this hook).
+  /// The tensors of @p gradients must then stay unchanged until the PostBackward() two units
+  /// later or FinishBackward(). Without Backward: ReduceGradients(@p gradients). Then it
   /// releases the unit.
   void PostBackward(std::size_t unit, const GradientMap& gradients);
-  /// After the last PostBackward() (local): waits for every reduction still in flight, so the
+  /// After the last PostBackward() (local): waits for every reduction still in flight, in the
+  /// order they started, so the
   /// gradient shards are complete for ClipGradNorm() and Step().
   void FinishBackward();
 

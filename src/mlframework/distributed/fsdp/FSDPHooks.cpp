@@ -90,8 +90,16 @@ void FSDP::PreBackward(std::size_t unit) {
 void FSDP::PostBackward(std::size_t unit, const GradientMap& gradients) {
   FSDPShardingUnit& current = Unit(unit);
   if (prefetch_.Backward) {
-    // One reduction in flight at a time: the previous unit's ran during this unit's backward.
-    FinishBackward();
+    // Reductions started by earlier PostBackward() calls (higher indices) are waited for,
+    // oldest first, until fewer than the policy's limit remain in flight.
+    std::size_t in_flight = 0;
+    for (std::size_t i = unit + 1; i < UnitCount(); ++i) in_flight += Unit(i).IsReduceInFlight() ? 1 : 0;
+    for (std::size_t i = UnitCount(); i-- > unit + 1 && in_flight >= 2;) {
+      if (Unit(i).IsReduceInFlight()) {
+        Unit(i).WaitReduce();
+        --in_flight;
+      }
+    }
     current.ReduceGradientsAsync(gradients);
   } else {
     current.ReduceGradients(gradients);
@@ -100,7 +108,8 @@ void FSDP::PostBackward(std::size_t unit, const GradientMap& gradients) {
 }
 
 void FSDP::FinishBackward() {
-  for (std::size_t i = 0; i < UnitCount(); ++i) {
+  // Highest index first: backward started the reductions in that order.
+  for (std::size_t i = UnitCount(); i-- > 0;) {
     FSDPShardingUnit& unit = Unit(i);
     if (unit.IsReduceInFlight()) unit.WaitReduce();
   }
