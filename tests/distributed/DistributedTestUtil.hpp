@@ -187,4 +187,19 @@ struct Mlp {
   }
 };
 
+// Values whose sums round differently in another order, different on every rank.
+inline std::vector<float> RankValues(std::size_t count, int rank, float salt) {
+  std::vector<float> values(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    values[i] = std::sin(0.37f * static_cast<float>(i) + salt) * (1.0f + 0.3f * static_cast<float>(rank)) +
+                1e-3f * static_cast<float>(rank * 7 + 1) / static_cast<float>(i + 1);
+  }
+  return values;
+}
+
+// A 1-D tensor of @p values in @p dtype.
+inline mlframework::TensorPtr Make(const std::vector<float>& values, mlframework::DataType dtype) {
+  return mlframework::FromVector(values, {values.size()}, dtype);
+}
+
 }  // namespace mlfw_test

@@ -19,25 +19,16 @@
 #include <mlframework/core/Tensor.hpp>
 #include <mlframework/distributed/MpiProcessGroup.hpp>
 
+#include "distributed/DistributedTestUtil.hpp"
+
 namespace dist = mlframework::distributed;
 using mlframework::DataType;
 using mlframework::TensorPtr;
 
 namespace {
 
-// Values whose sums round differently in another order, different on every rank.
-std::vector<float> RankValues(std::size_t count, int rank, float salt) {
-  std::vector<float> values(count);
-  for (std::size_t i = 0; i < count; ++i) {
-    values[i] = std::sin(0.29f * static_cast<float>(i) + salt) * (1.0f + 0.4f * static_cast<float>(rank)) +
-                1e-3f * static_cast<float>(rank * 5 + 3) / static_cast<float>(i + 1);
-  }
-  return values;
-}
-
-TensorPtr Make(const std::vector<float>& values, DataType dtype) {
-  return mlframework::FromVector(values, {values.size()}, dtype);
-}
+using mlfw_test::Make;
+using mlfw_test::RankValues;
 
 // The outputs of every collective of @p group on fixed inputs, as bit patterns (the host
 // all-reduce's doubles too), so a comparison is exact.

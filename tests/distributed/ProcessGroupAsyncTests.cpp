@@ -24,19 +24,8 @@ using mlframework::TensorPtr;
 
 namespace {
 
-// Values whose sums round differently in another order, different on every rank.
-std::vector<float> RankValues(std::size_t count, int rank, float salt) {
-  std::vector<float> values(count);
-  for (std::size_t i = 0; i < count; ++i) {
-    values[i] = std::sin(0.37f * static_cast<float>(i) + salt) * (1.0f + 0.3f * static_cast<float>(rank)) +
-                1e-3f * static_cast<float>(rank * 7 + 1) / static_cast<float>(i + 1);
-  }
-  return values;
-}
-
-TensorPtr Make(const std::vector<float>& values, DataType dtype) {
-  return mlframework::FromVector(values, {values.size()}, dtype);
-}
+using mlfw_test::Make;
+using mlfw_test::RankValues;
 
 std::vector<dist::MpiProcessGroupOptions> MethodsUnderTest() {
   std::vector<dist::MpiProcessGroupOptions> methods;
