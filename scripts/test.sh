@@ -23,7 +23,7 @@ jobs=$(nproc)
 build=${MLFW_BUILD_DIR:-build}
 sanitize_build=${MLFW_SANITIZE_BUILD_DIR:-build-sanitize}
 # 10 s per fuzz target in CI keeps the fuzz step to about 3 minutes on 2 cores
-# (about 20; each step prints its time); run scripts/fuzz.sh longer by hand.
+# (each step prints its time); run scripts/fuzz.sh longer by hand.
 export MLFW_FUZZ_SECONDS=${MLFW_FUZZ_SECONDS:-10}
 # A test that hangs (a rank waiting forever) fails after this many seconds
 # instead of stalling CI; suites set tighter TIMEOUT properties themselves.
