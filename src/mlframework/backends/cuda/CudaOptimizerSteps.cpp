@@ -1,7 +1,6 @@
 #include "mlframework/backends/cuda/CudaOptimizerSteps.hpp"
 
 #include <cstddef>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -86,8 +85,9 @@ bool Queue(const OptimizerStepLists& lists, const std::int32_t* skip_flag, int f
                                                  " but the tensors are on cuda:" + std::to_string(table->device));
   }
   DeviceContext& context = DeviceContext::Get(table->device);
-  std::lock_guard lock(context.Mutex());
-  DeviceGuard guard(table->device);
+  // The join with the framework's stream (StreamGuard): the step waits for the gradients it
+  // wrote, and its next kernels wait for the new parameters.
+  const StreamUse use(context);
   const std::size_t bytes = table->entries.size() * sizeof(OptimizerEntry);
   auto* device_table = static_cast<OptimizerEntry*>(context.Allocate(bytes));
   try {
