@@ -9,6 +9,7 @@
 #include <mutex>
 #include <new>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -165,6 +166,7 @@ class NcclProcessGroup final : public IProcessGroup {
     MLFW_CUDA_CHECK_NOTHROW(cudaEventDestroy(comm_tail_));
     MLFW_CUDA_CHECK_NOTHROW(cudaStreamDestroy(comm_stream_));
     context_->Free(scratch_);
+    MLFW_CUDA_CHECK_NOTHROW(cudaFreeHost(host_scratch_));
     {
       const std::lock_guard lock(comm_mutex_);
       // After a failure the communicator was already aborted (which freed it).
@@ -250,10 +252,13 @@ class NcclProcessGroup final : public IProcessGroup {
     Run("AllReduceHost", [&] {
       for (std::size_t first = 0; first < values.size(); first += kScratchDoubles) {
         const std::size_t count = std::min(kScratchDoubles, values.size() - first);
-        // The copies stay outside the communicator lock: a pageable copy can block until the
-        // stream reaches it, and the watchdog must still be able to abort meanwhile.
-        MLFW_CUDA_CHECK(
-            cudaMemcpyAsync(scratch_, values.data() + first, count * sizeof(double), cudaMemcpyHostToDevice, Stream()));
+        const std::size_t bytes = count * sizeof(double);
+        // Both copies go through pinned memory, so neither can block the host: a copy from or
+        // to pageable memory may wait for the stream, which a dead peer never lets finish, and
+        // only the watchdog's wait below is bounded by the timeout. The previous chunk was
+        // waited for, so the pinned buffer is free again.
+        std::memcpy(host_scratch_, values.data() + first, bytes);
+        MLFW_CUDA_CHECK(cudaMemcpyAsync(scratch_, host_scratch_, bytes, cudaMemcpyHostToDevice, Stream()));
         // The values come back to the host: waited for (the event follows the copy back).
         Enqueue(
             "ncclAllReduce (host values)", true,
@@ -261,9 +266,9 @@ class NcclProcessGroup final : public IProcessGroup {
               MLFW_NCCL_CHECK(ncclAllReduce(scratch_, scratch_, count, ncclFloat64, NcclOp(op), comm, Stream()));
             },
             [&] {
-              MLFW_CUDA_CHECK(cudaMemcpyAsync(values.data() + first, scratch_, count * sizeof(double),
-                                              cudaMemcpyDeviceToHost, Stream()));
+              MLFW_CUDA_CHECK(cudaMemcpyAsync(host_scratch_, scratch_, bytes, cudaMemcpyDeviceToHost, Stream()));
             });
+        std::memcpy(values.data() + first, host_scratch_, bytes);
       }
     });
   }
@@ -382,12 +387,16 @@ class NcclProcessGroup final : public IProcessGroup {
   void Start() {
     try {
       scratch_ = static_cast<double*>(context_->Allocate(kScratchDoubles * sizeof(double)));
+      void* pinned = nullptr;
+      MLFW_CUDA_CHECK(cudaMallocHost(&pinned, kScratchDoubles * sizeof(double)));
+      host_scratch_ = static_cast<double*>(pinned);
       pending_ =
           std::make_unique<detail::PendingCollectives>(rank_, options_.TimeoutSeconds, kWatchdogInterval, MakeHooks());
       MLFW_CUDA_CHECK(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
       MLFW_CUDA_CHECK(cudaEventCreateWithFlags(&comm_tail_, cudaEventDisableTiming));
     } catch (...) {
       if (comm_stream_ != nullptr) MLFW_CUDA_CHECK_NOTHROW(cudaStreamDestroy(comm_stream_));
+      if (host_scratch_ != nullptr) MLFW_CUDA_CHECK_NOTHROW(cudaFreeHost(host_scratch_));
       context_->Free(scratch_);
       MLFW_NCCL_CHECK_NOTHROW(ncclCommDestroy(comm_));
       throw;
@@ -414,12 +423,14 @@ class NcclProcessGroup final : public IProcessGroup {
   }
 
   // Enqueues the NCCL call of @p enqueue on the backend stream under the communicator lock,
-  // then runs @p after (stream work that follows it, outside the lock), records an event and
-  // registers it as pending. Stream order makes later kernels see the result, so the host
-  // waits only when @p must_wait (the result goes to the host) or in Blocking mode.
+  // records an event and registers it with the watchdog, then runs @p after (stream work that
+  // follows it, outside the lock; it must not block the host) and registers an event after that
+  // too. Nothing can block before the watchdog knows the collective, so a dead peer ends in a
+  // CommunicationError after the timeout. Stream order makes later kernels see the result, so
+  // the host waits only when @p must_wait (the result goes to the host) or in Blocking mode.
   template <typename Fn>
   void Enqueue(const char* call, bool must_wait, Fn&& enqueue) {
-    EnqueueOn(Stream(), call, must_wait, std::forward<Fn>(enqueue), [] {});
+    EnqueueOn(Stream(), call, must_wait, std::forward<Fn>(enqueue), NoFollowUp{});
   }
   template <typename Fn, typename After>
   void Enqueue(const char* call, bool must_wait, Fn&& enqueue, After&& after) {
@@ -428,24 +439,40 @@ class NcclProcessGroup final : public IProcessGroup {
   // Enqueue() on @p stream (the compute stream or the communication stream).
   template <typename Fn, typename After>
   void EnqueueOn(cudaStream_t stream, const char* call, bool must_wait, Fn&& enqueue, After&& after) {
+    bool aborted = false;
+    {
+      const std::lock_guard lock(comm_mutex_);
+      aborted = aborted_;
+      if (!aborted) {
+        enqueue(comm_);
+      }
+    }
+    if (aborted) {
+      // The watchdog aborted since this call's check: raise what it recorded (outside the
+      // communicator lock, which the check's hooks take).
+      pending_->Check(call);
+      throw CommunicationError(std::string(call) + ": the NCCL communicator of rank " + std::to_string(rank_) +
+                               " was aborted");
+    }
+    Track(stream, call);
+    if constexpr (!std::is_same_v<std::decay_t<After>, NoFollowUp>) {
+      after();
+      Track(stream, call);
+    }
+    if (must_wait || options_.Blocking) {
+      pending_->WaitAll(call);
+    }
+  }
+
+  // Stream work to follow a collective: none.
+  struct NoFollowUp {
+    void operator()() const noexcept {}
+  };
+
+  // Records an event on @p stream and registers it with the watchdog as @p call.
+  void Track(cudaStream_t stream, const char* call) {
     cudaEvent_t event = events_.Acquire();
     try {
-      bool aborted = false;
-      {
-        const std::lock_guard lock(comm_mutex_);
-        aborted = aborted_;
-        if (!aborted) {
-          enqueue(comm_);
-        }
-      }
-      if (aborted) {
-        // The watchdog aborted since this call's check: raise what it recorded (outside the
-        // communicator lock, which the check's hooks take).
-        pending_->Check(call);
-        throw CommunicationError(std::string(call) + ": the NCCL communicator of rank " + std::to_string(rank_) +
-                                 " was aborted");
-      }
-      after();
       MLFW_CUDA_CHECK(cudaEventRecord(event, stream));
     } catch (...) {
       events_.Release(event);
@@ -453,9 +480,6 @@ class NcclProcessGroup final : public IProcessGroup {
     }
     pending_->Add(
         call, [this, event] { return QueryEvent(event); }, [this, event] { events_.Release(event); });
-    if (must_wait || options_.Blocking) {
-      pending_->WaitAll(call);
-    }
   }
 
   // Runs on the owner's thread and on the watchdog's (whose device is set at its start).
@@ -514,6 +538,7 @@ class NcclProcessGroup final : public IProcessGroup {
   cuda::DeviceContext* context_;
   ncclComm_t comm_ = nullptr;
   double* scratch_ = nullptr;
+  double* host_scratch_ = nullptr;  // pinned: AllReduceHost's copies never block the host
   EventPool events_;
   // Guards comm_ and aborted_: the watchdog calls ncclCommGetAsyncError and ncclCommAbort
   // (the only NCCL calls it makes) while the owner may be enqueueing.
