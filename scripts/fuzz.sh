@@ -10,6 +10,7 @@
 # merge good finds in by hand with -merge=1). A crash leaves its input in
 # <build>/artifacts/ and fails the script: add that input to
 # fuzz/corpus/<target>/ and a test to tests/reliability/, then fix the bug.
+# The targets run side by side, as many at a time as there are cores (nproc).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,20 +36,41 @@ fi
 cmake --build "$build" -j"$(nproc)" --target "${targets[@]/#/fuzz_}"
 
 mkdir -p "$build/artifacts"
-status=0
-total_runs=0
-for target in "${targets[@]}"; do
-  new_inputs="$build/corpus-new/$target"
+# One target per core at a time: each fuzzer is a single process, so the targets run side by
+# side and every one still gets its full time on a core of its own.
+run_target() {
+  local target=$1 new_inputs="$build/corpus-new/$1"
   mkdir -p "$new_inputs"
-  log="$build/fuzz-$target.log"
   # -rss_limit_mb/-malloc_limit_mb: a blob that makes us allocate gigabytes is a bug too.
   if UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ASAN_OPTIONS=detect_leaks=1 \
     "$build/fuzz/fuzz_$target" -max_total_time="$seconds" -print_final_stats=1 -rss_limit_mb=2048 \
     -malloc_limit_mb=512 -timeout=10 -artifact_prefix="$build/artifacts/$target-" \
-    "$new_inputs" "fuzz/corpus/$target" >"$log" 2>&1; then
-    result=clean
+    "$new_inputs" "fuzz/corpus/$target" >"$build/fuzz-$target.log" 2>&1; then
+    echo clean >"$build/fuzz-$target.result"
   else
-    result=FAILED
+    echo FAILED >"$build/fuzz-$target.result"
+  fi
+}
+parallel=$(nproc)
+running=0
+for target in "${targets[@]}"; do
+  rm -f "$build/fuzz-$target.result"
+  if ((running >= parallel)); then
+    wait -n
+    running=$((running - 1))
+  fi
+  run_target "$target" &
+  running=$((running + 1))
+done
+wait
+
+status=0
+total_runs=0
+for target in "${targets[@]}"; do
+  new_inputs="$build/corpus-new/$target"
+  log="$build/fuzz-$target.log"
+  result=$(cat "$build/fuzz-$target.result" 2>/dev/null || echo FAILED)
+  if [[ $result != clean ]]; then
     status=1
     tail -n 60 "$log"
   fi
@@ -58,5 +80,5 @@ for target in "${targets[@]}"; do
   total_runs=$((total_runs + ${runs:-0}))
   echo "fuzz: $target: $result, ${runs:-0} executions in ${seconds} s, $coverage, corpus $corpus inputs"
 done
-echo "fuzz: ${#targets[@]} targets, $total_runs executions in total"
+echo "fuzz: ${#targets[@]} targets ($parallel at a time), $total_runs executions in total"
 exit "$status"

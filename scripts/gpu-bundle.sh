@@ -7,7 +7,10 @@
 #
 #   scripts/gpu-bundle.sh [BUILD_DIR] [DEST]        (defaults: build, gpu-bundle)
 #
-# On the GPU machine (the toolkit's libraries at /usr/local/cuda):
+# Build for the GPU machine's architecture only (-DCMAKE_CUDA_ARCHITECTURES=90 for an H100/H200):
+# the bundle stays small. On the GPU machine, scripts/gpu-check.sh runs every check from the bundle
+# and writes one summary (docs/cuda-backend.md, "One command on a borrowed GPU"). By hand
+# (the toolkit's libraries at /usr/local/cuda):
 #   export LD_LIBRARY_PATH=$PWD/DEST/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib
 #   DEST/bin/test_cuda_host && DEST/bin/test_cuda_device
 #   DEST/bin/bench_cuda_kernels --benchmark_format=json --benchmark_out=cuda.json
@@ -36,3 +39,8 @@ ldd "${binaries[@]}" | awk '/=> \// {print $3}' | sort -u | while read -r lib; d
   esac
 done
 du -sh "$dest"
+# At most 64 MiB of files travel to a lent GPU machine.
+size_kib=$(du -sk "$dest" | cut -f1)
+if ((size_kib > 64 * 1024)); then
+  echo "gpu-bundle: $dest is ${size_kib} KiB, over the 64 MiB that may travel (build for one architecture)" >&2
+fi
