@@ -1,10 +1,13 @@
 // OverflowReport, ScanNonFinite (CPU, fake device, user tensors), OverflowLogger, TrainingCsvWriter.
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <mlframework/core/Error.hpp>
@@ -45,6 +48,9 @@ void CheckLong(const NonFiniteScan& scan) {
   BOOST_TEST(scan.HasNaN);
   BOOST_TEST(scan.HasPosInf);
   BOOST_TEST(scan.HasNegInf);
+  BOOST_TEST(scan.NaNCount == 1u);
+  BOOST_TEST(scan.PosInfCount == 2u);
+  BOOST_TEST(scan.NegInfCount == 1u);
 }
 
 const DataType kTypes[] = {DataType::Float32, DataType::Float16, DataType::BFloat16};
@@ -134,7 +140,7 @@ BOOST_AUTO_TEST_CASE(ReportFromGradients) {
   BOOST_TEST(report.Tensors[1].HasNaN);
   BOOST_TEST(report.Tensors[1].HasNegInf);
   BOOST_TEST(report.ToString() ==
-             "step 7, scale 65536, rank 3: layer3.weight (2 Inf, first at 1), z.bias (2 NaN, -Inf, first at 0)");
+             "step 7, scale 65536, rank 3: layer3.weight (2 Inf, first at 1), z.bias (1 NaN, 1 -Inf, first at 0)");
   // An unnamed list: "#<index>".
   const std::vector<TensorPtr> list{FromVector({1.0f}, {1}), FromVector({kNaN, kNaN}, {2}, DataType::Float16)};
   const OverflowReport unnamed = OverflowReport::FromTensors(list, 1, 2.0f);
@@ -215,6 +221,75 @@ BOOST_AUTO_TEST_CASE(IntervalWindowsAndFallback) {
              "step 10: fell back to FP32 (scale 1 from now on)\n");
 }
 
+// A run that overflows on every step at the minimum scale: lines while it runs, one when the
+// scale gets to its minimum, each line flushed to the stream.
+BOOST_AUTO_TEST_CASE(ALongBurstWritesWhileItRuns) {
+  std::vector<std::string> lines;
+  mlframework::OverflowLoggerOptions options;
+  options.ProgressSteps = 50;
+  mlframework::OverflowLogger logger([&](std::string_view line) { lines.emplace_back(line); }, options);
+  OverflowReport report;
+  report.Ranks = {0};
+  report.Tensors.push_back({.Name = "w", .NonFiniteCount = 1, .FirstIndex = 2, .HasNaN = true, .NaNCount = 1});
+  report.Tensors.push_back({.Name = "b", .NonFiniteCount = 1, .HasNaN = true, .NaNCount = 1});
+  float scale = 4.0f;
+  for (std::int64_t step = 0; step < 200; ++step) {
+    report.Step = step;
+    mlframework::StepEvent event = Step(step, scale, std::max(1.0f, scale / 2.0f), &report);
+    event.MinLossScale = 1.0f;
+    logger.OnStep(event);
+    scale = event.NewLossScale;
+  }
+  BOOST_TEST_REQUIRE(lines.size() == 5u);  // written during the burst, no clean step needed
+  BOOST_TEST(lines[0] == "steps 0-1: 2 overflows, scale 2^2 -> 2^0, first: w (1 NaN, first at 2) and 1 more");
+  BOOST_TEST(lines[1] == "step 1: scale reached its minimum 2^0");
+  BOOST_TEST(lines[2] ==
+             "steps 2-51: 50 overflows (continuing), scale 2^0 -> 2^0, first: w (1 NaN, first at 2) and 1 more");
+  BOOST_TEST(lines[4] ==
+             "steps 102-151: 50 overflows (continuing), scale 2^0 -> 2^0, first: w (1 NaN, first at 2) and 1 more");
+  logger.Flush();
+  BOOST_TEST(lines.back() == "steps 152-199: 48 overflows, scale 2^0 -> 2^0, first: w (1 NaN, first at 2) and 1 more");
+  // The minimum is announced once until the scale leaves it.
+  mlframework::StepEvent up = Step(200, 1.0f, 2.0f, nullptr);
+  up.MinLossScale = 1.0f;
+  logger.OnStep(up);
+  mlframework::StepEvent down = Step(201, 2.0f, 1.0f, &report);
+  down.MinLossScale = 1.0f;
+  logger.OnStep(down);
+  BOOST_TEST(lines.back() == "step 201: scale reached its minimum 2^0");
+}
+
+BOOST_AUTO_TEST_CASE(ASlowBurstWritesAfterProgressSeconds) {
+  std::ostringstream out;
+  mlframework::OverflowLoggerOptions options;
+  options.ProgressSeconds = 0.05;
+  mlframework::OverflowLogger logger(out, options);
+  OverflowReport report;
+  report.Ranks = {0};
+  report.Tensors.push_back({.Name = "w", .NonFiniteCount = 1, .HasPosInf = true, .PosInfCount = 1});
+  logger.OnStep(Step(0, 2.0f, 2.0f, &report));
+  BOOST_TEST(out.str().empty());
+  std::this_thread::sleep_for(std::chrono::milliseconds(80));
+  logger.OnStep(Step(1, 2.0f, 2.0f, &report));
+  BOOST_TEST(out.str() == "steps 0-1: 2 overflows (continuing), scale 2^1 -> 2^1, first: w (1 Inf, first at 0)\n");
+}
+
+BOOST_AUTO_TEST_CASE(OptionsAreChecked) {
+  std::ostringstream out;
+  mlframework::OverflowLoggerOptions options;
+  options.ProgressSteps = 0;
+  BOOST_CHECK_EXCEPTION(mlframework::OverflowLogger(out, options), mlframework::ArgumentError,
+                        [](const mlframework::ArgumentError& e) {
+                          return std::string(e.what()).find("ProgressSteps") != std::string::npos;
+                        });
+  options.ProgressSteps = 1;
+  options.ProgressSeconds = std::numeric_limits<double>::quiet_NaN();
+  BOOST_CHECK_EXCEPTION(mlframework::OverflowLogger(out, options), mlframework::ArgumentError,
+                        [](const mlframework::ArgumentError& e) {
+                          return std::string(e.what()).find("ProgressSeconds") != std::string::npos;
+                        });
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_SUITE(TrainingCsvWriterTests)
@@ -229,11 +304,28 @@ BOOST_AUTO_TEST_CASE(HeaderAndOneRowPerStep) {
   csv.OnStep({.Step = 1, .LossScale = 32768.0f, .NewLossScale = 32768.0f, .GradientNorm = 0.25f});
   csv.OnStep({.Step = 2, .LossScale = 0.5f, .NewLossScale = 0.5f});
   BOOST_TEST(out.str() ==
-             "step,scale,skipped,grad_norm,overflowing_tensors\n"
-             "0,65536,1,,\"a.weight;say \"\"hi\"\"\"\n"
-             "1,32768,0,0.25,\"\"\n"
-             "2,0.5,0,,\"\"\n");
+             "step,scale,skipped,grad_norm,overflowing_tensors,new_scale,amax,nan_count,inf_count\n"
+             "0,65536,1,,\"a.weight;say \"\"hi\"\"\",32768,,0,0\n"
+             "1,32768,0,0.25,\"\",32768,,0,0\n"
+             "2,0.5,0,,\"\",0.5,,0,0\n");
   BOOST_TEST(csv.RowsWritten() == 3);
+}
+
+BOOST_AUTO_TEST_CASE(NewScaleAmaxAndNonFiniteCounts) {
+  std::vector<std::string> rows;
+  mlframework::TrainingCsvWriter csv([&](std::string_view line) { rows.emplace_back(line); });
+  OverflowReport report;
+  report.Tensors.push_back(
+      {.Name = "a", .NonFiniteCount = 3, .HasNaN = true, .HasPosInf = true, .NaNCount = 1, .PosInfCount = 2});
+  report.Tensors.push_back({.Name = "b", .NonFiniteCount = 4, .HasNegInf = true, .NegInfCount = 4});
+  csv.OnStep({.Step = 7,
+              .LossScale = 1024.0f,
+              .NewLossScale = 512.0f,
+              .Skipped = true,
+              .GradientAmax = 3.5f,
+              .Overflow = &report});
+  BOOST_TEST_REQUIRE(rows.size() == 2u);
+  BOOST_TEST(rows[1] == "7,1024,1,,\"a;b\",512,3.5,1,6");
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -77,6 +77,8 @@ BOOST_AUTO_TEST_CASE(EveryRankHoldsTheSameReport) {
   BOOST_TEST(a.FirstIndex == (world == 1 ? 3u : 1u));                 // the smallest over the ranks
   BOOST_TEST(a.HasPosInf);
   BOOST_TEST(a.HasNaN == (world > 1));
+  BOOST_TEST(a.PosInfCount == 1u);                                  // rank 0's
+  BOOST_TEST(a.NaNCount == static_cast<std::uint64_t>(world - 1));  // one per other rank, summed
   BOOST_TEST(report.Tensors[1].Name == "b");
   BOOST_TEST(report.Tensors[1].NonFiniteCount == 1u);
   if (world > 1) {
@@ -84,6 +86,7 @@ BOOST_AUTO_TEST_CASE(EveryRankHoldsTheSameReport) {
     BOOST_TEST(report.Tensors[2].NonFiniteCount == static_cast<std::uint64_t>(world - 1));
     BOOST_TEST(report.Tensors[2].FirstIndex == 1u);
     BOOST_TEST(report.Tensors[2].HasNegInf);
+    BOOST_TEST(report.Tensors[2].NegInfCount == static_cast<std::uint64_t>(world - 1));
   }
   // The same text on every rank: compare a checksum of the report through the group.
   double sum = 0.0;

@@ -21,6 +21,9 @@ struct StepEvent {
   /// its amax tracking is on; HeadroomBits() turns it into the bits left before overflow.
   std::optional<float> GradientAmax = {};
   const OverflowReport* Overflow = nullptr;  ///< The step's report when it overflowed, else null.
+  /// The lowest scale the front end's scaler may reach (its configured minimum), when it has one;
+  /// OverflowLogger writes a line when NewLossScale gets there.
+  std::optional<float> MinLossScale = {};
 };
 
 /// Observer of GradScaler (and so GradScalerContext), GradientConversionLayer and

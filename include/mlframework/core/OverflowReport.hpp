@@ -21,8 +21,13 @@ struct MLFRAMEWORK_EXPORT TensorOverflow {
   bool HasNaN = false;               ///< Some element was NaN.
   bool HasPosInf = false;            ///< Some element was +Inf.
   bool HasNegInf = false;            ///< Some element was -Inf.
+  std::uint64_t NaNCount = 0;        ///< NaN elements (summed over the ranks in FSDP).
+  std::uint64_t PosInfCount = 0;     ///< +Inf elements (summed over the ranks in FSDP).
+  std::uint64_t NegInfCount = 0;     ///< -Inf elements (summed over the ranks in FSDP).
 
-  /// "layer3.weight (12 Inf, first at 4)", "fc.bias (3 NaN, +Inf, first at 17)".
+  /// "layer3.weight (12 Inf, first at 4)", "fc.bias (1 NaN, 2 +Inf, first at 17)": a single kind
+  /// with the total; mixed kinds each with its count (the kinds alone, "3 NaN, +Inf", when the
+  /// per-kind counts do not add up to NonFiniteCount, as in a hand-built entry).
   std::string ToString() const;
 };
 

@@ -25,11 +25,14 @@ struct NonFiniteAndNorm {
 
 /// What one tensor's non-finite values are (an overflow report's per-tensor line).
 struct NonFiniteScan {
-  std::uint64_t Count = 0;       ///< Elements that are Inf or NaN.
-  std::uint64_t FirstIndex = 0;  ///< Flat (row-major) index of the first of them; 0 when Count is 0.
-  bool HasNaN = false;           ///< Some element is NaN.
-  bool HasPosInf = false;        ///< Some element is +Inf.
-  bool HasNegInf = false;        ///< Some element is -Inf.
+  std::uint64_t Count = 0;        ///< Elements that are Inf or NaN.
+  std::uint64_t FirstIndex = 0;   ///< Flat (row-major) index of the first of them; 0 when Count is 0.
+  bool HasNaN = false;            ///< Some element is NaN.
+  bool HasPosInf = false;         ///< Some element is +Inf.
+  bool HasNegInf = false;         ///< Some element is -Inf.
+  std::uint64_t NaNCount = 0;     ///< Elements that are NaN.
+  std::uint64_t PosInfCount = 0;  ///< Elements that are +Inf.
+  std::uint64_t NegInfCount = 0;  ///< Elements that are -Inf.
 };
 
 /// Result of a check pass that also takes the largest absolute value (amax, the headroom telemetry).

@@ -12,8 +12,8 @@
 
 namespace mlframework {
 
-/// Writes `step,scale,skipped,grad_norm,overflowing_tensors` (the header, at construction) and
-/// one row per step (ITrainingObserver::OnStep):
+/// Writes `step,scale,skipped,grad_norm,overflowing_tensors,new_scale,amax,nan_count,inf_count`
+/// (the header, at construction) and one row per step (ITrainingObserver::OnStep):
 ///
 /// | column | value |
 /// |---|---|
@@ -23,14 +23,20 @@ namespace mlframework {
 /// | grad_norm | the global norm (`%.9g`) when the front end measured it (clipping), else empty |
 /// | overflowing_tensors | the overflow report's gradient names joined by ';', in double quotes (a `"` in a name
 /// doubled); `""` on clean steps |
+/// | new_scale | the scale after the step's update (`%.9g`) |
+/// | amax | the largest finite absolute value of the unscaled gradients (`%.9g`) while the front end's
+/// amax tracking is on, else empty |
+/// | nan_count | NaN elements over all gradients of the step's overflow report (0 on clean steps) |
+/// | inf_count | +Inf and -Inf elements over all gradients of the step's overflow report |
 ///
-/// Rows go to a std::ostream (each followed by '\n') or to a callback (without it).
+/// Rows go to a std::ostream (each followed by '\n' and flushed) or to a callback (without it).
 class MLFRAMEWORK_EXPORT TrainingCsvWriter final : public ITrainingObserver {
  public:
   /// Receives one line at a time, without a trailing newline.
   using Sink = std::function<void(std::string_view)>;
   /// The header line.
-  static constexpr std::string_view kHeader = "step,scale,skipped,grad_norm,overflowing_tensors";
+  static constexpr std::string_view kHeader =
+      "step,scale,skipped,grad_norm,overflowing_tensors,new_scale,amax,nan_count,inf_count";
 
   /// Writes to @p out (which must outlive the writer); the header is written now.
   explicit TrainingCsvWriter(std::ostream& out);

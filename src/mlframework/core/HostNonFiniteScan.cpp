@@ -52,10 +52,13 @@ void ScanBits(std::span<const Bits> bits, Format<Bits> format, NonFiniteScan& sc
       ++scan.Count;
       if ((value & format.mantissa) != 0) {
         scan.HasNaN = true;
+        ++scan.NaNCount;
       } else if ((value & format.sign) != 0) {
         scan.HasNegInf = true;
+        ++scan.NegInfCount;
       } else {
         scan.HasPosInf = true;
+        ++scan.PosInfCount;
       }
     }
   }

@@ -11,11 +11,30 @@ namespace mlframework {
 
 namespace {
 
-std::int64_t CheckedInterval(std::int64_t interval) {
-  if (interval < 0) {
-    throw ArgumentError("interval", "must be >= 0 (0: one line per burst), got " + std::to_string(interval));
+const OverflowLoggerOptions& Checked(const OverflowLoggerOptions& options) {
+  if (options.Interval < 0) {
+    throw ArgumentError("interval", "must be >= 0 (0: one line per burst), got " + std::to_string(options.Interval));
   }
-  return interval;
+  if (options.ProgressSteps < 1) {
+    throw ArgumentError("options.ProgressSteps", "must be >= 1, got " + std::to_string(options.ProgressSteps));
+  }
+  if (!(std::isfinite(options.ProgressSeconds) && options.ProgressSeconds > 0.0)) {
+    throw ArgumentError("options.ProgressSeconds",
+                        "must be finite and > 0, got " + std::to_string(options.ProgressSeconds));
+  }
+  return options;
+}
+
+OverflowLoggerOptions WithInterval(std::int64_t interval) {
+  OverflowLoggerOptions options;
+  options.Interval = interval;
+  return options;
+}
+
+// Each line reaches the stream at once: a log read while the run goes on (or after it was
+// killed) must already hold it.
+OverflowLogger::Sink StreamSink(std::ostream& out) {
+  return [&out](std::string_view line) { out << line << '\n' << std::flush; };
 }
 
 // "2^16" for powers of two (the usual dynamic scales), else "%g".
@@ -34,6 +53,9 @@ std::string FirstTensor(const OverflowReport& report) {
     return {};
   }
   std::string text = report.Tensors.front().ToString();
+  if (report.Tensors.size() > 1) {
+    text += " and " + std::to_string(report.Tensors.size() - 1) + " more";
+  }
   if (!(report.Ranks.size() == 1 && report.Ranks.front() == 0)) {
     text += " on rank";
     text += report.Ranks.size() == 1 ? " " : "s ";
@@ -50,10 +72,16 @@ std::string FirstTensor(const OverflowReport& report) {
 }  // namespace
 
 OverflowLogger::OverflowLogger(std::ostream& out, std::int64_t interval)
-    : sink_([&out](std::string_view line) { out << line << '\n'; }), interval_(CheckedInterval(interval)) {}
+    : OverflowLogger(StreamSink(out), WithInterval(interval)) {}
 
 OverflowLogger::OverflowLogger(Sink sink, std::int64_t interval)
-    : sink_(std::move(sink)), interval_(CheckedInterval(interval)) {
+    : OverflowLogger(std::move(sink), WithInterval(interval)) {}
+
+OverflowLogger::OverflowLogger(std::ostream& out, const OverflowLoggerOptions& options)
+    : OverflowLogger(StreamSink(out), options) {}
+
+OverflowLogger::OverflowLogger(Sink sink, const OverflowLoggerOptions& options)
+    : sink_(std::move(sink)), options_(Checked(options)) {
   if (!sink_) {
     throw ArgumentNullError("sink");
   }
@@ -71,7 +99,9 @@ void OverflowLogger::Write(const std::string& line) {
   ++lines_;
 }
 
-void OverflowLogger::Flush() {
+void OverflowLogger::Flush() { WritePending(false); }
+
+void OverflowLogger::WritePending(bool continuing) {
   if (!pending_) {
     return;
   }
@@ -81,6 +111,9 @@ void OverflowLogger::Flush() {
                          ? "step " + std::to_string(done.first_step)
                          : "steps " + std::to_string(done.first_step) + "-" + std::to_string(done.last_step);
   line += ": " + std::to_string(done.overflows) + (done.overflows == 1 ? " overflow" : " overflows");
+  if (continuing) {
+    line += " (continuing)";
+  }
   line += ", scale " + FormatScale(done.scale_before) + " -> " + FormatScale(done.scale_after);
   if (!done.first_tensor.empty()) {
     line += ", first: " + done.first_tensor;
@@ -95,7 +128,8 @@ void OverflowLogger::Add(const StepEvent& event) {
                        .overflows = 0,
                        .scale_before = event.LossScale,
                        .scale_after = event.NewLossScale,
-                       .first_tensor = {}};
+                       .first_tensor = {},
+                       .started = std::chrono::steady_clock::now()};
   }
   Pending& p = *pending_;
   p.last_step = event.Step;
@@ -108,20 +142,48 @@ void OverflowLogger::Add(const StepEvent& event) {
   }
 }
 
+bool OverflowLogger::ProgressDue() const {
+  if (!pending_ || pending_->overflows == 0) {
+    return false;  // only a summary with overflows in it is urgent
+  }
+  // A window of at most ProgressSteps steps is written by the window rule in time; only the
+  // clock can make it late.
+  const bool window_is_short = options_.Interval > 0 && options_.Interval <= options_.ProgressSteps;
+  const bool by_steps = pending_->last_step - pending_->first_step + 1 >= options_.ProgressSteps;
+  const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - pending_->started;
+  return (by_steps && !window_is_short) || elapsed.count() >= options_.ProgressSeconds;
+}
+
+void OverflowLogger::NoteMinimum(const StepEvent& event) {
+  const bool at_minimum = event.MinLossScale.has_value() && event.NewLossScale <= *event.MinLossScale;
+  if (at_minimum && !at_minimum_) {
+    Flush();
+    at_minimum_ = true;
+    Write("step " + std::to_string(event.Step) + ": scale reached its minimum " + FormatScale(event.NewLossScale));
+    return;
+  }
+  at_minimum_ = at_minimum;
+}
+
 void OverflowLogger::OnStep(const StepEvent& event) {
   const bool overflow = event.Skipped || event.Overflow != nullptr;
-  if (interval_ == 0) {
+  const std::int64_t interval = options_.Interval;
+  if (interval == 0) {
     if (overflow) {
       Add(event);
     } else {
       Flush();  // a clean step ends the burst
     }
-    return;
+  } else {
+    if (pending_ && event.Step / interval != pending_->first_step / interval) {
+      Flush();  // the step belongs to a later window
+    }
+    Add(event);
   }
-  if (pending_ && event.Step / interval_ != pending_->first_step / interval_) {
-    Flush();  // the step belongs to a later window
+  if (ProgressDue()) {
+    WritePending(true);
   }
-  Add(event);
+  NoteMinimum(event);
 }
 
 void OverflowLogger::OnFallbackToFP32(std::int64_t step) {

@@ -37,7 +37,18 @@ std::string TensorOverflow::ToString() const {
       kinds += kind;
     }
   };
-  // A single kind reads "12 Inf" / "12 NaN"; mixed kinds are listed.
+  const std::string first = ", first at " + std::to_string(FirstIndex) + ")";
+  const bool mixed = static_cast<int>(HasNaN) + static_cast<int>(HasPosInf) + static_cast<int>(HasNegInf) > 1;
+  if (mixed && NaNCount + PosInfCount + NegInfCount == NonFiniteCount) {
+    const auto counted = [&add](bool present, std::uint64_t count, const char* kind) {
+      add(present, (std::to_string(count) + " " + kind).c_str());
+    };
+    counted(HasNaN, NaNCount, "NaN");
+    counted(HasPosInf, PosInfCount, "+Inf");
+    counted(HasNegInf, NegInfCount, "-Inf");
+    return Name + " (" + kinds + first;
+  }
+  // A single kind reads "12 Inf" / "12 NaN"; mixed kinds without their counts are listed.
   if (HasPosInf && !HasNegInf && !HasNaN) {
     kinds = "Inf";
   } else if (HasNegInf && !HasPosInf && !HasNaN) {
@@ -47,7 +58,7 @@ std::string TensorOverflow::ToString() const {
     add(HasPosInf, "+Inf");
     add(HasNegInf, "-Inf");
   }
-  return Name + " (" + std::to_string(NonFiniteCount) + " " + kinds + ", first at " + std::to_string(FirstIndex) + ")";
+  return Name + " (" + std::to_string(NonFiniteCount) + " " + kinds + first;
 }
 
 std::string OverflowReport::ToString() const {
@@ -89,7 +100,10 @@ OverflowReport Build(std::span<const TensorPtr> tensors, std::int64_t step, floa
                                             .FirstIndex = scan.FirstIndex,
                                             .HasNaN = scan.HasNaN,
                                             .HasPosInf = scan.HasPosInf,
-                                            .HasNegInf = scan.HasNegInf});
+                                            .HasNegInf = scan.HasNegInf,
+                                            .NaNCount = scan.NaNCount,
+                                            .PosInfCount = scan.PosInfCount,
+                                            .NegInfCount = scan.NegInfCount});
   }
   if (!report.Tensors.empty()) {
     report.Ranks.push_back(rank);

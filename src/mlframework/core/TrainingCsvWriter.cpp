@@ -19,7 +19,8 @@ std::string Number(float value) {
 }  // namespace
 
 TrainingCsvWriter::TrainingCsvWriter(std::ostream& out)
-    : TrainingCsvWriter(Sink([&out](std::string_view line) { out << line << '\n'; })) {}
+    : TrainingCsvWriter(Sink([&out](std::string_view line) { out << line << '\n'
+                                                                 << std::flush; })) {}
 
 TrainingCsvWriter::TrainingCsvWriter(Sink sink) : sink_(std::move(sink)) {
   if (!sink_) {
@@ -35,6 +36,8 @@ std::string TrainingCsvWriter::Row(const StepEvent& event) {
     row += Number(*event.GradientNorm);
   }
   row += ",\"";
+  std::uint64_t nan = 0;
+  std::uint64_t inf = 0;
   if (event.Overflow != nullptr) {
     bool first = true;
     for (const TensorOverflow& tensor : event.Overflow->Tensors) {
@@ -42,6 +45,8 @@ std::string TrainingCsvWriter::Row(const StepEvent& event) {
         row += ';';
       }
       first = false;
+      nan += tensor.NaNCount;
+      inf += tensor.PosInfCount + tensor.NegInfCount;
       for (const char c : tensor.Name) {
         row += c;
         if (c == '"') {
@@ -50,7 +55,11 @@ std::string TrainingCsvWriter::Row(const StepEvent& event) {
       }
     }
   }
-  return row + "\"";
+  row += "\"," + Number(event.NewLossScale) + ",";
+  if (event.GradientAmax.has_value()) {
+    row += Number(*event.GradientAmax);
+  }
+  return row + "," + std::to_string(nan) + "," + std::to_string(inf);
 }
 
 void TrainingCsvWriter::OnStep(const StepEvent& event) {

@@ -49,6 +49,11 @@ BOOST_AUTO_TEST_CASE(EventsInOrderAndAReportOnSkippedStepsOnly) {
   BOOST_TEST(layer.ProcessGradients(bad).ShouldSkip);
   BOOST_TEST(observer->events == (Strings{"step 0", "growth 1 1024->2048", "step 1", "overflow 2", "skipped 2 2048",
                                           "backoff 2 2048->1024", "step 2 skipped"}));
+  BOOST_TEST_REQUIRE(observer->steps.size() == 3u);
+  for (const StepEvent& event : observer->steps) {
+    BOOST_TEST_REQUIRE(event.MinLossScale.has_value());
+    BOOST_TEST(*event.MinLossScale == 1.0f);  // MixedPrecisionOptions' minimum
+  }
   BOOST_TEST_REQUIRE(layer.LastOverflow().has_value());
   const OverflowReport& report = *layer.LastOverflow();
   BOOST_TEST(report.Step == 2);
@@ -62,6 +67,8 @@ BOOST_AUTO_TEST_CASE(EventsInOrderAndAReportOnSkippedStepsOnly) {
   BOOST_TEST(report.Tensors[1].NonFiniteCount == 3u);
   BOOST_TEST(report.Tensors[1].HasNaN);
   BOOST_TEST(report.Tensors[1].HasNegInf);
+  BOOST_TEST(report.Tensors[1].NaNCount == 2u);
+  BOOST_TEST(report.Tensors[1].NegInfCount == 1u);
   // An FP32 input that overflowed is reported too (checked in place).
   GradientMap fp32_bad = Clean(1024.0f);
   fp32_bad["b"] = Vec({kInf}, DataType::Float32);

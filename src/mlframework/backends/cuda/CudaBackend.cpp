@@ -397,9 +397,12 @@ class CudaBackend final : public CudaFloat8Backend {
       });
       out[i] = NonFiniteScan{.Count = host.count,
                              .FirstIndex = host.count == 0 ? 0 : host.first_index,
-                             .HasNaN = host.has_nan != 0,
-                             .HasPosInf = host.has_pos_inf != 0,
-                             .HasNegInf = host.has_neg_inf != 0};
+                             .HasNaN = host.nan_count != 0,
+                             .HasPosInf = host.pos_inf_count != 0,
+                             .HasNegInf = host.neg_inf_count != 0,
+                             .NaNCount = host.nan_count,
+                             .PosInfCount = host.pos_inf_count,
+                             .NegInfCount = host.neg_inf_count};
     }
   }
 

@@ -25,9 +25,9 @@ template <typename Bits>
 __global__ void ScanKernel(const Bits* data, std::uint64_t size, Masks<Bits> masks, DeviceNonFiniteScan* out) {
   unsigned long long count = 0;      // NOLINT(google-runtime-int)
   unsigned long long first = ~0ull;  // NOLINT(google-runtime-int)
-  unsigned int nan = 0;
-  unsigned int pos = 0;
-  unsigned int neg = 0;
+  unsigned long long nan = 0;  // NOLINT(google-runtime-int)
+  unsigned long long pos = 0;  // NOLINT(google-runtime-int)
+  unsigned long long neg = 0;  // NOLINT(google-runtime-int)
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < size; i += stride) {
     const Bits value = data[i];
@@ -37,19 +37,19 @@ __global__ void ScanKernel(const Bits* data, std::uint64_t size, Masks<Bits> mas
     ++count;
     first = i < first ? i : first;
     if ((value & masks.mantissa) != 0) {
-      nan = 1;
+      ++nan;
     } else if ((value & masks.sign) != 0) {
-      neg = 1;
+      ++neg;
     } else {
-      pos = 1;
+      ++pos;
     }
   }
   if (count != 0) {
     atomicAdd(&out->count, count);
     atomicMin(&out->first_index, first);
-    if (nan != 0) atomicOr(&out->has_nan, 1u);
-    if (pos != 0) atomicOr(&out->has_pos_inf, 1u);
-    if (neg != 0) atomicOr(&out->has_neg_inf, 1u);
+    if (nan != 0) atomicAdd(&out->nan_count, nan);
+    if (pos != 0) atomicAdd(&out->pos_inf_count, pos);
+    if (neg != 0) atomicAdd(&out->neg_inf_count, neg);
   }
 }
 

@@ -14,9 +14,9 @@ namespace mlframework::backends::cuda {
 struct DeviceNonFiniteScan {
   unsigned long long count;        // NOLINT(google-runtime-int): atomicAdd's type
   unsigned long long first_index;  // NOLINT(google-runtime-int): atomicMin's type
-  unsigned int has_nan;
-  unsigned int has_pos_inf;
-  unsigned int has_neg_inf;
+  unsigned long long nan_count;      // NOLINT(google-runtime-int): atomicAdd's type
+  unsigned long long pos_inf_count;  // NOLINT(google-runtime-int)
+  unsigned long long neg_inf_count;  // NOLINT(google-runtime-int)
 };
 
 /// True when the kernel handles @p dtype (FP32, FP16, BF16).

@@ -143,10 +143,11 @@ OverflowReport FSDPMixedPrecisionManager::AgreedReport(const GradientMap& gradie
   IProcessGroup& group = fsdp_.ProcessGroup();
   const std::size_t n = gradients.size();
   const auto world = static_cast<std::size_t>(group.WorldSize());
-  // Fixed-size arrays, the same layout on every rank: SUM of the counts; MAX of the three kinds,
-  // of "rank r saw one" and of the negated first index (MAX of -i is MIN of i; -2^53 for none).
+  // Fixed-size arrays, the same layout on every rank: SUM of the counts (total, NaN, +Inf, -Inf);
+  // MAX of the three kinds, of "rank r saw one" and of the negated first index (MAX of -i is MIN
+  // of i; -2^53 for none).
   constexpr double kNoIndex = -9007199254740992.0;
-  std::vector<double> counts(n, 0.0);
+  std::vector<double> counts(4 * n, 0.0);
   std::vector<double> maxima(4 * n + world, 0.0);
   std::fill(maxima.begin() + static_cast<std::ptrdiff_t>(3 * n), maxima.begin() + static_cast<std::ptrdiff_t>(4 * n),
             kNoIndex);
@@ -159,6 +160,9 @@ OverflowReport FSDPMixedPrecisionManager::AgreedReport(const GradientMap& gradie
       if (scan.Count != 0) {
         local = true;
         counts[i] = static_cast<double>(scan.Count);
+        counts[n + i] = static_cast<double>(scan.NaNCount);
+        counts[2 * n + i] = static_cast<double>(scan.PosInfCount);
+        counts[3 * n + i] = static_cast<double>(scan.NegInfCount);
         maxima[i] = scan.HasNaN ? 1.0 : 0.0;
         maxima[n + i] = scan.HasPosInf ? 1.0 : 0.0;
         maxima[2 * n + i] = scan.HasNegInf ? 1.0 : 0.0;
@@ -184,7 +188,10 @@ OverflowReport FSDPMixedPrecisionManager::AgreedReport(const GradientMap& gradie
                                               .FirstIndex = static_cast<std::uint64_t>(-maxima[3 * n + i]),
                                               .HasNaN = maxima[i] > 0.0,
                                               .HasPosInf = maxima[n + i] > 0.0,
-                                              .HasNegInf = maxima[2 * n + i] > 0.0});
+                                              .HasNegInf = maxima[2 * n + i] > 0.0,
+                                              .NaNCount = static_cast<std::uint64_t>(counts[n + i]),
+                                              .PosInfCount = static_cast<std::uint64_t>(counts[2 * n + i]),
+                                              .NegInfCount = static_cast<std::uint64_t>(counts[3 * n + i])});
     }
     ++i;
   }
@@ -204,13 +211,15 @@ bool FSDPMixedPrecisionManager::FinishStep(const GradientMap& gradients, bool ov
   const std::int64_t step = steps_++;
   if (!observers_.empty()) {
     mlframework::detail::StepNotice notice;
-    notice.Event = StepEvent{.Step = step,
-                             .LossScale = old_scale,
-                             .NewLossScale = config_.UseLossScaling ? owner_->Read().Scale : old_scale,
-                             .Skipped = overflow,
-                             .GradientNorm = std::nullopt,
-                             .GradientAmax = amax,
-                             .Overflow = overflow && last_overflow_ ? &*last_overflow_ : nullptr};
+    notice.Event =
+        StepEvent{.Step = step,
+                  .LossScale = old_scale,
+                  .NewLossScale = config_.UseLossScaling ? owner_->Read().Scale : old_scale,
+                  .Skipped = overflow,
+                  .GradientNorm = std::nullopt,
+                  .GradientAmax = amax,
+                  .Overflow = overflow && last_overflow_ ? &*last_overflow_ : nullptr,
+                  .MinLossScale = config_.UseLossScaling ? std::optional<float>(config_.MinLossScale) : std::nullopt};
     mlframework::detail::NotifyObservers(observers_, notice);
   }
   return overflow;

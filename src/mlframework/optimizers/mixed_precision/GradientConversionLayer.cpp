@@ -208,13 +208,15 @@ GradientProcessingResult GradientConversionLayer::ProcessGradients(const Gradien
   // without them.
   const auto notify = [&](std::optional<float> norm, bool clipped, float coefficient) {
     mlframework::detail::StepNotice notice;
-    notice.Event = StepEvent{.Step = step,
-                             .LossScale = old_scale,
-                             .NewLossScale = scaler.CurrentScale(),
-                             .Skipped = skip,
-                             .GradientNorm = norm,
-                             .GradientAmax = amax_tracking_ ? last_amax_ : std::nullopt,
-                             .Overflow = skip && last_overflow_ ? &*last_overflow_ : nullptr};
+    notice.Event =
+        StepEvent{.Step = step,
+                  .LossScale = old_scale,
+                  .NewLossScale = scaler.CurrentScale(),
+                  .Skipped = skip,
+                  .GradientNorm = norm,
+                  .GradientAmax = amax_tracking_ ? last_amax_ : std::nullopt,
+                  .Overflow = skip && last_overflow_ ? &*last_overflow_ : nullptr,
+                  .MinLossScale = scaling ? std::optional<float>(scaler.Options().MinLossScale) : std::nullopt};
     notice.FellBack = fell_back;
     notice.Clipped = clipped;
     notice.NormBeforeClipping = norm.value_or(0.0f);
