@@ -20,7 +20,7 @@ void TrainTwoOptimizers(Model& embeddings, Model& rest, int steps) {
     dense.SetGradients(rest.Gradients());
     scaler.Step(sparse);  // skipped only if the embeddings' gradients hold Inf/NaN
     scaler.Step(dense);   // skipped only if its own gradients do
-    scaler.Update();      // the scale changes once, from both optimizers' overflow checks
+    scaler.Update();      // as in PyTorch; the iteration's one scale update covers both checks
   }
 }
 
@@ -32,8 +32,9 @@ void TrainAccumulating(Model& model, int steps) {
   for (int step = 0; step < steps; ++step) {
     model.ZeroGradients();
     for (int micro = 0; micro < kMicroBatches; ++micro) {
-      const TensorPtr loss = model.Forward()->Multiply(1.0f / kMicroBatches);  // mean over micro-batches
-      model.Backward(scaler.Scale(loss), /*accumulate=*/true);                 // adds into the gradients
+      // the mean over the micro-batches; backward adds into the gradients, with the same scale
+      const TensorPtr loss = model.Forward()->Multiply(1.0f / kMicroBatches);
+      model.Backward(scaler.Scale(loss), /*accumulate=*/true);
     }
     optimizer.SetGradients(model.Gradients());
     scaler.Step(optimizer);  // unscales the sum once, skips it on overflow, updates the scale
