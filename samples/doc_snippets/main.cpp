@@ -91,8 +91,11 @@ int main() {
     plain.SetGradients({{"w", FromVector({1.0f, std::numeric_limits<float>::infinity()}, {2}, DataType::Float16)}});
     Expect(!watched.Step(plain), "diagnostics: an overflow skips the step");
     PrintDiagnostics(watched, log);
-    Expect(log.str().find("w") != std::string::npos && !csv.str().empty(),
-           "diagnostics: the report names the tensor and the CSV has a line");
+    const auto& report = watched.LastOverflow();
+    Expect(report.has_value() && report->ToString().find("w (") != std::string::npos &&
+               log.str().find(report->ToString()) != std::string::npos,
+           "diagnostics: the report names the tensor and is printed");
+    Expect(!csv.str().empty(), "diagnostics: the CSV writer has a line");
     watched.Scale(Scalar(1.0f));
     plain.SetGradients({{"w", FromVector({4.0f, -8.0f}, {2}, DataType::Float16)}});
     Expect(watched.Step(plain), "diagnostics: a finite step is taken");
