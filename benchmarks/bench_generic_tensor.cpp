@@ -5,7 +5,7 @@
 //
 // - native: the library's own CPU tensors;
 // - host:   a framework's tensor without a backend that exposes its host memory through
-//           ITensor::HostStorage() (README "Your own tensors", VectorTensor plus HostStorage);
+//           ITensor::HostStorage() (docs/own-tensors.md, VectorTensor plus HostStorage);
 // - opaque: a tensor without a backend and without host bytes that overrides the one-pass
 //           ITensor::UnscaleAndCheck(factor) (the per-tensor virtual path).
 //
@@ -61,7 +61,7 @@ std::vector<Shape> Gpt2SmallShapes() {
 
 // A framework's tensor: elements in a byte vector it owns, no backend. With `host`, it tells the
 // library where they are (HostStorage); without, it has only its virtuals, and overrides the
-// one-pass UnscaleAndCheck as README "Your own tensors" suggests.
+// one-pass UnscaleAndCheck as docs/own-tensors.md suggests.
 class FrameworkTensor final : public mlframework::ITensor {
  public:
   FrameworkTensor(Shape shape, DataType dtype, bool host)

@@ -1,5 +1,5 @@
 #pragma once
-// Stands in for a framework's model in README's training loop: linear regression
+// Stands in for a framework's model in the docs' training loops: linear regression
 // with FP16 weights whose backward writes FP16 gradients of the scaled loss.
 #include <cstddef>
 #include <random>
@@ -48,17 +48,32 @@ class Model {
     return mlframework::Scalar(loss_);
   }
 
-  /// Gradients of the scaled loss, rounded into FP16 (they overflow while the scale is too high).
-  void Backward(const mlframework::TensorPtr& scaled_loss) {
+  /// Gradients of the scaled loss, rounded into FP16 (they overflow while the scale is too high);
+  /// with @p accumulate they are added to the gradients already there, as a backward pass does.
+  void Backward(const mlframework::TensorPtr& scaled_loss, bool accumulate = false) {
     const float scale = loss_ == 0.0f ? 0.0f : scaled_loss->ToFloatVector()[0] / loss_;
+    BackwardFrom(scale, accumulate);
+  }
+
+  /// Backward from a seed gradient: the gradients of `seed * loss`.
+  void BackwardFrom(float seed, bool accumulate = false) {
     std::vector<float> grad(kFeatures, 0.0f);
     for (std::size_t s = 0; s < kSamples; ++s) {
       for (std::size_t f = 0; f < kFeatures; ++f) {
-        grad[f] += scale * 2.0f * residuals_[s] * inputs_[s * kFeatures + f] / kSamples;
+        grad[f] += seed * 2.0f * residuals_[s] * inputs_[s * kFeatures + f] / kSamples;
+      }
+    }
+    if (accumulate) {
+      const std::vector<float> previous = gradients_.at("w")->ToFloatVector();
+      for (std::size_t f = 0; f < kFeatures; ++f) {
+        grad[f] += previous[f];
       }
     }
     gradients_.at("w")->CopyFromFloats(grad);
   }
+
+  /// Sets the gradients to zero (before accumulating).
+  void ZeroGradients() { gradients_.at("w")->CopyFromFloats(std::vector<float>(kFeatures, 0.0f)); }
 
   float LastLoss() const { return loss_; }
 

@@ -1,0 +1,25 @@
+// docs/diagnostics.md: overflow reports, observers, amax and headroom.
+#include <memory>
+#include <optional>
+#include <ostream>
+
+#include <mlframework/mlframework.hpp>
+
+using namespace mlframework;
+
+// A line per burst of overflows in the log, a CSV line per step.
+void WatchOverflows(amp::GradScaler& scaler, std::ostream& log, std::ostream& csv_file) {
+  scaler.AddObserver(std::make_shared<OverflowLogger>(log));          // one line per burst of overflows
+  scaler.AddObserver(std::make_shared<TrainingCsvWriter>(csv_file));  // step,scale,skipped,grad_norm,...
+  scaler.SetAmaxTracking(true);  // LastAmax(): the largest finite unscaled gradient value
+}
+
+// After a step: which tensor overflowed, and how far the scale is from overflowing FP16.
+void PrintDiagnostics(const amp::GradScaler& scaler, std::ostream& log) {
+  if (const auto& report = scaler.LastOverflow()) {
+    log << report->ToString() << '\n';
+  }
+  if (const std::optional<float> amax = scaler.LastAmax()) {
+    log << "headroom: " << HeadroomBits(*amax, scaler.Scale(), DataType::Float16) << " doublings\n";
+  }
+}
