@@ -10,6 +10,7 @@
 #include <bit>
 #include <cstdint>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <sstream>
 #include <string>
@@ -19,6 +20,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "amp/AmpTestUtil.hpp"
+#include "amp/FakeDeviceBackend.hpp"
 
 #ifndef MLFW_GRAD_SCALER_TWO_OPTIMIZERS
 #error "MLFW_GRAD_SCALER_TWO_OPTIMIZERS must name tests/data/grad_scaler_two_optimizers.txt"
@@ -30,6 +32,10 @@ using mlframework::amp::GradScaler;
 using mlframework::amp::GradScalerContext;
 using mlframework::optimizers::SGD;
 using mlframework::optimizers::SGDOptions;
+using mlfw_test::Grads;
+using mlfw_test::PoisonedGrads;
+using mlfw_test::RecordingOptimizer;
+using mlfw_test::Values;
 
 namespace {
 
@@ -217,9 +223,225 @@ void Replay(Flow flow) {
   BOOST_TEST(scaler.GetStats()->TotalSteps == static_cast<std::int64_t>(run.steps.size()));
 }
 
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+template <typename E, typename F>
+void ExpectRefused(GradScaler& scaler, F&& misuse, const std::string& hint) {
+  const auto state = scaler.State();
+  const auto before = scaler.StateDict();
+  try {
+    misuse();
+    BOOST_FAIL("expected an error");
+  } catch (const E& e) {
+    BOOST_TEST(std::string(e.what()).find(hint) != std::string::npos, "message: " << e.what());
+  }
+  BOOST_TEST((scaler.State() == state));
+  BOOST_TEST((scaler.StateDict() == before));
+}
+
+// A user policy with only spec 001's six members: the default checkpoint cannot restore a changed scale.
+class HalvingScaler final : public amp::ILossScaler {
+ public:
+  float Scale() const override { return scale_; }
+  bool Enabled() const override { return true; }
+  TensorPtr ScaleLoss(const TensorPtr& loss) override { return loss->Multiply(scale_); }
+  GradientMap UnscaleGradients(const GradientMap& gradients) override {
+    GradientMap out;
+    for (const auto& [name, tensor] : gradients) {
+      out.emplace(name, tensor->CastTo(DataType::Float32)->Multiply(1.0f / scale_));
+    }
+    return out;
+  }
+  bool CheckOverflow(const GradientMap& gradients) override { return HasNonFinite(TensorList(gradients)); }
+  void UpdateScale(bool overflow) override { scale_ = overflow ? scale_ / 2.0f : scale_; }
+
+ private:
+  float scale_ = 256.0f;
+};
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(GradScalerTwoOptimizersTests)
+
+// GrowthInterval 1: o1's clean Step grows the scale at once; o2 of the same iteration is still
+// unscaled with the iteration's scale, and its overflow turns the growth into one backoff.
+BOOST_AUTO_TEST_CASE(AFurtherOptimizerJoinsTheIterationAndItsUpdate) {
+  for (const DataType dtype : {DataType::Float32, DataType::Float16}) {
+    BOOST_TEST_CONTEXT(dtype) {
+      GradScaler scaler(DynamicScalerConfig{.InitialScale = 64.0f, .GrowthInterval = 1});
+      RecordingOptimizer o1;
+      RecordingOptimizer o2;
+      // o2 clean: unscaled by 64, not by the grown 128; one update.
+      scaler.Scale(Scalar(1.0f));
+      o1.Load(Grads(dtype, 64.0f));
+      o2.Load(Grads(dtype, 64.0f));
+      BOOST_TEST(scaler.Step(o1));
+      BOOST_TEST(scaler.Scale() == 128.0f);
+      BOOST_TEST(scaler.Step(o2));
+      BOOST_TEST(scaler.Scale() == 128.0f);
+      BOOST_TEST(Values(o2.stepped_with.at("a")) == (std::vector<float>{1.0f, -2.0f, 0.5f}),
+                 boost::test_tools::per_element());
+      BOOST_TEST(scaler.GetStats()->TotalSteps == 1);
+      const auto after = scaler.StateDict();
+      scaler.Update();  // accepted, nothing more
+      BOOST_TEST((scaler.StateDict() == after));
+      // o2 overflows: o1 stepped, o2 skipped, the growth becomes one backoff from 128.
+      scaler.Scale(Scalar(1.0f));
+      o1.Load(Grads(dtype, 128.0f));
+      o2.Load(PoisonedGrads(dtype, kInf, 128.0f));
+      BOOST_TEST(scaler.Step(o1));
+      BOOST_TEST(scaler.Scale() == 256.0f);
+      BOOST_TEST(!scaler.Step(o2));
+      BOOST_TEST(scaler.Scale() == 64.0f);
+      BOOST_TEST(o1.steps == 2);
+      BOOST_TEST(o2.steps == 1);
+      BOOST_TEST(scaler.GetStats()->TotalSteps == 2);
+      BOOST_TEST(scaler.GetStats()->TotalOverflows == 1);
+      BOOST_TEST(scaler.GetStats()->StepsSinceLastOverflow == 0);
+      BOOST_TEST(scaler.LastOverflow().has_value());
+      // A third optimizer joins too; the same optimizer again starts the next iteration.
+      RecordingOptimizer o3(Grads(dtype, 64.0f));
+      BOOST_TEST(scaler.Step(o3));
+      BOOST_TEST(scaler.Scale() == 64.0f);
+      BOOST_TEST(scaler.GetStats()->TotalSteps == 2);
+      o1.Load(Grads(dtype, 64.0f));
+      BOOST_TEST(scaler.Step(o1));
+      BOOST_TEST(scaler.GetStats()->TotalSteps == 3);
+      BOOST_TEST(scaler.Scale() == 128.0f);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(EachOptimizerUnscaledForClippingThenStepped) {
+  GradScaler scaler(DynamicScalerConfig{.InitialScale = 16.0f, .GrowthInterval = 1});
+  RecordingOptimizer o1(Grads(DataType::Float16, 16.0f));
+  RecordingOptimizer o2(PoisonedGrads(DataType::Float32, kInf, 16.0f));
+  scaler.Scale(Scalar(1.0f));
+  BOOST_TEST(Values(scaler.Unscale(o1).at("b")) == (std::vector<float>{4.0f, -0.25f}), boost::test_tools::per_element());
+  const GradientMap unscaled2 = scaler.Unscale(o2);
+  BOOST_TEST(Values(unscaled2.at("b")) == (std::vector<float>{4.0f, -0.25f}), boost::test_tools::per_element());
+  ExpectRefused<InvalidOperationError>(scaler, [&] { scaler.Unscale(o2); }, "already called");
+  ExpectRefused<InvalidOperationError>(scaler, [&] { scaler.Unscale(o1.GetGradients()); }, "already called");
+  BOOST_TEST(scaler.CheckOverflow(unscaled2));   // o2's own result
+  BOOST_TEST(scaler.Step(o1));                   // o1 clean: stepped
+  BOOST_TEST(scaler.Scale() == 8.0f);            // the OR: one backoff
+  BOOST_TEST(!scaler.Step(o2));                  // o2 skipped, no second update
+  BOOST_TEST(scaler.Scale() == 8.0f);
+  scaler.Update();
+  BOOST_TEST(scaler.GetStats()->TotalSteps == 1);
+  BOOST_TEST(Values(o1.stepped_with.at("a")) == (std::vector<float>{1.0f, -2.0f, 0.5f}),
+             boost::test_tools::per_element());
+  BOOST_TEST(o2.steps == 0);
+  BOOST_TEST(Values(o2.GetGradients().at("b"))[0] == 4.0f);  // unscaled once
+}
+
+BOOST_AUTO_TEST_CASE(DeferredStepsOfSeveralOptimizersUpdateOnce) {
+  GradScaler scaler(DynamicScalerConfig{.InitialScale = 16.0f, .GrowthInterval = 1});
+  RecordingOptimizer o1(PoisonedGrads(DataType::Float16, kInf, 16.0f));
+  RecordingOptimizer o2(Grads(DataType::BFloat16, 16.0f));
+  scaler.Scale(Scalar(1.0f));
+  BOOST_TEST(!scaler.Step(o1, false));
+  BOOST_TEST(scaler.Step(o2, false));
+  ExpectRefused<InvalidOperationError>(scaler, [&] { scaler.Step(o1, false); }, "already called");
+  ExpectRefused<InvalidOperationError>(scaler, [&] { scaler.Step(o2); }, "already called");
+  BOOST_TEST(scaler.Scale() == 16.0f);  // not updated before Update()
+  scaler.Update();
+  BOOST_TEST(scaler.Scale() == 8.0f);
+  BOOST_TEST(scaler.GetStats()->TotalSteps == 1);
+  BOOST_TEST(o2.set_calls == 1);  // o2 got its FP32 unscaled gradients; its step is the caller's
+  BOOST_TEST(Values(o2.GetGradients().at("a")) == (std::vector<float>{1.0f, -2.0f, 0.5f}),
+             boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(SequencesThatCannotBeRightAreRefused) {
+  GradScaler scaler(DynamicScalerConfig{.InitialScale = 16.0f});
+  RecordingOptimizer o1(Grads(DataType::Float32, 16.0f));
+  RecordingOptimizer o2(Grads(DataType::Float32, 16.0f));
+  scaler.Scale(Scalar(1.0f));
+  BOOST_TEST(scaler.Step(o1));
+  // After Step(o1) finished the iteration: unscaling o2 (for clipping) would use the next scale.
+  ExpectRefused<InvalidOperationError>(scaler, [&] { scaler.Unscale(o2); }, "before the first Step()");
+  ExpectRefused<InvalidOperationError>(scaler, [&] { scaler.Unscale(o2.GetGradients()); }, "Scale(loss)");
+  BOOST_TEST(Values(o2.GetGradients().at("a"))[0] == 16.0f);  // untouched
+  BOOST_TEST(scaler.Step(o2));
+  ExpectRefused<InvalidOperationError>(scaler, [&] { scaler.Step(o2); }, "twice");
+  // The manual flow's Unscale(gradients) of gradients no optimizer stepped: another optimizer's Step is refused.
+  scaler.Scale(Scalar(1.0f));
+  o1.Load(Grads(DataType::Float32, 16.0f));
+  o2.Load(Grads(DataType::Float32, 16.0f));
+  scaler.Unscale(o1.GetGradients());
+  ExpectRefused<InvalidOperationError>(scaler, [&] { scaler.Step(o2); }, "Unscale(optimizer) for each");
+  BOOST_TEST(scaler.Step(o1));
+}
+
+BOOST_AUTO_TEST_CASE(AScalerThatCannotRestoreItsStateRefusesAJoiningOptimizer) {
+  GradScaler scaler(std::make_shared<HalvingScaler>());
+  RecordingOptimizer o1(PoisonedGrads(DataType::Float32, kInf));
+  RecordingOptimizer o2(Grads(DataType::Float32, 256.0f));
+  scaler.Scale(Scalar(1.0f));
+  BOOST_TEST(!scaler.Step(o1));  // the scale halves: the default checkpoint cannot go back
+  ExpectRefused<InvalidOperationError>(scaler, [&] { scaler.Step(o2); }, "Step(optimizer, false)");
+  BOOST_TEST(o2.steps == 0);
+  BOOST_TEST(Values(o2.GetGradients().at("a"))[0] == 256.0f);  // not unscaled
+  // The flow it names works: each optimizer deferred, one Update().
+  scaler.Scale(Scalar(1.0f));
+  o1.Load(PoisonedGrads(DataType::Float32, kInf));
+  BOOST_TEST(!scaler.Step(o1, false));
+  BOOST_TEST(scaler.Step(o2, false));
+  BOOST_TEST(Values(o2.GetGradients().at("a"))[0] == 2.0f);  // by the iteration's 128
+  scaler.Update();
+  BOOST_TEST(scaler.Scale() == 64.0f);
+}
+
+// The device path (FakeDeviceBackend): the same results as on the host; a step reads the
+// found-inf and the scaler's state, a joining optimizer also reads and writes the state.
+BOOST_AUTO_TEST_CASE(SeveralOptimizersOnADeviceMatchTheHost) {
+  const DynamicScalerConfig config{.InitialScale = 1024.0f, .GrowthInterval = 2};
+  GradScaler host(config);
+  GradScaler device(config);
+  const auto grads = [](int step, bool poison, bool on_device) {
+    std::vector<float> a = {0.5f * static_cast<float>(step + 1), -3.0f, 1000.0f};
+    if (poison) {
+      a[1] = kInf;
+    }
+    return on_device ? GradientMap{{"a", mlfw_test::FakeTensor(a, {3}, DataType::Float16)}}
+                     : GradientMap{{"a", FromVector(a, {3}, DataType::Float16)}};
+  };
+  RecordingOptimizer h1, h2, d1, d2;
+  const std::vector<int> poison = {0, 2, 0, 1, 0, 0, 3, 0, 0, 2};  // 1: o1, 2: o2, 3: both
+  for (int step = 0; step < static_cast<int>(poison.size()); ++step) {
+    BOOST_TEST_CONTEXT("step " << step) {
+      h1.Load(grads(step, (poison[step] & 1) != 0, false));
+      h2.Load(grads(step, (poison[step] & 2) != 0, false));
+      d1.Load(grads(step, (poison[step] & 1) != 0, true));
+      d2.Load(grads(step, (poison[step] & 2) != 0, true));
+      host.Scale(Scalar(1.0f));
+      const bool h_stepped1 = host.Step(h1);
+      const bool h_stepped2 = host.Step(h2);
+      host.Update();
+      device.Scale(mlfw_test::FakeTensor({1.0f}, {}, DataType::Float32));
+      bool d_stepped1 = false;
+      const std::int64_t first = mlfw_test::SyncsDuring([&] { d_stepped1 = device.Step(d1); });
+      bool d_stepped2 = false;
+      const std::int64_t second = mlfw_test::SyncsDuring([&] { d_stepped2 = device.Step(d2); });
+      device.Update();
+      if (step > 0) {  // the first step also creates the device state
+        BOOST_TEST(first <= 2);  // the found-inf and the state kept for a further optimizer
+        BOOST_TEST(second <= 3);  // its found-inf, and the state read back and written before its update
+      }
+      BOOST_TEST(h_stepped1 == ((poison[step] & 1) == 0));
+      BOOST_TEST(h_stepped2 == ((poison[step] & 2) == 0));
+      BOOST_TEST(d_stepped1 == h_stepped1);
+      BOOST_TEST(d_stepped2 == h_stepped2);
+      BOOST_TEST(device.Scale() == host.Scale());
+      BOOST_TEST(device.GetStats()->TotalOverflows == host.GetStats()->TotalOverflows);
+      BOOST_TEST(device.GetStats()->TotalSteps == step + 1);
+      if (h_stepped2) {
+        BOOST_TEST(Values(d2.stepped_with.at("a")) == Values(h2.stepped_with.at("a")), boost::test_tools::per_element());
+      }
+    }
+  }
+}
 
 BOOST_AUTO_TEST_CASE(PyTorchSequenceMatchesTorchBitForBit) { Replay(Flow::PyTorch); }
 
