@@ -369,3 +369,104 @@ BOOST_AUTO_TEST_CASE(VersionOneBlobsOfTheBuiltInScalersStillLoad) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+namespace {
+
+// An optimizer that rejects the gradients (SetGradients) or fails in Step() while `fail` says so.
+class FailingOptimizer final : public amp::IOptimizer {
+ public:
+  enum class Fail { None, SetGradients, Step };
+  explicit FailingOptimizer(GradientMap gradients) : gradients_(std::move(gradients)) {}
+  GradientMap GetGradients() override { return gradients_; }
+  void SetGradients(const GradientMap& gradients) override {
+    if (fail == Fail::SetGradients) {
+      throw ArgumentError("gradients", "rejected by the test optimizer");
+    }
+    gradients_ = gradients;
+  }
+  void Step() override {
+    if (fail == Fail::Step) {
+      throw InvalidOperationError("the test optimizer failed");
+    }
+    ++steps;
+    stepped_with = gradients_;
+  }
+  void Load(GradientMap gradients) { gradients_ = std::move(gradients); }
+  Fail fail = Fail::None;
+  int steps = 0;
+  GradientMap stepped_with;
+
+ private:
+  GradientMap gradients_;
+};
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(GradScalerFailedStepTests)
+
+// The optimizer throwing inside Step() leaves the scaler as before the call.
+BOOST_AUTO_TEST_CASE(AFailingOptimizerRollsTheStepBack) {
+  using Fail = FailingOptimizer::Fail;
+  for (const bool deferred : {false, true}) {
+    BOOST_TEST_CONTEXT("deferred " << deferred) {
+      GradScaler scaler(DynamicScalerConfig{.InitialScale = 8.0f, .GrowthInterval = 1});
+      // FP16 gradients, rejected by SetGradients: unchanged (unscaled into other tensors), so a retry works.
+      FailingOptimizer opt(Grads(DataType::Float16, 8.0f));
+      opt.fail = Fail::SetGradients;
+      scaler.Scale(Scalar(1.0f));
+      ExpectRefused<ArgumentError>(scaler, [&] { scaler.Step(opt, !deferred); }, "rejected");
+      BOOST_TEST(scaler.State() == State::LossScaled);
+      opt.fail = Fail::None;
+      BOOST_TEST(scaler.Step(opt, !deferred));
+      if (deferred) {
+        opt.Step();
+        scaler.Update();
+      }
+      BOOST_TEST(Values(opt.stepped_with.at("a")) == (std::vector<float>{1.0f, -2.0f, 0.5f}),
+                 boost::test_tools::per_element());
+      BOOST_TEST(scaler.Scale() == 16.0f);
+      BOOST_TEST(scaler.GetStats()->TotalSteps == 1);
+      // FP32 gradients, the optimizer's Step fails: the scaler rolls back, and the gradients it
+      // unscaled in place are refused until new ones come with Scale(loss).
+      if (!deferred) {
+        scaler.Scale(Scalar(1.0f));
+        opt.Load(Grads(DataType::Float32, 16.0f));
+        opt.fail = Fail::Step;
+        ExpectRefused<InvalidOperationError>(scaler, [&] { scaler.Step(opt); }, "test optimizer failed");
+        BOOST_TEST(scaler.State() == State::LossScaled);
+        opt.fail = Fail::None;
+        ExpectRefused<InvalidOperationError>(scaler, [&] { scaler.Step(opt); }, "unscaled by a Step()");
+        BOOST_TEST(opt.steps == 1);
+        scaler.Scale(Scalar(1.0f));
+        opt.Load(Grads(DataType::Float32, 16.0f));
+        BOOST_TEST(scaler.Step(opt));
+        BOOST_TEST(Values(opt.stepped_with.at("b")) == (std::vector<float>{4.0f, -0.25f}),
+                   boost::test_tools::per_element());
+        BOOST_TEST(scaler.GetStats()->TotalSteps == 2);
+      }
+    }
+  }
+}
+
+// A joining optimizer that fails: the scaler is as after the first optimizer's step, and a
+// retry joins the same iteration.
+BOOST_AUTO_TEST_CASE(AFailingJoiningOptimizerLeavesTheFinishedIteration) {
+  GradScaler scaler(DynamicScalerConfig{.InitialScale = 8.0f, .GrowthInterval = 1});
+  RecordingOptimizer o1(Grads(DataType::Float16, 8.0f));
+  FailingOptimizer o2(Grads(DataType::Float16, 8.0f));
+  o2.fail = FailingOptimizer::Fail::Step;
+  scaler.Scale(Scalar(1.0f));
+  BOOST_TEST(scaler.Step(o1));
+  BOOST_TEST(scaler.Scale() == 16.0f);
+  ExpectRefused<InvalidOperationError>(scaler, [&] { scaler.Step(o2); }, "test optimizer failed");
+  BOOST_TEST(scaler.Scale() == 16.0f);
+  BOOST_TEST(scaler.GetStats()->TotalSteps == 1);
+  o2.fail = FailingOptimizer::Fail::None;
+  BOOST_TEST(scaler.Step(o2));
+  BOOST_TEST(Values(o2.stepped_with.at("a")) == (std::vector<float>{1.0f, -2.0f, 0.5f}),
+             boost::test_tools::per_element());
+  BOOST_TEST(scaler.Scale() == 16.0f);
+  BOOST_TEST(scaler.GetStats()->TotalSteps == 1);
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -596,8 +596,9 @@ bool GradScaler::StepImpl(IOptimizer& optimizer, bool run_optimizer, bool update
     }
     if (s.Spoiled(gradients)) {
       throw InvalidOperationError(
-          "GradScaler::Step(): these gradients were unscaled in place by a Step() whose optimizer threw; "
-          "stepping them again would unscale them twice. Run backward for new gradients and call Scale(loss).");
+          "GradScaler::Step(): these gradients were unscaled by a Step() whose optimizer threw (in place, or "
+          "kept by the optimizer); stepping them again would unscale them twice. Run backward for new gradients "
+          "and call Scale(loss).");
     }
     // Another optimizer of the iteration that Step() finished joins it (its gradients new, or
     // unscaled by Unscale(optimizer) before that Step()); the same optimizer again (new
@@ -615,9 +616,11 @@ bool GradScaler::StepImpl(IOptimizer& optimizer, bool run_optimizer, bool update
   // this call did to the scaler.
   const Phase state_before = s.state;
   const bool unscaled_before = s.unscaled_this_iteration;
+  const bool reported_before = s.pending_report.has_value();
   std::optional<Impl::Finished> finished_before;
   std::vector<std::byte> after_update;
   bool new_group = false;
+  bool handed_over = false;
   bool overflow = false;
   try {
     if (reopen) {
@@ -642,25 +645,36 @@ bool GradScaler::StepImpl(IOptimizer& optimizer, bool run_optimizer, bool update
     if (!overflow) {
       if (!SameTensors(group->result, gradients)) {
         optimizer.SetGradients(group->result);  // FP16/BF16 model gradients -> FP32 unscaled gradients
+        handed_over = true;
       }
       if (run_optimizer) {
         optimizer.Step();
       }
     }
   } catch (...) {
+    bool optimizer_restored = !handed_over;
+    if (handed_over) {
+      try {
+        optimizer.SetGradients(gradients);  // the optimizer's own gradients back
+        optimizer_restored = true;
+      } catch (...) {  // NOLINT(bugprone-empty-catch): it keeps the unscaled ones; they are refused below
+      }
+    }
     if (new_group) {
       const UnscaledGroup failed = std::move(s.groups.back());
       s.groups.pop_back();
       s.state = state_before;
       s.unscaled_this_iteration = unscaled_before;
-      s.pending_report.reset();
+      if (!reported_before) {
+        s.pending_report.reset();
+      }
       if (s.Enabled()) {
         s.RestoreRecordOfChecks();
         const bool in_place = std::any_of(failed.source.begin(), failed.source.end(), [&](const auto& entry) {
           const auto it = failed.result.find(entry.first);
           return it != failed.result.end() && it->second == entry.second;
         });
-        if (in_place) {
+        if (in_place || !optimizer_restored) {
           s.spoiled.push_back(failed);
         }
       }
