@@ -295,6 +295,11 @@ class MLFRAMEWORK_EXPORT GradScaler {
   /// truncated, corrupted or mismatched blob (one of another scaler kind), and whatever the
   /// scaler's LoadStateDict() throws (InvalidOperationError from the default when it cannot
   /// restore the saved state); the GradScaler and its scaler are unchanged on every error.
+  /// **The blob's configuration wins**, as in PyTorch's `GradScaler.load_state_dict` (which
+  /// replaces the growth and backoff settings): a dynamic scaler built with another
+  /// DynamicScalerConfig takes the saved one (growth and backoff factors, interval, bounds,
+  /// hysteresis, enabled flag) with the saved scale and counters, and a static scaler the saved
+  /// scale. Build the scaler anew after loading if you want other settings.
   void LoadStateDict(std::span<const std::byte> state);
 
  private:
