@@ -3,6 +3,8 @@
 // with FP16 weights whose backward writes FP16 gradients of the scaled loss.
 #include <cstddef>
 #include <random>
+#include <span>
+#include <string>
 #include <vector>
 
 #include <mlframework/mlframework.hpp>
@@ -25,16 +27,25 @@ class Model {
         targets_[s] += inputs_[s * kFeatures + f] * static_cast<float>(f + 1);  // true weights 1..8
       }
     }
-    parameters_["w"] = mlframework::Zeros({kFeatures}, mlframework::DataType::Float16);
-    gradients_["w"] = mlframework::Zeros({kFeatures}, mlframework::DataType::Float16);
+    // Two parameters (the first and second half of the weights), so that README's loop with
+    // two optimizers can give each its own.
+    for (const char* name : {"embedding", "output"}) {
+      parameters_[name] = mlframework::Zeros({kFeatures / 2}, mlframework::DataType::Float16);
+      gradients_[name] = mlframework::Zeros({kFeatures / 2}, mlframework::DataType::Float16);
+    }
   }
 
   const mlframework::GradientMap& Parameters() const { return parameters_; }
   const mlframework::GradientMap& Gradients() const { return gradients_; }
+  /// One parameter (`embedding` or `output`), or its gradient, as a map of its own.
+  mlframework::GradientMap Parameters(const std::string& name) const { return {{name, parameters_.at(name)}}; }
+  mlframework::GradientMap Gradients(const std::string& name) const { return {{name, gradients_.at(name)}}; }
 
   /// Mean squared error in FP32 over the FP16 weights.
   mlframework::TensorPtr Forward() {
-    weights_ = parameters_.at("w")->ToFloatVector();
+    weights_ = parameters_.at("embedding")->ToFloatVector();
+    const std::vector<float> output = parameters_.at("output")->ToFloatVector();
+    weights_.insert(weights_.end(), output.begin(), output.end());
     residuals_.assign(kSamples, 0.0f);
     double loss = 0.0;
     for (std::size_t s = 0; s < kSamples; ++s) {
@@ -57,7 +68,8 @@ class Model {
         grad[f] += scale * 2.0f * residuals_[s] * inputs_[s * kFeatures + f] / kSamples;
       }
     }
-    gradients_.at("w")->CopyFromFloats(grad);
+    gradients_.at("embedding")->CopyFromFloats(std::span<const float>(grad).first(kFeatures / 2));
+    gradients_.at("output")->CopyFromFloats(std::span<const float>(grad).last(kFeatures / 2));
   }
 
   float LastLoss() const { return loss_; }

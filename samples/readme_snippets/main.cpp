@@ -11,7 +11,8 @@
 #include "Model.hpp"
 #include "VectorTensor.hpp"
 
-void Train(Model& model, int steps);  // training_loop.cpp
+void Train(Model& model, int steps);                   // training_loop.cpp
+void TrainWithTwoOptimizers(Model& model, int steps);  // two_optimizers.cpp
 
 namespace {
 
@@ -35,6 +36,15 @@ int main() {
   std::printf("training loop: loss %.4g -> %.4g\n", static_cast<double>(initial_loss),
               static_cast<double>(model.LastLoss()));
   Expect(model.LastLoss() < 1e-3f * initial_loss, "the training loop fits the FP16 model");
+
+  Model two;
+  two.Forward();
+  const float two_initial_loss = two.LastLoss();
+  TrainWithTwoOptimizers(two, 400);
+  two.Forward();
+  std::printf("two optimizers: loss %.4g -> %.4g\n", static_cast<double>(two_initial_loss),
+              static_cast<double>(two.LastLoss()));
+  Expect(two.LastLoss() < 1e-3f * two_initial_loss, "the loop with two optimizers fits the FP16 model");
 
   // The custom scaler inside GradScaler: an overflow skips the step and halves the scale.
   amp::GradScaler scaler(std::make_shared<BackoffOnlyScaler>(1024.0f));
