@@ -44,6 +44,15 @@ int main() {
   Expect(Fits(TrainAccumulating, "accumulation"), "accumulating over micro-batches fits the FP16 model");
   Expect(Fits(TrainWithConversionLayer, "conversion layer"), "the conversion layer's loop fits the FP16 model");
   Expect(Fits(TrainWithOwnBackward, "own backward"), "a backward seeded with the scale fits the FP16 model");
+  {
+    Model embeddings;
+    Model rest;
+    const float before = embeddings.Forward()->ToFloatVector()[0] + rest.Forward()->ToFloatVector()[0];
+    TrainTwoOptimizers(embeddings, rest, 400);
+    const float after = embeddings.Forward()->ToFloatVector()[0] + rest.Forward()->ToFloatVector()[0];
+    std::printf("two optimizers: loss %.4g -> %.4g\n", static_cast<double>(before), static_cast<double>(after));
+    Expect(after < 0.1f * before, "two optimizers, one scaler: both models learn");
+  }
 
   // The custom scaler inside GradScaler: an overflow skips the step and halves the scale.
   amp::GradScaler scaler(std::make_shared<BackoffOnlyScaler>(1024.0f));

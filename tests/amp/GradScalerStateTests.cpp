@@ -369,3 +369,206 @@ BOOST_AUTO_TEST_CASE(VersionOneBlobsOfTheBuiltInScalersStillLoad) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+namespace {
+
+// An optimizer that rejects the gradients (SetGradients) or fails in Step() while `fail` says so.
+class FailingOptimizer final : public amp::IOptimizer {
+ public:
+  enum class Fail { None, SetGradients, Step };
+  explicit FailingOptimizer(GradientMap gradients) : gradients_(std::move(gradients)) {}
+  GradientMap GetGradients() override { return gradients_; }
+  void SetGradients(const GradientMap& gradients) override {
+    if (fail == Fail::SetGradients) {
+      throw ArgumentError("gradients", "rejected by the test optimizer");
+    }
+    gradients_ = gradients;
+  }
+  void Step() override {
+    if (fail == Fail::Step) {
+      throw InvalidOperationError("the test optimizer failed");
+    }
+    ++steps;
+    stepped_with = gradients_;
+  }
+  void Load(GradientMap gradients) { gradients_ = std::move(gradients); }
+  Fail fail = Fail::None;
+  int steps = 0;
+  GradientMap stepped_with;
+
+ private:
+  GradientMap gradients_;
+};
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(GradScalerFailedStepTests)
+
+// The optimizer throwing inside Step() leaves the scaler as before the call.
+BOOST_AUTO_TEST_CASE(AFailingOptimizerRollsTheStepBack) {
+  using Fail = FailingOptimizer::Fail;
+  for (const bool deferred : {false, true}) {
+    BOOST_TEST_CONTEXT("deferred " << deferred) {
+      GradScaler scaler(DynamicScalerConfig{.InitialScale = 8.0f, .GrowthInterval = 1});
+      // FP16 gradients, rejected by SetGradients: unchanged (unscaled into other tensors), so a retry works.
+      FailingOptimizer opt(Grads(DataType::Float16, 8.0f));
+      opt.fail = Fail::SetGradients;
+      scaler.Scale(Scalar(1.0f));
+      ExpectRefused<ArgumentError>(scaler, [&] { scaler.Step(opt, !deferred); }, "rejected");
+      BOOST_TEST(scaler.State() == State::LossScaled);
+      opt.fail = Fail::None;
+      BOOST_TEST(scaler.Step(opt, !deferred));
+      if (deferred) {
+        opt.Step();
+        scaler.Update();
+      }
+      BOOST_TEST(Values(opt.stepped_with.at("a")) == (std::vector<float>{1.0f, -2.0f, 0.5f}),
+                 boost::test_tools::per_element());
+      BOOST_TEST(scaler.Scale() == 16.0f);
+      BOOST_TEST(scaler.GetStats()->TotalSteps == 1);
+      // FP32 gradients, the optimizer's Step fails: the scaler rolls back, and the gradients it
+      // unscaled in place are refused until new ones come with Scale(loss).
+      if (!deferred) {
+        scaler.Scale(Scalar(1.0f));
+        opt.Load(Grads(DataType::Float32, 16.0f));
+        opt.fail = Fail::Step;
+        ExpectRefused<InvalidOperationError>(scaler, [&] { scaler.Step(opt); }, "test optimizer failed");
+        BOOST_TEST(scaler.State() == State::LossScaled);
+        opt.fail = Fail::None;
+        ExpectRefused<InvalidOperationError>(scaler, [&] { scaler.Step(opt); }, "unscaled by a Step()");
+        BOOST_TEST(opt.steps == 1);
+        scaler.Scale(Scalar(1.0f));
+        opt.Load(Grads(DataType::Float32, 16.0f));
+        BOOST_TEST(scaler.Step(opt));
+        BOOST_TEST(Values(opt.stepped_with.at("b")) == (std::vector<float>{4.0f, -0.25f}),
+                   boost::test_tools::per_element());
+        BOOST_TEST(scaler.GetStats()->TotalSteps == 2);
+      }
+    }
+  }
+}
+
+// A joining optimizer that fails: the scaler is as after the first optimizer's step, and a
+// retry joins the same iteration.
+BOOST_AUTO_TEST_CASE(AFailingJoiningOptimizerLeavesTheFinishedIteration) {
+  GradScaler scaler(DynamicScalerConfig{.InitialScale = 8.0f, .GrowthInterval = 1});
+  RecordingOptimizer o1(Grads(DataType::Float16, 8.0f));
+  FailingOptimizer o2(Grads(DataType::Float16, 8.0f));
+  o2.fail = FailingOptimizer::Fail::Step;
+  scaler.Scale(Scalar(1.0f));
+  BOOST_TEST(scaler.Step(o1));
+  BOOST_TEST(scaler.Scale() == 16.0f);
+  ExpectRefused<InvalidOperationError>(scaler, [&] { scaler.Step(o2); }, "test optimizer failed");
+  BOOST_TEST(scaler.Scale() == 16.0f);
+  BOOST_TEST(scaler.GetStats()->TotalSteps == 1);
+  o2.fail = FailingOptimizer::Fail::None;
+  BOOST_TEST(scaler.Step(o2));
+  BOOST_TEST(Values(o2.stepped_with.at("a")) == (std::vector<float>{1.0f, -2.0f, 0.5f}),
+             boost::test_tools::per_element());
+  BOOST_TEST(scaler.Scale() == 16.0f);
+  BOOST_TEST(scaler.GetStats()->TotalSteps == 1);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(GradScalerFailSafeTests)
+
+// Every member of a moved-from GradScaler is an InvalidOperationError (no crash); assigning a
+// GradScaler to it makes it usable again.
+BOOST_AUTO_TEST_CASE(AMovedFromScalerRefusesEveryUse) {
+  GradScaler scaler(DynamicScalerConfig{.InitialScale = 8.0f});
+  GradScaler moved(std::move(scaler));
+  RecordingOptimizer opt(Grads(DataType::Float32, 8.0f));
+  const GradientMap grads = Grads(DataType::Float32);
+  const auto expect = [](auto&& use) { BOOST_CHECK_THROW(use(), InvalidOperationError); };
+  // NOLINTBEGIN(bugprone-use-after-move,clang-analyzer-cplusplus.Move): the use after move is the test
+  expect([&] { (void)scaler.Scale(); });
+  expect([&] { (void)scaler.Scale(Scalar(1.0f)); });
+  expect([&] { (void)scaler.Scaler(); });
+  expect([&] { (void)scaler.Enabled(); });
+  expect([&] { (void)scaler.State(); });
+  expect([&] { (void)scaler.Unscale(grads); });
+  expect([&] { (void)scaler.Unscale(opt); });
+  expect([&] { (void)scaler.Step(opt); });
+  expect([&] { (void)scaler.Step(opt, false); });
+  expect([&] { scaler.Update(); });
+  expect([&] { (void)scaler.CheckOverflow(grads); });
+  expect([&] { scaler.Enable(); });
+  expect([&] { scaler.Disable(); });
+  expect([&] { scaler.Reset(); });
+  expect([&] { (void)scaler.GetScaleTensor(); });
+  expect([&] { (void)scaler.GetStats(); });
+  expect([&] { (void)scaler.LastOverflow(); });
+  expect([&] { scaler.AddObserver(nullptr); });
+  expect([&] { (void)scaler.RemoveObserver(nullptr); });
+  expect([&] { scaler.SetAmaxTracking(true); });
+  expect([&] { (void)scaler.AmaxTracking(); });
+  expect([&] { (void)scaler.LastAmax(); });
+  expect([&] { (void)scaler.StateDict(); });
+  expect([&] { scaler.LoadStateDict(moved.StateDict()); });
+  // A context on it, or on a scaler moved from under it.
+  expect([&] { amp::GradScalerContext ctx(scaler, Scalar(1.0f)); });
+  {
+    amp::GradScalerContext ctx(moved, Scalar(1.0f));
+    GradScaler elsewhere(std::move(moved));
+    expect([&] { (void)ctx.Step(opt); });
+    BOOST_TEST(opt.steps == 0);
+    moved = std::move(elsewhere);
+  }  // the destructor abandons nothing and does not crash
+  BOOST_TEST(Values(opt.GetGradients().at("a"))[0] == 8.0f);  // never unscaled
+  scaler = GradScaler(DynamicScalerConfig{.InitialScale = 4.0f});
+  BOOST_TEST(scaler.Scale() == 4.0f);
+  // NOLINTEND(bugprone-use-after-move,clang-analyzer-cplusplus.Move)
+  scaler.Scale(Scalar(1.0f));
+  BOOST_TEST(scaler.Step(opt));
+}
+
+// Loss scaling refuses FP8 gradients: ArgumentError naming the gradient and its dtype, nothing changed.
+BOOST_AUTO_TEST_CASE(Fp8GradientsAreRefusedNamingTheGradientAndTheDtype) {
+  for (const DataType fp8 : {DataType::Float8E4M3FN, DataType::Float8E5M2}) {
+    BOOST_TEST_CONTEXT(fp8) {
+      GradScaler scaler(DynamicScalerConfig{.InitialScale = 8.0f});
+      const GradientMap grads{{"a", FromVector({1.0f, 2.0f}, {2}, DataType::Float16)},
+                              {"w8", FromVector({8.0f, 16.0f}, {2}, fp8)}};
+      RecordingOptimizer opt(grads);
+      scaler.Scale(Scalar(1.0f));
+      const std::string dtype(ToString(fp8));
+      ExpectRefused<ArgumentError>(scaler, [&] { (void)scaler.Unscale(grads); }, "'w8' is " + dtype);
+      ExpectRefused<ArgumentError>(scaler, [&] { (void)scaler.Unscale(opt); }, "'w8' is " + dtype);
+      ExpectRefused<ArgumentError>(scaler, [&] { (void)scaler.Step(opt); }, "'w8' is " + dtype);
+      ExpectRefused<ArgumentError>(scaler, [&] { (void)scaler.Step(opt, false); }, "'w8' is " + dtype);
+      ExpectRefused<ArgumentError>(scaler, [&] { (void)scaler.CheckOverflow(grads); }, "'w8' is " + dtype);
+      BOOST_TEST(Values(grads.at("w8")) == (std::vector<float>{8.0f, 16.0f}), boost::test_tools::per_element());
+      BOOST_TEST(opt.steps == 0);
+      BOOST_TEST(scaler.State() == State::LossScaled);
+    }
+  }
+}
+
+// PyTorch's load_state_dict rule: the blob's configuration (growth, backoff, interval, bounds,
+// hysteresis, enabled) replaces the one the scaler was built with.
+BOOST_AUTO_TEST_CASE(ALoadedBlobBringsItsConfiguration) {
+  const DynamicScalerConfig saved_config{.InitialScale = 512.0f,
+                                         .GrowthFactor = 4.0f,
+                                         .BackoffFactor = 0.25f,
+                                         .GrowthInterval = 7,
+                                         .MinScale = 2.0f,
+                                         .MaxScale = 4096.0f,
+                                         .Hysteresis = 2,
+                                         .Enabled = true};
+  GradScaler saved(saved_config);
+  GradScaler loaded(DynamicScalerConfig{.InitialScale = 8.0f, .GrowthInterval = 100, .MaxScale = 1024.0f});
+  loaded.LoadStateDict(saved.StateDict());
+  const DynamicScalerConfig& config = dynamic_cast<const DynamicLossScaler&>(*loaded.Scaler()).Config();
+  BOOST_TEST(config.InitialScale == saved_config.InitialScale);
+  BOOST_TEST(config.GrowthFactor == saved_config.GrowthFactor);
+  BOOST_TEST(config.BackoffFactor == saved_config.BackoffFactor);
+  BOOST_TEST(config.GrowthInterval == saved_config.GrowthInterval);
+  BOOST_TEST(config.MinScale == saved_config.MinScale);
+  BOOST_TEST(config.MaxScale == saved_config.MaxScale);
+  BOOST_TEST(config.Hysteresis == saved_config.Hysteresis);
+  BOOST_TEST(loaded.Scale() == 512.0f);
+  BOOST_TEST(loaded.GetStats()->GrowthInterval == 7);
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -314,7 +314,11 @@ BOOST_AUTO_TEST_CASE(MisuseIsAnInvalidOperationAndChangesNothing) {
   ExpectInvalidOperationUnchanged(
       scaler, [&] { scaler.Disable(); }, "middle of an iteration");
   BOOST_TEST(scaler.Step(opt));
-  // Update after Step(optimizer), which already updated.
+  // Update after Step(optimizer), which already updated (PyTorch's step, update): accepted,
+  // changing nothing; a second one has nothing to apply.
+  const auto after_step = scaler.StateDict();
+  scaler.Update();
+  BOOST_TEST((scaler.StateDict() == after_step));
   ExpectInvalidOperationUnchanged(
       scaler, [&] { scaler.Update(); }, "already updates the scale");
   // Stepping twice on the same gradients (no new backward / Scale(loss)).

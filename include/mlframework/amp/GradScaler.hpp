@@ -32,26 +32,61 @@ class GradScalerContext;
 /// | deferred | `Scale(loss)`, backward, `Step(opt, false)`, `opt.Step()` if it returned true, `Update()` |
 /// | manual (spec 004) | `Scale(loss)`, backward, `Unscale(grads)`, `CheckOverflow(grads)`, your step, `Update()` |
 /// | RAII | `GradScalerContext ctx(scaler, loss)`, backward, `ctx.Step(opt)` |
+/// | several optimizers (PyTorch's) | `Scale(loss)`, backward, [`Unscale(o1)`, clip], `Step(o1)`, `Step(o2)`, [`Update()`] |
 ///
-/// **Iteration state** (IterationState, like PyTorch's per-optimizer `OptState`). `Ready`,
-/// `Unscaled` and `Stepped` are PyTorch's three; `LossScaled` and `Checked` are the steps of
-/// spec 004's manual flow. "apply" below is `UpdateScale` with the recorded found-inf, once.
+/// **Several optimizers per iteration**, as in PyTorch: each optimizer's gradients are unscaled
+/// once, with the iteration's scale (the one in force at `Scale(loss)`); each optimizer is
+/// skipped only when its own gradients hold Inf/NaN; the scale is updated once per iteration,
+/// from the OR of all of them. Any of the flows above works with several optimizers:
+/// `Step(o1); Step(o2)`, `Step(o1, false); Step(o2, false); Update()`, `Unscale(o1); Unscale(o2)`
+/// before the steps, and `ctx.Step(o1); ctx.Step(o2)`. Spec 004's rule that the scale is updated
+/// after `Step(opt)` holds: `Step(o1)` updates the scale at once, and keeps the scaler's state
+/// from before that update (its ILossScaler::StateDict()). A `Step(o2)` of another optimizer
+/// before the next `Scale(loss)` joins that iteration: the scaler goes back to that state
+/// (LoadStateDict()), unscales o2 with the iteration's scale, and updates again from the OR of
+/// o1's and o2's found-inf. So the scale, the growth counter and the statistics end as if the
+/// update had been computed once from all optimizers (on a growth step, a clean o1 grows the
+/// scale and an overflowing o2 turns it into a backoff). `Update()` after such steps is
+/// accepted and changes nothing. An optimizer is told apart by its address (the same
+/// IOptimizer object); the same optimizer stepped again without `Scale(loss)` starts the next
+/// iteration, as with one optimizer. A custom ILossScaler whose LoadStateDict() cannot restore
+/// its state (ILossScaler's default, once the scale changed) refuses a joining `Step(o2)` with
+/// an InvalidOperationError; step such a scaler's optimizers with `Step(opt, false)` and `Update()`.
+///
+/// **Iteration state** (IterationState, like PyTorch's `OptState`, kept per optimizer inside).
+/// `Ready`, `Unscaled` and `Stepped` are PyTorch's three; `LossScaled` and `Checked` are the
+/// steps of spec 004's manual flow. "apply" below is `UpdateScale` with the iteration's found-inf
+/// (the OR of every optimizer's and every check's), once.
 ///
 /// | call | Ready | LossScaled | Checked | Unscaled | Stepped |
 /// |---|---|---|---|---|---|
 /// | `Scale(loss)` | LossScaled | LossScaled | apply, LossScaled | apply, LossScaled | apply, LossScaled |
 /// | `CheckOverflow` | Checked | Checked | Checked | Unscaled | Stepped |
-/// | `Unscale` | Unscaled | Unscaled | Unscaled | **error** | **error** |
-/// | `Step(opt)` | apply, Ready | apply, Ready | apply, Ready | apply, Ready (1) | **error** |
-/// | `Step(opt, false)` | Stepped | Stepped | Stepped | Stepped (1) | **error** |
-/// | `Update()` | **error** | **error** | apply, Ready | apply, Ready | apply, Ready |
+/// | `Unscale(grads)` | Unscaled (3) | Unscaled | Unscaled | **error** | **error** |
+/// | `Unscale(opt)` | Unscaled (3) | Unscaled | Unscaled | Unscaled (2) | Stepped (2) |
+/// | `Step(opt)` | apply, Ready (4) | apply, Ready | apply, Ready | apply, Ready (1) | apply, Ready (2) |
+/// | `Step(opt, false)` | Stepped (4) | Stepped | Stepped | Stepped (1) | Stepped (2) |
+/// | `Update()` | **error** (5) | **error** | apply, Ready | apply, Ready | apply, Ready |
 /// | `Enable()`, `Disable()` | Ready | **error** | **error** | **error** | **error** |
 ///
-/// - (1) the gradient-clipping flow: `Step` reuses the unscaled gradients when they are the
-///   optimizer's, and is an InvalidOperationError otherwise.
-/// - Checked, Unscaled and Stepped hold a found-inf result: the OR of every check and unscale of
-///   the iteration, kept in the scaler's record (ILossScaler's found-inf record). `CheckOverflow`
-///   on gradients this iteration already unscaled returns it without a second pass.
+/// - (1) the gradient-clipping flow: `Step` reuses the gradients this iteration unscaled when
+///   they are the optimizer's (`Unscale(opt)`, or `Unscale(grads)` of its GetGradients()), and
+///   unscales those of another optimizer, except after `Unscale(grads)` of gradients no optimizer
+///   stepped yet (the manual flow): then it is an InvalidOperationError.
+/// - (2) an optimizer that was not unscaled or stepped in this iteration yet; one that was is an
+///   InvalidOperationError (`Unscale` twice, `Step` after `Step(opt, false)` before `Update()`).
+/// - (3) after `Step(opt)` finished the iteration (no `Scale(loss)` since), `Unscale` is an
+///   InvalidOperationError: the gradients would be unscaled with the next iteration's scale
+///   (`Unscale(opt)` of the optimizer that stepped starts the next iteration).
+/// - (4) after `Step(o1)` finished the iteration (no `Scale(loss)` since), another optimizer
+///   joins it (see above); o1 again starts the next iteration.
+/// - (5) accepted, changing nothing, right after `Step(opt)` finished the iteration.
+/// - Checked, Unscaled and Stepped hold a found-inf result, kept in the scaler's record
+///   (ILossScaler's found-inf record). When a further optimizer is unscaled, the record is read
+///   into the earlier optimizers' results first (one device read, only with several optimizers),
+///   so each optimizer keeps its own. `CheckOverflow` on gradients this iteration already
+///   unscaled returns their result without a second pass; a check of other gradients that finds
+///   Inf/NaN skips every optimizer of the iteration (spec 004's manual flow).
 /// - `Scale(loss)` applying a pending result is spec 004's manual flow, which skips `Update()` on
 ///   overflow: the scale still backs off exactly once.
 /// - `Reset()` and an abandoned GradScalerContext return to Ready from any state and drop the
@@ -64,9 +99,18 @@ class GradScalerContext;
 ///   anew on every call (`backends::cpu::Wrap`, `FromDLPack`) gets the clipping flow and these
 ///   checks, and one that keeps its gradient buffers (the same memory every iteration) steps
 ///   normally, since `Scale(loss)` starts a new iteration. Tensors whose memory the library cannot
-///   see (no host bytes, no device backend) are the same only as themselves.
+///   see (no host bytes, no device backend) are the same only as themselves. Two optimizers
+///   must not share a gradient tensor (it would be unscaled twice; PyTorch does not check it
+///   either, and neither does this class, beyond whole gradient maps).
 ///
-/// Every error leaves the scaler unchanged.
+/// Every error leaves the scaler unchanged. When the optimizer's SetGradients() or Step() throws
+/// inside `Step`, the call is rolled back: the scaler's state, record and statistics are as
+/// before it; FP32 gradients that the call unscaled in place hold unscaled values, so stepping
+/// or unscaling them again before the next `Scale(loss)` is an InvalidOperationError (FP16/BF16
+/// gradients were not changed and may be stepped again). Loss scaling takes FP32, FP16 and BF16
+/// gradients: FP8 ones (Float8E4M3FN, Float8E5M2) are an ArgumentError naming the gradient and
+/// its dtype. A moved-from GradScaler throws InvalidOperationError from every member (assigning
+/// a GradScaler to it makes it usable again).
 ///
 /// **Unscaling** multiplies by the inverse scale (computed in double). FP32 gradients are
 /// unscaled in place with one fused unscale-and-check pass, so the optimizer's own tensors
@@ -159,29 +203,44 @@ class MLFRAMEWORK_EXPORT GradScaler {
   GradScaler& operator=(const GradScaler&) = delete;
 
   /// The wrapped loss scaler.
-  const std::shared_ptr<ILossScaler>& Scaler() const noexcept;
+  const std::shared_ptr<ILossScaler>& Scaler() const;
   /// The current scaling factor.
   float Scale() const;
   /// Whether scaling is applied.
   bool Enabled() const;
   /// Where the current iteration stands.
-  IterationState State() const noexcept;
+  IterationState State() const;
 
   /// The loss times the scale (the loss itself when disabled); starts an iteration (see the class notes).
   /// ArgumentNullError("loss") when null.
   TensorPtr Scale(const TensorPtr& loss);
-  /// Unscales the optimizer's gradients, hands them back with SetGradients, and (when
-  /// @p optimizerStep) steps the optimizer and updates the scale. With @p optimizerStep false,
-  /// neither the optimizer step nor the scale update happens: call `optimizer.Step()` if this
-  /// returned true, then Update(). Returns false when the gradients overflowed (step skipped).
+  /// Unscales the optimizer's gradients (unless Unscale() already did), hands them back with
+  /// SetGradients, and (when @p optimizerStep) steps the optimizer and updates the scale. With
+  /// @p optimizerStep false, neither the optimizer step nor the scale update happens: call
+  /// `optimizer.Step()` if this returned true, then Update(). Returns false when this optimizer's
+  /// gradients overflowed (its step skipped). Several optimizers per iteration: see the class
+  /// notes. When the optimizer's SetGradients() or Step() throws, the scaler is as before the call
+  /// (FP32 gradients unscaled in place by it are then refused until the next Scale(loss)).
+  /// ArgumentError naming an FP8 gradient.
   bool Step(IOptimizer& optimizer, bool optimizerStep = true);
   /// Unscales @p gradients (FP32 in place, FP16/BF16 into FP32) and records overflow for this
-  /// iteration; InvalidOperationError when this iteration already unscaled.
+  /// iteration (spec 004's manual flow); InvalidOperationError when this iteration already
+  /// unscaled (for several optimizers use Unscale(optimizer)). ArgumentError naming an FP8 gradient.
   GradientMap Unscale(const GradientMap& gradients);
-  /// Applies the recorded overflow result to the scale and ends the iteration;
-  /// InvalidOperationError when no overflow check was recorded.
+  /// PyTorch's `unscale_(optimizer)`, for clipping: unscales @p optimizer's gradients
+  /// (GetGradients(); FP32 in place, FP16/BF16 into FP32) and returns the unscaled tensors, which
+  /// the next `Step(optimizer)` hands to the optimizer without unscaling again. Once per
+  /// optimizer and iteration; each optimizer of an iteration may be unscaled, before the first
+  /// `Step(optimizer)` of the iteration (see the class notes). InvalidOperationError otherwise,
+  /// ArgumentError naming an FP8 gradient.
+  GradientMap Unscale(IOptimizer& optimizer);
+  /// Applies the recorded overflow result to the scale and ends the iteration. After
+  /// `Step(optimizer)` (PyTorch's `step(o1)`, `step(o2)`, `update()`), it is accepted and changes
+  /// nothing: the step already applied the iteration's update. InvalidOperationError otherwise
+  /// when no overflow check was recorded.
   void Update();
-  /// True when any of @p gradients holds Inf or NaN (false when disabled); records it for this iteration.
+  /// True when any of @p gradients holds Inf or NaN (false when disabled); records it for this
+  /// iteration. ArgumentError naming an FP8 gradient.
   bool CheckOverflow(const GradientMap& gradients);
   /// Enables scaling (in state Ready; InvalidOperationError otherwise): ILossScaler::SetEnabled,
   /// and GradScaler's own switch in front of a scaler that has none.
@@ -202,7 +261,7 @@ class MLFRAMEWORK_EXPORT GradScaler {
   /// The report of the most recent iteration that overflowed (since construction or Reset()), or
   /// nullopt when none has (see the class notes for when a report is built). The reference stays
   /// valid until the next overflowed iteration finishes.
-  const std::optional<OverflowReport>& LastOverflow() const noexcept;
+  const std::optional<OverflowReport>& LastOverflow() const;
   /// Registers @p observer (shared ownership; see the class notes). ArgumentNullError("observer")
   /// for null, ArgumentError when it is already registered; nothing changes on error. GradScalerContext
   /// steps through this scaler, so its steps reach the observer too.
@@ -220,13 +279,13 @@ class MLFRAMEWORK_EXPORT GradScaler {
   /// turning it off always works.
   void SetAmaxTracking(bool on);
   /// Whether amax tracking is on.
-  bool AmaxTracking() const noexcept;
+  bool AmaxTracking() const;
   /// The amax of the last finished iteration (Step() or Update()) that unscaled its gradients
   /// while tracking was on; nullopt while tracking is off, before such an iteration (Reset()
   /// starts over), and after one that ran disabled or only checked (CheckOverflow() reads
   /// gradients that may be scaled).
   /// On a device the value was read once when the iteration finished.
-  std::optional<float> LastAmax() const noexcept;
+  std::optional<float> LastAmax() const;
 
   /// Versioned blob (version 2) of the wrapped scaler's ILossScaler::StateDict(), the iteration
   /// state with its found-inf, and GradScaler's own switch. Works for every scaler; a custom one
@@ -236,11 +295,17 @@ class MLFRAMEWORK_EXPORT GradScaler {
   /// truncated, corrupted or mismatched blob (one of another scaler kind), and whatever the
   /// scaler's LoadStateDict() throws (InvalidOperationError from the default when it cannot
   /// restore the saved state); the GradScaler and its scaler are unchanged on every error.
+  /// **The blob's configuration wins**, as in PyTorch's `GradScaler.load_state_dict` (which
+  /// replaces the growth and backoff settings): a dynamic scaler built with another
+  /// DynamicScalerConfig takes the saved one (growth and backoff factors, interval, bounds,
+  /// hysteresis, enabled flag) with the saved scale and counters, and a static scaler the saved
+  /// scale. Build the scaler anew after loading if you want other settings.
   void LoadStateDict(std::span<const std::byte> state);
 
  private:
   friend class GradScalerContext;
   struct Impl;
+  Impl& Live() const;  // InvalidOperationError for a moved-from GradScaler
   bool StepImpl(IOptimizer& optimizer, bool run_optimizer, bool update_scale);
   void AbandonIteration() noexcept;
   std::unique_ptr<Impl> impl_;

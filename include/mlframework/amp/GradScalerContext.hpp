@@ -2,6 +2,8 @@
 /// @file GradScalerContext.hpp
 /// @brief RAII scope of one training iteration with a GradScaler.
 
+#include <vector>
+
 #include <mlframework/amp/GradScaler.hpp>
 #include <mlframework/amp/IOptimizer.hpp>
 #include <mlframework/core/ITensor.hpp>
@@ -18,6 +20,7 @@ namespace mlframework::amp {
 ///   amp::GradScalerContext ctx(scaler, loss);
 ///   model.Backward(ctx.ScaledLoss());
 ///   if (!ctx.Step(optimizer)) { /* overflow: skipped */ }
+///   ctx.Step(embeddingOptimizer);  // a second optimizer of the same iteration
 /// }
 /// @endcode
 ///
@@ -25,7 +28,9 @@ namespace mlframework::amp {
 /// overflow yourself inside a context and leave early, call GradScaler::Update() before
 /// leaving so a dynamic scale still backs off (or let Step() skip the step, which does it).
 ///
-/// The scaler must outlive the context. Not copyable or movable (it is a scope).
+/// The scaler must outlive the context and stay where it is: a context whose GradScaler was
+/// moved from throws InvalidOperationError from Step() (Dispose() then does nothing). Not
+/// copyable or movable (it is a scope).
 class MLFRAMEWORK_EXPORT GradScalerContext {
  public:
   /// Scales @p loss with @p scaler (GradScaler::Scale). ArgumentNullError("loss") when null.
@@ -39,12 +44,15 @@ class MLFRAMEWORK_EXPORT GradScalerContext {
 
   /// The loss to run backward on.
   const TensorPtr& ScaledLoss() const noexcept;
-  /// Unscales, steps the optimizer unless the gradients overflowed, updates the scale.
-  /// Returns false when the step was skipped. InvalidOperationError when this context already
-  /// stepped or was disposed.
+  /// Unscales, steps the optimizer unless its gradients overflowed, updates the scale
+  /// (GradScaler::Step(optimizer)). Returns false when the step was skipped. Several optimizers:
+  /// call it once for each; each is skipped only when its own gradients overflowed and the scale
+  /// is updated once, from all of them (GradScaler's class notes). InvalidOperationError when
+  /// this context already stepped @p optimizer or was disposed, or when the GradScaler was moved from.
   bool Step(IOptimizer& optimizer);
   /// As Step(optimizer), but with @p updateScale false the scale update is left to the caller's
-  /// GradScaler::Update() (the iteration stays open until then).
+  /// GradScaler::Update() (the iteration stays open until then; GradScaler::Step(optimizer, false)
+  /// also leaves the optimizer step to the caller, this one steps it).
   bool Step(IOptimizer& optimizer, bool updateScale);
   /// Ends the scope early (spec 004's IDisposable): abandons the iteration when it was not
   /// stepped. Idempotent; the destructor then does nothing.
@@ -53,7 +61,7 @@ class MLFRAMEWORK_EXPORT GradScalerContext {
  private:
   GradScaler* scaler_;
   TensorPtr scaled_loss_;
-  bool stepped_ = false;
+  std::vector<const IOptimizer*> stepped_;  // the optimizers this context stepped
   bool disposed_ = false;
 };
 

@@ -1,5 +1,6 @@
 #include <mlframework/amp/GradScaler.hpp>
 
+#include <algorithm>
 #include <exception>
 #include <optional>
 #include <string>
@@ -87,6 +88,39 @@ Phase StateOfVersion1(mlframework::detail::BlobReader& reader, bool& found_inf) 
   return loss_scaled == 1 ? Phase::LossScaled : Phase::Ready;
 }
 
+// The gradients of one optimizer (or one Unscale(gradients) call) unscaled in this iteration:
+// PyTorch's per-optimizer OptState (UNSCALED, or STEPPED when `stepped`) and found-inf.
+struct UnscaledGroup {
+  GradientMap source;                     // the gradients as given ...
+  GradientMap result;                     // ... and their unscaled tensors, handed out
+  const IOptimizer* optimizer = nullptr;  // whose they are; null for Unscale(gradients) until a Step claims them
+  bool stepped = false;                   // Step() ran for them
+  std::optional<bool> found;              // their found-inf, once read on the host
+
+  bool Holds(const GradientMap& gradients) const {
+    return SameTensors(gradients, source) || SameTensors(gradients, result);
+  }
+};
+
+// ArgumentError naming the first FP8 gradient: loss scaling takes FP32, FP16 and BF16 gradients.
+void RefuseFloat8(const GradientMap& gradients, const char* call) {
+  for (const auto& [name, tensor] : gradients) {
+    if (tensor && IsFloat8(tensor->GetDataType())) {
+      throw ArgumentError("gradients", std::string(call) + ": gradient '" + name + "' is " +
+                                           std::string(ToString(tensor->GetDataType())) +
+                                           "; loss scaling takes Float32, Float16 or BFloat16 gradients (FP8 "
+                                           "tensors are scaled by the FP8 recipes)");
+    }
+  }
+}
+
+std::optional<float> MaxOf(std::optional<float> a, std::optional<float> b) {
+  if (!a) {
+    return b;
+  }
+  return b ? std::max(*a, *b) : a;
+}
+
 }  // namespace
 
 struct GradScaler::Impl {
@@ -96,13 +130,32 @@ struct GradScaler::Impl {
   bool own_enabled = true;  // the switch in front of a scaler without one (ILossScaler::SetEnabled returned false)
   Phase state = Phase::Ready;
 
-  GradientMap unscaled_source;  // what this iteration unscaled ...
-  GradientMap unscaled_result;  // ... and the unscaled tensors handed out
-  // The previous iteration's gradients and their unscaled tensors, kept until the next
-  // Scale(loss), to catch double unscaling (FP16 gradients are unscaled into other tensors, so
-  // either may come back).
-  GradientMap previous_source;
-  GradientMap previous_result;
+  // This iteration's unscaled gradients, one group per optimizer (or Unscale(gradients) call).
+  std::vector<UnscaledGroup> groups;
+  // The record (the scaler's found-inf) holds the found-inf of the last group whose result was
+  // not read yet and the checks; when another group is unscaled, the record is read into the
+  // groups and these host values first (CarryRecord), so each optimizer keeps its own.
+  bool carried_found = false;          // the record's earlier contents, ORed into the update
+  std::optional<float> carried_amax;   // and their amax
+  bool checked_found = false;          // CheckOverflow() found Inf/NaN in gradients of no group
+  // The previous iteration's groups, kept until the next Scale(loss), to catch double
+  // unscaling (FP16 gradients are unscaled into other tensors, so either may come back).
+  std::vector<UnscaledGroup> previous;
+  // Gradients unscaled in place by a Step() whose optimizer threw (rolled back, but their values
+  // are unscaled): refused until the next Scale(loss).
+  std::vector<UnscaledGroup> spoiled;
+
+  // An iteration that Step(optimizer) finished: what a further optimizer of the same iteration
+  // (no Scale(loss) between) needs to join it (Reopen()).
+  struct Finished {
+    std::vector<std::byte> before_update;  // the scaler's StateDict() before the update (empty: disabled)
+    bool found = false;                    // the found-inf the update used
+    std::optional<float> amax;
+    std::int64_t step = 0;
+    bool overflowed = false;  // its overflow report was committed
+  };
+  std::optional<Finished> finished;
+  std::optional<bool> reopened_overflowed;  // set while a reopened iteration runs: the first finish's report
 
   bool amax_tracking = false;
   bool unscaled_this_iteration = false;  // an unscale ran (enabled) in this iteration
@@ -118,21 +171,49 @@ struct GradScaler::Impl {
 
   bool Enabled() const { return own_enabled && scaler->Enabled(); }
 
+  // The group of this iteration that @p optimizer stepped or claimed, or that holds @p gradients.
+  UnscaledGroup* FindGroup(const IOptimizer* optimizer, const GradientMap& gradients) {
+    for (UnscaledGroup& group : groups) {
+      if ((optimizer != nullptr && group.optimizer == optimizer) || group.Holds(gradients)) {
+        return &group;
+      }
+    }
+    return nullptr;
+  }
+  bool HasUnclaimedGroup() const {
+    return std::any_of(groups.begin(), groups.end(), [](const UnscaledGroup& g) { return g.optimizer == nullptr; });
+  }
   // True when @p gradients are the previous iteration's (the same memory), before a new Scale(loss).
   bool UnscaledBefore(const GradientMap& gradients) const {
-    return SameTensors(gradients, previous_source) || SameTensors(gradients, previous_result);
+    return std::any_of(previous.begin(), previous.end(), [&](const UnscaledGroup& g) { return g.Holds(gradients); });
+  }
+  bool Spoiled(const GradientMap& gradients) const {
+    return std::any_of(spoiled.begin(), spoiled.end(), [&](const UnscaledGroup& g) { return g.Holds(gradients); });
+  }
+  bool UnsteppedBefore(const IOptimizer* optimizer, const GradientMap& gradients) const {
+    return std::any_of(previous.begin(), previous.end(), [&](const UnscaledGroup& g) {
+      return !g.stepped && (g.optimizer == optimizer || g.Holds(gradients));
+    });
+  }
+  bool SteppedBefore(const IOptimizer* optimizer) const {
+    return std::any_of(previous.begin(), previous.end(),
+                       [&](const UnscaledGroup& g) { return g.stepped && g.optimizer == optimizer; });
   }
   void ForgetPrevious() {
-    previous_source.clear();
-    previous_result.clear();
+    previous.clear();
+    spoiled.clear();
+    finished.reset();
   }
 
   void ClearIteration() {
     unscaled_this_iteration = false;
     state = Phase::Ready;
-    unscaled_source.clear();
-    unscaled_result.clear();
+    groups.clear();
+    carried_found = false;
+    carried_amax.reset();
+    checked_found = false;
     pending_report.reset();
+    reopened_overflowed.reset();
   }
 
   // Builds this iteration's report from @p checked (the gradients whose check overflowed), once:
@@ -150,40 +231,168 @@ struct GradScaler::Impl {
     }
   }
 
-  // The iteration's found-inf; a device-resident record is read here, and only here.
+  // The record; a device-resident record is read here, and only here.
   bool FoundInf() const { return Enabled() && scaler->RecordedOverflow(); }
+  // The iteration's found-inf so far (the record and what was carried out of it).
+  bool IterationFound() const { return HoldsRecord(state) && (carried_found || FoundInf()); }
 
-  // Applies the recorded result once and returns to Ready (no synchronisation on a device
-  // without observers or amax tracking). Returns what the observers are to be told, once the
-  // caller is done.
-  std::optional<mlframework::detail::StepNotice> Finish() {
+  // Before another group is unscaled: the record's result goes to the groups that have none
+  // yet and into carried_found (read on the host unless every group's is known), the record
+  // keeps only the checks, so that the next read is the new group's own found-inf.
+  void CarryRecord() {
+    if (!Enabled()) {
+      return;
+    }
+    const bool known = std::all_of(groups.begin(), groups.end(), [](const UnscaledGroup& g) { return g.found; });
+    bool value = checked_found;
+    if (known) {
+      for (const UnscaledGroup& group : groups) {
+        value = value || *group.found;
+      }
+    } else {
+      value = FoundInf();
+    }
+    for (UnscaledGroup& group : groups) {
+      if (!group.found) {
+        group.found = value;
+      }
+    }
+    carried_found = carried_found || value;
+    if (amax_tracking) {
+      carried_amax = MaxOf(carried_amax, scaler->RecordedAmax());
+    }
+    RestoreRecordOfChecks();
+  }
+  // The record holding only the checks' result (after CarryRecord(), or after a failed Step()).
+  void RestoreRecordOfChecks() {
+    scaler->ClearRecordedOverflow();
+    if (checked_found) {
+      scaler->MarkOverflow();
+    }
+  }
+
+  // Unscales @p source as a new group and ORs its overflow into the record (on a device: its flag, no synchronisation).
+  UnscaledGroup& UnscaleGroup(const GradientMap& source, const IOptimizer* optimizer) {
+    GradientMap result;
+    if (!Enabled()) {
+      TensorList(source);  // the same null check as when enabled
+      result = source;
+    } else {
+      BeginRecord();
+      result = scaler->UnscaleAndRecordOverflow(source);
+      unscaled_this_iteration = true;
+    }
+    groups.push_back(UnscaledGroup{
+        .source = source, .result = std::move(result), .optimizer = optimizer, .stepped = false, .found = std::nullopt});
+    if (state != Phase::Stepped) {
+      state = Phase::Unscaled;
+    }
+    return groups.back();
+  }
+
+  // Makes the iteration that Step(optimizer) finished the current one again, with the scaler as
+  // it was before that update, so that another optimizer is unscaled with the iteration's scale
+  // and the update is computed again from the OR of every optimizer's found-inf. Returns the
+  // scaler's state after the update, for Unreopen().
+  std::vector<std::byte> Reopen() {
+    const Finished& f = *finished;
+    std::vector<std::byte> after_update;
+    if (!f.before_update.empty()) {
+      after_update = scaler->StateDict();
+      try {
+        scaler->LoadStateDict(f.before_update);
+      } catch (const Error& error) {
+        throw InvalidOperationError(
+            std::string("GradScaler::Step(): another optimizer already stepped in this iteration and updated the "
+                        "scale, and the wrapped ILossScaler cannot restore its state from before that update to "
+                        "unscale this optimizer with the iteration's scale (its LoadStateDict() threw: ") +
+            error.what() +
+            "). Step every optimizer with Step(optimizer, false) and call Update() after the last, or override "
+            "ILossScaler::StateDict() and LoadStateDict().");
+      }
+      scaler->ClearRecordedOverflow();
+    }
+    groups = std::move(previous);
+    previous.clear();
+    state = Phase::Stepped;
+    carried_found = f.found;
+    carried_amax = f.amax;
+    unscaled_this_iteration = !f.before_update.empty();
+    steps = f.step;
+    reopened_overflowed = f.overflowed;
+    return after_update;
+  }
+  // Undoes Reopen() (a Step() that failed after it).
+  void Unreopen(const std::vector<std::byte>& after_update, Finished f) {
+    if (!after_update.empty()) {
+      scaler->LoadStateDict(after_update);
+    }
+    std::vector<UnscaledGroup> reopened = std::move(groups);
+    ClearIteration();
+    previous = std::move(reopened);
+    steps = f.step + 1;
+    finished = std::move(f);
+  }
+
+  // Applies the iteration's result once and returns to Ready (no synchronisation on a device
+  // without observers or amax tracking). @p keep_open (Step(optimizer)) keeps what a further
+  // optimizer of this iteration needs (Reopen()). Returns what the observers are to be told,
+  // once the caller is done.
+  std::optional<mlframework::detail::StepNotice> Finish(bool keep_open) {
     const bool observed = !observers.empty();
     float old_scale = 0.0f;
     if (observed) {
       old_scale = scaler->Scale();
-      if (!pending_report && !unscaled_result.empty() && FoundInf()) {
-        ReportOverflow(unscaled_result);  // Update() after Unscale() alone: the flag is read here
+      for (const UnscaledGroup& group : groups) {
+        if (!pending_report && (group.found ? *group.found : FoundInf())) {
+          ReportOverflow(group.result);  // Update() after Unscale() alone: the flag is read here
+        }
       }
     }
     if (amax_tracking) {
       // Read before the update: the record (and with it the amax) is the iteration's.
-      last_amax = Enabled() && unscaled_this_iteration ? scaler->RecordedAmax() : std::nullopt;
+      last_amax = Enabled() && unscaled_this_iteration ? MaxOf(carried_amax, scaler->RecordedAmax()) : std::nullopt;
     }
-    unscaled_this_iteration = false;
+    Finished done;
     if (Enabled()) {
+      if (carried_found) {
+        scaler->MarkOverflow();
+      }
+      if (keep_open) {
+        // Every group's result on the host, for a further optimizer of this iteration: only a
+        // group unscaled after the one stepped (Unscale(o1), Unscale(o2), Step(o1)) is read here.
+        done.found = carried_found || checked_found;
+        for (UnscaledGroup& group : groups) {
+          if (!group.found) {
+            group.found = FoundInf();
+          }
+          done.found = done.found || *group.found;
+        }
+        done.before_update = scaler->StateDict();
+      }
       scaler->UpdateScaleFromRecord();
     }
-    const bool overflowed = pending_report.has_value();
-    if (overflowed) {
+    // A reopened iteration was reported when it first finished: it is reported again only
+    // when a further optimizer's overflow turned it into an overflowed one.
+    const bool first_report = !reopened_overflowed.has_value();
+    const bool overflowed = pending_report.has_value() || reopened_overflowed.value_or(false);
+    const bool newly_overflowed = pending_report.has_value() && !reopened_overflowed.value_or(false);
+    if (newly_overflowed) {
       last_overflow = std::move(pending_report);
     }
     const std::int64_t step = steps++;
-    GradientMap source = std::move(unscaled_source);
-    GradientMap result = std::move(unscaled_result);
+    std::vector<UnscaledGroup> done_groups = std::move(groups);
     ClearIteration();
-    previous_source = std::move(source);
-    previous_result = std::move(result);
-    if (!observed) {
+    previous = std::move(done_groups);
+    if (keep_open) {
+      done.amax = last_amax;
+      done.step = step;
+      done.overflowed = overflowed;
+      finished = std::move(done);
+    } else {
+      finished.reset();
+    }
+    if (!observed || (!first_report && !newly_overflowed)) {
       return std::nullopt;
     }
     mlframework::detail::StepNotice notice;
@@ -201,22 +410,6 @@ struct GradScaler::Impl {
     if (notice) {
       mlframework::detail::NotifyObservers(observers, *notice);
     }
-  }
-
-  // Unscales and ORs the overflow into the scaler's record (on a device: its flag, no synchronisation).
-  void UnscaleAndRecord(const GradientMap& source) {
-    GradientMap result;
-    if (!Enabled()) {
-      TensorList(source);  // the same null check as when enabled
-      result = source;
-    } else {
-      BeginRecord();
-      result = scaler->UnscaleAndRecordOverflow(source);
-      unscaled_this_iteration = true;
-    }
-    state = Phase::Unscaled;
-    unscaled_source = source;
-    unscaled_result = std::move(result);
   }
 };
 
@@ -251,21 +444,30 @@ GradScaler::~GradScaler() = default;
 GradScaler::GradScaler(GradScaler&& other) noexcept = default;
 GradScaler& GradScaler::operator=(GradScaler&& other) noexcept = default;
 
-const std::shared_ptr<ILossScaler>& GradScaler::Scaler() const noexcept { return impl_->scaler; }
-float GradScaler::Scale() const { return impl_->scaler->Scale(); }
-bool GradScaler::Enabled() const { return impl_->Enabled(); }
-GradScaler::IterationState GradScaler::State() const noexcept { return impl_->state; }
+GradScaler::Impl& GradScaler::Live() const {
+  if (!impl_) {
+    throw InvalidOperationError(
+        "GradScaler: this object was moved from and holds no scaler; use the GradScaler it was moved into, or "
+        "assign a new GradScaler to this one.");
+  }
+  return *impl_;
+}
+
+const std::shared_ptr<ILossScaler>& GradScaler::Scaler() const { return Live().scaler; }
+float GradScaler::Scale() const { return Live().scaler->Scale(); }
+bool GradScaler::Enabled() const { return Live().Enabled(); }
+GradScaler::IterationState GradScaler::State() const { return Live().state; }
 
 TensorPtr GradScaler::Scale(const TensorPtr& loss) {
+  Impl& s = Live();
   if (!loss) {
     throw ArgumentNullError("loss");
   }
-  Impl& s = *impl_;
   std::optional<mlframework::detail::StepNotice> notice;
   if (HoldsRecord(s.state)) {
     // The previous iteration recorded a result but never called Update() (spec 004's manual
     // flow skips it on overflow): apply it now, once.
-    notice = s.Finish();
+    notice = s.Finish(false);
   }
   TensorPtr scaled = s.Enabled() ? s.scaler->ScaleLoss(loss) : loss;
   s.ForgetPrevious();  // a new loss means new gradients
@@ -275,30 +477,66 @@ TensorPtr GradScaler::Scale(const TensorPtr& loss) {
 }
 
 GradientMap GradScaler::Unscale(const GradientMap& gradients) {
-  Impl& s = *impl_;
-  if (s.state == Phase::Unscaled || s.state == Phase::Stepped) {
+  Impl& s = Live();
+  RefuseFloat8(gradients, "GradScaler::Unscale()");
+  if (!s.groups.empty()) {
     throw InvalidOperationError(
         "GradScaler::Unscale() was already called in this iteration; gradients are unscaled once per "
-        "iteration. Call Update() (or Step()) to finish the iteration, then Scale(loss) for the next one.");
+        "iteration. Call Update() (or Step()) to finish the iteration, then Scale(loss) for the next one; to "
+        "unscale the gradients of several optimizers, call Unscale(optimizer) for each.");
   }
-  if (s.UnscaledBefore(gradients)) {
+  if (s.UnscaledBefore(gradients) || s.Spoiled(gradients)) {
     throw InvalidOperationError(
         "GradScaler::Unscale(): these gradients were already unscaled in the previous iteration. Run backward "
         "for new gradients and call Scale(loss) before unscaling again.");
   }
-  s.UnscaleAndRecord(gradients);
-  return s.unscaled_result;
+  if (s.finished) {
+    throw InvalidOperationError(
+        "GradScaler::Unscale(gradients): Step(optimizer) already finished this iteration and updated the scale, "
+        "so these gradients would be unscaled with the next iteration's scale. Call Scale(loss) to start the next "
+        "iteration, or, for another optimizer of this one, Step(optimizer) (or Unscale(optimizer) for each "
+        "optimizer before the first Step()).");
+  }
+  return s.UnscaleGroup(gradients, nullptr).result;
+}
+
+GradientMap GradScaler::Unscale(IOptimizer& optimizer) {
+  Impl& s = Live();
+  const GradientMap gradients = optimizer.GetGradients();
+  RefuseFloat8(gradients, "GradScaler::Unscale(optimizer)");
+  if (s.FindGroup(&optimizer, gradients) != nullptr) {
+    throw InvalidOperationError(
+        "GradScaler::Unscale(optimizer) was already called for this optimizer's gradients in this iteration; "
+        "they are unscaled once. Call Step(optimizer) next (it reuses them), then Scale(loss) for the next "
+        "iteration.");
+  }
+  if (s.UnscaledBefore(gradients) || s.Spoiled(gradients)) {
+    throw InvalidOperationError(
+        "GradScaler::Unscale(optimizer): these gradients were already unscaled in the previous iteration. Run "
+        "backward for new gradients and call Scale(loss) before unscaling again.");
+  }
+  if (s.finished && !s.SteppedBefore(&optimizer)) {
+    throw InvalidOperationError(
+        "GradScaler::Unscale(optimizer): Step() of another optimizer already finished this iteration and updated "
+        "the scale. Unscale every optimizer you clip before the first Step(), or step them with "
+        "Step(optimizer, false) and call Update() after the last.");
+  }
+  s.finished.reset();
+  if (!s.groups.empty()) {
+    s.CarryRecord();
+  }
+  return s.UnscaleGroup(gradients, &optimizer).result;
 }
 
 bool GradScaler::CheckOverflow(const GradientMap& gradients) {
-  Impl& s = *impl_;
+  Impl& s = Live();
   TensorList(gradients);  // ArgumentNullError naming a null entry
-  const bool unscaled = s.state == Phase::Unscaled || s.state == Phase::Stepped;
-  if (unscaled && (SameTensors(gradients, s.unscaled_source) || SameTensors(gradients, s.unscaled_result))) {
+  RefuseFloat8(gradients, "GradScaler::CheckOverflow()");
+  if (UnscaledGroup* group = s.FindGroup(nullptr, gradients)) {
     // The fused unscale pass already checked them and recorded the result.
-    const bool found = s.FoundInf();
+    const bool found = group->found ? (*group->found || s.checked_found) : s.FoundInf();
     if (found) {
-      s.ReportOverflow(s.unscaled_result);
+      s.ReportOverflow(group->result);
     }
     return found;
   }
@@ -309,21 +547,28 @@ bool GradScaler::CheckOverflow(const GradientMap& gradients) {
   s.BeginRecord();
   if (overflow) {
     s.scaler->MarkOverflow();
+    s.checked_found = true;
   }
   if (!HoldsRecord(s.state)) {
     s.state = Phase::Checked;
+    s.finished.reset();
   }
   return overflow;
 }
 
 void GradScaler::Update() {
-  Impl& s = *impl_;
+  Impl& s = Live();
   if (!HoldsRecord(s.state)) {
+    if (s.state == Phase::Ready && s.finished) {
+      // PyTorch's Step(o1), Step(o2), Update(): Step() already applied the iteration's update.
+      s.finished.reset();
+      return;
+    }
     throw InvalidOperationError(
         "GradScaler::Update() called with no overflow check recorded in this iteration: call Unscale(), "
         "CheckOverflow() or Step(optimizer, false) first (Step(optimizer) already updates the scale).");
   }
-  s.Notify(s.Finish());
+  s.Notify(s.Finish(false));
 }
 
 bool GradScaler::Step(IOptimizer& optimizer, bool optimizerStep) {
@@ -331,44 +576,119 @@ bool GradScaler::Step(IOptimizer& optimizer, bool optimizerStep) {
 }
 
 bool GradScaler::StepImpl(IOptimizer& optimizer, bool run_optimizer, bool update_scale) {
-  Impl& s = *impl_;
-  if (s.state == Phase::Stepped) {
-    throw InvalidOperationError(
-        "GradScaler::Step() was already called in this iteration (with optimizerStep = false): call Update() "
-        "to finish the iteration before stepping again.");
-  }
+  Impl& s = Live();
   const GradientMap gradients = optimizer.GetGradients();
-  if (s.state == Phase::Unscaled) {
-    // The clipping flow: Unscale(optimizer's gradients), clip, Step(optimizer).
-    if (!SameTensors(gradients, s.unscaled_source) && !SameTensors(gradients, s.unscaled_result)) {
+  RefuseFloat8(gradients, "GradScaler::Step()");
+  UnscaledGroup* group = s.FindGroup(&optimizer, gradients);
+  bool reopen = false;
+  if (group != nullptr && group->stepped) {
+    throw InvalidOperationError(
+        "GradScaler::Step() was already called for this optimizer in this iteration (with optimizerStep = "
+        "false): call Update() to finish the iteration before stepping it again.");
+  }
+  if (group == nullptr) {
+    if (s.state == Phase::Unscaled && s.HasUnclaimedGroup()) {
+      // The clipping flow: Unscale(optimizer's gradients), clip, Step(optimizer).
       throw InvalidOperationError(
           "GradScaler::Step(): Unscale() was called in this iteration on gradients that are not this "
-          "optimizer's. Unscale the optimizer's own gradients (GetGradients()) or call Update() to finish "
-          "the manual flow.");
+          "optimizer's. Unscale the optimizer's own gradients (GetGradients(), or Unscale(optimizer) for each "
+          "of several optimizers) or call Update() to finish the manual flow.");
     }
-  } else {
-    if (s.UnscaledBefore(gradients)) {
+    if (s.Spoiled(gradients)) {
+      throw InvalidOperationError(
+          "GradScaler::Step(): these gradients were unscaled by a Step() whose optimizer threw (in place, or "
+          "kept by the optimizer); stepping them again would unscale them twice. Run backward for new gradients "
+          "and call Scale(loss).");
+    }
+    // Another optimizer of the iteration that Step() finished joins it (its gradients new, or
+    // unscaled by Unscale(optimizer) before that Step()); the same optimizer again (new
+    // gradients, no Scale(loss)) starts the next iteration.
+    reopen = s.finished.has_value() && !s.SteppedBefore(&optimizer) &&
+             (!s.UnscaledBefore(gradients) || s.UnsteppedBefore(&optimizer, gradients));
+    if (!reopen && s.UnscaledBefore(gradients)) {
       throw InvalidOperationError(
           "GradScaler::Step() called twice on the same gradients: the previous Step() already unscaled and "
           "applied them. Run backward for new gradients and call Scale(loss) before stepping again.");
     }
-    s.UnscaleAndRecord(gradients);
   }
-  const GradientMap unscaled = s.unscaled_result;
-  const bool overflow = s.FoundInf();  // the one read of a device flag in a step: Step must decide and return it
-  if (overflow) {
-    s.ReportOverflow(unscaled);
-  }
-  if (!overflow) {
-    if (!SameTensors(unscaled, gradients)) {
-      optimizer.SetGradients(unscaled);  // FP16/BF16 model gradients -> FP32 unscaled gradients
+
+  // From here on, a failure (the optimizer's SetGradients() or Step() throwing) undoes what
+  // this call did to the scaler.
+  const Phase state_before = s.state;
+  const bool unscaled_before = s.unscaled_this_iteration;
+  const bool reported_before = s.pending_report.has_value();
+  std::optional<Impl::Finished> finished_before;
+  std::vector<std::byte> after_update;
+  bool new_group = false;
+  bool handed_over = false;
+  bool overflow = false;
+  try {
+    if (reopen) {
+      finished_before = s.finished;
+      after_update = s.Reopen();
+      group = s.FindGroup(&optimizer, gradients);
+    } else if (group == nullptr) {
+      s.finished.reset();
     }
-    if (run_optimizer) {
-      optimizer.Step();
+    if (group == nullptr) {
+      if (!s.groups.empty()) {
+        s.CarryRecord();
+      }
+      group = &s.UnscaleGroup(gradients, &optimizer);
+      new_group = true;
     }
+    // The one read of a device flag in a step: Step must decide and return it.
+    overflow = group->found ? (*group->found || s.checked_found) : s.FoundInf();
+    if (overflow) {
+      s.ReportOverflow(group->result);
+    }
+    if (!overflow) {
+      if (!SameTensors(group->result, gradients)) {
+        optimizer.SetGradients(group->result);  // FP16/BF16 model gradients -> FP32 unscaled gradients
+        handed_over = true;
+      }
+      if (run_optimizer) {
+        optimizer.Step();
+      }
+    }
+  } catch (...) {
+    bool optimizer_restored = !handed_over;
+    if (handed_over) {
+      try {
+        optimizer.SetGradients(gradients);  // the optimizer's own gradients back
+        optimizer_restored = true;
+      } catch (...) {  // NOLINT(bugprone-empty-catch): it keeps the unscaled ones; they are refused below
+      }
+    }
+    if (new_group) {
+      const UnscaledGroup failed = std::move(s.groups.back());
+      s.groups.pop_back();
+      s.state = state_before;
+      s.unscaled_this_iteration = unscaled_before;
+      if (!reported_before) {
+        s.pending_report.reset();
+      }
+      if (s.Enabled()) {
+        s.RestoreRecordOfChecks();
+        const bool in_place = std::any_of(failed.source.begin(), failed.source.end(), [&](const auto& entry) {
+          const auto it = failed.result.find(entry.first);
+          return it != failed.result.end() && it->second == entry.second;
+        });
+        if (in_place || !optimizer_restored) {
+          s.spoiled.push_back(failed);
+        }
+      }
+    }
+    if (finished_before) {
+      s.Unreopen(after_update, std::move(*finished_before));
+    }
+    throw;
   }
+  group->optimizer = &optimizer;
+  group->stepped = true;
+  group->found = overflow;
   if (update_scale) {
-    s.Notify(s.Finish());
+    s.Notify(s.Finish(true));
   } else {
     s.state = Phase::Stepped;
   }
@@ -376,12 +696,14 @@ bool GradScaler::StepImpl(IOptimizer& optimizer, bool run_optimizer, bool update
 }
 
 void GradScaler::AbandonIteration() noexcept {
-  impl_->ClearIteration();
-  impl_->ForgetPrevious();
+  if (impl_) {
+    impl_->ClearIteration();
+    impl_->ForgetPrevious();
+  }
 }
 
 void GradScaler::Enable() {
-  Impl& s = *impl_;
+  Impl& s = Live();
   if (s.state != Phase::Ready) {
     throw InvalidOperationError(
         "GradScaler::Enable() called in the middle of an iteration (the loss or gradients were already "
@@ -389,10 +711,11 @@ void GradScaler::Enable() {
   }
   s.scaler->SetEnabled(true);
   s.own_enabled = true;
+  s.finished.reset();
 }
 
 void GradScaler::Disable() {
-  Impl& s = *impl_;
+  Impl& s = Live();
   if (s.state != Phase::Ready) {
     throw InvalidOperationError(
         "GradScaler::Disable() called in the middle of an iteration (the loss or gradients were already "
@@ -401,27 +724,29 @@ void GradScaler::Disable() {
   if (!s.scaler->SetEnabled(false)) {
     s.own_enabled = false;  // the scaler has no switch of its own
   }
+  s.finished.reset();
 }
 
 void GradScaler::Reset() {
-  impl_->scaler->Reset();
+  Impl& s = Live();
+  s.scaler->Reset();
   AbandonIteration();
-  impl_->last_overflow.reset();
-  impl_->last_amax.reset();  // the amax belonged to the run before the reset
+  s.last_overflow.reset();
+  s.last_amax.reset();  // the amax belonged to the run before the reset
 }
 
-const std::optional<OverflowReport>& GradScaler::LastOverflow() const noexcept { return impl_->last_overflow; }
+const std::optional<OverflowReport>& GradScaler::LastOverflow() const { return Live().last_overflow; }
 
 void GradScaler::AddObserver(std::shared_ptr<ITrainingObserver> observer) {
-  mlframework::detail::AddObserver(impl_->observers, std::move(observer));
+  mlframework::detail::AddObserver(Live().observers, std::move(observer));
 }
 
 bool GradScaler::RemoveObserver(const std::shared_ptr<ITrainingObserver>& observer) {
-  return mlframework::detail::RemoveObserver(impl_->observers, observer);
+  return mlframework::detail::RemoveObserver(Live().observers, observer);
 }
 
 TensorPtr GradScaler::GetScaleTensor() {
-  Impl& s = *impl_;
+  Impl& s = Live();
   const float factor = s.Enabled() ? s.scaler->Scale() : 1.0f;
   if (!s.scale_tensor || s.scale_tensor_value != factor) {
     // A scaler disabled by the own switch still reports its scale: the factor is 1 then.
@@ -431,22 +756,22 @@ TensorPtr GradScaler::GetScaleTensor() {
   return s.scale_tensor;
 }
 
-std::optional<DynamicScalerStats> GradScaler::GetStats() const { return impl_->scaler->Statistics(); }
+std::optional<DynamicScalerStats> GradScaler::GetStats() const { return Live().scaler->Statistics(); }
 
 std::vector<std::byte> GradScaler::StateDict() const {
-  const Impl& s = *impl_;
+  const Impl& s = Live();
   const std::vector<std::byte> inner = s.scaler->StateDict();
   mlframework::detail::BlobWriter writer(kKind, kVersion);
   writer.U64(inner.size());
   writer.Bytes(inner);
   writer.U8(static_cast<std::uint8_t>(s.state));
-  writer.U8(HoldsRecord(s.state) && s.FoundInf() ? 1 : 0);
+  writer.U8(s.IterationFound() ? 1 : 0);
   writer.U8(s.own_enabled ? 1 : 0);
   return writer.Finish();
 }
 
 void GradScaler::LoadStateDict(std::span<const std::byte> state) {
-  Impl& s = *impl_;
+  Impl& s = Live();
   std::uint16_t version = 0;
   mlframework::detail::BlobReader reader = OpenBlob(state, version);
   if (version == kVersion1) {
@@ -481,6 +806,7 @@ void GradScaler::LoadStateDict(std::span<const std::byte> state) {
   s.ForgetPrevious();
   s.state = iteration;
   s.own_enabled = own_enabled;
+  s.checked_found = found_inf;  // the gradients are not saved: the result stands for the whole iteration
   s.scaler->ClearRecordedOverflow();
   if (found_inf) {
     s.scaler->MarkOverflow();
@@ -488,7 +814,7 @@ void GradScaler::LoadStateDict(std::span<const std::byte> state) {
 }
 
 void GradScaler::SetAmaxTracking(bool on) {
-  Impl& s = *impl_;
+  Impl& s = Live();
   if (!s.scaler->SetAmaxTracking(on) && on) {
     throw InvalidOperationError(
         std::string("GradScaler::SetAmaxTracking(true)") +
@@ -499,8 +825,8 @@ void GradScaler::SetAmaxTracking(bool on) {
   s.last_amax.reset();
 }
 
-bool GradScaler::AmaxTracking() const noexcept { return impl_->amax_tracking; }
+bool GradScaler::AmaxTracking() const { return Live().amax_tracking; }
 
-std::optional<float> GradScaler::LastAmax() const noexcept { return impl_->last_amax; }
+std::optional<float> GradScaler::LastAmax() const { return Live().last_amax; }
 
 }  // namespace mlframework::amp

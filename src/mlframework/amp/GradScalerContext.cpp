@@ -1,10 +1,13 @@
 #include <mlframework/amp/GradScalerContext.hpp>
 
+#include <algorithm>
+
 #include <mlframework/core/Error.hpp>
 
 namespace mlframework::amp {
 
 GradScalerContext::GradScalerContext(GradScaler& scaler, const TensorPtr& loss) : scaler_(&scaler) {
+  static_cast<void>(scaler.State());  // InvalidOperationError for a moved-from scaler
   if (!loss) {
     throw ArgumentNullError("loss");
   }
@@ -21,12 +24,14 @@ bool GradScalerContext::Step(IOptimizer& optimizer, bool updateScale) {
   if (disposed_) {
     throw InvalidOperationError("GradScalerContext::Step() after Dispose(): open a new context for this iteration.");
   }
-  if (stepped_) {
+  if (std::find(stepped_.begin(), stepped_.end(), &optimizer) != stepped_.end()) {
     throw InvalidOperationError(
-        "GradScalerContext::Step() called twice: a context is one iteration; open a new context for the next one.");
+        "GradScalerContext::Step() called twice for the same optimizer: a context is one iteration and steps "
+        "each optimizer once; open a new context for the next iteration.");
   }
+  stepped_.reserve(stepped_.size() + 1);  // the push below cannot throw after the step
   const bool stepped = scaler_->StepImpl(optimizer, true, updateScale);
-  stepped_ = true;
+  stepped_.push_back(&optimizer);
   return stepped;
 }
 
@@ -35,7 +40,7 @@ void GradScalerContext::Dispose() noexcept {
     return;
   }
   disposed_ = true;
-  if (!stepped_) {
+  if (stepped_.empty()) {
     // No step: an exception in backward or an early exit. Drop the iteration (no scale update),
     // so the next one starts clean.
     scaler_->AbandonIteration();

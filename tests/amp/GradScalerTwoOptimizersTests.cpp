@@ -1,0 +1,452 @@
+// Two optimizers stepped by one GradScaler in each iteration, bit for bit against
+// torch.amp.GradScaler("cpu"): tests/data/grad_scaler_two_optimizers.txt holds torch's run
+// (tests/data/gen_grad_scaler_two_optimizers.py made it, outside CI): the scaled gradients given
+// to each parameter, Inf/NaN in one optimizer's gradients only on some steps (both on one), a
+// clip by value of the first optimizer's unscaled gradients on some steps, and after each step
+// torch's scale, each optimizer's skip decision and every parameter. The same gradients go
+// through GradScaler (PyTorch's Scale, Unscale, Step(o1), Step(o2), Update()), through the
+// deferred flow and through GradScalerContext, with the library's SGD.
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <boost/test/unit_test.hpp>
+
+#include "amp/AmpTestUtil.hpp"
+#include "amp/FakeDeviceBackend.hpp"
+
+#ifndef MLFW_GRAD_SCALER_TWO_OPTIMIZERS
+#error "MLFW_GRAD_SCALER_TWO_OPTIMIZERS must name tests/data/grad_scaler_two_optimizers.txt"
+#endif
+
+using namespace mlframework;
+using mlframework::amp::DynamicScalerConfig;
+using mlframework::amp::GradScaler;
+using mlframework::amp::GradScalerContext;
+using mlframework::optimizers::SGD;
+using mlframework::optimizers::SGDOptions;
+using mlfw_test::Grads;
+using mlfw_test::PoisonedGrads;
+using mlfw_test::RecordingOptimizer;
+using mlfw_test::Values;
+
+namespace {
+
+using Bits = std::vector<std::uint32_t>;
+using Key = std::pair<int, std::string>;  // optimizer (1 or 2), parameter name
+
+struct TorchStep {
+  int index = 0;
+  bool clip = false;
+  std::uint32_t scale_before = 0;
+  std::map<Key, Bits> gradients;
+  bool stepped[2] = {false, false};
+  std::uint32_t scale_after = 0;
+  std::map<Key, Bits> weights;
+};
+
+struct TorchRun {
+  float init_scale = 0, growth = 0, backoff = 0, clip = 0, lr1 = 0, momentum1 = 0, lr2 = 0;
+  int growth_interval = 0;
+  std::map<Key, Bits> initial;
+  std::vector<TorchStep> steps;
+};
+
+std::uint32_t Hex(std::istream& in) {
+  std::string word;
+  in >> word;
+  return static_cast<std::uint32_t>(std::stoul(word, nullptr, 16));
+}
+float HexFloat(std::istream& in) { return std::bit_cast<float>(Hex(in)); }
+
+std::pair<Key, Bits> ReadTensor(std::istream& in) {
+  Key key;
+  in >> key.first >> key.second;
+  Bits bits;
+  std::string word;
+  while (in >> word) {
+    bits.push_back(static_cast<std::uint32_t>(std::stoul(word, nullptr, 16)));
+  }
+  return {key, bits};
+}
+
+const TorchRun& Run() {
+  static const TorchRun kRun = [] {
+    TorchRun run;
+    std::ifstream file(MLFW_GRAD_SCALER_TWO_OPTIMIZERS);
+    BOOST_TEST_REQUIRE(file.good(), "cannot open " << MLFW_GRAD_SCALER_TWO_OPTIMIZERS);
+    std::string line;
+    while (std::getline(file, line)) {
+      if (line.empty() || line[0] == '#') {
+        continue;
+      }
+      std::istringstream in(line);
+      std::string kind;
+      in >> kind;
+      if (kind == "C") {
+        run.init_scale = HexFloat(in);
+        run.growth = HexFloat(in);
+        run.backoff = HexFloat(in);
+        in >> run.growth_interval;
+        run.clip = HexFloat(in);
+        run.lr1 = HexFloat(in);
+        run.momentum1 = HexFloat(in);
+        run.lr2 = HexFloat(in);
+      } else if (kind == "P") {
+        run.initial.insert(ReadTensor(in));
+      } else if (kind == "S") {
+        TorchStep step;
+        int clip = 0;
+        in >> step.index >> clip;
+        step.clip = clip == 1;
+        step.scale_before = Hex(in);
+        run.steps.push_back(step);
+      } else if (kind == "G") {
+        run.steps.back().gradients.insert(ReadTensor(in));
+      } else if (kind == "R") {
+        int index = 0, s1 = 0, s2 = 0;
+        in >> index >> s1 >> s2;
+        run.steps.back().stepped[0] = s1 == 1;
+        run.steps.back().stepped[1] = s2 == 1;
+        run.steps.back().scale_after = Hex(in);
+      } else if (kind == "W") {
+        run.steps.back().weights.insert(ReadTensor(in));
+      }
+    }
+    BOOST_TEST_REQUIRE(run.steps.size() >= 10U);
+    return run;
+  }();
+  return kRun;
+}
+
+TensorPtr FromBits(const Bits& bits) {
+  std::vector<float> values(bits.size());
+  std::transform(bits.begin(), bits.end(), values.begin(), [](std::uint32_t b) { return std::bit_cast<float>(b); });
+  return FromVector(values, {values.size()}, DataType::Float32);
+}
+
+Bits BitsOf(const TensorPtr& tensor) {
+  const std::vector<float> values = tensor->ToFloatVector();
+  Bits bits(values.size());
+  std::transform(values.begin(), values.end(), bits.begin(), [](float v) { return std::bit_cast<std::uint32_t>(v); });
+  return bits;
+}
+
+GradientMap TensorsOf(const std::map<Key, Bits>& tensors, int optimizer) {
+  GradientMap out;
+  for (const auto& [key, bits] : tensors) {
+    if (key.first == optimizer) {
+      out.emplace(key.second, FromBits(bits));
+    }
+  }
+  return out;
+}
+
+// torch.nn.utils.clip_grad_value_: clamps the unscaled gradients in place (NaN stays NaN).
+void ClipByValue(const GradientMap& gradients, float clip) {
+  for (const auto& [name, tensor] : gradients) {
+    std::vector<float> values = tensor->ToFloatVector();
+    for (float& v : values) {
+      v = v > clip ? clip : (v < -clip ? -clip : v);
+    }
+    tensor->CopyFromFloats(values);
+  }
+}
+
+enum class Flow { PyTorch, Deferred, Context };
+
+// Runs torch's trajectory through @p flow and checks every recorded value.
+void Replay(Flow flow) {
+  const TorchRun& run = Run();
+  GradScaler scaler(DynamicScalerConfig{.InitialScale = run.init_scale,
+                                        .GrowthFactor = run.growth,
+                                        .BackoffFactor = run.backoff,
+                                        .GrowthInterval = run.growth_interval});
+  SGD o1(TensorsOf(run.initial, 1), SGDOptions{.LearningRate = run.lr1, .Momentum = run.momentum1});
+  SGD o2(TensorsOf(run.initial, 2), SGDOptions{.LearningRate = run.lr2});
+  int overflowed_alone = 0;
+  for (const TorchStep& step : run.steps) {
+    BOOST_TEST_CONTEXT("step " << step.index) {
+      BOOST_TEST(std::bit_cast<std::uint32_t>(scaler.Scale()) == step.scale_before);
+      bool stepped[2] = {false, false};
+      const TensorPtr loss = Scalar(1.0f);
+      if (flow == Flow::Context) {
+        GradScalerContext ctx(scaler, loss);
+        o1.SetGradients(TensorsOf(step.gradients, 1));  // backward
+        o2.SetGradients(TensorsOf(step.gradients, 2));
+        if (step.clip) {
+          ClipByValue(scaler.Unscale(o1), run.clip);
+        }
+        stepped[0] = ctx.Step(o1);
+        stepped[1] = ctx.Step(o2);
+      } else {
+        scaler.Scale(loss);
+        o1.SetGradients(TensorsOf(step.gradients, 1));
+        o2.SetGradients(TensorsOf(step.gradients, 2));
+        if (step.clip) {
+          // The gradients, as spec 004's clipping flow writes it, or the optimizer.
+          ClipByValue(flow == Flow::PyTorch ? scaler.Unscale(o1.GetGradients()) : scaler.Unscale(o1), run.clip);
+        }
+        if (flow == Flow::PyTorch) {
+          stepped[0] = scaler.Step(o1);
+          stepped[1] = scaler.Step(o2);
+        } else {
+          for (int i = 0; i < 2; ++i) {
+            SGD& opt = i == 0 ? o1 : o2;
+            stepped[i] = scaler.Step(opt, false);
+            if (stepped[i]) {
+              opt.Step();
+            }
+          }
+        }
+        scaler.Update();
+      }
+      BOOST_TEST(stepped[0] == step.stepped[0]);
+      BOOST_TEST(stepped[1] == step.stepped[1]);
+      overflowed_alone += stepped[0] != stepped[1] ? 1 : 0;
+      BOOST_TEST(std::bit_cast<std::uint32_t>(scaler.Scale()) == step.scale_after);
+      for (const auto& [key, bits] : step.weights) {
+        const SGD& opt = key.first == 1 ? o1 : o2;
+        BOOST_TEST(BitsOf(opt.Parameters().at(key.second)) == bits, boost::test_tools::per_element());
+      }
+    }
+  }
+  // The run covers what it is for: one optimizer skipped while the other steps, growth and backoff.
+  BOOST_TEST(overflowed_alone >= 4);
+  BOOST_TEST(scaler.GetStats()->TotalSteps == static_cast<std::int64_t>(run.steps.size()));
+}
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+template <typename E, typename F>
+void ExpectRefused(GradScaler& scaler, F&& misuse, const std::string& hint) {
+  const auto state = scaler.State();
+  const auto before = scaler.StateDict();
+  try {
+    misuse();
+    BOOST_FAIL("expected an error");
+  } catch (const E& e) {
+    BOOST_TEST(std::string(e.what()).find(hint) != std::string::npos, "message: " << e.what());
+  }
+  BOOST_TEST((scaler.State() == state));
+  BOOST_TEST((scaler.StateDict() == before));
+}
+
+// A user policy with only spec 001's six members: the default checkpoint cannot restore a changed scale.
+class HalvingScaler final : public amp::ILossScaler {
+ public:
+  float Scale() const override { return scale_; }
+  bool Enabled() const override { return true; }
+  TensorPtr ScaleLoss(const TensorPtr& loss) override { return loss->Multiply(scale_); }
+  GradientMap UnscaleGradients(const GradientMap& gradients) override {
+    GradientMap out;
+    for (const auto& [name, tensor] : gradients) {
+      out.emplace(name, tensor->CastTo(DataType::Float32)->Multiply(1.0f / scale_));
+    }
+    return out;
+  }
+  bool CheckOverflow(const GradientMap& gradients) override { return HasNonFinite(TensorList(gradients)); }
+  void UpdateScale(bool overflow) override { scale_ = overflow ? scale_ / 2.0f : scale_; }
+
+ private:
+  float scale_ = 256.0f;
+};
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(GradScalerTwoOptimizersTests)
+
+// GrowthInterval 1: o1's clean Step grows the scale at once; o2 of the same iteration is still
+// unscaled with the iteration's scale, and its overflow turns the growth into one backoff.
+BOOST_AUTO_TEST_CASE(AFurtherOptimizerJoinsTheIterationAndItsUpdate) {
+  for (const DataType dtype : {DataType::Float32, DataType::Float16}) {
+    BOOST_TEST_CONTEXT(dtype) {
+      GradScaler scaler(DynamicScalerConfig{.InitialScale = 64.0f, .GrowthInterval = 1});
+      RecordingOptimizer o1;
+      RecordingOptimizer o2;
+      // o2 clean: unscaled by 64, not by the grown 128; one update.
+      scaler.Scale(Scalar(1.0f));
+      o1.Load(Grads(dtype, 64.0f));
+      o2.Load(Grads(dtype, 64.0f));
+      BOOST_TEST(scaler.Step(o1));
+      BOOST_TEST(scaler.Scale() == 128.0f);
+      BOOST_TEST(scaler.Step(o2));
+      BOOST_TEST(scaler.Scale() == 128.0f);
+      BOOST_TEST(Values(o2.stepped_with.at("a")) == (std::vector<float>{1.0f, -2.0f, 0.5f}),
+                 boost::test_tools::per_element());
+      BOOST_TEST(scaler.GetStats()->TotalSteps == 1);
+      const auto after = scaler.StateDict();
+      scaler.Update();  // accepted, nothing more
+      BOOST_TEST((scaler.StateDict() == after));
+      // o2 overflows: o1 stepped, o2 skipped, the growth becomes one backoff from 128.
+      scaler.Scale(Scalar(1.0f));
+      o1.Load(Grads(dtype, 128.0f));
+      o2.Load(PoisonedGrads(dtype, kInf, 128.0f));
+      BOOST_TEST(scaler.Step(o1));
+      BOOST_TEST(scaler.Scale() == 256.0f);
+      BOOST_TEST(!scaler.Step(o2));
+      BOOST_TEST(scaler.Scale() == 64.0f);
+      BOOST_TEST(o1.steps == 2);
+      BOOST_TEST(o2.steps == 1);
+      BOOST_TEST(scaler.GetStats()->TotalSteps == 2);
+      BOOST_TEST(scaler.GetStats()->TotalOverflows == 1);
+      BOOST_TEST(scaler.GetStats()->StepsSinceLastOverflow == 0);
+      BOOST_TEST(scaler.LastOverflow().has_value());
+      // A third optimizer joins too; the same optimizer again starts the next iteration.
+      RecordingOptimizer o3(Grads(dtype, 64.0f));
+      BOOST_TEST(scaler.Step(o3));
+      BOOST_TEST(scaler.Scale() == 64.0f);
+      BOOST_TEST(scaler.GetStats()->TotalSteps == 2);
+      o1.Load(Grads(dtype, 64.0f));
+      BOOST_TEST(scaler.Step(o1));
+      BOOST_TEST(scaler.GetStats()->TotalSteps == 3);
+      BOOST_TEST(scaler.Scale() == 128.0f);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(EachOptimizerUnscaledForClippingThenStepped) {
+  GradScaler scaler(DynamicScalerConfig{.InitialScale = 16.0f, .GrowthInterval = 1});
+  RecordingOptimizer o1(Grads(DataType::Float16, 16.0f));
+  RecordingOptimizer o2(PoisonedGrads(DataType::Float32, kInf, 16.0f));
+  scaler.Scale(Scalar(1.0f));
+  BOOST_TEST(Values(scaler.Unscale(o1).at("b")) == (std::vector<float>{4.0f, -0.25f}), boost::test_tools::per_element());
+  const GradientMap unscaled2 = scaler.Unscale(o2);
+  BOOST_TEST(Values(unscaled2.at("b")) == (std::vector<float>{4.0f, -0.25f}), boost::test_tools::per_element());
+  ExpectRefused<InvalidOperationError>(scaler, [&] { scaler.Unscale(o2); }, "already called");
+  ExpectRefused<InvalidOperationError>(scaler, [&] { scaler.Unscale(o1.GetGradients()); }, "already called");
+  BOOST_TEST(scaler.CheckOverflow(unscaled2));   // o2's own result
+  BOOST_TEST(scaler.Step(o1));                   // o1 clean: stepped
+  BOOST_TEST(scaler.Scale() == 8.0f);            // the OR: one backoff
+  BOOST_TEST(!scaler.Step(o2));                  // o2 skipped, no second update
+  BOOST_TEST(scaler.Scale() == 8.0f);
+  scaler.Update();
+  BOOST_TEST(scaler.GetStats()->TotalSteps == 1);
+  BOOST_TEST(Values(o1.stepped_with.at("a")) == (std::vector<float>{1.0f, -2.0f, 0.5f}),
+             boost::test_tools::per_element());
+  BOOST_TEST(o2.steps == 0);
+  BOOST_TEST(Values(o2.GetGradients().at("b"))[0] == 4.0f);  // unscaled once
+}
+
+BOOST_AUTO_TEST_CASE(DeferredStepsOfSeveralOptimizersUpdateOnce) {
+  GradScaler scaler(DynamicScalerConfig{.InitialScale = 16.0f, .GrowthInterval = 1});
+  RecordingOptimizer o1(PoisonedGrads(DataType::Float16, kInf, 16.0f));
+  RecordingOptimizer o2(Grads(DataType::BFloat16, 16.0f));
+  scaler.Scale(Scalar(1.0f));
+  BOOST_TEST(!scaler.Step(o1, false));
+  BOOST_TEST(scaler.Step(o2, false));
+  ExpectRefused<InvalidOperationError>(scaler, [&] { scaler.Step(o1, false); }, "already called");
+  ExpectRefused<InvalidOperationError>(scaler, [&] { scaler.Step(o2); }, "already called");
+  BOOST_TEST(scaler.Scale() == 16.0f);  // not updated before Update()
+  scaler.Update();
+  BOOST_TEST(scaler.Scale() == 8.0f);
+  BOOST_TEST(scaler.GetStats()->TotalSteps == 1);
+  BOOST_TEST(o2.set_calls == 1);  // o2 got its FP32 unscaled gradients; its step is the caller's
+  BOOST_TEST(Values(o2.GetGradients().at("a")) == (std::vector<float>{1.0f, -2.0f, 0.5f}),
+             boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(SequencesThatCannotBeRightAreRefused) {
+  GradScaler scaler(DynamicScalerConfig{.InitialScale = 16.0f});
+  RecordingOptimizer o1(Grads(DataType::Float32, 16.0f));
+  RecordingOptimizer o2(Grads(DataType::Float32, 16.0f));
+  scaler.Scale(Scalar(1.0f));
+  BOOST_TEST(scaler.Step(o1));
+  // After Step(o1) finished the iteration: unscaling o2 (for clipping) would use the next scale.
+  ExpectRefused<InvalidOperationError>(scaler, [&] { scaler.Unscale(o2); }, "before the first Step()");
+  ExpectRefused<InvalidOperationError>(scaler, [&] { scaler.Unscale(o2.GetGradients()); }, "Scale(loss)");
+  BOOST_TEST(Values(o2.GetGradients().at("a"))[0] == 16.0f);  // untouched
+  BOOST_TEST(scaler.Step(o2));
+  ExpectRefused<InvalidOperationError>(scaler, [&] { scaler.Step(o2); }, "twice");
+  // The manual flow's Unscale(gradients) of gradients no optimizer stepped: another optimizer's Step is refused.
+  scaler.Scale(Scalar(1.0f));
+  o1.Load(Grads(DataType::Float32, 16.0f));
+  o2.Load(Grads(DataType::Float32, 16.0f));
+  scaler.Unscale(o1.GetGradients());
+  ExpectRefused<InvalidOperationError>(scaler, [&] { scaler.Step(o2); }, "Unscale(optimizer) for each");
+  BOOST_TEST(scaler.Step(o1));
+}
+
+BOOST_AUTO_TEST_CASE(AScalerThatCannotRestoreItsStateRefusesAJoiningOptimizer) {
+  GradScaler scaler(std::make_shared<HalvingScaler>());
+  RecordingOptimizer o1(PoisonedGrads(DataType::Float32, kInf));
+  RecordingOptimizer o2(Grads(DataType::Float32, 256.0f));
+  scaler.Scale(Scalar(1.0f));
+  BOOST_TEST(!scaler.Step(o1));  // the scale halves: the default checkpoint cannot go back
+  ExpectRefused<InvalidOperationError>(scaler, [&] { scaler.Step(o2); }, "Step(optimizer, false)");
+  BOOST_TEST(o2.steps == 0);
+  BOOST_TEST(Values(o2.GetGradients().at("a"))[0] == 256.0f);  // not unscaled
+  // The flow it names works: each optimizer deferred, one Update().
+  scaler.Scale(Scalar(1.0f));
+  o1.Load(PoisonedGrads(DataType::Float32, kInf));
+  BOOST_TEST(!scaler.Step(o1, false));
+  BOOST_TEST(scaler.Step(o2, false));
+  BOOST_TEST(Values(o2.GetGradients().at("a"))[0] == 2.0f);  // by the iteration's 128
+  scaler.Update();
+  BOOST_TEST(scaler.Scale() == 64.0f);
+}
+
+// The device path (FakeDeviceBackend): the same results as on the host; a step reads the
+// found-inf and the scaler's state, a joining optimizer also reads and writes the state.
+BOOST_AUTO_TEST_CASE(SeveralOptimizersOnADeviceMatchTheHost) {
+  const DynamicScalerConfig config{.InitialScale = 1024.0f, .GrowthInterval = 2};
+  GradScaler host(config);
+  GradScaler device(config);
+  const auto grads = [](int step, bool poison, bool on_device) {
+    std::vector<float> a = {0.5f * static_cast<float>(step + 1), -3.0f, 1000.0f};
+    if (poison) {
+      a[1] = kInf;
+    }
+    return on_device ? GradientMap{{"a", mlfw_test::FakeTensor(a, {3}, DataType::Float16)}}
+                     : GradientMap{{"a", FromVector(a, {3}, DataType::Float16)}};
+  };
+  RecordingOptimizer h1, h2, d1, d2;
+  const std::vector<int> poison = {0, 2, 0, 1, 0, 0, 3, 0, 0, 2};  // 1: o1, 2: o2, 3: both
+  for (int step = 0; step < static_cast<int>(poison.size()); ++step) {
+    BOOST_TEST_CONTEXT("step " << step) {
+      h1.Load(grads(step, (poison[step] & 1) != 0, false));
+      h2.Load(grads(step, (poison[step] & 2) != 0, false));
+      d1.Load(grads(step, (poison[step] & 1) != 0, true));
+      d2.Load(grads(step, (poison[step] & 2) != 0, true));
+      host.Scale(Scalar(1.0f));
+      const bool h_stepped1 = host.Step(h1);
+      const bool h_stepped2 = host.Step(h2);
+      host.Update();
+      device.Scale(mlfw_test::FakeTensor({1.0f}, {}, DataType::Float32));
+      bool d_stepped1 = false;
+      const std::int64_t first = mlfw_test::SyncsDuring([&] { d_stepped1 = device.Step(d1); });
+      bool d_stepped2 = false;
+      const std::int64_t second = mlfw_test::SyncsDuring([&] { d_stepped2 = device.Step(d2); });
+      device.Update();
+      if (step > 0) {  // the first step also creates the device state
+        BOOST_TEST(first <= 2);  // the found-inf and the state kept for a further optimizer
+        BOOST_TEST(second <= 3);  // its found-inf, and the state read back and written before its update
+      }
+      BOOST_TEST(h_stepped1 == ((poison[step] & 1) == 0));
+      BOOST_TEST(h_stepped2 == ((poison[step] & 2) == 0));
+      BOOST_TEST(d_stepped1 == h_stepped1);
+      BOOST_TEST(d_stepped2 == h_stepped2);
+      BOOST_TEST(device.Scale() == host.Scale());
+      BOOST_TEST(device.GetStats()->TotalOverflows == host.GetStats()->TotalOverflows);
+      BOOST_TEST(device.GetStats()->TotalSteps == step + 1);
+      if (h_stepped2) {
+        BOOST_TEST(Values(d2.stepped_with.at("a")) == Values(h2.stepped_with.at("a")), boost::test_tools::per_element());
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(PyTorchSequenceMatchesTorchBitForBit) { Replay(Flow::PyTorch); }
+
+BOOST_AUTO_TEST_CASE(DeferredStepsMatchTorchBitForBit) { Replay(Flow::Deferred); }
+
+BOOST_AUTO_TEST_CASE(ContextWithTwoOptimizersMatchesTorchBitForBit) { Replay(Flow::Context); }
+
+BOOST_AUTO_TEST_SUITE_END()
