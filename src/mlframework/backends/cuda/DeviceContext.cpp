@@ -13,7 +13,7 @@ namespace mlframework::backends::cuda {
 
 int QueryDeviceCount(std::string* reason) noexcept {
   int count = 0;
-  const cudaError_t status = cudaGetDeviceCount(&count);
+  const cudaError_t status = ActiveDriver().GetDeviceCount(&count);
   if (status != cudaSuccess) {
     static_cast<void>(cudaGetLastError());
     if (reason != nullptr) {
@@ -29,16 +29,18 @@ int QueryDeviceCount(std::string* reason) noexcept {
 }
 
 DeviceGuard::DeviceGuard(int device) {
-  MLFW_CUDA_CHECK(cudaGetDevice(&previous_));
+  Driver& driver = ActiveDriver();
+  MLFW_CUDA_CHECK(driver.GetDevice(&previous_));
   if (previous_ != device) {
-    MLFW_CUDA_CHECK(cudaSetDevice(device));
+    MLFW_CUDA_CHECK(driver.SetDevice(device));
   }
 }
 
 DeviceGuard::~DeviceGuard() {
+  Driver& driver = ActiveDriver();
   int current = -1;
-  if (cudaGetDevice(&current) == cudaSuccess && current != previous_ && previous_ >= 0) {
-    MLFW_CUDA_CHECK_NOTHROW(cudaSetDevice(previous_));
+  if (driver.GetDevice(&current) == cudaSuccess && current != previous_ && previous_ >= 0) {
+    MLFW_CUDA_CHECK_NOTHROW(driver.SetDevice(previous_));
   }
 }
 
@@ -46,7 +48,14 @@ DeviceContext& DeviceContext::Get(int device) {
   // Leaked on purpose (see the header); the vector is sized once by the device count.
   static std::mutex registry_mutex;
   static auto* registry = new std::vector<DeviceContext*>();
+  static unsigned long registry_generation = 0;
   std::lock_guard lock(registry_mutex);
+  if (registry_generation != DriverGeneration()) {
+    // Another driver was installed (tests): its devices get contexts of their own. The old
+    // ones stay allocated, as everywhere else, for objects that may still point to them.
+    registry->clear();
+    registry_generation = DriverGeneration();
+  }
   if (registry->empty()) {
     std::string reason;
     const int count = QueryDeviceCount(&reason);
@@ -66,24 +75,24 @@ DeviceContext& DeviceContext::Get(int device) {
   return *slot;
 }
 
-DeviceContext::DeviceContext(int device) : device_(device) {
+DeviceContext::DeviceContext(int device) : device_(device), driver_(&ActiveDriver()) {
   DeviceGuard guard(device);
   int pools = 0;
-  MLFW_CUDA_CHECK(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, device));
+  MLFW_CUDA_CHECK(driver_->DeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, device));
   stream_ordered_ = pools != 0;
   if (stream_ordered_) {
-    // Keep freed blocks in the pool: returning them to the driver at every
-    // synchronisation would make the next allocation slow.
-    cudaMemPool_t pool = nullptr;
-    MLFW_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+    // The library's own pool, so that its settings change nothing for the other libraries of
+    // the process (which share the device's default pool). Freed blocks stay in it: returning
+    // them to the driver at every synchronisation would make the next allocation slow.
+    MLFW_CUDA_CHECK(driver_->MemPoolCreate(&pool_, device));
     std::uint64_t threshold = std::numeric_limits<std::uint64_t>::max();
-    MLFW_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+    MLFW_CUDA_CHECK(driver_->MemPoolSetAttribute(pool_, cudaMemPoolAttrReleaseThreshold, &threshold));
   }
   // A blocking stream: it stays ordered with the legacy default stream a user's code may use.
-  MLFW_CUDA_CHECK(cudaStreamCreate(&stream_));
-  MLFW_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&device_result_), sizeof(DeviceResult)));
-  MLFW_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&host_result_), sizeof(DeviceResult)));
-  MLFW_CUDA_CHECK(cudaMemsetAsync(device_result_, 0, sizeof(DeviceResult), stream_));
+  MLFW_CUDA_CHECK(driver_->StreamCreate(&stream_, cudaStreamDefault));
+  MLFW_CUDA_CHECK(driver_->Malloc(reinterpret_cast<void**>(&device_result_), sizeof(DeviceResult)));
+  MLFW_CUDA_CHECK(driver_->MallocHost(reinterpret_cast<void**>(&host_result_), sizeof(DeviceResult)));
+  MLFW_CUDA_CHECK(driver_->MemsetAsync(device_result_, 0, sizeof(DeviceResult), stream_));
 }
 
 void* DeviceContext::Allocate(std::size_t bytes) {
@@ -93,9 +102,9 @@ void* DeviceContext::Allocate(std::size_t bytes) {
   DeviceGuard guard(device_);
   void* pointer = nullptr;
   if (stream_ordered_) {
-    MLFW_CUDA_CHECK(cudaMallocAsync(&pointer, bytes, stream_));
+    MLFW_CUDA_CHECK(driver_->MallocFromPoolAsync(&pointer, bytes, pool_, stream_));
   } else {
-    MLFW_CUDA_CHECK(cudaMalloc(&pointer, bytes));
+    MLFW_CUDA_CHECK(driver_->Malloc(&pointer, bytes));
   }
   return pointer;
 }
@@ -105,20 +114,20 @@ void DeviceContext::Free(void* pointer) noexcept {
     return;
   }
   int previous = -1;
-  const bool switched =
-      cudaGetDevice(&previous) == cudaSuccess && previous != device_ && cudaSetDevice(device_) == cudaSuccess;
+  const bool switched = driver_->GetDevice(&previous) == cudaSuccess && previous != device_ &&
+                        driver_->SetDevice(device_) == cudaSuccess;
   if (stream_ordered_) {
     try {
       // The framework's stream may still read library memory it was handed (the FP32 outputs).
       WaitForExternal(device_, stream_);
     } catch (const BackendError&) {  // a free must not throw; the device error surfaces on the next call
     }
-    MLFW_CUDA_CHECK_NOTHROW(cudaFreeAsync(pointer, stream_));
+    MLFW_CUDA_CHECK_NOTHROW(driver_->FreeAsync(pointer, stream_));
   } else {
-    MLFW_CUDA_CHECK_NOTHROW(cudaFree(pointer));
+    MLFW_CUDA_CHECK_NOTHROW(driver_->Free(pointer));
   }
   if (switched) {
-    MLFW_CUDA_CHECK_NOTHROW(cudaSetDevice(previous));
+    MLFW_CUDA_CHECK_NOTHROW(driver_->SetDevice(previous));
   }
 }
 
@@ -169,8 +178,8 @@ Launch DeviceContext::Stage(std::span<const ListEntry> entries, Access access) {
   WriteTable(entries, shape, buffer.host);
   auto* table = static_cast<std::byte*>(Allocate(shape.bytes));
   try {
-    MLFW_CUDA_CHECK(cudaMemcpyAsync(table, buffer.host, shape.bytes, cudaMemcpyHostToDevice, stream_));
-    MLFW_CUDA_CHECK(cudaEventRecord(buffer.copied, stream_));
+    MLFW_CUDA_CHECK(driver_->MemcpyAsync(table, buffer.host, shape.bytes, cudaMemcpyHostToDevice, stream_));
+    MLFW_CUDA_CHECK(driver_->EventRecord(buffer.copied, stream_));
   } catch (...) {
     Free(table);  // never kept: a table whose copy failed must not be found by a later call
     throw;
@@ -183,19 +192,19 @@ Launch DeviceContext::Stage(std::span<const ListEntry> entries, Access access) {
 DeviceContext::StagingBuffer& DeviceContext::StagingFor(std::size_t bytes) {
   StagingBuffer& buffer = staging_[next_staging_ % kStagingBuffers];
   if (buffer.copied == nullptr) {
-    MLFW_CUDA_CHECK(cudaEventCreateWithFlags(&buffer.copied, cudaEventDisableTiming));
+    MLFW_CUDA_CHECK(driver_->EventCreate(&buffer.copied));
   } else {
-    MLFW_CUDA_CHECK(cudaEventSynchronize(buffer.copied));  // its previous copy has run
+    MLFW_CUDA_CHECK(driver_->EventSynchronize(buffer.copied));  // its previous copy has run
   }
   if (buffer.capacity < bytes) {
     const std::size_t capacity = bytes + bytes / 2;  // grow geometrically
     if (buffer.host != nullptr) {
-      MLFW_CUDA_CHECK(cudaFreeHost(buffer.host));
+      MLFW_CUDA_CHECK(driver_->FreeHost(buffer.host));
     }
     buffer.host = nullptr;
     buffer.capacity = 0;
     void* grown = nullptr;
-    MLFW_CUDA_CHECK(cudaMallocHost(&grown, capacity));
+    MLFW_CUDA_CHECK(driver_->MallocHost(&grown, capacity));
     buffer.host = static_cast<std::byte*>(grown);
     buffer.capacity = capacity;
   }
@@ -204,12 +213,15 @@ DeviceContext::StagingBuffer& DeviceContext::StagingFor(std::size_t bytes) {
 }
 
 void DeviceContext::ClearResult() {
-  MLFW_CUDA_CHECK(cudaMemsetAsync(device_result_, 0, sizeof(DeviceResult), stream_));
+  MLFW_CUDA_CHECK(driver_->MemsetAsync(device_result_, 0, sizeof(DeviceResult), stream_));
 }
 
 DeviceResult DeviceContext::ReadResult() {
-  MLFW_CUDA_CHECK(cudaMemcpyAsync(host_result_, device_result_, sizeof(DeviceResult), cudaMemcpyDeviceToHost, stream_));
-  MLFW_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  MLFW_CUDA_CHECK(
+      driver_->MemcpyAsync(host_result_, device_result_, sizeof(DeviceResult), cudaMemcpyDeviceToHost, stream_));
+  MLFW_CUDA_CHECK(driver_->StreamSynchronize(stream_));
+  const BufferUse read{host_result_, sizeof(DeviceResult), Use::Read};
+  driver_->HostAccess({&read, 1});
   return *host_result_;
 }
 

@@ -15,6 +15,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "mlframework/backends/cuda/Driver.hpp"
 #include "mlframework/backends/cuda/ExternalStream.hpp"
 #include "mlframework/backends/cuda/LaunchPlan.hpp"
 #include "mlframework/backends/cuda/TableCache.hpp"
@@ -43,6 +44,8 @@ class DeviceContext {
 
   int DeviceIndex() const noexcept { return device_; }
   cudaStream_t Stream() const noexcept { return stream_; }
+  /// The driver this context was made with; every call on its device goes through it.
+  Driver& DeviceDriver() const noexcept { return *driver_; }
   /// Held by every backend call while it uses the scratch memory below.
   std::mutex& Mutex() noexcept { return mutex_; }
 
@@ -78,7 +81,9 @@ class DeviceContext {
   explicit DeviceContext(int device);
 
   int device_;
+  Driver* driver_;
   bool stream_ordered_ = false;
+  cudaMemPool_t pool_ = nullptr;  // the library's own pool (stream_ordered_)
   cudaStream_t stream_ = nullptr;
   std::mutex mutex_;
   DeviceResult* device_result_ = nullptr;

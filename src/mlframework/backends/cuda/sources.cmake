@@ -9,6 +9,7 @@ if(MLFW_HAS_CUDA)
     ${CMAKE_CURRENT_LIST_DIR}/CudaTensor.cpp
     ${CMAKE_CURRENT_LIST_DIR}/DeviceContext.cpp
     ${CMAKE_CURRENT_LIST_DIR}/ExternalStream.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/RuntimeDriver.cpp
     ${CMAKE_CURRENT_LIST_DIR}/TableCache.cpp
     ${CMAKE_CURRENT_LIST_DIR}/AddInto.cu
     ${CMAKE_CURRENT_LIST_DIR}/Cast.cu
