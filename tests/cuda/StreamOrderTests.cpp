@@ -345,4 +345,19 @@ BOOST_AUTO_TEST_CASE(Float8Casts) {
   });
 }
 
+// Fails when the owner of wrapped memory is released as soon as the last tensor goes: its
+// allocator could hand the block out while the queued kernel still writes it.
+BOOST_AUTO_TEST_CASE(WrappedMemoryGoesBackAfterTheQueuedWork) {
+  Recorded recorded;
+  void* memory = nullptr;
+  BOOST_REQUIRE(recorded.driver.Malloc(&memory, 256 * sizeof(float)) == cudaSuccess);
+  {
+    std::shared_ptr<void> owner(memory, [&recorded](void* block) { recorded.driver.ReleaseOnHost(block); });
+    const std::vector<TensorPtr> wrapped{cuda::Wrap(memory, {256}, DataType::Float32, 0, owner)};
+    owner.reset();
+    ScaleInPlace(wrapped, 2.0f);
+  }
+  RequireOrdered(recorded);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -77,7 +77,8 @@ CudaTensor::CudaTensor(const std::shared_ptr<const CudaTensor>& base, std::size_
       dtype_(base->dtype_),
       device_(base->device_),
       context_(base->context_),
-      owner_(base->owner_ ? base->owner_ : base) {
+      owner_(base->owner_ ? base->owner_ : base),
+      wrapped_(base->wrapped_) {
   const std::size_t bytes = ViewByteOffset(base->size_, ElementSize(dtype_), offset, size_);
   data_ = static_cast<std::byte*>(base->data_) + bytes;
 }
@@ -90,11 +91,16 @@ CudaTensor::CudaTensor(void* data, Shape shape, DataType dtype, int device, std:
       context_(&DeviceContext::Get(device)),
       data_(data),
       // A wrap with no owner still must not free the caller's memory: hold an empty keeper.
-      owner_(owner ? std::move(owner) : std::make_shared<int>(0)) {}
+      owner_(owner ? std::move(owner) : std::make_shared<int>(0)),
+      wrapped_(true) {}
 
 CudaTensor::~CudaTensor() {
   if (!owner_) {
     context_->Free(data_);
+  } else if (wrapped_) {
+    // The owner (a framework's tensor, a DLPack capsule) hands the memory back to its allocator
+    // when released, which may give it out at once: not before the kernels queued on it ran.
+    context_->ReleaseAfterWork(std::move(owner_));
   }
 }
 
@@ -220,6 +226,7 @@ void Synchronize(int device) {
   DeviceContext& context = DeviceContext::Get(device);
   DeviceGuard guard(device);
   MLFW_CUDA_CHECK(context.DeviceDriver().StreamSynchronize(context.Stream()));
+  context.RetireDeferred();
 }
 
 const DeviceScalingBackend& Backend() { return BackendInstance(); }

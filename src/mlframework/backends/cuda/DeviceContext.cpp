@@ -2,6 +2,7 @@
 
 #include <limits>
 #include <memory>
+#include <new>
 #include <utility>
 #include <vector>
 
@@ -129,6 +130,59 @@ void DeviceContext::Free(void* pointer) noexcept {
   if (switched) {
     MLFW_CUDA_CHECK_NOTHROW(driver_->SetDevice(previous));
   }
+}
+
+void DeviceContext::ReleaseAfterWork(std::shared_ptr<const void> owner) noexcept {
+  // Released outside the lock: an owner's deleter may drop further tensors of this device.
+  std::vector<std::shared_ptr<const void>> released;
+  try {
+    const std::lock_guard lock(deferred_mutex_);
+    RetireDeferredLocked(released);
+    released.reserve(released.size() + 1);
+    const DeviceGuard guard(device_);
+    cudaEvent_t done = nullptr;
+    if (spare_events_.empty()) {
+      MLFW_CUDA_CHECK(driver_->EventCreate(&done));
+    } else {
+      done = spare_events_.back();
+      spare_events_.pop_back();
+    }
+    deferred_.push_back(Deferred{done, nullptr});
+    const cudaError_t recorded = driver_->EventRecord(done, stream_);
+    if (recorded != cudaSuccess) {
+      deferred_.pop_back();
+      spare_events_.push_back(done);
+      MLFW_CUDA_CHECK(recorded);
+    }
+    deferred_.back().owner = std::move(owner);
+    RetireDeferredLocked(released);
+  } catch (...) {  // no event: the stream's work runs first, then the owner goes
+    if (owner) {
+      MLFW_CUDA_CHECK_NOTHROW(driver_->StreamSynchronize(stream_));
+    }
+  }
+}
+
+void DeviceContext::RetireDeferred() noexcept {
+  std::vector<std::shared_ptr<const void>> released;
+  const std::lock_guard lock(deferred_mutex_);
+  RetireDeferredLocked(released);
+}
+
+void DeviceContext::RetireDeferredLocked(std::vector<std::shared_ptr<const void>>& released) noexcept {
+  std::erase_if(deferred_, [&](Deferred& entry) {
+    if (driver_->EventQuery(entry.done) != cudaSuccess) {
+      return false;  // not yet run (an error surfaces on the next synchronising call)
+    }
+    try {
+      released.push_back(std::move(entry.owner));
+      spare_events_.push_back(entry.done);
+    } catch (const std::bad_alloc&) {
+      entry.owner.reset();
+      MLFW_CUDA_CHECK_NOTHROW(driver_->EventDestroy(entry.done));
+    }
+    return true;
+  });
 }
 
 float* DeviceContext::Partials(std::size_t count) {

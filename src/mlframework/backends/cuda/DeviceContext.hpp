@@ -9,9 +9,11 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <span>
 #include <string>
+#include <vector>
 
 #include <cuda_runtime_api.h>
 
@@ -54,6 +56,13 @@ class DeviceContext {
   /// Frees memory from Allocate(), ordered on the stream (and after the calling thread's
   /// framework stream: StreamGuard); never throws.
   void Free(void* pointer) noexcept;
+
+  /// Releases @p owner (what keeps caller-owned memory alive) once the work queued on the stream
+  /// so far has run; the host does not wait (owners whose work is done are released by this
+  /// and later calls). Never throws: when no event can be recorded, it waits for the stream.
+  void ReleaseAfterWork(std::shared_ptr<const void> owner) noexcept;
+  /// Releases the owners of ReleaseAfterWork() whose work has run.
+  void RetireDeferred() noexcept;
 
   /// Result block (flag and sum) in device memory and its pinned host mirror.
   DeviceResult* DeviceResultBlock() noexcept { return device_result_; }
@@ -108,6 +117,17 @@ class DeviceContext {
   TableCache tables_{TableCache::kDefaultCapacity, [this](std::byte* table) { Free(table); }};
 
   StagingBuffer& StagingFor(std::size_t bytes);
+
+  // Owners waiting for the stream to pass their event (ReleaseAfterWork), and spare events.
+  struct Deferred {
+    cudaEvent_t done = nullptr;
+    std::shared_ptr<const void> owner;
+  };
+  std::mutex deferred_mutex_;
+  std::vector<Deferred> deferred_;
+  std::vector<cudaEvent_t> spare_events_;
+  // Under deferred_mutex_: moves the owners whose work is done to @p released.
+  void RetireDeferredLocked(std::vector<std::shared_ptr<const void>>& released) noexcept;
 };
 
 /// What a backend call that queues work on a device holds for its duration: the device's mutex
