@@ -1,5 +1,6 @@
 #include "mlframework/backends/cuda/DeviceContext.hpp"
 
+#include <algorithm>
 #include <limits>
 #include <memory>
 #include <new>
@@ -123,6 +124,7 @@ void DeviceContext::Free(void* pointer) noexcept {
       WaitForExternal(device_, stream_);
     } catch (const BackendError&) {  // a free must not throw; the device error surfaces on the next call
     }
+    WaitForSideStreams();
     MLFW_CUDA_CHECK_NOTHROW(driver_->FreeAsync(pointer, stream_));
   } else {
     MLFW_CUDA_CHECK_NOTHROW(driver_->Free(pointer));
@@ -148,6 +150,7 @@ void DeviceContext::ReleaseAfterWork(std::shared_ptr<const void> owner) noexcept
       spare_events_.pop_back();
     }
     deferred_.push_back(Deferred{done, nullptr});
+    WaitForSideStreams();
     const cudaError_t recorded = driver_->EventRecord(done, stream_);
     if (recorded != cudaSuccess) {
       deferred_.pop_back();
@@ -160,6 +163,25 @@ void DeviceContext::ReleaseAfterWork(std::shared_ptr<const void> owner) noexcept
     if (owner) {
       MLFW_CUDA_CHECK_NOTHROW(driver_->StreamSynchronize(stream_));
     }
+  }
+}
+
+void DeviceContext::OrderFreesAfter(cudaEvent_t event) {
+  const std::lock_guard lock(side_mutex_);
+  if (std::find(side_events_.begin(), side_events_.end(), event) == side_events_.end()) {
+    side_events_.push_back(event);
+  }
+}
+
+void DeviceContext::StopOrderingFreesAfter(cudaEvent_t event) noexcept {
+  const std::lock_guard lock(side_mutex_);
+  std::erase(side_events_, event);
+}
+
+void DeviceContext::WaitForSideStreams() noexcept {
+  const std::lock_guard lock(side_mutex_);
+  for (cudaEvent_t event : side_events_) {
+    MLFW_CUDA_CHECK_NOTHROW(driver_->StreamWaitEvent(stream_, event));
   }
 }
 

@@ -64,6 +64,13 @@ class DeviceContext {
   /// Releases the owners of ReleaseAfterWork() whose work has run.
   void RetireDeferred() noexcept;
 
+  /// Orders every later Free() and ReleaseAfterWork() after the work recorded in @p event when
+  /// they are called (a communication stream's last collective, re-recorded by its owner), so
+  /// that memory a collective on another stream still uses is not handed out. Until
+  /// StopOrderingFreesAfter(@p event).
+  void OrderFreesAfter(cudaEvent_t event);
+  void StopOrderingFreesAfter(cudaEvent_t event) noexcept;
+
   /// Result block (flag and sum) in device memory and its pinned host mirror.
   DeviceResult* DeviceResultBlock() noexcept { return device_result_; }
   DeviceResult* HostResultBlock() noexcept { return host_result_; }
@@ -126,6 +133,12 @@ class DeviceContext {
   std::mutex deferred_mutex_;
   std::vector<Deferred> deferred_;
   std::vector<cudaEvent_t> spare_events_;
+  // Events of other streams that frees wait for (OrderFreesAfter), behind their own lock: a
+  // free may come from any thread.
+  std::mutex side_mutex_;
+  std::vector<cudaEvent_t> side_events_;
+  // Queues on the stream a wait for each of side_events_.
+  void WaitForSideStreams() noexcept;
   // Under deferred_mutex_: moves the owners whose work is done to @p released.
   void RetireDeferredLocked(std::vector<std::shared_ptr<const void>>& released) noexcept;
 };

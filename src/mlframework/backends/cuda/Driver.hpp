@@ -100,7 +100,7 @@ class Driver {
 };
 
 /// The driver every call of the backend goes through: the CUDA runtime unless a test installed another.
-Driver& ActiveDriver() noexcept;
+MLFRAMEWORK_EXPORT Driver& ActiveDriver() noexcept;
 
 /// Installs @p driver (nullptr: the runtime driver again) and returns the previous one. For
 /// tests: install before the first CUDA call of a test and keep it until every object made

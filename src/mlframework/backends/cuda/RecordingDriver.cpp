@@ -66,6 +66,26 @@ void RecordingDriver::ReleaseOnHost(void* pointer) {
   ReleaseLocked(pointer, kHost, "the owner's release on the host");
 }
 
+void RecordingDriver::Stall(cudaStream_t stream) {
+  const std::lock_guard lock(mutex_);
+  stalled_[LaneOf(stream)] = true;
+}
+
+void RecordingDriver::Unstall() {
+  const std::lock_guard lock(mutex_);
+  stalled_.clear();
+  never_.clear();
+}
+
+bool RecordingDriver::HostWaitLocked(std::size_t lane, bool never, const std::string& what) {
+  if (never || stalled_.contains(lane)) {
+    violations_.push_back("the host waits for good (" + what + " on " + LaneName(lane) +
+                          ", behind work that never ends): a dead peer would hang the caller");
+    return false;
+  }
+  return true;
+}
+
 // ---- devices ----
 
 cudaError_t RecordingDriver::GetDeviceCount(int* count) {
@@ -131,6 +151,9 @@ cudaError_t RecordingDriver::StreamSynchronize(cudaStream_t stream) {
   ++operations_;
   HostSynchronizationLocked("cudaStreamSynchronize");
   const std::size_t lane = LaneOf(stream);
+  if (!HostWaitLocked(lane, false, "cudaStreamSynchronize")) {
+    return cudaErrorLaunchTimeout;
+  }
   Begin(kHost);
   Join(clocks_[kHost], clocks_[lane]);
   return cudaSuccess;
@@ -155,6 +178,11 @@ cudaError_t RecordingDriver::EventRecord(cudaEvent_t event, cudaStream_t stream)
   const std::size_t lane = LaneOf(stream);
   Begin(lane);
   events_[event] = clocks_[lane];
+  if (stalled_.contains(lane)) {
+    never_[event] = true;
+  } else {
+    never_.erase(event);
+  }
   return cudaSuccess;
 }
 
@@ -164,12 +192,19 @@ cudaError_t RecordingDriver::StreamWaitEvent(cudaStream_t stream, cudaEvent_t ev
   const std::size_t lane = LaneOf(stream);
   Begin(lane);
   Join(clocks_[lane], events_[event]);
+  if (never_.contains(event)) {
+    stalled_[lane] = true;
+  }
   return cudaSuccess;
 }
 
 cudaError_t RecordingDriver::EventQuery(cudaEvent_t event) {
-  // Nothing runs, so every event is done; a query that says so orders the host after it.
+  // Nothing runs, so every event is done unless stalled; a query that says done orders the
+  // host after the event.
   const std::lock_guard lock(mutex_);
+  if (never_.contains(event)) {
+    return cudaErrorNotReady;
+  }
   Begin(kHost);
   Join(clocks_[kHost], events_[event]);
   return cudaSuccess;
@@ -179,6 +214,9 @@ cudaError_t RecordingDriver::EventSynchronize(cudaEvent_t event) {
   const std::lock_guard lock(mutex_);
   ++operations_;
   HostSynchronizationLocked("cudaEventSynchronize");
+  if (!HostWaitLocked(kHost, never_.contains(event), "cudaEventSynchronize")) {
+    return cudaErrorLaunchTimeout;
+  }
   Begin(kHost);
   Join(clocks_[kHost], events_[event]);
   return cudaSuccess;
@@ -242,6 +280,9 @@ cudaError_t RecordingDriver::MemcpyAsync(void* dst, const void* src, std::size_t
     // A copy from or to pageable memory is not a stream operation a graph can hold, and one to
     // pageable memory returns only when done.
     HostSynchronizationLocked("cudaMemcpyAsync with pageable host memory");
+  }
+  if (pageable_dst && !HostWaitLocked(lane, false, "cudaMemcpyAsync into pageable host memory")) {
+    return cudaErrorLaunchTimeout;
   }
   const std::uint64_t tick = Begin(lane);
   Access(lane, tick, src, bytes, Use::Read, "cudaMemcpyAsync (source)");

@@ -18,7 +18,9 @@
 //     ordered after the reads since), and any access to freed memory;
 //   - a stream-ordered free not ordered after the memory's last use; a host release of
 //     memory (ReleaseOnHost, as a framework's allocator does) likewise;
-//   - a host synchronisation or an allocation while a region is marked as captured.
+//   - a host synchronisation or an allocation while a region is marked as captured;
+//   - a host wait for work that never ends (after Stall(): a dead peer's collective), which
+//     would hang; the call returns cudaErrorLaunchTimeout instead of blocking.
 // Memory the recorder did not hand out (a pageable host vector) is not tracked.
 
 #include <cstddef>
@@ -51,6 +53,10 @@ class RecordingDriver final : public Driver {
   /// The host hands memory of this recorder back to its owner (a framework's caching
   /// allocator, which may give it out again at once): it must be ordered after its last use.
   void ReleaseOnHost(void* pointer);
+  /// From now on the work queued on @p stream never ends (a collective whose peer is dead), nor
+  /// does any stream's work after a wait for it; until Unstall() (an abort makes it return).
+  void Stall(cudaStream_t stream);
+  void Unstall();
 
   cudaError_t GetDeviceCount(int* count) override;
   cudaError_t GetDevice(int* device) override;
@@ -111,6 +117,9 @@ class RecordingDriver final : public Driver {
   void HostSynchronizationLocked(const std::string& what);
   void AllocationLocked(const std::string& what);
   void SynchronizeAllLocked();
+  // The host waits for @p lane (or for an event that never completes, @p never): a violation
+  // and false when that wait would never end.
+  bool HostWaitLocked(std::size_t lane, bool never, const std::string& what);
   std::map<std::uintptr_t, Allocation>::iterator Find(const void* pointer);
   std::string LaneName(std::size_t lane) const;
 
@@ -121,6 +130,8 @@ class RecordingDriver final : public Driver {
   std::map<cudaStream_t, std::size_t> lanes_;
   std::map<std::size_t, std::string> names_;
   std::map<cudaEvent_t, Clock> events_;
+  std::map<std::size_t, bool> stalled_;         // lanes whose work never ends
+  std::map<cudaEvent_t, bool> never_;           // events recorded after such work
   std::map<std::uintptr_t, Allocation> live_;
   std::map<std::uintptr_t, std::size_t> freed_;  // base -> bytes of freed allocations
   std::uintptr_t next_handle_ = 0x1000;

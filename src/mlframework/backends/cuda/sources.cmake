@@ -36,6 +36,7 @@ endif()
 set(mlfw_distributed_dir ${CMAKE_CURRENT_LIST_DIR}/../../distributed)
 if(MLFW_HAS_NCCL)
   target_sources(mlframework_cuda PRIVATE ${mlfw_distributed_dir}/NcclProcessGroup.cpp
+                                     ${mlfw_distributed_dir}/NcclDriver.cpp
                                      ${mlfw_distributed_dir}/PendingCollectives.cpp)
   target_link_libraries(mlframework_cuda PRIVATE NCCL::NCCL)
 else()
