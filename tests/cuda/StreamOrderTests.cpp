@@ -209,6 +209,24 @@ BOOST_AUTO_TEST_CASE(FusedOptimizerSteps) {
   });
 }
 
+// Fails when a warmed-up fused step allocates or waits for the host (its table uploaded from
+// pageable memory into new device memory on every call): it could not be captured in a graph.
+BOOST_AUTO_TEST_CASE(AWarmedUpFusedStepIsCaptureSafe) {
+  Recorded recorded;
+  {
+    const std::vector<TensorPtr> w = List(DataType::Float32);
+    const std::vector<TensorPtr> g = List(DataType::Float32);
+    const std::vector<TensorPtr> m = List(DataType::Float32);
+    const std::vector<TensorPtr> v = List(DataType::Float32);
+    const OptimizerStepLists lists{.Parameters = w, .Gradients = g, .FirstState = m, .SecondState = v};
+    BOOST_TEST(FusedAdamStep(lists, AdamStepScalarsFor(AdamOptions{}, 1)));
+    recorded.driver.BeginCapture();
+    BOOST_TEST(FusedAdamStep(lists, AdamStepScalarsFor(AdamOptions{}, 2)));
+    recorded.driver.EndCapture();
+  }
+  RequireOrdered(recorded);
+}
+
 BOOST_AUTO_TEST_CASE(Float8Casts) {
   RunBoth([] {
     auto src = std::make_shared<std::vector<TensorPtr>>();

@@ -1,6 +1,7 @@
 #include "mlframework/backends/cuda/DeviceContext.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <new>
@@ -263,6 +264,32 @@ Launch DeviceContext::Stage(std::span<const ListEntry> entries, Access access) {
   tables_.Insert(std::move(key), table, shape.count, shape.total);
   launch.table.uploaded = table;
   return launch;
+}
+
+const void* DeviceContext::UploadKept(std::span<const std::byte> image) {
+  const auto same = [&](const KeptImage& kept) { return std::ranges::equal(kept.bytes, image); };
+  if (const auto found = std::ranges::find_if(kept_images_, same); found != kept_images_.end()) {
+    std::rotate(found, found + 1, kept_images_.end());  // the newest now
+    return kept_images_.back().device;
+  }
+  KeptImage kept{std::vector<std::byte>(image.begin(), image.end()), nullptr};  // before any allocation: it may throw
+  if (kept_images_.size() == kKeptImages) {
+    Free(kept_images_.front().device);  // stream-ordered: the kernels that read it finish first
+    kept_images_.erase(kept_images_.begin());
+  }
+  kept_images_.reserve(kKeptImages);
+  StagingBuffer& buffer = StagingFor(image.size());
+  std::memcpy(buffer.host, image.data(), image.size());
+  kept.device = Allocate(image.size());
+  try {
+    MLFW_CUDA_CHECK(driver_->MemcpyAsync(kept.device, buffer.host, image.size(), cudaMemcpyHostToDevice, stream_));
+    MLFW_CUDA_CHECK(driver_->EventRecord(buffer.copied, stream_));
+  } catch (...) {
+    Free(kept.device);
+    throw;
+  }
+  kept_images_.push_back(std::move(kept));
+  return kept_images_.back().device;
 }
 
 DeviceContext::StagingBuffer& DeviceContext::StagingFor(std::size_t bytes) {

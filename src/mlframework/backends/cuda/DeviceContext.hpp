@@ -85,6 +85,14 @@ class DeviceContext {
   /// `blocks` is 0 when every entry is empty.
   Launch Stage(std::span<const ListEntry> entries, Access access);
 
+  /// Device memory holding the bytes of @p image (mutex held), for a kernel's table of another
+  /// layout than Stage()'s (the fused optimizer steps): the copy kept from an earlier call with
+  /// the same bytes, or else a new one, staged through pinned memory, copied on the stream and
+  /// kept (the oldest of kKeptImages is evicted, freed in stream order). A kept image is never
+  /// written again, so kernels queued earlier keep reading their own. Queue the kernel before
+  /// releasing the mutex.
+  const void* UploadKept(std::span<const std::byte> image);
+
   /// Clears the result flag, runs nothing else (mutex held).
   void ClearResult();
   /// Copies the result block to the host and waits for the stream (mutex held).
@@ -124,6 +132,14 @@ class DeviceContext {
   TableCache tables_{TableCache::kDefaultCapacity, [this](std::byte* table) { Free(table); }};
 
   StagingBuffer& StagingFor(std::size_t bytes);
+
+  // UploadKept()'s images, newest last.
+  struct KeptImage {
+    std::vector<std::byte> bytes;
+    void* device = nullptr;
+  };
+  static constexpr std::size_t kKeptImages = 8;
+  std::vector<KeptImage> kept_images_;
 
   // Owners waiting for the stream to pass their event (ReleaseAfterWork), and spare events.
   struct Deferred {
