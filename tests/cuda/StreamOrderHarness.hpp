@@ -59,7 +59,8 @@ inline cuda::BufferUse UseOf(const TensorPtr& tensor, cuda::Use use) {
 }
 
 // A framework kernel on @p stream that uses @p tensors as @p use.
-inline void FrameworkKernel(Recorded& recorded, cudaStream_t stream, const std::vector<TensorPtr>& tensors, cuda::Use use) {
+inline void FrameworkKernel(Recorded& recorded, cudaStream_t stream, const std::vector<TensorPtr>& tensors,
+                            cuda::Use use) {
   std::vector<cuda::BufferUse> buffers;
   for (const TensorPtr& tensor : tensors) {
     buffers.push_back(UseOf(tensor, use));
@@ -116,6 +117,5 @@ inline void RunBoth(const std::function<Flow()>& flow_of) {
   BOOST_TEST_CONTEXT("without a StreamGuard") { RunPlain(flow_of); }
   BOOST_TEST_CONTEXT("under a StreamGuard") { RunGuarded(flow_of); }
 }
-
 
 }  // namespace mlfw_stream_order

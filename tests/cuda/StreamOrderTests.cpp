@@ -180,32 +180,30 @@ BOOST_AUTO_TEST_CASE(FusedOptimizerSteps) {
     auto m = std::make_shared<std::vector<TensorPtr>>();
     auto v = std::make_shared<std::vector<TensorPtr>>();
     auto low = std::make_shared<std::vector<TensorPtr>>();
-    return Flow{.make =
-                    [=] {
-                      *w = List(DataType::Float32);
-                      *g = List(DataType::Float32);
-                      *m = List(DataType::Float32);
-                      *v = List(DataType::Float32);
-                      *low = List(DataType::BFloat16);
-                    },
-                .inputs = [=] { return *g; },
-                .call =
-                    [=] {
-                      BOOST_TEST(FusedAdamStep({.Parameters = *w,
-                                                .Gradients = *g,
-                                                .FirstState = *m,
-                                                .SecondState = *v,
-                                                .LowPrecisionCopies = *low},
-                                               AdamStepScalarsFor(AdamOptions{}, 1)));
-                      BOOST_TEST(FusedSGDStep({.Parameters = *w, .Gradients = *g, .FirstState = *m},
-                                              SGDStepScalarsFor({.LearningRate = 0.01f, .Momentum = 0.9f}, true)));
-                    },
-                .outputs =
-                    [=] {
-                      std::vector<TensorPtr> all = *w;
-                      all.insert(all.end(), low->begin(), low->end());
-                      return all;
-                    }};
+    return Flow{
+        .make =
+            [=] {
+              *w = List(DataType::Float32);
+              *g = List(DataType::Float32);
+              *m = List(DataType::Float32);
+              *v = List(DataType::Float32);
+              *low = List(DataType::BFloat16);
+            },
+        .inputs = [=] { return *g; },
+        .call =
+            [=] {
+              BOOST_TEST(FusedAdamStep(
+                  {.Parameters = *w, .Gradients = *g, .FirstState = *m, .SecondState = *v, .LowPrecisionCopies = *low},
+                  AdamStepScalarsFor(AdamOptions{}, 1)));
+              BOOST_TEST(FusedSGDStep({.Parameters = *w, .Gradients = *g, .FirstState = *m},
+                                      SGDStepScalarsFor({.LearningRate = 0.01f, .Momentum = 0.9f}, true)));
+            },
+        .outputs =
+            [=] {
+              std::vector<TensorPtr> all = *w;
+              all.insert(all.end(), low->begin(), low->end());
+              return all;
+            }};
   });
 }
 

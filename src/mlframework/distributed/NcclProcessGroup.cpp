@@ -274,9 +274,8 @@ class NcclProcessGroup final : public IProcessGroup {
     Run("Barrier", [&] {
       Enqueue("ncclAllReduce (barrier)", true, [&](ncclComm_t comm) {
         const cuda::BufferUse scratch{scratch_, sizeof(double), cuda::Use::ReadWrite};
-        Collective("ncclAllReduce (barrier)", Stream(), scratch, {}, [&] {
-          return ncclAllReduce(scratch_, scratch_, 1, ncclFloat64, ncclSum, comm, Stream());
-        });
+        Collective("ncclAllReduce (barrier)", Stream(), scratch, {},
+                   [&] { return ncclAllReduce(scratch_, scratch_, 1, ncclFloat64, ncclSum, comm, Stream()); });
       });
     });
   }
@@ -338,8 +337,8 @@ class NcclProcessGroup final : public IProcessGroup {
     const DeviceOperand out(output, options_.Device, false);
     return StartAsync("ReduceScatterAsync", "ncclReduceScatter", [&](ncclComm_t comm) {
       Collective("ncclReduceScatter", comm_stream_, in.Read(input), out.Written(output), [&] {
-        return ncclReduceScatter(in.Pointer(), out.Pointer(), output.Size(), NcclType(input.GetDataType()),
-                                 NcclOp(op), comm, comm_stream_);
+        return ncclReduceScatter(in.Pointer(), out.Pointer(), output.Size(), NcclType(input.GetDataType()), NcclOp(op),
+                                 comm, comm_stream_);
       });
     });
   }
@@ -351,8 +350,8 @@ class NcclProcessGroup final : public IProcessGroup {
     const DeviceOperand data(tensor, options_.Device, true);
     return StartAsync("AllReduceAsync", "ncclAllReduce", [&](ncclComm_t comm) {
       Collective("ncclAllReduce", comm_stream_, data.Read(tensor), data.Written(tensor), [&] {
-        return ncclAllReduce(data.Pointer(), data.Pointer(), tensor.Size(), NcclType(tensor.GetDataType()),
-                             NcclOp(op), comm, comm_stream_);
+        return ncclAllReduce(data.Pointer(), data.Pointer(), tensor.Size(), NcclType(tensor.GetDataType()), NcclOp(op),
+                             comm, comm_stream_);
       });
     });
   }

@@ -48,9 +48,9 @@ class NcclRequest final : public CollectiveRequest {
     if (status == cudaErrorNotReady) return false;
     if (status != cudaSuccess) {
       static_cast<void>(cudaGetLastError());
-      throw CommunicationError("a non-blocking NCCL collective failed on cuda:" +
-                               std::to_string(context_->DeviceIndex()) + ": " +
-                               backends::cuda::CudaErrorMessage("cudaEventQuery(done)", status, __FILE__, __LINE__));
+      throw CommunicationError(
+          "a non-blocking NCCL collective failed on cuda:" + std::to_string(context_->DeviceIndex()) + ": " +
+          backends::cuda::CudaErrorMessage("cudaEventQuery(done)", status, __FILE__, __LINE__));
     }
     ThrowIfAborted();  // the abort makes the collective's kernels return: done, with no valid output
     Wait();

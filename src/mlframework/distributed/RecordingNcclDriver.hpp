@@ -14,7 +14,6 @@ namespace mlframework::distributed::detail {
 
 class RecordingNcclDriver final : public NcclDriver {
  public:
-
   /// Every later collective waits for a peer that never comes.
   void DeadPeer() noexcept { dead_peer_ = true; }
   /// Communicators aborted so far.

@@ -407,9 +407,8 @@ class CudaBackend final : public CudaFloat8Backend {
           initial.first_index = ~0ull;
           Driver& driver = context.DeviceDriver();
           MLFW_CUDA_CHECK(driver.MemcpyAsync(device, &initial, sizeof initial, cudaMemcpyHostToDevice, stream));
-          const std::array<BufferUse, 2> buffers{
-              BufferUse{tensor.Data(), tensor.Bytes(), Use::Read},
-              BufferUse{device, sizeof(DeviceNonFiniteScan), Use::ReadWrite}};
+          const std::array<BufferUse, 2> buffers{BufferUse{tensor.Data(), tensor.Bytes(), Use::Read},
+                                                 BufferUse{device, sizeof(DeviceNonFiniteScan), Use::ReadWrite}};
           driver.Launch("scan non-finite", stream, KernelOperands{{}, Access::ReadOnly, buffers}, [&] {
             LaunchScanNonFinite(tensor.Data(), tensor.GetDataType(), tensor.Size(), device, stream);
           });
@@ -459,26 +458,28 @@ class CudaBackend final : public CudaFloat8Backend {
 
   void ScaleWithState(std::span<ITensor* const> tensors, DeviceScaleState& state) const override {
     const CudaScaleState& cuda_state = AsCudaState(state);
-    Queue(cuda_state.Context(), EntriesOnDevice(tensors, cuda_state), Access::Writes,
-          [&](const Launch& launch, cudaStream_t stream) {
-            LaunchScale(launch, FactorSource{1.0f, FactorMode::Scale, cuda_state.ScalePointer()}, stream);
-          },
-          cuda_state.Block());
+    Queue(
+        cuda_state.Context(), EntriesOnDevice(tensors, cuda_state), Access::Writes,
+        [&](const Launch& launch, cudaStream_t stream) {
+          LaunchScale(launch, FactorSource{1.0f, FactorMode::Scale, cuda_state.ScalePointer()}, stream);
+        },
+        cuda_state.Block());
   }
 
   void UnscaleWithState(std::span<ITensor* const> tensors, DeviceScaleState& state) const override {
     const CudaScaleState& cuda_state = AsCudaState(state);
     const FactorSource factor{1.0f, FactorMode::InverseOfScale, cuda_state.ScalePointer()};
     const bool amax = cuda_state.AmaxTracking();  // once per call: the plain kernel without it
-    Queue(cuda_state.Context(), EntriesOnDevice(tensors, cuda_state), Access::Writes,
-          [&](const Launch& launch, cudaStream_t stream) {
-            if (amax) {
-              LaunchUnscaleAmax(launch, factor, cuda_state.FlagPointer(), cuda_state.AmaxPointer(), stream);
-            } else {
-              LaunchUnscale(launch, factor, cuda_state.FlagPointer(), stream);
-            }
-          },
-          cuda_state.Block());
+    Queue(
+        cuda_state.Context(), EntriesOnDevice(tensors, cuda_state), Access::Writes,
+        [&](const Launch& launch, cudaStream_t stream) {
+          if (amax) {
+            LaunchUnscaleAmax(launch, factor, cuda_state.FlagPointer(), cuda_state.AmaxPointer(), stream);
+          } else {
+            LaunchUnscale(launch, factor, cuda_state.FlagPointer(), stream);
+          }
+        },
+        cuda_state.Block());
   }
 
   void CastUnscaledWithState(std::span<const ITensor* const> src, std::span<ITensor* const> dst,
@@ -486,15 +487,16 @@ class CudaBackend final : public CudaFloat8Backend {
     const CudaScaleState& cuda_state = AsCudaState(state);
     const FactorSource factor{1.0f, FactorMode::InverseOfScale, cuda_state.ScalePointer()};
     const bool amax = cuda_state.AmaxTracking();
-    Queue(cuda_state.Context(), PairsOnDevice(src, dst, cuda_state), Access::Writes,
-          [&](const Launch& launch, cudaStream_t stream) {
-            if (amax) {
-              LaunchCastAmax(launch, factor, cuda_state.FlagPointer(), cuda_state.AmaxPointer(), stream);
-            } else {
-              LaunchCast(launch, factor, cuda_state.FlagPointer(), stream);
-            }
-          },
-          cuda_state.Block());
+    Queue(
+        cuda_state.Context(), PairsOnDevice(src, dst, cuda_state), Access::Writes,
+        [&](const Launch& launch, cudaStream_t stream) {
+          if (amax) {
+            LaunchCastAmax(launch, factor, cuda_state.FlagPointer(), cuda_state.AmaxPointer(), stream);
+          } else {
+            LaunchCast(launch, factor, cuda_state.FlagPointer(), stream);
+          }
+        },
+        cuda_state.Block());
   }
 
   void CheckWithState(std::span<const ITensor* const> tensors, DeviceScaleState& state) const override {

@@ -117,8 +117,8 @@ void DeviceContext::Free(void* pointer) noexcept {
     return;
   }
   int previous = -1;
-  const bool switched = driver_->GetDevice(&previous) == cudaSuccess && previous != device_ &&
-                        driver_->SetDevice(device_) == cudaSuccess;
+  const bool switched =
+      driver_->GetDevice(&previous) == cudaSuccess && previous != device_ && driver_->SetDevice(device_) == cudaSuccess;
   if (stream_ordered_) {
     try {
       // The framework's stream may still read library memory it was handed (the FP32 outputs).

@@ -125,8 +125,7 @@ cudaError_t RecordingDriver::MemPoolCreate(cudaMemPool_t* pool, int device) {
   return cudaSuccess;
 }
 
-cudaError_t RecordingDriver::MemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr /*attribute*/,
-                                                 void* /*value*/) {
+cudaError_t RecordingDriver::MemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr /*attribute*/, void* /*value*/) {
   return pool != nullptr ? cudaSuccess : cudaErrorInvalidValue;
 }
 
@@ -410,10 +409,9 @@ void RecordingDriver::Access(std::size_t lane, std::uint64_t tick, const void* p
     }
     if (!ordered(record)) {
       violations_.push_back(what + " on " + LaneName(lane) + (writes ? " writes" : " reads") + " buffer #" +
-                            std::to_string(allocation->second.id) + " [+" +
-                            std::to_string(begin - allocation->first) + ", " + std::to_string(bytes) +
-                            " bytes], not ordered after " + record.what + " on " + LaneName(record.lane) +
-                            (record.write ? ", which writes it" : ", which reads it"));
+                            std::to_string(allocation->second.id) + " [+" + std::to_string(begin - allocation->first) +
+                            ", " + std::to_string(bytes) + " bytes], not ordered after " + record.what + " on " +
+                            LaneName(record.lane) + (record.write ? ", which writes it" : ", which reads it"));
       break;  // one line per access
     }
   }

@@ -74,8 +74,7 @@ class RecordingDriver final : public Driver {
   cudaError_t StreamWaitEvent(cudaStream_t stream, cudaEvent_t event) override;
   cudaError_t EventQuery(cudaEvent_t event) override;
   cudaError_t EventSynchronize(cudaEvent_t event) override;
-  cudaError_t MallocFromPoolAsync(void** pointer, std::size_t bytes, cudaMemPool_t pool,
-                                  cudaStream_t stream) override;
+  cudaError_t MallocFromPoolAsync(void** pointer, std::size_t bytes, cudaMemPool_t pool, cudaStream_t stream) override;
   cudaError_t FreeAsync(void* pointer, cudaStream_t stream) override;
   cudaError_t Malloc(void** pointer, std::size_t bytes) override;
   cudaError_t Free(void* pointer) override;
@@ -130,8 +129,8 @@ class RecordingDriver final : public Driver {
   std::map<cudaStream_t, std::size_t> lanes_;
   std::map<std::size_t, std::string> names_;
   std::map<cudaEvent_t, Clock> events_;
-  std::map<std::size_t, bool> stalled_;         // lanes whose work never ends
-  std::map<cudaEvent_t, bool> never_;           // events recorded after such work
+  std::map<std::size_t, bool> stalled_;  // lanes whose work never ends
+  std::map<cudaEvent_t, bool> never_;    // events recorded after such work
   std::map<std::uintptr_t, Allocation> live_;
   std::map<std::uintptr_t, std::size_t> freed_;  // base -> bytes of freed allocations
   std::uintptr_t next_handle_ = 0x1000;

@@ -31,9 +31,7 @@ class RuntimeDriver final : public Driver {
     return cudaStreamCreateWithFlags(stream, flags);
   }
   cudaError_t StreamDestroy(cudaStream_t stream) override { return cudaStreamDestroy(stream); }
-  cudaError_t StreamGetDevice(cudaStream_t stream, int* device) override {
-    return cudaStreamGetDevice(stream, device);
-  }
+  cudaError_t StreamGetDevice(cudaStream_t stream, int* device) override { return cudaStreamGetDevice(stream, device); }
   cudaError_t StreamSynchronize(cudaStream_t stream) override { return cudaStreamSynchronize(stream); }
   cudaError_t EventCreate(cudaEvent_t* event) override {
     return cudaEventCreateWithFlags(event, cudaEventDisableTiming);
@@ -45,8 +43,7 @@ class RuntimeDriver final : public Driver {
   }
   cudaError_t EventQuery(cudaEvent_t event) override { return cudaEventQuery(event); }
   cudaError_t EventSynchronize(cudaEvent_t event) override { return cudaEventSynchronize(event); }
-  cudaError_t MallocFromPoolAsync(void** pointer, std::size_t bytes, cudaMemPool_t pool,
-                                  cudaStream_t stream) override {
+  cudaError_t MallocFromPoolAsync(void** pointer, std::size_t bytes, cudaMemPool_t pool, cudaStream_t stream) override {
     return cudaMallocFromPoolAsync(pointer, bytes, pool, stream);
   }
   cudaError_t FreeAsync(void* pointer, cudaStream_t stream) override { return cudaFreeAsync(pointer, stream); }
