@@ -62,6 +62,7 @@ inline cuda::BufferUse UseOf(const TensorPtr& tensor, cuda::Use use) {
 inline void FrameworkKernel(Recorded& recorded, cudaStream_t stream, const std::vector<TensorPtr>& tensors,
                             cuda::Use use) {
   std::vector<cuda::BufferUse> buffers;
+  buffers.reserve(tensors.size());
   for (const TensorPtr& tensor : tensors) {
     buffers.push_back(UseOf(tensor, use));
   }

@@ -238,33 +238,35 @@ cudaError_t RecordingDriver::FreeAsync(void* pointer, cudaStream_t stream) {
 }
 
 cudaError_t RecordingDriver::Malloc(void** pointer, std::size_t bytes) {
-  const std::lock_guard lock(mutex_);
-  AllocationLocked("cudaMalloc");
-  *pointer = AllocateLocked(bytes, kHost, "cudaMalloc");
-  return cudaSuccess;
+  return AllocateOnHost(pointer, bytes, "cudaMalloc");
 }
 
-cudaError_t RecordingDriver::Free(void* pointer) {
-  // cudaFree waits for the whole device first.
-  const std::lock_guard lock(mutex_);
-  HostSynchronizationLocked("cudaFree");
-  SynchronizeAllLocked();
-  ReleaseLocked(pointer, kHost, "cudaFree");
-  return cudaSuccess;
-}
+cudaError_t RecordingDriver::Free(void* pointer) { return FreeAfterAll(pointer, "cudaFree"); }
 
 cudaError_t RecordingDriver::MallocHost(void** pointer, std::size_t bytes) {
+  return AllocateOnHost(pointer, bytes, "cudaMallocHost");
+}
+
+cudaError_t RecordingDriver::FreeHost(void* pointer) { return FreeAfterAll(pointer, "cudaFreeHost"); }
+
+cudaError_t RecordingDriver::AllocateOnHost(void** pointer, std::size_t bytes, const char* what) {
   const std::lock_guard lock(mutex_);
-  AllocationLocked("cudaMallocHost");
-  *pointer = AllocateLocked(bytes, kHost, "cudaMallocHost");
+  AllocationLocked(what);
+  *pointer = AllocateLocked(bytes, kHost, what);
   return cudaSuccess;
 }
 
-cudaError_t RecordingDriver::FreeHost(void* pointer) {
+cudaError_t RecordingDriver::FreeAfterAll(void* pointer, const char* what) {
+  // cudaFree and cudaFreeHost wait for the whole device first.
   const std::lock_guard lock(mutex_);
-  HostSynchronizationLocked("cudaFreeHost");
+  HostSynchronizationLocked(what);
+  for (const auto& [lane, stalled] : stalled_) {
+    if (!HostWaitLocked(lane, false, what)) {
+      return cudaErrorLaunchTimeout;
+    }
+  }
   SynchronizeAllLocked();
-  ReleaseLocked(pointer, kHost, "cudaFreeHost");
+  ReleaseLocked(pointer, kHost, what);
   return cudaSuccess;
 }
 

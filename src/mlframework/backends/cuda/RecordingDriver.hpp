@@ -113,6 +113,9 @@ class RecordingDriver final : public Driver {
               const std::string& what);
   void ReleaseLocked(void* pointer, std::size_t lane, const std::string& what);
   void* AllocateLocked(std::size_t bytes, std::size_t lane, const std::string& what);
+  // Malloc() and MallocHost(); Free() and FreeHost(), which wait for the whole device.
+  cudaError_t AllocateOnHost(void** pointer, std::size_t bytes, const char* what);
+  cudaError_t FreeAfterAll(void* pointer, const char* what);
   void HostSynchronizationLocked(const std::string& what);
   void AllocationLocked(const std::string& what);
   void SynchronizeAllLocked();
