@@ -33,10 +33,11 @@ endif()
 enable_language(CUDA)
 find_package(CUDAToolkit REQUIRED)
 
-# The multi-tensor kernels take their tensor table as a kernel parameter of up to 32 KB,
-# which CUDA allows since 12.1 (before: 4 KB).
-if(CMAKE_CUDA_COMPILER_VERSION VERSION_LESS 12.1)
-  message(STATUS "mlframework: CUDA backend OFF (nvcc ${CMAKE_CUDA_COMPILER_VERSION} found; the backend needs CUDA 12.1 or newer)")
+# The multi-tensor kernels take their tensor table as a kernel parameter of up to 32 KB, which
+# CUDA allows since 12.1 (before: 4 KB), and StreamGuard checks the device of a framework's
+# stream with cudaStreamGetDevice, which CUDA has since 12.8.
+if(CMAKE_CUDA_COMPILER_VERSION VERSION_LESS 12.8)
+  message(STATUS "mlframework: CUDA backend OFF (nvcc ${CMAKE_CUDA_COMPILER_VERSION} found; the backend needs CUDA 12.8 or newer)")
   return()
 endif()
 

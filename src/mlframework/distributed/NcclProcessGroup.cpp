@@ -1,10 +1,13 @@
 #include <mlframework/distributed/NcclProcessGroup.hpp>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -24,6 +27,7 @@
 #include "mlframework/backends/cuda/DeviceContext.hpp"
 #include "mlframework/distributed/HostStaging.hpp"
 #include "mlframework/distributed/NcclCheck.hpp"
+#include "mlframework/distributed/NcclDriver.hpp"
 #include "mlframework/distributed/NcclRequest.hpp"
 #include "mlframework/distributed/PendingCollectives.hpp"
 
@@ -68,6 +72,13 @@ class DeviceOperand {
     pointer_ = cuda::DevicePointer(*staged_);
   }
   void* Pointer() const noexcept { return pointer_; }
+  /// The device memory @p tensor (the one this was made for) reads or writes as a collective's operand.
+  cuda::BufferUse Read(const ITensor& tensor) const noexcept {
+    return {pointer_, tensor.Size() * ElementSize(tensor.GetDataType()), cuda::Use::Read};
+  }
+  cuda::BufferUse Written(const ITensor& tensor) const noexcept {
+    return {pointer_, tensor.Size() * ElementSize(tensor.GetDataType()), cuda::Use::Write};
+  }
   /// True when the tensor went through a copy: the collective must finish before Commit().
   bool Staged() const noexcept { return staged_ != nullptr; }
   void Commit(ITensor& tensor) const {
@@ -86,7 +97,7 @@ class DeviceOperand {
 // current; Release() also runs on the watchdog thread, hence the mutex.
 class EventPool {
  public:
-  EventPool() = default;
+  explicit EventPool(cuda::Driver& driver) : driver_(&driver) {}
   ~EventPool() { DestroyAll(); }
   EventPool(const EventPool&) = delete;
   EventPool& operator=(const EventPool&) = delete;
@@ -101,7 +112,7 @@ class EventPool {
       }
     }
     cudaEvent_t event = nullptr;
-    MLFW_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+    MLFW_CUDA_CHECK(driver_->EventCreate(&event));
     return event;
   }
 
@@ -110,7 +121,7 @@ class EventPool {
     try {
       free_.push_back(event);
     } catch (const std::bad_alloc&) {
-      MLFW_CUDA_CHECK_NOTHROW(cudaEventDestroy(event));
+      MLFW_CUDA_CHECK_NOTHROW(driver_->EventDestroy(event));
     }
   }
 
@@ -118,12 +129,13 @@ class EventPool {
   void DestroyAll() noexcept {
     const std::lock_guard lock(mutex_);
     for (cudaEvent_t event : free_) {
-      MLFW_CUDA_CHECK_NOTHROW(cudaEventDestroy(event));
+      MLFW_CUDA_CHECK_NOTHROW(driver_->EventDestroy(event));
     }
     free_.clear();
   }
 
  private:
+  cuda::Driver* driver_;
   std::mutex mutex_;
   std::vector<cudaEvent_t> free_;
 };
@@ -134,11 +146,16 @@ constexpr std::chrono::milliseconds kWatchdogInterval{50};
 class NcclProcessGroup final : public IProcessGroup {
  public:
   NcclProcessGroup(const NcclUniqueId& id, int rank, int world_size, NcclProcessGroupOptions options)
-      : rank_(rank), world_size_(world_size), options_(options), context_(&cuda::DeviceContext::Get(options.Device)) {
+      : rank_(rank),
+        world_size_(world_size),
+        options_(options),
+        context_(&cuda::DeviceContext::Get(options.Device)),
+        nccl_(&detail::ActiveNcclDriver()),
+        events_(context_->DeviceDriver()) {
     cuda::DeviceGuard guard(options_.Device);
     ncclUniqueId nccl_id;
     std::memcpy(&nccl_id, id.data(), sizeof nccl_id);
-    MLFW_NCCL_CHECK(ncclCommInitRank(&comm_, world_size_, nccl_id, rank_));
+    MLFW_NCCL_CHECK(nccl_->CommInitRank(&comm_, world_size_, nccl_id, rank_));
     Start();
   }
 
@@ -148,7 +165,9 @@ class NcclProcessGroup final : public IProcessGroup {
         world_size_(world_size),
         options_(options),
         context_(&cuda::DeviceContext::Get(options.Device)),
-        comm_(comm) {
+        nccl_(&detail::ActiveNcclDriver()),
+        comm_(comm),
+        events_(context_->DeviceDriver()) {
     cuda::DeviceGuard guard(options_.Device);
     Start();
   }
@@ -156,26 +175,30 @@ class NcclProcessGroup final : public IProcessGroup {
   ~NcclProcessGroup() override {
     // The watchdog stops first: after it no other thread touches CUDA or the communicator.
     pending_->StopWatchdog();
+    cuda::Driver& driver = Cuda();
     int previous = -1;
-    const bool switched = cudaGetDevice(&previous) == cudaSuccess && cudaSetDevice(options_.Device) == cudaSuccess;
+    const bool switched =
+        driver.GetDevice(&previous) == cudaSuccess && driver.SetDevice(options_.Device) == cudaSuccess;
     // Work still pending finishes (or fails, bounded by the timeout, and aborts the
     // communicator) before the communicator is destroyed.
     static_cast<void>(pending_->Drain());
     pending_.reset();
     events_.DestroyAll();
-    MLFW_CUDA_CHECK_NOTHROW(cudaEventDestroy(comm_tail_));
-    MLFW_CUDA_CHECK_NOTHROW(cudaStreamDestroy(comm_stream_));
+    // Frees queued from now on need not wait for this group's stream: the drain waited for it.
+    context_->StopOrderingFreesAfter(comm_tail_);
+    MLFW_CUDA_CHECK_NOTHROW(driver.EventDestroy(comm_tail_));
+    MLFW_CUDA_CHECK_NOTHROW(driver.StreamDestroy(comm_stream_));
     context_->Free(scratch_);
-    MLFW_CUDA_CHECK_NOTHROW(cudaFreeHost(host_scratch_));
+    MLFW_CUDA_CHECK_NOTHROW(driver.FreeHost(host_scratch_));
     {
       const std::lock_guard lock(comm_mutex_);
       // After a failure the communicator was already aborted (which freed it).
       if (!aborted_) {
-        MLFW_NCCL_CHECK_NOTHROW(ncclCommDestroy(comm_));
+        MLFW_NCCL_CHECK_NOTHROW(nccl_->CommDestroy(comm_));
       }
     }
     if (switched && previous >= 0) {
-      MLFW_CUDA_CHECK_NOTHROW(cudaSetDevice(previous));
+      MLFW_CUDA_CHECK_NOTHROW(driver.SetDevice(previous));
     }
   }
   NcclProcessGroup(const NcclProcessGroup&) = delete;
@@ -191,8 +214,10 @@ class NcclProcessGroup final : public IProcessGroup {
       const DeviceOperand in(input, options_.Device, true);
       const DeviceOperand out(output, options_.Device, false);
       Enqueue("ncclAllGather", in.Staged() || out.Staged(), [&](ncclComm_t comm) {
-        MLFW_NCCL_CHECK(
-            ncclAllGather(in.Pointer(), out.Pointer(), input.Size(), NcclType(input.GetDataType()), comm, Stream()));
+        Collective("ncclAllGather", Stream(), in.Read(input), out.Written(output), [&] {
+          return ncclAllGather(in.Pointer(), out.Pointer(), input.Size(), NcclType(input.GetDataType()), comm,
+                               Stream());
+        });
       });
       out.Commit(output);
     });
@@ -205,8 +230,10 @@ class NcclProcessGroup final : public IProcessGroup {
       const DeviceOperand in(input, options_.Device, true);
       const DeviceOperand out(output, options_.Device, false);
       Enqueue("ncclReduceScatter", in.Staged() || out.Staged(), [&](ncclComm_t comm) {
-        MLFW_NCCL_CHECK(ncclReduceScatter(in.Pointer(), out.Pointer(), output.Size(), NcclType(input.GetDataType()),
-                                          NcclOp(op), comm, Stream()));
+        Collective("ncclReduceScatter", Stream(), in.Read(input), out.Written(output), [&] {
+          return ncclReduceScatter(in.Pointer(), out.Pointer(), output.Size(), NcclType(input.GetDataType()),
+                                   NcclOp(op), comm, Stream());
+        });
       });
       out.Commit(output);
     });
@@ -218,8 +245,10 @@ class NcclProcessGroup final : public IProcessGroup {
     Run("AllReduce", [&] {
       const DeviceOperand data(tensor, options_.Device, true);
       Enqueue("ncclAllReduce", data.Staged(), [&](ncclComm_t comm) {
-        MLFW_NCCL_CHECK(ncclAllReduce(data.Pointer(), data.Pointer(), tensor.Size(), NcclType(tensor.GetDataType()),
-                                      NcclOp(op), comm, Stream()));
+        Collective("ncclAllReduce", Stream(), data.Read(tensor), data.Written(tensor), [&] {
+          return ncclAllReduce(data.Pointer(), data.Pointer(), tensor.Size(), NcclType(tensor.GetDataType()),
+                               NcclOp(op), comm, Stream());
+        });
       });
       data.Commit(tensor);
     });
@@ -231,8 +260,10 @@ class NcclProcessGroup final : public IProcessGroup {
     Run("Broadcast", [&] {
       const DeviceOperand data(tensor, options_.Device, true);
       Enqueue("ncclBroadcast", data.Staged(), [&](ncclComm_t comm) {
-        MLFW_NCCL_CHECK(ncclBroadcast(data.Pointer(), data.Pointer(), tensor.Size(), NcclType(tensor.GetDataType()),
-                                      root, comm, Stream()));
+        Collective("ncclBroadcast", Stream(), data.Read(tensor), data.Written(tensor), [&] {
+          return ncclBroadcast(data.Pointer(), data.Pointer(), tensor.Size(), NcclType(tensor.GetDataType()), root,
+                               comm, Stream());
+        });
       });
       data.Commit(tensor);
     });
@@ -242,7 +273,9 @@ class NcclProcessGroup final : public IProcessGroup {
     // NCCL has no barrier: an all-reduce of one value that every rank must enter, waited for.
     Run("Barrier", [&] {
       Enqueue("ncclAllReduce (barrier)", true, [&](ncclComm_t comm) {
-        MLFW_NCCL_CHECK(ncclAllReduce(scratch_, scratch_, 1, ncclFloat64, ncclSum, comm, Stream()));
+        const cuda::BufferUse scratch{scratch_, sizeof(double), cuda::Use::ReadWrite};
+        Collective("ncclAllReduce (barrier)", Stream(), scratch, {},
+                   [&] { return ncclAllReduce(scratch_, scratch_, 1, ncclFloat64, ncclSum, comm, Stream()); });
       });
     });
   }
@@ -257,17 +290,24 @@ class NcclProcessGroup final : public IProcessGroup {
         // to pageable memory may wait for the stream, which a dead peer never lets finish, and
         // only the watchdog's wait below is bounded by the timeout. The previous chunk was
         // waited for, so the pinned buffer is free again.
+        cuda::Driver& driver = Cuda();
+        const cuda::BufferUse host_scratch{host_scratch_, bytes, cuda::Use::ReadWrite};
+        driver.HostAccess({&host_scratch, 1});
         std::memcpy(host_scratch_, values.data() + first, bytes);
-        MLFW_CUDA_CHECK(cudaMemcpyAsync(scratch_, host_scratch_, bytes, cudaMemcpyHostToDevice, Stream()));
+        MLFW_CUDA_CHECK(driver.MemcpyAsync(scratch_, host_scratch_, bytes, cudaMemcpyHostToDevice, Stream()));
         // The values come back to the host: waited for (the event follows the copy back).
         Enqueue(
             "ncclAllReduce (host values)", true,
             [&](ncclComm_t comm) {
-              MLFW_NCCL_CHECK(ncclAllReduce(scratch_, scratch_, count, ncclFloat64, NcclOp(op), comm, Stream()));
+              const cuda::BufferUse scratch{scratch_, bytes, cuda::Use::ReadWrite};
+              Collective("ncclAllReduce (host values)", Stream(), scratch, {}, [&] {
+                return ncclAllReduce(scratch_, scratch_, count, ncclFloat64, NcclOp(op), comm, Stream());
+              });
             },
             [&] {
-              MLFW_CUDA_CHECK(cudaMemcpyAsync(host_scratch_, scratch_, bytes, cudaMemcpyDeviceToHost, Stream()));
+              MLFW_CUDA_CHECK(driver.MemcpyAsync(host_scratch_, scratch_, bytes, cudaMemcpyDeviceToHost, Stream()));
             });
+        driver.HostAccess({&host_scratch, 1});
         std::memcpy(values.data() + first, host_scratch_, bytes);
       }
     });
@@ -282,8 +322,10 @@ class NcclProcessGroup final : public IProcessGroup {
     const DeviceOperand in(input, options_.Device, true);
     const DeviceOperand out(output, options_.Device, false);
     return StartAsync("AllGatherAsync", "ncclAllGather", [&](ncclComm_t comm) {
-      MLFW_NCCL_CHECK(
-          ncclAllGather(in.Pointer(), out.Pointer(), input.Size(), NcclType(input.GetDataType()), comm, comm_stream_));
+      Collective("ncclAllGather", comm_stream_, in.Read(input), out.Written(output), [&] {
+        return ncclAllGather(in.Pointer(), out.Pointer(), input.Size(), NcclType(input.GetDataType()), comm,
+                             comm_stream_);
+      });
     });
   }
 
@@ -294,8 +336,10 @@ class NcclProcessGroup final : public IProcessGroup {
     const DeviceOperand in(input, options_.Device, true);
     const DeviceOperand out(output, options_.Device, false);
     return StartAsync("ReduceScatterAsync", "ncclReduceScatter", [&](ncclComm_t comm) {
-      MLFW_NCCL_CHECK(ncclReduceScatter(in.Pointer(), out.Pointer(), output.Size(), NcclType(input.GetDataType()),
-                                        NcclOp(op), comm, comm_stream_));
+      Collective("ncclReduceScatter", comm_stream_, in.Read(input), out.Written(output), [&] {
+        return ncclReduceScatter(in.Pointer(), out.Pointer(), output.Size(), NcclType(input.GetDataType()), NcclOp(op),
+                                 comm, comm_stream_);
+      });
     });
   }
 
@@ -305,8 +349,10 @@ class NcclProcessGroup final : public IProcessGroup {
     if (!Direct(tensor)) return IProcessGroup::AllReduceAsync(tensor, op);
     const DeviceOperand data(tensor, options_.Device, true);
     return StartAsync("AllReduceAsync", "ncclAllReduce", [&](ncclComm_t comm) {
-      MLFW_NCCL_CHECK(ncclAllReduce(data.Pointer(), data.Pointer(), tensor.Size(), NcclType(tensor.GetDataType()),
-                                    NcclOp(op), comm, comm_stream_));
+      Collective("ncclAllReduce", comm_stream_, data.Read(tensor), data.Written(tensor), [&] {
+        return ncclAllReduce(data.Pointer(), data.Pointer(), tensor.Size(), NcclType(tensor.GetDataType()), NcclOp(op),
+                             comm, comm_stream_);
+      });
     });
   }
 
@@ -324,15 +370,15 @@ class NcclProcessGroup final : public IProcessGroup {
           throw CommunicationError("Split: the NCCL communicator of rank " + std::to_string(rank_) + " was aborted");
         }
       }
-      MLFW_NCCL_CHECK(ncclCommSplit(comm_, color, key, &part, nullptr));
+      MLFW_NCCL_CHECK(nccl_->CommSplit(comm_, color, key, &part));
     });
     int rank = 0;
     int size = 0;
     try {
-      MLFW_NCCL_CHECK(ncclCommUserRank(part, &rank));
-      MLFW_NCCL_CHECK(ncclCommCount(part, &size));
+      MLFW_NCCL_CHECK(nccl_->CommUserRank(part, &rank));
+      MLFW_NCCL_CHECK(nccl_->CommCount(part, &size));
     } catch (...) {
-      MLFW_NCCL_CHECK_NOTHROW(ncclCommDestroy(part));
+      MLFW_NCCL_CHECK_NOTHROW(nccl_->CommDestroy(part));
       throw;
     }
     return std::make_shared<NcclProcessGroup>(part, rank, size, options_);  // owns `part`, even when it throws
@@ -355,6 +401,18 @@ class NcclProcessGroup final : public IProcessGroup {
   static constexpr std::size_t kScratchDoubles = 4096;
 
   cudaStream_t Stream() const noexcept { return context_->Stream(); }
+  cuda::Driver& Cuda() const noexcept { return context_->DeviceDriver(); }
+
+  // One collective through the NCCL driver: @p call on @p stream, which reads @p read and
+  // writes @p written.
+  void Collective(const char* name, cudaStream_t stream, const cuda::BufferUse& read, const cuda::BufferUse& written,
+                  const std::function<ncclResult_t()>& call) {
+    const std::array<cuda::BufferUse, 2> buffers{read, written};
+    const ncclResult_t result = nccl_->Collective(name, stream, buffers, call);
+    if (result != ncclSuccess) {
+      detail::ThrowNcclError(name, result, __FILE__, __LINE__);
+    }
+  }
 
   // A CUDA tensor on the group's device: usable in place by a collective on another stream.
   bool Direct(const ITensor& tensor) const {
@@ -367,17 +425,23 @@ class NcclProcessGroup final : public IProcessGroup {
   CollectiveRequestPtr StartAsync(const char* what, const char* call, Fn&& enqueue) {
     std::unique_ptr<detail::NcclRequest> request;
     Run(what, [&] {
-      request = std::make_unique<detail::NcclRequest>(options_.Device, Stream());
+      request = std::make_unique<detail::NcclRequest>(*context_, aborted_flag_);
+      cuda::Driver& driver = Cuda();
       cudaEvent_t ready = events_.Acquire();
       // Waits capture the event's state when called, so it goes back to the pool at once.
-      const cudaError_t recorded = cudaEventRecord(ready, Stream());
-      const cudaError_t waited = recorded == cudaSuccess ? cudaStreamWaitEvent(comm_stream_, ready, 0) : recorded;
+      const cudaError_t recorded = driver.EventRecord(ready, Stream());
+      const cudaError_t waited = recorded == cudaSuccess ? driver.StreamWaitEvent(comm_stream_, ready) : recorded;
       events_.Release(ready);
       MLFW_CUDA_CHECK(waited);
       EnqueueOn(comm_stream_, call, false, std::forward<Fn>(enqueue), [&] {
-        MLFW_CUDA_CHECK(cudaEventRecord(request->Event(), comm_stream_));
-        MLFW_CUDA_CHECK(cudaEventRecord(comm_tail_, comm_stream_));
+        MLFW_CUDA_CHECK(driver.EventRecord(request->Event(), comm_stream_));
+        MLFW_CUDA_CHECK(driver.EventRecord(comm_tail_, comm_stream_));
       });
+      if (!comm_tail_valid_) {
+        // The operands may be freed (on the compute stream) before the request is waited for:
+        // every free of this device waits for the communication stream's last collective.
+        context_->OrderFreesAfter(comm_tail_);
+      }
       comm_tail_valid_ = true;
     });
     return request;
@@ -387,18 +451,20 @@ class NcclProcessGroup final : public IProcessGroup {
   void Start() {
     try {
       scratch_ = static_cast<double*>(context_->Allocate(kScratchDoubles * sizeof(double)));
+      cuda::Driver& driver = Cuda();
       void* pinned = nullptr;
-      MLFW_CUDA_CHECK(cudaMallocHost(&pinned, kScratchDoubles * sizeof(double)));
+      MLFW_CUDA_CHECK(driver.MallocHost(&pinned, kScratchDoubles * sizeof(double)));
       host_scratch_ = static_cast<double*>(pinned);
       pending_ =
           std::make_unique<detail::PendingCollectives>(rank_, options_.TimeoutSeconds, kWatchdogInterval, MakeHooks());
-      MLFW_CUDA_CHECK(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
-      MLFW_CUDA_CHECK(cudaEventCreateWithFlags(&comm_tail_, cudaEventDisableTiming));
+      MLFW_CUDA_CHECK(driver.StreamCreate(&comm_stream_, cudaStreamNonBlocking));
+      MLFW_CUDA_CHECK(driver.EventCreate(&comm_tail_));
     } catch (...) {
-      if (comm_stream_ != nullptr) MLFW_CUDA_CHECK_NOTHROW(cudaStreamDestroy(comm_stream_));
-      if (host_scratch_ != nullptr) MLFW_CUDA_CHECK_NOTHROW(cudaFreeHost(host_scratch_));
+      cuda::Driver& driver = Cuda();
+      if (comm_stream_ != nullptr) MLFW_CUDA_CHECK_NOTHROW(driver.StreamDestroy(comm_stream_));
+      if (host_scratch_ != nullptr) MLFW_CUDA_CHECK_NOTHROW(driver.FreeHost(host_scratch_));
       context_->Free(scratch_);
-      MLFW_NCCL_CHECK_NOTHROW(ncclCommDestroy(comm_));
+      MLFW_NCCL_CHECK_NOTHROW(nccl_->CommDestroy(comm_));
       throw;
     }
   }
@@ -414,7 +480,7 @@ class NcclProcessGroup final : public IProcessGroup {
     try {
       // Collectives of one communicator run in the order they were started on every rank: a
       // collective on the compute stream waits for those started on the communication stream.
-      if (comm_tail_valid_) MLFW_CUDA_CHECK(cudaStreamWaitEvent(Stream(), comm_tail_, 0));
+      if (comm_tail_valid_) MLFW_CUDA_CHECK(Cuda().StreamWaitEvent(Stream(), comm_tail_));
       fn();
     } catch (const CommunicationError& e) {
       pending_->Fail(e.what());
@@ -473,7 +539,7 @@ class NcclProcessGroup final : public IProcessGroup {
   void Track(cudaStream_t stream, const char* call) {
     cudaEvent_t event = events_.Acquire();
     try {
-      MLFW_CUDA_CHECK(cudaEventRecord(event, stream));
+      MLFW_CUDA_CHECK(Cuda().EventRecord(event, stream));
     } catch (...) {
       events_.Release(event);
       throw;
@@ -484,7 +550,7 @@ class NcclProcessGroup final : public IProcessGroup {
 
   // Runs on the owner's thread and on the watchdog's (whose device is set at its start).
   detail::CollectiveStatus QueryEvent(cudaEvent_t event) const {
-    const cudaError_t status = cudaEventQuery(event);
+    const cudaError_t status = Cuda().EventQuery(event);
     if (status == cudaSuccess) {
       return {detail::CollectiveStatus::State::Done, {}};
     }
@@ -504,11 +570,11 @@ class NcclProcessGroup final : public IProcessGroup {
       return {};
     }
     ncclResult_t async = ncclSuccess;
-    MLFW_NCCL_CHECK(ncclCommGetAsyncError(comm_, &async));
+    MLFW_NCCL_CHECK(nccl_->CommGetAsyncError(comm_, &async));
     if (async == ncclSuccess || async == ncclInProgress) {
       return {};
     }
-    const char* last = ncclGetLastError(comm_);
+    const char* last = nccl_->GetLastError(comm_);
     return std::string("asynchronous NCCL error: ") + ncclGetErrorString(async) +
            (last != nullptr && last[0] != '\0' ? " (" + std::string(last) + ")" : "");
   }
@@ -518,7 +584,7 @@ class NcclProcessGroup final : public IProcessGroup {
     hooks.AsyncError = [this] { return AsyncError(); };
     hooks.Abort = [this] { AbortCommunicator(); };
     // cudaEventQuery and cudaEventDestroy from the watchdog need the group's device.
-    hooks.WatchdogStart = [device = options_.Device] { MLFW_CUDA_CHECK(cudaSetDevice(device)); };
+    hooks.WatchdogStart = [this] { MLFW_CUDA_CHECK(Cuda().SetDevice(options_.Device)); };
     return hooks;
   }
 
@@ -528,7 +594,8 @@ class NcclProcessGroup final : public IProcessGroup {
     const std::lock_guard lock(comm_mutex_);
     if (comm_ != nullptr && !aborted_) {
       aborted_ = true;
-      MLFW_NCCL_CHECK_NOTHROW(ncclCommAbort(comm_));
+      aborted_flag_->store(true, std::memory_order_release);  // the requests' outputs are not valid
+      MLFW_NCCL_CHECK_NOTHROW(nccl_->CommAbort(comm_));
     }
   }
 
@@ -536,6 +603,7 @@ class NcclProcessGroup final : public IProcessGroup {
   int world_size_;
   NcclProcessGroupOptions options_;
   cuda::DeviceContext* context_;
+  detail::NcclDriver* nccl_;
   ncclComm_t comm_ = nullptr;
   double* scratch_ = nullptr;
   double* host_scratch_ = nullptr;  // pinned: AllReduceHost's copies never block the host
@@ -544,6 +612,8 @@ class NcclProcessGroup final : public IProcessGroup {
   // (the only NCCL calls it makes) while the owner may be enqueueing.
   std::mutex comm_mutex_;
   bool aborted_ = false;
+  // aborted_ for the requests, which may outlive the group.
+  std::shared_ptr<std::atomic<bool>> aborted_flag_ = std::make_shared<std::atomic<bool>>(false);
   std::unique_ptr<detail::PendingCollectives> pending_;
   cudaStream_t comm_stream_ = nullptr;  // the non-blocking collectives' stream
   cudaEvent_t comm_tail_ = nullptr;     // recorded after the last of them
@@ -574,7 +644,7 @@ bool NcclAvailable() noexcept { return true; }
 
 NcclUniqueId MakeNcclUniqueId() {
   ncclUniqueId nccl_id;
-  MLFW_NCCL_CHECK(ncclGetUniqueId(&nccl_id));
+  MLFW_NCCL_CHECK(detail::ActiveNcclDriver().GetUniqueId(&nccl_id));
   NcclUniqueId id{};
   std::memcpy(id.data(), &nccl_id, sizeof nccl_id);
   return id;

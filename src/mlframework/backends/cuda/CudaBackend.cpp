@@ -1,8 +1,10 @@
 #include "mlframework/backends/cuda/CudaBackend.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -21,6 +23,7 @@
 #include "mlframework/backends/cuda/CudaScaleState.hpp"
 #include "mlframework/backends/cuda/CudaTensorImpl.hpp"
 #include "mlframework/backends/cuda/DeviceContext.hpp"
+#include "mlframework/backends/cuda/Driver.hpp"
 #include "mlframework/backends/cuda/LaunchPlan.hpp"
 #include "mlframework/backends/cuda/NonFinite.cuh"
 #include "mlframework/backends/cuda/Scale.cuh"
@@ -195,14 +198,31 @@ void OnStream(DeviceContext& context, QueueWork&& queue_work) {
 }
 
 // Stages @p entries as one launch, chunked for @p access, and queues launch_one(launch, stream)
-// unless the list holds no element. The host does not wait for the kernels.
+// through the driver unless the list holds no element. The kernels touch the list (as
+// @p access says), the result block and the scale state @p state (when given). The host does
+// not wait for the kernels.
 template <typename LaunchOne>
-void Queue(DeviceContext& context, std::span<const ListEntry> entries, Access access, LaunchOne&& launch_one) {
+void Queue(DeviceContext& context, std::span<const ListEntry> entries, Access access, LaunchOne&& launch_one,
+           const DeviceScaleBlock* state = nullptr) {
   OnStream(context, [&](cudaStream_t stream) {
     const Launch launch = context.Stage(entries, access);
     if (launch.blocks != 0) {
-      launch_one(launch, stream);
+      const std::array<BufferUse, 2> buffers{
+          BufferUse{context.DeviceResultBlock(), sizeof(DeviceResult), Use::ReadWrite},
+          BufferUse{state, state != nullptr ? sizeof(DeviceScaleBlock) : 0, Use::ReadWrite}};
+      context.DeviceDriver().Launch("multi-tensor list", stream, KernelOperands{entries, access, buffers},
+                                    [&] { launch_one(launch, stream); });
     }
+  });
+}
+
+// Queues one kernel, launch(stream), on @p context's stream through the driver; it touches @p buffers.
+template <typename LaunchFn>
+void QueueKernel(DeviceContext& context, const char* kernel, std::initializer_list<BufferUse> buffers,
+                 LaunchFn&& launch) {
+  OnStream(context, [&](cudaStream_t stream) {
+    context.DeviceDriver().Launch(kernel, stream, KernelOperands{{}, Access::ReadOnly, buffers},
+                                  [&] { launch(stream); });
   });
 }
 
@@ -385,10 +405,15 @@ class CudaBackend final : public CudaFloat8Backend {
         try {
           DeviceNonFiniteScan initial{};
           initial.first_index = ~0ull;
-          MLFW_CUDA_CHECK(cudaMemcpyAsync(device, &initial, sizeof initial, cudaMemcpyHostToDevice, stream));
-          LaunchScanNonFinite(tensor.Data(), tensor.GetDataType(), tensor.Size(), device, stream);
-          MLFW_CUDA_CHECK(cudaMemcpyAsync(&host, device, sizeof host, cudaMemcpyDeviceToHost, stream));
-          MLFW_CUDA_CHECK(cudaStreamSynchronize(stream));
+          Driver& driver = context.DeviceDriver();
+          MLFW_CUDA_CHECK(driver.MemcpyAsync(device, &initial, sizeof initial, cudaMemcpyHostToDevice, stream));
+          const std::array<BufferUse, 2> buffers{BufferUse{tensor.Data(), tensor.Bytes(), Use::Read},
+                                                 BufferUse{device, sizeof(DeviceNonFiniteScan), Use::ReadWrite}};
+          driver.Launch("scan non-finite", stream, KernelOperands{{}, Access::ReadOnly, buffers}, [&] {
+            LaunchScanNonFinite(tensor.Data(), tensor.GetDataType(), tensor.Size(), device, stream);
+          });
+          MLFW_CUDA_CHECK(driver.MemcpyAsync(&host, device, sizeof host, cudaMemcpyDeviceToHost, stream));
+          MLFW_CUDA_CHECK(driver.StreamSynchronize(stream));
         } catch (...) {
           context.Free(device);
           throw;
@@ -436,24 +461,28 @@ class CudaBackend final : public CudaFloat8Backend {
 
   void ScaleWithState(std::span<ITensor* const> tensors, DeviceScaleState& state) const override {
     const CudaScaleState& cuda_state = AsCudaState(state);
-    Queue(cuda_state.Context(), EntriesOnDevice(tensors, cuda_state), Access::Writes,
-          [&](const Launch& launch, cudaStream_t stream) {
-            LaunchScale(launch, FactorSource{1.0f, FactorMode::Scale, cuda_state.ScalePointer()}, stream);
-          });
+    Queue(
+        cuda_state.Context(), EntriesOnDevice(tensors, cuda_state), Access::Writes,
+        [&](const Launch& launch, cudaStream_t stream) {
+          LaunchScale(launch, FactorSource{1.0f, FactorMode::Scale, cuda_state.ScalePointer()}, stream);
+        },
+        cuda_state.Block());
   }
 
   void UnscaleWithState(std::span<ITensor* const> tensors, DeviceScaleState& state) const override {
     const CudaScaleState& cuda_state = AsCudaState(state);
     const FactorSource factor{1.0f, FactorMode::InverseOfScale, cuda_state.ScalePointer()};
     const bool amax = cuda_state.AmaxTracking();  // once per call: the plain kernel without it
-    Queue(cuda_state.Context(), EntriesOnDevice(tensors, cuda_state), Access::Writes,
-          [&](const Launch& launch, cudaStream_t stream) {
-            if (amax) {
-              LaunchUnscaleAmax(launch, factor, cuda_state.FlagPointer(), cuda_state.AmaxPointer(), stream);
-            } else {
-              LaunchUnscale(launch, factor, cuda_state.FlagPointer(), stream);
-            }
-          });
+    Queue(
+        cuda_state.Context(), EntriesOnDevice(tensors, cuda_state), Access::Writes,
+        [&](const Launch& launch, cudaStream_t stream) {
+          if (amax) {
+            LaunchUnscaleAmax(launch, factor, cuda_state.FlagPointer(), cuda_state.AmaxPointer(), stream);
+          } else {
+            LaunchUnscale(launch, factor, cuda_state.FlagPointer(), stream);
+          }
+        },
+        cuda_state.Block());
   }
 
   void CastUnscaledWithState(std::span<const ITensor* const> src, std::span<ITensor* const> dst,
@@ -461,21 +490,24 @@ class CudaBackend final : public CudaFloat8Backend {
     const CudaScaleState& cuda_state = AsCudaState(state);
     const FactorSource factor{1.0f, FactorMode::InverseOfScale, cuda_state.ScalePointer()};
     const bool amax = cuda_state.AmaxTracking();
-    Queue(cuda_state.Context(), PairsOnDevice(src, dst, cuda_state), Access::Writes,
-          [&](const Launch& launch, cudaStream_t stream) {
-            if (amax) {
-              LaunchCastAmax(launch, factor, cuda_state.FlagPointer(), cuda_state.AmaxPointer(), stream);
-            } else {
-              LaunchCast(launch, factor, cuda_state.FlagPointer(), stream);
-            }
-          });
+    Queue(
+        cuda_state.Context(), PairsOnDevice(src, dst, cuda_state), Access::Writes,
+        [&](const Launch& launch, cudaStream_t stream) {
+          if (amax) {
+            LaunchCastAmax(launch, factor, cuda_state.FlagPointer(), cuda_state.AmaxPointer(), stream);
+          } else {
+            LaunchCast(launch, factor, cuda_state.FlagPointer(), stream);
+          }
+        },
+        cuda_state.Block());
   }
 
   void CheckWithState(std::span<const ITensor* const> tensors, DeviceScaleState& state) const override {
     const CudaScaleState& cuda_state = AsCudaState(state);
     Queue(
         cuda_state.Context(), EntriesOnDevice(tensors, cuda_state), Access::ReadOnly,
-        [&](const Launch& launch, cudaStream_t stream) { LaunchNonFinite(launch, cuda_state.FlagPointer(), stream); });
+        [&](const Launch& launch, cudaStream_t stream) { LaunchNonFinite(launch, cuda_state.FlagPointer(), stream); },
+        cuda_state.Block());
   }
 
   void FlagToTensor(const DeviceScaleState& state, TensorPtr& out) const override {
@@ -490,9 +522,12 @@ class CudaBackend final : public CudaFloat8Backend {
       out = std::make_shared<CudaTensor>(Shape{count}, DataType::Float32, device);
       current = static_cast<const CudaTensor*>(out.get());
     }
-    OnStream(context, [&](cudaStream_t stream) {
-      LaunchFlagToFloat(cuda_state.Block(), static_cast<float*>(current->Data()), amax, stream);
-    });
+    QueueKernel(context, "flag to float",
+                {BufferUse{cuda_state.Block(), sizeof(DeviceScaleBlock), Use::Read},
+                 BufferUse{current->Data(), current->Bytes(), Use::Write}},
+                [&](cudaStream_t stream) {
+                  LaunchFlagToFloat(cuda_state.Block(), static_cast<float*>(current->Data()), amax, stream);
+                });
   }
 
   void FlagFromTensor(DeviceScaleState& state, const ITensor& in) const override {
@@ -508,15 +543,19 @@ class CudaBackend final : public CudaFloat8Backend {
                                     std::string(ToString(tensor.GetDataType())) + " " + ToString(tensor.GetShape()) +
                                     " on " + tensor.GetDevice().ToString());
     }
-    OnStream(context, [&](cudaStream_t stream) {
-      LaunchFlagFromFloat(cuda_state.Block(), static_cast<const float*>(tensor.Data()), amax, stream);
-    });
+    QueueKernel(context, "flag from float",
+                {BufferUse{tensor.Data(), tensor.Bytes(), Use::Read},
+                 BufferUse{cuda_state.Block(), sizeof(DeviceScaleBlock), Use::ReadWrite}},
+                [&](cudaStream_t stream) {
+                  LaunchFlagFromFloat(cuda_state.Block(), static_cast<const float*>(tensor.Data()), amax, stream);
+                });
   }
 
   void UpdateScale(DeviceScaleState& state) const override {
     const CudaScaleState& cuda_state = AsCudaState(state);
-    OnStream(cuda_state.Context(),
-             [&](cudaStream_t stream) { LaunchScaleUpdate(cuda_state.Block(), cuda_state.Policy(), stream); });
+    QueueKernel(cuda_state.Context(), "scale update",
+                {BufferUse{cuda_state.Block(), sizeof(DeviceScaleBlock), Use::ReadWrite}},
+                [&](cudaStream_t stream) { LaunchScaleUpdate(cuda_state.Block(), cuda_state.Policy(), stream); });
   }
 };
 

@@ -2,6 +2,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
+#include <span>
 #include <string>
 #include <typeinfo>
 #include <vector>
@@ -11,6 +13,7 @@
 #include "mlframework/backends/cuda/CudaCheck.hpp"
 #include "mlframework/backends/cuda/CudaTensorImpl.hpp"
 #include "mlframework/backends/cuda/DeviceContext.hpp"
+#include "mlframework/backends/cuda/Driver.hpp"
 #include "mlframework/backends/cuda/Float8Cast.cuh"
 #include "mlframework/backends/cuda/LaunchPlan.hpp"
 
@@ -39,10 +42,11 @@ std::vector<ListEntry> Entries(std::span<TensorPointer const> src, std::span<ITe
 
 // Queues launch_run(launch, index_base, stream) for each run of consecutive non-empty entries
 // (the staged table drops empty tensors, so a run's entry s is list entry index_base + s) on
-// @p context's stream, after before(stream). Lists rarely hold empty tensors: one launch.
+// @p context's stream through the driver, after before(stream). The kernels also touch
+// @p buffers. Lists rarely hold empty tensors: one launch.
 template <typename Before, typename LaunchRun>
-void QueueRuns(DeviceContext& context, const std::vector<ListEntry>& entries, Access access, Before&& before,
-               LaunchRun&& launch_run) {
+void QueueRuns(DeviceContext& context, const std::vector<ListEntry>& entries, Access access,
+               std::initializer_list<BufferUse> buffers, Before&& before, LaunchRun&& launch_run) {
   const StreamUse use(context);
   const cudaStream_t stream = context.Stream();
   before(stream);
@@ -57,9 +61,11 @@ void QueueRuns(DeviceContext& context, const std::vector<ListEntry>& entries, Ac
     while (end < entries.size() && entries[end].size != 0) {
       ++end;
     }
-    const Launch launch = context.Stage(all.subspan(first, end - first), access);
+    const std::span<const ListEntry> run = all.subspan(first, end - first);
+    const Launch launch = context.Stage(run, access);
     if (launch.blocks != 0) {
-      launch_run(launch, static_cast<std::uint32_t>(first), stream);
+      context.DeviceDriver().Launch("FP8 list", stream, KernelOperands{run, access, buffers},
+                                    [&] { launch_run(launch, static_cast<std::uint32_t>(first), stream); });
     }
     first = end;
   }
@@ -72,9 +78,12 @@ float* FloatsOf(const ITensor& tensor, const char* name) { return static_cast<fl
 void CudaFloat8Backend::AmaxInto(std::span<const ITensor* const> tensors, ITensor& amax) const {
   float* const out = FloatsOf(amax, "amax");
   const std::vector<ListEntry> entries = Entries(tensors, {});
+  DeviceContext& context = DeviceContext::Get(AsCuda(amax, "amax").DeviceIndex());
   QueueRuns(
-      DeviceContext::Get(AsCuda(amax, "amax").DeviceIndex()), entries, Access::ReadOnly,
-      [&](cudaStream_t stream) { MLFW_CUDA_CHECK(cudaMemsetAsync(out, 0, entries.size() * sizeof(float), stream)); },
+      context, entries, Access::ReadOnly, {BufferUse{out, entries.size() * sizeof(float), Use::ReadWrite}},
+      [&](cudaStream_t stream) {
+        MLFW_CUDA_CHECK(context.DeviceDriver().MemsetAsync(out, 0, entries.size() * sizeof(float), stream));
+      },
       [&](const Launch& launch, std::uint32_t base, cudaStream_t stream) {
         LaunchFloat8Amax(launch, base, out, stream);
       });
@@ -85,11 +94,14 @@ void CudaFloat8Backend::ScaledCastToFloat8(std::span<const ITensor* const> src, 
   const float* const factors = FloatsOf(scale, "scale");
   float* const out = amax != nullptr ? FloatsOf(*amax, "amax") : nullptr;
   const std::vector<ListEntry> entries = Entries(src, dst);
+  DeviceContext& context = DeviceContext::Get(AsCuda(scale, "scale").DeviceIndex());
   QueueRuns(
-      DeviceContext::Get(AsCuda(scale, "scale").DeviceIndex()), entries, Access::Writes,
+      context, entries, Access::Writes,
+      {BufferUse{factors, scale.Size() * sizeof(float), Use::Read},
+       BufferUse{out, out != nullptr ? entries.size() * sizeof(float) : 0, Use::ReadWrite}},
       [&](cudaStream_t stream) {
         if (out != nullptr) {
-          MLFW_CUDA_CHECK(cudaMemsetAsync(out, 0, entries.size() * sizeof(float), stream));
+          MLFW_CUDA_CHECK(context.DeviceDriver().MemsetAsync(out, 0, entries.size() * sizeof(float), stream));
         }
       },
       [&](const Launch& launch, std::uint32_t base, cudaStream_t stream) {
@@ -103,7 +115,7 @@ void CudaFloat8Backend::DequantizeFloat8(std::span<const ITensor* const> src, st
   const std::vector<ListEntry> entries = Entries(src, dst);
   QueueRuns(
       DeviceContext::Get(AsCuda(scale_inv, "scale_inv").DeviceIndex()), entries, Access::Writes,
-      [](cudaStream_t /*stream*/) {},
+      {BufferUse{factors, scale_inv.Size() * sizeof(float), Use::Read}}, [](cudaStream_t /*stream*/) {},
       [&](const Launch& launch, std::uint32_t base, cudaStream_t stream) {
         LaunchDequantizeFloat8(launch, base, factors, stream);
       });

@@ -7,6 +7,7 @@
 
 #include "mlframework/backends/cuda/CudaTensorImpl.hpp"
 #include "mlframework/backends/cuda/DeviceContext.hpp"
+#include "mlframework/backends/cuda/Driver.hpp"
 #include "mlframework/backends/cuda/Float8ScaleUpdate.cuh"
 
 namespace mlframework::backends::cuda {
@@ -23,11 +24,15 @@ void QueueFloat8StateStep(ITensor& state, const Float8ScaleUpdate& update, bool 
   DeviceContext& context = DeviceContext::Get(tensor.DeviceIndex());
   const StreamUse use(context);
   auto* data = static_cast<float*>(tensor.Data());
-  if (fold) {
-    LaunchFloat8AmaxFold(data, update, context.Stream());
-  } else {
-    LaunchFloat8ScaleUpdate(data, update, context.Stream());
-  }
+  const BufferUse buffer{data, tensor.Bytes(), Use::ReadWrite};
+  context.DeviceDriver().Launch(fold ? "FP8 amax fold" : "FP8 scale update", context.Stream(),
+                                KernelOperands{{}, Access::Writes, {&buffer, 1}}, [&] {
+                                  if (fold) {
+                                    LaunchFloat8AmaxFold(data, update, context.Stream());
+                                  } else {
+                                    LaunchFloat8ScaleUpdate(data, update, context.Stream());
+                                  }
+                                });
 }
 
 }  // namespace mlframework::backends::cuda

@@ -4,7 +4,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <mutex>
 
 #include <mlframework/core/DeviceScaling.hpp>
 
@@ -50,18 +49,17 @@ class CudaScaleState final : public DeviceScaleState {
   void MarkFoundInf() override {
     const StreamUse use(*context_);
     // Byte-wise memset: 0x01010101 is non-zero, which is all the flag means.
-    MLFW_CUDA_CHECK(cudaMemsetAsync(FlagPointer(), 1, sizeof(std::int32_t), context_->Stream()));
+    MLFW_CUDA_CHECK(context_->DeviceDriver().MemsetAsync(FlagPointer(), 1, sizeof(std::int32_t), context_->Stream()));
   }
   void ClearFoundInf() override {
     const StreamUse use(*context_);
-    MLFW_CUDA_CHECK(cudaMemsetAsync(FlagPointer(), 0, sizeof(std::int32_t), context_->Stream()));
+    MLFW_CUDA_CHECK(context_->DeviceDriver().MemsetAsync(FlagPointer(), 0, sizeof(std::int32_t), context_->Stream()));
   }
   bool LastStepSkipped() const override { return ReadBlock().last_skipped != 0; }
   float Amax() const override { return ReadBlock().amax; }
   void ClearAmax() override {
-    std::lock_guard lock(context_->Mutex());
-    DeviceGuard guard(context_->DeviceIndex());
-    MLFW_CUDA_CHECK(cudaMemsetAsync(AmaxPointer(), 0, sizeof(float), context_->Stream()));
+    const StreamUse use(*context_);
+    MLFW_CUDA_CHECK(context_->DeviceDriver().MemsetAsync(AmaxPointer(), 0, sizeof(float), context_->Stream()));
   }
 
   DeviceContext& Context() const noexcept { return *context_; }
@@ -78,15 +76,17 @@ class CudaScaleState final : public DeviceScaleState {
  private:
   void WriteLocked(const ScaleState& state) {
     const DeviceScaleBlock host{state, 0, 0, 0.0f};
-    MLFW_CUDA_CHECK(cudaMemcpyAsync(block_, &host, sizeof host, cudaMemcpyHostToDevice, context_->Stream()));
+    Driver& driver = context_->DeviceDriver();
+    MLFW_CUDA_CHECK(driver.MemcpyAsync(block_, &host, sizeof host, cudaMemcpyHostToDevice, context_->Stream()));
     // `host` lives on this stack frame: wait until the copy has read it.
-    MLFW_CUDA_CHECK(cudaStreamSynchronize(context_->Stream()));
+    MLFW_CUDA_CHECK(driver.StreamSynchronize(context_->Stream()));
   }
   DeviceScaleBlock ReadBlock() const {
     const StreamUse use(*context_);
     DeviceScaleBlock host{};
-    MLFW_CUDA_CHECK(cudaMemcpyAsync(&host, block_, sizeof host, cudaMemcpyDeviceToHost, context_->Stream()));
-    MLFW_CUDA_CHECK(cudaStreamSynchronize(context_->Stream()));
+    Driver& driver = context_->DeviceDriver();
+    MLFW_CUDA_CHECK(driver.MemcpyAsync(&host, block_, sizeof host, cudaMemcpyDeviceToHost, context_->Stream()));
+    MLFW_CUDA_CHECK(driver.StreamSynchronize(context_->Stream()));
     return host;
   }
 

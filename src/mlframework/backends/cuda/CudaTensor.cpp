@@ -63,7 +63,7 @@ CudaTensor::CudaTensor(Shape shape, DataType dtype, int device)
   data_ = context_->Allocate(Bytes());
   if (data_ != nullptr) {
     try {
-      MLFW_CUDA_CHECK(cudaMemsetAsync(data_, 0, Bytes(), context_->Stream()));
+      MLFW_CUDA_CHECK(context_->DeviceDriver().MemsetAsync(data_, 0, Bytes(), context_->Stream()));
     } catch (...) {
       context_->Free(data_);
       throw;
@@ -77,7 +77,8 @@ CudaTensor::CudaTensor(const std::shared_ptr<const CudaTensor>& base, std::size_
       dtype_(base->dtype_),
       device_(base->device_),
       context_(base->context_),
-      owner_(base->owner_ ? base->owner_ : base) {
+      owner_(base->owner_ ? base->owner_ : base),
+      wrapped_(base->wrapped_) {
   const std::size_t bytes = ViewByteOffset(base->size_, ElementSize(dtype_), offset, size_);
   data_ = static_cast<std::byte*>(base->data_) + bytes;
 }
@@ -90,11 +91,16 @@ CudaTensor::CudaTensor(void* data, Shape shape, DataType dtype, int device, std:
       context_(&DeviceContext::Get(device)),
       data_(data),
       // A wrap with no owner still must not free the caller's memory: hold an empty keeper.
-      owner_(owner ? std::move(owner) : std::make_shared<int>(0)) {}
+      owner_(owner ? std::move(owner) : std::make_shared<int>(0)),
+      wrapped_(true) {}
 
 CudaTensor::~CudaTensor() {
   if (!owner_) {
     context_->Free(data_);
+  } else if (wrapped_) {
+    // The owner (a framework's tensor, a DLPack capsule) hands the memory back to its allocator
+    // when released, which may give it out at once: not before the kernels queued on it ran.
+    context_->ReleaseAfterWork(std::move(owner_));
   }
 }
 
@@ -142,10 +148,11 @@ std::vector<float> CudaTensor::ToFloatVector() const {
   std::vector<std::uint8_t> raw(Bytes());
   {
     const StreamUse use(*context_);
+    Driver& driver = context_->DeviceDriver();
     if (!raw.empty()) {
-      MLFW_CUDA_CHECK(cudaMemcpyAsync(raw.data(), data_, raw.size(), cudaMemcpyDeviceToHost, context_->Stream()));
+      MLFW_CUDA_CHECK(driver.MemcpyAsync(raw.data(), data_, raw.size(), cudaMemcpyDeviceToHost, context_->Stream()));
     }
-    MLFW_CUDA_CHECK(cudaStreamSynchronize(context_->Stream()));
+    MLFW_CUDA_CHECK(driver.StreamSynchronize(context_->Stream()));
   }
   // Widened on the host with the CPU backend's conversions (the same bits as everywhere).
   std::vector<float> values(size_);
@@ -161,11 +168,12 @@ void CudaTensor::CopyFromFloats(std::span<const float> values) {
   std::vector<std::uint8_t> raw(Bytes());
   cpu::NarrowFromFloat(values.data(), raw.data(), dtype_, size_);
   const StreamUse use(*context_);
+  Driver& driver = context_->DeviceDriver();
   if (!raw.empty()) {
-    MLFW_CUDA_CHECK(cudaMemcpyAsync(data_, raw.data(), raw.size(), cudaMemcpyHostToDevice, context_->Stream()));
+    MLFW_CUDA_CHECK(driver.MemcpyAsync(data_, raw.data(), raw.size(), cudaMemcpyHostToDevice, context_->Stream()));
   }
   // The staging vector dies at return: wait until the copy has read it.
-  MLFW_CUDA_CHECK(cudaStreamSynchronize(context_->Stream()));
+  MLFW_CUDA_CHECK(driver.StreamSynchronize(context_->Stream()));
 }
 
 const TensorBackend* CudaTensor::Backend() const noexcept { return &BackendInstance(); }
@@ -217,7 +225,8 @@ void* StreamHandle(int device) { return DeviceContext::Get(device).Stream(); }
 void Synchronize(int device) {
   DeviceContext& context = DeviceContext::Get(device);
   DeviceGuard guard(device);
-  MLFW_CUDA_CHECK(cudaStreamSynchronize(context.Stream()));
+  MLFW_CUDA_CHECK(context.DeviceDriver().StreamSynchronize(context.Stream()));
+  context.RetireDeferred();
 }
 
 const DeviceScalingBackend& Backend() { return BackendInstance(); }

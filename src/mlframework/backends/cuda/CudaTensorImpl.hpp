@@ -58,6 +58,7 @@ class CudaTensor final : public ITensor {
   DeviceContext* context_;
   void* data_ = nullptr;
   std::shared_ptr<const void> owner_;  // views and wraps: what keeps the memory alive (null: own allocation)
+  bool wrapped_ = false;               // the memory is the caller's (a Wrap, or a view of one)
 };
 
 }  // namespace mlframework::backends::cuda

@@ -1,7 +1,10 @@
 #include "mlframework/backends/cuda/DeviceContext.hpp"
 
+#include <algorithm>
+#include <cstring>
 #include <limits>
 #include <memory>
+#include <new>
 #include <utility>
 #include <vector>
 
@@ -13,7 +16,7 @@ namespace mlframework::backends::cuda {
 
 int QueryDeviceCount(std::string* reason) noexcept {
   int count = 0;
-  const cudaError_t status = cudaGetDeviceCount(&count);
+  const cudaError_t status = ActiveDriver().GetDeviceCount(&count);
   if (status != cudaSuccess) {
     static_cast<void>(cudaGetLastError());
     if (reason != nullptr) {
@@ -29,16 +32,18 @@ int QueryDeviceCount(std::string* reason) noexcept {
 }
 
 DeviceGuard::DeviceGuard(int device) {
-  MLFW_CUDA_CHECK(cudaGetDevice(&previous_));
+  Driver& driver = ActiveDriver();
+  MLFW_CUDA_CHECK(driver.GetDevice(&previous_));
   if (previous_ != device) {
-    MLFW_CUDA_CHECK(cudaSetDevice(device));
+    MLFW_CUDA_CHECK(driver.SetDevice(device));
   }
 }
 
 DeviceGuard::~DeviceGuard() {
+  Driver& driver = ActiveDriver();
   int current = -1;
-  if (cudaGetDevice(&current) == cudaSuccess && current != previous_ && previous_ >= 0) {
-    MLFW_CUDA_CHECK_NOTHROW(cudaSetDevice(previous_));
+  if (driver.GetDevice(&current) == cudaSuccess && current != previous_ && previous_ >= 0) {
+    MLFW_CUDA_CHECK_NOTHROW(driver.SetDevice(previous_));
   }
 }
 
@@ -46,7 +51,14 @@ DeviceContext& DeviceContext::Get(int device) {
   // Leaked on purpose (see the header); the vector is sized once by the device count.
   static std::mutex registry_mutex;
   static auto* registry = new std::vector<DeviceContext*>();
+  static unsigned long registry_generation = 0;
   std::lock_guard lock(registry_mutex);
+  if (registry_generation != DriverGeneration()) {
+    // Another driver was installed (tests): its devices get contexts of their own. The old
+    // ones stay allocated, as everywhere else, for objects that may still point to them.
+    registry->clear();
+    registry_generation = DriverGeneration();
+  }
   if (registry->empty()) {
     std::string reason;
     const int count = QueryDeviceCount(&reason);
@@ -66,24 +78,24 @@ DeviceContext& DeviceContext::Get(int device) {
   return *slot;
 }
 
-DeviceContext::DeviceContext(int device) : device_(device) {
+DeviceContext::DeviceContext(int device) : device_(device), driver_(&ActiveDriver()) {
   DeviceGuard guard(device);
   int pools = 0;
-  MLFW_CUDA_CHECK(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, device));
+  MLFW_CUDA_CHECK(driver_->DeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, device));
   stream_ordered_ = pools != 0;
   if (stream_ordered_) {
-    // Keep freed blocks in the pool: returning them to the driver at every
-    // synchronisation would make the next allocation slow.
-    cudaMemPool_t pool = nullptr;
-    MLFW_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+    // The library's own pool, so that its settings change nothing for the other libraries of
+    // the process (which share the device's default pool). Freed blocks stay in it: returning
+    // them to the driver at every synchronisation would make the next allocation slow.
+    MLFW_CUDA_CHECK(driver_->MemPoolCreate(&pool_, device));
     std::uint64_t threshold = std::numeric_limits<std::uint64_t>::max();
-    MLFW_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+    MLFW_CUDA_CHECK(driver_->MemPoolSetAttribute(pool_, cudaMemPoolAttrReleaseThreshold, &threshold));
   }
   // A blocking stream: it stays ordered with the legacy default stream a user's code may use.
-  MLFW_CUDA_CHECK(cudaStreamCreate(&stream_));
-  MLFW_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&device_result_), sizeof(DeviceResult)));
-  MLFW_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&host_result_), sizeof(DeviceResult)));
-  MLFW_CUDA_CHECK(cudaMemsetAsync(device_result_, 0, sizeof(DeviceResult), stream_));
+  MLFW_CUDA_CHECK(driver_->StreamCreate(&stream_, cudaStreamDefault));
+  MLFW_CUDA_CHECK(driver_->Malloc(reinterpret_cast<void**>(&device_result_), sizeof(DeviceResult)));
+  MLFW_CUDA_CHECK(driver_->MallocHost(reinterpret_cast<void**>(&host_result_), sizeof(DeviceResult)));
+  MLFW_CUDA_CHECK(driver_->MemsetAsync(device_result_, 0, sizeof(DeviceResult), stream_));
 }
 
 void* DeviceContext::Allocate(std::size_t bytes) {
@@ -93,9 +105,9 @@ void* DeviceContext::Allocate(std::size_t bytes) {
   DeviceGuard guard(device_);
   void* pointer = nullptr;
   if (stream_ordered_) {
-    MLFW_CUDA_CHECK(cudaMallocAsync(&pointer, bytes, stream_));
+    MLFW_CUDA_CHECK(driver_->MallocFromPoolAsync(&pointer, bytes, pool_, stream_));
   } else {
-    MLFW_CUDA_CHECK(cudaMalloc(&pointer, bytes));
+    MLFW_CUDA_CHECK(driver_->Malloc(&pointer, bytes));
   }
   return pointer;
 }
@@ -106,20 +118,94 @@ void DeviceContext::Free(void* pointer) noexcept {
   }
   int previous = -1;
   const bool switched =
-      cudaGetDevice(&previous) == cudaSuccess && previous != device_ && cudaSetDevice(device_) == cudaSuccess;
+      driver_->GetDevice(&previous) == cudaSuccess && previous != device_ && driver_->SetDevice(device_) == cudaSuccess;
   if (stream_ordered_) {
     try {
       // The framework's stream may still read library memory it was handed (the FP32 outputs).
       WaitForExternal(device_, stream_);
     } catch (const BackendError&) {  // a free must not throw; the device error surfaces on the next call
     }
-    MLFW_CUDA_CHECK_NOTHROW(cudaFreeAsync(pointer, stream_));
+    WaitForSideStreams();
+    MLFW_CUDA_CHECK_NOTHROW(driver_->FreeAsync(pointer, stream_));
   } else {
-    MLFW_CUDA_CHECK_NOTHROW(cudaFree(pointer));
+    MLFW_CUDA_CHECK_NOTHROW(driver_->Free(pointer));
   }
   if (switched) {
-    MLFW_CUDA_CHECK_NOTHROW(cudaSetDevice(previous));
+    MLFW_CUDA_CHECK_NOTHROW(driver_->SetDevice(previous));
   }
+}
+
+void DeviceContext::ReleaseAfterWork(std::shared_ptr<const void> owner) noexcept {
+  // Released outside the lock: an owner's deleter may drop further tensors of this device.
+  std::vector<std::shared_ptr<const void>> released;
+  try {
+    const std::lock_guard lock(deferred_mutex_);
+    RetireDeferredLocked(released);
+    released.reserve(released.size() + 1);
+    const DeviceGuard guard(device_);
+    cudaEvent_t done = nullptr;
+    if (spare_events_.empty()) {
+      MLFW_CUDA_CHECK(driver_->EventCreate(&done));
+    } else {
+      done = spare_events_.back();
+      spare_events_.pop_back();
+    }
+    deferred_.push_back(Deferred{done, nullptr});
+    WaitForSideStreams();
+    const cudaError_t recorded = driver_->EventRecord(done, stream_);
+    if (recorded != cudaSuccess) {
+      deferred_.pop_back();
+      spare_events_.push_back(done);
+      MLFW_CUDA_CHECK(recorded);
+    }
+    deferred_.back().owner = std::move(owner);
+    RetireDeferredLocked(released);
+  } catch (...) {  // no event: the stream's work runs first, then the owner goes
+    if (owner) {
+      MLFW_CUDA_CHECK_NOTHROW(driver_->StreamSynchronize(stream_));
+    }
+  }
+}
+
+void DeviceContext::OrderFreesAfter(cudaEvent_t event) {
+  const std::lock_guard lock(side_mutex_);
+  if (std::find(side_events_.begin(), side_events_.end(), event) == side_events_.end()) {
+    side_events_.push_back(event);
+  }
+}
+
+void DeviceContext::StopOrderingFreesAfter(cudaEvent_t event) noexcept {
+  const std::lock_guard lock(side_mutex_);
+  std::erase(side_events_, event);
+}
+
+void DeviceContext::WaitForSideStreams() noexcept {
+  const std::lock_guard lock(side_mutex_);
+  for (cudaEvent_t event : side_events_) {
+    MLFW_CUDA_CHECK_NOTHROW(driver_->StreamWaitEvent(stream_, event));
+  }
+}
+
+void DeviceContext::RetireDeferred() noexcept {
+  std::vector<std::shared_ptr<const void>> released;
+  const std::lock_guard lock(deferred_mutex_);
+  RetireDeferredLocked(released);
+}
+
+void DeviceContext::RetireDeferredLocked(std::vector<std::shared_ptr<const void>>& released) noexcept {
+  std::erase_if(deferred_, [&](Deferred& entry) {
+    if (driver_->EventQuery(entry.done) != cudaSuccess) {
+      return false;  // not yet run (an error surfaces on the next synchronising call)
+    }
+    try {
+      released.push_back(std::move(entry.owner));
+      spare_events_.push_back(entry.done);
+    } catch (const std::bad_alloc&) {
+      entry.owner.reset();
+      MLFW_CUDA_CHECK_NOTHROW(driver_->EventDestroy(entry.done));
+    }
+    return true;
+  });
 }
 
 float* DeviceContext::Partials(std::size_t count) {
@@ -169,8 +255,8 @@ Launch DeviceContext::Stage(std::span<const ListEntry> entries, Access access) {
   WriteTable(entries, shape, buffer.host);
   auto* table = static_cast<std::byte*>(Allocate(shape.bytes));
   try {
-    MLFW_CUDA_CHECK(cudaMemcpyAsync(table, buffer.host, shape.bytes, cudaMemcpyHostToDevice, stream_));
-    MLFW_CUDA_CHECK(cudaEventRecord(buffer.copied, stream_));
+    MLFW_CUDA_CHECK(driver_->MemcpyAsync(table, buffer.host, shape.bytes, cudaMemcpyHostToDevice, stream_));
+    MLFW_CUDA_CHECK(driver_->EventRecord(buffer.copied, stream_));
   } catch (...) {
     Free(table);  // never kept: a table whose copy failed must not be found by a later call
     throw;
@@ -180,22 +266,48 @@ Launch DeviceContext::Stage(std::span<const ListEntry> entries, Access access) {
   return launch;
 }
 
+const void* DeviceContext::UploadKept(std::span<const std::byte> image) {
+  const auto same = [&](const KeptImage& kept) { return std::ranges::equal(kept.bytes, image); };
+  if (const auto found = std::ranges::find_if(kept_images_, same); found != kept_images_.end()) {
+    std::rotate(found, found + 1, kept_images_.end());  // the newest now
+    return kept_images_.back().device;
+  }
+  KeptImage kept{std::vector<std::byte>(image.begin(), image.end()), nullptr};  // before any allocation: it may throw
+  if (kept_images_.size() == kKeptImages) {
+    Free(kept_images_.front().device);  // stream-ordered: the kernels that read it finish first
+    kept_images_.erase(kept_images_.begin());
+  }
+  kept_images_.reserve(kKeptImages);
+  StagingBuffer& buffer = StagingFor(image.size());
+  std::memcpy(buffer.host, image.data(), image.size());
+  kept.device = Allocate(image.size());
+  try {
+    MLFW_CUDA_CHECK(driver_->MemcpyAsync(kept.device, buffer.host, image.size(), cudaMemcpyHostToDevice, stream_));
+    MLFW_CUDA_CHECK(driver_->EventRecord(buffer.copied, stream_));
+  } catch (...) {
+    Free(kept.device);
+    throw;
+  }
+  kept_images_.push_back(std::move(kept));
+  return kept_images_.back().device;
+}
+
 DeviceContext::StagingBuffer& DeviceContext::StagingFor(std::size_t bytes) {
   StagingBuffer& buffer = staging_[next_staging_ % kStagingBuffers];
   if (buffer.copied == nullptr) {
-    MLFW_CUDA_CHECK(cudaEventCreateWithFlags(&buffer.copied, cudaEventDisableTiming));
+    MLFW_CUDA_CHECK(driver_->EventCreate(&buffer.copied));
   } else {
-    MLFW_CUDA_CHECK(cudaEventSynchronize(buffer.copied));  // its previous copy has run
+    MLFW_CUDA_CHECK(driver_->EventSynchronize(buffer.copied));  // its previous copy has run
   }
   if (buffer.capacity < bytes) {
     const std::size_t capacity = bytes + bytes / 2;  // grow geometrically
     if (buffer.host != nullptr) {
-      MLFW_CUDA_CHECK(cudaFreeHost(buffer.host));
+      MLFW_CUDA_CHECK(driver_->FreeHost(buffer.host));
     }
     buffer.host = nullptr;
     buffer.capacity = 0;
     void* grown = nullptr;
-    MLFW_CUDA_CHECK(cudaMallocHost(&grown, capacity));
+    MLFW_CUDA_CHECK(driver_->MallocHost(&grown, capacity));
     buffer.host = static_cast<std::byte*>(grown);
     buffer.capacity = capacity;
   }
@@ -204,12 +316,15 @@ DeviceContext::StagingBuffer& DeviceContext::StagingFor(std::size_t bytes) {
 }
 
 void DeviceContext::ClearResult() {
-  MLFW_CUDA_CHECK(cudaMemsetAsync(device_result_, 0, sizeof(DeviceResult), stream_));
+  MLFW_CUDA_CHECK(driver_->MemsetAsync(device_result_, 0, sizeof(DeviceResult), stream_));
 }
 
 DeviceResult DeviceContext::ReadResult() {
-  MLFW_CUDA_CHECK(cudaMemcpyAsync(host_result_, device_result_, sizeof(DeviceResult), cudaMemcpyDeviceToHost, stream_));
-  MLFW_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  MLFW_CUDA_CHECK(
+      driver_->MemcpyAsync(host_result_, device_result_, sizeof(DeviceResult), cudaMemcpyDeviceToHost, stream_));
+  MLFW_CUDA_CHECK(driver_->StreamSynchronize(stream_));
+  const BufferUse read{host_result_, sizeof(DeviceResult), Use::Read};
+  driver_->HostAccess({&read, 1});
   return *host_result_;
 }
 

@@ -9,12 +9,15 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <span>
 #include <string>
+#include <vector>
 
 #include <cuda_runtime_api.h>
 
+#include "mlframework/backends/cuda/Driver.hpp"
 #include "mlframework/backends/cuda/ExternalStream.hpp"
 #include "mlframework/backends/cuda/LaunchPlan.hpp"
 #include "mlframework/backends/cuda/TableCache.hpp"
@@ -43,6 +46,8 @@ class DeviceContext {
 
   int DeviceIndex() const noexcept { return device_; }
   cudaStream_t Stream() const noexcept { return stream_; }
+  /// The driver this context was made with; every call on its device goes through it.
+  Driver& DeviceDriver() const noexcept { return *driver_; }
   /// Held by every backend call while it uses the scratch memory below.
   std::mutex& Mutex() noexcept { return mutex_; }
 
@@ -51,6 +56,20 @@ class DeviceContext {
   /// Frees memory from Allocate(), ordered on the stream (and after the calling thread's
   /// framework stream: StreamGuard); never throws.
   void Free(void* pointer) noexcept;
+
+  /// Releases @p owner (what keeps caller-owned memory alive) once the work queued on the stream
+  /// so far has run; the host does not wait (owners whose work is done are released by this
+  /// and later calls). Never throws: when no event can be recorded, it waits for the stream.
+  void ReleaseAfterWork(std::shared_ptr<const void> owner) noexcept;
+  /// Releases the owners of ReleaseAfterWork() whose work has run.
+  void RetireDeferred() noexcept;
+
+  /// Orders every later Free() and ReleaseAfterWork() after the work recorded in @p event when
+  /// they are called (a communication stream's last collective, re-recorded by its owner), so
+  /// that memory a collective on another stream still uses is not handed out. Until
+  /// StopOrderingFreesAfter(@p event).
+  void OrderFreesAfter(cudaEvent_t event);
+  void StopOrderingFreesAfter(cudaEvent_t event) noexcept;
 
   /// Result block (flag and sum) in device memory and its pinned host mirror.
   DeviceResult* DeviceResultBlock() noexcept { return device_result_; }
@@ -66,6 +85,14 @@ class DeviceContext {
   /// `blocks` is 0 when every entry is empty.
   Launch Stage(std::span<const ListEntry> entries, Access access);
 
+  /// Device memory holding the bytes of @p image (mutex held), for a kernel's table of another
+  /// layout than Stage()'s (the fused optimizer steps): the copy kept from an earlier call with
+  /// the same bytes, or else a new one, staged through pinned memory, copied on the stream and
+  /// kept (the oldest of kKeptImages is evicted, freed in stream order). A kept image is never
+  /// written again, so kernels queued earlier keep reading their own. Queue the kernel before
+  /// releasing the mutex.
+  const void* UploadKept(std::span<const std::byte> image);
+
   /// Clears the result flag, runs nothing else (mutex held).
   void ClearResult();
   /// Copies the result block to the host and waits for the stream (mutex held).
@@ -78,7 +105,9 @@ class DeviceContext {
   explicit DeviceContext(int device);
 
   int device_;
+  Driver* driver_;
   bool stream_ordered_ = false;
+  cudaMemPool_t pool_ = nullptr;  // the library's own pool (stream_ordered_)
   cudaStream_t stream_ = nullptr;
   std::mutex mutex_;
   DeviceResult* device_result_ = nullptr;
@@ -103,6 +132,31 @@ class DeviceContext {
   TableCache tables_{TableCache::kDefaultCapacity, [this](std::byte* table) { Free(table); }};
 
   StagingBuffer& StagingFor(std::size_t bytes);
+
+  // UploadKept()'s images, newest last.
+  struct KeptImage {
+    std::vector<std::byte> bytes;
+    void* device = nullptr;
+  };
+  static constexpr std::size_t kKeptImages = 8;
+  std::vector<KeptImage> kept_images_;
+
+  // Owners waiting for the stream to pass their event (ReleaseAfterWork), and spare events.
+  struct Deferred {
+    cudaEvent_t done = nullptr;
+    std::shared_ptr<const void> owner;
+  };
+  std::mutex deferred_mutex_;
+  std::vector<Deferred> deferred_;
+  std::vector<cudaEvent_t> spare_events_;
+  // Events of other streams that frees wait for (OrderFreesAfter), behind their own lock: a
+  // free may come from any thread.
+  std::mutex side_mutex_;
+  std::vector<cudaEvent_t> side_events_;
+  // Queues on the stream a wait for each of side_events_.
+  void WaitForSideStreams() noexcept;
+  // Under deferred_mutex_: moves the owners whose work is done to @p released.
+  void RetireDeferredLocked(std::vector<std::shared_ptr<const void>>& released) noexcept;
 };
 
 /// What a backend call that queues work on a device holds for its duration: the device's mutex

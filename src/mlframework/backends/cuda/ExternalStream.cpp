@@ -9,6 +9,7 @@
 
 #include "mlframework/backends/cuda/CudaCheck.hpp"
 #include "mlframework/backends/cuda/DeviceContext.hpp"
+#include "mlframework/backends/cuda/Driver.hpp"
 
 namespace mlframework::backends::cuda {
 
@@ -45,24 +46,27 @@ bool WaitForExternal(int device, cudaStream_t library) {
   if (!FindExternalStream(device, external)) {
     return false;
   }
-  MLFW_CUDA_CHECK(cudaEventRecord(external.ready, external.stream));
-  MLFW_CUDA_CHECK(cudaStreamWaitEvent(library, external.ready, 0));
+  Driver& driver = ActiveDriver();
+  MLFW_CUDA_CHECK(driver.EventRecord(external.ready, external.stream));
+  MLFW_CUDA_CHECK(driver.StreamWaitEvent(library, external.ready));
   return true;
 }
 
 ExternalOrder::ExternalOrder(int device, cudaStream_t library) : library_(library) {
   joined_ = FindExternalStream(device, external_);
   if (joined_) {
-    MLFW_CUDA_CHECK(cudaEventRecord(external_.ready, external_.stream));
-    MLFW_CUDA_CHECK(cudaStreamWaitEvent(library_, external_.ready, 0));
+    Driver& driver = ActiveDriver();
+    MLFW_CUDA_CHECK(driver.EventRecord(external_.ready, external_.stream));
+    MLFW_CUDA_CHECK(driver.StreamWaitEvent(library_, external_.ready));
   }
 }
 
 ExternalOrder::~ExternalOrder() {
   if (joined_) {
     // Also after a failed call: whatever it queued before failing is ordered like the rest.
-    MLFW_CUDA_CHECK_NOTHROW(cudaEventRecord(external_.done, library_));
-    MLFW_CUDA_CHECK_NOTHROW(cudaStreamWaitEvent(external_.stream, external_.done, 0));
+    Driver& driver = ActiveDriver();
+    MLFW_CUDA_CHECK_NOTHROW(driver.EventRecord(external_.done, library_));
+    MLFW_CUDA_CHECK_NOTHROW(driver.StreamWaitEvent(external_.stream, external_.done));
   }
 }
 
@@ -72,24 +76,25 @@ StreamGuard::StreamGuard(void* stream, int device) : stream_(stream), device_(de
   }
   DeviceContext::Get(device);  // BackendError naming the device when it cannot be used
   DeviceGuard current(device);
+  Driver& driver = ActiveDriver();
   auto* handle = static_cast<cudaStream_t>(stream);
   if (handle != nullptr) {
     int owner = -1;
-    MLFW_CUDA_CHECK(cudaStreamGetDevice(handle, &owner));
+    MLFW_CUDA_CHECK(driver.StreamGetDevice(handle, &owner));
     if (owner != device) {
       throw ArgumentError("stream",
                           "belongs to cuda:" + std::to_string(owner) + ", not to cuda:" + std::to_string(device));
     }
   }
   Installed entry{device, this, {handle, nullptr, nullptr}};
-  MLFW_CUDA_CHECK(cudaEventCreateWithFlags(&entry.external.ready, cudaEventDisableTiming));
+  MLFW_CUDA_CHECK(driver.EventCreate(&entry.external.ready));
   try {
-    MLFW_CUDA_CHECK(cudaEventCreateWithFlags(&entry.external.done, cudaEventDisableTiming));
+    MLFW_CUDA_CHECK(driver.EventCreate(&entry.external.done));
     InstalledStreams().push_back(entry);
   } catch (...) {
-    MLFW_CUDA_CHECK_NOTHROW(cudaEventDestroy(entry.external.ready));
+    MLFW_CUDA_CHECK_NOTHROW(driver.EventDestroy(entry.external.ready));
     if (entry.external.done != nullptr) {
-      MLFW_CUDA_CHECK_NOTHROW(cudaEventDestroy(entry.external.done));
+      MLFW_CUDA_CHECK_NOTHROW(driver.EventDestroy(entry.external.done));
     }
     throw;
   }
@@ -101,8 +106,9 @@ StreamGuard::~StreamGuard() {
   std::vector<Installed>& installed = InstalledStreams();
   std::erase_if(installed, [this](const Installed& entry) { return entry.guard == this; });
   // An event may still be pending on a stream: the runtime frees it once it has completed.
-  MLFW_CUDA_CHECK_NOTHROW(cudaEventDestroy(static_cast<cudaEvent_t>(ready_)));
-  MLFW_CUDA_CHECK_NOTHROW(cudaEventDestroy(static_cast<cudaEvent_t>(done_)));
+  Driver& driver = ActiveDriver();
+  MLFW_CUDA_CHECK_NOTHROW(driver.EventDestroy(static_cast<cudaEvent_t>(ready_)));
+  MLFW_CUDA_CHECK_NOTHROW(driver.EventDestroy(static_cast<cudaEvent_t>(done_)));
 }
 
 void* CurrentExternalStream(int device) noexcept {

@@ -9,6 +9,7 @@ if(MLFW_HAS_CUDA)
     ${CMAKE_CURRENT_LIST_DIR}/CudaTensor.cpp
     ${CMAKE_CURRENT_LIST_DIR}/DeviceContext.cpp
     ${CMAKE_CURRENT_LIST_DIR}/ExternalStream.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/RuntimeDriver.cpp
     ${CMAKE_CURRENT_LIST_DIR}/TableCache.cpp
     ${CMAKE_CURRENT_LIST_DIR}/AddInto.cu
     ${CMAKE_CURRENT_LIST_DIR}/Cast.cu
@@ -35,6 +36,7 @@ endif()
 set(mlfw_distributed_dir ${CMAKE_CURRENT_LIST_DIR}/../../distributed)
 if(MLFW_HAS_NCCL)
   target_sources(mlframework_cuda PRIVATE ${mlfw_distributed_dir}/NcclProcessGroup.cpp
+                                     ${mlfw_distributed_dir}/NcclDriver.cpp
                                      ${mlfw_distributed_dir}/PendingCollectives.cpp)
   target_link_libraries(mlframework_cuda PRIVATE NCCL::NCCL)
 else()

@@ -1,0 +1,279 @@
+// Stream order of the CUDA backend's entry points, checked on the host: the backend runs on
+// the recording driver (backends/cuda/RecordingDriver.hpp), which runs no kernel and fails on
+// any access not ordered after the last write on another stream, any free before the last
+// use, and any host synchronisation or allocation in a captured region. Each entry point runs
+// twice: plain (the host feeds and reads the tensors) and under a StreamGuard, where a
+// framework stream writes the inputs before the call and reads the outputs after it.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <boost/test/unit_test.hpp>
+
+#include <mlframework/backends/cuda/CudaTensor.hpp>
+#include <mlframework/backends/cuda/StreamGuard.hpp>
+#include <mlframework/core/DeviceScaling.hpp>
+#include <mlframework/core/Float8Cast.hpp>
+#include <mlframework/core/MultiTensor.hpp>
+#include <mlframework/core/Tensor.hpp>
+#include <mlframework/optimizers/FusedSteps.hpp>
+
+#include "cuda/StreamOrderHarness.hpp"
+
+using namespace mlframework;
+using namespace mlframework::optimizers;
+namespace cuda = mlframework::backends::cuda;
+
+using namespace mlfw_stream_order;
+
+BOOST_AUTO_TEST_SUITE(StreamOrderChecker)
+
+BOOST_AUTO_TEST_CASE(FlagsAReadOnAnotherStreamWithoutAnEvent) {
+  cuda::RecordingDriver driver;
+  cudaStream_t a = nullptr;
+  cudaStream_t b = nullptr;
+  driver.StreamCreate(&a, 0);
+  driver.StreamCreate(&b, 0);
+  void* buffer = nullptr;
+  driver.Malloc(&buffer, 64);
+  const cuda::BufferUse write{buffer, 64, cuda::Use::Write};
+  const cuda::BufferUse read{buffer, 64, cuda::Use::Read};
+  driver.Launch("writer", a, cuda::KernelOperands{{}, cuda::Access::Writes, {&write, 1}}, [] {});
+  driver.Launch("reader", b, cuda::KernelOperands{{}, cuda::Access::ReadOnly, {&read, 1}}, [] {});
+  BOOST_TEST(driver.Violations().size() == 1u);
+  driver.StreamSynchronize(b);  // the host knows the read is done: a may write again
+
+  cudaEvent_t event = nullptr;
+  driver.EventCreate(&event);
+  driver.Launch("writer", a, cuda::KernelOperands{{}, cuda::Access::Writes, {&write, 1}}, [] {});
+  driver.EventRecord(event, a);
+  driver.StreamWaitEvent(b, event);
+  driver.Launch("reader", b, cuda::KernelOperands{{}, cuda::Access::ReadOnly, {&read, 1}}, [] {});
+  BOOST_TEST(driver.Violations().size() == 1u);  // ordered by the event: nothing new
+
+  // A host synchronisation with a also orders what the host queues next.
+  driver.StreamSynchronize(b);
+  driver.Launch("writer", a, cuda::KernelOperands{{}, cuda::Access::Writes, {&write, 1}}, [] {});
+  driver.StreamSynchronize(a);
+  driver.Launch("reader", b, cuda::KernelOperands{{}, cuda::Access::ReadOnly, {&read, 1}}, [] {});
+  BOOST_TEST(driver.Violations().size() == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(FlagsAFreeBeforeTheLastUseAndAUseAfterTheFree) {
+  cuda::RecordingDriver driver;
+  cudaStream_t a = nullptr;
+  cudaStream_t b = nullptr;
+  driver.StreamCreate(&a, 0);
+  driver.StreamCreate(&b, 0);
+  void* buffer = nullptr;
+  driver.MallocFromPoolAsync(&buffer, 64, nullptr, a);
+  const cuda::BufferUse read{buffer, 64, cuda::Use::Read};
+  driver.Launch("reader", a, cuda::KernelOperands{{}, cuda::Access::ReadOnly, {&read, 1}}, [] {});
+  BOOST_TEST(driver.Violations().empty());
+  driver.FreeAsync(buffer, b);  // b never waited for a
+  BOOST_TEST(driver.Violations().size() == 1u);
+  driver.Launch("reader", a, cuda::KernelOperands{{}, cuda::Access::ReadOnly, {&read, 1}}, [] {});
+  BOOST_TEST(driver.Violations().size() == 2u);
+
+  void* owned = nullptr;
+  driver.Malloc(&owned, 16);
+  const cuda::BufferUse write{owned, 16, cuda::Use::Write};
+  driver.Launch("writer", a, cuda::KernelOperands{{}, cuda::Access::Writes, {&write, 1}}, [] {});
+  driver.ReleaseOnHost(owned);  // the owner gives the block back while the kernel may run
+  BOOST_TEST(driver.Violations().size() == 3u);
+}
+
+BOOST_AUTO_TEST_CASE(FlagsHostSynchronisationAndAllocationInACapturedRegion) {
+  cuda::RecordingDriver driver;
+  cudaStream_t a = nullptr;
+  driver.StreamCreate(&a, 0);
+  driver.BeginCapture();
+  void* buffer = nullptr;
+  driver.MallocFromPoolAsync(&buffer, 64, nullptr, a);
+  driver.StreamSynchronize(a);
+  driver.EndCapture();
+  driver.StreamSynchronize(a);
+  BOOST_TEST(driver.Violations().size() == 2u, Joined(driver.Violations()));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(StreamOrderEntryPoints)
+
+BOOST_AUTO_TEST_CASE(BackendListOperations) {
+  RunBoth([] {
+    auto lists = std::make_shared<std::vector<TensorPtr>>();
+    auto outs = std::make_shared<std::vector<TensorPtr>>();
+    return Flow{.make =
+                    [=] {
+                      *lists = List(DataType::Float32);
+                      *outs = List(DataType::BFloat16);
+                    },
+                .inputs = [=] { return *lists; },
+                .call =
+                    [=] {
+                      BOOST_TEST(!UnscaleAndCheck(*lists, 0.5f));
+                      BOOST_TEST(!HasNonFinite(*lists));
+                      static_cast<void>(CheckAndSumSquares(*lists, 1.0f));
+                      ScaleInPlace(*lists, 2.0f);
+                      static_cast<void>(CastInto(*lists, *outs, 1.0f));
+                      AddInto(*lists, *lists, 1.0f);
+                      static_cast<void>(UnscaleCheckAndAmax(*lists, 0.5f));
+                    },
+                .outputs =
+                    [=] {
+                      std::vector<TensorPtr> all = *lists;
+                      all.insert(all.end(), outs->begin(), outs->end());
+                      return all;
+                    }};
+  });
+}
+
+BOOST_AUTO_TEST_CASE(ScalerDeviceFlows) {
+  RunBoth([] {
+    auto grads = std::make_shared<std::vector<TensorPtr>>();
+    auto outs = std::make_shared<std::vector<TensorPtr>>();
+    auto flag = std::make_shared<TensorPtr>();
+    return Flow{.make =
+                    [=] {
+                      *grads = List(DataType::Float16);
+                      *outs = List(DataType::Float32);
+                    },
+                .inputs = [=] { return *grads; },
+                .call =
+                    [=] {
+                      const ScalePolicy policy;
+                      const std::unique_ptr<DeviceScaleState> state =
+                          cuda::Backend().CreateScaleState(kGpu, policy, ScaleState::Initial(policy));
+                      std::vector<const ITensor*> src;
+                      std::vector<ITensor*> dst;
+                      for (std::size_t i = 0; i < grads->size(); ++i) {
+                        src.push_back((*grads)[i].get());
+                        dst.push_back((*outs)[i].get());
+                      }
+                      cuda::Backend().CheckWithState(src, *state);
+                      cuda::Backend().CastUnscaledWithState(src, dst, *state);
+                      cuda::Backend().UnscaleWithState(dst, *state);
+                      cuda::Backend().FlagToTensor(*state, *flag);
+                      cuda::Backend().UpdateScale(*state);
+                      state->ClearAmax();
+                      static_cast<void>(state->Read());
+                    },
+                .outputs =
+                    [=] {
+                      std::vector<TensorPtr> all = *outs;
+                      all.push_back(*flag);
+                      return all;
+                    }};
+  });
+}
+
+// Fails when the fused steps do not join the framework's stream (the step reads gradients the
+// framework wrote, and the framework reads the parameters the step wrote).
+BOOST_AUTO_TEST_CASE(FusedOptimizerSteps) {
+  RunBoth([] {
+    auto w = std::make_shared<std::vector<TensorPtr>>();
+    auto g = std::make_shared<std::vector<TensorPtr>>();
+    auto m = std::make_shared<std::vector<TensorPtr>>();
+    auto v = std::make_shared<std::vector<TensorPtr>>();
+    auto low = std::make_shared<std::vector<TensorPtr>>();
+    return Flow{
+        .make =
+            [=] {
+              *w = List(DataType::Float32);
+              *g = List(DataType::Float32);
+              *m = List(DataType::Float32);
+              *v = List(DataType::Float32);
+              *low = List(DataType::BFloat16);
+            },
+        .inputs = [=] { return *g; },
+        .call =
+            [=] {
+              BOOST_TEST(FusedAdamStep(
+                  {.Parameters = *w, .Gradients = *g, .FirstState = *m, .SecondState = *v, .LowPrecisionCopies = *low},
+                  AdamStepScalarsFor(AdamOptions{}, 1)));
+              BOOST_TEST(FusedSGDStep({.Parameters = *w, .Gradients = *g, .FirstState = *m},
+                                      SGDStepScalarsFor({.LearningRate = 0.01f, .Momentum = 0.9f}, true)));
+            },
+        .outputs =
+            [=] {
+              std::vector<TensorPtr> all = *w;
+              all.insert(all.end(), low->begin(), low->end());
+              return all;
+            }};
+  });
+}
+
+// Fails when a warmed-up fused step allocates or waits for the host (its table uploaded from
+// pageable memory into new device memory on every call): it could not be captured in a graph.
+BOOST_AUTO_TEST_CASE(AWarmedUpFusedStepIsCaptureSafe) {
+  Recorded recorded;
+  {
+    const std::vector<TensorPtr> w = List(DataType::Float32);
+    const std::vector<TensorPtr> g = List(DataType::Float32);
+    const std::vector<TensorPtr> m = List(DataType::Float32);
+    const std::vector<TensorPtr> v = List(DataType::Float32);
+    const OptimizerStepLists lists{.Parameters = w, .Gradients = g, .FirstState = m, .SecondState = v};
+    BOOST_TEST(FusedAdamStep(lists, AdamStepScalarsFor(AdamOptions{}, 1)));
+    recorded.driver.BeginCapture();
+    BOOST_TEST(FusedAdamStep(lists, AdamStepScalarsFor(AdamOptions{}, 2)));
+    recorded.driver.EndCapture();
+  }
+  RequireOrdered(recorded);
+}
+
+BOOST_AUTO_TEST_CASE(Float8Casts) {
+  RunBoth([] {
+    auto src = std::make_shared<std::vector<TensorPtr>>();
+    auto fp8 = std::make_shared<std::vector<TensorPtr>>();
+    auto back = std::make_shared<std::vector<TensorPtr>>();
+    auto scale = std::make_shared<TensorPtr>();
+    auto amax = std::make_shared<TensorPtr>();
+    return Flow{.make =
+                    [=] {
+                      *src = List(DataType::BFloat16, 2);
+                      *fp8 = List(DataType::Float8E4M3FN, 2);
+                      *back = List(DataType::Float32, 2);
+                      *scale = Zeros({2}, DataType::Float32, kGpu);
+                      *amax = Zeros({2}, DataType::Float32, kGpu);
+                    },
+                .inputs =
+                    [=] {
+                      std::vector<TensorPtr> all = *src;
+                      all.push_back(*scale);
+                      return all;
+                    },
+                .call =
+                    [=] {
+                      ScaledCastToFloat8(*src, *fp8, *scale, *amax);
+                      DequantizeFloat8(*fp8, *back, *scale);
+                      Amax(*src, *amax);
+                    },
+                .outputs =
+                    [=] {
+                      std::vector<TensorPtr> all = *back;
+                      all.push_back(*amax);
+                      return all;
+                    }};
+  });
+}
+
+// Fails when the owner of wrapped memory is released as soon as the last tensor goes: its
+// allocator could hand the block out while the queued kernel still writes it.
+BOOST_AUTO_TEST_CASE(WrappedMemoryGoesBackAfterTheQueuedWork) {
+  Recorded recorded;
+  void* memory = nullptr;
+  BOOST_REQUIRE(recorded.driver.Malloc(&memory, 256 * sizeof(float)) == cudaSuccess);
+  {
+    std::shared_ptr<void> owner(memory, [&recorded](void* block) { recorded.driver.ReleaseOnHost(block); });
+    const std::vector<TensorPtr> wrapped{cuda::Wrap(memory, {256}, DataType::Float32, 0, owner)};
+    owner.reset();
+    ScaleInPlace(wrapped, 2.0f);
+  }
+  RequireOrdered(recorded);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
