@@ -24,7 +24,8 @@ namespace mlframework {
 /// | overflowing_tensors | the overflow report's gradient names joined by ';', in double quotes (a `"` in a name
 /// doubled); `""` on clean steps |
 ///
-/// Rows go to a std::ostream (each followed by '\n') or to a callback (without it).
+/// Rows go to a std::ostream (each followed by '\n') or to a callback (without it). A moved-from
+/// writer throws InvalidOperationError from OnStep().
 class MLFRAMEWORK_EXPORT TrainingCsvWriter final : public ITrainingObserver {
  public:
   /// Receives one line at a time, without a trailing newline.
