@@ -69,6 +69,11 @@ def scaler_state_seeds() -> None:
     seed("seed-mixed-fallback", 1, 0, steps, blob(mixed, 1, scale_state(1.0, 0, 10, 10, 10) + bytes([1])))
     seed("seed-mixed-big-counters", 1, 1, steps,
          blob(mixed, 1, scale_state(2.0, (1 << 63) - 1, 0, 0, (1 << 63) - 1) + bytes([0])))
+    # Version 2 adds GrowthFactor, BackoffFactor and GrowthInterval (the blob's configuration wins).
+    seed("seed-mixed-v2", 1, 0, steps,
+         blob(mixed, 2, scale_state(4096.0, 3, 0, 1, 9) + bytes([0]) + struct.pack("<ffq", 4.0, 0.25, 3)))
+    seed("seed-mixed-v2-bad-config", 1, 1, steps,
+         blob(mixed, 2, scale_state(4096.0, 3, 0, 1, 9) + bytes([0]) + struct.pack("<ffq", 0.5, 2.0, 0)))
     manager = "distributed.fsdp.FSDPMixedPrecisionManager"
     seed("seed-fsdp", 2, 0, steps, blob(manager, 1, scale_state(2.0, 0, 0, 0, 0)))
     seed("seed-fsdp-late", 2, 0, steps, blob(manager, 1, scale_state(65536.0, 1999, 0, 7, 5000)))

@@ -291,6 +291,26 @@ BOOST_AUTO_TEST_CASE(GradientPipelineAndPrecisionManagerRejectNullsAndBlobs) {
   BOOST_TEST_MESSAGE("ScalerBadInput: " << mlframework::testing::BadInputCount() << " bad-input cases so far");
 }
 
+BOOST_AUTO_TEST_CASE(GradientPipelineRejectsAWellFramedBlobWithANaNOrNegativeNorm) {
+  // Sealed with a valid checksum, so only the value check can refuse it.
+  mp::GradientConversionLayer layer;
+  (void)layer.ProcessGradients(Gradients());
+  const std::vector<std::byte> scaler = layer.LossScaler()->StateDict();
+  const std::vector<std::byte> manager = layer.Precision()->StateDict();
+  for (const float bad : {kNaN, -1.0f, -kInf}) {
+    detail::BlobWriter writer("optimizers.mixed_precision.GradientConversionLayer", 1);
+    writer.I64(0);
+    writer.F32(bad);
+    writer.U64(scaler.size());
+    writer.Bytes(scaler);
+    writer.U64(manager.size());
+    writer.Bytes(manager);
+    const std::vector<std::byte> blob = writer.Finish();
+    ExpectUnchanged<ArgumentError>(
+        layer, [&] { layer.LoadStateDict(blob); }, "state");
+  }
+}
+
 BOOST_AUTO_TEST_CASE(PrecisionManagerFallbackEntryPointsRejectBadInput) {
   // FP32Parameters: null entries, and with master weights names and shapes that are not theirs.
   mp::PrecisionManager precision;

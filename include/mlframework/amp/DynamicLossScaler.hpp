@@ -53,6 +53,7 @@ struct DynamicScalerStats {
 /// Unscaling works as in StaticLossScaler (inverse scale in double; FP32 gradients in
 /// place, FP16/BF16 into reused FP32 buffers owned by the scaler; overflow check fused).
 /// A disabled scaler passes values through, reports no overflow and ignores UpdateScale().
+/// FP8 gradients are refused as there (ArgumentError naming the gradient and its dtype).
 ///
 /// **Device-resident state.** The state starts on the host. The first unscale, check or update
 /// on gradients whose backend keeps scaling state on a device (CUDA tensors) moves it to their device
@@ -162,7 +163,10 @@ class MLFRAMEWORK_EXPORT DynamicLossScaler final : public ILossScaler {
 
   /// Versioned blob of the configuration and the state.
   std::vector<std::byte> StateDict() const override;
-  /// Restores StateDict(); ArgumentError for a truncated, corrupted, foreign or invalid blob (state unchanged).
+  /// Restores StateDict(). The blob's configuration wins, as in PyTorch's
+  /// `GradScaler.load_state_dict`: Config() becomes the blob's (every DynamicScalerConfig field,
+  /// Enabled included), with the blob's scale and counters; amax tracking stays as it was.
+  /// ArgumentError for a truncated, corrupted, foreign or invalid blob (state unchanged).
   void LoadStateDict(std::span<const std::byte> state) override;
 
  private:

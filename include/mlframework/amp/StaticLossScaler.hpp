@@ -21,7 +21,9 @@ namespace mlframework::amp {
 /// FP16/BF16 gradients are unscaled into FP32 tensors (one fused cast pass), because
 /// unscaling back into 16 bits would re-create the underflow loss scaling avoids; these
 /// FP32 buffers belong to the scaler and are reused by its next UnscaleGradients() call
-/// for the same names and shapes (clone them to keep them longer).
+/// for the same names and shapes (clone them to keep them longer). Every call that takes
+/// gradients refuses FP8 ones (ArgumentError naming the gradient and its dtype), also while
+/// disabled: FP8 tensors are scaled per tensor by an fp8 recipe, not by a loss scale.
 ///
 /// Usage:
 /// @code

@@ -30,6 +30,7 @@ namespace mlframework {
 /// | inf_count | +Inf and -Inf elements over all gradients of the step's overflow report |
 ///
 /// Rows go to a std::ostream (each followed by '\n' and flushed) or to a callback (without it).
+/// A moved-from writer throws InvalidOperationError from OnStep().
 class MLFRAMEWORK_EXPORT TrainingCsvWriter final : public ITrainingObserver {
  public:
   /// Receives one line at a time, without a trailing newline.

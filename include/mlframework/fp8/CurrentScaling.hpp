@@ -34,9 +34,10 @@ class MLFRAMEWORK_EXPORT CurrentScaling final : public PerTensorScaling {
   explicit CurrentScaling(CurrentScalingConfig config = {});
   /// Releases the state tensors.
   ~CurrentScaling() override;
-  /// Movable.
+  /// Movable. The moved-from recipe throws InvalidOperationError from every member but Name()
+  /// and Config(); it can be destroyed or assigned to.
   CurrentScaling(CurrentScaling&&) noexcept;
-  /// Move-assignable.
+  /// Move-assignable (also into a moved-from recipe).
   CurrentScaling& operator=(CurrentScaling&&) noexcept;
 
   /// The configuration.

@@ -59,9 +59,10 @@ class MLFRAMEWORK_EXPORT DelayedScaling final : public PerTensorScaling {
   explicit DelayedScaling(DelayedScalingConfig config = {});
   /// Releases the state tensors.
   ~DelayedScaling() override;
-  /// Movable.
+  /// Movable. The moved-from recipe throws InvalidOperationError from every member but Name()
+  /// and Config(); it can be destroyed or assigned to.
   DelayedScaling(DelayedScaling&&) noexcept;
-  /// Move-assignable.
+  /// Move-assignable (also into a moved-from recipe).
   DelayedScaling& operator=(DelayedScaling&&) noexcept;
 
   /// The configuration.

@@ -48,8 +48,8 @@ class MLFRAMEWORK_EXPORT PerTensorScaling : public IScalingRecipe {
   /// Move-assignable.
   PerTensorScaling& operator=(PerTensorScaling&&) noexcept;
 
-  /// The registered tensors' state.
-  detail::ScaleTable& Table() const noexcept { return *table_; }
+  /// The registered tensors' state; InvalidOperationError once the recipe was moved from.
+  detail::ScaleTable& Table() const;
 
  private:
   std::unique_ptr<detail::ScaleTable> table_;

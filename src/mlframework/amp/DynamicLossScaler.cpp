@@ -10,6 +10,7 @@
 #include "mlframework/amp/UnscaleWorkspace.hpp"
 #include "mlframework/core/ScaleStateOwner.hpp"
 #include "mlframework/core/StateBlob.hpp"
+#include "mlframework/core/Validation.hpp"
 
 namespace mlframework::amp {
 
@@ -98,7 +99,8 @@ GradientMap DynamicLossScaler::UnscaleGradients(const GradientMap& gradients) {
 }
 
 GradientMap DynamicLossScaler::UnscaleAndRecordOverflow(const GradientMap& gradients) {
-  const std::vector<TensorPtr> list = TensorList(gradients);  // ArgumentNullError naming a null entry
+  const std::vector<TensorPtr> list =
+      mlframework::detail::LossScalingList(gradients);  // ArgumentNullError naming a null entry
   if (!impl_->config.Enabled) {
     return gradients;
   }
@@ -106,7 +108,8 @@ GradientMap DynamicLossScaler::UnscaleAndRecordOverflow(const GradientMap& gradi
 }
 
 UnscaledGradients DynamicLossScaler::UnscaleGradientsAndCheck(const GradientMap& gradients) {
-  const std::vector<TensorPtr> list = TensorList(gradients);  // same null check as when enabled
+  const std::vector<TensorPtr> list =
+      mlframework::detail::LossScalingList(gradients);  // same null check as when enabled
   if (!impl_->config.Enabled) {
     return UnscaledGradients{gradients, false};
   }
@@ -120,6 +123,7 @@ TensorPtr DynamicLossScaler::UnscaleGradient(const TensorPtr& gradient) {
   if (!gradient) {
     throw ArgumentNullError("gradient");
   }
+  mlframework::detail::RequireLossScalable(*gradient, "gradient");
   if (!impl_->config.Enabled) {
     return gradient;
   }
@@ -136,7 +140,7 @@ TensorPtr DynamicLossScaler::UnscaleGradient(const TensorPtr& gradient) {
 }
 
 bool DynamicLossScaler::CheckOverflow(const GradientMap& gradients) {
-  const std::vector<TensorPtr> list = TensorList(gradients);
+  const std::vector<TensorPtr> list = mlframework::detail::LossScalingList(gradients);
   if (!impl_->config.Enabled) {
     return false;
   }
@@ -147,6 +151,7 @@ bool DynamicLossScaler::CheckOverflow(const TensorPtr& gradient) {
   if (!gradient) {
     throw ArgumentNullError("gradient");
   }
+  mlframework::detail::RequireLossScalable(*gradient, "gradient");
   if (!impl_->config.Enabled) {
     return false;
   }
@@ -155,7 +160,7 @@ bool DynamicLossScaler::CheckOverflow(const TensorPtr& gradient) {
 }
 
 void DynamicLossScaler::RecordOverflow(const GradientMap& gradients) {
-  const std::vector<TensorPtr> list = TensorList(gradients);
+  const std::vector<TensorPtr> list = mlframework::detail::LossScalingList(gradients);
   if (!impl_->config.Enabled) {
     return;
   }
@@ -269,7 +274,8 @@ void DynamicLossScaler::LoadStateDict(std::span<const std::byte> state) {
     reader.Fail("stored scale " + std::to_string(scale_state.Scale) + " lies outside [MinScale, MaxScale]");
   }
   auto next = std::make_unique<Impl>(config);
-  next->owner.Write(scale_state);  // a host state until the next operation on device tensors
+  next->owner.Write(scale_state);                            // a host state until the next operation on device tensors
+  next->owner.SetAmaxTracking(impl_->owner.AmaxTracking());  // a setting of this scaler, not in the blob
   impl_ = std::move(next);
 }
 

@@ -8,6 +8,7 @@
 
 #include "mlframework/amp/UnscaleWorkspace.hpp"
 #include "mlframework/core/StateBlob.hpp"
+#include "mlframework/core/Validation.hpp"
 
 namespace mlframework::amp {
 
@@ -85,7 +86,7 @@ GradientMap StaticLossScaler::UnscaleGradients(const GradientMap& gradients) {
 
 UnscaledGradients StaticLossScaler::UnscaleGradientsAndCheck(const GradientMap& gradients) {
   if (!impl_->enabled) {
-    TensorList(gradients);  // same null check as when enabled
+    mlframework::detail::LossScalingList(gradients);  // same null check as when enabled
     return UnscaledGradients{gradients, false};
   }
   if (!impl_->track_amax) {
@@ -101,11 +102,12 @@ TensorPtr StaticLossScaler::UnscaleGradient(const TensorPtr& gradient) {
   if (!gradient) {
     throw ArgumentNullError("gradient");
   }
+  mlframework::detail::RequireLossScalable(*gradient, "gradient");
   return impl_->enabled ? detail::UnscaleWorkspace::RunOne(gradient, impl_->inverse) : gradient;
 }
 
 bool StaticLossScaler::CheckOverflow(const GradientMap& gradients) {
-  const std::vector<TensorPtr> list = TensorList(gradients);
+  const std::vector<TensorPtr> list = mlframework::detail::LossScalingList(gradients);
   return impl_->enabled && HasNonFinite(list);
 }
 
@@ -113,6 +115,7 @@ bool StaticLossScaler::CheckOverflow(const TensorPtr& gradient) {
   if (!gradient) {
     throw ArgumentNullError("gradient");
   }
+  mlframework::detail::RequireLossScalable(*gradient, "gradient");
   const std::vector<TensorPtr> list{gradient};
   return impl_->enabled && HasNonFinite(list);
 }

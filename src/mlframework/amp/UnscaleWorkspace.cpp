@@ -55,7 +55,8 @@ UnscaleWorkspace::Split UnscaleWorkspace::SplitList(const GradientMap& gradients
 }
 
 UnscaledGradients UnscaleWorkspace::Run(const GradientMap& gradients, float inverse_scale, float* amax) {
-  const std::vector<TensorPtr> list = TensorList(gradients);  // ArgumentNullError naming a null entry
+  const std::vector<TensorPtr> list =
+      mlframework::detail::LossScalingList(gradients);  // ArgumentNullError naming a null entry
   // One contiguous FP32 buffer per device for all new ones: the cast streams its output like one
   // flat tensor instead of thousands of scattered small ones (core/Tensor.hpp).
   Split split = SplitList(gradients, list,
@@ -94,6 +95,7 @@ TensorPtr UnscaleWorkspace::RunOne(const TensorPtr& gradient, float inverse_scal
   if (!gradient) {
     throw ArgumentNullError("gradient");
   }
+  mlframework::detail::RequireLossScalable(*gradient, "gradient");
   const std::vector<TensorPtr> src{gradient};
   const bool in_place = gradient->GetDataType() == DataType::Float32;
   const std::vector<TensorPtr> dst{in_place ? gradient

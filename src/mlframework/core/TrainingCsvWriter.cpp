@@ -6,6 +6,8 @@
 
 #include <mlframework/core/Error.hpp>
 
+#include "mlframework/core/Validation.hpp"
+
 namespace mlframework {
 
 namespace {
@@ -63,6 +65,9 @@ std::string TrainingCsvWriter::Row(const StepEvent& event) {
 }
 
 void TrainingCsvWriter::OnStep(const StepEvent& event) {
+  if (!sink_) {  // a move took the sink
+    detail::ThrowMovedFrom("TrainingCsvWriter");
+  }
   sink_(Row(event));
   ++rows_;
 }

@@ -3,7 +3,9 @@
 #include <cmath>
 #include <sstream>
 
+#include <mlframework/core/DataType.hpp>
 #include <mlframework/core/Error.hpp>
+#include <mlframework/core/MultiTensor.hpp>
 
 namespace mlframework::detail {
 
@@ -22,6 +24,39 @@ void RequirePositive(float value, const char* parameter) {
 void RequireNonNegative(float value, const char* parameter) {
   if (!(value >= 0.0f) || !std::isfinite(value)) {
     throw ArgumentError(parameter, "must be finite and >= 0, got " + Show(value));
+  }
+}
+
+void ThrowMovedFrom(std::string_view owner) {
+  throw InvalidOperationError(std::string(owner) + " was moved from; use the object it was moved into");
+}
+
+void RequireLossScalable(const ITensor& tensor, const std::string& parameter) {
+  const DataType dtype = tensor.GetDataType();
+  if (IsFloat8(dtype)) {
+    // FP8 training scales each tensor by its own amax (an fp8 scaling recipe), not the loss.
+    throw ArgumentError(parameter, "is " + std::string(ToString(dtype)) +
+                                       ": loss scaling refuses FP8 gradients (FP8 tensors need per-tensor "
+                                       "scales, see fp8::DelayedScaling and fp8::CurrentScaling)");
+  }
+}
+
+std::vector<TensorPtr> LossScalingList(const GradientMap& gradients) {
+  std::vector<TensorPtr> list = TensorList(gradients);
+  std::size_t index = 0;
+  for (const auto& entry : gradients) {
+    RequireLossScalable(*list[index++], "gradients[\"" + entry.first + "\"]");
+  }
+  return list;
+}
+
+void RequireLossScalable(std::span<const TensorPtr> tensors, const char* name) {
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const std::string parameter = std::string(name) + "[" + std::to_string(i) + "]";
+    if (!tensors[i]) {
+      throw ArgumentNullError(parameter);
+    }
+    RequireLossScalable(*tensors[i], parameter);
   }
 }
 

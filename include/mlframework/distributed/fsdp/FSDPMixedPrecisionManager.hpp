@@ -85,12 +85,14 @@ class MLFRAMEWORK_EXPORT FSDPMixedPrecisionManager {
   /// ArgumentNullError for null.
   TensorPtr ScaleLoss(const TensorPtr& loss) const;
   /// Collective: true when any rank's @p gradients (null entries skipped) hold Inf or NaN; then
-  /// updates the scale by the shared rules. Always false without loss scaling.
+  /// updates the scale by the shared rules. Always false without loss scaling. ArgumentError
+  /// naming an FP8 gradient and its dtype (loss scaling refuses FP8), nothing changed.
   bool CheckOverflow(const GradientMap& gradients);
   /// Collective: multiplies @p gradients in place by `1 / CurrentLossScale()` and checks them in
   /// the same pass, agrees across ranks and updates the scale like CheckOverflow(). Without loss
   /// scaling the gradients are left as they are and only checked: true when any rank's gradients
-  /// hold Inf or NaN (one read and a host all-reduce MAX; no scale changes).
+  /// hold Inf or NaN (one read and a host all-reduce MAX; no scale changes). FP8 gradients as
+  /// CheckOverflow().
   bool UnscaleAndCheckOverflow(const GradientMap& gradients);
   /// The current loss scale.
   float CurrentLossScale() const;

@@ -120,7 +120,8 @@ class MLFRAMEWORK_EXPORT DynamicLossScaler {
   /// disabled. FP32 gradients are unscaled in place (the same tensors are returned, fused with
   /// a non-finite check); FP16/BF16 gradients are unscaled into new FP32 tensors in one fused cast,
   /// because unscaling into FP16 would re-create the underflow that scaling avoided.
-  /// ArgumentNullError naming a null entry.
+  /// ArgumentNullError naming a null entry. Every call that takes gradients refuses FP8 ones
+  /// (ArgumentError naming the gradient and its dtype): FP8 needs per-tensor scales.
   GradientMap UnscaleGradients(const GradientMap& gradients) const;
 
   /// True when any gradient holds NaN or an infinity (one fused read pass with early exit);
@@ -176,11 +177,16 @@ class MLFRAMEWORK_EXPORT DynamicLossScaler {
   /// checks go on (IsChecking()). Idempotent.
   void StopScaling();
 
-  /// Versioned, checksummed blob of the scale, the counters and the fallback flag.
+  /// Versioned, checksummed blob of the scale, the counters, the fallback flag and the
+  /// configuration PyTorch's GradScaler saves: GrowthFactor, BackoffFactor, GrowthInterval (version 2).
   std::vector<std::byte> StateDict() const;
-  /// Restores a blob from StateDict(). ArgumentError naming `state` for a corrupt or foreign blob,
-  /// or a scale outside [MinLossScale, MaxLossScale] of this scaler's options; the scaler is
-  /// unchanged on error.
+  /// Restores a blob from StateDict(), version 2 or 1. The blob's configuration wins, as in
+  /// PyTorch's `GradScaler.load_state_dict`: the scale, the counters (StepsSinceLastOverflow is
+  /// PyTorch's growth tracker), GrowthFactor, BackoffFactor and GrowthInterval become the blob's
+  /// (Options() and Policy() show them); the other options (MinLossScale, MaxLossScale, ...) and
+  /// amax tracking stay this scaler's. A version 1 blob holds no configuration: the options stay.
+  /// ArgumentError naming `state` for a corrupt or foreign blob, an invalid configuration, or a
+  /// scale outside [MinLossScale, MaxLossScale] of this scaler's options; the scaler is unchanged on error.
   void LoadStateDict(std::span<const std::byte> state);
 
  private:

@@ -95,6 +95,8 @@ constexpr decltype(auto) get(Result&& result) noexcept {
 // NOLINTEND(readability-identifier-naming)
 
 /// Gradient precision management, loss scaling and clipping for mixed-precision training (spec 003).
+/// Movable: a moved-from layer throws InvalidOperationError from every member that needs its scaler
+/// or precision manager; it can be destroyed or assigned to.
 class MLFRAMEWORK_EXPORT GradientConversionLayer {
  public:
   /// Layer over a shared scaler and precision manager (C# references become shared pointers).
@@ -108,15 +110,15 @@ class MLFRAMEWORK_EXPORT GradientConversionLayer {
   GradientConversionLayer();
 
   /// Current loss scale factor.
-  float LossScale() const noexcept { return loss_scaler_->CurrentScale(); }
+  float LossScale() const;
   /// Number of gradient clipping operations performed.
   std::int64_t ClipCount() const noexcept { return clip_count_; }
   /// Global L2 norm of the last unscaled gradients measured for clipping.
   float LastGradientNorm() const noexcept { return last_gradient_norm_; }
   /// The loss scaler (shared).
-  const std::shared_ptr<DynamicLossScaler>& LossScaler() const noexcept { return loss_scaler_; }
+  const std::shared_ptr<DynamicLossScaler>& LossScaler() const;
   /// The precision manager (shared).
-  const std::shared_ptr<PrecisionManager>& Precision() const noexcept { return precision_manager_; }
+  const std::shared_ptr<PrecisionManager>& Precision() const;
   /// The options of this layer.
   const MixedPrecisionOptions& Options() const noexcept { return options_; }
 
@@ -129,7 +131,8 @@ class MLFRAMEWORK_EXPORT GradientConversionLayer {
   /// auto-fallback to FP32 the scale is 1 but the overflow check goes on: a step with a non-finite
   /// gradient is skipped (ShouldSkip, empty map), so no Inf or NaN reaches the optimizer. The
   /// call on which the fallback happens returns FellBackToFP32 (see PrecisionManager.hpp for the
-  /// trigger and what the caller does next). ArgumentNullError naming a null entry, state unchanged.
+  /// trigger and what the caller does next). ArgumentNullError naming a null entry, ArgumentError
+  /// naming an FP8 one and its dtype (loss scaling refuses FP8), state unchanged.
   GradientProcessingResult ProcessGradients(const GradientMap& gradients);
 
   /// Scales @p loss before the backward pass (the scaler's ScaleLoss). ArgumentNullError for null.
@@ -194,6 +197,10 @@ class MLFRAMEWORK_EXPORT GradientConversionLayer {
   void LoadStateDict(std::span<const std::byte> state);
 
  private:
+  // The scaler and the precision manager: InvalidOperationError once the layer was moved from
+  // (a move leaves both pointers null), for every member that uses them.
+  DynamicLossScaler& Scaler() const;
+  PrecisionManager& Manager() const;
   // EnableGradientClipping and MaxGradNorm > 0.
   bool ClippingActive() const noexcept;
   // Records the norm sqrt(@p sum_of_squares); when it exceeds MaxGradNorm counts a clip, sets

@@ -13,6 +13,7 @@
 #include "mlframework/core/ObserverList.hpp"
 #include "mlframework/core/ScaleStateOwner.hpp"
 #include "mlframework/core/StateBlob.hpp"
+#include "mlframework/core/Validation.hpp"
 
 namespace mlframework::distributed::fsdp {
 
@@ -20,12 +21,15 @@ namespace {
 constexpr char kManagerKind[] = "distributed.fsdp.FSDPMixedPrecisionManager";
 constexpr std::uint16_t kManagerVersion = 1;
 
-// Null entries are skipped, as the spec's loop does.
+// Null entries are skipped, as the spec's loop does; an FP8 entry is an ArgumentError (loss scaling refuses FP8).
 std::vector<TensorPtr> NonNull(const GradientMap& gradients) {
   std::vector<TensorPtr> list;
   list.reserve(gradients.size());
-  for (const auto& entry : gradients) {
-    if (entry.second) list.push_back(entry.second);
+  for (const auto& [name, gradient] : gradients) {
+    if (gradient) {
+      mlframework::detail::RequireLossScalable(*gradient, "gradients[\"" + name + "\"]");
+      list.push_back(gradient);
+    }
   }
   return list;
 }

@@ -1,5 +1,7 @@
 #include <mlframework/optimizers/mixed_precision/DynamicLossScaler.hpp>
 
+#include <limits>
+#include <memory>
 #include <string>
 #include <unordered_set>
 #include <utility>
@@ -9,6 +11,7 @@
 
 #include "mlframework/core/ScaleStateOwner.hpp"
 #include "mlframework/core/StateBlob.hpp"
+#include "mlframework/core/Validation.hpp"
 #include "mlframework/optimizers/mixed_precision/CSharpFormat.hpp"
 
 namespace mlframework::optimizers::mixed_precision {
@@ -16,7 +19,9 @@ namespace mlframework::optimizers::mixed_precision {
 namespace {
 
 constexpr const char* kBlobKind = "optimizers.mixed_precision.DynamicLossScaler";
-constexpr std::uint16_t kBlobVersion = 1;
+// Version 2 adds PyTorch's configuration fields (GrowthFactor, BackoffFactor, GrowthInterval).
+constexpr std::uint16_t kBlobVersion = 2;
+constexpr std::uint16_t kBlobVersion1 = 1;
 
 }  // namespace
 
@@ -77,7 +82,8 @@ TensorPtr DynamicLossScaler::ScaleLoss(const TensorPtr& loss) const {
 }
 
 GradientMap DynamicLossScaler::UnscaleGradients(const GradientMap& gradients) const {
-  const std::vector<TensorPtr> list = TensorList(gradients);  // rejects null entries before anything is written
+  const std::vector<TensorPtr> list =
+      mlframework::detail::LossScalingList(gradients);  // rejects null entries before anything is written
   if (!IsEnabled()) {
     return gradients;
   }
@@ -111,7 +117,7 @@ GradientMap DynamicLossScaler::UnscaleGradients(const GradientMap& gradients) co
 }
 
 bool DynamicLossScaler::CheckOverflow(const GradientMap& gradients) const {
-  const std::vector<TensorPtr> all = TensorList(gradients);
+  const std::vector<TensorPtr> all = mlframework::detail::LossScalingList(gradients);
   if (!IsChecking()) {
     return false;
   }
@@ -121,13 +127,14 @@ bool DynamicLossScaler::CheckOverflow(const GradientMap& gradients) const {
 }
 
 void DynamicLossScaler::RecordOverflow(const GradientMap& gradients) const {
-  const std::vector<TensorPtr> all = TensorList(gradients);
+  const std::vector<TensorPtr> all = mlframework::detail::LossScalingList(gradients);
   if (IsChecking()) {
     RecordOverflow(all);
   }
 }
 
 void DynamicLossScaler::RecordOverflow(std::span<const TensorPtr> tensors) const {
+  mlframework::detail::RequireLossScalable(tensors, "tensors");
   if (!IsChecking()) {
     return;
   }
@@ -137,6 +144,8 @@ void DynamicLossScaler::RecordOverflow(std::span<const TensorPtr> tensors) const
 
 void DynamicLossScaler::UnscaleAndRecordOverflow(std::span<const TensorPtr> in_place, std::span<const TensorPtr> src,
                                                  std::span<const TensorPtr> dst) const {
+  mlframework::detail::RequireLossScalable(in_place, "in_place");
+  mlframework::detail::RequireLossScalable(src, "src");
   owner_->Place(in_place, "in_place");
   owner_->Place(src, "src");
   owner_->Unscale(in_place, src, dst);
@@ -194,7 +203,7 @@ void DynamicLossScaler::UpdateScaleFromRecord() {
 }
 
 bool DynamicLossScaler::CheckOverflowAndUpdate(const GradientMap& gradients) {
-  const std::vector<TensorPtr> all = TensorList(gradients);
+  const std::vector<TensorPtr> all = mlframework::detail::LossScalingList(gradients);
   if (!IsChecking()) {
     return false;
   }
@@ -238,13 +247,35 @@ std::vector<std::byte> DynamicLossScaler::StateDict() const {
   mlframework::detail::BlobWriter writer(kBlobKind, kBlobVersion);
   writer.ScaleStateFields(owner_->Read());
   writer.U8(stopped_ ? 1 : 0);
+  writer.F32(options_.GrowthFactor);
+  writer.F32(options_.BackoffFactor);
+  writer.I64(options_.GrowthInterval);
   return writer.Finish();
 }
 
 void DynamicLossScaler::LoadStateDict(std::span<const std::byte> state) {
-  mlframework::detail::BlobReader reader(state, kBlobKind, kBlobVersion, "state");
+  std::uint16_t version = 0;
+  mlframework::detail::BlobReader reader =
+      mlframework::detail::OpenBlobVersion(state, kBlobKind, {kBlobVersion, kBlobVersion1}, version);
   const ScaleState loaded = reader.ScaleStateFields();
   const std::uint8_t stopped = reader.U8();
+  // The blob's configuration wins, as in PyTorch's GradScaler.load_state_dict (a version 1 blob
+  // holds none: the scaler keeps its own).
+  MixedPrecisionOptions options = options_;
+  if (version == kBlobVersion) {
+    options.GrowthFactor = reader.F32();
+    options.BackoffFactor = reader.F32();
+    const std::int64_t interval = reader.I64();
+    if (interval < 1 || interval > std::numeric_limits<int>::max()) {
+      reader.Fail("stored GrowthInterval " + std::to_string(interval) + " is out of range");
+    }
+    options.GrowthInterval = static_cast<int>(interval);
+    try {
+      options.Validate();
+    } catch (const ArgumentError& error) {
+      reader.Fail(std::string("holds an invalid configuration: ") + error.what());
+    }
+  }
   reader.ExpectEnd();
   if (stopped > 1) {
     reader.Fail("stored fallback flag " + std::to_string(stopped) + " is not 0 or 1");
@@ -256,8 +287,13 @@ void DynamicLossScaler::LoadStateDict(std::span<const std::byte> state) {
     reader.Fail("stored scale " + std::to_string(loaded.Scale) + " is outside [MinLossScale, MaxLossScale] = [" +
                 std::to_string(policy_.MinScale) + ", " + std::to_string(policy_.MaxScale) + "]");
   }
-  // Commit only after every check passed.
-  owner_->Write(loaded);
+  // Commit only after every check passed; a new owner takes the blob's policy (amax tracking kept).
+  const ScalePolicy policy = options.ToScalePolicy();
+  auto owner = std::make_unique<mlframework::detail::ScaleStateOwner>(policy, loaded);
+  owner->SetAmaxTracking(owner_->AmaxTracking());
+  options_ = options;
+  policy_ = policy;
+  owner_ = std::move(owner);
   stopped_ = stopped == 1;
 }
 

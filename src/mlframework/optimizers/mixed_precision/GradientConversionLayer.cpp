@@ -14,6 +14,7 @@
 
 #include "mlframework/core/ObserverList.hpp"
 #include "mlframework/core/StateBlob.hpp"
+#include "mlframework/core/Validation.hpp"
 #include "mlframework/optimizers/mixed_precision/CSharpFormat.hpp"
 
 namespace mlframework::optimizers::mixed_precision {
@@ -63,6 +64,26 @@ GradientConversionLayer::GradientConversionLayer(const MixedPrecisionOptions& op
 
 GradientConversionLayer::GradientConversionLayer() : GradientConversionLayer(MixedPrecisionOptions::ForFP16()) {}
 
+DynamicLossScaler& GradientConversionLayer::Scaler() const {
+  return mlframework::detail::Live(loss_scaler_, "GradientConversionLayer");
+}
+
+PrecisionManager& GradientConversionLayer::Manager() const {
+  return mlframework::detail::Live(precision_manager_, "GradientConversionLayer");
+}
+
+float GradientConversionLayer::LossScale() const { return Scaler().CurrentScale(); }
+
+const std::shared_ptr<DynamicLossScaler>& GradientConversionLayer::LossScaler() const {
+  (void)Scaler();  // InvalidOperationError once moved from, rather than a null pointer
+  return loss_scaler_;
+}
+
+const std::shared_ptr<PrecisionManager>& GradientConversionLayer::Precision() const {
+  (void)Manager();
+  return precision_manager_;
+}
+
 bool GradientConversionLayer::ClippingActive() const noexcept {
   return options_.EnableGradientClipping && options_.MaxGradNorm > 0.0f;
 }
@@ -108,8 +129,9 @@ void GradientConversionLayer::AllocateOutputs(std::span<const TensorPtr> low_src
 }
 
 GradientProcessingResult GradientConversionLayer::ProcessGradients(const GradientMap& gradients) {
-  const std::vector<TensorPtr> list = TensorList(gradients);  // null entries: error, nothing changed
-  DynamicLossScaler& scaler = *loss_scaler_;
+  const std::vector<TensorPtr> list =
+      mlframework::detail::LossScalingList(gradients);  // null or FP8 entries: error, nothing changed
+  DynamicLossScaler& scaler = Scaler();
   const bool scaling = scaler.IsEnabled();
   // After the fallback to FP32 the scale is 1 but the checks go on: a non-finite gradient must
   // never reach the optimizer while overflow checking is configured.
@@ -201,7 +223,7 @@ GradientProcessingResult GradientConversionLayer::ProcessGradients(const Gradien
   }
   // Step 2's fallback rule (spec: a disabled scaler never reports an overflow). It fires only on
   // an overflowed step, so the step on which it happens is skipped.
-  const bool fell_back = precision_manager_->CheckFallback(scaler);
+  const bool fell_back = Manager().CheckFallback(scaler);
   output_buffers_ = std::move(buffers);
   const std::int64_t step = steps_++;
   // Observers last, with everything committed (ITrainingObserver's notes); nothing is built
@@ -278,7 +300,7 @@ bool GradientConversionLayer::RemoveObserver(const std::shared_ptr<ITrainingObse
 }
 
 void GradientConversionLayer::SetAmaxTracking(bool on) {
-  loss_scaler_->SetAmaxTracking(on);
+  Scaler().SetAmaxTracking(on);
   amax_tracking_ = on;
   last_amax_.reset();
 }
@@ -287,7 +309,7 @@ TensorPtr GradientConversionLayer::ScaleLoss(const TensorPtr& loss) const {
   if (!loss) {
     throw ArgumentNullError("loss");
   }
-  return loss_scaler_->ScaleLoss(loss);
+  return Scaler().ScaleLoss(loss);
 }
 
 GradientMap GradientConversionLayer::ClipGradients(const GradientMap& gradients) {
@@ -315,28 +337,28 @@ GradientMap GradientConversionLayer::ClipGradients(const GradientMap& gradients)
 }
 
 GradientProcessingStats GradientConversionLayer::GetStats() const {
-  return GradientProcessingStats{.LossScale = loss_scaler_->CurrentScale(),
+  return GradientProcessingStats{.LossScale = Scaler().CurrentScale(),
                                  .ClipCount = clip_count_,
                                  .LastGradientNorm = last_gradient_norm_,
                                  .ClippingEnabled = options_.EnableGradientClipping,
                                  .MaxGradNorm = options_.MaxGradNorm,
-                                 .LossScalerStats = loss_scaler_->GetStats(),
-                                 .TargetPrecision = precision_manager_->TargetPrecision(),
-                                 .FellBackToFP32 = precision_manager_->HasFallenBack(),
-                                 .FallbackStep = precision_manager_->FallbackStep(),
-                                 .OverflowsAtMinScale = precision_manager_->OverflowsAtMinScale()};
+                                 .LossScalerStats = Scaler().GetStats(),
+                                 .TargetPrecision = Manager().TargetPrecision(),
+                                 .FellBackToFP32 = Manager().HasFallenBack(),
+                                 .FallbackStep = Manager().FallbackStep(),
+                                 .OverflowsAtMinScale = Manager().OverflowsAtMinScale()};
 }
 
 void GradientConversionLayer::Reset() {
   clip_count_ = 0;
   last_gradient_norm_ = 0.0f;
   last_overflow_.reset();
-  loss_scaler_->Reset();
+  Scaler().Reset();
 }
 
 std::vector<std::byte> GradientConversionLayer::StateDict() const {
-  const std::vector<std::byte> scaler = loss_scaler_->StateDict();
-  const std::vector<std::byte> manager = precision_manager_->StateDict();
+  const std::vector<std::byte> scaler = Scaler().StateDict();
+  const std::vector<std::byte> manager = Manager().StateDict();
   mlframework::detail::BlobWriter writer(kBlobKind, kBlobVersion);
   writer.I64(clip_count_);
   writer.F32(last_gradient_norm_);
@@ -357,13 +379,16 @@ void GradientConversionLayer::LoadStateDict(std::span<const std::byte> state) {
   if (clip_count < 0) {
     reader.Fail("stored ClipCount " + std::to_string(clip_count) + " is negative");
   }
+  if (!(last_norm >= 0.0f)) {  // a norm is >= 0 (+inf when the sum of squares overflows float), never NaN
+    reader.Fail("stored LastGradientNorm " + mlframework::detail::Show(last_norm) + " is negative or NaN");
+  }
   // Decode the parts into copies first; commit only when all of them are valid.
-  DynamicLossScaler scaler = *loss_scaler_;
+  DynamicLossScaler scaler = Scaler();
   scaler.LoadStateDict(scaler_blob);
-  PrecisionManager manager = *precision_manager_;
+  PrecisionManager manager = Manager();
   manager.LoadStateDict(manager_blob);
-  *loss_scaler_ = scaler;
-  *precision_manager_ = std::move(manager);
+  Scaler() = scaler;
+  Manager() = std::move(manager);
   clip_count_ = clip_count;
   last_gradient_norm_ = last_norm;
 }
