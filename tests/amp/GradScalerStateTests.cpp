@@ -533,11 +533,11 @@ BOOST_AUTO_TEST_CASE(Fp8GradientsAreRefusedNamingTheGradientAndTheDtype) {
       RecordingOptimizer opt(grads);
       scaler.Scale(Scalar(1.0f));
       const std::string dtype(ToString(fp8));
-      ExpectRefused<ArgumentError>(scaler, [&] { (void)scaler.Unscale(grads); }, "'w8' is " + dtype);
-      ExpectRefused<ArgumentError>(scaler, [&] { (void)scaler.Unscale(opt); }, "'w8' is " + dtype);
-      ExpectRefused<ArgumentError>(scaler, [&] { (void)scaler.Step(opt); }, "'w8' is " + dtype);
-      ExpectRefused<ArgumentError>(scaler, [&] { (void)scaler.Step(opt, false); }, "'w8' is " + dtype);
-      ExpectRefused<ArgumentError>(scaler, [&] { (void)scaler.CheckOverflow(grads); }, "'w8' is " + dtype);
+      ExpectRefused<ArgumentError>(scaler, [&] { (void)scaler.Unscale(grads); }, "gradients[\"w8\"]': is " + dtype);
+      ExpectRefused<ArgumentError>(scaler, [&] { (void)scaler.Unscale(opt); }, "gradients[\"w8\"]': is " + dtype);
+      ExpectRefused<ArgumentError>(scaler, [&] { (void)scaler.Step(opt); }, "gradients[\"w8\"]': is " + dtype);
+      ExpectRefused<ArgumentError>(scaler, [&] { (void)scaler.Step(opt, false); }, "gradients[\"w8\"]': is " + dtype);
+      ExpectRefused<ArgumentError>(scaler, [&] { (void)scaler.CheckOverflow(grads); }, "gradients[\"w8\"]': is " + dtype);
       BOOST_TEST(Values(grads.at("w8")) == (std::vector<float>{8.0f, 16.0f}), boost::test_tools::per_element());
       BOOST_TEST(opt.steps == 0);
       BOOST_TEST(scaler.State() == State::LossScaled);

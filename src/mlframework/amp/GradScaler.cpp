@@ -13,6 +13,7 @@
 #include "mlframework/core/ObserverList.hpp"
 #include "mlframework/core/SameMemory.hpp"
 #include "mlframework/core/StateBlob.hpp"
+#include "mlframework/core/Validation.hpp"
 
 namespace mlframework::amp {
 
@@ -103,13 +104,10 @@ struct UnscaledGroup {
 };
 
 // ArgumentError naming the first FP8 gradient: loss scaling takes FP32, FP16 and BF16 gradients.
-void RefuseFloat8(const GradientMap& gradients, const char* call) {
+void RefuseFloat8(const GradientMap& gradients) {
   for (const auto& [name, tensor] : gradients) {
-    if (tensor && IsFloat8(tensor->GetDataType())) {
-      throw ArgumentError("gradients", std::string(call) + ": gradient '" + name + "' is " +
-                                           std::string(ToString(tensor->GetDataType())) +
-                                           "; loss scaling takes Float32, Float16 or BFloat16 gradients (FP8 "
-                                           "tensors are scaled by the FP8 recipes)");
+    if (tensor) {
+      mlframework::detail::RequireLossScalable(*tensor, "gradients[\"" + name + "\"]");
     }
   }
 }
@@ -478,7 +476,7 @@ TensorPtr GradScaler::Scale(const TensorPtr& loss) {
 
 GradientMap GradScaler::Unscale(const GradientMap& gradients) {
   Impl& s = Live();
-  RefuseFloat8(gradients, "GradScaler::Unscale()");
+  RefuseFloat8(gradients);
   if (!s.groups.empty()) {
     throw InvalidOperationError(
         "GradScaler::Unscale() was already called in this iteration; gradients are unscaled once per "
@@ -503,7 +501,7 @@ GradientMap GradScaler::Unscale(const GradientMap& gradients) {
 GradientMap GradScaler::Unscale(IOptimizer& optimizer) {
   Impl& s = Live();
   const GradientMap gradients = optimizer.GetGradients();
-  RefuseFloat8(gradients, "GradScaler::Unscale(optimizer)");
+  RefuseFloat8(gradients);
   if (s.FindGroup(&optimizer, gradients) != nullptr) {
     throw InvalidOperationError(
         "GradScaler::Unscale(optimizer) was already called for this optimizer's gradients in this iteration; "
@@ -531,7 +529,7 @@ GradientMap GradScaler::Unscale(IOptimizer& optimizer) {
 bool GradScaler::CheckOverflow(const GradientMap& gradients) {
   Impl& s = Live();
   TensorList(gradients);  // ArgumentNullError naming a null entry
-  RefuseFloat8(gradients, "GradScaler::CheckOverflow()");
+  RefuseFloat8(gradients);
   if (UnscaledGroup* group = s.FindGroup(nullptr, gradients)) {
     // The fused unscale pass already checked them and recorded the result.
     const bool found = group->found ? (*group->found || s.checked_found) : s.FoundInf();
@@ -578,7 +576,7 @@ bool GradScaler::Step(IOptimizer& optimizer, bool optimizerStep) {
 bool GradScaler::StepImpl(IOptimizer& optimizer, bool run_optimizer, bool update_scale) {
   Impl& s = Live();
   const GradientMap gradients = optimizer.GetGradients();
-  RefuseFloat8(gradients, "GradScaler::Step()");
+  RefuseFloat8(gradients);
   UnscaledGroup* group = s.FindGroup(&optimizer, gradients);
   bool reopen = false;
   if (group != nullptr && group->stepped) {
