@@ -131,6 +131,8 @@ BOOST_AUTO_TEST_CASE(EveryModeGivesTheBitsOfSpin) {
       {.HalfSum = dist::HalfReduction::ConvertToFloat32}};
   for (std::size_t m = 0; m < methods.size(); ++m) {
     for (const DataType dtype : {DataType::Float32, DataType::BFloat16, DataType::Float16}) {
+      // FP32 reads Float32Sum only: a method with the first one's Float32Sum runs FP32 as it did.
+      if (m > 0 && dtype == DataType::Float32 && methods[m].Float32Sum == methods[0].Float32Sum) continue;
       BOOST_TEST_CONTEXT("method " << m << ", dtype " << mlframework::ToString(dtype)) {
         std::vector<std::vector<std::uint64_t>> reference;
         for (const dist::WaitMode mode : {dist::WaitMode::Spin, dist::WaitMode::Sleep, dist::WaitMode::Hybrid}) {
