@@ -8,11 +8,18 @@
 #include <string>
 #include <vector>
 
+#include <boost/test/unit_test.hpp>
+
 #include <mlframework/mlframework.hpp>
 
 namespace mlframework {
 // Boost.Test prints the operands of a failed check.
 inline std::ostream& operator<<(std::ostream& out, DataType dtype) { return out << ToString(dtype); }
+namespace amp {
+inline std::ostream& operator<<(std::ostream& out, GradScaler::IterationState state) {
+  return out << static_cast<int>(state);
+}
+}  // namespace amp
 }  // namespace mlframework
 
 namespace mlfw_test {
@@ -81,5 +88,43 @@ struct PlainRules {
   float scale;
   std::int64_t clean = 0, consecutive = 0, overflows = 0, total = 0;
 };
+
+// A user's policy with only spec 001's six members: GradScaler drives it through ILossScaler's
+// defaults (a host found-inf record, a checkpoint that cannot restore a changed scale).
+class HalvingScaler final : public mlframework::amp::ILossScaler {
+ public:
+  float Scale() const override { return scale_; }
+  bool Enabled() const override { return true; }
+  TensorPtr ScaleLoss(const TensorPtr& loss) override { return loss->Multiply(scale_); }
+  GradientMap UnscaleGradients(const GradientMap& gradients) override {
+    GradientMap out;
+    for (const auto& [name, tensor] : gradients) {
+      out.emplace(name, tensor->CastTo(DataType::Float32)->Multiply(1.0f / scale_));
+    }
+    return out;
+  }
+  bool CheckOverflow(const GradientMap& gradients) override {
+    return mlframework::HasNonFinite(mlframework::TensorList(gradients));
+  }
+  void UpdateScale(bool overflow) override { scale_ = overflow ? scale_ / 2.0f : scale_; }
+
+ private:
+  float scale_ = 256.0f;
+};
+
+// @p misuse throws E with @p hint in its message, and leaves @p scaler's state and blob as they were.
+template <typename E, typename F>
+void ExpectRefused(mlframework::amp::GradScaler& scaler, F&& misuse, const std::string& hint) {
+  const auto state = scaler.State();
+  const auto before = scaler.StateDict();
+  try {
+    misuse();
+    BOOST_FAIL("expected an error");
+  } catch (const E& e) {
+    BOOST_TEST(std::string(e.what()).find(hint) != std::string::npos, "message: " << e.what());
+  }
+  BOOST_TEST(scaler.State() == state);
+  BOOST_TEST((scaler.StateDict() == before));
+}
 
 }  // namespace mlfw_test

@@ -19,6 +19,7 @@
 using namespace mlframework;
 using mlfw_test::FakeBackend;
 using mlfw_test::FakeTensor;
+using mlfw_test::HalvingScaler;
 using mlfw_test::RandomOverflows;
 using mlfw_test::SyncsDuring;
 
@@ -67,27 +68,6 @@ const amp::DynamicScalerConfig kConfig{.InitialScale = 1024.0f,
                                        .MinScale = 1.0f,
                                        .MaxScale = 8192.0f,
                                        .Hysteresis = 2};
-
-// A user's policy with only spec 001's six members: GradScaler drives it through ILossScaler's
-// defaults (a host found-inf record), on any backend.
-class HalvingScaler final : public amp::ILossScaler {
- public:
-  float Scale() const override { return scale_; }
-  bool Enabled() const override { return true; }
-  TensorPtr ScaleLoss(const TensorPtr& loss) override { return loss->Multiply(scale_); }
-  GradientMap UnscaleGradients(const GradientMap& gradients) override {
-    GradientMap out;
-    for (const auto& [name, tensor] : gradients) {
-      out.emplace(name, tensor->CastTo(DataType::Float32)->Multiply(1.0f / scale_));
-    }
-    return out;
-  }
-  bool CheckOverflow(const GradientMap& gradients) override { return HasNonFinite(TensorList(gradients)); }
-  void UpdateScale(bool overflow) override { scale_ = overflow ? scale_ / 2.0f : scale_; }
-
- private:
-  float scale_ = 256.0f;
-};
 
 }  // namespace
 

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -32,7 +33,9 @@ using mlframework::amp::GradScaler;
 using mlframework::amp::GradScalerContext;
 using mlframework::optimizers::SGD;
 using mlframework::optimizers::SGDOptions;
+using mlfw_test::ExpectRefused;
 using mlfw_test::Grads;
+using mlfw_test::HalvingScaler;
 using mlfw_test::PoisonedGrads;
 using mlfw_test::RecordingOptimizer;
 using mlfw_test::Values;
@@ -225,40 +228,6 @@ void Replay(Flow flow) {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-template <typename E, typename F>
-void ExpectRefused(GradScaler& scaler, F&& misuse, const std::string& hint) {
-  const auto state = scaler.State();
-  const auto before = scaler.StateDict();
-  try {
-    misuse();
-    BOOST_FAIL("expected an error");
-  } catch (const E& e) {
-    BOOST_TEST(std::string(e.what()).find(hint) != std::string::npos, "message: " << e.what());
-  }
-  BOOST_TEST((scaler.State() == state));
-  BOOST_TEST((scaler.StateDict() == before));
-}
-
-// A user policy with only spec 001's six members: the default checkpoint cannot restore a changed scale.
-class HalvingScaler final : public amp::ILossScaler {
- public:
-  float Scale() const override { return scale_; }
-  bool Enabled() const override { return true; }
-  TensorPtr ScaleLoss(const TensorPtr& loss) override { return loss->Multiply(scale_); }
-  GradientMap UnscaleGradients(const GradientMap& gradients) override {
-    GradientMap out;
-    for (const auto& [name, tensor] : gradients) {
-      out.emplace(name, tensor->CastTo(DataType::Float32)->Multiply(1.0f / scale_));
-    }
-    return out;
-  }
-  bool CheckOverflow(const GradientMap& gradients) override { return HasNonFinite(TensorList(gradients)); }
-  void UpdateScale(bool overflow) override { scale_ = overflow ? scale_ / 2.0f : scale_; }
-
- private:
-  float scale_ = 256.0f;
-};
-
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(GradScalerTwoOptimizersTests)
@@ -312,20 +281,61 @@ BOOST_AUTO_TEST_CASE(AFurtherOptimizerJoinsTheIterationAndItsUpdate) {
   }
 }
 
+// Observers hear an iteration when Step(o1) finishes it, and again only when o2's overflow
+// changes it (same step index, the backoff and the report).
+BOOST_AUTO_TEST_CASE(ObserversHearAJoiningOptimizerOnlyWhenItChangesTheIteration) {
+  struct Recorder final : ITrainingObserver {
+    void OnStep(const StepEvent& event) override { events.push_back(event); }
+    void OnScaleBackoff(std::int64_t /*step*/, float /*oldScale*/, float newScale) override {
+      backoffs.push_back(newScale);
+    }
+    std::vector<StepEvent> events;
+    std::vector<float> backoffs;
+  };
+  const auto recorder = std::make_shared<Recorder>();
+  GradScaler scaler(DynamicScalerConfig{.InitialScale = 64.0f, .GrowthInterval = 1});
+  scaler.AddObserver(recorder);
+  RecordingOptimizer o1(Grads(DataType::Float32, 64.0f));
+  RecordingOptimizer o2(Grads(DataType::Float32, 64.0f));
+  scaler.Scale(Scalar(1.0f));
+  BOOST_TEST(scaler.Step(o1));
+  BOOST_TEST(scaler.Step(o2));  // clean: nothing more to tell
+  BOOST_TEST_REQUIRE(recorder->events.size() == 1U);
+  BOOST_TEST(recorder->events[0].NewLossScale == 128.0f);
+  scaler.Scale(Scalar(1.0f));
+  o1.Load(Grads(DataType::Float32, 128.0f));
+  o2.Load(PoisonedGrads(DataType::Float32, kInf, 128.0f));
+  BOOST_TEST(scaler.Step(o1));
+  BOOST_TEST(!scaler.Step(o2));
+  BOOST_TEST_REQUIRE(recorder->events.size() == 3U);
+  BOOST_TEST(recorder->events[1].Step == 1);
+  BOOST_TEST(!recorder->events[1].Skipped);
+  BOOST_TEST(recorder->events[1].NewLossScale == 256.0f);
+  BOOST_TEST(recorder->events[2].Step == 1);  // the same iteration, told again
+  BOOST_TEST(recorder->events[2].Skipped);
+  BOOST_TEST(recorder->events[2].LossScale == 128.0f);
+  BOOST_TEST(recorder->events[2].NewLossScale == 64.0f);
+  BOOST_TEST(recorder->events[2].Overflow != nullptr);
+  BOOST_TEST(recorder->backoffs == std::vector<float>{64.0f}, boost::test_tools::per_element());
+}
+
 BOOST_AUTO_TEST_CASE(EachOptimizerUnscaledForClippingThenStepped) {
   GradScaler scaler(DynamicScalerConfig{.InitialScale = 16.0f, .GrowthInterval = 1});
   RecordingOptimizer o1(Grads(DataType::Float16, 16.0f));
   RecordingOptimizer o2(PoisonedGrads(DataType::Float32, kInf, 16.0f));
   scaler.Scale(Scalar(1.0f));
-  BOOST_TEST(Values(scaler.Unscale(o1).at("b")) == (std::vector<float>{4.0f, -0.25f}), boost::test_tools::per_element());
+  BOOST_TEST(Values(scaler.Unscale(o1).at("b")) == (std::vector<float>{4.0f, -0.25f}),
+             boost::test_tools::per_element());
   const GradientMap unscaled2 = scaler.Unscale(o2);
   BOOST_TEST(Values(unscaled2.at("b")) == (std::vector<float>{4.0f, -0.25f}), boost::test_tools::per_element());
-  ExpectRefused<InvalidOperationError>(scaler, [&] { scaler.Unscale(o2); }, "already called");
-  ExpectRefused<InvalidOperationError>(scaler, [&] { scaler.Unscale(o1.GetGradients()); }, "already called");
-  BOOST_TEST(scaler.CheckOverflow(unscaled2));   // o2's own result
-  BOOST_TEST(scaler.Step(o1));                   // o1 clean: stepped
-  BOOST_TEST(scaler.Scale() == 8.0f);            // the OR: one backoff
-  BOOST_TEST(!scaler.Step(o2));                  // o2 skipped, no second update
+  ExpectRefused<InvalidOperationError>(
+      scaler, [&] { scaler.Unscale(o2); }, "already called");
+  ExpectRefused<InvalidOperationError>(
+      scaler, [&] { scaler.Unscale(o1.GetGradients()); }, "already called");
+  BOOST_TEST(scaler.CheckOverflow(unscaled2));  // o2's own result
+  BOOST_TEST(scaler.Step(o1));                  // o1 clean: stepped
+  BOOST_TEST(scaler.Scale() == 8.0f);           // the OR: one backoff
+  BOOST_TEST(!scaler.Step(o2));                 // o2 skipped, no second update
   BOOST_TEST(scaler.Scale() == 8.0f);
   scaler.Update();
   BOOST_TEST(scaler.GetStats()->TotalSteps == 1);
@@ -342,8 +352,10 @@ BOOST_AUTO_TEST_CASE(DeferredStepsOfSeveralOptimizersUpdateOnce) {
   scaler.Scale(Scalar(1.0f));
   BOOST_TEST(!scaler.Step(o1, false));
   BOOST_TEST(scaler.Step(o2, false));
-  ExpectRefused<InvalidOperationError>(scaler, [&] { scaler.Step(o1, false); }, "already called");
-  ExpectRefused<InvalidOperationError>(scaler, [&] { scaler.Step(o2); }, "already called");
+  ExpectRefused<InvalidOperationError>(
+      scaler, [&] { scaler.Step(o1, false); }, "already called");
+  ExpectRefused<InvalidOperationError>(
+      scaler, [&] { scaler.Step(o2); }, "already called");
   BOOST_TEST(scaler.Scale() == 16.0f);  // not updated before Update()
   scaler.Update();
   BOOST_TEST(scaler.Scale() == 8.0f);
@@ -360,17 +372,21 @@ BOOST_AUTO_TEST_CASE(SequencesThatCannotBeRightAreRefused) {
   scaler.Scale(Scalar(1.0f));
   BOOST_TEST(scaler.Step(o1));
   // After Step(o1) finished the iteration: unscaling o2 (for clipping) would use the next scale.
-  ExpectRefused<InvalidOperationError>(scaler, [&] { scaler.Unscale(o2); }, "before the first Step()");
-  ExpectRefused<InvalidOperationError>(scaler, [&] { scaler.Unscale(o2.GetGradients()); }, "Scale(loss)");
+  ExpectRefused<InvalidOperationError>(
+      scaler, [&] { scaler.Unscale(o2); }, "before the first Step()");
+  ExpectRefused<InvalidOperationError>(
+      scaler, [&] { scaler.Unscale(o2.GetGradients()); }, "Scale(loss)");
   BOOST_TEST(Values(o2.GetGradients().at("a"))[0] == 16.0f);  // untouched
   BOOST_TEST(scaler.Step(o2));
-  ExpectRefused<InvalidOperationError>(scaler, [&] { scaler.Step(o2); }, "twice");
+  ExpectRefused<InvalidOperationError>(
+      scaler, [&] { scaler.Step(o2); }, "twice");
   // The manual flow's Unscale(gradients) of gradients no optimizer stepped: another optimizer's Step is refused.
   scaler.Scale(Scalar(1.0f));
   o1.Load(Grads(DataType::Float32, 16.0f));
   o2.Load(Grads(DataType::Float32, 16.0f));
   scaler.Unscale(o1.GetGradients());
-  ExpectRefused<InvalidOperationError>(scaler, [&] { scaler.Step(o2); }, "Unscale(optimizer) for each");
+  ExpectRefused<InvalidOperationError>(
+      scaler, [&] { scaler.Step(o2); }, "Unscale(optimizer) for each");
   BOOST_TEST(scaler.Step(o1));
 }
 
@@ -380,9 +396,12 @@ BOOST_AUTO_TEST_CASE(AScalerThatCannotRestoreItsStateRefusesAJoiningOptimizer) {
   RecordingOptimizer o2(Grads(DataType::Float32, 256.0f));
   scaler.Scale(Scalar(1.0f));
   BOOST_TEST(!scaler.Step(o1));  // the scale halves: the default checkpoint cannot go back
-  ExpectRefused<InvalidOperationError>(scaler, [&] { scaler.Step(o2); }, "Step(optimizer, false)");
+  ExpectRefused<InvalidOperationError>(
+      scaler, [&] { scaler.Step(o2); }, "Step(optimizer, false)");
   BOOST_TEST(o2.steps == 0);
   BOOST_TEST(Values(o2.GetGradients().at("a"))[0] == 256.0f);  // not unscaled
+  ExpectRefused<InvalidOperationError>(
+      scaler, [&] { scaler.Step(o1); }, "twice");  // the iteration is kept
   // The flow it names works: each optimizer deferred, one Update().
   scaler.Scale(Scalar(1.0f));
   o1.Load(PoisonedGrads(DataType::Float32, kInf));
@@ -425,8 +444,8 @@ BOOST_AUTO_TEST_CASE(SeveralOptimizersOnADeviceMatchTheHost) {
       bool d_stepped2 = false;
       const std::int64_t second = mlfw_test::SyncsDuring([&] { d_stepped2 = device.Step(d2); });
       device.Update();
-      if (step > 0) {  // the first step also creates the device state
-        BOOST_TEST(first <= 2);  // the found-inf and the state kept for a further optimizer
+      if (step > 0) {             // the first step also creates the device state
+        BOOST_TEST(first <= 2);   // the found-inf and the state kept for a further optimizer
         BOOST_TEST(second <= 3);  // its found-inf, and the state read back and written before its update
       }
       BOOST_TEST(h_stepped1 == ((poison[step] & 1) == 0));
@@ -437,7 +456,8 @@ BOOST_AUTO_TEST_CASE(SeveralOptimizersOnADeviceMatchTheHost) {
       BOOST_TEST(device.GetStats()->TotalOverflows == host.GetStats()->TotalOverflows);
       BOOST_TEST(device.GetStats()->TotalSteps == step + 1);
       if (h_stepped2) {
-        BOOST_TEST(Values(d2.stepped_with.at("a")) == Values(h2.stepped_with.at("a")), boost::test_tools::per_element());
+        BOOST_TEST(Values(d2.stepped_with.at("a")) == Values(h2.stepped_with.at("a")),
+                   boost::test_tools::per_element());
       }
     }
   }

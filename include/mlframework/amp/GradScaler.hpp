@@ -32,7 +32,8 @@ class GradScalerContext;
 /// | deferred | `Scale(loss)`, backward, `Step(opt, false)`, `opt.Step()` if it returned true, `Update()` |
 /// | manual (spec 004) | `Scale(loss)`, backward, `Unscale(grads)`, `CheckOverflow(grads)`, your step, `Update()` |
 /// | RAII | `GradScalerContext ctx(scaler, loss)`, backward, `ctx.Step(opt)` |
-/// | several optimizers (PyTorch's) | `Scale(loss)`, backward, [`Unscale(o1)`, clip], `Step(o1)`, `Step(o2)`, [`Update()`] |
+/// | several optimizers (PyTorch's) | `Scale(loss)`, backward, [`Unscale(o1)`, clip], `Step(o1)`, `Step(o2)`,
+/// [`Update()`] |
 ///
 /// **Several optimizers per iteration**, as in PyTorch: each optimizer's gradients are unscaled
 /// once, with the iteration's scale (the one in force at `Scale(loss)`); each optimizer is
@@ -148,6 +149,9 @@ class GradScalerContext;
 /// overflow, skipped step (an overflowed iteration is a skipped step), backoff or growth, then OnStep. An observer's
 /// exception reaches the caller after every observer ran; the scaler's state is committed (for `Scale(loss)`: the new
 /// iteration has started, call it again for the scaled loss). The step index counts finished iterations from 0.
+/// A further optimizer that joins an iteration `Step(o1)` finished (several optimizers, above) and
+/// overflows where the iteration had not is reported then: the iteration's events come again,
+/// with the same step index, the backoff and the overflow report; otherwise it reports nothing more.
 ///
 /// **Any ILossScaler** is driven through the interface alone, so a custom scaler gets the same
 /// flows, statistics (ILossScaler::Statistics) and checkpoints (ILossScaler::StateDict) as the

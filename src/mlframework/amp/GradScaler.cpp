@@ -133,9 +133,9 @@ struct GradScaler::Impl {
   // The record (the scaler's found-inf) holds the found-inf of the last group whose result was
   // not read yet and the checks; when another group is unscaled, the record is read into the
   // groups and these host values first (CarryRecord), so each optimizer keeps its own.
-  bool carried_found = false;          // the record's earlier contents, ORed into the update
-  std::optional<float> carried_amax;   // and their amax
-  bool checked_found = false;          // CheckOverflow() found Inf/NaN in gradients of no group
+  bool carried_found = false;         // the record's earlier contents, ORed into the update
+  std::optional<float> carried_amax;  // and their amax
+  bool checked_found = false;         // CheckOverflow() found Inf/NaN in gradients of no group
   // The previous iteration's groups, kept until the next Scale(loss), to catch double
   // unscaling (FP16 gradients are unscaled into other tensors, so either may come back).
   std::vector<UnscaledGroup> previous;
@@ -280,8 +280,11 @@ struct GradScaler::Impl {
       result = scaler->UnscaleAndRecordOverflow(source);
       unscaled_this_iteration = true;
     }
-    groups.push_back(UnscaledGroup{
-        .source = source, .result = std::move(result), .optimizer = optimizer, .stepped = false, .found = std::nullopt});
+    groups.push_back(UnscaledGroup{.source = source,
+                                   .result = std::move(result),
+                                   .optimizer = optimizer,
+                                   .stepped = false,
+                                   .found = std::nullopt});
     if (state != Phase::Stepped) {
       state = Phase::Unscaled;
     }
@@ -290,9 +293,10 @@ struct GradScaler::Impl {
 
   // Makes the iteration that Step(optimizer) finished the current one again, with the scaler as
   // it was before that update, so that another optimizer is unscaled with the iteration's scale
-  // and the update is computed again from the OR of every optimizer's found-inf. Returns the
-  // scaler's state after the update, for Unreopen().
-  std::vector<std::byte> Reopen() {
+  // and the update is computed again from the OR of every optimizer's found-inf. Moves the
+  // finished iteration's record into @p taken and returns the scaler's state after the update,
+  // both for Unreopen().
+  std::vector<std::byte> Reopen(std::optional<Finished>& taken) {
     const Finished& f = *finished;
     std::vector<std::byte> after_update;
     if (!f.before_update.empty()) {
@@ -318,6 +322,8 @@ struct GradScaler::Impl {
     unscaled_this_iteration = !f.before_update.empty();
     steps = f.step;
     reopened_overflowed = f.overflowed;
+    taken = std::move(finished);
+    finished.reset();
     return after_update;
   }
   // Undoes Reopen() (a Step() that failed after it).
@@ -353,9 +359,6 @@ struct GradScaler::Impl {
     }
     Finished done;
     if (Enabled()) {
-      if (carried_found) {
-        scaler->MarkOverflow();
-      }
       if (keep_open) {
         // Every group's result on the host, for a further optimizer of this iteration: only a
         // group unscaled after the one stepped (Unscale(o1), Unscale(o2), Step(o1)) is read here.
@@ -367,6 +370,9 @@ struct GradScaler::Impl {
           done.found = done.found || *group.found;
         }
         done.before_update = scaler->StateDict();
+      }
+      if (carried_found) {
+        scaler->MarkOverflow();
       }
       scaler->UpdateScaleFromRecord();
     }
@@ -622,8 +628,7 @@ bool GradScaler::StepImpl(IOptimizer& optimizer, bool run_optimizer, bool update
   bool overflow = false;
   try {
     if (reopen) {
-      finished_before = s.finished;
-      after_update = s.Reopen();
+      after_update = s.Reopen(finished_before);  // changes nothing when it throws
       group = s.FindGroup(&optimizer, gradients);
     } else if (group == nullptr) {
       s.finished.reset();
@@ -659,7 +664,7 @@ bool GradScaler::StepImpl(IOptimizer& optimizer, bool run_optimizer, bool update
       }
     }
     if (new_group) {
-      const UnscaledGroup failed = std::move(s.groups.back());
+      UnscaledGroup failed = std::move(s.groups.back());
       s.groups.pop_back();
       s.state = state_before;
       s.unscaled_this_iteration = unscaled_before;
@@ -673,7 +678,7 @@ bool GradScaler::StepImpl(IOptimizer& optimizer, bool run_optimizer, bool update
           return it != failed.result.end() && it->second == entry.second;
         });
         if (in_place || !optimizer_restored) {
-          s.spoiled.push_back(failed);
+          s.spoiled.push_back(std::move(failed));
         }
       }
     }
