@@ -19,7 +19,8 @@ namespace mlframework {
 /// `v = fma(SecondMomentWeight*d, d, v*Beta2); w = w + (-StepSize*m) / (sqrt(v)/BiasCorrection2Sqrt + Epsilon)`,
 /// where `fma(a, b, c)` is a fused multiply-add on the CPU backend's AVX2 and AVX-512 kernels and the
 /// CUDA backend (PyTorch's vectorised CPU kernels), and `a*b + c` rounded twice on the portable
-/// kernels (PyTorch's default CPU capability).
+/// kernels (PyTorch's default CPU capability). `sqrt` is MKL's (torch's) on the AVX-512 kernels,
+/// the IEEE root elsewhere (about 0.6% of MKL's roots round the other way).
 struct AdamStepScalars {
   float StepSize = 0.0f;              ///< `lr / (1 - beta1^t)`, computed in double and rounded to FP32.
   float BiasCorrection2Sqrt = 1.0f;   ///< `(1 - beta2^t)^0.5`, computed in double and rounded to FP32.

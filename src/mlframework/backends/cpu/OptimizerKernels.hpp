@@ -9,9 +9,12 @@
 // and AVX-512 tables fuse the multiply-adds torch's vectorised kernels fuse (explicit FMAs, in the
 // vector bodies and the scalar tails alike); the portable table rounds each product and sum, as
 // torch's default capability. The files are compiled with -ffp-contract=off, so no other
-// operation is fused; the square root is the correctly rounded SQRTPS/VSQRTPS (xsimd::sqrt, or
-// std::sqrt under -fno-math-errno for the scalar tails and the portable table) and the division
-// the IEEE one. The results are torch's bits under the matching CPU capability.
+// operation is fused; the division is the IEEE one. torch's square root is MKL's (not correctly
+// rounded): the AVX-512 table reproduces it (VRSQRT14PS and a fused Newton step, Root() in
+// OptimizerElements.hpp), so its results are torch's bits. The AVX2 and portable tables take the
+// correctly rounded SQRTPS (xsimd::sqrt, or std::sqrt under -fno-math-errno): their results are
+// torch's bits for SGD and Adam's moments, and Adam's weights can differ by a few ulp where one of
+// MKL's roots (about 0.6%) rounds the other way.
 
 #include <cstddef>
 #include <span>
