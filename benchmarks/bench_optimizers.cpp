@@ -114,8 +114,8 @@ struct State {
   }
 };
 
-const mlframework::optimizers::AdamOptions kAdam = mlframework::optimizers::AdamOptions::AdamW(1e-3f, 1e-2f);
-const mlframework::optimizers::SGDOptions kSgd{.LearningRate = 1e-3f, .Momentum = 0.9f, .WeightDecay = 1e-4f};
+const mlframework::optimizers::AdamOptions kAdam = mlframework::optimizers::AdamOptions::AdamW(1e-3, 1e-2);
+const mlframework::optimizers::SGDOptions kSgd{.LearningRate = 1e-3, .Momentum = 0.9, .WeightDecay = 1e-4};
 
 mlfw_reference::AdamConfig ReferenceAdam() {
   return {.lr = kAdam.LearningRate,
@@ -172,7 +172,7 @@ void AdamReference(State& s) {
   const mlfw_reference::AdamConfig config = ReferenceAdam();
   ForChunks(s.p, [&](std::size_t t, std::size_t b, std::size_t e) {
     mlfw_reference::AdamStep({Floats(s.p[t]) + b, e - b}, {Floats(s.g[t]) + b, e - b}, {Floats(s.s1[t]) + b, e - b},
-                             {Floats(s.s2[t]) + b, e - b}, config, kStep);
+                             {Floats(s.s2[t]) + b, e - b}, config, kStep, false);
   });
 }
 
@@ -204,7 +204,7 @@ void SgdReference(State& s) {
       .lr = kSgd.LearningRate, .momentum = kSgd.Momentum, .weight_decay = kSgd.WeightDecay, .nesterov = false};
   ForChunks(s.p, [&](std::size_t t, std::size_t b, std::size_t e) {
     mlfw_reference::SGDStep({Floats(s.p[t]) + b, e - b}, {Floats(s.g[t]) + b, e - b}, {Floats(s.s1[t]) + b, e - b},
-                            config, false);
+                            config, false, false);
   });
 }
 

@@ -115,8 +115,9 @@ def fsdp_checkpoint_seeds() -> None:
 def fsdp_sharded_checkpoint_seeds() -> None:
     # flags, blob to damage, truncated length (u16), edits (u16 offset, xor mask) ending with a
     # zero mask. Offsets into the blob: payload from 52 (world 52, rank 56, strategy 60, step 61,
-    # optimizer kind 69, option count 70, options 74, learning rate 94, step count 98, state
-    # vectors 106, scaler flag 110, scaler length 111, scaler bytes 119, then the units).
+    # optimizer kind 69, option count 70, options 74 (five f64 for the fuzzer's AdamW), learning
+    # rate 114, step count 122, state vectors 130, scaler flag 134, scaler length 135, scaler bytes
+    # 143, then the units).
     def seed(name, flags, victim, truncate, edits, tail=b""):
         body = bytes([flags, victim]) + struct.pack("<H", truncate)
         for offset, mask in edits:
@@ -129,8 +130,8 @@ def fsdp_sharded_checkpoint_seeds() -> None:
     seed("seed-resealed-step", 1, 1, 0, [(61, 0x01)])
     seed("seed-resealed-optimizer-kind", 1, 0, 0, [(69, 0x03)])
     seed("seed-resealed-option", 1, 0, 0, [(80, 0x10)])
-    seed("seed-resealed-state-count", 1, 2, 0, [(106, 0x01)])
-    seed("seed-resealed-scaler-length", 1, 0, 0, [(111, 0x04)])
+    seed("seed-resealed-state-count", 1, 2, 0, [(130, 0x01)])
+    seed("seed-resealed-scaler-length", 1, 0, 0, [(135, 0x04)])
     seed("seed-resealed-unit-region", 1, 1, 0, [(300, 0x01)])
     seed("seed-resealed-late", 1, 2, 0, [(420, 0x08)])
     seed("seed-truncated", 3, 1, 200, [])

@@ -3,6 +3,10 @@
 // steps, the FP16/BF16 copies written in the same pass, the found-inf skip, and the errors.
 // CMake runs this suite again with each instruction set forced through MLFW_CPU_ISA.
 #include <bit>
+#include <cmath>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 #include <cstdint>
 #include <memory>
 #include <random>
@@ -90,6 +94,39 @@ std::vector<std::vector<float>> ZeroList() {
   return out;
 }
 
+// The CPU backend's AVX2 and AVX-512 kernels fuse the multiply-adds PyTorch's vector kernels
+// fuse; the portable kernels fuse none (PyTorch's default capability).
+bool Fused() { return backends::cpu::InstructionSet() != "portable"; }
+
+#if defined(__x86_64__)
+// MKL's FP32 square root on an AVX-512 CPU (torch's sqrt), which the AVX-512 kernels take:
+// VRSQRT14 and one fused Newton step on the root, inputs below 2^-100 scaled by 2^64, zero,
+// negative, infinite and NaN inputs the IEEE root.
+__attribute__((target("avx512f"))) float MklRoot(float x) {
+  if (!(x > 0.0f) || std::isinf(x)) {
+    return std::sqrt(x);
+  }
+  const bool small = x < 0x1p-100f;
+  const float scaled = small ? x * 0x1p64f : x;
+  const float y = _mm_cvtss_f32(_mm_rsqrt14_ss(_mm_setzero_ps(), _mm_set_ss(scaled)));
+  const float root = scaled * y;
+  const float residual = std::fma(-root, root, scaled);
+  const float r = std::fma(residual, 0.5f * y, root);
+  return small ? r * 0x1p-32f : r;
+}
+
+#endif
+
+// The root the CPU backend's Adam kernels take on this run's instruction set.
+mlfw_reference::RootFn Root() {
+#if defined(__x86_64__)
+  if (backends::cpu::InstructionSet().starts_with("avx512")) {
+    return MklRoot;
+  }
+#endif
+  return mlfw_reference::IeeeRoot;
+}
+
 AdamOptions ToOptions(const mlfw_reference::AdamConfig& c) {
   return AdamOptions{.LearningRate = c.lr,
                      .Beta1 = c.beta1,
@@ -100,8 +137,11 @@ AdamOptions ToOptions(const mlfw_reference::AdamConfig& c) {
 }
 
 SGDOptions ToOptions(const mlfw_reference::SGDConfig& c) {
-  return SGDOptions{
-      .LearningRate = c.lr, .Momentum = c.momentum, .WeightDecay = c.weight_decay, .Nesterov = c.nesterov};
+  return SGDOptions{.LearningRate = c.lr,
+                    .Momentum = c.momentum,
+                    .WeightDecay = c.weight_decay,
+                    .Dampening = c.dampening,
+                    .Nesterov = c.nesterov};
 }
 
 // Element values of every tensor of @p list, concatenated.
@@ -157,7 +197,7 @@ BOOST_AUTO_TEST_CASE(AdamAndAdamWMatchTheReferenceToTheBit) {
       const auto grads = RandomList(rng, 0.1f);
       const std::vector<TensorPtr> g = Tensors(grads);
       for (std::size_t t = 0; t < kSizes.size(); ++t) {
-        mlfw_reference::AdamStep(ref_w[t], grads[t], ref_m[t], ref_v[t], config, step);
+        mlfw_reference::AdamStep(ref_w[t], grads[t], ref_m[t], ref_v[t], config, step, Fused(), Root());
       }
       const OptimizerStepLists lists{.Parameters = w, .Gradients = g, .FirstState = m, .SecondState = v};
       BOOST_TEST(FusedAdamStep(lists, AdamStepScalarsFor(ToOptions(config), step)));
@@ -175,6 +215,7 @@ BOOST_AUTO_TEST_CASE(SGDMatchesTheReferenceToTheBit) {
       {.lr = 0.05f, .weight_decay = 1e-3f},
       {.lr = 0.01f, .momentum = 0.9f, .weight_decay = 1e-4f},
       {.lr = 0.02f, .momentum = 0.5f, .weight_decay = 1e-2f, .nesterov = true},
+      {.lr = 0.01, .momentum = 0.9, .weight_decay = 1e-4, .dampening = 0.25},
   };
   std::mt19937 rng(7);
   std::uint32_t worst = 0;
@@ -183,12 +224,12 @@ BOOST_AUTO_TEST_CASE(SGDMatchesTheReferenceToTheBit) {
     auto ref_b = ZeroList();
     const std::vector<TensorPtr> w = Tensors(ref_w);
     const std::vector<TensorPtr> b = Tensors(ref_b);
-    const bool momentum = config.momentum != 0.0f;
+    const bool momentum = config.momentum != 0.0;
     for (int step = 1; step <= 5; ++step) {
       const auto grads = RandomList(rng, 0.1f);
       const std::vector<TensorPtr> g = Tensors(grads);
       for (std::size_t t = 0; t < kSizes.size(); ++t) {
-        mlfw_reference::SGDStep(ref_w[t], grads[t], ref_b[t], config, step == 1);
+        mlfw_reference::SGDStep(ref_w[t], grads[t], ref_b[t], config, step == 1, Fused());
       }
       const OptimizerStepLists lists{
           .Parameters = w,
@@ -362,8 +403,8 @@ BOOST_AUTO_TEST_CASE(OptimizerClassesWriteTheirHalfParametersInTheFusedPass) {
     const std::vector<float> gb = Random(ref_b.size(), rng, 0.1f);
     adam.SetGradients({{"a", FromVector(ga, {ga.size()}, DataType::BFloat16)}, {"b", Host(gb)}});
     adam.Step();
-    mlfw_reference::AdamStep(ref_a, Rounded(ga, DataType::BFloat16), ma, va, config, step);
-    mlfw_reference::AdamStep(ref_b, gb, mb, vb, config, step);
+    mlfw_reference::AdamStep(ref_a, Rounded(ga, DataType::BFloat16), ma, va, config, step, Fused(), Root());
+    mlfw_reference::AdamStep(ref_b, gb, mb, vb, config, step, Fused(), Root());
     BOOST_TEST(MaxUlps(Values(adam.MasterWeights().at("a")), ref_a) == 0u);
     BOOST_TEST(MaxUlps(Values(adam.MasterWeights().at("b")), ref_b) == 0u);
     BOOST_TEST(Values(params.at("a")) == Rounded(ref_a, DataType::BFloat16));
@@ -379,7 +420,7 @@ BOOST_AUTO_TEST_CASE(OptimizerClassesWriteTheirHalfParametersInTheFusedPass) {
     const std::vector<float> g = Random(ref.size(), rng, 0.1f);
     sgd.SetGradients({{"w", Host(g)}});
     sgd.Step();
-    mlfw_reference::SGDStep(ref, g, buffer, sgd_config, step == 1);
+    mlfw_reference::SGDStep(ref, g, buffer, sgd_config, step == 1, Fused());
     BOOST_TEST(MaxUlps(Values(sgd.MasterWeights().at("w")), ref) == 0u);
     BOOST_TEST(Values(half) == Rounded(ref, DataType::Float16));
   }

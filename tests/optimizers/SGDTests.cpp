@@ -136,11 +136,17 @@ BOOST_AUTO_TEST_CASE(InvalidOptionsAndParametersAreRejected) {
   BOOST_TEST(names({.Momentum = -0.1f}) == "Momentum");
   BOOST_TEST(names({.WeightDecay = -1.0f}) == "WeightDecay");
   BOOST_TEST(names({.Nesterov = true}) == "Nesterov");
+  BOOST_TEST(names({.Momentum = 0.9, .Dampening = 1.5}) == "Dampening");
+  BOOST_TEST(names({.Momentum = 0.9, .Dampening = -0.1}) == "Dampening");
+  BOOST_TEST(names({.Momentum = 0.9, .Dampening = NAN}) == "Dampening");
+  // PyTorch's rule: Nesterov momentum takes no dampening.
+  BOOST_TEST(names({.Momentum = 0.9, .Dampening = 0.1, .Nesterov = true}) == "Nesterov");
+  BOOST_TEST(names({.Momentum = 0.9, .Dampening = 1.0}) == "");
   BOOST_CHECK_THROW(SGD(GradientMap{}), ArgumentError);
   BOOST_CHECK_THROW(SGD(GradientMap{{"w", nullptr}}), ArgumentNullError);
   SGD sgd(params);
   BOOST_CHECK_THROW(sgd.SetLearningRate(-1.0f), ArgumentError);
-  BOOST_TEST(sgd.Options().LearningRate == 0.01f);
+  BOOST_TEST(sgd.Options().LearningRate == 0.01);  // the default, a double as torch holds it
 }
 
 BOOST_AUTO_TEST_CASE(MisuseLeavesTheOptimizerUnchanged) {

@@ -11,29 +11,41 @@ namespace mlframework {
 
 /// The constants of one Adam/AdamW step, computed once on the host (optimizers::AdamStepScalarsFor()).
 ///
-/// Per element, in this order and each operation rounded to FP32 (no fused multiply-add):
-/// `d = g + L2*w; w' = w*Decay; m = Beta1*m + (1-Beta1)*d; v = Beta2*v + ((1-Beta2)*d)*d;
-/// w = w' - StepSize * (m / (sqrt(v) / BiasCorrection2Sqrt + Epsilon))`: PyTorch's single-tensor Adam.
+/// Each field is a double of PyTorch's Python-side arithmetic rounded once to FP32, where torch's
+/// kernels round it when it meets an FP32 tensor. Per element, the ops of torch's single-tensor
+/// Adam (`foreach=False`) in its order, each rounded to FP32:
+/// `d = L2 != 0 ? fma(w, L2, g) : g; w = Decay != 1 ? w*Decay : w;
+/// m = FirstMomentWeight < 0.5 ? fma(FirstMomentWeight, d - m, m) : fma(FirstMomentWeight - 1, d - m, d);`
+/// `v = fma(SecondMomentWeight*d, d, v*Beta2); w = w + (-StepSize*m) / (sqrt(v)/BiasCorrection2Sqrt + Epsilon)`,
+/// where `fma(a, b, c)` is a fused multiply-add on the CPU backend's AVX2 and AVX-512 kernels and the
+/// CUDA backend (PyTorch's vectorised CPU kernels), and `a*b + c` rounded twice on the portable
+/// kernels (PyTorch's default CPU capability). `sqrt` is MKL's (torch's) on the AVX-512 kernels,
+/// the IEEE root elsewhere (about 0.6% of MKL's roots round the other way).
 struct AdamStepScalars {
-  float StepSize = 0.0f;             ///< `lr / (1 - beta1^t)`, computed in double and rounded to FP32.
-  float BiasCorrection2Sqrt = 1.0f;  ///< `sqrt(1 - beta2^t)`, computed in double and rounded to FP32.
-  float Beta1 = 0.9f;                ///< First-moment decay.
-  float Beta2 = 0.999f;              ///< Second-moment decay.
-  float Epsilon = 1e-8f;             ///< Denominator term.
-  float L2 = 0.0f;                   ///< Weight decay added to the gradient (Adam); 0 for AdamW.
-  float Decay = 1.0f;                ///< `1 - lr*wd`, multiplies the weight (AdamW); 1 for Adam.
+  float StepSize = 0.0f;              ///< `lr / (1 - beta1^t)`, computed in double and rounded to FP32.
+  float BiasCorrection2Sqrt = 1.0f;   ///< `(1 - beta2^t)^0.5`, computed in double and rounded to FP32.
+  float FirstMomentWeight = 0.1f;     ///< `1 - beta1` (lerp's weight), computed in double and rounded to FP32.
+  float Beta2 = 0.999f;               ///< Second-moment decay, rounded to FP32.
+  float SecondMomentWeight = 0.001f;  ///< `1 - beta2`, computed in double and rounded to FP32.
+  float Epsilon = 1e-8f;              ///< Denominator term, rounded to FP32.
+  float L2 = 0.0f;                    ///< Weight decay added to the gradient (Adam); 0 for AdamW.
+  float Decay = 1.0f;                 ///< `1 - lr*wd` computed in double, multiplies the weight (AdamW); 1 for Adam.
 };
 
-/// The constants of one SGD step (optimizers::SGDStepScalarsFor()).
+/// The constants of one SGD step (optimizers::SGDStepScalarsFor()), each a double of PyTorch's
+/// rounded once to FP32.
 ///
-/// Per element: `d = g + WeightDecay*w`; without momentum `w = w - LearningRate*d`; with momentum
-/// `b = FirstStep ? d : Momentum*b + d; w = w - LearningRate*(Nesterov ? d + Momentum*b : b)`.
+/// Per element, the ops of torch's single-tensor SGD (`foreach=False`), `fma` as for AdamStepScalars:
+/// `d = WeightDecay != 0 ? fma(w, WeightDecay, g) : g`; with momentum
+/// `b = FirstStep ? d : fma(d, GradientWeight, b*Momentum); d = Nesterov ? fma(b, Momentum, d) : b`;
+/// then `w = fma(d, -LearningRate, w)`.
 struct SGDStepScalars {
-  float LearningRate = 0.01f;  ///< Step size.
-  float Momentum = 0.0f;       ///< Momentum factor; 0: no buffer is read or written.
-  float WeightDecay = 0.0f;    ///< L2 penalty added to the gradient.
-  bool Nesterov = false;       ///< Nesterov momentum.
-  bool FirstStep = false;      ///< The momentum buffer starts as a copy of the first `d` (PyTorch).
+  float LearningRate = 0.01f;   ///< Step size.
+  float Momentum = 0.0f;        ///< Momentum factor; 0: no buffer is read or written.
+  float WeightDecay = 0.0f;     ///< L2 penalty added to the gradient.
+  float GradientWeight = 1.0f;  ///< `1 - dampening`, computed in double: the weight of d in the buffer.
+  bool Nesterov = false;        ///< Nesterov momentum.
+  bool FirstStep = false;       ///< The momentum buffer starts as a copy of the first `d` (PyTorch).
 };
 
 /// The lists one fused optimizer step reads and writes, entry i of each belonging to parameter i.

@@ -18,17 +18,20 @@
 namespace mlframework::optimizers {
 
 /// Hyper-parameters of Adam (PyTorch's semantics); AdamW when DecoupledWeightDecay is set.
+///
+/// Doubles, as torch holds them (Python floats): `lr=1e-3` here is the double 1e-3, and the
+/// step's constants are computed from the doubles as torch computes them (AdamStepScalars).
 struct AdamOptions {
-  float LearningRate = 1e-3f;         ///< Step size (> 0, finite).
-  float Beta1 = 0.9f;                 ///< First-moment decay in [0, 1).
-  float Beta2 = 0.999f;               ///< Second-moment decay in [0, 1).
-  float Epsilon = 1e-8f;              ///< Denominator term (> 0).
-  float WeightDecay = 0.0f;           ///< Weight decay (>= 0).
+  double LearningRate = 1e-3;         ///< Step size (> 0, finite).
+  double Beta1 = 0.9;                 ///< First-moment decay in [0, 1).
+  double Beta2 = 0.999;               ///< Second-moment decay in [0, 1).
+  double Epsilon = 1e-8;              ///< Denominator term (> 0).
+  double WeightDecay = 0.0;           ///< Weight decay (>= 0).
   bool DecoupledWeightDecay = false;  ///< true: AdamW (decay applied to weights, not gradients).
   /// ArgumentError naming the first invalid field and its value.
   MLFRAMEWORK_EXPORT void Validate() const;
   /// AdamW options with @p learning_rate and @p weight_decay.
-  static AdamOptions AdamW(float learning_rate = 1e-3f, float weight_decay = 1e-2f) {
+  static AdamOptions AdamW(double learning_rate = 1e-3, double weight_decay = 1e-2) {
     return AdamOptions{.LearningRate = learning_rate, .WeightDecay = weight_decay, .DecoupledWeightDecay = true};
   }
 };
@@ -60,9 +63,10 @@ class MLFRAMEWORK_EXPORT Adam final : public amp::IOptimizer {
   /// Every parameter needs a gradient of its shape (any dtype; read in FP32); unknown names,
   /// missing names, null tensors or shape mismatches are ArgumentError and change nothing.
   void SetGradients(const GradientMap& gradients) override;
-  /// Applies the current gradients with PyTorch's Adam/AdamW update (bias corrections in double),
-  /// then rounds the FP32 masters into FP16/BF16 parameters. InvalidOperationError when no
-  /// gradients were set.
+  /// Applies the current gradients with PyTorch's Adam/AdamW update, bit for bit the parameters
+  /// and moments of `torch.optim.Adam/AdamW(foreach=False)` on the CPU under the matching CPU
+  /// capability (AdamStepScalars), then rounds the FP32 masters into FP16/BF16 parameters. InvalidOperationError when
+  /// no gradients were set.
   void Step() override;
   /// Step() unless the found-inf flag of @p skip_if_found_inf is set (a scaler's overflow):
   /// then nothing is read or written, the step count stays, and false is returned.
@@ -75,7 +79,7 @@ class MLFRAMEWORK_EXPORT Adam final : public amp::IOptimizer {
   /// Current hyper-parameters.
   const AdamOptions& Options() const noexcept;
   /// Changes the learning rate (schedulers); ArgumentError when not finite and positive.
-  void SetLearningRate(float learning_rate);
+  void SetLearningRate(double learning_rate);
   /// Steps taken (bias correction uses it).
   std::int64_t StepCount() const noexcept;
 

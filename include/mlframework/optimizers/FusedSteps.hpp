@@ -8,9 +8,13 @@
 /// kernels of the instruction set the CPU backend chose, threaded over chunks with OpenMP; on a
 /// device backend the step is that backend's TensorBackend::AdamStep() / SGDStep().
 ///
-/// Numerics: the results are bit-identical to optimizers::Adam / optimizers::SGD's reference
-/// loops (PyTorch's single-tensor forms): the same FP32 operations in the same order, no fused
-/// multiply-add, a correctly rounded square root and division.
+/// Numerics: the results are bit-identical to `torch.optim.Adam/AdamW/SGD(foreach=False)` on the
+/// CPU (torch 2.15) under the matching CPU capability (on the AVX2 and portable kernels Adam's
+/// weights can differ by a few ulp: torch's sqrt is MKL's, which only the AVX-512 kernels
+/// reproduce), and to optimizers::Adam / optimizers::SGD:
+/// torch's single-tensor ops in its order, fused multiply-adds where torch's AVX2/AVX-512 kernels
+/// fuse them (the CPU backend's AVX2/AVX-512 kernels, CUDA) and none on the portable kernels
+/// (torch's default capability), a correctly rounded square root and division (AdamStepScalars).
 
 #include <cstdint>
 

@@ -18,11 +18,15 @@
 namespace mlframework::optimizers {
 
 /// Hyper-parameters of SGD (PyTorch's semantics).
+///
+/// Doubles, as torch holds them (Python floats); the step's constants are computed from them as
+/// torch computes them (SGDStepScalars).
 struct SGDOptions {
-  float LearningRate = 0.01f;  ///< Step size (> 0, finite).
-  float Momentum = 0.0f;       ///< Momentum factor in [0, 1).
-  float WeightDecay = 0.0f;    ///< L2 penalty added to the gradient (>= 0).
-  bool Nesterov = false;       ///< Nesterov momentum (needs Momentum > 0).
+  double LearningRate = 0.01;  ///< Step size (> 0, finite).
+  double Momentum = 0.0;       ///< Momentum factor in [0, 1).
+  double WeightDecay = 0.0;    ///< L2 penalty added to the gradient (>= 0).
+  double Dampening = 0.0;      ///< Dampening of the gradient in the momentum buffer, in [0, 1].
+  bool Nesterov = false;       ///< Nesterov momentum (needs Momentum > 0 and Dampening 0).
   /// ArgumentError naming the first invalid field and its value.
   MLFRAMEWORK_EXPORT void Validate() const;
 };
@@ -53,9 +57,11 @@ class MLFRAMEWORK_EXPORT SGD final : public amp::IOptimizer {
   /// Every parameter needs a gradient of its shape (any dtype; read in FP32); unknown names,
   /// missing names, null tensors or shape mismatches are ArgumentError and change nothing.
   void SetGradients(const GradientMap& gradients) override;
-  /// Applies the current gradients (PyTorch's update: `d = g + wd*w`; momentum buffer `b = mu*b + d`,
-  /// a copy of `d` on the first step; `w -= lr * (nesterov ? d + mu*b : b)`), then rounds the FP32
-  /// masters into FP16/BF16 parameters. InvalidOperationError when no gradients were set.
+  /// Applies the current gradients (PyTorch's update: `d = g + wd*w`; momentum buffer
+  /// `b = mu*b + (1 - dampening)*d`, a copy of `d` on the first step; `w -= lr * (nesterov ? d + mu*b : b)`),
+  /// bit for bit the parameters and buffers of `torch.optim.SGD(foreach=False)` on the CPU under the
+  /// matching CPU capability (SGDStepScalars), then rounds the FP32 masters into FP16/BF16 parameters.
+  /// InvalidOperationError when no gradients were set.
   void Step() override;
   /// Step() unless the found-inf flag of @p skip_if_found_inf is set (a scaler's overflow):
   /// then nothing is read or written, the step count stays, and false is returned.
@@ -68,7 +74,7 @@ class MLFRAMEWORK_EXPORT SGD final : public amp::IOptimizer {
   /// Current hyper-parameters.
   const SGDOptions& Options() const noexcept;
   /// Changes the learning rate (schedulers); ArgumentError when not finite and positive.
-  void SetLearningRate(float learning_rate);
+  void SetLearningRate(double learning_rate);
   /// Steps taken.
   std::int64_t StepCount() const noexcept;
 

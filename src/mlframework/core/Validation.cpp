@@ -15,14 +15,14 @@ std::string Show(double value) {
   return text.str();
 }
 
-void RequirePositive(float value, const char* parameter) {
-  if (!std::isfinite(value) || value <= 0.0f) {
+void RequirePositive(double value, const char* parameter) {
+  if (!std::isfinite(value) || value <= 0.0) {
     throw ArgumentError(parameter, "must be finite and > 0, got " + Show(value));
   }
 }
 
-void RequireNonNegative(float value, const char* parameter) {
-  if (!(value >= 0.0f) || !std::isfinite(value)) {
+void RequireNonNegative(double value, const char* parameter) {
+  if (!(value >= 0.0) || !std::isfinite(value)) {
     throw ArgumentError(parameter, "must be finite and >= 0, got " + Show(value));
   }
 }

@@ -14,9 +14,9 @@ namespace mlframework::detail {
 /// @p value as the messages print numbers (std::ostream's default: 6 significant digits, inf, nan).
 std::string Show(double value);
 /// ArgumentError naming @p parameter unless @p value is finite and > 0.
-void RequirePositive(float value, const char* parameter);
+void RequirePositive(double value, const char* parameter);
 /// ArgumentError naming @p parameter unless @p value is finite and >= 0.
-void RequireNonNegative(float value, const char* parameter);
+void RequireNonNegative(double value, const char* parameter);
 
 /// InvalidOperationError("<@p owner> was moved from; use the object it was moved into").
 [[noreturn]] void ThrowMovedFrom(std::string_view owner);

@@ -14,7 +14,7 @@ namespace mlframework::optimizers {
 namespace {
 
 constexpr char kKind[] = "optimizers.Adam";
-constexpr std::uint16_t kVersion = 1;
+constexpr std::uint16_t kVersion = 2;  // 2: the options as doubles
 
 }  // namespace
 
@@ -87,7 +87,7 @@ const GradientMap& Adam::Parameters() const noexcept { return impl_->params.Para
 const GradientMap& Adam::MasterWeights() const noexcept { return impl_->params.Masters(); }
 const AdamOptions& Adam::Options() const noexcept { return impl_->options; }
 
-void Adam::SetLearningRate(float learning_rate) {
+void Adam::SetLearningRate(double learning_rate) {
   detail::RequirePositive(learning_rate, "learning_rate");
   impl_->options.LearningRate = learning_rate;
 }
@@ -130,11 +130,11 @@ void Adam::RestoreState(const std::map<std::string, AdamParameterState>& state, 
 std::vector<std::byte> Adam::StateDict() const {
   const Impl& s = *impl_;
   mlframework::detail::BlobWriter writer(kKind, kVersion);
-  writer.F32(s.options.LearningRate);
-  writer.F32(s.options.Beta1);
-  writer.F32(s.options.Beta2);
-  writer.F32(s.options.Epsilon);
-  writer.F32(s.options.WeightDecay);
+  writer.F64(s.options.LearningRate);
+  writer.F64(s.options.Beta1);
+  writer.F64(s.options.Beta2);
+  writer.F64(s.options.Epsilon);
+  writer.F64(s.options.WeightDecay);
   writer.U8(s.options.DecoupledWeightDecay ? 1 : 0);
   writer.I64(s.steps);
   s.params.SaveMasters(writer);
@@ -149,11 +149,11 @@ void Adam::LoadStateDict(std::span<const std::byte> state) {
   Impl& s = *impl_;
   mlframework::detail::BlobReader reader(state, kKind, kVersion);
   AdamOptions options;
-  options.LearningRate = reader.F32();
-  options.Beta1 = reader.F32();
-  options.Beta2 = reader.F32();
-  options.Epsilon = reader.F32();
-  options.WeightDecay = reader.F32();
+  options.LearningRate = reader.F64();
+  options.Beta1 = reader.F64();
+  options.Beta2 = reader.F64();
+  options.Epsilon = reader.F64();
+  options.WeightDecay = reader.F64();
   options.DecoupledWeightDecay = reader.Flag("DecoupledWeightDecay");
   detail::ValidateLoaded(options, reader);
   const std::int64_t steps = reader.Count("step count");

@@ -157,26 +157,30 @@ AdamStepScalars AdamStepScalarsFor(const AdamOptions& options, std::int64_t step
   if (step < 1) {
     throw ArgumentError("step", "must be >= 1 (the first step is 1), got " + std::to_string(step));
   }
-  // PyTorch computes the bias corrections as Python floats (double) and applies them as float.
-  const double bias_correction1 = 1.0 - std::pow(static_cast<double>(options.Beta1), static_cast<double>(step));
-  const double bias_correction2 = 1.0 - std::pow(static_cast<double>(options.Beta2), static_cast<double>(step));
+  // torch/optim/adam.py (_single_tensor_adam) computes these as Python floats (doubles): `beta**step`
+  // and `bias_correction2**0.5` are C's pow(), `1 - beta1` is lerp_'s weight; each is rounded to
+  // FP32 once, when it meets an FP32 tensor.
+  const auto t = static_cast<double>(step);
+  const double bias_correction1 = 1.0 - std::pow(options.Beta1, t);
+  const double bias_correction2 = 1.0 - std::pow(options.Beta2, t);
   AdamStepScalars s;
-  s.StepSize = static_cast<float>(static_cast<double>(options.LearningRate) / bias_correction1);
-  s.BiasCorrection2Sqrt = static_cast<float>(std::sqrt(bias_correction2));
-  s.Beta1 = options.Beta1;
-  s.Beta2 = options.Beta2;
-  s.Epsilon = options.Epsilon;
-  s.L2 = options.DecoupledWeightDecay ? 0.0f : options.WeightDecay;
-  // AdamW: the decay multiplies the weight (rounded to FP32 once, as the reference does).
-  s.Decay = options.DecoupledWeightDecay ? 1.0f - options.LearningRate * options.WeightDecay : 1.0f;
+  s.StepSize = static_cast<float>(options.LearningRate / bias_correction1);
+  s.BiasCorrection2Sqrt = static_cast<float>(std::pow(bias_correction2, 0.5));
+  s.FirstMomentWeight = static_cast<float>(1.0 - options.Beta1);
+  s.Beta2 = static_cast<float>(options.Beta2);
+  s.SecondMomentWeight = static_cast<float>(1.0 - options.Beta2);
+  s.Epsilon = static_cast<float>(options.Epsilon);
+  s.L2 = options.DecoupledWeightDecay ? 0.0f : static_cast<float>(options.WeightDecay);
+  s.Decay = options.DecoupledWeightDecay ? static_cast<float>(1.0 - options.LearningRate * options.WeightDecay) : 1.0f;
   return s;
 }
 
 SGDStepScalars SGDStepScalarsFor(const SGDOptions& options, bool first_step) {
   options.Validate();
-  return SGDStepScalars{.LearningRate = options.LearningRate,
-                        .Momentum = options.Momentum,
-                        .WeightDecay = options.WeightDecay,
+  return SGDStepScalars{.LearningRate = static_cast<float>(options.LearningRate),
+                        .Momentum = static_cast<float>(options.Momentum),
+                        .WeightDecay = static_cast<float>(options.WeightDecay),
+                        .GradientWeight = static_cast<float>(1.0 - options.Dampening),
                         .Nesterov = options.Nesterov,
                         .FirstStep = first_step};
 }

@@ -268,8 +268,8 @@ std::vector<float> ReadFloats(mlframework::detail::BlobReader& reader, std::size
   return values;
 }
 
-void RequireFraction(float value, const char* parameter) {
-  if (!(value >= 0.0f && value < 1.0f)) {
+void RequireFraction(double value, const char* parameter) {
+  if (!(value >= 0.0 && value < 1.0)) {
     throw ArgumentError(parameter, "must be in [0, 1), got " + Show(value));
   }
 }

@@ -95,7 +95,7 @@ std::vector<float> ReadFloats(mlframework::detail::BlobReader& reader, std::size
 using mlframework::detail::RequireNonNegative;
 using mlframework::detail::RequirePositive;
 using mlframework::detail::Show;
-void RequireFraction(float value, const char* parameter);
+void RequireFraction(double value, const char* parameter);
 
 // Options read from a blob must pass Validate(); the blob's reader names the problem otherwise.
 template <typename Options>

@@ -14,7 +14,7 @@ namespace mlframework::optimizers {
 namespace {
 
 constexpr char kKind[] = "optimizers.SGD";
-constexpr std::uint16_t kVersion = 1;
+constexpr std::uint16_t kVersion = 2;  // 2: the options as doubles, with Dampening
 
 }  // namespace
 
@@ -22,8 +22,14 @@ void SGDOptions::Validate() const {
   detail::RequirePositive(LearningRate, "LearningRate");
   detail::RequireFraction(Momentum, "Momentum");
   detail::RequireNonNegative(WeightDecay, "WeightDecay");
-  if (Nesterov && Momentum == 0.0f) {
+  if (!(Dampening >= 0.0 && Dampening <= 1.0)) {
+    throw ArgumentError("Dampening", "must be in [0, 1], got " + detail::Show(Dampening));
+  }
+  if (Nesterov && Momentum == 0.0) {
     throw ArgumentError("Nesterov", "needs Momentum > 0, got Momentum " + detail::Show(Momentum));
+  }
+  if (Nesterov && Dampening != 0.0) {
+    throw ArgumentError("Nesterov", "needs Dampening 0 (PyTorch's rule), got Dampening " + detail::Show(Dampening));
   }
 }
 
@@ -52,7 +58,7 @@ void SGD::Step() {
   Impl& s = *impl_;
   s.params.RequireGradients("SGD");
   const std::vector<std::span<const float>> grads = s.params.GradientsAsFloat();
-  const bool momentum = s.options.Momentum != 0.0f;
+  const bool momentum = s.options.Momentum != 0.0;
   // One fused pass per step, the FP16/BF16 parameters in host memory written in it. Buffers made
   // by this step start as a copy of d (PyTorch), so they run as a "first step" call of their own.
   std::vector<mlframework::detail::HostOptimizerTensor> first;
@@ -94,7 +100,7 @@ const GradientMap& SGD::Parameters() const noexcept { return impl_->params.Param
 const GradientMap& SGD::MasterWeights() const noexcept { return impl_->params.Masters(); }
 const SGDOptions& SGD::Options() const noexcept { return impl_->options; }
 
-void SGD::SetLearningRate(float learning_rate) {
+void SGD::SetLearningRate(double learning_rate) {
   detail::RequirePositive(learning_rate, "learning_rate");
   impl_->options.LearningRate = learning_rate;
 }
@@ -132,9 +138,10 @@ void SGD::RestoreState(const std::map<std::string, SGDParameterState>& state, st
 std::vector<std::byte> SGD::StateDict() const {
   const Impl& s = *impl_;
   mlframework::detail::BlobWriter writer(kKind, kVersion);
-  writer.F32(s.options.LearningRate);
-  writer.F32(s.options.Momentum);
-  writer.F32(s.options.WeightDecay);
+  writer.F64(s.options.LearningRate);
+  writer.F64(s.options.Momentum);
+  writer.F64(s.options.WeightDecay);
+  writer.F64(s.options.Dampening);
   writer.U8(s.options.Nesterov ? 1 : 0);
   writer.I64(s.steps);
   s.params.SaveMasters(writer);
@@ -151,9 +158,10 @@ void SGD::LoadStateDict(std::span<const std::byte> state) {
   Impl& s = *impl_;
   mlframework::detail::BlobReader reader(state, kKind, kVersion);
   SGDOptions options;
-  options.LearningRate = reader.F32();
-  options.Momentum = reader.F32();
-  options.WeightDecay = reader.F32();
+  options.LearningRate = reader.F64();
+  options.Momentum = reader.F64();
+  options.WeightDecay = reader.F64();
+  options.Dampening = reader.F64();
   options.Nesterov = reader.Flag("Nesterov");
   detail::ValidateLoaded(options, reader);
   const std::int64_t steps = reader.Count("step count");

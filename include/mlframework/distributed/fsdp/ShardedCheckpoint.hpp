@@ -55,7 +55,7 @@ struct ShardedCheckpointContents {
 };
 
 /// Format version FSDP::SaveShardedCheckpoint() writes (blob kind "distributed.fsdp.ShardedCheckpoint").
-inline constexpr std::uint16_t kShardedCheckpointVersion = 1;
+inline constexpr std::uint16_t kShardedCheckpointVersion = 2;  // 2: the optimizer options as doubles
 
 /// File of @p rank in a checkpoint directory: "shard-00003.mlfw" for rank 3 (five digits, more
 /// when the rank needs them). ArgumentError for a negative rank.

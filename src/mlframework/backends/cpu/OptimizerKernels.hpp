@@ -4,12 +4,17 @@
 // of the updated parameter. OpenMP threads take chunks of the list; each piece of a chunk is one
 // call of the element kernel of the instruction set KernelDispatch.cpp chose (OptimizerKernels*.cpp).
 //
-// Numerics: every operation is the FP32 operation the reference optimizers (optimizers/Adam.cpp,
-// SGD.cpp, PyTorch's single-tensor forms) perform, in their order, each rounded to FP32: the
-// files are compiled with -ffp-contract=off (no fused multiply-add), the square root is the
-// correctly rounded SQRTPS/VSQRTPS (xsimd::sqrt, or std::sqrt under -fno-math-errno for the
-// scalar tails and the portable table) and the division is the IEEE one. The results are therefore
-// the reference's bits on every instruction set.
+// Numerics: every operation is the FP32 operation of PyTorch's single-tensor Adam/SGD
+// (foreach=False) as ATen's CPU kernels compute it, in its order (OptimizerElements.hpp). The AVX2
+// and AVX-512 tables fuse the multiply-adds torch's vectorised kernels fuse (explicit FMAs, in the
+// vector bodies and the scalar tails alike); the portable table rounds each product and sum, as
+// torch's default capability. The files are compiled with -ffp-contract=off, so no other
+// operation is fused; the division is the IEEE one. torch's square root is MKL's (not correctly
+// rounded): the AVX-512 table reproduces it (VRSQRT14PS and a fused Newton step, Root() in
+// OptimizerElements.hpp), so its results are torch's bits. The AVX2 and portable tables take the
+// correctly rounded SQRTPS (xsimd::sqrt, or std::sqrt under -fno-math-errno): their results are
+// torch's bits for SGD and Adam's moments, and Adam's weights can differ by a few ulp where one of
+// MKL's roots (about 0.6%) rounds the other way.
 
 #include <cstddef>
 #include <span>

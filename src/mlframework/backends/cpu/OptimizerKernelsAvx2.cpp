@@ -1,6 +1,6 @@
 // AVX2 optimizer element kernels: the generic loops on xsimd batches of 8 floats, compiled with
-// the AVX2 flags only for this file, plus -ffp-contract=off so that no multiply and add pair
-// becomes an FMA (the reference's bits) and -fno-math-errno for the scalar tails.
+// the AVX2 flags only for this file, plus -ffp-contract=off so that the only FMAs are the explicit
+// ones where PyTorch's AVX2 kernels fuse (torch's bits) and -fno-math-errno for the scalar tails.
 
 #include <xsimd/xsimd.hpp>
 

@@ -1,6 +1,7 @@
 // AVX-512 optimizer element kernels: the generic loops on xsimd batches of 16 floats (VSQRTPS,
-// VDIVPS), compiled with the AVX-512 flags only for this file, plus -ffp-contract=off (the
-// reference's bits) and -fno-math-errno for the scalar tails.
+// VDIVPS, VFMADD), compiled with the AVX-512 flags only for this file, plus -ffp-contract=off
+// (FMAs only where PyTorch's AVX-512 kernels fuse: torch's bits) and -fno-math-errno for the
+// scalar tails.
 
 #include <xsimd/xsimd.hpp>
 

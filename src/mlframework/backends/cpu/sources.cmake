@@ -42,8 +42,8 @@ else()
 endif()
 
 # The fused optimizer steps (OptimizerKernels.hpp): one element-kernel file per instruction set,
-# all without FMA contraction (the reference optimizers' bits) and without errno-bound math (the
-# square root stays one instruction, so the loops vectorise).
+# all without FMA contraction (the only FMAs are the explicit ones where PyTorch's kernels fuse)
+# and without errno-bound math (the square root stays one instruction, so the loops vectorise).
 set(mlfw_optimizer_numerics "-ffp-contract=off;-fno-math-errno")
 target_sources(mlframework PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/OptimizerKernels.cpp

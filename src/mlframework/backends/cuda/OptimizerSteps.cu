@@ -56,21 +56,30 @@ __device__ inline void WriteCopy(const OptimizerEntry& e, std::uint64_t i, float
   }
 }
 
-// Explicit rounding intrinsics throughout: no contraction into FMAs and the IEEE square root and
-// division, so the CPU kernels' (and the reference optimizers') bits.
+// Explicit rounding intrinsics throughout: PyTorch's single-tensor Adam and SGD op by op, with a
+// fused multiply-add (__fmaf_rn) exactly where PyTorch's vectorised CPU kernels fuse one and
+// everything else rounded on its own (no contraction, the IEEE square root and division): the
+// CPU backend's AVX2/AVX-512 bits (AdamStepScalars, SGDStepScalars).
 __global__ void __launch_bounds__(kBlockThreads)
     AdamKernel(const OptimizerEntry* entries, std::int32_t count, std::uint64_t total, AdamStepScalars s,
                const std::int32_t* skip_flag) {
-  const float one_minus_beta1 = __fsub_rn(1.0f, s.Beta1);
-  const float one_minus_beta2 = __fsub_rn(1.0f, s.Beta2);
+  const bool small_weight = fabsf(s.FirstMomentWeight) < 0.5f;
+  const float first_weight_minus_one = __fsub_rn(s.FirstMomentWeight, 1.0f);
+  const float neg_step_size = -s.StepSize;
   ForEachElementOfChunk(entries, count, total, skip_flag, [&](const OptimizerEntry& e, std::uint64_t i) {
-    const float w = e.parameter[i];
-    const float d = __fadd_rn(e.gradient[i], __fmul_rn(s.L2, w));
-    const float decayed = __fmul_rn(w, s.Decay);
-    const float m = __fadd_rn(__fmul_rn(s.Beta1, e.first[i]), __fmul_rn(one_minus_beta1, d));
-    const float v = __fadd_rn(__fmul_rn(s.Beta2, e.second[i]), __fmul_rn(__fmul_rn(one_minus_beta2, d), d));
+    float w = e.parameter[i];
+    const float g = e.gradient[i];
+    const float d = s.L2 != 0.0f ? __fmaf_rn(w, s.L2, g) : g;
+    if (s.Decay != 1.0f) {
+      w = __fmul_rn(w, s.Decay);
+    }
+    const float m_old = e.first[i];
+    const float diff = __fsub_rn(d, m_old);
+    const float m =
+        small_weight ? __fmaf_rn(s.FirstMomentWeight, diff, m_old) : __fmaf_rn(first_weight_minus_one, diff, d);
+    const float v = __fmaf_rn(__fmul_rn(s.SecondMomentWeight, d), d, __fmul_rn(e.second[i], s.Beta2));
     const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), s.BiasCorrection2Sqrt), s.Epsilon);
-    const float updated = __fsub_rn(decayed, __fmul_rn(s.StepSize, __fdiv_rn(m, denom)));
+    const float updated = __fadd_rn(w, __fdiv_rn(__fmul_rn(neg_step_size, m), denom));
     e.first[i] = m;
     e.second[i] = v;
     e.parameter[i] = updated;
@@ -81,16 +90,17 @@ __global__ void __launch_bounds__(kBlockThreads)
 __global__ void __launch_bounds__(kBlockThreads)
     SGDKernel(const OptimizerEntry* entries, std::int32_t count, std::uint64_t total, SGDStepScalars s,
               const std::int32_t* skip_flag) {
+  const float neg_lr = -s.LearningRate;
   ForEachElementOfChunk(entries, count, total, skip_flag, [&](const OptimizerEntry& e, std::uint64_t i) {
     const float w = e.parameter[i];
-    const float d = __fadd_rn(e.gradient[i], __fmul_rn(s.WeightDecay, w));
-    float step = d;
+    const float g = e.gradient[i];
+    float d = s.WeightDecay != 0.0f ? __fmaf_rn(w, s.WeightDecay, g) : g;
     if (e.first != nullptr) {
-      const float b = s.FirstStep ? d : __fadd_rn(__fmul_rn(s.Momentum, e.first[i]), d);
+      const float b = s.FirstStep ? d : __fmaf_rn(d, s.GradientWeight, __fmul_rn(e.first[i], s.Momentum));
       e.first[i] = b;
-      step = s.Nesterov ? __fadd_rn(d, __fmul_rn(s.Momentum, b)) : b;
+      d = s.Nesterov ? __fmaf_rn(b, s.Momentum, d) : b;
     }
-    const float updated = __fsub_rn(w, __fmul_rn(s.LearningRate, step));
+    const float updated = __fmaf_rn(d, neg_lr, w);
     e.parameter[i] = updated;
     WriteCopy(e, i, updated);
   });

@@ -57,8 +57,8 @@ SavedOptimizer ReadOptimizer(BlobReader& reader) {
     reader.Fail("holds " + std::to_string(count) + " options for optimizer " + ToString(optimizer.kind) +
                 ", which has " + std::to_string(expected));
   }
-  for (std::uint32_t i = 0; i < count; ++i) optimizer.options.push_back(reader.F32());
-  optimizer.learning_rate = reader.F32();
+  for (std::uint32_t i = 0; i < count; ++i) optimizer.options.push_back(reader.F64());
+  optimizer.learning_rate = reader.F64();
   optimizer.steps = reader.Count("optimizer step count");
   const std::uint32_t states = reader.U32();
   if (states != OptimizerStateCount(optimizer.kind)) {
@@ -130,7 +130,7 @@ SavedUnit ReadUnit(BlobReader& reader, std::uint32_t states) {
   return unit;
 }
 
-std::string Describe(const std::vector<float>& values) {
+std::string Describe(const std::vector<double>& values) {
   std::string text = "(";
   for (std::size_t i = 0; i < values.size(); ++i) text += (i ? ", " : "") + std::to_string(values[i]);
   return text + ")";
@@ -199,7 +199,7 @@ const char* ToString(OptimizerKind kind) noexcept {
 std::vector<std::string> OptimizerOptionNames(OptimizerKind kind) {
   switch (kind) {
     case OptimizerKind::SGD:
-      return {"Momentum", "WeightDecay", "Nesterov"};
+      return {"Momentum", "WeightDecay", "Dampening", "Nesterov"};
     case OptimizerKind::Adam:
       return {"Beta1", "Beta2", "Epsilon", "WeightDecay", "DecoupledWeightDecay"};
     case OptimizerKind::None:
@@ -228,8 +228,8 @@ std::vector<std::byte> EncodeCheckpoint(const SavedRank& saved) {
   writer.I64(saved.step);
   writer.U8(static_cast<std::uint8_t>(saved.optimizer.kind));
   writer.U32(static_cast<std::uint32_t>(saved.optimizer.options.size()));
-  for (const float option : saved.optimizer.options) writer.F32(option);
-  writer.F32(saved.optimizer.learning_rate);
+  for (const double option : saved.optimizer.options) writer.F64(option);
+  writer.F64(saved.optimizer.learning_rate);
   writer.I64(saved.optimizer.steps);
   writer.U32(OptimizerStateCount(saved.optimizer.kind));
   writer.U8(saved.has_scaler ? 1 : 0);

@@ -2,10 +2,10 @@
 // Private: the blob of one rank of a resharding FSDP checkpoint, its encoder and its decoder.
 //
 // Payload (in a StateBlob frame of kind "distributed.fsdp.ShardedCheckpoint", whose checksum
-// covers every byte; integers little-endian, floats IEEE-754 binary32 in the machine's order):
+// covers every byte; integers little-endian, f32/f64 IEEE-754 binary32/binary64 in the machine's order):
 //   u32 saved world size | u32 saved rank | u8 strategy (ShardingStrategy) | i64 training step
-//   optimizer: u8 kind (0 none, 1 SGD, 2 Adam) | u32 option count | f32 options (the kind's
-//              options but the learning rate, OptimizerOptionNames() order) | f32 learning rate |
+//   optimizer: u8 kind (0 none, 1 SGD, 2 Adam) | u32 option count | f64 options (the kind's
+//              options but the learning rate, OptimizerOptionNames() order) | f64 learning rate |
 //              i64 step count | u32 per-element state vectors per unit (SGD 1, Adam 2)
 //   scaler:    u8 present | u64 length | bytes
 //   u64 unit count, then per unit:
@@ -45,8 +45,8 @@ struct SavedParameter {
 
 struct SavedOptimizer {
   OptimizerKind kind = OptimizerKind::None;
-  std::vector<float> options;
-  float learning_rate = 0.0f;
+  std::vector<double> options;
+  double learning_rate = 0.0;
   std::int64_t steps = 0;
 };
 

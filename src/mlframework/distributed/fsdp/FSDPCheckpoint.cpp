@@ -42,12 +42,12 @@ struct OptimizerRef {
     saved.kind = kind;
     if (adam) {
       const optimizers::AdamOptions& o = adam->Options();
-      saved.options = {o.Beta1, o.Beta2, o.Epsilon, o.WeightDecay, o.DecoupledWeightDecay ? 1.0f : 0.0f};
+      saved.options = {o.Beta1, o.Beta2, o.Epsilon, o.WeightDecay, o.DecoupledWeightDecay ? 1.0 : 0.0};
       saved.learning_rate = o.LearningRate;
       saved.steps = adam->StepCount();
     } else if (sgd) {
       const optimizers::SGDOptions& o = sgd->Options();
-      saved.options = {o.Momentum, o.WeightDecay, o.Nesterov ? 1.0f : 0.0f};
+      saved.options = {o.Momentum, o.WeightDecay, o.Dampening, o.Nesterov ? 1.0 : 0.0};
       saved.learning_rate = o.LearningRate;
       saved.steps = sgd->StepCount();
     }
@@ -158,13 +158,13 @@ void CheckSameOptimizer(const detail::SavedOptimizer& saved, const OptimizerRef&
   const std::vector<std::string> names = detail::OptimizerOptionNames(live.kind);
   for (std::size_t i = 0; i < names.size(); ++i) {
     // Compared as bits: a NaN in a corrupt blob must not pass as equal either.
-    if (std::bit_cast<std::uint32_t>(saved.options[i]) != std::bit_cast<std::uint32_t>(mine.options[i])) {
+    if (std::bit_cast<std::uint64_t>(saved.options[i]) != std::bit_cast<std::uint64_t>(mine.options[i])) {
       throw ArgumentError("contents.Optimizer", std::string(detail::ToString(live.kind)) + " option " + names[i] +
                                                     " is " + std::to_string(saved.options[i]) + " in the checkpoint, " +
                                                     std::to_string(mine.options[i]) + " here");
     }
   }
-  if (!std::isfinite(saved.learning_rate) || !(saved.learning_rate > 0.0f)) {
+  if (!std::isfinite(saved.learning_rate) || !(saved.learning_rate > 0.0)) {
     throw ArgumentError("saved_ranks", "the stored learning rate " + std::to_string(saved.learning_rate) +
                                            " is not finite and positive");
   }
