@@ -16,7 +16,7 @@
 #include <mlframework/optimizers/Adam.hpp>
 #include <mlframework/optimizers/SGD.hpp>
 
-#include "mlframework/distributed/fsdp/Agreement.hpp"
+#include "mlframework/distributed/Agreement.hpp"
 #include "mlframework/distributed/fsdp/CheckpointFormat.hpp"
 #include "mlframework/distributed/fsdp/UnitImpl.hpp"
 
@@ -243,7 +243,7 @@ std::int64_t FSDP::LoadShardedCheckpoint(std::span<const std::vector<std::byte>>
   std::vector<std::byte> scaler_state;
   std::int64_t step = 0;
 
-  detail::AgreeOn(group, "FSDP::LoadShardedCheckpoint", [&] {
+  distributed::detail::AgreeOn(group, "FSDP::LoadShardedCheckpoint", [&] {
     for (std::size_t u = 0; u < UnitCount(); ++u) {
       const FSDPShardingUnit& unit = Unit(u);
       if (unit.IsGathered()) {
@@ -308,7 +308,7 @@ std::int64_t FSDP::LoadShardedCheckpoint(std::span<const std::vector<std::byte>>
   if (contents.Scaler) {
     bool loaded = false;
     try {
-      detail::AgreeOn(group, "FSDP::LoadShardedCheckpoint (scaler state)", [&] {
+      distributed::detail::AgreeOn(group, "FSDP::LoadShardedCheckpoint (scaler state)", [&] {
         contents.Scaler.Load(scaler_state);
         loaded = true;
       });
@@ -339,7 +339,7 @@ std::int64_t FSDP::LoadShardedCheckpoint(std::span<const std::vector<std::byte>>
 void FSDP::SaveShardedCheckpointFiles(const std::filesystem::path& directory,
                                       const ShardedCheckpointContents& contents) {
   IProcessGroup& group = ProcessGroup();
-  detail::AgreeOn(group, "FSDP::SaveShardedCheckpointFiles", [&] {
+  distributed::detail::AgreeOn(group, "FSDP::SaveShardedCheckpointFiles", [&] {
     const std::vector<std::byte> blob = SaveShardedCheckpoint(contents);
     std::error_code error;
     std::filesystem::create_directories(directory, error);
@@ -349,7 +349,7 @@ void FSDP::SaveShardedCheckpointFiles(const std::filesystem::path& directory,
     WriteCheckpointFile(directory / ShardedCheckpointFileName(group.Rank()), blob);
   });
   // Every rank has written: files of ranks this world does not have belong to an older save.
-  detail::AgreeOn(group, "FSDP::SaveShardedCheckpointFiles (stale files)", [&] {
+  distributed::detail::AgreeOn(group, "FSDP::SaveShardedCheckpointFiles (stale files)", [&] {
     if (group.Rank() != 0) return;
     for (int rank = group.WorldSize();; ++rank) {
       std::error_code error;
@@ -365,8 +365,8 @@ void FSDP::SaveShardedCheckpointFiles(const std::filesystem::path& directory,
 std::int64_t FSDP::LoadShardedCheckpointFiles(const std::filesystem::path& directory,
                                               const ShardedCheckpointContents& contents) {
   std::vector<std::vector<std::byte>> blobs;
-  detail::AgreeOn(ProcessGroup(), "FSDP::LoadShardedCheckpointFiles",
-                  [&] { blobs = ReadShardedCheckpointDirectory(directory); });
+  distributed::detail::AgreeOn(ProcessGroup(), "FSDP::LoadShardedCheckpointFiles",
+                               [&] { blobs = ReadShardedCheckpointDirectory(directory); });
   return LoadShardedCheckpoint(blobs, contents);
 }
 
