@@ -157,6 +157,7 @@ void CheckSameState(const std::vector<Rank>& a, const std::vector<Rank>& b) {
 
 std::vector<std::vector<std::byte>> SaveAll(const std::vector<Rank>& ranks, std::int64_t step) {
   std::vector<std::vector<std::byte>> blobs;
+  blobs.reserve(ranks.size());
   for (const Rank& rank : ranks) {
     blobs.push_back(rank.model->SaveShardedCheckpoint({.Optimizer = rank.optimizer.get(), .Step = step}));
   }
