@@ -113,6 +113,36 @@ if ((run_tidy)); then
   fi
 fi
 
+# Layering: a lower layer includes nothing from a higher one. core includes only core (and the
+# top-level export.hpp / config.hpp); the backends nothing of amp, optimizers or distributed;
+# distributed nothing of distributed/fsdp. Each rule: layer directory, then the include paths
+# its files may not name (an extended regular expression after "mlframework/").
+layering_rules=(
+  "core|[a-z_]+/"
+  "backends|(amp|optimizers|distributed)/"
+  "distributed|distributed/fsdp/"
+)
+upward=()
+for rule in "${layering_rules[@]}"; do
+  layer=${rule%%|*}
+  forbidden=${rule#*|}
+  while IFS= read -r line; do
+    [[ -n $line ]] && upward+=("$line")
+  done < <(git ls-files -- "src/mlframework/$layer" "include/mlframework/$layer" |
+    grep -E '\.(cpp|hpp|cu|cuh)$' |
+    # distributed/fsdp is the layer above distributed: its own files are not distributed's.
+    { if [[ $layer == distributed ]]; then grep -v '/distributed/fsdp/'; else cat; fi; } |
+    xargs -r grep -nE "^[[:space:]]*#[[:space:]]*include[[:space:]]*[<\"]mlframework/$forbidden" |
+    { if [[ $layer == core ]]; then grep -vE '[<"]mlframework/core/'; else cat; fi; } || true)
+done
+if ((${#upward[@]})); then
+  echo "lint: ${#upward[@]} includes reach up a layer (core < backends < distributed < distributed/fsdp):"
+  printf '  %s\n' "${upward[@]}"
+  status=1
+else
+  echo "lint: layering: no include reaches up a layer"
+fi
+
 # The per-instruction-set kernel files are compiled with -mavx2 / -mavx512*: an inline function
 # they emit out of line (a weak symbol) could be the one copy the linker keeps for the whole
 # library, and then run AVX-512 code on a CPU without it. Their helpers therefore have internal

@@ -39,6 +39,7 @@
 #include <mlframework/amp/GradScalerFactory.hpp>
 #include <mlframework/amp/ILossScaler.hpp>
 #include <mlframework/amp/IOptimizer.hpp>
+#include <mlframework/amp/IOptimizerState.hpp>
 #include <mlframework/amp/ScaleFactor.hpp>
 #include <mlframework/amp/ScalePolicy.hpp>
 #include <mlframework/amp/StaticLossScaler.hpp>

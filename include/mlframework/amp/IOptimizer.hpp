@@ -7,6 +7,8 @@
 
 namespace mlframework::amp {
 
+class IOptimizerState;
+
 /// An optimizer as GradScaler sees it: it hands out its gradients, takes
 /// replaced (unscaled) gradients back, and steps.
 class MLFRAMEWORK_EXPORT IOptimizer {
@@ -18,6 +20,10 @@ class MLFRAMEWORK_EXPORT IOptimizer {
   virtual void SetGradients(const GradientMap& gradients) = 0;
   /// Applies the current gradients to the parameters.
   virtual void Step() = 0;
+  /// The optimizer's state as checkpoints move it (IOptimizerState.hpp), or null when it does
+  /// not hand its state out (the default): FSDP's resharding checkpoints refuse such an
+  /// optimizer. optimizers::Adam and optimizers::SGD return themselves.
+  virtual IOptimizerState* State() noexcept;
 
  protected:
   /// Only implementations construct the interface.

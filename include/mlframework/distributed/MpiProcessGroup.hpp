@@ -18,10 +18,6 @@
 
 namespace mlframework::distributed {
 
-namespace detail {
-class MpiAsyncEngine;
-}  // namespace detail
-
 /// How FP16/BF16 sums are computed (MPI has no standard 16-bit float type).
 enum class HalfReduction {
   /// Reduce 16-bit words with a user-defined MPI_Op that widens each pair to FP32, adds and
@@ -186,8 +182,6 @@ class MLFRAMEWORK_EXPORT MpiProcessGroup final : public IProcessGroup {
   const MpiProcessGroupOptions& Options() const noexcept;
 
  private:
-  // The engine behind the non-blocking forms (they live in MpiProcessGroupAsync.cpp).
-  detail::MpiAsyncEngine& AsyncEngine() const noexcept;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include <mlframework/amp/IOptimizer.hpp>
+#include <mlframework/amp/IOptimizerState.hpp>
 #include <mlframework/core/DeviceScaling.hpp>
 #include <mlframework/core/ITensor.hpp>
 #include <mlframework/export.hpp>
@@ -50,7 +51,7 @@ struct AdamParameterState {
 /// parameter with its gradient, the ZeRO figure). For FP16/BF16 parameters the
 /// optimizer keeps an FP32 master copy and writes the rounded values back after
 /// each Step(). Gradients of any dtype are accepted and read in FP32.
-class MLFRAMEWORK_EXPORT Adam final : public amp::IOptimizer {
+class MLFRAMEWORK_EXPORT Adam final : public amp::IOptimizer, public amp::IOptimizerState {
  public:
   /// Optimizes @p parameters (name to tensor; tensors are updated in place).
   /// ArgumentError for an empty map, ArgumentNullError for a null tensor, invalid options.
@@ -73,15 +74,15 @@ class MLFRAMEWORK_EXPORT Adam final : public amp::IOptimizer {
   bool Step(const DeviceScaleState& skip_if_found_inf);
 
   /// The parameter tensors as given.
-  const GradientMap& Parameters() const noexcept;
+  const GradientMap& Parameters() const noexcept override;
   /// The FP32 weights the update is applied to (the parameters themselves when they are FP32).
   const GradientMap& MasterWeights() const noexcept;
   /// Current hyper-parameters.
   const AdamOptions& Options() const noexcept;
   /// Changes the learning rate (schedulers); ArgumentError when not finite and positive.
-  void SetLearningRate(double learning_rate);
+  void SetLearningRate(double learning_rate) override;
   /// Steps taken (bias correction uses it).
-  std::int64_t StepCount() const noexcept;
+  std::int64_t StepCount() const noexcept override;
 
   /// First moments (exp_avg) of parameter @p name, one FP32 value per element, valid until the
   /// next Step() or load; ArgumentError naming `name` for an unknown parameter.
@@ -93,6 +94,21 @@ class MLFRAMEWORK_EXPORT Adam final : public amp::IOptimizer {
   /// StateDict() (resharding). ArgumentError naming `state` when a parameter is missing or
   /// unknown or a vector has the wrong length, naming `steps` when negative; nothing changes then.
   void RestoreState(const std::map<std::string, AdamParameterState>& state, std::int64_t steps);
+
+  /// This optimizer's state for checkpoints: itself.
+  amp::IOptimizerState* State() noexcept override { return this; }
+  /// "Adam".
+  std::string StateKind() const override;
+  /// Beta1, Beta2, Epsilon, WeightDecay, DecoupledWeightDecay (0 or 1).
+  std::vector<std::pair<std::string, double>> StateOptions() const override;
+  /// Options().LearningRate.
+  double StateLearningRate() const noexcept override;
+  /// {"exp_avg", "exp_avg_sq"}.
+  std::vector<std::string> StateVectorNames() const override;
+  /// FirstMoments() (index 0) or SecondMoments() (index 1) of @p name.
+  std::span<const float> StateVector(const std::string& name, std::size_t index) const override;
+  /// RestoreState() with the vectors in StateVectorNames() order.
+  void ImportState(const std::map<std::string, amp::OptimizerParameterState>& state, std::int64_t steps) override;
 
   /// Versioned blob of options, master weights, moments and step count.
   std::vector<std::byte> StateDict() const;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include <mlframework/amp/IOptimizer.hpp>
+#include <mlframework/amp/IOptimizerState.hpp>
 #include <mlframework/core/DeviceScaling.hpp>
 #include <mlframework/core/ITensor.hpp>
 #include <mlframework/export.hpp>
@@ -44,7 +45,7 @@ struct SGDParameterState {
 /// optimizer keeps an FP32 master copy, updates it, and writes the rounded
 /// values back into the parameter tensors after each Step() (one fused cast).
 /// Gradients of any dtype are accepted and read in FP32.
-class MLFRAMEWORK_EXPORT SGD final : public amp::IOptimizer {
+class MLFRAMEWORK_EXPORT SGD final : public amp::IOptimizer, public amp::IOptimizerState {
  public:
   /// Optimizes @p parameters (name to tensor; tensors are updated in place).
   /// ArgumentError for an empty map, ArgumentNullError for a null tensor, invalid options.
@@ -68,15 +69,15 @@ class MLFRAMEWORK_EXPORT SGD final : public amp::IOptimizer {
   bool Step(const DeviceScaleState& skip_if_found_inf);
 
   /// The parameter tensors as given.
-  const GradientMap& Parameters() const noexcept;
+  const GradientMap& Parameters() const noexcept override;
   /// The FP32 weights the update is applied to (the parameters themselves when they are FP32).
   const GradientMap& MasterWeights() const noexcept;
   /// Current hyper-parameters.
   const SGDOptions& Options() const noexcept;
   /// Changes the learning rate (schedulers); ArgumentError when not finite and positive.
-  void SetLearningRate(double learning_rate);
+  void SetLearningRate(double learning_rate) override;
   /// Steps taken.
-  std::int64_t StepCount() const noexcept;
+  std::int64_t StepCount() const noexcept override;
 
   /// Momentum buffer of parameter @p name, one FP32 value per element, valid until the next
   /// Step() or load; empty until the first step with Momentum > 0 (PyTorch makes it lazily).
@@ -88,6 +89,21 @@ class MLFRAMEWORK_EXPORT SGD final : public amp::IOptimizer {
   /// is missing or unknown or a vector has the wrong length (a momentum buffer may be empty),
   /// naming `steps` when negative; nothing changes then.
   void RestoreState(const std::map<std::string, SGDParameterState>& state, std::int64_t steps);
+
+  /// This optimizer's state for checkpoints: itself.
+  amp::IOptimizerState* State() noexcept override { return this; }
+  /// "SGD".
+  std::string StateKind() const override;
+  /// Momentum, WeightDecay, Nesterov (0 or 1).
+  std::vector<std::pair<std::string, double>> StateOptions() const override;
+  /// Options().LearningRate.
+  double StateLearningRate() const noexcept override;
+  /// {"momentum_buffer"}.
+  std::vector<std::string> StateVectorNames() const override;
+  /// MomentumBuffer() of @p name (index 0).
+  std::span<const float> StateVector(const std::string& name, std::size_t index) const override;
+  /// RestoreState() with the vectors in StateVectorNames() order (an empty vector: no momentum buffer yet).
+  void ImportState(const std::map<std::string, amp::OptimizerParameterState>& state, std::int64_t steps) override;
 
   /// Versioned blob of options, master weights, momentum buffers and step count.
   std::vector<std::byte> StateDict() const;

@@ -10,7 +10,7 @@
 #include <mlframework/core/Tensor.hpp>
 #include <mlframework/core/TensorBackend.hpp>
 
-#include "mlframework/distributed/fsdp/Agreement.hpp"
+#include "mlframework/distributed/Agreement.hpp"
 
 namespace mlframework::distributed {
 
@@ -48,7 +48,7 @@ void AllReduceAmax(IProcessGroup& group, fp8::IScalingRecipe& recipe, std::span<
   std::vector<TensorPtr> packed;
   // Every check (and the allocation of the flat buffer) before the collective, agreed over the
   // group: a rank that fails here must not leave the others waiting in the all-reduce.
-  fsdp::detail::AgreeOn(group, "AllReduceAmax", [&] {
+  detail::AgreeOn(group, "AllReduceAmax", [&] {
     amax.reserve(names.size());
     for (std::size_t i = 0; i < names.size(); ++i) {
       if (std::find(names.begin(), names.begin() + static_cast<std::ptrdiff_t>(i), names[i]) !=

@@ -52,11 +52,6 @@ int CountOf(std::size_t elements, const char* parameter) {
   return static_cast<int>(elements);
 }
 
-MPI_Datatype WireType(DataType t) {  // FP8 moves as bytes, in all-gathers (the reductions refuse it)
-  return IsFloat8(t) ? MPI_UINT8_T : t == DataType::Float32 ? MPI_FLOAT : MPI_UINT16_T;
-}
-MPI_Op BuiltinOp(ReduceOp op) { return op == ReduceOp::Max ? MPI_MAX : MPI_SUM; }
-
 bool AllToAll(const MpiProcessGroupOptions& options, DataType dtype, std::size_t total) {
   const bool chosen = dtype == DataType::Float32 ? options.Float32Sum == Float32Reduction::AllToAll
                                                  : options.HalfSum == HalfReduction::AllToAll;

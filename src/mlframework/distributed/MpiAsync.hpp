@@ -36,6 +36,17 @@ std::mutex& MpiCallLock() noexcept;
 MPI_Op MpiHalfOp(DataType dtype, ReduceOp op);
 void CombineParts(const void* parts, int part_count, std::size_t count, DataType dtype, ReduceOp op, void* out);
 
+// The MPI type a tensor of @p dtype travels as. MPI has no standard 16-bit float type: FP16
+// and BF16 move as 16-bit words. FP8 moves as bytes, in all-gathers only (the reductions
+// refuse it).
+inline MPI_Datatype WireType(DataType dtype) {
+  if (IsFloat8(dtype)) return MPI_UINT8_T;
+  return dtype == DataType::Float32 ? MPI_FLOAT : MPI_UINT16_T;
+}
+
+// MPI's own operation for FP32 data.
+inline MPI_Op BuiltinOp(ReduceOp op) { return op == ReduceOp::Max ? MPI_MAX : MPI_SUM; }
+
 class MpiAsyncOp;
 
 // Outstanding operations of one group and the thread that progresses them.

@@ -15,10 +15,12 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <mlframework/core/DataType.hpp>
@@ -236,15 +238,12 @@ void ShareCoresAmongLocalRanks(MPI_Comm comm) {
   });
 }
 
-MPI_Datatype WireType(DataType t) {  // FP8 moves as bytes, in all-gathers (the reductions refuse it)
-  return IsFloat8(t) ? MPI_UINT8_T : t == DataType::Float32 ? MPI_FLOAT : MPI_UINT16_T;
-}
-
-MPI_Op BuiltinOp(ReduceOp op) { return op == ReduceOp::Max ? MPI_MAX : MPI_SUM; }
-
 }  // namespace
 
 MPI_Op detail::MpiHalfOp(DataType dtype, ReduceOp op) { return MpiRuntime::Get().HalfOpFor(dtype, op); }
+
+using detail::BuiltinOp;
+using detail::WireType;
 
 struct MpiProcessGroup::Impl {
   MpiProcessGroupOptions options;
@@ -552,7 +551,39 @@ void MpiProcessGroup::AllReduceHost(std::span<double> values, ReduceOp op) {
   MLFW_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, values.data(), n, MPI_DOUBLE, BuiltinOp(op), impl_->comm));
 }
 
-detail::MpiAsyncEngine& MpiProcessGroup::AsyncEngine() const noexcept { return *impl_->async; }
+// The non-blocking forms: host tensors go to the group's MpiAsyncEngine, staged ones take the
+// blocking defaults of IProcessGroup.
+
+CollectiveRequestPtr MpiProcessGroup::AllGatherAsync(const ITensor& input, ITensor& output) {
+  if (!detail::MpiAsyncEngine::Stageless(input, output)) return IProcessGroup::AllGatherAsync(input, output);
+  return impl_->async->AllGather(input, output);
+}
+
+CollectiveRequestPtr MpiProcessGroup::ReduceScatterAsync(const ITensor& input, ITensor& output, ReduceOp op) {
+  if (!detail::MpiAsyncEngine::Stageless(input, output)) return IProcessGroup::ReduceScatterAsync(input, output, op);
+  return impl_->async->ReduceScatter(input, output, op);
+}
+
+CollectiveRequestPtr MpiProcessGroup::AllGatherAsyncAfter(std::function<void()> prepare, const ITensor& input,
+                                                          ITensor& output) {
+  if (!detail::MpiAsyncEngine::Stageless(input, output)) {
+    return IProcessGroup::AllGatherAsyncAfter(std::move(prepare), input, output);
+  }
+  return impl_->async->AllGather(input, output, std::move(prepare));
+}
+
+CollectiveRequestPtr MpiProcessGroup::ReduceScatterAsyncThen(const ITensor& input, ITensor& output, ReduceOp op,
+                                                             std::function<void()> finish) {
+  if (!detail::MpiAsyncEngine::Stageless(input, output)) {
+    return IProcessGroup::ReduceScatterAsyncThen(input, output, op, std::move(finish));
+  }
+  return impl_->async->ReduceScatter(input, output, op, std::move(finish));
+}
+
+CollectiveRequestPtr MpiProcessGroup::AllReduceAsync(ITensor& tensor, ReduceOp op) {
+  if (!detail::MpiAsyncEngine::Stageless(tensor, tensor)) return IProcessGroup::AllReduceAsync(tensor, op);
+  return impl_->async->AllReduce(tensor, op);
+}
 
 void MpiProcessGroup::Abort(const std::string& message) noexcept {
   std::fprintf(stderr, "mlframework: rank %d of %d aborting the MPI job: %s\n", impl_->rank, impl_->world_size,

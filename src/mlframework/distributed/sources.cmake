@@ -2,7 +2,6 @@
 # It is its own library (mlframework::mpi), so programs without MPI never load libmpi.
 if(MLFW_HAS_MPI)
   target_sources(mlframework_mpi PRIVATE ${CMAKE_CURRENT_LIST_DIR}/MpiProcessGroup.cpp
-                                         ${CMAKE_CURRENT_LIST_DIR}/MpiProcessGroupAsync.cpp
                                          ${CMAKE_CURRENT_LIST_DIR}/MpiAsync.cpp
                                          ${CMAKE_CURRENT_LIST_DIR}/MpiCombine.cpp
                                          ${CMAKE_CURRENT_LIST_DIR}/MpiOptions.cpp

@@ -1,6 +1,9 @@
 #include <mlframework/optimizers/Adam.hpp>
 
+#include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <mlframework/core/Error.hpp>
 #include <mlframework/optimizers/FusedSteps.hpp>
@@ -125,6 +128,38 @@ void Adam::RestoreState(const std::map<std::string, AdamParameterState>& state, 
     s.exp_avg_sq[t] = entry.SecondMoments;
   }
   s.steps = steps;
+}
+
+std::string Adam::StateKind() const { return "Adam"; }
+
+std::vector<std::pair<std::string, double>> Adam::StateOptions() const {
+  const AdamOptions& o = impl_->options;
+  return {{"Beta1", o.Beta1},
+          {"Beta2", o.Beta2},
+          {"Epsilon", o.Epsilon},
+          {"WeightDecay", o.WeightDecay},
+          {"DecoupledWeightDecay", o.DecoupledWeightDecay ? 1.0 : 0.0}};
+}
+
+double Adam::StateLearningRate() const noexcept { return impl_->options.LearningRate; }
+
+std::vector<std::string> Adam::StateVectorNames() const { return {"exp_avg", "exp_avg_sq"}; }
+
+std::span<const float> Adam::StateVector(const std::string& name, std::size_t index) const {
+  if (index > 1) throw ArgumentError("index", "Adam keeps 2 state vectors (0, 1), got " + std::to_string(index));
+  return index == 0 ? FirstMoments(name) : SecondMoments(name);
+}
+
+void Adam::ImportState(const std::map<std::string, amp::OptimizerParameterState>& state, std::int64_t steps) {
+  std::map<std::string, AdamParameterState> adam_state;
+  for (const auto& [name, entry] : state) {
+    if (entry.Vectors.size() != 2) {
+      throw ArgumentError("state", "parameter '" + name + "' has " + std::to_string(entry.Vectors.size()) +
+                                       " state vectors, Adam keeps 2 (exp_avg, exp_avg_sq)");
+    }
+    adam_state[name] = {entry.Master, entry.Vectors[0], entry.Vectors[1]};
+  }
+  RestoreState(adam_state, steps);
 }
 
 std::vector<std::byte> Adam::StateDict() const {

@@ -1,6 +1,9 @@
 #include <mlframework/optimizers/SGD.hpp>
 
+#include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <mlframework/core/Error.hpp>
 #include <mlframework/optimizers/FusedSteps.hpp>
@@ -133,6 +136,37 @@ void SGD::RestoreState(const std::map<std::string, SGDParameterState>& state, st
     s.momentum[t] = state.at(s.params.Name(t)).MomentumBuffer;
   }
   s.steps = steps;
+}
+
+std::string SGD::StateKind() const { return "SGD"; }
+
+std::vector<std::pair<std::string, double>> SGD::StateOptions() const {
+  const SGDOptions& o = impl_->options;
+  return {{"Momentum", o.Momentum},
+          {"WeightDecay", o.WeightDecay},
+          {"Dampening", o.Dampening},
+          {"Nesterov", o.Nesterov ? 1.0 : 0.0}};
+}
+
+double SGD::StateLearningRate() const noexcept { return impl_->options.LearningRate; }
+
+std::vector<std::string> SGD::StateVectorNames() const { return {"momentum_buffer"}; }
+
+std::span<const float> SGD::StateVector(const std::string& name, std::size_t index) const {
+  if (index != 0) throw ArgumentError("index", "SGD keeps 1 state vector (0), got " + std::to_string(index));
+  return MomentumBuffer(name);
+}
+
+void SGD::ImportState(const std::map<std::string, amp::OptimizerParameterState>& state, std::int64_t steps) {
+  std::map<std::string, SGDParameterState> sgd_state;
+  for (const auto& [name, entry] : state) {
+    if (entry.Vectors.size() != 1) {
+      throw ArgumentError("state", "parameter '" + name + "' has " + std::to_string(entry.Vectors.size()) +
+                                       " state vectors, SGD keeps 1 (momentum_buffer)");
+    }
+    sgd_state[name] = {entry.Master, entry.Vectors[0]};
+  }
+  RestoreState(sgd_state, steps);
 }
 
 std::vector<std::byte> SGD::StateDict() const {

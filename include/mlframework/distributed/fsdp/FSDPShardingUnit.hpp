@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -194,6 +195,14 @@ class MLFRAMEWORK_EXPORT FSDPShardingUnit {
   friend class FSDP;
   struct Impl;
   explicit FSDPShardingUnit(std::unique_ptr<Impl> impl);
+  // For FSDP's loads: replaces the FP32 master shard with @p values (ShardSize() of them).
+  void LoadShard(std::span<const float> values);
+  // For FSDP's step and loads: the masters changed, so the gathered buffer kept between steps
+  // and the FP8 shard are stale.
+  void Invalidate() noexcept;
+  // For FSDP::FullParameters(): copies of the unit's full FP32 parameters (collective over
+  // the shard group when sharded), by "unit.parameter".
+  void AppendFullParameters(GradientMap& result) const;
   std::unique_ptr<Impl> impl_;
 };
 

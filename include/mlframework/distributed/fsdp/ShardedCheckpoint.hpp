@@ -40,11 +40,13 @@ struct BlobState {
 /// What FSDP::SaveShardedCheckpoint() stores with the FP32 shards and what
 /// FSDP::LoadShardedCheckpoint() restores.
 struct ShardedCheckpointContents {
-  /// The optimizer built over FSDP::ShardedParameters(): optimizers::Adam (moments, step
-  /// count) or optimizers::SGD (momentum buffers, step count), whose per-element state is
-  /// sharded like the masters and resharded with them. Its options are stored: a load needs an
-  /// optimizer of the same kind and options, except the learning rate, which is restored (a
-  /// scheduler changes it). Null: no optimizer state (a load with null skips a saved one).
+  /// The optimizer built over FSDP::ShardedParameters(), whose state travels through the
+  /// amp::IOptimizerState its IOptimizer::State() hands out: optimizers::Adam (moments, step
+  /// count), optimizers::SGD (momentum buffers, step count) or your own. Its per-element state
+  /// vectors are sharded like the masters and resharded with them. Its kind and options are
+  /// stored: a load needs an optimizer of the same kind and options, except the learning rate,
+  /// which is restored (a scheduler changes it). An optimizer whose State() is null is an
+  /// ArgumentError. Null: no optimizer state (a load with null skips a saved one).
   amp::IOptimizer* Optimizer = nullptr;
   /// The loss scaler's (or any replicated object's) state, stored in every rank's blob and
   /// required equal across the saved ranks. Empty: none (a load without it skips a saved one).

@@ -1,6 +1,7 @@
 #include "mlframework/distributed/fsdp/CheckpointFormat.hpp"
 
 #include <algorithm>
+#include <array>
 #include <limits>
 #include <map>
 #include <utility>
@@ -23,6 +24,25 @@ using mlframework::detail::BlobWriter;
 constexpr std::uint32_t kMaxName = 4096;
 constexpr std::uint32_t kMaxDims = 32;
 constexpr std::uint32_t kMaxOptions = 16;
+constexpr std::uint32_t kMaxStates = 16;
+
+// The optimizer kinds with a code of their own (the blobs written before other kinds could be
+// stored use these codes); any other kind is stored by name under kNamedOptimizer.
+struct BuiltinOptimizer {
+  std::uint8_t code;
+  const char* kind;
+  std::uint32_t options;
+  std::uint32_t states;
+};
+constexpr std::array<BuiltinOptimizer, 2> kBuiltinOptimizers{{{1, "SGD", 4, 1}, {2, "Adam", 5, 2}}};
+constexpr std::uint8_t kNamedOptimizer = 3;
+
+const BuiltinOptimizer* BuiltinOf(const std::string& kind) {
+  for (const BuiltinOptimizer& builtin : kBuiltinOptimizers) {
+    if (kind == builtin.kind) return &builtin;
+  }
+  return nullptr;
+}
 
 void WriteString(BlobWriter& writer, const std::string& text) {
   writer.U32(static_cast<std::uint32_t>(text.size()));
@@ -46,24 +66,37 @@ std::span<const std::byte> ReadValues(BlobReader& reader, std::uint64_t count) {
 
 SavedOptimizer ReadOptimizer(BlobReader& reader) {
   SavedOptimizer optimizer;
-  const std::uint8_t kind = reader.U8();
-  if (kind > static_cast<std::uint8_t>(OptimizerKind::Adam)) {
-    reader.Fail("optimizer kind " + std::to_string(kind) + " is unknown");
+  const std::uint8_t code = reader.U8();
+  const BuiltinOptimizer* builtin = nullptr;
+  if (code == kNamedOptimizer) {
+    optimizer.kind = ReadString(reader, "optimizer kind");
+    if (optimizer.kind.empty() || BuiltinOf(optimizer.kind) != nullptr) {
+      reader.Fail("names its optimizer kind '" + optimizer.kind + "', which needs no name or has a code of its own");
+    }
+  } else if (code != 0) {
+    for (const BuiltinOptimizer& known : kBuiltinOptimizers) {
+      if (known.code == code) builtin = &known;
+    }
+    if (builtin == nullptr) reader.Fail("optimizer kind " + std::to_string(code) + " is unknown");
+    optimizer.kind = builtin->kind;
   }
-  optimizer.kind = static_cast<OptimizerKind>(kind);
+  // No optimizer keeps no options and no vectors; a named kind keeps at most the maxima.
+  const bool named = code == kNamedOptimizer;
   const std::uint32_t count = reader.U32();
-  const std::size_t expected = OptimizerOptionNames(optimizer.kind).size();
-  if (count != expected || count > kMaxOptions) {
-    reader.Fail("holds " + std::to_string(count) + " options for optimizer " + ToString(optimizer.kind) +
-                ", which has " + std::to_string(expected));
+  const std::uint32_t options = builtin != nullptr ? builtin->options : 0;
+  if ((!named && count != options) || count > kMaxOptions) {
+    reader.Fail("holds " + std::to_string(count) + " options for optimizer " + KindName(optimizer) + ", which has " +
+                (named ? "at most " + std::to_string(kMaxOptions) : std::to_string(options)));
   }
   for (std::uint32_t i = 0; i < count; ++i) optimizer.options.push_back(reader.F64());
   optimizer.learning_rate = reader.F64();
   optimizer.steps = reader.Count("optimizer step count");
-  const std::uint32_t states = reader.U32();
-  if (states != OptimizerStateCount(optimizer.kind)) {
-    reader.Fail("holds " + std::to_string(states) + " state vectors per unit for optimizer " +
-                ToString(optimizer.kind) + ", which keeps " + std::to_string(OptimizerStateCount(optimizer.kind)));
+  optimizer.states = reader.U32();
+  const std::uint32_t states = builtin != nullptr ? builtin->states : 0;
+  if ((!named && optimizer.states != states) || optimizer.states > kMaxStates) {
+    reader.Fail("holds " + std::to_string(optimizer.states) + " state vectors per unit for optimizer " +
+                KindName(optimizer) + ", which keeps " +
+                (named ? "at most " + std::to_string(kMaxStates) : std::to_string(states)));
   }
   return optimizer;
 }
@@ -184,40 +217,27 @@ void CheckCovered(const std::vector<SavedRank>& ranks, std::size_t u) {
 
 }  // namespace
 
-const char* ToString(OptimizerKind kind) noexcept {
-  switch (kind) {
-    case OptimizerKind::SGD:
-      return "SGD";
-    case OptimizerKind::Adam:
-      return "Adam";
-    case OptimizerKind::None:
-      break;
-  }
-  return "none";
-}
+std::string KindName(const SavedOptimizer& saved) { return saved.kind.empty() ? "none" : saved.kind; }
 
-std::vector<std::string> OptimizerOptionNames(OptimizerKind kind) {
-  switch (kind) {
-    case OptimizerKind::SGD:
-      return {"Momentum", "WeightDecay", "Dampening", "Nesterov"};
-    case OptimizerKind::Adam:
-      return {"Beta1", "Beta2", "Epsilon", "WeightDecay", "DecoupledWeightDecay"};
-    case OptimizerKind::None:
-      break;
+void CheckStorable(const SavedOptimizer& saved) {
+  if (saved.kind.size() > kMaxName) {
+    throw ArgumentError("contents.Optimizer", "has a state kind name of " + std::to_string(saved.kind.size()) +
+                                                  " bytes, more than " + std::to_string(kMaxName));
   }
-  return {};
-}
-
-std::uint32_t OptimizerStateCount(OptimizerKind kind) noexcept {
-  switch (kind) {
-    case OptimizerKind::SGD:
-      return 1;
-    case OptimizerKind::Adam:
-      return 2;
-    case OptimizerKind::None:
-      break;
+  if (saved.options.size() > kMaxOptions || saved.states > kMaxStates) {
+    throw ArgumentError("contents.Optimizer", KindName(saved) + " has " + std::to_string(saved.options.size()) +
+                                                  " options and " + std::to_string(saved.states) +
+                                                  " state vectors: a checkpoint holds at most " +
+                                                  std::to_string(kMaxOptions) + " and " + std::to_string(kMaxStates));
   }
-  return 0;
+  const BuiltinOptimizer* builtin = BuiltinOf(saved.kind);
+  if (builtin != nullptr && (saved.options.size() != builtin->options || saved.states != builtin->states)) {
+    throw ArgumentError("contents.Optimizer", "calls its state kind '" + saved.kind + "' but has " +
+                                                  std::to_string(saved.options.size()) + " options and " +
+                                                  std::to_string(saved.states) + " state vectors, the library's " +
+                                                  saved.kind + " " + std::to_string(builtin->options) + " and " +
+                                                  std::to_string(builtin->states) + ": give it another name");
+  }
 }
 
 std::vector<std::byte> EncodeCheckpoint(const SavedRank& saved) {
@@ -226,12 +246,19 @@ std::vector<std::byte> EncodeCheckpoint(const SavedRank& saved) {
   writer.U32(saved.rank);
   writer.U8(saved.strategy);
   writer.I64(saved.step);
-  writer.U8(static_cast<std::uint8_t>(saved.optimizer.kind));
+  if (saved.optimizer.kind.empty()) {
+    writer.U8(0);
+  } else if (const BuiltinOptimizer* builtin = BuiltinOf(saved.optimizer.kind); builtin != nullptr) {
+    writer.U8(builtin->code);
+  } else {
+    writer.U8(kNamedOptimizer);
+    WriteString(writer, saved.optimizer.kind);
+  }
   writer.U32(static_cast<std::uint32_t>(saved.optimizer.options.size()));
   for (const double option : saved.optimizer.options) writer.F64(option);
   writer.F64(saved.optimizer.learning_rate);
   writer.I64(saved.optimizer.steps);
-  writer.U32(OptimizerStateCount(saved.optimizer.kind));
+  writer.U32(saved.optimizer.states);
   writer.U8(saved.has_scaler ? 1 : 0);
   writer.U64(saved.scaler.size());
   writer.Bytes(saved.scaler);
@@ -282,7 +309,7 @@ SavedRank DecodeCheckpoint(std::span<const std::byte> blob, const std::string& p
   const std::uint64_t units = reader.U64();
   if (units == 0 || units > blob.size()) reader.Fail("unit count " + std::to_string(units) + " is implausible");
   for (std::uint64_t u = 0; u < units; ++u) {
-    saved.units.push_back(ReadUnit(reader, OptimizerStateCount(saved.optimizer.kind)));
+    saved.units.push_back(ReadUnit(reader, saved.optimizer.states));
   }
   reader.ExpectEnd();
   return saved;
@@ -317,12 +344,13 @@ void CheckOneCheckpoint(const std::vector<SavedRank>& ranks) {
     }
     const SavedOptimizer& a = mine.optimizer;
     const SavedOptimizer& b = first.optimizer;
-    if (a.kind != b.kind || a.options != b.options || a.learning_rate != b.learning_rate || a.steps != b.steps) {
+    if (a.kind != b.kind || a.options != b.options || a.learning_rate != b.learning_rate || a.steps != b.steps ||
+        a.states != b.states) {
       differ("optimizer",
-             std::string(ToString(a.kind)) + Describe(a.options) + " lr " + std::to_string(a.learning_rate) +
-                 " at step " + std::to_string(a.steps),
-             std::string(ToString(b.kind)) + Describe(b.options) + " lr " + std::to_string(b.learning_rate) +
-                 " at step " + std::to_string(b.steps));
+             KindName(a) + Describe(a.options) + " lr " + std::to_string(a.learning_rate) + " at step " +
+                 std::to_string(a.steps),
+             KindName(b) + Describe(b.options) + " lr " + std::to_string(b.learning_rate) + " at step " +
+                 std::to_string(b.steps));
     }
     if (mine.has_scaler != first.has_scaler ||
         !std::equal(mine.scaler.begin(), mine.scaler.end(), first.scaler.begin(), first.scaler.end())) {

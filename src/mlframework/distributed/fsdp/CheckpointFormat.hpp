@@ -4,9 +4,10 @@
 // Payload (in a StateBlob frame of kind "distributed.fsdp.ShardedCheckpoint", whose checksum
 // covers every byte; integers little-endian, f32/f64 IEEE-754 binary32/binary64 in the machine's order):
 //   u32 saved world size | u32 saved rank | u8 strategy (ShardingStrategy) | i64 training step
-//   optimizer: u8 kind (0 none, 1 SGD, 2 Adam) | u32 option count | f64 options (the kind's
-//              options but the learning rate, OptimizerOptionNames() order) | f64 learning rate |
-//              i64 step count | u32 per-element state vectors per unit (SGD 1, Adam 2)
+//   optimizer: u8 kind (0 none, 1 SGD, 2 Adam, 3 another kind: u32 name length | name follow) |
+//              u32 option count | f64 options (IOptimizerState::StateOptions() but the learning
+//              rate) | f64 learning rate | i64 step count | u32 per-element state vectors per
+//              unit (SGD 1, Adam 2)
 //   scaler:    u8 present | u64 length | bytes
 //   u64 unit count, then per unit:
 //     u32 name length | name | u8 dtype of the stored values (DataType::Float32)
@@ -28,27 +29,27 @@ namespace mlframework::distributed::fsdp::detail {
 
 inline constexpr char kCheckpointKind[] = "distributed.fsdp.ShardedCheckpoint";
 
-enum class OptimizerKind : std::uint8_t { None = 0, SGD = 1, Adam = 2 };
-
-// "none", "SGD", "Adam".
-const char* ToString(OptimizerKind kind) noexcept;
-// Names of the stored options of @p kind, in order (the learning rate is stored apart).
-std::vector<std::string> OptimizerOptionNames(OptimizerKind kind);
-// Per-element state vectors per unit: 0, 1 (SGD momentum) or 2 (Adam moments).
-std::uint32_t OptimizerStateCount(OptimizerKind kind) noexcept;
-
 struct SavedParameter {
   std::string name;
   Shape shape;
   std::uint64_t offset = 0;
 };
 
+// The optimizer's record (amp::IOptimizerState in plain form).
 struct SavedOptimizer {
-  OptimizerKind kind = OptimizerKind::None;
+  std::string kind;  // IOptimizerState::StateKind(); empty: no optimizer state
   std::vector<double> options;
   double learning_rate = 0.0;
   std::int64_t steps = 0;
+  std::uint32_t states = 0;  // per-element state vectors per unit
 };
+
+// @p saved's kind, "none" when empty.
+std::string KindName(const SavedOptimizer& saved);
+// ArgumentError naming contents.Optimizer unless a blob can hold @p saved: a kind name of at
+// most 4096 bytes, at most 16 options and 16 state vectors, and for the kinds "SGD" and "Adam"
+// the library's counts (3 options and 1 vector, 5 options and 2 vectors).
+void CheckStorable(const SavedOptimizer& saved);
 
 struct SavedUnit {
   std::string name;

@@ -13,9 +13,10 @@
 #include <mlframework/core/MultiTensor.hpp>
 #include <mlframework/core/Tensor.hpp>
 #include <mlframework/distributed/AbortGuard.hpp>
+#include <mlframework/distributed/Float8Amax.hpp>
 
 #include "mlframework/core/StateBlob.hpp"
-#include "mlframework/distributed/fsdp/Agreement.hpp"
+#include "mlframework/distributed/Agreement.hpp"
 #include "mlframework/distributed/fsdp/Hooks.hpp"
 #include "mlframework/distributed/fsdp/ShardingGroups.hpp"
 #include "mlframework/distributed/fsdp/UnitImpl.hpp"
@@ -133,7 +134,7 @@ void FSDPConfig::Validate() const {
   if (!IsValid(ReduceDType)) {
     throw ArgumentError("ReduceDType", "unknown DataType " + std::to_string(static_cast<int>(ReduceDType)));
   }
-  // FP8 parameters gather with their scales (Float8Gather.cpp); gradients are never reduced in
+  // FP8 parameters gather with their scales (FSDPShardingUnit.cpp); gradients are never reduced in
   // FP8 (a sum rounded to 3 mantissa bits at every step).
   if (IsFloat8(ReduceDType)) {
     throw ArgumentError("ReduceDType", std::string(ToString(ReduceDType)) +
@@ -170,10 +171,9 @@ struct FSDP::Impl {
   void UpdatePoolCapacity() noexcept {
     std::size_t capacity = 0;
     for (const auto& unit : units) {
-      const FSDPShardingUnit::Impl& u = *unit->impl_;
-      const std::size_t reduce = ElementSize(u.ReduceDType());
-      capacity = std::max(capacity, u.padded * (ElementSize(u.ParamDType()) + reduce) +
-                                        u.shard_size * (ElementSize(DataType::Float32) + reduce));
+      const std::size_t reduce = ElementSize(unit->ReduceDType());
+      capacity = std::max(capacity, unit->PaddedSize() * (ElementSize(unit->ParamDType()) + reduce) +
+                                        unit->ShardSize() * (ElementSize(DataType::Float32) + reduce));
     }
     pool.SetCapacity(capacity);
   }
@@ -181,7 +181,7 @@ struct FSDP::Impl {
   std::vector<TensorPtr> GradientList() const {
     std::vector<TensorPtr> list;
     for (const auto& unit : units) {
-      if (unit->impl_->local_gradient) list.push_back(unit->impl_->local_gradient);
+      if (TensorPtr gradient = unit->LocalGradient()) list.push_back(std::move(gradient));
     }
     return list;
   }
@@ -209,66 +209,6 @@ double PrecisionCode(const UnitPrecision& precision) {
   return code(precision.ParamDType) * 256.0 + code(precision.ReduceDType);
 }
 
-// True when every parameter is a tensor @p where allocates (so views of it can be taken).
-bool AllHeldBy(const detail::Placement& where, const std::vector<TensorPtr>& sources) {
-  return std::all_of(sources.begin(), sources.end(), [&](const TensorPtr& t) { return where.Holds(*t); });
-}
-
-// Where a unit's parameters go: parameter i at offsets[i] of the flat unit of `padded`
-// elements, of which this rank keeps [shard_offset, shard_offset + shard_size).
-struct UnitLayout {
-  const std::vector<std::size_t>& offsets;
-  const std::vector<Shape>& shapes;
-  std::size_t padded;
-  std::size_t shard_offset;
-  std::size_t shard_size;
-};
-
-// Copies the parts of @p sources that fall in this rank's shard into @p shard.
-void CopyShardOf(const UnitLayout& unit, const std::vector<TensorPtr>& sources, const detail::Placement& where,
-                 const TensorPtr& shard) {
-  std::vector<TensorPtr> from;
-  std::vector<TensorPtr> to;
-  const std::size_t first = unit.shard_offset;
-  const std::size_t last = unit.shard_offset + unit.shard_size;
-  for (std::size_t i = 0; i < sources.size(); ++i) {
-    const std::size_t begin = std::max(first, unit.offsets[i]);
-    const std::size_t end = std::min(last, unit.offsets[i] + sources[i]->Size());
-    if (begin >= end) continue;
-    from.push_back(where.View(sources[i], begin - unit.offsets[i], {end - begin}));
-    to.push_back(where.View(shard, begin - first, {end - begin}));
-  }
-  CopyInto(from, to);
-}
-
-// The general registration: flattens the whole unit (needed to broadcast rank 0's values, or
-// when a parameter is not a tensor of the unit's backend), then keeps this rank's part in
-// @p shard (the whole flat buffer when not sharded).
-void RegisterThroughFlatBuffer(const UnitLayout& unit, const std::vector<TensorPtr>& sources, IProcessGroup& group,
-                               const detail::Placement& where, bool sharded, bool sync_module_states,
-                               TensorPtr& shard) {
-  // Flatten into FP32 (one fused cast), optionally take rank 0's values, keep this rank's part.
-  // The shard is allocated before the transient flat buffer, so the shards of many units lie
-  // together and the freed flat buffers leave fewer holes between them.
-  if (sharded) shard = where.Allocate(unit.shard_size, DataType::Float32);
-  TensorPtr flat = where.Allocate(unit.padded, DataType::Float32);
-  {
-    std::vector<TensorPtr> targets;
-    targets.reserve(unit.shapes.size());
-    for (std::size_t i = 0; i < unit.shapes.size(); ++i) {
-      targets.push_back(where.View(flat, unit.offsets[i], unit.shapes[i]));
-    }
-    CopyInto(sources, targets);
-  }
-  if (sync_module_states) group.Broadcast(*flat, 0);
-  if (sharded) {
-    const TensorPtr own_part = where.View(flat, unit.shard_offset, {unit.shard_size});
-    CopyInto(std::span<const TensorPtr>(&own_part, 1), std::span<const TensorPtr>(&shard, 1));
-  } else {
-    shard = std::move(flat);
-  }
-}
-
 }  // namespace
 
 FSDPShardingUnit& FSDP::RegisterUnit(const std::string& name, const GradientMap& parameters,
@@ -290,7 +230,7 @@ FSDPShardingUnit& FSDP::RegisterUnit(const std::string& name, const GradientMap&
   std::vector<TensorPtr> sources;
   detail::Placement placement = impl_->placement;
 
-  detail::AgreeOn(group, "RegisterUnit('" + name + "')", [&] {
+  distributed::detail::AgreeOn(group, "RegisterUnit('" + name + "')", [&] {
     if (name.empty()) throw ArgumentError("name", "a unit needs a non-empty name");
     for (const auto& existing : impl_->units) {
       if (existing->Name() == name) throw ArgumentError("name", "a unit named '" + name + "' is already registered");
@@ -351,33 +291,7 @@ FSDPShardingUnit& FSDP::RegisterUnit(const std::string& name, const GradientMap&
 
   AbortGuard guard(group, "FSDP RegisterUnit('" + name + "')");
   impl_->placement = placement;  // the same for every unit (PlacementOf() checked it)
-  const auto world_size = static_cast<std::size_t>(shard_world);
-  unit->padded = sharded ? (unit->numel + world_size - 1) / world_size * world_size : unit->numel;
-  unit->shard_size = sharded ? unit->padded / world_size : unit->numel;
-  unit->shard_offset = sharded ? unit->shard_size * static_cast<std::size_t>(unit->shard_group->Rank()) : 0;
-
-  const detail::Placement& where = impl_->placement;
-  const UnitLayout layout{unit->offsets, unit->shapes, unit->padded, unit->shard_offset, unit->shard_size};
-  if (sharded && !impl_->config.SyncModuleStates && AllHeldBy(where, sources)) {
-    // Only this rank's part is needed: copy each parameter's overlap with the shard straight
-    // into it (one fused cast). No transient unit-sized buffer, which between long-lived
-    // shards would leave the allocator's heap full of holes and the resident memory above the
-    // ZeRO-3 figure (16 B x parameters / ranks). The padding stays as allocated: zero.
-    unit->shard = where.Allocate(unit->shard_size, DataType::Float32);
-    CopyShardOf(layout, sources, where, unit->shard);
-  } else {
-    RegisterThroughFlatBuffer(layout, sources, group, where, sharded, impl_->config.SyncModuleStates, unit->shard);
-  }
-  // The FP32 gradient shard too is allocated now, next to the parameter shard, as DeepSpeed's
-  // contiguous gradient partitions are: allocated at the first backward, between the
-  // framework's transient gradients, the shards would leave the heap full of holes (resident
-  // memory up to 1.2x the ZeRO-3 figure). It is memory the first step needs anyway.
-  unit->spare_gradient = where.Allocate(unit->shard_size, DataType::Float32);
-  // Zeros for the padding of the flat gradient buffer (fewer elements than the world size),
-  // copied there when the host cannot address the unit buffers; host buffers are cleared in place.
-  if (unit->padded > unit->numel && unit->spare_gradient->HostBytes().empty()) {
-    unit->zero_padding = where.Allocate(unit->padded - unit->numel, DataType::Float32);
-  }
+  unit->PlaceShard(sources);
   impl_->units.push_back(std::unique_ptr<FSDPShardingUnit>(new FSDPShardingUnit(std::move(unit))));
   impl_->UpdatePoolCapacity();
   return *impl_->units.back();
@@ -417,6 +331,8 @@ void FSDP::SetParamDType(DataType dtype) {
   impl_->UpdatePoolCapacity();
 }
 
+void FSDP::AgreeAmax(fp8::IScalingRecipe& recipe) { AllReduceAmax(ProcessGroup(), recipe); }
+
 void FSDP::SetRequiresGradientSync(bool requires_sync) noexcept { impl_->requires_sync = requires_sync; }
 
 bool FSDP::RequiresGradientSync() const noexcept { return impl_->requires_sync; }
@@ -445,7 +361,7 @@ GradientMap FSDP::LocalGradients() const {
 }
 
 double FSDP::GradNorm() {
-  detail::AgreeOn(*impl_->group, "FSDP::GradNorm", [&] { detail::RefuseReductionsInFlight(*this); });
+  distributed::detail::AgreeOn(*impl_->group, "FSDP::GradNorm", [&] { detail::RefuseReductionsInFlight(*this); });
   const std::vector<TensorPtr> list = impl_->GradientList();
   const double sum = list.empty() ? 0.0 : SumOfSquares(list);
   return std::sqrt(detail::AgreedSquareSum(*impl_->group, impl_->groups, impl_->config.Strategy, sum));
@@ -466,7 +382,7 @@ double FSDP::ClipGradNorm(float max_norm) {
 
 void FSDP::Step(amp::IOptimizer& optimizer) {
   GradientMap gradients;
-  detail::AgreeOn(*impl_->group, "FSDP::Step", [&] {
+  distributed::detail::AgreeOn(*impl_->group, "FSDP::Step", [&] {
     for (const auto& unit : impl_->units) {
       if (unit->IsGathered() || unit->IsGatherInFlight()) {
         throw InvalidOperationError("unit '" + unit->Name() + "' is still gathered: release it before the step");
@@ -485,7 +401,7 @@ void FSDP::Step(amp::IOptimizer& optimizer) {
   AbortGuard guard(*impl_->group, "FSDP Step (optimizer)");
   optimizer.Step();
   for (const auto& unit : impl_->units) {
-    unit->impl_->Invalidate();
+    unit->Invalidate();
     unit->ZeroGrad();
   }
 }
@@ -496,15 +412,7 @@ void FSDP::ZeroGrad() noexcept {
 
 GradientMap FSDP::FullParameters() {
   GradientMap result;
-  for (const auto& unit : impl_->units) {
-    const FSDPShardingUnit::Impl& s = *unit->impl_;
-    TensorPtr flat = s.shard;
-    if (impl_->config.Strategy != ShardingStrategy::NoShard) {
-      flat = s.placement->Allocate(s.padded, DataType::Float32);
-      s.shard_group->AllGather(*s.shard, *flat);
-    }
-    for (const auto& [name, view] : s.ViewsOf(flat)) result.emplace(s.name + "." + name, view->Clone());
-  }
+  for (const auto& unit : impl_->units) unit->AppendFullParameters(result);
   return result;
 }
 
@@ -515,16 +423,17 @@ std::vector<std::byte> FSDP::StateDict() const {
   writer.U8(static_cast<std::uint8_t>(impl_->config.Strategy));
   writer.U64(impl_->units.size());
   for (const auto& unit : impl_->units) {
-    const FSDPShardingUnit::Impl& s = *unit->impl_;
-    writer.U64(s.name.size());
-    writer.Bytes(std::as_bytes(std::span<const char>(s.name.data(), s.name.size())));
-    writer.U64(s.padded);
-    writer.U64(s.shard_size);
+    const std::string& name = unit->Name();
+    writer.U64(name.size());
+    writer.Bytes(std::as_bytes(std::span<const char>(name.data(), name.size())));
+    writer.U64(unit->PaddedSize());
+    writer.U64(unit->ShardSize());
     // The FP32 shard where it lies when the host addresses it, else read back (a checkpoint, not a step).
-    if (const std::span<const std::byte> bytes = s.shard->HostBytes(); !bytes.empty()) {
+    const TensorPtr shard = unit->LocalShard();
+    if (const std::span<const std::byte> bytes = shard->HostBytes(); !bytes.empty()) {
       writer.Bytes(bytes);
     } else {
-      const std::vector<float> values = s.shard->ToFloatVector();
+      const std::vector<float> values = shard->ToFloatVector();
       writer.Bytes(std::as_bytes(std::span<const float>(values.data(), values.size())));
     }
   }
@@ -533,7 +442,7 @@ std::vector<std::byte> FSDP::StateDict() const {
 
 void FSDP::LoadStateDict(std::span<const std::byte> state) {
   std::vector<std::vector<float>> shards;
-  detail::AgreeOn(*impl_->group, "FSDP::LoadStateDict", [&] {
+  distributed::detail::AgreeOn(*impl_->group, "FSDP::LoadStateDict", [&] {
     mlframework::detail::BlobReader reader(state, kBlobKind, kBlobVersion);
     const std::uint32_t world = reader.U32();
     const std::uint32_t rank = reader.U32();
@@ -555,17 +464,16 @@ void FSDP::LoadStateDict(std::span<const std::byte> state) {
       reader.Fail("holds " + std::to_string(count) + " units, this FSDP has " + std::to_string(impl_->units.size()));
     }
     for (const auto& unit : impl_->units) {
-      const FSDPShardingUnit::Impl& s = *unit->impl_;
       const std::uint64_t length = reader.U64();
       if (length > 4096) reader.Fail("unit name length " + std::to_string(length) + " is implausible");
       const auto name_bytes = reader.Bytes(static_cast<std::size_t>(length));
       const std::string name(reinterpret_cast<const char*>(name_bytes.data()), name_bytes.size());
       const std::uint64_t padded = reader.U64();
       const std::uint64_t shard_size = reader.U64();
-      if (name != s.name || padded != s.padded || shard_size != s.shard_size) {
+      if (name != unit->Name() || padded != unit->PaddedSize() || shard_size != unit->ShardSize()) {
         reader.Fail("unit '" + name + "' (" + std::to_string(padded) + " padded elements, shard " +
-                    std::to_string(shard_size) + ") does not match unit '" + s.name + "' (" + std::to_string(s.padded) +
-                    ", shard " + std::to_string(s.shard_size) + ")");
+                    std::to_string(shard_size) + ") does not match unit '" + unit->Name() + "' (" +
+                    std::to_string(unit->PaddedSize()) + ", shard " + std::to_string(unit->ShardSize()) + ")");
       }
       const auto bytes = reader.Bytes(static_cast<std::size_t>(shard_size) * sizeof(float));
       std::vector<float> values(static_cast<std::size_t>(shard_size));
@@ -575,11 +483,7 @@ void FSDP::LoadStateDict(std::span<const std::byte> state) {
     reader.ExpectEnd();
   });
   // Every rank decoded its blob: commit.
-  for (std::size_t i = 0; i < impl_->units.size(); ++i) {
-    FSDPShardingUnit::Impl& s = *impl_->units[i]->impl_;
-    s.shard->CopyFromFloats(shards[i]);
-    s.Invalidate();
-  }
+  for (std::size_t i = 0; i < impl_->units.size(); ++i) impl_->units[i]->LoadShard(shards[i]);
 }
 
 }  // namespace mlframework::distributed::fsdp

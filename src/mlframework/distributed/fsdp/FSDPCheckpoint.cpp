@@ -2,92 +2,67 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <map>
 #include <string>
 #include <system_error>
+#include <utility>
 #include <vector>
 
+#include <mlframework/amp/IOptimizerState.hpp>
 #include <mlframework/core/Error.hpp>
 #include <mlframework/distributed/AbortGuard.hpp>
 #include <mlframework/distributed/fsdp/FSDP.hpp>
-#include <mlframework/optimizers/Adam.hpp>
-#include <mlframework/optimizers/SGD.hpp>
 
-#include "mlframework/distributed/fsdp/Agreement.hpp"
+#include "mlframework/distributed/Agreement.hpp"
 #include "mlframework/distributed/fsdp/CheckpointFormat.hpp"
-#include "mlframework/distributed/fsdp/UnitImpl.hpp"
 
 namespace mlframework::distributed::fsdp {
 
 namespace {
 
-using detail::OptimizerKind;
 using detail::SavedRank;
 using detail::SavedUnit;
 
-// The optimizer of ShardedCheckpointContents as the checkpoint sees it.
-struct OptimizerRef {
-  OptimizerKind kind = OptimizerKind::None;
-  optimizers::Adam* adam = nullptr;
-  optimizers::SGD* sgd = nullptr;
-
-  const GradientMap& Parameters() const { return adam ? adam->Parameters() : sgd->Parameters(); }
-
-  // The stored description: options but the learning rate (OptimizerOptionNames() order).
-  detail::SavedOptimizer Describe() const {
-    detail::SavedOptimizer saved;
-    saved.kind = kind;
-    if (adam) {
-      const optimizers::AdamOptions& o = adam->Options();
-      saved.options = {o.Beta1, o.Beta2, o.Epsilon, o.WeightDecay, o.DecoupledWeightDecay ? 1.0 : 0.0};
-      saved.learning_rate = o.LearningRate;
-      saved.steps = adam->StepCount();
-    } else if (sgd) {
-      const optimizers::SGDOptions& o = sgd->Options();
-      saved.options = {o.Momentum, o.WeightDecay, o.Dampening, o.Nesterov ? 1.0 : 0.0};
-      saved.learning_rate = o.LearningRate;
-      saved.steps = sgd->StepCount();
-    }
-    return saved;
-  }
-
-  // The per-element state vectors of parameter (unit) @p name; an empty span: none yet.
-  std::vector<std::span<const float>> States(const std::string& name) const {
-    if (adam) return {adam->FirstMoments(name), adam->SecondMoments(name)};
-    if (sgd) return {sgd->MomentumBuffer(name)};
-    return {};
-  }
-};
-
-// ArgumentError unless @p optimizer is null, Adam or SGD built over @p fsdp's ShardedParameters().
-OptimizerRef Identify(amp::IOptimizer* optimizer, const FSDP& fsdp) {
-  OptimizerRef ref;
-  if (optimizer == nullptr) return ref;
-  if (auto* adam = dynamic_cast<optimizers::Adam*>(optimizer)) {
-    ref.kind = OptimizerKind::Adam;
-    ref.adam = adam;
-  } else if (auto* sgd = dynamic_cast<optimizers::SGD*>(optimizer)) {
-    ref.kind = OptimizerKind::SGD;
-    ref.sgd = sgd;
-  } else {
+// The state of ShardedCheckpointContents' optimizer (null for none). ArgumentError unless the
+// optimizer hands its state out and is built over @p fsdp's ShardedParameters().
+amp::IOptimizerState* StateOf(amp::IOptimizer* optimizer, const FSDP& fsdp) {
+  if (optimizer == nullptr) return nullptr;
+  amp::IOptimizerState* state = optimizer->State();
+  if (state == nullptr) {
     throw ArgumentError("contents.Optimizer",
-                        "is neither optimizers::Adam nor optimizers::SGD: a resharding checkpoint moves only their "
-                        "per-element state (save another optimizer's state on its own)");
+                        "hands out no state (its IOptimizer::State() is null): a resharding checkpoint moves an "
+                        "optimizer's per-element state through amp::IOptimizerState (implement it, or save the "
+                        "optimizer's state on its own)");
   }
   const GradientMap shards = fsdp.ShardedParameters();
-  const GradientMap& parameters = ref.Parameters();
+  const GradientMap& parameters = state->Parameters();
   for (const auto& [name, shard] : shards) {
     const auto it = parameters.find(name);
     if (it == parameters.end() || it->second.get() != shard.get() || parameters.size() != shards.size()) {
-      throw ArgumentError("contents.Optimizer", std::string("this ") + detail::ToString(ref.kind) +
+      throw ArgumentError("contents.Optimizer", "this " + state->StateKind() +
                                                     " is not built over this FSDP's ShardedParameters() (unit '" +
                                                     name + "' differs): its state cannot follow the shards");
     }
   }
-  return ref;
+  return state;
+}
+
+// The stored description of @p state (none for null): options but the learning rate.
+detail::SavedOptimizer Describe(const amp::IOptimizerState* state) {
+  detail::SavedOptimizer saved;
+  if (state == nullptr) return saved;
+  saved.kind = state->StateKind();
+  if (saved.kind.empty()) throw ArgumentError("contents.Optimizer", "has an empty state kind (StateKind())");
+  for (const auto& option : state->StateOptions()) saved.options.push_back(option.second);
+  saved.learning_rate = state->StateLearningRate();
+  saved.steps = state->StepCount();
+  saved.states = static_cast<std::uint32_t>(std::min<std::size_t>(state->StateVectorNames().size(), UINT32_MAX));
+  detail::CheckStorable(saved);
+  return saved;
 }
 
 std::span<const std::byte> BytesOf(std::span<const float> values) { return std::as_bytes(values); }
@@ -145,23 +120,29 @@ void CheckSameModel(const SavedRank& saved, FSDP& fsdp) {
   }
 }
 
-// ArgumentError unless the live optimizer matches the saved one (kind and options but the
-// learning rate, which a load restores).
-void CheckSameOptimizer(const detail::SavedOptimizer& saved, const OptimizerRef& live) {
-  if (live.kind == OptimizerKind::None) return;  // the caller skips the saved state
-  if (saved.kind != live.kind) {
-    throw ArgumentError("contents.Optimizer", std::string("is ") + detail::ToString(live.kind) +
-                                                  " but the checkpoint holds " + detail::ToString(saved.kind) +
-                                                  " state");
+// ArgumentError unless the live optimizer matches the saved one (kind, options but the
+// learning rate, which a load restores, and the number of state vectors).
+void CheckSameOptimizer(const detail::SavedOptimizer& saved, const amp::IOptimizerState* live) {
+  if (live == nullptr) return;  // the caller skips the saved state
+  const std::string kind = live->StateKind();
+  if (saved.kind != kind) {
+    throw ArgumentError("contents.Optimizer",
+                        "is " + kind + " but the checkpoint holds " + detail::KindName(saved) + " state");
   }
-  const detail::SavedOptimizer mine = live.Describe();
-  const std::vector<std::string> names = detail::OptimizerOptionNames(live.kind);
-  for (std::size_t i = 0; i < names.size(); ++i) {
+  const std::vector<std::pair<std::string, double>> options = live->StateOptions();
+  const std::size_t vectors = live->StateVectorNames().size();
+  if (saved.options.size() != options.size() || saved.states != vectors) {
+    throw ArgumentError("contents.Optimizer", kind + " has " + std::to_string(options.size()) + " options and " +
+                                                  std::to_string(vectors) + " state vectors, the checkpoint's " +
+                                                  std::to_string(saved.options.size()) + " and " +
+                                                  std::to_string(saved.states));
+  }
+  for (std::size_t i = 0; i < options.size(); ++i) {
     // Compared as bits: a NaN in a corrupt blob must not pass as equal either.
-    if (std::bit_cast<std::uint64_t>(saved.options[i]) != std::bit_cast<std::uint64_t>(mine.options[i])) {
-      throw ArgumentError("contents.Optimizer", std::string(detail::ToString(live.kind)) + " option " + names[i] +
-                                                    " is " + std::to_string(saved.options[i]) + " in the checkpoint, " +
-                                                    std::to_string(mine.options[i]) + " here");
+    if (std::bit_cast<std::uint64_t>(saved.options[i]) != std::bit_cast<std::uint64_t>(options[i].second)) {
+      throw ArgumentError("contents.Optimizer", kind + " option " + options[i].first + " is " +
+                                                    std::to_string(saved.options[i]) + " in the checkpoint, " +
+                                                    std::to_string(options[i].second) + " here");
     }
   }
   if (!std::isfinite(saved.learning_rate) || !(saved.learning_rate > 0.0)) {
@@ -193,13 +174,13 @@ std::vector<float> Reshard(const std::vector<SavedRank>& ranks, std::size_t u, c
 
 std::vector<std::byte> FSDP::SaveShardedCheckpoint(const ShardedCheckpointContents& contents) const {
   if (contents.Step < 0) throw ArgumentError("contents.Step", "must be >= 0, got " + std::to_string(contents.Step));
-  const OptimizerRef optimizer = Identify(contents.Optimizer, *this);
+  amp::IOptimizerState* const optimizer = StateOf(contents.Optimizer, *this);
   SavedRank saved;
   saved.world = static_cast<std::uint32_t>(ProcessGroup().WorldSize());
   saved.rank = static_cast<std::uint32_t>(ProcessGroup().Rank());
   saved.strategy = static_cast<std::uint8_t>(Config().Strategy);
   saved.step = contents.Step;
-  saved.optimizer = optimizer.Describe();
+  saved.optimizer = Describe(optimizer);
   std::vector<std::byte> scaler;
   if (contents.Scaler) {
     scaler = contents.Scaler.Save();
@@ -210,22 +191,35 @@ std::vector<std::byte> FSDP::SaveShardedCheckpoint(const ShardedCheckpointConten
   std::vector<std::vector<float>> read_back;
   read_back.reserve(UnitCount());
   for (std::size_t u = 0; u < UnitCount(); ++u) {
-    FSDPShardingUnit& unit = const_cast<FSDP*>(this)->Unit(u);
-    const FSDPShardingUnit::Impl& s = *unit.impl_;
+    const FSDPShardingUnit& unit = const_cast<FSDP*>(this)->Unit(u);
     SavedUnit record;
-    record.name = s.name;
-    record.numel = s.numel;
-    record.padded = s.padded;
-    record.first = s.shard_offset;
-    record.count = s.shard_size;
-    for (std::size_t p = 0; p < s.names.size(); ++p)
-      record.parameters.push_back({s.names[p], s.shapes[p], s.offsets[p]});
-    record.master = s.shard->HostBytes();
+    record.name = unit.Name();
+    record.numel = unit.NumElements();
+    record.padded = unit.PaddedSize();
+    record.first = unit.ShardOffset();
+    record.count = unit.ShardSize();
+    std::uint64_t offset = 0;  // the parameters lie back to back in layout order
+    for (const std::string& name : unit.ParameterNames()) {
+      const Shape& shape = unit.ParameterShape(name);
+      record.parameters.push_back({name, shape, offset});
+      offset += ElementCount(shape);
+    }
+    const TensorPtr shard = unit.LocalShard();
+    record.master = shard->HostBytes();
     if (record.master.empty()) {
-      read_back.push_back(s.shard->ToFloatVector());
+      read_back.push_back(shard->ToFloatVector());
       record.master = BytesOf(read_back.back());
     }
-    for (const std::span<const float> state : optimizer.States(s.name)) record.states.push_back(BytesOf(state));
+    for (std::uint32_t v = 0; v < saved.optimizer.states; ++v) {
+      const std::span<const float> state = optimizer->StateVector(unit.Name(), v);
+      if (!state.empty() && state.size() != unit.ShardSize()) {
+        throw ArgumentError("contents.Optimizer", saved.optimizer.kind + " state vector " + std::to_string(v) +
+                                                      " of unit '" + unit.Name() + "' has " +
+                                                      std::to_string(state.size()) + " values, the shard " +
+                                                      std::to_string(unit.ShardSize()));
+      }
+      record.states.push_back(BytesOf(state));
+    }
     saved.units.push_back(std::move(record));
   }
   return detail::EncodeCheckpoint(saved);
@@ -235,15 +229,14 @@ std::int64_t FSDP::LoadShardedCheckpoint(std::span<const std::vector<std::byte>>
                                          const ShardedCheckpointContents& contents) {
   IProcessGroup& group = ProcessGroup();
   std::vector<std::vector<float>> masters;  // per unit, this rank's new range
-  std::map<std::string, optimizers::AdamParameterState> adam_state;
-  std::map<std::string, optimizers::SGDParameterState> sgd_state;
-  OptimizerRef optimizer;
+  std::map<std::string, amp::OptimizerParameterState> optimizer_state;
+  amp::IOptimizerState* optimizer = nullptr;
   detail::SavedOptimizer saved_optimizer;
   std::vector<std::byte> scaler_backup;
   std::vector<std::byte> scaler_state;
   std::int64_t step = 0;
 
-  detail::AgreeOn(group, "FSDP::LoadShardedCheckpoint", [&] {
+  distributed::detail::AgreeOn(group, "FSDP::LoadShardedCheckpoint", [&] {
     for (std::size_t u = 0; u < UnitCount(); ++u) {
       const FSDPShardingUnit& unit = Unit(u);
       if (unit.IsGathered()) {
@@ -254,7 +247,7 @@ std::int64_t FSDP::LoadShardedCheckpoint(std::span<const std::vector<std::byte>>
                                     "' holds gradients accumulated without sync: finish the step first");
       }
     }
-    optimizer = Identify(contents.Optimizer, *this);
+    optimizer = StateOf(contents.Optimizer, *this);
     std::vector<SavedRank> ranks;
     ranks.reserve(saved_ranks.size());
     for (std::size_t i = 0; i < saved_ranks.size(); ++i) {
@@ -263,7 +256,7 @@ std::int64_t FSDP::LoadShardedCheckpoint(std::span<const std::vector<std::byte>>
     detail::CheckOneCheckpoint(ranks);
     const SavedRank& first = ranks.front();
     CheckSameModel(first, *this);
-    if (optimizer.kind != OptimizerKind::None && first.optimizer.kind == OptimizerKind::None) {
+    if (optimizer != nullptr && first.optimizer.kind.empty()) {
       throw ArgumentError("contents.Optimizer", "is set but the checkpoint holds no optimizer state");
     }
     CheckSameOptimizer(first.optimizer, optimizer);
@@ -279,15 +272,13 @@ std::int64_t FSDP::LoadShardedCheckpoint(std::span<const std::vector<std::byte>>
     for (std::size_t u = 0; u < UnitCount(); ++u) {
       const FSDPShardingUnit& unit = Unit(u);
       masters.push_back(Reshard(ranks, u, unit, -1));
-      // A state vector absent from the checkpoint (SGD's lazy momentum) stays absent.
-      const auto state = [&](int s) {
-        return first.units[u].states[static_cast<std::size_t>(s)].empty() ? std::vector<float>{}
-                                                                          : Reshard(ranks, u, unit, s);
-      };
-      if (optimizer.kind == OptimizerKind::Adam) {
-        adam_state[unit.Name()] = {masters.back(), state(0), state(1)};
-      } else if (optimizer.kind == OptimizerKind::SGD) {
-        sgd_state[unit.Name()] = {masters.back(), state(0)};
+      if (optimizer == nullptr) continue;
+      amp::OptimizerParameterState& state = optimizer_state[unit.Name()];
+      state.Master = masters.back();
+      for (std::uint32_t v = 0; v < first.optimizer.states; ++v) {
+        // A state vector absent from the checkpoint (SGD's lazy momentum) stays absent.
+        state.Vectors.push_back(first.units[u].states[v].empty() ? std::vector<float>{}
+                                                                 : Reshard(ranks, u, unit, static_cast<int>(v)));
       }
     }
   });
@@ -308,7 +299,7 @@ std::int64_t FSDP::LoadShardedCheckpoint(std::span<const std::vector<std::byte>>
   if (contents.Scaler) {
     bool loaded = false;
     try {
-      detail::AgreeOn(group, "FSDP::LoadShardedCheckpoint (scaler state)", [&] {
+      distributed::detail::AgreeOn(group, "FSDP::LoadShardedCheckpoint (scaler state)", [&] {
         contents.Scaler.Load(scaler_state);
         loaded = true;
       });
@@ -322,16 +313,12 @@ std::int64_t FSDP::LoadShardedCheckpoint(std::span<const std::vector<std::byte>>
   AbortGuard guard(group, "FSDP LoadShardedCheckpoint (commit)");
   for (std::size_t u = 0; u < UnitCount(); ++u) {
     FSDPShardingUnit& unit = Unit(u);
-    unit.impl_->shard->CopyFromFloats(masters[u]);
-    unit.impl_->Invalidate();
+    unit.LoadShard(masters[u]);
     unit.ZeroGrad();
   }
-  if (optimizer.adam != nullptr) {
-    optimizer.adam->RestoreState(adam_state, saved_optimizer.steps);
-    optimizer.adam->SetLearningRate(saved_optimizer.learning_rate);
-  } else if (optimizer.sgd != nullptr) {
-    optimizer.sgd->RestoreState(sgd_state, saved_optimizer.steps);
-    optimizer.sgd->SetLearningRate(saved_optimizer.learning_rate);
+  if (optimizer != nullptr) {
+    optimizer->ImportState(optimizer_state, saved_optimizer.steps);
+    optimizer->SetLearningRate(saved_optimizer.learning_rate);
   }
   return step;
 }
@@ -339,7 +326,7 @@ std::int64_t FSDP::LoadShardedCheckpoint(std::span<const std::vector<std::byte>>
 void FSDP::SaveShardedCheckpointFiles(const std::filesystem::path& directory,
                                       const ShardedCheckpointContents& contents) {
   IProcessGroup& group = ProcessGroup();
-  detail::AgreeOn(group, "FSDP::SaveShardedCheckpointFiles", [&] {
+  distributed::detail::AgreeOn(group, "FSDP::SaveShardedCheckpointFiles", [&] {
     const std::vector<std::byte> blob = SaveShardedCheckpoint(contents);
     std::error_code error;
     std::filesystem::create_directories(directory, error);
@@ -349,7 +336,7 @@ void FSDP::SaveShardedCheckpointFiles(const std::filesystem::path& directory,
     WriteCheckpointFile(directory / ShardedCheckpointFileName(group.Rank()), blob);
   });
   // Every rank has written: files of ranks this world does not have belong to an older save.
-  detail::AgreeOn(group, "FSDP::SaveShardedCheckpointFiles (stale files)", [&] {
+  distributed::detail::AgreeOn(group, "FSDP::SaveShardedCheckpointFiles (stale files)", [&] {
     if (group.Rank() != 0) return;
     for (int rank = group.WorldSize();; ++rank) {
       std::error_code error;
@@ -365,8 +352,8 @@ void FSDP::SaveShardedCheckpointFiles(const std::filesystem::path& directory,
 std::int64_t FSDP::LoadShardedCheckpointFiles(const std::filesystem::path& directory,
                                               const ShardedCheckpointContents& contents) {
   std::vector<std::vector<std::byte>> blobs;
-  detail::AgreeOn(ProcessGroup(), "FSDP::LoadShardedCheckpointFiles",
-                  [&] { blobs = ReadShardedCheckpointDirectory(directory); });
+  distributed::detail::AgreeOn(ProcessGroup(), "FSDP::LoadShardedCheckpointFiles",
+                               [&] { blobs = ReadShardedCheckpointDirectory(directory); });
   return LoadShardedCheckpoint(blobs, contents);
 }
 

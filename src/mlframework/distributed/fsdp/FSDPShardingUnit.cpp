@@ -1,18 +1,37 @@
+// A sharding unit: its flat layout and FP32 master shard, the gathers of its parameters (FP8
+// gathers too: torchao's float8 all-gather under FSDP2, per-parameter tensorwise current scaling
+// of the master shard with an amax agreed over the shard group, the FP8 shard kept until the
+// masters change) and the reductions of its gradients, blocking or started and waited for.
 #include <mlframework/distributed/fsdp/FSDPShardingUnit.hpp>
 
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
+#include <span>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include <mlframework/core/Error.hpp>
+#include <mlframework/core/Float8Cast.hpp>
+#include <mlframework/core/Float8ScaleUpdate.hpp>
 #include <mlframework/core/MultiTensor.hpp>
+#include <mlframework/core/TensorBackend.hpp>
 #include <mlframework/distributed/AbortGuard.hpp>
+#include <mlframework/fp8/Format.hpp>
 
-#include "mlframework/distributed/fsdp/Agreement.hpp"
+#include "mlframework/distributed/Agreement.hpp"
 #include "mlframework/distributed/fsdp/UnitImpl.hpp"
 
 namespace mlframework::distributed::fsdp {
+
+namespace {
+// Rows of the state tensor with a history of one row (Float8ScaleUpdate.hpp).
+constexpr std::size_t kAmaxRow = 0;
+constexpr std::size_t kScaleRow = 1;
+constexpr std::size_t kScaleInvRow = 2;
+constexpr std::size_t kMaxRow = 3;
+}  // namespace
 
 std::vector<TensorPtr> FSDPShardingUnit::Impl::ParameterViews(const TensorPtr& flat) const {
   std::vector<TensorPtr> result;
@@ -27,8 +46,80 @@ GradientMap FSDPShardingUnit::Impl::ViewsOf(const TensorPtr& flat) const {
   return result;
 }
 
+void FSDPShardingUnit::Impl::PlaceShard(const std::vector<TensorPtr>& sources) {
+  const bool sharded = config->Strategy != ShardingStrategy::NoShard;
+  const auto world_size = static_cast<std::size_t>(shard_group->WorldSize());
+  padded = sharded ? (numel + world_size - 1) / world_size * world_size : numel;
+  shard_size = sharded ? padded / world_size : numel;
+  shard_offset = sharded ? shard_size * static_cast<std::size_t>(shard_group->Rank()) : 0;
+
+  const bool all_held = std::all_of(sources.begin(), sources.end(), [&](const TensorPtr& t) {
+    return placement->Holds(*t);  // views of the parameters can be taken
+  });
+  if (sharded && !config->SyncModuleStates && all_held) {
+    // Only this rank's part is needed: copy each parameter's overlap with the shard straight
+    // into it (one fused cast). No transient unit-sized buffer, which between long-lived
+    // shards would leave the allocator's heap full of holes and the resident memory above the
+    // ZeRO-3 figure (16 B x parameters / ranks). The padding stays as allocated: zero.
+    shard = placement->Allocate(shard_size, DataType::Float32);
+    std::vector<TensorPtr> from;
+    std::vector<TensorPtr> to;
+    for (std::size_t i = 0; i < sources.size(); ++i) {
+      const std::size_t begin = std::max(shard_offset, offsets[i]);
+      const std::size_t end = std::min(shard_offset + shard_size, offsets[i] + sources[i]->Size());
+      if (begin >= end) continue;
+      from.push_back(placement->View(sources[i], begin - offsets[i], {end - begin}));
+      to.push_back(placement->View(shard, begin - shard_offset, {end - begin}));
+    }
+    CopyInto(from, to);
+  } else {
+    // The general path: flatten the whole unit into FP32 (one fused cast; needed to broadcast
+    // rank 0's values, or when a parameter is not a tensor of the unit's backend), optionally
+    // take rank 0's values, keep this rank's part (the whole flat buffer when not sharded).
+    // The shard is allocated before the transient flat buffer, so the shards of many units lie
+    // together and the freed flat buffers leave fewer holes between them.
+    if (sharded) shard = placement->Allocate(shard_size, DataType::Float32);
+    TensorPtr flat = placement->Allocate(padded, DataType::Float32);
+    CopyInto(sources, ParameterViews(flat));
+    if (config->SyncModuleStates) group->Broadcast(*flat, 0);
+    if (sharded) {
+      const TensorPtr own_part = placement->View(flat, shard_offset, {shard_size});
+      CopyInto(std::span<const TensorPtr>(&own_part, 1), std::span<const TensorPtr>(&shard, 1));
+    } else {
+      shard = std::move(flat);
+    }
+  }
+  // The FP32 gradient shard too is allocated now, next to the parameter shard, as DeepSpeed's
+  // contiguous gradient partitions are: allocated at the first backward, between the
+  // framework's transient gradients, the shards would leave the heap full of holes (resident
+  // memory up to 1.2x the ZeRO-3 figure). It is memory the first step needs anyway.
+  spare_gradient = placement->Allocate(shard_size, DataType::Float32);
+  // Zeros for the padding of the flat gradient buffer (fewer elements than the world size),
+  // copied there when the host cannot address the unit buffers; host buffers are cleared in place.
+  if (padded > numel && spare_gradient->HostBytes().empty()) {
+    zero_padding = placement->Allocate(padded - numel, DataType::Float32);
+  }
+}
+
 FSDPShardingUnit::FSDPShardingUnit(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 FSDPShardingUnit::~FSDPShardingUnit() = default;
+
+void FSDPShardingUnit::LoadShard(std::span<const float> values) {
+  impl_->shard->CopyFromFloats(values);
+  Invalidate();
+}
+
+void FSDPShardingUnit::Invalidate() noexcept { impl_->Invalidate(); }
+
+void FSDPShardingUnit::AppendFullParameters(GradientMap& result) const {
+  const Impl& s = *impl_;
+  TensorPtr flat = s.shard;
+  if (s.config->Strategy != ShardingStrategy::NoShard) {
+    flat = s.placement->Allocate(s.padded, DataType::Float32);
+    s.shard_group->AllGather(*s.shard, *flat);
+  }
+  for (const auto& [name, view] : s.ViewsOf(flat)) result.emplace(s.name + "." + name, view->Clone());
+}
 
 const std::string& FSDPShardingUnit::Name() const noexcept { return impl_->name; }
 const std::vector<std::string>& FSDPShardingUnit::ParameterNames() const noexcept { return impl_->names; }
@@ -62,7 +153,7 @@ void FSDPShardingUnit::Gather() {
 // Gather() up to its all-gather, which @p async starts without waiting (GatherAsync()).
 void FSDPShardingUnit::Impl::StartGather(const char* call, bool async) {
   Impl& s = *this;
-  detail::AgreeOn(*s.group, std::string(call) + " of unit '" + s.name + "'", [&] {
+  distributed::detail::AgreeOn(*s.group, std::string(call) + " of unit '" + s.name + "'", [&] {
     if (s.is_gathered || s.gather.active) {
       throw InvalidOperationError("unit '" + s.name + "' is already " +
                                   (s.is_gathered ? "gathered: call Release()" : "being gathered: call WaitGather()") +
@@ -261,7 +352,7 @@ void FSDPShardingUnit::Impl::StartReduce(const char* call, const GradientMap& gr
     s.reduce.active = true;  // nothing in flight: FinishReduce() only clears it
     return;
   }
-  detail::AgreeOn(*s.group, std::string(call) + " of unit '" + s.name + "'", check);
+  distributed::detail::AgreeOn(*s.group, std::string(call) + " of unit '" + s.name + "'", check);
   AbortGuard guard(*s.group, "FSDP " + std::string(call) + " of unit '" + s.name + "'");
   if (s.accumulated.tensor) {
     // The last micro-batch of an accumulation: add it to the local sum, which is reduced once,
@@ -409,6 +500,123 @@ void FSDPShardingUnit::ZeroGrad() noexcept {
     s.spare_gradient = std::move(s.local_gradient);
   }
   s.local_gradient.reset();
+}
+
+// The asynchronous forms of Gather() and ReduceGradients(): the same two halves, with the
+// collective started in between and finished by the wait.
+
+void FSDPShardingUnit::GatherAsync() { impl_->StartGather("GatherAsync", true); }
+
+bool FSDPShardingUnit::IsGatherInFlight() const noexcept { return impl_->gather.active; }
+
+void FSDPShardingUnit::WaitGather() {
+  if (!impl_->gather.active) {
+    throw InvalidOperationError("unit '" + impl_->name + "' has no gather in flight: " +
+                                (impl_->is_gathered ? "it was waited for already" : "call GatherAsync() first"));
+  }
+  impl_->FinishGather();
+}
+
+void FSDPShardingUnit::ReduceGradientsAsync(const GradientMap& gradients) {
+  impl_->StartReduce("ReduceGradientsAsync", gradients, true);
+}
+
+bool FSDPShardingUnit::IsReduceInFlight() const noexcept { return impl_->reduce.active; }
+
+void FSDPShardingUnit::WaitReduce() {
+  if (!impl_->reduce.active) {
+    throw InvalidOperationError("unit '" + impl_->name +
+                                "' has no gradient reduction in flight: call ReduceGradientsAsync() first (each "
+                                "reduction is waited for once)");
+  }
+  impl_->FinishReduce();
+}
+
+// (Re)makes the scale state (and, sharded, the FP8 shard) for @p dtype: at the first FP8 gather
+// and after a change of the parameter dtype. Host values are written once here, never per step.
+void FSDPShardingUnit::Impl::PrepareFloat8(DataType dtype) {
+  if (fp8.state && fp8.dtype == dtype) return;
+  const std::size_t n = names.size();
+  detail::Float8Shard made;
+  made.dtype = dtype;
+  made.state = placement->Allocate(Float8StateRows(1) * n, DataType::Float32);
+  std::vector<float> initial(Float8StateRows(1) * n, 0.0f);
+  std::fill_n(initial.begin() + static_cast<std::ptrdiff_t>(kScaleRow * n), 2 * n, 1.0f);  // scale, scale_inv
+  std::fill_n(initial.begin() + static_cast<std::ptrdiff_t>(kMaxRow * n), n, fp8::Float8Max(dtype));
+  made.state->CopyFromFloats(initial);
+  made.amax = placement->View(made.state, kAmaxRow * n, {n});
+  made.scale = placement->View(made.state, kScaleRow * n, {n});
+  made.scale_inv = placement->View(made.state, kScaleInvRow * n, {n});
+  for (std::size_t i = 0; i < n; ++i) {
+    made.scale_inverses.emplace(names[i], placement->View(made.state, kScaleInvRow * n + i, {1}));
+  }
+  const bool no_shard = config->Strategy == ShardingStrategy::NoShard;
+  if (!no_shard) made.shard = placement->Allocate(shard_size, dtype);
+  // Each parameter's part of this rank's shard (empty when the parameter lies elsewhere), so the
+  // amax and the scaled cast run per parameter over the shard in one fused call each.
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::size_t first = std::max(offsets[i], shard_offset);
+    const std::size_t last = std::min(offsets[i] + ElementCount(shapes[i]), shard_offset + shard_size);
+    const std::size_t start = first < last ? first - shard_offset : 0;
+    const std::size_t length = first < last ? last - first : 0;
+    if (no_shard) {
+      // The whole parameter, in its shape: the cast writes the gathered views themselves.
+      made.master_slices.push_back(placement->View(shard, offsets[i], shapes[i]));
+    } else {
+      made.master_slices.push_back(placement->View(shard, start, {length}));
+      made.fp8_slices.push_back(placement->View(made.shard, start, {length}));
+    }
+  }
+  fp8 = std::move(made);
+}
+
+// amax per parameter slice -> (sharded) MAX over the shard group -> scale = fp8_max / amax
+// (1 when the amax is 0 or not finite) -> the scaled cast of each slice into @p dst. All of it
+// queued on the buffer device: under NCCL nothing comes back to the host.
+void FSDPShardingUnit::Impl::QuantizeFloat8(std::span<const TensorPtr> dst, bool agree) {
+  Amax(fp8.master_slices, fp8.amax);
+  // Replicas under HybridShard hold identical masters: the shard group alone covers the unit.
+  if (agree && shard_group->WorldSize() > 1) shard_group->AllReduce(*fp8.amax, ReduceOp::Max);
+  Float8ScaleUpdate update;
+  update.HistoryLength = 1;
+  update.Count = names.size();
+  update.Length = names.size();
+  update.MostRecent = true;
+  update.KeepScaleOnBadAmax = false;  // current scaling: scale 1 for an amax of 0 or not finite
+  update.RollHistory = false;
+  fp8.state->Backend()->UpdateFloat8Scales(*fp8.state, update);
+  ScaledCastToFloat8(fp8.master_slices, dst, fp8.scale, nullptr);
+}
+
+CollectiveRequestPtr FSDPShardingUnit::Impl::GatherFloat8(const TensorPtr& buffer, bool async) {
+  PrepareFloat8(ParamDType());
+  if (config->Strategy == ShardingStrategy::NoShard) {
+    // Every rank holds the whole unit (equal masters): quantize straight into the buffer, which
+    // the unit keeps until the next step, with no communication at all.
+    QuantizeFloat8(ParameterViews(buffer), false);
+    return nullptr;
+  }
+  if (!fp8.current) {
+    QuantizeFloat8(fp8.fp8_slices, true);
+    fp8.current = true;
+  }
+  if (async) return shard_group->AllGatherAsync(*fp8.shard, *buffer);
+  shard_group->AllGather(*fp8.shard, *buffer);
+  return nullptr;
+}
+
+const GradientMap& FSDPShardingUnit::Float8ScaleInverses() const {
+  const Impl& s = *impl_;
+  const DataType dtype = s.ParamDType();
+  if (!IsFloat8(dtype)) {
+    throw InvalidOperationError("unit '" + s.name + "' gathers in " + std::string(ToString(dtype)) +
+                                ", not FP8: it has no FP8 scales");
+  }
+  if (!s.fp8.state || s.fp8.dtype != dtype) {
+    throw InvalidOperationError("unit '" + s.name + "' has not been gathered in " + std::string(ToString(dtype)) +
+                                " yet: call Gather() first");
+  }
+  return s.fp8.scale_inverses;
 }
 
 }  // namespace mlframework::distributed::fsdp

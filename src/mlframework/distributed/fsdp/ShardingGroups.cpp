@@ -5,7 +5,7 @@
 
 #include <mlframework/core/Error.hpp>
 
-#include "mlframework/distributed/fsdp/Agreement.hpp"
+#include "mlframework/distributed/Agreement.hpp"
 
 namespace mlframework::distributed::fsdp::detail {
 
@@ -28,7 +28,7 @@ ShardingGroups MakeShardingGroups(const std::shared_ptr<IProcessGroup>& world, c
   }
   const int size = world->WorldSize();
   const int shard_size = config.ShardGroupSize;
-  AgreeOn(*world, "FSDP(HybridShard)", [&] {
+  distributed::detail::AgreeOn(*world, "FSDP(HybridShard)", [&] {
     config.Validate();
     if (size % shard_size != 0) {
       throw ArgumentError("ShardGroupSize", "HybridShard: ShardGroupSize " + std::to_string(shard_size) +
@@ -56,7 +56,7 @@ ShardingGroups MakeShardingGroups(const std::shared_ptr<IProcessGroup>& world, c
   groups.shard = world->Split(rank / shard_size, rank);
   groups.replicate = world->Split(rank % shard_size, rank);
   // An engine's Split must give each rank its place in the mesh; checked once, on every rank.
-  AgreeOn(*world, "FSDP(HybridShard) groups", [&] {
+  distributed::detail::AgreeOn(*world, "FSDP(HybridShard) groups", [&] {
     if (!groups.shard || !groups.replicate || groups.shard->WorldSize() != shard_size ||
         groups.shard->Rank() != rank % shard_size || groups.replicate->WorldSize() != size / shard_size ||
         groups.replicate->Rank() != rank / shard_size) {

@@ -74,7 +74,7 @@ struct FSDPShardingUnit::Impl {
   // Full FP32 gradients summed locally over micro-batches without gradient sync (pool memory,
   // padding zero), reduce-scattered once by the next ReduceGradients() with sync.
   detail::PooledBuffer accumulated;
-  detail::Float8Shard fp8;  // FP8 parameter dtype: scales and the quantized shard (Float8Gather.cpp)
+  detail::Float8Shard fp8;  // FP8 parameter dtype: scales and the quantized shard (FSDPShardingUnit.cpp)
   // Collectives of GatherAsync() / ReduceGradientsAsync() not waited for yet; last, so that a
   // unit destroyed with one in flight completes it before its buffers go.
   PendingReduce reduce;
@@ -84,6 +84,10 @@ struct FSDPShardingUnit::Impl {
   DataType ParamDType() const noexcept { return precision.ParamDType.value_or(config->ParamDType); }
   DataType ReduceDType() const noexcept { return precision.ReduceDType.value_or(config->ReduceDType); }
 
+  // Lays the unit out over the shard group (padded size, this rank's shard) and allocates its
+  // FP32 master shard, filled from @p sources (the parameters in layout order; rank 0's values
+  // under SyncModuleStates), and its FP32 gradient shard. The layout fields above are set.
+  void PlaceShard(const std::vector<TensorPtr>& sources);
   // Views of @p flat with the parameters' shapes, by name.
   GradientMap ViewsOf(const TensorPtr& flat) const;
   // The same views in layout order.
@@ -105,7 +109,7 @@ struct FSDPShardingUnit::Impl {
   void FinishGather();
   void StartReduce(const char* call, const GradientMap& gradients, bool async);
   void FinishReduce();
-  // FP8 parameter dtype (Float8Gather.cpp): quantizes the shard when the masters changed and
+  // FP8 parameter dtype (FSDPShardingUnit.cpp): quantizes the shard when the masters changed and
   // starts the all-gather of its bytes into @p buffer (NoShard: quantizes into it, no collective).
   CollectiveRequestPtr GatherFloat8(const TensorPtr& buffer, bool async);
   void PrepareFloat8(DataType dtype);

@@ -10,9 +10,9 @@
 
 #include <mlframework/distributed/IProcessGroup.hpp>
 
-namespace mlframework::distributed::fsdp::detail {
+namespace mlframework::distributed::detail {
 
 // Runs @p check; when it throws on any rank, throws on every rank. @p what names the operation.
 void AgreeOn(IProcessGroup& group, const std::string& what, const std::function<void()>& check);
 
-}  // namespace mlframework::distributed::fsdp::detail
+}  // namespace mlframework::distributed::detail

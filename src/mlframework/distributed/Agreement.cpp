@@ -1,10 +1,10 @@
-#include "mlframework/distributed/fsdp/Agreement.hpp"
+#include "mlframework/distributed/Agreement.hpp"
 
 #include <array>
 
 #include <mlframework/core/Error.hpp>
 
-namespace mlframework::distributed::fsdp::detail {
+namespace mlframework::distributed::detail {
 
 namespace {
 enum Kind : int { kNone = 0, kArgument = 1, kInvalidOperation = 2, kOther = 3 };
@@ -42,4 +42,4 @@ void AgreeOn(IProcessGroup& group, const std::string& what, const std::function<
   }
 }
 
-}  // namespace mlframework::distributed::fsdp::detail
+}  // namespace mlframework::distributed::detail

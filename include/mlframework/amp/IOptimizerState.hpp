@@ -1,0 +1,74 @@
+#pragma once
+/// @file IOptimizerState.hpp
+/// @brief An optimizer's state as checkpoints move it; implement it so that your optimizer's
+/// state takes part in resharding checkpoints (distributed::fsdp::FSDP::SaveShardedCheckpoint()).
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <mlframework/core/ITensor.hpp>
+#include <mlframework/export.hpp>
+
+namespace mlframework::amp {
+
+/// One parameter's FP32 state, as IOptimizerState::ImportState() takes it.
+struct OptimizerParameterState {
+  /// Master weights, one per element (rounded into FP16/BF16 parameters).
+  std::vector<float> Master;
+  /// The per-element state vectors in IOptimizerState::StateVectorNames() order, each one per
+  /// element, or empty: no such vector yet (SGD's momentum before its first step).
+  std::vector<std::vector<float>> Vectors;
+};
+
+/// An optimizer's state in plain form: its kind and options, its step count and learning rate,
+/// and per parameter its state vectors of one FP32 value per element (Adam's moments, SGD's
+/// momentum buffer). A checkpoint that cuts the parameters differently from the optimizer
+/// (FSDP's resharding checkpoints) cuts each state vector like its parameter and hands the
+/// pieces back through ImportState(). An optimizer hands this interface out through
+/// IOptimizer::State(); optimizers::Adam and optimizers::SGD implement it.
+class MLFRAMEWORK_EXPORT IOptimizerState {
+ public:
+  virtual ~IOptimizerState();
+
+  /// The optimizer's kind as a checkpoint stores it: a load accepts only state of the same
+  /// kind. "SGD" and "Adam" are the library's optimizers; give your own another name.
+  virtual std::string StateKind() const = 0;
+  /// The options a load must find equal, by name, in a fixed order: every hyper-parameter but
+  /// the learning rate, which a load restores (a scheduler changes it). Flags as 0 or 1.
+  virtual std::vector<std::pair<std::string, double>> StateOptions() const = 0;
+  /// The current learning rate.
+  virtual double StateLearningRate() const noexcept = 0;
+  /// Changes the learning rate; ArgumentError when not finite and positive.
+  virtual void SetLearningRate(double learning_rate) = 0;
+  /// Steps taken.
+  virtual std::int64_t StepCount() const noexcept = 0;
+  /// The parameter tensors the optimizer was built over, by name.
+  virtual const GradientMap& Parameters() const noexcept = 0;
+  /// Names of the per-element state vectors each parameter has (Adam: exp_avg, exp_avg_sq;
+  /// SGD: momentum_buffer), in a fixed order; at most 16.
+  virtual std::vector<std::string> StateVectorNames() const = 0;
+  /// State vector @p index (StateVectorNames() order) of parameter @p name: one FP32 value per
+  /// element, or empty when the optimizer has none yet; valid until the next step or import.
+  /// ArgumentError naming `name` for an unknown parameter, `index` when out of range.
+  virtual std::span<const float> StateVector(const std::string& name, std::size_t index) const = 0;
+  /// Replaces every parameter's master weights and state vectors, and the step count, at once.
+  /// ArgumentError naming `state` when a parameter is missing or unknown, a vector has the
+  /// wrong length or the wrong number of vectors is given, naming `steps` when negative;
+  /// nothing changes then.
+  virtual void ImportState(const std::map<std::string, OptimizerParameterState>& state, std::int64_t steps) = 0;
+
+ protected:
+  /// Only implementations construct the interface.
+  IOptimizerState() = default;
+  /// Implementations may be copyable.
+  IOptimizerState(const IOptimizerState&) = default;
+  /// Implementations may be copy-assignable.
+  IOptimizerState& operator=(const IOptimizerState&) = default;
+};
+
+}  // namespace mlframework::amp
