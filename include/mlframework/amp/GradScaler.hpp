@@ -128,7 +128,10 @@ class GradScalerContext;
 ///   the flag on the device through `DynamicLossScaler::DeviceState()`;
 /// - one: `Step()` reads the flag once, because it must decide whether to call
 ///   `optimizer.Step()` and return that decision (as torch.cuda.amp does for non-fused optimizers);
-///   `CheckOverflow()` reads it to return its bool;
+///   `Step(opt)` also reads the scale state before its update (kept for a further optimizer of
+///   the iteration), a second small copy unless the host copy of the state is current; a
+///   further optimizer reads its own flag, and a joining `Step(o2)` reads the state back and
+///   writes it; `CheckOverflow()` reads the flag to return its bool;
 /// - when asked: `Scale()`, `GetStats()`, `GetScaleTensor()`, `StateDict()` (which also reads a
 ///   pending found-inf), `Reset()` (writes the state), the first device iteration (creates it).
 ///
