@@ -71,7 +71,8 @@ Route Check(const OptimizerStepLists& lists, const ListRules& rules) {
   bool any_device = false;
   const TensorBackend* backend = nullptr;
   // Every tensor of the call: host memory, or the first parameter's backend.
-  auto place = [&](const ITensor& tensor, const std::string& name) {
+  // The entry's name is built only for an error: a step checks thousands of tensors.
+  auto place = [&](const ITensor& tensor, const char* list, std::size_t i) {
     if (tensor.Size() == 0) {
       return;  // nothing to update: runs anywhere
     }
@@ -81,13 +82,13 @@ Route Check(const OptimizerStepLists& lists, const ListRules& rules) {
     }
     any_device = true;
     if (tensor.Backend() == nullptr) {
-      throw ArgumentError(name, "has neither host memory nor a backend: no kernel can update it");
+      throw ArgumentError(Entry(list, i), "has neither host memory nor a backend: no kernel can update it");
     }
     if (backend == nullptr) {
       backend = tensor.Backend();
     }
     if (tensor.Backend() != backend) {
-      throw ArgumentError(name, "is on another backend than the list's other device tensors");
+      throw ArgumentError(Entry(list, i), "is on another backend than the list's other device tensors");
     }
   };
   for (std::size_t i = 0; i < n; ++i) {
@@ -96,16 +97,16 @@ Route Check(const OptimizerStepLists& lists, const ListRules& rules) {
     }
     const ITensor& parameter = Checked(lists.Parameters, "Parameters", i, lists.Parameters[i]->Size());
     const std::size_t count = parameter.Size();
-    place(parameter, Entry("Parameters", i));
-    place(Checked(lists.Gradients, "Gradients", i, count), Entry("Gradients", i));
+    place(parameter, "Parameters", i);
+    place(Checked(lists.Gradients, "Gradients", i, count), "Gradients", i);
     if (rules.first) {
-      place(Checked(lists.FirstState, "FirstState", i, count), Entry("FirstState", i));
+      place(Checked(lists.FirstState, "FirstState", i, count), "FirstState", i);
     }
     if (rules.second) {
-      place(Checked(lists.SecondState, "SecondState", i, count), Entry("SecondState", i));
+      place(Checked(lists.SecondState, "SecondState", i, count), "SecondState", i);
     }
     if (!lists.LowPrecisionCopies.empty() && lists.LowPrecisionCopies[i]) {
-      place(Checked(lists.LowPrecisionCopies, "LowPrecisionCopies", i, count, true), Entry("LowPrecisionCopies", i));
+      place(Checked(lists.LowPrecisionCopies, "LowPrecisionCopies", i, count, true), "LowPrecisionCopies", i);
     }
   }
   if (any_host && any_device) {
