@@ -118,7 +118,7 @@ class MLFRAMEWORK_EXPORT TensorBackend {
 
   /// @name Fused optimizer steps
   /// One pass per step over the lists (core/OptimizerStep.hpp; optimizers/FusedSteps.hpp validates
-  /// them and calls these for tensors whose memory the host cannot address). When
+  /// them, then calls the CPU backend's for host memory, else the tensors' backend's). When
   /// @p skip_if_found_inf is not null and its found-inf flag is set, the step changes nothing; a
   /// device backend reads the flag on the device, so the call never waits for it. Each returns
   /// false when the backend has no fused optimizer kernels for these tensors (the defaults).

@@ -58,6 +58,14 @@ TensorPtr MakeDeviceTensor(const Shape& shape, DataType dtype, Device device) {
   }
 }
 
+const TensorBackend& BackendOf(Device device) {
+  const DeviceTensorHooks& hooks = DeviceHooks(device);
+  if (hooks.Backend == nullptr) {
+    throw BackendError("cannot use " + device.ToString() + ": its backend registered no tensor backend");
+  }
+  return hooks.Backend();
+}
+
 std::size_t CheckWrapArguments(const void* data, const Shape& shape, DataType dtype, const std::string& data_name,
                                const std::string& shape_name) {
   if (!IsValid(dtype)) {

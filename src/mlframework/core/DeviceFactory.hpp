@@ -2,12 +2,12 @@
 // Private: where core's factories (core/Tensor.cpp) and FromDLPack get their tensors, so that
 // core includes no backend.
 //
-// Host tensors come from HostBackend(), which the CPU backend (part of libmlframework) defines.
-// Each backend also registers hooks for its device type when its library is loaded (from a
-// static initialiser: the CPU backend inside libmlframework, the CUDA backend in
-// libmlframework_cuda), so a CPU-only program that links only libmlframework never loads CUDA,
-// and one that asks for a device tensor without the backend's library gets a BackendError that
-// says which library to link. Exported (not public API) for the component libraries.
+// Each backend registers hooks for its device type when its library is loaded (from a static
+// initialiser: the CPU backend inside libmlframework, the CUDA backend in libmlframework_cuda),
+// so core calls a backend only through what it registered, a CPU-only program that links only
+// libmlframework never loads CUDA, and one that asks for a device tensor without the backend's
+// library gets a BackendError that says which library to link. Exported (not public API) for
+// the component libraries.
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -19,9 +19,6 @@
 
 namespace mlframework::detail {
 
-/// The backend of host tensors (Device::CPU()): it allocates them and makes views of them.
-const TensorBackend& HostBackend() noexcept;
-
 /// What a backend registers for its device type.
 struct DeviceTensorHooks {
   /// A zero-filled tensor on @p device.
@@ -31,6 +28,8 @@ struct DeviceTensorHooks {
                     std::shared_ptr<void> owner) = nullptr;
   /// The first element of @p tensor when it is this backend's tensor, else null.
   void* (*DataPointer)(const ITensor& tensor) = nullptr;
+  /// The backend of this device type's tensors (null: the device type has none core calls).
+  const TensorBackend& (*Backend)() noexcept = nullptr;
 };
 
 /// Registers @p hooks (static storage) for @p type, replacing any earlier ones (null unregisters).
@@ -42,6 +41,10 @@ MLFRAMEWORK_EXPORT const DeviceTensorHooks& DeviceHooks(Device device);
 
 /// A zero-filled tensor on @p device (not the CPU) from the registered hooks.
 TensorPtr MakeDeviceTensor(const Shape& shape, DataType dtype, Device device);
+
+/// The backend registered for @p device's type (Device::CPU(): the CPU backend, which also runs
+/// host memory without a backend of its own); BackendError as DeviceHooks() when there is none.
+const TensorBackend& BackendOf(Device device);
 
 /// The checks every Wrap makes before it builds a tensor, so they fail alike: ArgumentError for a
 /// `dtype` that is not a DataType, a `shape` whose byte size overflows, null `data` with elements,

@@ -141,7 +141,7 @@ float ListAmax(std::span<const TensorPtr> tensors) {
   } catch (const InvalidOperationError&) {
     // A backend that cannot allocate (a user's): TensorBackend's defaults, which run on host
     // memory, write the per-tensor amaxes into a host tensor.
-    amax = detail::HostBackend().Allocate({tensors.size()}, DataType::Float32, Device::CPU());
+    amax = detail::BackendOf(Device::CPU()).Allocate({tensors.size()}, DataType::Float32, Device::CPU());
   }
   call.Backend().AmaxInto(detail::Pointers<const ITensor*>(taken), *amax);
   float result = 0.0f;

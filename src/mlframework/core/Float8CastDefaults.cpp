@@ -78,7 +78,7 @@ void TensorBackend::AmaxInto(std::span<const ITensor* const> tensors, ITensor& a
   HostViews views(Name(), "AmaxInto");
   const std::vector<const ITensor*> host = views.All<const ITensor*>(tensors);
   const TensorPtr host_amax = views.Of(amax);
-  detail::HostBackend().AmaxInto(host, *host_amax);
+  detail::BackendOf(Device::CPU()).AmaxInto(host, *host_amax);
 }
 
 void TensorBackend::ScaledCastToFloat8(std::span<const ITensor* const> src, std::span<ITensor* const> dst,
@@ -88,7 +88,7 @@ void TensorBackend::ScaledCastToFloat8(std::span<const ITensor* const> src, std:
   const std::vector<ITensor*> host_dst = views.All<ITensor*>(dst);
   const TensorPtr host_scale = views.Of(scale);
   const TensorPtr host_amax = amax != nullptr ? views.Of(*amax) : nullptr;
-  detail::HostBackend().ScaledCastToFloat8(host_src, host_dst, *host_scale, host_amax.get());
+  detail::BackendOf(Device::CPU()).ScaledCastToFloat8(host_src, host_dst, *host_scale, host_amax.get());
 }
 
 void TensorBackend::DequantizeFloat8(std::span<const ITensor* const> src, std::span<ITensor* const> dst,
@@ -97,7 +97,7 @@ void TensorBackend::DequantizeFloat8(std::span<const ITensor* const> src, std::s
   const std::vector<const ITensor*> host_src = views.All<const ITensor*>(src);
   const std::vector<ITensor*> host_dst = views.All<ITensor*>(dst);
   const TensorPtr host_scale_inv = views.Of(scale_inv);
-  detail::HostBackend().DequantizeFloat8(host_src, host_dst, *host_scale_inv);
+  detail::BackendOf(Device::CPU()).DequantizeFloat8(host_src, host_dst, *host_scale_inv);
 }
 
 }  // namespace mlframework

@@ -69,7 +69,7 @@ bool ITensor::UnscaleAndCheck(float factor) {
   // No owner: the alias lives only for this call, while *this does.
   if (const TensorPtr alias = detail::HostAlias(*this, nullptr)) {
     ITensor* aliased = alias.get();
-    return detail::HostBackend().UnscaleAndCheck({&aliased, 1}, factor);
+    return detail::BackendOf(Device::CPU()).UnscaleAndCheck({&aliased, 1}, factor);
   }
   MultiplyInPlace(factor);
   return HasNonFinite();

@@ -43,7 +43,7 @@ TensorPtr ViewOf(const TensorPtr& buffer, std::size_t offset, const Shape& shape
 TensorPtr Zeros(Shape shape, DataType dtype, Device device) {  // NOLINT(performance-unnecessary-value-param)
   RequireValidDtype(dtype);
   if (device.IsCPU()) {
-    return detail::HostBackend().Allocate(shape, dtype, device);
+    return detail::BackendOf(Device::CPU()).Allocate(shape, dtype, device);
   }
   return detail::MakeDeviceTensor(shape, dtype, device);
 }

@@ -6,9 +6,9 @@
 #include <vector>
 
 #include <mlframework/core/Error.hpp>
+#include <mlframework/core/Tensor.hpp>
 #include <mlframework/optimizers/FusedSteps.hpp>
 
-#include "mlframework/core/HostOptimizerStep.hpp"
 #include "mlframework/core/StateBlob.hpp"
 #include "mlframework/optimizers/ParameterSet.hpp"
 
@@ -31,15 +31,17 @@ void AdamOptions::Validate() const {
 
 struct Adam::Impl {
   Impl(GradientMap parameters, AdamOptions opts) : options(opts), params(std::move(parameters)) {
+    std::vector<Shape> shapes;
     for (std::size_t t = 0; t < params.Count(); ++t) {
-      exp_avg.emplace_back(params.Size(t), 0.0f);
-      exp_avg_sq.emplace_back(params.Size(t), 0.0f);
+      shapes.push_back({params.Size(t)});
     }
+    exp_avg = ZerosContiguous(shapes, DataType::Float32, Device::CPU());
+    exp_avg_sq = ZerosContiguous(shapes, DataType::Float32, Device::CPU());
   }
   AdamOptions options;
   detail::ParameterSet params;
-  std::vector<std::vector<float>> exp_avg;     // first moments, FP32
-  std::vector<std::vector<float>> exp_avg_sq;  // second moments, FP32
+  std::vector<TensorPtr> exp_avg;     // first moments, FP32 host tensors
+  std::vector<TensorPtr> exp_avg_sq;  // second moments, FP32 host tensors
   std::int64_t steps = 0;
 };
 
@@ -57,23 +59,20 @@ void Adam::SetGradients(const GradientMap& gradients) { impl_->params.SetGradien
 void Adam::Step() {
   Impl& s = *impl_;
   s.params.RequireGradients("Adam");
-  const std::vector<std::span<const float>> grads = s.params.GradientsAsFloat();
+  const std::vector<TensorPtr> gradients = s.params.Float32Gradients();
+  std::vector<TensorPtr> low_precision(s.params.Count());
+  for (std::size_t t = 0; t < s.params.Count(); ++t) {
+    low_precision[t] = s.params.FusedCopy(t);
+  }
   const std::int64_t step = s.steps + 1;
-  const AdamStepScalars scalars = AdamStepScalarsFor(s.options, step);
   // One fused pass: masters, gradients and moments read once, masters and moments written once,
   // and FP16/BF16 parameters in host memory rounded from the updated masters in the same pass.
-  std::vector<mlframework::detail::HostOptimizerTensor> tensors(s.params.Count());
-  for (std::size_t t = 0; t < s.params.Count(); ++t) {
-    mlframework::detail::HostOptimizerTensor& x = tensors[t];
-    x.parameter = s.params.Master(t).data();
-    x.gradient = grads[t].data();
-    x.first = s.exp_avg[t].data();
-    x.second = s.exp_avg_sq[t].data();
-    x.low_precision = s.params.FusedCopy(t);
-    x.low_precision_dtype = s.params.ParameterDtype(t);
-    x.count = grads[t].size();
-  }
-  mlframework::detail::HostAdamStep(tensors, scalars);
+  FusedAdamStep(OptimizerStepLists{.Parameters = s.params.MasterList(),
+                                   .Gradients = gradients,
+                                   .FirstState = s.exp_avg,
+                                   .SecondState = s.exp_avg_sq,
+                                   .LowPrecisionCopies = low_precision},
+                AdamStepScalarsFor(s.options, step));
   s.params.WriteBackUnfused();
   s.steps = step;
 }
@@ -98,11 +97,11 @@ void Adam::SetLearningRate(double learning_rate) {
 std::int64_t Adam::StepCount() const noexcept { return impl_->steps; }
 
 std::span<const float> Adam::FirstMoments(const std::string& name) const {
-  return impl_->exp_avg[impl_->params.IndexOf(name, "name")];
+  return detail::Floats(*impl_->exp_avg[impl_->params.IndexOf(name, "name")]);
 }
 
 std::span<const float> Adam::SecondMoments(const std::string& name) const {
-  return impl_->exp_avg_sq[impl_->params.IndexOf(name, "name")];
+  return detail::Floats(*impl_->exp_avg_sq[impl_->params.IndexOf(name, "name")]);
 }
 
 void Adam::RestoreState(const std::map<std::string, AdamParameterState>& state, std::int64_t steps) {
@@ -124,8 +123,8 @@ void Adam::RestoreState(const std::map<std::string, AdamParameterState>& state, 
   s.params.CommitMasters(masters);
   for (std::size_t t = 0; t < s.params.Count(); ++t) {
     const AdamParameterState& entry = state.at(s.params.Name(t));
-    s.exp_avg[t] = entry.FirstMoments;
-    s.exp_avg_sq[t] = entry.SecondMoments;
+    s.exp_avg[t]->CopyFromFloats(entry.FirstMoments);
+    s.exp_avg_sq[t]->CopyFromFloats(entry.SecondMoments);
   }
   s.steps = steps;
 }
@@ -174,8 +173,8 @@ std::vector<std::byte> Adam::StateDict() const {
   writer.I64(s.steps);
   s.params.SaveMasters(writer);
   for (std::size_t t = 0; t < s.params.Count(); ++t) {
-    detail::WriteFloats(writer, s.exp_avg[t]);
-    detail::WriteFloats(writer, s.exp_avg_sq[t]);
+    detail::WriteFloats(writer, detail::Floats(*s.exp_avg[t]));
+    detail::WriteFloats(writer, detail::Floats(*s.exp_avg_sq[t]));
   }
   return writer.Finish();
 }
@@ -203,8 +202,10 @@ void Adam::LoadStateDict(std::span<const std::byte> state) {
   reader.ExpectEnd();
   // Everything decoded: commit.
   s.params.CommitMasters(masters);
-  s.exp_avg = std::move(exp_avg);
-  s.exp_avg_sq = std::move(exp_avg_sq);
+  for (std::size_t t = 0; t < s.params.Count(); ++t) {
+    s.exp_avg[t]->CopyFromFloats(exp_avg[t]);
+    s.exp_avg_sq[t]->CopyFromFloats(exp_avg_sq[t]);
+  }
   s.options = options;
   s.steps = steps;
 }

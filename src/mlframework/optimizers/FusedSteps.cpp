@@ -7,13 +7,11 @@
 
 #include <mlframework/core/Error.hpp>
 
-#include "mlframework/core/HostOptimizerStep.hpp"
+#include "mlframework/core/DeviceFactory.hpp"
 
 namespace mlframework::optimizers {
 
 namespace {
-
-using OptimizerTensor = mlframework::detail::HostOptimizerTensor;
 
 // What a step needs of each list beyond the parameters.
 struct ListRules {
@@ -53,16 +51,9 @@ const ITensor& Checked(std::span<const TensorPtr> list, const char* name, std::s
   return *tensor;
 }
 
-// The host elements of @p tensor, or null when the host cannot address them.
-void* HostData(const ITensor& tensor) {
-  const std::span<const std::byte> bytes = tensor.HostBytes();
-  // NOLINTNEXTLINE(cppcoreguidelines-pro-type-const-cast): MutableHostBytes() of the same memory
-  return bytes.empty() ? nullptr : const_cast<ITensor&>(tensor).MutableHostBytes().data();
-}
-
-// How a checked list runs: on the host (every tensor's memory addressable), or on one backend.
+// The backend that runs a checked list: the device tensors' backend, or, for host memory, the CPU
+// backend (which also takes host memory of tensors without a backend).
 struct Route {
-  std::vector<OptimizerTensor> host;  // filled when every tensor is host memory
   const TensorBackend* backend = nullptr;
   bool on_host = true;
 };
@@ -76,12 +67,12 @@ Route Check(const OptimizerStepLists& lists, const ListRules& rules) {
   if (!lists.LowPrecisionCopies.empty()) {
     RequireLength(lists.LowPrecisionCopies, "LowPrecisionCopies", n);
   }
-  Route route;
   bool any_host = false;
   bool any_device = false;
   const TensorBackend* backend = nullptr;
   // Every tensor of the call: host memory, or the first parameter's backend.
-  auto place = [&](const ITensor& tensor, const std::string& name) {
+  // The entry's name is built only for an error: a step checks thousands of tensors.
+  auto place = [&](const ITensor& tensor, const char* list, std::size_t i) {
     if (tensor.Size() == 0) {
       return;  // nothing to update: runs anywhere
     }
@@ -91,13 +82,13 @@ Route Check(const OptimizerStepLists& lists, const ListRules& rules) {
     }
     any_device = true;
     if (tensor.Backend() == nullptr) {
-      throw ArgumentError(name, "has neither host memory nor a backend: no kernel can update it");
+      throw ArgumentError(Entry(list, i), "has neither host memory nor a backend: no kernel can update it");
     }
     if (backend == nullptr) {
       backend = tensor.Backend();
     }
     if (tensor.Backend() != backend) {
-      throw ArgumentError(name, "is on another backend than the list's other device tensors");
+      throw ArgumentError(Entry(list, i), "is on another backend than the list's other device tensors");
     }
   };
   for (std::size_t i = 0; i < n; ++i) {
@@ -106,43 +97,25 @@ Route Check(const OptimizerStepLists& lists, const ListRules& rules) {
     }
     const ITensor& parameter = Checked(lists.Parameters, "Parameters", i, lists.Parameters[i]->Size());
     const std::size_t count = parameter.Size();
-    place(parameter, Entry("Parameters", i));
-    place(Checked(lists.Gradients, "Gradients", i, count), Entry("Gradients", i));
+    place(parameter, "Parameters", i);
+    place(Checked(lists.Gradients, "Gradients", i, count), "Gradients", i);
     if (rules.first) {
-      place(Checked(lists.FirstState, "FirstState", i, count), Entry("FirstState", i));
+      place(Checked(lists.FirstState, "FirstState", i, count), "FirstState", i);
     }
     if (rules.second) {
-      place(Checked(lists.SecondState, "SecondState", i, count), Entry("SecondState", i));
+      place(Checked(lists.SecondState, "SecondState", i, count), "SecondState", i);
     }
     if (!lists.LowPrecisionCopies.empty() && lists.LowPrecisionCopies[i]) {
-      place(Checked(lists.LowPrecisionCopies, "LowPrecisionCopies", i, count, true), Entry("LowPrecisionCopies", i));
+      place(Checked(lists.LowPrecisionCopies, "LowPrecisionCopies", i, count, true), "LowPrecisionCopies", i);
     }
   }
   if (any_host && any_device) {
     throw ArgumentError("lists", "mixes host-memory tensors with device tensors; pass one kind per call");
   }
   if (any_device) {
-    route.on_host = false;
-    route.backend = backend;
-    return route;
+    return Route{.backend = backend, .on_host = false};
   }
-  route.host.reserve(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    OptimizerTensor t;
-    t.count = lists.Parameters[i]->Size();
-    t.parameter = static_cast<float*>(HostData(*lists.Parameters[i]));
-    t.gradient = static_cast<const float*>(HostData(*lists.Gradients[i]));
-    t.first = rules.first ? static_cast<float*>(HostData(*lists.FirstState[i])) : nullptr;
-    t.second = rules.second ? static_cast<float*>(HostData(*lists.SecondState[i])) : nullptr;
-    if (!lists.LowPrecisionCopies.empty() && lists.LowPrecisionCopies[i]) {
-      t.low_precision = HostData(*lists.LowPrecisionCopies[i]);
-      t.low_precision_dtype = lists.LowPrecisionCopies[i]->GetDataType();
-    }
-    if (t.count != 0) {
-      route.host.push_back(t);
-    }
-  }
-  return route;
+  return Route{.backend = &mlframework::detail::BackendOf(Device::CPU()), .on_host = true};
 }
 
 [[noreturn]] void NoFusedStep(const TensorBackend& backend, const char* what) {
@@ -188,32 +161,24 @@ SGDStepScalars SGDStepScalarsFor(const SGDOptions& options, bool first_step) {
 bool FusedAdamStep(const OptimizerStepLists& lists, const AdamStepScalars& scalars,
                    const DeviceScaleState* skip_if_found_inf) {
   const Route route = Check(lists, ListRules{.first = true, .second = true});
-  if (!route.on_host) {
-    if (!route.backend->AdamStep(lists, scalars, skip_if_found_inf)) {
-      NoFusedStep(*route.backend, "Adam");
-    }
-    return true;
-  }
-  if (skip_if_found_inf != nullptr && skip_if_found_inf->FoundInf()) {
+  if (route.on_host && skip_if_found_inf != nullptr && skip_if_found_inf->FoundInf()) {
     return false;  // a skipped step reads nothing
   }
-  mlframework::detail::HostAdamStep(route.host, scalars);
+  if (!route.backend->AdamStep(lists, scalars, skip_if_found_inf)) {
+    NoFusedStep(*route.backend, "Adam");
+  }
   return true;
 }
 
 bool FusedSGDStep(const OptimizerStepLists& lists, const SGDStepScalars& scalars,
                   const DeviceScaleState* skip_if_found_inf) {
   const Route route = Check(lists, ListRules{.first = scalars.Momentum != 0.0f, .second = false});
-  if (!route.on_host) {
-    if (!route.backend->SGDStep(lists, scalars, skip_if_found_inf)) {
-      NoFusedStep(*route.backend, "SGD");
-    }
-    return true;
+  if (route.on_host && skip_if_found_inf != nullptr && skip_if_found_inf->FoundInf()) {
+    return false;  // a skipped step reads nothing
   }
-  if (skip_if_found_inf != nullptr && skip_if_found_inf->FoundInf()) {
-    return false;
+  if (!route.backend->SGDStep(lists, scalars, skip_if_found_inf)) {
+    NoFusedStep(*route.backend, "SGD");
   }
-  mlframework::detail::HostSGDStep(route.host, scalars);
   return true;
 }
 

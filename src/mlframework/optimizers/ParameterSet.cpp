@@ -18,13 +18,12 @@ bool IsHostFloat32(const ITensor& tensor) {
   return tensor.GetDataType() == DataType::Float32 && !tensor.HostBytes().empty();
 }
 
-// The elements of an FP32 host tensor (a master, a scratch buffer or an IsHostFloat32() tensor).
+}  // namespace
+
 std::span<float> Floats(ITensor& tensor) {
   const std::span<std::byte> bytes = tensor.MutableHostBytes();
   return {reinterpret_cast<float*>(bytes.data()), bytes.size() / sizeof(float)};
 }
-
-}  // namespace
 
 ParameterSet::ParameterSet(GradientMap parameters) : parameters_(std::move(parameters)) {
   if (parameters_.empty()) {
@@ -66,13 +65,12 @@ ParameterSet::ParameterSet(GradientMap parameters) : parameters_(std::move(param
   scratch_.resize(list_.size());
 }
 
-void* ParameterSet::FusedCopy(std::size_t i) const noexcept {
+TensorPtr ParameterSet::FusedCopy(std::size_t i) const noexcept {
   const DataType dtype = list_[i]->GetDataType();
-  if (in_place_[i] || (dtype != DataType::Float16 && dtype != DataType::BFloat16)) {
+  if (in_place_[i] || (dtype != DataType::Float16 && dtype != DataType::BFloat16) || list_[i]->HostBytes().empty()) {
     return nullptr;
   }
-  const std::span<std::byte> bytes = list_[i]->MutableHostBytes();
-  return bytes.empty() ? nullptr : bytes.data();
+  return list_[i];
 }
 
 void ParameterSet::SetGradients(const GradientMap& gradients) {
@@ -109,25 +107,25 @@ void ParameterSet::RequireGradients(const char* optimizer) const {
 
 std::span<float> ParameterSet::Master(std::size_t i) { return Floats(*master_list_[i]); }
 
-std::vector<std::span<const float>> ParameterSet::GradientsAsFloat() {
-  std::vector<std::span<const float>> spans(list_.size());
+std::vector<TensorPtr> ParameterSet::Float32Gradients() {
+  std::vector<TensorPtr> gradients(list_.size());
   AllocateScratch();
   std::vector<TensorPtr> src;
   std::vector<TensorPtr> dst;
   for (std::size_t i = 0; i < gradient_list_.size(); ++i) {
     const TensorPtr& gradient = gradient_list_[i];
     if (IsHostFloat32(*gradient)) {
-      spans[i] = Floats(*gradient);
+      gradients[i] = gradient;
       continue;
     }
     src.push_back(gradient);
     dst.push_back(scratch_[i]);
-    spans[i] = Floats(*scratch_[i]);
+    gradients[i] = scratch_[i];
   }
   if (!src.empty()) {
     CastInto(src, dst);  // one fused pass for every gradient that is not FP32 host memory
   }
-  return spans;
+  return gradients;
 }
 
 void ParameterSet::AllocateScratch() {

@@ -32,7 +32,6 @@ class ParameterSet {
   std::size_t Count() const noexcept { return list_.size(); }
   std::size_t Size(std::size_t i) const noexcept { return list_[i]->Size(); }
   const std::string& Name(std::size_t i) const noexcept { return names_[i]; }
-  DataType ParameterDtype(std::size_t i) const { return list_[i]->GetDataType(); }
   // Index of parameter @p name; ArgumentError naming @p parameter when there is none.
   std::size_t IndexOf(const std::string& name, const std::string& parameter) const;
 
@@ -43,15 +42,18 @@ class ParameterSet {
 
   // FP32 master elements of parameter i (the parameter's own memory when it is FP32 in host memory).
   std::span<float> Master(std::size_t i);
-  // The gradients as FP32 spans, in parameter order. FP32 gradients in host memory are read where they
-  // are; every other gradient is converted by one fused CastInto into reused FP32 buffers.
-  std::vector<std::span<const float>> GradientsAsFloat();
+  // The masters, in parameter order.
+  std::span<const TensorPtr> MasterList() const noexcept { return master_list_; }
+  // The gradients as FP32 host tensors, in parameter order. FP32 gradients in host memory are
+  // read where they are; every other gradient is converted by one fused CastInto into reused
+  // FP32 buffers.
+  std::vector<TensorPtr> Float32Gradients();
   // Rounds the masters into the parameters that are not updated in place (one fused CastInto).
   void WriteBack();
-  // The FP16/BF16 host memory of parameter i when a fused step writes its rounded value in the
-  // same pass (a parameter that is not its own master, in memory the host addresses), else null.
-  // Asked at every step: a tensor of a framework may hand out other memory later.
-  void* FusedCopy(std::size_t i) const noexcept;
+  // Parameter i when a fused step writes its rounded value in the same pass (FP16/BF16, not its
+  // own master, in memory the host addresses), else null. Asked at every step: a tensor of a
+  // framework may hand out other memory later.
+  TensorPtr FusedCopy(std::size_t i) const noexcept;
   // WriteBack() for the parameters FusedCopy() does not cover (none, after a fused step, unless
   // some parameters live in memory the host cannot address).
   void WriteBackUnfused();
@@ -83,6 +85,9 @@ class ParameterSet {
   std::vector<TensorPtr> gradient_list_;  // gradients in name order
   std::vector<TensorPtr> scratch_;        // FP32 buffers for gradients read through CastInto
 };
+
+// The elements of an FP32 tensor in host memory (a master, a scratch buffer, an optimizer state).
+std::span<float> Floats(ITensor& tensor);
 
 // Name written into a blob (length-prefixed).
 void WriteName(mlframework::detail::BlobWriter& writer, const std::string& name);

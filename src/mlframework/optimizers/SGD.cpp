@@ -6,9 +6,9 @@
 #include <vector>
 
 #include <mlframework/core/Error.hpp>
+#include <mlframework/core/Tensor.hpp>
 #include <mlframework/optimizers/FusedSteps.hpp>
 
-#include "mlframework/core/HostOptimizerStep.hpp"
 #include "mlframework/core/StateBlob.hpp"
 #include "mlframework/optimizers/ParameterSet.hpp"
 
@@ -18,6 +18,16 @@ namespace {
 
 constexpr char kKind[] = "optimizers.SGD";
 constexpr std::uint16_t kVersion = 2;  // 2: the options as doubles, with Dampening
+
+// The momentum buffers of @p values (an empty vector: no buffer yet, null).
+std::vector<TensorPtr> MomentumTensors(const std::vector<std::vector<float>>& values) {
+  std::vector<TensorPtr> buffers;
+  buffers.reserve(values.size());
+  for (const std::vector<float>& v : values) {
+    buffers.push_back(v.empty() ? nullptr : FromVector(v, {v.size()}));
+  }
+  return buffers;
+}
 
 }  // namespace
 
@@ -42,7 +52,7 @@ struct SGD::Impl {
   }
   SGDOptions options;
   detail::ParameterSet params;
-  std::vector<std::vector<float>> momentum;  // empty until the first step with Momentum > 0 (PyTorch)
+  std::vector<TensorPtr> momentum;  // FP32 host tensors, null until the first step with Momentum > 0 (PyTorch)
   std::int64_t steps = 0;
 };
 
@@ -60,32 +70,41 @@ void SGD::SetGradients(const GradientMap& gradients) { impl_->params.SetGradient
 void SGD::Step() {
   Impl& s = *impl_;
   s.params.RequireGradients("SGD");
-  const std::vector<std::span<const float>> grads = s.params.GradientsAsFloat();
+  const std::vector<TensorPtr> gradients = s.params.Float32Gradients();
   const bool momentum = s.options.Momentum != 0.0;
   // One fused pass per step, the FP16/BF16 parameters in host memory written in it. Buffers made
   // by this step start as a copy of d (PyTorch), so they run as a "first step" call of their own.
-  std::vector<mlframework::detail::HostOptimizerTensor> first;
-  std::vector<mlframework::detail::HostOptimizerTensor> later;
+  struct Lists {
+    std::vector<TensorPtr> parameters;
+    std::vector<TensorPtr> gradients;
+    std::vector<TensorPtr> momentum;
+    std::vector<TensorPtr> low_precision;
+  };
+  Lists first;
+  Lists later;
   for (std::size_t t = 0; t < s.params.Count(); ++t) {
-    mlframework::detail::HostOptimizerTensor x;
-    x.parameter = s.params.Master(t).data();
-    x.gradient = grads[t].data();
-    x.low_precision = s.params.FusedCopy(t);
-    x.low_precision_dtype = s.params.ParameterDtype(t);
-    x.count = grads[t].size();
-    std::vector<float>& buffer = s.momentum[t];
-    const bool made_now = momentum && buffer.empty();
-    if (momentum) {
-      buffer.resize(x.count);
-      x.first = buffer.data();
+    TensorPtr& buffer = s.momentum[t];
+    const bool made_now = momentum && !buffer;
+    if (made_now) {
+      buffer = Zeros({s.params.Size(t)});
     }
-    (made_now ? first : later).push_back(x);
+    Lists& lists = made_now ? first : later;
+    lists.parameters.push_back(s.params.MasterList()[t]);
+    lists.gradients.push_back(gradients[t]);
+    lists.low_precision.push_back(s.params.FusedCopy(t));
+    if (momentum) {
+      lists.momentum.push_back(buffer);
+    }
   }
-  if (!first.empty()) {
-    mlframework::detail::HostSGDStep(first, SGDStepScalarsFor(s.options, true));
-  }
-  if (!later.empty()) {
-    mlframework::detail::HostSGDStep(later, SGDStepScalarsFor(s.options, false));
+  for (const bool first_step : {true, false}) {
+    const Lists& lists = first_step ? first : later;
+    if (!lists.parameters.empty()) {
+      FusedSGDStep(OptimizerStepLists{.Parameters = lists.parameters,
+                                      .Gradients = lists.gradients,
+                                      .FirstState = lists.momentum,
+                                      .LowPrecisionCopies = lists.low_precision},
+                   SGDStepScalarsFor(s.options, first_step));
+    }
   }
   s.params.WriteBackUnfused();
   ++s.steps;
@@ -111,7 +130,8 @@ void SGD::SetLearningRate(double learning_rate) {
 std::int64_t SGD::StepCount() const noexcept { return impl_->steps; }
 
 std::span<const float> SGD::MomentumBuffer(const std::string& name) const {
-  return impl_->momentum[impl_->params.IndexOf(name, "name")];
+  const TensorPtr& buffer = impl_->momentum[impl_->params.IndexOf(name, "name")];
+  return buffer ? detail::Floats(*buffer) : std::span<const float>();
 }
 
 void SGD::RestoreState(const std::map<std::string, SGDParameterState>& state, std::int64_t steps) {
@@ -122,6 +142,7 @@ void SGD::RestoreState(const std::map<std::string, SGDParameterState>& state, st
   s.params.RequireSameNames(
       state.size(), [&](const std::string& name) { return state.count(name) != 0; }, "state");
   std::vector<std::vector<float>> masters;
+  std::vector<std::vector<float>> momentum;
   for (std::size_t t = 0; t < s.params.Count(); ++t) {
     const SGDParameterState& entry = state.at(s.params.Name(t));
     s.params.RequireLength(entry.Master.size(), t, "master weights", "state");
@@ -129,12 +150,12 @@ void SGD::RestoreState(const std::map<std::string, SGDParameterState>& state, st
       s.params.RequireLength(entry.MomentumBuffer.size(), t, "momentum values", "state");
     }
     masters.push_back(entry.Master);
+    momentum.push_back(entry.MomentumBuffer);
   }
+  std::vector<TensorPtr> buffers = MomentumTensors(momentum);
   // Everything checked: commit.
   s.params.CommitMasters(masters);
-  for (std::size_t t = 0; t < s.params.Count(); ++t) {
-    s.momentum[t] = state.at(s.params.Name(t)).MomentumBuffer;
-  }
+  s.momentum = std::move(buffers);
   s.steps = steps;
 }
 
@@ -180,9 +201,9 @@ std::vector<std::byte> SGD::StateDict() const {
   writer.I64(s.steps);
   s.params.SaveMasters(writer);
   for (std::size_t t = 0; t < s.params.Count(); ++t) {
-    writer.U8(s.momentum[t].empty() ? 0 : 1);
-    if (!s.momentum[t].empty()) {
-      detail::WriteFloats(writer, s.momentum[t]);
+    writer.U8(s.momentum[t] ? 1 : 0);
+    if (s.momentum[t]) {
+      detail::WriteFloats(writer, detail::Floats(*s.momentum[t]));
     }
   }
   return writer.Finish();
@@ -207,9 +228,10 @@ void SGD::LoadStateDict(std::span<const std::byte> state) {
     }
   }
   reader.ExpectEnd();
+  std::vector<TensorPtr> buffers = MomentumTensors(momentum);
   // Everything decoded: commit.
   s.params.CommitMasters(masters);
-  s.momentum = std::move(momentum);
+  s.momentum = std::move(buffers);
   s.options = options;
   s.steps = steps;
 }

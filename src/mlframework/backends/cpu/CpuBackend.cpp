@@ -199,9 +199,3 @@ const TensorBackend& Backend() noexcept {
 std::string_view InstructionSet() noexcept { return ActiveKernels().name; }
 
 }  // namespace mlframework::backends::cpu
-
-namespace mlframework::detail {
-
-const TensorBackend& HostBackend() noexcept { return backends::cpu::Backend(); }
-
-}  // namespace mlframework::detail

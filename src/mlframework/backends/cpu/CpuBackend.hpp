@@ -46,6 +46,12 @@ class CpuBackend final : public HostScalingBackend {  // scaling: host states, t
   std::optional<NonFiniteAndAmax> CastIntoAndAmaxLists(std::span<const TensorPtr> src, std::span<const TensorPtr> dst,
                                                        float factor) const override;
 
+  // Fused optimizer steps over host memory, defined in OptimizerKernels.cpp.
+  bool AdamStep(const OptimizerStepLists& lists, const AdamStepScalars& scalars,
+                const DeviceScaleState* skip_if_found_inf) const override;
+  bool SGDStep(const OptimizerStepLists& lists, const SGDStepScalars& scalars,
+               const DeviceScaleState* skip_if_found_inf) const override;
+
   // FP8 kernels (Float8Kernels.hpp), defined in CpuBackendFloat8.cpp.
   void AmaxInto(std::span<const ITensor* const> tensors, ITensor& amax) const override;
   void ScaledCastToFloat8(std::span<const ITensor* const> src, std::span<ITensor* const> dst, const ITensor& scale,

@@ -166,7 +166,7 @@ void* DataPointerHook(const ITensor& tensor) {
 TensorPtr MakeHook(const Shape& shape, DataType dtype, Device /*device*/) { return Empty(shape, dtype); }
 
 const mlframework::detail::DeviceTensorHooks kHooks{
-    .Make = &MakeHook, .Wrap = &WrapHook, .DataPointer = &DataPointerHook};
+    .Make = &MakeHook, .Wrap = &WrapHook, .DataPointer = &DataPointerHook, .Backend = &cpu::Backend};
 
 [[maybe_unused]] const bool kRegistered = [] {
   mlframework::detail::RegisterDeviceTensorHooks(DeviceType::CPU, &kHooks);

@@ -23,16 +23,13 @@
 #include <mlframework/core/OptimizerStep.hpp>
 
 #include "mlframework/backends/cpu/InstructionSets.hpp"
-#include "mlframework/core/HostOptimizerStep.hpp"
 
 namespace mlframework::backends::cpu {
-
-using OptimizerTensor = detail::HostOptimizerTensor;
 
 /// Rounds @p count FP32 values into @p dst of the low-precision dtype (a cast kernel of KernelTable).
 using NarrowFn = bool (*)(const void* src, void* dst, std::size_t count, float factor);
 
-/// One piece: elements [begin, begin + count) of an OptimizerTensor, with its narrowing kernel.
+/// One piece: elements [begin, begin + count) of one tensor of a step, with its narrowing kernel.
 struct OptimizerPiece {
   float* parameter;
   const float* gradient;
