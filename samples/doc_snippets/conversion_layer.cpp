@@ -9,7 +9,7 @@ namespace mp = mlframework::optimizers::mixed_precision;
 // Check, unscale, clip at norm 1 and convert to FP32 in two passes, then step on FP32 gradients.
 void TrainWithConversionLayer(Model& model, int steps) {
   mp::GradientConversionLayer layer({.EnableGradientClipping = true, .MaxGradNorm = 1.0f});
-  optimizers::Adam optimizer(model.Parameters(), {.LearningRate = 5e-2f});
+  optimizers::Adam optimizer(model.Parameters(), {.LearningRate = 5e-2});
   for (int step = 0; step < steps; ++step) {
     model.Backward(layer.ScaleLoss(model.Forward()));  // FP16 gradients of loss * scale
     const mp::GradientProcessingResult result = layer.ProcessGradients(model.Gradients());

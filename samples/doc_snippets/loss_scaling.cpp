@@ -8,8 +8,8 @@ using namespace mlframework;
 
 // Two optimizers, one scaler (one for the embeddings, one for the rest): the PyTorch sequence.
 void TrainTwoOptimizers(Model& embeddings, Model& rest, int steps) {
-  optimizers::Adam sparse(embeddings.Parameters(), {.LearningRate = 1e-2f});
-  optimizers::SGD dense(rest.Parameters(), {.LearningRate = 1e-3f});
+  optimizers::Adam sparse(embeddings.Parameters(), {.LearningRate = 1e-2});
+  optimizers::SGD dense(rest.Parameters(), {.LearningRate = 1e-3});
   amp::GradScaler scaler = amp::GradScalerFactory::CreateForFP16();
   for (int step = 0; step < steps; ++step) {
     const float loss = embeddings.Forward()->ToFloatVector()[0] + rest.Forward()->ToFloatVector()[0];
@@ -27,7 +27,7 @@ void TrainTwoOptimizers(Model& embeddings, Model& rest, int steps) {
 // Gradient accumulation: four micro-batches, one optimizer step.
 void TrainAccumulating(Model& model, int steps) {
   constexpr int kMicroBatches = 4;
-  optimizers::Adam optimizer(model.Parameters(), {.LearningRate = 5e-2f});
+  optimizers::Adam optimizer(model.Parameters(), {.LearningRate = 5e-2});
   amp::GradScaler scaler = amp::GradScalerFactory::CreateForFP16();
   for (int step = 0; step < steps; ++step) {
     model.ZeroGradients();
@@ -43,7 +43,7 @@ void TrainAccumulating(Model& model, int steps) {
 
 // A framework whose backward starts from a seed gradient instead of a loss tensor.
 void TrainWithOwnBackward(Model& model, int steps) {
-  optimizers::Adam optimizer(model.Parameters(), {.LearningRate = 5e-2f});
+  optimizers::Adam optimizer(model.Parameters(), {.LearningRate = 5e-2});
   amp::GradScaler scaler = amp::GradScalerFactory::CreateForFP16();
   for (int step = 0; step < steps; ++step) {
     const TensorPtr loss = model.Forward();

@@ -57,7 +57,7 @@ int main() {
   // The custom scaler inside GradScaler: an overflow skips the step and halves the scale.
   amp::GradScaler scaler(std::make_shared<BackoffOnlyScaler>(1024.0f));
   const TensorPtr weight = FromVector({1.0f, 2.0f}, {2}, DataType::Float16);
-  optimizers::SGD sgd({{"w", weight}}, {.LearningRate = 0.5f});
+  optimizers::SGD sgd({{"w", weight}}, {.LearningRate = 0.5});
   {
     amp::GradScalerContext ctx(scaler, Scalar(1.0f));
     sgd.SetGradients({{"w", FromVector({1.0f, std::numeric_limits<float>::infinity()}, {2}, DataType::Float16)}});
@@ -95,7 +95,7 @@ int main() {
     std::ostringstream csv;
     WatchOverflows(watched, log, csv);
     const TensorPtr w = FromVector({1.0f, 2.0f}, {2}, DataType::Float16);
-    optimizers::SGD plain({{"w", w}}, {.LearningRate = 0.5f});
+    optimizers::SGD plain({{"w", w}}, {.LearningRate = 0.5});
     watched.Scale(Scalar(1.0f));
     plain.SetGradients({{"w", FromVector({1.0f, std::numeric_limits<float>::infinity()}, {2}, DataType::Float16)}});
     Expect(!watched.Step(plain), "diagnostics: an overflow skips the step");

@@ -8,7 +8,7 @@ using namespace mlframework;
 
 // Mixed-precision training: FP16 model, FP32 master weights, dynamic loss scaling.
 void Train(Model& model, int steps) {
-  optimizers::Adam optimizer(model.Parameters(), {.LearningRate = 5e-2f});
+  optimizers::Adam optimizer(model.Parameters(), {.LearningRate = 5e-2});
   amp::GradScaler scaler = amp::GradScalerFactory::CreateForFP16();
   for (int step = 0; step < steps; ++step) {
     const TensorPtr loss = model.Forward();    // FP32 scalar
