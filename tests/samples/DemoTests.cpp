@@ -115,7 +115,7 @@ BOOST_AUTO_TEST_CASE(TinyRunReachesTheAccuracyFP32Reaches) {
   // steps the ones summary.csv counts.
   std::ifstream steps(scratch.path / "fp16-scaler-steps.csv");
   std::getline(steps, line);
-  BOOST_TEST(line == "step,scale,skipped,grad_norm,overflowing_tensors");
+  BOOST_TEST(line == "step,scale,skipped,grad_norm,overflowing_tensors,new_scale,amax,nan_count,inf_count");
   int step_rows = 0;
   int skipped = 0;
   while (std::getline(steps, line)) {
