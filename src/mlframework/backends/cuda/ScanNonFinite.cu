@@ -25,9 +25,9 @@ template <typename Bits>
 __global__ void ScanKernel(const Bits* data, std::uint64_t size, Masks<Bits> masks, DeviceNonFiniteScan* out) {
   unsigned long long count = 0;      // NOLINT(google-runtime-int)
   unsigned long long first = ~0ull;  // NOLINT(google-runtime-int)
-  unsigned long long nan = 0;  // NOLINT(google-runtime-int)
-  unsigned long long pos = 0;  // NOLINT(google-runtime-int)
-  unsigned long long neg = 0;  // NOLINT(google-runtime-int)
+  unsigned long long nan = 0;        // NOLINT(google-runtime-int)
+  unsigned long long pos = 0;        // NOLINT(google-runtime-int)
+  unsigned long long neg = 0;        // NOLINT(google-runtime-int)
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < size; i += stride) {
     const Bits value = data[i];

@@ -12,8 +12,8 @@ namespace mlframework::backends::cuda {
 /// What the scan kernel accumulates in device memory for one tensor. Before the launch: all
 /// zero except first_index, all ones (no index yet).
 struct DeviceNonFiniteScan {
-  unsigned long long count;        // NOLINT(google-runtime-int): atomicAdd's type
-  unsigned long long first_index;  // NOLINT(google-runtime-int): atomicMin's type
+  unsigned long long count;          // NOLINT(google-runtime-int): atomicAdd's type
+  unsigned long long first_index;    // NOLINT(google-runtime-int): atomicMin's type
   unsigned long long nan_count;      // NOLINT(google-runtime-int): atomicAdd's type
   unsigned long long pos_inf_count;  // NOLINT(google-runtime-int)
   unsigned long long neg_inf_count;  // NOLINT(google-runtime-int)
