@@ -23,8 +23,10 @@
 
 #include <mlframework/backends/cuda/CudaTensor.hpp>
 #include <mlframework/core/DeviceScaling.hpp>
+#include <mlframework/core/Float8Cast.hpp>
 #include <mlframework/core/MultiTensor.hpp>
 #include <mlframework/core/Tensor.hpp>
+#include <mlframework/optimizers/FusedSteps.hpp>
 
 using namespace mlframework;
 namespace cuda = mlframework::backends::cuda;
@@ -243,6 +245,40 @@ void BM_cast_scaled(benchmark::State& state) {
   TimeOnDevice(state, Bytes(src) + Bytes(dst), [&] { benchmark::DoNotOptimize(CastInto(src, dst, 0.5f)); });
 }
 
+// One fused AdamW step over FP32 parameters, gradients and moments (fp16:1 also writes an FP16
+// copy of each parameter): reads 16 bytes and writes 12 (+2) per element.
+void BM_fused_adam(benchmark::State& state) {
+  const auto parameters = MakeList(state, DataType::Float32);
+  const auto gradients = MakeList(state, DataType::Float32);
+  const auto first = MakeList(state, DataType::Float32);
+  const auto second = MakeList(state, DataType::Float32);
+  std::vector<TensorPtr> copies;
+  if (state.range(1) == 1) {
+    copies = MakeList(state, DataType::Float16);
+  }
+  const OptimizerStepLists lists{.Parameters = parameters,
+                                 .Gradients = gradients,
+                                 .FirstState = first,
+                                 .SecondState = second,
+                                 .LowPrecisionCopies = copies};
+  const AdamStepScalars scalars = optimizers::AdamStepScalarsFor(optimizers::AdamOptions::AdamW(1e-3, 1e-2), 10);
+  TimeOnDevice(state, 2 * Bytes(parameters) + Bytes(gradients) + 2 * Bytes(first) + 2 * Bytes(second) + Bytes(copies),
+               [&] { benchmark::DoNotOptimize(optimizers::FusedAdamStep(lists, scalars)); });
+}
+
+// The scaled saturating cast to FP8 E4M3 with each tensor's amax, from FP32 (fp16:0) or FP16.
+void BM_fp8_cast_amax(benchmark::State& state) {
+  const auto src = MakeList(state, DtypeOf(state.range(1)));
+  std::vector<TensorPtr> dst;
+  dst.reserve(src.size());
+  for (const TensorPtr& t : src) {
+    dst.push_back(Zeros(t->GetShape(), DataType::Float8E4M3FN, kGpu));
+  }
+  const TensorPtr scale = FromVector(std::vector<float>(src.size(), 2.0f), {src.size()}, DataType::Float32, kGpu);
+  const TensorPtr amax = Zeros({src.size()}, DataType::Float32, kGpu);
+  TimeOnDevice(state, Bytes(src) + Bytes(dst), [&] { ScaledCastToFloat8(src, dst, scale, amax); });
+}
+
 void BM_copy_read_write(benchmark::State& state) {
   CopyOfTraffic(state, TrafficOf(state, ElementSize(DtypeOf(state.range(1))), ElementSize(DtypeOf(state.range(1)))));
 }
@@ -253,6 +289,14 @@ void BM_copy_read_only(benchmark::State& state) {
 
 void BM_copy_cast(benchmark::State& state) {
   CopyOfTraffic(state, TrafficOf(state, 4, 2));  // FP32 <-> FP16 moves 6 bytes per element either way
+}
+
+void BM_copy_adam(benchmark::State& state) {
+  CopyOfTraffic(state, TrafficOf(state, 16, state.range(1) == 1 ? 14 : 12));
+}
+
+void BM_copy_fp8(benchmark::State& state) {
+  CopyOfTraffic(state, TrafficOf(state, ElementSize(DtypeOf(state.range(1))), 1));
 }
 
 void Arguments(benchmark::internal::Benchmark* b) {
@@ -287,6 +331,10 @@ BENCHMARK(BM_has_non_finite)->Apply(Arguments);
 BENCHMARK(BM_check_and_sum_squares)->Apply(Arguments);
 BENCHMARK(BM_copy_cast)->Apply(Arguments);
 BENCHMARK(BM_cast_scaled)->Apply(Arguments);
+BENCHMARK(BM_copy_adam)->Apply(Arguments);
+BENCHMARK(BM_fused_adam)->Apply(Arguments);
+BENCHMARK(BM_copy_fp8)->Apply(Arguments);
+BENCHMARK(BM_fp8_cast_amax)->Apply(Arguments);
 
 int main(int argc, char** argv) {
   if (!cuda::IsAvailable()) {

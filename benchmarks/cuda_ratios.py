@@ -18,6 +18,8 @@ LIMIT = {
     "BM_cast_scaled": "BM_copy_cast",
     "BM_has_non_finite": "BM_copy_read_only",
     "BM_check_and_sum_squares": "BM_copy_read_only",
+    "BM_fused_adam": "BM_copy_adam",
+    "BM_fp8_cast_amax": "BM_copy_fp8",
 }
 
 

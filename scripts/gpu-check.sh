@@ -19,7 +19,8 @@
 #               GPU machine's own, or wheels installed before this script runs)
 #
 # The summary goes to $OUT/gpu-check-summary.txt when OUT is set, else to
-# ./gpu-check-summary.txt (MLFW_GPU_CHECK_SUMMARY overrides); the benchmark's JSON goes beside it.
+# ./gpu-check-summary.txt (MLFW_GPU_CHECK_SUMMARY overrides); the benchmark's JSON and every stage's
+# whole log (gpu-check-logs.tar.gz) go beside it.
 # Exit status: 0 when every stage that ran passed, 1 when one failed or timed out, 2 when nothing
 # could run (no bundle, no GPU). --dry-run prints each stage's command and time limit and runs
 # nothing (no GPU needed).
@@ -33,7 +34,7 @@ for arg in "$@"; do
   case $arg in
     --dry-run) dry_run=1 ;;
     -h | --help)
-      sed -n '2,26p' "$0"
+      sed -n '2,27p' "$0"
       exit 0
       ;;
     -*)
@@ -55,6 +56,9 @@ trap 'rm -rf "$logs"' EXIT
 large_suites="CudaLargeTensor:CudaDLPackOffset"
 device_filter="!CudaLargeTensor"
 
+# The fused-optimizer suite compares the device steps bit for bit with the CPU's AVX2 kernels (the
+# AVX-512 ones take MKL's square root, as torch does); CMake sets the same for its CTest entry.
+export MLFW_CPU_ISA=avx2
 export LD_LIBRARY_PATH="$bundle/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # Libraries the bundle leaves to the GPU machine (CUDA's runtime, NCCL) may live in Python's
 # nvidia-* packages there rather than under /usr/local/cuda: add their lib folders.
@@ -176,13 +180,17 @@ for tool in memcheck racecheck synccheck; do
   if [[ -n $sanitizer ]] || ((dry_run)); then
     limit=60
     [[ $tool == memcheck ]] && limit=75
-    run_stage "$tool" "$limit" "${sanitizer:-compute-sanitizer}" --tool "$tool" --error-exitcode 3 \
+    # --report-api-errors no: NCCL's communicator set-up probes kernel images its build lacks for
+    # this GPU and gets cudaErrorNoKernelImageForDevice by design (72 such reports, all from
+    # ncclInitKernelsForDevice); the library's own calls go through one driver that checks every
+    # status and throws, so a failing API call still fails the suite.
+    run_stage "$tool" "$limit" "${sanitizer:-compute-sanitizer}" --tool "$tool" --report-api-errors no --error-exitcode 3 \
       "$device" "--run_test=$device_filter" --report_level=short
   else
     results+=("$(printf '%-10s %-18s' "$tool" 'skipped (compute-sanitizer not found)')")
   fi
 done
-run_stage bench 60 "$bench" --benchmark_min_time=0.05 --benchmark_repetitions=3 \
+run_stage bench 150 "$bench" --benchmark_min_time=0.05 --benchmark_repetitions=3 \
   --benchmark_report_aggregates_only=true --benchmark_format=json "--benchmark_out=$bench_json"
 if ((!dry_run)) && [[ -s $bench_json ]]; then
   python3 benchmarks/cuda_ratios.py "$bench_json" >"$logs/ratios.txt" 2>&1 || true
@@ -208,6 +216,7 @@ fi
   printf '%s\n' "${results[@]}"
   cat "$details" 2>/dev/null || true
 } >"$summary"
+tar czf "$(dirname "$summary")/gpu-check-logs.tar.gz" -C "$logs" . 2>/dev/null || true
 echo "gpu-check: summary in $summary"
 printf '%s\n' "${results[@]}"
 exit "$failed"

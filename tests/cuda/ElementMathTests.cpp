@@ -186,6 +186,31 @@ BOOST_AUTO_TEST_CASE(FiniteTestOnStoredBitsMatchesWidenedValue) {
   }
 }
 
+// The NaN test and sign bit read from the stored bits agree with the host's exact widening on
+// every code (the device's FP16 widening drops a NaN's sign, so the FP8 cast reads it from the bits).
+BOOST_AUTO_TEST_CASE(NaNAndSignOnStoredBitsMatchTheWidenedValue) {
+  for (const std::uint16_t bits : All16BitPatterns()) {
+    const float half = cu::ToFloat<DataType::Float16>(bits);
+    const float bf16 = cu::ToFloat<DataType::BFloat16>(bits);
+    BOOST_TEST(cu::IsNaNStored<DataType::Float16>(bits) == std::isnan(half));
+    BOOST_TEST(cu::IsNaNStored<DataType::BFloat16>(bits) == std::isnan(bf16));
+    BOOST_TEST(cu::SignBitStored<DataType::Float16>(bits) == std::signbit(half));
+    BOOST_TEST(cu::SignBitStored<DataType::BFloat16>(bits) == std::signbit(bf16));
+  }
+  for (const std::uint8_t bits : All8BitPatterns()) {
+    const float e4m3 = cu::ToFloat<DataType::Float8E4M3FN>(bits);
+    const float e5m2 = cu::ToFloat<DataType::Float8E5M2>(bits);
+    BOOST_TEST(cu::IsNaNStored<DataType::Float8E4M3FN>(bits) == std::isnan(e4m3));
+    BOOST_TEST(cu::IsNaNStored<DataType::Float8E5M2>(bits) == std::isnan(e5m2));
+    BOOST_TEST(cu::SignBitStored<DataType::Float8E4M3FN>(bits) == std::signbit(e4m3));
+    BOOST_TEST(cu::SignBitStored<DataType::Float8E5M2>(bits) == std::signbit(e5m2));
+  }
+  for (const float value : SpreadOfFloats()) {
+    BOOST_TEST(cu::IsNaNStored<DataType::Float32>(value) == std::isnan(value));
+    BOOST_TEST(cu::SignBitStored<DataType::Float32>(value) == std::signbit(value));
+  }
+}
+
 BOOST_AUTO_TEST_CASE(WideningAndNarrowingRoundTripEvery16BitValue) {
   for (const std::uint16_t bits : All16BitPatterns()) {
     const float half = cu::ToFloat<DataType::Float16>(bits);

@@ -65,6 +65,35 @@ MLFW_HOST_DEVICE inline float ToFloat(StoredType<D> stored) {
   }
 }
 
+/// The sign bit of a stored element, read from its bits (NaN included: the hardware's widening
+/// of an FP16 NaN gives the positive canonical NaN).
+template <DataType D>
+MLFW_HOST_DEVICE inline bool SignBitStored(StoredType<D> stored) {
+  if constexpr (D == DataType::Float32) {
+    return (detail::FloatAsBits(stored) >> 31) != 0u;
+  } else if constexpr (D == DataType::Float8E4M3FN || D == DataType::Float8E5M2) {
+    return (stored & 0x80u) != 0u;
+  } else {
+    return (stored & 0x8000u) != 0u;
+  }
+}
+
+/// Whether a stored element is a NaN, from its bits.
+template <DataType D>
+MLFW_HOST_DEVICE inline bool IsNaNStored(StoredType<D> stored) {
+  if constexpr (D == DataType::Float32) {
+    return (detail::FloatAsBits(stored) & 0x7fffffffu) > 0x7f800000u;
+  } else if constexpr (D == DataType::Float16) {
+    return (stored & 0x7fffu) > 0x7c00u;
+  } else if constexpr (D == DataType::BFloat16) {
+    return (stored & 0x7fffu) > 0x7f80u;
+  } else if constexpr (D == DataType::Float8E4M3FN) {
+    return (stored & 0x7fu) == 0x7fu;
+  } else {
+    return (stored & 0x7fu) > 0x7cu;
+  }
+}
+
 /// Round-to-nearest-even narrowing of a float into the stored type.
 template <DataType D>
 MLFW_HOST_DEVICE inline StoredType<D> FromFloat(float value) {

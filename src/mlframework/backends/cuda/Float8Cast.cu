@@ -40,16 +40,33 @@ __device__ inline void BlockRaiseMaxBits(std::uint32_t peak, std::uint32_t* targ
   __syncthreads();
 }
 
-// cuda_fp8.h's saturating conversion; a NaN product keeps its sign as core/Float8Bits.hpp (and
-// so the CPU backend) writes it: the hardware conversion writes every NaN positive.
-template <DataType T>
-__device__ inline std::uint8_t SaturateToFloat8(float y) {
-  constexpr __nv_fp8_interpretation_t kFormat = T == DataType::Float8E4M3FN ? __NV_E4M3 : __NV_E5M2;
-  const auto out = static_cast<std::uint8_t>(__nv_cvt_float_to_fp8(y, __NV_SATFINITE, kFormat));
-  if (isnan(y)) {
-    return static_cast<std::uint8_t>(((__float_as_uint(y) >> 24) & 0x80u) | 0x7fu);
+// The sign bit of the NaN that the CPU backend's `x * factor` gives (x86 SSE/AVX rules, which
+// torch's CPU cast follows): a NaN source comes out with its own sign, then a NaN factor with its
+// sign, and an invalid product (infinity times zero) is the negative default NaN. The GPU writes
+// every NaN it computes as the positive canonical NaN (its multiply and its FP16 widening alike),
+// so the sign is taken from the stored source bits and the factor instead.
+template <DataType S>
+__device__ inline std::uint32_t CpuNaNSign(StoredType<S> stored, float factor) {
+  if (IsNaNStored<S>(stored)) {
+    return SignBitStored<S>(stored) ? 0x80000000u : 0u;
   }
-  return out;
+  if (isnan(factor)) {
+    return __float_as_uint(factor) & 0x80000000u;
+  }
+  return 0x80000000u;
+}
+
+// cuda_fp8.h's saturating conversion of @p x (@p stored widened) times @p factor; a NaN product
+// keeps the sign that core/Float8Bits.hpp (and so the CPU backend) writes: the hardware conversion
+// writes every NaN positive.
+template <DataType S, DataType T>
+__device__ inline std::uint8_t SaturateToFloat8(StoredType<S> stored, float x, float factor) {
+  constexpr __nv_fp8_interpretation_t kFormat = T == DataType::Float8E4M3FN ? __NV_E4M3 : __NV_E5M2;
+  const float y = x * factor;
+  if (isnan(y)) {
+    return static_cast<std::uint8_t>((CpuNaNSign<S>(stored, factor) >> 24) | 0x7fu);
+  }
+  return static_cast<std::uint8_t>(__nv_cvt_float_to_fp8(y, __NV_SATFINITE, kFormat));
 }
 
 __global__ void __launch_bounds__(kBlockThreads, kMinBlocksPerMultiprocessor)
@@ -90,7 +107,7 @@ __global__ void __launch_bounds__(kBlockThreads)
               const float x = ToFloat<S>(stored);
               const std::uint32_t m = MagnitudeBits(x);
               peak = m > peak ? m : peak;
-              dst[i] = SaturateToFloat8<T>(x * factor);
+              dst[i] = SaturateToFloat8<S, T>(stored, x, factor);
             });
       };
       if (static_cast<DataType>(list.dtype[1][s]) == DataType::Float8E4M3FN) {
