@@ -107,7 +107,7 @@ struct UnscaledGroup {
 void RefuseFloat8(const GradientMap& gradients) {
   for (const auto& [name, tensor] : gradients) {
     if (tensor) {
-      mlframework::detail::RequireLossScalable(*tensor, "gradients[\"" + name + "\"]");
+      mlframework::detail::RequireLossScalableGradient(*tensor, name);
     }
   }
 }

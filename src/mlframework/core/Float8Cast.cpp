@@ -84,12 +84,17 @@ class Call {
   const TensorBackend& Backend() const { return *anchor_->Backend(); }
   ITensor& Anchor() const { return *anchor_; }
 
-  // @p tensor on a backend, checked to be on the anchor's backend and device.
-  TensorPtr Take(const TensorPtr& tensor, const std::string& name) const {
-    TensorPtr resolved = OnABackend(tensor, name);
+  // @p tensor on a backend, checked to be on the anchor's backend and device; @p name() names it
+  // in an error (built only then: a call takes thousands of tensors).
+  template <typename Name>
+  TensorPtr Take(const TensorPtr& tensor, Name&& name) const {
+    if (tensor->Backend() == anchor_->Backend() && tensor->GetDevice() == anchor_->GetDevice()) {
+      return tensor;
+    }
+    TensorPtr resolved = OnABackend(tensor, name());
     if (resolved->Backend() != anchor_->Backend() || resolved->GetDevice() != anchor_->GetDevice()) {
-      throw ArgumentError(name, "is on " + Where(*resolved) + " but " + anchor_name_ + " is on " + Where(*anchor_) +
-                                    ": every tensor of the call must be on one device");
+      throw ArgumentError(name(), "is on " + Where(*resolved) + " but " + anchor_name_ + " is on " + Where(*anchor_) +
+                                      ": every tensor of the call must be on one device");
     }
     return resolved;
   }
@@ -98,7 +103,7 @@ class Call {
     std::vector<TensorPtr> taken;
     taken.reserve(tensors.size());
     for (std::size_t i = 0; i < tensors.size(); ++i) {
-      taken.push_back(Take(tensors[i], Indexed(name, i)));
+      taken.push_back(Take(tensors[i], [&] { return Indexed(name, i); }));
     }
     return taken;
   }
@@ -166,7 +171,7 @@ void ScaledCastToFloat8(std::span<const TensorPtr> src, std::span<const TensorPt
   const Call call(scale, "scale");
   const std::vector<TensorPtr> taken_src = call.TakeAll(src, "src");
   const std::vector<TensorPtr> taken_dst = call.TakeAll(dst, "dst");
-  const TensorPtr taken_amax = amax ? call.Take(amax, "amax") : nullptr;
+  const TensorPtr taken_amax = amax ? call.Take(amax, [] { return std::string("amax"); }) : nullptr;
   if (taken_src.empty()) {
     return;
   }

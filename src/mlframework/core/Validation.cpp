@@ -31,13 +31,28 @@ void ThrowMovedFrom(std::string_view owner) {
   throw InvalidOperationError(std::string(owner) + " was moved from; use the object it was moved into");
 }
 
-void RequireLossScalable(const ITensor& tensor, const std::string& parameter) {
+namespace {
+
+[[noreturn]] void ThrowNotLossScalable(DataType dtype, const std::string& parameter) {
+  // FP8 training scales each tensor by its own amax (an fp8 scaling recipe), not the loss.
+  throw ArgumentError(parameter, "is " + std::string(ToString(dtype)) +
+                                     ": loss scaling refuses FP8 gradients (FP8 tensors need per-tensor "
+                                     "scales, see fp8::DelayedScaling and fp8::CurrentScaling)");
+}
+
+}  // namespace
+
+void RequireLossScalable(const ITensor& tensor, std::string_view parameter) {
   const DataType dtype = tensor.GetDataType();
   if (IsFloat8(dtype)) {
-    // FP8 training scales each tensor by its own amax (an fp8 scaling recipe), not the loss.
-    throw ArgumentError(parameter, "is " + std::string(ToString(dtype)) +
-                                       ": loss scaling refuses FP8 gradients (FP8 tensors need per-tensor "
-                                       "scales, see fp8::DelayedScaling and fp8::CurrentScaling)");
+    ThrowNotLossScalable(dtype, std::string(parameter));
+  }
+}
+
+void RequireLossScalableGradient(const ITensor& tensor, const std::string& name) {
+  const DataType dtype = tensor.GetDataType();
+  if (IsFloat8(dtype)) {
+    ThrowNotLossScalable(dtype, "gradients[\"" + name + "\"]");
   }
 }
 
@@ -45,18 +60,20 @@ std::vector<TensorPtr> LossScalingList(const GradientMap& gradients) {
   std::vector<TensorPtr> list = TensorList(gradients);
   std::size_t index = 0;
   for (const auto& entry : gradients) {
-    RequireLossScalable(*list[index++], "gradients[\"" + entry.first + "\"]");
+    RequireLossScalableGradient(*list[index++], entry.first);
   }
   return list;
 }
 
 void RequireLossScalable(std::span<const TensorPtr> tensors, const char* name) {
   for (std::size_t i = 0; i < tensors.size(); ++i) {
-    const std::string parameter = std::string(name) + "[" + std::to_string(i) + "]";
     if (!tensors[i]) {
-      throw ArgumentNullError(parameter);
+      throw ArgumentNullError(std::string(name) + "[" + std::to_string(i) + "]");
     }
-    RequireLossScalable(*tensors[i], parameter);
+    const DataType dtype = tensors[i]->GetDataType();
+    if (IsFloat8(dtype)) {
+      ThrowNotLossScalable(dtype, std::string(name) + "[" + std::to_string(i) + "]");
+    }
   }
 }
 

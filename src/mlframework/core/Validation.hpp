@@ -33,7 +33,10 @@ auto& Live(const Pointer& state, std::string_view owner) {
 
 /// ArgumentError naming @p parameter and the dtype when @p tensor is FP8: loss scaling refuses FP8
 /// gradients in every front end (one loss scale cannot fit FP8's few exponents to every tensor).
-void RequireLossScalable(const ITensor& tensor, const std::string& parameter);
+void RequireLossScalable(const ITensor& tensor, std::string_view parameter);
+/// The same for the gradient named @p name of a gradient map (`gradients["name"]`). The
+/// parameter's name is built only for the error: a step checks thousands of gradients.
+void RequireLossScalableGradient(const ITensor& tensor, const std::string& name);
 /// The tensors of @p gradients in name order for loss scaling: ArgumentNullError naming a null
 /// entry (TensorList), then ArgumentError naming the first FP8 entry (RequireLossScalable).
 std::vector<TensorPtr> LossScalingList(const GradientMap& gradients);

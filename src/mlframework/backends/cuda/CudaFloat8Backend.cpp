@@ -21,11 +21,24 @@ namespace mlframework::backends::cuda {
 
 namespace {
 
-const CudaTensor& AsCuda(const ITensor& tensor, const std::string& name) {
-  if (typeid(tensor) == typeid(CudaTensor)) {
-    return static_cast<const CudaTensor&>(tensor);
-  }
+[[noreturn]] void ThrowNotCuda(const ITensor& tensor, const std::string& name) {
   throw ArgumentError(name, "is not a CUDA-backend tensor (device " + tensor.GetDevice().ToString() + ")");
+}
+
+const CudaTensor& AsCuda(const ITensor& tensor, const char* name) {
+  if (typeid(tensor) != typeid(CudaTensor)) {
+    ThrowNotCuda(tensor, name);
+  }
+  return static_cast<const CudaTensor&>(tensor);
+}
+
+// Entry @p i of the list named @p name; the name is built only for the error (a list holds
+// thousands of tensors).
+const CudaTensor& AsCuda(const ITensor& tensor, const char* name, std::size_t i) {
+  if (typeid(tensor) != typeid(CudaTensor)) {
+    ThrowNotCuda(tensor, std::string(name) + "[" + std::to_string(i) + "]");
+  }
+  return static_cast<const CudaTensor&>(tensor);
 }
 
 template <typename TensorPointer>
@@ -33,8 +46,8 @@ std::vector<ListEntry> Entries(std::span<TensorPointer const> src, std::span<ITe
   std::vector<ListEntry> entries;
   entries.reserve(src.size());
   for (std::size_t i = 0; i < src.size(); ++i) {
-    const CudaTensor& in = AsCuda(*src[i], "src[" + std::to_string(i) + "]");
-    const CudaTensor& out = dst.empty() ? in : AsCuda(*dst[i], "dst[" + std::to_string(i) + "]");
+    const CudaTensor& in = AsCuda(*src[i], "src", i);
+    const CudaTensor& out = dst.empty() ? in : AsCuda(*dst[i], "dst", i);
     entries.push_back(ListEntry{in.Data(), out.Data(), in.GetDataType(), out.GetDataType(), in.Size()});
   }
   return entries;

@@ -14,6 +14,7 @@
 #include "mlframework/backends/cuda/DeviceContext.hpp"
 #include "mlframework/backends/cuda/Driver.hpp"
 #include "mlframework/backends/cuda/OptimizerSteps.cuh"
+#include "mlframework/core/TensorListWalk.hpp"
 
 namespace mlframework::backends::cuda {
 
@@ -45,17 +46,32 @@ struct Table {
   int device = -1;
 };
 
-// The kernels' table of @p lists, or nullopt when a tensor is not a CUDA tensor.
-std::optional<Table> Build(const OptimizerStepLists& lists) {
-  Table table;
+// Fills @p table with the kernels' table of @p lists (false when a tensor is not a CUDA tensor).
+// The caller keeps @p table between steps, so a step of thousands of tensors allocates nothing.
+bool Build(const OptimizerStepLists& lists, Table& table) {
+  table.entries.clear();
+  table.total = 0;
+  table.device = -1;
+  // The tensor objects lie scattered on the heap: ask for them a few entries ahead.
+  auto prefetch = [](std::span<const TensorPtr> list, std::size_t i) {
+    if (i < list.size()) {
+      __builtin_prefetch(list[i].get());
+    }
+  };
   for (std::size_t i = 0; i < lists.Parameters.size(); ++i) {
+    const std::size_t ahead = i + mlframework::detail::kObjectPrefetchAhead;
+    prefetch(lists.Parameters, ahead);
+    prefetch(lists.Gradients, ahead);
+    prefetch(lists.FirstState, ahead);
+    prefetch(lists.SecondState, ahead);
+    prefetch(lists.LowPrecisionCopies, ahead);
     const auto p = DataOf(lists.Parameters, i, table.device);
     const auto g = DataOf(lists.Gradients, i, table.device);
     const auto s1 = DataOf(lists.FirstState, i, table.device);
     const auto s2 = DataOf(lists.SecondState, i, table.device);
     const auto low = DataOf(lists.LowPrecisionCopies, i, table.device);
     if (!p || !g || !s1 || !s2 || !low) {
-      return std::nullopt;
+      return false;
     }
     const std::size_t count = lists.Parameters[i]->Size();
     if (count == 0) {
@@ -68,7 +84,7 @@ std::optional<Table> Build(const OptimizerStepLists& lists) {
     table.total += count;
   }
   table.entries.push_back(OptimizerEntry{nullptr, nullptr, nullptr, nullptr, nullptr, table.total, 0, 0});
-  return table;
+  return true;
 }
 
 // What the step kernel touches: the table, the skip flag and, per tensor, the parameters, the
@@ -96,10 +112,11 @@ std::vector<BufferUse> OperandsOf(const Table& table, const OptimizerEntry* devi
 // Uploads the table and queues launch(entries, count, total, stream) on the tensors' GPU.
 template <typename LaunchFn>
 bool Queue(const OptimizerStepLists& lists, const std::int32_t* skip_flag, int flag_device, LaunchFn&& launch) {
-  std::optional<Table> table = Build(lists);
-  if (!table) {
+  thread_local Table kept;  // reused: its capacity stays between steps
+  if (!Build(lists, kept)) {
     return false;
   }
+  const Table* const table = &kept;
   if (table->total == 0) {
     return true;
   }
@@ -116,11 +133,12 @@ bool Queue(const OptimizerStepLists& lists, const std::int32_t* skip_flag, int f
   // warmed-up step allocates nothing and waits for nothing (capture-safe).
   const auto* device_table = static_cast<const OptimizerEntry*>(
       context.UploadKept(std::as_bytes(std::span<const OptimizerEntry>(table->entries))));
-  const std::vector<BufferUse> buffers = OperandsOf(*table, device_table, bytes, skip_flag);
-  context.DeviceDriver().Launch(
-      "fused optimizer step", context.Stream(), KernelOperands{{}, Access::Writes, buffers}, [&] {
-        launch(device_table, static_cast<std::int32_t>(table->entries.size() - 1), table->total, context.Stream());
-      });
+  Driver& driver = context.DeviceDriver();
+  const std::vector<BufferUse> buffers =
+      driver.RecordsOperands() ? OperandsOf(*table, device_table, bytes, skip_flag) : std::vector<BufferUse>{};
+  driver.Launch("fused optimizer step", context.Stream(), KernelOperands{{}, Access::Writes, buffers}, [&] {
+    launch(device_table, static_cast<std::int32_t>(table->entries.size() - 1), table->total, context.Stream());
+  });
   return true;
 }
 

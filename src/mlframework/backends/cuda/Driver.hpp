@@ -89,6 +89,11 @@ class Driver {
                                   cudaStream_t stream) = 0;
   virtual cudaError_t MemsetAsync(void* pointer, int value, std::size_t bytes, cudaStream_t stream) = 0;
 
+  /// Whether Launch() and HostAccess() look at their operands (a recording driver checks them;
+  /// the runtime ignores them). Callers whose operand lists cost a pass over thousands of
+  /// tensors build them only when it does.
+  virtual bool RecordsOperands() const noexcept { return false; }
+
   // ---- work ----
   /// Queues a kernel: @p launch enqueues it on @p stream (and checks the launch); @p operands
   /// says what it touches. @p kernel names it in reports.

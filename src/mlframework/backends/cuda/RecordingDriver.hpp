@@ -58,6 +58,7 @@ class RecordingDriver final : public Driver {
   void Stall(cudaStream_t stream);
   void Unstall();
 
+  bool RecordsOperands() const noexcept override { return true; }
   cudaError_t GetDeviceCount(int* count) override;
   cudaError_t GetDevice(int* device) override;
   cudaError_t SetDevice(int device) override;

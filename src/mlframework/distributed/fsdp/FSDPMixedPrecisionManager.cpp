@@ -27,7 +27,7 @@ std::vector<TensorPtr> NonNull(const GradientMap& gradients) {
   list.reserve(gradients.size());
   for (const auto& [name, gradient] : gradients) {
     if (gradient) {
-      mlframework::detail::RequireLossScalable(*gradient, "gradients[\"" + name + "\"]");
+      mlframework::detail::RequireLossScalableGradient(*gradient, name);
       list.push_back(gradient);
     }
   }
