@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdio>
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,7 @@
 #include <cuda_runtime_api.h>
 
 #include <mlframework/backends/cuda/CudaTensor.hpp>
+#include <mlframework/backends/cuda/StreamGuard.hpp>
 #include <mlframework/core/DeviceScaling.hpp>
 #include <mlframework/core/Float8Cast.hpp>
 #include <mlframework/core/MultiTensor.hpp>
@@ -79,10 +81,9 @@ bool Check(benchmark::State& state, cudaError_t status, const char* call) {
   return true;
 }
 
-// Times fn on the backend's stream with CUDA events; `traffic` is bytes read + written per call.
+// Times fn on @p stream with CUDA events; `traffic` is bytes read + written per call.
 template <typename Fn>
-void TimeOnDevice(benchmark::State& state, std::size_t traffic, Fn&& fn) {
-  auto stream = static_cast<cudaStream_t>(cuda::StreamHandle(0));
+void TimeOnStream(benchmark::State& state, cudaStream_t stream, std::size_t traffic, Fn&& fn) {
   cudaEvent_t start = nullptr;
   cudaEvent_t stop = nullptr;
   if (!Check(state, cudaEventCreate(&start), "cudaEventCreate") ||
@@ -114,6 +115,12 @@ void TimeOnDevice(benchmark::State& state, std::size_t traffic, Fn&& fn) {
   state.counters["host_us"] = benchmark::Counter(host_seconds * 1e6, benchmark::Counter::kAvgIterations);
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
+}
+
+// Times fn on the backend's stream (TimeOnStream).
+template <typename Fn>
+void TimeOnDevice(benchmark::State& state, std::size_t traffic, Fn&& fn) {
+  TimeOnStream(state, static_cast<cudaStream_t>(cuda::StreamHandle(0)), traffic, static_cast<Fn&&>(fn));
 }
 
 // The limit: one device-to-device copy of traffic / 2 bytes (it reads and writes them).
@@ -157,6 +164,61 @@ void BM_unscale_device_state(benchmark::State& state) {
     backend.UnscaleWithState(raw, *scale_state);
     backend.UpdateScale(*scale_state);
   });
+}
+
+// BM_unscale_device_state's step captured once in a CUDA graph on a framework stream (through a
+// StreamGuard, after a warm-up call that uploads the list's table) and replayed: what a framework
+// that graphs its training step runs, with no host work per tensor.
+void BM_unscale_device_state_graph(benchmark::State& state) {
+  const auto list = MakeList(state, DtypeOf(state.range(1)));
+  std::vector<ITensor*> raw;
+  raw.reserve(list.size());
+  for (const TensorPtr& t : list) {
+    raw.push_back(t.get());
+  }
+  const DeviceScalingBackend& backend = cuda::Backend();
+  const ScalePolicy policy{.InitialScale = 1.0f};
+  auto scale_state = backend.CreateScaleState(kGpu, policy, ScaleState::Initial(policy));
+  cudaStream_t stream = nullptr;
+  if (!Check(state, cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags")) {
+    return;
+  }
+  cudaGraphExec_t exec = nullptr;
+  {
+    const cuda::StreamGuard guard(stream, 0);
+    const auto step = [&] {
+      backend.UnscaleWithState(raw, *scale_state);
+      backend.UpdateScale(*scale_state);
+    };
+    cudaGraph_t graph = nullptr;
+    try {
+      step();
+      if (Check(state, cudaStreamSynchronize(stream), "cudaStreamSynchronize") &&
+          Check(state, cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture")) {
+        step();
+        if (Check(state, cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture")) {
+          Check(state, cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+        }
+      }
+    } catch (const std::exception& error) {
+      cudaGraph_t abandoned = nullptr;
+      cudaStreamEndCapture(stream, &abandoned);
+      if (abandoned != nullptr) {
+        cudaGraphDestroy(abandoned);
+      }
+      state.SkipWithError((std::string("capture: ") + error.what()).c_str());
+    }
+    if (graph != nullptr) {
+      cudaGraphDestroy(graph);
+    }
+  }
+  if (exec != nullptr) {
+    TimeOnStream(state, stream, 2 * Bytes(list),
+                 [&] { Check(state, cudaGraphLaunch(exec, stream), "cudaGraphLaunch"); });
+    cudaGraphExecDestroy(exec);
+  }
+  cudaStreamSynchronize(stream);
+  cudaStreamDestroy(stream);
 }
 
 // Lists over one device buffer of the layout's tensors, each tensor wrapped anew (cuda::Wrap)
@@ -323,6 +385,7 @@ void ManyTensorArguments(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_copy_read_write)->Apply(Arguments);
 BENCHMARK(BM_unscale_and_check)->Apply(Arguments);
 BENCHMARK(BM_unscale_device_state)->Apply(Arguments);
+BENCHMARK(BM_unscale_device_state_graph)->Apply(Arguments);
 BENCHMARK(BM_unscale_rewrapped_same_memory)->Apply(ManyTensorArguments);
 BENCHMARK(BM_unscale_rewrapped_new_order)->Apply(ManyTensorArguments);
 BENCHMARK(BM_scale)->Apply(Arguments);

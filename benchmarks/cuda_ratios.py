@@ -14,6 +14,7 @@ import sys
 LIMIT = {
     "BM_unscale_and_check": "BM_copy_read_write",
     "BM_unscale_device_state": "BM_copy_read_write",
+    "BM_unscale_device_state_graph": "BM_copy_read_write",
     "BM_scale": "BM_copy_read_write",
     "BM_cast_scaled": "BM_copy_cast",
     "BM_has_non_finite": "BM_copy_read_only",

@@ -18,6 +18,9 @@
 #   torch       benchmarks/compare_pytorch_cuda.py, when python3 imports torch with CUDA (the
 #               GPU machine's own, or wheels installed before this script runs)
 #
+# MLFW_GPU_CHECK_SKIP lists stages to leave out (for example "racecheck synccheck" when a rerun
+# must fit the device time left); they are reported as skipped.
+#
 # The summary goes to $OUT/gpu-check-summary.txt when OUT is set, else to
 # ./gpu-check-summary.txt (MLFW_GPU_CHECK_SUMMARY overrides); the benchmark's JSON and every stage's
 # whole log (gpu-check-logs.tar.gz) go beside it.
@@ -34,7 +37,7 @@ for arg in "$@"; do
   case $arg in
     --dry-run) dry_run=1 ;;
     -h | --help)
-      sed -n '2,27p' "$0"
+      sed -n '2,30p' "$0"
       exit 0
       ;;
     -*)
@@ -93,6 +96,10 @@ details=$logs/details
 run_stage() {
   local name=$1 limit=$2
   shift 2
+  if [[ " ${MLFW_GPU_CHECK_SKIP:-} " == *" $name "* ]]; then
+    results+=("$(printf '%-10s skipped (MLFW_GPU_CHECK_SKIP)' "$name")")
+    return 0
+  fi
   local left=$((budget - (SECONDS - start_time)))
   if ((limit > left)); then
     limit=$left
