@@ -1,0 +1,164 @@
+// The capture rule on the device flows a framework replays as a CUDA graph: after a warm-up
+// call, each flow runs on the recording driver (backends/cuda/RecordingDriver.hpp) inside a
+// region marked as captured, where a host synchronisation or an allocation is a violation, and
+// every access must still be ordered. The flows: the GradScaler's (unscale into the device flag,
+// a fused step that reads the flag and the step count on the device, the scale update on the
+// device), the GradientConversionLayer's device flow, and the FP8 recipes' scale update.
+
+#include <cstddef>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <boost/test/unit_test.hpp>
+
+#include <mlframework/amp/DynamicLossScaler.hpp>
+#include <mlframework/amp/GradScaler.hpp>
+#include <mlframework/backends/cuda/StreamGuard.hpp>
+#include <mlframework/fp8/CurrentScaling.hpp>
+#include <mlframework/fp8/DelayedScaling.hpp>
+#include <mlframework/optimizers/FusedSteps.hpp>
+
+#include "cuda/StreamOrderHarness.hpp"
+
+using namespace mlframework;
+using namespace mlframework::optimizers;
+namespace cuda = mlframework::backends::cuda;
+
+using namespace mlfw_stream_order;
+
+namespace {
+
+// A flow: before() runs outside the captured region, captured() inside it.
+struct CaptureFlow {
+  std::function<void()> before = [] {};
+  std::function<void()> captured;
+};
+
+// Runs @p flow once to warm up, then again with its captured part inside a captured region (and
+// under a StreamGuard when @p guarded, the way a framework captures on its own stream), and fails
+// on any violation.
+void RequireCaptureSafe(const std::function<CaptureFlow()>& make_flow, bool guarded) {
+  Recorded recorded;
+  cudaStream_t framework = nullptr;
+  BOOST_REQUIRE(recorded.driver.StreamCreate(&framework, cudaStreamNonBlocking) == cudaSuccess);
+  recorded.driver.NameStream(framework, "framework");
+  {
+    const CaptureFlow flow = make_flow();
+    std::optional<cuda::StreamGuard> guard;
+    if (guarded) {
+      guard.emplace(framework, 0);
+    }
+    flow.before();
+    flow.captured();
+    flow.before();
+    const std::size_t launches = recorded.driver.LaunchCount();
+    recorded.driver.BeginCapture();
+    flow.captured();
+    recorded.driver.EndCapture();
+    BOOST_TEST(recorded.driver.LaunchCount() > launches);  // the captured call queued its kernels
+  }
+  RequireOrdered(recorded);
+}
+
+void RequireCaptureSafe(const std::function<CaptureFlow()>& make_flow) {
+  BOOST_TEST_CONTEXT("without a StreamGuard") { RequireCaptureSafe(make_flow, false); }
+  BOOST_TEST_CONTEXT("under a StreamGuard") { RequireCaptureSafe(make_flow, true); }
+}
+
+GradientMap Named(const std::vector<TensorPtr>& tensors) {
+  GradientMap map;
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    std::string name = "p";
+    name += std::to_string(i);
+    map[name] = tensors[i];
+  }
+  return map;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(StreamOrderCapture)
+
+// Unscale (FP32 gradients in place into the device flag), the fused Adam step reading the flag and
+// the step count on the device, and the scale update on the device: the manual flow of a graphed
+// step. Scale(loss) returns a new tensor, so it runs before the captured region.
+BOOST_AUTO_TEST_CASE(TheGradScalersDeviceFlowIsCaptureSafe) {
+  RequireCaptureSafe([] {
+    struct Step {
+      amp::GradScaler scaler;
+      std::vector<TensorPtr> w = List(DataType::Float32);
+      std::vector<TensorPtr> g = List(DataType::Float32);
+      std::vector<TensorPtr> m = List(DataType::Float32);
+      std::vector<TensorPtr> v = List(DataType::Float32);
+      TensorPtr count = Zeros({1}, DataType::Float32, kGpu);
+      GradientMap gradients = Named(g);
+      TensorPtr loss = Zeros({1}, DataType::Float32, kGpu);
+    };
+    auto step = std::make_shared<Step>();
+    return CaptureFlow{.before = [step] { static_cast<void>(step->scaler.Scale(step->loss)); },
+                       .captured =
+                           [step] {
+                             static_cast<void>(step->scaler.Unscale(step->gradients));
+                             auto& dynamic = dynamic_cast<amp::DynamicLossScaler&>(*step->scaler.Scaler());
+                             BOOST_TEST(FusedAdamStep({.Parameters = step->w,
+                                                       .Gradients = step->g,
+                                                       .FirstState = step->m,
+                                                       .SecondState = step->v,
+                                                       .StepCount = step->count},
+                                                      AdamStepScalarsFor(AdamOptions{}, 1), dynamic.DeviceState()));
+                             step->scaler.Update();
+                           }};
+  });
+}
+
+// FP16 gradients unscaled into the FP32 gradients the scaler keeps from the warm-up.
+BOOST_AUTO_TEST_CASE(TheGradScalersDeviceUnscaleOfHalfGradientsIsCaptureSafe) {
+  RequireCaptureSafe([] {
+    struct Step {
+      amp::GradScaler scaler;
+      GradientMap gradients = Named(List(DataType::Float16));
+      TensorPtr loss = Zeros({1}, DataType::Float32, kGpu);
+    };
+    auto step = std::make_shared<Step>();
+    return CaptureFlow{.before = [step] { static_cast<void>(step->scaler.Scale(step->loss)); },
+                       .captured =
+                           [step] {
+                             static_cast<void>(step->scaler.Unscale(step->gradients));
+                             step->scaler.Update();
+                           }};
+  });
+}
+
+BOOST_AUTO_TEST_CASE(TheFloat8RecipesScaleUpdateIsCaptureSafe) {
+  for (const bool delayed : {true, false}) {
+    BOOST_TEST_CONTEXT((delayed ? "DelayedScaling" : "CurrentScaling")) {
+      RequireCaptureSafe([delayed] {
+        struct Step {
+          std::unique_ptr<fp8::IScalingRecipe> recipe;
+          std::vector<std::string> names{"a", "b"};
+          std::vector<TensorPtr> src = List(DataType::BFloat16, 2);
+          std::vector<TensorPtr> dst = List(DataType::Float8E4M3FN, 2);
+        };
+        auto step = std::make_shared<Step>();
+        if (delayed) {
+          step->recipe = std::make_unique<fp8::DelayedScaling>();
+        } else {
+          step->recipe = std::make_unique<fp8::CurrentScaling>();
+        }
+        for (std::size_t i = 0; i < step->names.size(); ++i) {
+          step->recipe->Register(step->names[i], fp8::TensorRole::Forward, *step->src[i]);
+        }
+        return CaptureFlow{.captured = [step] {
+          step->recipe->Quantize(step->names, step->src, step->dst);
+          step->recipe->UpdateScales();
+        }};
+      });
+    }
+  }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
