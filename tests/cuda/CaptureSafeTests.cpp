@@ -21,6 +21,7 @@
 #include <mlframework/fp8/CurrentScaling.hpp>
 #include <mlframework/fp8/DelayedScaling.hpp>
 #include <mlframework/optimizers/FusedSteps.hpp>
+#include <mlframework/optimizers/mixed_precision/GradientConversionLayer.hpp>
 
 #include "cuda/StreamOrderHarness.hpp"
 
@@ -133,6 +134,38 @@ BOOST_AUTO_TEST_CASE(TheGradScalersDeviceUnscaleOfHalfGradientsIsCaptureSafe) {
   });
 }
 
+// The conversion layer's device flow through its scaler: ProcessGradients() returns ShouldSkip, a
+// host bool, so a captured step takes the calls it makes on the device instead: clear the
+// record, unscale (FP16 into kept FP32 buffers, FP32 in place) into the device flag, step with
+// the flag, update the scale from the record on the device.
+BOOST_AUTO_TEST_CASE(TheConversionLayersDeviceFlowIsCaptureSafe) {
+  RequireCaptureSafe([] {
+    struct Step {
+      mixed_precision::GradientConversionLayer layer;
+      std::vector<TensorPtr> half = List(DataType::Float16);
+      std::vector<TensorPtr> master = List(DataType::Float32);
+      std::vector<TensorPtr> w = List(DataType::Float32);
+      std::vector<TensorPtr> m = List(DataType::Float32);
+      std::vector<TensorPtr> v = List(DataType::Float32);
+      TensorPtr count = Zeros({1}, DataType::Float32, kGpu);
+    };
+    auto step = std::make_shared<Step>();
+    step->layer.LossScaler()->MoveStateTo(step->half);  // the one copy of the state onto the device
+    return CaptureFlow{.captured = [step] {
+      mixed_precision::DynamicLossScaler& scaler = *step->layer.LossScaler();
+      scaler.ClearRecordedOverflow();
+      scaler.UnscaleAndRecordOverflow({}, step->half, step->master);
+      BOOST_TEST(FusedAdamStep({.Parameters = step->w,
+                                .Gradients = step->master,
+                                .FirstState = step->m,
+                                .SecondState = step->v,
+                                .StepCount = step->count},
+                               AdamStepScalarsFor(AdamOptions{}, 1), scaler.DeviceState()));
+      scaler.UpdateScaleFromRecord();
+    }};
+  });
+}
+
 BOOST_AUTO_TEST_CASE(TheFloat8RecipesScaleUpdateIsCaptureSafe) {
   for (const bool delayed : {true, false}) {
     BOOST_TEST_CONTEXT((delayed ? "DelayedScaling" : "CurrentScaling")) {
@@ -158,6 +191,27 @@ BOOST_AUTO_TEST_CASE(TheFloat8RecipesScaleUpdateIsCaptureSafe) {
         }};
       });
     }
+  }
+}
+
+// What the capture-safe flows above replace: calls that return a host bool read the device flag,
+// a host synchronisation the checker flags inside a captured region (docs/cuda-backend.md).
+BOOST_AUTO_TEST_CASE(CallsThatReturnTheOverflowToTheHostAreNotCaptureSafe) {
+  Recorded recorded;
+  {
+    mixed_precision::GradientConversionLayer layer;
+    const std::vector<TensorPtr> half = List(DataType::Float16);
+    GradientMap gradients;
+    gradients["a"] = half[0];
+    static_cast<void>(layer.ProcessGradients(gradients));
+    recorded.driver.BeginCapture();
+    static_cast<void>(layer.ProcessGradients(gradients));
+    recorded.driver.EndCapture();
+  }
+  const std::vector<std::string> violations = recorded.driver.Violations();
+  BOOST_TEST(!violations.empty());
+  for (const std::string& violation : violations) {
+    BOOST_TEST(violation.find("host synchronisation inside a captured region") != std::string::npos, violation);
   }
 }
 
