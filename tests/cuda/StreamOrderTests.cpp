@@ -97,6 +97,20 @@ BOOST_AUTO_TEST_CASE(FlagsHostSynchronisationAndAllocationInACapturedRegion) {
   driver.EndCapture();
   driver.StreamSynchronize(a);
   BOOST_TEST(driver.Violations().size() == 2u, Joined(driver.Violations()));
+
+  // An event recorded inside the region completes only when the graph runs: the host may not
+  // query it or wait for it (the runtime's cudaErrorCapturedEvent), until it is recorded again.
+  cudaEvent_t event = nullptr;
+  driver.EventCreate(&event);
+  driver.BeginCapture();
+  driver.EventRecord(event, a);
+  driver.EndCapture();
+  BOOST_TEST(driver.EventQuery(event) == cudaErrorCapturedEvent);
+  BOOST_TEST(driver.EventSynchronize(event) == cudaErrorCapturedEvent);
+  BOOST_TEST(driver.Violations().size() == 4u, Joined(driver.Violations()));
+  driver.EventRecord(event, a);
+  BOOST_TEST(driver.EventQuery(event) == cudaSuccess);
+  BOOST_TEST(driver.Violations().size() == 4u, Joined(driver.Violations()));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -535,8 +535,17 @@ class NcclProcessGroup final : public IProcessGroup {
     void operator()() const noexcept {}
   };
 
-  // Records an event on @p stream and registers it with the watchdog as @p call.
+  // Records an event on @p stream and registers it with the watchdog as @p call. Not while the
+  // stream captures work into a CUDA graph (a framework's capture joined through a StreamGuard):
+  // that work runs only when the graph is launched, and the runtime refuses to query an event
+  // recorded during the capture (cudaErrorCapturedEvent), which would abort the communicator.
+  // The replays of a captured collective are the framework's to wait for.
   void Track(cudaStream_t stream, const char* call) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    MLFW_CUDA_CHECK(Cuda().StreamIsCapturing(stream, &capture));
+    if (capture != cudaStreamCaptureStatusNone) {
+      return;
+    }
     cudaEvent_t event = events_.Acquire();
     try {
       MLFW_CUDA_CHECK(Cuda().EventRecord(event, stream));

@@ -72,6 +72,10 @@ class Driver {
   virtual cudaError_t EventQuery(cudaEvent_t event) = 0;
   /// Host waits for the event's work.
   virtual cudaError_t EventSynchronize(cudaEvent_t event) = 0;
+  /// Whether @p stream is capturing work into a CUDA graph (cudaStreamIsCapturing): what is
+  /// queued then runs only when the graph is launched, so an event recorded then must not be
+  /// queried or waited for by the host.
+  virtual cudaError_t StreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status) = 0;
 
   // ---- memory ----
   /// Device memory ordered on @p stream from @p pool (cudaMallocFromPoolAsync).

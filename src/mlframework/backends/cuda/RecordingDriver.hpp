@@ -18,7 +18,9 @@
 //     ordered after the reads since), and any access to freed memory;
 //   - a stream-ordered free not ordered after the memory's last use; a host release of
 //     memory (ReleaseOnHost, as a framework's allocator does) likewise;
-//   - a host synchronisation or an allocation while a region is marked as captured;
+//   - a host synchronisation or an allocation while a region is marked as captured, and a host
+//     query of or wait for an event recorded inside such a region (the runtime answers those with
+//     cudaErrorCapturedEvent; so does this driver);
 //   - a host wait for work that never ends (after Stall(): a dead peer's collective), which
 //     would hang; the call returns cudaErrorLaunchTimeout instead of blocking.
 // Memory the recorder did not hand out (a pageable host vector) is not tracked.
@@ -47,7 +49,8 @@ class RecordingDriver final : public Driver {
   std::size_t LaunchCount() const;
   /// Names @p stream in reports ("framework").
   void NameStream(cudaStream_t stream, const std::string& name);
-  /// Marks the start and end of a region a framework captures into a CUDA graph.
+  /// Marks the start and end of a region a framework captures into a CUDA graph (every stream
+  /// counts as capturing inside it: StreamIsCapturing()).
   void BeginCapture();
   void EndCapture();
   /// The host hands memory of this recorder back to its owner (a framework's caching
@@ -74,6 +77,7 @@ class RecordingDriver final : public Driver {
   cudaError_t StreamWaitEvent(cudaStream_t stream, cudaEvent_t event) override;
   cudaError_t EventQuery(cudaEvent_t event) override;
   cudaError_t EventSynchronize(cudaEvent_t event) override;
+  cudaError_t StreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status) override;
   cudaError_t MallocFromPoolAsync(void** pointer, std::size_t bytes, cudaMemPool_t pool, cudaStream_t stream) override;
   cudaError_t FreeAsync(void* pointer, cudaStream_t stream) override;
   cudaError_t Malloc(void** pointer, std::size_t bytes) override;
@@ -122,6 +126,8 @@ class RecordingDriver final : public Driver {
   // The host waits for @p lane (or for an event that never completes, @p never): a violation
   // and false when that wait would never end.
   bool HostWaitLocked(std::size_t lane, bool never, const std::string& what);
+  // A violation and true when @p event was last recorded inside a captured region.
+  bool CapturedEventLocked(cudaEvent_t event, const std::string& what);
   std::map<std::uintptr_t, Allocation>::iterator Find(const void* pointer);
   std::string LaneName(std::size_t lane) const;
 
@@ -132,8 +138,9 @@ class RecordingDriver final : public Driver {
   std::map<cudaStream_t, std::size_t> lanes_;
   std::map<std::size_t, std::string> names_;
   std::map<cudaEvent_t, Clock> events_;
-  std::map<std::size_t, bool> stalled_;  // lanes whose work never ends
-  std::map<cudaEvent_t, bool> never_;    // events recorded after such work
+  std::map<std::size_t, bool> stalled_;          // lanes whose work never ends
+  std::map<cudaEvent_t, bool> never_;            // events recorded after such work
+  std::map<cudaEvent_t, bool> captured_events_;  // events last recorded inside a captured region
   std::map<std::uintptr_t, Allocation> live_;
   std::map<std::uintptr_t, std::size_t> freed_;  // base -> bytes of freed allocations
   std::uintptr_t next_handle_ = 0x1000;
