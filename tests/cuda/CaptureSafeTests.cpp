@@ -18,6 +18,7 @@
 #include <mlframework/amp/DynamicLossScaler.hpp>
 #include <mlframework/amp/GradScaler.hpp>
 #include <mlframework/backends/cuda/StreamGuard.hpp>
+#include <mlframework/core/DeviceScaling.hpp>
 #include <mlframework/fp8/CurrentScaling.hpp>
 #include <mlframework/fp8/DelayedScaling.hpp>
 #include <mlframework/optimizers/FusedSteps.hpp>
@@ -70,12 +71,30 @@ void RequireCaptureSafe(const std::function<CaptureFlow()>& make_flow) {
   BOOST_TEST_CONTEXT("under a StreamGuard") { RequireCaptureSafe(make_flow, true); }
 }
 
-GradientMap Named(const std::vector<TensorPtr>& tensors) {
+// An Adam step's FP32 state on the device with its step count, stepped over @p gradients with
+// the found-inf flag of @p state read on the device.
+struct CountedAdam {
+  std::vector<TensorPtr> w = List(DataType::Float32);
+  std::vector<TensorPtr> m = List(DataType::Float32);
+  std::vector<TensorPtr> v = List(DataType::Float32);
+  TensorPtr count = Zeros({1}, DataType::Float32, kGpu);
+
+  void Step(const std::vector<TensorPtr>& gradients, const DeviceScaleState* state) const {
+    BOOST_TEST(
+        FusedAdamStep({.Parameters = w, .Gradients = gradients, .FirstState = m, .SecondState = v, .StepCount = count},
+                      AdamStepScalarsFor(AdamOptions{}, 1), state));
+  }
+};
+
+// The FP32 gradients of @p fp32 and the FP16 ones of @p half, each under its own name.
+GradientMap Named(const std::vector<TensorPtr>& fp32, const std::vector<TensorPtr>& half) {
   GradientMap map;
-  for (std::size_t i = 0; i < tensors.size(); ++i) {
-    std::string name = "p";
-    name += std::to_string(i);
-    map[name] = tensors[i];
+  for (const std::vector<TensorPtr>* list : {&fp32, &half}) {
+    for (const TensorPtr& tensor : *list) {
+      std::string name = "p";
+      name += std::to_string(map.size());
+      map[name] = tensor;
+    }
   }
   return map;
 }
@@ -84,19 +103,50 @@ GradientMap Named(const std::vector<TensorPtr>& tensors) {
 
 BOOST_AUTO_TEST_SUITE(StreamOrderCapture)
 
-// Unscale (FP32 gradients in place into the device flag), the fused Adam step reading the flag and
+// The scale state's operations on the backend (DeviceScalingBackend), as a framework captures them.
+BOOST_AUTO_TEST_CASE(TheScaleStatesDeviceOperationsAreCaptureSafe) {
+  RequireCaptureSafe([] {
+    struct Step {
+      ScalePolicy policy;
+      std::unique_ptr<DeviceScaleState> state =
+          cuda::Backend().CreateScaleState(kGpu, policy, ScaleState::Initial(policy));
+      std::vector<TensorPtr> half = List(DataType::Float16);
+      std::vector<TensorPtr> master = List(DataType::Float32);
+      TensorPtr flag;
+    };
+    auto step = std::make_shared<Step>();
+    return CaptureFlow{.captured = [step] {
+      std::vector<const ITensor*> src;
+      std::vector<ITensor*> dst;
+      for (std::size_t i = 0; i < step->half.size(); ++i) {
+        src.push_back(step->half[i].get());
+        dst.push_back(step->master[i].get());
+      }
+      const DeviceScalingBackend& backend = cuda::Backend();
+      step->state->ClearFoundInf();
+      step->state->ClearAmax();
+      backend.CheckWithState(src, *step->state);
+      backend.CastUnscaledWithState(src, dst, *step->state);
+      backend.UnscaleWithState(dst, *step->state);
+      backend.FlagToTensor(*step->state, step->flag);  // the flag a framework all-reduces
+      backend.FlagFromTensor(*step->state, *step->flag);
+      step->state->MarkFoundInf();
+      backend.UpdateScale(*step->state);
+    }};
+  });
+}
+
+// Unscale (into the device flag), the fused Adam step reading the flag and
 // the step count on the device, and the scale update on the device: the manual flow of a graphed
 // step. Scale(loss) returns a new tensor, so it runs before the captured region.
 BOOST_AUTO_TEST_CASE(TheGradScalersDeviceFlowIsCaptureSafe) {
   RequireCaptureSafe([] {
     struct Step {
       amp::GradScaler scaler;
-      std::vector<TensorPtr> w = List(DataType::Float32);
+      CountedAdam adam;
       std::vector<TensorPtr> g = List(DataType::Float32);
-      std::vector<TensorPtr> m = List(DataType::Float32);
-      std::vector<TensorPtr> v = List(DataType::Float32);
-      TensorPtr count = Zeros({1}, DataType::Float32, kGpu);
-      GradientMap gradients = Named(g);
+      // FP32 gradients unscaled in place, FP16 ones into the FP32 tensors the scaler keeps.
+      GradientMap gradients = Named(g, List(DataType::Float16));
       TensorPtr loss = Zeros({1}, DataType::Float32, kGpu);
     };
     auto step = std::make_shared<Step>();
@@ -105,30 +155,7 @@ BOOST_AUTO_TEST_CASE(TheGradScalersDeviceFlowIsCaptureSafe) {
                            [step] {
                              static_cast<void>(step->scaler.Unscale(step->gradients));
                              auto& dynamic = dynamic_cast<amp::DynamicLossScaler&>(*step->scaler.Scaler());
-                             BOOST_TEST(FusedAdamStep({.Parameters = step->w,
-                                                       .Gradients = step->g,
-                                                       .FirstState = step->m,
-                                                       .SecondState = step->v,
-                                                       .StepCount = step->count},
-                                                      AdamStepScalarsFor(AdamOptions{}, 1), dynamic.DeviceState()));
-                             step->scaler.Update();
-                           }};
-  });
-}
-
-// FP16 gradients unscaled into the FP32 gradients the scaler keeps from the warm-up.
-BOOST_AUTO_TEST_CASE(TheGradScalersDeviceUnscaleOfHalfGradientsIsCaptureSafe) {
-  RequireCaptureSafe([] {
-    struct Step {
-      amp::GradScaler scaler;
-      GradientMap gradients = Named(List(DataType::Float16));
-      TensorPtr loss = Zeros({1}, DataType::Float32, kGpu);
-    };
-    auto step = std::make_shared<Step>();
-    return CaptureFlow{.before = [step] { static_cast<void>(step->scaler.Scale(step->loss)); },
-                       .captured =
-                           [step] {
-                             static_cast<void>(step->scaler.Unscale(step->gradients));
+                             step->adam.Step(step->g, dynamic.DeviceState());
                              step->scaler.Update();
                            }};
   });
@@ -144,10 +171,7 @@ BOOST_AUTO_TEST_CASE(TheConversionLayersDeviceFlowIsCaptureSafe) {
       mixed_precision::GradientConversionLayer layer;
       std::vector<TensorPtr> half = List(DataType::Float16);
       std::vector<TensorPtr> master = List(DataType::Float32);
-      std::vector<TensorPtr> w = List(DataType::Float32);
-      std::vector<TensorPtr> m = List(DataType::Float32);
-      std::vector<TensorPtr> v = List(DataType::Float32);
-      TensorPtr count = Zeros({1}, DataType::Float32, kGpu);
+      CountedAdam adam;
     };
     auto step = std::make_shared<Step>();
     step->layer.LossScaler()->MoveStateTo(step->half);  // the one copy of the state onto the device
@@ -155,17 +179,13 @@ BOOST_AUTO_TEST_CASE(TheConversionLayersDeviceFlowIsCaptureSafe) {
       mixed_precision::DynamicLossScaler& scaler = *step->layer.LossScaler();
       scaler.ClearRecordedOverflow();
       scaler.UnscaleAndRecordOverflow({}, step->half, step->master);
-      BOOST_TEST(FusedAdamStep({.Parameters = step->w,
-                                .Gradients = step->master,
-                                .FirstState = step->m,
-                                .SecondState = step->v,
-                                .StepCount = step->count},
-                               AdamStepScalarsFor(AdamOptions{}, 1), scaler.DeviceState()));
+      step->adam.Step(step->master, scaler.DeviceState());
       scaler.UpdateScaleFromRecord();
     }};
   });
 }
 
+// Quantize (the casts recording the amax), Dequantize and the scale update.
 BOOST_AUTO_TEST_CASE(TheFloat8RecipesScaleUpdateIsCaptureSafe) {
   for (const bool delayed : {true, false}) {
     BOOST_TEST_CONTEXT((delayed ? "DelayedScaling" : "CurrentScaling")) {
@@ -175,6 +195,7 @@ BOOST_AUTO_TEST_CASE(TheFloat8RecipesScaleUpdateIsCaptureSafe) {
           std::vector<std::string> names{"a", "b"};
           std::vector<TensorPtr> src = List(DataType::BFloat16, 2);
           std::vector<TensorPtr> dst = List(DataType::Float8E4M3FN, 2);
+          std::vector<TensorPtr> back = List(DataType::BFloat16, 2);
         };
         auto step = std::make_shared<Step>();
         if (delayed) {
@@ -187,6 +208,7 @@ BOOST_AUTO_TEST_CASE(TheFloat8RecipesScaleUpdateIsCaptureSafe) {
         }
         return CaptureFlow{.captured = [step] {
           step->recipe->Quantize(step->names, step->src, step->dst);
+          step->recipe->Dequantize(step->names, step->dst, step->back);
           step->recipe->UpdateScales();
         }};
       });

@@ -101,6 +101,7 @@ BOOST_AUTO_TEST_CASE(WarmedUpDeviceCollectivesAreCaptureSafe) {
       group->ReduceScatter(*in, *reduced, ReduceOp::Sum);
       group->AllReduce(*reduced, ReduceOp::Sum);
       group->AllGather(*reduced, *gathered);
+      group->Broadcast(*gathered, 0);
     };
     collectives();
     recorded.driver.BeginCapture();
