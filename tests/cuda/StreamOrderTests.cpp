@@ -111,6 +111,19 @@ BOOST_AUTO_TEST_CASE(FlagsHostSynchronisationAndAllocationInACapturedRegion) {
   driver.EventRecord(event, a);
   BOOST_TEST(driver.EventQuery(event) == cudaSuccess);
   BOOST_TEST(driver.Violations().size() == 4u, Joined(driver.Violations()));
+
+  // A query of any event while a capture runs is an unsafe call, unless the calling thread is in
+  // relaxed capture mode (a watchdog thread).
+  driver.BeginCapture();
+  BOOST_TEST(driver.EventQuery(event) == cudaErrorStreamCaptureUnsupported);
+  BOOST_TEST(driver.Violations().size() == 5u, Joined(driver.Violations()));
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  driver.ThreadExchangeStreamCaptureMode(&mode);
+  BOOST_TEST(driver.EventQuery(event) == cudaSuccess);
+  driver.ThreadExchangeStreamCaptureMode(&mode);
+  BOOST_TEST(mode == cudaStreamCaptureModeRelaxed);
+  driver.EndCapture();
+  BOOST_TEST(driver.Violations().size() == 5u, Joined(driver.Violations()));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -76,6 +76,10 @@ class Driver {
   /// queued then runs only when the graph is launched, so an event recorded then must not be
   /// queried or waited for by the host.
   virtual cudaError_t StreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status) = 0;
+  /// Swaps the calling thread's capture interaction mode with *@p mode
+  /// (cudaThreadExchangeStreamCaptureMode): a thread in cudaStreamCaptureModeRelaxed may make
+  /// calls (an event query) that a capture in global mode forbids every other thread.
+  virtual cudaError_t ThreadExchangeStreamCaptureMode(cudaStreamCaptureMode* mode) = 0;
 
   // ---- memory ----
   /// Device memory ordered on @p stream from @p pool (cudaMallocFromPoolAsync).

@@ -207,6 +207,10 @@ cudaError_t RecordingDriver::EventQuery(cudaEvent_t event) {
   // Nothing runs, so every event is done unless stalled; a query that says done orders the
   // host after the event.
   const std::lock_guard lock(mutex_);
+  if (capturing_ && !relaxed_threads_.contains(std::this_thread::get_id())) {
+    violations_.emplace_back("cudaEventQuery inside a captured region from a thread not in relaxed capture mode");
+    return cudaErrorStreamCaptureUnsupported;
+  }
   if (CapturedEventLocked(event, "cudaEventQuery")) {
     return cudaErrorCapturedEvent;
   }
@@ -236,6 +240,20 @@ cudaError_t RecordingDriver::EventSynchronize(cudaEvent_t event) {
 cudaError_t RecordingDriver::StreamIsCapturing(cudaStream_t /*stream*/, cudaStreamCaptureStatus* status) {
   const std::lock_guard lock(mutex_);
   *status = capturing_ ? cudaStreamCaptureStatusActive : cudaStreamCaptureStatusNone;
+  return cudaSuccess;
+}
+
+cudaError_t RecordingDriver::ThreadExchangeStreamCaptureMode(cudaStreamCaptureMode* mode) {
+  const std::lock_guard lock(mutex_);
+  const auto self = std::this_thread::get_id();
+  const cudaStreamCaptureMode previous =
+      relaxed_threads_.contains(self) ? cudaStreamCaptureModeRelaxed : cudaStreamCaptureModeGlobal;
+  if (*mode == cudaStreamCaptureModeRelaxed) {
+    relaxed_threads_.insert(self);
+  } else {
+    relaxed_threads_.erase(self);
+  }
+  *mode = previous;
   return cudaSuccess;
 }
 

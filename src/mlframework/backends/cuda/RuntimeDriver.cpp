@@ -46,6 +46,9 @@ class RuntimeDriver final : public Driver {
   cudaError_t StreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status) override {
     return cudaStreamIsCapturing(stream, status);
   }
+  cudaError_t ThreadExchangeStreamCaptureMode(cudaStreamCaptureMode* mode) override {
+    return cudaThreadExchangeStreamCaptureMode(mode);
+  }
   cudaError_t MallocFromPoolAsync(void** pointer, std::size_t bytes, cudaMemPool_t pool, cudaStream_t stream) override {
     return cudaMallocFromPoolAsync(pointer, bytes, pool, stream);
   }
