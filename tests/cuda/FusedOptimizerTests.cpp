@@ -128,4 +128,44 @@ BOOST_AUTO_TEST_CASE(TheDeviceFlagSkipsTheStepWithoutTheHost) {
   RequireSameBits(v);
 }
 
+// The step count on the device: a step skipped for the device flag does not count, so the bias
+// correction of the next step is right without the host knowing which steps the device skipped.
+// Compared with the same lists stepped with the steps the host counted.
+BOOST_AUTO_TEST_CASE(TheDeviceStepCountCountsOnlyTheStepsTaken) {
+  std::mt19937 counted_rng(23);
+  std::mt19937 reference_rng(23);
+  const Lists w = Make(counted_rng, 1.0f);
+  const Lists m = Make(counted_rng, 0.0f);
+  const Lists v = Make(counted_rng, 0.0f);
+  const Lists ref_w = Make(reference_rng, 1.0f);
+  const Lists ref_m = Make(reference_rng, 0.0f);
+  const Lists ref_v = Make(reference_rng, 0.0f);
+  const TensorPtr count = Zeros({1}, DataType::Float32, kGpu);
+  const ScalePolicy policy;
+  const std::unique_ptr<DeviceScaleState> state =
+      cuda::Backend().CreateScaleState(kGpu, policy, ScaleState::Initial(policy));
+  const AdamOptions adam = AdamOptions::AdamW(3e-3, 5e-2);
+  std::mt19937 rng(29);
+  std::int64_t taken = 0;
+  for (const bool overflow : {true, false, true, false, false}) {
+    const Lists g = Make(rng, 0.1f);
+    overflow ? state->MarkFoundInf() : state->ClearFoundInf();
+    BOOST_TEST(FusedAdamStep(
+        {.Parameters = w.gpu, .Gradients = g.gpu, .FirstState = m.gpu, .SecondState = v.gpu, .StepCount = count},
+        AdamStepScalarsFor(adam, 1), state.get()));
+    if (!overflow) {
+      ++taken;
+      BOOST_TEST(FusedAdamStep(
+          {.Parameters = ref_w.gpu, .Gradients = g.gpu, .FirstState = ref_m.gpu, .SecondState = ref_v.gpu},
+          AdamStepScalarsFor(adam, taken)));
+    }
+    BOOST_TEST(count->ToFloatVector() == std::vector<float>{static_cast<float>(taken)});
+    for (std::size_t t = 0; t < kSizes.size(); ++t) {
+      BOOST_TEST(Bits(*w.gpu[t]) == Bits(*ref_w.gpu[t]));
+      BOOST_TEST(Bits(*m.gpu[t]) == Bits(*ref_m.gpu[t]));
+      BOOST_TEST(Bits(*v.gpu[t]) == Bits(*ref_v.gpu[t]));
+    }
+  }
+}
+
 BOOST_AUTO_TEST_SUITE_END()

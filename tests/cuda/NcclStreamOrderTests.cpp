@@ -82,6 +82,37 @@ BOOST_AUTO_TEST_CASE(CollectivesAndAsyncWait) {
   });
 }
 
+// FSDP's reductions and gathers are these collectives on device tensors: once warmed up, the
+// synchronous device forms queue NCCL work and wait for nothing, so a framework can capture them.
+// Fails when the group hands the watchdog an event recorded inside the capture: the collective
+// after the region (and the watchdog) would query it, which the runtime refuses
+// (cudaErrorCapturedEvent), and the group would abort its communicator. AllReduceHost() (the
+// agreements: overflow flags, ClipGradNorm) returns host values and is not capture-safe; neither
+// are the asynchronous forms, whose requests the host tests and waits for.
+BOOST_AUTO_TEST_CASE(WarmedUpDeviceCollectivesAreCaptureSafe) {
+  RecordedNccl nccl;
+  Recorded recorded;
+  {
+    const std::shared_ptr<IProcessGroup> group = Group();
+    const TensorPtr in = Zeros({64}, DataType::Float32, kGpu);
+    const TensorPtr gathered = Zeros({64}, DataType::Float32, kGpu);
+    const TensorPtr reduced = Zeros({64}, DataType::Float32, kGpu);
+    auto collectives = [&] {
+      group->ReduceScatter(*in, *reduced, ReduceOp::Sum);
+      group->AllReduce(*reduced, ReduceOp::Sum);
+      group->AllGather(*reduced, *gathered);
+      group->Broadcast(*gathered, 0);
+    };
+    collectives();
+    recorded.driver.BeginCapture();
+    collectives();
+    recorded.driver.EndCapture();
+    collectives();  // retires the tracked collectives, as the watchdog does
+    group->Barrier();
+  }
+  RequireOrdered(recorded);
+}
+
 // Fails when a free is not ordered after the communication stream: the operands of an
 // asynchronous collective go before it was waited for.
 BOOST_AUTO_TEST_CASE(OperandsOfAnAsyncCollectiveMayGoBeforeTheWait) {

@@ -97,6 +97,33 @@ BOOST_AUTO_TEST_CASE(FlagsHostSynchronisationAndAllocationInACapturedRegion) {
   driver.EndCapture();
   driver.StreamSynchronize(a);
   BOOST_TEST(driver.Violations().size() == 2u, Joined(driver.Violations()));
+
+  // An event recorded inside the region completes only when the graph runs: the host may not
+  // query it or wait for it (the runtime's cudaErrorCapturedEvent), until it is recorded again.
+  cudaEvent_t event = nullptr;
+  driver.EventCreate(&event);
+  driver.BeginCapture();
+  driver.EventRecord(event, a);
+  driver.EndCapture();
+  BOOST_TEST(driver.EventQuery(event) == cudaErrorCapturedEvent);
+  BOOST_TEST(driver.EventSynchronize(event) == cudaErrorCapturedEvent);
+  BOOST_TEST(driver.Violations().size() == 4u, Joined(driver.Violations()));
+  driver.EventRecord(event, a);
+  BOOST_TEST(driver.EventQuery(event) == cudaSuccess);
+  BOOST_TEST(driver.Violations().size() == 4u, Joined(driver.Violations()));
+
+  // A query of any event while a capture runs is an unsafe call, unless the calling thread is in
+  // relaxed capture mode (a watchdog thread).
+  driver.BeginCapture();
+  BOOST_TEST(driver.EventQuery(event) == cudaErrorStreamCaptureUnsupported);
+  BOOST_TEST(driver.Violations().size() == 5u, Joined(driver.Violations()));
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  driver.ThreadExchangeStreamCaptureMode(&mode);
+  BOOST_TEST(driver.EventQuery(event) == cudaSuccess);
+  driver.ThreadExchangeStreamCaptureMode(&mode);
+  BOOST_TEST(mode == cudaStreamCaptureModeRelaxed);
+  driver.EndCapture();
+  BOOST_TEST(driver.Violations().size() == 5u, Joined(driver.Violations()));
 }
 
 BOOST_AUTO_TEST_SUITE_END()
@@ -172,7 +199,9 @@ BOOST_AUTO_TEST_CASE(ScalerDeviceFlows) {
 }
 
 // Fails when the fused steps do not join the framework's stream (the step reads gradients the
-// framework wrote, and the framework reads the parameters the step wrote).
+// framework wrote, and the framework reads the parameters the step wrote). With a step count on
+// the device, the step reads it and a kernel after the step moves it on under the found-inf flag
+// (the framework reads the counts after the steps).
 BOOST_AUTO_TEST_CASE(FusedOptimizerSteps) {
   RunBoth([] {
     auto w = std::make_shared<std::vector<TensorPtr>>();
@@ -180,6 +209,7 @@ BOOST_AUTO_TEST_CASE(FusedOptimizerSteps) {
     auto m = std::make_shared<std::vector<TensorPtr>>();
     auto v = std::make_shared<std::vector<TensorPtr>>();
     auto low = std::make_shared<std::vector<TensorPtr>>();
+    auto counts = std::make_shared<std::vector<TensorPtr>>();
     return Flow{
         .make =
             [=] {
@@ -188,6 +218,7 @@ BOOST_AUTO_TEST_CASE(FusedOptimizerSteps) {
               *m = List(DataType::Float32);
               *v = List(DataType::Float32);
               *low = List(DataType::BFloat16);
+              *counts = {Zeros({1}, DataType::Float32, kGpu), Zeros({1}, DataType::Float32, kGpu)};
             },
         .inputs = [=] { return *g; },
         .call =
@@ -197,11 +228,20 @@ BOOST_AUTO_TEST_CASE(FusedOptimizerSteps) {
                   AdamStepScalarsFor(AdamOptions{}, 1)));
               BOOST_TEST(FusedSGDStep({.Parameters = *w, .Gradients = *g, .FirstState = *m},
                                       SGDStepScalarsFor({.LearningRate = 0.01f, .Momentum = 0.9f}, true)));
+              const ScalePolicy policy;
+              const std::unique_ptr<DeviceScaleState> state =
+                  cuda::Backend().CreateScaleState(kGpu, policy, ScaleState::Initial(policy));
+              BOOST_TEST(FusedAdamStep(
+                  {.Parameters = *w, .Gradients = *g, .FirstState = *m, .SecondState = *v, .StepCount = (*counts)[0]},
+                  AdamStepScalarsFor(AdamOptions{}, 1), state.get()));
+              BOOST_TEST(FusedSGDStep({.Parameters = *w, .Gradients = *g, .FirstState = *m, .StepCount = (*counts)[1]},
+                                      SGDStepScalarsFor({.Momentum = 0.9}, false), state.get()));
             },
         .outputs =
             [=] {
               std::vector<TensorPtr> all = *w;
               all.insert(all.end(), low->begin(), low->end());
+              all.insert(all.end(), counts->begin(), counts->end());
               return all;
             }};
   });

@@ -314,6 +314,77 @@ BOOST_AUTO_TEST_CASE(ASetFoundInfFlagSkipsTheStep) {
   BOOST_TEST(Values(sgd_optimizer.Parameters().at("w")) == (std::vector<float>{0.5f, 1.5f}));
 }
 
+// The step count kept in a tensor (torch's `capturable` state["step"]): each step reads it, runs
+// as step count + 1 and counts itself only when it steps, so a skipped step leaves the bias
+// correction of the next one right. Compared with steps whose number the caller counts.
+BOOST_AUTO_TEST_CASE(AStepCountInATensorCountsOnlyTheStepsTaken) {
+  std::mt19937 rng(9);
+  const std::vector<std::vector<float>> w0 = RandomList(rng, 1.0f);
+  const std::vector<TensorPtr> g = Tensors(RandomList(rng, 0.1f));
+  const std::vector<TensorPtr> w = Tensors(w0);
+  const std::vector<TensorPtr> m = Tensors(ZeroList());
+  const std::vector<TensorPtr> v = Tensors(ZeroList());
+  const std::vector<TensorPtr> b = Tensors(ZeroList());
+  const std::vector<TensorPtr> ref_w = Tensors(w0);
+  const std::vector<TensorPtr> ref_m = Tensors(ZeroList());
+  const std::vector<TensorPtr> ref_v = Tensors(ZeroList());
+  const std::vector<TensorPtr> ref_b = Tensors(ZeroList());
+  const TensorPtr adam_count = Zeros({1});
+  const TensorPtr sgd_count = Zeros({1});
+  const std::unique_ptr<DeviceScaleState> state = HostState();
+  const AdamOptions adam = AdamOptions::AdamW(3e-3, 1e-2);
+  const SGDOptions sgd{.LearningRate = 0.01, .Momentum = 0.9, .Dampening = 0.5};
+  const OptimizerStepLists counted_adam{
+      .Parameters = w, .Gradients = g, .FirstState = m, .SecondState = v, .StepCount = adam_count};
+  const OptimizerStepLists counted_sgd{.Parameters = w, .Gradients = g, .FirstState = b, .StepCount = sgd_count};
+  std::int64_t taken = 0;
+  for (const bool overflow : {true, false, true, true, false, false}) {
+    overflow ? state->MarkFoundInf() : state->ClearFoundInf();
+    // The scalars of a step other than the counted one: the count decides.
+    BOOST_TEST(FusedAdamStep(counted_adam, AdamStepScalarsFor(adam, 7), state.get()) == !overflow);
+    BOOST_TEST(FusedSGDStep(counted_sgd, SGDStepScalarsFor(sgd, false), state.get()) == !overflow);
+    if (!overflow) {
+      ++taken;
+      BOOST_TEST(FusedAdamStep({.Parameters = ref_w, .Gradients = g, .FirstState = ref_m, .SecondState = ref_v},
+                               AdamStepScalarsFor(adam, taken)));
+      BOOST_TEST(
+          FusedSGDStep({.Parameters = ref_w, .Gradients = g, .FirstState = ref_b}, SGDStepScalarsFor(sgd, taken == 1)));
+    }
+    BOOST_TEST(adam_count->ToFloatVector() == std::vector<float>{static_cast<float>(taken)});
+    BOOST_TEST(sgd_count->ToFloatVector() == std::vector<float>{static_cast<float>(taken)});
+    BOOST_TEST(MaxUlps(Flat(w), Flat(ref_w)) == 0u);
+    BOOST_TEST(MaxUlps(Flat(m), Flat(ref_m)) == 0u);
+    BOOST_TEST(MaxUlps(Flat(v), Flat(ref_v)) == 0u);
+    BOOST_TEST(MaxUlps(Flat(b), Flat(ref_b)) == 0u);
+  }
+  BOOST_TEST(taken == 3);
+}
+
+BOOST_AUTO_TEST_CASE(AnInvalidStepCountThrowsAndChangesNothing) {
+  std::mt19937 rng(10);
+  const std::vector<TensorPtr> w = Tensors(RandomList(rng, 1.0f));
+  const std::vector<TensorPtr> g = Tensors(RandomList(rng, 0.1f));
+  const std::vector<TensorPtr> m = Tensors(ZeroList());
+  const std::vector<TensorPtr> v = Tensors(ZeroList());
+  const std::vector<float> before = Flat(w);
+  const AdamStepScalars scalars = AdamStepScalarsFor(AdamOptions{}, 1);
+  auto step_with = [&](const TensorPtr& count) {
+    FusedAdamStep({.Parameters = w, .Gradients = g, .FirstState = m, .SecondState = v, .StepCount = count}, scalars);
+  };
+  const auto names_the_count = [](const ArgumentError& e) { return e.Parameter() == "lists.StepCount"; };
+  BOOST_CHECK_EXCEPTION(step_with(Zeros({1}, DataType::BFloat16)), ArgumentError, names_the_count);
+  BOOST_CHECK_EXCEPTION(step_with(Zeros({2})), ArgumentError, names_the_count);
+  for (const float bad : {-1.0f, 2.5f, 16777216.0f, std::nanf("")}) {
+    const TensorPtr count = FromVector({bad}, {1});
+    BOOST_CHECK_EXCEPTION(step_with(count), ArgumentError, names_the_count);
+    BOOST_TEST(std::bit_cast<std::uint32_t>(count->ToFloatVector()[0]) == std::bit_cast<std::uint32_t>(bad));
+  }
+  // A count in device memory with lists in host memory.
+  BOOST_CHECK_THROW(step_with(FakeTensor({0.0f}, {1}, DataType::Float32)), ArgumentError);
+  BOOST_TEST(MaxUlps(Flat(w), before) == 0u);
+  BOOST_TEST(MaxUlps(Flat(m), Flat(ZeroList())) == 0u);
+}
+
 BOOST_AUTO_TEST_CASE(InvalidListsThrowAndWriteNothing) {
   const std::vector<TensorPtr> w = {Host({1.0f, 2.0f}), Host({3.0f})};
   const std::vector<TensorPtr> g = {Host({0.5f, 0.5f}), Host({0.5f})};

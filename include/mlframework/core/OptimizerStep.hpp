@@ -9,6 +9,14 @@
 
 namespace mlframework {
 
+/// What Adam's bias corrections are computed from at each step when the step count is kept in a
+/// tensor (OptimizerStepLists::StepCount): the options' doubles, as torch holds them.
+struct AdamBiasCorrection {
+  double LearningRate = 1e-3;  ///< `lr`.
+  double Beta1 = 0.9;          ///< `beta1`.
+  double Beta2 = 0.999;        ///< `beta2`.
+};
+
 /// The constants of one Adam/AdamW step, computed once on the host (optimizers::AdamStepScalarsFor()).
 ///
 /// Each field is a double of PyTorch's Python-side arithmetic rounded once to FP32, where torch's
@@ -30,6 +38,9 @@ struct AdamStepScalars {
   float Epsilon = 1e-8f;              ///< Denominator term, rounded to FP32.
   float L2 = 0.0f;                    ///< Weight decay added to the gradient (Adam); 0 for AdamW.
   float Decay = 1.0f;                 ///< `1 - lr*wd` computed in double, multiplies the weight (AdamW); 1 for Adam.
+  /// With a step count kept in a tensor, StepSize and BiasCorrection2Sqrt are not used: the step
+  /// computes them from these doubles and the count it reads, as AdamStepScalarsFor() does.
+  AdamBiasCorrection BiasCorrection{};
 };
 
 /// The constants of one SGD step (optimizers::SGDStepScalarsFor()), each a double of PyTorch's
@@ -54,12 +65,21 @@ struct SGDStepScalars {
 /// LowPrecisionCopies is empty, or holds one entry per parameter: null for none, else an FP16 or
 /// BF16 tensor that receives the updated parameter rounded to its dtype in the same pass (the copy
 /// the next all-gather sends, as Megatron's distributed optimizer writes it).
+///
+/// StepCount is null, or the step count kept in a tensor, as torch's `capturable` and `fused`
+/// optimizers keep `state["step"]`: a one-element FP32 tensor beside the parameters (host memory
+/// for host lists, the parameters' GPU for device lists) holding the steps taken so far. The step
+/// reads it, runs as step `count + 1` (Adam's bias corrections, SGD's first step when the count
+/// is 0) and writes `count + 1` only when it steps: a step skipped for a found-inf flag leaves it
+/// as it was. A device backend reads and writes it on the device, so the host never needs to
+/// know whether the device skipped (the step can be captured in a CUDA graph).
 struct OptimizerStepLists {
   std::span<const TensorPtr> Parameters{};          ///< FP32, updated in place.
   std::span<const TensorPtr> Gradients{};           ///< FP32, read only.
   std::span<const TensorPtr> FirstState{};          ///< Adam's exp_avg, SGD's momentum buffer (empty without momentum).
   std::span<const TensorPtr> SecondState{};         ///< Adam's exp_avg_sq; empty for SGD.
   std::span<const TensorPtr> LowPrecisionCopies{};  ///< Empty, or per parameter null / FP16 / BF16.
+  TensorPtr StepCount{};                            ///< Null, or the step count (see above).
 };
 
 }  // namespace mlframework

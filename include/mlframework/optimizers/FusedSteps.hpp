@@ -41,16 +41,24 @@ MLFRAMEWORK_EXPORT SGDStepScalars SGDStepScalarsFor(const SGDOptions& options, b
 /// for host-memory lists the flag is read on the host (a device state's flag is read back, which
 /// waits for the device) and a set flag means no pass at all (returns false); a device backend reads
 /// its state's flag on the device without the host waiting (returns true: the device decides).
+/// With a step count (OptimizerStepLists::StepCount) the step runs as step `count + 1`: its bias
+/// corrections come from scalars.BiasCorrection and the count (scalars.StepSize and
+/// BiasCorrection2Sqrt are not used), and the count goes up by one only when the step is taken
+/// (host lists: here, after the found-inf read; device lists: on the device, so a warmed-up step
+/// with a device state's flag waits for nothing and can be captured in a CUDA graph).
 /// ArgumentError (nothing written) for lists of different lengths, a null entry, a tensor that is
 /// not FP32 (copies: not FP16/BF16), element counts that differ within an entry, or tensors on
-/// different backends; InvalidOperationError when the tensors' backend has no fused step.
-/// An empty list is a step with nothing to do (true).
+/// different backends, and for a step count that is not one FP32 element beside the lists or, in
+/// host memory, not a whole number from 0 to 2^24 - 1 (a device count is not read by the host);
+/// InvalidOperationError when the tensors' backend has no fused step.
+/// An empty list is a step with nothing to do (true); it still counts.
 MLFRAMEWORK_EXPORT bool FusedAdamStep(const OptimizerStepLists& lists, const AdamStepScalars& scalars,
                                       const DeviceScaleState* skip_if_found_inf = nullptr);
 
 /// One fused SGD step over @p lists (Parameters, Gradients, FirstState = momentum buffers when
 /// scalars.Momentum > 0, else empty; SecondState empty; optional LowPrecisionCopies); the found-inf
-/// flag, the errors and the return value as FusedAdamStep().
+/// flag, the step count (with one, scalars.FirstStep is the count being 0), the errors and the
+/// return value as FusedAdamStep().
 MLFRAMEWORK_EXPORT bool FusedSGDStep(const OptimizerStepLists& lists, const SGDStepScalars& scalars,
                                      const DeviceScaleState* skip_if_found_inf = nullptr);
 

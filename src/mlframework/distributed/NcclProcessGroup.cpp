@@ -476,7 +476,12 @@ class NcclProcessGroup final : public IProcessGroup {
   void Run(const char* what, Fn&& fn) {
     cuda::DeviceGuard guard(options_.Device);
     const cuda::ExternalOrder order(options_.Device, Stream());  // the framework's stream, if any (StreamGuard)
-    pending_->Check(what);
+    // While the framework's stream captures a CUDA graph (the library's stream joined it above),
+    // the runtime forbids the check's event queries; what it would find is raised by the next
+    // call outside the capture.
+    if (!Capturing(Stream())) {
+      pending_->Check(what);
+    }
     try {
       // Collectives of one communicator run in the order they were started on every rank: a
       // collective on the compute stream waits for those started on the communication stream.
@@ -535,8 +540,22 @@ class NcclProcessGroup final : public IProcessGroup {
     void operator()() const noexcept {}
   };
 
-  // Records an event on @p stream and registers it with the watchdog as @p call.
+  // Whether @p stream is capturing work into a CUDA graph.
+  bool Capturing(cudaStream_t stream) const {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    MLFW_CUDA_CHECK(Cuda().StreamIsCapturing(stream, &capture));
+    return capture != cudaStreamCaptureStatusNone;
+  }
+
+  // Records an event on @p stream and registers it with the watchdog as @p call. Not while the
+  // stream captures work into a CUDA graph (a framework's capture joined through a StreamGuard):
+  // that work runs only when the graph is launched, and the runtime refuses to query an event
+  // recorded during the capture (cudaErrorCapturedEvent), which would abort the communicator.
+  // The replays of a captured collective are the framework's to wait for.
   void Track(cudaStream_t stream, const char* call) {
+    if (Capturing(stream)) {
+      return;
+    }
     cudaEvent_t event = events_.Acquire();
     try {
       MLFW_CUDA_CHECK(Cuda().EventRecord(event, stream));
@@ -583,8 +602,14 @@ class NcclProcessGroup final : public IProcessGroup {
     detail::PendingCollectivesHooks hooks;
     hooks.AsyncError = [this] { return AsyncError(); };
     hooks.Abort = [this] { AbortCommunicator(); };
-    // cudaEventQuery and cudaEventDestroy from the watchdog need the group's device.
-    hooks.WatchdogStart = [this] { MLFW_CUDA_CHECK(Cuda().SetDevice(options_.Device)); };
+    // cudaEventQuery and cudaEventDestroy from the watchdog need the group's device, and
+    // relaxed capture mode: its event queries must not invalidate a framework's capture (in
+    // global mode) on another thread; it never queries an event recorded inside one (Track()).
+    hooks.WatchdogStart = [this] {
+      MLFW_CUDA_CHECK(Cuda().SetDevice(options_.Device));
+      cudaStreamCaptureMode relaxed = cudaStreamCaptureModeRelaxed;
+      MLFW_CUDA_CHECK(Cuda().ThreadExchangeStreamCaptureMode(&relaxed));
+    };
     return hooks;
   }
 

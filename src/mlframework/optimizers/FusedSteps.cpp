@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,30 @@ const ITensor& Checked(std::span<const TensorPtr> list, const char* name, std::s
                                             std::to_string(count));
   }
   return *tensor;
+}
+
+// Steps a count in FP32 holds exactly, each one more than the last.
+constexpr float kMaxStepCount = 16777215.0f;  // 2^24 - 1
+
+// The value of a step count in host memory: a whole number in [0, kMaxStepCount].
+float HostStepCount(const ITensor& step_count) {
+  float count = 0.0f;
+  std::memcpy(&count, step_count.HostBytes().data(), sizeof count);
+  if (!(count >= 0.0f && count <= kMaxStepCount && std::floor(count) == count)) {
+    throw ArgumentError("lists.StepCount",
+                        "holds " + std::to_string(count) + "; a step count is a whole number from 0 to 16777215");
+  }
+  return count;
+}
+
+// StepSize and BiasCorrection2Sqrt of step @p step (>= 1) from s.BiasCorrection.
+void SetBiasCorrections(AdamStepScalars& s, double step) {
+  // torch/optim/adam.py (_single_tensor_adam) computes these as Python floats (doubles): `beta**step`
+  // and `bias_correction2**0.5` are C's pow(); each is rounded to FP32 once, when it meets an FP32 tensor.
+  const double bias_correction1 = 1.0 - std::pow(s.BiasCorrection.Beta1, step);
+  const double bias_correction2 = 1.0 - std::pow(s.BiasCorrection.Beta2, step);
+  s.StepSize = static_cast<float>(s.BiasCorrection.LearningRate / bias_correction1);
+  s.BiasCorrection2Sqrt = static_cast<float>(std::pow(bias_correction2, 0.5));
 }
 
 // The backend that runs a checked list: the device tensors' backend, or, for host memory, the CPU
@@ -122,6 +147,18 @@ Route Check(const OptimizerStepLists& lists, const ListRules& rules) {
       place(Checked(lists.LowPrecisionCopies, "LowPrecisionCopies", i, count, true), "LowPrecisionCopies", i);
     }
   }
+  if (lists.StepCount) {
+    const ITensor& step_count = *lists.StepCount;
+    if (step_count.GetDataType() != DataType::Float32 || step_count.Size() != 1) {
+      throw ArgumentError("lists.StepCount", "is a " + std::string(ToString(step_count.GetDataType())) + " tensor of " +
+                                                 std::to_string(step_count.Size()) +
+                                                 " elements; a step count is one FP32 element");
+    }
+    place(step_count, "StepCount", 0);
+    if (!any_device) {
+      static_cast<void>(HostStepCount(step_count));  // its value, checked before anything is written
+    }
+  }
   if (any_host && any_device) {
     throw ArgumentError("lists", "mixes host-memory tensors with device tensors; pass one kind per call");
   }
@@ -136,6 +173,38 @@ Route Check(const OptimizerStepLists& lists, const ListRules& rules) {
                               " step for these tensors");
 }
 
+// One checked step on @p route: run(lists, scalars, skip_if_found_inf) on its backend. Host lists read a found-inf
+// flag here (a set flag: no pass, false) and their step count too: at_count(scalars, count) makes
+// the scalars of step count + 1, the backend runs without the count, and count + 1 is written after.
+// A device backend reads both on the device.
+template <typename Scalars, typename AtCount, typename Run>
+bool Step(const Route& route, const OptimizerStepLists& lists, const Scalars& scalars,
+          const DeviceScaleState* skip_if_found_inf, const char* what, AtCount&& at_count, Run&& run) {
+  if (!route.on_host || !lists.StepCount) {
+    if (route.on_host && skip_if_found_inf != nullptr && skip_if_found_inf->FoundInf()) {
+      return false;  // a skipped step reads nothing
+    }
+    if (!run(lists, scalars, skip_if_found_inf)) {
+      NoFusedStep(*route.backend, what);
+    }
+    return true;
+  }
+  if (skip_if_found_inf != nullptr && skip_if_found_inf->FoundInf()) {
+    return false;  // nor does it count
+  }
+  const float count = HostStepCount(*lists.StepCount);
+  Scalars at = scalars;
+  at_count(at, count);
+  OptimizerStepLists uncounted = lists;
+  uncounted.StepCount = nullptr;
+  if (!run(uncounted, at, nullptr)) {
+    NoFusedStep(*route.backend, what);
+  }
+  const float next = count + 1.0f;
+  std::memcpy(lists.StepCount->MutableHostBytes().data(), &next, sizeof next);
+  return true;
+}
+
 }  // namespace
 
 AdamStepScalars AdamStepScalarsFor(const AdamOptions& options, std::int64_t step) {
@@ -143,15 +212,10 @@ AdamStepScalars AdamStepScalarsFor(const AdamOptions& options, std::int64_t step
   if (step < 1) {
     throw ArgumentError("step", "must be >= 1 (the first step is 1), got " + std::to_string(step));
   }
-  // torch/optim/adam.py (_single_tensor_adam) computes these as Python floats (doubles): `beta**step`
-  // and `bias_correction2**0.5` are C's pow(), `1 - beta1` is lerp_'s weight; each is rounded to
-  // FP32 once, when it meets an FP32 tensor.
-  const auto t = static_cast<double>(step);
-  const double bias_correction1 = 1.0 - std::pow(options.Beta1, t);
-  const double bias_correction2 = 1.0 - std::pow(options.Beta2, t);
   AdamStepScalars s;
-  s.StepSize = static_cast<float>(options.LearningRate / bias_correction1);
-  s.BiasCorrection2Sqrt = static_cast<float>(std::pow(bias_correction2, 0.5));
+  s.BiasCorrection = {.LearningRate = options.LearningRate, .Beta1 = options.Beta1, .Beta2 = options.Beta2};
+  SetBiasCorrections(s, static_cast<double>(step));
+  // `1 - beta1` is lerp_'s weight, rounded to FP32 like the bias corrections.
   s.FirstMomentWeight = static_cast<float>(1.0 - options.Beta1);
   s.Beta2 = static_cast<float>(options.Beta2);
   s.SecondMomentWeight = static_cast<float>(1.0 - options.Beta2);
@@ -174,25 +238,23 @@ SGDStepScalars SGDStepScalarsFor(const SGDOptions& options, bool first_step) {
 bool FusedAdamStep(const OptimizerStepLists& lists, const AdamStepScalars& scalars,
                    const DeviceScaleState* skip_if_found_inf) {
   const Route route = Check(lists, ListRules{.first = true, .second = true});
-  if (route.on_host && skip_if_found_inf != nullptr && skip_if_found_inf->FoundInf()) {
-    return false;  // a skipped step reads nothing
-  }
-  if (!route.backend->AdamStep(lists, scalars, skip_if_found_inf)) {
-    NoFusedStep(*route.backend, "Adam");
-  }
-  return true;
+  return Step(
+      route, lists, scalars, skip_if_found_inf, "Adam",
+      [](AdamStepScalars& at, float count) { SetBiasCorrections(at, static_cast<double>(count) + 1.0); },
+      [&](const OptimizerStepLists& run, const AdamStepScalars& at, const DeviceScaleState* skip) {
+        return route.backend->AdamStep(run, at, skip);
+      });
 }
 
 bool FusedSGDStep(const OptimizerStepLists& lists, const SGDStepScalars& scalars,
                   const DeviceScaleState* skip_if_found_inf) {
   const Route route = Check(lists, ListRules{.first = scalars.Momentum != 0.0f, .second = false});
-  if (route.on_host && skip_if_found_inf != nullptr && skip_if_found_inf->FoundInf()) {
-    return false;  // a skipped step reads nothing
-  }
-  if (!route.backend->SGDStep(lists, scalars, skip_if_found_inf)) {
-    NoFusedStep(*route.backend, "SGD");
-  }
-  return true;
+  return Step(
+      route, lists, scalars, skip_if_found_inf, "SGD",
+      [](SGDStepScalars& at, float count) { at.FirstStep = count == 0.0f; },
+      [&](const OptimizerStepLists& run, const SGDStepScalars& at, const DeviceScaleState* skip) {
+        return route.backend->SGDStep(run, at, skip);
+      });
 }
 
 }  // namespace mlframework::optimizers

@@ -1,5 +1,6 @@
 #include "mlframework/backends/cuda/CudaOptimizerSteps.hpp"
 
+#include <array>
 #include <cstddef>
 #include <optional>
 #include <span>
@@ -87,12 +88,13 @@ bool Build(const OptimizerStepLists& lists, Table& table) {
   return true;
 }
 
-// What the step kernel touches: the table, the skip flag and, per tensor, the parameters, the
-// two moments and the low-precision copy (read and written) and the gradients (read).
+// What the step kernel touches: the table, the skip flag, the step count (read) and, per tensor,
+// the parameters, the two moments and the low-precision copy (read and written) and the gradients (read).
 std::vector<BufferUse> OperandsOf(const Table& table, const OptimizerEntry* device_table, std::size_t table_bytes,
-                                  const std::int32_t* skip_flag) {
+                                  const std::int32_t* skip_flag, const float* step_count) {
   std::vector<BufferUse> buffers{{device_table, table_bytes, Use::Read},
-                                 {skip_flag, skip_flag != nullptr ? sizeof(std::int32_t) : 0, Use::Read}};
+                                 {skip_flag, skip_flag != nullptr ? sizeof(std::int32_t) : 0, Use::Read},
+                                 {step_count, step_count != nullptr ? sizeof(float) : 0, Use::Read}};
   for (std::size_t i = 0; i + 1 < table.entries.size(); ++i) {
     const OptimizerEntry& entry = table.entries[i];
     const std::size_t count = table.entries[i + 1].offset - entry.offset;
@@ -109,7 +111,8 @@ std::vector<BufferUse> OperandsOf(const Table& table, const OptimizerEntry* devi
   return buffers;
 }
 
-// Uploads the table and queues launch(entries, count, total, stream) on the tensors' GPU.
+// Uploads the table and queues launch(entries, count, total, step_count, stream) on the tensors'
+// GPU, then the kernel that counts the step when the lists keep a step count.
 template <typename LaunchFn>
 bool Queue(const OptimizerStepLists& lists, const std::int32_t* skip_flag, int flag_device, LaunchFn&& launch) {
   thread_local Table kept;  // reused: its capacity stays between steps
@@ -117,7 +120,12 @@ bool Queue(const OptimizerStepLists& lists, const std::int32_t* skip_flag, int f
     return false;
   }
   const Table* const table = &kept;
-  if (table->total == 0) {
+  const std::optional<void*> count_data = DataOf(std::span<const TensorPtr>(&lists.StepCount, 1), 0, kept.device);
+  if (!count_data) {
+    return false;
+  }
+  auto* step_count = static_cast<float*>(*count_data);
+  if (table->total == 0 && step_count == nullptr) {
     return true;
   }
   if (skip_flag != nullptr && flag_device != table->device) {
@@ -128,17 +136,28 @@ bool Queue(const OptimizerStepLists& lists, const std::int32_t* skip_flag, int f
   // The join with the framework's stream (StreamGuard): the step waits for the gradients it
   // wrote, and its next kernels wait for the new parameters.
   const StreamUse use(context);
-  const std::size_t bytes = table->entries.size() * sizeof(OptimizerEntry);
-  // The same parameters step again and again: their table is uploaded once and kept, so a
-  // warmed-up step allocates nothing and waits for nothing (capture-safe).
-  const auto* device_table = static_cast<const OptimizerEntry*>(
-      context.UploadKept(std::as_bytes(std::span<const OptimizerEntry>(table->entries))));
   Driver& driver = context.DeviceDriver();
-  const std::vector<BufferUse> buffers =
-      driver.RecordsOperands() ? OperandsOf(*table, device_table, bytes, skip_flag) : std::vector<BufferUse>{};
-  driver.Launch("fused optimizer step", context.Stream(), KernelOperands{{}, Access::Writes, buffers}, [&] {
-    launch(device_table, static_cast<std::int32_t>(table->entries.size() - 1), table->total, context.Stream());
-  });
+  if (table->total != 0) {
+    const std::size_t bytes = table->entries.size() * sizeof(OptimizerEntry);
+    // The same parameters step again and again: their table is uploaded once and kept, so a
+    // warmed-up step allocates nothing and waits for nothing (capture-safe).
+    const auto* device_table = static_cast<const OptimizerEntry*>(
+        context.UploadKept(std::as_bytes(std::span<const OptimizerEntry>(table->entries))));
+    const std::vector<BufferUse> buffers = driver.RecordsOperands()
+                                               ? OperandsOf(*table, device_table, bytes, skip_flag, step_count)
+                                               : std::vector<BufferUse>{};
+    driver.Launch("fused optimizer step", context.Stream(), KernelOperands{{}, Access::Writes, buffers}, [&] {
+      launch(device_table, static_cast<std::int32_t>(table->entries.size() - 1), table->total, step_count,
+             context.Stream());
+    });
+  }
+  if (step_count != nullptr) {
+    const std::array<BufferUse, 2> buffers{
+        BufferUse{step_count, sizeof(float), Use::ReadWrite},
+        BufferUse{skip_flag, skip_flag != nullptr ? sizeof(std::int32_t) : 0, Use::Read}};
+    driver.Launch("step count", context.Stream(), KernelOperands{{}, Access::Writes, buffers},
+                  [&] { LaunchAdvanceStepCount(step_count, skip_flag, context.Stream()); });
+  }
   return true;
 }
 
@@ -146,18 +165,18 @@ bool Queue(const OptimizerStepLists& lists, const std::int32_t* skip_flag, int f
 
 bool QueueAdamStep(const OptimizerStepLists& lists, const AdamStepScalars& scalars, const std::int32_t* skip_flag,
                    int flag_device) {
-  return Queue(lists, skip_flag, flag_device,
-               [&](const OptimizerEntry* entries, std::int32_t count, std::uint64_t total, cudaStream_t stream) {
-                 LaunchAdamStep(entries, count, total, scalars, skip_flag, stream);
-               });
+  return Queue(
+      lists, skip_flag, flag_device,
+      [&](const OptimizerEntry* entries, std::int32_t count, std::uint64_t total, const float* step_count,
+          cudaStream_t stream) { LaunchAdamStep(entries, count, total, scalars, skip_flag, step_count, stream); });
 }
 
 bool QueueSGDStep(const OptimizerStepLists& lists, const SGDStepScalars& scalars, const std::int32_t* skip_flag,
                   int flag_device) {
-  return Queue(lists, skip_flag, flag_device,
-               [&](const OptimizerEntry* entries, std::int32_t count, std::uint64_t total, cudaStream_t stream) {
-                 LaunchSGDStep(entries, count, total, scalars, skip_flag, stream);
-               });
+  return Queue(
+      lists, skip_flag, flag_device,
+      [&](const OptimizerEntry* entries, std::int32_t count, std::uint64_t total, const float* step_count,
+          cudaStream_t stream) { LaunchSGDStep(entries, count, total, scalars, skip_flag, step_count, stream); });
 }
 
 }  // namespace mlframework::backends::cuda

@@ -72,6 +72,14 @@ class Driver {
   virtual cudaError_t EventQuery(cudaEvent_t event) = 0;
   /// Host waits for the event's work.
   virtual cudaError_t EventSynchronize(cudaEvent_t event) = 0;
+  /// Whether @p stream is capturing work into a CUDA graph (cudaStreamIsCapturing): what is
+  /// queued then runs only when the graph is launched, so an event recorded then must not be
+  /// queried or waited for by the host.
+  virtual cudaError_t StreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status) = 0;
+  /// Swaps the calling thread's capture interaction mode with *@p mode
+  /// (cudaThreadExchangeStreamCaptureMode): a thread in cudaStreamCaptureModeRelaxed may make
+  /// calls (an event query) that a capture in global mode forbids every other thread.
+  virtual cudaError_t ThreadExchangeStreamCaptureMode(cudaStreamCaptureMode* mode) = 0;
 
   // ---- memory ----
   /// Device memory ordered on @p stream from @p pool (cudaMallocFromPoolAsync).

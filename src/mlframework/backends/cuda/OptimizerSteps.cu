@@ -62,7 +62,15 @@ __device__ inline void WriteCopy(const OptimizerEntry& e, std::uint64_t i, float
 // CPU backend's AVX2/AVX-512 bits (AdamStepScalars, SGDStepScalars).
 __global__ void __launch_bounds__(kBlockThreads)
     AdamKernel(const OptimizerEntry* entries, std::int32_t count, std::uint64_t total, AdamStepScalars s,
-               const std::int32_t* skip_flag) {
+               const std::int32_t* skip_flag, const float* step_count) {
+  if (step_count != nullptr) {
+    // optimizers::AdamStepScalarsFor()'s arithmetic: doubles, each constant rounded to FP32 once.
+    const double step = static_cast<double>(*step_count) + 1.0;
+    const double bias_correction1 = 1.0 - pow(s.BiasCorrection.Beta1, step);
+    const double bias_correction2 = 1.0 - pow(s.BiasCorrection.Beta2, step);
+    s.StepSize = static_cast<float>(s.BiasCorrection.LearningRate / bias_correction1);
+    s.BiasCorrection2Sqrt = static_cast<float>(sqrt(bias_correction2));
+  }
   const bool small_weight = fabsf(s.FirstMomentWeight) < 0.5f;
   const float first_weight_minus_one = __fsub_rn(s.FirstMomentWeight, 1.0f);
   const float neg_step_size = -s.StepSize;
@@ -89,7 +97,10 @@ __global__ void __launch_bounds__(kBlockThreads)
 
 __global__ void __launch_bounds__(kBlockThreads)
     SGDKernel(const OptimizerEntry* entries, std::int32_t count, std::uint64_t total, SGDStepScalars s,
-              const std::int32_t* skip_flag) {
+              const std::int32_t* skip_flag, const float* step_count) {
+  if (step_count != nullptr) {
+    s.FirstStep = *step_count == 0.0f;
+  }
   const float neg_lr = -s.LearningRate;
   ForEachElementOfChunk(entries, count, total, skip_flag, [&](const OptimizerEntry& e, std::uint64_t i) {
     const float w = e.parameter[i];
@@ -106,19 +117,32 @@ __global__ void __launch_bounds__(kBlockThreads)
   });
 }
 
+__global__ void AdvanceStepCountKernel(float* step_count, const std::int32_t* skip_flag) {
+  if (skip_flag == nullptr || *skip_flag == 0) {
+    *step_count += 1.0f;
+  }
+}
+
 unsigned Blocks(std::uint64_t total) { return static_cast<unsigned>((total + kOptimizerChunk - 1) / kOptimizerChunk); }
 
 }  // namespace
 
 void LaunchAdamStep(const OptimizerEntry* entries, std::int32_t count, std::uint64_t total,
-                    const AdamStepScalars& scalars, const std::int32_t* skip_flag, cudaStream_t stream) {
-  AdamKernel<<<Blocks(total), kBlockThreads, 0, stream>>>(entries, count, total, scalars, skip_flag);
+                    const AdamStepScalars& scalars, const std::int32_t* skip_flag, const float* step_count,
+                    cudaStream_t stream) {
+  AdamKernel<<<Blocks(total), kBlockThreads, 0, stream>>>(entries, count, total, scalars, skip_flag, step_count);
   MLFW_CUDA_CHECK(cudaGetLastError());
 }
 
 void LaunchSGDStep(const OptimizerEntry* entries, std::int32_t count, std::uint64_t total,
-                   const SGDStepScalars& scalars, const std::int32_t* skip_flag, cudaStream_t stream) {
-  SGDKernel<<<Blocks(total), kBlockThreads, 0, stream>>>(entries, count, total, scalars, skip_flag);
+                   const SGDStepScalars& scalars, const std::int32_t* skip_flag, const float* step_count,
+                   cudaStream_t stream) {
+  SGDKernel<<<Blocks(total), kBlockThreads, 0, stream>>>(entries, count, total, scalars, skip_flag, step_count);
+  MLFW_CUDA_CHECK(cudaGetLastError());
+}
+
+void LaunchAdvanceStepCount(float* step_count, const std::int32_t* skip_flag, cudaStream_t stream) {
+  AdvanceStepCountKernel<<<1, 1, 0, stream>>>(step_count, skip_flag);
   MLFW_CUDA_CHECK(cudaGetLastError());
 }
 

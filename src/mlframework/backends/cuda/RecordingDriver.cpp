@@ -168,6 +168,7 @@ cudaError_t RecordingDriver::EventCreate(cudaEvent_t* event) {
 cudaError_t RecordingDriver::EventDestroy(cudaEvent_t event) {
   const std::lock_guard lock(mutex_);
   events_.erase(event);
+  captured_events_.erase(event);
   return cudaSuccess;
 }
 
@@ -177,6 +178,11 @@ cudaError_t RecordingDriver::EventRecord(cudaEvent_t event, cudaStream_t stream)
   const std::size_t lane = LaneOf(stream);
   Begin(lane);
   events_[event] = clocks_[lane];
+  if (capturing_) {
+    captured_events_[event] = true;
+  } else {
+    captured_events_.erase(event);
+  }
   if (stalled_.contains(lane)) {
     never_[event] = true;
   } else {
@@ -201,6 +207,13 @@ cudaError_t RecordingDriver::EventQuery(cudaEvent_t event) {
   // Nothing runs, so every event is done unless stalled; a query that says done orders the
   // host after the event.
   const std::lock_guard lock(mutex_);
+  if (capturing_ && !relaxed_threads_.contains(std::this_thread::get_id())) {
+    violations_.emplace_back("cudaEventQuery inside a captured region from a thread not in relaxed capture mode");
+    return cudaErrorStreamCaptureUnsupported;
+  }
+  if (CapturedEventLocked(event, "cudaEventQuery")) {
+    return cudaErrorCapturedEvent;
+  }
   if (never_.contains(event)) {
     return cudaErrorNotReady;
   }
@@ -213,12 +226,45 @@ cudaError_t RecordingDriver::EventSynchronize(cudaEvent_t event) {
   const std::lock_guard lock(mutex_);
   ++operations_;
   HostSynchronizationLocked("cudaEventSynchronize");
+  if (CapturedEventLocked(event, "cudaEventSynchronize")) {
+    return cudaErrorCapturedEvent;
+  }
   if (!HostWaitLocked(kHost, never_.contains(event), "cudaEventSynchronize")) {
     return cudaErrorLaunchTimeout;
   }
   Begin(kHost);
   Join(clocks_[kHost], events_[event]);
   return cudaSuccess;
+}
+
+cudaError_t RecordingDriver::StreamIsCapturing(cudaStream_t /*stream*/, cudaStreamCaptureStatus* status) {
+  const std::lock_guard lock(mutex_);
+  *status = capturing_ ? cudaStreamCaptureStatusActive : cudaStreamCaptureStatusNone;
+  return cudaSuccess;
+}
+
+cudaError_t RecordingDriver::ThreadExchangeStreamCaptureMode(cudaStreamCaptureMode* mode) {
+  const std::lock_guard lock(mutex_);
+  const auto self = std::this_thread::get_id();
+  const cudaStreamCaptureMode previous =
+      relaxed_threads_.contains(self) ? cudaStreamCaptureModeRelaxed : cudaStreamCaptureModeGlobal;
+  if (*mode == cudaStreamCaptureModeRelaxed) {
+    relaxed_threads_.insert(self);
+  } else {
+    relaxed_threads_.erase(self);
+  }
+  *mode = previous;
+  return cudaSuccess;
+}
+
+bool RecordingDriver::CapturedEventLocked(cudaEvent_t event, const std::string& what) {
+  if (!captured_events_.contains(event)) {
+    return false;
+  }
+  violations_.push_back(what +
+                        " of an event recorded inside a captured region (cudaErrorCapturedEvent): it "
+                        "completes only when the graph runs");
+  return true;
 }
 
 // ---- memory ----

@@ -18,7 +18,11 @@
 //     ordered after the reads since), and any access to freed memory;
 //   - a stream-ordered free not ordered after the memory's last use; a host release of
 //     memory (ReleaseOnHost, as a framework's allocator does) likewise;
-//   - a host synchronisation or an allocation while a region is marked as captured;
+//   - a host synchronisation or an allocation while a region is marked as captured, an event
+//     query there from a thread not in relaxed capture mode (the runtime forbids it during a
+//     capture in global mode and fails it; so does this driver), and a host query of or wait for
+//     an event recorded inside such a region (the runtime answers cudaErrorCapturedEvent; so
+//     does this driver);
 //   - a host wait for work that never ends (after Stall(): a dead peer's collective), which
 //     would hang; the call returns cudaErrorLaunchTimeout instead of blocking.
 // Memory the recorder did not hand out (a pageable host vector) is not tracked.
@@ -27,7 +31,9 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "mlframework/backends/cuda/Driver.hpp"
@@ -47,7 +53,8 @@ class RecordingDriver final : public Driver {
   std::size_t LaunchCount() const;
   /// Names @p stream in reports ("framework").
   void NameStream(cudaStream_t stream, const std::string& name);
-  /// Marks the start and end of a region a framework captures into a CUDA graph.
+  /// Marks the start and end of a region a framework captures into a CUDA graph (every stream
+  /// counts as capturing inside it: StreamIsCapturing()).
   void BeginCapture();
   void EndCapture();
   /// The host hands memory of this recorder back to its owner (a framework's caching
@@ -75,6 +82,8 @@ class RecordingDriver final : public Driver {
   cudaError_t StreamWaitEvent(cudaStream_t stream, cudaEvent_t event) override;
   cudaError_t EventQuery(cudaEvent_t event) override;
   cudaError_t EventSynchronize(cudaEvent_t event) override;
+  cudaError_t StreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status) override;
+  cudaError_t ThreadExchangeStreamCaptureMode(cudaStreamCaptureMode* mode) override;
   cudaError_t MallocFromPoolAsync(void** pointer, std::size_t bytes, cudaMemPool_t pool, cudaStream_t stream) override;
   cudaError_t FreeAsync(void* pointer, cudaStream_t stream) override;
   cudaError_t Malloc(void** pointer, std::size_t bytes) override;
@@ -123,6 +132,8 @@ class RecordingDriver final : public Driver {
   // The host waits for @p lane (or for an event that never completes, @p never): a violation
   // and false when that wait would never end.
   bool HostWaitLocked(std::size_t lane, bool never, const std::string& what);
+  // A violation and true when @p event was last recorded inside a captured region.
+  bool CapturedEventLocked(cudaEvent_t event, const std::string& what);
   std::map<std::uintptr_t, Allocation>::iterator Find(const void* pointer);
   std::string LaneName(std::size_t lane) const;
 
@@ -133,8 +144,10 @@ class RecordingDriver final : public Driver {
   std::map<cudaStream_t, std::size_t> lanes_;
   std::map<std::size_t, std::string> names_;
   std::map<cudaEvent_t, Clock> events_;
-  std::map<std::size_t, bool> stalled_;  // lanes whose work never ends
-  std::map<cudaEvent_t, bool> never_;    // events recorded after such work
+  std::map<std::size_t, bool> stalled_;          // lanes whose work never ends
+  std::map<cudaEvent_t, bool> never_;            // events recorded after such work
+  std::map<cudaEvent_t, bool> captured_events_;  // events last recorded inside a captured region
+  std::set<std::thread::id> relaxed_threads_;    // threads in relaxed capture mode
   std::map<std::uintptr_t, Allocation> live_;
   std::map<std::uintptr_t, std::size_t> freed_;  // base -> bytes of freed allocations
   std::uintptr_t next_handle_ = 0x1000;

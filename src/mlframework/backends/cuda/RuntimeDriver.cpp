@@ -43,6 +43,12 @@ class RuntimeDriver final : public Driver {
   }
   cudaError_t EventQuery(cudaEvent_t event) override { return cudaEventQuery(event); }
   cudaError_t EventSynchronize(cudaEvent_t event) override { return cudaEventSynchronize(event); }
+  cudaError_t StreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status) override {
+    return cudaStreamIsCapturing(stream, status);
+  }
+  cudaError_t ThreadExchangeStreamCaptureMode(cudaStreamCaptureMode* mode) override {
+    return cudaThreadExchangeStreamCaptureMode(mode);
+  }
   cudaError_t MallocFromPoolAsync(void** pointer, std::size_t bytes, cudaMemPool_t pool, cudaStream_t stream) override {
     return cudaMallocFromPoolAsync(pointer, bytes, pool, stream);
   }
