@@ -126,14 +126,23 @@ class FakeDeviceBackend final : public mlframework::DeviceScalingBackend {
     CountSync();  // a bool read back
     return mlframework::UnscaleAndCheck(Inner(tensors), factor);
   }
-  bool HasNonFinite(std::span<const mlframework::ITensor* const> tensors) const override {
+  // Like the CUDA backend: grouped lists only, the answer read back.
+  std::optional<mlframework::ReadPassResult> Read(mlframework::TensorListView tensors,
+                                                  const mlframework::ReadPassOptions& options) const override {
+    if (!tensors.Grouped) {
+      return std::nullopt;
+    }
     CountSync();
-    return mlframework::HasNonFinite(Inner(tensors));
-  }
-  mlframework::NonFiniteAndNorm CheckAndSumSquares(std::span<const mlframework::ITensor* const> tensors,
-                                                   float factor) const override {
-    CountSync();
-    return mlframework::CheckAndSumSquares(Inner(tensors), factor);
+    const auto inner = Inner(tensors.Tensors);
+    if (options.Amax) {
+      const mlframework::NonFiniteAndAmax result = mlframework::CheckAndAmax(inner);
+      return mlframework::ReadPassResult{.FoundNonFinite = result.FoundNonFinite, .Amax = result.Amax};
+    }
+    if (options.SumOfSquares) {
+      const mlframework::NonFiniteAndNorm result = mlframework::CheckAndSumSquares(inner, options.Factor);
+      return mlframework::ReadPassResult{.FoundNonFinite = result.FoundNonFinite, .SumOfSquares = result.SumOfSquares};
+    }
+    return mlframework::ReadPassResult{.FoundNonFinite = mlframework::HasNonFinite(inner)};
   }
   void Scale(std::span<mlframework::ITensor* const> tensors, float factor) const override {
     mlframework::ScaleInPlace(Inner(tensors), factor);
@@ -271,7 +280,7 @@ class FakeDeviceBackend final : public mlframework::DeviceScalingBackend {
     std::vector<mlframework::TensorPtr> inner;
     inner.reserve(tensors.size());
     for (std::size_t i = 0; i < tensors.size(); ++i) {
-      const auto* fake = dynamic_cast<const FakeDeviceTensor*>(tensors[i]);
+      const auto* fake = dynamic_cast<const FakeDeviceTensor*>(std::to_address(tensors[i]));
       if (fake == nullptr) {
         throw mlframework::ArgumentError("tensors[" + std::to_string(i) + "]", "is not a fake-device tensor");
       }

@@ -25,11 +25,6 @@ class PlainBackend final : public TensorBackend {
  public:
   std::string_view Name() const noexcept override { return "plain"; }
   bool UnscaleAndCheck(std::span<ITensor* const> /*tensors*/, float /*factor*/) const override { return Unused(); }
-  bool HasNonFinite(std::span<const ITensor* const> /*tensors*/) const override { return Unused(); }
-  NonFiniteAndNorm CheckAndSumSquares(std::span<const ITensor* const> /*tensors*/, float /*factor*/) const override {
-    Unused();
-    return {};
-  }
   void Scale(std::span<ITensor* const> /*tensors*/, float /*factor*/) const override { Unused(); }
   bool CastInto(std::span<const ITensor* const> /*src*/, std::span<ITensor* const> /*dst*/,
                 float /*factor*/) const override {

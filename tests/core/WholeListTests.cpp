@@ -24,13 +24,12 @@ class RecordingBackend final : public TensorBackend {
     span_tensors += tensors.size();
     return false;
   }
-  bool HasNonFinite(std::span<const ITensor* const> tensors) const override {
-    span_tensors += tensors.size();
-    return false;
-  }
-  NonFiniteAndNorm CheckAndSumSquares(std::span<const ITensor* const> tensors, float /*factor*/) const override {
-    span_tensors += tensors.size();
-    return {};
+  std::optional<ReadPassResult> Read(TensorListView tensors, const ReadPassOptions& /*options*/) const override {
+    if (!tensors.Grouped) {
+      return std::nullopt;
+    }
+    span_tensors += tensors.Tensors.size();
+    return ReadPassResult{};
   }
   void Scale(std::span<ITensor* const> tensors, float /*factor*/) const override { span_tensors += tensors.size(); }
   bool CastInto(std::span<const ITensor* const> src, std::span<ITensor* const> /*dst*/,
@@ -96,8 +95,8 @@ BOOST_AUTO_TEST_CASE(DefaultsTakeNoList) {
   const RecordingBackend backend;
   const TensorBackend& base = backend;
   const auto list = RecordedList(backend, 3);
-  BOOST_TEST(!base.HasNonFiniteList(list).has_value());
-  BOOST_TEST(!base.CheckAndSumSquaresList(list, 1.0f).has_value());
+  BOOST_TEST(!base.TensorBackend::Read({list, false}, {}).has_value());
+  BOOST_TEST(!base.TensorBackend::Read({list, false}, {.SumOfSquares = true}).has_value());
   BOOST_TEST(!base.ScaleList(list, 1.0f));
   BOOST_TEST(!base.CastIntoKnownLists(list, list, 1.0f).has_value());
   BOOST_TEST(!base.CastIntoLists(list, list, 1.0f).has_value());
@@ -122,13 +121,14 @@ BOOST_AUTO_TEST_CASE(CpuBackendDeclinesListsItCannotRun) {
   const TensorBackend& cpu = backends::cpu::Backend();
   const RecordingBackend other;
   auto list = CpuList(3, DataType::Float16);
-  BOOST_TEST(!cpu.HasNonFiniteList({}).has_value());
+  BOOST_TEST(!cpu.Read({{}, false}, {}).has_value());
   list.push_back(RecordedList(other, 1)[0]);
-  BOOST_TEST(!cpu.HasNonFiniteList(list).has_value());
+  BOOST_TEST(!cpu.Read({list, false}, {}).has_value());
   list.back() = nullptr;
   BOOST_TEST(!cpu.UnscaleAndCheckList(list, 1.0f).has_value());
   list.pop_back();
-  BOOST_TEST((cpu.HasNonFiniteList(list) == std::optional<bool>(false)));
+  const std::optional<ReadPassResult> read = cpu.Read({list, false}, {});
+  BOOST_TEST((read.has_value() && !read->FoundNonFinite));
   // Through the free functions the general path still reports the null entry.
   list.push_back(nullptr);
   BOOST_CHECK_THROW(HasNonFinite(list), ArgumentNullError);

@@ -127,8 +127,9 @@ BOOST_AUTO_TEST_CASE(EveryEntryPointRejectsForeignInputsByName) {
   const std::span<const ITensor* const> inputs{&input, 1};
   const auto not_cuda = IsArgumentError("tensors[0]", "is not a CUDA-backend tensor (device cpu)");
   BOOST_CHECK_EXCEPTION(backend.UnscaleAndCheck(tensors, 0.5f), ArgumentError, not_cuda);
-  BOOST_CHECK_EXCEPTION(backend.HasNonFinite(inputs), ArgumentError, not_cuda);
-  BOOST_CHECK_EXCEPTION(backend.CheckAndSumSquares(inputs, 1.0f), ArgumentError, not_cuda);
+  const std::span<const TensorPtr> list{&cpu, 1};
+  BOOST_CHECK_EXCEPTION(backend.Read({list, true}, {}), ArgumentError, not_cuda);
+  BOOST_CHECK_EXCEPTION(backend.Read({list, true}, {.SumOfSquares = true}), ArgumentError, not_cuda);
   BOOST_CHECK_EXCEPTION(backend.Scale(tensors, 2.0f), ArgumentError, not_cuda);
   const auto src_not_cuda = IsArgumentError("src[0]", "is not a CUDA-backend tensor (device cpu)");
   BOOST_CHECK_EXCEPTION(backend.CastInto(inputs, tensors, 1.0f), ArgumentError, src_not_cuda);
@@ -156,8 +157,8 @@ BOOST_AUTO_TEST_CASE(EmptyListsNeedNoDevice) {
   }
   const DeviceScalingBackend& backend = cuda::Backend();
   BOOST_TEST(!backend.UnscaleAndCheck({}, 0.5f));
-  BOOST_TEST(!backend.HasNonFinite({}));
-  const NonFiniteAndNorm result = backend.CheckAndSumSquares({}, 1.0f);
+  BOOST_TEST(!backend.Read({{}, true}, {})->FoundNonFinite);
+  const ReadPassResult result = *backend.Read({{}, true}, {.SumOfSquares = true});
   BOOST_TEST(!result.FoundNonFinite);
   BOOST_TEST(result.SumOfSquares == 0.0);
   BOOST_CHECK_NO_THROW(backend.Scale({}, 2.0f));

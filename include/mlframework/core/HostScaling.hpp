@@ -85,7 +85,7 @@ class MLFRAMEWORK_EXPORT HostScalingBackend : public DeviceScalingBackend {
   /// This backend's CastInto() with InverseScale(scale), ORed into the flag.
   void CastUnscaledWithState(std::span<const ITensor* const> src, std::span<ITensor* const> dst,
                              DeviceScaleState& state) const override;
-  /// This backend's HasNonFinite(), ORed into the flag.
+  /// core's HasNonFinite() (MultiTensor.hpp), ORed into the flag.
   void CheckWithState(std::span<const ITensor* const> tensors, DeviceScaleState& state) const override;
   /// An FP32 host tensor holding the flag (and the amax while tracked), reused when @p out already is one.
   void FlagToTensor(const DeviceScaleState& state, TensorPtr& out) const override;

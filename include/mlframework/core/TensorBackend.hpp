@@ -10,6 +10,8 @@
 
 #include <mlframework/core/ITensor.hpp>
 #include <mlframework/core/OptimizerStep.hpp>
+#include <mlframework/core/ReadPass.hpp>
+#include <mlframework/core/TensorListView.hpp>
 #include <mlframework/export.hpp>
 
 namespace mlframework {
@@ -62,10 +64,12 @@ class MLFRAMEWORK_EXPORT TensorBackend {
 
   /// Multiplies every element by @p factor in place; returns true when any result is Inf or NaN.
   virtual bool UnscaleAndCheck(std::span<ITensor* const> tensors, float factor) const = 0;
-  /// Returns true when any element is Inf or NaN (read only).
-  virtual bool HasNonFinite(std::span<const ITensor* const> tensors) const = 0;
-  /// One read pass: non-finite flag and the sum of squares of `factor * x`.
-  virtual NonFiniteAndNorm CheckAndSumSquares(std::span<const ITensor* const> tensors, float factor) const = 0;
+  /// One read pass over @p tensors: the non-finite flag, and the sum of squares or the amax when
+  /// @p options ask for one (ArgumentError naming `options` when they ask for both). nullopt when
+  /// the backend declines a list that is not Grouped (TensorListView). For a Grouped list the
+  /// default reads each tensor through ITensor (HasNonFinite(), SumOfSquares(), ToFloatVector()):
+  /// correct for any tensor; the CPU and CUDA backends override it with one fused pass.
+  virtual std::optional<ReadPassResult> Read(TensorListView tensors, const ReadPassOptions& options) const;
   /// Multiplies every element by @p factor in place.
   virtual void Scale(std::span<ITensor* const> tensors, float factor) const = 0;
   /// `dst[i] = round_to_dst_dtype(src[i] * factor)`; dtypes may differ, sizes match.
@@ -99,11 +103,6 @@ class MLFRAMEWORK_EXPORT TensorBackend {
   ///@{
   /// UnscaleAndCheck() over @p tensors.
   virtual std::optional<bool> UnscaleAndCheckList(std::span<const TensorPtr> tensors, float factor) const;
-  /// HasNonFinite() over @p tensors.
-  virtual std::optional<bool> HasNonFiniteList(std::span<const TensorPtr> tensors) const;
-  /// CheckAndSumSquares() over @p tensors.
-  virtual std::optional<NonFiniteAndNorm> CheckAndSumSquaresList(std::span<const TensorPtr> tensors,
-                                                                 float factor) const;
   /// Scale() over @p tensors; true when the backend took the list.
   virtual bool ScaleList(std::span<const TensorPtr> tensors, float factor) const;
   /// CastInto() over @p src and @p dst before the caller has checked them (entries non-null, the
@@ -147,7 +146,7 @@ class MLFRAMEWORK_EXPORT TensorBackend {
   ///@}
 
   /// @name Check passes that also take the amax (NonFiniteAndAmax)
-  /// The same passes as UnscaleAndCheck(), HasNonFinite() and CastInto(), returning the largest
+  /// The same passes as UnscaleAndCheck() and CastInto(), returning the largest
   /// finite absolute value as well. A backend fuses it into the same pass (the CPU and CUDA
   /// backends do); the defaults run the plain pass and then read the values back through
   /// ITensor::ToFloatVector() (a second read, correct for any tensor). The list forms answer like
@@ -156,16 +155,12 @@ class MLFRAMEWORK_EXPORT TensorBackend {
   ///@{
   /// UnscaleAndCheck() and the amax of the written values `x * factor`.
   virtual NonFiniteAndAmax UnscaleCheckAndAmax(std::span<ITensor* const> tensors, float factor) const;
-  /// HasNonFinite() (no early exit: every value is read) and the amax of the values.
-  virtual NonFiniteAndAmax CheckAndAmax(std::span<const ITensor* const> tensors) const;
   /// CastInto() and the amax of the products `src * factor`.
   virtual NonFiniteAndAmax CastIntoAndAmax(std::span<const ITensor* const> src, std::span<ITensor* const> dst,
                                            float factor) const;
   /// UnscaleCheckAndAmax() over a whole list; the default takes none.
   virtual std::optional<NonFiniteAndAmax> UnscaleCheckAndAmaxList(std::span<const TensorPtr> tensors,
                                                                   float factor) const;
-  /// CheckAndAmax() over a whole list; the default takes none.
-  virtual std::optional<NonFiniteAndAmax> CheckAndAmaxList(std::span<const TensorPtr> tensors) const;
   /// CastIntoAndAmax() over checked pairs of lists; the default takes none.
   virtual std::optional<NonFiniteAndAmax> CastIntoAndAmaxLists(std::span<const TensorPtr> src,
                                                                std::span<const TensorPtr> dst, float factor) const;

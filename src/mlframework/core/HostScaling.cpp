@@ -41,12 +41,6 @@ class GenericHostScaling final : public HostScalingBackend {
   bool UnscaleAndCheck(std::span<ITensor* const> tensors, float factor) const override {
     return mlframework::UnscaleAndCheck(Borrowed(tensors), factor);
   }
-  bool HasNonFinite(std::span<const ITensor* const> tensors) const override {
-    return mlframework::HasNonFinite(Borrowed(tensors));
-  }
-  NonFiniteAndNorm CheckAndSumSquares(std::span<const ITensor* const> tensors, float factor) const override {
-    return mlframework::CheckAndSumSquares(Borrowed(tensors), factor);
-  }
   void Scale(std::span<ITensor* const> tensors, float factor) const override {
     ScaleInPlace(Borrowed(tensors), factor);
   }
@@ -55,9 +49,6 @@ class GenericHostScaling final : public HostScalingBackend {
   }
   NonFiniteAndAmax UnscaleCheckAndAmax(std::span<ITensor* const> tensors, float factor) const override {
     return mlframework::UnscaleCheckAndAmax(Borrowed(tensors), factor);
-  }
-  NonFiniteAndAmax CheckAndAmax(std::span<const ITensor* const> tensors) const override {
-    return mlframework::CheckAndAmax(Borrowed(tensors));
   }
   NonFiniteAndAmax CastIntoAndAmax(std::span<const ITensor* const> src, std::span<ITensor* const> dst,
                                    float factor) const override {
@@ -111,7 +102,7 @@ void HostScalingBackend::CastUnscaledWithState(std::span<const ITensor* const> s
 }
 
 void HostScalingBackend::CheckWithState(std::span<const ITensor* const> tensors, DeviceScaleState& state) const {
-  HostState(state).Record(HasNonFinite(tensors));
+  HostState(state).Record(mlframework::HasNonFinite(Borrowed(tensors)));
 }
 
 void HostScalingBackend::FlagToTensor(const DeviceScaleState& state, TensorPtr& out) const {

@@ -1,5 +1,6 @@
 #include <mlframework/core/MultiTensor.hpp>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -67,8 +68,6 @@ const TensorBackend* SingleBackend(std::span<const TensorPtr> tensors, std::vect
   return backend;
 }
 
-double FallbackSumOfSquares(const ITensor& tensor, double factor) { return tensor.SumOfSquares() * factor * factor; }
-
 }  // namespace
 
 std::vector<TensorPtr> TensorList(const GradientMap& gradients) {
@@ -114,65 +113,71 @@ bool UnscaleAndCheck(std::span<const TensorPtr> tensors, float factor) {
   return found;
 }
 
-bool HasNonFinite(std::span<const TensorPtr> tensors) {
-  if (const TensorBackend* first = FirstBackend(tensors)) {
-    if (const std::optional<bool> found = first->HasNonFiniteList(tensors)) {
-      return *found;
-    }
+namespace {
+
+// The entries of @p tensors at @p indices, for a backend's share of a list that mixes backends.
+std::vector<TensorPtr> Members(std::span<const TensorPtr> tensors, const std::vector<std::size_t>& indices) {
+  std::vector<TensorPtr> members;
+  members.reserve(indices.size());
+  for (const std::size_t i : indices) {
+    members.push_back(tensors[i]);
   }
-  std::vector<const ITensor*> pointers;
-  if (const TensorBackend* backend = SingleBackend(tensors, pointers)) {
-    return backend->HasNonFinite(pointers);
-  }
-  RequireNonNull(tensors, "tensors");
-  if (const std::optional<std::vector<TensorPtr>> aliased = detail::WithHostAliases(tensors)) {
-    return HasNonFinite(*aliased);
-  }
-  for (const BackendGroup& group : GroupByBackend(tensors)) {
-    if (group.backend != nullptr) {
-      if (group.backend->HasNonFinite(Pointers<const ITensor*>(tensors, group.indices))) {
-        return true;
-      }
-      continue;
-    }
-    for (const std::size_t i : group.indices) {
-      if (tensors[i]->HasNonFinite()) {
-        return true;  // early exit, as the spec asks
-      }
-    }
-  }
-  return false;
+  return members;
 }
 
-NonFiniteAndNorm CheckAndSumSquares(std::span<const TensorPtr> tensors, float factor) {
+// The one route of every read pass: the whole list to the backend of its first tensor, which
+// runs it when it knows the list (the CPU backend's kept plans); else the list grouped by backend
+// once, each group to its backend, and the tensors without one through their ITensor members.
+ReadPassResult ReadPass(std::span<const TensorPtr> tensors, const ReadPassOptions& options) {
   if (const TensorBackend* first = FirstBackend(tensors)) {
-    if (const std::optional<NonFiniteAndNorm> result = first->CheckAndSumSquaresList(tensors, factor)) {
+    if (const std::optional<ReadPassResult> result = first->Read({tensors, false}, options)) {
       return *result;
     }
   }
-  std::vector<const ITensor*> pointers;
-  if (const TensorBackend* backend = SingleBackend(tensors, pointers)) {
-    return backend->CheckAndSumSquares(pointers, factor);
-  }
   RequireNonNull(tensors, "tensors");
   if (const std::optional<std::vector<TensorPtr>> aliased = detail::WithHostAliases(tensors)) {
-    return CheckAndSumSquares(*aliased, factor);
+    return ReadPass(*aliased, options);
   }
-  NonFiniteAndNorm total;
-  for (const BackendGroup& group : GroupByBackend(tensors)) {
-    if (group.backend != nullptr) {
-      const NonFiniteAndNorm part =
-          group.backend->CheckAndSumSquares(Pointers<const ITensor*>(tensors, group.indices), factor);
-      total.FoundNonFinite = total.FoundNonFinite || part.FoundNonFinite;
-      total.SumOfSquares += part.SumOfSquares;
-      continue;
+  const std::vector<BackendGroup> groups = GroupByBackend(tensors);
+  ReadPassResult total;
+  for (const BackendGroup& group : groups) {
+    std::vector<TensorPtr> members;
+    std::span<const TensorPtr> list = tensors;
+    if (groups.size() > 1) {
+      members = Members(tensors, group.indices);
+      list = members;
     }
-    for (const std::size_t i : group.indices) {
-      total.FoundNonFinite = total.FoundNonFinite || tensors[i]->HasNonFinite();
-      total.SumOfSquares += FallbackSumOfSquares(*tensors[i], factor);
+    ReadPassResult part;
+    if (group.backend == nullptr) {
+      part = detail::ReadEachTensor(list, options);
+    } else if (const std::optional<ReadPassResult> result = group.backend->Read({list, true}, options)) {
+      part = *result;
+    } else {
+      throw InvalidOperationError("the " + std::string(group.backend->Name()) +
+                                  " backend declined a read pass over its own tensors");
+    }
+    total.FoundNonFinite = total.FoundNonFinite || part.FoundNonFinite;
+    total.SumOfSquares += part.SumOfSquares;
+    total.Amax = std::max(total.Amax, part.Amax);
+    if (total.FoundNonFinite && !options.SumOfSquares && !options.Amax) {
+      break;  // early exit, as the spec asks
     }
   }
   return total;
+}
+
+}  // namespace
+
+bool HasNonFinite(std::span<const TensorPtr> tensors) { return ReadPass(tensors, {}).FoundNonFinite; }
+
+NonFiniteAndNorm CheckAndSumSquares(std::span<const TensorPtr> tensors, float factor) {
+  const ReadPassResult result = ReadPass(tensors, {.Factor = factor, .SumOfSquares = true});
+  return {result.FoundNonFinite, result.SumOfSquares};
+}
+
+NonFiniteAndAmax CheckAndAmax(std::span<const TensorPtr> tensors) {
+  const ReadPassResult result = ReadPass(tensors, {.Amax = true});
+  return {result.FoundNonFinite, result.Amax};
 }
 
 double SumOfSquares(std::span<const TensorPtr> tensors, float factor) {

@@ -11,7 +11,8 @@
 #include "mlframework/core/HostAlias.hpp"
 #include "mlframework/core/TensorGroups.hpp"
 
-// The amax forms of MultiTensor.hpp's check passes. They take the same route as the plain
+// The amax forms of MultiTensor.hpp's write passes (the read pass, CheckAndAmax(), is
+// MultiTensor.cpp's). They take the same route as the plain
 // passes: the whole list to its first tensor's backend, else host aliases for tensors without a
 // backend that the host addresses, else each backend's share of the list, and the per-tensor float vectors for
 // the rest.
@@ -81,30 +82,6 @@ NonFiniteAndAmax UnscaleCheckAndAmax(std::span<const TensorPtr> tensors, float f
     }
     for (const std::size_t i : group.indices) {
       Fold(total, HostCastAndAmax(*tensors[i], *tensors[i], factor));
-    }
-  }
-  return total;
-}
-
-NonFiniteAndAmax CheckAndAmax(std::span<const TensorPtr> tensors) {
-  if (const TensorBackend* first = FirstBackend(tensors)) {
-    if (const std::optional<NonFiniteAndAmax> result = first->CheckAndAmaxList(tensors)) {
-      return *result;
-    }
-  }
-  RequireNonNull(tensors, "tensors");
-  if (const std::optional<std::vector<TensorPtr>> aliased = detail::WithHostAliases(tensors)) {
-    return CheckAndAmax(*aliased);
-  }
-  NonFiniteAndAmax total;
-  for (const BackendGroup& group : GroupByBackend(tensors)) {
-    if (group.backend != nullptr) {
-      Fold(total, group.backend->CheckAndAmax(Pointers<const ITensor*>(tensors, group.indices)));
-      continue;
-    }
-    for (const std::size_t i : group.indices) {
-      std::vector<float> values = tensors[i]->ToFloatVector();
-      Fold(total, ScaleFloats(values, 1.0f));
     }
   }
   return total;

@@ -8,6 +8,7 @@
 
 #include "mlframework/core/HostAdd.hpp"
 #include "mlframework/core/HostNonFiniteScan.hpp"
+#include "mlframework/core/TensorGroups.hpp"
 
 namespace mlframework {
 
@@ -21,20 +22,44 @@ void TensorBackend::AddInto(std::span<const ITensor* const> src, std::span<ITens
   for (std::size_t i = 0; i < src.size(); ++i) detail::HostAddInto(*src[i], *dst[i], alpha);
 }
 
+ReadPassResult detail::ReadEachTensor(std::span<const TensorPtr> tensors, const ReadPassOptions& options) {
+  ReadPassResult total;
+  for (const TensorPtr& tensor : tensors) {
+    if (options.Amax) {
+      for (const float x : tensor->ToFloatVector()) {
+        const float v = std::fabs(x);
+        if (std::isfinite(v)) {
+          total.Amax = std::max(total.Amax, v);
+        } else {
+          total.FoundNonFinite = true;
+        }
+      }
+      continue;
+    }
+    total.FoundNonFinite = tensor->HasNonFinite() || total.FoundNonFinite;
+    if (options.SumOfSquares) {
+      const double factor = options.Factor;
+      total.SumOfSquares += tensor->SumOfSquares() * factor * factor;
+    } else if (total.FoundNonFinite) {
+      break;  // nothing else to read
+    }
+  }
+  return total;
+}
+
+std::optional<ReadPassResult> TensorBackend::Read(TensorListView tensors, const ReadPassOptions& options) const {
+  ValidateReadPassOptions(options);
+  if (!tensors.Grouped) {
+    return std::nullopt;
+  }
+  return detail::ReadEachTensor(tensors.Tensors, options);
+}
+
 void TensorBackend::ScanNonFinite(std::span<const ITensor* const> tensors, std::span<NonFiniteScan> out) const {
   for (std::size_t i = 0; i < tensors.size(); ++i) out[i] = detail::HostScanNonFinite(*tensors[i]);
 }
 
 std::optional<bool> TensorBackend::UnscaleAndCheckList(std::span<const TensorPtr> /*tensors*/, float /*factor*/) const {
-  return std::nullopt;
-}
-
-std::optional<bool> TensorBackend::HasNonFiniteList(std::span<const TensorPtr> /*tensors*/) const {
-  return std::nullopt;
-}
-
-std::optional<NonFiniteAndNorm> TensorBackend::CheckAndSumSquaresList(std::span<const TensorPtr> /*tensors*/,
-                                                                      float /*factor*/) const {
   return std::nullopt;
 }
 
@@ -82,10 +107,6 @@ NonFiniteAndAmax TensorBackend::UnscaleCheckAndAmax(std::span<ITensor* const> te
   return {UnscaleAndCheck(tensors, factor), amax};
 }
 
-NonFiniteAndAmax TensorBackend::CheckAndAmax(std::span<const ITensor* const> tensors) const {
-  return {HasNonFinite(tensors), HostAmax(tensors, 1.0f)};
-}
-
 NonFiniteAndAmax TensorBackend::CastIntoAndAmax(std::span<const ITensor* const> src, std::span<ITensor* const> dst,
                                                 float factor) const {
   return {CastInto(src, dst, factor), HostAmax(src, factor)};
@@ -93,10 +114,6 @@ NonFiniteAndAmax TensorBackend::CastIntoAndAmax(std::span<const ITensor* const> 
 
 std::optional<NonFiniteAndAmax> TensorBackend::UnscaleCheckAndAmaxList(std::span<const TensorPtr> /*tensors*/,
                                                                        float /*factor*/) const {
-  return std::nullopt;
-}
-
-std::optional<NonFiniteAndAmax> TensorBackend::CheckAndAmaxList(std::span<const TensorPtr> /*tensors*/) const {
   return std::nullopt;
 }
 

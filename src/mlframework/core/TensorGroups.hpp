@@ -13,6 +13,7 @@
 
 #include <mlframework/core/Error.hpp>
 #include <mlframework/core/ITensor.hpp>
+#include <mlframework/core/ReadPass.hpp>
 #include <mlframework/core/TensorBackend.hpp>
 
 #include "mlframework/core/HostAlias.hpp"
@@ -51,6 +52,10 @@ inline void RequirePairs(std::span<const TensorPtr> src, std::span<const TensorP
 inline const TensorBackend* FirstBackend(std::span<const TensorPtr> tensors) {
   return tensors.empty() || !tensors.front() ? nullptr : tensors.front()->Backend();
 }
+
+/// The read pass through each tensor's own ITensor members (HasNonFinite(), SumOfSquares(),
+/// ToFloatVector()): for tensors no fused kernel reads. Entries must be non-null.
+ReadPassResult ReadEachTensor(std::span<const TensorPtr> tensors, const ReadPassOptions& options);
 
 /// Tensors that share one backend (null: the per-tensor host path), in list order.
 struct BackendGroup {

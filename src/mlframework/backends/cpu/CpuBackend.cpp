@@ -44,16 +44,21 @@ void AddPair(const ITensor& src_tensor, ITensor& dst_tensor, float alpha) {
 // True when @p tensor is a CPU tensor: a list that starts with another kind is not walked.
 bool IsCpuEntry(const TensorPtr& tensor) { return tensor && tensor->Backend() == &Backend(); }
 
+// The error of the first entry of a list handed over as grouped that is not a CPU tensor:
+// ArgumentNullError naming `tensors[i]`, or the ArgumentError of Data() naming its device.
+void RequireCpuList(std::span<const TensorPtr> tensors) {
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    if (!tensors[i]) {
+      throw ArgumentNullError("tensors[" + std::to_string(i) + "]");
+    }
+    (void)Data(*tensors[i]);
+  }
+}
+
 }  // namespace
 
 bool CpuBackend::UnscaleAndCheck(std::span<ITensor* const> tensors, float factor) const {
   return UnscaleAndCheckKernel(tensors, factor);
-}
-
-bool CpuBackend::HasNonFinite(std::span<const ITensor* const> tensors) const { return HasNonFiniteKernel(tensors); }
-
-NonFiniteAndNorm CpuBackend::CheckAndSumSquares(std::span<const ITensor* const> tensors, float factor) const {
-  return CheckAndSumSquaresKernel(tensors, factor);
 }
 
 void CpuBackend::Scale(std::span<ITensor* const> tensors, float factor) const { ScaleKernel(tensors, factor); }
@@ -92,15 +97,26 @@ std::optional<bool> CpuBackend::UnscaleAndCheckList(std::span<const TensorPtr> t
   return plan ? std::optional(UnscaleAndCheckKernel(*plan, factor)) : std::nullopt;
 }
 
-std::optional<bool> CpuBackend::HasNonFiniteList(std::span<const TensorPtr> tensors) const {
-  const auto plan = PlanOfList(tensors);
-  return plan ? std::optional(HasNonFiniteKernel(*plan)) : std::nullopt;
-}
-
-std::optional<NonFiniteAndNorm> CpuBackend::CheckAndSumSquaresList(std::span<const TensorPtr> tensors,
-                                                                   float factor) const {
-  const auto plan = PlanOfList(tensors);
-  return plan ? std::optional(CheckAndSumSquaresKernel(*plan, factor)) : std::nullopt;
+std::optional<ReadPassResult> CpuBackend::Read(TensorListView tensors, const ReadPassOptions& options) const {
+  ValidateReadPassOptions(options);
+  const auto plan = PlanOfList(tensors.Tensors);
+  if (!plan) {
+    if (!tensors.Grouped) {
+      return std::nullopt;
+    }
+    // A grouped list holds CPU tensors only: the empty one plans to nothing.
+    RequireCpuList(tensors.Tensors);
+    return ReadPassResult{};
+  }
+  if (options.Amax) {
+    const NonFiniteAndAmax result = CheckAndAmaxKernel(*plan);
+    return ReadPassResult{.FoundNonFinite = result.FoundNonFinite, .Amax = result.Amax};
+  }
+  if (options.SumOfSquares) {
+    const NonFiniteAndNorm result = CheckAndSumSquaresKernel(*plan, options.Factor);
+    return ReadPassResult{.FoundNonFinite = result.FoundNonFinite, .SumOfSquares = result.SumOfSquares};
+  }
+  return ReadPassResult{.FoundNonFinite = HasNonFiniteKernel(*plan)};
 }
 
 bool CpuBackend::ScaleList(std::span<const TensorPtr> tensors, float factor) const {
@@ -149,10 +165,6 @@ NonFiniteAndAmax CpuBackend::UnscaleCheckAndAmax(std::span<ITensor* const> tenso
   return UnscaleCheckAndAmaxKernel(tensors, factor);
 }
 
-NonFiniteAndAmax CpuBackend::CheckAndAmax(std::span<const ITensor* const> tensors) const {
-  return CheckAndAmaxKernel(tensors);
-}
-
 NonFiniteAndAmax CpuBackend::CastIntoAndAmax(std::span<const ITensor* const> src, std::span<ITensor* const> dst,
                                              float factor) const {
   return CastIntoAndAmaxKernel(src, dst, factor);
@@ -162,11 +174,6 @@ std::optional<NonFiniteAndAmax> CpuBackend::UnscaleCheckAndAmaxList(std::span<co
                                                                     float factor) const {
   const auto plan = PlanOfList(tensors);
   return plan ? std::optional(UnscaleCheckAndAmaxKernel(*plan, factor)) : std::nullopt;
-}
-
-std::optional<NonFiniteAndAmax> CpuBackend::CheckAndAmaxList(std::span<const TensorPtr> tensors) const {
-  const auto plan = PlanOfList(tensors);
-  return plan ? std::optional(CheckAndAmaxKernel(*plan)) : std::nullopt;
 }
 
 std::optional<NonFiniteAndAmax> CpuBackend::CastIntoAndAmaxLists(std::span<const TensorPtr> src,

@@ -20,16 +20,12 @@ class CpuBackend final : public HostScalingBackend {  // scaling: host states, t
   std::string_view Name() const noexcept override { return "cpu"; }
 
   bool UnscaleAndCheck(std::span<ITensor* const> tensors, float factor) const override;
-  bool HasNonFinite(std::span<const ITensor* const> tensors) const override;
-  NonFiniteAndNorm CheckAndSumSquares(std::span<const ITensor* const> tensors, float factor) const override;
+  std::optional<ReadPassResult> Read(TensorListView tensors, const ReadPassOptions& options) const override;
   void Scale(std::span<ITensor* const> tensors, float factor) const override;
   bool CastInto(std::span<const ITensor* const> src, std::span<ITensor* const> dst, float factor) const override;
   void AddInto(std::span<const ITensor* const> src, std::span<ITensor* const> dst, float alpha) const override;
 
   std::optional<bool> UnscaleAndCheckList(std::span<const TensorPtr> tensors, float factor) const override;
-  std::optional<bool> HasNonFiniteList(std::span<const TensorPtr> tensors) const override;
-  std::optional<NonFiniteAndNorm> CheckAndSumSquaresList(std::span<const TensorPtr> tensors,
-                                                         float factor) const override;
   bool ScaleList(std::span<const TensorPtr> tensors, float factor) const override;
   std::optional<bool> CastIntoKnownLists(std::span<const TensorPtr> src, std::span<const TensorPtr> dst,
                                          float factor) const override;
@@ -37,12 +33,10 @@ class CpuBackend final : public HostScalingBackend {  // scaling: host states, t
                                     float factor) const override;
 
   NonFiniteAndAmax UnscaleCheckAndAmax(std::span<ITensor* const> tensors, float factor) const override;
-  NonFiniteAndAmax CheckAndAmax(std::span<const ITensor* const> tensors) const override;
   NonFiniteAndAmax CastIntoAndAmax(std::span<const ITensor* const> src, std::span<ITensor* const> dst,
                                    float factor) const override;
   std::optional<NonFiniteAndAmax> UnscaleCheckAndAmaxList(std::span<const TensorPtr> tensors,
                                                           float factor) const override;
-  std::optional<NonFiniteAndAmax> CheckAndAmaxList(std::span<const TensorPtr> tensors) const override;
   std::optional<NonFiniteAndAmax> CastIntoAndAmaxLists(std::span<const TensorPtr> src, std::span<const TensorPtr> dst,
                                                        float factor) const override;
 

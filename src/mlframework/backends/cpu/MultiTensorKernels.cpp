@@ -202,10 +202,6 @@ NonFiniteAndAmax UnscaleCheckAndAmaxKernel(std::span<ITensor* const> tensors, fl
   return UnscaleCheckAndAmaxKernel(*PlanOf(tensors), factor);
 }
 
-NonFiniteAndAmax CheckAndAmaxKernel(std::span<const ITensor* const> tensors) {
-  return CheckAndAmaxKernel(*PlanOf(tensors));
-}
-
 NonFiniteAndAmax CastIntoAndAmaxKernel(std::span<const ITensor* const> src, std::span<ITensor* const> dst,
                                        float factor) {
   return CastAndAmaxKernel(*PlansOf(src, dst), factor);

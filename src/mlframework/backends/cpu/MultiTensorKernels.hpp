@@ -34,7 +34,6 @@ NonFiniteAndAmax UnscaleCheckAndAmaxKernel(const Plan& plan, float factor);
 NonFiniteAndAmax CheckAndAmaxKernel(const Plan& plan);
 NonFiniteAndAmax CastAndAmaxKernel(const PairPlans& plans, float factor);
 NonFiniteAndAmax UnscaleCheckAndAmaxKernel(std::span<ITensor* const> tensors, float factor);
-NonFiniteAndAmax CheckAndAmaxKernel(std::span<const ITensor* const> tensors);
 NonFiniteAndAmax CastIntoAndAmaxKernel(std::span<const ITensor* const> src, std::span<ITensor* const> dst,
                                        float factor);
 

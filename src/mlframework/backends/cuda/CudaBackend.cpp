@@ -55,7 +55,7 @@ struct DeviceGroup {
 // CudaTensor is final, so an exact type match is what a dynamic_cast would find, for one
 // comparison; GCC's dynamic_cast walks the class hierarchy for every tensor of the list.
 template <typename TensorPointer>
-const CudaTensor& AsCuda(TensorPointer tensor, const char* name, std::size_t index) {
+const CudaTensor& AsCuda(const TensorPointer& tensor, const char* name, std::size_t index) {
   if (tensor != nullptr && typeid(*tensor) == typeid(CudaTensor)) {
     return static_cast<const CudaTensor&>(*tensor);
   }
@@ -300,23 +300,32 @@ class CudaBackend final : public CudaFloat8Backend {
                                  });
   }
 
-  bool HasNonFinite(std::span<const ITensor* const> tensors) const override {
-    // Read only: the first device that finds a non-finite value answers for the list.
-    return std::ranges::any_of(GroupByDevice(tensors), [](const DeviceGroup& group) {
-      return QueueAndReadFlag(group, Access::ReadOnly, LaunchNonFinite);
-    });
-  }
-
-  NonFiniteAndNorm CheckAndSumSquares(std::span<const ITensor* const> tensors, float factor) const override {
-    NonFiniteAndNorm total;
-    for (const DeviceGroup& group : GroupByDevice(tensors)) {
+  // A list is read only once grouped (TensorListView): the launch walks it anyway.
+  std::optional<ReadPassResult> Read(TensorListView list, const ReadPassOptions& options) const override {
+    ValidateReadPassOptions(options);
+    if (!list.Grouped) {
+      return std::nullopt;
+    }
+    const std::vector<DeviceGroup> groups = GroupByDevice(list.Tensors);
+    if (options.Amax) {
+      const NonFiniteAndAmax result = AmaxOnEachDevice(groups, Access::ReadOnly, LaunchNonFiniteAmax);
+      return ReadPassResult{.FoundNonFinite = result.FoundNonFinite, .Amax = result.Amax};
+    }
+    if (!options.SumOfSquares) {
+      // Read only: the first device that finds a non-finite value answers for the list.
+      return ReadPassResult{.FoundNonFinite = std::ranges::any_of(groups, [](const DeviceGroup& group) {
+                              return QueueAndReadFlag(group, Access::ReadOnly, LaunchNonFinite);
+                            })};
+    }
+    ReadPassResult total;
+    for (const DeviceGroup& group : groups) {
       DeviceContext& context = DeviceContext::Get(group.device);
       const auto result =
           QueueAndRead(context, group.entries, Access::ReadOnly, [&](const Launch& launch, cudaStream_t stream) {
             float* partials = context.Partials(launch.blocks);
             LaunchSumSquares(launch, partials, ResultFlag(context), stream);
-            LaunchSumSquaresFinalize(partials, launch.blocks, static_cast<double>(factor), context.DeviceResultBlock(),
-                                     stream);
+            LaunchSumSquaresFinalize(partials, launch.blocks, static_cast<double>(options.Factor),
+                                     context.DeviceResultBlock(), stream);
           });
       if (result.has_value()) {
         total.FoundNonFinite = total.FoundNonFinite || result->flag != 0;
@@ -333,10 +342,6 @@ class CudaBackend final : public CudaFloat8Backend {
                             [&](const Launch& launch, std::int32_t* flag, float* amax, cudaStream_t stream) {
                               LaunchUnscaleAmax(launch, FactorSource{factor}, flag, amax, stream);
                             });
-  }
-
-  NonFiniteAndAmax CheckAndAmax(std::span<const ITensor* const> tensors) const override {
-    return AmaxOnEachDevice(GroupByDevice(tensors), Access::ReadOnly, LaunchNonFiniteAmax);
   }
 
   void Scale(std::span<ITensor* const> tensors, float factor) const override {

@@ -134,15 +134,20 @@ bool CudaTensor::HasNaN() const {
   return AnyOf(ToFloatVector(), [](float value) { return std::isnan(value); });
 }
 
-bool CudaTensor::HasNonFinite() const {
-  const ITensor* self = this;
-  return cuda::Backend().HasNonFinite({&self, 1});
+namespace {
+
+// The read pass of the CUDA backend over @p tensor alone. The list borrows the tensor (a
+// shared pointer that owns nothing); the caller keeps it alive.
+ReadPassResult ReadOne(const CudaTensor& tensor, const ReadPassOptions& options) {
+  const TensorPtr self(TensorPtr(), const_cast<CudaTensor*>(&tensor));  // NOLINT(cppcoreguidelines-pro-type-const-cast)
+  return *cuda::Backend().Read({{&self, 1}, true}, options);
 }
 
-double CudaTensor::SumOfSquares() const {
-  const ITensor* self = this;
-  return cuda::Backend().CheckAndSumSquares({&self, 1}, 1.0f).SumOfSquares;
-}
+}  // namespace
+
+bool CudaTensor::HasNonFinite() const { return ReadOne(*this, {}).FoundNonFinite; }
+
+double CudaTensor::SumOfSquares() const { return ReadOne(*this, {.SumOfSquares = true}).SumOfSquares; }
 
 std::vector<float> CudaTensor::ToFloatVector() const {
   std::vector<std::uint8_t> raw(Bytes());
