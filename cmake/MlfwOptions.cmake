@@ -5,6 +5,9 @@ option(MLFW_BUILD_SAMPLES "Build the samples" ${PROJECT_IS_TOP_LEVEL})
 option(MLFW_BUILD_BENCHMARKS "Build the benchmarks" ${PROJECT_IS_TOP_LEVEL})
 option(MLFW_INSTALL "Generate the install target" ${PROJECT_IS_TOP_LEVEL})
 option(MLFW_WARNINGS_AS_ERRORS "Treat compiler warnings as errors" OFF)
+# Off by default: ccache (which development builds use) does not cache a compile that loads a
+# precompiled header unless its sloppiness settings allow it. CI, which has no ccache, turns it on.
+option(MLFW_PRECOMPILE_HEADERS "Precompile Boost.Test's header for the test executables" OFF)
 set(MLFW_SANITIZE "" CACHE STRING "Sanitizers to build with, e.g. address,undefined")
 # libFuzzer targets under fuzz/ (clang only; scripts/fuzz.sh builds them in their own build dir).
 option(MLFW_BUILD_FUZZERS "Build the libFuzzer targets (needs clang)" OFF)

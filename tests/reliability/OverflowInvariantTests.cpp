@@ -53,18 +53,7 @@ namespace {
 // Under AddressSanitizer (the sanitizer pass of scripts/test.sh unwinds the stack slowly on every
 // allocation, and every step allocates its tensors) a tenth of the cases run: the same first
 // draws, about 15 s there instead of minutes; a Release build runs them all in about 1.5 s.
-#if defined(__SANITIZE_ADDRESS__)
-#define MLFW_OVERFLOW_INVARIANT_SHORT 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define MLFW_OVERFLOW_INVARIANT_SHORT 1
-#endif
-#endif
-#ifdef MLFW_OVERFLOW_INVARIANT_SHORT
-constexpr int kCases = 40;
-#else
-constexpr int kCases = 400;
-#endif
+constexpr int kCases = mlframework::testing::kUnderAddressSanitizer ? 40 : 400;
 constexpr std::size_t kSteps = 80;
 // Clean gradient values stay within +-kMaxValue and scales at or above kMinScale, so unscaling
 // a clean gradient stays finite in FP32 (the fused front ends would skip such a step anyway).

@@ -16,7 +16,25 @@
 
 #include <mlframework/amp/ScalePolicy.hpp>
 
+// Whether this build has AddressSanitizer (GCC defines __SANITIZE_ADDRESS__, clang answers
+// __has_feature). The sanitizer pass of scripts/test.sh unwinds the stack slowly on every
+// allocation, so the long property runs take a prefix of their draws there.
+#if defined(__SANITIZE_ADDRESS__)
+#define MLFW_PROPERTY_UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define MLFW_PROPERTY_UNDER_ASAN 1
+#endif
+#endif
+
 namespace mlframework::testing {
+
+/// True in a build with AddressSanitizer (see above).
+#ifdef MLFW_PROPERTY_UNDER_ASAN
+inline constexpr bool kUnderAddressSanitizer = true;
+#else
+inline constexpr bool kUnderAddressSanitizer = false;
+#endif
 
 /// The seed of this run: MLFW_PROPERTY_SEED when set, a fixed value otherwise (CI is reproducible).
 inline std::uint64_t PropertySeed() {
