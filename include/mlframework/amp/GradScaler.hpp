@@ -41,17 +41,17 @@ class GradScalerContext;
 /// from the OR of all of them. Any of the flows above works with several optimizers:
 /// `Step(o1); Step(o2)`, `Step(o1, false); Step(o2, false); Update()`, `Unscale(o1); Unscale(o2)`
 /// before the steps, and `ctx.Step(o1); ctx.Step(o2)`. Spec 004's rule that the scale is updated
-/// after `Step(opt)` holds: `Step(o1)` updates the scale at once, and keeps the scaler's state
-/// from before that update (its ILossScaler::StateDict()). A `Step(o2)` of another optimizer
-/// before the next `Scale(loss)` joins that iteration: the scaler goes back to that state
-/// (LoadStateDict()), unscales o2 with the iteration's scale, and updates again from the OR of
+/// after `Step(opt)` holds: `Step(o1)` updates the scale at once, and keeps a snapshot of the
+/// scale state from before that update (ILossScaler::ScaleSnapshot()). A `Step(o2)` of another optimizer
+/// before the next `Scale(loss)` joins that iteration: the scaler goes back to that snapshot
+/// (RestoreScaleSnapshot()), unscales o2 with the iteration's scale, and updates again from the OR of
 /// o1's and o2's found-inf. So the scale, the growth counter and the statistics end as if the
 /// update had been computed once from all optimizers (on a growth step, a clean o1 grows the
 /// scale and an overflowing o2 turns it into a backoff). `Update()` after such steps is
 /// accepted and changes nothing. An optimizer is told apart by its address (the same
 /// IOptimizer object); the same optimizer stepped again without `Scale(loss)` starts the next
-/// iteration, as with one optimizer. A custom ILossScaler whose LoadStateDict() cannot restore
-/// its state (ILossScaler's default, once the scale changed) refuses a joining `Step(o2)` with
+/// iteration, as with one optimizer. A custom ILossScaler whose RestoreScaleSnapshot() cannot restore
+/// its state (ILossScaler's default, LoadStateDict(), once the scale changed) refuses a joining `Step(o2)` with
 /// an InvalidOperationError; step such a scaler's optimizers with `Step(opt, false)` and `Update()`.
 ///
 /// **Iteration state** (IterationState, like PyTorch's `OptState`, kept per optimizer inside).
@@ -128,10 +128,12 @@ class GradScalerContext;
 ///   the flag on the device through `DynamicLossScaler::DeviceState()`;
 /// - one: `Step()` reads the flag once, because it must decide whether to call
 ///   `optimizer.Step()` and return that decision (as torch.cuda.amp does for non-fused optimizers);
-///   `Step(opt)` also reads the scale state before its update (kept for a further optimizer of
-///   the iteration), a second small copy unless the host copy of the state is current; a
-///   further optimizer reads its own flag, and a joining `Step(o2)` reads the state back and
-///   writes it; `CheckOverflow()` reads the flag to return its bool;
+///   the snapshot `Step(opt)` keeps for a further optimizer of the iteration is the host copy
+///   of the scale state, which the step's own update (with the found-inf it read) keeps
+///   current, so it reads nothing more (only the first `Step(opt)` after an `Update()` or a
+///   `Scale(loss)` that applied a pending result reads the state once); a further optimizer
+///   reads its own flag, and a joining `Step(o2)` also writes the snapshot back (one
+///   host-to-device copy); `CheckOverflow()` reads the flag to return its bool;
 /// - when asked: `Scale()`, `GetStats()`, `GetScaleTensor()`, `StateDict()` (which also reads a
 ///   pending found-inf), `Reset()` (writes the state), the first device iteration (creates it).
 ///

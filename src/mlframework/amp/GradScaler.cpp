@@ -146,7 +146,7 @@ struct GradScaler::Impl {
   // An iteration that Step(optimizer) finished: what a further optimizer of the same iteration
   // (no Scale(loss) between) needs to join it (Reopen()).
   struct Finished {
-    std::vector<std::byte> before_update;  // the scaler's StateDict() before the update (empty: disabled)
+    std::vector<std::byte> before_update;  // the scaler's ScaleSnapshot() before the update (empty: disabled)
     bool found = false;                    // the found-inf the update used
     std::optional<float> amax;
     std::int64_t step = 0;
@@ -300,17 +300,17 @@ struct GradScaler::Impl {
     const Finished& f = *finished;
     std::vector<std::byte> after_update;
     if (!f.before_update.empty()) {
-      after_update = scaler->StateDict();
+      after_update = scaler->ScaleSnapshot();
       try {
-        scaler->LoadStateDict(f.before_update);
+        scaler->RestoreScaleSnapshot(f.before_update);
       } catch (const Error& error) {
         throw InvalidOperationError(
             std::string("GradScaler::Step(): another optimizer already stepped in this iteration and updated the "
                         "scale, and the wrapped ILossScaler cannot restore its state from before that update to "
-                        "unscale this optimizer with the iteration's scale (its LoadStateDict() threw: ") +
+                        "unscale this optimizer with the iteration's scale (its RestoreScaleSnapshot() threw: ") +
             error.what() +
             "). Step every optimizer with Step(optimizer, false) and call Update() after the last, or override "
-            "ILossScaler::StateDict() and LoadStateDict().");
+            "ILossScaler::StateDict() and LoadStateDict() (or ScaleSnapshot() and RestoreScaleSnapshot()).");
       }
       scaler->ClearRecordedOverflow();
     }
@@ -329,7 +329,7 @@ struct GradScaler::Impl {
   // Undoes Reopen() (a Step() that failed after it).
   void Unreopen(const std::vector<std::byte>& after_update, Finished f) {
     if (!after_update.empty()) {
-      scaler->LoadStateDict(after_update);
+      scaler->RestoreScaleSnapshot(after_update);
     }
     std::vector<UnscaledGroup> reopened = std::move(groups);
     ClearIteration();
@@ -369,12 +369,17 @@ struct GradScaler::Impl {
           }
           done.found = done.found || *group.found;
         }
-        done.before_update = scaler->StateDict();
+        // The host copy of the state, current after the previous UpdateScale(bool): no device read.
+        done.before_update = scaler->ScaleSnapshot();
+        // The result is known on the host: updating with it keeps that copy current.
+        scaler->UpdateScale(done.found);
+        scaler->ClearRecordedOverflow();
+      } else {
+        if (carried_found) {
+          scaler->MarkOverflow();
+        }
+        scaler->UpdateScaleFromRecord();
       }
-      if (carried_found) {
-        scaler->MarkOverflow();
-      }
-      scaler->UpdateScaleFromRecord();
     }
     // A reopened iteration was reported when it first finished: it is reported again only
     // when a further optimizer's overflow turned it into an overflowed one.
