@@ -99,6 +99,7 @@ int main() {
     std::ostringstream log;
     std::ostringstream csv;
     WatchOverflows(watched, log, csv);
+    FollowTheFramework(watched, 4200, {"w"});
     const TensorPtr w = FromVector({1.0f, 2.0f}, {2}, DataType::Float16);
     optimizers::SGD plain({{"w", w}}, {.LearningRate = 0.5});
     watched.Scale(Scalar(1.0f));
@@ -109,6 +110,7 @@ int main() {
     Expect(report.has_value() && report->ToString().find("w (") != std::string::npos &&
                log.str().find(report->ToString()) != std::string::npos,
            "diagnostics: the report names the tensor and is printed");
+    Expect(report.has_value() && report->Step == 4200, "diagnostics: the report has the framework's step");
     Expect(!csv.str().empty(), "diagnostics: the CSV writer has a line");
     watched.Scale(Scalar(1.0f));
     plain.SetGradients({{"w", FromVector({4.0f, -8.0f}, {2}, DataType::Float16)}});

@@ -560,4 +560,83 @@ BOOST_AUTO_TEST_CASE(ALoadedBlobBringsItsConfiguration) {
   BOOST_TEST(loaded.GetStats()->GrowthInterval == 7);
 }
 
+// The step index is the framework's: set, counted on, saved and restored (issue 38, item 4).
+BOOST_AUTO_TEST_CASE(StepIndexIsSetSavedAndRestored) {
+  GradScaler scaler(DynamicScalerConfig{.InitialScale = 64.0f});
+  RecordingOptimizer optimizer;
+  BOOST_TEST(scaler.StepIndex() == 0);
+  scaler.SetStepIndex(1000);
+  scaler.Scale(Scalar(1.0f));
+  optimizer.Load(Grads(DataType::Float32));
+  scaler.Step(optimizer);
+  BOOST_TEST(scaler.StepIndex() == 1001);
+  scaler.Scale(Scalar(1.0f));
+  optimizer.Load(PoisonedGrads(DataType::Float32, kInf));
+  BOOST_TEST(!scaler.Step(optimizer));
+  BOOST_TEST_REQUIRE(scaler.LastOverflow().has_value());
+  BOOST_TEST(scaler.LastOverflow()->Step == 1001);
+
+  // A new scaler loading the blob continues at the saved index (not at 0).
+  const std::vector<std::byte> blob = scaler.StateDict();
+  GradScaler resumed(DynamicScalerConfig{.InitialScale = 64.0f});
+  resumed.LoadStateDict(blob);
+  BOOST_TEST(resumed.StepIndex() == 1002);
+  resumed.Scale(Scalar(1.0f));
+  optimizer.Load(PoisonedGrads(DataType::Float32, kInf));
+  BOOST_TEST(!resumed.Step(optimizer));
+  BOOST_TEST(resumed.LastOverflow()->Step == 1002);
+
+  // A negative index is refused, naming the parameter and the value; nothing changes.
+  try {
+    resumed.SetStepIndex(-3);
+    BOOST_FAIL("expected an ArgumentError");
+  } catch (const ArgumentError& error) {
+    BOOST_TEST(error.Parameter() == "step");
+    BOOST_TEST(std::string(error.what()).find("-3") != std::string::npos, error.what());
+  }
+  BOOST_TEST(resumed.StepIndex() == 1003);
+
+  // A version 2 blob (no step index) still loads and keeps the scaler's index.
+  DynamicLossScaler inner({.InitialScale = 512.0f});
+  const std::vector<std::byte> inner_blob = inner.StateDict();
+  mlframework::detail::BlobWriter writer("amp.GradScaler", 2);
+  writer.U64(inner_blob.size());
+  writer.Bytes(inner_blob);
+  writer.U8(0);  // Ready
+  writer.U8(0);  // no found-inf
+  writer.U8(1);  // enabled
+  resumed.LoadStateDict(writer.Finish());
+  BOOST_TEST(resumed.Scale() == 512.0f);
+  BOOST_TEST(resumed.StepIndex() == 1003);
+
+  // A corrupted step index is refused (negative), the scaler unchanged.
+  mlframework::detail::BlobWriter negative("amp.GradScaler", 3);
+  negative.U64(inner_blob.size());
+  negative.Bytes(inner_blob);
+  negative.U8(0);
+  negative.U8(0);
+  negative.U8(1);
+  negative.I64(-1);
+  ExpectRefused<ArgumentError>(
+      resumed, [&] { resumed.LoadStateDict(negative.Finish()); }, "step index");
+  BOOST_TEST(resumed.StepIndex() == 1003);
+}
+
+// A further optimizer joining the iteration Step(o1) finished keeps that iteration's index,
+// and an index set between the steps holds for the next iteration.
+BOOST_AUTO_TEST_CASE(AJoiningOptimizerKeepsTheIterationsStepIndex) {
+  GradScaler scaler(DynamicScalerConfig{.InitialScale = 64.0f});
+  RecordingOptimizer o1;
+  RecordingOptimizer o2;
+  scaler.SetStepIndex(7);
+  scaler.Scale(Scalar(1.0f));
+  o1.Load(Grads(DataType::Float32));
+  o2.Load(PoisonedGrads(DataType::Float32, kInf));
+  scaler.Step(o1);
+  scaler.SetStepIndex(20);  // the framework's next step, set before o2 joins
+  BOOST_TEST(!scaler.Step(o2));
+  BOOST_TEST(scaler.LastOverflow()->Step == 7);
+  BOOST_TEST(scaler.StepIndex() == 20);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

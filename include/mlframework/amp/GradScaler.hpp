@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include <mlframework/amp/DynamicLossScaler.hpp>
@@ -153,7 +154,12 @@ class GradScalerContext;
 /// the iteration (`Step(opt)`, `Update()`, or `Scale(loss)` applying a pending result), after the scale update:
 /// overflow, skipped step (an overflowed iteration is a skipped step), backoff or growth, then OnStep. An observer's
 /// exception reaches the caller after every observer ran; the scaler's state is committed (for `Scale(loss)`: the new
-/// iteration has started, call it again for the scaled loss). The step index counts finished iterations from 0.
+/// iteration has started, call it again for the scaled loss). The step index counts finished iterations from 0,
+/// or from the framework's global step set with SetStepIndex(); StateDict() saves it and
+/// LoadStateDict() restores it. Overflow reports list the gradients in the order given to
+/// SetGradientOrder() (the framework's registration or backward order), the others after them
+/// in name order. StepEvent::MinLossScale is the wrapped scaler's minimum scale (its
+/// Statistics()' MinScale), so OverflowLogger notes when the scale reaches it.
 /// A further optimizer that joins an iteration `Step(o1)` finished (several optimizers, above) and
 /// overflows where the iteration had not is reported then: the iteration's events come again,
 /// with the same step index, the backoff and the overflow report; otherwise it reports nothing more.
@@ -296,11 +302,26 @@ class MLFRAMEWORK_EXPORT GradScaler {
   /// On a device the value was read once when the iteration finished.
   std::optional<float> LastAmax() const;
 
-  /// Versioned blob (version 2) of the wrapped scaler's ILossScaler::StateDict(), the iteration
-  /// state with its found-inf, and GradScaler's own switch. Works for every scaler; a custom one
-  /// saves what its StateDict() saves (by default its scale and enabled flag).
+  /// The step index the next finished iteration reports (StepEvent::Step, OverflowReport::Step):
+  /// the iterations finished since construction, or since SetStepIndex() counted on from its value.
+  std::int64_t StepIndex() const;
+  /// Makes @p step the index of the iteration in progress (or the next one, between
+  /// iterations), e.g. the framework's global step at the top of its loop; the following
+  /// iterations count on from it. A further optimizer joining the iteration `Step(o1)` finished
+  /// keeps that iteration's index. ArgumentError naming `step` when negative, nothing changed.
+  void SetStepIndex(std::int64_t step);
+  /// The order overflow reports list gradients in (names; the framework's registration or
+  /// backward order): names not in it come after, in name order. Empty by default (name order).
+  void SetGradientOrder(std::vector<std::string> names);
+  /// The order set by SetGradientOrder().
+  const std::vector<std::string>& GradientOrder() const;
+
+  /// Versioned blob (version 3) of the wrapped scaler's ILossScaler::StateDict(), the iteration
+  /// state with its found-inf, GradScaler's own switch and the step index. Works for every
+  /// scaler; a custom one saves what its StateDict() saves (by default its scale and enabled flag).
   std::vector<std::byte> StateDict() const;
-  /// Restores StateDict(), also a version 1 blob of a built-in scaler. ArgumentError for a
+  /// Restores StateDict(), also a version 2 blob and a version 1 blob of a built-in scaler
+  /// (they hold no step index: StepIndex() stays as it is). ArgumentError for a
   /// truncated, corrupted or mismatched blob (one of another scaler kind), and whatever the
   /// scaler's LoadStateDict() throws (InvalidOperationError from the default when it cannot
   /// restore the saved state); the GradScaler and its scaler are unchanged on every error.
