@@ -21,6 +21,7 @@
 #include <mlframework/core/OverflowLogger.hpp>
 #include <mlframework/core/OverflowReport.hpp>
 #include <mlframework/core/Tensor.hpp>
+#include <mlframework/core/Threads.hpp>
 #include <mlframework/core/TensorBackend.hpp>
 #include <mlframework/core/TrainingCsvWriter.hpp>
 

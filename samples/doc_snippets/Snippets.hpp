@@ -23,6 +23,9 @@ void TrainWithOwnBackward(Model& model, int steps);
 // docs/conversion-layer.md (conversion_layer.cpp)
 void TrainWithConversionLayer(Model& model, int steps);
 
+// docs/cpu-backend.md (threads.cpp)
+void LeaveTheCoresToTheFramework();
+
 // docs/diagnostics.md (diagnostics.cpp)
 void WatchOverflows(mlframework::amp::GradScaler& scaler, std::ostream& log, std::ostream& csv_file);
 void PrintDiagnostics(const mlframework::amp::GradScaler& scaler, std::ostream& log);

@@ -40,7 +40,10 @@ bool Fits(void (*train)(Model&, int), const char* name) {
 int main() {
   using namespace mlframework;
 
+  LeaveTheCoresToTheFramework();
+  Expect(NumThreads() == 1, "cpu backend: the library's thread count is set");
   Expect(Fits(Train, "training loop"), "the training loop fits the FP16 model");
+  SetNumThreads(0);
   Expect(Fits(TrainAccumulating, "accumulation"), "accumulating over micro-batches fits the FP16 model");
   Expect(Fits(TrainWithConversionLayer, "conversion layer"), "the conversion layer's loop fits the FP16 model");
   Expect(Fits(TrainWithOwnBackward, "own backward"), "a backward seeded with the scale fits the FP16 model");
