@@ -37,6 +37,7 @@
 #include <mlframework/amp/DynamicLossScaler.hpp>
 #include <mlframework/amp/GradScaler.hpp>
 #include <mlframework/amp/GradScalerContext.hpp>
+#include <mlframework/amp/StepMode.hpp>
 #include <mlframework/amp/GradScalerFactory.hpp>
 #include <mlframework/amp/ILossScaler.hpp>
 #include <mlframework/amp/IOptimizer.hpp>

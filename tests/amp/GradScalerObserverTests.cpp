@@ -19,6 +19,7 @@ using mlfw_test::PoisonedGrads;
 using mlfw_test::RecordingObserver;
 using mlfw_test::RecordingOptimizer;
 namespace amp = mlframework::amp;
+using mlframework::amp::StepMode;
 
 namespace {
 
@@ -161,10 +162,10 @@ BOOST_AUTO_TEST_CASE(ManualAndDeferredFlows) {
   BOOST_TEST(observer->events.empty());
   scaler.Scale(mlframework::Scalar(1.0f));
   BOOST_TEST(observer->events == (Strings{"overflow 2", "skipped 2 2", "backoff 2 2->1", "step 2 skipped"}));
-  // Deferred flow: Step(opt, false) then Update().
+  // Deferred flow: Step(opt, StepMode::DeferStepAndUpdate) then Update().
   observer->events.clear();
   RecordingOptimizer optimizer(Grads(DataType::Float16));
-  BOOST_TEST(scaler.Step(optimizer, false));
+  BOOST_TEST(scaler.Step(optimizer, StepMode::DeferStepAndUpdate));
   BOOST_TEST(observer->events.empty());
   scaler.Update();
   BOOST_TEST(observer->events == (Strings{"step 3"}));

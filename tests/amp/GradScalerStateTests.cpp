@@ -15,6 +15,7 @@ using namespace mlfw_test;
 using mlframework::amp::DynamicLossScaler;
 using mlframework::amp::DynamicScalerConfig;
 using mlframework::amp::GradScaler;
+using mlframework::amp::StepMode;
 using State = mlframework::amp::GradScaler::IterationState;
 
 namespace {
@@ -132,7 +133,7 @@ BOOST_AUTO_TEST_CASE(EachFlowWalksTheIterationStates) {
   // Deferred.
   opt.Load(Grads(DataType::Float16, 8.0f));
   scaler.Scale(Scalar(1.0f));
-  BOOST_TEST(scaler.Step(opt, false));
+  BOOST_TEST(scaler.Step(opt, StepMode::DeferStepAndUpdate));
   BOOST_TEST(scaler.State() == State::Stepped);
   BOOST_TEST(!scaler.CheckOverflow(opt.GetGradients()));  // already unscaled: the recorded result
   BOOST_TEST(scaler.State() == State::Stepped);
@@ -193,10 +194,10 @@ BOOST_AUTO_TEST_CASE(CallsOutOfOrderAreRefusedInEveryState) {
       scaler, [&] { scaler.Unscale(opt.GetGradients()); }, "already called");
   ExpectRefused<InvalidOperationError>(
       scaler, [&] { scaler.Enable(); }, "middle of an iteration");
-  BOOST_TEST(scaler.Step(opt, false));  // the clipping flow into the deferred one
+  BOOST_TEST(scaler.Step(opt, StepMode::DeferStepAndUpdate));  // the clipping flow into the deferred one
   // Stepped: a second Step (either form) and a second Unscale are refused; Update finishes.
   ExpectRefused<InvalidOperationError>(
-      scaler, [&] { scaler.Step(opt, false); }, "already called");
+      scaler, [&] { scaler.Step(opt, StepMode::DeferStepAndUpdate); }, "already called");
   ExpectRefused<InvalidOperationError>(
       scaler, [&] { scaler.Step(opt); }, "already called");
   ExpectRefused<InvalidOperationError>(
@@ -395,10 +396,11 @@ BOOST_AUTO_TEST_CASE(AFailingOptimizerRollsTheStepBack) {
       opt.fail = Fail::SetGradients;
       scaler.Scale(Scalar(1.0f));
       ExpectRefused<ArgumentError>(
-          scaler, [&] { scaler.Step(opt, !deferred); }, "rejected");
+          scaler, [&] { scaler.Step(opt, deferred ? StepMode::DeferStepAndUpdate : StepMode::StepAndUpdate); },
+          "rejected");
       BOOST_TEST(scaler.State() == State::LossScaled);
       opt.fail = Fail::None;
-      BOOST_TEST(scaler.Step(opt, !deferred));
+      BOOST_TEST(scaler.Step(opt, deferred ? StepMode::DeferStepAndUpdate : StepMode::StepAndUpdate));
       if (deferred) {
         opt.Step();
         scaler.Update();
@@ -474,7 +476,7 @@ BOOST_AUTO_TEST_CASE(AMovedFromScalerRefusesEveryUse) {
   expect([&] { (void)scaler.Unscale(grads); });
   expect([&] { (void)scaler.Unscale(opt); });
   expect([&] { (void)scaler.Step(opt); });
-  expect([&] { (void)scaler.Step(opt, false); });
+  expect([&] { (void)scaler.Step(opt, StepMode::DeferStepAndUpdate); });
   expect([&] { scaler.Update(); });
   expect([&] { (void)scaler.CheckOverflow(grads); });
   expect([&] { scaler.Enable(); });
@@ -524,7 +526,7 @@ BOOST_AUTO_TEST_CASE(Fp8GradientsAreRefusedNamingTheGradientAndTheDtype) {
       ExpectRefused<ArgumentError>(
           scaler, [&] { (void)scaler.Step(opt); }, "gradients[\"w8\"]': is " + dtype);
       ExpectRefused<ArgumentError>(
-          scaler, [&] { (void)scaler.Step(opt, false); }, "gradients[\"w8\"]': is " + dtype);
+          scaler, [&] { (void)scaler.Step(opt, StepMode::DeferStepAndUpdate); }, "gradients[\"w8\"]': is " + dtype);
       ExpectRefused<ArgumentError>(
           scaler, [&] { (void)scaler.CheckOverflow(grads); }, "gradients[\"w8\"]': is " + dtype);
       BOOST_TEST(Values(grads.at("w8")) == (std::vector<float>{8.0f, 16.0f}), boost::test_tools::per_element());

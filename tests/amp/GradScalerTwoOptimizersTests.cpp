@@ -31,6 +31,7 @@ using namespace mlframework;
 using mlframework::amp::DynamicScalerConfig;
 using mlframework::amp::GradScaler;
 using mlframework::amp::GradScalerContext;
+using mlframework::amp::StepMode;
 using mlframework::optimizers::SGD;
 using mlframework::optimizers::SGDOptions;
 using mlfw_test::ExpectRefused;
@@ -203,7 +204,7 @@ void Replay(Flow flow) {
         } else {
           for (int i = 0; i < 2; ++i) {
             SGD& opt = i == 0 ? o1 : o2;
-            stepped[i] = scaler.Step(opt, false);
+            stepped[i] = scaler.Step(opt, StepMode::DeferStepAndUpdate);
             if (stepped[i]) {
               opt.Step();
             }
@@ -350,10 +351,10 @@ BOOST_AUTO_TEST_CASE(DeferredStepsOfSeveralOptimizersUpdateOnce) {
   RecordingOptimizer o1(PoisonedGrads(DataType::Float16, kInf, 16.0f));
   RecordingOptimizer o2(Grads(DataType::BFloat16, 16.0f));
   scaler.Scale(Scalar(1.0f));
-  BOOST_TEST(!scaler.Step(o1, false));
-  BOOST_TEST(scaler.Step(o2, false));
+  BOOST_TEST(!scaler.Step(o1, StepMode::DeferStepAndUpdate));
+  BOOST_TEST(scaler.Step(o2, StepMode::DeferStepAndUpdate));
   ExpectRefused<InvalidOperationError>(
-      scaler, [&] { scaler.Step(o1, false); }, "already called");
+      scaler, [&] { scaler.Step(o1, StepMode::DeferStepAndUpdate); }, "already called");
   ExpectRefused<InvalidOperationError>(
       scaler, [&] { scaler.Step(o2); }, "already called");
   BOOST_TEST(scaler.Scale() == 16.0f);  // not updated before Update()
@@ -397,7 +398,7 @@ BOOST_AUTO_TEST_CASE(AScalerThatCannotRestoreItsStateRefusesAJoiningOptimizer) {
   scaler.Scale(Scalar(1.0f));
   BOOST_TEST(!scaler.Step(o1));  // the scale halves: the default checkpoint cannot go back
   ExpectRefused<InvalidOperationError>(
-      scaler, [&] { scaler.Step(o2); }, "Step(optimizer, false)");
+      scaler, [&] { scaler.Step(o2); }, "Step(optimizer, StepMode::DeferStepAndUpdate)");
   BOOST_TEST(o2.steps == 0);
   BOOST_TEST(Values(o2.GetGradients().at("a"))[0] == 256.0f);  // not unscaled
   ExpectRefused<InvalidOperationError>(
@@ -405,8 +406,8 @@ BOOST_AUTO_TEST_CASE(AScalerThatCannotRestoreItsStateRefusesAJoiningOptimizer) {
   // The flow it names works: each optimizer deferred, one Update().
   scaler.Scale(Scalar(1.0f));
   o1.Load(PoisonedGrads(DataType::Float32, kInf));
-  BOOST_TEST(!scaler.Step(o1, false));
-  BOOST_TEST(scaler.Step(o2, false));
+  BOOST_TEST(!scaler.Step(o1, StepMode::DeferStepAndUpdate));
+  BOOST_TEST(scaler.Step(o2, StepMode::DeferStepAndUpdate));
   BOOST_TEST(Values(o2.GetGradients().at("a"))[0] == 2.0f);  // by the iteration's 128
   scaler.Update();
   BOOST_TEST(scaler.Scale() == 64.0f);

@@ -297,7 +297,8 @@ struct GradScaler::Impl {
                         "scale, and the wrapped ILossScaler cannot restore its state from before that update to "
                         "unscale this optimizer with the iteration's scale (its RestoreScaleSnapshot() threw: ") +
             error.what() +
-            "). Step every optimizer with Step(optimizer, false) and call Update() after the last, or override "
+            "). Step every optimizer with Step(optimizer, StepMode::DeferStepAndUpdate) (or DeferUpdate) and call "
+            "Update() after the last, or override "
             "ILossScaler::StateDict() and LoadStateDict() (or ScaleSnapshot() and RestoreScaleSnapshot()).");
       }
       scaler->ClearRecordedOverflow();
@@ -531,7 +532,7 @@ GradientMap GradScaler::Unscale(IOptimizer& optimizer) {
     throw InvalidOperationError(
         "GradScaler::Unscale(optimizer): Step() of another optimizer already finished this iteration and updated "
         "the scale. Unscale every optimizer you clip before the first Step(), or step them with "
-        "Step(optimizer, false) and call Update() after the last.");
+        "Step(optimizer, StepMode::DeferUpdate) and call Update() after the last.");
   }
   s.finished.reset();
   if (!s.groups.empty()) {
@@ -578,25 +579,30 @@ void GradScaler::Update() {
     }
     throw InvalidOperationError(
         "GradScaler::Update() called with no overflow check recorded in this iteration: call Unscale(), "
-        "CheckOverflow() or Step(optimizer, false) first (Step(optimizer) already updates the scale).");
+        "CheckOverflow() or Step(optimizer, StepMode::DeferUpdate) first (Step(optimizer) already updates the "
+        "scale).");
   }
   s.Notify(s.Finish(false));
 }
 
-bool GradScaler::Step(IOptimizer& optimizer, bool optimizerStep) {
-  return StepImpl(optimizer, optimizerStep, optimizerStep);
-}
+bool GradScaler::Step(IOptimizer& optimizer, StepMode mode) { return StepImpl(optimizer, mode); }
 
-bool GradScaler::StepImpl(IOptimizer& optimizer, bool run_optimizer, bool update_scale) {
+bool GradScaler::StepImpl(IOptimizer& optimizer, StepMode mode) {
   Impl& s = Live();
+  if (mode != StepMode::StepAndUpdate && mode != StepMode::DeferUpdate && mode != StepMode::DeferStepAndUpdate) {
+    throw ArgumentError("mode", "is StepMode " + std::to_string(static_cast<int>(mode)) +
+                                    ", not StepAndUpdate, DeferUpdate or DeferStepAndUpdate");
+  }
+  const bool run_optimizer = mode != StepMode::DeferStepAndUpdate;
+  const bool update_scale = mode == StepMode::StepAndUpdate;
   const GradientMap gradients = optimizer.GetGradients();
   RefuseFloat8(gradients);
   UnscaledGroup* group = s.FindGroup(&optimizer, gradients);
   bool reopen = false;
   if (group != nullptr && group->stepped) {
     throw InvalidOperationError(
-        "GradScaler::Step() was already called for this optimizer in this iteration (with optimizerStep = "
-        "false): call Update() to finish the iteration before stepping it again.");
+        "GradScaler::Step() was already called for this optimizer in this iteration (with a StepMode that "
+        "defers the update): call Update() to finish the iteration before stepping it again.");
   }
   if (group == nullptr) {
     if (s.state == Phase::Unscaled && s.HasUnclaimedGroup()) {
@@ -754,7 +760,7 @@ void GradScaler::SetStepIndex(std::int64_t step) {
   Impl& s = Live();
   mlframework::detail::RequireStepIndex(step);
   if (s.resume_steps) {
-    s.resume_steps = step;  // a reopened iteration keeps its index (Step(optimizer, false) of a joining optimizer)
+    s.resume_steps = step;  // a reopened iteration keeps its index (a joining optimizer's deferred step)
     return;
   }
   s.steps = step;
