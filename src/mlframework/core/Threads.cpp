@@ -33,7 +33,7 @@ int NumThreads() {
 namespace detail {
 
 std::size_t ParallelMinElements() {
-  static const std::size_t threshold = [] {
+  static const std::size_t kThreshold = [] {
     const char* requested = std::getenv("MLFW_PARALLEL_MIN_ELEMENTS");
     if (requested == nullptr || *requested == '\0') {
       return kParallelMinElements;
@@ -42,7 +42,7 @@ std::size_t ParallelMinElements() {
     const unsigned long long value = std::strtoull(requested, &end, 10);
     return *end == '\0' ? static_cast<std::size_t>(value) : kParallelMinElements;
   }();
-  return threshold;
+  return kThreshold;
 }
 
 }  // namespace detail
