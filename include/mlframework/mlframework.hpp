@@ -21,8 +21,8 @@
 #include <mlframework/core/OverflowLogger.hpp>
 #include <mlframework/core/OverflowReport.hpp>
 #include <mlframework/core/Tensor.hpp>
-#include <mlframework/core/Threads.hpp>
 #include <mlframework/core/TensorBackend.hpp>
+#include <mlframework/core/Threads.hpp>
 #include <mlframework/core/TrainingCsvWriter.hpp>
 
 #include <mlframework/core/DeviceScaling.hpp>
@@ -37,7 +37,6 @@
 #include <mlframework/amp/DynamicLossScaler.hpp>
 #include <mlframework/amp/GradScaler.hpp>
 #include <mlframework/amp/GradScalerContext.hpp>
-#include <mlframework/amp/StepMode.hpp>
 #include <mlframework/amp/GradScalerFactory.hpp>
 #include <mlframework/amp/ILossScaler.hpp>
 #include <mlframework/amp/IOptimizer.hpp>
@@ -45,6 +44,7 @@
 #include <mlframework/amp/ScaleFactor.hpp>
 #include <mlframework/amp/ScalePolicy.hpp>
 #include <mlframework/amp/StaticLossScaler.hpp>
+#include <mlframework/amp/StepMode.hpp>
 
 // optimizers
 #include <mlframework/optimizers/Adam.hpp>
