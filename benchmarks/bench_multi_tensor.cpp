@@ -673,6 +673,41 @@ void RegisterPaired(Layout layout, std::size_t total) {
   }
 }
 
+// threads/<op>/<layout>/N/threads:T: the fused call on T threads (mlframework::SetNumThreads),
+// wall clock, at the sizes where one thread and two meet. Run with
+// MLFW_PARALLEL_MIN_ELEMENTS=0 to let every size fork, and read where T = 2 starts to beat
+// T = 1: that is the library's kParallelMinElements (docs/threads.md). With the threshold in
+// force, the sizes below it run on the calling thread whatever T is.
+void RegisterThreadCrossover() {
+  const std::vector<std::string> wanted = {"unscale_check/f16", "unscale_check/f32", "check/f16", "cast/f32_to_f16"};
+  for (const FusedOp& op : FusedOps()) {
+    if (std::find(wanted.begin(), wanted.end(), op.name) == wanted.end()) {
+      continue;
+    }
+    for (const Layout layout : {Layout::Flat, Layout::Small}) {
+      for (std::size_t total = std::size_t{1} << 14; total <= (std::size_t{1} << 22); total *= 2) {
+        const std::string name = "threads/" + op.name + "/" + LayoutName(layout) + "/" + std::to_string(total);
+        benchmark::RegisterBenchmark(
+            name.c_str(),
+            [op, layout, total](benchmark::State& state) {
+              const BoundCall bound = op.bind(layout, total);
+              mlframework::SetNumThreads(static_cast<int>(state.range(0)));
+              for (auto _ : state) {
+                bound.call();
+              }
+              bound.settle();
+              mlframework::SetNumThreads(0);
+              state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * bound.bytes));
+            })
+            ->ArgName("threads")
+            ->Arg(1)
+            ->Arg(2)
+            ->UseRealTime();
+      }
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -690,6 +725,7 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext("mlfw_huge_pages", mlframework::backends::cpu::HugePages() ? "on" : "off");
   benchmark::AddCustomContext("mlfw_omp_threads", std::to_string(omp_get_max_threads()));
   benchmark::AddCustomContext("mlfw_timing", mlfw_bench::g_cpu_timing ? "process cpu" : "real");
+  RegisterThreadCrossover();
   for (const std::size_t total : kSizes) {
     // Limit kernels over the bytes of an FP32 list and of a 16-bit list of this size.
     RegisterLimits(total);

@@ -22,6 +22,7 @@
 #include <mlframework/core/OverflowReport.hpp>
 #include <mlframework/core/Tensor.hpp>
 #include <mlframework/core/TensorBackend.hpp>
+#include <mlframework/core/Threads.hpp>
 #include <mlframework/core/TrainingCsvWriter.hpp>
 
 #include <mlframework/core/DeviceScaling.hpp>
@@ -43,6 +44,7 @@
 #include <mlframework/amp/ScaleFactor.hpp>
 #include <mlframework/amp/ScalePolicy.hpp>
 #include <mlframework/amp/StaticLossScaler.hpp>
+#include <mlframework/amp/StepMode.hpp>
 
 // optimizers
 #include <mlframework/optimizers/Adam.hpp>

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include <mlframework/mlframework.hpp>
@@ -22,9 +23,14 @@ void TrainWithOwnBackward(Model& model, int steps);
 // docs/conversion-layer.md (conversion_layer.cpp)
 void TrainWithConversionLayer(Model& model, int steps);
 
+// docs/cpu-backend.md (threads.cpp)
+void LeaveTheCoresToTheFramework();
+
 // docs/diagnostics.md (diagnostics.cpp)
 void WatchOverflows(mlframework::amp::GradScaler& scaler, std::ostream& log, std::ostream& csv_file);
 void PrintDiagnostics(const mlframework::amp::GradScaler& scaler, std::ostream& log);
+void FollowTheFramework(mlframework::amp::GradScaler& scaler, std::int64_t global_step,
+                        std::vector<std::string> parameter_names);
 
 // README.md and docs/own-tensors.md (own_tensors.cpp; own_tensors_cuda.cpp is compiled only)
 mlframework::TensorPtr WrapHost(std::vector<mlframework::Float16>& grad, std::size_t rows, std::size_t cols,

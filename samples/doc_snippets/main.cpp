@@ -40,7 +40,10 @@ bool Fits(void (*train)(Model&, int), const char* name) {
 int main() {
   using namespace mlframework;
 
+  LeaveTheCoresToTheFramework();
+  Expect(NumThreads() == 1, "cpu backend: the library's thread count is set");
   Expect(Fits(Train, "training loop"), "the training loop fits the FP16 model");
+  SetNumThreads(0);
   Expect(Fits(TrainAccumulating, "accumulation"), "accumulating over micro-batches fits the FP16 model");
   Expect(Fits(TrainWithConversionLayer, "conversion layer"), "the conversion layer's loop fits the FP16 model");
   Expect(Fits(TrainWithOwnBackward, "own backward"), "a backward seeded with the scale fits the FP16 model");
@@ -99,6 +102,7 @@ int main() {
     std::ostringstream log;
     std::ostringstream csv;
     WatchOverflows(watched, log, csv);
+    FollowTheFramework(watched, 4200, {"w"});
     const TensorPtr w = FromVector({1.0f, 2.0f}, {2}, DataType::Float16);
     optimizers::SGD plain({{"w", w}}, {.LearningRate = 0.5});
     watched.Scale(Scalar(1.0f));
@@ -109,6 +113,7 @@ int main() {
     Expect(report.has_value() && report->ToString().find("w (") != std::string::npos &&
                log.str().find(report->ToString()) != std::string::npos,
            "diagnostics: the report names the tensor and is printed");
+    Expect(report.has_value() && report->Step == 4200, "diagnostics: the report has the framework's step");
     Expect(!csv.str().empty(), "diagnostics: the CSV writer has a line");
     watched.Scale(Scalar(1.0f));
     plain.SetGradients({{"w", FromVector({4.0f, -8.0f}, {2}, DataType::Float16)}});

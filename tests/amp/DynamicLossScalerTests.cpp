@@ -257,4 +257,37 @@ BOOST_AUTO_TEST_CASE(BadBlobsAreRejectedWithoutChange) {
   BOOST_TEST((scaler.StateDict() == before));
 }
 
+BOOST_AUTO_TEST_CASE(ScaleSnapshotRestoresTheStateAndKeepsTheConfiguration) {
+  DynamicLossScaler scaler({.InitialScale = 256.0f, .GrowthInterval = 2, .Hysteresis = 2});
+  scaler.UpdateScale(true);
+  const auto snapshot = scaler.ScaleSnapshot();
+  const amp::ScaleState before = scaler.State();
+  scaler.UpdateScale(true);  // the second overflow in a row backs off
+  scaler.MarkOverflow();
+  BOOST_TEST(scaler.Scale() == 128.0f);
+  scaler.RestoreScaleSnapshot(snapshot);
+  BOOST_TEST((scaler.State() == before));
+  BOOST_TEST(!scaler.RecordedOverflow());
+  BOOST_TEST(scaler.Config().Hysteresis == 2);
+
+  // A foreign or corrupted blob, or a scale the configuration cannot hold: ArgumentError naming
+  // the snapshot, nothing changed.
+  const auto state_blob = scaler.StateDict();
+  auto flipped = snapshot;
+  flipped[flipped.size() / 2] ^= std::byte{0x10};
+  const auto outside = DynamicLossScaler({.InitialScale = 1024.0f, .MaxScale = 1024.0f}).ScaleSnapshot();
+  DynamicLossScaler bounded({.InitialScale = 256.0f, .MaxScale = 512.0f});
+  for (const auto& bad : {state_blob, flipped, std::vector<std::byte>{}}) {
+    try {
+      scaler.RestoreScaleSnapshot(bad);
+      BOOST_FAIL("expected an ArgumentError");
+    } catch (const ArgumentError& error) {
+      BOOST_TEST(std::string(error.what()).find("snapshot") != std::string::npos, error.what());
+    }
+    BOOST_TEST((scaler.State() == before));
+  }
+  BOOST_CHECK_THROW(bounded.RestoreScaleSnapshot(outside), ArgumentError);
+  BOOST_TEST(bounded.Scale() == 256.0f);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

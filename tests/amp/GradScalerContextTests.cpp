@@ -11,6 +11,7 @@ using namespace mlfw_test;
 using mlframework::amp::DynamicScalerConfig;
 using mlframework::amp::GradScaler;
 using mlframework::amp::GradScalerContext;
+using mlframework::amp::StepMode;
 
 namespace {
 constexpr float kInf = std::numeric_limits<float>::infinity();
@@ -47,7 +48,7 @@ BOOST_AUTO_TEST_CASE(StepWithManualUpdate) {
   RecordingOptimizer opt(Grads(DataType::Float32, 8.0f));
   {
     GradScalerContext ctx(scaler, Scalar(1.0f));
-    BOOST_TEST(ctx.Step(opt, false));
+    BOOST_TEST(ctx.Step(opt, StepMode::DeferUpdate));
     BOOST_TEST(opt.steps == 1);  // the optimizer stepped
     BOOST_TEST(scaler.Scale() == 8.0f);
   }
@@ -57,9 +58,44 @@ BOOST_AUTO_TEST_CASE(StepWithManualUpdate) {
   RecordingOptimizer opt2(Grads(DataType::Float32, 16.0f));
   {
     GradScalerContext ctx(scaler, Scalar(1.0f));
-    BOOST_TEST(ctx.Step(opt2, true));
+    BOOST_TEST(ctx.Step(opt2, StepMode::StepAndUpdate));
   }
   BOOST_TEST(scaler.GetStats()->TotalSteps == 2);
+}
+
+// One StepMode, one meaning: the same mode does the same on GradScaler and on the context.
+BOOST_AUTO_TEST_CASE(EveryStepModeMeansTheSameOnTheScalerAndTheContext) {
+  for (const StepMode mode : {StepMode::StepAndUpdate, StepMode::DeferUpdate, StepMode::DeferStepAndUpdate}) {
+    BOOST_TEST_CONTEXT("mode " << static_cast<int>(mode)) {
+      GradScaler direct(DynamicScalerConfig{.InitialScale = 8.0f, .GrowthInterval = 1});
+      GradScaler scoped(DynamicScalerConfig{.InitialScale = 8.0f, .GrowthInterval = 1});
+      RecordingOptimizer a(Grads(DataType::Float32, 8.0f));
+      RecordingOptimizer b(Grads(DataType::Float32, 8.0f));
+      direct.Scale(Scalar(1.0f));
+      BOOST_TEST(direct.Step(a, mode));
+      GradScalerContext ctx(scoped, Scalar(1.0f));
+      BOOST_TEST(ctx.Step(b, mode));
+      BOOST_TEST(a.steps == (mode == StepMode::DeferStepAndUpdate ? 0 : 1));
+      BOOST_TEST(b.steps == a.steps);
+      BOOST_TEST(direct.Scale() == (mode == StepMode::StepAndUpdate ? 16.0f : 8.0f));
+      BOOST_TEST(scoped.Scale() == direct.Scale());
+      BOOST_TEST(direct.State() == scoped.State());
+      if (mode != StepMode::StepAndUpdate) {
+        direct.Update();
+        scoped.Update();
+        BOOST_TEST(direct.Scale() == 16.0f);
+        BOOST_TEST(scoped.Scale() == 16.0f);
+      }
+    }
+  }
+  // A value that is no StepMode is refused, naming the parameter; nothing changes.
+  GradScaler scaler(DynamicScalerConfig{.InitialScale = 8.0f});
+  RecordingOptimizer opt(Grads(DataType::Float32, 8.0f));
+  scaler.Scale(Scalar(1.0f));
+  ExpectRefused<ArgumentError>(
+      scaler, [&] { scaler.Step(opt, static_cast<StepMode>(7)); }, "mode");
+  BOOST_TEST(opt.steps == 0);
+  BOOST_TEST(scaler.Step(opt));
 }
 
 BOOST_AUTO_TEST_CASE(SteppingTwiceOrAfterDisposeIsAnError) {

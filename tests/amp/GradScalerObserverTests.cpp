@@ -19,6 +19,7 @@ using mlfw_test::PoisonedGrads;
 using mlfw_test::RecordingObserver;
 using mlfw_test::RecordingOptimizer;
 namespace amp = mlframework::amp;
+using mlframework::amp::StepMode;
 
 namespace {
 
@@ -161,10 +162,10 @@ BOOST_AUTO_TEST_CASE(ManualAndDeferredFlows) {
   BOOST_TEST(observer->events.empty());
   scaler.Scale(mlframework::Scalar(1.0f));
   BOOST_TEST(observer->events == (Strings{"overflow 2", "skipped 2 2", "backoff 2 2->1", "step 2 skipped"}));
-  // Deferred flow: Step(opt, false) then Update().
+  // Deferred flow: Step(opt, StepMode::DeferStepAndUpdate) then Update().
   observer->events.clear();
   RecordingOptimizer optimizer(Grads(DataType::Float16));
-  BOOST_TEST(scaler.Step(optimizer, false));
+  BOOST_TEST(scaler.Step(optimizer, StepMode::DeferStepAndUpdate));
   BOOST_TEST(observer->events.empty());
   scaler.Update();
   BOOST_TEST(observer->events == (Strings{"step 3"}));
@@ -216,6 +217,56 @@ BOOST_AUTO_TEST_CASE(AThrowingObserverLeavesTheScalerConsistent) {
   BOOST_TEST(Iterate(scaler, optimizer, Grads(DataType::Float16, 32.0f)));
   BOOST_TEST(optimizer.steps == 1);
   BOOST_TEST(recorder->events.back() == "step 1");
+}
+
+// StepEvent::MinLossScale is the dynamic scaler's minimum (so OverflowLogger notes reaching it);
+// a static scaler has none.
+BOOST_AUTO_TEST_CASE(StepEventsCarryTheMinimumScale) {
+  amp::GradScaler scaler(amp::DynamicScalerConfig{.InitialScale = 512.0f, .MinScale = 256.0f});
+  auto observer = std::make_shared<RecordingObserver>();
+  scaler.AddObserver(observer);
+  RecordingOptimizer optimizer;
+  BOOST_TEST(!Iterate(scaler, optimizer, PoisonedGrads(DataType::Float32, kNaN)));
+  BOOST_TEST_REQUIRE(observer->steps.size() == 1u);
+  BOOST_TEST(observer->steps[0].NewLossScale == 256.0f);
+  BOOST_TEST_REQUIRE(observer->steps[0].MinLossScale.has_value());
+  BOOST_TEST(*observer->steps[0].MinLossScale == 256.0f);
+
+  amp::GradScaler fixed = amp::GradScaler::Static(8.0f);
+  auto fixed_observer = std::make_shared<RecordingObserver>();
+  fixed.AddObserver(fixed_observer);
+  BOOST_TEST(Iterate(fixed, optimizer, Grads(DataType::Float32)));
+  BOOST_TEST_REQUIRE(fixed_observer->steps.size() == 1u);
+  BOOST_TEST(!fixed_observer->steps[0].MinLossScale.has_value());
+}
+
+// The report lists the gradients in the order the framework gave (SetGradientOrder()), the
+// names it did not give after them in name order; by default in name order.
+BOOST_AUTO_TEST_CASE(ReportsListGradientsInTheGivenOrder) {
+  const auto poisoned = [] {
+    GradientMap gradients;
+    for (const char* name : {"a", "b", "c", "d"}) {
+      gradients[name] = mlframework::FromVector({1.0f, kInf}, {2}, DataType::Float32);
+    }
+    return gradients;
+  };
+  const auto names = [](const mlframework::OverflowReport& report) {
+    Strings result;
+    for (const mlframework::TensorOverflow& tensor : report.Tensors) {
+      result.push_back(tensor.Name);
+    }
+    return result;
+  };
+  amp::GradScaler scaler;
+  RecordingOptimizer optimizer;
+  BOOST_TEST(!Iterate(scaler, optimizer, poisoned()));
+  BOOST_TEST(names(*scaler.LastOverflow()) == (Strings{"a", "b", "c", "d"}));
+  scaler.SetGradientOrder({"d", "b", "x"});
+  BOOST_TEST(scaler.GradientOrder() == (Strings{"d", "b", "x"}));
+  BOOST_TEST(!Iterate(scaler, optimizer, poisoned()));
+  BOOST_TEST(names(*scaler.LastOverflow()) == (Strings{"d", "b", "a", "c"}));
+  BOOST_TEST(scaler.LastOverflow()->ToString().find("d (1 Inf, first at 1), b (1 Inf") != std::string::npos,
+             scaler.LastOverflow()->ToString());
 }
 
 BOOST_AUTO_TEST_SUITE_END()

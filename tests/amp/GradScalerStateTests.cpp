@@ -15,6 +15,7 @@ using namespace mlfw_test;
 using mlframework::amp::DynamicLossScaler;
 using mlframework::amp::DynamicScalerConfig;
 using mlframework::amp::GradScaler;
+using mlframework::amp::StepMode;
 using State = mlframework::amp::GradScaler::IterationState;
 
 namespace {
@@ -132,7 +133,7 @@ BOOST_AUTO_TEST_CASE(EachFlowWalksTheIterationStates) {
   // Deferred.
   opt.Load(Grads(DataType::Float16, 8.0f));
   scaler.Scale(Scalar(1.0f));
-  BOOST_TEST(scaler.Step(opt, false));
+  BOOST_TEST(scaler.Step(opt, StepMode::DeferStepAndUpdate));
   BOOST_TEST(scaler.State() == State::Stepped);
   BOOST_TEST(!scaler.CheckOverflow(opt.GetGradients()));  // already unscaled: the recorded result
   BOOST_TEST(scaler.State() == State::Stepped);
@@ -193,10 +194,10 @@ BOOST_AUTO_TEST_CASE(CallsOutOfOrderAreRefusedInEveryState) {
       scaler, [&] { scaler.Unscale(opt.GetGradients()); }, "already called");
   ExpectRefused<InvalidOperationError>(
       scaler, [&] { scaler.Enable(); }, "middle of an iteration");
-  BOOST_TEST(scaler.Step(opt, false));  // the clipping flow into the deferred one
+  BOOST_TEST(scaler.Step(opt, StepMode::DeferStepAndUpdate));  // the clipping flow into the deferred one
   // Stepped: a second Step (either form) and a second Unscale are refused; Update finishes.
   ExpectRefused<InvalidOperationError>(
-      scaler, [&] { scaler.Step(opt, false); }, "already called");
+      scaler, [&] { scaler.Step(opt, StepMode::DeferStepAndUpdate); }, "already called");
   ExpectRefused<InvalidOperationError>(
       scaler, [&] { scaler.Step(opt); }, "already called");
   ExpectRefused<InvalidOperationError>(
@@ -395,10 +396,11 @@ BOOST_AUTO_TEST_CASE(AFailingOptimizerRollsTheStepBack) {
       opt.fail = Fail::SetGradients;
       scaler.Scale(Scalar(1.0f));
       ExpectRefused<ArgumentError>(
-          scaler, [&] { scaler.Step(opt, !deferred); }, "rejected");
+          scaler, [&] { scaler.Step(opt, deferred ? StepMode::DeferStepAndUpdate : StepMode::StepAndUpdate); },
+          "rejected");
       BOOST_TEST(scaler.State() == State::LossScaled);
       opt.fail = Fail::None;
-      BOOST_TEST(scaler.Step(opt, !deferred));
+      BOOST_TEST(scaler.Step(opt, deferred ? StepMode::DeferStepAndUpdate : StepMode::StepAndUpdate));
       if (deferred) {
         opt.Step();
         scaler.Update();
@@ -474,7 +476,7 @@ BOOST_AUTO_TEST_CASE(AMovedFromScalerRefusesEveryUse) {
   expect([&] { (void)scaler.Unscale(grads); });
   expect([&] { (void)scaler.Unscale(opt); });
   expect([&] { (void)scaler.Step(opt); });
-  expect([&] { (void)scaler.Step(opt, false); });
+  expect([&] { (void)scaler.Step(opt, StepMode::DeferStepAndUpdate); });
   expect([&] { scaler.Update(); });
   expect([&] { (void)scaler.CheckOverflow(grads); });
   expect([&] { scaler.Enable(); });
@@ -524,7 +526,7 @@ BOOST_AUTO_TEST_CASE(Fp8GradientsAreRefusedNamingTheGradientAndTheDtype) {
       ExpectRefused<ArgumentError>(
           scaler, [&] { (void)scaler.Step(opt); }, "gradients[\"w8\"]': is " + dtype);
       ExpectRefused<ArgumentError>(
-          scaler, [&] { (void)scaler.Step(opt, false); }, "gradients[\"w8\"]': is " + dtype);
+          scaler, [&] { (void)scaler.Step(opt, StepMode::DeferStepAndUpdate); }, "gradients[\"w8\"]': is " + dtype);
       ExpectRefused<ArgumentError>(
           scaler, [&] { (void)scaler.CheckOverflow(grads); }, "gradients[\"w8\"]': is " + dtype);
       BOOST_TEST(Values(grads.at("w8")) == (std::vector<float>{8.0f, 16.0f}), boost::test_tools::per_element());
@@ -558,6 +560,85 @@ BOOST_AUTO_TEST_CASE(ALoadedBlobBringsItsConfiguration) {
   BOOST_TEST(config.Hysteresis == saved_config.Hysteresis);
   BOOST_TEST(loaded.Scale() == 512.0f);
   BOOST_TEST(loaded.GetStats()->GrowthInterval == 7);
+}
+
+// The step index is the framework's: set, counted on, saved and restored (issue 38, item 4).
+BOOST_AUTO_TEST_CASE(StepIndexIsSetSavedAndRestored) {
+  GradScaler scaler(DynamicScalerConfig{.InitialScale = 64.0f});
+  RecordingOptimizer optimizer;
+  BOOST_TEST(scaler.StepIndex() == 0);
+  scaler.SetStepIndex(1000);
+  scaler.Scale(Scalar(1.0f));
+  optimizer.Load(Grads(DataType::Float32));
+  scaler.Step(optimizer);
+  BOOST_TEST(scaler.StepIndex() == 1001);
+  scaler.Scale(Scalar(1.0f));
+  optimizer.Load(PoisonedGrads(DataType::Float32, kInf));
+  BOOST_TEST(!scaler.Step(optimizer));
+  BOOST_TEST_REQUIRE(scaler.LastOverflow().has_value());
+  BOOST_TEST(scaler.LastOverflow()->Step == 1001);
+
+  // A new scaler loading the blob continues at the saved index (not at 0).
+  const std::vector<std::byte> blob = scaler.StateDict();
+  GradScaler resumed(DynamicScalerConfig{.InitialScale = 64.0f});
+  resumed.LoadStateDict(blob);
+  BOOST_TEST(resumed.StepIndex() == 1002);
+  resumed.Scale(Scalar(1.0f));
+  optimizer.Load(PoisonedGrads(DataType::Float32, kInf));
+  BOOST_TEST(!resumed.Step(optimizer));
+  BOOST_TEST(resumed.LastOverflow()->Step == 1002);
+
+  // A negative index is refused, naming the parameter and the value; nothing changes.
+  try {
+    resumed.SetStepIndex(-3);
+    BOOST_FAIL("expected an ArgumentError");
+  } catch (const ArgumentError& error) {
+    BOOST_TEST(error.Parameter() == "step");
+    BOOST_TEST(std::string(error.what()).find("-3") != std::string::npos, error.what());
+  }
+  BOOST_TEST(resumed.StepIndex() == 1003);
+
+  // A version 2 blob (no step index) still loads and keeps the scaler's index.
+  DynamicLossScaler inner({.InitialScale = 512.0f});
+  const std::vector<std::byte> inner_blob = inner.StateDict();
+  mlframework::detail::BlobWriter writer("amp.GradScaler", 2);
+  writer.U64(inner_blob.size());
+  writer.Bytes(inner_blob);
+  writer.U8(0);  // Ready
+  writer.U8(0);  // no found-inf
+  writer.U8(1);  // enabled
+  resumed.LoadStateDict(writer.Finish());
+  BOOST_TEST(resumed.Scale() == 512.0f);
+  BOOST_TEST(resumed.StepIndex() == 1003);
+
+  // A corrupted step index is refused (negative), the scaler unchanged.
+  mlframework::detail::BlobWriter negative("amp.GradScaler", 3);
+  negative.U64(inner_blob.size());
+  negative.Bytes(inner_blob);
+  negative.U8(0);
+  negative.U8(0);
+  negative.U8(1);
+  negative.I64(-1);
+  ExpectRefused<ArgumentError>(
+      resumed, [&] { resumed.LoadStateDict(negative.Finish()); }, "step index");
+  BOOST_TEST(resumed.StepIndex() == 1003);
+}
+
+// A further optimizer joining the iteration Step(o1) finished keeps that iteration's index,
+// and an index set between the steps holds for the next iteration.
+BOOST_AUTO_TEST_CASE(AJoiningOptimizerKeepsTheIterationsStepIndex) {
+  GradScaler scaler(DynamicScalerConfig{.InitialScale = 64.0f});
+  RecordingOptimizer o1;
+  RecordingOptimizer o2;
+  scaler.SetStepIndex(7);
+  scaler.Scale(Scalar(1.0f));
+  o1.Load(Grads(DataType::Float32));
+  o2.Load(PoisonedGrads(DataType::Float32, kInf));
+  scaler.Step(o1);
+  scaler.SetStepIndex(20);  // the framework's next step, set before o2 joins
+  BOOST_TEST(!scaler.Step(o2));
+  BOOST_TEST(scaler.LastOverflow()->Step == 7);
+  BOOST_TEST(scaler.StepIndex() == 20);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

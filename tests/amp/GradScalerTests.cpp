@@ -14,6 +14,7 @@ using mlframework::amp::DynamicLossScaler;
 using mlframework::amp::DynamicScalerConfig;
 using mlframework::amp::GradScaler;
 using mlframework::amp::StaticLossScaler;
+using mlframework::amp::StepMode;
 
 namespace {
 
@@ -172,14 +173,14 @@ BOOST_AUTO_TEST_CASE(StepWithoutOptimizerStepLeavesStepAndUpdateToTheCaller) {
   GradScaler scaler(DynamicScalerConfig{.InitialScale = 2.0f, .GrowthInterval = 1});
   RecordingOptimizer opt(Grads(DataType::Float16, 2.0f));
   scaler.Scale(Scalar(1.0f));
-  BOOST_TEST(scaler.Step(opt, false));
+  BOOST_TEST(scaler.Step(opt, StepMode::DeferStepAndUpdate));
   BOOST_TEST(opt.steps == 0);
   BOOST_TEST(opt.set_calls == 1);  // unscaled FP32 gradients handed over
   BOOST_TEST(Values(opt.GetGradients().at("b")) == (std::vector<float>{4.0f, -0.25f}),
              boost::test_tools::per_element());
   BOOST_TEST(scaler.GetStats()->TotalSteps == 0);  // not updated yet
   ExpectInvalidOperationUnchanged(
-      scaler, [&] { scaler.Step(opt, false); }, "Update()");
+      scaler, [&] { scaler.Step(opt, StepMode::DeferStepAndUpdate); }, "Update()");
   ExpectInvalidOperationUnchanged(
       scaler, [&] { scaler.Step(opt); }, "Update()");
   opt.Step();
@@ -189,7 +190,7 @@ BOOST_AUTO_TEST_CASE(StepWithoutOptimizerStepLeavesStepAndUpdateToTheCaller) {
   // Overflow in the deferred flow: false, and Update() backs off.
   opt.Load(PoisonedGrads(DataType::Float16, kInf));
   scaler.Scale(Scalar(1.0f));
-  BOOST_TEST(!scaler.Step(opt, false));
+  BOOST_TEST(!scaler.Step(opt, StepMode::DeferStepAndUpdate));
   scaler.Update();
   BOOST_TEST(scaler.Scale() == 2.0f);
 }
@@ -241,7 +242,7 @@ BOOST_AUTO_TEST_CASE(ScaleIsUpdatedExactlyOncePerIterationWhicheverFlow) {
       if (flow == 0) {  // automatic
         BOOST_REQUIRE(scaler.Step(opt) == !o);
       } else if (flow == 1) {  // deferred
-        if (scaler.Step(opt, false)) {
+        if (scaler.Step(opt, StepMode::DeferStepAndUpdate)) {
           opt.Step();
         }
         scaler.Update();

@@ -31,6 +31,7 @@ using namespace mlframework;
 using mlframework::amp::DynamicScalerConfig;
 using mlframework::amp::GradScaler;
 using mlframework::amp::GradScalerContext;
+using mlframework::amp::StepMode;
 using mlframework::optimizers::SGD;
 using mlframework::optimizers::SGDOptions;
 using mlfw_test::ExpectRefused;
@@ -203,7 +204,7 @@ void Replay(Flow flow) {
         } else {
           for (int i = 0; i < 2; ++i) {
             SGD& opt = i == 0 ? o1 : o2;
-            stepped[i] = scaler.Step(opt, false);
+            stepped[i] = scaler.Step(opt, StepMode::DeferStepAndUpdate);
             if (stepped[i]) {
               opt.Step();
             }
@@ -350,10 +351,10 @@ BOOST_AUTO_TEST_CASE(DeferredStepsOfSeveralOptimizersUpdateOnce) {
   RecordingOptimizer o1(PoisonedGrads(DataType::Float16, kInf, 16.0f));
   RecordingOptimizer o2(Grads(DataType::BFloat16, 16.0f));
   scaler.Scale(Scalar(1.0f));
-  BOOST_TEST(!scaler.Step(o1, false));
-  BOOST_TEST(scaler.Step(o2, false));
+  BOOST_TEST(!scaler.Step(o1, StepMode::DeferStepAndUpdate));
+  BOOST_TEST(scaler.Step(o2, StepMode::DeferStepAndUpdate));
   ExpectRefused<InvalidOperationError>(
-      scaler, [&] { scaler.Step(o1, false); }, "already called");
+      scaler, [&] { scaler.Step(o1, StepMode::DeferStepAndUpdate); }, "already called");
   ExpectRefused<InvalidOperationError>(
       scaler, [&] { scaler.Step(o2); }, "already called");
   BOOST_TEST(scaler.Scale() == 16.0f);  // not updated before Update()
@@ -397,7 +398,7 @@ BOOST_AUTO_TEST_CASE(AScalerThatCannotRestoreItsStateRefusesAJoiningOptimizer) {
   scaler.Scale(Scalar(1.0f));
   BOOST_TEST(!scaler.Step(o1));  // the scale halves: the default checkpoint cannot go back
   ExpectRefused<InvalidOperationError>(
-      scaler, [&] { scaler.Step(o2); }, "Step(optimizer, false)");
+      scaler, [&] { scaler.Step(o2); }, "Step(optimizer, StepMode::DeferStepAndUpdate)");
   BOOST_TEST(o2.steps == 0);
   BOOST_TEST(Values(o2.GetGradients().at("a"))[0] == 256.0f);  // not unscaled
   ExpectRefused<InvalidOperationError>(
@@ -405,15 +406,16 @@ BOOST_AUTO_TEST_CASE(AScalerThatCannotRestoreItsStateRefusesAJoiningOptimizer) {
   // The flow it names works: each optimizer deferred, one Update().
   scaler.Scale(Scalar(1.0f));
   o1.Load(PoisonedGrads(DataType::Float32, kInf));
-  BOOST_TEST(!scaler.Step(o1, false));
-  BOOST_TEST(scaler.Step(o2, false));
+  BOOST_TEST(!scaler.Step(o1, StepMode::DeferStepAndUpdate));
+  BOOST_TEST(scaler.Step(o2, StepMode::DeferStepAndUpdate));
   BOOST_TEST(Values(o2.GetGradients().at("a"))[0] == 2.0f);  // by the iteration's 128
   scaler.Update();
   BOOST_TEST(scaler.Scale() == 64.0f);
 }
 
-// The device path (FakeDeviceBackend): the same results as on the host; a step reads the
-// found-inf and the scaler's state, a joining optimizer also reads and writes the state.
+// The device path (FakeDeviceBackend): the same results as on the host; a step reads only its
+// found-inf (the snapshot kept for a further optimizer is the host copy of the state), a joining
+// optimizer reads its found-inf and writes the snapshot back.
 BOOST_AUTO_TEST_CASE(SeveralOptimizersOnADeviceMatchTheHost) {
   const DynamicScalerConfig config{.InitialScale = 1024.0f, .GrowthInterval = 2};
   GradScaler host(config);
@@ -445,8 +447,8 @@ BOOST_AUTO_TEST_CASE(SeveralOptimizersOnADeviceMatchTheHost) {
       const std::int64_t second = mlfw_test::SyncsDuring([&] { d_stepped2 = device.Step(d2); });
       device.Update();
       if (step > 0) {             // the first step also creates the device state
-        BOOST_TEST(first <= 2);   // the found-inf and the state kept for a further optimizer
-        BOOST_TEST(second <= 3);  // its found-inf, and the state read back and written before its update
+        BOOST_TEST(first == 1);   // the found-inf
+        BOOST_TEST(second == 2);  // its found-inf, and the snapshot written back before its update
       }
       BOOST_TEST(h_stepped1 == ((poison[step] & 1) == 0));
       BOOST_TEST(h_stepped2 == ((poison[step] & 2) == 0));
@@ -461,6 +463,38 @@ BOOST_AUTO_TEST_CASE(SeveralOptimizersOnADeviceMatchTheHost) {
       }
     }
   }
+}
+
+// One optimizer on a device, nothing read between the steps: keeping the scale snapshot for a
+// further optimizer costs no device read, so each Step(opt) reads only its found-inf.
+BOOST_AUTO_TEST_CASE(StepKeepsItsScaleSnapshotWithoutADeviceRead) {
+  const DynamicScalerConfig config{.InitialScale = 1024.0f, .GrowthInterval = 3};
+  GradScaler host(config);
+  GradScaler device(config);
+  RecordingOptimizer h;
+  RecordingOptimizer d;
+  const std::vector<bool> poison = {false, false, true, false, false, false, true, true, false, false};
+  std::vector<std::int64_t> syncs;
+  for (int step = 0; step < static_cast<int>(poison.size()); ++step) {
+    std::vector<float> a = {0.25f * static_cast<float>(step + 1), 2.0f};
+    if (poison[step]) {
+      a[0] = kInf;
+    }
+    h.Load(GradientMap{{"a", FromVector(a, {2}, DataType::Float16)}});
+    d.Load(GradientMap{{"a", mlfw_test::FakeTensor(a, {2}, DataType::Float16)}});
+    host.Scale(Scalar(1.0f));
+    BOOST_TEST(host.Step(h) == !poison[step]);
+    syncs.push_back(mlfw_test::SyncsDuring([&] {
+      device.Scale(mlfw_test::FakeTensor({1.0f}, {}, DataType::Float32));
+      BOOST_TEST(device.Step(d) == !poison[step]);
+    }));
+  }
+  // The first step also creates the device state.
+  const std::vector<std::int64_t> expected = {2, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+  BOOST_TEST(syncs == expected, boost::test_tools::per_element());
+  BOOST_TEST(device.Scale() == host.Scale());
+  BOOST_TEST(device.GetStats()->TotalOverflows == host.GetStats()->TotalOverflows);
+  BOOST_TEST(device.GetStats()->StepsSinceLastOverflow == host.GetStats()->StepsSinceLastOverflow);
 }
 
 BOOST_AUTO_TEST_CASE(PyTorchSequenceMatchesTorchBitForBit) { Replay(Flow::PyTorch); }

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include <mlframework/core/Error.hpp>
 #include <mlframework/core/Tensor.hpp>
 #include <mlframework/distributed/fsdp/FSDPMixedPrecisionManager.hpp>
 
@@ -124,6 +125,34 @@ BOOST_AUTO_TEST_CASE(WithoutLossScalingTheCheckStillReports) {
   BOOST_TEST(manager.LastOverflow()->Ranks == std::vector<int>{last});
   BOOST_TEST(manager.LastOverflow()->LossScale == 1.0f);
   BOOST_TEST(manager.LastOverflow()->Step == 1);
+}
+
+// The step index is the framework's (set, saved, restored on every rank alike); the report
+// lists the gradients in the order given to SetGradientOrder().
+BOOST_AUTO_TEST_CASE(StepIndexAndGradientOrderAreTheFrameworks) {
+  auto group = mlfw_test::WorldGroup();
+  const int rank = group->Rank();
+  fsdp::FSDP model(group);
+  fsdp::FSDPMixedPrecisionManager manager({.InitialLossScale = 8.0f}, model);
+  manager.SetOverflowReports(true);
+  manager.SetStepIndex(500);
+  manager.SetGradientOrder({"b", "a"});
+  BOOST_TEST(manager.GradientOrder() == (std::vector<std::string>{"b", "a"}));
+  BOOST_TEST(!manager.UnscaleAndCheckOverflow(RankGradients(rank, false)));
+  BOOST_TEST(manager.UnscaleAndCheckOverflow(RankGradients(rank, true)));
+  BOOST_TEST_REQUIRE(manager.LastOverflow().has_value());
+  BOOST_TEST(manager.LastOverflow()->Step == 501);
+  BOOST_TEST_REQUIRE(manager.LastOverflow()->Tensors.size() >= 2u);
+  BOOST_TEST(manager.LastOverflow()->Tensors[0].Name == "b");
+  BOOST_TEST(manager.LastOverflow()->Tensors[1].Name == "a");
+  BOOST_TEST(manager.StepIndex() == 502);
+  const std::vector<std::byte> blob = manager.StateDict();
+  fsdp::FSDPMixedPrecisionManager resumed({.InitialLossScale = 8.0f}, model);
+  resumed.LoadStateDict(blob);
+  BOOST_TEST(resumed.StepIndex() == 502);
+  BOOST_TEST(resumed.CurrentLossScale() == manager.CurrentLossScale());
+  BOOST_CHECK_THROW(resumed.SetStepIndex(-1), mlframework::ArgumentError);
+  BOOST_TEST(resumed.StepIndex() == 502);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

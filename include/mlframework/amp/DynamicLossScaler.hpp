@@ -168,6 +168,13 @@ class MLFRAMEWORK_EXPORT DynamicLossScaler final : public ILossScaler {
   /// Enabled included), with the blob's scale and counters; amax tracking stays as it was.
   /// ArgumentError for a truncated, corrupted, foreign or invalid blob (state unchanged).
   void LoadStateDict(std::span<const std::byte> state) override;
+  /// The scale state (ScaleState's fields) as a blob: the host copy of the state, so no device
+  /// read while it is current (after Write, state creation, a read, or UpdateScale(bool)).
+  std::vector<std::byte> ScaleSnapshot() const override;
+  /// Writes the snapshot's scale state where the state lives (on a device: one host-to-device
+  /// copy) and clears the record and the amax; configuration and placement are kept.
+  /// ArgumentError for a blob that is not a snapshot, or a scale outside [MinScale, MaxScale].
+  void RestoreScaleSnapshot(std::span<const std::byte> snapshot) override;
 
  private:
   struct Impl;

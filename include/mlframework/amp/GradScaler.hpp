@@ -7,11 +7,13 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include <mlframework/amp/DynamicLossScaler.hpp>
 #include <mlframework/amp/ILossScaler.hpp>
 #include <mlframework/amp/IOptimizer.hpp>
+#include <mlframework/amp/StepMode.hpp>
 #include <mlframework/core/ITensor.hpp>
 #include <mlframework/core/ITrainingObserver.hpp>
 #include <mlframework/core/OverflowReport.hpp>
@@ -29,30 +31,29 @@ class GradScalerContext;
 /// | flow | calls |
 /// |---|---|
 /// | automatic | `Scale(loss)`, backward, `Step(opt)` (steps the optimizer and updates the scale) |
-/// | deferred | `Scale(loss)`, backward, `Step(opt, false)`, `opt.Step()` if it returned true, `Update()` |
-/// | manual (spec 004) | `Scale(loss)`, backward, `Unscale(grads)`, `CheckOverflow(grads)`, your step, `Update()` |
-/// | RAII | `GradScalerContext ctx(scaler, loss)`, backward, `ctx.Step(opt)` |
-/// | several optimizers (PyTorch's) | `Scale(loss)`, backward, [`Unscale(o1)`, clip], `Step(o1)`, `Step(o2)`,
+/// | deferred | `Scale(loss)`, backward, `Step(opt, StepMode::DeferStepAndUpdate)`, `opt.Step()` if it returned true,
+/// `Update()` | | deferred update | `Scale(loss)`, backward, `Step(opt, StepMode::DeferUpdate)` (steps the optimizer),
+/// `Update()` | | manual (spec 004) | `Scale(loss)`, backward, `Unscale(grads)`, `CheckOverflow(grads)`, your step,
+/// `Update()` | | RAII | `GradScalerContext ctx(scaler, loss)`, backward, `ctx.Step(opt)` | | several optimizers
+/// (PyTorch's) | `Scale(loss)`, backward, [`Unscale(o1)`, clip], `Step(o1)`, `Step(o2)`,
 /// [`Update()`] |
 ///
 /// **Several optimizers per iteration**, as in PyTorch: each optimizer's gradients are unscaled
 /// once, with the iteration's scale (the one in force at `Scale(loss)`); each optimizer is
 /// skipped only when its own gradients hold Inf/NaN; the scale is updated once per iteration,
 /// from the OR of all of them. Any of the flows above works with several optimizers:
-/// `Step(o1); Step(o2)`, `Step(o1, false); Step(o2, false); Update()`, `Unscale(o1); Unscale(o2)`
-/// before the steps, and `ctx.Step(o1); ctx.Step(o2)`. Spec 004's rule that the scale is updated
-/// after `Step(opt)` holds: `Step(o1)` updates the scale at once, and keeps the scaler's state
-/// from before that update (its ILossScaler::StateDict()). A `Step(o2)` of another optimizer
-/// before the next `Scale(loss)` joins that iteration: the scaler goes back to that state
-/// (LoadStateDict()), unscales o2 with the iteration's scale, and updates again from the OR of
-/// o1's and o2's found-inf. So the scale, the growth counter and the statistics end as if the
-/// update had been computed once from all optimizers (on a growth step, a clean o1 grows the
-/// scale and an overflowing o2 turns it into a backoff). `Update()` after such steps is
-/// accepted and changes nothing. An optimizer is told apart by its address (the same
-/// IOptimizer object); the same optimizer stepped again without `Scale(loss)` starts the next
-/// iteration, as with one optimizer. A custom ILossScaler whose LoadStateDict() cannot restore
-/// its state (ILossScaler's default, once the scale changed) refuses a joining `Step(o2)` with
-/// an InvalidOperationError; step such a scaler's optimizers with `Step(opt, false)` and `Update()`.
+/// `Step(o1); Step(o2)`, `Step(o1, mode); Step(o2, mode); Update()` with a deferring StepMode, `Unscale(o1);
+/// Unscale(o2)` before the steps, and `ctx.Step(o1); ctx.Step(o2)`. Spec 004's rule that the scale is updated after
+/// `Step(opt)` holds: `Step(o1)` updates the scale at once, and keeps a snapshot of the scale state from before that
+/// update (ILossScaler::ScaleSnapshot()). A `Step(o2)` of another optimizer before the next `Scale(loss)` joins that
+/// iteration: the scaler goes back to that snapshot (RestoreScaleSnapshot()), unscales o2 with the iteration's scale,
+/// and updates again from the OR of o1's and o2's found-inf. So the scale, the growth counter and the statistics end as
+/// if the update had been computed once from all optimizers (on a growth step, a clean o1 grows the scale and an
+/// overflowing o2 turns it into a backoff). `Update()` after such steps is accepted and changes nothing. An optimizer
+/// is told apart by its address (the same IOptimizer object); the same optimizer stepped again without `Scale(loss)`
+/// starts the next iteration, as with one optimizer. A custom ILossScaler whose RestoreScaleSnapshot() cannot restore
+/// its state (ILossScaler's default, LoadStateDict(), once the scale changed) refuses a joining `Step(o2)` with
+/// an InvalidOperationError; step such a scaler's optimizers with a deferring StepMode and `Update()`.
 ///
 /// **Iteration state** (IterationState, like PyTorch's `OptState`, kept per optimizer inside).
 /// `Ready`, `Unscaled` and `Stepped` are PyTorch's three; `LossScaled` and `Checked` are the
@@ -66,7 +67,7 @@ class GradScalerContext;
 /// | `Unscale(grads)` | Unscaled (3) | Unscaled | Unscaled | **error** | **error** |
 /// | `Unscale(opt)` | Unscaled (3) | Unscaled | Unscaled | Unscaled (2) | Stepped (2) |
 /// | `Step(opt)` | apply, Ready (4) | apply, Ready | apply, Ready | apply, Ready (1) | apply, Ready (2) |
-/// | `Step(opt, false)` | Stepped (4) | Stepped | Stepped | Stepped (1) | Stepped (2) |
+/// | `Step(opt, mode)`, mode deferring the update | Stepped (4) | Stepped | Stepped | Stepped (1) | Stepped (2) |
 /// | `Update()` | **error** (5) | **error** | apply, Ready | apply, Ready | apply, Ready |
 /// | `Enable()`, `Disable()` | Ready | **error** | **error** | **error** | **error** |
 ///
@@ -75,7 +76,7 @@ class GradScalerContext;
 ///   unscales those of another optimizer, except after `Unscale(grads)` of gradients no optimizer
 ///   stepped yet (the manual flow): then it is an InvalidOperationError.
 /// - (2) an optimizer that was not unscaled or stepped in this iteration yet; one that was is an
-///   InvalidOperationError (`Unscale` twice, `Step` after `Step(opt, false)` before `Update()`).
+///   InvalidOperationError (`Unscale` twice, `Step` after a deferring `Step(opt, mode)` before `Update()`).
 /// - (3) after `Step(opt)` finished the iteration (no `Scale(loss)` since), `Unscale` is an
 ///   InvalidOperationError: the gradients would be unscaled with the next iteration's scale
 ///   (`Unscale(opt)` of the optimizer that stepped starts the next iteration).
@@ -128,10 +129,12 @@ class GradScalerContext;
 ///   the flag on the device through `DynamicLossScaler::DeviceState()`;
 /// - one: `Step()` reads the flag once, because it must decide whether to call
 ///   `optimizer.Step()` and return that decision (as torch.cuda.amp does for non-fused optimizers);
-///   `Step(opt)` also reads the scale state before its update (kept for a further optimizer of
-///   the iteration), a second small copy unless the host copy of the state is current; a
-///   further optimizer reads its own flag, and a joining `Step(o2)` reads the state back and
-///   writes it; `CheckOverflow()` reads the flag to return its bool;
+///   the snapshot `Step(opt)` keeps for a further optimizer of the iteration is the host copy
+///   of the scale state, which the step's own update (with the found-inf it read) keeps
+///   current, so it reads nothing more (only the first `Step(opt)` after an `Update()` or a
+///   `Scale(loss)` that applied a pending result reads the state once); a further optimizer
+///   reads its own flag, and a joining `Step(o2)` also writes the snapshot back (one
+///   host-to-device copy); `CheckOverflow()` reads the flag to return its bool;
 /// - when asked: `Scale()`, `GetStats()`, `GetScaleTensor()`, `StateDict()` (which also reads a
 ///   pending found-inf), `Reset()` (writes the state), the first device iteration (creates it).
 ///
@@ -151,7 +154,12 @@ class GradScalerContext;
 /// the iteration (`Step(opt)`, `Update()`, or `Scale(loss)` applying a pending result), after the scale update:
 /// overflow, skipped step (an overflowed iteration is a skipped step), backoff or growth, then OnStep. An observer's
 /// exception reaches the caller after every observer ran; the scaler's state is committed (for `Scale(loss)`: the new
-/// iteration has started, call it again for the scaled loss). The step index counts finished iterations from 0.
+/// iteration has started, call it again for the scaled loss). The step index counts finished iterations from 0,
+/// or from the framework's global step set with SetStepIndex(); StateDict() saves it and
+/// LoadStateDict() restores it. Overflow reports list the gradients in the order given to
+/// SetGradientOrder() (the framework's registration or backward order), the others after them
+/// in name order. StepEvent::MinLossScale is the wrapped scaler's minimum scale (its
+/// Statistics()' MinScale), so OverflowLogger notes when the scale reaches it.
 /// A further optimizer that joins an iteration `Step(o1)` finished (several optimizers, above) and
 /// overflows where the iteration had not is reported then: the iteration's events come again,
 /// with the same step index, the backoff and the overflow report; otherwise it reports nothing more.
@@ -181,7 +189,7 @@ class MLFRAMEWORK_EXPORT GradScaler {
     LossScaled = 1,  ///< Scale(loss) ran; no found-inf recorded yet.
     Checked = 2,     ///< CheckOverflow() recorded found-inf; nothing unscaled.
     Unscaled = 3,    ///< Unscale() unscaled the gradients and recorded found-inf.
-    Stepped = 4,     ///< Step(optimizer, false) ran; Update() finishes the iteration.
+    Stepped = 4,     ///< Step(optimizer, mode) deferring the update ran; Update() finishes the iteration.
   };
 
   /// Dynamic loss scaling with DynamicScalerConfig's defaults (spec 004's default constructor).
@@ -222,14 +230,15 @@ class MLFRAMEWORK_EXPORT GradScaler {
   /// ArgumentNullError("loss") when null.
   TensorPtr Scale(const TensorPtr& loss);
   /// Unscales the optimizer's gradients (unless Unscale() already did), hands them back with
-  /// SetGradients, and (when @p optimizerStep) steps the optimizer and updates the scale. With
-  /// @p optimizerStep false, neither the optimizer step nor the scale update happens: call
-  /// `optimizer.Step()` if this returned true, then Update(). Returns false when this optimizer's
-  /// gradients overflowed (its step skipped). Several optimizers per iteration: see the class
-  /// notes. When the optimizer's SetGradients() or Step() throws, the scaler is as before the call
-  /// (FP32 gradients unscaled in place by it are then refused until the next Scale(loss)).
-  /// ArgumentError naming an FP8 gradient.
-  bool Step(IOptimizer& optimizer, bool optimizerStep = true);
+  /// SetGradients, then does what @p mode says (StepMode, the same on GradScalerContext): by
+  /// default steps the optimizer and updates the scale; StepMode::DeferUpdate steps the optimizer
+  /// and leaves the update to Update(); StepMode::DeferStepAndUpdate does neither (call
+  /// `optimizer.Step()` if this returned true, then Update()). Returns false when this
+  /// optimizer's gradients overflowed (its step skipped). Several optimizers per iteration: see
+  /// the class notes. When the optimizer's SetGradients() or Step() throws, the scaler is as
+  /// before the call (FP32 gradients unscaled in place by it are then refused until the next
+  /// Scale(loss)). ArgumentError naming an FP8 gradient or a @p mode that is not a StepMode.
+  bool Step(IOptimizer& optimizer, StepMode mode = StepMode::StepAndUpdate);
   /// Unscales @p gradients (FP32 in place, FP16/BF16 into FP32) and records overflow for this
   /// iteration (spec 004's manual flow); InvalidOperationError when this iteration already
   /// unscaled (for several optimizers use Unscale(optimizer)). ArgumentError naming an FP8 gradient.
@@ -294,11 +303,26 @@ class MLFRAMEWORK_EXPORT GradScaler {
   /// On a device the value was read once when the iteration finished.
   std::optional<float> LastAmax() const;
 
-  /// Versioned blob (version 2) of the wrapped scaler's ILossScaler::StateDict(), the iteration
-  /// state with its found-inf, and GradScaler's own switch. Works for every scaler; a custom one
-  /// saves what its StateDict() saves (by default its scale and enabled flag).
+  /// The step index the next finished iteration reports (StepEvent::Step, OverflowReport::Step):
+  /// the iterations finished since construction, or since SetStepIndex() counted on from its value.
+  std::int64_t StepIndex() const;
+  /// Makes @p step the index of the iteration in progress (or the next one, between
+  /// iterations), e.g. the framework's global step at the top of its loop; the following
+  /// iterations count on from it. A further optimizer joining the iteration `Step(o1)` finished
+  /// keeps that iteration's index. ArgumentError naming `step` when negative, nothing changed.
+  void SetStepIndex(std::int64_t step);
+  /// The order overflow reports list gradients in (names; the framework's registration or
+  /// backward order): names not in it come after, in name order. Empty by default (name order).
+  void SetGradientOrder(std::vector<std::string> names);
+  /// The order set by SetGradientOrder().
+  const std::vector<std::string>& GradientOrder() const;
+
+  /// Versioned blob (version 3) of the wrapped scaler's ILossScaler::StateDict(), the iteration
+  /// state with its found-inf, GradScaler's own switch and the step index. Works for every
+  /// scaler; a custom one saves what its StateDict() saves (by default its scale and enabled flag).
   std::vector<std::byte> StateDict() const;
-  /// Restores StateDict(), also a version 1 blob of a built-in scaler. ArgumentError for a
+  /// Restores StateDict(), also a version 2 blob and a version 1 blob of a built-in scaler
+  /// (they hold no step index: StepIndex() stays as it is). ArgumentError for a
   /// truncated, corrupted or mismatched blob (one of another scaler kind), and whatever the
   /// scaler's LoadStateDict() throws (InvalidOperationError from the default when it cannot
   /// restore the saved state); the GradScaler and its scaler are unchanged on every error.
@@ -313,7 +337,7 @@ class MLFRAMEWORK_EXPORT GradScaler {
   friend class GradScalerContext;
   struct Impl;
   Impl& Live() const;  // InvalidOperationError for a moved-from GradScaler
-  bool StepImpl(IOptimizer& optimizer, bool run_optimizer, bool update_scale);
+  bool StepImpl(IOptimizer& optimizer, StepMode mode);
   void AbandonIteration() noexcept;
   std::unique_ptr<Impl> impl_;
 };

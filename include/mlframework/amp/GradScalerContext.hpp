@@ -6,6 +6,7 @@
 
 #include <mlframework/amp/GradScaler.hpp>
 #include <mlframework/amp/IOptimizer.hpp>
+#include <mlframework/amp/StepMode.hpp>
 #include <mlframework/core/ITensor.hpp>
 #include <mlframework/export.hpp>
 
@@ -44,16 +45,14 @@ class MLFRAMEWORK_EXPORT GradScalerContext {
 
   /// The loss to run backward on.
   const TensorPtr& ScaledLoss() const noexcept;
-  /// Unscales, steps the optimizer unless its gradients overflowed, updates the scale
-  /// (GradScaler::Step(optimizer)). Returns false when the step was skipped. Several optimizers:
-  /// call it once for each; each is skipped only when its own gradients overflowed and the scale
-  /// is updated once, from all of them (GradScaler's class notes). InvalidOperationError when
-  /// this context already stepped @p optimizer or was disposed, or when the GradScaler was moved from.
-  bool Step(IOptimizer& optimizer);
-  /// As Step(optimizer), but with @p updateScale false the scale update is left to the caller's
-  /// GradScaler::Update() (the iteration stays open until then; GradScaler::Step(optimizer, false)
-  /// also leaves the optimizer step to the caller, this one steps it).
-  bool Step(IOptimizer& optimizer, bool updateScale);
+  /// GradScaler::Step(optimizer, mode) for this iteration: by default unscales, steps the
+  /// optimizer unless its gradients overflowed and updates the scale; StepMode::DeferUpdate and
+  /// StepMode::DeferStepAndUpdate mean what they mean there (the iteration stays open until
+  /// GradScaler::Update()). Returns false when the step was skipped. Several optimizers: call it
+  /// once for each; each is skipped only when its own gradients overflowed and the scale is
+  /// updated once, from all of them (GradScaler's class notes). InvalidOperationError when this
+  /// context already stepped @p optimizer or was disposed, or when the GradScaler was moved from.
+  bool Step(IOptimizer& optimizer, StepMode mode = StepMode::StepAndUpdate);
   /// Ends the scope early (spec 004's IDisposable): abandons the iteration when it was not
   /// stepped. Idempotent; the destructor then does nothing.
   void Dispose() noexcept;

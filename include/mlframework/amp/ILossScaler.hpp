@@ -36,6 +36,7 @@ struct UnscaledGradients {
 /// | GetScaleTensor() | a new FP32 scalar of `Enabled() ? Scale() : 1` |
 /// | Statistics() | empty |
 /// | StateDict() / LoadStateDict() | Scale() and Enabled(); loading another state throws (see LoadStateDict()) |
+/// | ScaleSnapshot() / RestoreScaleSnapshot() | StateDict() / LoadStateDict() |
 ///
 /// A policy whose state goes beyond Scale() and Enabled() (a counter of clean steps, a
 /// configuration) overrides StateDict() and LoadStateDict(), and GradScaler checkpoints it
@@ -68,7 +69,9 @@ class MLFRAMEWORK_EXPORT ILossScaler {
   /// The overflow result of the current step, kept by the scaler so that a scaler whose state
   /// lives on a device can keep it there (in a device flag) and never wait for the device in a
   /// step. GradScaler clears it when an iteration records its first result, ORs into it, reads
-  /// it only when it must return a bool, and ends the iteration with UpdateScaleFromRecord().
+  /// it only when it must return a bool, and ends the iteration with UpdateScaleFromRecord(),
+  /// or, when it already read the iteration's result (`Step(optimizer)`), with
+  /// `UpdateScale(result)` and ClearRecordedOverflow().
   /// The defaults keep a host flag and call UnscaleGradientsAndCheck() / UpdateScale().
   /// @{
   /// Unscales like UnscaleGradients() and ORs "any non-finite value" into the record.
@@ -116,6 +119,23 @@ class MLFRAMEWORK_EXPORT ILossScaler {
   /// Scale() and Enabled() there is nothing to restore, otherwise InvalidOperationError naming
   /// both states, because the interface cannot set them: override both members to restore.
   virtual void LoadStateDict(std::span<const std::byte> state);
+
+  /// @name Scale-state snapshot (several optimizers per iteration)
+  /// GradScaler takes a snapshot before the scale update of `Step(optimizer)`, and restores it
+  /// only when another optimizer joins that iteration (GradScaler's class notes), to unscale it
+  /// with the iteration's scale and update again. A scaler whose state lives on a device
+  /// overrides both to cost no device read in a step (DynamicLossScaler: the host copy of its
+  /// state, current after each `UpdateScale(bool)`).
+  /// @{
+  /// The scale state (not the configuration, not the found-inf record), for RestoreScaleSnapshot().
+  /// Default: StateDict().
+  virtual std::vector<std::byte> ScaleSnapshot() const;
+  /// Returns the scale state to @p snapshot, a ScaleSnapshot() of this scaler under its current
+  /// configuration, and clears the found-inf record (and the amax). ArgumentError for a blob that
+  /// is not such a snapshot, the scaler unchanged. Default: LoadStateDict() (so a scaler that
+  /// does not override LoadStateDict() cannot go back to another scale: InvalidOperationError).
+  virtual void RestoreScaleSnapshot(std::span<const std::byte> snapshot);
+  /// @}
 
  protected:
   /// Only implementations construct the interface.

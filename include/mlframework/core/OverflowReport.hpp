@@ -36,13 +36,19 @@ struct MLFRAMEWORK_EXPORT TensorOverflow {
 /// gradients then (TensorBackend::ScanNonFinite), nothing on clean steps. For device gradients
 /// that read waits for the device, so there they build it only while an observer is registered.
 struct MLFRAMEWORK_EXPORT OverflowReport {
-  std::int64_t Step = 0;                     ///< The front end's step index (0 for its first step).
-  float LossScale = 0.0f;                    ///< The scale the gradients were produced with.
-  std::vector<int> Ranks = {};               ///< Ranks whose gradients overflowed (a single process: {0}).
-  std::vector<TensorOverflow> Tensors = {};  ///< The gradients that held non-finite values, in map order.
+  std::int64_t Step = 0;        ///< The front end's step index (0 for its first step).
+  float LossScale = 0.0f;       ///< The scale the gradients were produced with.
+  std::vector<int> Ranks = {};  ///< Ranks whose gradients overflowed (a single process: {0}).
+  /// The gradients that held non-finite values: in the order the front end was given
+  /// (SetGradientOrder() of GradScaler, GradientConversionLayer, FSDPMixedPrecisionManager),
+  /// names it was not given after them in map order.
+  std::vector<TensorOverflow> Tensors = {};
 
   /// "step 12, scale 65536, rank 0: layer3.weight (12 Inf, first at 4)": one line.
   std::string ToString() const;
+  /// Orders Tensors as @p names lists them (the framework's registration or backward order);
+  /// names not in @p names keep their order after those that are. Stable, in place.
+  void OrderBy(std::span<const std::string> names);
 
   /// The report of @p gradients on this process (rank @p rank): one ScanNonFinite() pass.
   /// ArgumentNullError naming a null entry.

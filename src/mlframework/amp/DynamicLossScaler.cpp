@@ -18,6 +18,8 @@ namespace {
 
 constexpr char kKind[] = "amp.DynamicLossScaler";
 constexpr std::uint16_t kVersion = 1;
+constexpr char kSnapshotKind[] = "amp.DynamicLossScaler.snapshot";
+constexpr std::uint16_t kSnapshotVersion = 1;
 
 }  // namespace
 
@@ -277,6 +279,23 @@ void DynamicLossScaler::LoadStateDict(std::span<const std::byte> state) {
   next->owner.Write(scale_state);                            // a host state until the next operation on device tensors
   next->owner.SetAmaxTracking(impl_->owner.AmaxTracking());  // a setting of this scaler, not in the blob
   impl_ = std::move(next);
+}
+
+std::vector<std::byte> DynamicLossScaler::ScaleSnapshot() const {
+  mlframework::detail::BlobWriter writer(kSnapshotKind, kSnapshotVersion);
+  writer.ScaleStateFields(impl_->owner.Read());
+  return writer.Finish();
+}
+
+void DynamicLossScaler::RestoreScaleSnapshot(std::span<const std::byte> snapshot) {
+  mlframework::detail::BlobReader reader(snapshot, kSnapshotKind, kSnapshotVersion, "snapshot");
+  const ScaleState scale_state = reader.ScaleStateFields();
+  reader.ExpectEnd();
+  if (scale_state.Scale < impl_->config.MinScale || scale_state.Scale > impl_->config.MaxScale) {
+    reader.Fail("scale " + std::to_string(scale_state.Scale) + " lies outside [MinScale, MaxScale]");
+  }
+  impl_->owner.Write(scale_state);  // also clears the record
+  impl_->owner.ClearAmax();
 }
 
 }  // namespace mlframework::amp

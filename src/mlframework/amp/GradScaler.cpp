@@ -1,7 +1,6 @@
 #include <mlframework/amp/GradScaler.hpp>
 
 #include <algorithm>
-#include <exception>
 #include <optional>
 #include <string>
 
@@ -22,9 +21,11 @@ namespace {
 using Phase = GradScaler::IterationState;
 
 constexpr char kKind[] = "amp.GradScaler";
-// Version 2: any ILossScaler's blob, the IterationState, found-inf and GradScaler's own switch.
+// Version 3: version 2 and the step index.
+// Version 2 (still read): any ILossScaler's blob, the IterationState, found-inf and GradScaler's own switch.
 // Version 1 (still read): a built-in scaler's kind byte and blob, and four iteration flags.
-constexpr std::uint16_t kVersion = 2;
+constexpr std::uint16_t kVersion = 3;
+constexpr std::uint16_t kVersion2 = 2;
 constexpr std::uint16_t kVersion1 = 1;
 
 // Same names mapping to the same gradients: the same tensor objects or new ones over the same
@@ -47,23 +48,6 @@ bool SameTensors(const GradientMap& a, const GradientMap& b) {
 
 // The states that hold a found-inf result in the scaler's record.
 bool HoldsRecord(Phase state) { return state == Phase::Checked || state == Phase::Unscaled || state == Phase::Stepped; }
-
-// Opens @p state as the current version, else as version 1; a blob that is neither reports the
-// current version's error.
-mlframework::detail::BlobReader OpenBlob(std::span<const std::byte> state, std::uint16_t& version) {
-  try {
-    version = kVersion;
-    return {state, kKind, kVersion};
-  } catch (const ArgumentError&) {
-    const std::exception_ptr current = std::current_exception();
-    try {
-      version = kVersion1;
-      return {state, kKind, kVersion1};
-    } catch (const ArgumentError&) {
-      std::rethrow_exception(current);
-    }
-  }
-}
 
 // The iteration of a version 1 blob: found-inf 0 (none), 1 (false), 2 (true); the unscaled,
 // stepped and loss-scaled flags.
@@ -146,14 +130,15 @@ struct GradScaler::Impl {
   // An iteration that Step(optimizer) finished: what a further optimizer of the same iteration
   // (no Scale(loss) between) needs to join it (Reopen()).
   struct Finished {
-    std::vector<std::byte> before_update;  // the scaler's StateDict() before the update (empty: disabled)
+    std::vector<std::byte> before_update;  // the scaler's ScaleSnapshot() before the update (empty: disabled)
     bool found = false;                    // the found-inf the update used
     std::optional<float> amax;
     std::int64_t step = 0;
     bool overflowed = false;  // its overflow report was committed
   };
   std::optional<Finished> finished;
-  std::optional<bool> reopened_overflowed;  // set while a reopened iteration runs: the first finish's report
+  std::optional<bool> reopened_overflowed;   // set while a reopened iteration runs: the first finish's report
+  std::optional<std::int64_t> resume_steps;  // set while a reopened iteration runs: the step index after it
 
   bool amax_tracking = false;
   bool unscaled_this_iteration = false;  // an unscale ran (enabled) in this iteration
@@ -164,6 +149,7 @@ struct GradScaler::Impl {
 
   mlframework::detail::Observers observers;
   std::int64_t steps = 0;                        // finished iterations: the next report's step index
+  std::vector<std::string> gradient_order;       // SetGradientOrder(): the reports' order
   std::optional<OverflowReport> pending_report;  // this iteration's, built once its overflow is known
   std::optional<OverflowReport> last_overflow;   // committed when an overflowed iteration finishes
 
@@ -212,6 +198,7 @@ struct GradScaler::Impl {
     checked_found = false;
     pending_report.reset();
     reopened_overflowed.reset();
+    resume_steps.reset();
   }
 
   // Builds this iteration's report from @p checked (the gradients whose check overflowed), once:
@@ -219,6 +206,7 @@ struct GradScaler::Impl {
   void ReportOverflow(const GradientMap& checked) {
     if (!pending_report && (!observers.empty() || mlframework::detail::ReportCostsNoWait(checked))) {
       pending_report = OverflowReport::FromGradients(checked, steps, scaler->Scale());
+      pending_report->OrderBy(gradient_order);
     }
   }
 
@@ -300,17 +288,18 @@ struct GradScaler::Impl {
     const Finished& f = *finished;
     std::vector<std::byte> after_update;
     if (!f.before_update.empty()) {
-      after_update = scaler->StateDict();
+      after_update = scaler->ScaleSnapshot();
       try {
-        scaler->LoadStateDict(f.before_update);
+        scaler->RestoreScaleSnapshot(f.before_update);
       } catch (const Error& error) {
         throw InvalidOperationError(
             std::string("GradScaler::Step(): another optimizer already stepped in this iteration and updated the "
                         "scale, and the wrapped ILossScaler cannot restore its state from before that update to "
-                        "unscale this optimizer with the iteration's scale (its LoadStateDict() threw: ") +
+                        "unscale this optimizer with the iteration's scale (its RestoreScaleSnapshot() threw: ") +
             error.what() +
-            "). Step every optimizer with Step(optimizer, false) and call Update() after the last, or override "
-            "ILossScaler::StateDict() and LoadStateDict().");
+            "). Step every optimizer with Step(optimizer, StepMode::DeferStepAndUpdate) (or DeferUpdate) and call "
+            "Update() after the last, or override "
+            "ILossScaler::StateDict() and LoadStateDict() (or ScaleSnapshot() and RestoreScaleSnapshot()).");
       }
       scaler->ClearRecordedOverflow();
     }
@@ -320,6 +309,7 @@ struct GradScaler::Impl {
     carried_found = f.found;
     carried_amax = f.amax;
     unscaled_this_iteration = !f.before_update.empty();
+    resume_steps = steps;
     steps = f.step;
     reopened_overflowed = f.overflowed;
     taken = std::move(finished);
@@ -329,12 +319,13 @@ struct GradScaler::Impl {
   // Undoes Reopen() (a Step() that failed after it).
   void Unreopen(const std::vector<std::byte>& after_update, Finished f) {
     if (!after_update.empty()) {
-      scaler->LoadStateDict(after_update);
+      scaler->RestoreScaleSnapshot(after_update);
     }
     std::vector<UnscaledGroup> reopened = std::move(groups);
+    const std::int64_t resume = resume_steps.value_or(f.step + 1);
     ClearIteration();
     previous = std::move(reopened);
-    steps = f.step + 1;
+    steps = resume;
     finished = std::move(f);
   }
 
@@ -369,12 +360,17 @@ struct GradScaler::Impl {
           }
           done.found = done.found || *group.found;
         }
-        done.before_update = scaler->StateDict();
+        // The host copy of the state, current after the previous UpdateScale(bool): no device read.
+        done.before_update = scaler->ScaleSnapshot();
+        // The result is known on the host: updating with it keeps that copy current.
+        scaler->UpdateScale(done.found);
+        scaler->ClearRecordedOverflow();
+      } else {
+        if (carried_found) {
+          scaler->MarkOverflow();
+        }
+        scaler->UpdateScaleFromRecord();
       }
-      if (carried_found) {
-        scaler->MarkOverflow();
-      }
-      scaler->UpdateScaleFromRecord();
     }
     // A reopened iteration was reported when it first finished: it is reported again only
     // when a further optimizer's overflow turned it into an overflowed one.
@@ -385,6 +381,9 @@ struct GradScaler::Impl {
       last_overflow = std::move(pending_report);
     }
     const std::int64_t step = steps++;
+    if (resume_steps) {
+      steps = *resume_steps;  // a reopened iteration keeps its index; the next one's is as before
+    }
     std::vector<UnscaledGroup> done_groups = std::move(groups);
     ClearIteration();
     previous = std::move(done_groups);
@@ -406,8 +405,18 @@ struct GradScaler::Impl {
                              .Skipped = overflowed,
                              .GradientNorm = std::nullopt,
                              .GradientAmax = last_amax,
-                             .Overflow = overflowed ? &*last_overflow : nullptr};
+                             .Overflow = overflowed ? &*last_overflow : nullptr,
+                             .MinLossScale = MinScale()};
     return notice;
+  }
+
+  // The scaler's lowest scale when it has one (a dynamic scaler's configured MinScale), for StepEvent.
+  std::optional<float> MinScale() const {
+    if (!Enabled()) {
+      return std::nullopt;
+    }
+    const std::optional<DynamicScalerStats> stats = scaler->Statistics();
+    return stats && stats->MinScale > 0.0f ? std::optional<float>(stats->MinScale) : std::nullopt;
   }
 
   void Notify(const std::optional<mlframework::detail::StepNotice>& notice) const {
@@ -523,7 +532,7 @@ GradientMap GradScaler::Unscale(IOptimizer& optimizer) {
     throw InvalidOperationError(
         "GradScaler::Unscale(optimizer): Step() of another optimizer already finished this iteration and updated "
         "the scale. Unscale every optimizer you clip before the first Step(), or step them with "
-        "Step(optimizer, false) and call Update() after the last.");
+        "Step(optimizer, StepMode::DeferUpdate) and call Update() after the last.");
   }
   s.finished.reset();
   if (!s.groups.empty()) {
@@ -570,25 +579,30 @@ void GradScaler::Update() {
     }
     throw InvalidOperationError(
         "GradScaler::Update() called with no overflow check recorded in this iteration: call Unscale(), "
-        "CheckOverflow() or Step(optimizer, false) first (Step(optimizer) already updates the scale).");
+        "CheckOverflow() or Step(optimizer, StepMode::DeferUpdate) first (Step(optimizer) already updates the "
+        "scale).");
   }
   s.Notify(s.Finish(false));
 }
 
-bool GradScaler::Step(IOptimizer& optimizer, bool optimizerStep) {
-  return StepImpl(optimizer, optimizerStep, optimizerStep);
-}
+bool GradScaler::Step(IOptimizer& optimizer, StepMode mode) { return StepImpl(optimizer, mode); }
 
-bool GradScaler::StepImpl(IOptimizer& optimizer, bool run_optimizer, bool update_scale) {
+bool GradScaler::StepImpl(IOptimizer& optimizer, StepMode mode) {
   Impl& s = Live();
+  if (mode != StepMode::StepAndUpdate && mode != StepMode::DeferUpdate && mode != StepMode::DeferStepAndUpdate) {
+    throw ArgumentError("mode", "is StepMode " + std::to_string(static_cast<int>(mode)) +
+                                    ", not StepAndUpdate, DeferUpdate or DeferStepAndUpdate");
+  }
+  const bool run_optimizer = mode != StepMode::DeferStepAndUpdate;
+  const bool update_scale = mode == StepMode::StepAndUpdate;
   const GradientMap gradients = optimizer.GetGradients();
   RefuseFloat8(gradients);
   UnscaledGroup* group = s.FindGroup(&optimizer, gradients);
   bool reopen = false;
   if (group != nullptr && group->stepped) {
     throw InvalidOperationError(
-        "GradScaler::Step() was already called for this optimizer in this iteration (with optimizerStep = "
-        "false): call Update() to finish the iteration before stepping it again.");
+        "GradScaler::Step() was already called for this optimizer in this iteration (with a StepMode that "
+        "defers the update): call Update() to finish the iteration before stepping it again.");
   }
   if (group == nullptr) {
     if (s.state == Phase::Unscaled && s.HasUnclaimedGroup()) {
@@ -740,6 +754,25 @@ void GradScaler::Reset() {
 
 const std::optional<OverflowReport>& GradScaler::LastOverflow() const { return Live().last_overflow; }
 
+std::int64_t GradScaler::StepIndex() const { return Live().steps; }
+
+void GradScaler::SetStepIndex(std::int64_t step) {
+  Impl& s = Live();
+  mlframework::detail::RequireStepIndex(step);
+  if (s.resume_steps) {
+    s.resume_steps = step;  // a reopened iteration keeps its index (a joining optimizer's deferred step)
+    return;
+  }
+  s.steps = step;
+  if (s.pending_report) {
+    s.pending_report->Step = step;
+  }
+}
+
+void GradScaler::SetGradientOrder(std::vector<std::string> names) { Live().gradient_order = std::move(names); }
+
+const std::vector<std::string>& GradScaler::GradientOrder() const { return Live().gradient_order; }
+
 void GradScaler::AddObserver(std::shared_ptr<ITrainingObserver> observer) {
   mlframework::detail::AddObserver(Live().observers, std::move(observer));
 }
@@ -770,13 +803,15 @@ std::vector<std::byte> GradScaler::StateDict() const {
   writer.U8(static_cast<std::uint8_t>(s.state));
   writer.U8(s.IterationFound() ? 1 : 0);
   writer.U8(s.own_enabled ? 1 : 0);
+  writer.I64(s.steps);
   return writer.Finish();
 }
 
 void GradScaler::LoadStateDict(std::span<const std::byte> state) {
   Impl& s = Live();
   std::uint16_t version = 0;
-  mlframework::detail::BlobReader reader = OpenBlob(state, version);
+  mlframework::detail::BlobReader reader =
+      mlframework::detail::OpenBlobVersion(state, kKind, {kVersion, kVersion2, kVersion1}, version);
   if (version == kVersion1) {
     // The built-in scaler's kind (0 static, 1 dynamic); its blob's own kind tag is checked by its LoadStateDict.
     if (reader.U8() > 1) {
@@ -802,6 +837,10 @@ void GradScaler::LoadStateDict(std::span<const std::byte> state) {
       reader.Fail("holds a found-inf result in an iteration state that records none");
     }
   }
+  std::optional<std::int64_t> steps;
+  if (version == kVersion) {
+    steps = reader.Count("step index");
+  }
   reader.ExpectEnd();
   // Everything of ours is validated; the scaler validates its blob before changing anything.
   s.scaler->LoadStateDict(inner);
@@ -809,6 +848,9 @@ void GradScaler::LoadStateDict(std::span<const std::byte> state) {
   s.ForgetPrevious();
   s.state = iteration;
   s.own_enabled = own_enabled;
+  if (steps) {
+    s.steps = *steps;
+  }
   s.checked_found = found_inf;  // the gradients are not saved: the result stands for the whole iteration
   s.scaler->ClearRecordedOverflow();
   if (found_inf) {

@@ -18,9 +18,7 @@ GradScalerContext::~GradScalerContext() { Dispose(); }
 
 const TensorPtr& GradScalerContext::ScaledLoss() const noexcept { return scaled_loss_; }
 
-bool GradScalerContext::Step(IOptimizer& optimizer) { return Step(optimizer, true); }
-
-bool GradScalerContext::Step(IOptimizer& optimizer, bool updateScale) {
+bool GradScalerContext::Step(IOptimizer& optimizer, StepMode mode) {
   if (disposed_) {
     throw InvalidOperationError("GradScalerContext::Step() after Dispose(): open a new context for this iteration.");
   }
@@ -30,7 +28,7 @@ bool GradScalerContext::Step(IOptimizer& optimizer, bool updateScale) {
         "each optimizer once; open a new context for the next iteration.");
   }
   stepped_.reserve(stepped_.size() + 1);  // the push below cannot throw after the step
-  const bool stepped = scaler_->StepImpl(optimizer, true, updateScale);
+  const bool stepped = scaler_->StepImpl(optimizer, mode);
   stepped_.push_back(&optimizer);
   return stepped;
 }

@@ -83,4 +83,11 @@ void ILossScaler::LoadStateDict(std::span<const std::byte> state) {
                               "them. Override StateDict() and LoadStateDict() in your ILossScaler to checkpoint it.");
 }
 
+std::vector<std::byte> ILossScaler::ScaleSnapshot() const { return StateDict(); }
+
+void ILossScaler::RestoreScaleSnapshot(std::span<const std::byte> snapshot) {
+  LoadStateDict(snapshot);
+  ClearRecordedOverflow();
+}
+
 }  // namespace mlframework::amp

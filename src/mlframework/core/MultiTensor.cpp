@@ -11,6 +11,7 @@
 #include <mlframework/core/Error.hpp>
 #include <mlframework/core/HostConversion.hpp>
 #include <mlframework/core/Tensor.hpp>
+#include <mlframework/core/Threads.hpp>
 
 #include "mlframework/core/HostAdd.hpp"
 #include "mlframework/core/HostAlias.hpp"
@@ -47,7 +48,9 @@ const TensorBackend* SingleBackend(std::span<const TensorPtr> tensors, std::vect
   }
   pointers.resize(tensors.size());
   int other = 0;  // a null tensor or one of another backend
-#pragma omp parallel for schedule(static) reduction(| : other) if (tensors.size() >= kParallelWalkTensors)
+#pragma omp parallel for schedule(static) reduction(|        \
+                                                    : other) \
+    num_threads(NumThreads()) if (tensors.size() >= kParallelWalkTensors)
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     // Tensor objects lie scattered on the heap: ask for one a few entries ahead so its first
     // cache line (vtable pointer, data, size, dtype) is there when the loop reaches it.

@@ -1,8 +1,12 @@
 #include <mlframework/core/OverflowReport.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
+#include <map>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include <mlframework/core/Error.hpp>
@@ -59,6 +63,22 @@ std::string TensorOverflow::ToString() const {
     add(HasNegInf, "-Inf");
   }
   return Name + " (" + std::to_string(NonFiniteCount) + " " + kinds + first;
+}
+
+void OverflowReport::OrderBy(std::span<const std::string> names) {
+  if (names.empty() || Tensors.size() < 2) {
+    return;
+  }
+  std::map<std::string_view, std::size_t> position;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    position.emplace(names[i], i);  // the first mention counts
+  }
+  const auto rank = [&position](const TensorOverflow& t) {
+    const auto it = position.find(t.Name);
+    return it == position.end() ? std::numeric_limits<std::size_t>::max() : it->second;
+  };
+  std::stable_sort(Tensors.begin(), Tensors.end(),
+                   [&rank](const TensorOverflow& a, const TensorOverflow& b) { return rank(a) < rank(b); });
 }
 
 std::string OverflowReport::ToString() const {

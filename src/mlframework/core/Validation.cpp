@@ -27,6 +27,12 @@ void RequireNonNegative(double value, const char* parameter) {
   }
 }
 
+void RequireStepIndex(std::int64_t step) {
+  if (step < 0) {
+    throw ArgumentError("step", "must be >= 0 (the framework's step index), got " + std::to_string(step));
+  }
+}
+
 void ThrowMovedFrom(std::string_view owner) {
   throw InvalidOperationError(std::string(owner) + " was moved from; use the object it was moved into");
 }

@@ -2,6 +2,7 @@
 // Private: the checks of numeric arguments every area makes, so their messages read alike
 // ("must be finite and > 0, got 0.5").
 
+#include <cstdint>
 #include <span>
 #include <string>
 #include <string_view>
@@ -17,6 +18,9 @@ std::string Show(double value);
 void RequirePositive(double value, const char* parameter);
 /// ArgumentError naming @p parameter unless @p value is finite and >= 0.
 void RequireNonNegative(double value, const char* parameter);
+
+/// ArgumentError naming `step` and its value unless @p step >= 0 (a front end's step index).
+void RequireStepIndex(std::int64_t step);
 
 /// InvalidOperationError("<@p owner> was moved from; use the object it was moved into").
 [[noreturn]] void ThrowMovedFrom(std::string_view owner);

@@ -5,6 +5,7 @@
 #include <cstddef>
 
 #include <mlframework/core/HostConversion.hpp>
+#include <mlframework/core/Threads.hpp>
 
 #include "mlframework/distributed/MpiAsync.hpp"
 
@@ -19,7 +20,7 @@ void CombineParts(const void* parts, int part_count, std::size_t count, DataType
   const auto* first = static_cast<const std::byte*>(parts);
   const auto blocks = static_cast<std::ptrdiff_t>((count + kCombineBlock - 1) / kCombineBlock);
   // Only messages of several blocks are worth waking the other threads for.
-#pragma omp parallel for schedule(static) if (blocks >= 16)
+#pragma omp parallel for schedule(static) num_threads(mlframework::NumThreads()) if (blocks >= 16)
   for (std::ptrdiff_t block = 0; block < blocks; ++block) {
     std::array<float, kCombineBlock> acc{};
     std::array<float, kCombineBlock> next{};

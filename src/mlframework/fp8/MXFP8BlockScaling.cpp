@@ -11,6 +11,7 @@
 #include <mlframework/core/Error.hpp>
 #include <mlframework/core/Float8Bits.hpp>
 #include <mlframework/core/FloatBits.hpp>
+#include <mlframework/core/Threads.hpp>
 #include <mlframework/fp8/Format.hpp>
 
 namespace mlframework::fp8 {
@@ -102,7 +103,7 @@ void MXFP8BlockScaling::QuantizeBlocks(std::span<const float> values, std::size_
   const int emax = ElementEmax(element_type_);
   const auto blocks = static_cast<std::int64_t>(layout.blocks);
   // Blocks are independent: threads take whole blocks (a large tensor only, where it pays).
-#pragma omp parallel for schedule(static) if (values.size() >= kParallelElements)
+#pragma omp parallel for schedule(static) num_threads(NumThreads()) if (values.size() >= kParallelElements)
   for (std::int64_t block = 0; block < blocks; ++block) {
     const auto [begin, end] = layout.Range(static_cast<std::size_t>(block));
     float amax = 0.0f;
@@ -136,7 +137,7 @@ void MXFP8BlockScaling::DequantizeBlocks(std::span<float> values, std::size_t ro
                                          std::span<const std::uint8_t> scales) const {
   const BlockLayout layout = CheckBlocks(values.size(), row_length, values.size(), "values", scales.size());
   const auto blocks = static_cast<std::int64_t>(layout.blocks);
-#pragma omp parallel for schedule(static) if (values.size() >= kParallelElements)
+#pragma omp parallel for schedule(static) num_threads(NumThreads()) if (values.size() >= kParallelElements)
   for (std::int64_t block = 0; block < blocks; ++block) {
     const auto [begin, end] = layout.Range(static_cast<std::size_t>(block));
     const std::uint8_t code = scales[static_cast<std::size_t>(block)];

@@ -170,4 +170,31 @@ BOOST_AUTO_TEST_CASE(AThrowingObserverLeavesTheLayerConsistent) {
   BOOST_TEST(recorder->events.back() == "step 1");
 }
 
+// The step index is the framework's (set, saved, restored); the report lists the gradients in
+// the order given to SetGradientOrder(), the others after them in name order.
+BOOST_AUTO_TEST_CASE(StepIndexAndGradientOrderAreTheFrameworks) {
+  GradientConversionLayer layer(MixedPrecisionOptions{.InitialLossScale = 8.0f, .MaxConsecutiveOverflows = 100});
+  layer.SetStepIndex(1000);
+  layer.SetGradientOrder({"c", "a"});
+  BOOST_TEST(!layer.ProcessGradients(Clean(8.0f)).ShouldSkip);
+  GradientMap bad = Clean(8.0f);
+  bad["a"] = Vec({1.0f, kInf}, DataType::Float16);
+  bad["b"] = Vec({kNaN}, DataType::Float32);
+  bad["c"] = Vec({kNaN, -kInf, kNaN}, DataType::BFloat16);
+  BOOST_TEST(layer.ProcessGradients(bad).ShouldSkip);
+  BOOST_TEST_REQUIRE(layer.LastOverflow().has_value());
+  BOOST_TEST(layer.LastOverflow()->Step == 1001);
+  Strings names;
+  for (const TensorOverflow& tensor : layer.LastOverflow()->Tensors) {
+    names.push_back(tensor.Name);
+  }
+  BOOST_TEST(names == (Strings{"c", "a", "b"}));
+  BOOST_TEST(layer.StepIndex() == 1002);
+  GradientConversionLayer resumed(MixedPrecisionOptions{.InitialLossScale = 8.0f, .MaxConsecutiveOverflows = 100});
+  resumed.LoadStateDict(layer.StateDict());
+  BOOST_TEST(resumed.StepIndex() == 1002);
+  BOOST_CHECK_THROW(resumed.SetStepIndex(-5), ArgumentError);
+  BOOST_TEST(resumed.StepIndex() == 1002);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

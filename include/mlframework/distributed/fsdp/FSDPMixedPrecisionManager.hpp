@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include <mlframework/core/DeviceScaling.hpp>
@@ -136,9 +137,24 @@ class MLFRAMEWORK_EXPORT FSDPMixedPrecisionManager {
   /// the step agreed.
   std::optional<float> LastAmax() const noexcept;
 
-  /// Versioned blob of the scaling state.
+  /// The step index the next checking call reports (StepEvent::Step, OverflowReport::Step): the
+  /// checking calls since construction, or counted on from SetStepIndex().
+  std::int64_t StepIndex() const noexcept { return steps_; }
+  /// Makes @p step the index of the next checking call (e.g. the framework's global step; the
+  /// same on every rank); the following calls count on from it. Saved by StateDict().
+  /// ArgumentError naming `step` when negative, nothing changed.
+  void SetStepIndex(std::int64_t step);
+  /// The order overflow reports list gradients in (names; the framework's registration or
+  /// backward order; the same on every rank): names not in it come after, in name order.
+  /// Empty by default (name order).
+  void SetGradientOrder(std::vector<std::string> names);
+  /// The order set by SetGradientOrder().
+  const std::vector<std::string>& GradientOrder() const noexcept { return gradient_order_; }
+
+  /// Versioned blob (version 2) of the scaling state and the step index.
   std::vector<std::byte> StateDict() const;
-  /// Restores a blob from StateDict(); ArgumentError for a corrupted blob (state unchanged).
+  /// Restores a blob from StateDict(), also a version 1 blob (no step index: StepIndex() stays);
+  /// ArgumentError for a corrupted blob (state unchanged).
   void LoadStateDict(std::span<const std::byte> state);
 
  private:
@@ -158,9 +174,10 @@ class MLFRAMEWORK_EXPORT FSDPMixedPrecisionManager {
   ScalePolicy policy_;
   FSDP& fsdp_;
   std::unique_ptr<mlframework::detail::ScaleStateOwner> owner_;  // the single owner of the scale state
-  TensorPtr flag_tensor_;   // the found-inf flag, all-reduced where the state lives (NCCL)
-  std::int64_t steps_ = 0;  // checking calls finished: the step index of reports and events
-  bool reports_ = false;    // SetOverflowReports()
+  TensorPtr flag_tensor_;                    // the found-inf flag, all-reduced where the state lives (NCCL)
+  std::int64_t steps_ = 0;                   // checking calls finished: the step index of reports and events
+  std::vector<std::string> gradient_order_;  // SetGradientOrder(): the reports' order
+  bool reports_ = false;                     // SetOverflowReports()
   std::optional<OverflowReport> last_overflow_;
   std::vector<std::shared_ptr<ITrainingObserver>> observers_;
   bool amax_tracking_ = false;

@@ -188,9 +188,22 @@ class MLFRAMEWORK_EXPORT GradientConversionLayer {
   void AddObserver(std::shared_ptr<ITrainingObserver> observer);
   /// Unregisters @p observer; false when it was not registered. ArgumentNullError("observer") for null.
   bool RemoveObserver(const std::shared_ptr<ITrainingObserver>& observer);
+  /// The step index the next ProcessGradients() step reports (StepEvent::Step,
+  /// OverflowReport::Step): the steps since construction, or counted on from SetStepIndex().
+  std::int64_t StepIndex() const noexcept { return steps_; }
+  /// Makes @p step the index of the next ProcessGradients() step (e.g. the framework's global
+  /// step); the following steps count on from it. Saved by StateDict(). ArgumentError naming
+  /// `step` when negative, nothing changed.
+  void SetStepIndex(std::int64_t step);
+  /// The order overflow reports list gradients in (names; the framework's registration or
+  /// backward order): names not in it come after, in name order. Empty by default (name order).
+  void SetGradientOrder(std::vector<std::string> names);
+  /// The order set by SetGradientOrder().
+  const std::vector<std::string>& GradientOrder() const noexcept { return gradient_order_; }
 
-  /// Versioned, checksummed blob of everything a resumed run needs: ClipCount(), LastGradientNorm(),
-  /// the loss scaler's state and the precision manager's fallback state.
+  /// Versioned, checksummed blob (version 2) of everything a resumed run needs: ClipCount(),
+  /// LastGradientNorm(), the step index, the loss scaler's state and the precision manager's
+  /// fallback state. LoadStateDict() also takes version 1 (no step index: StepIndex() stays).
   std::vector<std::byte> StateDict() const;
   /// Restores a blob from StateDict(). ArgumentError naming `state` for a corrupt or foreign blob
   /// (or one the scaler or manager rejects); the layer, its scaler and its manager are unchanged on error.
@@ -220,7 +233,8 @@ class MLFRAMEWORK_EXPORT GradientConversionLayer {
   std::int64_t clip_count_ = 0;
   float last_gradient_norm_ = 0.0f;
   GradientMap output_buffers_;
-  std::int64_t steps_ = 0;  // ProcessGradients() steps finished: the step index of events and reports
+  std::int64_t steps_ = 0;                   // ProcessGradients() steps finished: the step index of events and reports
+  std::vector<std::string> gradient_order_;  // SetGradientOrder(): the reports' order
   std::optional<OverflowReport> last_overflow_;
   std::vector<std::shared_ptr<ITrainingObserver>> observers_;
 };

@@ -6,6 +6,7 @@
 #include <string>
 
 #include <mlframework/backends/cpu/CpuTensor.hpp>
+#include <mlframework/core/Threads.hpp>
 
 #include "mlframework/backends/cpu/KernelTable.hpp"
 #include "mlframework/backends/cpu/MultiTensorKernels.hpp"
@@ -26,7 +27,7 @@ void AddPair(const ITensor& src_tensor, ITensor& dst_tensor, float alpha) {
   constexpr std::int64_t kBlock = 1024;
   scalar::DispatchDtype(src_tensor.GetDataType(), [&]<DataType S>() {
     scalar::DispatchDtype(dst_tensor.GetDataType(), [&]<DataType D>() {
-#pragma omp parallel for schedule(static) if (size > 16 * kBlock)
+#pragma omp parallel for schedule(static) num_threads(mlframework::NumThreads()) if (size > 16 * kBlock)
       for (std::int64_t begin = 0; begin < size; begin += kBlock) {
         const std::int64_t end = std::min(size, begin + kBlock);
         std::array<float, kBlock> product;

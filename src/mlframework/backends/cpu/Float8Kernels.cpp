@@ -15,6 +15,7 @@
 
 #include <mlframework/core/Float8Bits.hpp>
 #include <mlframework/core/FloatBits.hpp>
+#include <mlframework/core/Threads.hpp>
 
 #include "mlframework/backends/cpu/KernelTable.hpp"
 
@@ -54,7 +55,8 @@ std::vector<Job> Jobs(std::size_t tensors, SizeOf&& size_of, std::size_t& total)
 template <typename Fn>
 void RunJobs(const std::vector<Job>& jobs, std::size_t total, Fn&& fn) {
   const auto count = static_cast<std::ptrdiff_t>(jobs.size());
-#pragma omp parallel for schedule(static) if (total >= kParallelElements && count > 1)
+  const int threads = total >= kParallelElements && count > 1 ? mlframework::NumThreads() : 1;
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
   for (std::ptrdiff_t j = 0; j < count; ++j) {
     fn(jobs[static_cast<std::size_t>(j)]);
   }

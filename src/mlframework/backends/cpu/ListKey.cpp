@@ -79,7 +79,9 @@ bool ListKey::Matches(const TensorLists& lists) const {
   }
   const std::size_t count = lists[0].size();
   int other = 0;
-#pragma omp parallel for schedule(static) reduction(| : other) if (PlanInParallel(count))
+#pragma omp parallel for schedule(static) reduction(|        \
+                                                    : other) \
+    num_threads(mlframework::NumThreads()) if (PlanInParallel(count))
   for (std::size_t i = 0; i < count; ++i) {
     const CpuTensor* in = same(lists[0][i], i);
     if (!pairs) {

@@ -3,13 +3,12 @@
 #include <atomic>
 #include <vector>
 
-#include <omp.h>
-
 #include <mlframework/core/FloatBits.hpp>
 
 #include "mlframework/backends/cpu/KernelTable.hpp"
 #include "mlframework/backends/cpu/Planning.hpp"
 #include "mlframework/backends/cpu/ScalarElements.hpp"
+#include "mlframework/core/ParallelWork.hpp"
 
 namespace mlframework::backends::cpu {
 
@@ -22,8 +21,9 @@ const KernelSet& KernelsFor(std::size_t bytes) {
   return FromMemory(bytes) ? FromMemoryKernels() : ActiveKernels().cached;
 }
 
-// Threads only when there is more than one chunk: a fork costs more than a small list.
-bool Parallel(const Plan& plan) { return plan.chunks > 1 && omp_get_max_threads() > 1; }
+// The threads of a pass over @p plan: the library's count (NumThreads()), one for a list below
+// kParallelMinElements or of one chunk, where waking threads costs more than it saves.
+int Threads(const Plan& plan) { return plan.chunks > 1 ? mlframework::detail::RegionThreads(plan.total) : 1; }
 
 // FP64 sum of squares of a piece, for the rare piece whose FP32 partial overflowed
 // although every element is finite (elements above about 1e19).
@@ -45,7 +45,10 @@ template <typename Piece>
 NonFiniteAndAmax CheckPass(const Plan& plan, Piece&& piece) {
   int found = 0;
   float amax = 0.0f;
-#pragma omp parallel for schedule(static) reduction(| : found) reduction(max : amax) if (Parallel(plan))
+  const int threads = Threads(plan);
+#pragma omp parallel for schedule(static) reduction(|                      \
+                                                    : found) reduction(max \
+                                                                       : amax) num_threads(threads) if (threads > 1)
   for (std::size_t c = 0; c < plan.chunks; ++c) {
     plan.ForEachPiece(c, [&](std::size_t s, std::size_t begin, std::size_t end) {
       found |= piece(plan.segments[s], begin, end, &amax) ? 1 : 0;
@@ -65,7 +68,10 @@ NonFiniteAndAmax PairPass(const PairPlans& plans, Piece&& piece) {
   const bool streaming = FromMemory(src_plan.bytes + dst_plan.bytes);
   int found = 0;
   float amax = 0.0f;
-#pragma omp parallel for schedule(static) reduction(| : found) reduction(max : amax) if (Parallel(src_plan))
+  const int threads = Threads(src_plan);
+#pragma omp parallel for schedule(static) reduction(|                      \
+                                                    : found) reduction(max \
+                                                                       : amax) num_threads(threads) if (threads > 1)
   for (std::size_t c = 0; c < src_plan.chunks; ++c) {
     src_plan.ForEachPiece(c, [&](std::size_t s, std::size_t begin, std::size_t end) {
       found |= piece(src_plan.segments[s], dst_plan.segments[s], begin, end, &amax) ? 1 : 0;
@@ -93,7 +99,8 @@ bool UnscaleAndCheckKernel(const Plan& plan, float factor) {
 bool HasNonFiniteKernel(const Plan& plan) {
   const KernelSet& kernels = KernelsFor(plan.bytes);
   std::atomic<bool> found{false};
-#pragma omp parallel for schedule(static) if (Parallel(plan))
+  const int threads = Threads(plan);
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
   for (std::size_t c = 0; c < plan.chunks; ++c) {
     if (found.load(std::memory_order_relaxed)) {
       continue;  // early exit: the rest of the chunks are skipped
@@ -114,7 +121,8 @@ NonFiniteAndNorm CheckAndSumSquaresKernel(const Plan& plan, float factor) {
   // in FP64 in chunk order: the result does not depend on the thread count.
   std::vector<double> partials(plan.chunks, 0.0);
   int found = 0;
-#pragma omp parallel for schedule(static) reduction(| : found) if (Parallel(plan))
+  const int threads = Threads(plan);
+#pragma omp parallel for schedule(static) reduction(| : found) num_threads(threads) if (threads > 1)
   for (std::size_t c = 0; c < plan.chunks; ++c) {
     double chunk_sum = 0.0;
     plan.ForEachPiece(c, [&](std::size_t s, std::size_t begin, std::size_t end) {
@@ -143,7 +151,8 @@ NonFiniteAndNorm CheckAndSumSquaresKernel(const Plan& plan, float factor) {
 
 void ScaleKernel(const Plan& plan, float factor) {
   const KernelSet& kernels = KernelsFor(plan.bytes);
-#pragma omp parallel for schedule(static) if (Parallel(plan))
+  const int threads = Threads(plan);
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
   for (std::size_t c = 0; c < plan.chunks; ++c) {
     plan.ForEachPiece(c, [&](std::size_t s, std::size_t begin, std::size_t end) {
       const Segment& seg = plan.segments[s];

@@ -12,12 +12,11 @@
 #include <string_view>
 #include <vector>
 
-#include <omp.h>
-
 #include <mlframework/core/DeviceScaling.hpp>
 
 #include "mlframework/backends/cpu/CpuBackend.hpp"
 #include "mlframework/backends/cpu/KernelTable.hpp"
+#include "mlframework/core/ParallelWork.hpp"
 
 namespace mlframework::backends::cpu {
 
@@ -101,8 +100,8 @@ std::optional<std::vector<OptimizerPiece>> Pieces(const OptimizerStepLists& list
   return pieces;
 }
 
-// Runs kernel(piece, scalars) over the pieces of @p lists; threads only when there is more than
-// one piece. False when the host cannot address the lists' memory.
+// Runs kernel(piece, scalars) over the pieces of @p lists; threads (NumThreads()) only for more
+// than one piece and kParallelMinElements elements. False when the host cannot address the lists' memory.
 template <class Scalars>
 bool Run(const OptimizerStepLists& lists, const Scalars& scalars, const DeviceScaleState* skip_if_found_inf,
          void (*kernel)(const OptimizerPiece&, const Scalars&)) {
@@ -114,7 +113,12 @@ bool Run(const OptimizerStepLists& lists, const Scalars& scalars, const DeviceSc
     return true;
   }
   const auto count = static_cast<std::ptrdiff_t>(pieces->size());
-#pragma omp parallel for schedule(static) if (count > 1 && omp_get_max_threads() > 1)
+  std::size_t elements = 0;
+  for (const OptimizerPiece& piece : *pieces) {
+    elements += piece.count;
+  }
+  const int threads = count > 1 ? mlframework::detail::RegionThreads(elements) : 1;
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
   for (std::ptrdiff_t p = 0; p < count; ++p) {
     kernel((*pieces)[static_cast<std::size_t>(p)], scalars);
   }

@@ -46,7 +46,7 @@ Segment SegmentOf(const CpuTensor& tensor) {
 // An exception must not leave the OpenMP region: the first one in list order is rethrown after it.
 template <typename Part, typename PlanRange>
 std::vector<Part> PlanInParts(std::size_t count, const PlanRange& plan_range) {
-  const int max_threads = omp_get_max_threads();
+  const int max_threads = mlframework::NumThreads();
   std::vector<Part> parts(static_cast<std::size_t>(max_threads));
   std::vector<std::exception_ptr> errors(parts.size());
 #pragma omp parallel num_threads(max_threads)

@@ -5,9 +5,8 @@
 #include <memory>
 #include <span>
 
-#include <omp.h>
-
 #include <mlframework/core/ITensor.hpp>
+#include <mlframework/core/Threads.hpp>
 
 #include "mlframework/backends/cpu/Plan.hpp"
 #include "mlframework/core/TensorListWalk.hpp"
@@ -18,9 +17,9 @@ namespace mlframework::backends::cpu {
 /// or one of another backend: the caller then takes its general path, which reports or groups those.
 struct NotCpuList {};
 
-/// True when a list of @p tensors is walked on every OpenMP thread (kParallelWalkTensors).
+/// True when a list of @p tensors is walked on the library's threads (kParallelWalkTensors, NumThreads()).
 inline bool PlanInParallel(std::size_t tensors) {
-  return tensors >= mlframework::detail::kParallelWalkTensors && omp_get_max_threads() > 1;
+  return tensors >= mlframework::detail::kParallelWalkTensors && mlframework::NumThreads() > 1;
 }
 
 /// The plan of an operation over @p tensors, in address order for calls from memory

@@ -19,7 +19,9 @@ namespace mlframework::distributed::fsdp {
 
 namespace {
 constexpr char kManagerKind[] = "distributed.fsdp.FSDPMixedPrecisionManager";
-constexpr std::uint16_t kManagerVersion = 1;
+// Version 2: the scale state and the step index. Version 1 (still read): the scale state.
+constexpr std::uint16_t kManagerVersion = 2;
+constexpr std::uint16_t kManagerVersion1 = 1;
 
 // Null entries are skipped, as the spec's loop does; an FP8 entry is an ArgumentError (loss scaling refuses FP8).
 std::vector<TensorPtr> NonNull(const GradientMap& gradients) {
@@ -202,6 +204,7 @@ OverflowReport FSDPMixedPrecisionManager::AgreedReport(const GradientMap& gradie
   for (std::size_t r = 0; r < world; ++r) {
     if (maxima[4 * n + r] > 0.0) report.Ranks.push_back(static_cast<int>(r));
   }
+  report.OrderBy(gradient_order_);
   return report;
 }
 
@@ -263,17 +266,29 @@ const FSDPMixedPrecisionConfig& FSDPMixedPrecisionManager::Config() const noexce
 std::vector<std::byte> FSDPMixedPrecisionManager::StateDict() const {
   mlframework::detail::BlobWriter writer(kManagerKind, kManagerVersion);
   writer.ScaleStateFields(owner_->Read());
+  writer.I64(steps_);
   return writer.Finish();
 }
 
 void FSDPMixedPrecisionManager::LoadStateDict(std::span<const std::byte> state) {
-  mlframework::detail::BlobReader reader(state, kManagerKind, kManagerVersion);
+  std::uint16_t version = 0;
+  mlframework::detail::BlobReader reader =
+      mlframework::detail::OpenBlobVersion(state, kManagerKind, {kManagerVersion, kManagerVersion1}, version);
   const ScaleState loaded = reader.ScaleStateFields();
+  const std::int64_t steps = version == kManagerVersion ? reader.Count("step index") : steps_;
   reader.ExpectEnd();
   if (loaded.Scale < policy_.MinScale || loaded.Scale > policy_.MaxScale) {
     reader.Fail("scale " + std::to_string(loaded.Scale) + " is outside [MinLossScale, MaxLossScale]");
   }
   owner_->Write(loaded);
+  steps_ = steps;
 }
+
+void FSDPMixedPrecisionManager::SetStepIndex(std::int64_t step) {
+  mlframework::detail::RequireStepIndex(step);
+  steps_ = step;
+}
+
+void FSDPMixedPrecisionManager::SetGradientOrder(std::vector<std::string> names) { gradient_order_ = std::move(names); }
 
 }  // namespace mlframework::distributed::fsdp

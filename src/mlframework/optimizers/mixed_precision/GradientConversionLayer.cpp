@@ -22,7 +22,9 @@ namespace mlframework::optimizers::mixed_precision {
 namespace {
 
 constexpr const char* kBlobKind = "optimizers.mixed_precision.GradientConversionLayer";
-constexpr std::uint16_t kBlobVersion = 1;
+// Version 2: version 1 and the step index. Version 1 (still read): no step index.
+constexpr std::uint16_t kBlobVersion = 2;
+constexpr std::uint16_t kBlobVersion1 = 1;
 
 // Spec 003's epsilon in the clip coefficient, so a norm at the limit never divides by zero.
 constexpr float kClipEpsilon = 1e-6f;
@@ -216,6 +218,7 @@ GradientProcessingResult GradientConversionLayer::ProcessGradients(const Gradien
   std::optional<OverflowReport> report;
   if (skip && (!observers_.empty() || mlframework::detail::ReportCostsNoWait(list))) {
     report = OverflowReport::FromGradients(written ? outputs : gradients, steps_, old_scale);
+    report->OrderBy(gradient_order_);
   }
 
   if (amax_tracking_) {
@@ -362,6 +365,7 @@ std::vector<std::byte> GradientConversionLayer::StateDict() const {
   mlframework::detail::BlobWriter writer(kBlobKind, kBlobVersion);
   writer.I64(clip_count_);
   writer.F32(last_gradient_norm_);
+  writer.I64(steps_);
   writer.U64(scaler.size());
   writer.Bytes(scaler);
   writer.U64(manager.size());
@@ -370,9 +374,12 @@ std::vector<std::byte> GradientConversionLayer::StateDict() const {
 }
 
 void GradientConversionLayer::LoadStateDict(std::span<const std::byte> state) {
-  mlframework::detail::BlobReader reader(state, kBlobKind, kBlobVersion, "state");
+  std::uint16_t version = 0;
+  mlframework::detail::BlobReader reader =
+      mlframework::detail::OpenBlobVersion(state, kBlobKind, {kBlobVersion, kBlobVersion1}, version);
   const std::int64_t clip_count = reader.I64();
   const float last_norm = reader.F32();
+  const std::int64_t steps = version == kBlobVersion ? reader.Count("step index") : steps_;
   const std::span<const std::byte> scaler_blob = reader.Bytes(static_cast<std::size_t>(reader.U64()));
   const std::span<const std::byte> manager_blob = reader.Bytes(static_cast<std::size_t>(reader.U64()));
   reader.ExpectEnd();
@@ -391,6 +398,14 @@ void GradientConversionLayer::LoadStateDict(std::span<const std::byte> state) {
   Manager() = std::move(manager);
   clip_count_ = clip_count;
   last_gradient_norm_ = last_norm;
+  steps_ = steps;
 }
+
+void GradientConversionLayer::SetStepIndex(std::int64_t step) {
+  mlframework::detail::RequireStepIndex(step);
+  steps_ = step;
+}
+
+void GradientConversionLayer::SetGradientOrder(std::vector<std::string> names) { gradient_order_ = std::move(names); }
 
 }  // namespace mlframework::optimizers::mixed_precision
