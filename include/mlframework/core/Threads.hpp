@@ -12,7 +12,7 @@ namespace mlframework {
 /// OpenMP's own count (`omp_get_max_threads()`: `OMP_NUM_THREADS` when set, else one per core).
 /// The setting is the library's alone: the framework's OpenMP regions (and OpenBLAS', torch's)
 /// keep theirs. Lists too small to pay for waking threads run on the calling thread whatever
-/// the setting (see docs/threads.md for the threshold and how it was measured). Call it
+/// the setting (see docs/cpu-backend.md, "Threads beside the framework's", for the threshold). Call it
 /// between steps (a kernel already running keeps its count). ArgumentError naming `threads`
 /// when negative, nothing changed.
 MLFRAMEWORK_EXPORT void SetNumThreads(int threads);

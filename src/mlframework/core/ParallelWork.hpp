@@ -9,7 +9,8 @@ namespace mlframework::detail {
 
 // Elements below which a list runs on the calling thread: waking OpenMP's threads costs more
 // than it saves on a smaller list. Measured with bench_multi_tensor's threads/ cases
-// (docs/threads.md). MLFW_PARALLEL_MIN_ELEMENTS overrides it (read once), to measure it again.
+// (docs/cpu-backend.md, "Threads beside the framework's"). MLFW_PARALLEL_MIN_ELEMENTS overrides it (read once), to
+// measure it again.
 inline constexpr std::size_t kParallelMinElements = std::size_t{1} << 18;
 
 // kParallelMinElements, or MLFW_PARALLEL_MIN_ELEMENTS when set to a number.
