@@ -676,7 +676,7 @@ void RegisterPaired(Layout layout, std::size_t total) {
 // threads/<op>/<layout>/N/threads:T: the fused call on T threads (mlframework::SetNumThreads),
 // wall clock, at the sizes where one thread and two meet. Run with
 // MLFW_PARALLEL_MIN_ELEMENTS=0 to let every size fork, and read where T = 2 starts to beat
-// T = 1: that is the library's kParallelMinElements (docs/threads.md). With the threshold in
+// T = 1: that is the library's kParallelMinElements (docs/cpu-backend.md). With the threshold in
 // force, the sizes below it run on the calling thread whatever T is.
 void RegisterThreadCrossover() {
   const std::vector<std::string> wanted = {"unscale_check/f16", "unscale_check/f32", "check/f16", "cast/f32_to_f16"};
