@@ -65,6 +65,16 @@ std::vector<TensorPtr> MakeList(const benchmark::State& state, DataType dtype) {
   return list;
 }
 
+// The tensors of @p list as the backend's span of pointers takes them.
+std::vector<ITensor*> RawPointers(const std::vector<TensorPtr>& list) {
+  std::vector<ITensor*> raw;
+  raw.reserve(list.size());
+  for (const TensorPtr& t : list) {
+    raw.push_back(t.get());
+  }
+  return raw;
+}
+
 std::size_t Bytes(const std::vector<TensorPtr>& list) {
   std::size_t bytes = 0;
   for (const TensorPtr& t : list) {
@@ -151,11 +161,7 @@ void BM_unscale_and_check(benchmark::State& state) {
 
 void BM_unscale_device_state(benchmark::State& state) {
   const auto list = MakeList(state, DtypeOf(state.range(1)));
-  std::vector<ITensor*> raw;
-  raw.reserve(list.size());
-  for (const TensorPtr& t : list) {
-    raw.push_back(t.get());
-  }
+  const std::vector<ITensor*> raw = RawPointers(list);
   const DeviceScalingBackend& backend = cuda::Backend();
   const ScalePolicy policy{.InitialScale = 1.0f};
   auto scale_state = backend.CreateScaleState(kGpu, policy, ScaleState::Initial(policy));
@@ -171,11 +177,7 @@ void BM_unscale_device_state(benchmark::State& state) {
 // that graphs its training step runs, with no host work per tensor.
 void BM_unscale_device_state_graph(benchmark::State& state) {
   const auto list = MakeList(state, DtypeOf(state.range(1)));
-  std::vector<ITensor*> raw;
-  raw.reserve(list.size());
-  for (const TensorPtr& t : list) {
-    raw.push_back(t.get());
-  }
+  const std::vector<ITensor*> raw = RawPointers(list);
   const DeviceScalingBackend& backend = cuda::Backend();
   const ScalePolicy policy{.InitialScale = 1.0f};
   auto scale_state = backend.CreateScaleState(kGpu, policy, ScaleState::Initial(policy));

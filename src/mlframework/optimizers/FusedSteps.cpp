@@ -117,19 +117,9 @@ Route Check(const OptimizerStepLists& lists, const ListRules& rules) {
       throw ArgumentError(Entry(list, i), "is on another backend than the list's other device tensors");
     }
   };
-  // Ask for the tensor objects a few entries ahead (see kObjectPrefetchAhead).
-  auto prefetch = [&](std::span<const TensorPtr> list, std::size_t i) {
-    if (i < list.size()) {
-      __builtin_prefetch(list[i].get());
-    }
-  };
   for (std::size_t i = 0; i < n; ++i) {
-    const std::size_t ahead = i + mlframework::detail::kObjectPrefetchAhead;
-    prefetch(lists.Parameters, ahead);
-    prefetch(lists.Gradients, ahead);
-    prefetch(lists.FirstState, ahead);
-    prefetch(lists.SecondState, ahead);
-    prefetch(lists.LowPrecisionCopies, ahead);
+    // The tensor objects lie scattered on the heap: ask for them a few entries ahead.
+    mlframework::detail::PrefetchStepEntry(lists, i + mlframework::detail::kObjectPrefetchAhead);
     if (!lists.Parameters[i]) {
       throw ArgumentNullError(Entry("Parameters", i));
     }

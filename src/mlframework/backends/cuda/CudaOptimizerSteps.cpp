@@ -53,19 +53,9 @@ bool Build(const OptimizerStepLists& lists, Table& table) {
   table.entries.clear();
   table.total = 0;
   table.device = -1;
-  // The tensor objects lie scattered on the heap: ask for them a few entries ahead.
-  auto prefetch = [](std::span<const TensorPtr> list, std::size_t i) {
-    if (i < list.size()) {
-      __builtin_prefetch(list[i].get());
-    }
-  };
   for (std::size_t i = 0; i < lists.Parameters.size(); ++i) {
-    const std::size_t ahead = i + mlframework::detail::kObjectPrefetchAhead;
-    prefetch(lists.Parameters, ahead);
-    prefetch(lists.Gradients, ahead);
-    prefetch(lists.FirstState, ahead);
-    prefetch(lists.SecondState, ahead);
-    prefetch(lists.LowPrecisionCopies, ahead);
+    // The tensor objects lie scattered on the heap: ask for them a few entries ahead.
+    mlframework::detail::PrefetchStepEntry(lists, i + mlframework::detail::kObjectPrefetchAhead);
     const auto p = DataOf(lists.Parameters, i, table.device);
     const auto g = DataOf(lists.Gradients, i, table.device);
     const auto s1 = DataOf(lists.FirstState, i, table.device);
