@@ -8,9 +8,10 @@
 namespace mlframework::detail {
 
 // Elements below which a list runs on the calling thread: waking OpenMP's threads costs more
-// than it saves on a smaller list. Measured with bench_multi_tensor's threads/ cases
-// (docs/cpu-backend.md, "Threads beside the framework's"). MLFW_PARALLEL_MIN_ELEMENTS overrides it (read once), to
-// measure it again.
+// than it saves on a smaller list. An estimate for an idle machine (about where one thread's
+// pass pays for a fork); bench_multi_tensor's threads/ cases measure the crossover, and
+// MLFW_PARALLEL_MIN_ELEMENTS (read once) overrides the threshold to do so (docs/cpu-backend.md,
+// "Threads beside the framework's").
 inline constexpr std::size_t kParallelMinElements = std::size_t{1} << 18;
 
 // kParallelMinElements, or MLFW_PARALLEL_MIN_ELEMENTS when set to a number.
