@@ -270,6 +270,26 @@ BOOST_AUTO_TEST_CASE(OutputBuffersAreReusedOnlyWhenReleased) {
   BOOST_TEST(reshaped.at("a")->GetShape() == (Shape{3}));
 }
 
+BOOST_AUTO_TEST_CASE(AnOptimizerHoldingTheLastStepStillGetsBuffersReused) {
+  // An optimizer keeps step n's gradients (SetGradients) until step n + 1's are handed over, so
+  // each call runs while the previous result is held: the buffers alternate between two sets.
+  GradientConversionLayer layer(MixedPrecisionOptions{.InitialLossScale = 2.0f});
+  GradientMap held = layer.ProcessGradients({{"a", Vec({2.0f, 4.0f}, DataType::Float16)}}).Gradients;
+  const ITensor* first = held.at("a").get();
+  held = layer.ProcessGradients({{"a", Vec({6.0f, 8.0f}, DataType::Float16)}}).Gradients;
+  const ITensor* second = held.at("a").get();
+  BOOST_TEST(second != first);
+  for (int step = 0; step < 4; ++step) {
+    const float v = static_cast<float>(step);
+    GradientMap next = layer.ProcessGradients({{"a", Vec({2.0f * v, 4.0f}, DataType::Float16)}}).Gradients;
+    // The set the caller released is written again; the held one keeps its values until replaced.
+    BOOST_TEST(next.at("a").get() == (step % 2 == 0 ? first : second));
+    BOOST_TEST(next.at("a").get() != held.at("a").get());
+    BOOST_TEST(Values(next.at("a")) == (std::vector<float>{v, 2.0f}), tt::per_element());
+    held = std::move(next);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(NewOutputsShareOneContiguousBuffer) {
   GradientConversionLayer layer(MixedPrecisionOptions{.InitialLossScale = 2.0f});
   const GradientMap input{{"a", Vec({2.0f, 4.0f}, DataType::Float16)},

@@ -125,9 +125,10 @@ class MLFRAMEWORK_EXPORT GradientConversionLayer {
   /// The full pipeline: check overflow, update the scale (and the auto-fallback), skip with an
   /// empty map on overflow, else unscale, clip (if enabled and MaxGradNorm > 0) and convert to FP32,
   /// in two passes over memory. FP32 inputs are unscaled and clipped in place and returned as they
-  /// are; FP16/BF16 inputs get FP32 outputs, whose buffers the layer reuses on the next call when
-  /// the caller no longer holds them. As in spec 003, a scaler disabled in the options (the
-  /// BF16/FP32 recipes) reports no overflow, so the step is never skipped then. After the
+  /// are; FP16/BF16 inputs get FP32 outputs, whose buffers the layer reuses once the caller no
+  /// longer holds them (it keeps the last two calls' buffers, so an optimizer that holds one
+  /// step's gradients until the next SetGradients still gets its buffers reused). As in spec 003, a scaler disabled in
+  /// the options (the BF16/FP32 recipes) reports no overflow, so the step is never skipped then. After the
   /// auto-fallback to FP32 the scale is 1 but the overflow check goes on: a step with a non-finite
   /// gradient is skipped (ShouldSkip, empty map), so no Inf or NaN reaches the optimizer. The
   /// call on which the fallback happens returns FellBackToFP32 (see PrecisionManager.hpp for the
@@ -219,11 +220,13 @@ class MLFRAMEWORK_EXPORT GradientConversionLayer {
   // Records the norm sqrt(@p sum_of_squares); when it exceeds MaxGradNorm counts a clip, sets
   // @p clipped and returns the clip coefficient, else returns 1.
   float ClipCoefficient(double sum_of_squares, bool& clipped);
-  // The FP32 output buffer kept for gradient @p name when it still fits @p like and nobody else
-  // holds it; null otherwise.
+  // An FP32 output buffer kept for gradient @p name (from the last call or the one before) that
+  // still fits @p like and that nobody else holds; null otherwise.
   TensorPtr ReusableOutput(const std::string& name, const ITensor& like) const;
   // Fills the null entries of @p low_dst with new FP32 outputs shaped like @p low_src.
   static void AllocateOutputs(std::span<const TensorPtr> low_src, std::span<TensorPtr> low_dst);
+  // Makes @p buffers (this call's FP32 outputs) the last call's, the rest of the previous ones the spares.
+  void KeepOutputBuffers(GradientMap buffers);
 
   MixedPrecisionOptions options_;
   std::shared_ptr<DynamicLossScaler> loss_scaler_;
@@ -232,7 +235,11 @@ class MLFRAMEWORK_EXPORT GradientConversionLayer {
   std::shared_ptr<PrecisionManager> precision_manager_;
   std::int64_t clip_count_ = 0;
   float last_gradient_norm_ = 0.0f;
+  // The FP32 outputs of the last call, and those of the call before that the last call did not
+  // reuse. Two generations because a caller typically holds the last call's outputs (an
+  // optimizer's SetGradients) while the next call runs: the one before is then free again.
   GradientMap output_buffers_;
+  GradientMap spare_buffers_;
   std::int64_t steps_ = 0;                   // ProcessGradients() steps finished: the step index of events and reports
   std::vector<std::string> gradient_order_;  // SetGradientOrder(): the reports' order
   std::optional<OverflowReport> last_overflow_;

@@ -102,14 +102,29 @@ float GradientConversionLayer::ClipCoefficient(double sum_of_squares, bool& clip
 }
 
 TensorPtr GradientConversionLayer::ReusableOutput(const std::string& name, const ITensor& like) const {
-  const auto cached = output_buffers_.find(name);
-  // Reuse only a buffer nobody but this layer still holds, so returned gradients are never overwritten.
-  if (cached != output_buffers_.end() && cached->second.use_count() == 1 &&
-      cached->second->GetShape() == like.GetShape() && cached->second->GetDevice() == like.GetDevice() &&
-      cached->second->Backend() == like.Backend()) {
-    return cached->second;
+  for (const GradientMap* kept : {&output_buffers_, &spare_buffers_}) {
+    const auto cached = kept->find(name);
+    // Reuse only a buffer nobody but this layer still holds, so returned gradients are never overwritten.
+    if (cached != kept->end() && cached->second.use_count() == 1 && cached->second->GetShape() == like.GetShape() &&
+        cached->second->GetDevice() == like.GetDevice() && cached->second->Backend() == like.Backend()) {
+      return cached->second;
+    }
   }
   return nullptr;
+}
+
+void GradientConversionLayer::KeepOutputBuffers(GradientMap buffers) {
+  // The last call's buffers this call did not take become the spares (each tensor is kept in one
+  // map only, so the use count above stays 1 for a buffer nobody else holds).
+  GradientMap spare;
+  for (auto& [name, tensor] : output_buffers_) {
+    const auto now = buffers.find(name);
+    if (now == buffers.end() || now->second != tensor) {
+      spare.emplace_hint(spare.end(), name, std::move(tensor));
+    }
+  }
+  spare_buffers_ = std::move(spare);
+  output_buffers_ = std::move(buffers);
 }
 
 void GradientConversionLayer::AllocateOutputs(std::span<const TensorPtr> low_src, std::span<TensorPtr> low_dst) {
@@ -227,7 +242,7 @@ GradientProcessingResult GradientConversionLayer::ProcessGradients(const Gradien
   // Step 2's fallback rule (spec: a disabled scaler never reports an overflow). It fires only on
   // an overflowed step, so the step on which it happens is skipped.
   const bool fell_back = Manager().CheckFallback(scaler);
-  output_buffers_ = std::move(buffers);
+  KeepOutputBuffers(std::move(buffers));
   const std::int64_t step = steps_++;
   // Observers last, with everything committed (ITrainingObserver's notes); nothing is built
   // without them.
