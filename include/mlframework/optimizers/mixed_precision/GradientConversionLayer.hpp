@@ -127,13 +127,14 @@ class MLFRAMEWORK_EXPORT GradientConversionLayer {
   /// in two passes over memory. FP32 inputs are unscaled and clipped in place and returned as they
   /// are; FP16/BF16 inputs get FP32 outputs, whose buffers the layer reuses once the caller no
   /// longer holds them (it keeps the last two calls' buffers, so an optimizer that holds one
-  /// step's gradients until the next SetGradients still gets its buffers reused). As in spec 003, a scaler disabled in
-  /// the options (the BF16/FP32 recipes) reports no overflow, so the step is never skipped then. After the
-  /// auto-fallback to FP32 the scale is 1 but the overflow check goes on: a step with a non-finite
-  /// gradient is skipped (ShouldSkip, empty map), so no Inf or NaN reaches the optimizer. The
-  /// call on which the fallback happens returns FellBackToFP32 (see PrecisionManager.hpp for the
-  /// trigger and what the caller does next). ArgumentNullError naming a null entry, ArgumentError
-  /// naming an FP8 one and its dtype (loss scaling refuses FP8), state unchanged.
+  /// step's gradients until the next SetGradients still gets its buffers reused). As in spec 003,
+  /// a scaler disabled in the options (the BF16/FP32 recipes) reports no overflow, so the step is
+  /// never skipped then. After the auto-fallback to FP32 the scale is 1 but the overflow check
+  /// goes on: a step with a non-finite gradient is skipped (ShouldSkip, empty map), so no Inf or
+  /// NaN reaches the optimizer. The call on which the fallback happens returns FellBackToFP32 (see
+  /// PrecisionManager.hpp for the trigger and what the caller does next). ArgumentNullError
+  /// naming a null entry, ArgumentError naming an FP8 one and its dtype (loss scaling refuses
+  /// FP8), state unchanged.
   GradientProcessingResult ProcessGradients(const GradientMap& gradients);
 
   /// Scales @p loss before the backward pass (the scaler's ScaleLoss). ArgumentNullError for null.
