@@ -11,10 +11,12 @@
 #include <string>
 #include <vector>
 
+#include <dlpack/dlpack.h>
 #include <boost/test/unit_test.hpp>
 
 #include <mlframework/backends/cuda/CudaTensor.hpp>
 #include <mlframework/backends/cuda/StreamGuard.hpp>
+#include <mlframework/core/DLPack.hpp>
 #include <mlframework/core/DeviceScaling.hpp>
 #include <mlframework/core/Float8Cast.hpp>
 #include <mlframework/core/MultiTensor.hpp>
@@ -313,6 +315,38 @@ BOOST_AUTO_TEST_CASE(WrappedMemoryGoesBackAfterTheQueuedWork) {
     owner.reset();
     ScaleInPlace(wrapped, 2.0f);
   }
+  RequireOrdered(recorded);
+}
+
+// The same through DLPack: fails when FromDLPack's tensor calls the producer's deleter (a
+// framework's allocator taking the block back) before the kernel queued on the memory has run.
+BOOST_AUTO_TEST_CASE(DLPackMemoryGoesBackAfterTheQueuedWork) {
+  Recorded recorded;
+  struct Producer {
+    cuda::RecordingDriver* driver;
+    void* memory;
+    std::int64_t shape[1] = {256};
+    bool deleted = false;
+  } producer{&recorded.driver, nullptr};
+  BOOST_REQUIRE(recorded.driver.Malloc(&producer.memory, 256 * sizeof(float)) == cudaSuccess);
+  DLManagedTensor managed{};
+  managed.dl_tensor.data = producer.memory;
+  managed.dl_tensor.device = {kDLCUDA, 0};
+  managed.dl_tensor.ndim = 1;
+  managed.dl_tensor.dtype = {kDLFloat, 32, 1};
+  managed.dl_tensor.shape = producer.shape;
+  managed.manager_ctx = &producer;
+  managed.deleter = [](DLManagedTensor* self) {
+    auto* owner = static_cast<Producer*>(self->manager_ctx);
+    owner->driver->ReleaseOnHost(owner->memory);
+    owner->deleted = true;
+  };
+  {
+    const std::vector<TensorPtr> imported{FromDLPack(&managed)};
+    ScaleInPlace(imported, 2.0f);
+  }
+  cuda::Synchronize(0);  // the deferred release runs once the queued work is known to be done
+  BOOST_TEST(producer.deleted);
   RequireOrdered(recorded);
 }
 
