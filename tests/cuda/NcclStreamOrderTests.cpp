@@ -40,23 +40,14 @@ std::shared_ptr<IProcessGroup> Group(double timeout_seconds = 60.0) {
   return MakeNcclProcessGroup(NcclUniqueId{}, 0, 1, options);
 }
 
-// The framework's forward over FSDP's gathered parameters @p tensors: under a StreamGuard a kernel
-// on the guard's stream; without one the host reads them, as the harness's plain flows do (the
-// recording driver does not model the legacy default stream's implicit synchronisation with
-// the library's blocking stream, which a kernel on stream 0 would rely on).
+// The framework's forward over FSDP's gathered parameters @p tensors: a kernel on the current
+// stream (the StreamGuard's, else stream 0, which the library's blocking stream is ordered with).
 void FrameworkRead(const GradientMap& tensors) {
-  void* const stream = cuda::CurrentExternalStream(0);
-  if (stream == nullptr) {
-    for (const auto& [name, tensor] : tensors) {
-      static_cast<void>(tensor->ToFloatVector());
-    }
-    return;
-  }
   std::vector<cuda::BufferUse> buffers;
   for (const auto& [name, tensor] : tensors) {
     buffers.push_back(UseOf(tensor, cuda::Use::Read));
   }
-  cuda::ActiveDriver().Launch("framework forward", static_cast<cudaStream_t>(stream),
+  cuda::ActiveDriver().Launch("framework forward", static_cast<cudaStream_t>(cuda::CurrentExternalStream(0)),
                               cuda::KernelOperands{{}, cuda::Access::ReadOnly, buffers}, [] {});
 }
 

@@ -64,6 +64,39 @@ BOOST_AUTO_TEST_CASE(FlagsAReadOnAnotherStreamWithoutAnEvent) {
   BOOST_TEST(driver.Violations().size() == 1u);
 }
 
+// The legacy default stream waits for the work queued before on blocking streams, and later
+// work on a blocking stream waits for it; a non-blocking stream is ordered with neither.
+BOOST_AUTO_TEST_CASE(OrdersTheLegacyDefaultStreamWithBlockingStreamsOnly) {
+  cuda::RecordingDriver driver;
+  cudaStream_t blocking = nullptr;
+  cudaStream_t non_blocking = nullptr;
+  driver.StreamCreate(&blocking, cudaStreamDefault);
+  driver.StreamCreate(&non_blocking, cudaStreamNonBlocking);
+  void* buffer = nullptr;
+  driver.Malloc(&buffer, 64);
+  const cuda::BufferUse write{buffer, 64, cuda::Use::Write};
+  const cuda::BufferUse read{buffer, 64, cuda::Use::Read};
+  const auto launch = [&](const char* name, cudaStream_t stream, const cuda::BufferUse& use) {
+    driver.Launch(name, stream, cuda::KernelOperands{{}, cuda::Access::Writes, {&use, 1}}, [] {});
+  };
+  launch("writer", blocking, write);
+  launch("reader", nullptr, read);  // waits for the blocking stream
+  launch("writer", nullptr, write);
+  launch("reader", blocking, read);           // waits for stream 0
+  launch("writer", cudaStreamLegacy, write);  // cudaStreamLegacy is stream 0
+  launch("reader", blocking, read);
+  BOOST_TEST(driver.Violations().empty(), Joined(driver.Violations()));
+  driver.StreamSynchronize(blocking);  // the host knows the reads are done
+  launch("writer", non_blocking, write);
+  launch("reader", nullptr, read);  // not ordered after the non-blocking stream
+  BOOST_TEST(driver.Violations().size() == 1u);
+  driver.StreamSynchronize(non_blocking);
+  driver.StreamSynchronize(nullptr);
+  launch("writer", nullptr, write);
+  launch("reader", non_blocking, read);  // nor the other way round
+  BOOST_TEST(driver.Violations().size() == 2u);
+}
+
 BOOST_AUTO_TEST_CASE(FlagsAFreeBeforeTheLastUseAndAUseAfterTheFree) {
   cuda::RecordingDriver driver;
   cudaStream_t a = nullptr;

@@ -17,7 +17,8 @@ Handle MakeHandle(std::uintptr_t& next) {
 }  // namespace
 
 RecordingDriver::RecordingDriver(int devices) : devices_(devices), clocks_(1, Clock(1, 0)) {
-  lanes_[nullptr] = 1;  // the legacy default stream
+  lanes_[nullptr] = kLegacy;
+  lanes_[cudaStreamLegacy] = kLegacy;
   clocks_.emplace_back(2, 0);
 }
 
@@ -131,10 +132,13 @@ cudaError_t RecordingDriver::MemPoolSetAttribute(cudaMemPool_t pool, cudaMemPool
 
 // ---- streams and events ----
 
-cudaError_t RecordingDriver::StreamCreate(cudaStream_t* stream, unsigned int /*flags*/) {
+cudaError_t RecordingDriver::StreamCreate(cudaStream_t* stream, unsigned int flags) {
   const std::lock_guard lock(mutex_);
   *stream = MakeHandle<cudaStream_t>(next_handle_);
-  LaneOf(*stream);
+  const std::size_t lane = LaneOf(*stream);
+  if ((flags & cudaStreamNonBlocking) == 0) {
+    blocking_.insert(lane);
+  }
   return cudaSuccess;
 }
 
@@ -405,6 +409,13 @@ std::uint64_t RecordingDriver::Begin(std::size_t lane) {
   Clock& clock = clocks_[lane];
   if (lane != kHost) {
     Join(clock, clocks_[kHost]);
+  }
+  if (lane == kLegacy) {
+    for (const std::size_t blocking : blocking_) {
+      Join(clock, clocks_[blocking]);
+    }
+  } else if (blocking_.contains(lane)) {
+    Join(clock, clocks_[kLegacy]);
   }
   if (clock.size() <= lane) {
     clock.resize(lane + 1, 0);

@@ -11,7 +11,10 @@
 //   - an event carries the clock of its stream at its record; a stream that waits for it
 //     joins that clock; the host joins it when it synchronises with the event or a query
 //     says it is done; a stream synchronisation (or a copy into pageable host memory, which
-//     returns when done) joins the stream's clock into the host's.
+//     returns when done) joins the stream's clock into the host's;
+//   - the legacy default stream (stream 0, cudaStreamLegacy) as the runtime has it: an
+//     operation on it waits for the work queued before on every blocking stream (made without
+//     cudaStreamNonBlocking), and later work on a blocking stream waits for it.
 //
 // Violations, collected in Violations():
 //   - an access to memory not ordered after its last write on another lane (or a write not
@@ -114,6 +117,7 @@ class RecordingDriver final : public Driver {
   };
 
   static constexpr std::size_t kHost = 0;
+  static constexpr std::size_t kLegacy = 1;  // the legacy default stream's lane
 
   std::size_t LaneOf(cudaStream_t stream);
   // Starts an operation on @p lane: joins the host's clock into a stream's, advances the lane.
@@ -142,6 +146,7 @@ class RecordingDriver final : public Driver {
   int current_ = 0;
   std::vector<Clock> clocks_;  // per lane: the host, then each stream
   std::map<cudaStream_t, std::size_t> lanes_;
+  std::set<std::size_t> blocking_;  // lanes of streams that synchronise with the legacy default stream
   std::map<std::size_t, std::string> names_;
   std::map<cudaEvent_t, Clock> events_;
   std::map<std::size_t, bool> stalled_;          // lanes whose work never ends
