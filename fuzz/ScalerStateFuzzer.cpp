@@ -77,10 +77,10 @@ void FuzzAmp(const std::vector<std::byte>& blob, const std::vector<bool>& steps)
   amp::DynamicLossScaler fresh;
   CheckRoundTrip(scaler, fresh);
   const amp::DynamicScalerConfig& config = scaler.Config();
-  CheckScale(scaler.Scale(), config.MinScale, config.MaxScale);
+  CheckScale(scaler.CurrentScale(), config.MinScale, config.MaxScale);
   for (const bool overflow : steps) {
     scaler.UpdateScale(overflow);
-    CheckScale(scaler.Scale(), config.MinScale, config.MaxScale);
+    CheckScale(scaler.CurrentScale(), config.MinScale, config.MaxScale);
   }
 }
 
@@ -110,12 +110,12 @@ void FuzzFsdpManager(const std::vector<std::byte>& blob, const std::vector<bool>
   fsdp::FSDPMixedPrecisionManager fresh({}, fresh_instance);
   CheckRoundTrip(manager, fresh);
   const auto& config = manager.Config();
-  CheckScale(manager.CurrentLossScale(), config.MinLossScale, config.MaxLossScale);
+  CheckScale(manager.CurrentScale(), config.MinLossScale, config.MaxLossScale);
   const TensorPtr clean = FromVector({1.0f}, {1}, DataType::Float16);
   const TensorPtr inf = FromVector({std::numeric_limits<float>::infinity()}, {1}, DataType::Float16);
   for (const bool overflow : steps) {
     (void)manager.CheckOverflow(GradientMap{{"w", overflow ? inf : clean}});
-    CheckScale(manager.CurrentLossScale(), config.MinLossScale, config.MaxLossScale);
+    CheckScale(manager.CurrentScale(), config.MinLossScale, config.MaxLossScale);
   }
 }
 

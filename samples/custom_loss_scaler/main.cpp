@@ -24,8 +24,8 @@ class CappedScaler final : public amp::ILossScaler {
  public:
   CappedScaler(float initial, float cap, int interval) : scale_(initial), cap_(cap), interval_(interval) {}
 
-  float Scale() const override { return scale_; }
-  bool Enabled() const override { return true; }
+  float CurrentScale() const override { return scale_; }
+  bool IsEnabled() const override { return true; }
   TensorPtr ScaleLoss(const TensorPtr& loss) override { return loss->Multiply(scale_); }
 
   GradientMap UnscaleGradients(const GradientMap& gradients) override {
@@ -54,7 +54,7 @@ class CappedScaler final : public amp::ILossScaler {
   }
 
   // The policy's state, for GradScaler::StateDict(). ILossScaler's default would save only
-  // Scale() and Enabled() and could not restore a different scale or the clean-step count.
+  // CurrentScale() and IsEnabled() and could not restore a different scale or the clean-step count.
   std::vector<std::byte> StateDict() const override {
     std::vector<std::byte> blob(sizeof(scale_) + sizeof(clean_));
     std::memcpy(blob.data(), &scale_, sizeof(scale_));
@@ -102,14 +102,14 @@ int main() {
   for (int step = 0; step < 60; ++step) {
     if (step == 15) {  // between iterations, as a training loop saves its checkpoints
       checkpoint = scaler.StateDict();
-      scale_at_checkpoint = scaler.Scale();
+      scale_at_checkpoint = scaler.CurrentScale();
     }
     const std::vector<float> w = params.at("w")->ToFloatVector();
     double loss = 0.0;
     std::vector<float> scaled_grad(4);
     for (std::size_t i = 0; i < 4; ++i) {
       loss += 0.5 * (w[i] - target[i]) * (w[i] - target[i]);
-      scaled_grad[i] = scaler.Scale() * (w[i] - target[i]);  // backward of the scaled loss
+      scaled_grad[i] = scaler.CurrentScale() * (w[i] - target[i]);  // backward of the scaled loss
     }
     if (step == 10) {
       scaled_grad[2] = std::numeric_limits<float>::infinity();  // a simulated FP16 overflow
@@ -118,7 +118,7 @@ int main() {
     sgd.SetGradients({{"w", FromVector(scaled_grad, {4}, DataType::Float16)}});
     const bool stepped = ctx.Step(sgd);
     if (step % 10 == 0 || !stepped) {
-      std::printf("step %2d  loss %.6f  scale %6.0f  %s\n", step, loss, scaler.Scale(),
+      std::printf("step %2d  loss %.6f  scale %6.0f  %s\n", step, loss, scaler.CurrentScale(),
                   stepped ? "stepped" : "skipped (overflow)");
     }
   }
@@ -128,6 +128,7 @@ int main() {
   // Resuming: a fresh policy restored from the checkpoint continues where step 15 stood.
   amp::GradScaler resumed(std::make_shared<CappedScaler>(1024.0f, 4096.0f, 2));
   resumed.LoadStateDict(checkpoint);
-  std::printf("resumed from the step-15 checkpoint: scale %.0f (saved %.0f)\n", resumed.Scale(), scale_at_checkpoint);
-  return resumed.Scale() == scale_at_checkpoint ? 0 : 1;
+  std::printf("resumed from the step-15 checkpoint: scale %.0f (saved %.0f)\n", resumed.CurrentScale(),
+              scale_at_checkpoint);
+  return resumed.CurrentScale() == scale_at_checkpoint ? 0 : 1;
 }

@@ -7,8 +7,8 @@
 class BackoffOnlyScaler final : public mlframework::amp::ILossScaler {
  public:
   explicit BackoffOnlyScaler(float scale) : scale_(scale) {}
-  float Scale() const override { return scale_; }
-  bool Enabled() const override { return true; }
+  float CurrentScale() const override { return scale_; }
+  bool IsEnabled() const override { return true; }
   mlframework::TensorPtr ScaleLoss(const mlframework::TensorPtr& loss) override { return loss->Multiply(scale_); }
   mlframework::GradientMap UnscaleGradients(const mlframework::GradientMap& gradients) override {
     // One fused pass per backend: FP16/BF16 in, FP32 out, times 1/scale.

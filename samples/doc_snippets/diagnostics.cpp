@@ -30,6 +30,6 @@ void PrintDiagnostics(const amp::GradScaler& scaler, std::ostream& log) {
     log << report->ToString() << '\n';
   }
   if (const std::optional<float> amax = scaler.LastAmax()) {
-    log << "headroom: " << HeadroomBits(*amax, scaler.Scale(), DataType::Float16) << " doublings\n";
+    log << "headroom: " << HeadroomBits(*amax, scaler.CurrentScale(), DataType::Float16) << " doublings\n";
   }
 }

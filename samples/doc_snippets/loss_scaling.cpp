@@ -13,9 +13,9 @@ void TrainTwoOptimizers(Model& embeddings, Model& rest, int steps) {
   amp::GradScaler scaler = amp::GradScalerFactory::CreateForFP16();
   for (int step = 0; step < steps; ++step) {
     const float loss = embeddings.Forward()->ToFloatVector()[0] + rest.Forward()->ToFloatVector()[0];
-    scaler.Scale(Scalar(loss));               // one scale for the whole iteration
-    embeddings.BackwardFrom(scaler.Scale());  // FP16 gradients of loss * scale
-    rest.BackwardFrom(scaler.Scale());
+    scaler.Scale(Scalar(loss));                      // one scale for the whole iteration
+    embeddings.BackwardFrom(scaler.CurrentScale());  // FP16 gradients of loss * scale
+    rest.BackwardFrom(scaler.CurrentScale());
     sparse.SetGradients(embeddings.Gradients());
     dense.SetGradients(rest.Gradients());
     scaler.Step(sparse);  // skipped only if the embeddings' gradients hold Inf/NaN
@@ -47,8 +47,8 @@ void TrainWithOwnBackward(Model& model, int steps) {
   amp::GradScaler scaler = amp::GradScalerFactory::CreateForFP16();
   for (int step = 0; step < steps; ++step) {
     const TensorPtr loss = model.Forward();
-    scaler.Scale(loss);                  // starts the iteration
-    model.BackwardFrom(scaler.Scale());  // d(loss * scale)/d(loss): seed your backward with it
+    scaler.Scale(loss);                         // starts the iteration
+    model.BackwardFrom(scaler.CurrentScale());  // d(loss * scale)/d(loss): seed your backward with it
     optimizer.SetGradients(model.Gradients());
     scaler.Step(optimizer);
   }

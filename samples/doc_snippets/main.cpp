@@ -71,7 +71,7 @@ int main() {
     sgd.SetGradients({{"w", FromVector({1.0f, std::numeric_limits<float>::infinity()}, {2}, DataType::Float16)}});
     Expect(!ctx.Step(sgd), "BackoffOnlyScaler: an overflow skips the step");
   }
-  Expect(scaler.Scale() == 512.0f, "BackoffOnlyScaler: the scale halves on overflow");
+  Expect(scaler.CurrentScale() == 512.0f, "BackoffOnlyScaler: the scale halves on overflow");
   {
     amp::GradScalerContext ctx(scaler, Scalar(1.0f));
     Expect(ctx.ScaledLoss()->ToFloatVector()[0] == 512.0f, "BackoffOnlyScaler: the loss is scaled");
@@ -80,7 +80,7 @@ int main() {
   }
   const std::vector<float> stepped = weight->ToFloatVector();
   Expect(stepped[0] == 0.5f && stepped[1] == 1.0f, "BackoffOnlyScaler: gradients are unscaled before the step");
-  Expect(scaler.Scale() == 512.0f, "BackoffOnlyScaler: the scale never grows");
+  Expect(scaler.CurrentScale() == 512.0f, "BackoffOnlyScaler: the scale never grows");
 
   // The custom tensor through the library's multi-tensor functions (its host memory on the CPU
   // kernels, HostStorage()).
@@ -118,7 +118,7 @@ int main() {
     watched.Scale(Scalar(1.0f));
     plain.SetGradients({{"w", FromVector({4.0f, -8.0f}, {2}, DataType::Float16)}});
     Expect(watched.Step(plain), "diagnostics: a finite step is taken");
-    Expect(watched.LastAmax().has_value() && *watched.LastAmax() == 8.0f / watched.Scale(),
+    Expect(watched.LastAmax().has_value() && *watched.LastAmax() == 8.0f / watched.CurrentScale(),
            "diagnostics: amax of the unscaled gradients");
   }
 

@@ -16,7 +16,7 @@ void Train(Model& model, int steps) {
     model.Backward(ctx.ScaledLoss());          // FP16 gradients, scaled
     optimizer.SetGradients(model.Gradients());
     if (!ctx.Step(optimizer)) {  // unscale, check, step, update scale
-      std::printf("step %d: overflow, skipped; scale now %g\n", step, scaler.Scale());
+      std::printf("step %d: overflow, skipped; scale now %g\n", step, scaler.CurrentScale());
     }
   }
 }

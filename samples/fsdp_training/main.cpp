@@ -150,7 +150,7 @@ int main() {
     // The micro-batches' gradients sum to this rank's mean; the reduction averages over ranks.
     const float loss_norm = 1.0f / static_cast<float>(per_rank * kOut);
     for (int step = 0; step < 40; ++step) {
-      const float scale = amp.Manager().CurrentLossScale();
+      const float scale = amp.Manager().CurrentScale();
       double local_loss = 0.0;
       for (int micro = 0; micro < kMicroBatches; ++micro) {
         // Only the last micro-batch reduce-scatters (the sum of both): PostBackward of the
@@ -194,7 +194,7 @@ int main() {
         std::printf("step %2d  loss %.6f  scale %10.0f  %s", step, loss, static_cast<double>(scale),
                     skipped ? "overflow: skipped on every rank" : "");
         if (!skipped) std::printf("grad norm %.4f", norm);
-        std::printf("  -> next scale %.0f\n", static_cast<double>(amp.Manager().CurrentLossScale()));
+        std::printf("  -> next scale %.0f\n", static_cast<double>(amp.Manager().CurrentScale()));
       }
     }
     return 0;

@@ -69,7 +69,7 @@ int main() {
         {{"w", FromVector(gw, {kFeatures}, DataType::Float16)}, {"b", FromVector({gb}, {1}, DataType::Float16)}});
     const bool stepped = ctx.Step(adam);
     if (step % 25 == 0 || !stepped) {
-      std::printf("step %3d  loss %9.5f  scale %10.0f%s\n", step, loss, scaler.Scale(),
+      std::printf("step %3d  loss %9.5f  scale %10.0f%s\n", step, loss, scaler.CurrentScale(),
                   stepped ? "" : "  (overflow: step skipped)");
     }
   }

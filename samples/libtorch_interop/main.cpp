@@ -104,7 +104,7 @@ std::map<std::string, at::Tensor> TrainWithLibrary(at::ScalarType dtype, const a
   skipped.clear();
   for (int step = 0; step < kSteps; ++step) {
     const at::Tensor loss = model.Loss(x, y);
-    const float scale = scaler.Scale();
+    const float scale = scaler.CurrentScale();
     amp::GradScalerContext ctx(scaler, FromTorch(loss.detach()));
     // libtorch's autograd seeds the backward pass with loss * scale, as PyTorch's GradScaler does.
     const at::Tensor scaled = loss * scale;

@@ -259,7 +259,7 @@ ModeResult TrainMode(const Dataset& data, const TrainConfig& config, Mode mode) 
       if (mode == Mode::kFp16Scaler) {
         auto t = Clock::now();
         amp::GradScalerContext context(*scaler, loss);
-        record.scale = scaler->Scale();
+        record.scale = scaler->CurrentScale();
         scaling_seconds += Seconds(t, Clock::now());
         // Backward of the scaled loss: every gradient carries the scale.
         model.Backward(record.scale * seed, result.underflow);
@@ -272,7 +272,7 @@ ModeResult TrainMode(const Dataset& data, const TrainConfig& config, Mode mode) 
         auto t = Clock::now();
         // A framework runs backward on `scaled`; this MLP's backward takes the factor directly.
         const mlframework::TensorPtr scaled = layer->ScaleLoss(loss);
-        record.scale = layer->LossScale();
+        record.scale = layer->CurrentScale();
         scaling_seconds += Seconds(t, Clock::now());
         model.Backward(record.scale * seed, result.underflow);
         t = Clock::now();
@@ -324,9 +324,9 @@ ModeResult TrainMode(const Dataset& data, const TrainConfig& config, Mode mode) 
     logger->Flush();  // a burst still open at the end of training
   }
   if (scaler) {
-    result.final_scale = scaler->Scale();
+    result.final_scale = scaler->CurrentScale();
   } else if (layer) {
-    result.final_scale = layer->LossScale();
+    result.final_scale = layer->CurrentScale();
     result.clip_count = layer->ClipCount();
   }
   result.seconds_per_step = result.steps == 0 ? 0.0 : result.total_seconds / static_cast<double>(result.steps);

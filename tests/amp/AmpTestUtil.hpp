@@ -93,8 +93,8 @@ struct PlainRules {
 // defaults (a host found-inf record, a checkpoint that cannot restore a changed scale).
 class HalvingScaler final : public mlframework::amp::ILossScaler {
  public:
-  float Scale() const override { return scale_; }
-  bool Enabled() const override { return true; }
+  float CurrentScale() const override { return scale_; }
+  bool IsEnabled() const override { return true; }
   TensorPtr ScaleLoss(const TensorPtr& loss) override { return loss->Multiply(scale_); }
   GradientMap UnscaleGradients(const GradientMap& gradients) override {
     GradientMap out;

@@ -18,9 +18,9 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 void CheckMatches(const DynamicLossScaler& scaler, const PlainRules& model) {
-  const auto stats = scaler.GetStats();
+  const amp::DynamicScalerStats stats = scaler.GetStats().value();
   BOOST_REQUIRE(stats.CurrentScale == model.scale);
-  BOOST_REQUIRE(scaler.Scale() == model.scale);
+  BOOST_REQUIRE(scaler.CurrentScale() == model.scale);
   BOOST_REQUIRE(stats.StepsSinceLastOverflow == model.clean);
   BOOST_REQUIRE(stats.ConsecutiveOverflows == model.consecutive);
   BOOST_REQUIRE(stats.TotalOverflows == model.overflows);
@@ -56,10 +56,10 @@ BOOST_AUTO_TEST_CASE(DefaultsFollowTheIssue) {
   BOOST_TEST(policy.GrowthInterval == 2000);
   BOOST_TEST(policy.MaxScale == 16777216.0f);
   const DynamicLossScaler scaler;
-  BOOST_TEST(scaler.Scale() == 65536.0f);
+  BOOST_TEST(scaler.Scale() == 65536.0f);  // spec 001's alias
   BOOST_TEST(scaler.CurrentScale() == 65536.0f);
-  BOOST_TEST(scaler.GetStats().TotalSteps == 0);
-  BOOST_TEST(scaler.GetStats().GrowthInterval == 2000);
+  BOOST_TEST(scaler.GetStats()->TotalSteps == 0);
+  BOOST_TEST(scaler.GetStats()->GrowthInterval == 2000);
 }
 
 BOOST_AUTO_TEST_CASE(InvalidConfigurationsNameTheField) {
@@ -88,36 +88,36 @@ BOOST_AUTO_TEST_CASE(InvalidConfigurationsNameTheField) {
 BOOST_AUTO_TEST_CASE(BackoffGrowthAndBounds) {
   DynamicLossScaler scaler({.InitialScale = 8.0f, .GrowthInterval = 2, .MinScale = 2.0f, .MaxScale = 32.0f});
   scaler.UpdateScale(true);
-  BOOST_TEST(scaler.Scale() == 4.0f);
+  BOOST_TEST(scaler.CurrentScale() == 4.0f);
   scaler.UpdateScale(true);
   scaler.UpdateScale(true);
-  BOOST_TEST(scaler.Scale() == 2.0f);  // clamped at MinScale
-  BOOST_TEST(scaler.GetStats().ConsecutiveOverflows == 3);
+  BOOST_TEST(scaler.CurrentScale() == 2.0f);  // clamped at MinScale
+  BOOST_TEST(scaler.GetStats()->ConsecutiveOverflows == 3);
   for (int i = 0; i < 20; ++i) {
     scaler.UpdateScale(false);
   }
-  BOOST_TEST(scaler.Scale() == 32.0f);  // clamped at MaxScale
-  BOOST_TEST(scaler.GetStats().ConsecutiveOverflows == 0);
+  BOOST_TEST(scaler.CurrentScale() == 32.0f);  // clamped at MaxScale
+  BOOST_TEST(scaler.GetStats()->ConsecutiveOverflows == 0);
   // Growth never reaches infinity, even with a maximal bound.
   DynamicLossScaler big({.InitialScale = 1e38f,
                          .GrowthFactor = 1000.0f,
                          .GrowthInterval = 1,
                          .MaxScale = std::numeric_limits<float>::max()});
   big.UpdateScale(false);
-  BOOST_TEST(std::isfinite(big.Scale()));
-  BOOST_TEST(big.Scale() == std::numeric_limits<float>::max());
+  BOOST_TEST(std::isfinite(big.CurrentScale()));
+  BOOST_TEST(big.CurrentScale() == std::numeric_limits<float>::max());
 }
 
 BOOST_AUTO_TEST_CASE(HysteresisToleratesOverflowsInARow) {
   DynamicLossScaler scaler({.InitialScale = 64.0f, .Hysteresis = 3});
   scaler.UpdateScale(true);
   scaler.UpdateScale(true);
-  BOOST_TEST(scaler.Scale() == 64.0f);
+  BOOST_TEST(scaler.CurrentScale() == 64.0f);
   scaler.UpdateScale(true);
-  BOOST_TEST(scaler.Scale() == 32.0f);
+  BOOST_TEST(scaler.CurrentScale() == 32.0f);
   scaler.UpdateScale(false);  // a clean step restarts the run
   scaler.UpdateScale(true);
-  BOOST_TEST(scaler.Scale() == 32.0f);
+  BOOST_TEST(scaler.CurrentScale() == 32.0f);
 }
 
 BOOST_AUTO_TEST_CASE(LongRandomSequencesMatchAPlainModelOfTheRules) {
@@ -149,8 +149,8 @@ BOOST_AUTO_TEST_CASE(LongRandomSequencesMatchAPlainModelOfTheRules) {
         scaler.UpdateScale(o);
         model.Step(o);
         CheckMatches(scaler, model);
-        BOOST_REQUIRE(scaler.Scale() >= config.MinScale);
-        BOOST_REQUIRE(scaler.Scale() <= config.MaxScale);
+        BOOST_REQUIRE(scaler.CurrentScale() >= config.MinScale);
+        BOOST_REQUIRE(scaler.CurrentScale() <= config.MaxScale);
       }
     }
   }
@@ -194,8 +194,8 @@ BOOST_AUTO_TEST_CASE(DisabledScalerPassesThroughAndIgnoresUpdates) {
   BOOST_TEST(scaler.UnscaleGradients(grads).at("a") == grads.at("a"));
   BOOST_TEST(!scaler.CheckOverflow(PoisonedGrads(DataType::Float16, kInf)));
   scaler.UpdateScale(true);
-  BOOST_TEST(scaler.Scale() == 4.0f);
-  BOOST_TEST(scaler.GetStats().TotalSteps == 0);
+  BOOST_TEST(scaler.CurrentScale() == 4.0f);
+  BOOST_TEST(scaler.GetStats()->TotalSteps == 0);
   BOOST_TEST(Values(scaler.GetScaleTensor())[0] == 1.0f);
   scaler.SetEnabled(true);
   BOOST_TEST(Values(scaler.GetScaleTensor())[0] == 4.0f);
@@ -206,10 +206,10 @@ BOOST_AUTO_TEST_CASE(ResetReturnsToTheInitialState) {
   scaler.UpdateScale(true);
   scaler.UpdateScale(false);
   scaler.Reset();
-  BOOST_TEST(scaler.Scale() == 64.0f);
-  BOOST_TEST(scaler.GetStats().TotalSteps == 0);
-  BOOST_TEST(scaler.GetStats().TotalOverflows == 0);
-  BOOST_TEST(scaler.GetStats().StepsSinceLastOverflow == 0);
+  BOOST_TEST(scaler.CurrentScale() == 64.0f);
+  BOOST_TEST(scaler.GetStats()->TotalSteps == 0);
+  BOOST_TEST(scaler.GetStats()->TotalOverflows == 0);
+  BOOST_TEST(scaler.GetStats()->StepsSinceLastOverflow == 0);
 }
 
 BOOST_AUTO_TEST_CASE(SaveRestoreMidRunFollowsTheSameTrajectory) {
@@ -264,7 +264,7 @@ BOOST_AUTO_TEST_CASE(ScaleSnapshotRestoresTheStateAndKeepsTheConfiguration) {
   const amp::ScaleState before = scaler.State();
   scaler.UpdateScale(true);  // the second overflow in a row backs off
   scaler.MarkOverflow();
-  BOOST_TEST(scaler.Scale() == 128.0f);
+  BOOST_TEST(scaler.CurrentScale() == 128.0f);
   scaler.RestoreScaleSnapshot(snapshot);
   BOOST_TEST((scaler.State() == before));
   BOOST_TEST(!scaler.RecordedOverflow());
@@ -287,7 +287,7 @@ BOOST_AUTO_TEST_CASE(ScaleSnapshotRestoresTheStateAndKeepsTheConfiguration) {
     BOOST_TEST((scaler.State() == before));
   }
   BOOST_CHECK_THROW(bounded.RestoreScaleSnapshot(outside), ArgumentError);
-  BOOST_TEST(bounded.Scale() == 256.0f);
+  BOOST_TEST(bounded.CurrentScale() == 256.0f);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

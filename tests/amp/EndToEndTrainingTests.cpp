@@ -178,7 +178,7 @@ BOOST_AUTO_TEST_CASE(Fp16WithMasterWeightsAndGradScalerMatchesFp32) {
   const double loss_master = EvaluateFp32(adam16.MasterWeights(), problem);
   BOOST_TEST_MESSAGE("master " << loss_master);
   BOOST_TEST_MESSAGE("initial loss " << initial_loss << ", FP32 " << loss32 << ", FP16+AMP " << loss16 << ", skipped "
-                                     << skipped << ", final scale " << scaler.Scale());
+                                     << skipped << ", final scale " << scaler.CurrentScale());
   BOOST_TEST(params16.at("W1")->GetDataType() == DataType::Float16);
   BOOST_TEST(adam16.MasterWeights().at("W1")->GetDataType() == DataType::Float32);
   BOOST_TEST(skipped >= 1);  // overflows really happened and were skipped

@@ -40,8 +40,8 @@ GradientMap Scaled(float scale, bool on_device, float poison = 0.0f) {
 // A user policy with only the six pure members: it cannot track the amax.
 class PlainScaler final : public ILossScaler {
  public:
-  float Scale() const override { return 2.0f; }
-  bool Enabled() const override { return true; }
+  float CurrentScale() const override { return 2.0f; }
+  bool IsEnabled() const override { return true; }
   TensorPtr ScaleLoss(const TensorPtr& loss) override { return loss->Multiply(2.0f); }
   GradientMap UnscaleGradients(const GradientMap& gradients) override { return gradients; }
   bool CheckOverflow(const GradientMap& /*gradients*/) override { return false; }

@@ -40,7 +40,7 @@ BOOST_AUTO_TEST_CASE(OverflowSkipsAndBacksOff) {
     BOOST_TEST(!ctx.Step(opt));
   }
   BOOST_TEST(opt.steps == 0);
-  BOOST_TEST(scaler.Scale() == 4.0f);
+  BOOST_TEST(scaler.CurrentScale() == 4.0f);
 }
 
 BOOST_AUTO_TEST_CASE(StepWithManualUpdate) {
@@ -50,11 +50,11 @@ BOOST_AUTO_TEST_CASE(StepWithManualUpdate) {
     GradScalerContext ctx(scaler, Scalar(1.0f));
     BOOST_TEST(ctx.Step(opt, StepMode::DeferUpdate));
     BOOST_TEST(opt.steps == 1);  // the optimizer stepped
-    BOOST_TEST(scaler.Scale() == 8.0f);
+    BOOST_TEST(scaler.CurrentScale() == 8.0f);
   }
-  BOOST_TEST(scaler.Scale() == 8.0f);  // leaving the scope did not update either
+  BOOST_TEST(scaler.CurrentScale() == 8.0f);  // leaving the scope did not update either
   scaler.Update();
-  BOOST_TEST(scaler.Scale() == 16.0f);
+  BOOST_TEST(scaler.CurrentScale() == 16.0f);
   RecordingOptimizer opt2(Grads(DataType::Float32, 16.0f));
   {
     GradScalerContext ctx(scaler, Scalar(1.0f));
@@ -77,14 +77,14 @@ BOOST_AUTO_TEST_CASE(EveryStepModeMeansTheSameOnTheScalerAndTheContext) {
       BOOST_TEST(ctx.Step(b, mode));
       BOOST_TEST(a.steps == (mode == StepMode::DeferStepAndUpdate ? 0 : 1));
       BOOST_TEST(b.steps == a.steps);
-      BOOST_TEST(direct.Scale() == (mode == StepMode::StepAndUpdate ? 16.0f : 8.0f));
-      BOOST_TEST(scoped.Scale() == direct.Scale());
+      BOOST_TEST(direct.CurrentScale() == (mode == StepMode::StepAndUpdate ? 16.0f : 8.0f));
+      BOOST_TEST(scoped.CurrentScale() == direct.CurrentScale());
       BOOST_TEST(direct.State() == scoped.State());
       if (mode != StepMode::StepAndUpdate) {
         direct.Update();
         scoped.Update();
-        BOOST_TEST(direct.Scale() == 16.0f);
-        BOOST_TEST(scoped.Scale() == 16.0f);
+        BOOST_TEST(direct.CurrentScale() == 16.0f);
+        BOOST_TEST(scoped.CurrentScale() == 16.0f);
       }
     }
   }
@@ -164,7 +164,7 @@ BOOST_AUTO_TEST_CASE(UpdateBeforeAnEarlyExitKeepsTheBackoff) {
       scaler.Update();  // record the overflow in the scale before leaving the scope
     }
   }
-  BOOST_TEST(scaler.Scale() == 4.0f);
+  BOOST_TEST(scaler.CurrentScale() == 4.0f);
   BOOST_TEST(scaler.GetStats()->TotalOverflows == 1);
   RecordingOptimizer opt(Grads(DataType::Float32, 4.0f));
   GradScalerContext ctx(scaler, Scalar(1.0f));

@@ -29,23 +29,23 @@ BOOST_AUTO_TEST_CASE(DefaultIsDynamicWithModerateSettings) {
   BOOST_TEST(c.GrowthFactor == 2.0f);
   BOOST_TEST(c.BackoffFactor == 0.5f);
   BOOST_TEST(c.GrowthInterval == 2000);
-  BOOST_TEST(scaler.Enabled());
+  BOOST_TEST(scaler.IsEnabled());
   BOOST_TEST(scaler.GetStats().has_value());
 }
 
 BOOST_AUTO_TEST_CASE(StaticScalers) {
   const GradScaler moderate = GradScalerFactory::CreateStatic();
   BOOST_TEST(IsStatic(moderate));
-  BOOST_TEST(moderate.Scale() == 65536.0f);
+  BOOST_TEST(moderate.CurrentScale() == 65536.0f);
   BOOST_TEST(!moderate.GetStats().has_value());
   const GradScaler custom = GradScalerFactory::CreateStatic(128.0f);
   BOOST_TEST(IsStatic(custom));
-  BOOST_TEST(custom.Scale() == 128.0f);
+  BOOST_TEST(custom.CurrentScale() == 128.0f);
   BOOST_CHECK_THROW(GradScalerFactory::CreateStatic(0.0f), ArgumentError);
   const GradScaler bf16 = GradScalerFactory::CreateForBF16();
   BOOST_TEST(IsStatic(bf16));
-  BOOST_TEST(bf16.Scale() == 1.0f);
-  BOOST_TEST(bf16.Enabled());
+  BOOST_TEST(bf16.CurrentScale() == 1.0f);
+  BOOST_TEST(bf16.IsEnabled());
 }
 
 BOOST_AUTO_TEST_CASE(DynamicPresets) {
@@ -53,13 +53,13 @@ BOOST_AUTO_TEST_CASE(DynamicPresets) {
   BOOST_TEST(ConfigOf(GradScalerFactory::CreateAggressive()).GrowthInterval == 1000);
   const GradScaler fp16 = GradScalerFactory::CreateForFP16();
   BOOST_TEST(ConfigOf(fp16).GrowthInterval == 2000);
-  BOOST_TEST(fp16.Scale() == 65536.0f);
+  BOOST_TEST(fp16.CurrentScale() == 65536.0f);
 }
 
 BOOST_AUTO_TEST_CASE(FromConfig) {
   const GradScaler scaler = GradScalerFactory::CreateFromConfig(
       {.InitialScale = 32768.0f, .GrowthFactor = 2.0f, .BackoffFactor = 0.5f, .GrowthInterval = 3000});
-  BOOST_TEST(scaler.Scale() == 32768.0f);
+  BOOST_TEST(scaler.CurrentScale() == 32768.0f);
   BOOST_TEST(ConfigOf(scaler).GrowthInterval == 3000);
   try {
     GradScalerFactory::CreateFromConfig({.InitialScale = 2.0f, .MinScale = 4.0f});

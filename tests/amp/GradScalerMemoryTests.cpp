@@ -151,7 +151,7 @@ BOOST_AUTO_TEST_CASE(TheSameMemoryNextIterationIsANewStep) {
         FrameworkOptimizer opt(dtype, true);
         for (int iteration = 0; iteration < 4; ++iteration) {
           scaler.Scale(Scalar(1.0f));
-          const float scale = scaler.Scale();
+          const float scale = scaler.CurrentScale();
           opt.Backward(scale * static_cast<float>(iteration + 1));
           if (iteration == 2) {
             opt.Backward(std::numeric_limits<float>::infinity());
@@ -169,7 +169,7 @@ BOOST_AUTO_TEST_CASE(TheSameMemoryNextIterationIsANewStep) {
         }
         BOOST_TEST(opt.steps == 3);
         BOOST_TEST(scaler.GetStats()->TotalSteps == 4);
-        BOOST_TEST(scaler.Scale() == 8.0f);  // backed off once, at the overflow
+        BOOST_TEST(scaler.CurrentScale() == 8.0f);  // backed off once, at the overflow
       }
     }
   }

@@ -208,7 +208,7 @@ BOOST_AUTO_TEST_CASE(AThrowingObserverLeavesTheScalerConsistent) {
   BOOST_TEST(second_thrower->events == all);
   // The state was committed before the observers ran.
   BOOST_TEST((scaler.State() == amp::GradScaler::IterationState::Ready));
-  BOOST_TEST(scaler.Scale() == 32.0f);
+  BOOST_TEST(scaler.CurrentScale() == 32.0f);
   BOOST_TEST(scaler.LastOverflow()->Step == 0);
   BOOST_TEST(optimizer.steps == 0);
   // The next iteration runs normally.

@@ -28,8 +28,8 @@ class CappedScaler final : public amp::ILossScaler {
  public:
   CappedScaler(float initial, int interval) : initial_(initial), scale_(initial), interval_(interval) {}
 
-  float Scale() const override { return scale_; }
-  bool Enabled() const override { return true; }
+  float CurrentScale() const override { return scale_; }
+  bool IsEnabled() const override { return true; }
   TensorPtr ScaleLoss(const TensorPtr& loss) override { return loss->Multiply(scale_); }
   GradientMap UnscaleGradients(const GradientMap& gradients) override {
     GradientMap out;
@@ -52,7 +52,7 @@ class CappedScaler final : public amp::ILossScaler {
   }
 
   void Reset() override { *this = CappedScaler(initial_, interval_); }
-  std::optional<amp::DynamicScalerStats> Statistics() const override {
+  std::optional<amp::DynamicScalerStats> GetStats() const override {
     return amp::DynamicScalerStats{.CurrentScale = scale_,
                                    .StepsSinceLastOverflow = clean_,
                                    .TotalOverflows = overflows_,
@@ -100,8 +100,8 @@ class CappedScaler final : public amp::ILossScaler {
 class PlainScaler final : public amp::ILossScaler {
  public:
   explicit PlainScaler(float scale) : scale_(scale) {}
-  float Scale() const override { return scale_; }
-  bool Enabled() const override { return true; }
+  float CurrentScale() const override { return scale_; }
+  bool IsEnabled() const override { return true; }
   TensorPtr ScaleLoss(const TensorPtr& loss) override { return loss->Multiply(scale_); }
   GradientMap UnscaleGradients(const GradientMap& gradients) override {
     GradientMap out;
@@ -156,7 +156,7 @@ BOOST_AUTO_TEST_CASE(EachFlowWalksTheIterationStates) {
   scaler.Unscale(PoisonedGrads(DataType::Float32, kInf));
   scaler.Scale(Scalar(1.0f));
   BOOST_TEST(scaler.State() == State::LossScaled);
-  BOOST_TEST(scaler.Scale() == 4.0f);
+  BOOST_TEST(scaler.CurrentScale() == 4.0f);
   // Reset and an abandoned context drop the iteration.
   scaler.Unscale(Grads(DataType::Float32));
   scaler.Reset();
@@ -237,7 +237,7 @@ BOOST_AUTO_TEST_CASE(AUserScalerIsDrivenReportedAndResetThroughTheInterface) {
   BOOST_TEST(stats->TotalOverflows == 1);
   BOOST_TEST(stats->StepsSinceLastOverflow == 1);
   scaler.Reset();
-  BOOST_TEST(scaler.Scale() == 64.0f);
+  BOOST_TEST(scaler.CurrentScale() == 64.0f);
   BOOST_TEST(scaler.GetStats()->TotalSteps == 0);
   BOOST_TEST(!GradScaler(std::make_shared<PlainScaler>(2.0f)).GetStats().has_value());
 }
@@ -250,7 +250,7 @@ BOOST_AUTO_TEST_CASE(AUserScalerIsCheckpointedThroughGradScaler) {
       opt.Load(sequence[i] ? PoisonedGrads(DataType::Float16, kInf) : Grads(DataType::Float16));
       scaler.Scale(Scalar(1.0f));
       scaler.Step(opt);
-      scales.push_back(scaler.Scale());
+      scales.push_back(scaler.CurrentScale());
     }
   };
   GradScaler a(std::make_shared<CappedScaler>(256.0f, 3));
@@ -274,12 +274,12 @@ BOOST_AUTO_TEST_CASE(AUserScalerIsCheckpointedThroughGradScaler) {
   d.LoadStateDict(c.StateDict());
   BOOST_TEST(d.State() == State::Unscaled);
   d.Update();
-  BOOST_TEST(d.Scale() == 64.0f);
+  BOOST_TEST(d.CurrentScale() == 64.0f);
   GradScaler off(std::make_shared<CappedScaler>(256.0f, 3));
   off.Disable();  // CappedScaler has no switch: GradScaler's own
   GradScaler on(std::make_shared<CappedScaler>(256.0f, 3));
   on.LoadStateDict(off.StateDict());
-  BOOST_TEST(!on.Enabled());
+  BOOST_TEST(!on.IsEnabled());
 
   // The user's LoadStateDict rejects a foreign blob; nothing changes.
   const auto before = b.StateDict();
@@ -299,7 +299,7 @@ BOOST_AUTO_TEST_CASE(TheDefaultCheckpointRestoresWhatItCanAndRefusesTheRest) {
   same.LoadStateDict(a.StateDict());
   BOOST_TEST(same.State() == State::Checked);
   same.Update();
-  BOOST_TEST(same.Scale() == 16.0f);
+  BOOST_TEST(same.CurrentScale() == 16.0f);
   // A scale the interface cannot set: a clear error, nothing changed.
   GradScaler other(std::make_shared<PlainScaler>(4.0f));
   other.Scale(Scalar(1.0f));
@@ -328,10 +328,10 @@ BOOST_AUTO_TEST_CASE(VersionOneBlobsOfTheBuiltInScalersStillLoad) {
   const std::vector<std::byte> v1 = writer.Finish();
   GradScaler scaler;
   scaler.LoadStateDict(v1);
-  BOOST_TEST(scaler.Scale() == 512.0f);
+  BOOST_TEST(scaler.CurrentScale() == 512.0f);
   BOOST_TEST(scaler.State() == State::Unscaled);
   scaler.Update();  // the recorded overflow backs off once
-  BOOST_TEST(scaler.Scale() == 256.0f);
+  BOOST_TEST(scaler.CurrentScale() == 256.0f);
   BOOST_TEST(scaler.GetStats()->GrowthInterval == 7);
   // A static GradScaler refuses the dynamic scaler's blob; an inconsistent v1 iteration is refused.
   GradScaler fixed = GradScaler::Static(2.0f);
@@ -346,7 +346,7 @@ BOOST_AUTO_TEST_CASE(VersionOneBlobsOfTheBuiltInScalersStillLoad) {
   GradScaler untouched;
   BOOST_CHECK_THROW(untouched.LoadStateDict(bad.Finish()), ArgumentError);
   BOOST_TEST(untouched.State() == State::Ready);
-  BOOST_TEST(untouched.Scale() == 65536.0f);
+  BOOST_TEST(untouched.CurrentScale() == 65536.0f);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
@@ -407,7 +407,7 @@ BOOST_AUTO_TEST_CASE(AFailingOptimizerRollsTheStepBack) {
       }
       BOOST_TEST(Values(opt.stepped_with.at("a")) == (std::vector<float>{1.0f, -2.0f, 0.5f}),
                  boost::test_tools::per_element());
-      BOOST_TEST(scaler.Scale() == 16.0f);
+      BOOST_TEST(scaler.CurrentScale() == 16.0f);
       BOOST_TEST(scaler.GetStats()->TotalSteps == 1);
       // FP32 gradients, the optimizer's Step fails: the scaler rolls back, and the gradients it
       // unscaled in place are refused until new ones come with Scale(loss).
@@ -442,16 +442,16 @@ BOOST_AUTO_TEST_CASE(AFailingJoiningOptimizerLeavesTheFinishedIteration) {
   o2.fail = FailingOptimizer::Fail::Step;
   scaler.Scale(Scalar(1.0f));
   BOOST_TEST(scaler.Step(o1));
-  BOOST_TEST(scaler.Scale() == 16.0f);
+  BOOST_TEST(scaler.CurrentScale() == 16.0f);
   ExpectRefused<InvalidOperationError>(
       scaler, [&] { scaler.Step(o2); }, "test optimizer failed");
-  BOOST_TEST(scaler.Scale() == 16.0f);
+  BOOST_TEST(scaler.CurrentScale() == 16.0f);
   BOOST_TEST(scaler.GetStats()->TotalSteps == 1);
   o2.fail = FailingOptimizer::Fail::None;
   BOOST_TEST(scaler.Step(o2));
   BOOST_TEST(Values(o2.stepped_with.at("a")) == (std::vector<float>{1.0f, -2.0f, 0.5f}),
              boost::test_tools::per_element());
-  BOOST_TEST(scaler.Scale() == 16.0f);
+  BOOST_TEST(scaler.CurrentScale() == 16.0f);
   BOOST_TEST(scaler.GetStats()->TotalSteps == 1);
 }
 
@@ -468,10 +468,10 @@ BOOST_AUTO_TEST_CASE(AMovedFromScalerRefusesEveryUse) {
   const GradientMap grads = Grads(DataType::Float32);
   const auto expect = [](auto&& use) { BOOST_CHECK_THROW(use(), InvalidOperationError); };
   // NOLINTBEGIN(bugprone-use-after-move,clang-analyzer-cplusplus.Move): the use after move is the test
-  expect([&] { (void)scaler.Scale(); });
+  expect([&] { (void)scaler.CurrentScale(); });
   expect([&] { (void)scaler.Scale(Scalar(1.0f)); });
   expect([&] { (void)scaler.Scaler(); });
-  expect([&] { (void)scaler.Enabled(); });
+  expect([&] { (void)scaler.IsEnabled(); });
   expect([&] { (void)scaler.State(); });
   expect([&] { (void)scaler.Unscale(grads); });
   expect([&] { (void)scaler.Unscale(opt); });
@@ -503,7 +503,7 @@ BOOST_AUTO_TEST_CASE(AMovedFromScalerRefusesEveryUse) {
   }                                                           // the destructor abandons nothing and does not crash
   BOOST_TEST(Values(opt.GetGradients().at("a"))[0] == 8.0f);  // never unscaled
   scaler = GradScaler(DynamicScalerConfig{.InitialScale = 4.0f});
-  BOOST_TEST(scaler.Scale() == 4.0f);
+  BOOST_TEST(scaler.CurrentScale() == 4.0f);
   // NOLINTEND(bugprone-use-after-move,clang-analyzer-cplusplus.Move)
   scaler.Scale(Scalar(1.0f));
   BOOST_TEST(scaler.Step(opt));
@@ -558,7 +558,7 @@ BOOST_AUTO_TEST_CASE(ALoadedBlobBringsItsConfiguration) {
   BOOST_TEST(config.MinScale == saved_config.MinScale);
   BOOST_TEST(config.MaxScale == saved_config.MaxScale);
   BOOST_TEST(config.Hysteresis == saved_config.Hysteresis);
-  BOOST_TEST(loaded.Scale() == 512.0f);
+  BOOST_TEST(loaded.CurrentScale() == 512.0f);
   BOOST_TEST(loaded.GetStats()->GrowthInterval == 7);
 }
 
@@ -608,7 +608,7 @@ BOOST_AUTO_TEST_CASE(StepIndexIsSetSavedAndRestored) {
   writer.U8(0);  // no found-inf
   writer.U8(1);  // enabled
   resumed.LoadStateDict(writer.Finish());
-  BOOST_TEST(resumed.Scale() == 512.0f);
+  BOOST_TEST(resumed.CurrentScale() == 512.0f);
   BOOST_TEST(resumed.StepIndex() == 1003);
 
   // A corrupted step index is refused (negative), the scaler unchanged.

@@ -24,8 +24,8 @@ constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 // A user policy: scale 8, counts calls, implements only the six members of ILossScaler.
 class CountingScaler final : public amp::ILossScaler {
  public:
-  float Scale() const override { return scale; }
-  bool Enabled() const override { return true; }
+  float CurrentScale() const override { return scale; }
+  bool IsEnabled() const override { return true; }
   TensorPtr ScaleLoss(const TensorPtr& loss) override { return loss->Multiply(scale); }
   GradientMap UnscaleGradients(const GradientMap& gradients) override {
     ++unscale_calls;
@@ -73,29 +73,29 @@ BOOST_AUTO_TEST_SUITE(GradScalerTests)
 BOOST_AUTO_TEST_CASE(DefaultConstructorCreatesADynamicScaler) {
   GradScaler scaler;
   BOOST_TEST(dynamic_cast<DynamicLossScaler*>(scaler.Scaler().get()) != nullptr);
-  BOOST_TEST(scaler.Scale() == 65536.0f);
-  BOOST_TEST(scaler.Enabled());
+  BOOST_TEST(scaler.CurrentScale() == 65536.0f);
+  BOOST_TEST(scaler.IsEnabled());
   BOOST_REQUIRE(scaler.GetStats().has_value());
   BOOST_TEST(scaler.GetStats()->CurrentScale == 65536.0f);
   BOOST_TEST(Dyn(scaler).Config().GrowthInterval == 2000);
   GradScaler configured(DynamicScalerConfig{.InitialScale = 1024.0f, .GrowthInterval = 10});
-  BOOST_TEST(configured.Scale() == 1024.0f);
+  BOOST_TEST(configured.CurrentScale() == 1024.0f);
   BOOST_TEST(Dyn(configured).Config().GrowthInterval == 10);
   GradScaler positional = GradScaler::Dynamic(512.0f, 4.0f, 0.25f, 30, 2.0f, 4096.0f, false);
   BOOST_TEST(Dyn(positional).Config().BackoffFactor == 0.25f);
   BOOST_TEST(Dyn(positional).Config().MaxScale == 4096.0f);
-  BOOST_TEST(!positional.Enabled());
+  BOOST_TEST(!positional.IsEnabled());
   BOOST_CHECK_THROW(GradScaler(DynamicScalerConfig{.GrowthFactor = 1.0f}), ArgumentError);
 }
 
 BOOST_AUTO_TEST_CASE(StaticScalerConstructorWorks) {
   GradScaler scaler = GradScaler::Static(1024.0f);
   BOOST_TEST(dynamic_cast<StaticLossScaler*>(scaler.Scaler().get()) != nullptr);
-  BOOST_TEST(scaler.Scale() == 1024.0f);
-  BOOST_TEST(scaler.Enabled());
+  BOOST_TEST(scaler.CurrentScale() == 1024.0f);
+  BOOST_TEST(scaler.IsEnabled());
   BOOST_TEST(!scaler.GetStats().has_value());
-  BOOST_TEST(GradScaler::Static().Scale() == 65536.0f);
-  BOOST_TEST(!GradScaler::Static(2.0f, false).Enabled());
+  BOOST_TEST(GradScaler::Static().CurrentScale() == 65536.0f);
+  BOOST_TEST(!GradScaler::Static(2.0f, false).IsEnabled());
   for (const float bad : {0.0f, -2.0f, kInf, kNaN}) {
     BOOST_CHECK_THROW(GradScaler::Static(bad), ArgumentError);
   }
@@ -103,14 +103,14 @@ BOOST_AUTO_TEST_CASE(StaticScalerConstructorWorks) {
   RecordingOptimizer opt(PoisonedGrads(DataType::Float32, kInf));
   scaler.Scale(Scalar(1.0f));
   BOOST_TEST(!scaler.Step(opt));
-  BOOST_TEST(scaler.Scale() == 1024.0f);
+  BOOST_TEST(scaler.CurrentScale() == 1024.0f);
 }
 
 BOOST_AUTO_TEST_CASE(CustomScalerConstructorWorks) {
   auto custom = std::make_shared<CountingScaler>();
   GradScaler scaler(custom);
   BOOST_TEST(scaler.Scaler() == custom);
-  BOOST_TEST(scaler.Scale() == 8.0f);
+  BOOST_TEST(scaler.CurrentScale() == 8.0f);
   BOOST_TEST(!scaler.GetStats().has_value());
   BOOST_TEST(Values(scaler.Scale(Scalar(2.0f)))[0] == 16.0f);
   RecordingOptimizer opt(Grads(DataType::Float16, 8.0f));
@@ -129,7 +129,7 @@ BOOST_AUTO_TEST_CASE(CustomScalerConstructorWorks) {
   restored.LoadStateDict(scaler.StateDict());
   BOOST_TEST((restored.StateDict() == scaler.StateDict()));
   scaler.Disable();
-  BOOST_TEST(!scaler.Enabled());
+  BOOST_TEST(!scaler.IsEnabled());
   BOOST_TEST(Values(scaler.GetScaleTensor())[0] == 1.0f);
   const auto loss = Scalar(3.0f);
   BOOST_TEST(scaler.Scale(loss) == loss);
@@ -138,7 +138,7 @@ BOOST_AUTO_TEST_CASE(CustomScalerConstructorWorks) {
   opt.Load(PoisonedGrads(DataType::Float32, kInf));
   BOOST_TEST(scaler.Step(opt));  // disabled: never skips
   scaler.Enable();
-  BOOST_TEST(scaler.Enabled());
+  BOOST_TEST(scaler.IsEnabled());
   BOOST_TEST(custom->updates == 1);  // no update while disabled
 }
 
@@ -153,15 +153,15 @@ BOOST_AUTO_TEST_CASE(StepSkipsTheOptimizerOnOverflowAndUpdatesTheScale) {
     BOOST_TEST(applied->GetDataType() == DataType::Float32);  // FP16/BF16 are handed over as FP32
     BOOST_TEST(Values(applied) == (std::vector<float>{1.0f, -2.0f, 0.5f}), boost::test_tools::per_element());
     BOOST_TEST(scaler.GetStats()->TotalSteps == 1);
-    BOOST_TEST(scaler.Scale() == 64.0f);
+    BOOST_TEST(scaler.CurrentScale() == 64.0f);
 
     for (const float poison : {kInf, -kInf, kNaN}) {
       opt.Load(PoisonedGrads(dtype, poison));
       scaler.Scale(Scalar(1.0f));
-      const float scale_before = scaler.Scale();
+      const float scale_before = scaler.CurrentScale();
       BOOST_TEST(!scaler.Step(opt));
       BOOST_TEST(opt.steps == 1);  // skipped
-      BOOST_TEST(scaler.Scale() == scale_before / 2.0f);
+      BOOST_TEST(scaler.CurrentScale() == scale_before / 2.0f);
     }
     BOOST_TEST(scaler.GetStats()->TotalOverflows == 3);
     BOOST_TEST(scaler.GetStats()->SkippedSteps == 3);
@@ -186,13 +186,13 @@ BOOST_AUTO_TEST_CASE(StepWithoutOptimizerStepLeavesStepAndUpdateToTheCaller) {
   opt.Step();
   scaler.Update();
   BOOST_TEST(scaler.GetStats()->TotalSteps == 1);
-  BOOST_TEST(scaler.Scale() == 4.0f);  // grew after one clean step (interval 1)
+  BOOST_TEST(scaler.CurrentScale() == 4.0f);  // grew after one clean step (interval 1)
   // Overflow in the deferred flow: false, and Update() backs off.
   opt.Load(PoisonedGrads(DataType::Float16, kInf));
   scaler.Scale(Scalar(1.0f));
   BOOST_TEST(!scaler.Step(opt, StepMode::DeferStepAndUpdate));
   scaler.Update();
-  BOOST_TEST(scaler.Scale() == 2.0f);
+  BOOST_TEST(scaler.CurrentScale() == 2.0f);
 }
 
 BOOST_AUTO_TEST_CASE(ManualFlowOfSpec004) {
@@ -210,9 +210,9 @@ BOOST_AUTO_TEST_CASE(ManualFlowOfSpec004) {
   scaler.Scale(Scalar(1.0f));
   scaler.Unscale(bad);
   BOOST_TEST(scaler.CheckOverflow(bad));
-  BOOST_TEST(scaler.Scale() == 8.0f);
+  BOOST_TEST(scaler.CurrentScale() == 8.0f);
   scaler.Scale(Scalar(1.0f));
-  BOOST_TEST(scaler.Scale() == 4.0f);
+  BOOST_TEST(scaler.CurrentScale() == 4.0f);
   BOOST_TEST(scaler.GetStats()->TotalSteps == 2);
   BOOST_TEST(scaler.GetStats()->TotalOverflows == 1);
   // CheckOverflow alone then Update also counts one step.
@@ -261,12 +261,12 @@ BOOST_AUTO_TEST_CASE(ScaleIsUpdatedExactlyOncePerIterationWhicheverFlow) {
       BOOST_REQUIRE(opt.steps == expected_steps);
       if (flow != 2) {
         model.Step(o);
-        BOOST_REQUIRE(scaler.Scale() == model.scale);
+        BOOST_REQUIRE(scaler.CurrentScale() == model.scale);
         BOOST_REQUIRE(scaler.GetStats()->TotalSteps == model.total);
       } else {
         model.Step(o);
         if (!o) {  // an overflow is applied at the next Scale(loss)
-          BOOST_REQUIRE(scaler.Scale() == model.scale);
+          BOOST_REQUIRE(scaler.CurrentScale() == model.scale);
           BOOST_REQUIRE(scaler.GetStats()->TotalSteps == model.total);
         }
       }
@@ -274,7 +274,7 @@ BOOST_AUTO_TEST_CASE(ScaleIsUpdatedExactlyOncePerIterationWhicheverFlow) {
     scaler.Scale(Scalar(1.0f));  // flushes a pending manual-flow overflow
     BOOST_TEST(scaler.GetStats()->TotalSteps == static_cast<std::int64_t>(sequence.size()));
     BOOST_TEST(scaler.GetStats()->TotalOverflows == model.overflows);
-    BOOST_TEST(scaler.Scale() == model.scale);
+    BOOST_TEST(scaler.CurrentScale() == model.scale);
   }
 }
 
@@ -340,8 +340,8 @@ BOOST_AUTO_TEST_CASE(MisuseIsAnInvalidOperationAndChangesNothing) {
 BOOST_AUTO_TEST_CASE(EnableAndDisable) {
   GradScaler scaler(DynamicScalerConfig{.InitialScale = 8.0f});
   scaler.Disable();
-  BOOST_TEST(!scaler.Enabled());
-  BOOST_TEST(!scaler.Scaler()->Enabled());
+  BOOST_TEST(!scaler.IsEnabled());
+  BOOST_TEST(!scaler.Scaler()->IsEnabled());
   const auto loss = Scalar(2.0f);
   BOOST_TEST(scaler.Scale(loss) == loss);  // passes through
   RecordingOptimizer opt(PoisonedGrads(DataType::Float16, kInf));
@@ -352,14 +352,14 @@ BOOST_AUTO_TEST_CASE(EnableAndDisable) {
   BOOST_TEST(scaler.GetStats()->TotalSteps == 0);
   BOOST_TEST(Values(scaler.GetScaleTensor())[0] == 1.0f);
   scaler.Enable();
-  BOOST_TEST(scaler.Enabled());
+  BOOST_TEST(scaler.IsEnabled());
   BOOST_TEST(Values(scaler.Scale(loss))[0] == 16.0f);
   opt.Load(Grads(DataType::Float32, 8.0f));
   BOOST_TEST(scaler.Step(opt));
   BOOST_TEST(Values(opt.stepped_with.at("b"))[0] == 4.0f);
   // Static scalers too.
   GradScaler fixed = GradScaler::Static(4.0f, false);
-  BOOST_TEST(!fixed.Enabled());
+  BOOST_TEST(!fixed.IsEnabled());
   fixed.Enable();
   BOOST_TEST(Values(fixed.Scale(loss))[0] == 8.0f);
 }
@@ -414,12 +414,12 @@ BOOST_AUTO_TEST_CASE(ResetRestartsTheScalerAndTheIteration) {
   scaler.Scale(Scalar(1.0f));
   scaler.Unscale(Grads(DataType::Float32));
   scaler.Reset();
-  BOOST_TEST(scaler.Scale() == 64.0f);
+  BOOST_TEST(scaler.CurrentScale() == 64.0f);
   BOOST_TEST(scaler.GetStats()->TotalSteps == 0);
   scaler.Unscale(Grads(DataType::Float32));  // the iteration was cleared too
   GradScaler fixed = GradScaler::Static(8.0f);
   fixed.Reset();
-  BOOST_TEST(fixed.Scale() == 8.0f);
+  BOOST_TEST(fixed.CurrentScale() == 8.0f);
 }
 
 BOOST_AUTO_TEST_CASE(SaveRestoreMidRunContinuesTheSameTrajectory) {
@@ -437,7 +437,7 @@ BOOST_AUTO_TEST_CASE(SaveRestoreMidRunContinuesTheSameTrajectory) {
       scaler.Scale(Scalar(1.0f));
       scaler.Step(opt);
       if (scales != nullptr) {
-        scales->push_back(scaler.Scale());
+        scales->push_back(scaler.CurrentScale());
       }
     }
   };
@@ -478,8 +478,8 @@ BOOST_AUTO_TEST_CASE(BadBlobsAreRejectedWithoutChange) {
   GradScaler fixed = GradScaler::Static(4.0f);
   GradScaler other = GradScaler::Static(16.0f, false);
   other.LoadStateDict(fixed.StateDict());
-  BOOST_TEST(other.Scale() == 4.0f);
-  BOOST_TEST(other.Enabled());
+  BOOST_TEST(other.CurrentScale() == 4.0f);
+  BOOST_TEST(other.IsEnabled());
 }
 
 BOOST_AUTO_TEST_CASE(MovedScalerKeepsItsState) {
@@ -488,7 +488,7 @@ BOOST_AUTO_TEST_CASE(MovedScalerKeepsItsState) {
   a.Scale(Scalar(1.0f));
   a.Step(opt);
   GradScaler b = std::move(a);
-  BOOST_TEST(b.Scale() == 4.0f);
+  BOOST_TEST(b.CurrentScale() == 4.0f);
   BOOST_TEST(b.GetStats()->TotalOverflows == 1);
 }
 

@@ -178,7 +178,7 @@ void Replay(Flow flow) {
   int overflowed_alone = 0;
   for (const TorchStep& step : run.steps) {
     BOOST_TEST_CONTEXT("step " << step.index) {
-      BOOST_TEST(std::bit_cast<std::uint32_t>(scaler.Scale()) == step.scale_before);
+      BOOST_TEST(std::bit_cast<std::uint32_t>(scaler.CurrentScale()) == step.scale_before);
       bool stepped[2] = {false, false};
       const TensorPtr loss = Scalar(1.0f);
       if (flow == Flow::Context) {
@@ -215,7 +215,7 @@ void Replay(Flow flow) {
       BOOST_TEST(stepped[0] == step.stepped[0]);
       BOOST_TEST(stepped[1] == step.stepped[1]);
       overflowed_alone += stepped[0] != stepped[1] ? 1 : 0;
-      BOOST_TEST(std::bit_cast<std::uint32_t>(scaler.Scale()) == step.scale_after);
+      BOOST_TEST(std::bit_cast<std::uint32_t>(scaler.CurrentScale()) == step.scale_after);
       for (const auto& [key, bits] : step.weights) {
         const SGD& opt = key.first == 1 ? o1 : o2;
         BOOST_TEST(BitsOf(opt.Parameters().at(key.second)) == bits, boost::test_tools::per_element());
@@ -246,9 +246,9 @@ BOOST_AUTO_TEST_CASE(AFurtherOptimizerJoinsTheIterationAndItsUpdate) {
       o1.Load(Grads(dtype, 64.0f));
       o2.Load(Grads(dtype, 64.0f));
       BOOST_TEST(scaler.Step(o1));
-      BOOST_TEST(scaler.Scale() == 128.0f);
+      BOOST_TEST(scaler.CurrentScale() == 128.0f);
       BOOST_TEST(scaler.Step(o2));
-      BOOST_TEST(scaler.Scale() == 128.0f);
+      BOOST_TEST(scaler.CurrentScale() == 128.0f);
       BOOST_TEST(Values(o2.stepped_with.at("a")) == (std::vector<float>{1.0f, -2.0f, 0.5f}),
                  boost::test_tools::per_element());
       BOOST_TEST(scaler.GetStats()->TotalSteps == 1);
@@ -260,9 +260,9 @@ BOOST_AUTO_TEST_CASE(AFurtherOptimizerJoinsTheIterationAndItsUpdate) {
       o1.Load(Grads(dtype, 128.0f));
       o2.Load(PoisonedGrads(dtype, kInf, 128.0f));
       BOOST_TEST(scaler.Step(o1));
-      BOOST_TEST(scaler.Scale() == 256.0f);
+      BOOST_TEST(scaler.CurrentScale() == 256.0f);
       BOOST_TEST(!scaler.Step(o2));
-      BOOST_TEST(scaler.Scale() == 64.0f);
+      BOOST_TEST(scaler.CurrentScale() == 64.0f);
       BOOST_TEST(o1.steps == 2);
       BOOST_TEST(o2.steps == 1);
       BOOST_TEST(scaler.GetStats()->TotalSteps == 2);
@@ -272,12 +272,12 @@ BOOST_AUTO_TEST_CASE(AFurtherOptimizerJoinsTheIterationAndItsUpdate) {
       // A third optimizer joins too; the same optimizer again starts the next iteration.
       RecordingOptimizer o3(Grads(dtype, 64.0f));
       BOOST_TEST(scaler.Step(o3));
-      BOOST_TEST(scaler.Scale() == 64.0f);
+      BOOST_TEST(scaler.CurrentScale() == 64.0f);
       BOOST_TEST(scaler.GetStats()->TotalSteps == 2);
       o1.Load(Grads(dtype, 64.0f));
       BOOST_TEST(scaler.Step(o1));
       BOOST_TEST(scaler.GetStats()->TotalSteps == 3);
-      BOOST_TEST(scaler.Scale() == 128.0f);
+      BOOST_TEST(scaler.CurrentScale() == 128.0f);
     }
   }
 }
@@ -287,8 +287,8 @@ BOOST_AUTO_TEST_CASE(AFurtherOptimizerJoinsTheIterationAndItsUpdate) {
 BOOST_AUTO_TEST_CASE(ObserversHearAJoiningOptimizerOnlyWhenItChangesTheIteration) {
   struct Recorder final : ITrainingObserver {
     void OnStep(const StepEvent& event) override { events.push_back(event); }
-    void OnScaleBackoff(std::int64_t /*step*/, float /*oldScale*/, float newScale) override {
-      backoffs.push_back(newScale);
+    void OnScaleBackoff(std::int64_t /*step*/, float /*old_scale*/, float new_scale) override {
+      backoffs.push_back(new_scale);
     }
     std::vector<StepEvent> events;
     std::vector<float> backoffs;
@@ -335,9 +335,9 @@ BOOST_AUTO_TEST_CASE(EachOptimizerUnscaledForClippingThenStepped) {
       scaler, [&] { scaler.Unscale(o1.GetGradients()); }, "already called");
   BOOST_TEST(scaler.CheckOverflow(unscaled2));  // o2's own result
   BOOST_TEST(scaler.Step(o1));                  // o1 clean: stepped
-  BOOST_TEST(scaler.Scale() == 8.0f);           // the OR: one backoff
+  BOOST_TEST(scaler.CurrentScale() == 8.0f);    // the OR: one backoff
   BOOST_TEST(!scaler.Step(o2));                 // o2 skipped, no second update
-  BOOST_TEST(scaler.Scale() == 8.0f);
+  BOOST_TEST(scaler.CurrentScale() == 8.0f);
   scaler.Update();
   BOOST_TEST(scaler.GetStats()->TotalSteps == 1);
   BOOST_TEST(Values(o1.stepped_with.at("a")) == (std::vector<float>{1.0f, -2.0f, 0.5f}),
@@ -357,9 +357,9 @@ BOOST_AUTO_TEST_CASE(DeferredStepsOfSeveralOptimizersUpdateOnce) {
       scaler, [&] { scaler.Step(o1, StepMode::DeferStepAndUpdate); }, "already called");
   ExpectRefused<InvalidOperationError>(
       scaler, [&] { scaler.Step(o2); }, "already called");
-  BOOST_TEST(scaler.Scale() == 16.0f);  // not updated before Update()
+  BOOST_TEST(scaler.CurrentScale() == 16.0f);  // not updated before Update()
   scaler.Update();
-  BOOST_TEST(scaler.Scale() == 8.0f);
+  BOOST_TEST(scaler.CurrentScale() == 8.0f);
   BOOST_TEST(scaler.GetStats()->TotalSteps == 1);
   BOOST_TEST(o2.set_calls == 1);  // o2 got its FP32 unscaled gradients; its step is the caller's
   BOOST_TEST(Values(o2.GetGradients().at("a")) == (std::vector<float>{1.0f, -2.0f, 0.5f}),
@@ -410,7 +410,7 @@ BOOST_AUTO_TEST_CASE(AScalerThatCannotRestoreItsStateRefusesAJoiningOptimizer) {
   BOOST_TEST(scaler.Step(o2, StepMode::DeferStepAndUpdate));
   BOOST_TEST(Values(o2.GetGradients().at("a"))[0] == 2.0f);  // by the iteration's 128
   scaler.Update();
-  BOOST_TEST(scaler.Scale() == 64.0f);
+  BOOST_TEST(scaler.CurrentScale() == 64.0f);
 }
 
 // The device path (FakeDeviceBackend): the same results as on the host; a step reads only its
@@ -454,7 +454,7 @@ BOOST_AUTO_TEST_CASE(SeveralOptimizersOnADeviceMatchTheHost) {
       BOOST_TEST(h_stepped2 == ((poison[step] & 2) == 0));
       BOOST_TEST(d_stepped1 == h_stepped1);
       BOOST_TEST(d_stepped2 == h_stepped2);
-      BOOST_TEST(device.Scale() == host.Scale());
+      BOOST_TEST(device.CurrentScale() == host.CurrentScale());
       BOOST_TEST(device.GetStats()->TotalOverflows == host.GetStats()->TotalOverflows);
       BOOST_TEST(device.GetStats()->TotalSteps == step + 1);
       if (h_stepped2) {
@@ -492,7 +492,7 @@ BOOST_AUTO_TEST_CASE(StepKeepsItsScaleSnapshotWithoutADeviceRead) {
   // The first step also creates the device state.
   const std::vector<std::int64_t> expected = {2, 1, 1, 1, 1, 1, 1, 1, 1, 1};
   BOOST_TEST(syncs == expected, boost::test_tools::per_element());
-  BOOST_TEST(device.Scale() == host.Scale());
+  BOOST_TEST(device.CurrentScale() == host.CurrentScale());
   BOOST_TEST(device.GetStats()->TotalOverflows == host.GetStats()->TotalOverflows);
   BOOST_TEST(device.GetStats()->StepsSinceLastOverflow == host.GetStats()->StepsSinceLastOverflow);
 }

@@ -22,14 +22,14 @@ BOOST_AUTO_TEST_SUITE(StaticLossScalerTests)
 
 BOOST_AUTO_TEST_CASE(DefaultsAndProperties) {
   const StaticLossScaler scaler;
-  BOOST_TEST(scaler.Scale() == 65536.0f);
-  BOOST_TEST(scaler.Enabled());
+  BOOST_TEST(scaler.CurrentScale() == 65536.0f);
+  BOOST_TEST(scaler.IsEnabled());
   const StaticLossScaler off(8.0f, false);
-  BOOST_TEST(off.Scale() == 8.0f);
-  BOOST_TEST(!off.Enabled());
+  BOOST_TEST(off.CurrentScale() == 8.0f);
+  BOOST_TEST(!off.IsEnabled());
   // Usable through the interface.
   const ILossScaler& base = scaler;
-  BOOST_TEST(base.Scale() == 65536.0f);
+  BOOST_TEST(base.CurrentScale() == 65536.0f);
 }
 
 BOOST_AUTO_TEST_CASE(LossIsScaledByVariousFactorsInEachDtype) {
@@ -181,7 +181,7 @@ BOOST_AUTO_TEST_CASE(UpdateScaleIsANoOp) {
   const auto before = scaler.StateDict();
   scaler.UpdateScale(true);
   scaler.UpdateScale(false);
-  BOOST_TEST(scaler.Scale() == 128.0f);
+  BOOST_TEST(scaler.CurrentScale() == 128.0f);
   BOOST_TEST((scaler.StateDict() == before));
 }
 
@@ -204,8 +204,8 @@ BOOST_AUTO_TEST_CASE(StateDictRoundTripsAndRejectsBadBlobs) {
   StaticLossScaler a(32.0f, false);
   StaticLossScaler b;
   b.LoadStateDict(a.StateDict());
-  BOOST_TEST(b.Scale() == 32.0f);
-  BOOST_TEST(!b.Enabled());
+  BOOST_TEST(b.CurrentScale() == 32.0f);
+  BOOST_TEST(!b.IsEnabled());
   auto blob = a.StateDict();
   const auto before = b.StateDict();
   auto truncated = blob;
@@ -218,7 +218,7 @@ BOOST_AUTO_TEST_CASE(StateDictRoundTripsAndRejectsBadBlobs) {
   // Copies are independent.
   StaticLossScaler c = a;
   c.SetEnabled(true);
-  BOOST_TEST(!a.Enabled());
+  BOOST_TEST(!a.IsEnabled());
 }
 
 BOOST_AUTO_TEST_SUITE_END()

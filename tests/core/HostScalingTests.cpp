@@ -138,7 +138,7 @@ BOOST_AUTO_TEST_CASE(AScalerTakesCpuAndUserTensorsInOneList) {
   scaler.RecordOverflow(bad);
   scaler.UpdateScaleFromRecord();
   BOOST_TEST(scaler.State().TotalOverflows == 1);
-  BOOST_TEST(scaler.Scale() == 1.0f);
+  BOOST_TEST(scaler.CurrentScale() == 1.0f);
 }
 
 BOOST_AUTO_TEST_CASE(MixedPrecisionCheckOverflowKeepsTheRecord) {

@@ -126,8 +126,8 @@ BOOST_AUTO_TEST_CASE(NcclGroupAgreesOnTheDeviceWithOneReadPerDecision) {
       BOOST_TEST(syncs == (step == 0 ? 2 : 1));  // the returned decision (+ state creation once)
       BOOST_TEST(device_group->host_reductions == 0);
       BOOST_TEST(device_group->device_reductions == step + 1);
-      BOOST_TEST(device.DeviceState()->Read().Scale == host.CurrentLossScale());
-      BOOST_TEST(device.StepsSinceOverflow() == host.StepsSinceOverflow());
+      BOOST_TEST(device.DeviceState()->Read().Scale == host.CurrentScale());
+      BOOST_TEST(device.StepsSinceLastOverflow() == host.StepsSinceLastOverflow());
       if (unscale && !local) {
         BOOST_TEST(mlfw_test::Peek(device_grads.at("a")) == host_grads.at("a")->ToFloatVector(),
                    boost::test_tools::per_element());
@@ -142,13 +142,13 @@ BOOST_AUTO_TEST_CASE(NcclGroupAgreesOnTheDeviceWithOneReadPerDecision) {
   const TensorPtr loss = FakeTensor({1.5f}, {}, DataType::Float32);
   TensorPtr scaled;
   BOOST_TEST(SyncsDuring([&] { scaled = device.ScaleLoss(loss); }) == 0);
-  BOOST_TEST(mlfw_test::Peek(scaled)[0] == 1.5f * host.CurrentLossScale());
+  BOOST_TEST(mlfw_test::Peek(scaled)[0] == 1.5f * host.CurrentScale());
   // Reset and restore write the device state.
   const std::vector<std::byte> blob = device.StateDict();
   device.ResetLossScale();
   BOOST_TEST(device.DeviceState()->Read().Scale == kConfig.InitialLossScale);
   device.LoadStateDict(blob);
-  BOOST_TEST(device.DeviceState()->Read().Scale == host.CurrentLossScale());
+  BOOST_TEST(device.DeviceState()->Read().Scale == host.CurrentScale());
 }
 
 BOOST_AUTO_TEST_CASE(MpiGroupKeepsTheHostAgreement) {
@@ -183,7 +183,7 @@ BOOST_AUTO_TEST_CASE(MixedListIsAnArgumentError) {
   BOOST_CHECK_THROW(manager.UnscaleAndCheckOverflow(mixed), ArgumentError);
   BOOST_TEST(group->device_reductions == 0);
   BOOST_TEST(group->host_reductions == 0);
-  BOOST_TEST(manager.CurrentLossScale() == kConfig.InitialLossScale);
+  BOOST_TEST(manager.CurrentScale() == kConfig.InitialLossScale);
   BOOST_TEST(manager.State().TotalSteps == 0);
 }
 
@@ -204,7 +204,7 @@ BOOST_AUTO_TEST_CASE(AmaxIsAgreedInTheSameCollective) {
         BOOST_TEST_CONTEXT("step " << step) {
           const bool local = step == 2;
           group->remote_overflow = step == 4;
-          const float scale = manager.CurrentLossScale();
+          const float scale = manager.CurrentScale();
           const GradientMap grads = Gradients(step, local, on_device);
           const int reductions = group->host_reductions + group->device_reductions;
           const bool overflow = manager.UnscaleAndCheckOverflow(grads);

@@ -104,23 +104,23 @@ BOOST_AUTO_TEST_CASE(ScaleLossAndDynamicScaling) {
   mlframework::GradientMap nan{{"a", FromVector({kNaN}, {1}, DataType::BFloat16)}};
   // Growth after LossScaleSteps clean steps, bounded by MaxLossScale.
   BOOST_CHECK(!manager.CheckOverflow(clean));
-  BOOST_CHECK_EQUAL(manager.CurrentLossScale(), 4.0f);
+  BOOST_CHECK_EQUAL(manager.CurrentScale(), 4.0f);
   BOOST_CHECK(!manager.CheckOverflow(clean));
-  BOOST_CHECK_EQUAL(manager.CurrentLossScale(), 8.0f);
+  BOOST_CHECK_EQUAL(manager.CurrentScale(), 8.0f);
   for (int i = 0; i < 4; ++i) manager.CheckOverflow(clean);
-  BOOST_CHECK_EQUAL(manager.CurrentLossScale(), 16.0f);
+  BOOST_CHECK_EQUAL(manager.CurrentScale(), 16.0f);
   // Backoff on Inf and NaN, bounded by MinLossScale; the clean count restarts.
   BOOST_CHECK(manager.CheckOverflow(inf));
-  BOOST_CHECK_EQUAL(manager.CurrentLossScale(), 8.0f);
-  BOOST_CHECK_EQUAL(manager.StepsSinceOverflow(), 0);
+  BOOST_CHECK_EQUAL(manager.CurrentScale(), 8.0f);
+  BOOST_CHECK_EQUAL(manager.StepsSinceLastOverflow(), 0);
   BOOST_CHECK(manager.CheckOverflow(nan));
   for (int i = 0; i < 5; ++i) manager.CheckOverflow(nan);
-  BOOST_CHECK_EQUAL(manager.CurrentLossScale(), 1.0f);
+  BOOST_CHECK_EQUAL(manager.CurrentScale(), 1.0f);
   const auto blob = manager.StateDict();
   manager.ResetLossScale();
-  BOOST_CHECK_EQUAL(manager.CurrentLossScale(), 4.0f);
+  BOOST_CHECK_EQUAL(manager.CurrentScale(), 4.0f);
   manager.LoadStateDict(blob);
-  BOOST_CHECK_EQUAL(manager.CurrentLossScale(), 1.0f);
+  BOOST_CHECK_EQUAL(manager.CurrentScale(), 1.0f);
   BOOST_CHECK_EQUAL(manager.State().TotalOverflows, 7);
   // Unscale and check in one pass.
   manager.ResetLossScale();
@@ -141,7 +141,7 @@ BOOST_AUTO_TEST_CASE(ScaleLossAndDynamicScaling) {
   mlframework::GradientMap finite{{"a", FromVector({8.0f, -4.0f}, {2})}};
   BOOST_CHECK(!off.UnscaleAndCheckOverflow(finite));
   BOOST_CHECK(finite.at("a")->ToFloatVector() == (std::vector<float>{8.0f, -4.0f}));
-  BOOST_CHECK_EQUAL(off.CurrentLossScale(), off.Config().InitialLossScale);
+  BOOST_CHECK_EQUAL(off.CurrentScale(), off.Config().InitialLossScale);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

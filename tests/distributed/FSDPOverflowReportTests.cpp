@@ -150,7 +150,7 @@ BOOST_AUTO_TEST_CASE(StepIndexAndGradientOrderAreTheFrameworks) {
   fsdp::FSDPMixedPrecisionManager resumed({.InitialLossScale = 8.0f}, model);
   resumed.LoadStateDict(blob);
   BOOST_TEST(resumed.StepIndex() == 502);
-  BOOST_TEST(resumed.CurrentLossScale() == manager.CurrentLossScale());
+  BOOST_TEST(resumed.CurrentScale() == manager.CurrentScale());
   BOOST_CHECK_THROW(resumed.SetStepIndex(-1), mlframework::ArgumentError);
   BOOST_TEST(resumed.StepIndex() == 502);
 }

@@ -114,7 +114,7 @@ void LoadAndCompare(const std::filesystem::path& directory) {
   const std::vector<float> at_checkpoint = reference.Flat();
   for (int step = kSavedStep; step < kSavedStep + kMoreSteps; ++step) {
     losses.push_back(reference.Step(step));
-    scales.push_back(reference.scaler.Scale());
+    scales.push_back(reference.scaler.CurrentScale());
   }
 
   Training resumed(group, 2.0f);  // other initial weights: everything must come from the files
@@ -126,7 +126,7 @@ void LoadAndCompare(const std::filesystem::path& directory) {
     BOOST_TEST_CONTEXT("step " << step << " at " << group->WorldSize() << " ranks") {
       BOOST_CHECK_EQUAL(std::bit_cast<std::uint64_t>(loss),
                         std::bit_cast<std::uint64_t>(losses[static_cast<std::size_t>(step - kSavedStep)]));
-      BOOST_CHECK_EQUAL(resumed.scaler.Scale(), scales[static_cast<std::size_t>(step - kSavedStep)]);
+      BOOST_CHECK_EQUAL(resumed.scaler.CurrentScale(), scales[static_cast<std::size_t>(step - kSavedStep)]);
     }
   }
   BOOST_CHECK(SameBits(resumed.Flat(), reference.Flat()));

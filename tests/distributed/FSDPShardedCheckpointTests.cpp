@@ -241,7 +241,7 @@ BOOST_AUTO_TEST_CASE(scaler_state_and_training_step_travel_with_the_shards) {
   const auto blobs = SaveAll(saved, 41, fsdp::BlobState::Of(scaler));
   std::vector<SimRank> loaded = MakeWorld(3, 2.0f, Opt::Adam);
   mlframework::amp::DynamicLossScaler restored;
-  BOOST_REQUIRE_NE(restored.Scale(), scaler.Scale());
+  BOOST_REQUIRE_NE(restored.CurrentScale(), scaler.CurrentScale());
   for (SimRank& rank : loaded) {
     BOOST_CHECK_EQUAL(rank.model->LoadShardedCheckpoint(
                           blobs, {.Optimizer = rank.adam.get(), .Scaler = fsdp::BlobState::Of(restored)}),

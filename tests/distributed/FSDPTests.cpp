@@ -69,7 +69,7 @@ Run Train(const std::shared_ptr<dist::IProcessGroup>& group, const Options& o) {
       amp->ApplyMixedPrecision(l1);
       amp->ApplyMixedPrecision(l2);
     }
-    const float scale = amp ? amp->Manager().CurrentLossScale() : 1.0f;
+    const float scale = amp ? amp->Manager().CurrentScale() : 1.0f;
     const auto out = Mlp::Run(l1.Parameters(), l2.Parameters(), Mlp::RankSlice(group->Rank(), n, step), scale);
     l1.ReduceGradients(out.layer1);
     l2.ReduceGradients(out.layer2);
@@ -84,7 +84,7 @@ Run Train(const std::shared_ptr<dist::IProcessGroup>& group, const Options& o) {
     if (amp) {
       amp->ApplyGradientFP32(l1);
       skip = amp->Manager().UnscaleAndCheckOverflow(model.LocalGradients());
-      run.scales.push_back(amp->Manager().CurrentLossScale());
+      run.scales.push_back(amp->Manager().CurrentScale());
     }
     run.skipped.push_back(skip);
     if (skip) {
@@ -362,7 +362,7 @@ BOOST_AUTO_TEST_CASE(SkippedStepLeavesParametersUnchanged) {
         std::numeric_limits<float>::quiet_NaN();
   }
   BOOST_CHECK(amp.CheckOverflow(model.LocalGradients()));
-  BOOST_CHECK_EQUAL(amp.Manager().CurrentLossScale(), 4.0f);
+  BOOST_CHECK_EQUAL(amp.Manager().CurrentScale(), 4.0f);
   model.ZeroGrad();
   BOOST_CHECK(model.FullParameters().at("layer1.weight")->ToFloatVector() ==
               before.at("layer1.weight")->ToFloatVector());

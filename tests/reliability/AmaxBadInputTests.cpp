@@ -28,8 +28,8 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 // A policy with only the six pure members of ILossScaler: it cannot track the amax.
 class PlainScaler final : public amp::ILossScaler {
  public:
-  float Scale() const override { return 4.0f; }
-  bool Enabled() const override { return true; }
+  float CurrentScale() const override { return 4.0f; }
+  bool IsEnabled() const override { return true; }
   TensorPtr ScaleLoss(const TensorPtr& loss) override { return loss->Multiply(4.0f); }
   GradientMap UnscaleGradients(const GradientMap& gradients) override { return gradients; }
   bool CheckOverflow(const GradientMap& /*gradients*/) override { return false; }

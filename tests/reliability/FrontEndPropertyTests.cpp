@@ -17,11 +17,13 @@
 
 #include <mlframework/amp/DynamicLossScaler.hpp>
 #include <mlframework/amp/GradScaler.hpp>
+#include <mlframework/amp/StaticLossScaler.hpp>
 #include <mlframework/core/Tensor.hpp>
 #include <mlframework/distributed/LocalProcessGroup.hpp>
 #include <mlframework/distributed/fsdp/FSDP.hpp>
 #include <mlframework/distributed/fsdp/FSDPMixedPrecisionManager.hpp>
 #include <mlframework/optimizers/mixed_precision/DynamicLossScaler.hpp>
+#include <mlframework/optimizers/mixed_precision/GradientConversionLayer.hpp>
 
 #include "reliability/PropertySupport.hpp"
 
@@ -129,9 +131,9 @@ BOOST_AUTO_TEST_CASE(ThreeFrontEndsWalkTheSameTrajectoryAsTheSharedRules) {
                    << ", amp " << ends.amp_scaler.State().Scale << ", mixed " << ends.mixed.State().Scale << ", fsdp "
                    << ends.manager.State().Scale << " (seed " << seed << ")");
       }
-      const float scale = ends.amp_scaler.Scale();
+      const float scale = ends.amp_scaler.CurrentScale();
       BOOST_REQUIRE(std::isfinite(scale) && scale >= policy.MinScale && scale <= policy.MaxScale);
-      BOOST_REQUIRE(ends.mixed.CurrentScale() == scale && ends.manager.CurrentLossScale() == scale);
+      BOOST_REQUIRE(ends.mixed.CurrentScale() == scale && ends.manager.CurrentScale() == scale);
       ++steps;
     }
   }
@@ -195,6 +197,36 @@ BOOST_AUTO_TEST_CASE(SaveAndRestoreAtAnyStepContinuesEveryFrontEnd) {
   }
   BOOST_TEST_MESSAGE("FrontEndProperties: " << restores << " save/restore trajectories x 3 front-ends (seed " << seed
                                             << ")");
+}
+
+// One getter name on every front end (docs/spec-mapping.md, "One API"); each spec's own name is an
+// alias that reads the same value, also after the scale has moved.
+BOOST_AUTO_TEST_CASE(EveryFrontEndReadsItsScaleUnderOneNameAndItsSpecAlias) {
+  const amp::ScalePolicy policy{.InitialScale = 1024.0f, .GrowthInterval = 2, .MinScale = 1.0f, .MaxScale = 4096.0f};
+  FrontEnds ends(policy);
+  auto amp_shared = std::make_shared<amp::DynamicLossScaler>(AmpConfig(policy));
+  amp::GradScaler scaler(amp_shared);
+  const std::shared_ptr<amp::ILossScaler> custom = std::make_shared<amp::StaticLossScaler>(8.0f, false);
+  mp::GradientConversionLayer layer(MixedOptions(policy));
+  const TensorPtr inf16 = FromVector({std::numeric_limits<float>::infinity()}, {1}, DataType::Float16);
+  const TensorPtr one16 = FromVector({1.0f}, {1}, DataType::Float16);
+  for (const bool overflow : {false, false, true, false, false, false}) {
+    ends.Step(overflow);
+    amp_shared->UpdateScale(overflow);
+    layer.ProcessGradients(GradientMap{{"w", overflow ? inf16 : one16}});
+    BOOST_TEST(scaler.Scale() == scaler.CurrentScale());
+    BOOST_TEST(scaler.CurrentScale() == ends.amp_scaler.CurrentScale());
+    BOOST_TEST(ends.amp_scaler.Scale() == ends.amp_scaler.CurrentScale());
+    BOOST_TEST(ends.manager.CurrentLossScale() == ends.manager.CurrentScale());
+    BOOST_TEST(ends.manager.CurrentScale() == ends.mixed.CurrentScale());
+    BOOST_TEST(layer.LossScale() == layer.CurrentScale());
+    BOOST_TEST(layer.CurrentScale() == ends.mixed.CurrentScale());
+  }
+  BOOST_TEST(ends.mixed.CurrentScale() != policy.InitialScale);  // the scale moved, so the aliases were tested live
+  BOOST_TEST(scaler.Enabled() == scaler.IsEnabled());
+  BOOST_TEST(custom->Scale() == 8.0f);
+  BOOST_TEST(custom->Enabled() == custom->IsEnabled());
+  BOOST_TEST(!custom->IsEnabled());
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -136,7 +136,7 @@ BOOST_AUTO_TEST_CASE(GradientConversionLayerThrowsOnceMovedFrom) {
 
   const std::string name = "GradientConversionLayer";
   // NOLINTBEGIN(bugprone-use-after-move,clang-analyzer-cplusplus.Move): the point of the test
-  ExpectMovedFrom([&] { (void)layer.LossScale(); }, name);
+  ExpectMovedFrom([&] { (void)layer.CurrentScale(); }, name);
   ExpectMovedFrom([&] { (void)layer.LossScaler(); }, name);
   ExpectMovedFrom([&] { (void)layer.Precision(); }, name);
   ExpectMovedFrom([&] { (void)layer.ProcessGradients(Fp16Gradients()); }, name);
@@ -149,7 +149,7 @@ BOOST_AUTO_TEST_CASE(GradientConversionLayerThrowsOnceMovedFrom) {
 
   layer = std::move(moved);
   BOOST_TEST((layer.StateDict() == before));
-  BOOST_TEST(layer.LossScale() > 0.0f);
+  BOOST_TEST(layer.CurrentScale() > 0.0f);
   // NOLINTEND(bugprone-use-after-move,clang-analyzer-cplusplus.Move)
 }
 
@@ -170,7 +170,7 @@ BOOST_AUTO_TEST_CASE(CsvWriterThrowsOnceMovedFrom) {
 BOOST_AUTO_TEST_CASE(ScalersAndManagersWhoseMoveIsACopyKeepWorking) {
   amp::StaticLossScaler fixed(256.0f);
   CheckMoveKeepsSource(fixed, [](amp::StaticLossScaler& s) {
-    BOOST_TEST(s.Scale() == 256.0f);
+    BOOST_TEST(s.CurrentScale() == 256.0f);
     BOOST_TEST(!s.UnscaleGradientsAndCheck(Fp16Gradients()).Overflow);
   });
   amp::DynamicLossScaler dynamic({.InitialScale = 1024.0f});

@@ -244,7 +244,7 @@ class FallbackModel {
     return fallen_back_;
   }
   bool FellBack() const { return fallen_back_; }
-  float Scale() const { return fallen_back_ ? 1.0f : state_.Scale; }
+  float CurrentScale() const { return fallen_back_ ? 1.0f : state_.Scale; }
 
  private:
   amp::ScalePolicy policy_;
@@ -351,7 +351,7 @@ class FrontEnds {
              "kept step unscaled to non-finite values" + input);
       expect(fell_back == mixed_model_.Step(skip), "PrecisionManager",
              std::string(fell_back ? "fell back" : "did not fall back") + " against the at-minimum rule");
-      expect(mixed_scaler_.CurrentScale() == mixed_model_.Scale(), "mixed_precision::DynamicLossScaler",
+      expect(mixed_scaler_.CurrentScale() == mixed_model_.CurrentScale(), "mixed_precision::DynamicLossScaler",
              "scale differs from the shared rules");
     }
     {  // GradientConversionLayer (its own scaler and PrecisionManager, fallback on).
@@ -367,7 +367,7 @@ class FrontEnds {
       expect(!result.FellBackToFP32 || result.ShouldSkip, "GradientConversionLayer", "fell back on a kept step");
       expect(layer_.GetStats().FellBackToFP32 == layer_model_.FellBack(), "GradientConversionLayer",
              "stats disagree on the fallback");
-      expect(layer_.LossScale() == layer_model_.Scale(), "GradientConversionLayer",
+      expect(layer_.CurrentScale() == layer_model_.CurrentScale(), "GradientConversionLayer",
              "scale differs from the shared rules");
       if (result.FellBackToFP32) {
         ++fallbacks;

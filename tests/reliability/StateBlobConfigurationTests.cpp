@@ -115,7 +115,7 @@ BOOST_AUTO_TEST_CASE(ConversionLayerScalerTakesTheBlobsGrowthSettings) {
   loaded.LoadStateDict(saved.StateDict());
   BOOST_TEST(loaded.LossScaler()->Options().GrowthInterval == 3);
   BOOST_TEST(loaded.LossScaler()->Options().GrowthFactor == 4.0f);
-  BOOST_TEST(loaded.LossScale() == saved.LossScale());
+  BOOST_TEST(loaded.CurrentScale() == saved.CurrentScale());
   BOOST_TEST((loaded.StateDict() == saved.StateDict()));
 }
 

@@ -68,7 +68,7 @@ struct DynamicScalerStats {
 /// - never: ScaleLoss() on a tensor of the state's device, UnscaleGradients(),
 ///   UnscaleAndRecordOverflow(), UnscaleGradient(), RecordOverflow(), MarkOverflow(),
 ///   ClearRecordedOverflow(), UpdateScale(bool), UpdateScaleFromRecord();
-/// - they return a value read on the device: Scale(), CurrentScale(), State(), GetStats(),
+/// - they return a value read on the device: CurrentScale() (and its alias Scale()), State(), GetStats(),
 ///   StateDict(), GetScaleTensor(), GetInverseScaleTensor(), RecordedOverflow(), copying;
 ///   CheckOverflow() and UnscaleGradientsAndCheck() (they return this call's own overflow);
 /// - they write the state: Reset() (and the first move to the device).
@@ -95,14 +95,12 @@ class MLFRAMEWORK_EXPORT DynamicLossScaler final : public ILossScaler {
   /// Copy assignment (the cached tensors and buffers are not shared).
   DynamicLossScaler& operator=(const DynamicLossScaler& other);
 
-  /// The current scale.
-  float Scale() const override;
-  /// Whether scaling is applied.
-  bool Enabled() const override;
+  /// The current scale (ILossScaler::Scale() is spec 001's name for it).
+  float CurrentScale() const override;
+  /// Whether scaling is applied (ILossScaler::Enabled() is spec 001's name for it).
+  bool IsEnabled() const override;
   /// Enables or disables scaling (do it between iterations); returns true (the scaler has its own switch).
   bool SetEnabled(bool enabled) override;
-  /// The current scale (spec 000's name for Scale()).
-  float CurrentScale() const;
   /// The configuration.
   const DynamicScalerConfig& Config() const noexcept;
   /// The full state of the shared rules (a copy: read from the device when device-owned).
@@ -154,10 +152,8 @@ class MLFRAMEWORK_EXPORT DynamicLossScaler final : public ILossScaler {
   /// The inverse factor as an FP32 scalar cached until the scale changes (1 when disabled).
   TensorPtr GetInverseScaleTensor();
 
-  /// Statistics of the run so far.
-  DynamicScalerStats GetStats() const;
-  /// GetStats(), for callers holding the ILossScaler interface.
-  std::optional<DynamicScalerStats> Statistics() const override { return GetStats(); }
+  /// Statistics of the run so far (always present for this scaler).
+  std::optional<DynamicScalerStats> GetStats() const override;
   /// Back to the initial scale with all counters cleared (configuration and enabled flag kept).
   void Reset() override;
 

@@ -135,7 +135,7 @@ class GradScalerContext;
 ///   `Scale(loss)` that applied a pending result reads the state once); a further optimizer
 ///   reads its own flag, and a joining `Step(o2)` also writes the snapshot back (one
 ///   host-to-device copy); `CheckOverflow()` reads the flag to return its bool;
-/// - when asked: `Scale()`, `GetStats()`, `GetScaleTensor()`, `StateDict()` (which also reads a
+/// - when asked: `CurrentScale()`, `GetStats()`, `GetScaleTensor()`, `StateDict()` (which also reads a
 ///   pending found-inf), `Reset()` (writes the state), the first device iteration (creates it).
 ///
 /// A scaler that keeps the ILossScaler defaults of the found-inf record (the static scaler, most
@@ -159,13 +159,13 @@ class GradScalerContext;
 /// LoadStateDict() restores it. Overflow reports list the gradients in the order given to
 /// SetGradientOrder() (the framework's registration or backward order), the others after them
 /// in name order. StepEvent::MinLossScale is the wrapped scaler's minimum scale (its
-/// Statistics()' MinScale), so OverflowLogger notes when the scale reaches it.
+/// GetStats()' MinScale), so OverflowLogger notes when the scale reaches it.
 /// A further optimizer that joins an iteration `Step(o1)` finished (several optimizers, above) and
 /// overflows where the iteration had not is reported then: the iteration's events come again,
 /// with the same step index, the backoff and the overflow report; otherwise it reports nothing more.
 ///
 /// **Any ILossScaler** is driven through the interface alone, so a custom scaler gets the same
-/// flows, statistics (ILossScaler::Statistics) and checkpoints (ILossScaler::StateDict) as the
+/// flows, statistics (ILossScaler::GetStats) and checkpoints (ILossScaler::StateDict) as the
 /// built-in ones.
 ///
 /// **Disabled**, the scaler passes the loss and gradients through unchanged, never reports
@@ -220,9 +220,14 @@ class MLFRAMEWORK_EXPORT GradScaler {
   /// The wrapped loss scaler.
   const std::shared_ptr<ILossScaler>& Scaler() const;
   /// The current scaling factor.
-  float Scale() const;
+  float CurrentScale() const;
+  /// CurrentScale() under spec 004's name (`GradScaler.Scale { get; }`); not to be confused with
+  /// the action Scale(loss).
+  float Scale() const { return CurrentScale(); }
   /// Whether scaling is applied.
-  bool Enabled() const;
+  bool IsEnabled() const;
+  /// IsEnabled() under spec 004's name (`GradScaler.Enabled { get; }`).
+  bool Enabled() const { return IsEnabled(); }
   /// Where the current iteration stands.
   IterationState State() const;
 
@@ -270,8 +275,8 @@ class MLFRAMEWORK_EXPORT GradScaler {
   void Reset();
   /// The factor the loss is multiplied by, as an FP32 scalar (1 when disabled), cached until it changes.
   TensorPtr GetScaleTensor();
-  /// The wrapped scaler's statistics (ILossScaler::Statistics): the dynamic scaler's; empty for the
-  /// static scaler and for a custom scaler that does not override Statistics().
+  /// The wrapped scaler's statistics (ILossScaler::GetStats): the dynamic scaler's; empty for the
+  /// static scaler and for a custom scaler that does not override GetStats().
   std::optional<DynamicScalerStats> GetStats() const;
 
   /// The report of the most recent iteration that overflowed (since construction or Reset()), or

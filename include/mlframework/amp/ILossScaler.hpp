@@ -12,7 +12,7 @@
 
 namespace mlframework::amp {
 
-struct DynamicScalerStats;  // amp/DynamicLossScaler.hpp; include it to override Statistics()
+struct DynamicScalerStats;  // amp/DynamicLossScaler.hpp; include it to override GetStats()
 
 /// Result of unscaling a gradient list with the overflow check fused into the same pass.
 struct UnscaledGradients {
@@ -23,7 +23,9 @@ struct UnscaledGradients {
 /// A loss-scaling policy: scale the loss before backward, unscale the gradients
 /// after it, detect overflow, and adapt the scale.
 ///
-/// The six pure members are spec 001's interface; a subclass only has to implement them.
+/// The six pure members are spec 001's interface; a subclass only has to implement them. Spec 001's
+/// getters `Scale` and `Enabled` are CurrentScale() and IsEnabled() here, the names every front end
+/// of the library uses; Scale() and Enabled() stay as aliases.
 /// GradScaler drives every scaler, built in or yours, through this interface alone, so the
 /// other members have defaults built on the six and a subclass overrides them to do better:
 ///
@@ -33,12 +35,12 @@ struct UnscaledGradients {
 /// | the found-inf record (UnscaleAndRecordOverflow() ... UpdateScaleFromRecord()) | a host flag |
 /// | SetEnabled() | returns false: GradScaler then keeps its own switch in front of the scaler |
 /// | Reset() | nothing (the scaler has no state the interface can see to reset) |
-/// | GetScaleTensor() | a new FP32 scalar of `Enabled() ? Scale() : 1` |
-/// | Statistics() | empty |
-/// | StateDict() / LoadStateDict() | Scale() and Enabled(); loading another state throws (see LoadStateDict()) |
+/// | GetScaleTensor() | a new FP32 scalar of `IsEnabled() ? CurrentScale() : 1` |
+/// | GetStats() | empty |
+/// | StateDict() / LoadStateDict() | CurrentScale() and IsEnabled(); another state throws (LoadStateDict()) |
 /// | ScaleSnapshot() / RestoreScaleSnapshot() | StateDict() / LoadStateDict() |
 ///
-/// A policy whose state goes beyond Scale() and Enabled() (a counter of clean steps, a
+/// A policy whose state goes beyond CurrentScale() and IsEnabled() (a counter of clean steps, a
 /// configuration) overrides StateDict() and LoadStateDict(), and GradScaler checkpoints it
 /// like the built-in scalers (samples/custom_loss_scaler shows one).
 ///
@@ -49,9 +51,13 @@ class MLFRAMEWORK_EXPORT ILossScaler {
   virtual ~ILossScaler();
 
   /// The current scaling factor.
-  virtual float Scale() const = 0;
+  virtual float CurrentScale() const = 0;
   /// Whether scaling is applied (a disabled scaler passes values through unchanged).
-  virtual bool Enabled() const = 0;
+  virtual bool IsEnabled() const = 0;
+  /// CurrentScale() under spec 001's name (`ILossScaler.Scale`).
+  float Scale() const { return CurrentScale(); }
+  /// IsEnabled() under spec 001's name (`ILossScaler.Enabled`).
+  bool Enabled() const { return IsEnabled(); }
   /// The loss multiplied by the scale, to run backward on. ArgumentNullError for a null loss.
   virtual TensorPtr ScaleLoss(const TensorPtr& loss) = 0;
   /// The gradients divided by the scale, by parameter name.
@@ -108,15 +114,15 @@ class MLFRAMEWORK_EXPORT ILossScaler {
   /// Default: a new scalar each call (the built-ins cache theirs until the scale changes).
   virtual TensorPtr GetScaleTensor();
   /// Statistics of the scaling run so far, when the scaler keeps them. Default: empty.
-  virtual std::optional<DynamicScalerStats> Statistics() const;
+  virtual std::optional<DynamicScalerStats> GetStats() const;
 
   /// Versioned blob of the scaler's state, for checkpoints.
-  /// Default: a blob (kind `amp.ILossScaler`) of Scale() and Enabled().
+  /// Default: a blob (kind `amp.ILossScaler`) of CurrentScale() and IsEnabled().
   virtual std::vector<std::byte> StateDict() const;
   /// Restores StateDict(). An override must validate the whole blob before changing anything:
   /// ArgumentError for a truncated, corrupted or foreign blob, and the scaler unchanged.
   /// Default: validates the default blob (ArgumentError as above); when it equals the current
-  /// Scale() and Enabled() there is nothing to restore, otherwise InvalidOperationError naming
+  /// CurrentScale() and IsEnabled() there is nothing to restore, otherwise InvalidOperationError naming
   /// both states, because the interface cannot set them: override both members to restore.
   virtual void LoadStateDict(std::span<const std::byte> state);
 

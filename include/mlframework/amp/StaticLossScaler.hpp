@@ -47,9 +47,9 @@ class MLFRAMEWORK_EXPORT StaticLossScaler final : public ILossScaler {
   StaticLossScaler& operator=(const StaticLossScaler& other);
 
   /// The constant scale (also when disabled).
-  float Scale() const override;
+  float CurrentScale() const override;
   /// Whether scaling is applied.
-  bool Enabled() const override;
+  bool IsEnabled() const override;
   /// Enables or disables scaling (do it between iterations); returns true (the scaler has its own switch).
   bool SetEnabled(bool enabled) override;
   /// Turns amax tracking on or off (ILossScaler, "Amax"); true.

@@ -51,7 +51,7 @@ class MLFRAMEWORK_EXPORT HostScaleState final : public DeviceScaleState {
   void SetAmax(float amax) noexcept { amax_ = amax; }
 
   /// The current scale (what the host kernels multiply by, or by the inverse of).
-  float Scale() const noexcept { return state_.Scale; }
+  float CurrentScale() const noexcept { return state_.Scale; }
   /// ORs @p found into the flag.
   void Record(bool found) noexcept { found_inf_ = found_inf_ || found; }
   /// Advances the state with the flag, records the skip decision and clears the flag.

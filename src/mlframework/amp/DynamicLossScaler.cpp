@@ -75,13 +75,12 @@ DynamicLossScaler& DynamicLossScaler::operator=(const DynamicLossScaler& other) 
   return *this;
 }
 
-float DynamicLossScaler::Scale() const { return impl_->owner.Read().Scale; }
-bool DynamicLossScaler::Enabled() const { return impl_->config.Enabled; }
+float DynamicLossScaler::CurrentScale() const { return impl_->owner.Read().Scale; }
+bool DynamicLossScaler::IsEnabled() const { return impl_->config.Enabled; }
 bool DynamicLossScaler::SetEnabled(bool enabled) {
   impl_->config.Enabled = enabled;
   return true;
 }
-float DynamicLossScaler::CurrentScale() const { return impl_->owner.Read().Scale; }
 const DynamicScalerConfig& DynamicLossScaler::Config() const noexcept { return impl_->config; }
 ScaleState DynamicLossScaler::State() const { return impl_->owner.Read(); }
 DeviceScaleState* DynamicLossScaler::DeviceState() const noexcept { return impl_->owner.DeviceState(); }
@@ -212,7 +211,7 @@ TensorPtr DynamicLossScaler::GetInverseScaleTensor() {
   return impl_->inverse_tensor.Get(impl_->config.Enabled ? InverseScale(impl_->owner.Read().Scale) : 1.0f);
 }
 
-DynamicScalerStats DynamicLossScaler::GetStats() const {
+std::optional<DynamicScalerStats> DynamicLossScaler::GetStats() const {
   const ScaleState s = impl_->owner.Read();
   return DynamicScalerStats{.CurrentScale = s.Scale,
                             .StepsSinceLastOverflow = s.StepsSinceLastOverflow,

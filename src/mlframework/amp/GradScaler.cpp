@@ -153,7 +153,7 @@ struct GradScaler::Impl {
   std::optional<OverflowReport> pending_report;  // this iteration's, built once its overflow is known
   std::optional<OverflowReport> last_overflow;   // committed when an overflowed iteration finishes
 
-  bool Enabled() const { return own_enabled && scaler->Enabled(); }
+  bool IsEnabled() const { return own_enabled && scaler->IsEnabled(); }
 
   // The group of this iteration that @p optimizer stepped or claimed, or that holds @p gradients.
   UnscaledGroup* FindGroup(const IOptimizer* optimizer, const GradientMap& gradients) {
@@ -205,7 +205,7 @@ struct GradScaler::Impl {
   // always for host gradients, on a device only for observers (the scan waits for the device).
   void ReportOverflow(const GradientMap& checked) {
     if (!pending_report && (!observers.empty() || mlframework::detail::ReportCostsNoWait(checked))) {
-      pending_report = OverflowReport::FromGradients(checked, steps, scaler->Scale());
+      pending_report = OverflowReport::FromGradients(checked, steps, scaler->CurrentScale());
       pending_report->OrderBy(gradient_order);
     }
   }
@@ -218,7 +218,7 @@ struct GradScaler::Impl {
   }
 
   // The record; a device-resident record is read here, and only here.
-  bool FoundInf() const { return Enabled() && scaler->RecordedOverflow(); }
+  bool FoundInf() const { return IsEnabled() && scaler->RecordedOverflow(); }
   // The iteration's found-inf so far (the record and what was carried out of it).
   bool IterationFound() const { return HoldsRecord(state) && (carried_found || FoundInf()); }
 
@@ -226,7 +226,7 @@ struct GradScaler::Impl {
   // yet and into carried_found (read on the host unless every group's is known), the record
   // keeps only the checks, so that the next read is the new group's own found-inf.
   void CarryRecord() {
-    if (!Enabled()) {
+    if (!IsEnabled()) {
       return;
     }
     const bool known = std::all_of(groups.begin(), groups.end(), [](const UnscaledGroup& g) { return g.found; });
@@ -260,7 +260,7 @@ struct GradScaler::Impl {
   // Unscales @p source as a new group and ORs its overflow into the record (on a device: its flag, no synchronisation).
   UnscaledGroup& UnscaleGroup(const GradientMap& source, const IOptimizer* optimizer) {
     GradientMap result;
-    if (!Enabled()) {
+    if (!IsEnabled()) {
       TensorList(source);  // the same null check as when enabled
       result = source;
     } else {
@@ -337,7 +337,7 @@ struct GradScaler::Impl {
     const bool observed = !observers.empty();
     float old_scale = 0.0f;
     if (observed) {
-      old_scale = scaler->Scale();
+      old_scale = scaler->CurrentScale();
       for (const UnscaledGroup& group : groups) {
         if (!pending_report && (group.found ? *group.found : FoundInf())) {
           ReportOverflow(group.result);  // Update() after Unscale() alone: the flag is read here
@@ -346,10 +346,10 @@ struct GradScaler::Impl {
     }
     if (amax_tracking) {
       // Read before the update: the record (and with it the amax) is the iteration's.
-      last_amax = Enabled() && unscaled_this_iteration ? MaxOf(carried_amax, scaler->RecordedAmax()) : std::nullopt;
+      last_amax = IsEnabled() && unscaled_this_iteration ? MaxOf(carried_amax, scaler->RecordedAmax()) : std::nullopt;
     }
     Finished done;
-    if (Enabled()) {
+    if (IsEnabled()) {
       if (keep_open) {
         // Every group's result on the host, for a further optimizer of this iteration: only a
         // group unscaled after the one stepped (Unscale(o1), Unscale(o2), Step(o1)) is read here.
@@ -401,7 +401,7 @@ struct GradScaler::Impl {
     mlframework::detail::StepNotice notice;
     notice.Event = StepEvent{.Step = step,
                              .LossScale = old_scale,
-                             .NewLossScale = scaler->Scale(),
+                             .NewLossScale = scaler->CurrentScale(),
                              .Skipped = overflowed,
                              .GradientNorm = std::nullopt,
                              .GradientAmax = last_amax,
@@ -412,10 +412,10 @@ struct GradScaler::Impl {
 
   // The scaler's lowest scale when it has one (a dynamic scaler's configured MinScale), for StepEvent.
   std::optional<float> MinScale() const {
-    if (!Enabled()) {
+    if (!IsEnabled()) {
       return std::nullopt;
     }
-    const std::optional<DynamicScalerStats> stats = scaler->Statistics();
+    const std::optional<DynamicScalerStats> stats = scaler->GetStats();
     return stats && stats->MinScale > 0.0f ? std::optional<float>(stats->MinScale) : std::nullopt;
   }
 
@@ -467,8 +467,8 @@ GradScaler::Impl& GradScaler::Live() const {
 }
 
 const std::shared_ptr<ILossScaler>& GradScaler::Scaler() const { return Live().scaler; }
-float GradScaler::Scale() const { return Live().scaler->Scale(); }
-bool GradScaler::Enabled() const { return Live().Enabled(); }
+float GradScaler::CurrentScale() const { return Live().scaler->CurrentScale(); }
+bool GradScaler::IsEnabled() const { return Live().IsEnabled(); }
 GradScaler::IterationState GradScaler::State() const { return Live().state; }
 
 TensorPtr GradScaler::Scale(const TensorPtr& loss) {
@@ -482,7 +482,7 @@ TensorPtr GradScaler::Scale(const TensorPtr& loss) {
     // flow skips it on overflow): apply it now, once.
     notice = s.Finish(false);
   }
-  TensorPtr scaled = s.Enabled() ? s.scaler->ScaleLoss(loss) : loss;
+  TensorPtr scaled = s.IsEnabled() ? s.scaler->ScaleLoss(loss) : loss;
   s.ForgetPrevious();  // a new loss means new gradients
   s.state = Phase::LossScaled;
   s.Notify(notice);
@@ -553,7 +553,7 @@ bool GradScaler::CheckOverflow(const GradientMap& gradients) {
     }
     return found;
   }
-  const bool overflow = s.Enabled() && s.scaler->CheckOverflow(gradients);
+  const bool overflow = s.IsEnabled() && s.scaler->CheckOverflow(gradients);
   if (overflow) {
     s.ReportOverflow(gradients);  // before any change: it may throw (a tensor that cannot be read)
   }
@@ -685,7 +685,7 @@ bool GradScaler::StepImpl(IOptimizer& optimizer, StepMode mode) {
       if (!reported_before) {
         s.pending_report.reset();
       }
-      if (s.Enabled()) {
+      if (s.IsEnabled()) {
         s.RestoreRecordOfChecks();
         const bool in_place = std::any_of(failed.source.begin(), failed.source.end(), [&](const auto& entry) {
           const auto it = failed.result.find(entry.first);
@@ -783,7 +783,7 @@ bool GradScaler::RemoveObserver(const std::shared_ptr<ITrainingObserver>& observ
 
 TensorPtr GradScaler::GetScaleTensor() {
   Impl& s = Live();
-  const float factor = s.Enabled() ? s.scaler->Scale() : 1.0f;
+  const float factor = s.IsEnabled() ? s.scaler->CurrentScale() : 1.0f;
   if (!s.scale_tensor || s.scale_tensor_value != factor) {
     // A scaler disabled by the own switch still reports its scale: the factor is 1 then.
     s.scale_tensor = s.own_enabled ? s.scaler->GetScaleTensor() : Scalar(1.0f);
@@ -792,7 +792,7 @@ TensorPtr GradScaler::GetScaleTensor() {
   return s.scale_tensor;
 }
 
-std::optional<DynamicScalerStats> GradScaler::GetStats() const { return Live().scaler->Statistics(); }
+std::optional<DynamicScalerStats> GradScaler::GetStats() const { return Live().scaler->GetStats(); }
 
 std::vector<std::byte> GradScaler::StateDict() const {
   const Impl& s = Live();

@@ -58,14 +58,14 @@ std::optional<float> ILossScaler::RecordedAmax() const { return std::nullopt; }
 
 void ILossScaler::Reset() {}
 
-TensorPtr ILossScaler::GetScaleTensor() { return Scalar(Enabled() ? Scale() : 1.0f); }
+TensorPtr ILossScaler::GetScaleTensor() { return Scalar(IsEnabled() ? CurrentScale() : 1.0f); }
 
-std::optional<DynamicScalerStats> ILossScaler::Statistics() const { return std::nullopt; }
+std::optional<DynamicScalerStats> ILossScaler::GetStats() const { return std::nullopt; }
 
 std::vector<std::byte> ILossScaler::StateDict() const {
   mlframework::detail::BlobWriter writer(kKind, kVersion);
-  writer.F32(Scale());
-  writer.U8(Enabled() ? 1 : 0);
+  writer.F32(CurrentScale());
+  writer.U8(IsEnabled() ? 1 : 0);
   return writer.Finish();
 }
 
@@ -74,11 +74,11 @@ void ILossScaler::LoadStateDict(std::span<const std::byte> state) {
   const float scale = reader.F32();
   const bool enabled = reader.Flag("enabled");
   reader.ExpectEnd();
-  if (scale == Scale() && enabled == Enabled()) {
+  if (scale == CurrentScale() && enabled == IsEnabled()) {
     return;  // the checkpoint is the current state: nothing to restore
   }
   throw InvalidOperationError("ILossScaler::LoadStateDict(): the checkpoint holds " + Describe(scale, enabled) +
-                              " but this scaler is at " + Describe(Scale(), Enabled()) +
+                              " but this scaler is at " + Describe(CurrentScale(), IsEnabled()) +
                               ", and its class does not override LoadStateDict(), so the interface cannot set "
                               "them. Override StateDict() and LoadStateDict() in your ILossScaler to checkpoint it.");
 }

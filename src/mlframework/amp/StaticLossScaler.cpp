@@ -51,8 +51,8 @@ StaticLossScaler& StaticLossScaler::operator=(const StaticLossScaler& other) {
   return *this;
 }
 
-float StaticLossScaler::Scale() const { return impl_->scale; }
-bool StaticLossScaler::Enabled() const { return impl_->enabled; }
+float StaticLossScaler::CurrentScale() const { return impl_->scale; }
+bool StaticLossScaler::IsEnabled() const { return impl_->enabled; }
 bool StaticLossScaler::SetEnabled(bool enabled) {
   impl_->enabled = enabled;
   return true;

@@ -66,7 +66,7 @@ std::unique_ptr<DeviceScaleState> HostScalingBackend::CreateScaleState(Device /*
 }
 
 void HostScalingBackend::ScaleWithState(std::span<ITensor* const> tensors, DeviceScaleState& state) const {
-  Scale(tensors, HostState(state).Scale());
+  Scale(tensors, HostState(state).CurrentScale());
 }
 
 namespace {
@@ -85,20 +85,20 @@ void Record(HostScaleState& host, const NonFiniteAndAmax& result) {
 void HostScalingBackend::UnscaleWithState(std::span<ITensor* const> tensors, DeviceScaleState& state) const {
   HostScaleState& host = HostState(state);
   if (host.AmaxTracking()) {
-    Record(host, UnscaleCheckAndAmax(tensors, InverseScale(host.Scale())));
+    Record(host, UnscaleCheckAndAmax(tensors, InverseScale(host.CurrentScale())));
     return;
   }
-  host.Record(UnscaleAndCheck(tensors, InverseScale(host.Scale())));
+  host.Record(UnscaleAndCheck(tensors, InverseScale(host.CurrentScale())));
 }
 
 void HostScalingBackend::CastUnscaledWithState(std::span<const ITensor* const> src, std::span<ITensor* const> dst,
                                                DeviceScaleState& state) const {
   HostScaleState& host = HostState(state);
   if (host.AmaxTracking()) {
-    Record(host, CastIntoAndAmax(src, dst, InverseScale(host.Scale())));
+    Record(host, CastIntoAndAmax(src, dst, InverseScale(host.CurrentScale())));
     return;
   }
-  host.Record(CastInto(src, dst, InverseScale(host.Scale())));
+  host.Record(CastInto(src, dst, InverseScale(host.CurrentScale())));
 }
 
 void HostScalingBackend::CheckWithState(std::span<const ITensor* const> tensors, DeviceScaleState& state) const {
@@ -141,20 +141,20 @@ void HostScalingBackend::UpdateScale(DeviceScaleState& state) const { HostState(
 void HostScalingBackend::UnscaleListWithState(std::span<const TensorPtr> tensors, DeviceScaleState& state) const {
   HostScaleState& host = HostState(state);
   if (host.AmaxTracking()) {
-    Record(host, mlframework::UnscaleCheckAndAmax(tensors, InverseScale(host.Scale())));
+    Record(host, mlframework::UnscaleCheckAndAmax(tensors, InverseScale(host.CurrentScale())));
     return;
   }
-  host.Record(mlframework::UnscaleAndCheck(tensors, InverseScale(host.Scale())));
+  host.Record(mlframework::UnscaleAndCheck(tensors, InverseScale(host.CurrentScale())));
 }
 
 void HostScalingBackend::CastUnscaledListWithState(std::span<const TensorPtr> src, std::span<const TensorPtr> dst,
                                                    DeviceScaleState& state) const {
   HostScaleState& host = HostState(state);
   if (host.AmaxTracking()) {
-    Record(host, mlframework::CastIntoAndAmax(src, dst, InverseScale(host.Scale())));
+    Record(host, mlframework::CastIntoAndAmax(src, dst, InverseScale(host.CurrentScale())));
     return;
   }
-  host.Record(mlframework::CastInto(src, dst, InverseScale(host.Scale())));
+  host.Record(mlframework::CastInto(src, dst, InverseScale(host.CurrentScale())));
 }
 
 void HostScalingBackend::CheckListWithState(std::span<const TensorPtr> tensors, DeviceScaleState& state) const {
@@ -162,7 +162,7 @@ void HostScalingBackend::CheckListWithState(std::span<const TensorPtr> tensors, 
 }
 
 TensorPtr HostScalingBackend::ScaledLoss(const ITensor& loss, DeviceScaleState& state) const {
-  return loss.Multiply(HostState(state).Scale());
+  return loss.Multiply(HostState(state).CurrentScale());
 }
 
 std::vector<TensorPtr> HostScalingBackend::Float32Outputs(std::span<const TensorPtr> like) const {

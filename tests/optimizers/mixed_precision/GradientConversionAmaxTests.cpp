@@ -50,7 +50,7 @@ BOOST_AUTO_TEST_CASE(TracksTheCheckedSteps) {
   // A skipped step reports the amax of its finite values, in either dtype.
   BOOST_TEST(layer.ProcessGradients(Gradients(1024.0f, 2.0f, kInf)).ShouldSkip);
   BOOST_TEST(layer.LastAmax().value_or(-1.0f) == 3.0f);
-  const float scale = layer.LossScale();
+  const float scale = layer.CurrentScale();
   GradientMap poisoned = Gradients(scale, 5.0f);
   poisoned.emplace("nan", FromVector({std::numeric_limits<float>::quiet_NaN()}, {1}));
   BOOST_TEST(layer.ProcessGradients(poisoned).ShouldSkip);
@@ -58,7 +58,7 @@ BOOST_AUTO_TEST_CASE(TracksTheCheckedSteps) {
 
   layer.SetAmaxTracking(false);
   BOOST_TEST(!layer.LastAmax().has_value());
-  BOOST_TEST(!layer.ProcessGradients(Gradients(layer.LossScale(), 2.0f)).ShouldSkip);
+  BOOST_TEST(!layer.ProcessGradients(Gradients(layer.CurrentScale(), 2.0f)).ShouldSkip);
   BOOST_TEST(!layer.LastAmax().has_value());
 }
 
@@ -80,7 +80,7 @@ BOOST_AUTO_TEST_CASE(WithClippingFromTheWritingPass) {
                    boost::test_tools::per_element());
       }
       // A step that the norm pass skips has no amax.
-      BOOST_TEST(layer.ProcessGradients(Gradients(layer.LossScale(), 2.0f, kInf)).ShouldSkip);
+      BOOST_TEST(layer.ProcessGradients(Gradients(layer.CurrentScale(), 2.0f, kInf)).ShouldSkip);
       BOOST_TEST(!layer.LastAmax().has_value());
     }
   }

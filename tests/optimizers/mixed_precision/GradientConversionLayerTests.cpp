@@ -50,7 +50,7 @@ BOOST_AUTO_TEST_CASE(ConstructorsCheckTheirArguments) {
   BOOST_CHECK_EXCEPTION(GradientConversionLayer(MixedPrecisionOptions{.GrowthInterval = -5}), ArgumentError,
                         [](const ArgumentError& e) { return e.Parameter() == "GrowthInterval"; });
   const GradientConversionLayer layer;
-  BOOST_TEST(layer.LossScale() == 65536.0f);
+  BOOST_TEST(layer.CurrentScale() == 65536.0f);
   BOOST_TEST(layer.ClipCount() == 0);
   BOOST_TEST(layer.LastGradientNorm() == 0.0f);
 }
@@ -60,7 +60,7 @@ BOOST_AUTO_TEST_CASE(SharedScalerIsSeenByTheLayer) {
   auto scaler = std::make_shared<DynamicLossScaler>(options);
   GradientConversionLayer layer(options, scaler, std::make_shared<PrecisionManager>(options));
   scaler->UpdateScale(true);
-  BOOST_TEST(layer.LossScale() == 256.0f);
+  BOOST_TEST(layer.CurrentScale() == 256.0f);
   BOOST_TEST(layer.LossScaler() == scaler);
 }
 
@@ -119,7 +119,7 @@ BOOST_AUTO_TEST_CASE(OverflowSkipsWithAnEmptyMap) {
       layer.ProcessGradients({{"a", clean}, {"b", Vec(big, DataType::Float16)}, {"c", Vec({5.0f})}});
   BOOST_TEST(skip);
   BOOST_TEST(gradients.empty());
-  BOOST_TEST(layer.LossScale() == 512.0f);
+  BOOST_TEST(layer.CurrentScale() == 512.0f);
   BOOST_TEST(layer.ClipCount() == 0);
   BOOST_TEST(layer.LastGradientNorm() == 0.0f);
   BOOST_TEST(layer.LossScaler()->TotalOverflows() == 1);
@@ -127,7 +127,7 @@ BOOST_AUTO_TEST_CASE(OverflowSkipsWithAnEmptyMap) {
   const TensorPtr fp32 = Vec({2.0f, -kInf});
   BOOST_TEST(layer.ProcessGradients({{"a", clean}, {"f", fp32}}).ShouldSkip);
   BOOST_TEST(Values(fp32)[0] == 2.0f);
-  BOOST_TEST(layer.LossScale() == 256.0f);
+  BOOST_TEST(layer.CurrentScale() == 256.0f);
 }
 
 BOOST_AUTO_TEST_CASE(EmptyMapIsACleanStep) {
@@ -206,7 +206,7 @@ BOOST_AUTO_TEST_CASE(GrowthStepUnscalesByTheScaleTheGradientsWereMadeWith) {
   GradientConversionLayer layer(MixedPrecisionOptions{.InitialLossScale = 64.0f, .GrowthInterval = 1});
   const auto [gradients, skip] = layer.ProcessGradients({{"a", Vec({64.0f}, DataType::Float16)}});
   BOOST_TEST(!skip);
-  BOOST_TEST(layer.LossScale() == 128.0f);           // grown by this step
+  BOOST_TEST(layer.CurrentScale() == 128.0f);        // grown by this step
   BOOST_TEST(Values(gradients.at("a"))[0] == 1.0f);  // but unscaled by 64
 }
 
@@ -401,12 +401,12 @@ BOOST_AUTO_TEST_CASE(AutoFallbackContinuesTrainingInFP32) {
       BOOST_TEST(result.Gradients.empty());
     }
   }
-  BOOST_TEST(layer.LossScale() == 1.0f);
+  BOOST_TEST(layer.CurrentScale() == 1.0f);
   BOOST_TEST(layer.LossScaler()->TotalOverflows() == 9);
   // Reset clears the statistics, not the fallback.
   layer.Reset();
   BOOST_TEST(layer.GetStats().FellBackToFP32);
-  BOOST_TEST(layer.LossScale() == 1.0f);
+  BOOST_TEST(layer.CurrentScale() == 1.0f);
 }
 
 BOOST_AUTO_TEST_CASE(NonFiniteGradientsAreSkippedOnEveryStepThroughTheFallback) {
@@ -474,7 +474,7 @@ BOOST_AUTO_TEST_CASE(StateDictResumesTheWholeLayer) {
   // Valid frame, but the scaler inside does not fit this layer's bounds: nothing is committed.
   GradientConversionLayer e(MixedPrecisionOptions{.InitialLossScale = 2.0f, .MaxLossScale = 4.0f});
   BOOST_CHECK_THROW(e.LoadStateDict(d.StateDict()), ArgumentError);
-  BOOST_TEST(e.LossScale() == 2.0f);
+  BOOST_TEST(e.CurrentScale() == 2.0f);
   BOOST_TEST(e.ClipCount() == 0);
 }
 
@@ -502,7 +502,7 @@ BOOST_AUTO_TEST_CASE(ALayerBlobWithAVersionOnePrecisionManagerStillLoads) {
   BOOST_TEST(layer.ClipCount() == 3);
   BOOST_TEST(layer.GetStats().FellBackToFP32);
   BOOST_TEST(layer.GetStats().FallbackStep == 0);  // version 1 did not record it
-  BOOST_TEST(layer.LossScale() == 1.0f);
+  BOOST_TEST(layer.CurrentScale() == 1.0f);
   // Resumed in FP32, still checking: a NaN step is skipped, a clean one kept.
   BOOST_TEST(layer.ProcessGradients({{"w", Vec({kNaN})}}).ShouldSkip);
   BOOST_TEST(!layer.ProcessGradients({{"w", Vec({0.5f})}}).ShouldSkip);

@@ -44,7 +44,7 @@ namespace mlframework::distributed::fsdp {
 /// NcclProcessGroupOptions::Blocking it waits), and the agreed decision is read once because
 /// CheckOverflow() returns it. With
 /// any other group (MPI, local) the local flag is read and agreed with AllReduceHost, as for host
-/// tensors. CurrentLossScale(), StepsSinceOverflow(), State() and StateDict() read the device
+/// tensors. CurrentScale(), StepsSinceLastOverflow(), State() and StateDict() read the device
 /// state (cached until the next update); ResetLossScale() and LoadStateDict() write it.
 ///
 /// **Overflow reports** are a collective, so they are opt-in: with SetOverflowReports(true), or
@@ -82,23 +82,25 @@ class MLFRAMEWORK_EXPORT FSDPMixedPrecisionManager {
   /// @p mixedPrecisionGrad in BackwardDType (FP32; the same tensor when it already is).
   /// ArgumentNullError for null.
   TensorPtr ConvertGradientToFP32(const TensorPtr& mixedPrecisionGrad) const;
-  /// A new tensor holding `loss * CurrentLossScale()`, or @p loss itself without loss scaling.
+  /// A new tensor holding `loss * CurrentScale()`, or @p loss itself without loss scaling.
   /// ArgumentNullError for null.
   TensorPtr ScaleLoss(const TensorPtr& loss) const;
   /// Collective: true when any rank's @p gradients (null entries skipped) hold Inf or NaN; then
   /// updates the scale by the shared rules. Always false without loss scaling. ArgumentError
   /// naming an FP8 gradient and its dtype (loss scaling refuses FP8), nothing changed.
   bool CheckOverflow(const GradientMap& gradients);
-  /// Collective: multiplies @p gradients in place by `1 / CurrentLossScale()` and checks them in
+  /// Collective: multiplies @p gradients in place by `1 / CurrentScale()` and checks them in
   /// the same pass, agrees across ranks and updates the scale like CheckOverflow(). Without loss
   /// scaling the gradients are left as they are and only checked: true when any rank's gradients
   /// hold Inf or NaN (one read and a host all-reduce MAX; no scale changes). FP8 gradients as
   /// CheckOverflow().
   bool UnscaleAndCheckOverflow(const GradientMap& gradients);
   /// The current loss scale.
-  float CurrentLossScale() const;
+  float CurrentScale() const;
+  /// CurrentScale() under spec 002's name (`CurrentLossScale` property).
+  float CurrentLossScale() const { return CurrentScale(); }
   /// Clean steps since the last overflow or growth.
-  std::int64_t StepsSinceOverflow() const;
+  std::int64_t StepsSinceLastOverflow() const;
   /// The full scaling state (counters included).
   ScaleState State() const;
   /// The state while it lives in device memory, else null.

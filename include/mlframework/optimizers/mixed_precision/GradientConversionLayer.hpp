@@ -110,7 +110,9 @@ class MLFRAMEWORK_EXPORT GradientConversionLayer {
   GradientConversionLayer();
 
   /// Current loss scale factor.
-  float LossScale() const;
+  float CurrentScale() const;
+  /// CurrentScale() under spec 003's name (`LossScale` property).
+  float LossScale() const { return CurrentScale(); }
   /// Number of gradient clipping operations performed.
   std::int64_t ClipCount() const noexcept { return clip_count_; }
   /// Global L2 norm of the last unscaled gradients measured for clipping.

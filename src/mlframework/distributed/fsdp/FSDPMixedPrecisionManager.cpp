@@ -253,8 +253,8 @@ bool FSDPMixedPrecisionManager::AmaxTracking() const noexcept { return amax_trac
 
 std::optional<float> FSDPMixedPrecisionManager::LastAmax() const noexcept { return last_amax_; }
 
-float FSDPMixedPrecisionManager::CurrentLossScale() const { return owner_->Read().Scale; }
-std::int64_t FSDPMixedPrecisionManager::StepsSinceOverflow() const { return owner_->Read().StepsSinceLastOverflow; }
+float FSDPMixedPrecisionManager::CurrentScale() const { return owner_->Read().Scale; }
+std::int64_t FSDPMixedPrecisionManager::StepsSinceLastOverflow() const { return owner_->Read().StepsSinceLastOverflow; }
 ScaleState FSDPMixedPrecisionManager::State() const { return owner_->Read(); }
 DeviceScaleState* FSDPMixedPrecisionManager::DeviceState() const noexcept { return owner_->DeviceState(); }
 void FSDPMixedPrecisionManager::ResetLossScale() {

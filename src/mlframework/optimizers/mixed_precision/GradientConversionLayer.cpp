@@ -74,7 +74,7 @@ PrecisionManager& GradientConversionLayer::Manager() const {
   return mlframework::detail::Live(precision_manager_, "GradientConversionLayer");
 }
 
-float GradientConversionLayer::LossScale() const { return Scaler().CurrentScale(); }
+float GradientConversionLayer::CurrentScale() const { return Scaler().CurrentScale(); }
 
 const std::shared_ptr<DynamicLossScaler>& GradientConversionLayer::LossScaler() const {
   (void)Scaler();  // InvalidOperationError once moved from, rather than a null pointer
