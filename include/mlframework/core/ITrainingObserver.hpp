@@ -55,18 +55,18 @@ class MLFRAMEWORK_EXPORT ITrainingObserver {
 
   /// The step's gradients held Inf or NaN; @p report lists them.
   virtual void OnOverflow(const OverflowReport& report);
-  /// The optimizer step @p step was skipped; the gradients were produced with @p lossScale.
-  virtual void OnSkippedStep(std::int64_t step, float lossScale);
-  /// The scale grew from @p oldScale to @p newScale after @p step.
-  virtual void OnScaleGrowth(std::int64_t step, float oldScale, float newScale);
-  /// The scale backed off from @p oldScale to @p newScale after @p step.
-  virtual void OnScaleBackoff(std::int64_t step, float oldScale, float newScale);
+  /// The optimizer step @p step was skipped; the gradients were produced with @p loss_scale.
+  virtual void OnSkippedStep(std::int64_t step, float loss_scale);
+  /// The scale grew from @p old_scale to @p new_scale after @p step.
+  virtual void OnScaleGrowth(std::int64_t step, float old_scale, float new_scale);
+  /// The scale backed off from @p old_scale to @p new_scale after @p step.
+  virtual void OnScaleBackoff(std::int64_t step, float old_scale, float new_scale);
   /// GradientConversionLayer fell back to FP32 at @p step (the precision manager's auto-fallback);
   /// from now on the scale is 1 and steps with non-finite gradients are still skipped.
   virtual void OnFallbackToFP32(std::int64_t step);
-  /// The gradients of @p step were clipped: their global norm was @p normBeforeClipping and
+  /// The gradients of @p step were clipped: their global norm was @p norm_before_clipping and
   /// they were multiplied by @p coefficient.
-  virtual void OnClipping(std::int64_t step, float normBeforeClipping, float coefficient);
+  virtual void OnClipping(std::int64_t step, float norm_before_clipping, float coefficient);
   /// The step is finished (every step, clean or not; last callback of the step).
   virtual void OnStep(const StepEvent& event);
 

@@ -52,9 +52,9 @@ struct MLFRAMEWORK_EXPORT OverflowReport {
 
   /// The report of @p gradients on this process (rank @p rank): one ScanNonFinite() pass.
   /// ArgumentNullError naming a null entry.
-  static OverflowReport FromGradients(const GradientMap& gradients, std::int64_t step, float lossScale, int rank = 0);
+  static OverflowReport FromGradients(const GradientMap& gradients, std::int64_t step, float loss_scale, int rank = 0);
   /// The report of an unnamed list: FromGradients() with the names "#0", "#1", ... (list order).
-  static OverflowReport FromTensors(std::span<const TensorPtr> tensors, std::int64_t step, float lossScale,
+  static OverflowReport FromTensors(std::span<const TensorPtr> tensors, std::int64_t step, float loss_scale,
                                     int rank = 0);
 };
 

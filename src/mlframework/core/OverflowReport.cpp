@@ -133,18 +133,18 @@ OverflowReport Build(std::span<const TensorPtr> tensors, std::int64_t step, floa
 
 }  // namespace
 
-OverflowReport OverflowReport::FromGradients(const GradientMap& gradients, std::int64_t step, float lossScale,
+OverflowReport OverflowReport::FromGradients(const GradientMap& gradients, std::int64_t step, float loss_scale,
                                              int rank) {
   const std::vector<TensorPtr> list = TensorList(gradients);
   std::vector<const std::string*> names;
   names.reserve(gradients.size());
   for (const auto& entry : gradients) names.push_back(&entry.first);
-  return Build(list, step, lossScale, rank, [&](std::size_t i) { return *names[i]; });
+  return Build(list, step, loss_scale, rank, [&](std::size_t i) { return *names[i]; });
 }
 
-OverflowReport OverflowReport::FromTensors(std::span<const TensorPtr> tensors, std::int64_t step, float lossScale,
+OverflowReport OverflowReport::FromTensors(std::span<const TensorPtr> tensors, std::int64_t step, float loss_scale,
                                            int rank) {
-  return Build(tensors, step, lossScale, rank, [](std::size_t i) {
+  return Build(tensors, step, loss_scale, rank, [](std::size_t i) {
     std::string name(1, '#');
     name += std::to_string(i);
     return name;
