@@ -1,0 +1,151 @@
+#include <memory>
+#include <string>
+
+#include <mlframework/c/optimizers.h>
+
+#include "Call.hpp"
+#include "Handles.hpp"
+
+namespace mlframework::c_api {
+namespace {
+
+optimizers::AdamOptions ToCpp(const mlfw_adam_options& options) {
+  return {.LearningRate = options.learning_rate,
+          .Beta1 = options.beta1,
+          .Beta2 = options.beta2,
+          .Epsilon = options.epsilon,
+          .WeightDecay = options.weight_decay,
+          .DecoupledWeightDecay = options.decoupled_weight_decay != 0};
+}
+
+optimizers::SGDOptions ToCpp(const mlfw_sgd_options& options) {
+  return {.LearningRate = options.learning_rate,
+          .Momentum = options.momentum,
+          .WeightDecay = options.weight_decay,
+          .Dampening = options.dampening,
+          .Nesterov = options.nesterov != 0};
+}
+
+// Builds the handle around the optimizer @p make creates from the parameters' map.
+template <class Make>
+mlfw_status Create(const char* const* names, const DLTensor* const* parameters, size_t count, mlfw_optimizer_t* out,
+                   Make&& make) {
+  return Call([&] {
+    Deref(out, "out");
+    NamedTensors lent;
+    const GradientMap& map = lent.Read(names, parameters, count, "parameters");
+    auto handle = std::make_unique<mlfw_optimizer>();
+    handle->device = DeviceOf(map);
+    make(*handle, map);
+    *out = handle.release();
+  });
+}
+
+}  // namespace
+}  // namespace mlframework::c_api
+
+using mlframework::c_api::Call;
+using mlframework::c_api::Deref;
+
+extern "C" {
+
+mlfw_status mlfw_adam_options_default(mlfw_adam_options* options) {
+  return Call([&] {
+    const mlframework::optimizers::AdamOptions defaults;
+    Deref(options, "options") = {.learning_rate = defaults.LearningRate,
+                                 .beta1 = defaults.Beta1,
+                                 .beta2 = defaults.Beta2,
+                                 .epsilon = defaults.Epsilon,
+                                 .weight_decay = defaults.WeightDecay,
+                                 .decoupled_weight_decay = defaults.DecoupledWeightDecay ? 1 : 0};
+  });
+}
+
+mlfw_status mlfw_sgd_options_default(mlfw_sgd_options* options) {
+  return Call([&] {
+    const mlframework::optimizers::SGDOptions defaults;
+    Deref(options, "options") = {.learning_rate = defaults.LearningRate,
+                                 .momentum = defaults.Momentum,
+                                 .weight_decay = defaults.WeightDecay,
+                                 .dampening = defaults.Dampening,
+                                 .nesterov = defaults.Nesterov ? 1 : 0};
+  });
+}
+
+mlfw_status mlfw_adam_create(const char* const* names, const DLTensor* const* parameters, size_t count,
+                             const mlfw_adam_options* options, mlfw_optimizer_t* out) {
+  return mlframework::c_api::Create(names, parameters, count, out, [&](mlfw_optimizer& handle, const auto& map) {
+    handle.adam = std::make_unique<mlframework::optimizers::Adam>(
+        map, mlframework::c_api::ToCpp(Deref(options, "options")));
+  });
+}
+
+mlfw_status mlfw_sgd_create(const char* const* names, const DLTensor* const* parameters, size_t count,
+                            const mlfw_sgd_options* options, mlfw_optimizer_t* out) {
+  return mlframework::c_api::Create(names, parameters, count, out, [&](mlfw_optimizer& handle, const auto& map) {
+    handle.sgd =
+        std::make_unique<mlframework::optimizers::SGD>(map, mlframework::c_api::ToCpp(Deref(options, "options")));
+  });
+}
+
+void mlfw_optimizer_destroy(mlfw_optimizer_t optimizer) {
+  delete optimizer;  // NOLINT(cppcoreguidelines-owning-memory): the handle mlfw_*_create made
+}
+
+mlfw_status mlfw_optimizer_set_gradients(mlfw_optimizer_t optimizer, const char* const* names,
+                                         const DLTensor* const* gradients, size_t count) {
+  return Call([&] {
+    mlfw_optimizer& handle = Deref(optimizer, "optimizer");
+    handle.Optimizer().SetGradients(handle.gradients.Read(names, gradients, count, "gradients"));
+    handle.gradients.Commit();
+  });
+}
+
+mlfw_status mlfw_optimizer_step(mlfw_optimizer_t optimizer, void* stream) {
+  return Call([&] {
+    mlfw_optimizer& handle = Deref(optimizer, "optimizer");
+    const mlframework::c_api::StreamScope scope(stream, handle.device);
+    handle.Optimizer().Step();
+  });
+}
+
+mlfw_status mlfw_optimizer_set_learning_rate(mlfw_optimizer_t optimizer, double learning_rate) {
+  return Call([&] {
+    mlfw_optimizer& handle = Deref(optimizer, "optimizer");
+    if (handle.adam) {
+      handle.adam->SetLearningRate(learning_rate);
+    } else {
+      handle.sgd->SetLearningRate(learning_rate);
+    }
+  });
+}
+
+mlfw_status mlfw_optimizer_step_count(mlfw_optimizer_t optimizer, int64_t* steps) {
+  return Call([&] {
+    const mlfw_optimizer& handle = Deref(optimizer, "optimizer");
+    int64_t& result = Deref(steps, "steps");
+    result = handle.adam ? handle.adam->StepCount() : handle.sgd->StepCount();
+  });
+}
+
+mlfw_status mlfw_optimizer_state_dict(mlfw_optimizer_t optimizer, void* buffer, size_t capacity, size_t* size) {
+  return Call([&] {
+    const mlfw_optimizer& handle = Deref(optimizer, "optimizer");
+    mlframework::c_api::WriteBlob(handle.adam ? handle.adam->StateDict() : handle.sgd->StateDict(), buffer, capacity,
+                                  size);
+  });
+}
+
+mlfw_status mlfw_optimizer_load_state_dict(mlfw_optimizer_t optimizer, const void* data, size_t size) {
+  return Call([&] {
+    mlfw_optimizer& handle = Deref(optimizer, "optimizer");
+    const auto blob = mlframework::c_api::ReadBlob(data, size);
+    if (handle.adam) {
+      handle.adam->LoadStateDict(blob);
+    } else {
+      handle.sgd->LoadStateDict(blob);
+    }
+  });
+}
+
+}  // extern "C"
