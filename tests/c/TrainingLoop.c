@@ -1,0 +1,149 @@
+/* A training loop through the C API alone: a dynamic GradScaler and Adam over float32
+ * parameters, with an overflow injected into one iteration. Checks the PyTorch iteration's
+ * decisions (the overflowed step skipped, the scale backed off then grown), the optimizer's
+ * progress, and the state blobs of both handles. */
+#include <math.h>
+#include <string.h>
+
+#include "CApiCheck.h"
+
+enum { kSize = 4, kIterations = 12, kOverflowAt = 3 };
+
+/* loss = sum((w - target)^2) / 2, gradient = w - target; both times the loss scale. */
+static float Loss(const float* weights, const float* target) {
+  float loss = 0.0f;
+  for (int i = 0; i < kSize; ++i) {
+    loss += 0.5f * (weights[i] - target[i]) * (weights[i] - target[i]);
+  }
+  return loss;
+}
+
+int main(void) {
+  CHECK(mlfw_api_version() == MLFW_C_API_VERSION);
+
+  float weights[kSize] = {1.0f, -1.0f, 0.5f, 2.0f};
+  const float target[kSize] = {0.0f, 0.0f, 0.0f, 0.0f};
+  float gradients[kSize] = {0};
+  int64_t shape[1] = {kSize};
+  DLTensor weight_tensor = CApiFloat32Vector(weights, shape);
+  DLTensor gradient_tensor = CApiFloat32Vector(gradients, shape);
+  const char* names[1] = {"w"};
+  const DLTensor* parameters[1] = {&weight_tensor};
+  const DLTensor* grads[1] = {&gradient_tensor};
+
+  mlfw_dynamic_scaler_config config;
+  CHECK_OK(mlfw_dynamic_scaler_config_default(&config));
+  CHECK(config.initial_scale == 65536.0f && config.growth_interval == 2000 && config.enabled == 1);
+  config.initial_scale = 1024.0f;
+  config.growth_interval = 4;
+  mlfw_grad_scaler_t scaler = NULL;
+  CHECK_OK(mlfw_grad_scaler_create_dynamic(&config, &scaler));
+
+  mlfw_adam_options options;
+  CHECK_OK(mlfw_adam_options_default(&options));
+  options.learning_rate = 0.05;
+  mlfw_optimizer_t adam = NULL;
+  CHECK_OK(mlfw_adam_create(names, parameters, 1, &options, &adam));
+
+  const float first_loss = Loss(weights, target);
+  int skipped = 0;
+  for (int iteration = 0; iteration < kIterations; ++iteration) {
+    float loss_value = Loss(weights, target);
+    int64_t scalar_shape[1] = {1};
+    DLTensor loss = CApiFloat32Vector(&loss_value, scalar_shape);
+    float scale = 0.0f;
+    CHECK_OK(mlfw_grad_scaler_get_scale(scaler, &scale));
+    DLManagedTensor* scaled = NULL;
+    CHECK_OK(mlfw_grad_scaler_scale(scaler, &loss, NULL, &scaled));
+    CHECK(scaled != NULL && scaled->dl_tensor.dtype.code == kDLFloat && scaled->dl_tensor.dtype.bits == 32);
+    CHECK(((const float*)scaled->dl_tensor.data)[0] == loss_value * scale);
+    scaled->deleter(scaled);
+
+    /* "backward": the scaled gradients, with an Inf in one iteration */
+    for (int i = 0; i < kSize; ++i) {
+      gradients[i] = scale * (weights[i] - target[i]);
+    }
+    if (iteration == kOverflowAt) {
+      gradients[2] = INFINITY;
+    }
+    float before[kSize];
+    memcpy(before, weights, sizeof before);
+    CHECK_OK(mlfw_optimizer_set_gradients(adam, names, grads, 1));
+    int stepped = -1;
+    CHECK_OK(mlfw_grad_scaler_step(scaler, adam, MLFW_STEP_AND_UPDATE, NULL, &stepped));
+    float after_scale = 0.0f;
+    CHECK_OK(mlfw_grad_scaler_get_scale(scaler, &after_scale));
+    if (iteration == kOverflowAt) {
+      CHECK(stepped == 0);
+      CHECK(memcmp(before, weights, sizeof before) == 0); /* the step was skipped */
+      CHECK(after_scale == scale * 0.5f);                  /* and the scale backed off */
+      ++skipped;
+    } else {
+      CHECK(stepped == 1);
+      CHECK(memcmp(before, weights, sizeof before) != 0);
+    }
+  }
+
+  /* 3 clean steps, the overflow backs off to 512, then 8 clean steps grow it twice */
+  float scale = 0.0f;
+  CHECK_OK(mlfw_grad_scaler_get_scale(scaler, &scale));
+  CHECK(scale == 2048.0f);
+  mlfw_scaler_stats stats;
+  int has_stats = 0;
+  CHECK_OK(mlfw_grad_scaler_get_stats(scaler, &stats, &has_stats));
+  CHECK(has_stats == 1);
+  CHECK(stats.total_steps == kIterations && stats.skipped_steps == skipped && stats.total_overflows == 1);
+  CHECK(stats.current_scale == scale && stats.growth_interval == 4);
+  CHECK(Loss(weights, target) < first_loss);
+  int64_t steps = 0;
+  CHECK_OK(mlfw_optimizer_step_count(adam, &steps));
+  CHECK(steps == kIterations - skipped);
+
+  /* The scaler's state through bytes: a fresh scaler (other settings) takes the saved one. */
+  size_t size = 0;
+  CHECK_OK(mlfw_grad_scaler_state_dict(scaler, NULL, 0, &size));
+  CHECK(size > 0);
+  unsigned char* blob = malloc(size);
+  CHECK(blob != NULL);
+  size_t written = 0;
+  CHECK_OK(mlfw_grad_scaler_state_dict(scaler, blob, size, &written));
+  CHECK(written == size);
+  mlfw_grad_scaler_t restored = NULL;
+  CHECK_OK(mlfw_dynamic_scaler_config_default(&config));
+  CHECK_OK(mlfw_grad_scaler_create_dynamic(&config, &restored));
+  CHECK_OK(mlfw_grad_scaler_load_state_dict(restored, blob, size));
+  mlfw_scaler_stats restored_stats;
+  CHECK_OK(mlfw_grad_scaler_get_stats(restored, &restored_stats, &has_stats));
+  CHECK(restored_stats.current_scale == 2048.0f && restored_stats.growth_interval == 4);
+  CHECK(restored_stats.total_overflows == 1);
+  free(blob);
+
+  /* The optimizer's state: a second Adam loaded from the first steps identically. */
+  CHECK_OK(mlfw_optimizer_state_dict(adam, NULL, 0, &size));
+  blob = malloc(size);
+  CHECK(blob != NULL);
+  CHECK_OK(mlfw_optimizer_state_dict(adam, blob, size, &written));
+  float twin_weights[kSize];
+  memcpy(twin_weights, weights, sizeof twin_weights);
+  DLTensor twin_tensor = CApiFloat32Vector(twin_weights, shape);
+  const DLTensor* twin_parameters[1] = {&twin_tensor};
+  mlfw_optimizer_t twin = NULL;
+  CHECK_OK(mlfw_adam_create(names, twin_parameters, 1, &options, &twin));
+  CHECK_OK(mlfw_optimizer_load_state_dict(twin, blob, written));
+  free(blob);
+  for (int i = 0; i < kSize; ++i) {
+    gradients[i] = weights[i] - target[i];
+  }
+  CHECK_OK(mlfw_optimizer_set_gradients(adam, names, grads, 1));
+  CHECK_OK(mlfw_optimizer_set_gradients(twin, names, grads, 1));
+  CHECK_OK(mlfw_optimizer_step(adam, NULL));
+  CHECK_OK(mlfw_optimizer_step(twin, NULL));
+  CHECK(memcmp(weights, twin_weights, sizeof weights) == 0);
+
+  mlfw_optimizer_destroy(twin);
+  mlfw_optimizer_destroy(adam);
+  mlfw_grad_scaler_destroy(restored);
+  mlfw_grad_scaler_destroy(scaler);
+  printf("c api training loop ok (scale %g, %d skipped)\n", (double)scale, skipped);
+  return 0;
+}
