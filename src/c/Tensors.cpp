@@ -60,6 +60,22 @@ TensorPtr Borrow(const DLTensor* tensor, const std::string& name) {
   return result;
 }
 
+std::vector<TensorPtr> BorrowList(const DLTensor* const* tensors, std::size_t count, const char* name) {
+  if (count > 0 && tensors == nullptr) {
+    throw ArgumentNullError(name);
+  }
+  std::vector<TensorPtr> list;
+  list.reserve(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    list.push_back(Borrow(tensors[i], Indexed(name, i)));
+  }
+  return list;
+}
+
+Device DeviceOf(std::span<const TensorPtr> tensors) {
+  return tensors.empty() ? Device::CPU() : tensors.front()->GetDevice();
+}
+
 bool NamedTensors::Key::operator==(const Key& other) const {
   return name == other.name && data == other.data && byte_offset == other.byte_offset &&
          device.device_type == other.device.device_type && device.device_id == other.device.device_id &&

@@ -22,6 +22,13 @@ namespace mlframework::c_api {
 /// (`gradients[1]->dtype`); ArgumentNullError(@p name) for null.
 TensorPtr Borrow(const DLTensor* tensor, const std::string& name);
 
+/// The @p count tensors of @p tensors, borrowed as Borrow() does, named `<name>[i]`.
+/// ArgumentNullError(@p name) for a null array with a non-zero count.
+std::vector<TensorPtr> BorrowList(const DLTensor* const* tensors, std::size_t count, const char* name);
+
+/// The device of the first of @p tensors (the CPU for an empty list).
+Device DeviceOf(std::span<const TensorPtr> tensors);
+
 /// Named tensors lent by the caller (`names[i]`, `tensors[i]`), as a GradientMap. Keeps the views
 /// of the previous call and reuses them when the caller lends the same descriptors again (a
 /// framework's gradient buffers, every iteration), so a steady loop converts nothing.

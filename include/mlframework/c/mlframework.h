@@ -8,6 +8,7 @@
 #define MLFRAMEWORK_C_MLFRAMEWORK_H_
 
 #include <mlframework/c/grad_scaler.h>
+#include <mlframework/c/multi_tensor.h>
 #include <mlframework/c/optimizers.h>
 #include <mlframework/c/status.h>
 
