@@ -12,6 +12,14 @@
 
 namespace mlframework::c_api {
 
+/// A callback of the caller's returned a failure (MLFW_STATUS_CALLBACK_ERROR).
+class CallbackError : public Error {
+ public:
+  /// Names the callback and what it returned.
+  CallbackError(const char* callback, int result)
+      : Error("callback '" + std::string(callback) + "' returned " + std::to_string(result)) {}
+};
+
 /// Records @p message as the calling thread's last error and returns @p status.
 mlfw_status Fail(mlfw_status status, const char* message) noexcept;
 /// Clears the calling thread's last error (a call that succeeds leaves "").
@@ -24,6 +32,8 @@ mlfw_status Call(Body&& body) noexcept {
   try {
     std::forward<Body>(body)();
     return MLFW_STATUS_OK;
+  } catch (const CallbackError& error) {
+    return Fail(MLFW_STATUS_CALLBACK_ERROR, error.what());
   } catch (const ArgumentNullError& error) {
     return Fail(MLFW_STATUS_NULL_ARGUMENT, error.what());
   } catch (const ArgumentError& error) {

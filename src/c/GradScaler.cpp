@@ -7,6 +7,7 @@
 #include <mlframework/core/DLPack.hpp>
 
 #include "Call.hpp"
+#include "CallbackScaler.hpp"
 #include "Handles.hpp"
 
 namespace mlframework::c_api {
@@ -77,6 +78,13 @@ mlfw_status mlfw_grad_scaler_create_static(float scale, int enabled, mlfw_grad_s
   return mlframework::c_api::Create(out, [&] { return mlframework::amp::GradScaler::Static(scale, enabled != 0); });
 }
 
+mlfw_status mlfw_grad_scaler_create_custom(const mlfw_scale_policy* policy, void* user, mlfw_grad_scaler_t* out) {
+  return mlframework::c_api::Create(out, [&] {
+    return mlframework::amp::GradScaler(
+        std::make_shared<mlframework::c_api::CallbackScaler>(Deref(policy, "policy"), user));
+  });
+}
+
 void mlfw_grad_scaler_destroy(mlfw_grad_scaler_t scaler) {
   delete scaler;  // NOLINT(cppcoreguidelines-owning-memory): the handle mlfw_grad_scaler_create_* made
 }
@@ -127,6 +135,10 @@ mlfw_status mlfw_grad_scaler_update(mlfw_grad_scaler_t scaler, void* stream) {
     const StreamScope scope(stream, handle.device);
     handle.scaler.Update();
   });
+}
+
+mlfw_status mlfw_grad_scaler_reset(mlfw_grad_scaler_t scaler) {
+  return Call([&] { Deref(scaler, "scaler").scaler.Reset(); });
 }
 
 mlfw_status mlfw_grad_scaler_get_scale(mlfw_grad_scaler_t scaler, float* scale) {

@@ -45,6 +45,8 @@ const char* mlfw_status_name(mlfw_status status) {
       return "MLFW_STATUS_OUT_OF_MEMORY";
     case MLFW_STATUS_INTERNAL_ERROR:
       return "MLFW_STATUS_INTERNAL_ERROR";
+    case MLFW_STATUS_CALLBACK_ERROR:
+      return "MLFW_STATUS_CALLBACK_ERROR";
   }
   return "unknown mlfw_status";
 }

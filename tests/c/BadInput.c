@@ -18,6 +18,20 @@
 
 enum { kSize = 3, kBlobCapacity = 4096 };
 
+/* A policy whose scale is *user and whose update fails with 5 once *user is negative. */
+static int GivenScale(void* user, float* scale) {
+  *scale = *(const float*)user;
+  return 0;
+}
+static int FailingUpdate(void* user, int overflow) {
+  (void)overflow;
+  return *(const float*)user < 0.0f ? 5 : 0;
+}
+static void IgnoreStep(void* user, const mlfw_step_event* event) {
+  (void)user;
+  (void)event;
+}
+
 /* The handles' state bytes, to show that a failed call changed nothing. */
 typedef struct Snapshot {
   unsigned char scaler[kBlobCapacity];
@@ -198,6 +212,47 @@ int main(void) {
   int stepped = -1;
   CHECK_OK(mlfw_grad_scaler_step(scaler, adam, MLFW_STEP_AND_UPDATE, NULL, &stepped));
   CHECK(stepped == 1);
+
+  /* Callbacks: missing ones, a scale that is not > 0, an update that fails. */
+  float policy_scale = 0.0f;
+  mlfw_scale_policy policy = {GivenScale, FailingUpdate, NULL};
+  mlfw_grad_scaler_t custom = sentinel_scaler;
+  EXPECT_FAIL(mlfw_grad_scaler_create_custom(NULL, &policy_scale, &custom), MLFW_STATUS_NULL_ARGUMENT, "'policy'");
+  policy.scale = NULL;
+  EXPECT_FAIL(mlfw_grad_scaler_create_custom(&policy, &policy_scale, &custom), MLFW_STATUS_NULL_ARGUMENT,
+              "'policy->scale'");
+  policy.scale = GivenScale;
+  policy.update = NULL;
+  EXPECT_FAIL(mlfw_grad_scaler_create_custom(&policy, &policy_scale, &custom), MLFW_STATUS_NULL_ARGUMENT,
+              "'policy->update'");
+  policy.update = FailingUpdate;
+  EXPECT_FAIL(mlfw_grad_scaler_create_custom(&policy, &policy_scale, &custom), MLFW_STATUS_INVALID_ARGUMENT,
+              "not finite and > 0");
+  CHECK(custom == sentinel_scaler);
+  policy_scale = 8.0f;
+  CHECK_OK(mlfw_grad_scaler_create_custom(&policy, &policy_scale, &custom));
+  CHECK_OK(mlfw_grad_scaler_scale(custom, &loss, NULL, &scaled));
+  CHECK(((const float*)scaled->dl_tensor.data)[0] == 16.0f);
+  scaled->deleter(scaled);
+  CHECK_OK(mlfw_optimizer_set_gradients(adam, names, grads, 1));
+  CHECK_OK(mlfw_grad_scaler_step(custom, adam, MLFW_STEP_DEFER_UPDATE, NULL, &stepped));
+  policy_scale = -1.0f;
+  EXPECT_FAIL(mlfw_grad_scaler_update(custom, NULL), MLFW_STATUS_CALLBACK_ERROR, "callback 'update' returned 5");
+  mlfw_grad_scaler_destroy(custom);
+
+  mlfw_observer_t observer = NULL;
+  EXPECT_FAIL(mlfw_observer_create(NULL, NULL, &observer), MLFW_STATUS_NULL_ARGUMENT, "'on_step'");
+  EXPECT_FAIL(mlfw_observer_create(IgnoreStep, NULL, NULL), MLFW_STATUS_NULL_ARGUMENT, "'out'");
+  CHECK_OK(mlfw_observer_create(IgnoreStep, NULL, &observer));
+  EXPECT_FAIL(mlfw_grad_scaler_add_observer(scaler, NULL), MLFW_STATUS_NULL_ARGUMENT, "'observer'");
+  CHECK_OK(mlfw_grad_scaler_add_observer(scaler, observer));
+  EXPECT_FAIL(mlfw_grad_scaler_add_observer(scaler, observer), MLFW_STATUS_INVALID_ARGUMENT, "observer");
+  int removed = -1;
+  CHECK_OK(mlfw_grad_scaler_remove_observer(scaler, observer, &removed));
+  CHECK(removed == 1);
+  CHECK_OK(mlfw_grad_scaler_remove_observer(scaler, observer, &removed));
+  CHECK(removed == 0);
+  mlfw_observer_destroy(observer);
 
   CHECK(strcmp(mlfw_status_name(MLFW_STATUS_INVALID_OPERATION), "MLFW_STATUS_INVALID_OPERATION") == 0);
   CHECK(strcmp(mlfw_status_name((mlfw_status)99), "unknown mlfw_status") == 0);

@@ -1,7 +1,8 @@
 /* A training loop through the C API alone: a dynamic GradScaler and Adam over float32
  * parameters, with an overflow injected into one iteration. Checks the PyTorch iteration's
  * decisions (the overflowed step skipped, the scale backed off then grown), the optimizer's
- * progress, and the state blobs of both handles. */
+ * progress, and the state blobs of both handles. Then a scaling policy of its own through C
+ * callbacks, with an observer callback, over SGD with another injected overflow. */
 #include <math.h>
 #include <string.h>
 
@@ -16,6 +17,113 @@ static float Loss(const float* weights, const float* target) {
     loss += 0.5f * (weights[i] - target[i]) * (weights[i] - target[i]);
   }
   return loss;
+}
+
+/* A policy: halve on overflow, never grow; counts its calls. */
+typedef struct BackoffOnly {
+  float scale;
+  int updates;
+  int overflows;
+} BackoffOnly;
+
+static int PolicyScale(void* user, float* scale) {
+  *scale = ((const BackoffOnly*)user)->scale;
+  return 0;
+}
+
+static int PolicyUpdate(void* user, int overflow) {
+  BackoffOnly* policy = (BackoffOnly*)user;
+  ++policy->updates;
+  if (overflow) {
+    ++policy->overflows;
+    policy->scale *= 0.5f;
+  }
+  return 0;
+}
+
+/* What the observer saw. */
+typedef struct Seen {
+  int steps;
+  int skipped;
+  int64_t last_step;
+  float last_new_scale;
+  size_t overflowed_tensors;
+  int report_names_w;
+} Seen;
+
+static void OnStep(void* user, const mlfw_step_event* event) {
+  Seen* seen = (Seen*)user;
+  ++seen->steps;
+  seen->skipped += event->skipped;
+  seen->last_step = event->step;
+  seen->last_new_scale = event->new_loss_scale;
+  seen->overflowed_tensors += event->overflowed_tensors;
+  if (event->skipped && strstr(event->overflow_report, "w") != NULL) {
+    seen->report_names_w = 1;
+  }
+}
+
+/* SGD under a custom policy given as callbacks, observed through a callback. */
+static void CustomPolicyLoop(void) {
+  float weights[kSize] = {1.0f, -1.0f, 0.5f, 2.0f};
+  float gradients[kSize] = {0};
+  int64_t shape[1] = {kSize};
+  DLTensor weight_tensor = CApiFloat32Vector(weights, shape);
+  DLTensor gradient_tensor = CApiFloat32Vector(gradients, shape);
+  const char* names[1] = {"w"};
+  const DLTensor* parameters[1] = {&weight_tensor};
+  const DLTensor* grads[1] = {&gradient_tensor};
+
+  BackoffOnly policy_state = {4096.0f, 0, 0};
+  mlfw_scale_policy policy = {PolicyScale, PolicyUpdate, NULL};
+  mlfw_grad_scaler_t scaler = NULL;
+  CHECK_OK(mlfw_grad_scaler_create_custom(&policy, &policy_state, &scaler));
+  Seen seen = {0, 0, -1, 0.0f, 0, 0};
+  mlfw_observer_t observer = NULL;
+  CHECK_OK(mlfw_observer_create(OnStep, &seen, &observer));
+  CHECK_OK(mlfw_grad_scaler_add_observer(scaler, observer));
+  mlfw_sgd_options options;
+  CHECK_OK(mlfw_sgd_options_default(&options));
+  options.learning_rate = 0.25;
+  mlfw_optimizer_t sgd = NULL;
+  CHECK_OK(mlfw_sgd_create(names, parameters, 1, &options, &sgd));
+
+  for (int iteration = 0; iteration < 6; ++iteration) {
+    float scale = 0.0f;
+    CHECK_OK(mlfw_grad_scaler_get_scale(scaler, &scale));
+    CHECK(scale == policy_state.scale);
+    float loss_value = Loss(weights, weights);
+    int64_t scalar_shape[1] = {1};
+    DLTensor loss = CApiFloat32Vector(&loss_value, scalar_shape);
+    DLManagedTensor* scaled = NULL;
+    CHECK_OK(mlfw_grad_scaler_scale(scaler, &loss, NULL, &scaled));
+    scaled->deleter(scaled);
+    float expected[kSize];
+    for (int i = 0; i < kSize; ++i) {
+      gradients[i] = scale * weights[i];
+      expected[i] = weights[i] - 0.25f * weights[i]; /* plain SGD on the unscaled gradient */
+    }
+    if (iteration == 2) {
+      gradients[0] = NAN;
+      memcpy(expected, weights, sizeof expected);
+    }
+    CHECK_OK(mlfw_optimizer_set_gradients(sgd, names, grads, 1));
+    int stepped = -1;
+    /* the deferred flow: step now, update the scale afterwards */
+    CHECK_OK(mlfw_grad_scaler_step(scaler, sgd, MLFW_STEP_DEFER_UPDATE, NULL, &stepped));
+    CHECK_OK(mlfw_grad_scaler_update(scaler, NULL));
+    CHECK(stepped == (iteration == 2 ? 0 : 1));
+    CHECK(memcmp(weights, expected, sizeof expected) == 0);
+  }
+  CHECK(policy_state.updates == 6 && policy_state.overflows == 1 && policy_state.scale == 2048.0f);
+  CHECK(seen.steps == 6 && seen.skipped == 1 && seen.last_step == 5 && seen.last_new_scale == 2048.0f);
+  CHECK(seen.overflowed_tensors == 1 && seen.report_names_w == 1);
+  int removed = 0;
+  CHECK_OK(mlfw_grad_scaler_remove_observer(scaler, observer, &removed));
+  CHECK(removed == 1);
+  mlfw_observer_destroy(observer);
+  mlfw_optimizer_destroy(sgd);
+  mlfw_grad_scaler_destroy(scaler);
 }
 
 int main(void) {
@@ -144,6 +252,7 @@ int main(void) {
   mlfw_optimizer_destroy(adam);
   mlfw_grad_scaler_destroy(restored);
   mlfw_grad_scaler_destroy(scaler);
+  CustomPolicyLoop();
   printf("c api training loop ok (scale %g, %d skipped)\n", (double)scale, skipped);
   return 0;
 }

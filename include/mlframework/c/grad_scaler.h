@@ -53,6 +53,24 @@ typedef enum mlfw_step_mode {
   MLFW_STEP_DEFER_STEP_AND_UPDATE = 2  ///< Neither: step yourself when it returned 1, then update.
 } mlfw_step_mode;
 
+/// A scaling policy of your own, as C callbacks (C++: a custom amp::ILossScaler). The policy
+/// owns the scale; the library does the tensor work (scaling the loss, the fused unscale and
+/// check, FP32 buffers for FP16/BF16 gradients) exactly as its static scaler does with the
+/// scale the policy gives, and GradScaler drives it with the same flows. Each callback gets the
+/// `user` pointer given at creation and returns 0 on success; anything else fails the C API
+/// call that ran it with MLFW_STATUS_CALLBACK_ERROR. The callbacks run on the thread that
+/// calls the C API, never concurrently for one scaler.
+typedef struct mlfw_scale_policy {
+  /// Writes the current scale (finite, > 0) into *scale. Called at creation and after each
+  /// update and reset. Required.
+  int (*scale)(void* user, float* scale);
+  /// The iteration finished: @p overflow is 1 when its gradients held Inf or NaN (the step was
+  /// skipped), else 0. Adapt your scale. Required.
+  int (*update)(void* user, int overflow);
+  /// Back to the initial state (mlfw_grad_scaler_reset()). May be NULL: nothing to reset.
+  int (*reset)(void* user);
+} mlfw_scale_policy;
+
 /// Fills @p config with DynamicScalerConfig's defaults. MLFW_STATUS_NULL_ARGUMENT for null.
 MLFW_C_API mlfw_status mlfw_dynamic_scaler_config_default(mlfw_dynamic_scaler_config* config);
 
@@ -62,6 +80,12 @@ MLFW_C_API mlfw_status mlfw_grad_scaler_create_dynamic(const mlfw_dynamic_scaler
                                                        mlfw_grad_scaler_t* out);
 /// Creates a static scaler with @p scale (finite, > 0); @p enabled zero passes everything through.
 MLFW_C_API mlfw_status mlfw_grad_scaler_create_static(float scale, int enabled, mlfw_grad_scaler_t* out);
+/// Creates a scaler driven by @p policy (copied; the callbacks are called with @p user, which
+/// must stay valid until mlfw_grad_scaler_destroy()). MLFW_STATUS_NULL_ARGUMENT naming a missing
+/// required callback; MLFW_STATUS_INVALID_ARGUMENT when the scale it gives is not finite and > 0.
+/// Its state bytes hold its scale and enabled flag (the C++ ILossScaler default).
+MLFW_C_API mlfw_status mlfw_grad_scaler_create_custom(const mlfw_scale_policy* policy, void* user,
+                                                      mlfw_grad_scaler_t* out);
 /// Destroys @p scaler (null is accepted and does nothing).
 MLFW_C_API void mlfw_grad_scaler_destroy(mlfw_grad_scaler_t scaler);
 
@@ -85,6 +109,9 @@ MLFW_C_API mlfw_status mlfw_grad_scaler_step(mlfw_grad_scaler_t scaler, mlfw_opt
 /// that of the tensors of the iteration.
 MLFW_C_API mlfw_status mlfw_grad_scaler_update(mlfw_grad_scaler_t scaler, void* stream);
 
+/// Back to the initial state (C++ Reset()): the dynamic scaler's initial scale and cleared
+/// counters, a custom policy's reset callback; the iteration is dropped.
+MLFW_C_API mlfw_status mlfw_grad_scaler_reset(mlfw_grad_scaler_t scaler);
 /// Writes the current scale into *@p scale.
 MLFW_C_API mlfw_status mlfw_grad_scaler_get_scale(mlfw_grad_scaler_t scaler, float* scale);
 /// Writes the statistics into *@p stats and 1 into *@p has_stats for a dynamic scaler; 0 into

@@ -9,6 +9,7 @@
 
 #include <mlframework/c/grad_scaler.h>
 #include <mlframework/c/multi_tensor.h>
+#include <mlframework/c/observer.h>
 #include <mlframework/c/optimizers.h>
 #include <mlframework/c/status.h>
 

@@ -22,7 +22,8 @@ typedef enum mlfw_status {
   MLFW_STATUS_BACKEND_ERROR = 4,        ///< A backend (CUDA driver, device) is missing or failed (BackendError).
   MLFW_STATUS_COMMUNICATION_ERROR = 5,  ///< A collective failed (CommunicationError).
   MLFW_STATUS_OUT_OF_MEMORY = 6,        ///< An allocation failed.
-  MLFW_STATUS_INTERNAL_ERROR = 7        ///< Any other failure (a bug: please report it).
+  MLFW_STATUS_INTERNAL_ERROR = 7,       ///< Any other failure (a bug: please report it).
+  MLFW_STATUS_CALLBACK_ERROR = 8        ///< A callback of yours returned non-zero (the message names it).
 } mlfw_status;
 
 /// The message of the last call of the C API on this thread, when it failed; "" when it
