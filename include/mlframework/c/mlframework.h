@@ -7,6 +7,7 @@
 #ifndef MLFRAMEWORK_C_MLFRAMEWORK_H_
 #define MLFRAMEWORK_C_MLFRAMEWORK_H_
 
+#include <mlframework/c/conversion_layer.h>
 #include <mlframework/c/grad_scaler.h>
 #include <mlframework/c/multi_tensor.h>
 #include <mlframework/c/observer.h>
