@@ -30,8 +30,8 @@ float CallbackScaler::ReadScale() const {
     throw CallbackError("scale", result);
   }
   if (!std::isfinite(scale) || scale <= 0.0f) {
-    throw ArgumentError("scale", "the policy's scale callback gave " + std::to_string(scale) +
-                                     ", which is not finite and > 0");
+    throw ArgumentError("scale",
+                        "the policy's scale callback gave " + std::to_string(scale) + ", which is not finite and > 0");
   }
   return scale;
 }

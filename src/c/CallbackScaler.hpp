@@ -3,9 +3,9 @@
 
 #include <optional>
 
+#include <mlframework/c/grad_scaler.h>
 #include <mlframework/amp/ILossScaler.hpp>
 #include <mlframework/amp/StaticLossScaler.hpp>
-#include <mlframework/c/grad_scaler.h>
 
 namespace mlframework::c_api {
 

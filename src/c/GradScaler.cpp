@@ -2,8 +2,8 @@
 #include <optional>
 #include <string>
 
-#include <mlframework/amp/GradScaler.hpp>
 #include <mlframework/c/grad_scaler.h>
+#include <mlframework/amp/GradScaler.hpp>
 #include <mlframework/core/DLPack.hpp>
 
 #include "Call.hpp"
@@ -69,9 +69,8 @@ mlfw_status mlfw_dynamic_scaler_config_default(mlfw_dynamic_scaler_config* confi
 }
 
 mlfw_status mlfw_grad_scaler_create_dynamic(const mlfw_dynamic_scaler_config* config, mlfw_grad_scaler_t* out) {
-  return mlframework::c_api::Create(out, [&] {
-    return mlframework::amp::GradScaler(mlframework::c_api::ToCpp(Deref(config, "config")));
-  });
+  return mlframework::c_api::Create(
+      out, [&] { return mlframework::amp::GradScaler(mlframework::c_api::ToCpp(Deref(config, "config"))); });
 }
 
 mlfw_status mlfw_grad_scaler_create_static(float scale, int enabled, mlfw_grad_scaler_t* out) {

@@ -3,9 +3,9 @@
 
 #include <memory>
 
-#include <mlframework/amp/GradScaler.hpp>
 #include <mlframework/c/grad_scaler.h>
 #include <mlframework/c/optimizers.h>
+#include <mlframework/amp/GradScaler.hpp>
 #include <mlframework/core/Device.hpp>
 #include <mlframework/optimizers/Adam.hpp>
 #include <mlframework/optimizers/SGD.hpp>

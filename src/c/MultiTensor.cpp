@@ -41,8 +41,7 @@ mlfw_status mlfw_has_non_finite(const DLTensor* const* tensors, size_t count, vo
   });
 }
 
-mlfw_status mlfw_sum_of_squares(const DLTensor* const* tensors, size_t count, float factor, void* stream,
-                                double* sum) {
+mlfw_status mlfw_sum_of_squares(const DLTensor* const* tensors, size_t count, float factor, void* stream, double* sum) {
   return Call([&] {
     double& result = Deref(sum, "sum");
     const auto list = BorrowList(tensors, count, "tensors");

@@ -17,15 +17,14 @@ class CallbackObserver final : public ITrainingObserver {
   CallbackObserver(mlfw_step_callback on_step, void* user) : on_step_(on_step), user_(user) {}
   void OnStep(const StepEvent& event) override {
     const std::string report = event.Overflow != nullptr ? event.Overflow->ToString() : std::string();
-    const mlfw_step_event c_event{
-        .step = event.Step,
-        .loss_scale = event.LossScale,
-        .new_loss_scale = event.NewLossScale,
-        .skipped = event.Skipped ? 1 : 0,
-        .has_gradient_amax = event.GradientAmax ? 1 : 0,
-        .gradient_amax = event.GradientAmax.value_or(0.0f),
-        .overflowed_tensors = event.Overflow != nullptr ? event.Overflow->Tensors.size() : 0,
-        .overflow_report = report.c_str()};
+    const mlfw_step_event c_event{.step = event.Step,
+                                  .loss_scale = event.LossScale,
+                                  .new_loss_scale = event.NewLossScale,
+                                  .skipped = event.Skipped ? 1 : 0,
+                                  .has_gradient_amax = event.GradientAmax ? 1 : 0,
+                                  .gradient_amax = event.GradientAmax.value_or(0.0f),
+                                  .overflowed_tensors = event.Overflow != nullptr ? event.Overflow->Tensors.size() : 0,
+                                  .overflow_report = report.c_str()};
     on_step_(user_, &c_event);
   }
 

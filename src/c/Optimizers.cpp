@@ -75,8 +75,8 @@ mlfw_status mlfw_sgd_options_default(mlfw_sgd_options* options) {
 mlfw_status mlfw_adam_create(const char* const* names, const DLTensor* const* parameters, size_t count,
                              const mlfw_adam_options* options, mlfw_optimizer_t* out) {
   return mlframework::c_api::Create(names, parameters, count, out, [&](mlfw_optimizer& handle, const auto& map) {
-    handle.adam = std::make_unique<mlframework::optimizers::Adam>(
-        map, mlframework::c_api::ToCpp(Deref(options, "options")));
+    handle.adam =
+        std::make_unique<mlframework::optimizers::Adam>(map, mlframework::c_api::ToCpp(Deref(options, "options")));
   });
 }
 

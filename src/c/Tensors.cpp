@@ -84,8 +84,14 @@ bool NamedTensors::Key::operator==(const Key& other) const {
 }
 
 NamedTensors::Key NamedTensors::KeyOf(const char* name, const DLTensor& tensor) {
-  Key key{.name = name, .data = tensor.data, .byte_offset = tensor.byte_offset, .device = tensor.device,
-          .dtype = tensor.dtype, .ndim = tensor.ndim, .shape = {}, .strides = {}};
+  Key key{.name = name,
+          .data = tensor.data,
+          .byte_offset = tensor.byte_offset,
+          .device = tensor.device,
+          .dtype = tensor.dtype,
+          .ndim = tensor.ndim,
+          .shape = {},
+          .strides = {}};
   // A key is read before Borrow() checks the descriptor: an ndim it refuses copies nothing
   // (such a key never equals a kept one, whose ndim Borrow() accepted).
   constexpr std::int32_t kMaxDims = 64;
@@ -128,8 +134,7 @@ const GradientMap& NamedTensors::Read(const char* const* names, const DLTensor* 
   for (std::size_t i = 0; i < count; ++i) {
     TensorPtr tensor = Borrow(tensors[i], Indexed(tensors_name, i));
     if (!map.emplace(names[i], std::move(tensor)).second) {
-      throw ArgumentError(Indexed("names", i),
-                          "'" + std::string(names[i]) + "' is given twice (names must be unique)");
+      throw ArgumentError(Indexed("names", i), "'" + std::string(names[i]) + "' is given twice (names must be unique)");
     }
   }
   pending_keys_ = std::move(keys);
@@ -152,8 +157,8 @@ StreamScope::StreamScope(void* stream, const Device& device) {
     return;
   }
   if (!device.IsCUDA()) {
-    throw ArgumentError("stream", "is a CUDA stream but the tensors are on " + device.ToString() +
-                                      " (pass NULL for CPU tensors)");
+    throw ArgumentError(
+        "stream", "is a CUDA stream but the tensors are on " + device.ToString() + " (pass NULL for CPU tensors)");
   }
   guard_.emplace(stream, device.Index);
 }

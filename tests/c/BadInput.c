@@ -6,14 +6,14 @@
 #include "CApiCheck.h"
 
 /* @p call fails with @p status and a message containing @p text. */
-#define EXPECT_FAIL(call, status, text)                                                                  \
-  do {                                                                                                   \
-    const mlfw_status got_ = (call);                                                                     \
-    if (got_ != (status) || strstr(mlfw_last_error(), (text)) == NULL) {                                 \
-      fprintf(stderr, "%s:%d: %s returned %s with \"%s\"; expected %s with \"%s\"\n", __FILE__, __LINE__, \
-              #call, mlfw_status_name(got_), mlfw_last_error(), #status, (text));                        \
-      exit(1);                                                                                           \
-    }                                                                                                    \
+#define EXPECT_FAIL(call, status, text)                                                                          \
+  do {                                                                                                           \
+    const mlfw_status got_ = (call);                                                                             \
+    if (got_ != (status) || strstr(mlfw_last_error(), (text)) == NULL) {                                         \
+      fprintf(stderr, "%s:%d: %s returned %s with \"%s\"; expected %s with \"%s\"\n", __FILE__, __LINE__, #call, \
+              mlfw_status_name(got_), mlfw_last_error(), #status, (text));                                       \
+      exit(1);                                                                                                   \
+    }                                                                                                            \
   } while (0)
 
 enum { kSize = 3, kBlobCapacity = 4096 };
@@ -104,10 +104,8 @@ int main(void) {
   CHECK_OK(mlfw_adam_options_default(&options));
   EXPECT_FAIL(mlfw_adam_create(NULL, parameters, 1, &options, &adam), MLFW_STATUS_NULL_ARGUMENT, "'names'");
   EXPECT_FAIL(mlfw_adam_create(names, NULL, 1, &options, &adam), MLFW_STATUS_NULL_ARGUMENT, "'parameters'");
-  EXPECT_FAIL(mlfw_adam_create(null_name, parameters, 1, &options, &adam), MLFW_STATUS_NULL_ARGUMENT,
-              "'names[0]'");
-  EXPECT_FAIL(mlfw_adam_create(names, null_tensor, 1, &options, &adam), MLFW_STATUS_NULL_ARGUMENT,
-              "'parameters[0]'");
+  EXPECT_FAIL(mlfw_adam_create(null_name, parameters, 1, &options, &adam), MLFW_STATUS_NULL_ARGUMENT, "'names[0]'");
+  EXPECT_FAIL(mlfw_adam_create(names, null_tensor, 1, &options, &adam), MLFW_STATUS_NULL_ARGUMENT, "'parameters[0]'");
   EXPECT_FAIL(mlfw_adam_create(names, parameters, 1, NULL, &adam), MLFW_STATUS_NULL_ARGUMENT, "'options'");
   EXPECT_FAIL(mlfw_adam_create(names, parameters, 1, &options, NULL), MLFW_STATUS_NULL_ARGUMENT, "'out'");
   EXPECT_FAIL(mlfw_adam_create(names, parameters, 2, &options, &adam), MLFW_STATUS_INVALID_ARGUMENT,
@@ -135,8 +133,7 @@ int main(void) {
   EXPECT_FAIL(mlfw_optimizer_set_gradients(NULL, names, grads, 1), MLFW_STATUS_NULL_ARGUMENT, "'optimizer'");
   EXPECT_FAIL(mlfw_optimizer_set_gradients(adam, NULL, grads, 1), MLFW_STATUS_NULL_ARGUMENT, "'names'");
   EXPECT_FAIL(mlfw_optimizer_set_gradients(adam, names, NULL, 1), MLFW_STATUS_NULL_ARGUMENT, "'gradients'");
-  EXPECT_FAIL(mlfw_optimizer_set_gradients(adam, names, null_tensor, 1), MLFW_STATUS_NULL_ARGUMENT,
-              "'gradients[0]'");
+  EXPECT_FAIL(mlfw_optimizer_set_gradients(adam, names, null_tensor, 1), MLFW_STATUS_NULL_ARGUMENT, "'gradients[0]'");
   const DLTensor* int_grads[1] = {&int_tensor};
   EXPECT_FAIL(mlfw_optimizer_set_gradients(adam, names, int_grads, 1), MLFW_STATUS_INVALID_ARGUMENT,
               "'gradients[0]->dtype'");
@@ -183,8 +180,7 @@ int main(void) {
   size_t size = 0;
   unsigned char buffer[kBlobCapacity];
   EXPECT_FAIL(mlfw_grad_scaler_state_dict(scaler, buffer, 4, &size), MLFW_STATUS_INVALID_ARGUMENT, "'capacity'");
-  EXPECT_FAIL(mlfw_grad_scaler_state_dict(scaler, buffer, sizeof buffer, NULL), MLFW_STATUS_NULL_ARGUMENT,
-              "'size'");
+  EXPECT_FAIL(mlfw_grad_scaler_state_dict(scaler, buffer, sizeof buffer, NULL), MLFW_STATUS_NULL_ARGUMENT, "'size'");
   EXPECT_FAIL(mlfw_grad_scaler_load_state_dict(scaler, NULL, 8), MLFW_STATUS_NULL_ARGUMENT, "'data'");
   EXPECT_FAIL(mlfw_grad_scaler_load_state_dict(scaler, before.scaler, before.scaler_size - 1),
               MLFW_STATUS_INVALID_ARGUMENT, "");
@@ -192,8 +188,7 @@ int main(void) {
               MLFW_STATUS_INVALID_ARGUMENT, "");
   memcpy(buffer, before.scaler, before.scaler_size);
   buffer[0] ^= 0xFF;
-  EXPECT_FAIL(mlfw_grad_scaler_load_state_dict(scaler, buffer, before.scaler_size), MLFW_STATUS_INVALID_ARGUMENT,
-              "");
+  EXPECT_FAIL(mlfw_grad_scaler_load_state_dict(scaler, buffer, before.scaler_size), MLFW_STATUS_INVALID_ARGUMENT, "");
   EXPECT_FAIL(mlfw_optimizer_state_dict(adam, buffer, 1, &size), MLFW_STATUS_INVALID_ARGUMENT, "'capacity'");
   EXPECT_FAIL(mlfw_optimizer_load_state_dict(adam, before.scaler, before.scaler_size), MLFW_STATUS_INVALID_ARGUMENT,
               "");

@@ -8,13 +8,13 @@
 #include <mlframework/c/mlframework.h>
 
 /* Fails the program with the location, the expression and the library's message. */
-#define CHECK(condition)                                                                                  \
-  do {                                                                                                    \
-    if (!(condition)) {                                                                                   \
+#define CHECK(condition)                                                                                \
+  do {                                                                                                  \
+    if (!(condition)) {                                                                                 \
       fprintf(stderr, "%s:%d: CHECK(%s) failed; mlfw_last_error: %s\n", __FILE__, __LINE__, #condition, \
-              mlfw_last_error());                                                                         \
-      exit(1);                                                                                            \
-    }                                                                                                     \
+              mlfw_last_error());                                                                       \
+      exit(1);                                                                                          \
+    }                                                                                                   \
   } while (0)
 
 /* A call that must succeed. */

@@ -6,14 +6,14 @@
 
 #include "CApiCheck.h"
 
-#define EXPECT_STATUS(call, status, text)                                                                    \
-  do {                                                                                                       \
-    const mlfw_status got_ = (call);                                                                         \
-    if (got_ != (status) || strstr(mlfw_last_error(), (text)) == NULL) {                                     \
+#define EXPECT_STATUS(call, status, text)                                                                       \
+  do {                                                                                                          \
+    const mlfw_status got_ = (call);                                                                            \
+    if (got_ != (status) || strstr(mlfw_last_error(), (text)) == NULL) {                                        \
       fprintf(stderr, "%s:%d: %s returned %s with \"%s\"\n", __FILE__, __LINE__, #call, mlfw_status_name(got_), \
-              mlfw_last_error());                                                                            \
-      exit(1);                                                                                               \
-    }                                                                                                        \
+              mlfw_last_error());                                                                               \
+      exit(1);                                                                                                  \
+    }                                                                                                           \
   } while (0)
 
 int main(void) {
@@ -80,8 +80,7 @@ int main(void) {
   int untouched = 7;
   float a_before[3];
   memcpy(a_before, a, sizeof a);
-  EXPECT_STATUS(mlfw_unscale_and_check(NULL, 2, 0.5f, NULL, &untouched, NULL), MLFW_STATUS_NULL_ARGUMENT,
-                "'tensors'");
+  EXPECT_STATUS(mlfw_unscale_and_check(NULL, 2, 0.5f, NULL, &untouched, NULL), MLFW_STATUS_NULL_ARGUMENT, "'tensors'");
   EXPECT_STATUS(mlfw_unscale_and_check(list, 2, 0.5f, NULL, NULL, NULL), MLFW_STATUS_NULL_ARGUMENT, "'found_inf'");
   const DLTensor* with_null[2] = {&ta, NULL};
   EXPECT_STATUS(mlfw_unscale_and_check(with_null, 2, 0.5f, NULL, &untouched, NULL), MLFW_STATUS_NULL_ARGUMENT,

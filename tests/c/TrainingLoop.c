@@ -184,7 +184,7 @@ int main(void) {
     if (iteration == kOverflowAt) {
       CHECK(stepped == 0);
       CHECK(memcmp(before, weights, sizeof before) == 0); /* the step was skipped */
-      CHECK(after_scale == scale * 0.5f);                  /* and the scale backed off */
+      CHECK(after_scale == scale * 0.5f);                 /* and the scale backed off */
       ++skipped;
     } else {
       CHECK(stepped == 1);

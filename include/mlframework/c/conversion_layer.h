@@ -5,6 +5,9 @@
 #ifndef MLFRAMEWORK_C_CONVERSION_LAYER_H_
 #define MLFRAMEWORK_C_CONVERSION_LAYER_H_
 
+// C declarations, for C compilers: C's typedefs and headers, and the C API's mlfw_ names.
+// NOLINTBEGIN(modernize-use-using,modernize-deprecated-headers,readability-identifier-naming)
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -82,8 +85,8 @@ MLFW_C_API mlfw_status mlfw_conversion_layer_process(mlfw_conversion_layer_t lay
 /// Writes the layer's counters into *@p stats.
 MLFW_C_API mlfw_status mlfw_conversion_layer_get_stats(mlfw_conversion_layer_t layer, mlfw_conversion_stats* stats);
 /// The layer's state (C++ StateDict()) as bytes: see mlfw_grad_scaler_state_dict().
-MLFW_C_API mlfw_status mlfw_conversion_layer_state_dict(mlfw_conversion_layer_t layer, void* buffer,
-                                                        size_t capacity, size_t* size);
+MLFW_C_API mlfw_status mlfw_conversion_layer_state_dict(mlfw_conversion_layer_t layer, void* buffer, size_t capacity,
+                                                        size_t* size);
 /// Restores bytes from mlfw_conversion_layer_state_dict(); MLFW_STATUS_INVALID_ARGUMENT for a
 /// truncated, corrupted or foreign blob, the layer unchanged.
 MLFW_C_API mlfw_status mlfw_conversion_layer_load_state_dict(mlfw_conversion_layer_t layer, const void* data,
@@ -92,5 +95,7 @@ MLFW_C_API mlfw_status mlfw_conversion_layer_load_state_dict(mlfw_conversion_lay
 #ifdef __cplusplus
 }
 #endif
+
+// NOLINTEND(modernize-use-using,modernize-deprecated-headers,readability-identifier-naming)
 
 #endif  // MLFRAMEWORK_C_CONVERSION_LAYER_H_

@@ -3,6 +3,9 @@
 #ifndef MLFRAMEWORK_C_GRAD_SCALER_H_
 #define MLFRAMEWORK_C_GRAD_SCALER_H_
 
+// C declarations, for C compilers: C's typedefs and headers, and the C API's mlfw_ names.
+// NOLINTBEGIN(modernize-use-using,modernize-deprecated-headers,readability-identifier-naming)
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -48,8 +51,8 @@ typedef struct mlfw_scaler_stats {
 
 /// What mlfw_grad_scaler_step() does after unscaling (C++ amp::StepMode).
 typedef enum mlfw_step_mode {
-  MLFW_STEP_AND_UPDATE = 0,       ///< Steps the optimizer unless it overflowed, then updates the scale.
-  MLFW_STEP_DEFER_UPDATE = 1,     ///< Steps the optimizer unless it overflowed; mlfw_grad_scaler_update() later.
+  MLFW_STEP_AND_UPDATE = 0,            ///< Steps the optimizer unless it overflowed, then updates the scale.
+  MLFW_STEP_DEFER_UPDATE = 1,          ///< Steps the optimizer unless it overflowed; mlfw_grad_scaler_update() later.
   MLFW_STEP_DEFER_STEP_AND_UPDATE = 2  ///< Neither: step yourself when it returned 1, then update.
 } mlfw_step_mode;
 
@@ -102,8 +105,8 @@ MLFW_C_API mlfw_status mlfw_grad_scaler_unscale(mlfw_grad_scaler_t scaler, mlfw_
 /// @p mode says. *@p stepped receives 1 when the optimizer's gradients were finite (stepped, or
 /// to be stepped by you with MLFW_STEP_DEFER_STEP_AND_UPDATE) and 0 when they overflowed (the
 /// step skipped). @p stepped may be NULL.
-MLFW_C_API mlfw_status mlfw_grad_scaler_step(mlfw_grad_scaler_t scaler, mlfw_optimizer_t optimizer,
-                                             mlfw_step_mode mode, void* stream, int* stepped);
+MLFW_C_API mlfw_status mlfw_grad_scaler_step(mlfw_grad_scaler_t scaler, mlfw_optimizer_t optimizer, mlfw_step_mode mode,
+                                             void* stream, int* stepped);
 /// Applies the iteration's overflow result to the scale (C++ Update()); after a step with
 /// MLFW_STEP_AND_UPDATE it changes nothing. @p stream: see mlfw_optimizer_step(); the device is
 /// that of the tensors of the iteration.
@@ -116,8 +119,7 @@ MLFW_C_API mlfw_status mlfw_grad_scaler_reset(mlfw_grad_scaler_t scaler);
 MLFW_C_API mlfw_status mlfw_grad_scaler_get_scale(mlfw_grad_scaler_t scaler, float* scale);
 /// Writes the statistics into *@p stats and 1 into *@p has_stats for a dynamic scaler; 0 into
 /// *@p has_stats (and @p stats untouched) for a static one.
-MLFW_C_API mlfw_status mlfw_grad_scaler_get_stats(mlfw_grad_scaler_t scaler, mlfw_scaler_stats* stats,
-                                                  int* has_stats);
+MLFW_C_API mlfw_status mlfw_grad_scaler_get_stats(mlfw_grad_scaler_t scaler, mlfw_scaler_stats* stats, int* has_stats);
 /// Turns amax tracking on (non-zero) or off (C++ SetAmaxTracking): the unscale also takes the
 /// largest finite |g| of the unscaled gradients.
 MLFW_C_API mlfw_status mlfw_grad_scaler_set_amax_tracking(mlfw_grad_scaler_t scaler, int on);
@@ -138,5 +140,7 @@ MLFW_C_API mlfw_status mlfw_grad_scaler_load_state_dict(mlfw_grad_scaler_t scale
 #ifdef __cplusplus
 }
 #endif
+
+// NOLINTEND(modernize-use-using,modernize-deprecated-headers,readability-identifier-naming)
 
 #endif  // MLFRAMEWORK_C_GRAD_SCALER_H_

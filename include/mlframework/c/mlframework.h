@@ -7,6 +7,9 @@
 #ifndef MLFRAMEWORK_C_MLFRAMEWORK_H_
 #define MLFRAMEWORK_C_MLFRAMEWORK_H_
 
+// C declarations, for C compilers: C's typedefs and headers, and the C API's mlfw_ names.
+// NOLINTBEGIN(modernize-use-using,modernize-deprecated-headers,readability-identifier-naming)
+
 #include <mlframework/c/conversion_layer.h>
 #include <mlframework/c/grad_scaler.h>
 #include <mlframework/c/multi_tensor.h>
@@ -30,5 +33,7 @@ MLFW_C_API int mlfw_api_version(void);
 #ifdef __cplusplus
 }
 #endif
+
+// NOLINTEND(modernize-use-using,modernize-deprecated-headers,readability-identifier-naming)
 
 #endif  // MLFRAMEWORK_C_MLFRAMEWORK_H_

@@ -3,6 +3,9 @@
 #ifndef MLFRAMEWORK_C_OBSERVER_H_
 #define MLFRAMEWORK_C_OBSERVER_H_
 
+// C declarations, for C compilers: C's typedefs and headers, and the C API's mlfw_ names.
+// NOLINTBEGIN(modernize-use-using,modernize-deprecated-headers,readability-identifier-naming)
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -15,14 +18,14 @@ extern "C" {
 
 /// What one finished iteration reports (C++ StepEvent). Valid during the callback only.
 typedef struct mlfw_step_event {
-  int64_t step;                    ///< The step index (0 for the first finished iteration).
-  float loss_scale;                ///< The scale the iteration's gradients were produced with.
-  float new_loss_scale;            ///< The scale after the iteration's update.
-  int skipped;                     ///< 1 when the optimizer step was skipped (Inf/NaN gradients).
-  int has_gradient_amax;           ///< 1 when gradient_amax holds a value (amax tracking on).
-  float gradient_amax;             ///< Largest finite |g| of the unscaled gradients.
-  size_t overflowed_tensors;       ///< Gradients holding Inf or NaN (0 when none overflowed).
-  const char* overflow_report;     ///< The overflow report as text ("" when none overflowed).
+  int64_t step;                 ///< The step index (0 for the first finished iteration).
+  float loss_scale;             ///< The scale the iteration's gradients were produced with.
+  float new_loss_scale;         ///< The scale after the iteration's update.
+  int skipped;                  ///< 1 when the optimizer step was skipped (Inf/NaN gradients).
+  int has_gradient_amax;        ///< 1 when gradient_amax holds a value (amax tracking on).
+  float gradient_amax;          ///< Largest finite |g| of the unscaled gradients.
+  size_t overflowed_tensors;    ///< Gradients holding Inf or NaN (0 when none overflowed).
+  const char* overflow_report;  ///< The overflow report as text ("" when none overflowed).
 } mlfw_step_event;
 
 /// Called once per finished iteration, after the scale update, with the `user` pointer given
@@ -46,5 +49,7 @@ MLFW_C_API mlfw_status mlfw_grad_scaler_remove_observer(mlfw_grad_scaler_t scale
 #ifdef __cplusplus
 }
 #endif
+
+// NOLINTEND(modernize-use-using,modernize-deprecated-headers,readability-identifier-naming)
 
 #endif  // MLFRAMEWORK_C_OBSERVER_H_

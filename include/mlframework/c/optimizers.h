@@ -3,6 +3,9 @@
 #ifndef MLFRAMEWORK_C_OPTIMIZERS_H_
 #define MLFRAMEWORK_C_OPTIMIZERS_H_
 
+// C declarations, for C compilers: C's typedefs and headers, and the C API's mlfw_ names.
+// NOLINTBEGIN(modernize-use-using,modernize-deprecated-headers,readability-identifier-naming)
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -19,12 +22,12 @@ typedef struct mlfw_optimizer* mlfw_optimizer_t;
 
 /// Adam's and AdamW's settings (C++ AdamOptions). mlfw_adam_options_default() fills the defaults.
 typedef struct mlfw_adam_options {
-  double learning_rate;            ///< Step size (> 0, finite); default 1e-3.
-  double beta1;                    ///< First-moment decay in [0, 1); default 0.9.
-  double beta2;                    ///< Second-moment decay in [0, 1); default 0.999.
-  double epsilon;                  ///< Denominator term (> 0); default 1e-8.
-  double weight_decay;             ///< Weight decay (>= 0); default 0.
-  int decoupled_weight_decay;      ///< Non-zero: AdamW (decay applied to the weights); default 0.
+  double learning_rate;        ///< Step size (> 0, finite); default 1e-3.
+  double beta1;                ///< First-moment decay in [0, 1); default 0.9.
+  double beta2;                ///< Second-moment decay in [0, 1); default 0.999.
+  double epsilon;              ///< Denominator term (> 0); default 1e-8.
+  double weight_decay;         ///< Weight decay (>= 0); default 0.
+  int decoupled_weight_decay;  ///< Non-zero: AdamW (decay applied to the weights); default 0.
 } mlfw_adam_options;
 
 /// SGD's settings (C++ SGDOptions). mlfw_sgd_options_default() fills the defaults.
@@ -86,5 +89,7 @@ MLFW_C_API mlfw_status mlfw_optimizer_load_state_dict(mlfw_optimizer_t optimizer
 #ifdef __cplusplus
 }
 #endif
+
+// NOLINTEND(modernize-use-using,modernize-deprecated-headers,readability-identifier-naming)
 
 #endif  // MLFRAMEWORK_C_OPTIMIZERS_H_

@@ -3,6 +3,9 @@
 #ifndef MLFRAMEWORK_C_STATUS_H_
 #define MLFRAMEWORK_C_STATUS_H_
 
+// C declarations, for C compilers: C's typedefs and headers, and the C API's mlfw_ names.
+// NOLINTBEGIN(modernize-use-using,modernize-deprecated-headers,readability-identifier-naming)
+
 /// Marks a function of libmlframework_c's interface (the only symbols the library exports).
 #define MLFW_C_API __attribute__((visibility("default")))
 
@@ -38,5 +41,7 @@ MLFW_C_API const char* mlfw_status_name(mlfw_status status);
 #ifdef __cplusplus
 }
 #endif
+
+// NOLINTEND(modernize-use-using,modernize-deprecated-headers,readability-identifier-naming)
 
 #endif  // MLFRAMEWORK_C_STATUS_H_
