@@ -8,6 +8,7 @@
 
 #include "Call.hpp"
 #include "Handles.hpp"
+#include "StateBytes.hpp"
 
 namespace mp = mlframework::optimizers::mixed_precision;
 
@@ -105,10 +106,8 @@ mlfw_status mlfw_conversion_layer_scale_loss(mlfw_conversion_layer_t layer, cons
                                              DLManagedTensor** scaled) {
   return Call([&] {
     const mlfw_conversion_layer& handle = Deref(layer, "layer");
-    Deref(scaled, "scaled");
-    const mlframework::TensorPtr tensor = mlframework::c_api::Borrow(loss, "loss");
-    const StreamScope scope(stream, tensor->GetDevice());
-    *scaled = mlframework::ToDLPack(handle.layer.ScaleLoss(tensor));
+    mlframework::c_api::ScaleLossInto(
+        loss, stream, scaled, [&](const mlframework::TensorPtr& tensor) { return handle.layer.ScaleLoss(tensor); });
   });
 }
 
@@ -160,17 +159,13 @@ mlfw_status mlfw_conversion_layer_get_stats(mlfw_conversion_layer_t layer, mlfw_
 
 mlfw_status mlfw_conversion_layer_state_dict(mlfw_conversion_layer_t layer, void* buffer, size_t capacity,
                                              size_t* size) {
-  return Call([&] {
-    const mlfw_conversion_layer& handle = Deref(layer, "layer");
-    mlframework::c_api::WriteBlob(handle.layer.StateDict(), buffer, capacity, size);
-  });
+  return mlframework::c_api::SaveState(layer, "layer", buffer, capacity, size,
+                                       [](const mlfw_conversion_layer& handle) { return handle.layer.StateDict(); });
 }
 
 mlfw_status mlfw_conversion_layer_load_state_dict(mlfw_conversion_layer_t layer, const void* data, size_t size) {
-  return Call([&] {
-    mlfw_conversion_layer& handle = Deref(layer, "layer");
-    handle.layer.LoadStateDict(mlframework::c_api::ReadBlob(data, size));
-  });
+  return mlframework::c_api::LoadState(
+      layer, "layer", data, size, [](mlfw_conversion_layer& handle, auto bytes) { handle.layer.LoadStateDict(bytes); });
 }
 
 }  // extern "C"

@@ -9,6 +9,7 @@
 #include "Call.hpp"
 #include "CallbackScaler.hpp"
 #include "Handles.hpp"
+#include "StateBytes.hpp"
 
 namespace mlframework::c_api {
 namespace {
@@ -92,14 +93,8 @@ mlfw_status mlfw_grad_scaler_scale(mlfw_grad_scaler_t scaler, const DLTensor* lo
                                    DLManagedTensor** scaled) {
   return Call([&] {
     mlfw_grad_scaler& handle = Deref(scaler, "scaler");
-    Deref(scaled, "scaled");
-    const mlframework::TensorPtr tensor = mlframework::c_api::Borrow(loss, "loss");
-    const StreamScope scope(stream, tensor->GetDevice());
-    const mlframework::TensorPtr result = handle.scaler.Scale(tensor);
-    // The scaled loss is the library's own FP32/FP16/BF16 tensor, which ToDLPack() always
-    // exports (short of memory).
-    *scaled = mlframework::ToDLPack(result);
-    handle.device = tensor->GetDevice();
+    handle.device = mlframework::c_api::ScaleLossInto(
+        loss, stream, scaled, [&](const mlframework::TensorPtr& tensor) { return handle.scaler.Scale(tensor); });
   });
 }
 
@@ -187,17 +182,13 @@ mlfw_status mlfw_grad_scaler_last_amax(mlfw_grad_scaler_t scaler, float* amax, i
 }
 
 mlfw_status mlfw_grad_scaler_state_dict(mlfw_grad_scaler_t scaler, void* buffer, size_t capacity, size_t* size) {
-  return Call([&] {
-    const mlfw_grad_scaler& handle = Deref(scaler, "scaler");
-    mlframework::c_api::WriteBlob(handle.scaler.StateDict(), buffer, capacity, size);
-  });
+  return mlframework::c_api::SaveState(scaler, "scaler", buffer, capacity, size,
+                                       [](const mlfw_grad_scaler& handle) { return handle.scaler.StateDict(); });
 }
 
 mlfw_status mlfw_grad_scaler_load_state_dict(mlfw_grad_scaler_t scaler, const void* data, size_t size) {
-  return Call([&] {
-    mlfw_grad_scaler& handle = Deref(scaler, "scaler");
-    handle.scaler.LoadStateDict(mlframework::c_api::ReadBlob(data, size));
-  });
+  return mlframework::c_api::LoadState(
+      scaler, "scaler", data, size, [](mlfw_grad_scaler& handle, auto bytes) { handle.scaler.LoadStateDict(bytes); });
 }
 
 }  // extern "C"

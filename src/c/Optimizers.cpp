@@ -5,6 +5,7 @@
 
 #include "Call.hpp"
 #include "Handles.hpp"
+#include "StateBytes.hpp"
 
 namespace mlframework::c_api {
 namespace {
@@ -129,21 +130,17 @@ mlfw_status mlfw_optimizer_step_count(mlfw_optimizer_t optimizer, int64_t* steps
 }
 
 mlfw_status mlfw_optimizer_state_dict(mlfw_optimizer_t optimizer, void* buffer, size_t capacity, size_t* size) {
-  return Call([&] {
-    const mlfw_optimizer& handle = Deref(optimizer, "optimizer");
-    mlframework::c_api::WriteBlob(handle.adam ? handle.adam->StateDict() : handle.sgd->StateDict(), buffer, capacity,
-                                  size);
-  });
+  return mlframework::c_api::SaveState(
+      optimizer, "optimizer", buffer, capacity, size,
+      [](const mlfw_optimizer& handle) { return handle.adam ? handle.adam->StateDict() : handle.sgd->StateDict(); });
 }
 
 mlfw_status mlfw_optimizer_load_state_dict(mlfw_optimizer_t optimizer, const void* data, size_t size) {
-  return Call([&] {
-    mlfw_optimizer& handle = Deref(optimizer, "optimizer");
-    const auto blob = mlframework::c_api::ReadBlob(data, size);
+  return mlframework::c_api::LoadState(optimizer, "optimizer", data, size, [](mlfw_optimizer& handle, auto bytes) {
     if (handle.adam) {
-      handle.adam->LoadStateDict(blob);
+      handle.adam->LoadStateDict(bytes);
     } else {
-      handle.sgd->LoadStateDict(blob);
+      handle.sgd->LoadStateDict(bytes);
     }
   });
 }

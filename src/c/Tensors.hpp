@@ -12,7 +12,9 @@
 #include <dlpack/dlpack.h>
 
 #include <mlframework/backends/cuda/StreamGuard.hpp>
+#include <mlframework/core/DLPack.hpp>
 #include <mlframework/core/Device.hpp>
+#include <mlframework/core/Error.hpp>
 #include <mlframework/core/ITensor.hpp>
 
 namespace mlframework::c_api {
@@ -82,14 +84,23 @@ class StreamScope {
   std::optional<backends::cuda::StreamGuard> guard_;
 };
 
+/// The scaled-loss entry points: @p scale_loss (a ScaleLoss or Scale) of the lent @p loss,
+/// ordered on @p stream, exported into *@p scaled for the caller to delete. Returns the loss's
+/// device. ArgumentNullError naming `scaled` or `loss` for null.
+template <class ScaleLoss>
+Device ScaleLossInto(const DLTensor* loss, void* stream, DLManagedTensor** scaled, ScaleLoss&& scale_loss) {
+  if (scaled == nullptr) {
+    throw ArgumentNullError("scaled");
+  }
+  const TensorPtr tensor = Borrow(loss, "loss");
+  const StreamScope scope(stream, tensor->GetDevice());
+  // The scaled loss is the library's own FP32/FP16/BF16 tensor, which ToDLPack() always exports
+  // (short of memory).
+  *scaled = ToDLPack(scale_loss(tensor));
+  return tensor->GetDevice();
+}
+
 /// The device of the first tensor of @p tensors (the CPU for an empty map).
 Device DeviceOf(const GradientMap& tensors);
-
-/// Copies @p bytes into @p buffer (see the `*_state_dict` functions of the C headers): with a
-/// null @p buffer only the size is written.
-void WriteBlob(const std::vector<std::byte>& bytes, void* buffer, std::size_t capacity, std::size_t* size);
-
-/// The @p size bytes at @p data; ArgumentNullError("data") when null with a non-zero size.
-std::span<const std::byte> ReadBlob(const void* data, std::size_t size);
 
 }  // namespace mlframework::c_api

@@ -4,6 +4,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <mlframework/c/mlframework.h>
 
@@ -19,6 +20,17 @@
 
 /* A call that must succeed. */
 #define CHECK_OK(call) CHECK((call) == MLFW_STATUS_OK)
+
+/* @p call fails with @p status and a message containing @p text. */
+#define EXPECT_STATUS(call, status, text)                                                                        \
+  do {                                                                                                           \
+    const mlfw_status got_ = (call);                                                                             \
+    if (got_ != (status) || strstr(mlfw_last_error(), (text)) == NULL) {                                         \
+      fprintf(stderr, "%s:%d: %s returned %s with \"%s\"; expected %s with \"%s\"\n", __FILE__, __LINE__, #call, \
+              mlfw_status_name(got_), mlfw_last_error(), #status, (text));                                       \
+      exit(1);                                                                                                   \
+    }                                                                                                            \
+  } while (0)
 
 /* A one-dimensional float32 CPU tensor over data[0..n). */
 static inline DLTensor CApiFloat32Vector(float* data, int64_t* shape) {

@@ -7,16 +7,6 @@
 
 #include "CApiCheck.h"
 
-#define EXPECT_STATUS(call, status, text)                                                                       \
-  do {                                                                                                          \
-    const mlfw_status got_ = (call);                                                                            \
-    if (got_ != (status) || strstr(mlfw_last_error(), (text)) == NULL) {                                        \
-      fprintf(stderr, "%s:%d: %s returned %s with \"%s\"\n", __FILE__, __LINE__, #call, mlfw_status_name(got_), \
-              mlfw_last_error());                                                                               \
-      exit(1);                                                                                                  \
-    }                                                                                                           \
-  } while (0)
-
 int main(void) {
   mlfw_mixed_precision_options options;
   CHECK_OK(mlfw_mixed_precision_options_default(&options));

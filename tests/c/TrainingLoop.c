@@ -19,6 +19,31 @@ static float Loss(const float* weights, const float* target) {
   return loss;
 }
 
+/* One parameter "w" and its gradient, as the DLTensors the C API borrows (set up in place:
+ * the descriptors point into the struct). */
+typedef struct Model {
+  float weights[kSize];
+  float gradients[kSize];
+  int64_t shape[1];
+  DLTensor weight_tensor;
+  DLTensor gradient_tensor;
+  const char* names[1];
+  const DLTensor* parameters[1];
+  const DLTensor* grads[1];
+} Model;
+
+static void InitModel(Model* model) {
+  const float initial[kSize] = {1.0f, -1.0f, 0.5f, 2.0f};
+  memcpy(model->weights, initial, sizeof initial);
+  memset(model->gradients, 0, sizeof model->gradients);
+  model->shape[0] = kSize;
+  model->weight_tensor = CApiFloat32Vector(model->weights, model->shape);
+  model->gradient_tensor = CApiFloat32Vector(model->gradients, model->shape);
+  model->names[0] = "w";
+  model->parameters[0] = &model->weight_tensor;
+  model->grads[0] = &model->gradient_tensor;
+}
+
 /* A policy: halve on overflow, never grow; counts its calls. */
 typedef struct BackoffOnly {
   float scale;
@@ -65,14 +90,13 @@ static void OnStep(void* user, const mlfw_step_event* event) {
 
 /* SGD under a custom policy given as callbacks, observed through a callback. */
 static void CustomPolicyLoop(void) {
-  float weights[kSize] = {1.0f, -1.0f, 0.5f, 2.0f};
-  float gradients[kSize] = {0};
-  int64_t shape[1] = {kSize};
-  DLTensor weight_tensor = CApiFloat32Vector(weights, shape);
-  DLTensor gradient_tensor = CApiFloat32Vector(gradients, shape);
-  const char* names[1] = {"w"};
-  const DLTensor* parameters[1] = {&weight_tensor};
-  const DLTensor* grads[1] = {&gradient_tensor};
+  static Model model;
+  InitModel(&model);
+  float* weights = model.weights;
+  float* gradients = model.gradients;
+  const char* const* names = model.names;
+  const DLTensor* const* parameters = model.parameters;
+  const DLTensor* const* grads = model.grads;
 
   BackoffOnly policy_state = {4096.0f, 0, 0};
   mlfw_scale_policy policy = {PolicyScale, PolicyUpdate, NULL};
@@ -129,15 +153,14 @@ static void CustomPolicyLoop(void) {
 int main(void) {
   CHECK(mlfw_api_version() == MLFW_C_API_VERSION);
 
-  float weights[kSize] = {1.0f, -1.0f, 0.5f, 2.0f};
   const float target[kSize] = {0.0f, 0.0f, 0.0f, 0.0f};
-  float gradients[kSize] = {0};
-  int64_t shape[1] = {kSize};
-  DLTensor weight_tensor = CApiFloat32Vector(weights, shape);
-  DLTensor gradient_tensor = CApiFloat32Vector(gradients, shape);
-  const char* names[1] = {"w"};
-  const DLTensor* parameters[1] = {&weight_tensor};
-  const DLTensor* grads[1] = {&gradient_tensor};
+  static Model model;
+  InitModel(&model);
+  float* weights = model.weights;
+  float* gradients = model.gradients;
+  const char* const* names = model.names;
+  const DLTensor* const* parameters = model.parameters;
+  const DLTensor* const* grads = model.grads;
 
   mlfw_dynamic_scaler_config config;
   CHECK_OK(mlfw_dynamic_scaler_config_default(&config));
@@ -233,7 +256,7 @@ int main(void) {
   CHECK_OK(mlfw_optimizer_state_dict(adam, blob, size, &written));
   float twin_weights[kSize];
   memcpy(twin_weights, weights, sizeof twin_weights);
-  DLTensor twin_tensor = CApiFloat32Vector(twin_weights, shape);
+  DLTensor twin_tensor = CApiFloat32Vector(twin_weights, model.shape);
   const DLTensor* twin_parameters[1] = {&twin_tensor};
   mlfw_optimizer_t twin = NULL;
   CHECK_OK(mlfw_adam_create(names, twin_parameters, 1, &options, &twin));
@@ -246,7 +269,7 @@ int main(void) {
   CHECK_OK(mlfw_optimizer_set_gradients(twin, names, grads, 1));
   CHECK_OK(mlfw_optimizer_step(adam, NULL));
   CHECK_OK(mlfw_optimizer_step(twin, NULL));
-  CHECK(memcmp(weights, twin_weights, sizeof weights) == 0);
+  CHECK(memcmp(weights, twin_weights, sizeof twin_weights) == 0);
 
   mlfw_optimizer_destroy(twin);
   mlfw_optimizer_destroy(adam);
