@@ -92,11 +92,6 @@ static void OnStep(void* user, const mlfw_step_event* event) {
 static void CustomPolicyLoop(void) {
   static Model model;
   InitModel(&model);
-  float* weights = model.weights;
-  float* gradients = model.gradients;
-  const char* const* names = model.names;
-  const DLTensor* const* parameters = model.parameters;
-  const DLTensor* const* grads = model.grads;
 
   BackoffOnly policy_state = {4096.0f, 0, 0};
   mlfw_scale_policy policy = {PolicyScale, PolicyUpdate, NULL};
@@ -110,13 +105,13 @@ static void CustomPolicyLoop(void) {
   CHECK_OK(mlfw_sgd_options_default(&options));
   options.learning_rate = 0.25;
   mlfw_optimizer_t sgd = NULL;
-  CHECK_OK(mlfw_sgd_create(names, parameters, 1, &options, &sgd));
+  CHECK_OK(mlfw_sgd_create(model.names, model.parameters, 1, &options, &sgd));
 
   for (int iteration = 0; iteration < 6; ++iteration) {
     float scale = 0.0f;
     CHECK_OK(mlfw_grad_scaler_get_scale(scaler, &scale));
     CHECK(scale == policy_state.scale);
-    float loss_value = Loss(weights, weights);
+    float loss_value = Loss(model.weights, model.weights);
     int64_t scalar_shape[1] = {1};
     DLTensor loss = CApiFloat32Vector(&loss_value, scalar_shape);
     DLManagedTensor* scaled = NULL;
@@ -124,20 +119,20 @@ static void CustomPolicyLoop(void) {
     scaled->deleter(scaled);
     float expected[kSize];
     for (int i = 0; i < kSize; ++i) {
-      gradients[i] = scale * weights[i];
-      expected[i] = weights[i] - 0.25f * weights[i]; /* plain SGD on the unscaled gradient */
+      model.gradients[i] = scale * model.weights[i];
+      expected[i] = model.weights[i] - 0.25f * model.weights[i]; /* plain SGD on the unscaled gradient */
     }
     if (iteration == 2) {
-      gradients[0] = NAN;
-      memcpy(expected, weights, sizeof expected);
+      model.gradients[0] = NAN;
+      memcpy(expected, model.weights, sizeof expected);
     }
-    CHECK_OK(mlfw_optimizer_set_gradients(sgd, names, grads, 1));
+    CHECK_OK(mlfw_optimizer_set_gradients(sgd, model.names, model.grads, 1));
     int stepped = -1;
     /* the deferred flow: step now, update the scale afterwards */
     CHECK_OK(mlfw_grad_scaler_step(scaler, sgd, MLFW_STEP_DEFER_UPDATE, NULL, &stepped));
     CHECK_OK(mlfw_grad_scaler_update(scaler, NULL));
     CHECK(stepped == (iteration == 2 ? 0 : 1));
-    CHECK(memcmp(weights, expected, sizeof expected) == 0);
+    CHECK(memcmp(model.weights, expected, sizeof expected) == 0);
   }
   CHECK(policy_state.updates == 6 && policy_state.overflows == 1 && policy_state.scale == 2048.0f);
   CHECK(seen.steps == 6 && seen.skipped == 1 && seen.last_step == 5 && seen.last_new_scale == 2048.0f);
@@ -156,11 +151,6 @@ int main(void) {
   const float target[kSize] = {0.0f, 0.0f, 0.0f, 0.0f};
   static Model model;
   InitModel(&model);
-  float* weights = model.weights;
-  float* gradients = model.gradients;
-  const char* const* names = model.names;
-  const DLTensor* const* parameters = model.parameters;
-  const DLTensor* const* grads = model.grads;
 
   mlfw_dynamic_scaler_config config;
   CHECK_OK(mlfw_dynamic_scaler_config_default(&config));
@@ -174,12 +164,12 @@ int main(void) {
   CHECK_OK(mlfw_adam_options_default(&options));
   options.learning_rate = 0.05;
   mlfw_optimizer_t adam = NULL;
-  CHECK_OK(mlfw_adam_create(names, parameters, 1, &options, &adam));
+  CHECK_OK(mlfw_adam_create(model.names, model.parameters, 1, &options, &adam));
 
-  const float first_loss = Loss(weights, target);
+  const float first_loss = Loss(model.weights, target);
   int skipped = 0;
   for (int iteration = 0; iteration < kIterations; ++iteration) {
-    float loss_value = Loss(weights, target);
+    float loss_value = Loss(model.weights, target);
     int64_t scalar_shape[1] = {1};
     DLTensor loss = CApiFloat32Vector(&loss_value, scalar_shape);
     float scale = 0.0f;
@@ -190,28 +180,28 @@ int main(void) {
     CHECK(((const float*)scaled->dl_tensor.data)[0] == loss_value * scale);
     scaled->deleter(scaled);
 
-    /* "backward": the scaled gradients, with an Inf in one iteration */
+    /* "backward": the scaled model.gradients, with an Inf in one iteration */
     for (int i = 0; i < kSize; ++i) {
-      gradients[i] = scale * (weights[i] - target[i]);
+      model.gradients[i] = scale * (model.weights[i] - target[i]);
     }
     if (iteration == kOverflowAt) {
-      gradients[2] = INFINITY;
+      model.gradients[2] = INFINITY;
     }
     float before[kSize];
-    memcpy(before, weights, sizeof before);
-    CHECK_OK(mlfw_optimizer_set_gradients(adam, names, grads, 1));
+    memcpy(before, model.weights, sizeof before);
+    CHECK_OK(mlfw_optimizer_set_gradients(adam, model.names, model.grads, 1));
     int stepped = -1;
     CHECK_OK(mlfw_grad_scaler_step(scaler, adam, MLFW_STEP_AND_UPDATE, NULL, &stepped));
     float after_scale = 0.0f;
     CHECK_OK(mlfw_grad_scaler_get_scale(scaler, &after_scale));
     if (iteration == kOverflowAt) {
       CHECK(stepped == 0);
-      CHECK(memcmp(before, weights, sizeof before) == 0); /* the step was skipped */
-      CHECK(after_scale == scale * 0.5f);                 /* and the scale backed off */
+      CHECK(memcmp(before, model.weights, sizeof before) == 0); /* the step was skipped */
+      CHECK(after_scale == scale * 0.5f);                       /* and the scale backed off */
       ++skipped;
     } else {
       CHECK(stepped == 1);
-      CHECK(memcmp(before, weights, sizeof before) != 0);
+      CHECK(memcmp(before, model.weights, sizeof before) != 0);
     }
   }
 
@@ -225,7 +215,7 @@ int main(void) {
   CHECK(has_stats == 1);
   CHECK(stats.total_steps == kIterations && stats.skipped_steps == skipped && stats.total_overflows == 1);
   CHECK(stats.current_scale == scale && stats.growth_interval == 4);
-  CHECK(Loss(weights, target) < first_loss);
+  CHECK(Loss(model.weights, target) < first_loss);
   int64_t steps = 0;
   CHECK_OK(mlfw_optimizer_step_count(adam, &steps));
   CHECK(steps == kIterations - skipped);
@@ -255,21 +245,21 @@ int main(void) {
   CHECK(blob != NULL);
   CHECK_OK(mlfw_optimizer_state_dict(adam, blob, size, &written));
   float twin_weights[kSize];
-  memcpy(twin_weights, weights, sizeof twin_weights);
+  memcpy(twin_weights, model.weights, sizeof twin_weights);
   DLTensor twin_tensor = CApiFloat32Vector(twin_weights, model.shape);
   const DLTensor* twin_parameters[1] = {&twin_tensor};
   mlfw_optimizer_t twin = NULL;
-  CHECK_OK(mlfw_adam_create(names, twin_parameters, 1, &options, &twin));
+  CHECK_OK(mlfw_adam_create(model.names, twin_parameters, 1, &options, &twin));
   CHECK_OK(mlfw_optimizer_load_state_dict(twin, blob, written));
   free(blob);
   for (int i = 0; i < kSize; ++i) {
-    gradients[i] = weights[i] - target[i];
+    model.gradients[i] = model.weights[i] - target[i];
   }
-  CHECK_OK(mlfw_optimizer_set_gradients(adam, names, grads, 1));
-  CHECK_OK(mlfw_optimizer_set_gradients(twin, names, grads, 1));
+  CHECK_OK(mlfw_optimizer_set_gradients(adam, model.names, model.grads, 1));
+  CHECK_OK(mlfw_optimizer_set_gradients(twin, model.names, model.grads, 1));
   CHECK_OK(mlfw_optimizer_step(adam, NULL));
   CHECK_OK(mlfw_optimizer_step(twin, NULL));
-  CHECK(memcmp(weights, twin_weights, sizeof twin_weights) == 0);
+  CHECK(memcmp(model.weights, twin_weights, sizeof twin_weights) == 0);
 
   mlfw_optimizer_destroy(twin);
   mlfw_optimizer_destroy(adam);
