@@ -2,6 +2,7 @@
 // The boundary of the C API: every entry point runs its body through Call(), which turns the
 // library's exceptions into status codes and the thread-local message, so nothing throws into C.
 
+#include <cstring>
 #include <new>
 #include <stdexcept>
 #include <string>
@@ -51,6 +52,17 @@ mlfw_status Call(Body&& body) noexcept {
   } catch (...) {
     return Fail(MLFW_STATUS_INTERNAL_ERROR, "unknown exception");
   }
+}
+
+/// The int a C caller stored in an enum argument or field: any int is valid C, but C++ may
+/// assume an enum holds only the values its enumerators span, so the bits are copied, not loaded
+/// as the enum (a C enum is int-sized).
+template <class Enum>
+int EnumValue(const Enum& value) noexcept {
+  static_assert(sizeof(Enum) == sizeof(int));
+  int raw = 0;
+  std::memcpy(&raw, &value, sizeof raw);
+  return raw;
 }
 
 /// @p pointer, or ArgumentNullError(@p name) when it is null.

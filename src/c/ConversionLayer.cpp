@@ -22,18 +22,20 @@ struct mlfw_conversion_layer {
 namespace mlframework::c_api {
 namespace {
 
-DataType ToCpp(mlfw_precision precision) {
-  switch (precision) {
+DataType ToCpp(const mlfw_precision& precision) {
+  const int value = EnumValue(precision);
+  switch (value) {
     case MLFW_PRECISION_FLOAT32:
       return DataType::Float32;
     case MLFW_PRECISION_FLOAT16:
       return DataType::Float16;
     case MLFW_PRECISION_BFLOAT16:
       return DataType::BFloat16;
+    default:
+      throw ArgumentError("options->precision", std::to_string(value) +
+                                                    " is not an mlfw_precision (MLFW_PRECISION_FLOAT32, "
+                                                    "MLFW_PRECISION_FLOAT16 or MLFW_PRECISION_BFLOAT16)");
   }
-  throw ArgumentError("options->precision", std::to_string(static_cast<int>(precision)) +
-                                                " is not an mlfw_precision (MLFW_PRECISION_FLOAT32, "
-                                                "MLFW_PRECISION_FLOAT16 or MLFW_PRECISION_BFLOAT16)");
 }
 
 mlfw_precision ToC(DataType dtype) {

@@ -25,18 +25,20 @@ amp::DynamicScalerConfig ToCpp(const mlfw_dynamic_scaler_config& config) {
           .Enabled = config.enabled != 0};
 }
 
-amp::StepMode ToCpp(mlfw_step_mode mode) {
-  switch (mode) {
+amp::StepMode ToCpp(const mlfw_step_mode& mode) {
+  const int value = EnumValue(mode);
+  switch (value) {
     case MLFW_STEP_AND_UPDATE:
       return amp::StepMode::StepAndUpdate;
     case MLFW_STEP_DEFER_UPDATE:
       return amp::StepMode::DeferUpdate;
     case MLFW_STEP_DEFER_STEP_AND_UPDATE:
       return amp::StepMode::DeferStepAndUpdate;
+    default:
+      throw ArgumentError("mode", std::to_string(value) +
+                                      " is not an mlfw_step_mode (MLFW_STEP_AND_UPDATE, MLFW_STEP_DEFER_UPDATE or "
+                                      "MLFW_STEP_DEFER_STEP_AND_UPDATE)");
   }
-  throw ArgumentError("mode", std::to_string(static_cast<int>(mode)) +
-                                  " is not an mlfw_step_mode (MLFW_STEP_AND_UPDATE, MLFW_STEP_DEFER_UPDATE or "
-                                  "MLFW_STEP_DEFER_STEP_AND_UPDATE)");
 }
 
 mlfw_status Create(mlfw_grad_scaler_t* out, const auto& make) {

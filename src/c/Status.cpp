@@ -28,7 +28,7 @@ extern "C" {
 const char* mlfw_last_error(void) { return mlframework::c_api::last_error.c_str(); }
 
 const char* mlfw_status_name(mlfw_status status) {
-  switch (status) {
+  switch (mlframework::c_api::EnumValue(status)) {
     case MLFW_STATUS_OK:
       return "MLFW_STATUS_OK";
     case MLFW_STATUS_INVALID_ARGUMENT:
@@ -47,6 +47,8 @@ const char* mlfw_status_name(mlfw_status status) {
       return "MLFW_STATUS_INTERNAL_ERROR";
     case MLFW_STATUS_CALLBACK_ERROR:
       return "MLFW_STATUS_CALLBACK_ERROR";
+    default:
+      break;
   }
   return "unknown mlfw_status";
 }
