@@ -1,7 +1,9 @@
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <mlframework/c/optimizers.h>
+#include <mlframework/optimizers/FusedSteps.hpp>
 
 #include "Call.hpp"
 #include "Handles.hpp"
@@ -45,8 +47,10 @@ mlfw_status Create(const char* const* names, const DLTensor* const* parameters, 
 }  // namespace
 }  // namespace mlframework::c_api
 
+using mlframework::c_api::BorrowList;
 using mlframework::c_api::Call;
 using mlframework::c_api::Deref;
+using mlframework::c_api::DeviceOf;
 
 extern "C" {
 
@@ -142,6 +146,37 @@ mlfw_status mlfw_optimizer_load_state_dict(mlfw_optimizer_t optimizer, const voi
     } else {
       handle.sgd->LoadStateDict(bytes);
     }
+  });
+}
+
+mlfw_status mlfw_fused_adam_step(const DLTensor* const* parameters, const DLTensor* const* gradients,
+                                 const DLTensor* const* exp_avg, const DLTensor* const* exp_avg_sq, size_t count,
+                                 const mlfw_adam_options* options, int64_t step, void* stream) {
+  return Call([&] {
+    const mlframework::AdamStepScalars scalars =
+        mlframework::optimizers::AdamStepScalarsFor(mlframework::c_api::ToCpp(Deref(options, "options")), step);
+    const auto params = BorrowList(parameters, count, "parameters");
+    const auto grads = BorrowList(gradients, count, "gradients");
+    const auto first = BorrowList(exp_avg, count, "exp_avg");
+    const auto second = BorrowList(exp_avg_sq, count, "exp_avg_sq");
+    const mlframework::c_api::StreamScope scope(stream, DeviceOf(params));
+    mlframework::optimizers::FusedAdamStep(
+        {.Parameters = params, .Gradients = grads, .FirstState = first, .SecondState = second}, scalars);
+  });
+}
+
+mlfw_status mlfw_fused_sgd_step(const DLTensor* const* parameters, const DLTensor* const* gradients,
+                                const DLTensor* const* momentum_buffers, size_t count, const mlfw_sgd_options* options,
+                                int first_step, void* stream) {
+  return Call([&] {
+    const mlframework::SGDStepScalars scalars = mlframework::optimizers::SGDStepScalarsFor(
+        mlframework::c_api::ToCpp(Deref(options, "options")), first_step != 0);
+    const auto params = BorrowList(parameters, count, "parameters");
+    const auto grads = BorrowList(gradients, count, "gradients");
+    const auto buffers = momentum_buffers == nullptr ? std::vector<mlframework::TensorPtr>{}
+                                                     : BorrowList(momentum_buffers, count, "momentum_buffers");
+    const mlframework::c_api::StreamScope scope(stream, DeviceOf(params));
+    mlframework::optimizers::FusedSGDStep({.Parameters = params, .Gradients = grads, .FirstState = buffers}, scalars);
   });
 }
 

@@ -92,6 +92,63 @@ int main(void) {
   EXPECT_STATUS(mlfw_cast_into(from, short_dst, 1, 1.0f, NULL, NULL), MLFW_STATUS_INVALID_ARGUMENT, "");
   EXPECT_STATUS(mlfw_cast_into(from, NULL, 1, 1.0f, NULL, NULL), MLFW_STATUS_NULL_ARGUMENT, "'dst'");
   CHECK(memcmp(a, a_before, sizeof a) == 0 && fabsf(b[0] - 4.0f * coefficient) < 1e-6f);
+  /* fused optimizer steps on your own lists: the same results as the optimizer handles */
+  float p_fused[3] = {0.5f, -1.0f, 2.0f};
+  float p_handle[3] = {0.5f, -1.0f, 2.0f};
+  float g[3] = {0.1f, -0.3f, 0.7f};
+  float m[3] = {0.0f, 0.0f, 0.0f};
+  float v[3] = {0.0f, 0.0f, 0.0f};
+  DLTensor tp_fused = CApiFloat32Vector(p_fused, shape_a);
+  DLTensor tp_handle = CApiFloat32Vector(p_handle, shape_a);
+  DLTensor tg = CApiFloat32Vector(g, shape_a);
+  DLTensor tm = CApiFloat32Vector(m, shape_a);
+  DLTensor tv = CApiFloat32Vector(v, shape_a);
+  const DLTensor* fused_params[1] = {&tp_fused};
+  const DLTensor* handle_params[1] = {&tp_handle};
+  const DLTensor* fused_grads[1] = {&tg};
+  const DLTensor* first[1] = {&tm};
+  const DLTensor* second[1] = {&tv};
+  const char* names[1] = {"p"};
+  mlfw_adam_options adam_options;
+  CHECK_OK(mlfw_adam_options_default(&adam_options));
+  adam_options.learning_rate = 0.1;
+  adam_options.weight_decay = 0.01;
+  adam_options.decoupled_weight_decay = 1;
+  mlfw_optimizer_t adamw = NULL;
+  CHECK_OK(mlfw_adam_create(names, handle_params, 1, &adam_options, &adamw));
+  for (int64_t step = 1; step <= 3; ++step) {
+    CHECK_OK(mlfw_fused_adam_step(fused_params, fused_grads, first, second, 1, &adam_options, step, NULL));
+    CHECK_OK(mlfw_optimizer_set_gradients(adamw, names, fused_grads, 1));
+    CHECK_OK(mlfw_optimizer_step(adamw, NULL));
+    CHECK(memcmp(p_fused, p_handle, sizeof p_fused) == 0);
+  }
+  CHECK(p_fused[0] != 0.5f);
+  mlfw_optimizer_destroy(adamw);
+
+  mlfw_sgd_options sgd_options;
+  CHECK_OK(mlfw_sgd_options_default(&sgd_options));
+  sgd_options.momentum = 0.9;
+  mlfw_optimizer_t sgd = NULL;
+  CHECK_OK(mlfw_sgd_create(names, handle_params, 1, &sgd_options, &sgd));
+  for (int step = 0; step < 3; ++step) {
+    CHECK_OK(mlfw_fused_sgd_step(fused_params, fused_grads, first, 1, &sgd_options, step == 0, NULL));
+    CHECK_OK(mlfw_optimizer_set_gradients(sgd, names, fused_grads, 1));
+    CHECK_OK(mlfw_optimizer_step(sgd, NULL));
+    CHECK(memcmp(p_fused, p_handle, sizeof p_fused) == 0);
+  }
+  mlfw_optimizer_destroy(sgd);
+  memcpy(a_before, p_fused, sizeof a_before);
+  EXPECT_STATUS(mlfw_fused_adam_step(fused_params, fused_grads, first, NULL, 1, &adam_options, 4, NULL),
+                MLFW_STATUS_NULL_ARGUMENT, "'exp_avg_sq'");
+  EXPECT_STATUS(mlfw_fused_adam_step(fused_params, fused_grads, first, second, 1, &adam_options, 0, NULL),
+                MLFW_STATUS_INVALID_ARGUMENT, "step");
+  EXPECT_STATUS(mlfw_fused_adam_step(fused_params, fused_grads, first, second, 1, NULL, 4, NULL),
+                MLFW_STATUS_NULL_ARGUMENT, "'options'");
+  const DLTensor* half_grads[1] = {&thalf};
+  EXPECT_STATUS(mlfw_fused_sgd_step(fused_params, half_grads, first, 1, &sgd_options, 0, NULL),
+                MLFW_STATUS_INVALID_ARGUMENT, "");
+  CHECK(memcmp(p_fused, a_before, sizeof a_before) == 0);
+
   printf("c api list operations ok\n");
   return 0;
 }

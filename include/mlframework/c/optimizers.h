@@ -75,6 +75,22 @@ MLFW_C_API mlfw_status mlfw_optimizer_set_learning_rate(mlfw_optimizer_t optimiz
 /// Writes the number of steps taken into *@p steps.
 MLFW_C_API mlfw_status mlfw_optimizer_step_count(mlfw_optimizer_t optimizer, int64_t* steps);
 
+/// One fused Adam/AdamW step over lists of @p count FP32 tensors you keep yourself (C++
+/// optimizers::FusedAdamStep; the arithmetic of mlfw_adam_create()'s optimizer and of
+/// torch.optim.Adam): @p parameters updated in place from @p gradients, @p exp_avg and
+/// @p exp_avg_sq (zero before the first step) updated. @p step is this step's number (1 for the
+/// first; the bias corrections). The lists are borrowed for the call; @p stream as in
+/// mlfw_optimizer_step(). Errors name the list and the element; nothing is written on failure.
+MLFW_C_API mlfw_status mlfw_fused_adam_step(const DLTensor* const* parameters, const DLTensor* const* gradients,
+                                            const DLTensor* const* exp_avg, const DLTensor* const* exp_avg_sq,
+                                            size_t count, const mlfw_adam_options* options, int64_t step, void* stream);
+/// One fused SGD step (C++ optimizers::FusedSGDStep): @p momentum_buffers (one per parameter,
+/// FP32) when options->momentum > 0, else NULL; @p first_step non-zero on the first step (the
+/// buffers then start as the step's gradient, as in torch.optim.SGD).
+MLFW_C_API mlfw_status mlfw_fused_sgd_step(const DLTensor* const* parameters, const DLTensor* const* gradients,
+                                           const DLTensor* const* momentum_buffers, size_t count,
+                                           const mlfw_sgd_options* options, int first_step, void* stream);
+
 /// The optimizer's state (C++ StateDict(): options, step count, masters and moments) as bytes.
 /// With @p buffer NULL, writes the size into *@p size and nothing else; otherwise @p capacity
 /// must be at least that size (MLFW_STATUS_INVALID_ARGUMENT naming it otherwise) and *@p size
