@@ -1,7 +1,8 @@
 # install(): headers, the libraries, their export sets, a package config with components and
 # pkg-config files, so both of these work for consumers:
-#   find_package(mlframework CONFIG REQUIRED [COMPONENTS cuda mpi])
+#   find_package(mlframework CONFIG REQUIRED [COMPONENTS c cuda mpi])
 #   pkg-config --cflags --libs mlframework [mlframework-cuda] [mlframework-mpi]
+#   pkg-config --cflags --libs mlframework-c      (the C API alone, for C and any other compiler)
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
@@ -14,7 +15,7 @@ install(TARGETS mlframework EXPORT mlframeworkTargets
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(EXPORT mlframeworkTargets NAMESPACE mlframework:: DESTINATION ${MLFW_CMAKE_DIR})
 # One export set per component, loaded only when the consumer asks for the component.
-foreach(component cuda mpi)
+foreach(component c cuda mpi)
   install(TARGETS mlframework_${component} EXPORT mlframework-${component}-targets
     LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
     ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
@@ -40,10 +41,17 @@ install(FILES ${PROJECT_BINARY_DIR}/mlframeworkConfig.cmake
 set(MLFW_PC_LIBS_mlframework "-lmlframework")
 set(MLFW_PC_LIBS_mlframework-cuda "-lmlframework_cuda")
 set(MLFW_PC_LIBS_mlframework-mpi "-lmlframework_mpi")
-foreach(pc mlframework mlframework-cuda mlframework-mpi)
+set(MLFW_PC_LIBS_mlframework-c "-lmlframework_c")
+foreach(pc mlframework mlframework-cuda mlframework-mpi mlframework-c)
   set(MLFW_PC_NAME ${pc})
   set(MLFW_PC_LIBS ${MLFW_PC_LIBS_${pc}})
-  if(pc STREQUAL "mlframework")
+  # The C API's headers are C11 and need only <dlpack/dlpack.h> (in the system include path).
+  if(pc STREQUAL "mlframework-c")
+    set(MLFW_PC_CFLAGS "-I\${includedir}")
+  else()
+    set(MLFW_PC_CFLAGS "-I\${includedir} -std=c++20")
+  endif()
+  if(pc STREQUAL "mlframework" OR pc STREQUAL "mlframework-c")
     set(MLFW_PC_REQUIRES "")
   else()
     set(MLFW_PC_REQUIRES "Requires: mlframework = ${PROJECT_VERSION}")

@@ -1,0 +1,183 @@
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <mlframework/c/optimizers.h>
+#include <mlframework/optimizers/FusedSteps.hpp>
+
+#include "Call.hpp"
+#include "Handles.hpp"
+#include "StateBytes.hpp"
+
+namespace mlframework::c_api {
+namespace {
+
+optimizers::AdamOptions ToCpp(const mlfw_adam_options& options) {
+  return {.LearningRate = options.learning_rate,
+          .Beta1 = options.beta1,
+          .Beta2 = options.beta2,
+          .Epsilon = options.epsilon,
+          .WeightDecay = options.weight_decay,
+          .DecoupledWeightDecay = options.decoupled_weight_decay != 0};
+}
+
+optimizers::SGDOptions ToCpp(const mlfw_sgd_options& options) {
+  return {.LearningRate = options.learning_rate,
+          .Momentum = options.momentum,
+          .WeightDecay = options.weight_decay,
+          .Dampening = options.dampening,
+          .Nesterov = options.nesterov != 0};
+}
+
+// Builds the handle around the optimizer @p make creates from the parameters' map.
+template <class Make>
+mlfw_status Create(const char* const* names, const DLTensor* const* parameters, size_t count, mlfw_optimizer_t* out,
+                   Make&& make) {
+  return Call([&] {
+    Deref(out, "out");
+    NamedTensors lent;
+    const GradientMap& map = lent.Read(names, parameters, count, "parameters");
+    auto handle = std::make_unique<mlfw_optimizer>();
+    handle->device = DeviceOf(map);
+    make(*handle, map);
+    *out = handle.release();
+  });
+}
+
+}  // namespace
+}  // namespace mlframework::c_api
+
+using mlframework::c_api::BorrowList;
+using mlframework::c_api::Call;
+using mlframework::c_api::Deref;
+using mlframework::c_api::DeviceOf;
+
+extern "C" {
+
+mlfw_status mlfw_adam_options_default(mlfw_adam_options* options) {
+  return Call([&] {
+    const mlframework::optimizers::AdamOptions defaults;
+    Deref(options, "options") = {.learning_rate = defaults.LearningRate,
+                                 .beta1 = defaults.Beta1,
+                                 .beta2 = defaults.Beta2,
+                                 .epsilon = defaults.Epsilon,
+                                 .weight_decay = defaults.WeightDecay,
+                                 .decoupled_weight_decay = defaults.DecoupledWeightDecay ? 1 : 0};
+  });
+}
+
+mlfw_status mlfw_sgd_options_default(mlfw_sgd_options* options) {
+  return Call([&] {
+    const mlframework::optimizers::SGDOptions defaults;
+    Deref(options, "options") = {.learning_rate = defaults.LearningRate,
+                                 .momentum = defaults.Momentum,
+                                 .weight_decay = defaults.WeightDecay,
+                                 .dampening = defaults.Dampening,
+                                 .nesterov = defaults.Nesterov ? 1 : 0};
+  });
+}
+
+mlfw_status mlfw_adam_create(const char* const* names, const DLTensor* const* parameters, size_t count,
+                             const mlfw_adam_options* options, mlfw_optimizer_t* out) {
+  return mlframework::c_api::Create(names, parameters, count, out, [&](mlfw_optimizer& handle, const auto& map) {
+    handle.adam =
+        std::make_unique<mlframework::optimizers::Adam>(map, mlframework::c_api::ToCpp(Deref(options, "options")));
+  });
+}
+
+mlfw_status mlfw_sgd_create(const char* const* names, const DLTensor* const* parameters, size_t count,
+                            const mlfw_sgd_options* options, mlfw_optimizer_t* out) {
+  return mlframework::c_api::Create(names, parameters, count, out, [&](mlfw_optimizer& handle, const auto& map) {
+    handle.sgd =
+        std::make_unique<mlframework::optimizers::SGD>(map, mlframework::c_api::ToCpp(Deref(options, "options")));
+  });
+}
+
+void mlfw_optimizer_destroy(mlfw_optimizer_t optimizer) {
+  delete optimizer;  // NOLINT(cppcoreguidelines-owning-memory): the handle mlfw_*_create made
+}
+
+mlfw_status mlfw_optimizer_set_gradients(mlfw_optimizer_t optimizer, const char* const* names,
+                                         const DLTensor* const* gradients, size_t count) {
+  return Call([&] {
+    mlfw_optimizer& handle = Deref(optimizer, "optimizer");
+    handle.Optimizer().SetGradients(handle.gradients.Read(names, gradients, count, "gradients"));
+    handle.gradients.Commit();
+  });
+}
+
+mlfw_status mlfw_optimizer_step(mlfw_optimizer_t optimizer, void* stream) {
+  return Call([&] {
+    mlfw_optimizer& handle = Deref(optimizer, "optimizer");
+    const mlframework::c_api::StreamScope scope(stream, handle.device);
+    handle.Optimizer().Step();
+  });
+}
+
+mlfw_status mlfw_optimizer_set_learning_rate(mlfw_optimizer_t optimizer, double learning_rate) {
+  return Call([&] {
+    mlfw_optimizer& handle = Deref(optimizer, "optimizer");
+    if (handle.adam) {
+      handle.adam->SetLearningRate(learning_rate);
+    } else {
+      handle.sgd->SetLearningRate(learning_rate);
+    }
+  });
+}
+
+mlfw_status mlfw_optimizer_step_count(mlfw_optimizer_t optimizer, int64_t* steps) {
+  return Call([&] {
+    const mlfw_optimizer& handle = Deref(optimizer, "optimizer");
+    int64_t& result = Deref(steps, "steps");
+    result = handle.adam ? handle.adam->StepCount() : handle.sgd->StepCount();
+  });
+}
+
+mlfw_status mlfw_optimizer_state_dict(mlfw_optimizer_t optimizer, void* buffer, size_t capacity, size_t* size) {
+  return mlframework::c_api::SaveState(
+      optimizer, "optimizer", buffer, capacity, size,
+      [](const mlfw_optimizer& handle) { return handle.adam ? handle.adam->StateDict() : handle.sgd->StateDict(); });
+}
+
+mlfw_status mlfw_optimizer_load_state_dict(mlfw_optimizer_t optimizer, const void* data, size_t size) {
+  return mlframework::c_api::LoadState(optimizer, "optimizer", data, size, [](mlfw_optimizer& handle, auto bytes) {
+    if (handle.adam) {
+      handle.adam->LoadStateDict(bytes);
+    } else {
+      handle.sgd->LoadStateDict(bytes);
+    }
+  });
+}
+
+mlfw_status mlfw_fused_adam_step(const DLTensor* const* parameters, const DLTensor* const* gradients,
+                                 const DLTensor* const* exp_avg, const DLTensor* const* exp_avg_sq, size_t count,
+                                 const mlfw_adam_options* options, int64_t step, void* stream) {
+  return Call([&] {
+    const mlframework::AdamStepScalars scalars =
+        mlframework::optimizers::AdamStepScalarsFor(mlframework::c_api::ToCpp(Deref(options, "options")), step);
+    const auto params = BorrowList(parameters, count, "parameters");
+    const auto grads = BorrowList(gradients, count, "gradients");
+    const auto first = BorrowList(exp_avg, count, "exp_avg");
+    const auto second = BorrowList(exp_avg_sq, count, "exp_avg_sq");
+    const mlframework::c_api::StreamScope scope(stream, DeviceOf(params));
+    mlframework::optimizers::FusedAdamStep(
+        {.Parameters = params, .Gradients = grads, .FirstState = first, .SecondState = second}, scalars);
+  });
+}
+
+mlfw_status mlfw_fused_sgd_step(const DLTensor* const* parameters, const DLTensor* const* gradients,
+                                const DLTensor* const* momentum_buffers, size_t count, const mlfw_sgd_options* options,
+                                int first_step, void* stream) {
+  return Call([&] {
+    const mlframework::SGDStepScalars scalars = mlframework::optimizers::SGDStepScalarsFor(
+        mlframework::c_api::ToCpp(Deref(options, "options")), first_step != 0);
+    const auto params = BorrowList(parameters, count, "parameters");
+    const auto grads = BorrowList(gradients, count, "gradients");
+    const auto buffers = momentum_buffers == nullptr ? std::vector<mlframework::TensorPtr>{}
+                                                     : BorrowList(momentum_buffers, count, "momentum_buffers");
+    const mlframework::c_api::StreamScope scope(stream, DeviceOf(params));
+    mlframework::optimizers::FusedSGDStep({.Parameters = params, .Gradients = grads, .FirstState = buffers}, scalars);
+  });
+}
+
+}  // extern "C"
