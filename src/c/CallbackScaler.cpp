@@ -40,7 +40,7 @@ void CallbackScaler::Apply(float scale) {
   if (scale == scale_) {
     return;
   }
-  amp::StaticLossScaler rebuilt(scale, tensors_.Enabled());
+  amp::StaticLossScaler rebuilt(scale, tensors_.IsEnabled());
   rebuilt.SetAmaxTracking(amax_tracking_);
   tensors_ = rebuilt;
   scale_ = scale;

@@ -16,8 +16,8 @@ class CallbackScaler final : public amp::ILossScaler {
   /// Reads the policy's first scale. ArgumentNullError naming a missing required callback.
   CallbackScaler(const mlfw_scale_policy& policy, void* user);
 
-  float Scale() const override { return scale_; }
-  bool Enabled() const override { return tensors_.Enabled(); }
+  float CurrentScale() const override { return scale_; }
+  bool IsEnabled() const override { return tensors_.IsEnabled(); }
   bool SetEnabled(bool enabled) override { return tensors_.SetEnabled(enabled); }
   TensorPtr ScaleLoss(const TensorPtr& loss) override { return tensors_.ScaleLoss(loss); }
   GradientMap UnscaleGradients(const GradientMap& gradients) override { return tensors_.UnscaleGradients(gradients); }

@@ -140,7 +140,7 @@ mlfw_status mlfw_grad_scaler_reset(mlfw_grad_scaler_t scaler) {
 mlfw_status mlfw_grad_scaler_get_scale(mlfw_grad_scaler_t scaler, float* scale) {
   return Call([&] {
     const mlfw_grad_scaler& handle = Deref(scaler, "scaler");
-    Deref(scale, "scale") = handle.scaler.Scale();
+    Deref(scale, "scale") = handle.scaler.CurrentScale();
   });
 }
 
