@@ -20,8 +20,13 @@ build=${MLFW_FUZZ_BUILD_DIR:-build-fuzz}
 clangxx=$(command -v clang++-14 || command -v clang++)
 
 mkdir -p "$build"
+# -O1 -g1 instead of RelWithDebInfo's -O2 -g, as in scripts/test.sh's sanitizer build: the library
+# compiles in about 20% less CPU time (clang 14 with ASan, UBSan and libFuzzer's coverage:
+# distributed/fsdp/FSDP.cpp 8.2 s against 6.7 s, amp/GradScaler.cpp 6.9 s against 5.6 s), and a
+# crash report still names file and line. The whole fuzz step of scripts/test.sh took 324 s of CPU
+# time so, fresh build dir, no ccache (423 s before).
 cmake -S . -B "$build" -DCMAKE_CXX_COMPILER="$clangxx" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DMLFW_WARNINGS_AS_ERRORS=ON -DMLFW_BUILD_FUZZERS=ON -DMLFW_SANITIZE=address,undefined \
+  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" -DMLFW_WARNINGS_AS_ERRORS=ON -DMLFW_BUILD_FUZZERS=ON -DMLFW_SANITIZE=address,undefined \
   -DMLFW_BUILD_TESTS=OFF -DMLFW_BUILD_SAMPLES=OFF -DMLFW_BUILD_BENCHMARKS=OFF -DMLFW_INSTALL=OFF \
   -DMLFW_ENABLE_CUDA=OFF -DMLFW_WITH_MPI=OFF >"$build/configure.log" || {
   cat "$build/configure.log"

@@ -10,6 +10,8 @@ packages=(
   openmpi-bin libopenmpi-dev
   dataset-fashion-mnist gnuplot-nox
   clang libclang-rt-dev clang-tidy clang-format
+  # clang's OpenMP runtime: scripts/test.sh's sanitizer build is compiled with clang.
+  libomp-dev
 )
 # libtorch (Debian's libtorch 1.13, about 155 packages): the libtorch_interop sample and its test
 # (scripts/test.sh asks for it), and the libtorch peers of bench_multi_tensor.

@@ -55,8 +55,10 @@ class MLFRAMEWORK_EXPORT StreamGuard {
  private:
   void* stream_ = nullptr;
   int device_ = -1;
-  void* ready_ = nullptr;  // events (cudaEvent_t) of the join, owned by the guard
-  void* done_ = nullptr;
+  // Events (cudaEvent_t) of the join, owned by the guard. Only the CUDA build's StreamGuard.cu
+  // uses them; the build without CUDA keeps the same layout, so clang's unused-field warning is off.
+  [[maybe_unused]] void* ready_ = nullptr;
+  [[maybe_unused]] void* done_ = nullptr;
 };
 
 /// The stream of the calling thread's innermost StreamGuard for @p device, or nullptr when the
