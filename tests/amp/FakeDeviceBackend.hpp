@@ -122,9 +122,20 @@ class FakeDeviceBackend final : public mlframework::DeviceScalingBackend {
   std::int64_t SyncCount() const { return syncs_; }
   void CountSync() const { ++syncs_; }
 
-  bool UnscaleAndCheck(std::span<mlframework::ITensor* const> tensors, float factor) const override {
-    CountSync();  // a bool read back
-    return mlframework::UnscaleAndCheck(Inner(tensors), factor);
+  // Like the CUDA backend: grouped lists only; a pass that asks for the flag or the amax reads
+  // the answer back, the others are queued work (no synchronisation). The CPU backend's own write
+  // pass, like the CUDA kernels, needs equal sizes, not equal shapes.
+  std::optional<mlframework::WritePassResult> Write(mlframework::TensorListView src, mlframework::TensorListView dst,
+                                                    const mlframework::WritePassOptions& options) const override {
+    if (!src.Grouped) {
+      return std::nullopt;
+    }
+    if (options.Check || options.Amax) {
+      CountSync();
+    }
+    const auto in = Inner(src.Tensors);
+    const auto out = Inner(dst.Tensors);
+    return mlframework::backends::cpu::Backend().Write({in, true}, {out, true}, options);
   }
   // Like the CUDA backend: grouped lists only, the answer read back.
   std::optional<mlframework::ReadPassResult> Read(mlframework::TensorListView tensors,
@@ -144,9 +155,6 @@ class FakeDeviceBackend final : public mlframework::DeviceScalingBackend {
     }
     return mlframework::ReadPassResult{.FoundNonFinite = mlframework::HasNonFinite(inner)};
   }
-  void Scale(std::span<mlframework::ITensor* const> tensors, float factor) const override {
-    mlframework::ScaleInPlace(Inner(tensors), factor);
-  }
   // Like the CUDA backend's scan: the results are read back (one wait for the list here).
   void ScanNonFinite(std::span<const mlframework::ITensor* const> tensors,
                      std::span<mlframework::NonFiniteScan> out) const override {
@@ -157,27 +165,6 @@ class FakeDeviceBackend final : public mlframework::DeviceScalingBackend {
   }
   // ScanNonFinite() calls since the process started (reports are built on overflow steps only).
   std::int64_t ScanCount() const { return scans_; }
-  bool CastInto(std::span<const mlframework::ITensor* const> src, std::span<mlframework::ITensor* const> dst,
-                float factor) const override {
-    CountSync();
-    return mlframework::CastInto(Inner(src), Inner(dst), factor);
-  }
-  // Queued work: no value comes back, so no synchronisation.
-  // (The CPU backend's own members, like the CUDA kernels, need equal sizes, not equal shapes.)
-  void CopyInto(std::span<const mlframework::ITensor* const> src, std::span<mlframework::ITensor* const> dst,
-                float factor) const override {
-    const auto in = Inner(src);
-    const auto out = Inner(dst);
-    mlframework::backends::cpu::Backend().CopyInto(Raw<const mlframework::ITensor*>(in),
-                                                   Raw<mlframework::ITensor*>(out), factor);
-  }
-  void AddInto(std::span<const mlframework::ITensor* const> src, std::span<mlframework::ITensor* const> dst,
-               float alpha) const override {
-    const auto in = Inner(src);
-    const auto out = Inner(dst);
-    mlframework::backends::cpu::Backend().AddInto(Raw<const mlframework::ITensor*>(in), Raw<mlframework::ITensor*>(out),
-                                                  alpha);
-  }
   mlframework::TensorPtr Allocate(const mlframework::Shape& shape, mlframework::DataType dtype,
                                   mlframework::Device device) const override {
     if (!device.IsCUDA()) {
@@ -287,13 +274,6 @@ class FakeDeviceBackend final : public mlframework::DeviceScalingBackend {
       inner.push_back(fake->Inner());
     }
     return inner;
-  }
-  template <typename Pointer>
-  static std::vector<Pointer> Raw(const std::vector<mlframework::TensorPtr>& tensors) {
-    std::vector<Pointer> raw;
-    raw.reserve(tensors.size());
-    for (const auto& tensor : tensors) raw.push_back(tensor.get());
-    return raw;
   }
   // The fake state, checking that every tensor lives on its device (the CUDA backend's contract).
   template <typename Pointer>

@@ -24,15 +24,6 @@ namespace {
 class PlainBackend final : public TensorBackend {
  public:
   std::string_view Name() const noexcept override { return "plain"; }
-  bool UnscaleAndCheck(std::span<ITensor* const> /*tensors*/, float /*factor*/) const override { return Unused(); }
-  void Scale(std::span<ITensor* const> /*tensors*/, float /*factor*/) const override { Unused(); }
-  bool CastInto(std::span<const ITensor* const> /*src*/, std::span<ITensor* const> /*dst*/,
-                float /*factor*/) const override {
-    return Unused();
-  }
-
- private:
-  static bool Unused() { throw InvalidOperationError("not used by these tests"); }
 };
 
 const PlainBackend kPlain;

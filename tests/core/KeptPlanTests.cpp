@@ -246,7 +246,7 @@ BOOST_AUTO_TEST_CASE(OnlyLongListsPlannedTwiceOverTheSameMemory) {
 }
 
 // A cast's two lists: kept on their memory, and a destination of the same memory with another
-// shape of the same count misses (CastIntoKnownLists skips the caller's shape check).
+// shape of the same count misses (a cast of kept lists skips the caller's shape check).
 BOOST_AUTO_TEST_CASE(CastListsKeyedOnBothListsAndTheirShapes) {
   Rng rng(44);
   OwnedMemory src(90, rng);

@@ -106,8 +106,7 @@ BOOST_AUTO_TEST_CASE(BackendObjectExistsWithoutDevice) {
   BOOST_TEST(backend.Name() == "cuda");
   // A CPU tensor handed to the CUDA backend is rejected by name, before any device work.
   TensorPtr cpu = Zeros({2});
-  ITensor* pointer = cpu.get();
-  BOOST_CHECK_EXCEPTION(backend.Scale({&pointer, 1}, 2.0f), ArgumentError,
+  BOOST_CHECK_EXCEPTION(backend.Write({{&cpu, 1}, true}, {}, {.Op = WriteOp::Scale, .Factor = 2.0f}), ArgumentError,
                         [](const ArgumentError& e) { return e.Parameter() == "tensors[0]"; });
   BOOST_CHECK_THROW(backend.CreateScaleState(Device::CPU(), amp::ScalePolicy{}, amp::ScaleState{}), ArgumentError);
   BOOST_TEST(DeviceScalingOf(*cpu) == nullptr);
@@ -126,15 +125,20 @@ BOOST_AUTO_TEST_CASE(EveryEntryPointRejectsForeignInputsByName) {
   const std::span<ITensor* const> tensors{&tensor, 1};
   const std::span<const ITensor* const> inputs{&input, 1};
   const auto not_cuda = IsArgumentError("tensors[0]", "is not a CUDA-backend tensor (device cpu)");
-  BOOST_CHECK_EXCEPTION(backend.UnscaleAndCheck(tensors, 0.5f), ArgumentError, not_cuda);
   const std::span<const TensorPtr> list{&cpu, 1};
+  const WritePassOptions unscale{.Op = WriteOp::Scale, .Factor = 0.5f, .Check = true};
+  BOOST_CHECK_EXCEPTION(backend.Write({list, true}, {}, unscale), ArgumentError, not_cuda);
   BOOST_CHECK_EXCEPTION(backend.Read({list, true}, {}), ArgumentError, not_cuda);
   BOOST_CHECK_EXCEPTION(backend.Read({list, true}, {.SumOfSquares = true}), ArgumentError, not_cuda);
-  BOOST_CHECK_EXCEPTION(backend.Scale(tensors, 2.0f), ArgumentError, not_cuda);
+  BOOST_CHECK_EXCEPTION(backend.Write({list, true}, {}, {.Op = WriteOp::Scale, .Factor = 2.0f}), ArgumentError,
+                        not_cuda);
   const auto src_not_cuda = IsArgumentError("src[0]", "is not a CUDA-backend tensor (device cpu)");
-  BOOST_CHECK_EXCEPTION(backend.CastInto(inputs, tensors, 1.0f), ArgumentError, src_not_cuda);
-  BOOST_CHECK_EXCEPTION(backend.CopyInto(inputs, tensors, 1.0f), ArgumentError, src_not_cuda);
-  BOOST_CHECK_EXCEPTION(backend.AddInto(inputs, tensors, 1.0f), ArgumentError, src_not_cuda);
+  const auto write_pair = [&](WriteOp op, bool check) {
+    return backend.Write({list, true}, {list, true}, {.Op = op, .Check = check});
+  };
+  BOOST_CHECK_EXCEPTION(write_pair(WriteOp::Cast, true), ArgumentError, src_not_cuda);
+  BOOST_CHECK_EXCEPTION(write_pair(WriteOp::Cast, false), ArgumentError, src_not_cuda);
+  BOOST_CHECK_EXCEPTION(write_pair(WriteOp::Add, false), ArgumentError, src_not_cuda);
 
   ForeignScaleState state;
   const auto foreign = IsArgumentError("state", "was not created by the CUDA backend (device cpu)");
@@ -156,15 +160,15 @@ BOOST_AUTO_TEST_CASE(EmptyListsNeedNoDevice) {
     return;
   }
   const DeviceScalingBackend& backend = cuda::Backend();
-  BOOST_TEST(!backend.UnscaleAndCheck({}, 0.5f));
+  BOOST_TEST(!backend.Write({{}, true}, {}, {.Op = WriteOp::Scale, .Factor = 0.5f, .Check = true})->FoundNonFinite);
   BOOST_TEST(!backend.Read({{}, true}, {})->FoundNonFinite);
   const ReadPassResult result = *backend.Read({{}, true}, {.SumOfSquares = true});
   BOOST_TEST(!result.FoundNonFinite);
   BOOST_TEST(result.SumOfSquares == 0.0);
-  BOOST_CHECK_NO_THROW(backend.Scale({}, 2.0f));
-  BOOST_TEST(!backend.CastInto({}, {}, 1.0f));
-  BOOST_CHECK_NO_THROW(backend.CopyInto({}, {}, 1.0f));
-  BOOST_CHECK_NO_THROW(backend.AddInto({}, {}, 1.0f));
+  BOOST_CHECK_NO_THROW(backend.Write({{}, true}, {}, {.Op = WriteOp::Scale, .Factor = 2.0f}));
+  BOOST_TEST(!backend.Write({{}, true}, {{}, true}, {.Op = WriteOp::Cast, .Check = true})->FoundNonFinite);
+  BOOST_CHECK_NO_THROW(backend.Write({{}, true}, {{}, true}, {.Op = WriteOp::Cast}));
+  BOOST_CHECK_NO_THROW(backend.Write({{}, true}, {{}, true}, {.Op = WriteOp::Add}));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

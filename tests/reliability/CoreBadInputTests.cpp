@@ -259,23 +259,18 @@ BOOST_AUTO_TEST_CASE(CpuQueriesAndViewsRejectForeignAndOutOfRange) {
     t = FromVector({1.0f, 2.0f, 3.0f}, {3});
   }
   long_list[2500] = foreign;
-  std::vector<ITensor*> raw;
-  std::vector<const ITensor*> raw_const;
-  std::vector<ITensor*> raw_dst;
   std::vector<TensorPtr> long_dst;
-  raw.reserve(long_list.size());
-  raw_const.reserve(long_list.size());
-  raw_dst.reserve(long_list.size());
   long_dst.reserve(long_list.size());
-  for (const TensorPtr& t : long_list) {
-    raw.push_back(t.get());
-    raw_const.push_back(t.get());
+  for (std::size_t i = 0; i < long_list.size(); ++i) {
     long_dst.push_back(Zeros({3}, DataType::Float16));
-    raw_dst.push_back(long_dst.back().get());
   }
   const TensorBackend& cpu = backends::cpu::Backend();
   ExpectUnchanged<ArgumentError>(
-      long_list, [&] { (void)cpu.UnscaleAndCheck(raw, 0.5f); }, "tensor");
+      long_list,
+      [&] {
+        (void)cpu.Write({long_list, true}, {}, {.Op = WriteOp::Scale, .Factor = 0.5f, .Check = true});
+      },
+      "tensor");
   ExpectUnchanged<ArgumentError>(
       long_list,
       [&] {
@@ -283,7 +278,11 @@ BOOST_AUTO_TEST_CASE(CpuQueriesAndViewsRejectForeignAndOutOfRange) {
       },
       "tensor");
   ExpectUnchanged<ArgumentError>(
-      long_dst, [&] { (void)cpu.CastInto(raw_const, raw_dst, 1.0f); }, "tensor");
+      long_dst,
+      [&] {
+        (void)cpu.Write({long_list, true}, {long_dst, true}, {.Op = WriteOp::Cast, .Check = true});
+      },
+      "tensor");
   BOOST_TEST(SumOfSquares(long_list) == 2999.0 * 14.0 + 5.0);
   BOOST_TEST(!UnscaleAndCheck(long_list, 2.0f));
   BOOST_TEST(SumOfSquares(long_list) == 4.0 * (2999.0 * 14.0 + 5.0));

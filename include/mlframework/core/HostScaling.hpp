@@ -77,12 +77,13 @@ class MLFRAMEWORK_EXPORT HostScalingBackend : public DeviceScalingBackend {
   /// A HostScaleState (@p device is not used: the state lives in host memory).
   std::unique_ptr<DeviceScaleState> CreateScaleState(Device device, const ScalePolicy& policy,
                                                      const ScaleState& initial) const override;
-  /// `x *= scale` with this backend's Scale().
+  /// `x *= scale` by this backend's Write() (WriteOp::Scale).
   void ScaleWithState(std::span<ITensor* const> tensors, DeviceScaleState& state) const override;
-  /// This backend's UnscaleAndCheck() with InverseScale(scale), ORed into the flag (with the
-  /// amax: UnscaleCheckAndAmax(), the amax folded into the state's; the same for the casts below).
+  /// This backend's Write() of WriteOp::Scale by InverseScale(scale) with the check, ORed into the
+  /// flag (while the amax is tracked also the amax, folded into the state's; the same for the casts
+  /// below).
   void UnscaleWithState(std::span<ITensor* const> tensors, DeviceScaleState& state) const override;
-  /// This backend's CastInto() with InverseScale(scale), ORed into the flag.
+  /// This backend's Write() of WriteOp::Cast by InverseScale(scale) with the check, ORed into the flag.
   void CastUnscaledWithState(std::span<const ITensor* const> src, std::span<ITensor* const> dst,
                              DeviceScaleState& state) const override;
   /// core's HasNonFinite() (MultiTensor.hpp), ORed into the flag.

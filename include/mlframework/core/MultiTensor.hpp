@@ -42,7 +42,7 @@ MLFRAMEWORK_EXPORT bool CastInto(std::span<const TensorPtr> src, std::span<const
 /// Writes `src[i] * factor` rounded into the dtype of `dst[i]` like CastInto(), without the
 /// non-finite flag: on a device backend it returns without waiting for the device.
 MLFRAMEWORK_EXPORT void CopyInto(std::span<const TensorPtr> src, std::span<const TensorPtr> dst, float factor = 1.0f);
-/// `dst[i] = round(dst[i] + alpha * src[i])` (TensorBackend::AddInto); shapes must match pairwise.
+/// `dst[i] = round(dst[i] + alpha * src[i])` (WriteOp::Add); shapes must match pairwise.
 /// Pairs on two backends go through the host. On a device backend it does not wait for the device.
 MLFRAMEWORK_EXPORT void AddInto(std::span<const TensorPtr> src, std::span<const TensorPtr> dst, float alpha = 1.0f);
 /// @name The check passes with the amax (headroom telemetry)

@@ -12,6 +12,7 @@
 #include <mlframework/core/OptimizerStep.hpp>
 #include <mlframework/core/ReadPass.hpp>
 #include <mlframework/core/TensorListView.hpp>
+#include <mlframework/core/WritePass.hpp>
 #include <mlframework/export.hpp>
 
 namespace mlframework {
@@ -62,29 +63,25 @@ class MLFRAMEWORK_EXPORT TensorBackend {
   /// Short name ("cpu", "cuda").
   virtual std::string_view Name() const noexcept = 0;
 
-  /// Multiplies every element by @p factor in place; returns true when any result is Inf or NaN.
-  virtual bool UnscaleAndCheck(std::span<ITensor* const> tensors, float factor) const = 0;
   /// One read pass over @p tensors: the non-finite flag, and the sum of squares or the amax when
   /// @p options ask for one (ArgumentError naming `options` when they ask for both). nullopt when
   /// the backend declines a list that is not Grouped (TensorListView). For a Grouped list the
   /// default reads each tensor through ITensor (HasNonFinite(), SumOfSquares(), ToFloatVector()):
   /// correct for any tensor; the CPU and CUDA backends override it with one fused pass.
   virtual std::optional<ReadPassResult> Read(TensorListView tensors, const ReadPassOptions& options) const;
-  /// Multiplies every element by @p factor in place.
-  virtual void Scale(std::span<ITensor* const> tensors, float factor) const = 0;
-  /// `dst[i] = round_to_dst_dtype(src[i] * factor)`; dtypes may differ, sizes match.
-  /// Returns true when any written value is Inf or NaN (the check is free in the same pass).
-  virtual bool CastInto(std::span<const ITensor* const> src, std::span<ITensor* const> dst, float factor) const = 0;
-
-  /// `dst[i] = round_to_dst_dtype(src[i] * factor)` like CastInto(), but without the non-finite
-  /// flag, so a device backend queues the work and returns without waiting for the device.
-  /// The default calls CastInto() and drops the flag (right for host backends).
-  virtual void CopyInto(std::span<const ITensor* const> src, std::span<ITensor* const> dst, float factor) const;
-  /// `dst[i] = round_to_dst_dtype(dst[i] + alpha * src[i])` (widened to FP32, the product rounded
-  /// to FP32 before the sum, no fused multiply-add); dtypes may differ, sizes match. Queued
-  /// without waiting on a device. The default goes through ToFloatVector() and CopyFromFloats()
-  /// (correct for any tensor, a host round trip per pair); the CPU and CUDA backends override it.
-  virtual void AddInto(std::span<const ITensor* const> src, std::span<ITensor* const> dst, float alpha) const;
+  /// One write pass (WritePass.hpp): scales @p src in place (@p dst empty), or casts or adds @p src
+  /// into @p dst pairwise, and returns the non-finite flag and the amax of what it wrote when
+  /// @p options ask for them. A device backend queues a pass that asks for neither and returns
+  /// without waiting. nullopt when the backend declines lists that are not Grouped: offered
+  /// before core's checks, a backend runs them only when it can tell they pass those checks (the
+  /// CPU backend: pairs of lists it kept from an earlier call; an in-place list of its own
+  /// tensors, which it checks while planning it). Grouped lists have passed core's
+  /// checks (entries non-null and of this backend; for pairs, the same count and the same shapes
+  /// pairwise). The default runs a Grouped list through each tensor's ToFloatVector() and
+  /// CopyFromFloats() (a host round trip per tensor, correct for any tensor); the CPU and CUDA
+  /// backends override it with one fused pass.
+  virtual std::optional<WritePassResult> Write(TensorListView src, TensorListView dst,
+                                               const WritePassOptions& options) const;
   /// `out[i]` = the non-finite values of `tensors[i]` (count, first flat index, NaN/+Inf/-Inf);
   /// the spans have the same size. Front ends call it only on overflow steps, to build an
   /// OverflowReport, so it reads each tensor once and waits for the answer. The default reads
@@ -92,28 +89,6 @@ class MLFRAMEWORK_EXPORT TensorBackend {
   /// wrappers), else widens it with CopyToFloats(): correct for any tensor. The CUDA backend
   /// overrides it with a kernel.
   virtual void ScanNonFinite(std::span<const ITensor* const> tensors, std::span<NonFiniteScan> out) const;
-
-  /// @name Whole lists as their callers hold them
-  /// The free functions of MultiTensor.hpp hand a whole list to the backend of its first tensor
-  /// before they walk it, so a backend that keeps what it learnt about a list passed before
-  /// (where its tensors lie) can run it without reading the tensor objects again. Each returns
-  /// nullopt (ScaleList: false) when the backend does not take the list (it is empty, an entry is
-  /// null or belongs to another backend); the caller then walks the list and groups it by backend
-  /// for the span operations above. The defaults take no list.
-  ///@{
-  /// UnscaleAndCheck() over @p tensors.
-  virtual std::optional<bool> UnscaleAndCheckList(std::span<const TensorPtr> tensors, float factor) const;
-  /// Scale() over @p tensors; true when the backend took the list.
-  virtual bool ScaleList(std::span<const TensorPtr> tensors, float factor) const;
-  /// CastInto() over @p src and @p dst before the caller has checked them (entries non-null, the
-  /// same count, the same shapes pairwise): the backend answers only for a pair of lists it has
-  /// seen pass those checks and kept, else nullopt.
-  virtual std::optional<bool> CastIntoKnownLists(std::span<const TensorPtr> src, std::span<const TensorPtr> dst,
-                                                 float factor) const;
-  /// CastInto() over @p src and @p dst once the caller has checked them.
-  virtual std::optional<bool> CastIntoLists(std::span<const TensorPtr> src, std::span<const TensorPtr> dst,
-                                            float factor) const;
-  ///@}
 
   /// @name Fused optimizer steps
   /// One pass per step over the lists (core/OptimizerStep.hpp; optimizers/FusedSteps.hpp validates
@@ -143,27 +118,6 @@ class MLFRAMEWORK_EXPORT TensorBackend {
   virtual void UpdateFloat8Scales(ITensor& state, const Float8ScaleUpdate& update) const;
   /// Folds the amax a cast wrote into the scratch row into the current amax (row 0) of @p update's slots.
   virtual void FoldFloat8Amax(ITensor& state, const Float8ScaleUpdate& update) const;
-  ///@}
-
-  /// @name Check passes that also take the amax (NonFiniteAndAmax)
-  /// The same passes as UnscaleAndCheck() and CastInto(), returning the largest
-  /// finite absolute value as well. A backend fuses it into the same pass (the CPU and CUDA
-  /// backends do); the defaults run the plain pass and then read the values back through
-  /// ITensor::ToFloatVector() (a second read, correct for any tensor). The list forms answer like
-  /// the whole-list members above (nullopt: not taken); CastIntoAndAmaxLists() is called once the
-  /// caller has checked the pairs.
-  ///@{
-  /// UnscaleAndCheck() and the amax of the written values `x * factor`.
-  virtual NonFiniteAndAmax UnscaleCheckAndAmax(std::span<ITensor* const> tensors, float factor) const;
-  /// CastInto() and the amax of the products `src * factor`.
-  virtual NonFiniteAndAmax CastIntoAndAmax(std::span<const ITensor* const> src, std::span<ITensor* const> dst,
-                                           float factor) const;
-  /// UnscaleCheckAndAmax() over a whole list; the default takes none.
-  virtual std::optional<NonFiniteAndAmax> UnscaleCheckAndAmaxList(std::span<const TensorPtr> tensors,
-                                                                  float factor) const;
-  /// CastIntoAndAmax() over checked pairs of lists; the default takes none.
-  virtual std::optional<NonFiniteAndAmax> CastIntoAndAmaxLists(std::span<const TensorPtr> src,
-                                                               std::span<const TensorPtr> dst, float factor) const;
   ///@}
 
   /// @name FP8 kernels (core/Float8Cast.hpp)

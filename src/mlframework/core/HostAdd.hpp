@@ -1,6 +1,6 @@
 #pragma once
 // Private: `dst = round(dst + round_fp32(alpha * src))` through host floats, for one pair of any
-// tensors: TensorBackend::AddInto's default and the mixed-backend pairs of AddInto().
+// tensors: the add of TensorBackend::Write's default and of the mixed-backend pairs of AddInto().
 
 #include <cstddef>
 #include <vector>

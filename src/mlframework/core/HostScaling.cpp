@@ -1,12 +1,16 @@
 #include <mlframework/core/HostScaling.hpp>
 
 #include <array>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <mlframework/core/Error.hpp>
 #include <mlframework/core/MultiTensor.hpp>
 #include <mlframework/core/Tensor.hpp>
+
+#include "mlframework/core/ListPasses.hpp"
 
 namespace mlframework {
 
@@ -33,28 +37,42 @@ HostScaleState& HostState(DeviceScaleState& state) {
   return *host;
 }
 
-// HostScaling(): the kernels are core's multi-tensor functions, which run each tensor's own
-// backend where it has one and the per-tensor virtual operations where it has none.
+// HostScaling(): the kernels are core's list passes, which run each tensor's own backend where
+// it has one and the per-tensor virtual operations where it has none.
 class GenericHostScaling final : public HostScalingBackend {
  public:
   std::string_view Name() const noexcept override { return "host"; }
-  bool UnscaleAndCheck(std::span<ITensor* const> tensors, float factor) const override {
-    return mlframework::UnscaleAndCheck(Borrowed(tensors), factor);
-  }
-  void Scale(std::span<ITensor* const> tensors, float factor) const override {
-    ScaleInPlace(Borrowed(tensors), factor);
-  }
-  bool CastInto(std::span<const ITensor* const> src, std::span<ITensor* const> dst, float factor) const override {
-    return mlframework::CastInto(Borrowed(src), Borrowed(dst), factor);
-  }
-  NonFiniteAndAmax UnscaleCheckAndAmax(std::span<ITensor* const> tensors, float factor) const override {
-    return mlframework::UnscaleCheckAndAmax(Borrowed(tensors), factor);
-  }
-  NonFiniteAndAmax CastIntoAndAmax(std::span<const ITensor* const> src, std::span<ITensor* const> dst,
-                                   float factor) const override {
-    return mlframework::CastIntoAndAmax(Borrowed(src), Borrowed(dst), factor);
+  std::optional<WritePassResult> Write(TensorListView src, TensorListView dst,
+                                       const WritePassOptions& options) const override {
+    return detail::WritePass(src.Tensors, dst.Tensors, options);
   }
 };
+
+// @p options' pass by @p backend over host tensors its caller holds as raw pointers.
+template <typename Src, typename Dst>
+WritePassResult WriteOn(const TensorBackend& backend, std::span<Src const> src, std::span<Dst const> dst,
+                        const WritePassOptions& options) {
+  const std::vector<TensorPtr> src_list = Borrowed(src);
+  const std::vector<TensorPtr> dst_list = Borrowed(dst);
+  if (const std::optional<WritePassResult> result = backend.Write({src_list, true}, {dst_list, true}, options)) {
+    return *result;
+  }
+  throw InvalidOperationError("the " + std::string(backend.Name()) + " backend declined a write pass over its tensors");
+}
+
+// Records a pass's flag, and its amax when it took one, into @p host.
+void Record(HostScaleState& host, const WritePassResult& result, bool amax) {
+  host.Record(result.FoundNonFinite);
+  if (amax) {
+    host.RecordAmax(result.Amax);
+  }
+}
+
+// The unscale of @p host's scale, with the amax while it is tracked.
+WritePassOptions Unscale(const HostScaleState& host, WriteOp op) {
+  const bool amax = host.AmaxTracking();
+  return {.Op = op, .Factor = InverseScale(host.CurrentScale()), .Check = true, .Amax = amax};
+}
 
 }  // namespace
 
@@ -66,39 +84,23 @@ std::unique_ptr<DeviceScaleState> HostScalingBackend::CreateScaleState(Device /*
 }
 
 void HostScalingBackend::ScaleWithState(std::span<ITensor* const> tensors, DeviceScaleState& state) const {
-  Scale(tensors, HostState(state).CurrentScale());
+  WriteOn(*this, tensors, std::span<ITensor* const>(), {.Op = WriteOp::Scale, .Factor = HostState(state).CurrentScale()});
 }
-
-namespace {
-
-// Records a pass with the amax into @p host.
-void Record(HostScaleState& host, const NonFiniteAndAmax& result) {
-  host.Record(result.FoundNonFinite);
-  host.RecordAmax(result.Amax);
-}
-
-}  // namespace
 
 // Each unscale picks the amax pass or the plain one once (never per element): without tracking
 // the kernels are exactly the plain ones. The checks never take the amax (DeviceScaleState, "Amax").
 
 void HostScalingBackend::UnscaleWithState(std::span<ITensor* const> tensors, DeviceScaleState& state) const {
   HostScaleState& host = HostState(state);
-  if (host.AmaxTracking()) {
-    Record(host, UnscaleCheckAndAmax(tensors, InverseScale(host.CurrentScale())));
-    return;
-  }
-  host.Record(UnscaleAndCheck(tensors, InverseScale(host.CurrentScale())));
+  const WritePassOptions options = Unscale(host, WriteOp::Scale);
+  Record(host, WriteOn(*this, tensors, std::span<ITensor* const>(), options), options.Amax);
 }
 
 void HostScalingBackend::CastUnscaledWithState(std::span<const ITensor* const> src, std::span<ITensor* const> dst,
                                                DeviceScaleState& state) const {
   HostScaleState& host = HostState(state);
-  if (host.AmaxTracking()) {
-    Record(host, CastIntoAndAmax(src, dst, InverseScale(host.CurrentScale())));
-    return;
-  }
-  host.Record(CastInto(src, dst, InverseScale(host.CurrentScale())));
+  const WritePassOptions options = Unscale(host, WriteOp::Cast);
+  Record(host, WriteOn(*this, src, dst, options), options.Amax);
 }
 
 void HostScalingBackend::CheckWithState(std::span<const ITensor* const> tensors, DeviceScaleState& state) const {
@@ -140,21 +142,15 @@ void HostScalingBackend::UpdateScale(DeviceScaleState& state) const { HostState(
 
 void HostScalingBackend::UnscaleListWithState(std::span<const TensorPtr> tensors, DeviceScaleState& state) const {
   HostScaleState& host = HostState(state);
-  if (host.AmaxTracking()) {
-    Record(host, mlframework::UnscaleCheckAndAmax(tensors, InverseScale(host.CurrentScale())));
-    return;
-  }
-  host.Record(mlframework::UnscaleAndCheck(tensors, InverseScale(host.CurrentScale())));
+  const WritePassOptions options = Unscale(host, WriteOp::Scale);
+  Record(host, detail::WritePass(tensors, {}, options), options.Amax);
 }
 
 void HostScalingBackend::CastUnscaledListWithState(std::span<const TensorPtr> src, std::span<const TensorPtr> dst,
                                                    DeviceScaleState& state) const {
   HostScaleState& host = HostState(state);
-  if (host.AmaxTracking()) {
-    Record(host, mlframework::CastIntoAndAmax(src, dst, InverseScale(host.CurrentScale())));
-    return;
-  }
-  host.Record(mlframework::CastInto(src, dst, InverseScale(host.CurrentScale())));
+  const WritePassOptions options = Unscale(host, WriteOp::Cast);
+  Record(host, detail::WritePass(src, dst, options), options.Amax);
 }
 
 void HostScalingBackend::CheckListWithState(std::span<const TensorPtr> tensors, DeviceScaleState& state) const {

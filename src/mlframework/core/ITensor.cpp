@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include <mlframework/core/Error.hpp>
@@ -62,14 +63,20 @@ void ITensor::CopyToFloats(std::span<float> out) const {
 }
 
 bool ITensor::UnscaleAndCheck(float factor) {
-  ITensor* self = this;
+  const WritePassOptions options{.Op = WriteOp::Scale, .Factor = factor, .Check = true};
   if (const TensorBackend* backend = Backend()) {
-    return backend->UnscaleAndCheck({&self, 1}, factor);
+    // Non-owning (the aliasing constructor without an owner): *this outlives the call.
+    const TensorPtr self(TensorPtr(), this);
+    if (const std::optional<WritePassResult> result = backend->Write({{&self, 1}, true}, {}, options)) {
+      return result->FoundNonFinite;
+    }
   }
   // No owner: the alias lives only for this call, while *this does.
   if (const TensorPtr alias = detail::HostAlias(*this, nullptr)) {
-    ITensor* aliased = alias.get();
-    return detail::BackendOf(Device::CPU()).UnscaleAndCheck({&aliased, 1}, factor);
+    if (const std::optional<WritePassResult> result =
+            detail::BackendOf(Device::CPU()).Write({{&alias, 1}, true}, {}, options)) {
+      return result->FoundNonFinite;
+    }
   }
   MultiplyInPlace(factor);
   return HasNonFinite();

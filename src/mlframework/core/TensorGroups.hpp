@@ -1,11 +1,13 @@
 #pragma once
-// Private: how core's list operations (MultiTensor.cpp, MultiTensorAmax.cpp) check their
+// Private: how core's list operations (MultiTensor.cpp) check their
 // arguments and split a list among the backends of its tensors. A list almost always comes
 // from one backend; these walks serve the rest: tensors of several backends, and tensors
 // without one, which take the per-tensor host path.
 
+#include <algorithm>
 #include <cstddef>
 #include <optional>
+#include <ranges>
 #include <span>
 #include <string>
 #include <utility>
@@ -106,17 +108,28 @@ std::vector<Pointer> Pointers(std::span<const TensorPtr> tensors) {
 }
 
 /// Runs @p fused(backend, src, dst) on runs of pairs whose source and destination share a
-/// backend, in order, and @p host(i) on every other pair.
+/// backend, in order, and @p host(i) on every other pair. Lists whose pairs all share one backend
+/// (the usual case) are handed over as the caller's own spans, so a backend recognises lists it
+/// kept.
 template <typename Fused, typename Host>
 void ForEachPairRun(std::span<const TensorPtr> src, std::span<const TensorPtr> dst, Fused&& fused, Host&& host) {
-  std::vector<const ITensor*> fused_src;
-  std::vector<ITensor*> fused_dst;
-  const TensorBackend* backend = nullptr;
+  const TensorBackend* backend = src.empty() ? nullptr : src.front()->Backend();
+  const bool one_run =
+      backend != nullptr && std::ranges::all_of(std::views::iota(std::size_t{0}, src.size()), [&](std::size_t i) {
+        return src[i]->Backend() == backend && dst[i]->Backend() == backend;
+      });
+  if (one_run) {
+    fused(*backend, src, dst);
+    return;
+  }
+  std::vector<TensorPtr> run_src;
+  std::vector<TensorPtr> run_dst;
+  backend = nullptr;
   auto flush = [&] {
-    if (!fused_src.empty()) {
-      fused(*backend, std::span<const ITensor* const>(fused_src), std::span<ITensor* const>(fused_dst));
-      fused_src.clear();
-      fused_dst.clear();
+    if (!run_src.empty()) {
+      fused(*backend, std::span<const TensorPtr>(run_src), std::span<const TensorPtr>(run_dst));
+      run_src.clear();
+      run_dst.clear();
     }
   };
   for (std::size_t i = 0; i < src.size(); ++i) {
@@ -126,8 +139,8 @@ void ForEachPairRun(std::span<const TensorPtr> src, std::span<const TensorPtr> d
         flush();
         backend = pair_backend;
       }
-      fused_src.push_back(src[i].get());
-      fused_dst.push_back(dst[i].get());
+      run_src.push_back(src[i]);
+      run_dst.push_back(dst[i]);
       continue;
     }
     host(i);

@@ -17,9 +17,10 @@ void CopyElements(const ITensor& input, ITensor& output) {
   const TensorBackend* backend = input.Backend();
   if (backend != nullptr && backend == output.Backend() && !input.GetDevice().IsCPU() &&
       input.GetDevice() == output.GetDevice()) {
-    const ITensor* source = &input;
-    ITensor* target = &output;
-    backend->CopyInto({&source, 1}, {&target, 1}, 1.0f);
+    // Non-owning (the aliasing constructor without an owner): the caller holds both tensors.
+    const TensorPtr source(TensorPtr(), const_cast<ITensor*>(&input));  // NOLINT(cppcoreguidelines-pro-type-const-cast)
+    const TensorPtr target(TensorPtr(), &output);
+    backend->Write({{&source, 1}, true}, {{&target, 1}, true}, {.Op = WriteOp::Cast});
     return;
   }
   detail::HostRead source(input);

@@ -43,7 +43,7 @@ class FSDP;
 ///
 /// Every buffer of a unit (shard, gathered buffer and views, gradient shard, scratch) lives on
 /// the device of the parameters it was registered with; on a device other than the CPU all of
-/// the above runs as queued work of the parameters' backend (TensorBackend::CopyInto, AddInto)
+/// the above runs as queued work of the parameters' backend (TensorBackend::Write: casts and adds)
 /// and never waits for the device.
 ///
 /// Gather() and ReduceGradients() have asynchronous forms (GatherAsync() / WaitGather(),

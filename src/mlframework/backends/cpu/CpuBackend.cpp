@@ -58,20 +58,6 @@ void RequireCpuList(std::span<const TensorPtr> tensors) {
 
 }  // namespace
 
-bool CpuBackend::UnscaleAndCheck(std::span<ITensor* const> tensors, float factor) const {
-  return UnscaleAndCheckKernel(tensors, factor);
-}
-
-void CpuBackend::Scale(std::span<ITensor* const> tensors, float factor) const { ScaleKernel(tensors, factor); }
-
-bool CpuBackend::CastInto(std::span<const ITensor* const> src, std::span<ITensor* const> dst, float factor) const {
-  return CastIntoKernel(src, dst, factor);
-}
-
-void CpuBackend::AddInto(std::span<const ITensor* const> src, std::span<ITensor* const> dst, float alpha) const {
-  for (std::size_t t = 0; t < src.size(); ++t) AddPair(*src[t], *dst[t], alpha);
-}
-
 std::shared_ptr<const Plan> CpuBackend::PlanOfList(std::span<const TensorPtr> tensors) const {
   if (tensors.empty()) {
     return nullptr;
@@ -91,11 +77,6 @@ std::shared_ptr<const Plan> CpuBackend::PlanOfList(std::span<const TensorPtr> te
   }
   single_lists_.Add(lists, plan);
   return plan;
-}
-
-std::optional<bool> CpuBackend::UnscaleAndCheckList(std::span<const TensorPtr> tensors, float factor) const {
-  const auto plan = PlanOfList(tensors);
-  return plan ? std::optional(UnscaleAndCheckKernel(*plan, factor)) : std::nullopt;
 }
 
 std::optional<ReadPassResult> CpuBackend::Read(TensorListView tensors, const ReadPassOptions& options) const {
@@ -120,74 +101,76 @@ std::optional<ReadPassResult> CpuBackend::Read(TensorListView tensors, const Rea
   return ReadPassResult{.FoundNonFinite = HasNonFiniteKernel(*plan)};
 }
 
-bool CpuBackend::ScaleList(std::span<const TensorPtr> tensors, float factor) const {
-  const auto plan = PlanOfList(tensors);
-  if (plan) {
-    ScaleKernel(*plan, factor);
-  }
-  return plan != nullptr;
-}
-
-std::optional<bool> CpuBackend::CastIntoKnownLists(std::span<const TensorPtr> src, std::span<const TensorPtr> dst,
-                                                   float factor) const {
-  if (src.empty()) {
-    return std::nullopt;
-  }
-  // Kept lists passed every check of CastInto; ListKey::Matches proves them again for these
-  // (CPU tensors over the same memory, the same shapes pairwise).
-  if (const std::shared_ptr<const PairPlans> plans = pair_lists_.Find({src, dst})) {
-    return CastKernel(*plans, factor);
-  }
-  return std::nullopt;
-}
-
-std::shared_ptr<const PairPlans> CpuBackend::NewPairPlans(std::span<const TensorPtr> src,
-                                                          std::span<const TensorPtr> dst) const {
-  if (src.empty() || src.size() != dst.size() || !IsCpuEntry(src.front()) || !IsCpuEntry(dst.front())) {
-    return nullptr;
+std::shared_ptr<const PairPlans> CpuBackend::PairPlansOf(std::span<const TensorPtr> src,
+                                                         std::span<const TensorPtr> dst) const {
+  if (std::shared_ptr<const PairPlans> plans = pair_lists_.Find({src, dst})) {
+    return plans;
   }
   std::shared_ptr<const PairPlans> plans;
   try {
     plans = PlansOf(src, dst);
   } catch (const NotCpuList&) {
-    return nullptr;
+    RequireCpuList(src);  // the ArgumentError of the first entry that is not a CPU tensor
+    RequireCpuList(dst);
+    throw;
   }
   pair_lists_.Add({src, dst}, plans);
   return plans;
 }
 
-std::optional<bool> CpuBackend::CastIntoLists(std::span<const TensorPtr> src, std::span<const TensorPtr> dst,
-                                              float factor) const {
-  const auto plans = NewPairPlans(src, dst);
-  return plans ? std::optional(CastKernel(*plans, factor)) : std::nullopt;
-}
-
-NonFiniteAndAmax CpuBackend::UnscaleCheckAndAmax(std::span<ITensor* const> tensors, float factor) const {
-  return UnscaleCheckAndAmaxKernel(tensors, factor);
-}
-
-NonFiniteAndAmax CpuBackend::CastIntoAndAmax(std::span<const ITensor* const> src, std::span<ITensor* const> dst,
-                                             float factor) const {
-  return CastIntoAndAmaxKernel(src, dst, factor);
-}
-
-std::optional<NonFiniteAndAmax> CpuBackend::UnscaleCheckAndAmaxList(std::span<const TensorPtr> tensors,
-                                                                    float factor) const {
-  const auto plan = PlanOfList(tensors);
-  return plan ? std::optional(UnscaleCheckAndAmaxKernel(*plan, factor)) : std::nullopt;
-}
-
-std::optional<NonFiniteAndAmax> CpuBackend::CastIntoAndAmaxLists(std::span<const TensorPtr> src,
-                                                                 std::span<const TensorPtr> dst, float factor) const {
-  if (src.empty() || src.size() != dst.size()) {
+// In place, a list is planned (and kept) in the walk that checks it, whether core has grouped it
+// or not; a pair of lists is run before core's checks only when it was kept (ListKey::Matches
+// proves it again: CPU tensors over the same memory, the same shapes pairwise), since planning
+// does not compare shapes.
+std::optional<WritePassResult> CpuBackend::Write(TensorListView src, TensorListView dst,
+                                                 const WritePassOptions& options) const {
+  ValidateWritePassOptions(options);
+  const float factor = options.Factor;
+  if (options.Op == WriteOp::Scale) {
+    const auto plan = PlanOfList(src.Tensors);
+    if (!plan) {
+      if (!src.Grouped) {
+        return std::nullopt;
+      }
+      RequireCpuList(src.Tensors);
+      return WritePassResult{};
+    }
+    if (options.Amax) {
+      const NonFiniteAndAmax result = UnscaleCheckAndAmaxKernel(*plan, factor);
+      return WritePassResult{.FoundNonFinite = result.FoundNonFinite, .Amax = result.Amax};
+    }
+    if (options.Check) {
+      return WritePassResult{.FoundNonFinite = UnscaleAndCheckKernel(*plan, factor)};
+    }
+    ScaleKernel(*plan, factor);
+    return WritePassResult{};
+  }
+  if (options.Op == WriteOp::Add) {
+    if (!src.Grouped) {
+      return std::nullopt;
+    }
+    for (std::size_t t = 0; t < src.Tensors.size(); ++t) AddPair(*src.Tensors[t], *dst.Tensors[t], factor);
+    return WritePassResult{};
+  }
+  std::shared_ptr<const PairPlans> plans;
+  if (src.Grouped) {
+    if (src.Tensors.empty()) {
+      return WritePassResult{};
+    }
+    plans = PairPlansOf(src.Tensors, dst.Tensors);
+  } else if (!src.Tensors.empty()) {
+    plans = pair_lists_.Find({src.Tensors, dst.Tensors});
+  }
+  if (!plans) {
     return std::nullopt;
   }
-  // The pair cache the plain cast keeps: a step's cast lists are planned once for both forms.
-  std::shared_ptr<const PairPlans> plans = pair_lists_.Find({src, dst});
-  if (!plans) {
-    plans = NewPairPlans(src, dst);
+  if (options.Amax) {
+    const NonFiniteAndAmax result = CastAndAmaxKernel(*plans, factor);
+    return WritePassResult{.FoundNonFinite = result.FoundNonFinite, .Amax = result.Amax};
   }
-  return plans ? std::optional(CastAndAmaxKernel(*plans, factor)) : std::nullopt;
+  // The kernel checks what it writes in the same pass; without Check the flag is dropped.
+  const bool found = CastKernel(*plans, factor);
+  return WritePassResult{.FoundNonFinite = options.Check && found};
 }
 
 TensorPtr CpuBackend::Allocate(const Shape& shape, DataType dtype, Device device) const {

@@ -19,26 +19,9 @@ class CpuBackend final : public HostScalingBackend {  // scaling: host states, t
  public:
   std::string_view Name() const noexcept override { return "cpu"; }
 
-  bool UnscaleAndCheck(std::span<ITensor* const> tensors, float factor) const override;
   std::optional<ReadPassResult> Read(TensorListView tensors, const ReadPassOptions& options) const override;
-  void Scale(std::span<ITensor* const> tensors, float factor) const override;
-  bool CastInto(std::span<const ITensor* const> src, std::span<ITensor* const> dst, float factor) const override;
-  void AddInto(std::span<const ITensor* const> src, std::span<ITensor* const> dst, float alpha) const override;
-
-  std::optional<bool> UnscaleAndCheckList(std::span<const TensorPtr> tensors, float factor) const override;
-  bool ScaleList(std::span<const TensorPtr> tensors, float factor) const override;
-  std::optional<bool> CastIntoKnownLists(std::span<const TensorPtr> src, std::span<const TensorPtr> dst,
-                                         float factor) const override;
-  std::optional<bool> CastIntoLists(std::span<const TensorPtr> src, std::span<const TensorPtr> dst,
-                                    float factor) const override;
-
-  NonFiniteAndAmax UnscaleCheckAndAmax(std::span<ITensor* const> tensors, float factor) const override;
-  NonFiniteAndAmax CastIntoAndAmax(std::span<const ITensor* const> src, std::span<ITensor* const> dst,
-                                   float factor) const override;
-  std::optional<NonFiniteAndAmax> UnscaleCheckAndAmaxList(std::span<const TensorPtr> tensors,
-                                                          float factor) const override;
-  std::optional<NonFiniteAndAmax> CastIntoAndAmaxLists(std::span<const TensorPtr> src, std::span<const TensorPtr> dst,
-                                                       float factor) const override;
+  std::optional<WritePassResult> Write(TensorListView src, TensorListView dst,
+                                       const WritePassOptions& options) const override;
 
   // Fused optimizer steps over host memory, defined in OptimizerKernels.cpp.
   bool AdamStep(const OptimizerStepLists& lists, const AdamStepScalars& scalars,
@@ -60,9 +43,9 @@ class CpuBackend final : public HostScalingBackend {  // scaling: host states, t
   // The plan of @p tensors when every one is a CPU tensor, or null (an empty list, a null entry,
   // another backend's tensor). A list kept in single_lists_ takes its kept plan.
   std::shared_ptr<const Plan> PlanOfList(std::span<const TensorPtr> tensors) const;
-  // The plans of a new pair of lists, kept in pair_lists_, when both hold CPU tensors pairwise,
-  // or null (empty or unequal lists, a null entry, another backend's tensor).
-  std::shared_ptr<const PairPlans> NewPairPlans(std::span<const TensorPtr> src, std::span<const TensorPtr> dst) const;
+  // The plans of a pair of lists core has checked (TensorListView::Grouped): the kept ones, else
+  // new ones, kept in pair_lists_.
+  std::shared_ptr<const PairPlans> PairPlansOf(std::span<const TensorPtr> src, std::span<const TensorPtr> dst) const;
 
   // One cache for the lists of every operation: a step unscales, checks and clips the same list.
   mutable ListCache<Plan> single_lists_;

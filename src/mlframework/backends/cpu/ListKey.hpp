@@ -22,7 +22,7 @@
 // size and dtype together) and allocates nothing. Whether an entry is a CpuTensor at all is told
 // by its dynamic type, read through the same vtable pointer, against the type of the tensors the
 // key was made of: no virtual call per tensor. A cast's key also needs each source and
-// destination shape to be equal (the check CastIntoKnownLists skips), which the counts prove for
+// destination shape to be equal (the check a cast of kept lists skips), which the counts prove for
 // tensors of rank 0 or 1 and which is compared only for higher ranks.
 
 #include <array>

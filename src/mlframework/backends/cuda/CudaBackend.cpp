@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
@@ -92,8 +93,8 @@ std::vector<DeviceGroup> GroupByDevice(std::span<TensorPointer const> tensors) {
 
 // Pairs on one GPU grouped by device (slot 0 the source, slot 1 the destination); @p across
 // handles a pair whose tensors sit on two GPUs.
-template <typename Across>
-std::vector<DeviceGroup> PairsByDevice(std::span<const ITensor* const> src, std::span<ITensor* const> dst,
+template <typename SrcPointer, typename DstPointer, typename Across>
+std::vector<DeviceGroup> PairsByDevice(std::span<SrcPointer const> src, std::span<DstPointer const> dst,
                                        Across&& across) {
   std::vector<DeviceGroup> groups;
   for (std::size_t i = 0; i < src.size(); ++i) {
@@ -287,18 +288,26 @@ NonFiniteAndAmax AmaxOnEachDevice(const std::vector<DeviceGroup>& groups, Access
   return total;
 }
 
+// The largest finite |x * factor| of @p tensor's values, read back through the host (a pair on
+// two GPUs, rare).
+float HostAmax(const ITensor& tensor, float factor) {
+  float amax = 0.0f;
+  for (const float x : tensor.ToFloatVector()) {
+    const float v = std::fabs(x * factor);
+    amax = std::isfinite(v) && v > amax ? v : amax;
+  }
+  return amax;
+}
+
+WritePassResult Answer(const NonFiniteAndAmax& result) {
+  return {.FoundNonFinite = result.FoundNonFinite, .Amax = result.Amax};
+}
+
 // ---- the backend object ------------------------------------------------------------------
 
 class CudaBackend final : public CudaFloat8Backend {
  public:
   std::string_view Name() const noexcept override { return "cuda"; }
-
-  bool UnscaleAndCheck(std::span<ITensor* const> tensors, float factor) const override {
-    return FlagRaisedOnAnyDevice(GroupByDevice(tensors), Access::Writes,
-                                 [&](const Launch& launch, std::int32_t* flag, cudaStream_t stream) {
-                                   LaunchUnscale(launch, FactorSource{factor}, flag, stream);
-                                 });
-  }
 
   // A list is read only once grouped (TensorListView): the launch walks it anyway.
   std::optional<ReadPassResult> Read(TensorListView list, const ReadPassOptions& options) const override {
@@ -335,47 +344,72 @@ class CudaBackend final : public CudaFloat8Backend {
     return total;
   }
 
-  // The amax forms over spans (the list forms and the cast keep TensorBackend's defaults): one
-  // fused pass per device, answered in the result block with the flag.
-  NonFiniteAndAmax UnscaleCheckAndAmax(std::span<ITensor* const> tensors, float factor) const override {
-    return AmaxOnEachDevice(GroupByDevice(tensors), Access::Writes,
-                            [&](const Launch& launch, std::int32_t* flag, float* amax, cudaStream_t stream) {
-                              LaunchUnscaleAmax(launch, FactorSource{factor}, flag, amax, stream);
-                            });
-  }
-
-  void Scale(std::span<ITensor* const> tensors, float factor) const override {
-    QueueOnEachDevice(GroupByDevice(tensors), Access::Writes, [&](const Launch& launch, cudaStream_t stream) {
-      LaunchScale(launch, FactorSource{factor}, stream);
+  // A list is written only once grouped, as it is read. Every pass is one launch per device: the
+  // flag and the amax, when asked for, come back in the device's result block (one wait).
+  std::optional<WritePassResult> Write(TensorListView src, TensorListView dst,
+                                       const WritePassOptions& options) const override {
+    ValidateWritePassOptions(options);
+    if (!src.Grouped) {
+      return std::nullopt;
+    }
+    const FactorSource factor{options.Factor};
+    if (options.Op == WriteOp::Scale) {
+      const std::vector<DeviceGroup> groups = GroupByDevice(src.Tensors);
+      if (options.Amax) {
+        return Answer(AmaxOnEachDevice(groups, Access::Writes,
+                                       [&](const Launch& launch, std::int32_t* flag, float* amax, cudaStream_t stream) {
+                                         LaunchUnscaleAmax(launch, factor, flag, amax, stream);
+                                       }));
+      }
+      if (options.Check) {
+        return WritePassResult{
+            .FoundNonFinite = FlagRaisedOnAnyDevice(groups, Access::Writes,
+                                                    [&](const Launch& launch, std::int32_t* flag, cudaStream_t stream) {
+                                                      LaunchUnscale(launch, factor, flag, stream);
+                                                    })};
+      }
+      QueueOnEachDevice(groups, Access::Writes,
+                        [&](const Launch& launch, cudaStream_t stream) { LaunchScale(launch, factor, stream); });
+      return WritePassResult{};
+    }
+    if (options.Op == WriteOp::Add) {
+      const auto groups = PairsByDevice(src.Tensors, dst.Tensors, [&](const CudaTensor& in, ITensor& out) {
+        // A pair on two GPUs: through the host (rare), with the kernel's rounding.
+        mlframework::detail::HostAddInto(in, out, options.Factor);
+      });
+      QueueOnEachDevice(groups, Access::Writes, [&](const Launch& launch, cudaStream_t stream) {
+        LaunchAddInto(launch, options.Factor, stream);
+      });
+      return WritePassResult{};
+    }
+    // A pair on two GPUs goes through the host (rare), with the kernel's rounding and checks.
+    WritePassResult across;
+    const auto groups = PairsByDevice(src.Tensors, dst.Tensors, [&](const CudaTensor& in, ITensor& out) {
+      across.FoundNonFinite = CastAcrossDevices(in, out, options.Factor) || across.FoundNonFinite;
+      if (options.Amax) {
+        across.Amax = std::max(across.Amax, HostAmax(in, options.Factor));
+      }
     });
-  }
-
-  bool CastInto(std::span<const ITensor* const> src, std::span<ITensor* const> dst, float factor) const override {
-    bool found = false;
-    const auto groups = PairsByDevice(
-        src, dst, [&](const CudaTensor& in, ITensor& out) { found = CastAcrossDevices(in, out, factor) || found; });
-    return FlagRaisedOnAnyDevice(groups, Access::Writes,
-                                 [&](const Launch& launch, std::int32_t* flag, cudaStream_t stream) {
-                                   LaunchCast(launch, FactorSource{factor}, flag, stream);
-                                 }) ||
-           found;
-  }
-
-  void CopyInto(std::span<const ITensor* const> src, std::span<ITensor* const> dst, float factor) const override {
-    const auto groups = PairsByDevice(
-        src, dst, [&](const CudaTensor& in, ITensor& out) { static_cast<void>(CastAcrossDevices(in, out, factor)); });
-    QueueOnEachDevice(groups, Access::Writes, [&](const Launch& launch, cudaStream_t stream) {
-      LaunchCast(launch, FactorSource{factor}, nullptr, stream);  // no flag: nothing to wait for
-    });
-  }
-
-  void AddInto(std::span<const ITensor* const> src, std::span<ITensor* const> dst, float alpha) const override {
-    const auto groups = PairsByDevice(src, dst, [&](const CudaTensor& in, ITensor& out) {
-      // A pair on two GPUs: through the host (rare), with the kernel's rounding.
-      mlframework::detail::HostAddInto(in, out, alpha);
-    });
-    QueueOnEachDevice(groups, Access::Writes,
-                      [&](const Launch& launch, cudaStream_t stream) { LaunchAddInto(launch, alpha, stream); });
+    WritePassResult result;
+    if (options.Amax) {
+      result = Answer(AmaxOnEachDevice(groups, Access::Writes,
+                                       [&](const Launch& launch, std::int32_t* flag, float* amax, cudaStream_t stream) {
+                                         LaunchCastAmax(launch, factor, flag, amax, stream);
+                                       }));
+    } else if (options.Check) {
+      result.FoundNonFinite = FlagRaisedOnAnyDevice(groups, Access::Writes,
+                                                    [&](const Launch& launch, std::int32_t* flag, cudaStream_t stream) {
+                                                      LaunchCast(launch, factor, flag, stream);
+                                                    });
+    } else {
+      QueueOnEachDevice(groups, Access::Writes, [&](const Launch& launch, cudaStream_t stream) {
+        LaunchCast(launch, factor, nullptr, stream);  // no flag: nothing to wait for
+      });
+      return WritePassResult{};
+    }
+    result.FoundNonFinite = result.FoundNonFinite || across.FoundNonFinite;
+    result.Amax = std::max(result.Amax, across.Amax);
+    return result;
   }
 
   bool AdamStep(const OptimizerStepLists& lists, const AdamStepScalars& scalars,

@@ -36,9 +36,10 @@ void RequireDeviceIndex(int device) {
 // A new tensor of @p dtype holding round(x * factor) for every element x of @p tensor.
 TensorPtr Converted(const CudaTensor& tensor, DataType dtype, float factor) {
   auto result = std::make_shared<CudaTensor>(tensor.GetShape(), dtype, tensor.GetDevice().Index);
-  const ITensor* src = &tensor;
-  ITensor* dst = result.get();
-  Backend().CastInto({&src, 1}, {&dst, 1}, factor);
+  // Non-owning (the aliasing constructor without an owner): @p tensor outlives the call.
+  const TensorPtr src(TensorPtr(), const_cast<CudaTensor*>(&tensor));  // NOLINT(cppcoreguidelines-pro-type-const-cast)
+  const TensorPtr dst = result;
+  Backend().Write({{&src, 1}, true}, {{&dst, 1}, true}, {.Op = WriteOp::Cast, .Factor = factor});
   return result;
 }
 
@@ -115,8 +116,8 @@ TensorPtr CudaTensor::Divide(float divisor) const {
 }
 
 void CudaTensor::MultiplyInPlace(float factor) {
-  ITensor* self = this;
-  cuda::Backend().Scale({&self, 1}, factor);
+  const TensorPtr self(TensorPtr(), this);  // non-owning: *this outlives the call
+  cuda::Backend().Write({{&self, 1}, true}, {}, {.Op = WriteOp::Scale, .Factor = factor});
 }
 
 TensorPtr CudaTensor::Clone() const { return Multiply(1.0f); }
