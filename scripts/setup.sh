@@ -12,6 +12,8 @@ packages=(
   clang libclang-rt-dev clang-tidy clang-format
   # clang's OpenMP runtime: scripts/test.sh's sanitizer build is compiled with clang.
   libomp-dev
+  # NumPy for the C API's ctypes test (tests/c/ctypes_training.py) and its docs example.
+  python3-numpy
 )
 # libtorch (Debian's libtorch 1.13, about 155 packages): the libtorch_interop sample and its test
 # (scripts/test.sh asks for it), and the libtorch peers of bench_multi_tensor.
