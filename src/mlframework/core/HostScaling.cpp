@@ -84,7 +84,8 @@ std::unique_ptr<DeviceScaleState> HostScalingBackend::CreateScaleState(Device /*
 }
 
 void HostScalingBackend::ScaleWithState(std::span<ITensor* const> tensors, DeviceScaleState& state) const {
-  WriteOn(*this, tensors, std::span<ITensor* const>(), {.Op = WriteOp::Scale, .Factor = HostState(state).CurrentScale()});
+  WriteOn(*this, tensors, std::span<ITensor* const>(),
+          {.Op = WriteOp::Scale, .Factor = HostState(state).CurrentScale()});
 }
 
 // Each unscale picks the amax pass or the plain one once (never per element): without tracking

@@ -4,10 +4,8 @@
 // from one backend; these walks serve the rest: tensors of several backends, and tensors
 // without one, which take the per-tensor host path.
 
-#include <algorithm>
 #include <cstddef>
 #include <optional>
-#include <ranges>
 #include <span>
 #include <string>
 #include <utility>
@@ -114,10 +112,10 @@ std::vector<Pointer> Pointers(std::span<const TensorPtr> tensors) {
 template <typename Fused, typename Host>
 void ForEachPairRun(std::span<const TensorPtr> src, std::span<const TensorPtr> dst, Fused&& fused, Host&& host) {
   const TensorBackend* backend = src.empty() ? nullptr : src.front()->Backend();
-  const bool one_run =
-      backend != nullptr && std::ranges::all_of(std::views::iota(std::size_t{0}, src.size()), [&](std::size_t i) {
-        return src[i]->Backend() == backend && dst[i]->Backend() == backend;
-      });
+  bool one_run = backend != nullptr;
+  for (std::size_t i = 0; one_run && i < src.size(); ++i) {
+    one_run = src[i]->Backend() == backend && dst[i]->Backend() == backend;
+  }
   if (one_run) {
     fused(*backend, src, dst);
     return;
