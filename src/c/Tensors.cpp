@@ -41,7 +41,11 @@ void DeleteBorrowed(DLManagedTensor* managed) {
 
 }  // namespace
 
-TensorPtr Borrow(const DLTensor* tensor, const std::string& name) {
+namespace {
+
+// Borrow() through @p import (FromDLPack, or FromDLPackAsFloat8 for FP8 bytes).
+template <class Import>
+TensorPtr BorrowWith(const DLTensor* tensor, const std::string& name, Import&& import) {
   if (tensor == nullptr) {
     throw ArgumentNullError(name);
   }
@@ -51,7 +55,7 @@ TensorPtr Borrow(const DLTensor* tensor, const std::string& name) {
   managed->deleter = &DeleteBorrowed;
   TensorPtr result;
   try {
-    result = FromDLPack(managed.get());
+    result = import(managed.get());
   } catch (const ArgumentError& error) {
     Rename(error, name);
   }
@@ -59,16 +63,38 @@ TensorPtr Borrow(const DLTensor* tensor, const std::string& name) {
   return result;
 }
 
-std::vector<TensorPtr> BorrowList(const DLTensor* const* tensors, std::size_t count, const char* name) {
+template <class Import>
+std::vector<TensorPtr> BorrowListWith(const DLTensor* const* tensors, std::size_t count, const char* name,
+                                      Import&& import) {
   if (count > 0 && tensors == nullptr) {
     throw ArgumentNullError(name);
   }
   std::vector<TensorPtr> list;
   list.reserve(count);
   for (std::size_t i = 0; i < count; ++i) {
-    list.push_back(Borrow(tensors[i], Indexed(name, i)));
+    list.push_back(BorrowWith(tensors[i], Indexed(name, i), import));
   }
   return list;
+}
+
+}  // namespace
+
+TensorPtr Borrow(const DLTensor* tensor, const std::string& name) {
+  return BorrowWith(tensor, name, [](DLManagedTensor* managed) { return FromDLPack(managed); });
+}
+
+std::vector<TensorPtr> BorrowList(const DLTensor* const* tensors, std::size_t count, const char* name) {
+  return BorrowListWith(tensors, count, name, [](DLManagedTensor* managed) { return FromDLPack(managed); });
+}
+
+TensorPtr BorrowFloat8(const DLTensor* tensor, DataType float8, const std::string& name) {
+  return BorrowWith(tensor, name, [float8](DLManagedTensor* managed) { return FromDLPackAsFloat8(managed, float8); });
+}
+
+std::vector<TensorPtr> BorrowFloat8List(const DLTensor* const* tensors, std::size_t count, DataType float8,
+                                        const char* name) {
+  return BorrowListWith(tensors, count, name,
+                        [float8](DLManagedTensor* managed) { return FromDLPackAsFloat8(managed, float8); });
 }
 
 Device DeviceOf(std::span<const TensorPtr> tensors) {

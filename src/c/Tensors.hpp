@@ -28,6 +28,14 @@ TensorPtr Borrow(const DLTensor* tensor, const std::string& name);
 /// ArgumentNullError(@p name) for a null array with a non-zero count.
 std::vector<TensorPtr> BorrowList(const DLTensor* const* tensors, std::size_t count, const char* name);
 
+/// Borrow() of the bytes of FP8 values (a uint8 descriptor) as a tensor of @p float8
+/// (FromDLPackAsFloat8).
+TensorPtr BorrowFloat8(const DLTensor* tensor, DataType float8, const std::string& name);
+
+/// BorrowList() of FP8 bytes, as BorrowFloat8() does.
+std::vector<TensorPtr> BorrowFloat8List(const DLTensor* const* tensors, std::size_t count, DataType float8,
+                                        const char* name);
+
 /// The device of the first of @p tensors (the CPU for an empty list).
 Device DeviceOf(std::span<const TensorPtr> tensors);
 

@@ -114,6 +114,37 @@ BOOST_AUTO_TEST_CASE(ImportIsZeroCopyAndDeletesOnce) {
   BOOST_TEST(m.deleted == 1);
 }
 
+// FP8 values cross as their uint8 bytes: the import views them as the FP8 dtype asked for, over
+// the same memory, with the same ownership; other dtypes and a non-FP8 target are refused.
+BOOST_AUTO_TEST_CASE(Float8BytesImportAsFloat8) {
+  Managed m({0.0f, 0.0f}, {8});  // 8 bytes of the test's memory
+  m.managed.dl_tensor.dtype = DLDataType{kDLUInt, 8, 1};
+  auto* bytes = reinterpret_cast<std::uint8_t*>(m.values.data());
+  bytes[0] = 0x38;  // 1.0 in E4M3
+  bytes[1] = 0x40;  // 2.0 in E4M3 and in E5M2
+  {
+    const TensorPtr tensor = FromDLPackAsFloat8(&m.managed, DataType::Float8E4M3FN);
+    BOOST_TEST((tensor->GetDataType() == DataType::Float8E4M3FN));
+    BOOST_TEST(tensor->GetShape() == (Shape{8}), boost::test_tools::per_element());
+    BOOST_TEST(backends::cpu::Data(*tensor) == static_cast<const void*>(bytes));
+    const std::vector<float> values = tensor->ToFloatVector();
+    BOOST_TEST(values[0] == 1.0f);
+    BOOST_TEST(values[1] == 2.0f);
+  }
+  BOOST_TEST(m.deleted == 1);
+  m.deleted = 0;
+  BOOST_TEST(FromDLPackAsFloat8(&m.managed, DataType::Float8E5M2)->ToFloatVector()[1] == 2.0f);
+  BOOST_TEST(m.deleted == 1);
+  m.deleted = 0;
+  BOOST_CHECK_EXCEPTION(FromDLPackAsFloat8(&m.managed, DataType::Float16), ArgumentError,
+                        [](const ArgumentError& e) { return e.Parameter() == "float8"; });
+  m.managed.dl_tensor.dtype = DLDataType{kDLFloat, 32, 1};
+  BOOST_CHECK_EXCEPTION(FromDLPackAsFloat8(&m.managed, DataType::Float8E4M3FN), ArgumentError,
+                        [](const ArgumentError& e) { return e.Parameter() == "managed->dl_tensor.dtype"; });
+  BOOST_CHECK_THROW(FromDLPackAsFloat8(nullptr, DataType::Float8E4M3FN), ArgumentNullError);
+  BOOST_TEST(m.deleted == 0);  // a refused import leaves the managed tensor to its owner
+}
+
 BOOST_AUTO_TEST_CASE(ByteOffsetAndStridesAsPyTorchWritesThem) {
   Managed m({9.0f, 1.0f, 2.0f, 3.0f}, {3, 1});
   m.managed.dl_tensor.byte_offset = sizeof(float);

@@ -11,6 +11,7 @@
 // NOLINTBEGIN(modernize-use-using,modernize-deprecated-headers,readability-identifier-naming)
 
 #include <mlframework/c/conversion_layer.h>
+#include <mlframework/c/fp8.h>
 #include <mlframework/c/grad_scaler.h>
 #include <mlframework/c/multi_tensor.h>
 #include <mlframework/c/observer.h>

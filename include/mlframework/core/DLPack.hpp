@@ -32,6 +32,14 @@ namespace mlframework {
 /// available (CUDA not linked or not built).
 MLFRAMEWORK_EXPORT TensorPtr FromDLPack(DLManagedTensor* managed);
 
+/// FromDLPack() for FP8 values, which this legacy struct has no type code for: @p managed holds
+/// their bytes as uint8 (code kDLUInt, 8 bits, one lane: what frameworks export FP8 storage as,
+/// for example torch's `t.view(torch.uint8)`), and the tensor has dtype @p float8
+/// (Float8E4M3FN or Float8E5M2). The same ownership, checks and errors as FromDLPack(), the
+/// dtype's naming `managed->dl_tensor.dtype` when it is not uint8; ArgumentError naming `float8`
+/// for another dtype.
+MLFRAMEWORK_EXPORT TensorPtr FromDLPackAsFloat8(DLManagedTensor* managed, DataType float8);
+
 /// Exports @p tensor's memory as a DLPack managed tensor (no copy) for another framework
 /// (`at::fromDLPack`): compact row-major strides, the tensor's dtype and device. The managed
 /// tensor keeps @p tensor alive until its deleter is called, which the receiver must do once.
@@ -39,7 +47,7 @@ MLFRAMEWORK_EXPORT TensorPtr FromDLPack(DLManagedTensor* managed);
 /// ArgumentNullError for a null @p tensor; ArgumentError when its memory cannot be addressed
 /// (a user's own ITensor that keeps its elements elsewhere) or its dtype is FP8
 /// (Float8E4M3FN, Float8E5M2: this legacy struct has no FP8 type code; FromDLPack() likewise
-/// accepts no FP8 dtype).
+/// accepts no FP8 dtype, FromDLPackAsFloat8() takes their bytes).
 MLFRAMEWORK_EXPORT DLManagedTensor* ToDLPack(const TensorPtr& tensor);
 
 }  // namespace mlframework

@@ -111,13 +111,17 @@ void DeleteExport(DLManagedTensor* managed) {
 
 }  // namespace
 
-TensorPtr FromDLPack(DLManagedTensor* managed) {
+namespace {
+
+// FromDLPack()'s import, with the dtype read by @p dtype_of (after the device, before the shape).
+template <class DTypeOf>
+TensorPtr Import(DLManagedTensor* managed, DTypeOf&& dtype_of) {
   if (managed == nullptr) {
     throw ArgumentNullError("managed");
   }
   const DLTensor& tensor = managed->dl_tensor;
   const Device device = DeviceOf(tensor.device);
-  const DataType dtype = DTypeOf(tensor.dtype);
+  const DataType dtype = dtype_of(tensor.dtype);
   const Shape shape = ShapeOf(tensor);
   if (tensor.byte_offset % ElementSize(dtype) != 0) {
     throw ArgumentError(Field("byte_offset"), std::to_string(tensor.byte_offset) + " is not a multiple of the " +
@@ -134,6 +138,24 @@ TensorPtr FromDLPack(DLManagedTensor* managed) {
   TensorPtr result = hooks.Wrap(data, shape, dtype, device, owner);
   owner->managed = managed;  // from here on, the last tensor calls the deleter
   return result;
+}
+
+}  // namespace
+
+TensorPtr FromDLPack(DLManagedTensor* managed) { return Import(managed, DTypeOf); }
+
+TensorPtr FromDLPackAsFloat8(DLManagedTensor* managed, DataType float8) {
+  if (float8 != DataType::Float8E4M3FN && float8 != DataType::Float8E5M2) {
+    throw ArgumentError("float8", std::string(ToString(float8)) + " is not Float8E4M3FN or Float8E5M2");
+  }
+  return Import(managed, [float8](const DLDataType& dtype) {
+    if (dtype.lanes == 1 && dtype.code == kDLUInt && dtype.bits == 8) {
+      return float8;
+    }
+    throw ArgumentError(Field("dtype"), "{code " + std::to_string(dtype.code) + ", bits " + std::to_string(dtype.bits) +
+                                            ", lanes " + std::to_string(dtype.lanes) +
+                                            "} is not uint8 with one lane (the bytes of FP8 values)");
+  });
 }
 
 DLManagedTensor* ToDLPack(const TensorPtr& tensor) {

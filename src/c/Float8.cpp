@@ -1,0 +1,294 @@
+// The C API of fp8.h: FP8 casts over lent DLTensors and the FP8 scaling recipes.
+
+#include <mlframework/c/fp8.h>
+
+#include <array>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <mlframework/core/Float8Cast.hpp>
+#include <mlframework/fp8/CurrentScaling.hpp>
+#include <mlframework/fp8/DelayedScaling.hpp>
+#include <mlframework/fp8/IScalingRecipe.hpp>
+
+#include "StateBytes.hpp"
+#include "Tensors.hpp"
+
+/// An FP8 scaling recipe (DelayedScaling or CurrentScaling) and the device of its state.
+struct mlfw_fp8_recipe {
+  std::unique_ptr<mlframework::fp8::IScalingRecipe> recipe;
+  mlframework::Device device;  // of the last tensor registered (the state's, for the stream)
+};
+
+namespace mlframework::c_api {
+namespace {
+
+DataType ToCpp(const mlfw_fp8_format& format, const char* name) {
+  const int value = EnumValue(format);
+  if (value == MLFW_FP8_E4M3) {
+    return DataType::Float8E4M3FN;
+  }
+  if (value == MLFW_FP8_E5M2) {
+    return DataType::Float8E5M2;
+  }
+  throw ArgumentError(name, std::to_string(value) + " is not an mlfw_fp8_format (MLFW_FP8_E4M3 or MLFW_FP8_E5M2)");
+}
+
+fp8::Format ToCpp(const mlfw_fp8_recipe_format& format) {
+  const int value = EnumValue(format);
+  if (value == MLFW_FP8_RECIPE_E4M3) {
+    return fp8::Format::E4M3;
+  }
+  if (value == MLFW_FP8_RECIPE_HYBRID) {
+    return fp8::Format::HYBRID;
+  }
+  throw ArgumentError("fp8_format", std::to_string(value) +
+                                        " is not an mlfw_fp8_recipe_format (MLFW_FP8_RECIPE_E4M3 or "
+                                        "MLFW_FP8_RECIPE_HYBRID)");
+}
+
+fp8::TensorRole ToCpp(const mlfw_fp8_tensor_role& role) {
+  const int value = EnumValue(role);
+  if (value == MLFW_FP8_FORWARD) {
+    return fp8::TensorRole::Forward;
+  }
+  if (value == MLFW_FP8_GRADIENT) {
+    return fp8::TensorRole::Gradient;
+  }
+  throw ArgumentError(
+      "role", std::to_string(value) + " is not an mlfw_fp8_tensor_role (MLFW_FP8_FORWARD or MLFW_FP8_GRADIENT)");
+}
+
+fp8::AmaxComputeAlgorithm ToCpp(const mlfw_amax_compute_algo& algo) {
+  const int value = EnumValue(algo);
+  if (value == MLFW_AMAX_MAX) {
+    return fp8::AmaxComputeAlgorithm::Max;
+  }
+  if (value == MLFW_AMAX_MOST_RECENT) {
+    return fp8::AmaxComputeAlgorithm::MostRecent;
+  }
+  throw ArgumentError("amax_compute_algo", std::to_string(value) +
+                                               " is not an mlfw_amax_compute_algo (MLFW_AMAX_MAX or "
+                                               "MLFW_AMAX_MOST_RECENT)");
+}
+
+// The @p count names of @p names; ArgumentNullError naming `names` or `names[i]`.
+std::vector<std::string> Names(const char* const* names, std::size_t count) {
+  if (count > 0 && names == nullptr) {
+    throw ArgumentNullError("names");
+  }
+  std::vector<std::string> result;
+  result.reserve(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    if (names[i] == nullptr) {
+      std::string name = "names[";
+      name += std::to_string(i);
+      name += ']';
+      throw ArgumentNullError(name);
+    }
+    result.emplace_back(names[i]);
+  }
+  return result;
+}
+
+// The one value of a one-element FP32 tensor (a recipe's scale, inverse scale or amax).
+float ValueOf(const TensorPtr& tensor) { return tensor->ToFloatVector().at(0); }
+
+mlfw_status Create(mlfw_fp8_recipe_t* out, const auto& make) {
+  return Call([&] {
+    Deref(out, "out");
+    auto handle = std::make_unique<mlfw_fp8_recipe>();
+    handle->recipe = make();
+    *out = handle.release();
+  });
+}
+
+}  // namespace
+}  // namespace mlframework::c_api
+
+using mlframework::c_api::Borrow;
+using mlframework::c_api::BorrowFloat8;
+using mlframework::c_api::BorrowFloat8List;
+using mlframework::c_api::BorrowList;
+using mlframework::c_api::Call;
+using mlframework::c_api::Deref;
+using mlframework::c_api::StreamScope;
+using mlframework::c_api::ToCpp;
+
+extern "C" {
+
+mlfw_status mlfw_fp8_amax(const DLTensor* const* tensors, size_t count, const DLTensor* amax, void* stream) {
+  return Call([&] {
+    const auto list = BorrowList(tensors, count, "tensors");
+    const mlframework::TensorPtr out = Borrow(amax, "amax");
+    const StreamScope scope(stream, out->GetDevice());
+    mlframework::Amax(list, out);
+  });
+}
+
+mlfw_status mlfw_fp8_scaled_cast(const DLTensor* const* src, const DLTensor* const* dst, size_t count,
+                                 mlfw_fp8_format format, const DLTensor* scale, const DLTensor* amax, void* stream) {
+  return Call([&] {
+    const mlframework::DataType float8 = ToCpp(format, "format");
+    const auto in = BorrowList(src, count, "src");
+    const auto out = BorrowFloat8List(dst, count, float8, "dst");
+    const mlframework::TensorPtr scales = Borrow(scale, "scale");
+    const mlframework::TensorPtr amaxes = amax == nullptr ? nullptr : Borrow(amax, "amax");
+    const StreamScope scope(stream, scales->GetDevice());
+    mlframework::ScaledCastToFloat8(in, out, scales, amaxes);
+  });
+}
+
+mlfw_status mlfw_fp8_dequantize(const DLTensor* const* src, mlfw_fp8_format format, const DLTensor* const* dst,
+                                size_t count, const DLTensor* scale_inv, void* stream) {
+  return Call([&] {
+    const mlframework::DataType float8 = ToCpp(format, "format");
+    const auto in = BorrowFloat8List(src, count, float8, "src");
+    const auto out = BorrowList(dst, count, "dst");
+    const mlframework::TensorPtr inverses = Borrow(scale_inv, "scale_inv");
+    const StreamScope scope(stream, inverses->GetDevice());
+    mlframework::DequantizeFloat8(in, out, inverses);
+  });
+}
+
+mlfw_status mlfw_delayed_scaling_config_default(mlfw_delayed_scaling_config* config) {
+  return Call([&] {
+    const mlframework::fp8::DelayedScalingConfig defaults;
+    Deref(config, "config") = {
+        .margin = defaults.Margin,
+        .fp8_format =
+            defaults.Fp8Format == mlframework::fp8::Format::E4M3 ? MLFW_FP8_RECIPE_E4M3 : MLFW_FP8_RECIPE_HYBRID,
+        .amax_history_len = defaults.AmaxHistoryLen,
+        .amax_compute_algo = defaults.AmaxComputeAlgo == mlframework::fp8::AmaxComputeAlgorithm::Max
+                                 ? MLFW_AMAX_MAX
+                                 : MLFW_AMAX_MOST_RECENT};
+  });
+}
+
+mlfw_status mlfw_delayed_scaling_create(const mlfw_delayed_scaling_config* config, mlfw_fp8_recipe_t* out) {
+  return mlframework::c_api::Create(out, [&] {
+    const mlfw_delayed_scaling_config& c = Deref(config, "config");
+    return std::make_unique<mlframework::fp8::DelayedScaling>(
+        mlframework::fp8::DelayedScalingConfig{.Margin = c.margin,
+                                               .Fp8Format = ToCpp(c.fp8_format),
+                                               .AmaxHistoryLen = c.amax_history_len,
+                                               .AmaxComputeAlgo = ToCpp(c.amax_compute_algo)});
+  });
+}
+
+mlfw_status mlfw_current_scaling_create(mlfw_fp8_recipe_format fp8_format, mlfw_fp8_recipe_t* out) {
+  return mlframework::c_api::Create(out, [&] {
+    return std::make_unique<mlframework::fp8::CurrentScaling>(
+        mlframework::fp8::CurrentScalingConfig{.Fp8Format = ToCpp(fp8_format)});
+  });
+}
+
+void mlfw_fp8_recipe_destroy(mlfw_fp8_recipe_t recipe) {
+  delete recipe;  // NOLINT(cppcoreguidelines-owning-memory): the handle mlfw_*_scaling_create made
+}
+
+mlfw_status mlfw_fp8_recipe_register(mlfw_fp8_recipe_t recipe, const char* name, mlfw_fp8_tensor_role role,
+                                     const DLTensor* like) {
+  return Call([&] {
+    mlfw_fp8_recipe& handle = Deref(recipe, "recipe");
+    if (name == nullptr) {
+      throw mlframework::ArgumentNullError("name");
+    }
+    const mlframework::fp8::TensorRole cpp_role = ToCpp(role);
+    const mlframework::TensorPtr tensor = Borrow(like, "like");
+    handle.recipe->Register(name, cpp_role, *tensor);
+    handle.device = tensor->GetDevice();
+  });
+}
+
+mlfw_status mlfw_fp8_recipe_format_of(mlfw_fp8_recipe_t recipe, const char* name, mlfw_fp8_format* format) {
+  return Call([&] {
+    const mlfw_fp8_recipe& handle = Deref(recipe, "recipe");
+    if (name == nullptr) {
+      throw mlframework::ArgumentNullError("name");
+    }
+    mlfw_fp8_format& result = Deref(format, "format");
+    result = handle.recipe->Float8TypeOf(name) == mlframework::DataType::Float8E4M3FN ? MLFW_FP8_E4M3 : MLFW_FP8_E5M2;
+  });
+}
+
+mlfw_status mlfw_fp8_recipe_quantize(mlfw_fp8_recipe_t recipe, const char* const* names, const DLTensor* const* src,
+                                     const DLTensor* const* dst, size_t count, void* stream) {
+  return Call([&] {
+    mlfw_fp8_recipe& handle = Deref(recipe, "recipe");
+    const std::vector<std::string> keys = mlframework::c_api::Names(names, count);
+    const auto in = BorrowList(src, count, "src");
+    // Each destination in its tensor's format (an unregistered name: the recipe's error).
+    std::vector<mlframework::TensorPtr> out;
+    out.reserve(count);
+    for (std::size_t i = 0; i < count; ++i) {
+      std::string field = "dst[";
+      field += std::to_string(i);
+      field += ']';
+      out.push_back(BorrowFloat8(dst == nullptr ? nullptr : dst[i], handle.recipe->Float8TypeOf(keys[i]), field));
+    }
+    const StreamScope scope(stream, mlframework::c_api::DeviceOf(in));
+    handle.recipe->Quantize(keys, in, out);
+  });
+}
+
+mlfw_status mlfw_fp8_recipe_dequantize(mlfw_fp8_recipe_t recipe, const char* const* names, const DLTensor* const* src,
+                                       const DLTensor* const* dst, size_t count, void* stream) {
+  return Call([&] {
+    const mlfw_fp8_recipe& handle = Deref(recipe, "recipe");
+    const std::vector<std::string> keys = mlframework::c_api::Names(names, count);
+    std::vector<mlframework::TensorPtr> in;
+    in.reserve(count);
+    for (std::size_t i = 0; i < count; ++i) {
+      std::string field = "src[";
+      field += std::to_string(i);
+      field += ']';
+      in.push_back(BorrowFloat8(src == nullptr ? nullptr : src[i], handle.recipe->Float8TypeOf(keys[i]), field));
+    }
+    const auto out = BorrowList(dst, count, "dst");
+    const StreamScope scope(stream, mlframework::c_api::DeviceOf(out));
+    handle.recipe->Dequantize(keys, in, out);
+  });
+}
+
+mlfw_status mlfw_fp8_recipe_update_scales(mlfw_fp8_recipe_t recipe, void* stream) {
+  return Call([&] {
+    mlfw_fp8_recipe& handle = Deref(recipe, "recipe");
+    const StreamScope scope(stream, handle.device);
+    handle.recipe->UpdateScales();
+  });
+}
+
+mlfw_status mlfw_fp8_recipe_scale(mlfw_fp8_recipe_t recipe, const char* name, float* scale, float* scale_inv,
+                                  float* amax) {
+  return Call([&] {
+    const mlfw_fp8_recipe& handle = Deref(recipe, "recipe");
+    if (name == nullptr) {
+      throw mlframework::ArgumentNullError("name");
+    }
+    // Read all three before writing any: an unknown name leaves the caller's floats as they were.
+    const std::array<float, 3> values{mlframework::c_api::ValueOf(handle.recipe->Scale(name)),
+                                      mlframework::c_api::ValueOf(handle.recipe->ScaleInv(name)),
+                                      mlframework::c_api::ValueOf(handle.recipe->Amax(name))};
+    for (const auto& [out, value] :
+         {std::pair{scale, values[0]}, std::pair{scale_inv, values[1]}, std::pair{amax, values[2]}}) {
+      if (out != nullptr) {
+        *out = value;
+      }
+    }
+  });
+}
+
+mlfw_status mlfw_fp8_recipe_state_dict(mlfw_fp8_recipe_t recipe, void* buffer, size_t capacity, size_t* size) {
+  return mlframework::c_api::SaveState(recipe, "recipe", buffer, capacity, size,
+                                       [](const mlfw_fp8_recipe& handle) { return handle.recipe->StateDict(); });
+}
+
+mlfw_status mlfw_fp8_recipe_load_state_dict(mlfw_fp8_recipe_t recipe, const void* data, size_t size) {
+  return mlframework::c_api::LoadState(
+      recipe, "recipe", data, size, [](mlfw_fp8_recipe& handle, auto bytes) { handle.recipe->LoadStateDict(bytes); });
+}
+
+}  // extern "C"
