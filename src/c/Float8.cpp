@@ -4,6 +4,7 @@
 
 #include <array>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -83,14 +84,26 @@ std::vector<std::string> Names(const char* const* names, std::size_t count) {
   result.reserve(count);
   for (std::size_t i = 0; i < count; ++i) {
     if (names[i] == nullptr) {
-      std::string name = "names[";
-      name += std::to_string(i);
-      name += ']';
-      throw ArgumentNullError(name);
+      throw ArgumentNullError(Indexed("names", i));
     }
     result.emplace_back(names[i]);
   }
   return result;
+}
+
+// The FP8 bytes `tensors[i]`, each in the format @p recipe gives `names[i]` (an unregistered
+// name: the recipe's error), named `<name>[i]`.
+std::vector<TensorPtr> RecipeBytes(const fp8::IScalingRecipe& recipe, std::span<const std::string> names,
+                                   const DLTensor* const* tensors, const char* name) {
+  if (!names.empty() && tensors == nullptr) {
+    throw ArgumentNullError(name);
+  }
+  std::vector<TensorPtr> list;
+  list.reserve(names.size());
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    list.push_back(BorrowFloat8(tensors[i], recipe.Float8TypeOf(names[i]), Indexed(name, i)));
+  }
+  return list;
 }
 
 // The one value of a one-element FP32 tensor (a recipe's scale, inverse scale or amax).
@@ -109,7 +122,6 @@ mlfw_status Create(mlfw_fp8_recipe_t* out, const auto& make) {
 }  // namespace mlframework::c_api
 
 using mlframework::c_api::Borrow;
-using mlframework::c_api::BorrowFloat8;
 using mlframework::c_api::BorrowFloat8List;
 using mlframework::c_api::BorrowList;
 using mlframework::c_api::Call;
@@ -220,15 +232,7 @@ mlfw_status mlfw_fp8_recipe_quantize(mlfw_fp8_recipe_t recipe, const char* const
     mlfw_fp8_recipe& handle = Deref(recipe, "recipe");
     const std::vector<std::string> keys = mlframework::c_api::Names(names, count);
     const auto in = BorrowList(src, count, "src");
-    // Each destination in its tensor's format (an unregistered name: the recipe's error).
-    std::vector<mlframework::TensorPtr> out;
-    out.reserve(count);
-    for (std::size_t i = 0; i < count; ++i) {
-      std::string field = "dst[";
-      field += std::to_string(i);
-      field += ']';
-      out.push_back(BorrowFloat8(dst == nullptr ? nullptr : dst[i], handle.recipe->Float8TypeOf(keys[i]), field));
-    }
+    const auto out = mlframework::c_api::RecipeBytes(*handle.recipe, keys, dst, "dst");
     const StreamScope scope(stream, mlframework::c_api::DeviceOf(in));
     handle.recipe->Quantize(keys, in, out);
   });
@@ -239,14 +243,7 @@ mlfw_status mlfw_fp8_recipe_dequantize(mlfw_fp8_recipe_t recipe, const char* con
   return Call([&] {
     const mlfw_fp8_recipe& handle = Deref(recipe, "recipe");
     const std::vector<std::string> keys = mlframework::c_api::Names(names, count);
-    std::vector<mlframework::TensorPtr> in;
-    in.reserve(count);
-    for (std::size_t i = 0; i < count; ++i) {
-      std::string field = "src[";
-      field += std::to_string(i);
-      field += ']';
-      in.push_back(BorrowFloat8(src == nullptr ? nullptr : src[i], handle.recipe->Float8TypeOf(keys[i]), field));
-    }
+    const auto in = mlframework::c_api::RecipeBytes(*handle.recipe, keys, src, "src");
     const auto out = BorrowList(dst, count, "dst");
     const StreamScope scope(stream, mlframework::c_api::DeviceOf(out));
     handle.recipe->Dequantize(keys, in, out);

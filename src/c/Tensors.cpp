@@ -26,7 +26,13 @@ constexpr std::string_view kFieldPrefix = "managed->dl_tensor.";
   throw ArgumentError(parameter, what.starts_with(head) ? what.substr(head.size()) : what);
 }
 
-// "name[index]" (appended piecewise: GCC 12 misreads "[" + std::to_string(i) as an overlapping copy).
+void DeleteBorrowed(DLManagedTensor* managed) {
+  delete managed;  // NOLINT(cppcoreguidelines-owning-memory): allocated by Borrow()
+}
+
+}  // namespace
+
+// Appended piecewise: GCC 12 misreads "[" + std::to_string(i) as an overlapping copy.
 std::string Indexed(const char* name, std::size_t index) {
   std::string result = name;
   result += '[';
@@ -34,12 +40,6 @@ std::string Indexed(const char* name, std::size_t index) {
   result += ']';
   return result;
 }
-
-void DeleteBorrowed(DLManagedTensor* managed) {
-  delete managed;  // NOLINT(cppcoreguidelines-owning-memory): allocated by Borrow()
-}
-
-}  // namespace
 
 namespace {
 

@@ -19,6 +19,9 @@
 
 namespace mlframework::c_api {
 
+/// "name[index]", the name of an array element in errors.
+std::string Indexed(const char* name, std::size_t index);
+
 /// A tensor over the memory @p tensor describes, which the caller keeps alive (nothing is
 /// released when the tensor goes). Errors are FromDLPack's, with the field named after @p name
 /// (`gradients[1]->dtype`); ArgumentNullError(@p name) for null.
