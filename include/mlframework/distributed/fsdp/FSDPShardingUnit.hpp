@@ -87,6 +87,8 @@ class MLFRAMEWORK_EXPORT FSDPShardingUnit {
   DataType ParamDType() const noexcept;
   /// The dtype ReduceGradients() reduces in: the unit's own ReduceDType, else the FSDP's.
   DataType ReduceDType() const noexcept;
+  /// What ReduceGradients() sends: the unit's own Wire, else the FSDP's.
+  GradientWire Wire() const noexcept;
 
   /// All-gathers the unit in the parameter dtype (collective). InvalidOperationError on every
   /// rank when any rank already has it gathered.
