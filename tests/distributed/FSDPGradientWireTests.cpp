@@ -17,6 +17,7 @@
 #include <vector>
 
 #include <mlframework/core/Error.hpp>
+#include <mlframework/core/Float8Bits.hpp>
 #include <mlframework/core/Tensor.hpp>
 #include <mlframework/distributed/Float8BlockReduce.hpp>
 #include <mlframework/distributed/fsdp/FSDP.hpp>
@@ -161,6 +162,8 @@ BOOST_AUTO_TEST_CASE(CodecBoundScalesAndNonFiniteBlocks) {
         BOOST_TEST(amax / scales[b] <= 448.0f);
       }
       for (std::size_t i = b * kBlock; i < std::min(count, (b + 1) * kBlock); ++i) {
+        // The codes are the library's plain E4M3FN cast of the scaled value (core/Float8Bits.hpp).
+        if (!poisoned) BOOST_TEST(codes[i] == mlframework::detail::FloatToFloat8E4M3FNBits(values[i] / scales[b]));
         if (poisoned) {
           BOOST_TEST(std::isnan(decoded[i]));
           continue;
@@ -171,6 +174,39 @@ BOOST_AUTO_TEST_CASE(CodecBoundScalesAndNonFiniteBlocks) {
     }
   }
   for (std::size_t i = 2 * kBlock; i < 3 * kBlock; ++i) BOOST_TEST(decoded[i] == 0.0f);
+}
+
+// Every float magnitude pattern a block can hold (a sweep of bit patterns from 0 up to the
+// block's amax, both signs) encodes to the library's E4M3FN cast of its scaled value.
+BOOST_AUTO_TEST_CASE(CodesMatchTheLibraryCast) {
+  std::vector<float> values;
+  for (std::uint32_t bits = 0; bits <= 0x43e00000u; bits += 0x1ffu) {  // up to 448
+    values.push_back(std::bit_cast<float>(bits));
+    values.push_back(-std::bit_cast<float>(bits));
+  }
+  values.resize(values.size() / kBlock * kBlock);
+  for (std::size_t b = 0; b < values.size(); b += kBlock) values[b] = 448.0f;  // scale 1 in every block
+  std::vector<std::uint8_t> codes(values.size());
+  std::vector<float> scales(dist::detail::Float8BlockCount(values.size()));
+  dist::detail::EncodeFloat8Blocks(values.data(), values.size(), codes.data(), scales.data());
+  BOOST_TEST(std::all_of(scales.begin(), scales.end(), [](float s) { return s == 1.0f; }));
+  std::size_t mismatches = 0;
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    mismatches += codes[i] != mlframework::detail::FloatToFloat8E4M3FNBits(values[i]) ? 1 : 0;
+  }
+  BOOST_TEST(mismatches == 0u);
+  // And every code decodes to the library's widening of it.
+  std::vector<std::uint8_t> all;
+  for (unsigned c = 0; c < 256; ++c) {
+    if ((c & 0x7fu) != 0x7fu) all.push_back(static_cast<std::uint8_t>(c));  // the encoder writes no NaN code
+  }
+  const std::vector<float> one{1.0f};
+  std::vector<float> decoded(all.size());
+  dist::detail::DecodeSumFloat8Blocks(all.data(), one.data(), 1, all.size(), decoded.data());
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    BOOST_TEST(std::bit_cast<std::uint32_t>(decoded[i]) ==
+               std::bit_cast<std::uint32_t>(mlframework::detail::Float8E4M3FNBitsToFloat(all[i])));
+  }
 }
 
 // The all-to-all sends chunk p to rank p, in every dtype (FP8 as its bytes), and refuses

@@ -3,14 +3,12 @@
 #include "mlframework/distributed/Float8BlockCodec.hpp"
 
 #include <algorithm>
-#include <array>
 #include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
 
-#include <mlframework/core/Float8Bits.hpp>
 #include <mlframework/core/Threads.hpp>
 #include <mlframework/distributed/Float8BlockReduce.hpp>
 
@@ -18,14 +16,16 @@ namespace mlframework::distributed::detail {
 
 namespace {
 
-// Every E4M3FN byte widened (exact), built once.
-const std::array<float, 256>& DecodeTable() {
-  static const std::array<float, 256> table = [] {
-    std::array<float, 256> t{};
-    for (std::size_t b = 0; b < t.size(); ++b) t[b] = mlframework::detail::Float8E4M3FNBitsToFloat(static_cast<std::uint8_t>(b));
-    return t;
-  }();
-  return table;
+// Float8E4M3FNBitsToFloat() for the encoder's codes (never the NaN code S.1111.111), branch-free
+// so that it vectorizes: a normal code's exponent is rebiased (7 -> 127) and its 3 mantissa bits
+// moved up; a subnormal one is its step count times 2^-9. Exact.
+inline float E4M3ToFloat(std::uint8_t code) {
+  const std::uint32_t rest = code & 0x7fu;
+  const std::uint32_t normal = (rest << 20) + (120u << 23);
+  const float steps = static_cast<float>(static_cast<int>(rest)) * 0x1p-9f;  // used below 8 only
+  const std::uint32_t below = 0u - static_cast<std::uint32_t>(rest < 8u);
+  const std::uint32_t magnitude = (std::bit_cast<std::uint32_t>(steps) & below) | (normal & ~below);
+  return std::bit_cast<float>(magnitude | (static_cast<std::uint32_t>(code & 0x80u) << 24));
 }
 
 // 2^e as a float for e in [-149, 127] (subnormal powers included), exactly.
@@ -40,6 +40,22 @@ int ScaleExponent(float amax) {
   // amax * 2^(9 - e) = mantissa * 512 in [256, 512): one binade lower when past 448.
   const int k = mantissa * 512.0f <= 448.0f ? 9 - e : 8 - e;
   return std::clamp(k, -126, 126);
+}
+
+// FloatToFloat8E4M3FNBits() for a finite |value| <= 448 (a scaled block value), branch-free so
+// that it vectorizes: normal results round the float's mantissa to 3 bits (nearest even) and
+// rebias the exponent (127 -> 7); below E4M3's smallest normal 2^-6 the result is the subnormal
+// step count round(|value| * 2^9), rounded to nearest even by the float addition of 2^23.
+inline std::uint8_t ScaledToE4M3(float value) {
+  const std::uint32_t bits = std::bit_cast<std::uint32_t>(value);
+  const std::uint32_t magnitude = bits & 0x7fffffffu;
+  const std::uint32_t rounded = magnitude + 0x7ffffu + ((magnitude >> 20) & 1u);
+  const std::uint32_t normal = (rounded >> 20) - (120u << 3);
+  const float steps = (std::bit_cast<float>(magnitude) * 512.0f) + 8388608.0f;  // 2^23: integer part rounds
+  const std::uint32_t subnormal = std::bit_cast<std::uint32_t>(steps) - 0x4b000000u;
+  const std::uint32_t below = 0u - static_cast<std::uint32_t>(magnitude < 0x3c800000u);  // 2^-6: all ones
+  const std::uint32_t code = (subnormal & below) | (normal & ~below);
+  return static_cast<std::uint8_t>(code | ((bits >> 24) & 0x80u));
 }
 
 // Blocks per parallel region: below this the other threads are not worth waking.
@@ -57,29 +73,27 @@ void EncodeFloat8Blocks(const float* values, std::size_t count, std::uint8_t* co
     const std::size_t n = std::min(kFloat8WireBlock, count - start);
     const float* x = values + start;
     std::uint8_t* out = codes + start;
-    float amax = 0.0f;
-    std::uint32_t non_finite = 0;
+    // The magnitudes' bits order as the magnitudes do, so an integer max (which vectorizes)
+    // gives the amax, and a non-finite value shows as bits at or past infinity's.
+    std::uint32_t amax_bits = 0;
     for (std::size_t i = 0; i < n; ++i) {
-      const std::uint32_t bits = std::bit_cast<std::uint32_t>(x[i]) & 0x7fffffffu;
-      non_finite |= static_cast<std::uint32_t>(bits >= 0x7f800000u);
-      amax = std::max(amax, std::bit_cast<float>(bits));
+      amax_bits = std::max(amax_bits, std::bit_cast<std::uint32_t>(x[i]) & 0x7fffffffu);
     }
-    if (non_finite != 0u) {
+    if (amax_bits >= 0x7f800000u) {
       // NaN scale: every element of the block decodes to NaN, so the overflow check sees it.
       std::fill(out, out + n, std::uint8_t{0});
       scale_inv[block] = std::numeric_limits<float>::quiet_NaN();
       continue;
     }
-    const int k = ScaleExponent(amax);
+    const int k = ScaleExponent(std::bit_cast<float>(amax_bits));
     const float scale = PowerOfTwo(k);
-    for (std::size_t i = 0; i < n; ++i) out[i] = mlframework::detail::FloatToFloat8E4M3FNBits(x[i] * scale);
+    for (std::size_t i = 0; i < n; ++i) out[i] = ScaledToE4M3(x[i] * scale);
     scale_inv[block] = PowerOfTwo(-k);
   }
 }
 
 void DecodeSumFloat8Blocks(const std::uint8_t* codes, const float* scale_inv, int parts, std::size_t count,
                            float* out) {
-  const std::array<float, 256>& table = DecodeTable();
   const std::size_t part_blocks = Float8BlockCount(count);
   const auto blocks = static_cast<std::ptrdiff_t>(part_blocks);
 #pragma omp parallel for schedule(static) num_threads(mlframework::NumThreads()) if (blocks >= kParallelBlocks)
@@ -91,9 +105,9 @@ void DecodeSumFloat8Blocks(const std::uint8_t* codes, const float* scale_inv, in
       const std::uint8_t* c = codes + (static_cast<std::size_t>(p) * count) + start;
       const float s = scale_inv[(static_cast<std::size_t>(p) * part_blocks) + static_cast<std::size_t>(block)];
       if (p == 0) {
-        for (std::size_t i = 0; i < n; ++i) acc[i] = table[c[i]] * s;
+        for (std::size_t i = 0; i < n; ++i) acc[i] = E4M3ToFloat(c[i]) * s;
       } else {
-        for (std::size_t i = 0; i < n; ++i) acc[i] += table[c[i]] * s;
+        for (std::size_t i = 0; i < n; ++i) acc[i] += E4M3ToFloat(c[i]) * s;
       }
     }
   }

@@ -9,8 +9,8 @@
 #include <cstdint>
 #include <string>
 
+#include <mlframework/backends/cpu/CpuTensor.hpp>
 #include <mlframework/core/Error.hpp>
-#include <mlframework/core/Tensor.hpp>
 
 #include "mlframework/distributed/Float8BlockCodec.hpp"
 #include "mlframework/distributed/HostStaging.hpp"
@@ -33,10 +33,12 @@ float* Floats(const TensorPtr& tensor) {
   return reinterpret_cast<float*>(tensor->MutableHostBytes().data());  // NOLINT(cppcoreguidelines-pro-type-reinterpret-cast)
 }
 
-// Host buffers of the wire: @p count codes and @p blocks scales.
+// Host buffers of the wire: @p count codes and @p blocks scales, left uninitialized (the encoder
+// or the collective writes every element).
 struct WireBuffers {
   WireBuffers(std::size_t count, std::size_t blocks)
-      : codes(Zeros(Shape{count}, DataType::Float8E4M3FN)), scales(Zeros(Shape{blocks}, DataType::Float32)) {}
+      : codes(backends::cpu::Empty(Shape{count}, DataType::Float8E4M3FN)),
+        scales(backends::cpu::Empty(Shape{blocks}, DataType::Float32)) {}
   TensorPtr codes;
   TensorPtr scales;
 };
