@@ -1,10 +1,13 @@
 #pragma once
-// Private: the CPU kernels of the FP8 block wire (Float8BlockReduce.hpp): the sender's encode
-// and the receiver's decode-and-sum. Exported for the tests, which check the codes themselves.
+// Private: the CPU kernels of the FP8 block wire (Float8BlockReduce.hpp), the sender's encode
+// and the receiver's decode-and-sum, and its reduce-scatter over buffers the caller keeps.
+// Exported for the tests, which check the codes themselves, and for FSDP.
 
 #include <cstddef>
 #include <cstdint>
 
+#include <mlframework/core/ITensor.hpp>
+#include <mlframework/distributed/IProcessGroup.hpp>
 #include <mlframework/export.hpp>
 
 namespace mlframework::distributed::detail {
@@ -22,5 +25,21 @@ MLFRAMEWORK_EXPORT void EncodeFloat8Blocks(const float* values, std::size_t coun
 /// `scale_inv + p * Float8BlockCount(count)`.
 MLFRAMEWORK_EXPORT void DecodeSumFloat8Blocks(const std::uint8_t* codes, const float* scale_inv, int parts,
                                               std::size_t count, float* out);
+
+/// The wire's buffers for a reduce-scatter of chunks of `count` elements over P ranks: codes
+/// (Float8E4M3FN, `P * count` elements) and scales (Float32, `P * Float8BlockCount(count)`),
+/// sent and received; contents unspecified on entry. FSDP passes buffers of its pool, so a step
+/// reuses them instead of faulting fresh pages in.
+struct Float8WireTensors {
+  ITensor& send_codes;
+  ITensor& send_scales;
+  ITensor& received_codes;
+  ITensor& received_scales;
+};
+
+/// Float8BlockReduceScatter() through @p wire (checked by the caller: FP32 input and output of
+/// matching sizes, a world of more than one rank).
+MLFRAMEWORK_EXPORT void Float8BlockReduceScatterThrough(IProcessGroup& group, const ITensor& input, ITensor& output,
+                                                        const Float8WireTensors& wire);
 
 }  // namespace mlframework::distributed::detail

@@ -64,21 +64,37 @@ void Float8BlockReduceScatter(IProcessGroup& group, const ITensor& input, ITenso
   }
   const auto parts = static_cast<std::size_t>(world);
   const std::size_t blocks = detail::Float8BlockCount(count);
-  WireBuffers send(count * parts, blocks * parts);
-  WireBuffers received(count * parts, blocks * parts);
+  const WireBuffers send(count * parts, blocks * parts);
+  const WireBuffers received(count * parts, blocks * parts);
+  detail::Float8BlockReduceScatterThrough(group, input, output,
+                                          {*send.codes, *send.scales, *received.codes, *received.scales});
+}
+
+void detail::Float8BlockReduceScatterThrough(IProcessGroup& group, const ITensor& input, ITensor& output,
+                                             const Float8WireTensors& wire) {
+  const int world = group.WorldSize();
+  const auto parts = static_cast<std::size_t>(world);
+  const std::size_t count = output.Size();
+  const std::size_t blocks = Float8BlockCount(count);
   {
-    const detail::HostRead source(input);
+    const HostRead source(input);
+    HostWrite codes(wire.send_codes, false);
+    HostWrite scales(wire.send_scales, false);
     const auto* values = static_cast<const float*>(source.Data());
     for (std::size_t p = 0; p < parts; ++p) {
-      detail::EncodeFloat8Blocks(values + (p * count), count, Codes(send.codes) + (p * count),
-                                 Floats(send.scales) + (p * blocks));
+      EncodeFloat8Blocks(values + (p * count), count, static_cast<std::uint8_t*>(codes.Data()) + (p * count),
+                         static_cast<float*>(scales.Data()) + (p * blocks));
     }
+    codes.Commit();
+    scales.Commit();
   }
-  group.AllToAll(*send.codes, *received.codes);
-  group.AllToAll(*send.scales, *received.scales);
-  detail::HostWrite target(output, false);
-  detail::DecodeSumFloat8Blocks(Codes(received.codes), Floats(received.scales), world, count,
-                                static_cast<float*>(target.Data()));
+  group.AllToAll(wire.send_codes, wire.received_codes);
+  group.AllToAll(wire.send_scales, wire.received_scales);
+  const HostRead codes(wire.received_codes);
+  const HostRead scales(wire.received_scales);
+  HostWrite target(output, false);
+  DecodeSumFloat8Blocks(static_cast<const std::uint8_t*>(codes.Data()), static_cast<const float*>(scales.Data()), world,
+                        count, static_cast<float*>(target.Data()));
   target.Commit();
 }
 

@@ -14,6 +14,7 @@
 #include <mlframework/core/Tensor.hpp>
 #include <mlframework/distributed/AbortGuard.hpp>
 #include <mlframework/distributed/Float8Amax.hpp>
+#include <mlframework/distributed/Float8BlockReduce.hpp>
 
 #include "mlframework/core/StateBlob.hpp"
 #include "mlframework/distributed/Agreement.hpp"
@@ -196,8 +197,13 @@ struct FSDP::Impl {
       // The FP8 wire flattens into an FP32 buffer (its codes are the collective's own memory).
       const std::size_t reduce = unit->Wire() == GradientWire::Float8Blocks ? ElementSize(DataType::Float32)
                                                                             : ElementSize(unit->ReduceDType());
+      // The FP8 wire's sent and received codes and scales: 2 x (1 byte + a scale per block).
+      const std::size_t wire = unit->Wire() == GradientWire::Float8Blocks
+                                   ? 2 * (unit->PaddedSize() + sizeof(float) * (unit->PaddedSize() / kFloat8WireBlock +
+                                                                                static_cast<std::size_t>(group->WorldSize())))
+                                   : 0;
       capacity = std::max(capacity, unit->PaddedSize() * (ElementSize(unit->ParamDType()) + reduce) +
-                                        unit->ShardSize() * (ElementSize(DataType::Float32) + reduce));
+                                        unit->ShardSize() * (ElementSize(DataType::Float32) + reduce) + wire);
     }
     pool.SetCapacity(capacity);
   }

@@ -107,6 +107,9 @@ struct FSDPShardingUnit::Impl {
       replicate_group->AllReduce(reduced, ReduceOp::Sum);
     }
   }
+  // The FP8 wire's reduce-scatter of the flat FP32 gradient @p flat into this rank's @p target,
+  // over the shard group, through pooled wire buffers (FSDPShardingUnit.cpp).
+  void ReduceScatterFloat8(const ITensor& flat, ITensor& target);
   // Adds a micro-batch's full gradients to `accumulated`.
   void AccumulateLocally(const std::vector<TensorPtr>& gradients);
   // Gather() and ReduceGradients() in two halves around their collective (@p async: started
