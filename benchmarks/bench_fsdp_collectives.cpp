@@ -310,16 +310,15 @@ void BM_GradientWire16M(benchmark::State& state) {
     unit.ReduceGradients(gradients);
     unit.ZeroGrad();
   };
-  Compare(
-      state, kUnitElements * sizeof(std::uint16_t),
-      [&] {
-        MPI_Reduce_scatter_block(cpu::Data(*bf16_input), cpu::MutableData(*bf16_output), static_cast<int>(shard),
-                                 MPI_SHORT, MPI_SUM, MPI_COMM_WORLD);
-      },
-      {{"bf16_library", [&] { Group()->ReduceScatter(*bf16_input, *bf16_output); }},
-       {"fp8_library", [&] { dist::Float8BlockReduceScatter(*Group(), *fp32_input, *fp32_output); }},
-       {"bf16_fsdp_unit", [&] { reduce(bf16_unit); }},
-       {"fp8_fsdp_unit", [&] { reduce(fp8_unit); }}});
+  Compare(state, kUnitElements * sizeof(std::uint16_t),
+          [&] {
+            MPI_Reduce_scatter_block(cpu::Data(*bf16_input), cpu::MutableData(*bf16_output), static_cast<int>(shard),
+                                     MPI_SHORT, MPI_SUM, MPI_COMM_WORLD);
+          },
+          {{"bf16_library", [&] { Group()->ReduceScatter(*bf16_input, *bf16_output); }},
+           {"fp8_library", [&] { dist::Float8BlockReduceScatter(*Group(), *fp32_input, *fp32_output); }},
+           {"bf16_fsdp_unit", [&] { reduce(bf16_unit); }},
+           {"fp8_fsdp_unit", [&] { reduce(fp8_unit); }}});
   bf16_unit.Release();
   fp8_unit.Release();
   // What each rank sends per element of the unit: the other ranks' chunks, (P - 1) / P of it.

@@ -340,7 +340,10 @@ BOOST_AUTO_TEST_CASE(FsdpShardsWithinTheWireBounds) {
             // The bound per padded chunk: chunk and position of this element in WireBound's terms.
             const std::size_t chunk_count = strategy == fsdp::ShardingStrategy::NoShard ? count : unit.ShardSize();
             std::vector<std::vector<float>> padded = everything;
-            for (auto& values : padded) values.resize(chunk_count * (strategy == fsdp::ShardingStrategy::NoShard ? 1 : static_cast<std::size_t>(world)), 0.0f);
+            for (auto& values : padded)
+              values.resize(
+                  chunk_count * (strategy == fsdp::ShardingStrategy::NoShard ? 1 : static_cast<std::size_t>(world)),
+                  0.0f);
             const std::size_t chunk = strategy == fsdp::ShardingStrategy::NoShard ? 0 : static_cast<std::size_t>(rank);
             bound = WireBound(padded, chunk, chunk_count, i);
           }
@@ -384,8 +387,9 @@ BOOST_AUTO_TEST_CASE(HybridShardAcrossReplicas) {
   if (world < 4) return;  // needs replicas of a group of two
   BOOST_TEST_REQUIRE(world == 4);
   const std::size_t count = 4 * kBlock;
-  fsdp::FSDP model(group, {.Strategy = fsdp::ShardingStrategy::HybridShard, .Wire = fsdp::GradientWire::Float8Blocks,
-                           .ShardGroupSize = 2});
+  fsdp::FSDP model(
+      group,
+      {.Strategy = fsdp::ShardingStrategy::HybridShard, .Wire = fsdp::GradientWire::Float8Blocks, .ShardGroupSize = 2});
   auto& unit = model.RegisterUnit("w", {{"w", mlframework::Zeros({count})}});
   const std::vector<float> mine = WireValues(count, group->Rank());
   const auto everything = GatherAll(*group, mine);
@@ -429,8 +433,11 @@ BOOST_AUTO_TEST_CASE(BadWireIsAnArgumentError) {
   fsdp::FSDP model(group);
   fsdp::UnitPrecision precision;
   precision.Wire = static_cast<fsdp::GradientWire>(9);
-  CheckArgumentError([&] { model.RegisterUnit("w", {{"w", mlframework::Zeros({8})}}, precision); },
-                                "precision.Wire", "9");
+  CheckArgumentError(
+      [&] {
+        model.RegisterUnit("w", {{"w", mlframework::Zeros({8})}}, precision);
+      },
+      "precision.Wire", "9");
   BOOST_TEST(model.UnitCount() == 0u);
   BOOST_TEST(fsdp::ToString(fsdp::GradientWire::Float8Blocks) == "Float8Blocks");
   BOOST_TEST(dist::Float8WireBytesPerElement(1u << 24) == 1.0 + 4.0 / 256.0);

@@ -27,10 +27,12 @@ void CheckFloat32(const char* parameter, const ITensor& tensor, const char* call
 }
 
 std::uint8_t* Codes(const TensorPtr& tensor) {
-  return reinterpret_cast<std::uint8_t*>(tensor->MutableHostBytes().data());  // NOLINT(cppcoreguidelines-pro-type-reinterpret-cast)
+  return reinterpret_cast<std::uint8_t*>(
+      tensor->MutableHostBytes().data());  // NOLINT(cppcoreguidelines-pro-type-reinterpret-cast)
 }
 float* Floats(const TensorPtr& tensor) {
-  return reinterpret_cast<float*>(tensor->MutableHostBytes().data());  // NOLINT(cppcoreguidelines-pro-type-reinterpret-cast)
+  return reinterpret_cast<float*>(
+      tensor->MutableHostBytes().data());  // NOLINT(cppcoreguidelines-pro-type-reinterpret-cast)
 }
 
 // Host buffers of the wire: @p count codes and @p blocks scales, left uninitialized (the encoder

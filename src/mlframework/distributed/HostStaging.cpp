@@ -78,8 +78,8 @@ void CheckAllToAllSizes(const ITensor& input, const ITensor& output, int world_s
                                       " differs from input dtype " + std::string(ToString(input.GetDataType())));
   }
   if (output.Size() != input.Size()) {
-    throw ArgumentError("output", "AllToAll: output has " + std::to_string(output.Size()) +
-                                      " elements, the input " + std::to_string(input.Size()));
+    throw ArgumentError("output", "AllToAll: output has " + std::to_string(output.Size()) + " elements, the input " +
+                                      std::to_string(input.Size()));
   }
   if (input.Size() % static_cast<std::size_t>(world_size) != 0) {
     throw ArgumentError("input", "AllToAll: input has " + std::to_string(input.Size()) +

@@ -198,10 +198,11 @@ struct FSDP::Impl {
       const std::size_t reduce = unit->Wire() == GradientWire::Float8Blocks ? ElementSize(DataType::Float32)
                                                                             : ElementSize(unit->ReduceDType());
       // The FP8 wire's sent and received codes and scales: 2 x (1 byte + a scale per block).
-      const std::size_t wire = unit->Wire() == GradientWire::Float8Blocks
-                                   ? 2 * (unit->PaddedSize() + sizeof(float) * (unit->PaddedSize() / kFloat8WireBlock +
-                                                                                static_cast<std::size_t>(group->WorldSize())))
-                                   : 0;
+      const std::size_t wire =
+          unit->Wire() == GradientWire::Float8Blocks
+              ? 2 * (unit->PaddedSize() + sizeof(float) * (unit->PaddedSize() / kFloat8WireBlock +
+                                                           static_cast<std::size_t>(group->WorldSize())))
+              : 0;
       capacity = std::max(capacity, unit->PaddedSize() * (ElementSize(unit->ParamDType()) + reduce) +
                                         unit->ShardSize() * (ElementSize(DataType::Float32) + reduce) + wire);
     }

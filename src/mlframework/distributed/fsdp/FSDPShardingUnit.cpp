@@ -462,10 +462,9 @@ void FSDPShardingUnit::Impl::ReduceScatterFloat8(const ITensor& flat, ITensor& t
     return;
   }
   const std::size_t scales = static_cast<std::size_t>(ranks) * distributed::detail::Float8BlockCount(shard_size);
-  std::array<detail::PooledBuffer, 4> wire{pool->Acquire(DataType::Float8E4M3FN, padded),
-                                           pool->Acquire(DataType::Float32, scales),
-                                           pool->Acquire(DataType::Float8E4M3FN, padded),
-                                           pool->Acquire(DataType::Float32, scales)};
+  std::array<detail::PooledBuffer, 4> wire{
+      pool->Acquire(DataType::Float8E4M3FN, padded), pool->Acquire(DataType::Float32, scales),
+      pool->Acquire(DataType::Float8E4M3FN, padded), pool->Acquire(DataType::Float32, scales)};
   distributed::detail::Float8BlockReduceScatterThrough(
       *shard_group, flat, target, {*wire[0].tensor, *wire[1].tensor, *wire[2].tensor, *wire[3].tensor});
   for (detail::PooledBuffer& buffer : wire) pool->Return(buffer);
