@@ -26,13 +26,12 @@ void CheckFloat32(const char* parameter, const ITensor& tensor, const char* call
   }
 }
 
+// The elements of a host tensor made by WireBuffers.
 std::uint8_t* Codes(const TensorPtr& tensor) {
-  return reinterpret_cast<std::uint8_t*>(
-      tensor->MutableHostBytes().data());  // NOLINT(cppcoreguidelines-pro-type-reinterpret-cast)
+  return static_cast<std::uint8_t*>(static_cast<void*>(tensor->MutableHostBytes().data()));
 }
 float* Floats(const TensorPtr& tensor) {
-  return reinterpret_cast<float*>(
-      tensor->MutableHostBytes().data());  // NOLINT(cppcoreguidelines-pro-type-reinterpret-cast)
+  return static_cast<float*>(static_cast<void*>(tensor->MutableHostBytes().data()));
 }
 
 // Host buffers of the wire: @p count codes and @p blocks scales, left uninitialized (the encoder
