@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <type_traits>
 
 #include <xsimd/xsimd.hpp>
@@ -15,8 +16,10 @@
 #endif
 
 #include <mlframework/core/OptimizerStep.hpp>
+#include <mlframework/core/Philox.hpp>
 
 #include "mlframework/backends/cpu/OptimizerKernels.hpp"
+#include "mlframework/core/StateCodes.hpp"
 
 namespace mlframework::backends::cpu::optimizer {
 
@@ -187,30 +190,215 @@ inline void ForEachBlock(const OptimizerPiece& piece, Fn&& fn) {
 template <class Batch>
 inline constexpr bool kFusedTable = !std::is_same_v<Batch, float>;
 
+// Adam over n elements whose masters and states are FP32 arrays (in memory, or a staged tile).
+template <class Batch, bool kL2, bool kDecay, bool kSmallWeight>
+inline void AdamSpan(float* w, const float* g, float* m, float* v, std::size_t n, const AdamConstants<Batch>& vc,
+                     const AdamConstants<float>& sc) {
+  constexpr bool kFused = kFusedTable<Batch>;
+  constexpr std::size_t kWidth = Width<Batch>();
+  std::size_t i = 0;
+  for (; i + kWidth <= n; i += kWidth) {
+    auto wi = Load<Batch>(w + i);
+    auto mi = Load<Batch>(m + i);
+    auto vi = Load<Batch>(v + i);
+    AdamElement<kFused, kL2, kDecay, kSmallWeight>(wi, Load<Batch>(g + i), mi, vi, vc);
+    Store(m + i, mi);
+    Store(v + i, vi);
+    Store(w + i, wi);
+  }
+  for (; i < n; ++i) {
+    AdamElement<kFused, kL2, kDecay, kSmallWeight>(w[i], g[i], m[i], v[i], sc);
+  }
+}
+
+// ---- Masters and states not stored in FP32: each tile of kStagedTileElements elements is
+// decoded into FP32 copies in the cache, updated by the FP32 loop, and encoded back, so memory is
+// read and written once (StateCodes.hpp has the codes; these loops are the CUDA kernels' arithmetic).
+
+// The FP32 values of elements [lo, lo + n) of a state stored as @p format.
+inline void DecodeState(StateFormat format, const void* data, const float* scales, std::size_t block, std::size_t lo,
+                        std::size_t n, float* out) {
+  switch (format) {
+    case StateFormat::Float32:
+      break;
+    case StateFormat::BFloat16: {
+      const auto* in = static_cast<const std::uint16_t*>(data) + lo;
+      for (std::size_t i = 0; i < n; ++i) {
+        out[i] = mlframework::detail::BFloat16BitsToFloat(in[i]);
+      }
+      break;
+    }
+    case StateFormat::Float16: {
+      const auto* in = static_cast<const std::uint16_t*>(data) + lo;
+      for (std::size_t i = 0; i < n; ++i) {
+        out[i] = mlframework::detail::HalfBitsToFloat(in[i]);
+      }
+      break;
+    }
+    case StateFormat::Int8Block:
+    case StateFormat::UInt8Block:
+    case StateFormat::Float8E4M3Block: {
+      const auto* in = static_cast<const std::uint8_t*>(data) + lo;
+      for (std::size_t b = 0; b < n; b += block) {
+        const std::size_t end = b + block < n ? b + block : n;
+        const float scale = scales[(lo + b) / block];
+        for (std::size_t i = b; i < end; ++i) {
+          out[i] = mlframework::detail::DecodeBlockCode(format, in[i], scale);
+        }
+      }
+      break;
+    }
+  }
+}
+
+// Encodes @p values (elements [lo, lo + n)) into a state stored as @p format, with new block
+// scales; @p second: the second moment, whose positive values stay positive.
+inline void EncodeState(StateFormat format, void* data, float* scales, std::size_t block, std::size_t lo,
+                        std::size_t n, const float* values, bool second) {
+  switch (format) {
+    case StateFormat::Float32:
+      break;
+    case StateFormat::BFloat16: {
+      auto* out = static_cast<std::uint16_t*>(data) + lo;
+      for (std::size_t i = 0; i < n; ++i) {
+        out[i] = mlframework::detail::BFloat16StateCode(values[i], second);
+      }
+      break;
+    }
+    case StateFormat::Float16: {
+      auto* out = static_cast<std::uint16_t*>(data) + lo;
+      for (std::size_t i = 0; i < n; ++i) {
+        out[i] = mlframework::detail::Float16StateCode(values[i], second);
+      }
+      break;
+    }
+    case StateFormat::Int8Block:
+    case StateFormat::UInt8Block:
+    case StateFormat::Float8E4M3Block: {
+      auto* out = static_cast<std::uint8_t*>(data) + lo;
+      const float code_max = mlframework::detail::BlockCodeMax(format);
+      for (std::size_t b = 0; b < n; b += block) {
+        const std::size_t end = b + block < n ? b + block : n;
+        float absmax = 0.0f;
+        for (std::size_t i = b; i < end; ++i) {
+          absmax = mlframework::detail::AbsMaxStep(absmax, values[i]);
+        }
+        const float scale = absmax / code_max;
+        scales[(lo + b) / block] = scale;
+        if (format == StateFormat::Float8E4M3Block) {
+          for (std::size_t i = b; i < end; ++i) {
+            out[i] = mlframework::detail::Float8Code(values[i], scale, second);
+          }
+        } else {
+          for (std::size_t i = b; i < end; ++i) {
+            out[i] = mlframework::detail::LinearCode(values[i], scale, code_max, second);
+          }
+        }
+      }
+      break;
+    }
+  }
+}
+
+// The FP32 masters of elements [lo, lo + n) of a BF16-master piece.
+inline void DecodeMasters(const OptimizerPiece& piece, std::size_t lo, std::size_t n, float* out) {
+  const auto* param = static_cast<const std::uint16_t*>(piece.parameter_data) + lo;
+  if (piece.formats->masters == MasterFormat::BFloat16Remainder) {
+    const std::uint16_t* remainder = piece.remainders + lo;
+    for (std::size_t i = 0; i < n; ++i) {
+      out[i] = mlframework::detail::MasterFromRemainder(param[i], remainder[i]);
+    }
+    return;
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    out[i] = mlframework::detail::BFloat16BitsToFloat(param[i]);
+  }
+}
+
+// Stores the updated FP32 masters @p values of elements [lo, lo + n) of a BF16-master piece.
+inline void EncodeMasters(const OptimizerPiece& piece, std::size_t lo, std::size_t n, const float* values) {
+  auto* param = static_cast<std::uint16_t*>(piece.parameter_data) + lo;
+  if (piece.formats->masters == MasterFormat::BFloat16Remainder) {
+    std::uint16_t* remainder = piece.remainders + lo;
+    for (std::size_t i = 0; i < n; ++i) {
+      mlframework::detail::SplitMaster(values[i], param + i, remainder + i);
+    }
+    return;
+  }
+  // Stochastic rounding: one Philox block gives the bits of four consecutive elements; lo and
+  // the piece's offset are multiples of four.
+  const StoredFormats& f = *piece.formats;
+  const std::uint64_t first = piece.offset + lo;
+  for (std::size_t i = 0; i < n; i += 4) {
+    const std::uint64_t group = (first + i) / 4;
+    const Philox4x32Block bits = Philox4x32(
+        Philox4x32Block{{static_cast<std::uint32_t>(group), static_cast<std::uint32_t>(group >> 32), piece.tensor,
+                         static_cast<std::uint32_t>(f.step)}},
+        static_cast<std::uint32_t>(f.seed), static_cast<std::uint32_t>(f.seed >> 32));
+    const std::size_t end = i + 4 < n ? i + 4 : n;
+    for (std::size_t k = i; k < end; ++k) {
+      param[k] = StochasticRoundToBFloat16Bits(values[k], bits.Word[k - i]);
+    }
+  }
+}
+
+// The tile buffers of a staged step: the masters and the two states in FP32.
+struct StagedTile {
+  alignas(64) float w[kStagedTileElements];
+  alignas(64) float first[kStagedTileElements];
+  alignas(64) float second[kStagedTileElements];
+};
+
+// Runs update(w, g, first, second, n) tile by tile over a piece with a master or state not in
+// FP32: each tile decoded into FP32, updated, encoded back (and its FP16/BF16 copy written).
+template <class Update>
+inline void ForEachStagedTile(const OptimizerPiece& piece, bool has_second, Update&& update) {
+  const StoredFormats& f = *piece.formats;
+  StagedTile tile;
+  auto* low = static_cast<unsigned char*>(piece.low_precision);
+  for (std::size_t lo = 0; lo < piece.count; lo += kStagedTileElements) {
+    const std::size_t n = piece.count - lo < kStagedTileElements ? piece.count - lo : kStagedTileElements;
+    float* w = piece.parameter != nullptr ? piece.parameter + lo : tile.w;
+    float* m = piece.first != nullptr ? piece.first + lo : tile.first;
+    float* v = piece.second != nullptr ? piece.second + lo : tile.second;
+    if (piece.parameter == nullptr) {
+      DecodeMasters(piece, lo, n, tile.w);
+    }
+    if (piece.first == nullptr && piece.first_data != nullptr) {
+      DecodeState(f.first, piece.first_data, piece.first_scales, f.block_size, lo, n, tile.first);
+    }
+    if (has_second && piece.second == nullptr) {
+      DecodeState(f.second, piece.second_data, piece.second_scales, f.block_size, lo, n, tile.second);
+    }
+    update(w, piece.gradient + lo, m, v, n);
+    if (piece.parameter == nullptr) {
+      EncodeMasters(piece, lo, n, tile.w);
+    }
+    if (piece.first == nullptr && piece.first_data != nullptr) {
+      EncodeState(f.first, piece.first_data, piece.first_scales, f.block_size, lo, n, tile.first, false);
+    }
+    if (has_second && piece.second == nullptr) {
+      EncodeState(f.second, piece.second_data, piece.second_scales, f.block_size, lo, n, tile.second, true);
+    }
+    if (low != nullptr) {
+      static_cast<void>(piece.narrow(w, low + 2 * lo, n, 1.0f));
+    }
+  }
+}
+
 template <class Batch, bool kL2, bool kDecay, bool kSmallWeight>
 void AdamRunFixed(const OptimizerPiece& piece, const AdamStepScalars& scalars) {
-  constexpr bool kFused = kFusedTable<Batch>;
   const AdamConstants<Batch> vc(scalars);
   const AdamConstants<float> sc(scalars);
-  constexpr std::size_t kWidth = Width<Batch>();
-  float* const w = piece.parameter;
-  const float* const g = piece.gradient;
-  float* const m = piece.first;
-  float* const v = piece.second;
+  auto span = [&](float* w, const float* g, float* m, float* v, std::size_t n) {
+    AdamSpan<Batch, kL2, kDecay, kSmallWeight>(w, g, m, v, n, vc, sc);
+  };
+  if (piece.formats != nullptr) {
+    ForEachStagedTile(piece, true, span);
+    return;
+  }
   ForEachBlock(piece, [&](std::size_t lo, std::size_t hi) {
-    std::size_t i = lo;
-    for (; i + kWidth <= hi; i += kWidth) {
-      auto wi = Load<Batch>(w + i);
-      auto mi = Load<Batch>(m + i);
-      auto vi = Load<Batch>(v + i);
-      AdamElement<kFused, kL2, kDecay, kSmallWeight>(wi, Load<Batch>(g + i), mi, vi, vc);
-      Store(m + i, mi);
-      Store(v + i, vi);
-      Store(w + i, wi);
-    }
-    for (; i < hi; ++i) {
-      AdamElement<kFused, kL2, kDecay, kSmallWeight>(w[i], g[i], m[i], v[i], sc);
-    }
+    span(piece.parameter + lo, piece.gradient + lo, piece.first + lo, piece.second + lo, hi - lo);
   });
 }
 
@@ -267,39 +455,50 @@ inline void SGDElement(T& w, const T& g, T& b, const SGDConstants<T>& c) {
 }
 
 template <class Batch, bool kWd, bool kMomentum, bool kFirst, bool kNesterov>
-void SGDRunFixed(const OptimizerPiece& piece, const SGDStepScalars& s) {
+inline void SGDSpan(float* w, const float* g, float* b, std::size_t n, const SGDConstants<Batch>& vc,
+                    const SGDConstants<float>& sc) {
   constexpr bool kFused = kFusedTable<Batch>;
   constexpr std::size_t kWidth = Width<Batch>();
+  std::size_t i = 0;
+  for (; i + kWidth <= n; i += kWidth) {
+    auto wi = Load<Batch>(w + i);
+    Batch bi = kMomentum && !kFirst ? Load<Batch>(b + i) : Batch(0.0f);
+    SGDElement<kFused, kWd, kMomentum, kFirst, kNesterov>(wi, Load<Batch>(g + i), bi, vc);
+    if constexpr (kMomentum) {
+      Store(b + i, bi);
+    }
+    Store(w + i, wi);
+  }
+  for (; i < n; ++i) {
+    float bi = kMomentum && !kFirst ? b[i] : 0.0f;
+    SGDElement<kFused, kWd, kMomentum, kFirst, kNesterov>(w[i], g[i], bi, sc);
+    if constexpr (kMomentum) {
+      b[i] = bi;
+    }
+  }
+}
+
+template <class Batch, bool kWd, bool kMomentum, bool kFirst, bool kNesterov>
+void SGDRunFixed(const OptimizerPiece& piece, const SGDStepScalars& s) {
   const SGDConstants<Batch> vc(s);
   const SGDConstants<float> sc(s);
-  float* const w = piece.parameter;
-  const float* const g = piece.gradient;
-  float* const b = piece.first;
+  auto span = [&](float* w, const float* g, float* b, float* /*second*/, std::size_t n) {
+    SGDSpan<Batch, kWd, kMomentum, kFirst, kNesterov>(w, g, b, n, vc, sc);
+  };
+  if (piece.formats != nullptr) {
+    ForEachStagedTile(piece, false, span);
+    return;
+  }
   ForEachBlock(piece, [&](std::size_t lo, std::size_t hi) {
-    std::size_t i = lo;
-    for (; i + kWidth <= hi; i += kWidth) {
-      auto wi = Load<Batch>(w + i);
-      Batch bi = kMomentum && !kFirst ? Load<Batch>(b + i) : Batch(0.0f);
-      SGDElement<kFused, kWd, kMomentum, kFirst, kNesterov>(wi, Load<Batch>(g + i), bi, vc);
-      if constexpr (kMomentum) {
-        Store(b + i, bi);
-      }
-      Store(w + i, wi);
-    }
-    for (; i < hi; ++i) {
-      float bi = kMomentum && !kFirst ? b[i] : 0.0f;
-      SGDElement<kFused, kWd, kMomentum, kFirst, kNesterov>(w[i], g[i], bi, sc);
-      if constexpr (kMomentum) {
-        b[i] = bi;
-      }
-    }
+    span(piece.parameter + lo, piece.gradient + lo, piece.first != nullptr ? piece.first + lo : nullptr, nullptr,
+         hi - lo);
   });
 }
 
 template <class Batch>
 void SGDRun(const OptimizerPiece& piece, const SGDStepScalars& s) {
   WithFlag(s.WeightDecay != 0.0f, [&]<bool kWd>() {
-    if (piece.first == nullptr) {
+    if (piece.first == nullptr && piece.first_data == nullptr) {
       SGDRunFixed<Batch, kWd, false, false, false>(piece, s);
       return;
     }
