@@ -20,12 +20,6 @@ MLFW_HOST_DEVICE inline float BlockCodeMax(StateFormat format) {
   return format == StateFormat::Int8Block ? 127.0f : format == StateFormat::UInt8Block ? 255.0f : 448.0f;
 }
 
-/// absmax of a block with NaN kept: once a NaN is seen the result is NaN (its block decodes to NaN).
-MLFW_HOST_DEVICE inline float AbsMaxStep(float so_far, float value) {
-  const float a = value < 0.0f ? -value : value;
-  return (a > so_far || a != a) ? a : so_far;
-}
-
 /// Rounds @p q, already within +-2^22, to the nearest integer, ties to even (the magic-number sum:
 /// two IEEE additions, which no compiler may fold without fast-math).
 MLFW_HOST_DEVICE inline float RoundHalfEven(float q) {
@@ -35,19 +29,17 @@ MLFW_HOST_DEVICE inline float RoundHalfEven(float q) {
 
 /// The linear code of @p value under @p scale (Int8Block: -127..127 as two's complement bytes,
 /// UInt8Block: 0..255); a NaN quotient (zero or non-finite scale) gives code 0. @p keep_positive:
-/// a positive value never gets code 0.
+/// a positive value never gets code 0. Selects only, no branch (the CPU loops vectorise).
 MLFW_HOST_DEVICE inline std::uint8_t LinearCode(float value, float scale, float code_max, bool keep_positive) {
-  float q = value / scale;
-  if (q != q) {
-    q = 0.0f;
-  }
+  const float quotient = value / scale;
   const float low = code_max == 127.0f ? -127.0f : 0.0f;
-  q = q < low ? low : (q > code_max ? code_max : q);
+  float q = quotient == quotient ? quotient : 0.0f;
+  q = q < low ? low : q;
+  q = q > code_max ? code_max : q;
   float r = RoundHalfEven(q);
-  if (keep_positive && value > 0.0f && r == 0.0f) {
-    r = 1.0f;
-  }
-  return static_cast<std::uint8_t>(static_cast<std::int32_t>(r) & 0xff);
+  const bool bump = keep_positive & (value > 0.0f) & (r == 0.0f);
+  r = bump ? 1.0f : r;
+  return static_cast<std::uint8_t>(static_cast<std::int32_t>(r));
 }
 
 /// The FP8 E4M3FN code of @p value / @p scale (0 for a zero scale); @p keep_positive: a positive

@@ -5,6 +5,8 @@
 // and -fno-math-errno (OptimizerKernels.hpp, "Numerics"): every fused multiply-add is an explicit
 // MulAdd, none is left to the compiler.
 
+#include <array>
+#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -223,6 +225,7 @@ inline void DecodeState(StateFormat format, const void* data, const float* scale
       break;
     case StateFormat::BFloat16: {
       const auto* in = static_cast<const std::uint16_t*>(data) + lo;
+      #pragma omp simd
       for (std::size_t i = 0; i < n; ++i) {
         out[i] = mlframework::detail::BFloat16BitsToFloat(in[i]);
       }
@@ -230,6 +233,7 @@ inline void DecodeState(StateFormat format, const void* data, const float* scale
     }
     case StateFormat::Float16: {
       const auto* in = static_cast<const std::uint16_t*>(data) + lo;
+      #pragma omp simd
       for (std::size_t i = 0; i < n; ++i) {
         out[i] = mlframework::detail::HalfBitsToFloat(in[i]);
       }
@@ -238,12 +242,34 @@ inline void DecodeState(StateFormat format, const void* data, const float* scale
     case StateFormat::Int8Block:
     case StateFormat::UInt8Block:
     case StateFormat::Float8E4M3Block: {
+      // One loop per format (no branch in the loop: it vectorises); the FP8 values come from a
+      // table of the 256 codes' values (DecodeBlockCode's, exactly).
       const auto* in = static_cast<const std::uint8_t*>(data) + lo;
+      static const std::array<float, 256> kFloat8 = [] {
+        std::array<float, 256> table{};
+        for (std::size_t c = 0; c < table.size(); ++c) {
+          table[c] = mlframework::detail::Float8E4M3FNBitsToFloat(static_cast<std::uint8_t>(c));
+        }
+        return table;
+      }();
       for (std::size_t b = 0; b < n; b += block) {
         const std::size_t end = b + block < n ? b + block : n;
         const float scale = scales[(lo + b) / block];
-        for (std::size_t i = b; i < end; ++i) {
-          out[i] = mlframework::detail::DecodeBlockCode(format, in[i], scale);
+        if (format == StateFormat::Int8Block) {
+          #pragma omp simd
+          for (std::size_t i = b; i < end; ++i) {
+            out[i] = static_cast<float>(static_cast<std::int8_t>(in[i])) * scale;
+          }
+        } else if (format == StateFormat::UInt8Block) {
+          #pragma omp simd
+          for (std::size_t i = b; i < end; ++i) {
+            out[i] = static_cast<float>(in[i]) * scale;
+          }
+        } else {
+          #pragma omp simd
+          for (std::size_t i = b; i < end; ++i) {
+            out[i] = kFloat8[in[i]] * scale;
+          }
         }
       }
       break;
@@ -251,8 +277,57 @@ inline void DecodeState(StateFormat format, const void* data, const float* scale
   }
 }
 
+// The largest magnitude of values[b, e), NaN when one is NaN: the integer maximum of the
+// magnitudes' bits (every NaN's bits lie above infinity's, which lie above every finite value's).
+inline float AbsMax(const float* values, std::size_t b, std::size_t e) {
+  std::uint32_t largest = 0;
+  #pragma omp simd
+  for (std::size_t i = b; i < e; ++i) {
+    const std::uint32_t bits = std::bit_cast<std::uint32_t>(values[i]) & 0x7fffffffu;
+    largest = bits > largest ? bits : largest;
+  }
+  return std::bit_cast<float>(largest);
+}
+
+// LinearCode() of values[0, n) into out[0, n), on batches of the value type Batch (selects, an
+// exact conversion of the rounded integer values) and LinearCode() itself for the tail.
+template <class Batch>
+inline void EncodeLinear(const float* values, std::uint8_t* out, std::size_t n, float scale, float code_max,
+                         bool second) {
+  std::size_t i = 0;
+  if constexpr (!std::is_same_v<Batch, float>) {
+    constexpr std::size_t kWidth = Batch::size;
+    const Batch divisor(scale);
+    const Batch low(code_max == 127.0f ? -127.0f : 0.0f);
+    const Batch high(code_max);
+    const Batch zero(0.0f);
+    const Batch one(1.0f);
+    const Batch magic(12582912.0f);  // RoundHalfEven()'s 1.5 * 2^23
+    alignas(64) std::int32_t lanes[kWidth];
+    for (; i + kWidth <= n; i += kWidth) {
+      const Batch x = Batch::load_unaligned(values + i);
+      const Batch quotient = x / divisor;
+      Batch q = xsimd::select(quotient == quotient, quotient, zero);
+      q = xsimd::select(q < low, low, q);
+      q = xsimd::select(q > high, high, q);
+      Batch r = (q + magic) - magic;
+      if (second) {
+        r = xsimd::select((x > zero) & (r == zero), one, r);
+      }
+      xsimd::batch_cast<std::int32_t>(r).store_aligned(lanes);
+      for (std::size_t k = 0; k < kWidth; ++k) {
+        out[i + k] = static_cast<std::uint8_t>(lanes[k]);
+      }
+    }
+  }
+  for (; i < n; ++i) {
+    out[i] = mlframework::detail::LinearCode(values[i], scale, code_max, second);
+  }
+}
+
 // Encodes @p values (elements [lo, lo + n)) into a state stored as @p format, with new block
 // scales; @p second: the second moment, whose positive values stay positive.
+template <class Batch>
 inline void EncodeState(StateFormat format, void* data, float* scales, std::size_t block, std::size_t lo,
                         std::size_t n, const float* values, bool second) {
   switch (format) {
@@ -260,6 +335,7 @@ inline void EncodeState(StateFormat format, void* data, float* scales, std::size
       break;
     case StateFormat::BFloat16: {
       auto* out = static_cast<std::uint16_t*>(data) + lo;
+      #pragma omp simd
       for (std::size_t i = 0; i < n; ++i) {
         out[i] = mlframework::detail::BFloat16StateCode(values[i], second);
       }
@@ -267,6 +343,7 @@ inline void EncodeState(StateFormat format, void* data, float* scales, std::size
     }
     case StateFormat::Float16: {
       auto* out = static_cast<std::uint16_t*>(data) + lo;
+      #pragma omp simd
       for (std::size_t i = 0; i < n; ++i) {
         out[i] = mlframework::detail::Float16StateCode(values[i], second);
       }
@@ -279,20 +356,16 @@ inline void EncodeState(StateFormat format, void* data, float* scales, std::size
       const float code_max = mlframework::detail::BlockCodeMax(format);
       for (std::size_t b = 0; b < n; b += block) {
         const std::size_t end = b + block < n ? b + block : n;
-        float absmax = 0.0f;
-        for (std::size_t i = b; i < end; ++i) {
-          absmax = mlframework::detail::AbsMaxStep(absmax, values[i]);
-        }
+        const float absmax = AbsMax(values, b, end);
         const float scale = absmax / code_max;
         scales[(lo + b) / block] = scale;
         if (format == StateFormat::Float8E4M3Block) {
+          #pragma omp simd
           for (std::size_t i = b; i < end; ++i) {
             out[i] = mlframework::detail::Float8Code(values[i], scale, second);
           }
         } else {
-          for (std::size_t i = b; i < end; ++i) {
-            out[i] = mlframework::detail::LinearCode(values[i], scale, code_max, second);
-          }
+          EncodeLinear<Batch>(values + b, out + b, end - b, scale, code_max, second);
         }
       }
       break;
@@ -305,11 +378,13 @@ inline void DecodeMasters(const OptimizerPiece& piece, std::size_t lo, std::size
   const auto* param = static_cast<const std::uint16_t*>(piece.parameter_data) + lo;
   if (piece.formats->masters == MasterFormat::BFloat16Remainder) {
     const std::uint16_t* remainder = piece.remainders + lo;
+    #pragma omp simd
     for (std::size_t i = 0; i < n; ++i) {
       out[i] = mlframework::detail::MasterFromRemainder(param[i], remainder[i]);
     }
     return;
   }
+  #pragma omp simd
   for (std::size_t i = 0; i < n; ++i) {
     out[i] = mlframework::detail::BFloat16BitsToFloat(param[i]);
   }
@@ -320,25 +395,35 @@ inline void EncodeMasters(const OptimizerPiece& piece, std::size_t lo, std::size
   auto* param = static_cast<std::uint16_t*>(piece.parameter_data) + lo;
   if (piece.formats->masters == MasterFormat::BFloat16Remainder) {
     std::uint16_t* remainder = piece.remainders + lo;
+    #pragma omp simd
     for (std::size_t i = 0; i < n; ++i) {
       mlframework::detail::SplitMaster(values[i], param + i, remainder + i);
     }
     return;
   }
-  // Stochastic rounding: one Philox block gives the bits of four consecutive elements; lo and
-  // the piece's offset are multiples of four.
+  // Stochastic rounding: the tile's random words first (one Philox block gives the words of four
+  // consecutive elements; lo and the piece's offset are multiples of four), in a loop of its own
+  // that vectorises, then the rounding.
   const StoredFormats& f = *piece.formats;
-  const std::uint64_t first = piece.offset + lo;
-  for (std::size_t i = 0; i < n; i += 4) {
-    const std::uint64_t group = (first + i) / 4;
+  const std::uint64_t first_group = (piece.offset + lo) / 4;
+  const std::size_t groups = (n + 3) / 4;
+  alignas(64) std::uint32_t words[kStagedTileElements];
+  const auto seed0 = static_cast<std::uint32_t>(f.seed);
+  const auto seed1 = static_cast<std::uint32_t>(f.seed >> 32);
+  const auto step = static_cast<std::uint32_t>(f.step);
+  for (std::size_t k = 0; k < groups; ++k) {
+    const std::uint64_t group = first_group + k;
     const Philox4x32Block bits = Philox4x32(
-        Philox4x32Block{{static_cast<std::uint32_t>(group), static_cast<std::uint32_t>(group >> 32), piece.tensor,
-                         static_cast<std::uint32_t>(f.step)}},
-        static_cast<std::uint32_t>(f.seed), static_cast<std::uint32_t>(f.seed >> 32));
-    const std::size_t end = i + 4 < n ? i + 4 : n;
-    for (std::size_t k = i; k < end; ++k) {
-      param[k] = StochasticRoundToBFloat16Bits(values[k], bits.Word[k - i]);
-    }
+        Philox4x32Block{{static_cast<std::uint32_t>(group), static_cast<std::uint32_t>(group >> 32), piece.tensor, step}},
+        seed0, seed1);
+    words[4 * k] = bits.Word[0];
+    words[4 * k + 1] = bits.Word[1];
+    words[4 * k + 2] = bits.Word[2];
+    words[4 * k + 3] = bits.Word[3];
+  }
+  #pragma omp simd
+  for (std::size_t i = 0; i < n; ++i) {
+    param[i] = StochasticRoundToBFloat16Bits(values[i], words[i]);
   }
 }
 
@@ -351,7 +436,7 @@ struct StagedTile {
 
 // Runs update(w, g, first, second, n) tile by tile over a piece with a master or state not in
 // FP32: each tile decoded into FP32, updated, encoded back (and its FP16/BF16 copy written).
-template <class Update>
+template <class Batch, class Update>
 inline void ForEachStagedTile(const OptimizerPiece& piece, bool has_second, Update&& update) {
   const StoredFormats& f = *piece.formats;
   StagedTile tile;
@@ -375,10 +460,10 @@ inline void ForEachStagedTile(const OptimizerPiece& piece, bool has_second, Upda
       EncodeMasters(piece, lo, n, tile.w);
     }
     if (piece.first == nullptr && piece.first_data != nullptr) {
-      EncodeState(f.first, piece.first_data, piece.first_scales, f.block_size, lo, n, tile.first, false);
+      EncodeState<Batch>(f.first, piece.first_data, piece.first_scales, f.block_size, lo, n, tile.first, false);
     }
     if (has_second && piece.second == nullptr) {
-      EncodeState(f.second, piece.second_data, piece.second_scales, f.block_size, lo, n, tile.second, true);
+      EncodeState<Batch>(f.second, piece.second_data, piece.second_scales, f.block_size, lo, n, tile.second, true);
     }
     if (low != nullptr) {
       static_cast<void>(piece.narrow(w, low + 2 * lo, n, 1.0f));
@@ -394,7 +479,7 @@ void AdamRunFixed(const OptimizerPiece& piece, const AdamStepScalars& scalars) {
     AdamSpan<Batch, kL2, kDecay, kSmallWeight>(w, g, m, v, n, vc, sc);
   };
   if (piece.formats != nullptr) {
-    ForEachStagedTile(piece, true, span);
+    ForEachStagedTile<Batch>(piece, true, span);
     return;
   }
   ForEachBlock(piece, [&](std::size_t lo, std::size_t hi) {
@@ -486,7 +571,7 @@ void SGDRunFixed(const OptimizerPiece& piece, const SGDStepScalars& s) {
     SGDSpan<Batch, kWd, kMomentum, kFirst, kNesterov>(w, g, b, n, vc, sc);
   };
   if (piece.formats != nullptr) {
-    ForEachStagedTile(piece, false, span);
+    ForEachStagedTile<Batch>(piece, false, span);
     return;
   }
   ForEachBlock(piece, [&](std::size_t lo, std::size_t hi) {
