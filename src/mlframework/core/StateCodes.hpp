@@ -42,10 +42,14 @@ MLFW_HOST_DEVICE inline std::uint8_t LinearCode(float value, float scale, float 
   return static_cast<std::uint8_t>(static_cast<std::int32_t>(r));
 }
 
-/// The FP8 E4M3FN code of @p value / @p scale (0 for a zero scale); @p keep_positive: a positive
-/// value that would round to zero gets the smallest subnormal.
+/// The factor that maps a Float8E4M3Block block of scale @p scale onto the codes: 1 / scale, 0 for
+/// a zero scale (an all-zero block).
+MLFW_HOST_DEVICE inline float Float8CodeFactor(float scale) { return scale == 0.0f ? 0.0f : 1.0f / scale; }
+
+/// The FP8 E4M3FN code of @p value * Float8CodeFactor(@p scale) (saturating); @p keep_positive: a
+/// positive value that would round to zero gets the smallest subnormal.
 MLFW_HOST_DEVICE inline std::uint8_t Float8Code(float value, float scale, bool keep_positive) {
-  const std::uint8_t code = scale == 0.0f ? std::uint8_t{0} : FloatToFloat8E4M3FNBits(value / scale);
+  const std::uint8_t code = FloatToFloat8E4M3FNBits(value * Float8CodeFactor(scale));
   return keep_positive && value > 0.0f && code == 0 ? std::uint8_t{1} : code;
 }
 

@@ -327,25 +327,33 @@ inline void EncodeLinear(const float* values, std::uint8_t* out, std::size_t n, 
 
 // Encodes @p values (elements [lo, lo + n)) into a state stored as @p format, with new block
 // scales; @p second: the second moment, whose positive values stay positive.
+// Keeps the second moment's positive values positive: a code 0 of a positive value becomes the
+// format's smallest positive code (1 in every format's bits).
+template <class Code>
+inline void KeepPositive(const float* values, Code* out, std::size_t n) {
+#pragma omp simd
+  for (std::size_t i = 0; i < n; ++i) {
+    out[i] = values[i] > 0.0f && out[i] == 0 ? Code{1} : out[i];
+  }
+}
+
+// Encodes @p values (elements [lo, lo + n)) into a state stored as @p format, with new block
+// scales; @p second: the second moment, whose positive values stay positive. The FP16, BF16 and
+// FP8 roundings are the CPU backend's cast kernels (StoredFormats), which round as the
+// conversions of core/FloatBits.hpp and core/Float8Bits.hpp do.
 template <class Batch>
-inline void EncodeState(StateFormat format, void* data, float* scales, std::size_t block, std::size_t lo,
+inline void EncodeState(const StoredFormats& f, StateFormat format, void* data, float* scales, std::size_t lo,
                         std::size_t n, const float* values, bool second) {
+  const std::size_t block = f.block_size;
   switch (format) {
     case StateFormat::Float32:
       break;
-    case StateFormat::BFloat16: {
-      auto* out = static_cast<std::uint16_t*>(data) + lo;
-      #pragma omp simd
-      for (std::size_t i = 0; i < n; ++i) {
-        out[i] = mlframework::detail::BFloat16StateCode(values[i], second);
-      }
-      break;
-    }
+    case StateFormat::BFloat16:
     case StateFormat::Float16: {
       auto* out = static_cast<std::uint16_t*>(data) + lo;
-      #pragma omp simd
-      for (std::size_t i = 0; i < n; ++i) {
-        out[i] = mlframework::detail::Float16StateCode(values[i], second);
+      static_cast<void>((format == StateFormat::BFloat16 ? f.to_bfloat16 : f.to_float16)(values, out, n, 1.0f));
+      if (second) {
+        KeepPositive(values, out, n);
       }
       break;
     }
@@ -360,9 +368,10 @@ inline void EncodeState(StateFormat format, void* data, float* scales, std::size
         const float scale = absmax / code_max;
         scales[(lo + b) / block] = scale;
         if (format == StateFormat::Float8E4M3Block) {
-          #pragma omp simd
-          for (std::size_t i = b; i < end; ++i) {
-            out[i] = mlframework::detail::Float8Code(values[i], scale, second);
+          static_cast<void>(
+              f.to_float8(values + b, out + b, end - b, mlframework::detail::Float8CodeFactor(scale)));
+          if (second) {
+            KeepPositive(values + b, out + b, end - b);
           }
         } else {
           EncodeLinear<Batch>(values + b, out + b, end - b, scale, code_max, second);
@@ -460,10 +469,10 @@ inline void ForEachStagedTile(const OptimizerPiece& piece, bool has_second, Upda
       EncodeMasters(piece, lo, n, tile.w);
     }
     if (piece.first == nullptr && piece.first_data != nullptr) {
-      EncodeState<Batch>(f.first, piece.first_data, piece.first_scales, f.block_size, lo, n, tile.first, false);
+      EncodeState<Batch>(f, f.first, piece.first_data, piece.first_scales, lo, n, tile.first, false);
     }
     if (has_second && piece.second == nullptr) {
-      EncodeState<Batch>(f.second, piece.second_data, piece.second_scales, f.block_size, lo, n, tile.second, true);
+      EncodeState<Batch>(f, f.second, piece.second_data, piece.second_scales, lo, n, tile.second, true);
     }
     if (low != nullptr) {
       static_cast<void>(piece.narrow(w, low + 2 * lo, n, 1.0f));

@@ -159,7 +159,10 @@ bool Run(const OptimizerStepLists& lists, const Scalars& scalars, const DeviceSc
                               .block_size = lists.StateBlockSize,
                               .masters = lists.Masters,
                               .seed = lists.RoundingSeed,
-                              .step = lists.RoundingStep};
+                              .step = lists.RoundingStep,
+                              .to_bfloat16 = ActiveKernels().cached.cast[Slot(DataType::Float32)][Slot(DataType::BFloat16)],
+                              .to_float16 = ActiveKernels().cached.cast[Slot(DataType::Float32)][Slot(DataType::Float16)],
+                              .to_float8 = ActiveKernels().cached.cast[Slot(DataType::Float32)][Slot(DataType::Float8E4M3FN)]};
   const std::optional<std::vector<OptimizerPiece>> pieces = Pieces(lists, Staged(lists) ? &formats : nullptr);
   if (!pieces) {
     return false;

@@ -30,7 +30,11 @@ namespace mlframework::backends::cpu {
 /// Rounds @p count FP32 values into @p dst of the low-precision dtype (a cast kernel of KernelTable).
 using NarrowFn = bool (*)(const void* src, void* dst, std::size_t count, float factor);
 
-/// How a step stores its masters and states (OptimizerStepLists' formats), shared by its pieces.
+/// Rounds @p count FP32 values into @p dst of the low-precision dtype (a cast kernel of KernelTable).
+using NarrowFn = bool (*)(const void* src, void* dst, std::size_t count, float factor);
+
+/// How a step stores its masters and states (OptimizerStepLists' formats), shared by its pieces,
+/// with the cast kernels that round the FP32 states to BF16, FP16 and FP8 E4M3FN.
 struct StoredFormats {
   StateFormat first = StateFormat::Float32;
   StateFormat second = StateFormat::Float32;
@@ -38,6 +42,9 @@ struct StoredFormats {
   MasterFormat masters = MasterFormat::Float32;
   std::uint64_t seed = 0;  // Philox key of stochastic rounding
   std::uint64_t step = 0;  // the step in its counter
+  NarrowFn to_bfloat16 = nullptr;
+  NarrowFn to_float16 = nullptr;
+  NarrowFn to_float8 = nullptr;  // E4M3FN
 };
 
 /// One piece: elements [begin, begin + count) of one tensor of a step, with its narrowing kernel.
