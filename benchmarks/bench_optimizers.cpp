@@ -307,19 +307,6 @@ const LowBitMode kLowBitModes[] = {
      mlframework::StateFormat::Float32},
 };
 
-DataType StorageOf(mlframework::StateFormat format) {
-  switch (format) {
-    case mlframework::StateFormat::Float32:
-      return DataType::Float32;
-    case mlframework::StateFormat::BFloat16:
-      return DataType::BFloat16;
-    case mlframework::StateFormat::Float16:
-      return DataType::Float16;
-    default:
-      return DataType::Float8E4M3FN;  // the one-byte carrier of the 8-bit codes
-  }
-}
-
 std::vector<std::size_t> BlockCounts(const std::vector<std::size_t>& sizes) {
   std::vector<std::size_t> out;
   for (const std::size_t n : sizes) {
@@ -335,12 +322,12 @@ struct LowBitState {
         p(MakeList(sizes, m.masters == mlframework::MasterFormat::Float32 ? DataType::Float32 : DataType::BFloat16,
                    1.0f)),
         g(MakeList(sizes, DataType::Float32, 1e-2f)),
-        s1(MakeList(sizes, StorageOf(m.first), 0.0f)),
-        s2(m.adam ? MakeList(sizes, StorageOf(m.second), 0.0f) : std::vector<TensorPtr>{}),
+        s1(MakeList(sizes, mlframework::StateStorageDType(m.first), 0.0f)),
+        s2(m.adam ? MakeList(sizes, mlframework::StateStorageDType(m.second), 0.0f) : std::vector<TensorPtr>{}),
         c1(mlframework::IsBlockScaled(m.first) ? MakeList(BlockCounts(sizes), DataType::Float32, 0.0f)
-                                                : std::vector<TensorPtr>{}),
+                                               : std::vector<TensorPtr>{}),
         c2(m.adam && mlframework::IsBlockScaled(m.second) ? MakeList(BlockCounts(sizes), DataType::Float32, 0.0f)
-                                                           : std::vector<TensorPtr>{}),
+                                                          : std::vector<TensorPtr>{}),
         rem(m.masters == mlframework::MasterFormat::BFloat16Remainder ? MakeList(sizes, DataType::BFloat16, 0.0f)
                                                                       : std::vector<TensorPtr>{}) {}
   LowBitMode mode;
@@ -362,15 +349,17 @@ struct LowBitState {
   }
   // Bytes one step reads and writes per element (the scales, 8 bytes per block of 256, left out).
   std::size_t BytesPerElement() const {
-    auto size = [](const std::vector<TensorPtr>& list) { return list.empty() ? 0 : ElementSize(list[0]->GetDataType()); };
+    auto size = [](const std::vector<TensorPtr>& list) {
+      return list.empty() ? 0 : ElementSize(list[0]->GetDataType());
+    };
     return 2 * size(p) + size(g) + 2 * size(s1) + 2 * size(s2) + 2 * size(rem);
   }
 };
 
 void LowBitFused(LowBitState& s) {
   if (s.mode.adam) {
-    benchmark::DoNotOptimize(mlframework::optimizers::FusedAdamStep(
-        s.Lists(), mlframework::optimizers::AdamStepScalarsFor(kAdam, kStep)));
+    benchmark::DoNotOptimize(
+        mlframework::optimizers::FusedAdamStep(s.Lists(), mlframework::optimizers::AdamStepScalarsFor(kAdam, kStep)));
   } else {
     benchmark::DoNotOptimize(
         mlframework::optimizers::FusedSGDStep(s.Lists(), mlframework::optimizers::SGDStepScalarsFor(kSgd, false)));
@@ -444,7 +433,8 @@ void LowBitPair(const LowBitMode& mode, const ListShape& shape) {
         }
         bench.counters["limit_over_fused"] = limit_s / fused_s;
         bench.counters["bytes_per_element"] = static_cast<double>(s.BytesPerElement());
-        bench.SetBytesProcessed(bench.iterations() * static_cast<std::int64_t>(Total(shape.sizes) * s.BytesPerElement()));
+        bench.SetBytesProcessed(bench.iterations() *
+                                static_cast<std::int64_t>(Total(shape.sizes) * s.BytesPerElement()));
       })
       ->UseManualTime()
       ->Unit(benchmark::kMillisecond);
@@ -452,21 +442,20 @@ void LowBitPair(const LowBitMode& mode, const ListShape& shape) {
 
 // The FP32-moment step and the 8-bit-moment step in turn; the iteration time is the 8-bit one's.
 void EightBitVersusFP32(const ListShape& shape) {
-  benchmark::RegisterBenchmark(
-      (std::string("lowbit/adam_8bit_vs_fp32/") + shape.name).c_str(),
-      [=](benchmark::State& bench) {
-        State fp32(shape.sizes, true, false);
-        LowBitState eight(shape.sizes, kLowBitModes[1]);
-        double fp32_s = 0.0;
-        double eight_s = 0.0;
-        for (auto _ : bench) {
-          fp32_s += Seconds([&] { AdamFused(fp32); });
-          const double e = Seconds([&] { LowBitFused(eight); });
-          eight_s += e;
-          bench.SetIterationTime(e);
-        }
-        bench.counters["fp32_over_8bit"] = fp32_s / eight_s;
-      })
+  benchmark::RegisterBenchmark((std::string("lowbit/adam_8bit_vs_fp32/") + shape.name).c_str(),
+                               [=](benchmark::State& bench) {
+                                 State fp32(shape.sizes, true, false);
+                                 LowBitState eight(shape.sizes, kLowBitModes[1]);
+                                 double fp32_s = 0.0;
+                                 double eight_s = 0.0;
+                                 for (auto _ : bench) {
+                                   fp32_s += Seconds([&] { AdamFused(fp32); });
+                                   const double e = Seconds([&] { LowBitFused(eight); });
+                                   eight_s += e;
+                                   bench.SetIterationTime(e);
+                                 }
+                                 bench.counters["fp32_over_8bit"] = fp32_s / eight_s;
+                               })
       ->UseManualTime()
       ->Unit(benchmark::kMillisecond);
 }

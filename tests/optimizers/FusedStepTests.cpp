@@ -51,17 +51,6 @@ std::uint32_t MaxUlps(const std::vector<float>& a, const std::vector<float>& b) 
   return worst;
 }
 
-// Gradients of mixed magnitudes (including zeros and values far from 1), weights around 1.
-std::vector<float> Random(std::size_t n, std::mt19937& rng, float scale) {
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::uniform_int_distribution<int> magnitude(-6, 3);
-  std::vector<float> v(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    v[i] = i % 97 == 5 ? 0.0f : scale * normal(rng) * std::ldexp(1.0f, magnitude(rng));
-  }
-  return v;
-}
-
 TensorPtr Host(const std::vector<float>& values) { return FromVector(values, {values.size()}); }
 
 // A list of FP32 tensors holding @p values.

@@ -36,16 +36,6 @@ namespace {
 // Sizes around the SIMD widths, the blocks, the staged tile (2048) and the chunk (32768).
 const std::vector<std::size_t> kSizes = {1, 7, 33, 255, 257, 2049, 40001};
 
-std::vector<float> Random(std::size_t n, std::mt19937& rng, float scale) {
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::uniform_int_distribution<int> magnitude(-8, 2);
-  std::vector<float> v(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    v[i] = i % 89 == 3 ? 0.0f : scale * normal(rng) * std::ldexp(1.0f, magnitude(rng));
-  }
-  return v;
-}
-
 std::vector<std::uint8_t> Bytes(const TensorPtr& tensor) {
   const std::span<const std::byte> bytes = tensor->HostBytes();
   std::vector<std::uint8_t> out(bytes.size());
@@ -66,21 +56,8 @@ struct Stored {
   TensorPtr scales;
 };
 
-DataType StorageDType(StateFormat format) {
-  switch (format) {
-    case StateFormat::Float32:
-      return DataType::Float32;
-    case StateFormat::BFloat16:
-      return DataType::BFloat16;
-    case StateFormat::Float16:
-      return DataType::Float16;
-    default:
-      return DataType::Float8E4M3FN;  // the one-byte carrier of every 8-bit code
-  }
-}
-
 Stored ZeroState(StateFormat format, std::size_t n, std::size_t block) {
-  Stored s{.data = Zeros({n}, StorageDType(format)), .scales = nullptr};
+  Stored s{.data = Zeros({n}, StateStorageDType(format)), .scales = nullptr};
   if (IsBlockScaled(format)) {
     s.scales = Zeros({StateBlockCount(n, block)}, DataType::Float32);
   }
@@ -115,7 +92,7 @@ void CheckEncoding(StateFormat format, const Stored& s, const std::vector<float>
     return;
   }
   if (!IsBlockScaled(format)) {
-    const DataType dtype = StorageDType(format);
+    const DataType dtype = StateStorageDType(format);
     const std::vector<float> rounded = FromVector(ref, {ref.size()}, DataType::Float32)->CastTo(dtype)->ToFloatVector();
     const float smallest = dtype == DataType::BFloat16 ? 0x1p-133f : 0x1p-24f;
     std::size_t wrong = 0;
@@ -128,7 +105,9 @@ void CheckEncoding(StateFormat format, const Stored& s, const std::vector<float>
   }
   const std::vector<float> scales = s.scales->ToFloatVector();
   const std::vector<std::uint8_t> codes = Bytes(s.data);
-  const float code_max = format == StateFormat::Int8Block ? 127.0f : format == StateFormat::UInt8Block ? 255.0f : 448.0f;
+  const float code_max = format == StateFormat::Int8Block    ? 127.0f
+                         : format == StateFormat::UInt8Block ? 255.0f
+                                                             : 448.0f;
   std::size_t outside = 0;
   std::size_t wrong_scales = 0;
   for (std::size_t b = 0; b < scales.size(); ++b) {
@@ -260,11 +239,10 @@ BOOST_AUTO_TEST_CASE(EachStateFormatIsTheFP32StepOfItsDecodedState) {
                                        .FirstStateScales = m_scales,
                                        .SecondStateScales = v_scales,
                                        .StateBlockSize = c.block};
-        BOOST_TEST(FusedAdamStep(lists, AdamStepScalarsFor(
-                                            AdamOptions{.LearningRate = config.lr,
-                                                        .WeightDecay = config.weight_decay,
-                                                        .DecoupledWeightDecay = true},
-                                            step)));
+        BOOST_TEST(FusedAdamStep(lists, AdamStepScalarsFor(AdamOptions{.LearningRate = config.lr,
+                                                                       .WeightDecay = config.weight_decay,
+                                                                       .DecoupledWeightDecay = true},
+                                                           step)));
         for (std::size_t t = 0; t < kSizes.size(); ++t) {
           BOOST_TEST(w[t]->ToFloatVector() == ref_w[t]);  // the FP32 update of the decoded state, to the bit
           CheckEncoding(c.first, m[t], ref_m[t], c.block, false);
@@ -418,8 +396,7 @@ BOOST_AUTO_TEST_CASE(RemainderMastersAreBitIdenticalToFP32Masters) {
     const std::vector<std::uint16_t> low = Halves(rem[t]);
     const std::vector<float> bf16 = w16[t]->ToFloatVector();
     for (std::size_t i = 0; i < master.size(); ++i) {
-      differ += std::bit_cast<std::uint32_t>(Reconstruct(params[i], low[i])) ==
-                        std::bit_cast<std::uint32_t>(master[i])
+      differ += std::bit_cast<std::uint32_t>(Reconstruct(params[i], low[i])) == std::bit_cast<std::uint32_t>(master[i])
                     ? 0
                     : 1;
       // The parameter the model sees is the master to BF16 precision.

@@ -23,10 +23,10 @@ namespace mlframework {
 /// - UInt8Block (second moment only): unsigned linear codes in [0, 255], `scale = absmax / 255`,
 ///   the same rounding; a positive value that would round to code 0 is stored as code 1. Error
 ///   bound: `|x - x'| <= scale / 2 + absmax * 2^-22` for `x >= scale / 2`, `x' - x <= scale` below.
-/// - Float8E4M3Block: FP8 E4M3FN codes of `x / scale` with `scale = absmax / 448` per block (signed:
-///   either moment). Relative error at most 2^-4 for `|x| >= 2^-6 * scale`, absolute error at most
-///   `2^-10 * scale` below; a positive second moment that would round to 0 is stored as the
-///   smallest subnormal.
+/// - Float8E4M3Block: FP8 E4M3FN codes of `x * (1 / scale)` (saturating) with `scale = absmax / 448`
+///   per block (signed: either moment). Relative error at most 2^-4 for `|x| >= 2^-6 * scale`,
+///   absolute error at most `2^-10 * scale` below; a positive second moment that would round to 0
+///   is stored as the smallest subnormal (`2^-9 * scale`).
 ///
 /// Every second-moment format keeps a positive value positive (Float16 and BFloat16 store the
 /// smallest subnormal where round-to-nearest would give 0), so Adam's denominator never collapses
@@ -65,6 +65,25 @@ constexpr const char* ToString(StateFormat format) noexcept {
 constexpr bool IsBlockScaled(StateFormat format) noexcept {
   return format == StateFormat::Int8Block || format == StateFormat::UInt8Block ||
          format == StateFormat::Float8E4M3Block;
+}
+
+/// The dtype of the tensor that stores a state as @p format: the format's own for Float32,
+/// BFloat16 and Float16, Float8E4M3FN for the FP8 codes and, as their one-byte carrier, for the
+/// linear 8-bit codes (any one-byte dtype holds those).
+constexpr DataType StateStorageDType(StateFormat format) noexcept {
+  switch (format) {
+    case StateFormat::Float32:
+      return DataType::Float32;
+    case StateFormat::BFloat16:
+      return DataType::BFloat16;
+    case StateFormat::Float16:
+      return DataType::Float16;
+    case StateFormat::Int8Block:
+    case StateFormat::UInt8Block:
+    case StateFormat::Float8E4M3Block:
+      return DataType::Float8E4M3FN;
+  }
+  return DataType::Float32;
 }
 
 /// How the master weights (OptimizerStepLists::Parameters) are stored.

@@ -142,9 +142,9 @@ void CheckFormats(const OptimizerStepLists& lists, const ListRules& rules) {
     throw ArgumentError("lists.Masters", "is " + std::to_string(masters) + ", not a MasterFormat");
   }
   if (lists.Masters != MasterFormat::Float32 && !lists.LowPrecisionCopies.empty()) {
-    throw ArgumentError("lists.LowPrecisionCopies",
-                        "holds " + std::to_string(lists.LowPrecisionCopies.size()) + " tensors but the masters are " +
-                            ToString(lists.Masters) + ": the BF16 parameters are their own low-precision copy");
+    throw ArgumentError("lists.LowPrecisionCopies", "holds " + std::to_string(lists.LowPrecisionCopies.size()) +
+                                                        " tensors but the masters are " + ToString(lists.Masters) +
+                                                        ": the BF16 parameters are their own low-precision copy");
   }
 }
 
@@ -157,12 +157,12 @@ const ITensor& CheckedAs(std::span<const TensorPtr> list, const char* name, std:
     throw ArgumentNullError(Entry(name, i));
   }
   if (!fits(tensor->GetDataType())) {
-    throw ArgumentError(Entry(name, i), "has dtype " + std::string(ToString(tensor->GetDataType())) + ", expected " +
-                                            expected);
+    throw ArgumentError(Entry(name, i),
+                        "has dtype " + std::string(ToString(tensor->GetDataType())) + ", expected " + expected);
   }
   if (tensor->Size() != count) {
-    throw ArgumentError(Entry(name, i), "has " + std::to_string(tensor->Size()) + " elements, expected " +
-                                            std::to_string(count));
+    throw ArgumentError(Entry(name, i),
+                        "has " + std::to_string(tensor->Size()) + " elements, expected " + std::to_string(count));
   }
   return *tensor;
 }
@@ -194,8 +194,8 @@ Route Check(const OptimizerStepLists& lists, const ListRules& rules) {
   const auto is_fp32 = [](DataType dtype) { return dtype == DataType::Float32; };
   const auto is_bf16 = [](DataType dtype) { return dtype == DataType::BFloat16; };
   const auto two_bytes = [](DataType dtype) { return ElementSize(dtype) == 2; };
-  const std::string masters_dtype = fp32_masters ? "Float32" : "BFloat16 (the masters are " +
-                                                                   std::string(ToString(lists.Masters)) + ")";
+  const std::string masters_dtype =
+      fp32_masters ? "Float32" : "BFloat16 (the masters are " + std::string(ToString(lists.Masters)) + ")";
   bool any_host = false;
   bool any_device = false;
   const TensorBackend* backend = nullptr;
@@ -244,8 +244,8 @@ Route Check(const OptimizerStepLists& lists, const ListRules& rules) {
                 Expected(format)),
             "FirstState", i);
       if (first_scaled) {
-        place(CheckedAs(lists.FirstStateScales, "FirstStateScales", i, blocks, is_fp32, "Float32"),
-              "FirstStateScales", i);
+        place(CheckedAs(lists.FirstStateScales, "FirstStateScales", i, blocks, is_fp32, "Float32"), "FirstStateScales",
+              i);
       }
     }
     if (rules.second) {

@@ -225,7 +225,7 @@ inline void DecodeState(StateFormat format, const void* data, const float* scale
       break;
     case StateFormat::BFloat16: {
       const auto* in = static_cast<const std::uint16_t*>(data) + lo;
-      #pragma omp simd
+#pragma omp simd
       for (std::size_t i = 0; i < n; ++i) {
         out[i] = mlframework::detail::BFloat16BitsToFloat(in[i]);
       }
@@ -233,7 +233,7 @@ inline void DecodeState(StateFormat format, const void* data, const float* scale
     }
     case StateFormat::Float16: {
       const auto* in = static_cast<const std::uint16_t*>(data) + lo;
-      #pragma omp simd
+#pragma omp simd
       for (std::size_t i = 0; i < n; ++i) {
         out[i] = mlframework::detail::HalfBitsToFloat(in[i]);
       }
@@ -256,17 +256,17 @@ inline void DecodeState(StateFormat format, const void* data, const float* scale
         const std::size_t end = b + block < n ? b + block : n;
         const float scale = scales[(lo + b) / block];
         if (format == StateFormat::Int8Block) {
-          #pragma omp simd
+#pragma omp simd
           for (std::size_t i = b; i < end; ++i) {
             out[i] = static_cast<float>(static_cast<std::int8_t>(in[i])) * scale;
           }
         } else if (format == StateFormat::UInt8Block) {
-          #pragma omp simd
+#pragma omp simd
           for (std::size_t i = b; i < end; ++i) {
             out[i] = static_cast<float>(in[i]) * scale;
           }
         } else {
-          #pragma omp simd
+#pragma omp simd
           for (std::size_t i = b; i < end; ++i) {
             out[i] = kFloat8[in[i]] * scale;
           }
@@ -281,7 +281,7 @@ inline void DecodeState(StateFormat format, const void* data, const float* scale
 // magnitudes' bits (every NaN's bits lie above infinity's, which lie above every finite value's).
 inline float AbsMax(const float* values, std::size_t b, std::size_t e) {
   std::uint32_t largest = 0;
-  #pragma omp simd
+#pragma omp simd
   for (std::size_t i = b; i < e; ++i) {
     const std::uint32_t bits = std::bit_cast<std::uint32_t>(values[i]) & 0x7fffffffu;
     largest = bits > largest ? bits : largest;
@@ -368,8 +368,7 @@ inline void EncodeState(const StoredFormats& f, StateFormat format, void* data, 
         const float scale = absmax / code_max;
         scales[(lo + b) / block] = scale;
         if (format == StateFormat::Float8E4M3Block) {
-          static_cast<void>(
-              f.to_float8(values + b, out + b, end - b, mlframework::detail::Float8CodeFactor(scale)));
+          static_cast<void>(f.to_float8(values + b, out + b, end - b, mlframework::detail::Float8CodeFactor(scale)));
           if (second) {
             KeepPositive(values + b, out + b, end - b);
           }
@@ -387,13 +386,13 @@ inline void DecodeMasters(const OptimizerPiece& piece, std::size_t lo, std::size
   const auto* param = static_cast<const std::uint16_t*>(piece.parameter_data) + lo;
   if (piece.formats->masters == MasterFormat::BFloat16Remainder) {
     const std::uint16_t* remainder = piece.remainders + lo;
-    #pragma omp simd
+#pragma omp simd
     for (std::size_t i = 0; i < n; ++i) {
       out[i] = mlframework::detail::MasterFromRemainder(param[i], remainder[i]);
     }
     return;
   }
-  #pragma omp simd
+#pragma omp simd
   for (std::size_t i = 0; i < n; ++i) {
     out[i] = mlframework::detail::BFloat16BitsToFloat(param[i]);
   }
@@ -404,7 +403,7 @@ inline void EncodeMasters(const OptimizerPiece& piece, std::size_t lo, std::size
   auto* param = static_cast<std::uint16_t*>(piece.parameter_data) + lo;
   if (piece.formats->masters == MasterFormat::BFloat16Remainder) {
     std::uint16_t* remainder = piece.remainders + lo;
-    #pragma omp simd
+#pragma omp simd
     for (std::size_t i = 0; i < n; ++i) {
       mlframework::detail::SplitMaster(values[i], param + i, remainder + i);
     }
@@ -422,15 +421,16 @@ inline void EncodeMasters(const OptimizerPiece& piece, std::size_t lo, std::size
   const auto step = static_cast<std::uint32_t>(f.step);
   for (std::size_t k = 0; k < groups; ++k) {
     const std::uint64_t group = first_group + k;
-    const Philox4x32Block bits = Philox4x32(
-        Philox4x32Block{{static_cast<std::uint32_t>(group), static_cast<std::uint32_t>(group >> 32), piece.tensor, step}},
-        seed0, seed1);
+    const Philox4x32Block bits =
+        Philox4x32(Philox4x32Block{{static_cast<std::uint32_t>(group), static_cast<std::uint32_t>(group >> 32),
+                                    piece.tensor, step}},
+                   seed0, seed1);
     words[4 * k] = bits.Word[0];
     words[4 * k + 1] = bits.Word[1];
     words[4 * k + 2] = bits.Word[2];
     words[4 * k + 3] = bits.Word[3];
   }
-  #pragma omp simd
+#pragma omp simd
   for (std::size_t i = 0; i < n; ++i) {
     param[i] = StochasticRoundToBFloat16Bits(values[i], words[i]);
   }

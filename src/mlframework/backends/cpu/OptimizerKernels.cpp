@@ -53,19 +53,6 @@ std::optional<void*> HostData(const TensorPtr& tensor) {
   return const_cast<ITensor&>(*tensor).MutableHostBytes().data();
 }
 
-// Bytes per element of a state stored as @p format.
-std::size_t StateElementBytes(StateFormat format) {
-  switch (format) {
-    case StateFormat::Float32:
-      return 4;
-    case StateFormat::BFloat16:
-    case StateFormat::Float16:
-      return 2;
-    default:
-      return 1;
-  }
-}
-
 // Entry i of @p list (an empty list: none).
 const TensorPtr& At(std::span<const TensorPtr> list, std::size_t i) {
   static const TensorPtr kNone;
@@ -136,11 +123,11 @@ std::optional<std::vector<OptimizerPiece>> Pieces(const OptimizerStepLists& list
         piece.offset = begin;
         if (piece.first_data != nullptr) {
           piece.first_data = static_cast<unsigned char*>(piece.first_data) +
-                             begin * StateElementBytes(lists.FirstStateFormat);
+                             begin * ElementSize(StateStorageDType(lists.FirstStateFormat));
         }
         if (piece.second_data != nullptr) {
           piece.second_data = static_cast<unsigned char*>(piece.second_data) +
-                              begin * StateElementBytes(lists.SecondStateFormat);
+                              begin * ElementSize(StateStorageDType(lists.SecondStateFormat));
         }
       }
       pieces.push_back(piece);
@@ -154,15 +141,16 @@ std::optional<std::vector<OptimizerPiece>> Pieces(const OptimizerStepLists& list
 template <class Scalars>
 bool Run(const OptimizerStepLists& lists, const Scalars& scalars, const DeviceScaleState* skip_if_found_inf,
          void (*kernel)(const OptimizerPiece&, const Scalars&)) {
-  const StoredFormats formats{.first = lists.FirstStateFormat,
-                              .second = lists.SecondStateFormat,
-                              .block_size = lists.StateBlockSize,
-                              .masters = lists.Masters,
-                              .seed = lists.RoundingSeed,
-                              .step = lists.RoundingStep,
-                              .to_bfloat16 = ActiveKernels().cached.cast[Slot(DataType::Float32)][Slot(DataType::BFloat16)],
-                              .to_float16 = ActiveKernels().cached.cast[Slot(DataType::Float32)][Slot(DataType::Float16)],
-                              .to_float8 = ActiveKernels().cached.cast[Slot(DataType::Float32)][Slot(DataType::Float8E4M3FN)]};
+  const StoredFormats formats{
+      .first = lists.FirstStateFormat,
+      .second = lists.SecondStateFormat,
+      .block_size = lists.StateBlockSize,
+      .masters = lists.Masters,
+      .seed = lists.RoundingSeed,
+      .step = lists.RoundingStep,
+      .to_bfloat16 = ActiveKernels().cached.cast[Slot(DataType::Float32)][Slot(DataType::BFloat16)],
+      .to_float16 = ActiveKernels().cached.cast[Slot(DataType::Float32)][Slot(DataType::Float16)],
+      .to_float8 = ActiveKernels().cached.cast[Slot(DataType::Float32)][Slot(DataType::Float8E4M3FN)]};
   const std::optional<std::vector<OptimizerPiece>> pieces = Pieces(lists, Staged(lists) ? &formats : nullptr);
   if (!pieces) {
     return false;
