@@ -309,6 +309,7 @@ const LowBitMode kLowBitModes[] = {
 
 std::vector<std::size_t> BlockCounts(const std::vector<std::size_t>& sizes) {
   std::vector<std::size_t> out;
+  out.reserve(sizes.size());
   for (const std::size_t n : sizes) {
     out.push_back(mlframework::StateBlockCount(n, mlframework::kDefaultStateBlockSize));
   }

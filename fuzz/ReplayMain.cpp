@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -21,9 +22,7 @@ std::size_t Replay(const std::filesystem::path& file) {
   return 1;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int Run(int argc, char** argv) {
   std::size_t count = 0;
   for (int i = 1; i < argc; ++i) {
     const std::filesystem::path path(argv[i]);
@@ -46,4 +45,19 @@ int main(int argc, char** argv) {
   }
   std::printf("replay: %zu inputs ran cleanly\n", count);
   return 0;
+}
+
+}  // namespace
+
+// A fuzz target must not let an exception out (the library's errors are part of what it expects);
+// one that does fails the replay with its message instead of a bare std::terminate.
+int main(int argc, char** argv) {
+  try {
+    return Run(argc, argv);
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "replay: an exception escaped the fuzz target: %s\n", error.what());
+  } catch (...) {
+    std::fprintf(stderr, "replay: an exception of unknown type escaped the fuzz target\n");
+  }
+  return 1;
 }

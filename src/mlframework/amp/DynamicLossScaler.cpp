@@ -16,8 +16,8 @@ namespace mlframework::amp {
 
 namespace {
 
-constexpr char kKind[] = "amp.DynamicLossScaler";
-constexpr std::uint16_t kVersion = 1;
+constexpr char kAmpDynamicKind[] = "amp.DynamicLossScaler";
+constexpr std::uint16_t kAmpDynamicVersion = 1;
 constexpr char kSnapshotKind[] = "amp.DynamicLossScaler.snapshot";
 constexpr std::uint16_t kSnapshotVersion = 1;
 
@@ -229,7 +229,7 @@ void DynamicLossScaler::Reset() { impl_->owner.Write(ScaleState::Initial(impl_->
 
 std::vector<std::byte> DynamicLossScaler::StateDict() const {
   const DynamicScalerConfig& c = impl_->config;
-  mlframework::detail::BlobWriter writer(kKind, kVersion);
+  mlframework::detail::BlobWriter writer(kAmpDynamicKind, kAmpDynamicVersion);
   writer.F32(c.InitialScale);
   writer.F32(c.GrowthFactor);
   writer.F32(c.BackoffFactor);
@@ -243,7 +243,7 @@ std::vector<std::byte> DynamicLossScaler::StateDict() const {
 }
 
 void DynamicLossScaler::LoadStateDict(std::span<const std::byte> state) {
-  mlframework::detail::BlobReader reader(state, kKind, kVersion);
+  mlframework::detail::BlobReader reader(state, kAmpDynamicKind, kAmpDynamicVersion);
   DynamicScalerConfig config;
   config.InitialScale = reader.F32();
   config.GrowthFactor = reader.F32();

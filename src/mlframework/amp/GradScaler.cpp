@@ -20,13 +20,13 @@ namespace {
 
 using Phase = GradScaler::IterationState;
 
-constexpr char kKind[] = "amp.GradScaler";
+constexpr char kGradScalerKind[] = "amp.GradScaler";
 // Version 3: version 2 and the step index.
 // Version 2 (still read): any ILossScaler's blob, the IterationState, found-inf and GradScaler's own switch.
 // Version 1 (still read): a built-in scaler's kind byte and blob, and four iteration flags.
-constexpr std::uint16_t kVersion = 3;
-constexpr std::uint16_t kVersion2 = 2;
-constexpr std::uint16_t kVersion1 = 1;
+constexpr std::uint16_t kGradScalerVersion = 3;
+constexpr std::uint16_t kGradScalerVersion2 = 2;
+constexpr std::uint16_t kGradScalerVersion1 = 1;
 
 // Same names mapping to the same gradients: the same tensor objects or new ones over the same
 // memory (a framework may wrap its gradients anew on every call), never equal values alone.
@@ -797,7 +797,7 @@ std::optional<DynamicScalerStats> GradScaler::GetStats() const { return Live().s
 std::vector<std::byte> GradScaler::StateDict() const {
   const Impl& s = Live();
   const std::vector<std::byte> inner = s.scaler->StateDict();
-  mlframework::detail::BlobWriter writer(kKind, kVersion);
+  mlframework::detail::BlobWriter writer(kGradScalerKind, kGradScalerVersion);
   writer.U64(inner.size());
   writer.Bytes(inner);
   writer.U8(static_cast<std::uint8_t>(s.state));
@@ -810,9 +810,9 @@ std::vector<std::byte> GradScaler::StateDict() const {
 void GradScaler::LoadStateDict(std::span<const std::byte> state) {
   Impl& s = Live();
   std::uint16_t version = 0;
-  mlframework::detail::BlobReader reader =
-      mlframework::detail::OpenBlobVersion(state, kKind, {kVersion, kVersion2, kVersion1}, version);
-  if (version == kVersion1) {
+  mlframework::detail::BlobReader reader = mlframework::detail::OpenBlobVersion(
+      state, kGradScalerKind, {kGradScalerVersion, kGradScalerVersion2, kGradScalerVersion1}, version);
+  if (version == kGradScalerVersion1) {
     // The built-in scaler's kind (0 static, 1 dynamic); its blob's own kind tag is checked by its LoadStateDict.
     if (reader.U8() > 1) {
       reader.Fail("names an unknown scaler kind");
@@ -823,7 +823,7 @@ void GradScaler::LoadStateDict(std::span<const std::byte> state) {
   bool found_inf = false;
   bool own_enabled = true;
   Phase iteration = Phase::Ready;
-  if (version == kVersion1) {
+  if (version == kGradScalerVersion1) {
     iteration = StateOfVersion1(reader, found_inf);
   } else {
     const std::uint8_t stored = reader.U8();
@@ -838,7 +838,7 @@ void GradScaler::LoadStateDict(std::span<const std::byte> state) {
     }
   }
   std::optional<std::int64_t> steps;
-  if (version == kVersion) {
+  if (version == kGradScalerVersion) {
     steps = reader.Count("step index");
   }
   reader.ExpectEnd();

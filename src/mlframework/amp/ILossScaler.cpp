@@ -13,8 +13,8 @@ namespace mlframework::amp {
 
 namespace {
 
-constexpr char kKind[] = "amp.ILossScaler";
-constexpr std::uint16_t kVersion = 1;
+constexpr char kLossScalerKind[] = "amp.ILossScaler";
+constexpr std::uint16_t kLossScalerVersion = 1;
 
 std::string Describe(float scale, bool enabled) {
   std::ostringstream text;
@@ -63,14 +63,14 @@ TensorPtr ILossScaler::GetScaleTensor() { return Scalar(IsEnabled() ? CurrentSca
 std::optional<DynamicScalerStats> ILossScaler::GetStats() const { return std::nullopt; }
 
 std::vector<std::byte> ILossScaler::StateDict() const {
-  mlframework::detail::BlobWriter writer(kKind, kVersion);
+  mlframework::detail::BlobWriter writer(kLossScalerKind, kLossScalerVersion);
   writer.F32(CurrentScale());
   writer.U8(IsEnabled() ? 1 : 0);
   return writer.Finish();
 }
 
 void ILossScaler::LoadStateDict(std::span<const std::byte> state) {
-  mlframework::detail::BlobReader reader(state, kKind, kVersion);
+  mlframework::detail::BlobReader reader(state, kLossScalerKind, kLossScalerVersion);
   const float scale = reader.F32();
   const bool enabled = reader.Flag("enabled");
   reader.ExpectEnd();

@@ -13,8 +13,8 @@
 namespace mlframework::amp {
 
 namespace {
-constexpr char kKind[] = "amp.StaticLossScaler";
-constexpr std::uint16_t kVersion = 1;
+constexpr char kStaticKind[] = "amp.StaticLossScaler";
+constexpr std::uint16_t kStaticVersion = 1;
 }  // namespace
 
 struct StaticLossScaler::Impl {
@@ -129,14 +129,14 @@ TensorPtr StaticLossScaler::GetInverseScaleTensor() {
 }
 
 std::vector<std::byte> StaticLossScaler::StateDict() const {
-  mlframework::detail::BlobWriter writer(kKind, kVersion);
+  mlframework::detail::BlobWriter writer(kStaticKind, kStaticVersion);
   writer.F32(impl_->scale);
   writer.U8(impl_->enabled ? 1 : 0);
   return writer.Finish();
 }
 
 void StaticLossScaler::LoadStateDict(std::span<const std::byte> state) {
-  mlframework::detail::BlobReader reader(state, kKind, kVersion);
+  mlframework::detail::BlobReader reader(state, kStaticKind, kStaticVersion);
   const float scale = reader.F32();
   const std::uint8_t enabled = reader.U8();
   reader.ExpectEnd();

@@ -38,7 +38,7 @@ OverflowLogger::Sink StreamSink(std::ostream& out) {
 }
 
 // "2^16" for powers of two (the usual dynamic scales), else "%g".
-std::string FormatScale(float scale) {
+std::string FormatPowerOfTwoScale(float scale) {
   int exponent = 0;
   if (scale > 0.0f && std::isfinite(scale) && std::frexp(scale, &exponent) == 0.5f) {
     return "2^" + std::to_string(exponent - 1);
@@ -114,7 +114,7 @@ void OverflowLogger::WritePending(bool continuing) {
   if (continuing) {
     line += " (continuing)";
   }
-  line += ", scale " + FormatScale(done.scale_before) + " -> " + FormatScale(done.scale_after);
+  line += ", scale " + FormatPowerOfTwoScale(done.scale_before) + " -> " + FormatPowerOfTwoScale(done.scale_after);
   if (!done.first_tensor.empty()) {
     line += ", first: " + done.first_tensor;
   }
@@ -159,7 +159,8 @@ void OverflowLogger::NoteMinimum(const StepEvent& event) {
   if (at_minimum && !at_minimum_) {
     Flush();
     at_minimum_ = true;
-    Write("step " + std::to_string(event.Step) + ": scale reached its minimum " + FormatScale(event.NewLossScale));
+    Write("step " + std::to_string(event.Step) + ": scale reached its minimum " +
+          FormatPowerOfTwoScale(event.NewLossScale));
     return;
   }
   at_minimum_ = at_minimum;

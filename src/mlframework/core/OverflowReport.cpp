@@ -19,7 +19,7 @@ namespace mlframework {
 namespace {
 
 // "65536" for scales that are whole numbers, else "%g".
-std::string FormatScale(float scale) {
+std::string FormatWholeScale(float scale) {
   char text[32];
   if (std::isfinite(scale) && scale == std::floor(scale) && std::fabs(scale) < 1e15f) {
     std::snprintf(text, sizeof text, "%.0f", static_cast<double>(scale));
@@ -82,7 +82,7 @@ void OverflowReport::OrderBy(std::span<const std::string> names) {
 }
 
 std::string OverflowReport::ToString() const {
-  std::string text = "step " + std::to_string(Step) + ", scale " + FormatScale(LossScale);
+  std::string text = "step " + std::to_string(Step) + ", scale " + FormatWholeScale(LossScale);
   text += Ranks.size() == 1 ? ", rank " : ", ranks ";
   for (std::size_t i = 0; i < Ranks.size(); ++i) {
     if (i != 0) {

@@ -12,8 +12,8 @@ namespace mlframework::fp8 {
 
 namespace {
 
-constexpr char kKind[] = "fp8.DelayedScaling";
-constexpr std::uint16_t kVersion = 1;
+constexpr char kDelayedScalingKind[] = "fp8.DelayedScaling";
+constexpr std::uint16_t kDelayedScalingVersion = 1;
 
 // @p config, or ArgumentError naming its first invalid field (before any state is made).
 const DelayedScalingConfig& Validated(const DelayedScalingConfig& config) {
@@ -78,7 +78,7 @@ void DelayedScaling::UpdateScales() {
 }
 
 std::vector<std::byte> DelayedScaling::StateDict() const {
-  mlframework::detail::BlobWriter writer(kKind, kVersion);
+  mlframework::detail::BlobWriter writer(kDelayedScalingKind, kDelayedScalingVersion);
   writer.U64(config_.AmaxHistoryLen);
   writer.U8(static_cast<std::uint8_t>(config_.AmaxComputeAlgo));
   writer.I64(config_.Margin);
@@ -88,7 +88,7 @@ std::vector<std::byte> DelayedScaling::StateDict() const {
 }
 
 void DelayedScaling::LoadStateDict(std::span<const std::byte> state) {
-  mlframework::detail::BlobReader reader(state, kKind, kVersion);
+  mlframework::detail::BlobReader reader(state, kDelayedScalingKind, kDelayedScalingVersion);
   const std::uint64_t history = reader.U64();
   if (history != config_.AmaxHistoryLen) {
     reader.Fail("amax history length " + std::to_string(history) + " differs from this recipe's " +

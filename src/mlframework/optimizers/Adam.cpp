@@ -16,8 +16,8 @@ namespace mlframework::optimizers {
 
 namespace {
 
-constexpr char kKind[] = "optimizers.Adam";
-constexpr std::uint16_t kVersion = 2;  // 2: the options as doubles
+constexpr char kAdamKind[] = "optimizers.Adam";
+constexpr std::uint16_t kAdamVersion = 2;  // 2: the options as doubles
 
 }  // namespace
 
@@ -163,7 +163,7 @@ void Adam::ImportState(const std::map<std::string, amp::OptimizerParameterState>
 
 std::vector<std::byte> Adam::StateDict() const {
   const Impl& s = *impl_;
-  mlframework::detail::BlobWriter writer(kKind, kVersion);
+  mlframework::detail::BlobWriter writer(kAdamKind, kAdamVersion);
   writer.F64(s.options.LearningRate);
   writer.F64(s.options.Beta1);
   writer.F64(s.options.Beta2);
@@ -181,7 +181,7 @@ std::vector<std::byte> Adam::StateDict() const {
 
 void Adam::LoadStateDict(std::span<const std::byte> state) {
   Impl& s = *impl_;
-  mlframework::detail::BlobReader reader(state, kKind, kVersion);
+  mlframework::detail::BlobReader reader(state, kAdamKind, kAdamVersion);
   AdamOptions options;
   options.LearningRate = reader.F64();
   options.Beta1 = reader.F64();

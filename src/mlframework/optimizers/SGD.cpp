@@ -16,8 +16,8 @@ namespace mlframework::optimizers {
 
 namespace {
 
-constexpr char kKind[] = "optimizers.SGD";
-constexpr std::uint16_t kVersion = 2;  // 2: the options as doubles, with Dampening
+constexpr char kSGDKind[] = "optimizers.SGD";
+constexpr std::uint16_t kSGDVersion = 2;  // 2: the options as doubles, with Dampening
 
 // The momentum buffers of @p values (an empty vector: no buffer yet, null).
 std::vector<TensorPtr> MomentumTensors(const std::vector<std::vector<float>>& values) {
@@ -192,7 +192,7 @@ void SGD::ImportState(const std::map<std::string, amp::OptimizerParameterState>&
 
 std::vector<std::byte> SGD::StateDict() const {
   const Impl& s = *impl_;
-  mlframework::detail::BlobWriter writer(kKind, kVersion);
+  mlframework::detail::BlobWriter writer(kSGDKind, kSGDVersion);
   writer.F64(s.options.LearningRate);
   writer.F64(s.options.Momentum);
   writer.F64(s.options.WeightDecay);
@@ -211,7 +211,7 @@ std::vector<std::byte> SGD::StateDict() const {
 
 void SGD::LoadStateDict(std::span<const std::byte> state) {
   Impl& s = *impl_;
-  mlframework::detail::BlobReader reader(state, kKind, kVersion);
+  mlframework::detail::BlobReader reader(state, kSGDKind, kSGDVersion);
   SGDOptions options;
   options.LearningRate = reader.F64();
   options.Momentum = reader.F64();

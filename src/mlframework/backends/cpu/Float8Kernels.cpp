@@ -1,4 +1,4 @@
-// The FP8 kernels' driver (Float8Kernels.hpp): each list is cut into chunks of kChunkElements
+// The FP8 kernels' driver (Float8Kernels.hpp): each list is cut into chunks of kFloat8ChunkElements
 // per tensor, OpenMP threads take the chunks in order (static schedule: each thread walks
 // consecutive memory), and each chunk is one call of an element loop of the instruction set's
 // Float8KernelSet. A chunk's amax joins its tensor's with an atomic integer max on the magnitude
@@ -25,7 +25,7 @@ namespace {
 
 // A chunk: big enough that the per-chunk work (an atomic, a call) vanishes, small enough that a
 // list of a few large tensors still spreads over every thread.
-constexpr std::size_t kChunkElements = 32768;
+constexpr std::size_t kFloat8ChunkElements = 32768;
 // Below this many elements in a call, one thread: waking a team costs more than the pass.
 constexpr std::size_t kParallelElements = std::size_t{1} << 16;
 // The staging buffer of the conversions that go through FP32 (FP16/BF16 sources, FP16/BF16
@@ -45,8 +45,8 @@ std::vector<Job> Jobs(std::size_t tensors, SizeOf&& size_of, std::size_t& total)
   for (std::size_t t = 0; t < tensors; ++t) {
     const std::size_t size = size_of(t);
     total += size;
-    for (std::size_t begin = 0; begin < size; begin += kChunkElements) {
-      jobs.push_back(Job{t, begin, std::min(size, begin + kChunkElements)});
+    for (std::size_t begin = 0; begin < size; begin += kFloat8ChunkElements) {
+      jobs.push_back(Job{t, begin, std::min(size, begin + kFloat8ChunkElements)});
     }
   }
   return jobs;

@@ -18,10 +18,10 @@ namespace mlframework::optimizers::mixed_precision {
 
 namespace {
 
-constexpr const char* kBlobKind = "optimizers.mixed_precision.DynamicLossScaler";
+constexpr const char* kDynamicKind = "optimizers.mixed_precision.DynamicLossScaler";
 // Version 2 adds PyTorch's configuration fields (GrowthFactor, BackoffFactor, GrowthInterval).
-constexpr std::uint16_t kBlobVersion = 2;
-constexpr std::uint16_t kBlobVersion1 = 1;
+constexpr std::uint16_t kDynamicVersion = 2;
+constexpr std::uint16_t kDynamicVersion1 = 1;
 
 }  // namespace
 
@@ -244,7 +244,7 @@ void DynamicLossScaler::StopScaling() {
 }
 
 std::vector<std::byte> DynamicLossScaler::StateDict() const {
-  mlframework::detail::BlobWriter writer(kBlobKind, kBlobVersion);
+  mlframework::detail::BlobWriter writer(kDynamicKind, kDynamicVersion);
   writer.ScaleStateFields(owner_->Read());
   writer.U8(stopped_ ? 1 : 0);
   writer.F32(options_.GrowthFactor);
@@ -256,13 +256,13 @@ std::vector<std::byte> DynamicLossScaler::StateDict() const {
 void DynamicLossScaler::LoadStateDict(std::span<const std::byte> state) {
   std::uint16_t version = 0;
   mlframework::detail::BlobReader reader =
-      mlframework::detail::OpenBlobVersion(state, kBlobKind, {kBlobVersion, kBlobVersion1}, version);
+      mlframework::detail::OpenBlobVersion(state, kDynamicKind, {kDynamicVersion, kDynamicVersion1}, version);
   const ScaleState loaded = reader.ScaleStateFields();
   const std::uint8_t stopped = reader.U8();
   // The blob's configuration wins, as in PyTorch's GradScaler.load_state_dict (a version 1 blob
   // holds none: the scaler keeps its own).
   MixedPrecisionOptions options = options_;
-  if (version == kBlobVersion) {
+  if (version == kDynamicVersion) {
     options.GrowthFactor = reader.F32();
     options.BackoffFactor = reader.F32();
     const std::int64_t interval = reader.I64();

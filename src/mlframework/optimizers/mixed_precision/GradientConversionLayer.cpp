@@ -21,10 +21,10 @@ namespace mlframework::optimizers::mixed_precision {
 
 namespace {
 
-constexpr const char* kBlobKind = "optimizers.mixed_precision.GradientConversionLayer";
+constexpr const char* kLayerKind = "optimizers.mixed_precision.GradientConversionLayer";
 // Version 2: version 1 and the step index. Version 1 (still read): no step index.
-constexpr std::uint16_t kBlobVersion = 2;
-constexpr std::uint16_t kBlobVersion1 = 1;
+constexpr std::uint16_t kLayerVersion = 2;
+constexpr std::uint16_t kLayerVersion1 = 1;
 
 // Spec 003's epsilon in the clip coefficient, so a norm at the limit never divides by zero.
 constexpr float kClipEpsilon = 1e-6f;
@@ -377,7 +377,7 @@ void GradientConversionLayer::Reset() {
 std::vector<std::byte> GradientConversionLayer::StateDict() const {
   const std::vector<std::byte> scaler = Scaler().StateDict();
   const std::vector<std::byte> manager = Manager().StateDict();
-  mlframework::detail::BlobWriter writer(kBlobKind, kBlobVersion);
+  mlframework::detail::BlobWriter writer(kLayerKind, kLayerVersion);
   writer.I64(clip_count_);
   writer.F32(last_gradient_norm_);
   writer.I64(steps_);
@@ -391,10 +391,10 @@ std::vector<std::byte> GradientConversionLayer::StateDict() const {
 void GradientConversionLayer::LoadStateDict(std::span<const std::byte> state) {
   std::uint16_t version = 0;
   mlframework::detail::BlobReader reader =
-      mlframework::detail::OpenBlobVersion(state, kBlobKind, {kBlobVersion, kBlobVersion1}, version);
+      mlframework::detail::OpenBlobVersion(state, kLayerKind, {kLayerVersion, kLayerVersion1}, version);
   const std::int64_t clip_count = reader.I64();
   const float last_norm = reader.F32();
-  const std::int64_t steps = version == kBlobVersion ? reader.Count("step index") : steps_;
+  const std::int64_t steps = version == kLayerVersion ? reader.Count("step index") : steps_;
   const std::span<const std::byte> scaler_blob = reader.Bytes(static_cast<std::size_t>(reader.U64()));
   const std::span<const std::byte> manager_blob = reader.Bytes(static_cast<std::size_t>(reader.U64()));
   reader.ExpectEnd();
