@@ -9,6 +9,7 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include "NonFinite.hpp"
 #include "amp/AmpTestUtil.hpp"
 #include "amp/FakeDeviceBackend.hpp"
 
@@ -17,10 +18,10 @@ using namespace mlframework::amp;
 using mlfw_test::FakeTensor;
 using mlfw_test::RecordingOptimizer;
 using mlfw_test::SyncsDuring;
+using mlfw_test::kInf;
 
 namespace {
 
-constexpr float kInf = std::numeric_limits<float>::infinity();
 
 // Scaled gradients of one step: FP16, BF16 and FP32; @p poison replaces one FP16 element.
 GradientMap Scaled(float scale, bool on_device, float poison = 0.0f) {

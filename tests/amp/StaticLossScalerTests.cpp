@@ -4,6 +4,7 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include "NonFinite.hpp"
 #include "ContiguousCheck.hpp"
 #include "amp/AmpTestUtil.hpp"
 
@@ -13,8 +14,6 @@ using mlframework::amp::ILossScaler;
 using mlframework::amp::StaticLossScaler;
 
 namespace {
-constexpr float kInf = std::numeric_limits<float>::infinity();
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 const DataType kDtypes[] = {DataType::Float32, DataType::Float16, DataType::BFloat16};
 }  // namespace
 

@@ -16,16 +16,17 @@
 #include <mlframework/core/MultiTensor.hpp>
 #include <mlframework/core/Tensor.hpp>
 
+#include "NonFinite.hpp"
 #include "core/UserTensor.hpp"
 
 using namespace mlframework;
 using mlframework::testing::Mode;
 using mlframework::testing::UserTensor;
+using mlfw_test::kInf;
+using mlfw_test::kNaN;
 
 namespace {
 
-constexpr float kInf = std::numeric_limits<float>::infinity();
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 // The largest finite |x * factor| over @p values after rounding them into @p dtype.
 float ExpectedAmax(const std::vector<float>& values, DataType dtype, float factor) {
