@@ -15,7 +15,6 @@ using mlframework::amp::DynamicScalerConfig;
 
 namespace {
 
-
 void CheckMatches(const DynamicLossScaler& scaler, const PlainRules& model) {
   const amp::DynamicScalerStats stats = scaler.GetStats().value();
   BOOST_REQUIRE(stats.CurrentScale == model.scale);

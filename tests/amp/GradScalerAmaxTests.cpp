@@ -16,12 +16,11 @@
 using namespace mlframework;
 using namespace mlframework::amp;
 using mlfw_test::FakeTensor;
+using mlfw_test::kInf;
 using mlfw_test::RecordingOptimizer;
 using mlfw_test::SyncsDuring;
-using mlfw_test::kInf;
 
 namespace {
-
 
 // Scaled gradients of one step: FP16, BF16 and FP32; @p poison replaces one FP16 element.
 GradientMap Scaled(float scale, bool on_device, float poison = 0.0f) {

@@ -24,7 +24,6 @@ using mlframework::amp::StepMode;
 
 namespace {
 
-
 using Strings = std::vector<std::string>;
 using mlfw_test::kInf;
 using mlfw_test::kNaN;

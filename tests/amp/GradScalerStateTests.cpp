@@ -21,7 +21,6 @@ using State = mlframework::amp::GradScaler::IterationState;
 
 namespace {
 
-
 // A user policy with state beyond Scale(): quarter on overflow, double every `interval` clean
 // steps, counts its updates. It overrides the checkpoint, statistics and reset members.
 class CappedScaler final : public amp::ILossScaler {

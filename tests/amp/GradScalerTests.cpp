@@ -19,7 +19,6 @@ using mlframework::amp::StepMode;
 
 namespace {
 
-
 // A user policy: scale 8, counts calls, implements only the six members of ILossScaler.
 class CountingScaler final : public amp::ILossScaler {
  public:

@@ -229,7 +229,6 @@ void Replay(Flow flow) {
   BOOST_TEST(scaler.GetStats()->TotalSteps == static_cast<std::int64_t>(run.steps.size()));
 }
 
-
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(GradScalerTwoOptimizersTests)

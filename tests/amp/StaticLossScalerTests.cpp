@@ -4,8 +4,8 @@
 
 #include <boost/test/unit_test.hpp>
 
-#include "NonFinite.hpp"
 #include "ContiguousCheck.hpp"
+#include "NonFinite.hpp"
 #include "amp/AmpTestUtil.hpp"
 
 using namespace mlframework;

@@ -27,7 +27,6 @@ using mlfw_test::kNaN;
 
 namespace {
 
-
 // The largest finite |x * factor| over @p values after rounding them into @p dtype.
 float ExpectedAmax(const std::vector<float>& values, DataType dtype, float factor) {
   const std::vector<float> stored = FromVector(values, {values.size()}, dtype)->ToFloatVector();

@@ -25,7 +25,6 @@ using mlfw_test::kInf;
 
 namespace {
 
-
 // A DLPack managed tensor over a vector the test owns, counting its deleter's calls.
 struct Managed {
   std::vector<float> values;

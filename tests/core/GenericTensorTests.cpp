@@ -24,7 +24,6 @@ using mlfw_test::kNaN;
 
 namespace {
 
-
 const std::vector<DataType> kDtypes = {DataType::Float32, DataType::Float16, DataType::BFloat16};
 
 // How a user tensor is built for one run of a case.

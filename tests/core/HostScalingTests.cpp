@@ -16,11 +16,12 @@
 #include <mlframework/core/Tensor.hpp>
 #include <mlframework/optimizers/mixed_precision/DynamicLossScaler.hpp>
 
+#include "NonFinite.hpp"
+
 using namespace mlframework;
+using mlfw_test::kInf;
 
 namespace {
-
-const float kInf = std::numeric_limits<float>::infinity();
 
 // A user's tensor: FP32 values in host memory, no TensorBackend (the per-tensor virtuals only).
 class UserTensor final : public ITensor {

@@ -31,7 +31,6 @@ using mlfw_test::kNaN;
 
 namespace {
 
-
 // 5000 elements (more than one block of the host scan): NaN at 4100, +Inf at 4200 and 4300,
 // -Inf at 4999; everything else finite.
 std::vector<float> LongValues() {

@@ -17,9 +17,9 @@ namespace dist = mlframework::distributed;
 namespace fsdp = mlframework::distributed::fsdp;
 using mlframework::DataType;
 using mlframework::FromVector;
-using mlfw_test::Mlp;
 using mlfw_test::kInf;
 using mlfw_test::kNaN;
+using mlfw_test::Mlp;
 
 namespace {
 

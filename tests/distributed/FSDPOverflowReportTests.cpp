@@ -27,7 +27,6 @@ using mlfw_test::kNaN;
 
 namespace {
 
-
 // Every rank the same names; rank r >= 1 puts a NaN at a[r] and -Inf in c, rank 0 +Inf at a[3]
 // and in b[0].
 GradientMap RankGradients(int rank, bool poison) {

@@ -17,12 +17,11 @@
 using namespace mlframework;
 using namespace mlframework::fp8;
 using mlfw_test::Bits;
-using mlfw_test::ValueOf;
 using mlfw_test::kInf;
+using mlfw_test::kNaN;
+using mlfw_test::ValueOf;
 
 namespace {
-
-const float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 // Amax sequences with the cases the rule singles out: zero, Inf, NaN, a subnormal amax whose
 // quotient overflows to FLT_MAX, and ordinary values up and down.

@@ -25,7 +25,6 @@ using mlfw_test::kNaN;
 
 namespace {
 
-
 // A policy with only the six pure members of ILossScaler: it cannot track the amax.
 class PlainScaler final : public amp::ILossScaler {
  public:

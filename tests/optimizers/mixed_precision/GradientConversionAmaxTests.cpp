@@ -19,7 +19,6 @@ using mlfw_test::kInf;
 
 namespace {
 
-
 GradientMap Gradients(float scale, float fp32_peak, float poison = 0.0f) {
   return {{"half", FromVector({3.0f * scale, poison == 0.0f ? -0.5f * scale : poison}, {2}, DataType::Float16)},
           {"full", FromVector({fp32_peak * scale, 0.25f * scale, -1.0f * scale}, {3}, DataType::Float32)}};
