@@ -38,7 +38,7 @@ GradientMap Scaled(float scale, bool on_device, float poison = 0.0f) {
 }
 
 // A user policy with only the six pure members: it cannot track the amax.
-class PlainScaler final : public ILossScaler {
+class AmaxlessScaler final : public ILossScaler {
  public:
   float CurrentScale() const override { return 2.0f; }
   bool IsEnabled() const override { return true; }
@@ -158,7 +158,7 @@ BOOST_AUTO_TEST_CASE(DisabledIterationHasNone) {
 }
 
 BOOST_AUTO_TEST_CASE(ScalerWithoutTrackingIsRefused) {
-  GradScaler scaler(std::make_shared<PlainScaler>());
+  GradScaler scaler(std::make_shared<AmaxlessScaler>());
   BOOST_CHECK_THROW(scaler.SetAmaxTracking(true), InvalidOperationError);
   BOOST_TEST(!scaler.AmaxTracking());
   scaler.SetAmaxTracking(false);  // turning it off always works
