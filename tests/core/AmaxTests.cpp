@@ -46,10 +46,10 @@ struct AmaxRun {
   std::size_t misalign;
 };
 const AmaxRun kAmaxRuns[] = {{Mode::Defaults, true, 0},
-                       {Mode::Overrides, true, 0},
-                       {Mode::Defaults, false, 0},
-                       {Mode::Overrides, false, 0},
-                       {Mode::Defaults, true, 1}};
+                             {Mode::Overrides, true, 0},
+                             {Mode::Defaults, false, 0},
+                             {Mode::Overrides, false, 0},
+                             {Mode::Defaults, true, 1}};
 
 std::vector<float> AmaxInputs(std::size_t n, float scale, bool poison) {
   std::vector<float> v(n);

@@ -21,8 +21,8 @@
 #include <mlframework/core/Float16.hpp>
 #include <mlframework/core/Float8.hpp>
 #include <mlframework/core/Float8Cast.hpp>
-#include <mlframework/core/Tensor.hpp>
 #include <mlframework/core/FloatBits.hpp>
+#include <mlframework/core/Tensor.hpp>
 
 #include "core/KernelReference.hpp"
 #include "core/UserTensor.hpp"
@@ -61,7 +61,9 @@ float RefTensorAmax(const TensorPtr& t) {
   return amax;
 }
 
-bool SameFloat(float a, float b) { return (std::isnan(a) && std::isnan(b)) || detail::FloatAsBits(a) == detail::FloatAsBits(b); }
+bool SameFloat(float a, float b) {
+  return (std::isnan(a) && std::isnan(b)) || detail::FloatAsBits(a) == detail::FloatAsBits(b);
+}
 
 // FP32 values the encoder must get right: FP8 ties at every exponent of both formats (and one
 // ulp either side), FP8 and FP32 subnormals, the overflow thresholds, specials, and random bits.

@@ -15,8 +15,8 @@
 
 #include <boost/test/unit_test.hpp>
 
-#include <mlframework/mlframework.hpp>
 #include <mlframework/core/FloatBits.hpp>
+#include <mlframework/mlframework.hpp>
 
 #ifndef MLFW_FLOAT8_REFERENCE
 #error "MLFW_FLOAT8_REFERENCE must name tests/data/float8_torch_reference.txt"
@@ -121,8 +121,10 @@ BOOST_AUTO_TEST_SUITE(Float8TorchReference)
 BOOST_AUTO_TEST_CASE(DecodingMatchesTorchOnEveryCode) {
   for (unsigned c = 0; c < 256; ++c) {
     const auto code = static_cast<std::uint8_t>(c);
-    BOOST_TEST(detail::FloatAsBits(detail::Float8E4M3FNBitsToFloat(code)) == Data().decode_e4m3[c], "e4m3fn code 0x" << std::hex << c);
-    BOOST_TEST(detail::FloatAsBits(detail::Float8E5M2BitsToFloat(code)) == Data().decode_e5m2[c], "e5m2 code 0x" << std::hex << c);
+    BOOST_TEST(detail::FloatAsBits(detail::Float8E4M3FNBitsToFloat(code)) == Data().decode_e4m3[c],
+               "e4m3fn code 0x" << std::hex << c);
+    BOOST_TEST(detail::FloatAsBits(detail::Float8E5M2BitsToFloat(code)) == Data().decode_e5m2[c],
+               "e5m2 code 0x" << std::hex << c);
   }
   // The same through tensors: all 256 codes cast to FP32, one tensor and as a list.
   for (const DataType dtype : kFp8) {
@@ -135,13 +137,15 @@ BOOST_AUTO_TEST_CASE(DecodingMatchesTorchOnEveryCode) {
     for (const TensorPtr& widened : {codes->CastTo(DataType::Float32), Cast(one, DataType::Float32)[0]}) {
       const std::vector<float> values = widened->ToFloatVector();
       for (unsigned c = 0; c < 256; ++c) {
-        BOOST_TEST(detail::FloatAsBits(values[c]) == ExpectedDecode(dtype)[c], ToString(dtype) << " code 0x" << std::hex << c);
+        BOOST_TEST(detail::FloatAsBits(values[c]) == ExpectedDecode(dtype)[c], ToString(dtype)
+                                                                                   << " code 0x" << std::hex << c);
       }
     }
     std::vector<float> direct(256);
     codes->CopyToFloats(direct);
     for (unsigned c = 0; c < 256; ++c) {
-      BOOST_TEST(detail::FloatAsBits(direct[c]) == ExpectedDecode(dtype)[c], ToString(dtype) << " code 0x" << std::hex << c);
+      BOOST_TEST(detail::FloatAsBits(direct[c]) == ExpectedDecode(dtype)[c], ToString(dtype)
+                                                                                 << " code 0x" << std::hex << c);
     }
   }
 }

@@ -148,7 +148,7 @@ struct ResidentRun {
 // in the parameter dtype reduced twice on odd steps (accumulation), release; then clip and step.
 // @p real: a real process group instead of the mirror of @p world ranks.
 ResidentRun Train(const ResidentOptions& options, bool on_device, int world,
-          const std::shared_ptr<dist::IProcessGroup>& real = nullptr) {
+                  const std::shared_ptr<dist::IProcessGroup>& real = nullptr) {
   constexpr int kResidentSteps = 4;
   auto mirror = std::make_shared<MirrorGroup>(world);
   std::shared_ptr<dist::IProcessGroup> group = mirror;

@@ -139,7 +139,8 @@ constexpr int kHybridSteps = 8;
 
 // Adam on the MLP, every rank on its slice of the global batch. With @p amp, an infinity on
 // the last rank's layer-2 gradient at odd steps must skip the step on every rank.
-HybridRun TrainMlp(const std::shared_ptr<dist::IProcessGroup>& group, const fsdp::FSDPConfig& config, bool amp = false) {
+HybridRun TrainMlp(const std::shared_ptr<dist::IProcessGroup>& group, const fsdp::FSDPConfig& config,
+                   bool amp = false) {
   fsdp::FSDP model(group, config);
   auto& l1 = model.RegisterUnit("layer1", Mlp::Layer1());
   auto& l2 = model.RegisterUnit("layer2", Mlp::Layer2());
