@@ -65,16 +65,6 @@ std::vector<TensorPtr> MakeList(const benchmark::State& state, DataType dtype) {
   return list;
 }
 
-// The tensors of @p list as the backend's span of pointers takes them.
-std::vector<ITensor*> RawPointers(const std::vector<TensorPtr>& list) {
-  std::vector<ITensor*> raw;
-  raw.reserve(list.size());
-  for (const TensorPtr& t : list) {
-    raw.push_back(t.get());
-  }
-  return raw;
-}
-
 std::size_t Bytes(const std::vector<TensorPtr>& list) {
   std::size_t bytes = 0;
   for (const TensorPtr& t : list) {
@@ -161,13 +151,12 @@ void BM_unscale_and_check(benchmark::State& state) {
 
 void BM_unscale_device_state(benchmark::State& state) {
   const auto list = MakeList(state, DtypeOf(state.range(1)));
-  const std::vector<ITensor*> raw = RawPointers(list);
   const DeviceScalingBackend& backend = cuda::Backend();
   const ScalePolicy policy{.InitialScale = 1.0f};
   auto scale_state = backend.CreateScaleState(kGpu, policy, ScaleState::Initial(policy));
   // A whole scaler step without a host synchronisation: unscale by the device scale, then update it.
   TimeOnDevice(state, 2 * Bytes(list), [&] {
-    backend.UnscaleWithState(raw, *scale_state);
+    WritePass(list, {}, {.State = scale_state.get()});
     backend.UpdateScale(*scale_state);
   });
 }
@@ -177,7 +166,6 @@ void BM_unscale_device_state(benchmark::State& state) {
 // that graphs its training step runs, with no host work per tensor.
 void BM_unscale_device_state_graph(benchmark::State& state) {
   const auto list = MakeList(state, DtypeOf(state.range(1)));
-  const std::vector<ITensor*> raw = RawPointers(list);
   const DeviceScalingBackend& backend = cuda::Backend();
   const ScalePolicy policy{.InitialScale = 1.0f};
   auto scale_state = backend.CreateScaleState(kGpu, policy, ScaleState::Initial(policy));
@@ -189,7 +177,7 @@ void BM_unscale_device_state_graph(benchmark::State& state) {
   {
     const cuda::StreamGuard guard(stream, 0);
     const auto step = [&] {
-      backend.UnscaleWithState(raw, *scale_state);
+      WritePass(list, {}, {.State = scale_state.get()});
       backend.UpdateScale(*scale_state);
     };
     cudaGraph_t graph = nullptr;
@@ -229,7 +217,6 @@ void BM_unscale_device_state_graph(benchmark::State& state) {
 struct WrappedLists {
   void* memory = nullptr;
   std::vector<std::vector<TensorPtr>> lists;
-  std::vector<std::vector<ITensor*>> raw;
 
   WrappedLists(benchmark::State& state, DataType dtype, std::size_t copies, std::size_t rotate) {
     const Layout layout = LayoutOf(state.range(0));
@@ -240,12 +227,10 @@ struct WrappedLists {
     }
     for (std::size_t k = 0; k < copies; ++k) {
       std::vector<TensorPtr>& list = lists.emplace_back();
-      std::vector<ITensor*>& pointers = raw.emplace_back();
       for (std::size_t i = 0; i < layout.tensors; ++i) {
         const std::size_t t = (i + k * rotate) % layout.tensors;
         list.push_back(
             cuda::Wrap(static_cast<std::byte*>(memory) + t * bytes, Shape{layout.elements}, dtype, 0, nullptr));
-        pointers.push_back(list.back().get());
       }
     }
   }
@@ -257,13 +242,13 @@ struct WrappedLists {
   WrappedLists& operator=(const WrappedLists&) = delete;
 };
 
-// UnscaleWithState on lists of new TensorPtr objects each call over memory passed before
+// The unscale with a device state on lists of new TensorPtr objects each call over memory passed before
 // (rotate 0: the backend finds the list's uploaded table) or in an order not seen for 16
 // calls (rotate 1: more lists than the backend keeps tables for, so every call uploads).
 void UnscaleWrapped(benchmark::State& state, std::size_t copies, std::size_t rotate) {
   const DataType dtype = DtypeOf(state.range(1));
   const WrappedLists wrapped(state, dtype, copies, rotate);
-  if (wrapped.raw.size() != copies) {
+  if (wrapped.lists.size() != copies) {
     return;
   }
   const DeviceScalingBackend& backend = cuda::Backend();
@@ -272,7 +257,7 @@ void UnscaleWrapped(benchmark::State& state, std::size_t copies, std::size_t rot
   const Layout layout = LayoutOf(state.range(0));
   std::size_t call = 0;
   TimeOnDevice(state, 2 * layout.tensors * layout.elements * ElementSize(dtype), [&] {
-    backend.UnscaleWithState(wrapped.raw[call++ % copies], *scale_state);
+    WritePass(wrapped.lists[call++ % copies], {}, {.State = scale_state.get()});
     backend.UpdateScale(*scale_state);
   });
 }

@@ -8,6 +8,7 @@
 //    FP8 units: the all-gather of a unit whose FP8 shard is current against raw MPI_Allgather
 //    of the same bytes, and, as its own case, the once-per-step quantization (amax, all-reduce
 //    MAX, cast) that precedes the first gather after a step.
+//    Gradient wires: BF16 against the FP8 block wire (BM_GradientWire16M), bytes and time.
 // 2. Memory: peak resident memory per rank while training with FSDP FullShard + Adam, against
 //    the ZeRO-3 figure 16 bytes x parameters / ranks + the largest gathered unit.
 #include <benchmark/benchmark.h>
@@ -16,6 +17,8 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -30,6 +33,7 @@
 #include <mlframework/core/Float8ScaleUpdate.hpp>
 #include <mlframework/core/Tensor.hpp>
 #include <mlframework/core/TensorBackend.hpp>
+#include <mlframework/distributed/Float8BlockReduce.hpp>
 #include <mlframework/distributed/MpiProcessGroup.hpp>
 #include <mlframework/distributed/fsdp/FSDP.hpp>
 #include <mlframework/optimizers/Adam.hpp>
@@ -280,6 +284,55 @@ void BM_AllReduce16M(benchmark::State& state) {
       variants);
 }
 
+// The gradient wires on one 16M-element unit, each from FP32 gradients to an FP32 shard: BF16
+// (ReduceDType BFloat16: cast, 16-bit reduce-scatter, widen) against the FP8 block wire
+// (GradientWire::Float8Blocks: encode, all-to-all of codes and scales, decode and sum), as the
+// library's collectives (BF16 input for the 16-bit one, FP32 for Float8BlockReduceScatter, which
+// encodes inside) and as FSDPShardingUnit::ReduceGradients. Raw: MPI_Reduce_scatter_block of the
+// BF16 bytes (MPI_SHORT sum). Counters: bytes each rank sends per element, and the FP8 wire's
+// best time over the BF16 wire's (target <= 1.1).
+void BM_GradientWire16M(benchmark::State& state) {
+  const std::size_t shard = kUnitElements / static_cast<std::size_t>(Ranks());
+  std::vector<float> values(kUnitElements);
+  for (std::size_t i = 0; i < kUnitElements; ++i) values[i] = std::sin(0.001f * static_cast<float>(i % 100000)) * 1e-3f;
+  const auto fp32_input = mlframework::FromVector(values, {kUnitElements});
+  const auto bf16_input = fp32_input->CastTo(DataType::BFloat16);
+  auto bf16_output = cpu::Empty({shard}, DataType::BFloat16);
+  auto fp32_output = cpu::Empty({shard}, DataType::Float32);
+  fsdp::FSDP bf16_model(Group(), {.ReduceDType = DataType::BFloat16});
+  fsdp::FSDP fp8_model(Group(), {.Wire = fsdp::GradientWire::Float8Blocks});
+  auto& bf16_unit = bf16_model.RegisterUnit("unit", {{"weight", cpu::Empty({kUnitElements}, DataType::Float32)}});
+  auto& fp8_unit = fp8_model.RegisterUnit("unit", {{"weight", cpu::Empty({kUnitElements}, DataType::Float32)}});
+  const mlframework::GradientMap gradients{{"weight", fp32_input}};
+  bf16_unit.Gather();
+  fp8_unit.Gather();
+  const auto reduce = [&gradients](fsdp::FSDPShardingUnit& unit) {
+    unit.ReduceGradients(gradients);
+    unit.ZeroGrad();
+  };
+  Compare(state, kUnitElements * sizeof(std::uint16_t),
+          [&] {
+            MPI_Reduce_scatter_block(cpu::Data(*bf16_input), cpu::MutableData(*bf16_output), static_cast<int>(shard),
+                                     MPI_SHORT, MPI_SUM, MPI_COMM_WORLD);
+          },
+          {{"bf16_library", [&] { Group()->ReduceScatter(*bf16_input, *bf16_output); }},
+           {"fp8_library", [&] { dist::Float8BlockReduceScatter(*Group(), *fp32_input, *fp32_output); }},
+           {"bf16_fsdp_unit", [&] { reduce(bf16_unit); }},
+           {"fp8_fsdp_unit", [&] { reduce(fp8_unit); }}});
+  bf16_unit.Release();
+  fp8_unit.Release();
+  // What each rank sends per element of the unit: the other ranks' chunks, (P - 1) / P of it.
+  const double others = static_cast<double>(Ranks() - 1) / static_cast<double>(Ranks());
+  const double fp8_bytes = dist::Float8WireBytesPerElement(shard);
+  state.counters["bf16_wire_bytes_per_element"] = 2.0 * others;
+  state.counters["fp8_wire_bytes_per_element"] = fp8_bytes * others;
+  state.counters["fp8_vs_bf16_bytes"] = fp8_bytes / 2.0;
+  state.counters["fp8_vs_bf16_library_time"] =
+      state.counters["fp8_library_best_ms"].value / state.counters["bf16_library_best_ms"].value;
+  state.counters["fp8_vs_bf16_fsdp_unit_time"] =
+      state.counters["fp8_fsdp_unit_best_ms"].value / state.counters["bf16_fsdp_unit_best_ms"].value;
+}
+
 // ---- peak memory per rank ----
 
 // Bytes the allocator has handed out and not yet taken back (heap + mmapped chunks).
@@ -434,6 +487,7 @@ BENCHMARK(BM_ReduceScatter16M)
     ->Iterations(kIterations)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_GradientWire16M)->Iterations(kIterations)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_AllReduce16M)
     ->Arg(kF32)
     ->Arg(kF16)

@@ -15,6 +15,13 @@
 //   pair/adam and pair/sgd run fused, limit and reference in turn in each iteration and report
 //   limit_over_fused (the target: >= 0.8) and reference_over_fused as counters, which a busy
 //   machine distorts less than rows timed apart.
+// Masters and states below FP32 (core/OptimizerStep.hpp's MasterFormat, StateFormat), each as
+// lowbit/<mode>/<list>: the fused step and, in each iteration, a limit loop that reads and writes
+// the same bytes of the same arrays (limit_over_fused); modes adam_bf16 (BF16 moments),
+// adam_8bit (Int8Block/UInt8Block moments), adam_fp8 (Float8E4M3Block moments), adam_sr_8bit (BF16
+// masters with stochastic rounding and 8-bit moments), adam_remainder (BF16 + remainder masters,
+// FP32 moments), sgd_8bit (Int8Block momentum). lowbit/adam_8bit_vs_fp32/<list> times the FP32
+// step and the 8-bit one in turn: fp32_over_8bit > 1 when the 8-bit moments are faster.
 //
 // Run: OMP_NUM_THREADS=<cores> bench_optimizers --benchmark_format=json --benchmark_out=opt.json
 #include <omp.h>
@@ -22,6 +29,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -275,6 +283,183 @@ void Pair(const std::string& name, const std::vector<std::size_t>& sizes, bool a
       ->Unit(benchmark::kMillisecond);
 }
 
+// ---- Masters and states below FP32.
+
+struct LowBitMode {
+  const char* name;
+  bool adam;
+  mlframework::MasterFormat masters;
+  mlframework::StateFormat first, second;
+};
+
+const LowBitMode kLowBitModes[] = {
+    {"adam_bf16", true, mlframework::MasterFormat::Float32, mlframework::StateFormat::BFloat16,
+     mlframework::StateFormat::BFloat16},
+    {"adam_8bit", true, mlframework::MasterFormat::Float32, mlframework::StateFormat::Int8Block,
+     mlframework::StateFormat::UInt8Block},
+    {"adam_fp8", true, mlframework::MasterFormat::Float32, mlframework::StateFormat::Float8E4M3Block,
+     mlframework::StateFormat::Float8E4M3Block},
+    {"adam_sr_8bit", true, mlframework::MasterFormat::BFloat16StochasticRounding, mlframework::StateFormat::Int8Block,
+     mlframework::StateFormat::UInt8Block},
+    {"adam_remainder", true, mlframework::MasterFormat::BFloat16Remainder, mlframework::StateFormat::Float32,
+     mlframework::StateFormat::Float32},
+    {"sgd_8bit", false, mlframework::MasterFormat::Float32, mlframework::StateFormat::Int8Block,
+     mlframework::StateFormat::Float32},
+};
+
+std::vector<std::size_t> BlockCounts(const std::vector<std::size_t>& sizes) {
+  std::vector<std::size_t> out;
+  for (const std::size_t n : sizes) {
+    out.push_back(mlframework::StateBlockCount(n, mlframework::kDefaultStateBlockSize));
+  }
+  return out;
+}
+
+// The masters, states and scales of one mode over one list.
+struct LowBitState {
+  LowBitState(const std::vector<std::size_t>& sizes, const LowBitMode& m)
+      : mode(m),
+        p(MakeList(sizes, m.masters == mlframework::MasterFormat::Float32 ? DataType::Float32 : DataType::BFloat16,
+                   1.0f)),
+        g(MakeList(sizes, DataType::Float32, 1e-2f)),
+        s1(MakeList(sizes, mlframework::StateStorageDType(m.first), 0.0f)),
+        s2(m.adam ? MakeList(sizes, mlframework::StateStorageDType(m.second), 0.0f) : std::vector<TensorPtr>{}),
+        c1(mlframework::IsBlockScaled(m.first) ? MakeList(BlockCounts(sizes), DataType::Float32, 0.0f)
+                                               : std::vector<TensorPtr>{}),
+        c2(m.adam && mlframework::IsBlockScaled(m.second) ? MakeList(BlockCounts(sizes), DataType::Float32, 0.0f)
+                                                          : std::vector<TensorPtr>{}),
+        rem(m.masters == mlframework::MasterFormat::BFloat16Remainder ? MakeList(sizes, DataType::BFloat16, 0.0f)
+                                                                      : std::vector<TensorPtr>{}) {}
+  LowBitMode mode;
+  std::vector<TensorPtr> p, g, s1, s2, c1, c2, rem;
+  std::uint64_t step = 0;
+  mlframework::OptimizerStepLists Lists() {
+    return {.Parameters = p,
+            .Gradients = g,
+            .FirstState = s1,
+            .SecondState = s2,
+            .FirstStateFormat = mode.first,
+            .SecondStateFormat = mode.second,
+            .FirstStateScales = c1,
+            .SecondStateScales = c2,
+            .Masters = mode.masters,
+            .ParameterRemainders = rem,
+            .RoundingSeed = 1,
+            .RoundingStep = ++step};
+  }
+  // Bytes one step reads and writes per element (the scales, 8 bytes per block of 256, left out).
+  std::size_t BytesPerElement() const {
+    auto size = [](const std::vector<TensorPtr>& list) {
+      return list.empty() ? 0 : ElementSize(list[0]->GetDataType());
+    };
+    return 2 * size(p) + size(g) + 2 * size(s1) + 2 * size(s2) + 2 * size(rem);
+  }
+};
+
+void LowBitFused(LowBitState& s) {
+  if (s.mode.adam) {
+    benchmark::DoNotOptimize(
+        mlframework::optimizers::FusedAdamStep(s.Lists(), mlframework::optimizers::AdamStepScalarsFor(kAdam, kStep)));
+  } else {
+    benchmark::DoNotOptimize(
+        mlframework::optimizers::FusedSGDStep(s.Lists(), mlframework::optimizers::SGDStepScalarsFor(kSgd, false)));
+  }
+}
+
+// Adds one to each element of elements [b, e) of @p t, read as T (a stand-in for reading and
+// writing them).
+template <class T>
+void Touch(const TensorPtr& t, std::size_t b, std::size_t e) {
+  T* x = reinterpret_cast<T*>(t->MutableHostBytes().data());
+#pragma omp simd
+  for (std::size_t i = b; i < e; ++i) {
+    x[i] = static_cast<T>(x[i] + 1);
+  }
+}
+
+void TouchAny(const TensorPtr& t, std::size_t b, std::size_t e) {
+  switch (ElementSize(t->GetDataType())) {
+    case 4:
+      Touch<float>(t, b, e);
+      break;
+    case 2:
+      Touch<std::uint16_t>(t, b, e);
+      break;
+    default:
+      Touch<std::uint8_t>(t, b, e);
+      break;
+  }
+}
+
+// The same bytes as the mode's step: each array read and written (the gradients only read), in
+// cache-sized pieces of each chunk so that every array's bytes cross memory once.
+void LowBitLimit(LowBitState& s) {
+  ForListChunks(s.p, [&](std::size_t t, std::size_t b, std::size_t e) {
+    constexpr std::size_t kPiece = 2048;
+    for (std::size_t lo = b; lo < e; lo += kPiece) {
+      const std::size_t hi = std::min(e, lo + kPiece);
+      const float* g = Floats(s.g[t]);
+      float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+      for (std::size_t i = lo; i < hi; ++i) {
+        sum += g[i];
+      }
+      benchmark::DoNotOptimize(sum);
+      TouchAny(s.p[t], lo, hi);
+      TouchAny(s.s1[t], lo, hi);
+      if (!s.s2.empty()) {
+        TouchAny(s.s2[t], lo, hi);
+      }
+      if (!s.rem.empty()) {
+        TouchAny(s.rem[t], lo, hi);
+      }
+    }
+  });
+  benchmark::ClobberMemory();
+}
+
+void LowBitPair(const LowBitMode& mode, const ListShape& shape) {
+  benchmark::RegisterBenchmark(
+      (std::string("lowbit/") + mode.name + "/" + shape.name).c_str(),
+      [=](benchmark::State& bench) {
+        LowBitState s(shape.sizes, mode);
+        double fused_s = 0.0;
+        double limit_s = 0.0;
+        for (auto _ : bench) {
+          const double f = Seconds([&] { LowBitFused(s); });
+          limit_s += Seconds([&] { LowBitLimit(s); });
+          fused_s += f;
+          bench.SetIterationTime(f);
+        }
+        bench.counters["limit_over_fused"] = limit_s / fused_s;
+        bench.counters["bytes_per_element"] = static_cast<double>(s.BytesPerElement());
+        bench.SetBytesProcessed(bench.iterations() *
+                                static_cast<std::int64_t>(Total(shape.sizes) * s.BytesPerElement()));
+      })
+      ->UseManualTime()
+      ->Unit(benchmark::kMillisecond);
+}
+
+// The FP32-moment step and the 8-bit-moment step in turn; the iteration time is the 8-bit one's.
+void EightBitVersusFP32(const ListShape& shape) {
+  benchmark::RegisterBenchmark((std::string("lowbit/adam_8bit_vs_fp32/") + shape.name).c_str(),
+                               [=](benchmark::State& bench) {
+                                 State fp32(shape.sizes, true, false);
+                                 LowBitState eight(shape.sizes, kLowBitModes[1]);
+                                 double fp32_s = 0.0;
+                                 double eight_s = 0.0;
+                                 for (auto _ : bench) {
+                                   fp32_s += Seconds([&] { AdamFused(fp32); });
+                                   const double e = Seconds([&] { LowBitFused(eight); });
+                                   eight_s += e;
+                                   bench.SetIterationTime(e);
+                                 }
+                                 bench.counters["fp32_over_8bit"] = fp32_s / eight_s;
+                               })
+      ->UseManualTime()
+      ->Unit(benchmark::kMillisecond);
+}
+
 void RegisterAll() {
   for (const ListShape& shape : Shapes()) {
     const std::string list = std::string("/") + shape.name;
@@ -287,6 +472,10 @@ void RegisterAll() {
     Row("sgd/reference" + list, shape.sizes, false, false, kSgdBytes, SgdReference);
     Pair("pair/adam" + list, shape.sizes, true, AdamFused, AdamLimit, AdamReference, kAdamBytes);
     Pair("pair/sgd" + list, shape.sizes, false, SgdFused, SgdLimit, SgdReference, kSgdBytes);
+    for (const LowBitMode& mode : kLowBitModes) {
+      LowBitPair(mode, shape);
+    }
+    EightBitVersusFP32(shape);
   }
 }
 

@@ -51,3 +51,5 @@ mlframework::TensorPtr GatherInFp8(std::shared_ptr<mlframework::distributed::IPr
 // docs/fsdp.md (fsdp.cpp)
 std::int64_t SaveAndResume(mlframework::distributed::fsdp::FSDP& fsdp, mlframework::optimizers::Adam& adam,
                            mlframework::amp::GradScaler& scaler);
+void ReduceOverTheFloat8Wire(const std::shared_ptr<mlframework::distributed::IProcessGroup>& world,
+                             const mlframework::GradientMap& params);

@@ -226,6 +226,29 @@ BOOST_AUTO_TEST_CASE(MixedHostAndDeviceListIsAnArgumentErrorAndChangesNothing) {
   BOOST_TEST(scaler.DeviceState() != nullptr);
 }
 
+// core's passes with a device state take the tensors of the state's backend only: a host tensor
+// in the list is named before anything is written or recorded.
+BOOST_AUTO_TEST_CASE(APassWithADeviceStateNamesATensorOfAnotherBackend) {
+  const amp::ScalePolicy policy = kConfig.ToScalePolicy();
+  const auto state = FakeBackend().CreateScaleState(Device::CUDA(0), policy, amp::ScaleState::Initial(policy));
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<TensorPtr> mixed = {FakeTensor({2.0f, inf}, {2}, DataType::Float32),
+                                        FromVector({3.0f}, {1}, DataType::Float32)};
+  const auto names_second = [](const ArgumentError& e) { return e.Parameter() == "tensors[1]"; };
+  BOOST_CHECK_EXCEPTION(WritePass(mixed, {}, {.State = state.get()}), ArgumentError, names_second);
+  BOOST_CHECK_EXCEPTION(ReadPass(mixed, {.State = state.get()}), ArgumentError, names_second);
+  const std::vector<TensorPtr> dst = {FakeTensor({0.0f, 0.0f}, {2}, DataType::Float32), Zeros({1})};
+  BOOST_CHECK_EXCEPTION(WritePass(mixed, dst, {.Op = WriteOp::Cast, .State = state.get()}), ArgumentError,
+                        [](const ArgumentError& e) { return e.Parameter() == "src[1]"; });
+  BOOST_TEST(mlfw_test::Peek(mixed[0])[0] == 2.0f);
+  BOOST_TEST(mlfw_test::Peek(dst[0])[0] == 0.0f);
+  BOOST_TEST(!state->FoundInf());
+  // The device tensors alone: unscaled on the "device", the Inf recorded there.
+  WritePass(std::span<const TensorPtr>(mixed).first(1), {}, {.State = state.get()});
+  BOOST_TEST(mlfw_test::Peek(mixed[0])[0] == 2.0f / policy.InitialScale);
+  BOOST_TEST(state->FoundInf());
+}
+
 BOOST_AUTO_TEST_CASE(StateFollowsTheGradientsBetweenHostAndDevices) {
   amp::DynamicLossScaler host(kConfig);
   amp::DynamicLossScaler moving(kConfig);

@@ -91,6 +91,8 @@ class FakeScaleState final : public mlframework::DeviceScaleState {
   void MarkFoundInf() override { found_inf_ = true; }
   void ClearFoundInf() override { found_inf_ = false; }
   bool LastStepSkipped() const override;
+  void FlagToTensor(mlframework::TensorPtr& out) const override;
+  void FlagFromTensor(const mlframework::ITensor& in) override;
   float Amax() const override;
   void ClearAmax() override { amax_ = 0.0f; }
 
@@ -130,6 +132,10 @@ class FakeDeviceBackend final : public mlframework::DeviceScalingBackend {
     if (!src.Grouped) {
       return std::nullopt;
     }
+    if (options.State != nullptr) {
+      WriteWithState(src.Tensors, dst.Tensors, options);  // on the "device": no synchronisation
+      return mlframework::WritePassResult{};
+    }
     if (options.Check || options.Amax) {
       CountSync();
     }
@@ -142,6 +148,11 @@ class FakeDeviceBackend final : public mlframework::DeviceScalingBackend {
                                                   const mlframework::ReadPassOptions& options) const override {
     if (!tensors.Grouped) {
       return std::nullopt;
+    }
+    if (options.State != nullptr) {
+      FakeScaleState& s = Own(*options.State, tensors.Tensors);
+      s.Flag() = s.Flag() || mlframework::HasNonFinite(Inner(tensors.Tensors));
+      return mlframework::ReadPassResult{};
     }
     CountSync();
     const auto inner = Inner(tensors.Tensors);
@@ -194,66 +205,6 @@ class FakeDeviceBackend final : public mlframework::DeviceScalingBackend {
     CountSync();  // the CUDA backend waits for the copy of the initial state
     return std::make_unique<FakeScaleState>(*this, device, policy, initial);
   }
-  void ScaleWithState(std::span<mlframework::ITensor* const> tensors,
-                      mlframework::DeviceScaleState& state) const override {
-    FakeScaleState& s = Own(state, tensors);
-    mlframework::ScaleInPlace(Inner(tensors), s.DeviceSide().Scale);
-  }
-  void UnscaleWithState(std::span<mlframework::ITensor* const> tensors,
-                        mlframework::DeviceScaleState& state) const override {
-    FakeScaleState& s = Own(state, tensors);
-    const float factor = mlframework::InverseScale(s.DeviceSide().Scale);
-    if (s.AmaxTracking()) {
-      s.Fold(mlframework::UnscaleCheckAndAmax(Inner(tensors), factor));
-      return;
-    }
-    const bool found = mlframework::UnscaleAndCheck(Inner(tensors), factor);
-    s.Flag() = s.Flag() || found;
-  }
-  void CastUnscaledWithState(std::span<const mlframework::ITensor* const> src,
-                             std::span<mlframework::ITensor* const> dst,
-                             mlframework::DeviceScaleState& state) const override {
-    FakeScaleState& s = Own(state, src);
-    Own(state, dst);
-    const float factor = mlframework::InverseScale(s.DeviceSide().Scale);
-    if (s.AmaxTracking()) {
-      s.Fold(mlframework::CastIntoAndAmax(Inner(src), Inner(dst), factor));
-      return;
-    }
-    const bool found = mlframework::CastInto(Inner(src), Inner(dst), factor);
-    s.Flag() = s.Flag() || found;
-  }
-  void CheckWithState(std::span<const mlframework::ITensor* const> tensors,
-                      mlframework::DeviceScaleState& state) const override {
-    FakeScaleState& s = Own(state, tensors);
-    s.Flag() = s.Flag() || mlframework::HasNonFinite(Inner(tensors));
-  }
-  void FlagToTensor(const mlframework::DeviceScaleState& state, mlframework::TensorPtr& out) const override {
-    auto& s = dynamic_cast<FakeScaleState&>(const_cast<mlframework::DeviceScaleState&>(state));  // NOLINT
-    const std::size_t count = s.AmaxTracking() ? 2 : 1;
-    const auto* current = dynamic_cast<const FakeDeviceTensor*>(out.get());
-    if (current == nullptr || current->GetDataType() != mlframework::DataType::Float32 || current->Size() != count ||
-        current->GetDevice() != s.GetDevice()) {
-      out = std::make_shared<FakeDeviceTensor>(mlframework::Zeros({count}), s.GetDevice().Index);
-      current = static_cast<const FakeDeviceTensor*>(out.get());
-    }
-    const float values[] = {s.Flag() ? 1.0f : 0.0f, s.AmaxSide()};
-    current->Inner()->CopyFromFloats(std::span<const float>(values, count));  // a device-side write
-  }
-  void FlagFromTensor(mlframework::DeviceScaleState& state, const mlframework::ITensor& in) const override {
-    FakeScaleState& s = Own(state, std::span<const mlframework::ITensor* const>{});
-    const std::size_t count = s.AmaxTracking() ? 2 : 1;
-    const auto* fake = dynamic_cast<const FakeDeviceTensor*>(&in);
-    if (fake == nullptr || in.GetDataType() != mlframework::DataType::Float32 || in.Size() != count ||
-        in.GetDevice() != s.GetDevice()) {
-      throw mlframework::ArgumentError("in", "must be an FP32 fake tensor of the flag's size on the state's device");
-    }
-    const std::vector<float> values = fake->Peek();  // a device-side read
-    s.Flag() = values[0] != 0.0f;
-    if (count == 2) {
-      s.AmaxSide() = values[1];
-    }
-  }
   void UpdateScale(mlframework::DeviceScaleState& state) const override {
     FakeScaleState& s = Own(state, std::span<const mlframework::ITensor* const>{});
     s.Skipped() = mlframework::amp::UpdateScaleState(s.DeviceSide(), s.Policy(), s.Flag());
@@ -261,6 +212,22 @@ class FakeDeviceBackend final : public mlframework::DeviceScalingBackend {
   }
 
  private:
+  // The CUDA backend's pass with a state: the factor from the state, an unscale's flag and amax into it.
+  static void WriteWithState(std::span<const mlframework::TensorPtr> src, std::span<const mlframework::TensorPtr> dst,
+                             const mlframework::WritePassOptions& options) {
+    FakeScaleState& s = Own(*options.State, src);
+    Own(*options.State, dst);
+    const bool unscale = options.FactorOfState == mlframework::StateFactor::InverseScale;
+    const float scale = s.DeviceSide().Scale;
+    const mlframework::WritePassOptions plain{.Op = options.Op,
+                                              .Factor = unscale ? mlframework::InverseScale(scale) : scale,
+                                              .Check = unscale,
+                                              .Amax = unscale && s.AmaxTracking()};
+    const mlframework::WritePassResult result = mlframework::WritePass(Inner(src), Inner(dst), plain);
+    if (unscale) {
+      s.Fold({.FoundNonFinite = result.FoundNonFinite, .Amax = result.Amax});
+    }
+  }
   // The CPU tensors inside (ArgumentError for a tensor of another backend, as the CUDA backend does).
   template <typename Pointer>
   static std::vector<mlframework::TensorPtr> Inner(std::span<Pointer const> tensors) {
@@ -356,6 +323,30 @@ inline float FakeScaleState::Amax() const {
 inline bool FakeScaleState::FoundInf() const {
   backend_.CountSync();
   return found_inf_;
+}
+inline void FakeScaleState::FlagToTensor(mlframework::TensorPtr& out) const {
+  const std::size_t count = AmaxTracking() ? 2 : 1;
+  const auto* current = dynamic_cast<const FakeDeviceTensor*>(out.get());
+  if (current == nullptr || current->GetDataType() != mlframework::DataType::Float32 || current->Size() != count ||
+      current->GetDevice() != device_) {
+    out = std::make_shared<FakeDeviceTensor>(mlframework::Zeros({count}), device_.Index);
+    current = static_cast<const FakeDeviceTensor*>(out.get());
+  }
+  const float values[] = {found_inf_ ? 1.0f : 0.0f, amax_};
+  current->Inner()->CopyFromFloats(std::span<const float>(values, count));  // a device-side write
+}
+inline void FakeScaleState::FlagFromTensor(const mlframework::ITensor& in) {
+  const std::size_t count = AmaxTracking() ? 2 : 1;
+  const auto* fake = dynamic_cast<const FakeDeviceTensor*>(&in);
+  if (fake == nullptr || in.GetDataType() != mlframework::DataType::Float32 || in.Size() != count ||
+      in.GetDevice() != device_) {
+    throw mlframework::ArgumentError("in", "must be an FP32 fake tensor of the flag's size on the state's device");
+  }
+  const std::vector<float> values = fake->Peek();  // a device-side read
+  found_inf_ = values[0] != 0.0f;
+  if (count == 2) {
+    amax_ = values[1];
+  }
 }
 inline bool FakeScaleState::LastStepSkipped() const {
   backend_.CountSync();

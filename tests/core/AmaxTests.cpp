@@ -116,28 +116,28 @@ BOOST_AUTO_TEST_CASE(HostStateTracksTheUnscale) {
   auto state = scaling.CreateScaleState(Device::CPU(), policy, ScaleState::Initial(policy));
   BOOST_TEST(!state->AmaxTracking());
   const std::vector<TensorPtr> grads{FromVector({2048.0f, -4096.0f, 1.0f}, {3})};
-  scaling.UnscaleListWithState(grads, *state);
+  WritePass(grads, {}, {.Op = WriteOp::Scale, .State = state.get()});
   BOOST_TEST(state->Amax() == 0.0f);  // off: the plain kernels, no amax
 
   state->SetAmaxTracking(true);
   const std::vector<TensorPtr> next{FromVector({2048.0f, -8192.0f, kInf}, {3})};
-  scaling.UnscaleListWithState(next, *state);
+  WritePass(next, {}, {.Op = WriteOp::Scale, .State = state.get()});
   BOOST_TEST(state->FoundInf());
   BOOST_TEST(state->Amax() == 8.0f);  // 8192 / 1024; the Inf left out
   // A cast folds in with the maximum; a check does not fold (its gradients may be scaled).
   const std::vector<TensorPtr> src{FromVector({10240.0f}, {1}, DataType::Float16)};
   const std::vector<TensorPtr> dst{Zeros({1})};
-  scaling.CastUnscaledListWithState(src, dst, *state);
+  WritePass(src, dst, {.Op = WriteOp::Cast, .State = state.get()});
   BOOST_TEST(state->Amax() == 10.0f);
   const std::vector<TensorPtr> big{FromVector({1.0e30f}, {1})};
-  scaling.CheckListWithState(big, *state);
+  ReadPass(big, {.State = state.get()});
   BOOST_TEST(state->Amax() == 10.0f);
   // The update leaves it; a clear, a write and switching tracking reset it.
   scaling.UpdateScale(*state);
   BOOST_TEST(state->Amax() == 10.0f);
   state->ClearAmax();
   BOOST_TEST(state->Amax() == 0.0f);
-  scaling.UnscaleListWithState(grads, *state);
+  WritePass(grads, {}, {.Op = WriteOp::Scale, .State = state.get()});
   BOOST_TEST(state->Amax() > 0.0f);
   state->Write(ScaleState::Initial(policy));
   BOOST_TEST(state->Amax() == 0.0f);
@@ -149,21 +149,21 @@ BOOST_AUTO_TEST_CASE(FlagTensorCarriesTheAmax) {
   const ScalePolicy policy{.InitialScale = 2.0f};
   auto state = scaling.CreateScaleState(Device::CPU(), policy, ScaleState::Initial(policy));
   TensorPtr flag;
-  scaling.FlagToTensor(*state, flag);
+  state->FlagToTensor(flag);
   BOOST_TEST(flag->Size() == 1u);
   state->SetAmaxTracking(true);
   const std::vector<TensorPtr> grads{FromVector({6.0f, -1.0f}, {2})};
-  scaling.UnscaleListWithState(grads, *state);
-  scaling.FlagToTensor(*state, flag);
+  WritePass(grads, {}, {.Op = WriteOp::Scale, .State = state.get()});
+  state->FlagToTensor(flag);
   BOOST_TEST_REQUIRE(flag->Size() == 2u);
   BOOST_TEST(flag->ToFloatVector() == std::vector<float>({0.0f, 3.0f}), boost::test_tools::per_element());
   const TensorPtr reduced = FromVector({1.0f, 5.0f}, {2});
-  scaling.FlagFromTensor(*state, *reduced);
+  state->FlagFromTensor(*reduced);
   BOOST_TEST(state->FoundInf());
   BOOST_TEST(state->Amax() == 5.0f);
   // A one-element flag no longer fits: ArgumentError naming `in`, the state unchanged.
   const TensorPtr one = FromVector({0.0f}, {1});
-  BOOST_CHECK_EXCEPTION(scaling.FlagFromTensor(*state, *one), ArgumentError,
+  BOOST_CHECK_EXCEPTION(state->FlagFromTensor(*one), ArgumentError,
                         [](const ArgumentError& e) { return e.Parameter() == "in"; });
   BOOST_TEST(state->FoundInf());
   BOOST_TEST(state->Amax() == 5.0f);

@@ -70,18 +70,18 @@ BOOST_AUTO_TEST_CASE(DeviceStateTracksTheUnscale) {
   state->SetAmaxTracking(true);
   const std::vector<TensorPtr> grads{
       FromVector({2048.0f, -8192.0f, std::numeric_limits<float>::infinity()}, {3}, DataType::Float32, kGpu)};
-  scaling.UnscaleListWithState(grads, *state);
+  WritePass(grads, {}, {.Op = WriteOp::Scale, .State = state.get()});
   const std::vector<TensorPtr> src{FromVector({10240.0f}, {1}, DataType::Float16, kGpu)};
   const std::vector<TensorPtr> dst{Zeros({1}, DataType::Float32, kGpu)};
-  scaling.CastUnscaledListWithState(src, dst, *state);
+  WritePass(src, dst, {.Op = WriteOp::Cast, .State = state.get()});
   BOOST_TEST(state->FoundInf());
   BOOST_TEST(state->Amax() == 10.0f);
   TensorPtr flag;
-  scaling.FlagToTensor(*state, flag);
+  state->FlagToTensor(flag);
   BOOST_TEST_REQUIRE(flag->Size() == 2u);
   BOOST_TEST(flag->ToFloatVector() == std::vector<float>({1.0f, 10.0f}), boost::test_tools::per_element());
   const TensorPtr reduced = FromVector({0.0f, 12.0f}, {2}, DataType::Float32, kGpu);
-  scaling.FlagFromTensor(*state, *reduced);
+  state->FlagFromTensor(*reduced);
   BOOST_TEST(!state->FoundInf());
   BOOST_TEST(state->Amax() == 12.0f);
   state->ClearAmax();

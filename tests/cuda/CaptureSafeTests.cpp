@@ -116,20 +116,16 @@ BOOST_AUTO_TEST_CASE(TheScaleStatesDeviceOperationsAreCaptureSafe) {
     };
     auto step = std::make_shared<Step>();
     return CaptureFlow{.captured = [step] {
-      std::vector<const ITensor*> src;
-      std::vector<ITensor*> dst;
-      for (std::size_t i = 0; i < step->half.size(); ++i) {
-        src.push_back(step->half[i].get());
-        dst.push_back(step->master[i].get());
-      }
+      const std::vector<TensorPtr>& src = step->half;
+      const std::vector<TensorPtr>& dst = step->master;
       const DeviceScalingBackend& backend = cuda::Backend();
       step->state->ClearFoundInf();
       step->state->ClearAmax();
-      backend.CheckWithState(src, *step->state);
-      backend.CastUnscaledWithState(src, dst, *step->state);
-      backend.UnscaleWithState(dst, *step->state);
-      backend.FlagToTensor(*step->state, step->flag);  // the flag a framework all-reduces
-      backend.FlagFromTensor(*step->state, *step->flag);
+      (void)backend.Read({src, true}, {.State = step->state.get()});
+      (void)backend.Write({src, true}, {dst, true}, {.Op = WriteOp::Cast, .State = step->state.get()});
+      (void)backend.Write({dst, true}, {}, {.State = step->state.get()});
+      step->state->FlagToTensor(step->flag);  // the flag a framework all-reduces
+      step->state->FlagFromTensor(*step->flag);
       step->state->MarkFoundInf();
       backend.UpdateScale(*step->state);
     }};

@@ -42,6 +42,8 @@ class ForeignScaleState final : public DeviceScaleState {
   void MarkFoundInf() override {}
   void ClearFoundInf() override {}
   bool LastStepSkipped() const override { return false; }
+  void FlagToTensor(TensorPtr& /*out*/) const override {}
+  void FlagFromTensor(const ITensor& /*in*/) override {}
   float Amax() const override { return 0.0f; }
   void ClearAmax() override {}
 
@@ -120,10 +122,6 @@ BOOST_AUTO_TEST_CASE(EveryEntryPointRejectsForeignInputsByName) {
   }
   const DeviceScalingBackend& backend = cuda::Backend();
   TensorPtr cpu = Zeros({2});
-  ITensor* tensor = cpu.get();
-  const ITensor* input = cpu.get();
-  const std::span<ITensor* const> tensors{&tensor, 1};
-  const std::span<const ITensor* const> inputs{&input, 1};
   const auto not_cuda = IsArgumentError("tensors[0]", "is not a CUDA-backend tensor (device cpu)");
   const std::span<const TensorPtr> list{&cpu, 1};
   const WritePassOptions unscale{.Op = WriteOp::Scale, .Factor = 0.5f, .Check = true};
@@ -142,15 +140,13 @@ BOOST_AUTO_TEST_CASE(EveryEntryPointRejectsForeignInputsByName) {
 
   ForeignScaleState state;
   const auto foreign = IsArgumentError("state", "was not created by the CUDA backend (device cpu)");
-  BOOST_CHECK_EXCEPTION(backend.ScaleWithState(tensors, state), ArgumentError, foreign);
-  BOOST_CHECK_EXCEPTION(backend.UnscaleWithState(tensors, state), ArgumentError, foreign);
+  const WritePassOptions scale{.State = &state, .FactorOfState = StateFactor::Scale};
+  BOOST_CHECK_EXCEPTION(backend.Write({list, true}, {}, scale), ArgumentError, foreign);
+  BOOST_CHECK_EXCEPTION(backend.Write({list, true}, {}, {.State = &state}), ArgumentError, foreign);
   // The state is checked before the list sizes.
-  BOOST_CHECK_EXCEPTION(backend.CastUnscaledWithState(inputs, {}, state), ArgumentError, foreign);
-  BOOST_CHECK_EXCEPTION(backend.CheckWithState(inputs, state), ArgumentError, foreign);
-  TensorPtr flag;
-  BOOST_CHECK_EXCEPTION(backend.FlagToTensor(state, flag), ArgumentError, foreign);
-  BOOST_TEST(flag == nullptr);
-  BOOST_CHECK_EXCEPTION(backend.FlagFromTensor(state, *cpu), ArgumentError, foreign);
+  BOOST_CHECK_EXCEPTION(backend.Write({list, true}, {}, {.Op = WriteOp::Cast, .State = &state}), ArgumentError,
+                        foreign);
+  BOOST_CHECK_EXCEPTION(backend.Read({list, true}, {.State = &state}), ArgumentError, foreign);
   BOOST_CHECK_EXCEPTION(backend.UpdateScale(state), ArgumentError, foreign);
 }
 

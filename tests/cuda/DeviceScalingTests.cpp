@@ -23,28 +23,6 @@ using mlfw_cuda_test::Bits;
 using mlfw_cuda_test::kGpu;
 namespace cuda = mlframework::backends::cuda;
 
-namespace {
-
-std::vector<ITensor*> Raw(const std::vector<TensorPtr>& tensors) {
-  std::vector<ITensor*> raw;
-  raw.reserve(tensors.size());
-  for (const TensorPtr& t : tensors) {
-    raw.push_back(t.get());
-  }
-  return raw;
-}
-
-std::vector<const ITensor*> RawConst(const std::vector<TensorPtr>& tensors) {
-  std::vector<const ITensor*> raw;
-  raw.reserve(tensors.size());
-  for (const TensorPtr& t : tensors) {
-    raw.push_back(t.get());
-  }
-  return raw;
-}
-
-}  // namespace
-
 BOOST_AUTO_TEST_SUITE(CudaDeviceScaling)
 
 BOOST_AUTO_TEST_CASE(BackendOfCudaTensorsHasTheExtension) {
@@ -82,10 +60,10 @@ BOOST_AUTO_TEST_CASE(TrajectoryMatchesHostPolicyAndGradientsMatchCpu) {
                                         FromVector({7.0f, 8.0f}, {2}, DataType::BFloat16)};
     // Scale a loss by the device-resident scale.
     std::vector<TensorPtr> loss = {Scalar(0.75f, DataType::Float32, kGpu)};
-    backend.ScaleWithState(Raw(loss), *state);
+    (void)backend.Write({loss, true}, {}, {.State = state.get(), .FactorOfState = StateFactor::Scale});
     BOOST_TEST(loss[0]->ToFloatVector()[0] == 0.75f * host.Scale);
 
-    backend.UnscaleWithState(Raw(gpu_grads), *state);
+    (void)backend.Write({gpu_grads, true}, {}, {.State = state.get()});
     const bool cpu_found = UnscaleAndCheck(cpu_grads, InverseScale(host.Scale));
     BOOST_TEST(state->FoundInf() == cpu_found);
     BOOST_TEST(cpu_found == overflow);
@@ -106,25 +84,25 @@ BOOST_AUTO_TEST_CASE(FlagRoundTripsThroughADeviceTensor) {
   const DeviceScalingBackend& backend = cuda::Backend();
   auto state = backend.CreateScaleState(kGpu, policy, amp::ScaleState::Initial(policy));
   TensorPtr flag;
-  backend.FlagToTensor(*state, flag);
+  state->FlagToTensor(flag);
   BOOST_TEST_REQUIRE(flag != nullptr);
   BOOST_TEST(flag->GetDevice() == kGpu);
   BOOST_TEST((flag->GetDataType() == DataType::Float32));
   BOOST_TEST(flag->ToFloatVector() == std::vector<float>{0.0f}, boost::test_tools::per_element());
   const ITensor* first = flag.get();
   state->MarkFoundInf();
-  backend.FlagToTensor(*state, flag);
+  state->FlagToTensor(flag);
   BOOST_TEST(flag.get() == first);  // reused
   BOOST_TEST(flag->ToFloatVector() == std::vector<float>{1.0f}, boost::test_tools::per_element());
   state->ClearFoundInf();
   BOOST_TEST(!state->FoundInf());
-  backend.FlagFromTensor(*state, *flag);
+  state->FlagFromTensor(*flag);
   BOOST_TEST(state->FoundInf());
   flag->CopyFromFloats(std::vector<float>{0.0f});
-  backend.FlagFromTensor(*state, *flag);
+  state->FlagFromTensor(*flag);
   BOOST_TEST(!state->FoundInf());
-  BOOST_CHECK_THROW(backend.FlagFromTensor(*state, *Zeros({2}, DataType::Float32, kGpu)), ArgumentError);
-  BOOST_CHECK_THROW(backend.FlagFromTensor(*state, *Zeros({1}, DataType::Float32)), ArgumentError);
+  BOOST_CHECK_THROW(state->FlagFromTensor(*Zeros({2}, DataType::Float32, kGpu)), ArgumentError);
+  BOOST_CHECK_THROW(state->FlagFromTensor(*Zeros({1}, DataType::Float32)), ArgumentError);
 }
 
 BOOST_AUTO_TEST_CASE(CastUnscaledCheckAndMarkAccumulateIntoTheFlag) {
@@ -137,7 +115,7 @@ BOOST_AUTO_TEST_CASE(CastUnscaledCheckAndMarkAccumulateIntoTheFlag) {
   std::vector<TensorPtr> dst = {Zeros({3}, DataType::Float32, kGpu)};
   std::vector<TensorPtr> cpu_src = {FromVector(values, {3}, DataType::Float16)};
   std::vector<TensorPtr> cpu_dst = {Zeros({3}, DataType::Float32)};
-  backend.CastUnscaledWithState(RawConst(src), Raw(dst), *state);
+  (void)backend.Write({src, true}, {dst, true}, {.Op = WriteOp::Cast, .State = state.get()});
   CastInto(cpu_src, cpu_dst, InverseScale(65536.0f));
   BOOST_TEST(Bits(*dst[0]) == Bits(*cpu_dst[0]), boost::test_tools::per_element());
   // 65536 and -131072 overflow FP16 to +-Inf on the way in, and Inf / 65536 is written as Inf.
@@ -145,7 +123,7 @@ BOOST_AUTO_TEST_CASE(CastUnscaledCheckAndMarkAccumulateIntoTheFlag) {
   BOOST_TEST(state->FoundInf());
 
   state->ClearFoundInf();
-  backend.CheckWithState(RawConst(src), *state);
+  (void)backend.Read({src, true}, {.State = state.get()});
   BOOST_TEST(state->FoundInf());
   backend.UpdateScale(*state);
   BOOST_TEST(state->LastStepSkipped());
@@ -168,11 +146,12 @@ BOOST_AUTO_TEST_CASE(TensorsOnAnotherDeviceOrBackendAreRejected) {
   const DeviceScalingBackend& backend = cuda::Backend();
   auto state = backend.CreateScaleState(kGpu, amp::ScalePolicy{}, amp::ScaleState{});
   std::vector<TensorPtr> cpu = {Zeros({2})};
-  BOOST_CHECK_EXCEPTION(backend.UnscaleWithState(Raw(cpu), *state), ArgumentError,
+  BOOST_CHECK_EXCEPTION(backend.Write({cpu, true}, {}, {.State = state.get()}), ArgumentError,
                         [](const ArgumentError& e) { return e.Parameter() == "tensors[0]"; });
   std::vector<TensorPtr> src = {Zeros({2}, DataType::Float16, kGpu)};
   std::vector<TensorPtr> dst = {Zeros({3}, DataType::Float32, kGpu)};
-  BOOST_CHECK_THROW(backend.CastUnscaledWithState(RawConst(src), Raw(dst), *state), ArgumentError);
+  BOOST_CHECK_THROW(backend.Write({src, true}, {dst, true}, {.Op = WriteOp::Cast, .State = state.get()}),
+                    ArgumentError);
   BOOST_CHECK_THROW(backend.CreateScaleState(Device::CUDA(cuda::DeviceCount()), amp::ScalePolicy{}, amp::ScaleState{}),
                     BackendError);
 }

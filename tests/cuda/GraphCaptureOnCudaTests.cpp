@@ -65,11 +65,7 @@ struct Training {
 
   // The step a framework captures: every call queues device work only.
   void Step() {
-    std::vector<ITensor*> gradients;
-    for (const TensorPtr& gradient : g) {
-      gradients.push_back(gradient.get());
-    }
-    cuda::Backend().UnscaleWithState(gradients, *state);
+    (void)cuda::Backend().Write({g, true}, {}, {.State = state.get()});
     BOOST_TEST(FusedAdamStep({.Parameters = w, .Gradients = g, .FirstState = m, .SecondState = v, .StepCount = count},
                              AdamStepScalarsFor(options, 1), state.get()));
     cuda::Backend().UpdateScale(*state);

@@ -100,7 +100,18 @@ BOOST_AUTO_TEST_CASE(CollectivesOnEveryDtype) {
       BOOST_TEST(input->ToFloatVector() == values, boost::test_tools::per_element());
       group->Broadcast(*input, 0);
       BOOST_TEST(input->ToFloatVector() == values, boost::test_tools::per_element());
+      const TensorPtr exchanged = Zeros({4}, dtype, device);
+      group->AllToAll(*input, *exchanged);  // one rank: its one chunk comes back through ncclSend/ncclRecv
+      BOOST_TEST(exchanged->ToFloatVector() == values, boost::test_tools::per_element());
     }
+  }
+  // The FP8 gradient wire's codes: bytes, on the device and staged.
+  for (const Device device : {kGpu, Device::CPU()}) {
+    const std::vector<float> codes = {1.0f, -2.5f, 0.125f, 448.0f};
+    const TensorPtr input = FromVector(codes, {4}, DataType::Float8E4M3FN, device);
+    const TensorPtr exchanged = Zeros({4}, DataType::Float8E4M3FN, device);
+    group->AllToAll(*input, *exchanged);
+    BOOST_TEST(exchanged->ToFloatVector() == codes, boost::test_tools::per_element());
   }
   std::vector<double> host = {1.5, -3.0, 1e300};
   group->AllReduceHost(host, ReduceOp::Sum);

@@ -70,7 +70,7 @@ BOOST_AUTO_TEST_CASE(CollectivesAndAsyncWait) {
                       *group = Group();
                       *in = List(DataType::Float32, 2);
                       *out = {Zeros({64}, DataType::Float32, kGpu), Zeros({64}, DataType::Float32, kGpu),
-                              Zeros({64}, DataType::Float32, kGpu)};
+                              Zeros({64}, DataType::Float32, kGpu), Zeros({64}, DataType::Float32, kGpu)};
                     },
                 .inputs = [=] { return *in; },
                 .call =
@@ -80,6 +80,7 @@ BOOST_AUTO_TEST_CASE(CollectivesAndAsyncWait) {
                       pg.Broadcast(*(*in)[1], 0);
                       pg.AllGather(*(*in)[0], *(*out)[0]);
                       pg.ReduceScatter(*(*in)[0], *(*out)[1], ReduceOp::Sum);
+                      pg.AllToAll(*(*in)[0], *(*out)[3]);  // grouped send/recv: FSDP's FP8 gradient wire
                       pg.Barrier();
                       std::vector<double> values(3, 1.0);
                       pg.AllReduceHost(values, ReduceOp::Sum);

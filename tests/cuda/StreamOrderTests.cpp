@@ -199,37 +199,34 @@ BOOST_AUTO_TEST_CASE(ScalerDeviceFlows) {
     auto grads = std::make_shared<std::vector<TensorPtr>>();
     auto outs = std::make_shared<std::vector<TensorPtr>>();
     auto flag = std::make_shared<TensorPtr>();
-    return Flow{.make =
-                    [=] {
-                      *grads = List(DataType::Float16);
-                      *outs = List(DataType::Float32);
-                    },
-                .inputs = [=] { return *grads; },
-                .call =
-                    [=] {
-                      const ScalePolicy policy;
-                      const std::unique_ptr<DeviceScaleState> state =
-                          cuda::Backend().CreateScaleState(kGpu, policy, ScaleState::Initial(policy));
-                      std::vector<const ITensor*> src;
-                      std::vector<ITensor*> dst;
-                      for (std::size_t i = 0; i < grads->size(); ++i) {
-                        src.push_back((*grads)[i].get());
-                        dst.push_back((*outs)[i].get());
-                      }
-                      cuda::Backend().CheckWithState(src, *state);
-                      cuda::Backend().CastUnscaledWithState(src, dst, *state);
-                      cuda::Backend().UnscaleWithState(dst, *state);
-                      cuda::Backend().FlagToTensor(*state, *flag);
-                      cuda::Backend().UpdateScale(*state);
-                      state->ClearAmax();
-                      static_cast<void>(state->Read());
-                    },
-                .outputs =
-                    [=] {
-                      std::vector<TensorPtr> all = *outs;
-                      all.push_back(*flag);
-                      return all;
-                    }};
+    return Flow{
+        .make =
+            [=] {
+              *grads = List(DataType::Float16);
+              *outs = List(DataType::Float32);
+            },
+        .inputs = [=] { return *grads; },
+        .call =
+            [=] {
+              const ScalePolicy policy;
+              const std::unique_ptr<DeviceScaleState> state =
+                  cuda::Backend().CreateScaleState(kGpu, policy, ScaleState::Initial(policy));
+              const std::vector<TensorPtr>& src = *grads;
+              const std::vector<TensorPtr>& dst = *outs;
+              (void)cuda::Backend().Read({src, true}, {.State = state.get()});
+              (void)cuda::Backend().Write({src, true}, {dst, true}, {.Op = WriteOp::Cast, .State = state.get()});
+              (void)cuda::Backend().Write({dst, true}, {}, {.State = state.get()});
+              state->FlagToTensor(*flag);
+              cuda::Backend().UpdateScale(*state);
+              state->ClearAmax();
+              static_cast<void>(state->Read());
+            },
+        .outputs =
+            [=] {
+              std::vector<TensorPtr> all = *outs;
+              all.push_back(*flag);
+              return all;
+            }};
   });
 }
 

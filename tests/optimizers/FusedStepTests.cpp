@@ -4,9 +4,6 @@
 // CMake runs this suite again with each instruction set forced through MLFW_CPU_ISA.
 #include <bit>
 #include <cmath>
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
 #include <cstdint>
 #include <memory>
 #include <random>
@@ -19,6 +16,7 @@
 #include <mlframework/optimizers/FusedSteps.hpp>
 
 #include "amp/FakeDeviceBackend.hpp"
+#include "optimizers/KernelNumerics.hpp"
 #include "optimizers/OptimizerTestUtil.hpp"
 #include "optimizers/ReferenceSteps.hpp"
 
@@ -53,17 +51,6 @@ std::uint32_t MaxUlps(const std::vector<float>& a, const std::vector<float>& b) 
   return worst;
 }
 
-// Gradients of mixed magnitudes (including zeros and values far from 1), weights around 1.
-std::vector<float> Random(std::size_t n, std::mt19937& rng, float scale) {
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::uniform_int_distribution<int> magnitude(-6, 3);
-  std::vector<float> v(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    v[i] = i % 97 == 5 ? 0.0f : scale * normal(rng) * std::ldexp(1.0f, magnitude(rng));
-  }
-  return v;
-}
-
 TensorPtr Host(const std::vector<float>& values) { return FromVector(values, {values.size()}); }
 
 // A list of FP32 tensors holding @p values.
@@ -92,39 +79,6 @@ std::vector<std::vector<float>> ZeroList() {
     out.emplace_back(n, 0.0f);
   }
   return out;
-}
-
-// The CPU backend's AVX2 and AVX-512 kernels fuse the multiply-adds PyTorch's vector kernels
-// fuse; the portable kernels fuse none (PyTorch's default capability).
-bool Fused() { return backends::cpu::InstructionSet() != "portable"; }
-
-#if defined(__x86_64__)
-// MKL's FP32 square root on an AVX-512 CPU (torch's sqrt), which the AVX-512 kernels take:
-// VRSQRT14 and one fused Newton step on the root, inputs below 2^-100 scaled by 2^64, zero,
-// negative, infinite and NaN inputs the IEEE root.
-__attribute__((target("avx512f"))) float MklRoot(float x) {
-  if (!(x > 0.0f) || std::isinf(x)) {
-    return std::sqrt(x);
-  }
-  const bool small = x < 0x1p-100f;
-  const float scaled = small ? x * 0x1p64f : x;
-  const float y = _mm_cvtss_f32(_mm_rsqrt14_ss(_mm_setzero_ps(), _mm_set_ss(scaled)));
-  const float root = scaled * y;
-  const float residual = std::fma(-root, root, scaled);
-  const float r = std::fma(residual, 0.5f * y, root);
-  return small ? r * 0x1p-32f : r;
-}
-
-#endif
-
-// The root the CPU backend's Adam kernels take on this run's instruction set.
-mlfw_reference::RootFn Root() {
-#if defined(__x86_64__)
-  if (backends::cpu::InstructionSet().starts_with("avx512")) {
-    return MklRoot;
-  }
-#endif
-  return mlfw_reference::IeeeRoot;
 }
 
 AdamOptions ToOptions(const mlfw_reference::AdamConfig& c) {

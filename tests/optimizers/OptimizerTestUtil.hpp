@@ -1,9 +1,11 @@
 #pragma once
 // Helpers shared by the optimizer tests.
 
+#include <cmath>
 #include <cstddef>
 #include <memory>
 #include <ostream>
+#include <random>
 #include <span>
 #include <string>
 #include <utility>
@@ -17,6 +19,17 @@ inline std::ostream& operator<<(std::ostream& out, DataType dtype) { return out 
 }  // namespace mlframework
 
 namespace mlfw_test {
+
+// Gradients of mixed magnitudes (including zeros and values far from 1), weights around 1.
+inline std::vector<float> Random(std::size_t n, std::mt19937& rng, float scale) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int> magnitude(-6, 3);
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    v[i] = i % 97 == 5 ? 0.0f : scale * normal(rng) * std::ldexp(1.0f, magnitude(rng));
+  }
+  return v;
+}
 
 inline std::vector<float> Values(const mlframework::TensorPtr& tensor) { return tensor->ToFloatVector(); }
 

@@ -80,10 +80,10 @@ BOOST_AUTO_TEST_CASE(FlagTensorOfTheWrongSizeIsRefused) {
   auto state = scaling.CreateScaleState(Device::CPU(), policy, ScaleState::Initial(policy));
   state->SetAmaxTracking(true);
   const std::vector<TensorPtr> grads{FromVector({16.0f}, {1})};
-  scaling.UnscaleListWithState(grads, *state);
+  WritePass(grads, {}, {.Op = WriteOp::Scale, .State = state.get()});
   for (const TensorPtr& bad : {FromVector({1.0f}, {1}), FromVector({1.0f, 2.0f, 3.0f}, {3}),
                                FromVector({1.0f, 2.0f}, {2}, DataType::Float16)}) {
-    ExpectError<ArgumentError>([&] { scaling.FlagFromTensor(*state, *bad); }, "in");
+    ExpectError<ArgumentError>([&] { state->FlagFromTensor(*bad); }, "in");
     BOOST_TEST(!state->FoundInf());
     BOOST_TEST(state->Amax() == 2.0f);
   }

@@ -2,28 +2,34 @@
 /// @file DeviceScaling.hpp
 /// @brief The scaling-backend interface: dynamic loss scaling whose state lives with the tensors.
 ///
-/// Every backend implements one interface, DeviceScalingBackend, so the front ends
-/// (amp::DynamicLossScaler, optimizers::mixed_precision::DynamicLossScaler,
-/// distributed::fsdp::FSDPMixedPrecisionManager, GradientConversionLayer) have one code path:
+/// A backend that keeps scaling state with its tensors implements DeviceScalingBackend (creating
+/// a state and advancing it), and its write and read passes (TensorBackend::Write and Read) take
+/// the state in their options, so the front ends (amp::DynamicLossScaler,
+/// optimizers::mixed_precision::DynamicLossScaler, distributed::fsdp::FSDPMixedPrecisionManager,
+/// GradientConversionLayer) have one code path:
 ///
-/// 1. ScaleWithState() multiplies the loss by the scale the state holds;
-/// 2. UnscaleWithState() / CastUnscaledWithState() multiply gradients by the
-///    inverse scale the state holds and OR "any non-finite value written"
-///    into the state's flag (CheckWithState() only reads);
+/// 1. a write pass with `WritePassOptions::State` and StateFactor::Scale multiplies the loss by
+///    the scale the state holds;
+/// 2. a write pass (WriteOp::Scale in place, WriteOp::Cast into FP32) with the state and
+///    StateFactor::InverseScale multiplies gradients by the inverse scale the state holds and ORs
+///    "any non-finite value written" into the state's flag (a read pass with
+///    `ReadPassOptions::State` only checks);
 /// 3. UpdateScale() runs UpdateScaleState() (core/ScalePolicy.hpp), records whether the step
 ///    must be skipped, and clears the flag.
 ///
-/// On a GPU (the CUDA backend) the state is in device memory, so none of these waits for the
-/// device: reading the found-inf flag back after every unscale would cost a host
-/// synchronisation per step. The host synchronises only when it asks: DeviceScaleState::Read(),
-/// FoundInf(), LastStepSkipped(), and when it creates or overwrites a state
-/// (CreateScaleState(), Write(), which wait for the host-to-device copy of their argument);
-/// docs/cuda-backend.md, "Which calls synchronise", lists the front ends' calls.
+/// core's WritePass() and ReadPass() (MultiTensor.hpp) run these passes on any list. On a GPU
+/// (the CUDA backend) the state is in device memory, so none of these waits for the device:
+/// reading the found-inf flag back after every unscale would cost a host synchronisation per
+/// step. The host synchronises only when it asks: DeviceScaleState::Read(), FoundInf(),
+/// LastStepSkipped(), and when it creates or overwrites a state (CreateScaleState(), Write(),
+/// which wait for the host-to-device copy of their argument); docs/cuda-backend.md, "Which calls
+/// synchronise", lists the front ends' calls.
 ///
 /// On the host (the CPU backend, and HostScaling() for tensors whose backend has no scaling of
-/// its own; core/HostScaling.hpp) the state is a HostScaleState, a ScaleState plus a flag in host memory, and the
-/// kernels are the backend's fused multi-tensor kernels: the same calls cost what a plain
-/// unscale and check cost. ScalingOf() names the scaling backend of a tensor.
+/// its own; core/HostScaling.hpp) the state is a HostScaleState, a ScaleState plus a flag in host
+/// memory: core's passes read its scale and record into it around the backends' plain fused
+/// passes, so the same calls cost what a plain unscale and check cost. ScalingOf() names the
+/// scaling backend of a tensor.
 
 #include <memory>
 #include <span>
@@ -65,13 +71,24 @@ class MLFRAMEWORK_EXPORT DeviceScaleState {
   virtual void ClearFoundInf() = 0;
   /// True when the last UpdateScale() saw an overflow, so that step must be skipped (waits for queued work).
   virtual bool LastStepSkipped() const = 0;
+  /// Writes the found-inf flag as 1.0f or 0.0f into @p out, a one-element FP32 tensor in the
+  /// state's memory, without waiting: the flag can then be all-reduced (MAX) across ranks with
+  /// IProcessGroup::AllReduce where it lives. While the state tracks the amax, @p out has two
+  /// elements, the flag and the amax, so the same MAX all-reduce agrees both. @p out is reused
+  /// when it is such a tensor already, and replaced by a new one otherwise (pass the same pointer
+  /// every step).
+  virtual void FlagToTensor(TensorPtr& out) const = 0;
+  /// Sets the found-inf flag to `in[0] != 0` without waiting (the reduced flag written back), and
+  /// the amax to `in[1]` when the state tracks it. ArgumentError naming `in` unless @p in is an
+  /// FP32 tensor of the kind FlagToTensor() writes (same memory, same element count).
+  virtual void FlagFromTensor(const ITensor& in) = 0;
 
   /// @name Amax (headroom telemetry, off by default)
-  /// While on, the unscale kernels of the state's backend (UnscaleWithState(),
-  /// CastUnscaledWithState() and their list forms) also fold the largest finite absolute value
-  /// they write (NonFiniteAndAmax in TensorBackend.hpp) into the state's amax, in the same pass as
-  /// the overflow check: max|g| / scale over the finite gradients, what the optimizer receives.
-  /// CheckWithState() does not (the gradients it reads may still be scaled). Inf and NaN are left out, so an
+  /// While on, the unscale passes with the state (WritePassOptions::State with
+  /// StateFactor::InverseScale) also fold the largest finite absolute value they write
+  /// (NonFiniteAndAmax in TensorBackend.hpp) into the state's amax, in the same pass as the
+  /// overflow check: max|g| / scale over the finite gradients, what the optimizer receives. A
+  /// read pass with the state does not (the gradients it reads may still be scaled). Inf and NaN are left out, so an
   /// overflowing step still reports the amax of its finite values. UpdateScale() does not touch it; ClearAmax(),
   /// Write() and SetAmaxTracking() set it to 0. While off, the kernels are the plain ones.
   ///@{
@@ -97,59 +114,21 @@ class MLFRAMEWORK_EXPORT DeviceScaleState {
   bool amax_tracking_ = false;
 };
 
-/// A TensorBackend whose multi-tensor kernels can take their factor from, and report
-/// overflow into, a DeviceScaleState without a host synchronisation.
+/// A TensorBackend that keeps dynamic-scaling state with its tensors: it creates the states its
+/// write and read passes take (WritePassOptions::State, ReadPassOptions::State) and advances them.
 ///
-/// All tensors handed to one call must live on the state's device (ArgumentError otherwise).
+/// All tensors of a pass with a state must live on the state's device (ArgumentError otherwise).
 class MLFRAMEWORK_EXPORT DeviceScalingBackend : public TensorBackend {
  public:
   ~DeviceScalingBackend() override;
+
   /// New device-resident state on @p device holding @p initial, updated under @p policy
   /// (the caller validates the policy with ValidateScalePolicy()).
   virtual std::unique_ptr<DeviceScaleState> CreateScaleState(Device device, const ScalePolicy& policy,
                                                              const ScaleState& initial) const = 0;
-  /// `x *= state.Scale` for every tensor (scales a loss), without reading the scale on the host.
-  virtual void ScaleWithState(std::span<ITensor* const> tensors, DeviceScaleState& state) const = 0;
-  /// `x *= InverseScale(state.Scale)` in place; sets the flag when a written value is Inf or NaN.
-  virtual void UnscaleWithState(std::span<ITensor* const> tensors, DeviceScaleState& state) const = 0;
-  /// `dst[i] = src[i] * InverseScale(state.Scale)` rounded into dst's dtype; sets the flag on Inf or NaN written.
-  virtual void CastUnscaledWithState(std::span<const ITensor* const> src, std::span<ITensor* const> dst,
-                                     DeviceScaleState& state) const = 0;
-  /// Sets the flag when any element is Inf or NaN (read only).
-  virtual void CheckWithState(std::span<const ITensor* const> tensors, DeviceScaleState& state) const = 0;
-  /// Writes the found-inf flag as 1.0f or 0.0f into @p out, a one-element FP32 tensor on the
-  /// state's device, without waiting: the flag can then be all-reduced (MAX) across ranks with
-  /// IProcessGroup::AllReduce on the device. While the state tracks the amax, @p out has two
-  /// elements, the flag and the amax, so the same MAX all-reduce agrees both. @p out is reused when
-  /// it is such a tensor of this backend, and replaced by a new one otherwise (pass the same
-  /// pointer every step).
-  virtual void FlagToTensor(const DeviceScaleState& state, TensorPtr& out) const = 0;
-  /// Sets the found-inf flag to `in[0] != 0` without waiting (the reduced flag written back), and
-  /// the amax to `in[1]` when the state tracks it. ArgumentError unless @p in is an FP32 tensor of
-  /// this backend on the state's device with the element count FlagToTensor() writes.
-  virtual void FlagFromTensor(DeviceScaleState& state, const ITensor& in) const = 0;
   /// Advances the state by one step on the device with UpdateScaleState(state, policy, flag),
   /// records whether the step overflowed (LastStepSkipped()) and clears the flag.
   virtual void UpdateScale(DeviceScaleState& state) const = 0;
-
-  /// The list forms the front ends call: the same kernels on lists of shared tensors. The
-  /// defaults pass the raw pointers to the members above; a backend whose plain multi-tensor
-  /// calls keep plans per list (the host backends, through core's multi-tensor functions)
-  /// overrides them, so a step costs what a plain unscale costs there.
-  virtual void UnscaleListWithState(std::span<const TensorPtr> tensors, DeviceScaleState& state) const;
-  /// List form of CastUnscaledWithState() (@p src and @p dst pairwise).
-  virtual void CastUnscaledListWithState(std::span<const TensorPtr> src, std::span<const TensorPtr> dst,
-                                         DeviceScaleState& state) const;
-  /// List form of CheckWithState().
-  virtual void CheckListWithState(std::span<const TensorPtr> tensors, DeviceScaleState& state) const;
-  /// A new tensor `loss * state.Scale` (the default clones @p loss and runs ScaleWithState()).
-  virtual TensorPtr ScaledLoss(const ITensor& loss, DeviceScaleState& state) const;
-  /// New FP32 tensors shaped like @p like, on their devices, for CastUnscaledWithState() to
-  /// overwrite (the default casts each one: a tensor of its own backend).
-  virtual std::vector<TensorPtr> Float32Outputs(std::span<const TensorPtr> like) const;
-  /// True when this backend's states live in host memory (HostScaleState): such states serve
-  /// every host backend alike, so a list that mixes host backends is one host list.
-  virtual bool StatesInHostMemory() const noexcept { return false; }
 
  protected:
   /// Only implementations construct the interface.
@@ -165,16 +144,20 @@ class MLFRAMEWORK_EXPORT DeviceScalingBackend : public TensorBackend {
 MLFW_HOST_DEVICE inline float InverseScale(float scale) { return static_cast<float>(1.0 / static_cast<double>(scale)); }
 
 /// The scaling backend of @p tensor's backend when it keeps its states in device memory (CUDA),
-/// else null (the CPU backend, user tensors).
+/// else null (the CPU backend and every other HostScalingBackend, user tensors): null means the
+/// tensor's passes take host states.
 MLFRAMEWORK_EXPORT const DeviceScalingBackend* DeviceScalingOf(const ITensor& tensor) noexcept;
 
 /// The scaling backend of @p tensor: its backend when that implements the interface (CPU, CUDA),
 /// else HostScaling() (core/HostScaling.hpp).
 MLFRAMEWORK_EXPORT const DeviceScalingBackend& ScalingOf(const ITensor& tensor) noexcept;
 
-/// New FP32 tensors shaped like @p like for an unscale to overwrite, made by the scaling backend
-/// of @p like's first tensor (ScalingOf(); a list holds the tensors of one backend, or host
-/// tensors only, which every host backend allocates alike). Empty for an empty list.
+/// New FP32 tensors shaped like @p like for an unscale to overwrite: for host tensors one
+/// contiguous buffer per device (ZerosContiguousLike(), so the cast into them streams like one
+/// flat tensor however many small gradients there are); for tensors whose backend keeps device
+/// states (DeviceScalingOf()), each allocated by that backend (TensorBackend::Allocate) on its
+/// device. A list holds the tensors of one device backend, or host tensors only. Empty for an
+/// empty list.
 MLFRAMEWORK_EXPORT std::vector<TensorPtr> Float32OutputsLike(std::span<const TensorPtr> like);
 
 }  // namespace mlframework

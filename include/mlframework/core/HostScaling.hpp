@@ -4,11 +4,12 @@
 ///
 /// The CPU backend implements DeviceScalingBackend (core/DeviceScaling.hpp) through
 /// HostScalingBackend, and HostScaling() does the same for tensors whose backend implements no
-/// scaling (a user's ITensor), so every front end runs one code path on every backend.
+/// scaling (a user's ITensor), so every front end runs one code path on every backend. core's
+/// WritePass() and ReadPass() (MultiTensor.hpp) run a pass with a HostScaleState as the plain pass
+/// with the state's factor and record its answer into the state, so the backends' kernels never
+/// see a host state.
 
 #include <memory>
-#include <span>
-#include <vector>
 
 #include <mlframework/core/DeviceScaling.hpp>
 #include <mlframework/export.hpp>
@@ -41,6 +42,11 @@ class MLFRAMEWORK_EXPORT HostScaleState final : public DeviceScaleState {
   void ClearFoundInf() override { found_inf_ = false; }
   /// Whether the last update saw an overflow.
   bool LastStepSkipped() const override { return last_skipped_; }
+  /// An FP32 host tensor holding the flag (and the amax while tracked), reused when @p out already is one.
+  void FlagToTensor(TensorPtr& out) const override;
+  /// Sets the flag to `in[0] != 0` (and the amax to `in[1]` while tracked); ArgumentError unless
+  /// @p in is an FP32 host tensor of the element count FlagToTensor() writes.
+  void FlagFromTensor(const ITensor& in) override;
   /// The amax folded in since the last clear.
   float Amax() const override { return amax_; }
   /// Sets the amax to 0.
@@ -68,8 +74,8 @@ class MLFRAMEWORK_EXPORT HostScaleState final : public DeviceScaleState {
   float amax_ = 0.0f;
 };
 
-/// The scaling interface on any backend whose tensors the host addresses: HostScaleState, and
-/// the backend's own fused kernels (through core's multi-tensor functions for lists). The CPU
+/// The scaling interface on any backend whose tensors the host addresses: its states are
+/// HostScaleStates, whose passes core runs with the backend's own plain fused kernels. The CPU
 /// backend is one; HostScaling() is the one for tensors whose backend has no scaling of its own.
 class MLFRAMEWORK_EXPORT HostScalingBackend : public DeviceScalingBackend {
  public:
@@ -77,38 +83,8 @@ class MLFRAMEWORK_EXPORT HostScalingBackend : public DeviceScalingBackend {
   /// A HostScaleState (@p device is not used: the state lives in host memory).
   std::unique_ptr<DeviceScaleState> CreateScaleState(Device device, const ScalePolicy& policy,
                                                      const ScaleState& initial) const override;
-  /// `x *= scale` by this backend's Write() (WriteOp::Scale).
-  void ScaleWithState(std::span<ITensor* const> tensors, DeviceScaleState& state) const override;
-  /// This backend's Write() of WriteOp::Scale by InverseScale(scale) with the check, ORed into the
-  /// flag (while the amax is tracked also the amax, folded into the state's; the same for the casts
-  /// below).
-  void UnscaleWithState(std::span<ITensor* const> tensors, DeviceScaleState& state) const override;
-  /// This backend's Write() of WriteOp::Cast by InverseScale(scale) with the check, ORed into the flag.
-  void CastUnscaledWithState(std::span<const ITensor* const> src, std::span<ITensor* const> dst,
-                             DeviceScaleState& state) const override;
-  /// core's HasNonFinite() (MultiTensor.hpp), ORed into the flag.
-  void CheckWithState(std::span<const ITensor* const> tensors, DeviceScaleState& state) const override;
-  /// An FP32 host tensor holding the flag (and the amax while tracked), reused when @p out already is one.
-  void FlagToTensor(const DeviceScaleState& state, TensorPtr& out) const override;
-  /// Sets the flag to `in[0] != 0` (and the amax to `in[1]` while tracked); ArgumentError unless
-  /// @p in is an FP32 host tensor of the element count FlagToTensor() writes.
-  void FlagFromTensor(DeviceScaleState& state, const ITensor& in) const override;
-  /// UpdateScaleState() on the host state.
+  /// UpdateScaleState() on the host state; ArgumentError naming `state` for a state of another kind.
   void UpdateScale(DeviceScaleState& state) const override;
-  /// core's UnscaleAndCheck() (MultiTensor.hpp) with InverseScale(scale), ORed into the flag.
-  void UnscaleListWithState(std::span<const TensorPtr> tensors, DeviceScaleState& state) const override;
-  /// core's CastInto() with InverseScale(scale), ORed into the flag.
-  void CastUnscaledListWithState(std::span<const TensorPtr> src, std::span<const TensorPtr> dst,
-                                 DeviceScaleState& state) const override;
-  /// core's HasNonFinite() (stops at the first non-finite chunk), ORed into the flag.
-  void CheckListWithState(std::span<const TensorPtr> tensors, DeviceScaleState& state) const override;
-  /// `loss.Multiply(scale)`: one pass.
-  TensorPtr ScaledLoss(const ITensor& loss, DeviceScaleState& state) const override;
-  /// ZerosContiguousLike(like, Float32): one contiguous buffer per device, so the cast into
-  /// them streams like one flat tensor however many small gradients there are.
-  std::vector<TensorPtr> Float32Outputs(std::span<const TensorPtr> like) const override;
-  /// True.
-  bool StatesInHostMemory() const noexcept override { return true; }
 
  protected:
   /// Only backends construct the interface.
@@ -120,8 +96,8 @@ class MLFRAMEWORK_EXPORT HostScalingBackend : public DeviceScalingBackend {
 };
 
 /// Scaling for tensors whose backend implements none (a user's ITensor, with or without a
-/// TensorBackend): host states, and core's multi-tensor functions, which fall back to the
-/// per-tensor virtual operations.
+/// TensorBackend): host states, whose passes core runs through each tensor's own backend, or
+/// through the tensor's ITensor members where it has none.
 MLFRAMEWORK_EXPORT const HostScalingBackend& HostScaling() noexcept;
 
 }  // namespace mlframework

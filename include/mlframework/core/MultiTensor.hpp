@@ -26,6 +26,24 @@ namespace mlframework {
 /// The tensors of @p gradients in key order (throws ArgumentNullError naming a null entry).
 MLFRAMEWORK_EXPORT std::vector<TensorPtr> TensorList(const GradientMap& gradients);
 
+/// @name The two routes (every list function below is one of them with its options)
+///@{
+/// The read pass of @p options over @p tensors (TensorBackend::Read): the whole list to its first
+/// tensor's backend, else the list checked and grouped by backend, each group to its backend,
+/// the tensors without one through their ITensor members. With a scale state
+/// (ReadPassOptions::State): a HostScaleState records the plain pass's flag; a state in device
+/// memory goes with the list to the list's one backend (ArgumentError naming the first tensor of
+/// another backend), which records on the device without waiting.
+MLFRAMEWORK_EXPORT ReadPassResult ReadPass(std::span<const TensorPtr> tensors, const ReadPassOptions& options);
+/// The write pass of @p options: in place over @p src (WriteOp::Scale, @p dst empty) or pairwise
+/// from @p src into @p dst (TensorBackend::Write). The same route as ReadPass(), pairs checked
+/// (non-null, one count, one shape pairwise) before they are grouped; a scale state
+/// (WritePassOptions::State) is taken as ReadPass() takes it: a HostScaleState's factor is read
+/// here and the plain pass's answer recorded into it.
+MLFRAMEWORK_EXPORT WritePassResult WritePass(std::span<const TensorPtr> src, std::span<const TensorPtr> dst,
+                                             const WritePassOptions& options);
+///@}
+
 /// Multiplies every element by @p factor in place; true when any result is Inf or NaN. One pass.
 MLFRAMEWORK_EXPORT bool UnscaleAndCheck(std::span<const TensorPtr> tensors, float factor);
 /// True when any element is Inf or NaN. One read pass.

@@ -3,11 +3,127 @@
 /// @brief The tensor lists and per-step constants of one fused optimizer step (TensorBackend::AdamStep(),
 /// TensorBackend::SGDStep(), optimizers/FusedSteps.hpp).
 
+#include <cstddef>
+#include <cstdint>
 #include <span>
 
 #include <mlframework/core/ITensor.hpp>
 
 namespace mlframework {
+
+/// How an optimizer state (Adam's exp_avg or exp_avg_sq, SGD's momentum buffer) is stored between
+/// steps. Each step decodes the state into FP32, updates it in FP32 exactly as an FP32 state, and
+/// encodes it again, in the same pass over memory.
+///
+/// - Float32, BFloat16, Float16: a tensor of that dtype; encoding rounds to nearest even.
+/// - Int8Block (first moment and momentum only): signed linear codes, one byte per element, and one
+///   FP32 scale per block of OptimizerStepLists::StateBlockSize elements: `scale = absmax / 127`,
+///   `code = round_half_even(x / scale)` in [-127, 127], `x' = code * scale`. Error bound:
+///   `|x - x'| <= scale / 2 + absmax * 2^-22`.
+/// - UInt8Block (second moment only): unsigned linear codes in [0, 255], `scale = absmax / 255`,
+///   the same rounding; a positive value that would round to code 0 is stored as code 1. Error
+///   bound: `|x - x'| <= scale / 2 + absmax * 2^-22` for `x >= scale / 2`, `x' - x <= scale` below.
+/// - Float8E4M3Block: FP8 E4M3FN codes of `x * (1 / scale)` (saturating) with `scale = absmax / 448`
+///   per block (signed: either moment). Relative error at most 2^-4 for `|x| >= 2^-6 * scale`,
+///   absolute error at most `2^-10 * scale` below; a positive second moment that would round to 0
+///   is stored as the smallest subnormal (`2^-9 * scale`).
+///
+/// Every second-moment format keeps a positive value positive (Float16 and BFloat16 store the
+/// smallest subnormal where round-to-nearest would give 0), so Adam's denominator never collapses
+/// to epsilon. The codes of the 8-bit formats live in a tensor of any one-byte dtype (the library
+/// has no integer dtype: the format, not the tensor's dtype, says how the bytes are read); the
+/// Float8E4M3Block codes are Float8E4M3FN values.
+enum class StateFormat : std::uint8_t {
+  Float32,          ///< FP32 (bit-identical to PyTorch's FP32 state).
+  BFloat16,         ///< BF16, round to nearest even.
+  Float16,          ///< FP16, round to nearest even.
+  Int8Block,        ///< Signed linear 8-bit codes with one FP32 scale per block.
+  UInt8Block,       ///< Unsigned linear 8-bit codes with one FP32 scale per block.
+  Float8E4M3Block,  ///< FP8 E4M3FN codes with one FP32 scale per block.
+};
+
+/// Name of @p format ("Float32", ..., "Float8E4M3Block"); "Unknown" outside the enum.
+constexpr const char* ToString(StateFormat format) noexcept {
+  switch (format) {
+    case StateFormat::Float32:
+      return "Float32";
+    case StateFormat::BFloat16:
+      return "BFloat16";
+    case StateFormat::Float16:
+      return "Float16";
+    case StateFormat::Int8Block:
+      return "Int8Block";
+    case StateFormat::UInt8Block:
+      return "UInt8Block";
+    case StateFormat::Float8E4M3Block:
+      return "Float8E4M3Block";
+  }
+  return "Unknown";
+}
+
+/// True for the formats with one FP32 scale per block (Int8Block, UInt8Block, Float8E4M3Block).
+constexpr bool IsBlockScaled(StateFormat format) noexcept {
+  return format == StateFormat::Int8Block || format == StateFormat::UInt8Block ||
+         format == StateFormat::Float8E4M3Block;
+}
+
+/// The dtype of the tensor that stores a state as @p format: the format's own for Float32,
+/// BFloat16 and Float16, Float8E4M3FN for the FP8 codes and, as their one-byte carrier, for the
+/// linear 8-bit codes (any one-byte dtype holds those).
+constexpr DataType StateStorageDType(StateFormat format) noexcept {
+  switch (format) {
+    case StateFormat::Float32:
+      return DataType::Float32;
+    case StateFormat::BFloat16:
+      return DataType::BFloat16;
+    case StateFormat::Float16:
+      return DataType::Float16;
+    case StateFormat::Int8Block:
+    case StateFormat::UInt8Block:
+    case StateFormat::Float8E4M3Block:
+      return DataType::Float8E4M3FN;
+  }
+  return DataType::Float32;
+}
+
+/// How the master weights (OptimizerStepLists::Parameters) are stored.
+///
+/// - Float32: FP32 parameters (today's masters).
+/// - BFloat16StochasticRounding: BF16 parameters; each step widens them to FP32 (exactly), updates in
+///   FP32 and rounds back stochastically: the FP32 value's low 16 bits plus 16 random bits carry into
+///   the BF16 value, so the expected BF16 value is the FP32 one. The random bits are Philox-4x32-10
+///   (core/Philox.hpp) keyed by OptimizerStepLists::RoundingSeed, the step, the tensor's index in the
+///   list and the element's index: a rerun gives the same bits, on every backend.
+/// - BFloat16Remainder: BF16 parameters plus a 16-bit remainder per element (Transformer Engine's
+///   `store_param_remainders`): the FP32 master's high half, rounded up when the remainder's top bit
+///   is set, is the BF16 parameter; its low half is the remainder. The pair reconstructs the FP32
+///   master exactly, so the trajectory is bit-identical to FP32 masters, at 4 bytes per parameter.
+enum class MasterFormat : std::uint8_t {
+  Float32,                     ///< FP32 masters.
+  BFloat16StochasticRounding,  ///< BF16 masters rounded stochastically (Philox).
+  BFloat16Remainder,           ///< BF16 parameters and 16-bit remainders: exact FP32 masters.
+};
+
+/// Name of @p format ("Float32", "BFloat16StochasticRounding", "BFloat16Remainder"); "Unknown" outside the enum.
+constexpr const char* ToString(MasterFormat format) noexcept {
+  switch (format) {
+    case MasterFormat::Float32:
+      return "Float32";
+    case MasterFormat::BFloat16StochasticRounding:
+      return "BFloat16StochasticRounding";
+    case MasterFormat::BFloat16Remainder:
+      return "BFloat16Remainder";
+  }
+  return "Unknown";
+}
+
+/// Block size of the block-scaled state formats unless a step names another.
+inline constexpr std::size_t kDefaultStateBlockSize = 256;
+
+/// Number of blocks (FP32 scales) of a block-scaled state of @p count elements.
+constexpr std::size_t StateBlockCount(std::size_t count, std::size_t block_size) noexcept {
+  return block_size == 0 ? 0 : (count + block_size - 1) / block_size;
+}
 
 /// What Adam's bias corrections are computed from at each step when the step count is kept in a
 /// tensor (OptimizerStepLists::StepCount): the options' doubles, as torch holds them.
@@ -61,7 +177,10 @@ struct SGDStepScalars {
 
 /// The lists one fused optimizer step reads and writes, entry i of each belonging to parameter i.
 ///
-/// Parameters, gradients and state are FP32 (the FP32 master weights of a mixed-precision model).
+/// Gradients are FP32. Parameters are FP32 (the FP32 master weights of a mixed-precision model), or
+/// BF16 under a MasterFormat other than Float32. Each state is stored as its StateFormat says
+/// (FP32 by default); the block-scaled formats carry their FP32 scales, one per block of
+/// StateBlockSize elements (StateBlockCount()), in FirstStateScales / SecondStateScales.
 /// LowPrecisionCopies is empty, or holds one entry per parameter: null for none, else an FP16 or
 /// BF16 tensor that receives the updated parameter rounded to its dtype in the same pass (the copy
 /// the next all-gather sends, as Megatron's distributed optimizer writes it).
@@ -80,6 +199,19 @@ struct OptimizerStepLists {
   std::span<const TensorPtr> SecondState{};         ///< Adam's exp_avg_sq; empty for SGD.
   std::span<const TensorPtr> LowPrecisionCopies{};  ///< Empty, or per parameter null / FP16 / BF16.
   TensorPtr StepCount{};                            ///< Null, or the step count (see above).
+  StateFormat FirstStateFormat = StateFormat::Float32;   ///< How FirstState is stored.
+  StateFormat SecondStateFormat = StateFormat::Float32;  ///< How SecondState is stored.
+  std::span<const TensorPtr> FirstStateScales{};   ///< Block-scaled FirstState: per parameter, FP32 scales; else empty.
+  std::span<const TensorPtr> SecondStateScales{};  ///< Block-scaled SecondState: likewise; else empty.
+  /// Elements per scale of the block-scaled formats: a power of two from 32 to 2048.
+  std::size_t StateBlockSize = kDefaultStateBlockSize;
+  MasterFormat Masters = MasterFormat::Float32;  ///< How Parameters are stored.
+  /// BFloat16Remainder: per parameter, the 16-bit remainders (a tensor of any two-byte dtype, read
+  /// as raw bits); else empty.
+  std::span<const TensorPtr> ParameterRemainders{};
+  std::uint64_t RoundingSeed = 0;  ///< BFloat16StochasticRounding: the Philox key.
+  /// BFloat16StochasticRounding: the step in the Philox counter (with a StepCount: count + 1 instead).
+  std::uint64_t RoundingStep = 0;
 };
 
 }  // namespace mlframework

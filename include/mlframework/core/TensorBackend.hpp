@@ -64,7 +64,10 @@ class MLFRAMEWORK_EXPORT TensorBackend {
   virtual std::string_view Name() const noexcept = 0;
 
   /// One read pass over @p tensors: the non-finite flag, and the sum of squares or the amax when
-  /// @p options ask for one (ArgumentError naming `options` when they ask for both). nullopt when
+  /// @p options ask for one (ArgumentError naming `options` when they ask for both). A backend
+  /// that keeps scale states in device memory (DeviceScalingBackend) takes its own state in
+  /// `options.State` and records into it without waiting; core runs the passes of host states
+  /// itself (MultiTensor.hpp's ReadPass()), so the others reject a state (RejectScaleState()). nullopt when
   /// the backend declines a list that is not Grouped (TensorListView). For a Grouped list the
   /// default reads each tensor through ITensor (HasNonFinite(), SumOfSquares(), ToFloatVector()):
   /// correct for any tensor; the CPU and CUDA backends override it with one fused pass.
@@ -72,13 +75,12 @@ class MLFRAMEWORK_EXPORT TensorBackend {
   /// One write pass (WritePass.hpp): scales @p src in place (@p dst empty), or casts or adds @p src
   /// into @p dst pairwise, and returns the non-finite flag and the amax of what it wrote when
   /// @p options ask for them. A device backend queues a pass that asks for neither and returns
-  /// without waiting. nullopt when the backend declines lists that are not Grouped: offered
-  /// before core's checks, a backend runs them only when it can tell they pass those checks (the
-  /// CPU backend: pairs of lists it kept from an earlier call; an in-place list of its own
-  /// tensors, which it checks while planning it). Grouped lists have passed core's
-  /// checks (entries non-null and of this backend; for pairs, the same count and the same shapes
-  /// pairwise). The default runs a Grouped list through each tensor's ToFloatVector() and
-  /// CopyFromFloats() (a host round trip per tensor, correct for any tensor); the CPU and CUDA
+  /// without waiting. A scale state in `options.State` is taken as Read() takes it. nullopt when the backend declines
+  /// lists that are not Grouped: offered before core's checks, a backend runs them only when it can tell they pass
+  /// those checks (the CPU backend: pairs of lists it kept from an earlier call; an in-place list of its own tensors,
+  /// which it checks while planning it). Grouped lists have passed core's checks (entries non-null and of this backend;
+  /// for pairs, the same count and the same shapes pairwise). The default runs a Grouped list through each tensor's
+  /// ToFloatVector() and CopyFromFloats() (a host round trip per tensor, correct for any tensor); the CPU and CUDA
   /// backends override it with one fused pass.
   virtual std::optional<WritePassResult> Write(TensorListView src, TensorListView dst,
                                                const WritePassOptions& options) const;
@@ -157,5 +159,10 @@ class MLFRAMEWORK_EXPORT TensorBackend {
   /// Implementations may be copy-assignable.
   TensorBackend& operator=(const TensorBackend&) = default;
 };
+
+/// ArgumentError naming `options` when @p state is not null: the passes of @p backend take no
+/// scale state (a host state's pass is run by core's ReadPass() and WritePass(), a device state's
+/// by the backend that made it).
+MLFRAMEWORK_EXPORT void RejectScaleState(const DeviceScaleState* state, const TensorBackend& backend);
 
 }  // namespace mlframework

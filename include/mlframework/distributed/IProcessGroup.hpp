@@ -60,6 +60,15 @@ class MLFRAMEWORK_EXPORT IProcessGroup {
   virtual void ReduceScatter(const ITensor& input, ITensor& output, ReduceOp op = ReduceOp::Sum) = 0;
   /// Reduces @p tensor element-wise over all ranks with @p op, in place on every rank.
   virtual void AllReduce(ITensor& tensor, ReduceOp op = ReduceOp::Sum) = 0;
+  /// Exchanges chunks: @p input and @p output have the same dtype and size, a multiple of
+  /// WorldSize(); chunk `p` of @p input goes to rank `p`, and chunk `p` of @p output is what
+  /// rank `p` sent to this one (MPI_Alltoall; NCCL: grouped ncclSend/ncclRecv). Only bytes
+  /// move, so every dtype is taken, FP8 included (FSDP's FP8 gradient wire, which sums the
+  /// parts itself). @p input and @p output must not overlap. ArgumentError naming `output` for
+  /// a dtype or size mismatch, `input` for a size that is not a multiple of the world size,
+  /// before any communication. The default, for other implementations, throws
+  /// InvalidOperationError on every rank.
+  virtual void AllToAll(const ITensor& input, ITensor& output);
   /// Copies @p tensor of rank @p root to every rank (same dtype and size everywhere).
   virtual void Broadcast(ITensor& tensor, int root = 0) = 0;
   /// Returns once every rank has entered the barrier.

@@ -31,6 +31,8 @@ class MLFRAMEWORK_EXPORT LocalProcessGroup final : public IProcessGroup {
   void AllGather(const ITensor& input, ITensor& output) override;
   void ReduceScatter(const ITensor& input, ITensor& output, ReduceOp op = ReduceOp::Sum) override;
   void AllReduce(ITensor& tensor, ReduceOp op = ReduceOp::Sum) override;
+  /// Copies @p input into @p output (one rank: its one chunk comes back to it).
+  void AllToAll(const ITensor& input, ITensor& output) override;
   void Broadcast(ITensor& tensor, int root = 0) override;
   void Barrier() override;
   void AllReduceHost(std::span<double> values, ReduceOp op) override;

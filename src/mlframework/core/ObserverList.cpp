@@ -72,12 +72,12 @@ void NotifyObservers(const Observers& list, const StepNotice& notice) {
 
 bool ReportCostsNoWait(const GradientMap& gradients) noexcept {
   return std::ranges::all_of(
-      gradients, [](const auto& entry) { return !entry.second || ScalingOf(*entry.second).StatesInHostMemory(); });
+      gradients, [](const auto& entry) { return !entry.second || DeviceScalingOf(*entry.second) == nullptr; });
 }
 
 bool ReportCostsNoWait(std::span<const TensorPtr> tensors) noexcept {
-  return std::ranges::all_of(
-      tensors, [](const TensorPtr& tensor) { return !tensor || ScalingOf(*tensor).StatesInHostMemory(); });
+  return std::ranges::all_of(tensors,
+                             [](const TensorPtr& tensor) { return !tensor || DeviceScalingOf(*tensor) == nullptr; });
 }
 
 }  // namespace mlframework::detail

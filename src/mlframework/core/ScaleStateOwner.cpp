@@ -4,7 +4,7 @@
 #include <utility>
 
 #include <mlframework/core/Error.hpp>
-#include <mlframework/core/HostScaling.hpp>
+#include <mlframework/core/MultiTensor.hpp>
 
 namespace mlframework::detail {
 
@@ -31,8 +31,8 @@ void ScaleStateOwner::Write(const ScaleState& state) {
 }
 
 bool ScaleStateOwner::IsOnStateDevice(const ITensor& tensor) const {
-  return &ScalingOf(tensor) == backend_ &&
-         (backend_->StatesInHostMemory() || tensor.GetDevice() == state_->GetDevice());
+  const DeviceScalingBackend* device = DeviceScalingOf(tensor);
+  return OnHost() ? device == nullptr : device == backend_ && tensor.GetDevice() == state_->GetDevice();
 }
 
 void ScaleStateOwner::Place(std::span<const TensorPtr> tensors, const char* parameter) {
@@ -41,32 +41,27 @@ void ScaleStateOwner::Place(std::span<const TensorPtr> tensors, const char* para
   }
   const TensorBackend* first = tensors[0]->Backend();
   const Device device = tensors[0]->GetDevice();
-  const DeviceScalingBackend* backend = &ScalingOf(*tensors[0]);
-  const bool host = backend->StatesInHostMemory();
+  const DeviceScalingBackend* on_device = DeviceScalingOf(*tensors[0]);
   for (std::size_t i = 1; i < tensors.size(); ++i) {
-    if (tensors[i]->Backend() == first && (host || tensors[i]->GetDevice() == device)) {
+    if (tensors[i]->Backend() == first && (on_device == nullptr || tensors[i]->GetDevice() == device)) {
       continue;  // the common case: one backend, one device
     }
-    if (host && ScalingOf(*tensors[i]).StatesInHostMemory()) {
-      backend = &HostScaling();  // host tensors of several backends: core's functions take them all
-      continue;
+    if (on_device == nullptr && DeviceScalingOf(*tensors[i]) == nullptr) {
+      continue;  // host tensors of several backends: one host state serves them all
     }
     throw ArgumentError(std::string(parameter) + "[" + std::to_string(i) + "]",
                         "is on " + tensors[i]->GetDevice().ToString() + " but entry 0 is on " + device.ToString() +
                             ": a dynamic scaler keeps its state on one device, so one call takes "
                             "tensors of one device-scaling backend and device, or host tensors only");
   }
-  const Device home = host ? Device::CPU() : device;
-  if (backend != backend_ || state_->GetDevice() != home) {
-    MoveTo(*backend, home);
+  const DeviceScalingBackend& backend = on_device != nullptr ? *on_device : HostScaling();
+  const Device home = on_device != nullptr ? device : Device::CPU();
+  if (&backend != backend_ || state_->GetDevice() != home) {
+    MoveTo(backend, home);
   }
 }
 
 void ScaleStateOwner::MoveTo(const DeviceScalingBackend& backend, Device device) {
-  if (backend.StatesInHostMemory() && backend_->StatesInHostMemory()) {
-    backend_ = &backend;  // one host state serves every host backend
-    return;
-  }
   const ScaleState state = Read();
   const bool record = Recorded();
   std::unique_ptr<DeviceScaleState> next = backend.CreateScaleState(device, policy_, state);
@@ -82,13 +77,13 @@ void ScaleStateOwner::MoveTo(const DeviceScalingBackend& backend, Device device)
 
 void ScaleStateOwner::Unscale(std::span<const TensorPtr> in_place, std::span<const TensorPtr> src,
                               std::span<const TensorPtr> dst) {
-  if (!in_place.empty()) backend_->UnscaleListWithState(in_place, *state_);
-  if (!src.empty()) backend_->CastUnscaledListWithState(src, dst, *state_);
+  if (!in_place.empty()) WritePass(in_place, {}, {.Op = WriteOp::Scale, .State = state_.get()});
+  if (!src.empty()) WritePass(src, dst, {.Op = WriteOp::Cast, .State = state_.get()});
   dirty_ = dirty_ || !in_place.empty() || !src.empty();
 }
 
 void ScaleStateOwner::Check(std::span<const TensorPtr> tensors) {
-  if (!tensors.empty()) backend_->CheckListWithState(tensors, *state_);
+  if (!tensors.empty()) ReadPass(tensors, {.State = state_.get()});
   dirty_ = dirty_ || !tensors.empty();
 }
 
@@ -99,10 +94,13 @@ bool ScaleStateOwner::Fits(const ITensor& buffer, const ITensor& like) {
 }
 
 TensorPtr ScaleStateOwner::ScaleLoss(const TensorPtr& loss) const {
-  if (IsOnStateDevice(*loss)) {
-    return backend_->ScaledLoss(*loss, *state_);  // the scale is read where the state lives
+  if (OnHost() || !IsOnStateDevice(*loss)) {
+    return loss->Multiply(Read().Scale);  // a host state's scale is read without a wait
   }
-  return loss->Multiply(Read().Scale);
+  // The scale is read where the state lives.
+  const TensorPtr scaled[] = {loss->Clone()};
+  WritePass(scaled, {}, {.Op = WriteOp::Scale, .State = state_.get(), .FactorOfState = StateFactor::Scale});
+  return scaled[0];
 }
 
 void ScaleStateOwner::Record(bool overflow) {
@@ -142,10 +140,10 @@ void ScaleStateOwner::UpdateFromRecord() {
   dirty_ = false;
 }
 
-void ScaleStateOwner::FlagToTensor(TensorPtr& out) const { backend_->FlagToTensor(*state_, out); }
+void ScaleStateOwner::FlagToTensor(TensorPtr& out) const { state_->FlagToTensor(out); }
 
 void ScaleStateOwner::FlagFromTensor(const ITensor& in) {
-  backend_->FlagFromTensor(*state_, in);
+  state_->FlagFromTensor(in);
   dirty_ = true;
 }
 

@@ -5,7 +5,7 @@
 // (core/DeviceScaling.hpp): in host memory for CPU and user tensors, on the device for CUDA
 // tensors. It starts in host memory; Place() moves it where the next operation's tensors keep
 // theirs (one synchronisation onto or off a device), so exactly one copy is current. One host
-// state serves every host backend.
+// state (HostScaling()'s) serves every host backend.
 //
 // Reads are cached until the next update (the only call that changes the state), so the
 // accessors between two updates cost one synchronisation together on a device; Update(bool)
@@ -19,6 +19,7 @@
 #include <vector>
 
 #include <mlframework/core/DeviceScaling.hpp>
+#include <mlframework/core/HostScaling.hpp>
 #include <mlframework/core/ITensor.hpp>
 #include <mlframework/core/ScalePolicy.hpp>
 
@@ -39,7 +40,7 @@ class ScaleStateOwner {
 
   const ScalePolicy& Policy() const noexcept { return policy_; }
   // The state while it lives in device memory, else null.
-  DeviceScaleState* DeviceState() const noexcept { return backend_->StatesInHostMemory() ? nullptr : state_.get(); }
+  DeviceScaleState* DeviceState() const noexcept { return OnHost() ? nullptr : state_.get(); }
 
   // The current state (on a device: copied to the host, waiting for queued work, unless it was
   // read since the last update).
@@ -105,10 +106,11 @@ class ScaleStateOwner {
 
  private:
   void MoveTo(const DeviceScalingBackend& backend, Device device);
+  bool OnHost() const noexcept { return backend_ == &HostScaling(); }
   bool IsOnStateDevice(const ITensor& tensor) const;
 
   ScalePolicy policy_;
-  const DeviceScalingBackend* backend_;
+  const DeviceScalingBackend* backend_;  // HostScaling() for a host state
   std::unique_ptr<DeviceScaleState> state_;
   bool dirty_ = false;                      // the flag may be set (false: known clear, no read needed)
   mutable std::optional<ScaleState> view_;  // the state as last read; reset by updates

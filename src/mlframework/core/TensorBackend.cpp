@@ -4,6 +4,7 @@
 #include <cmath>
 #include <string>
 
+#include <mlframework/core/DeviceScaling.hpp>
 #include <mlframework/core/Error.hpp>
 
 #include "mlframework/core/HostNonFiniteScan.hpp"
@@ -39,9 +40,17 @@ ReadPassResult detail::ReadEachTensor(std::span<const TensorPtr> tensors, const 
   return total;
 }
 
+void RejectScaleState(const DeviceScaleState* state, const TensorBackend& backend) {
+  if (state != nullptr) {
+    throw ArgumentError("options", "State is a scale state in " + state->GetDevice().ToString() + " memory, but the " +
+                                       std::string(backend.Name()) + " backend's passes take no scale state");
+  }
+}
+
 std::optional<WritePassResult> TensorBackend::Write(TensorListView src, TensorListView dst,
                                                     const WritePassOptions& options) const {
   ValidateWritePassOptions(options);
+  RejectScaleState(options.State, *this);
   if (!src.Grouped) {
     return std::nullopt;
   }
@@ -50,6 +59,7 @@ std::optional<WritePassResult> TensorBackend::Write(TensorListView src, TensorLi
 
 std::optional<ReadPassResult> TensorBackend::Read(TensorListView tensors, const ReadPassOptions& options) const {
   ValidateReadPassOptions(options);
+  RejectScaleState(options.State, *this);
   if (!tensors.Grouped) {
     return std::nullopt;
   }

@@ -71,6 +71,22 @@ void CheckScatterSizes(const ITensor& input, const ITensor& output, int world_si
   }
 }
 
+void CheckAllToAllSizes(const ITensor& input, const ITensor& output, int world_size) {
+  // Like an all-gather, an all-to-all only moves bytes: every dtype is taken.
+  if (input.GetDataType() != output.GetDataType()) {
+    throw ArgumentError("output", "AllToAll: output dtype " + std::string(ToString(output.GetDataType())) +
+                                      " differs from input dtype " + std::string(ToString(input.GetDataType())));
+  }
+  if (output.Size() != input.Size()) {
+    throw ArgumentError("output", "AllToAll: output has " + std::to_string(output.Size()) + " elements, the input " +
+                                      std::to_string(input.Size()));
+  }
+  if (input.Size() % static_cast<std::size_t>(world_size) != 0) {
+    throw ArgumentError("input", "AllToAll: input has " + std::to_string(input.Size()) +
+                                     " elements, not a multiple of the world size " + std::to_string(world_size));
+  }
+}
+
 void CheckRoot(int root, int world_size) {
   if (root < 0 || root >= world_size) {
     throw ArgumentError(

@@ -45,6 +45,8 @@ MLFRAMEWORK_EXPORT void CheckCollectiveDType(std::string_view call, const ITenso
 MLFRAMEWORK_EXPORT void CheckSameDType(std::string_view call, const ITensor& input, const ITensor& output);
 MLFRAMEWORK_EXPORT void CheckGatherSizes(const ITensor& input, const ITensor& output, int world_size);
 MLFRAMEWORK_EXPORT void CheckScatterSizes(const ITensor& input, const ITensor& output, int world_size);
+/// AllToAll's checks: same dtype and size, the size a multiple of @p world_size.
+MLFRAMEWORK_EXPORT void CheckAllToAllSizes(const ITensor& input, const ITensor& output, int world_size);
 MLFRAMEWORK_EXPORT void CheckRoot(int root, int world_size);
 MLFRAMEWORK_EXPORT void CheckOp(ReduceOp op);
 /// ArgumentError naming `color` when it is negative (IProcessGroup::Split puts every rank in a group).

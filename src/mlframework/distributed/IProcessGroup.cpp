@@ -112,6 +112,12 @@ std::shared_ptr<IProcessGroup> IProcessGroup::Split(int /*color*/, int /*key*/) 
                               "' process group cannot split into subgroups: implement IProcessGroup::Split");
 }
 
+void IProcessGroup::AllToAll(const ITensor& /*input*/, ITensor& /*output*/) {
+  // Deterministic for a given implementation, so every rank throws together.
+  throw InvalidOperationError("the '" + std::string(BackendName()) +
+                              "' process group has no all-to-all: implement IProcessGroup::AllToAll");
+}
+
 double IProcessGroup::AllReduceHost(double value, ReduceOp op) {
   AllReduceHost(std::span<double>(&value, 1), op);
   return value;

@@ -55,6 +55,11 @@ void LocalProcessGroup::AllReduce(ITensor& tensor, ReduceOp op) {
   detail::CheckCollectiveDType("AllReduce", tensor);
 }
 
+void LocalProcessGroup::AllToAll(const ITensor& input, ITensor& output) {
+  detail::CheckAllToAllSizes(input, output, 1);
+  if (&input != &output) CopyElements(input, output);
+}
+
 void LocalProcessGroup::Broadcast(ITensor& tensor, int root) {
   detail::CheckRoot(root, 1);
   detail::CheckCollectiveDType("Broadcast", tensor);

@@ -526,6 +526,18 @@ void MpiProcessGroup::AllReduce(ITensor& tensor, ReduceOp op) {
   target.Commit();
 }
 
+void MpiProcessGroup::AllToAll(const ITensor& input, ITensor& output) {
+  const std::lock_guard mpi(detail::MpiCallLock());
+  detail::CheckAllToAllSizes(input, output, impl_->world_size);
+  const int n = CountOf(input.Size() / static_cast<std::size_t>(impl_->world_size), "input");
+  const MPI_Datatype type = WireType(input.GetDataType());
+  detail::HostRead source(input);
+  detail::HostWrite target(output, false);
+  impl_->async->AwaitPeers();
+  MLFW_MPI_CHECK(MPI_Alltoall(source.Data(), n, type, target.Data(), n, type, impl_->comm));
+  target.Commit();
+}
+
 void MpiProcessGroup::Broadcast(ITensor& tensor, int root) {
   const std::lock_guard mpi(detail::MpiCallLock());
   detail::CheckRoot(root, impl_->world_size);

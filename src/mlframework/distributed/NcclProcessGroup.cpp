@@ -4,6 +4,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -251,6 +252,34 @@ class NcclProcessGroup final : public IProcessGroup {
         });
       });
       data.Commit(tensor);
+    });
+  }
+
+  void AllToAll(const ITensor& input, ITensor& output) override {
+    detail::CheckAllToAllSizes(input, output, world_size_);
+    Run("AllToAll", [&] {
+      const DeviceOperand in(input, options_.Device, true);
+      const DeviceOperand out(output, options_.Device, false);
+      // NCCL has no all-to-all collective: one send and one receive per peer in one group,
+      // which NCCL runs as one operation on the stream.
+      Enqueue("ncclSend/ncclRecv (all-to-all)", in.Staged() || out.Staged(), [&](ncclComm_t comm) {
+        Collective("ncclSend/ncclRecv (all-to-all)", Stream(), in.Read(input), out.Written(output), [&] {
+          const std::size_t chunk = input.Size() / static_cast<std::size_t>(world_size_);
+          const std::size_t bytes = chunk * ElementSize(input.GetDataType());
+          const auto* send = static_cast<const std::byte*>(in.Pointer());
+          auto* recv = static_cast<std::byte*>(out.Pointer());
+          const ncclDataType_t type = NcclType(input.GetDataType());
+          ncclResult_t result = ncclGroupStart();
+          for (int peer = 0; peer < world_size_ && result == ncclSuccess; ++peer) {
+            const std::size_t at = static_cast<std::size_t>(peer) * bytes;
+            result = ncclSend(send + at, chunk, type, peer, comm, Stream());
+            if (result == ncclSuccess) result = ncclRecv(recv + at, chunk, type, peer, comm, Stream());
+          }
+          const ncclResult_t ended = ncclGroupEnd();
+          return result != ncclSuccess ? result : ended;
+        });
+      });
+      out.Commit(output);
     });
   }
 

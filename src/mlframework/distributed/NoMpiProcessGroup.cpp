@@ -30,6 +30,7 @@ const MpiProcessGroupOptions& MpiProcessGroup::Options() const noexcept { return
 void MpiProcessGroup::AllGather(const ITensor&, ITensor&) { NoMpi(); }
 void MpiProcessGroup::ReduceScatter(const ITensor&, ITensor&, ReduceOp) { NoMpi(); }
 void MpiProcessGroup::AllReduce(ITensor&, ReduceOp) { NoMpi(); }
+void MpiProcessGroup::AllToAll(const ITensor&, ITensor&) { NoMpi(); }
 void MpiProcessGroup::Broadcast(ITensor&, int) { NoMpi(); }
 CollectiveRequestPtr MpiProcessGroup::AllGatherAsync(const ITensor&, ITensor&) { NoMpi(); }
 CollectiveRequestPtr MpiProcessGroup::ReduceScatterAsync(const ITensor&, ITensor&, ReduceOp) { NoMpi(); }

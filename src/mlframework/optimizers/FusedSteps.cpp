@@ -77,6 +77,96 @@ void SetBiasCorrections(AdamStepScalars& s, double step) {
   s.BiasCorrection2Sqrt = static_cast<float>(std::pow(bias_correction2, 0.5));
 }
 
+// The dtype a state stored as @p format has: its own for the FP32/BF16/FP16 formats,
+// Float8E4M3FN for the FP8 codes; the linear 8-bit codes take any one-byte dtype.
+bool StateDTypeFits(StateFormat format, DataType dtype) {
+  switch (format) {
+    case StateFormat::Float32:
+      return dtype == DataType::Float32;
+    case StateFormat::BFloat16:
+      return dtype == DataType::BFloat16;
+    case StateFormat::Float16:
+      return dtype == DataType::Float16;
+    case StateFormat::Int8Block:
+    case StateFormat::UInt8Block:
+      return ElementSize(dtype) == 1;
+    case StateFormat::Float8E4M3Block:
+      return dtype == DataType::Float8E4M3FN;
+  }
+  return false;
+}
+
+std::string Expected(StateFormat format) {
+  switch (format) {
+    case StateFormat::Int8Block:
+    case StateFormat::UInt8Block:
+      return "a one-byte dtype (the codes of " + std::string(ToString(format)) + ")";
+    case StateFormat::Float8E4M3Block:
+      return "Float8E4M3FN (the codes of Float8E4M3Block)";
+    default:
+      return ToString(format);
+  }
+}
+
+// One state's format: a known one, fit for the moment it stores (signed codes for the first,
+// unsigned for the second), Float32 when the step keeps no such state.
+void CheckStateFormat(StateFormat format, const char* name, bool used, bool second) {
+  const auto value = static_cast<unsigned>(format);
+  if (value > static_cast<unsigned>(StateFormat::Float8E4M3Block)) {
+    throw ArgumentError(std::string("lists.") + name, "is " + std::to_string(value) + ", not a StateFormat");
+  }
+  if (!used && format != StateFormat::Float32) {
+    throw ArgumentError(std::string("lists.") + name,
+                        "is " + std::string(ToString(format)) + " but the step keeps no such state (expected Float32)");
+  }
+  if (second ? format == StateFormat::Int8Block : format == StateFormat::UInt8Block) {
+    throw ArgumentError(std::string("lists.") + name, "is " + std::string(ToString(format)) + "; " +
+                                                          (second ? "the second moment takes UInt8Block codes"
+                                                                  : "unsigned codes hold only the second moment"));
+  }
+}
+
+// The formats of @p lists (ArgumentError naming the field and its value).
+void CheckFormats(const OptimizerStepLists& lists, const ListRules& rules) {
+  CheckStateFormat(lists.FirstStateFormat, "FirstStateFormat", rules.first, false);
+  CheckStateFormat(lists.SecondStateFormat, "SecondStateFormat", rules.second, true);
+  if (IsBlockScaled(lists.FirstStateFormat) || IsBlockScaled(lists.SecondStateFormat)) {
+    const std::size_t block = lists.StateBlockSize;
+    if (block < 32 || block > 2048 || (block & (block - 1)) != 0) {
+      throw ArgumentError("lists.StateBlockSize",
+                          "is " + std::to_string(block) + "; a block is a power of two from 32 to 2048 elements");
+    }
+  }
+  const auto masters = static_cast<unsigned>(lists.Masters);
+  if (masters > static_cast<unsigned>(MasterFormat::BFloat16Remainder)) {
+    throw ArgumentError("lists.Masters", "is " + std::to_string(masters) + ", not a MasterFormat");
+  }
+  if (lists.Masters != MasterFormat::Float32 && !lists.LowPrecisionCopies.empty()) {
+    throw ArgumentError("lists.LowPrecisionCopies", "holds " + std::to_string(lists.LowPrecisionCopies.size()) +
+                                                        " tensors but the masters are " + ToString(lists.Masters) +
+                                                        ": the BF16 parameters are their own low-precision copy");
+  }
+}
+
+// Entry i of @p list: non-null, @p count elements, a dtype @p fits accepts (else names @p expected).
+template <class Fits>
+const ITensor& CheckedAs(std::span<const TensorPtr> list, const char* name, std::size_t i, std::size_t count,
+                         Fits&& fits, const std::string& expected) {
+  const TensorPtr& tensor = list[i];
+  if (!tensor) {
+    throw ArgumentNullError(Entry(name, i));
+  }
+  if (!fits(tensor->GetDataType())) {
+    throw ArgumentError(Entry(name, i),
+                        "has dtype " + std::string(ToString(tensor->GetDataType())) + ", expected " + expected);
+  }
+  if (tensor->Size() != count) {
+    throw ArgumentError(Entry(name, i),
+                        "has " + std::to_string(tensor->Size()) + " elements, expected " + std::to_string(count));
+  }
+  return *tensor;
+}
+
 // The backend that runs a checked list: the device tensors' backend, or, for host memory, the CPU
 // backend (which also takes host memory of tensors without a backend).
 struct Route {
@@ -86,6 +176,7 @@ struct Route {
 
 // Checks @p lists against @p rules (ArgumentError naming the entry, nothing written) and finds the route.
 Route Check(const OptimizerStepLists& lists, const ListRules& rules) {
+  CheckFormats(lists, rules);
   const std::size_t n = lists.Parameters.size();
   RequireLength(lists.Gradients, "Gradients", n);
   RequireLength(lists.FirstState, "FirstState", rules.first ? n : 0);
@@ -93,6 +184,18 @@ Route Check(const OptimizerStepLists& lists, const ListRules& rules) {
   if (!lists.LowPrecisionCopies.empty()) {
     RequireLength(lists.LowPrecisionCopies, "LowPrecisionCopies", n);
   }
+  const bool first_scaled = IsBlockScaled(lists.FirstStateFormat);
+  const bool second_scaled = IsBlockScaled(lists.SecondStateFormat);
+  const bool fp32_masters = lists.Masters == MasterFormat::Float32;
+  const bool remainders = lists.Masters == MasterFormat::BFloat16Remainder;
+  RequireLength(lists.FirstStateScales, "FirstStateScales", first_scaled ? n : 0);
+  RequireLength(lists.SecondStateScales, "SecondStateScales", second_scaled ? n : 0);
+  RequireLength(lists.ParameterRemainders, "ParameterRemainders", remainders ? n : 0);
+  const auto is_fp32 = [](DataType dtype) { return dtype == DataType::Float32; };
+  const auto is_bf16 = [](DataType dtype) { return dtype == DataType::BFloat16; };
+  const auto two_bytes = [](DataType dtype) { return ElementSize(dtype) == 2; };
+  const std::string masters_dtype =
+      fp32_masters ? "Float32" : "BFloat16 (the masters are " + std::string(ToString(lists.Masters)) + ")";
   bool any_host = false;
   bool any_device = false;
   const TensorBackend* backend = nullptr;
@@ -123,15 +226,38 @@ Route Check(const OptimizerStepLists& lists, const ListRules& rules) {
     if (!lists.Parameters[i]) {
       throw ArgumentNullError(Entry("Parameters", i));
     }
-    const ITensor& parameter = Checked(lists.Parameters, "Parameters", i, lists.Parameters[i]->Size());
+    const ITensor& parameter = CheckedAs(lists.Parameters, "Parameters", i, lists.Parameters[i]->Size(),
+                                         fp32_masters ? +is_fp32 : +is_bf16, masters_dtype);
     const std::size_t count = parameter.Size();
+    const std::size_t blocks = StateBlockCount(count, lists.StateBlockSize);
     place(parameter, "Parameters", i);
     place(Checked(lists.Gradients, "Gradients", i, count), "Gradients", i);
+    if (remainders) {
+      place(CheckedAs(lists.ParameterRemainders, "ParameterRemainders", i, count, two_bytes,
+                      "a two-byte dtype (16-bit remainders)"),
+            "ParameterRemainders", i);
+    }
     if (rules.first) {
-      place(Checked(lists.FirstState, "FirstState", i, count), "FirstState", i);
+      const StateFormat format = lists.FirstStateFormat;
+      place(CheckedAs(
+                lists.FirstState, "FirstState", i, count, [&](DataType d) { return StateDTypeFits(format, d); },
+                Expected(format)),
+            "FirstState", i);
+      if (first_scaled) {
+        place(CheckedAs(lists.FirstStateScales, "FirstStateScales", i, blocks, is_fp32, "Float32"), "FirstStateScales",
+              i);
+      }
     }
     if (rules.second) {
-      place(Checked(lists.SecondState, "SecondState", i, count), "SecondState", i);
+      const StateFormat format = lists.SecondStateFormat;
+      place(CheckedAs(
+                lists.SecondState, "SecondState", i, count, [&](DataType d) { return StateDTypeFits(format, d); },
+                Expected(format)),
+            "SecondState", i);
+      if (second_scaled) {
+        place(CheckedAs(lists.SecondStateScales, "SecondStateScales", i, blocks, is_fp32, "Float32"),
+              "SecondStateScales", i);
+      }
     }
     if (!lists.LowPrecisionCopies.empty() && lists.LowPrecisionCopies[i]) {
       place(Checked(lists.LowPrecisionCopies, "LowPrecisionCopies", i, count, true), "LowPrecisionCopies", i);
@@ -187,6 +313,7 @@ bool Step(const Route& route, const OptimizerStepLists& lists, const Scalars& sc
   at_count(at, count);
   OptimizerStepLists uncounted = lists;
   uncounted.StepCount = nullptr;
+  uncounted.RoundingStep = static_cast<std::uint64_t>(count) + 1;  // the step being taken
   if (!run(uncounted, at, nullptr)) {
     NoFusedStep(*route.backend, what);
   }

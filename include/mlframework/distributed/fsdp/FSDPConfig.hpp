@@ -30,6 +30,26 @@ enum class ShardingStrategy {
 /// Name of @p strategy ("FullShard", ...) for messages.
 MLFRAMEWORK_EXPORT std::string_view ToString(ShardingStrategy strategy) noexcept;
 
+/// What gradients travel as in FSDP's reductions (ZeRO++ qgZ, MS-AMP's FP8 all-reduce).
+enum class GradientWire {
+  /// Elements of the reduce dtype (FSDPConfig::ReduceDType / UnitPrecision::ReduceDType):
+  /// FP32, or FP16 / BF16 summed in FP32 per element by the engine and rounded once.
+  ReduceDType,
+  /// FP8 E4M3FN codes with one FP32 power-of-two scale per kFloat8WireBlock (256) values of the
+  /// sender (distributed/Float8BlockReduce.hpp), 1.016 bytes an element: each rank encodes its
+  /// FP32 gradient, the parts are exchanged (all-to-all) and the receiver sums them in FP32 in
+  /// rank order, landing the FP32 shard without a 16-bit rounding. The reduce dtype is not used.
+  /// Each value is off by at most 2^-4 of itself (or 2^-17 of its block's largest magnitude)
+  /// before the sum; an Inf or NaN on any rank arrives as NaN, so the overflow agreement and
+  /// clipping, computed on the reduced FP32 shards as always, stay exact on what was reduced.
+  /// HybridShard's all-reduce across replicas and NoShard's all-reduce use it too (an
+  /// all-gather of the codes: each replica's sum is encoded once more, a second rounding).
+  Float8Blocks,
+};
+
+/// Name of @p wire ("ReduceDType", "Float8Blocks") for messages.
+MLFRAMEWORK_EXPORT std::string_view ToString(GradientWire wire) noexcept;
+
 /// Configuration of an FSDP instance. Every rank must use the same values.
 struct FSDPConfig {
   /// What is sharded.
@@ -43,6 +63,8 @@ struct FSDPConfig {
   /// Dtype gradients are reduced in (PyTorch's reduce_dtype); the result lands in FP32 shards.
   /// Float32, Float16 or BFloat16 (never FP8: ArgumentError).
   DataType ReduceDType = DataType::Float32;
+  /// What gradients travel as: the reduce dtype's elements (default) or FP8 blocks.
+  GradientWire Wire = GradientWire::ReduceDType;
   /// Broadcast rank 0's initial parameter values when a unit is registered, so ranks that
   /// initialized differently start from the same weights (PyTorch's sync_module_states).
   bool SyncModuleStates = false;

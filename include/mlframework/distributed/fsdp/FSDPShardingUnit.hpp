@@ -30,7 +30,9 @@ class FSDP;
 ///    framework uses in forward and backward.
 /// 2. ReduceGradients(full_gradients): the full per-parameter gradients are flattened into the
 ///    reduce dtype and reduce-scattered (collective), averaged over ranks, into LocalGradient(),
-///    this rank's FP32 gradient shard. Called again before a step, it accumulates.
+///    this rank's FP32 gradient shard. Called again before a step, it accumulates. With the FP8
+///    wire (Wire() == GradientWire::Float8Blocks) they are flattened in FP32, sent as FP8 blocks
+///    and summed in FP32 (distributed/Float8BlockReduce.hpp).
 /// 3. Release(): the gathered buffer is dropped and its memory goes back to the FSDP's buffer
 ///    cache, where the next unit's Gather() reuses it (FSDP::CachedBufferBytes()); if the
 ///    framework still holds a view of it, the memory stays the framework's and is freed when
@@ -87,6 +89,8 @@ class MLFRAMEWORK_EXPORT FSDPShardingUnit {
   DataType ParamDType() const noexcept;
   /// The dtype ReduceGradients() reduces in: the unit's own ReduceDType, else the FSDP's.
   DataType ReduceDType() const noexcept;
+  /// What ReduceGradients() sends: the unit's own Wire, else the FSDP's.
+  GradientWire Wire() const noexcept;
 
   /// All-gathers the unit in the parameter dtype (collective). InvalidOperationError on every
   /// rank when any rank already has it gathered.
@@ -169,6 +173,8 @@ class MLFRAMEWORK_EXPORT FSDPShardingUnit {
   /// ReduceGradients(), plus InvalidOperationError on every rank when any rank has a reduction
   /// of this unit in flight. Without gradient sync it sums locally as ReduceGradients() does
   /// and WaitReduce() has nothing to wait for. Results are bit-identical to ReduceGradients().
+  /// With the FP8 wire the reduction completes within this call (its encode, exchange and sum
+  /// are not overlapped) and WaitReduce() runs only HybridShard's replica all-reduce.
   void ReduceGradientsAsync(const GradientMap& gradients);
   /// True between ReduceGradientsAsync() and WaitReduce().
   bool IsReduceInFlight() const noexcept;

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include <mlframework/core/DataType.hpp>
+#include <mlframework/distributed/fsdp/FSDPConfig.hpp>
 #include <mlframework/export.hpp>
 
 namespace mlframework::distributed::fsdp {
@@ -21,8 +22,11 @@ struct UnitPrecision {
   std::optional<DataType> ParamDType;
   /// Dtype this unit's gradients are reduced in; unset: the FSDP's.
   std::optional<DataType> ReduceDType;
+  /// What this unit's gradients travel as; unset: the FSDP's FSDPConfig::Wire.
+  std::optional<GradientWire> Wire{};
 
-  /// ArgumentError naming the first set field that is not a DataType, and its value, or a
+  /// ArgumentError naming the first set field that is not a DataType (a GradientWire for Wire),
+  /// and its value, or a
   /// ReduceDType that is an FP8 dtype (FSDP gathers in FP8, as FSDPConfig::ParamDType says, but
   /// reduces in Float32, Float16 or BFloat16 only).
   MLFRAMEWORK_EXPORT void Validate() const;

@@ -81,6 +81,7 @@ std::shared_ptr<const Plan> CpuBackend::PlanOfList(std::span<const TensorPtr> te
 
 std::optional<ReadPassResult> CpuBackend::Read(TensorListView tensors, const ReadPassOptions& options) const {
   ValidateReadPassOptions(options);
+  RejectScaleState(options.State, *this);
   const auto plan = PlanOfList(tensors.Tensors);
   if (!plan) {
     if (!tensors.Grouped) {
@@ -125,6 +126,7 @@ std::shared_ptr<const PairPlans> CpuBackend::PairPlansOf(std::span<const TensorP
 std::optional<WritePassResult> CpuBackend::Write(TensorListView src, TensorListView dst,
                                                  const WritePassOptions& options) const {
   ValidateWritePassOptions(options);
+  RejectScaleState(options.State, *this);
   const float factor = options.Factor;
   if (options.Op == WriteOp::Scale) {
     const auto plan = PlanOfList(src.Tensors);

@@ -5,8 +5,11 @@
 // and -fno-math-errno (OptimizerKernels.hpp, "Numerics"): every fused multiply-add is an explicit
 // MulAdd, none is left to the compiler.
 
+#include <array>
+#include <bit>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <type_traits>
 
 #include <xsimd/xsimd.hpp>
@@ -15,8 +18,10 @@
 #endif
 
 #include <mlframework/core/OptimizerStep.hpp>
+#include <mlframework/core/Philox.hpp>
 
 #include "mlframework/backends/cpu/OptimizerKernels.hpp"
+#include "mlframework/core/StateCodes.hpp"
 
 namespace mlframework::backends::cpu::optimizer {
 
@@ -187,30 +192,307 @@ inline void ForEachBlock(const OptimizerPiece& piece, Fn&& fn) {
 template <class Batch>
 inline constexpr bool kFusedTable = !std::is_same_v<Batch, float>;
 
+// Adam over n elements whose masters and states are FP32 arrays (in memory, or a staged tile).
+template <class Batch, bool kL2, bool kDecay, bool kSmallWeight>
+inline void AdamSpan(float* w, const float* g, float* m, float* v, std::size_t n, const AdamConstants<Batch>& vc,
+                     const AdamConstants<float>& sc) {
+  constexpr bool kFused = kFusedTable<Batch>;
+  constexpr std::size_t kWidth = Width<Batch>();
+  std::size_t i = 0;
+  for (; i + kWidth <= n; i += kWidth) {
+    auto wi = Load<Batch>(w + i);
+    auto mi = Load<Batch>(m + i);
+    auto vi = Load<Batch>(v + i);
+    AdamElement<kFused, kL2, kDecay, kSmallWeight>(wi, Load<Batch>(g + i), mi, vi, vc);
+    Store(m + i, mi);
+    Store(v + i, vi);
+    Store(w + i, wi);
+  }
+  for (; i < n; ++i) {
+    AdamElement<kFused, kL2, kDecay, kSmallWeight>(w[i], g[i], m[i], v[i], sc);
+  }
+}
+
+// ---- Masters and states not stored in FP32: each tile of kStagedTileElements elements is
+// decoded into FP32 copies in the cache, updated by the FP32 loop, and encoded back, so memory is
+// read and written once (StateCodes.hpp has the codes; these loops are the CUDA kernels' arithmetic).
+
+// The FP32 values of elements [lo, lo + n) of a state stored as @p format.
+inline void DecodeState(StateFormat format, const void* data, const float* scales, std::size_t block, std::size_t lo,
+                        std::size_t n, float* out) {
+  switch (format) {
+    case StateFormat::Float32:
+      break;
+    case StateFormat::BFloat16: {
+      const auto* in = static_cast<const std::uint16_t*>(data) + lo;
+#pragma omp simd
+      for (std::size_t i = 0; i < n; ++i) {
+        out[i] = mlframework::detail::BFloat16BitsToFloat(in[i]);
+      }
+      break;
+    }
+    case StateFormat::Float16: {
+      const auto* in = static_cast<const std::uint16_t*>(data) + lo;
+#pragma omp simd
+      for (std::size_t i = 0; i < n; ++i) {
+        out[i] = mlframework::detail::HalfBitsToFloat(in[i]);
+      }
+      break;
+    }
+    case StateFormat::Int8Block:
+    case StateFormat::UInt8Block:
+    case StateFormat::Float8E4M3Block: {
+      // One loop per format (no branch in the loop: it vectorises); the FP8 values come from a
+      // table of the 256 codes' values (DecodeBlockCode's, exactly).
+      const auto* in = static_cast<const std::uint8_t*>(data) + lo;
+      static const std::array<float, 256> kFloat8 = [] {
+        std::array<float, 256> table{};
+        for (std::size_t c = 0; c < table.size(); ++c) {
+          table[c] = mlframework::detail::Float8E4M3FNBitsToFloat(static_cast<std::uint8_t>(c));
+        }
+        return table;
+      }();
+      for (std::size_t b = 0; b < n; b += block) {
+        const std::size_t end = b + block < n ? b + block : n;
+        const float scale = scales[(lo + b) / block];
+        if (format == StateFormat::Int8Block) {
+#pragma omp simd
+          for (std::size_t i = b; i < end; ++i) {
+            out[i] = static_cast<float>(static_cast<std::int8_t>(in[i])) * scale;
+          }
+        } else if (format == StateFormat::UInt8Block) {
+#pragma omp simd
+          for (std::size_t i = b; i < end; ++i) {
+            out[i] = static_cast<float>(in[i]) * scale;
+          }
+        } else {
+#pragma omp simd
+          for (std::size_t i = b; i < end; ++i) {
+            out[i] = kFloat8[in[i]] * scale;
+          }
+        }
+      }
+      break;
+    }
+  }
+}
+
+// The largest magnitude of values[b, e), NaN when one is NaN: the integer maximum of the
+// magnitudes' bits (every NaN's bits lie above infinity's, which lie above every finite value's).
+inline float AbsMax(const float* values, std::size_t b, std::size_t e) {
+  std::uint32_t largest = 0;
+#pragma omp simd
+  for (std::size_t i = b; i < e; ++i) {
+    const std::uint32_t bits = std::bit_cast<std::uint32_t>(values[i]) & 0x7fffffffu;
+    largest = bits > largest ? bits : largest;
+  }
+  return std::bit_cast<float>(largest);
+}
+
+// LinearCode() of values[0, n) into out[0, n), on batches of the value type Batch (selects, an
+// exact conversion of the rounded integer values) and LinearCode() itself for the tail.
+template <class Batch>
+inline void EncodeLinear(const float* values, std::uint8_t* out, std::size_t n, float scale, float code_max,
+                         bool second) {
+  std::size_t i = 0;
+  if constexpr (!std::is_same_v<Batch, float>) {
+    constexpr std::size_t kWidth = Batch::size;
+    const Batch divisor(scale);
+    const Batch low(code_max == 127.0f ? -127.0f : 0.0f);
+    const Batch high(code_max);
+    const Batch zero(0.0f);
+    const Batch one(1.0f);
+    const Batch magic(12582912.0f);  // RoundHalfEven()'s 1.5 * 2^23
+    alignas(64) std::int32_t lanes[kWidth];
+    for (; i + kWidth <= n; i += kWidth) {
+      const Batch x = Batch::load_unaligned(values + i);
+      const Batch quotient = x / divisor;
+      Batch q = xsimd::select(quotient == quotient, quotient, zero);
+      q = xsimd::select(q < low, low, q);
+      q = xsimd::select(q > high, high, q);
+      Batch r = (q + magic) - magic;
+      if (second) {
+        r = xsimd::select((x > zero) & (r == zero), one, r);
+      }
+      xsimd::batch_cast<std::int32_t>(r).store_aligned(lanes);
+      for (std::size_t k = 0; k < kWidth; ++k) {
+        out[i + k] = static_cast<std::uint8_t>(lanes[k]);
+      }
+    }
+  }
+  for (; i < n; ++i) {
+    out[i] = mlframework::detail::LinearCode(values[i], scale, code_max, second);
+  }
+}
+
+// Encodes @p values (elements [lo, lo + n)) into a state stored as @p format, with new block
+// scales; @p second: the second moment, whose positive values stay positive.
+// Keeps the second moment's positive values positive: a code 0 of a positive value becomes the
+// format's smallest positive code (1 in every format's bits).
+template <class Code>
+inline void KeepPositive(const float* values, Code* out, std::size_t n) {
+#pragma omp simd
+  for (std::size_t i = 0; i < n; ++i) {
+    out[i] = values[i] > 0.0f && out[i] == 0 ? Code{1} : out[i];
+  }
+}
+
+// Encodes @p values (elements [lo, lo + n)) into a state stored as @p format, with new block
+// scales; @p second: the second moment, whose positive values stay positive. The FP16, BF16 and
+// FP8 roundings are the CPU backend's cast kernels (StoredFormats), which round as the
+// conversions of core/FloatBits.hpp and core/Float8Bits.hpp do.
+template <class Batch>
+inline void EncodeState(const StoredFormats& f, StateFormat format, void* data, float* scales, std::size_t lo,
+                        std::size_t n, const float* values, bool second) {
+  const std::size_t block = f.block_size;
+  switch (format) {
+    case StateFormat::Float32:
+      break;
+    case StateFormat::BFloat16:
+    case StateFormat::Float16: {
+      auto* out = static_cast<std::uint16_t*>(data) + lo;
+      static_cast<void>((format == StateFormat::BFloat16 ? f.to_bfloat16 : f.to_float16)(values, out, n, 1.0f));
+      if (second) {
+        KeepPositive(values, out, n);
+      }
+      break;
+    }
+    case StateFormat::Int8Block:
+    case StateFormat::UInt8Block:
+    case StateFormat::Float8E4M3Block: {
+      auto* out = static_cast<std::uint8_t*>(data) + lo;
+      const float code_max = mlframework::detail::BlockCodeMax(format);
+      for (std::size_t b = 0; b < n; b += block) {
+        const std::size_t end = b + block < n ? b + block : n;
+        const float absmax = AbsMax(values, b, end);
+        const float scale = absmax / code_max;
+        scales[(lo + b) / block] = scale;
+        if (format == StateFormat::Float8E4M3Block) {
+          static_cast<void>(f.to_float8(values + b, out + b, end - b, mlframework::detail::Float8CodeFactor(scale)));
+          if (second) {
+            KeepPositive(values + b, out + b, end - b);
+          }
+        } else {
+          EncodeLinear<Batch>(values + b, out + b, end - b, scale, code_max, second);
+        }
+      }
+      break;
+    }
+  }
+}
+
+// The FP32 masters of elements [lo, lo + n) of a BF16-master piece.
+inline void DecodeMasters(const OptimizerPiece& piece, std::size_t lo, std::size_t n, float* out) {
+  const auto* param = static_cast<const std::uint16_t*>(piece.parameter_data) + lo;
+  if (piece.formats->masters == MasterFormat::BFloat16Remainder) {
+    const std::uint16_t* remainder = piece.remainders + lo;
+#pragma omp simd
+    for (std::size_t i = 0; i < n; ++i) {
+      out[i] = mlframework::detail::MasterFromRemainder(param[i], remainder[i]);
+    }
+    return;
+  }
+#pragma omp simd
+  for (std::size_t i = 0; i < n; ++i) {
+    out[i] = mlframework::detail::BFloat16BitsToFloat(param[i]);
+  }
+}
+
+// Stores the updated FP32 masters @p values of elements [lo, lo + n) of a BF16-master piece.
+inline void EncodeMasters(const OptimizerPiece& piece, std::size_t lo, std::size_t n, const float* values) {
+  auto* param = static_cast<std::uint16_t*>(piece.parameter_data) + lo;
+  if (piece.formats->masters == MasterFormat::BFloat16Remainder) {
+    std::uint16_t* remainder = piece.remainders + lo;
+#pragma omp simd
+    for (std::size_t i = 0; i < n; ++i) {
+      mlframework::detail::SplitMaster(values[i], param + i, remainder + i);
+    }
+    return;
+  }
+  // Stochastic rounding: the tile's random words first (one Philox block gives the words of four
+  // consecutive elements; lo and the piece's offset are multiples of four), in a loop of its own
+  // that vectorises, then the rounding.
+  const StoredFormats& f = *piece.formats;
+  const std::uint64_t first_group = (piece.offset + lo) / 4;
+  const std::size_t groups = (n + 3) / 4;
+  alignas(64) std::uint32_t words[kStagedTileElements];
+  const auto seed0 = static_cast<std::uint32_t>(f.seed);
+  const auto seed1 = static_cast<std::uint32_t>(f.seed >> 32);
+  const auto step = static_cast<std::uint32_t>(f.step);
+  for (std::size_t k = 0; k < groups; ++k) {
+    const std::uint64_t group = first_group + k;
+    const Philox4x32Block bits =
+        Philox4x32(Philox4x32Block{{static_cast<std::uint32_t>(group), static_cast<std::uint32_t>(group >> 32),
+                                    piece.tensor, step}},
+                   seed0, seed1);
+    words[4 * k] = bits.Word[0];
+    words[4 * k + 1] = bits.Word[1];
+    words[4 * k + 2] = bits.Word[2];
+    words[4 * k + 3] = bits.Word[3];
+  }
+#pragma omp simd
+  for (std::size_t i = 0; i < n; ++i) {
+    param[i] = StochasticRoundToBFloat16Bits(values[i], words[i]);
+  }
+}
+
+// The tile buffers of a staged step: the masters and the two states in FP32.
+struct StagedTile {
+  alignas(64) float w[kStagedTileElements];
+  alignas(64) float first[kStagedTileElements];
+  alignas(64) float second[kStagedTileElements];
+};
+
+// Runs update(w, g, first, second, n) tile by tile over a piece with a master or state not in
+// FP32: each tile decoded into FP32, updated, encoded back (and its FP16/BF16 copy written).
+template <class Batch, class Update>
+inline void ForEachStagedTile(const OptimizerPiece& piece, bool has_second, Update&& update) {
+  const StoredFormats& f = *piece.formats;
+  StagedTile tile;
+  auto* low = static_cast<unsigned char*>(piece.low_precision);
+  for (std::size_t lo = 0; lo < piece.count; lo += kStagedTileElements) {
+    const std::size_t n = piece.count - lo < kStagedTileElements ? piece.count - lo : kStagedTileElements;
+    float* w = piece.parameter != nullptr ? piece.parameter + lo : tile.w;
+    float* m = piece.first != nullptr ? piece.first + lo : tile.first;
+    float* v = piece.second != nullptr ? piece.second + lo : tile.second;
+    if (piece.parameter == nullptr) {
+      DecodeMasters(piece, lo, n, tile.w);
+    }
+    if (piece.first == nullptr && piece.first_data != nullptr) {
+      DecodeState(f.first, piece.first_data, piece.first_scales, f.block_size, lo, n, tile.first);
+    }
+    if (has_second && piece.second == nullptr) {
+      DecodeState(f.second, piece.second_data, piece.second_scales, f.block_size, lo, n, tile.second);
+    }
+    update(w, piece.gradient + lo, m, v, n);
+    if (piece.parameter == nullptr) {
+      EncodeMasters(piece, lo, n, tile.w);
+    }
+    if (piece.first == nullptr && piece.first_data != nullptr) {
+      EncodeState<Batch>(f, f.first, piece.first_data, piece.first_scales, lo, n, tile.first, false);
+    }
+    if (has_second && piece.second == nullptr) {
+      EncodeState<Batch>(f, f.second, piece.second_data, piece.second_scales, lo, n, tile.second, true);
+    }
+    if (low != nullptr) {
+      static_cast<void>(piece.narrow(w, low + 2 * lo, n, 1.0f));
+    }
+  }
+}
+
 template <class Batch, bool kL2, bool kDecay, bool kSmallWeight>
 void AdamRunFixed(const OptimizerPiece& piece, const AdamStepScalars& scalars) {
-  constexpr bool kFused = kFusedTable<Batch>;
   const AdamConstants<Batch> vc(scalars);
   const AdamConstants<float> sc(scalars);
-  constexpr std::size_t kWidth = Width<Batch>();
-  float* const w = piece.parameter;
-  const float* const g = piece.gradient;
-  float* const m = piece.first;
-  float* const v = piece.second;
+  auto span = [&](float* w, const float* g, float* m, float* v, std::size_t n) {
+    AdamSpan<Batch, kL2, kDecay, kSmallWeight>(w, g, m, v, n, vc, sc);
+  };
+  if (piece.formats != nullptr) {
+    ForEachStagedTile<Batch>(piece, true, span);
+    return;
+  }
   ForEachBlock(piece, [&](std::size_t lo, std::size_t hi) {
-    std::size_t i = lo;
-    for (; i + kWidth <= hi; i += kWidth) {
-      auto wi = Load<Batch>(w + i);
-      auto mi = Load<Batch>(m + i);
-      auto vi = Load<Batch>(v + i);
-      AdamElement<kFused, kL2, kDecay, kSmallWeight>(wi, Load<Batch>(g + i), mi, vi, vc);
-      Store(m + i, mi);
-      Store(v + i, vi);
-      Store(w + i, wi);
-    }
-    for (; i < hi; ++i) {
-      AdamElement<kFused, kL2, kDecay, kSmallWeight>(w[i], g[i], m[i], v[i], sc);
-    }
+    span(piece.parameter + lo, piece.gradient + lo, piece.first + lo, piece.second + lo, hi - lo);
   });
 }
 
@@ -267,39 +549,50 @@ inline void SGDElement(T& w, const T& g, T& b, const SGDConstants<T>& c) {
 }
 
 template <class Batch, bool kWd, bool kMomentum, bool kFirst, bool kNesterov>
-void SGDRunFixed(const OptimizerPiece& piece, const SGDStepScalars& s) {
+inline void SGDSpan(float* w, const float* g, float* b, std::size_t n, const SGDConstants<Batch>& vc,
+                    const SGDConstants<float>& sc) {
   constexpr bool kFused = kFusedTable<Batch>;
   constexpr std::size_t kWidth = Width<Batch>();
+  std::size_t i = 0;
+  for (; i + kWidth <= n; i += kWidth) {
+    auto wi = Load<Batch>(w + i);
+    Batch bi = kMomentum && !kFirst ? Load<Batch>(b + i) : Batch(0.0f);
+    SGDElement<kFused, kWd, kMomentum, kFirst, kNesterov>(wi, Load<Batch>(g + i), bi, vc);
+    if constexpr (kMomentum) {
+      Store(b + i, bi);
+    }
+    Store(w + i, wi);
+  }
+  for (; i < n; ++i) {
+    float bi = kMomentum && !kFirst ? b[i] : 0.0f;
+    SGDElement<kFused, kWd, kMomentum, kFirst, kNesterov>(w[i], g[i], bi, sc);
+    if constexpr (kMomentum) {
+      b[i] = bi;
+    }
+  }
+}
+
+template <class Batch, bool kWd, bool kMomentum, bool kFirst, bool kNesterov>
+void SGDRunFixed(const OptimizerPiece& piece, const SGDStepScalars& s) {
   const SGDConstants<Batch> vc(s);
   const SGDConstants<float> sc(s);
-  float* const w = piece.parameter;
-  const float* const g = piece.gradient;
-  float* const b = piece.first;
+  auto span = [&](float* w, const float* g, float* b, float* /*second*/, std::size_t n) {
+    SGDSpan<Batch, kWd, kMomentum, kFirst, kNesterov>(w, g, b, n, vc, sc);
+  };
+  if (piece.formats != nullptr) {
+    ForEachStagedTile<Batch>(piece, false, span);
+    return;
+  }
   ForEachBlock(piece, [&](std::size_t lo, std::size_t hi) {
-    std::size_t i = lo;
-    for (; i + kWidth <= hi; i += kWidth) {
-      auto wi = Load<Batch>(w + i);
-      Batch bi = kMomentum && !kFirst ? Load<Batch>(b + i) : Batch(0.0f);
-      SGDElement<kFused, kWd, kMomentum, kFirst, kNesterov>(wi, Load<Batch>(g + i), bi, vc);
-      if constexpr (kMomentum) {
-        Store(b + i, bi);
-      }
-      Store(w + i, wi);
-    }
-    for (; i < hi; ++i) {
-      float bi = kMomentum && !kFirst ? b[i] : 0.0f;
-      SGDElement<kFused, kWd, kMomentum, kFirst, kNesterov>(w[i], g[i], bi, sc);
-      if constexpr (kMomentum) {
-        b[i] = bi;
-      }
-    }
+    span(piece.parameter + lo, piece.gradient + lo, piece.first != nullptr ? piece.first + lo : nullptr, nullptr,
+         hi - lo);
   });
 }
 
 template <class Batch>
 void SGDRun(const OptimizerPiece& piece, const SGDStepScalars& s) {
   WithFlag(s.WeightDecay != 0.0f, [&]<bool kWd>() {
-    if (piece.first == nullptr) {
+    if (piece.first == nullptr && piece.first_data == nullptr) {
       SGDRunFixed<Batch, kWd, false, false, false>(piece, s);
       return;
     }

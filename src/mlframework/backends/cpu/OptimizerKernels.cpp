@@ -65,11 +65,21 @@ T* Advance(void* data, std::size_t begin) {
   return data != nullptr ? static_cast<T*>(data) + begin : nullptr;
 }
 
+// True when @p lists store a master or a state other than in FP32 (the staged kernels).
+bool Staged(const OptimizerStepLists& lists) {
+  return lists.Masters != MasterFormat::Float32 || lists.FirstStateFormat != StateFormat::Float32 ||
+         lists.SecondStateFormat != StateFormat::Float32;
+}
+
 // Pieces of at most kOptimizerChunkElements elements of the checked @p lists, in list order, or
-// nullopt when the memory of a tensor with elements is not host memory.
-std::optional<std::vector<OptimizerPiece>> Pieces(const OptimizerStepLists& lists) {
+// nullopt when the memory of a tensor with elements is not host memory. @p formats: the lists'
+// formats when a master or state is not FP32 (else null).
+std::optional<std::vector<OptimizerPiece>> Pieces(const OptimizerStepLists& lists, const StoredFormats* formats) {
   std::vector<OptimizerPiece> pieces;
   const auto& cast = ActiveKernels().cached.cast[Slot(DataType::Float32)];
+  const bool fp32_masters = lists.Masters == MasterFormat::Float32;
+  const bool fp32_first = lists.FirstStateFormat == StateFormat::Float32;
+  const bool fp32_second = lists.SecondStateFormat == StateFormat::Float32;
   for (std::size_t i = 0; i < lists.Parameters.size(); ++i) {
     const std::size_t size = lists.Parameters[i]->Size();
     if (size == 0) {
@@ -81,20 +91,46 @@ std::optional<std::vector<OptimizerPiece>> Pieces(const OptimizerStepLists& list
     const auto s1 = HostData(At(lists.FirstState, i));
     const auto s2 = HostData(At(lists.SecondState, i));
     const auto l = HostData(low);
-    if (!p || !g || !s1 || !s2 || !l) {
+    const auto c1 = HostData(At(lists.FirstStateScales, i));
+    const auto c2 = HostData(At(lists.SecondStateScales, i));
+    const auto r = HostData(At(lists.ParameterRemainders, i));
+    if (!p || !g || !s1 || !s2 || !l || !c1 || !c2 || !r) {
       return std::nullopt;
     }
     const NarrowFn narrow = *l != nullptr ? cast[Slot(low->GetDataType())] : nullptr;
+    const std::size_t block = lists.StateBlockSize;
     for (std::size_t begin = 0; begin < size; begin += kOptimizerChunkElements) {
-      pieces.push_back(OptimizerPiece{
-          .parameter = Advance<float>(*p, begin),
+      OptimizerPiece piece{
+          .parameter = fp32_masters ? Advance<float>(*p, begin) : nullptr,
           .gradient = Advance<float>(*g, begin),
-          .first = Advance<float>(*s1, begin),
-          .second = Advance<float>(*s2, begin),
+          .first = fp32_first ? Advance<float>(*s1, begin) : nullptr,
+          .second = fp32_second ? Advance<float>(*s2, begin) : nullptr,
           .low_precision = Advance<std::uint16_t>(*l, begin),  // FP16 and BF16 elements are two bytes
           .narrow = narrow,
           .count = size - begin < kOptimizerChunkElements ? size - begin : kOptimizerChunkElements,
-      });
+          .formats = formats,
+      };
+      if (formats != nullptr) {
+        // Raw pointers of the stored formats, offset to the piece's first element (its first
+        // block for the scales); the kernels offset them further by element or block.
+        piece.parameter_data = fp32_masters ? nullptr : Advance<std::uint16_t>(*p, begin);
+        piece.first_data = fp32_first ? nullptr : *s1;
+        piece.second_data = fp32_second ? nullptr : *s2;
+        piece.first_scales = Advance<float>(*c1, begin / block);
+        piece.second_scales = Advance<float>(*c2, begin / block);
+        piece.remainders = Advance<std::uint16_t>(*r, begin);
+        piece.tensor = static_cast<std::uint32_t>(i);
+        piece.offset = begin;
+        if (piece.first_data != nullptr) {
+          piece.first_data = static_cast<unsigned char*>(piece.first_data) +
+                             begin * ElementSize(StateStorageDType(lists.FirstStateFormat));
+        }
+        if (piece.second_data != nullptr) {
+          piece.second_data = static_cast<unsigned char*>(piece.second_data) +
+                              begin * ElementSize(StateStorageDType(lists.SecondStateFormat));
+        }
+      }
+      pieces.push_back(piece);
     }
   }
   return pieces;
@@ -105,7 +141,17 @@ std::optional<std::vector<OptimizerPiece>> Pieces(const OptimizerStepLists& list
 template <class Scalars>
 bool Run(const OptimizerStepLists& lists, const Scalars& scalars, const DeviceScaleState* skip_if_found_inf,
          void (*kernel)(const OptimizerPiece&, const Scalars&)) {
-  const std::optional<std::vector<OptimizerPiece>> pieces = Pieces(lists);
+  const StoredFormats formats{
+      .first = lists.FirstStateFormat,
+      .second = lists.SecondStateFormat,
+      .block_size = lists.StateBlockSize,
+      .masters = lists.Masters,
+      .seed = lists.RoundingSeed,
+      .step = lists.RoundingStep,
+      .to_bfloat16 = ActiveKernels().cached.cast[Slot(DataType::Float32)][Slot(DataType::BFloat16)],
+      .to_float16 = ActiveKernels().cached.cast[Slot(DataType::Float32)][Slot(DataType::Float16)],
+      .to_float8 = ActiveKernels().cached.cast[Slot(DataType::Float32)][Slot(DataType::Float8E4M3FN)]};
+  const std::optional<std::vector<OptimizerPiece>> pieces = Pieces(lists, Staged(lists) ? &formats : nullptr);
   if (!pieces) {
     return false;
   }

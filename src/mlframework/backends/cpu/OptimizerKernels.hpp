@@ -17,6 +17,7 @@
 // MKL's roots (about 0.6%) rounds the other way.
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 
 #include <mlframework/core/DataType.hpp>
@@ -29,7 +30,28 @@ namespace mlframework::backends::cpu {
 /// Rounds @p count FP32 values into @p dst of the low-precision dtype (a cast kernel of KernelTable).
 using NarrowFn = bool (*)(const void* src, void* dst, std::size_t count, float factor);
 
+/// Rounds @p count FP32 values into @p dst of the low-precision dtype (a cast kernel of KernelTable).
+using NarrowFn = bool (*)(const void* src, void* dst, std::size_t count, float factor);
+
+/// How a step stores its masters and states (OptimizerStepLists' formats), shared by its pieces,
+/// with the cast kernels that round the FP32 states to BF16, FP16 and FP8 E4M3FN.
+struct StoredFormats {
+  StateFormat first = StateFormat::Float32;
+  StateFormat second = StateFormat::Float32;
+  std::size_t block_size = kDefaultStateBlockSize;
+  MasterFormat masters = MasterFormat::Float32;
+  std::uint64_t seed = 0;  // Philox key of stochastic rounding
+  std::uint64_t step = 0;  // the step in its counter
+  NarrowFn to_bfloat16 = nullptr;
+  NarrowFn to_float16 = nullptr;
+  NarrowFn to_float8 = nullptr;  // E4M3FN
+};
+
 /// One piece: elements [begin, begin + count) of one tensor of a step, with its narrowing kernel.
+/// A master or state stored in FP32 is addressed by its float pointer (parameter, first, second);
+/// one stored otherwise by its raw pointer (the *_data fields, the float pointer then null), with
+/// the block scales and remainders beside it. Every pointer is offset to the piece's first element
+/// (the scales to its first block: pieces start at multiples of every block size).
 struct OptimizerPiece {
   float* parameter;
   const float* gradient;
@@ -38,6 +60,15 @@ struct OptimizerPiece {
   void* low_precision;  // already offset to the piece's first element
   NarrowFn narrow;      // null when low_precision is null
   std::size_t count;
+  const StoredFormats* formats = nullptr;  // null: everything FP32
+  void* parameter_data = nullptr;          // BF16 masters
+  void* first_data = nullptr;              // FirstState not in FP32
+  void* second_data = nullptr;             // SecondState not in FP32
+  float* first_scales = nullptr;           // block-scaled FirstState
+  float* second_scales = nullptr;          // block-scaled SecondState
+  std::uint16_t* remainders = nullptr;     // BFloat16Remainder masters
+  std::uint32_t tensor = 0;                // index of the tensor in the lists (Philox counter)
+  std::uint64_t offset = 0;                // index of the piece's first element in its tensor
 };
 
 /// The element kernels of one instruction set.
@@ -63,5 +94,10 @@ const OptimizerKernelTable& ActiveOptimizerKernels() noexcept;
 /// Elements of one piece of a fused step: a chunk an OpenMP thread takes, small enough that a
 /// list of a few large tensors still spreads over every thread.
 inline constexpr std::size_t kOptimizerChunkElements = std::size_t{1} << 15;
+
+/// Elements decoded, updated and encoded together when a master or state is not FP32: a multiple
+/// of every block size (at most 2048) and a divisor of kOptimizerChunkElements, small enough that
+/// its FP32 copies stay in the L1/L2 cache between decoding and encoding (one pass over memory).
+inline constexpr std::size_t kStagedTileElements = 2048;
 
 }  // namespace mlframework::backends::cpu

@@ -131,7 +131,7 @@ std::vector<ListEntry> EntriesOnDevice(std::span<TensorPointer const> tensors, c
 
 // EntriesOnDevice() for pairs (slot 0 the source, slot 1 the destination), which must match in
 // number and in element counts.
-std::vector<ListEntry> PairsOnDevice(std::span<const ITensor* const> src, std::span<ITensor* const> dst,
+std::vector<ListEntry> PairsOnDevice(std::span<const TensorPtr> src, std::span<const TensorPtr> dst,
                                      const CudaScaleState& state) {
   if (src.size() != dst.size()) {
     throw ArgumentError("dst",
@@ -315,6 +315,15 @@ class CudaBackend final : public CudaFloat8Backend {
     if (!list.Grouped) {
       return std::nullopt;
     }
+    if (options.State != nullptr) {
+      // The check records into the state's flag: queued, never read back here.
+      const CudaScaleState& state = AsCudaState(*options.State);
+      Queue(
+          state.Context(), EntriesOnDevice(list.Tensors, state), Access::ReadOnly,
+          [&](const Launch& launch, cudaStream_t stream) { LaunchNonFinite(launch, state.FlagPointer(), stream); },
+          state.Block());
+      return ReadPassResult{};
+    }
     const std::vector<DeviceGroup> groups = GroupByDevice(list.Tensors);
     if (options.Amax) {
       const NonFiniteAndAmax result = AmaxOnEachDevice(groups, Access::ReadOnly, LaunchNonFiniteAmax);
@@ -351,6 +360,10 @@ class CudaBackend final : public CudaFloat8Backend {
     ValidateWritePassOptions(options);
     if (!src.Grouped) {
       return std::nullopt;
+    }
+    if (options.State != nullptr) {
+      WriteWithState(src.Tensors, dst.Tensors, options);
+      return WritePassResult{};
     }
     const FactorSource factor{options.Factor};
     if (options.Op == WriteOp::Scale) {
@@ -498,107 +511,81 @@ class CudaBackend final : public CudaFloat8Backend {
     return std::make_unique<CudaScaleState>(device.Index, policy, initial);
   }
 
-  void ScaleWithState(std::span<ITensor* const> tensors, DeviceScaleState& state) const override {
-    const CudaScaleState& cuda_state = AsCudaState(state);
-    Queue(
-        cuda_state.Context(), EntriesOnDevice(tensors, cuda_state), Access::Writes,
-        [&](const Launch& launch, cudaStream_t stream) {
-          LaunchScale(launch, FactorSource{1.0f, FactorMode::Scale, cuda_state.ScalePointer()}, stream);
-        },
-        cuda_state.Block());
-  }
-
-  void UnscaleWithState(std::span<ITensor* const> tensors, DeviceScaleState& state) const override {
-    const CudaScaleState& cuda_state = AsCudaState(state);
-    const FactorSource factor{1.0f, FactorMode::InverseOfScale, cuda_state.ScalePointer()};
-    const bool amax = cuda_state.AmaxTracking();  // once per call: the plain kernel without it
-    Queue(
-        cuda_state.Context(), EntriesOnDevice(tensors, cuda_state), Access::Writes,
-        [&](const Launch& launch, cudaStream_t stream) {
-          if (amax) {
-            LaunchUnscaleAmax(launch, factor, cuda_state.FlagPointer(), cuda_state.AmaxPointer(), stream);
-          } else {
-            LaunchUnscale(launch, factor, cuda_state.FlagPointer(), stream);
-          }
-        },
-        cuda_state.Block());
-  }
-
-  void CastUnscaledWithState(std::span<const ITensor* const> src, std::span<ITensor* const> dst,
-                             DeviceScaleState& state) const override {
-    const CudaScaleState& cuda_state = AsCudaState(state);
-    const FactorSource factor{1.0f, FactorMode::InverseOfScale, cuda_state.ScalePointer()};
-    const bool amax = cuda_state.AmaxTracking();
-    Queue(
-        cuda_state.Context(), PairsOnDevice(src, dst, cuda_state), Access::Writes,
-        [&](const Launch& launch, cudaStream_t stream) {
-          if (amax) {
-            LaunchCastAmax(launch, factor, cuda_state.FlagPointer(), cuda_state.AmaxPointer(), stream);
-          } else {
-            LaunchCast(launch, factor, cuda_state.FlagPointer(), stream);
-          }
-        },
-        cuda_state.Block());
-  }
-
-  void CheckWithState(std::span<const ITensor* const> tensors, DeviceScaleState& state) const override {
-    const CudaScaleState& cuda_state = AsCudaState(state);
-    Queue(
-        cuda_state.Context(), EntriesOnDevice(tensors, cuda_state), Access::ReadOnly,
-        [&](const Launch& launch, cudaStream_t stream) { LaunchNonFinite(launch, cuda_state.FlagPointer(), stream); },
-        cuda_state.Block());
-  }
-
-  void FlagToTensor(const DeviceScaleState& state, TensorPtr& out) const override {
-    const CudaScaleState& cuda_state = AsCudaState(state);
-    DeviceContext& context = cuda_state.Context();
-    const int device = context.DeviceIndex();
-    const bool amax = cuda_state.AmaxTracking();
-    const std::size_t count = amax ? 2 : 1;
-    const auto* current = dynamic_cast<const CudaTensor*>(out.get());
-    if (current == nullptr || current->GetDataType() != DataType::Float32 || current->Size() != count ||
-        current->DeviceIndex() != device) {
-      out = std::make_shared<CudaTensor>(Shape{count}, DataType::Float32, device);
-      current = static_cast<const CudaTensor*>(out.get());
-    }
-    QueueKernel(context, "flag to float",
-                {BufferUse{cuda_state.Block(), sizeof(DeviceScaleBlock), Use::Read},
-                 BufferUse{current->Data(), current->Bytes(), Use::Write}},
-                [&](cudaStream_t stream) {
-                  LaunchFlagToFloat(cuda_state.Block(), static_cast<float*>(current->Data()), amax, stream);
-                });
-  }
-
-  void FlagFromTensor(DeviceScaleState& state, const ITensor& in) const override {
-    const CudaScaleState& cuda_state = AsCudaState(state);
-    DeviceContext& context = cuda_state.Context();
-    const CudaTensor& tensor = AsCuda(&in, "in", 0);
-    const bool amax = cuda_state.AmaxTracking();
-    const std::size_t count = amax ? 2 : 1;
-    if (tensor.GetDataType() != DataType::Float32 || tensor.Size() != count ||
-        tensor.DeviceIndex() != context.DeviceIndex()) {
-      throw ArgumentError("in", "must be an FP32 tensor of " + std::to_string(count) +
-                                    " element(s) on cuda:" + std::to_string(context.DeviceIndex()) + ", got " +
-                                    std::string(ToString(tensor.GetDataType())) + " " + ToString(tensor.GetShape()) +
-                                    " on " + tensor.GetDevice().ToString());
-    }
-    QueueKernel(context, "flag from float",
-                {BufferUse{tensor.Data(), tensor.Bytes(), Use::Read},
-                 BufferUse{cuda_state.Block(), sizeof(DeviceScaleBlock), Use::ReadWrite}},
-                [&](cudaStream_t stream) {
-                  LaunchFlagFromFloat(cuda_state.Block(), static_cast<const float*>(tensor.Data()), amax, stream);
-                });
-  }
-
   void UpdateScale(DeviceScaleState& state) const override {
     const CudaScaleState& cuda_state = AsCudaState(state);
     QueueKernel(cuda_state.Context(), "scale update",
                 {BufferUse{cuda_state.Block(), sizeof(DeviceScaleBlock), Use::ReadWrite}},
                 [&](cudaStream_t stream) { LaunchScaleUpdate(cuda_state.Block(), cuda_state.Policy(), stream); });
   }
+
+ private:
+  // A write pass whose factor is the state's scale or its inverse, read on the device: one launch
+  // on the state's device, recording an unscale's flag (and amax while tracked) into the state.
+  static void WriteWithState(std::span<const TensorPtr> src, std::span<const TensorPtr> dst,
+                             const WritePassOptions& options) {
+    const CudaScaleState& state = AsCudaState(*options.State);
+    const bool unscale = options.FactorOfState == StateFactor::InverseScale;
+    const FactorSource factor{1.0f, unscale ? FactorMode::InverseOfScale : FactorMode::Scale, state.ScalePointer()};
+    std::int32_t* const flag = unscale ? state.FlagPointer() : nullptr;
+    const bool amax = unscale && state.AmaxTracking();  // once per call: the plain kernel without it
+    const bool in_place = options.Op == WriteOp::Scale;
+    const std::vector<ListEntry> entries = in_place ? EntriesOnDevice(src, state) : PairsOnDevice(src, dst, state);
+    Queue(
+        state.Context(), entries, Access::Writes,
+        [&](const Launch& launch, cudaStream_t stream) {
+          if (in_place && amax) {
+            LaunchUnscaleAmax(launch, factor, flag, state.AmaxPointer(), stream);
+          } else if (in_place && unscale) {
+            LaunchUnscale(launch, factor, flag, stream);
+          } else if (in_place) {
+            LaunchScale(launch, factor, stream);
+          } else if (amax) {
+            LaunchCastAmax(launch, factor, flag, state.AmaxPointer(), stream);
+          } else {
+            LaunchCast(launch, factor, flag, stream);
+          }
+        },
+        state.Block());
+  }
 };
 
 }  // namespace
+
+void CudaScaleState::FlagToTensor(TensorPtr& out) const {
+  const int device = context_->DeviceIndex();
+  const bool amax = AmaxTracking();
+  const std::size_t count = amax ? 2 : 1;
+  const auto* current = dynamic_cast<const CudaTensor*>(out.get());
+  if (current == nullptr || current->GetDataType() != DataType::Float32 || current->Size() != count ||
+      current->DeviceIndex() != device) {
+    out = std::make_shared<CudaTensor>(Shape{count}, DataType::Float32, device);
+    current = static_cast<const CudaTensor*>(out.get());
+  }
+  QueueKernel(
+      *context_, "flag to float",
+      {BufferUse{block_, sizeof(DeviceScaleBlock), Use::Read},
+       BufferUse{current->Data(), current->Bytes(), Use::Write}},
+      [&](cudaStream_t stream) { LaunchFlagToFloat(block_, static_cast<float*>(current->Data()), amax, stream); });
+}
+
+void CudaScaleState::FlagFromTensor(const ITensor& in) {
+  const CudaTensor& tensor = AsCuda(&in, "in", 0);
+  const bool amax = AmaxTracking();
+  const std::size_t count = amax ? 2 : 1;
+  if (tensor.GetDataType() != DataType::Float32 || tensor.Size() != count ||
+      tensor.DeviceIndex() != context_->DeviceIndex()) {
+    throw ArgumentError("in", "must be an FP32 tensor of " + std::to_string(count) +
+                                  " element(s) on cuda:" + std::to_string(context_->DeviceIndex()) + ", got " +
+                                  std::string(ToString(tensor.GetDataType())) + " " + ToString(tensor.GetShape()) +
+                                  " on " + tensor.GetDevice().ToString());
+  }
+  QueueKernel(*context_, "flag from float",
+              {BufferUse{tensor.Data(), tensor.Bytes(), Use::Read},
+               BufferUse{block_, sizeof(DeviceScaleBlock), Use::ReadWrite}},
+              [&](cudaStream_t stream) {
+                LaunchFlagFromFloat(block_, static_cast<const float*>(tensor.Data()), amax, stream);
+              });
+}
 
 const DeviceScalingBackend& BackendInstance() noexcept {
   static const CudaBackend kBackend;

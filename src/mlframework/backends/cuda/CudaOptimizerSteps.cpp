@@ -50,6 +50,10 @@ struct Table {
 // Fills @p table with the kernels' table of @p lists (false when a tensor is not a CUDA tensor).
 // The caller keeps @p table between steps, so a step of thousands of tensors allocates nothing.
 bool Build(const OptimizerStepLists& lists, Table& table) {
+  if (lists.Masters != MasterFormat::Float32 || lists.FirstStateFormat != StateFormat::Float32 ||
+      lists.SecondStateFormat != StateFormat::Float32) {
+    return false;  // the low-precision masters and states run on the CPU backend only
+  }
   table.entries.clear();
   table.total = 0;
   table.device = -1;

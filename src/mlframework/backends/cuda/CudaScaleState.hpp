@@ -56,6 +56,9 @@ class CudaScaleState final : public DeviceScaleState {
     MLFW_CUDA_CHECK(context_->DeviceDriver().MemsetAsync(FlagPointer(), 0, sizeof(std::int32_t), context_->Stream()));
   }
   bool LastStepSkipped() const override { return ReadBlock().last_skipped != 0; }
+  // Queued kernels (CudaBackend.cpp, beside the launch driver): no wait.
+  void FlagToTensor(TensorPtr& out) const override;
+  void FlagFromTensor(const ITensor& in) override;
   float Amax() const override { return ReadBlock().amax; }
   void ClearAmax() override {
     const StreamUse use(*context_);

@@ -14,6 +14,7 @@
 #include <mlframework/core/Tensor.hpp>
 #include <mlframework/distributed/AbortGuard.hpp>
 #include <mlframework/distributed/Float8Amax.hpp>
+#include <mlframework/distributed/Float8BlockReduce.hpp>
 
 #include "mlframework/core/StateBlob.hpp"
 #include "mlframework/distributed/Agreement.hpp"
@@ -122,6 +123,22 @@ std::string_view ToString(ShardingStrategy strategy) noexcept {
   return "unknown";
 }
 
+std::string_view ToString(GradientWire wire) noexcept {
+  switch (wire) {
+    case GradientWire::ReduceDType:
+      return "ReduceDType";
+    case GradientWire::Float8Blocks:
+      return "Float8Blocks";
+  }
+  return "unknown";
+}
+
+namespace {
+bool IsValid(GradientWire wire) noexcept {
+  return wire == GradientWire::ReduceDType || wire == GradientWire::Float8Blocks;
+}
+}  // namespace
+
 void FSDPConfig::Validate() const {
   if (Strategy != ShardingStrategy::FullShard && Strategy != ShardingStrategy::ShardGradOp &&
       Strategy != ShardingStrategy::NoShard && Strategy != ShardingStrategy::HybridShard) {
@@ -140,6 +157,9 @@ void FSDPConfig::Validate() const {
     throw ArgumentError("ReduceDType", std::string(ToString(ReduceDType)) +
                                            " cannot reduce gradients: use Float32, Float16 or BFloat16");
   }
+  if (!IsValid(Wire)) {
+    throw ArgumentError("Wire", "unknown GradientWire " + std::to_string(static_cast<int>(Wire)));
+  }
 }
 
 void UnitPrecision::Validate() const {
@@ -153,6 +173,9 @@ void UnitPrecision::Validate() const {
   if (ReduceDType && IsFloat8(*ReduceDType)) {
     throw ArgumentError("precision.ReduceDType", std::string(ToString(*ReduceDType)) +
                                                      " cannot reduce gradients: use Float32, Float16 or BFloat16");
+  }
+  if (Wire && !IsValid(*Wire)) {
+    throw ArgumentError("precision.Wire", "unknown GradientWire " + std::to_string(static_cast<int>(*Wire)));
   }
 }
 
@@ -171,9 +194,17 @@ struct FSDP::Impl {
   void UpdatePoolCapacity() noexcept {
     std::size_t capacity = 0;
     for (const auto& unit : units) {
-      const std::size_t reduce = ElementSize(unit->ReduceDType());
+      // The FP8 wire flattens into an FP32 buffer (its codes are the collective's own memory).
+      const std::size_t reduce = unit->Wire() == GradientWire::Float8Blocks ? ElementSize(DataType::Float32)
+                                                                            : ElementSize(unit->ReduceDType());
+      // The FP8 wire's sent and received codes and scales: 2 x (1 byte + a scale per block).
+      const std::size_t wire =
+          unit->Wire() == GradientWire::Float8Blocks
+              ? 2 * (unit->PaddedSize() + sizeof(float) * (unit->PaddedSize() / kFloat8WireBlock +
+                                                           static_cast<std::size_t>(group->WorldSize())))
+              : 0;
       capacity = std::max(capacity, unit->PaddedSize() * (ElementSize(unit->ParamDType()) + reduce) +
-                                        unit->ShardSize() * (ElementSize(DataType::Float32) + reduce));
+                                        unit->ShardSize() * (ElementSize(DataType::Float32) + reduce) + wire);
     }
     pool.SetCapacity(capacity);
   }
@@ -206,7 +237,8 @@ double PrecisionCode(const UnitPrecision& precision) {
   const auto code = [](const std::optional<DataType>& dtype) {
     return dtype ? static_cast<double>(static_cast<int>(*dtype)) + 1.0 : 0.0;
   };
-  return code(precision.ParamDType) * 256.0 + code(precision.ReduceDType);
+  const double wire = precision.Wire ? static_cast<double>(static_cast<int>(*precision.Wire)) + 1.0 : 0.0;
+  return (code(precision.ParamDType) * 256.0 + code(precision.ReduceDType)) * 256.0 + wire;
 }
 
 }  // namespace
@@ -266,7 +298,7 @@ FSDPShardingUnit& FSDP::RegisterUnit(const std::string& name, const GradientMap&
                                           "element count",
                                           "parameter count",
                                           "parameter names and shapes",
-                                          "precision (ParamDType, ReduceDType)"};
+                                          "precision (ParamDType, ReduceDType, Wire)"};
   const std::array<double, 6> mine{static_cast<double>(world),
                                    static_cast<double>(impl_->units.size()),
                                    static_cast<double>(unit->numel),

@@ -5,6 +5,7 @@
 #include <mlframework/distributed/fsdp/FSDPShardingUnit.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstring>
 #include <span>
@@ -21,6 +22,7 @@
 #include <mlframework/fp8/Format.hpp>
 
 #include "mlframework/distributed/Agreement.hpp"
+#include "mlframework/distributed/Float8BlockCodec.hpp"
 #include "mlframework/distributed/fsdp/UnitImpl.hpp"
 
 namespace mlframework::distributed::fsdp {
@@ -141,6 +143,7 @@ bool FSDPShardingUnit::HasUnsyncedGradients() const noexcept { return impl_->acc
 const UnitPrecision& FSDPShardingUnit::Precision() const noexcept { return impl_->precision; }
 DataType FSDPShardingUnit::ParamDType() const noexcept { return impl_->ParamDType(); }
 DataType FSDPShardingUnit::ReduceDType() const noexcept { return impl_->ReduceDType(); }
+GradientWire FSDPShardingUnit::Wire() const noexcept { return impl_->Wire(); }
 bool FSDPShardingUnit::IsGathered() const noexcept { return impl_->is_gathered; }
 TensorPtr FSDPShardingUnit::GatheredParameter() const noexcept { return impl_->gathered; }
 TensorPtr FSDPShardingUnit::LocalGradient() const noexcept { return impl_->local_gradient; }
@@ -378,7 +381,11 @@ void FSDPShardingUnit::Impl::StartReduce(const char* call, const GradientMap& gr
   s.spare_gradient.reset();
   // FP32 sums are averaged after the reduction, on the shard (exact for power-of-two world
   // sizes, and 1/world of the work); 16-bit sums before it, which keeps them away from overflow.
-  const bool fp32_reduce = reduce_dtype == DataType::Float32;
+  // The FP8 wire encodes FP32 gradients and sums in FP32, so it takes the FP32 path up to the
+  // collective.
+  const bool fp8_wire = s.Wire() == GradientWire::Float8Blocks && world > 1;
+  const bool fp32_reduce = fp8_wire || reduce_dtype == DataType::Float32;
+  const DataType flat_dtype = fp32_reduce ? DataType::Float32 : reduce_dtype;
   const float average = 1.0f / static_cast<float>(world);
   // A unit of one CPU FP32 parameter whose size is a multiple of the world size (the flat
   // parameter layout of PyTorch FSDP) needs no flattening: its gradient is reduce-scattered
@@ -395,7 +402,7 @@ void FSDPShardingUnit::Impl::StartReduce(const char* call, const GradientMap& gr
   if (direct) {
     flat = sources[0];
   } else {
-    if (!into_target) flat_buffer = s.pool->Acquire(reduce_dtype, s.padded);
+    if (!into_target) flat_buffer = s.pool->Acquire(flat_dtype, s.padded);
     flat = into_target ? target : flat_buffer.tensor;
     if (from_sum) {
       // The accumulated sum, padding included: one cast of the whole buffer.
@@ -407,7 +414,16 @@ void FSDPShardingUnit::Impl::StartReduce(const char* call, const GradientMap& gr
   }
   PendingReduce& p = s.reduce;
   bool averaged = false;  // FP32: averaged by the request itself
-  if (no_shard) {
+  if (fp8_wire) {
+    // Encoding, exchange and the decoding sum run here, on the caller's thread, also for
+    // ReduceGradientsAsync() (its request is then complete): the wire's work is local but for
+    // the exchange. HybridShard's replicas follow in FinishReduce(), as for the other wires.
+    if (no_shard) {
+      Float8BlockAllReduce(*s.group, *flat);
+    } else {
+      s.ReduceScatterFloat8(*flat, *target);
+    }
+  } else if (no_shard) {
     p.request =
         async ? s.group->AllReduceAsync(*flat, ReduceOp::Sum) : (s.group->AllReduce(*flat, ReduceOp::Sum), nullptr);
   } else if (fp32_reduce && async && world > 1 && s.replicate_group == nullptr) {
@@ -435,6 +451,23 @@ void FSDPShardingUnit::Impl::StartReduce(const char* call, const GradientMap& gr
   p.flat = std::move(flat);
   p.flat_buffer = std::move(flat_buffer);
   p.sources = std::move(sources);
+}
+
+// The FP8 wire's reduce-scatter over the shard group, through wire buffers of the pool (a
+// fresh unit-sized buffer each step would fault its pages in every time).
+void FSDPShardingUnit::Impl::ReduceScatterFloat8(const ITensor& flat, ITensor& target) {
+  const int ranks = shard_group->WorldSize();
+  if (ranks == 1) {
+    Float8BlockReduceScatter(*shard_group, flat, target);  // a copy: nothing travels
+    return;
+  }
+  const std::size_t scales = static_cast<std::size_t>(ranks) * distributed::detail::Float8BlockCount(shard_size);
+  std::array<detail::PooledBuffer, 4> wire{
+      pool->Acquire(DataType::Float8E4M3FN, padded), pool->Acquire(DataType::Float32, scales),
+      pool->Acquire(DataType::Float8E4M3FN, padded), pool->Acquire(DataType::Float32, scales)};
+  distributed::detail::Float8BlockReduceScatterThrough(
+      *shard_group, flat, target, {*wire[0].tensor, *wire[1].tensor, *wire[2].tensor, *wire[3].tensor});
+  for (detail::PooledBuffer& buffer : wire) pool->Return(buffer);
 }
 
 // The rest of ReduceGradients(): waits for the collective, if one is running, and lands the

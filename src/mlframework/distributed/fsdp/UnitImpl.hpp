@@ -9,6 +9,7 @@
 
 #include <mlframework/core/ITensor.hpp>
 #include <mlframework/distributed/CollectiveRequest.hpp>
+#include <mlframework/distributed/Float8BlockReduce.hpp>
 #include <mlframework/distributed/IProcessGroup.hpp>
 #include <mlframework/distributed/fsdp/FSDPConfig.hpp>
 #include <mlframework/distributed/fsdp/FSDPShardingUnit.hpp>
@@ -83,6 +84,7 @@ struct FSDPShardingUnit::Impl {
   // The dtypes this unit gathers and reduces in: its own, else the FSDP's current ones.
   DataType ParamDType() const noexcept { return precision.ParamDType.value_or(config->ParamDType); }
   DataType ReduceDType() const noexcept { return precision.ReduceDType.value_or(config->ReduceDType); }
+  GradientWire Wire() const noexcept { return precision.Wire.value_or(config->Wire); }
 
   // Lays the unit out over the shard group (padded size, this rank's shard) and allocates its
   // FP32 master shard, filled from @p sources (the parameters in layout order; rank 0's values
@@ -95,12 +97,19 @@ struct FSDPShardingUnit::Impl {
   // Zeroes the padding of the flat unit buffer @p flat.
   void ZeroPadding(const TensorPtr& flat) const;
   // HybridShard: sums the shard group's @p reduced shard over the replicas (the ranks holding
-  // the same shard), so it becomes the sum over every rank; nothing otherwise.
+  // the same shard), so it becomes the sum over every rank, through the unit's wire; nothing
+  // otherwise.
   void ReduceAcrossReplicas(ITensor& reduced) const {
-    if (replicate_group != nullptr && replicate_group->WorldSize() > 1) {
+    if (replicate_group == nullptr || replicate_group->WorldSize() == 1) return;
+    if (Wire() == GradientWire::Float8Blocks) {
+      Float8BlockAllReduce(*replicate_group, reduced);
+    } else {
       replicate_group->AllReduce(reduced, ReduceOp::Sum);
     }
   }
+  // The FP8 wire's reduce-scatter of the flat FP32 gradient @p flat into this rank's @p target,
+  // over the shard group, through pooled wire buffers (FSDPShardingUnit.cpp).
+  void ReduceScatterFloat8(const ITensor& flat, ITensor& target);
   // Adds a micro-batch's full gradients to `accumulated`.
   void AccumulateLocally(const std::vector<TensorPtr>& gradients);
   // Gather() and ReduceGradients() in two halves around their collective (@p async: started

@@ -1,0 +1,92 @@
+// The FP8 block wire's CPU kernels: block loops over the CPU backend's FP8 element kernels
+// (backends/cpu/Float8Kernels.hpp: vector loops per instruction set, the bits of
+// core/Float8Bits.hpp). Scales are powers of two, so scaling and unscaling are exact and the
+// only rounding of a sent value is its E4M3FN cast.
+#include "mlframework/distributed/Float8BlockCodec.hpp"
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+
+#include <mlframework/core/DataType.hpp>
+#include <mlframework/core/Threads.hpp>
+#include <mlframework/distributed/Float8BlockReduce.hpp>
+
+#include "mlframework/backends/cpu/Float8Kernels.hpp"
+
+namespace mlframework::distributed::detail {
+
+namespace {
+
+// 2^e as a float for e in [-149, 127] (subnormal powers included), exactly.
+float PowerOfTwo(int e) { return std::ldexp(1.0f, e); }
+
+// The exponent k of the block scale 2^k: the largest with amax * 2^k <= 448, so amax lands in
+// (224, 448]; capped so that 2^k and 2^-k are both floats (tiny blocks then stay below 224).
+int ScaleExponent(float amax) {
+  if (amax == 0.0f) return 0;
+  int e = 0;
+  const float mantissa = std::frexp(amax, &e);  // amax = mantissa * 2^e, mantissa in [0.5, 1)
+  // amax * 2^(9 - e) = mantissa * 512 in [256, 512): one binade lower when past 448.
+  const int k = mantissa * 512.0f <= 448.0f ? 9 - e : 8 - e;
+  return std::clamp(k, -126, 126);
+}
+
+// Blocks per parallel region: below this the other threads are not worth waking.
+constexpr std::ptrdiff_t kParallelBlocks = 64;
+
+}  // namespace
+
+std::size_t Float8BlockCount(std::size_t count) noexcept { return (count + kFloat8WireBlock - 1) / kFloat8WireBlock; }
+
+void EncodeFloat8Blocks(const float* values, std::size_t count, std::uint8_t* codes, float* scale_inv) {
+  const backends::cpu::Float8KernelSet& kernels = backends::cpu::ActiveFloat8Kernels();
+  const auto blocks = static_cast<std::ptrdiff_t>(Float8BlockCount(count));
+#pragma omp parallel for schedule(static) num_threads(mlframework::NumThreads()) if (blocks >= kParallelBlocks)
+  for (std::ptrdiff_t block = 0; block < blocks; ++block) {
+    const std::size_t start = static_cast<std::size_t>(block) * kFloat8WireBlock;
+    const std::size_t n = std::min(kFloat8WireBlock, count - start);
+    const float* x = values + start;
+    std::uint8_t* out = codes + start;
+    // Magnitude bits order as the magnitudes do, NaN and infinity above every number.
+    const std::uint32_t amax_bits = kernels.amax_bits[static_cast<std::size_t>(DataType::Float32)](x, n);
+    if (amax_bits >= 0x7f800000u) {
+      // NaN scale: every element of the block decodes to NaN, so the overflow check sees it.
+      std::fill(out, out + n, std::uint8_t{0});
+      scale_inv[block] = std::numeric_limits<float>::quiet_NaN();
+      continue;
+    }
+    const int k = ScaleExponent(std::bit_cast<float>(amax_bits));
+    kernels.cast_e4m3fn(x, out, n, PowerOfTwo(k));  // exact scaling, then E4M3FN's rounding
+    scale_inv[block] = PowerOfTwo(-k);
+  }
+}
+
+void DecodeSumFloat8Blocks(const std::uint8_t* codes, const float* scale_inv, int parts, std::size_t count,
+                           float* out) {
+  const backends::cpu::Float8KernelSet& kernels = backends::cpu::ActiveFloat8Kernels();
+  const std::size_t part_blocks = Float8BlockCount(count);
+  const auto blocks = static_cast<std::ptrdiff_t>(part_blocks);
+#pragma omp parallel for schedule(static) num_threads(mlframework::NumThreads()) if (blocks >= kParallelBlocks)
+  for (std::ptrdiff_t block = 0; block < blocks; ++block) {
+    const std::size_t start = static_cast<std::size_t>(block) * kFloat8WireBlock;
+    const std::size_t n = std::min(kFloat8WireBlock, count - start);
+    float* acc = out + start;
+    std::array<float, kFloat8WireBlock> part;  // NOLINT(cppcoreguidelines-pro-type-member-init): written before read
+    for (int p = 0; p < parts; ++p) {
+      const std::uint8_t* c = codes + (static_cast<std::size_t>(p) * count) + start;
+      const float s = scale_inv[(static_cast<std::size_t>(p) * part_blocks) + static_cast<std::size_t>(block)];
+      // code x 2^-k is exact; the parts are added in rank order.
+      kernels.dequantize_e4m3fn(c, p == 0 ? acc : part.data(), n, s);
+      if (p != 0) {
+        for (std::size_t i = 0; i < n; ++i) acc[i] += part[i];
+      }
+    }
+  }
+}
+
+}  // namespace mlframework::distributed::detail
