@@ -8,6 +8,12 @@ option(MLFW_WARNINGS_AS_ERRORS "Treat compiler warnings as errors" OFF)
 # Off by default: ccache (which development builds use) does not cache a compile that loads a
 # precompiled header unless its sloppiness settings allow it. CI, which has no ccache, turns it on.
 option(MLFW_PRECOMPILE_HEADERS "Precompile Boost.Test's header for the test executables" OFF)
+# Off by default: a unity build recompiles a whole batch of test files when one of them changes,
+# where development wants per-file rebuilds (and ccache hits). CI, which builds everything once,
+# turns it on: each test file's headers are parsed and their templates instantiated once per
+# batch instead of once per file.
+option(MLFW_UNITY_TESTS "Build the test executables as unity builds (batches of test files)" OFF)
+set(MLFW_UNITY_TESTS_BATCH_SIZE 8 CACHE STRING "Test files per unity batch with MLFW_UNITY_TESTS (0: one batch per executable)")
 set(MLFW_SANITIZE "" CACHE STRING "Sanitizers to build with, e.g. address,undefined")
 # libFuzzer targets under fuzz/ (clang only; scripts/fuzz.sh builds them in their own build dir).
 option(MLFW_BUILD_FUZZERS "Build the libFuzzer targets (needs clang)" OFF)

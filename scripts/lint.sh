@@ -9,7 +9,8 @@
 # of only reporting them; clang-tidy findings are always reported, never
 # auto-applied, because its naming fixes cross files and need a human look.
 # clang-tidy checks the library, samples, benchmarks and fuzzers; --with-tests adds the test
-# files (tests/.clang-tidy's checks), which CI leaves out (see below).
+# files (tests/.clang-tidy's checks), which CI leaves out (see below); it needs a BUILD_DIR
+# configured without MLFW_UNITY_TESTS (CI's builds have it on).
 # Configuration lives in .clang-format and .clang-tidy at the repository root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,7 +28,7 @@ for arg in "$@"; do
     --tidy-only) run_format=0 ;;
     --with-tests) with_tests=1 ;;
     -h | --help)
-      sed -n '2,13p' "$0"
+      sed -n '2,14p' "$0"
       exit 0
       ;;
     -*)
@@ -75,6 +76,14 @@ if ((run_tidy)); then
   database=$build/compile_commands.json
   if [[ ! -f $database ]]; then
     echo "lint: $database is missing; configure with -DCMAKE_EXPORT_COMPILE_COMMANDS=ON" >&2
+    exit 2
+  fi
+  # A unity build's compile database names its batches (unity_*.cxx in the build dir), not the test
+  # files, which clang-tidy would then silently skip: the test files need a per-file build.
+  if ((with_tests)) && grep -q '^MLFW_UNITY_TESTS:BOOL=ON$' "$build/CMakeCache.txt" 2>/dev/null; then
+    echo "lint: --with-tests needs a build configured without MLFW_UNITY_TESTS ($build has it ON: its" \
+      "compile database lists unity batches, not the test files); e.g. cmake -S . -B build-lint" \
+      "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON, then scripts/lint.sh --with-tests build-lint" >&2
     exit 2
   fi
   # Translation units of our C++ sources, each once (a private .cpp compiled

@@ -25,7 +25,7 @@ using mlfw_test::SyncsDuring;
 
 namespace {
 
-std::vector<std::uint32_t> Bits(const std::vector<float>& values) {
+std::vector<std::uint32_t> ValueBits(const std::vector<float>& values) {
   std::vector<std::uint32_t> bits(values.size());
   std::memcpy(bits.data(), values.data(), values.size() * sizeof(float));
   return bits;
@@ -56,7 +56,7 @@ void CheckSameGradients(const GradientMap& host, const GradientMap& device) {
     BOOST_TEST_INFO("gradient " << name);
     BOOST_TEST(DeviceScalingOf(*device.at(name)) == &FakeBackend());
     BOOST_TEST(device.at(name)->GetDataType() == tensor->GetDataType());
-    BOOST_TEST(Bits(tensor->ToFloatVector()) == Bits(mlfw_test::Peek(device.at(name))),
+    BOOST_TEST(ValueBits(tensor->ToFloatVector()) == ValueBits(mlfw_test::Peek(device.at(name))),
                boost::test_tools::per_element());
   }
 }
@@ -97,7 +97,7 @@ BOOST_AUTO_TEST_CASE(DynamicScalerDeviceTrajectoryIsBitEqualAndSyncFree) {
         // Step 0 moves the state to the device (CreateScaleState waits for one copy); then none.
         BOOST_TEST(syncs == (step == 0 ? 1 : 0));
         BOOST_TEST_REQUIRE(device.DeviceState() != nullptr);
-        BOOST_TEST(Bits(host_loss->ToFloatVector()) == Bits(mlfw_test::Peek(device_loss)),
+        BOOST_TEST(ValueBits(host_loss->ToFloatVector()) == ValueBits(mlfw_test::Peek(device_loss)),
                    boost::test_tools::per_element());
         CheckSameGradients(host_grads, device_grads);
         BOOST_TEST(host_overflow == static_cast<bool>(pattern[step]));

@@ -5,6 +5,7 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include "NonFinite.hpp"
 #include "amp/AmpTestUtil.hpp"
 
 using namespace mlframework;
@@ -13,9 +14,6 @@ using mlframework::amp::DynamicLossScaler;
 using mlframework::amp::DynamicScalerConfig;
 
 namespace {
-
-constexpr float kInf = std::numeric_limits<float>::infinity();
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 void CheckMatches(const DynamicLossScaler& scaler, const PlainRules& model) {
   const amp::DynamicScalerStats stats = scaler.GetStats().value();

@@ -9,18 +9,18 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include "NonFinite.hpp"
 #include "amp/AmpTestUtil.hpp"
 #include "amp/FakeDeviceBackend.hpp"
 
 using namespace mlframework;
 using namespace mlframework::amp;
 using mlfw_test::FakeTensor;
+using mlfw_test::kInf;
 using mlfw_test::RecordingOptimizer;
 using mlfw_test::SyncsDuring;
 
 namespace {
-
-constexpr float kInf = std::numeric_limits<float>::infinity();
 
 // Scaled gradients of one step: FP16, BF16 and FP32; @p poison replaces one FP16 element.
 GradientMap Scaled(float scale, bool on_device, float poison = 0.0f) {
@@ -38,7 +38,7 @@ GradientMap Scaled(float scale, bool on_device, float poison = 0.0f) {
 }
 
 // A user policy with only the six pure members: it cannot track the amax.
-class PlainScaler final : public ILossScaler {
+class AmaxlessScaler final : public ILossScaler {
  public:
   float CurrentScale() const override { return 2.0f; }
   bool IsEnabled() const override { return true; }
@@ -158,7 +158,7 @@ BOOST_AUTO_TEST_CASE(DisabledIterationHasNone) {
 }
 
 BOOST_AUTO_TEST_CASE(ScalerWithoutTrackingIsRefused) {
-  GradScaler scaler(std::make_shared<PlainScaler>());
+  GradScaler scaler(std::make_shared<AmaxlessScaler>());
   BOOST_CHECK_THROW(scaler.SetAmaxTracking(true), InvalidOperationError);
   BOOST_TEST(!scaler.AmaxTracking());
   scaler.SetAmaxTracking(false);  // turning it off always works

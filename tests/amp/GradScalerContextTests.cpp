@@ -4,6 +4,7 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include "NonFinite.hpp"
 #include "amp/AmpTestUtil.hpp"
 
 using namespace mlframework;
@@ -12,10 +13,6 @@ using mlframework::amp::DynamicScalerConfig;
 using mlframework::amp::GradScaler;
 using mlframework::amp::GradScalerContext;
 using mlframework::amp::StepMode;
-
-namespace {
-constexpr float kInf = std::numeric_limits<float>::infinity();
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(GradScalerContextTests)
 

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "NonFinite.hpp"
 #include "amp/AmpTestUtil.hpp"
 #include "amp/FakeDeviceBackend.hpp"
 #include "core/RecordingObserver.hpp"
@@ -23,10 +24,9 @@ using mlframework::amp::StepMode;
 
 namespace {
 
-constexpr float kInf = std::numeric_limits<float>::infinity();
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-
 using Strings = std::vector<std::string>;
+using mlfw_test::kInf;
+using mlfw_test::kNaN;
 
 // One automatic-flow iteration on @p gradients; returns Step()'s answer.
 bool Iterate(amp::GradScaler& scaler, RecordingOptimizer& optimizer, GradientMap gradients) {

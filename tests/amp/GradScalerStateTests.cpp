@@ -7,6 +7,7 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include "NonFinite.hpp"
 #include "amp/AmpTestUtil.hpp"
 #include "mlframework/core/StateBlob.hpp"
 
@@ -19,8 +20,6 @@ using mlframework::amp::StepMode;
 using State = mlframework::amp::GradScaler::IterationState;
 
 namespace {
-
-constexpr float kInf = std::numeric_limits<float>::infinity();
 
 // A user policy with state beyond Scale(): quarter on overflow, double every `interval` clean
 // steps, counts its updates. It overrides the checkpoint, statistics and reset members.

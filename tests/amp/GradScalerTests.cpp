@@ -6,6 +6,7 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include "NonFinite.hpp"
 #include "amp/AmpTestUtil.hpp"
 
 using namespace mlframework;
@@ -17,9 +18,6 @@ using mlframework::amp::StaticLossScaler;
 using mlframework::amp::StepMode;
 
 namespace {
-
-constexpr float kInf = std::numeric_limits<float>::infinity();
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 // A user policy: scale 8, counts calls, implements only the six members of ILossScaler.
 class CountingScaler final : public amp::ILossScaler {

@@ -20,6 +20,7 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include "NonFinite.hpp"
 #include "amp/AmpTestUtil.hpp"
 #include "amp/FakeDeviceBackend.hpp"
 
@@ -44,6 +45,7 @@ using mlfw_test::Values;
 namespace {
 
 using Bits = std::vector<std::uint32_t>;
+using mlfw_test::kInf;
 using Key = std::pair<int, std::string>;  // optimizer (1 or 2), parameter name
 
 struct TorchStep {
@@ -226,8 +228,6 @@ void Replay(Flow flow) {
   BOOST_TEST(overflowed_alone >= 4);
   BOOST_TEST(scaler.GetStats()->TotalSteps == static_cast<std::int64_t>(run.steps.size()));
 }
-
-constexpr float kInf = std::numeric_limits<float>::infinity();
 
 }  // namespace
 

@@ -5,6 +5,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "ContiguousCheck.hpp"
+#include "NonFinite.hpp"
 #include "amp/AmpTestUtil.hpp"
 
 using namespace mlframework;
@@ -13,8 +14,6 @@ using mlframework::amp::ILossScaler;
 using mlframework::amp::StaticLossScaler;
 
 namespace {
-constexpr float kInf = std::numeric_limits<float>::infinity();
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 const DataType kDtypes[] = {DataType::Float32, DataType::Float16, DataType::BFloat16};
 }  // namespace
 

@@ -21,12 +21,7 @@ using namespace kernel_test;
 
 namespace {
 
-const float kFactors[] = {1.0f / 65536.0f, 3.0f, 1.0f, 65536.0f};
-
-struct ThreadCountGuard {
-  int saved = omp_get_max_threads();
-  ~ThreadCountGuard() { omp_set_num_threads(saved); }
-};
+const float kAmaxFactors[] = {1.0f / 65536.0f, 3.0f, 1.0f, 65536.0f};
 
 std::string Label(const char* op, int threads, float factor) {
   return std::string(op) + " threads=" + std::to_string(threads) + " factor=" + std::to_string(factor) +
@@ -72,7 +67,7 @@ void CheckList(const std::vector<TensorPtr>& list, const std::string& what) {
   const auto original = Snapshot(list);
   for (const int threads : {1, 2}) {
     omp_set_num_threads(threads);
-    for (const float factor : kFactors) {
+    for (const float factor : kAmaxFactors) {
       const std::string label = what + " " + Label("unscale", threads, factor);
       Restore(list, original);
       auto expected = Snapshot(list);

@@ -16,16 +16,16 @@
 #include <mlframework/core/MultiTensor.hpp>
 #include <mlframework/core/Tensor.hpp>
 
+#include "NonFinite.hpp"
 #include "core/UserTensor.hpp"
 
 using namespace mlframework;
 using mlframework::testing::Mode;
 using mlframework::testing::UserTensor;
+using mlfw_test::kInf;
+using mlfw_test::kNaN;
 
 namespace {
-
-constexpr float kInf = std::numeric_limits<float>::infinity();
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 // The largest finite |x * factor| over @p values after rounding them into @p dtype.
 float ExpectedAmax(const std::vector<float>& values, DataType dtype, float factor) {
@@ -40,18 +40,18 @@ float ExpectedAmax(const std::vector<float>& values, DataType dtype, float facto
 
 bool SameBits(float a, float b) { return std::bit_cast<std::uint32_t>(a) == std::bit_cast<std::uint32_t>(b); }
 
-struct Kind {
+struct AmaxRun {
   Mode mode;
   bool host;
   std::size_t misalign;
 };
-const Kind kKinds[] = {{Mode::Defaults, true, 0},
-                       {Mode::Overrides, true, 0},
-                       {Mode::Defaults, false, 0},
-                       {Mode::Overrides, false, 0},
-                       {Mode::Defaults, true, 1}};
+const AmaxRun kAmaxRuns[] = {{Mode::Defaults, true, 0},
+                             {Mode::Overrides, true, 0},
+                             {Mode::Defaults, false, 0},
+                             {Mode::Overrides, false, 0},
+                             {Mode::Defaults, true, 1}};
 
-std::vector<float> Values(std::size_t n, float scale, bool poison) {
+std::vector<float> AmaxInputs(std::size_t n, float scale, bool poison) {
   std::vector<float> v(n);
   for (std::size_t i = 0; i < n; ++i) {
     v[i] = scale * static_cast<float>((static_cast<int>(i * 37 % 101) - 50)) / 7.0f;
@@ -70,11 +70,11 @@ BOOST_AUTO_TEST_SUITE(Amax)
 // Tensors without a backend, alone and mixed with CPU tensors: the same amax, flag and values as
 // the CPU tensors holding the same elements.
 BOOST_AUTO_TEST_CASE(UserTensorsMatchCpuTensors) {
-  for (const Kind& kind : kKinds) {
+  for (const AmaxRun& kind : kAmaxRuns) {
     for (const DataType dtype : {DataType::Float32, DataType::Float16, DataType::BFloat16}) {
       for (const bool poison : {false, true}) {
-        const std::vector<float> a = Values(1001, 3.0f, poison);
-        const std::vector<float> b = Values(37, 900.0f, false);
+        const std::vector<float> a = AmaxInputs(1001, 3.0f, poison);
+        const std::vector<float> b = AmaxInputs(37, 900.0f, false);
         std::vector<TensorPtr> user{std::make_shared<UserTensor>(a, dtype, kind.mode, kind.host, kind.misalign),
                                     FromVector(b, {b.size()}, dtype)};
         std::vector<TensorPtr> cpu{FromVector(a, {a.size()}, dtype), FromVector(b, {b.size()}, dtype)};

@@ -18,11 +18,12 @@
 #include <mlframework/core/MultiTensor.hpp>
 #include <mlframework/core/Tensor.hpp>
 
+#include "NonFinite.hpp"
+
 using namespace mlframework;
+using mlfw_test::kInf;
 
 namespace {
-
-constexpr float kInf = std::numeric_limits<float>::infinity();
 
 // A DLPack managed tensor over a vector the test owns, counting its deleter's calls.
 struct Managed {

@@ -98,7 +98,7 @@ BOOST_AUTO_TEST_CASE(HostAddressableTensorsRunTheCpuKernels) {
   BOOST_TEST(decoded[1] == -224.0f);  // -600 saturated to -448, times 0.5
 
   const TensorPtr per_tensor = Plain(Zeros({2}));
-  Amax(src, per_tensor);
+  mlframework::Amax(src, per_tensor);
   BOOST_TEST(per_tensor->ToFloatVector() == std::vector<float>({70000.0f, 2.0f}));
   BOOST_TEST(ListAmax(src) == 70000.0f);  // the backend cannot allocate: a host amax tensor
 }
@@ -114,7 +114,7 @@ BOOST_AUTO_TEST_CASE(OtherTensorsGetAnErrorNamingTheBackend) {
   };
   BOOST_CHECK_EXCEPTION(ScaledCastToFloat8(src, dst, Plain(FromVector({1.0f}, {1}), false), nullptr),
                         InvalidOperationError, names("ScaledCastToFloat8"));
-  BOOST_CHECK_EXCEPTION(Amax(src, Plain(Zeros({1}), false)), InvalidOperationError, names("AmaxInto"));
+  BOOST_CHECK_EXCEPTION(mlframework::Amax(src, Plain(Zeros({1}), false)), InvalidOperationError, names("AmaxInto"));
   BOOST_CHECK_EXCEPTION(DequantizeFloat8(dst, src, Plain(FromVector({1.0f}, {1}), false)), InvalidOperationError,
                         names("DequantizeFloat8"));
 }

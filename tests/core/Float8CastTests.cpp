@@ -21,6 +21,7 @@
 #include <mlframework/core/Float16.hpp>
 #include <mlframework/core/Float8.hpp>
 #include <mlframework/core/Float8Cast.hpp>
+#include <mlframework/core/FloatBits.hpp>
 #include <mlframework/core/Tensor.hpp>
 
 #include "core/KernelReference.hpp"
@@ -32,17 +33,6 @@ using mlframework::testing::Mode;
 using mlframework::testing::UserTensor;
 
 namespace {
-
-struct ThreadCountGuard {
-  int saved = omp_get_max_threads();
-  ~ThreadCountGuard() { omp_set_num_threads(saved); }
-};
-
-std::uint32_t Bits(float v) {
-  std::uint32_t b;
-  std::memcpy(&b, &v, 4);
-  return b;
-}
 
 // The reference of the saturating cast: the plain FP8 conversion of the FP32 product, with
 // E5M2's infinities from a non-NaN product replaced by +-57344 (E4M3FN's plain cast saturates).
@@ -58,7 +48,7 @@ std::uint8_t RefSaturate(DataType dtype, float y) {
 }
 
 // max |x| over a tensor with NaN propagating.
-float RefAmax(const TensorPtr& t) {
+float RefTensorAmax(const TensorPtr& t) {
   const auto* base = static_cast<const unsigned char*>(backends::cpu::Data(*t));
   float amax = 0.0f;
   for (std::size_t i = 0; i < t->Size(); ++i) {
@@ -71,7 +61,9 @@ float RefAmax(const TensorPtr& t) {
   return amax;
 }
 
-bool SameFloat(float a, float b) { return (std::isnan(a) && std::isnan(b)) || Bits(a) == Bits(b); }
+bool SameFloat(float a, float b) {
+  return (std::isnan(a) && std::isnan(b)) || detail::FloatAsBits(a) == detail::FloatAsBits(b);
+}
 
 // FP32 values the encoder must get right: FP8 ties at every exponent of both formats (and one
 // ulp either side), FP8 and FP32 subnormals, the overflow thresholds, specials, and random bits.
@@ -95,7 +87,7 @@ std::uint32_t HardBits(Rng& rng) {
       return sign | (r & 0x007fffffu & (rng.Between(0, 1) != 0u ? 0xffffffffu : 0u));
     case 3: {  // around the overflow thresholds: 448, 464, 480, 57344, 61440, 65536
       const float anchors[] = {448.0f, 464.0f, 480.0f, 57344.0f, 61440.0f, 65536.0f};
-      const std::uint32_t a = Bits(anchors[rng.Between(0, 5)]);
+      const std::uint32_t a = detail::FloatAsBits(anchors[rng.Between(0, 5)]);
       return sign | (a + static_cast<std::uint32_t>(rng.Between(0, 4)) - 2u);
     }
     case 4: {  // specials
@@ -148,7 +140,7 @@ void CheckCast(const CastCase& c, const std::string& what) {
       e[i] = RefSaturate(c.dst[t]->GetDataType(), RefMultiply(RefLoad(c.src[t]->GetDataType(), in, i), c.scales[t]));
     }
     expected.push_back(std::move(e));
-    const float ref = RefAmax(c.src[t]);
+    const float ref = RefTensorAmax(c.src[t]);
     BOOST_TEST_INFO(what << ": amax of tensor " << t);
     BOOST_TEST(SameFloat(amaxes[t], ref), amaxes[t] << " vs reference " << ref);
   }
@@ -314,7 +306,7 @@ BOOST_AUTO_TEST_CASE(AmaxOfEveryDtypeWithNaNAndInfinity) {
     float list_ref = 0.0f;
     bool any_nan = false;
     for (std::size_t t = 0; t < list.size(); ++t) {
-      const float ref = RefAmax(list[t]);
+      const float ref = RefTensorAmax(list[t]);
       BOOST_TEST(SameFloat(got[t], ref),
                  "tensor " << t << " (" << ToString(list[t]->GetDataType()) << "): " << got[t] << " vs " << ref);
       any_nan = any_nan || std::isnan(ref);
@@ -325,7 +317,7 @@ BOOST_AUTO_TEST_CASE(AmaxOfEveryDtypeWithNaNAndInfinity) {
     const std::vector<TensorPtr> finite(list.begin(), list.begin() + 10);
     float finite_ref = 0.0f;
     for (const auto& t : finite) {
-      finite_ref = std::max(finite_ref, RefAmax(t));
+      finite_ref = std::max(finite_ref, RefTensorAmax(t));
     }
     BOOST_TEST(ListAmax(finite) == finite_ref);
   }

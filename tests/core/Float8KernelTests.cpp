@@ -20,45 +20,9 @@ using namespace kernel_test;
 
 namespace {
 
-const float kFactors[] = {1.0f / 64.0f, 3.0f, 1.0f, 4096.0f};
+const float kFloat8Factors[] = {1.0f / 64.0f, 3.0f, 1.0f, 4096.0f};
 
-struct ThreadCountGuard {
-  int saved = omp_get_max_threads();
-  ~ThreadCountGuard() { omp_set_num_threads(saved); }
-};
-
-std::vector<TensorPtr> EmptyLike(const std::vector<TensorPtr>& list, DataType dtype) {
-  std::vector<TensorPtr> out;
-  out.reserve(list.size());
-  for (const auto& t : list) {
-    out.push_back(backends::cpu::Empty(t->GetShape(), dtype));
-  }
-  return out;
-}
-
-// The tensors of @p list as back-to-back views of one buffer per dtype run.
-std::vector<TensorPtr> Packed(const std::vector<TensorPtr>& list) {
-  std::vector<TensorPtr> packed;
-  std::size_t first = 0;
-  while (first < list.size()) {
-    std::size_t last = first;
-    std::size_t elements = 0;
-    while (last < list.size() && list[last]->GetDataType() == list[first]->GetDataType()) {
-      elements += list[last++]->Size();
-    }
-    const TensorPtr base = backends::cpu::Empty({elements}, list[first]->GetDataType());
-    std::size_t offset = 0;
-    for (std::size_t i = first; i < last; ++i) {
-      packed.push_back(backends::cpu::View(base, offset, list[i]->GetShape()));
-      SetBytes(packed.back(), BytesOf(list[i]));
-      offset += list[i]->Size();
-    }
-    first = last;
-  }
-  return packed;
-}
-
-void CheckAllOperations(const std::vector<TensorPtr>& list, const std::string& label) {
+void CheckAllFloat8Operations(const std::vector<TensorPtr>& list, const std::string& label) {
   ThreadCountGuard guard;
   const auto original = Snapshot(list);
   const bool non_finite = RefHasNonFinite(list);
@@ -77,7 +41,7 @@ void CheckAllOperations(const std::vector<TensorPtr>& list, const std::string& l
     } else {
       BOOST_TEST(std::abs(got.SumOfSquares - norm) / norm <= 1e-6, context);
     }
-    for (const float factor : kFactors) {
+    for (const float factor : kFloat8Factors) {
       const std::string what = context + " factor=" + std::to_string(factor);
       auto unscaled = original;
       const bool found = RefUnscale(list, unscaled, factor);
@@ -108,8 +72,8 @@ BOOST_AUTO_TEST_CASE(RandomBitsOfEachFormat) {
   Rng rng(81);
   for (const DataType dtype : {DataType::Float8E4M3FN, DataType::Float8E5M2}) {
     const auto list = RandomList({dtype}, RandomSizes(rng), Fill::Bits, rng);
-    CheckAllOperations(list, "random bits " + std::string(ToString(dtype)));
-    CheckAllOperations(Packed(list), "packed random bits " + std::string(ToString(dtype)));
+    CheckAllFloat8Operations(list, "random bits " + std::string(ToString(dtype)));
+    CheckAllFloat8Operations(Packed(list), "packed random bits " + std::string(ToString(dtype)));
   }
 }
 
@@ -117,8 +81,8 @@ BOOST_AUTO_TEST_CASE(MixedWithEveryDtype) {
   Rng rng(82);
   const std::vector<DataType> dtypes(std::begin(kEveryType), std::end(kEveryType));
   const auto list = RandomList(dtypes, RandomSizes(rng), Fill::Values, rng);
-  CheckAllOperations(list, "mixed dtypes");
-  CheckAllOperations(Packed(list), "packed mixed dtypes");
+  CheckAllFloat8Operations(list, "mixed dtypes");
+  CheckAllFloat8Operations(Packed(list), "packed mixed dtypes");
 }
 
 BOOST_AUTO_TEST_CASE(NonFiniteAtTheLastElement) {
@@ -130,7 +94,7 @@ BOOST_AUTO_TEST_CASE(NonFiniteAtTheLastElement) {
       Restore(list, clean);
       SetElementBits(list.back(), list.back()->Size() - 1, value);
       BOOST_TEST_REQUIRE(RefHasNonFinite(list));
-      CheckAllOperations(list, std::string(value.name) + " last in " + std::string(ToString(dtype)));
+      CheckAllFloat8Operations(list, std::string(value.name) + " last in " + std::string(ToString(dtype)));
     }
   }
 }

@@ -15,6 +15,7 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include <mlframework/core/FloatBits.hpp>
 #include <mlframework/mlframework.hpp>
 
 #ifndef MLFW_FLOAT8_REFERENCE
@@ -74,19 +75,13 @@ const Reference& Data() {
   return kData;
 }
 
-std::uint32_t Bits(float value) {
-  std::uint32_t bits;
-  std::memcpy(&bits, &value, sizeof bits);
-  return bits;
-}
-
 float FromBits(std::uint32_t bits) {
   float value;
   std::memcpy(&value, &bits, sizeof value);
   return value;
 }
 
-const std::vector<std::uint8_t>& Expected(DataType dtype) {
+const std::vector<std::uint8_t>& ExpectedCast(DataType dtype) {
   return dtype == DataType::Float8E4M3FN ? Data().e4m3 : Data().e5m2;
 }
 
@@ -104,7 +99,7 @@ std::vector<std::uint8_t> BytesOf(const ITensor& tensor) {
 // Counts the mismatches of @p got against torch's bytes for the inputs selected by @p used.
 void CheckBytes(const std::vector<std::uint8_t>& got, DataType dtype, const std::vector<std::size_t>& used,
                 std::string_view path) {
-  const auto& expected = Expected(dtype);
+  const auto& expected = ExpectedCast(dtype);
   BOOST_TEST_REQUIRE(got.size() == used.size());
   int mismatches = 0;
   for (std::size_t k = 0; k < used.size(); ++k) {
@@ -126,8 +121,10 @@ BOOST_AUTO_TEST_SUITE(Float8TorchReference)
 BOOST_AUTO_TEST_CASE(DecodingMatchesTorchOnEveryCode) {
   for (unsigned c = 0; c < 256; ++c) {
     const auto code = static_cast<std::uint8_t>(c);
-    BOOST_TEST(Bits(detail::Float8E4M3FNBitsToFloat(code)) == Data().decode_e4m3[c], "e4m3fn code 0x" << std::hex << c);
-    BOOST_TEST(Bits(detail::Float8E5M2BitsToFloat(code)) == Data().decode_e5m2[c], "e5m2 code 0x" << std::hex << c);
+    BOOST_TEST(detail::FloatAsBits(detail::Float8E4M3FNBitsToFloat(code)) == Data().decode_e4m3[c],
+               "e4m3fn code 0x" << std::hex << c);
+    BOOST_TEST(detail::FloatAsBits(detail::Float8E5M2BitsToFloat(code)) == Data().decode_e5m2[c],
+               "e5m2 code 0x" << std::hex << c);
   }
   // The same through tensors: all 256 codes cast to FP32, one tensor and as a list.
   for (const DataType dtype : kFp8) {
@@ -140,13 +137,15 @@ BOOST_AUTO_TEST_CASE(DecodingMatchesTorchOnEveryCode) {
     for (const TensorPtr& widened : {codes->CastTo(DataType::Float32), Cast(one, DataType::Float32)[0]}) {
       const std::vector<float> values = widened->ToFloatVector();
       for (unsigned c = 0; c < 256; ++c) {
-        BOOST_TEST(Bits(values[c]) == ExpectedDecode(dtype)[c], ToString(dtype) << " code 0x" << std::hex << c);
+        BOOST_TEST(detail::FloatAsBits(values[c]) == ExpectedDecode(dtype)[c], ToString(dtype)
+                                                                                   << " code 0x" << std::hex << c);
       }
     }
     std::vector<float> direct(256);
     codes->CopyToFloats(direct);
     for (unsigned c = 0; c < 256; ++c) {
-      BOOST_TEST(Bits(direct[c]) == ExpectedDecode(dtype)[c], ToString(dtype) << " code 0x" << std::hex << c);
+      BOOST_TEST(detail::FloatAsBits(direct[c]) == ExpectedDecode(dtype)[c], ToString(dtype)
+                                                                                 << " code 0x" << std::hex << c);
     }
   }
 }
@@ -194,7 +193,7 @@ BOOST_AUTO_TEST_CASE(HalfAndBFloat16SourcesMatchTorch) {
       const float v = FromBits(r.inputs[i]);
       const float rounded =
           wide == DataType::Float16 ? static_cast<float>(Float16(v)) : static_cast<float>(BFloat16(v));
-      if (Bits(rounded) == r.inputs[i]) {
+      if (detail::FloatAsBits(rounded) == r.inputs[i]) {
         exact.push_back(v);
         used.push_back(i);
       }

@@ -22,16 +22,17 @@
 #include <mlframework/distributed/fsdp/UnitPrecision.hpp>
 #include <mlframework/mlframework.hpp>
 
+#include "NonFinite.hpp"
 #include "core/UserTensor.hpp"
 
 using namespace mlframework;
+using mlfw_test::kInf;
 
 namespace {
 
 constexpr DataType kFp8[] = {DataType::Float8E4M3FN, DataType::Float8E5M2};
 constexpr DataType kAll[] = {DataType::Float32, DataType::Float16, DataType::BFloat16, DataType::Float8E4M3FN,
                              DataType::Float8E5M2};
-constexpr float kInf = std::numeric_limits<float>::infinity();
 
 // The value @p x takes in @p dtype (the scalar conversions, the reference for tensors).
 float RoundTo(DataType dtype, float x) {

@@ -13,16 +13,16 @@
 #include <mlframework/core/MultiTensor.hpp>
 #include <mlframework/core/Tensor.hpp>
 
+#include "NonFinite.hpp"
 #include "core/UserTensor.hpp"
 
 using namespace mlframework;
 using mlframework::testing::Mode;
 using mlframework::testing::UserTensor;
+using mlfw_test::kInf;
+using mlfw_test::kNaN;
 
 namespace {
-
-constexpr float kInf = std::numeric_limits<float>::infinity();
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 const std::vector<DataType> kDtypes = {DataType::Float32, DataType::Float16, DataType::BFloat16};
 

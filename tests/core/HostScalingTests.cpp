@@ -17,22 +17,23 @@
 #include <mlframework/core/Tensor.hpp>
 #include <mlframework/optimizers/mixed_precision/DynamicLossScaler.hpp>
 
+#include "NonFinite.hpp"
+
 using namespace mlframework;
+using mlfw_test::kInf;
 
 namespace {
 
-const float kInf = std::numeric_limits<float>::infinity();
-
 // A user's tensor: FP32 values in host memory, no TensorBackend (the per-tensor virtuals only).
-class UserTensor final : public ITensor {
+class FloatUserTensor final : public ITensor {
  public:
-  explicit UserTensor(std::vector<float> values) : values_(std::move(values)), shape_{values_.size()} {}
+  explicit FloatUserTensor(std::vector<float> values) : values_(std::move(values)), shape_{values_.size()} {}
   DataType GetDataType() const override { return DataType::Float32; }
   Device GetDevice() const override { return Device::CPU(); }
   const Shape& GetShape() const override { return shape_; }
   std::size_t Size() const override { return values_.size(); }
   TensorPtr Multiply(float factor) const override {
-    auto copy = std::make_shared<UserTensor>(values_);
+    auto copy = std::make_shared<FloatUserTensor>(values_);
     copy->MultiplyInPlace(factor);
     return copy;
   }
@@ -108,14 +109,14 @@ BOOST_AUTO_TEST_CASE(CpuBackendImplementsTheInterfaceWithAHostState) {
 }
 
 BOOST_AUTO_TEST_CASE(UserTensorsGetTheGenericHostScaling) {
-  const TensorPtr user = std::make_shared<UserTensor>(std::vector<float>{4.0f, 12.0f});
+  const TensorPtr user = std::make_shared<FloatUserTensor>(std::vector<float>{4.0f, 12.0f});
   BOOST_TEST(&ScalingOf(*user) == &mlframework::HostScaling());
   HostScaleState state(kPolicy, ScaleState::Initial(kPolicy));
   const TensorPtr list[] = {user};
   WritePass(list, {}, {.Op = WriteOp::Scale, .State = &state});
   BOOST_TEST(user->ToFloatVector() == (std::vector<float>{1.0f, 3.0f}));
   BOOST_TEST(!state.FoundInf());
-  const TensorPtr bad = std::make_shared<UserTensor>(std::vector<float>{1.0f, kInf});
+  const TensorPtr bad = std::make_shared<FloatUserTensor>(std::vector<float>{1.0f, kInf});
   const TensorPtr bad_list[] = {bad};
   ReadPass(bad_list, {.State = &state});
   BOOST_TEST(state.FoundInf());
@@ -156,14 +157,14 @@ BOOST_AUTO_TEST_CASE(PassesWithAStateRefuseWhatTheyCannotDo) {
 BOOST_AUTO_TEST_CASE(AScalerTakesCpuAndUserTensorsInOneList) {
   amp::DynamicLossScaler scaler({.InitialScale = 2.0f, .GrowthInterval = 100});
   const GradientMap grads = {{"cpu", FromVector({2.0f, 4.0f}, {2})},
-                             {"user", std::make_shared<UserTensor>(std::vector<float>{6.0f})}};
+                             {"user", std::make_shared<FloatUserTensor>(std::vector<float>{6.0f})}};
   const GradientMap unscaled = scaler.UnscaleAndRecordOverflow(grads);
   BOOST_TEST(unscaled.at("cpu")->ToFloatVector() == (std::vector<float>{1.0f, 2.0f}));
   BOOST_TEST(unscaled.at("user")->ToFloatVector() == (std::vector<float>{3.0f}));
   BOOST_TEST(!scaler.RecordedOverflow());
   BOOST_TEST(scaler.DeviceState() == nullptr);
   const GradientMap bad = {{"cpu", FromVector({1.0f}, {1})},
-                           {"user", std::make_shared<UserTensor>(std::vector<float>{kInf})}};
+                           {"user", std::make_shared<FloatUserTensor>(std::vector<float>{kInf})}};
   BOOST_TEST(scaler.CheckOverflow(bad));
   BOOST_TEST(!scaler.RecordedOverflow());  // CheckOverflow returns its own result only
   scaler.RecordOverflow(bad);

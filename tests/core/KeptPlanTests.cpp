@@ -106,11 +106,6 @@ class Foreign final : public ITensor {
   TensorPtr inner_;
 };
 
-struct ThreadCountGuard {
-  int saved = omp_get_max_threads();
-  ~ThreadCountGuard() { omp_set_num_threads(saved); }
-};
-
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(KeptPlans)

@@ -12,6 +12,8 @@
 #include <string_view>
 #include <vector>
 
+#include <omp.h>
+
 #include <boost/test/unit_test.hpp>
 
 #include <mlframework/backends/cpu/CpuTensor.hpp>
@@ -354,6 +356,45 @@ inline bool RefCast(const std::vector<TensorPtr>& src, const std::vector<TensorP
 inline std::string RequestedIsa() {
   const char* value = std::getenv("MLFW_CPU_ISA");
   return value == nullptr ? std::string() : std::string(value);
+}
+
+/// Restores the OpenMP thread count that a test changes (omp_set_num_threads) when it ends.
+struct ThreadCountGuard {
+  int saved = omp_get_max_threads();
+  ~ThreadCountGuard() { omp_set_num_threads(saved); }
+};
+
+/// New CPU tensors of @p dtype with the shapes of @p list.
+inline std::vector<TensorPtr> EmptyLike(const std::vector<TensorPtr>& list, DataType dtype) {
+  std::vector<TensorPtr> out;
+  out.reserve(list.size());
+  for (const auto& t : list) {
+    out.push_back(mlframework::backends::cpu::Empty(t->GetShape(), dtype));
+  }
+  return out;
+}
+
+/// The tensors of @p list (values copied) as exact back-to-back views of one buffer per run of
+/// equal dtypes, so the backend joins each run into one segment.
+inline std::vector<TensorPtr> Packed(const std::vector<TensorPtr>& list) {
+  std::vector<TensorPtr> packed;
+  std::size_t first = 0;
+  while (first < list.size()) {
+    std::size_t last = first;
+    std::size_t elements = 0;
+    while (last < list.size() && list[last]->GetDataType() == list[first]->GetDataType()) {
+      elements += list[last++]->Size();
+    }
+    const TensorPtr base = mlframework::backends::cpu::Empty({elements}, list[first]->GetDataType());
+    std::size_t offset = 0;
+    for (std::size_t i = first; i < last; ++i) {
+      packed.push_back(mlframework::backends::cpu::View(base, offset, list[i]->GetShape()));
+      SetBytes(packed.back(), BytesOf(list[i]));
+      offset += list[i]->Size();
+    }
+    first = last;
+  }
+  return packed;
 }
 
 }  // namespace kernel_test

@@ -36,12 +36,6 @@ const int kThreadCounts[] = {1, 2};
 const float kFactors[] = {1.0f / 65536.0f, 3.0f, 65536.0f, 1.0f};
 const float kNonFiniteFactors[] = {1.0f / 65536.0f, 3.0f};
 
-// Restores the OpenMP thread count a test changed.
-struct ThreadCountGuard {
-  int saved = omp_get_max_threads();
-  ~ThreadCountGuard() { omp_set_num_threads(saved); }
-};
-
 std::string Describe(const char* op, int threads, float factor) {
   return std::string(op) + " threads=" + std::to_string(threads) + " factor=" + std::to_string(factor) +
          " isa=" + std::string(backends::cpu::InstructionSet());
@@ -57,15 +51,6 @@ struct Expected {
   std::vector<std::vector<Bytes>> cast;  // per target dtype
   std::vector<bool> cast_found;
 };
-
-std::vector<TensorPtr> EmptyLike(const std::vector<TensorPtr>& list, DataType dtype) {
-  std::vector<TensorPtr> out;
-  out.reserve(list.size());
-  for (const auto& t : list) {
-    out.push_back(backends::cpu::Empty(t->GetShape(), dtype));
-  }
-  return out;
-}
 
 // CastInto(src, dst, factor) with each of @p thread_counts, dst zeroed before each call, against
 // the reference cast into separately allocated tensors of dst's dtype (one for the whole list).
@@ -166,29 +151,6 @@ std::vector<std::size_t> SizesBetween(Rng& rng, std::size_t count, std::size_t l
     s = rng.Between(lo, hi);
   }
   return sizes;
-}
-
-// The tensors of @p list (values copied) as exact back-to-back views of one buffer per run of
-// equal dtypes, so the backend joins each run into one segment.
-std::vector<TensorPtr> Packed(const std::vector<TensorPtr>& list) {
-  std::vector<TensorPtr> packed;
-  std::size_t first = 0;
-  while (first < list.size()) {
-    std::size_t last = first;
-    std::size_t elements = 0;
-    while (last < list.size() && list[last]->GetDataType() == list[first]->GetDataType()) {
-      elements += list[last++]->Size();
-    }
-    const TensorPtr base = backends::cpu::Empty({elements}, list[first]->GetDataType());
-    std::size_t offset = 0;
-    for (std::size_t i = first; i < last; ++i) {
-      packed.push_back(backends::cpu::View(base, offset, list[i]->GetShape()));
-      SetBytes(packed.back(), BytesOf(list[i]));
-      offset += list[i]->Size();
-    }
-    first = last;
-  }
-  return packed;
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include <mlframework/core/Tensor.hpp>
 #include <mlframework/core/TrainingCsvWriter.hpp>
 
+#include "NonFinite.hpp"
 #include "amp/FakeDeviceBackend.hpp"
 #include "core/UserTensor.hpp"
 
@@ -25,11 +26,10 @@ using mlframework::GradientMap;
 using mlframework::NonFiniteScan;
 using mlframework::OverflowReport;
 using mlframework::TensorPtr;
+using mlfw_test::kInf;
+using mlfw_test::kNaN;
 
 namespace {
-
-constexpr float kInf = std::numeric_limits<float>::infinity();
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 // 5000 elements (more than one block of the host scan): NaN at 4100, +Inf at 4200 and 4300,
 // -Inf at 4999; everything else finite.

@@ -33,9 +33,9 @@ namespace cuda = mlframework::backends::cuda;
 
 namespace {
 
-void Check(cudaError_t status) { BOOST_REQUIRE_EQUAL(cudaGetErrorName(status), cudaGetErrorName(cudaSuccess)); }
+void CheckCudaCall(cudaError_t status) { BOOST_REQUIRE_EQUAL(cudaGetErrorName(status), cudaGetErrorName(cudaSuccess)); }
 
-const std::vector<std::size_t> kSizes = {1, 1000, 4097, 70001};
+const std::vector<std::size_t> kGraphSizes = {1, 1000, 4097, 70001};
 
 // One model's training state on the GPU, stepped either eagerly or by a graph.
 struct Training {
@@ -51,7 +51,7 @@ struct Training {
   Training() {
     std::mt19937 rng(41);
     std::normal_distribution<float> normal(0.0f, 1.0f);
-    for (const std::size_t n : kSizes) {
+    for (const std::size_t n : kGraphSizes) {
       std::vector<float> values(n);
       for (float& x : values) {
         x = normal(rng);
@@ -90,7 +90,7 @@ struct Training {
 };
 
 void RequireSameBits(const Training& graphed, const Training& eager) {
-  for (std::size_t t = 0; t < kSizes.size(); ++t) {
+  for (std::size_t t = 0; t < kGraphSizes.size(); ++t) {
     BOOST_TEST(Bits(*graphed.w[t]) == Bits(*eager.w[t]));
     BOOST_TEST(Bits(*graphed.m[t]) == Bits(*eager.m[t]));
     BOOST_TEST(Bits(*graphed.v[t]) == Bits(*eager.v[t]));
@@ -109,7 +109,7 @@ void RequireSameBits(const Training& graphed, const Training& eager) {
 // each replay with an eager step.
 void CaptureAndReplay(cudaStreamCaptureMode mode) {
   cudaStream_t stream = nullptr;
-  Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  CheckCudaCall(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   {
     const cuda::StreamGuard guard(stream, 0);
     Training eager;
@@ -122,11 +122,11 @@ void CaptureAndReplay(cudaStreamCaptureMode mode) {
     RequireSameBits(graphed, eager);
 
     cudaGraph_t graph = nullptr;
-    Check(cudaStreamBeginCapture(stream, mode));
+    CheckCudaCall(cudaStreamBeginCapture(stream, mode));
     graphed.Step();
-    Check(cudaStreamEndCapture(stream, &graph));
+    CheckCudaCall(cudaStreamEndCapture(stream, &graph));
     cudaGraphExec_t exec = nullptr;
-    Check(cudaGraphInstantiate(&exec, graph, 0));
+    CheckCudaCall(cudaGraphInstantiate(&exec, graph, 0));
 
     constexpr int kReplays = 6;
     const std::vector<bool> overflows = {false, false, true, false, false, false};
@@ -136,19 +136,19 @@ void CaptureAndReplay(cudaStreamCaptureMode mode) {
         eager.WriteGradients(k, overflow);
         eager.Step();
         graphed.WriteGradients(k, overflow);
-        Check(cudaGraphLaunch(exec, stream));
-        Check(cudaStreamSynchronize(stream));
+        CheckCudaCall(cudaGraphLaunch(exec, stream));
+        CheckCudaCall(cudaStreamSynchronize(stream));
         RequireSameBits(graphed, eager);
       }
     }
     // The skipped replay did not count: 1 warm-up step and 5 replays were taken.
     BOOST_TEST(graphed.count->ToFloatVector() == std::vector<float>{6.0f});
     BOOST_TEST(graphed.state->Read().TotalOverflows == 1);
-    Check(cudaGraphExecDestroy(exec));
-    Check(cudaGraphDestroy(graph));
+    CheckCudaCall(cudaGraphExecDestroy(exec));
+    CheckCudaCall(cudaGraphDestroy(graph));
   }
-  Check(cudaStreamSynchronize(stream));
-  Check(cudaStreamDestroy(stream));
+  CheckCudaCall(cudaStreamSynchronize(stream));
+  CheckCudaCall(cudaStreamDestroy(stream));
 }
 
 }  // namespace

@@ -14,13 +14,14 @@
 #include <mlframework/core/Tensor.hpp>
 #include <mlframework/distributed/NcclProcessGroup.hpp>
 
+#include "cuda/CudaTestUtil.hpp"
+
 using namespace mlframework;
 using namespace mlframework::distributed;
+using mlfw_cuda_test::kDtypes;
+using mlfw_cuda_test::kGpu;
 
 namespace {
-
-const Device kGpu = Device::CUDA(0);
-constexpr DataType kDtypes[] = {DataType::Float32, DataType::Float16, DataType::BFloat16};
 
 std::shared_ptr<IProcessGroup> MakeGroup(bool blocking = false) {
   return MakeNcclProcessGroup(MakeNcclUniqueId(), 0, 1, NcclProcessGroupOptions{.Device = 0, .Blocking = blocking});

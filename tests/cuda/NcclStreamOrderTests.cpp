@@ -20,15 +20,17 @@
 
 using namespace mlfw_stream_order;
 using namespace mlframework::distributed;
+// Qualified: another file of the same unity batch brings mlframework::detail into scope.
+namespace dist_detail = mlframework::distributed::detail;
 
 namespace {
 
 // Installs a RecordingNcclDriver for its lifetime.
 struct RecordedNccl {
-  detail::RecordingNcclDriver nccl;
-  detail::NcclDriver* previous = detail::InstallNcclDriver(&nccl);
+  dist_detail::RecordingNcclDriver nccl;
+  dist_detail::NcclDriver* previous = dist_detail::InstallNcclDriver(&nccl);
   RecordedNccl() = default;
-  ~RecordedNccl() { detail::InstallNcclDriver(previous); }
+  ~RecordedNccl() { dist_detail::InstallNcclDriver(previous); }
   RecordedNccl(const RecordedNccl&) = delete;
   RecordedNccl& operator=(const RecordedNccl&) = delete;
 };

@@ -19,7 +19,7 @@ using namespace mlframework::optimizers::mixed_precision;
 
 namespace {
 
-GradientMap Gradients(int step, Device device) {
+GradientMap PipelineGradients(int step, Device device) {
   std::vector<float> w(1000);
   for (std::size_t i = 0; i < w.size(); ++i) {
     w[i] = 2048.0f * std::sin(static_cast<float>(i + 1) * 0.37f + static_cast<float>(step));
@@ -59,8 +59,8 @@ void RunPipeline(bool clipping) {
   GradientConversionLayer cpu(options);
   GradientConversionLayer gpu(options);
   for (int step = 0; step < 6; ++step) {
-    const GradientProcessingResult a = cpu.ProcessGradients(Gradients(step, Device::CPU()));
-    const GradientProcessingResult b = gpu.ProcessGradients(Gradients(step, Device::CUDA(0)));
+    const GradientProcessingResult a = cpu.ProcessGradients(PipelineGradients(step, Device::CPU()));
+    const GradientProcessingResult b = gpu.ProcessGradients(PipelineGradients(step, Device::CUDA(0)));
     BOOST_TEST(a.ShouldSkip == b.ShouldSkip);
     BOOST_TEST(a.ShouldSkip == (step == 2));
     BOOST_TEST(cpu.CurrentScale() == gpu.CurrentScale());

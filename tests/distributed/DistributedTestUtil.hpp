@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <span>
@@ -200,6 +201,11 @@ inline std::vector<float> RankValues(std::size_t count, int rank, float salt) {
 // A 1-D tensor of @p values in @p dtype.
 inline mlframework::TensorPtr Make(const std::vector<float>& values, mlframework::DataType dtype) {
   return mlframework::FromVector(values, {values.size()}, dtype);
+}
+
+/// Whether @p a and @p b hold the same floats bit for bit (NaNs and signed zeros included).
+inline bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 }  // namespace mlfw_test

@@ -129,7 +129,7 @@ std::vector<float> Initial(std::size_t size, int seed) {
   return values;
 }
 
-struct Options {
+struct ResidentOptions {
   fsdp::ShardingStrategy strategy = fsdp::ShardingStrategy::FullShard;
   DataType param_dtype = DataType::Float32;
   DataType reduce_dtype = DataType::Float32;
@@ -137,7 +137,7 @@ struct Options {
   bool hooks = false;  // through FSDP's backward hooks with prefetch, units in reverse order
 };
 
-struct Run {
+struct ResidentRun {
   std::vector<float> losses;
   std::vector<double> norms;
   std::vector<std::vector<float>> params;
@@ -147,9 +147,9 @@ struct Run {
 // Per step and unit: gather, loss sum((p - t)^2) over the gathered values, gradient 2(p - t)
 // in the parameter dtype reduced twice on odd steps (accumulation), release; then clip and step.
 // @p real: a real process group instead of the mirror of @p world ranks.
-Run Train(const Options& options, bool on_device, int world,
-          const std::shared_ptr<dist::IProcessGroup>& real = nullptr) {
-  constexpr int kSteps = 4;
+ResidentRun Train(const ResidentOptions& options, bool on_device, int world,
+                  const std::shared_ptr<dist::IProcessGroup>& real = nullptr) {
+  constexpr int kResidentSteps = 4;
   auto mirror = std::make_shared<MirrorGroup>(world);
   std::shared_ptr<dist::IProcessGroup> group = mirror;
   if (real) group = real;
@@ -175,7 +175,7 @@ Run Train(const Options& options, bool on_device, int world,
     optimizer = std::make_unique<optimizers::SGD>(model.ShardedParameters(),
                                                   optimizers::SGDOptions{.LearningRate = 0.1f, .Momentum = 0.5f});
   }
-  Run run;
+  ResidentRun run;
   const Device expected = on_device ? Device::CUDA(0) : Device::CPU();
   auto on_place = [&](const TensorPtr& tensor) {
     return tensor && tensor->GetDevice() == expected &&
@@ -185,7 +185,7 @@ Run Train(const Options& options, bool on_device, int world,
     model.SetPrefetch({.Forward = true, .Backward = true});
     std::reverse(units.begin(), units.end());  // backward order: the hooks prefetch unit i - 1
   }
-  for (int step = 0; step < kSteps; ++step) {
+  for (int step = 0; step < kResidentSteps; ++step) {
     float loss = 0.0f;
     for (const std::string& unit_name : units) {
       fsdp::FSDPShardingUnit& unit = model.Unit(unit_name);
@@ -238,7 +238,7 @@ Run Train(const Options& options, bool on_device, int world,
   return run;
 }
 
-void ExpectIdentical(const Run& device, const Run& host) {
+void ExpectIdentical(const ResidentRun& device, const ResidentRun& host) {
   BOOST_TEST(device.losses == host.losses, boost::test_tools::per_element());
   BOOST_TEST(device.norms == host.norms, boost::test_tools::per_element());
   BOOST_REQUIRE_EQUAL(device.params.size(), host.params.size());
@@ -261,10 +261,10 @@ BOOST_AUTO_TEST_CASE(TrainingOnTheDeviceIsBitIdenticalToTheHost) {
         for (const int world : {1, 2}) {
           BOOST_TEST_CONTEXT(fsdp::ToString(strategy)
                              << " param " << ToString(param) << " reduce " << ToString(reduce) << " world " << world) {
-            const Options options{
+            const ResidentOptions options{
                 .strategy = strategy, .param_dtype = param, .reduce_dtype = reduce, .adam = world == 2};
-            const Run host = Train(options, false, world);
-            const Run device = Train(options, true, world);
+            const ResidentRun host = Train(options, false, world);
+            const ResidentRun device = Train(options, true, world);
             BOOST_TEST(host.steps_checked == 8);
             BOOST_TEST(host.losses.front() != host.losses.back());  // it trained
             ExpectIdentical(device, host);
@@ -282,14 +282,14 @@ BOOST_AUTO_TEST_CASE(HooksWithPrefetchOnTheDeviceAreBitIdenticalToTheHost) {
     for (const DataType param : {DataType::Float32, DataType::Float16}) {
       for (const DataType reduce : {DataType::Float32, DataType::BFloat16}) {
         BOOST_TEST_CONTEXT(fsdp::ToString(strategy) << " param " << ToString(param) << " reduce " << ToString(reduce)) {
-          const Options manual{.strategy = strategy, .param_dtype = param, .reduce_dtype = reduce};
-          Options hooks = manual;
+          const ResidentOptions manual{.strategy = strategy, .param_dtype = param, .reduce_dtype = reduce};
+          ResidentOptions hooks = manual;
           hooks.hooks = true;
-          const Run host = Train(hooks, false, 2);
-          const Run device = Train(hooks, true, 2);
+          const ResidentRun host = Train(hooks, false, 2);
+          const ResidentRun device = Train(hooks, true, 2);
           BOOST_TEST(host.steps_checked == 8);
           ExpectIdentical(device, host);
-          const Run reference = Train(manual, false, 2);
+          const ResidentRun reference = Train(manual, false, 2);
           BOOST_REQUIRE_EQUAL(host.params.size(), reference.params.size());
           for (std::size_t i = 0; i < host.params.size(); ++i) {
             BOOST_TEST(host.params[i] == reference.params[i], boost::test_tools::per_element());
@@ -305,10 +305,10 @@ BOOST_AUTO_TEST_CASE(RealGroupRunIsBitIdentical) {
   auto group = mlfw_test::WorldGroup();
   for (const fsdp::ShardingStrategy strategy : kStrategies) {
     BOOST_TEST_CONTEXT(fsdp::ToString(strategy) << " on " << group->BackendName() << " x" << group->WorldSize()) {
-      const Options options{
+      const ResidentOptions options{
           .strategy = strategy, .param_dtype = DataType::Float16, .reduce_dtype = DataType::BFloat16, .adam = true};
-      const Run host = Train(options, false, group->WorldSize(), group);
-      const Run device = Train(options, true, group->WorldSize(), group);
+      const ResidentRun host = Train(options, false, group->WorldSize(), group);
+      const ResidentRun device = Train(options, true, group->WorldSize(), group);
       ExpectIdentical(device, host);
     }
   }

@@ -23,6 +23,7 @@
 #include <mlframework/distributed/fsdp/FSDP.hpp>
 #include <mlframework/distributed/fsdp/FSDPMixedPrecisionManager.hpp>
 
+#include "NonFinite.hpp"
 #include "distributed/DistributedTestUtil.hpp"
 #include "mlframework/distributed/Float8BlockCodec.hpp"
 
@@ -31,10 +32,10 @@ namespace fsdp = mlframework::distributed::fsdp;
 using mlframework::DataType;
 using mlframework::GradientMap;
 using mlframework::TensorPtr;
+using mlfw_test::kInf;
 
 namespace {
 
-constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr std::size_t kBlock = dist::kFloat8WireBlock;
 
 // Values of every rank's part, spread over eight decades (so small ones land in E4M3's

@@ -26,6 +26,7 @@ using mlframework::DataType;
 using mlframework::GradientMap;
 using mlframework::Shape;
 using mlfw_test::Mlp;
+using mlfw_test::SameBits;
 
 namespace {
 
@@ -38,9 +39,9 @@ struct Traffic {
 // Forwards to a real group and counts what it moves into a Traffic of its own; the groups it
 // splits count into their own Traffic (shared by every group split with the same color
 // parity: the test reads "the shard group" and "the replicate group" of this rank).
-class CountingGroup final : public dist::IProcessGroup {
+class HybridCountingGroup final : public dist::IProcessGroup {
  public:
-  explicit CountingGroup(std::shared_ptr<dist::IProcessGroup> inner, std::shared_ptr<Traffic> traffic)
+  explicit HybridCountingGroup(std::shared_ptr<dist::IProcessGroup> inner, std::shared_ptr<Traffic> traffic)
       : inner_(std::move(inner)), traffic_(std::move(traffic)) {}
   int Rank() const noexcept override { return inner_->Rank(); }
   int WorldSize() const noexcept override { return inner_->WorldSize(); }
@@ -74,7 +75,7 @@ class CountingGroup final : public dist::IProcessGroup {
   std::shared_ptr<dist::IProcessGroup> Split(int color, int key) override {
     auto traffic = std::make_shared<Traffic>();
     splits.push_back(traffic);
-    return std::make_shared<CountingGroup>(inner_->Split(color, key), traffic);
+    return std::make_shared<HybridCountingGroup>(inner_->Split(color, key), traffic);
   }
   void Abort(const std::string& m) noexcept override { inner_->Abort(m); }
 
@@ -127,18 +128,19 @@ fsdp::FSDPConfig Hybrid(int shard_group_size, DataType param = DataType::Float32
           .ShardGroupSize = shard_group_size};
 }
 
-struct Run {
+struct HybridRun {
   std::vector<double> losses;
   std::vector<double> norms;
   std::vector<bool> skipped;
   GradientMap params;
 };
 
-constexpr int kSteps = 8;
+constexpr int kHybridSteps = 8;
 
 // Adam on the MLP, every rank on its slice of the global batch. With @p amp, an infinity on
 // the last rank's layer-2 gradient at odd steps must skip the step on every rank.
-Run TrainMlp(const std::shared_ptr<dist::IProcessGroup>& group, const fsdp::FSDPConfig& config, bool amp = false) {
+HybridRun TrainMlp(const std::shared_ptr<dist::IProcessGroup>& group, const fsdp::FSDPConfig& config,
+                   bool amp = false) {
   fsdp::FSDP model(group, config);
   auto& l1 = model.RegisterUnit("layer1", Mlp::Layer1());
   auto& l2 = model.RegisterUnit("layer2", Mlp::Layer2());
@@ -146,8 +148,8 @@ Run TrainMlp(const std::shared_ptr<dist::IProcessGroup>& group, const fsdp::FSDP
   std::optional<fsdp::FSDPAmpIntegration> integration;
   if (amp) integration.emplace(model, fsdp::FSDPMixedPrecisionConfig{.InitialLossScale = 64.0f});
   const int n = group->WorldSize();
-  Run run;
-  for (int step = 0; step < kSteps; ++step) {
+  HybridRun run;
+  for (int step = 0; step < kHybridSteps; ++step) {
     l1.Gather();
     l2.Gather();
     const auto out = Mlp::Run(l1.Parameters(), l2.Parameters(), Mlp::RankSlice(group->Rank(), n, step));
@@ -176,7 +178,7 @@ Run TrainMlp(const std::shared_ptr<dist::IProcessGroup>& group, const fsdp::FSDP
   return run;
 }
 
-void ExpectClose(const Run& got, const Run& want, double tolerance) {
+void ExpectClose(const HybridRun& got, const HybridRun& want, double tolerance) {
   BOOST_REQUIRE_EQUAL(got.losses.size(), want.losses.size());
   for (std::size_t i = 0; i < got.losses.size(); ++i) {
     BOOST_CHECK_CLOSE_FRACTION(got.losses[i], want.losses[i], tolerance);
@@ -207,14 +209,14 @@ GradientMap ExactGradients(int step, int rank, const Shape& weight, const Shape&
           {"bias", mlframework::FromVector(values(bias[0], 2), bias)}};
 }
 
-// kSteps of Adam on exact gradients; the full parameters and the gradient norms.
-Run TrainExact(const std::shared_ptr<dist::IProcessGroup>& group, const fsdp::FSDPConfig& config) {
+// kHybridSteps of Adam on exact gradients; the full parameters and the gradient norms.
+HybridRun TrainExact(const std::shared_ptr<dist::IProcessGroup>& group, const fsdp::FSDPConfig& config) {
   fsdp::FSDP model(group, config);
   auto& l1 = model.RegisterUnit("layer1", Mlp::Layer1());
   auto& l2 = model.RegisterUnit("layer2", Mlp::Layer2());
   mlframework::optimizers::Adam adam(model.ShardedParameters(), {.LearningRate = 0.01f});
-  Run run;
-  for (int step = 0; step < kSteps; ++step) {
+  HybridRun run;
+  for (int step = 0; step < kHybridSteps; ++step) {
     for (auto* unit : {&l1, &l2}) {
       unit->Gather();
       const Shape& weight = unit->ParameterShape("weight");
@@ -227,10 +229,6 @@ Run TrainExact(const std::shared_ptr<dist::IProcessGroup>& group, const fsdp::FS
   }
   run.params = model.FullParameters();
   return run;
-}
-
-bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 }  // namespace
@@ -284,12 +282,12 @@ BOOST_AUTO_TEST_CASE(TrainsBitIdenticalToFullShardAndNoShardWhenSumsAreExact) {
   for (const DataType reduce : {DataType::Float32, DataType::BFloat16}) {
     const fsdp::FSDPConfig full_shard{.ReduceDType = reduce};
     const fsdp::FSDPConfig no_shard{.Strategy = fsdp::ShardingStrategy::NoShard, .ReduceDType = reduce};
-    const Run want = TrainExact(world, full_shard);
-    const Run ddp = TrainExact(world, no_shard);
+    const HybridRun want = TrainExact(world, full_shard);
+    const HybridRun ddp = TrainExact(world, no_shard);
     for (const int s : ShardGroupSizes(world->WorldSize())) {
       BOOST_TEST_CONTEXT("world " << world->WorldSize() << ", shard group size " << s << ", reduce "
                                   << mlframework::ToString(reduce)) {
-        const Run got = TrainExact(world, Hybrid(s, DataType::Float32, reduce));
+        const HybridRun got = TrainExact(world, Hybrid(s, DataType::Float32, reduce));
         BOOST_CHECK(got.norms == want.norms);  // each shard counted once, exactly
         BOOST_CHECK(got.norms == ddp.norms);
         for (const auto& [name, tensor] : want.params) {
@@ -308,18 +306,18 @@ BOOST_AUTO_TEST_CASE(TrainsBitIdenticalToFullShardAndNoShardWhenSumsAreExact) {
 BOOST_AUTO_TEST_CASE(TrainsAsFullShardNoShardAndOneProcessWithClippingAndOverflow) {
   auto world = mlfw_test::WorldGroup();
   for (const bool amp : {false, true}) {
-    const Run one = TrainMlp(dist::MakeLocalProcessGroup(), {}, amp);
-    const Run full_shard = TrainMlp(world, {}, amp);
-    const Run no_shard = TrainMlp(world, {.Strategy = fsdp::ShardingStrategy::NoShard}, amp);
+    const HybridRun one = TrainMlp(dist::MakeLocalProcessGroup(), {}, amp);
+    const HybridRun full_shard = TrainMlp(world, {}, amp);
+    const HybridRun no_shard = TrainMlp(world, {.Strategy = fsdp::ShardingStrategy::NoShard}, amp);
     BOOST_CHECK_LT(one.losses.back(), one.losses.front());  // it trains
     for (const int s : ShardGroupSizes(world->WorldSize())) {
       BOOST_TEST_CONTEXT("world " << world->WorldSize() << ", shard group size " << s << ", amp " << amp) {
-        const Run got = TrainMlp(world, Hybrid(s), amp);
+        const HybridRun got = TrainMlp(world, Hybrid(s), amp);
         ExpectClose(got, full_shard, 1e-5);
         ExpectClose(got, no_shard, 1e-5);
         ExpectClose(got, one, 1e-5);
         if (amp) {
-          for (int step = 0; step < kSteps; ++step) BOOST_CHECK_EQUAL(got.skipped[step], step % 2 == 1);
+          for (int step = 0; step < kHybridSteps; ++step) BOOST_CHECK_EQUAL(got.skipped[step], step % 2 == 1);
         }
         for (const double norm : got.norms) {
           BOOST_CHECK_EQUAL(world->AllReduceHost(norm, dist::ReduceOp::Max), norm);  // same on every rank
@@ -332,7 +330,7 @@ BOOST_AUTO_TEST_CASE(TrainsAsFullShardNoShardAndOneProcessWithClippingAndOverflo
 BOOST_AUTO_TEST_CASE(SixteenBitGatherAndReduceTrainAsFullShard) {
   auto world = mlfw_test::WorldGroup();
   const fsdp::FSDPConfig full_shard{.ParamDType = DataType::BFloat16, .ReduceDType = DataType::BFloat16};
-  const Run want = TrainMlp(world, full_shard);
+  const HybridRun want = TrainMlp(world, full_shard);
   for (const int s : ShardGroupSizes(world->WorldSize())) {
     BOOST_TEST_CONTEXT("shard group size " << s) {
       // BF16 sums round once per combine; the hybrid sum combines in another order: BF16's
@@ -348,7 +346,7 @@ BOOST_AUTO_TEST_CASE(BytesPerStepStayInTheShardGroupButOneShardAcrossReplicas) {
   for (const DataType dtype : {DataType::Float32, DataType::BFloat16}) {
     // FullShard over every rank, for comparison: the whole unit goes over the world group.
     auto full_traffic = std::make_shared<Traffic>();
-    fsdp::FSDP full_shard(std::make_shared<CountingGroup>(world, full_traffic),
+    fsdp::FSDP full_shard(std::make_shared<HybridCountingGroup>(world, full_traffic),
                           {.ParamDType = dtype, .ReduceDType = dtype});
     auto& full_unit = full_shard.RegisterUnit("layer1", Mlp::Layer1());
     *full_traffic = {};
@@ -362,7 +360,7 @@ BOOST_AUTO_TEST_CASE(BytesPerStepStayInTheShardGroupButOneShardAcrossReplicas) {
     for (const int s : ShardGroupSizes(n)) {
       BOOST_TEST_CONTEXT("world " << n << ", shard group size " << s << ", dtype " << mlframework::ToString(dtype)) {
         auto top = std::make_shared<Traffic>();
-        auto counting = std::make_shared<CountingGroup>(world, top);
+        auto counting = std::make_shared<HybridCountingGroup>(world, top);
         fsdp::FSDP model(counting, Hybrid(s, dtype, dtype));
         BOOST_REQUIRE_EQUAL(counting->splits.size(), 2u);
         Traffic& shard = *counting->splits[0];
@@ -397,7 +395,7 @@ BOOST_AUTO_TEST_CASE(AccumulationWithoutSyncCommunicatesNothingAndReducesOnce) {
   for (const int s : ShardGroupSizes(world->WorldSize())) {
     BOOST_TEST_CONTEXT("shard group size " << s) {
       auto top = std::make_shared<Traffic>();
-      auto counting = std::make_shared<CountingGroup>(world, top);
+      auto counting = std::make_shared<HybridCountingGroup>(world, top);
       fsdp::FSDP accumulating(counting, Hybrid(s));
       fsdp::FSDP once(world, Hybrid(s));
       auto& unit = accumulating.RegisterUnit("layer1", Mlp::Layer1());

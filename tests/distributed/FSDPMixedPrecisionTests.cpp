@@ -10,17 +10,18 @@
 #include <mlframework/distributed/LocalProcessGroup.hpp>
 #include <mlframework/distributed/fsdp/FSDPAmpIntegration.hpp>
 
+#include "NonFinite.hpp"
 #include "distributed/DistributedTestUtil.hpp"
 
 namespace dist = mlframework::distributed;
 namespace fsdp = mlframework::distributed::fsdp;
 using mlframework::DataType;
 using mlframework::FromVector;
+using mlfw_test::kInf;
+using mlfw_test::kNaN;
 using mlfw_test::Mlp;
 
 namespace {
-constexpr float kInf = std::numeric_limits<float>::infinity();
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 void ExpectFieldError(const fsdp::FSDPMixedPrecisionConfig& config, const std::string& field) {
   try {

@@ -13,6 +13,7 @@
 #include <mlframework/core/Tensor.hpp>
 #include <mlframework/distributed/fsdp/FSDPMixedPrecisionManager.hpp>
 
+#include "NonFinite.hpp"
 #include "core/RecordingObserver.hpp"
 #include "distributed/DistributedTestUtil.hpp"
 
@@ -21,11 +22,10 @@ namespace fsdp = mlframework::distributed::fsdp;
 using mlframework::DataType;
 using mlframework::FromVector;
 using mlframework::GradientMap;
+using mlfw_test::kInf;
+using mlfw_test::kNaN;
 
 namespace {
-
-constexpr float kInf = std::numeric_limits<float>::infinity();
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 // Every rank the same names; rank r >= 1 puts a NaN at a[r] and -Inf in c, rank 0 +Inf at a[3]
 // and in b[0].

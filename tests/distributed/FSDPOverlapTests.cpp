@@ -32,7 +32,7 @@ using mlframework::distributed::ReduceOp;
 namespace {
 
 constexpr std::size_t kUnits = 7;
-constexpr int kSteps = 3;
+constexpr int kOverlapSteps = 3;
 
 // Unit i: unit 0 is one FP32 parameter of 64 elements (reduced straight from the framework's
 // tensor on 1, 2 and 4 ranks), the others two parameters of odd sizes (padded).
@@ -147,7 +147,7 @@ class DeferredGroup final : public mlframework::distributed::IProcessGroup {
 
 enum class Schedule { Serial, AsyncUnits, Hooks };
 
-// kSteps steps of SGD over kUnits units (with @p micro_batches micro-batches per step, the
+// kOverlapSteps steps of SGD over kUnits units (with @p micro_batches micro-batches per step, the
 // earlier ones without gradient sync), driven by @p schedule; returns the full parameters.
 std::vector<std::vector<float>> Train(const fsdp::FSDPConfig& config, Schedule schedule,
                                       fsdp::PrefetchPolicy prefetch = {}, int micro_batches = 1,
@@ -158,7 +158,7 @@ std::vector<std::vector<float>> Train(const fsdp::FSDPConfig& config, Schedule s
   mlframework::optimizers::SGD sgd(model.ShardedParameters(), {.LearningRate = 0.05f, .Momentum = 0.9f});
   model.SetPrefetch(prefetch);
   const int rank = group->Rank();
-  for (int step = 0; step < kSteps; ++step) {
+  for (int step = 0; step < kOverlapSteps; ++step) {
     for (int micro = 0; micro < micro_batches; ++micro) {
       model.SetRequiresGradientSync(micro == micro_batches - 1);
       // Forward: the parameters are read (the gradients below read them again in backward).

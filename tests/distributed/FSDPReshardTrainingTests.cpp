@@ -30,6 +30,7 @@
 #include "distributed/ReshardSupport.hpp"
 
 namespace fsdp = mlframework::distributed::fsdp;
+using mlfw_test::SameBits;
 
 namespace {
 
@@ -87,10 +88,6 @@ struct Training {
     return flat;
   }
 };
-
-bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
 
 // The FullShard run saves into @p directory, a HybridShard run (shard groups of 2 ranks when
 // the world size is even, else 1) into its "hybrid" subdirectory: under -n 4, 2 groups of 2.

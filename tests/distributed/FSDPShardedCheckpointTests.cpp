@@ -38,7 +38,7 @@ struct SimRank {
   }
 };
 
-enum class Opt { Adam, SGD };
+enum class CheckpointOpt { Adam, SGD };
 
 // The parameters as tensors of the fake device backend (CPU memory that reports cuda:0).
 mlframework::GradientMap OnFakeDevice(const mlframework::GradientMap& parameters) {
@@ -50,7 +50,7 @@ mlframework::GradientMap OnFakeDevice(const mlframework::GradientMap& parameters
   return fake;
 }
 
-std::vector<SimRank> MakeWorld(int world, float amplitude, Opt opt,
+std::vector<SimRank> MakeWorld(int world, float amplitude, CheckpointOpt opt,
                                fsdp::ShardingStrategy strategy = fsdp::ShardingStrategy::FullShard,
                                bool fake_device = false) {
   std::vector<SimRank> ranks(static_cast<std::size_t>(world));
@@ -61,7 +61,7 @@ std::vector<SimRank> MakeWorld(int world, float amplitude, Opt opt,
     const auto place = [&](const mlframework::GradientMap& p) { return fake_device ? OnFakeDevice(p) : p; };
     rank.model->RegisterUnit("embed", place(mlfw_test::ReshardEmbed(amplitude)));
     rank.model->RegisterUnit("head", place(mlfw_test::ReshardHead(amplitude)));
-    if (opt == Opt::Adam) {
+    if (opt == CheckpointOpt::Adam) {
       rank.adam = std::make_unique<optim::Adam>(rank.model->ShardedParameters(), optim::AdamOptions::AdamW(2e-3f));
     } else {
       rank.sgd = std::make_unique<optim::SGD>(rank.model->ShardedParameters(),
@@ -163,14 +163,14 @@ void LoadAll(std::vector<SimRank>& ranks, const std::vector<std::vector<std::byt
 BOOST_AUTO_TEST_SUITE(FsdpShardedCheckpoint)
 
 BOOST_AUTO_TEST_CASE(adam_state_saved_at_four_ranks_loads_bit_identical_at_one_two_three_and_five) {
-  std::vector<SimRank> saved = MakeWorld(4, 1.0f, Opt::Adam);
+  std::vector<SimRank> saved = MakeWorld(4, 1.0f, CheckpointOpt::Adam);
   StepAll(saved, 0);
   StepAll(saved, 1);
   for (SimRank& rank : saved) rank.adam->SetLearningRate(5e-4f);  // a scheduler's change travels too
   const auto blobs = SaveAll(saved, 2);
   for (const int world : {1, 2, 3, 5}) {
     BOOST_TEST_CONTEXT("load at " << world << " ranks") {
-      std::vector<SimRank> loaded = MakeWorld(world, 2.0f, Opt::Adam);  // other weights, fresh state
+      std::vector<SimRank> loaded = MakeWorld(world, 2.0f, CheckpointOpt::Adam);  // other weights, fresh state
       LoadAll(loaded, blobs, 2);
       CheckSameState(saved, loaded, "after the load");
       for (const SimRank& rank : loaded) {
@@ -178,7 +178,7 @@ BOOST_AUTO_TEST_CASE(adam_state_saved_at_four_ranks_loads_bit_identical_at_one_t
         BOOST_CHECK_EQUAL(rank.adam->Options().LearningRate, 5e-4f);
       }
       // Training goes on identically: the same global gradients give the same bits.
-      std::vector<SimRank> reference = MakeWorld(4, 1.0f, Opt::Adam);
+      std::vector<SimRank> reference = MakeWorld(4, 1.0f, CheckpointOpt::Adam);
       StepAll(reference, 0);
       StepAll(reference, 1);
       for (SimRank& rank : reference) rank.adam->SetLearningRate(5e-4f);
@@ -190,14 +190,14 @@ BOOST_AUTO_TEST_CASE(adam_state_saved_at_four_ranks_loads_bit_identical_at_one_t
 }
 
 BOOST_AUTO_TEST_CASE(sgd_momentum_absent_before_the_first_step_stays_absent_and_present_after_it_reshards) {
-  std::vector<SimRank> fresh = MakeWorld(3, 1.0f, Opt::SGD);
-  std::vector<SimRank> loaded = MakeWorld(2, 3.0f, Opt::SGD);
+  std::vector<SimRank> fresh = MakeWorld(3, 1.0f, CheckpointOpt::SGD);
+  std::vector<SimRank> loaded = MakeWorld(2, 3.0f, CheckpointOpt::SGD);
   LoadAll(loaded, SaveAll(fresh, 0), 0);
   BOOST_CHECK(Stitch(loaded, 0, 0).empty());  // PyTorch's lazy buffer: none yet
   CheckSameBits(Stitch(fresh, 0, -1), Stitch(loaded, 0, -1), "masters");
 
   StepAll(fresh, 0);
-  std::vector<SimRank> later = MakeWorld(4, 3.0f, Opt::SGD);
+  std::vector<SimRank> later = MakeWorld(4, 3.0f, CheckpointOpt::SGD);
   LoadAll(later, SaveAll(fresh, 1), 1);
   CheckSameState(fresh, later, "after one SGD step");
   BOOST_CHECK_EQUAL(later.front().sgd->StepCount(), 1);
@@ -207,12 +207,12 @@ BOOST_AUTO_TEST_CASE(sgd_momentum_absent_before_the_first_step_stays_absent_and_
 }
 
 BOOST_AUTO_TEST_CASE(no_shard_checkpoint_loads_into_full_shard_ranks_and_back) {
-  std::vector<SimRank> replicated = MakeWorld(2, 1.0f, Opt::Adam, fsdp::ShardingStrategy::NoShard);
+  std::vector<SimRank> replicated = MakeWorld(2, 1.0f, CheckpointOpt::Adam, fsdp::ShardingStrategy::NoShard);
   StepAll(replicated, 0);
-  std::vector<SimRank> sharded = MakeWorld(3, 2.0f, Opt::Adam);
+  std::vector<SimRank> sharded = MakeWorld(3, 2.0f, CheckpointOpt::Adam);
   LoadAll(sharded, SaveAll(replicated, 1), 1);
   CheckSameState(replicated, sharded, "NoShard to FullShard");
-  std::vector<SimRank> back = MakeWorld(1, 2.0f, Opt::Adam, fsdp::ShardingStrategy::NoShard);
+  std::vector<SimRank> back = MakeWorld(1, 2.0f, CheckpointOpt::Adam, fsdp::ShardingStrategy::NoShard);
   LoadAll(back, SaveAll(sharded, 1), 1);
   CheckSameState(replicated, back, "FullShard to NoShard");
 }
@@ -221,7 +221,7 @@ BOOST_AUTO_TEST_CASE(device_resident_shards_reshard_and_the_optimizers_host_mast
   // Shards the host cannot address: saved through a read-back, loaded through a copy; Adam and
   // SGD keep host FP32 masters for them (ZeRO-Offload style), which the load must replace too,
   // or the next step would write the old masters back over the loaded shards.
-  for (const Opt opt : {Opt::Adam, Opt::SGD}) {
+  for (const CheckpointOpt opt : {CheckpointOpt::Adam, CheckpointOpt::SGD}) {
     std::vector<SimRank> saved = MakeWorld(2, 1.0f, opt, fsdp::ShardingStrategy::FullShard, true);
     BOOST_REQUIRE(saved.front().model->Unit(0).LocalShard()->HostBytes().empty());
     StepAll(saved, 0);
@@ -235,11 +235,11 @@ BOOST_AUTO_TEST_CASE(device_resident_shards_reshard_and_the_optimizers_host_mast
 }
 
 BOOST_AUTO_TEST_CASE(scaler_state_and_training_step_travel_with_the_shards) {
-  std::vector<SimRank> saved = MakeWorld(2, 1.0f, Opt::Adam);
+  std::vector<SimRank> saved = MakeWorld(2, 1.0f, CheckpointOpt::Adam);
   mlframework::amp::DynamicLossScaler scaler;
   scaler.UpdateScale(true);  // backed off: not the default state
   const auto blobs = SaveAll(saved, 41, fsdp::BlobState::Of(scaler));
-  std::vector<SimRank> loaded = MakeWorld(3, 2.0f, Opt::Adam);
+  std::vector<SimRank> loaded = MakeWorld(3, 2.0f, CheckpointOpt::Adam);
   mlframework::amp::DynamicLossScaler restored;
   BOOST_REQUIRE_NE(restored.CurrentScale(), scaler.CurrentScale());
   for (SimRank& rank : loaded) {
@@ -249,7 +249,7 @@ BOOST_AUTO_TEST_CASE(scaler_state_and_training_step_travel_with_the_shards) {
   }
   BOOST_CHECK(restored.StateDict() == scaler.StateDict());
   // Weights only: a load without optimizer or scaler takes the masters and skips the rest.
-  std::vector<SimRank> weights_only = MakeWorld(1, 2.0f, Opt::Adam);
+  std::vector<SimRank> weights_only = MakeWorld(1, 2.0f, CheckpointOpt::Adam);
   BOOST_CHECK_EQUAL(weights_only.front().model->LoadShardedCheckpoint(blobs), 41);
   CheckSameBits(Stitch(saved, 1, -1), Stitch(weights_only, 1, -1), "weights only");
   BOOST_CHECK_EQUAL(weights_only.front().adam->StepCount(), 0);
@@ -259,7 +259,7 @@ BOOST_AUTO_TEST_CASE(files_round_trip_through_a_directory_and_stale_ranks_are_re
   const std::filesystem::path directory =
       std::filesystem::temp_directory_path() / ("mlfw-reshard-" + std::to_string(::getpid()));
   std::filesystem::remove_all(directory);
-  std::vector<SimRank> saved = MakeWorld(3, 1.0f, Opt::Adam);
+  std::vector<SimRank> saved = MakeWorld(3, 1.0f, CheckpointOpt::Adam);
   StepAll(saved, 0);
   const auto blobs = SaveAll(saved, 9);
   std::filesystem::create_directories(directory);
@@ -268,7 +268,7 @@ BOOST_AUTO_TEST_CASE(files_round_trip_through_a_directory_and_stale_ranks_are_re
   }
   BOOST_CHECK_EQUAL(fsdp::ShardedCheckpointFileName(3), "shard-00003.mlfw");
   BOOST_CHECK(fsdp::ReadShardedCheckpointDirectory(directory) == blobs);
-  std::vector<SimRank> loaded = MakeWorld(2, 2.0f, Opt::Adam);
+  std::vector<SimRank> loaded = MakeWorld(2, 2.0f, CheckpointOpt::Adam);
   for (SimRank& rank : loaded) {
     BOOST_CHECK_EQUAL(rank.model->LoadShardedCheckpointFiles(directory, {.Optimizer = rank.adam.get()}), 9);
   }

@@ -10,18 +10,18 @@
 
 #include <mlframework/fp8/DelayedScaling.hpp>
 
+#include "NonFinite.hpp"
 #include "amp/FakeDeviceBackend.hpp"
 #include "fp8/RecipeTestUtil.hpp"
 
 using namespace mlframework;
 using namespace mlframework::fp8;
 using mlfw_test::Bits;
+using mlfw_test::kInf;
+using mlfw_test::kNaN;
 using mlfw_test::ValueOf;
 
 namespace {
-
-constexpr float kInf = std::numeric_limits<float>::infinity();
-const float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 // Amax sequences with the cases the rule singles out: zero, Inf, NaN, a subnormal amax whose
 // quotient overflows to FLT_MAX, and ordinary values up and down.

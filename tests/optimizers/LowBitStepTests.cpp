@@ -34,7 +34,7 @@ using namespace mlfw_test;
 namespace {
 
 // Sizes around the SIMD widths, the blocks, the staged tile (2048) and the chunk (32768).
-const std::vector<std::size_t> kSizes = {1, 7, 33, 255, 257, 2049, 40001};
+const std::vector<std::size_t> kLowBitSizes = {1, 7, 33, 255, 257, 2049, 40001};
 
 std::vector<std::uint8_t> Bytes(const TensorPtr& tensor) {
   const std::span<const std::byte> bytes = tensor->HostBytes();
@@ -208,7 +208,7 @@ BOOST_AUTO_TEST_CASE(EachStateFormatIsTheFP32StepOfItsDecodedState) {
       std::vector<TensorPtr> w;
       std::vector<Stored> m;
       std::vector<Stored> v;
-      for (const std::size_t n : kSizes) {
+      for (const std::size_t n : kLowBitSizes) {
         ref_w.push_back(Random(n, rng, 1.0f));
         w.push_back(FromVector(ref_w.back(), {n}));
         m.push_back(ZeroState(c.first, n, c.block));
@@ -223,9 +223,9 @@ BOOST_AUTO_TEST_CASE(EachStateFormatIsTheFP32StepOfItsDecodedState) {
         std::vector<TensorPtr> g;
         std::vector<std::vector<float>> ref_m;
         std::vector<std::vector<float>> ref_v;
-        for (std::size_t t = 0; t < kSizes.size(); ++t) {
-          grads.push_back(Random(kSizes[t], rng, 0.1f));
-          g.push_back(FromVector(grads.back(), {kSizes[t]}));
+        for (std::size_t t = 0; t < kLowBitSizes.size(); ++t) {
+          grads.push_back(Random(kLowBitSizes[t], rng, 0.1f));
+          g.push_back(FromVector(grads.back(), {kLowBitSizes[t]}));
           ref_m.push_back(Decode(c.first, m[t], c.block));
           ref_v.push_back(Decode(c.second, v[t], c.block));
           mlfw_reference::AdamStep(ref_w[t], grads[t], ref_m[t], ref_v[t], config, step, Fused(), Root());
@@ -243,7 +243,7 @@ BOOST_AUTO_TEST_CASE(EachStateFormatIsTheFP32StepOfItsDecodedState) {
                                                                        .WeightDecay = config.weight_decay,
                                                                        .DecoupledWeightDecay = true},
                                                            step)));
-        for (std::size_t t = 0; t < kSizes.size(); ++t) {
+        for (std::size_t t = 0; t < kLowBitSizes.size(); ++t) {
           BOOST_TEST(w[t]->ToFloatVector() == ref_w[t]);  // the FP32 update of the decoded state, to the bit
           CheckEncoding(c.first, m[t], ref_m[t], c.block, false);
           CheckEncoding(c.second, v[t], ref_v[t], c.block, true);
@@ -262,7 +262,7 @@ BOOST_AUTO_TEST_CASE(SGDMomentumFormatsAreTheFP32StepOfTheirDecodedState) {
       std::vector<std::vector<float>> ref_w;
       std::vector<TensorPtr> w;
       std::vector<Stored> b;
-      for (const std::size_t n : kSizes) {
+      for (const std::size_t n : kLowBitSizes) {
         ref_w.push_back(Random(n, rng, 1.0f));
         w.push_back(FromVector(ref_w.back(), {n}));
         b.push_back(ZeroState(format, n, 256));
@@ -272,9 +272,9 @@ BOOST_AUTO_TEST_CASE(SGDMomentumFormatsAreTheFP32StepOfTheirDecodedState) {
       for (int step = 1; step <= 3; ++step) {
         std::vector<TensorPtr> g;
         std::vector<std::vector<float>> ref_b;
-        for (std::size_t t = 0; t < kSizes.size(); ++t) {
-          const std::vector<float> grad = Random(kSizes[t], rng, 0.1f);
-          g.push_back(FromVector(grad, {kSizes[t]}));
+        for (std::size_t t = 0; t < kLowBitSizes.size(); ++t) {
+          const std::vector<float> grad = Random(kLowBitSizes[t], rng, 0.1f);
+          g.push_back(FromVector(grad, {kLowBitSizes[t]}));
           ref_b.push_back(Decode(format, b[t], 256));
           mlfw_reference::SGDStep(ref_w[t], grad, ref_b[t], config, step == 1, Fused());
         }
@@ -288,7 +288,7 @@ BOOST_AUTO_TEST_CASE(SGDMomentumFormatsAreTheFP32StepOfTheirDecodedState) {
                                                                     .WeightDecay = config.weight_decay,
                                                                     .Nesterov = true},
                                                          step == 1)));
-        for (std::size_t t = 0; t < kSizes.size(); ++t) {
+        for (std::size_t t = 0; t < kLowBitSizes.size(); ++t) {
           BOOST_TEST(w[t]->ToFloatVector() == ref_w[t]);
           CheckEncoding(format, b[t], ref_b[t], 256, false);
         }
@@ -354,7 +354,7 @@ BOOST_AUTO_TEST_CASE(RemainderMastersAreBitIdenticalToFP32Masters) {
   std::vector<TensorPtr> rem;
   std::vector<TensorPtr> m16;
   std::vector<TensorPtr> v16;
-  for (const std::size_t n : kSizes) {
+  for (const std::size_t n : kLowBitSizes) {
     const std::vector<float> init = Random(n, rng, 1.0f);
     w32.push_back(FromVector(init, {n}));
     // The split of the FP32 master: the BF16 parameter rounded up when the low half's top bit is set.
@@ -375,7 +375,7 @@ BOOST_AUTO_TEST_CASE(RemainderMastersAreBitIdenticalToFP32Masters) {
   }
   for (std::int64_t step = 1; step <= 20; ++step) {
     std::vector<TensorPtr> g;
-    for (const std::size_t n : kSizes) {
+    for (const std::size_t n : kLowBitSizes) {
       g.push_back(FromVector(Random(n, rng, 0.1f), {n}));
     }
     const AdamStepScalars scalars = AdamStepScalarsFor(options, step);
@@ -390,7 +390,7 @@ BOOST_AUTO_TEST_CASE(RemainderMastersAreBitIdenticalToFP32Masters) {
   }
   std::size_t differ = 0;
   std::size_t far = 0;
-  for (std::size_t t = 0; t < kSizes.size(); ++t) {
+  for (std::size_t t = 0; t < kLowBitSizes.size(); ++t) {
     const std::vector<float> master = w32[t]->ToFloatVector();
     const std::vector<std::uint16_t> params = Halves(w16[t]);
     const std::vector<std::uint16_t> low = Halves(rem[t]);

@@ -14,16 +14,16 @@
 #include <mlframework/core/MultiTensor.hpp>
 #include <mlframework/core/Tensor.hpp>
 
+#include "NonFinite.hpp"
 #include "reliability/BadInputSupport.hpp"
 
 using namespace mlframework;
 using mlframework::testing::ExpectError;
 using mlframework::testing::Snapshot;
+using mlfw_test::kInf;
+using mlfw_test::kNaN;
 
 namespace {
-
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-constexpr float kInf = std::numeric_limits<float>::infinity();
 
 // A policy with only the six pure members of ILossScaler: it cannot track the amax.
 class PlainScaler final : public amp::ILossScaler {

@@ -15,16 +15,17 @@
 #include <mlframework/core/MultiTensor.hpp>
 #include <mlframework/core/Tensor.hpp>
 
+#include "NonFinite.hpp"
 #include "reliability/BadInputSupport.hpp"
 
 using namespace mlframework;
 using mlframework::testing::ExpectError;
 using mlframework::testing::Snapshot;
+using mlfw_test::kInf;
+using mlfw_test::kNaN;
 
 namespace {
 
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr auto kBadDtype = static_cast<DataType>(7);
 
 // A framework's own tensor: no fused backend, claims whatever device it is given.

@@ -36,8 +36,8 @@ namespace {
 
 // Under AddressSanitizer a fifth of the policies run (the same first draws): about 15 s there
 // instead of 80 s. A Release build runs them all in under a second.
-constexpr int kPolicies = mlframework::testing::kUnderAddressSanitizer ? 300 : 1500;
-constexpr std::size_t kSteps = 200;
+constexpr int kFrontEndPolicies = mlframework::testing::kUnderAddressSanitizer ? 300 : 1500;
+constexpr std::size_t kFrontEndSteps = 200;
 
 // A policy every front-end can express: the mixed-precision and FSDP configs have
 // no hysteresis (it is 1) and int growth intervals.
@@ -116,11 +116,11 @@ BOOST_AUTO_TEST_CASE(ThreeFrontEndsWalkTheSameTrajectoryAsTheSharedRules) {
   const std::uint64_t seed = mlframework::testing::PropertySeed() + 2;
   std::mt19937_64 rng(seed);
   std::int64_t steps = 0;
-  for (int p = 0; p < kPolicies; ++p) {
+  for (int p = 0; p < kFrontEndPolicies; ++p) {
     const amp::ScalePolicy policy = DrawCommonPolicy(rng);
     FrontEnds ends(policy);
     amp::ScaleState reference = amp::ScaleState::Initial(policy);
-    for (const bool overflow : mlframework::testing::DrawOverflows(rng, kSteps)) {
+    for (const bool overflow : mlframework::testing::DrawOverflows(rng, kFrontEndSteps)) {
       const bool reference_skip = amp::UpdateScaleState(reference, policy, overflow);
       const auto skips = ends.Step(overflow);
       const bool agree = ends.amp_scaler.State() == reference && ends.mixed.State() == reference &&
@@ -137,20 +137,20 @@ BOOST_AUTO_TEST_CASE(ThreeFrontEndsWalkTheSameTrajectoryAsTheSharedRules) {
       ++steps;
     }
   }
-  BOOST_TEST_MESSAGE("FrontEndProperties: " << kPolicies << " policies, " << steps
+  BOOST_TEST_MESSAGE("FrontEndProperties: " << kFrontEndPolicies << " policies, " << steps
                                             << " steps on each of 3 front-ends (seed " << seed << ")");
 }
 
 BOOST_AUTO_TEST_CASE(AmpHysteresisFollowsTheSharedRules) {
   const std::uint64_t seed = mlframework::testing::PropertySeed() + 3;
   std::mt19937_64 rng(seed);
-  for (int p = 0; p < kPolicies; ++p) {
+  for (int p = 0; p < kFrontEndPolicies; ++p) {
     amp::ScalePolicy policy = mlframework::testing::DrawPolicy(rng);
     policy.GrowthInterval = std::min<std::int64_t>(policy.GrowthInterval, 50);
     policy.Hysteresis = std::min<std::int64_t>(policy.Hysteresis, 6);
     amp::DynamicLossScaler scaler(AmpConfig(policy));
     amp::ScaleState reference = amp::ScaleState::Initial(policy);
-    for (const bool overflow : mlframework::testing::DrawOverflows(rng, kSteps)) {
+    for (const bool overflow : mlframework::testing::DrawOverflows(rng, kFrontEndSteps)) {
       amp::UpdateScaleState(reference, policy, overflow);
       scaler.UpdateScale(overflow);
       if (!(scaler.State() == reference)) {
@@ -165,10 +165,10 @@ BOOST_AUTO_TEST_CASE(SaveAndRestoreAtAnyStepContinuesEveryFrontEnd) {
   const std::uint64_t seed = mlframework::testing::PropertySeed() + 4;
   std::mt19937_64 rng(seed);
   int restores = 0;
-  for (int p = 0; p < kPolicies / 5; ++p) {
+  for (int p = 0; p < kFrontEndPolicies / 5; ++p) {
     const amp::ScalePolicy policy = DrawCommonPolicy(rng);
-    const std::vector<bool> overflows = mlframework::testing::DrawOverflows(rng, kSteps);
-    const auto cut = static_cast<std::size_t>(mlframework::testing::DrawInt(rng, 0, kSteps));
+    const std::vector<bool> overflows = mlframework::testing::DrawOverflows(rng, kFrontEndSteps);
+    const auto cut = static_cast<std::size_t>(mlframework::testing::DrawInt(rng, 0, kFrontEndSteps));
     FrontEnds original(policy);
     for (std::size_t i = 0; i < cut; ++i) {
       original.Step(overflows[i]);

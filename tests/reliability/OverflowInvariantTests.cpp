@@ -54,7 +54,7 @@ namespace {
 // allocation, and every step allocates its tensors) a tenth of the cases run: the same first
 // draws, about 15 s there instead of minutes; a Release build runs them all in about 1.5 s.
 constexpr int kCases = mlframework::testing::kUnderAddressSanitizer ? 40 : 400;
-constexpr std::size_t kSteps = 80;
+constexpr std::size_t kInvariantSteps = 80;
 // Clean gradient values stay within +-kMaxValue and scales at or above kMinScale, so unscaling
 // a clean gradient stays finite in FP32 (the fused front ends would skip such a step anyway).
 constexpr float kMaxValue = 4.0f;
@@ -175,7 +175,7 @@ Case DrawCase(std::mt19937_64& rng) {
   c.clipping = DrawInt(rng, 0, 1) == 1;
   c.fsdp_scaling = DrawInt(rng, 0, 3) != 0;
   c.static_scale = std::ldexp(1.0f, static_cast<int>(DrawInt(rng, -20, 40)));
-  for (const Poison poison : DrawSequence(rng, kSteps)) {
+  for (const Poison poison : DrawSequence(rng, kInvariantSteps)) {
     c.steps.push_back(DrawGradients(rng, poison));
   }
   return c;
@@ -297,9 +297,9 @@ fsdp::FSDPMixedPrecisionConfig FsdpConfig(const Case& c) {
 }
 
 // Every front end of the issue, built for one case and stepped together.
-class FrontEnds {
+class InvariantFrontEnds {
  public:
-  explicit FrontEnds(const Case& c)
+  explicit InvariantFrontEnds(const Case& c)
       : case_(c),
         amp_scaler_(AmpConfig(c)),
         static_scaler_(c.static_scale),
@@ -466,7 +466,7 @@ BOOST_AUTO_TEST_CASE(NoNonFiniteGradientPassesAnyFrontEnd) {
   std::int64_t poisoned_steps = 0;
   for (int index = 0; index < kCases; ++index) {
     const Case c = DrawCase(rng);
-    FrontEnds ends(c);
+    InvariantFrontEnds ends(c);
     for (std::size_t step = 0; step < c.steps.size(); ++step) {
       const std::string failure = ends.Step(step);
       if (!failure.empty()) {
@@ -482,7 +482,7 @@ BOOST_AUTO_TEST_CASE(NoNonFiniteGradientPassesAnyFrontEnd) {
              "only " << fallbacks << " of " << kCases << " cases fell back (seed " << seed << ")");
   BOOST_TEST(skipped_after_fallback >= kCases / 5,
              "only " << skipped_after_fallback << " non-finite steps after a fallback (seed " << seed << ")");
-  BOOST_TEST_MESSAGE("OverflowInvariant: " << kCases << " cases of " << kSteps << " steps, " << poisoned_steps
+  BOOST_TEST_MESSAGE("OverflowInvariant: " << kCases << " cases of " << kInvariantSteps << " steps, " << poisoned_steps
                                            << " non-finite steps, " << fallbacks << " fallbacks, "
                                            << skipped_after_fallback << " non-finite steps after one (seed " << seed
                                            << ")");

@@ -22,18 +22,19 @@
 #include <mlframework/optimizers/mixed_precision/GradientConversionLayer.hpp>
 #include <mlframework/optimizers/mixed_precision/PrecisionManager.hpp>
 
+#include "NonFinite.hpp"
 #include "mlframework/core/StateBlob.hpp"
 #include "reliability/BadInputSupport.hpp"
 
 using namespace mlframework;
 using mlframework::testing::ExpectError;
+using mlfw_test::kInf;
+using mlfw_test::kNaN;
 namespace mp = mlframework::optimizers::mixed_precision;
 namespace fsdp = mlframework::distributed::fsdp;
 
 namespace {
 
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-constexpr float kInf = std::numeric_limits<float>::infinity();
 const std::vector<float> kBadScales = {kNaN, kInf, -kInf, 0.0f, -0.0f, -1.0f, -FLT_MAX};
 
 // Runs @p call on @p object, which must throw Expected naming @p parameter and keep its StateDict.

@@ -11,12 +11,13 @@
 #include <mlframework/core/Tensor.hpp>
 #include <mlframework/optimizers/mixed_precision/GradientConversionLayer.hpp>
 
+#include "NonFinite.hpp"
+
 using namespace mlframework;
 using namespace mlframework::optimizers::mixed_precision;
+using mlfw_test::kInf;
 
 namespace {
-
-constexpr float kInf = std::numeric_limits<float>::infinity();
 
 GradientMap Gradients(float scale, float fp32_peak, float poison = 0.0f) {
   return {{"half", FromVector({3.0f * scale, poison == 0.0f ? -0.5f * scale : poison}, {2}, DataType::Float16)},

@@ -10,6 +10,8 @@
 #include <mlframework/core/ITensor.hpp>
 #include <mlframework/core/Tensor.hpp>
 
+#include "NonFinite.hpp"
+
 // Boost.Test prints the operands of a failed check (found by argument-dependent lookup).
 namespace mlframework {
 // Boost.Test customization point: the name is Boost's.
@@ -26,9 +28,6 @@ inline std::ostream& boost_test_print_type(  // NOLINT(readability-identifier-na
 }  // namespace mlframework
 
 namespace mlfw_test {
-
-inline const float kNaN = std::numeric_limits<float>::quiet_NaN();
-inline const float kInf = std::numeric_limits<float>::infinity();
 
 // A 1-D tensor of @p values in @p dtype.
 inline mlframework::TensorPtr Vec(const std::vector<float>& values,
