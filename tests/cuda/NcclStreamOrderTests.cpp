@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -29,17 +30,17 @@ namespace {
 struct RecordedNccl {
   dist_detail::RecordingNcclDriver nccl;
   dist_detail::NcclDriver* previous = dist_detail::InstallNcclDriver(&nccl);
-  RecordedNccl() = default;
+  explicit RecordedNccl(int ranks = 1) : nccl(ranks) {}
   ~RecordedNccl() { dist_detail::InstallNcclDriver(previous); }
   RecordedNccl(const RecordedNccl&) = delete;
   RecordedNccl& operator=(const RecordedNccl&) = delete;
 };
 
-std::shared_ptr<IProcessGroup> Group(double timeout_seconds = 60.0) {
+std::shared_ptr<IProcessGroup> Group(double timeout_seconds = 60.0, int ranks = 1) {
   NcclProcessGroupOptions options;
   options.Device = 0;
   options.TimeoutSeconds = timeout_seconds;
-  return MakeNcclProcessGroup(NcclUniqueId{}, 0, 1, options);
+  return MakeNcclProcessGroup(NcclUniqueId{}, 0, ranks, options);
 }
 
 // The framework's forward over FSDP's gathered parameters @p tensors: a kernel on the current
@@ -51,6 +52,68 @@ void FrameworkRead(const GradientMap& tensors) {
   }
   cuda::ActiveDriver().Launch("framework forward", static_cast<cudaStream_t>(cuda::CurrentExternalStream(0)),
                               cuda::KernelOperands{{}, cuda::Access::ReadOnly, buffers}, [] {});
+}
+
+// FSDP over the NCCL group of @p ranks recorded ranks on device tensors: two units trained
+// through the framework hooks (gathers with the next unit prefetched, a forward reading the
+// gathered views, the gradient reductions, the clip's norm agreement and the step).
+Flow FsdpTrainingFlow(const fsdp::FSDPConfig& config, int ranks) {
+  struct State {
+    std::unique_ptr<fsdp::FSDP> model;
+    std::unique_ptr<optimizers::SGD> sgd;
+    std::vector<GradientMap> gradients;
+  };
+  auto state = std::make_shared<State>();
+  return Flow{.make =
+                  [=] {
+                    state->model = std::make_unique<fsdp::FSDP>(Group(60.0, ranks), config);
+                    for (int u = 0; u < 2; ++u) {
+                      const std::string name = "layer" + std::to_string(u);
+                      state->model->RegisterUnit(name, {{"w", Zeros({24, 8}, DataType::Float32, kGpu)},
+                                                        {"b", Zeros({8}, DataType::Float32, kGpu)}});
+                      state->gradients.push_back(
+                          {{"w", Zeros({24, 8}, config.ParamDType, kGpu)}, {"b", Zeros({8}, config.ParamDType, kGpu)}});
+                    }
+                    state->sgd = std::make_unique<optimizers::SGD>(state->model->ShardedParameters(),
+                                                                   optimizers::SGDOptions{.LearningRate = 0.01f});
+                  },
+              .inputs =
+                  [=] {
+                    std::vector<TensorPtr> all;
+                    for (const GradientMap& unit : state->gradients) {
+                      for (const auto& [name, tensor] : unit) {
+                        all.push_back(tensor);
+                      }
+                    }
+                    return all;
+                  },
+              .call =
+                  [=] {
+                    fsdp::FSDP& model = *state->model;
+                    for (int step = 0; step < 2; ++step) {
+                      for (std::size_t u = 0; u < 2; ++u) {
+                        model.PreForward(u);
+                        FrameworkRead(model.Unit(u).Parameters());
+                        model.PostForward(u);
+                      }
+                      for (std::size_t u = 2; u-- > 0;) {
+                        model.PreBackward(u);
+                        FrameworkRead(model.Unit(u).Parameters());
+                        model.PostBackward(u, state->gradients[u]);
+                      }
+                      model.FinishBackward();
+                      model.ClipGradNorm(1.0f);
+                      model.Step(*state->sgd);
+                    }
+                  },
+              .outputs =
+                  [=] {
+                    std::vector<TensorPtr> shards;
+                    for (std::size_t u = 0; u < 2; ++u) {
+                      shards.push_back(state->model->Unit(u).LocalShard());
+                    }
+                    return shards;
+                  }};
 }
 
 }  // namespace
@@ -98,75 +161,34 @@ BOOST_AUTO_TEST_CASE(CollectivesAndAsyncWait) {
   });
 }
 
-// FSDP itself over the NCCL group on device tensors: two units trained through the framework
-// hooks (gathers with the next unit prefetched, a forward reading the gathered views, the
-// gradient reduce-scatters, the clip's norm agreement and the step). Fails on any gathered view
-// handed out before its all-gather is ordered before the caller's stream, on a reduction that
-// reads gradients the framework stream has not finished writing, and on any buffer freed while
-// a collective may still use it.
+// FSDP itself over the NCCL group on device tensors (FsdpTrainingFlow). Fails on any gathered
+// view handed out before its all-gather is ordered before the caller's stream, on a reduction
+// that reads gradients the framework stream has not finished writing, and on any buffer freed
+// while a collective may still use it.
 BOOST_AUTO_TEST_CASE(FsdpTrainingSteps) {
   const RecordedNccl nccl;
   for (const DataType param : {DataType::Float32, DataType::BFloat16}) {
     BOOST_TEST_CONTEXT("parameters in " << ToString(param)) {
-      RunBoth([param] {
-        struct State {
-          std::unique_ptr<fsdp::FSDP> model;
-          std::unique_ptr<optimizers::SGD> sgd;
-          std::vector<GradientMap> gradients;
-        };
-        auto state = std::make_shared<State>();
-        return Flow{
-            .make =
-                [=] {
-                  state->model = std::make_unique<fsdp::FSDP>(
-                      Group(), fsdp::FSDPConfig{.ParamDType = param, .ReduceDType = DataType::Float32});
-                  for (int u = 0; u < 2; ++u) {
-                    const std::string name = "layer" + std::to_string(u);
-                    state->model->RegisterUnit(name, {{"w", Zeros({24, 8}, DataType::Float32, kGpu)},
-                                                      {"b", Zeros({8}, DataType::Float32, kGpu)}});
-                    state->gradients.push_back({{"w", Zeros({24, 8}, param, kGpu)}, {"b", Zeros({8}, param, kGpu)}});
-                  }
-                  state->sgd = std::make_unique<optimizers::SGD>(state->model->ShardedParameters(),
-                                                                 optimizers::SGDOptions{.LearningRate = 0.01f});
-                },
-            .inputs =
-                [=] {
-                  std::vector<TensorPtr> all;
-                  for (const GradientMap& unit : state->gradients) {
-                    for (const auto& [name, tensor] : unit) {
-                      all.push_back(tensor);
-                    }
-                  }
-                  return all;
-                },
-            .call =
-                [=] {
-                  fsdp::FSDP& model = *state->model;
-                  for (int step = 0; step < 2; ++step) {
-                    for (std::size_t u = 0; u < 2; ++u) {
-                      model.PreForward(u);
-                      FrameworkRead(model.Unit(u).Parameters());
-                      model.PostForward(u);
-                    }
-                    for (std::size_t u = 2; u-- > 0;) {
-                      model.PreBackward(u);
-                      FrameworkRead(model.Unit(u).Parameters());
-                      model.PostBackward(u, state->gradients[u]);
-                    }
-                    model.FinishBackward();
-                    model.ClipGradNorm(1.0f);
-                    model.Step(*state->sgd);
-                  }
-                },
-            .outputs =
-                [=] {
-                  std::vector<TensorPtr> shards;
-                  for (std::size_t u = 0; u < 2; ++u) {
-                    shards.push_back(state->model->Unit(u).LocalShard());
-                  }
-                  return shards;
-                }};
+      RunBoth([param] { return FsdpTrainingFlow({.ParamDType = param, .ReduceDType = DataType::Float32}, 1); });
+    }
+  }
+}
+
+// The same at two ranks, where the units are sharded and the gradients travel as a real world
+// size sends them: reduce-scattered in BF16, or as FP8 blocks through the all-to-all exchange
+// (staged through the host, summed there and copied back). Fails on a host read of a gradient
+// before the copy that fetched it is ordered, or on a shard written back out of order.
+BOOST_AUTO_TEST_CASE(FsdpTrainingStepsAtTwoRanks) {
+  const std::string kAllToAll = "ncclSend/ncclRecv (all-to-all)";
+  const RecordedNccl nccl(2);
+  for (const fsdp::GradientWire wire : {fsdp::GradientWire::ReduceDType, fsdp::GradientWire::Float8Blocks}) {
+    BOOST_TEST_CONTEXT("gradient wire " << fsdp::ToString(wire)) {
+      const int exchanges = nccl.nccl.Count(kAllToAll);
+      RunBoth([wire] {
+        return FsdpTrainingFlow({.ParamDType = DataType::BFloat16, .ReduceDType = DataType::BFloat16, .Wire = wire}, 2);
       });
+      // The FP8 wire took its own route (the exchange), the BF16 one the reduce-scatter.
+      BOOST_TEST((nccl.nccl.Count(kAllToAll) > exchanges) == (wire == fsdp::GradientWire::Float8Blocks));
     }
   }
 }
