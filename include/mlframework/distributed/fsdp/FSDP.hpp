@@ -214,6 +214,10 @@ class MLFRAMEWORK_EXPORT FSDP {
   /// unit's Gather() allocates nothing (PyTorch's caching allocator, DeepSpeed's reused flat
   /// buffers); buffers a caller still references past Release() are never reused.
   std::size_t CachedBufferBytes() const noexcept;
+  /// Bytes of the cache's buffers in use now: gathered units, flat gradient buffers and scratch
+  /// of reductions in flight, and the unsharded accumulators of micro-batches without gradient
+  /// sync (PaddedSize() floats per unit, none under FSDPConfig::ShardedAccumulation).
+  std::size_t BufferBytesInUse() const noexcept;
   /// The most idle bytes the cache keeps: one use of the largest unit (its gathered buffer in
   /// the parameter dtype, its flat gradient buffer in the reduce dtype and shard-sized scratch),
   /// so the ZeRO-3 figure "16 B x parameters / ranks + the largest gathered unit" holds.
