@@ -27,7 +27,7 @@ MLFRAMEWORK_EXPORT void DecodeSumFloat8Blocks(const std::uint8_t* codes, const f
                                               std::size_t count, float* out);
 
 /// Elements per destination in one piece of the pipelined reduce-scatter over @p parts ranks (a
-/// whole number of blocks, the codes of all parts about 1 MiB).
+/// whole number of blocks, the codes of all parts about 4 MiB).
 MLFRAMEWORK_EXPORT std::size_t Float8WirePiece(std::size_t parts) noexcept;
 
 /// Float8BlockReduceScatter() in pieces of @p piece elements per destination (a multiple of

@@ -29,9 +29,11 @@ void CheckFloat32(const char* parameter, const ITensor& tensor, const char* call
 }
 
 // Codes of all ranks for one piece take about this many bytes, so the encoder's output is still
-// in cache when the exchange reads it, and the received parts when the sum reads them (the MPI
-// engine's 16-bit all-to-all reduction pipelines through the same 1 MiB).
-constexpr std::size_t kPieceBytes = std::size_t{1} << 20;
+// in cache (L2, else the last level) when the exchange reads it, and the received parts when the
+// sum reads them. Smaller pieces mean more exchanges, each a point where every rank waits for
+// the slowest: on the 2-core test machine with 2 and 4 ranks, 1 MiB pieces took 1.3-1.8x the
+// BF16 reduction's time, 4 MiB 1.0-1.4x (docs/BENCHMARKS.md, "Gradient wires").
+constexpr std::size_t kPieceBytes = std::size_t{4} << 20;
 
 // Host memory of the wire, kept per thread and grown to the largest piece asked for: once warm,
 // a reduction allocates nothing (every FSDP unit reducing on this thread shares it), and it stays
