@@ -162,7 +162,9 @@ class MLFRAMEWORK_EXPORT FSDP {
   /// ReduceGradients() reduce-scatters the sum once. Loss scaling and the overflow check then
   /// see the accumulated gradients once, after that reduction. The cost is one FP32 full-unit
   /// buffer per unit with unsynced gradients (from the buffer cache). Local: no communication;
-  /// every rank must switch at the same micro-batch. On by default.
+  /// every rank must switch at the same micro-batch. On by default. Units with sharded
+  /// accumulation (FSDPConfig::ShardedAccumulation) reduce every micro-batch instead and add it
+  /// into their FP32 gradient shard: no full-unit buffer, one reduction per micro-batch.
   /// @code
   /// for (int micro = 0; micro < k; ++micro) {
   ///   fsdp.SetRequiresGradientSync(micro == k - 1);
