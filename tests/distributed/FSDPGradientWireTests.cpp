@@ -271,6 +271,9 @@ BOOST_AUTO_TEST_CASE(ReduceScatterWithinBoundSameBits) {
     const TensorPtr pieces = mlframework::Zeros({count});
     dist::detail::Float8BlockReduceScatterInPieces(*group, *input, *pieces, kBlock);
     BOOST_TEST(Bits(pieces->ToFloatVector()) == Bits(got));
+    CheckArgumentError([&] { dist::detail::Float8BlockReduceScatterInPieces(*group, *input, *pieces, 0); }, "piece");
+    CheckArgumentError([&] { dist::detail::Float8BlockReduceScatterInPieces(*group, *input, *pieces, kBlock + 1); },
+                       "piece");
   }
   // Bad input, before any communication.
   const TensorPtr half = mlframework::Zeros({count * world}, DataType::BFloat16);

@@ -34,14 +34,15 @@ MLFRAMEWORK_EXPORT std::size_t Float8WirePiece(std::size_t parts) noexcept;
 /// kFloat8WireBlock, so the blocks are the whole chunk's and so are the bits), each encoded,
 /// exchanged with two AllToAll calls and summed before the next, through per-thread host
 /// scratch that is reused (no allocation once warm). Checked by the caller: FP32 input and
-/// output of matching sizes, a world of more than one rank. Exported for the tests, which
-/// force small pieces.
+/// output of matching sizes, a world of more than one rank; ArgumentError naming `piece` when it
+/// is not a positive multiple of kFloat8WireBlock. Exported for the tests, which force small
+/// pieces.
 MLFRAMEWORK_EXPORT void Float8BlockReduceScatterInPieces(IProcessGroup& group, const ITensor& input, ITensor& output,
                                                          std::size_t piece);
 
 /// Float8BlockAllReduce() in pieces of @p piece elements (a multiple of kFloat8WireBlock), each
 /// encoded, all-gathered and summed before the next; checked by the caller (FP32, more than one
-/// rank).
+/// rank); ArgumentError naming `piece` as above.
 MLFRAMEWORK_EXPORT void Float8BlockAllReduceInPieces(IProcessGroup& group, ITensor& tensor, std::size_t piece);
 
 }  // namespace mlframework::distributed::detail

@@ -37,7 +37,7 @@ constexpr std::size_t kPieceBytes = std::size_t{4} << 20;
 
 // Host memory of the wire, kept per thread and grown to the largest piece asked for: once warm,
 // a reduction allocates nothing (every FSDP unit reducing on this thread shares it), and it stays
-// a few MiB however large the tensors are.
+// about 2 x kPieceBytes however large the tensors are.
 struct WireScratch {
   std::vector<std::uint8_t> codes;  // sent, then received
   std::vector<float> scales;        // sent, then received
@@ -54,6 +54,15 @@ struct WireScratch {
 WireScratch& Scratch() {
   thread_local WireScratch scratch;
   return scratch;
+}
+
+// ArgumentError naming `piece` unless it is a positive multiple of kFloat8WireBlock (a piece of
+// zero would never end, one across a block would change the blocks and so the bits).
+void CheckPiece(std::size_t piece) {
+  if (piece == 0 || piece % kFloat8WireBlock != 0) {
+    throw ArgumentError("piece", "must be a positive multiple of kFloat8WireBlock (" +
+                                     std::to_string(kFloat8WireBlock) + "), got " + std::to_string(piece));
+  }
 }
 
 // Host memory of @p count elements wrapped as a CPU tensor for the process group (no copy).
@@ -94,6 +103,7 @@ void detail::Float8BlockReduceScatterInPieces(IProcessGroup& group, const ITenso
   const int world = group.WorldSize();
   const auto parts = static_cast<std::size_t>(world);
   const std::size_t count = output.Size();
+  CheckPiece(piece);
   piece = std::min(piece, count);
   WireScratch& scratch = Scratch();
   scratch.Reserve(parts, piece);
@@ -135,6 +145,7 @@ void detail::Float8BlockAllReduceInPieces(IProcessGroup& group, ITensor& tensor,
   const int world = group.WorldSize();
   const auto parts = static_cast<std::size_t>(world);
   const std::size_t count = tensor.Size();
+  CheckPiece(piece);
   piece = std::min(piece, count);
   WireScratch& scratch = Scratch();
   scratch.Reserve(parts, piece);
