@@ -1,10 +1,16 @@
 // Gradient accumulation without communication (FSDP::SetRequiresGradientSync): micro-batches
 // without sync sum locally and communicate nothing; the last one reduces the sum once, with the
 // very bits of one reduction of that sum, on 1, 2 or 4 ranks, for every strategy and reduce dtype.
+// Sharded accumulation (FSDPConfig / UnitPrecision::ShardedAccumulation): every micro-batch is
+// reduced into the FP32 gradient shard, no unsharded accumulator is held, and the result is the
+// unsharded accumulation's (the same bits where the FP32 sums are exact, and on one rank; within
+// the rounding of the other summation order otherwise); an overflow survives either way.
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstddef>
 #include <limits>
 #include <memory>
 #include <string>
@@ -27,6 +33,7 @@ using mlframework::Shape;
 namespace {
 
 constexpr int kMicroBatches = 4;
+constexpr float kInfinity = std::numeric_limits<float>::infinity();
 
 // Counts every collective it forwards.
 class CountingGroup final : public dist::IProcessGroup {
@@ -102,9 +109,142 @@ GradientMap SumOfMicroBatches(int rank) {
   return {{"weight", mlframework::FromVector(weight, kWeight)}, {"bias", mlframework::FromVector(bias, kBias)}};
 }
 
+// Micro-batch @p micro's gradient on @p rank in multiples of 2^-6 below 1 in magnitude: every
+// FP32 sum of up to 16 of them (4 micro-batches on 4 ranks) is exact, in any order.
+std::vector<float> ExactValues(std::size_t count, int micro, int rank, std::size_t salt) {
+  std::vector<float> values(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    const std::size_t k =
+        (i * 7) + (static_cast<std::size_t>(micro) * 13) + (static_cast<std::size_t>(rank) * 5) + salt;
+    values[i] = (static_cast<float>(k % 97) - 48.0f) / 64.0f;
+  }
+  return values;
+}
+
+// One unit's micro-batch gradients, exact (ExactValues) or not (Values), by flat index.
+std::vector<float> FlatValues(bool exact, int micro, int rank) {
+  std::vector<float> weight = exact ? ExactValues(30, micro, rank, 0) : Values(30, micro, rank, 1.0f);
+  const std::vector<float> bias = exact ? ExactValues(8, micro, rank, 3) : Values(8, micro, rank, -3.0f);
+  weight.insert(weight.end(), bias.begin(), bias.end());
+  return weight;
+}
+
+GradientMap GradientsOf(const std::vector<float>& flat) {
+  return {{"weight", mlframework::FromVector(std::vector<float>(flat.begin(), flat.begin() + 30), kWeight)},
+          {"bias", mlframework::FromVector(std::vector<float>(flat.begin() + 30, flat.end()), kBias)}};
+}
+
+// Runs kMicroBatches micro-batches (sync on the last only) through @p unit of @p model and
+// checks, after each one without sync, how it was held: under sharded accumulation reduced into
+// the gradient shard with no more pool memory in use than a gather leaves; otherwise summed
+// locally in an unsharded accumulator of at least PaddedSize() floats on top of that.
+void Accumulate(fsdp::FSDP& model, fsdp::FSDPShardingUnit& unit, bool exact, int rank) {
+  const bool sharded = unit.ShardedAccumulation();
+  // What a gather leaves in use without any gradient: the buffer ShardGradOp and NoShard keep.
+  unit.Gather();
+  unit.Release();
+  const std::size_t kept = model.BufferBytesInUse();
+  for (int micro = 0; micro < kMicroBatches; ++micro) {
+    const bool last = micro == kMicroBatches - 1;
+    model.SetRequiresGradientSync(last);
+    unit.Gather();
+    unit.ReduceGradients(GradientsOf(FlatValues(exact, micro, rank)));
+    unit.Release();
+    if (last) continue;
+    BOOST_TEST(unit.HasUnsyncedGradients() == !sharded);
+    BOOST_TEST((unit.LocalGradient() != nullptr) == sharded);
+    if (sharded) {
+      BOOST_TEST(model.BufferBytesInUse() == kept);
+    } else {
+      BOOST_TEST(model.BufferBytesInUse() >= kept + (unit.PaddedSize() * sizeof(float)));
+    }
+  }
+  BOOST_TEST(!unit.HasUnsyncedGradients());
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(FsdpGradientAccumulation)
+
+// Sharded accumulation, set on the FSDP or on the unit, against the unsharded accumulation of
+// the same micro-batches, for every strategy: bit-identical where every FP32 sum is exact, and
+// on one rank (the same additions in the same order); within the rounding of the two summation
+// orders otherwise (each sum of n terms is off by at most (n - 1) 2^-24 times the sum of their
+// magnitudes, so the two differ by at most twice that).
+BOOST_AUTO_TEST_CASE(ShardedAccumulationEqualsTheUnshardedOne) {
+  auto world = mlfw_test::WorldGroup();
+  const int rank = world->Rank();
+  const int ranks = world->WorldSize();
+  for (const auto strategy :
+       {fsdp::ShardingStrategy::FullShard, fsdp::ShardingStrategy::ShardGradOp, fsdp::ShardingStrategy::NoShard}) {
+    for (const bool on_unit : {false, true}) {
+      for (const bool exact : {true, false}) {
+        BOOST_TEST_CONTEXT("strategy " << fsdp::ToString(strategy)
+                                       << (on_unit ? ", set on the unit" : ", set on the FSDP")
+                                       << (exact ? ", exact sums" : ", rounded sums")) {
+          fsdp::FSDP sharded_model(world, {.Strategy = strategy, .ShardedAccumulation = !on_unit});
+          auto& sharded = sharded_model.RegisterUnit(
+              "unit", Parameters(), on_unit ? fsdp::UnitPrecision{.ShardedAccumulation = true} : fsdp::UnitPrecision{});
+          BOOST_TEST(sharded.ShardedAccumulation());
+          Accumulate(sharded_model, sharded, exact, rank);
+
+          fsdp::FSDP unsharded_model(world, {.Strategy = strategy});
+          auto& unsharded = unsharded_model.RegisterUnit("unit", Parameters());
+          BOOST_TEST(!unsharded.ShardedAccumulation());
+          Accumulate(unsharded_model, unsharded, exact, rank);
+
+          const std::vector<float> got = sharded.LocalGradient()->ToFloatVector();
+          const std::vector<float> expected = unsharded.LocalGradient()->ToFloatVector();
+          BOOST_TEST_REQUIRE(got.size() == expected.size());
+          if (exact || ranks == 1) {
+            BOOST_TEST(mlfw_test::SameBits(got, expected));
+            continue;
+          }
+          const std::size_t offset = sharded.ShardOffset();
+          const double terms = static_cast<double>(kMicroBatches * ranks);
+          for (std::size_t i = 0; i < got.size() && offset + i < sharded.NumElements(); ++i) {
+            double magnitudes = 0.0;
+            for (int micro = 0; micro < kMicroBatches; ++micro) {
+              for (int r = 0; r < ranks; ++r) magnitudes += std::fabs(FlatValues(false, micro, r)[offset + i]);
+            }
+            const double bound = 2.0 * (terms - 1.0) * 0x1p-24 * magnitudes / ranks;  // averaged
+            BOOST_TEST(std::fabs(static_cast<double>(got[i]) - expected[i]) <= bound, "element " << offset + i);
+          }
+        }
+      }
+    }
+  }
+}
+
+// An Inf on one rank in one micro-batch without sync reaches the overflow check on every rank,
+// through every wire, whether the micro-batches are summed sharded or unsharded.
+BOOST_AUTO_TEST_CASE(ShardedAccumulationKeepsAnOverflow) {
+  auto group = mlfw_test::WorldGroup();
+  const int rank = group->Rank();
+  for (const auto wire : {fsdp::GradientWire::ReduceDType, fsdp::GradientWire::Float8Blocks}) {
+    for (const bool sharded : {true, false}) {
+      for (const bool poison : {false, true}) {
+        BOOST_TEST_CONTEXT(fsdp::ToString(wire)
+                           << (sharded ? ", sharded" : ", unsharded") << (poison ? ", Inf" : ", finite")) {
+          fsdp::FSDP model(group, {.Wire = wire, .ShardedAccumulation = sharded});
+          auto& unit = model.RegisterUnit("unit", Parameters());
+          for (int micro = 0; micro < kMicroBatches; ++micro) {
+            model.SetRequiresGradientSync(micro == kMicroBatches - 1);
+            std::vector<float> flat = FlatValues(false, micro, rank);
+            // In the second micro-batch of the last rank, in the last rank's shard on 4 ranks.
+            if (poison && micro == 1 && rank == group->WorldSize() - 1) flat[33] = kInfinity;
+            unit.Gather();
+            unit.ReduceGradients(GradientsOf(flat));
+            unit.Release();
+          }
+          bool any = mlframework::HasNonFinite(std::vector<mlframework::TensorPtr>{unit.LocalGradient()});
+          any = group->AllReduceHost(any ? 1.0 : 0.0, dist::ReduceOp::Max) > 0.0;
+          BOOST_TEST(any == poison);
+        }
+      }
+    }
+  }
+}
 
 BOOST_AUTO_TEST_CASE(UnsyncedMicroBatchesReduceOnceToTheBitsOfTheirSum) {
   auto world = mlfw_test::WorldGroup();

@@ -266,6 +266,15 @@ BOOST_AUTO_TEST_CASE(ReduceScatterWithinBoundSameBits) {
   const TensorPtr again = mlframework::Zeros({count});
   dist::Float8BlockReduceScatter(*group, *input, *again);
   BOOST_TEST(Bits(again->ToFloatVector()) == Bits(got));
+  if (world > 1) {
+    // In pieces of one block (the last one short): the blocks, and so the bits, are the same.
+    const TensorPtr pieces = mlframework::Zeros({count});
+    dist::detail::Float8BlockReduceScatterInPieces(*group, *input, *pieces, kBlock);
+    BOOST_TEST(Bits(pieces->ToFloatVector()) == Bits(got));
+    CheckArgumentError([&] { dist::detail::Float8BlockReduceScatterInPieces(*group, *input, *pieces, 0); }, "piece");
+    CheckArgumentError([&] { dist::detail::Float8BlockReduceScatterInPieces(*group, *input, *pieces, kBlock + 1); },
+                       "piece");
+  }
   // Bad input, before any communication.
   const TensorPtr half = mlframework::Zeros({count * world}, DataType::BFloat16);
   CheckArgumentError([&] { dist::Float8BlockReduceScatter(*group, *half, *output); }, "input");
@@ -289,6 +298,12 @@ BOOST_AUTO_TEST_CASE(AllReduceSameBitsOnEveryRank) {
   }
   const auto results = GatherAll(*group, got);
   for (const auto& other : results) BOOST_TEST(Bits(other) == Bits(got));
+  if (group->WorldSize() > 1) {
+    // In pieces of one block (the last one short): the same bits.
+    const TensorPtr pieces = mlframework::FromVector(mine, {count});
+    dist::detail::Float8BlockAllReduceInPieces(*group, *pieces, kBlock);
+    BOOST_TEST(Bits(pieces->ToFloatVector()) == Bits(got));
+  }
   const TensorPtr half = mlframework::Zeros({count}, DataType::Float16);
   CheckArgumentError([&] { dist::Float8BlockAllReduce(*group, *half); }, "tensor");
 }

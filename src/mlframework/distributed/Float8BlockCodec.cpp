@@ -22,17 +22,25 @@ namespace mlframework::distributed::detail {
 
 namespace {
 
-// 2^e as a float for e in [-149, 127] (subnormal powers included), exactly.
-float PowerOfTwo(int e) { return std::ldexp(1.0f, e); }
+// 2^e for e in [-126, 127], exactly: a normal float, its exponent field alone.
+float PowerOfTwo(int e) { return std::bit_cast<float>(static_cast<std::uint32_t>(e + 127) << 23); }
 
-// The exponent k of the block scale 2^k: the largest with amax * 2^k <= 448, so amax lands in
-// (224, 448]; capped so that 2^k and 2^-k are both floats (tiny blocks then stay below 224).
-int ScaleExponent(float amax) {
-  if (amax == 0.0f) return 0;
-  int e = 0;
-  const float mantissa = std::frexp(amax, &e);  // amax = mantissa * 2^e, mantissa in [0.5, 1)
+// The exponent k of the block scale 2^k for the finite amax of bits @p amax_bits: the largest
+// with amax * 2^k <= 448, so amax lands in (224, 448]; capped so that 2^k and 2^-k are both
+// normal floats (tiny blocks then stay below 224). Read off the bits (no libm call per block).
+int ScaleExponent(std::uint32_t amax_bits) {
+  if (amax_bits == 0) return 0;
+  int e = 0;          // amax = mantissa * 2^e, mantissa in [0.5, 1)
+  bool fits = false;  // mantissa * 512 <= 448, i.e. mantissa <= 0.875
+  if (amax_bits >= 0x00800000u) {
+    e = static_cast<int>(amax_bits >> 23) - 126;
+    fits = (amax_bits & 0x007fffffu) <= 0x00600000u;  // 1.m <= 1.75
+  } else {
+    const float mantissa = std::frexp(std::bit_cast<float>(amax_bits), &e);  // a subnormal amax
+    fits = mantissa * 512.0f <= 448.0f;
+  }
   // amax * 2^(9 - e) = mantissa * 512 in [256, 512): one binade lower when past 448.
-  const int k = mantissa * 512.0f <= 448.0f ? 9 - e : 8 - e;
+  const int k = fits ? 9 - e : 8 - e;
   return std::clamp(k, -126, 126);
 }
 
@@ -60,7 +68,7 @@ void EncodeFloat8Blocks(const float* values, std::size_t count, std::uint8_t* co
       scale_inv[block] = std::numeric_limits<float>::quiet_NaN();
       continue;
     }
-    const int k = ScaleExponent(std::bit_cast<float>(amax_bits));
+    const int k = ScaleExponent(amax_bits);
     kernels.cast_e4m3fn(x, out, n, PowerOfTwo(k));  // exact scaling, then E4M3FN's rounding
     scale_inv[block] = PowerOfTwo(-k);
   }

@@ -1,7 +1,7 @@
 #pragma once
 // Private: the CPU kernels of the FP8 block wire (Float8BlockReduce.hpp), the sender's encode
-// and the receiver's decode-and-sum, and its reduce-scatter over buffers the caller keeps.
-// Exported for the tests, which check the codes themselves, and for FSDP.
+// and the receiver's decode-and-sum, and the reduce-scatter's pipeline of pieces. Exported for
+// the tests, which check the codes themselves and force small pieces.
 
 #include <cstddef>
 #include <cstdint>
@@ -26,20 +26,23 @@ MLFRAMEWORK_EXPORT void EncodeFloat8Blocks(const float* values, std::size_t coun
 MLFRAMEWORK_EXPORT void DecodeSumFloat8Blocks(const std::uint8_t* codes, const float* scale_inv, int parts,
                                               std::size_t count, float* out);
 
-/// The wire's buffers for a reduce-scatter of chunks of `count` elements over P ranks: codes
-/// (Float8E4M3FN, `P * count` elements) and scales (Float32, `P * Float8BlockCount(count)`),
-/// sent and received; contents unspecified on entry. FSDP passes buffers of its pool, so a step
-/// reuses them instead of faulting fresh pages in.
-struct Float8WireTensors {
-  ITensor& send_codes;
-  ITensor& send_scales;
-  ITensor& received_codes;
-  ITensor& received_scales;
-};
+/// Elements per destination in one piece of the pipelined reduce-scatter over @p parts ranks (a
+/// whole number of blocks, the codes of all parts about 4 MiB).
+MLFRAMEWORK_EXPORT std::size_t Float8WirePiece(std::size_t parts) noexcept;
 
-/// Float8BlockReduceScatter() through @p wire (checked by the caller: FP32 input and output of
-/// matching sizes, a world of more than one rank).
-MLFRAMEWORK_EXPORT void Float8BlockReduceScatterThrough(IProcessGroup& group, const ITensor& input, ITensor& output,
-                                                        const Float8WireTensors& wire);
+/// Float8BlockReduceScatter() in pieces of @p piece elements per destination (a multiple of
+/// kFloat8WireBlock, so the blocks are the whole chunk's and so are the bits), each encoded,
+/// exchanged with two AllToAll calls and summed before the next, through per-thread host
+/// scratch that is reused (no allocation once warm). Checked by the caller: FP32 input and
+/// output of matching sizes, a world of more than one rank; ArgumentError naming `piece` when it
+/// is not a positive multiple of kFloat8WireBlock. Exported for the tests, which force small
+/// pieces.
+MLFRAMEWORK_EXPORT void Float8BlockReduceScatterInPieces(IProcessGroup& group, const ITensor& input, ITensor& output,
+                                                         std::size_t piece);
+
+/// Float8BlockAllReduce() in pieces of @p piece elements (a multiple of kFloat8WireBlock), each
+/// encoded, all-gathered and summed before the next; checked by the caller (FP32, more than one
+/// rank); ArgumentError naming `piece` as above.
+MLFRAMEWORK_EXPORT void Float8BlockAllReduceInPieces(IProcessGroup& group, ITensor& tensor, std::size_t piece);
 
 }  // namespace mlframework::distributed::detail

@@ -5,9 +5,11 @@
 // never writes a NaN code).
 #include <mlframework/distributed/Float8BlockReduce.hpp>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <mlframework/backends/cpu/CpuTensor.hpp>
 #include <mlframework/core/Error.hpp>
@@ -26,23 +28,48 @@ void CheckFloat32(const char* parameter, const ITensor& tensor, const char* call
   }
 }
 
-// The elements of a host tensor made by WireBuffers.
-std::uint8_t* Codes(const TensorPtr& tensor) {
-  return static_cast<std::uint8_t*>(static_cast<void*>(tensor->MutableHostBytes().data()));
-}
-float* Floats(const TensorPtr& tensor) {
-  return static_cast<float*>(static_cast<void*>(tensor->MutableHostBytes().data()));
+// Codes of all ranks for one piece take about this many bytes, so the encoder's output is still
+// in cache (L2, else the last level) when the exchange reads it, and the received parts when the
+// sum reads them. Smaller pieces mean more exchanges, each a point where every rank waits for
+// the slowest: on the 2-core test machine with 2 and 4 ranks, 1 MiB pieces took 1.3-1.8x the
+// BF16 reduction's time, 4 MiB 1.0-1.4x (docs/BENCHMARKS.md, "Gradient wires").
+constexpr std::size_t kPieceBytes = std::size_t{4} << 20;
+
+// Host memory of the wire, kept per thread and grown to the largest piece asked for: once warm,
+// a reduction allocates nothing (every FSDP unit reducing on this thread shares it), and it stays
+// about 2 x kPieceBytes however large the tensors are.
+struct WireScratch {
+  std::vector<std::uint8_t> codes;  // sent, then received
+  std::vector<float> scales;        // sent, then received
+
+  // Room for @p parts parts of @p piece elements, sent and received.
+  void Reserve(std::size_t parts, std::size_t piece) {
+    const std::size_t code_count = 2 * parts * piece;
+    const std::size_t scale_count = 2 * parts * detail::Float8BlockCount(piece);
+    if (codes.size() < code_count) codes.resize(code_count);
+    if (scales.size() < scale_count) scales.resize(scale_count);
+  }
+};
+
+WireScratch& Scratch() {
+  thread_local WireScratch scratch;
+  return scratch;
 }
 
-// Host buffers of the wire: @p count codes and @p blocks scales, left uninitialized (the encoder
-// or the collective writes every element).
-struct WireBuffers {
-  WireBuffers(std::size_t count, std::size_t blocks)
-      : codes(backends::cpu::Empty(Shape{count}, DataType::Float8E4M3FN)),
-        scales(backends::cpu::Empty(Shape{blocks}, DataType::Float32)) {}
-  TensorPtr codes;
-  TensorPtr scales;
-};
+// ArgumentError naming `piece` unless it is a positive multiple of kFloat8WireBlock (a piece of
+// zero would never end, one across a block would change the blocks and so the bits).
+void CheckPiece(std::size_t piece) {
+  if (piece == 0 || piece % kFloat8WireBlock != 0) {
+    throw ArgumentError("piece", "must be a positive multiple of kFloat8WireBlock (" +
+                                     std::to_string(kFloat8WireBlock) + "), got " + std::to_string(piece));
+  }
+}
+
+// Host memory of @p count elements wrapped as a CPU tensor for the process group (no copy).
+template <typename T>
+TensorPtr WrapHost(T* data, std::size_t count, DataType dtype) {
+  return backends::cpu::Wrap(data, Shape{count}, dtype, nullptr);
+}
 
 }  // namespace
 
@@ -52,50 +79,58 @@ double Float8WireBytesPerElement(std::size_t count) noexcept {
   return 1.0 + (scale_bytes / static_cast<double>(count));
 }
 
+std::size_t detail::Float8WirePiece(std::size_t parts) noexcept {
+  const std::size_t blocks = kPieceBytes / (std::max<std::size_t>(parts, 1) * kFloat8WireBlock);
+  return std::max<std::size_t>(blocks, 1) * kFloat8WireBlock;
+}
+
 void Float8BlockReduceScatter(IProcessGroup& group, const ITensor& input, ITensor& output) {
   constexpr const char* kCall = "Float8BlockReduceScatter";
   CheckFloat32("input", input, kCall);
   CheckFloat32("output", output, kCall);
   const int world = group.WorldSize();
   detail::CheckScatterSizes(input, output, world);
-  const std::size_t count = output.Size();
   if (world == 1) {
     group.ReduceScatter(input, output, ReduceOp::Sum);  // a copy
     return;
   }
-  const auto parts = static_cast<std::size_t>(world);
-  const std::size_t blocks = detail::Float8BlockCount(count);
-  const WireBuffers send(count * parts, blocks * parts);
-  const WireBuffers received(count * parts, blocks * parts);
-  detail::Float8BlockReduceScatterThrough(group, input, output,
-                                          {*send.codes, *send.scales, *received.codes, *received.scales});
+  detail::Float8BlockReduceScatterInPieces(group, input, output,
+                                           detail::Float8WirePiece(static_cast<std::size_t>(world)));
 }
 
-void detail::Float8BlockReduceScatterThrough(IProcessGroup& group, const ITensor& input, ITensor& output,
-                                             const Float8WireTensors& wire) {
+void detail::Float8BlockReduceScatterInPieces(IProcessGroup& group, const ITensor& input, ITensor& output,
+                                              std::size_t piece) {
   const int world = group.WorldSize();
   const auto parts = static_cast<std::size_t>(world);
   const std::size_t count = output.Size();
-  const std::size_t blocks = Float8BlockCount(count);
-  {
-    const HostRead source(input);
-    HostWrite codes(wire.send_codes, false);
-    HostWrite scales(wire.send_scales, false);
-    const auto* values = static_cast<const float*>(source.Data());
-    for (std::size_t p = 0; p < parts; ++p) {
-      EncodeFloat8Blocks(values + (p * count), count, static_cast<std::uint8_t*>(codes.Data()) + (p * count),
-                         static_cast<float*>(scales.Data()) + (p * blocks));
-    }
-    codes.Commit();
-    scales.Commit();
-  }
-  group.AllToAll(wire.send_codes, wire.received_codes);
-  group.AllToAll(wire.send_scales, wire.received_scales);
-  const HostRead codes(wire.received_codes);
-  const HostRead scales(wire.received_scales);
+  CheckPiece(piece);
+  piece = std::min(piece, count);
+  WireScratch& scratch = Scratch();
+  scratch.Reserve(parts, piece);
+  const HostRead source(input);
   HostWrite target(output, false);
-  DecodeSumFloat8Blocks(static_cast<const std::uint8_t*>(codes.Data()), static_cast<const float*>(scales.Data()), world,
-                        count, static_cast<float*>(target.Data()));
+  const auto* values = static_cast<const float*>(source.Data());
+  auto* sums = static_cast<float*>(target.Data());
+  // Piece by piece (offsets are whole blocks, so the blocks and their scales are those of the
+  // whole chunk): encode this rank's values for every destination, exchange, sum the parts.
+  for (std::size_t offset = 0; offset < count; offset += piece) {
+    const std::size_t length = std::min(piece, count - offset);
+    const std::size_t blocks = Float8BlockCount(length);
+    std::uint8_t* send_codes = scratch.codes.data();
+    std::uint8_t* received_codes = send_codes + (parts * length);
+    float* send_scales = scratch.scales.data();
+    float* received_scales = send_scales + (parts * blocks);
+    for (std::size_t p = 0; p < parts; ++p) {
+      EncodeFloat8Blocks(values + (p * count) + offset, length, send_codes + (p * length), send_scales + (p * blocks));
+    }
+    const TensorPtr codes_out = WrapHost(send_codes, parts * length, DataType::Float8E4M3FN);
+    const TensorPtr codes_in = WrapHost(received_codes, parts * length, DataType::Float8E4M3FN);
+    const TensorPtr scales_out = WrapHost(send_scales, parts * blocks, DataType::Float32);
+    const TensorPtr scales_in = WrapHost(received_scales, parts * blocks, DataType::Float32);
+    group.AllToAll(*codes_out, *codes_in);
+    group.AllToAll(*scales_out, *scales_in);
+    DecodeSumFloat8Blocks(received_codes, received_scales, world, length, sums + offset);
+  }
   target.Commit();
 }
 
@@ -103,17 +138,37 @@ void Float8BlockAllReduce(IProcessGroup& group, ITensor& tensor) {
   CheckFloat32("tensor", tensor, "Float8BlockAllReduce");
   const int world = group.WorldSize();
   if (world == 1) return;
+  detail::Float8BlockAllReduceInPieces(group, tensor, detail::Float8WirePiece(static_cast<std::size_t>(world)));
+}
+
+void detail::Float8BlockAllReduceInPieces(IProcessGroup& group, ITensor& tensor, std::size_t piece) {
+  const int world = group.WorldSize();
   const auto parts = static_cast<std::size_t>(world);
   const std::size_t count = tensor.Size();
-  const std::size_t blocks = detail::Float8BlockCount(count);
-  WireBuffers mine(count, blocks);
-  WireBuffers gathered(count * parts, blocks * parts);
-  detail::HostWrite target(tensor, true);
-  detail::EncodeFloat8Blocks(static_cast<const float*>(target.Data()), count, Codes(mine.codes), Floats(mine.scales));
-  group.AllGather(*mine.codes, *gathered.codes);
-  group.AllGather(*mine.scales, *gathered.scales);
-  detail::DecodeSumFloat8Blocks(Codes(gathered.codes), Floats(gathered.scales), world, count,
-                                static_cast<float*>(target.Data()));
+  CheckPiece(piece);
+  piece = std::min(piece, count);
+  WireScratch& scratch = Scratch();
+  scratch.Reserve(parts, piece);
+  HostWrite target(tensor, true);
+  auto* values = static_cast<float*>(target.Data());
+  // Piece by piece, as the reduce-scatter: encode this rank's piece, gather every rank's codes
+  // and scales, sum them over the piece itself (the encoder has read it already).
+  for (std::size_t offset = 0; offset < count; offset += piece) {
+    const std::size_t length = std::min(piece, count - offset);
+    const std::size_t blocks = Float8BlockCount(length);
+    std::uint8_t* mine_codes = scratch.codes.data();
+    std::uint8_t* all_codes = mine_codes + length;
+    float* mine_scales = scratch.scales.data();
+    float* all_scales = mine_scales + blocks;
+    EncodeFloat8Blocks(values + offset, length, mine_codes, mine_scales);
+    const TensorPtr codes_out = WrapHost(mine_codes, length, DataType::Float8E4M3FN);
+    const TensorPtr codes_in = WrapHost(all_codes, parts * length, DataType::Float8E4M3FN);
+    const TensorPtr scales_out = WrapHost(mine_scales, blocks, DataType::Float32);
+    const TensorPtr scales_in = WrapHost(all_scales, parts * blocks, DataType::Float32);
+    group.AllGather(*codes_out, *codes_in);
+    group.AllGather(*scales_out, *scales_in);
+    DecodeSumFloat8Blocks(all_codes, all_scales, world, length, values + offset);
+  }
   target.Commit();
 }
 

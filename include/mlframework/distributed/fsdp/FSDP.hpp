@@ -162,7 +162,9 @@ class MLFRAMEWORK_EXPORT FSDP {
   /// ReduceGradients() reduce-scatters the sum once. Loss scaling and the overflow check then
   /// see the accumulated gradients once, after that reduction. The cost is one FP32 full-unit
   /// buffer per unit with unsynced gradients (from the buffer cache). Local: no communication;
-  /// every rank must switch at the same micro-batch. On by default.
+  /// every rank must switch at the same micro-batch. On by default. Units with sharded
+  /// accumulation (FSDPConfig::ShardedAccumulation) reduce every micro-batch instead and add it
+  /// into their FP32 gradient shard: no full-unit buffer, one reduction per micro-batch.
   /// @code
   /// for (int micro = 0; micro < k; ++micro) {
   ///   fsdp.SetRequiresGradientSync(micro == k - 1);
@@ -214,6 +216,10 @@ class MLFRAMEWORK_EXPORT FSDP {
   /// unit's Gather() allocates nothing (PyTorch's caching allocator, DeepSpeed's reused flat
   /// buffers); buffers a caller still references past Release() are never reused.
   std::size_t CachedBufferBytes() const noexcept;
+  /// Bytes of the cache's buffers in use now: gathered units, flat gradient buffers and scratch
+  /// of reductions in flight, and the unsharded accumulators of micro-batches without gradient
+  /// sync (PaddedSize() floats per unit, none under FSDPConfig::ShardedAccumulation).
+  std::size_t BufferBytesInUse() const noexcept;
   /// The most idle bytes the cache keeps: one use of the largest unit (its gathered buffer in
   /// the parameter dtype, its flat gradient buffer in the reduce dtype and shard-sized scratch),
   /// so the ZeRO-3 figure "16 B x parameters / ranks + the largest gathered unit" holds.

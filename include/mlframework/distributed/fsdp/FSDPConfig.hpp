@@ -65,6 +65,17 @@ struct FSDPConfig {
   DataType ReduceDType = DataType::Float32;
   /// What gradients travel as: the reduce dtype's elements (default) or FP8 blocks.
   GradientWire Wire = GradientWire::ReduceDType;
+  /// Where micro-batches without gradient sync (FSDP::SetRequiresGradientSync(false)) are summed.
+  /// false (default, PyTorch's `no_sync`): each rank adds its full FP32 gradients into an
+  /// unsharded accumulator (PaddedSize() floats per unit) and communicates nothing; the
+  /// micro-batch with sync reduces that sum once. true: every micro-batch is reduced at once, as
+  /// with sync, and added into the FP32 gradient shard, so only the shard (ShardSize() floats) is
+  /// kept: 1/ranks of the accumulator's memory, for one reduction per micro-batch instead of one
+  /// per step. The two sum the same values in a different order (see docs/fsdp.md, "Gradient
+  /// accumulation"); with a 16-bit reduce dtype or the FP8 wire each micro-batch is rounded on
+  /// the wire by itself. An Inf or NaN of any micro-batch stays in the shard, where the overflow
+  /// check looks. NoShard keeps the whole gradient either way (it all-reduces each micro-batch).
+  bool ShardedAccumulation = false;
   /// Broadcast rank 0's initial parameter values when a unit is registered, so ranks that
   /// initialized differently start from the same weights (PyTorch's sync_module_states).
   bool SyncModuleStates = false;

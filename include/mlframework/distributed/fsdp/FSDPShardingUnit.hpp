@@ -91,6 +91,9 @@ class MLFRAMEWORK_EXPORT FSDPShardingUnit {
   DataType ReduceDType() const noexcept;
   /// What ReduceGradients() sends: the unit's own Wire, else the FSDP's.
   GradientWire Wire() const noexcept;
+  /// Whether micro-batches without sync are reduced at once into the FP32 gradient shard: the
+  /// unit's own ShardedAccumulation, else the FSDP's (FSDPConfig::ShardedAccumulation).
+  bool ShardedAccumulation() const noexcept;
 
   /// All-gathers the unit in the parameter dtype (collective). InvalidOperationError on every
   /// rank when any rank already has it gathered.
@@ -187,7 +190,8 @@ class MLFRAMEWORK_EXPORT FSDPShardingUnit {
   /// This rank's gradient shard (ShardSize() elements, FP32), or null before ReduceGradients().
   TensorPtr LocalGradient() const noexcept;
   /// True while the unit holds gradients summed without gradient sync
-  /// (FSDP::SetRequiresGradientSync(false)) that no ReduceGradients() with sync has reduced yet.
+  /// (FSDP::SetRequiresGradientSync(false)) that no ReduceGradients() with sync has reduced yet;
+  /// never under ShardedAccumulation(), which reduces every micro-batch into the shard.
   bool HasUnsyncedGradients() const noexcept;
   /// Replaces the gradient shard (the spec's setter, used by FSDPAmpIntegration).
   /// ArgumentNullError for null; ArgumentError unless it has ShardSize() elements.

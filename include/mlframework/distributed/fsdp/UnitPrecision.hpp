@@ -19,11 +19,14 @@ namespace mlframework::distributed::fsdp {
 /// overflow check span all units alike.
 struct UnitPrecision {
   /// Dtype this unit is gathered in and handed to the forward pass; unset: the FSDP's.
-  std::optional<DataType> ParamDType;
+  std::optional<DataType> ParamDType{};
   /// Dtype this unit's gradients are reduced in; unset: the FSDP's.
-  std::optional<DataType> ReduceDType;
+  std::optional<DataType> ReduceDType{};
   /// What this unit's gradients travel as; unset: the FSDP's FSDPConfig::Wire.
   std::optional<GradientWire> Wire{};
+  /// Whether this unit sums micro-batches without sync in its FP32 gradient shard (true) or in an
+  /// unsharded accumulator (false); unset: the FSDP's FSDPConfig::ShardedAccumulation.
+  std::optional<bool> ShardedAccumulation{};
 
   /// ArgumentError naming the first set field that is not a DataType (a GradientWire for Wire),
   /// and its value, or a

@@ -43,6 +43,7 @@ PooledBuffer BufferPool::Acquire(DataType dtype, std::size_t elements) {
     buffer.block = placement_->Allocate(elements, dtype);
   }
   buffer.tensor = buffer.block->Size() == elements ? buffer.block : placement_->View(buffer.block, 0, {elements});
+  in_use_bytes_ += BytesOf(buffer.block);
   return buffer;
 }
 
@@ -50,6 +51,7 @@ void BufferPool::Return(PooledBuffer& buffer) noexcept {
   buffer.tensor.reset();
   TensorPtr block = std::move(buffer.block);
   buffer.block.reset();
+  if (block) in_use_bytes_ -= BytesOf(block);
   // Any other owner (a view handed out earlier, kept by the framework) still reads this memory.
   if (!block || block.use_count() != 1) return;
   try {

@@ -59,6 +59,8 @@ class BufferPool {
   std::size_t Capacity() const noexcept { return capacity_; }
   // Bytes held by idle blocks.
   std::size_t IdleBytes() const noexcept { return idle_bytes_; }
+  // Bytes of the blocks handed out by Acquire() and not given back to Return() yet.
+  std::size_t InUseBytes() const noexcept { return in_use_bytes_; }
   // Frees every idle block.
   void Clear() noexcept;
 
@@ -67,6 +69,7 @@ class BufferPool {
   const Placement* placement_;
   std::vector<TensorPtr> idle_;
   std::size_t idle_bytes_ = 0;
+  std::size_t in_use_bytes_ = 0;
   std::size_t capacity_ = 0;
 };
 

@@ -14,7 +14,6 @@
 #include <mlframework/core/Tensor.hpp>
 #include <mlframework/distributed/AbortGuard.hpp>
 #include <mlframework/distributed/Float8Amax.hpp>
-#include <mlframework/distributed/Float8BlockReduce.hpp>
 
 #include "mlframework/core/StateBlob.hpp"
 #include "mlframework/distributed/Agreement.hpp"
@@ -197,14 +196,10 @@ struct FSDP::Impl {
       // The FP8 wire flattens into an FP32 buffer (its codes are the collective's own memory).
       const std::size_t reduce = unit->Wire() == GradientWire::Float8Blocks ? ElementSize(DataType::Float32)
                                                                             : ElementSize(unit->ReduceDType());
-      // The FP8 wire's sent and received codes and scales: 2 x (1 byte + a scale per block).
-      const std::size_t wire =
-          unit->Wire() == GradientWire::Float8Blocks
-              ? 2 * (unit->PaddedSize() + sizeof(float) * (unit->PaddedSize() / kFloat8WireBlock +
-                                                           static_cast<std::size_t>(group->WorldSize())))
-              : 0;
+      // (The FP8 wire's codes and scales travel through a few MiB of per-thread scratch of its
+      // own, Float8BlockReduce.cpp, not through the pool.)
       capacity = std::max(capacity, unit->PaddedSize() * (ElementSize(unit->ParamDType()) + reduce) +
-                                        unit->ShardSize() * (ElementSize(DataType::Float32) + reduce) + wire);
+                                        unit->ShardSize() * (ElementSize(DataType::Float32) + reduce));
     }
     pool.SetCapacity(capacity);
   }
@@ -231,14 +226,17 @@ FSDP::~FSDP() = default;
 
 namespace {
 
-// One number for a unit's policy, so ranks compare it with the rest of the layout: each field
-// is its DataType's value plus one, 0 when unset.
-double PrecisionCode(const UnitPrecision& precision) {
+// One number for a unit's policy, so ranks compare it with the rest of the layout: each dtype
+// and the wire are their value plus one, 0 when unset.
+double PrecisionCode(const UnitPrecision& precision, const FSDPConfig& config) {
   const auto code = [](const std::optional<DataType>& dtype) {
     return dtype ? static_cast<double>(static_cast<int>(*dtype)) + 1.0 : 0.0;
   };
   const double wire = precision.Wire ? static_cast<double>(static_cast<int>(*precision.Wire)) + 1.0 : 0.0;
-  return (code(precision.ParamDType) * 256.0 + code(precision.ReduceDType)) * 256.0 + wire;
+  // The accumulation in effect, the FSDP's included: a rank that reduced its micro-batches while
+  // another summed them locally would wait for a reduction that never comes.
+  const double accumulation = precision.ShardedAccumulation.value_or(config.ShardedAccumulation) ? 1.0 : 0.0;
+  return (((code(precision.ParamDType) * 256.0 + code(precision.ReduceDType)) * 256.0 + wire) * 2.0) + accumulation;
 }
 
 }  // namespace
@@ -298,13 +296,13 @@ FSDPShardingUnit& FSDP::RegisterUnit(const std::string& name, const GradientMap&
                                           "element count",
                                           "parameter count",
                                           "parameter names and shapes",
-                                          "precision (ParamDType, ReduceDType, Wire)"};
+                                          "precision (ParamDType, ReduceDType, Wire, ShardedAccumulation)"};
   const std::array<double, 6> mine{static_cast<double>(world),
                                    static_cast<double>(impl_->units.size()),
                                    static_cast<double>(unit->numel),
                                    static_cast<double>(unit->names.size()),
                                    static_cast<double>(LayoutHash(name, unit->names, unit->shapes)),
-                                   PrecisionCode(precision)};
+                                   PrecisionCode(precision, impl_->config)};
   std::array<double, 12> extremes{};
   for (std::size_t i = 0; i < mine.size(); ++i) {
     extremes[i] = mine[i];
@@ -370,6 +368,8 @@ void FSDP::SetRequiresGradientSync(bool requires_sync) noexcept { impl_->require
 bool FSDP::RequiresGradientSync() const noexcept { return impl_->requires_sync; }
 
 std::size_t FSDP::CachedBufferBytes() const noexcept { return impl_->pool.IdleBytes(); }
+
+std::size_t FSDP::BufferBytesInUse() const noexcept { return impl_->pool.InUseBytes(); }
 
 std::size_t FSDP::CachedBufferLimit() const noexcept { return impl_->pool.Capacity(); }
 

@@ -5,7 +5,6 @@
 #include <mlframework/distributed/fsdp/FSDPShardingUnit.hpp>
 
 #include <algorithm>
-#include <array>
 #include <cstddef>
 #include <cstring>
 #include <span>
@@ -22,7 +21,6 @@
 #include <mlframework/fp8/Format.hpp>
 
 #include "mlframework/distributed/Agreement.hpp"
-#include "mlframework/distributed/Float8BlockCodec.hpp"
 #include "mlframework/distributed/fsdp/UnitImpl.hpp"
 
 namespace mlframework::distributed::fsdp {
@@ -144,6 +142,7 @@ const UnitPrecision& FSDPShardingUnit::Precision() const noexcept { return impl_
 DataType FSDPShardingUnit::ParamDType() const noexcept { return impl_->ParamDType(); }
 DataType FSDPShardingUnit::ReduceDType() const noexcept { return impl_->ReduceDType(); }
 GradientWire FSDPShardingUnit::Wire() const noexcept { return impl_->Wire(); }
+bool FSDPShardingUnit::ShardedAccumulation() const noexcept { return impl_->ShardedAccumulation(); }
 bool FSDPShardingUnit::IsGathered() const noexcept { return impl_->is_gathered; }
 TensorPtr FSDPShardingUnit::GatheredParameter() const noexcept { return impl_->gathered; }
 TensorPtr FSDPShardingUnit::LocalGradient() const noexcept { return impl_->local_gradient; }
@@ -347,9 +346,11 @@ void FSDPShardingUnit::Impl::StartReduce(const char* call, const GradientMap& gr
     }
   };
   const DataType reduce_dtype = s.ReduceDType();
-  if (!*s.requires_sync) {
+  if (!*s.requires_sync && !s.ShardedAccumulation()) {
     // A micro-batch without gradient sync: no communication at all, so the checks stay local
     // (every rank runs the same schedule), and the gradients are summed in FP32 in place.
+    // Under ShardedAccumulation() it is reduced as with sync instead, and FinishReduce() adds
+    // the result into the FP32 gradient shard.
     check();
     s.AccumulateLocally(sources);
     s.reduce.active = true;  // nothing in flight: FinishReduce() only clears it
@@ -421,7 +422,7 @@ void FSDPShardingUnit::Impl::StartReduce(const char* call, const GradientMap& gr
     if (no_shard) {
       Float8BlockAllReduce(*s.group, *flat);
     } else {
-      s.ReduceScatterFloat8(*flat, *target);
+      Float8BlockReduceScatter(*s.shard_group, *flat, *target);
     }
   } else if (no_shard) {
     p.request =
@@ -451,23 +452,6 @@ void FSDPShardingUnit::Impl::StartReduce(const char* call, const GradientMap& gr
   p.flat = std::move(flat);
   p.flat_buffer = std::move(flat_buffer);
   p.sources = std::move(sources);
-}
-
-// The FP8 wire's reduce-scatter over the shard group, through wire buffers of the pool (a
-// fresh unit-sized buffer each step would fault its pages in every time).
-void FSDPShardingUnit::Impl::ReduceScatterFloat8(const ITensor& flat, ITensor& target) {
-  const int ranks = shard_group->WorldSize();
-  if (ranks == 1) {
-    Float8BlockReduceScatter(*shard_group, flat, target);  // a copy: nothing travels
-    return;
-  }
-  const std::size_t scales = static_cast<std::size_t>(ranks) * distributed::detail::Float8BlockCount(shard_size);
-  std::array<detail::PooledBuffer, 4> wire{
-      pool->Acquire(DataType::Float8E4M3FN, padded), pool->Acquire(DataType::Float32, scales),
-      pool->Acquire(DataType::Float8E4M3FN, padded), pool->Acquire(DataType::Float32, scales)};
-  distributed::detail::Float8BlockReduceScatterThrough(
-      *shard_group, flat, target, {*wire[0].tensor, *wire[1].tensor, *wire[2].tensor, *wire[3].tensor});
-  for (detail::PooledBuffer& buffer : wire) pool->Return(buffer);
 }
 
 // The rest of ReduceGradients(): waits for the collective, if one is running, and lands the

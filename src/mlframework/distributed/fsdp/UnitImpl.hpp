@@ -73,7 +73,8 @@ struct FSDPShardingUnit::Impl {
   TensorPtr spare_gradient;               // last step's FP32 shard, reused by the next ReduceGradients()
   TensorPtr zero_padding;                 // PaddedSize() - NumElements() FP32 zeros for buffers off the host
   // Full FP32 gradients summed locally over micro-batches without gradient sync (pool memory,
-  // padding zero), reduce-scattered once by the next ReduceGradients() with sync.
+  // padding zero), reduce-scattered once by the next ReduceGradients() with sync; never used
+  // under ShardedAccumulation(), which reduces each micro-batch into `local_gradient`.
   detail::PooledBuffer accumulated;
   detail::Float8Shard fp8;  // FP8 parameter dtype: scales and the quantized shard (FSDPShardingUnit.cpp)
   // Collectives of GatherAsync() / ReduceGradientsAsync() not waited for yet; last, so that a
@@ -85,6 +86,9 @@ struct FSDPShardingUnit::Impl {
   DataType ParamDType() const noexcept { return precision.ParamDType.value_or(config->ParamDType); }
   DataType ReduceDType() const noexcept { return precision.ReduceDType.value_or(config->ReduceDType); }
   GradientWire Wire() const noexcept { return precision.Wire.value_or(config->Wire); }
+  bool ShardedAccumulation() const noexcept {
+    return precision.ShardedAccumulation.value_or(config->ShardedAccumulation);
+  }
 
   // Lays the unit out over the shard group (padded size, this rank's shard) and allocates its
   // FP32 master shard, filled from @p sources (the parameters in layout order; rank 0's values
@@ -107,9 +111,6 @@ struct FSDPShardingUnit::Impl {
       replicate_group->AllReduce(reduced, ReduceOp::Sum);
     }
   }
-  // The FP8 wire's reduce-scatter of the flat FP32 gradient @p flat into this rank's @p target,
-  // over the shard group, through pooled wire buffers (FSDPShardingUnit.cpp).
-  void ReduceScatterFloat8(const ITensor& flat, ITensor& target);
   // Adds a micro-batch's full gradients to `accumulated`.
   void AccumulateLocally(const std::vector<TensorPtr>& gradients);
   // Gather() and ReduceGradients() in two halves around their collective (@p async: started
