@@ -13,7 +13,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <array>
 #include <climits>
 #include <cstddef>
 #include <cstdlib>
@@ -26,31 +25,12 @@
 #include <mlframework/core/HostConversion.hpp>
 
 #include "mlframework/distributed/HostStaging.hpp"
+#include "mlframework/distributed/MpiCheck.hpp"
 #include "mlframework/distributed/MpiWait.hpp"
 
 namespace mlframework::distributed::detail {
 
 namespace {
-
-void Check(int code, const char* call) {
-  if (code == MPI_SUCCESS) return;
-  std::array<char, MPI_MAX_ERROR_STRING> text{};
-  int length = 0;
-  std::string message = "MPI error code " + std::to_string(code);
-  if (MPI_Error_string(code, text.data(), &length) == MPI_SUCCESS) {
-    message.assign(text.data(), static_cast<std::size_t>(length));
-  }
-  throw CommunicationError(std::string(call) + " failed: " + message);
-}
-
-int CountOf(std::size_t elements, const char* parameter) {
-  if (elements > static_cast<std::size_t>(INT_MAX)) {
-    throw ArgumentError(parameter, "has " + std::to_string(elements) +
-                                       " elements per rank, more than MPI's int count limit " +
-                                       std::to_string(INT_MAX));
-  }
-  return static_cast<int>(elements);
-}
 
 bool AllToAll(const MpiProcessGroupOptions& options, DataType dtype, std::size_t total) {
   const bool chosen = dtype == DataType::Float32 ? options.Float32Sum == Float32Reduction::AllToAll
