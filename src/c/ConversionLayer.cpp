@@ -7,6 +7,7 @@
 #include <mlframework/optimizers/mixed_precision/GradientConversionLayer.hpp>
 
 #include "Call.hpp"
+#include "FieldMap.hpp"
 #include "Handles.hpp"
 #include "StateBytes.hpp"
 
@@ -22,43 +23,26 @@ struct mlfw_conversion_layer {
 namespace mlframework::c_api {
 namespace {
 
-DataType ToCpp(const mlfw_precision& precision) {
-  const int value = EnumValue(precision);
-  switch (value) {
-    case MLFW_PRECISION_FLOAT32:
-      return DataType::Float32;
-    case MLFW_PRECISION_FLOAT16:
-      return DataType::Float16;
-    case MLFW_PRECISION_BFLOAT16:
-      return DataType::BFloat16;
-    default:
-      throw ArgumentError("options->precision", std::to_string(value) +
-                                                    " is not an mlfw_precision (MLFW_PRECISION_FLOAT32, "
-                                                    "MLFW_PRECISION_FLOAT16 or MLFW_PRECISION_BFLOAT16)");
-  }
-}
+constexpr EnumMap<mlfw_precision, DataType, 3> kPrecisions{
+    "mlfw_precision",
+    {{{MLFW_PRECISION_FLOAT32, "MLFW_PRECISION_FLOAT32", DataType::Float32},
+      {MLFW_PRECISION_FLOAT16, "MLFW_PRECISION_FLOAT16", DataType::Float16},
+      {MLFW_PRECISION_BFLOAT16, "MLFW_PRECISION_BFLOAT16", DataType::BFloat16}}}};
 
-mlfw_precision ToC(DataType dtype) {
-  if (dtype == DataType::Float32) {
-    return MLFW_PRECISION_FLOAT32;
-  }
-  return dtype == DataType::BFloat16 ? MLFW_PRECISION_BFLOAT16 : MLFW_PRECISION_FLOAT16;
-}
-
-mp::MixedPrecisionOptions ToCpp(const mlfw_mixed_precision_options& options) {
-  return {.Precision = ToCpp(options.precision),
-          .EnableDynamicLossScaling = options.enable_dynamic_loss_scaling != 0,
-          .InitialLossScale = options.initial_loss_scale,
-          .GrowthFactor = options.growth_factor,
-          .BackoffFactor = options.backoff_factor,
-          .GrowthInterval = options.growth_interval,
-          .MinLossScale = options.min_loss_scale,
-          .MaxLossScale = options.max_loss_scale,
-          .MaxConsecutiveOverflows = options.max_consecutive_overflows,
-          .EnableGradientClipping = options.enable_gradient_clipping != 0,
-          .MaxGradNorm = options.max_grad_norm,
-          .EnableAutoFallback = options.enable_auto_fallback != 0};
-}
+using Options = mlfw_mixed_precision_options;
+constexpr FieldMap kOptionsFields{
+    EnumField{&Options::precision, &mp::MixedPrecisionOptions::Precision, kPrecisions, "options->precision"},
+    Field{&Options::enable_dynamic_loss_scaling, &mp::MixedPrecisionOptions::EnableDynamicLossScaling},
+    Field{&Options::initial_loss_scale, &mp::MixedPrecisionOptions::InitialLossScale},
+    Field{&Options::growth_factor, &mp::MixedPrecisionOptions::GrowthFactor},
+    Field{&Options::backoff_factor, &mp::MixedPrecisionOptions::BackoffFactor},
+    Field{&Options::growth_interval, &mp::MixedPrecisionOptions::GrowthInterval},
+    Field{&Options::min_loss_scale, &mp::MixedPrecisionOptions::MinLossScale},
+    Field{&Options::max_loss_scale, &mp::MixedPrecisionOptions::MaxLossScale},
+    Field{&Options::max_consecutive_overflows, &mp::MixedPrecisionOptions::MaxConsecutiveOverflows},
+    Field{&Options::enable_gradient_clipping, &mp::MixedPrecisionOptions::EnableGradientClipping},
+    Field{&Options::max_grad_norm, &mp::MixedPrecisionOptions::MaxGradNorm},
+    Field{&Options::enable_auto_fallback, &mp::MixedPrecisionOptions::EnableAutoFallback}};
 
 // Deletes a managed tensor that has not been handed to the caller yet.
 struct ManagedDeleter {
@@ -76,25 +60,13 @@ extern "C" {
 
 mlfw_status mlfw_mixed_precision_options_default(mlfw_mixed_precision_options* options) {
   return Call([&] {
-    const mp::MixedPrecisionOptions d = mp::MixedPrecisionOptions::ForFP16();
-    Deref(options, "options") = {.precision = mlframework::c_api::ToC(d.Precision),
-                                 .enable_dynamic_loss_scaling = d.EnableDynamicLossScaling ? 1 : 0,
-                                 .initial_loss_scale = d.InitialLossScale,
-                                 .growth_factor = d.GrowthFactor,
-                                 .backoff_factor = d.BackoffFactor,
-                                 .growth_interval = d.GrowthInterval,
-                                 .min_loss_scale = d.MinLossScale,
-                                 .max_loss_scale = d.MaxLossScale,
-                                 .max_consecutive_overflows = d.MaxConsecutiveOverflows,
-                                 .enable_gradient_clipping = d.EnableGradientClipping ? 1 : 0,
-                                 .max_grad_norm = d.MaxGradNorm,
-                                 .enable_auto_fallback = d.EnableAutoFallback ? 1 : 0};
+    Deref(options, "options") = mlframework::c_api::kOptionsFields.ToC(mp::MixedPrecisionOptions::ForFP16());
   });
 }
 
 mlfw_status mlfw_conversion_layer_create(const mlfw_mixed_precision_options* options, mlfw_conversion_layer_t* out) {
   return Call([&] {
-    const mp::MixedPrecisionOptions cpp = mlframework::c_api::ToCpp(Deref(options, "options"));
+    const mp::MixedPrecisionOptions cpp = mlframework::c_api::kOptionsFields.ToCpp(Deref(options, "options"));
     Deref(out, "out");
     *out = std::make_unique<mlfw_conversion_layer>(cpp).release();
   });

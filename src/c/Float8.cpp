@@ -14,6 +14,7 @@
 #include <mlframework/fp8/DelayedScaling.hpp>
 #include <mlframework/fp8/IScalingRecipe.hpp>
 
+#include "FieldMap.hpp"
 #include "StateBytes.hpp"
 #include "Tensors.hpp"
 
@@ -26,54 +27,33 @@ struct mlfw_fp8_recipe {
 namespace mlframework::c_api {
 namespace {
 
-DataType ToCpp(const mlfw_fp8_format& format, const char* name) {
-  const int value = EnumValue(format);
-  if (value == MLFW_FP8_E4M3) {
-    return DataType::Float8E4M3FN;
-  }
-  if (value == MLFW_FP8_E5M2) {
-    return DataType::Float8E5M2;
-  }
-  throw ArgumentError(name, std::to_string(value) + " is not an mlfw_fp8_format (MLFW_FP8_E4M3 or MLFW_FP8_E5M2)");
-}
+constexpr EnumMap<mlfw_fp8_format, DataType, 2> kFloat8Formats{
+    "mlfw_fp8_format",
+    {{{MLFW_FP8_E4M3, "MLFW_FP8_E4M3", DataType::Float8E4M3FN},
+      {MLFW_FP8_E5M2, "MLFW_FP8_E5M2", DataType::Float8E5M2}}}};
 
-fp8::Format ToCpp(const mlfw_fp8_recipe_format& format) {
-  const int value = EnumValue(format);
-  if (value == MLFW_FP8_RECIPE_E4M3) {
-    return fp8::Format::E4M3;
-  }
-  if (value == MLFW_FP8_RECIPE_HYBRID) {
-    return fp8::Format::HYBRID;
-  }
-  throw ArgumentError("fp8_format", std::to_string(value) +
-                                        " is not an mlfw_fp8_recipe_format (MLFW_FP8_RECIPE_E4M3 or "
-                                        "MLFW_FP8_RECIPE_HYBRID)");
-}
+constexpr EnumMap<mlfw_fp8_recipe_format, fp8::Format, 2> kRecipeFormats{
+    "mlfw_fp8_recipe_format",
+    {{{MLFW_FP8_RECIPE_E4M3, "MLFW_FP8_RECIPE_E4M3", fp8::Format::E4M3},
+      {MLFW_FP8_RECIPE_HYBRID, "MLFW_FP8_RECIPE_HYBRID", fp8::Format::HYBRID}}}};
 
-fp8::TensorRole ToCpp(const mlfw_fp8_tensor_role& role) {
-  const int value = EnumValue(role);
-  if (value == MLFW_FP8_FORWARD) {
-    return fp8::TensorRole::Forward;
-  }
-  if (value == MLFW_FP8_GRADIENT) {
-    return fp8::TensorRole::Gradient;
-  }
-  throw ArgumentError(
-      "role", std::to_string(value) + " is not an mlfw_fp8_tensor_role (MLFW_FP8_FORWARD or MLFW_FP8_GRADIENT)");
-}
+constexpr EnumMap<mlfw_fp8_tensor_role, fp8::TensorRole, 2> kRoles{
+    "mlfw_fp8_tensor_role",
+    {{{MLFW_FP8_FORWARD, "MLFW_FP8_FORWARD", fp8::TensorRole::Forward},
+      {MLFW_FP8_GRADIENT, "MLFW_FP8_GRADIENT", fp8::TensorRole::Gradient}}}};
 
-fp8::AmaxComputeAlgorithm ToCpp(const mlfw_amax_compute_algo& algo) {
-  const int value = EnumValue(algo);
-  if (value == MLFW_AMAX_MAX) {
-    return fp8::AmaxComputeAlgorithm::Max;
-  }
-  if (value == MLFW_AMAX_MOST_RECENT) {
-    return fp8::AmaxComputeAlgorithm::MostRecent;
-  }
-  throw ArgumentError("amax_compute_algo", std::to_string(value) +
-                                               " is not an mlfw_amax_compute_algo (MLFW_AMAX_MAX or "
-                                               "MLFW_AMAX_MOST_RECENT)");
-}
+constexpr EnumMap<mlfw_amax_compute_algo, fp8::AmaxComputeAlgorithm, 2> kAmaxAlgorithms{
+    "mlfw_amax_compute_algo",
+    {{{MLFW_AMAX_MAX, "MLFW_AMAX_MAX", fp8::AmaxComputeAlgorithm::Max},
+      {MLFW_AMAX_MOST_RECENT, "MLFW_AMAX_MOST_RECENT", fp8::AmaxComputeAlgorithm::MostRecent}}}};
+
+constexpr FieldMap kDelayedScalingFields{
+    Field{&mlfw_delayed_scaling_config::margin, &fp8::DelayedScalingConfig::Margin},
+    EnumField{&mlfw_delayed_scaling_config::fp8_format, &fp8::DelayedScalingConfig::Fp8Format, kRecipeFormats,
+              "fp8_format"},
+    Field{&mlfw_delayed_scaling_config::amax_history_len, &fp8::DelayedScalingConfig::AmaxHistoryLen},
+    EnumField{&mlfw_delayed_scaling_config::amax_compute_algo, &fp8::DelayedScalingConfig::AmaxComputeAlgo,
+              kAmaxAlgorithms, "amax_compute_algo"}};
 
 // The @p count names of @p names; ArgumentNullError naming `names` or `names[i]`.
 std::vector<std::string> Names(const char* const* names, std::size_t count) {
@@ -127,7 +107,6 @@ using mlframework::c_api::BorrowList;
 using mlframework::c_api::Call;
 using mlframework::c_api::Deref;
 using mlframework::c_api::StreamScope;
-using mlframework::c_api::ToCpp;
 
 extern "C" {
 
@@ -143,7 +122,7 @@ mlfw_status mlfw_fp8_amax(const DLTensor* const* tensors, size_t count, const DL
 mlfw_status mlfw_fp8_scaled_cast(const DLTensor* const* src, const DLTensor* const* dst, size_t count,
                                  mlfw_fp8_format format, const DLTensor* scale, const DLTensor* amax, void* stream) {
   return Call([&] {
-    const mlframework::DataType float8 = ToCpp(format, "format");
+    const mlframework::DataType float8 = mlframework::c_api::kFloat8Formats.ToCpp(format, "format");
     const auto in = BorrowList(src, count, "src");
     const auto out = BorrowFloat8List(dst, count, float8, "dst");
     const mlframework::TensorPtr scales = Borrow(scale, "scale");
@@ -156,7 +135,7 @@ mlfw_status mlfw_fp8_scaled_cast(const DLTensor* const* src, const DLTensor* con
 mlfw_status mlfw_fp8_dequantize(const DLTensor* const* src, mlfw_fp8_format format, const DLTensor* const* dst,
                                 size_t count, const DLTensor* scale_inv, void* stream) {
   return Call([&] {
-    const mlframework::DataType float8 = ToCpp(format, "format");
+    const mlframework::DataType float8 = mlframework::c_api::kFloat8Formats.ToCpp(format, "format");
     const auto in = BorrowFloat8List(src, count, float8, "src");
     const auto out = BorrowList(dst, count, "dst");
     const mlframework::TensorPtr inverses = Borrow(scale_inv, "scale_inv");
@@ -167,33 +146,21 @@ mlfw_status mlfw_fp8_dequantize(const DLTensor* const* src, mlfw_fp8_format form
 
 mlfw_status mlfw_delayed_scaling_config_default(mlfw_delayed_scaling_config* config) {
   return Call([&] {
-    const mlframework::fp8::DelayedScalingConfig defaults;
-    Deref(config, "config") = {
-        .margin = defaults.Margin,
-        .fp8_format =
-            defaults.Fp8Format == mlframework::fp8::Format::E4M3 ? MLFW_FP8_RECIPE_E4M3 : MLFW_FP8_RECIPE_HYBRID,
-        .amax_history_len = defaults.AmaxHistoryLen,
-        .amax_compute_algo = defaults.AmaxComputeAlgo == mlframework::fp8::AmaxComputeAlgorithm::Max
-                                 ? MLFW_AMAX_MAX
-                                 : MLFW_AMAX_MOST_RECENT};
+    Deref(config, "config") = mlframework::c_api::kDelayedScalingFields.ToC(mlframework::fp8::DelayedScalingConfig{});
   });
 }
 
 mlfw_status mlfw_delayed_scaling_create(const mlfw_delayed_scaling_config* config, mlfw_fp8_recipe_t* out) {
   return mlframework::c_api::Create(out, [&] {
-    const mlfw_delayed_scaling_config& c = Deref(config, "config");
     return std::make_unique<mlframework::fp8::DelayedScaling>(
-        mlframework::fp8::DelayedScalingConfig{.Margin = c.margin,
-                                               .Fp8Format = ToCpp(c.fp8_format),
-                                               .AmaxHistoryLen = c.amax_history_len,
-                                               .AmaxComputeAlgo = ToCpp(c.amax_compute_algo)});
+        mlframework::c_api::kDelayedScalingFields.ToCpp(Deref(config, "config")));
   });
 }
 
 mlfw_status mlfw_current_scaling_create(mlfw_fp8_recipe_format fp8_format, mlfw_fp8_recipe_t* out) {
   return mlframework::c_api::Create(out, [&] {
-    return std::make_unique<mlframework::fp8::CurrentScaling>(
-        mlframework::fp8::CurrentScalingConfig{.Fp8Format = ToCpp(fp8_format)});
+    return std::make_unique<mlframework::fp8::CurrentScaling>(mlframework::fp8::CurrentScalingConfig{
+        .Fp8Format = mlframework::c_api::kRecipeFormats.ToCpp(fp8_format, "fp8_format")});
   });
 }
 
@@ -205,10 +172,8 @@ mlfw_status mlfw_fp8_recipe_register(mlfw_fp8_recipe_t recipe, const char* name,
                                      const DLTensor* like) {
   return Call([&] {
     mlfw_fp8_recipe& handle = Deref(recipe, "recipe");
-    if (name == nullptr) {
-      throw mlframework::ArgumentNullError("name");
-    }
-    const mlframework::fp8::TensorRole cpp_role = ToCpp(role);
+    Deref(name, "name");
+    const mlframework::fp8::TensorRole cpp_role = mlframework::c_api::kRoles.ToCpp(role, "role");
     const mlframework::TensorPtr tensor = Borrow(like, "like");
     handle.recipe->Register(name, cpp_role, *tensor);
     handle.device = tensor->GetDevice();
@@ -218,11 +183,9 @@ mlfw_status mlfw_fp8_recipe_register(mlfw_fp8_recipe_t recipe, const char* name,
 mlfw_status mlfw_fp8_recipe_format_of(mlfw_fp8_recipe_t recipe, const char* name, mlfw_fp8_format* format) {
   return Call([&] {
     const mlfw_fp8_recipe& handle = Deref(recipe, "recipe");
-    if (name == nullptr) {
-      throw mlframework::ArgumentNullError("name");
-    }
+    Deref(name, "name");
     mlfw_fp8_format& result = Deref(format, "format");
-    result = handle.recipe->Float8TypeOf(name) == mlframework::DataType::Float8E4M3FN ? MLFW_FP8_E4M3 : MLFW_FP8_E5M2;
+    result = mlframework::c_api::kFloat8Formats.ToC(handle.recipe->Float8TypeOf(name));
   });
 }
 
@@ -262,9 +225,7 @@ mlfw_status mlfw_fp8_recipe_scale(mlfw_fp8_recipe_t recipe, const char* name, fl
                                   float* amax) {
   return Call([&] {
     const mlfw_fp8_recipe& handle = Deref(recipe, "recipe");
-    if (name == nullptr) {
-      throw mlframework::ArgumentNullError("name");
-    }
+    Deref(name, "name");
     // Read all three before writing any: an unknown name leaves the caller's floats as they were.
     const std::array<float, 3> values{mlframework::c_api::ValueOf(handle.recipe->Scale(name)),
                                       mlframework::c_api::ValueOf(handle.recipe->ScaleInv(name)),

@@ -8,38 +8,28 @@
 
 #include "Call.hpp"
 #include "CallbackScaler.hpp"
+#include "FieldMap.hpp"
 #include "Handles.hpp"
 #include "StateBytes.hpp"
 
 namespace mlframework::c_api {
 namespace {
 
-amp::DynamicScalerConfig ToCpp(const mlfw_dynamic_scaler_config& config) {
-  return {.InitialScale = config.initial_scale,
-          .GrowthFactor = config.growth_factor,
-          .BackoffFactor = config.backoff_factor,
-          .GrowthInterval = config.growth_interval,
-          .MinScale = config.min_scale,
-          .MaxScale = config.max_scale,
-          .Hysteresis = config.hysteresis,
-          .Enabled = config.enabled != 0};
-}
+constexpr FieldMap kDynamicScalerFields{
+    Field{&mlfw_dynamic_scaler_config::initial_scale, &amp::DynamicScalerConfig::InitialScale},
+    Field{&mlfw_dynamic_scaler_config::growth_factor, &amp::DynamicScalerConfig::GrowthFactor},
+    Field{&mlfw_dynamic_scaler_config::backoff_factor, &amp::DynamicScalerConfig::BackoffFactor},
+    Field{&mlfw_dynamic_scaler_config::growth_interval, &amp::DynamicScalerConfig::GrowthInterval},
+    Field{&mlfw_dynamic_scaler_config::min_scale, &amp::DynamicScalerConfig::MinScale},
+    Field{&mlfw_dynamic_scaler_config::max_scale, &amp::DynamicScalerConfig::MaxScale},
+    Field{&mlfw_dynamic_scaler_config::hysteresis, &amp::DynamicScalerConfig::Hysteresis},
+    Field{&mlfw_dynamic_scaler_config::enabled, &amp::DynamicScalerConfig::Enabled}};
 
-amp::StepMode ToCpp(const mlfw_step_mode& mode) {
-  const int value = EnumValue(mode);
-  switch (value) {
-    case MLFW_STEP_AND_UPDATE:
-      return amp::StepMode::StepAndUpdate;
-    case MLFW_STEP_DEFER_UPDATE:
-      return amp::StepMode::DeferUpdate;
-    case MLFW_STEP_DEFER_STEP_AND_UPDATE:
-      return amp::StepMode::DeferStepAndUpdate;
-    default:
-      throw ArgumentError("mode", std::to_string(value) +
-                                      " is not an mlfw_step_mode (MLFW_STEP_AND_UPDATE, MLFW_STEP_DEFER_UPDATE or "
-                                      "MLFW_STEP_DEFER_STEP_AND_UPDATE)");
-  }
-}
+constexpr EnumMap<mlfw_step_mode, amp::StepMode, 3> kStepModes{
+    "mlfw_step_mode",
+    {{{MLFW_STEP_AND_UPDATE, "MLFW_STEP_AND_UPDATE", amp::StepMode::StepAndUpdate},
+      {MLFW_STEP_DEFER_UPDATE, "MLFW_STEP_DEFER_UPDATE", amp::StepMode::DeferUpdate},
+      {MLFW_STEP_DEFER_STEP_AND_UPDATE, "MLFW_STEP_DEFER_STEP_AND_UPDATE", amp::StepMode::DeferStepAndUpdate}}}};
 
 mlfw_status Create(mlfw_grad_scaler_t* out, const auto& make) {
   return Call([&] {
@@ -59,21 +49,14 @@ extern "C" {
 
 mlfw_status mlfw_dynamic_scaler_config_default(mlfw_dynamic_scaler_config* config) {
   return Call([&] {
-    const mlframework::amp::DynamicScalerConfig defaults;
-    Deref(config, "config") = {.initial_scale = defaults.InitialScale,
-                               .growth_factor = defaults.GrowthFactor,
-                               .backoff_factor = defaults.BackoffFactor,
-                               .growth_interval = defaults.GrowthInterval,
-                               .min_scale = defaults.MinScale,
-                               .max_scale = defaults.MaxScale,
-                               .hysteresis = defaults.Hysteresis,
-                               .enabled = defaults.Enabled ? 1 : 0};
+    Deref(config, "config") = mlframework::c_api::kDynamicScalerFields.ToC(mlframework::amp::DynamicScalerConfig{});
   });
 }
 
 mlfw_status mlfw_grad_scaler_create_dynamic(const mlfw_dynamic_scaler_config* config, mlfw_grad_scaler_t* out) {
-  return mlframework::c_api::Create(
-      out, [&] { return mlframework::amp::GradScaler(mlframework::c_api::ToCpp(Deref(config, "config"))); });
+  return mlframework::c_api::Create(out, [&] {
+    return mlframework::amp::GradScaler(mlframework::c_api::kDynamicScalerFields.ToCpp(Deref(config, "config")));
+  });
 }
 
 mlfw_status mlfw_grad_scaler_create_static(float scale, int enabled, mlfw_grad_scaler_t* out) {
@@ -115,7 +98,7 @@ mlfw_status mlfw_grad_scaler_step(mlfw_grad_scaler_t scaler, mlfw_optimizer_t op
   return Call([&] {
     mlfw_grad_scaler& handle = Deref(scaler, "scaler");
     mlfw_optimizer& opt = Deref(optimizer, "optimizer");
-    const mlframework::amp::StepMode cpp_mode = mlframework::c_api::ToCpp(mode);
+    const mlframework::amp::StepMode cpp_mode = mlframework::c_api::kStepModes.ToCpp(mode, "mode");
     const StreamScope scope(stream, opt.device);
     const bool result = handle.scaler.Step(opt.Optimizer(), cpp_mode);
     handle.device = opt.device;

@@ -6,28 +6,26 @@
 #include <mlframework/optimizers/FusedSteps.hpp>
 
 #include "Call.hpp"
+#include "FieldMap.hpp"
 #include "Handles.hpp"
 #include "StateBytes.hpp"
 
 namespace mlframework::c_api {
 namespace {
 
-optimizers::AdamOptions ToCpp(const mlfw_adam_options& options) {
-  return {.LearningRate = options.learning_rate,
-          .Beta1 = options.beta1,
-          .Beta2 = options.beta2,
-          .Epsilon = options.epsilon,
-          .WeightDecay = options.weight_decay,
-          .DecoupledWeightDecay = options.decoupled_weight_decay != 0};
-}
+constexpr FieldMap kAdamFields{
+    Field{&mlfw_adam_options::learning_rate, &optimizers::AdamOptions::LearningRate},
+    Field{&mlfw_adam_options::beta1, &optimizers::AdamOptions::Beta1},
+    Field{&mlfw_adam_options::beta2, &optimizers::AdamOptions::Beta2},
+    Field{&mlfw_adam_options::epsilon, &optimizers::AdamOptions::Epsilon},
+    Field{&mlfw_adam_options::weight_decay, &optimizers::AdamOptions::WeightDecay},
+    Field{&mlfw_adam_options::decoupled_weight_decay, &optimizers::AdamOptions::DecoupledWeightDecay}};
 
-optimizers::SGDOptions ToCpp(const mlfw_sgd_options& options) {
-  return {.LearningRate = options.learning_rate,
-          .Momentum = options.momentum,
-          .WeightDecay = options.weight_decay,
-          .Dampening = options.dampening,
-          .Nesterov = options.nesterov != 0};
-}
+constexpr FieldMap kSGDFields{Field{&mlfw_sgd_options::learning_rate, &optimizers::SGDOptions::LearningRate},
+                              Field{&mlfw_sgd_options::momentum, &optimizers::SGDOptions::Momentum},
+                              Field{&mlfw_sgd_options::weight_decay, &optimizers::SGDOptions::WeightDecay},
+                              Field{&mlfw_sgd_options::dampening, &optimizers::SGDOptions::Dampening},
+                              Field{&mlfw_sgd_options::nesterov, &optimizers::SGDOptions::Nesterov}};
 
 // Builds the handle around the optimizer @p make creates from the parameters' map.
 template <class Make>
@@ -55,41 +53,28 @@ using mlframework::c_api::DeviceOf;
 extern "C" {
 
 mlfw_status mlfw_adam_options_default(mlfw_adam_options* options) {
-  return Call([&] {
-    const mlframework::optimizers::AdamOptions defaults;
-    Deref(options, "options") = {.learning_rate = defaults.LearningRate,
-                                 .beta1 = defaults.Beta1,
-                                 .beta2 = defaults.Beta2,
-                                 .epsilon = defaults.Epsilon,
-                                 .weight_decay = defaults.WeightDecay,
-                                 .decoupled_weight_decay = defaults.DecoupledWeightDecay ? 1 : 0};
-  });
+  return Call(
+      [&] { Deref(options, "options") = mlframework::c_api::kAdamFields.ToC(mlframework::optimizers::AdamOptions{}); });
 }
 
 mlfw_status mlfw_sgd_options_default(mlfw_sgd_options* options) {
-  return Call([&] {
-    const mlframework::optimizers::SGDOptions defaults;
-    Deref(options, "options") = {.learning_rate = defaults.LearningRate,
-                                 .momentum = defaults.Momentum,
-                                 .weight_decay = defaults.WeightDecay,
-                                 .dampening = defaults.Dampening,
-                                 .nesterov = defaults.Nesterov ? 1 : 0};
-  });
+  return Call(
+      [&] { Deref(options, "options") = mlframework::c_api::kSGDFields.ToC(mlframework::optimizers::SGDOptions{}); });
 }
 
 mlfw_status mlfw_adam_create(const char* const* names, const DLTensor* const* parameters, size_t count,
                              const mlfw_adam_options* options, mlfw_optimizer_t* out) {
   return mlframework::c_api::Create(names, parameters, count, out, [&](mlfw_optimizer& handle, const auto& map) {
-    handle.adam =
-        std::make_unique<mlframework::optimizers::Adam>(map, mlframework::c_api::ToCpp(Deref(options, "options")));
+    handle.adam = std::make_unique<mlframework::optimizers::Adam>(
+        map, mlframework::c_api::kAdamFields.ToCpp(Deref(options, "options")));
   });
 }
 
 mlfw_status mlfw_sgd_create(const char* const* names, const DLTensor* const* parameters, size_t count,
                             const mlfw_sgd_options* options, mlfw_optimizer_t* out) {
   return mlframework::c_api::Create(names, parameters, count, out, [&](mlfw_optimizer& handle, const auto& map) {
-    handle.sgd =
-        std::make_unique<mlframework::optimizers::SGD>(map, mlframework::c_api::ToCpp(Deref(options, "options")));
+    handle.sgd = std::make_unique<mlframework::optimizers::SGD>(
+        map, mlframework::c_api::kSGDFields.ToCpp(Deref(options, "options")));
   });
 }
 
@@ -153,8 +138,8 @@ mlfw_status mlfw_fused_adam_step(const DLTensor* const* parameters, const DLTens
                                  const DLTensor* const* exp_avg, const DLTensor* const* exp_avg_sq, size_t count,
                                  const mlfw_adam_options* options, int64_t step, void* stream) {
   return Call([&] {
-    const mlframework::AdamStepScalars scalars =
-        mlframework::optimizers::AdamStepScalarsFor(mlframework::c_api::ToCpp(Deref(options, "options")), step);
+    const mlframework::AdamStepScalars scalars = mlframework::optimizers::AdamStepScalarsFor(
+        mlframework::c_api::kAdamFields.ToCpp(Deref(options, "options")), step);
     const auto params = BorrowList(parameters, count, "parameters");
     const auto grads = BorrowList(gradients, count, "gradients");
     const auto first = BorrowList(exp_avg, count, "exp_avg");
@@ -170,7 +155,7 @@ mlfw_status mlfw_fused_sgd_step(const DLTensor* const* parameters, const DLTenso
                                 int first_step, void* stream) {
   return Call([&] {
     const mlframework::SGDStepScalars scalars = mlframework::optimizers::SGDStepScalarsFor(
-        mlframework::c_api::ToCpp(Deref(options, "options")), first_step != 0);
+        mlframework::c_api::kSGDFields.ToCpp(Deref(options, "options")), first_step != 0);
     const auto params = BorrowList(parameters, count, "parameters");
     const auto grads = BorrowList(gradients, count, "gradients");
     const auto buffers = momentum_buffers == nullptr ? std::vector<mlframework::TensorPtr>{}

@@ -121,10 +121,7 @@ UnscaledGradients DynamicLossScaler::UnscaleGradientsAndCheck(const GradientMap&
 }
 
 TensorPtr DynamicLossScaler::UnscaleGradient(const TensorPtr& gradient) {
-  if (!gradient) {
-    throw ArgumentNullError("gradient");
-  }
-  mlframework::detail::RequireLossScalable(*gradient, "gradient");
+  mlframework::detail::RequireLossScalable(gradient, "gradient");
   if (!impl_->config.Enabled) {
     return gradient;
   }
@@ -149,10 +146,7 @@ bool DynamicLossScaler::CheckOverflow(const GradientMap& gradients) {
 }
 
 bool DynamicLossScaler::CheckOverflow(const TensorPtr& gradient) {
-  if (!gradient) {
-    throw ArgumentNullError("gradient");
-  }
-  mlframework::detail::RequireLossScalable(*gradient, "gradient");
+  mlframework::detail::RequireLossScalable(gradient, "gradient");
   if (!impl_->config.Enabled) {
     return false;
   }

@@ -99,10 +99,7 @@ UnscaledGradients StaticLossScaler::UnscaleGradientsAndCheck(const GradientMap& 
 }
 
 TensorPtr StaticLossScaler::UnscaleGradient(const TensorPtr& gradient) {
-  if (!gradient) {
-    throw ArgumentNullError("gradient");
-  }
-  mlframework::detail::RequireLossScalable(*gradient, "gradient");
+  mlframework::detail::RequireLossScalable(gradient, "gradient");
   return impl_->enabled ? detail::UnscaleWorkspace::RunOne(gradient, impl_->inverse) : gradient;
 }
 
@@ -112,10 +109,7 @@ bool StaticLossScaler::CheckOverflow(const GradientMap& gradients) {
 }
 
 bool StaticLossScaler::CheckOverflow(const TensorPtr& gradient) {
-  if (!gradient) {
-    throw ArgumentNullError("gradient");
-  }
-  mlframework::detail::RequireLossScalable(*gradient, "gradient");
+  mlframework::detail::RequireLossScalable(gradient, "gradient");
   const std::vector<TensorPtr> list{gradient};
   return impl_->enabled && HasNonFinite(list);
 }

@@ -92,10 +92,7 @@ GradientMap UnscaleWorkspace::Run(const GradientMap& gradients, std::span<const 
 }
 
 TensorPtr UnscaleWorkspace::RunOne(const TensorPtr& gradient, float inverse_scale, bool* overflow) {
-  if (!gradient) {
-    throw ArgumentNullError("gradient");
-  }
-  mlframework::detail::RequireLossScalable(*gradient, "gradient");
+  mlframework::detail::RequireLossScalable(gradient, "gradient");
   const std::vector<TensorPtr> src{gradient};
   const bool in_place = gradient->GetDataType() == DataType::Float32;
   const std::vector<TensorPtr> dst{in_place ? gradient

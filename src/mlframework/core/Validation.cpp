@@ -55,6 +55,13 @@ void RequireLossScalable(const ITensor& tensor, std::string_view parameter) {
   }
 }
 
+void RequireLossScalable(const TensorPtr& tensor, std::string_view parameter) {
+  if (!tensor) {
+    throw ArgumentNullError(std::string(parameter));
+  }
+  RequireLossScalable(*tensor, parameter);
+}
+
 void RequireLossScalableGradient(const ITensor& tensor, const std::string& name) {
   const DataType dtype = tensor.GetDataType();
   if (IsFloat8(dtype)) {

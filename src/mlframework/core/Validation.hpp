@@ -38,6 +38,9 @@ auto& Live(const Pointer& state, std::string_view owner) {
 /// ArgumentError naming @p parameter and the dtype when @p tensor is FP8: loss scaling refuses FP8
 /// gradients in every front end (one loss scale cannot fit FP8's few exponents to every tensor).
 void RequireLossScalable(const ITensor& tensor, std::string_view parameter);
+/// The same for one gradient of the single-tensor entry points: ArgumentNullError naming
+/// @p parameter when @p tensor is null, then the check above.
+void RequireLossScalable(const TensorPtr& tensor, std::string_view parameter);
 /// The same for the gradient named @p name of a gradient map (`gradients["name"]`). The
 /// parameter's name is built only for the error: a step checks thousands of gradients.
 void RequireLossScalableGradient(const ITensor& tensor, const std::string& name);

@@ -13,7 +13,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <array>
 #include <climits>
 #include <cstddef>
 #include <cstdlib>
@@ -26,31 +25,12 @@
 #include <mlframework/core/HostConversion.hpp>
 
 #include "mlframework/distributed/HostStaging.hpp"
+#include "mlframework/distributed/MpiCheck.hpp"
 #include "mlframework/distributed/MpiWait.hpp"
 
 namespace mlframework::distributed::detail {
 
 namespace {
-
-void Check(int code, const char* call) {
-  if (code == MPI_SUCCESS) return;
-  std::array<char, MPI_MAX_ERROR_STRING> text{};
-  int length = 0;
-  std::string message = "MPI error code " + std::to_string(code);
-  if (MPI_Error_string(code, text.data(), &length) == MPI_SUCCESS) {
-    message.assign(text.data(), static_cast<std::size_t>(length));
-  }
-  throw CommunicationError(std::string(call) + " failed: " + message);
-}
-
-int CountOf(std::size_t elements, const char* parameter) {
-  if (elements > static_cast<std::size_t>(INT_MAX)) {
-    throw ArgumentError(parameter, "has " + std::to_string(elements) +
-                                       " elements per rank, more than MPI's int count limit " +
-                                       std::to_string(INT_MAX));
-  }
-  return static_cast<int>(elements);
-}
 
 bool AllToAll(const MpiProcessGroupOptions& options, DataType dtype, std::size_t total) {
   const bool chosen = dtype == DataType::Float32 ? options.Float32Sum == Float32Reduction::AllToAll
@@ -139,6 +119,31 @@ class SingleOp final : public MpiAsyncOp {
   }
 };
 
+// An operation's place in the order of the starts on the engine's second communicator
+// (MpiAsyncEngine::TakeTicket()). A place taken is passed exactly once: by the start it was
+// taken for or, after a failure, by Abandon(), so the operations behind it still start.
+class FollowUpTurn {
+ public:
+  void Take(MpiAsyncEngine& engine) noexcept {
+    ticket_ = engine.TakeTicket();
+    held_ = true;
+  }
+  // True from Take() until Pass().
+  bool Held() const noexcept { return held_; }
+  // True once every earlier place has passed.
+  bool Ready(const MpiAsyncEngine& engine) const noexcept { return engine.MayStart(ticket_); }
+  void Pass(MpiAsyncEngine& engine) noexcept {
+    if (held_) {
+      held_ = false;
+      engine.Started();
+    }
+  }
+
+ private:
+  std::size_t ticket_ = 0;
+  bool held_ = false;
+};
+
 // The all-to-all reduce-scatter: every rank's part of every rank arrives in `parts`, then the
 // combine of the blocking call, then the caller's finish. With a finish (ReduceScatterAsyncThen)
 // the MPI_Ialltoall itself starts on the polling thread too, as the deferred all-gathers do (on
@@ -158,10 +163,9 @@ class ScatterByAllToAll final : public MpiAsyncOp {
         world_(engine.WorldSize()),
         parts_(engine.TakeScratch(count * static_cast<std::size_t>(world_) * ElementSize(dtype))) {
     if (finish_) {
-      ticket_ = engine.TakeTicket();
+      turn_.Take(engine);
       return;
     }
-    started_ = true;
     const std::lock_guard mpi(MpiCallLock());
     Start(StartOn(engine.Comm()));
   }
@@ -172,12 +176,11 @@ class ScatterByAllToAll final : public MpiAsyncOp {
     return MPI_Ialltoall(send_, n, WireType(dtype_), parts_.data(), n, WireType(dtype_), comm, &request_);
   }
   bool Advance(MpiAsyncEngine& engine) override {
-    if (!started_) {
-      if (!engine.MayStart(ticket_)) return false;
-      started_ = true;
+    if (turn_.Held()) {
+      if (!turn_.Ready(engine)) return false;
       const std::lock_guard mpi(MpiCallLock());
       const int code = StartOn(engine.FollowUp());
-      engine.Started();
+      turn_.Pass(engine);
       Start(code);
       return false;
     }
@@ -187,12 +190,7 @@ class ScatterByAllToAll final : public MpiAsyncOp {
     finish_ = nullptr;  // what it holds (the caller's tensors) goes before the op completes
     return true;
   }
-  void Abandon(MpiAsyncEngine& engine) noexcept override {
-    if (!started_) {
-      started_ = true;
-      engine.Started();
-    }
-  }
+  void Abandon(MpiAsyncEngine& engine) noexcept override { turn_.Pass(engine); }
 
   std::function<void()> finish_;
   const void* send_;
@@ -202,8 +200,7 @@ class ScatterByAllToAll final : public MpiAsyncOp {
   ReduceOp op_;
   int world_;
   std::vector<std::byte> parts_;
-  std::size_t ticket_ = 0;
-  bool started_ = false;
+  FollowUpTurn turn_;  // held when the all-to-all starts on the polling thread
 };
 
 // The all-to-all all-reduce: each rank combines its part (stage 1), then the parts are
@@ -229,7 +226,7 @@ class AllReduceByAllToAll final : public MpiAsyncOp {
     receive_displacements_.resize(ranks);
     for (std::size_t r = 0; r < ranks; ++r) receive_displacements_[r] = static_cast<int>(r * mine_);
     parts_ = engine.TakeScratch(mine_ * ranks * ElementSize(dtype));
-    ticket_ = engine.TakeTicket();
+    turn_.Take(engine);
     const std::lock_guard mpi(MpiCallLock());
     Start(MPI_Ialltoallv(data_, counts_.data(), displacements_.data(), WireType(dtype), parts_.data(),
                          receive_counts_.data(), receive_displacements_.data(), WireType(dtype), engine.Comm(),
@@ -238,31 +235,23 @@ class AllReduceByAllToAll final : public MpiAsyncOp {
 
  private:
   bool Advance(MpiAsyncEngine& engine) override {
-    if (stage_ == 0) {
+    if (!combined_) {
       CombineParts(parts_.data(), engine.WorldSize(), mine_, dtype_, op_, data_ + offset_ * ElementSize(dtype_));
       engine.GiveScratch(std::move(parts_));
-      stage_ = 1;
+      combined_ = true;
     }
-    if (stage_ == 1) {
-      if (!engine.MayStart(ticket_)) return false;
-      stage_ = 2;
-      {
-        const std::lock_guard mpi(MpiCallLock());
-        const int code = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data_, counts_.data(),
-                                         displacements_.data(), WireType(dtype_), engine.FollowUp(), &request_);
-        engine.Started();
-        Check(code, "MPI_Iallgatherv");
-      }
+    if (turn_.Held()) {
+      if (!turn_.Ready(engine)) return false;
+      const std::lock_guard mpi(MpiCallLock());
+      const int code = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data_, counts_.data(), displacements_.data(),
+                                       WireType(dtype_), engine.FollowUp(), &request_);
+      turn_.Pass(engine);
+      Check(code, "MPI_Iallgatherv");
       return false;
     }
     return true;
   }
-  void Abandon(MpiAsyncEngine& engine) noexcept override {
-    if (stage_ < 2) {
-      stage_ = 2;
-      engine.Started();
-    }
-  }
+  void Abandon(MpiAsyncEngine& engine) noexcept override { turn_.Pass(engine); }
 
   std::byte* data_;
   DataType dtype_;
@@ -271,8 +260,8 @@ class AllReduceByAllToAll final : public MpiAsyncOp {
   std::size_t mine_ = 0;
   std::size_t offset_ = 0;
   std::vector<std::byte> parts_;
-  std::size_t ticket_ = 0;
-  int stage_ = 0;
+  FollowUpTurn turn_;  // held until the all-gather starts
+  bool combined_ = false;
 };
 
 // An all-gather whose send slot `prepare` writes first (FSDP's cast of its shard): both run on
@@ -289,36 +278,30 @@ class DeferredAllGather final : public MpiAsyncOp {
         send_(send),
         recv_(recv),
         count_(count),
-        type_(type),
-        ticket_(engine.TakeTicket()) {}
+        type_(type) {
+    turn_.Take(engine);
+  }
 
  private:
   bool Advance(MpiAsyncEngine& engine) override {
-    if (started_) return true;  // the all-gather completed
-    if (!engine.MayStart(ticket_)) return false;
+    if (!turn_.Held()) return true;  // the all-gather completed
+    if (!turn_.Ready(engine)) return false;
     prepare_();
     prepare_ = nullptr;  // what it holds (the caller's tensors) goes before the op completes
-    started_ = true;
     const std::lock_guard mpi(MpiCallLock());
     const int code = MPI_Iallgather(send_, count_, type_, recv_, count_, type_, engine.FollowUp(), &request_);
-    engine.Started();
+    turn_.Pass(engine);
     Start(code);
     return false;
   }
-  void Abandon(MpiAsyncEngine& engine) noexcept override {
-    if (!started_) {
-      started_ = true;
-      engine.Started();
-    }
-  }
+  void Abandon(MpiAsyncEngine& engine) noexcept override { turn_.Pass(engine); }
 
   std::function<void()> prepare_;
   const void* send_;  // MPI_IN_PLACE for a send slot inside the output
   void* recv_;
   int count_;
   MPI_Datatype type_;
-  std::size_t ticket_;
-  bool started_ = false;
+  FollowUpTurn turn_;  // held until the all-gather starts
 };
 
 class MpiRequest final : public CollectiveRequest {

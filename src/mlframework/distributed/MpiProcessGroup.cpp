@@ -29,37 +29,16 @@
 
 #include "mlframework/distributed/HostStaging.hpp"
 #include "mlframework/distributed/MpiAsync.hpp"
+#include "mlframework/distributed/MpiCheck.hpp"
 #include "mlframework/distributed/MpiOptions.hpp"
 
 namespace mlframework::distributed {
 
+using detail::Check;
+using detail::CountOf;
+using detail::MpiErrorString;
+
 namespace {
-
-std::string MpiErrorString(int code) {
-  std::array<char, MPI_MAX_ERROR_STRING> text{};
-  int length = 0;
-  if (MPI_Error_string(code, text.data(), &length) != MPI_SUCCESS) {
-    return "MPI error code " + std::to_string(code);
-  }
-  return {text.data(), static_cast<std::size_t>(length)};
-}
-
-void Check(int code, const char* call) {
-  if (code != MPI_SUCCESS) {
-    throw CommunicationError(std::string(call) + " failed: " + MpiErrorString(code));
-  }
-}
-
-#define MLFW_MPI_CHECK(call) Check((call), #call)
-
-int CountOf(std::size_t elements, const char* parameter) {
-  if (elements > static_cast<std::size_t>(INT_MAX)) {
-    throw ArgumentError(parameter, "has " + std::to_string(elements) +
-                                       " elements per rank, more than MPI's int count limit " +
-                                       std::to_string(INT_MAX));
-  }
-  return static_cast<int>(elements);
-}
 
 // Bulk conversions of raw 16-bit words through core's host conversion: the CPU backend's
 // vectorised casts (F16C / AVX-512 where the CPU has them), picked once per process, so there is

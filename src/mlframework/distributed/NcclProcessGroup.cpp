@@ -211,90 +211,56 @@ class NcclProcessGroup final : public IProcessGroup {
 
   void AllGather(const ITensor& input, ITensor& output) override {
     detail::CheckGatherSizes(input, output, world_size_);
-    Run("AllGather", [&] {
-      const DeviceOperand in(input, options_.Device, true);
-      const DeviceOperand out(output, options_.Device, false);
-      Enqueue("ncclAllGather", in.Staged() || out.Staged(), [&](ncclComm_t comm) {
-        Collective("ncclAllGather", Stream(), in.Read(input), out.Written(output), [&] {
-          return ncclAllGather(in.Pointer(), out.Pointer(), input.Size(), NcclType(input.GetDataType()), comm,
-                               Stream());
-        });
-      });
-      out.Commit(output);
+    InputToOutput("AllGather", "ncclAllGather", input, output, [&](const void* send, void* recv, ncclComm_t comm) {
+      return ncclAllGather(send, recv, input.Size(), NcclType(input.GetDataType()), comm, Stream());
     });
   }
 
   void ReduceScatter(const ITensor& input, ITensor& output, ReduceOp op) override {
     detail::CheckOp(op);
     detail::CheckScatterSizes(input, output, world_size_);
-    Run("ReduceScatter", [&] {
-      const DeviceOperand in(input, options_.Device, true);
-      const DeviceOperand out(output, options_.Device, false);
-      Enqueue("ncclReduceScatter", in.Staged() || out.Staged(), [&](ncclComm_t comm) {
-        Collective("ncclReduceScatter", Stream(), in.Read(input), out.Written(output), [&] {
-          return ncclReduceScatter(in.Pointer(), out.Pointer(), output.Size(), NcclType(input.GetDataType()),
-                                   NcclOp(op), comm, Stream());
-        });
-      });
-      out.Commit(output);
-    });
+    InputToOutput("ReduceScatter", "ncclReduceScatter", input, output,
+                  [&](const void* send, void* recv, ncclComm_t comm) {
+                    return ncclReduceScatter(send, recv, output.Size(), NcclType(input.GetDataType()), NcclOp(op), comm,
+                                             Stream());
+                  });
   }
 
   void AllReduce(ITensor& tensor, ReduceOp op) override {
     detail::CheckOp(op);
     detail::CheckCollectiveDType("AllReduce", tensor);
-    Run("AllReduce", [&] {
-      const DeviceOperand data(tensor, options_.Device, true);
-      Enqueue("ncclAllReduce", data.Staged(), [&](ncclComm_t comm) {
-        Collective("ncclAllReduce", Stream(), data.Read(tensor), data.Written(tensor), [&] {
-          return ncclAllReduce(data.Pointer(), data.Pointer(), tensor.Size(), NcclType(tensor.GetDataType()),
-                               NcclOp(op), comm, Stream());
-        });
-      });
-      data.Commit(tensor);
+    InPlace("AllReduce", "ncclAllReduce", tensor, [&](void* data, ncclComm_t comm) {
+      return ncclAllReduce(data, data, tensor.Size(), NcclType(tensor.GetDataType()), NcclOp(op), comm, Stream());
     });
   }
 
   void AllToAll(const ITensor& input, ITensor& output) override {
     detail::CheckAllToAllSizes(input, output, world_size_);
-    Run("AllToAll", [&] {
-      const DeviceOperand in(input, options_.Device, true);
-      const DeviceOperand out(output, options_.Device, false);
-      // NCCL has no all-to-all collective: one send and one receive per peer in one group,
-      // which NCCL runs as one operation on the stream.
-      Enqueue("ncclSend/ncclRecv (all-to-all)", in.Staged() || out.Staged(), [&](ncclComm_t comm) {
-        Collective("ncclSend/ncclRecv (all-to-all)", Stream(), in.Read(input), out.Written(output), [&] {
-          const std::size_t chunk = input.Size() / static_cast<std::size_t>(world_size_);
-          const std::size_t bytes = chunk * ElementSize(input.GetDataType());
-          const auto* send = static_cast<const std::byte*>(in.Pointer());
-          auto* recv = static_cast<std::byte*>(out.Pointer());
-          const ncclDataType_t type = NcclType(input.GetDataType());
-          ncclResult_t result = ncclGroupStart();
-          for (int peer = 0; peer < world_size_ && result == ncclSuccess; ++peer) {
-            const std::size_t at = static_cast<std::size_t>(peer) * bytes;
-            result = ncclSend(send + at, chunk, type, peer, comm, Stream());
-            if (result == ncclSuccess) result = ncclRecv(recv + at, chunk, type, peer, comm, Stream());
-          }
-          const ncclResult_t ended = ncclGroupEnd();
-          return result != ncclSuccess ? result : ended;
-        });
-      });
-      out.Commit(output);
-    });
+    // NCCL has no all-to-all collective: one send and one receive per peer in one group, which
+    // NCCL runs as one operation on the stream.
+    InputToOutput("AllToAll", "ncclSend/ncclRecv (all-to-all)", input, output,
+                  [&](const void* send, void* recv, ncclComm_t comm) {
+                    const std::size_t chunk = input.Size() / static_cast<std::size_t>(world_size_);
+                    const std::size_t bytes = chunk * ElementSize(input.GetDataType());
+                    const ncclDataType_t type = NcclType(input.GetDataType());
+                    ncclResult_t result = ncclGroupStart();
+                    for (int peer = 0; peer < world_size_ && result == ncclSuccess; ++peer) {
+                      const std::size_t at = static_cast<std::size_t>(peer) * bytes;
+                      result = ncclSend(static_cast<const std::byte*>(send) + at, chunk, type, peer, comm, Stream());
+                      if (result == ncclSuccess) {
+                        result = ncclRecv(static_cast<std::byte*>(recv) + at, chunk, type, peer, comm, Stream());
+                      }
+                    }
+                    const ncclResult_t ended = ncclGroupEnd();
+                    return result != ncclSuccess ? result : ended;
+                  });
   }
 
   void Broadcast(ITensor& tensor, int root) override {
     detail::CheckRoot(root, world_size_);
     detail::CheckCollectiveDType("Broadcast", tensor);
-    Run("Broadcast", [&] {
-      const DeviceOperand data(tensor, options_.Device, true);
-      Enqueue("ncclBroadcast", data.Staged(), [&](ncclComm_t comm) {
-        Collective("ncclBroadcast", Stream(), data.Read(tensor), data.Written(tensor), [&] {
-          return ncclBroadcast(data.Pointer(), data.Pointer(), tensor.Size(), NcclType(tensor.GetDataType()), root,
-                               comm, Stream());
-        });
-      });
-      data.Commit(tensor);
+    InPlace("Broadcast", "ncclBroadcast", tensor, [&](void* data, ncclComm_t comm) {
+      return ncclBroadcast(data, data, tensor.Size(), NcclType(tensor.GetDataType()), root, comm, Stream());
     });
   }
 
@@ -496,6 +462,34 @@ class NcclProcessGroup final : public IProcessGroup {
       MLFW_NCCL_CHECK_NOTHROW(nccl_->CommDestroy(comm_));
       throw;
     }
+  }
+
+  // The blocking collective @p what from @p input into @p output on Stream(): @p nccl(send, recv,
+  // comm) makes the NCCL call @p call over the operands' device memory (a staged copy for a
+  // tensor elsewhere, written back to @p output once the call finished).
+  template <typename Nccl>
+  void InputToOutput(const char* what, const char* call, const ITensor& input, ITensor& output, Nccl&& nccl) {
+    Run(what, [&] {
+      const DeviceOperand in(input, options_.Device, true);
+      const DeviceOperand out(output, options_.Device, false);
+      Enqueue(call, in.Staged() || out.Staged(), [&](ncclComm_t comm) {
+        Collective(call, Stream(), in.Read(input), out.Written(output),
+                   [&] { return nccl(in.Pointer(), out.Pointer(), comm); });
+      });
+      out.Commit(output);
+    });
+  }
+
+  // InputToOutput() in place on @p tensor: @p nccl(data, comm).
+  template <typename Nccl>
+  void InPlace(const char* what, const char* call, ITensor& tensor, Nccl&& nccl) {
+    Run(what, [&] {
+      const DeviceOperand data(tensor, options_.Device, true);
+      Enqueue(call, data.Staged(), [&](ncclComm_t comm) {
+        Collective(call, Stream(), data.Read(tensor), data.Written(tensor), [&] { return nccl(data.Pointer(), comm); });
+      });
+      data.Commit(tensor);
+    });
   }
 
   // Runs one collective: first raises an earlier failure (found now or by the watchdog)

@@ -33,10 +33,25 @@ std::vector<float> ReadFloats(const ITensor& tensor) {
   return values;
 }
 
-void CheckShapes(const ITensor& a, const char* a_name, const ITensor& b) {
-  if (a.GetShape() != b.GetShape()) {
-    throw ArgumentError(a_name, "has shape " + mlframework::ToString(a.GetShape()) + ", expected " +
-                                    mlframework::ToString(b.GetShape()));
+// ArgumentError naming @p name unless @p tensor holds @p element_type.
+void CheckElementType(const ITensor& tensor, const char* name, DataType element_type) {
+  if (tensor.GetDataType() != element_type) {
+    throw ArgumentError(name, "is " + std::string(ToString(tensor.GetDataType())) + ", expected " +
+                                  std::string(ToString(element_type)));
+  }
+}
+
+// ArgumentError unless @p dst has the shape of @p src and @p scale_bytes is its block count.
+void CheckShapes(const ITensor& src, const ITensor& dst, std::size_t scale_bytes) {
+  if (dst.GetShape() != src.GetShape()) {
+    throw ArgumentError("dst", "has shape " + mlframework::ToString(dst.GetShape()) + ", expected " +
+                                   mlframework::ToString(src.GetShape()));
+  }
+  const std::size_t count = MXFP8BlockScaling::ScaleCount(src.GetShape());
+  if (scale_bytes != count) {
+    throw ArgumentError("scales", "has " + std::to_string(scale_bytes) + " bytes; shape " +
+                                      mlframework::ToString(src.GetShape()) + " has " + std::to_string(count) +
+                                      " blocks");
   }
 }
 
@@ -153,17 +168,8 @@ void MXFP8BlockScaling::Quantize(const ITensor& src, ITensor& dst, std::span<std
     throw ArgumentError(
         "src", "is " + std::string(ToString(src.GetDataType())) + "; MXFP8 quantizes Float32, Float16 or BFloat16");
   }
-  if (dst.GetDataType() != element_type_) {
-    throw ArgumentError(
-        "dst", "is " + std::string(ToString(dst.GetDataType())) + ", expected " + std::string(ToString(element_type_)));
-  }
-  CheckShapes(dst, "dst", src);
-  const std::size_t count = ScaleCount(src.GetShape());
-  if (scales.size() != count) {
-    throw ArgumentError("scales", "has " + std::to_string(scales.size()) + " bytes; shape " +
-                                      mlframework::ToString(src.GetShape()) + " has " + std::to_string(count) +
-                                      " blocks");
-  }
+  CheckElementType(dst, "dst", element_type_);
+  CheckShapes(src, dst, scales.size());
   const std::vector<float> values = ReadFloats(src);
   const std::span<std::byte> host = dst.MutableHostBytes();
   if (!host.empty()) {
@@ -182,21 +188,12 @@ void MXFP8BlockScaling::Quantize(const ITensor& src, ITensor& dst, std::span<std
 }
 
 void MXFP8BlockScaling::Dequantize(const ITensor& src, std::span<const std::uint8_t> scales, ITensor& dst) const {
-  if (src.GetDataType() != element_type_) {
-    throw ArgumentError(
-        "src", "is " + std::string(ToString(src.GetDataType())) + ", expected " + std::string(ToString(element_type_)));
-  }
+  CheckElementType(src, "src", element_type_);
   if (IsFloat8(dst.GetDataType()) || !IsValid(dst.GetDataType())) {
     throw ArgumentError("dst", "is " + std::string(ToString(dst.GetDataType())) +
                                    "; MXFP8 dequantizes into Float32, Float16 or BFloat16");
   }
-  CheckShapes(dst, "dst", src);
-  const std::size_t count = ScaleCount(src.GetShape());
-  if (scales.size() != count) {
-    throw ArgumentError("scales", "has " + std::to_string(scales.size()) + " bytes; shape " +
-                                      mlframework::ToString(src.GetShape()) + " has " + std::to_string(count) +
-                                      " blocks");
-  }
+  CheckShapes(src, dst, scales.size());
   std::vector<float> values = ReadFloats(src);
   DequantizeBlocks(values, RowLength(src.GetShape()), scales);
   dst.CopyFromFloats(values);

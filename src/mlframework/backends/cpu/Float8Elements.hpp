@@ -53,13 +53,21 @@ std::uint32_t AmaxBits(const void* src, std::size_t count) {
   return m;
 }
 
-/// The amax entries of a Float8KernelSet.
-inline void FillAmaxBits(Float8KernelSet& set) {
+/// The Float8KernelSet of the element loops @p Loops (static Cast<D> and Dequantize<D> for both
+/// FP8 formats) and the integer amax.
+template <class Loops>
+Float8KernelSet SetOf() {
+  Float8KernelSet set{};
   set.amax_bits[static_cast<std::size_t>(DataType::Float32)] = &AmaxBits<std::uint32_t, 0x7fffffffu>;
   set.amax_bits[static_cast<std::size_t>(DataType::Float16)] = &AmaxBits<std::uint16_t, 0x7fffu>;
   set.amax_bits[static_cast<std::size_t>(DataType::BFloat16)] = &AmaxBits<std::uint16_t, 0x7fffu>;
   set.amax_bits[static_cast<std::size_t>(DataType::Float8E4M3FN)] = &AmaxBits<std::uint8_t, 0x7fu>;
   set.amax_bits[static_cast<std::size_t>(DataType::Float8E5M2)] = &AmaxBits<std::uint8_t, 0x7fu>;
+  set.cast_e4m3fn = &Loops::template Cast<DataType::Float8E4M3FN>;
+  set.cast_e5m2 = &Loops::template Cast<DataType::Float8E5M2>;
+  set.dequantize_e4m3fn = &Loops::template Dequantize<DataType::Float8E4M3FN>;
+  set.dequantize_e5m2 = &Loops::template Dequantize<DataType::Float8E5M2>;
+  return set;
 }
 
 /// The scalar encoders of core/Float8Bits.hpp (saturating) and decoders, by format.
@@ -216,16 +224,6 @@ struct Elements {
     for (; i < count; ++i) {
       dst[i] = DecodeScalar<D>(src[i]) * scale_inv;
     }
-  }
-
-  static Float8KernelSet Set() {
-    Float8KernelSet set{};
-    FillAmaxBits(set);
-    set.cast_e4m3fn = &Cast<DataType::Float8E4M3FN>;
-    set.cast_e5m2 = &Cast<DataType::Float8E5M2>;
-    set.dequantize_e4m3fn = &Dequantize<DataType::Float8E4M3FN>;
-    set.dequantize_e5m2 = &Dequantize<DataType::Float8E5M2>;
-    return set;
   }
 };
 

@@ -38,22 +38,19 @@ struct Job {
   std::size_t end = 0;
 };
 
-template <typename SizeOf>
-std::vector<Job> Jobs(std::size_t tensors, SizeOf&& size_of, std::size_t& total) {
+// Runs @p fn(job) for each chunk of kFloat8ChunkElements of each of @p tensors, on OpenMP threads
+// when the tensors hold kParallelElements or more in all.
+template <typename Fn>
+void ForEachChunk(std::span<const ITensor* const> tensors, Fn&& fn) {
   std::vector<Job> jobs;
-  total = 0;
-  for (std::size_t t = 0; t < tensors; ++t) {
-    const std::size_t size = size_of(t);
+  std::size_t total = 0;
+  for (std::size_t t = 0; t < tensors.size(); ++t) {
+    const std::size_t size = tensors[t]->Size();
     total += size;
     for (std::size_t begin = 0; begin < size; begin += kFloat8ChunkElements) {
       jobs.push_back(Job{t, begin, std::min(size, begin + kFloat8ChunkElements)});
     }
   }
-  return jobs;
-}
-
-template <typename Fn>
-void RunJobs(const std::vector<Job>& jobs, std::size_t total, Fn&& fn) {
   const auto count = static_cast<std::ptrdiff_t>(jobs.size());
   const int threads = total >= kParallelElements && count > 1 ? mlframework::NumThreads() : 1;
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
@@ -122,11 +119,8 @@ std::string_view ActiveFloat8KernelsName() noexcept {
 
 void Float8AmaxKernel(std::span<const ITensor* const> tensors, float* amax) {
   const Float8KernelSet& set = ActiveFloat8Kernels();
-  std::size_t total = 0;
-  const std::vector<Job> jobs = Jobs(
-      tensors.size(), [&](std::size_t t) { return tensors[t]->Size(); }, total);
   std::vector<std::atomic<std::uint32_t>> bits(tensors.size());
-  RunJobs(jobs, total, [&](const Job& job) {
+  ForEachChunk(tensors, [&](const Job& job) {
     const ITensor& tensor = *tensors[job.tensor];
     const DataType dtype = tensor.GetDataType();
     const std::size_t element = ElementSize(dtype);
@@ -143,11 +137,8 @@ void ScaledCastToFloat8Kernel(std::span<const ITensor* const> src, std::span<ITe
                               float* amax) {
   const Float8KernelSet& set = ActiveFloat8Kernels();
   const KernelSet& widen = ActiveKernels().cached;
-  std::size_t total = 0;
-  const std::vector<Job> jobs = Jobs(
-      src.size(), [&](std::size_t t) { return src[t]->Size(); }, total);
   std::vector<std::atomic<std::uint32_t>> bits(src.size());
-  RunJobs(jobs, total, [&](const Job& job) {
+  ForEachChunk(src, [&](const Job& job) {
     const ITensor& in = *src[job.tensor];
     ITensor& out = *dst[job.tensor];
     const DataType in_dtype = in.GetDataType();
@@ -185,10 +176,7 @@ void DequantizeFloat8Kernel(std::span<const ITensor* const> src, std::span<ITens
                             const float* scale_inv) {
   const Float8KernelSet& set = ActiveFloat8Kernels();
   const KernelSet& narrow = ActiveKernels().cached;
-  std::size_t total = 0;
-  const std::vector<Job> jobs = Jobs(
-      src.size(), [&](std::size_t t) { return src[t]->Size(); }, total);
-  RunJobs(jobs, total, [&](const Job& job) {
+  ForEachChunk(src, [&](const Job& job) {
     const ITensor& in = *src[job.tensor];
     ITensor& out = *dst[job.tensor];
     const Float8KernelSet::DequantizeFn dequantize =

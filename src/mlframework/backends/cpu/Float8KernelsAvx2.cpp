@@ -8,7 +8,7 @@ namespace mlframework::backends::cpu {
 
 template <>
 const Float8KernelSet& Float8KernelsOf<arch::Avx2>() noexcept {
-  static const Float8KernelSet kSet = float8::Elements<8>::Set();
+  static const Float8KernelSet kSet = float8::SetOf<float8::Elements<8>>();
   return kSet;
 }
 

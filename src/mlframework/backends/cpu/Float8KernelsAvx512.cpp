@@ -9,7 +9,7 @@ namespace mlframework::backends::cpu {
 
 template <>
 const Float8KernelSet& Float8KernelsOf<arch::Avx512>() noexcept {
-  static const Float8KernelSet kSet = float8::Elements<16>::Set();
+  static const Float8KernelSet kSet = float8::SetOf<float8::Elements<16>>();
   return kSet;
 }
 

@@ -15,39 +15,32 @@ namespace mlframework::backends::cpu {
 
 namespace {
 
-template <DataType D>
-std::uint32_t Cast(const float* src, std::uint8_t* dst, std::size_t count, float scale) {
-  std::uint32_t amax = 0;
-  for (std::size_t i = 0; i < count; ++i) {
-    const std::uint32_t input = detail::FloatAsBits(src[i]) & 0x7fffffffu;
-    amax = input > amax ? input : amax;
-    dst[i] = float8::EncodeScalar<D>(src[i] * scale);
+// The element loops of core/Float8Bits.hpp's scalar functions.
+struct PortableLoops {
+  template <DataType D>
+  static std::uint32_t Cast(const float* src, std::uint8_t* dst, std::size_t count, float scale) {
+    std::uint32_t amax = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+      const std::uint32_t input = detail::FloatAsBits(src[i]) & 0x7fffffffu;
+      amax = input > amax ? input : amax;
+      dst[i] = float8::EncodeScalar<D>(src[i] * scale);
+    }
+    return amax;
   }
-  return amax;
-}
 
-template <DataType D>
-void Dequantize(const std::uint8_t* src, float* dst, std::size_t count, float scale_inv) {
-  for (std::size_t i = 0; i < count; ++i) {
-    dst[i] = float8::DecodeScalar<D>(src[i]) * scale_inv;
+  template <DataType D>
+  static void Dequantize(const std::uint8_t* src, float* dst, std::size_t count, float scale_inv) {
+    for (std::size_t i = 0; i < count; ++i) {
+      dst[i] = float8::DecodeScalar<D>(src[i]) * scale_inv;
+    }
   }
-}
-
-Float8KernelSet PortableSet() {
-  Float8KernelSet set{};
-  float8::FillAmaxBits(set);
-  set.cast_e4m3fn = &Cast<DataType::Float8E4M3FN>;
-  set.cast_e5m2 = &Cast<DataType::Float8E5M2>;
-  set.dequantize_e4m3fn = &Dequantize<DataType::Float8E4M3FN>;
-  set.dequantize_e5m2 = &Dequantize<DataType::Float8E5M2>;
-  return set;
-}
+};
 
 }  // namespace
 
 template <>
 const Float8KernelSet& Float8KernelsOf<arch::Portable>() noexcept {
-  static const Float8KernelSet kSet = PortableSet();
+  static const Float8KernelSet kSet = float8::SetOf<PortableLoops>();
   return kSet;
 }
 

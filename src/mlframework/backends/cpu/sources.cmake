@@ -13,28 +13,24 @@ if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$" AND CMAKE_CXX_COMPILE
     ${CMAKE_CURRENT_LIST_DIR}/KernelsAvx512.cpp
     ${CMAKE_CURRENT_LIST_DIR}/KernelsAvx512Bf16.cpp
     ${CMAKE_CURRENT_LIST_DIR}/KernelsAvx512Fp16.cpp)
-  set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/KernelsAvx2.cpp
-    PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;-mf16c")
+  target_sources(mlframework PRIVATE
+    ${CMAKE_CURRENT_LIST_DIR}/Float8KernelsAvx2.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/Float8KernelsAvx512.cpp)
   # GCC 12's AVX-512 intrinsic headers trip -Wmaybe-uninitialized on their own
   # self-initialised `__Y = __Y` variables (GCC bug 105593, fixed in 13): silence it for these files only.
   set(mlfw_avx512_flags
     "-mavx512f;-mavx512bw;-mavx512dq;-mavx512vl;-mfma;-mf16c;$<$<CXX_COMPILER_ID:GNU>:-Wno-maybe-uninitialized>")
+  set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/KernelsAvx2.cpp ${CMAKE_CURRENT_LIST_DIR}/Float8KernelsAvx2.cpp
+    PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;-mf16c")
   set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/KernelsAvx512.cpp
+                              ${CMAKE_CURRENT_LIST_DIR}/Float8KernelsAvx512.cpp
     PROPERTIES COMPILE_OPTIONS "${mlfw_avx512_flags}")
   set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/KernelsAvx512Bf16.cpp
     PROPERTIES COMPILE_OPTIONS "${mlfw_avx512_flags};-mavx512bf16")
   set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/KernelsAvx512Fp16.cpp
     PROPERTIES COMPILE_OPTIONS "${mlfw_avx512_flags};-mavx512bf16;-mavx512fp16")
-  set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/KernelDispatch.cpp
-    PROPERTIES COMPILE_DEFINITIONS MLFW_CPU_X86_KERNELS)
-  target_sources(mlframework PRIVATE
-    ${CMAKE_CURRENT_LIST_DIR}/Float8KernelsAvx2.cpp
-    ${CMAKE_CURRENT_LIST_DIR}/Float8KernelsAvx512.cpp)
-  set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/Float8KernelsAvx2.cpp
-    PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;-mf16c")
-  set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/Float8KernelsAvx512.cpp
-    PROPERTIES COMPILE_OPTIONS "${mlfw_avx512_flags}")
-  set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/Float8Kernels.cpp
+  # The two drivers that pick a kernel set at run time.
+  set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/KernelDispatch.cpp ${CMAKE_CURRENT_LIST_DIR}/Float8Kernels.cpp
     PROPERTIES COMPILE_DEFINITIONS MLFW_CPU_X86_KERNELS)
   message(STATUS "mlframework: CPU kernels portable + avx2 + avx512 + avx512_bf16 + avx512_fp16 (chosen at run time)")
 else()
