@@ -222,7 +222,7 @@ inline void AdamSpan(float* w, const float* g, float* m, float* v, std::size_t n
 inline float Float8Value(std::uint8_t code) {
   const std::uint32_t magnitude = code & 0x7fu;
   const std::uint32_t normal = (magnitude << 20) + (120u << 23);
-  const std::uint32_t subnormal = std::bit_cast<std::uint32_t>(static_cast<float>(magnitude) * 0x1p-9f);
+  const auto subnormal = std::bit_cast<std::uint32_t>(static_cast<float>(magnitude) * 0x1p-9f);
   const std::uint32_t is_normal = 0u - static_cast<std::uint32_t>(magnitude >= 8u);  // all ones or zero
   const std::uint32_t is_nan = 0u - static_cast<std::uint32_t>(magnitude == 0x7fu);
   std::uint32_t bits = (normal & is_normal) | (subnormal & ~is_normal);
