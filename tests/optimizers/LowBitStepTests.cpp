@@ -23,6 +23,7 @@
 #include <mlframework/mlframework.hpp>
 #include <mlframework/optimizers/FusedSteps.hpp>
 
+#include "mlframework/core/StateCodes.hpp"
 #include "optimizers/KernelNumerics.hpp"
 #include "optimizers/OptimizerTestUtil.hpp"
 #include "optimizers/ReferenceSteps.hpp"
@@ -295,6 +296,82 @@ BOOST_AUTO_TEST_CASE(SGDMomentumFormatsAreTheFP32StepOfTheirDecodedState) {
       }
     }
   }
+}
+
+// RoundHalfEven(value * (1 / scale)) through volatiles (no contraction, no folding): the code a
+// kernel that multiplies by the reciprocal instead of dividing would give.
+float RoundedProduct(float value, float scale) {
+  volatile float reciprocal = 1.0f / scale;
+  volatile float product = value * reciprocal;
+  return mlframework::detail::RoundHalfEven(product);
+}
+
+float RoundedQuotient(float value, float scale) {
+  volatile float quotient = value / scale;
+  return mlframework::detail::RoundHalfEven(quotient);
+}
+
+BOOST_AUTO_TEST_CASE(Int8CodesOfQuotientsNearTiesAreLinearCodes) {
+  // The first SGD step stores the momentum d = g exactly, so each block's values are chosen: its
+  // first one sets absmax = 127 * scale exactly (scale with few significant bits, its reciprocal
+  // inexact), the others lie a few ulp around (k + 1/2) * scale where the quotient rounded
+  // after a multiplication by the reciprocal gives another code than after the division of
+  // LinearCode() (core/StateCodes.hpp). Every code must be LinearCode()'s, on every instruction set.
+  constexpr std::size_t kBlock = 256;
+  constexpr std::size_t kBlocks = 12;
+  const std::size_t n = kBlock * kBlocks + 37;  // a partial last block: the scalar tail too
+  std::vector<float> grad;
+  std::vector<float> block_scales;
+  std::size_t disagreeing = 0;
+  std::uint32_t mantissa = 3;
+  for (std::size_t b = 0; b <= kBlocks; ++b) {
+    const std::size_t end = std::min(n, (b + 1) * kBlock);
+    float scale = 0.0f;
+    std::vector<float> block;
+    // Scales 3, 5, 7, ... times 2^-12 until one gives values that disagree (most do).
+    while (block.size() < 8 && mantissa < 4096) {
+      block.clear();
+      scale = std::ldexp(static_cast<float>(mantissa), -12 - static_cast<int>(b % 5));
+      mantissa += 2;
+      for (int k = 60; k <= 126 && block.size() + 1 < end - b * kBlock; ++k) {
+        for (const float half : {static_cast<float>(k) + 0.5f, -static_cast<float>(k) - 0.5f}) {
+          float x = half * scale;
+          for (int ulp = 0; ulp < 3; ++ulp, x = std::nextafter(x, 1e30f)) {
+            if (RoundedProduct(x, scale) != RoundedQuotient(x, scale)) {
+              block.push_back(x);
+            }
+          }
+        }
+      }
+    }
+    disagreeing += block.size();
+    block_scales.push_back(scale);
+    grad.push_back(127.0f * scale * (b % 2 == 0 ? 1.0f : -1.0f));  // the block's absmax, either sign
+    for (std::size_t i = 1; b * kBlock + i < end; ++i) {
+      grad.push_back(block[i % block.size()]);
+    }
+  }
+  const std::vector<TensorPtr> w = {FromVector(std::vector<float>(n, 1.0f), {n})};
+  const std::vector<TensorPtr> g = {FromVector(grad, {n})};
+  const Stored momentum = ZeroState(StateFormat::Int8Block, n, kBlock);
+  const std::vector<TensorPtr> codes_list = {momentum.data};
+  const std::vector<TensorPtr> scales_list = {momentum.scales};
+  const OptimizerStepLists lists{.Parameters = w,
+                                 .Gradients = g,
+                                 .FirstState = codes_list,
+                                 .FirstStateFormat = StateFormat::Int8Block,
+                                 .FirstStateScales = scales_list,
+                                 .StateBlockSize = kBlock};
+  BOOST_TEST(FusedSGDStep(lists, SGDStepScalarsFor(SGDOptions{.LearningRate = 0.01, .Momentum = 0.9}, true)));
+  const std::vector<float> stored_scales = momentum.scales->ToFloatVector();
+  const std::vector<std::uint8_t> codes = Bytes(momentum.data);
+  BOOST_TEST(stored_scales == block_scales);
+  std::size_t wrong_codes = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    wrong_codes += codes[i] != mlframework::detail::LinearCode(grad[i], block_scales[i / kBlock], 127.0f, false);
+  }
+  BOOST_TEST(disagreeing > kBlocks * 8);  // values where the reciprocal would round otherwise
+  BOOST_TEST(wrong_codes == 0u);
 }
 
 BOOST_AUTO_TEST_CASE(StochasticRoundingIsUnbiasedReproducibleAndThePhiloxCounter) {

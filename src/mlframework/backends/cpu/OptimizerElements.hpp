@@ -5,7 +5,6 @@
 // and -fno-math-errno (OptimizerKernels.hpp, "Numerics"): every fused multiply-add is an explicit
 // MulAdd, none is left to the compiler.
 
-#include <array>
 #include <bit>
 #include <cmath>
 #include <cstddef>
@@ -217,6 +216,20 @@ inline void AdamSpan(float* w, const float* g, float* m, float* v, std::size_t n
 // decoded into FP32 copies in the cache, updated by the FP32 loop, and encoded back, so memory is
 // read and written once (StateCodes.hpp has the codes; these loops are the CUDA kernels' arithmetic).
 
+// The value of the E4M3FN code @p code, Float8E4M3FNBitsToFloat()'s bits in selects and integer
+// operations that vectorise: a normal code is its exponent rebiased and its mantissa moved up; a
+// subnormal one, its 3-bit mantissa times 2^-9 (exact); S.1111.111 is NaN.
+inline float Float8Value(std::uint8_t code) {
+  const std::uint32_t magnitude = code & 0x7fu;
+  const std::uint32_t normal = (magnitude << 20) + (120u << 23);
+  const auto subnormal = std::bit_cast<std::uint32_t>(static_cast<float>(magnitude) * 0x1p-9f);
+  const std::uint32_t is_normal = 0u - static_cast<std::uint32_t>(magnitude >= 8u);  // all ones or zero
+  const std::uint32_t is_nan = 0u - static_cast<std::uint32_t>(magnitude == 0x7fu);
+  std::uint32_t bits = (normal & is_normal) | (subnormal & ~is_normal);
+  bits = (0x7ff00000u & is_nan) | (bits & ~is_nan);
+  return std::bit_cast<float>(bits | (static_cast<std::uint32_t>(code & 0x80u) << 24));
+}
+
 // The FP32 values of elements [lo, lo + n) of a state stored as @p format.
 inline void DecodeState(StateFormat format, const void* data, const float* scales, std::size_t block, std::size_t lo,
                         std::size_t n, float* out) {
@@ -242,16 +255,8 @@ inline void DecodeState(StateFormat format, const void* data, const float* scale
     case StateFormat::Int8Block:
     case StateFormat::UInt8Block:
     case StateFormat::Float8E4M3Block: {
-      // One loop per format (no branch in the loop: it vectorises); the FP8 values come from a
-      // table of the 256 codes' values (DecodeBlockCode's, exactly).
+      // One loop per format (no branch in the loop: it vectorises).
       const auto* in = static_cast<const std::uint8_t*>(data) + lo;
-      static const std::array<float, 256> kFloat8 = [] {
-        std::array<float, 256> table{};
-        for (std::size_t c = 0; c < table.size(); ++c) {
-          table[c] = mlframework::detail::Float8E4M3FNBitsToFloat(static_cast<std::uint8_t>(c));
-        }
-        return table;
-      }();
       for (std::size_t b = 0; b < n; b += block) {
         const std::size_t end = b + block < n ? b + block : n;
         const float scale = scales[(lo + b) / block];
@@ -268,7 +273,7 @@ inline void DecodeState(StateFormat format, const void* data, const float* scale
         } else {
 #pragma omp simd
           for (std::size_t i = b; i < end; ++i) {
-            out[i] = kFloat8[in[i]] * scale;
+            out[i] = Float8Value(in[i]) * scale;
           }
         }
       }
@@ -291,6 +296,14 @@ inline float AbsMax(const float* values, std::size_t b, std::size_t e) {
 
 // LinearCode() of values[0, n) into out[0, n), on batches of the value type Batch (selects, an
 // exact conversion of the rounded integer values) and LinearCode() itself for the tail.
+//
+// The batches multiply by the reciprocal of the scale instead of dividing by it, and divide only
+// where that could change a code. With |x| <= absmax and scale = absmax / code_max rounded, the
+// quotient is at most 256 and x * fl(1 / scale) lies within 2^-15 of x / scale, and the rounded
+// quotient within 2^-16 + 2^-15 < 2^-14 of that product. Clamping to the integer bounds keeps that
+// distance, so both round to the same integer unless the clamped product lies within 2^-14 of a
+// half-integer: only a batch with such a lane is divided. A scale outside [2^-126, 2^126] (zero,
+// subnormal, huge, infinite or NaN; its reciprocal inexact or out of range) divides every batch.
 template <class Batch>
 inline void EncodeLinear(const float* values, std::uint8_t* out, std::size_t n, float scale, float code_max,
                          bool second) {
@@ -298,19 +311,28 @@ inline void EncodeLinear(const float* values, std::uint8_t* out, std::size_t n, 
   if constexpr (!std::is_same_v<Batch, float>) {
     constexpr std::size_t kWidth = Batch::size;
     const Batch divisor(scale);
+    const bool multiply = scale >= 0x1p-126f && scale <= 0x1p126f;
+    const Batch reciprocal(1.0f / scale);
     const Batch low(code_max == 127.0f ? -127.0f : 0.0f);
     const Batch high(code_max);
     const Batch zero(0.0f);
     const Batch one(1.0f);
-    const Batch magic(12582912.0f);  // RoundHalfEven()'s 1.5 * 2^23
+    const Batch magic(12582912.0f);          // RoundHalfEven()'s 1.5 * 2^23
+    const Batch near_half(0.5f - 0x1p-14f);  // a rounded quotient this far off is near a tie
+    auto clamped = [&](const Batch& quotient) {
+      Batch q = xsimd::select(quotient == quotient, quotient, zero);
+      q = xsimd::select(q < low, low, q);
+      return xsimd::select(q > high, high, q);
+    };
     alignas(64) std::int32_t lanes[kWidth];
     for (; i + kWidth <= n; i += kWidth) {
       const Batch x = Batch::load_unaligned(values + i);
-      const Batch quotient = x / divisor;
-      Batch q = xsimd::select(quotient == quotient, quotient, zero);
-      q = xsimd::select(q < low, low, q);
-      q = xsimd::select(q > high, high, q);
+      Batch q = clamped(multiply ? x * reciprocal : x / divisor);
       Batch r = (q + magic) - magic;
+      if (multiply && xsimd::any(xsimd::abs(q - r) >= near_half)) {
+        q = clamped(x / divisor);
+        r = (q + magic) - magic;
+      }
       if (second) {
         r = xsimd::select((x > zero) & (r == zero), one, r);
       }
@@ -325,8 +347,6 @@ inline void EncodeLinear(const float* values, std::uint8_t* out, std::size_t n, 
   }
 }
 
-// Encodes @p values (elements [lo, lo + n)) into a state stored as @p format, with new block
-// scales; @p second: the second moment, whose positive values stay positive.
 // Keeps the second moment's positive values positive: a code 0 of a positive value becomes the
 // format's smallest positive code (1 in every format's bits).
 template <class Code>
@@ -338,9 +358,9 @@ inline void KeepPositive(const float* values, Code* out, std::size_t n) {
 }
 
 // Encodes @p values (elements [lo, lo + n)) into a state stored as @p format, with new block
-// scales; @p second: the second moment, whose positive values stay positive. The FP16, BF16 and
-// FP8 roundings are the CPU backend's cast kernels (StoredFormats), which round as the
-// conversions of core/FloatBits.hpp and core/Float8Bits.hpp do.
+// scales; @p second: the second moment, whose positive values stay positive. The FP16 and BF16
+// roundings are the CPU backend's cast kernels and the E4M3FN one its FP8 kernel (StoredFormats),
+// which round as the conversions of core/FloatBits.hpp and core/Float8Bits.hpp do.
 template <class Batch>
 inline void EncodeState(const StoredFormats& f, StateFormat format, void* data, float* scales, std::size_t lo,
                         std::size_t n, const float* values, bool second) {
@@ -410,8 +430,8 @@ inline void EncodeMasters(const OptimizerPiece& piece, std::size_t lo, std::size
     return;
   }
   // Stochastic rounding: the tile's random words first (one Philox block gives the words of four
-  // consecutive elements; lo and the piece's offset are multiples of four), in a loop of its own
-  // that vectorises, then the rounding.
+  // consecutive elements; lo and the piece's offset are multiples of four), Philox4x32() of one
+  // block per lane in a loop of its own that vectorises, then the rounding.
   const StoredFormats& f = *piece.formats;
   const std::uint64_t first_group = (piece.offset + lo) / 4;
   const std::size_t groups = (n + 3) / 4;
@@ -419,12 +439,13 @@ inline void EncodeMasters(const OptimizerPiece& piece, std::size_t lo, std::size
   const auto seed0 = static_cast<std::uint32_t>(f.seed);
   const auto seed1 = static_cast<std::uint32_t>(f.seed >> 32);
   const auto step = static_cast<std::uint32_t>(f.step);
+  const std::uint32_t tensor = piece.tensor;
+#pragma omp simd
   for (std::size_t k = 0; k < groups; ++k) {
     const std::uint64_t group = first_group + k;
-    const Philox4x32Block bits =
-        Philox4x32(Philox4x32Block{{static_cast<std::uint32_t>(group), static_cast<std::uint32_t>(group >> 32),
-                                    piece.tensor, step}},
-                   seed0, seed1);
+    const Philox4x32Block bits = Philox4x32(
+        Philox4x32Block{{static_cast<std::uint32_t>(group), static_cast<std::uint32_t>(group >> 32), tensor, step}},
+        seed0, seed1);
     words[4 * k] = bits.Word[0];
     words[4 * k + 1] = bits.Word[1];
     words[4 * k + 2] = bits.Word[2];
