@@ -238,7 +238,13 @@ void Adam::LoadStateDict(std::span<const std::byte> state, amp::StateConversion 
     exp_avg.push_back(s.exp_avg.Prepare(detail::ReadState(reader, float32_blob, size, first), size, conversion, first));
     exp_avg_sq.push_back(
         s.exp_avg_sq.Prepare(detail::ReadState(reader, float32_blob, size, second), size, conversion, second));
-    if (!exp_avg.back().present || !exp_avg_sq.back().present) reader.Fail("has no " + first + " or " + second);
+    if (!exp_avg.back().present || !exp_avg_sq.back().present) {
+      std::string missing = "has no ";
+      missing += first;
+      missing += " or ";
+      missing += second;
+      reader.Fail(missing);
+    }
   }
   reader.ExpectEnd();
   // Everything decoded: commit.

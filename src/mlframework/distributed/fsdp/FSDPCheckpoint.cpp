@@ -186,9 +186,9 @@ void CheckSameOptimizer(const detail::SavedOptimizer& saved, const amp::IOptimiz
 // This rank's range of unit @p u under the new sharding, @p element bytes per element, copied
 // from the ranges of the saved ranks that overlap it (@p bytes_of(i, range): the bytes of saved
 // rank i's range); the padding stays zero, as registered.
-template <typename BytesOf>
+template <typename Source>
 std::vector<std::byte> Reshard(const std::vector<SavedRank>& ranks, std::size_t u, const FSDPShardingUnit& unit,
-                               std::size_t element, BytesOf&& bytes_of) {
+                               std::size_t element, Source&& bytes_of) {
   const std::uint64_t first = unit.ShardOffset();
   const std::uint64_t last = std::min<std::uint64_t>(first + unit.ShardSize(), unit.NumElements());
   std::vector<std::byte> values(unit.ShardSize() * element, std::byte{0});
