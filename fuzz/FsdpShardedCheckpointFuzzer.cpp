@@ -1,10 +1,13 @@
 // Fuzz target: resharding FSDP checkpoints (FSDP::LoadShardedCheckpoint).
 //
 // The harness saves a real checkpoint at three simulated ranks (two units, AdamW state after
-// one step, a loss scaler's state) and lets the input damage one rank's blob, or drop or
+// one step, a loss scaler's state; or, with flag bit 5, one unit of 192 elements whose AdamW
+// moments are 8-bit block-scaled codes in blocks of 32, so the shards at 3, 2 and 1 ranks fall on
+// whole blocks and the codes and scales reshard bit for bit) and lets the input damage one rank's blob, or drop or
 // duplicate it, as a broken file system or a mixed-up directory would; a simulated rank 0 of
 // two loads the set. The blobs are re-sealed on request, so the fuzzer gets past the checksum
-// into the metadata (layouts, ranges, optimizer and scaler records).
+// into the metadata (layouts, ranges, optimizer and scaler records, state formats, block sizes,
+// codes and scales).
 //
 // Properties: a damaged set is accepted or rejected with ArgumentError; a rejected one leaves
 // the loader's shards, optimizer state and scaler as they were; an accepted one leaves a state
@@ -12,7 +15,7 @@
 //
 // Input: byte 0 flags (bit 0: re-seal the checksum, bit 1: truncate, bit 2: append the rest of
 // the input, bit 3: drop the damaged blob, bit 4: put the damaged blob in place of the next
-// one too), byte 1 the blob to damage (mod 3), bytes 2-3 the truncated length (little endian),
+// one too, bit 5: the 8-bit model), byte 1 the blob to damage (mod 3), bytes 2-3 the truncated length (little endian),
 // then edits of three bytes each (offset low, offset high, XOR mask) until a zero mask.
 #include <cstddef>
 #include <cstdint>
@@ -65,13 +68,23 @@ struct Rank {
   std::unique_ptr<optimizers::Adam> adam;
   amp::DynamicLossScaler scaler;
 
-  Rank(int rank, int world, float amplitude) {
+  Rank(int rank, int world, float amplitude, bool low_bit) {
     model = std::make_unique<fsdp::FSDP>(std::make_shared<SimulatedRank>(rank, world));
-    model->RegisterUnit("layer1", {{"weight", FromVector({0.5f, -1.0f, 2.0f, 0.25f, 3.0f, -0.75f}, {2, 3})},
-                                   {"bias", FromVector({0.1f, 0.2f, 0.3f}, {3})}});
-    model->RegisterUnit("head", {{"weight", FromVector({1.0f, 2.0f, 3.0f, 4.0f}, {4, 1})}});
+    optimizers::AdamOptions options = optimizers::AdamOptions::AdamW();
+    if (low_bit) {
+      std::vector<float> weights(192);
+      for (std::size_t i = 0; i < weights.size(); ++i) weights[i] = 0.01f * static_cast<float>(i % 17) - 0.08f;
+      model->RegisterUnit("blocks", {{"weight", FromVector(weights, {6, 32})}});
+      options.FirstMomentFormat = StateFormat::Int8Block;
+      options.SecondMomentFormat = StateFormat::UInt8Block;
+      options.StateBlockSize = 32;
+    } else {
+      model->RegisterUnit("layer1", {{"weight", FromVector({0.5f, -1.0f, 2.0f, 0.25f, 3.0f, -0.75f}, {2, 3})},
+                                     {"bias", FromVector({0.1f, 0.2f, 0.3f}, {3})}});
+      model->RegisterUnit("head", {{"weight", FromVector({1.0f, 2.0f, 3.0f, 4.0f}, {4, 1})}});
+    }
     for (std::size_t u = 0; u < model->UnitCount(); ++u) model->Unit(u).LocalShard()->MultiplyInPlace(amplitude);
-    adam = std::make_unique<optimizers::Adam>(model->ShardedParameters(), optimizers::AdamOptions::AdamW());
+    adam = std::make_unique<optimizers::Adam>(model->ShardedParameters(), options);
   }
   fsdp::ShardedCheckpointContents Contents() {
     return {.Optimizer = adam.get(), .Scaler = fsdp::BlobState::Of(scaler)};
@@ -79,10 +92,10 @@ struct Rank {
   std::vector<std::byte> Snapshot() { return model->SaveShardedCheckpoint(Contents()); }
 };
 
-std::vector<std::vector<std::byte>> SavedAtThree() {
+std::vector<std::vector<std::byte>> SavedAtThree(bool low_bit) {
   std::vector<std::vector<std::byte>> blobs;
   for (int r = 0; r < 3; ++r) {
-    Rank rank(r, 3, 1.0f);
+    Rank rank(r, 3, 1.0f, low_bit);
     for (std::size_t u = 0; u < rank.model->UnitCount(); ++u) {
       fsdp::FSDPShardingUnit& unit = rank.model->Unit(u);
       rank.model->Unit(u).SetLocalGradient(
@@ -105,8 +118,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::size_t victim = input.Byte() % 3U;
   const std::size_t truncate_to = input.Byte() | (static_cast<std::size_t>(input.Byte()) << 8);
 
-  static const std::vector<std::vector<std::byte>> kSaved = SavedAtThree();
-  std::vector<std::vector<std::byte>> blobs = kSaved;
+  const bool low_bit = (flags & 32U) != 0;
+  static const std::vector<std::vector<std::byte>> kSaved = SavedAtThree(false);
+  static const std::vector<std::vector<std::byte>> kSavedLowBit = SavedAtThree(true);
+  std::vector<std::vector<std::byte>> blobs = low_bit ? kSavedLowBit : kSaved;
   std::vector<std::byte>& blob = blobs[victim];
   for (;;) {
     const std::size_t offset = input.Byte() | (static_cast<std::size_t>(input.Byte()) << 8);
@@ -123,7 +138,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if ((flags & 8U) != 0) blobs.erase(blobs.begin() + static_cast<std::ptrdiff_t>(victim));
 
   // Load into rank 0 of 2 whose state differs from the saved one, so "unchanged" is visible.
-  Rank target(0, 2, 3.0f);
+  Rank target(0, 2, 3.0f, low_bit);
   const std::vector<std::byte> before = target.Snapshot();
   const std::vector<std::byte> scaler_before = target.scaler.StateDict();
   try {
@@ -137,12 +152,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   // Accepted: rank 1 of 2 accepts the same set (the checks do not depend on the rank), and the
   // two ranks' state saves, loads at world size 1, saves and loads at 2 again to the same state.
   const std::vector<std::byte> loaded = target.Snapshot();
-  Rank other(1, 2, 3.0f);
+  Rank other(1, 2, 3.0f, low_bit);
   static_cast<void>(other.model->LoadShardedCheckpoint(blobs, other.Contents()));
-  Rank single(0, 1, 5.0f);
+  Rank single(0, 1, 5.0f, low_bit);
   static_cast<void>(single.model->LoadShardedCheckpoint(
       std::vector<std::vector<std::byte>>{target.Snapshot(), other.Snapshot()}, single.Contents()));
-  Rank back(0, 2, 7.0f);
+  Rank back(0, 2, 7.0f, low_bit);
   static_cast<void>(
       back.model->LoadShardedCheckpoint(std::vector<std::vector<std::byte>>{single.Snapshot()}, back.Contents()));
   if (back.Snapshot() != loaded || back.scaler.StateDict() != target.scaler.StateDict()) {

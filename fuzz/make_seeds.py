@@ -133,6 +133,17 @@ def fsdp_sharded_checkpoint_seeds() -> None:
     seed("seed-resealed-state-count", 1, 2, 0, [(130, 0x01)])
     seed("seed-resealed-scaler-length", 1, 0, 0, [(135, 0x04)])
     seed("seed-resealed-unit-region", 1, 1, 0, [(300, 0x01)])
+    # Flag bit 5: the 8-bit model (one unit "blocks" of 192 elements, 64 per rank). Its blobs (784
+    # bytes) hold the scaler bytes at 143-262, the unit from 263 (master values 356-611), then per
+    # moment: present flag (612, 694), format (613, 695), block size (614-621, 696-703), 64 codes
+    # (622-685, 704-767) and two scales (686-693, 768-775).
+    seed("seed-lowbit-unchanged", 32, 0, 0, [])
+    seed("seed-lowbit-resealed-first-format", 33, 1, 0, [(613, 0x01)])
+    seed("seed-lowbit-resealed-second-format", 33, 2, 0, [(695, 0x07)])
+    seed("seed-lowbit-resealed-block-size", 33, 0, 0, [(614, 0x60)])
+    seed("seed-lowbit-resealed-code", 33, 1, 0, [(630, 0x01)])
+    seed("seed-lowbit-resealed-scale", 33, 2, 0, [(689, 0x80)])
+    seed("seed-lowbit-truncated-scales", 35, 0, 772, [])
     seed("seed-resealed-late", 1, 2, 0, [(420, 0x08)])
     seed("seed-truncated", 3, 1, 200, [])
     seed("seed-appended", 5, 0, 0, [], b"\x00" * 12)

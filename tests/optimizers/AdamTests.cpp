@@ -46,7 +46,7 @@ BOOST_AUTO_TEST_SUITE(AdamTests)
 
 BOOST_AUTO_TEST_CASE(AdamAndAdamWFollowPyTorch) {
   const std::vector<std::vector<double>> grads{{0.1, -0.2, 0.3}, {0.05, 0.4, -0.1}, {-0.3, 0.1, 0.2}, {1.0, 0.0, -2.0}};
-  for (const AdamOptions o :
+  for (const AdamOptions& o :
        {AdamOptions{.LearningRate = 0.01f}, AdamOptions{.LearningRate = 0.01f, .WeightDecay = 0.1f},
         AdamOptions::AdamW(0.01f, 0.1f), AdamOptions{.Beta1 = 0.5f, .Beta2 = 0.9f}}) {
     Adam adam(OneParam({1.0f, -2.0f, 0.5f}, DataType::Float32), o);

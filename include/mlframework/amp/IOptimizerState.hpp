@@ -12,6 +12,7 @@
 #include <vector>
 
 #include <mlframework/core/ITensor.hpp>
+#include <mlframework/core/OptimizerStep.hpp>
 #include <mlframework/export.hpp>
 
 namespace mlframework::amp {
@@ -23,6 +24,47 @@ struct OptimizerParameterState {
   /// The per-element state vectors in IOptimizerState::StateVectorNames() order, each one per
   /// element, or empty: no such vector yet (SGD's momentum before its first step).
   std::vector<std::vector<float>> Vectors;
+};
+
+/// Whether loading optimizer state may change how it is stored (optimizers::Adam::LoadStateDict(),
+/// optimizers::SGD::LoadStateDict()).
+///
+/// - None: a state stored in another StateFormat or block size than the optimizer keeps, or
+///   masters of another MasterFormat, are an ArgumentError naming them; what loads is bit for bit
+///   what was saved.
+/// - Convert: such states are decoded into FP32 and encoded in the optimizer's format (as its step
+///   encodes them), masters likewise (FP32 into BF16 rounds to nearest even; into a BF16 parameter
+///   with a remainder and back into FP32 is exact). A value the target format cannot hold (a
+///   non-finite value, a finite one that would overflow, a negative second moment into unsigned
+///   codes) is an ArgumentError naming the state, the parameter and the element.
+enum class StateConversion : std::uint8_t {
+  None,     ///< Formats must match.
+  Convert,  ///< Convert into the optimizer's formats.
+};
+
+/// One state vector as the optimizer stores it: its format, its block size and its raw bytes.
+/// Valid until the next step or load of the optimizer.
+struct StoredStateVector {
+  StateFormat Format = StateFormat::Float32;       ///< How the elements are stored.
+  std::size_t BlockSize = kDefaultStateBlockSize;  ///< Elements per scale (block-scaled formats).
+  std::span<const std::byte> Codes{};              ///< The elements: 4, 2 or 1 bytes each; empty: no such vector yet.
+  std::span<const float> Scales{};                 ///< Block-scaled formats: one FP32 scale per block; else empty.
+  /// A second moment: encoding keeps its positive values positive (StateFormat).
+  bool KeepPositive = false;
+};
+
+/// One state vector in stored form, owned, as IOptimizerState::ImportStoredState() takes it.
+struct StoredStateValues {
+  StateFormat Format = StateFormat::Float32;       ///< How Codes are stored.
+  std::size_t BlockSize = kDefaultStateBlockSize;  ///< Elements per scale (block-scaled formats).
+  std::vector<std::byte> Codes;                    ///< The elements; empty: no such vector yet.
+  std::vector<float> Scales;                       ///< Block-scaled formats: one per block; else empty.
+};
+
+/// One parameter's master weights and state vectors in stored form (ImportStoredState()).
+struct OptimizerStoredParameterState {
+  std::vector<float> Master;               ///< Master weights in FP32, one per element.
+  std::vector<StoredStateValues> Vectors;  ///< In IOptimizerState::StateVectorNames() order.
 };
 
 /// An optimizer's state in plain form: its kind and options, its step count and learning rate,
@@ -56,6 +98,16 @@ class MLFRAMEWORK_EXPORT IOptimizerState {
   /// element, or empty when the optimizer has none yet; valid until the next step or import.
   /// ArgumentError naming `name` for an unknown parameter, `index` when out of range.
   virtual std::span<const float> StateVector(const std::string& name, std::size_t index) const = 0;
+  /// State vector @p index of parameter @p name as it is stored. The default: StateVector()'s
+  /// values as Float32; an optimizer that keeps states in lower precision overrides it.
+  /// ArgumentError as StateVector().
+  virtual StoredStateVector StoredState(const std::string& name, std::size_t index) const;
+  /// ImportState() with the vectors in stored form: each in the format and block size
+  /// StoredState() reports for it (a resharding checkpoint moves the codes and scales of
+  /// block-scaled states as they are when the shards fall on whole blocks). ArgumentError naming
+  /// `state` as ImportState(), and for a vector in another format or block size; nothing
+  /// changes then. The default decodes Float32 vectors and calls ImportState().
+  virtual void ImportStoredState(const std::map<std::string, OptimizerStoredParameterState>& state, std::int64_t steps);
   /// Replaces every parameter's master weights and state vectors, and the step count, at once.
   /// ArgumentError naming `state` when a parameter is missing or unknown, a vector has the
   /// wrong length or the wrong number of vectors is given, naming `steps` when negative;

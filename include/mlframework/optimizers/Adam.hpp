@@ -14,6 +14,7 @@
 #include <mlframework/amp/IOptimizerState.hpp>
 #include <mlframework/core/DeviceScaling.hpp>
 #include <mlframework/core/ITensor.hpp>
+#include <mlframework/core/OptimizerStep.hpp>
 #include <mlframework/export.hpp>
 
 namespace mlframework::optimizers {
@@ -29,6 +30,19 @@ struct AdamOptions {
   double Epsilon = 1e-8;              ///< Denominator term (> 0).
   double WeightDecay = 0.0;           ///< Weight decay (>= 0).
   bool DecoupledWeightDecay = false;  ///< true: AdamW (decay applied to weights, not gradients).
+  /// How exp_avg is stored between steps: Float32, BFloat16, Float16, Int8Block or Float8E4M3Block.
+  StateFormat FirstMomentFormat = StateFormat::Float32;
+  /// How exp_avg_sq is stored between steps: Float32, BFloat16, Float16, UInt8Block or Float8E4M3Block.
+  StateFormat SecondMomentFormat = StateFormat::Float32;
+  /// Elements per FP32 scale of the block-scaled formats: a power of two from 32 to 2048.
+  std::size_t StateBlockSize = kDefaultStateBlockSize;
+  /// How the master weights are kept: Float32 (FP32 parameters are their own masters, FP16/BF16
+  /// parameters get an FP32 copy), or, for BF16 parameters in host memory only, the parameters
+  /// themselves rounded stochastically (BFloat16StochasticRounding) or with a 16-bit remainder
+  /// the optimizer keeps (BFloat16Remainder: exact FP32 masters at 4 bytes per parameter).
+  MasterFormat Masters = MasterFormat::Float32;
+  /// BFloat16StochasticRounding: the Philox key (OptimizerStepLists::RoundingSeed).
+  std::uint64_t RoundingSeed = 0;
   /// ArgumentError naming the first invalid field and its value.
   MLFRAMEWORK_EXPORT void Validate() const;
   /// AdamW options with @p learning_rate and @p weight_decay.
@@ -37,7 +51,7 @@ struct AdamOptions {
   }
 };
 
-/// One parameter's FP32 state, for Adam::RestoreState(): what a checkpoint that reshards
+/// One parameter's state in FP32, for Adam::RestoreState(): what a checkpoint that reshards
 /// parameters (distributed::fsdp::FSDP::LoadShardedCheckpoint()) moves between shardings.
 struct AdamParameterState {
   std::vector<float> Master;         ///< Master weights (rounded into FP16/BF16 parameters).
@@ -45,12 +59,16 @@ struct AdamParameterState {
   std::vector<float> SecondMoments;  ///< exp_avg_sq, one per element.
 };
 
-/// Adam over named parameters, with FP32 moments and FP32 master weights.
+/// Adam over named parameters, with moments and master weights in the formats of its options.
 ///
-/// FP32 parameters are updated in place (no extra copy: 16 bytes of state per
-/// parameter with its gradient, the ZeRO figure). For FP16/BF16 parameters the
-/// optimizer keeps an FP32 master copy and writes the rounded values back after
-/// each Step(). Gradients of any dtype are accepted and read in FP32.
+/// By default the moments and masters are FP32: FP32 parameters are updated in place (no extra
+/// copy: 16 bytes of state per parameter with its gradient, the ZeRO figure), and for FP16/BF16
+/// parameters the optimizer keeps an FP32 master copy and writes the rounded values back in the
+/// same pass. AdamOptions::FirstMomentFormat / SecondMomentFormat store the moments in BF16, FP16
+/// or 8-bit block-scaled codes, and AdamOptions::Masters updates BF16 parameters directly
+/// (stochastic rounding, or exact with a 16-bit remainder). Each Step() is one fused list step
+/// (FusedAdamStep()) with these formats: the same bits as that step over the same lists.
+/// Gradients of any dtype are accepted and read in FP32.
 class MLFRAMEWORK_EXPORT Adam final : public amp::IOptimizer, public amp::IOptimizerState {
  public:
   /// Optimizes @p parameters (name to tensor; tensors are updated in place).
@@ -75,7 +93,8 @@ class MLFRAMEWORK_EXPORT Adam final : public amp::IOptimizer, public amp::IOptim
 
   /// The parameter tensors as given.
   const GradientMap& Parameters() const noexcept override;
-  /// The FP32 weights the update is applied to (the parameters themselves when they are FP32).
+  /// The weights the update is applied to: the parameters themselves when they are FP32 or the
+  /// masters are BF16 (AdamOptions::Masters), else their FP32 copies.
   const GradientMap& MasterWeights() const noexcept;
   /// Current hyper-parameters.
   const AdamOptions& Options() const noexcept;
@@ -84,15 +103,19 @@ class MLFRAMEWORK_EXPORT Adam final : public amp::IOptimizer, public amp::IOptim
   /// Steps taken (bias correction uses it).
   std::int64_t StepCount() const noexcept override;
 
-  /// First moments (exp_avg) of parameter @p name, one FP32 value per element, valid until the
-  /// next Step() or load; ArgumentError naming `name` for an unknown parameter.
+  /// First moments (exp_avg) of parameter @p name, one FP32 value per element (decoded from the
+  /// stored format), valid until the next Step() or load; ArgumentError naming `name` for an
+  /// unknown parameter.
   std::span<const float> FirstMoments(const std::string& name) const;
   /// Second moments (exp_avg_sq) of parameter @p name, as FirstMoments().
   std::span<const float> SecondMoments(const std::string& name) const;
-  /// Replaces every parameter's master weights (rounded back into FP16/BF16 parameters) and
-  /// moments, and the step count, at once: for checkpoints that cut the state differently from
+  /// Replaces every parameter's master weights (rounded back into FP16/BF16 parameters; into BF16
+  /// masters rounded to nearest, or split exactly with a remainder) and moments (encoded in the
+  /// options' formats: exact for values of the same FP32/BF16/FP16 format, block-scaled states get
+  /// new scales), and the step count, at once: for checkpoints that cut the state differently from
   /// StateDict() (resharding). ArgumentError naming `state` when a parameter is missing or
-  /// unknown or a vector has the wrong length, naming `steps` when negative; nothing changes then.
+  /// unknown, a vector has the wrong length or holds a value its format cannot hold, naming
+  /// `steps` when negative; nothing changes then.
   void RestoreState(const std::map<std::string, AdamParameterState>& state, std::int64_t steps);
 
   /// This optimizer's state for checkpoints: itself.
@@ -107,13 +130,25 @@ class MLFRAMEWORK_EXPORT Adam final : public amp::IOptimizer, public amp::IOptim
   std::vector<std::string> StateVectorNames() const override;
   /// FirstMoments() (index 0) or SecondMoments() (index 1) of @p name.
   std::span<const float> StateVector(const std::string& name, std::size_t index) const override;
+  /// exp_avg (index 0) or exp_avg_sq (index 1) of @p name as stored: its format, block size, codes and scales.
+  amp::StoredStateVector StoredState(const std::string& name, std::size_t index) const override;
   /// RestoreState() with the vectors in StateVectorNames() order.
   void ImportState(const std::map<std::string, amp::OptimizerParameterState>& state, std::int64_t steps) override;
+  /// The vectors in stored form, each in this optimizer's format and block size (StoredState()),
+  /// taken bit for bit; as RestoreState() otherwise.
+  void ImportStoredState(const std::map<std::string, amp::OptimizerStoredParameterState>& state,
+                         std::int64_t steps) override;
 
-  /// Versioned blob of options, master weights, moments and step count.
+  /// Versioned blob of options, the master format and FP32 master weights (exact for every
+  /// MasterFormat), each moment as stored (format, block size, codes, scales) and the step count.
   std::vector<std::byte> StateDict() const;
-  /// Restores a blob from StateDict(); ArgumentError for a corrupted or mismatched blob (state unchanged).
-  void LoadStateDict(std::span<const std::byte> state);
+  /// Restores a blob from StateDict(): the hyper-parameters, the rounding seed, the masters, the
+  /// moments and the step count; a blob of an older version holds FP32 moments and masters. The
+  /// states and masters keep this optimizer's formats and block size: a blob that stores them
+  /// otherwise is an ArgumentError naming `state` unless @p conversion is
+  /// amp::StateConversion::Convert. ArgumentError for a corrupted or mismatched blob or a value
+  /// that cannot be converted; the state is unchanged then.
+  void LoadStateDict(std::span<const std::byte> state, amp::StateConversion conversion = amp::StateConversion::None);
 
  private:
   struct Impl;

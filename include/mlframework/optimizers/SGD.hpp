@@ -14,6 +14,7 @@
 #include <mlframework/amp/IOptimizerState.hpp>
 #include <mlframework/core/DeviceScaling.hpp>
 #include <mlframework/core/ITensor.hpp>
+#include <mlframework/core/OptimizerStep.hpp>
 #include <mlframework/export.hpp>
 
 namespace mlframework::optimizers {
@@ -28,6 +29,15 @@ struct SGDOptions {
   double WeightDecay = 0.0;    ///< L2 penalty added to the gradient (>= 0).
   double Dampening = 0.0;      ///< Dampening of the gradient in the momentum buffer, in [0, 1].
   bool Nesterov = false;       ///< Nesterov momentum (needs Momentum > 0 and Dampening 0).
+  /// How the momentum buffers are stored between steps: Float32, BFloat16, Float16, Int8Block or
+  /// Float8E4M3Block.
+  StateFormat MomentumFormat = StateFormat::Float32;
+  /// Elements per FP32 scale of the block-scaled formats: a power of two from 32 to 2048.
+  std::size_t StateBlockSize = kDefaultStateBlockSize;
+  /// How the master weights are kept, as AdamOptions::Masters.
+  MasterFormat Masters = MasterFormat::Float32;
+  /// BFloat16StochasticRounding: the Philox key (OptimizerStepLists::RoundingSeed).
+  std::uint64_t RoundingSeed = 0;
   /// ArgumentError naming the first invalid field and its value.
   MLFRAMEWORK_EXPORT void Validate() const;
 };
@@ -41,9 +51,12 @@ struct SGDParameterState {
 
 /// Stochastic gradient descent over named parameters.
 ///
-/// FP32 parameters are updated in place. For FP16/BF16 parameters the
-/// optimizer keeps an FP32 master copy, updates it, and writes the rounded
-/// values back into the parameter tensors after each Step() (one fused cast).
+/// FP32 parameters are updated in place. For FP16/BF16 parameters the optimizer keeps an FP32
+/// master copy, updates it, and writes the rounded values back into the parameter tensors in the
+/// same pass. SGDOptions::MomentumFormat stores the momentum buffers in BF16, FP16 or 8-bit
+/// block-scaled codes, and SGDOptions::Masters updates BF16 parameters directly (as Adam). Each
+/// Step() runs the fused list step (FusedSGDStep()) with these formats: the same bits as that step
+/// over the same lists (one call for the buffers this step makes, one for the others).
 /// Gradients of any dtype are accepted and read in FP32.
 class MLFRAMEWORK_EXPORT SGD final : public amp::IOptimizer, public amp::IOptimizerState {
  public:
@@ -70,7 +83,8 @@ class MLFRAMEWORK_EXPORT SGD final : public amp::IOptimizer, public amp::IOptimi
 
   /// The parameter tensors as given.
   const GradientMap& Parameters() const noexcept override;
-  /// The FP32 weights the update is applied to (the parameters themselves when they are FP32).
+  /// The weights the update is applied to: the parameters themselves when they are FP32 or the
+  /// masters are BF16 (SGDOptions::Masters), else their FP32 copies.
   const GradientMap& MasterWeights() const noexcept;
   /// Current hyper-parameters.
   const SGDOptions& Options() const noexcept;
@@ -79,15 +93,17 @@ class MLFRAMEWORK_EXPORT SGD final : public amp::IOptimizer, public amp::IOptimi
   /// Steps taken.
   std::int64_t StepCount() const noexcept override;
 
-  /// Momentum buffer of parameter @p name, one FP32 value per element, valid until the next
+  /// Momentum buffer of parameter @p name, one FP32 value per element (decoded from the stored
+  /// format), valid until the next
   /// Step() or load; empty until the first step with Momentum > 0 (PyTorch makes it lazily).
   /// ArgumentError naming `name` for an unknown parameter.
   std::span<const float> MomentumBuffer(const std::string& name) const;
-  /// Replaces every parameter's master weights (rounded back into FP16/BF16 parameters) and
-  /// momentum buffer, and the step count, at once: for checkpoints that cut the state
-  /// differently from StateDict() (resharding). ArgumentError naming `state` when a parameter
-  /// is missing or unknown or a vector has the wrong length (a momentum buffer may be empty),
-  /// naming `steps` when negative; nothing changes then.
+  /// Replaces every parameter's master weights (rounded back into FP16/BF16 parameters, into BF16
+  /// masters as Adam::RestoreState()) and momentum buffer (encoded in SGDOptions::MomentumFormat),
+  /// and the step count, at once: for checkpoints that cut the state differently from
+  /// StateDict() (resharding). ArgumentError naming `state` when a parameter is missing or
+  /// unknown, a vector has the wrong length (a momentum buffer may be empty) or holds a value its
+  /// format cannot hold, naming `steps` when negative; nothing changes then.
   void RestoreState(const std::map<std::string, SGDParameterState>& state, std::int64_t steps);
 
   /// This optimizer's state for checkpoints: itself.
@@ -102,13 +118,23 @@ class MLFRAMEWORK_EXPORT SGD final : public amp::IOptimizer, public amp::IOptimi
   std::vector<std::string> StateVectorNames() const override;
   /// MomentumBuffer() of @p name (index 0).
   std::span<const float> StateVector(const std::string& name, std::size_t index) const override;
+  /// The momentum buffer of @p name (index 0) as stored: format, block size, codes and scales
+  /// (no codes before the buffer is made).
+  amp::StoredStateVector StoredState(const std::string& name, std::size_t index) const override;
   /// RestoreState() with the vectors in StateVectorNames() order (an empty vector: no momentum buffer yet).
   void ImportState(const std::map<std::string, amp::OptimizerParameterState>& state, std::int64_t steps) override;
+  /// The vectors in stored form, each in this optimizer's format and block size (StoredState()),
+  /// taken bit for bit; as RestoreState() otherwise.
+  void ImportStoredState(const std::map<std::string, amp::OptimizerStoredParameterState>& state,
+                         std::int64_t steps) override;
 
-  /// Versioned blob of options, master weights, momentum buffers and step count.
+  /// Versioned blob of options, the master format and FP32 master weights, the momentum buffers as
+  /// stored (format, block size, codes, scales) and the step count.
   std::vector<std::byte> StateDict() const;
-  /// Restores a blob from StateDict(); ArgumentError for a corrupted or mismatched blob (state unchanged).
-  void LoadStateDict(std::span<const std::byte> state);
+  /// Restores a blob from StateDict(), as Adam::LoadStateDict(): formats must match unless
+  /// @p conversion is amp::StateConversion::Convert; an older blob holds FP32 state.
+  /// ArgumentError for a corrupted or mismatched blob (state unchanged).
+  void LoadStateDict(std::span<const std::byte> state, amp::StateConversion conversion = amp::StateConversion::None);
 
  private:
   struct Impl;

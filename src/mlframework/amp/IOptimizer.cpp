@@ -1,6 +1,11 @@
 #include <mlframework/amp/IOptimizer.hpp>
 
+#include <cstring>
+#include <string>
+#include <utility>
+
 #include <mlframework/amp/IOptimizerState.hpp>
+#include <mlframework/core/Error.hpp>
 
 namespace mlframework::amp {
 
@@ -10,5 +15,30 @@ IOptimizer::~IOptimizer() = default;
 IOptimizerState* IOptimizer::State() noexcept { return nullptr; }
 
 IOptimizerState::~IOptimizerState() = default;
+
+StoredStateVector IOptimizerState::StoredState(const std::string& name, std::size_t index) const {
+  return StoredStateVector{.Format = StateFormat::Float32, .Codes = std::as_bytes(StateVector(name, index))};
+}
+
+void IOptimizerState::ImportStoredState(const std::map<std::string, OptimizerStoredParameterState>& state,
+                                        std::int64_t steps) {
+  std::map<std::string, OptimizerParameterState> plain;
+  for (const auto& [name, entry] : state) {
+    OptimizerParameterState& out = plain[name];
+    out.Master = entry.Master;
+    for (std::size_t v = 0; v < entry.Vectors.size(); ++v) {
+      const StoredStateValues& stored = entry.Vectors[v];
+      if (stored.Format != StateFormat::Float32) {
+        throw ArgumentError("state", "state vector " + std::to_string(v) + " of parameter '" + name + "' is " +
+                                         ToString(stored.Format) + ", but " + StateKind() +
+                                         " takes its state in FP32 (StoredState() reports Float32)");
+      }
+      std::vector<float> values(stored.Codes.size() / sizeof(float));
+      if (!values.empty()) std::memcpy(values.data(), stored.Codes.data(), values.size() * sizeof(float));
+      out.Vectors.push_back(std::move(values));
+    }
+  }
+  ImportState(plain, steps);
+}
 
 }  // namespace mlframework::amp

@@ -11,13 +11,17 @@
 
 #include "mlframework/core/StateBlob.hpp"
 #include "mlframework/optimizers/ParameterSet.hpp"
+#include "mlframework/optimizers/StateList.hpp"
 
 namespace mlframework::optimizers {
 
 namespace {
 
 constexpr char kAdamKind[] = "optimizers.Adam";
-constexpr std::uint16_t kAdamVersion = 2;  // 2: the options as doubles
+// 3: the state formats, block size, rounding seed and master format, each moment as stored;
+// 2: the options as doubles, FP32 masters and moments.
+constexpr std::uint16_t kAdamVersion = 3;
+constexpr std::uint16_t kAdamFloat32Version = 2;
 
 }  // namespace
 
@@ -27,21 +31,54 @@ void AdamOptions::Validate() const {
   detail::RequireFraction(Beta2, "Beta2");
   detail::RequirePositive(Epsilon, "Epsilon");
   detail::RequireNonNegative(WeightDecay, "WeightDecay");
+  detail::CheckStateOption(FirstMomentFormat, false, "FirstMomentFormat");
+  detail::CheckStateOption(SecondMomentFormat, true, "SecondMomentFormat");
+  detail::CheckBlockSize(StateBlockSize, "StateBlockSize");
+  detail::CheckMasterOption(Masters, "Masters");
 }
 
 struct Adam::Impl {
-  Impl(GradientMap parameters, AdamOptions opts) : options(opts), params(std::move(parameters)) {
-    std::vector<Shape> shapes;
+  Impl(GradientMap parameters, AdamOptions opts)
+      : options(opts),
+        params(std::move(parameters), opts.Masters),
+        exp_avg(opts.FirstMomentFormat, opts.StateBlockSize, false, params.Count()),
+        exp_avg_sq(opts.SecondMomentFormat, opts.StateBlockSize, true, params.Count()) {
+    std::vector<std::size_t> indices;
+    std::vector<std::size_t> sizes;
     for (std::size_t t = 0; t < params.Count(); ++t) {
-      shapes.push_back({params.Size(t)});
+      indices.push_back(t);
+      sizes.push_back(params.Size(t));
     }
-    exp_avg = ZerosContiguous(shapes, DataType::Float32, Device::CPU());
-    exp_avg_sq = ZerosContiguous(shapes, DataType::Float32, Device::CPU());
+    exp_avg.Make(indices, sizes);
+    exp_avg_sq.Make(indices, sizes);
+  }
+  // RestoreState() (@p conversion Convert: FP32 vectors encoded) and ImportStoredState() (None).
+  void Import(const std::map<std::string, amp::OptimizerStoredParameterState>& state, std::int64_t new_steps,
+              amp::StateConversion conversion) {
+    const std::vector<std::vector<float>> masters = params.CheckedMasters(state, new_steps, 2, "Adam");
+    std::vector<detail::StateRecord> first;
+    std::vector<detail::StateRecord> second;
+    for (std::size_t t = 0; t < params.Count(); ++t) {
+      const std::vector<amp::StoredStateValues>& vectors = state.at(params.Name(t)).Vectors;
+      const std::string name = " of \"" + params.Name(t) + "\"";
+      first.push_back(
+          exp_avg.Prepare(detail::ToRecord(vectors[0]), params.Size(t), conversion, "first moments" + name));
+      second.push_back(
+          exp_avg_sq.Prepare(detail::ToRecord(vectors[1]), params.Size(t), conversion, "second moments" + name));
+      if (!first.back().present || !second.back().present) {
+        throw ArgumentError("state", "has no moments" + name + ": Adam keeps both for every parameter");
+      }
+    }
+    // Everything checked: commit.
+    params.CommitMasters(masters);
+    exp_avg.Commit(first);
+    exp_avg_sq.Commit(second);
+    steps = new_steps;
   }
   AdamOptions options;
   detail::ParameterSet params;
-  std::vector<TensorPtr> exp_avg;     // first moments, FP32 host tensors
-  std::vector<TensorPtr> exp_avg_sq;  // second moments, FP32 host tensors
+  detail::StateList exp_avg;     // first moments
+  detail::StateList exp_avg_sq;  // second moments
   std::int64_t steps = 0;
 };
 
@@ -60,18 +97,25 @@ void Adam::Step() {
   Impl& s = *impl_;
   s.params.RequireGradients("Adam");
   const std::vector<TensorPtr> gradients = s.params.Float32Gradients();
-  std::vector<TensorPtr> low_precision(s.params.Count());
-  for (std::size_t t = 0; t < s.params.Count(); ++t) {
-    low_precision[t] = s.params.FusedCopy(t);
-  }
+  const std::vector<TensorPtr> low_precision = s.params.FusedCopies();
   const std::int64_t step = s.steps + 1;
   // One fused pass: masters, gradients and moments read once, masters and moments written once,
   // and FP16/BF16 parameters in host memory rounded from the updated masters in the same pass.
+  const AdamOptions& o = s.options;
   FusedAdamStep(OptimizerStepLists{.Parameters = s.params.MasterList(),
                                    .Gradients = gradients,
-                                   .FirstState = s.exp_avg,
-                                   .SecondState = s.exp_avg_sq,
-                                   .LowPrecisionCopies = low_precision},
+                                   .FirstState = s.exp_avg.Data(),
+                                   .SecondState = s.exp_avg_sq.Data(),
+                                   .LowPrecisionCopies = low_precision,
+                                   .FirstStateFormat = o.FirstMomentFormat,
+                                   .SecondStateFormat = o.SecondMomentFormat,
+                                   .FirstStateScales = s.exp_avg.ScaleList(),
+                                   .SecondStateScales = s.exp_avg_sq.ScaleList(),
+                                   .StateBlockSize = o.StateBlockSize,
+                                   .Masters = o.Masters,
+                                   .ParameterRemainders = s.params.Remainders(),
+                                   .RoundingSeed = o.RoundingSeed,
+                                   .RoundingStep = static_cast<std::uint64_t>(step)},
                 AdamStepScalarsFor(s.options, step));
   s.params.WriteBackUnfused();
   s.steps = step;
@@ -97,36 +141,25 @@ void Adam::SetLearningRate(double learning_rate) {
 std::int64_t Adam::StepCount() const noexcept { return impl_->steps; }
 
 std::span<const float> Adam::FirstMoments(const std::string& name) const {
-  return detail::Floats(*impl_->exp_avg[impl_->params.IndexOf(name, "name")]);
+  return impl_->exp_avg.Values(impl_->params.IndexOf(name, "name"));
 }
 
 std::span<const float> Adam::SecondMoments(const std::string& name) const {
-  return detail::Floats(*impl_->exp_avg_sq[impl_->params.IndexOf(name, "name")]);
+  return impl_->exp_avg_sq.Values(impl_->params.IndexOf(name, "name"));
 }
 
 void Adam::RestoreState(const std::map<std::string, AdamParameterState>& state, std::int64_t steps) {
-  Impl& s = *impl_;
-  if (steps < 0) {
-    throw ArgumentError("steps", "must be >= 0, got " + std::to_string(steps));
+  std::map<std::string, amp::OptimizerStoredParameterState> stored;
+  for (const auto& [name, entry] : state) {
+    stored[name] = {entry.Master,
+                    {detail::Float32Values(entry.FirstMoments), detail::Float32Values(entry.SecondMoments)}};
   }
-  s.params.RequireSameNames(
-      state.size(), [&](const std::string& name) { return state.count(name) != 0; }, "state");
-  std::vector<std::vector<float>> masters;
-  for (std::size_t t = 0; t < s.params.Count(); ++t) {
-    const AdamParameterState& entry = state.at(s.params.Name(t));
-    s.params.RequireLength(entry.Master.size(), t, "master weights", "state");
-    s.params.RequireLength(entry.FirstMoments.size(), t, "first moments", "state");
-    s.params.RequireLength(entry.SecondMoments.size(), t, "second moments", "state");
-    masters.push_back(entry.Master);
-  }
-  // Everything checked: commit.
-  s.params.CommitMasters(masters);
-  for (std::size_t t = 0; t < s.params.Count(); ++t) {
-    const AdamParameterState& entry = state.at(s.params.Name(t));
-    s.exp_avg[t]->CopyFromFloats(entry.FirstMoments);
-    s.exp_avg_sq[t]->CopyFromFloats(entry.SecondMoments);
-  }
-  s.steps = steps;
+  impl_->Import(stored, steps, amp::StateConversion::Convert);
+}
+
+void Adam::ImportStoredState(const std::map<std::string, amp::OptimizerStoredParameterState>& state,
+                             std::int64_t steps) {
+  impl_->Import(state, steps, amp::StateConversion::None);
 }
 
 std::string Adam::StateKind() const { return "Adam"; }
@@ -149,16 +182,14 @@ std::span<const float> Adam::StateVector(const std::string& name, std::size_t in
   return index == 0 ? FirstMoments(name) : SecondMoments(name);
 }
 
+amp::StoredStateVector Adam::StoredState(const std::string& name, std::size_t index) const {
+  if (index > 1) throw ArgumentError("index", "Adam keeps 2 state vectors (0, 1), got " + std::to_string(index));
+  const std::size_t t = impl_->params.IndexOf(name, "name");
+  return index == 0 ? impl_->exp_avg.Stored(t) : impl_->exp_avg_sq.Stored(t);
+}
+
 void Adam::ImportState(const std::map<std::string, amp::OptimizerParameterState>& state, std::int64_t steps) {
-  std::map<std::string, AdamParameterState> adam_state;
-  for (const auto& [name, entry] : state) {
-    if (entry.Vectors.size() != 2) {
-      throw ArgumentError("state", "parameter '" + name + "' has " + std::to_string(entry.Vectors.size()) +
-                                       " state vectors, Adam keeps 2 (exp_avg, exp_avg_sq)");
-    }
-    adam_state[name] = {entry.Master, entry.Vectors[0], entry.Vectors[1]};
-  }
-  RestoreState(adam_state, steps);
+  impl_->Import(detail::StoredForm(state), steps, amp::StateConversion::Convert);
 }
 
 std::vector<std::byte> Adam::StateDict() const {
@@ -170,42 +201,56 @@ std::vector<std::byte> Adam::StateDict() const {
   writer.F64(s.options.Epsilon);
   writer.F64(s.options.WeightDecay);
   writer.U8(s.options.DecoupledWeightDecay ? 1 : 0);
+  writer.U64(s.options.RoundingSeed);
   writer.I64(s.steps);
   s.params.SaveMasters(writer);
   for (std::size_t t = 0; t < s.params.Count(); ++t) {
-    detail::WriteFloats(writer, detail::Floats(*s.exp_avg[t]));
-    detail::WriteFloats(writer, detail::Floats(*s.exp_avg_sq[t]));
+    detail::WriteStateRecord(writer, s.exp_avg.Stored(t), true);
+    detail::WriteStateRecord(writer, s.exp_avg_sq.Stored(t), true);
   }
   return writer.Finish();
 }
 
-void Adam::LoadStateDict(std::span<const std::byte> state) {
+void Adam::LoadStateDict(std::span<const std::byte> state, amp::StateConversion conversion) {
   Impl& s = *impl_;
-  mlframework::detail::BlobReader reader(state, kAdamKind, kAdamVersion);
-  AdamOptions options;
+  std::uint16_t version = 0;
+  mlframework::detail::BlobReader reader =
+      mlframework::detail::OpenBlobVersion(state, kAdamKind, {kAdamVersion, kAdamFloat32Version}, version);
+  const bool float32_blob = version == kAdamFloat32Version;
+  AdamOptions options = s.options;  // the formats stay this optimizer's
   options.LearningRate = reader.F64();
   options.Beta1 = reader.F64();
   options.Beta2 = reader.F64();
   options.Epsilon = reader.F64();
   options.WeightDecay = reader.F64();
   options.DecoupledWeightDecay = reader.Flag("DecoupledWeightDecay");
+  if (!float32_blob) options.RoundingSeed = reader.U64();
   detail::ValidateLoaded(options, reader);
   const std::int64_t steps = reader.Count("step count");
-  std::vector<std::vector<float>> masters = s.params.ReadMasters(reader);
-  std::vector<std::vector<float>> exp_avg;
-  std::vector<std::vector<float>> exp_avg_sq;
+  std::vector<std::vector<float>> masters =
+      s.params.ReadMasters(reader, !float32_blob, conversion == amp::StateConversion::Convert);
+  std::vector<detail::StateRecord> exp_avg;
+  std::vector<detail::StateRecord> exp_avg_sq;
   for (std::size_t t = 0; t < s.params.Count(); ++t) {
-    exp_avg.push_back(detail::ReadFloats(reader, s.params.Size(t), "first moments of \"" + s.params.Name(t) + "\""));
+    const std::size_t size = s.params.Size(t);
+    const std::string first = "first moments of \"" + s.params.Name(t) + "\"";
+    const std::string second = "second moments of \"" + s.params.Name(t) + "\"";
+    exp_avg.push_back(s.exp_avg.Prepare(detail::ReadState(reader, float32_blob, size, first), size, conversion, first));
     exp_avg_sq.push_back(
-        detail::ReadFloats(reader, s.params.Size(t), "second moments of \"" + s.params.Name(t) + "\""));
+        s.exp_avg_sq.Prepare(detail::ReadState(reader, float32_blob, size, second), size, conversion, second));
+    if (!exp_avg.back().present || !exp_avg_sq.back().present) {
+      std::string missing = "has no ";
+      missing += first;
+      missing += " or ";
+      missing += second;
+      reader.Fail(missing);
+    }
   }
   reader.ExpectEnd();
   // Everything decoded: commit.
   s.params.CommitMasters(masters);
-  for (std::size_t t = 0; t < s.params.Count(); ++t) {
-    s.exp_avg[t]->CopyFromFloats(exp_avg[t]);
-    s.exp_avg_sq[t]->CopyFromFloats(exp_avg_sq[t]);
-  }
+  s.exp_avg.Commit(exp_avg);
+  s.exp_avg_sq.Commit(exp_avg_sq);
   s.options = options;
   s.steps = steps;
 }

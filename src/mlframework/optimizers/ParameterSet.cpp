@@ -9,6 +9,8 @@
 #include <mlframework/core/MultiTensor.hpp>
 #include <mlframework/core/Tensor.hpp>
 
+#include "mlframework/core/StateCodes.hpp"
+
 namespace mlframework::optimizers::detail {
 
 namespace {
@@ -25,7 +27,13 @@ std::span<float> Floats(ITensor& tensor) {
   return {reinterpret_cast<float*>(bytes.data()), bytes.size() / sizeof(float)};
 }
 
-ParameterSet::ParameterSet(GradientMap parameters) : parameters_(std::move(parameters)) {
+std::span<std::uint16_t> Halves(ITensor& tensor) {
+  const std::span<std::byte> bytes = tensor.MutableHostBytes();
+  return {reinterpret_cast<std::uint16_t*>(bytes.data()), bytes.size() / sizeof(std::uint16_t)};
+}
+
+ParameterSet::ParameterSet(GradientMap parameters, MasterFormat masters)
+    : master_format_(masters), parameters_(std::move(parameters)) {
   if (parameters_.empty()) {
     throw ArgumentError("parameters", "must hold at least one tensor, got an empty map");
   }
@@ -36,6 +44,31 @@ ParameterSet::ParameterSet(GradientMap parameters) : parameters_(std::move(param
     if (!IsValid(tensor->GetDataType())) {
       throw ArgumentError("parameters[\"" + name + "\"]", "has an invalid dtype");
     }
+    if (masters != MasterFormat::Float32 &&
+        (tensor->GetDataType() != DataType::BFloat16 || tensor->HostBytes().empty())) {
+      throw ArgumentError("parameters[\"" + name + "\"]",
+                          "is a " + std::string(ToString(tensor->GetDataType())) +
+                              (tensor->HostBytes().empty() ? " tensor outside host memory" : " tensor") +
+                              " but the masters are " + ToString(masters) +
+                              ", which updates BF16 parameters in host memory (use MasterFormat::Float32)");
+    }
+  }
+  if (masters != MasterFormat::Float32) {
+    // The BF16 parameters are the masters: updated in place, nothing to write back.
+    std::vector<Shape> shapes;
+    for (const auto& [name, tensor] : parameters_) {
+      names_.push_back(name);
+      list_.push_back(tensor);
+      in_place_.push_back(true);
+      master_list_.push_back(tensor);
+      masters_.emplace(name, tensor);
+      shapes.push_back({tensor->Size()});
+    }
+    if (masters == MasterFormat::BFloat16Remainder) {
+      remainders_ = ZerosContiguous(shapes, DataType::BFloat16, Device::CPU());  // master = parameter
+    }
+    scratch_.resize(list_.size());
+    return;
   }
   // FP32 parameters in host memory are their own master (no extra copy); everything else
   // (FP16/BF16, or tensors whose memory the host cannot address) gets an FP32 host master. The masters share one
@@ -73,6 +106,13 @@ TensorPtr ParameterSet::FusedCopy(std::size_t i) const noexcept {
   return list_[i];
 }
 
+std::vector<TensorPtr> ParameterSet::FusedCopies() const {
+  std::vector<TensorPtr> copies;
+  if (master_format_ != MasterFormat::Float32) return copies;
+  for (std::size_t i = 0; i < list_.size(); ++i) copies.push_back(FusedCopy(i));
+  return copies;
+}
+
 void ParameterSet::SetGradients(const GradientMap& gradients) {
   for (const auto& [name, tensor] : gradients) {
     const auto it = parameters_.find(name);
@@ -105,7 +145,21 @@ void ParameterSet::RequireGradients(const char* optimizer) const {
   }
 }
 
-std::span<float> ParameterSet::Master(std::size_t i) { return Floats(*master_list_[i]); }
+std::vector<float> ParameterSet::MasterValues(std::size_t i) const {
+  if (master_format_ == MasterFormat::Float32) {
+    const std::span<const float> values = Floats(*master_list_[i]);
+    return {values.begin(), values.end()};
+  }
+  const std::span<const std::uint16_t> params = Halves(*list_[i]);
+  const std::span<const std::uint16_t> remainders =
+      remainders_.empty() ? std::span<const std::uint16_t>() : Halves(*remainders_[i]);
+  std::vector<float> values(params.size());
+  for (std::size_t k = 0; k < params.size(); ++k) {
+    values[k] = remainders.empty() ? mlframework::detail::BFloat16BitsToFloat(params[k])
+                                   : mlframework::detail::MasterFromRemainder(params[k], remainders[k]);
+  }
+  return values;
+}
 
 std::vector<TensorPtr> ParameterSet::Float32Gradients() {
   std::vector<TensorPtr> gradients(list_.size());
@@ -172,14 +226,25 @@ void ParameterSet::WriteBackUnfused() {
 }
 
 void ParameterSet::SaveMasters(mlframework::detail::BlobWriter& writer) const {
+  writer.U8(static_cast<std::uint8_t>(master_format_));
   writer.U64(list_.size());
   for (std::size_t i = 0; i < list_.size(); ++i) {
     WriteName(writer, names_[i]);
-    WriteFloats(writer, Floats(*master_list_[i]));
+    WriteFloats(writer, MasterValues(i));
   }
 }
 
-std::vector<std::vector<float>> ParameterSet::ReadMasters(mlframework::detail::BlobReader& reader) const {
+std::vector<std::vector<float>> ParameterSet::ReadMasters(mlframework::detail::BlobReader& reader, bool with_format,
+                                                          bool convert) const {
+  const std::uint8_t format = with_format ? reader.U8() : std::uint8_t{0};
+  if (format > static_cast<std::uint8_t>(MasterFormat::BFloat16Remainder)) {
+    reader.Fail("has master format " + std::to_string(format) + ", not a MasterFormat");
+  }
+  const auto saved = static_cast<MasterFormat>(format);
+  if (saved != master_format_ && !convert) {
+    reader.Fail("holds " + std::string(ToString(saved)) + " masters but this optimizer keeps " +
+                ToString(master_format_) + " masters: load with StateConversion::Convert to convert them");
+  }
   const std::uint64_t count = reader.U64();
   if (count != list_.size()) {
     reader.Fail("holds " + std::to_string(count) + " parameters but this optimizer has " +
@@ -195,13 +260,42 @@ std::vector<std::vector<float>> ParameterSet::ReadMasters(mlframework::detail::B
     }
     values.push_back(ReadFloats(reader, list_[i]->Size(), "master weights of \"" + name + "\""));
   }
+  CheckMasters(values);
   return values;
+}
+
+void ParameterSet::CheckMasters(const std::vector<std::vector<float>>& values) const {
+  if (master_format_ == MasterFormat::Float32) return;
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    for (std::size_t k = 0; k < values[i].size(); ++k) {
+      const float value = values[i][k];
+      if (std::isfinite(value) &&
+          !std::isfinite(mlframework::detail::BFloat16BitsToFloat(mlframework::detail::FloatToBFloat16Bits(value)))) {
+        throw ArgumentError("state", "master weight " + std::to_string(k) + " of \"" + names_[i] + "\" is " +
+                                         std::to_string(value) + ", which overflows the BF16 masters (" +
+                                         ToString(master_format_) + ")");
+      }
+    }
+  }
 }
 
 void ParameterSet::CommitMasters(const std::vector<std::vector<float>>& values) {
   for (std::size_t i = 0; i < list_.size(); ++i) {
-    const std::span<float> master = Master(i);
-    std::copy(values[i].begin(), values[i].end(), master.begin());
+    if (master_format_ == MasterFormat::Float32) {
+      const std::span<float> master = Floats(*master_list_[i]);
+      std::copy(values[i].begin(), values[i].end(), master.begin());
+      continue;
+    }
+    const std::span<std::uint16_t> params = Halves(*list_[i]);
+    const std::span<std::uint16_t> remainders =
+        remainders_.empty() ? std::span<std::uint16_t>() : Halves(*remainders_[i]);
+    for (std::size_t k = 0; k < params.size(); ++k) {
+      if (!remainders.empty()) {
+        mlframework::detail::SplitMaster(values[i][k], &params[k], &remainders[k]);
+      } else {
+        params[k] = mlframework::detail::FloatToBFloat16Bits(values[i][k]);
+      }
+    }
   }
   WriteBack();
 }
@@ -226,6 +320,28 @@ void ParameterSet::RequireSameNames(std::size_t count, const std::function<bool(
     throw ArgumentError(parameter, "holds " + std::to_string(count) + " parameters but this optimizer has " +
                                        std::to_string(names_.size()));
   }
+}
+
+std::vector<std::vector<float>> ParameterSet::CheckedMasters(
+    const std::map<std::string, amp::OptimizerStoredParameterState>& state, std::int64_t steps, std::size_t vectors,
+    const char* optimizer) const {
+  if (steps < 0) {
+    throw ArgumentError("steps", "must be >= 0, got " + std::to_string(steps));
+  }
+  RequireSameNames(
+      state.size(), [&](const std::string& name) { return state.count(name) != 0; }, "state");
+  std::vector<std::vector<float>> masters;
+  for (std::size_t t = 0; t < names_.size(); ++t) {
+    const amp::OptimizerStoredParameterState& entry = state.at(names_[t]);
+    if (entry.Vectors.size() != vectors) {
+      throw ArgumentError("state", "parameter '" + names_[t] + "' has " + std::to_string(entry.Vectors.size()) +
+                                       " state vectors, " + optimizer + " keeps " + std::to_string(vectors));
+    }
+    RequireLength(entry.Master.size(), t, "master weights", "state");
+    masters.push_back(entry.Master);
+  }
+  CheckMasters(masters);
+  return masters;
 }
 
 void ParameterSet::RequireLength(std::size_t length, std::size_t i, const std::string& what,

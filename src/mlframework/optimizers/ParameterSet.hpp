@@ -10,8 +10,10 @@
 #include <string>
 #include <vector>
 
+#include <mlframework/amp/IOptimizerState.hpp>
 #include <mlframework/core/Error.hpp>
 #include <mlframework/core/ITensor.hpp>
+#include <mlframework/core/OptimizerStep.hpp>
 
 #include "mlframework/core/StateBlob.hpp"
 #include "mlframework/core/Validation.hpp"
@@ -23,8 +25,9 @@ inline constexpr std::ptrdiff_t kParallelThreshold = 1 << 16;
 
 class ParameterSet {
  public:
-  // Validates (non-empty, no null tensor, valid dtype) and creates the FP32 masters.
-  explicit ParameterSet(GradientMap parameters);
+  // Validates (non-empty, no null tensor, valid dtype; BF16 host tensors for BF16 @p masters,
+  // else ArgumentError naming the parameter) and creates the FP32 masters or the remainders.
+  ParameterSet(GradientMap parameters, MasterFormat masters);
 
   const GradientMap& Parameters() const noexcept { return parameters_; }
   const GradientMap& Masters() const noexcept { return masters_; }
@@ -40,10 +43,13 @@ class ParameterSet {
   // InvalidOperationError naming @p optimizer when SetGradients was never called.
   void RequireGradients(const char* optimizer) const;
 
-  // FP32 master elements of parameter i (the parameter's own memory when it is FP32 in host memory).
-  std::span<float> Master(std::size_t i);
-  // The masters, in parameter order.
+  MasterFormat MasterKind() const noexcept { return master_format_; }
+  // Parameter i's master weights in FP32 (exact for every MasterFormat).
+  std::vector<float> MasterValues(std::size_t i) const;
+  // The masters, in parameter order (the BF16 parameters themselves under BF16 masters).
   std::span<const TensorPtr> MasterList() const noexcept { return master_list_; }
+  // BFloat16Remainder: the remainders, in parameter order; else empty.
+  std::span<const TensorPtr> Remainders() const noexcept { return remainders_; }
   // The gradients as FP32 host tensors, in parameter order. FP32 gradients in host memory are
   // read where they are; every other gradient is converted by one fused CastInto into reused
   // FP32 buffers.
@@ -54,16 +60,31 @@ class ParameterSet {
   // own master, in memory the host addresses), else null. Asked at every step: a tensor of a
   // framework may hand out other memory later.
   TensorPtr FusedCopy(std::size_t i) const noexcept;
+  // FusedCopy() of every parameter under FP32 masters; empty under BF16 masters (the parameters
+  // are the masters).
+  std::vector<TensorPtr> FusedCopies() const;
   // WriteBack() for the parameters FusedCopy() does not cover (none, after a fused step, unless
   // some parameters live in memory the host cannot address).
   void WriteBackUnfused();
 
-  // Master weights: count, then per parameter its name, element count and values.
+  // Master weights: u8 MasterFormat, count, then per parameter its name, element count and FP32 values.
   void SaveMasters(mlframework::detail::BlobWriter& writer) const;
-  // Reads what SaveMasters wrote, checking names and sizes against this set (no change made).
-  std::vector<std::vector<float>> ReadMasters(mlframework::detail::BlobReader& reader) const;
-  // Commits values read by ReadMasters (and writes the rounded values back into the parameters).
+  // Reads what SaveMasters wrote (@p with_format false: an older blob, FP32 masters without the
+  // format byte), checking names and sizes against this set and, without @p convert, that the
+  // format is this set's; the values are checked with CheckMasters() (no change made).
+  std::vector<std::vector<float>> ReadMasters(mlframework::detail::BlobReader& reader, bool with_format,
+                                              bool convert) const;
+  // ArgumentError naming `state` for a value BF16 masters cannot hold (none for FP32 masters).
+  void CheckMasters(const std::vector<std::vector<float>>& values) const;
+  // Commits checked FP32 master values: FP32 masters copied (and rounded into FP16/BF16 parameters),
+  // BF16 masters rounded to nearest even, or split exactly with their remainders.
   void CommitMasters(const std::vector<std::vector<float>>& values);
+  // The checks of ImportStoredState(): @p steps >= 0 (else ArgumentError naming `steps`), and
+  // @p state holding exactly this set's names, each with masters of its size, checked by
+  // CheckMasters(), and @p vectors state vectors (else naming `state`; @p optimizer names the
+  // optimizer). Returns the masters in parameter order.
+  std::vector<std::vector<float>> CheckedMasters(const std::map<std::string, amp::OptimizerStoredParameterState>& state,
+                                                 std::int64_t steps, std::size_t vectors, const char* optimizer) const;
   // ArgumentError naming @p parameter unless a map of @p count names, asked by @p has, holds
   // exactly this set's names (RestoreState() of the optimizers).
   void RequireSameNames(std::size_t count, const std::function<bool(const std::string&)>& has,
@@ -75,6 +96,7 @@ class ParameterSet {
   // Makes the missing FP32 scratch buffers, all in one contiguous buffer.
   void AllocateScratch();
 
+  MasterFormat master_format_;
   GradientMap parameters_;
   GradientMap masters_;
   GradientMap gradients_;
@@ -84,10 +106,13 @@ class ParameterSet {
   std::vector<bool> in_place_;            // parameter i is its own master
   std::vector<TensorPtr> gradient_list_;  // gradients in name order
   std::vector<TensorPtr> scratch_;        // FP32 buffers for gradients read through CastInto
+  std::vector<TensorPtr> remainders_;     // BFloat16Remainder: 16-bit remainders in name order
 };
 
 // The elements of an FP32 tensor in host memory (a master, a scratch buffer, an optimizer state).
 std::span<float> Floats(ITensor& tensor);
+// The 16-bit elements of a two-byte tensor in host memory (BF16 masters, remainders), as raw bits.
+std::span<std::uint16_t> Halves(ITensor& tensor);
 
 // Name written into a blob (length-prefixed).
 void WriteName(mlframework::detail::BlobWriter& writer, const std::string& name);

@@ -11,23 +11,17 @@
 
 #include "mlframework/core/StateBlob.hpp"
 #include "mlframework/optimizers/ParameterSet.hpp"
+#include "mlframework/optimizers/StateList.hpp"
 
 namespace mlframework::optimizers {
 
 namespace {
 
 constexpr char kSGDKind[] = "optimizers.SGD";
-constexpr std::uint16_t kSGDVersion = 2;  // 2: the options as doubles, with Dampening
-
-// The momentum buffers of @p values (an empty vector: no buffer yet, null).
-std::vector<TensorPtr> MomentumTensors(const std::vector<std::vector<float>>& values) {
-  std::vector<TensorPtr> buffers;
-  buffers.reserve(values.size());
-  for (const std::vector<float>& v : values) {
-    buffers.push_back(v.empty() ? nullptr : FromVector(v, {v.size()}));
-  }
-  return buffers;
-}
+// 3: the momentum format, block size, rounding seed and master format, each buffer as stored;
+// 2: the options as doubles, with Dampening, FP32 masters and buffers.
+constexpr std::uint16_t kSGDVersion = 3;
+constexpr std::uint16_t kSGDFloat32Version = 2;
 
 }  // namespace
 
@@ -44,15 +38,33 @@ void SGDOptions::Validate() const {
   if (Nesterov && Dampening != 0.0) {
     throw ArgumentError("Nesterov", "needs Dampening 0 (PyTorch's rule), got Dampening " + detail::Show(Dampening));
   }
+  detail::CheckStateOption(MomentumFormat, false, "MomentumFormat");
+  detail::CheckBlockSize(StateBlockSize, "StateBlockSize");
+  detail::CheckMasterOption(Masters, "Masters");
 }
 
 struct SGD::Impl {
-  Impl(GradientMap parameters, SGDOptions opts) : options(opts), params(std::move(parameters)) {
-    momentum.resize(params.Count());
+  Impl(GradientMap parameters, SGDOptions opts)
+      : options(opts),
+        params(std::move(parameters), opts.Masters),
+        momentum(opts.MomentumFormat, opts.StateBlockSize, false, params.Count()) {}
+  // RestoreState() (@p conversion Convert: FP32 buffers encoded) and ImportStoredState() (None).
+  void Import(const std::map<std::string, amp::OptimizerStoredParameterState>& state, std::int64_t new_steps,
+              amp::StateConversion conversion) {
+    const std::vector<std::vector<float>> masters = params.CheckedMasters(state, new_steps, 1, "SGD");
+    std::vector<detail::StateRecord> buffers;
+    for (std::size_t t = 0; t < params.Count(); ++t) {
+      buffers.push_back(momentum.Prepare(detail::ToRecord(state.at(params.Name(t)).Vectors[0]), params.Size(t),
+                                         conversion, "momentum values of \"" + params.Name(t) + "\""));
+    }
+    // Everything checked: commit.
+    params.CommitMasters(masters);
+    momentum.Commit(buffers);
+    steps = new_steps;
   }
   SGDOptions options;
   detail::ParameterSet params;
-  std::vector<TensorPtr> momentum;  // FP32 host tensors, null until the first step with Momentum > 0 (PyTorch)
+  detail::StateList momentum;  // not made until the first step with Momentum > 0 (PyTorch)
   std::int64_t steps = 0;
 };
 
@@ -78,31 +90,51 @@ void SGD::Step() {
     std::vector<TensorPtr> parameters;
     std::vector<TensorPtr> gradients;
     std::vector<TensorPtr> momentum;
+    std::vector<TensorPtr> scales;
     std::vector<TensorPtr> low_precision;
+    std::vector<TensorPtr> remainders;
   };
-  Lists first;
-  Lists later;
-  for (std::size_t t = 0; t < s.params.Count(); ++t) {
-    TensorPtr& buffer = s.momentum[t];
-    const bool made_now = momentum && !buffer;
-    if (made_now) {
-      buffer = Zeros({s.params.Size(t)});
-    }
-    Lists& lists = made_now ? first : later;
-    lists.parameters.push_back(s.params.MasterList()[t]);
-    lists.gradients.push_back(gradients[t]);
-    lists.low_precision.push_back(s.params.FusedCopy(t));
-    if (momentum) {
-      lists.momentum.push_back(buffer);
+  std::vector<std::size_t> made_now;
+  std::vector<std::size_t> sizes;
+  for (std::size_t t = 0; t < s.params.Count() && momentum; ++t) {
+    if (!s.momentum.Has(t)) {
+      made_now.push_back(t);
+      sizes.push_back(s.params.Size(t));
     }
   }
+  s.momentum.Make(made_now, sizes);
+  const std::vector<TensorPtr> low_precision = s.params.FusedCopies();
+  const bool scaled = IsBlockScaled(s.options.MomentumFormat);
+  Lists first;
+  Lists later;
+  for (std::size_t t = 0, k = 0; t < s.params.Count(); ++t) {
+    const bool made = k < made_now.size() && made_now[k] == t;
+    k += made ? 1 : 0;
+    Lists& lists = made ? first : later;
+    lists.parameters.push_back(s.params.MasterList()[t]);
+    lists.gradients.push_back(gradients[t]);
+    if (!low_precision.empty()) lists.low_precision.push_back(low_precision[t]);
+    if (!s.params.Remainders().empty()) lists.remainders.push_back(s.params.Remainders()[t]);
+    if (momentum) {
+      lists.momentum.push_back(s.momentum.Data(t));
+      if (scaled) lists.scales.push_back(s.momentum.Scales(t));
+    }
+  }
+  const SGDOptions& o = s.options;
   for (const bool first_step : {true, false}) {
     const Lists& lists = first_step ? first : later;
     if (!lists.parameters.empty()) {
       FusedSGDStep(OptimizerStepLists{.Parameters = lists.parameters,
                                       .Gradients = lists.gradients,
                                       .FirstState = lists.momentum,
-                                      .LowPrecisionCopies = lists.low_precision},
+                                      .LowPrecisionCopies = lists.low_precision,
+                                      .FirstStateFormat = momentum ? o.MomentumFormat : StateFormat::Float32,
+                                      .FirstStateScales = lists.scales,
+                                      .StateBlockSize = o.StateBlockSize,
+                                      .Masters = o.Masters,
+                                      .ParameterRemainders = lists.remainders,
+                                      .RoundingSeed = o.RoundingSeed,
+                                      .RoundingStep = static_cast<std::uint64_t>(s.steps + 1)},
                    SGDStepScalarsFor(s.options, first_step));
     }
   }
@@ -130,33 +162,20 @@ void SGD::SetLearningRate(double learning_rate) {
 std::int64_t SGD::StepCount() const noexcept { return impl_->steps; }
 
 std::span<const float> SGD::MomentumBuffer(const std::string& name) const {
-  const TensorPtr& buffer = impl_->momentum[impl_->params.IndexOf(name, "name")];
-  return buffer ? detail::Floats(*buffer) : std::span<const float>();
+  return impl_->momentum.Values(impl_->params.IndexOf(name, "name"));
 }
 
 void SGD::RestoreState(const std::map<std::string, SGDParameterState>& state, std::int64_t steps) {
-  Impl& s = *impl_;
-  if (steps < 0) {
-    throw ArgumentError("steps", "must be >= 0, got " + std::to_string(steps));
+  std::map<std::string, amp::OptimizerStoredParameterState> stored;
+  for (const auto& [name, entry] : state) {
+    stored[name] = {entry.Master, {detail::Float32Values(entry.MomentumBuffer)}};
   }
-  s.params.RequireSameNames(
-      state.size(), [&](const std::string& name) { return state.count(name) != 0; }, "state");
-  std::vector<std::vector<float>> masters;
-  std::vector<std::vector<float>> momentum;
-  for (std::size_t t = 0; t < s.params.Count(); ++t) {
-    const SGDParameterState& entry = state.at(s.params.Name(t));
-    s.params.RequireLength(entry.Master.size(), t, "master weights", "state");
-    if (!entry.MomentumBuffer.empty()) {
-      s.params.RequireLength(entry.MomentumBuffer.size(), t, "momentum values", "state");
-    }
-    masters.push_back(entry.Master);
-    momentum.push_back(entry.MomentumBuffer);
-  }
-  std::vector<TensorPtr> buffers = MomentumTensors(momentum);
-  // Everything checked: commit.
-  s.params.CommitMasters(masters);
-  s.momentum = std::move(buffers);
-  s.steps = steps;
+  impl_->Import(stored, steps, amp::StateConversion::Convert);
+}
+
+void SGD::ImportStoredState(const std::map<std::string, amp::OptimizerStoredParameterState>& state,
+                            std::int64_t steps) {
+  impl_->Import(state, steps, amp::StateConversion::None);
 }
 
 std::string SGD::StateKind() const { return "SGD"; }
@@ -178,16 +197,13 @@ std::span<const float> SGD::StateVector(const std::string& name, std::size_t ind
   return MomentumBuffer(name);
 }
 
+amp::StoredStateVector SGD::StoredState(const std::string& name, std::size_t index) const {
+  if (index != 0) throw ArgumentError("index", "SGD keeps 1 state vector (0), got " + std::to_string(index));
+  return impl_->momentum.Stored(impl_->params.IndexOf(name, "name"));
+}
+
 void SGD::ImportState(const std::map<std::string, amp::OptimizerParameterState>& state, std::int64_t steps) {
-  std::map<std::string, SGDParameterState> sgd_state;
-  for (const auto& [name, entry] : state) {
-    if (entry.Vectors.size() != 1) {
-      throw ArgumentError("state", "parameter '" + name + "' has " + std::to_string(entry.Vectors.size()) +
-                                       " state vectors, SGD keeps 1 (momentum_buffer)");
-    }
-    sgd_state[name] = {entry.Master, entry.Vectors[0]};
-  }
-  RestoreState(sgd_state, steps);
+  impl_->Import(detail::StoredForm(state), steps, amp::StateConversion::Convert);
 }
 
 std::vector<std::byte> SGD::StateDict() const {
@@ -198,40 +214,47 @@ std::vector<std::byte> SGD::StateDict() const {
   writer.F64(s.options.WeightDecay);
   writer.F64(s.options.Dampening);
   writer.U8(s.options.Nesterov ? 1 : 0);
+  writer.U64(s.options.RoundingSeed);
   writer.I64(s.steps);
   s.params.SaveMasters(writer);
   for (std::size_t t = 0; t < s.params.Count(); ++t) {
-    writer.U8(s.momentum[t] ? 1 : 0);
-    if (s.momentum[t]) {
-      detail::WriteFloats(writer, detail::Floats(*s.momentum[t]));
-    }
+    detail::WriteStateRecord(writer, s.momentum.Stored(t), s.momentum.Has(t));
   }
   return writer.Finish();
 }
 
-void SGD::LoadStateDict(std::span<const std::byte> state) {
+void SGD::LoadStateDict(std::span<const std::byte> state, amp::StateConversion conversion) {
   Impl& s = *impl_;
-  mlframework::detail::BlobReader reader(state, kSGDKind, kSGDVersion);
-  SGDOptions options;
+  std::uint16_t version = 0;
+  mlframework::detail::BlobReader reader =
+      mlframework::detail::OpenBlobVersion(state, kSGDKind, {kSGDVersion, kSGDFloat32Version}, version);
+  const bool float32_blob = version == kSGDFloat32Version;
+  SGDOptions options = s.options;  // the formats stay this optimizer's
   options.LearningRate = reader.F64();
   options.Momentum = reader.F64();
   options.WeightDecay = reader.F64();
   options.Dampening = reader.F64();
   options.Nesterov = reader.Flag("Nesterov");
+  if (!float32_blob) options.RoundingSeed = reader.U64();
   detail::ValidateLoaded(options, reader);
   const std::int64_t steps = reader.Count("step count");
-  std::vector<std::vector<float>> masters = s.params.ReadMasters(reader);
-  std::vector<std::vector<float>> momentum(s.params.Count());
+  std::vector<std::vector<float>> masters =
+      s.params.ReadMasters(reader, !float32_blob, conversion == amp::StateConversion::Convert);
+  std::vector<detail::StateRecord> momentum;
   for (std::size_t t = 0; t < s.params.Count(); ++t) {
-    if (reader.Flag("momentum of \"" + s.params.Name(t) + "\"")) {
-      momentum[t] = detail::ReadFloats(reader, s.params.Size(t), "momentum of \"" + s.params.Name(t) + "\"");
+    const std::size_t size = s.params.Size(t);
+    const std::string what = "momentum of \"" + s.params.Name(t) + "\"";
+    detail::StateRecord record;
+    // A blob of FP32 state flags each buffer; ReadStateRecord() reads the flag itself.
+    if (!float32_blob || reader.Flag(what)) {
+      record = detail::ReadState(reader, float32_blob, size, what);
     }
+    momentum.push_back(s.momentum.Prepare(record, size, conversion, what));
   }
   reader.ExpectEnd();
-  std::vector<TensorPtr> buffers = MomentumTensors(momentum);
   // Everything decoded: commit.
   s.params.CommitMasters(masters);
-  s.momentum = std::move(buffers);
+  s.momentum.Commit(momentum);
   s.options = options;
   s.steps = steps;
 }

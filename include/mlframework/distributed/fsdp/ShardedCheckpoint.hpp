@@ -11,6 +11,7 @@
 #include <vector>
 
 #include <mlframework/amp/IOptimizer.hpp>
+#include <mlframework/amp/IOptimizerState.hpp>
 #include <mlframework/export.hpp>
 
 namespace mlframework::distributed::fsdp {
@@ -54,10 +55,21 @@ struct ShardedCheckpointContents {
   /// The training step to store (SaveShardedCheckpoint); LoadShardedCheckpoint() returns the
   /// stored one and ignores this field.
   std::int64_t Step = 0;
+  /// LoadShardedCheckpoint(): whether an optimizer state vector may be re-encoded. Each vector is
+  /// stored as the optimizer keeps it (amp::IOptimizerState::StoredState(): format, block size,
+  /// codes, scales). It loads bit for bit when the loading optimizer keeps it in the same format
+  /// and, for the block-scaled formats, the same block size and every saved and loading shard
+  /// starts on a multiple of the block size (the blocks of every shard are then blocks of one
+  /// grid over the unit's flat buffer; a shard that ends inside a block ends in the unit's
+  /// padding). Otherwise the vector is decoded into FP32 and encoded in the loading optimizer's
+  /// format at its shard's blocks, which needs amp::StateConversion::Convert here; without it
+  /// the load is an ArgumentError naming `contents.Conversion`, the unit and the vector.
+  amp::StateConversion Conversion = amp::StateConversion::None;
 };
 
 /// Format version FSDP::SaveShardedCheckpoint() writes (blob kind "distributed.fsdp.ShardedCheckpoint").
-inline constexpr std::uint16_t kShardedCheckpointVersion = 2;  // 2: the optimizer options as doubles
+/// 3: each optimizer state vector's format, block size and scales; 2: the optimizer options as doubles.
+inline constexpr std::uint16_t kShardedCheckpointVersion = 3;
 
 /// File of @p rank in a checkpoint directory: "shard-00003.mlfw" for rank 3 (five digits, more
 /// when the rank needs them). ArgumentError for a negative rank.

@@ -101,7 +101,7 @@ SavedOptimizer ReadOptimizer(BlobReader& reader) {
   return optimizer;
 }
 
-SavedUnit ReadUnit(BlobReader& reader, std::uint32_t states) {
+SavedUnit ReadUnit(BlobReader& reader, std::uint32_t states, std::uint16_t version) {
   SavedUnit unit;
   unit.name = ReadString(reader, "unit name");
   const std::string label = "unit '" + unit.name + "'";
@@ -157,8 +157,31 @@ SavedUnit ReadUnit(BlobReader& reader, std::uint32_t states) {
   }
   unit.master = ReadValues(reader, unit.count);
   for (std::uint32_t s = 0; s < states; ++s) {
-    unit.states.push_back(reader.Flag(label + " optimizer state") ? ReadValues(reader, unit.count)
-                                                                  : std::span<const std::byte>{});
+    SavedState state;
+    state.present = reader.Flag(label + " optimizer state");
+    if (state.present && version < 3) {
+      state.codes = ReadValues(reader, unit.count);
+    } else if (state.present) {
+      const std::uint8_t format = reader.U8();
+      if (format > static_cast<std::uint8_t>(StateFormat::Float8E4M3Block)) {
+        reader.Fail(label + " optimizer state " + std::to_string(s) + " has format " + std::to_string(format) +
+                    ", not a StateFormat");
+      }
+      state.format = static_cast<StateFormat>(format);
+      state.block_size = reader.U64();
+      const std::uint64_t block = state.block_size;
+      if (block < 32 || block > 2048 || (block & (block - 1)) != 0) {
+        reader.Fail(label + " optimizer state " + std::to_string(s) + " has block size " + std::to_string(block) +
+                    "; a block is a power of two from 32 to 2048 elements");
+      }
+      const std::size_t element = ElementSize(StateStorageDType(state.format));
+      if (unit.count > std::numeric_limits<std::size_t>::max() / element) {
+        reader.Fail("value count " + std::to_string(unit.count) + " is implausible");
+      }
+      state.codes = reader.Bytes(static_cast<std::size_t>(unit.count) * element);
+      if (IsBlockScaled(state.format)) state.scales = ReadValues(reader, StateBlockCount(unit.count, block));
+    }
+    unit.states.push_back(state);
   }
   return unit;
 }
@@ -187,9 +210,15 @@ void CheckSameUnit(const SavedUnit& mine, const SavedUnit& first, std::size_t in
     }
   }
   for (std::size_t s = 0; s < mine.states.size(); ++s) {
-    if (mine.states[s].empty() != first.states[s].empty()) {
-      differ(std::string(mine.states[s].empty() ? "lacks" : "has") + " optimizer state vector " + std::to_string(s) +
-             " of unit '" + mine.name + "'");
+    const SavedState& a = mine.states[s];
+    const SavedState& b = first.states[s];
+    if (a.present != b.present) {
+      differ(std::string(a.present ? "has" : "lacks") + " optimizer state vector " + std::to_string(s) + " of unit '" +
+             mine.name + "'");
+    }
+    if (a.present && (a.format != b.format || (IsBlockScaled(a.format) && a.block_size != b.block_size))) {
+      differ("stores optimizer state vector " + std::to_string(s) + " of unit '" + mine.name + "' as " +
+             ToString(a.format) + " in blocks of " + std::to_string(a.block_size));
     }
   }
 }
@@ -278,16 +307,22 @@ std::vector<std::byte> EncodeCheckpoint(const SavedRank& saved) {
       writer.U64(parameter.offset);
     }
     writer.Bytes(unit.master);
-    for (const std::span<const std::byte> state : unit.states) {
-      writer.U8(state.empty() ? 0 : 1);
-      writer.Bytes(state);
+    for (const SavedState& state : unit.states) {
+      writer.U8(state.present ? 1 : 0);
+      if (!state.present) continue;
+      writer.U8(static_cast<std::uint8_t>(state.format));
+      writer.U64(state.block_size);
+      writer.Bytes(state.codes);
+      writer.Bytes(state.scales);
     }
   }
   return writer.Finish();
 }
 
 SavedRank DecodeCheckpoint(std::span<const std::byte> blob, const std::string& parameter) {
-  BlobReader reader(blob, kCheckpointKind, kShardedCheckpointVersion, parameter);
+  std::uint16_t version = 0;
+  BlobReader reader =
+      mlframework::detail::OpenBlobVersion(blob, kCheckpointKind, {kShardedCheckpointVersion, 2}, version, parameter);
   SavedRank saved;
   saved.world = reader.U32();
   saved.rank = reader.U32();
@@ -309,7 +344,7 @@ SavedRank DecodeCheckpoint(std::span<const std::byte> blob, const std::string& p
   const std::uint64_t units = reader.U64();
   if (units == 0 || units > blob.size()) reader.Fail("unit count " + std::to_string(units) + " is implausible");
   for (std::uint64_t u = 0; u < units; ++u) {
-    saved.units.push_back(ReadUnit(reader, saved.optimizer.states));
+    saved.units.push_back(ReadUnit(reader, saved.optimizer.states, version));
   }
   reader.ExpectEnd();
   return saved;

@@ -14,8 +14,12 @@
 //     u64 elements | u64 padded size | u64 first element of this rank | u64 elements of this rank
 //     u32 parameter count, per parameter: u32 name length | name | u32 rank | u64 extents | u64 offset
 //     f32 x (elements of this rank): the master shard
-//     per optimizer state vector: u8 present | f32 x (elements of this rank) when present
-// The values are the rank's range [first, first + count) of the unit's flat, zero-padded buffer.
+//     per optimizer state vector: u8 present, when present: u8 StateFormat | u64 block size |
+//       the stored elements of this rank (4, 2 or 1 bytes each) | f32 x StateBlockCount(elements,
+//       block size) scales for the block-scaled formats (none otherwise)
+//     (version 2: per vector u8 present | f32 x (elements of this rank), FP32 state)
+// The values are the rank's range [first, first + count) of the unit's flat, zero-padded buffer;
+// a block-scaled state's blocks start at the rank's first element.
 
 #include <cstddef>
 #include <cstdint>
@@ -24,6 +28,7 @@
 #include <vector>
 
 #include <mlframework/core/ITensor.hpp>
+#include <mlframework/core/OptimizerStep.hpp>
 
 namespace mlframework::distributed::fsdp::detail {
 
@@ -51,6 +56,15 @@ std::string KindName(const SavedOptimizer& saved);
 // the library's counts (3 options and 1 vector, 5 options and 2 vectors).
 void CheckStorable(const SavedOptimizer& saved);
 
+// One optimizer state vector of a rank's range, as its optimizer stores it.
+struct SavedState {
+  bool present = false;
+  StateFormat format = StateFormat::Float32;
+  std::uint64_t block_size = kDefaultStateBlockSize;
+  std::span<const std::byte> codes{};   // count elements
+  std::span<const std::byte> scales{};  // block-scaled: StateBlockCount(count, block_size) FP32 values
+};
+
 struct SavedUnit {
   std::string name;
   std::uint64_t numel = 0;
@@ -58,8 +72,8 @@ struct SavedUnit {
   std::uint64_t first = 0;  // this rank's range of the padded buffer
   std::uint64_t count = 0;
   std::vector<SavedParameter> parameters;
-  std::span<const std::byte> master;               // count FP32 values
-  std::vector<std::span<const std::byte>> states;  // per optimizer state vector; empty: absent
+  std::span<const std::byte> master;  // count FP32 values
+  std::vector<SavedState> states;     // per optimizer state vector
 };
 
 struct SavedRank {

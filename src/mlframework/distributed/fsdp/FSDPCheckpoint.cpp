@@ -19,6 +19,7 @@
 
 #include "mlframework/distributed/Agreement.hpp"
 #include "mlframework/distributed/fsdp/CheckpointFormat.hpp"
+#include "mlframework/optimizers/StateList.hpp"
 
 namespace mlframework::distributed::fsdp {
 
@@ -66,6 +67,37 @@ detail::SavedOptimizer Describe(const amp::IOptimizerState* state) {
 }
 
 std::span<const std::byte> BytesOf(std::span<const float> values) { return std::as_bytes(values); }
+
+// The record of @p stored, a state vector of @p unit's shard (@p what names it): ArgumentError
+// naming contents.Optimizer unless it is a known format with a valid block size, holding the
+// shard's elements and its blocks' scales.
+detail::SavedState Saved(const amp::StoredStateVector& stored, const FSDPShardingUnit& unit, const std::string& what) {
+  detail::SavedState state{.present = !stored.Codes.empty()};
+  if (!state.present) return state;
+  const auto format = static_cast<unsigned>(stored.Format);
+  if (format > static_cast<unsigned>(StateFormat::Float8E4M3Block)) {
+    throw ArgumentError("contents.Optimizer", what + " of unit '" + unit.Name() + "' has format " +
+                                                  std::to_string(format) + ", not a StateFormat");
+  }
+  state.format = stored.Format;
+  const bool scaled = IsBlockScaled(stored.Format);
+  state.block_size = scaled ? stored.BlockSize : kDefaultStateBlockSize;
+  const std::size_t block = state.block_size;
+  const std::size_t element = ElementSize(StateStorageDType(stored.Format));
+  const std::size_t scales = scaled ? StateBlockCount(unit.ShardSize(), block) : 0;
+  if (block < 32 || block > 2048 || (block & (block - 1)) != 0 || stored.Codes.size() != unit.ShardSize() * element ||
+      stored.Scales.size() != scales) {
+    throw ArgumentError("contents.Optimizer",
+                        what + " of unit '" + unit.Name() + "' holds " + std::to_string(stored.Codes.size()) +
+                            " bytes and " + std::to_string(stored.Scales.size()) + " scales in blocks of " +
+                            std::to_string(block) + "; the shard's " + std::to_string(unit.ShardSize()) +
+                            " elements of " + ToString(stored.Format) + " take " +
+                            std::to_string(unit.ShardSize() * element) + " and " + std::to_string(scales));
+  }
+  state.codes = stored.Codes;
+  state.scales = std::as_bytes(stored.Scales);
+  return state;
+}
 
 // The trailing checksums of @p blobs (each frame's FNV-1a, StateBlob.hpp), sorted (the blobs
 // may come in any order) and folded with FNV-1a, cut to 52 bits so it travels exactly in a
@@ -151,23 +183,110 @@ void CheckSameOptimizer(const detail::SavedOptimizer& saved, const amp::IOptimiz
   }
 }
 
-// This rank's range of unit @p u under the new sharding, copied from the ranges of the saved
-// ranks that overlap it: the master shard (@p state < 0) or optimizer state vector @p state.
-std::vector<float> Reshard(const std::vector<SavedRank>& ranks, std::size_t u, const FSDPShardingUnit& unit,
-                           int state) {
+// This rank's range of unit @p u under the new sharding, @p element bytes per element, copied
+// from the ranges of the saved ranks that overlap it (@p bytes_of(i, range): the bytes of saved
+// rank i's range); the padding stays zero, as registered.
+template <typename Source>
+std::vector<std::byte> Reshard(const std::vector<SavedRank>& ranks, std::size_t u, const FSDPShardingUnit& unit,
+                               std::size_t element, Source&& bytes_of) {
   const std::uint64_t first = unit.ShardOffset();
   const std::uint64_t last = std::min<std::uint64_t>(first + unit.ShardSize(), unit.NumElements());
-  std::vector<float> values(unit.ShardSize(), 0.0f);  // the padding stays zero, as registered
-  for (const SavedRank& rank : ranks) {
-    const SavedUnit& saved = rank.units[u];
-    const std::span<const std::byte> bytes = state < 0 ? saved.master : saved.states[static_cast<std::size_t>(state)];
+  std::vector<std::byte> values(unit.ShardSize() * element, std::byte{0});
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    const SavedUnit& saved = ranks[i].units[u];
     const std::uint64_t begin = std::max(first, saved.first);
     const std::uint64_t end = std::min(last, saved.first + saved.count);
     if (begin >= end) continue;
-    std::memcpy(values.data() + (begin - first), bytes.data() + (begin - saved.first) * sizeof(float),
-                (end - begin) * sizeof(float));
+    const std::span<const std::byte> bytes = bytes_of(i, saved);
+    std::memcpy(values.data() + (begin - first) * element, bytes.data() + (begin - saved.first) * element,
+                (end - begin) * element);
   }
   return values;
+}
+
+std::vector<float> AsFloats(std::span<const std::byte> bytes) {
+  std::vector<float> values(bytes.size() / sizeof(float));
+  if (!values.empty()) std::memcpy(values.data(), bytes.data(), values.size() * sizeof(float));
+  return values;
+}
+
+// The master shard of unit @p u under the new sharding.
+std::vector<float> ReshardMasters(const std::vector<SavedRank>& ranks, std::size_t u, const FSDPShardingUnit& unit) {
+  return AsFloats(
+      Reshard(ranks, u, unit, sizeof(float), [](std::size_t, const SavedUnit& saved) { return saved.master; }));
+}
+
+// True when a range [first, first + count) of a unit of @p numel elements cuts no block of
+// @p block elements of the unit's grid: it starts on a block, and ends on one or in the padding.
+bool OnBlocks(std::uint64_t first, std::uint64_t count, std::uint64_t numel, std::uint64_t block) {
+  return first % block == 0 && (count % block == 0 || first + count >= numel);
+}
+
+// Optimizer state vector @p v of unit @p u under the new sharding, in @p live's format and block
+// size: the saved codes and scales where they carry over bit for bit (see
+// ShardedCheckpointContents::Conversion), else decoded and encoded when @p conversion allows.
+amp::StoredStateValues ReshardState(const std::vector<SavedRank>& ranks, std::size_t u, const FSDPShardingUnit& unit,
+                                    std::size_t v, const amp::StoredStateVector& live,
+                                    amp::StateConversion conversion) {
+  const detail::SavedState& saved = ranks.front().units[u].states[v];
+  const std::uint64_t numel = unit.NumElements();
+  const bool scaled = IsBlockScaled(saved.format);
+  bool on_blocks = !scaled || live.BlockSize == saved.block_size;
+  for (const SavedRank& rank : ranks) {
+    const SavedUnit& range = rank.units[u];
+    on_blocks = on_blocks && (!scaled || OnBlocks(range.first, range.count, numel, saved.block_size));
+  }
+  on_blocks = on_blocks && (!scaled || OnBlocks(unit.ShardOffset(), unit.ShardSize(), numel, saved.block_size));
+  const std::string what = "optimizer state vector " + std::to_string(v) + " of unit '" + unit.Name() + "'";
+  const std::size_t element = ElementSize(StateStorageDType(saved.format));
+  if (saved.format == live.Format && on_blocks) {
+    amp::StoredStateValues out{.Format = saved.format, .BlockSize = live.BlockSize, .Codes = {}, .Scales = {}};
+    out.Codes =
+        Reshard(ranks, u, unit, element, [v](std::size_t, const SavedUnit& range) { return range.states[v].codes; });
+    if (scaled) {
+      // Each block of the new range is a block of the saved ranges' grid: its scale carries over
+      // (a block wholly in the padding is zero, as the step would encode it).
+      out.Scales.assign(StateBlockCount(unit.ShardSize(), saved.block_size), 0.0f);
+      for (std::size_t b = 0; b < out.Scales.size(); ++b) {
+        const std::uint64_t g = unit.ShardOffset() + b * saved.block_size;
+        for (const SavedRank& rank : ranks) {
+          const SavedUnit& range = rank.units[u];
+          if (g < numel && g >= range.first && g < range.first + range.count) {
+            std::memcpy(&out.Scales[b], range.states[v].scales.data() + (g - range.first) / saved.block_size * 4, 4);
+          }
+        }
+      }
+    }
+    return out;
+  }
+  if (conversion != amp::StateConversion::Convert) {
+    throw ArgumentError(
+        "contents.Conversion",
+        what + " is stored as " + ToString(saved.format) +
+            (scaled ? " in blocks of " + std::to_string(saved.block_size) : std::string()) +
+            " and the optimizer keeps " + ToString(live.Format) +
+            (IsBlockScaled(live.Format) ? " in blocks of " + std::to_string(live.BlockSize) : std::string()) +
+            (saved.format == live.Format ? ", but the saved or loading shards do not fall on whole blocks" : "") +
+            ": set it to StateConversion::Convert to re-encode the state (not bit for bit)");
+  }
+  // Decoded per saved range into FP32, cut like the masters, encoded at this shard's blocks.
+  std::vector<std::vector<float>> decoded;
+  for (const SavedRank& rank : ranks) {
+    const detail::SavedState& state = rank.units[u].states[v];
+    const std::vector<float> scales = AsFloats(state.scales);
+    decoded.push_back(optimizers::detail::DecodeState(
+        {.Format = state.format, .BlockSize = state.block_size, .Codes = state.codes, .Scales = scales}));
+  }
+  const std::vector<float> values =
+      AsFloats(Reshard(ranks, u, unit, sizeof(float), [&](std::size_t i, const SavedUnit&) {
+        return std::as_bytes(std::span<const float>(decoded[i]));
+      }));
+  optimizers::detail::StateRecord record = optimizers::detail::EncodeState(
+      values, live.Format, live.BlockSize, live.KeepPositive, "saved_ranks", what + " (converted)");
+  return {.Format = record.format,
+          .BlockSize = record.block_size,
+          .Codes = std::move(record.codes),
+          .Scales = std::move(record.scales)};
 }
 
 }  // namespace
@@ -211,14 +330,8 @@ std::vector<std::byte> FSDP::SaveShardedCheckpoint(const ShardedCheckpointConten
       record.master = BytesOf(read_back.back());
     }
     for (std::uint32_t v = 0; v < saved.optimizer.states; ++v) {
-      const std::span<const float> state = optimizer->StateVector(unit.Name(), v);
-      if (!state.empty() && state.size() != unit.ShardSize()) {
-        throw ArgumentError("contents.Optimizer", saved.optimizer.kind + " state vector " + std::to_string(v) +
-                                                      " of unit '" + unit.Name() + "' has " +
-                                                      std::to_string(state.size()) + " values, the shard " +
-                                                      std::to_string(unit.ShardSize()));
-      }
-      record.states.push_back(BytesOf(state));
+      const amp::StoredStateVector stored = optimizer->StoredState(unit.Name(), v);
+      record.states.push_back(Saved(stored, unit, saved.optimizer.kind + " state vector " + std::to_string(v)));
     }
     saved.units.push_back(std::move(record));
   }
@@ -229,7 +342,7 @@ std::int64_t FSDP::LoadShardedCheckpoint(std::span<const std::vector<std::byte>>
                                          const ShardedCheckpointContents& contents) {
   IProcessGroup& group = ProcessGroup();
   std::vector<std::vector<float>> masters;  // per unit, this rank's new range
-  std::map<std::string, amp::OptimizerParameterState> optimizer_state;
+  std::map<std::string, amp::OptimizerStoredParameterState> optimizer_state;
   amp::IOptimizerState* optimizer = nullptr;
   detail::SavedOptimizer saved_optimizer;
   std::vector<std::byte> scaler_backup;
@@ -271,14 +384,17 @@ std::int64_t FSDP::LoadShardedCheckpoint(std::span<const std::vector<std::byte>>
     step = first.step;
     for (std::size_t u = 0; u < UnitCount(); ++u) {
       const FSDPShardingUnit& unit = Unit(u);
-      masters.push_back(Reshard(ranks, u, unit, -1));
+      masters.push_back(ReshardMasters(ranks, u, unit));
       if (optimizer == nullptr) continue;
-      amp::OptimizerParameterState& state = optimizer_state[unit.Name()];
+      amp::OptimizerStoredParameterState& state = optimizer_state[unit.Name()];
       state.Master = masters.back();
       for (std::uint32_t v = 0; v < first.optimizer.states; ++v) {
         // A state vector absent from the checkpoint (SGD's lazy momentum) stays absent.
-        state.Vectors.push_back(first.units[u].states[v].empty() ? std::vector<float>{}
-                                                                 : Reshard(ranks, u, unit, static_cast<int>(v)));
+        state.Vectors.push_back(
+            first.units[u].states[v].present
+                ? ReshardState(ranks, u, unit, v, optimizer->StoredState(unit.Name(), v), contents.Conversion)
+                : amp::StoredStateValues{
+                      .Format = StateFormat::Float32, .BlockSize = kDefaultStateBlockSize, .Codes = {}, .Scales = {}});
       }
     }
   });
@@ -317,7 +433,7 @@ std::int64_t FSDP::LoadShardedCheckpoint(std::span<const std::vector<std::byte>>
     unit.ZeroGrad();
   }
   if (optimizer != nullptr) {
-    optimizer->ImportState(optimizer_state, saved_optimizer.steps);
+    optimizer->ImportStoredState(optimizer_state, saved_optimizer.steps);
     optimizer->SetLearningRate(saved_optimizer.learning_rate);
   }
   return step;

@@ -1,0 +1,237 @@
+// Resharding checkpoints of optimizer state below FP32: 8-bit block-scaled moments saved at 4
+// simulated ranks load at 2 and 3 bit for bit (the shards fall on whole blocks) and training
+// continues bit-identically; shards that cut blocks, or another format, load only when a
+// conversion is asked for, and then within the codes' bounds.
+#include <boost/test/unit_test.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <mlframework/core/Error.hpp>
+#include <mlframework/core/Tensor.hpp>
+#include <mlframework/distributed/fsdp/FSDP.hpp>
+#include <mlframework/optimizers/Adam.hpp>
+
+#include "distributed/ReshardSupport.hpp"
+
+namespace fsdp = mlframework::distributed::fsdp;
+namespace optim = mlframework::optimizers;
+using mlframework::StateFormat;
+using mlfw_test::SimulatedRankGroup;
+
+namespace {
+
+constexpr std::size_t kLowBitBlock = 32;
+
+// Units whose shards at 2, 3 and 4 ranks are whole blocks of 32: 768 = 24 * 32 elements (shards
+// of 384, 256, 192) and 1536 (768, 512, 384).
+mlframework::GradientMap LowBitUnit(std::size_t rows, float amplitude) {
+  std::vector<float> w(rows * 32);
+  for (std::size_t i = 0; i < w.size(); ++i) w[i] = amplitude * std::sin(0.3f * static_cast<float>(i) + 0.1f);
+  return {{"weight", mlframework::FromVector(w, {rows, 32})}};
+}
+
+struct LowBitRank {
+  std::unique_ptr<fsdp::FSDP> model;
+  std::unique_ptr<optim::Adam> adam;
+};
+
+optim::AdamOptions LowBitAdam(StateFormat first, StateFormat second) {
+  optim::AdamOptions o = optim::AdamOptions::AdamW(2e-3, 1e-2);
+  o.FirstMomentFormat = first;
+  o.SecondMomentFormat = second;
+  o.StateBlockSize = kLowBitBlock;
+  return o;
+}
+
+std::vector<LowBitRank> MakeLowBitWorld(int world, float amplitude, const optim::AdamOptions& options) {
+  std::vector<LowBitRank> ranks(static_cast<std::size_t>(world));
+  for (int r = 0; r < world; ++r) {
+    LowBitRank& rank = ranks[static_cast<std::size_t>(r)];
+    rank.model = std::make_unique<fsdp::FSDP>(std::make_shared<SimulatedRankGroup>(r, world));
+    rank.model->RegisterUnit("a", LowBitUnit(24, amplitude));
+    rank.model->RegisterUnit("b", LowBitUnit(48, amplitude));
+    rank.adam = std::make_unique<optim::Adam>(rank.model->ShardedParameters(), options);
+  }
+  return ranks;
+}
+
+// One step on every simulated rank with its range of global gradients exact at any world size.
+void StepLowBit(std::vector<LowBitRank>& ranks, int step) {
+  for (LowBitRank& rank : ranks) {
+    for (std::size_t u = 0; u < rank.model->UnitCount(); ++u) {
+      fsdp::FSDPShardingUnit& unit = rank.model->Unit(u);
+      std::vector<float> g(unit.ShardSize(), 0.0f);
+      for (std::size_t i = 0; i < g.size(); ++i) {
+        const std::size_t e = unit.ShardOffset() + i;
+        if (e < unit.NumElements()) {
+          g[i] = std::sin(0.37f * static_cast<float>(e) + 0.5f * static_cast<float>(u) + static_cast<float>(step)) *
+                 std::ldexp(1.0f, static_cast<int>(e % 7) - 3);
+        }
+      }
+      unit.SetLocalGradient(mlframework::FromVector(g, {g.size()}));
+    }
+    rank.model->Step(*rank.adam);
+  }
+}
+
+// The unit's whole flat buffer over the world: the masters' bytes (@p state < 0) or the stored
+// codes of state @p state, then (for block-scaled states) the scales of the global blocks.
+std::vector<std::uint8_t> StitchBytes(const std::vector<LowBitRank>& ranks, std::size_t u, int state) {
+  std::vector<std::uint8_t> codes;
+  std::vector<std::uint8_t> scales;
+  for (const LowBitRank& rank : ranks) {
+    const fsdp::FSDPShardingUnit& unit = rank.model->Unit(u);
+    const std::size_t keep =
+        std::min(unit.ShardSize(), unit.NumElements() - std::min(unit.NumElements(), unit.ShardOffset()));
+    if (state < 0) {
+      const std::vector<float> values = unit.LocalShard()->ToFloatVector();
+      const auto* bytes = reinterpret_cast<const std::uint8_t*>(values.data());
+      codes.insert(codes.end(), bytes, bytes + keep * sizeof(float));
+      continue;
+    }
+    const mlframework::amp::StoredStateVector stored =
+        rank.adam->StoredState(unit.Name(), static_cast<std::size_t>(state));
+    const std::size_t element = stored.Codes.size() / unit.ShardSize();
+    const auto* bytes = reinterpret_cast<const std::uint8_t*>(stored.Codes.data());
+    codes.insert(codes.end(), bytes, bytes + keep * element);
+    const std::size_t blocks = (keep + stored.BlockSize - 1) / stored.BlockSize;
+    const auto* s = reinterpret_cast<const std::uint8_t*>(stored.Scales.data());
+    if (!stored.Scales.empty()) scales.insert(scales.end(), s, s + blocks * sizeof(float));
+  }
+  codes.insert(codes.end(), scales.begin(), scales.end());
+  return codes;
+}
+
+void CheckSameLowBitState(const std::vector<LowBitRank>& a, const std::vector<LowBitRank>& b, const std::string& what) {
+  for (std::size_t u = 0; u < 2; ++u) {
+    for (int state = -1; state < 2; ++state) {
+      BOOST_TEST_CONTEXT(what << ": unit " << u << " state " << state) {
+        const std::vector<std::uint8_t> x = StitchBytes(a, u, state);
+        const std::vector<std::uint8_t> y = StitchBytes(b, u, state);
+        BOOST_REQUIRE_EQUAL(x.size(), y.size());
+        BOOST_CHECK(x == y);
+      }
+    }
+  }
+}
+
+std::vector<std::vector<std::byte>> SaveLowBit(const std::vector<LowBitRank>& ranks, std::int64_t step) {
+  std::vector<std::vector<std::byte>> blobs;
+  for (const LowBitRank& rank : ranks) {
+    blobs.push_back(rank.model->SaveShardedCheckpoint({.Optimizer = rank.adam.get(), .Step = step}));
+  }
+  return blobs;
+}
+
+void LoadLowBit(std::vector<LowBitRank>& ranks, const std::vector<std::vector<std::byte>>& blobs,
+                mlframework::amp::StateConversion conversion = mlframework::amp::StateConversion::None) {
+  for (LowBitRank& rank : ranks) {
+    rank.model->LoadShardedCheckpoint(blobs, {.Optimizer = rank.adam.get(), .Conversion = conversion});
+  }
+}
+
+// The decoded moments of unit @p u over the world.
+std::vector<float> StitchMoments(const std::vector<LowBitRank>& ranks, std::size_t u, std::size_t state) {
+  std::vector<float> full;
+  for (const LowBitRank& rank : ranks) {
+    const fsdp::FSDPShardingUnit& unit = rank.model->Unit(u);
+    const std::span<const float> values = rank.adam->StateVector(unit.Name(), state);
+    for (std::size_t i = 0; i < values.size() && unit.ShardOffset() + i < unit.NumElements(); ++i) {
+      full.push_back(values[i]);
+    }
+  }
+  return full;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(FsdpShardedCheckpointLowBit)
+
+BOOST_AUTO_TEST_CASE(eight_bit_moments_saved_at_four_ranks_continue_bit_for_bit_at_two_and_three) {
+  for (const auto& [first, second] : {std::pair{StateFormat::Int8Block, StateFormat::UInt8Block},
+                                      std::pair{StateFormat::Float8E4M3Block, StateFormat::Float8E4M3Block},
+                                      std::pair{StateFormat::BFloat16, StateFormat::Float16}}) {
+    const optim::AdamOptions options = LowBitAdam(first, second);
+    std::vector<LowBitRank> saved = MakeLowBitWorld(4, 1.0f, options);
+    StepLowBit(saved, 0);
+    StepLowBit(saved, 1);
+    const auto blobs = SaveLowBit(saved, 2);
+    std::vector<LowBitRank> reference = MakeLowBitWorld(4, 1.0f, options);
+    for (int step = 0; step < 4; ++step) StepLowBit(reference, step);
+    for (const int world : {2, 3, 4}) {
+      BOOST_TEST_CONTEXT(mlframework::ToString(first) << " at " << world << " ranks") {
+        std::vector<LowBitRank> loaded = MakeLowBitWorld(world, 2.0f, options);
+        LoadLowBit(loaded, blobs);
+        CheckSameLowBitState(saved, loaded, "after the load");
+        StepLowBit(loaded, 2);
+        StepLowBit(loaded, 3);
+        CheckSameLowBitState(reference, loaded, "two steps after the load");
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(shards_that_cut_blocks_or_another_format_load_only_when_converted) {
+  const optim::AdamOptions eight = LowBitAdam(StateFormat::Int8Block, StateFormat::UInt8Block);
+  std::vector<LowBitRank> saved = MakeLowBitWorld(4, 1.0f, eight);
+  StepLowBit(saved, 0);
+  const auto blobs = SaveLowBit(saved, 1);
+  // 5 ranks: shards of 154 and 308 elements, which cut the blocks of 32.
+  std::vector<LowBitRank> five = MakeLowBitWorld(5, 2.0f, eight);
+  try {
+    LoadLowBit(five, blobs);
+    BOOST_FAIL("a load that cuts blocks without a conversion must fail");
+  } catch (const mlframework::ArgumentError& error) {
+    BOOST_CHECK_EQUAL(error.Parameter(), "contents.Conversion");
+    BOOST_CHECK(std::string(error.what()).find("whole blocks") != std::string::npos);
+  }
+  BOOST_CHECK_EQUAL(five.front().adam->StepCount(), 0);  // nothing loaded
+  LoadLowBit(five, blobs, mlframework::amp::StateConversion::Convert);
+  BOOST_CHECK_EQUAL(five.front().adam->StepCount(), 1);
+  for (std::size_t u = 0; u < 2; ++u) {
+    for (std::size_t v = 0; v < 2; ++v) {
+      const std::vector<float> want = StitchMoments(saved, u, v);
+      const std::vector<float> got = StitchMoments(five, u, v);
+      BOOST_REQUIRE_EQUAL(want.size(), got.size());
+      float absmax = 0.0f;
+      for (const float x : want) absmax = std::max(absmax, std::fabs(x));
+      for (std::size_t i = 0; i < want.size(); ++i) {
+        // Re-encoded at other blocks: within a code step of the largest value (scale <= absmax / 127).
+        BOOST_TEST(std::fabs(got[i] - want[i]) <= absmax / 127.0f, "unit " << u << " state " << v << " element " << i);
+      }
+    }
+  }
+  // 8-bit into FP32 moments: decoded exactly, with the conversion only.
+  std::vector<LowBitRank> fp32 = MakeLowBitWorld(2, 2.0f, LowBitAdam(StateFormat::Float32, StateFormat::Float32));
+  BOOST_CHECK_THROW(LoadLowBit(fp32, blobs), mlframework::ArgumentError);
+  LoadLowBit(fp32, blobs, mlframework::amp::StateConversion::Convert);
+  for (std::size_t u = 0; u < 2; ++u) {
+    for (std::size_t v = 0; v < 2; ++v) {
+      BOOST_CHECK(StitchMoments(fp32, u, v) == StitchMoments(saved, u, v));
+    }
+  }
+  // FP32 moments into 8-bit at the same sharding: encoded as the step encodes them.
+  std::vector<LowBitRank> back = MakeLowBitWorld(2, 3.0f, eight);
+  BOOST_CHECK_THROW(LoadLowBit(back, SaveLowBit(fp32, 1)), mlframework::ArgumentError);
+  LoadLowBit(back, SaveLowBit(fp32, 1), mlframework::amp::StateConversion::Convert);
+  BOOST_CHECK(StitchBytes(back, 0, -1) == StitchBytes(saved, 0, -1));  // the masters, bit for bit
+  for (std::size_t u = 0; u < 2; ++u) {
+    for (std::size_t v = 0; v < 2; ++v) {
+      const std::vector<float> want = StitchMoments(saved, u, v);
+      const std::vector<float> got = StitchMoments(back, u, v);
+      float absmax = 0.0f;
+      for (const float x : want) absmax = std::max(absmax, std::fabs(x));
+      for (std::size_t i = 0; i < want.size(); ++i) BOOST_TEST(std::fabs(got[i] - want[i]) <= absmax / 127.0f);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
