@@ -1,8 +1,8 @@
 #pragma once
 // A framework's own tensor for the tests of the generic path (tensors without a backend): FP32,
 // FP16 or BF16 elements in host memory it owns, which it may or may not expose through
-// HostStorage(), with the one-pass CopyToFloats either overridden or left to ITensor's default. It counts the calls of
-// each virtual, so a test can tell which path the library took.
+// HostStorage(), with the one-pass CopyToFloats either overridden or left to ITensor's default.
+// It counts the calls of each virtual, so a test can tell which path the library took.
 #include <cstddef>
 #include <memory>
 #include <span>
