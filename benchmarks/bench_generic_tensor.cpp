@@ -6,8 +6,8 @@
 // - native: the library's own CPU tensors;
 // - host:   a framework's tensor without a backend that exposes its host memory through
 //           ITensor::HostStorage() (docs/own-tensors.md, VectorTensor plus HostStorage);
-// - opaque: a tensor without a backend and without host bytes that overrides the one-pass
-//           ITensor::UnscaleAndCheck(factor) (the per-tensor virtual path).
+// - opaque: a tensor without a backend and without host bytes (the floats fallback: each tensor
+//           read with CopyToFloats(), scaled, written back with CopyFromFloats()).
 //
 // generic/unscale_check/<kind>/<dtype>: each iteration times the kind's call and the native call
 // on a second copy of the same gradients, back to back; the iteration time is the kind's and the
@@ -16,7 +16,6 @@
 // Run: bench_generic_tensor --benchmark_format=json > out.json (see docs/BENCHMARKS.md).
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstddef>
 #include <memory>
 #include <span>
@@ -75,34 +74,6 @@ class FrameworkTensor final : public mlframework::ITensor {
   mlframework::Device GetDevice() const override { return mlframework::Device::CPU(); }
   const Shape& GetShape() const override { return shape_; }
   std::size_t Size() const override { return size_; }
-  TensorPtr Multiply(float factor) const override {
-    auto copy = std::make_shared<FrameworkTensor>(*this);
-    copy->MultiplyInPlace(factor);
-    return copy;
-  }
-  TensorPtr Divide(float divisor) const override { return Multiply(1.0f / divisor); }
-  void MultiplyInPlace(float factor) override { static_cast<void>(UnscaleAndCheck(factor)); }
-  TensorPtr Clone() const override { return std::make_shared<FrameworkTensor>(*this); }
-  TensorPtr CastTo(DataType dtype) const override {
-    auto copy = std::make_shared<FrameworkTensor>(shape_, dtype, host_);
-    copy->CopyFromFloats(ToFloatVector());
-    return copy;
-  }
-  bool HasInf() const override {
-    const std::vector<float> values = ToFloatVector();
-    return std::any_of(values.begin(), values.end(), [](float v) { return std::isinf(v); });
-  }
-  bool HasNaN() const override {
-    const std::vector<float> values = ToFloatVector();
-    return std::any_of(values.begin(), values.end(), [](float v) { return std::isnan(v); });
-  }
-  double SumOfSquares() const override {
-    double sum = 0.0;
-    for (const float v : ToFloatVector()) {
-      sum += static_cast<double>(v) * v;
-    }
-    return sum;
-  }
   std::vector<float> ToFloatVector() const override {
     std::vector<float> values(size_);
     mlframework::ConvertHostElements(bytes_.data(), dtype_, values.data(), DataType::Float32, size_);
@@ -110,27 +81,6 @@ class FrameworkTensor final : public mlframework::ITensor {
   }
   void CopyFromFloats(std::span<const float> values) override {
     mlframework::ConvertHostElements(values.data(), DataType::Float32, bytes_.data(), dtype_, size_);
-  }
-  // One pass over the elements in blocks that stay in cache, as a framework's own kernel would.
-  bool UnscaleAndCheck(float factor) override {
-    constexpr std::size_t kBlock = 4096;
-    const std::size_t width = mlframework::ElementSize(dtype_);
-    float block[kBlock];
-    bool found = false;
-    for (std::size_t begin = 0; begin < size_; begin += kBlock) {
-      const std::size_t count = std::min(kBlock, size_ - begin);
-      std::byte* at = bytes_.data() + begin * width;
-      mlframework::ConvertHostElements(at, dtype_, block, DataType::Float32, count);
-      for (std::size_t i = 0; i < count; ++i) {
-        block[i] *= factor;
-      }
-      mlframework::ConvertHostElements(block, DataType::Float32, at, dtype_, count);
-      mlframework::ConvertHostElements(at, dtype_, block, DataType::Float32, count);
-      for (std::size_t i = 0; i < count; ++i) {
-        found = found || !std::isfinite(block[i]);
-      }
-    }
-    return found;
   }
 
  protected:

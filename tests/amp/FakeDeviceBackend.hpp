@@ -40,14 +40,6 @@ class FakeDeviceTensor final : public mlframework::ITensor {
   mlframework::Device GetDevice() const override { return mlframework::Device::CUDA(device_); }
   const mlframework::Shape& GetShape() const override { return inner_->GetShape(); }
   std::size_t Size() const override { return inner_->Size(); }
-  mlframework::TensorPtr Multiply(float factor) const override { return Wrap(inner_->Multiply(factor)); }
-  mlframework::TensorPtr Divide(float divisor) const override { return Wrap(inner_->Divide(divisor)); }
-  void MultiplyInPlace(float factor) override { inner_->MultiplyInPlace(factor); }
-  mlframework::TensorPtr Clone() const override { return Wrap(inner_->Clone()); }
-  mlframework::TensorPtr CastTo(mlframework::DataType dtype) const override { return Wrap(inner_->CastTo(dtype)); }
-  bool HasInf() const override;
-  bool HasNaN() const override;
-  double SumOfSquares() const override;
   std::vector<float> ToFloatVector() const override;
   void CopyFromFloats(std::span<const float> values) override { inner_->CopyFromFloats(values); }
   const mlframework::TensorBackend* Backend() const noexcept override;
@@ -267,18 +259,6 @@ inline const FakeDeviceBackend& FakeBackend() {
   return kBackend;
 }
 
-inline bool FakeDeviceTensor::HasInf() const {
-  FakeBackend().CountSync();
-  return inner_->HasInf();
-}
-inline bool FakeDeviceTensor::HasNaN() const {
-  FakeBackend().CountSync();
-  return inner_->HasNaN();
-}
-inline double FakeDeviceTensor::SumOfSquares() const {
-  FakeBackend().CountSync();
-  return inner_->SumOfSquares();
-}
 inline std::vector<float> FakeDeviceTensor::ToFloatVector() const {
   FakeBackend().CountSync();
   return inner_->ToFloatVector();

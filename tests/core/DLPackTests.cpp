@@ -182,15 +182,6 @@ BOOST_AUTO_TEST_CASE(UserTensorsOverHostMemoryExport) {
     Device GetDevice() const override { return Device::CPU(); }
     const Shape& GetShape() const override { return shape; }
     std::size_t Size() const override { return values.size(); }
-    TensorPtr Multiply(float) const override { return nullptr; }
-    TensorPtr Divide(float) const override { return nullptr; }
-    void MultiplyInPlace(float) override {}
-    TensorPtr Clone() const override { return nullptr; }
-    TensorPtr CastTo(DataType) const override { return nullptr; }
-    bool HasInf() const override { return false; }
-    bool HasNaN() const override { return false; }
-    bool HasNonFinite() const override { return false; }
-    double SumOfSquares() const override { return 0.0; }
     std::vector<float> ToFloatVector() const override { return values; }
     void CopyFromFloats(std::span<const float>) override {}
 

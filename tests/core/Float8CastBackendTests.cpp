@@ -36,14 +36,6 @@ class PlainTensor final : public ITensor {
   Device GetDevice() const override { return Device::CPU(); }
   const Shape& GetShape() const override { return inner_->GetShape(); }
   std::size_t Size() const override { return inner_->Size(); }
-  TensorPtr Multiply(float factor) const override { return inner_->Multiply(factor); }
-  TensorPtr Divide(float divisor) const override { return inner_->Divide(divisor); }
-  void MultiplyInPlace(float factor) override { inner_->MultiplyInPlace(factor); }
-  TensorPtr Clone() const override { return inner_->Clone(); }
-  TensorPtr CastTo(DataType dtype) const override { return inner_->CastTo(dtype); }
-  bool HasInf() const override { return inner_->HasInf(); }
-  bool HasNaN() const override { return inner_->HasNaN(); }
-  double SumOfSquares() const override { return inner_->SumOfSquares(); }
   std::vector<float> ToFloatVector() const override { return inner_->ToFloatVector(); }
   void CopyFromFloats(std::span<const float> values) override { inner_->CopyFromFloats(values); }
   const TensorBackend* Backend() const noexcept override { return &kPlain; }

@@ -1,10 +1,12 @@
 // The fused list operations (MultiTensor.hpp) on tensors without a backend: the same bits as on
 // the library's own tensors, through the CPU kernels when HostBytes() are the elements (no
-// virtual called), through the one-pass virtuals when they are overridden, and through the
-// documented defaults when they are not. FP32, FP16 and BF16; non-finite values found.
+// virtual called), else through the tensor's floats (CopyToFloats(), overridden or not, and
+// CopyFromFloats()). FP32, FP16 and BF16; non-finite values found.
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <boost/test/unit_test.hpp>
@@ -95,9 +97,7 @@ void ExpectSameElements(const Lists& lists) {
 void ExpectNoVirtualCalls(const Lists& lists) {
   for (const auto& tensor : lists.user) {
     const testing::VirtualCalls& c = tensor->calls;
-    BOOST_TEST(c.multiply_in_place + c.has_inf_or_nan + c.sum_of_squares + c.to_float_vector + c.copy_from_floats +
-                   c.copy_to_floats + c.unscale_and_check ==
-               0);
+    BOOST_TEST(c.to_float_vector + c.copy_from_floats + c.copy_to_floats == 0);
   }
 }
 
@@ -115,16 +115,18 @@ void UnscaleAndCheckMatchesNativeCase(DataType dtype, const Kind& kind) {
   }
   for (const auto& tensor : lists.user) {
     if (tensor->Size() == 0) {
-      BOOST_TEST(tensor->calls.unscale_and_check + tensor->calls.multiply_in_place == 0);  // nothing to do
+      BOOST_TEST(tensor->calls.copy_from_floats == 0);  // nothing to do
       continue;
     }
+    if (!KernelPath(kind)) {
+      BOOST_TEST(tensor->calls.copy_from_floats == 1);  // the floats fallback: read, scale, write back once
+    }
     if (!KernelPath(kind) && kind.mode == Mode::Overrides) {
-      BOOST_TEST(tensor->calls.unscale_and_check == 1);  // one pass, no MultiplyInPlace
-      BOOST_TEST(tensor->calls.multiply_in_place == 0);
+      BOOST_TEST(tensor->calls.copy_to_floats >= 1);  // read through the override, into the library's buffer
+      BOOST_TEST(tensor->calls.to_float_vector == 0);
     }
     if (!KernelPath(kind) && kind.mode == Mode::Defaults) {
-      BOOST_TEST(tensor->calls.multiply_in_place == 1);  // the default: MultiplyInPlace + HasNonFinite
-      BOOST_TEST(tensor->calls.has_inf_or_nan >= 1);
+      BOOST_TEST(tensor->calls.to_float_vector >= 1);  // CopyToFloats' default: through ToFloatVector()
     }
   }
 
@@ -259,17 +261,17 @@ BOOST_AUTO_TEST_CASE(MixedListsRunInOneCall) {
 
 BOOST_AUTO_TEST_CASE(PerTensorDefaults) {
   // ITensor::UnscaleAndCheck on a library tensor runs its backend's kernel; on host bytes the CPU
-  // kernel; else MultiplyInPlace + HasNonFinite.
+  // kernel; else the floats fallback.
   const TensorPtr cpu = FromVector({1.0f, 60000.0f}, {2}, DataType::Float16);
   BOOST_TEST(cpu->UnscaleAndCheck(2.0f));
   BOOST_TEST(std::isinf(cpu->ToFloatVector()[1]));
   UserTensor host({1.0f, 2.0f}, DataType::BFloat16, Mode::Defaults, true);
   BOOST_TEST(!host.UnscaleAndCheck(0.5f));
   BOOST_TEST((host.Floats() == std::vector<float>{0.5f, 1.0f}));
-  BOOST_TEST(host.calls.multiply_in_place == 0);
+  BOOST_TEST(host.calls.to_float_vector + host.calls.copy_from_floats == 0);
   UserTensor opaque({1.0f, kNaN}, DataType::Float32, Mode::Defaults, false);
   BOOST_TEST(opaque.UnscaleAndCheck(0.5f));
-  BOOST_TEST(opaque.calls.multiply_in_place == 1);
+  BOOST_TEST(opaque.calls.copy_from_floats == 1);
 
   // CopyToFloats: from host bytes without ToFloatVector, else through it; the size is checked.
   std::vector<float> out(2);
@@ -290,6 +292,64 @@ BOOST_AUTO_TEST_CASE(PerTensorDefaults) {
   BOOST_TEST((wrong == std::vector<float>(3, 7.0f)));
   cpu->CopyToFloats(out);
   BOOST_TEST((out == std::vector<float>{2.0f, kInf}));
+}
+
+BOOST_AUTO_TEST_CASE(TensorMembersMatchNative) {
+  // The spec's tensor operations are the library's, not the tensor's: on a user tensor they give
+  // the bits they give on the library's tensors (the CPU kernels on host bytes, else the floats),
+  // and a new result is a library tensor.
+  const std::vector<float> values = {1.5f, -2.25f, 3.0f, 0.1f, 60000.0f};
+  for (const DataType dtype : kDtypes) {
+    for (const Kind& kind : {Kind{Mode::Defaults, true}, Kind{Mode::Defaults, false}, Kind{Mode::Overrides, false}}) {
+      BOOST_TEST_CONTEXT(ToString(dtype) << (kind.host ? " host" : " opaque")
+                                         << (kind.mode == Mode::Overrides ? " overrides" : "")) {
+        UserTensor user(values, dtype, kind.mode, kind.host);
+        const TensorPtr native = FromVector(values, {values.size()}, dtype);
+        const TensorPtr products[] = {user.Multiply(0.37f), user.Divide(3.0f), user.Clone()};
+        const TensorPtr expected[] = {native->Multiply(0.37f), native->Divide(3.0f), native->Clone()};
+        for (std::size_t i = 0; i < 3; ++i) {
+          BOOST_TEST(products[i]->Backend() != nullptr);
+          BOOST_TEST((products[i]->GetDataType() == dtype));
+          BOOST_TEST(SameBits(products[i]->ToFloatVector(), expected[i]->ToFloatVector()), "result " << i);
+        }
+        for (const DataType to : {DataType::Float32, DataType::Float16, DataType::BFloat16, DataType::Float8E4M3FN}) {
+          BOOST_TEST(SameBits(user.CastTo(to)->ToFloatVector(), native->CastTo(to)->ToFloatVector()));
+        }
+        BOOST_TEST(!user.HasInf());
+        BOOST_TEST(!user.HasNaN());
+        BOOST_TEST(!user.HasNonFinite());
+        BOOST_TEST(user.SumOfSquares() == native->SumOfSquares(), boost::test_tools::tolerance(1e-6));
+        user.MultiplyInPlace(2.0f);
+        native->MultiplyInPlace(2.0f);
+        BOOST_TEST(SameBits(user.Floats(), native->ToFloatVector()));
+        BOOST_TEST(user.UnscaleAndCheck(8.0f) == native->UnscaleAndCheck(8.0f));  // FP16 overflows
+        BOOST_TEST(SameBits(user.Floats(), native->ToFloatVector()));
+
+        UserTensor inf({1.0f, -kInf}, dtype, kind.mode, kind.host);
+        BOOST_TEST(inf.HasInf());
+        BOOST_TEST(!inf.HasNaN());
+        BOOST_TEST(inf.HasNonFinite());
+        UserTensor nan({kNaN, 1.0f}, dtype, kind.mode, kind.host);
+        BOOST_TEST(!nan.HasInf());
+        BOOST_TEST(nan.HasNaN());
+
+        // Bad input: the error names the argument, the tensor is left as it was.
+        const std::vector<float> before = user.Floats();
+        BOOST_CHECK_EXCEPTION(static_cast<void>(user.Divide(0.0f)), ArgumentError, [](const ArgumentError& error) {
+          return std::string(error.what()).find("divisor") != std::string::npos;
+        });
+        BOOST_CHECK_EXCEPTION(
+            static_cast<void>(user.CastTo(static_cast<DataType>(99))), ArgumentError,
+            [](const ArgumentError& error) { return std::string(error.what()).find("dtype") != std::string::npos; });
+        BOOST_TEST(SameBits(user.Floats(), before));
+        if (kind.host) {
+          BOOST_TEST(user.calls.to_float_vector + user.calls.copy_to_floats + user.calls.copy_from_floats == 0);
+        } else {
+          BOOST_TEST(user.calls.copy_from_floats == 2);  // MultiplyInPlace and UnscaleAndCheck wrote back
+        }
+      }
+    }
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

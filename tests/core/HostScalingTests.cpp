@@ -32,32 +32,6 @@ class FloatUserTensor final : public ITensor {
   Device GetDevice() const override { return Device::CPU(); }
   const Shape& GetShape() const override { return shape_; }
   std::size_t Size() const override { return values_.size(); }
-  TensorPtr Multiply(float factor) const override {
-    auto copy = std::make_shared<FloatUserTensor>(values_);
-    copy->MultiplyInPlace(factor);
-    return copy;
-  }
-  TensorPtr Divide(float divisor) const override { return Multiply(1.0f / divisor); }
-  void MultiplyInPlace(float factor) override {
-    for (float& v : values_) {
-      v *= factor;
-    }
-  }
-  TensorPtr Clone() const override { return Multiply(1.0f); }
-  TensorPtr CastTo(DataType /*dtype*/) const override { return Clone(); }
-  bool HasInf() const override {
-    return std::any_of(values_.begin(), values_.end(), [](float v) { return std::isinf(v); });
-  }
-  bool HasNaN() const override {
-    return std::any_of(values_.begin(), values_.end(), [](float v) { return std::isnan(v); });
-  }
-  double SumOfSquares() const override {
-    double sum = 0.0;
-    for (const float v : values_) {
-      sum += static_cast<double>(v) * v;
-    }
-    return sum;
-  }
   std::vector<float> ToFloatVector() const override { return values_; }
   void CopyFromFloats(std::span<const float> values) override { values_.assign(values.begin(), values.end()); }
 

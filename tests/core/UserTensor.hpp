@@ -1,10 +1,8 @@
 #pragma once
 // A framework's own tensor for the tests of the generic path (tensors without a backend): FP32,
 // FP16 or BF16 elements in host memory it owns, which it may or may not expose through
-// HostStorage(), with the one-pass virtuals (UnscaleAndCheck, CopyToFloats) either overridden or
-// left to ITensor's defaults. It counts the calls of each virtual, so a test can tell which path
-// the library took.
-#include <cmath>
+// HostStorage(), with the one-pass CopyToFloats either overridden or left to ITensor's default.
+// It counts the calls of each virtual, so a test can tell which path the library took.
 #include <cstddef>
 #include <memory>
 #include <span>
@@ -19,16 +17,12 @@ namespace mlframework::testing {
 
 /// How many times each virtual ran.
 struct VirtualCalls {
-  int multiply_in_place = 0;
-  int has_inf_or_nan = 0;
-  int sum_of_squares = 0;
   int to_float_vector = 0;
   int copy_from_floats = 0;
-  int copy_to_floats = 0;     ///< calls that reached the override (Mode::Overrides)
-  int unscale_and_check = 0;  ///< calls that reached the override (Mode::Overrides)
+  int copy_to_floats = 0;  ///< calls that reached the override (Mode::Overrides)
 };
 
-/// Whether the tensor overrides the one-pass virtuals or keeps ITensor's defaults.
+/// Whether the tensor overrides CopyToFloats or keeps ITensor's defaults.
 enum class Mode { Defaults, Overrides };
 
 class UserTensor final : public ITensor {
@@ -55,50 +49,6 @@ class UserTensor final : public ITensor {
   Device GetDevice() const override { return Device::CPU(); }
   const Shape& GetShape() const override { return shape_; }
   std::size_t Size() const override { return shape_[0]; }
-  TensorPtr Multiply(float factor) const override {
-    auto copy = std::make_shared<UserTensor>(Floats(), dtype_, mode_, host_, misalign_, short_);
-    copy->MultiplyInPlace(factor);
-    return copy;
-  }
-  TensorPtr Divide(float divisor) const override { return Multiply(1.0f / divisor); }
-  void MultiplyInPlace(float factor) override {
-    ++calls.multiply_in_place;
-    std::vector<float> values = Floats();
-    for (float& v : values) {
-      v *= factor;
-    }
-    Store(values);
-  }
-  TensorPtr Clone() const override { return Multiply(1.0f); }
-  TensorPtr CastTo(DataType dtype) const override {
-    return std::make_shared<UserTensor>(Floats(), dtype, mode_, host_, misalign_, short_);
-  }
-  bool HasInf() const override {
-    ++const_cast<UserTensor*>(this)->calls.has_inf_or_nan;
-    for (const float v : Floats()) {
-      if (std::isinf(v)) {
-        return true;
-      }
-    }
-    return false;
-  }
-  bool HasNaN() const override {
-    ++const_cast<UserTensor*>(this)->calls.has_inf_or_nan;
-    for (const float v : Floats()) {
-      if (std::isnan(v)) {
-        return true;
-      }
-    }
-    return false;
-  }
-  double SumOfSquares() const override {
-    ++const_cast<UserTensor*>(this)->calls.sum_of_squares;
-    double sum = 0.0;
-    for (const float v : Floats()) {
-      sum += static_cast<double>(v) * v;
-    }
-    return sum;
-  }
   std::vector<float> ToFloatVector() const override {
     ++const_cast<UserTensor*>(this)->calls.to_float_vector;
     return Floats();
@@ -121,24 +71,6 @@ class UserTensor final : public ITensor {
     }
     ConvertHostElements(Data(), dtype_, out.data(), DataType::Float32, Size());
   }
-  bool UnscaleAndCheck(float factor) override {
-    if (mode_ == Mode::Defaults) {
-      return ITensor::UnscaleAndCheck(factor);
-    }
-    ++calls.unscale_and_check;
-    // One pass, as a framework would write it: widen, scale, check, round back.
-    std::vector<float> values = Floats();
-    bool found = false;
-    for (float& v : values) {
-      v *= factor;
-    }
-    Store(values);
-    for (const float v : Floats()) {
-      found = found || !std::isfinite(v);
-    }
-    return found;
-  }
-
   /// The elements as floats, read without counting a call.
   std::vector<float> Floats() const {
     std::vector<float> values(Size());

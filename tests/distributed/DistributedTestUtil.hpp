@@ -41,14 +41,6 @@ class UserTensor final : public mlframework::ITensor {
   mlframework::Device GetDevice() const override { return device_; }
   const mlframework::Shape& GetShape() const override { return inner_->GetShape(); }
   std::size_t Size() const override { return inner_->Size(); }
-  TensorPtr Multiply(float f) const override { return inner_->Multiply(f); }
-  TensorPtr Divide(float d) const override { return inner_->Divide(d); }
-  void MultiplyInPlace(float f) override { inner_->MultiplyInPlace(f); }
-  TensorPtr Clone() const override { return inner_->Clone(); }
-  TensorPtr CastTo(mlframework::DataType d) const override { return inner_->CastTo(d); }
-  bool HasInf() const override { return inner_->HasInf(); }
-  bool HasNaN() const override { return inner_->HasNaN(); }
-  double SumOfSquares() const override { return inner_->SumOfSquares(); }
   std::vector<float> ToFloatVector() const override {
     ++element_copies_;
     return inner_->ToFloatVector();

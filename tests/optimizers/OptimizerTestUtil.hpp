@@ -50,14 +50,6 @@ class ForeignTensor final : public mlframework::ITensor {
   mlframework::Device GetDevice() const override { return inner_->GetDevice(); }
   const mlframework::Shape& GetShape() const override { return inner_->GetShape(); }
   std::size_t Size() const override { return inner_->Size(); }
-  mlframework::TensorPtr Multiply(float f) const override { return inner_->Multiply(f); }
-  mlframework::TensorPtr Divide(float d) const override { return inner_->Divide(d); }
-  void MultiplyInPlace(float f) override { inner_->MultiplyInPlace(f); }
-  mlframework::TensorPtr Clone() const override { return inner_->Clone(); }
-  mlframework::TensorPtr CastTo(mlframework::DataType d) const override { return inner_->CastTo(d); }
-  bool HasInf() const override { return inner_->HasInf(); }
-  bool HasNaN() const override { return inner_->HasNaN(); }
-  double SumOfSquares() const override { return inner_->SumOfSquares(); }
   std::vector<float> ToFloatVector() const override { return inner_->ToFloatVector(); }
   void CopyFromFloats(std::span<const float> values) override { inner_->CopyFromFloats(values); }
 

@@ -38,42 +38,6 @@ class ForeignTensor final : public ITensor {
   Device GetDevice() const override { return device_; }
   const Shape& GetShape() const override { return shape_; }
   std::size_t Size() const override { return values_.size(); }
-  TensorPtr Multiply(float factor) const override {
-    auto copy = std::make_shared<ForeignTensor>(values_, device_);
-    copy->MultiplyInPlace(factor);
-    return copy;
-  }
-  TensorPtr Divide(float divisor) const override { return Multiply(1.0f / divisor); }
-  void MultiplyInPlace(float factor) override {
-    for (float& v : values_) {
-      v *= factor;
-    }
-  }
-  TensorPtr Clone() const override { return Multiply(1.0f); }
-  TensorPtr CastTo(DataType /*dtype*/) const override { return Clone(); }
-  bool HasInf() const override {
-    for (const float v : values_) {
-      if (std::isinf(v)) {
-        return true;
-      }
-    }
-    return false;
-  }
-  bool HasNaN() const override {
-    for (const float v : values_) {
-      if (std::isnan(v)) {
-        return true;
-      }
-    }
-    return false;
-  }
-  double SumOfSquares() const override {
-    double sum = 0.0;
-    for (const float v : values_) {
-      sum += static_cast<double>(v) * v;
-    }
-    return sum;
-  }
   std::vector<float> ToFloatVector() const override { return values_; }
   void CopyFromFloats(std::span<const float> values) override {
     if (values.size() != values_.size()) {

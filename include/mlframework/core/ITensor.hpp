@@ -30,42 +30,48 @@ MLFRAMEWORK_EXPORT std::size_t ElementCount(const Shape& shape);
 /// "[2, 3]" for error messages.
 MLFRAMEWORK_EXPORT std::string ToString(const Shape& shape);
 
-/// A dense tensor of FP32, FP16 or BF16 elements.
+/// A dense tensor: a description of its memory.
 ///
-/// This is the seam a framework plugs its own tensors into: implement the
-/// per-tensor operations below and every scaler, the gradient pipeline and
-/// FSDP accept your tensors. Backends that also provide fused multi-tensor
-/// kernels return them from Backend(); a tensor that returns null is handled
-/// through these virtual functions instead.
+/// This is the seam a framework plugs its own tensors into: describe the memory (dtype, device,
+/// shape, element count, and the bytes when the host can address them) and every scaler, the
+/// gradient pipeline and FSDP accept your tensors. The arithmetic is not the tensor's: the spec's
+/// tensor operations below (Multiply(), HasInf(), ...) are plain members that run the fused kernels
+/// of a backend on a one-element list, exactly as the list operations of MultiTensor.hpp run them on
+/// whole lists.
 ///
-/// ### What the fused list operations (MultiTensor.hpp) do with a tensor without a backend
+/// ### Which backend runs a tensor's operations
 ///
-/// A tensor whose Backend() is null but whose HostBytes() are its elements (dense, row-major,
-/// `Size() * ElementSize(GetDataType())` bytes, aligned to the element size) is run by the CPU
-/// backend's fused kernels in place, together with the rest of the list: one pass, all threads,
-/// no copy, and none of the virtuals below is called. So implement HostStorage() if your
-/// elements lie in host memory: that is the fast path. Every other tensor without a backend goes
-/// through its virtuals, one tensor after another in list order:
+/// | the tensor                                             | runs through                                          |
+/// |--------------------------------------------------------|-------------------------------------------------------|
+/// | Backend() is not null (the library's CPU and CUDA tensors) | that backend's Read() / Write() / Allocate()      |
+/// | no backend, HostStorage() are its elements             | the CPU backend's kernels, in place on those bytes    |
+/// | no backend, no host bytes                              | the host floats: CopyToFloats() [ToFloatVector()] and
+/// CopyFromFloats() |
 ///
-/// | operation (MultiTensor.hpp)      | virtuals it calls per tensor [defaults]                            |
-/// |----------------------------------|---------------------------------------------------------------------|
-/// | UnscaleAndCheck                  | UnscaleAndCheck(factor) [MultiplyInPlace(factor), HasNonFinite()]   |
-/// | HasNonFinite                     | HasNonFinite() [HasInf() or HasNaN()], stops at the first hit       |
-/// | CheckAndSumSquares, SumOfSquares | HasNonFinite(), SumOfSquares()                                      |
-/// | ScaleInPlace                     | MultiplyInPlace(factor)                                             |
-/// | CastInto, CopyInto, Cast         | source CopyToFloats() [ToFloatVector()]; destination CopyFromFloats() |
-/// | AddInto                          | ToFloatVector() of both, CopyFromFloats() of the destination        |
+/// "Its elements" means: dense, row-major, `Size() * ElementSize(GetDataType())` bytes, aligned to
+/// the element size. So implement HostStorage() if your elements lie in host memory: then the fused
+/// list operations run your tensors with the rest of a list (one pass, all threads, no copy) and the
+/// virtuals below besides the description are never called. A tensor of the last kind is read and
+/// written one tensor after another in list order, through its floats; a new result of one of the
+/// members below (Multiply(), Divide(), Clone(), CastTo()) is allocated where the tensor's device is
+/// (Zeros() of Tensor.hpp: InvalidOperationError for a device no backend serves).
 ///
-/// A cast's source widens straight into the destination's memory when that is host FP32 (else
-/// into one buffer, narrowed into the destination's host memory or through CopyFromFloats());
-/// CastInto then checks a destination that is not FP32 with HasNonFinite(), since narrowing can
-/// overflow.
+/// | member (and MultiTensor.hpp list operation)      | virtuals a floats-fallback tensor has called   |
+/// |---------------------------------------------------|------------------------------------------------|
+/// | HasInf, HasNaN, HasNonFinite, SumOfSquares; the list read passes | CopyToFloats() [ToFloatVector()]    |
+/// | MultiplyInPlace, UnscaleAndCheck; ScaleInPlace, UnscaleAndCheck | CopyToFloats(), then CopyFromFloats() |
+/// | Multiply, Divide, Clone, CastTo; CastInto, CopyInto, Cast | source CopyToFloats(); destination CopyFromFloats() |
+/// | AddInto                                           | ToFloatVector() of both, CopyFromFloats() of the destination |
+///
+/// A cast's source widens straight into the destination's memory when that is host FP32 (else into
+/// one buffer, narrowed into the destination's host memory or through CopyFromFloats()); a checked
+/// cast into any other destination then reads the destination back, since narrowing can overflow.
 ///
 /// Why not in parallel: a tensor without host bytes usually lives in another framework's device
 /// memory or runtime (its stream, its allocator, an interpreter lock), where calling in from
-/// several threads at once is unsafe or serialised anyway; the fused one-pass virtuals remove
-/// the second pass over memory instead. A pair whose source and destination share a backend
-/// (host-addressable tensors count as the CPU backend's) takes that backend's fused kernel.
+/// several threads at once is unsafe or serialised anyway. A pair whose source and destination
+/// share a backend (host-addressable tensors count as the CPU backend's) takes that backend's fused
+/// kernel.
 class MLFRAMEWORK_EXPORT ITensor {
  public:
   virtual ~ITensor();
@@ -79,25 +85,8 @@ class MLFRAMEWORK_EXPORT ITensor {
   /// Number of elements.
   virtual std::size_t Size() const = 0;
 
-  /// New tensor of the same dtype holding `this * factor` (rounded into the dtype).
-  virtual TensorPtr Multiply(float factor) const = 0;
-  /// New tensor of the same dtype holding `this / divisor` (rounded into the dtype).
-  virtual TensorPtr Divide(float divisor) const = 0;
-  /// Multiplies every element by @p factor in place (rounded into the dtype).
-  virtual void MultiplyInPlace(float factor) = 0;
-  /// Deep copy.
-  virtual TensorPtr Clone() const = 0;
-  /// New tensor converted to @p dtype (round to nearest even); a copy when the dtype is the same.
-  virtual TensorPtr CastTo(DataType dtype) const = 0;
-
-  /// True when any element is +Inf or -Inf.
-  virtual bool HasInf() const = 0;
-  /// True when any element is NaN.
-  virtual bool HasNaN() const = 0;
-  /// True when any element is Inf or NaN.
-  virtual bool HasNonFinite() const;
-  /// Sum of the squares of the elements, accumulated in double.
-  virtual double SumOfSquares() const = 0;
+  /// Backend with fused multi-tensor kernels for this tensor, or null (see the class comment).
+  virtual const TensorBackend* Backend() const noexcept;
 
   /// The elements widened to float, in row-major order (copied to the host).
   virtual std::vector<float> ToFloatVector() const = 0;
@@ -110,15 +99,37 @@ class MLFRAMEWORK_EXPORT ITensor {
   /// elements (see the class comment), else copies ToFloatVector() (InvalidOperationError when
   /// that returns a size other than Size()). Override it to widen into @p out in one pass.
   virtual void CopyToFloats(std::span<float> out) const;
+
+  /// @name The spec's tensor operations
+  /// Each runs the backend's fused kernel on this one tensor (see the class comment for which
+  /// backend, and for the floats fallback of a tensor the library cannot see).
+  ///@{
+  /// New tensor of the same dtype holding `this * factor` (rounded into the dtype).
+  TensorPtr Multiply(float factor) const;
+  /// New tensor of the same dtype holding `this / divisor` (rounded into the dtype): `this` times
+  /// the inverse computed in double, which is true division for the power-of-two scales of
+  /// practice. ArgumentError naming `divisor` when it is zero, Inf or NaN.
+  TensorPtr Divide(float divisor) const;
+  /// Multiplies every element by @p factor in place (rounded into the dtype).
+  void MultiplyInPlace(float factor);
+  /// Deep copy (bit for bit: NaN payloads kept).
+  TensorPtr Clone() const;
+  /// New tensor converted to @p dtype (round to nearest even; FP8 saturates); a copy when the
+  /// dtype is the same. ArgumentError naming `dtype` when it is not a DataType.
+  TensorPtr CastTo(DataType dtype) const;
+
+  /// True when any element is +Inf or -Inf.
+  bool HasInf() const;
+  /// True when any element is NaN.
+  bool HasNaN() const;
+  /// True when any element is Inf or NaN.
+  bool HasNonFinite() const;
+  /// Sum of the squares of the elements, accumulated in double.
+  double SumOfSquares() const;
   /// Multiplies every element by @p factor in place (rounded into the dtype) and returns true
   /// when any result is Inf or NaN: the unscale and overflow check of one gradient in one pass.
-  /// The default runs Backend()'s fused kernel when there is one, the CPU backend's kernel on
-  /// HostBytes() when they are the elements, and otherwise MultiplyInPlace(factor) followed by
-  /// HasNonFinite() (two passes). Override it to do both in one pass over your memory.
-  virtual bool UnscaleAndCheck(float factor);
-
-  /// Backend with fused multi-tensor kernels for this tensor, or null for the per-tensor fallback.
-  virtual const TensorBackend* Backend() const noexcept;
+  bool UnscaleAndCheck(float factor);
+  ///@}
 
   /// The elements' memory when the host can address it directly: `Size() * ElementSize(GetDataType())`
   /// bytes, dense, in row-major order, valid while the tensor lives. Empty when the tensor has no

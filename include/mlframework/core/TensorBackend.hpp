@@ -69,8 +69,8 @@ class MLFRAMEWORK_EXPORT TensorBackend {
   /// `options.State` and records into it without waiting; core runs the passes of host states
   /// itself (MultiTensor.hpp's ReadPass()), so the others reject a state (RejectScaleState()). nullopt when
   /// the backend declines a list that is not Grouped (TensorListView). For a Grouped list the
-  /// default reads each tensor through ITensor (HasNonFinite(), SumOfSquares(), ToFloatVector()):
-  /// correct for any tensor; the CPU and CUDA backends override it with one fused pass.
+  /// default reads each tensor's floats (ITensor::CopyToFloats()): correct for any tensor; the CPU and CUDA backends
+  /// override it with one fused pass.
   virtual std::optional<ReadPassResult> Read(TensorListView tensors, const ReadPassOptions& options) const;
   /// One write pass (WritePass.hpp): scales @p src in place (@p dst empty), or casts or adds @p src
   /// into @p dst pairwise, and returns the non-finite flag and the amax of what it wrote when

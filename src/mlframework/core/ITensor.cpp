@@ -1,16 +1,17 @@
 #include <mlframework/core/ITensor.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <string>
 
 #include <mlframework/core/Error.hpp>
 #include <mlframework/core/HostConversion.hpp>
+#include <mlframework/core/MultiTensor.hpp>
+#include <mlframework/core/OverflowReport.hpp>
+#include <mlframework/core/Tensor.hpp>
 #include <mlframework/core/TensorBackend.hpp>
-
-#include "mlframework/core/DeviceFactory.hpp"
-#include "mlframework/core/HostAlias.hpp"
 
 namespace mlframework {
 
@@ -34,8 +35,6 @@ std::string ToString(const Shape& shape) {
 }
 
 ITensor::~ITensor() = default;
-
-bool ITensor::HasNonFinite() const { return HasInf() || HasNaN(); }
 
 void ITensor::CopyToFloats(std::span<float> out) const {
   const std::size_t size = Size();
@@ -62,24 +61,94 @@ void ITensor::CopyToFloats(std::span<float> out) const {
   std::copy(values.begin(), values.end(), out.begin());
 }
 
+namespace {
+
+// This tensor as a one-element list for core's passes (MultiTensor.hpp), which pick the backend
+// (its own, the CPU backend's for host elements, or the floats fallback). Non-owning (the aliasing
+// constructor without an owner): the tensor outlives the call.
+TensorPtr Borrowed(const ITensor& tensor) {
+  return {TensorPtr(), const_cast<ITensor*>(&tensor)};  // NOLINT(cppcoreguidelines-pro-type-const-cast)
+}
+
+// One write pass over @p src alone. A tensor with a backend is a one-element group of it, and so
+// is a result that backend allocated for it: its grouped pass, without core's walk. Else core's
+// route: the CPU kernels on host bytes, or the floats.
+WritePassResult WriteOne(const TensorPtr& src, std::span<const TensorPtr> dst, const WritePassOptions& options) {
+  if (const TensorBackend* backend = src->Backend()) {
+    if (const std::optional<WritePassResult> result = backend->Write({{&src, 1}, true}, {dst, true}, options)) {
+      return *result;
+    }
+  }
+  return WritePass({&src, 1}, dst, options);
+}
+
+// One read pass over @p tensor alone, as WriteOne() writes.
+ReadPassResult ReadOne(const TensorPtr& tensor, const ReadPassOptions& options) {
+  if (const TensorBackend* backend = tensor->Backend()) {
+    if (const std::optional<ReadPassResult> result = backend->Read({{&tensor, 1}, true}, options)) {
+      return *result;
+    }
+  }
+  return ReadPass({&tensor, 1}, options);
+}
+
+// A new tensor of @p dtype, where @p tensor lives, holding round(x * factor) for every element x.
+TensorPtr Converted(const ITensor& tensor, DataType dtype, float factor) {
+  const TensorBackend* backend = tensor.Backend();
+  TensorPtr result = backend != nullptr ? backend->Allocate(tensor.GetShape(), dtype, tensor.GetDevice())
+                                        : Zeros(tensor.GetShape(), dtype, tensor.GetDevice());
+  WriteOne(Borrowed(tensor), {&result, 1}, {.Op = WriteOp::Cast, .Factor = factor});
+  return result;
+}
+
+}  // namespace
+
+TensorPtr ITensor::CastTo(DataType dtype) const {
+  if (!IsValid(dtype)) {
+    throw ArgumentError("dtype", "value " + std::to_string(static_cast<int>(dtype)) + " is not a DataType");
+  }
+  return Converted(*this, dtype, 1.0f);
+}
+
+TensorPtr ITensor::Multiply(float factor) const { return Converted(*this, GetDataType(), factor); }
+
+TensorPtr ITensor::Divide(float divisor) const {
+  if (divisor == 0.0f || !std::isfinite(divisor)) {
+    throw ArgumentError("divisor", "must be finite and non-zero, got " + std::to_string(divisor));
+  }
+  // The inverse in double, as the scalers unscale.
+  return Multiply(static_cast<float>(1.0 / static_cast<double>(divisor)));
+}
+
+TensorPtr ITensor::Clone() const { return Multiply(1.0f); }
+
+void ITensor::MultiplyInPlace(float factor) { WriteOne(Borrowed(*this), {}, {.Op = WriteOp::Scale, .Factor = factor}); }
+
 bool ITensor::UnscaleAndCheck(float factor) {
-  const WritePassOptions options{.Op = WriteOp::Scale, .Factor = factor, .Check = true};
-  if (const TensorBackend* backend = Backend()) {
-    // Non-owning (the aliasing constructor without an owner): *this outlives the call.
-    const TensorPtr self(TensorPtr(), this);
-    if (const std::optional<WritePassResult> result = backend->Write({{&self, 1}, true}, {}, options)) {
-      return result->FoundNonFinite;
-    }
+  return WriteOne(Borrowed(*this), {}, {.Op = WriteOp::Scale, .Factor = factor, .Check = true}).FoundNonFinite;
+}
+
+bool ITensor::HasNonFinite() const { return ReadOne(Borrowed(*this), {}).FoundNonFinite; }
+
+double ITensor::SumOfSquares() const { return ReadOne(Borrowed(*this), {.SumOfSquares = true}).SumOfSquares; }
+
+// A clean tensor (the usual answer) takes the one early-exit read; only a non-finite one is
+// scanned for which kinds it holds.
+bool ITensor::HasInf() const {
+  if (!HasNonFinite()) {
+    return false;
   }
-  // No owner: the alias lives only for this call, while *this does.
-  if (const TensorPtr alias = detail::HostAlias(*this, nullptr)) {
-    if (const std::optional<WritePassResult> result =
-            detail::BackendOf(Device::CPU()).Write({{&alias, 1}, true}, {}, options)) {
-      return result->FoundNonFinite;
-    }
+  const TensorPtr self = Borrowed(*this);
+  const NonFiniteScan scan = ScanNonFinite({&self, 1}).front();
+  return scan.HasPosInf || scan.HasNegInf;
+}
+
+bool ITensor::HasNaN() const {
+  if (!HasNonFinite()) {
+    return false;
   }
-  MultiplyInPlace(factor);
-  return HasNonFinite();
+  const TensorPtr self = Borrowed(*this);
+  return ScanNonFinite({&self, 1}).front().HasNaN;
 }
 
 const TensorBackend* ITensor::Backend() const noexcept { return nullptr; }

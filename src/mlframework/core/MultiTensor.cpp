@@ -153,7 +153,7 @@ WritePassResult WriteWithState(std::span<const TensorPtr> src, std::span<const T
 
 // The one route of every read pass: the whole list to the backend of its first tensor, which
 // runs it when it knows the list (the CPU backend's kept plans); else the list grouped by backend
-// once, each group to its backend, and the tensors without one through their ITensor members.
+// once, each group to its backend, and the tensors without one through their host floats.
 ReadPassResult ReadPass(std::span<const TensorPtr> tensors, const ReadPassOptions& options) {
   ValidateReadPassOptions(options);
   if (options.State != nullptr) {
@@ -202,28 +202,11 @@ double SumOfSquares(std::span<const TensorPtr> tensors, float factor) {
   return CheckAndSumSquares(tensors, factor).SumOfSquares;
 }
 
-namespace {
-
-// One tensor without a backend, in place, through its own ITensor members (ITensor.hpp's table):
-// UnscaleAndCheck() or MultiplyInPlace(); the amax form through its floats.
-WritePassResult ScaleOwnTensor(ITensor& tensor, const WritePassOptions& options) {
-  if (options.Amax) {
-    return detail::WritePairThroughFloats(tensor, tensor, options);
-  }
-  if (options.Check) {
-    return {.FoundNonFinite = tensor.UnscaleAndCheck(options.Factor)};
-  }
-  tensor.MultiplyInPlace(options.Factor);
-  return {};
-}
-
-}  // namespace
-
 // The one route of every write pass, like the read pass's: the whole lists to the backend of
 // the first source tensor, which runs them when it knows them; else the arguments checked, host
 // aliases for tensors without a backend that the host addresses, and each backend's share
 // (pairs: runs of pairs whose two tensors share a backend) to that backend, the rest through
-// each tensor's own members or host floats.
+// each tensor's host floats.
 WritePassResult WritePass(std::span<const TensorPtr> src, std::span<const TensorPtr> dst,
                           const WritePassOptions& options) {
   ValidateWritePassOptions(options);
@@ -248,7 +231,7 @@ WritePassResult WritePass(std::span<const TensorPtr> src, std::span<const Tensor
         return true;
       }
       for (const TensorPtr& tensor : list) {
-        detail::Fold(total, ScaleOwnTensor(*tensor, options));
+        detail::Fold(total, detail::WritePairThroughFloats(*tensor, *tensor, options));
       }
       return true;
     });

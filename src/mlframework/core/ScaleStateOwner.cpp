@@ -2,9 +2,12 @@
 
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <mlframework/core/Error.hpp>
 #include <mlframework/core/MultiTensor.hpp>
+
+#include "mlframework/core/TensorGroups.hpp"
 
 namespace mlframework::detail {
 
@@ -35,22 +38,23 @@ bool ScaleStateOwner::IsOnStateDevice(const ITensor& tensor) const {
   return OnHost() ? device == nullptr : device == backend_ && tensor.GetDevice() == state_->GetDevice();
 }
 
+// The state follows core's grouping of the list: one group of a device-scaling backend (one
+// backend, one device), or host groups only, which one host state serves.
 void ScaleStateOwner::Place(std::span<const TensorPtr> tensors, const char* parameter) {
   if (tensors.empty()) {
     return;  // nothing to say where the next step runs: the state stays where it is
   }
-  const TensorBackend* first = tensors[0]->Backend();
-  const Device device = tensors[0]->GetDevice();
+  const std::vector<BackendGroup> groups = GroupByBackend(tensors);
+  const Device device = groups.front().device;
   const DeviceScalingBackend* on_device = DeviceScalingOf(*tensors[0]);
-  for (std::size_t i = 1; i < tensors.size(); ++i) {
-    if (tensors[i]->Backend() == first && (on_device == nullptr || tensors[i]->GetDevice() == device)) {
-      continue;  // the common case: one backend, one device
-    }
+  for (std::size_t g = 1; g < groups.size(); ++g) {
+    const std::size_t i = groups[g].indices.front();
     if (on_device == nullptr && DeviceScalingOf(*tensors[i]) == nullptr) {
-      continue;  // host tensors of several backends: one host state serves them all
+      continue;  // host tensors of several backends
     }
     throw ArgumentError(std::string(parameter) + "[" + std::to_string(i) + "]",
-                        "is on " + tensors[i]->GetDevice().ToString() + " but entry 0 is on " + device.ToString() +
+                        "is on " + tensors[i]->GetDevice().ToString() + " but entry 0 is on " +
+                            tensors[0]->GetDevice().ToString() +
                             ": a dynamic scaler keeps its state on one device, so one call takes "
                             "tensors of one device-scaling backend and device, or host tensors only");
   }

@@ -48,7 +48,8 @@ class ScaleStateOwner {
   // Replaces the state and clears the record (on a device: waits for the copy).
   void Write(const ScaleState& state);
 
-  // Puts the state where the scaling backend of @p tensors keeps it. ArgumentError naming
+  // Puts the state where the scaling backend of @p tensors keeps it, from core's grouping of the
+  // list (TensorGroups.hpp's GroupByBackend()). ArgumentError naming
   // `<parameter>[i]` when the list mixes a device backend with other tensors, or two devices.
   // An empty list leaves the state where it is.
   void Place(std::span<const TensorPtr> tensors, const char* parameter);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include <mlframework/core/DeviceScaling.hpp>
 #include <mlframework/core/Error.hpp>
@@ -17,23 +18,25 @@ TensorBackend::~TensorBackend() = default;
 
 ReadPassResult detail::ReadEachTensor(std::span<const TensorPtr> tensors, const ReadPassOptions& options) {
   ReadPassResult total;
+  std::vector<float> values;
   for (const TensorPtr& tensor : tensors) {
-    if (options.Amax) {
-      for (const float x : tensor->ToFloatVector()) {
-        const float v = std::fabs(x);
-        if (std::isfinite(v)) {
-          total.Amax = std::max(total.Amax, v);
-        } else {
-          total.FoundNonFinite = true;
-        }
+    values.resize(tensor->Size());
+    tensor->CopyToFloats(values);
+    double sum = 0.0;
+    for (const float x : values) {
+      const float v = std::fabs(x);
+      if (!std::isfinite(v)) {
+        total.FoundNonFinite = true;
+      } else if (options.Amax) {
+        total.Amax = std::max(total.Amax, v);
       }
-      continue;
+      if (options.SumOfSquares) {
+        sum += static_cast<double>(x) * x;
+      }
     }
-    total.FoundNonFinite = tensor->HasNonFinite() || total.FoundNonFinite;
-    if (options.SumOfSquares) {
-      const double factor = options.Factor;
-      total.SumOfSquares += tensor->SumOfSquares() * factor * factor;
-    } else if (total.FoundNonFinite) {
+    const double factor = options.Factor;
+    total.SumOfSquares += sum * factor * factor;
+    if (total.FoundNonFinite && !options.SumOfSquares && !options.Amax) {
       break;  // nothing else to read
     }
   }

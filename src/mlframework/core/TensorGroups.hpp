@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include <mlframework/core/Device.hpp>
 #include <mlframework/core/Error.hpp>
 #include <mlframework/core/ITensor.hpp>
 #include <mlframework/core/ReadPass.hpp>
@@ -53,45 +54,41 @@ inline const TensorBackend* FirstBackend(std::span<const TensorPtr> tensors) {
   return tensors.empty() || !tensors.front() ? nullptr : tensors.front()->Backend();
 }
 
-/// The read pass through each tensor's own ITensor members (HasNonFinite(), SumOfSquares(),
-/// ToFloatVector()): for tensors no fused kernel reads. Entries must be non-null.
+/// The read pass through each tensor's host floats (ITensor::CopyToFloats()): for tensors no
+/// fused kernel reads. Entries must be non-null.
 ReadPassResult ReadEachTensor(std::span<const TensorPtr> tensors, const ReadPassOptions& options);
 
-/// Tensors that share one backend (null: the per-tensor host path), in list order.
+/// Tensors that one backend runs on one device, in list order. A null backend: tensors the library
+/// cannot see, read and written through their floats (on any device).
 struct BackendGroup {
   const TensorBackend* backend = nullptr;
+  Device device;
   std::vector<std::size_t> indices;
 };
 
-/// @p tensors (non-null) grouped by backend; almost always one group.
+/// The one grouping of a list (PyTorch's GradScaler groups per device, and each kernel takes any
+/// dtype): @p tensors (non-null) by backend and device, groups in the order of their first entry;
+/// almost always one group. Core's passes (MultiTensor.cpp) group a list after replacing host
+/// tensors without a backend by CPU aliases, so those join the CPU group; a scaler's state goes
+/// where the list's group is (ScaleStateOwner::Place()).
 inline std::vector<BackendGroup> GroupByBackend(std::span<const TensorPtr> tensors) {
   std::vector<BackendGroup> groups;
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     const TensorBackend* backend = tensors[i]->Backend();
+    const Device device = backend != nullptr ? tensors[i]->GetDevice() : Device::CPU();
     BackendGroup* group = nullptr;
     for (BackendGroup& g : groups) {
-      if (g.backend == backend) {
+      if (g.backend == backend && g.device == device) {
         group = &g;
       }
     }
     if (group == nullptr) {
-      group = &groups.emplace_back(BackendGroup{backend, {}});
+      group = &groups.emplace_back(BackendGroup{backend, device, {}});
       group->indices.reserve(tensors.size() - i);
     }
     group->indices.push_back(i);
   }
   return groups;
-}
-
-/// The raw pointers of @p tensors at @p indices, for a backend's list entry points.
-template <typename Pointer>
-std::vector<Pointer> Pointers(std::span<const TensorPtr> tensors, const std::vector<std::size_t>& indices) {
-  std::vector<Pointer> pointers;
-  pointers.reserve(indices.size());
-  for (const std::size_t i : indices) {
-    pointers.push_back(tensors[i].get());
-  }
-  return pointers;
 }
 
 /// The raw pointers of every entry of @p tensors.

@@ -1,7 +1,6 @@
 #include "mlframework/backends/cpu/CpuTensorImpl.hpp"
 
 #include <atomic>
-#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -13,6 +12,7 @@
 
 #include "mlframework/backends/cpu/ListKey.hpp"
 #include "mlframework/backends/cpu/MultiTensorKernels.hpp"
+#include "mlframework/core/BackendTensor.hpp"
 #include "mlframework/core/DeviceFactory.hpp"
 
 namespace mlframework::backends::cpu {
@@ -59,74 +59,6 @@ CpuTensor::~CpuTensor() {
 
 CpuTensor::CpuTensor(Shape shape, DataType dtype, std::shared_ptr<void> owner, void* data)
     : data_(data), size_(ElementCount(shape)), dtype_(dtype), shape_(std::move(shape)), owner_(std::move(owner)) {}
-
-namespace {
-
-// Every per-tensor operation is the fused kernel on a one-element list, so
-// there is exactly one implementation of each piece of element math.
-const ITensor* const* One(const ITensor*& slot) { return &slot; }
-
-}  // namespace
-
-TensorPtr CpuTensor::Multiply(float factor) const {
-  auto result = std::make_shared<CpuTensor>(shape_, dtype_);
-  const ITensor* src = this;
-  ITensor* dst = result.get();
-  CastIntoKernel({One(src), 1}, {&dst, 1}, factor);
-  return result;
-}
-
-TensorPtr CpuTensor::Divide(float divisor) const {
-  if (divisor == 0.0f || !std::isfinite(divisor)) {
-    throw ArgumentError("divisor", "must be finite and non-zero, got " + std::to_string(divisor));
-  }
-  // Multiplying by the inverse computed in double is what the scalers do; it
-  // equals true division for the power-of-two scales used in practice.
-  return Multiply(static_cast<float>(1.0 / static_cast<double>(divisor)));
-}
-
-void CpuTensor::MultiplyInPlace(float factor) {
-  ITensor* self = this;
-  ScaleKernel({&self, 1}, factor);
-}
-
-TensorPtr CpuTensor::Clone() const { return Multiply(1.0f); }
-
-TensorPtr CpuTensor::CastTo(DataType dtype) const {
-  auto result = std::make_shared<CpuTensor>(shape_, dtype);
-  const ITensor* src = this;
-  ITensor* dst = result.get();
-  CastIntoKernel({One(src), 1}, {&dst, 1}, 1.0f);
-  return result;
-}
-
-bool CpuTensor::HasInf() const {
-  for (const float value : ToFloatVector()) {
-    if (std::isinf(value)) {
-      return true;
-    }
-  }
-  return false;
-}
-
-bool CpuTensor::HasNaN() const {
-  for (const float value : ToFloatVector()) {
-    if (std::isnan(value)) {
-      return true;
-    }
-  }
-  return false;
-}
-
-bool CpuTensor::HasNonFinite() const {
-  const ITensor* self = this;
-  return HasNonFiniteKernel({One(self), 1});
-}
-
-double CpuTensor::SumOfSquares() const {
-  const ITensor* self = this;
-  return CheckAndSumSquaresKernel({One(self), 1}, 1.0f).SumOfSquares;
-}
 
 std::vector<float> CpuTensor::ToFloatVector() const {
   std::vector<float> values(size_);
@@ -220,20 +152,10 @@ bool HugePages() noexcept {
 
 bool IsCpuTensor(const ITensor& tensor) noexcept { return dynamic_cast<const CpuTensor*>(&tensor) != nullptr; }
 
-void* MutableData(ITensor& tensor) {
-  auto* cpu_tensor = dynamic_cast<CpuTensor*>(&tensor);
-  if (cpu_tensor == nullptr) {
-    throw ArgumentError("tensor", "is not a CPU-backend tensor (device " + tensor.GetDevice().ToString() + ")");
-  }
-  return cpu_tensor->Data();
-}
+void* MutableData(ITensor& tensor) { return mlframework::detail::BackendTensor<CpuTensor>(tensor, "CPU").Data(); }
 
 const void* Data(const ITensor& tensor) {
-  const auto* cpu_tensor = dynamic_cast<const CpuTensor*>(&tensor);
-  if (cpu_tensor == nullptr) {
-    throw ArgumentError("tensor", "is not a CPU-backend tensor (device " + tensor.GetDevice().ToString() + ")");
-  }
-  return cpu_tensor->Data();
+  return mlframework::detail::BackendTensor<const CpuTensor>(tensor, "CPU").Data();
 }
 
 }  // namespace mlframework::backends::cpu

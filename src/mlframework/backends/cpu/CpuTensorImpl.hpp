@@ -33,17 +33,6 @@ class CpuTensor final : public ITensor {
   const Shape& GetShape() const override { return shape_; }
   std::size_t Size() const override { return size_; }
 
-  TensorPtr Multiply(float factor) const override;
-  TensorPtr Divide(float divisor) const override;
-  void MultiplyInPlace(float factor) override;
-  TensorPtr Clone() const override;
-  TensorPtr CastTo(DataType dtype) const override;
-
-  bool HasInf() const override;
-  bool HasNaN() const override;
-  bool HasNonFinite() const override;
-  double SumOfSquares() const override;
-
   std::vector<float> ToFloatVector() const override;
   void CopyFromFloats(std::span<const float> values) override;
 

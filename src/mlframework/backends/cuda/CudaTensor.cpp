@@ -1,7 +1,5 @@
 #include "mlframework/backends/cuda/CudaTensorImpl.hpp"
 
-#include <algorithm>
-#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
@@ -15,6 +13,7 @@
 #include "mlframework/backends/cuda/CudaCheck.hpp"
 #include "mlframework/backends/cuda/DeviceContext.hpp"
 #include "mlframework/backends/cuda/ViewRange.hpp"
+#include "mlframework/core/BackendTensor.hpp"
 #include "mlframework/core/DeviceFactory.hpp"
 
 namespace mlframework::backends::cuda {
@@ -31,20 +30,6 @@ void RequireDeviceIndex(int device) {
   if (device < 0) {
     throw ArgumentError("device", "must be >= 0, got " + std::to_string(device));
   }
-}
-
-// A new tensor of @p dtype holding round(x * factor) for every element x of @p tensor.
-TensorPtr Converted(const CudaTensor& tensor, DataType dtype, float factor) {
-  auto result = std::make_shared<CudaTensor>(tensor.GetShape(), dtype, tensor.GetDevice().Index);
-  // Non-owning (the aliasing constructor without an owner): @p tensor outlives the call.
-  const TensorPtr src(TensorPtr(), const_cast<CudaTensor*>(&tensor));  // NOLINT(cppcoreguidelines-pro-type-const-cast)
-  const TensorPtr dst = result;
-  Backend().Write({{&src, 1}, true}, {{&dst, 1}, true}, {.Op = WriteOp::Cast, .Factor = factor});
-  return result;
-}
-
-bool AnyOf(const std::vector<float>& values, bool (*test)(float)) {
-  return std::any_of(values.begin(), values.end(), test);
 }
 
 }  // namespace
@@ -104,51 +89,6 @@ CudaTensor::~CudaTensor() {
     context_->ReleaseAfterWork(std::move(owner_));
   }
 }
-
-TensorPtr CudaTensor::Multiply(float factor) const { return Converted(*this, dtype_, factor); }
-
-TensorPtr CudaTensor::Divide(float divisor) const {
-  if (divisor == 0.0f || !std::isfinite(divisor)) {
-    throw ArgumentError("divisor", "must be finite and non-zero, got " + std::to_string(divisor));
-  }
-  // The same inverse as the CPU backend, so both round identically.
-  return Multiply(static_cast<float>(1.0 / static_cast<double>(divisor)));
-}
-
-void CudaTensor::MultiplyInPlace(float factor) {
-  const TensorPtr self(TensorPtr(), this);  // non-owning: *this outlives the call
-  cuda::Backend().Write({{&self, 1}, true}, {}, {.Op = WriteOp::Scale, .Factor = factor});
-}
-
-TensorPtr CudaTensor::Clone() const { return Multiply(1.0f); }
-
-TensorPtr CudaTensor::CastTo(DataType dtype) const {
-  RequireValidDtype(dtype);
-  return Converted(*this, dtype, 1.0f);
-}
-
-bool CudaTensor::HasInf() const {
-  return AnyOf(ToFloatVector(), [](float value) { return std::isinf(value); });
-}
-
-bool CudaTensor::HasNaN() const {
-  return AnyOf(ToFloatVector(), [](float value) { return std::isnan(value); });
-}
-
-namespace {
-
-// The read pass of the CUDA backend over @p tensor alone. The list borrows the tensor (a
-// shared pointer that owns nothing); the caller keeps it alive.
-ReadPassResult ReadOne(const CudaTensor& tensor, const ReadPassOptions& options) {
-  const TensorPtr self(TensorPtr(), const_cast<CudaTensor*>(&tensor));  // NOLINT(cppcoreguidelines-pro-type-const-cast)
-  return *cuda::Backend().Read({{&self, 1}, true}, options);
-}
-
-}  // namespace
-
-bool CudaTensor::HasNonFinite() const { return ReadOne(*this, {}).FoundNonFinite; }
-
-double CudaTensor::SumOfSquares() const { return ReadOne(*this, {.SumOfSquares = true}).SumOfSquares; }
 
 std::vector<float> CudaTensor::ToFloatVector() const {
   std::vector<std::uint8_t> raw(Bytes());
@@ -218,13 +158,7 @@ TensorPtr Wrap(void* data, Shape shape, DataType dtype, int device, std::shared_
 
 bool IsCudaTensor(const ITensor& tensor) noexcept { return dynamic_cast<const CudaTensor*>(&tensor) != nullptr; }
 
-void* DevicePointer(ITensor& tensor) {
-  auto* cuda_tensor = dynamic_cast<CudaTensor*>(&tensor);
-  if (cuda_tensor == nullptr) {
-    throw ArgumentError("tensor", "is not a CUDA-backend tensor (device " + tensor.GetDevice().ToString() + ")");
-  }
-  return cuda_tensor->Data();
-}
+void* DevicePointer(ITensor& tensor) { return mlframework::detail::BackendTensor<CudaTensor>(tensor, "CUDA").Data(); }
 
 void* StreamHandle(int device) { return DeviceContext::Get(device).Stream(); }
 
