@@ -53,3 +53,5 @@ std::int64_t SaveAndResume(mlframework::distributed::fsdp::FSDP& fsdp, mlframewo
                            mlframework::amp::GradScaler& scaler);
 void ReduceOverTheFloat8Wire(const std::shared_ptr<mlframework::distributed::IProcessGroup>& world,
                              const mlframework::GradientMap& params);
+void AccumulateSharded(const std::shared_ptr<mlframework::distributed::IProcessGroup>& world,
+                       const mlframework::GradientMap& params);

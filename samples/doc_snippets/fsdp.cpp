@@ -26,3 +26,10 @@ void ReduceOverTheFloat8Wire(const std::shared_ptr<distributed::IProcessGroup>& 
   exact.Wire = GradientWire::ReduceDType;  // this unit's gradients travel in the reduce dtype
   fsdp.RegisterUnit("ln_f", params, exact);
 }
+
+// world: the job's process group; params: the unit's parameters by name
+void AccumulateSharded(const std::shared_ptr<distributed::IProcessGroup>& world, const GradientMap& params) {
+  FSDP fsdp(world, {.Strategy = ShardingStrategy::FullShard, .ShardedAccumulation = true});
+  fsdp.RegisterUnit("block0", params);
+  fsdp.SetRequiresGradientSync(false);  // micro-batches: each reduced into the FP32 shard
+}

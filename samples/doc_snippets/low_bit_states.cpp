@@ -1,5 +1,8 @@
-// docs/optimizers.md: one fused step over BF16 masters and 8-bit moments (compiled only).
+// docs/optimizers.md: one fused step over BF16 masters and 8-bit moments, the Adam class with
+// those formats, and a converting load (compiled only).
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 
 #include <mlframework/mlframework.hpp>
@@ -27,4 +30,20 @@ bool StepLowBit(std::span<const TensorPtr> bf16_params, std::span<const TensorPt
                                  .RoundingSeed = seed,
                                  .RoundingStep = static_cast<std::uint64_t>(step)};
   return FusedAdamStep(lists, AdamStepScalarsFor(options, step));
+}
+
+// bf16_parameters: the model's BF16 parameters by name, in host memory
+std::unique_ptr<Adam> MakeLowBitAdamW(const GradientMap& bf16_parameters) {
+  AdamOptions options = AdamOptions::AdamW(1e-3, 1e-2);
+  options.FirstMomentFormat = StateFormat::Int8Block;    // exp_avg
+  options.SecondMomentFormat = StateFormat::UInt8Block;  // exp_avg_sq
+  options.StateBlockSize = 256;
+  options.Masters = MasterFormat::BFloat16StochasticRounding;  // the BF16 parameters are the masters
+  options.RoundingSeed = 1234;
+  return std::make_unique<Adam>(bf16_parameters, options);  // 4.03 bytes per parameter of masters and state
+}
+
+// fp32_blob: the state blob of an Adam with FP32 moments (StateDict())
+void LoadConverted(Adam& adam_8bit, std::span<const std::byte> fp32_blob) {
+  adam_8bit.LoadStateDict(fp32_blob, amp::StateConversion::Convert);  // FP32 moments into 8-bit
 }

@@ -75,3 +75,7 @@ T& Deref(T* pointer, const char* name) {
 }
 
 }  // namespace mlframework::c_api
+
+// The entry points are extern "C" functions at global scope, and every one runs through these.
+using mlframework::c_api::Call;
+using mlframework::c_api::Deref;

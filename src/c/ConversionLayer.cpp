@@ -52,10 +52,6 @@ struct ManagedDeleter {
 }  // namespace
 }  // namespace mlframework::c_api
 
-using mlframework::c_api::Call;
-using mlframework::c_api::Deref;
-using mlframework::c_api::StreamScope;
-
 extern "C" {
 
 mlfw_status mlfw_mixed_precision_options_default(mlfw_mixed_precision_options* options) {

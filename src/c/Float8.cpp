@@ -101,13 +101,6 @@ mlfw_status Create(mlfw_fp8_recipe_t* out, const auto& make) {
 }  // namespace
 }  // namespace mlframework::c_api
 
-using mlframework::c_api::Borrow;
-using mlframework::c_api::BorrowFloat8List;
-using mlframework::c_api::BorrowList;
-using mlframework::c_api::Call;
-using mlframework::c_api::Deref;
-using mlframework::c_api::StreamScope;
-
 extern "C" {
 
 mlfw_status mlfw_fp8_amax(const DLTensor* const* tensors, size_t count, const DLTensor* amax, void* stream) {

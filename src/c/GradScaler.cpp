@@ -41,10 +41,6 @@ mlfw_status Create(mlfw_grad_scaler_t* out, const auto& make) {
 }  // namespace
 }  // namespace mlframework::c_api
 
-using mlframework::c_api::Call;
-using mlframework::c_api::Deref;
-using mlframework::c_api::StreamScope;
-
 extern "C" {
 
 mlfw_status mlfw_dynamic_scaler_config_default(mlfw_dynamic_scaler_config* config) {

@@ -8,12 +8,6 @@
 #include "Call.hpp"
 #include "Tensors.hpp"
 
-using mlframework::c_api::BorrowList;
-using mlframework::c_api::Call;
-using mlframework::c_api::Deref;
-using mlframework::c_api::DeviceOf;
-using mlframework::c_api::StreamScope;
-
 extern "C" {
 
 mlfw_status mlfw_unscale_and_check(const DLTensor* const* tensors, size_t count, float factor, void* stream,

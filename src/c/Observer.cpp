@@ -41,9 +41,6 @@ struct mlfw_observer {
   std::shared_ptr<mlframework::ITrainingObserver> observer;
 };
 
-using mlframework::c_api::Call;
-using mlframework::c_api::Deref;
-
 extern "C" {
 
 mlfw_status mlfw_observer_create(mlfw_step_callback on_step, void* user, mlfw_observer_t* out) {

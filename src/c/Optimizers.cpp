@@ -45,11 +45,6 @@ mlfw_status Create(const char* const* names, const DLTensor* const* parameters, 
 }  // namespace
 }  // namespace mlframework::c_api
 
-using mlframework::c_api::BorrowList;
-using mlframework::c_api::Call;
-using mlframework::c_api::Deref;
-using mlframework::c_api::DeviceOf;
-
 extern "C" {
 
 mlfw_status mlfw_adam_options_default(mlfw_adam_options* options) {

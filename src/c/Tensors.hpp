@@ -115,3 +115,10 @@ Device ScaleLossInto(const DLTensor* loss, void* stream, DLManagedTensor** scale
 Device DeviceOf(const GradientMap& tensors);
 
 }  // namespace mlframework::c_api
+
+// For the entry points, extern "C" functions at global scope.
+using mlframework::c_api::Borrow;
+using mlframework::c_api::BorrowFloat8List;
+using mlframework::c_api::BorrowList;
+using mlframework::c_api::DeviceOf;
+using mlframework::c_api::StreamScope;
