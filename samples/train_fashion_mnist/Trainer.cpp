@@ -88,26 +88,22 @@ class TimedOptimizer final : public amp::IOptimizer {
 
 std::unique_ptr<amp::IOptimizer> MakeOptimizer(const TrainConfig& config, const mlframework::GradientMap& parameters) {
   if (config.optimizer == "sgd") {
+    if (!IsBaseline(config.states)) {
+      throw mlframework::ArgumentError("optimizer", "is sgd; the optimizer-state rows (" +
+                                                        std::string(config.states.name) + ") need adam");
+    }
     return std::make_unique<mlframework::optimizers::SGD>(
         parameters, mlframework::optimizers::SGDOptions{.LearningRate = config.learning_rate, .Momentum = 0.9f});
   }
   if (config.optimizer == "adam") {
     return std::make_unique<mlframework::optimizers::Adam>(
-        parameters, mlframework::optimizers::AdamOptions{.LearningRate = config.learning_rate});
+        parameters, mlframework::optimizers::AdamOptions{.LearningRate = config.learning_rate,
+                                                         .FirstMomentFormat = config.states.first,
+                                                         .SecondMomentFormat = config.states.second,
+                                                         .Masters = config.states.masters,
+                                                         .RoundingSeed = config.seed});
   }
   throw mlframework::ArgumentError("optimizer", "is \"" + config.optimizer + "\", expected adam or sgd");
-}
-
-double Evaluate(Mlp& model, const Split& test) {
-  constexpr std::size_t kEvalBatch = 1000;
-  std::size_t correct = 0;
-  for (std::size_t first = 0; first < test.count; first += kEvalBatch) {
-    const std::size_t batch = std::min(kEvalBatch, test.count - first);
-    const std::span<const float> inputs(test.images.data() + first * test.features, batch * test.features);
-    const std::span<const std::uint8_t> labels(test.labels.data() + first, batch);
-    correct += model.Forward(inputs, labels, batch).correct;
-  }
-  return test.count == 0 ? 0.0 : static_cast<double>(correct) / static_cast<double>(test.count);
 }
 
 void PrintProgress(const TrainConfig& config, Mode mode, int epoch, std::size_t step, std::size_t steps, double loss,
@@ -154,13 +150,47 @@ std::vector<Mode> AllModes() {
   return modes;
 }
 
-ModeResult TrainMode(const Dataset& data, const TrainConfig& config, Mode mode) {
-  const Split& train = data.train;
+std::size_t TrainingExamples(const Split& train, const TrainConfig& config) {
   const std::size_t examples = config.subset == 0 ? train.count : std::min(config.subset, train.count);
   if (config.batch_size == 0 || config.batch_size > examples) {
     throw mlframework::ArgumentError("batch_size", "is " + std::to_string(config.batch_size) + ", expected 1 to the " +
                                                        std::to_string(examples) + " training examples");
   }
+  return examples;
+}
+
+std::vector<std::size_t> EpochOrder(std::size_t examples, std::uint64_t seed, int epoch) {
+  std::vector<std::size_t> order(examples);
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::shuffle(order.begin(), order.end(), std::mt19937_64(seed + static_cast<std::uint64_t>(epoch)));
+  return order;
+}
+
+void FillBatch(const Split& split, std::span<const std::size_t> indices, std::span<float> inputs,
+               std::span<std::uint8_t> labels) {
+  for (std::size_t b = 0; b < indices.size(); ++b) {
+    const std::size_t index = indices[b];
+    std::copy_n(split.images.begin() + static_cast<std::ptrdiff_t>(index * split.features), split.features,
+                inputs.begin() + static_cast<std::ptrdiff_t>(b * split.features));
+    labels[b] = split.labels[index];
+  }
+}
+
+double Evaluate(Mlp& model, const Split& test) {
+  constexpr std::size_t kEvalBatch = 1000;
+  std::size_t correct = 0;
+  for (std::size_t first = 0; first < test.count; first += kEvalBatch) {
+    const std::size_t batch = std::min(kEvalBatch, test.count - first);
+    const std::span<const float> inputs(test.images.data() + first * test.features, batch * test.features);
+    const std::span<const std::uint8_t> labels(test.labels.data() + first, batch);
+    correct += model.Forward(inputs, labels, batch).correct;
+  }
+  return test.count == 0 ? 0.0 : static_cast<double>(correct) / static_cast<double>(test.count);
+}
+
+ModeResult TrainMode(const Dataset& data, const TrainConfig& config, Mode mode) {
+  const Split& train = data.train;
+  const std::size_t examples = TrainingExamples(train, config);
   std::vector<std::size_t> sizes = {train.features};
   sizes.insert(sizes.end(), config.hidden.begin(), config.hidden.end());
   sizes.push_back(kClasses);
@@ -227,7 +257,6 @@ ModeResult TrainMode(const Dataset& data, const TrainConfig& config, Mode mode) 
   ModeResult result;
   result.mode = mode;
   const std::size_t steps_per_epoch = examples / config.batch_size;  // drop the last partial batch
-  std::vector<std::size_t> order(examples);
   std::vector<float> inputs(config.batch_size * train.features);
   std::vector<std::uint8_t> labels(config.batch_size);
   const float reduction_factor =
@@ -235,16 +264,10 @@ ModeResult TrainMode(const Dataset& data, const TrainConfig& config, Mode mode) 
 
   for (int epoch = 0; epoch < config.epochs; ++epoch) {
     // Same batches in the same order for every mode.
-    std::iota(order.begin(), order.end(), std::size_t{0});
-    std::shuffle(order.begin(), order.end(), std::mt19937_64(config.seed + static_cast<std::uint64_t>(epoch)));
+    const std::vector<std::size_t> order = EpochOrder(examples, config.seed, epoch);
     double epoch_loss = 0.0;
     for (std::size_t s = 0; s < steps_per_epoch; ++s) {
-      for (std::size_t b = 0; b < config.batch_size; ++b) {
-        const std::size_t index = order[s * config.batch_size + b];
-        std::copy_n(train.images.begin() + static_cast<std::ptrdiff_t>(index * train.features), train.features,
-                    inputs.begin() + static_cast<std::ptrdiff_t>(b * train.features));
-        labels[b] = train.labels[index];
-      }
+      FillBatch(train, std::span(order).subspan(s * config.batch_size, config.batch_size), inputs, labels);
       const auto step_start = Clock::now();
       const auto fp8_before = codec ? codec->Seconds() : 0.0;
       const BatchLoss forward = model.Forward(inputs, labels, config.batch_size);
@@ -331,6 +354,8 @@ ModeResult TrainMode(const Dataset& data, const TrainConfig& config, Mode mode) 
   }
   result.seconds_per_step = result.steps == 0 ? 0.0 : result.total_seconds / static_cast<double>(result.steps);
   result.test_accuracy = Evaluate(model, data.test);
+  result.states = config.states;
+  result.state_bytes = MeasureStateBytes(*optimizer);
   return result;
 }
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -14,6 +15,7 @@
 
 #include "IdxReader.hpp"
 #include "Mlp.hpp"
+#include "OptimizerStates.hpp"
 
 namespace fashion_mnist {
 
@@ -68,6 +70,9 @@ struct TrainConfig {
   int fp8_margin = 0;                  ///< DelayedScaling margin of the fp8 mode.
   std::size_t fp8_history_len = 1024;  ///< DelayedScaling amax history length of the fp8 mode.
   std::string fp8_amax_algo = "max";   ///< DelayedScaling amax_compute_algo: "max" or "most_recent".
+  /// How Adam keeps its moments and masters (BF16 masters need the bf16 mode's parameters);
+  /// the rounding seed of stochastic rounding is `seed`.
+  OptimizerStates states;
 };
 
 /// One training step as recorded in the CSV.
@@ -101,9 +106,22 @@ struct ModeResult {
   double total_seconds = 0.0;       ///< CPU time of all steps.
   std::vector<StepRecord> records;  ///< Per-step loss and scale.
   std::vector<Fp8Record> fp8;       ///< Per-step amax and scale of every FP8 tensor (fp8 mode only).
+  OptimizerStates states;           ///< How the optimizer kept its moments and masters.
+  StateBytes state_bytes;           ///< What they took per parameter, measured at the end.
 };
 
 /// Trains one mode from the same initialization and batch order as every other mode.
 ModeResult TrainMode(const Dataset& data, const TrainConfig& config, Mode mode);
+
+/// The training examples a run uses: the first `config.subset` (all when 0). ArgumentError
+/// naming `batch_size` unless `config.batch_size` is 1 to that count.
+std::size_t TrainingExamples(const Split& train, const TrainConfig& config);
+/// The order of the training examples in epoch @p epoch: the same for every mode and rank.
+std::vector<std::size_t> EpochOrder(std::size_t examples, std::uint64_t seed, int epoch);
+/// Copies the examples @p indices of @p split into @p inputs (one row each) and @p labels.
+void FillBatch(const Split& split, std::span<const std::size_t> indices, std::span<float> inputs,
+               std::span<std::uint8_t> labels);
+/// Share of @p test that @p model classifies correctly.
+double Evaluate(Mlp& model, const Split& test);
 
 }  // namespace fashion_mnist

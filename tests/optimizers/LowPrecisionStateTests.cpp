@@ -224,7 +224,13 @@ BOOST_AUTO_TEST_CASE(AdamClassGivesTheFusedStepsBits) {
           BOOST_TEST(BytesOf(adam.Parameters().at(name)) == BytesOf(ref.params[i]), boost::test_tools::per_element());
           RequireSameStored(adam.StoredState(name, 0), ref.first.data[i], ref.first.scales, i);
           RequireSameStored(adam.StoredState(name, 1), ref.second.data[i], ref.second.scales, i);
+          // MasterRemainders(): the remainders the step keeps, by name, under BFloat16Remainder only.
+          if (masters == MasterFormat::BFloat16Remainder) {
+            BOOST_TEST(BytesOf(adam.MasterRemainders().at(name)) == BytesOf(ref.remainders[i]),
+                       boost::test_tools::per_element());
+          }
         }
+        BOOST_TEST(adam.MasterRemainders().size() == (masters == MasterFormat::BFloat16Remainder ? 2u : 0u));
         BOOST_TEST(adam.Parameters().at("a")->ToFloatVector() != initial[0]->ToFloatVector());
       }
     }

@@ -96,6 +96,11 @@ class MLFRAMEWORK_EXPORT Adam final : public amp::IOptimizer, public amp::IOptim
   /// The weights the update is applied to: the parameters themselves when they are FP32 or the
   /// masters are BF16 (AdamOptions::Masters), else their FP32 copies.
   const GradientMap& MasterWeights() const noexcept;
+  /// AdamOptions::Masters BFloat16Remainder: each parameter's 16-bit remainders by name (BF16
+  /// tensors of the parameter's shape holding raw bits: the FP32 master's low halves, which
+  /// with the BF16 parameter reconstruct it exactly); empty under the other master formats.
+  /// With MasterWeights() it is everything the masters occupy.
+  const GradientMap& MasterRemainders() const noexcept;
   /// Current hyper-parameters.
   const AdamOptions& Options() const noexcept;
   /// Changes the learning rate (schedulers); ArgumentError when not finite and positive.

@@ -1,6 +1,7 @@
 #include <mlframework/optimizers/Adam.hpp>
 
 #include <map>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -51,6 +52,10 @@ struct Adam::Impl {
     }
     exp_avg.Make(indices, sizes);
     exp_avg_sq.Make(indices, sizes);
+    const std::span<const TensorPtr> remainder_list = params.Remainders();
+    for (std::size_t t = 0; t < remainder_list.size(); ++t) {
+      remainders.emplace(params.Name(t), remainder_list[t]);
+    }
   }
   // RestoreState() (@p conversion Convert: FP32 vectors encoded) and ImportStoredState() (None).
   void Import(const std::map<std::string, amp::OptimizerStoredParameterState>& state, std::int64_t new_steps,
@@ -79,6 +84,7 @@ struct Adam::Impl {
   detail::ParameterSet params;
   detail::StateList exp_avg;     // first moments
   detail::StateList exp_avg_sq;  // second moments
+  GradientMap remainders;        // params.Remainders() by name (BFloat16Remainder masters)
   std::int64_t steps = 0;
 };
 
@@ -131,6 +137,7 @@ bool Adam::Step(const DeviceScaleState& skip_if_found_inf) {
 
 const GradientMap& Adam::Parameters() const noexcept { return impl_->params.Parameters(); }
 const GradientMap& Adam::MasterWeights() const noexcept { return impl_->params.Masters(); }
+const GradientMap& Adam::MasterRemainders() const noexcept { return impl_->remainders; }
 const AdamOptions& Adam::Options() const noexcept { return impl_->options; }
 
 void Adam::SetLearningRate(double learning_rate) {
