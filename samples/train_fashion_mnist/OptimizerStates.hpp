@@ -14,7 +14,7 @@ namespace fashion_mnist {
 
 /// How Adam stores exp_avg, exp_avg_sq and the master weights (AdamOptions formats).
 struct OptimizerStates {
-  std::string_view name = "fp32";         ///< Command-line name ("fp32", "bf16-moments", ...).
+  std::string_view name = "fp32";  ///< Command-line name ("fp32", "bf16-moments", ...).
   std::string_view description = "FP32 moments, FP32 masters (baseline)";  ///< One line for the table.
   mlframework::StateFormat first = mlframework::StateFormat::Float32;      ///< exp_avg.
   mlframework::StateFormat second = mlframework::StateFormat::Float32;     ///< exp_avg_sq.

@@ -89,8 +89,8 @@ class TimedOptimizer final : public amp::IOptimizer {
 std::unique_ptr<amp::IOptimizer> MakeOptimizer(const TrainConfig& config, const mlframework::GradientMap& parameters) {
   if (config.optimizer == "sgd") {
     if (!IsBaseline(config.states)) {
-      throw mlframework::ArgumentError("optimizer", "is sgd; the optimizer-state rows (" +
-                                                        std::string(config.states.name) + ") need adam");
+      throw mlframework::ArgumentError(
+          "optimizer", "is sgd; the optimizer-state rows (" + std::string(config.states.name) + ") need adam");
     }
     return std::make_unique<mlframework::optimizers::SGD>(
         parameters, mlframework::optimizers::SGDOptions{.LearningRate = config.learning_rate, .Momentum = 0.9f});
