@@ -451,7 +451,7 @@ int RunStates(const Options& options, const Dataset& data) {
   }
   std::ofstream csv(options.out / "states-summary.csv");
   csv.precision(9);
-  csv << "mode,states,test_accuracy,final_loss,state_bytes_per_param,master_bytes_per_param\n";
+  csv << "states,mode,test_accuracy,final_loss,state_bytes_per_param,master_bytes_per_param\n";
   std::printf("\n%-6s %-16s %-39s %9s %8s %13s %15s\n", "mode", "states", "what", "test acc", "vs fp32",
               "state B/param", "masters B/param");
   bool parity = true;
@@ -470,7 +470,7 @@ int RunStates(const Options& options, const Dataset& data) {
     std::printf("%-6s %-16s %-39s %9s %8s %13.3f %15.3f\n", std::string(ModeName(r.mode)).c_str(),
                 std::string(r.states.name).c_str(), std::string(r.states.description).c_str(),
                 Percent(r.test_accuracy).c_str(), diff, r.state_bytes.state, r.state_bytes.masters);
-    csv << ModeName(r.mode) << ',' << r.states.name << ',' << r.test_accuracy << ',' << r.final_loss << ','
+    csv << r.states.name << ',' << ModeName(r.mode) << ',' << r.test_accuracy << ',' << r.final_loss << ','
         << r.state_bytes.state << ',' << r.state_bytes.masters << '\n';
     WriteCsv(options.out / (std::string(ModeName(r.mode)) + "-" + std::string(r.states.name) + ".csv"), r);
   }
@@ -493,7 +493,8 @@ int RunStates(const Options& options, const Dataset& data) {
 // wire, its accuracy beside the FP32 wire's and the bytes each rank sent per step.
 int RunFsdp(const Options& options) {
   constexpr double kParityPoints = 0.3;  // issue 42's bar for the FP8 wire
-  const auto world = mlframework::distributed::MakeMpiProcessGroup();
+  const auto world = mlframework::distributed::MpiAvailable() ? mlframework::distributed::MakeMpiProcessGroup()
+                                                              : mlframework::distributed::MakeLocalProcessGroup();
   const bool printer = world->Rank() == 0;
   const Dataset data = LoadFashionMnist(options.data);
   TrainConfig train = options.train;
