@@ -484,4 +484,42 @@ BOOST_AUTO_TEST_CASE(LoadConvertsOnlyWhenAskedAndRefusesWhatCannotBeConverted) {
   BOOST_TEST(BytesOf(half.StateDict()) == BytesOf(before), boost::test_tools::per_element());
 }
 
+// A block whose largest value is below 448 x 2^-128 has a subnormal scale whose reciprocal
+// overflows; its elements must encode as zero (a positive second moment as the smallest code),
+// never as 0 x inf = NaN. Adam's exp_avg of weights that see a gradient once and then none
+// (inputs that are almost always zero) decays into such blocks after about 700 steps.
+BOOST_AUTO_TEST_CASE(Float8BlocksWithATinyScaleEncodeZerosNotNaN) {
+  constexpr std::size_t kN = 256;
+  std::vector<float> tiny(kN, 0.0f);
+  tiny[0] = 1e-36f;  // scale 1e-36 / 448, below 2^-128
+  tiny[1] = 5e-37f;
+  AdamOptions o;
+  o.FirstMomentFormat = StateFormat::Float8E4M3Block;
+  o.SecondMomentFormat = StateFormat::Float8E4M3Block;
+  GradientMap params{{"w", FromVector(std::vector<float>(kN, 1.0f), {kN})}};
+  Adam adam(params, o);
+  adam.RestoreState({{"w", AdamParameterState{.Master = std::vector<float>(kN, 1.0f),
+                                              .FirstMoments = tiny,
+                                              .SecondMoments = tiny}}},
+                    10);
+  const auto all_finite = [](std::span<const float> values) {
+    for (const float v : values) {
+      if (!std::isfinite(v)) return false;
+    }
+    return true;
+  };
+  BOOST_TEST(all_finite(adam.FirstMoments("w")));
+  BOOST_TEST(all_finite(adam.SecondMoments("w")));
+  for (std::size_t i = 2; i < kN; ++i) {
+    BOOST_TEST(adam.FirstMoments("w")[i] == 0.0f);
+  }
+  // A step with zero gradients decays and encodes them again; the weights stay finite.
+  adam.SetGradients({{"w", FromVector(std::vector<float>(kN, 0.0f), {kN})}});
+  adam.Step();
+  BOOST_TEST(all_finite(adam.FirstMoments("w")));
+  BOOST_TEST(all_finite(adam.SecondMoments("w")));
+  BOOST_TEST(all_finite(params.at("w")->ToFloatVector()));
+  BOOST_TEST(adam.SecondMoments("w")[0] >= 0.0f);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

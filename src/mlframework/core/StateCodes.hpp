@@ -42,9 +42,15 @@ MLFW_HOST_DEVICE inline std::uint8_t LinearCode(float value, float scale, float 
   return static_cast<std::uint8_t>(static_cast<std::int32_t>(r));
 }
 
-/// The factor that maps a Float8E4M3Block block of scale @p scale onto the codes: 1 / scale, 0 for
-/// a zero scale (an all-zero block).
-MLFW_HOST_DEVICE inline float Float8CodeFactor(float scale) { return scale == 0.0f ? 0.0f : 1.0f / scale; }
+/// The factor that maps a Float8E4M3Block block of scale @p scale onto the codes: 1 / scale, or 0
+/// when that overflows: a zero scale (an all-zero block) or a subnormal one below 2^-128 (every
+/// value of the block under 448 x 2^-128), whose values then encode as zero (a kept-positive one
+/// as the smallest code) instead of 0 x inf = NaN. A NaN scale stays NaN (a NaN block).
+MLFW_HOST_DEVICE inline float Float8CodeFactor(float scale) {
+  constexpr float kFloatMax = 3.40282347e38f;
+  const float factor = 1.0f / scale;
+  return factor > kFloatMax ? 0.0f : factor;
+}
 
 /// The FP8 E4M3FN code of @p value * Float8CodeFactor(@p scale) (saturating); @p keep_positive: a
 /// positive value that would round to zero gets the smallest subnormal.
