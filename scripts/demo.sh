@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs the main demo: the same MLP trained on
-# Fashion-MNIST in FP32, FP16 (with and without loss scaling) and BF16, side by side.
+# Fashion-MNIST in FP32, FP16 (with and without loss scaling) and BF16, side by side; then
+# with Adam's moments and masters in each low-precision format, and under FSDP (mpiexec,
+# 2 ranks) with each gradient wire.
 # This is README's demo command. Arguments, if any, go to train_fashion_mnist instead
 # of the two default runs (see train_fashion_mnist --help).
 set -euo pipefail
@@ -24,3 +26,11 @@ echo "=== 1. Default settings: every mode, 2 epochs ==="
 echo
 echo "=== 2. A setting where FP16 gradients underflow (loss weight 1e-4, deeper net, small init) ==="
 "$demo" --scenario underflow --modes fp32,fp16,fp16-scaler,bf16 --epochs 1 --out "$build"/demo/underflow
+echo
+echo "=== 3. Adam's moments and master weights in each low-precision format (BF16 model, same seed and batches) ==="
+"$demo" --scenario states --out "$build"/demo/states
+echo
+echo "=== 4. Under FSDP with 2 ranks (mpiexec): each gradient wire ==="
+# Open MPI refuses root unless told (containers and fresh machines often run as root).
+OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+  mpiexec -n 2 --oversubscribe "$demo" --scenario fsdp --out "$build"/demo/fsdp
