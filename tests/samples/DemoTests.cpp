@@ -50,6 +50,14 @@ Run RunDemo(const std::string& args, const fs::path& scratch, const std::string&
   return run;
 }
 
+// RunDemo(), which must succeed (its output goes to the test log).
+Run RunDemoOk(const std::string& args, const fs::path& scratch, const std::string& launcher = "") {
+  Run run = RunDemo(args, scratch, launcher);
+  BOOST_TEST_MESSAGE(run.output);
+  BOOST_REQUIRE_MESSAGE(run.status == 0, "demo failed:\n" << run.output);
+  return run;
+}
+
 // summary.csv (or states-summary.csv, fsdp-summary.csv): header line, then one line per mode
 // (state row, wire); returns the first column -> column -> value (non-numeric cells skipped).
 std::map<std::string, std::map<std::string, double>> ReadSummary(const fs::path& path) {
@@ -217,11 +225,9 @@ BOOST_AUTO_TEST_CASE(Fp8ModeTrainsWithinOnePointFiveOfBf16) {
 
 BOOST_AUTO_TEST_CASE(StatesScenarioMeasuresEachRowsBytesAndTrainsThem) {
   const TempDir scratch;
-  const Run run = RunDemo("--scenario states --epochs 1 --subset 3000 --batch-size 32 --quiet --no-plot --out '" +
-                              scratch.path.string() + "'",
-                          scratch.path);
-  BOOST_TEST_MESSAGE(run.output);
-  BOOST_REQUIRE_MESSAGE(run.status == 0, "demo failed:\n" << run.output);
+  const Run run = RunDemoOk("--scenario states --epochs 1 --subset 3000 --batch-size 32 --quiet --no-plot --out '" +
+                                scratch.path.string() + "'",
+                            scratch.path);
   const auto rows = ReadSummary(scratch.path / "states-summary.csv");
   BOOST_TEST(rows.size() == 9u);
   // Bytes per parameter as the optimizer holds them (block scales: 4 bytes per 256 elements,
@@ -254,11 +260,9 @@ BOOST_AUTO_TEST_CASE(FsdpScenarioCountsEachWiresBytesUnderMpiexec) {
   const TempDir scratch;
   // The demo under mpiexec, as scripts/demo.sh runs it: RunDemo's command with mpiexec in front.
   const Run run =
-      RunDemo("--scenario fsdp --epochs 1 --subset 2000 --batch-size 64 --quiet --no-plot --out '" +
-                  scratch.path.string() + "'",
-              scratch.path, std::string("'") + MLFW_MPIEXEC + "' -n 2 --oversubscribe --allow-run-as-root ");
-  BOOST_TEST_MESSAGE(run.output);
-  BOOST_REQUIRE_MESSAGE(run.status == 0, "demo failed:\n" << run.output);
+      RunDemoOk("--scenario fsdp --epochs 1 --subset 2000 --batch-size 64 --quiet --no-plot --out '" +
+                    scratch.path.string() + "'",
+                scratch.path, std::string("'") + MLFW_MPIEXEC + "' -n 2 --oversubscribe --allow-run-as-root ");
   BOOST_TEST(run.output.find("2 rank(s) (mpi)") != std::string::npos);
   const auto wires = ReadSummary(scratch.path / "fsdp-summary.csv");
   BOOST_REQUIRE(wires.size() == 3u);
@@ -304,6 +308,12 @@ BOOST_AUTO_TEST_CASE(BadDataDirectoryAndOptionsGiveClearErrors) {
   const Run bad_states = RunDemo("--states fp32,int4-moments", scratch.path);
   BOOST_TEST(bad_states.status == 2);
   BOOST_TEST(bad_states.output.find("--states: unknown row \"int4-moments\"") != std::string::npos, bad_states.output);
+
+  const Run fp32_masters = RunDemo("--modes fp32 --states bf16-sr", scratch.path);
+  BOOST_TEST(fp32_masters.status == 2);
+  BOOST_TEST(
+      fp32_masters.output.find("bf16-sr keeps BF16 masters, which need --modes bf16 (got fp32)") != std::string::npos,
+      fp32_masters.output);
 
   const Run bad_wire = RunDemo("--wires fp4", scratch.path);
   BOOST_TEST(bad_wire.status == 2);
