@@ -498,10 +498,9 @@ BOOST_AUTO_TEST_CASE(Float8BlocksWithATinyScaleEncodeZerosNotNaN) {
   o.SecondMomentFormat = StateFormat::Float8E4M3Block;
   GradientMap params{{"w", FromVector(std::vector<float>(kN, 1.0f), {kN})}};
   Adam adam(params, o);
-  adam.RestoreState({{"w", AdamParameterState{.Master = std::vector<float>(kN, 1.0f),
-                                              .FirstMoments = tiny,
-                                              .SecondMoments = tiny}}},
-                    10);
+  adam.RestoreState(
+      {{"w", AdamParameterState{.Master = std::vector<float>(kN, 1.0f), .FirstMoments = tiny, .SecondMoments = tiny}}},
+      10);
   const auto all_finite = [](std::span<const float> values) {
     for (const float v : values) {
       if (!std::isfinite(v)) return false;
