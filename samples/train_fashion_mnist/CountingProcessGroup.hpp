@@ -25,7 +25,8 @@ struct SentBytes {
 /// AllGather B x (P - 1) (this rank's slot to every other rank); ReduceScatter and AllToAll
 /// B x (P - 1) / P (the chunks that belong to the other ranks); AllReduce 2 B x (P - 1) / P (a
 /// ring's reduce-scatter and all-gather); Broadcast B x (P - 1) from the root; AllReduceHost as
-/// AllReduce on 8-byte doubles; Barrier nothing.
+/// AllReduce on 8-byte doubles; Barrier nothing. Split() is not forwarded (IProcessGroup's
+/// default refuses it): the demo's FullShard never splits its group.
 class CountingProcessGroup final : public mlframework::distributed::IProcessGroup {
  public:
   /// Counts what @p inner sends; ArgumentNullError naming `inner` when null.
