@@ -5,7 +5,6 @@
 #include "mlframework/distributed/Float8BlockCodec.hpp"
 
 #include <algorithm>
-#include <array>
 #include <bit>
 #include <cmath>
 #include <cstddef>
@@ -69,31 +68,31 @@ void EncodeFloat8Blocks(const float* values, std::size_t count, std::uint8_t* co
       continue;
     }
     const int k = ScaleExponent(amax_bits);
-    kernels.cast_e4m3fn(x, out, n, PowerOfTwo(k));  // exact scaling, then E4M3FN's rounding
+    kernels.cast_e4m3fn_in_range(x, out, n, PowerOfTwo(k));  // exact scaling, then E4M3FN's rounding
     scale_inv[block] = PowerOfTwo(-k);
   }
 }
 
 void DecodeSumFloat8Blocks(const std::uint8_t* codes, const float* scale_inv, int parts, std::size_t count,
                            float* out) {
+  DecodeSumFloat8Blocks(codes, scale_inv, parts, count, out, 1.0f);
+}
+
+void DecodeSumFloat8Blocks(const std::uint8_t* codes, const float* scale_inv, int parts, std::size_t count, float* out,
+                           float factor) {
   const backends::cpu::Float8KernelSet& kernels = backends::cpu::ActiveFloat8Kernels();
   const std::size_t part_blocks = Float8BlockCount(count);
   const auto blocks = static_cast<std::ptrdiff_t>(part_blocks);
 #pragma omp parallel for schedule(static) num_threads(mlframework::NumThreads()) if (blocks >= kParallelBlocks)
   for (std::ptrdiff_t block = 0; block < blocks; ++block) {
     const std::size_t start = static_cast<std::size_t>(block) * kFloat8WireBlock;
-    const std::size_t n = std::min(kFloat8WireBlock, count - start);
-    float* acc = out + start;
-    std::array<float, kFloat8WireBlock> part;  // NOLINT(cppcoreguidelines-pro-type-member-init): written before read
-    for (int p = 0; p < parts; ++p) {
-      const std::uint8_t* c = codes + (static_cast<std::size_t>(p) * count) + start;
-      const float s = scale_inv[(static_cast<std::size_t>(p) * part_blocks) + static_cast<std::size_t>(block)];
-      // code x 2^-k is exact; the parts are added in rank order.
-      kernels.dequantize_e4m3fn(c, p == 0 ? acc : part.data(), n, s);
-      if (p != 0) {
-        for (std::size_t i = 0; i < n; ++i) acc[i] += part[i];
-      }
-    }
+    // code x 2^-k is exact; the parts are added in rank order, in one pass over the block.
+    const backends::cpu::Float8KernelSet::Parts block_parts{.codes = codes + start,
+                                                            .code_stride = count,
+                                                            .scale_inv = scale_inv + block,
+                                                            .scale_stride = part_blocks,
+                                                            .count = static_cast<std::size_t>(parts)};
+    kernels.decode_sum_e4m3fn(block_parts, out + start, std::min(kFloat8WireBlock, count - start), factor);
   }
 }
 

@@ -6,6 +6,7 @@
 #include <mlframework/distributed/Float8BlockReduce.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -65,6 +66,14 @@ void CheckPiece(std::size_t piece) {
   }
 }
 
+// ArgumentError naming `factor` unless it is finite (an infinite or NaN factor would turn every
+// sum, zeros included, into Inf or NaN: the overflow check would see a gradient that was fine).
+void CheckFactor(float factor) {
+  if (!std::isfinite(factor)) {
+    throw ArgumentError("factor", "must be finite, got " + std::to_string(factor));
+  }
+}
+
 // Host memory of @p count elements wrapped as a CPU tensor for the process group (no copy).
 template <typename T>
 TensorPtr WrapHost(T* data, std::size_t count, DataType dtype) {
@@ -84,26 +93,34 @@ std::size_t detail::Float8WirePiece(std::size_t parts) noexcept {
   return std::max<std::size_t>(blocks, 1) * kFloat8WireBlock;
 }
 
-void Float8BlockReduceScatter(IProcessGroup& group, const ITensor& input, ITensor& output) {
+void Float8BlockReduceScatter(IProcessGroup& group, const ITensor& input, ITensor& output, float factor) {
   constexpr const char* kCall = "Float8BlockReduceScatter";
   CheckFloat32("input", input, kCall);
   CheckFloat32("output", output, kCall);
+  CheckFactor(factor);
   const int world = group.WorldSize();
   detail::CheckScatterSizes(input, output, world);
   if (world == 1) {
     group.ReduceScatter(input, output, ReduceOp::Sum);  // a copy
+    if (factor != 1.0f) {
+      detail::HostWrite target(output, true);
+      auto* values = static_cast<float*>(target.Data());
+      for (std::size_t i = 0; i < output.Size(); ++i) values[i] *= factor;
+      target.Commit();
+    }
     return;
   }
   detail::Float8BlockReduceScatterInPieces(group, input, output,
-                                           detail::Float8WirePiece(static_cast<std::size_t>(world)));
+                                           detail::Float8WirePiece(static_cast<std::size_t>(world)), factor);
 }
 
 void detail::Float8BlockReduceScatterInPieces(IProcessGroup& group, const ITensor& input, ITensor& output,
-                                              std::size_t piece) {
+                                              std::size_t piece, float factor) {
   const int world = group.WorldSize();
   const auto parts = static_cast<std::size_t>(world);
   const std::size_t count = output.Size();
   CheckPiece(piece);
+  CheckFactor(factor);
   piece = std::min(piece, count);
   WireScratch& scratch = Scratch();
   scratch.Reserve(parts, piece);
@@ -129,7 +146,7 @@ void detail::Float8BlockReduceScatterInPieces(IProcessGroup& group, const ITenso
     const TensorPtr scales_in = WrapHost(received_scales, parts * blocks, DataType::Float32);
     group.AllToAll(*codes_out, *codes_in);
     group.AllToAll(*scales_out, *scales_in);
-    DecodeSumFloat8Blocks(received_codes, received_scales, world, length, sums + offset);
+    DecodeSumFloat8Blocks(received_codes, received_scales, world, length, sums + offset, factor);
   }
   target.Commit();
 }
