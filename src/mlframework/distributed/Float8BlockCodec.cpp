@@ -59,6 +59,25 @@ void PrefetchBlock(const float* values, std::size_t first, std::size_t count) {
 // Blocks per parallel region: below this the other threads are not worth waking.
 constexpr std::ptrdiff_t kParallelBlocks = 64;
 
+// The decoding sum of @p parts parts of @p count values: part p's codes at
+// `codes + p * code_stride`, its block scales at `scale_inv + p * scale_stride`.
+void DecodeSumParts(const std::uint8_t* codes, std::size_t code_stride, const float* scale_inv,
+                    std::size_t scale_stride, int parts, std::size_t count, float* out, float factor) {
+  const backends::cpu::Float8KernelSet& kernels = backends::cpu::ActiveFloat8Kernels();
+  const auto blocks = static_cast<std::ptrdiff_t>(Float8BlockCount(count));
+#pragma omp parallel for schedule(static) num_threads(mlframework::NumThreads()) if (blocks >= kParallelBlocks)
+  for (std::ptrdiff_t block = 0; block < blocks; ++block) {
+    const std::size_t start = static_cast<std::size_t>(block) * kFloat8WireBlock;
+    // code x 2^-k is exact; the parts are added in rank order, in one pass over the block.
+    const backends::cpu::Float8KernelSet::Parts block_parts{.codes = codes + start,
+                                                            .code_stride = code_stride,
+                                                            .scale_inv = scale_inv + block,
+                                                            .scale_stride = scale_stride,
+                                                            .count = static_cast<std::size_t>(parts)};
+    kernels.decode_sum_e4m3fn(block_parts, out + start, std::min(kFloat8WireBlock, count - start), factor);
+  }
+}
+
 }  // namespace
 
 std::size_t Float8BlockCount(std::size_t count) noexcept { return (count + kFloat8WireBlock - 1) / kFloat8WireBlock; }
@@ -94,20 +113,25 @@ void DecodeSumFloat8Blocks(const std::uint8_t* codes, const float* scale_inv, in
 
 void DecodeSumFloat8Blocks(const std::uint8_t* codes, const float* scale_inv, int parts, std::size_t count, float* out,
                            float factor) {
-  const backends::cpu::Float8KernelSet& kernels = backends::cpu::ActiveFloat8Kernels();
-  const std::size_t part_blocks = Float8BlockCount(count);
-  const auto blocks = static_cast<std::ptrdiff_t>(part_blocks);
-#pragma omp parallel for schedule(static) num_threads(mlframework::NumThreads()) if (blocks >= kParallelBlocks)
-  for (std::ptrdiff_t block = 0; block < blocks; ++block) {
-    const std::size_t start = static_cast<std::size_t>(block) * kFloat8WireBlock;
-    // code x 2^-k is exact; the parts are added in rank order, in one pass over the block.
-    const backends::cpu::Float8KernelSet::Parts block_parts{.codes = codes + start,
-                                                            .code_stride = count,
-                                                            .scale_inv = scale_inv + block,
-                                                            .scale_stride = part_blocks,
-                                                            .count = static_cast<std::size_t>(parts)};
-    kernels.decode_sum_e4m3fn(block_parts, out + start, std::min(kFloat8WireBlock, count - start), factor);
-  }
+  DecodeSumParts(codes, count, scale_inv, Float8BlockCount(count), parts, count, out, factor);
+}
+
+std::size_t Float8SegmentWords(std::size_t count) noexcept {
+  return Float8BlockCount(count) + ((count + sizeof(float) - 1) / sizeof(float));
+}
+
+std::uint8_t* Float8SegmentCodes(float* segment, std::size_t count) noexcept {
+  return static_cast<std::uint8_t*>(static_cast<void*>(segment + Float8BlockCount(count)));
+}
+
+void EncodeFloat8Segment(const float* values, std::size_t count, float* segment) {
+  EncodeFloat8Blocks(values, count, Float8SegmentCodes(segment, count), segment);
+}
+
+void DecodeSumFloat8Segments(const float* segments, int parts, std::size_t count, float* out, float factor) {
+  const std::size_t words = Float8SegmentWords(count);
+  const auto* codes = static_cast<const std::uint8_t*>(static_cast<const void*>(segments + Float8BlockCount(count)));
+  DecodeSumParts(codes, words * sizeof(float), segments, words, parts, count, out, factor);
 }
 
 }  // namespace mlframework::distributed::detail
