@@ -125,7 +125,11 @@ std::uint8_t* Float8SegmentCodes(float* segment, std::size_t count) noexcept {
 }
 
 void EncodeFloat8Segment(const float* values, std::size_t count, float* segment) {
-  EncodeFloat8Blocks(values, count, Float8SegmentCodes(segment, count), segment);
+  std::uint8_t* codes = Float8SegmentCodes(segment, count);
+  EncodeFloat8Blocks(values, count, codes, segment);
+  // The padding to a whole word travels too: zeros, not whatever the buffer held before.
+  const std::size_t padded = (Float8SegmentWords(count) - Float8BlockCount(count)) * sizeof(float);
+  std::fill(codes + count, codes + padded, std::uint8_t{0});
 }
 
 void DecodeSumFloat8Segments(const float* segments, int parts, std::size_t count, float* out, float factor) {
