@@ -145,4 +145,35 @@ MLFW_HOST_DEVICE inline void SplitMaster(float master, std::uint16_t* param, std
   *param = (low & 0x8000u) != 0 ? static_cast<std::uint16_t>(high + 1u) : high;
 }
 
+/// The FP32 master of element @p i of @p parameter (FP32 masters, or BF16 parameters) stored as
+/// @p masters; @p remainders: the 16-bit remainders of BFloat16Remainder (else unused).
+MLFW_HOST_DEVICE inline float DecodeMasterElement(MasterFormat masters, const void* parameter,
+                                                  const std::uint16_t* remainders, std::size_t i) {
+  if (masters == MasterFormat::Float32) {
+    return static_cast<const float*>(parameter)[i];
+  }
+  const std::uint16_t param = static_cast<const std::uint16_t*>(parameter)[i];
+  if (masters == MasterFormat::BFloat16Remainder) {
+    return MasterFromRemainder(param, remainders[i]);
+  }
+  return BFloat16BitsToFloat(param);
+}
+
+/// Stores the updated FP32 master @p w as element @p i (DecodeMasterElement()'s layout);
+/// BFloat16StochasticRounding draws PhiloxElementBits(@p seed, @p step, @p tensor, @p i).
+MLFW_HOST_DEVICE inline void EncodeMasterElement(MasterFormat masters, void* parameter, std::uint16_t* remainders,
+                                                 std::size_t i, float w, std::uint64_t seed, std::uint64_t step,
+                                                 std::uint32_t tensor) {
+  if (masters == MasterFormat::Float32) {
+    static_cast<float*>(parameter)[i] = w;
+    return;
+  }
+  auto* param = static_cast<std::uint16_t*>(parameter);
+  if (masters == MasterFormat::BFloat16Remainder) {
+    SplitMaster(w, param + i, remainders + i);
+    return;
+  }
+  param[i] = StochasticRoundToBFloat16Bits(w, PhiloxElementBits(seed, step, tensor, i));
+}
+
 }  // namespace mlframework::detail

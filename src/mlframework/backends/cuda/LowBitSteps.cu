@@ -31,34 +31,6 @@ __device__ int EntryOfTile(const LowBitEntry* entries, std::int32_t count, std::
   return lo;
 }
 
-// The FP32 master of element @p i.
-__device__ float LoadMaster(const LowBitEntry& e, MasterFormat masters, std::uint64_t i) {
-  if (masters == MasterFormat::Float32) {
-    return static_cast<const float*>(e.parameter)[i];
-  }
-  const std::uint16_t param = static_cast<const std::uint16_t*>(e.parameter)[i];
-  if (masters == MasterFormat::BFloat16Remainder) {
-    return codes::MasterFromRemainder(param, e.remainders[i]);
-  }
-  return codes::BFloat16BitsToFloat(param);
-}
-
-// Stores the updated master @p w of element @p i (stochastic rounding: Philox of @p step).
-__device__ void StoreMaster(const LowBitEntry& e, const LowBitFormats& f, std::uint64_t step, std::uint64_t i,
-                            float w) {
-  if (f.masters == MasterFormat::Float32) {
-    static_cast<float*>(e.parameter)[i] = w;
-    WriteCopy(e.low_precision, e.low_precision_dtype, i, w);
-    return;
-  }
-  auto* param = static_cast<std::uint16_t*>(e.parameter);
-  if (f.masters == MasterFormat::BFloat16Remainder) {
-    codes::SplitMaster(w, param + i, e.remainders + i);
-    return;
-  }
-  param[i] = StochasticRoundToBFloat16Bits(w, PhiloxElementBits(f.seed, step, e.tensor, i));
-}
-
 // The largest of the warp's 32 values (max is exact: any order gives the same bits).
 __device__ std::uint32_t WarpMax(std::uint32_t bits) {
   for (int offset = 16; offset > 0; offset /= 2) {
@@ -148,7 +120,7 @@ __device__ __forceinline__ void StepTile(const LowBitEntry* entries, std::int32_
     float m = 0.0f;
     float v = 0.0f;
     if (in_range) {
-      float w = LoadMaster(e, f.masters, i);
+      float w = codes::DecodeMasterElement(f.masters, e.parameter, e.remainders, i);
       if (has_first && read_first) {
         m = codes::DecodeStateElement(f.first, e.first, e.first_scales, block, i);
       }
@@ -156,7 +128,8 @@ __device__ __forceinline__ void StepTile(const LowBitEntry* entries, std::int32_
         v = codes::DecodeStateElement(f.second, e.second, e.second_scales, block, i);
       }
       update(w, e.gradient[i], has_first ? &m : nullptr, v);
-      StoreMaster(e, f, step, i, w);
+      codes::EncodeMasterElement(f.masters, e.parameter, e.remainders, i, w, f.seed, step, e.tensor);
+      WriteCopy(e.low_precision, e.low_precision_dtype, i, w);  // FP32 masters only (FusedSteps.cpp)
     }
     const auto block_in_tile = static_cast<std::uint32_t>(offset / block);
     if (has_first) {
