@@ -105,8 +105,8 @@ Lists Copy(const Lists& l) {
     }
     return out;
   };
-  return Lists{copy(l.w),           copy(l.g),           copy(l.first),     copy(l.second),
-               copy(l.first_scales), copy(l.second_scales), copy(l.remainders)};
+  return Lists{copy(l.w),         copy(l.g), copy(l.first), copy(l.second), copy(l.first_scales), copy(l.second_scales),
+               copy(l.remainders)};
 }
 
 OptimizerStepLists StepLists(const Lists& l, StateFormat first, StateFormat second, MasterFormat masters,

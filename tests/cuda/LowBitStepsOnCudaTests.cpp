@@ -168,8 +168,8 @@ BOOST_AUTO_TEST_CASE(AdamMatchesTheCpuKernelsBitForBitInEveryFormat) {
     for (const StateFormat second : kSecondFormats) {
       for (const MasterFormat masters : kMasterFormats) {
         const std::size_t block = kBlocks[combination++ % 3];
-        BOOST_TEST_CONTEXT(ToString(first) << " / " << ToString(second) << " / " << ToString(masters) << " / block "
-                                           << block) {
+        BOOST_TEST_CONTEXT(ToString(first)
+                           << " / " << ToString(second) << " / " << ToString(masters) << " / block " << block) {
           Step s(rng, first, second, masters, block, true);
           for (std::uint64_t step = 1; step <= 3; ++step) {
             s.g = Make(rng, DataType::Float32, 0.1f);

@@ -295,75 +295,74 @@ BOOST_AUTO_TEST_CASE(LowBitFusedOptimizerSteps) {
     auto b = std::make_shared<std::vector<TensorPtr>>();
     auto low = std::make_shared<std::vector<TensorPtr>>();
     auto counts = std::make_shared<std::vector<TensorPtr>>();
-    return Flow{
-        .make =
-            [=] {
-              *w = List(DataType::BFloat16);
-              *rem = List(DataType::BFloat16);
-              *w32 = List(DataType::Float32);
-              *g = List(DataType::Float32);
-              *m = List(DataType::Float8E4M3FN);
-              *v = List(DataType::Float8E4M3FN);
-              *b = List(DataType::BFloat16);
-              *low = List(DataType::BFloat16);
-              for (std::size_t i = 0; i < 3; ++i) {  // List(): 64 * (i + 1) elements, blocks of 32
-                m_scales->push_back(Zeros({2 * (i + 1)}, DataType::Float32, kGpu));
-                v_scales->push_back(Zeros({2 * (i + 1)}, DataType::Float32, kGpu));
-              }
-              *counts = {Zeros({1}, DataType::Float32, kGpu)};
-            },
-        .inputs =
-            [=] {
-              std::vector<TensorPtr> all = *g;
-              for (const auto* list : {&*w, &*rem, &*w32, &*m, &*v, &*m_scales, &*v_scales, &*b}) {
-                all.insert(all.end(), list->begin(), list->end());
-              }
-              return all;
-            },
-        .call =
-            [=] {
-              BOOST_TEST(FusedAdamStep({.Parameters = *w,
-                                        .Gradients = *g,
-                                        .FirstState = *m,
-                                        .SecondState = *v,
-                                        .FirstStateFormat = StateFormat::Int8Block,
-                                        .SecondStateFormat = StateFormat::UInt8Block,
-                                        .FirstStateScales = *m_scales,
-                                        .SecondStateScales = *v_scales,
-                                        .StateBlockSize = 32,
-                                        .Masters = MasterFormat::BFloat16Remainder,
-                                        .ParameterRemainders = *rem},
-                                       AdamStepScalarsFor(AdamOptions{}, 1)));
-              BOOST_TEST(FusedAdamStep({.Parameters = *w32,
-                                        .Gradients = *g,
-                                        .FirstState = *m,
-                                        .SecondState = *v,
-                                        .LowPrecisionCopies = *low,
-                                        .FirstStateFormat = StateFormat::Float8E4M3Block,
-                                        .SecondStateFormat = StateFormat::Float8E4M3Block,
-                                        .FirstStateScales = *m_scales,
-                                        .SecondStateScales = *v_scales,
-                                        .StateBlockSize = 32},
-                                       AdamStepScalarsFor(AdamOptions{}, 2)));
-              const ScalePolicy policy;
-              const std::unique_ptr<DeviceScaleState> state =
-                  cuda::Backend().CreateScaleState(kGpu, policy, ScaleState::Initial(policy));
-              BOOST_TEST(FusedSGDStep({.Parameters = *w,
-                                       .Gradients = *g,
-                                       .FirstState = *b,
-                                       .StepCount = (*counts)[0],
-                                       .FirstStateFormat = StateFormat::BFloat16,
-                                       .Masters = MasterFormat::BFloat16StochasticRounding},
-                                      SGDStepScalarsFor({.Momentum = 0.9}, false), state.get()));
-            },
-        .outputs =
-            [=] {
-              std::vector<TensorPtr> all = *counts;
-              for (const auto* list : {&*w, &*rem, &*w32, &*m, &*v, &*m_scales, &*v_scales, &*b, &*low}) {
-                all.insert(all.end(), list->begin(), list->end());
-              }
-              return all;
-            }};
+    return Flow{.make =
+                    [=] {
+                      *w = List(DataType::BFloat16);
+                      *rem = List(DataType::BFloat16);
+                      *w32 = List(DataType::Float32);
+                      *g = List(DataType::Float32);
+                      *m = List(DataType::Float8E4M3FN);
+                      *v = List(DataType::Float8E4M3FN);
+                      *b = List(DataType::BFloat16);
+                      *low = List(DataType::BFloat16);
+                      for (std::size_t i = 0; i < 3; ++i) {  // List(): 64 * (i + 1) elements, blocks of 32
+                        m_scales->push_back(Zeros({2 * (i + 1)}, DataType::Float32, kGpu));
+                        v_scales->push_back(Zeros({2 * (i + 1)}, DataType::Float32, kGpu));
+                      }
+                      *counts = {Zeros({1}, DataType::Float32, kGpu)};
+                    },
+                .inputs =
+                    [=] {
+                      std::vector<TensorPtr> all = *g;
+                      for (const auto* list : {&*w, &*rem, &*w32, &*m, &*v, &*m_scales, &*v_scales, &*b}) {
+                        all.insert(all.end(), list->begin(), list->end());
+                      }
+                      return all;
+                    },
+                .call =
+                    [=] {
+                      BOOST_TEST(FusedAdamStep({.Parameters = *w,
+                                                .Gradients = *g,
+                                                .FirstState = *m,
+                                                .SecondState = *v,
+                                                .FirstStateFormat = StateFormat::Int8Block,
+                                                .SecondStateFormat = StateFormat::UInt8Block,
+                                                .FirstStateScales = *m_scales,
+                                                .SecondStateScales = *v_scales,
+                                                .StateBlockSize = 32,
+                                                .Masters = MasterFormat::BFloat16Remainder,
+                                                .ParameterRemainders = *rem},
+                                               AdamStepScalarsFor(AdamOptions{}, 1)));
+                      BOOST_TEST(FusedAdamStep({.Parameters = *w32,
+                                                .Gradients = *g,
+                                                .FirstState = *m,
+                                                .SecondState = *v,
+                                                .LowPrecisionCopies = *low,
+                                                .FirstStateFormat = StateFormat::Float8E4M3Block,
+                                                .SecondStateFormat = StateFormat::Float8E4M3Block,
+                                                .FirstStateScales = *m_scales,
+                                                .SecondStateScales = *v_scales,
+                                                .StateBlockSize = 32},
+                                               AdamStepScalarsFor(AdamOptions{}, 2)));
+                      const ScalePolicy policy;
+                      const std::unique_ptr<DeviceScaleState> state =
+                          cuda::Backend().CreateScaleState(kGpu, policy, ScaleState::Initial(policy));
+                      BOOST_TEST(FusedSGDStep({.Parameters = *w,
+                                               .Gradients = *g,
+                                               .FirstState = *b,
+                                               .StepCount = (*counts)[0],
+                                               .FirstStateFormat = StateFormat::BFloat16,
+                                               .Masters = MasterFormat::BFloat16StochasticRounding},
+                                              SGDStepScalarsFor({.Momentum = 0.9}, false), state.get()));
+                    },
+                .outputs =
+                    [=] {
+                      std::vector<TensorPtr> all = *counts;
+                      for (const auto* list : {&*w, &*rem, &*w32, &*m, &*v, &*m_scales, &*v_scales, &*b, &*low}) {
+                        all.insert(all.end(), list->begin(), list->end());
+                      }
+                      return all;
+                    }};
   });
 }
 

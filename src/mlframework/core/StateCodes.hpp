@@ -108,8 +108,8 @@ MLFW_HOST_DEVICE inline float DecodeStateElement(StateFormat format, const void*
 /// Stores @p value as element @p i of a state stored as @p format in @p data, @p scale the scale of
 /// its block (block-scaled formats; BlockScale() of the block's largest magnitude); @p keep_positive
 /// (the second moment): a positive value never gets a zero code.
-MLFW_HOST_DEVICE inline void EncodeStateElement(StateFormat format, void* data, std::size_t i, float value,
-                                                float scale, bool keep_positive) {
+MLFW_HOST_DEVICE inline void EncodeStateElement(StateFormat format, void* data, std::size_t i, float value, float scale,
+                                                bool keep_positive) {
   switch (format) {
     case StateFormat::Float32:
       static_cast<float*>(data)[i] = value;

@@ -127,8 +127,8 @@ bool Build(const OptimizerStepLists& lists, LowBitTable& table) {
                                         count, static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(low_dtype)});
     table.total += LowBitTiles(count);
   }
-  table.entries.push_back(LowBitEntry{nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
-                                      table.total, 0, 0, 0});
+  table.entries.push_back(
+      LowBitEntry{nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, table.total, 0, 0, 0});
   return true;
 }
 
@@ -274,11 +274,10 @@ bool QueueSGDStep(const OptimizerStepLists& lists, const SGDStepScalars& scalars
                  });
   }
   thread_local Table kept;
-  return Queue(lists, kept, skip_flag, flag_device,
-               [&](const Table& table, const OptimizerEntry* entries, std::int32_t count, const float* step_count,
-                   cudaStream_t stream) {
-                 LaunchSGDStep(entries, count, table.total, scalars, skip_flag, step_count, stream);
-               });
+  return Queue(
+      lists, kept, skip_flag, flag_device,
+      [&](const Table& table, const OptimizerEntry* entries, std::int32_t count, const float* step_count,
+          cudaStream_t stream) { LaunchSGDStep(entries, count, table.total, scalars, skip_flag, step_count, stream); });
 }
 
 }  // namespace mlframework::backends::cuda

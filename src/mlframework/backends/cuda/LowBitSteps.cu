@@ -53,8 +53,8 @@ struct TileState {
 
 // After the update of element @p i (slot @p k): a state without scales is encoded at once; a
 // block-scaled one keeps the value and adds its magnitude to its block's maximum in @p absmax.
-__device__ __forceinline__ void Collect(TileState& s, int k, bool in_range, std::uint64_t i, float value, std::uint32_t block_in_tile,
-                        std::uint32_t* absmax) {
+__device__ __forceinline__ void Collect(TileState& s, int k, bool in_range, std::uint64_t i, float value,
+                                        std::uint32_t block_in_tile, std::uint32_t* absmax) {
   if (!s.scaled) {
     if (in_range) {
       codes::EncodeStateElement(s.format, s.data, i, value, 0.0f, s.keep_positive);
@@ -71,7 +71,7 @@ __device__ __forceinline__ void Collect(TileState& s, int k, bool in_range, std:
 // Encodes the kept values of a block-scaled state with the tile's block maxima, and writes the
 // scales of the tile's blocks.
 __device__ __forceinline__ void Encode(TileState& s, const LowBitEntry& e, std::uint64_t lo, std::uint32_t block,
-                       const std::uint32_t* absmax) {
+                                       const std::uint32_t* absmax) {
   if (!s.scaled) {
     return;
   }
@@ -94,8 +94,8 @@ __device__ __forceinline__ void Encode(TileState& s, const LowBitEntry& e, std::
 // state), encode. @p read_first: the update reads the first state (SGD's first step does not).
 template <class Update>
 __device__ __forceinline__ void StepTile(const LowBitEntry* entries, std::int32_t count, const LowBitFormats& f,
-                         const std::int32_t* skip_flag, const float* step_count, bool has_second, bool read_first,
-                         Update&& update) {
+                                         const std::int32_t* skip_flag, const float* step_count, bool has_second,
+                                         bool read_first, Update&& update) {
   __shared__ std::uint32_t absmax[2][kMaxBlocks];
   if (StepSkipped(skip_flag)) {
     return;  // the scaler found an overflow: the step changes nothing
@@ -163,8 +163,8 @@ __global__ void __launch_bounds__(kThreads)
 }  // namespace
 
 void LaunchLowBitAdamStep(const LowBitEntry* entries, std::int32_t count, std::uint64_t tiles,
-                          const LowBitFormats& formats, const AdamStepScalars& scalars,
-                          const std::int32_t* skip_flag, const float* step_count, cudaStream_t stream) {
+                          const LowBitFormats& formats, const AdamStepScalars& scalars, const std::int32_t* skip_flag,
+                          const float* step_count, cudaStream_t stream) {
   LowBitAdamKernel<<<static_cast<unsigned>(tiles), kThreads, 0, stream>>>(entries, count, formats, scalars, skip_flag,
                                                                           step_count);
   MLFW_CUDA_CHECK(cudaGetLastError());

@@ -52,8 +52,8 @@ constexpr std::uint64_t LowBitTiles(std::uint64_t count) { return (count + kLowB
 /// Queues the Adam step over @p count entries at @p entries (device memory, followed by one
 /// sentinel entry whose tile is the list's tile count @p tiles), as LaunchAdamStep() does.
 void LaunchLowBitAdamStep(const LowBitEntry* entries, std::int32_t count, std::uint64_t tiles,
-                          const LowBitFormats& formats, const AdamStepScalars& scalars,
-                          const std::int32_t* skip_flag, const float* step_count, cudaStream_t stream);
+                          const LowBitFormats& formats, const AdamStepScalars& scalars, const std::int32_t* skip_flag,
+                          const float* step_count, cudaStream_t stream);
 /// The SGD step over the same kind of table (the second state unused).
 void LaunchLowBitSGDStep(const LowBitEntry* entries, std::int32_t count, std::uint64_t tiles,
                          const LowBitFormats& formats, const SGDStepScalars& scalars, const std::int32_t* skip_flag,

@@ -51,7 +51,8 @@ __device__ inline void ForEachElementOfChunk(const OptimizerEntry* entries, std:
 __global__ void __launch_bounds__(kBlockThreads)
     AdamKernel(const OptimizerEntry* entries, std::int32_t count, std::uint64_t total, AdamStepScalars s,
                const std::int32_t* skip_flag, const float* step_count) {
-  const mlframework::detail::AdamElementConstants c = mlframework::detail::AdamConstantsOf(AdamScalarsAt(s, step_count));
+  const mlframework::detail::AdamElementConstants c =
+      mlframework::detail::AdamConstantsOf(AdamScalarsAt(s, step_count));
   ForEachElementOfChunk(entries, count, total, skip_flag, [&](const OptimizerEntry& e, std::uint64_t i) {
     float w = e.parameter[i];
     float m = e.first[i];
