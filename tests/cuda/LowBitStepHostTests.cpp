@@ -21,12 +21,17 @@
 #include <mlframework/core/FloatBits.hpp>
 #include <mlframework/optimizers/FusedSteps.hpp>
 
+#include "cuda/CudaTestUtil.hpp"
 #include "mlframework/core/StateCodes.hpp"
 #include "mlframework/core/StepElements.hpp"
 
 using namespace mlframework;
 using namespace mlframework::optimizers;
 namespace codes = mlframework::detail;
+using mlfw_cuda_test::HostRoundsAsTheDevice;
+using mlfw_cuda_test::kFirstStateFormats;
+using mlfw_cuda_test::kMasterFormats;
+using mlfw_cuda_test::kSecondStateFormats;
 
 namespace {
 
@@ -210,22 +215,6 @@ void RequireSame(const Lists& a, const Lists& b) {
   RequireSameBytes(a.remainders, b.remainders, "remainders");
 }
 
-bool HostRoundsAsTheDevice() {
-  if (backends::cpu::InstructionSet() == "avx2") {
-    return true;
-  }
-  BOOST_TEST_MESSAGE("SKIPPED: the host runs the " << backends::cpu::InstructionSet()
-                                                   << " kernels; run with MLFW_CPU_ISA=avx2");
-  return false;
-}
-
-constexpr StateFormat kFirstFormats[] = {StateFormat::Float32, StateFormat::BFloat16, StateFormat::Float16,
-                                         StateFormat::Int8Block, StateFormat::Float8E4M3Block};
-constexpr StateFormat kSecondFormats[] = {StateFormat::Float32, StateFormat::BFloat16, StateFormat::Float16,
-                                          StateFormat::UInt8Block, StateFormat::Float8E4M3Block};
-constexpr MasterFormat kMasterFormats[] = {MasterFormat::Float32, MasterFormat::BFloat16StochasticRounding,
-                                           MasterFormat::BFloat16Remainder};
-
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(CudaLowBitStepsOnTheHost)
@@ -235,8 +224,8 @@ BOOST_AUTO_TEST_CASE(AdamOfTheSharedElementFunctionsIsTheCpuBackendsBits) {
     return;
   }
   std::mt19937 rng(42);
-  for (const StateFormat first : kFirstFormats) {
-    for (const StateFormat second : kSecondFormats) {
+  for (const StateFormat first : kFirstStateFormats) {
+    for (const StateFormat second : kSecondStateFormats) {
       for (const MasterFormat masters : kMasterFormats) {
         const std::size_t block = first == StateFormat::Int8Block ? 32 : 256;
         BOOST_TEST_CONTEXT(ToString(first) << " / " << ToString(second) << " / " << ToString(masters)) {
@@ -264,7 +253,7 @@ BOOST_AUTO_TEST_CASE(SGDOfTheSharedElementFunctionsIsTheCpuBackendsBits) {
     return;
   }
   std::mt19937 rng(43);
-  for (const StateFormat momentum : kFirstFormats) {
+  for (const StateFormat momentum : kFirstStateFormats) {
     for (const MasterFormat masters : kMasterFormats) {
       for (const bool nesterov : {false, true}) {
         BOOST_TEST_CONTEXT(ToString(momentum) << " / " << ToString(masters) << " / nesterov " << nesterov) {

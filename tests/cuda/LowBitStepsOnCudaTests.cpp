@@ -25,7 +25,11 @@
 
 using namespace mlframework;
 using namespace mlframework::optimizers;
+using mlfw_cuda_test::HostRoundsAsTheDevice;
+using mlfw_cuda_test::kFirstStateFormats;
 using mlfw_cuda_test::kGpu;
+using mlfw_cuda_test::kMasterFormats;
+using mlfw_cuda_test::kSecondStateFormats;
 namespace cuda = mlframework::backends::cuda;
 
 namespace {
@@ -137,21 +141,6 @@ struct Step {
   }
 };
 
-bool HostRoundsAsTheDevice() {
-  if (backends::cpu::InstructionSet() == "avx2") {
-    return true;
-  }
-  BOOST_TEST_MESSAGE("SKIPPED: the host runs the " << backends::cpu::InstructionSet()
-                                                   << " kernels; run with MLFW_CPU_ISA=avx2");
-  return false;
-}
-
-constexpr StateFormat kFirstFormats[] = {StateFormat::Float32, StateFormat::BFloat16, StateFormat::Float16,
-                                         StateFormat::Int8Block, StateFormat::Float8E4M3Block};
-constexpr StateFormat kSecondFormats[] = {StateFormat::Float32, StateFormat::BFloat16, StateFormat::Float16,
-                                          StateFormat::UInt8Block, StateFormat::Float8E4M3Block};
-constexpr MasterFormat kMasterFormats[] = {MasterFormat::Float32, MasterFormat::BFloat16StochasticRounding,
-                                           MasterFormat::BFloat16Remainder};
 constexpr std::size_t kBlocks[] = {32, 256, 2048};
 
 }  // namespace
@@ -164,8 +153,8 @@ BOOST_AUTO_TEST_CASE(AdamMatchesTheCpuKernelsBitForBitInEveryFormat) {
   }
   std::mt19937 rng(7);
   std::size_t combination = 0;
-  for (const StateFormat first : kFirstFormats) {
-    for (const StateFormat second : kSecondFormats) {
+  for (const StateFormat first : kFirstStateFormats) {
+    for (const StateFormat second : kSecondStateFormats) {
       for (const MasterFormat masters : kMasterFormats) {
         const std::size_t block = kBlocks[combination++ % 3];
         BOOST_TEST_CONTEXT(ToString(first)
@@ -191,7 +180,7 @@ BOOST_AUTO_TEST_CASE(SGDMatchesTheCpuKernelsBitForBitInEveryFormat) {
   }
   std::mt19937 rng(8);
   std::size_t combination = 0;
-  for (const StateFormat momentum : kFirstFormats) {
+  for (const StateFormat momentum : kFirstStateFormats) {
     for (const MasterFormat masters : kMasterFormats) {
       for (const bool nesterov : {false, true}) {
         const std::size_t block = kBlocks[combination++ % 3];
