@@ -240,42 +240,44 @@ bool Queue(const OptimizerStepLists& lists, TableType& kept, const std::int32_t*
   return true;
 }
 
+// Queues the step of @p lists on the low-bit kernels (@p low_bit(table, entries, count,
+// step_count, stream)) when a master or state is not FP32, else on the FP32 ones (@p fp32). The
+// tables are reused: their capacity stays between steps.
+template <typename LowBitLaunch, typename Fp32Launch>
+bool QueueStep(const OptimizerStepLists& lists, const std::int32_t* skip_flag, int flag_device, LowBitLaunch&& low_bit,
+               Fp32Launch&& fp32) {
+  if (LowBit(lists)) {
+    thread_local LowBitTable kept;
+    return Queue(lists, kept, skip_flag, flag_device, low_bit);
+  }
+  thread_local Table kept;
+  return Queue(lists, kept, skip_flag, flag_device, fp32);
+}
+
 }  // namespace
 
 bool QueueAdamStep(const OptimizerStepLists& lists, const AdamStepScalars& scalars, const std::int32_t* skip_flag,
                    int flag_device) {
-  // The tables are reused: their capacity stays between steps.
-  if (LowBit(lists)) {
-    thread_local LowBitTable kept;
-    return Queue(lists, kept, skip_flag, flag_device,
-                 [&](const LowBitTable& table, const LowBitEntry* entries, std::int32_t count, const float* step_count,
-                     cudaStream_t stream) {
-                   LaunchLowBitAdamStep(entries, count, table.total, table.formats, scalars, skip_flag, step_count,
-                                        stream);
-                 });
-  }
-  thread_local Table kept;
-  return Queue(lists, kept, skip_flag, flag_device,
-               [&](const Table& table, const OptimizerEntry* entries, std::int32_t count, const float* step_count,
-                   cudaStream_t stream) {
-                 LaunchAdamStep(entries, count, table.total, scalars, skip_flag, step_count, stream);
-               });
+  return QueueStep(
+      lists, skip_flag, flag_device,
+      [&](const LowBitTable& table, const LowBitEntry* entries, std::int32_t count, const float* step_count,
+          cudaStream_t stream) {
+        LaunchLowBitAdamStep(entries, count, table.total, table.formats, scalars, skip_flag, step_count, stream);
+      },
+      [&](const Table& table, const OptimizerEntry* entries, std::int32_t count, const float* step_count,
+          cudaStream_t stream) {
+        LaunchAdamStep(entries, count, table.total, scalars, skip_flag, step_count, stream);
+      });
 }
 
 bool QueueSGDStep(const OptimizerStepLists& lists, const SGDStepScalars& scalars, const std::int32_t* skip_flag,
                   int flag_device) {
-  if (LowBit(lists)) {
-    thread_local LowBitTable kept;
-    return Queue(lists, kept, skip_flag, flag_device,
-                 [&](const LowBitTable& table, const LowBitEntry* entries, std::int32_t count, const float* step_count,
-                     cudaStream_t stream) {
-                   LaunchLowBitSGDStep(entries, count, table.total, table.formats, scalars, skip_flag, step_count,
-                                       stream);
-                 });
-  }
-  thread_local Table kept;
-  return Queue(
-      lists, kept, skip_flag, flag_device,
+  return QueueStep(
+      lists, skip_flag, flag_device,
+      [&](const LowBitTable& table, const LowBitEntry* entries, std::int32_t count, const float* step_count,
+          cudaStream_t stream) {
+        LaunchLowBitSGDStep(entries, count, table.total, table.formats, scalars, skip_flag, step_count, stream);
+      },
       [&](const Table& table, const OptimizerEntry* entries, std::int32_t count, const float* step_count,
           cudaStream_t stream) { LaunchSGDStep(entries, count, table.total, scalars, skip_flag, step_count, stream); });
 }
