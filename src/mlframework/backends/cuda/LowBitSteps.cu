@@ -16,21 +16,6 @@ constexpr int kPerThread = static_cast<int>(kLowBitTile) / kThreads;
 // Blocks of the smallest block size (32 elements) in a tile: one warp's elements lie in one block.
 constexpr int kMaxBlocks = static_cast<int>(kLowBitTile) / 32;
 
-// The entry holding tile `tile`: entries[lo].tile <= tile < entries[lo + 1].tile.
-__device__ int EntryOfTile(const LowBitEntry* entries, std::int32_t count, std::uint64_t tile) {
-  int lo = 0;
-  int hi = count;
-  while (hi - lo > 1) {
-    const int mid = (lo + hi) / 2;
-    if (entries[mid].tile <= tile) {
-      lo = mid;
-    } else {
-      hi = mid;
-    }
-  }
-  return lo;
-}
-
 // The largest of the warp's 32 values (max is exact: any order gives the same bits).
 __device__ std::uint32_t WarpMax(std::uint32_t bits) {
   for (int offset = 16; offset > 0; offset /= 2) {
@@ -101,7 +86,7 @@ __device__ __forceinline__ void StepTile(const LowBitEntry* entries, std::int32_
     return;  // the scaler found an overflow: the step changes nothing
   }
   const std::uint64_t tile = blockIdx.x;
-  const LowBitEntry& e = entries[EntryOfTile(entries, count, tile)];
+  const LowBitEntry& e = entries[EntryHolding(entries, count, tile, [](const LowBitEntry& x) { return x.tile; })];
   const std::uint64_t lo = (tile - e.tile) * kLowBitTile;
   const std::uint32_t block = f.block_size;
   const std::uint64_t step = step_count != nullptr ? static_cast<std::uint64_t>(*step_count) + 1 : f.step;

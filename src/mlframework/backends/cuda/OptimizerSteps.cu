@@ -10,21 +10,6 @@ namespace mlframework::backends::cuda {
 
 namespace {
 
-// The entry holding element `begin`: entries[lo].offset <= begin < entries[lo + 1].offset.
-__device__ inline int EntryOf(const OptimizerEntry* entries, std::int32_t count, std::uint64_t begin) {
-  int lo = 0;
-  int hi = count;
-  while (hi - lo > 1) {
-    const int mid = (lo + hi) / 2;
-    if (entries[mid].offset <= begin) {
-      lo = mid;
-    } else {
-      hi = mid;
-    }
-  }
-  return lo;
-}
-
 // Calls fn(entry, i) for each element i of this block's chunk (thread-strided, entry by entry),
 // unless *skip_flag is set.
 template <typename Fn>
@@ -35,7 +20,8 @@ __device__ inline void ForEachElementOfChunk(const OptimizerEntry* entries, std:
   }
   const std::uint64_t begin = static_cast<std::uint64_t>(blockIdx.x) * kOptimizerChunk;
   const std::uint64_t end = begin + kOptimizerChunk < total ? begin + kOptimizerChunk : total;
-  for (int s = EntryOf(entries, count, begin); s < count && entries[s].offset < end; ++s) {
+  for (int s = EntryHolding(entries, count, begin, [](const OptimizerEntry& e) { return e.offset; });
+       s < count && entries[s].offset < end; ++s) {
     const OptimizerEntry& e = entries[s];
     const std::uint64_t next = entries[s + 1].offset;
     const std::uint64_t lo = (begin > e.offset ? begin : e.offset) - e.offset;

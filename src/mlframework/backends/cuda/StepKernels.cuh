@@ -13,6 +13,23 @@
 
 namespace mlframework::backends::cuda {
 
+/// The entry holding index @p index of a list's table: the last of the @p count entries whose
+/// first index, @p first_of(entry), is at most @p index (the entries are in increasing order).
+template <class Entry, class FirstOf>
+__device__ inline int EntryHolding(const Entry* entries, std::int32_t count, std::uint64_t index, FirstOf&& first_of) {
+  int lo = 0;
+  int hi = count;
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (first_of(entries[mid]) <= index) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
 /// True when the scaler found an overflow (@p skip_flag set): the step changes nothing.
 __device__ inline bool StepSkipped(const std::int32_t* skip_flag) { return skip_flag != nullptr && *skip_flag != 0; }
 
