@@ -1,9 +1,9 @@
 // The CUDA backend's fused steps with low-precision states and masters (LowBitSteps.cu): the
 // same bits as the CPU backend's AVX2 kernels (CMake and scripts/gpu-check.sh run this suite with
 // MLFW_CPU_ISA=avx2) for every state format and master format, over several steps, odd sizes and
-// partial last blocks and tiles, the block scales and the remainders included; a step skipped on
-// the device for the found-inf flag writes nothing and does not count, so stochastic rounding
-// keeps drawing the bits of the steps taken. Needs a CUDA device.
+// partial last blocks and tiles, the block scales, the remainders and the FP16 copies included; a
+// step skipped on the device for the found-inf flag writes nothing and does not count, so
+// stochastic rounding keeps drawing the bits of the steps taken. Needs a CUDA device.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -92,6 +92,7 @@ void RequireSame(const Pair& pair, const char* what) {
 // Every list of a step with formats @p first / @p second / @p masters.
 struct Step {
   Pair w, g, first, second, first_scales, second_scales, remainders;
+  Pair copies;  // FP32 masters: the FP16 copy of the updated parameters
   StateFormat first_format, second_format;
   MasterFormat masters;
   std::size_t block;
@@ -112,6 +113,9 @@ struct Step {
     if (m == MasterFormat::BFloat16Remainder) {
       remainders = Make(rng, DataType::BFloat16, 0.0f);
     }
+    if (m == MasterFormat::Float32) {
+      copies = Make(rng, DataType::Float16, 0.0f);
+    }
   }
 
   OptimizerStepLists Lists(bool gpu, std::uint64_t step, const TensorPtr& count = nullptr) const {
@@ -119,6 +123,7 @@ struct Step {
                               .Gradients = g.On(gpu),
                               .FirstState = first.On(gpu),
                               .SecondState = second.On(gpu),
+                              .LowPrecisionCopies = copies.On(gpu),
                               .StepCount = count,
                               .FirstStateFormat = first_format,
                               .SecondStateFormat = second_format,
@@ -138,6 +143,7 @@ struct Step {
     RequireSame(first_scales, "first scales");
     RequireSame(second_scales, "second scales");
     RequireSame(remainders, "remainders");
+    RequireSame(copies, "FP16 copies");
   }
 };
 
