@@ -315,6 +315,74 @@ void BM_fused_adam(benchmark::State& state) {
                [&] { benchmark::DoNotOptimize(optimizers::FusedAdamStep(lists, scalars)); });
 }
 
+// The low-bit AdamW steps (LowBitSteps.cu) by mode: 0 BF16 moments; 1 Int8Block/UInt8Block
+// moments (blocks of 256); 2 Float8E4M3Block moments; 3 8-bit moments and BF16 masters rounded
+// stochastically; 4 8-bit moments and BF16 masters with 16-bit remainders.
+struct LowBitMode {
+  StateFormat first;
+  StateFormat second;
+  MasterFormat masters;
+  std::size_t reads;   // bytes per element (the scales, 8 bytes per 256 elements, not counted)
+  std::size_t writes;  // bytes per element
+};
+
+LowBitMode LowBitModeOf(std::int64_t mode) {
+  constexpr StateFormat kInt8 = StateFormat::Int8Block;
+  constexpr StateFormat kUInt8 = StateFormat::UInt8Block;
+  switch (mode) {
+    case 0:
+      return {StateFormat::BFloat16, StateFormat::BFloat16, MasterFormat::Float32, 12, 8};
+    case 1:
+      return {kInt8, kUInt8, MasterFormat::Float32, 10, 6};
+    case 2:
+      return {StateFormat::Float8E4M3Block, StateFormat::Float8E4M3Block, MasterFormat::Float32, 10, 6};
+    case 3:
+      return {kInt8, kUInt8, MasterFormat::BFloat16StochasticRounding, 8, 4};
+    default:
+      return {kInt8, kUInt8, MasterFormat::BFloat16Remainder, 10, 6};
+  }
+}
+
+// Per tensor of @p list, a zero tensor of @p dtype with StateBlockCount() elements when
+// @p scales, else as many elements.
+std::vector<TensorPtr> StateList(const std::vector<TensorPtr>& list, DataType dtype, bool scales) {
+  std::vector<TensorPtr> out;
+  out.reserve(list.size());
+  for (const TensorPtr& t : list) {
+    out.push_back(Zeros({scales ? StateBlockCount(t->Size(), kDefaultStateBlockSize) : t->Size()}, dtype, kGpu));
+  }
+  return out;
+}
+
+void BM_fused_adam_low_bit(benchmark::State& state) {
+  const LowBitMode mode = LowBitModeOf(state.range(1));
+  const auto parameters =
+      MakeList(state, mode.masters == MasterFormat::Float32 ? DataType::Float32 : DataType::BFloat16);
+  const auto gradients = MakeList(state, DataType::Float32);
+  const auto first = StateList(parameters, StateStorageDType(mode.first), false);
+  const auto second = StateList(parameters, StateStorageDType(mode.second), false);
+  const std::vector<TensorPtr> none;
+  const auto first_scales = IsBlockScaled(mode.first) ? StateList(parameters, DataType::Float32, true) : none;
+  const auto second_scales = IsBlockScaled(mode.second) ? StateList(parameters, DataType::Float32, true) : none;
+  const auto remainders =
+      mode.masters == MasterFormat::BFloat16Remainder ? StateList(parameters, DataType::BFloat16, false) : none;
+  const OptimizerStepLists lists{.Parameters = parameters,
+                                 .Gradients = gradients,
+                                 .FirstState = first,
+                                 .SecondState = second,
+                                 .FirstStateFormat = mode.first,
+                                 .SecondStateFormat = mode.second,
+                                 .FirstStateScales = first_scales,
+                                 .SecondStateScales = second_scales,
+                                 .Masters = mode.masters,
+                                 .ParameterRemainders = remainders,
+                                 .RoundingSeed = 1,
+                                 .RoundingStep = 10};
+  const AdamStepScalars scalars = optimizers::AdamStepScalarsFor(optimizers::AdamOptions::AdamW(1e-3, 1e-2), 10);
+  TimeOnDevice(state, TrafficOf(state, mode.reads, mode.writes),
+               [&] { benchmark::DoNotOptimize(optimizers::FusedAdamStep(lists, scalars)); });
+}
+
 // The scaled saturating cast to FP8 E4M3 with each tensor's amax, from FP32 (fp16:0) or FP16.
 void BM_fp8_cast_amax(benchmark::State& state) {
   const auto src = MakeList(state, DtypeOf(state.range(1)));
@@ -344,6 +412,11 @@ void BM_copy_adam(benchmark::State& state) {
   CopyOfTraffic(state, TrafficOf(state, 16, state.range(1) == 1 ? 14 : 12));
 }
 
+void BM_copy_adam_low_bit(benchmark::State& state) {
+  const LowBitMode mode = LowBitModeOf(state.range(1));
+  CopyOfTraffic(state, TrafficOf(state, mode.reads, mode.writes));
+}
+
 void BM_copy_fp8(benchmark::State& state) {
   CopyOfTraffic(state, TrafficOf(state, ElementSize(DtypeOf(state.range(1))), 1));
 }
@@ -367,6 +440,16 @@ void ManyTensorArguments(benchmark::internal::Benchmark* b) {
   b->ArgNames({"layout", "fp16"})->UseManualTime()->Unit(benchmark::kMicrosecond);
 }
 
+// The low-bit optimizer modes (LowBitModeOf()) on every layout.
+void LowBitArguments(benchmark::internal::Benchmark* b) {
+  for (const std::int64_t layout : {0, 1, 2}) {
+    for (const std::int64_t mode : {0, 1, 2, 3, 4}) {
+      b->Args({layout, mode});
+    }
+  }
+  b->ArgNames({"layout", "mode"})->UseManualTime()->Unit(benchmark::kMicrosecond);
+}
+
 }  // namespace
 
 BENCHMARK(BM_copy_read_write)->Apply(Arguments);
@@ -383,6 +466,8 @@ BENCHMARK(BM_copy_cast)->Apply(Arguments);
 BENCHMARK(BM_cast_scaled)->Apply(Arguments);
 BENCHMARK(BM_copy_adam)->Apply(Arguments);
 BENCHMARK(BM_fused_adam)->Apply(Arguments);
+BENCHMARK(BM_copy_adam_low_bit)->Apply(LowBitArguments);
+BENCHMARK(BM_fused_adam_low_bit)->Apply(LowBitArguments);
 BENCHMARK(BM_copy_fp8)->Apply(Arguments);
 BENCHMARK(BM_fp8_cast_amax)->Apply(Arguments);
 

@@ -20,6 +20,7 @@ LIMIT = {
     "BM_has_non_finite": "BM_copy_read_only",
     "BM_check_and_sum_squares": "BM_copy_read_only",
     "BM_fused_adam": "BM_copy_adam",
+    "BM_fused_adam_low_bit": "BM_copy_adam_low_bit",
     "BM_fp8_cast_amax": "BM_copy_fp8",
 }
 

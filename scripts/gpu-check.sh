@@ -59,7 +59,8 @@ trap 'rm -rf "$logs"' EXIT
 large_suites="CudaLargeTensor:CudaDLPackOffset"
 device_filter="!CudaLargeTensor"
 
-# The fused-optimizer suite compares the device steps bit for bit with the CPU's AVX2 kernels (the
+# The fused-optimizer suites (CudaFusedOptimizers, CudaLowBitSteps) compare the device steps bit for
+# bit with the CPU's AVX2 kernels (the
 # AVX-512 ones take MKL's square root, as torch does); CMake sets the same for its CTest entry.
 export MLFW_CPU_ISA=avx2
 export LD_LIBRARY_PATH="$bundle/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"

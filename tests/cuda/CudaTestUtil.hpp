@@ -5,9 +5,13 @@
 #include <cstring>
 #include <vector>
 
+#include <boost/test/unit_test.hpp>
+
+#include <mlframework/backends/cpu/CpuTensor.hpp>
 #include <mlframework/core/DataType.hpp>
 #include <mlframework/core/Device.hpp>
 #include <mlframework/core/ITensor.hpp>
+#include <mlframework/core/OptimizerStep.hpp>
 
 namespace mlfw_cuda_test {
 
@@ -30,5 +34,28 @@ inline std::vector<std::uint32_t> Bits(const mlframework::ITensor& tensor) {
   }
   return bits;
 }
+
+// The portable kernels round each multiply-add twice (torch's default capability) and the AVX-512
+// ones take MKL's square root (torch's); the device kernels round as the AVX2 ones, so a bit-for-bit
+// comparison of a step needs the host on those (CMake and scripts/gpu-check.sh set MLFW_CPU_ISA=avx2).
+inline bool HostRoundsAsTheDevice() {
+  if (mlframework::backends::cpu::InstructionSet() == "avx2") {
+    return true;
+  }
+  BOOST_TEST_MESSAGE("SKIPPED: the host runs the " << mlframework::backends::cpu::InstructionSet()
+                                                   << " kernels; run with MLFW_CPU_ISA=avx2");
+  return false;
+}
+
+// The state formats of each moment and the master formats of the fused steps.
+inline constexpr mlframework::StateFormat kFirstStateFormats[] = {
+    mlframework::StateFormat::Float32, mlframework::StateFormat::BFloat16, mlframework::StateFormat::Float16,
+    mlframework::StateFormat::Int8Block, mlframework::StateFormat::Float8E4M3Block};
+inline constexpr mlframework::StateFormat kSecondStateFormats[] = {
+    mlframework::StateFormat::Float32, mlframework::StateFormat::BFloat16, mlframework::StateFormat::Float16,
+    mlframework::StateFormat::UInt8Block, mlframework::StateFormat::Float8E4M3Block};
+inline constexpr mlframework::MasterFormat kMasterFormats[] = {mlframework::MasterFormat::Float32,
+                                                               mlframework::MasterFormat::BFloat16StochasticRounding,
+                                                               mlframework::MasterFormat::BFloat16Remainder};
 
 }  // namespace mlfw_cuda_test

@@ -21,6 +21,7 @@
 using namespace mlframework;
 using namespace mlframework::optimizers;
 using mlfw_cuda_test::Bits;
+using mlfw_cuda_test::HostRoundsAsTheDevice;
 using mlfw_cuda_test::kGpu;
 namespace cuda = mlframework::backends::cuda;
 
@@ -46,18 +47,6 @@ Lists Make(std::mt19937& rng, float scale, DataType dtype = DataType::Float32) {
     lists.gpu.push_back(FromVector(v, {n}, dtype, kGpu));
   }
   return lists;
-}
-
-// The portable kernels round each multiply-add twice (torch's default capability) and the AVX-512
-// ones take MKL's square root (torch's); the device kernels round as the AVX2 ones, so a bit-for-bit
-// comparison of a step needs the host on those (CMake and scripts/gpu-check.sh set MLFW_CPU_ISA=avx2).
-bool HostRoundsAsTheDevice() {
-  if (backends::cpu::InstructionSet() == "avx2") {
-    return true;
-  }
-  BOOST_TEST_MESSAGE("SKIPPED: the host runs the " << backends::cpu::InstructionSet()
-                                                   << " kernels; run with MLFW_CPU_ISA=avx2");
-  return false;
 }
 
 void RequireSameBits(const Lists& lists) {

@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <dlpack/dlpack.h>
@@ -277,6 +278,161 @@ BOOST_AUTO_TEST_CASE(FusedOptimizerSteps) {
               return all;
             }};
   });
+}
+
+// The low-bit fused steps (LowBitSteps.cu): every master, remainder, state and block-scale buffer
+// the framework wrote before the step is read by the step only after that write, and the
+// framework reads them only after the step wrote them; the device step count likewise.
+BOOST_AUTO_TEST_CASE(LowBitFusedOptimizerSteps) {
+  RunBoth([] {
+    auto w = std::make_shared<std::vector<TensorPtr>>();
+    auto rem = std::make_shared<std::vector<TensorPtr>>();
+    auto w32 = std::make_shared<std::vector<TensorPtr>>();
+    auto g = std::make_shared<std::vector<TensorPtr>>();
+    auto m = std::make_shared<std::vector<TensorPtr>>();
+    auto v = std::make_shared<std::vector<TensorPtr>>();
+    auto m_scales = std::make_shared<std::vector<TensorPtr>>();
+    auto v_scales = std::make_shared<std::vector<TensorPtr>>();
+    auto b = std::make_shared<std::vector<TensorPtr>>();
+    auto low = std::make_shared<std::vector<TensorPtr>>();
+    auto counts = std::make_shared<std::vector<TensorPtr>>();
+    return Flow{.make =
+                    [=] {
+                      *w = List(DataType::BFloat16);
+                      *rem = List(DataType::BFloat16);
+                      *w32 = List(DataType::Float32);
+                      *g = List(DataType::Float32);
+                      *m = List(DataType::Float8E4M3FN);
+                      *v = List(DataType::Float8E4M3FN);
+                      *b = List(DataType::BFloat16);
+                      *low = List(DataType::BFloat16);
+                      for (std::size_t i = 0; i < 3; ++i) {  // List(): 64 * (i + 1) elements, blocks of 32
+                        m_scales->push_back(Zeros({2 * (i + 1)}, DataType::Float32, kGpu));
+                        v_scales->push_back(Zeros({2 * (i + 1)}, DataType::Float32, kGpu));
+                      }
+                      *counts = {Zeros({1}, DataType::Float32, kGpu)};
+                    },
+                .inputs =
+                    [=] {
+                      std::vector<TensorPtr> all = *g;
+                      for (const auto* list : {&*w, &*rem, &*w32, &*m, &*v, &*m_scales, &*v_scales, &*b}) {
+                        all.insert(all.end(), list->begin(), list->end());
+                      }
+                      return all;
+                    },
+                .call =
+                    [=] {
+                      BOOST_TEST(FusedAdamStep({.Parameters = *w,
+                                                .Gradients = *g,
+                                                .FirstState = *m,
+                                                .SecondState = *v,
+                                                .FirstStateFormat = StateFormat::Int8Block,
+                                                .SecondStateFormat = StateFormat::UInt8Block,
+                                                .FirstStateScales = *m_scales,
+                                                .SecondStateScales = *v_scales,
+                                                .StateBlockSize = 32,
+                                                .Masters = MasterFormat::BFloat16Remainder,
+                                                .ParameterRemainders = *rem},
+                                               AdamStepScalarsFor(AdamOptions{}, 1)));
+                      BOOST_TEST(FusedAdamStep({.Parameters = *w32,
+                                                .Gradients = *g,
+                                                .FirstState = *m,
+                                                .SecondState = *v,
+                                                .LowPrecisionCopies = *low,
+                                                .FirstStateFormat = StateFormat::Float8E4M3Block,
+                                                .SecondStateFormat = StateFormat::Float8E4M3Block,
+                                                .FirstStateScales = *m_scales,
+                                                .SecondStateScales = *v_scales,
+                                                .StateBlockSize = 32},
+                                               AdamStepScalarsFor(AdamOptions{}, 2)));
+                      const ScalePolicy policy;
+                      const std::unique_ptr<DeviceScaleState> state =
+                          cuda::Backend().CreateScaleState(kGpu, policy, ScaleState::Initial(policy));
+                      BOOST_TEST(FusedSGDStep({.Parameters = *w,
+                                               .Gradients = *g,
+                                               .FirstState = *b,
+                                               .StepCount = (*counts)[0],
+                                               .FirstStateFormat = StateFormat::BFloat16,
+                                               .Masters = MasterFormat::BFloat16StochasticRounding},
+                                              SGDStepScalarsFor({.Momentum = 0.9}, false), state.get()));
+                    },
+                .outputs =
+                    [=] {
+                      std::vector<TensorPtr> all = *counts;
+                      for (const auto* list : {&*w, &*rem, &*w32, &*m, &*v, &*m_scales, &*v_scales, &*b, &*low}) {
+                        all.insert(all.end(), list->begin(), list->end());
+                      }
+                      return all;
+                    }};
+  });
+}
+
+// Fails when the low-bit step leaves a buffer it writes out of its launch's operands: after the
+// step, a kernel on a stream the step's stream is not joined with reads each buffer, which the
+// checker must flag exactly for the buffers the step wrote (everything before the step is made
+// known to the host first, so only the step's own writes can be unordered).
+BOOST_AUTO_TEST_CASE(TheLowBitStepsDeclareEveryBufferTheyWrite) {
+  Recorded recorded;
+  cudaStream_t other = nullptr;
+  BOOST_REQUIRE(recorded.driver.StreamCreate(&other, cudaStreamNonBlocking) == cudaSuccess);
+  {
+    const std::vector<TensorPtr> w = List(DataType::BFloat16);
+    const std::vector<TensorPtr> rem = List(DataType::BFloat16);
+    const std::vector<TensorPtr> w32 = List(DataType::Float32);
+    const std::vector<TensorPtr> low = List(DataType::Float16);
+    const std::vector<TensorPtr> g = List(DataType::Float32);
+    const std::vector<TensorPtr> m = List(DataType::Float8E4M3FN);
+    const std::vector<TensorPtr> v = List(DataType::Float8E4M3FN);
+    std::vector<TensorPtr> m_scales;
+    std::vector<TensorPtr> v_scales;
+    for (std::size_t i = 0; i < 3; ++i) {  // List(): 64 * (i + 1) elements, blocks of 32
+      m_scales.push_back(Zeros({2 * (i + 1)}, DataType::Float32, kGpu));
+      v_scales.push_back(Zeros({2 * (i + 1)}, DataType::Float32, kGpu));
+    }
+    const TensorPtr count = Zeros({1}, DataType::Float32, kGpu);
+    cuda::Synchronize(0);
+    const auto read_elsewhere = [&](const std::vector<TensorPtr>& list, bool written) {
+      for (const TensorPtr& tensor : list) {
+        const std::size_t before = recorded.driver.Violations().size();
+        const cuda::BufferUse read = UseOf(tensor, cuda::Use::Read);
+        recorded.driver.Launch("reader", other, cuda::KernelOperands{{}, cuda::Access::ReadOnly, {&read, 1}}, [] {});
+        BOOST_TEST(recorded.driver.Violations().size() == before + (written ? 1u : 0u));
+      }
+    };
+    BOOST_TEST(FusedAdamStep({.Parameters = w,
+                              .Gradients = g,
+                              .FirstState = m,
+                              .SecondState = v,
+                              .StepCount = count,
+                              .FirstStateFormat = StateFormat::Int8Block,
+                              .SecondStateFormat = StateFormat::UInt8Block,
+                              .FirstStateScales = m_scales,
+                              .SecondStateScales = v_scales,
+                              .StateBlockSize = 32,
+                              .Masters = MasterFormat::BFloat16Remainder,
+                              .ParameterRemainders = rem},
+                             AdamStepScalarsFor(AdamOptions{}, 1)));
+    for (const std::vector<TensorPtr>* list : {&w, &rem, &m, &v, &std::as_const(m_scales), &std::as_const(v_scales)}) {
+      read_elsewhere(*list, true);
+    }
+    read_elsewhere({count}, true);
+    read_elsewhere(g, false);
+    cuda::Synchronize(0);
+    BOOST_TEST(FusedSGDStep({.Parameters = w32,
+                             .Gradients = g,
+                             .FirstState = m,
+                             .LowPrecisionCopies = low,
+                             .FirstStateFormat = StateFormat::Float8E4M3Block,
+                             .FirstStateScales = m_scales,
+                             .StateBlockSize = 32},
+                            SGDStepScalarsFor({.Momentum = 0.9}, false)));
+    for (const std::vector<TensorPtr>* list : {&w32, &low, &m, &std::as_const(m_scales)}) {
+      read_elsewhere(*list, true);
+    }
+    read_elsewhere(v_scales, false);
+    cuda::Synchronize(0);
+  }
+  BOOST_TEST(recorded.driver.LaunchCount() > 0);
 }
 
 // Fails when a warmed-up fused step allocates or waits for the host (its table uploaded from

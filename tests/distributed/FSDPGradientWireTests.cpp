@@ -282,6 +282,35 @@ BOOST_AUTO_TEST_CASE(ReduceScatterWithinBoundSameBits) {
   CheckArgumentError([&] { dist::Float8BlockReduceScatter(*group, *input, *wrong); }, "input");
 }
 
+// A factor multiplies each sum once, in the decoding pass: the bits of the plain reduce-scatter
+// scaled afterwards (so FSDP's averaged shards keep their bits), in pieces too; with one rank
+// the output is the input times the factor. A factor that is not finite is an ArgumentError
+// naming it, and the output is left as it was.
+BOOST_AUTO_TEST_CASE(ReduceScatterFactorIsOneMultiplyOfTheSums) {
+  auto group = mlfw_test::WorldGroup();
+  const auto world = static_cast<std::size_t>(group->WorldSize());
+  const std::size_t count = 2 * kBlock + 9;
+  const std::vector<float> mine = WireValues(count * world, group->Rank());
+  const TensorPtr input = mlframework::FromVector(mine, {mine.size()});
+  const TensorPtr plain = mlframework::Zeros({count});
+  dist::Float8BlockReduceScatter(*group, *input, *plain);
+  const float factor = 1.0f / 3.0f;
+  std::vector<float> expected = plain->ToFloatVector();
+  for (float& v : expected) v *= factor;
+  const TensorPtr scaled = mlframework::Zeros({count});
+  dist::Float8BlockReduceScatter(*group, *input, *scaled, factor);
+  BOOST_TEST(Bits(scaled->ToFloatVector()) == Bits(expected));
+  if (world > 1) {
+    const TensorPtr pieces = mlframework::Zeros({count});
+    dist::detail::Float8BlockReduceScatterInPieces(*group, *input, *pieces, kBlock, factor);
+    BOOST_TEST(Bits(pieces->ToFloatVector()) == Bits(expected));
+  }
+  for (const float bad : {std::numeric_limits<float>::quiet_NaN(), kInf}) {
+    CheckArgumentError([&] { dist::Float8BlockReduceScatter(*group, *input, *scaled, bad); }, "factor");
+    BOOST_TEST(Bits(scaled->ToFloatVector()) == Bits(expected));
+  }
+}
+
 // The FP8 all-reduce: the same bits on every rank, within the bound of the exact sum.
 BOOST_AUTO_TEST_CASE(AllReduceSameBitsOnEveryRank) {
   auto group = mlfw_test::WorldGroup();

@@ -46,10 +46,14 @@ MLFRAMEWORK_EXPORT double Float8WireBytesPerElement(std::size_t count) noexcept;
 /// Reduce-scatter (sum) of FP32 @p input over @p group through the FP8 block wire: chunk `p` of
 /// every rank's @p input is encoded by its sender, exchanged with IProcessGroup::AllToAll, and
 /// rank `p` sums the decoded parts in rank order into @p output (FP32,
-/// `input.Size() == output.Size() * WorldSize()`). With one rank nothing travels and @p output
-/// is @p input exactly. Collective over @p group; ArgumentError naming `input` or `output` for a
-/// dtype that is not Float32 or a size mismatch, before any communication.
-MLFRAMEWORK_EXPORT void Float8BlockReduceScatter(IProcessGroup& group, const ITensor& input, ITensor& output);
+/// `input.Size() == output.Size() * WorldSize()`), each sum multiplied by @p factor (one FP32
+/// multiply in the same pass: the bits of summing and then scaling the output; FSDP passes
+/// 1 / WorldSize() to average). With one rank nothing travels and @p output is
+/// `input * factor`. Collective over @p group; ArgumentError naming `input` or `output` for a
+/// dtype that is not Float32 or a size mismatch, `factor` when it is not finite, before any
+/// communication.
+MLFRAMEWORK_EXPORT void Float8BlockReduceScatter(IProcessGroup& group, const ITensor& input, ITensor& output,
+                                                 float factor = 1.0f);
 
 /// All-reduce (sum) of FP32 @p tensor over @p group through the FP8 block wire: every rank
 /// encodes its whole tensor once, the codes and scales are all-gathered, and every rank sums all

@@ -2,7 +2,8 @@
 // Private: the element codes of the optimizer state and master formats (StateFormat, MasterFormat
 // in core/OptimizerStep.hpp), shared by the CPU backend's fused steps and the CUDA kernels so that
 // both decode and encode bit for bit alike. Integer and single IEEE operations only (no fused
-// multiply-add, no reciprocal): every compiler and the GPU round them the same way.
+// multiply-add, no reciprocal; the products and quotients spelled with RoundedMath.hpp, so nvcc
+// fuses none into a neighbouring addition): every compiler and the GPU round them the same way.
 
 #include <cstddef>
 #include <cstdint>
@@ -12,6 +13,8 @@
 #include <mlframework/core/HostDevice.hpp>
 #include <mlframework/core/OptimizerStep.hpp>
 #include <mlframework/core/Philox.hpp>
+
+#include "mlframework/core/RoundedMath.hpp"
 
 namespace mlframework::detail {
 
@@ -31,7 +34,7 @@ MLFW_HOST_DEVICE inline float RoundHalfEven(float q) {
 /// UInt8Block: 0..255); a NaN quotient (zero or non-finite scale) gives code 0. @p keep_positive:
 /// a positive value never gets code 0. Selects only, no branch (the CPU loops vectorise).
 MLFW_HOST_DEVICE inline std::uint8_t LinearCode(float value, float scale, float code_max, bool keep_positive) {
-  const float quotient = value / scale;
+  const float quotient = DivRn(value, scale);
   const float low = code_max == 127.0f ? -127.0f : 0.0f;
   float q = quotient == quotient ? quotient : 0.0f;
   q = q < low ? low : q;
@@ -48,14 +51,14 @@ MLFW_HOST_DEVICE inline std::uint8_t LinearCode(float value, float scale, float 
 /// as the smallest code) instead of 0 x inf = NaN. A NaN scale stays NaN (a NaN block).
 MLFW_HOST_DEVICE inline float Float8CodeFactor(float scale) {
   constexpr float kFloatMax = 3.40282347e38f;
-  const float factor = 1.0f / scale;
+  const float factor = scale == 0.0f ? 0.0f : DivRn(1.0f, scale);
   return factor > kFloatMax ? 0.0f : factor;
 }
 
 /// The FP8 E4M3FN code of @p value * Float8CodeFactor(@p scale) (saturating); @p keep_positive: a
 /// positive value that would round to zero gets the smallest subnormal.
 MLFW_HOST_DEVICE inline std::uint8_t Float8Code(float value, float scale, bool keep_positive) {
-  const std::uint8_t code = FloatToFloat8E4M3FNBits(value * Float8CodeFactor(scale));
+  const std::uint8_t code = FloatToFloat8E4M3FNBits(MulRn(value, Float8CodeFactor(scale)));
   return keep_positive && value > 0.0f && code == 0 ? std::uint8_t{1} : code;
 }
 
@@ -74,12 +77,62 @@ MLFW_HOST_DEVICE inline std::uint16_t Float16StateCode(float value, bool keep_po
 /// The value of code @p code of a block-scaled format under @p scale.
 MLFW_HOST_DEVICE inline float DecodeBlockCode(StateFormat format, std::uint8_t code, float scale) {
   if (format == StateFormat::Int8Block) {
-    return static_cast<float>(static_cast<std::int8_t>(code)) * scale;
+    return MulRn(static_cast<float>(static_cast<std::int8_t>(code)), scale);
   }
   if (format == StateFormat::UInt8Block) {
-    return static_cast<float>(code) * scale;
+    return MulRn(static_cast<float>(code), scale);
   }
-  return Float8E4M3FNBitsToFloat(code) * scale;
+  return MulRn(Float8E4M3FNBitsToFloat(code), scale);
+}
+
+/// The bits of |@p value|: their integer maximum over a block is the bits of the block's largest
+/// magnitude, NaN when one value is NaN (every NaN's bits lie above infinity's, which lie above
+/// every finite value's). Max is exact and order-free: any reduction order gives the same bits.
+MLFW_HOST_DEVICE inline std::uint32_t MagnitudeBits(float value) { return FloatAsBits(value) & 0x7fffffffu; }
+
+/// The FP32 scale of a block of @p format whose largest magnitude is @p absmax.
+MLFW_HOST_DEVICE inline float BlockScale(StateFormat format, float absmax) {
+  return DivRn(absmax, BlockCodeMax(format));
+}
+
+/// Element @p i of a state stored as @p format in @p data (the codes, from the tensor's first
+/// element), @p scales its block scales (block-scaled formats) of blocks of @p block elements.
+MLFW_HOST_DEVICE inline float DecodeStateElement(StateFormat format, const void* data, const float* scales,
+                                                 std::size_t block, std::size_t i) {
+  switch (format) {
+    case StateFormat::Float32:
+      return static_cast<const float*>(data)[i];
+    case StateFormat::BFloat16:
+      return BFloat16BitsToFloat(static_cast<const std::uint16_t*>(data)[i]);
+    case StateFormat::Float16:
+      return HalfBitsToFloat(static_cast<const std::uint16_t*>(data)[i]);
+    default:
+      return DecodeBlockCode(format, static_cast<const std::uint8_t*>(data)[i], scales[i / block]);
+  }
+}
+
+/// Stores @p value as element @p i of a state stored as @p format in @p data, @p scale the scale of
+/// its block (block-scaled formats; BlockScale() of the block's largest magnitude); @p keep_positive
+/// (the second moment): a positive value never gets a zero code.
+MLFW_HOST_DEVICE inline void EncodeStateElement(StateFormat format, void* data, std::size_t i, float value, float scale,
+                                                bool keep_positive) {
+  switch (format) {
+    case StateFormat::Float32:
+      static_cast<float*>(data)[i] = value;
+      return;
+    case StateFormat::BFloat16:
+      static_cast<std::uint16_t*>(data)[i] = BFloat16StateCode(value, keep_positive);
+      return;
+    case StateFormat::Float16:
+      static_cast<std::uint16_t*>(data)[i] = Float16StateCode(value, keep_positive);
+      return;
+    case StateFormat::Float8E4M3Block:
+      static_cast<std::uint8_t*>(data)[i] = Float8Code(value, scale, keep_positive);
+      return;
+    default:
+      static_cast<std::uint8_t*>(data)[i] = LinearCode(value, scale, BlockCodeMax(format), keep_positive);
+      return;
+  }
 }
 
 /// The FP32 master of a BF16 parameter @p param and its remainder @p remainder (BFloat16Remainder).
@@ -96,6 +149,37 @@ MLFW_HOST_DEVICE inline void SplitMaster(float master, std::uint16_t* param, std
   const auto high = static_cast<std::uint16_t>(bits >> 16);
   *remainder = low;
   *param = (low & 0x8000u) != 0 ? static_cast<std::uint16_t>(high + 1u) : high;
+}
+
+/// The FP32 master of element @p i of @p parameter (FP32 masters, or BF16 parameters) stored as
+/// @p masters; @p remainders: the 16-bit remainders of BFloat16Remainder (else unused).
+MLFW_HOST_DEVICE inline float DecodeMasterElement(MasterFormat masters, const void* parameter,
+                                                  const std::uint16_t* remainders, std::size_t i) {
+  if (masters == MasterFormat::Float32) {
+    return static_cast<const float*>(parameter)[i];
+  }
+  const std::uint16_t param = static_cast<const std::uint16_t*>(parameter)[i];
+  if (masters == MasterFormat::BFloat16Remainder) {
+    return MasterFromRemainder(param, remainders[i]);
+  }
+  return BFloat16BitsToFloat(param);
+}
+
+/// Stores the updated FP32 master @p w as element @p i (DecodeMasterElement()'s layout);
+/// BFloat16StochasticRounding draws PhiloxElementBits(@p seed, @p step, @p tensor, @p i).
+MLFW_HOST_DEVICE inline void EncodeMasterElement(MasterFormat masters, void* parameter, std::uint16_t* remainders,
+                                                 std::size_t i, float w, std::uint64_t seed, std::uint64_t step,
+                                                 std::uint32_t tensor) {
+  if (masters == MasterFormat::Float32) {
+    static_cast<float*>(parameter)[i] = w;
+    return;
+  }
+  auto* param = static_cast<std::uint16_t*>(parameter);
+  if (masters == MasterFormat::BFloat16Remainder) {
+    SplitMaster(w, param + i, remainders + i);
+    return;
+  }
+  param[i] = StochasticRoundToBFloat16Bits(w, PhiloxElementBits(seed, step, tensor, i));
 }
 
 }  // namespace mlframework::detail

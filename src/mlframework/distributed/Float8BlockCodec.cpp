@@ -5,7 +5,6 @@
 #include "mlframework/distributed/Float8BlockCodec.hpp"
 
 #include <algorithm>
-#include <array>
 #include <bit>
 #include <cmath>
 #include <cstddef>
@@ -44,8 +43,40 @@ int ScaleExponent(std::uint32_t amax_bits) {
   return std::clamp(k, -126, 126);
 }
 
+// The encode reads its input once, block by block: the amax pass waits for memory and the cast
+// that follows runs from L1, so the hardware prefetcher alone leaves memory idle during the
+// cast. Asking for the block this far ahead keeps loads in flight (measured on the 2-core Xeon,
+// one thread, 16M values from memory: about 25% less time at 4 to 8 blocks ahead).
+constexpr std::size_t kPrefetchBlocks = 4;
+
+// Prefetches the block of values [first, first + kFloat8WireBlock) that lies below @p count.
+void PrefetchBlock(const float* values, std::size_t first, std::size_t count) {
+  constexpr std::size_t kLineFloats = 64 / sizeof(float);
+  const std::size_t end = std::min(count, first + kFloat8WireBlock);
+  for (std::size_t i = first; i < end; i += kLineFloats) __builtin_prefetch(values + i);
+}
+
 // Blocks per parallel region: below this the other threads are not worth waking.
 constexpr std::ptrdiff_t kParallelBlocks = 64;
+
+// The decoding sum of @p parts parts of @p count values: part p's codes at
+// `codes + p * code_stride`, its block scales at `scale_inv + p * scale_stride`.
+void DecodeSumParts(const std::uint8_t* codes, std::size_t code_stride, const float* scale_inv,
+                    std::size_t scale_stride, int parts, std::size_t count, float* out, float factor) {
+  const backends::cpu::Float8KernelSet& kernels = backends::cpu::ActiveFloat8Kernels();
+  const auto blocks = static_cast<std::ptrdiff_t>(Float8BlockCount(count));
+#pragma omp parallel for schedule(static) num_threads(mlframework::NumThreads()) if (blocks >= kParallelBlocks)
+  for (std::ptrdiff_t block = 0; block < blocks; ++block) {
+    const std::size_t start = static_cast<std::size_t>(block) * kFloat8WireBlock;
+    // code x 2^-k is exact; the parts are added in rank order, in one pass over the block.
+    const backends::cpu::Float8KernelSet::Parts block_parts{.codes = codes + start,
+                                                            .code_stride = code_stride,
+                                                            .scale_inv = scale_inv + block,
+                                                            .scale_stride = scale_stride,
+                                                            .count = static_cast<std::size_t>(parts)};
+    kernels.decode_sum_e4m3fn(block_parts, out + start, std::min(kFloat8WireBlock, count - start), factor);
+  }
+}
 
 }  // namespace
 
@@ -60,6 +91,7 @@ void EncodeFloat8Blocks(const float* values, std::size_t count, std::uint8_t* co
     const std::size_t n = std::min(kFloat8WireBlock, count - start);
     const float* x = values + start;
     std::uint8_t* out = codes + start;
+    PrefetchBlock(values, start + (kPrefetchBlocks * kFloat8WireBlock), count);
     // Magnitude bits order as the magnitudes do, NaN and infinity above every number.
     const std::uint32_t amax_bits = kernels.amax_bits[static_cast<std::size_t>(DataType::Float32)](x, n);
     if (amax_bits >= 0x7f800000u) {
@@ -69,32 +101,41 @@ void EncodeFloat8Blocks(const float* values, std::size_t count, std::uint8_t* co
       continue;
     }
     const int k = ScaleExponent(amax_bits);
-    kernels.cast_e4m3fn(x, out, n, PowerOfTwo(k));  // exact scaling, then E4M3FN's rounding
+    kernels.cast_e4m3fn_in_range(x, out, n, PowerOfTwo(k));  // exact scaling, then E4M3FN's rounding
     scale_inv[block] = PowerOfTwo(-k);
   }
 }
 
 void DecodeSumFloat8Blocks(const std::uint8_t* codes, const float* scale_inv, int parts, std::size_t count,
                            float* out) {
-  const backends::cpu::Float8KernelSet& kernels = backends::cpu::ActiveFloat8Kernels();
-  const std::size_t part_blocks = Float8BlockCount(count);
-  const auto blocks = static_cast<std::ptrdiff_t>(part_blocks);
-#pragma omp parallel for schedule(static) num_threads(mlframework::NumThreads()) if (blocks >= kParallelBlocks)
-  for (std::ptrdiff_t block = 0; block < blocks; ++block) {
-    const std::size_t start = static_cast<std::size_t>(block) * kFloat8WireBlock;
-    const std::size_t n = std::min(kFloat8WireBlock, count - start);
-    float* acc = out + start;
-    std::array<float, kFloat8WireBlock> part;  // NOLINT(cppcoreguidelines-pro-type-member-init): written before read
-    for (int p = 0; p < parts; ++p) {
-      const std::uint8_t* c = codes + (static_cast<std::size_t>(p) * count) + start;
-      const float s = scale_inv[(static_cast<std::size_t>(p) * part_blocks) + static_cast<std::size_t>(block)];
-      // code x 2^-k is exact; the parts are added in rank order.
-      kernels.dequantize_e4m3fn(c, p == 0 ? acc : part.data(), n, s);
-      if (p != 0) {
-        for (std::size_t i = 0; i < n; ++i) acc[i] += part[i];
-      }
-    }
-  }
+  DecodeSumFloat8Blocks(codes, scale_inv, parts, count, out, 1.0f);
+}
+
+void DecodeSumFloat8Blocks(const std::uint8_t* codes, const float* scale_inv, int parts, std::size_t count, float* out,
+                           float factor) {
+  DecodeSumParts(codes, count, scale_inv, Float8BlockCount(count), parts, count, out, factor);
+}
+
+std::size_t Float8SegmentWords(std::size_t count) noexcept {
+  return Float8BlockCount(count) + ((count + sizeof(float) - 1) / sizeof(float));
+}
+
+std::uint8_t* Float8SegmentCodes(float* segment, std::size_t count) noexcept {
+  return static_cast<std::uint8_t*>(static_cast<void*>(segment + Float8BlockCount(count)));
+}
+
+void EncodeFloat8Segment(const float* values, std::size_t count, float* segment) {
+  std::uint8_t* codes = Float8SegmentCodes(segment, count);
+  EncodeFloat8Blocks(values, count, codes, segment);
+  // The padding to a whole word travels too: zeros, not whatever the buffer held before.
+  const std::size_t padded = (Float8SegmentWords(count) - Float8BlockCount(count)) * sizeof(float);
+  std::fill(codes + count, codes + padded, std::uint8_t{0});
+}
+
+void DecodeSumFloat8Segments(const float* segments, int parts, std::size_t count, float* out, float factor) {
+  const std::size_t words = Float8SegmentWords(count);
+  const auto* codes = static_cast<const std::uint8_t*>(static_cast<const void*>(segments + Float8BlockCount(count)));
+  DecodeSumParts(codes, words * sizeof(float), segments, words, parts, count, out, factor);
 }
 
 }  // namespace mlframework::distributed::detail

@@ -1,11 +1,11 @@
 // The FP8 block wire's collectives: encode on the sender, exchange bytes (all-to-all for the
-// reduce-scatter, all-gather for the all-reduce), decode and sum on the receiver. The codes and
-// the scales travel as two tensors, FP8 codes and FP32 scales, so every engine moves them with
-// the dtypes it knows (an engine that stages through floats keeps FP8 codes exact: the encoder
-// never writes a NaN code).
+// reduce-scatter, all-gather for the all-reduce), decode and sum on the receiver. A rank's scales
+// and codes for one destination travel together as one segment (Float8BlockCodec.hpp), so each
+// piece is one collective, a point where every rank waits for the slowest, rather than two.
 #include <mlframework/distributed/Float8BlockReduce.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -37,17 +37,16 @@ constexpr std::size_t kPieceBytes = std::size_t{4} << 20;
 
 // Host memory of the wire, kept per thread and grown to the largest piece asked for: once warm,
 // a reduction allocates nothing (every FSDP unit reducing on this thread shares it), and it stays
-// about 2 x kPieceBytes however large the tensors are.
+// about 2 x kPieceBytes however large the tensors are. Words (floats), so that every segment's
+// scales are aligned.
 struct WireScratch {
-  std::vector<std::uint8_t> codes;  // sent, then received
-  std::vector<float> scales;        // sent, then received
+  std::vector<float> words;  // the segments sent, then those received
 
-  // Room for @p parts parts of @p piece elements, sent and received.
-  void Reserve(std::size_t parts, std::size_t piece) {
-    const std::size_t code_count = 2 * parts * piece;
-    const std::size_t scale_count = 2 * parts * detail::Float8BlockCount(piece);
-    if (codes.size() < code_count) codes.resize(code_count);
-    if (scales.size() < scale_count) scales.resize(scale_count);
+  // Room for @p parts segments of @p piece elements, sent and received.
+  float* Reserve(std::size_t parts, std::size_t piece) {
+    const std::size_t size = 2 * parts * detail::Float8SegmentWords(piece);
+    if (words.size() < size) words.resize(size);
+    return words.data();
   }
 };
 
@@ -65,10 +64,19 @@ void CheckPiece(std::size_t piece) {
   }
 }
 
-// Host memory of @p count elements wrapped as a CPU tensor for the process group (no copy).
-template <typename T>
-TensorPtr WrapHost(T* data, std::size_t count, DataType dtype) {
-  return backends::cpu::Wrap(data, Shape{count}, dtype, nullptr);
+// ArgumentError naming `factor` unless it is finite (an infinite or NaN factor would turn every
+// sum, zeros included, into Inf or NaN: the overflow check would see a gradient that was fine).
+void CheckFactor(float factor) {
+  if (!std::isfinite(factor)) {
+    throw ArgumentError("factor", "must be finite, got " + std::to_string(factor));
+  }
+}
+
+// @p words words of segments wrapped as a CPU tensor of their bytes for the process group (no
+// copy): FP8 moves as bytes in every engine, and a float round trip keeps every byte (E4M3FN
+// widens exactly and has one NaN per sign).
+TensorPtr WrapSegments(float* words, std::size_t count) {
+  return backends::cpu::Wrap(words, Shape{count * sizeof(float)}, DataType::Float8E4M3FN, nullptr);
 }
 
 }  // namespace
@@ -84,52 +92,53 @@ std::size_t detail::Float8WirePiece(std::size_t parts) noexcept {
   return std::max<std::size_t>(blocks, 1) * kFloat8WireBlock;
 }
 
-void Float8BlockReduceScatter(IProcessGroup& group, const ITensor& input, ITensor& output) {
+void Float8BlockReduceScatter(IProcessGroup& group, const ITensor& input, ITensor& output, float factor) {
   constexpr const char* kCall = "Float8BlockReduceScatter";
   CheckFloat32("input", input, kCall);
   CheckFloat32("output", output, kCall);
+  CheckFactor(factor);
   const int world = group.WorldSize();
   detail::CheckScatterSizes(input, output, world);
   if (world == 1) {
     group.ReduceScatter(input, output, ReduceOp::Sum);  // a copy
+    if (factor != 1.0f) {
+      detail::HostWrite target(output, true);
+      auto* values = static_cast<float*>(target.Data());
+      for (std::size_t i = 0; i < output.Size(); ++i) values[i] *= factor;
+      target.Commit();
+    }
     return;
   }
   detail::Float8BlockReduceScatterInPieces(group, input, output,
-                                           detail::Float8WirePiece(static_cast<std::size_t>(world)));
+                                           detail::Float8WirePiece(static_cast<std::size_t>(world)), factor);
 }
 
 void detail::Float8BlockReduceScatterInPieces(IProcessGroup& group, const ITensor& input, ITensor& output,
-                                              std::size_t piece) {
+                                              std::size_t piece, float factor) {
   const int world = group.WorldSize();
   const auto parts = static_cast<std::size_t>(world);
   const std::size_t count = output.Size();
   CheckPiece(piece);
+  CheckFactor(factor);
   piece = std::min(piece, count);
-  WireScratch& scratch = Scratch();
-  scratch.Reserve(parts, piece);
+  float* const scratch = Scratch().Reserve(parts, piece);
   const HostRead source(input);
   HostWrite target(output, false);
   const auto* values = static_cast<const float*>(source.Data());
   auto* sums = static_cast<float*>(target.Data());
   // Piece by piece (offsets are whole blocks, so the blocks and their scales are those of the
-  // whole chunk): encode this rank's values for every destination, exchange, sum the parts.
+  // whole chunk): encode this rank's values into one segment per destination, exchange the
+  // segments in one all-to-all, sum the parts.
   for (std::size_t offset = 0; offset < count; offset += piece) {
     const std::size_t length = std::min(piece, count - offset);
-    const std::size_t blocks = Float8BlockCount(length);
-    std::uint8_t* send_codes = scratch.codes.data();
-    std::uint8_t* received_codes = send_codes + (parts * length);
-    float* send_scales = scratch.scales.data();
-    float* received_scales = send_scales + (parts * blocks);
+    const std::size_t words = Float8SegmentWords(length);
+    float* sent = scratch;
+    float* received = scratch + (parts * words);
     for (std::size_t p = 0; p < parts; ++p) {
-      EncodeFloat8Blocks(values + (p * count) + offset, length, send_codes + (p * length), send_scales + (p * blocks));
+      EncodeFloat8Segment(values + (p * count) + offset, length, sent + (p * words));
     }
-    const TensorPtr codes_out = WrapHost(send_codes, parts * length, DataType::Float8E4M3FN);
-    const TensorPtr codes_in = WrapHost(received_codes, parts * length, DataType::Float8E4M3FN);
-    const TensorPtr scales_out = WrapHost(send_scales, parts * blocks, DataType::Float32);
-    const TensorPtr scales_in = WrapHost(received_scales, parts * blocks, DataType::Float32);
-    group.AllToAll(*codes_out, *codes_in);
-    group.AllToAll(*scales_out, *scales_in);
-    DecodeSumFloat8Blocks(received_codes, received_scales, world, length, sums + offset);
+    group.AllToAll(*WrapSegments(sent, parts * words), *WrapSegments(received, parts * words));
+    DecodeSumFloat8Segments(received, world, length, sums + offset, factor);
   }
   target.Commit();
 }
@@ -147,27 +156,19 @@ void detail::Float8BlockAllReduceInPieces(IProcessGroup& group, ITensor& tensor,
   const std::size_t count = tensor.Size();
   CheckPiece(piece);
   piece = std::min(piece, count);
-  WireScratch& scratch = Scratch();
-  scratch.Reserve(parts, piece);
+  float* const scratch = Scratch().Reserve(parts, piece);
   HostWrite target(tensor, true);
   auto* values = static_cast<float*>(target.Data());
-  // Piece by piece, as the reduce-scatter: encode this rank's piece, gather every rank's codes
-  // and scales, sum them over the piece itself (the encoder has read it already).
+  // Piece by piece, as the reduce-scatter: encode this rank's piece into a segment, gather every
+  // rank's segment, sum them over the piece itself (the encoder has read it already).
   for (std::size_t offset = 0; offset < count; offset += piece) {
     const std::size_t length = std::min(piece, count - offset);
-    const std::size_t blocks = Float8BlockCount(length);
-    std::uint8_t* mine_codes = scratch.codes.data();
-    std::uint8_t* all_codes = mine_codes + length;
-    float* mine_scales = scratch.scales.data();
-    float* all_scales = mine_scales + blocks;
-    EncodeFloat8Blocks(values + offset, length, mine_codes, mine_scales);
-    const TensorPtr codes_out = WrapHost(mine_codes, length, DataType::Float8E4M3FN);
-    const TensorPtr codes_in = WrapHost(all_codes, parts * length, DataType::Float8E4M3FN);
-    const TensorPtr scales_out = WrapHost(mine_scales, blocks, DataType::Float32);
-    const TensorPtr scales_in = WrapHost(all_scales, parts * blocks, DataType::Float32);
-    group.AllGather(*codes_out, *codes_in);
-    group.AllGather(*scales_out, *scales_in);
-    DecodeSumFloat8Blocks(all_codes, all_scales, world, length, values + offset);
+    const std::size_t words = Float8SegmentWords(length);
+    float* mine = scratch;
+    float* all = scratch + words;
+    EncodeFloat8Segment(values + offset, length, mine);
+    group.AllGather(*WrapSegments(mine, words), *WrapSegments(all, parts * words));
+    DecodeSumFloat8Segments(all, world, length, values + offset, 1.0f);
   }
   target.Commit();
 }

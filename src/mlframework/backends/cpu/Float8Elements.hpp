@@ -67,6 +67,8 @@ Float8KernelSet SetOf() {
   set.cast_e5m2 = &Loops::template Cast<DataType::Float8E5M2>;
   set.dequantize_e4m3fn = &Loops::template Dequantize<DataType::Float8E4M3FN>;
   set.dequantize_e5m2 = &Loops::template Dequantize<DataType::Float8E5M2>;
+  set.cast_e4m3fn_in_range = &Loops::CastE4M3FNInRange;
+  set.decode_sum_e4m3fn = &Loops::template DecodeSum<DataType::Float8E4M3FN>;
   return set;
 }
 
@@ -87,6 +89,16 @@ float DecodeScalar(std::uint8_t b) {
   } else {
     return detail::Float8E5M2BitsToFloat(b);
   }
+}
+
+/// Element @p i of the sum of Float8KernelSet::DecodeSumFn, before its factor.
+template <DataType D>
+float DecodeSumScalar(const Float8KernelSet::Parts& parts, std::size_t i) {
+  float sum = DecodeScalar<D>(parts.codes[i]) * parts.scale_inv[0];
+  for (std::size_t p = 1; p < parts.count; ++p) {
+    sum += DecodeScalar<D>(parts.codes[(p * parts.code_stride) + i]) * parts.scale_inv[p * parts.scale_stride];
+  }
+  return sum;
 }
 
 /// Vectors of @p kWidth lanes. A typedef in a template of its own: GCC 12 drops a dependent
@@ -126,16 +138,22 @@ struct Elements {
 
   // The magnitude bits of `y` (FP32 bits @p u) rounded into E4M3FN or E5M2 with saturation, and
   // the sign moved to bit 7; see the file comment.
+  // The E4M3FN magnitude of the finite magnitude bits @p ax below 464 (where Encode's
+  // saturation starts): the normal and subnormal rules of the file comment.
+  static U E4M3FNMagnitude(U ax) {
+    const U normal = ((ax + 0x7ffffu + ((ax >> 20) & 1u)) >> 20) - (120u << 3);
+    const F lifted = reinterpret_cast<F>(ax) + 16384.0f;
+    const U subnormal = reinterpret_cast<U>(lifted) - 0x46800000u;
+    return Select(ax < 0x3c800000u, subnormal, normal);  // below 2^-6
+  }
+
   template <DataType D>
   static U Encode(U u) {
     const U sign = (u >> 24) & 0x80u;
     const U ax = u & 0x7fffffffu;
     U mag;
     if constexpr (D == DataType::Float8E4M3FN) {
-      const U normal = ((ax + 0x7ffffu + ((ax >> 20) & 1u)) >> 20) - (120u << 3);
-      const F lifted = reinterpret_cast<F>(ax) + 16384.0f;
-      const U subnormal = reinterpret_cast<U>(lifted) - 0x46800000u;
-      mag = Select(ax < 0x3c800000u, subnormal, normal);   // below 2^-6
+      mag = E4M3FNMagnitude(ax);
       mag = Select(ax >= 0x43e80000u, Splat(0x7eu), mag);  // from 464 on: 448
     } else {
       const U normal = ((ax + 0xfffffu + ((ax >> 21) & 1u)) >> 21) - (112u << 2);
@@ -168,6 +186,24 @@ struct Elements {
       dst[i] = EncodeScalar<D>(src[i] * scale);
     }
     return result;
+  }
+
+  // Cast<E4M3FN> for products known to be finite and at most 448 in magnitude
+  // (Float8KernelSet::InRangeCastFn): the same bits, without the selects such products never
+  // take and without the input's amax.
+  static void CastE4M3FNInRange(const float* src, std::uint8_t* dst, std::size_t count, float scale) {
+    std::size_t i = 0;
+    for (; i + kWidth <= count; i += kWidth) {
+      F x;
+      std::memcpy(&x, src + i, sizeof x);
+      const U y = reinterpret_cast<U>(x * scale);
+      const U code = E4M3FNMagnitude(y & 0x7fffffffu) | ((y >> 24) & 0x80u);
+      const B out = __builtin_convertvector(code, B);
+      std::memcpy(dst + i, &out, sizeof out);
+    }
+    for (; i < count; ++i) {
+      dst[i] = EncodeScalar<DataType::Float8E4M3FN>(src[i] * scale);
+    }
   }
 
   // FP32 bits of the FP8 bytes @p b (widened to lanes), exact: core/Float8Bits.hpp's decoders.
@@ -223,6 +259,24 @@ struct Elements {
     }
     for (; i < count; ++i) {
       dst[i] = DecodeScalar<D>(src[i]) * scale_inv;
+    }
+  }
+
+  // Float8KernelSet::DecodeSumFn: the parts' products summed in a register, in part order.
+  template <DataType D>
+  static void DecodeSum(const Float8KernelSet::Parts& parts, float* dst, std::size_t count, float factor) {
+    std::size_t i = 0;
+    for (; i + kWidth <= count; i += kWidth) {
+      F sum = reinterpret_cast<F>(Decode<D>(WidenBytes(parts.codes + i))) * parts.scale_inv[0];
+      for (std::size_t p = 1; p < parts.count; ++p) {
+        const F x = reinterpret_cast<F>(Decode<D>(WidenBytes(parts.codes + (p * parts.code_stride) + i)));
+        sum += x * parts.scale_inv[p * parts.scale_stride];
+      }
+      sum *= factor;
+      std::memcpy(dst + i, &sum, sizeof sum);
+    }
+    for (; i < count; ++i) {
+      dst[i] = DecodeSumScalar<D>(parts, i) * factor;
     }
   }
 };

@@ -32,12 +32,30 @@ struct Float8KernelSet {
   using CastFn = std::uint32_t (*)(const float* src, std::uint8_t* dst, std::size_t count, float scale);
   /// `dst = float(src) * scale_inv` (FP32 product) over @p count FP8 bytes.
   using DequantizeFn = void (*)(const std::uint8_t* src, float* dst, std::size_t count, float scale_inv);
+  /// `dst = e4m3fn(src * scale)` over @p count floats whose products are finite and at most 448
+  /// in magnitude (the FP8 block wire scales each block so): the bits of cast_e4m3fn, without
+  /// its saturation, its NaN select and the input's amax, which such products never need.
+  using InRangeCastFn = void (*)(const float* src, std::uint8_t* dst, std::size_t count, float scale);
+  /// Parts of FP8 codes with one scale each, summed by DecodeSumFn.
+  struct Parts {
+    const std::uint8_t* codes;  ///< part p's codes start at `codes + p * code_stride`
+    std::size_t code_stride;
+    const float* scale_inv;  ///< part p's scale is `scale_inv[p * scale_stride]`
+    std::size_t scale_stride;
+    std::size_t count;  ///< the parts (at least one)
+  };
+  /// `dst[i] = ((d_0[i] + d_1[i]) + ... + d_(P-1)[i]) * factor` over @p count elements, in FP32 in
+  /// that order, with `d_p[i] = float(code) * scale_inv` of part p (dequantize's product): one
+  /// pass that writes @p dst once.
+  using DecodeSumFn = void (*)(const Parts& parts, float* dst, std::size_t count, float factor);
 
   AmaxBitsFn amax_bits[kDataTypeCount];
   CastFn cast_e4m3fn;
   CastFn cast_e5m2;
   DequantizeFn dequantize_e4m3fn;
   DequantizeFn dequantize_e5m2;
+  InRangeCastFn cast_e4m3fn_in_range;
+  DecodeSumFn decode_sum_e4m3fn;
 };
 
 /// The set of the instruction set tagged @p Arch (defined in the file compiled for it; the x86

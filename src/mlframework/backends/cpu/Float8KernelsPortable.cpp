@@ -34,6 +34,19 @@ struct PortableLoops {
       dst[i] = float8::DecodeScalar<D>(src[i]) * scale_inv;
     }
   }
+
+  static void CastE4M3FNInRange(const float* src, std::uint8_t* dst, std::size_t count, float scale) {
+    for (std::size_t i = 0; i < count; ++i) {
+      dst[i] = float8::EncodeScalar<DataType::Float8E4M3FN>(src[i] * scale);
+    }
+  }
+
+  template <DataType D>
+  static void DecodeSum(const Float8KernelSet::Parts& parts, float* dst, std::size_t count, float factor) {
+    for (std::size_t i = 0; i < count; ++i) {
+      dst[i] = float8::DecodeSumScalar<D>(parts, i) * factor;
+    }
+  }
 };
 
 }  // namespace

@@ -20,11 +20,16 @@ if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$" AND CMAKE_CXX_COMPILE
   # self-initialised `__Y = __Y` variables (GCC bug 105593, fixed in 13): silence it for these files only.
   set(mlfw_avx512_flags
     "-mavx512f;-mavx512bw;-mavx512dq;-mavx512vl;-mfma;-mf16c;$<$<CXX_COMPILER_ID:GNU>:-Wno-maybe-uninitialized>")
-  set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/KernelsAvx2.cpp ${CMAKE_CURRENT_LIST_DIR}/Float8KernelsAvx2.cpp
+  set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/KernelsAvx2.cpp
     PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;-mf16c")
   set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/KernelsAvx512.cpp
-                              ${CMAKE_CURRENT_LIST_DIR}/Float8KernelsAvx512.cpp
     PROPERTIES COMPILE_OPTIONS "${mlfw_avx512_flags}")
+  # The FP8 loops without FMA contraction: the decoding sum adds each part's product, rounded,
+  # as the portable loop does (a fused multiply-add would round once, other bits).
+  set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/Float8KernelsAvx2.cpp
+    PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;-mf16c;-ffp-contract=off")
+  set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/Float8KernelsAvx512.cpp
+    PROPERTIES COMPILE_OPTIONS "${mlfw_avx512_flags};-ffp-contract=off")
   set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/KernelsAvx512Bf16.cpp
     PROPERTIES COMPILE_OPTIONS "${mlfw_avx512_flags};-mavx512bf16")
   set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/KernelsAvx512Fp16.cpp

@@ -15,6 +15,7 @@ if(MLFW_HAS_CUDA)
     ${CMAKE_CURRENT_LIST_DIR}/Cast.cu
     ${CMAKE_CURRENT_LIST_DIR}/Float8ScaleUpdate.cu
     ${CMAKE_CURRENT_LIST_DIR}/Float8Cast.cu
+    ${CMAKE_CURRENT_LIST_DIR}/LowBitSteps.cu
     ${CMAKE_CURRENT_LIST_DIR}/NonFinite.cu
     ${CMAKE_CURRENT_LIST_DIR}/OptimizerSteps.cu
     ${CMAKE_CURRENT_LIST_DIR}/Scale.cu

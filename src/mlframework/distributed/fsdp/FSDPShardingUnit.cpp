@@ -421,8 +421,12 @@ void FSDPShardingUnit::Impl::StartReduce(const char* call, const GradientMap& gr
     // the exchange. HybridShard's replicas follow in FinishReduce(), as for the other wires.
     if (no_shard) {
       Float8BlockAllReduce(*s.group, *flat);
+    } else if (s.replicate_group == nullptr) {
+      // The average is the decoding pass's last multiply (the bits of FinishReduce()'s).
+      Float8BlockReduceScatter(*s.shard_group, *flat, *target, average);
+      averaged = true;
     } else {
-      Float8BlockReduceScatter(*s.shard_group, *flat, *target);
+      Float8BlockReduceScatter(*s.shard_group, *flat, *target);  // averaged after the replicas' sum
     }
   } else if (no_shard) {
     p.request =
