@@ -1,7 +1,9 @@
 // Resharding checkpoints of optimizer state below FP32: 8-bit block-scaled moments saved at 4
 // simulated ranks load at 2 and 3 bit for bit (the shards fall on whole blocks) and training
 // continues bit-identically; shards that cut blocks, or another format, load only when a
-// conversion is asked for, and then within the codes' bounds.
+// conversion is asked for, and then within the codes' bounds. BF16 master shards
+// (FSDPConfig::MasterDType) with their remainders reshard likewise, and convert from and into
+// FP32 masters only when asked.
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
@@ -53,9 +55,13 @@ optim::AdamOptions LowBitAdam(StateFormat first, StateFormat second) {
 
 std::vector<LowBitRank> MakeLowBitWorld(int world, float amplitude, const optim::AdamOptions& options) {
   std::vector<LowBitRank> ranks(static_cast<std::size_t>(world));
+  // BF16 masters live in BF16 shards.
+  const fsdp::FSDPConfig config{.MasterDType = options.Masters == mlframework::MasterFormat::Float32
+                                                   ? mlframework::DataType::Float32
+                                                   : mlframework::DataType::BFloat16};
   for (int r = 0; r < world; ++r) {
     LowBitRank& rank = ranks[static_cast<std::size_t>(r)];
-    rank.model = std::make_unique<fsdp::FSDP>(std::make_shared<SimulatedRankGroup>(r, world));
+    rank.model = std::make_unique<fsdp::FSDP>(std::make_shared<SimulatedRankGroup>(r, world), config);
     rank.model->RegisterUnit("a", LowBitUnit(24, amplitude));
     rank.model->RegisterUnit("b", LowBitUnit(48, amplitude));
     rank.adam = std::make_unique<optim::Adam>(rank.model->ShardedParameters(), options);
@@ -82,7 +88,8 @@ void StepLowBit(std::vector<LowBitRank>& ranks, int step) {
   }
 }
 
-// The unit's whole flat buffer over the world: the masters' bytes (@p state < 0) or the stored
+// The unit's whole flat buffer over the world: the shards' bytes in FP32 (@p state -1), the
+// optimizer's exact FP32 masters (-2: BF16 shards joined with their remainders) or the stored
 // codes of state @p state, then (for block-scaled states) the scales of the global blocks.
 std::vector<std::uint8_t> StitchBytes(const std::vector<LowBitRank>& ranks, std::size_t u, int state) {
   std::vector<std::uint8_t> codes;
@@ -92,7 +99,8 @@ std::vector<std::uint8_t> StitchBytes(const std::vector<LowBitRank>& ranks, std:
     const std::size_t keep =
         std::min(unit.ShardSize(), unit.NumElements() - std::min(unit.NumElements(), unit.ShardOffset()));
     if (state < 0) {
-      const std::vector<float> values = unit.LocalShard()->ToFloatVector();
+      const std::vector<float> values =
+          state == -1 ? unit.LocalShard()->ToFloatVector() : rank.adam->StateMasterValues(unit.Name());
       const auto* bytes = reinterpret_cast<const std::uint8_t*>(values.data());
       codes.insert(codes.end(), bytes, bytes + keep * sizeof(float));
       continue;
@@ -112,7 +120,7 @@ std::vector<std::uint8_t> StitchBytes(const std::vector<LowBitRank>& ranks, std:
 
 void CheckSameLowBitState(const std::vector<LowBitRank>& a, const std::vector<LowBitRank>& b, const std::string& what) {
   for (std::size_t u = 0; u < 2; ++u) {
-    for (int state = -1; state < 2; ++state) {
+    for (int state = -2; state < 2; ++state) {
       BOOST_TEST_CONTEXT(what << ": unit " << u << " state " << state) {
         const std::vector<std::uint8_t> x = StitchBytes(a, u, state);
         const std::vector<std::uint8_t> y = StitchBytes(b, u, state);
@@ -149,6 +157,25 @@ std::vector<float> StitchMoments(const std::vector<LowBitRank>& ranks, std::size
     }
   }
   return full;
+}
+
+// The shards' values (@p state -1) or the exact FP32 masters (-2) of unit @p u over the world, as floats.
+std::vector<float> StitchFloats(const std::vector<LowBitRank>& ranks, std::size_t u, int state) {
+  const std::vector<std::uint8_t> bytes = StitchBytes(ranks, u, state);
+  std::vector<float> values(bytes.size() / sizeof(float));
+  std::memcpy(values.data(), bytes.data(), values.size() * sizeof(float));
+  return values;
+}
+
+optim::AdamOptions WithMasters(optim::AdamOptions options, mlframework::MasterFormat masters) {
+  options.Masters = masters;
+  options.RoundingSeed = 77;
+  return options;
+}
+
+// @p values rounded to nearest even into BF16, as floats.
+std::vector<float> RoundedToBFloat16(const std::vector<float>& values) {
+  return mlframework::FromVector(values, {values.size()}, mlframework::DataType::BFloat16)->ToFloatVector();
 }
 
 }  // namespace
@@ -231,6 +258,105 @@ BOOST_AUTO_TEST_CASE(shards_that_cut_blocks_or_another_format_load_only_when_con
       for (const float x : want) absmax = std::max(absmax, std::fabs(x));
       for (std::size_t i = 0; i < want.size(); ++i) BOOST_TEST(std::fabs(got[i] - want[i]) <= absmax / 127.0f);
     }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(bf16_masters_saved_at_four_ranks_load_bit_for_bit_at_two_and_three) {
+  using mlframework::MasterFormat;
+  for (const MasterFormat masters : {MasterFormat::BFloat16StochasticRounding, MasterFormat::BFloat16Remainder}) {
+    const optim::AdamOptions options =
+        WithMasters(LowBitAdam(StateFormat::Int8Block, StateFormat::UInt8Block), masters);
+    std::vector<LowBitRank> saved = MakeLowBitWorld(4, 1.0f, options);
+    BOOST_TEST((saved.front().model->Unit(0).LocalShard()->GetDataType() == mlframework::DataType::BFloat16));
+    StepLowBit(saved, 0);
+    StepLowBit(saved, 1);
+    const auto blobs = SaveLowBit(saved, 2);
+    std::vector<LowBitRank> reference = MakeLowBitWorld(4, 1.0f, options);
+    for (int step = 0; step < 4; ++step) StepLowBit(reference, step);
+    for (const int world : {2, 3, 4}) {
+      BOOST_TEST_CONTEXT(mlframework::ToString(masters) << " at " << world << " ranks") {
+        std::vector<LowBitRank> loaded = MakeLowBitWorld(world, 2.0f, options);
+        LoadLowBit(loaded, blobs);
+        CheckSameLowBitState(saved, loaded, "after the load");
+        StepLowBit(loaded, 2);
+        StepLowBit(loaded, 3);
+        // The remainders make the masters exact FP32: the trajectory is the same at any world size.
+        // Stochastic rounding draws its bits by the element's index in its shard, so another
+        // sharding rounds with other bits: bit-identical at the saved world size.
+        if (masters == MasterFormat::BFloat16Remainder || world == 4) {
+          CheckSameLowBitState(reference, loaded, "two steps after the load");
+        }
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(bf16_masters_convert_from_and_into_other_formats_only_when_asked) {
+  using mlframework::MasterFormat;
+  const optim::AdamOptions eight = LowBitAdam(StateFormat::Int8Block, StateFormat::UInt8Block);
+  const auto saved_with = [&](MasterFormat masters) {
+    std::vector<LowBitRank> ranks = MakeLowBitWorld(4, 1.0f, WithMasters(eight, masters));
+    StepLowBit(ranks, 0);
+    return ranks;
+  };
+  const std::vector<LowBitRank> fp32 = saved_with(MasterFormat::Float32);
+  const std::vector<LowBitRank> remainder = saved_with(MasterFormat::BFloat16Remainder);
+  const std::vector<LowBitRank> rounded = saved_with(MasterFormat::BFloat16StochasticRounding);
+  struct Case {
+    const std::vector<LowBitRank>* saved;
+    MasterFormat into;
+    bool exact;  // the loaded masters equal the saved FP32 masters (else rounded to nearest even)
+  };
+  for (const Case& c : {Case{&fp32, MasterFormat::BFloat16StochasticRounding, false},
+                        Case{&fp32, MasterFormat::BFloat16Remainder, true},
+                        Case{&remainder, MasterFormat::BFloat16StochasticRounding, false},
+                        Case{&remainder, MasterFormat::Float32, true},
+                        Case{&rounded, MasterFormat::BFloat16Remainder, true},
+                        Case{&rounded, MasterFormat::Float32, true}}) {
+    const auto blobs = SaveLowBit(*c.saved, 1);
+    const std::string from = mlframework::ToString(c.saved->front().adam->Options().Masters);
+    BOOST_TEST_CONTEXT(from << " into " << mlframework::ToString(c.into)) {
+      std::vector<LowBitRank> loaded = MakeLowBitWorld(2, 2.0f, WithMasters(eight, c.into));
+      const std::vector<float> before = StitchFloats(loaded, 0, -2);
+      try {
+        LoadLowBit(loaded, blobs);
+        BOOST_FAIL("masters of another format must load only when converted");
+      } catch (const mlframework::ArgumentError& error) {
+        BOOST_CHECK_EQUAL(error.Parameter(), "contents.Conversion");
+        BOOST_CHECK(std::string(error.what()).find("masters of unit 'a' are stored as " + from) != std::string::npos);
+      }
+      BOOST_CHECK_EQUAL(loaded.front().adam->StepCount(), 0);
+      BOOST_CHECK(StitchFloats(loaded, 0, -2) == before);  // nothing loaded
+      LoadLowBit(loaded, blobs, mlframework::amp::StateConversion::Convert);
+      BOOST_CHECK_EQUAL(loaded.front().adam->StepCount(), 1);
+      for (std::size_t u = 0; u < 2; ++u) {
+        const std::vector<float> want = StitchFloats(*c.saved, u, -2);
+        BOOST_CHECK(StitchFloats(loaded, u, -2) == (c.exact ? want : RoundedToBFloat16(want)));
+        // The shard holds the masters (FP32) or their rounding (stochastic rounding's BF16 masters);
+        // under BFloat16Remainder it is the rounded half of the split, checked through the masters.
+        if (c.into == MasterFormat::Float32) BOOST_CHECK(StitchFloats(loaded, u, -1) == want);
+        if (c.into == MasterFormat::BFloat16StochasticRounding) {
+          BOOST_CHECK(StitchFloats(loaded, u, -1) == StitchFloats(loaded, u, -2));
+        }
+      }
+    }
+  }
+  // An FP32 master that BF16 cannot hold is refused by name, converted or not.
+  std::vector<float> huge(24 * 32, 0.5f);
+  huge[5] = 3.4e38f;
+  fsdp::FSDP big(std::make_shared<SimulatedRankGroup>(0, 1));
+  big.RegisterUnit("a", {{"weight", mlframework::FromVector(huge, {24, 32})}});
+  big.RegisterUnit("b", LowBitUnit(48, 1.0f));
+  const std::vector<std::vector<std::byte>> blob{big.SaveShardedCheckpoint()};
+  fsdp::FSDP small(std::make_shared<SimulatedRankGroup>(0, 1), {.MasterDType = mlframework::DataType::BFloat16});
+  small.RegisterUnit("a", LowBitUnit(24, 1.0f));
+  small.RegisterUnit("b", LowBitUnit(48, 1.0f));
+  try {
+    small.LoadShardedCheckpoint(blob, {.Conversion = mlframework::amp::StateConversion::Convert});
+    BOOST_FAIL("an FP32 master beyond BF16's range must be refused");
+  } catch (const mlframework::ArgumentError& error) {
+    BOOST_CHECK_EQUAL(error.Parameter(), "saved_ranks");
+    BOOST_CHECK(std::string(error.what()).find("master weight 5 of unit 'a'") != std::string::npos);
   }
 }
 

@@ -228,7 +228,17 @@ class MLFRAMEWORK_EXPORT FSDP {
   /// next Gather() allocates again.
   void ReleaseCachedBuffers() noexcept;
 
-  /// Unit name to its FP32 local shard: build the optimizer over this map.
+  /// Unit name to its local master shard (FP32, or BF16 under FSDPConfig::MasterDType): build
+  /// the optimizer over this map. With BF16 shards give the optimizer BF16 masters:
+  /// @code
+  /// FSDP fsdp(group, {.ParamDType = DataType::BFloat16, .MasterDType = DataType::BFloat16});
+  /// // ... RegisterUnit() ...
+  /// optimizers::AdamOptions options;
+  /// options.Masters = MasterFormat::BFloat16StochasticRounding;  // or BFloat16Remainder: exact
+  /// options.FirstMomentFormat = StateFormat::Int8Block;
+  /// options.SecondMomentFormat = StateFormat::UInt8Block;
+  /// optimizers::Adam adam(fsdp.ShardedParameters(), options);  // 2 + 2 bytes per parameter
+  /// @endcode
   GradientMap ShardedParameters() const;
   /// Unit name to its LocalGradient(). InvalidOperationError when a unit has none.
   GradientMap LocalGradients() const;
@@ -249,6 +259,9 @@ class MLFRAMEWORK_EXPORT FSDP {
   /// gradient reduction in flight or still has a unit gathered (or being gathered); the optimizer's own
   /// SetGradients() errors are agreed the same way. An exception from the update itself on a
   /// multi-rank group ends the job (AbortGuard), since the ranks' weights would diverge.
+  /// ArgumentError naming `optimizer` on every rank, with nothing changed, when its
+  /// amp::IOptimizerState::StateMasterFormat() does not fit a unit's MasterDType(): BF16 masters
+  /// over an FP32 shard, or FP32 masters (copies the FSDP never sees) over a BF16 one.
   /// Over shards on a GPU the reference optimizers (SGD, Adam) keep FP32 masters and state on
   /// the host (ZeRO-Offload style): the step copies each gradient shard to the host and the
   /// updated shard back, the one host round trip of a training step (docs/cuda-backend.md).
@@ -273,7 +286,9 @@ class MLFRAMEWORK_EXPORT FSDP {
   /// This rank's part of a resharding checkpoint (PyTorch DCP, DeepSpeed's Universal
   /// Checkpoint): a versioned, checksummed blob with the full layout of every unit (names,
   /// parameter names, shapes and offsets, dtypes, padded size), the saved world size and rank,
-  /// this rank's range of each unit, its FP32 master shard, the optimizer's per-element state
+  /// this rank's range of each unit, its master shard (FP32 values; or a BF16 shard's values and,
+  /// under MasterFormat::BFloat16Remainder, the optimizer's 16-bit remainders, with the shard
+  /// dtype and master format recorded), the optimizer's per-element state
   /// over the same range with its kind, options and step count, the scaler's state and
   /// @p contents.Step. Local (no communication); every rank saves its own blob. A load at any
   /// world size takes the blobs of all saved ranks. Only the FP32 values are in the machine's
@@ -283,7 +298,10 @@ class MLFRAMEWORK_EXPORT FSDP {
   /// saved rank in any order (collective): each rank takes its own ranges of the shards and
   /// the optimizer state; the scaler state and the optimizer's step count and learning rate
   /// are loaded as saved. Returns the saved training step. ArgumentError on every rank, naming
-  /// what differs, for a corrupt, truncated or foreign blob, a wrong format version, a missing
+  /// what differs, for a corrupt, truncated or foreign blob, a wrong format version, masters
+  /// stored in another format than the units keep them (their MasterDType() and the optimizer's
+  /// masters; loaded when ShardedCheckpointContents::Conversion converts them, naming
+  /// `contents.Conversion` otherwise, and a master that BF16 cannot hold naming `saved_ranks`), a missing
   /// or duplicate rank, blobs of different checkpoints, ranks handed different blobs (their
   /// checksums are compared across ranks), another model (unit or parameter
   /// names, shapes, offsets), another optimizer kind or options, or a scaler state its Load
