@@ -17,8 +17,9 @@
 //
 // Input: byte 0 flags (bit 0: re-seal the checksum, bit 1: truncate, bit 2: append the rest of
 // the input, bit 3: drop the damaged blob, bit 4: put the damaged blob in place of the next
-// one too, bit 5: the 8-bit model, bit 6: BF16 master shards with remainders), byte 1 the blob to damage (mod 3), bytes 2-3 the truncated length (little endian),
-// then edits of three bytes each (offset low, offset high, XOR mask) until a zero mask.
+// one too, bit 5: the 8-bit model, bit 6: BF16 master shards with remainders), byte 1 the blob to damage (mod 3), bytes
+// 2-3 the truncated length (little endian), then edits of three bytes each (offset low, offset high, XOR mask) until a
+// zero mask.
 #include <cstddef>
 #include <cstdint>
 #include <memory>

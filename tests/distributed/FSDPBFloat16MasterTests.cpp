@@ -204,7 +204,8 @@ BOOST_AUTO_TEST_CASE(masters_that_do_not_fit_the_shard_dtype_are_refused) {
       BOOST_FAIL("FP32 masters over a BF16 shard must be refused");
     } catch (const mlframework::ArgumentError& error) {
       BOOST_TEST(error.Parameter() == "optimizer");
-      BOOST_TEST(std::string(error.what()).find("BFloat16StochasticRounding or BFloat16Remainder") != std::string::npos);
+      BOOST_TEST(std::string(error.what()).find("BFloat16StochasticRounding or BFloat16Remainder") !=
+                 std::string::npos);
     }
     BOOST_TEST(mlfw_test::SameBits(unit.LocalShard()->ToFloatVector(), before));
     BOOST_TEST(adam.StepCount() == 0);
@@ -226,10 +227,9 @@ BOOST_AUTO_TEST_CASE(masters_that_do_not_fit_the_shard_dtype_are_refused) {
     }
     BOOST_TEST(mlfw_test::SameBits(unit.LocalShard()->ToFloatVector(), before));
     // The Adam class itself refuses BF16 masters over FP32 tensors.
-    BOOST_CHECK_THROW(
-        optim::Adam(model.ShardedParameters(),
-                    BFloat16Adam(MasterFormat::BFloat16Remainder, StateFormat::Float32, StateFormat::Float32)),
-        mlframework::ArgumentError);
+    BOOST_CHECK_THROW(optim::Adam(model.ShardedParameters(), BFloat16Adam(MasterFormat::BFloat16Remainder,
+                                                                          StateFormat::Float32, StateFormat::Float32)),
+                      mlframework::ArgumentError);
   }
 }
 

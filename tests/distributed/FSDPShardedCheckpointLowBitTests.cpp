@@ -307,12 +307,12 @@ BOOST_AUTO_TEST_CASE(bf16_masters_convert_from_and_into_other_formats_only_when_
     MasterFormat into;
     bool exact;  // the loaded masters equal the saved FP32 masters (else rounded to nearest even)
   };
-  for (const Case& c : {Case{&fp32, MasterFormat::BFloat16StochasticRounding, false},
-                        Case{&fp32, MasterFormat::BFloat16Remainder, true},
-                        Case{&remainder, MasterFormat::BFloat16StochasticRounding, false},
-                        Case{&remainder, MasterFormat::Float32, true},
-                        Case{&rounded, MasterFormat::BFloat16Remainder, true},
-                        Case{&rounded, MasterFormat::Float32, true}}) {
+  for (const Case& c :
+       {Case{&fp32, MasterFormat::BFloat16StochasticRounding, false},
+        Case{&fp32, MasterFormat::BFloat16Remainder, true},
+        Case{&remainder, MasterFormat::BFloat16StochasticRounding, false},
+        Case{&remainder, MasterFormat::Float32, true}, Case{&rounded, MasterFormat::BFloat16Remainder, true},
+        Case{&rounded, MasterFormat::Float32, true}}) {
     const auto blobs = SaveLowBit(*c.saved, 1);
     const std::string from = mlframework::ToString(c.saved->front().adam->Options().Masters);
     BOOST_TEST_CONTEXT(from << " into " << mlframework::ToString(c.into)) {

@@ -349,8 +349,8 @@ std::vector<std::byte> EncodeCheckpoint(const SavedRank& saved) {
 
 SavedRank DecodeCheckpoint(std::span<const std::byte> blob, const std::string& parameter) {
   std::uint16_t version = 0;
-  BlobReader reader =
-      mlframework::detail::OpenBlobVersion(blob, kCheckpointKind, {kShardedCheckpointVersion, 3, 2}, version, parameter);
+  BlobReader reader = mlframework::detail::OpenBlobVersion(blob, kCheckpointKind, {kShardedCheckpointVersion, 3, 2},
+                                                           version, parameter);
   SavedRank saved;
   saved.world = reader.U32();
   saved.rank = reader.U32();

@@ -79,7 +79,7 @@ struct SavedUnit {
   MasterFormat master_format = MasterFormat::Float32;
   std::span<const std::byte> master;      // count FP32 values, or BF16 values under a BF16 format
   std::span<const std::byte> remainders;  // BFloat16Remainder: count 16-bit remainders; else empty
-  std::vector<SavedState> states;     // per optimizer state vector
+  std::vector<SavedState> states;         // per optimizer state vector
 };
 
 struct SavedRank {

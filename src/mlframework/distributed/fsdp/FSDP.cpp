@@ -298,12 +298,13 @@ FSDPShardingUnit& FSDP::RegisterUnit(const std::string& name, const GradientMap&
   });
 
   // Every rank must describe the same unit: compare max and min of each field in one all-reduce.
-  const std::array<const char*, 6> fields{"world size",
-                                          "unit index",
-                                          "element count",
-                                          "parameter count",
-                                          "parameter names and shapes",
-                                          "precision (ParamDType, ReduceDType, Wire, ShardedAccumulation, MasterDType)"};
+  const std::array<const char*, 6> fields{
+      "world size",
+      "unit index",
+      "element count",
+      "parameter count",
+      "parameter names and shapes",
+      "precision (ParamDType, ReduceDType, Wire, ShardedAccumulation, MasterDType)"};
   const std::array<double, 6> mine{static_cast<double>(world),
                                    static_cast<double>(impl_->units.size()),
                                    static_cast<double>(unit->numel),

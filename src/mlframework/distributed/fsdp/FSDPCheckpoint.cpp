@@ -18,8 +18,8 @@
 #include <mlframework/distributed/AbortGuard.hpp>
 #include <mlframework/distributed/fsdp/FSDP.hpp>
 
-#include "mlframework/distributed/Agreement.hpp"
 #include "mlframework/core/StateCodes.hpp"
+#include "mlframework/distributed/Agreement.hpp"
 #include "mlframework/distributed/fsdp/CheckpointFormat.hpp"
 #include "mlframework/distributed/fsdp/MasterShards.hpp"
 #include "mlframework/optimizers/StateList.hpp"
@@ -240,18 +240,18 @@ std::vector<float> ReshardMasters(const std::vector<SavedRank>& ranks, std::size
     if (live != MasterFormat::Float32) {
       for (std::size_t i = 0; i < values.size(); ++i) {
         const float value = values[i];
-        if (std::isfinite(value) && !std::isfinite(mlframework::detail::BFloat16BitsToFloat(
-                                        mlframework::detail::FloatToBFloat16Bits(value)))) {
-          throw ArgumentError("saved_ranks", "master weight " + std::to_string(unit.ShardOffset() + i) +
-                                                 " of unit '" + unit.Name() + "' is " + std::to_string(value) +
+        if (std::isfinite(value) &&
+            !std::isfinite(mlframework::detail::BFloat16BitsToFloat(mlframework::detail::FloatToBFloat16Bits(value)))) {
+          throw ArgumentError("saved_ranks", "master weight " + std::to_string(unit.ShardOffset() + i) + " of unit '" +
+                                                 unit.Name() + "' is " + std::to_string(value) +
                                                  ", which overflows the unit's BFloat16 master shard");
         }
       }
     }
     return values;
   }
-  const std::vector<std::uint16_t> bits = AsHalves(Reshard(
-      ranks, u, unit, sizeof(std::uint16_t), [](std::size_t, const SavedUnit& range) { return range.master; }));
+  const std::vector<std::uint16_t> bits = AsHalves(
+      Reshard(ranks, u, unit, sizeof(std::uint16_t), [](std::size_t, const SavedUnit& range) { return range.master; }));
   std::vector<std::uint16_t> remainders(bits.size(), 0);
   if (saved == MasterFormat::BFloat16Remainder) {
     remainders = AsHalves(Reshard(ranks, u, unit, sizeof(std::uint16_t),

@@ -30,8 +30,8 @@ void RequireMatchingMasters(const FSDPShardingUnit& unit, const amp::IOptimizerS
                                        "Masters to BFloat16StochasticRounding or BFloat16Remainder, or the "
                                        "unit's MasterDType to Float32");
   }
-  throw ArgumentError(parameter, "unit '" + unit.Name() + "' keeps a Float32 master shard but the " + kind +
-                                     " keeps " + ToString(format) +
+  throw ArgumentError(parameter, "unit '" + unit.Name() + "' keeps a Float32 master shard but the " + kind + " keeps " +
+                                     ToString(format) +
                                      " masters: set FSDPConfig::MasterDType (or the unit's "
                                      "UnitPrecision::MasterDType) to BFloat16, or the optimizer's Masters to Float32");
 }
