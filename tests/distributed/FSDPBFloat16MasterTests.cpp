@@ -84,6 +84,22 @@ class ClaimsBFloat16Masters final : public mlframework::amp::IOptimizer, public 
   optim::SGD sgd_;
 };
 
+// FSDP::Step() with @p optimizer over @p model's one unit is an ArgumentError naming `optimizer`
+// whose message holds @p advice, and the shard stays as it was.
+void ExpectStepRefused(fsdp::FSDP& model, mlframework::amp::IOptimizer& optimizer, const std::string& advice) {
+  fsdp::FSDPShardingUnit& unit = model.Unit(0);
+  unit.SetLocalGradient(mlfw_test::Make(std::vector<float>(unit.ShardSize(), 1.0f), DataType::Float32));
+  const std::vector<float> before = unit.LocalShard()->ToFloatVector();
+  try {
+    model.Step(optimizer);
+    BOOST_FAIL("masters that do not fit the shard dtype must be refused");
+  } catch (const mlframework::ArgumentError& error) {
+    BOOST_TEST(error.Parameter() == "optimizer");
+    BOOST_TEST(std::string(error.what()).find(advice) != std::string::npos, error.what());
+  }
+  BOOST_TEST(mlfw_test::SameBits(unit.LocalShard()->ToFloatVector(), before));
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(FsdpBFloat16Masters)
@@ -195,37 +211,18 @@ BOOST_AUTO_TEST_CASE(masters_that_do_not_fit_the_shard_dtype_are_refused) {
   // BF16 shards under an optimizer with FP32 masters (copies the FSDP would never see).
   {
     fsdp::FSDP model(world, {.MasterDType = DataType::BFloat16});
-    auto& unit = model.RegisterUnit("embed", UnitParameters(0));
+    model.RegisterUnit("embed", UnitParameters(0));
     optim::Adam adam(model.ShardedParameters());
-    unit.SetLocalGradient(mlfw_test::Make(std::vector<float>(unit.ShardSize(), 1.0f), DataType::Float32));
-    const std::vector<float> before = unit.LocalShard()->ToFloatVector();
-    try {
-      model.Step(adam);
-      BOOST_FAIL("FP32 masters over a BF16 shard must be refused");
-    } catch (const mlframework::ArgumentError& error) {
-      BOOST_TEST(error.Parameter() == "optimizer");
-      BOOST_TEST(std::string(error.what()).find("BFloat16StochasticRounding or BFloat16Remainder") !=
-                 std::string::npos);
-    }
-    BOOST_TEST(mlfw_test::SameBits(unit.LocalShard()->ToFloatVector(), before));
+    ExpectStepRefused(model, adam, "BFloat16StochasticRounding or BFloat16Remainder");
     BOOST_TEST(adam.StepCount() == 0);
     BOOST_CHECK_THROW(model.SaveShardedCheckpoint({.Optimizer = &adam}), mlframework::ArgumentError);
   }
   // FP32 shards under an optimizer that keeps BF16 masters.
   {
     fsdp::FSDP model(world);
-    auto& unit = model.RegisterUnit("embed", UnitParameters(0));
+    model.RegisterUnit("embed", UnitParameters(0));
     ClaimsBFloat16Masters claims(model.ShardedParameters());
-    unit.SetLocalGradient(mlfw_test::Make(std::vector<float>(unit.ShardSize(), 1.0f), DataType::Float32));
-    const std::vector<float> before = unit.LocalShard()->ToFloatVector();
-    try {
-      model.Step(claims);
-      BOOST_FAIL("BF16 masters over an FP32 shard must be refused");
-    } catch (const mlframework::ArgumentError& error) {
-      BOOST_TEST(error.Parameter() == "optimizer");
-      BOOST_TEST(std::string(error.what()).find("MasterDType") != std::string::npos);
-    }
-    BOOST_TEST(mlfw_test::SameBits(unit.LocalShard()->ToFloatVector(), before));
+    ExpectStepRefused(model, claims, "set FSDPConfig::MasterDType");
     // The Adam class itself refuses BF16 masters over FP32 tensors.
     BOOST_CHECK_THROW(optim::Adam(model.ShardedParameters(), BFloat16Adam(MasterFormat::BFloat16Remainder,
                                                                           StateFormat::Float32, StateFormat::Float32)),
