@@ -110,10 +110,15 @@ BOOST_AUTO_TEST_CASE(bf16_master_shards_step_to_the_bits_of_the_adam_class_on_th
   for (const auto& [masters, first, second] :
        {std::tuple{MasterFormat::BFloat16StochasticRounding, StateFormat::Float32, StateFormat::Float32},
         std::tuple{MasterFormat::BFloat16StochasticRounding, StateFormat::Int8Block, StateFormat::UInt8Block},
-        std::tuple{MasterFormat::BFloat16Remainder, StateFormat::BFloat16, StateFormat::Float16}}) {
-    BOOST_TEST_CONTEXT(mlframework::ToString(masters) << " with " << mlframework::ToString(first) << " moments") {
+        std::tuple{MasterFormat::BFloat16Remainder, StateFormat::BFloat16, StateFormat::Float16},
+        // Shards of whole blocks of 32 (FSDPConfig::ShardAlignment): units padded well past the world size.
+        std::tuple{MasterFormat::BFloat16StochasticRounding, StateFormat::Int8Block, StateFormat::Float32}}) {
+    const std::size_t alignment = second == StateFormat::Float32 && first == StateFormat::Int8Block ? 32 : 1;
+    BOOST_TEST_CONTEXT(mlframework::ToString(masters)
+                       << " with " << mlframework::ToString(first) << " moments, shards aligned to " << alignment) {
       const optim::AdamOptions options = BFloat16Adam(masters, first, second);
-      fsdp::FSDP model(world, {.ParamDType = DataType::BFloat16, .MasterDType = DataType::BFloat16});
+      fsdp::FSDP model(
+          world, {.ParamDType = DataType::BFloat16, .MasterDType = DataType::BFloat16, .ShardAlignment = alignment});
       // The reference: the Adam class over BF16 tensors holding this rank's shards as registered
       // (the FP32 parameters rounded to nearest even; at one rank the whole parameters).
       GradientMap reference_parameters;
@@ -121,6 +126,7 @@ BOOST_AUTO_TEST_CASE(bf16_master_shards_step_to_the_bits_of_the_adam_class_on_th
         const fsdp::FSDPShardingUnit& unit = model.RegisterUnit(kUnits[u].first, UnitParameters(u));
         BOOST_TEST((unit.MasterDType() == DataType::BFloat16));
         BOOST_TEST((unit.LocalShard()->GetDataType() == DataType::BFloat16));
+        BOOST_TEST(unit.ShardSize() % alignment == 0U);
         const std::vector<float> full = UnitParameters(u).at("w")->ToFloatVector();
         std::vector<float> shard(unit.ShardSize(), 0.0f);
         for (std::size_t i = 0; i < shard.size() && unit.ShardOffset() + i < full.size(); ++i) {

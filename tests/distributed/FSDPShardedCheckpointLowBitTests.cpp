@@ -53,17 +53,26 @@ optim::AdamOptions LowBitAdam(StateFormat first, StateFormat second) {
   return o;
 }
 
-std::vector<LowBitRank> MakeLowBitWorld(int world, float amplitude, const optim::AdamOptions& options) {
+// The units' rows of 32 elements and FSDPConfig::ShardAlignment.
+struct LowBitLayout {
+  std::size_t rows_a = 24;
+  std::size_t rows_b = 48;
+  std::size_t alignment = 1;
+};
+
+std::vector<LowBitRank> MakeLowBitWorld(int world, float amplitude, const optim::AdamOptions& options,
+                                        const LowBitLayout& layout = {}) {
   std::vector<LowBitRank> ranks(static_cast<std::size_t>(world));
   // BF16 masters live in BF16 shards.
   const fsdp::FSDPConfig config{.MasterDType = options.Masters == mlframework::MasterFormat::Float32
                                                    ? mlframework::DataType::Float32
-                                                   : mlframework::DataType::BFloat16};
+                                                   : mlframework::DataType::BFloat16,
+                                .ShardAlignment = layout.alignment};
   for (int r = 0; r < world; ++r) {
     LowBitRank& rank = ranks[static_cast<std::size_t>(r)];
     rank.model = std::make_unique<fsdp::FSDP>(std::make_shared<SimulatedRankGroup>(r, world), config);
-    rank.model->RegisterUnit("a", LowBitUnit(24, amplitude));
-    rank.model->RegisterUnit("b", LowBitUnit(48, amplitude));
+    rank.model->RegisterUnit("a", LowBitUnit(layout.rows_a, amplitude));
+    rank.model->RegisterUnit("b", LowBitUnit(layout.rows_b, amplitude));
     rank.adam = std::make_unique<optim::Adam>(rank.model->ShardedParameters(), options);
   }
   return ranks;
@@ -162,16 +171,17 @@ std::vector<float> StitchMoments(const std::vector<LowBitRank>& ranks, std::size
 // Saves after two steps at 4 simulated ranks, loads at 2, 3 and 4 (the state bit for bit) and
 // steps twice more: bit for bit with an uninterrupted run at 4 ranks at every world size when
 // @p any_world, else at 4 ranks only.
-void CheckResumesAtTwoThreeAndFour(const optim::AdamOptions& options, const std::string& label, bool any_world) {
-  std::vector<LowBitRank> saved = MakeLowBitWorld(4, 1.0f, options);
+void CheckResumesAtTwoThreeAndFour(const optim::AdamOptions& options, const std::string& label, bool any_world,
+                                   const LowBitLayout& layout = {}) {
+  std::vector<LowBitRank> saved = MakeLowBitWorld(4, 1.0f, options, layout);
   StepLowBit(saved, 0);
   StepLowBit(saved, 1);
   const auto blobs = SaveLowBit(saved, 2);
-  std::vector<LowBitRank> reference = MakeLowBitWorld(4, 1.0f, options);
+  std::vector<LowBitRank> reference = MakeLowBitWorld(4, 1.0f, options, layout);
   for (int step = 0; step < 4; ++step) StepLowBit(reference, step);
   for (const int world : {2, 3, 4}) {
     BOOST_TEST_CONTEXT(label << " at " << world << " ranks") {
-      std::vector<LowBitRank> loaded = MakeLowBitWorld(world, 2.0f, options);
+      std::vector<LowBitRank> loaded = MakeLowBitWorld(world, 2.0f, options, layout);
       LoadLowBit(loaded, blobs);
       CheckSameLowBitState(saved, loaded, "after the load");
       StepLowBit(loaded, 2);
@@ -347,6 +357,44 @@ BOOST_AUTO_TEST_CASE(bf16_masters_convert_from_and_into_other_formats_only_when_
   } catch (const mlframework::ArgumentError& error) {
     BOOST_CHECK_EQUAL(error.Parameter(), "saved_ranks");
     BOOST_CHECK(std::string(error.what()).find("master weight 5 of unit 'a'") != std::string::npos);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(shards_aligned_to_the_state_blocks_reshard_bit_for_bit_where_they_would_cut_blocks) {
+  const optim::AdamOptions eight = LowBitAdam(StateFormat::Int8Block, StateFormat::UInt8Block);
+  // Units of 992 and 1440 elements: unaligned, their shards at 4 ranks (248 and 360 elements) and
+  // at 3 (331 and 480) cut the blocks of 32, so a load at 3 needs a conversion.
+  const LowBitLayout cut{.rows_a = 31, .rows_b = 45, .alignment = 1};
+  std::vector<LowBitRank> unaligned = MakeLowBitWorld(4, 1.0f, eight, cut);
+  StepLowBit(unaligned, 0);
+  std::vector<LowBitRank> three = MakeLowBitWorld(3, 2.0f, eight, cut);
+  try {
+    LoadLowBit(three, SaveLowBit(unaligned, 1));
+    BOOST_FAIL("unaligned shards that cut blocks must load only when converted");
+  } catch (const mlframework::ArgumentError& error) {
+    BOOST_CHECK_EQUAL(error.Parameter(), "contents.Conversion");
+  }
+  // ShardAlignment = the block size: every shard is whole blocks at 2, 3 and 4 ranks (padded to
+  // 1024 / 1056 / 1024 and 1536 / 1440 / 1536 elements), and the 8-bit moments, with FP32 or BF16
+  // masters, reshard bit for bit and training continues bit for bit.
+  const LowBitLayout aligned{.rows_a = 31, .rows_b = 45, .alignment = kLowBitBlock};
+  for (const int world : {2, 3, 4}) {
+    for (const LowBitRank& rank : MakeLowBitWorld(world, 1.0f, eight, aligned)) {
+      for (std::size_t u = 0; u < 2; ++u) {
+        BOOST_TEST(rank.model->Unit(u).ShardSize() % kLowBitBlock == 0U, "unit " << u << " at " << world);
+        BOOST_TEST(rank.model->Unit(u).ShardOffset() % kLowBitBlock == 0U);
+      }
+    }
+  }
+  CheckResumesAtTwoThreeAndFour(eight, "aligned, FP32 masters", true, aligned);
+  CheckResumesAtTwoThreeAndFour(WithMasters(eight, mlframework::MasterFormat::BFloat16Remainder),
+                                "aligned, BF16 masters with remainders", true, aligned);
+  // A zero alignment is refused by name.
+  try {
+    fsdp::FSDP model(std::make_shared<SimulatedRankGroup>(0, 1), {.ShardAlignment = 0});
+    BOOST_FAIL("ShardAlignment 0 must be refused");
+  } catch (const mlframework::ArgumentError& error) {
+    BOOST_CHECK_EQUAL(error.Parameter(), "ShardAlignment");
   }
 }
 

@@ -111,7 +111,7 @@ class MLFRAMEWORK_EXPORT FSDP {
   FSDP& operator=(const FSDP&) = delete;
 
   /// Registers a unit (collective): flattens @p parameters (name to full FP32/FP16/BF16 tensor,
-  /// identical on every rank unless SyncModuleStates), pads to a multiple of the world size
+  /// identical on every rank unless SyncModuleStates), pads to a multiple of the world size (times FSDPConfig::ShardAlignment)
   /// (HybridShard: of the shard group size) and keeps this rank's FP32 shard. The unit's buffers live on the
   /// parameters' device: CPU tensors for CPU parameters, otherwise tensors of the parameters' backend
   /// (TensorBackend::Allocate and View); parameters without a backend, or whose backend cannot

@@ -73,6 +73,14 @@ struct FSDPConfig {
   /// does not match the shards (ArgumentError). Gradient shards stay FP32 either way, so clipping
   /// and the overflow agreement are unchanged; gathers cast the shard into ParamDType.
   DataType MasterDType = DataType::Float32;
+  /// Elements each rank's shard is a whole multiple of (>= 1; 1: none): every unit is padded
+  /// to a multiple of ranks x ShardAlignment (FSDPShardingUnit::PaddedSize()). Set it to the
+  /// optimizer's block size (optimizers::AdamOptions::StateBlockSize) and every shard, at every
+  /// world size, starts and ends on whole blocks of block-scaled states, so a resharding
+  /// checkpoint moves their codes and scales bit for bit (no StateConversion::Convert) and
+  /// training continues bit for bit at the new world size. The cost: up to ranks x
+  /// ShardAlignment - 1 padding elements per unit.
+  std::size_t ShardAlignment = 1;
   /// Where micro-batches without gradient sync (FSDP::SetRequiresGradientSync(false)) are summed.
   /// false (default, PyTorch's `no_sync`): each rank adds its full FP32 gradients into an
   /// unsharded accumulator (PaddedSize() floats per unit) and communicates nothing; the

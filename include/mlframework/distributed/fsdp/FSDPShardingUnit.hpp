@@ -19,7 +19,7 @@ class FSDP;
 /// A group of named parameters that is gathered, released and reduced as one flat buffer.
 ///
 /// Layout: the parameters, in name order, are laid end to end and zero-padded to PaddedSize(),
-/// a multiple of the world size; rank r owns elements `[r * ShardSize(), (r + 1) * ShardSize())`
+/// a multiple of the world size (times FSDPConfig::ShardAlignment); rank r owns elements `[r * ShardSize(), (r + 1) * ShardSize())`
 /// and keeps them as its master shard (LocalShard(): FP32, or BF16 under MasterDType()). Under
 /// NoShard every rank keeps the whole buffer.
 ///
@@ -73,7 +73,8 @@ class MLFRAMEWORK_EXPORT FSDPShardingUnit {
   const Shape& ParameterShape(const std::string& name) const;
   /// Elements of all parameters together (without padding).
   std::size_t NumElements() const noexcept;
-  /// Flat buffer size: NumElements() rounded up to a multiple of the world size (sharded strategies).
+  /// Flat buffer size: NumElements() rounded up to a multiple of the world size times
+  /// FSDPConfig::ShardAlignment (sharded strategies).
   std::size_t PaddedSize() const noexcept;
   /// Elements this rank owns (PaddedSize() / world size; the whole buffer under NoShard).
   std::size_t ShardSize() const noexcept;

@@ -161,6 +161,10 @@ void FSDPConfig::Validate() const {
     throw ArgumentError("Wire", "unknown GradientWire " + std::to_string(static_cast<int>(Wire)));
   }
   detail::ValidateMasterDType(MasterDType, "MasterDType");
+  // At most 2^20 elements: a larger quantum is a mistake (an element count or a byte size).
+  if (ShardAlignment == 0 || ShardAlignment > (std::size_t{1} << 20)) {
+    throw ArgumentError("ShardAlignment", "must be from 1 to 1048576 elements, got " + std::to_string(ShardAlignment));
+  }
 }
 
 void UnitPrecision::Validate() const {

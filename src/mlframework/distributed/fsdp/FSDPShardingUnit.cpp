@@ -49,7 +49,9 @@ GradientMap FSDPShardingUnit::Impl::ViewsOf(const TensorPtr& flat) const {
 void FSDPShardingUnit::Impl::PlaceShard(const std::vector<TensorPtr>& sources) {
   const bool sharded = config->Strategy != ShardingStrategy::NoShard;
   const auto world_size = static_cast<std::size_t>(shard_group->WorldSize());
-  padded = sharded ? (numel + world_size - 1) / world_size * world_size : numel;
+  // Shards of whole multiples of ShardAlignment (whole state blocks at every world size).
+  const std::size_t quantum = world_size * config->ShardAlignment;
+  padded = sharded ? (numel + quantum - 1) / quantum * quantum : numel;
   shard_size = sharded ? padded / world_size : numel;
   shard_offset = sharded ? shard_size * static_cast<std::size_t>(shard_group->Rank()) : 0;
 
