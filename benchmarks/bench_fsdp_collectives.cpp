@@ -478,7 +478,7 @@ void BM_FsdpLowBitMemory(benchmark::State& state) {
   const auto mode = static_cast<LowBitMode>(state.range(0));
   const auto units = static_cast<std::size_t>(state.range(1));
   const auto unit_elements = static_cast<std::size_t>(state.range(2));
-  const double params = static_cast<double>(units * unit_elements);
+  const auto params = static_cast<double>(units * unit_elements);
   mlframework::optimizers::AdamOptions options = mlframework::optimizers::AdamOptions::AdamW(1e-3, 1e-2);
   if (mode != LowBitMode::Float32) {
     options.Masters = mode == LowBitMode::RoundedEight ? mlframework::MasterFormat::BFloat16StochasticRounding

@@ -342,7 +342,7 @@ BOOST_AUTO_TEST_CASE(bf16_masters_convert_from_and_into_other_formats_only_when_
     }
   }
   // An FP32 master that BF16 cannot hold is refused by name, converted or not.
-  std::vector<float> huge(24 * 32, 0.5f);
+  std::vector<float> huge(std::size_t{24} * 32, 0.5f);
   huge[5] = 3.4e38f;
   fsdp::FSDP big(std::make_shared<SimulatedRankGroup>(0, 1));
   big.RegisterUnit("a", {{"weight", mlframework::FromVector(huge, {24, 32})}});
