@@ -275,12 +275,15 @@ class MLFRAMEWORK_EXPORT FSDP {
 
   /// This rank's shards as a versioned, checksummed blob (world size, rank, strategy, units).
   /// Under HybridShard the ranks of a replicate group hold, and save, equal shards (the blob
-  /// differs only in the rank); the shard size per unit records the shard group size.
+  /// differs only in the rank); the shard size per unit records the shard group size. The
+  /// values are FP32: a BF16 master shard (FSDPConfig::MasterDType) widened exactly; its
+  /// optimizer's remainders are the optimizer's state (SaveShardedCheckpoint() keeps both).
   std::vector<std::byte> StateDict() const;
   /// Restores a blob from StateDict() of the same rank and world size (collective).
   /// ArgumentError on every rank when any rank's blob is corrupted or does not match
   /// (world size, rank, units, sizes; a HybridShard blob of another shard group size has other
-  /// shard sizes); nothing changes then.
+  /// shard sizes); nothing changes then. Into a BF16 master shard the values are rounded to
+  /// nearest even (exact for a blob of BF16 shards).
   void LoadStateDict(std::span<const std::byte> state);
 
   /// This rank's part of a resharding checkpoint (PyTorch DCP, DeepSpeed's Universal
