@@ -19,9 +19,9 @@ class FSDP;
 /// A group of named parameters that is gathered, released and reduced as one flat buffer.
 ///
 /// Layout: the parameters, in name order, are laid end to end and zero-padded to PaddedSize(),
-/// a multiple of the world size (times FSDPConfig::ShardAlignment); rank r owns elements `[r * ShardSize(), (r + 1) * ShardSize())`
-/// and keeps them as its master shard (LocalShard(): FP32, or BF16 under MasterDType()). Under
-/// NoShard every rank keeps the whole buffer.
+/// a multiple of the world size (times FSDPConfig::ShardAlignment); rank r owns elements `[r * ShardSize(), (r + 1) *
+/// ShardSize())` and keeps them as its master shard (LocalShard(): FP32, or BF16 under MasterDType()). Under NoShard
+/// every rank keeps the whole buffer.
 ///
 /// Life of a unit in one training step:
 /// 1. Gather(): the master shard is cast to the parameter dtype (ParamDType(): the unit's own,
