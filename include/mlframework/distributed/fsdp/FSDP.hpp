@@ -111,7 +111,7 @@ class MLFRAMEWORK_EXPORT FSDP {
   FSDP& operator=(const FSDP&) = delete;
 
   /// Registers a unit (collective): flattens @p parameters (name to full FP32/FP16/BF16 tensor,
-  /// identical on every rank unless SyncModuleStates), pads to a multiple of the world size (times FSDPConfig::ShardAlignment)
+  /// identical on every rank unless SyncModuleStates), pads to a multiple of the world size
   /// (HybridShard: of the shard group size) and keeps this rank's FP32 shard. The unit's buffers live on the
   /// parameters' device: CPU tensors for CPU parameters, otherwise tensors of the parameters' backend
   /// (TensorBackend::Allocate and View); parameters without a backend, or whose backend cannot
@@ -122,7 +122,9 @@ class MLFRAMEWORK_EXPORT FSDP {
   /// (sharded strategies; HybridShard: the shard group size), ranks that disagree on the world size, the unit's name,
   /// its parameter names or shapes, or its precision; an invalid @p precision (named by field).
   /// @p precision gives the unit its own gather and reduce dtypes (UnitPrecision: norm layers
-  /// in FP32 while the rest runs in BF16); by default it follows the FSDP's.
+  /// in FP32 while the rest runs in BF16); by default it follows the FSDP's. The padding also
+  /// makes each shard a multiple of FSDPConfig::ShardAlignment, and the shard is BF16 under
+  /// FSDPConfig::MasterDType / UnitPrecision::MasterDType.
   FSDPShardingUnit& RegisterUnit(const std::string& name, const GradientMap& parameters,
                                  const UnitPrecision& precision = {});
   /// Number of registered units.
