@@ -10,13 +10,16 @@
 //    MAX, cast) that precedes the first gather after a step.
 //    Gradient wires: BF16 against the FP8 block wire (BM_GradientWire16M), bytes and time.
 // 2. Memory: peak resident memory per rank while training with FSDP FullShard + Adam, against
-//    the ZeRO-3 figure 16 bytes x parameters / ranks + the largest gathered unit.
+//    the ZeRO-3 figure 16 bytes x parameters / ranks + the largest gathered unit; and the bytes
+//    of masters and optimizer state per parameter with FP32 masters and moments against BF16
+//    master shards and 8-bit moments (BM_FsdpLowBitMemory, 12 units of 4M parameters).
 #include <benchmark/benchmark.h>
 #include <malloc.h>
 #include <mpi.h>
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -454,6 +457,96 @@ void BM_FsdpPeakMemory(benchmark::State& state) {
   state.counters["live_over_zero3"] = live_peak / zero3;
 }
 
+// How BM_FsdpLowBitMemory keeps masters and moments.
+enum class LowBitMode : std::int64_t {
+  Float32,         // FP32 master shards, FP32 moments (12 B a parameter)
+  RoundedEight,    // BF16 master shards with stochastic rounding, 8-bit block-scaled moments
+  RemainderEight,  // BF16 master shards with 16-bit remainders (exact FP32 masters), 8-bit moments
+};
+
+// Trains 3 steps of FullShard + AdamW over range(1) units of range(2) elements (BF16 gathers, FP32
+// reduce) with the masters and moments of LowBitMode range(0). Counters, per rank (the largest
+// over the ranks) and per parameter of the whole model (summed over the ranks, before dividing
+// by them):
+// - state_masters_B_per_param: the bytes the optimizer and the shards hold for masters and
+//   moments, counted from their stored sizes (shard dtype, remainders, codes and block scales);
+// - live_state_masters_B_per_param: the same measured on the heap (mallinfo2): live bytes after
+//   the steps, with the cache of gather buffers released, over the start, less the FP32 gradient
+//   shards (4 B x shard, kept between steps);
+// - rss_peak_MiB_max_rank: peak RSS growth (VmHWM) over the start, as BM_FsdpPeakMemory.
+void BM_FsdpLowBitMemory(benchmark::State& state) {
+  const auto mode = static_cast<LowBitMode>(state.range(0));
+  const auto units = static_cast<std::size_t>(state.range(1));
+  const auto unit_elements = static_cast<std::size_t>(state.range(2));
+  const auto params = static_cast<double>(units * unit_elements);
+  mlframework::optimizers::AdamOptions options = mlframework::optimizers::AdamOptions::AdamW(1e-3, 1e-2);
+  if (mode != LowBitMode::Float32) {
+    options.Masters = mode == LowBitMode::RoundedEight ? mlframework::MasterFormat::BFloat16StochasticRounding
+                                                       : mlframework::MasterFormat::BFloat16Remainder;
+    options.FirstMomentFormat = mlframework::StateFormat::Int8Block;
+    options.SecondMomentFormat = mlframework::StateFormat::UInt8Block;
+  }
+  const DataType master_dtype = mode == LowBitMode::Float32 ? DataType::Float32 : DataType::BFloat16;
+  std::array<double, 3> measured{};  // counted bytes, live bytes, peak RSS growth
+  bool peak_reset = true;
+  for (auto _ : state) {
+    WarmUpTransport(unit_elements);
+    malloc_trim(0);
+    MPI_Barrier(MPI_COMM_WORLD);
+    peak_reset = ResetPeakRss();
+    const double baseline = ProcStatusBytes("VmHWM");
+    const double live_baseline = LiveHeapBytes();
+    {
+      fsdp::FSDP model(Group(), {.Strategy = fsdp::ShardingStrategy::FullShard,
+                                 .ParamDType = DataType::BFloat16,
+                                 .MasterDType = master_dtype});
+      for (std::size_t u = 0; u < units; ++u) {
+        model.RegisterUnit("unit" + std::to_string(u),
+                           {{"weight", mlframework::Zeros({unit_elements}, DataType::Float32)}});
+      }
+      mlframework::optimizers::Adam adam(model.ShardedParameters(), options);
+      for (int step = 0; step < 3; ++step) {
+        for (std::size_t u = 0; u < units; ++u) {
+          auto& unit = model.Unit(u);
+          unit.Gather();
+          {
+            const mlframework::GradientMap gradients{{"weight", mlframework::Zeros({unit_elements})}};
+            unit.ReduceGradients(gradients);
+          }
+          unit.Release();
+        }
+        model.Step(adam);
+      }
+      model.ReleaseCachedBuffers();
+      double counted = 0.0;
+      double gradient_shards = 0.0;
+      for (std::size_t u = 0; u < units; ++u) {
+        const auto& unit = model.Unit(u);
+        const auto shard = static_cast<double>(unit.ShardSize());
+        counted += shard * static_cast<double>(ElementSize(unit.MasterDType()));
+        if (options.Masters == mlframework::MasterFormat::BFloat16Remainder) counted += 2.0 * shard;
+        for (std::size_t v = 0; v < 2; ++v) {
+          const mlframework::amp::StoredStateVector stored = adam.StoredState(unit.Name(), v);
+          counted += static_cast<double>(stored.Codes.size() + stored.Scales.size() * sizeof(float));
+        }
+        gradient_shards += 4.0 * shard;
+      }
+      measured = {counted, LiveHeapBytes() - live_baseline - gradient_shards, ProcStatusBytes("VmHWM") - baseline};
+    }
+    std::array<double, 3> sums = measured;
+    MPI_Allreduce(MPI_IN_PLACE, sums.data(), 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, &measured[2], 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    measured[0] = sums[0];
+    measured[1] = sums[1];
+  }
+  if (!peak_reset) state.SkipWithError("cannot reset the peak RSS (/proc/self/clear_refs)");
+  state.counters["ranks"] = Ranks();
+  state.counters["params_M"] = params / 1e6;
+  state.counters["state_masters_B_per_param"] = measured[0] / params;
+  state.counters["live_state_masters_B_per_param"] = measured[1] / params;
+  state.counters["rss_peak_MiB_max_rank"] = measured[2] / (1024.0 * 1024.0);
+}
+
 constexpr auto kF32 = static_cast<std::int64_t>(DataType::Float32);
 constexpr auto kF16 = static_cast<std::int64_t>(DataType::Float16);
 constexpr auto kBF16 = static_cast<std::int64_t>(DataType::BFloat16);
@@ -466,6 +559,12 @@ BENCHMARK(BM_FsdpPeakMemory)
     ->Args({64, 1 << 18, 0})
     ->Args({64, 1 << 20, 0})
     ->Args({64, 1 << 20, 1})
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_FsdpLowBitMemory)
+    ->Args({static_cast<std::int64_t>(LowBitMode::Float32), 12, 1 << 22})
+    ->Args({static_cast<std::int64_t>(LowBitMode::RoundedEight), 12, 1 << 22})
+    ->Args({static_cast<std::int64_t>(LowBitMode::RemainderEight), 12, 1 << 22})
     ->Iterations(1)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_AllGather16M)

@@ -3,7 +3,9 @@
 // The harness saves a real checkpoint at three simulated ranks (two units, AdamW state after
 // one step, a loss scaler's state; or, with flag bit 5, one unit of 192 elements whose AdamW
 // moments are 8-bit block-scaled codes in blocks of 32, so the shards at 3, 2 and 1 ranks fall on
-// whole blocks and the codes and scales reshard bit for bit) and lets the input damage one rank's blob, or drop or
+// whole blocks and the codes and scales reshard bit for bit; with flag bit 6, either model with
+// BF16 master shards whose exact FP32 masters keep 16-bit remainders, so each unit records its
+// shard dtype, master format, BF16 values and remainders) and lets the input damage one rank's blob, or drop or
 // duplicate it, as a broken file system or a mixed-up directory would; a simulated rank 0 of
 // two loads the set. The blobs are re-sealed on request, so the fuzzer gets past the checksum
 // into the metadata (layouts, ranges, optimizer and scaler records, state formats, block sizes,
@@ -15,8 +17,9 @@
 //
 // Input: byte 0 flags (bit 0: re-seal the checksum, bit 1: truncate, bit 2: append the rest of
 // the input, bit 3: drop the damaged blob, bit 4: put the damaged blob in place of the next
-// one too, bit 5: the 8-bit model), byte 1 the blob to damage (mod 3), bytes 2-3 the truncated length (little endian),
-// then edits of three bytes each (offset low, offset high, XOR mask) until a zero mask.
+// one too, bit 5: the 8-bit model, bit 6: BF16 master shards with remainders), byte 1 the blob to damage (mod 3), bytes
+// 2-3 the truncated length (little endian), then edits of three bytes each (offset low, offset high, XOR mask) until a
+// zero mask.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -68,9 +71,12 @@ struct Rank {
   std::unique_ptr<optimizers::Adam> adam;
   amp::DynamicLossScaler scaler;
 
-  Rank(int rank, int world, float amplitude, bool low_bit) {
-    model = std::make_unique<fsdp::FSDP>(std::make_shared<SimulatedRank>(rank, world));
+  Rank(int rank, int world, float amplitude, bool low_bit, bool bf16_masters) {
+    model = std::make_unique<fsdp::FSDP>(
+        std::make_shared<SimulatedRank>(rank, world),
+        fsdp::FSDPConfig{.MasterDType = bf16_masters ? DataType::BFloat16 : DataType::Float32});
     optimizers::AdamOptions options = optimizers::AdamOptions::AdamW();
+    if (bf16_masters) options.Masters = MasterFormat::BFloat16Remainder;
     if (low_bit) {
       std::vector<float> weights(192);
       for (std::size_t i = 0; i < weights.size(); ++i) weights[i] = 0.01f * static_cast<float>(i % 17) - 0.08f;
@@ -92,10 +98,10 @@ struct Rank {
   std::vector<std::byte> Snapshot() { return model->SaveShardedCheckpoint(Contents()); }
 };
 
-std::vector<std::vector<std::byte>> SavedAtThree(bool low_bit) {
+std::vector<std::vector<std::byte>> SavedAtThree(bool low_bit, bool bf16_masters) {
   std::vector<std::vector<std::byte>> blobs;
   for (int r = 0; r < 3; ++r) {
-    Rank rank(r, 3, 1.0f, low_bit);
+    Rank rank(r, 3, 1.0f, low_bit, bf16_masters);
     for (std::size_t u = 0; u < rank.model->UnitCount(); ++u) {
       fsdp::FSDPShardingUnit& unit = rank.model->Unit(u);
       rank.model->Unit(u).SetLocalGradient(
@@ -119,9 +125,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::size_t truncate_to = input.Byte() | (static_cast<std::size_t>(input.Byte()) << 8);
 
   const bool low_bit = (flags & 32U) != 0;
-  static const std::vector<std::vector<std::byte>> kSaved = SavedAtThree(false);
-  static const std::vector<std::vector<std::byte>> kSavedLowBit = SavedAtThree(true);
-  std::vector<std::vector<std::byte>> blobs = low_bit ? kSavedLowBit : kSaved;
+  const bool bf16 = (flags & 64U) != 0;
+  // Indexed by low_bit + 2 * bf16.
+  static const std::vector<std::vector<std::vector<std::byte>>> kSaved{
+      SavedAtThree(false, false), SavedAtThree(true, false), SavedAtThree(false, true), SavedAtThree(true, true)};
+  std::vector<std::vector<std::byte>> blobs = kSaved[(low_bit ? 1U : 0U) + (bf16 ? 2U : 0U)];
   std::vector<std::byte>& blob = blobs[victim];
   for (;;) {
     const std::size_t offset = input.Byte() | (static_cast<std::size_t>(input.Byte()) << 8);
@@ -138,7 +146,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if ((flags & 8U) != 0) blobs.erase(blobs.begin() + static_cast<std::ptrdiff_t>(victim));
 
   // Load into rank 0 of 2 whose state differs from the saved one, so "unchanged" is visible.
-  Rank target(0, 2, 3.0f, low_bit);
+  Rank target(0, 2, 3.0f, low_bit, bf16);
   const std::vector<std::byte> before = target.Snapshot();
   const std::vector<std::byte> scaler_before = target.scaler.StateDict();
   try {
@@ -152,12 +160,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   // Accepted: rank 1 of 2 accepts the same set (the checks do not depend on the rank), and the
   // two ranks' state saves, loads at world size 1, saves and loads at 2 again to the same state.
   const std::vector<std::byte> loaded = target.Snapshot();
-  Rank other(1, 2, 3.0f, low_bit);
+  Rank other(1, 2, 3.0f, low_bit, bf16);
   static_cast<void>(other.model->LoadShardedCheckpoint(blobs, other.Contents()));
-  Rank single(0, 1, 5.0f, low_bit);
+  Rank single(0, 1, 5.0f, low_bit, bf16);
   static_cast<void>(single.model->LoadShardedCheckpoint(
       std::vector<std::vector<std::byte>>{target.Snapshot(), other.Snapshot()}, single.Contents()));
-  Rank back(0, 2, 7.0f, low_bit);
+  Rank back(0, 2, 7.0f, low_bit, bf16);
   static_cast<void>(
       back.model->LoadShardedCheckpoint(std::vector<std::vector<std::byte>>{single.Snapshot()}, back.Contents()));
   if (back.Snapshot() != loaded || back.scaler.StateDict() != target.scaler.StateDict()) {

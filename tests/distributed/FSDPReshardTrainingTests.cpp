@@ -1,6 +1,7 @@
 // Save at N ranks, resume at M: ctest runs FsdpReshardSave under mpiexec -n 4 into
-// $MLFW_RESHARD_DIR (a FullShard run, and a HybridShard run of 2 groups of 2 ranks), then
-// FsdpReshardLoad under -n 2 and -n 3 from it (into FullShard). The loader compares, bit
+// $MLFW_RESHARD_DIR (a FullShard run, a HybridShard run of 2 groups of 2 ranks, and a FullShard
+// run with BF16 master shards and 16-bit remainders), then FsdpReshardLoad under -n 2 and -n 3
+// from it (into FullShard). The loader compares, bit
 // for bit, the full parameters after the load with an uninterrupted run at its own world size
 // stopped at the same step, and every later loss, loss scale and the final parameters with
 // that run continued: the test model's reduced gradients are exact at any world size
@@ -43,16 +44,26 @@ struct Training {
   mlframework::optimizers::Adam adam;
   mlframework::amp::DynamicLossScaler scaler;
 
-  // FullShard, or HybridShard with shard groups of @p shard_group_size ranks when it is > 0.
-  Training(const std::shared_ptr<mlframework::distributed::IProcessGroup>& g, float amplitude, int shard_group_size = 0)
+  // FullShard, or HybridShard with shard groups of @p shard_group_size ranks when it is > 0;
+  // with @p remainders, BF16 master shards whose optimizer keeps 16-bit remainders (exact FP32
+  // masters, so the trajectory is the same at any world size).
+  Training(const std::shared_ptr<mlframework::distributed::IProcessGroup>& g, float amplitude, int shard_group_size = 0,
+           bool remainders = false)
       : group(g),
         model(g, {.Strategy =
                       shard_group_size > 0 ? fsdp::ShardingStrategy::HybridShard : fsdp::ShardingStrategy::FullShard,
                   .ParamDType = mlframework::DataType::Float32,
                   .ReduceDType = mlframework::DataType::Float32,
+                  .MasterDType = remainders ? mlframework::DataType::BFloat16 : mlframework::DataType::Float32,
                   .ShardGroupSize = shard_group_size}),
-        adam(Registered(model, amplitude), mlframework::optimizers::AdamOptions::AdamW(1e-2f, 1e-2f)),
+        adam(Registered(model, amplitude), Options(remainders)),
         scaler({.InitialScale = 1024.0f, .GrowthInterval = 2}) {}
+
+  static mlframework::optimizers::AdamOptions Options(bool remainders) {
+    mlframework::optimizers::AdamOptions options = mlframework::optimizers::AdamOptions::AdamW(1e-2f, 1e-2f);
+    if (remainders) options.Masters = mlframework::MasterFormat::BFloat16Remainder;
+    return options;
+  }
 
   // Registers the two units; returns the shards for the optimizer.
   static mlframework::GradientMap Registered(fsdp::FSDP& fsdp, float amplitude) {
@@ -90,7 +101,8 @@ struct Training {
 };
 
 // The FullShard run saves into @p directory, a HybridShard run (shard groups of 2 ranks when
-// the world size is even, else 1) into its "hybrid" subdirectory: under -n 4, 2 groups of 2.
+// the world size is even, else 1) into its "hybrid" subdirectory: under -n 4, 2 groups of 2; a
+// FullShard run with BF16 master shards and remainders into "bf16-remainders".
 void Save(const std::filesystem::path& directory) {
   auto group = mlfw_test::WorldGroup();
   for (const bool hybrid : {false, true}) {
@@ -98,13 +110,17 @@ void Save(const std::filesystem::path& directory) {
     for (int step = 0; step < kSavedStep; ++step) run.Step(step);
     run.model.SaveShardedCheckpointFiles(hybrid ? directory / "hybrid" : directory, run.Contents(kSavedStep));
   }
+  Training remainders(group, 1.0f, 0, true);
+  for (int step = 0; step < kSavedStep; ++step) remainders.Step(step);
+  remainders.model.SaveShardedCheckpointFiles(directory / "bf16-remainders", remainders.Contents(kSavedStep));
   BOOST_TEST_MESSAGE("saved at " << group->WorldSize() << " ranks into " << directory);
 }
 
-// Resumes a FullShard run at this world size from @p directory and compares (see the top).
-void LoadAndCompare(const std::filesystem::path& directory) {
+// Resumes a FullShard run (with BF16 master shards and remainders: @p remainders) at this world
+// size from @p directory and compares (see the top).
+void LoadAndCompare(const std::filesystem::path& directory, bool remainders = false) {
   auto group = mlfw_test::WorldGroup();
-  Training reference(group, 1.0f);
+  Training reference(group, 1.0f, 0, remainders);
   std::vector<double> losses;
   std::vector<float> scales;
   for (int step = 0; step < kSavedStep; ++step) reference.Step(step);
@@ -114,7 +130,7 @@ void LoadAndCompare(const std::filesystem::path& directory) {
     scales.push_back(reference.scaler.CurrentScale());
   }
 
-  Training resumed(group, 2.0f);  // other initial weights: everything must come from the files
+  Training resumed(group, 2.0f, 0, remainders);  // other initial weights: everything must come from the files
   BOOST_REQUIRE_EQUAL(resumed.model.LoadShardedCheckpointFiles(directory, resumed.Contents(0)), kSavedStep);
   BOOST_CHECK_EQUAL(resumed.adam.StepCount(), kSavedStep);
   BOOST_CHECK(SameBits(resumed.Flat(), at_checkpoint));
@@ -129,7 +145,7 @@ void LoadAndCompare(const std::filesystem::path& directory) {
   BOOST_CHECK(SameBits(resumed.Flat(), reference.Flat()));
 
   // Ranks handed different (each valid) checkpoints refuse together and keep their state.
-  if (group->WorldSize() > 1) {
+  if (group->WorldSize() > 1 && !remainders) {
     fsdp::FSDP own(mlframework::distributed::MakeLocalProcessGroup());
     Training::Registered(own, 1.0f + static_cast<float>(group->Rank()));
     const std::vector<std::vector<std::byte>> mine{own.SaveShardedCheckpoint()};
@@ -157,6 +173,7 @@ void SaveAndLoadHere(const char* suite) {
   Save(directory);
   LoadAndCompare(directory);
   LoadAndCompare(directory / "hybrid");
+  LoadAndCompare(directory / "bf16-remainders", true);
   auto group = mlfw_test::WorldGroup();
   group->Barrier();
   if (group->Rank() == 0) std::filesystem::remove_all(directory);
@@ -182,6 +199,7 @@ BOOST_AUTO_TEST_CASE(resumes_bit_identical_to_an_uninterrupted_run_at_this_world
   if (const char* directory = SharedDirectory()) {
     LoadAndCompare(directory);
     LoadAndCompare(std::filesystem::path(directory) / "hybrid");
+    LoadAndCompare(std::filesystem::path(directory) / "bf16-remainders", true);
   } else {
     SaveAndLoadHere("reshard-load");
   }

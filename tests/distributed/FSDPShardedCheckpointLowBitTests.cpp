@@ -1,7 +1,9 @@
 // Resharding checkpoints of optimizer state below FP32: 8-bit block-scaled moments saved at 4
 // simulated ranks load at 2 and 3 bit for bit (the shards fall on whole blocks) and training
 // continues bit-identically; shards that cut blocks, or another format, load only when a
-// conversion is asked for, and then within the codes' bounds.
+// conversion is asked for, and then within the codes' bounds. BF16 master shards
+// (FSDPConfig::MasterDType) with their remainders reshard likewise, and convert from and into
+// FP32 masters only when asked.
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
@@ -51,13 +53,26 @@ optim::AdamOptions LowBitAdam(StateFormat first, StateFormat second) {
   return o;
 }
 
-std::vector<LowBitRank> MakeLowBitWorld(int world, float amplitude, const optim::AdamOptions& options) {
+// The units' rows of 32 elements and FSDPConfig::ShardAlignment.
+struct LowBitLayout {
+  std::size_t rows_a = 24;
+  std::size_t rows_b = 48;
+  std::size_t alignment = 1;
+};
+
+std::vector<LowBitRank> MakeLowBitWorld(int world, float amplitude, const optim::AdamOptions& options,
+                                        const LowBitLayout& layout = {}) {
   std::vector<LowBitRank> ranks(static_cast<std::size_t>(world));
+  // BF16 masters live in BF16 shards.
+  const fsdp::FSDPConfig config{.MasterDType = options.Masters == mlframework::MasterFormat::Float32
+                                                   ? mlframework::DataType::Float32
+                                                   : mlframework::DataType::BFloat16,
+                                .ShardAlignment = layout.alignment};
   for (int r = 0; r < world; ++r) {
     LowBitRank& rank = ranks[static_cast<std::size_t>(r)];
-    rank.model = std::make_unique<fsdp::FSDP>(std::make_shared<SimulatedRankGroup>(r, world));
-    rank.model->RegisterUnit("a", LowBitUnit(24, amplitude));
-    rank.model->RegisterUnit("b", LowBitUnit(48, amplitude));
+    rank.model = std::make_unique<fsdp::FSDP>(std::make_shared<SimulatedRankGroup>(r, world), config);
+    rank.model->RegisterUnit("a", LowBitUnit(layout.rows_a, amplitude));
+    rank.model->RegisterUnit("b", LowBitUnit(layout.rows_b, amplitude));
     rank.adam = std::make_unique<optim::Adam>(rank.model->ShardedParameters(), options);
   }
   return ranks;
@@ -82,7 +97,8 @@ void StepLowBit(std::vector<LowBitRank>& ranks, int step) {
   }
 }
 
-// The unit's whole flat buffer over the world: the masters' bytes (@p state < 0) or the stored
+// The unit's whole flat buffer over the world: the shards' bytes in FP32 (@p state -1), the
+// optimizer's exact FP32 masters (-2: BF16 shards joined with their remainders) or the stored
 // codes of state @p state, then (for block-scaled states) the scales of the global blocks.
 std::vector<std::uint8_t> StitchBytes(const std::vector<LowBitRank>& ranks, std::size_t u, int state) {
   std::vector<std::uint8_t> codes;
@@ -92,7 +108,8 @@ std::vector<std::uint8_t> StitchBytes(const std::vector<LowBitRank>& ranks, std:
     const std::size_t keep =
         std::min(unit.ShardSize(), unit.NumElements() - std::min(unit.NumElements(), unit.ShardOffset()));
     if (state < 0) {
-      const std::vector<float> values = unit.LocalShard()->ToFloatVector();
+      const std::vector<float> values =
+          state == -1 ? unit.LocalShard()->ToFloatVector() : rank.adam->StateMasterValues(unit.Name());
       const auto* bytes = reinterpret_cast<const std::uint8_t*>(values.data());
       codes.insert(codes.end(), bytes, bytes + keep * sizeof(float));
       continue;
@@ -112,7 +129,7 @@ std::vector<std::uint8_t> StitchBytes(const std::vector<LowBitRank>& ranks, std:
 
 void CheckSameLowBitState(const std::vector<LowBitRank>& a, const std::vector<LowBitRank>& b, const std::string& what) {
   for (std::size_t u = 0; u < 2; ++u) {
-    for (int state = -1; state < 2; ++state) {
+    for (int state = -2; state < 2; ++state) {
       BOOST_TEST_CONTEXT(what << ": unit " << u << " state " << state) {
         const std::vector<std::uint8_t> x = StitchBytes(a, u, state);
         const std::vector<std::uint8_t> y = StitchBytes(b, u, state);
@@ -151,6 +168,48 @@ std::vector<float> StitchMoments(const std::vector<LowBitRank>& ranks, std::size
   return full;
 }
 
+// Saves after two steps at 4 simulated ranks, loads at 2, 3 and 4 (the state bit for bit) and
+// steps twice more: bit for bit with an uninterrupted run at 4 ranks at every world size when
+// @p any_world, else at 4 ranks only.
+void CheckResumesAtTwoThreeAndFour(const optim::AdamOptions& options, const std::string& label, bool any_world,
+                                   const LowBitLayout& layout = {}) {
+  std::vector<LowBitRank> saved = MakeLowBitWorld(4, 1.0f, options, layout);
+  StepLowBit(saved, 0);
+  StepLowBit(saved, 1);
+  const auto blobs = SaveLowBit(saved, 2);
+  std::vector<LowBitRank> reference = MakeLowBitWorld(4, 1.0f, options, layout);
+  for (int step = 0; step < 4; ++step) StepLowBit(reference, step);
+  for (const int world : {2, 3, 4}) {
+    BOOST_TEST_CONTEXT(label << " at " << world << " ranks") {
+      std::vector<LowBitRank> loaded = MakeLowBitWorld(world, 2.0f, options, layout);
+      LoadLowBit(loaded, blobs);
+      CheckSameLowBitState(saved, loaded, "after the load");
+      StepLowBit(loaded, 2);
+      StepLowBit(loaded, 3);
+      if (any_world || world == 4) CheckSameLowBitState(reference, loaded, "two steps after the load");
+    }
+  }
+}
+
+// The shards' values (@p state -1) or the exact FP32 masters (-2) of unit @p u over the world, as floats.
+std::vector<float> StitchFloats(const std::vector<LowBitRank>& ranks, std::size_t u, int state) {
+  const std::vector<std::uint8_t> bytes = StitchBytes(ranks, u, state);
+  std::vector<float> values(bytes.size() / sizeof(float));
+  std::memcpy(values.data(), bytes.data(), values.size() * sizeof(float));
+  return values;
+}
+
+optim::AdamOptions WithMasters(optim::AdamOptions options, mlframework::MasterFormat masters) {
+  options.Masters = masters;
+  options.RoundingSeed = 77;
+  return options;
+}
+
+// @p values rounded to nearest even into BF16, as floats.
+std::vector<float> RoundedToBFloat16(const std::vector<float>& values) {
+  return mlframework::FromVector(values, {values.size()}, mlframework::DataType::BFloat16)->ToFloatVector();
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(FsdpShardedCheckpointLowBit)
@@ -159,23 +218,7 @@ BOOST_AUTO_TEST_CASE(eight_bit_moments_saved_at_four_ranks_continue_bit_for_bit_
   for (const auto& [first, second] : {std::pair{StateFormat::Int8Block, StateFormat::UInt8Block},
                                       std::pair{StateFormat::Float8E4M3Block, StateFormat::Float8E4M3Block},
                                       std::pair{StateFormat::BFloat16, StateFormat::Float16}}) {
-    const optim::AdamOptions options = LowBitAdam(first, second);
-    std::vector<LowBitRank> saved = MakeLowBitWorld(4, 1.0f, options);
-    StepLowBit(saved, 0);
-    StepLowBit(saved, 1);
-    const auto blobs = SaveLowBit(saved, 2);
-    std::vector<LowBitRank> reference = MakeLowBitWorld(4, 1.0f, options);
-    for (int step = 0; step < 4; ++step) StepLowBit(reference, step);
-    for (const int world : {2, 3, 4}) {
-      BOOST_TEST_CONTEXT(mlframework::ToString(first) << " at " << world << " ranks") {
-        std::vector<LowBitRank> loaded = MakeLowBitWorld(world, 2.0f, options);
-        LoadLowBit(loaded, blobs);
-        CheckSameLowBitState(saved, loaded, "after the load");
-        StepLowBit(loaded, 2);
-        StepLowBit(loaded, 3);
-        CheckSameLowBitState(reference, loaded, "two steps after the load");
-      }
-    }
+    CheckResumesAtTwoThreeAndFour(LowBitAdam(first, second), mlframework::ToString(first), true);
   }
 }
 
@@ -231,6 +274,127 @@ BOOST_AUTO_TEST_CASE(shards_that_cut_blocks_or_another_format_load_only_when_con
       for (const float x : want) absmax = std::max(absmax, std::fabs(x));
       for (std::size_t i = 0; i < want.size(); ++i) BOOST_TEST(std::fabs(got[i] - want[i]) <= absmax / 127.0f);
     }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(bf16_masters_saved_at_four_ranks_load_bit_for_bit_at_two_and_three) {
+  using mlframework::MasterFormat;
+  for (const MasterFormat masters : {MasterFormat::BFloat16StochasticRounding, MasterFormat::BFloat16Remainder}) {
+    // The remainders make the masters exact FP32: the trajectory is the same at any world size.
+    // Stochastic rounding draws its bits by the element's index in its shard, so another
+    // sharding rounds with other bits: bit-identical at the saved world size.
+    const optim::AdamOptions options =
+        WithMasters(LowBitAdam(StateFormat::Int8Block, StateFormat::UInt8Block), masters);
+    BOOST_TEST((MakeLowBitWorld(1, 1.0f, options).front().model->Unit(0).LocalShard()->GetDataType() ==
+                mlframework::DataType::BFloat16));
+    CheckResumesAtTwoThreeAndFour(options, mlframework::ToString(masters), masters == MasterFormat::BFloat16Remainder);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(bf16_masters_convert_from_and_into_other_formats_only_when_asked) {
+  using mlframework::MasterFormat;
+  const optim::AdamOptions eight = LowBitAdam(StateFormat::Int8Block, StateFormat::UInt8Block);
+  const auto saved_with = [&](MasterFormat masters) {
+    std::vector<LowBitRank> ranks = MakeLowBitWorld(4, 1.0f, WithMasters(eight, masters));
+    StepLowBit(ranks, 0);
+    return ranks;
+  };
+  const std::vector<LowBitRank> fp32 = saved_with(MasterFormat::Float32);
+  const std::vector<LowBitRank> remainder = saved_with(MasterFormat::BFloat16Remainder);
+  const std::vector<LowBitRank> rounded = saved_with(MasterFormat::BFloat16StochasticRounding);
+  struct Case {
+    const std::vector<LowBitRank>* saved;
+    MasterFormat into;
+    bool exact;  // the loaded masters equal the saved FP32 masters (else rounded to nearest even)
+  };
+  for (const Case& c :
+       {Case{&fp32, MasterFormat::BFloat16StochasticRounding, false},
+        Case{&fp32, MasterFormat::BFloat16Remainder, true},
+        Case{&remainder, MasterFormat::BFloat16StochasticRounding, false},
+        Case{&remainder, MasterFormat::Float32, true}, Case{&rounded, MasterFormat::BFloat16Remainder, true},
+        Case{&rounded, MasterFormat::Float32, true}}) {
+    const auto blobs = SaveLowBit(*c.saved, 1);
+    const std::string from = mlframework::ToString(c.saved->front().adam->Options().Masters);
+    BOOST_TEST_CONTEXT(from << " into " << mlframework::ToString(c.into)) {
+      std::vector<LowBitRank> loaded = MakeLowBitWorld(2, 2.0f, WithMasters(eight, c.into));
+      const std::vector<float> before = StitchFloats(loaded, 0, -2);
+      try {
+        LoadLowBit(loaded, blobs);
+        BOOST_FAIL("masters of another format must load only when converted");
+      } catch (const mlframework::ArgumentError& error) {
+        BOOST_CHECK_EQUAL(error.Parameter(), "contents.Conversion");
+        BOOST_CHECK(std::string(error.what()).find("masters of unit 'a' are stored as " + from) != std::string::npos);
+      }
+      BOOST_CHECK_EQUAL(loaded.front().adam->StepCount(), 0);
+      BOOST_CHECK(StitchFloats(loaded, 0, -2) == before);  // nothing loaded
+      LoadLowBit(loaded, blobs, mlframework::amp::StateConversion::Convert);
+      BOOST_CHECK_EQUAL(loaded.front().adam->StepCount(), 1);
+      for (std::size_t u = 0; u < 2; ++u) {
+        const std::vector<float> want = StitchFloats(*c.saved, u, -2);
+        BOOST_CHECK(StitchFloats(loaded, u, -2) == (c.exact ? want : RoundedToBFloat16(want)));
+        // The shard holds the masters (FP32) or their rounding (stochastic rounding's BF16 masters);
+        // under BFloat16Remainder it is the rounded half of the split, checked through the masters.
+        if (c.into == MasterFormat::Float32) BOOST_CHECK(StitchFloats(loaded, u, -1) == want);
+        if (c.into == MasterFormat::BFloat16StochasticRounding) {
+          BOOST_CHECK(StitchFloats(loaded, u, -1) == StitchFloats(loaded, u, -2));
+        }
+      }
+    }
+  }
+  // An FP32 master that BF16 cannot hold is refused by name, converted or not.
+  std::vector<float> huge(std::size_t{24} * 32, 0.5f);
+  huge[5] = 3.4e38f;
+  fsdp::FSDP big(std::make_shared<SimulatedRankGroup>(0, 1));
+  big.RegisterUnit("a", {{"weight", mlframework::FromVector(huge, {24, 32})}});
+  big.RegisterUnit("b", LowBitUnit(48, 1.0f));
+  const std::vector<std::vector<std::byte>> blob{big.SaveShardedCheckpoint()};
+  fsdp::FSDP small(std::make_shared<SimulatedRankGroup>(0, 1), {.MasterDType = mlframework::DataType::BFloat16});
+  small.RegisterUnit("a", LowBitUnit(24, 1.0f));
+  small.RegisterUnit("b", LowBitUnit(48, 1.0f));
+  try {
+    small.LoadShardedCheckpoint(blob, {.Conversion = mlframework::amp::StateConversion::Convert});
+    BOOST_FAIL("an FP32 master beyond BF16's range must be refused");
+  } catch (const mlframework::ArgumentError& error) {
+    BOOST_CHECK_EQUAL(error.Parameter(), "saved_ranks");
+    BOOST_CHECK(std::string(error.what()).find("master weight 5 of unit 'a'") != std::string::npos);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(shards_aligned_to_the_state_blocks_reshard_bit_for_bit_where_they_would_cut_blocks) {
+  const optim::AdamOptions eight = LowBitAdam(StateFormat::Int8Block, StateFormat::UInt8Block);
+  // Units of 992 and 1440 elements: unaligned, their shards at 4 ranks (248 and 360 elements) and
+  // at 3 (331 and 480) cut the blocks of 32, so a load at 3 needs a conversion.
+  const LowBitLayout cut{.rows_a = 31, .rows_b = 45, .alignment = 1};
+  std::vector<LowBitRank> unaligned = MakeLowBitWorld(4, 1.0f, eight, cut);
+  StepLowBit(unaligned, 0);
+  std::vector<LowBitRank> three = MakeLowBitWorld(3, 2.0f, eight, cut);
+  try {
+    LoadLowBit(three, SaveLowBit(unaligned, 1));
+    BOOST_FAIL("unaligned shards that cut blocks must load only when converted");
+  } catch (const mlframework::ArgumentError& error) {
+    BOOST_CHECK_EQUAL(error.Parameter(), "contents.Conversion");
+  }
+  // ShardAlignment = the block size: every shard is whole blocks at 2, 3 and 4 ranks (padded to
+  // 1024 / 1056 / 1024 and 1536 / 1440 / 1536 elements), and the 8-bit moments, with FP32 or BF16
+  // masters, reshard bit for bit and training continues bit for bit.
+  const LowBitLayout aligned{.rows_a = 31, .rows_b = 45, .alignment = kLowBitBlock};
+  for (const int world : {2, 3, 4}) {
+    for (const LowBitRank& rank : MakeLowBitWorld(world, 1.0f, eight, aligned)) {
+      for (std::size_t u = 0; u < 2; ++u) {
+        BOOST_TEST(rank.model->Unit(u).ShardSize() % kLowBitBlock == 0U, "unit " << u << " at " << world);
+        BOOST_TEST(rank.model->Unit(u).ShardOffset() % kLowBitBlock == 0U);
+      }
+    }
+  }
+  CheckResumesAtTwoThreeAndFour(eight, "aligned, FP32 masters", true, aligned);
+  CheckResumesAtTwoThreeAndFour(WithMasters(eight, mlframework::MasterFormat::BFloat16Remainder),
+                                "aligned, BF16 masters with remainders", true, aligned);
+  // A zero alignment is refused by name.
+  try {
+    fsdp::FSDP model(std::make_shared<SimulatedRankGroup>(0, 1), {.ShardAlignment = 0});
+    BOOST_FAIL("ShardAlignment 0 must be refused");
+  } catch (const mlframework::ArgumentError& error) {
+    BOOST_CHECK_EQUAL(error.Parameter(), "ShardAlignment");
   }
 }
 

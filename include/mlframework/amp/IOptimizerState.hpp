@@ -113,6 +113,15 @@ class MLFRAMEWORK_EXPORT IOptimizerState {
   /// wrong length or the wrong number of vectors is given, naming `steps` when negative;
   /// nothing changes then.
   virtual void ImportState(const std::map<std::string, OptimizerParameterState>& state, std::int64_t steps) = 0;
+  /// How the master weights are kept. The default: MasterFormat::Float32 (FP32 parameters updated
+  /// in place, or FP32 copies of 16-bit ones); optimizers::Adam and optimizers::SGD report their
+  /// options' Masters. FSDP matches it against its shards' dtype (FSDPConfig::MasterDType).
+  virtual MasterFormat StateMasterFormat() const noexcept;
+  /// The master weights of parameter @p name in FP32, exact for every MasterFormat (under
+  /// BFloat16Remainder the BF16 parameter joined with its remainder), as a resharding checkpoint
+  /// stores them. The default: the parameter's own values, right for an optimizer that updates
+  /// its parameters in place. ArgumentError naming `name` for an unknown parameter.
+  virtual std::vector<float> StateMasterValues(const std::string& name) const;
 
  protected:
   /// Only implementations construct the interface.

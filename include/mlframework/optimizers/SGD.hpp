@@ -123,6 +123,11 @@ class MLFRAMEWORK_EXPORT SGD final : public amp::IOptimizer, public amp::IOptimi
   amp::StoredStateVector StoredState(const std::string& name, std::size_t index) const override;
   /// RestoreState() with the vectors in StateVectorNames() order (an empty vector: no momentum buffer yet).
   void ImportState(const std::map<std::string, amp::OptimizerParameterState>& state, std::int64_t steps) override;
+  /// Options().Masters.
+  MasterFormat StateMasterFormat() const noexcept override;
+  /// The FP32 master weights of @p name, exact for every MasterFormat; ArgumentError naming `name`
+  /// for an unknown parameter.
+  std::vector<float> StateMasterValues(const std::string& name) const override;
   /// The vectors in stored form, each in this optimizer's format and block size (StoredState()),
   /// taken bit for bit; as RestoreState() otherwise.
   void ImportStoredState(const std::map<std::string, amp::OptimizerStoredParameterState>& state,

@@ -16,6 +16,17 @@ IOptimizerState* IOptimizer::State() noexcept { return nullptr; }
 
 IOptimizerState::~IOptimizerState() = default;
 
+MasterFormat IOptimizerState::StateMasterFormat() const noexcept { return MasterFormat::Float32; }
+
+std::vector<float> IOptimizerState::StateMasterValues(const std::string& name) const {
+  const GradientMap& parameters = Parameters();
+  const auto it = parameters.find(name);
+  if (it == parameters.end() || !it->second) {
+    throw ArgumentError("name", "the optimizer has no parameter '" + name + "'");
+  }
+  return it->second->ToFloatVector();
+}
+
 StoredStateVector IOptimizerState::StoredState(const std::string& name, std::size_t index) const {
   return StoredStateVector{.Format = StateFormat::Float32, .Codes = std::as_bytes(StateVector(name, index))};
 }

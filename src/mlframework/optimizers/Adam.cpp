@@ -195,6 +195,12 @@ amp::StoredStateVector Adam::StoredState(const std::string& name, std::size_t in
   return index == 0 ? impl_->exp_avg.Stored(t) : impl_->exp_avg_sq.Stored(t);
 }
 
+MasterFormat Adam::StateMasterFormat() const noexcept { return impl_->options.Masters; }
+
+std::vector<float> Adam::StateMasterValues(const std::string& name) const {
+  return impl_->params.MasterValues(impl_->params.IndexOf(name, "name"));
+}
+
 void Adam::ImportState(const std::map<std::string, amp::OptimizerParameterState>& state, std::int64_t steps) {
   impl_->Import(detail::StoredForm(state), steps, amp::StateConversion::Convert);
 }

@@ -202,6 +202,12 @@ amp::StoredStateVector SGD::StoredState(const std::string& name, std::size_t ind
   return impl_->momentum.Stored(impl_->params.IndexOf(name, "name"));
 }
 
+MasterFormat SGD::StateMasterFormat() const noexcept { return impl_->options.Masters; }
+
+std::vector<float> SGD::StateMasterValues(const std::string& name) const {
+  return impl_->params.MasterValues(impl_->params.IndexOf(name, "name"));
+}
+
 void SGD::ImportState(const std::map<std::string, amp::OptimizerParameterState>& state, std::int64_t steps) {
   impl_->Import(detail::StoredForm(state), steps, amp::StateConversion::Convert);
 }

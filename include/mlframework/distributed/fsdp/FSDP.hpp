@@ -122,7 +122,9 @@ class MLFRAMEWORK_EXPORT FSDP {
   /// (sharded strategies; HybridShard: the shard group size), ranks that disagree on the world size, the unit's name,
   /// its parameter names or shapes, or its precision; an invalid @p precision (named by field).
   /// @p precision gives the unit its own gather and reduce dtypes (UnitPrecision: norm layers
-  /// in FP32 while the rest runs in BF16); by default it follows the FSDP's.
+  /// in FP32 while the rest runs in BF16); by default it follows the FSDP's. The padding also
+  /// makes each shard a multiple of FSDPConfig::ShardAlignment, and the shard is BF16 under
+  /// FSDPConfig::MasterDType / UnitPrecision::MasterDType.
   FSDPShardingUnit& RegisterUnit(const std::string& name, const GradientMap& parameters,
                                  const UnitPrecision& precision = {});
   /// Number of registered units.
@@ -228,7 +230,17 @@ class MLFRAMEWORK_EXPORT FSDP {
   /// next Gather() allocates again.
   void ReleaseCachedBuffers() noexcept;
 
-  /// Unit name to its FP32 local shard: build the optimizer over this map.
+  /// Unit name to its local master shard (FP32, or BF16 under FSDPConfig::MasterDType): build
+  /// the optimizer over this map. With BF16 shards give the optimizer BF16 masters:
+  /// @code
+  /// FSDP fsdp(group, {.ParamDType = DataType::BFloat16, .MasterDType = DataType::BFloat16});
+  /// // ... RegisterUnit() ...
+  /// optimizers::AdamOptions options;
+  /// options.Masters = MasterFormat::BFloat16StochasticRounding;  // or BFloat16Remainder: exact
+  /// options.FirstMomentFormat = StateFormat::Int8Block;
+  /// options.SecondMomentFormat = StateFormat::UInt8Block;
+  /// optimizers::Adam adam(fsdp.ShardedParameters(), options);  // 2 + 2 bytes per parameter
+  /// @endcode
   GradientMap ShardedParameters() const;
   /// Unit name to its LocalGradient(). InvalidOperationError when a unit has none.
   GradientMap LocalGradients() const;
@@ -249,6 +261,9 @@ class MLFRAMEWORK_EXPORT FSDP {
   /// gradient reduction in flight or still has a unit gathered (or being gathered); the optimizer's own
   /// SetGradients() errors are agreed the same way. An exception from the update itself on a
   /// multi-rank group ends the job (AbortGuard), since the ranks' weights would diverge.
+  /// ArgumentError naming `optimizer` on every rank, with nothing changed, when its
+  /// amp::IOptimizerState::StateMasterFormat() does not fit a unit's MasterDType(): BF16 masters
+  /// over an FP32 shard, or FP32 masters (copies the FSDP never sees) over a BF16 one.
   /// Over shards on a GPU the reference optimizers (SGD, Adam) keep FP32 masters and state on
   /// the host (ZeRO-Offload style): the step copies each gradient shard to the host and the
   /// updated shard back, the one host round trip of a training step (docs/cuda-backend.md).
@@ -262,18 +277,23 @@ class MLFRAMEWORK_EXPORT FSDP {
 
   /// This rank's shards as a versioned, checksummed blob (world size, rank, strategy, units).
   /// Under HybridShard the ranks of a replicate group hold, and save, equal shards (the blob
-  /// differs only in the rank); the shard size per unit records the shard group size.
+  /// differs only in the rank); the shard size per unit records the shard group size. The
+  /// values are FP32: a BF16 master shard (FSDPConfig::MasterDType) widened exactly; its
+  /// optimizer's remainders are the optimizer's state (SaveShardedCheckpoint() keeps both).
   std::vector<std::byte> StateDict() const;
   /// Restores a blob from StateDict() of the same rank and world size (collective).
   /// ArgumentError on every rank when any rank's blob is corrupted or does not match
   /// (world size, rank, units, sizes; a HybridShard blob of another shard group size has other
-  /// shard sizes); nothing changes then.
+  /// shard sizes); nothing changes then. Into a BF16 master shard the values are rounded to
+  /// nearest even (exact for a blob of BF16 shards).
   void LoadStateDict(std::span<const std::byte> state);
 
   /// This rank's part of a resharding checkpoint (PyTorch DCP, DeepSpeed's Universal
   /// Checkpoint): a versioned, checksummed blob with the full layout of every unit (names,
   /// parameter names, shapes and offsets, dtypes, padded size), the saved world size and rank,
-  /// this rank's range of each unit, its FP32 master shard, the optimizer's per-element state
+  /// this rank's range of each unit, its master shard (FP32 values; or a BF16 shard's values and,
+  /// under MasterFormat::BFloat16Remainder, the optimizer's 16-bit remainders, with the shard
+  /// dtype and master format recorded), the optimizer's per-element state
   /// over the same range with its kind, options and step count, the scaler's state and
   /// @p contents.Step. Local (no communication); every rank saves its own blob. A load at any
   /// world size takes the blobs of all saved ranks. Only the FP32 values are in the machine's
@@ -283,7 +303,10 @@ class MLFRAMEWORK_EXPORT FSDP {
   /// saved rank in any order (collective): each rank takes its own ranges of the shards and
   /// the optimizer state; the scaler state and the optimizer's step count and learning rate
   /// are loaded as saved. Returns the saved training step. ArgumentError on every rank, naming
-  /// what differs, for a corrupt, truncated or foreign blob, a wrong format version, a missing
+  /// what differs, for a corrupt, truncated or foreign blob, a wrong format version, masters
+  /// stored in another format than the units keep them (their MasterDType() and the optimizer's
+  /// masters; loaded when ShardedCheckpointContents::Conversion converts them, naming
+  /// `contents.Conversion` otherwise, and a master that BF16 cannot hold naming `saved_ranks`), a missing
   /// or duplicate rank, blobs of different checkpoints, ranks handed different blobs (their
   /// checksums are compared across ranks), another model (unit or parameter
   /// names, shapes, offsets), another optimizer kind or options, or a scaler state its Load

@@ -65,6 +65,22 @@ struct FSDPConfig {
   DataType ReduceDType = DataType::Float32;
   /// What gradients travel as: the reduce dtype's elements (default) or FP8 blocks.
   GradientWire Wire = GradientWire::ReduceDType;
+  /// Dtype of each rank's master shard (FSDPShardingUnit::LocalShard(), what the optimizer
+  /// updates in place): Float32 (default), or BFloat16, half the bytes, for an optimizer that
+  /// keeps BF16 masters (optimizers::AdamOptions::Masters / SGDOptions::Masters set to
+  /// MasterFormat::BFloat16StochasticRounding, or BFloat16Remainder with its 16-bit remainders
+  /// beside the shard: exact FP32 masters). FSDP::Step() refuses an optimizer whose master format
+  /// does not match the shards (ArgumentError). Gradient shards stay FP32 either way, so clipping
+  /// and the overflow agreement are unchanged; gathers cast the shard into ParamDType.
+  DataType MasterDType = DataType::Float32;
+  /// Elements each rank's shard is a whole multiple of (>= 1; 1: none): every unit is padded
+  /// to a multiple of ranks x ShardAlignment (FSDPShardingUnit::PaddedSize()). Set it to the
+  /// optimizer's block size (optimizers::AdamOptions::StateBlockSize) and every shard, at every
+  /// world size, starts and ends on whole blocks of block-scaled states, so a resharding
+  /// checkpoint moves their codes and scales bit for bit (no StateConversion::Convert) and
+  /// training continues bit for bit at the new world size. The cost: up to ranks x
+  /// ShardAlignment - 1 padding elements per unit.
+  std::size_t ShardAlignment = 1;
   /// Where micro-batches without gradient sync (FSDP::SetRequiresGradientSync(false)) are summed.
   /// false (default, PyTorch's `no_sync`): each rank adds its full FP32 gradients into an
   /// unsharded accumulator (PaddedSize() floats per unit) and communicates nothing; the

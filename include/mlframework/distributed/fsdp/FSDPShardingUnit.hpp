@@ -19,12 +19,12 @@ class FSDP;
 /// A group of named parameters that is gathered, released and reduced as one flat buffer.
 ///
 /// Layout: the parameters, in name order, are laid end to end and zero-padded to PaddedSize(),
-/// a multiple of the world size; rank r owns elements `[r * ShardSize(), (r + 1) * ShardSize())`
-/// and keeps them as its FP32 master shard (LocalShard()). Under NoShard every rank keeps the
-/// whole buffer.
+/// a multiple of the world size (times FSDPConfig::ShardAlignment); rank r owns elements `[r * ShardSize(), (r + 1) *
+/// ShardSize())` and keeps them as its master shard (LocalShard(): FP32, or BF16 under MasterDType()). Under NoShard
+/// every rank keeps the whole buffer.
 ///
 /// Life of a unit in one training step:
-/// 1. Gather(): the FP32 shard is cast to the parameter dtype (ParamDType(): the unit's own,
+/// 1. Gather(): the master shard is cast to the parameter dtype (ParamDType(): the unit's own,
 ///    else the FSDP's) and all-gathered (collective).
 ///    GatheredParameter() is the flat buffer and Parameters() its per-parameter views, which the
 ///    framework uses in forward and backward.
@@ -73,15 +73,20 @@ class MLFRAMEWORK_EXPORT FSDPShardingUnit {
   const Shape& ParameterShape(const std::string& name) const;
   /// Elements of all parameters together (without padding).
   std::size_t NumElements() const noexcept;
-  /// Flat buffer size: NumElements() rounded up to a multiple of the world size (sharded strategies).
+  /// Flat buffer size: NumElements() rounded up to a multiple of the world size times
+  /// FSDPConfig::ShardAlignment (sharded strategies).
   std::size_t PaddedSize() const noexcept;
   /// Elements this rank owns (PaddedSize() / world size; the whole buffer under NoShard).
   std::size_t ShardSize() const noexcept;
   /// First flat element this rank owns.
   std::size_t ShardOffset() const noexcept;
 
-  /// This rank's FP32 master shard (what the optimizer updates in place), on the parameters' device.
+  /// This rank's master shard (what the optimizer updates in place), on the parameters' device:
+  /// FP32, or BF16 when MasterDType() is BFloat16.
   TensorPtr LocalShard() const noexcept;
+  /// The dtype of LocalShard(): the unit's own UnitPrecision::MasterDType, else the FSDP's
+  /// FSDPConfig::MasterDType.
+  DataType MasterDType() const noexcept;
 
   /// The unit's own precision policy as registered (unset fields follow the FSDP).
   const UnitPrecision& Precision() const noexcept;
@@ -205,7 +210,8 @@ class MLFRAMEWORK_EXPORT FSDPShardingUnit {
   friend class FSDP;
   struct Impl;
   explicit FSDPShardingUnit(std::unique_ptr<Impl> impl);
-  // For FSDP's loads: replaces the FP32 master shard with @p values (ShardSize() of them).
+  // For FSDP's loads: replaces the master shard with @p values (ShardSize() of them; rounded to
+  // nearest even into a BF16 shard).
   void LoadShard(std::span<const float> values);
   // For FSDP's step and loads: the masters changed, so the gathered buffer kept between steps
   // and the FP8 shard are stale.

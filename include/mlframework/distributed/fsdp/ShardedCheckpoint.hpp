@@ -38,7 +38,7 @@ struct BlobState {
   }
 };
 
-/// What FSDP::SaveShardedCheckpoint() stores with the FP32 shards and what
+/// What FSDP::SaveShardedCheckpoint() stores with the master shards and what
 /// FSDP::LoadShardedCheckpoint() restores.
 struct ShardedCheckpointContents {
   /// The optimizer built over FSDP::ShardedParameters(), whose state travels through the
@@ -64,12 +64,19 @@ struct ShardedCheckpointContents {
   /// padding). Otherwise the vector is decoded into FP32 and encoded in the loading optimizer's
   /// format at its shard's blocks, which needs amp::StateConversion::Convert here; without it
   /// the load is an ArgumentError naming `contents.Conversion`, the unit and the vector.
+  /// The masters likewise: stored as the units kept them (FP32; BF16 shards with or without
+  /// remainders, FSDPConfig::MasterDType and the optimizer's MasterFormat), they load bit for bit
+  /// at any world size into the same format, and into another one only with Convert (FP32 into
+  /// BF16 rounds to nearest even, dropping a remainder rounds, BF16 into FP32 or into BF16 with a
+  /// remainder is exact). A unit whose BF16 shard has no optimizer keeps no remainder.
   amp::StateConversion Conversion = amp::StateConversion::None;
 };
 
 /// Format version FSDP::SaveShardedCheckpoint() writes (blob kind "distributed.fsdp.ShardedCheckpoint").
-/// 3: each optimizer state vector's format, block size and scales; 2: the optimizer options as doubles.
-inline constexpr std::uint16_t kShardedCheckpointVersion = 3;
+/// 4: each unit's master shard dtype and MasterFormat (BF16 shards, with their remainders under
+/// BFloat16Remainder); 3: each optimizer state vector's format, block size and scales; 2: the
+/// optimizer options as doubles.
+inline constexpr std::uint16_t kShardedCheckpointVersion = 4;
 
 /// File of @p rank in a checkpoint directory: "shard-00003.mlfw" for rank 3 (five digits, more
 /// when the rank needs them). ArgumentError for a negative rank.

@@ -15,8 +15,8 @@ namespace mlframework::distributed::fsdp {
 /// `MixedPrecisionPolicy` to each `fully_shard` and Megatron keeps layer norms in FP32.
 /// An unset field follows the FSDP: FSDPConfig's value, and for ParamDType also later
 /// FSDP::SetParamDType() calls (FSDPAmpIntegration's forward dtype). A set ParamDType stays.
-/// The master shard and the gradient shard stay FP32 either way, so gradient clipping and the
-/// overflow check span all units alike.
+/// The gradient shard stays FP32 either way, so gradient clipping and the overflow check span all
+/// units alike.
 struct UnitPrecision {
   /// Dtype this unit is gathered in and handed to the forward pass; unset: the FSDP's.
   std::optional<DataType> ParamDType{};
@@ -27,11 +27,13 @@ struct UnitPrecision {
   /// Whether this unit sums micro-batches without sync in its FP32 gradient shard (true) or in an
   /// unsharded accumulator (false); unset: the FSDP's FSDPConfig::ShardedAccumulation.
   std::optional<bool> ShardedAccumulation{};
+  /// Dtype of this unit's master shard (Float32 or BFloat16); unset: FSDPConfig::MasterDType.
+  std::optional<DataType> MasterDType{};
 
   /// ArgumentError naming the first set field that is not a DataType (a GradientWire for Wire),
-  /// and its value, or a
-  /// ReduceDType that is an FP8 dtype (FSDP gathers in FP8, as FSDPConfig::ParamDType says, but
-  /// reduces in Float32, Float16 or BFloat16 only).
+  /// and its value, a ReduceDType that is an FP8 dtype (FSDP gathers in FP8, as
+  /// FSDPConfig::ParamDType says, but reduces in Float32, Float16 or BFloat16 only), or a
+  /// MasterDType other than Float32 and BFloat16.
   MLFRAMEWORK_EXPORT void Validate() const;
 };
 

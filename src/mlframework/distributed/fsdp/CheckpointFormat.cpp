@@ -56,12 +56,13 @@ std::string ReadString(BlobReader& reader, const std::string& what) {
   return {reinterpret_cast<const char*>(bytes.data()), bytes.size()};
 }
 
-// count FP32 values; the length is bounded by what is left, so a corrupt count fails as "ends early".
-std::span<const std::byte> ReadValues(BlobReader& reader, std::uint64_t count) {
-  if (count > std::numeric_limits<std::size_t>::max() / sizeof(float)) {
+// count values of @p element bytes (FP32 by default); the length is bounded by what is left, so a
+// corrupt count fails as "ends early".
+std::span<const std::byte> ReadValues(BlobReader& reader, std::uint64_t count, std::size_t element = sizeof(float)) {
+  if (count > std::numeric_limits<std::size_t>::max() / element) {
     reader.Fail("value count " + std::to_string(count) + " is implausible");
   }
-  return reader.Bytes(static_cast<std::size_t>(count) * sizeof(float));
+  return reader.Bytes(static_cast<std::size_t>(count) * element);
 }
 
 SavedOptimizer ReadOptimizer(BlobReader& reader) {
@@ -106,8 +107,10 @@ SavedUnit ReadUnit(BlobReader& reader, std::uint32_t states, std::uint16_t versi
   unit.name = ReadString(reader, "unit name");
   const std::string label = "unit '" + unit.name + "'";
   const std::uint8_t dtype = reader.U8();
-  if (dtype != static_cast<std::uint8_t>(DataType::Float32)) {
-    reader.Fail(label + " stores values of dtype code " + std::to_string(dtype) + ", expected Float32");
+  const bool bf16 = version >= 4 && dtype == static_cast<std::uint8_t>(DataType::BFloat16);
+  if (dtype != static_cast<std::uint8_t>(DataType::Float32) && !bf16) {
+    reader.Fail(label + " stores values of dtype code " + std::to_string(dtype) + ", expected Float32" +
+                (version >= 4 ? " or BFloat16" : ""));
   }
   unit.numel = reader.U64();
   unit.padded = reader.U64();
@@ -155,7 +158,25 @@ SavedUnit ReadUnit(BlobReader& reader, std::uint32_t states, std::uint16_t versi
     reader.Fail(label + "'s parameters hold " + std::to_string(next) + " elements, the unit " +
                 std::to_string(unit.numel));
   }
-  unit.master = ReadValues(reader, unit.count);
+  if (version >= 4) {
+    const std::uint8_t format = reader.U8();
+    const bool fits = bf16 ? (format == static_cast<std::uint8_t>(MasterFormat::BFloat16StochasticRounding) ||
+                              format == static_cast<std::uint8_t>(MasterFormat::BFloat16Remainder))
+                           : format == static_cast<std::uint8_t>(MasterFormat::Float32);
+    if (!fits) {
+      reader.Fail(label + " has master format " + std::to_string(format) + ", not a MasterFormat of a " +
+                  (bf16 ? "BFloat16" : "Float32") + " shard");
+    }
+    unit.master_format = static_cast<MasterFormat>(format);
+  }
+  if (bf16) {
+    unit.master = ReadValues(reader, unit.count, sizeof(std::uint16_t));
+    if (unit.master_format == MasterFormat::BFloat16Remainder) {
+      unit.remainders = ReadValues(reader, unit.count, sizeof(std::uint16_t));
+    }
+  } else {
+    unit.master = ReadValues(reader, unit.count);
+  }
   for (std::uint32_t s = 0; s < states; ++s) {
     SavedState state;
     state.present = reader.Flag(label + " optimizer state");
@@ -199,6 +220,10 @@ void CheckSameUnit(const SavedUnit& mine, const SavedUnit& first, std::size_t in
     throw ArgumentError("saved_ranks", where + " " + what + ", unlike saved_ranks[0]: not blobs of one checkpoint");
   };
   if (mine.name != first.name) differ("has unit '" + mine.name + "' in place of unit '" + first.name + "'");
+  if (mine.master_format != first.master_format) {
+    differ("keeps the masters of unit '" + mine.name + "' as " + ToString(mine.master_format) + ", not " +
+           ToString(first.master_format));
+  }
   if (mine.numel != first.numel || mine.padded != first.padded || mine.parameters.size() != first.parameters.size()) {
     differ("lays out unit '" + mine.name + "' differently (elements, padded size or parameter count)");
   }
@@ -294,7 +319,8 @@ std::vector<std::byte> EncodeCheckpoint(const SavedRank& saved) {
   writer.U64(saved.units.size());
   for (const SavedUnit& unit : saved.units) {
     WriteString(writer, unit.name);
-    writer.U8(static_cast<std::uint8_t>(DataType::Float32));
+    const bool bf16 = unit.master_format != MasterFormat::Float32;
+    writer.U8(static_cast<std::uint8_t>(bf16 ? DataType::BFloat16 : DataType::Float32));
     writer.U64(unit.numel);
     writer.U64(unit.padded);
     writer.U64(unit.first);
@@ -306,7 +332,9 @@ std::vector<std::byte> EncodeCheckpoint(const SavedRank& saved) {
       for (const std::size_t extent : parameter.shape) writer.U64(extent);
       writer.U64(parameter.offset);
     }
+    writer.U8(static_cast<std::uint8_t>(unit.master_format));
     writer.Bytes(unit.master);
+    writer.Bytes(unit.remainders);
     for (const SavedState& state : unit.states) {
       writer.U8(state.present ? 1 : 0);
       if (!state.present) continue;
@@ -321,8 +349,8 @@ std::vector<std::byte> EncodeCheckpoint(const SavedRank& saved) {
 
 SavedRank DecodeCheckpoint(std::span<const std::byte> blob, const std::string& parameter) {
   std::uint16_t version = 0;
-  BlobReader reader =
-      mlframework::detail::OpenBlobVersion(blob, kCheckpointKind, {kShardedCheckpointVersion, 2}, version, parameter);
+  BlobReader reader = mlframework::detail::OpenBlobVersion(blob, kCheckpointKind, {kShardedCheckpointVersion, 3, 2},
+                                                           version, parameter);
   SavedRank saved;
   saved.world = reader.U32();
   saved.rank = reader.U32();

@@ -10,10 +10,14 @@
 //              unit (SGD 1, Adam 2)
 //   scaler:    u8 present | u64 length | bytes
 //   u64 unit count, then per unit:
-//     u32 name length | name | u8 dtype of the stored values (DataType::Float32)
+//     u32 name length | name | u8 dtype of the master shard (DataType::Float32 or BFloat16;
+//     Float32 before version 4)
 //     u64 elements | u64 padded size | u64 first element of this rank | u64 elements of this rank
 //     u32 parameter count, per parameter: u32 name length | name | u32 rank | u64 extents | u64 offset
-//     f32 x (elements of this rank): the master shard
+//     (version 4) u8 MasterFormat: Float32 with a Float32 shard, BFloat16StochasticRounding or
+//       BFloat16Remainder with a BFloat16 one
+//     the master shard: f32 x (elements of this rank), or bf16 x (elements of this rank) and,
+//       under BFloat16Remainder, u16 x (elements of this rank) remainders
 //     per optimizer state vector: u8 present, when present: u8 StateFormat | u64 block size |
 //       the stored elements of this rank (4, 2 or 1 bytes each) | f32 x StateBlockCount(elements,
 //       block size) scales for the block-scaled formats (none otherwise)
@@ -72,8 +76,10 @@ struct SavedUnit {
   std::uint64_t first = 0;  // this rank's range of the padded buffer
   std::uint64_t count = 0;
   std::vector<SavedParameter> parameters;
-  std::span<const std::byte> master;  // count FP32 values
-  std::vector<SavedState> states;     // per optimizer state vector
+  MasterFormat master_format = MasterFormat::Float32;
+  std::span<const std::byte> master;      // count FP32 values, or BF16 values under a BF16 format
+  std::span<const std::byte> remainders;  // BFloat16Remainder: count 16-bit remainders; else empty
+  std::vector<SavedState> states;         // per optimizer state vector
 };
 
 struct SavedRank {

@@ -18,6 +18,7 @@
 #include "mlframework/core/StateBlob.hpp"
 #include "mlframework/distributed/Agreement.hpp"
 #include "mlframework/distributed/fsdp/Hooks.hpp"
+#include "mlframework/distributed/fsdp/MasterShards.hpp"
 #include "mlframework/distributed/fsdp/ShardingGroups.hpp"
 #include "mlframework/distributed/fsdp/UnitImpl.hpp"
 
@@ -159,6 +160,11 @@ void FSDPConfig::Validate() const {
   if (!IsValid(Wire)) {
     throw ArgumentError("Wire", "unknown GradientWire " + std::to_string(static_cast<int>(Wire)));
   }
+  detail::ValidateMasterDType(MasterDType, "MasterDType");
+  // At most 2^20 elements: a larger quantum is a mistake (an element count or a byte size).
+  if (ShardAlignment == 0 || ShardAlignment > (std::size_t{1} << 20)) {
+    throw ArgumentError("ShardAlignment", "must be from 1 to 1048576 elements, got " + std::to_string(ShardAlignment));
+  }
 }
 
 void UnitPrecision::Validate() const {
@@ -176,6 +182,7 @@ void UnitPrecision::Validate() const {
   if (Wire && !IsValid(*Wire)) {
     throw ArgumentError("precision.Wire", "unknown GradientWire " + std::to_string(static_cast<int>(*Wire)));
   }
+  if (MasterDType) detail::ValidateMasterDType(*MasterDType, "precision.MasterDType");
 }
 
 struct FSDP::Impl {
@@ -236,7 +243,11 @@ double PrecisionCode(const UnitPrecision& precision, const FSDPConfig& config) {
   // The accumulation in effect, the FSDP's included: a rank that reduced its micro-batches while
   // another summed them locally would wait for a reduction that never comes.
   const double accumulation = precision.ShardedAccumulation.value_or(config.ShardedAccumulation) ? 1.0 : 0.0;
-  return (((code(precision.ParamDType) * 256.0 + code(precision.ReduceDType)) * 256.0 + wire) * 2.0) + accumulation;
+  // The master dtype in effect: ranks with FP32 and BF16 shards would gather different bytes.
+  const double master = precision.MasterDType.value_or(config.MasterDType) == DataType::BFloat16 ? 1.0 : 0.0;
+  return (((((code(precision.ParamDType) * 256.0 + code(precision.ReduceDType)) * 256.0 + wire) * 2.0) + accumulation) *
+          2.0) +
+         master;
 }
 
 }  // namespace
@@ -291,12 +302,13 @@ FSDPShardingUnit& FSDP::RegisterUnit(const std::string& name, const GradientMap&
   });
 
   // Every rank must describe the same unit: compare max and min of each field in one all-reduce.
-  const std::array<const char*, 6> fields{"world size",
-                                          "unit index",
-                                          "element count",
-                                          "parameter count",
-                                          "parameter names and shapes",
-                                          "precision (ParamDType, ReduceDType, Wire, ShardedAccumulation)"};
+  const std::array<const char*, 6> fields{
+      "world size",
+      "unit index",
+      "element count",
+      "parameter count",
+      "parameter names and shapes",
+      "precision (ParamDType, ReduceDType, Wire, ShardedAccumulation, MasterDType)"};
   const std::array<double, 6> mine{static_cast<double>(world),
                                    static_cast<double>(impl_->units.size()),
                                    static_cast<double>(unit->numel),
@@ -426,6 +438,7 @@ void FSDP::Step(amp::IOptimizer& optimizer) {
       }
     }
     detail::RefuseReductionsInFlight(*this);
+    for (const auto& unit : impl_->units) detail::RequireMatchingMasters(*unit, optimizer.State(), "optimizer");
     gradients = LocalGradients();
     optimizer.SetGradients(gradients);  // rejects gradients that do not match its parameters
   });
@@ -460,9 +473,11 @@ std::vector<std::byte> FSDP::StateDict() const {
     writer.Bytes(std::as_bytes(std::span<const char>(name.data(), name.size())));
     writer.U64(unit->PaddedSize());
     writer.U64(unit->ShardSize());
-    // The FP32 shard where it lies when the host addresses it, else read back (a checkpoint, not a step).
+    // The shard's values in FP32 (a BF16 shard widened exactly), read back when the host
+    // cannot address them (a checkpoint, not a step).
     const TensorPtr shard = unit->LocalShard();
-    if (const std::span<const std::byte> bytes = shard->HostBytes(); !bytes.empty()) {
+    if (const std::span<const std::byte> bytes = shard->HostBytes();
+        !bytes.empty() && shard->GetDataType() == DataType::Float32) {
       writer.Bytes(bytes);
     } else {
       const std::vector<float> values = shard->ToFloatVector();

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <string>
 #include <system_error>
@@ -17,8 +18,10 @@
 #include <mlframework/distributed/AbortGuard.hpp>
 #include <mlframework/distributed/fsdp/FSDP.hpp>
 
+#include "mlframework/core/StateCodes.hpp"
 #include "mlframework/distributed/Agreement.hpp"
 #include "mlframework/distributed/fsdp/CheckpointFormat.hpp"
+#include "mlframework/distributed/fsdp/MasterShards.hpp"
 #include "mlframework/optimizers/StateList.hpp"
 
 namespace mlframework::distributed::fsdp {
@@ -210,10 +213,92 @@ std::vector<float> AsFloats(std::span<const std::byte> bytes) {
   return values;
 }
 
-// The master shard of unit @p u under the new sharding.
-std::vector<float> ReshardMasters(const std::vector<SavedRank>& ranks, std::size_t u, const FSDPShardingUnit& unit) {
-  return AsFloats(
-      Reshard(ranks, u, unit, sizeof(float), [](std::size_t, const SavedUnit& saved) { return saved.master; }));
+std::vector<std::uint16_t> AsHalves(std::span<const std::byte> bytes) {
+  std::vector<std::uint16_t> values(bytes.size() / sizeof(std::uint16_t));
+  if (!values.empty()) std::memcpy(values.data(), bytes.data(), values.size() * sizeof(std::uint16_t));
+  return values;
+}
+
+// The master shard of unit @p u under the new sharding, in FP32 (exact for every MasterFormat),
+// for a unit whose masters are kept as @p live: the saved format, or another one when
+// @p conversion allows (into BF16 rounded to nearest even by the commit; a remainder dropped).
+// ArgumentError naming contents.Conversion for another format without it, naming saved_ranks for
+// a value the BF16 shard cannot hold.
+std::vector<float> ReshardMasters(const std::vector<SavedRank>& ranks, std::size_t u, const FSDPShardingUnit& unit,
+                                  MasterFormat live, amp::StateConversion conversion) {
+  const MasterFormat saved = ranks.front().units[u].master_format;
+  if (saved != live && conversion != amp::StateConversion::Convert) {
+    throw ArgumentError("contents.Conversion",
+                        "the masters of unit '" + unit.Name() + "' are stored as " + ToString(saved) +
+                            " and kept here as " + ToString(live) + " (the unit's MasterDType " +
+                            std::string(ToString(unit.MasterDType())) + " and the optimizer's Masters)" +
+                            ": set it to StateConversion::Convert to convert them (not bit for bit into BF16)");
+  }
+  if (saved == MasterFormat::Float32) {
+    std::vector<float> values = AsFloats(
+        Reshard(ranks, u, unit, sizeof(float), [](std::size_t, const SavedUnit& range) { return range.master; }));
+    if (live != MasterFormat::Float32) {
+      for (std::size_t i = 0; i < values.size(); ++i) {
+        const float value = values[i];
+        if (std::isfinite(value) &&
+            !std::isfinite(mlframework::detail::BFloat16BitsToFloat(mlframework::detail::FloatToBFloat16Bits(value)))) {
+          throw ArgumentError("saved_ranks", "master weight " + std::to_string(unit.ShardOffset() + i) + " of unit '" +
+                                                 unit.Name() + "' is " + std::to_string(value) +
+                                                 ", which overflows the unit's BFloat16 master shard");
+        }
+      }
+    }
+    return values;
+  }
+  const std::vector<std::uint16_t> bits = AsHalves(
+      Reshard(ranks, u, unit, sizeof(std::uint16_t), [](std::size_t, const SavedUnit& range) { return range.master; }));
+  std::vector<std::uint16_t> remainders(bits.size(), 0);
+  if (saved == MasterFormat::BFloat16Remainder) {
+    remainders = AsHalves(Reshard(ranks, u, unit, sizeof(std::uint16_t),
+                                  [](std::size_t, const SavedUnit& range) { return range.remainders; }));
+  }
+  std::vector<float> values(bits.size());
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    values[i] = mlframework::detail::MasterFromRemainder(bits[i], remainders[i]);
+  }
+  return values;
+}
+
+// Unit @p unit's master shard as a checkpoint stores it in @p record, kept as @p format: the FP32
+// shard as it lies (or read back into @p floats), or the BF16 shard's bits in @p halves and under
+// BFloat16Remainder the remainders split from the optimizer's exact FP32 masters.
+void SaveMasters(const FSDPShardingUnit& unit, MasterFormat format, const amp::IOptimizerState* optimizer,
+                 SavedUnit& record, std::deque<std::vector<float>>& floats,
+                 std::deque<std::vector<std::uint16_t>>& halves) {
+  record.master_format = format;
+  const TensorPtr shard = unit.LocalShard();
+  if (format == MasterFormat::Float32) {
+    record.master = shard->HostBytes();
+    if (record.master.empty()) {
+      floats.push_back(shard->ToFloatVector());
+      record.master = BytesOf(floats.back());
+    }
+    return;
+  }
+  const std::vector<float> values =
+      format == MasterFormat::BFloat16Remainder ? optimizer->StateMasterValues(unit.Name()) : shard->ToFloatVector();
+  if (values.size() != unit.ShardSize()) {
+    throw ArgumentError("contents.Optimizer", "hands out " + std::to_string(values.size()) +
+                                                  " master weights for unit '" + unit.Name() + "', whose shard has " +
+                                                  std::to_string(unit.ShardSize()));
+  }
+  std::vector<std::uint16_t>& bits = halves.emplace_back(values.size());
+  std::vector<std::uint16_t>& remainders = halves.emplace_back();
+  if (format == MasterFormat::BFloat16Remainder) remainders.resize(values.size());
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (format == MasterFormat::BFloat16Remainder) {
+      mlframework::detail::SplitMaster(values[i], &bits[i], &remainders[i]);
+    } else {
+      bits[i] = mlframework::detail::FloatToBFloat16Bits(values[i]);  // exact: the values are BF16
+    }
+  }
+  record.master = std::as_bytes(std::span<const std::uint16_t>(bits));
+  record.remainders = std::as_bytes(std::span<const std::uint16_t>(remainders));
 }
 
 // True when a range [first, first + count) of a unit of @p numel elements cuts no block of
@@ -306,9 +391,10 @@ std::vector<std::byte> FSDP::SaveShardedCheckpoint(const ShardedCheckpointConten
     saved.has_scaler = true;
     saved.scaler = scaler;
   }
-  // Shards the host cannot address are read back (a checkpoint, not a step); kept alive here.
-  std::vector<std::vector<float>> read_back;
-  read_back.reserve(UnitCount());
+  // Shards the host cannot address are read back (a checkpoint, not a step) and BF16 masters are
+  // split into bits and remainders; kept alive here.
+  std::deque<std::vector<float>> read_back;
+  std::deque<std::vector<std::uint16_t>> halves;
   for (std::size_t u = 0; u < UnitCount(); ++u) {
     const FSDPShardingUnit& unit = const_cast<FSDP*>(this)->Unit(u);
     SavedUnit record;
@@ -323,12 +409,8 @@ std::vector<std::byte> FSDP::SaveShardedCheckpoint(const ShardedCheckpointConten
       record.parameters.push_back({name, shape, offset});
       offset += ElementCount(shape);
     }
-    const TensorPtr shard = unit.LocalShard();
-    record.master = shard->HostBytes();
-    if (record.master.empty()) {
-      read_back.push_back(shard->ToFloatVector());
-      record.master = BytesOf(read_back.back());
-    }
+    detail::RequireMatchingMasters(unit, optimizer, "contents.Optimizer");
+    SaveMasters(unit, detail::ShardMasterFormat(unit, optimizer), optimizer, record, read_back, halves);
     for (std::uint32_t v = 0; v < saved.optimizer.states; ++v) {
       const amp::StoredStateVector stored = optimizer->StoredState(unit.Name(), v);
       record.states.push_back(Saved(stored, unit, saved.optimizer.kind + " state vector " + std::to_string(v)));
@@ -384,7 +466,9 @@ std::int64_t FSDP::LoadShardedCheckpoint(std::span<const std::vector<std::byte>>
     step = first.step;
     for (std::size_t u = 0; u < UnitCount(); ++u) {
       const FSDPShardingUnit& unit = Unit(u);
-      masters.push_back(ReshardMasters(ranks, u, unit));
+      detail::RequireMatchingMasters(unit, optimizer, "contents.Optimizer");
+      masters.push_back(
+          ReshardMasters(ranks, u, unit, detail::ShardMasterFormat(unit, optimizer), contents.Conversion));
       if (optimizer == nullptr) continue;
       amp::OptimizerStoredParameterState& state = optimizer_state[unit.Name()];
       state.Master = masters.back();

@@ -49,7 +49,9 @@ GradientMap FSDPShardingUnit::Impl::ViewsOf(const TensorPtr& flat) const {
 void FSDPShardingUnit::Impl::PlaceShard(const std::vector<TensorPtr>& sources) {
   const bool sharded = config->Strategy != ShardingStrategy::NoShard;
   const auto world_size = static_cast<std::size_t>(shard_group->WorldSize());
-  padded = sharded ? (numel + world_size - 1) / world_size * world_size : numel;
+  // Shards of whole multiples of ShardAlignment (whole state blocks at every world size).
+  const std::size_t quantum = world_size * config->ShardAlignment;
+  padded = sharded ? (numel + quantum - 1) / quantum * quantum : numel;
   shard_size = sharded ? padded / world_size : numel;
   shard_offset = sharded ? shard_size * static_cast<std::size_t>(shard_group->Rank()) : 0;
 
@@ -61,7 +63,7 @@ void FSDPShardingUnit::Impl::PlaceShard(const std::vector<TensorPtr>& sources) {
     // into it (one fused cast). No transient unit-sized buffer, which between long-lived
     // shards would leave the allocator's heap full of holes and the resident memory above the
     // ZeRO-3 figure (16 B x parameters / ranks). The padding stays as allocated: zero.
-    shard = placement->Allocate(shard_size, DataType::Float32);
+    shard = placement->Allocate(shard_size, MasterDType());
     std::vector<TensorPtr> from;
     std::vector<TensorPtr> to;
     for (std::size_t i = 0; i < sources.size(); ++i) {
@@ -78,15 +80,16 @@ void FSDPShardingUnit::Impl::PlaceShard(const std::vector<TensorPtr>& sources) {
     // take rank 0's values, keep this rank's part (the whole flat buffer when not sharded).
     // The shard is allocated before the transient flat buffer, so the shards of many units lie
     // together and the freed flat buffers leave fewer holes between them.
-    if (sharded) shard = placement->Allocate(shard_size, DataType::Float32);
+    const bool in_place = !sharded && MasterDType() == DataType::Float32;  // the flat buffer is the shard
+    if (!in_place) shard = placement->Allocate(shard_size, MasterDType());
     TensorPtr flat = placement->Allocate(padded, DataType::Float32);
     CopyInto(sources, ParameterViews(flat));
     if (config->SyncModuleStates) group->Broadcast(*flat, 0);
-    if (sharded) {
+    if (in_place) {
+      shard = std::move(flat);
+    } else {
       const TensorPtr own_part = placement->View(flat, shard_offset, {shard_size});
       CopyInto(std::span<const TensorPtr>(&own_part, 1), std::span<const TensorPtr>(&shard, 1));
-    } else {
-      shard = std::move(flat);
     }
   }
   // The FP32 gradient shard too is allocated now, next to the parameter shard, as DeepSpeed's
@@ -115,8 +118,14 @@ void FSDPShardingUnit::AppendFullParameters(GradientMap& result) const {
   const Impl& s = *impl_;
   TensorPtr flat = s.shard;
   if (s.config->Strategy != ShardingStrategy::NoShard) {
-    flat = s.placement->Allocate(s.padded, DataType::Float32);
+    flat = s.placement->Allocate(s.padded, s.shard->GetDataType());
     s.shard_group->AllGather(*s.shard, *flat);
+  }
+  if (flat->GetDataType() != DataType::Float32) {
+    // A BF16 master shard: the full parameters are handed out widened (exactly) to FP32.
+    TensorPtr wide = s.placement->Allocate(s.padded, DataType::Float32);
+    CopyInto(std::span<const TensorPtr>(&flat, 1), std::span<const TensorPtr>(&wide, 1));
+    flat = std::move(wide);
   }
   for (const auto& [name, view] : s.ViewsOf(flat)) result.emplace(s.name + "." + name, view->Clone());
 }
@@ -137,6 +146,7 @@ std::size_t FSDPShardingUnit::PaddedSize() const noexcept { return impl_->padded
 std::size_t FSDPShardingUnit::ShardSize() const noexcept { return impl_->shard_size; }
 std::size_t FSDPShardingUnit::ShardOffset() const noexcept { return impl_->shard_offset; }
 TensorPtr FSDPShardingUnit::LocalShard() const noexcept { return impl_->shard; }
+DataType FSDPShardingUnit::MasterDType() const noexcept { return impl_->MasterDType(); }
 bool FSDPShardingUnit::HasUnsyncedGradients() const noexcept { return impl_->accumulated.tensor != nullptr; }
 const UnitPrecision& FSDPShardingUnit::Precision() const noexcept { return impl_->precision; }
 DataType FSDPShardingUnit::ParamDType() const noexcept { return impl_->ParamDType(); }
@@ -170,8 +180,8 @@ void FSDPShardingUnit::Impl::StartGather(const char* call, bool async) {
   TensorPtr flat;
   if (s.kept.tensor && s.kept.tensor->GetDataType() == dtype) {
     flat = s.kept.tensor;  // ShardGradOp / NoShard: still current since the last step
-  } else if (strategy == ShardingStrategy::NoShard && dtype == DataType::Float32) {
-    flat = s.shard;  // every rank holds the whole unit in FP32 already: no copy at all
+  } else if (strategy == ShardingStrategy::NoShard && dtype == s.shard->GetDataType()) {
+    flat = s.shard;  // every rank holds the whole unit in this dtype already: no copy at all
     s.pool->Return(s.kept);
     s.kept.tensor = flat;
   } else {
@@ -184,8 +194,8 @@ void FSDPShardingUnit::Impl::StartGather(const char* call, bool async) {
     } else if (strategy == ShardingStrategy::NoShard) {
       // Every rank holds the whole unit: no communication, one fused cast.
       CopyInto(std::span<const TensorPtr>(&s.shard, 1), std::span<const TensorPtr>(&buffer.tensor, 1));
-    } else if (dtype == DataType::Float32) {
-      // Nothing to cast: the all-gather reads the FP32 shard itself, like the raw collective.
+    } else if (dtype == s.shard->GetDataType()) {
+      // Nothing to cast: the all-gather reads the shard itself, like the raw collective.
       s.gather.request = async ? s.shard_group->AllGatherAsync(*s.shard, *buffer.tensor)
                                : (s.shard_group->AllGather(*s.shard, *buffer.tensor), nullptr);
     } else {

@@ -63,7 +63,7 @@ struct FSDPShardingUnit::Impl {
   detail::BufferPool* pool = nullptr;            // the owning FSDP's caching allocator
   const detail::Placement* placement = nullptr;  // the owning FSDP's device and backend
 
-  TensorPtr shard;     // FP32 master shard (the whole buffer under NoShard)
+  TensorPtr shard;     // master shard in MasterDType() (the whole buffer under NoShard)
   TensorPtr gathered;  // flat gathered buffer while gathered
   GradientMap views;   // per-parameter views of `gathered`
   bool is_gathered = false;
@@ -89,9 +89,10 @@ struct FSDPShardingUnit::Impl {
   bool ShardedAccumulation() const noexcept {
     return precision.ShardedAccumulation.value_or(config->ShardedAccumulation);
   }
+  DataType MasterDType() const noexcept { return precision.MasterDType.value_or(config->MasterDType); }
 
   // Lays the unit out over the shard group (padded size, this rank's shard) and allocates its
-  // FP32 master shard, filled from @p sources (the parameters in layout order; rank 0's values
+  // master shard (MasterDType()), filled from @p sources (the parameters in layout order; rank 0's values
   // under SyncModuleStates), and its FP32 gradient shard. The layout fields above are set.
   void PlaceShard(const std::vector<TensorPtr>& sources);
   // Views of @p flat with the parameters' shapes, by name.
