@@ -21,6 +21,8 @@ LIMIT = {
     "BM_check_and_sum_squares": "BM_copy_read_only",
     "BM_fused_adam": "BM_copy_adam",
     "BM_fp8_cast_amax": "BM_copy_fp8",
+    "BM_fp8_wire_encode": "BM_copy_fp8_wire_encode",
+    "BM_fp8_wire_decode_sum": "BM_copy_fp8_wire_decode_sum",
 }
 
 
