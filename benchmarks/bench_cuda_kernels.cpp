@@ -357,15 +357,17 @@ void BM_fp8_wire_encode(benchmark::State& state) {
   const TensorPtr codes = Zeros({kWireValues}, DataType::Float8E4M3FN, kGpu);
   const TensorPtr scales = Zeros({parts * WireBlocks(count)}, DataType::Float32, kGpu);
   const Float8BlockRuns runs{.Runs = parts, .Length = count, .Offset = 0, .Stride = count};
-  TimeOnDevice(state, WireEncodeTraffic(parts), [&] { values->Backend()->EncodeFloat8Blocks(*values, runs, *codes, *scales); });
+  TimeOnDevice(state, WireEncodeTraffic(parts),
+               [&] { values->Backend()->EncodeFloat8Blocks(*values, runs, *codes, *scales); });
 }
 
 void BM_fp8_wire_decode_sum(benchmark::State& state) {
   const auto parts = static_cast<std::size_t>(state.range(0));
   const std::size_t count = kWireValues / parts;
-  const TensorPtr codes = FromVector(std::vector<float>(kWireValues, 0.5f), {kWireValues}, DataType::Float8E4M3FN, kGpu);
-  const TensorPtr scales =
-      FromVector(std::vector<float>(parts * WireBlocks(count), 0.25f), {parts * WireBlocks(count)}, DataType::Float32, kGpu);
+  const TensorPtr codes =
+      FromVector(std::vector<float>(kWireValues, 0.5f), {kWireValues}, DataType::Float8E4M3FN, kGpu);
+  const TensorPtr scales = FromVector(std::vector<float>(parts * WireBlocks(count), 0.25f), {parts * WireBlocks(count)},
+                                      DataType::Float32, kGpu);
   const TensorPtr out = Zeros({count}, DataType::Float32, kGpu);
   TimeOnDevice(state, WireDecodeSumTraffic(parts),
                [&] { out->Backend()->DecodeSumFloat8Blocks(*codes, *scales, parts, count, *out, 0); });

@@ -49,11 +49,13 @@ inline std::vector<float> WireValues(std::size_t count, std::uint32_t seed) {
     }
   }
   const auto fill_block = [&](std::size_t block, auto&& value_of) {
-    for (std::size_t i = block * kWireBlock; i < std::min(count, (block + 1) * kWireBlock); ++i) values[i] = value_of(i);
+    for (std::size_t i = block * kWireBlock; i < std::min(count, (block + 1) * kWireBlock); ++i)
+      values[i] = value_of(i);
   };
   fill_block(2, [](std::size_t) { return 0.0f; });
   fill_block(3, [&](std::size_t) { return ((rng() & 1u) != 0u ? -1.0f : 1.0f) * FromBits(subnormal(rng)); });
-  fill_block(4, [&](std::size_t) { return FromBits(0x00800000u | mantissa(rng)) * ((rng() & 1u) != 0u ? -1.0f : 1.0f); });
+  fill_block(4,
+             [&](std::size_t) { return FromBits(0x00800000u | mantissa(rng)) * ((rng() & 1u) != 0u ? -1.0f : 1.0f); });
   values[(5 * kWireBlock) + 7] = std::numeric_limits<float>::infinity();
   values[(6 * kWireBlock) + 100] = -std::numeric_limits<float>::quiet_NaN();
   values[(7 * kWireBlock) + 3] = -std::numeric_limits<float>::max();

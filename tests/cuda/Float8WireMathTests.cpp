@@ -1,10 +1,8 @@
 // The FP8 block wire's shared math (core/Float8BlockMath.hpp, what the CUDA kernels compute) run
 // on the host against the CPU codec (distributed/Float8BlockCodec.hpp): the same scale for
 // every amax a block can have, the same codes and the same sums on data with zeros, subnormals,
-// large values, non-finite blocks and a short last block; and the CPU backend's wire
-// operations (TensorBackend::EncodeFloat8Blocks, DecodeSumFloat8Blocks) give the codec's bits
-// run by run. With Float8WireOnCudaTests.cpp (the kernels against the CPU backend on a GPU),
-// this ties the device wire to the CPU wire bit for bit.
+// large values, non-finite blocks and a short last block. With Float8WireOnCudaTests.cpp (the
+// kernels against the codec on a GPU), this ties the device wire to the CPU wire bit for bit.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -12,9 +10,6 @@
 
 #include <boost/test/unit_test.hpp>
 
-#include <mlframework/backends/cpu/CpuTensor.hpp>
-#include <mlframework/core/Tensor.hpp>
-#include <mlframework/core/TensorBackend.hpp>
 #include <mlframework/distributed/Float8BlockReduce.hpp>
 
 #include "cuda/Float8WireData.hpp"
@@ -59,12 +54,6 @@ std::vector<std::uint32_t> RawBits(const std::vector<float>& values) {
   std::vector<std::uint32_t> bits(values.size());
   std::memcpy(bits.data(), values.data(), values.size() * sizeof(float));
   return bits;
-}
-
-const float* FloatsOf(const ITensor& tensor) { return reinterpret_cast<const float*>(tensor.HostBytes().data()); }
-
-const std::uint8_t* BytesOf(const ITensor& tensor) {
-  return reinterpret_cast<const std::uint8_t*>(tensor.HostBytes().data());
 }
 
 }  // namespace
@@ -128,43 +117,6 @@ BOOST_AUTO_TEST_CASE(EncodeAndDecodeSumAreTheCodecs) {
     header_sums[i] = sum;
   }
   BOOST_TEST(WireBits(header_sums) == WireBits(sums), boost::test_tools::per_element());
-}
-
-// The CPU backend's operations on CPU tensors: three runs at a stride from an offset encode as
-// the codec encodes each run alone, and the decoding sum lands at its offset of the output,
-// leaving the rest as it was.
-BOOST_AUTO_TEST_CASE(CpuBackendOperationsRunTheCodec) {
-  constexpr std::size_t kRuns = 3;
-  constexpr std::size_t kLength = (5 * kWireBlock) + 13;
-  constexpr std::size_t kStride = kLength + 40;
-  constexpr std::size_t kOffset = 9;
-  const std::size_t blocks = codec::Float8BlockCount(kLength);
-  const std::vector<float> values = WireValues(kOffset + (kRuns * kStride), 5u);
-  const TensorPtr source = FromVector(values, {values.size()});
-  const TensorPtr codes = Zeros({kRuns * kLength}, DataType::Float8E4M3FN);
-  const TensorPtr scales = Zeros({kRuns * blocks});
-  const TensorBackend& backend = *source->Backend();
-  backend.EncodeFloat8Blocks(*source, Float8BlockRuns{.Runs = kRuns, .Length = kLength, .Offset = kOffset, .Stride = kStride},
-                             *codes, *scales);
-  std::vector<std::uint8_t> expected_codes(kRuns * kLength);
-  std::vector<float> expected_scales(kRuns * blocks);
-  for (std::size_t r = 0; r < kRuns; ++r) {
-    codec::EncodeFloat8Blocks(values.data() + kOffset + (r * kStride), kLength, expected_codes.data() + (r * kLength),
-                              expected_scales.data() + (r * blocks));
-  }
-  const std::vector<std::uint8_t> got_codes(BytesOf(*codes), BytesOf(*codes) + codes->Size());
-  const std::vector<float> got_scales(FloatsOf(*scales), FloatsOf(*scales) + scales->Size());
-  BOOST_TEST(got_codes == expected_codes, boost::test_tools::per_element());
-  BOOST_TEST(RawBits(got_scales) == RawBits(expected_scales), boost::test_tools::per_element());
-
-  constexpr std::size_t kOutOffset = 21;
-  const std::vector<float> before(kOutOffset + kLength + 5, 3.5f);
-  const TensorPtr out = FromVector(before, {before.size()});
-  backend.DecodeSumFloat8Blocks(*codes, *scales, kRuns, kLength, *out, kOutOffset);
-  std::vector<float> expected(before);
-  codec::DecodeSumFloat8Blocks(expected_codes.data(), expected_scales.data(), static_cast<int>(kRuns), kLength,
-                               expected.data() + kOutOffset);
-  BOOST_TEST(WireBits(out->ToFloatVector()) == WireBits(expected), boost::test_tools::per_element());
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -1,5 +1,5 @@
 // The FP8 block gradient wire's CUDA kernels against the CPU codec, bit for bit: the encoder
-// (codes and block scales) and the decoding sum, through the backends' operations
+// (codes and block scales) and the decoding sum, through the CUDA backend's operations
 // (TensorBackend::EncodeFloat8Blocks, DecodeSumFloat8Blocks) on data with zeros, subnormals,
 // large values, non-finite blocks and short last blocks; and the whole reduce-scatter and
 // all-reduce on device tensors (the device route: kernels and device exchanges) against the
@@ -17,6 +17,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <mlframework/core/Error.hpp>
+#include <mlframework/core/Float8Bits.hpp>
 #include <mlframework/core/Tensor.hpp>
 #include <mlframework/core/TensorBackend.hpp>
 #include <mlframework/distributed/Float8BlockReduce.hpp>
@@ -43,6 +44,20 @@ std::vector<std::uint32_t> RawBits(const ITensor& tensor) {
   std::vector<std::uint32_t> bits(values.size());
   std::memcpy(bits.data(), values.data(), values.size() * sizeof(float));
   return bits;
+}
+
+std::vector<std::uint32_t> RawBits(const std::vector<float>& values) {
+  std::vector<std::uint32_t> bits(values.size());
+  std::memcpy(bits.data(), values.data(), values.size() * sizeof(float));
+  return bits;
+}
+
+// E4M3FN codes as the floats they encode (exact; the encoder writes no NaN code), so that a
+// tensor made from them holds these very bytes.
+std::vector<float> WidenCodes(const std::vector<std::uint8_t>& codes) {
+  std::vector<float> values(codes.size());
+  for (std::size_t i = 0; i < codes.size(); ++i) values[i] = detail::Float8E4M3FNBitsToFloat(codes[i]);
+  return values;
 }
 
 // A two-rank group of one process whose peer holds exactly what this rank holds: an all-to-all
@@ -85,7 +100,7 @@ class MirrorGroup final : public dist::IProcessGroup {
 BOOST_AUTO_TEST_SUITE(CudaFloat8Wire)
 
 // Three runs at a stride from an offset (a reduce-scatter's destinations), each with a short
-// last block: the CUDA encoder writes the CPU codec's codes and scales.
+// last block: the CUDA encoder writes the CPU codec's codes and scales, run by run.
 BOOST_AUTO_TEST_CASE(EncodeGivesTheCpuBits) {
   constexpr std::size_t kRuns = 3;
   constexpr std::size_t kLength = (41 * kWireBlock) + 91;
@@ -94,16 +109,18 @@ BOOST_AUTO_TEST_CASE(EncodeGivesTheCpuBits) {
   const std::size_t blocks = dist::detail::Float8BlockCount(kLength);
   const std::vector<float> values = WireValues(kOffset + (kRuns * kStride), 21u);
   const Float8BlockRuns runs{.Runs = kRuns, .Length = kLength, .Offset = kOffset, .Stride = kStride};
-  const TensorPtr host = FromVector(values, {values.size()});
-  const TensorPtr host_codes = Zeros({kRuns * kLength}, DataType::Float8E4M3FN);
-  const TensorPtr host_scales = Zeros({kRuns * blocks});
-  host->Backend()->EncodeFloat8Blocks(*host, runs, *host_codes, *host_scales);
+  std::vector<std::uint8_t> codes(kRuns * kLength);
+  std::vector<float> scales(kRuns * blocks);
+  for (std::size_t r = 0; r < kRuns; ++r) {
+    dist::detail::EncodeFloat8Blocks(values.data() + kOffset + (r * kStride), kLength, codes.data() + (r * kLength),
+                                     scales.data() + (r * blocks));
+  }
   const TensorPtr device = FromVector(values, {values.size()}, DataType::Float32, kGpu);
   const TensorPtr device_codes = Zeros({kRuns * kLength}, DataType::Float8E4M3FN, kGpu);
   const TensorPtr device_scales = Zeros({kRuns * blocks}, DataType::Float32, kGpu);
   device->Backend()->EncodeFloat8Blocks(*device, runs, *device_codes, *device_scales);
-  BOOST_TEST(RawBits(*device_codes) == RawBits(*host_codes), boost::test_tools::per_element());
-  BOOST_TEST(RawBits(*device_scales) == RawBits(*host_scales), boost::test_tools::per_element());
+  BOOST_TEST(RawBits(*device_codes) == RawBits(WidenCodes(codes)), boost::test_tools::per_element());
+  BOOST_TEST(RawBits(*device_scales) == RawBits(scales), boost::test_tools::per_element());
 }
 
 // Four parts encoded by the CPU codec, summed on the GPU into an offset of the output: the CPU's
@@ -118,22 +135,21 @@ BOOST_AUTO_TEST_CASE(DecodeSumGivesTheCpuBits) {
     const std::vector<float> part = WireValues(kLength, 31u + static_cast<std::uint32_t>(p));
     values.insert(values.end(), part.begin(), part.end());
   }
-  const TensorPtr host = FromVector(values, {values.size()});
-  const TensorPtr host_codes = Zeros({kParts * kLength}, DataType::Float8E4M3FN);
-  const TensorPtr host_scales = Zeros({kParts * blocks});
-  host->Backend()->EncodeFloat8Blocks(
-      *host, Float8BlockRuns{.Runs = kParts, .Length = kLength, .Offset = 0, .Stride = kLength}, *host_codes,
-      *host_scales);
+  std::vector<std::uint8_t> codes(kParts * kLength);
+  std::vector<float> scales(kParts * blocks);
+  for (std::size_t p = 0; p < kParts; ++p) {  // each part on its own: its own short last block
+    dist::detail::EncodeFloat8Blocks(values.data() + (p * kLength), kLength, codes.data() + (p * kLength),
+                                     scales.data() + (p * blocks));
+  }
   const std::vector<float> before(kOffset + kLength + 9, -2.25f);
-  const TensorPtr host_out = FromVector(before, {before.size()});
-  host->Backend()->DecodeSumFloat8Blocks(*host_codes, *host_scales, kParts, kLength, *host_out, kOffset);
-  const TensorPtr device_codes =
-      FromVector(host_codes->ToFloatVector(), {host_codes->Size()}, DataType::Float8E4M3FN, kGpu);
-  const TensorPtr device_scales = FromVector(host_scales->ToFloatVector(), {host_scales->Size()}, DataType::Float32, kGpu);
+  std::vector<float> expected(before);
+  dist::detail::DecodeSumFloat8Blocks(codes.data(), scales.data(), static_cast<int>(kParts), kLength,
+                                      expected.data() + kOffset);
+  const TensorPtr device_codes = FromVector(WidenCodes(codes), {codes.size()}, DataType::Float8E4M3FN, kGpu);
+  const TensorPtr device_scales = FromVector(scales, {scales.size()}, DataType::Float32, kGpu);
   const TensorPtr device_out = FromVector(before, {before.size()}, DataType::Float32, kGpu);
   device_out->Backend()->DecodeSumFloat8Blocks(*device_codes, *device_scales, kParts, kLength, *device_out, kOffset);
-  BOOST_TEST(WireBits(device_out->ToFloatVector()) == WireBits(host_out->ToFloatVector()),
-             boost::test_tools::per_element());
+  BOOST_TEST(WireBits(device_out->ToFloatVector()) == WireBits(expected), boost::test_tools::per_element());
 }
 
 // The whole reduce-scatter and all-reduce through the public calls on device tensors (the

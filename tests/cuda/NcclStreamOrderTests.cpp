@@ -294,8 +294,8 @@ BOOST_AUTO_TEST_CASE(Float8WireStepsRunOnTheDevice) {
 BOOST_AUTO_TEST_CASE(Float8WireAllReduceRunsOnTheDevice) {
   const std::string kAllGather = "ncclAllGather";
   const RecordedNccl nccl(2);
-  const fsdp::FSDPConfig plain{.Strategy = fsdp::ShardingStrategy::NoShard, .ParamDType = DataType::BFloat16,
-                               .ReduceDType = DataType::Float32};
+  const fsdp::FSDPConfig plain{
+      .Strategy = fsdp::ShardingStrategy::NoShard, .ParamDType = DataType::BFloat16, .ReduceDType = DataType::Float32};
   fsdp::FSDPConfig wire = plain;
   wire.Wire = fsdp::GradientWire::Float8Blocks;
   const std::vector<std::string> fp32 = FsdpStepsTrace(plain);

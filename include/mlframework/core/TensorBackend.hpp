@@ -53,6 +53,9 @@ struct NonFiniteAndAmax {
 /// `Runs` runs of `Length` values, run r from element `Offset + r * Stride` of the values (a
 /// reduce-scatter encodes one run per destination rank, an all-reduce one run).
 struct Float8BlockRuns {
+  /// Values per FP32 block scale (distributed::kFloat8WireBlock, Float8BlockReduce.hpp).
+  static constexpr std::size_t kBlockValues = 256;
+
   std::size_t Runs = 1;    ///< Runs to encode.
   std::size_t Length = 0;  ///< Values per run.
   std::size_t Offset = 0;  ///< Element of the values where run 0 starts.
@@ -152,13 +155,14 @@ class MLFRAMEWORK_EXPORT TensorBackend {
   ///@}
 
   /// @name FP8 block gradient wire (distributed/Float8BlockReduce.hpp)
-  /// The wire's sender and receiver kernels on this backend's memory, with the bits of its CPU
-  /// codec (blocks of kFloat8WireBlock, one FP32 scale 2^-k each, E4M3FN codes). The reductions
-  /// of Float8BlockReduce.hpp check every argument before they call these (FP32 values and sums,
-  /// E4M3FN codes, FP32 scales, all of this backend on one device, and every range inside its
-  /// tensor), so implementations may assume it. A device backend queues the work on its stream
-  /// without waiting. The CPU backend runs the CPU codec; the default throws
-  /// InvalidOperationError naming the backend.
+  /// The wire's sender and receiver kernels on the memory of a backend the host cannot address,
+  /// with the bits of the wire's CPU codec (blocks of Float8BlockRuns::kBlockValues, one FP32
+  /// scale 2^-k each, E4M3FN codes). The reductions of Float8BlockReduce.hpp call these for
+  /// tensors without ITensor::HostBytes() (host tensors go through the codec itself) after
+  /// checking every argument (FP32 values and sums, E4M3FN codes, FP32 scales, all of this
+  /// backend on one device, and every range inside its tensor), so implementations may assume
+  /// it. A device backend queues the work on its stream without waiting. The CUDA backend
+  /// overrides them with kernels; the default throws InvalidOperationError naming the backend.
   ///@{
   /// Encodes each run of @p runs on its own (its last block may be short): run r's codes go to
   /// `codes[r * runs.Length ...]` and its block scales (2^-k, NaN for a block holding Inf or NaN)

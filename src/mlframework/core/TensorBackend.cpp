@@ -89,9 +89,8 @@ void TensorBackend::EncodeFloat8Blocks(const ITensor& /*values*/, const Float8Bl
                               "' tensor backend has no FP8 block wire encoder (TensorBackend::EncodeFloat8Blocks)");
 }
 
-void TensorBackend::DecodeSumFloat8Blocks(const ITensor& /*codes*/, const ITensor& /*scale_inv*/,
-                                          std::size_t /*parts*/, std::size_t /*length*/, ITensor& /*out*/,
-                                          std::size_t /*offset*/) const {
+void TensorBackend::DecodeSumFloat8Blocks(const ITensor& /*codes*/, const ITensor& /*scale_inv*/, std::size_t /*parts*/,
+                                          std::size_t /*length*/, ITensor& /*out*/, std::size_t /*offset*/) const {
   throw InvalidOperationError("the '" + std::string(Name()) +
                               "' tensor backend has no FP8 block wire decoder (TensorBackend::DecodeSumFloat8Blocks)");
 }

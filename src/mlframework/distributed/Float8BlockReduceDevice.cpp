@@ -69,8 +69,7 @@ std::size_t Float8WireDevicePiece(std::size_t parts) noexcept {
   return std::max<std::size_t>(blocks, 1) * kFloat8WireBlock;
 }
 
-void Float8BlockReduceScatterOnDevice(IProcessGroup& group, const ITensor& input, ITensor& output,
-                                      std::size_t piece) {
+void Float8BlockReduceScatterOnDevice(IProcessGroup& group, const ITensor& input, ITensor& output, std::size_t piece) {
   CheckDevicePiece(piece);
   const auto parts = static_cast<std::size_t>(group.WorldSize());
   const std::size_t count = output.Size();
@@ -87,9 +86,9 @@ void Float8BlockReduceScatterOnDevice(IProcessGroup& group, const ITensor& input
   for (std::size_t offset = 0; offset < count; offset += piece) {
     const std::size_t length = std::min(piece, count - offset);
     const std::size_t blocks = Float8BlockCount(length);
-    backend.EncodeFloat8Blocks(
-        input, Float8BlockRuns{.Runs = parts, .Length = length, .Offset = offset, .Stride = count},
-        send_codes.Whole(), send_scales.Whole());
+    backend.EncodeFloat8Blocks(input,
+                               Float8BlockRuns{.Runs = parts, .Length = length, .Offset = offset, .Stride = count},
+                               send_codes.Whole(), send_scales.Whole());
     group.AllToAll(send_codes.First(parts * length), received_codes.First(parts * length));
     group.AllToAll(send_scales.First(parts * blocks), received_scales.First(parts * blocks));
     backend.DecodeSumFloat8Blocks(received_codes.Whole(), received_scales.Whole(), parts, length, output, offset);

@@ -36,13 +36,6 @@ class CpuBackend final : public HostScalingBackend {  // scaling: host states, t
   void DequantizeFloat8(std::span<const ITensor* const> src, std::span<ITensor* const> dst,
                         const ITensor& scale_inv) const override;
 
-  // The FP8 block gradient wire's CPU codec (distributed/Float8BlockCodec.hpp), defined in
-  // CpuBackendFloat8Wire.cpp.
-  void EncodeFloat8Blocks(const ITensor& values, const Float8BlockRuns& runs, ITensor& codes,
-                          ITensor& scale_inv) const override;
-  void DecodeSumFloat8Blocks(const ITensor& codes, const ITensor& scale_inv, std::size_t parts, std::size_t length,
-                             ITensor& out, std::size_t offset) const override;
-
   TensorPtr Allocate(const Shape& shape, DataType dtype, Device device) const override;
   TensorPtr View(const TensorPtr& base, std::size_t offset, const Shape& shape) const override;
 

@@ -2,7 +2,6 @@
 # vector loops per x86 instruction set with the flags of its KernelsX file.
 target_sources(mlframework PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/CpuBackendFloat8.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/CpuBackendFloat8Wire.cpp
   ${CMAKE_CURRENT_LIST_DIR}/Float8Kernels.cpp
   ${CMAKE_CURRENT_LIST_DIR}/Float8KernelsPortable.cpp)
 

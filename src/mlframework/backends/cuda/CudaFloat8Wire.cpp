@@ -6,7 +6,7 @@
 #include <initializer_list>
 #include <span>
 
-#include <mlframework/distributed/Float8BlockReduce.hpp>
+#include <mlframework/core/TensorBackend.hpp>
 
 #include "mlframework/backends/cuda/CudaFloat8Backend.hpp"
 #include "mlframework/backends/cuda/CudaTensorImpl.hpp"
@@ -22,7 +22,7 @@ namespace {
 const CudaTensor& Cuda(const ITensor& tensor) { return static_cast<const CudaTensor&>(tensor); }
 
 std::size_t BlocksOf(std::size_t length) {
-  return (length + distributed::kFloat8WireBlock - 1) / distributed::kFloat8WireBlock;
+  return (length + Float8BlockRuns::kBlockValues - 1) / Float8BlockRuns::kBlockValues;
 }
 
 // Queues @p launch, named @p kernel, on the stream of @p device, touching @p buffers.
@@ -49,8 +49,7 @@ void CudaFloat8Backend::EncodeFloat8Blocks(const ITensor& values, const Float8Bl
   auto* const scales = static_cast<float*>(Cuda(scale_inv).Data());
   const std::size_t read = ((runs.Runs - 1) * runs.Stride) + runs.Length;  // the runs and what lies between
   Queue(source.DeviceIndex(), "FP8 wire encode",
-        {BufferUse{x, read * sizeof(float), Use::Read},
-         BufferUse{out, runs.Runs * runs.Length, Use::Write},
+        {BufferUse{x, read * sizeof(float), Use::Read}, BufferUse{out, runs.Runs * runs.Length, Use::Write},
          BufferUse{scales, runs.Runs * BlocksOf(runs.Length) * sizeof(float), Use::Write}},
         [&](cudaStream_t stream) {
           LaunchFloat8WireEncode(x, runs.Runs, runs.Length, runs.Stride, out, scales, stream);
@@ -66,11 +65,11 @@ void CudaFloat8Backend::DecodeSumFloat8Blocks(const ITensor& codes, const ITenso
   const auto* const c = static_cast<const std::uint8_t*>(Cuda(codes).Data());
   const auto* const scales = static_cast<const float*>(Cuda(scale_inv).Data());
   float* const sums = static_cast<float*>(target.Data()) + offset;
-  Queue(target.DeviceIndex(), "FP8 wire decode-sum",
-        {BufferUse{c, parts * length, Use::Read},
-         BufferUse{scales, parts * BlocksOf(length) * sizeof(float), Use::Read},
-         BufferUse{sums, length * sizeof(float), Use::Write}},
-        [&](cudaStream_t stream) { LaunchFloat8WireDecodeSum(c, scales, parts, length, sums, stream); });
+  Queue(
+      target.DeviceIndex(), "FP8 wire decode-sum",
+      {BufferUse{c, parts * length, Use::Read}, BufferUse{scales, parts * BlocksOf(length) * sizeof(float), Use::Read},
+       BufferUse{sums, length * sizeof(float), Use::Write}},
+      [&](cudaStream_t stream) { LaunchFloat8WireDecodeSum(c, scales, parts, length, sums, stream); });
 }
 
 }  // namespace mlframework::backends::cuda

@@ -8,7 +8,7 @@
 
 #include <algorithm>
 
-#include <mlframework/distributed/Float8BlockReduce.hpp>
+#include <mlframework/core/TensorBackend.hpp>
 
 #include "mlframework/backends/cuda/CudaCheck.hpp"
 #include "mlframework/core/Float8BlockMath.hpp"
@@ -17,7 +17,7 @@ namespace mlframework::backends::cuda {
 
 namespace {
 
-constexpr int kWireBlock = static_cast<int>(distributed::kFloat8WireBlock);
+constexpr int kWireBlock = static_cast<int>(Float8BlockRuns::kBlockValues);
 constexpr int kWarps = kWireBlock / 32;
 static_assert(kWireBlock % 32 == 0 && kWireBlock <= 1024, "one thread per value of a wire block");
 
@@ -68,8 +68,8 @@ __global__ void __launch_bounds__(kWireBlock)
 }
 
 __global__ void __launch_bounds__(kSumThreads)
-    Float8WireDecodeSumKernel(const std::uint8_t* codes, const float* scale_inv, std::size_t parts,
-                              std::size_t length, float* out) {
+    Float8WireDecodeSumKernel(const std::uint8_t* codes, const float* scale_inv, std::size_t parts, std::size_t length,
+                              float* out) {
   const std::size_t blocks = (length + kWireBlock - 1) / kWireBlock;
   const std::size_t step = static_cast<std::size_t>(gridDim.x) * blockDim.x;
   for (std::size_t i = (static_cast<std::size_t>(blockIdx.x) * blockDim.x) + threadIdx.x; i < length; i += step) {
@@ -96,8 +96,8 @@ void LaunchFloat8WireEncode(const float* values, std::size_t runs, std::size_t l
   MLFW_CUDA_CHECK(cudaGetLastError());
 }
 
-void LaunchFloat8WireDecodeSum(const std::uint8_t* codes, const float* scale_inv, std::size_t parts,
-                               std::size_t length, float* out, cudaStream_t stream) {
+void LaunchFloat8WireDecodeSum(const std::uint8_t* codes, const float* scale_inv, std::size_t parts, std::size_t length,
+                               float* out, cudaStream_t stream) {
   if (length == 0 || parts == 0) {
     return;
   }
