@@ -30,21 +30,13 @@
 
 using namespace mlframework;
 using mlfw_cuda_test::kGpu;
+using mlfw_cuda_test::RawBits;
 using mlfw_wire_test::kWireBlock;
 using mlfw_wire_test::WireBits;
 using mlfw_wire_test::WireValues;
 namespace dist = mlframework::distributed;
 
 namespace {
-
-// The raw bits of a tensor's widened elements (FP8 codes widen exactly and the encoder writes
-// no NaN code, so equal bits are equal bytes; the scales' NaN is written, not computed).
-std::vector<std::uint32_t> RawBits(const ITensor& tensor) {
-  const std::vector<float> values = tensor.ToFloatVector();
-  std::vector<std::uint32_t> bits(values.size());
-  std::memcpy(bits.data(), values.data(), values.size() * sizeof(float));
-  return bits;
-}
 
 std::vector<std::uint32_t> RawBits(const std::vector<float>& values) {
   std::vector<std::uint32_t> bits(values.size());

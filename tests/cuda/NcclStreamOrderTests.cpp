@@ -124,6 +124,7 @@ Flow FsdpTrainingFlow(const fsdp::FSDPConfig& config, int ranks) {
 constexpr const char* kEncode = "FP8 wire encode";
 constexpr const char* kDecodeSum = "FP8 wire decode-sum";
 constexpr const char* kAllToAllName = "ncclSend/ncclRecv (all-to-all)";
+constexpr const char* kAllGatherName = "ncclAllGather";
 constexpr const char* kCopy = "cudaMemcpyAsync";
 
 // What the call of @p flow_of's flow queued (kernels by name, collectives, copies), on a
@@ -258,16 +259,15 @@ BOOST_AUTO_TEST_CASE(FsdpTrainingSteps) {
 // the framework has written it, on an exchange of codes before their encode, on a sum of parts
 // before they arrived, or on scratch freed while a collective may still use it.
 BOOST_AUTO_TEST_CASE(FsdpTrainingStepsAtTwoRanks) {
-  const std::string kAllToAll = "ncclSend/ncclRecv (all-to-all)";
   const RecordedNccl nccl(2);
   for (const fsdp::GradientWire wire : {fsdp::GradientWire::ReduceDType, fsdp::GradientWire::Float8Blocks}) {
     BOOST_TEST_CONTEXT("gradient wire " << fsdp::ToString(wire)) {
-      const int exchanges = nccl.nccl.Count(kAllToAll);
+      const int exchanges = nccl.nccl.Count(kAllToAllName);
       RunBoth([wire] {
         return FsdpTrainingFlow({.ParamDType = DataType::BFloat16, .ReduceDType = DataType::BFloat16, .Wire = wire}, 2);
       });
       // The FP8 wire took its own route (the exchange), the BF16 one the reduce-scatter.
-      BOOST_TEST((nccl.nccl.Count(kAllToAll) > exchanges) == (wire == fsdp::GradientWire::Float8Blocks));
+      BOOST_TEST((nccl.nccl.Count(kAllToAllName) > exchanges) == (wire == fsdp::GradientWire::Float8Blocks));
     }
   }
 }
@@ -292,7 +292,6 @@ BOOST_AUTO_TEST_CASE(Float8WireStepsRunOnTheDevice) {
 // across its replicas, Float8BlockAllReduce): encode, the all-gathers of codes and scales, the
 // decoding sum, on the device, with no more copies than the FP32 all-reduce's steps.
 BOOST_AUTO_TEST_CASE(Float8WireAllReduceRunsOnTheDevice) {
-  const std::string kAllGather = "ncclAllGather";
   const RecordedNccl nccl(2);
   const fsdp::FSDPConfig plain{
       .Strategy = fsdp::ShardingStrategy::NoShard, .ParamDType = DataType::BFloat16, .ReduceDType = DataType::Float32};
@@ -301,7 +300,7 @@ BOOST_AUTO_TEST_CASE(Float8WireAllReduceRunsOnTheDevice) {
   const std::vector<std::string> fp32 = FsdpStepsTrace(plain);
   const std::vector<std::string> fp8 = FsdpStepsTrace(wire);
   BOOST_TEST(CountOf(fp8, kCopy) == CountOf(fp32, kCopy), Joined(fp8));
-  RequirePieces(WireWork(fp8, kAllGather), kAllGather, 4);
+  RequirePieces(WireWork(fp8, kAllGatherName), kAllGatherName, 4);
 }
 
 // The reduce-scatter and the all-reduce called directly on the two-rank group, with pieces of
@@ -322,7 +321,7 @@ BOOST_AUTO_TEST_CASE(Float8WirePiecesOnTheDevice) {
       dist_detail::Float8BlockAllReduceOnDevice(group, *output, kPiece);
     });
   });
-  RequirePieces(reduce, "ncclAllGather", 3);
+  RequirePieces(reduce, kAllGatherName, 3);
   BOOST_TEST(CountOf(reduce, kCopy) == 0u);
 }
 

@@ -28,13 +28,6 @@ namespace {
 // at any world size a node has.
 constexpr std::size_t kDevicePieceBytes = std::size_t{64} << 20;
 
-void CheckDevicePiece(std::size_t piece) {
-  if (piece == 0 || piece % kFloat8WireBlock != 0) {
-    throw ArgumentError("piece", "must be a positive multiple of kFloat8WireBlock (" +
-                                     std::to_string(kFloat8WireBlock) + "), got " + std::to_string(piece));
-  }
-}
-
 // One buffer of the exchange: a device tensor of the largest piece's size, and a view of its
 // first elements for the last, shorter piece.
 class DeviceScratch {
@@ -56,6 +49,64 @@ class DeviceScratch {
   TensorPtr view_;
 };
 
+// @p piece for @p count elements (no larger than they are); ArgumentError naming `piece` unless
+// it is a positive multiple of kFloat8WireBlock (a piece of zero would never end, one across a
+// block would change the blocks and so the bits).
+std::size_t CheckedPiece(std::size_t piece, std::size_t count) {
+  if (piece == 0 || piece % kFloat8WireBlock != 0) {
+    throw ArgumentError("piece", "must be a positive multiple of kFloat8WireBlock (" +
+                                     std::to_string(kFloat8WireBlock) + "), got " + std::to_string(piece));
+  }
+  return std::min(piece, count);
+}
+
+// What one reduction of @p count elements per destination moves, piece by piece, on the device
+// of @p tensor: this rank's codes and scales (for every destination when @p each_destination,
+// the reduce-scatter; once, the all-reduce) and every rank's received ones, each sized to one
+// piece.
+struct DeviceWire {
+  DeviceWire(const IProcessGroup& group, const ITensor& tensor, std::size_t count, std::size_t requested_piece,
+             bool each_destination)
+      : backend(*tensor.Backend()),
+        parts(static_cast<std::size_t>(group.WorldSize())),
+        per_destination(each_destination),
+        piece(CheckedPiece(requested_piece, count)),
+        sent_codes(backend, tensor.GetDevice(), (each_destination ? parts : 1) * piece, DataType::Float8E4M3FN),
+        received_codes(backend, tensor.GetDevice(), parts * piece, DataType::Float8E4M3FN),
+        sent_scales(backend, tensor.GetDevice(), (each_destination ? parts : 1) * Float8BlockCount(piece),
+                    DataType::Float32),
+        received_scales(backend, tensor.GetDevice(), parts * Float8BlockCount(piece), DataType::Float32) {}
+
+  // Piece by piece (offsets are whole blocks, so the blocks and their scales are those of the
+  // whole chunk): encodes @p source (each destination's chunk, or the whole), moves the codes
+  // and the scales with @p exchange (sent, received), and sums every rank's part into @p sums.
+  template <typename Exchange>
+  void Run(const ITensor& source, ITensor& sums, Exchange&& exchange) {
+    const std::size_t count = sums.Size();
+    const std::size_t runs = per_destination ? parts : 1;
+    for (std::size_t offset = 0; offset < count; offset += piece) {
+      const std::size_t length = std::min(piece, count - offset);
+      const std::size_t blocks = Float8BlockCount(length);
+      backend.EncodeFloat8Blocks(
+          source,
+          Float8BlockRuns{.Runs = runs, .Length = length, .Offset = offset, .Stride = per_destination ? count : 0},
+          sent_codes.Whole(), sent_scales.Whole());
+      exchange(sent_codes.First(runs * length), received_codes.First(parts * length));
+      exchange(sent_scales.First(runs * blocks), received_scales.First(parts * blocks));
+      backend.DecodeSumFloat8Blocks(received_codes.Whole(), received_scales.Whole(), parts, length, sums, offset);
+    }
+  }
+
+  const TensorBackend& backend;
+  std::size_t parts;
+  bool per_destination;
+  std::size_t piece;
+  DeviceScratch sent_codes;
+  DeviceScratch received_codes;
+  DeviceScratch sent_scales;
+  DeviceScratch received_scales;
+};
+
 }  // namespace
 
 bool Float8WireOnDevice(const ITensor& a, const ITensor& b) noexcept {
@@ -70,54 +121,16 @@ std::size_t Float8WireDevicePiece(std::size_t parts) noexcept {
 }
 
 void Float8BlockReduceScatterOnDevice(IProcessGroup& group, const ITensor& input, ITensor& output, std::size_t piece) {
-  CheckDevicePiece(piece);
-  const auto parts = static_cast<std::size_t>(group.WorldSize());
-  const std::size_t count = output.Size();
-  piece = std::min(piece, count);
-  const TensorBackend& backend = *input.Backend();
-  const Device device = input.GetDevice();
-  const std::size_t piece_blocks = Float8BlockCount(piece);
-  DeviceScratch send_codes(backend, device, parts * piece, DataType::Float8E4M3FN);
-  DeviceScratch received_codes(backend, device, parts * piece, DataType::Float8E4M3FN);
-  DeviceScratch send_scales(backend, device, parts * piece_blocks, DataType::Float32);
-  DeviceScratch received_scales(backend, device, parts * piece_blocks, DataType::Float32);
-  // Piece by piece (offsets are whole blocks, so the blocks and their scales are those of the
-  // whole chunk): encode this rank's values for every destination, exchange, sum the parts.
-  for (std::size_t offset = 0; offset < count; offset += piece) {
-    const std::size_t length = std::min(piece, count - offset);
-    const std::size_t blocks = Float8BlockCount(length);
-    backend.EncodeFloat8Blocks(input,
-                               Float8BlockRuns{.Runs = parts, .Length = length, .Offset = offset, .Stride = count},
-                               send_codes.Whole(), send_scales.Whole());
-    group.AllToAll(send_codes.First(parts * length), received_codes.First(parts * length));
-    group.AllToAll(send_scales.First(parts * blocks), received_scales.First(parts * blocks));
-    backend.DecodeSumFloat8Blocks(received_codes.Whole(), received_scales.Whole(), parts, length, output, offset);
-  }
+  DeviceWire wire(group, input, output.Size(), piece, true);
+  // Every destination's chunk encoded, chunk p going to rank p.
+  wire.Run(input, output, [&](const ITensor& sent, ITensor& received) { group.AllToAll(sent, received); });
 }
 
 void Float8BlockAllReduceOnDevice(IProcessGroup& group, ITensor& tensor, std::size_t piece) {
-  CheckDevicePiece(piece);
-  const auto parts = static_cast<std::size_t>(group.WorldSize());
-  const std::size_t count = tensor.Size();
-  piece = std::min(piece, count);
-  const TensorBackend& backend = *tensor.Backend();
-  const Device device = tensor.GetDevice();
-  const std::size_t piece_blocks = Float8BlockCount(piece);
-  DeviceScratch mine_codes(backend, device, piece, DataType::Float8E4M3FN);
-  DeviceScratch all_codes(backend, device, parts * piece, DataType::Float8E4M3FN);
-  DeviceScratch mine_scales(backend, device, piece_blocks, DataType::Float32);
-  DeviceScratch all_scales(backend, device, parts * piece_blocks, DataType::Float32);
-  // Piece by piece, as the reduce-scatter: encode this rank's piece, gather every rank's codes
-  // and scales, sum them over the piece itself (the encoder has read it already).
-  for (std::size_t offset = 0; offset < count; offset += piece) {
-    const std::size_t length = std::min(piece, count - offset);
-    const std::size_t blocks = Float8BlockCount(length);
-    backend.EncodeFloat8Blocks(tensor, Float8BlockRuns{.Runs = 1, .Length = length, .Offset = offset, .Stride = 0},
-                               mine_codes.Whole(), mine_scales.Whole());
-    group.AllGather(mine_codes.First(length), all_codes.First(parts * length));
-    group.AllGather(mine_scales.First(blocks), all_scales.First(parts * blocks));
-    backend.DecodeSumFloat8Blocks(all_codes.Whole(), all_scales.Whole(), parts, length, tensor, offset);
-  }
+  DeviceWire wire(group, tensor, tensor.Size(), piece, false);
+  // This rank's values encoded once and gathered by every rank, summed over the values
+  // themselves (the encoder has read each piece before its sum is written).
+  wire.Run(tensor, tensor, [&](const ITensor& sent, ITensor& received) { group.AllGather(sent, received); });
 }
 
 }  // namespace mlframework::distributed::detail
