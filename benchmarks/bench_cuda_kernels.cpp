@@ -7,7 +7,8 @@
 //
 // Arguments: {layout, dtype}. layout 0: one tensor of 2^26 elements; layout 1:
 // 4096 tensors of 2^14 elements; layout 2: 10000 tensors of 1000 elements
-// (launch-bound). dtype 0: FP32, 1: FP16. Every call passes the same list again,
+// (launch-bound). dtype 0: FP32, 1: FP16. The FP8 gradient wire's kernels take {parts}: a
+// reduce-scatter of 2^26 values over 2 or 8 ranks. Every call passes the same list again,
 // so the backend reuses the list's uploaded table; BM_unscale_rewrapped_* wrap
 // the same memory in new tensors each call (table found) or change the order
 // each call (table uploaded every call). Without a CUDA device the program
@@ -28,6 +29,8 @@
 #include <mlframework/core/Float8Cast.hpp>
 #include <mlframework/core/MultiTensor.hpp>
 #include <mlframework/core/Tensor.hpp>
+#include <mlframework/core/TensorBackend.hpp>
+#include <mlframework/distributed/Float8BlockReduce.hpp>
 #include <mlframework/optimizers/FusedSteps.hpp>
 
 using namespace mlframework;
@@ -396,6 +399,63 @@ void BM_fp8_cast_amax(benchmark::State& state) {
   TimeOnDevice(state, Bytes(src) + Bytes(dst), [&] { ScaledCastToFloat8(src, dst, scale, amax); });
 }
 
+// The FP8 gradient wire's kernels (TensorBackend::EncodeFloat8Blocks, DecodeSumFloat8Blocks)
+// as a reduce-scatter of 2^26 FP32 values over `parts` ranks runs them: the encoder reads every
+// value once and writes its code and block scales; the receiver reads `parts` parts of 2^26 /
+// parts codes with their scales and writes the FP32 sums.
+constexpr std::size_t kWireValues = std::size_t{1} << 26;
+
+std::size_t WireBlocks(std::size_t count) {
+  return (count + distributed::kFloat8WireBlock - 1) / distributed::kFloat8WireBlock;
+}
+
+std::size_t WireEncodeTraffic(std::size_t parts) {
+  return (kWireValues * (4 + 1)) + (parts * WireBlocks(kWireValues / parts) * 4);
+}
+
+std::size_t WireDecodeSumTraffic(std::size_t parts) {
+  const std::size_t count = kWireValues / parts;
+  return kWireValues + (parts * WireBlocks(count) * 4) + (count * 4);
+}
+
+void BM_fp8_wire_encode(benchmark::State& state) {
+  const auto parts = static_cast<std::size_t>(state.range(0));
+  const std::size_t count = kWireValues / parts;
+  const TensorPtr values = FromVector(std::vector<float>(kWireValues, 0.3f), {kWireValues}, DataType::Float32, kGpu);
+  const TensorPtr codes = Zeros({kWireValues}, DataType::Float8E4M3FN, kGpu);
+  const TensorPtr scales = Zeros({parts * WireBlocks(count)}, DataType::Float32, kGpu);
+  const Float8BlockRuns runs{.Runs = parts, .Length = count, .Offset = 0, .Stride = count};
+  TimeOnDevice(state, WireEncodeTraffic(parts),
+               [&] { values->Backend()->EncodeFloat8Blocks(*values, runs, *codes, *scales); });
+}
+
+void BM_fp8_wire_decode_sum(benchmark::State& state) {
+  const auto parts = static_cast<std::size_t>(state.range(0));
+  const std::size_t count = kWireValues / parts;
+  const TensorPtr codes =
+      FromVector(std::vector<float>(kWireValues, 0.5f), {kWireValues}, DataType::Float8E4M3FN, kGpu);
+  const TensorPtr scales = FromVector(std::vector<float>(parts * WireBlocks(count), 0.25f), {parts * WireBlocks(count)},
+                                      DataType::Float32, kGpu);
+  const TensorPtr out = Zeros({count}, DataType::Float32, kGpu);
+  TimeOnDevice(state, WireDecodeSumTraffic(parts),
+               [&] { out->Backend()->DecodeSumFloat8Blocks(*codes, *scales, parts, count, *out, 0); });
+}
+
+void BM_copy_fp8_wire_encode(benchmark::State& state) {
+  CopyOfTraffic(state, WireEncodeTraffic(static_cast<std::size_t>(state.range(0))));
+}
+
+void BM_copy_fp8_wire_decode_sum(benchmark::State& state) {
+  CopyOfTraffic(state, WireDecodeSumTraffic(static_cast<std::size_t>(state.range(0))));
+}
+
+void WireArguments(benchmark::internal::Benchmark* b) {
+  for (const std::int64_t parts : {2, 8}) {
+    b->Args({parts});
+  }
+  b->ArgNames({"parts"})->UseManualTime()->Unit(benchmark::kMicrosecond);
+}
+
 void BM_copy_read_write(benchmark::State& state) {
   CopyOfTraffic(state, TrafficOf(state, ElementSize(DtypeOf(state.range(1))), ElementSize(DtypeOf(state.range(1)))));
 }
@@ -470,6 +530,10 @@ BENCHMARK(BM_copy_adam_low_bit)->Apply(LowBitArguments);
 BENCHMARK(BM_fused_adam_low_bit)->Apply(LowBitArguments);
 BENCHMARK(BM_copy_fp8)->Apply(Arguments);
 BENCHMARK(BM_fp8_cast_amax)->Apply(Arguments);
+BENCHMARK(BM_copy_fp8_wire_encode)->Apply(WireArguments);
+BENCHMARK(BM_fp8_wire_encode)->Apply(WireArguments);
+BENCHMARK(BM_copy_fp8_wire_decode_sum)->Apply(WireArguments);
+BENCHMARK(BM_fp8_wire_decode_sum)->Apply(WireArguments);
 
 int main(int argc, char** argv) {
   if (!cuda::IsAvailable()) {

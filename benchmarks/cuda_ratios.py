@@ -22,6 +22,8 @@ LIMIT = {
     "BM_fused_adam": "BM_copy_adam",
     "BM_fused_adam_low_bit": "BM_copy_adam_low_bit",
     "BM_fp8_cast_amax": "BM_copy_fp8",
+    "BM_fp8_wire_encode": "BM_copy_fp8_wire_encode",
+    "BM_fp8_wire_decode_sum": "BM_copy_fp8_wire_decode_sum",
 }
 
 

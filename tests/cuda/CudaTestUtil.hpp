@@ -58,4 +58,13 @@ inline constexpr mlframework::MasterFormat kMasterFormats[] = {mlframework::Mast
                                                                mlframework::MasterFormat::BFloat16StochasticRounding,
                                                                mlframework::MasterFormat::BFloat16Remainder};
 
+// The raw widened bits, NaN sign and payload included: FP8 tensors are widened on the host,
+// so equal bits mean equal bytes.
+inline std::vector<std::uint32_t> RawBits(const mlframework::ITensor& tensor) {
+  const std::vector<float> values = tensor.ToFloatVector();
+  std::vector<std::uint32_t> bits(values.size());
+  std::memcpy(bits.data(), values.data(), values.size() * sizeof(float));
+  return bits;
+}
+
 }  // namespace mlfw_cuda_test

@@ -21,17 +21,9 @@
 
 using namespace mlframework;
 using mlfw_cuda_test::kGpu;
+using mlfw_cuda_test::RawBits;
 
 namespace {
-
-// The raw widened bits, NaN sign and payload included: FP8 tensors are widened on the host,
-// so equal bits mean equal bytes.
-std::vector<std::uint32_t> RawBits(const ITensor& tensor) {
-  const std::vector<float> values = tensor.ToFloatVector();
-  std::vector<std::uint32_t> bits(values.size());
-  std::memcpy(bits.data(), values.data(), values.size() * sizeof(float));
-  return bits;
-}
 
 std::vector<float> HardValues(std::size_t n, std::uint32_t seed) {
   std::mt19937 rng(seed);

@@ -2,7 +2,10 @@
 // with no GPU and no peer: RecordingNcclDriver records each collective as a kernel on its
 // stream, and can play a peer that never comes.
 
+#include <algorithm>
 #include <chrono>
+#include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -12,11 +15,13 @@
 
 #include <mlframework/core/Error.hpp>
 #include <mlframework/core/Tensor.hpp>
+#include <mlframework/distributed/Float8BlockReduce.hpp>
 #include <mlframework/distributed/NcclProcessGroup.hpp>
 #include <mlframework/distributed/fsdp/FSDP.hpp>
 #include <mlframework/optimizers/SGD.hpp>
 
 #include "cuda/StreamOrderHarness.hpp"
+#include "mlframework/distributed/Float8BlockReduceDevice.hpp"
 #include "mlframework/distributed/RecordingNcclDriver.hpp"
 
 using namespace mlfw_stream_order;
@@ -116,6 +121,80 @@ Flow FsdpTrainingFlow(const fsdp::FSDPConfig& config, int ranks) {
                   }};
 }
 
+constexpr const char* kEncode = "FP8 wire encode";
+constexpr const char* kDecodeSum = "FP8 wire decode-sum";
+constexpr const char* kAllToAllName = "ncclSend/ncclRecv (all-to-all)";
+constexpr const char* kAllGatherName = "ncclAllGather";
+constexpr const char* kCopy = "cudaMemcpyAsync";
+
+// What the call of @p flow_of's flow queued (kernels by name, collectives, copies), on a
+// recording driver of its own, the host having written the inputs before; fails on any
+// stream-order violation. The flow's objects go before the driver does.
+std::vector<std::string> TraceOf(const std::function<Flow()>& flow_of) {
+  Recorded recorded;
+  std::vector<std::string> trace;
+  {
+    Flow flow = flow_of();
+    flow.make();
+    for (const TensorPtr& input : flow.inputs()) {
+      input->CopyFromFloats(std::vector<float>(input->Size(), 1.0f));
+    }
+    const std::size_t before = recorded.driver.Trace().size();
+    flow.call();
+    const std::vector<std::string> all = recorded.driver.Trace();
+    trace.assign(all.begin() + static_cast<std::ptrdiff_t>(before), all.end());
+  }
+  const std::vector<std::string> violations = recorded.driver.Violations();
+  BOOST_TEST(violations.empty(), "stream-order violations:\n" << Joined(violations));
+  return trace;
+}
+
+// FSDP's training steps (FsdpTrainingFlow at two ranks) with @p config: what their calls queued.
+std::vector<std::string> FsdpStepsTrace(const fsdp::FSDPConfig& config) {
+  return TraceOf([config] { return FsdpTrainingFlow(config, 2); });
+}
+
+// A flow that runs @p reduce on the two-rank group with a 2 x @p count FP32 device tensor and a
+// @p count one.
+Flow WireFlow(std::size_t count,
+              std::function<void(IProcessGroup&, const TensorPtr& input, const TensorPtr& output)> reduce) {
+  auto group = std::make_shared<std::shared_ptr<IProcessGroup>>();
+  auto tensors = std::make_shared<std::vector<TensorPtr>>();
+  return Flow{.make =
+                  [=] {
+                    *group = Group(60.0, 2);
+                    *tensors = {Zeros({2 * count}, DataType::Float32, kGpu), Zeros({count}, DataType::Float32, kGpu)};
+                  },
+              .inputs = [=] { return *tensors; },
+              .call = [=] { reduce(**group, (*tensors)[0], (*tensors)[1]); },
+              .outputs = [=] { return *tensors; }};
+}
+
+std::size_t CountOf(const std::vector<std::string>& trace, const std::string& name) {
+  return static_cast<std::size_t>(std::count(trace.begin(), trace.end(), name));
+}
+
+// The wire's work in @p trace (its kernels and the collectives named @p exchange), in order.
+std::vector<std::string> WireWork(const std::vector<std::string>& trace, const std::string& exchange) {
+  std::vector<std::string> work;
+  for (const std::string& name : trace) {
+    if (name == kEncode || name == kDecodeSum || name == exchange) {
+      work.push_back(name);
+    }
+  }
+  return work;
+}
+
+// @p work is @p pieces repetitions of: encode, the exchange of the codes and of the scales, the
+// decoding sum.
+void RequirePieces(const std::vector<std::string>& work, const std::string& exchange, std::size_t pieces) {
+  std::vector<std::string> expected;
+  for (std::size_t p = 0; p < pieces; ++p) {
+    expected.insert(expected.end(), {kEncode, exchange, exchange, kDecodeSum});
+  }
+  BOOST_TEST(work == expected, boost::test_tools::per_element());
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(StreamOrderNccl)
@@ -176,21 +255,96 @@ BOOST_AUTO_TEST_CASE(FsdpTrainingSteps) {
 
 // The same at two ranks, where the units are sharded and the gradients travel as a real world
 // size sends them: reduce-scattered in BF16, or as FP8 blocks through the all-to-all exchange
-// (staged through the host, summed there and copied back). Fails on a host read of a gradient
-// before the copy that fetched it is ordered, or on a shard written back out of order.
+// (encoded, exchanged and summed on the device). Fails on an encode that reads a gradient before
+// the framework has written it, on an exchange of codes before their encode, on a sum of parts
+// before they arrived, or on scratch freed while a collective may still use it.
 BOOST_AUTO_TEST_CASE(FsdpTrainingStepsAtTwoRanks) {
-  const std::string kAllToAll = "ncclSend/ncclRecv (all-to-all)";
   const RecordedNccl nccl(2);
   for (const fsdp::GradientWire wire : {fsdp::GradientWire::ReduceDType, fsdp::GradientWire::Float8Blocks}) {
     BOOST_TEST_CONTEXT("gradient wire " << fsdp::ToString(wire)) {
-      const int exchanges = nccl.nccl.Count(kAllToAll);
+      const int exchanges = nccl.nccl.Count(kAllToAllName);
       RunBoth([wire] {
         return FsdpTrainingFlow({.ParamDType = DataType::BFloat16, .ReduceDType = DataType::BFloat16, .Wire = wire}, 2);
       });
       // The FP8 wire took its own route (the exchange), the BF16 one the reduce-scatter.
-      BOOST_TEST((nccl.nccl.Count(kAllToAll) > exchanges) == (wire == fsdp::GradientWire::Float8Blocks));
+      BOOST_TEST((nccl.nccl.Count(kAllToAllName) > exchanges) == (wire == fsdp::GradientWire::Float8Blocks));
     }
   }
+}
+
+// The FP8 wire on device tensors runs on the device: each unit's reduction is the encode kernel,
+// the all-to-all of the codes and of the scales, and the decoding-sum kernel, in that order, and
+// the steps copy nothing more between host and device than the same steps with the BF16
+// reduce-scatter (no staging of gradients or shards through the host).
+BOOST_AUTO_TEST_CASE(Float8WireStepsRunOnTheDevice) {
+  const RecordedNccl nccl(2);
+  const std::vector<std::string> bf16 =
+      FsdpStepsTrace({.ParamDType = DataType::BFloat16, .ReduceDType = DataType::BFloat16});
+  const std::vector<std::string> fp8 = FsdpStepsTrace(
+      {.ParamDType = DataType::BFloat16, .ReduceDType = DataType::BFloat16, .Wire = fsdp::GradientWire::Float8Blocks});
+  BOOST_TEST(CountOf(bf16, kEncode) == 0u);
+  BOOST_TEST(CountOf(fp8, kCopy) == CountOf(bf16, kCopy), Joined(fp8));
+  // Two steps of two units, one piece each (the units are small).
+  RequirePieces(WireWork(fp8, kAllToAllName), kAllToAllName, 4);
+}
+
+// NoShard at two ranks all-reduces each unit's gradients through the wire (as HybridShard does
+// across its replicas, Float8BlockAllReduce): encode, the all-gathers of codes and scales, the
+// decoding sum, on the device, with no more copies than the FP32 all-reduce's steps.
+BOOST_AUTO_TEST_CASE(Float8WireAllReduceRunsOnTheDevice) {
+  const RecordedNccl nccl(2);
+  const fsdp::FSDPConfig plain{
+      .Strategy = fsdp::ShardingStrategy::NoShard, .ParamDType = DataType::BFloat16, .ReduceDType = DataType::Float32};
+  fsdp::FSDPConfig wire = plain;
+  wire.Wire = fsdp::GradientWire::Float8Blocks;
+  const std::vector<std::string> fp32 = FsdpStepsTrace(plain);
+  const std::vector<std::string> fp8 = FsdpStepsTrace(wire);
+  BOOST_TEST(CountOf(fp8, kCopy) == CountOf(fp32, kCopy), Joined(fp8));
+  RequirePieces(WireWork(fp8, kAllGatherName), kAllGatherName, 4);
+}
+
+// The reduce-scatter and the all-reduce called directly on the two-rank group, with pieces of
+// two blocks over five blocks and a short one: three pieces each, every one in order, no copy.
+BOOST_AUTO_TEST_CASE(Float8WirePiecesOnTheDevice) {
+  const RecordedNccl nccl(2);
+  constexpr std::size_t kCount = (5 * kFloat8WireBlock) + 7;
+  constexpr std::size_t kPiece = 2 * kFloat8WireBlock;
+  const std::vector<std::string> scatter = TraceOf([] {
+    return WireFlow(kCount, [](IProcessGroup& group, const TensorPtr& input, const TensorPtr& output) {
+      dist_detail::Float8BlockReduceScatterOnDevice(group, *input, *output, kPiece);
+    });
+  });
+  RequirePieces(scatter, kAllToAllName, 3);
+  BOOST_TEST(CountOf(scatter, kCopy) == 0u);
+  const std::vector<std::string> reduce = TraceOf([] {
+    return WireFlow(kCount, [](IProcessGroup& group, const TensorPtr& /*input*/, const TensorPtr& output) {
+      dist_detail::Float8BlockAllReduceOnDevice(group, *output, kPiece);
+    });
+  });
+  RequirePieces(reduce, kAllGatherName, 3);
+  BOOST_TEST(CountOf(reduce, kCopy) == 0u);
+}
+
+// Bad arguments on device tensors are ArgumentErrors naming the parameter, before any work.
+BOOST_AUTO_TEST_CASE(Float8WireBadInputsOnTheDevice) {
+  const RecordedNccl nccl(2);
+  const Recorded recorded;
+  const std::shared_ptr<IProcessGroup> group = Group(60.0, 2);
+  const TensorPtr input = Zeros({2 * kFloat8WireBlock}, DataType::Float32, kGpu);
+  const TensorPtr output = Zeros({kFloat8WireBlock}, DataType::Float32, kGpu);
+  const TensorPtr half = Zeros({kFloat8WireBlock}, DataType::BFloat16, kGpu);
+  const TensorPtr short_output = Zeros({kFloat8WireBlock - 1}, DataType::Float32, kGpu);
+  const std::size_t launches = recorded.driver.LaunchCount();
+  const auto names = [](const std::string& parameter) {
+    return [parameter](const ArgumentError& error) { return error.Parameter() == parameter; };
+  };
+  BOOST_CHECK_EXCEPTION(Float8BlockReduceScatter(*group, *input, *half), ArgumentError, names("output"));
+  BOOST_CHECK_EXCEPTION(Float8BlockReduceScatter(*group, *input, *short_output), ArgumentError, names("input"));
+  BOOST_CHECK_EXCEPTION(Float8BlockAllReduce(*group, *half), ArgumentError, names("tensor"));
+  BOOST_CHECK_EXCEPTION(dist_detail::Float8BlockReduceScatterOnDevice(*group, *input, *output, 100), ArgumentError,
+                        names("piece"));
+  BOOST_CHECK_EXCEPTION(dist_detail::Float8BlockAllReduceOnDevice(*group, *output, 0), ArgumentError, names("piece"));
+  BOOST_TEST(recorded.driver.LaunchCount() == launches);  // nothing queued
 }
 
 // FSDP's reductions and gathers are these collectives on device tensors: once warmed up, the

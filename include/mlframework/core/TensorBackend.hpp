@@ -49,6 +49,19 @@ struct NonFiniteAndAmax {
   float Amax = 0.0f;            ///< Largest finite |x * factor| (0 when none).
 };
 
+/// Where the FP8 block gradient wire's encoder reads (TensorBackend::EncodeFloat8Blocks()):
+/// `Runs` runs of `Length` values, run r from element `Offset + r * Stride` of the values (a
+/// reduce-scatter encodes one run per destination rank, an all-reduce one run).
+struct Float8BlockRuns {
+  /// Values per FP32 block scale (distributed::kFloat8WireBlock, Float8BlockReduce.hpp).
+  static constexpr std::size_t kBlockValues = 256;
+
+  std::size_t Runs = 1;    ///< Runs to encode.
+  std::size_t Length = 0;  ///< Values per run.
+  std::size_t Offset = 0;  ///< Element of the values where run 0 starts.
+  std::size_t Stride = 0;  ///< Elements from the start of one run to the next.
+};
+
 /// Fused kernels over a whole list of tensors at once.
 ///
 /// A backend receives every tensor of a step in one call, cuts the list into
@@ -139,6 +152,29 @@ class MLFRAMEWORK_EXPORT TensorBackend {
   /// `dst[i] = round_to_dst(float(src[i]) * scale_inv[i])` (Float8Cast.hpp's DequantizeFloat8()).
   virtual void DequantizeFloat8(std::span<const ITensor* const> src, std::span<ITensor* const> dst,
                                 const ITensor& scale_inv) const;
+  ///@}
+
+  /// @name FP8 block gradient wire (distributed/Float8BlockReduce.hpp)
+  /// The wire's sender and receiver kernels on the memory of a backend the host cannot address,
+  /// with the bits of the wire's CPU codec (blocks of Float8BlockRuns::kBlockValues, one FP32
+  /// scale 2^-k each, E4M3FN codes). The reductions of Float8BlockReduce.hpp call these for
+  /// tensors without ITensor::HostBytes() (host tensors go through the codec itself) after
+  /// checking every argument (FP32 values and sums, E4M3FN codes, FP32 scales, all of this
+  /// backend on one device, and every range inside its tensor), so implementations may assume
+  /// it. A device backend queues the work on its stream without waiting. The CUDA backend
+  /// overrides them with kernels; the default throws InvalidOperationError naming the backend.
+  ///@{
+  /// Encodes each run of @p runs on its own (its last block may be short): run r's codes go to
+  /// `codes[r * runs.Length ...]` and its block scales (2^-k, NaN for a block holding Inf or NaN)
+  /// to `scale_inv[r * blocks ...]`, `blocks` being the blocks of kFloat8WireBlock that cover
+  /// `runs.Length` values.
+  virtual void EncodeFloat8Blocks(const ITensor& values, const Float8BlockRuns& runs, ITensor& codes,
+                                  ITensor& scale_inv) const;
+  /// `out[offset + i] = sum over p = 0, 1, ..., parts - 1 of decode(part p)[i]` for i below
+  /// @p length, added in FP32 in that order; part p's codes start at `codes[p * length]` and its
+  /// scales at `scale_inv[p * blocks]` (the layout EncodeFloat8Blocks() writes).
+  virtual void DecodeSumFloat8Blocks(const ITensor& codes, const ITensor& scale_inv, std::size_t parts,
+                                     std::size_t length, ITensor& out, std::size_t offset) const;
   ///@}
 
   /// A new zero-filled tensor of this backend on @p device. The default throws

@@ -29,6 +29,7 @@
 #include <cstddef>
 
 #include <mlframework/core/ITensor.hpp>
+#include <mlframework/core/TensorBackend.hpp>
 #include <mlframework/distributed/IProcessGroup.hpp>
 #include <mlframework/export.hpp>
 
@@ -37,7 +38,7 @@ namespace mlframework::distributed {
 /// Values per FP32 scale on the FP8 gradient wire. 256 costs 1/64 of a byte per element in
 /// scales (0.508x of BF16's bytes) and keeps an outlier's effect on its neighbours' precision
 /// to 256 values; 1024 would save 0.01 bytes per element for four times that reach.
-inline constexpr std::size_t kFloat8WireBlock = 256;
+inline constexpr std::size_t kFloat8WireBlock = Float8BlockRuns::kBlockValues;
 
 /// Bytes one element costs on the FP8 gradient wire for a part of @p count elements (codes plus
 /// the part's share of block scales).

@@ -83,6 +83,18 @@ bool TensorBackend::SGDStep(const OptimizerStepLists& /*lists*/, const SGDStepSc
   return false;
 }
 
+void TensorBackend::EncodeFloat8Blocks(const ITensor& /*values*/, const Float8BlockRuns& /*runs*/, ITensor& /*codes*/,
+                                       ITensor& /*scale_inv*/) const {
+  throw InvalidOperationError("the '" + std::string(Name()) +
+                              "' tensor backend has no FP8 block wire encoder (TensorBackend::EncodeFloat8Blocks)");
+}
+
+void TensorBackend::DecodeSumFloat8Blocks(const ITensor& /*codes*/, const ITensor& /*scale_inv*/, std::size_t /*parts*/,
+                                          std::size_t /*length*/, ITensor& /*out*/, std::size_t /*offset*/) const {
+  throw InvalidOperationError("the '" + std::string(Name()) +
+                              "' tensor backend has no FP8 block wire decoder (TensorBackend::DecodeSumFloat8Blocks)");
+}
+
 TensorPtr TensorBackend::Allocate(const Shape& /*shape*/, DataType /*dtype*/, Device device) const {
   throw InvalidOperationError("the '" + std::string(Name()) + "' tensor backend cannot allocate tensors (asked for " +
                               device.ToString() + ")");

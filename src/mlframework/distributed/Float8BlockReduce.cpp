@@ -15,6 +15,7 @@
 #include <mlframework/core/Error.hpp>
 
 #include "mlframework/distributed/Float8BlockCodec.hpp"
+#include "mlframework/distributed/Float8BlockReduceDevice.hpp"
 #include "mlframework/distributed/HostStaging.hpp"
 
 namespace mlframework::distributed {
@@ -109,6 +110,14 @@ void Float8BlockReduceScatter(IProcessGroup& group, const ITensor& input, ITenso
     }
     return;
   }
+  if (detail::Float8WireOnDevice(input, output)) {  // device tensors: kernels and device exchanges, no host staging
+    detail::Float8BlockReduceScatterOnDevice(group, input, output,
+                                             detail::Float8WireDevicePiece(static_cast<std::size_t>(world)));
+    // The sums times the factor, one FP32 multiply each after the whole sum: the host
+    // decoding pass's bits, in a second pass over the shard on the device.
+    if (factor != 1.0f) output.MultiplyInPlace(factor);
+    return;
+  }
   detail::Float8BlockReduceScatterInPieces(group, input, output,
                                            detail::Float8WirePiece(static_cast<std::size_t>(world)), factor);
 }
@@ -147,6 +156,10 @@ void Float8BlockAllReduce(IProcessGroup& group, ITensor& tensor) {
   CheckFloat32("tensor", tensor, "Float8BlockAllReduce");
   const int world = group.WorldSize();
   if (world == 1) return;
+  if (detail::Float8WireOnDevice(tensor, tensor)) {  // device tensors: kernels and device exchanges, no host staging
+    detail::Float8BlockAllReduceOnDevice(group, tensor, detail::Float8WireDevicePiece(static_cast<std::size_t>(world)));
+    return;
+  }
   detail::Float8BlockAllReduceInPieces(group, tensor, detail::Float8WirePiece(static_cast<std::size_t>(world)));
 }
 

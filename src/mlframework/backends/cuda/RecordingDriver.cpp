@@ -47,6 +47,11 @@ std::size_t RecordingDriver::LaunchCount() const {
   return launches_;
 }
 
+std::vector<std::string> RecordingDriver::Trace() const {
+  const std::lock_guard lock(mutex_);
+  return trace_;
+}
+
 void RecordingDriver::NameStream(cudaStream_t stream, const std::string& name) {
   const std::lock_guard lock(mutex_);
   names_[LaneOf(stream)] = name;
@@ -324,6 +329,7 @@ cudaError_t RecordingDriver::MemcpyAsync(void* dst, const void* src, std::size_t
                                          cudaStream_t stream) {
   const std::lock_guard lock(mutex_);
   ++operations_;
+  trace_.emplace_back("cudaMemcpyAsync");
   const std::size_t lane = LaneOf(stream);
   const bool pageable_src = Find(src) == live_.end();
   const bool pageable_dst = Find(dst) == live_.end();
@@ -366,6 +372,7 @@ void RecordingDriver::Launch(const char* kernel, cudaStream_t stream, const Kern
   const std::lock_guard lock(mutex_);
   ++operations_;
   ++launches_;
+  trace_.emplace_back(kernel);
   const std::size_t lane = LaneOf(stream);
   const std::uint64_t tick = Begin(lane);
   const std::string what = std::string("kernel '") + kernel + "'";

@@ -54,6 +54,9 @@ class RecordingDriver final : public Driver {
   std::size_t OperationCount() const;
   /// Kernels launched so far.
   std::size_t LaunchCount() const;
+  /// The kernels launched (by name) and the copies made ("cudaMemcpyAsync") so far, in call
+  /// order: what a test reads to see which work an entry point queued.
+  std::vector<std::string> Trace() const;
   /// Names @p stream in reports ("framework").
   void NameStream(cudaStream_t stream, const std::string& name);
   /// Marks the start and end of a region a framework captures into a CUDA graph (every stream
@@ -160,6 +163,7 @@ class RecordingDriver final : public Driver {
   bool capturing_ = false;
   std::size_t operations_ = 0;
   std::size_t launches_ = 0;
+  std::vector<std::string> trace_;
   std::vector<std::string> violations_;
 };
 

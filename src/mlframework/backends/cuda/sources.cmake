@@ -5,6 +5,7 @@ if(MLFW_HAS_CUDA)
     ${CMAKE_CURRENT_LIST_DIR}/CudaBackend.cpp
     ${CMAKE_CURRENT_LIST_DIR}/CudaFloat8Scales.cpp
     ${CMAKE_CURRENT_LIST_DIR}/CudaFloat8Backend.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/CudaFloat8Wire.cpp
     ${CMAKE_CURRENT_LIST_DIR}/CudaOptimizerSteps.cpp
     ${CMAKE_CURRENT_LIST_DIR}/CudaTensor.cpp
     ${CMAKE_CURRENT_LIST_DIR}/DeviceContext.cpp
@@ -16,6 +17,7 @@ if(MLFW_HAS_CUDA)
     ${CMAKE_CURRENT_LIST_DIR}/Float8ScaleUpdate.cu
     ${CMAKE_CURRENT_LIST_DIR}/Float8Cast.cu
     ${CMAKE_CURRENT_LIST_DIR}/LowBitSteps.cu
+    ${CMAKE_CURRENT_LIST_DIR}/Float8Wire.cu
     ${CMAKE_CURRENT_LIST_DIR}/NonFinite.cu
     ${CMAKE_CURRENT_LIST_DIR}/OptimizerSteps.cu
     ${CMAKE_CURRENT_LIST_DIR}/Scale.cu
