@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include <xsimd/xsimd.hpp>
@@ -19,7 +20,9 @@
 #include <mlframework/core/OptimizerStep.hpp>
 #include <mlframework/core/Philox.hpp>
 
+#include "mlframework/backends/cpu/Float8Elements.hpp"
 #include "mlframework/backends/cpu/OptimizerKernels.hpp"
+#include "mlframework/backends/cpu/PhiloxLanes.hpp"
 #include "mlframework/core/StateCodes.hpp"
 
 namespace mlframework::backends::cpu::optimizer {
@@ -61,6 +64,10 @@ constexpr std::size_t Width() {
   }
 }
 
+// The lanes of T as the int template argument of float8::Elements (1 for float: no vector loop).
+template <class T>
+inline constexpr int kLanes = static_cast<int>(Width<T>());
+
 // a * b + c: one fused multiply-add (rounded once) on the vector tables, where PyTorch's AVX2 and
 // AVX-512 kernels fuse it (vec::fmadd, and their scalar tails compiled with FMA), or a product and
 // a sum each rounded to FP32 on the portable table, as PyTorch's default (non-vector) kernels.
@@ -97,7 +104,8 @@ inline __m512 MklSqrt(__m512 x) {
   const __mmask16 special = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LE_OQ) |
                             _mm512_cmp_ps_mask(x, _mm512_set1_ps(INFINITY), _CMP_EQ_OQ) |
                             _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-  return _mm512_mask_sqrt_ps(r, special, x);
+  // VSQRTPS costs its full latency under any mask: run it only when a lane needs it (rare).
+  return special != 0 ? _mm512_mask_sqrt_ps(r, special, x) : r;
 }
 #endif
 
@@ -230,7 +238,45 @@ inline float Float8Value(std::uint8_t code) {
   return std::bit_cast<float>(bits | (static_cast<std::uint32_t>(code & 0x80u) << 24));
 }
 
+// The FP32 values code * scale of @p n one-byte codes of the block-scaled format kFormat, on
+// vectors of kWidth lanes (float8::Elements: one widening load, an exact conversion, one FP32
+// product) and Float8Value() or the integer conversion for the tail.
+template <StateFormat kFormat, int kWidth>
+inline void DecodeCodes(const std::uint8_t* in, std::size_t n, float scale, float* out) {
+  std::size_t i = 0;
+  if constexpr (kWidth > 1) {
+    using Lanes = float8::Elements<kWidth>;
+    using F = typename Lanes::F;
+    using I = typename Lanes::I;
+    const F factor = F{} + scale;
+    for (; i + kWidth <= n; i += kWidth) {
+      const typename Lanes::U code = Lanes::WidenBytes(in + i);
+      F x;
+      if constexpr (kFormat == StateFormat::Int8Block) {
+        x = __builtin_convertvector(reinterpret_cast<I>(code << 24) >> 24, F);  // sign-extended
+      } else if constexpr (kFormat == StateFormat::UInt8Block) {
+        x = __builtin_convertvector(reinterpret_cast<I>(code), F);
+      } else {
+        x = reinterpret_cast<F>(Lanes::template Decode<DataType::Float8E4M3FN>(code));
+      }
+      const F y = x * factor;
+      std::memcpy(out + i, &y, sizeof y);
+    }
+  }
+#pragma omp simd
+  for (std::size_t k = i; k < n; ++k) {
+    if constexpr (kFormat == StateFormat::Int8Block) {
+      out[k] = static_cast<float>(static_cast<std::int8_t>(in[k])) * scale;
+    } else if constexpr (kFormat == StateFormat::UInt8Block) {
+      out[k] = static_cast<float>(in[k]) * scale;
+    } else {
+      out[k] = Float8Value(in[k]) * scale;
+    }
+  }
+}
+
 // The FP32 values of elements [lo, lo + n) of a state stored as @p format.
+template <int kWidth>
 inline void DecodeState(StateFormat format, const void* data, const float* scales, std::size_t block, std::size_t lo,
                         std::size_t n, float* out) {
   switch (format) {
@@ -255,26 +301,16 @@ inline void DecodeState(StateFormat format, const void* data, const float* scale
     case StateFormat::Int8Block:
     case StateFormat::UInt8Block:
     case StateFormat::Float8E4M3Block: {
-      // One loop per format (no branch in the loop: it vectorises).
       const auto* in = static_cast<const std::uint8_t*>(data) + lo;
       for (std::size_t b = 0; b < n; b += block) {
         const std::size_t end = b + block < n ? b + block : n;
         const float scale = scales[(lo + b) / block];
         if (format == StateFormat::Int8Block) {
-#pragma omp simd
-          for (std::size_t i = b; i < end; ++i) {
-            out[i] = static_cast<float>(static_cast<std::int8_t>(in[i])) * scale;
-          }
+          DecodeCodes<StateFormat::Int8Block, kWidth>(in + b, end - b, scale, out + b);
         } else if (format == StateFormat::UInt8Block) {
-#pragma omp simd
-          for (std::size_t i = b; i < end; ++i) {
-            out[i] = static_cast<float>(in[i]) * scale;
-          }
+          DecodeCodes<StateFormat::UInt8Block, kWidth>(in + b, end - b, scale, out + b);
         } else {
-#pragma omp simd
-          for (std::size_t i = b; i < end; ++i) {
-            out[i] = Float8Value(in[i]) * scale;
-          }
+          DecodeCodes<StateFormat::Float8E4M3Block, kWidth>(in + b, end - b, scale, out + b);
         }
       }
       break;
@@ -357,6 +393,35 @@ inline void KeepPositive(const float* values, Code* out, std::size_t n) {
   }
 }
 
+// The E4M3FN codes of values[i] * @p factor (saturating) into out[0, n): the FP8 kernels' encode
+// on the FP32 bits (float8::Elements, core/Float8Bits.hpp's rounding) in the same loop as the
+// product; kSecond: a positive value that would get code 0 gets the smallest subnormal.
+template <bool kSecond, int kWidth>
+inline void EncodeFloat8(const float* values, std::uint8_t* out, std::size_t n, float factor) {
+  std::size_t i = 0;
+  if constexpr (kWidth > 1) {
+    using Lanes = float8::Elements<kWidth>;
+    using F = typename Lanes::F;
+    using U = typename Lanes::U;
+    const F scale = F{} + factor;
+    for (; i + kWidth <= n; i += kWidth) {
+      F x;
+      std::memcpy(&x, values + i, sizeof x);
+      const F y = x * scale;
+      U code = Lanes::template Encode<DataType::Float8E4M3FN>(reinterpret_cast<U>(y));
+      if constexpr (kSecond) {
+        code = Lanes::Select((x > 0.0f) & (code == 0u), Lanes::Splat(1u), code);
+      }
+      const typename Lanes::B bytes = __builtin_convertvector(code, typename Lanes::B);
+      std::memcpy(out + i, &bytes, sizeof bytes);
+    }
+  }
+  for (; i < n; ++i) {
+    const std::uint8_t code = mlframework::detail::FloatToFloat8E4M3FNSatBits(values[i] * factor);
+    out[i] = kSecond && values[i] > 0.0f && code == 0 ? std::uint8_t{1} : code;
+  }
+}
+
 // Encodes @p values (elements [lo, lo + n)) into a state stored as @p format, with new block
 // scales; @p second: the second moment, whose positive values stay positive. The FP16 and BF16
 // roundings are the CPU backend's cast kernels and the E4M3FN one its FP8 kernel (StoredFormats),
@@ -388,9 +453,11 @@ inline void EncodeState(const StoredFormats& f, StateFormat format, void* data, 
         const float scale = absmax / code_max;
         scales[(lo + b) / block] = scale;
         if (format == StateFormat::Float8E4M3Block) {
-          static_cast<void>(f.to_float8(values + b, out + b, end - b, mlframework::detail::Float8CodeFactor(scale)));
+          const float factor = mlframework::detail::Float8CodeFactor(scale);
           if (second) {
-            KeepPositive(values + b, out + b, end - b);
+            EncodeFloat8<true, kLanes<Batch>>(values + b, out + b, end - b, factor);
+          } else {
+            EncodeFloat8<false, kLanes<Batch>>(values + b, out + b, end - b, factor);
           }
         } else {
           EncodeLinear<Batch>(values + b, out + b, end - b, scale, code_max, second);
@@ -480,10 +547,10 @@ inline void ForEachStagedTile(const OptimizerPiece& piece, bool has_second, Upda
       DecodeMasters(piece, lo, n, tile.w);
     }
     if (piece.first == nullptr && piece.first_data != nullptr) {
-      DecodeState(f.first, piece.first_data, piece.first_scales, f.block_size, lo, n, tile.first);
+      DecodeState<kLanes<Batch>>(f.first, piece.first_data, piece.first_scales, f.block_size, lo, n, tile.first);
     }
     if (has_second && piece.second == nullptr) {
-      DecodeState(f.second, piece.second_data, piece.second_scales, f.block_size, lo, n, tile.second);
+      DecodeState<kLanes<Batch>>(f.second, piece.second_data, piece.second_scales, f.block_size, lo, n, tile.second);
     }
     update(w, piece.gradient + lo, m, v, n);
     if (piece.parameter == nullptr) {
