@@ -355,10 +355,11 @@ inline void EncodeLinear(const float* values, std::uint8_t* out, std::size_t n, 
     const Batch one(1.0f);
     const Batch magic(12582912.0f);          // RoundHalfEven()'s 1.5 * 2^23
     const Batch near_half(0.5f - 0x1p-14f);  // a rounded quotient this far off is near a tie
+    // NaN to 0, then MAXPS/MINPS for the bounds: they differ from the selects only in which of
+    // two equal values (or of -0 and +0, which give the same code) they return.
     auto clamped = [&](const Batch& quotient) {
-      Batch q = xsimd::select(quotient == quotient, quotient, zero);
-      q = xsimd::select(q < low, low, q);
-      return xsimd::select(q > high, high, q);
+      const Batch q = xsimd::select(quotient == quotient, quotient, zero);
+      return xsimd::min(xsimd::max(q, low), high);
     };
     alignas(64) std::int32_t lanes[kWidth];
     for (; i + kWidth <= n; i += kWidth) {
@@ -485,7 +486,75 @@ inline void DecodeMasters(const OptimizerPiece& piece, std::size_t lo, std::size
   }
 }
 
+// StochasticRoundToBFloat16Bits() of values[0, m) into out[0, m) with the words of the Philox
+// counters (@p first_group + j, @p tensor, @p step), m the largest multiple of 4 x kWidth up to
+// @p n, on the lanes of the AVX-512 or AVX2 table (PhiloxLanes.hpp); returns m (0 elsewhere).
+template <int kWidth>
+inline std::size_t RoundStochastically(const float* values, std::uint16_t* out, std::size_t n,
+                                       std::uint64_t first_group, std::uint32_t tensor, std::uint32_t step,
+                                       std::uint32_t seed0, std::uint32_t seed1) {
+  std::size_t i = 0;
+#if defined(__AVX512F__)
+  if constexpr (kWidth == 16) {
+    const __m512i magnitude = _mm512_set1_epi32(0x7fffffff);
+    const __m512i infinity = _mm512_set1_epi32(0x7f800000);
+    const __m512i low16 = _mm512_set1_epi32(0xffff);
+    const __m512i quiet = _mm512_set1_epi32(0x40);
+    for (; i + 64 <= n; i += 64) {
+      __m512i words[4];
+      PhiloxWords16(first_group + i / 4, tensor, step, seed0, seed1, words);
+      for (int k = 0; k < 4; ++k) {
+        const __m512i x = _mm512_castps_si512(_mm512_loadu_ps(values + i + 16 * k));
+        const __m512i ax = _mm512_and_si512(x, magnitude);
+        const __m512i high = _mm512_srli_epi32(x, 16);
+        __m512i r = _mm512_srli_epi32(_mm512_add_epi32(x, _mm512_and_si512(words[k], low16)), 16);
+        r = _mm512_mask_mov_epi32(r, _mm512_cmpeq_epi32_mask(ax, infinity), high);
+        r = _mm512_mask_mov_epi32(r, _mm512_cmpgt_epi32_mask(ax, infinity), _mm512_or_si512(high, quiet));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i + 16 * k), _mm512_cvtepi32_epi16(r));
+      }
+    }
+  }
+#endif
+#if defined(__AVX2__)
+  if constexpr (kWidth == 8) {
+    const __m256i magnitude = _mm256_set1_epi32(0x7fffffff);
+    const __m256i infinity = _mm256_set1_epi32(0x7f800000);
+    const __m256i low16 = _mm256_set1_epi32(0xffff);
+    const __m256i quiet = _mm256_set1_epi32(0x40);
+    auto round = [&](const float* v, __m256i word) {
+      const __m256i x = _mm256_castps_si256(_mm256_loadu_ps(v));
+      const __m256i ax = _mm256_and_si256(x, magnitude);
+      const __m256i high = _mm256_srli_epi32(x, 16);
+      __m256i r = _mm256_srli_epi32(_mm256_add_epi32(x, _mm256_and_si256(word, low16)), 16);
+      r = _mm256_blendv_epi8(r, high, _mm256_cmpeq_epi32(ax, infinity));
+      return _mm256_blendv_epi8(r, _mm256_or_si256(high, quiet), _mm256_cmpgt_epi32(ax, infinity));
+    };
+    for (; i + 32 <= n; i += 32) {
+      __m256i words[4];
+      PhiloxWords8(first_group + i / 4, tensor, step, seed0, seed1, words);
+      for (int k = 0; k < 4; k += 2) {
+        // Both results are below 2^16: the unsigned saturating pack keeps them; the permute
+        // undoes its interleaving of the 128-bit halves.
+        const __m256i packed = _mm256_packus_epi32(round(values + i + 8 * k, words[k]),
+                                                   round(values + i + 8 * k + 8, words[k + 1]));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i + 8 * k), _mm256_permute4x64_epi64(packed, 0xd8));
+      }
+    }
+  }
+#endif
+  static_cast<void>(values);
+  static_cast<void>(out);
+  static_cast<void>(n);
+  static_cast<void>(first_group);
+  static_cast<void>(tensor);
+  static_cast<void>(step);
+  static_cast<void>(seed0);
+  static_cast<void>(seed1);
+  return i;
+}
+
 // Stores the updated FP32 masters @p values of elements [lo, lo + n) of a BF16-master piece.
+template <int kWidth>
 inline void EncodeMasters(const OptimizerPiece& piece, std::size_t lo, std::size_t n, const float* values) {
   auto* param = static_cast<std::uint16_t*>(piece.parameter_data) + lo;
   if (piece.formats->masters == MasterFormat::BFloat16Remainder) {
@@ -496,31 +565,24 @@ inline void EncodeMasters(const OptimizerPiece& piece, std::size_t lo, std::size
     }
     return;
   }
-  // Stochastic rounding: the tile's random words first (one Philox block gives the words of four
-  // consecutive elements; lo and the piece's offset are multiples of four), Philox4x32() of one
-  // block per lane in a loop of its own that vectorises, then the rounding.
+  // Stochastic rounding: the words of one Philox block per four elements (lo and the piece's
+  // offset are multiples of four), 4 x kWidth elements per vector Philox call, one call of
+  // Philox4x32() per block for the tail.
   const StoredFormats& f = *piece.formats;
   const std::uint64_t first_group = (piece.offset + lo) / 4;
-  const std::size_t groups = (n + 3) / 4;
-  alignas(64) std::uint32_t words[kStagedTileElements];
   const auto seed0 = static_cast<std::uint32_t>(f.seed);
   const auto seed1 = static_cast<std::uint32_t>(f.seed >> 32);
   const auto step = static_cast<std::uint32_t>(f.step);
   const std::uint32_t tensor = piece.tensor;
-#pragma omp simd
-  for (std::size_t k = 0; k < groups; ++k) {
-    const std::uint64_t group = first_group + k;
+  const std::size_t i = RoundStochastically<kWidth>(values, param, n, first_group, tensor, step, seed0, seed1);
+  for (std::size_t k = i; k < n; k += 4) {
+    const std::uint64_t group = first_group + k / 4;
     const Philox4x32Block bits = Philox4x32(
         Philox4x32Block{{static_cast<std::uint32_t>(group), static_cast<std::uint32_t>(group >> 32), tensor, step}},
         seed0, seed1);
-    words[4 * k] = bits.Word[0];
-    words[4 * k + 1] = bits.Word[1];
-    words[4 * k + 2] = bits.Word[2];
-    words[4 * k + 3] = bits.Word[3];
-  }
-#pragma omp simd
-  for (std::size_t i = 0; i < n; ++i) {
-    param[i] = StochasticRoundToBFloat16Bits(values[i], words[i]);
+    for (std::size_t e = k; e < n && e < k + 4; ++e) {
+      param[e] = StochasticRoundToBFloat16Bits(values[e], bits.Word[e - k]);
+    }
   }
 }
 
@@ -554,7 +616,7 @@ inline void ForEachStagedTile(const OptimizerPiece& piece, bool has_second, Upda
     }
     update(w, piece.gradient + lo, m, v, n);
     if (piece.parameter == nullptr) {
-      EncodeMasters(piece, lo, n, tile.w);
+      EncodeMasters<kLanes<Batch>>(piece, lo, n, tile.w);
     }
     if (piece.first == nullptr && piece.first_data != nullptr) {
       EncodeState<Batch>(f, f.first, piece.first_data, piece.first_scales, lo, n, tile.first, false);
