@@ -425,7 +425,7 @@ inline void EncodeFloat8(const float* values, std::uint8_t* out, std::size_t n, 
 
 // Encodes @p values (elements [lo, lo + n)) into a state stored as @p format, with new block
 // scales; @p second: the second moment, whose positive values stay positive. The FP16 and BF16
-// roundings are the CPU backend's cast kernels and the E4M3FN one its FP8 kernel (StoredFormats),
+// roundings are the CPU backend's cast kernels (StoredFormats) and the E4M3FN one EncodeFloat8(),
 // which round as the conversions of core/FloatBits.hpp and core/Float8Bits.hpp do.
 template <class Batch>
 inline void EncodeState(const StoredFormats& f, StateFormat format, void* data, float* scales, std::size_t lo,
@@ -535,8 +535,8 @@ inline std::size_t RoundStochastically(const float* values, std::uint16_t* out, 
       for (int k = 0; k < 4; k += 2) {
         // Both results are below 2^16: the unsigned saturating pack keeps them; the permute
         // undoes its interleaving of the 128-bit halves.
-        const __m256i packed = _mm256_packus_epi32(round(values + i + 8 * k, words[k]),
-                                                   round(values + i + 8 * k + 8, words[k + 1]));
+        const __m256i packed =
+            _mm256_packus_epi32(round(values + i + 8 * k, words[k]), round(values + i + 8 * k + 8, words[k + 1]));
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i + 8 * k), _mm256_permute4x64_epi64(packed, 0xd8));
       }
     }
