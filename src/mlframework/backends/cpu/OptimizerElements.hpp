@@ -503,7 +503,7 @@ inline std::size_t RoundStochastically(const float* values, std::uint16_t* out, 
     for (; i + 64 <= n; i += 64) {
       __m512i words[4];
       PhiloxWords16(first_group + i / 4, tensor, step, seed0, seed1, words);
-      for (int k = 0; k < 4; ++k) {
+      for (std::size_t k = 0; k < 4; ++k) {
         const __m512i x = _mm512_castps_si512(_mm512_loadu_ps(values + i + 16 * k));
         const __m512i ax = _mm512_and_si512(x, magnitude);
         const __m512i high = _mm512_srli_epi32(x, 16);
@@ -532,7 +532,7 @@ inline std::size_t RoundStochastically(const float* values, std::uint16_t* out, 
     for (; i + 32 <= n; i += 32) {
       __m256i words[4];
       PhiloxWords8(first_group + i / 4, tensor, step, seed0, seed1, words);
-      for (int k = 0; k < 4; k += 2) {
+      for (std::size_t k = 0; k < 4; k += 2) {
         // Both results are below 2^16: the unsigned saturating pack keeps them; the permute
         // undoes its interleaving of the 128-bit halves.
         const __m256i packed =
