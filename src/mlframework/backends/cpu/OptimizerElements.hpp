@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include <xsimd/xsimd.hpp>
@@ -19,7 +20,9 @@
 #include <mlframework/core/OptimizerStep.hpp>
 #include <mlframework/core/Philox.hpp>
 
+#include "mlframework/backends/cpu/Float8Elements.hpp"
 #include "mlframework/backends/cpu/OptimizerKernels.hpp"
+#include "mlframework/backends/cpu/PhiloxLanes.hpp"
 #include "mlframework/core/StateCodes.hpp"
 
 namespace mlframework::backends::cpu::optimizer {
@@ -61,6 +64,10 @@ constexpr std::size_t Width() {
   }
 }
 
+// The lanes of T as the int template argument of float8::Elements (1 for float: no vector loop).
+template <class T>
+inline constexpr int kLanes = static_cast<int>(Width<T>());
+
 // a * b + c: one fused multiply-add (rounded once) on the vector tables, where PyTorch's AVX2 and
 // AVX-512 kernels fuse it (vec::fmadd, and their scalar tails compiled with FMA), or a product and
 // a sum each rounded to FP32 on the portable table, as PyTorch's default (non-vector) kernels.
@@ -97,7 +104,8 @@ inline __m512 MklSqrt(__m512 x) {
   const __mmask16 special = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LE_OQ) |
                             _mm512_cmp_ps_mask(x, _mm512_set1_ps(INFINITY), _CMP_EQ_OQ) |
                             _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-  return _mm512_mask_sqrt_ps(r, special, x);
+  // VSQRTPS costs its full latency under any mask: run it only when a lane needs it (rare).
+  return special != 0 ? _mm512_mask_sqrt_ps(r, special, x) : r;
 }
 #endif
 
@@ -230,7 +238,45 @@ inline float Float8Value(std::uint8_t code) {
   return std::bit_cast<float>(bits | (static_cast<std::uint32_t>(code & 0x80u) << 24));
 }
 
+// The FP32 values code * scale of @p n one-byte codes of the block-scaled format kFormat, on
+// vectors of kWidth lanes (float8::Elements: one widening load, an exact conversion, one FP32
+// product) and Float8Value() or the integer conversion for the tail.
+template <StateFormat kFormat, int kWidth>
+inline void DecodeCodes(const std::uint8_t* in, std::size_t n, float scale, float* out) {
+  std::size_t i = 0;
+  if constexpr (kWidth > 1) {
+    using Lanes = float8::Elements<kWidth>;
+    using F = typename Lanes::F;
+    using I = typename Lanes::I;
+    const F factor = F{} + scale;
+    for (; i + kWidth <= n; i += kWidth) {
+      const typename Lanes::U code = Lanes::WidenBytes(in + i);
+      F x;
+      if constexpr (kFormat == StateFormat::Int8Block) {
+        x = __builtin_convertvector(reinterpret_cast<I>(code << 24) >> 24, F);  // sign-extended
+      } else if constexpr (kFormat == StateFormat::UInt8Block) {
+        x = __builtin_convertvector(reinterpret_cast<I>(code), F);
+      } else {
+        x = reinterpret_cast<F>(Lanes::template Decode<DataType::Float8E4M3FN>(code));
+      }
+      const F y = x * factor;
+      std::memcpy(out + i, &y, sizeof y);
+    }
+  }
+#pragma omp simd
+  for (std::size_t k = i; k < n; ++k) {
+    if constexpr (kFormat == StateFormat::Int8Block) {
+      out[k] = static_cast<float>(static_cast<std::int8_t>(in[k])) * scale;
+    } else if constexpr (kFormat == StateFormat::UInt8Block) {
+      out[k] = static_cast<float>(in[k]) * scale;
+    } else {
+      out[k] = Float8Value(in[k]) * scale;
+    }
+  }
+}
+
 // The FP32 values of elements [lo, lo + n) of a state stored as @p format.
+template <int kWidth>
 inline void DecodeState(StateFormat format, const void* data, const float* scales, std::size_t block, std::size_t lo,
                         std::size_t n, float* out) {
   switch (format) {
@@ -255,26 +301,16 @@ inline void DecodeState(StateFormat format, const void* data, const float* scale
     case StateFormat::Int8Block:
     case StateFormat::UInt8Block:
     case StateFormat::Float8E4M3Block: {
-      // One loop per format (no branch in the loop: it vectorises).
       const auto* in = static_cast<const std::uint8_t*>(data) + lo;
       for (std::size_t b = 0; b < n; b += block) {
         const std::size_t end = b + block < n ? b + block : n;
         const float scale = scales[(lo + b) / block];
         if (format == StateFormat::Int8Block) {
-#pragma omp simd
-          for (std::size_t i = b; i < end; ++i) {
-            out[i] = static_cast<float>(static_cast<std::int8_t>(in[i])) * scale;
-          }
+          DecodeCodes<StateFormat::Int8Block, kWidth>(in + b, end - b, scale, out + b);
         } else if (format == StateFormat::UInt8Block) {
-#pragma omp simd
-          for (std::size_t i = b; i < end; ++i) {
-            out[i] = static_cast<float>(in[i]) * scale;
-          }
+          DecodeCodes<StateFormat::UInt8Block, kWidth>(in + b, end - b, scale, out + b);
         } else {
-#pragma omp simd
-          for (std::size_t i = b; i < end; ++i) {
-            out[i] = Float8Value(in[i]) * scale;
-          }
+          DecodeCodes<StateFormat::Float8E4M3Block, kWidth>(in + b, end - b, scale, out + b);
         }
       }
       break;
@@ -319,10 +355,11 @@ inline void EncodeLinear(const float* values, std::uint8_t* out, std::size_t n, 
     const Batch one(1.0f);
     const Batch magic(12582912.0f);          // RoundHalfEven()'s 1.5 * 2^23
     const Batch near_half(0.5f - 0x1p-14f);  // a rounded quotient this far off is near a tie
+    // NaN to 0, then MAXPS/MINPS for the bounds: they differ from the selects only in which of
+    // two equal values (or of -0 and +0, which give the same code) they return.
     auto clamped = [&](const Batch& quotient) {
-      Batch q = xsimd::select(quotient == quotient, quotient, zero);
-      q = xsimd::select(q < low, low, q);
-      return xsimd::select(q > high, high, q);
+      const Batch q = xsimd::select(quotient == quotient, quotient, zero);
+      return xsimd::min(xsimd::max(q, low), high);
     };
     alignas(64) std::int32_t lanes[kWidth];
     for (; i + kWidth <= n; i += kWidth) {
@@ -357,9 +394,38 @@ inline void KeepPositive(const float* values, Code* out, std::size_t n) {
   }
 }
 
+// The E4M3FN codes of values[i] * @p factor (saturating) into out[0, n): the FP8 kernels' encode
+// on the FP32 bits (float8::Elements, core/Float8Bits.hpp's rounding) in the same loop as the
+// product; kSecond: a positive value that would get code 0 gets the smallest subnormal.
+template <bool kSecond, int kWidth>
+inline void EncodeFloat8(const float* values, std::uint8_t* out, std::size_t n, float factor) {
+  std::size_t i = 0;
+  if constexpr (kWidth > 1) {
+    using Lanes = float8::Elements<kWidth>;
+    using F = typename Lanes::F;
+    using U = typename Lanes::U;
+    const F scale = F{} + factor;
+    for (; i + kWidth <= n; i += kWidth) {
+      F x;
+      std::memcpy(&x, values + i, sizeof x);
+      const F y = x * scale;
+      U code = Lanes::template Encode<DataType::Float8E4M3FN>(reinterpret_cast<U>(y));
+      if constexpr (kSecond) {
+        code = Lanes::Select((x > 0.0f) & (code == 0u), Lanes::Splat(1u), code);
+      }
+      const typename Lanes::B bytes = __builtin_convertvector(code, typename Lanes::B);
+      std::memcpy(out + i, &bytes, sizeof bytes);
+    }
+  }
+  for (; i < n; ++i) {
+    const std::uint8_t code = mlframework::detail::FloatToFloat8E4M3FNSatBits(values[i] * factor);
+    out[i] = kSecond && values[i] > 0.0f && code == 0 ? std::uint8_t{1} : code;
+  }
+}
+
 // Encodes @p values (elements [lo, lo + n)) into a state stored as @p format, with new block
 // scales; @p second: the second moment, whose positive values stay positive. The FP16 and BF16
-// roundings are the CPU backend's cast kernels and the E4M3FN one its FP8 kernel (StoredFormats),
+// roundings are the CPU backend's cast kernels (StoredFormats) and the E4M3FN one EncodeFloat8(),
 // which round as the conversions of core/FloatBits.hpp and core/Float8Bits.hpp do.
 template <class Batch>
 inline void EncodeState(const StoredFormats& f, StateFormat format, void* data, float* scales, std::size_t lo,
@@ -388,9 +454,11 @@ inline void EncodeState(const StoredFormats& f, StateFormat format, void* data, 
         const float scale = absmax / code_max;
         scales[(lo + b) / block] = scale;
         if (format == StateFormat::Float8E4M3Block) {
-          static_cast<void>(f.to_float8(values + b, out + b, end - b, mlframework::detail::Float8CodeFactor(scale)));
+          const float factor = mlframework::detail::Float8CodeFactor(scale);
           if (second) {
-            KeepPositive(values + b, out + b, end - b);
+            EncodeFloat8<true, kLanes<Batch>>(values + b, out + b, end - b, factor);
+          } else {
+            EncodeFloat8<false, kLanes<Batch>>(values + b, out + b, end - b, factor);
           }
         } else {
           EncodeLinear<Batch>(values + b, out + b, end - b, scale, code_max, second);
@@ -418,7 +486,75 @@ inline void DecodeMasters(const OptimizerPiece& piece, std::size_t lo, std::size
   }
 }
 
+// StochasticRoundToBFloat16Bits() of values[0, m) into out[0, m) with the words of the Philox
+// counters (@p first_group + j, @p tensor, @p step), m the largest multiple of 4 x kWidth up to
+// @p n, on the lanes of the AVX-512 or AVX2 table (PhiloxLanes.hpp); returns m (0 elsewhere).
+template <int kWidth>
+inline std::size_t RoundStochastically(const float* values, std::uint16_t* out, std::size_t n,
+                                       std::uint64_t first_group, std::uint32_t tensor, std::uint32_t step,
+                                       std::uint32_t seed0, std::uint32_t seed1) {
+  std::size_t i = 0;
+#if defined(__AVX512F__)
+  if constexpr (kWidth == 16) {
+    const __m512i magnitude = _mm512_set1_epi32(0x7fffffff);
+    const __m512i infinity = _mm512_set1_epi32(0x7f800000);
+    const __m512i low16 = _mm512_set1_epi32(0xffff);
+    const __m512i quiet = _mm512_set1_epi32(0x40);
+    for (; i + 64 <= n; i += 64) {
+      __m512i words[4];
+      PhiloxWords16(first_group + i / 4, tensor, step, seed0, seed1, words);
+      for (std::size_t k = 0; k < 4; ++k) {
+        const __m512i x = _mm512_castps_si512(_mm512_loadu_ps(values + i + 16 * k));
+        const __m512i ax = _mm512_and_si512(x, magnitude);
+        const __m512i high = _mm512_srli_epi32(x, 16);
+        __m512i r = _mm512_srli_epi32(_mm512_add_epi32(x, _mm512_and_si512(words[k], low16)), 16);
+        r = _mm512_mask_mov_epi32(r, _mm512_cmpeq_epi32_mask(ax, infinity), high);
+        r = _mm512_mask_mov_epi32(r, _mm512_cmpgt_epi32_mask(ax, infinity), _mm512_or_si512(high, quiet));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i + 16 * k), _mm512_cvtepi32_epi16(r));
+      }
+    }
+  }
+#endif
+#if defined(__AVX2__)
+  if constexpr (kWidth == 8) {
+    const __m256i magnitude = _mm256_set1_epi32(0x7fffffff);
+    const __m256i infinity = _mm256_set1_epi32(0x7f800000);
+    const __m256i low16 = _mm256_set1_epi32(0xffff);
+    const __m256i quiet = _mm256_set1_epi32(0x40);
+    auto round = [&](const float* v, __m256i word) {
+      const __m256i x = _mm256_castps_si256(_mm256_loadu_ps(v));
+      const __m256i ax = _mm256_and_si256(x, magnitude);
+      const __m256i high = _mm256_srli_epi32(x, 16);
+      __m256i r = _mm256_srli_epi32(_mm256_add_epi32(x, _mm256_and_si256(word, low16)), 16);
+      r = _mm256_blendv_epi8(r, high, _mm256_cmpeq_epi32(ax, infinity));
+      return _mm256_blendv_epi8(r, _mm256_or_si256(high, quiet), _mm256_cmpgt_epi32(ax, infinity));
+    };
+    for (; i + 32 <= n; i += 32) {
+      __m256i words[4];
+      PhiloxWords8(first_group + i / 4, tensor, step, seed0, seed1, words);
+      for (std::size_t k = 0; k < 4; k += 2) {
+        // Both results are below 2^16: the unsigned saturating pack keeps them; the permute
+        // undoes its interleaving of the 128-bit halves.
+        const __m256i packed =
+            _mm256_packus_epi32(round(values + i + 8 * k, words[k]), round(values + i + 8 * k + 8, words[k + 1]));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i + 8 * k), _mm256_permute4x64_epi64(packed, 0xd8));
+      }
+    }
+  }
+#endif
+  static_cast<void>(values);
+  static_cast<void>(out);
+  static_cast<void>(n);
+  static_cast<void>(first_group);
+  static_cast<void>(tensor);
+  static_cast<void>(step);
+  static_cast<void>(seed0);
+  static_cast<void>(seed1);
+  return i;
+}
+
 // Stores the updated FP32 masters @p values of elements [lo, lo + n) of a BF16-master piece.
+template <int kWidth>
 inline void EncodeMasters(const OptimizerPiece& piece, std::size_t lo, std::size_t n, const float* values) {
   auto* param = static_cast<std::uint16_t*>(piece.parameter_data) + lo;
   if (piece.formats->masters == MasterFormat::BFloat16Remainder) {
@@ -429,31 +565,24 @@ inline void EncodeMasters(const OptimizerPiece& piece, std::size_t lo, std::size
     }
     return;
   }
-  // Stochastic rounding: the tile's random words first (one Philox block gives the words of four
-  // consecutive elements; lo and the piece's offset are multiples of four), Philox4x32() of one
-  // block per lane in a loop of its own that vectorises, then the rounding.
+  // Stochastic rounding: the words of one Philox block per four elements (lo and the piece's
+  // offset are multiples of four), 4 x kWidth elements per vector Philox call, one call of
+  // Philox4x32() per block for the tail.
   const StoredFormats& f = *piece.formats;
   const std::uint64_t first_group = (piece.offset + lo) / 4;
-  const std::size_t groups = (n + 3) / 4;
-  alignas(64) std::uint32_t words[kStagedTileElements];
   const auto seed0 = static_cast<std::uint32_t>(f.seed);
   const auto seed1 = static_cast<std::uint32_t>(f.seed >> 32);
   const auto step = static_cast<std::uint32_t>(f.step);
   const std::uint32_t tensor = piece.tensor;
-#pragma omp simd
-  for (std::size_t k = 0; k < groups; ++k) {
-    const std::uint64_t group = first_group + k;
+  const std::size_t i = RoundStochastically<kWidth>(values, param, n, first_group, tensor, step, seed0, seed1);
+  for (std::size_t k = i; k < n; k += 4) {
+    const std::uint64_t group = first_group + k / 4;
     const Philox4x32Block bits = Philox4x32(
         Philox4x32Block{{static_cast<std::uint32_t>(group), static_cast<std::uint32_t>(group >> 32), tensor, step}},
         seed0, seed1);
-    words[4 * k] = bits.Word[0];
-    words[4 * k + 1] = bits.Word[1];
-    words[4 * k + 2] = bits.Word[2];
-    words[4 * k + 3] = bits.Word[3];
-  }
-#pragma omp simd
-  for (std::size_t i = 0; i < n; ++i) {
-    param[i] = StochasticRoundToBFloat16Bits(values[i], words[i]);
+    for (std::size_t e = k; e < n && e < k + 4; ++e) {
+      param[e] = StochasticRoundToBFloat16Bits(values[e], bits.Word[e - k]);
+    }
   }
 }
 
@@ -480,14 +609,14 @@ inline void ForEachStagedTile(const OptimizerPiece& piece, bool has_second, Upda
       DecodeMasters(piece, lo, n, tile.w);
     }
     if (piece.first == nullptr && piece.first_data != nullptr) {
-      DecodeState(f.first, piece.first_data, piece.first_scales, f.block_size, lo, n, tile.first);
+      DecodeState<kLanes<Batch>>(f.first, piece.first_data, piece.first_scales, f.block_size, lo, n, tile.first);
     }
     if (has_second && piece.second == nullptr) {
-      DecodeState(f.second, piece.second_data, piece.second_scales, f.block_size, lo, n, tile.second);
+      DecodeState<kLanes<Batch>>(f.second, piece.second_data, piece.second_scales, f.block_size, lo, n, tile.second);
     }
     update(w, piece.gradient + lo, m, v, n);
     if (piece.parameter == nullptr) {
-      EncodeMasters(piece, lo, n, tile.w);
+      EncodeMasters<kLanes<Batch>>(piece, lo, n, tile.w);
     }
     if (piece.first == nullptr && piece.first_data != nullptr) {
       EncodeState<Batch>(f, f.first, piece.first_data, piece.first_scales, lo, n, tile.first, false);

@@ -15,7 +15,6 @@
 #include <mlframework/core/DeviceScaling.hpp>
 
 #include "mlframework/backends/cpu/CpuBackend.hpp"
-#include "mlframework/backends/cpu/Float8Kernels.hpp"
 #include "mlframework/backends/cpu/KernelTable.hpp"
 #include "mlframework/core/ParallelWork.hpp"
 
@@ -150,8 +149,7 @@ bool Run(const OptimizerStepLists& lists, const Scalars& scalars, const DeviceSc
       .seed = lists.RoundingSeed,
       .step = lists.RoundingStep,
       .to_bfloat16 = ActiveKernels().cached.cast[Slot(DataType::Float32)][Slot(DataType::BFloat16)],
-      .to_float16 = ActiveKernels().cached.cast[Slot(DataType::Float32)][Slot(DataType::Float16)],
-      .to_float8 = ActiveFloat8Kernels().cast_e4m3fn};
+      .to_float16 = ActiveKernels().cached.cast[Slot(DataType::Float32)][Slot(DataType::Float16)]};
   const std::optional<std::vector<OptimizerPiece>> pieces = Pieces(lists, Staged(lists) ? &formats : nullptr);
   if (!pieces) {
     return false;

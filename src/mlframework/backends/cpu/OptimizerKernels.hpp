@@ -23,7 +23,6 @@
 #include <mlframework/core/DataType.hpp>
 #include <mlframework/core/OptimizerStep.hpp>
 
-#include "mlframework/backends/cpu/Float8Kernels.hpp"
 #include "mlframework/backends/cpu/InstructionSets.hpp"
 
 namespace mlframework::backends::cpu {
@@ -32,8 +31,8 @@ namespace mlframework::backends::cpu {
 using NarrowFn = bool (*)(const void* src, void* dst, std::size_t count, float factor);
 
 /// How a step stores its masters and states (OptimizerStepLists' formats), shared by its pieces,
-/// with the cast kernels that round the FP32 states to BF16 and FP16 and the FP8 kernel that
-/// rounds them to E4M3FN (vectorised, core/Float8Bits.hpp's bits).
+/// with the cast kernels that round the FP32 states to BF16 and FP16 (the element kernels encode
+/// the block codes themselves).
 struct StoredFormats {
   StateFormat first = StateFormat::Float32;
   StateFormat second = StateFormat::Float32;
@@ -43,7 +42,6 @@ struct StoredFormats {
   std::uint64_t step = 0;  // the step in its counter
   NarrowFn to_bfloat16 = nullptr;
   NarrowFn to_float16 = nullptr;
-  Float8KernelSet::CastFn to_float8 = nullptr;  // E4M3FN of the values times a factor
 };
 
 /// One piece: elements [begin, begin + count) of one tensor of a step, with its narrowing kernel.

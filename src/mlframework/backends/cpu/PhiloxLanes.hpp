@@ -1,0 +1,118 @@
+#pragma once
+// Private: Philox-4x32-10 (core/Philox.hpp) on the lanes of one AVX-512 or AVX2 register, one
+// counter per lane, for the stochastic rounding of the fused optimizer steps. Include only from
+// the OptimizerKernels*.cpp files (through OptimizerElements.hpp), each compiled with its flags.
+//
+// A round multiplies two words of each counter into 64-bit products: VPMULUDQ multiplies the even
+// 32-bit lanes, so each product is taken twice (even lanes, odd lanes moved down) and the high and
+// low halves are put back into their lanes. The words come out word-major (word k of every
+// counter in one register); four unpacks interleave them into element order. For that to need no
+// shuffle across 128-bit lanes, lane 4L + k holds counter kQuads * k + L (kQuads = lanes / 4):
+// after the unpacks, register k holds the four words of counters kQuads * k .. kQuads * k +
+// kQuads - 1, which are the words of the elements 4 * kQuads * k on.
+
+#include <cstdint>
+
+#if defined(__AVX2__) || defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+namespace mlframework::backends::cpu::optimizer {
+
+namespace {
+
+inline constexpr std::uint32_t kPhiloxMultiplier0 = 0xD2511F53u;
+inline constexpr std::uint32_t kPhiloxMultiplier1 = 0xCD9E8D57u;
+inline constexpr std::uint32_t kPhiloxWeyl0 = 0x9E3779B9u;
+inline constexpr std::uint32_t kPhiloxWeyl1 = 0xBB67AE85u;
+
+#if defined(__AVX512F__)
+/// The words of Philox-4x32-10 of the 16 counters (@p first + j, @p tensor, @p step) for j in
+/// [0, 16) under key (@p key0, @p key1), in element order: out[k] holds the words of elements
+/// 16k .. 16k + 15 of the 64 elements those counters cover (element 4j + i: word i of counter j).
+inline void PhiloxWords16(std::uint64_t first, std::uint32_t tensor, std::uint32_t step, std::uint32_t key0,
+                          std::uint32_t key1, __m512i out[4]) {
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  const __m512i base = _mm512_set1_epi32(static_cast<int>(static_cast<std::uint32_t>(first)));
+  __m512i c0 = _mm512_add_epi32(base, order);
+  // The counter's high word carries when its low word wrapped.
+  const __mmask16 carry = _mm512_cmplt_epu32_mask(c0, base);
+  __m512i c1 = _mm512_set1_epi32(static_cast<int>(static_cast<std::uint32_t>(first >> 32)));
+  c1 = _mm512_mask_add_epi32(c1, carry, c1, _mm512_set1_epi32(1));
+  __m512i c2 = _mm512_set1_epi32(static_cast<int>(tensor));
+  __m512i c3 = _mm512_set1_epi32(static_cast<int>(step));
+  const __m512i m0 = _mm512_set1_epi64(kPhiloxMultiplier0);
+  const __m512i m1 = _mm512_set1_epi64(kPhiloxMultiplier1);
+  for (int r = 0; r < 10; ++r) {
+    const __m512i even0 = _mm512_mul_epu32(c0, m0);
+    const __m512i odd0 = _mm512_mul_epu32(_mm512_shuffle_epi32(c0, _MM_PERM_CDAB), m0);
+    const __m512i even1 = _mm512_mul_epu32(c2, m1);
+    const __m512i odd1 = _mm512_mul_epu32(_mm512_shuffle_epi32(c2, _MM_PERM_CDAB), m1);
+    // Even lanes: the even product's high (low) half; odd lanes: the odd product's.
+    const __m512i hi0 = _mm512_mask_shuffle_epi32(odd0, 0x5555, even0, _MM_PERM_CDAB);
+    const __m512i lo0 = _mm512_mask_shuffle_epi32(even0, 0xAAAA, odd0, _MM_PERM_CDAB);
+    const __m512i hi1 = _mm512_mask_shuffle_epi32(odd1, 0x5555, even1, _MM_PERM_CDAB);
+    const __m512i lo1 = _mm512_mask_shuffle_epi32(even1, 0xAAAA, odd1, _MM_PERM_CDAB);
+    const auto k0 = static_cast<int>(key0 + static_cast<std::uint32_t>(r) * kPhiloxWeyl0);
+    const auto k1 = static_cast<int>(key1 + static_cast<std::uint32_t>(r) * kPhiloxWeyl1);
+    c0 = _mm512_ternarylogic_epi32(hi1, c1, _mm512_set1_epi32(k0), 0x96);  // three-way XOR
+    c2 = _mm512_ternarylogic_epi32(hi0, c3, _mm512_set1_epi32(k1), 0x96);
+    c1 = lo1;
+    c3 = lo0;
+  }
+  const __m512i t0 = _mm512_unpacklo_epi32(c0, c1);
+  const __m512i t1 = _mm512_unpacklo_epi32(c2, c3);
+  const __m512i t2 = _mm512_unpackhi_epi32(c0, c1);
+  const __m512i t3 = _mm512_unpackhi_epi32(c2, c3);
+  out[0] = _mm512_unpacklo_epi64(t0, t1);
+  out[1] = _mm512_unpackhi_epi64(t0, t1);
+  out[2] = _mm512_unpacklo_epi64(t2, t3);
+  out[3] = _mm512_unpackhi_epi64(t2, t3);
+}
+#endif
+
+#if defined(__AVX2__)
+/// PhiloxWords16() on 8 counters: out[k] holds the words of elements 8k .. 8k + 7 of the 32.
+inline void PhiloxWords8(std::uint64_t first, std::uint32_t tensor, std::uint32_t step, std::uint32_t key0,
+                         std::uint32_t key1, __m256i out[4]) {
+  const __m256i order = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+  const __m256i base = _mm256_set1_epi32(static_cast<int>(static_cast<std::uint32_t>(first)));
+  __m256i c0 = _mm256_add_epi32(base, order);
+  // Unsigned c0 < base by the signed compare of both with the sign bit flipped: -1 where it wrapped.
+  const __m256i flip = _mm256_set1_epi32(static_cast<int>(0x80000000u));
+  const __m256i wrapped = _mm256_cmpgt_epi32(_mm256_xor_si256(base, flip), _mm256_xor_si256(c0, flip));
+  __m256i c1 = _mm256_sub_epi32(_mm256_set1_epi32(static_cast<int>(static_cast<std::uint32_t>(first >> 32))), wrapped);
+  __m256i c2 = _mm256_set1_epi32(static_cast<int>(tensor));
+  __m256i c3 = _mm256_set1_epi32(static_cast<int>(step));
+  const __m256i m0 = _mm256_set1_epi64x(kPhiloxMultiplier0);
+  const __m256i m1 = _mm256_set1_epi64x(kPhiloxMultiplier1);
+  for (int r = 0; r < 10; ++r) {
+    const __m256i even0 = _mm256_mul_epu32(c0, m0);
+    const __m256i odd0 = _mm256_mul_epu32(_mm256_srli_epi64(c0, 32), m0);
+    const __m256i even1 = _mm256_mul_epu32(c2, m1);
+    const __m256i odd1 = _mm256_mul_epu32(_mm256_srli_epi64(c2, 32), m1);
+    const __m256i hi0 = _mm256_blend_epi32(_mm256_srli_epi64(even0, 32), odd0, 0xAA);
+    const __m256i lo0 = _mm256_blend_epi32(even0, _mm256_slli_epi64(odd0, 32), 0xAA);
+    const __m256i hi1 = _mm256_blend_epi32(_mm256_srli_epi64(even1, 32), odd1, 0xAA);
+    const __m256i lo1 = _mm256_blend_epi32(even1, _mm256_slli_epi64(odd1, 32), 0xAA);
+    const auto k0 = static_cast<int>(key0 + static_cast<std::uint32_t>(r) * kPhiloxWeyl0);
+    const auto k1 = static_cast<int>(key1 + static_cast<std::uint32_t>(r) * kPhiloxWeyl1);
+    c0 = _mm256_xor_si256(_mm256_xor_si256(hi1, c1), _mm256_set1_epi32(k0));
+    c2 = _mm256_xor_si256(_mm256_xor_si256(hi0, c3), _mm256_set1_epi32(k1));
+    c1 = lo1;
+    c3 = lo0;
+  }
+  const __m256i t0 = _mm256_unpacklo_epi32(c0, c1);
+  const __m256i t1 = _mm256_unpacklo_epi32(c2, c3);
+  const __m256i t2 = _mm256_unpackhi_epi32(c0, c1);
+  const __m256i t3 = _mm256_unpackhi_epi32(c2, c3);
+  out[0] = _mm256_unpacklo_epi64(t0, t1);
+  out[1] = _mm256_unpackhi_epi64(t0, t1);
+  out[2] = _mm256_unpacklo_epi64(t2, t3);
+  out[3] = _mm256_unpackhi_epi64(t2, t3);
+}
+#endif
+
+}  // namespace
+
+}  // namespace mlframework::backends::cpu::optimizer
