@@ -4,7 +4,7 @@
 # with Adam's moments and masters in each low-precision format, and under FSDP (mpiexec,
 # 2 ranks) with each gradient wire.
 # This is README's demo command. Arguments, if any, go to train_fashion_mnist instead
-# of the two default runs (see train_fashion_mnist --help).
+# of the four default runs (see train_fashion_mnist --help).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
