@@ -38,7 +38,7 @@ int RefScaleExponent(float amax) {
   return -126;
 }
 
-bool SameFloat(float a, float b) {
+bool SameWireFloat(float a, float b) {
   return (std::isnan(a) && std::isnan(b)) || detail::FloatAsBits(a) == detail::FloatAsBits(b);
 }
 
@@ -162,7 +162,7 @@ BOOST_AUTO_TEST_CASE(DecodeSumMatchesTheDefinitionBitForBit) {
               static_cast<float>(Float8E4M3FN::FromBits(codes[(p * count) + i])) * scales[(p * blocks) + block];
           sum = sum + product;  // rounded after each part, in part order
         }
-        mismatches += SameFloat(out[i], sum * factor) ? 0u : 1u;
+        mismatches += SameWireFloat(out[i], sum * factor) ? 0u : 1u;
       }
       BOOST_TEST(mismatches == 0u, "parts " << parts << " factor " << factor);
       if (factor == 1.0f) {  // the form without a factor gives the same sums

@@ -48,7 +48,7 @@ std::vector<std::uint32_t> RawBits(const std::vector<float>& values) {
 // tensor made from them holds these very bytes.
 std::vector<float> WidenCodes(const std::vector<std::uint8_t>& codes) {
   std::vector<float> values(codes.size());
-  for (std::size_t i = 0; i < codes.size(); ++i) values[i] = detail::Float8E4M3FNBitsToFloat(codes[i]);
+  for (std::size_t i = 0; i < codes.size(); ++i) values[i] = mlframework::detail::Float8E4M3FNBitsToFloat(codes[i]);
   return values;
 }
 
