@@ -210,14 +210,153 @@ std::vector<float> RoundedToBFloat16(const std::vector<float>& values) {
   return mlframework::FromVector(values, {values.size()}, mlframework::DataType::BFloat16)->ToFloatVector();
 }
 
+// The payload fields of a blob, little-endian, and its StateBlob.hpp frame: "MLFW", u16 frame
+// version 1, u16 payload version, the kind, u64 payload length, the payload, FNV-1a of all before.
+struct Payload {
+  std::vector<std::byte> bytes;
+  template <class T>
+  void Put(T value) {
+    const auto* p = reinterpret_cast<const std::byte*>(&value);
+    bytes.insert(bytes.end(), p, p + sizeof value);
+  }
+  void Raw(std::span<const std::byte> raw) { bytes.insert(bytes.end(), raw.begin(), raw.end()); }
+  void Text(const std::string& text) {
+    Put(static_cast<std::uint32_t>(text.size()));
+    Raw(std::as_bytes(std::span<const char>(text.data(), text.size())));
+  }
+  std::vector<std::byte> Framed(const std::string& kind, std::uint16_t version) const {
+    Payload frame;
+    frame.Raw(std::as_bytes(std::span<const char>("MLFW", 4)));
+    frame.Put(std::uint16_t{1});
+    frame.Put(version);
+    frame.Put(static_cast<std::uint16_t>(kind.size()));
+    frame.Raw(std::as_bytes(std::span<const char>(kind.data(), kind.size())));
+    frame.Put(static_cast<std::uint64_t>(bytes.size()));
+    frame.Raw(bytes);
+    std::uint64_t hash = 0xcbf29ce484222325ULL;
+    for (const std::byte b : frame.bytes) {
+      hash ^= static_cast<std::uint8_t>(b);
+      hash *= 0x100000001b3ULL;
+    }
+    frame.Put(hash);
+    return frame.bytes;
+  }
+};
+
+// The blob of rank @p rank of a version 4 checkpoint (Float16 moments as plain FP16 values, no
+// scales) of the LowBitUnit models (units "a" and "b") at @p world ranks, written by hand from
+// @p source, the same model saved at @p world ranks with FP32 moments: its masters, its options,
+// its moments rounded to FP16 (@p halves: per unit and moment, the whole unit's values).
+std::vector<std::byte> Version4Float16Blob(const std::vector<LowBitRank>& source, std::size_t rank, std::int64_t step,
+                                           const std::vector<std::vector<std::vector<float>>>& halves) {
+  const LowBitRank& r = source[rank];
+  Payload p;
+  p.Put(static_cast<std::uint32_t>(source.size()));
+  p.Put(static_cast<std::uint32_t>(rank));
+  p.Put(static_cast<std::uint8_t>(fsdp::ShardingStrategy::FullShard));
+  p.Put(step);
+  p.Put(std::uint8_t{2});  // Adam
+  const auto options = r.adam->StateOptions();
+  p.Put(static_cast<std::uint32_t>(options.size()));
+  for (const auto& option : options) p.Put(option.second);
+  p.Put(r.adam->StateLearningRate());
+  p.Put(static_cast<std::int64_t>(r.adam->StepCount()));
+  p.Put(std::uint32_t{2});  // moments
+  p.Put(std::uint8_t{0});   // no scaler
+  p.Put(std::uint64_t{0});
+  p.Put(static_cast<std::uint64_t>(r.model->UnitCount()));
+  for (std::size_t u = 0; u < r.model->UnitCount(); ++u) {
+    const fsdp::FSDPShardingUnit& unit = r.model->Unit(u);
+    p.Text(unit.Name());
+    p.Put(static_cast<std::uint8_t>(mlframework::DataType::Float32));
+    p.Put(static_cast<std::uint64_t>(unit.NumElements()));
+    p.Put(static_cast<std::uint64_t>(unit.ShardSize() * source.size()));  // padded
+    p.Put(static_cast<std::uint64_t>(unit.ShardOffset()));
+    p.Put(static_cast<std::uint64_t>(unit.ShardSize()));
+    p.Put(std::uint32_t{1});
+    p.Text("weight");
+    p.Put(std::uint32_t{2});
+    p.Put(static_cast<std::uint64_t>(unit.NumElements() / 32));
+    p.Put(std::uint64_t{32});
+    p.Put(std::uint64_t{0});
+    p.Put(static_cast<std::uint8_t>(mlframework::MasterFormat::Float32));
+    const std::vector<float> master = r.adam->StateMasterValues(unit.Name());
+    p.Raw(std::as_bytes(std::span<const float>(master)));
+    for (std::size_t v = 0; v < 2; ++v) {
+      p.Put(std::uint8_t{1});
+      p.Put(static_cast<std::uint8_t>(StateFormat::Float16));
+      p.Put(std::uint64_t{256});
+      std::vector<float> shard(unit.ShardSize(), 0.0f);  // the padding is zero
+      for (std::size_t i = 0; i < shard.size() && unit.ShardOffset() + i < unit.NumElements(); ++i) {
+        shard[i] = halves[u][v][unit.ShardOffset() + i];
+      }
+      p.Raw(mlframework::FromVector(shard, {shard.size()})->CastTo(mlframework::DataType::Float16)->HostBytes());
+    }
+  }
+  return p.Framed("distributed.fsdp.ShardedCheckpoint", 4);
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(FsdpShardedCheckpointLowBit)
 
+BOOST_AUTO_TEST_CASE(version_four_float16_moments_load_as_scaled_blocks_at_any_world_size) {
+  // A checkpoint of version 4 holds Float16 moments as plain FP16 values. Each loads into the
+  // block-scaled format without a conversion asked for, exactly (an FP16 value is a code of any
+  // block whose largest value is an FP16 value), at 3 ranks as at 2, and training continues as
+  // from the same state saved in the current version.
+  std::vector<LowBitRank> fp32 = MakeLowBitWorld(2, 1.0f, LowBitAdam(StateFormat::Float32, StateFormat::Float32));
+  StepLowBit(fp32, 0);
+  StepLowBit(fp32, 1);
+  std::vector<std::vector<std::vector<float>>> halves(2);
+  for (std::size_t u = 0; u < 2; ++u) {
+    for (std::size_t v = 0; v < 2; ++v) {
+      const std::vector<float> values = StitchMoments(fp32, u, v);
+      halves[u].push_back(
+          mlframework::FromVector(values, {values.size()})->CastTo(mlframework::DataType::Float16)->ToFloatVector());
+    }
+  }
+  std::vector<std::vector<std::byte>> blobs;
+  for (std::size_t r = 0; r < 2; ++r) blobs.push_back(Version4Float16Blob(fp32, r, 2, halves));
+  const optim::AdamOptions half = LowBitAdam(StateFormat::Float16, StateFormat::Float16);
+  std::vector<LowBitRank> at_two;
+  for (const int world : {3, 2}) {
+    BOOST_TEST_CONTEXT("at " << world << " ranks") {
+      std::vector<LowBitRank> loaded = MakeLowBitWorld(world, 2.0f, half);
+      LoadLowBit(loaded, blobs);
+      BOOST_TEST(loaded.front().adam->StepCount() == 2);
+      for (std::size_t u = 0; u < 2; ++u) {
+        BOOST_TEST(StitchFloats(loaded, u, -1) == StitchFloats(fp32, u, -1), boost::test_tools::per_element());
+        for (std::size_t v = 0; v < 2; ++v) {
+          BOOST_TEST(StitchMoments(loaded, u, v) == halves[u][v], boost::test_tools::per_element());
+          const mlframework::amp::StoredStateVector stored = loaded.front().adam->StoredState("a", v);
+          BOOST_TEST(stored.Scales.size() ==
+                     mlframework::StateBlockCount(loaded.front().model->Unit(0).ShardSize(), kLowBitBlock));
+        }
+      }
+      if (world == 2) at_two = std::move(loaded);
+    }
+  }
+  // Saved again (version 5) and loaded: the same state, and the same two steps after it.
+  std::vector<LowBitRank> again = MakeLowBitWorld(2, 3.0f, half);
+  LoadLowBit(again, SaveLowBit(at_two, 2));
+  CheckSameLowBitState(at_two, again, "after the load of version 5");
+  for (const int step : {2, 3}) {
+    StepLowBit(at_two, step);
+    StepLowBit(again, step);
+  }
+  CheckSameLowBitState(at_two, again, "two steps after the load");
+  // Into another format, as any other: only when asked.
+  std::vector<LowBitRank> eight = MakeLowBitWorld(2, 2.0f, LowBitAdam(StateFormat::Int8Block, StateFormat::UInt8Block));
+  BOOST_CHECK_THROW(LoadLowBit(eight, blobs), mlframework::ArgumentError);
+  BOOST_CHECK_EQUAL(eight.front().adam->StepCount(), 0);
+}
+
 BOOST_AUTO_TEST_CASE(eight_bit_moments_saved_at_four_ranks_continue_bit_for_bit_at_two_and_three) {
   for (const auto& [first, second] : {std::pair{StateFormat::Int8Block, StateFormat::UInt8Block},
                                       std::pair{StateFormat::Float8E4M3Block, StateFormat::Float8E4M3Block},
-                                      std::pair{StateFormat::BFloat16, StateFormat::Float16}}) {
+                                      std::pair{StateFormat::BFloat16, StateFormat::Float16},
+                                      std::pair{StateFormat::Float16, StateFormat::Float16}}) {
     CheckResumesAtTwoThreeAndFour(LowBitAdam(first, second), mlframework::ToString(first), true);
   }
 }

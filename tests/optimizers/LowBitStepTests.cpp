@@ -70,6 +70,12 @@ std::vector<float> Decode(StateFormat format, const Stored& s, std::size_t block
   if (!IsBlockScaled(format)) {
     return s.data->ToFloatVector();
   }
+  if (format == StateFormat::Float16) {
+    std::vector<float> out = s.data->ToFloatVector();  // the FP16 codes
+    const std::vector<float> scales = s.scales->ToFloatVector();
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] *= scales[i / block];
+    return out;
+  }
   const std::vector<std::uint8_t> codes = Bytes(s.data);
   const std::vector<float> fp8 = s.data->ToFloatVector();  // the codes read as E4M3FN values
   const std::vector<float> scales = s.scales->ToFloatVector();
@@ -82,6 +88,44 @@ std::vector<float> Decode(StateFormat format, const Stored& s, std::size_t block
     out[i] = code * scale;
   }
   return out;
+}
+
+// The scale StateFormat documents for a Float16 block of largest magnitude @p absmax (finite): the
+// power of two 2^k >= 2^-126 that puts absmax / 2^k in [2^15, 2^16), or one binade lower where
+// FP16 would round absmax / 2^k to infinity.
+float ExpectedFloat16Scale(float absmax) {
+  int exponent = 0;
+  static_cast<void>(std::frexp(absmax, &exponent));  // absmax in [2^(exponent-1), 2^exponent)
+  float scale = std::ldexp(1.0f, exponent - 16);
+  if (absmax / scale >= 65520.0f) scale *= 2.0f;  // 65520 rounds to 2^16 in FP16
+  return absmax == 0.0f || scale < 0x1p-126f ? 0x1p-126f : scale;
+}
+
+// Checks a Float16 state @p s against the FP32 state @p ref it encodes, bit for bit: each block's
+// power-of-two scale, and each code the FP16 rounding of ref / scale (the tensor cast), a positive
+// second moment kept positive (the smallest subnormal code).
+void CheckFloat16Blocks(const Stored& s, const std::vector<float>& ref, std::size_t block, bool second) {
+  const std::vector<float> scales = s.scales->ToFloatVector();
+  const std::vector<float> codes = s.data->ToFloatVector();
+  std::vector<float> quotients(ref.size());
+  std::size_t wrong_scales = 0;
+  for (std::size_t b = 0; b < scales.size(); ++b) {
+    const std::size_t end = std::min(ref.size(), (b + 1) * block);
+    float absmax = 0.0f;
+    for (std::size_t i = b * block; i < end; ++i) absmax = std::max(absmax, std::fabs(ref[i]));
+    const float scale = ExpectedFloat16Scale(absmax);
+    wrong_scales += scales[b] != scale ? 1 : 0;
+    for (std::size_t i = b * block; i < end; ++i) quotients[i] = ref[i] / scale;
+  }
+  const std::vector<float> rounded =
+      FromVector(quotients, {quotients.size()}, DataType::Float32)->CastTo(DataType::Float16)->ToFloatVector();
+  std::size_t wrong = 0;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    const float expected = second && ref[i] > 0.0f && rounded[i] == 0.0f ? 0x1p-24f : rounded[i];
+    wrong += codes[i] != expected || std::signbit(codes[i]) != std::signbit(expected) ? 1 : 0;
+  }
+  BOOST_TEST(wrong_scales == 0u);
+  BOOST_TEST(wrong == 0u);
 }
 
 // Checks the stored state @p s against the FP32 state @p ref it encodes, within the bound of its
@@ -102,6 +146,10 @@ void CheckEncoding(StateFormat format, const Stored& s, const std::vector<float>
       wrong += got[i] != expected ? 1 : 0;
     }
     BOOST_TEST(wrong == 0u);  // round to nearest even, a positive second moment kept positive
+    return;
+  }
+  if (format == StateFormat::Float16) {
+    CheckFloat16Blocks(s, ref, block, second);
     return;
   }
   const std::vector<float> scales = s.scales->ToFloatVector();
@@ -296,6 +344,115 @@ BOOST_AUTO_TEST_CASE(SGDMomentumFormatsAreTheFP32StepOfTheirDecodedState) {
       }
     }
   }
+}
+
+// The value a Float16 state stores for @p value in a block of largest magnitude @p absmax.
+float Float16RoundTrip(float value, float absmax, bool second) {
+  using namespace mlframework::detail;
+  const float scale = BlockScale(StateFormat::Float16, absmax);
+  std::uint16_t code = 0;
+  EncodeStateElement(StateFormat::Float16, &code, 0, value, scale, second);
+  return DecodeStateElement(StateFormat::Float16, &code, &scale, 1, 0);
+}
+
+BOOST_AUTO_TEST_CASE(Float16BlocksKeepElevenBitsBelowTheirLargestValue) {
+  // Across FP32's range (FP16's own range, far below it, and near FP32's largest binade): values
+  // with 11-bit significands from absmax * 2^-29 to absmax round-trip exactly, and so do the
+  // powers of two down to absmax * 2^-39 when absmax is one (FP16's subnormals under the scale);
+  // any value keeps FP16's relative error 2^-11 above absmax * 2^-29 and an absolute error of half
+  // the smallest code below. Before blocks were scaled, values under 2^-24 were lost.
+  std::mt19937 rng(21);
+  std::uniform_int_distribution<std::uint32_t> significand(1024, 2047);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  std::size_t inexact = 0;
+  std::size_t outside = 0;
+  for (const int e : {-120, -60, -30, -24, -10, 0, 15, 16, 60, 110, 126}) {
+    const float absmax = std::ldexp(1.0f, e);
+    const float scale = mlframework::detail::BlockScale(StateFormat::Float16, absmax);
+    BOOST_TEST(scale == (e - 15 < -126 ? 0x1p-126f : std::ldexp(1.0f, e - 15)));
+    for (int j = 0; j <= 39 && e - j >= -149; ++j) {
+      const float x = std::ldexp(1.0f, e - j);
+      inexact += Float16RoundTrip(x, absmax, false) == x && Float16RoundTrip(-x, absmax, false) == -x ? 0 : 1;
+    }
+    for (int k = 0; k < 200; ++k) {
+      const float x = std::ldexp(static_cast<float>(significand(rng)), e - 11 - k % 29);  // 11 bits, <= absmax
+      inexact += Float16RoundTrip(x, absmax, true) == x ? 0 : 1;
+      const float y = std::ldexp(unit(rng), e - k % 45);
+      const float err = std::fabs(Float16RoundTrip(y, absmax, false) - y);
+      outside += err <= (std::fabs(y) >= scale * 0x1p-14f ? std::fabs(y) * 0x1p-11f : scale * 0x1p-25f) ? 0 : 1;
+    }
+  }
+  BOOST_TEST(inexact == 0u);
+  BOOST_TEST(outside == 0u);
+  // A power of two under absmax * 2^-40 is half the smallest code: 0, or, kept positive, that code.
+  BOOST_TEST(Float16RoundTrip(0x1p-41f, 1.0f, false) == 0.0f);
+  BOOST_TEST(Float16RoundTrip(0x1p-60f, 1.0f, true) == 0x1p-39f);
+  BOOST_TEST(Float16RoundTrip(0x1p-60f, 1.0f, true) > 0.0f);
+}
+
+BOOST_AUTO_TEST_CASE(Float16BlocksOfZerosNaNsAndInfinitiesAndTheTopBinade) {
+  using mlframework::detail::BlockScale;
+  // A largest value whose significand FP16 rounds up to 2^16 takes the binade below: no infinity.
+  for (const float absmax : {0x1.ffcp+3f, 0x1.ffep+3f, 0x1.fffp+3f, 0x1.ffffp+3f, 65504.0f, 0x1.fffp+126f}) {
+    BOOST_TEST_CONTEXT(absmax) {
+      const float back = Float16RoundTrip(absmax, absmax, false);
+      BOOST_TEST(std::isfinite(back));
+      BOOST_TEST(std::fabs(back - absmax) <= absmax * 0x1p-11f);
+    }
+  }
+  BOOST_TEST(BlockScale(StateFormat::Float16, 0x1.ffcp+3f) == 0x1p-12f);  // 65504 after scaling
+  BOOST_TEST(BlockScale(StateFormat::Float16, 0x1.ffep+3f) == 0x1p-11f);  // would round to 2^16
+  BOOST_TEST(BlockScale(StateFormat::Float16, 0.0f) == 0x1p-126f);        // a zero block
+  BOOST_TEST(BlockScale(StateFormat::Float16, 0x1p-140f) == 0x1p-126f);   // subnormal: 1 / scale finite
+  BOOST_TEST(BlockScale(StateFormat::Float16, INFINITY) == 0x1p113f);
+  BOOST_TEST(std::isnan(BlockScale(StateFormat::Float16, NAN)));
+  // Through the fused step on this instruction set: SGD's first step stores the momentum as the
+  // gradient, so the blocks are chosen: zeros (signs kept), one with a NaN, one with infinities,
+  // one whose tiny positive values a second moment keeps positive.
+  constexpr std::size_t kBlock = 32;
+  std::vector<float> grad(5 * kBlock + 7, 0.0f);
+  for (std::size_t i = 0; i < kBlock; ++i) grad[i] = i % 2 == 0 ? 0.0f : -0.0f;
+  for (std::size_t i = kBlock; i < 2 * kBlock; ++i) grad[i] = 0.25f * static_cast<float>(i);
+  grad[kBlock + 5] = NAN;
+  for (std::size_t i = 2 * kBlock; i < 3 * kBlock; ++i) grad[i] = 1e-3f * static_cast<float>(i % 7) - 2e-3f;
+  grad[2 * kBlock + 1] = INFINITY;
+  grad[2 * kBlock + 2] = -INFINITY;
+  for (std::size_t i = 3 * kBlock; i < grad.size(); ++i) grad[i] = std::ldexp(1.0f + static_cast<float>(i % 5), -50);
+  grad[3 * kBlock] = 1.0f;
+  const std::size_t n = grad.size();
+  const std::vector<TensorPtr> w = {FromVector(std::vector<float>(n, 0.5f), {n})};
+  const std::vector<TensorPtr> g = {FromVector(grad, {n})};
+  const Stored b = ZeroState(StateFormat::Float16, n, kBlock);
+  const std::vector<TensorPtr> b_data = {b.data};
+  const std::vector<TensorPtr> b_scales = {b.scales};
+  const OptimizerStepLists lists{.Parameters = w,
+                                 .Gradients = g,
+                                 .FirstState = b_data,
+                                 .FirstStateFormat = StateFormat::Float16,
+                                 .FirstStateScales = b_scales,
+                                 .StateBlockSize = kBlock};
+  BOOST_TEST(FusedSGDStep(lists, SGDStepScalarsFor(SGDOptions{.LearningRate = 0.1, .Momentum = 0.9}, true)));
+  const std::vector<float> scales = b.scales->ToFloatVector();
+  const std::vector<float> got = Decode(StateFormat::Float16, b, kBlock);
+  BOOST_TEST(scales[0] == 0x1p-126f);
+  BOOST_TEST(std::isnan(scales[1]));
+  BOOST_TEST(scales[2] == 0x1p113f);
+  std::size_t wrong = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const float x = grad[i];
+    const bool ok = i < kBlock       ? got[i] == 0.0f && std::signbit(got[i]) == std::signbit(x)
+                    : i < 2 * kBlock ? std::isnan(got[i])
+                    : std::isinf(x)  ? got[i] == x
+                    : i < 3 * kBlock ? got[i] == 0.0f  // far below the block's scale 2^113
+                    : i < 4 * kBlock ? got[i] == Float16RoundTrip(x, 1.0f, false)
+                                     : got[i] == x;  // 3-bit values, their block's largest 5 * 2^-50
+    wrong += ok ? 0 : 1;
+  }
+  BOOST_TEST(wrong == 0u);
+  // The second moment keeps a positive value positive where its code would round to zero.
+  BOOST_TEST(Float16RoundTrip(0x1p-50f, 1.0f, true) == 0x1p-39f);
+  BOOST_TEST(Float16RoundTrip(0x1p-50f, 1.0f, false) == 0.0f);
+  BOOST_TEST(Float16RoundTrip(-0x1p-50f, 1.0f, true) == 0.0f);
 }
 
 // RoundHalfEven(value * (1 / scale)) through volatiles (no contraction, no folding): the code a

@@ -422,6 +422,84 @@ BOOST_AUTO_TEST_CASE(OlderBlobsLoadAsFloat32State) {
   }
 }
 
+// The layout of version 3: version 4's, but a Float16 moment is plain FP16 values without
+// scales. Written by hand: FP32 masters, both moments of each parameter as Float16.
+std::vector<std::byte> Version3Float16AdamBlob(const std::vector<std::vector<float>>& masters,
+                                               const std::vector<std::vector<float>>& exp_avg,
+                                               const std::vector<std::vector<float>>& exp_avg_sq) {
+  mlframework::detail::BlobWriter writer("optimizers.Adam", 3);
+  for (const double option : {1e-2, 0.9, 0.999, 1e-8, 1e-2}) writer.F64(option);
+  writer.U8(1);   // AdamW
+  writer.U64(7);  // rounding seed
+  writer.I64(3);  // steps
+  writer.U8(static_cast<std::uint8_t>(MasterFormat::Float32));
+  writer.U64(2);
+  for (std::size_t i = 0; i < 2; ++i) {
+    writer.U32(1);
+    writer.Bytes(std::as_bytes(std::span<const char>(i == 0 ? "a" : "b", 1)));
+    writer.U64(masters[i].size());
+    for (const float v : masters[i]) writer.F32(v);
+  }
+  const auto half = [&](const std::vector<float>& values) {
+    writer.U8(1);  // present
+    writer.U8(static_cast<std::uint8_t>(StateFormat::Float16));
+    writer.U64(kBlock);
+    writer.U64(values.size());
+    writer.Bytes(FromVector(values, {values.size()})->CastTo(DataType::Float16)->HostBytes());
+    writer.U64(0);  // no scales
+  };
+  for (std::size_t i = 0; i < 2; ++i) {
+    half(exp_avg[i]);
+    half(exp_avg_sq[i]);
+  }
+  return writer.Finish();
+}
+
+BOOST_AUTO_TEST_CASE(OlderFloat16MomentsLoadIntoScaledBlocks) {
+  // FP16 values in blocks whose largest value is an FP16 value: every one is a code of its
+  // block's power-of-two scale, so the conversion is exact, and needs no StateConversion.
+  std::mt19937 rng(12);
+  std::vector<std::vector<float>> masters;
+  std::vector<std::vector<float>> exp_avg;
+  std::vector<std::vector<float>> exp_avg_sq;
+  for (const std::size_t n : kStateSizes) {
+    masters.push_back(Random(n, rng, 1.0f));
+    exp_avg.push_back(FromVector(Random(n, rng, 0.01f), {n})->CastTo(DataType::Float16)->ToFloatVector());
+    std::vector<float> v = Random(n, rng, 3e-3f);
+    for (float& x : v) x = x * x;  // many below FP16's normal range, some subnormal
+    v[3] = 0x1p-24f;               // the smallest subnormal, where the keep-positive rule held them
+    exp_avg_sq.push_back(FromVector(v, {n})->CastTo(DataType::Float16)->ToFloatVector());
+  }
+  const std::vector<std::byte> blob = Version3Float16AdamBlob(masters, exp_avg, exp_avg_sq);
+  Adam half(Named(Weights(DataType::Float32, 1)),
+            AdamWith({StateFormat::Float16, StateFormat::Float16}, MasterFormat::Float32));
+  half.LoadStateDict(blob);
+  BOOST_TEST(half.StepCount() == 3);
+  for (std::size_t i = 0; i < 2; ++i) {
+    const std::string name = i == 0 ? "a" : "b";
+    for (std::size_t v = 0; v < 2; ++v) {
+      const std::vector<float>& want = v == 0 ? exp_avg[i] : exp_avg_sq[i];
+      const std::span<const float> got = half.StateVector(name, v);
+      BOOST_TEST(std::vector<float>(got.begin(), got.end()) == want, boost::test_tools::per_element());
+      BOOST_TEST(half.StoredState(name, v).Scales.size() == StateBlockCount(want.size(), kBlock));
+    }
+  }
+  // It continues as the same state saved in the current format does.
+  Adam again(Named(Weights(DataType::Float32, 1)),
+             AdamWith({StateFormat::Float16, StateFormat::Float16}, MasterFormat::Float32));
+  again.LoadStateDict(half.StateDict());
+  RunAdam(half, 4, 2);
+  RunAdam(again, 4, 2);
+  RequireSameState(half, again, 2);
+  // Into another format, as any other: only when asked.
+  Adam fp32(Named(Weights(DataType::Float32, 1)),
+            AdamWith({StateFormat::Float32, StateFormat::Float32}, MasterFormat::Float32));
+  RequireArgumentError<Adam>([&] { fp32.LoadStateDict(blob); }, "state", "StateConversion::Convert");
+  fp32.LoadStateDict(blob, amp::StateConversion::Convert);
+  const std::span<const float> v = fp32.SecondMoments("b");
+  BOOST_TEST(std::vector<float>(v.begin(), v.end()) == exp_avg_sq[1], boost::test_tools::per_element());
+}
+
 BOOST_AUTO_TEST_CASE(LoadConvertsOnlyWhenAskedAndRefusesWhatCannotBeConverted) {
   // 8-bit and BF16 moments into FP32: decoded exactly.
   for (const Formats f : {Formats{StateFormat::Int8Block, StateFormat::UInt8Block},
@@ -472,7 +550,7 @@ BOOST_AUTO_TEST_CASE(LoadConvertsOnlyWhenAskedAndRefusesWhatCannotBeConverted) {
            AdamWith({StateFormat::Float32, StateFormat::Float32}, MasterFormat::Float32));
   std::vector<TensorPtr> huge = StepGradients(1);
   std::vector<float> g = huge[1]->ToFloatVector();
-  g[5] = 3e4f;  // exp_avg_sq = 0.001 * 9e8 = 9e5 > 65504
+  g[5] = 1e30f;  // exp_avg_sq = (0.001 * 1e30) * 1e30: infinite, which no format holds
   huge[1] = FromVector(g, {g.size()});
   big.SetGradients(Named(huge));
   big.Step();

@@ -58,7 +58,10 @@ struct StoredStateValues {
   StateFormat Format = StateFormat::Float32;       ///< How Codes are stored.
   std::size_t BlockSize = kDefaultStateBlockSize;  ///< Elements per scale (block-scaled formats).
   std::vector<std::byte> Codes;                    ///< The elements; empty: no such vector yet.
-  std::vector<float> Scales;                       ///< Block-scaled formats: one per block; else empty.
+  /// Block-scaled formats: one per block; else empty. Float16 codes without scales are taken as
+  /// plain FP16 values (as Float16 states were stored before that format was block-scaled) and
+  /// converted to the block-scaled format on import.
+  std::vector<float> Scales;
 };
 
 /// One parameter's master weights and state vectors in stored form (ImportStoredState()).

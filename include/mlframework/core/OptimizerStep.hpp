@@ -15,7 +15,16 @@ namespace mlframework {
 /// steps. Each step decodes the state into FP32, updates it in FP32 exactly as an FP32 state, and
 /// encodes it again, in the same pass over memory.
 ///
-/// - Float32, BFloat16, Float16: a tensor of that dtype; encoding rounds to nearest even.
+/// - Float32, BFloat16: a tensor of that dtype; encoding rounds to nearest even.
+/// - Float16: FP16 codes (a Float16 tensor) with one FP32 scale per block of
+///   OptimizerStepLists::StateBlockSize elements: the scale is the power of two that puts the
+///   block's largest magnitude in FP16's top binade (below 65504), `code = fp16(x / scale)` (nearest
+///   even), `x' = code * scale`, every product exact. Relative error at most 2^-11 for
+///   `|x| >= scale * 2^-14` (at most `absmax * 2^-29`, unless absmax is below 2^-111: the
+///   scale is at least 2^-126), absolute error at most `scale * 2^-25` below: the second moment, whose
+///   values mostly lie far below FP16's normal range in absolute terms, keeps FP16's precision
+///   relative to its block (Transformer Engine scales its FP16 states for the same reason). A NaN
+///   block stays NaN; an infinite value stays infinite.
 /// - Int8Block (first moment and momentum only): signed linear codes, one byte per element, and one
 ///   FP32 scale per block of OptimizerStepLists::StateBlockSize elements: `scale = absmax / 127`,
 ///   `code = round_half_even(x / scale)` in [-127, 127], `x' = code * scale`. Error bound:
@@ -29,14 +38,14 @@ namespace mlframework {
 ///   is stored as the smallest subnormal (`2^-9 * scale`).
 ///
 /// Every second-moment format keeps a positive value positive (Float16 and BFloat16 store the
-/// smallest subnormal where round-to-nearest would give 0), so Adam's denominator never collapses
+/// smallest subnormal code where round-to-nearest would give 0), so Adam's denominator never collapses
 /// to epsilon. The codes of the 8-bit formats live in a tensor of any one-byte dtype (the library
 /// has no integer dtype: the format, not the tensor's dtype, says how the bytes are read); the
 /// Float8E4M3Block codes are Float8E4M3FN values.
 enum class StateFormat : std::uint8_t {
   Float32,          ///< FP32 (bit-identical to PyTorch's FP32 state).
   BFloat16,         ///< BF16, round to nearest even.
-  Float16,          ///< FP16, round to nearest even.
+  Float16,          ///< FP16 codes with one power-of-two FP32 scale per block.
   Int8Block,        ///< Signed linear 8-bit codes with one FP32 scale per block.
   UInt8Block,       ///< Unsigned linear 8-bit codes with one FP32 scale per block.
   Float8E4M3Block,  ///< FP8 E4M3FN codes with one FP32 scale per block.
@@ -61,9 +70,9 @@ constexpr const char* ToString(StateFormat format) noexcept {
   return "Unknown";
 }
 
-/// True for the formats with one FP32 scale per block (Int8Block, UInt8Block, Float8E4M3Block).
+/// True for the formats with one FP32 scale per block (Float16, Int8Block, UInt8Block, Float8E4M3Block).
 constexpr bool IsBlockScaled(StateFormat format) noexcept {
-  return format == StateFormat::Int8Block || format == StateFormat::UInt8Block ||
+  return format == StateFormat::Float16 || format == StateFormat::Int8Block || format == StateFormat::UInt8Block ||
          format == StateFormat::Float8E4M3Block;
 }
 

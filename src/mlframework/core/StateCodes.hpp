@@ -68,9 +68,26 @@ MLFW_HOST_DEVICE inline std::uint16_t BFloat16StateCode(float value, bool keep_p
   return keep_positive && value > 0.0f && code == 0 ? std::uint16_t{1} : code;
 }
 
-/// Rounds @p value to FP16 (round to nearest even); @p keep_positive: never a positive value to 0.
-MLFW_HOST_DEVICE inline std::uint16_t Float16StateCode(float value, bool keep_positive) {
-  const std::uint16_t code = FloatToHalfBits(value);
+/// The scale of a Float16 block whose largest magnitude is @p absmax: the power of two 2^k that
+/// puts absmax / 2^k in FP16's top binade, [2^15, 65504] (one binade lower, [32752, 2^15), when
+/// absmax's significand is at least 2 - 2^-11, which FP16 would round up to 2^16, past its largest
+/// finite value), so value / scale and code * scale are exact and the block's values keep FP16's
+/// 11 bits down to absmax * 2^-29 (subnormal codes: down to absmax * 2^-40). At least 2^-126, so
+/// that 1 / scale is an FP32 value (an all-zero block, or one whose values all lie below 2^-111,
+/// gets 2^-126); an infinite block 2^113 (its infinities encode as FP16 infinities); a NaN block NaN.
+MLFW_HOST_DEVICE inline float Float16BlockScale(float absmax) {
+  const std::uint32_t bits = FloatAsBits(absmax) & 0x7fffffffu;
+  const std::uint32_t rounds_up = (bits & 0x7fffffu) >= 0x7ff000u ? 1u : 0u;
+  const std::uint32_t biased = (bits >> 23) + rounds_up;  // the scale's biased exponent plus 15
+  const std::uint32_t exponent = biased > 16u ? biased - 15u : 1u;
+  return bits > 0x7f800000u ? BitsAsFloat(0x7fc00000u) : BitsAsFloat(exponent << 23);
+}
+
+/// The FP16 code of @p value in a Float16 block of scale @p scale (Float16BlockScale()): the FP16
+/// rounding (nearest even) of value * (1 / scale), both exact products of powers of two; a NaN
+/// scale gives NaN codes. @p keep_positive: a positive value never gets code 0.
+MLFW_HOST_DEVICE inline std::uint16_t Float16BlockCode(float value, float scale, bool keep_positive) {
+  const std::uint16_t code = FloatToHalfBits(MulRn(value, DivRn(1.0f, scale)));
   return keep_positive && value > 0.0f && code == 0 ? std::uint16_t{1} : code;
 }
 
@@ -92,7 +109,7 @@ MLFW_HOST_DEVICE inline std::uint32_t MagnitudeBits(float value) { return FloatA
 
 /// The FP32 scale of a block of @p format whose largest magnitude is @p absmax.
 MLFW_HOST_DEVICE inline float BlockScale(StateFormat format, float absmax) {
-  return DivRn(absmax, BlockCodeMax(format));
+  return format == StateFormat::Float16 ? Float16BlockScale(absmax) : DivRn(absmax, BlockCodeMax(format));
 }
 
 /// Element @p i of a state stored as @p format in @p data (the codes, from the tensor's first
@@ -105,7 +122,7 @@ MLFW_HOST_DEVICE inline float DecodeStateElement(StateFormat format, const void*
     case StateFormat::BFloat16:
       return BFloat16BitsToFloat(static_cast<const std::uint16_t*>(data)[i]);
     case StateFormat::Float16:
-      return HalfBitsToFloat(static_cast<const std::uint16_t*>(data)[i]);
+      return MulRn(HalfBitsToFloat(static_cast<const std::uint16_t*>(data)[i]), scales[i / block]);
     default:
       return DecodeBlockCode(format, static_cast<const std::uint8_t*>(data)[i], scales[i / block]);
   }
@@ -124,7 +141,7 @@ MLFW_HOST_DEVICE inline void EncodeStateElement(StateFormat format, void* data, 
       static_cast<std::uint16_t*>(data)[i] = BFloat16StateCode(value, keep_positive);
       return;
     case StateFormat::Float16:
-      static_cast<std::uint16_t*>(data)[i] = Float16StateCode(value, keep_positive);
+      static_cast<std::uint16_t*>(data)[i] = Float16BlockCode(value, scale, keep_positive);
       return;
     case StateFormat::Float8E4M3Block:
       static_cast<std::uint8_t*>(data)[i] = Float8Code(value, scale, keep_positive);

@@ -19,9 +19,11 @@ namespace mlframework::optimizers {
 namespace {
 
 constexpr char kAdamKind[] = "optimizers.Adam";
-// 3: the state formats, block size, rounding seed and master format, each moment as stored;
+// 4: the state formats, block size, rounding seed and master format, each moment as stored;
+// 3: the same, a Float16 moment without scales (read: converted to the scaled format);
 // 2: the options as doubles, FP32 masters and moments.
-constexpr std::uint16_t kAdamVersion = 3;
+constexpr std::uint16_t kAdamVersion = 4;
+constexpr std::uint16_t kAdamUnscaledFloat16Version = 3;
 constexpr std::uint16_t kAdamFloat32Version = 2;
 
 }  // namespace
@@ -227,9 +229,12 @@ std::vector<std::byte> Adam::StateDict() const {
 void Adam::LoadStateDict(std::span<const std::byte> state, amp::StateConversion conversion) {
   Impl& s = *impl_;
   std::uint16_t version = 0;
-  mlframework::detail::BlobReader reader =
-      mlframework::detail::OpenBlobVersion(state, kAdamKind, {kAdamVersion, kAdamFloat32Version}, version);
+  mlframework::detail::BlobReader reader = mlframework::detail::OpenBlobVersion(
+      state, kAdamKind, {kAdamVersion, kAdamUnscaledFloat16Version, kAdamFloat32Version}, version);
   const bool float32_blob = version == kAdamFloat32Version;
+  const detail::BlobStates states = float32_blob                             ? detail::BlobStates::Float32
+                                    : version == kAdamUnscaledFloat16Version ? detail::BlobStates::UnscaledFloat16
+                                                                             : detail::BlobStates::Records;
   AdamOptions options = s.options;  // the formats stay this optimizer's
   options.LearningRate = reader.F64();
   options.Beta1 = reader.F64();
@@ -248,9 +253,9 @@ void Adam::LoadStateDict(std::span<const std::byte> state, amp::StateConversion 
     const std::size_t size = s.params.Size(t);
     const std::string first = "first moments of \"" + s.params.Name(t) + "\"";
     const std::string second = "second moments of \"" + s.params.Name(t) + "\"";
-    exp_avg.push_back(s.exp_avg.Prepare(detail::ReadState(reader, float32_blob, size, first), size, conversion, first));
+    exp_avg.push_back(s.exp_avg.Prepare(detail::ReadState(reader, states, size, first), size, conversion, first));
     exp_avg_sq.push_back(
-        s.exp_avg_sq.Prepare(detail::ReadState(reader, float32_blob, size, second), size, conversion, second));
+        s.exp_avg_sq.Prepare(detail::ReadState(reader, states, size, second), size, conversion, second));
     if (!exp_avg.back().present || !exp_avg_sq.back().present) {
       std::string missing = "has no ";
       missing += first;

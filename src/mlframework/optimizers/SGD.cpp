@@ -18,9 +18,11 @@ namespace mlframework::optimizers {
 namespace {
 
 constexpr char kSGDKind[] = "optimizers.SGD";
-// 3: the momentum format, block size, rounding seed and master format, each buffer as stored;
+// 4: the momentum format, block size, rounding seed and master format, each buffer as stored;
+// 3: the same, a Float16 buffer without scales (read: converted to the scaled format);
 // 2: the options as doubles, with Dampening, FP32 masters and buffers.
-constexpr std::uint16_t kSGDVersion = 3;
+constexpr std::uint16_t kSGDVersion = 4;
+constexpr std::uint16_t kSGDUnscaledFloat16Version = 3;
 constexpr std::uint16_t kSGDFloat32Version = 2;
 
 }  // namespace
@@ -232,9 +234,12 @@ std::vector<std::byte> SGD::StateDict() const {
 void SGD::LoadStateDict(std::span<const std::byte> state, amp::StateConversion conversion) {
   Impl& s = *impl_;
   std::uint16_t version = 0;
-  mlframework::detail::BlobReader reader =
-      mlframework::detail::OpenBlobVersion(state, kSGDKind, {kSGDVersion, kSGDFloat32Version}, version);
+  mlframework::detail::BlobReader reader = mlframework::detail::OpenBlobVersion(
+      state, kSGDKind, {kSGDVersion, kSGDUnscaledFloat16Version, kSGDFloat32Version}, version);
   const bool float32_blob = version == kSGDFloat32Version;
+  const detail::BlobStates states = float32_blob                            ? detail::BlobStates::Float32
+                                    : version == kSGDUnscaledFloat16Version ? detail::BlobStates::UnscaledFloat16
+                                                                            : detail::BlobStates::Records;
   SGDOptions options = s.options;  // the formats stay this optimizer's
   options.LearningRate = reader.F64();
   options.Momentum = reader.F64();
@@ -253,7 +258,7 @@ void SGD::LoadStateDict(std::span<const std::byte> state, amp::StateConversion c
     detail::StateRecord record;
     // A blob of FP32 state flags each buffer; ReadStateRecord() reads the flag itself.
     if (!float32_blob || reader.Flag(what)) {
-      record = detail::ReadState(reader, float32_blob, size, what);
+      record = detail::ReadState(reader, states, size, what);
     }
     momentum.push_back(s.momentum.Prepare(record, size, conversion, what));
   }

@@ -18,7 +18,7 @@ namespace mlframework::optimizers::detail {
 
 namespace {
 
-using mlframework::detail::BlockCodeMax;
+using mlframework::detail::BlockScale;
 
 bool ValidBlockSize(std::size_t block_size) {
   return block_size >= 32 && block_size <= 2048 && (block_size & (block_size - 1)) == 0;
@@ -39,9 +39,11 @@ amp::StoredStateVector StateRecord::View() const {
 
 std::vector<float> DecodeState(const amp::StoredStateVector& stored) {
   const std::size_t count = stored.Codes.size() / StateElementBytes(stored.Format);
+  const bool unscaled = IsUnscaledFloat16(stored.Format, stored.Scales.size(), count);
   std::vector<float> values(count);
   const std::byte* in = stored.Codes.data();
   for (std::size_t i = 0; i < count; ++i) {
+    // The codes are copied out: the bytes of a blob need not be aligned for their element type.
     switch (stored.Format) {
       case StateFormat::Float32:
         std::memcpy(&values[i], in + i * 4, 4);
@@ -50,8 +52,14 @@ std::vector<float> DecodeState(const amp::StoredStateVector& stored) {
       case StateFormat::Float16: {
         std::uint16_t bits = 0;
         std::memcpy(&bits, in + i * 2, 2);
-        values[i] = stored.Format == StateFormat::BFloat16 ? mlframework::detail::BFloat16BitsToFloat(bits)
-                                                           : mlframework::detail::HalfBitsToFloat(bits);
+        if (stored.Format == StateFormat::BFloat16) {
+          values[i] = mlframework::detail::BFloat16BitsToFloat(bits);
+        } else if (unscaled) {
+          values[i] = mlframework::detail::HalfBitsToFloat(bits);
+        } else {
+          values[i] = mlframework::detail::DecodeStateElement(StateFormat::Float16, &bits,
+                                                              stored.Scales.data() + i / stored.BlockSize, 1, 0);
+        }
         break;
       }
       case StateFormat::Int8Block:
@@ -73,41 +81,32 @@ StateRecord EncodeState(std::span<const float> values, StateFormat format, std::
   };
   StateRecord record{.format = format, .block_size = block_size, .present = true, .codes = {}, .scales = {}};
   const std::size_t n = values.size();
-  record.codes.resize(n * StateElementBytes(format));
-  std::byte* out = record.codes.data();
   for (std::size_t i = 0; i < n; ++i) {
     if (!std::isfinite(values[i])) fail(i, "it is not finite");
     if (format == StateFormat::UInt8Block && values[i] < 0.0f) fail(i, "its codes are unsigned");
   }
-  if (IsBlockScaled(format)) {
-    const float code_max = BlockCodeMax(format);
-    record.scales.resize(StateBlockCount(n, block_size));
-    for (std::size_t b = 0; b < record.scales.size(); ++b) {
-      const std::size_t begin = b * block_size;
-      const std::size_t end = std::min(n, begin + block_size);
-      float absmax = 0.0f;
-      for (std::size_t i = begin; i < end; ++i) absmax = std::max(absmax, std::fabs(values[i]));
-      const float scale = absmax / code_max;  // as the fused steps compute it
-      record.scales[b] = scale;
+  // The codes as the fused steps write them (StateCodes.hpp), into a buffer aligned for them.
+  std::vector<float> codes((n * StateElementBytes(format) + sizeof(float) - 1) / sizeof(float));
+  const bool scaled = IsBlockScaled(format);
+  record.scales.resize(scaled ? StateBlockCount(n, block_size) : 0);
+  const std::size_t span = scaled ? block_size : std::max<std::size_t>(n, 1);  // unscaled: one span
+  for (std::size_t begin = 0; begin < n; begin += span) {
+    const std::size_t end = std::min(n, begin + span);
+    float scale = 0.0f;
+    if (scaled) {
+      std::uint32_t largest = 0;
       for (std::size_t i = begin; i < end; ++i) {
-        const std::uint8_t code = format == StateFormat::Float8E4M3Block
-                                      ? mlframework::detail::Float8Code(values[i], scale, second)
-                                      : mlframework::detail::LinearCode(values[i], scale, code_max, second);
-        out[i] = static_cast<std::byte>(code);
+        largest = std::max(largest, mlframework::detail::MagnitudeBits(values[i]));
       }
+      scale = BlockScale(format, mlframework::detail::BitsAsFloat(largest));
+      record.scales[begin / block_size] = scale;
     }
-  } else {
-    for (std::size_t i = 0; i < n; ++i) {
-      if (format == StateFormat::Float32) {
-        std::memcpy(out + i * 4, &values[i], 4);
-        continue;
-      }
-      const std::uint16_t code = format == StateFormat::BFloat16
-                                     ? mlframework::detail::BFloat16StateCode(values[i], second)
-                                     : mlframework::detail::Float16StateCode(values[i], second);
-      std::memcpy(out + i * 2, &code, 2);
+    for (std::size_t i = begin; i < end; ++i) {
+      mlframework::detail::EncodeStateElement(format, codes.data(), i, values[i], scale, second);
     }
   }
+  const auto bytes = std::as_bytes(std::span<const float>(codes)).first(n * StateElementBytes(format));
+  record.codes.assign(bytes.begin(), bytes.end());
   const std::vector<float> decoded = DecodeState(record.View());
   for (std::size_t i = 0; i < n; ++i) {
     if (!std::isfinite(decoded[i])) fail(i, "it overflows the format");
@@ -126,7 +125,8 @@ void WriteStateRecord(mlframework::detail::BlobWriter& writer, const amp::Stored
   for (const float scale : stored.Scales) writer.F32(scale);
 }
 
-StateRecord ReadStateRecord(mlframework::detail::BlobReader& reader, std::size_t count, const std::string& what) {
+StateRecord ReadStateRecord(mlframework::detail::BlobReader& reader, std::size_t count, const std::string& what,
+                            bool unscaled_float16) {
   StateRecord record;
   record.present = reader.Flag(what);
   if (!record.present) return record;
@@ -148,7 +148,8 @@ StateRecord ReadStateRecord(mlframework::detail::BlobReader& reader, std::size_t
   const std::span<const std::byte> codes = reader.Bytes(count * StateElementBytes(record.format));
   record.codes.assign(codes.begin(), codes.end());
   const std::uint64_t scales = reader.U64();
-  const std::size_t expected = IsBlockScaled(record.format) ? StateBlockCount(count, record.block_size) : 0;
+  const bool scaled = IsBlockScaled(record.format) && !(unscaled_float16 && record.format == StateFormat::Float16);
+  const std::size_t expected = scaled ? StateBlockCount(count, record.block_size) : 0;
   if (scales != expected) {
     reader.Fail(what + " hold " + std::to_string(scales) + " scales, expected " + std::to_string(expected));
   }
@@ -157,9 +158,11 @@ StateRecord ReadStateRecord(mlframework::detail::BlobReader& reader, std::size_t
   return record;
 }
 
-StateRecord ReadState(mlframework::detail::BlobReader& reader, bool float32_blob, std::size_t count,
+StateRecord ReadState(mlframework::detail::BlobReader& reader, BlobStates states, std::size_t count,
                       const std::string& what) {
-  if (!float32_blob) return ReadStateRecord(reader, count, what);
+  if (states != BlobStates::Float32) {
+    return ReadStateRecord(reader, count, what, states == BlobStates::UnscaledFloat16);
+  }
   const std::vector<float> values = ReadFloats(reader, count, what);
   StateRecord record{.format = StateFormat::Float32, .present = true, .codes = {}, .scales = {}};
   record.codes.resize(values.size() * sizeof(float));
@@ -268,8 +271,10 @@ std::span<const float> StateList::Values(std::size_t i) const {
 StateRecord StateList::Prepare(const StateRecord& record, std::size_t count, amp::StateConversion conversion,
                                const std::string& what) const {
   if (!record.present) return record;
-  const bool same = record.format == format_ && (!IsBlockScaled(format_) || record.block_size == block_size_);
-  const std::size_t scales = IsBlockScaled(record.format) ? StateBlockCount(count, record.block_size) : 0;
+  const bool unscaled = IsUnscaledFloat16(record.format, record.scales.size(), count);
+  const bool same =
+      !unscaled && record.format == format_ && (!IsBlockScaled(format_) || record.block_size == block_size_);
+  const std::size_t scales = IsBlockScaled(record.format) && !unscaled ? StateBlockCount(count, record.block_size) : 0;
   if (record.codes.size() != count * StateElementBytes(record.format) || record.scales.size() != scales) {
     throw ArgumentError("state", what + " hold " + std::to_string(record.codes.size()) + " bytes and " +
                                      std::to_string(record.scales.size()) + " scales, " + std::to_string(count) +
@@ -282,7 +287,7 @@ StateRecord StateList::Prepare(const StateRecord& record, std::size_t count, amp
     copy.block_size = block_size_;
     return copy;
   }
-  if (conversion != amp::StateConversion::Convert) {
+  if (conversion != amp::StateConversion::Convert && !(unscaled && format_ == StateFormat::Float16)) {
     throw ArgumentError("state", what + " are stored as " + Describe(record.format, record.block_size) +
                                      " but this optimizer keeps " + Describe(format_, block_size_) +
                                      ": load with StateConversion::Convert to convert them");

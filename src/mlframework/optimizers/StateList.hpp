@@ -20,8 +20,15 @@ namespace mlframework::optimizers::detail {
 // Bytes per stored element of @p format (4, 2 or 1).
 std::size_t StateElementBytes(StateFormat format) noexcept;
 
+// True for the FP16 codes of a Float16 state without scales (@p scales of them for @p count
+// elements): plain FP16 values, as blobs and sharded checkpoints stored Float16 states before the
+// format was block-scaled. A load decodes them and encodes them as the scaled format.
+constexpr bool IsUnscaledFloat16(StateFormat format, std::size_t scales, std::size_t count) noexcept {
+  return format == StateFormat::Float16 && scales == 0 && count != 0;
+}
+
 // The FP32 values of a state stored as @p stored (Codes holds whole elements; Scales one per
-// block when block-scaled), decoded as the fused steps decode them.
+// block when block-scaled, none for IsUnscaledFloat16()), decoded as the fused steps decode them.
 std::vector<float> DecodeState(const amp::StoredStateVector& stored);
 
 // A state's stored bytes and scales, owned.
@@ -45,11 +52,19 @@ StateRecord EncodeState(std::span<const float> values, StateFormat format, std::
 // u64 elements | the stored bytes | u64 scale count | f32 scales.
 void WriteStateRecord(mlframework::detail::BlobWriter& writer, const amp::StoredStateVector& stored, bool present);
 // Reads a record of @p count elements (the reader fails naming @p what for a bad format, block
-// size or length).
-StateRecord ReadStateRecord(mlframework::detail::BlobReader& reader, std::size_t count, const std::string& what);
+// size or length); @p unscaled_float16: a Float16 record has no scales (IsUnscaledFloat16()).
+StateRecord ReadStateRecord(mlframework::detail::BlobReader& reader, std::size_t count, const std::string& what,
+                            bool unscaled_float16 = false);
 
-// ReadStateRecord(), or for a blob of FP32 state (@p float32_blob) the FP32 values WriteFloats() wrote.
-StateRecord ReadState(mlframework::detail::BlobReader& reader, bool float32_blob, std::size_t count,
+// How an optimizer blob of some version stores its states.
+enum class BlobStates {
+  Records,          // ReadStateRecord()'s records
+  UnscaledFloat16,  // the records, a Float16 one without scales (IsUnscaledFloat16())
+  Float32,          // the FP32 values WriteFloats() wrote
+};
+
+// The state record of a blob storing its states as @p states.
+StateRecord ReadState(mlframework::detail::BlobReader& reader, BlobStates states, std::size_t count,
                       const std::string& what);
 
 // ArgumentError naming @p parameter unless @p format fits the state (signed codes for the first

@@ -73,10 +73,13 @@ struct ShardedCheckpointContents {
 };
 
 /// Format version FSDP::SaveShardedCheckpoint() writes (blob kind "distributed.fsdp.ShardedCheckpoint").
+/// 5: Float16 optimizer states block-scaled (their scales stored as the 8-bit formats' are);
 /// 4: each unit's master shard dtype and MasterFormat (BF16 shards, with their remainders under
 /// BFloat16Remainder); 3: each optimizer state vector's format, block size and scales; 2: the
-/// optimizer options as doubles.
-inline constexpr std::uint16_t kShardedCheckpointVersion = 4;
+/// optimizer options as doubles. Every older version still loads; a Float16 state of versions 3
+/// and 4 (plain FP16 values) loads converted to the block-scaled Float16 format, with or without
+/// amp::StateConversion::Convert.
+inline constexpr std::uint16_t kShardedCheckpointVersion = 5;
 
 /// File of @p rank in a checkpoint directory: "shard-00003.mlfw" for rank 3 (five digits, more
 /// when the rank needs them). ArgumentError for a negative rank.

@@ -292,9 +292,13 @@ inline void DecodeState(StateFormat format, const void* data, const float* scale
     }
     case StateFormat::Float16: {
       const auto* in = static_cast<const std::uint16_t*>(data) + lo;
+      for (std::size_t b = 0; b < n; b += block) {
+        const std::size_t end = b + block < n ? b + block : n;
+        const float scale = scales[(lo + b) / block];
 #pragma omp simd
-      for (std::size_t i = 0; i < n; ++i) {
-        out[i] = mlframework::detail::HalfBitsToFloat(in[i]);
+        for (std::size_t i = b; i < end; ++i) {
+          out[i] = mlframework::detail::HalfBitsToFloat(in[i]) * scale;
+        }
       }
       break;
     }
@@ -434,12 +438,25 @@ inline void EncodeState(const StoredFormats& f, StateFormat format, void* data, 
   switch (format) {
     case StateFormat::Float32:
       break;
-    case StateFormat::BFloat16:
-    case StateFormat::Float16: {
+    case StateFormat::BFloat16: {
       auto* out = static_cast<std::uint16_t*>(data) + lo;
-      static_cast<void>((format == StateFormat::BFloat16 ? f.to_bfloat16 : f.to_float16)(values, out, n, 1.0f));
+      static_cast<void>(f.to_bfloat16(values, out, n, 1.0f));
       if (second) {
         KeepPositive(values, out, n);
+      }
+      break;
+    }
+    case StateFormat::Float16: {
+      // Float16BlockCode(): the cast kernel rounds each product value * (1 / scale) to FP16.
+      auto* out = static_cast<std::uint16_t*>(data) + lo;
+      for (std::size_t b = 0; b < n; b += block) {
+        const std::size_t end = b + block < n ? b + block : n;
+        const float scale = mlframework::detail::Float16BlockScale(AbsMax(values, b, end));
+        scales[(lo + b) / block] = scale;
+        static_cast<void>(f.to_float16(values + b, out + b, end - b, 1.0f / scale));
+        if (second) {
+          KeepPositive(values + b, out + b, end - b);
+        }
       }
       break;
     }

@@ -200,7 +200,11 @@ SavedUnit ReadUnit(BlobReader& reader, std::uint32_t states, std::uint16_t versi
         reader.Fail("value count " + std::to_string(unit.count) + " is implausible");
       }
       state.codes = reader.Bytes(static_cast<std::size_t>(unit.count) * element);
-      if (IsBlockScaled(state.format)) state.scales = ReadValues(reader, StateBlockCount(unit.count, block));
+      // Before version 5 a Float16 state had no scales: plain FP16 values, which the load converts.
+      state.unscaled_float16 = version < 5 && state.format == StateFormat::Float16;
+      if (IsBlockScaled(state.format) && !state.unscaled_float16) {
+        state.scales = ReadValues(reader, StateBlockCount(unit.count, block));
+      }
     }
     unit.states.push_back(state);
   }
@@ -349,7 +353,7 @@ std::vector<std::byte> EncodeCheckpoint(const SavedRank& saved) {
 
 SavedRank DecodeCheckpoint(std::span<const std::byte> blob, const std::string& parameter) {
   std::uint16_t version = 0;
-  BlobReader reader = mlframework::detail::OpenBlobVersion(blob, kCheckpointKind, {kShardedCheckpointVersion, 3, 2},
+  BlobReader reader = mlframework::detail::OpenBlobVersion(blob, kCheckpointKind, {kShardedCheckpointVersion, 4, 3, 2},
                                                            version, parameter);
   SavedRank saved;
   saved.world = reader.U32();

@@ -20,7 +20,8 @@
 //       under BFloat16Remainder, u16 x (elements of this rank) remainders
 //     per optimizer state vector: u8 present, when present: u8 StateFormat | u64 block size |
 //       the stored elements of this rank (4, 2 or 1 bytes each) | f32 x StateBlockCount(elements,
-//       block size) scales for the block-scaled formats (none otherwise)
+//       block size) scales for the block-scaled formats (none otherwise; none for Float16 before
+//       version 5, whose FP16 values had no scales)
 //     (version 2: per vector u8 present | f32 x (elements of this rank), FP32 state)
 // The values are the rank's range [first, first + count) of the unit's flat, zero-padded buffer;
 // a block-scaled state's blocks start at the rank's first element.
@@ -67,6 +68,7 @@ struct SavedState {
   std::uint64_t block_size = kDefaultStateBlockSize;
   std::span<const std::byte> codes{};   // count elements
   std::span<const std::byte> scales{};  // block-scaled: StateBlockCount(count, block_size) FP32 values
+  bool unscaled_float16 = false;        // Float16 before version 5: plain FP16 values, no scales
 };
 
 struct SavedUnit {

@@ -317,6 +317,11 @@ amp::StoredStateValues ReshardState(const std::vector<SavedRank>& ranks, std::si
   const std::uint64_t numel = unit.NumElements();
   const bool scaled = IsBlockScaled(saved.format);
   bool on_blocks = !scaled || live.BlockSize == saved.block_size;
+  // Plain FP16 values of an older checkpoint (a rank's blob may be one): decoded, and encoded as
+  // the block-scaled Float16 format without asking for a conversion.
+  const bool unscaled =
+      std::ranges::any_of(ranks, [&](const SavedRank& r) { return r.units[u].states[v].unscaled_float16; });
+  const bool rescale = unscaled && live.Format == StateFormat::Float16;
   for (const SavedRank& rank : ranks) {
     const SavedUnit& range = rank.units[u];
     on_blocks = on_blocks && (!scaled || OnBlocks(range.first, range.count, numel, saved.block_size));
@@ -324,7 +329,7 @@ amp::StoredStateValues ReshardState(const std::vector<SavedRank>& ranks, std::si
   on_blocks = on_blocks && (!scaled || OnBlocks(unit.ShardOffset(), unit.ShardSize(), numel, saved.block_size));
   const std::string what = "optimizer state vector " + std::to_string(v) + " of unit '" + unit.Name() + "'";
   const std::size_t element = ElementSize(StateStorageDType(saved.format));
-  if (saved.format == live.Format && on_blocks) {
+  if (saved.format == live.Format && on_blocks && !unscaled) {
     amp::StoredStateValues out{.Format = saved.format, .BlockSize = live.BlockSize, .Codes = {}, .Scales = {}};
     out.Codes =
         Reshard(ranks, u, unit, element, [v](std::size_t, const SavedUnit& range) { return range.states[v].codes; });
@@ -344,7 +349,7 @@ amp::StoredStateValues ReshardState(const std::vector<SavedRank>& ranks, std::si
     }
     return out;
   }
-  if (conversion != amp::StateConversion::Convert) {
+  if (conversion != amp::StateConversion::Convert && !rescale) {
     throw ArgumentError(
         "contents.Conversion",
         what + " is stored as " + ToString(saved.format) +
