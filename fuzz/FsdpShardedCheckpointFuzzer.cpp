@@ -2,7 +2,8 @@
 //
 // The harness saves a real checkpoint at three simulated ranks (two units, AdamW state after
 // one step, a loss scaler's state; or, with flag bit 5, one unit of 192 elements whose AdamW
-// moments are 8-bit block-scaled codes in blocks of 32, so the shards at 3, 2 and 1 ranks fall on
+// moments are 8-bit block-scaled codes in blocks of 32 (with flag bit 7 too, block-scaled FP16
+// codes), so the shards at 3, 2 and 1 ranks fall on
 // whole blocks and the codes and scales reshard bit for bit; with flag bit 6, either model with
 // BF16 master shards whose exact FP32 masters keep 16-bit remainders, so each unit records its
 // shard dtype, master format, BF16 values and remainders) and lets the input damage one rank's blob, or drop or
@@ -17,7 +18,8 @@
 //
 // Input: byte 0 flags (bit 0: re-seal the checksum, bit 1: truncate, bit 2: append the rest of
 // the input, bit 3: drop the damaged blob, bit 4: put the damaged blob in place of the next
-// one too, bit 5: the 8-bit model, bit 6: BF16 master shards with remainders), byte 1 the blob to damage (mod 3), bytes
+// one too, bit 5: the 8-bit model, bit 6: BF16 master shards with remainders, bit 7 with bit 5: its
+// moments in FP16 blocks), byte 1 the blob to damage (mod 3), bytes
 // 2-3 the truncated length (little endian), then edits of three bytes each (offset low, offset high, XOR mask) until a
 // zero mask.
 #include <cstddef>
@@ -71,7 +73,7 @@ struct Rank {
   std::unique_ptr<optimizers::Adam> adam;
   amp::DynamicLossScaler scaler;
 
-  Rank(int rank, int world, float amplitude, bool low_bit, bool bf16_masters) {
+  Rank(int rank, int world, float amplitude, bool low_bit, bool bf16_masters, bool half) {
     model = std::make_unique<fsdp::FSDP>(
         std::make_shared<SimulatedRank>(rank, world),
         fsdp::FSDPConfig{.MasterDType = bf16_masters ? DataType::BFloat16 : DataType::Float32});
@@ -81,8 +83,8 @@ struct Rank {
       std::vector<float> weights(192);
       for (std::size_t i = 0; i < weights.size(); ++i) weights[i] = 0.01f * static_cast<float>(i % 17) - 0.08f;
       model->RegisterUnit("blocks", {{"weight", FromVector(weights, {6, 32})}});
-      options.FirstMomentFormat = StateFormat::Int8Block;
-      options.SecondMomentFormat = StateFormat::UInt8Block;
+      options.FirstMomentFormat = half ? StateFormat::Float16 : StateFormat::Int8Block;
+      options.SecondMomentFormat = half ? StateFormat::Float16 : StateFormat::UInt8Block;
       options.StateBlockSize = 32;
     } else {
       model->RegisterUnit("layer1", {{"weight", FromVector({0.5f, -1.0f, 2.0f, 0.25f, 3.0f, -0.75f}, {2, 3})},
@@ -98,10 +100,10 @@ struct Rank {
   std::vector<std::byte> Snapshot() { return model->SaveShardedCheckpoint(Contents()); }
 };
 
-std::vector<std::vector<std::byte>> SavedAtThree(bool low_bit, bool bf16_masters) {
+std::vector<std::vector<std::byte>> SavedAtThree(bool low_bit, bool bf16_masters, bool half) {
   std::vector<std::vector<std::byte>> blobs;
   for (int r = 0; r < 3; ++r) {
-    Rank rank(r, 3, 1.0f, low_bit, bf16_masters);
+    Rank rank(r, 3, 1.0f, low_bit, bf16_masters, half);
     for (std::size_t u = 0; u < rank.model->UnitCount(); ++u) {
       fsdp::FSDPShardingUnit& unit = rank.model->Unit(u);
       rank.model->Unit(u).SetLocalGradient(
@@ -126,10 +128,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
 
   const bool low_bit = (flags & 32U) != 0;
   const bool bf16 = (flags & 64U) != 0;
-  // Indexed by low_bit + 2 * bf16.
-  static const std::vector<std::vector<std::vector<std::byte>>> kSaved{
-      SavedAtThree(false, false), SavedAtThree(true, false), SavedAtThree(false, true), SavedAtThree(true, true)};
-  std::vector<std::vector<std::byte>> blobs = kSaved[(low_bit ? 1U : 0U) + (bf16 ? 2U : 0U)];
+  const bool half = low_bit && (flags & 128U) != 0;
+  // Indexed by low_bit + 2 * bf16 + 4 * half.
+  static const std::vector<std::vector<std::vector<std::byte>>> kSaved{SavedAtThree(false, false, false),
+                                                                       SavedAtThree(true, false, false),
+                                                                       SavedAtThree(false, true, false),
+                                                                       SavedAtThree(true, true, false),
+                                                                       {},
+                                                                       SavedAtThree(true, false, true),
+                                                                       {},
+                                                                       SavedAtThree(true, true, true)};
+  std::vector<std::vector<std::byte>> blobs = kSaved[(low_bit ? 1U : 0U) + (bf16 ? 2U : 0U) + (half ? 4U : 0U)];
   std::vector<std::byte>& blob = blobs[victim];
   for (;;) {
     const std::size_t offset = input.Byte() | (static_cast<std::size_t>(input.Byte()) << 8);
@@ -146,7 +155,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if ((flags & 8U) != 0) blobs.erase(blobs.begin() + static_cast<std::ptrdiff_t>(victim));
 
   // Load into rank 0 of 2 whose state differs from the saved one, so "unchanged" is visible.
-  Rank target(0, 2, 3.0f, low_bit, bf16);
+  Rank target(0, 2, 3.0f, low_bit, bf16, half);
   const std::vector<std::byte> before = target.Snapshot();
   const std::vector<std::byte> scaler_before = target.scaler.StateDict();
   try {
@@ -160,12 +169,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   // Accepted: rank 1 of 2 accepts the same set (the checks do not depend on the rank), and the
   // two ranks' state saves, loads at world size 1, saves and loads at 2 again to the same state.
   const std::vector<std::byte> loaded = target.Snapshot();
-  Rank other(1, 2, 3.0f, low_bit, bf16);
+  Rank other(1, 2, 3.0f, low_bit, bf16, half);
   static_cast<void>(other.model->LoadShardedCheckpoint(blobs, other.Contents()));
-  Rank single(0, 1, 5.0f, low_bit, bf16);
+  Rank single(0, 1, 5.0f, low_bit, bf16, half);
   static_cast<void>(single.model->LoadShardedCheckpoint(
       std::vector<std::vector<std::byte>>{target.Snapshot(), other.Snapshot()}, single.Contents()));
-  Rank back(0, 2, 7.0f, low_bit, bf16);
+  Rank back(0, 2, 7.0f, low_bit, bf16, half);
   static_cast<void>(
       back.model->LoadShardedCheckpoint(std::vector<std::vector<std::byte>>{single.Snapshot()}, back.Contents()));
   if (back.Snapshot() != loaded || back.scaler.StateDict() != target.scaler.StateDict()) {

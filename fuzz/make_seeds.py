@@ -144,6 +144,14 @@ def fsdp_sharded_checkpoint_seeds() -> None:
     seed("seed-lowbit-resealed-code", 33, 1, 0, [(630, 0x01)])
     seed("seed-lowbit-resealed-scale", 33, 2, 0, [(689, 0x80)])
     seed("seed-lowbit-truncated-scales", 35, 0, 772, [])
+    # Flag bit 7 with bit 5: the same model with Float16 moments (FP16 codes and power-of-two
+    # scales; 912-byte blobs): per moment the present flag (612, 758), format (613, 759), block
+    # size (614-621, 760-767), 64 two-byte codes (622-749, 768-895) and two scales (750-757, 896-903).
+    seed("seed-fp16-unchanged", 160, 0, 0, [])
+    seed("seed-fp16-resealed-first-format", 161, 1, 0, [(613, 0x07)])
+    seed("seed-fp16-resealed-code", 161, 2, 0, [(631, 0x7c)])
+    seed("seed-fp16-resealed-scale", 161, 0, 0, [(899, 0x80)])
+    seed("seed-fp16-truncated-scales", 163, 1, 900, [])
     seed("seed-resealed-late", 1, 2, 0, [(420, 0x08)])
     seed("seed-truncated", 3, 1, 200, [])
     seed("seed-appended", 5, 0, 0, [], b"\x00" * 12)
