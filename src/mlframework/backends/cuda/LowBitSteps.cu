@@ -41,10 +41,11 @@ struct TileState {
   bool keep_positive;  // the second moment
 };
 
-// Element @p i of state @p s (blocks of @p block elements).
+// Element @p i of state @p s, in block @p block_index of the tensor.
 template <StateFormat Format>
-__device__ __forceinline__ float Decode(const TileState<Format>& s, std::uint32_t block, std::uint64_t i) {
-  return codes::DecodeStateElement(Format, s.data, s.scales, block, i);
+__device__ __forceinline__ float Decode(const TileState<Format>& s, std::uint64_t block_index, std::uint64_t i) {
+  return codes::DecodeStateElementInBlock(Format, s.data, TileState<Format>::kScaled ? s.scales[block_index] : 0.0f,
+                                          i);
 }
 
 // After the update of element @p i: a state without scales is encoded at once; a block-scaled one
@@ -66,24 +67,24 @@ __device__ __forceinline__ void Collect(const TileState<Format>& s, bool in_rang
 }
 
 // Encodes the updated @p values of a block-scaled state with the tile's block maxima, and writes
-// the scales of the tile's blocks.
+// the scales of the tile's blocks (blocks of 2^@p shift elements).
 template <StateFormat Format>
 __device__ __forceinline__ void Encode(const TileState<Format>& s, const LowBitEntry& e, std::uint64_t lo,
-                                       std::uint32_t block, const std::uint32_t* absmax,
+                                       std::uint32_t shift, const std::uint32_t* absmax,
                                        const float (&values)[kPerThread]) {
   if constexpr (TileState<Format>::kScaled) {
 #pragma unroll
     for (int k = 0; k < kPerThread; ++k) {
-      const std::uint64_t offset = threadIdx.x + static_cast<std::uint64_t>(k) * kThreads;
+      const std::uint32_t offset = threadIdx.x + (static_cast<std::uint32_t>(k) * kThreads);
       const std::uint64_t i = lo + offset;
       if (i < e.count) {
-        const float scale = codes::BlockScale(Format, codes::BitsAsFloat(absmax[offset / block]));
+        const float scale = codes::BlockScale(Format, codes::BitsAsFloat(absmax[offset >> shift]));
         codes::EncodeStateElement(Format, s.data, i, values[k], scale, s.keep_positive);
       }
     }
     const std::uint32_t b = threadIdx.x;
-    if (b < kLowBitTile / block && lo + static_cast<std::uint64_t>(b) * block < e.count) {
-      s.scales[lo / block + b] = codes::BlockScale(Format, codes::BitsAsFloat(absmax[b]));
+    if (b < (static_cast<std::uint32_t>(kLowBitTile) >> shift) && lo + (static_cast<std::uint64_t>(b) << shift) < e.count) {
+      s.scales[(lo >> shift) + b] = codes::BlockScale(Format, codes::BitsAsFloat(absmax[b]));
     }
   }
 }
@@ -107,7 +108,8 @@ __device__ __forceinline__ void StepTile(const LowBitEntry* entries, std::int32_
   // alias the entry, and the compiler would reload its pointers after each one.
   const LowBitEntry e = entries[EntryHolding(entries, count, tile, [](const LowBitEntry& x) { return x.tile; })];
   const std::uint64_t lo = (tile - e.tile) * kLowBitTile;
-  const std::uint32_t block = f.block_size;
+  // Block sizes are powers of two (FusedSteps.cpp checks): block indices by shifts.
+  const auto shift = static_cast<std::uint32_t>(__ffs(static_cast<int>(f.block_size)) - 1);
   const std::uint64_t step = step_count != nullptr ? static_cast<std::uint64_t>(*step_count) + 1 : f.step;
   const bool has_first = e.first != nullptr;
   const TileState<First> first{e.first, e.first_scales, false};
@@ -121,7 +123,9 @@ __device__ __forceinline__ void StepTile(const LowBitEntry* entries, std::int32_
   float v[kPerThread];
 #pragma unroll
   for (int k = 0; k < kPerThread; ++k) {
-    const std::uint64_t i = lo + threadIdx.x + static_cast<std::uint64_t>(k) * kThreads;
+    const std::uint32_t offset = threadIdx.x + (static_cast<std::uint32_t>(k) * kThreads);
+    const std::uint64_t i = lo + offset;
+    const std::uint64_t block_index = i >> shift;
     w[k] = 0.0f;
     g[k] = 0.0f;
     m[k] = 0.0f;
@@ -130,17 +134,17 @@ __device__ __forceinline__ void StepTile(const LowBitEntry* entries, std::int32_
       w[k] = codes::DecodeMasterElement(f.masters, e.parameter, e.remainders, i);
       g[k] = e.gradient[i];
       if (has_first && read_first) {
-        m[k] = Decode(first, block, i);
+        m[k] = Decode(first, block_index, i);
       }
       if constexpr (kHasSecond) {
-        v[k] = Decode(second, block, i);
+        v[k] = Decode(second, block_index, i);
       }
     }
   }
   __syncthreads();  // absmax is zeroed
 #pragma unroll
   for (int k = 0; k < kPerThread; ++k) {
-    const std::uint64_t offset = threadIdx.x + static_cast<std::uint64_t>(k) * kThreads;
+    const std::uint32_t offset = threadIdx.x + (static_cast<std::uint32_t>(k) * kThreads);
     const std::uint64_t i = lo + offset;
     const bool in_range = i < e.count;
     if (in_range) {
@@ -148,7 +152,7 @@ __device__ __forceinline__ void StepTile(const LowBitEntry* entries, std::int32_
       codes::EncodeMasterElement(f.masters, e.parameter, e.remainders, i, w[k], f.seed, step, e.tensor);
       WriteCopy(e.low_precision, e.low_precision_dtype, i, w[k]);  // FP32 masters only (FusedSteps.cpp)
     }
-    const auto block_in_tile = static_cast<std::uint32_t>(offset / block);
+    const std::uint32_t block_in_tile = offset >> shift;
     if (has_first) {
       Collect(first, in_range, i, m[k], block_in_tile, absmax[0]);
     }
@@ -158,10 +162,10 @@ __device__ __forceinline__ void StepTile(const LowBitEntry* entries, std::int32_
   }
   __syncthreads();
   if (has_first) {
-    Encode(first, e, lo, block, absmax[0], m);
+    Encode(first, e, lo, shift, absmax[0], m);
   }
   if constexpr (kHasSecond) {
-    Encode(second, e, lo, block, absmax[1], v);
+    Encode(second, e, lo, shift, absmax[1], v);
   }
 }
 
