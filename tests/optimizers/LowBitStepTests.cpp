@@ -406,6 +406,14 @@ BOOST_AUTO_TEST_CASE(Float16BlocksOfZerosNaNsAndInfinitiesAndTheTopBinade) {
   BOOST_TEST(BlockScale(StateFormat::Float16, 0x1p-140f) == 0x1p-126f);   // subnormal: 1 / scale finite
   BOOST_TEST(BlockScale(StateFormat::Float16, INFINITY) == 0x1p113f);
   BOOST_TEST(std::isnan(BlockScale(StateFormat::Float16, NAN)));
+  // The encode's factor is the reciprocal of every scale the blocks can have, from its exponent.
+  std::size_t wrong_factors = 0;
+  for (std::uint32_t exponent = 1; exponent <= 240; ++exponent) {
+    const float scale = std::bit_cast<float>(exponent << 23);
+    wrong_factors += mlframework::detail::Float16CodeFactor(scale) == 1.0f / scale ? 0 : 1;
+  }
+  BOOST_TEST(wrong_factors == 0u);
+  BOOST_TEST(std::isnan(mlframework::detail::Float16CodeFactor(NAN)));
   // Through the fused step on this instruction set: SGD's first step stores the momentum as the
   // gradient, so the blocks are chosen: zeros (signs kept), one with a NaN, one with infinities,
   // one whose tiny positive values a second moment keeps positive.

@@ -83,11 +83,19 @@ MLFW_HOST_DEVICE inline float Float16BlockScale(float absmax) {
   return bits > 0x7f800000u ? BitsAsFloat(0x7fc00000u) : BitsAsFloat(exponent << 23);
 }
 
+/// 1 / @p scale for a Float16BlockScale() (a power of two from 2^-126 to 2^113), exact, from its
+/// exponent bits (integer operations: no division per element on the GPU); NaN for a NaN scale.
+MLFW_HOST_DEVICE inline float Float16CodeFactor(float scale) {
+  const std::uint32_t bits = FloatAsBits(scale);
+  return bits > 0x7f800000u ? scale : BitsAsFloat((254u - (bits >> 23)) << 23);
+}
+
 /// The FP16 code of @p value in a Float16 block of scale @p scale (Float16BlockScale()): the FP16
-/// rounding (nearest even) of value * (1 / scale), both exact products of powers of two; a NaN
-/// scale gives NaN codes. @p keep_positive: a positive value never gets code 0.
+/// rounding (nearest even) of value * Float16CodeFactor(scale), the product exact unless it lies
+/// below FP32's normal range (far below FP16's smallest code); a NaN scale gives NaN codes.
+/// @p keep_positive: a positive value never gets code 0.
 MLFW_HOST_DEVICE inline std::uint16_t Float16BlockCode(float value, float scale, bool keep_positive) {
-  const std::uint16_t code = FloatToHalfBits(MulRn(value, DivRn(1.0f, scale)));
+  const std::uint16_t code = FloatToHalfBits(MulRn(value, Float16CodeFactor(scale)));
   return keep_positive && value > 0.0f && code == 0 ? std::uint16_t{1} : code;
 }
 
@@ -124,7 +132,7 @@ MLFW_HOST_DEVICE inline float DecodeStateElementInBlock(StateFormat format, cons
     case StateFormat::BFloat16:
       return BFloat16BitsToFloat(static_cast<const std::uint16_t*>(data)[i]);
     case StateFormat::Float16:
-      return MulRn(HalfBitsToFloat(static_cast<const std::uint16_t*>(data)[i]), scales[i / block]);
+      return MulRn(HalfBitsToFloat(static_cast<const std::uint16_t*>(data)[i]), scale);
     default:
       return DecodeBlockCode(format, static_cast<const std::uint8_t*>(data)[i], scale);
   }
@@ -134,8 +142,9 @@ MLFW_HOST_DEVICE inline float DecodeStateElementInBlock(StateFormat format, cons
 /// element), @p scales its block scales (block-scaled formats) of blocks of @p block elements.
 MLFW_HOST_DEVICE inline float DecodeStateElement(StateFormat format, const void* data, const float* scales,
                                                  std::size_t block, std::size_t i) {
-  const bool scaled = format == StateFormat::Int8Block || format == StateFormat::UInt8Block ||
-                      format == StateFormat::Float8E4M3Block;
+  // IsBlockScaled()'s formats (a host-only constexpr function, which device code cannot call).
+  const bool scaled = format == StateFormat::Float16 || format == StateFormat::Int8Block ||
+                      format == StateFormat::UInt8Block || format == StateFormat::Float8E4M3Block;
   return DecodeStateElementInBlock(format, data, scaled ? scales[i / block] : 0.0f, i);
 }
 

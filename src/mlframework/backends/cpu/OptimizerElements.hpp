@@ -453,7 +453,7 @@ inline void EncodeState(const StoredFormats& f, StateFormat format, void* data, 
         const std::size_t end = b + block < n ? b + block : n;
         const float scale = mlframework::detail::Float16BlockScale(AbsMax(values, b, end));
         scales[(lo + b) / block] = scale;
-        static_cast<void>(f.to_float16(values + b, out + b, end - b, 1.0f / scale));
+        static_cast<void>(f.to_float16(values + b, out + b, end - b, mlframework::detail::Float16CodeFactor(scale)));
         if (second) {
           KeepPositive(values + b, out + b, end - b);
         }
