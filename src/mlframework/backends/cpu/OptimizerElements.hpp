@@ -5,6 +5,7 @@
 // and -fno-math-errno (OptimizerKernels.hpp, "Numerics"): every fused multiply-add is an explicit
 // MulAdd, none is left to the compiler.
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstddef>
@@ -565,25 +566,31 @@ inline void EncodeMasters(const OptimizerPiece& piece, std::size_t lo, std::size
     }
     return;
   }
-  // Stochastic rounding: the words of one Philox block per four elements (lo and the piece's
-  // offset are multiples of four), 4 x kWidth elements per vector Philox call, one call of
-  // Philox4x32() per block for the tail.
+  // Stochastic rounding: the words of one Philox block per four counter indices. The elements
+  // before the first index that is a multiple of four (the piece's offset need not be one) and
+  // the tail take one call of Philox4x32() per block; the body 4 x kWidth elements per vector call.
   const StoredFormats& f = *piece.formats;
-  const std::uint64_t first_group = (piece.offset + lo) / 4;
+  const std::uint64_t base = piece.offset + lo;  // the counter index of values[0]
   const auto seed0 = static_cast<std::uint32_t>(f.seed);
   const auto seed1 = static_cast<std::uint32_t>(f.seed >> 32);
   const auto step = static_cast<std::uint32_t>(f.step);
   const std::uint32_t tensor = piece.tensor;
-  const std::size_t i = RoundStochastically<kWidth>(values, param, n, first_group, tensor, step, seed0, seed1);
-  for (std::size_t k = i; k < n; k += 4) {
-    const std::uint64_t group = first_group + k / 4;
-    const Philox4x32Block bits = Philox4x32(
-        Philox4x32Block{{static_cast<std::uint32_t>(group), static_cast<std::uint32_t>(group >> 32), tensor, step}},
-        seed0, seed1);
-    for (std::size_t e = k; e < n && e < k + 4; ++e) {
-      param[e] = StochasticRoundToBFloat16Bits(values[e], bits.Word[e - k]);
+  const auto round_one_by_one = [&](std::size_t from, std::size_t to) {
+    for (std::size_t k = from; k < to;) {
+      const std::uint64_t group = (base + k) / 4;
+      const Philox4x32Block bits = Philox4x32(
+          Philox4x32Block{{static_cast<std::uint32_t>(group), static_cast<std::uint32_t>(group >> 32), tensor, step}},
+          seed0, seed1);
+      for (; k < to && (base + k) / 4 == group; ++k) {
+        param[k] = StochasticRoundToBFloat16Bits(values[k], bits.Word[(base + k) % 4]);
+      }
     }
-  }
+  };
+  const std::size_t head = std::min<std::size_t>(n, (4 - base % 4) % 4);
+  round_one_by_one(0, head);
+  const std::size_t body =
+      RoundStochastically<kWidth>(values + head, param + head, n - head, (base + head) / 4, tensor, step, seed0, seed1);
+  round_one_by_one(head + body, n);
 }
 
 // The tile buffers of a staged step: the masters and the two states in FP32.

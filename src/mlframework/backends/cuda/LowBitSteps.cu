@@ -113,7 +113,7 @@ __device__ __forceinline__ void StepTile(const LowBitEntry* entries, std::int32_
         v = codes::DecodeStateElement(f.second, e.second, e.second_scales, block, i);
       }
       update(w, e.gradient[i], has_first ? &m : nullptr, v);
-      codes::EncodeMasterElement(f.masters, e.parameter, e.remainders, i, w, f.seed, step, e.tensor);
+      codes::EncodeMasterElement(f.masters, e.parameter, e.remainders, i, w, f.seed, step, e.tensor, e.element_offset);
       WriteCopy(e.low_precision, e.low_precision_dtype, i, w);  // FP32 masters only (FusedSteps.cpp)
     }
     const auto block_in_tile = static_cast<std::uint32_t>(offset / block);
