@@ -152,6 +152,17 @@ struct Step {
 
 constexpr std::size_t kBlocks[] = {32, 256, 2048};
 
+// Three AdamW steps of @p s with fresh gradients on the host and on the GPU, the same bits after each.
+void AdamOnBothSides(Step& s, std::mt19937& rng) {
+  for (std::uint64_t step = 1; step <= 3; ++step) {
+    s.g = Make(rng, DataType::Float32, 0.1f);
+    const AdamStepScalars scalars = AdamStepScalarsFor(AdamOptions::AdamW(3e-3, 5e-2), static_cast<std::int64_t>(step));
+    BOOST_TEST(FusedAdamStep(s.Lists(false, step), scalars));
+    BOOST_TEST(FusedAdamStep(s.Lists(true, step), scalars));
+    s.RequireSameBits();
+  }
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(CudaLowBitSteps)
@@ -172,14 +183,7 @@ BOOST_AUTO_TEST_CASE(AdamMatchesTheCpuKernelsBitForBitInEveryFormat) {
       BOOST_TEST_CONTEXT(ToString(first) << " / " << ToString(second) << " / " << ToString(masters) << " / block "
                                          << block) {
         Step s(rng, first, second, masters, block, true);
-        for (std::uint64_t step = 1; step <= 3; ++step) {
-          s.g = Make(rng, DataType::Float32, 0.1f);
-          const AdamStepScalars scalars =
-              AdamStepScalarsFor(AdamOptions::AdamW(3e-3, 5e-2), static_cast<std::int64_t>(step));
-          BOOST_TEST(FusedAdamStep(s.Lists(false, step), scalars));
-          BOOST_TEST(FusedAdamStep(s.Lists(true, step), scalars));
-          s.RequireSameBits();
-        }
+        AdamOnBothSides(s, rng);
       }
     }
   }
@@ -222,14 +226,7 @@ BOOST_AUTO_TEST_CASE(ElementOffsetsMoveTheRoundingBitsAsOnTheCpu) {
     BOOST_TEST_CONTEXT(ToString(first)) {
       Step s(rng, first, StateFormat::Float32, MasterFormat::BFloat16StochasticRounding, 256, true);
       s.offsets = {5, 0, (std::uint64_t{1} << 34) + 1, 3, 7, 1234567};  // one per kSizes entry
-      for (std::uint64_t step = 1; step <= 3; ++step) {
-        s.g = Make(rng, DataType::Float32, 0.1f);
-        const AdamStepScalars scalars =
-            AdamStepScalarsFor(AdamOptions::AdamW(3e-3, 5e-2), static_cast<std::int64_t>(step));
-        BOOST_TEST(FusedAdamStep(s.Lists(false, step), scalars));
-        BOOST_TEST(FusedAdamStep(s.Lists(true, step), scalars));
-        s.RequireSameBits();
-      }
+      AdamOnBothSides(s, rng);
     }
   }
 }
