@@ -58,7 +58,9 @@ MLFW_HOST_DEVICE inline std::uint32_t PhiloxElementBits(std::uint64_t seed, std:
       Philox4x32(Philox4x32Block{{static_cast<std::uint32_t>(group), static_cast<std::uint32_t>(group >> 32), tensor,
                                   static_cast<std::uint32_t>(step)}},
                  static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32));
-  return out.Word[element % 4u];
+  // Selects, not an index: a GPU keeps an array indexed at run time in local memory.
+  const auto word = static_cast<std::uint32_t>(element % 4u);
+  return word == 0u ? out.Word[0] : word == 1u ? out.Word[1] : word == 2u ? out.Word[2] : out.Word[3];
 }
 
 /// @p value rounded to BF16 stochastically with the random bits @p random (their low 16 bits are

@@ -96,9 +96,11 @@ MLFW_HOST_DEVICE inline float BlockScale(StateFormat format, float absmax) {
 }
 
 /// Element @p i of a state stored as @p format in @p data (the codes, from the tensor's first
-/// element), @p scales its block scales (block-scaled formats) of blocks of @p block elements.
-MLFW_HOST_DEVICE inline float DecodeStateElement(StateFormat format, const void* data, const float* scales,
-                                                 std::size_t block, std::size_t i) {
+/// element), @p scale the scale of its block (block-scaled formats; unused by the others). The
+/// GPU kernels find the scale by a shift: a 64-bit division per element is a long software
+/// routine there.
+MLFW_HOST_DEVICE inline float DecodeStateElementInBlock(StateFormat format, const void* data, float scale,
+                                                        std::size_t i) {
   switch (format) {
     case StateFormat::Float32:
       return static_cast<const float*>(data)[i];
@@ -107,8 +109,17 @@ MLFW_HOST_DEVICE inline float DecodeStateElement(StateFormat format, const void*
     case StateFormat::Float16:
       return HalfBitsToFloat(static_cast<const std::uint16_t*>(data)[i]);
     default:
-      return DecodeBlockCode(format, static_cast<const std::uint8_t*>(data)[i], scales[i / block]);
+      return DecodeBlockCode(format, static_cast<const std::uint8_t*>(data)[i], scale);
   }
+}
+
+/// Element @p i of a state stored as @p format in @p data (the codes, from the tensor's first
+/// element), @p scales its block scales (block-scaled formats) of blocks of @p block elements.
+MLFW_HOST_DEVICE inline float DecodeStateElement(StateFormat format, const void* data, const float* scales,
+                                                 std::size_t block, std::size_t i) {
+  const bool scaled = format == StateFormat::Int8Block || format == StateFormat::UInt8Block ||
+                      format == StateFormat::Float8E4M3Block;
+  return DecodeStateElementInBlock(format, data, scaled ? scales[i / block] : 0.0f, i);
 }
 
 /// Stores @p value as element @p i of a state stored as @p format in @p data, @p scale the scale of

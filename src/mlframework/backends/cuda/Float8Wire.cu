@@ -1,9 +1,10 @@
-// The FP8 block wire's kernels. The encoder runs one thread block per wire block (one thread
-// per value: load, a warp and block maximum of the magnitude bits, the scale exponent, the
-// code); the decoding sum one thread per output value over the parts in rank order. The math
-// is core/Float8BlockMath.hpp's, which the CPU codec's element kernels share: single IEEE
-// multiplies by powers of two (exact) and integer rounding, and the sum's additions are
-// __fadd_rn so that nvcc cannot contract a product into them.
+// The FP8 block wire's kernels. The encoder gives each wire block to one warp (a lane loads 8
+// values, a warp maximum of the magnitude bits, the scale exponent, the codes); the decoding sum
+// gives each thread 8 outputs and sums the parts in rank order. Each thread issues all its loads
+// before it needs one: one value per thread kept too few bytes in flight to fill the memory
+// system. The math is core/Float8BlockMath.hpp's, which the CPU codec's element kernels share:
+// single IEEE multiplies by powers of two (exact) and integer rounding, and the sum's additions
+// are __fadd_rn so that nvcc cannot contract a product into them.
 #include "mlframework/backends/cuda/Float8Wire.cuh"
 
 #include <algorithm>
@@ -18,51 +19,57 @@ namespace mlframework::backends::cuda {
 namespace {
 
 constexpr int kWireBlock = static_cast<int>(Float8BlockRuns::kBlockValues);
-constexpr int kWarps = kWireBlock / 32;
-static_assert(kWireBlock % 32 == 0 && kWireBlock <= 1024, "one thread per value of a wire block");
+constexpr int kValuesPerLane = kWireBlock / 32;
+static_assert(kWireBlock % 32 == 0, "a warp per wire block");
 
 // Grid sizes: enough blocks to fill any GPU many times over; the kernels stride past them.
 constexpr std::size_t kMaxGrid = std::size_t{1} << 20;
+constexpr int kEncodeThreads = 256;
+constexpr int kEncodeWarps = kEncodeThreads / 32;
 constexpr int kSumThreads = 256;
+constexpr int kSumPerThread = 8;
+constexpr std::size_t kSumChunk = static_cast<std::size_t>(kSumThreads) * kSumPerThread;
 
-__global__ void __launch_bounds__(kWireBlock)
+__global__ void __launch_bounds__(kEncodeThreads)
     Float8WireEncodeKernel(const float* values, std::size_t runs, std::size_t length, std::size_t stride,
                            std::uint8_t* codes, float* scale_inv) {
-  __shared__ std::uint32_t warp_amax[kWarps];
   const std::size_t per_run = (length + kWireBlock - 1) / kWireBlock;
   const std::size_t total = runs * per_run;
   const unsigned lane = threadIdx.x % 32u;
-  const unsigned warp = threadIdx.x / 32u;
-  for (std::size_t b = blockIdx.x; b < total; b += gridDim.x) {
+  const std::size_t warps = static_cast<std::size_t>(gridDim.x) * kEncodeWarps;
+  // b is the same for the whole warp, so every lane takes part in the warp maximum.
+  for (std::size_t b = (static_cast<std::size_t>(blockIdx.x) * kEncodeWarps) + (threadIdx.x / 32u); b < total;
+       b += warps) {
     const std::size_t run = b / per_run;
-    const std::size_t block = b % per_run;
-    const std::size_t i = (block * kWireBlock) + threadIdx.x;
-    const bool inside = i < length;
-    const float x = inside ? values[(run * stride) + i] : 0.0f;
+    const std::size_t first = (b % per_run) * kWireBlock;
+    const std::size_t inside = min(length - first, static_cast<std::size_t>(kWireBlock));
+    const float* in = values + (run * stride) + first;
+    float x[kValuesPerLane];
+#pragma unroll
+    for (int j = 0; j < kValuesPerLane; ++j) {
+      const std::size_t k = lane + (32u * j);
+      x[j] = k < inside ? in[k] : 0.0f;
+    }
     // Magnitude bits order as the magnitudes do, NaN and infinity above every number.
-    const std::uint32_t magnitude = inside ? (detail::FloatAsBits(x) & 0x7fffffffu) : 0u;
-    const std::uint32_t warp_max = __reduce_max_sync(0xffffffffu, magnitude);
+    std::uint32_t magnitude = 0;
+#pragma unroll
+    for (int j = 0; j < kValuesPerLane; ++j) {
+      magnitude = max(magnitude, detail::FloatAsBits(x[j]) & 0x7fffffffu);
+    }
+    const std::uint32_t amax = __reduce_max_sync(0xffffffffu, magnitude);
+    const bool finite = !detail::Float8BlockIsNonFinite(amax);
+    const int exponent = finite ? detail::Float8BlockScaleExponent(amax) : 0;
+    const float scale = detail::Float8BlockPowerOfTwo(exponent);
+    std::uint8_t* out = codes + (run * length) + first;
+#pragma unroll
+    for (int j = 0; j < kValuesPerLane; ++j) {
+      const std::size_t k = lane + (32u * j);
+      if (k < inside) {
+        out[k] = finite ? detail::EncodeFloat8BlockElement(x[j], scale) : std::uint8_t{0};
+      }
+    }
     if (lane == 0) {
-      warp_amax[warp] = warp_max;
-    }
-    __syncthreads();
-    std::uint32_t amax = warp_amax[0];
-    for (int w = 1; w < kWarps; ++w) {
-      amax = max(amax, warp_amax[w]);
-    }
-    __syncthreads();  // the next block's maxima overwrite warp_amax
-    std::uint8_t code = 0;
-    float inverse = detail::Float8BlockNaNScale();
-    if (!detail::Float8BlockIsNonFinite(amax)) {
-      const int k = detail::Float8BlockScaleExponent(amax);
-      code = detail::EncodeFloat8BlockElement(x, detail::Float8BlockPowerOfTwo(k));
-      inverse = detail::Float8BlockPowerOfTwo(-k);
-    }
-    if (inside) {
-      codes[(run * length) + i] = code;
-    }
-    if (threadIdx.x == 0) {
-      scale_inv[(run * per_run) + block] = inverse;
+      scale_inv[b] = finite ? detail::Float8BlockPowerOfTwo(-exponent) : detail::Float8BlockNaNScale();
     }
   }
 }
@@ -71,14 +78,34 @@ __global__ void __launch_bounds__(kSumThreads)
     Float8WireDecodeSumKernel(const std::uint8_t* codes, const float* scale_inv, std::size_t parts, std::size_t length,
                               float* out) {
   const std::size_t blocks = (length + kWireBlock - 1) / kWireBlock;
-  const std::size_t step = static_cast<std::size_t>(gridDim.x) * blockDim.x;
-  for (std::size_t i = (static_cast<std::size_t>(blockIdx.x) * blockDim.x) + threadIdx.x; i < length; i += step) {
-    const std::size_t block = i / kWireBlock;
-    float sum = detail::DecodeFloat8BlockElement(codes[i], scale_inv[block]);
-    for (std::size_t p = 1; p < parts; ++p) {
-      sum = __fadd_rn(sum, detail::DecodeFloat8BlockElement(codes[(p * length) + i], scale_inv[(p * blocks) + block]));
+  const std::size_t step = static_cast<std::size_t>(gridDim.x) * kSumChunk;
+  for (std::size_t base = static_cast<std::size_t>(blockIdx.x) * kSumChunk; base < length; base += step) {
+    float sum[kSumPerThread];
+#pragma unroll
+    for (int j = 0; j < kSumPerThread; ++j) {
+      const std::size_t i = base + threadIdx.x + (static_cast<std::size_t>(j) * kSumThreads);
+      sum[j] = i < length ? detail::DecodeFloat8BlockElement(codes[i], scale_inv[i / kWireBlock]) : 0.0f;
     }
-    out[i] = sum;
+    // Four parts' loads at a time in flight (the additions stay in rank order).
+#pragma unroll 4
+    for (std::size_t p = 1; p < parts; ++p) {
+      const std::uint8_t* part = codes + (p * length);
+      const float* part_scales = scale_inv + (p * blocks);
+#pragma unroll
+      for (int j = 0; j < kSumPerThread; ++j) {
+        const std::size_t i = base + threadIdx.x + (static_cast<std::size_t>(j) * kSumThreads);
+        if (i < length) {
+          sum[j] = __fadd_rn(sum[j], detail::DecodeFloat8BlockElement(part[i], part_scales[i / kWireBlock]));
+        }
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kSumPerThread; ++j) {
+      const std::size_t i = base + threadIdx.x + (static_cast<std::size_t>(j) * kSumThreads);
+      if (i < length) {
+        out[i] = sum[j];
+      }
+    }
   }
 }
 
@@ -92,7 +119,8 @@ void LaunchFloat8WireEncode(const float* values, std::size_t runs, std::size_t l
   if (total == 0) {
     return;
   }
-  Float8WireEncodeKernel<<<GridOf(total), kWireBlock, 0, stream>>>(values, runs, length, stride, codes, scale_inv);
+  Float8WireEncodeKernel<<<GridOf((total + kEncodeWarps - 1) / kEncodeWarps), kEncodeThreads, 0, stream>>>(
+      values, runs, length, stride, codes, scale_inv);
   MLFW_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -101,7 +129,7 @@ void LaunchFloat8WireDecodeSum(const std::uint8_t* codes, const float* scale_inv
   if (length == 0 || parts == 0) {
     return;
   }
-  Float8WireDecodeSumKernel<<<GridOf((length + kSumThreads - 1) / kSumThreads), kSumThreads, 0, stream>>>(
+  Float8WireDecodeSumKernel<<<GridOf((length + kSumChunk - 1) / kSumChunk), kSumThreads, 0, stream>>>(
       codes, scale_inv, parts, length, out);
   MLFW_CUDA_CHECK(cudaGetLastError());
 }

@@ -1,5 +1,7 @@
 #include "mlframework/backends/cuda/LowBitSteps.cuh"
 
+#include <string>
+
 #include "mlframework/backends/cuda/CudaCheck.hpp"
 #include "mlframework/backends/cuda/StepKernels.cuh"
 #include "mlframework/core/StateCodes.hpp"
@@ -11,7 +13,10 @@ namespace {
 
 namespace codes = mlframework::detail;
 
-constexpr int kThreads = 256;
+// 512 threads of 4 elements each: the 2,048-element tile, with every element's loads in flight
+// before the first store and few enough unrolled copies of the element code to stay in the
+// instruction cache.
+constexpr int kThreads = 512;
 constexpr int kPerThread = static_cast<int>(kLowBitTile) / kThreads;
 // Blocks of the smallest block size (32 elements) in a tile: one warp's elements lie in one block.
 constexpr int kMaxBlocks = static_cast<int>(kLowBitTile) / 32;
@@ -25,124 +30,255 @@ __device__ std::uint32_t WarpMax(std::uint32_t bits) {
   return bits;
 }
 
-// One state of a tile: its format and codes, and, block-scaled, its values kept in registers
-// until the tile's block maxima are known.
+// One state of the step, its format a template argument: every kernel holds the decode and
+// encode of its two formats alone. (One kernel for all formats was 220 KB of machine code, which
+// no instruction cache holds, and ran at a sixth of a copy's speed.)
+template <StateFormat Format>
 struct TileState {
-  StateFormat format;
+  static constexpr bool kScaled = IsBlockScaled(Format);
   void* data;
   float* scales;
   bool keep_positive;  // the second moment
-  bool scaled;
-  float values[kPerThread];
 };
 
-// After the update of element @p i (slot @p k): a state without scales is encoded at once; a
-// block-scaled one keeps the value and adds its magnitude to its block's maximum in @p absmax.
-__device__ __forceinline__ void Collect(TileState& s, int k, bool in_range, std::uint64_t i, float value,
+// Element @p i of state @p s, in block @p block_index of the tensor.
+template <StateFormat Format>
+__device__ __forceinline__ float Decode(const TileState<Format>& s, std::uint64_t block_index, std::uint64_t i) {
+  return codes::DecodeStateElementInBlock(Format, s.data, TileState<Format>::kScaled ? s.scales[block_index] : 0.0f,
+                                          i);
+}
+
+// After the update of element @p i: a state without scales is encoded at once; a block-scaled one
+// adds the value's magnitude to its block's maximum in @p absmax (the value stays in the caller's
+// registers).
+template <StateFormat Format>
+__device__ __forceinline__ void Collect(const TileState<Format>& s, bool in_range, std::uint64_t i, float value,
                                         std::uint32_t block_in_tile, std::uint32_t* absmax) {
-  if (!s.scaled) {
+  if constexpr (!TileState<Format>::kScaled) {
     if (in_range) {
-      codes::EncodeStateElement(s.format, s.data, i, value, 0.0f, s.keep_positive);
+      codes::EncodeStateElement(Format, s.data, i, value, 0.0f, s.keep_positive);
     }
-    return;
-  }
-  s.values[k] = value;
-  const std::uint32_t bits = WarpMax(in_range ? codes::MagnitudeBits(value) : 0u);
-  if ((threadIdx.x & 31u) == 0) {
-    atomicMax(absmax + block_in_tile, bits);
+  } else {
+    const std::uint32_t bits = WarpMax(in_range ? codes::MagnitudeBits(value) : 0u);
+    if ((threadIdx.x & 31u) == 0) {
+      atomicMax(absmax + block_in_tile, bits);
+    }
   }
 }
 
-// Encodes the kept values of a block-scaled state with the tile's block maxima, and writes the
-// scales of the tile's blocks.
-__device__ __forceinline__ void Encode(TileState& s, const LowBitEntry& e, std::uint64_t lo, std::uint32_t block,
-                                       const std::uint32_t* absmax) {
-  if (!s.scaled) {
-    return;
+// The scale of each of the tile's blocks of a block-scaled state from its maximum in @p absmax,
+// into @p scales (shared memory: one division per block, not one per element).
+template <StateFormat Format>
+__device__ __forceinline__ void BlockScales(std::uint32_t shift, const std::uint32_t* absmax, float* scales) {
+  if constexpr (TileState<Format>::kScaled) {
+    if (threadIdx.x < (static_cast<std::uint32_t>(kLowBitTile) >> shift)) {
+      scales[threadIdx.x] = codes::BlockScale(Format, codes::BitsAsFloat(absmax[threadIdx.x]));
+    }
   }
+}
+
+// Encodes the updated @p values of a block-scaled state with the tile's block @p scales, and
+// writes those scales (blocks of 2^@p shift elements).
+template <StateFormat Format>
+__device__ __forceinline__ void Encode(const TileState<Format>& s, const LowBitEntry& e, std::uint64_t lo,
+                                       std::uint32_t shift, const float* scales, const float (&values)[kPerThread]) {
+  if constexpr (TileState<Format>::kScaled) {
 #pragma unroll
-  for (int k = 0; k < kPerThread; ++k) {
-    const std::uint64_t offset = threadIdx.x + static_cast<std::uint64_t>(k) * kThreads;
-    const std::uint64_t i = lo + offset;
-    if (i < e.count) {
-      const float scale = codes::BlockScale(s.format, codes::BitsAsFloat(absmax[offset / block]));
-      codes::EncodeStateElement(s.format, s.data, i, s.values[k], scale, s.keep_positive);
+    for (int k = 0; k < kPerThread; ++k) {
+      const std::uint32_t offset = threadIdx.x + (static_cast<std::uint32_t>(k) * kThreads);
+      const std::uint64_t i = lo + offset;
+      if (i < e.count) {
+        codes::EncodeStateElement(Format, s.data, i, values[k], scales[offset >> shift], s.keep_positive);
+      }
     }
-  }
-  const std::uint32_t b = threadIdx.x;
-  if (b < kLowBitTile / block && lo + static_cast<std::uint64_t>(b) * block < e.count) {
-    s.scales[lo / block + b] = codes::BlockScale(s.format, codes::BitsAsFloat(absmax[b]));
+    const std::uint32_t b = threadIdx.x;
+    if (b < (static_cast<std::uint32_t>(kLowBitTile) >> shift) && lo + (static_cast<std::uint64_t>(b) << shift) < e.count) {
+      s.scales[(lo >> shift) + b] = scales[b];
+    }
   }
 }
 
-// One tile: decode, update(w, g, first, second) per element (first: null without a first
-// state), encode. @p read_first: the update reads the first state (SGD's first step does not).
-template <class Update>
+// One tile: decode, update(w, g, first, second) per element, encode. First: the first state's
+// format, Second: the second's (unused when !kHasSecond); @p has_first: the entry has a first
+// state (SGD without momentum has none); @p read_first: the update reads it (SGD's first step
+// does not). Every load of the thread's elements comes before its first store: the compiler
+// cannot know that the stores alias none of the loads, so an element-by-element loop would wait
+// on each element's loads in turn.
+template <StateFormat First, StateFormat Second, bool kHasSecond, class Update>
 __device__ __forceinline__ void StepTile(const LowBitEntry* entries, std::int32_t count, const LowBitFormats& f,
-                                         const std::int32_t* skip_flag, const float* step_count, bool has_second,
-                                         bool read_first, Update&& update) {
+                                         const std::int32_t* skip_flag, const float* step_count, bool read_first,
+                                         Update&& update) {
   __shared__ std::uint32_t absmax[2][kMaxBlocks];
+  __shared__ float block_scales[2][kMaxBlocks];
   if (StepSkipped(skip_flag)) {
     return;  // the scaler found an overflow: the step changes nothing
   }
   const std::uint64_t tile = blockIdx.x;
-  const LowBitEntry& e = entries[EntryHolding(entries, count, tile, [](const LowBitEntry& x) { return x.tile; })];
+  // A copy in registers: through a reference into global memory, every store of the tile could
+  // alias the entry, and the compiler would reload its pointers after each one.
+  const LowBitEntry e = entries[EntryHolding(entries, count, tile, [](const LowBitEntry& x) { return x.tile; })];
   const std::uint64_t lo = (tile - e.tile) * kLowBitTile;
-  const std::uint32_t block = f.block_size;
+  // Block sizes are powers of two (FusedSteps.cpp checks): block indices by shifts.
+  const auto shift = static_cast<std::uint32_t>(__ffs(static_cast<int>(f.block_size)) - 1);
   const std::uint64_t step = step_count != nullptr ? static_cast<std::uint64_t>(*step_count) + 1 : f.step;
   const bool has_first = e.first != nullptr;
-  TileState first{f.first, e.first, e.first_scales, false, e.first_scales != nullptr, {}};
-  TileState second{f.second, e.second, e.second_scales, true, has_second && e.second_scales != nullptr, {}};
+  const TileState<First> first{e.first, e.first_scales, false};
+  const TileState<Second> second{e.second, e.second_scales, true};
   if (threadIdx.x < 2 * kMaxBlocks) {
     absmax[threadIdx.x / kMaxBlocks][threadIdx.x % kMaxBlocks] = 0;
   }
-  __syncthreads();
+  float w[kPerThread];
+  float g[kPerThread];
+  float m[kPerThread];
+  float v[kPerThread];
 #pragma unroll
   for (int k = 0; k < kPerThread; ++k) {
-    const std::uint64_t offset = threadIdx.x + static_cast<std::uint64_t>(k) * kThreads;
+    const std::uint32_t offset = threadIdx.x + (static_cast<std::uint32_t>(k) * kThreads);
     const std::uint64_t i = lo + offset;
-    const bool in_range = i < e.count;
-    float m = 0.0f;
-    float v = 0.0f;
-    if (in_range) {
-      float w = codes::DecodeMasterElement(f.masters, e.parameter, e.remainders, i);
+    const std::uint64_t block_index = i >> shift;
+    w[k] = 0.0f;
+    g[k] = 0.0f;
+    m[k] = 0.0f;
+    v[k] = 0.0f;
+    if (i < e.count) {
+      w[k] = codes::DecodeMasterElement(f.masters, e.parameter, e.remainders, i);
+      g[k] = e.gradient[i];
       if (has_first && read_first) {
-        m = codes::DecodeStateElement(f.first, e.first, e.first_scales, block, i);
+        m[k] = Decode(first, block_index, i);
       }
-      if (has_second) {
-        v = codes::DecodeStateElement(f.second, e.second, e.second_scales, block, i);
+      if constexpr (kHasSecond) {
+        v[k] = Decode(second, block_index, i);
       }
-      update(w, e.gradient[i], has_first ? &m : nullptr, v);
-      codes::EncodeMasterElement(f.masters, e.parameter, e.remainders, i, w, f.seed, step, e.tensor, e.element_offset);
-      WriteCopy(e.low_precision, e.low_precision_dtype, i, w);  // FP32 masters only (FusedSteps.cpp)
-    }
-    const auto block_in_tile = static_cast<std::uint32_t>(offset / block);
-    if (has_first) {
-      Collect(first, k, in_range, i, m, block_in_tile, absmax[0]);
-    }
-    if (has_second) {
-      Collect(second, k, in_range, i, v, block_in_tile, absmax[1]);
     }
   }
-  __syncthreads();
-  Encode(first, e, lo, block, absmax[0]);
-  Encode(second, e, lo, block, absmax[1]);
+  __syncthreads();  // absmax is zeroed
+#pragma unroll
+  for (int k = 0; k < kPerThread; ++k) {
+    const std::uint32_t offset = threadIdx.x + (static_cast<std::uint32_t>(k) * kThreads);
+    const std::uint64_t i = lo + offset;
+    const bool in_range = i < e.count;
+    if (in_range) {
+      update(w[k], g[k], m[k], v[k], has_first);
+      codes::EncodeMasterElement(f.masters, e.parameter, e.remainders, i, w[k], f.seed, step, e.tensor,
+                                 e.element_offset);
+      WriteCopy(e.low_precision, e.low_precision_dtype, i, w[k]);  // FP32 masters only (FusedSteps.cpp)
+    }
+    const std::uint32_t block_in_tile = offset >> shift;
+    if (has_first) {
+      Collect(first, in_range, i, m[k], block_in_tile, absmax[0]);
+    }
+    if constexpr (kHasSecond) {
+      Collect(second, in_range, i, v[k], block_in_tile, absmax[1]);
+    }
+  }
+  if constexpr (TileState<First>::kScaled || (kHasSecond && TileState<Second>::kScaled)) {
+    __syncthreads();  // the block maxima are complete
+    if (has_first) {
+      BlockScales<First>(shift, absmax[0], block_scales[0]);
+    }
+    if constexpr (kHasSecond) {
+      BlockScales<Second>(shift, absmax[1], block_scales[1]);
+    }
+    __syncthreads();
+    if (has_first) {
+      Encode(first, e, lo, shift, block_scales[0], m);
+    }
+    if constexpr (kHasSecond) {
+      Encode(second, e, lo, shift, block_scales[1], v);
+    }
+  }
 }
 
+template <StateFormat First, StateFormat Second>
 __global__ void __launch_bounds__(kThreads)
     LowBitAdamKernel(const LowBitEntry* entries, std::int32_t count, LowBitFormats f, AdamStepScalars s,
                      const std::int32_t* skip_flag, const float* step_count) {
   const codes::AdamElementConstants c = codes::AdamConstantsOf(AdamScalarsAt(s, step_count));
-  StepTile(entries, count, f, skip_flag, step_count, true, true,
-           [&](float& w, float g, float* m, float& v) { codes::AdamUpdate(w, g, *m, v, c); });
+  StepTile<First, Second, true>(
+      entries, count, f, skip_flag, step_count, true,
+      [&](float& w, float g, float& m, float& v, bool /*has_first*/) { codes::AdamUpdate(w, g, m, v, c); });
 }
 
+template <StateFormat First>
 __global__ void __launch_bounds__(kThreads)
     LowBitSGDKernel(const LowBitEntry* entries, std::int32_t count, LowBitFormats f, SGDStepScalars s,
                     const std::int32_t* skip_flag, const float* step_count) {
   const SGDStepScalars at = SGDScalarsAt(s, step_count);
-  StepTile(entries, count, f, skip_flag, step_count, false, !at.FirstStep,
-           [&](float& w, float g, float* b, float& /*second*/) { codes::SGDUpdate(w, g, b, at); });
+  StepTile<First, First, false>(entries, count, f, skip_flag, step_count, !at.FirstStep,
+                                [&](float& w, float g, float& b, float& /*second*/, bool has_first) {
+                                  // Two calls rather than a selected pointer: an address chosen at
+                                  // run time would keep the tile's momentum values in local memory.
+                                  if (has_first) {
+                                    codes::SGDUpdate(w, g, &b, at);
+                                  } else {
+                                    codes::SGDUpdate(w, g, nullptr, at);
+                                  }
+                                });
+}
+
+using AdamKernel = void (*)(const LowBitEntry*, std::int32_t, LowBitFormats, AdamStepScalars, const std::int32_t*,
+                            const float*);
+using SGDKernel = void (*)(const LowBitEntry*, std::int32_t, LowBitFormats, SGDStepScalars, const std::int32_t*,
+                           const float*);
+
+[[noreturn]] void RefuseFormats(const LowBitFormats& f) {
+  throw InvalidOperationError(std::string("the CUDA low-bit step has no kernel for first state ") +
+                              ToString(f.first) + " and second state " + ToString(f.second));
+}
+
+// The Adam kernel for the first state @p First and the second state f.second (the formats
+// FusedSteps.cpp accepts for exp_avg_sq).
+template <StateFormat First>
+AdamKernel AdamKernelFor(const LowBitFormats& f) {
+  switch (f.second) {
+    case StateFormat::Float32:
+      return LowBitAdamKernel<First, StateFormat::Float32>;
+    case StateFormat::BFloat16:
+      return LowBitAdamKernel<First, StateFormat::BFloat16>;
+    case StateFormat::Float16:
+      return LowBitAdamKernel<First, StateFormat::Float16>;
+    case StateFormat::UInt8Block:
+      return LowBitAdamKernel<First, StateFormat::UInt8Block>;
+    case StateFormat::Float8E4M3Block:
+      return LowBitAdamKernel<First, StateFormat::Float8E4M3Block>;
+    default:
+      RefuseFormats(f);
+  }
+}
+
+AdamKernel AdamKernelFor(const LowBitFormats& f) {
+  switch (f.first) {
+    case StateFormat::Float32:
+      return AdamKernelFor<StateFormat::Float32>(f);
+    case StateFormat::BFloat16:
+      return AdamKernelFor<StateFormat::BFloat16>(f);
+    case StateFormat::Float16:
+      return AdamKernelFor<StateFormat::Float16>(f);
+    case StateFormat::Int8Block:
+      return AdamKernelFor<StateFormat::Int8Block>(f);
+    case StateFormat::Float8E4M3Block:
+      return AdamKernelFor<StateFormat::Float8E4M3Block>(f);
+    default:
+      RefuseFormats(f);
+  }
+}
+
+// The SGD kernel for the momentum's format (the formats FusedSteps.cpp accepts for it).
+SGDKernel SGDKernelFor(const LowBitFormats& f) {
+  switch (f.first) {
+    case StateFormat::Float32:
+      return LowBitSGDKernel<StateFormat::Float32>;
+    case StateFormat::BFloat16:
+      return LowBitSGDKernel<StateFormat::BFloat16>;
+    case StateFormat::Float16:
+      return LowBitSGDKernel<StateFormat::Float16>;
+    case StateFormat::Int8Block:
+      return LowBitSGDKernel<StateFormat::Int8Block>;
+    case StateFormat::Float8E4M3Block:
+      return LowBitSGDKernel<StateFormat::Float8E4M3Block>;
+    default:
+      RefuseFormats(f);
+  }
 }
 
 }  // namespace
@@ -150,16 +286,16 @@ __global__ void __launch_bounds__(kThreads)
 void LaunchLowBitAdamStep(const LowBitEntry* entries, std::int32_t count, std::uint64_t tiles,
                           const LowBitFormats& formats, const AdamStepScalars& scalars, const std::int32_t* skip_flag,
                           const float* step_count, cudaStream_t stream) {
-  LowBitAdamKernel<<<static_cast<unsigned>(tiles), kThreads, 0, stream>>>(entries, count, formats, scalars, skip_flag,
-                                                                          step_count);
+  AdamKernelFor(formats)<<<static_cast<unsigned>(tiles), kThreads, 0, stream>>>(entries, count, formats, scalars,
+                                                                                skip_flag, step_count);
   MLFW_CUDA_CHECK(cudaGetLastError());
 }
 
 void LaunchLowBitSGDStep(const LowBitEntry* entries, std::int32_t count, std::uint64_t tiles,
                          const LowBitFormats& formats, const SGDStepScalars& scalars, const std::int32_t* skip_flag,
                          const float* step_count, cudaStream_t stream) {
-  LowBitSGDKernel<<<static_cast<unsigned>(tiles), kThreads, 0, stream>>>(entries, count, formats, scalars, skip_flag,
-                                                                         step_count);
+  SGDKernelFor(formats)<<<static_cast<unsigned>(tiles), kThreads, 0, stream>>>(entries, count, formats, scalars,
+                                                                               skip_flag, step_count);
   MLFW_CUDA_CHECK(cudaGetLastError());
 }
 
