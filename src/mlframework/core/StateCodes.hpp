@@ -117,8 +117,8 @@ MLFW_HOST_DEVICE inline float DecodeStateElementInBlock(StateFormat format, cons
 /// element), @p scales its block scales (block-scaled formats) of blocks of @p block elements.
 MLFW_HOST_DEVICE inline float DecodeStateElement(StateFormat format, const void* data, const float* scales,
                                                  std::size_t block, std::size_t i) {
-  const bool scaled = format == StateFormat::Int8Block || format == StateFormat::UInt8Block ||
-                      format == StateFormat::Float8E4M3Block;
+  const bool scaled =
+      format == StateFormat::Int8Block || format == StateFormat::UInt8Block || format == StateFormat::Float8E4M3Block;
   return DecodeStateElementInBlock(format, data, scaled ? scales[i / block] : 0.0f, i);
 }
 
