@@ -523,17 +523,29 @@ inline std::size_t RoundStochastically(const float* values, std::uint16_t* out, 
     const __m512i infinity = _mm512_set1_epi32(0x7f800000);
     const __m512i low16 = _mm512_set1_epi32(0xffff);
     const __m512i quiet = _mm512_set1_epi32(0x40);
+    const PhiloxKeys16 keys(seed0, seed1);
+    // Rounds the 16 values at @p v with the words @p word into 16 BF16 codes at @p o.
+    auto round = [&](const float* v, __m512i word, std::uint16_t* o) {
+      const __m512i x = _mm512_castps_si512(_mm512_loadu_ps(v));
+      const __m512i ax = _mm512_and_si512(x, magnitude);
+      const __m512i high = _mm512_srli_epi32(x, 16);
+      __m512i r = _mm512_srli_epi32(_mm512_add_epi32(x, _mm512_and_si512(word, low16)), 16);
+      r = _mm512_mask_mov_epi32(r, _mm512_cmpeq_epi32_mask(ax, infinity), high);
+      r = _mm512_mask_mov_epi32(r, _mm512_cmpgt_epi32_mask(ax, infinity), _mm512_or_si512(high, quiet));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o), _mm512_cvtepi32_epi16(r));
+    };
+    for (; i + 128 <= n; i += 128) {
+      __m512i words[8];
+      PhiloxWords16<2>(first_group + i / 4, tensor, step, keys, words);
+      for (std::size_t k = 0; k < 8; ++k) {
+        round(values + i + 16 * k, words[k], out + i + 16 * k);
+      }
+    }
     for (; i + 64 <= n; i += 64) {
       __m512i words[4];
-      PhiloxWords16(first_group + i / 4, tensor, step, seed0, seed1, words);
+      PhiloxWords16<1>(first_group + i / 4, tensor, step, keys, words);
       for (std::size_t k = 0; k < 4; ++k) {
-        const __m512i x = _mm512_castps_si512(_mm512_loadu_ps(values + i + 16 * k));
-        const __m512i ax = _mm512_and_si512(x, magnitude);
-        const __m512i high = _mm512_srli_epi32(x, 16);
-        __m512i r = _mm512_srli_epi32(_mm512_add_epi32(x, _mm512_and_si512(words[k], low16)), 16);
-        r = _mm512_mask_mov_epi32(r, _mm512_cmpeq_epi32_mask(ax, infinity), high);
-        r = _mm512_mask_mov_epi32(r, _mm512_cmpgt_epi32_mask(ax, infinity), _mm512_or_si512(high, quiet));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i + 16 * k), _mm512_cvtepi32_epi16(r));
+        round(values + i + 16 * k, words[k], out + i + 16 * k);
       }
     }
   }
