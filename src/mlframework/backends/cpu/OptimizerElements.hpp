@@ -636,9 +636,7 @@ inline void Prefetch(const void* data, std::size_t bytes) {
 // tile reads one array, so without the request the next array's stream waits on memory.
 inline void PrefetchTile(const OptimizerPiece& piece, std::size_t lo, std::size_t n) {
   const StoredFormats& f = *piece.formats;
-  auto bytes_of = [](StateFormat format) {
-    return format == StateFormat::Float32 ? std::size_t{4} : ElementSize(StateStorageDType(format));
-  };
+  auto bytes_of = [](StateFormat format) { return ElementSize(StateStorageDType(format)); };
   Prefetch(piece.gradient + lo, 4 * n);
   if (piece.parameter != nullptr) {
     Prefetch(piece.parameter + lo, 4 * n);
@@ -680,7 +678,8 @@ inline void ForEachStagedTile(const OptimizerPiece& piece, bool has_second, Upda
     float* m = piece.first != nullptr ? piece.first + lo : tile.first;
     float* v = piece.second != nullptr ? piece.second + lo : tile.second;
     if (lo + n < piece.count) {  // the next tile's arrays, while this one computes
-      PrefetchTile(piece, lo + n, piece.count - lo - n < kStagedTileElements ? piece.count - lo - n : kStagedTileElements);
+      PrefetchTile(piece, lo + n,
+                   piece.count - lo - n < kStagedTileElements ? piece.count - lo - n : kStagedTileElements);
     }
     if (piece.parameter == nullptr) {
       DecodeMasters(piece, lo, n, tile.w);
