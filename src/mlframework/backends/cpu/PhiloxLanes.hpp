@@ -11,6 +11,7 @@
 // after the unpacks, register k holds the four words of counters kQuads * k .. kQuads * k +
 // kQuads - 1, which are the words of the elements 4 * kQuads * k on.
 
+#include <cstddef>
 #include <cstdint>
 
 #if defined(__AVX2__) || defined(__AVX512F__)
@@ -45,7 +46,7 @@ struct PhiloxKeys16 {
 /// 16k .. 16k + 15 of the 64 elements counters 16s .. 16s + 15 cover (element 4j + i: word i of
 /// counter j). Two sets interleave their rounds, whose dependency chains one set alone leaves
 /// the multipliers and shuffle port waiting on.
-template <int kSets>
+template <std::size_t kSets>
 inline void PhiloxWords16(std::uint64_t first, std::uint32_t tensor, std::uint32_t step, const PhiloxKeys16& keys,
                           __m512i out[4 * kSets]) {
   const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
@@ -53,8 +54,8 @@ inline void PhiloxWords16(std::uint64_t first, std::uint32_t tensor, std::uint32
   __m512i c1[kSets];
   __m512i c2[kSets];
   __m512i c3[kSets];
-  for (int s = 0; s < kSets; ++s) {
-    const std::uint64_t set_first = first + 16u * static_cast<std::uint64_t>(s);
+  for (std::size_t s = 0; s < kSets; ++s) {
+    const std::uint64_t set_first = first + 16 * s;
     const __m512i base = _mm512_set1_epi32(static_cast<int>(static_cast<std::uint32_t>(set_first)));
     c0[s] = _mm512_add_epi32(base, order);
     // The counter's high word carries when its low word wrapped.
@@ -67,7 +68,7 @@ inline void PhiloxWords16(std::uint64_t first, std::uint32_t tensor, std::uint32
   const __m512i m0 = _mm512_set1_epi64(kPhiloxMultiplier0);
   const __m512i m1 = _mm512_set1_epi64(kPhiloxMultiplier1);
   for (int r = 0; r < 10; ++r) {
-    for (int s = 0; s < kSets; ++s) {
+    for (std::size_t s = 0; s < kSets; ++s) {
       const __m512i even0 = _mm512_mul_epu32(c0[s], m0);
       const __m512i odd0 = _mm512_mul_epu32(_mm512_shuffle_epi32(c0[s], _MM_PERM_CDAB), m0);
       const __m512i even1 = _mm512_mul_epu32(c2[s], m1);
@@ -83,7 +84,7 @@ inline void PhiloxWords16(std::uint64_t first, std::uint32_t tensor, std::uint32
       c3[s] = lo0;
     }
   }
-  for (int s = 0; s < kSets; ++s) {
+  for (std::size_t s = 0; s < kSets; ++s) {
     const __m512i t0 = _mm512_unpacklo_epi32(c0[s], c1[s]);
     const __m512i t1 = _mm512_unpacklo_epi32(c2[s], c3[s]);
     const __m512i t2 = _mm512_unpackhi_epi32(c0[s], c1[s]);
