@@ -37,6 +37,10 @@ using mlfw_cuda_test::kSecondStateFormats;
 namespace {
 
 const std::vector<std::size_t> kSizes = {1, 31, 257, 2048 + 33, 0, 5000};
+// Element offsets of the tensors of kSizes: none (all zero), or offsets that are not multiples of
+// four, one past 2^32 (the high word of the Philox counter's element group).
+const std::vector<std::uint64_t> kNoOffsets = {};
+const std::vector<std::uint64_t> kOffsets = {5, 0, (std::uint64_t{1} << 34) + 1, 3, 7, 1234567};
 
 std::span<std::byte> BytesOf(const TensorPtr& tensor) { return tensor->MutableHostBytes(); }
 
@@ -116,7 +120,7 @@ Lists Copy(const Lists& l) {
 }
 
 OptimizerStepLists StepLists(const Lists& l, StateFormat first, StateFormat second, MasterFormat masters,
-                             std::size_t block, std::uint64_t step) {
+                             std::size_t block, std::uint64_t step, std::span<const std::uint64_t> offsets = {}) {
   return OptimizerStepLists{.Parameters = l.w,
                             .Gradients = l.g,
                             .FirstState = l.first,
@@ -129,7 +133,8 @@ OptimizerStepLists StepLists(const Lists& l, StateFormat first, StateFormat seco
                             .Masters = masters,
                             .ParameterRemainders = l.remainders,
                             .RoundingSeed = 0x0123456789abcdefULL,
-                            .RoundingStep = step};
+                            .RoundingStep = step,
+                            .ElementOffsets = offsets};
 }
 
 // Encodes @p values into a state stored as @p format: each block's scale from its largest
@@ -180,7 +185,7 @@ void SharedStep(const OptimizerStepLists& l, bool has_second, Update&& update) {
       }
       update(w[i], g[i], &m[i], v[i]);
       codes::EncodeMasterElement(l.Masters, parameter, remainders, i, w[i], l.RoundingSeed, l.RoundingStep,
-                                 static_cast<std::uint32_t>(t));
+                                 static_cast<std::uint32_t>(t), l.ElementOffsets.empty() ? 0 : l.ElementOffsets[t]);
     }
     EncodeState(l.FirstStateFormat, first, first_scales, l.StateBlockSize, m, false);
     if (second != nullptr) {
@@ -229,19 +234,25 @@ BOOST_AUTO_TEST_CASE(AdamOfTheSharedElementFunctionsIsTheCpuBackendsBits) {
     for (const StateFormat second : kSecondStateFormats) {
       for (const MasterFormat masters : kMasterFormats) {
         const std::size_t block = first == StateFormat::Int8Block ? 32 : 256;
-        BOOST_TEST_CONTEXT(ToString(first) << " / " << ToString(second) << " / " << ToString(masters)) {
-          const Lists cpu = MakeLists(rng, first, second, masters, true, block);
-          const Lists shared = Copy(cpu);
-          const AdamOptions options = AdamOptions::AdamW(3e-3, 5e-2);
-          for (std::int64_t step = 1; step <= 3; ++step) {
-            NewGradients(rng, cpu, shared);
-            const AdamStepScalars scalars = AdamStepScalarsFor(options, step);
-            const auto s = static_cast<std::uint64_t>(step);
-            BOOST_TEST(FusedAdamStep(StepLists(cpu, first, second, masters, block, s), scalars));
-            const codes::AdamElementConstants c = codes::AdamConstantsOf(scalars);
-            SharedStep(StepLists(shared, first, second, masters, block, s), true,
-                       [&](float& w, float g, float* m, float& v) { codes::AdamUpdate(w, g, *m, v, c); });
-            RequireSame(cpu, shared);
+        // Element offsets matter to stochastic rounding alone.
+        const bool rounding = masters == MasterFormat::BFloat16StochasticRounding;
+        for (const std::vector<std::uint64_t>* offsets : {&kNoOffsets, &kOffsets}) {
+          if (!offsets->empty() && !rounding) continue;
+          BOOST_TEST_CONTEXT(ToString(first) << " / " << ToString(second) << " / " << ToString(masters)
+                                             << (offsets->empty() ? "" : " / element offsets")) {
+            const Lists cpu = MakeLists(rng, first, second, masters, true, block);
+            const Lists shared = Copy(cpu);
+            const AdamOptions options = AdamOptions::AdamW(3e-3, 5e-2);
+            for (std::int64_t step = 1; step <= 3; ++step) {
+              NewGradients(rng, cpu, shared);
+              const AdamStepScalars scalars = AdamStepScalarsFor(options, step);
+              const auto s = static_cast<std::uint64_t>(step);
+              BOOST_TEST(FusedAdamStep(StepLists(cpu, first, second, masters, block, s, *offsets), scalars));
+              const codes::AdamElementConstants c = codes::AdamConstantsOf(scalars);
+              SharedStep(StepLists(shared, first, second, masters, block, s, *offsets), true,
+                         [&](float& w, float g, float* m, float& v) { codes::AdamUpdate(w, g, *m, v, c); });
+              RequireSame(cpu, shared);
+            }
           }
         }
       }

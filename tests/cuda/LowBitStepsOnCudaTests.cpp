@@ -3,7 +3,8 @@
 // MLFW_CPU_ISA=avx2) for every state format and master format, over several steps, odd sizes and
 // partial last blocks and tiles, the block scales, the remainders and the FP16 copies included; a
 // step skipped on the device for the found-inf flag writes nothing and does not count, so
-// stochastic rounding keeps drawing the bits of the steps taken. Needs a CUDA device.
+// stochastic rounding keeps drawing the bits of the steps taken; element offsets move the
+// rounding's counter as on the CPU. Needs a CUDA device.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -96,6 +97,7 @@ struct Step {
   StateFormat first_format, second_format;
   MasterFormat masters;
   std::size_t block;
+  std::vector<std::uint64_t> offsets;  // OptimizerStepLists::ElementOffsets (empty: all zero)
 
   Step(std::mt19937& rng, StateFormat f1, StateFormat f2, MasterFormat m, std::size_t block_size, bool has_second)
       : first_format(f1), second_format(f2), masters(m), block(block_size) {
@@ -133,7 +135,8 @@ struct Step {
                               .Masters = masters,
                               .ParameterRemainders = remainders.On(gpu),
                               .RoundingSeed = 0xfeedbeefcafe1234ULL,
-                              .RoundingStep = step};
+                              .RoundingStep = step,
+                              .ElementOffsets = offsets};
   }
 
   void RequireSameBits() const {
@@ -148,6 +151,17 @@ struct Step {
 };
 
 constexpr std::size_t kBlocks[] = {32, 256, 2048};
+
+// Three AdamW steps of @p s with fresh gradients on the host and on the GPU, the same bits after each.
+void AdamOnBothSides(Step& s, std::mt19937& rng) {
+  for (std::uint64_t step = 1; step <= 3; ++step) {
+    s.g = Make(rng, DataType::Float32, 0.1f);
+    const AdamStepScalars scalars = AdamStepScalarsFor(AdamOptions::AdamW(3e-3, 5e-2), static_cast<std::int64_t>(step));
+    BOOST_TEST(FusedAdamStep(s.Lists(false, step), scalars));
+    BOOST_TEST(FusedAdamStep(s.Lists(true, step), scalars));
+    s.RequireSameBits();
+  }
+}
 
 }  // namespace
 
@@ -169,14 +183,7 @@ BOOST_AUTO_TEST_CASE(AdamMatchesTheCpuKernelsBitForBitInEveryFormat) {
       BOOST_TEST_CONTEXT(ToString(first) << " / " << ToString(second) << " / " << ToString(masters) << " / block "
                                          << block) {
         Step s(rng, first, second, masters, block, true);
-        for (std::uint64_t step = 1; step <= 3; ++step) {
-          s.g = Make(rng, DataType::Float32, 0.1f);
-          const AdamStepScalars scalars =
-              AdamStepScalarsFor(AdamOptions::AdamW(3e-3, 5e-2), static_cast<std::int64_t>(step));
-          BOOST_TEST(FusedAdamStep(s.Lists(false, step), scalars));
-          BOOST_TEST(FusedAdamStep(s.Lists(true, step), scalars));
-          s.RequireSameBits();
-        }
+        AdamOnBothSides(s, rng);
       }
     }
   }
@@ -204,6 +211,22 @@ BOOST_AUTO_TEST_CASE(SGDMatchesTheCpuKernelsBitForBitInEveryFormat) {
           s.RequireSameBits();
         }
       }
+    }
+  }
+}
+
+// Element offsets move each tensor's Philox counter (stochastic rounding) as on the CPU: offsets
+// that are not multiples of four, one past 2^34 (the counter's high word).
+BOOST_AUTO_TEST_CASE(ElementOffsetsMoveTheRoundingBitsAsOnTheCpu) {
+  if (!HostRoundsAsTheDevice()) {
+    return;
+  }
+  std::mt19937 rng(10);
+  for (const StateFormat first : {StateFormat::Float32, StateFormat::Int8Block}) {
+    BOOST_TEST_CONTEXT(ToString(first)) {
+      Step s(rng, first, StateFormat::Float32, MasterFormat::BFloat16StochasticRounding, 256, true);
+      s.offsets = {5, 0, (std::uint64_t{1} << 34) + 1, 3, 7, 1234567};  // one per kSizes entry
+      AdamOnBothSides(s, rng);
     }
   }
 }

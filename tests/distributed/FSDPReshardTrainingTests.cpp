@@ -1,7 +1,7 @@
 // Save at N ranks, resume at M: ctest runs FsdpReshardSave under mpiexec -n 4 into
-// $MLFW_RESHARD_DIR (a FullShard run, a HybridShard run of 2 groups of 2 ranks, and a FullShard
-// run with BF16 master shards and 16-bit remainders), then FsdpReshardLoad under -n 2 and -n 3
-// from it (into FullShard). The loader compares, bit
+// $MLFW_RESHARD_DIR (a FullShard run, a HybridShard run of 2 groups of 2 ranks, and FullShard
+// runs with BF16 master shards, one with 16-bit remainders, one rounded stochastically), then
+// FsdpReshardLoad under -n 2 and -n 3 from it (into FullShard). The loader compares, bit
 // for bit, the full parameters after the load with an uninterrupted run at its own world size
 // stopped at the same step, and every later loss, loss scale and the final parameters with
 // that run continued: the test model's reduced gradients are exact at any world size
@@ -12,6 +12,7 @@
 
 #include <unistd.h>
 
+#include <array>
 #include <bit>
 #include <cstdint>
 #include <cstdlib>
@@ -19,6 +20,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <mlframework/amp/DynamicLossScaler.hpp>
@@ -38,6 +40,11 @@ namespace {
 constexpr int kSavedStep = 3;  // steps before the checkpoint
 constexpr int kMoreSteps = 3;  // steps after it
 
+// The BF16 master formats of the runs with BF16 master shards, and their subdirectories.
+constexpr std::array<std::pair<mlframework::MasterFormat, const char*>, 2> kBFloat16Masters = {
+    {{mlframework::MasterFormat::BFloat16Remainder, "bf16-remainders"},
+     {mlframework::MasterFormat::BFloat16StochasticRounding, "bf16-rounding"}}};
+
 struct Training {
   std::shared_ptr<mlframework::distributed::IProcessGroup> group;
   fsdp::FSDP model;
@@ -45,23 +52,26 @@ struct Training {
   mlframework::amp::DynamicLossScaler scaler;
 
   // FullShard, or HybridShard with shard groups of @p shard_group_size ranks when it is > 0;
-  // with @p remainders, BF16 master shards whose optimizer keeps 16-bit remainders (exact FP32
-  // masters, so the trajectory is the same at any world size).
+  // with @p masters other than Float32, BF16 master shards whose optimizer keeps 16-bit
+  // remainders (exact FP32 masters) or rounds them stochastically (bits drawn by the element's
+  // index in the unit): either way the trajectory is the same at any world size.
   Training(const std::shared_ptr<mlframework::distributed::IProcessGroup>& g, float amplitude, int shard_group_size = 0,
-           bool remainders = false)
+           mlframework::MasterFormat masters = mlframework::MasterFormat::Float32)
       : group(g),
         model(g, {.Strategy =
                       shard_group_size > 0 ? fsdp::ShardingStrategy::HybridShard : fsdp::ShardingStrategy::FullShard,
                   .ParamDType = mlframework::DataType::Float32,
                   .ReduceDType = mlframework::DataType::Float32,
-                  .MasterDType = remainders ? mlframework::DataType::BFloat16 : mlframework::DataType::Float32,
+                  .MasterDType = masters != mlframework::MasterFormat::Float32 ? mlframework::DataType::BFloat16
+                                                                               : mlframework::DataType::Float32,
                   .ShardGroupSize = shard_group_size}),
-        adam(Registered(model, amplitude), Options(remainders)),
+        adam(Registered(model, amplitude), Options(masters)),
         scaler({.InitialScale = 1024.0f, .GrowthInterval = 2}) {}
 
-  static mlframework::optimizers::AdamOptions Options(bool remainders) {
+  static mlframework::optimizers::AdamOptions Options(mlframework::MasterFormat masters) {
     mlframework::optimizers::AdamOptions options = mlframework::optimizers::AdamOptions::AdamW(1e-2f, 1e-2f);
-    if (remainders) options.Masters = mlframework::MasterFormat::BFloat16Remainder;
+    options.Masters = masters;
+    options.RoundingSeed = 0x5eed;
     return options;
   }
 
@@ -101,8 +111,9 @@ struct Training {
 };
 
 // The FullShard run saves into @p directory, a HybridShard run (shard groups of 2 ranks when
-// the world size is even, else 1) into its "hybrid" subdirectory: under -n 4, 2 groups of 2; a
-// FullShard run with BF16 master shards and remainders into "bf16-remainders".
+// the world size is even, else 1) into its "hybrid" subdirectory: under -n 4, 2 groups of 2;
+// FullShard runs with BF16 master shards, with remainders into "bf16-remainders", rounded
+// stochastically into "bf16-rounding".
 void Save(const std::filesystem::path& directory) {
   auto group = mlfw_test::WorldGroup();
   for (const bool hybrid : {false, true}) {
@@ -110,17 +121,20 @@ void Save(const std::filesystem::path& directory) {
     for (int step = 0; step < kSavedStep; ++step) run.Step(step);
     run.model.SaveShardedCheckpointFiles(hybrid ? directory / "hybrid" : directory, run.Contents(kSavedStep));
   }
-  Training remainders(group, 1.0f, 0, true);
-  for (int step = 0; step < kSavedStep; ++step) remainders.Step(step);
-  remainders.model.SaveShardedCheckpointFiles(directory / "bf16-remainders", remainders.Contents(kSavedStep));
+  for (const auto& [masters, subdirectory] : kBFloat16Masters) {
+    Training run(group, 1.0f, 0, masters);
+    for (int step = 0; step < kSavedStep; ++step) run.Step(step);
+    run.model.SaveShardedCheckpointFiles(directory / subdirectory, run.Contents(kSavedStep));
+  }
   BOOST_TEST_MESSAGE("saved at " << group->WorldSize() << " ranks into " << directory);
 }
 
-// Resumes a FullShard run (with BF16 master shards and remainders: @p remainders) at this world
-// size from @p directory and compares (see the top).
-void LoadAndCompare(const std::filesystem::path& directory, bool remainders = false) {
+// Resumes a FullShard run (with BF16 master shards kept as @p masters says) at this world size
+// from @p directory and compares (see the top).
+void LoadAndCompare(const std::filesystem::path& directory,
+                    mlframework::MasterFormat masters = mlframework::MasterFormat::Float32) {
   auto group = mlfw_test::WorldGroup();
-  Training reference(group, 1.0f, 0, remainders);
+  Training reference(group, 1.0f, 0, masters);
   std::vector<double> losses;
   std::vector<float> scales;
   for (int step = 0; step < kSavedStep; ++step) reference.Step(step);
@@ -130,7 +144,7 @@ void LoadAndCompare(const std::filesystem::path& directory, bool remainders = fa
     scales.push_back(reference.scaler.CurrentScale());
   }
 
-  Training resumed(group, 2.0f, 0, remainders);  // other initial weights: everything must come from the files
+  Training resumed(group, 2.0f, 0, masters);  // other initial weights: everything must come from the files
   BOOST_REQUIRE_EQUAL(resumed.model.LoadShardedCheckpointFiles(directory, resumed.Contents(0)), kSavedStep);
   BOOST_CHECK_EQUAL(resumed.adam.StepCount(), kSavedStep);
   BOOST_CHECK(SameBits(resumed.Flat(), at_checkpoint));
@@ -145,7 +159,7 @@ void LoadAndCompare(const std::filesystem::path& directory, bool remainders = fa
   BOOST_CHECK(SameBits(resumed.Flat(), reference.Flat()));
 
   // Ranks handed different (each valid) checkpoints refuse together and keep their state.
-  if (group->WorldSize() > 1 && !remainders) {
+  if (group->WorldSize() > 1 && masters == mlframework::MasterFormat::Float32) {
     fsdp::FSDP own(mlframework::distributed::MakeLocalProcessGroup());
     Training::Registered(own, 1.0f + static_cast<float>(group->Rank()));
     const std::vector<std::vector<std::byte>> mine{own.SaveShardedCheckpoint()};
@@ -173,7 +187,7 @@ void SaveAndLoadHere(const char* suite) {
   Save(directory);
   LoadAndCompare(directory);
   LoadAndCompare(directory / "hybrid");
-  LoadAndCompare(directory / "bf16-remainders", true);
+  for (const auto& [masters, subdirectory] : kBFloat16Masters) LoadAndCompare(directory / subdirectory, masters);
   auto group = mlfw_test::WorldGroup();
   group->Barrier();
   if (group->Rank() == 0) std::filesystem::remove_all(directory);
@@ -199,7 +213,9 @@ BOOST_AUTO_TEST_CASE(resumes_bit_identical_to_an_uninterrupted_run_at_this_world
   if (const char* directory = SharedDirectory()) {
     LoadAndCompare(directory);
     LoadAndCompare(std::filesystem::path(directory) / "hybrid");
-    LoadAndCompare(std::filesystem::path(directory) / "bf16-remainders", true);
+    for (const auto& [masters, subdirectory] : kBFloat16Masters) {
+      LoadAndCompare(std::filesystem::path(directory) / subdirectory, masters);
+    }
   } else {
     SaveAndLoadHere("reshard-load");
   }

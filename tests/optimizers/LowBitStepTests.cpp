@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <map>
+#include <memory>
 #include <random>
 #include <span>
 #include <sstream>
@@ -586,6 +588,166 @@ BOOST_AUTO_TEST_CASE(StochasticRoundingIsUnbiasedReproducibleAndThePhiloxCounter
   BOOST_TEST(run(0x1234'5678'9abc'def0ull, 8) != bits);  // another step
 }
 
+BOOST_AUTO_TEST_CASE(ElementOffsetsDrawTheBitsOfTheSameRangeOfTheWholeTensor) {
+  // AdamW with BF16 masters rounded stochastically and BF16 moments (element by element, like
+  // the masters): a tensor of 70001 elements (over two chunks of 32768) stepped whole, and cut
+  // at offsets that are not multiples of four (nor of the SIMD widths, the tile or the chunk),
+  // each range stepped as a tensor of its own with its first element's index as its offset. The
+  // ranges sit at index 1 of their lists, as the whole tensor does: every step, every range
+  // has the whole tensor's bits.
+  constexpr std::size_t kN = 70001;
+  const std::vector<std::size_t> cuts = {0, 1, 6, 37, 2053, 32770, 40001, 65541, kN};
+  std::mt19937 rng(23);
+  const std::vector<float> init = Random(kN, rng, 1.0f);
+  const AdamOptions options = AdamOptions::AdamW(1e-2, 1e-2);
+  auto slice = [](const std::vector<float>& values, std::size_t begin, std::size_t n) {
+    return std::vector<float>(values.begin() + static_cast<std::ptrdiff_t>(begin),
+                              values.begin() + static_cast<std::ptrdiff_t>(begin + n));
+  };
+  auto bf16 = [](const std::vector<float>& values) { return FromVector(values, {values.size()}, DataType::BFloat16); };
+  const std::vector<float> small_init = Random(5, rng, 1.0f);
+  // The lists of one tensor at index 1, after a small one at index 0.
+  struct Step {
+    std::vector<TensorPtr> w, m, v;
+    std::vector<std::uint64_t> offsets;
+  };
+  auto make = [&](std::size_t begin, std::size_t end) {
+    const std::size_t n = end - begin;
+    return Step{{bf16(small_init), bf16(slice(init, begin, n))},
+                {Zeros({5}, DataType::BFloat16), Zeros({n}, DataType::BFloat16)},
+                {Zeros({5}, DataType::BFloat16), Zeros({n}, DataType::BFloat16)},
+                {0, begin}};
+  };
+  Step whole = make(0, kN);
+  whole.offsets.clear();  // no offsets: all zero
+  std::vector<Step> ranges;
+  for (std::size_t c = 0; c + 1 < cuts.size(); ++c) ranges.push_back(make(cuts[c], cuts[c + 1]));
+  for (std::int64_t step = 1; step <= 3; ++step) {
+    const std::vector<float> gradient = Random(kN, rng, 0.1f);
+    const std::vector<float> small_gradient = Random(5, rng, 0.1f);
+    auto run = [&](Step& s, std::size_t begin) {
+      const std::size_t n = s.w[1]->Size();
+      const std::vector<TensorPtr> g = {FromVector(small_gradient, {5}), FromVector(slice(gradient, begin, n), {n})};
+      BOOST_TEST(FusedAdamStep({.Parameters = s.w,
+                                .Gradients = g,
+                                .FirstState = s.m,
+                                .SecondState = s.v,
+                                .FirstStateFormat = StateFormat::BFloat16,
+                                .SecondStateFormat = StateFormat::BFloat16,
+                                .Masters = MasterFormat::BFloat16StochasticRounding,
+                                .RoundingSeed = 0xfeed'beef'0bad'cafeull,
+                                .RoundingStep = static_cast<std::uint64_t>(step),
+                                .ElementOffsets = s.offsets},
+                               AdamStepScalarsFor(options, step)));
+    };
+    run(whole, 0);
+    const std::vector<std::uint16_t> want = Halves(whole.w[1]);
+    for (std::size_t c = 0; c < ranges.size(); ++c) {
+      run(ranges[c], cuts[c]);
+      const std::vector<std::uint16_t> got = Halves(ranges[c].w[1]);
+      BOOST_TEST_CONTEXT("step " << step << ", elements " << cuts[c] << " to " << cuts[c + 1]) {
+        BOOST_TEST(std::equal(got.begin(), got.end(), want.begin() + static_cast<std::ptrdiff_t>(cuts[c])));
+        BOOST_TEST(Halves(ranges[c].w[0]) == Halves(whole.w[0]));  // index 0: offset 0 either way
+      }
+    }
+  }
+  // The documented counter at an offset past 2^34 (the group's high word): element i draws
+  // PhiloxElementBits(seed, step, tensor, offset + i).
+  constexpr std::size_t kM = 1000;
+  const std::uint64_t offset = (std::uint64_t{1} << 34) + 3;
+  const std::vector<TensorPtr> w = {FromVector(std::vector<float>(kM, 1.0f), {kM}, DataType::BFloat16)};
+  const std::vector<TensorPtr> g = {FromVector(std::vector<float>(kM, 0.123f), {kM})};
+  const std::vector<std::uint64_t> offsets = {offset};
+  BOOST_TEST(FusedSGDStep({.Parameters = w,
+                           .Gradients = g,
+                           .Masters = MasterFormat::BFloat16StochasticRounding,
+                           .RoundingSeed = 99,
+                           .RoundingStep = 4,
+                           .ElementOffsets = offsets},
+                          SGDStepScalarsFor(SGDOptions{.LearningRate = 0.01}, true)));
+  const float target = Fused() ? std::fma(0.123f, -0.01f, 1.0f) : 1.0f + (-0.01f * 0.123f);
+  const std::vector<std::uint16_t> bits = Halves(w[0]);
+  std::size_t mismatches = 0;
+  for (std::size_t i = 0; i < kM; ++i) {
+    mismatches += bits[i] == StochasticRoundToBFloat16Bits(target, PhiloxElementBits(99, 4, 0, offset + i)) ? 0 : 1;
+  }
+  BOOST_TEST(mismatches == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(OptimizersStepShardsWithTheirElementOffsetsAsTheWholeTensor) {
+  // Adam and SGD (with momentum: its first step is a list of its own) over a BF16 parameter
+  // rounded stochastically, and over the same values cut in two (at an index that is not a
+  // multiple of four) with SetElementOffsets() giving the second part's first index: the parts
+  // stay the whole parameter's bits, as FSDP's shards do at any world size.
+  constexpr std::size_t kN = 3001;
+  constexpr std::size_t kCut = 1234 + 3;
+  std::mt19937 rng(31);
+  const std::vector<float> init = Random(kN, rng, 1.0f);
+  const std::vector<float> other_init = Random(9, rng, 1.0f);
+  auto part = [](const std::vector<float>& values, std::size_t begin, std::size_t end) {
+    const std::vector<float> range(values.begin() + static_cast<std::ptrdiff_t>(begin),
+                                   values.begin() + static_cast<std::ptrdiff_t>(end));
+    return FromVector(range, {end - begin}, DataType::BFloat16);
+  };
+  // "a" (the whole tensor or a part) and "b" (9 elements, offset 0 in both runs).
+  auto parameters = [&](std::size_t begin, std::size_t end) {
+    return GradientMap{{"a", part(init, begin, end)}, {"b", part(other_init, 0, 9)}};
+  };
+  auto check = [&](auto make) {
+    const GradientMap whole_parameters = parameters(0, kN);
+    const GradientMap low_parameters = parameters(0, kCut);
+    const GradientMap high_parameters = parameters(kCut, kN);
+    const auto whole = make(whole_parameters);
+    const auto low = make(low_parameters);
+    const auto high = make(high_parameters);
+    high->SetElementOffsets({{"a", kCut}});
+    auto step_all = [&] {
+      const std::vector<float> g = Random(kN, rng, 0.1f);
+      const std::vector<float> g_other = Random(9, rng, 0.1f);
+      auto gradients = [&](std::size_t begin, std::size_t end) {
+        return GradientMap{{"a", part(g, begin, end)}, {"b", part(g_other, 0, 9)}};
+      };
+      whole->SetGradients(gradients(0, kN));
+      low->SetGradients(gradients(0, kCut));
+      high->SetGradients(gradients(kCut, kN));
+      whole->Step();
+      low->Step();
+      high->Step();
+      std::vector<std::uint16_t> joined = Halves(low_parameters.at("a"));
+      const std::vector<std::uint16_t> upper = Halves(high_parameters.at("a"));
+      joined.insert(joined.end(), upper.begin(), upper.end());
+      BOOST_TEST(joined == Halves(whole_parameters.at("a")));
+      BOOST_TEST(Halves(high_parameters.at("b")) == Halves(whole_parameters.at("b")));
+    };
+    for (int step = 0; step < 3; ++step) step_all();
+    // Refused by name: an unknown parameter (after a good entry), an offset whose indices pass
+    // 2^64 - 1. The offsets stay as they were: the next step is still the whole tensor's.
+    for (const std::map<std::string, std::uint64_t>& bad :
+         {std::map<std::string, std::uint64_t>{{"a", 0}, {"c", 1}},
+          std::map<std::string, std::uint64_t>{{"a", UINT64_MAX - 100}}}) {
+      try {
+        high->SetElementOffsets(bad);
+        BOOST_ERROR("no ArgumentError for bad offsets");
+      } catch (const ArgumentError& e) {
+        BOOST_TEST(e.Parameter() == "offsets");
+      }
+    }
+    step_all();
+  };
+  check([](const GradientMap& p) {
+    AdamOptions options = AdamOptions::AdamW(1e-2, 1e-2);
+    options.Masters = MasterFormat::BFloat16StochasticRounding;
+    options.RoundingSeed = 5;
+    return std::make_unique<Adam>(p, options);
+  });
+  check([](const GradientMap& p) {
+    return std::make_unique<SGD>(p, SGDOptions{.LearningRate = 0.05,
+                                               .Momentum = 0.9,
+                                               .Masters = MasterFormat::BFloat16StochasticRounding,
+                                               .RoundingSeed = 6});
+  });
+}
+
 BOOST_AUTO_TEST_CASE(RemainderMastersAreBitIdenticalToFP32Masters) {
   std::mt19937 rng(11);
   const AdamOptions options{.LearningRate = 1e-2, .WeightDecay = 1e-2, .DecoupledWeightDecay = true};
@@ -718,6 +880,14 @@ BOOST_AUTO_TEST_CASE(BadFormatsThrowNamingTheFieldAndWriteNothing) {
   lists = good;
   lists.Masters = MasterFormat::BFloat16Remainder;
   throws(lists, "lists.ParameterRemainders", "0");
+  const std::vector<std::uint64_t> two_offsets = {0, 0};
+  lists = good;
+  lists.ElementOffsets = two_offsets;
+  throws(lists, "lists.ElementOffsets", "2");
+  const std::vector<std::uint64_t> too_far = {UINT64_MAX - 299};  // offset + 300 elements = 2^64
+  lists = good;
+  lists.ElementOffsets = too_far;
+  throws(lists, "lists.ElementOffsets[0]", std::to_string(UINT64_MAX - 299));
   // SGD keeps no second moment.
   try {
     FusedSGDStep({.Parameters = w, .Gradients = g, .SecondStateFormat = StateFormat::BFloat16},

@@ -125,6 +125,17 @@ class MLFRAMEWORK_EXPORT IOptimizerState {
   /// stores them. The default: the parameter's own values, right for an optimizer that updates
   /// its parameters in place. ArgumentError naming `name` for an unknown parameter.
   virtual std::vector<float> StateMasterValues(const std::string& name) const;
+  /// Sets, by parameter name, the index that element 0 of each parameter has in the counter of
+  /// stochastic rounding (OptimizerStepLists::ElementOffsets); parameters not named get 0. A
+  /// parameter that is a shard of a larger tensor gets the index of its first element in that
+  /// tensor, so its steps draw the random bits of the same elements however the tensor is cut:
+  /// distributed::fsdp::FSDP::Step() sets each unit's ShardOffset() before the step, so a run
+  /// resharded to another world size continues bit for bit. The default ignores the offsets (an
+  /// optimizer that draws no random bits per element needs none); optimizers::Adam and
+  /// optimizers::SGD keep them. ArgumentError naming `offsets` for a name that is not a
+  /// parameter, or an offset plus the parameter's element count above 2^64 - 1; nothing
+  /// changes then.
+  virtual void SetElementOffsets(const std::map<std::string, std::uint64_t>& offsets);
 
  protected:
   /// Only implementations construct the interface.

@@ -102,7 +102,9 @@ constexpr DataType StateStorageDType(StateFormat format) noexcept {
 ///   FP32 and rounds back stochastically: the FP32 value's low 16 bits plus 16 random bits carry into
 ///   the BF16 value, so the expected BF16 value is the FP32 one. The random bits are Philox-4x32-10
 ///   (core/Philox.hpp) keyed by OptimizerStepLists::RoundingSeed, the step, the tensor's index in the
-///   list and the element's index: a rerun gives the same bits, on every backend.
+///   list and the element's index plus the tensor's OptimizerStepLists::ElementOffsets entry: a rerun
+///   gives the same bits, on every backend, and a shard stepped on its own draws the bits of the
+///   same elements of the whole tensor.
 /// - BFloat16Remainder: BF16 parameters plus a 16-bit remainder per element (Transformer Engine's
 ///   `store_param_remainders`): the FP32 master's high half, rounded up when the remainder's top bit
 ///   is set, is the BF16 parameter; its low half is the remainder. The pair reconstructs the FP32
@@ -221,6 +223,13 @@ struct OptimizerStepLists {
   std::uint64_t RoundingSeed = 0;  ///< BFloat16StochasticRounding: the Philox key.
   /// BFloat16StochasticRounding: the step in the Philox counter (with a StepCount: count + 1 instead).
   std::uint64_t RoundingStep = 0;
+  /// Empty (every offset 0), or one entry per parameter: the index that element 0 of the parameter
+  /// has in the Philox counter of stochastic rounding, so element i draws the bits of element
+  /// `offset + i`. A shard of a larger tensor passes the index of its first element in that
+  /// tensor (FSDP passes each unit's ShardOffset()), so its bits do not depend on how the tensor
+  /// is cut. Another size, or an offset plus the parameter's element count above 2^64 - 1, is an
+  /// ArgumentError naming the field. Read only by BFloat16StochasticRounding.
+  std::span<const std::uint64_t> ElementOffsets{};
 };
 
 }  // namespace mlframework

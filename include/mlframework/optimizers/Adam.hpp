@@ -144,6 +144,9 @@ class MLFRAMEWORK_EXPORT Adam final : public amp::IOptimizer, public amp::IOptim
   /// The FP32 master weights of @p name, exact for every MasterFormat; ArgumentError naming `name`
   /// for an unknown parameter.
   std::vector<float> StateMasterValues(const std::string& name) const override;
+  /// Keeps the offsets for the following steps (OptimizerStepLists::ElementOffsets); ArgumentError
+  /// as IOptimizerState::SetElementOffsets().
+  void SetElementOffsets(const std::map<std::string, std::uint64_t>& offsets) override;
   /// The vectors in stored form, each in this optimizer's format and block size (StoredState()),
   /// taken bit for bit; as RestoreState() otherwise.
   void ImportStoredState(const std::map<std::string, amp::OptimizerStoredParameterState>& state,

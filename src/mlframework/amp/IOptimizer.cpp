@@ -27,6 +27,8 @@ std::vector<float> IOptimizerState::StateMasterValues(const std::string& name) c
   return it->second->ToFloatVector();
 }
 
+void IOptimizerState::SetElementOffsets(const std::map<std::string, std::uint64_t>& /*offsets*/) {}
+
 StoredStateVector IOptimizerState::StoredState(const std::string& name, std::size_t index) const {
   return StoredStateVector{.Format = StateFormat::Float32, .Codes = std::as_bytes(StateVector(name, index))};
 }

@@ -203,10 +203,11 @@ MLFW_HOST_DEVICE inline float DecodeMasterElement(MasterFormat masters, const vo
 }
 
 /// Stores the updated FP32 master @p w as element @p i (DecodeMasterElement()'s layout);
-/// BFloat16StochasticRounding draws PhiloxElementBits(@p seed, @p step, @p tensor, @p i).
+/// BFloat16StochasticRounding draws PhiloxElementBits(@p seed, @p step, @p tensor, @p element_offset + @p i)
+/// (OptimizerStepLists::ElementOffsets).
 MLFW_HOST_DEVICE inline void EncodeMasterElement(MasterFormat masters, void* parameter, std::uint16_t* remainders,
                                                  std::size_t i, float w, std::uint64_t seed, std::uint64_t step,
-                                                 std::uint32_t tensor) {
+                                                 std::uint32_t tensor, std::uint64_t element_offset) {
   if (masters == MasterFormat::Float32) {
     static_cast<float*>(parameter)[i] = w;
     return;
@@ -216,7 +217,7 @@ MLFW_HOST_DEVICE inline void EncodeMasterElement(MasterFormat masters, void* par
     SplitMaster(w, param + i, remainders + i);
     return;
   }
-  param[i] = StochasticRoundToBFloat16Bits(w, PhiloxElementBits(seed, step, tensor, i));
+  param[i] = StochasticRoundToBFloat16Bits(w, PhiloxElementBits(seed, step, tensor, element_offset + i));
 }
 
 }  // namespace mlframework::detail

@@ -123,7 +123,8 @@ void Adam::Step() {
                                    .Masters = o.Masters,
                                    .ParameterRemainders = s.params.Remainders(),
                                    .RoundingSeed = o.RoundingSeed,
-                                   .RoundingStep = static_cast<std::uint64_t>(step)},
+                                   .RoundingStep = static_cast<std::uint64_t>(step),
+                                   .ElementOffsets = s.params.ElementOffsets()},
                 AdamStepScalarsFor(s.options, step));
   s.params.WriteBackUnfused();
   s.steps = step;
@@ -201,6 +202,10 @@ MasterFormat Adam::StateMasterFormat() const noexcept { return impl_->options.Ma
 
 std::vector<float> Adam::StateMasterValues(const std::string& name) const {
   return impl_->params.MasterValues(impl_->params.IndexOf(name, "name"));
+}
+
+void Adam::SetElementOffsets(const std::map<std::string, std::uint64_t>& offsets) {
+  impl_->params.SetElementOffsets(offsets);
 }
 
 void Adam::ImportState(const std::map<std::string, amp::OptimizerParameterState>& state, std::int64_t steps) {

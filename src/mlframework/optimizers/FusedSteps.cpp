@@ -2,7 +2,9 @@
 
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -191,6 +193,10 @@ Route Check(const OptimizerStepLists& lists, const ListRules& rules) {
   RequireLength(lists.FirstStateScales, "FirstStateScales", first_scaled ? n : 0);
   RequireLength(lists.SecondStateScales, "SecondStateScales", second_scaled ? n : 0);
   RequireLength(lists.ParameterRemainders, "ParameterRemainders", remainders ? n : 0);
+  if (!lists.ElementOffsets.empty() && lists.ElementOffsets.size() != n) {
+    throw ArgumentError("lists.ElementOffsets", "holds " + std::to_string(lists.ElementOffsets.size()) +
+                                                    " offsets, expected none or " + std::to_string(n));
+  }
   const auto is_fp32 = [](DataType dtype) { return dtype == DataType::Float32; };
   const auto is_bf16 = [](DataType dtype) { return dtype == DataType::BFloat16; };
   const auto two_bytes = [](DataType dtype) { return ElementSize(dtype) == 2; };
@@ -230,6 +236,11 @@ Route Check(const OptimizerStepLists& lists, const ListRules& rules) {
                                          fp32_masters ? +is_fp32 : +is_bf16, masters_dtype);
     const std::size_t count = parameter.Size();
     const std::size_t blocks = StateBlockCount(count, lists.StateBlockSize);
+    if (!lists.ElementOffsets.empty() && lists.ElementOffsets[i] > std::numeric_limits<std::uint64_t>::max() - count) {
+      throw ArgumentError(Entry("ElementOffsets", i), "is " + std::to_string(lists.ElementOffsets[i]) +
+                                                          "; plus the parameter's " + std::to_string(count) +
+                                                          " elements it exceeds 2^64 - 1");
+    }
     place(parameter, "Parameters", i);
     place(Checked(lists.Gradients, "Gradients", i, count), "Gradients", i);
     if (remainders) {

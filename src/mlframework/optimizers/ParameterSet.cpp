@@ -2,8 +2,13 @@
 
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <map>
 #include <span>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <mlframework/core/Error.hpp>
 #include <mlframework/core/MultiTensor.hpp>
@@ -307,6 +312,19 @@ std::size_t ParameterSet::IndexOf(const std::string& name, const std::string& pa
     }
   }
   throw ArgumentError(parameter, "\"" + name + "\" is not a parameter of this optimizer");
+}
+
+void ParameterSet::SetElementOffsets(const std::map<std::string, std::uint64_t>& offsets) {
+  std::vector<std::uint64_t> next(Count(), 0);
+  for (const auto& [name, offset] : offsets) {
+    const std::size_t i = IndexOf(name, "offsets");
+    if (offset > std::numeric_limits<std::uint64_t>::max() - Size(i)) {
+      throw ArgumentError("offsets", "gives \"" + name + "\" offset " + std::to_string(offset) + "; plus its " +
+                                         std::to_string(Size(i)) + " elements it exceeds 2^64 - 1");
+    }
+    next[i] = offset;
+  }
+  element_offsets_ = std::move(next);
 }
 
 void ParameterSet::RequireSameNames(std::size_t count, const std::function<bool(const std::string&)>& has,

@@ -4,6 +4,7 @@
 // the fused write-back of rounded weights into FP16/BF16 parameters.
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <span>
@@ -48,6 +49,15 @@ class ParameterSet {
   std::vector<float> MasterValues(std::size_t i) const;
   // The masters, in parameter order (the BF16 parameters themselves under BF16 masters).
   std::span<const TensorPtr> MasterList() const noexcept { return master_list_; }
+  // OptimizerStepLists::ElementOffsets in parameter order: empty until SetElementOffsets().
+  std::span<const std::uint64_t> ElementOffsets() const noexcept { return element_offsets_; }
+  // Parameter i's entry of ElementOffsets() (0 while it is empty).
+  std::uint64_t ElementOffset(std::size_t i) const noexcept {
+    return element_offsets_.empty() ? 0 : element_offsets_[i];
+  }
+  // IOptimizerState::SetElementOffsets(): ArgumentError naming `offsets`, nothing changed, for an
+  // unknown name or an offset whose parameter's indices would pass 2^64 - 1.
+  void SetElementOffsets(const std::map<std::string, std::uint64_t>& offsets);
   // BFloat16Remainder: the remainders, in parameter order; else empty.
   std::span<const TensorPtr> Remainders() const noexcept { return remainders_; }
   // The gradients as FP32 host tensors, in parameter order. FP32 gradients in host memory are
@@ -107,6 +117,8 @@ class ParameterSet {
   std::vector<TensorPtr> gradient_list_;  // gradients in name order
   std::vector<TensorPtr> scratch_;        // FP32 buffers for gradients read through CastInto
   std::vector<TensorPtr> remainders_;     // BFloat16Remainder: 16-bit remainders in name order
+  // Empty, or one per parameter in name order (SetElementOffsets()).
+  std::vector<std::uint64_t> element_offsets_;
 };
 
 // The elements of an FP32 tensor in host memory (a master, a scratch buffer, an optimizer state).

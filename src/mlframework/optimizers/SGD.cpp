@@ -1,5 +1,6 @@
 #include <mlframework/optimizers/SGD.hpp>
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <utility>
@@ -95,6 +96,7 @@ void SGD::Step() {
     std::vector<TensorPtr> scales;
     std::vector<TensorPtr> low_precision;
     std::vector<TensorPtr> remainders;
+    std::vector<std::uint64_t> offsets;
   };
   std::vector<std::size_t> made_now;
   std::vector<std::size_t> sizes;
@@ -117,6 +119,7 @@ void SGD::Step() {
     lists.gradients.push_back(gradients[t]);
     if (!low_precision.empty()) lists.low_precision.push_back(low_precision[t]);
     if (!s.params.Remainders().empty()) lists.remainders.push_back(s.params.Remainders()[t]);
+    lists.offsets.push_back(s.params.ElementOffset(t));
     if (momentum) {
       lists.momentum.push_back(s.momentum.Data(t));
       if (scaled) lists.scales.push_back(s.momentum.Scales(t));
@@ -136,7 +139,8 @@ void SGD::Step() {
                                       .Masters = o.Masters,
                                       .ParameterRemainders = lists.remainders,
                                       .RoundingSeed = o.RoundingSeed,
-                                      .RoundingStep = static_cast<std::uint64_t>(s.steps + 1)},
+                                      .RoundingStep = static_cast<std::uint64_t>(s.steps + 1),
+                                      .ElementOffsets = lists.offsets},
                    SGDStepScalarsFor(s.options, first_step));
     }
   }
@@ -208,6 +212,10 @@ MasterFormat SGD::StateMasterFormat() const noexcept { return impl_->options.Mas
 
 std::vector<float> SGD::StateMasterValues(const std::string& name) const {
   return impl_->params.MasterValues(impl_->params.IndexOf(name, "name"));
+}
+
+void SGD::SetElementOffsets(const std::map<std::string, std::uint64_t>& offsets) {
+  impl_->params.SetElementOffsets(offsets);
 }
 
 void SGD::ImportState(const std::map<std::string, amp::OptimizerParameterState>& state, std::int64_t steps) {

@@ -256,7 +256,10 @@ class MLFRAMEWORK_EXPORT FSDP {
   /// before clipping (collective). ArgumentError unless @p max_norm is finite and > 0.
   double ClipGradNorm(float max_norm);
   /// Hands LocalGradients() to @p optimizer (built over ShardedParameters()), steps it and drops
-  /// the gradients; the next Gather() sees the new weights. InvalidOperationError on every rank
+  /// the gradients; the next Gather() sees the new weights. Before the update it hands the
+  /// optimizer each unit's ShardOffset() (amp::IOptimizerState::SetElementOffsets()), so
+  /// stochastically rounded BF16 masters draw the bits of the same elements at every world size
+  /// and a resharded run continues bit for bit. InvalidOperationError on every rank
   /// when any rank misses a gradient, holds unsynced gradients (HasUnsyncedGradients()), has a
   /// gradient reduction in flight or still has a unit gathered (or being gathered); the optimizer's own
   /// SetGradients() errors are agreed the same way. An exception from the update itself on a

@@ -5,6 +5,7 @@
 // and -fno-math-errno (OptimizerKernels.hpp, "Numerics"): every fused multiply-add is an explicit
 // MulAdd, none is left to the compiler.
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstddef>
@@ -334,57 +335,76 @@ inline float AbsMax(const float* values, std::size_t b, std::size_t e) {
   return std::bit_cast<float>(largest);
 }
 
-// LinearCode() of values[0, n) into out[0, n), on batches of the value type Batch (selects, an
-// exact conversion of the rounded integer values) and LinearCode() itself for the tail.
+// Stores the linear codes of the rounded integer values @p r (of the values @p x) into out[0,
+// Batch::size); kSecond: a positive value whose code would be 0 gets code 1.
+template <bool kSecond, class Batch>
+inline void StoreLinearCodes(const Batch& x, Batch r, std::uint8_t* out) {
+  if constexpr (kSecond) {
+    r = xsimd::select((x > Batch(0.0f)) & (r == Batch(0.0f)), Batch(1.0f), r);
+  }
+  const auto ints = xsimd::batch_cast<std::int32_t>(r);
+#if defined(__AVX512F__)
+  if constexpr (Batch::size == 16) {  // VPMOVDB: the low byte of each lane
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm512_cvtepi32_epi8(ints));
+    return;
+  }
+#endif
+  alignas(64) std::int32_t lanes[Batch::size];
+  ints.store_aligned(lanes);
+  for (std::size_t k = 0; k < Batch::size; ++k) {
+    out[k] = static_cast<std::uint8_t>(lanes[k]);
+  }
+}
+
+// LinearCode() of values[0, n) (one block) into out[0, n), on batches of the value type Batch
+// (an exact conversion of the rounded integer values) and LinearCode() itself for the tail.
 //
 // The batches multiply by the reciprocal of the scale instead of dividing by it, and divide only
 // where that could change a code. With |x| <= absmax and scale = absmax / code_max rounded, the
 // quotient is at most 256 and x * fl(1 / scale) lies within 2^-15 of x / scale, and the rounded
 // quotient within 2^-16 + 2^-15 < 2^-14 of that product. Clamping to the integer bounds keeps that
 // distance, so both round to the same integer unless the clamped product lies within 2^-14 of a
-// half-integer: only a batch with such a lane is divided. A scale outside [2^-126, 2^126] (zero,
-// subnormal, huge, infinite or NaN; its reciprocal inexact or out of range) divides every batch.
-template <class Batch>
-inline void EncodeLinear(const float* values, std::uint8_t* out, std::size_t n, float scale, float code_max,
-                         bool second) {
-  std::size_t i = 0;
+// half-integer: a block with such a lane is encoded again by division (a few percent of blocks).
+// A scale outside [2^-126, 2^126] (zero, subnormal, huge, infinite or NaN; its reciprocal inexact
+// or out of range) divides the whole block. Within that range every value is finite (none exceeds
+// the finite absmax), so the products need no NaN select.
+template <bool kSecond, class Batch>
+inline void EncodeLinearBlock(const float* values, std::uint8_t* out, std::size_t n, float scale, float code_max) {
+  std::size_t whole = 0;
   if constexpr (!std::is_same_v<Batch, float>) {
-    constexpr std::size_t kWidth = Batch::size;
-    const Batch divisor(scale);
-    const bool multiply = scale >= 0x1p-126f && scale <= 0x1p126f;
-    const Batch reciprocal(1.0f / scale);
+    whole = n - n % Batch::size;
     const Batch low(code_max == 127.0f ? -127.0f : 0.0f);
     const Batch high(code_max);
-    const Batch zero(0.0f);
-    const Batch one(1.0f);
-    const Batch magic(12582912.0f);          // RoundHalfEven()'s 1.5 * 2^23
-    const Batch near_half(0.5f - 0x1p-14f);  // a rounded quotient this far off is near a tie
-    // NaN to 0, then MAXPS/MINPS for the bounds: they differ from the selects only in which of
-    // two equal values (or of -0 and +0, which give the same code) they return.
-    auto clamped = [&](const Batch& quotient) {
-      const Batch q = xsimd::select(quotient == quotient, quotient, zero);
-      return xsimd::min(xsimd::max(q, low), high);
-    };
-    alignas(64) std::int32_t lanes[kWidth];
-    for (; i + kWidth <= n; i += kWidth) {
-      const Batch x = Batch::load_unaligned(values + i);
-      Batch q = clamped(multiply ? x * reciprocal : x / divisor);
-      Batch r = (q + magic) - magic;
-      if (multiply && xsimd::any(xsimd::abs(q - r) >= near_half)) {
-        q = clamped(x / divisor);
-        r = (q + magic) - magic;
+    const Batch magic(12582912.0f);  // RoundHalfEven()'s 1.5 * 2^23
+    bool divide = !(scale >= 0x1p-126f && scale <= 0x1p126f);
+    if (!divide) {
+      const Batch reciprocal(1.0f / scale);
+      const Batch near_half(0.5f - 0x1p-14f);  // a rounded quotient this far off is near a tie
+      auto near = xsimd::batch_bool<float, typename Batch::arch_type>(false);
+      for (std::size_t i = 0; i < whole; i += Batch::size) {
+        const Batch x = Batch::load_unaligned(values + i);
+        // MAXPS/MINPS for the bounds: they differ from LinearCode()'s selects only in which of two
+        // equal values (or of -0 and +0, which give the same code) they return.
+        const Batch q = xsimd::min(xsimd::max(x * reciprocal, low), high);
+        const Batch r = (q + magic) - magic;
+        near = near | (xsimd::abs(q - r) >= near_half);
+        StoreLinearCodes<kSecond>(x, r, out + i);
       }
-      if (second) {
-        r = xsimd::select((x > zero) & (r == zero), one, r);
-      }
-      xsimd::batch_cast<std::int32_t>(r).store_aligned(lanes);
-      for (std::size_t k = 0; k < kWidth; ++k) {
-        out[i + k] = static_cast<std::uint8_t>(lanes[k]);
+      divide = xsimd::any(near);
+    }
+    if (divide) {
+      const Batch divisor(scale);
+      const Batch zero(0.0f);
+      for (std::size_t i = 0; i < whole; i += Batch::size) {
+        const Batch x = Batch::load_unaligned(values + i);
+        const Batch quotient = x / divisor;  // NaN to 0, as LinearCode()
+        const Batch q = xsimd::min(xsimd::max(xsimd::select(quotient == quotient, quotient, zero), low), high);
+        StoreLinearCodes<kSecond>(x, (q + magic) - magic, out + i);
       }
     }
   }
-  for (; i < n; ++i) {
-    out[i] = mlframework::detail::LinearCode(values[i], scale, code_max, second);
+  for (std::size_t i = whole; i < n; ++i) {
+    out[i] = mlframework::detail::LinearCode(values[i], scale, code_max, kSecond);
   }
 }
 
@@ -478,7 +498,11 @@ inline void EncodeState(const StoredFormats& f, StateFormat format, void* data, 
             EncodeFloat8<false, kLanes<Batch>>(values + b, out + b, end - b, factor);
           }
         } else {
-          EncodeLinear<Batch>(values + b, out + b, end - b, scale, code_max, second);
+          if (second) {
+            EncodeLinearBlock<true, Batch>(values + b, out + b, end - b, scale, code_max);
+          } else {
+            EncodeLinearBlock<false, Batch>(values + b, out + b, end - b, scale, code_max);
+          }
         }
       }
       break;
@@ -517,17 +541,29 @@ inline std::size_t RoundStochastically(const float* values, std::uint16_t* out, 
     const __m512i infinity = _mm512_set1_epi32(0x7f800000);
     const __m512i low16 = _mm512_set1_epi32(0xffff);
     const __m512i quiet = _mm512_set1_epi32(0x40);
+    const PhiloxKeys16 keys(seed0, seed1);
+    // Rounds the 16 values at @p v with the words @p word into 16 BF16 codes at @p o.
+    auto round = [&](const float* v, __m512i word, std::uint16_t* o) {
+      const __m512i x = _mm512_castps_si512(_mm512_loadu_ps(v));
+      const __m512i ax = _mm512_and_si512(x, magnitude);
+      const __m512i high = _mm512_srli_epi32(x, 16);
+      __m512i r = _mm512_srli_epi32(_mm512_add_epi32(x, _mm512_and_si512(word, low16)), 16);
+      r = _mm512_mask_mov_epi32(r, _mm512_cmpeq_epi32_mask(ax, infinity), high);
+      r = _mm512_mask_mov_epi32(r, _mm512_cmpgt_epi32_mask(ax, infinity), _mm512_or_si512(high, quiet));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o), _mm512_cvtepi32_epi16(r));
+    };
+    for (; i + 128 <= n; i += 128) {
+      __m512i words[8];
+      PhiloxWords16<2>(first_group + i / 4, tensor, step, keys, words);
+      for (std::size_t k = 0; k < 8; ++k) {
+        round(values + i + 16 * k, words[k], out + i + 16 * k);
+      }
+    }
     for (; i + 64 <= n; i += 64) {
       __m512i words[4];
-      PhiloxWords16(first_group + i / 4, tensor, step, seed0, seed1, words);
+      PhiloxWords16<1>(first_group + i / 4, tensor, step, keys, words);
       for (std::size_t k = 0; k < 4; ++k) {
-        const __m512i x = _mm512_castps_si512(_mm512_loadu_ps(values + i + 16 * k));
-        const __m512i ax = _mm512_and_si512(x, magnitude);
-        const __m512i high = _mm512_srli_epi32(x, 16);
-        __m512i r = _mm512_srli_epi32(_mm512_add_epi32(x, _mm512_and_si512(words[k], low16)), 16);
-        r = _mm512_mask_mov_epi32(r, _mm512_cmpeq_epi32_mask(ax, infinity), high);
-        r = _mm512_mask_mov_epi32(r, _mm512_cmpgt_epi32_mask(ax, infinity), _mm512_or_si512(high, quiet));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i + 16 * k), _mm512_cvtepi32_epi16(r));
+        round(values + i + 16 * k, words[k], out + i + 16 * k);
       }
     }
   }
@@ -582,24 +618,67 @@ inline void EncodeMasters(const OptimizerPiece& piece, std::size_t lo, std::size
     }
     return;
   }
-  // Stochastic rounding: the words of one Philox block per four elements (lo and the piece's
-  // offset are multiples of four), 4 x kWidth elements per vector Philox call, one call of
-  // Philox4x32() per block for the tail.
+  // Stochastic rounding: the words of one Philox block per four counter indices. The elements
+  // before the first index that is a multiple of four (the piece's offset need not be one) and
+  // the tail take one call of Philox4x32() per block; the body 4 x kWidth elements per vector call.
   const StoredFormats& f = *piece.formats;
-  const std::uint64_t first_group = (piece.offset + lo) / 4;
+  const std::uint64_t base = piece.offset + lo;  // the counter index of values[0]
   const auto seed0 = static_cast<std::uint32_t>(f.seed);
   const auto seed1 = static_cast<std::uint32_t>(f.seed >> 32);
   const auto step = static_cast<std::uint32_t>(f.step);
   const std::uint32_t tensor = piece.tensor;
-  const std::size_t i = RoundStochastically<kWidth>(values, param, n, first_group, tensor, step, seed0, seed1);
-  for (std::size_t k = i; k < n; k += 4) {
-    const std::uint64_t group = first_group + k / 4;
-    const Philox4x32Block bits = Philox4x32(
-        Philox4x32Block{{static_cast<std::uint32_t>(group), static_cast<std::uint32_t>(group >> 32), tensor, step}},
-        seed0, seed1);
-    for (std::size_t e = k; e < n && e < k + 4; ++e) {
-      param[e] = StochasticRoundToBFloat16Bits(values[e], bits.Word[e - k]);
+  const auto round_one_by_one = [&](std::size_t from, std::size_t to) {
+    for (std::size_t k = from; k < to;) {
+      const std::uint64_t group = (base + k) / 4;
+      const Philox4x32Block bits = Philox4x32(
+          Philox4x32Block{{static_cast<std::uint32_t>(group), static_cast<std::uint32_t>(group >> 32), tensor, step}},
+          seed0, seed1);
+      for (; k < to && (base + k) / 4 == group; ++k) {
+        param[k] = StochasticRoundToBFloat16Bits(values[k], bits.Word[(base + k) % 4]);
+      }
     }
+  };
+  const std::size_t head = std::min<std::size_t>(n, (4 - base % 4) % 4);
+  round_one_by_one(0, head);
+  const std::size_t body =
+      RoundStochastically<kWidth>(values + head, param + head, n - head, (base + head) / 4, tensor, step, seed0, seed1);
+  round_one_by_one(head + body, n);
+}
+
+// Asks for the @p bytes bytes at @p data in the cache (no effect on any value).
+inline void Prefetch(const void* data, std::size_t bytes) {
+  if (data == nullptr) {
+    return;
+  }
+  const auto* p = static_cast<const char*>(data);
+  for (std::size_t k = 0; k < bytes; k += 64) {
+    __builtin_prefetch(p + k, 0, 2);
+  }
+}
+
+// Asks for the bytes the tile of elements [lo, lo + n) of @p piece reads: each stage of a staged
+// tile reads one array, so without the request the next array's stream waits on memory.
+inline void PrefetchTile(const OptimizerPiece& piece, std::size_t lo, std::size_t n) {
+  const StoredFormats& f = *piece.formats;
+  auto bytes_of = [](StateFormat format) { return ElementSize(StateStorageDType(format)); };
+  Prefetch(piece.gradient + lo, 4 * n);
+  if (piece.parameter != nullptr) {
+    Prefetch(piece.parameter + lo, 4 * n);
+  } else {
+    Prefetch(static_cast<const std::uint16_t*>(piece.parameter_data) + lo, 2 * n);
+    if (piece.remainders != nullptr) {
+      Prefetch(piece.remainders + lo, 2 * n);
+    }
+  }
+  if (piece.first != nullptr) {
+    Prefetch(piece.first + lo, 4 * n);
+  } else if (piece.first_data != nullptr) {
+    Prefetch(static_cast<const unsigned char*>(piece.first_data) + lo * bytes_of(f.first), n * bytes_of(f.first));
+  }
+  if (piece.second != nullptr) {
+    Prefetch(piece.second + lo, 4 * n);
+  } else if (piece.second_data != nullptr) {
+    Prefetch(static_cast<const unsigned char*>(piece.second_data) + lo * bytes_of(f.second), n * bytes_of(f.second));
   }
 }
 
@@ -622,6 +701,10 @@ inline void ForEachStagedTile(const OptimizerPiece& piece, bool has_second, Upda
     float* w = piece.parameter != nullptr ? piece.parameter + lo : tile.w;
     float* m = piece.first != nullptr ? piece.first + lo : tile.first;
     float* v = piece.second != nullptr ? piece.second + lo : tile.second;
+    if (lo + n < piece.count) {  // the next tile's arrays, while this one computes
+      PrefetchTile(piece, lo + n,
+                   piece.count - lo - n < kStagedTileElements ? piece.count - lo - n : kStagedTileElements);
+    }
     if (piece.parameter == nullptr) {
       DecodeMasters(piece, lo, n, tile.w);
     }

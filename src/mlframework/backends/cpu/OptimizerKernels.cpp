@@ -120,7 +120,7 @@ std::optional<std::vector<OptimizerPiece>> Pieces(const OptimizerStepLists& list
         piece.second_scales = Advance<float>(*c2, begin / block);
         piece.remainders = Advance<std::uint16_t>(*r, begin);
         piece.tensor = static_cast<std::uint32_t>(i);
-        piece.offset = begin;
+        piece.offset = (lists.ElementOffsets.empty() ? 0 : lists.ElementOffsets[i]) + begin;
         if (piece.first_data != nullptr) {
           piece.first_data = static_cast<unsigned char*>(piece.first_data) +
                              begin * ElementSize(StateStorageDType(lists.FirstStateFormat));

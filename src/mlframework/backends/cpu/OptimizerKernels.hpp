@@ -65,7 +65,7 @@ struct OptimizerPiece {
   float* second_scales = nullptr;          // block-scaled SecondState
   std::uint16_t* remainders = nullptr;     // BFloat16Remainder masters
   std::uint32_t tensor = 0;                // index of the tensor in the lists (Philox counter)
-  std::uint64_t offset = 0;                // index of the piece's first element in its tensor
+  std::uint64_t offset = 0;                // Philox index of the piece's first element (ElementOffsets + begin)
 };
 
 /// The element kernels of one instruction set.

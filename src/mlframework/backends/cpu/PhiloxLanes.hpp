@@ -11,6 +11,7 @@
 // after the unpacks, register k holds the four words of counters kQuads * k .. kQuads * k +
 // kQuads - 1, which are the words of the elements 4 * kQuads * k on.
 
+#include <cstddef>
 #include <cstdint>
 
 #if defined(__AVX2__) || defined(__AVX512F__)
@@ -27,47 +28,72 @@ inline constexpr std::uint32_t kPhiloxWeyl0 = 0x9E3779B9u;
 inline constexpr std::uint32_t kPhiloxWeyl1 = 0xBB67AE85u;
 
 #if defined(__AVX512F__)
-/// The words of Philox-4x32-10 of the 16 counters (@p first + j, @p tensor, @p step) for j in
-/// [0, 16) under key (@p key0, @p key1), in element order: out[k] holds the words of elements
-/// 16k .. 16k + 15 of the 64 elements those counters cover (element 4j + i: word i of counter j).
-inline void PhiloxWords16(std::uint64_t first, std::uint32_t tensor, std::uint32_t step, std::uint32_t key0,
-                          std::uint32_t key1, __m512i out[4]) {
+/// The round keys of Philox-4x32-10 under key (key0, key1), each broadcast into every lane: the
+/// same for every call of a step, so they are computed once rather than in each round of each call.
+struct PhiloxKeys16 {
+  PhiloxKeys16(std::uint32_t key0, std::uint32_t key1) {
+    for (int r = 0; r < 10; ++r) {
+      k0[r] = _mm512_set1_epi32(static_cast<int>(key0 + static_cast<std::uint32_t>(r) * kPhiloxWeyl0));
+      k1[r] = _mm512_set1_epi32(static_cast<int>(key1 + static_cast<std::uint32_t>(r) * kPhiloxWeyl1));
+    }
+  }
+  __m512i k0[10];
+  __m512i k1[10];
+};
+
+/// The words of Philox-4x32-10 of the 16 x kSets counters (@p first + j, @p tensor, @p step) for j
+/// in [0, 16 x kSets) under @p keys, in element order: out[4s + k] holds the words of elements
+/// 16k .. 16k + 15 of the 64 elements counters 16s .. 16s + 15 cover (element 4j + i: word i of
+/// counter j). Two sets interleave their rounds, whose dependency chains one set alone leaves
+/// the multipliers and shuffle port waiting on.
+template <std::size_t kSets>
+inline void PhiloxWords16(std::uint64_t first, std::uint32_t tensor, std::uint32_t step, const PhiloxKeys16& keys,
+                          __m512i out[4 * kSets]) {
   const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-  const __m512i base = _mm512_set1_epi32(static_cast<int>(static_cast<std::uint32_t>(first)));
-  __m512i c0 = _mm512_add_epi32(base, order);
-  // The counter's high word carries when its low word wrapped.
-  const __mmask16 carry = _mm512_cmplt_epu32_mask(c0, base);
-  __m512i c1 = _mm512_set1_epi32(static_cast<int>(static_cast<std::uint32_t>(first >> 32)));
-  c1 = _mm512_mask_add_epi32(c1, carry, c1, _mm512_set1_epi32(1));
-  __m512i c2 = _mm512_set1_epi32(static_cast<int>(tensor));
-  __m512i c3 = _mm512_set1_epi32(static_cast<int>(step));
+  __m512i c0[kSets];
+  __m512i c1[kSets];
+  __m512i c2[kSets];
+  __m512i c3[kSets];
+  for (std::size_t s = 0; s < kSets; ++s) {
+    const std::uint64_t set_first = first + 16 * s;
+    const __m512i base = _mm512_set1_epi32(static_cast<int>(static_cast<std::uint32_t>(set_first)));
+    c0[s] = _mm512_add_epi32(base, order);
+    // The counter's high word carries when its low word wrapped.
+    const __mmask16 carry = _mm512_cmplt_epu32_mask(c0[s], base);
+    c1[s] = _mm512_set1_epi32(static_cast<int>(static_cast<std::uint32_t>(set_first >> 32)));
+    c1[s] = _mm512_mask_add_epi32(c1[s], carry, c1[s], _mm512_set1_epi32(1));
+    c2[s] = _mm512_set1_epi32(static_cast<int>(tensor));
+    c3[s] = _mm512_set1_epi32(static_cast<int>(step));
+  }
   const __m512i m0 = _mm512_set1_epi64(kPhiloxMultiplier0);
   const __m512i m1 = _mm512_set1_epi64(kPhiloxMultiplier1);
   for (int r = 0; r < 10; ++r) {
-    const __m512i even0 = _mm512_mul_epu32(c0, m0);
-    const __m512i odd0 = _mm512_mul_epu32(_mm512_shuffle_epi32(c0, _MM_PERM_CDAB), m0);
-    const __m512i even1 = _mm512_mul_epu32(c2, m1);
-    const __m512i odd1 = _mm512_mul_epu32(_mm512_shuffle_epi32(c2, _MM_PERM_CDAB), m1);
-    // Even lanes: the even product's high (low) half; odd lanes: the odd product's.
-    const __m512i hi0 = _mm512_mask_shuffle_epi32(odd0, 0x5555, even0, _MM_PERM_CDAB);
-    const __m512i lo0 = _mm512_mask_shuffle_epi32(even0, 0xAAAA, odd0, _MM_PERM_CDAB);
-    const __m512i hi1 = _mm512_mask_shuffle_epi32(odd1, 0x5555, even1, _MM_PERM_CDAB);
-    const __m512i lo1 = _mm512_mask_shuffle_epi32(even1, 0xAAAA, odd1, _MM_PERM_CDAB);
-    const auto k0 = static_cast<int>(key0 + static_cast<std::uint32_t>(r) * kPhiloxWeyl0);
-    const auto k1 = static_cast<int>(key1 + static_cast<std::uint32_t>(r) * kPhiloxWeyl1);
-    c0 = _mm512_ternarylogic_epi32(hi1, c1, _mm512_set1_epi32(k0), 0x96);  // three-way XOR
-    c2 = _mm512_ternarylogic_epi32(hi0, c3, _mm512_set1_epi32(k1), 0x96);
-    c1 = lo1;
-    c3 = lo0;
+    for (std::size_t s = 0; s < kSets; ++s) {
+      const __m512i even0 = _mm512_mul_epu32(c0[s], m0);
+      const __m512i odd0 = _mm512_mul_epu32(_mm512_shuffle_epi32(c0[s], _MM_PERM_CDAB), m0);
+      const __m512i even1 = _mm512_mul_epu32(c2[s], m1);
+      const __m512i odd1 = _mm512_mul_epu32(_mm512_shuffle_epi32(c2[s], _MM_PERM_CDAB), m1);
+      // Even lanes: the even product's high (low) half; odd lanes: the odd product's.
+      const __m512i hi0 = _mm512_mask_shuffle_epi32(odd0, 0x5555, even0, _MM_PERM_CDAB);
+      const __m512i lo0 = _mm512_mask_shuffle_epi32(even0, 0xAAAA, odd0, _MM_PERM_CDAB);
+      const __m512i hi1 = _mm512_mask_shuffle_epi32(odd1, 0x5555, even1, _MM_PERM_CDAB);
+      const __m512i lo1 = _mm512_mask_shuffle_epi32(even1, 0xAAAA, odd1, _MM_PERM_CDAB);
+      c0[s] = _mm512_ternarylogic_epi32(hi1, c1[s], keys.k0[r], 0x96);  // three-way XOR
+      c2[s] = _mm512_ternarylogic_epi32(hi0, c3[s], keys.k1[r], 0x96);
+      c1[s] = lo1;
+      c3[s] = lo0;
+    }
   }
-  const __m512i t0 = _mm512_unpacklo_epi32(c0, c1);
-  const __m512i t1 = _mm512_unpacklo_epi32(c2, c3);
-  const __m512i t2 = _mm512_unpackhi_epi32(c0, c1);
-  const __m512i t3 = _mm512_unpackhi_epi32(c2, c3);
-  out[0] = _mm512_unpacklo_epi64(t0, t1);
-  out[1] = _mm512_unpackhi_epi64(t0, t1);
-  out[2] = _mm512_unpacklo_epi64(t2, t3);
-  out[3] = _mm512_unpackhi_epi64(t2, t3);
+  for (std::size_t s = 0; s < kSets; ++s) {
+    const __m512i t0 = _mm512_unpacklo_epi32(c0[s], c1[s]);
+    const __m512i t1 = _mm512_unpacklo_epi32(c2[s], c3[s]);
+    const __m512i t2 = _mm512_unpackhi_epi32(c0[s], c1[s]);
+    const __m512i t3 = _mm512_unpackhi_epi32(c2[s], c3[s]);
+    out[4 * s] = _mm512_unpacklo_epi64(t0, t1);
+    out[4 * s + 1] = _mm512_unpackhi_epi64(t0, t1);
+    out[4 * s + 2] = _mm512_unpacklo_epi64(t2, t3);
+    out[4 * s + 3] = _mm512_unpackhi_epi64(t2, t3);
+  }
 }
 #endif
 

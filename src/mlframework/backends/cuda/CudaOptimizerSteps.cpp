@@ -124,11 +124,12 @@ bool Build(const OptimizerStepLists& lists, LowBitTable& table) {
     const DataType low_dtype = *low != nullptr ? lists.LowPrecisionCopies[i]->GetDataType() : DataType::BFloat16;
     table.entries.push_back(LowBitEntry{*p, static_cast<const float*>(*g), *s1, *s2, static_cast<float*>(*c1),
                                         static_cast<float*>(*c2), static_cast<std::uint16_t*>(*r), *low, table.total,
-                                        count, static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(low_dtype)});
+                                        count, lists.ElementOffsets.empty() ? 0 : lists.ElementOffsets[i],
+                                        static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(low_dtype)});
     table.total += LowBitTiles(count);
   }
   table.entries.push_back(
-      LowBitEntry{nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, table.total, 0, 0, 0});
+      LowBitEntry{nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, table.total, 0, 0, 0, 0});
   return true;
 }
 

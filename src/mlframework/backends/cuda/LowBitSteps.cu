@@ -44,8 +44,7 @@ struct TileState {
 // Element @p i of state @p s, in block @p block_index of the tensor.
 template <StateFormat Format>
 __device__ __forceinline__ float Decode(const TileState<Format>& s, std::uint64_t block_index, std::uint64_t i) {
-  return codes::DecodeStateElementInBlock(Format, s.data, TileState<Format>::kScaled ? s.scales[block_index] : 0.0f,
-                                          i);
+  return codes::DecodeStateElementInBlock(Format, s.data, TileState<Format>::kScaled ? s.scales[block_index] : 0.0f, i);
 }
 
 // After the update of element @p i: a state without scales is encoded at once; a block-scaled one
@@ -92,7 +91,8 @@ __device__ __forceinline__ void Encode(const TileState<Format>& s, const LowBitE
       }
     }
     const std::uint32_t b = threadIdx.x;
-    if (b < (static_cast<std::uint32_t>(kLowBitTile) >> shift) && lo + (static_cast<std::uint64_t>(b) << shift) < e.count) {
+    if (b < (static_cast<std::uint32_t>(kLowBitTile) >> shift) &&
+        lo + (static_cast<std::uint64_t>(b) << shift) < e.count) {
       s.scales[(lo >> shift) + b] = scales[b];
     }
   }
@@ -159,7 +159,8 @@ __device__ __forceinline__ void StepTile(const LowBitEntry* entries, std::int32_
     const bool in_range = i < e.count;
     if (in_range) {
       update(w[k], g[k], m[k], v[k], has_first);
-      codes::EncodeMasterElement(f.masters, e.parameter, e.remainders, i, w[k], f.seed, step, e.tensor);
+      codes::EncodeMasterElement(f.masters, e.parameter, e.remainders, i, w[k], f.seed, step, e.tensor,
+                                 e.element_offset);
       WriteCopy(e.low_precision, e.low_precision_dtype, i, w[k]);  // FP32 masters only (FusedSteps.cpp)
     }
     const std::uint32_t block_in_tile = offset >> shift;
@@ -221,8 +222,8 @@ using SGDKernel = void (*)(const LowBitEntry*, std::int32_t, LowBitFormats, SGDS
                            const float*);
 
 [[noreturn]] void RefuseFormats(const LowBitFormats& f) {
-  throw InvalidOperationError(std::string("the CUDA low-bit step has no kernel for first state ") +
-                              ToString(f.first) + " and second state " + ToString(f.second));
+  throw InvalidOperationError(std::string("the CUDA low-bit step has no kernel for first state ") + ToString(f.first) +
+                              " and second state " + ToString(f.second));
 }
 
 // The Adam kernel for the first state @p First and the second state f.second (the formats

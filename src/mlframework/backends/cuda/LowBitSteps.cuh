@@ -29,6 +29,7 @@ struct LowBitEntry {
   void* low_precision;                // null, or the FP16/BF16 copy of the updated FP32 master
   std::uint64_t tile;                 // first tile of this tensor among the list's tiles
   std::uint64_t count;                // elements
+  std::uint64_t element_offset;       // the Philox index of element 0 (OptimizerStepLists::ElementOffsets)
   std::uint32_t tensor;               // index of the tensor in the lists (the Philox counter)
   std::uint32_t low_precision_dtype;  // DataType of low_precision
 };

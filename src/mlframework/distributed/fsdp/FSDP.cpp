@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
+#include <map>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -441,6 +443,13 @@ void FSDP::Step(amp::IOptimizer& optimizer) {
     for (const auto& unit : impl_->units) detail::RequireMatchingMasters(*unit, optimizer.State(), "optimizer");
     gradients = LocalGradients();
     optimizer.SetGradients(gradients);  // rejects gradients that do not match its parameters
+    if (amp::IOptimizerState* state = optimizer.State()) {
+      // Stochastic rounding draws its bits by the element's index in the unit's flat buffer,
+      // which is the same at every world size (the shard's own index is not).
+      std::map<std::string, std::uint64_t> offsets;
+      for (const auto& unit : impl_->units) offsets.emplace(unit->Name(), unit->ShardOffset());
+      state->SetElementOffsets(offsets);
+    }
   });
   // The update runs on this rank only; if it throws, the next collective would hang.
   AbortGuard guard(*impl_->group, "FSDP Step (optimizer)");
