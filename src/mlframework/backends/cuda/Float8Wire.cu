@@ -86,8 +86,6 @@ __global__ void __launch_bounds__(kSumThreads)
       const std::size_t i = base + threadIdx.x + (static_cast<std::size_t>(j) * kSumThreads);
       sum[j] = i < length ? detail::DecodeFloat8BlockElement(codes[i], scale_inv[i / kWireBlock]) : 0.0f;
     }
-    // Four parts' loads at a time in flight (the additions stay in rank order).
-#pragma unroll 4
     for (std::size_t p = 1; p < parts; ++p) {
       const std::uint8_t* part = codes + (p * length);
       const float* part_scales = scale_inv + (p * blocks);
