@@ -65,35 +65,26 @@ __device__ __forceinline__ void Collect(const TileState<Format>& s, bool in_rang
   }
 }
 
-// The scale of each of the tile's blocks of a block-scaled state from its maximum in @p absmax,
-// into @p scales (shared memory: one division per block, not one per element).
-template <StateFormat Format>
-__device__ __forceinline__ void BlockScales(std::uint32_t shift, const std::uint32_t* absmax, float* scales) {
-  if constexpr (TileState<Format>::kScaled) {
-    if (threadIdx.x < (static_cast<std::uint32_t>(kLowBitTile) >> shift)) {
-      scales[threadIdx.x] = codes::BlockScale(Format, codes::BitsAsFloat(absmax[threadIdx.x]));
-    }
-  }
-}
-
-// Encodes the updated @p values of a block-scaled state with the tile's block @p scales, and
-// writes those scales (blocks of 2^@p shift elements).
+// Encodes the updated @p values of a block-scaled state with the tile's block maxima, and writes
+// the scales of the tile's blocks (blocks of 2^@p shift elements).
 template <StateFormat Format>
 __device__ __forceinline__ void Encode(const TileState<Format>& s, const LowBitEntry& e, std::uint64_t lo,
-                                       std::uint32_t shift, const float* scales, const float (&values)[kPerThread]) {
+                                       std::uint32_t shift, const std::uint32_t* absmax,
+                                       const float (&values)[kPerThread]) {
   if constexpr (TileState<Format>::kScaled) {
 #pragma unroll
     for (int k = 0; k < kPerThread; ++k) {
       const std::uint32_t offset = threadIdx.x + (static_cast<std::uint32_t>(k) * kThreads);
       const std::uint64_t i = lo + offset;
       if (i < e.count) {
-        codes::EncodeStateElement(Format, s.data, i, values[k], scales[offset >> shift], s.keep_positive);
+        const float scale = codes::BlockScale(Format, codes::BitsAsFloat(absmax[offset >> shift]));
+        codes::EncodeStateElement(Format, s.data, i, values[k], scale, s.keep_positive);
       }
     }
     const std::uint32_t b = threadIdx.x;
     if (b < (static_cast<std::uint32_t>(kLowBitTile) >> shift) &&
         lo + (static_cast<std::uint64_t>(b) << shift) < e.count) {
-      s.scales[(lo >> shift) + b] = scales[b];
+      s.scales[(lo >> shift) + b] = codes::BlockScale(Format, codes::BitsAsFloat(absmax[b]));
     }
   }
 }
@@ -109,7 +100,6 @@ __device__ __forceinline__ void StepTile(const LowBitEntry* entries, std::int32_
                                          const std::int32_t* skip_flag, const float* step_count, bool read_first,
                                          Update&& update) {
   __shared__ std::uint32_t absmax[2][kMaxBlocks];
-  __shared__ float block_scales[2][kMaxBlocks];
   if (StepSkipped(skip_flag)) {
     return;  // the scaler found an overflow: the step changes nothing
   }
@@ -171,21 +161,12 @@ __device__ __forceinline__ void StepTile(const LowBitEntry* entries, std::int32_
       Collect(second, in_range, i, v[k], block_in_tile, absmax[1]);
     }
   }
-  if constexpr (TileState<First>::kScaled || (kHasSecond && TileState<Second>::kScaled)) {
-    __syncthreads();  // the block maxima are complete
-    if (has_first) {
-      BlockScales<First>(shift, absmax[0], block_scales[0]);
-    }
-    if constexpr (kHasSecond) {
-      BlockScales<Second>(shift, absmax[1], block_scales[1]);
-    }
-    __syncthreads();
-    if (has_first) {
-      Encode(first, e, lo, shift, block_scales[0], m);
-    }
-    if constexpr (kHasSecond) {
-      Encode(second, e, lo, shift, block_scales[1], v);
-    }
+  __syncthreads();
+  if (has_first) {
+    Encode(first, e, lo, shift, absmax[0], m);
+  }
+  if constexpr (kHasSecond) {
+    Encode(second, e, lo, shift, absmax[1], v);
   }
 }
 
