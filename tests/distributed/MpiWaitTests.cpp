@@ -168,23 +168,33 @@ BOOST_AUTO_TEST_CASE(SleepingRanksLeaveTheirCoreWhileWaiting) {
     constexpr double kLate = 0.3;  // seconds rank 0 arrives after the others
     for (int collective = 0; collective < 2; ++collective) {
       BOOST_TEST_CONTEXT("mode " << static_cast<int>(mode) << ", collective " << collective) {
-        group.Barrier();
-        if (group.Rank() == 0) std::this_thread::sleep_for(std::chrono::duration<double>(kLate));
-        const double cpu_before = ThreadCpuSeconds();
-        const auto wall_before = std::chrono::steady_clock::now();
-        if (collective == 0) {
+        // Three waits, the same number on every rank (the collectives must match): a rank that
+        // the loaded machine deschedules after the barrier for most of kLate measures a short
+        // wait, which says nothing about its CPU use. The CPU bound holds on every wait that
+        // lasted, and at least one of the three must last.
+        int measured = 0;
+        for (int attempt = 0; attempt < 3; ++attempt) {
           group.Barrier();
-        } else {
-          auto tensor = Make(RankValues(100000, group.Rank(), 5.0f), DataType::Float32);
-          group.AllReduce(*tensor);
+          if (group.Rank() == 0) std::this_thread::sleep_for(std::chrono::duration<double>(kLate));
+          const double cpu_before = ThreadCpuSeconds();
+          const auto wall_before = std::chrono::steady_clock::now();
+          if (collective == 0) {
+            group.Barrier();
+          } else {
+            auto tensor = Make(RankValues(100000, group.Rank(), 5.0f), DataType::Float32);
+            group.AllReduce(*tensor);
+          }
+          const double cpu = ThreadCpuSeconds() - cpu_before;
+          const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_before).count();
+          if (group.Rank() != 0 && wall > 0.5 * kLate) {
+            // Polling would take the whole wait (less only where the machine is loaded); the
+            // sleeping modes wake a few thousand times at most.
+            ++measured;
+            BOOST_TEST(cpu < 0.2 * kLate, "CPU time " << cpu << " s over a wait of " << wall << " s");
+          }
         }
-        const double cpu = ThreadCpuSeconds() - cpu_before;
-        const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_before).count();
         if (group.Rank() != 0) {
-          // Polling would take the whole wait (less only where the machine is loaded); the
-          // sleeping modes wake a few thousand times at most.
-          BOOST_TEST(wall > 0.5 * kLate);
-          BOOST_TEST(cpu < 0.2 * kLate, "CPU time " << cpu << " s over a wait of " << wall << " s");
+          BOOST_TEST(measured > 0, "no wait of the three lasted half of " << kLate << " s");
         }
       }
     }
