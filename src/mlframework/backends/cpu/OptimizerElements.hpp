@@ -527,9 +527,10 @@ inline void DecodeMasters(const OptimizerPiece& piece, std::size_t lo, std::size
   }
 }
 
-// StochasticRoundToBFloat16Bits() of values[0, m) into out[0, m) with the words of the Philox
-// counters (@p first_group + j, @p tensor, @p step), m the largest multiple of 4 x kWidth up to
-// @p n, on the lanes of the AVX-512 or AVX2 table (PhiloxLanes.hpp); returns m (0 elsewhere).
+// StochasticRoundToBFloat16Bits() of values[0, m) into out[0, m) with the 16-bit halves of the
+// Philox counters (@p first_group + j, @p tensor, @p step) (PhiloxElementBits()), m the largest
+// multiple of 16 x kWidth up to @p n, on the lanes of the AVX-512 or AVX2 table (PhiloxLanes.hpp);
+// returns m (0 elsewhere).
 template <int kWidth>
 inline std::size_t RoundStochastically(const float* values, std::uint16_t* out, std::size_t n,
                                        std::uint64_t first_group, std::uint32_t tensor, std::uint32_t step,
@@ -539,32 +540,39 @@ inline std::size_t RoundStochastically(const float* values, std::uint16_t* out, 
   if constexpr (kWidth == 16) {
     const __m512i magnitude = _mm512_set1_epi32(0x7fffffff);
     const __m512i infinity = _mm512_set1_epi32(0x7f800000);
-    const __m512i low16 = _mm512_set1_epi32(0xffff);
     const __m512i quiet = _mm512_set1_epi32(0x40);
+    const __m512i order = _mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7);
     const PhiloxKeys16 keys(seed0, seed1);
-    // Rounds the 16 values at @p v with the words @p word into 16 BF16 codes at @p o.
-    auto round = [&](const float* v, __m512i word, std::uint16_t* o) {
+    // The BF16 codes of the 16 values at @p v rounded with the 16 random halves @p halves, one
+    // per 32-bit lane: infinities and NaNs take no random bits, and a NaN is quieted.
+    auto round = [&](const float* v, __m256i halves) {
       const __m512i x = _mm512_castps_si512(_mm512_loadu_ps(v));
       const __m512i ax = _mm512_and_si512(x, magnitude);
-      const __m512i high = _mm512_srli_epi32(x, 16);
-      __m512i r = _mm512_srli_epi32(_mm512_add_epi32(x, _mm512_and_si512(word, low16)), 16);
-      r = _mm512_mask_mov_epi32(r, _mm512_cmpeq_epi32_mask(ax, infinity), high);
-      r = _mm512_mask_mov_epi32(r, _mm512_cmpgt_epi32_mask(ax, infinity), _mm512_or_si512(high, quiet));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o), _mm512_cvtepi32_epi16(r));
+      const __mmask16 finite = _mm512_cmplt_epi32_mask(ax, infinity);
+      const __mmask16 nan = _mm512_cmpgt_epi32_mask(ax, infinity);
+      const __m512i r = _mm512_srli_epi32(_mm512_add_epi32(x, _mm512_maskz_cvtepu16_epi32(finite, halves)), 16);
+      return _mm512_mask_or_epi32(r, nan, r, quiet);
     };
-    for (; i + 128 <= n; i += 128) {
+    // words[k] holds the halves of the 32 elements 32k on, in element order. The codes are
+    // below 2^16, so the unsigned saturating pack keeps them; the permute undoes its interleaving
+    // of the 128-bit lanes.
+    auto round_words = [&](const __m512i* words, std::size_t count, std::size_t at) {
+      for (std::size_t k = 0; k < count; ++k) {
+        const std::size_t e = at + 32 * k;
+        const __m512i packed = _mm512_packus_epi32(round(values + e, _mm512_castsi512_si256(words[k])),
+                                                   round(values + e + 16, _mm512_extracti64x4_epi64(words[k], 1)));
+        _mm512_storeu_si512(out + e, _mm512_permutexvar_epi64(order, packed));
+      }
+    };
+    for (; i + 256 <= n; i += 256) {
       __m512i words[8];
-      PhiloxWords16<2>(first_group + i / 4, tensor, step, keys, words);
-      for (std::size_t k = 0; k < 8; ++k) {
-        round(values + i + 16 * k, words[k], out + i + 16 * k);
-      }
+      PhiloxWords16<2>(first_group + i / 8, tensor, step, keys, words);
+      round_words(words, 8, i);
     }
-    for (; i + 64 <= n; i += 64) {
+    for (; i + 128 <= n; i += 128) {
       __m512i words[4];
-      PhiloxWords16<1>(first_group + i / 4, tensor, step, keys, words);
-      for (std::size_t k = 0; k < 4; ++k) {
-        round(values + i + 16 * k, words[k], out + i + 16 * k);
-      }
+      PhiloxWords16<1>(first_group + i / 8, tensor, step, keys, words);
+      round_words(words, 4, i);
     }
   }
 #endif
@@ -572,25 +580,28 @@ inline std::size_t RoundStochastically(const float* values, std::uint16_t* out, 
   if constexpr (kWidth == 8) {
     const __m256i magnitude = _mm256_set1_epi32(0x7fffffff);
     const __m256i infinity = _mm256_set1_epi32(0x7f800000);
-    const __m256i low16 = _mm256_set1_epi32(0xffff);
     const __m256i quiet = _mm256_set1_epi32(0x40);
-    auto round = [&](const float* v, __m256i word) {
+    // As the AVX-512 rounding: the random halves only where the value is finite.
+    auto round = [&](const float* v, __m128i halves) {
       const __m256i x = _mm256_castps_si256(_mm256_loadu_ps(v));
       const __m256i ax = _mm256_and_si256(x, magnitude);
-      const __m256i high = _mm256_srli_epi32(x, 16);
-      __m256i r = _mm256_srli_epi32(_mm256_add_epi32(x, _mm256_and_si256(word, low16)), 16);
-      r = _mm256_blendv_epi8(r, high, _mm256_cmpeq_epi32(ax, infinity));
-      return _mm256_blendv_epi8(r, _mm256_or_si256(high, quiet), _mm256_cmpgt_epi32(ax, infinity));
+      const __m256i finite = _mm256_cmpgt_epi32(infinity, ax);
+      const __m256i nan = _mm256_cmpgt_epi32(ax, infinity);
+      const __m256i r =
+          _mm256_srli_epi32(_mm256_add_epi32(x, _mm256_and_si256(finite, _mm256_cvtepu16_epi32(halves))), 16);
+      return _mm256_or_si256(r, _mm256_and_si256(nan, quiet));
     };
-    for (; i + 32 <= n; i += 32) {
+    for (; i + 64 <= n; i += 64) {
       __m256i words[4];
-      PhiloxWords8(first_group + i / 4, tensor, step, seed0, seed1, words);
-      for (std::size_t k = 0; k < 4; k += 2) {
-        // Both results are below 2^16: the unsigned saturating pack keeps them; the permute
-        // undoes its interleaving of the 128-bit halves.
-        const __m256i packed =
-            _mm256_packus_epi32(round(values + i + 8 * k, words[k]), round(values + i + 8 * k + 8, words[k + 1]));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i + 8 * k), _mm256_permute4x64_epi64(packed, 0xd8));
+      PhiloxWords8(first_group + i / 8, tensor, step, seed0, seed1, words);
+      for (std::size_t k = 0; k < 4; ++k) {
+        // words[k] holds the halves of the 16 elements 16k on. Both results are below 2^16: the
+        // unsigned saturating pack keeps them; the permute undoes its interleaving of the
+        // 128-bit halves.
+        const std::size_t e = i + 16 * k;
+        const __m256i packed = _mm256_packus_epi32(round(values + e, _mm256_castsi256_si128(words[k])),
+                                                   round(values + e + 8, _mm256_extracti128_si256(words[k], 1)));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + e), _mm256_permute4x64_epi64(packed, 0xd8));
       }
     }
   }
@@ -618,30 +629,30 @@ inline void EncodeMasters(const OptimizerPiece& piece, std::size_t lo, std::size
     }
     return;
   }
-  // Stochastic rounding: the words of one Philox block per four counter indices. The elements
-  // before the first index that is a multiple of four (the piece's offset need not be one) and
-  // the tail take one call of Philox4x32() per block; the body 4 x kWidth elements per vector call.
+  // Stochastic rounding: one Philox block per eight counter indices (PhiloxElementBits()). The
+  // elements before the first index that is a multiple of eight (the piece's offset need not be
+  // one) and the tail take one call of Philox4x32() per block; the body 16 x kWidth elements per
+  // vector call.
   const StoredFormats& f = *piece.formats;
   const std::uint64_t base = piece.offset + lo;  // the counter index of values[0]
-  const auto seed0 = static_cast<std::uint32_t>(f.seed);
-  const auto seed1 = static_cast<std::uint32_t>(f.seed >> 32);
   const auto step = static_cast<std::uint32_t>(f.step);
   const std::uint32_t tensor = piece.tensor;
   const auto round_one_by_one = [&](std::size_t from, std::size_t to) {
     for (std::size_t k = from; k < to;) {
-      const std::uint64_t group = (base + k) / 4;
-      const Philox4x32Block bits = Philox4x32(
-          Philox4x32Block{{static_cast<std::uint32_t>(group), static_cast<std::uint32_t>(group >> 32), tensor, step}},
-          seed0, seed1);
-      for (; k < to && (base + k) / 4 == group; ++k) {
-        param[k] = StochasticRoundToBFloat16Bits(values[k], bits.Word[(base + k) % 4]);
+      const std::uint64_t group = (base + k) / kPhiloxElementsPerBlock;
+      const Philox4x32Block bits = PhiloxRoundingBlock(f.seed, step, tensor, group);
+      for (; k < to && (base + k) / kPhiloxElementsPerBlock == group; ++k) {
+        param[k] = StochasticRoundToBFloat16Bits(
+            values[k], PhiloxBlockHalf(bits, static_cast<std::uint32_t>((base + k) % kPhiloxElementsPerBlock)));
       }
     }
   };
-  const std::size_t head = std::min<std::size_t>(n, (4 - base % 4) % 4);
+  const std::size_t head =
+      std::min<std::size_t>(n, (kPhiloxElementsPerBlock - base % kPhiloxElementsPerBlock) % kPhiloxElementsPerBlock);
   round_one_by_one(0, head);
-  const std::size_t body =
-      RoundStochastically<kWidth>(values + head, param + head, n - head, (base + head) / 4, tensor, step, seed0, seed1);
+  const std::size_t body = RoundStochastically<kWidth>(
+      values + head, param + head, n - head, (base + head) / kPhiloxElementsPerBlock, tensor, step,
+      static_cast<std::uint32_t>(f.seed), static_cast<std::uint32_t>(f.seed >> 32));
   round_one_by_one(head + body, n);
 }
 

@@ -6,10 +6,11 @@
 // A round multiplies two words of each counter into 64-bit products: VPMULUDQ multiplies the even
 // 32-bit lanes, so each product is taken twice (even lanes, odd lanes moved down) and the high and
 // low halves are put back into their lanes. The words come out word-major (word k of every
-// counter in one register); four unpacks interleave them into element order. For that to need no
-// shuffle across 128-bit lanes, lane 4L + k holds counter kQuads * k + L (kQuads = lanes / 4):
-// after the unpacks, register k holds the four words of counters kQuads * k .. kQuads * k +
-// kQuads - 1, which are the words of the elements 4 * kQuads * k on.
+// counter in one register); four unpacks interleave them into counter order, the order of the
+// elements' random halves (core/Philox.hpp, PhiloxElementBits()). For that to need no shuffle
+// across 128-bit lanes, lane 4L + k holds counter kQuads * k + L (kQuads = lanes / 4): after the
+// unpacks, register k holds the four words of counters kQuads * k .. kQuads * k + kQuads - 1,
+// which are the 16-bit halves of the elements 8 * kQuads * k on.
 
 #include <cstddef>
 #include <cstdint>
@@ -42,10 +43,11 @@ struct PhiloxKeys16 {
 };
 
 /// The words of Philox-4x32-10 of the 16 x kSets counters (@p first + j, @p tensor, @p step) for j
-/// in [0, 16 x kSets) under @p keys, in element order: out[4s + k] holds the words of elements
-/// 16k .. 16k + 15 of the 64 elements counters 16s .. 16s + 15 cover (element 4j + i: word i of
-/// counter j). Two sets interleave their rounds, whose dependency chains one set alone leaves
-/// the multipliers and shuffle port waiting on.
+/// in [0, 16 x kSets) under @p keys, in counter order: out[4s + k] holds words 0 to 3 of counters
+/// 16s + 4k .. 16s + 4k + 3, that is the 32 halves of elements 32k .. 32k + 31 of the 128 elements
+/// counters 16s .. 16s + 15 cover (element 8j + h: half h of counter j). Two sets interleave
+/// their rounds, whose dependency chains one set alone leaves the multipliers and shuffle port
+/// waiting on.
 template <std::size_t kSets>
 inline void PhiloxWords16(std::uint64_t first, std::uint32_t tensor, std::uint32_t step, const PhiloxKeys16& keys,
                           __m512i out[4 * kSets]) {
@@ -98,7 +100,8 @@ inline void PhiloxWords16(std::uint64_t first, std::uint32_t tensor, std::uint32
 #endif
 
 #if defined(__AVX2__)
-/// PhiloxWords16() on 8 counters: out[k] holds the words of elements 8k .. 8k + 7 of the 32.
+/// PhiloxWords16() on 8 counters: out[k] holds words 0 to 3 of counters 2k and 2k + 1, the halves
+/// of elements 16k .. 16k + 15 of the 64.
 inline void PhiloxWords8(std::uint64_t first, std::uint32_t tensor, std::uint32_t step, std::uint32_t key0,
                          std::uint32_t key1, __m256i out[4]) {
   const __m256i order = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
