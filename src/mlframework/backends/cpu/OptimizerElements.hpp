@@ -200,12 +200,47 @@ inline void ForEachBlock(const OptimizerPiece& piece, Fn&& fn) {
 template <class Batch>
 inline constexpr bool kFusedTable = !std::is_same_v<Batch, float>;
 
-// Adam over n elements whose masters and states are FP32 arrays (in memory, or a staged tile).
-template <class Batch, bool kL2, bool kDecay, bool kSmallWeight>
+// The largest magnitude of the values raised into it (vectors of a batch type Batch, and
+// floats), as AbsMax() gives it: the integer maximum of the magnitudes' bits, kept lane-wise.
+// Magnitudes' bits are below 2^31, so a signed compare orders them; a compare and a select, not
+// xsimd::max (SimdKernels.hpp, RaiseAmax()).
+template <class Batch>
+struct LaneMax {
+  using Bits = xsimd::batch<std::int32_t, typename Batch::arch_type>;
+  Bits lanes = Bits(0);
+  std::uint32_t scalar = 0;
+  void Raise(const Batch& x) {
+    const Bits bits = xsimd::bitwise_cast<Bits>(x) & Bits(0x7fffffff);
+    lanes = xsimd::select(bits > lanes, bits, lanes);
+  }
+  void Raise(float x) {
+    const std::uint32_t bits = std::bit_cast<std::uint32_t>(x) & 0x7fffffffu;
+    scalar = bits > scalar ? bits : scalar;
+  }
+  float Value() const {
+    alignas(64) std::int32_t each[Bits::size];
+    lanes.store_aligned(each);
+    std::uint32_t largest = scalar;
+    for (std::size_t k = 0; k < Bits::size; ++k) {
+      largest = static_cast<std::uint32_t>(each[k]) > largest ? static_cast<std::uint32_t>(each[k]) : largest;
+    }
+    return std::bit_cast<float>(largest);
+  }
+};
+
+// Nothing: the LaneMax of a span that takes no maxima.
+struct NoLaneMax {};
+
+// Adam over n elements whose masters and states are FP32 arrays (in memory, or a staged tile);
+// kMax (vector tables only): also the largest magnitudes of the new m and v (AbsMax()) into
+// maxima[0] and maxima[1], folded into the update loop instead of a pass of their own.
+template <class Batch, bool kL2, bool kDecay, bool kSmallWeight, bool kMax = false>
 inline void AdamSpan(float* w, const float* g, float* m, float* v, std::size_t n, const AdamConstants<Batch>& vc,
-                     const AdamConstants<float>& sc) {
+                     const AdamConstants<float>& sc, float* maxima = nullptr) {
   constexpr bool kFused = kFusedTable<Batch>;
   constexpr std::size_t kWidth = Width<Batch>();
+  [[maybe_unused]] std::conditional_t<kMax, LaneMax<Batch>, NoLaneMax> m_max;
+  [[maybe_unused]] std::conditional_t<kMax, LaneMax<Batch>, NoLaneMax> v_max;
   std::size_t i = 0;
   for (; i + kWidth <= n; i += kWidth) {
     auto wi = Load<Batch>(w + i);
@@ -215,9 +250,21 @@ inline void AdamSpan(float* w, const float* g, float* m, float* v, std::size_t n
     Store(m + i, mi);
     Store(v + i, vi);
     Store(w + i, wi);
+    if constexpr (kMax) {
+      m_max.Raise(mi);
+      v_max.Raise(vi);
+    }
   }
   for (; i < n; ++i) {
     AdamElement<kFused, kL2, kDecay, kSmallWeight>(w[i], g[i], m[i], v[i], sc);
+    if constexpr (kMax) {
+      m_max.Raise(m[i]);
+      v_max.Raise(v[i]);
+    }
+  }
+  if constexpr (kMax) {
+    maxima[0] = m_max.Value();
+    maxima[1] = v_max.Value();
   }
 }
 
@@ -450,10 +497,12 @@ inline void EncodeFloat8(const float* values, std::uint8_t* out, std::size_t n, 
 // Encodes @p values (elements [lo, lo + n)) into a state stored as @p format, with new block
 // scales; @p second: the second moment, whose positive values stay positive. The FP16 and BF16
 // roundings are the CPU backend's cast kernels (StoredFormats) and the E4M3FN one EncodeFloat8(),
-// which round as the conversions of core/FloatBits.hpp and core/Float8Bits.hpp do.
+// which round as the conversions of core/FloatBits.hpp and core/Float8Bits.hpp do. @p maxima: the
+// block-scaled formats' largest magnitude of each block of @p values (AbsMax()), already taken
+// by the update loop, or null to take them here.
 template <class Batch>
 inline void EncodeState(const StoredFormats& f, StateFormat format, void* data, float* scales, std::size_t lo,
-                        std::size_t n, const float* values, bool second) {
+                        std::size_t n, const float* values, bool second, const float* maxima) {
   const std::size_t block = f.block_size;
   switch (format) {
     case StateFormat::Float32:
@@ -471,7 +520,8 @@ inline void EncodeState(const StoredFormats& f, StateFormat format, void* data, 
       auto* out = static_cast<std::uint16_t*>(data) + lo;
       for (std::size_t b = 0; b < n; b += block) {
         const std::size_t end = b + block < n ? b + block : n;
-        const float scale = mlframework::detail::Float16BlockScale(AbsMax(values, b, end));
+        const float absmax = maxima != nullptr ? maxima[b / block] : AbsMax(values, b, end);
+        const float scale = mlframework::detail::Float16BlockScale(absmax);
         scales[(lo + b) / block] = scale;
         static_cast<void>(f.to_float16(values + b, out + b, end - b, mlframework::detail::Float16CodeFactor(scale)));
         if (second) {
@@ -487,7 +537,7 @@ inline void EncodeState(const StoredFormats& f, StateFormat format, void* data, 
       const float code_max = mlframework::detail::BlockCodeMax(format);
       for (std::size_t b = 0; b < n; b += block) {
         const std::size_t end = b + block < n ? b + block : n;
-        const float absmax = AbsMax(values, b, end);
+        const float absmax = maxima != nullptr ? maxima[b / block] : AbsMax(values, b, end);
         const float scale = absmax / code_max;
         scales[(lo + b) / block] = scale;
         if (format == StateFormat::Float8E4M3Block) {
@@ -694,17 +744,29 @@ inline void PrefetchTile(const OptimizerPiece& piece, std::size_t lo, std::size_
 }
 
 // The tile buffers of a staged step: the masters and the two states in FP32.
+// The smallest block of a block-scaled state (StateBlockSize: a power of two from 32 to 2048).
+inline constexpr std::size_t kSmallestStateBlock = 32;
+
 struct StagedTile {
   alignas(64) float w[kStagedTileElements];
   alignas(64) float first[kStagedTileElements];
   alignas(64) float second[kStagedTileElements];
+  // Each block's largest magnitude of first and second, where the update loop takes them.
+  float first_max[kStagedTileElements / kSmallestStateBlock];
+  float second_max[kStagedTileElements / kSmallestStateBlock];
 };
 
-// Runs update(w, g, first, second, n) tile by tile over a piece with a master or state not in
-// FP32: each tile decoded into FP32, updated, encoded back (and its FP16/BF16 copy written).
+// Runs update(w, g, first, second, n, maxima) tile by tile over a piece with a master or state
+// not in FP32: each tile decoded into FP32, updated, encoded back (and its FP16/BF16 copy
+// written). With a block-scaled state on a vector table the update runs block by block and
+// returns each block's largest magnitudes of first and second in maxima[0] and maxima[1] (else
+// maxima is null), so that the encode need not read the block again for them.
 template <class Batch, class Update>
 inline void ForEachStagedTile(const OptimizerPiece& piece, bool has_second, Update&& update) {
   const StoredFormats& f = *piece.formats;
+  const bool first_maxima = piece.first == nullptr && piece.first_data != nullptr && IsBlockScaled(f.first);
+  const bool second_maxima = has_second && piece.second == nullptr && IsBlockScaled(f.second);
+  const bool maxima = !std::is_same_v<Batch, float> && (first_maxima || second_maxima);
   StagedTile tile;
   auto* low = static_cast<unsigned char*>(piece.low_precision);
   for (std::size_t lo = 0; lo < piece.count; lo += kStagedTileElements) {
@@ -725,15 +787,26 @@ inline void ForEachStagedTile(const OptimizerPiece& piece, bool has_second, Upda
     if (has_second && piece.second == nullptr) {
       DecodeState<kLanes<Batch>>(f.second, piece.second_data, piece.second_scales, f.block_size, lo, n, tile.second);
     }
-    update(w, piece.gradient + lo, m, v, n);
+    if (maxima) {
+      for (std::size_t b = 0; b < n; b += f.block_size) {
+        float pair[2] = {0.0f, 0.0f};  // the span writes both
+        update(w + b, piece.gradient + lo + b, m + b, v + b, std::min(f.block_size, n - b), pair);
+        tile.first_max[b / f.block_size] = pair[0];
+        tile.second_max[b / f.block_size] = pair[1];
+      }
+    } else {
+      update(w, piece.gradient + lo, m, v, n, nullptr);
+    }
     if (piece.parameter == nullptr) {
       EncodeMasters<kLanes<Batch>>(piece, lo, n, tile.w);
     }
     if (piece.first == nullptr && piece.first_data != nullptr) {
-      EncodeState<Batch>(f, f.first, piece.first_data, piece.first_scales, lo, n, tile.first, false);
+      EncodeState<Batch>(f, f.first, piece.first_data, piece.first_scales, lo, n, tile.first, false,
+                         first_maxima && maxima ? tile.first_max : nullptr);
     }
     if (has_second && piece.second == nullptr) {
-      EncodeState<Batch>(f, f.second, piece.second_data, piece.second_scales, lo, n, tile.second, true);
+      EncodeState<Batch>(f, f.second, piece.second_data, piece.second_scales, lo, n, tile.second, true,
+                         second_maxima && maxima ? tile.second_max : nullptr);
     }
     if (low != nullptr) {
       static_cast<void>(piece.narrow(w, low + 2 * lo, n, 1.0f));
@@ -745,7 +818,13 @@ template <class Batch, bool kL2, bool kDecay, bool kSmallWeight>
 void AdamRunFixed(const OptimizerPiece& piece, const AdamStepScalars& scalars) {
   const AdamConstants<Batch> vc(scalars);
   const AdamConstants<float> sc(scalars);
-  auto span = [&](float* w, const float* g, float* m, float* v, std::size_t n) {
+  auto span = [&](float* w, const float* g, float* m, float* v, std::size_t n, float* maxima) {
+    if constexpr (!std::is_same_v<Batch, float>) {
+      if (maxima != nullptr) {
+        AdamSpan<Batch, kL2, kDecay, kSmallWeight, true>(w, g, m, v, n, vc, sc, maxima);
+        return;
+      }
+    }
     AdamSpan<Batch, kL2, kDecay, kSmallWeight>(w, g, m, v, n, vc, sc);
   };
   if (piece.formats != nullptr) {
@@ -753,7 +832,7 @@ void AdamRunFixed(const OptimizerPiece& piece, const AdamStepScalars& scalars) {
     return;
   }
   ForEachBlock(piece, [&](std::size_t lo, std::size_t hi) {
-    span(piece.parameter + lo, piece.gradient + lo, piece.first + lo, piece.second + lo, hi - lo);
+    span(piece.parameter + lo, piece.gradient + lo, piece.first + lo, piece.second + lo, hi - lo, nullptr);
   });
 }
 
@@ -809,11 +888,14 @@ inline void SGDElement(T& w, const T& g, T& b, const SGDConstants<T>& c) {
   w = MulAdd<kFused>(d, c.neg_lr, w);
 }
 
-template <class Batch, bool kWd, bool kMomentum, bool kFirst, bool kNesterov>
+// SGD over n elements; kMax (vector tables, with momentum): also the largest magnitude of the
+// new buffer (AbsMax()) into maxima[0], as AdamSpan().
+template <class Batch, bool kWd, bool kMomentum, bool kFirst, bool kNesterov, bool kMax = false>
 inline void SGDSpan(float* w, const float* g, float* b, std::size_t n, const SGDConstants<Batch>& vc,
-                    const SGDConstants<float>& sc) {
+                    const SGDConstants<float>& sc, float* maxima = nullptr) {
   constexpr bool kFused = kFusedTable<Batch>;
   constexpr std::size_t kWidth = Width<Batch>();
+  [[maybe_unused]] std::conditional_t<kMax, LaneMax<Batch>, NoLaneMax> b_max;
   std::size_t i = 0;
   for (; i + kWidth <= n; i += kWidth) {
     auto wi = Load<Batch>(w + i);
@@ -823,6 +905,9 @@ inline void SGDSpan(float* w, const float* g, float* b, std::size_t n, const SGD
       Store(b + i, bi);
     }
     Store(w + i, wi);
+    if constexpr (kMax) {
+      b_max.Raise(bi);
+    }
   }
   for (; i < n; ++i) {
     float bi = kMomentum && !kFirst ? b[i] : 0.0f;
@@ -830,6 +915,13 @@ inline void SGDSpan(float* w, const float* g, float* b, std::size_t n, const SGD
     if constexpr (kMomentum) {
       b[i] = bi;
     }
+    if constexpr (kMax) {
+      b_max.Raise(bi);
+    }
+  }
+  if constexpr (kMax) {
+    maxima[0] = b_max.Value();
+    maxima[1] = 0.0f;
   }
 }
 
@@ -837,7 +929,13 @@ template <class Batch, bool kWd, bool kMomentum, bool kFirst, bool kNesterov>
 void SGDRunFixed(const OptimizerPiece& piece, const SGDStepScalars& s) {
   const SGDConstants<Batch> vc(s);
   const SGDConstants<float> sc(s);
-  auto span = [&](float* w, const float* g, float* b, float* /*second*/, std::size_t n) {
+  auto span = [&](float* w, const float* g, float* b, float* /*second*/, std::size_t n, float* maxima) {
+    if constexpr (!std::is_same_v<Batch, float> && kMomentum) {
+      if (maxima != nullptr) {
+        SGDSpan<Batch, kWd, kMomentum, kFirst, kNesterov, true>(w, g, b, n, vc, sc, maxima);
+        return;
+      }
+    }
     SGDSpan<Batch, kWd, kMomentum, kFirst, kNesterov>(w, g, b, n, vc, sc);
   };
   if (piece.formats != nullptr) {
@@ -846,7 +944,7 @@ void SGDRunFixed(const OptimizerPiece& piece, const SGDStepScalars& s) {
   }
   ForEachBlock(piece, [&](std::size_t lo, std::size_t hi) {
     span(piece.parameter + lo, piece.gradient + lo, piece.first != nullptr ? piece.first + lo : nullptr, nullptr,
-         hi - lo);
+         hi - lo, nullptr);
   });
 }
 
