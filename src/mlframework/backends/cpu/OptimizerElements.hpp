@@ -579,7 +579,7 @@ inline void DecodeMasters(const OptimizerPiece& piece, std::size_t lo, std::size
 
 // StochasticRoundToBFloat16Bits() of values[0, m) into out[0, m) with the 16-bit halves of the
 // Philox counters (@p first_group + j, @p tensor, @p step) (PhiloxElementBits()), m the largest
-// multiple of 16 x kWidth up to @p n, on the lanes of the AVX-512 or AVX2 table (PhiloxLanes.hpp);
+// multiple of 8 x kWidth up to @p n, on the lanes of the AVX-512 or AVX2 table (PhiloxLanes.hpp);
 // returns m (0 elsewhere).
 template <int kWidth>
 inline std::size_t RoundStochastically(const float* values, std::uint16_t* out, std::size_t n,
@@ -641,18 +641,26 @@ inline std::size_t RoundStochastically(const float* values, std::uint16_t* out, 
           _mm256_srli_epi32(_mm256_add_epi32(x, _mm256_and_si256(finite, _mm256_cvtepu16_epi32(halves))), 16);
       return _mm256_or_si256(r, _mm256_and_si256(nan, quiet));
     };
-    for (; i + 64 <= n; i += 64) {
-      __m256i words[4];
-      PhiloxWords8(first_group + i / 8, tensor, step, seed0, seed1, words);
-      for (std::size_t k = 0; k < 4; ++k) {
-        // words[k] holds the halves of the 16 elements 16k on. Both results are below 2^16: the
-        // unsigned saturating pack keeps them; the permute undoes its interleaving of the
-        // 128-bit halves.
-        const std::size_t e = i + 16 * k;
+    // words[k] holds the halves of the 16 elements 16k on. Both results are below 2^16: the
+    // unsigned saturating pack keeps them; the permute undoes its interleaving of the 128-bit
+    // halves.
+    auto round_words = [&](const __m256i* words, std::size_t count, std::size_t at) {
+      for (std::size_t k = 0; k < count; ++k) {
+        const std::size_t e = at + 16 * k;
         const __m256i packed = _mm256_packus_epi32(round(values + e, _mm256_castsi256_si128(words[k])),
                                                    round(values + e + 8, _mm256_extracti128_si256(words[k], 1)));
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + e), _mm256_permute4x64_epi64(packed, 0xd8));
       }
+    };
+    for (; i + 128 <= n; i += 128) {
+      __m256i words[8];
+      PhiloxWords8<2>(first_group + i / 8, tensor, step, seed0, seed1, words);
+      round_words(words, 8, i);
+    }
+    for (; i + 64 <= n; i += 64) {
+      __m256i words[4];
+      PhiloxWords8<1>(first_group + i / 8, tensor, step, seed0, seed1, words);
+      round_words(words, 4, i);
     }
   }
 #endif

@@ -100,45 +100,58 @@ inline void PhiloxWords16(std::uint64_t first, std::uint32_t tensor, std::uint32
 #endif
 
 #if defined(__AVX2__)
-/// PhiloxWords16() on 8 counters: out[k] holds words 0 to 3 of counters 2k and 2k + 1, the halves
-/// of elements 16k .. 16k + 15 of the 64.
+/// PhiloxWords16() on 8 x kSets counters: out[4s + k] holds words 0 to 3 of counters 8s + 2k and
+/// 8s + 2k + 1, the halves of elements 16k .. 16k + 15 of the 64 elements counters 8s .. 8s + 7
+/// cover. Two sets interleave their rounds, as in PhiloxWords16().
+template <std::size_t kSets>
 inline void PhiloxWords8(std::uint64_t first, std::uint32_t tensor, std::uint32_t step, std::uint32_t key0,
-                         std::uint32_t key1, __m256i out[4]) {
+                         std::uint32_t key1, __m256i out[4 * kSets]) {
   const __m256i order = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
-  const __m256i base = _mm256_set1_epi32(static_cast<int>(static_cast<std::uint32_t>(first)));
-  __m256i c0 = _mm256_add_epi32(base, order);
-  // Unsigned c0 < base by the signed compare of both with the sign bit flipped: -1 where it wrapped.
   const __m256i flip = _mm256_set1_epi32(static_cast<int>(0x80000000u));
-  const __m256i wrapped = _mm256_cmpgt_epi32(_mm256_xor_si256(base, flip), _mm256_xor_si256(c0, flip));
-  __m256i c1 = _mm256_sub_epi32(_mm256_set1_epi32(static_cast<int>(static_cast<std::uint32_t>(first >> 32))), wrapped);
-  __m256i c2 = _mm256_set1_epi32(static_cast<int>(tensor));
-  __m256i c3 = _mm256_set1_epi32(static_cast<int>(step));
+  __m256i c0[kSets];
+  __m256i c1[kSets];
+  __m256i c2[kSets];
+  __m256i c3[kSets];
+  for (std::size_t s = 0; s < kSets; ++s) {
+    const std::uint64_t set_first = first + 8 * s;
+    const __m256i base = _mm256_set1_epi32(static_cast<int>(static_cast<std::uint32_t>(set_first)));
+    c0[s] = _mm256_add_epi32(base, order);
+    // Unsigned c0 < base by the signed compare of both with the sign bit flipped: -1 where it wrapped.
+    const __m256i wrapped = _mm256_cmpgt_epi32(_mm256_xor_si256(base, flip), _mm256_xor_si256(c0[s], flip));
+    c1[s] = _mm256_sub_epi32(_mm256_set1_epi32(static_cast<int>(static_cast<std::uint32_t>(set_first >> 32))), wrapped);
+    c2[s] = _mm256_set1_epi32(static_cast<int>(tensor));
+    c3[s] = _mm256_set1_epi32(static_cast<int>(step));
+  }
   const __m256i m0 = _mm256_set1_epi64x(kPhiloxMultiplier0);
   const __m256i m1 = _mm256_set1_epi64x(kPhiloxMultiplier1);
   for (int r = 0; r < 10; ++r) {
-    const __m256i even0 = _mm256_mul_epu32(c0, m0);
-    const __m256i odd0 = _mm256_mul_epu32(_mm256_srli_epi64(c0, 32), m0);
-    const __m256i even1 = _mm256_mul_epu32(c2, m1);
-    const __m256i odd1 = _mm256_mul_epu32(_mm256_srli_epi64(c2, 32), m1);
-    const __m256i hi0 = _mm256_blend_epi32(_mm256_srli_epi64(even0, 32), odd0, 0xAA);
-    const __m256i lo0 = _mm256_blend_epi32(even0, _mm256_slli_epi64(odd0, 32), 0xAA);
-    const __m256i hi1 = _mm256_blend_epi32(_mm256_srli_epi64(even1, 32), odd1, 0xAA);
-    const __m256i lo1 = _mm256_blend_epi32(even1, _mm256_slli_epi64(odd1, 32), 0xAA);
-    const auto k0 = static_cast<int>(key0 + static_cast<std::uint32_t>(r) * kPhiloxWeyl0);
-    const auto k1 = static_cast<int>(key1 + static_cast<std::uint32_t>(r) * kPhiloxWeyl1);
-    c0 = _mm256_xor_si256(_mm256_xor_si256(hi1, c1), _mm256_set1_epi32(k0));
-    c2 = _mm256_xor_si256(_mm256_xor_si256(hi0, c3), _mm256_set1_epi32(k1));
-    c1 = lo1;
-    c3 = lo0;
+    const __m256i k0 = _mm256_set1_epi32(static_cast<int>(key0 + static_cast<std::uint32_t>(r) * kPhiloxWeyl0));
+    const __m256i k1 = _mm256_set1_epi32(static_cast<int>(key1 + static_cast<std::uint32_t>(r) * kPhiloxWeyl1));
+    for (std::size_t s = 0; s < kSets; ++s) {
+      const __m256i even0 = _mm256_mul_epu32(c0[s], m0);
+      const __m256i odd0 = _mm256_mul_epu32(_mm256_srli_epi64(c0[s], 32), m0);
+      const __m256i even1 = _mm256_mul_epu32(c2[s], m1);
+      const __m256i odd1 = _mm256_mul_epu32(_mm256_srli_epi64(c2[s], 32), m1);
+      const __m256i hi0 = _mm256_blend_epi32(_mm256_srli_epi64(even0, 32), odd0, 0xAA);
+      const __m256i lo0 = _mm256_blend_epi32(even0, _mm256_slli_epi64(odd0, 32), 0xAA);
+      const __m256i hi1 = _mm256_blend_epi32(_mm256_srli_epi64(even1, 32), odd1, 0xAA);
+      const __m256i lo1 = _mm256_blend_epi32(even1, _mm256_slli_epi64(odd1, 32), 0xAA);
+      c0[s] = _mm256_xor_si256(_mm256_xor_si256(hi1, c1[s]), k0);
+      c2[s] = _mm256_xor_si256(_mm256_xor_si256(hi0, c3[s]), k1);
+      c1[s] = lo1;
+      c3[s] = lo0;
+    }
   }
-  const __m256i t0 = _mm256_unpacklo_epi32(c0, c1);
-  const __m256i t1 = _mm256_unpacklo_epi32(c2, c3);
-  const __m256i t2 = _mm256_unpackhi_epi32(c0, c1);
-  const __m256i t3 = _mm256_unpackhi_epi32(c2, c3);
-  out[0] = _mm256_unpacklo_epi64(t0, t1);
-  out[1] = _mm256_unpackhi_epi64(t0, t1);
-  out[2] = _mm256_unpacklo_epi64(t2, t3);
-  out[3] = _mm256_unpackhi_epi64(t2, t3);
+  for (std::size_t s = 0; s < kSets; ++s) {
+    const __m256i t0 = _mm256_unpacklo_epi32(c0[s], c1[s]);
+    const __m256i t1 = _mm256_unpacklo_epi32(c2[s], c3[s]);
+    const __m256i t2 = _mm256_unpackhi_epi32(c0[s], c1[s]);
+    const __m256i t3 = _mm256_unpackhi_epi32(c2[s], c3[s]);
+    out[4 * s] = _mm256_unpacklo_epi64(t0, t1);
+    out[4 * s + 1] = _mm256_unpackhi_epi64(t0, t1);
+    out[4 * s + 2] = _mm256_unpacklo_epi64(t2, t3);
+    out[4 * s + 3] = _mm256_unpackhi_epi64(t2, t3);
+  }
 }
 #endif
 
