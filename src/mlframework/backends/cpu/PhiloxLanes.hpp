@@ -28,6 +28,42 @@ inline constexpr std::uint32_t kPhiloxMultiplier1 = 0xCD9E8D57u;
 inline constexpr std::uint32_t kPhiloxWeyl0 = 0x9E3779B9u;
 inline constexpr std::uint32_t kPhiloxWeyl1 = 0xBB67AE85u;
 
+// The unpacks of 32-bit and 64-bit lanes within each 128-bit lane, at either register width.
+#if defined(__AVX512F__)
+inline void Unpack32(__m512i a, __m512i b, __m512i& lo, __m512i& hi) {
+  lo = _mm512_unpacklo_epi32(a, b);
+  hi = _mm512_unpackhi_epi32(a, b);
+}
+inline void Unpack64(__m512i a, __m512i b, __m512i& lo, __m512i& hi) {
+  lo = _mm512_unpacklo_epi64(a, b);
+  hi = _mm512_unpackhi_epi64(a, b);
+}
+#endif
+#if defined(__AVX2__)
+inline void Unpack32(__m256i a, __m256i b, __m256i& lo, __m256i& hi) {
+  lo = _mm256_unpacklo_epi32(a, b);
+  hi = _mm256_unpackhi_epi32(a, b);
+}
+inline void Unpack64(__m256i a, __m256i b, __m256i& lo, __m256i& hi) {
+  lo = _mm256_unpacklo_epi64(a, b);
+  hi = _mm256_unpackhi_epi64(a, b);
+}
+
+/// The word-major registers @p c0 .. @p c3 (word k of every counter in register k) in counter
+/// order: out[k] holds words 0 to 3 of the counters in lane k of each 128-bit lane.
+template <class V>
+inline void ToCounterOrder(V c0, V c1, V c2, V c3, V out[4]) {
+  V t0;
+  V t1;
+  V t2;
+  V t3;
+  Unpack32(c0, c1, t0, t2);
+  Unpack32(c2, c3, t1, t3);
+  Unpack64(t0, t1, out[0], out[1]);
+  Unpack64(t2, t3, out[2], out[3]);
+}
+#endif
+
 #if defined(__AVX512F__)
 /// The round keys of Philox-4x32-10 under key (key0, key1), each broadcast into every lane: the
 /// same for every call of a step, so they are computed once rather than in each round of each call.
@@ -87,14 +123,7 @@ inline void PhiloxWords16(std::uint64_t first, std::uint32_t tensor, std::uint32
     }
   }
   for (std::size_t s = 0; s < kSets; ++s) {
-    const __m512i t0 = _mm512_unpacklo_epi32(c0[s], c1[s]);
-    const __m512i t1 = _mm512_unpacklo_epi32(c2[s], c3[s]);
-    const __m512i t2 = _mm512_unpackhi_epi32(c0[s], c1[s]);
-    const __m512i t3 = _mm512_unpackhi_epi32(c2[s], c3[s]);
-    out[4 * s] = _mm512_unpacklo_epi64(t0, t1);
-    out[4 * s + 1] = _mm512_unpackhi_epi64(t0, t1);
-    out[4 * s + 2] = _mm512_unpacklo_epi64(t2, t3);
-    out[4 * s + 3] = _mm512_unpackhi_epi64(t2, t3);
+    ToCounterOrder(c0[s], c1[s], c2[s], c3[s], out + 4 * s);
   }
 }
 #endif
@@ -143,14 +172,7 @@ inline void PhiloxWords8(std::uint64_t first, std::uint32_t tensor, std::uint32_
     }
   }
   for (std::size_t s = 0; s < kSets; ++s) {
-    const __m256i t0 = _mm256_unpacklo_epi32(c0[s], c1[s]);
-    const __m256i t1 = _mm256_unpacklo_epi32(c2[s], c3[s]);
-    const __m256i t2 = _mm256_unpackhi_epi32(c0[s], c1[s]);
-    const __m256i t3 = _mm256_unpackhi_epi32(c2[s], c3[s]);
-    out[4 * s] = _mm256_unpacklo_epi64(t0, t1);
-    out[4 * s + 1] = _mm256_unpackhi_epi64(t0, t1);
-    out[4 * s + 2] = _mm256_unpacklo_epi64(t2, t3);
-    out[4 * s + 3] = _mm256_unpackhi_epi64(t2, t3);
+    ToCounterOrder(c0[s], c1[s], c2[s], c3[s], out + 4 * s);
   }
 }
 #endif
