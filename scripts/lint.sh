@@ -122,9 +122,11 @@ if ((run_tidy)); then
   # compiler diagnostic, is checked again file by file. A batch may see more than its files alone
   # (bugprone-exception-escape follows calls into a body defined in another file of the batch).
   # bugprone-suspicious-include is off for the batches: their #include of .cpp files is the point.
+  # Up to 16 files a batch: the 173 units took 208 s of CPU time in 52 runs so, against 272 s in 61
+  # runs with batches of 8 (clang-tidy 14, the release build's database, one after the other).
   mapfile -t test_units < <(printf '%s\n' "${units[@]}" | grep "^$root/tests/" || true)
   mapfile -t other_units < <(printf '%s\n' "${units[@]}" | grep -v "^$root/tests/" || true)
-  mapfile -t checks < <(python3 "$root/scripts/lint-batches.py" "$build" 8 "${other_units[@]}")
+  mapfile -t checks < <(python3 "$root/scripts/lint-batches.py" "$build" 16 "${other_units[@]}")
   checks+=("${test_units[@]}")
   tidy_unit() {
     local file=$1 output status=0
