@@ -59,3 +59,19 @@ function(mlfw_unity_only_test_files target)
     endif()
   endforeach()
 endfunction()
+
+# mlfw_test_costs(<test> <seconds> ...): gives each named test defined in the calling directory
+# (CTest's properties are per directory) the COST <seconds>. `ctest -j` starts the costliest tests
+# first, so that at the end of a run short tests fill the cores instead of one long test running
+# alone beside an idle core: a fresh build dir has no CTestCostData.txt to order by, and the
+# definition order left a 34 s test to run alone at the end of the sanitizer step. The seconds are
+# the tests' times in that step of a clean-clone CI run; only the order they give matters.
+function(mlfw_test_costs)
+  set(args ${ARGN})
+  while(args)
+    list(POP_FRONT args name seconds)
+    if(TEST ${name})
+      set_tests_properties(${name} PROPERTIES COST ${seconds})
+    endif()
+  endwhile()
+endfunction()
