@@ -92,6 +92,12 @@ class MpiAsyncOp {
   // After a failure: lets operations queued behind this one start their second stage.
   virtual void Abandon(MpiAsyncEngine& /*engine*/) noexcept {}
   void Start(int code) const { Check(code, call_); }
+  // The same for a start into the engine's @p scratch: a failed one gives it back first, so
+  // that it leaves the engine as it was.
+  void Start(int code, MpiAsyncEngine& engine, std::vector<std::byte>& scratch) const {
+    if (code != MPI_SUCCESS) engine.GiveScratch(std::move(scratch));
+    Start(code);
+  }
 
   MPI_Request request_ = MPI_REQUEST_NULL;  // NOLINT(misc-non-private-member-variables-in-classes)
 
@@ -166,8 +172,12 @@ class ScatterByAllToAll final : public MpiAsyncOp {
       turn_.Take(engine);
       return;
     }
-    const std::lock_guard mpi(MpiCallLock());
-    Start(StartOn(engine.Comm()));
+    int code = MPI_SUCCESS;
+    {
+      const std::lock_guard mpi(MpiCallLock());
+      code = StartOn(engine.Comm());
+    }
+    Start(code, engine, parts_);
   }
 
  private:
@@ -226,11 +236,17 @@ class AllReduceByAllToAll final : public MpiAsyncOp {
     receive_displacements_.resize(ranks);
     for (std::size_t r = 0; r < ranks; ++r) receive_displacements_[r] = static_cast<int>(r * mine_);
     parts_ = engine.TakeScratch(mine_ * ranks * ElementSize(dtype));
+    int code = MPI_SUCCESS;
+    {
+      const std::lock_guard mpi(MpiCallLock());
+      code = MPI_Ialltoallv(data_, counts_.data(), displacements_.data(), WireType(dtype), parts_.data(),
+                            receive_counts_.data(), receive_displacements_.data(), WireType(dtype), engine.Comm(),
+                            &request_);
+    }
+    Start(code, engine, parts_);
+    // The place in the order of the second stages is taken only once the first stage started:
+    // an operation whose start threw never polls, so it could not pass a place it held.
     turn_.Take(engine);
-    const std::lock_guard mpi(MpiCallLock());
-    Start(MPI_Ialltoallv(data_, counts_.data(), displacements_.data(), WireType(dtype), parts_.data(),
-                         receive_counts_.data(), receive_displacements_.data(), WireType(dtype), engine.Comm(),
-                         &request_));
   }
 
  private:
