@@ -5,9 +5,12 @@
 // step skipped on the device for the found-inf flag writes nothing and does not count, so
 // stochastic rounding keeps drawing the bits of the steps taken; element offsets move the
 // rounding's counter as on the CPU. Needs a CUDA device.
+#include <bit>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <random>
 #include <vector>
@@ -163,9 +166,57 @@ void AdamOnBothSides(Step& s, std::mt19937& rng) {
   }
 }
 
+// Gradients of scale 0.1 with NaNs of either sign and with payloads, and infinities, every 71st
+// element from the 13th.
+Pair NonFiniteGradients(std::mt19937& rng) {
+  const float specials[] = {std::bit_cast<float>(0xffc00000u), std::bit_cast<float>(0x7fc12345u),
+                            std::bit_cast<float>(0xffd00001u), INFINITY, -INFINITY};
+  Pair pair;
+  for (const std::size_t n : kSizes) {
+    std::normal_distribution<float> normal(0.0f, 0.1f);
+    std::vector<float> values(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      values[i] = i % 71 == 13 ? specials[(i / 71) % std::size(specials)] : normal(rng);
+    }
+    pair.host.push_back(FromVector(values, {n}, DataType::Float32));
+    pair.gpu.push_back(FromVector(values, {n}, DataType::Float32, kGpu));
+  }
+  return pair;
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(CudaLowBitSteps)
+
+// Blocks holding NaNs and infinities: the device's block-scaled states and scales are the CPU's
+// bytes (the quiet NaN scale, the positive NaN codes), although the device's arithmetic makes
+// every NaN 0x7FFFFFFF and the host's keeps an operand's sign and payload. The parameters are not
+// compared: there a NaN keeps the bits of the arithmetic that made it.
+BOOST_AUTO_TEST_CASE(NaNAndInfinityBlocksStoreTheCpuBitsOnTheDevice) {
+  if (!HostRoundsAsTheDevice()) {
+    return;
+  }
+  std::mt19937 rng(11);
+  for (const StateFormat first : kFirstStateFormats) {
+    for (const StateFormat second : kSecondStateFormats) {
+      if (!IsBlockScaled(first) || !IsBlockScaled(second)) continue;
+      BOOST_TEST_CONTEXT(ToString(first) << " / " << ToString(second)) {
+        Step s(rng, first, second, MasterFormat::Float32, 32, true);
+        for (std::uint64_t step = 1; step <= 2; ++step) {
+          s.g = NonFiniteGradients(rng);
+          const AdamStepScalars scalars =
+              AdamStepScalarsFor(AdamOptions::AdamW(3e-3, 5e-2), static_cast<std::int64_t>(step));
+          BOOST_TEST(FusedAdamStep(s.Lists(false, step), scalars));
+          BOOST_TEST(FusedAdamStep(s.Lists(true, step), scalars));
+          RequireSame(s.first, "first state");
+          RequireSame(s.second, "second state");
+          RequireSame(s.first_scales, "first scales");
+          RequireSame(s.second_scales, "second scales");
+        }
+      }
+    }
+  }
+}
 
 BOOST_AUTO_TEST_CASE(AdamMatchesTheCpuKernelsBitForBitInEveryFormat) {
   if (!HostRoundsAsTheDevice()) {

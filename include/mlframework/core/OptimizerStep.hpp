@@ -37,6 +37,13 @@ namespace mlframework {
 ///   absolute error at most `2^-10 * scale` below; a positive second moment that would round to 0
 ///   is stored as the smallest subnormal (`2^-9 * scale`).
 ///
+/// A block-scaled block holding a NaN stores the quiet NaN 0x7FC00000 as its scale, and every element
+/// decodes to NaN (the Float16 and Float8E4M3Block codes of such a block are the positive quiet NaN,
+/// 0x7E00 and 0x7F); a block holding an infinity (and no NaN) has an infinite scale (Float16: 2^113,
+/// its infinities stay infinite; the other formats' elements then decode to NaN or an infinity),
+/// and an infinity's Float8E4M3Block code is 0x7F too. These bits are the same on every CPU
+/// instruction set and on CUDA, whatever the NaNs' signs and payloads.
+///
 /// Every second-moment format keeps a positive value positive (Float16 and BFloat16 store the
 /// smallest subnormal code where round-to-nearest would give 0), so Adam's denominator never collapses
 /// to epsilon. The codes of the 8-bit formats live in a tensor of any one-byte dtype (the library
