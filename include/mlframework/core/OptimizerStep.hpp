@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <span>
 
+#include <mlframework/core/HostDevice.hpp>
 #include <mlframework/core/ITensor.hpp>
 
 namespace mlframework {
@@ -78,7 +79,8 @@ constexpr const char* ToString(StateFormat format) noexcept {
 }
 
 /// True for the formats with one FP32 scale per block (Float16, Int8Block, UInt8Block, Float8E4M3Block).
-constexpr bool IsBlockScaled(StateFormat format) noexcept {
+/// Callable from CUDA device code too.
+MLFW_HOST_DEVICE constexpr bool IsBlockScaled(StateFormat format) noexcept {
   return format == StateFormat::Float16 || format == StateFormat::Int8Block || format == StateFormat::UInt8Block ||
          format == StateFormat::Float8E4M3Block;
 }

@@ -171,10 +171,7 @@ MLFW_HOST_DEVICE inline float DecodeStateElementInBlock(StateFormat format, cons
 /// element), @p scales its block scales (block-scaled formats) of blocks of @p block elements.
 MLFW_HOST_DEVICE inline float DecodeStateElement(StateFormat format, const void* data, const float* scales,
                                                  std::size_t block, std::size_t i) {
-  // IsBlockScaled()'s formats (a host-only constexpr function, which device code cannot call).
-  const bool scaled = format == StateFormat::Float16 || format == StateFormat::Int8Block ||
-                      format == StateFormat::UInt8Block || format == StateFormat::Float8E4M3Block;
-  return DecodeStateElementInBlock(format, data, scaled ? scales[i / block] : 0.0f, i);
+  return DecodeStateElementInBlock(format, data, IsBlockScaled(format) ? scales[i / block] : 0.0f, i);
 }
 
 /// Stores @p value as element @p i of a state stored as @p format in @p data, @p scale the scale of
