@@ -1,11 +1,11 @@
 // MPI failures injected through MPI's profiling interface: this executable defines MPI calls
 // that the library's calls reach instead of MPI's own; they fail when a test arms them and
-// otherwise pass the call on to the PMPI_ entry point. Each test fails the call on every rank
-// alike, as a failing MPI would, and checks that the engine is left as it was: the failed call
-// throws CommunicationError, its tensor is unchanged, and the collectives after it complete
-// with the bits of the blocking calls. A collective that hangs ends the process through
-// WaitWithin() (and the suite has a CTest timeout): an engine with a stuck operation cannot
-// shut down, so the test could not fail any other way.
+// otherwise pass the call on to the PMPI_ entry point. Each test fails a call on every rank
+// alike, as a failing MPI would: the failed operation throws CommunicationError, and the
+// collectives in flight with it and after it complete with the bits of the blocking calls. A
+// collective that hangs ends the process through WaitWithin() (and the suite has a CTest
+// timeout): an engine with a stuck operation cannot shut down, so the test could not fail any
+// other way.
 #include <mpi.h>
 
 #include <boost/test/unit_test.hpp>
@@ -32,6 +32,12 @@ namespace {
 
 // How many of the next MPI_Ialltoallv calls fail (with MPI_ERR_OTHER, starting nothing).
 std::atomic<int> failing_alltoallv{0};
+// How many of the next MPI_Ialltoallv requests to record: the first as `held_request`, whose
+// MPI_Test reports it incomplete until `failing_request` failed; the second as
+// `failing_request`, whose MPI_Test reports MPI_ERR_OTHER once the request completed.
+std::atomic<int> recording_alltoallv{0};
+std::atomic<MPI_Request> held_request{MPI_REQUEST_NULL};
+std::atomic<MPI_Request> failing_request{MPI_REQUEST_NULL};
 
 // Returns once @p request completed; ends the process with a message naming @p what when it
 // has not after kDeadline.
@@ -56,7 +62,28 @@ extern "C" int MPI_Ialltoallv(const void* sendbuf, const int sendcounts[], const
   while (armed > 0) {
     if (failing_alltoallv.compare_exchange_weak(armed, armed - 1)) return MPI_ERR_OTHER;
   }
-  return PMPI_Ialltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, request);
+  const int code =
+      PMPI_Ialltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, request);
+  if (code == MPI_SUCCESS && recording_alltoallv.load() > 0) {
+    (recording_alltoallv.fetch_sub(1) == 2 ? held_request : failing_request).store(*request);
+  }
+  return code;
+}
+
+extern "C" int MPI_Test(MPI_Request* request, int* flag, MPI_Status* status) {
+  const MPI_Request r = *request;
+  if (r != MPI_REQUEST_NULL && r == failing_request.load()) {
+    const int code = PMPI_Test(request, flag, status);
+    if (code != MPI_SUCCESS || *flag == 0) return code;
+    failing_request.store(MPI_REQUEST_NULL);
+    held_request.store(MPI_REQUEST_NULL);
+    return MPI_ERR_OTHER;  // completed (and freed), reported as failed
+  }
+  if (r != MPI_REQUEST_NULL && r == held_request.load()) {
+    *flag = 0;
+    return MPI_SUCCESS;
+  }
+  return PMPI_Test(request, flag, status);
 }
 
 BOOST_AUTO_TEST_SUITE(MpiFaultInjection)
@@ -109,6 +136,36 @@ BOOST_AUTO_TEST_CASE(AFailedAllReduceStartLeavesTheLaterCollectivesRunning) {
   group->ReduceScatter(*scatter_input, *expected_scattered);
   BOOST_TEST(mlfw_test::SameBits(scattered->ToFloatVector(), expected_scattered->ToFloatVector()));
   BOOST_TEST(finishes == 1);
+}
+
+// Two all-reduces in flight: the second fails (its all-to-all reports an error) while the first
+// has not yet started its all-gather. The failed one must pass its place in the follow-up order
+// only after the first passed its own: passed at once, it would stand for the first one's, which
+// would then wait forever, and so would every later operation.
+BOOST_AUTO_TEST_CASE(AFailureBehindAnAllReduceWaitingForItsGatherLeavesItRunning) {
+  auto group = dist::MakeMpiProcessGroup();
+  const int rank = group->Rank();
+  constexpr std::size_t kCount = 777;
+  auto first = mlfw_test::Make(mlfw_test::RankValues(kCount, rank, 0.3f), DataType::Float32);
+  auto second = mlfw_test::Make(mlfw_test::RankValues(kCount, rank, 0.9f), DataType::BFloat16);
+  TensorPtr expected_first = first->Clone();
+  group->AllReduce(*expected_first);
+
+  recording_alltoallv.store(2);
+  auto first_request = group->AllReduceAsync(*first);
+  auto second_request = group->AllReduceAsync(*second);
+  BOOST_TEST(recording_alltoallv.load() == 0);  // both all-to-alls recorded
+  WaitWithin(*first_request, "the all-reduce started before the failed one");
+  BOOST_CHECK_THROW(second_request->Wait(), mlframework::CommunicationError);
+  BOOST_TEST(failing_request.load() == MPI_REQUEST_NULL);  // the failure was injected
+  BOOST_TEST(mlfw_test::SameBits(first->ToFloatVector(), expected_first->ToFloatVector()));
+
+  auto third = mlfw_test::Make(mlfw_test::RankValues(kCount, rank, 1.7f), DataType::Float32);
+  TensorPtr expected_third = third->Clone();
+  group->AllReduce(*expected_third);
+  auto third_request = group->AllReduceAsync(*third);
+  WaitWithin(*third_request, "the all-reduce after the failed one");
+  BOOST_TEST(mlfw_test::SameBits(third->ToFloatVector(), expected_third->ToFloatVector()));
 }
 
 BOOST_AUTO_TEST_SUITE_END()
