@@ -14,7 +14,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <iterator>
 #include <random>
 #include <span>
 #include <vector>
@@ -227,13 +226,11 @@ void RequireSame(const Lists& a, const Lists& b) {
 // Gradients holding NaNs of either sign and with payloads, and infinities, in some blocks.
 void NonFiniteGradients(std::mt19937& rng, const Lists& a, const Lists& b) {
   NewGradients(rng, a, b);
-  const float specials[] = {std::bit_cast<float>(0xffc00000u), std::bit_cast<float>(0x7fc12345u),
-                            std::bit_cast<float>(0xffd00001u), INFINITY, -INFINITY};
   for (std::size_t t = 0; t < a.g.size(); ++t) {
     auto* ga = reinterpret_cast<float*>(BytesOf(a.g[t]).data());
     auto* gb = reinterpret_cast<float*>(BytesOf(b.g[t]).data());
-    for (std::size_t i = 13; i < a.g[t]->Size(); i += 71) {
-      ga[i] = gb[i] = specials[(i / 71) % std::size(specials)];
+    for (std::size_t i = 0; i < a.g[t]->Size(); ++i) {
+      ga[i] = gb[i] = mlfw_cuda_test::WithNonFinite(i, ga[i]);
     }
   }
 }
@@ -255,9 +252,8 @@ BOOST_AUTO_TEST_CASE(NaNAndInfinityBlocksStoreTheCpuBackendsBitsWithTheHostsAndT
     return;
   }
   std::mt19937 rng(44);
-  for (const StateFormat first : kFirstStateFormats) {
-    for (const StateFormat second : kSecondStateFormats) {
-      if (!IsBlockScaled(first) || !IsBlockScaled(second)) continue;
+  for (const StateFormat first : mlfw_cuda_test::kBlockScaledFirstFormats) {
+    for (const StateFormat second : mlfw_cuda_test::kBlockScaledSecondFormats) {
       for (const bool device_nans : {false, true}) {
         BOOST_TEST_CONTEXT(ToString(first) << " / " << ToString(second) << (device_nans ? " / device NaNs" : "")) {
           const Lists cpu = MakeLists(rng, first, second, MasterFormat::Float32, true, 32);

@@ -5,12 +5,9 @@
 // step skipped on the device for the found-inf flag writes nothing and does not count, so
 // stochastic rounding keeps drawing the bits of the steps taken; element offsets move the
 // rounding's counter as on the CPU. Needs a CUDA device.
-#include <bit>
-#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <iterator>
 #include <memory>
 #include <random>
 #include <vector>
@@ -166,17 +163,14 @@ void AdamOnBothSides(Step& s, std::mt19937& rng) {
   }
 }
 
-// Gradients of scale 0.1 with NaNs of either sign and with payloads, and infinities, every 71st
-// element from the 13th.
+// Gradients of scale 0.1 with NaNs of either sign and with payloads, and infinities (WithNonFinite()).
 Pair NonFiniteGradients(std::mt19937& rng) {
-  const float specials[] = {std::bit_cast<float>(0xffc00000u), std::bit_cast<float>(0x7fc12345u),
-                            std::bit_cast<float>(0xffd00001u), INFINITY, -INFINITY};
   Pair pair;
   for (const std::size_t n : kSizes) {
     std::normal_distribution<float> normal(0.0f, 0.1f);
     std::vector<float> values(n);
     for (std::size_t i = 0; i < n; ++i) {
-      values[i] = i % 71 == 13 ? specials[(i / 71) % std::size(specials)] : normal(rng);
+      values[i] = mlfw_cuda_test::WithNonFinite(i, normal(rng));
     }
     pair.host.push_back(FromVector(values, {n}, DataType::Float32));
     pair.gpu.push_back(FromVector(values, {n}, DataType::Float32, kGpu));
@@ -197,9 +191,8 @@ BOOST_AUTO_TEST_CASE(NaNAndInfinityBlocksStoreTheCpuBitsOnTheDevice) {
     return;
   }
   std::mt19937 rng(11);
-  for (const StateFormat first : kFirstStateFormats) {
-    for (const StateFormat second : kSecondStateFormats) {
-      if (!IsBlockScaled(first) || !IsBlockScaled(second)) continue;
+  for (const StateFormat first : mlfw_cuda_test::kBlockScaledFirstFormats) {
+    for (const StateFormat second : mlfw_cuda_test::kBlockScaledSecondFormats) {
       BOOST_TEST_CONTEXT(ToString(first) << " / " << ToString(second)) {
         Step s(rng, first, second, MasterFormat::Float32, 32, true);
         for (std::uint64_t step = 1; step <= 2; ++step) {
