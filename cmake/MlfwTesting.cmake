@@ -11,6 +11,7 @@ function(mlfw_add_boost_test target)
                                           Boost::unit_test_framework
                                           mlfw_build_flags ${ARG_LIBS})
   target_include_directories(${target} PRIVATE ${PROJECT_SOURCE_DIR}/tests ${PROJECT_SOURCE_DIR}/src)
+  target_compile_options(${target} PRIVATE "$<$<COMPILE_LANGUAGE:CXX>:${MLFW_TEST_COMPILE_OPTIONS}>")
   # MLFW_PRECOMPILE_HEADERS: Boost.Test's unit_test.hpp (about 500 headers) precompiled, so each
   # test file loads it instead of parsing it (15% of a test file's compile time under the
   # sanitizers; the rest is code generation). Each executable builds its own: a precompiled header

@@ -6,7 +6,9 @@
 #  2. sanitize: ASan + UBSan build with clang (-fno-sanitize-recover: any report fails the
 #               test), every test again, OpenMP and MPI ones included.
 #  3. fuzz:     each libFuzzer target for MLFW_FUZZ_SECONDS (10; scripts/fuzz.sh).
-#  4. lint:     clang-format and clang-tidy on our sources (scripts/lint.sh).
+#  4. lint:     clang-format and clang-tidy on our sources (scripts/lint.sh); when it comes after
+#               the release step, it starts right after it at the lowest priority, beside the
+#               other steps (see below).
 #
 # Every step runs even when an earlier one failed, so one CI log shows all
 # problems; the script fails when any step failed. MLFW_CI_STEPS picks steps
@@ -35,7 +37,6 @@ summary=()
 # User + sys seconds of all finished children of this shell, into $cpu_seconds
 # (`times` must run in this shell, not in a $(...) subshell, to see them).
 times_file=$(mktemp)
-trap 'rm -f "$times_file"' EXIT
 child_cpu_seconds() {
   times >"$times_file"
   cpu_seconds=$(tail -n 1 "$times_file" | awk '{ split($1, u, /[ms]/); split($2, s, /[ms]/); print u[1] * 60 + u[2] + s[1] * 60 + s[2] }')
@@ -72,10 +73,17 @@ step() {
 # machine: libtorch-dev is installed, so every optional peer is looked for and one it cannot use
 # is skipped with a message), plus only -Werror and the compile database for lint. The defaults
 # are passed explicitly so that a reused build dir cannot keep an older choice. The one exception:
-# the CUDA objects are built for sm_80 alone instead of the default sm_80 and sm_90. CI has no GPU,
-# so the objects only prove that every .cu compiles, and no source tests __CUDA_ARCH__'s value;
-# the second architecture cost up to 40% of a file's nvcc time (CPU seconds with both and with
-# one: backends/cuda/Cast.cu 23.1 and 14.2, ScaleUpdate.cu 3.0 and 2.5).
+# the CUDA objects hold PTX for compute_80 alone (80-virtual) instead of the default machine code
+# for sm_80 and sm_90. CI has no GPU, so the objects only prove that every .cu compiles (nvcc's
+# front end and its PTX), and no source tests __CUDA_ARCH__'s value. The second architecture cost
+# up to 40% of a file's nvcc time (CPU seconds with both and with one: backends/cuda/Cast.cu 23.1
+# and 14.2, ScaleUpdate.cu 3.0 and 2.5) and ptxas another third of what was left (Cast.cu 14.6
+# against 9.5, LowBitSteps.cu 13.9 against 8.6); scripts/gpu-bundle.sh builds the machine code
+# for the GPU it runs on.
+#
+# MLFW_TEST_COMPILE_OPTIONS=-O1: the test files compile at -O1 (cmake/MlfwOptions.cmake: 30% less
+# CPU time than at -O3), the library, samples and benchmarks as Release does; the sanitizer step
+# compiles everything at -O1 already.
 #
 # MLFW_UNITY_TESTS (both build steps): the test files are compiled in batches of 8 per executable
 # (MLFW_UNITY_TESTS_BATCH_SIZE) instead of one by one, so their shared headers (Boost.Test, the
@@ -91,7 +99,7 @@ step() {
 # batches instead of the test files.
 release() {
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DMLFW_BENCH_TORCH=ON -DMLFW_WARNINGS_AS_ERRORS=ON \
-    -DCMAKE_EXPORT_COMPILE_COMMANDS=ON -DCMAKE_CUDA_ARCHITECTURES=80 -DMLFW_UNITY_TESTS=ON
+    -DCMAKE_EXPORT_COMPILE_COMMANDS=ON -DCMAKE_CUDA_ARCHITECTURES=80-virtual -DMLFW_UNITY_TESTS=ON -DMLFW_TEST_COMPILE_OPTIONS=-O1
   local start=$SECONDS
   cmake --build "$build" -j"$jobs"
   echo "release: build took $((SECONDS - start)) s"
@@ -142,8 +150,49 @@ sanitize() {
 fuzz() { scripts/fuzz.sh "$MLFW_FUZZ_SECONDS"; }
 lint() { scripts/lint.sh "$build"; }
 
+# Lint needs nothing but the release step's compile database, and the steps between them leave a
+# core idle for minutes: ranks sleeping in their waits and passive OpenMP workers in the sanitizer
+# step's tests, configure runs, links and the last compiles of each build. So when lint comes after
+# the release step, it starts right after it, at the lowest priority (nice 19: the builds and tests
+# take the cores whenever they want them), and its step waits for it and prints what it found.
+lint_pid=""
+lint_log=$(mktemp)
+trap 'rm -f "$times_file" "$lint_log"; [[ -z $lint_pid ]] || kill "$lint_pid" 2>/dev/null || true' EXIT
+start_lint() {
+  lint_start=$SECONDS
+  nice -n 19 scripts/lint.sh "$build" >"$lint_log" 2>&1 &
+  lint_pid=$!
+}
+finish_lint() {
+  echo "==== lint (started after the release step, $((SECONDS - lint_start)) s ago, at nice 19)"
+  local start=$SECONDS cpu_before rc=0
+  child_cpu_seconds
+  cpu_before=$cpu_seconds
+  wait "$lint_pid" || rc=$?
+  lint_pid=""
+  cat "$lint_log"
+  child_cpu_seconds
+  local times
+  times="$((SECONDS - start)) s wall waited of $((SECONDS - lint_start)) s in the background, $(awk -v a="$cpu_seconds" -v b="$cpu_before" 'BEGIN { printf "%.0f", a - b }') s CPU"
+  if ((rc == 0)); then
+    summary+=("lint: ok ($times)")
+  else
+    summary+=("lint: FAILED ($times)")
+    failed+=(lint)
+  fi
+}
+
+remaining=" $steps "
 for name in $steps; do
+  remaining=${remaining/ $name / }
+  if [[ $name == lint && -n $lint_pid ]]; then
+    finish_lint
+    continue
+  fi
   step "$name" "$name"
+  if [[ $name == release && $remaining == *" lint "* ]]; then
+    start_lint
+  fi
 done
 
 echo "==== summary"

@@ -40,9 +40,9 @@ namespace {
 
 const std::vector<std::size_t> kSizes = {1, 31, 257, 2048 + 33, 0, 5000};
 // Element offsets of the tensors of kSizes: none (all zero), or offsets that are not multiples of
-// four, one past 2^32 (the high word of the Philox counter's element group).
+// eight, one past 2^35 (the high word of the Philox counter of its group of eight elements).
 const std::vector<std::uint64_t> kNoOffsets = {};
-const std::vector<std::uint64_t> kOffsets = {5, 0, (std::uint64_t{1} << 34) + 1, 3, 7, 1234567};
+const std::vector<std::uint64_t> kOffsets = {5, 0, (std::uint64_t{1} << 35) + 1, 3, 7, 1234567};
 
 std::span<std::byte> BytesOf(const TensorPtr& tensor) { return tensor->MutableHostBytes(); }
 

@@ -260,7 +260,7 @@ BOOST_AUTO_TEST_CASE(SGDMatchesTheCpuKernelsBitForBitInEveryFormat) {
 }
 
 // Element offsets move each tensor's Philox counter (stochastic rounding) as on the CPU: offsets
-// that are not multiples of four, one past 2^34 (the counter's high word).
+// that are not multiples of eight, one past 2^35 (the counter's high word).
 BOOST_AUTO_TEST_CASE(ElementOffsetsMoveTheRoundingBitsAsOnTheCpu) {
   if (!HostRoundsAsTheDevice()) {
     return;
@@ -269,7 +269,7 @@ BOOST_AUTO_TEST_CASE(ElementOffsetsMoveTheRoundingBitsAsOnTheCpu) {
   for (const StateFormat first : {StateFormat::Float32, StateFormat::Int8Block}) {
     BOOST_TEST_CONTEXT(ToString(first)) {
       Step s(rng, first, StateFormat::Float32, MasterFormat::BFloat16StochasticRounding, 256, true);
-      s.offsets = {5, 0, (std::uint64_t{1} << 34) + 1, 3, 7, 1234567};  // one per kSizes entry
+      s.offsets = {5, 0, (std::uint64_t{1} << 35) + 1, 3, 7, 1234567};  // one per kSizes entry
       AdamOnBothSides(s, rng);
     }
   }

@@ -429,7 +429,7 @@ BOOST_AUTO_TEST_CASE(bf16_masters_saved_at_four_ranks_load_bit_for_bit_at_two_an
     CheckResumesAtTwoThreeAndFour(options, mlframework::ToString(masters), true);
   }
   // Units of 992 and 1440 elements with BF16 moments (per element: Float16 is block-scaled): at 3 ranks the shards hold
-  // 331 and 480 elements, so shard offsets such as 331 and 662 are not multiples of four (a Philox block).
+  // 331 and 480 elements, so shard offsets such as 331 and 662 are not multiples of eight (a Philox block).
   CheckResumesAtTwoThreeAndFour(
       WithMasters(LowBitAdam(StateFormat::BFloat16, StateFormat::BFloat16), MasterFormat::BFloat16StochasticRounding),
       "BFloat16StochasticRounding, shard offsets off the Philox blocks", true,

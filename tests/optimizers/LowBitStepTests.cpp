@@ -6,11 +6,13 @@
 // nothing written; and a short regression where every mode ends close to FP32 Adam.
 // CMake runs this suite again with each instruction set forced through MLFW_CPU_ISA.
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <random>
@@ -676,7 +678,7 @@ BOOST_AUTO_TEST_CASE(StochasticRoundingIsUnbiasedReproducibleAndThePhiloxCounter
     const float value = std::bit_cast<float>(static_cast<std::uint32_t>(bits[i]) << 16);
     others += (value == lo || value == hi) ? 0 : 1;
     sum += value;
-    // The documented counter: Philox-4x32-10 of (i / 4, tensor 0, step), key the seed, word i % 4.
+    // The documented counter: Philox-4x32-10 of (i / 8, tensor 0, step), key the seed, 16-bit half i % 8.
     const std::uint16_t expected =
         StochasticRoundToBFloat16Bits(target, PhiloxElementBits(0x1234'5678'9abc'def0ull, 7, 0, i));
     mismatches += bits[i] == expected ? 0 : 1;
@@ -693,10 +695,58 @@ BOOST_AUTO_TEST_CASE(StochasticRoundingIsUnbiasedReproducibleAndThePhiloxCounter
   BOOST_TEST(run(0x1234'5678'9abc'def0ull, 8) != bits);  // another step
 }
 
+BOOST_AUTO_TEST_CASE(StochasticRoundingKeepsInfinitiesAndNaNsAndRoundsPastTheLargestBFloat16) {
+  // SGD without momentum from BF16 weights: gradients of infinity make infinite weights, NaN
+  // gradients whose payload is all ones NaN weights (adding random bits to those would carry
+  // into the sign or wrap them to zero), and weights of the largest BF16 value round to it or up
+  // to infinity. 1000 elements: the vector loops and the one-by-one tail alike.
+  constexpr std::size_t kN = 1000;
+  const float largest = std::bit_cast<float>(std::uint32_t{0x7f7f0000u});
+  const float nan_plus = std::bit_cast<float>(std::uint32_t{0x7fffffffu});
+  const float nan_minus = std::bit_cast<float>(std::uint32_t{0xffffffffu});
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::array<float, 4> special = {nan_plus, nan_minus, inf, -inf};
+  std::mt19937 rng(41);
+  std::vector<float> init(kN, 1.0f);
+  std::vector<float> grad = Random(kN, rng, 1.0f);
+  for (std::size_t i = 0; i < kN; ++i) {
+    if (i % 7 < 4) {
+      grad[i] = special[i % 7];
+    } else if (i % 7 == 4) {
+      init[i] = largest;
+      grad[i] = -5e37f * static_cast<float>(i % 3);
+    }
+  }
+  const std::vector<TensorPtr> w = {FromVector(init, {kN}, DataType::BFloat16)};
+  const std::vector<TensorPtr> g = {FromVector(grad, {kN})};
+  BOOST_TEST(FusedSGDStep({.Parameters = w,
+                           .Gradients = g,
+                           .Masters = MasterFormat::BFloat16StochasticRounding,
+                           .RoundingSeed = 5,
+                           .RoundingStep = 2},
+                          SGDStepScalarsFor(SGDOptions{.LearningRate = 0.01}, true)));
+  const std::vector<std::uint16_t> bits = Halves(w[0]);
+  std::size_t wrong = 0;
+  std::size_t rounded_to_infinity = 0;
+  for (std::size_t i = 0; i < kN; ++i) {
+    if (std::isnan(grad[i])) {
+      wrong += (bits[i] & 0x7fffu) == 0x7fffu ? 0 : 1;  // the payload's NaN, quiet
+      continue;
+    }
+    const float target = Fused() ? std::fma(grad[i], -0.01f, init[i]) : init[i] + (-0.01f * grad[i]);
+    wrong += bits[i] == StochasticRoundToBFloat16Bits(target, PhiloxElementBits(5, 2, 0, i)) ? 0 : 1;
+    rounded_to_infinity += i % 7 == 4 && bits[i] == 0x7f80u ? 1 : 0;
+  }
+  BOOST_TEST(wrong == 0u);
+  BOOST_TEST(rounded_to_infinity > 0u);  // the top of the range rounds up too
+  BOOST_TEST(bits[2] == 0xff80u);        // 1 - 0.01 * infinity
+  BOOST_TEST(bits[3] == 0x7f80u);
+}
+
 BOOST_AUTO_TEST_CASE(ElementOffsetsDrawTheBitsOfTheSameRangeOfTheWholeTensor) {
   // AdamW with BF16 masters rounded stochastically and BF16 moments (element by element, like
   // the masters): a tensor of 70001 elements (over two chunks of 32768) stepped whole, and cut
-  // at offsets that are not multiples of four (nor of the SIMD widths, the tile or the chunk),
+  // at offsets that are not multiples of eight (nor of the SIMD widths, the tile or the chunk),
   // each range stepped as a tensor of its own with its first element's index as its offset. The
   // ranges sit at index 1 of their lists, as the whole tensor does: every step, every range
   // has the whole tensor's bits.
@@ -756,10 +806,11 @@ BOOST_AUTO_TEST_CASE(ElementOffsetsDrawTheBitsOfTheSameRangeOfTheWholeTensor) {
       }
     }
   }
-  // The documented counter at an offset past 2^34 (the group's high word): element i draws
+  // The documented counter at an offset just below 2^35, so that the counter's low word wraps
+  // into its high word inside the vector loops: element i draws
   // PhiloxElementBits(seed, step, tensor, offset + i).
   constexpr std::size_t kM = 1000;
-  const std::uint64_t offset = (std::uint64_t{1} << 34) + 3;
+  const std::uint64_t offset = (std::uint64_t{1} << 35) - 101;  // counter 2^32 - 13, half 3
   const std::vector<TensorPtr> w = {FromVector(std::vector<float>(kM, 1.0f), {kM}, DataType::BFloat16)};
   const std::vector<TensorPtr> g = {FromVector(std::vector<float>(kM, 0.123f), {kM})};
   const std::vector<std::uint64_t> offsets = {offset};
@@ -782,7 +833,7 @@ BOOST_AUTO_TEST_CASE(ElementOffsetsDrawTheBitsOfTheSameRangeOfTheWholeTensor) {
 BOOST_AUTO_TEST_CASE(OptimizersStepShardsWithTheirElementOffsetsAsTheWholeTensor) {
   // Adam and SGD (with momentum: its first step is a list of its own) over a BF16 parameter
   // rounded stochastically, and over the same values cut in two (at an index that is not a
-  // multiple of four) with SetElementOffsets() giving the second part's first index: the parts
+  // multiple of eight) with SetElementOffsets() giving the second part's first index: the parts
   // stay the whole parameter's bits, as FSDP's shards do at any world size.
   constexpr std::size_t kN = 3001;
   constexpr std::size_t kCut = 1234 + 3;

@@ -47,26 +47,49 @@ MLFW_HOST_DEVICE inline Philox4x32Block Philox4x32(Philox4x32Block counter, std:
   return counter;
 }
 
-/// The 32 random bits of element @p element of tensor @p tensor at step @p step under @p seed, as
-/// the stochastically rounding optimizer steps draw them: word `element % 4` of Philox-4x32-10 of
-/// counter (element / 4 low word, element / 4 high word, tensor, step low word), key (seed low
-/// word, seed high word).
-MLFW_HOST_DEVICE inline std::uint32_t PhiloxElementBits(std::uint64_t seed, std::uint64_t step, std::uint32_t tensor,
-                                                        std::uint64_t element) {
-  const std::uint64_t group = element / 4u;
-  const Philox4x32Block out =
-      Philox4x32(Philox4x32Block{{static_cast<std::uint32_t>(group), static_cast<std::uint32_t>(group >> 32), tensor,
-                                  static_cast<std::uint32_t>(step)}},
-                 static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32));
-  // Selects, not an index: a GPU keeps an array indexed at run time in local memory.
-  const auto word = static_cast<std::uint32_t>(element % 4u);
-  return word == 0u ? out.Word[0] : word == 1u ? out.Word[1] : word == 2u ? out.Word[2] : out.Word[3];
+/// How many elements one Philox-4x32-10 call serves in stochastic rounding: its 128 output bits
+/// are eight 16-bit halves, one per element (FP32 to BF16 drops exactly 16 bits).
+inline constexpr std::uint32_t kPhiloxElementsPerBlock = 8;
+
+/// The Philox-4x32-10 output the stochastically rounding optimizer steps draw for elements
+/// 8 x @p group .. 8 x @p group + 7 of tensor @p tensor at step @p step under @p seed: counter
+/// (@p group low word, @p group high word, @p tensor, @p step low word), key (@p seed low word,
+/// @p seed high word).
+MLFW_HOST_DEVICE inline Philox4x32Block PhiloxRoundingBlock(std::uint64_t seed, std::uint64_t step,
+                                                            std::uint32_t tensor, std::uint64_t group) {
+  return Philox4x32(Philox4x32Block{{static_cast<std::uint32_t>(group), static_cast<std::uint32_t>(group >> 32), tensor,
+                                     static_cast<std::uint32_t>(step)}},
+                    static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32));
 }
 
-/// @p value rounded to BF16 stochastically with the random bits @p random (their low 16 bits are
-/// used): rounds away from zero with probability (dropped low bits) / 2^16, so the expected BF16
-/// value is @p value; exact values stay exact, infinities stay infinite, NaN is quieted.
-MLFW_HOST_DEVICE inline std::uint16_t StochasticRoundToBFloat16Bits(float value, std::uint32_t random) {
+/// Half @p half (0 to 7) of the 128 bits of @p block in little-endian order: the low 16 bits of
+/// word @p half / 2 when @p half is even, its high 16 bits when odd.
+MLFW_HOST_DEVICE inline std::uint16_t PhiloxBlockHalf(const Philox4x32Block& block, std::uint32_t half) {
+  // Selects, not an index: a GPU keeps an array indexed at run time in local memory.
+  const std::uint32_t w = half / 2u;
+  const std::uint32_t word = w == 0u   ? block.Word[0]
+                             : w == 1u ? block.Word[1]
+                             : w == 2u ? block.Word[2]
+                                       : block.Word[3];
+  return static_cast<std::uint16_t>(word >> (16u * (half % 2u)));
+}
+
+/// The 16 random bits of element @p element of tensor @p tensor at step @p step under @p seed, as
+/// the stochastically rounding optimizer steps draw them: half `element % 8` (PhiloxBlockHalf())
+/// of PhiloxRoundingBlock(@p seed, @p step, @p tensor, `element / 8`). Element e thus takes the
+/// low (even e) or high (odd e) 16 bits of word `(e % 8) / 2` of counter `e / 8`: read as an
+/// array of 16-bit values in little-endian order, the outputs of counters 0, 1, 2, ... are the
+/// bits of elements 0, 1, 2, ... in turn.
+MLFW_HOST_DEVICE inline std::uint16_t PhiloxElementBits(std::uint64_t seed, std::uint64_t step, std::uint32_t tensor,
+                                                        std::uint64_t element) {
+  const Philox4x32Block out = PhiloxRoundingBlock(seed, step, tensor, element / kPhiloxElementsPerBlock);
+  return PhiloxBlockHalf(out, static_cast<std::uint32_t>(element % kPhiloxElementsPerBlock));
+}
+
+/// @p value rounded to BF16 stochastically with the 16 random bits @p random: rounds away from
+/// zero with probability (dropped low bits) / 2^16, so the expected BF16 value is @p value; exact
+/// values stay exact, infinities stay infinite, NaN is quieted.
+MLFW_HOST_DEVICE inline std::uint16_t StochasticRoundToBFloat16Bits(float value, std::uint16_t random) {
   const std::uint32_t x = detail::FloatAsBits(value);
   if ((x & 0x7fffffffu) > 0x7f800000u) {
     return static_cast<std::uint16_t>((x >> 16) | 0x0040u);
@@ -74,7 +97,7 @@ MLFW_HOST_DEVICE inline std::uint16_t StochasticRoundToBFloat16Bits(float value,
   if ((x & 0x7fffffffu) == 0x7f800000u) {
     return static_cast<std::uint16_t>(x >> 16);
   }
-  return static_cast<std::uint16_t>((x + (random & 0xffffu)) >> 16);
+  return static_cast<std::uint16_t>((x + random) >> 16);
 }
 
 }  // namespace mlframework

@@ -200,12 +200,47 @@ inline void ForEachBlock(const OptimizerPiece& piece, Fn&& fn) {
 template <class Batch>
 inline constexpr bool kFusedTable = !std::is_same_v<Batch, float>;
 
-// Adam over n elements whose masters and states are FP32 arrays (in memory, or a staged tile).
-template <class Batch, bool kL2, bool kDecay, bool kSmallWeight>
+// The largest magnitude of the values raised into it (vectors of a batch type Batch, and
+// floats), as AbsMax() gives it: the integer maximum of the magnitudes' bits, kept lane-wise.
+// Magnitudes' bits are below 2^31, so a signed compare orders them; a compare and a select, not
+// xsimd::max (SimdKernels.hpp, RaiseAmax()).
+template <class Batch>
+struct LaneMax {
+  using Bits = xsimd::batch<std::int32_t, typename Batch::arch_type>;
+  Bits lanes = Bits(0);
+  std::uint32_t scalar = 0;
+  void Raise(const Batch& x) {
+    const Bits bits = xsimd::bitwise_cast<Bits>(x) & Bits(0x7fffffff);
+    lanes = xsimd::select(bits > lanes, bits, lanes);
+  }
+  void Raise(float x) {
+    const std::uint32_t bits = std::bit_cast<std::uint32_t>(x) & 0x7fffffffu;
+    scalar = bits > scalar ? bits : scalar;
+  }
+  float Value() const {
+    alignas(64) std::int32_t each[Bits::size];
+    lanes.store_aligned(each);
+    std::uint32_t largest = scalar;
+    for (std::size_t k = 0; k < Bits::size; ++k) {
+      largest = static_cast<std::uint32_t>(each[k]) > largest ? static_cast<std::uint32_t>(each[k]) : largest;
+    }
+    return std::bit_cast<float>(largest);
+  }
+};
+
+// Nothing: the LaneMax of a span that takes no maxima.
+struct NoLaneMax {};
+
+// Adam over n elements whose masters and states are FP32 arrays (in memory, or a staged tile);
+// kMax (vector tables only): also the largest magnitudes of the new m and v (AbsMax()) into
+// maxima[0] and maxima[1], folded into the update loop instead of a pass of their own.
+template <class Batch, bool kL2, bool kDecay, bool kSmallWeight, bool kMax = false>
 inline void AdamSpan(float* w, const float* g, float* m, float* v, std::size_t n, const AdamConstants<Batch>& vc,
-                     const AdamConstants<float>& sc) {
+                     const AdamConstants<float>& sc, float* maxima = nullptr) {
   constexpr bool kFused = kFusedTable<Batch>;
   constexpr std::size_t kWidth = Width<Batch>();
+  [[maybe_unused]] std::conditional_t<kMax, LaneMax<Batch>, NoLaneMax> m_max;
+  [[maybe_unused]] std::conditional_t<kMax, LaneMax<Batch>, NoLaneMax> v_max;
   std::size_t i = 0;
   for (; i + kWidth <= n; i += kWidth) {
     auto wi = Load<Batch>(w + i);
@@ -215,9 +250,21 @@ inline void AdamSpan(float* w, const float* g, float* m, float* v, std::size_t n
     Store(m + i, mi);
     Store(v + i, vi);
     Store(w + i, wi);
+    if constexpr (kMax) {
+      m_max.Raise(mi);
+      v_max.Raise(vi);
+    }
   }
   for (; i < n; ++i) {
     AdamElement<kFused, kL2, kDecay, kSmallWeight>(w[i], g[i], m[i], v[i], sc);
+    if constexpr (kMax) {
+      m_max.Raise(m[i]);
+      v_max.Raise(v[i]);
+    }
+  }
+  if constexpr (kMax) {
+    maxima[0] = m_max.Value();
+    maxima[1] = v_max.Value();
   }
 }
 
@@ -453,10 +500,12 @@ inline void EncodeFloat8(const float* values, std::uint8_t* out, std::size_t n, 
 // Encodes @p values (elements [lo, lo + n)) into a state stored as @p format, with new block
 // scales; @p second: the second moment, whose positive values stay positive. The FP16 and BF16
 // roundings are the CPU backend's cast kernels (StoredFormats) and the E4M3FN one EncodeFloat8(),
-// which round as the conversions of core/FloatBits.hpp and core/Float8Bits.hpp do.
+// which round as the conversions of core/FloatBits.hpp and core/Float8Bits.hpp do. @p maxima: the
+// block-scaled formats' largest magnitude of each block of @p values (AbsMax()), already taken
+// by the update loop, or null to take them here.
 template <class Batch>
 inline void EncodeState(const StoredFormats& f, StateFormat format, void* data, float* scales, std::size_t lo,
-                        std::size_t n, const float* values, bool second) {
+                        std::size_t n, const float* values, bool second, const float* maxima) {
   const std::size_t block = f.block_size;
   switch (format) {
     case StateFormat::Float32:
@@ -474,7 +523,8 @@ inline void EncodeState(const StoredFormats& f, StateFormat format, void* data, 
       auto* out = static_cast<std::uint16_t*>(data) + lo;
       for (std::size_t b = 0; b < n; b += block) {
         const std::size_t end = b + block < n ? b + block : n;
-        const float scale = mlframework::detail::Float16BlockScale(AbsMax(values, b, end));
+        const float absmax = maxima != nullptr ? maxima[b / block] : AbsMax(values, b, end);
+        const float scale = mlframework::detail::Float16BlockScale(absmax);
         scales[(lo + b) / block] = scale;
         static_cast<void>(f.to_float16(values + b, out + b, end - b, mlframework::detail::Float16CodeFactor(scale)));
         if (std::isnan(scale)) {
@@ -496,7 +546,8 @@ inline void EncodeState(const StoredFormats& f, StateFormat format, void* data, 
       const float code_max = mlframework::detail::BlockCodeMax(format);
       for (std::size_t b = 0; b < n; b += block) {
         const std::size_t end = b + block < n ? b + block : n;
-        const float scale = mlframework::detail::BlockScale(format, AbsMax(values, b, end));
+        const float absmax = maxima != nullptr ? maxima[b / block] : AbsMax(values, b, end);
+        const float scale = mlframework::detail::BlockScale(format, absmax);
         scales[(lo + b) / block] = scale;
         if (format == StateFormat::Float8E4M3Block) {
           const float factor = mlframework::detail::Float8CodeFactor(scale);
@@ -535,9 +586,10 @@ inline void DecodeMasters(const OptimizerPiece& piece, std::size_t lo, std::size
   }
 }
 
-// StochasticRoundToBFloat16Bits() of values[0, m) into out[0, m) with the words of the Philox
-// counters (@p first_group + j, @p tensor, @p step), m the largest multiple of 4 x kWidth up to
-// @p n, on the lanes of the AVX-512 or AVX2 table (PhiloxLanes.hpp); returns m (0 elsewhere).
+// StochasticRoundToBFloat16Bits() of values[0, m) into out[0, m) with the 16-bit halves of the
+// Philox counters (@p first_group + j, @p tensor, @p step) (PhiloxElementBits()), m the largest
+// multiple of 8 x kWidth up to @p n, on the lanes of the AVX-512 or AVX2 table (PhiloxLanes.hpp);
+// returns m (0 elsewhere).
 template <int kWidth>
 inline std::size_t RoundStochastically(const float* values, std::uint16_t* out, std::size_t n,
                                        std::uint64_t first_group, std::uint32_t tensor, std::uint32_t step,
@@ -547,32 +599,39 @@ inline std::size_t RoundStochastically(const float* values, std::uint16_t* out, 
   if constexpr (kWidth == 16) {
     const __m512i magnitude = _mm512_set1_epi32(0x7fffffff);
     const __m512i infinity = _mm512_set1_epi32(0x7f800000);
-    const __m512i low16 = _mm512_set1_epi32(0xffff);
     const __m512i quiet = _mm512_set1_epi32(0x40);
+    const __m512i order = _mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7);
     const PhiloxKeys16 keys(seed0, seed1);
-    // Rounds the 16 values at @p v with the words @p word into 16 BF16 codes at @p o.
-    auto round = [&](const float* v, __m512i word, std::uint16_t* o) {
+    // The BF16 codes of the 16 values at @p v rounded with the 16 random halves @p halves, one
+    // per 32-bit lane: infinities and NaNs take no random bits, and a NaN is quieted.
+    auto round = [&](const float* v, __m256i halves) {
       const __m512i x = _mm512_castps_si512(_mm512_loadu_ps(v));
       const __m512i ax = _mm512_and_si512(x, magnitude);
-      const __m512i high = _mm512_srli_epi32(x, 16);
-      __m512i r = _mm512_srli_epi32(_mm512_add_epi32(x, _mm512_and_si512(word, low16)), 16);
-      r = _mm512_mask_mov_epi32(r, _mm512_cmpeq_epi32_mask(ax, infinity), high);
-      r = _mm512_mask_mov_epi32(r, _mm512_cmpgt_epi32_mask(ax, infinity), _mm512_or_si512(high, quiet));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o), _mm512_cvtepi32_epi16(r));
+      const __mmask16 finite = _mm512_cmplt_epi32_mask(ax, infinity);
+      const __mmask16 nan = _mm512_cmpgt_epi32_mask(ax, infinity);
+      const __m512i r = _mm512_srli_epi32(_mm512_add_epi32(x, _mm512_maskz_cvtepu16_epi32(finite, halves)), 16);
+      return _mm512_mask_or_epi32(r, nan, r, quiet);
     };
-    for (; i + 128 <= n; i += 128) {
+    // words[k] holds the halves of the 32 elements 32k on, in element order. The codes are
+    // below 2^16, so the unsigned saturating pack keeps them; the permute undoes its interleaving
+    // of the 128-bit lanes.
+    auto round_words = [&](const __m512i* words, std::size_t count, std::size_t at) {
+      for (std::size_t k = 0; k < count; ++k) {
+        const std::size_t e = at + 32 * k;
+        const __m512i packed = _mm512_packus_epi32(round(values + e, _mm512_castsi512_si256(words[k])),
+                                                   round(values + e + 16, _mm512_extracti64x4_epi64(words[k], 1)));
+        _mm512_storeu_si512(out + e, _mm512_permutexvar_epi64(order, packed));
+      }
+    };
+    for (; i + 256 <= n; i += 256) {
       __m512i words[8];
-      PhiloxWords16<2>(first_group + i / 4, tensor, step, keys, words);
-      for (std::size_t k = 0; k < 8; ++k) {
-        round(values + i + 16 * k, words[k], out + i + 16 * k);
-      }
+      PhiloxWords16<2>(first_group + i / 8, tensor, step, keys, words);
+      round_words(words, 8, i);
     }
-    for (; i + 64 <= n; i += 64) {
+    for (; i + 128 <= n; i += 128) {
       __m512i words[4];
-      PhiloxWords16<1>(first_group + i / 4, tensor, step, keys, words);
-      for (std::size_t k = 0; k < 4; ++k) {
-        round(values + i + 16 * k, words[k], out + i + 16 * k);
-      }
+      PhiloxWords16<1>(first_group + i / 8, tensor, step, keys, words);
+      round_words(words, 4, i);
     }
   }
 #endif
@@ -580,26 +639,37 @@ inline std::size_t RoundStochastically(const float* values, std::uint16_t* out, 
   if constexpr (kWidth == 8) {
     const __m256i magnitude = _mm256_set1_epi32(0x7fffffff);
     const __m256i infinity = _mm256_set1_epi32(0x7f800000);
-    const __m256i low16 = _mm256_set1_epi32(0xffff);
     const __m256i quiet = _mm256_set1_epi32(0x40);
-    auto round = [&](const float* v, __m256i word) {
+    // As the AVX-512 rounding: the random halves only where the value is finite.
+    auto round = [&](const float* v, __m128i halves) {
       const __m256i x = _mm256_castps_si256(_mm256_loadu_ps(v));
       const __m256i ax = _mm256_and_si256(x, magnitude);
-      const __m256i high = _mm256_srli_epi32(x, 16);
-      __m256i r = _mm256_srli_epi32(_mm256_add_epi32(x, _mm256_and_si256(word, low16)), 16);
-      r = _mm256_blendv_epi8(r, high, _mm256_cmpeq_epi32(ax, infinity));
-      return _mm256_blendv_epi8(r, _mm256_or_si256(high, quiet), _mm256_cmpgt_epi32(ax, infinity));
+      const __m256i finite = _mm256_cmpgt_epi32(infinity, ax);
+      const __m256i nan = _mm256_cmpgt_epi32(ax, infinity);
+      const __m256i r =
+          _mm256_srli_epi32(_mm256_add_epi32(x, _mm256_and_si256(finite, _mm256_cvtepu16_epi32(halves))), 16);
+      return _mm256_or_si256(r, _mm256_and_si256(nan, quiet));
     };
-    for (; i + 32 <= n; i += 32) {
-      __m256i words[4];
-      PhiloxWords8(first_group + i / 4, tensor, step, seed0, seed1, words);
-      for (std::size_t k = 0; k < 4; k += 2) {
-        // Both results are below 2^16: the unsigned saturating pack keeps them; the permute
-        // undoes its interleaving of the 128-bit halves.
-        const __m256i packed =
-            _mm256_packus_epi32(round(values + i + 8 * k, words[k]), round(values + i + 8 * k + 8, words[k + 1]));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i + 8 * k), _mm256_permute4x64_epi64(packed, 0xd8));
+    // words[k] holds the halves of the 16 elements 16k on. Both results are below 2^16: the
+    // unsigned saturating pack keeps them; the permute undoes its interleaving of the 128-bit
+    // halves.
+    auto round_words = [&](const __m256i* words, std::size_t count, std::size_t at) {
+      for (std::size_t k = 0; k < count; ++k) {
+        const std::size_t e = at + 16 * k;
+        const __m256i packed = _mm256_packus_epi32(round(values + e, _mm256_castsi256_si128(words[k])),
+                                                   round(values + e + 8, _mm256_extracti128_si256(words[k], 1)));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + e), _mm256_permute4x64_epi64(packed, 0xd8));
       }
+    };
+    for (; i + 128 <= n; i += 128) {
+      __m256i words[8];
+      PhiloxWords8<2>(first_group + i / 8, tensor, step, seed0, seed1, words);
+      round_words(words, 8, i);
+    }
+    for (; i + 64 <= n; i += 64) {
+      __m256i words[4];
+      PhiloxWords8<1>(first_group + i / 8, tensor, step, seed0, seed1, words);
+      round_words(words, 4, i);
     }
   }
 #endif
@@ -626,30 +696,30 @@ inline void EncodeMasters(const OptimizerPiece& piece, std::size_t lo, std::size
     }
     return;
   }
-  // Stochastic rounding: the words of one Philox block per four counter indices. The elements
-  // before the first index that is a multiple of four (the piece's offset need not be one) and
-  // the tail take one call of Philox4x32() per block; the body 4 x kWidth elements per vector call.
+  // Stochastic rounding: one Philox block per eight counter indices (PhiloxElementBits()). The
+  // elements before the first index that is a multiple of eight (the piece's offset need not be
+  // one) and the tail take one call of Philox4x32() per block; the body 16 x kWidth elements per
+  // vector call.
   const StoredFormats& f = *piece.formats;
   const std::uint64_t base = piece.offset + lo;  // the counter index of values[0]
-  const auto seed0 = static_cast<std::uint32_t>(f.seed);
-  const auto seed1 = static_cast<std::uint32_t>(f.seed >> 32);
   const auto step = static_cast<std::uint32_t>(f.step);
   const std::uint32_t tensor = piece.tensor;
   const auto round_one_by_one = [&](std::size_t from, std::size_t to) {
     for (std::size_t k = from; k < to;) {
-      const std::uint64_t group = (base + k) / 4;
-      const Philox4x32Block bits = Philox4x32(
-          Philox4x32Block{{static_cast<std::uint32_t>(group), static_cast<std::uint32_t>(group >> 32), tensor, step}},
-          seed0, seed1);
-      for (; k < to && (base + k) / 4 == group; ++k) {
-        param[k] = StochasticRoundToBFloat16Bits(values[k], bits.Word[(base + k) % 4]);
+      const std::uint64_t group = (base + k) / kPhiloxElementsPerBlock;
+      const Philox4x32Block bits = PhiloxRoundingBlock(f.seed, step, tensor, group);
+      for (; k < to && (base + k) / kPhiloxElementsPerBlock == group; ++k) {
+        param[k] = StochasticRoundToBFloat16Bits(
+            values[k], PhiloxBlockHalf(bits, static_cast<std::uint32_t>((base + k) % kPhiloxElementsPerBlock)));
       }
     }
   };
-  const std::size_t head = std::min<std::size_t>(n, (4 - base % 4) % 4);
+  const std::size_t head =
+      std::min<std::size_t>(n, (kPhiloxElementsPerBlock - base % kPhiloxElementsPerBlock) % kPhiloxElementsPerBlock);
   round_one_by_one(0, head);
-  const std::size_t body =
-      RoundStochastically<kWidth>(values + head, param + head, n - head, (base + head) / 4, tensor, step, seed0, seed1);
+  const std::size_t body = RoundStochastically<kWidth>(
+      values + head, param + head, n - head, (base + head) / kPhiloxElementsPerBlock, tensor, step,
+      static_cast<std::uint32_t>(f.seed), static_cast<std::uint32_t>(f.seed >> 32));
   round_one_by_one(head + body, n);
 }
 
@@ -691,17 +761,29 @@ inline void PrefetchTile(const OptimizerPiece& piece, std::size_t lo, std::size_
 }
 
 // The tile buffers of a staged step: the masters and the two states in FP32.
+// The smallest block of a block-scaled state (StateBlockSize: a power of two from 32 to 2048).
+inline constexpr std::size_t kSmallestStateBlock = 32;
+
 struct StagedTile {
   alignas(64) float w[kStagedTileElements];
   alignas(64) float first[kStagedTileElements];
   alignas(64) float second[kStagedTileElements];
+  // Each block's largest magnitude of first and second, where the update loop takes them.
+  float first_max[kStagedTileElements / kSmallestStateBlock];
+  float second_max[kStagedTileElements / kSmallestStateBlock];
 };
 
-// Runs update(w, g, first, second, n) tile by tile over a piece with a master or state not in
-// FP32: each tile decoded into FP32, updated, encoded back (and its FP16/BF16 copy written).
+// Runs update(w, g, first, second, n, maxima) tile by tile over a piece with a master or state
+// not in FP32: each tile decoded into FP32, updated, encoded back (and its FP16/BF16 copy
+// written). With a block-scaled state on a vector table the update runs block by block and
+// returns each block's largest magnitudes of first and second in maxima[0] and maxima[1] (else
+// maxima is null), so that the encode need not read the block again for them.
 template <class Batch, class Update>
 inline void ForEachStagedTile(const OptimizerPiece& piece, bool has_second, Update&& update) {
   const StoredFormats& f = *piece.formats;
+  const bool first_maxima = piece.first == nullptr && piece.first_data != nullptr && IsBlockScaled(f.first);
+  const bool second_maxima = has_second && piece.second == nullptr && IsBlockScaled(f.second);
+  const bool maxima = !std::is_same_v<Batch, float> && (first_maxima || second_maxima);
   StagedTile tile;
   auto* low = static_cast<unsigned char*>(piece.low_precision);
   for (std::size_t lo = 0; lo < piece.count; lo += kStagedTileElements) {
@@ -722,15 +804,26 @@ inline void ForEachStagedTile(const OptimizerPiece& piece, bool has_second, Upda
     if (has_second && piece.second == nullptr) {
       DecodeState<kLanes<Batch>>(f.second, piece.second_data, piece.second_scales, f.block_size, lo, n, tile.second);
     }
-    update(w, piece.gradient + lo, m, v, n);
+    if (maxima) {
+      for (std::size_t b = 0; b < n; b += f.block_size) {
+        float pair[2] = {0.0f, 0.0f};  // the span writes both
+        update(w + b, piece.gradient + lo + b, m + b, v + b, std::min(f.block_size, n - b), pair);
+        tile.first_max[b / f.block_size] = pair[0];
+        tile.second_max[b / f.block_size] = pair[1];
+      }
+    } else {
+      update(w, piece.gradient + lo, m, v, n, nullptr);
+    }
     if (piece.parameter == nullptr) {
       EncodeMasters<kLanes<Batch>>(piece, lo, n, tile.w);
     }
     if (piece.first == nullptr && piece.first_data != nullptr) {
-      EncodeState<Batch>(f, f.first, piece.first_data, piece.first_scales, lo, n, tile.first, false);
+      EncodeState<Batch>(f, f.first, piece.first_data, piece.first_scales, lo, n, tile.first, false,
+                         first_maxima && maxima ? tile.first_max : nullptr);
     }
     if (has_second && piece.second == nullptr) {
-      EncodeState<Batch>(f, f.second, piece.second_data, piece.second_scales, lo, n, tile.second, true);
+      EncodeState<Batch>(f, f.second, piece.second_data, piece.second_scales, lo, n, tile.second, true,
+                         second_maxima && maxima ? tile.second_max : nullptr);
     }
     if (low != nullptr) {
       static_cast<void>(piece.narrow(w, low + 2 * lo, n, 1.0f));
@@ -742,7 +835,13 @@ template <class Batch, bool kL2, bool kDecay, bool kSmallWeight>
 void AdamRunFixed(const OptimizerPiece& piece, const AdamStepScalars& scalars) {
   const AdamConstants<Batch> vc(scalars);
   const AdamConstants<float> sc(scalars);
-  auto span = [&](float* w, const float* g, float* m, float* v, std::size_t n) {
+  auto span = [&](float* w, const float* g, float* m, float* v, std::size_t n, float* maxima) {
+    if constexpr (!std::is_same_v<Batch, float>) {
+      if (maxima != nullptr) {
+        AdamSpan<Batch, kL2, kDecay, kSmallWeight, true>(w, g, m, v, n, vc, sc, maxima);
+        return;
+      }
+    }
     AdamSpan<Batch, kL2, kDecay, kSmallWeight>(w, g, m, v, n, vc, sc);
   };
   if (piece.formats != nullptr) {
@@ -750,7 +849,7 @@ void AdamRunFixed(const OptimizerPiece& piece, const AdamStepScalars& scalars) {
     return;
   }
   ForEachBlock(piece, [&](std::size_t lo, std::size_t hi) {
-    span(piece.parameter + lo, piece.gradient + lo, piece.first + lo, piece.second + lo, hi - lo);
+    span(piece.parameter + lo, piece.gradient + lo, piece.first + lo, piece.second + lo, hi - lo, nullptr);
   });
 }
 
@@ -806,11 +905,14 @@ inline void SGDElement(T& w, const T& g, T& b, const SGDConstants<T>& c) {
   w = MulAdd<kFused>(d, c.neg_lr, w);
 }
 
-template <class Batch, bool kWd, bool kMomentum, bool kFirst, bool kNesterov>
+// SGD over n elements; kMax (vector tables, with momentum): also the largest magnitude of the
+// new buffer (AbsMax()) into maxima[0], as AdamSpan().
+template <class Batch, bool kWd, bool kMomentum, bool kFirst, bool kNesterov, bool kMax = false>
 inline void SGDSpan(float* w, const float* g, float* b, std::size_t n, const SGDConstants<Batch>& vc,
-                    const SGDConstants<float>& sc) {
+                    const SGDConstants<float>& sc, float* maxima = nullptr) {
   constexpr bool kFused = kFusedTable<Batch>;
   constexpr std::size_t kWidth = Width<Batch>();
+  [[maybe_unused]] std::conditional_t<kMax, LaneMax<Batch>, NoLaneMax> b_max;
   std::size_t i = 0;
   for (; i + kWidth <= n; i += kWidth) {
     auto wi = Load<Batch>(w + i);
@@ -820,6 +922,9 @@ inline void SGDSpan(float* w, const float* g, float* b, std::size_t n, const SGD
       Store(b + i, bi);
     }
     Store(w + i, wi);
+    if constexpr (kMax) {
+      b_max.Raise(bi);
+    }
   }
   for (; i < n; ++i) {
     float bi = kMomentum && !kFirst ? b[i] : 0.0f;
@@ -827,6 +932,13 @@ inline void SGDSpan(float* w, const float* g, float* b, std::size_t n, const SGD
     if constexpr (kMomentum) {
       b[i] = bi;
     }
+    if constexpr (kMax) {
+      b_max.Raise(bi);
+    }
+  }
+  if constexpr (kMax) {
+    maxima[0] = b_max.Value();
+    maxima[1] = 0.0f;
   }
 }
 
@@ -834,7 +946,13 @@ template <class Batch, bool kWd, bool kMomentum, bool kFirst, bool kNesterov>
 void SGDRunFixed(const OptimizerPiece& piece, const SGDStepScalars& s) {
   const SGDConstants<Batch> vc(s);
   const SGDConstants<float> sc(s);
-  auto span = [&](float* w, const float* g, float* b, float* /*second*/, std::size_t n) {
+  auto span = [&](float* w, const float* g, float* b, float* /*second*/, std::size_t n, float* maxima) {
+    if constexpr (!std::is_same_v<Batch, float> && kMomentum) {
+      if (maxima != nullptr) {
+        SGDSpan<Batch, kWd, kMomentum, kFirst, kNesterov, true>(w, g, b, n, vc, sc, maxima);
+        return;
+      }
+    }
     SGDSpan<Batch, kWd, kMomentum, kFirst, kNesterov>(w, g, b, n, vc, sc);
   };
   if (piece.formats != nullptr) {
@@ -843,7 +961,7 @@ void SGDRunFixed(const OptimizerPiece& piece, const SGDStepScalars& s) {
   }
   ForEachBlock(piece, [&](std::size_t lo, std::size_t hi) {
     span(piece.parameter + lo, piece.gradient + lo, piece.first != nullptr ? piece.first + lo : nullptr, nullptr,
-         hi - lo);
+         hi - lo, nullptr);
   });
 }
 

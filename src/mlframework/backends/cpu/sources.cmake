@@ -7,7 +7,8 @@ target_sources(mlframework PRIVATE
 
 # One source file per instruction set, each with its own flags (the rest of the
 # library keeps the baseline flags); KernelDispatch.cpp picks one at run time.
-if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$" AND CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
+if(MLFW_CPU_SIMD_KERNELS AND CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$"
+   AND CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
   target_sources(mlframework PRIVATE
     ${CMAKE_CURRENT_LIST_DIR}/KernelsAvx2.cpp
     ${CMAKE_CURRENT_LIST_DIR}/KernelsAvx512.cpp
@@ -39,7 +40,7 @@ if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$" AND CMAKE_CXX_COMPILE
     PROPERTIES COMPILE_DEFINITIONS MLFW_CPU_X86_KERNELS)
   message(STATUS "mlframework: CPU kernels portable + avx2 + avx512 + avx512_bf16 + avx512_fp16 (chosen at run time)")
 else()
-  message(STATUS "mlframework: CPU kernels portable only (${CMAKE_SYSTEM_PROCESSOR})")
+  message(STATUS "mlframework: CPU kernels portable only (${CMAKE_SYSTEM_PROCESSOR}, MLFW_CPU_SIMD_KERNELS=${MLFW_CPU_SIMD_KERNELS})")
 endif()
 
 # The fused optimizer steps (OptimizerKernels.hpp): one element-kernel file per instruction set,
@@ -51,7 +52,8 @@ target_sources(mlframework PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/OptimizerKernelsPortable.cpp)
 set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/OptimizerKernelsPortable.cpp
   PROPERTIES COMPILE_OPTIONS "${mlfw_optimizer_numerics}")
-if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$" AND CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
+if(MLFW_CPU_SIMD_KERNELS AND CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$"
+   AND CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
   target_sources(mlframework PRIVATE
     ${CMAKE_CURRENT_LIST_DIR}/OptimizerKernelsAvx2.cpp
     ${CMAKE_CURRENT_LIST_DIR}/OptimizerKernelsAvx512.cpp)
