@@ -1,8 +1,10 @@
 #pragma once
 // Shared by the device suites of test_cuda_device.
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <vector>
 
 #include <boost/test/unit_test.hpp>
@@ -54,6 +56,25 @@ inline constexpr mlframework::StateFormat kFirstStateFormats[] = {
 inline constexpr mlframework::StateFormat kSecondStateFormats[] = {
     mlframework::StateFormat::Float32, mlframework::StateFormat::BFloat16, mlframework::StateFormat::Float16,
     mlframework::StateFormat::UInt8Block, mlframework::StateFormat::Float8E4M3Block};
+// The block-scaled formats of each moment (the NaN and infinity blocks' tests).
+inline constexpr mlframework::StateFormat kBlockScaledFirstFormats[] = {
+    mlframework::StateFormat::Float16, mlframework::StateFormat::Int8Block, mlframework::StateFormat::Float8E4M3Block};
+inline constexpr mlframework::StateFormat kBlockScaledSecondFormats[] = {
+    mlframework::StateFormat::Float16, mlframework::StateFormat::UInt8Block, mlframework::StateFormat::Float8E4M3Block};
+
+// Element @p i of the NaN and infinity blocks' gradients: every 71st element from the 13th is a
+// NaN of either sign or with a payload, or an infinity; the others @p finite.
+inline float WithNonFinite(std::size_t i, float finite) {
+  constexpr std::uint32_t kSpecials[] = {0xffc00000u, 0x7fc12345u, 0xffd00001u, 0x7f800000u, 0xff800000u};
+  if (i % 71 != 13) {
+    return finite;
+  }
+  const std::uint32_t bits = kSpecials[(i / 71) % std::size(kSpecials)];
+  float value = 0.0f;
+  std::memcpy(&value, &bits, sizeof value);
+  return value;
+}
+
 inline constexpr mlframework::MasterFormat kMasterFormats[] = {mlframework::MasterFormat::Float32,
                                                                mlframework::MasterFormat::BFloat16StochasticRounding,
                                                                mlframework::MasterFormat::BFloat16Remainder};

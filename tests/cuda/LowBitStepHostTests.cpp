@@ -9,6 +9,8 @@
 // MLFW_CPU_ISA=avx2; this file is compiled with -ffp-contract=off, as the device kernels spell
 // every rounding.
 #include <algorithm>
+#include <bit>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -221,9 +223,66 @@ void RequireSame(const Lists& a, const Lists& b) {
   RequireSameBytes(a.remainders, b.remainders, "remainders");
 }
 
+// Gradients holding NaNs of either sign and with payloads, and infinities, in some blocks.
+void NonFiniteGradients(std::mt19937& rng, const Lists& a, const Lists& b) {
+  NewGradients(rng, a, b);
+  for (std::size_t t = 0; t < a.g.size(); ++t) {
+    auto* ga = reinterpret_cast<float*>(BytesOf(a.g[t]).data());
+    auto* gb = reinterpret_cast<float*>(BytesOf(b.g[t]).data());
+    for (std::size_t i = 0; i < a.g[t]->Size(); ++i) {
+      ga[i] = gb[i] = mlfw_cuda_test::WithNonFinite(i, ga[i]);
+    }
+  }
+}
+
+// The NaN the GPU's arithmetic gives for every NaN it computes.
+float DeviceNaN(float x) { return std::isnan(x) ? std::bit_cast<float>(0x7fffffffu) : x; }
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(CudaLowBitStepsOnTheHost)
+
+// Blocks holding NaNs and infinities: the block-scaled states and their scales get the CPU
+// backend's bytes from the shared element codes, whether the updated values carry the host's NaNs
+// (sign and payload of an operand) or the device's (0x7fffffff): the codes select their NaN bits
+// (StateCodes.hpp's BlockNaNScale(), kHalfNaNCode, kFloat8NaNCode) instead of computing them.
+// The FP32 parameters are not compared: there a NaN keeps the bits of the arithmetic that made it.
+BOOST_AUTO_TEST_CASE(NaNAndInfinityBlocksStoreTheCpuBackendsBitsWithTheHostsAndTheDevicesNaNs) {
+  if (!HostRoundsAsTheDevice()) {
+    return;
+  }
+  std::mt19937 rng(44);
+  for (const StateFormat first : mlfw_cuda_test::kBlockScaledFirstFormats) {
+    for (const StateFormat second : mlfw_cuda_test::kBlockScaledSecondFormats) {
+      for (const bool device_nans : {false, true}) {
+        BOOST_TEST_CONTEXT(ToString(first) << " / " << ToString(second) << (device_nans ? " / device NaNs" : "")) {
+          const Lists cpu = MakeLists(rng, first, second, MasterFormat::Float32, true, 32);
+          const Lists shared = Copy(cpu);
+          const AdamOptions options = AdamOptions::AdamW(3e-3, 5e-2);
+          for (std::int64_t step = 1; step <= 2; ++step) {
+            NonFiniteGradients(rng, cpu, shared);
+            const AdamStepScalars scalars = AdamStepScalarsFor(options, step);
+            const auto s = static_cast<std::uint64_t>(step);
+            BOOST_TEST(FusedAdamStep(StepLists(cpu, first, second, MasterFormat::Float32, 32, s), scalars));
+            const codes::AdamElementConstants c = codes::AdamConstantsOf(scalars);
+            SharedStep(StepLists(shared, first, second, MasterFormat::Float32, 32, s), true,
+                       [&](float& w, float g, float* m, float& v) {
+                         codes::AdamUpdate(w, g, *m, v, c);
+                         if (device_nans) {
+                           *m = DeviceNaN(*m);
+                           v = DeviceNaN(v);
+                         }
+                       });
+            RequireSameBytes(cpu.first, shared.first, "first state");
+            RequireSameBytes(cpu.second, shared.second, "second state");
+            RequireSameBytes(cpu.first_scales, shared.first_scales, "first scales");
+            RequireSameBytes(cpu.second_scales, shared.second_scales, "second scales");
+          }
+        }
+      }
+    }
+  }
+}
 
 BOOST_AUTO_TEST_CASE(AdamOfTheSharedElementFunctionsIsTheCpuBackendsBits) {
   if (!HostRoundsAsTheDevice()) {

@@ -163,9 +163,53 @@ void AdamOnBothSides(Step& s, std::mt19937& rng) {
   }
 }
 
+// Gradients of scale 0.1 with NaNs of either sign and with payloads, and infinities (WithNonFinite()).
+Pair NonFiniteGradients(std::mt19937& rng) {
+  Pair pair;
+  for (const std::size_t n : kSizes) {
+    std::normal_distribution<float> normal(0.0f, 0.1f);
+    std::vector<float> values(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      values[i] = mlfw_cuda_test::WithNonFinite(i, normal(rng));
+    }
+    pair.host.push_back(FromVector(values, {n}, DataType::Float32));
+    pair.gpu.push_back(FromVector(values, {n}, DataType::Float32, kGpu));
+  }
+  return pair;
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(CudaLowBitSteps)
+
+// Blocks holding NaNs and infinities: the device's block-scaled states and scales are the CPU's
+// bytes (the quiet NaN scale, the positive NaN codes), although the device's arithmetic makes
+// every NaN 0x7FFFFFFF and the host's keeps an operand's sign and payload. The parameters are not
+// compared: there a NaN keeps the bits of the arithmetic that made it.
+BOOST_AUTO_TEST_CASE(NaNAndInfinityBlocksStoreTheCpuBitsOnTheDevice) {
+  if (!HostRoundsAsTheDevice()) {
+    return;
+  }
+  std::mt19937 rng(11);
+  for (const StateFormat first : mlfw_cuda_test::kBlockScaledFirstFormats) {
+    for (const StateFormat second : mlfw_cuda_test::kBlockScaledSecondFormats) {
+      BOOST_TEST_CONTEXT(ToString(first) << " / " << ToString(second)) {
+        Step s(rng, first, second, MasterFormat::Float32, 32, true);
+        for (std::uint64_t step = 1; step <= 2; ++step) {
+          s.g = NonFiniteGradients(rng);
+          const AdamStepScalars scalars =
+              AdamStepScalarsFor(AdamOptions::AdamW(3e-3, 5e-2), static_cast<std::int64_t>(step));
+          BOOST_TEST(FusedAdamStep(s.Lists(false, step), scalars));
+          BOOST_TEST(FusedAdamStep(s.Lists(true, step), scalars));
+          RequireSame(s.first, "first state");
+          RequireSame(s.second, "second state");
+          RequireSame(s.first_scales, "first scales");
+          RequireSame(s.second_scales, "second scales");
+        }
+      }
+    }
+  }
+}
 
 BOOST_AUTO_TEST_CASE(AdamMatchesTheCpuKernelsBitForBitInEveryFormat) {
   if (!HostRoundsAsTheDevice()) {

@@ -467,6 +467,111 @@ BOOST_AUTO_TEST_CASE(Float16BlocksOfZerosNaNsAndInfinitiesAndTheTopBinade) {
   BOOST_TEST(Float16RoundTrip(-0x1p-50f, 1.0f, true) == 0.0f);
 }
 
+// Blocks holding a NaN or an infinity store the same bits on every instruction set, and the
+// bits the shared element codes (core/StateCodes.hpp, which the CUDA kernels run) write: NaNs of
+// either sign and any payload, in vector lanes and in a short last block, through Adam's first
+// step (m = 0.1 g, v = 0.001 g^2: the signs and payloads of g carry into both). A NaN block: the
+// quiet NaN 0x7fc00000 as its scale and, for FP16 and FP8, the positive quiet NaN code in every
+// element (0x7e00, 0x7f), whatever the NaNs' signs and whichever operand the vector product took
+// its NaN from. A block with an infinity (infinite scale): FP8 stores an infinity's element,
+// inf * 0, as the positive NaN code too.
+BOOST_AUTO_TEST_CASE(NaNAndInfinityBlocksStoreTheCanonicalNaNOnEveryInstructionSet) {
+  BOOST_TEST_MESSAGE("instruction set: " << backends::cpu::InstructionSet());
+  constexpr std::size_t kBlock = 32;
+  constexpr std::size_t kN = 6 * kBlock + 7;
+  std::vector<float> grad(kN);
+  for (std::size_t i = 0; i < kN; ++i) {
+    grad[i] = (i % 3 == 0 ? -0.5f : 0.5f) + 0.01f * static_cast<float>(i % 11);
+  }
+  const auto nan = [](std::uint32_t bits) { return std::bit_cast<float>(bits); };
+  grad[5] = nan(0xffc00000u);   // block 0: the default NaN of x86 arithmetic (negative)
+  grad[20] = nan(0x7fc12345u);  // and a positive one with a payload
+  grad[9] = 0.0f;
+  grad[kBlock + 14] = nan(0xffd00001u);  // block 1: a negative NaN with a payload
+  grad[2 * kBlock + 6] = INFINITY;       // block 2: both infinities
+  grad[2 * kBlock + 13] = -INFINITY;
+  grad[3 * kBlock + 31] = -INFINITY;        // block 3: one, in the last lane
+  grad[5 * kBlock] = nan(0x7f800001u);      // block 5: a signalling NaN in the first lane
+  grad[6 * kBlock + 4] = nan(0xfff00000u);  // the short last block (the scalar tails)
+  struct Kind {
+    bool nan, inf;
+  };
+  std::vector<Kind> kinds;
+  for (std::size_t b = 0; b * kBlock < kN; ++b) {
+    Kind k{false, false};
+    for (std::size_t i = b * kBlock; i < std::min(kN, (b + 1) * kBlock); ++i) {
+      k.nan = k.nan || std::isnan(grad[i]);
+      k.inf = k.inf || std::isinf(grad[i]);
+    }
+    kinds.push_back(k);
+  }
+  // The code of element i of a non-finite block of @p format (second: the second moment).
+  const auto expected_code = [&](StateFormat format, bool second, std::size_t i) -> std::uint32_t {
+    const float g = grad[i];
+    const Kind k = kinds[i / kBlock];
+    const bool kept = second && std::isfinite(g) && g != 0.0f;  // a positive v kept from code 0
+    const bool negative = !second && std::signbit(g);
+    switch (format) {
+      case StateFormat::Float16:
+        if (k.nan) return 0x7e00u;
+        if (std::isinf(g)) return negative ? 0xfc00u : 0x7c00u;
+        return kept ? 1u : negative ? 0x8000u : 0u;  // below FP16 at the scale 2^113
+      case StateFormat::Float8E4M3Block:
+        if (k.nan || std::isinf(g)) return 0x7fu;
+        return kept ? 1u : negative ? 0x80u : 0u;  // value * 0 (the factor of an infinite scale)
+      default:  // a NaN quotient or value / inf: code 0, a positive v (inf included) kept at 1
+        return second && !std::isnan(g) && g != 0.0f ? 1u : 0u;
+    }
+  };
+  const std::vector<StateFormat> firsts = {StateFormat::Float16, StateFormat::Int8Block, StateFormat::Float8E4M3Block};
+  const std::vector<StateFormat> seconds = {StateFormat::Float16, StateFormat::UInt8Block,
+                                            StateFormat::Float8E4M3Block};
+  for (std::size_t c = 0; c < firsts.size(); ++c) {
+    const StateFormat first = firsts[c];
+    const StateFormat second = seconds[c];
+    BOOST_TEST_CONTEXT(ToString(first) << "/" << ToString(second)) {
+      const std::vector<TensorPtr> w = {FromVector(std::vector<float>(kN, 0.5f), {kN})};
+      const std::vector<TensorPtr> g = {FromVector(grad, {kN})};
+      const Stored m = ZeroState(first, kN, kBlock);
+      const Stored v = ZeroState(second, kN, kBlock);
+      const std::vector<TensorPtr> m_data = {m.data};
+      const std::vector<TensorPtr> v_data = {v.data};
+      const std::vector<TensorPtr> m_scales = {m.scales};
+      const std::vector<TensorPtr> v_scales = {v.scales};
+      const OptimizerStepLists lists{.Parameters = w,
+                                     .Gradients = g,
+                                     .FirstState = m_data,
+                                     .SecondState = v_data,
+                                     .FirstStateFormat = first,
+                                     .SecondStateFormat = second,
+                                     .FirstStateScales = m_scales,
+                                     .SecondStateScales = v_scales,
+                                     .StateBlockSize = kBlock};
+      BOOST_TEST(FusedAdamStep(lists, AdamStepScalarsFor(AdamOptions{}, 1)));
+      for (const bool is_second : {false, true}) {
+        const StateFormat format = is_second ? second : first;
+        const Stored& s = is_second ? v : m;
+        const std::vector<float> scales = s.scales->ToFloatVector();
+        const std::vector<std::uint8_t> bytes = Bytes(s.data);
+        const std::vector<std::uint16_t> halves = Halves(s.data);
+        for (std::size_t b = 0; b < kinds.size(); ++b) {
+          if (!kinds[b].nan && !kinds[b].inf) continue;
+          BOOST_TEST_CONTEXT((is_second ? "second" : "first") << " state, block " << b) {
+            const std::uint32_t infinite_scale = format == StateFormat::Float16 ? 0x78000000u : 0x7f800000u;
+            BOOST_TEST(std::bit_cast<std::uint32_t>(scales[b]) == (kinds[b].nan ? 0x7fc00000u : infinite_scale),
+                       std::hex << "scale bits 0x" << std::bit_cast<std::uint32_t>(scales[b]));
+            for (std::size_t i = b * kBlock; i < std::min(kN, (b + 1) * kBlock); ++i) {
+              const std::uint32_t got = format == StateFormat::Float16 ? halves[i] : bytes[i];
+              BOOST_TEST(got == expected_code(format, is_second, i),
+                         std::hex << "element " << std::dec << i << ": code 0x" << std::hex << got);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // RoundHalfEven(value * (1 / scale)) through volatiles (no contraction, no folding): the code a
 // kernel that multiplies by the reciprocal instead of dividing would give.
 float RoundedProduct(float value, float scale) {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <span>
 
+#include <mlframework/core/HostDevice.hpp>
 #include <mlframework/core/ITensor.hpp>
 
 namespace mlframework {
@@ -36,6 +37,13 @@ namespace mlframework {
 ///   per block (signed: either moment). Relative error at most 2^-4 for `|x| >= 2^-6 * scale`,
 ///   absolute error at most `2^-10 * scale` below; a positive second moment that would round to 0
 ///   is stored as the smallest subnormal (`2^-9 * scale`).
+///
+/// A block-scaled block holding a NaN stores the quiet NaN 0x7FC00000 as its scale, and every element
+/// decodes to NaN (the Float16 and Float8E4M3Block codes of such a block are the positive quiet NaN,
+/// 0x7E00 and 0x7F); a block holding an infinity (and no NaN) has an infinite scale (Float16: 2^113,
+/// its infinities stay infinite; the other formats' elements then decode to NaN or an infinity),
+/// and an infinity's Float8E4M3Block code is 0x7F too. These bits are the same on every CPU
+/// instruction set and on CUDA, whatever the NaNs' signs and payloads.
 ///
 /// Every second-moment format keeps a positive value positive (Float16 and BFloat16 store the
 /// smallest subnormal code where round-to-nearest would give 0), so Adam's denominator never collapses
@@ -71,7 +79,8 @@ constexpr const char* ToString(StateFormat format) noexcept {
 }
 
 /// True for the formats with one FP32 scale per block (Float16, Int8Block, UInt8Block, Float8E4M3Block).
-constexpr bool IsBlockScaled(StateFormat format) noexcept {
+/// Callable from CUDA device code too.
+MLFW_HOST_DEVICE constexpr bool IsBlockScaled(StateFormat format) noexcept {
   return format == StateFormat::Float16 || format == StateFormat::Int8Block || format == StateFormat::UInt8Block ||
          format == StateFormat::Float8E4M3Block;
 }

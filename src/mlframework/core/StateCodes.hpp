@@ -18,6 +18,29 @@
 
 namespace mlframework::detail {
 
+/// The bits every path stores for a NaN in a block-scaled state: the quiet NaN of each type,
+/// positive, without payload. Arithmetic on a NaN does not give one set of bits: the CPU keeps the
+/// sign and payload of one operand (which one depends on the operand order the compiler chose,
+/// and x86 makes inf * 0 the negative NaN), the GPU gives 0x7fffffff. So a block's NaN scale and
+/// NaN codes are selected, never computed, and the CPU, the CUDA kernels and the checkpoint
+/// conversion write the same bytes.
+/// The scale of a block holding a NaN (each of its elements decodes to NaN).
+MLFW_HOST_DEVICE inline float BlockNaNScale() { return BitsAsFloat(0x7fc00000u); }
+/// The FP16 code of a NaN in a Float16 block.
+inline constexpr std::uint16_t kHalfNaNCode = 0x7e00u;
+/// The E4M3FN code of a NaN in a Float8E4M3Block block.
+inline constexpr std::uint8_t kFloat8NaNCode = 0x7fu;
+
+/// @p code, or kFloat8NaNCode when it is an E4M3FN NaN (S.1111.111, either sign).
+MLFW_HOST_DEVICE inline std::uint8_t CanonicalFloat8Code(std::uint8_t code) {
+  return (code & 0x7fu) == 0x7fu ? kFloat8NaNCode : code;
+}
+
+/// @p code, or kHalfNaNCode when it is an FP16 NaN (any sign and payload).
+MLFW_HOST_DEVICE inline std::uint16_t CanonicalHalfCode(std::uint16_t code) {
+  return (code & 0x7fffu) > 0x7c00u ? kHalfNaNCode : code;
+}
+
 /// The largest code magnitude of a block-scaled format: the scale is absmax / this.
 MLFW_HOST_DEVICE inline float BlockCodeMax(StateFormat format) {
   return format == StateFormat::Int8Block ? 127.0f : format == StateFormat::UInt8Block ? 255.0f : 448.0f;
@@ -55,10 +78,11 @@ MLFW_HOST_DEVICE inline float Float8CodeFactor(float scale) {
   return factor > kFloatMax ? 0.0f : factor;
 }
 
-/// The FP8 E4M3FN code of @p value * Float8CodeFactor(@p scale) (saturating); @p keep_positive: a
-/// positive value that would round to zero gets the smallest subnormal.
+/// The FP8 E4M3FN code of @p value * Float8CodeFactor(@p scale) (saturating; a NaN product, from
+/// a NaN block or an infinity times the factor 0 of an infinite scale, as kFloat8NaNCode);
+/// @p keep_positive: a positive value that would round to zero gets the smallest subnormal.
 MLFW_HOST_DEVICE inline std::uint8_t Float8Code(float value, float scale, bool keep_positive) {
-  const std::uint8_t code = FloatToFloat8E4M3FNBits(MulRn(value, Float8CodeFactor(scale)));
+  const std::uint8_t code = CanonicalFloat8Code(FloatToFloat8E4M3FNBits(MulRn(value, Float8CodeFactor(scale))));
   return keep_positive && value > 0.0f && code == 0 ? std::uint8_t{1} : code;
 }
 
@@ -74,13 +98,14 @@ MLFW_HOST_DEVICE inline std::uint16_t BFloat16StateCode(float value, bool keep_p
 /// finite value), so value / scale and code * scale are exact and the block's values keep FP16's
 /// 11 bits down to absmax * 2^-29 (subnormal codes: down to absmax * 2^-40). At least 2^-126, so
 /// that 1 / scale is an FP32 value (an all-zero block, or one whose values all lie below 2^-111,
-/// gets 2^-126); an infinite block 2^113 (its infinities encode as FP16 infinities); a NaN block NaN.
+/// gets 2^-126); an infinite block 2^113 (its infinities encode as FP16 infinities); a NaN block
+/// BlockNaNScale().
 MLFW_HOST_DEVICE inline float Float16BlockScale(float absmax) {
   const std::uint32_t bits = FloatAsBits(absmax) & 0x7fffffffu;
   const std::uint32_t rounds_up = (bits & 0x7fffffu) >= 0x7ff000u ? 1u : 0u;
   const std::uint32_t biased = (bits >> 23) + rounds_up;  // the scale's biased exponent plus 15
   const std::uint32_t exponent = biased > 16u ? biased - 15u : 1u;
-  return bits > 0x7f800000u ? BitsAsFloat(0x7fc00000u) : BitsAsFloat(exponent << 23);
+  return bits > 0x7f800000u ? BlockNaNScale() : BitsAsFloat(exponent << 23);
 }
 
 /// 1 / @p scale for a Float16BlockScale() (a power of two from 2^-126 to 2^113), exact, from its
@@ -92,10 +117,10 @@ MLFW_HOST_DEVICE inline float Float16CodeFactor(float scale) {
 
 /// The FP16 code of @p value in a Float16 block of scale @p scale (Float16BlockScale()): the FP16
 /// rounding (nearest even) of value * Float16CodeFactor(scale), the product exact unless it lies
-/// below FP32's normal range (far below FP16's smallest code); a NaN scale gives NaN codes.
+/// below FP32's normal range (far below FP16's smallest code); a NaN scale gives kHalfNaNCode.
 /// @p keep_positive: a positive value never gets code 0.
 MLFW_HOST_DEVICE inline std::uint16_t Float16BlockCode(float value, float scale, bool keep_positive) {
-  const std::uint16_t code = FloatToHalfBits(MulRn(value, Float16CodeFactor(scale)));
+  const std::uint16_t code = CanonicalHalfCode(FloatToHalfBits(MulRn(value, Float16CodeFactor(scale))));
   return keep_positive && value > 0.0f && code == 0 ? std::uint16_t{1} : code;
 }
 
@@ -115,9 +140,13 @@ MLFW_HOST_DEVICE inline float DecodeBlockCode(StateFormat format, std::uint8_t c
 /// every finite value's). Max is exact and order-free: any reduction order gives the same bits.
 MLFW_HOST_DEVICE inline std::uint32_t MagnitudeBits(float value) { return FloatAsBits(value) & 0x7fffffffu; }
 
-/// The FP32 scale of a block of @p format whose largest magnitude is @p absmax.
+/// The FP32 scale of a block of @p format whose largest magnitude is @p absmax (BlockNaNScale()
+/// when that is NaN).
 MLFW_HOST_DEVICE inline float BlockScale(StateFormat format, float absmax) {
-  return format == StateFormat::Float16 ? Float16BlockScale(absmax) : DivRn(absmax, BlockCodeMax(format));
+  if (format == StateFormat::Float16) {
+    return Float16BlockScale(absmax);
+  }
+  return MagnitudeBits(absmax) > 0x7f800000u ? BlockNaNScale() : DivRn(absmax, BlockCodeMax(format));
 }
 
 /// Element @p i of a state stored as @p format in @p data (the codes, from the tensor's first
@@ -142,10 +171,7 @@ MLFW_HOST_DEVICE inline float DecodeStateElementInBlock(StateFormat format, cons
 /// element), @p scales its block scales (block-scaled formats) of blocks of @p block elements.
 MLFW_HOST_DEVICE inline float DecodeStateElement(StateFormat format, const void* data, const float* scales,
                                                  std::size_t block, std::size_t i) {
-  // IsBlockScaled()'s formats (a host-only constexpr function, which device code cannot call).
-  const bool scaled = format == StateFormat::Float16 || format == StateFormat::Int8Block ||
-                      format == StateFormat::UInt8Block || format == StateFormat::Float8E4M3Block;
-  return DecodeStateElementInBlock(format, data, scaled ? scales[i / block] : 0.0f, i);
+  return DecodeStateElementInBlock(format, data, IsBlockScaled(format) ? scales[i / block] : 0.0f, i);
 }
 
 /// Stores @p value as element @p i of a state stored as @p format in @p data, @p scale the scale of

@@ -62,6 +62,10 @@ class MpiAsyncOp {
     if (done_.load()) return true;
     std::unique_lock lock(mutex_, std::try_to_lock);
     if (!lock.owns_lock() || done_.load()) return done_.load();
+    if (error_) {  // failed earlier, still holding its place in the follow-up order
+      if (Abandon(engine)) done_.store(true);
+      return done_.load();
+    }
     try {
       if (request_ != MPI_REQUEST_NULL) {
         int flag = 0;
@@ -74,8 +78,7 @@ class MpiAsyncOp {
       if (Advance(engine)) done_.store(true);
     } catch (...) {
       error_ = std::current_exception();
-      Abandon(engine);
-      done_.store(true);
+      if (Abandon(engine)) done_.store(true);
     }
     return done_.load();
   }
@@ -89,9 +92,18 @@ class MpiAsyncOp {
   // Runs once the current request completed (or, with none, when the op may move on): true
   // when the op is complete; false after starting the next request or to be called again.
   virtual bool Advance(MpiAsyncEngine& engine) = 0;
-  // After a failure: lets operations queued behind this one start their second stage.
-  virtual void Abandon(MpiAsyncEngine& /*engine*/) noexcept {}
+  // After a failure: passes the operation's place in the order of the follow-up starts once
+  // every earlier place has passed (passed any sooner, it would stand for an earlier one and
+  // leave that operation waiting forever), so the operations behind it still start theirs.
+  // True once the operation holds no place; until then Poll() calls it again.
+  virtual bool Abandon(MpiAsyncEngine& /*engine*/) noexcept { return true; }
   void Start(int code) const { Check(code, call_); }
+  // The same for a start into the engine's @p scratch: a failed one gives it back first, so
+  // that it leaves the engine as it was.
+  void Start(int code, MpiAsyncEngine& engine, std::vector<std::byte>& scratch) const {
+    if (code != MPI_SUCCESS) engine.GiveScratch(std::move(scratch));
+    Start(code);
+  }
 
   MPI_Request request_ = MPI_REQUEST_NULL;  // NOLINT(misc-non-private-member-variables-in-classes)
 
@@ -120,8 +132,8 @@ class SingleOp final : public MpiAsyncOp {
 };
 
 // An operation's place in the order of the starts on the engine's second communicator
-// (MpiAsyncEngine::TakeTicket()). A place taken is passed exactly once: by the start it was
-// taken for or, after a failure, by Abandon(), so the operations behind it still start.
+// (MpiAsyncEngine::TakeTicket()). A place taken is passed exactly once, in turn: by the start it
+// was taken for or, after a failure, by Abandon(), so the operations behind it still start.
 class FollowUpTurn {
  public:
   void Take(MpiAsyncEngine& engine) noexcept {
@@ -137,6 +149,12 @@ class FollowUpTurn {
       held_ = false;
       engine.Started();
     }
+  }
+  // Passes the place once it is its turn (after a failure); true once none is held.
+  bool PassInTurn(MpiAsyncEngine& engine) noexcept {
+    if (held_ && !Ready(engine)) return false;
+    Pass(engine);
+    return true;
   }
 
  private:
@@ -166,8 +184,12 @@ class ScatterByAllToAll final : public MpiAsyncOp {
       turn_.Take(engine);
       return;
     }
-    const std::lock_guard mpi(MpiCallLock());
-    Start(StartOn(engine.Comm()));
+    int code = MPI_SUCCESS;
+    {
+      const std::lock_guard mpi(MpiCallLock());
+      code = StartOn(engine.Comm());
+    }
+    Start(code, engine, parts_);
   }
 
  private:
@@ -190,7 +212,7 @@ class ScatterByAllToAll final : public MpiAsyncOp {
     finish_ = nullptr;  // what it holds (the caller's tensors) goes before the op completes
     return true;
   }
-  void Abandon(MpiAsyncEngine& engine) noexcept override { turn_.Pass(engine); }
+  bool Abandon(MpiAsyncEngine& engine) noexcept override { return turn_.PassInTurn(engine); }
 
   std::function<void()> finish_;
   const void* send_;
@@ -226,11 +248,17 @@ class AllReduceByAllToAll final : public MpiAsyncOp {
     receive_displacements_.resize(ranks);
     for (std::size_t r = 0; r < ranks; ++r) receive_displacements_[r] = static_cast<int>(r * mine_);
     parts_ = engine.TakeScratch(mine_ * ranks * ElementSize(dtype));
+    int code = MPI_SUCCESS;
+    {
+      const std::lock_guard mpi(MpiCallLock());
+      code = MPI_Ialltoallv(data_, counts_.data(), displacements_.data(), WireType(dtype), parts_.data(),
+                            receive_counts_.data(), receive_displacements_.data(), WireType(dtype), engine.Comm(),
+                            &request_);
+    }
+    Start(code, engine, parts_);
+    // The place in the order of the second stages is taken only once the first stage started:
+    // an operation whose start threw never polls, so it could not pass a place it held.
     turn_.Take(engine);
-    const std::lock_guard mpi(MpiCallLock());
-    Start(MPI_Ialltoallv(data_, counts_.data(), displacements_.data(), WireType(dtype), parts_.data(),
-                         receive_counts_.data(), receive_displacements_.data(), WireType(dtype), engine.Comm(),
-                         &request_));
   }
 
  private:
@@ -251,7 +279,7 @@ class AllReduceByAllToAll final : public MpiAsyncOp {
     }
     return true;
   }
-  void Abandon(MpiAsyncEngine& engine) noexcept override { turn_.Pass(engine); }
+  bool Abandon(MpiAsyncEngine& engine) noexcept override { return turn_.PassInTurn(engine); }
 
   std::byte* data_;
   DataType dtype_;
@@ -294,7 +322,7 @@ class DeferredAllGather final : public MpiAsyncOp {
     Start(code);
     return false;
   }
-  void Abandon(MpiAsyncEngine& engine) noexcept override { turn_.Pass(engine); }
+  bool Abandon(MpiAsyncEngine& engine) noexcept override { return turn_.PassInTurn(engine); }
 
   std::function<void()> prepare_;
   const void* send_;  // MPI_IN_PLACE for a send slot inside the output

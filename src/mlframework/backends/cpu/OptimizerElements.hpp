@@ -481,6 +481,8 @@ inline void EncodeFloat8(const float* values, std::uint8_t* out, std::size_t n, 
       std::memcpy(&x, values + i, sizeof x);
       const F y = x * scale;
       U code = Lanes::template Encode<DataType::Float8E4M3FN>(reinterpret_cast<U>(y));
+      // CanonicalFloat8Code(): the sign of a NaN product depends on the operand order.
+      code = Lanes::Select((code & 0x7fu) == 0x7fu, Lanes::Splat(mlframework::detail::kFloat8NaNCode), code);
       if constexpr (kSecond) {
         code = Lanes::Select((x > 0.0f) & (code == 0u), Lanes::Splat(1u), code);
       }
@@ -489,7 +491,8 @@ inline void EncodeFloat8(const float* values, std::uint8_t* out, std::size_t n, 
     }
   }
   for (; i < n; ++i) {
-    const std::uint8_t code = mlframework::detail::FloatToFloat8E4M3FNSatBits(values[i] * factor);
+    const std::uint8_t code =
+        mlframework::detail::CanonicalFloat8Code(mlframework::detail::FloatToFloat8E4M3FNSatBits(values[i] * factor));
     out[i] = kSecond && values[i] > 0.0f && code == 0 ? std::uint8_t{1} : code;
   }
 }
@@ -524,6 +527,12 @@ inline void EncodeState(const StoredFormats& f, StateFormat format, void* data, 
         const float scale = mlframework::detail::Float16BlockScale(absmax);
         scales[(lo + b) / block] = scale;
         static_cast<void>(f.to_float16(values + b, out + b, end - b, mlframework::detail::Float16CodeFactor(scale)));
+        if (std::isnan(scale)) {
+          // A NaN block (and only it: a finite factor times a non-NaN value is no NaN) has NaN
+          // codes alone, each with the sign and payload of one operand: Float16BlockCode() writes
+          // kHalfNaNCode.
+          std::fill(out + b, out + end, mlframework::detail::kHalfNaNCode);
+        }
         if (second) {
           KeepPositive(values + b, out + b, end - b);
         }
@@ -538,7 +547,7 @@ inline void EncodeState(const StoredFormats& f, StateFormat format, void* data, 
       for (std::size_t b = 0; b < n; b += block) {
         const std::size_t end = b + block < n ? b + block : n;
         const float absmax = maxima != nullptr ? maxima[b / block] : AbsMax(values, b, end);
-        const float scale = absmax / code_max;
+        const float scale = mlframework::detail::BlockScale(format, absmax);
         scales[(lo + b) / block] = scale;
         if (format == StateFormat::Float8E4M3Block) {
           const float factor = mlframework::detail::Float8CodeFactor(scale);

@@ -1,0 +1,171 @@
+// MPI failures injected through MPI's profiling interface: this executable defines MPI calls
+// that the library's calls reach instead of MPI's own; they fail when a test arms them and
+// otherwise pass the call on to the PMPI_ entry point. Each test fails a call on every rank
+// alike, as a failing MPI would: the failed operation throws CommunicationError, and the
+// collectives in flight with it and after it complete with the bits of the blocking calls. A
+// collective that hangs ends the process through WaitWithin() (and the suite has a CTest
+// timeout): an engine with a stuck operation cannot shut down, so the test could not fail any
+// other way.
+#include <mpi.h>
+
+#include <boost/test/unit_test.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <iostream>
+#include <thread>
+#include <vector>
+
+#include <mlframework/core/Error.hpp>
+#include <mlframework/core/Tensor.hpp>
+#include <mlframework/distributed/CollectiveRequest.hpp>
+#include <mlframework/distributed/MpiProcessGroup.hpp>
+
+#include "distributed/DistributedTestUtil.hpp"
+
+namespace dist = mlframework::distributed;
+using mlframework::DataType;
+using mlframework::TensorPtr;
+
+namespace {
+
+// How many of the next MPI_Ialltoallv calls fail (with MPI_ERR_OTHER, starting nothing).
+std::atomic<int> failing_alltoallv{0};
+// How many of the next MPI_Ialltoallv requests to record: the first as `held_request`, whose
+// MPI_Test reports it incomplete until `failing_request` failed; the second as
+// `failing_request`, whose MPI_Test reports MPI_ERR_OTHER once the request completed.
+std::atomic<int> recording_alltoallv{0};
+std::atomic<MPI_Request> held_request{MPI_REQUEST_NULL};
+std::atomic<MPI_Request> failing_request{MPI_REQUEST_NULL};
+
+// Returns once @p request completed; ends the process with a message naming @p what when it
+// has not after kDeadline.
+void WaitWithin(dist::CollectiveRequest& request, const char* what) {
+  constexpr auto kDeadline = std::chrono::seconds(20);
+  const auto deadline = std::chrono::steady_clock::now() + kDeadline;
+  while (!request.Test()) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      std::cerr << "MpiFaultInjection: " << what << " did not complete within " << kDeadline.count() << " s\n";
+      std::_Exit(EXIT_FAILURE);
+    }
+    std::this_thread::yield();
+  }
+}
+
+}  // namespace
+
+extern "C" int MPI_Ialltoallv(const void* sendbuf, const int sendcounts[], const int sdispls[], MPI_Datatype sendtype,
+                              void* recvbuf, const int recvcounts[], const int rdispls[], MPI_Datatype recvtype,
+                              MPI_Comm comm, MPI_Request* request) {
+  int armed = failing_alltoallv.load();
+  while (armed > 0) {
+    if (failing_alltoallv.compare_exchange_weak(armed, armed - 1)) return MPI_ERR_OTHER;
+  }
+  const int code =
+      PMPI_Ialltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, request);
+  if (code == MPI_SUCCESS && recording_alltoallv.load() > 0) {
+    (recording_alltoallv.fetch_sub(1) == 2 ? held_request : failing_request).store(*request);
+  }
+  return code;
+}
+
+extern "C" int MPI_Test(MPI_Request* request, int* flag, MPI_Status* status) {
+  const MPI_Request r = *request;
+  if (r != MPI_REQUEST_NULL && r == failing_request.load()) {
+    const int code = PMPI_Test(request, flag, status);
+    if (code != MPI_SUCCESS || *flag == 0) return code;
+    failing_request.store(MPI_REQUEST_NULL);
+    held_request.store(MPI_REQUEST_NULL);
+    return MPI_ERR_OTHER;  // completed (and freed), reported as failed
+  }
+  if (r != MPI_REQUEST_NULL && r == held_request.load()) {
+    *flag = 0;
+    return MPI_SUCCESS;
+  }
+  return PMPI_Test(request, flag, status);
+}
+
+BOOST_AUTO_TEST_SUITE(MpiFaultInjection)
+
+// The all-to-all all-reduce (the default method) starts its all-gather on the engine's second
+// communicator in the order the operations were started: a first stage that fails to start
+// must hold no place in that order, or every later all-reduce, deferred all-gather and
+// reduce-scatter with a finish waits for it forever.
+BOOST_AUTO_TEST_CASE(AFailedAllReduceStartLeavesTheLaterCollectivesRunning) {
+  auto group = dist::MakeMpiProcessGroup();
+  const int rank = group->Rank();
+  const auto world = static_cast<std::size_t>(group->WorldSize());
+  const auto me = static_cast<std::size_t>(rank);
+  constexpr std::size_t kCount = 1001;
+  auto tensor = mlfw_test::Make(mlfw_test::RankValues(kCount, rank, 0.2f), DataType::Float32);
+  const std::vector<float> before = tensor->ToFloatVector();
+
+  failing_alltoallv.store(1);
+  BOOST_CHECK_THROW(group->AllReduceAsync(*tensor), mlframework::CommunicationError);
+  BOOST_TEST(failing_alltoallv.load() == 0);  // the all-to-all was the call that failed
+  BOOST_TEST(mlfw_test::SameBits(tensor->ToFloatVector(), before));
+
+  // An all-reduce, a deferred all-gather and a reduce-scatter with a finish, all in flight
+  // together: each gets the bits of its blocking twin.
+  TensorPtr expected_sum = tensor->Clone();
+  group->AllReduce(*expected_sum);
+  auto sum = group->AllReduceAsync(*tensor);
+
+  auto gathered = mlframework::Zeros({kCount * world});
+  const TensorPtr slot = gathered->Backend()->View(gathered, kCount * me, {kCount});
+  auto gather = group->AllGatherAsyncAfter([&slot, &before] { slot->CopyFromFloats(before); }, *slot, *gathered);
+
+  auto scatter_input = mlfw_test::Make(mlfw_test::RankValues(kCount * world, rank, 0.6f), DataType::BFloat16);
+  auto scattered = mlframework::Zeros({kCount}, DataType::BFloat16);
+  int finishes = 0;
+  auto scatter =
+      group->ReduceScatterAsyncThen(*scatter_input, *scattered, dist::ReduceOp::Sum, [&finishes] { ++finishes; });
+
+  WaitWithin(*sum, "the all-reduce after the failed one");
+  WaitWithin(*gather, "the deferred all-gather after the failed all-reduce");
+  WaitWithin(*scatter, "the reduce-scatter with a finish after the failed all-reduce");
+
+  BOOST_TEST(mlfw_test::SameBits(tensor->ToFloatVector(), expected_sum->ToFloatVector()));
+  auto expected_gathered = mlframework::Zeros({kCount * world});
+  const TensorPtr expected_slot = expected_gathered->Backend()->View(expected_gathered, kCount * me, {kCount});
+  expected_slot->CopyFromFloats(before);
+  group->AllGather(*expected_slot, *expected_gathered);
+  BOOST_TEST(mlfw_test::SameBits(gathered->ToFloatVector(), expected_gathered->ToFloatVector()));
+  auto expected_scattered = mlframework::Zeros({kCount}, DataType::BFloat16);
+  group->ReduceScatter(*scatter_input, *expected_scattered);
+  BOOST_TEST(mlfw_test::SameBits(scattered->ToFloatVector(), expected_scattered->ToFloatVector()));
+  BOOST_TEST(finishes == 1);
+}
+
+// Two all-reduces in flight: the second fails (its all-to-all reports an error) while the first
+// has not yet started its all-gather. The failed one must pass its place in the follow-up order
+// only after the first passed its own: passed at once, it would stand for the first one's, which
+// would then wait forever, and so would every later operation.
+BOOST_AUTO_TEST_CASE(AFailureBehindAnAllReduceWaitingForItsGatherLeavesItRunning) {
+  auto group = dist::MakeMpiProcessGroup();
+  const int rank = group->Rank();
+  constexpr std::size_t kCount = 777;
+  auto first = mlfw_test::Make(mlfw_test::RankValues(kCount, rank, 0.3f), DataType::Float32);
+  auto second = mlfw_test::Make(mlfw_test::RankValues(kCount, rank, 0.9f), DataType::BFloat16);
+  TensorPtr expected_first = first->Clone();
+  group->AllReduce(*expected_first);
+
+  recording_alltoallv.store(2);
+  auto first_request = group->AllReduceAsync(*first);
+  auto second_request = group->AllReduceAsync(*second);
+  BOOST_TEST(recording_alltoallv.load() == 0);  // both all-to-alls recorded
+  WaitWithin(*first_request, "the all-reduce started before the failed one");
+  BOOST_CHECK_THROW(second_request->Wait(), mlframework::CommunicationError);
+  BOOST_TEST(failing_request.load() == MPI_REQUEST_NULL);  // the failure was injected
+  BOOST_TEST(mlfw_test::SameBits(first->ToFloatVector(), expected_first->ToFloatVector()));
+
+  auto third = mlfw_test::Make(mlfw_test::RankValues(kCount, rank, 1.7f), DataType::Float32);
+  TensorPtr expected_third = third->Clone();
+  group->AllReduce(*expected_third);
+  auto third_request = group->AllReduceAsync(*third);
+  WaitWithin(*third_request, "the all-reduce after the failed one");
+  BOOST_TEST(mlfw_test::SameBits(third->ToFloatVector(), expected_third->ToFloatVector()));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
