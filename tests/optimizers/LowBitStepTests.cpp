@@ -50,8 +50,9 @@ std::vector<std::uint8_t> Bytes(const TensorPtr& tensor) {
 
 std::vector<std::uint16_t> Halves(const TensorPtr& tensor) {
   const std::span<const std::byte> bytes = tensor->HostBytes();
+  // The 16-bit values of a 16-bit state; an 8-bit state's odd last byte is left out.
   std::vector<std::uint16_t> out(bytes.size() / 2);
-  std::memcpy(out.data(), bytes.data(), bytes.size());
+  std::memcpy(out.data(), bytes.data(), out.size() * sizeof(std::uint16_t));
   return out;
 }
 
