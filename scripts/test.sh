@@ -58,14 +58,20 @@ step() {
   )
   local rc=$?
   set -e
+  record_step "$name" "$rc" "$((SECONDS - start)) s wall" "$cpu_before"
+}
+
+# Adds step $1's line to the summary: its exit status $2, its wall-clock time as text $3, and the
+# CPU time of the children finished since $4 (a child_cpu_seconds reading).
+record_step() {
   child_cpu_seconds
   local times
-  times="$((SECONDS - start)) s wall, $(awk -v a="$cpu_seconds" -v b="$cpu_before" 'BEGIN { printf "%.0f", a - b }') s CPU"
-  if ((rc == 0)); then
-    summary+=("$name: ok ($times)")
+  times="$3, $(awk -v a="$cpu_seconds" -v b="$4" 'BEGIN { printf "%.0f", a - b }') s CPU"
+  if (($2 == 0)); then
+    summary+=("$1: ok ($times)")
   else
-    summary+=("$name: FAILED ($times)")
-    failed+=("$name")
+    summary+=("$1: FAILED ($times)")
+    failed+=("$1")
   fi
 }
 
@@ -171,15 +177,7 @@ finish_lint() {
   wait "$lint_pid" || rc=$?
   lint_pid=""
   cat "$lint_log"
-  child_cpu_seconds
-  local times
-  times="$((SECONDS - start)) s wall waited of $((SECONDS - lint_start)) s in the background, $(awk -v a="$cpu_seconds" -v b="$cpu_before" 'BEGIN { printf "%.0f", a - b }') s CPU"
-  if ((rc == 0)); then
-    summary+=("lint: ok ($times)")
-  else
-    summary+=("lint: FAILED ($times)")
-    failed+=(lint)
-  fi
+  record_step lint "$rc" "$((SECONDS - start)) s wall waited of $((SECONDS - lint_start)) s in the background" "$cpu_before"
 }
 
 remaining=" $steps "
