@@ -268,7 +268,7 @@ inline void AdamSpan(float* w, const float* g, float* m, float* v, std::size_t n
   }
 }
 
-// ---- Masters and states not stored in FP32: each tile of kStagedTileElements elements is
+// ---- Masters and states not stored in FP32: each tile of StagedTileElements() elements is
 // decoded into FP32 copies in the cache, updated by the FP32 loop, and encoded back, so memory is
 // read and written once (StateCodes.hpp has the codes; these loops are the CUDA kernels' arithmetic).
 
@@ -760,17 +760,26 @@ inline void PrefetchTile(const OptimizerPiece& piece, std::size_t lo, std::size_
   }
 }
 
-// The tile buffers of a staged step: the masters and the two states in FP32.
 // The smallest block of a block-scaled state (StateBlockSize: a power of two from 32 to 2048).
 inline constexpr std::size_t kSmallestStateBlock = 32;
 
+// The elements of the tiles of a staged step whose state blocks hold @p block elements.
+inline std::size_t StagedTileElements(std::size_t block) {
+  return block > kStagedTileElements ? block : kStagedTileElements;
+}
+
+// The tile buffers of a staged step: the masters and the two states in FP32, sized for the
+// largest tile (StagedTileElements() of the largest block).
+inline constexpr std::size_t kLargestStagedTile =
+    kLargestStateBlock > kStagedTileElements ? kLargestStateBlock : kStagedTileElements;
+
 struct StagedTile {
-  alignas(64) float w[kStagedTileElements];
-  alignas(64) float first[kStagedTileElements];
-  alignas(64) float second[kStagedTileElements];
+  alignas(64) float w[kLargestStagedTile];
+  alignas(64) float first[kLargestStagedTile];
+  alignas(64) float second[kLargestStagedTile];
   // Each block's largest magnitude of first and second, where the update loop takes them.
-  float first_max[kStagedTileElements / kSmallestStateBlock];
-  float second_max[kStagedTileElements / kSmallestStateBlock];
+  float first_max[kLargestStagedTile / kSmallestStateBlock];
+  float second_max[kLargestStagedTile / kSmallestStateBlock];
 };
 
 // Runs update(w, g, first, second, n, maxima) tile by tile over a piece with a master or state
@@ -785,15 +794,16 @@ inline void ForEachStagedTile(const OptimizerPiece& piece, bool has_second, Upda
   const bool second_maxima = has_second && piece.second == nullptr && IsBlockScaled(f.second);
   const bool maxima = !std::is_same_v<Batch, float> && (first_maxima || second_maxima);
   StagedTile tile;
+  const std::size_t tile_elements = StagedTileElements(f.block_size);
   auto* low = static_cast<unsigned char*>(piece.low_precision);
-  for (std::size_t lo = 0; lo < piece.count; lo += kStagedTileElements) {
-    const std::size_t n = piece.count - lo < kStagedTileElements ? piece.count - lo : kStagedTileElements;
+  for (std::size_t lo = 0; lo < piece.count; lo += tile_elements) {
+    const std::size_t n = piece.count - lo < tile_elements ? piece.count - lo : tile_elements;
     float* w = piece.parameter != nullptr ? piece.parameter + lo : tile.w;
     float* m = piece.first != nullptr ? piece.first + lo : tile.first;
     float* v = piece.second != nullptr ? piece.second + lo : tile.second;
     if (lo + n < piece.count) {  // the next tile's arrays, while this one computes
       PrefetchTile(piece, lo + n,
-                   piece.count - lo - n < kStagedTileElements ? piece.count - lo - n : kStagedTileElements);
+                   piece.count - lo - n < tile_elements ? piece.count - lo - n : tile_elements);
     }
     if (piece.parameter == nullptr) {
       DecodeMasters(piece, lo, n, tile.w);
