@@ -5,6 +5,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <random>
 #include <span>
@@ -161,6 +162,43 @@ BOOST_AUTO_TEST_CASE(AdamAndAdamWMatchTheReferenceToTheBit) {
   }
   BOOST_TEST_MESSAGE("largest distance from the reference: " << worst << " ulp");
   BOOST_TEST(worst == 0u);  // the same operations in the same order: the reference's bits
+}
+
+// The square root's special inputs in the vector bodies and the scalar tails: second moments of
+// zero (a zero gradient on a zero moment), infinity (an infinite gradient or moment), NaN, a
+// negative FP32 moment handed in by the caller (the root is NaN, as torch's), subnormal and tiny
+// ones (the scaled path of MKL's root), each at every lane position of a vector.
+BOOST_AUTO_TEST_CASE(AdamMatchesTheReferenceOnZeroInfiniteNaNNegativeAndTinyMoments) {
+  BOOST_TEST_MESSAGE("instruction set: " << backends::cpu::InstructionSet());
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> moments = {0.0f, -0.0f, inf, -inf, nan, -1.0f, 0x1p-149f, 0x1p-120f, 0x1p-101f, 1.0f,
+                                      4.0f, 0x1p100f};
+  const std::vector<float> gradients = {0.0f, 1e-3f, -2.0f, inf, -inf, nan, 0x1p-80f, 3.0e19f};
+  const std::size_t n = 101;  // six AVX-512 vectors, five AVX2 ones and a tail
+  std::vector<float> ref_w(n), ref_m(n), ref_v(n), grad(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    ref_w[i] = 0.25f * static_cast<float>(i % 7) - 0.5f;
+    ref_m[i] = 0.01f * static_cast<float>(i % 5);
+    ref_v[i] = moments[i % moments.size()];
+    grad[i] = gradients[(i / moments.size()) % gradients.size()];
+  }
+  const mlfw_reference::AdamConfig config{.lr = 1e-2f, .weight_decay = 1e-2f, .decoupled = true};
+  const std::vector<TensorPtr> w = {Host(ref_w)};
+  const std::vector<TensorPtr> m = {Host(ref_m)};
+  const std::vector<TensorPtr> v = {Host(ref_v)};
+  mlfw_reference::AdamStep(ref_w, grad, ref_m, ref_v, config, 3, Fused(), Root());
+  const std::vector<TensorPtr> g = {Host(grad)};
+  const OptimizerStepLists lists{.Parameters = w, .Gradients = g, .FirstState = m, .SecondState = v};
+  BOOST_TEST(FusedAdamStep(lists, AdamStepScalarsFor(ToOptions(config), 3)));
+  BOOST_TEST(MaxUlps(w[0]->ToFloatVector(), ref_w) == 0u);
+  BOOST_TEST(MaxUlps(m[0]->ToFloatVector(), ref_m) == 0u);
+  BOOST_TEST(MaxUlps(v[0]->ToFloatVector(), ref_v) == 0u);
+  std::size_t nans = 0;
+  for (const float x : w[0]->ToFloatVector()) {
+    nans += std::isnan(x) ? 1 : 0;
+  }
+  BOOST_TEST(nans < n);  // the case is not all NaN: finite lanes were compared too
 }
 
 BOOST_AUTO_TEST_CASE(SGDMatchesTheReferenceToTheBit) {

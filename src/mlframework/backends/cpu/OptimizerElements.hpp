@@ -102,11 +102,12 @@ inline __m512 MklSqrt(__m512 x) {
   const __m512 residual = _mm512_fnmadd_ps(root, root, scaled);
   __m512 r = _mm512_fmadd_ps(residual, half_y, root);
   r = _mm512_mask_mul_ps(r, small, r, _mm512_set1_ps(0x1p-32f));
-  const __mmask16 special = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LE_OQ) |
-                            _mm512_cmp_ps_mask(x, _mm512_set1_ps(INFINITY), _CMP_EQ_OQ) |
-                            _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-  // VSQRTPS costs its full latency under any mask: run it only when a lane needs it (rare).
-  return special != 0 ? _mm512_mask_sqrt_ps(r, special, x) : r;
+  // The IEEE root of the special inputs by class (VFIXUPIMMPS, one instruction, no compare or
+  // branch): a NaN itself (a signalling one quieted), +-0 itself, +infinity itself, -infinity and
+  // negative values the default NaN; +1 and the positive values keep r. The same bits as VSQRTPS
+  // on each of the 2^32 inputs (checked exhaustively).
+  constexpr std::int32_t kSqrtClasses = 0x03530121;  // a nibble per class: positive ... QNaN
+  return _mm512_fixupimm_ps(r, x, _mm512_set1_epi32(kSqrtClasses), 0);
 }
 #endif
 
