@@ -469,14 +469,29 @@ inline void KeepPositive(const float* values, Code* out, std::size_t n) {
 // The E4M3FN codes of values[i] * @p factor (saturating) into out[0, n): the FP8 kernels' encode
 // on the FP32 bits (float8::Elements, core/Float8Bits.hpp's rounding) in the same loop as the
 // product; kSecond: a positive value that would get code 0 gets the smallest subnormal.
+// @p finite_block: the block's scale is finite, so every value is finite and each product lies
+// below 448 * (1 + 2^-20) (the scale absmax / 448 and the factor 1 / scale each rounded once, or
+// a factor 0), far from 464, where E4M3FN's saturation starts: the vectors then take the rounding
+// alone, without the saturation, NaN and NaN-sign selects no such product takes (the same bits).
 template <bool kSecond, int kWidth>
-inline void EncodeFloat8(const float* values, std::uint8_t* out, std::size_t n, float factor) {
+inline void EncodeFloat8(const float* values, std::uint8_t* out, std::size_t n, float factor, bool finite_block) {
   std::size_t i = 0;
   if constexpr (kWidth > 1) {
     using Lanes = float8::Elements<kWidth>;
     using F = typename Lanes::F;
     using U = typename Lanes::U;
     const F scale = F{} + factor;
+    for (; finite_block && i + kWidth <= n; i += kWidth) {
+      F x;
+      std::memcpy(&x, values + i, sizeof x);
+      const U y = reinterpret_cast<U>(x * scale);
+      U code = Lanes::E4M3FNMagnitude(y & 0x7fffffffu) | ((y >> 24) & 0x80u);
+      if constexpr (kSecond) {
+        code = Lanes::Select((x > 0.0f) & (code == 0u), Lanes::Splat(1u), code);
+      }
+      const typename Lanes::B bytes = __builtin_convertvector(code, typename Lanes::B);
+      std::memcpy(out + i, &bytes, sizeof bytes);
+    }
     for (; i + kWidth <= n; i += kWidth) {
       F x;
       std::memcpy(&x, values + i, sizeof x);
@@ -552,10 +567,11 @@ inline void EncodeState(const StoredFormats& f, StateFormat format, void* data, 
         scales[(lo + b) / block] = scale;
         if (format == StateFormat::Float8E4M3Block) {
           const float factor = mlframework::detail::Float8CodeFactor(scale);
+          const bool finite_block = std::isfinite(scale);
           if (second) {
-            EncodeFloat8<true, kLanes<Batch>>(values + b, out + b, end - b, factor);
+            EncodeFloat8<true, kLanes<Batch>>(values + b, out + b, end - b, factor, finite_block);
           } else {
-            EncodeFloat8<false, kLanes<Batch>>(values + b, out + b, end - b, factor);
+            EncodeFloat8<false, kLanes<Batch>>(values + b, out + b, end - b, factor, finite_block);
           }
         } else {
           if (second) {
