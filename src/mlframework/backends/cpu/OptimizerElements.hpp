@@ -14,7 +14,7 @@
 #include <type_traits>
 
 #include <xsimd/xsimd.hpp>
-#if defined(__AVX512F__)
+#if defined(__AVX2__) || defined(__AVX512F__)
 #include <immintrin.h>
 #endif
 
@@ -203,8 +203,9 @@ inline constexpr bool kFusedTable = !std::is_same_v<Batch, float>;
 
 // The largest magnitude of the values raised into it (vectors of a batch type Batch, and
 // floats), as AbsMax() gives it: the integer maximum of the magnitudes' bits, kept lane-wise.
-// Magnitudes' bits are below 2^31, so a signed compare orders them; a compare and a select, not
-// xsimd::max (SimdKernels.hpp, RaiseAmax()).
+// Magnitudes' bits are below 2^31, so a signed maximum orders them: VPMAXSD on the AVX-512 and
+// AVX2 tables (one instruction where a compare and a select take two), else a compare and a
+// select, not xsimd::max (SimdKernels.hpp, RaiseAmax()).
 template <class Batch>
 struct LaneMax {
   using Bits = xsimd::batch<std::int32_t, typename Batch::arch_type>;
@@ -212,6 +213,18 @@ struct LaneMax {
   std::uint32_t scalar = 0;
   void Raise(const Batch& x) {
     const Bits bits = xsimd::bitwise_cast<Bits>(x) & Bits(0x7fffffff);
+#if defined(__AVX512F__)
+    if constexpr (Bits::size == 16) {
+      lanes = Bits(_mm512_max_epi32(bits, lanes));
+      return;
+    }
+#endif
+#if defined(__AVX2__)
+    if constexpr (Bits::size == 8) {
+      lanes = Bits(_mm256_max_epi32(bits, lanes));
+      return;
+    }
+#endif
     lanes = xsimd::select(bits > lanes, bits, lanes);
   }
   void Raise(float x) {
@@ -415,7 +428,10 @@ inline void StoreLinearCodes(const Batch& x, Batch r, std::uint8_t* out) {
 // half-integer: a block with such a lane is encoded again by division (a few percent of blocks).
 // A scale outside [2^-126, 2^126] (zero, subnormal, huge, infinite or NaN; its reciprocal inexact
 // or out of range) divides the whole block. Within that range every value is finite (none exceeds
-// the finite absmax), so the products need no NaN select.
+// the finite absmax), so the products need no NaN select, and no product exceeds code_max by more
+// than code_max * 2^-22 (three roundings of 2^-24: the scale, its reciprocal, the product), which
+// still rounds to code_max: the products take the lower bound alone (negative second moments, from
+// a negative scale handed in, go to code 0 as LinearCode() sends them).
 template <bool kSecond, class Batch>
 inline void EncodeLinearBlock(const float* values, std::uint8_t* out, std::size_t n, float scale, float code_max) {
   std::size_t whole = 0;
@@ -431,9 +447,9 @@ inline void EncodeLinearBlock(const float* values, std::uint8_t* out, std::size_
       auto near = xsimd::batch_bool<float, typename Batch::arch_type>(false);
       for (std::size_t i = 0; i < whole; i += Batch::size) {
         const Batch x = Batch::load_unaligned(values + i);
-        // MAXPS/MINPS for the bounds: they differ from LinearCode()'s selects only in which of two
-        // equal values (or of -0 and +0, which give the same code) they return.
-        const Batch q = xsimd::min(xsimd::max(x * reciprocal, low), high);
+        // MAXPS for the bound: it differs from LinearCode()'s select only in which of two equal
+        // values (or of -0 and +0, which give the same code) it returns.
+        const Batch q = xsimd::max(x * reciprocal, low);
         const Batch r = (q + magic) - magic;
         near = near | (xsimd::abs(q - r) >= near_half);
         StoreLinearCodes<kSecond>(x, r, out + i);
