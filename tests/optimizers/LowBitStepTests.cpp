@@ -468,6 +468,42 @@ BOOST_AUTO_TEST_CASE(Float16BlocksOfZerosNaNsAndInfinitiesAndTheTopBinade) {
   BOOST_TEST(Float16RoundTrip(-0x1p-50f, 1.0f, true) == 0.0f);
 }
 
+// BF16 moments below half the smallest BF16 subnormal (2^-133): the second moment's positive
+// values get the smallest code, the first moment's go to zero, in vector lanes and the tail.
+// Adam's first step: m = 0.1 g, v = 0.001 g^2 (FP32 subnormals for g = 2^-64).
+BOOST_AUTO_TEST_CASE(BFloat16SecondMomentsStayPositiveAndFirstMomentsRoundToZero) {
+  BOOST_TEST_MESSAGE("instruction set: " << backends::cpu::InstructionSet());
+  const std::size_t n = 37;
+  std::vector<float> grad(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    grad[i] = i % 3 == 0 ? 0x1p-64f : i % 3 == 1 ? -0x1p-140f : 0.5f;
+  }
+  const std::vector<TensorPtr> w = {FromVector(std::vector<float>(n, 1.0f), {n})};
+  const std::vector<TensorPtr> g = {FromVector(grad, {n})};
+  const Stored m = ZeroState(StateFormat::BFloat16, n, kDefaultStateBlockSize);
+  const Stored v = ZeroState(StateFormat::BFloat16, n, kDefaultStateBlockSize);
+  const std::vector<TensorPtr> m_data = {m.data};
+  const std::vector<TensorPtr> v_data = {v.data};
+  const OptimizerStepLists lists{.Parameters = w,
+                                 .Gradients = g,
+                                 .FirstState = m_data,
+                                 .SecondState = v_data,
+                                 .FirstStateFormat = StateFormat::BFloat16,
+                                 .SecondStateFormat = StateFormat::BFloat16};
+  BOOST_TEST(FusedAdamStep(lists, AdamStepScalarsFor(AdamOptions{}, 1)));
+  const std::vector<float> got_m = Decode(StateFormat::BFloat16, m, kDefaultStateBlockSize);
+  const std::vector<float> got_v = Decode(StateFormat::BFloat16, v, kDefaultStateBlockSize);
+  std::size_t wrong = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const bool ok = i % 3 == 0   ? got_v[i] == 0x1p-133f && got_m[i] > 0.0f   // v = 2^-138 kept positive
+                    : i % 3 == 1 ? got_m[i] == 0.0f && std::signbit(got_m[i]) // m = -0.1 * 2^-140
+                                       && got_v[i] == 0.0f                    // v underflowed in FP32
+                                 : got_v[i] > 0.0f && got_m[i] > 0.0f;
+    wrong += ok ? 0 : 1;
+  }
+  BOOST_TEST(wrong == 0u);
+}
+
 // Blocks holding a NaN or an infinity store the same bits on every instruction set, and the
 // bits the shared element codes (core/StateCodes.hpp, which the CUDA kernels run) write: NaNs of
 // either sign and any payload, in vector lanes and in a short last block, through Adam's first

@@ -148,7 +148,6 @@ bool Run(const OptimizerStepLists& lists, const Scalars& scalars, const DeviceSc
       .masters = lists.Masters,
       .seed = lists.RoundingSeed,
       .step = lists.RoundingStep,
-      .to_bfloat16 = ActiveKernels().cached.cast[Slot(DataType::Float32)][Slot(DataType::BFloat16)],
       .to_float16 = ActiveKernels().cached.cast[Slot(DataType::Float32)][Slot(DataType::Float16)]};
   const std::optional<std::vector<OptimizerPiece>> pieces = Pieces(lists, Staged(lists) ? &formats : nullptr);
   if (!pieces) {

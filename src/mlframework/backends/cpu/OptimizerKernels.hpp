@@ -31,8 +31,8 @@ namespace mlframework::backends::cpu {
 using NarrowFn = bool (*)(const void* src, void* dst, std::size_t count, float factor);
 
 /// How a step stores its masters and states (OptimizerStepLists' formats), shared by its pieces,
-/// with the cast kernels that round the FP32 states to BF16 and FP16 (the element kernels encode
-/// the block codes themselves).
+/// with the cast kernel that rounds the FP32 states of a Float16 block to FP16 (the element
+/// kernels encode the BF16 and block codes themselves).
 struct StoredFormats {
   StateFormat first = StateFormat::Float32;
   StateFormat second = StateFormat::Float32;
@@ -40,7 +40,6 @@ struct StoredFormats {
   MasterFormat masters = MasterFormat::Float32;
   std::uint64_t seed = 0;  // Philox key of stochastic rounding
   std::uint64_t step = 0;  // the step in its counter
-  NarrowFn to_bfloat16 = nullptr;
   NarrowFn to_float16 = nullptr;
 };
 
