@@ -1,19 +1,27 @@
 // MPI failures injected through MPI's profiling interface: this executable defines MPI calls
 // that the library's calls reach instead of MPI's own; they fail when a test arms them and
-// otherwise pass the call on to the PMPI_ entry point. Each test fails a call on every rank
-// alike, as a failing MPI would: the failed operation throws CommunicationError, and the
+// otherwise pass the call on to the PMPI_ entry point. The same way it defines pthread_create
+// (an armed call fails with EAGAIN). Each test fails a call on every rank alike, as a failing
+// MPI or a machine out of threads would: an operation whose MPI call failed throws, and the
 // collectives in flight with it and after it complete with the bits of the blocking calls. A
 // collective that hangs ends the process through WaitWithin() (and the suite has a CTest
 // timeout): an engine with a stuck operation cannot shut down, so the test could not fail any
 // other way.
+#include <dlfcn.h>
 #include <mpi.h>
+#include <pthread.h>
 
 #include <boost/test/unit_test.hpp>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <condition_variable>
+#include <cstddef>
 #include <cstdlib>
 #include <iostream>
+#include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -39,10 +47,11 @@ std::atomic<int> recording_alltoallv{0};
 std::atomic<MPI_Request> held_request{MPI_REQUEST_NULL};
 std::atomic<MPI_Request> failing_request{MPI_REQUEST_NULL};
 
+constexpr auto kDeadline = std::chrono::seconds(20);
+
 // Returns once @p request completed; ends the process with a message naming @p what when it
 // has not after kDeadline.
-void WaitWithin(dist::CollectiveRequest& request, const char* what) {
-  constexpr auto kDeadline = std::chrono::seconds(20);
+void WaitWithin(dist::CollectiveRequest& request, const std::string& what) {
   const auto deadline = std::chrono::steady_clock::now() + kDeadline;
   while (!request.Test()) {
     if (std::chrono::steady_clock::now() > deadline) {
@@ -53,7 +62,107 @@ void WaitWithin(dist::CollectiveRequest& request, const char* what) {
   }
 }
 
+// Ends the process with a message naming @p what when @p request's Wait() has not returned after
+// the same deadline (Wait() itself cannot be given one).
+void WaitWithinByWait(dist::CollectiveRequest& request, const char* what) {
+  std::mutex mutex;
+  std::condition_variable returned;
+  bool done = false;
+  std::thread watchdog([&] {
+    std::unique_lock lock(mutex);
+    if (!returned.wait_for(lock, kDeadline, [&done] { return done; })) {
+      std::cerr << "MpiFaultInjection: " << what << " did not complete within " << kDeadline.count() << " s\n";
+      std::_Exit(EXIT_FAILURE);
+    }
+  });
+  request.Wait();
+  {
+    const std::lock_guard lock(mutex);
+    done = true;
+  }
+  returned.notify_one();
+  watchdog.join();
+}
+
+// How many of this thread's next pthread_create calls fail (with EAGAIN, starting nothing): the
+// engine starts its thread on the thread that submits, and no other thread's start is failed.
+thread_local int failing_thread_starts = 0;
+// pthread_create calls made by this thread.
+thread_local int thread_starts_here = 0;
+
+// True when the engine starts a progress thread (MLFW_MPI_PROGRESS_THREAD=0 turns it off).
+bool ProgressThreadOn() {
+  const char* text = std::getenv("MLFW_MPI_PROGRESS_THREAD");
+  return text == nullptr || std::string(text) != "0";
+}
+
+// Runs an all-reduce, a deferred all-gather and a reduce-scatter with a finish, all in flight
+// together (the three follow the order of the follow-up starts), then a plain all-gather, and
+// checks that each gets the bits of its blocking twin. @p fault names what failed before them.
+void CheckCollectivesAfter(dist::IProcessGroup& group, const std::string& fault) {
+  const int rank = group.Rank();
+  const auto world = static_cast<std::size_t>(group.WorldSize());
+  const auto me = static_cast<std::size_t>(rank);
+  constexpr std::size_t kCount = 333;
+  auto tensor = mlfw_test::Make(mlfw_test::RankValues(kCount, rank, 0.4f), DataType::Float32);
+  TensorPtr expected_sum = tensor->Clone();
+  group.AllReduce(*expected_sum);
+  const std::vector<float> values = tensor->ToFloatVector();
+  auto sum = group.AllReduceAsync(*tensor);
+
+  auto gathered = mlframework::Zeros({kCount * world});
+  const TensorPtr slot = gathered->Backend()->View(gathered, kCount * me, {kCount});
+  auto gather = group.AllGatherAsyncAfter([&slot, &values] { slot->CopyFromFloats(values); }, *slot, *gathered);
+
+  auto scatter_input = mlfw_test::Make(mlfw_test::RankValues(kCount * world, rank, 0.7f), DataType::BFloat16);
+  auto scattered = mlframework::Zeros({kCount}, DataType::BFloat16);
+  int finishes = 0;
+  // Maxima: exact in any order of the ranks, which a widened group's MPI reduction may choose.
+  auto scatter =
+      group.ReduceScatterAsyncThen(*scatter_input, *scattered, dist::ReduceOp::Max, [&finishes] { ++finishes; });
+
+  WaitWithin(*sum, "the all-reduce after " + fault);
+  WaitWithin(*gather, "the deferred all-gather after " + fault);
+  WaitWithin(*scatter, "the reduce-scatter with a finish after " + fault);
+
+  auto plain_input = mlfw_test::Make(mlfw_test::RankValues(kCount, rank, 1.3f), DataType::Float32);
+  auto plain_output = mlframework::Zeros({kCount * world});
+  auto plain = group.AllGatherAsync(*plain_input, *plain_output);
+  WaitWithin(*plain, "the all-gather after " + fault);
+
+  BOOST_TEST(mlfw_test::SameBits(tensor->ToFloatVector(), expected_sum->ToFloatVector()));
+  auto expected_gathered = mlframework::Zeros({kCount * world});
+  const TensorPtr expected_slot = expected_gathered->Backend()->View(expected_gathered, kCount * me, {kCount});
+  expected_slot->CopyFromFloats(values);
+  group.AllGather(*expected_slot, *expected_gathered);
+  BOOST_TEST(mlfw_test::SameBits(gathered->ToFloatVector(), expected_gathered->ToFloatVector()));
+  auto expected_scattered = mlframework::Zeros({kCount}, DataType::BFloat16);
+  group.ReduceScatter(*scatter_input, *expected_scattered, dist::ReduceOp::Max);
+  BOOST_TEST(mlfw_test::SameBits(scattered->ToFloatVector(), expected_scattered->ToFloatVector()));
+  BOOST_TEST(finishes == 1);
+  auto expected_plain = mlframework::Zeros({kCount * world});
+  group.AllGather(*plain_input, *expected_plain);
+  BOOST_TEST(mlfw_test::SameBits(plain_output->ToFloatVector(), expected_plain->ToFloatVector()));
+}
+
 }  // namespace
+
+extern "C" int pthread_create(pthread_t* thread, const pthread_attr_t* attributes, void* (*start)(void*),
+                              void* argument) {
+  using Create = int (*)(pthread_t*, const pthread_attr_t*, void* (*)(void*), void*);
+  // Under AddressSanitizer the runtime's wrapper comes first (it registers the thread), else
+  // the C library's function.
+  static const auto kNext = [] {
+    void* wrapper = dlsym(RTLD_DEFAULT, "__interceptor_pthread_create");
+    return reinterpret_cast<Create>(wrapper != nullptr ? wrapper : dlsym(RTLD_NEXT, "pthread_create"));
+  }();
+  ++thread_starts_here;
+  if (failing_thread_starts > 0) {
+    --failing_thread_starts;
+    return EAGAIN;
+  }
+  return kNext(thread, attributes, start, argument);
+}
 
 extern "C" int MPI_Ialltoallv(const void* sendbuf, const int sendcounts[], const int sdispls[], MPI_Datatype sendtype,
                               void* recvbuf, const int recvcounts[], const int rdispls[], MPI_Datatype recvtype,
@@ -166,6 +275,43 @@ BOOST_AUTO_TEST_CASE(AFailureBehindAnAllReduceWaitingForItsGatherLeavesItRunning
   auto third_request = group->AllReduceAsync(*third);
   WaitWithin(*third_request, "the all-reduce after the failed one");
   BOOST_TEST(mlfw_test::SameBits(third->ToFloatVector(), expected_third->ToFloatVector()));
+}
+
+// The engine's first collective starts its progress thread; here that start fails (EAGAIN, as
+// on a machine out of threads). The collective is already started and must not be lost: the
+// call returns its request, which completes through Wait(), and the next call starts the thread.
+BOOST_AUTO_TEST_CASE(AProgressThreadThatFailsToStartLeavesTheCollectivesToTheirCallers) {
+  if (!ProgressThreadOn()) {
+    BOOST_TEST_MESSAGE("skipped: MLFW_MPI_PROGRESS_THREAD=0 starts no progress thread");
+    return;
+  }
+  auto group = dist::MakeMpiProcessGroup();  // a fresh engine, whose thread has not started
+  const int rank = group->Rank();
+  constexpr std::size_t kCount = 1001;
+  auto tensor = mlfw_test::Make(mlfw_test::RankValues(kCount, rank, 0.8f), DataType::Float32);
+  TensorPtr expected = tensor->Clone();
+  group->AllReduce(*expected);
+
+  failing_thread_starts = 1;
+  dist::CollectiveRequestPtr request;
+  BOOST_CHECK_NO_THROW(request = group->AllReduceAsync(*tensor));
+  BOOST_TEST(failing_thread_starts == 0);  // the thread's start was the call that failed
+  failing_thread_starts = 0;
+  BOOST_REQUIRE(request);
+  WaitWithinByWait(*request, "the all-reduce whose thread failed to start");
+  BOOST_TEST(mlfw_test::SameBits(tensor->ToFloatVector(), expected->ToFloatVector()));
+
+  // The next collective starts the thread (only the engine starts threads inside the call).
+  auto again = mlfw_test::Make(mlfw_test::RankValues(kCount, rank, 1.1f), DataType::Float32);
+  TensorPtr expected_again = again->Clone();
+  group->AllReduce(*expected_again);
+  const int starts = thread_starts_here;
+  auto request_again = group->AllReduceAsync(*again);
+  BOOST_TEST(thread_starts_here == starts + 1);
+  WaitWithin(*request_again, "the all-reduce after the failed thread start");
+  BOOST_TEST(mlfw_test::SameBits(again->ToFloatVector(), expected_again->ToFloatVector()));
+
+  CheckCollectivesAfter(*group, "the failed thread start");
 }
 
 BOOST_AUTO_TEST_SUITE_END()

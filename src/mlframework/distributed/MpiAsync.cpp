@@ -496,10 +496,23 @@ CollectiveRequestPtr MpiAsyncEngine::Submit(std::shared_ptr<MpiAsyncOp> op) {
   {
     const std::lock_guard lock(mutex_);
     active_.push_back(op);
-    if (use_thread_ && !thread_.joinable() && !stop_) thread_ = std::thread([this] { Run(); });
+    StartThread();
   }
   wake_.notify_one();
   return std::make_unique<MpiRequest>(shared_from_this(), std::move(op));
+}
+
+// A thread that fails to start (std::system_error when the system has none to spare,
+// std::bad_alloc for its state) must not lose the operation already started: its caller's
+// Test() and Wait() drive it instead, as with MLFW_MPI_PROGRESS_THREAD=0 (WaitFor() polls while
+// no thread runs). The next Submit() tries again: a shortage of threads passes, and while it
+// lasts a try costs one failed pthread_create per submitted operation.
+void MpiAsyncEngine::StartThread() noexcept {
+  if (!use_thread_ || thread_.joinable() || stop_) return;
+  try {
+    thread_ = std::thread([this] { Run(); });
+  } catch (...) {  // NOLINT(bugprone-empty-catch): the callers poll instead (above)
+  }
 }
 
 CollectiveRequestPtr MpiAsyncEngine::AllGather(const ITensor& input, ITensor& output, std::function<void()> prepare) {

@@ -101,6 +101,8 @@ class MpiAsyncEngine : public std::enable_shared_from_this<MpiAsyncEngine> {
 
  private:
   CollectiveRequestPtr Submit(std::shared_ptr<MpiAsyncOp> op);
+  // With mutex_ held: starts the progress thread unless it runs, is not wanted or was stopped.
+  void StartThread() noexcept;
   void Run();
 
   MPI_Comm comm_;
