@@ -178,8 +178,11 @@ class ScatterByAllToAll final : public MpiAsyncOp {
         count_(count),
         dtype_(dtype),
         op_(op),
-        world_(engine.WorldSize()),
-        parts_(engine.TakeScratch(count * static_cast<std::size_t>(world_) * ElementSize(dtype))) {
+        world_(engine.WorldSize()) {}
+  // Takes the receive buffer, then starts the all-to-all or, with a finish, takes the place in
+  // the follow-up order. Throws having started nothing and taken no place.
+  void Begin(MpiAsyncEngine& engine) {
+    parts_ = engine.TakeScratch(count_ * static_cast<std::size_t>(world_) * ElementSize(dtype_));
     if (finish_) {
       turn_.Take(engine);
       return;
@@ -247,12 +250,16 @@ class AllReduceByAllToAll final : public MpiAsyncOp {
     receive_counts_.assign(ranks, counts_[me]);
     receive_displacements_.resize(ranks);
     for (std::size_t r = 0; r < ranks; ++r) receive_displacements_[r] = static_cast<int>(r * mine_);
-    parts_ = engine.TakeScratch(mine_ * ranks * ElementSize(dtype));
+  }
+  // Takes the receive buffer and starts the first stage. Throws having started nothing and
+  // taken no place.
+  void Begin(MpiAsyncEngine& engine) {
+    parts_ = engine.TakeScratch(mine_ * static_cast<std::size_t>(engine.WorldSize()) * ElementSize(dtype_));
     int code = MPI_SUCCESS;
     {
       const std::lock_guard mpi(MpiCallLock());
-      code = MPI_Ialltoallv(data_, counts_.data(), displacements_.data(), WireType(dtype), parts_.data(),
-                            receive_counts_.data(), receive_displacements_.data(), WireType(dtype), engine.Comm(),
+      code = MPI_Ialltoallv(data_, counts_.data(), displacements_.data(), WireType(dtype_), parts_.data(),
+                            receive_counts_.data(), receive_displacements_.data(), WireType(dtype_), engine.Comm(),
                             &request_);
     }
     Start(code, engine, parts_);
@@ -299,16 +306,15 @@ class AllReduceByAllToAll final : public MpiAsyncOp {
 // started (the same on every rank), as the all-reduces' second stages do.
 class DeferredAllGather final : public MpiAsyncOp {
  public:
-  DeferredAllGather(MpiAsyncEngine& engine, std::function<void()> prepare, const void* send, void* recv, int count,
-                    MPI_Datatype type)
+  DeferredAllGather(std::function<void()> prepare, const void* send, void* recv, int count, MPI_Datatype type)
       : MpiAsyncOp("MPI_Iallgather"),
         prepare_(std::move(prepare)),
         send_(send),
         recv_(recv),
         count_(count),
-        type_(type) {
-    turn_.Take(engine);
-  }
+        type_(type) {}
+  // Takes the place in the follow-up order (the all-gather starts when polled).
+  void Begin(MpiAsyncEngine& engine) noexcept { turn_.Take(engine); }
 
  private:
   bool Advance(MpiAsyncEngine& engine) override {
@@ -332,11 +338,12 @@ class DeferredAllGather final : public MpiAsyncOp {
   FollowUpTurn turn_;  // held until the all-gather starts
 };
 
+// Allocated before its operation starts (MpiAsyncEngine::Submit()), bound to it after.
 class MpiRequest final : public CollectiveRequest {
  public:
-  MpiRequest(std::shared_ptr<MpiAsyncEngine> engine, std::shared_ptr<MpiAsyncOp> op)
-      : engine_(std::move(engine)), op_(std::move(op)) {}
+  explicit MpiRequest(std::shared_ptr<MpiAsyncEngine> engine) : engine_(std::move(engine)) {}
   ~MpiRequest() override {
+    if (!op_) return;  // its operation never started
     try {
       Wait();
     } catch (...) {  // NOLINT(bugprone-empty-catch): the peers see the failure in their own requests
@@ -344,6 +351,8 @@ class MpiRequest final : public CollectiveRequest {
   }
   MpiRequest(const MpiRequest&) = delete;
   MpiRequest& operator=(const MpiRequest&) = delete;
+
+  void Bind(std::shared_ptr<MpiAsyncOp> op) noexcept { op_ = std::move(op); }
 
   bool Test() override {
     if (!op_->Done()) engine_->ProgressAll();
@@ -403,14 +412,14 @@ void MpiAsyncEngine::ProgressAll() {
   std::vector<std::shared_ptr<MpiAsyncOp>> ops;
   {
     const std::lock_guard lock(mutex_);
-    ops = active_;
+    ops.assign(active_.begin(), active_.end());
   }
   bool finished = false;
   for (const auto& op : ops) finished = op->Poll(*this) || finished;
   if (finished) {
     {
       const std::lock_guard lock(mutex_);
-      std::erase_if(active_, [](const std::shared_ptr<MpiAsyncOp>& op) { return op->Done(); });
+      active_.remove_if([](const std::shared_ptr<MpiAsyncOp>& op) { return op->Done(); });
     }
     finished_.notify_all();
   }
@@ -492,14 +501,42 @@ void MpiAsyncEngine::Run() {
   }
 }
 
-CollectiveRequestPtr MpiAsyncEngine::Submit(std::shared_ptr<MpiAsyncOp> op) {
+// Once an operation started its MPI request or took its place in the follow-up order, the
+// engine must own it: dropped, it would leave MPI writing into freed buffers and its place never
+// passed, so every later follow-up start of the group would wait forever. Everything the
+// hand-over needs (active_'s node, the caller's request) is therefore allocated before @p start
+// runs, and the hand-over cannot fail. @p start throws having started nothing and taken no place,
+// which leaves the engine as it was.
+template <class StartFn>
+CollectiveRequestPtr MpiAsyncEngine::Submit(std::shared_ptr<MpiAsyncOp> op, const StartFn& start) {
+  std::list<std::shared_ptr<MpiAsyncOp>> node{op};
+  auto request = std::make_unique<MpiRequest>(shared_from_this());
+  start();
+  request->Bind(std::move(op));
+  Adopt(node);
+  return request;
+}
+
+void MpiAsyncEngine::Adopt(std::list<std::shared_ptr<MpiAsyncOp>>& node) noexcept {
   {
     const std::lock_guard lock(mutex_);
-    active_.push_back(op);
-    if (use_thread_ && !thread_.joinable() && !stop_) thread_ = std::thread([this] { Run(); });
+    active_.splice(active_.end(), node);
+    StartThread();
   }
   wake_.notify_one();
-  return std::make_unique<MpiRequest>(shared_from_this(), std::move(op));
+}
+
+// A thread that fails to start (std::system_error when the system has none to spare,
+// std::bad_alloc for its state) must not lose the operation already started: its caller's
+// Test() and Wait() drive it instead, as with MLFW_MPI_PROGRESS_THREAD=0 (WaitFor() polls while
+// no thread runs). The next Submit() tries again: a shortage of threads passes, and while it
+// lasts a try costs one failed pthread_create per submitted operation.
+void MpiAsyncEngine::StartThread() noexcept {
+  if (!use_thread_ || thread_.joinable() || stop_) return;
+  try {
+    thread_ = std::thread([this] { Run(); });
+  } catch (...) {  // NOLINT(bugprone-empty-catch): the callers poll instead (above)
+  }
 }
 
 CollectiveRequestPtr MpiAsyncEngine::AllGather(const ITensor& input, ITensor& output, std::function<void()> prepare) {
@@ -517,16 +554,16 @@ CollectiveRequestPtr MpiAsyncEngine::AllGather(const ITensor& input, ITensor& ou
     throw ArgumentError("input", "AllGatherAsync: input overlaps the output other than exactly at this rank's slot");
   }
   if (prepare) {
-    return Submit(std::make_shared<DeferredAllGather>(*this, std::move(prepare), in_place ? MPI_IN_PLACE : source,
-                                                      target, n, type));
+    auto deferred =
+        std::make_shared<DeferredAllGather>(std::move(prepare), in_place ? MPI_IN_PLACE : source, target, n, type);
+    return Submit(deferred, [&] { deferred->Begin(*this); });
   }
   auto op = std::make_shared<SingleOp>("MPI_Iallgather");
-  {
+  return Submit(op, [&] {
     const std::lock_guard mpi(MpiCallLock());
     Check(MPI_Iallgather(in_place ? MPI_IN_PLACE : source, n, type, target, n, type, comm_, op->Request()),
           "MPI_Iallgather");
-  }
-  return Submit(std::move(op));
+  });
 }
 
 CollectiveRequestPtr MpiAsyncEngine::ReduceScatter(const ITensor& input, ITensor& output, ReduceOp op,
@@ -539,23 +576,20 @@ CollectiveRequestPtr MpiAsyncEngine::ReduceScatter(const ITensor& input, ITensor
   const void* send = input.HostBytes().data();
   void* recv = output.MutableHostBytes().data();
   if (AllToAll(options_, dtype, count * static_cast<std::size_t>(world_size_))) {
-    return Submit(std::make_shared<ScatterByAllToAll>(*this, send, recv, count, dtype, op, std::move(finish)));
+    auto scatter = std::make_shared<ScatterByAllToAll>(*this, send, recv, count, dtype, op, std::move(finish));
+    return Submit(scatter, [&] { scatter->Begin(*this); });
   }
   auto single = std::make_shared<SingleOp>("MPI_Ireduce_scatter_block");
-  const std::lock_guard mpi(MpiCallLock());
-  if (dtype == DataType::Float32) {
-    Check(MPI_Ireduce_scatter_block(send, recv, n, MPI_FLOAT, BuiltinOp(op), comm_, single->Request()),
-          "MPI_Ireduce_scatter_block");
-  } else if (options_.HalfSum != HalfReduction::ConvertToFloat32) {
-    Check(MPI_Ireduce_scatter_block(send, recv, n, MPI_UINT16_T, MpiHalfOp(dtype, op), comm_, single->Request()),
-          "MPI_Ireduce_scatter_block");
-  } else {
+  const bool half = dtype != DataType::Float32 && options_.HalfSum != HalfReduction::ConvertToFloat32;
+  const void* wire_send = send;
+  void* wire_recv = recv;
+  if (dtype != DataType::Float32 && !half) {
     // Widen, reduce in FP32, narrow once (after completion).
     auto wide = std::make_shared<std::vector<float>>(count * static_cast<std::size_t>(world_size_));
     auto part = std::make_shared<std::vector<float>>(count);
     ConvertHostElements(send, dtype, wide->data(), DataType::Float32, wide->size());
-    Check(MPI_Ireduce_scatter_block(wide->data(), part->data(), n, MPI_FLOAT, BuiltinOp(op), comm_, single->Request()),
-          "MPI_Ireduce_scatter_block");
+    wire_send = wide->data();
+    wire_recv = part->data();
     single->after = [wide, part, recv, dtype] {
       ConvertHostElements(part->data(), DataType::Float32, recv, dtype, part->size());
     };
@@ -566,7 +600,13 @@ CollectiveRequestPtr MpiAsyncEngine::ReduceScatter(const ITensor& input, ITensor
       finish();
     };
   }
-  return Submit(std::move(single));
+  return Submit(single, [&] {
+    const std::lock_guard mpi(MpiCallLock());
+    const MPI_Op reduce = half ? MpiHalfOp(dtype, op) : BuiltinOp(op);
+    Check(MPI_Ireduce_scatter_block(wire_send, wire_recv, n, half ? MPI_UINT16_T : MPI_FLOAT, reduce, comm_,
+                                    single->Request()),
+          "MPI_Ireduce_scatter_block");
+  });
 }
 
 CollectiveRequestPtr MpiAsyncEngine::AllReduce(ITensor& tensor, ReduceOp op) {
@@ -577,25 +617,27 @@ CollectiveRequestPtr MpiAsyncEngine::AllReduce(ITensor& tensor, ReduceOp op) {
   const DataType dtype = tensor.GetDataType();
   void* data = tensor.MutableHostBytes().data();
   if (AllToAll(options_, dtype, count)) {
-    return Submit(std::make_shared<AllReduceByAllToAll>(*this, data, count, dtype, op));
+    auto reduce = std::make_shared<AllReduceByAllToAll>(*this, data, count, dtype, op);
+    return Submit(reduce, [&] { reduce->Begin(*this); });
   }
   auto single = std::make_shared<SingleOp>("MPI_Iallreduce");
-  const std::lock_guard mpi(MpiCallLock());
-  if (dtype == DataType::Float32) {
-    Check(MPI_Iallreduce(MPI_IN_PLACE, data, n, MPI_FLOAT, BuiltinOp(op), comm_, single->Request()), "MPI_Iallreduce");
-  } else if (options_.HalfSum != HalfReduction::ConvertToFloat32) {
-    Check(MPI_Iallreduce(MPI_IN_PLACE, data, n, MPI_UINT16_T, MpiHalfOp(dtype, op), comm_, single->Request()),
-          "MPI_Iallreduce");
-  } else {
+  const bool half = dtype != DataType::Float32 && options_.HalfSum != HalfReduction::ConvertToFloat32;
+  void* wire = data;
+  if (dtype != DataType::Float32 && !half) {
+    // Widen, reduce in FP32, narrow once (after completion).
     auto wide = std::make_shared<std::vector<float>>(count);
     ConvertHostElements(data, dtype, wide->data(), DataType::Float32, count);
-    Check(MPI_Iallreduce(MPI_IN_PLACE, wide->data(), n, MPI_FLOAT, BuiltinOp(op), comm_, single->Request()),
-          "MPI_Iallreduce");
+    wire = wide->data();
     single->after = [wide, data, dtype] {
       ConvertHostElements(wide->data(), DataType::Float32, data, dtype, wide->size());
     };
   }
-  return Submit(std::move(single));
+  return Submit(single, [&] {
+    const std::lock_guard mpi(MpiCallLock());
+    const MPI_Op reduce = half ? MpiHalfOp(dtype, op) : BuiltinOp(op);
+    Check(MPI_Iallreduce(MPI_IN_PLACE, wire, n, half ? MPI_UINT16_T : MPI_FLOAT, reduce, comm_, single->Request()),
+          "MPI_Iallreduce");
+  });
 }
 
 bool MpiAsyncEngine::Stageless(const ITensor& a, const ITensor& b) noexcept { return OnHost(a) && OnHost(b); }

@@ -16,6 +16,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <functional>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -100,7 +101,13 @@ class MpiAsyncEngine : public std::enable_shared_from_this<MpiAsyncEngine> {
   void Started() noexcept { started_.fetch_add(1); }
 
  private:
-  CollectiveRequestPtr Submit(std::shared_ptr<MpiAsyncOp> op);
+  // Starts @p op through @p start and hands it to the engine (see MpiAsync.cpp).
+  template <class StartFn>
+  CollectiveRequestPtr Submit(std::shared_ptr<MpiAsyncOp> op, const StartFn& start);
+  // Moves the started operation in @p node into active_ and starts the thread if none runs.
+  void Adopt(std::list<std::shared_ptr<MpiAsyncOp>>& node) noexcept;
+  // With mutex_ held: starts the progress thread unless it runs, is not wanted or was stopped.
+  void StartThread() noexcept;
   void Run();
 
   MPI_Comm comm_;
@@ -115,7 +122,8 @@ class MpiAsyncEngine : public std::enable_shared_from_this<MpiAsyncEngine> {
   std::mutex mutex_;  // guards active_, stop_, thread_
   std::condition_variable wake_;
   std::condition_variable finished_;  // notified (after mutex_) when ProgressAll() completed an op
-  std::vector<std::shared_ptr<MpiAsyncOp>> active_;
+  // A list: a node is allocated before its operation starts and spliced in after (Submit()).
+  std::list<std::shared_ptr<MpiAsyncOp>> active_;
   static constexpr std::size_t kSpareBuffers = 2;  // FSDP keeps up to two reductions in flight
   std::vector<std::vector<std::byte>> spare_;
   bool stop_ = false;
