@@ -245,12 +245,54 @@ struct LaneMax {
 // Nothing: the LaneMax of a span that takes no maxima.
 struct NoLaneMax {};
 
+// Where the update loop reads a state's old values: the FP32 array it writes them back to (the
+// state itself, or a staged tile decoded before the loop).
+struct FloatsIn {
+  template <class T>
+  T Get(const float* values, std::size_t i) const {
+    return Load<T>(values + i);
+  }
+};
+
+// Reads a block's one-byte linear codes (Int8Block or UInt8Block) and decodes them in the loop,
+// as DecodeCodes() does (an exact conversion, one FP32 product): the tile's FP32 copy of the
+// state is then only written, for the encode, and the decode's pass over the tile is saved.
+template <StateFormat kFormat>
+struct LinearCodesIn {
+  const std::uint8_t* codes;
+  float scale;
+  template <class T>
+  T Get(const float* /*values*/, std::size_t i) const {
+    if constexpr (std::is_same_v<T, float>) {
+      const float x = kFormat == StateFormat::Int8Block ? static_cast<float>(static_cast<std::int8_t>(codes[i]))
+                                                        : static_cast<float>(codes[i]);
+      return x * scale;
+    } else {
+      using Lanes = float8::Elements<static_cast<int>(T::size)>;
+      using F = typename Lanes::F;
+      using I = typename Lanes::I;
+      const typename Lanes::U code = Lanes::WidenBytes(codes + i);
+      F x;
+      if constexpr (kFormat == StateFormat::Int8Block) {
+        x = __builtin_convertvector(reinterpret_cast<I>(code << 24) >> 24, F);  // sign-extended
+      } else {
+        x = __builtin_convertvector(reinterpret_cast<I>(code), F);
+      }
+      const F y = x * (F{} + scale);
+      return T::load_unaligned(reinterpret_cast<const float*>(&y));
+    }
+  }
+};
+
 // Adam over n elements whose masters and states are FP32 arrays (in memory, or a staged tile);
 // kMax (vector tables only): also the largest magnitudes of the new m and v (AbsMax()) into
-// maxima[0] and maxima[1], folded into the update loop instead of a pass of their own.
-template <class Batch, bool kL2, bool kDecay, bool kSmallWeight, bool kMax = false>
+// maxima[0] and maxima[1], folded into the update loop instead of a pass of their own. The old
+// m and v come from @p first_in and @p second_in (FloatsIn: m and v themselves).
+template <class Batch, bool kL2, bool kDecay, bool kSmallWeight, bool kMax = false, class FirstIn = FloatsIn,
+          class SecondIn = FloatsIn>
 inline void AdamSpan(float* w, const float* g, float* m, float* v, std::size_t n, const AdamConstants<Batch>& vc,
-                     const AdamConstants<float>& sc, float* maxima = nullptr) {
+                     const AdamConstants<float>& sc, float* maxima = nullptr, const FirstIn& first_in = {},
+                     const SecondIn& second_in = {}) {
   constexpr bool kFused = kFusedTable<Batch>;
   constexpr std::size_t kWidth = Width<Batch>();
   [[maybe_unused]] std::conditional_t<kMax, LaneMax<Batch>, NoLaneMax> m_max;
@@ -258,8 +300,8 @@ inline void AdamSpan(float* w, const float* g, float* m, float* v, std::size_t n
   std::size_t i = 0;
   for (; i + kWidth <= n; i += kWidth) {
     auto wi = Load<Batch>(w + i);
-    auto mi = Load<Batch>(m + i);
-    auto vi = Load<Batch>(v + i);
+    auto mi = first_in.template Get<Batch>(m, i);
+    auto vi = second_in.template Get<Batch>(v, i);
     AdamElement<kFused, kL2, kDecay, kSmallWeight>(wi, Load<Batch>(g + i), mi, vi, vc);
     Store(m + i, mi);
     Store(v + i, vi);
@@ -270,10 +312,14 @@ inline void AdamSpan(float* w, const float* g, float* m, float* v, std::size_t n
     }
   }
   for (; i < n; ++i) {
-    AdamElement<kFused, kL2, kDecay, kSmallWeight>(w[i], g[i], m[i], v[i], sc);
+    float mi = first_in.template Get<float>(m, i);
+    float vi = second_in.template Get<float>(v, i);
+    AdamElement<kFused, kL2, kDecay, kSmallWeight>(w[i], g[i], mi, vi, sc);
+    m[i] = mi;
+    v[i] = vi;
     if constexpr (kMax) {
-      m_max.Raise(m[i]);
-      v_max.Raise(v[i]);
+      m_max.Raise(mi);
+      v_max.Raise(vi);
     }
   }
   if constexpr (kMax) {
@@ -827,17 +873,30 @@ struct StagedTile {
   float second_max[kLargestStagedTile / kSmallestStateBlock];
 };
 
-// Runs update(w, g, first, second, n, maxima) tile by tile over a piece with a master or state
-// not in FP32: each tile decoded into FP32, updated, encoded back (and its FP16/BF16 copy
+// One block's codes and scales of the 8-bit Adam pair, which the update loop decodes itself.
+struct StagedCodes {
+  const std::uint8_t* first;  // Int8Block codes
+  float first_scale;
+  const std::uint8_t* second;  // UInt8Block codes
+  float second_scale;
+};
+
+// Runs update(w, g, first, second, n, maxima, codes) tile by tile over a piece with a master or
+// state not in FP32: each tile decoded into FP32, updated, encoded back (and its FP16/BF16 copy
 // written). With a block-scaled state on a vector table the update runs block by block and
 // returns each block's largest magnitudes of first and second in maxima[0] and maxima[1] (else
-// maxima is null), so that the encode need not read the block again for them.
+// maxima is null), so that the encode need not read the block again for them. With the 8-bit
+// Adam pair (Int8Block first and UInt8Block second moments) on a vector table, codes points to
+// the block's codes and scales, and the update reads them instead of a decoded tile (else codes
+// is null).
 template <class Batch, class Update>
 inline void ForEachStagedTile(const OptimizerPiece& piece, bool has_second, Update&& update) {
   const StoredFormats& f = *piece.formats;
   const bool first_maxima = piece.first == nullptr && piece.first_data != nullptr && IsBlockScaled(f.first);
   const bool second_maxima = has_second && piece.second == nullptr && IsBlockScaled(f.second);
   const bool maxima = !std::is_same_v<Batch, float> && (first_maxima || second_maxima);
+  const bool linear_pair = maxima && first_maxima && second_maxima && f.first == StateFormat::Int8Block &&
+                           f.second == StateFormat::UInt8Block;
   StagedTile tile;
   const std::size_t tile_elements = StagedTileElements(f.block_size);
   auto* low = static_cast<unsigned char*>(piece.low_precision);
@@ -853,21 +912,28 @@ inline void ForEachStagedTile(const OptimizerPiece& piece, bool has_second, Upda
     if (piece.parameter == nullptr) {
       DecodeMasters(piece, lo, n, tile.w);
     }
-    if (piece.first == nullptr && piece.first_data != nullptr) {
+    if (piece.first == nullptr && piece.first_data != nullptr && !linear_pair) {
       DecodeState<kLanes<Batch>>(f.first, piece.first_data, piece.first_scales, f.block_size, lo, n, tile.first);
     }
-    if (has_second && piece.second == nullptr) {
+    if (has_second && piece.second == nullptr && !linear_pair) {
       DecodeState<kLanes<Batch>>(f.second, piece.second_data, piece.second_scales, f.block_size, lo, n, tile.second);
     }
     if (maxima) {
       for (std::size_t b = 0; b < n; b += f.block_size) {
         float pair[2] = {0.0f, 0.0f};  // the span writes both
-        update(w + b, piece.gradient + lo + b, m + b, v + b, std::min(f.block_size, n - b), pair);
+        StagedCodes codes{};
+        if (linear_pair) {
+          const std::size_t block = (lo + b) / f.block_size;
+          codes = {static_cast<const std::uint8_t*>(piece.first_data) + lo + b, piece.first_scales[block],
+                   static_cast<const std::uint8_t*>(piece.second_data) + lo + b, piece.second_scales[block]};
+        }
+        update(w + b, piece.gradient + lo + b, m + b, v + b, std::min(f.block_size, n - b), pair,
+               linear_pair ? &codes : nullptr);
         tile.first_max[b / f.block_size] = pair[0];
         tile.second_max[b / f.block_size] = pair[1];
       }
     } else {
-      update(w, piece.gradient + lo, m, v, n, nullptr);
+      update(w, piece.gradient + lo, m, v, n, nullptr, nullptr);
     }
     if (piece.parameter == nullptr) {
       EncodeMasters<kLanes<Batch>>(piece, lo, n, tile.w);
@@ -890,8 +956,16 @@ template <class Batch, bool kL2, bool kDecay, bool kSmallWeight>
 void AdamRunFixed(const OptimizerPiece& piece, const AdamStepScalars& scalars) {
   const AdamConstants<Batch> vc(scalars);
   const AdamConstants<float> sc(scalars);
-  auto span = [&](float* w, const float* g, float* m, float* v, std::size_t n, float* maxima) {
+  auto span = [&](float* w, const float* g, float* m, float* v, std::size_t n, float* maxima,
+                  const StagedCodes* codes) {
     if constexpr (!std::is_same_v<Batch, float>) {
+      if (codes != nullptr) {
+        AdamSpan<Batch, kL2, kDecay, kSmallWeight, true, LinearCodesIn<StateFormat::Int8Block>,
+                 LinearCodesIn<StateFormat::UInt8Block>>(w, g, m, v, n, vc, sc, maxima,
+                                                         {codes->first, codes->first_scale},
+                                                         {codes->second, codes->second_scale});
+        return;
+      }
       if (maxima != nullptr) {
         AdamSpan<Batch, kL2, kDecay, kSmallWeight, true>(w, g, m, v, n, vc, sc, maxima);
         return;
@@ -904,7 +978,7 @@ void AdamRunFixed(const OptimizerPiece& piece, const AdamStepScalars& scalars) {
     return;
   }
   ForEachBlock(piece, [&](std::size_t lo, std::size_t hi) {
-    span(piece.parameter + lo, piece.gradient + lo, piece.first + lo, piece.second + lo, hi - lo, nullptr);
+    span(piece.parameter + lo, piece.gradient + lo, piece.first + lo, piece.second + lo, hi - lo, nullptr, nullptr);
   });
 }
 
@@ -1001,7 +1075,8 @@ template <class Batch, bool kWd, bool kMomentum, bool kFirst, bool kNesterov>
 void SGDRunFixed(const OptimizerPiece& piece, const SGDStepScalars& s) {
   const SGDConstants<Batch> vc(s);
   const SGDConstants<float> sc(s);
-  auto span = [&](float* w, const float* g, float* b, float* /*second*/, std::size_t n, float* maxima) {
+  auto span = [&](float* w, const float* g, float* b, float* /*second*/, std::size_t n, float* maxima,
+                  const StagedCodes* /*codes*/) {
     if constexpr (!std::is_same_v<Batch, float> && kMomentum) {
       if (maxima != nullptr) {
         SGDSpan<Batch, kWd, kMomentum, kFirst, kNesterov, true>(w, g, b, n, vc, sc, maxima);
@@ -1016,7 +1091,7 @@ void SGDRunFixed(const OptimizerPiece& piece, const SGDStepScalars& s) {
   }
   ForEachBlock(piece, [&](std::size_t lo, std::size_t hi) {
     span(piece.parameter + lo, piece.gradient + lo, piece.first != nullptr ? piece.first + lo : nullptr, nullptr,
-         hi - lo, nullptr);
+         hi - lo, nullptr, nullptr);
   });
 }
 
