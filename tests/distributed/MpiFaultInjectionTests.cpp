@@ -92,8 +92,17 @@ void WaitWithinByWait(dist::CollectiveRequest& request, const char* what) {
 thread_local long allocations_until_failure = 0;
 thread_local bool allocation_failed = false;
 
+// How many allocations of threads other than `sparing_thread` still fail (the engine's progress
+// thread, whose allocations a test cannot arm from its own thread).
+std::atomic<long> failing_other_allocations{0};
+std::atomic<std::thread::id> sparing_thread{};
+
 // True when the armed allocation is this one (which then fails).
 bool FailsNow() noexcept {
+  long others = failing_other_allocations.load();
+  while (others > 0 && std::this_thread::get_id() != sparing_thread.load()) {
+    if (failing_other_allocations.compare_exchange_weak(others, others - 1)) return true;
+  }
   if (allocations_until_failure <= 0 || --allocations_until_failure > 0) return false;
   allocation_failed = true;
   return true;
@@ -552,6 +561,34 @@ BOOST_AUTO_TEST_CASE(AProgressThreadThatFailsToStartLeavesTheCollectivesToTheirC
   BOOST_TEST(mlfw_test::SameBits(again->ToFloatVector(), expected_again->ToFloatVector()));
 
   CheckCollectivesAfter(*group, "the failed thread start");
+}
+
+// The progress thread copies the list of operations in flight before it polls them: when that
+// allocation fails (memory is short), the thread must try again, not end the process (an
+// exception that leaves a thread's function calls std::terminate).
+BOOST_AUTO_TEST_CASE(AProgressThreadWhoseAllocationsFailKeepsProgressing) {
+  if (!ProgressThreadOn()) {
+    BOOST_TEST_MESSAGE("skipped: MLFW_MPI_PROGRESS_THREAD=0 starts no progress thread");
+    return;
+  }
+  auto group = dist::MakeMpiProcessGroup();
+  const int rank = group->Rank();
+  constexpr std::size_t kCount = 1001;
+  auto tensor = mlfw_test::Make(mlfw_test::RankValues(kCount, rank, 0.3f), DataType::Float32);
+  TensorPtr expected = tensor->Clone();
+  group->AllReduce(*expected);
+
+  // Every allocation of another thread fails until 1000 have: the progress thread's polls, while
+  // this thread submits and waits in Wait(), which leaves the polling to the progress thread.
+  sparing_thread.store(std::this_thread::get_id());
+  failing_other_allocations.store(1000);
+  auto request = group->AllReduceAsync(*tensor);
+  WaitWithinByWait(*request, "the all-reduce whose progress thread could not allocate");
+  const long left = failing_other_allocations.exchange(0);
+  BOOST_TEST(left == 0);  // the failures were reached (by the progress thread's polls)
+  BOOST_TEST(mlfw_test::SameBits(tensor->ToFloatVector(), expected->ToFloatVector()));
+
+  CheckCollectivesAfter(*group, "the progress thread's failed allocations");
 }
 
 BOOST_AUTO_TEST_SUITE_END()

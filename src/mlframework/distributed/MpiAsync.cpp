@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <exception>
 #include <functional>
+#include <new>
 #include <string>
 #include <utility>
 
@@ -495,7 +496,12 @@ void MpiAsyncEngine::Run() {
     wake_.wait(lock, [this] { return stop_ || !active_.empty(); });
     if (stop_) return;
     lock.unlock();
-    ProgressAll();
+    try {
+      ProgressAll();
+    } catch (const std::bad_alloc&) {
+      // Its copy of the operations in flight failed (memory is short), so nothing was polled:
+      // poll again after the yield. Left to propagate, it would end the process.
+    }
     std::this_thread::yield();
     lock.lock();
   }
