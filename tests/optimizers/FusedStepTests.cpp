@@ -172,8 +172,8 @@ BOOST_AUTO_TEST_CASE(AdamMatchesTheReferenceOnZeroInfiniteNaNNegativeAndTinyMome
   BOOST_TEST_MESSAGE("instruction set: " << backends::cpu::InstructionSet());
   const float inf = std::numeric_limits<float>::infinity();
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  const std::vector<float> moments = {0.0f, -0.0f, inf, -inf, nan, -1.0f, 0x1p-149f, 0x1p-120f, 0x1p-101f, 1.0f,
-                                      4.0f, 0x1p100f};
+  const std::vector<float> moments = {0.0f,      -0.0f,     inf,       -inf, nan,  -1.0f,
+                                      0x1p-149f, 0x1p-120f, 0x1p-101f, 1.0f, 4.0f, 0x1p100f};
   const std::vector<float> gradients = {0.0f, 1e-3f, -2.0f, inf, -inf, nan, 0x1p-80f, 3.0e19f};
   const std::size_t n = 101;  // six AVX-512 vectors, five AVX2 ones and a tail
   std::vector<float> ref_w(n), ref_m(n), ref_v(n), grad(n);

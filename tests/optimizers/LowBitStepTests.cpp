@@ -495,9 +495,9 @@ BOOST_AUTO_TEST_CASE(BFloat16SecondMomentsStayPositiveAndFirstMomentsRoundToZero
   const std::vector<float> got_v = Decode(StateFormat::BFloat16, v, kDefaultStateBlockSize);
   std::size_t wrong = 0;
   for (std::size_t i = 0; i < n; ++i) {
-    const bool ok = i % 3 == 0   ? got_v[i] == 0x1p-133f && got_m[i] > 0.0f   // v = 2^-138 kept positive
-                    : i % 3 == 1 ? got_m[i] == 0.0f && std::signbit(got_m[i]) // m = -0.1 * 2^-140
-                                       && got_v[i] == 0.0f                    // v underflowed in FP32
+    const bool ok = i % 3 == 0   ? got_v[i] == 0x1p-133f && got_m[i] > 0.0f    // v = 2^-138 kept positive
+                    : i % 3 == 1 ? got_m[i] == 0.0f && std::signbit(got_m[i])  // m = -0.1 * 2^-140
+                                       && got_v[i] == 0.0f                     // v underflowed in FP32
                                  : got_v[i] > 0.0f && got_m[i] > 0.0f;
     wrong += ok ? 0 : 1;
   }

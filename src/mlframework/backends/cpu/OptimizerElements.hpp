@@ -906,8 +906,7 @@ inline void ForEachStagedTile(const OptimizerPiece& piece, bool has_second, Upda
     float* m = piece.first != nullptr ? piece.first + lo : tile.first;
     float* v = piece.second != nullptr ? piece.second + lo : tile.second;
     if (lo + n < piece.count) {  // the next tile's arrays, while this one computes
-      PrefetchTile(piece, lo + n,
-                   piece.count - lo - n < tile_elements ? piece.count - lo - n : tile_elements);
+      PrefetchTile(piece, lo + n, piece.count - lo - n < tile_elements ? piece.count - lo - n : tile_elements);
     }
     if (piece.parameter == nullptr) {
       DecodeMasters(piece, lo, n, tile.w);
@@ -961,9 +960,8 @@ void AdamRunFixed(const OptimizerPiece& piece, const AdamStepScalars& scalars) {
     if constexpr (!std::is_same_v<Batch, float>) {
       if (codes != nullptr) {
         AdamSpan<Batch, kL2, kDecay, kSmallWeight, true, LinearCodesIn<StateFormat::Int8Block>,
-                 LinearCodesIn<StateFormat::UInt8Block>>(w, g, m, v, n, vc, sc, maxima,
-                                                         {codes->first, codes->first_scale},
-                                                         {codes->second, codes->second_scale});
+                 LinearCodesIn<StateFormat::UInt8Block>>(
+            w, g, m, v, n, vc, sc, maxima, {codes->first, codes->first_scale}, {codes->second, codes->second_scale});
         return;
       }
       if (maxima != nullptr) {
