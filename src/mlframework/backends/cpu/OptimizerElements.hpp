@@ -312,8 +312,8 @@ inline void AdamSpan(float* w, const float* g, float* m, float* v, std::size_t n
     }
   }
   for (; i < n; ++i) {
-    float mi = first_in.template Get<float>(m, i);
-    float vi = second_in.template Get<float>(v, i);
+    auto mi = first_in.template Get<float>(m, i);
+    auto vi = second_in.template Get<float>(v, i);
     AdamElement<kFused, kL2, kDecay, kSmallWeight>(w[i], g[i], mi, vi, sc);
     m[i] = mi;
     v[i] = vi;
