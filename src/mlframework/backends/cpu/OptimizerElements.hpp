@@ -463,6 +463,54 @@ inline void StoreLinearCodes(const Batch& x, Batch r, std::uint8_t* out) {
   }
 }
 
+// The reciprocal loop over values[0, whole) (whole vectors), @p low the lower code bound: the
+// codes into out, true when a lane lies near a tie. On the AVX-512 table VREDUCEPS gives a
+// quotient minus its nearest integer (the near-tie test) and VCVTPS2DQ with embedded
+// round-to-nearest-even the integer itself, in two instructions where the generic loop takes the
+// magic-number sum, its difference from the quotient and a conversion, and the keep-positive
+// select compares the integers under the positive lanes' mask.
+template <bool kSecond, class Batch>
+inline bool EncodeLinearByReciprocal(const float* values, std::uint8_t* out, std::size_t whole, float reciprocal,
+                                     float low) {
+#if defined(__AVX512DQ__)
+  if constexpr (Batch::size == 16) {
+    const __m512 factor = _mm512_set1_ps(reciprocal);
+    const __m512 bound = _mm512_set1_ps(low);
+    const __m512 near_half = _mm512_set1_ps(0.5f - 0x1p-14f);
+    __mmask16 near = 0;
+    for (std::size_t i = 0; i < whole; i += 16) {
+      const __m512 x = _mm512_loadu_ps(values + i);
+      const __m512 q = _mm512_max_ps(_mm512_mul_ps(x, factor), bound);
+      const __m512 fraction = _mm512_reduce_ps(q, _MM_FROUND_TO_NEAREST_INT);  // q - RNE(q), exact
+      near |= _mm512_cmp_ps_mask(_mm512_abs_ps(fraction), near_half, _CMP_GE_OQ);
+      __m512i code = _mm512_cvt_roundps_epi32(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      if constexpr (kSecond) {
+        const __mmask16 positive = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GT_OQ);
+        const __mmask16 bump = _mm512_mask_cmpeq_epi32_mask(positive, code, _mm512_setzero_si512());
+        code = _mm512_mask_mov_epi32(code, bump, _mm512_set1_epi32(1));
+      }
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm512_cvtepi32_epi8(code));  // VPMOVDB
+    }
+    return near != 0;
+  }
+#endif
+  const Batch factor(reciprocal);
+  const Batch bound(low);
+  const Batch magic(12582912.0f);          // RoundHalfEven()'s 1.5 * 2^23
+  const Batch near_half(0.5f - 0x1p-14f);  // a rounded quotient this far off is near a tie
+  auto near = xsimd::batch_bool<float, typename Batch::arch_type>(false);
+  for (std::size_t i = 0; i < whole; i += Batch::size) {
+    const Batch x = Batch::load_unaligned(values + i);
+    // MAXPS for the bound: it differs from LinearCode()'s select only in which of two equal
+    // values (or of -0 and +0, which give the same code) it returns.
+    const Batch q = xsimd::max(x * factor, bound);
+    const Batch r = (q + magic) - magic;
+    near = near | (xsimd::abs(q - r) >= near_half);
+    StoreLinearCodes<kSecond>(x, r, out + i);
+  }
+  return xsimd::any(near);
+}
+
 // LinearCode() of values[0, n) (one block) into out[0, n), on batches of the value type Batch
 // (an exact conversion of the rounded integer values) and LinearCode() itself for the tail.
 //
@@ -488,19 +536,8 @@ inline void EncodeLinearBlock(const float* values, std::uint8_t* out, std::size_
     const Batch magic(12582912.0f);  // RoundHalfEven()'s 1.5 * 2^23
     bool divide = !(scale >= 0x1p-126f && scale <= 0x1p126f);
     if (!divide) {
-      const Batch reciprocal(1.0f / scale);
-      const Batch near_half(0.5f - 0x1p-14f);  // a rounded quotient this far off is near a tie
-      auto near = xsimd::batch_bool<float, typename Batch::arch_type>(false);
-      for (std::size_t i = 0; i < whole; i += Batch::size) {
-        const Batch x = Batch::load_unaligned(values + i);
-        // MAXPS for the bound: it differs from LinearCode()'s select only in which of two equal
-        // values (or of -0 and +0, which give the same code) it returns.
-        const Batch q = xsimd::max(x * reciprocal, low);
-        const Batch r = (q + magic) - magic;
-        near = near | (xsimd::abs(q - r) >= near_half);
-        StoreLinearCodes<kSecond>(x, r, out + i);
-      }
-      divide = xsimd::any(near);
+      divide = EncodeLinearByReciprocal<kSecond, Batch>(values, out, whole, 1.0f / scale,
+                                                        code_max == 127.0f ? -127.0f : 0.0f);
     }
     if (divide) {
       const Batch divisor(scale);
