@@ -160,8 +160,10 @@ struct AdamForm {
 // 1 - beta1)`; `exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)`; `denom =
 // (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)`; `param.addcdiv_(exp_avg, denom,
 // value=-step_size)`, each ATen kernel's arithmetic (addcdiv: `self + (value * t1) / t2`).
+// Always inlined: it is the body of every Adam span, and where GCC's inliner ran out of budget
+// (several spans in one step function) a call per vector cost the staged BF16 step 40%.
 template <bool kFused, bool kL2, bool kDecay, bool kSmallWeight, class T>
-inline void AdamElement(T& w, const T& g, T& m, T& v, const AdamConstants<T>& c) {
+[[gnu::always_inline]] inline void AdamElement(T& w, const T& g, T& m, T& v, const AdamConstants<T>& c) {
   T d = g;
   if constexpr (kL2) {
     d = MulAdd<kFused>(w, c.l2, g);
@@ -280,6 +282,36 @@ struct LinearCodesIn {
       }
       const F y = x * (F{} + scale);
       return T::load_unaligned(reinterpret_cast<const float*>(&y));
+    }
+  }
+};
+
+// Reads BF16 codes and widens them in the loop (exact: the code is the FP32 value's top half),
+// as DecodeState() does for a BFloat16 state.
+struct BFloat16In {
+  const std::uint16_t* codes;
+  template <class T>
+  T Get(const float* /*values*/, std::size_t i) const {
+    if constexpr (std::is_same_v<T, float>) {
+      return mlframework::detail::BFloat16BitsToFloat(codes[i]);
+    } else {
+#if defined(__AVX512F__)
+      if constexpr (T::size == 16) {
+        const __m256i half = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + i));
+        return T(_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(half), 16)));
+      }
+#endif
+#if defined(__AVX2__)
+      if constexpr (T::size == 8) {
+        const __m128i half = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + i));
+        return T(_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(half), 16)));
+      }
+#endif
+      alignas(64) float lanes[T::size];
+      for (std::size_t k = 0; k < T::size; ++k) {
+        lanes[k] = mlframework::detail::BFloat16BitsToFloat(codes[i + k]);
+      }
+      return T::load_aligned(lanes);
     }
   }
 };
@@ -910,11 +942,13 @@ struct StagedTile {
   float second_max[kLargestStagedTile / kSmallestStateBlock];
 };
 
-// One block's codes and scales of the 8-bit Adam pair, which the update loop decodes itself.
+// The stored moments of one span that the update loop decodes itself: one block of the 8-bit
+// Adam pair (Int8Block first and UInt8Block second codes, with their block scales), or a tile
+// of the BF16 pair (BF16 codes; no scales).
 struct StagedCodes {
-  const std::uint8_t* first;  // Int8Block codes
+  const void* first;
   float first_scale;
-  const std::uint8_t* second;  // UInt8Block codes
+  const void* second;
   float second_scale;
 };
 
@@ -923,9 +957,10 @@ struct StagedCodes {
 // written). With a block-scaled state on a vector table the update runs block by block and
 // returns each block's largest magnitudes of first and second in maxima[0] and maxima[1] (else
 // maxima is null), so that the encode need not read the block again for them. With the 8-bit
-// Adam pair (Int8Block first and UInt8Block second moments) on a vector table, codes points to
-// the block's codes and scales, and the update reads them instead of a decoded tile (else codes
-// is null).
+// Adam pair (Int8Block first and UInt8Block second moments) or the BF16 pair on a vector table,
+// codes points to the block's (8-bit) or the tile's (BF16) codes and scales, and the update reads
+// them instead of a decoded tile (else codes is null); maxima is non-null exactly for the 8-bit
+// pair's blocks.
 template <class Batch, class Update>
 inline void ForEachStagedTile(const OptimizerPiece& piece, bool has_second, Update&& update) {
   const StoredFormats& f = *piece.formats;
@@ -934,6 +969,10 @@ inline void ForEachStagedTile(const OptimizerPiece& piece, bool has_second, Upda
   const bool maxima = !std::is_same_v<Batch, float> && (first_maxima || second_maxima);
   const bool linear_pair = maxima && first_maxima && second_maxima && f.first == StateFormat::Int8Block &&
                            f.second == StateFormat::UInt8Block;
+  const bool bfloat16_pair = !std::is_same_v<Batch, float> && has_second && piece.first == nullptr &&
+                             piece.first_data != nullptr && piece.second == nullptr &&
+                             f.first == StateFormat::BFloat16 && f.second == StateFormat::BFloat16;
+  const bool decoded_in_loop = linear_pair || bfloat16_pair;
   StagedTile tile;
   const std::size_t tile_elements = StagedTileElements(f.block_size);
   auto* low = static_cast<unsigned char*>(piece.low_precision);
@@ -948,10 +987,10 @@ inline void ForEachStagedTile(const OptimizerPiece& piece, bool has_second, Upda
     if (piece.parameter == nullptr) {
       DecodeMasters(piece, lo, n, tile.w);
     }
-    if (piece.first == nullptr && piece.first_data != nullptr && !linear_pair) {
+    if (piece.first == nullptr && piece.first_data != nullptr && !decoded_in_loop) {
       DecodeState<kLanes<Batch>>(f.first, piece.first_data, piece.first_scales, f.block_size, lo, n, tile.first);
     }
-    if (has_second && piece.second == nullptr && !linear_pair) {
+    if (has_second && piece.second == nullptr && !decoded_in_loop) {
       DecodeState<kLanes<Batch>>(f.second, piece.second_data, piece.second_scales, f.block_size, lo, n, tile.second);
     }
     if (maxima) {
@@ -968,6 +1007,10 @@ inline void ForEachStagedTile(const OptimizerPiece& piece, bool has_second, Upda
         tile.first_max[b / f.block_size] = pair[0];
         tile.second_max[b / f.block_size] = pair[1];
       }
+    } else if (bfloat16_pair) {
+      const StagedCodes codes{static_cast<const std::uint16_t*>(piece.first_data) + lo, 0.0f,
+                              static_cast<const std::uint16_t*>(piece.second_data) + lo, 0.0f};
+      update(w, piece.gradient + lo, m, v, n, nullptr, &codes);
     } else {
       update(w, piece.gradient + lo, m, v, n, nullptr, nullptr);
     }
@@ -995,10 +1038,17 @@ void AdamRunFixed(const OptimizerPiece& piece, const AdamStepScalars& scalars) {
   auto span = [&](float* w, const float* g, float* m, float* v, std::size_t n, float* maxima,
                   const StagedCodes* codes) {
     if constexpr (!std::is_same_v<Batch, float>) {
-      if (codes != nullptr) {
+      if (codes != nullptr && maxima != nullptr) {  // a block of the 8-bit pair
         AdamSpan<Batch, kL2, kDecay, kSmallWeight, true, LinearCodesIn<StateFormat::Int8Block>,
                  LinearCodesIn<StateFormat::UInt8Block>>(
-            w, g, m, v, n, vc, sc, maxima, {codes->first, codes->first_scale}, {codes->second, codes->second_scale});
+            w, g, m, v, n, vc, sc, maxima, {static_cast<const std::uint8_t*>(codes->first), codes->first_scale},
+            {static_cast<const std::uint8_t*>(codes->second), codes->second_scale});
+        return;
+      }
+      if (codes != nullptr) {  // a tile of the BF16 pair
+        AdamSpan<Batch, kL2, kDecay, kSmallWeight, false, BFloat16In, BFloat16In>(
+            w, g, m, v, n, vc, sc, nullptr, {static_cast<const std::uint16_t*>(codes->first)},
+            {static_cast<const std::uint16_t*>(codes->second)});
         return;
       }
       if (maxima != nullptr) {
