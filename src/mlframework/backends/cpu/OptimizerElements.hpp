@@ -256,31 +256,64 @@ struct FloatsIn {
   }
 };
 
-// Reads a block's one-byte linear codes (Int8Block or UInt8Block) and decodes them in the loop,
+// The value of the E4M3FN code @p code, Float8E4M3FNBitsToFloat()'s bits in selects and integer
+// operations that vectorise: a normal code is its exponent rebiased and its mantissa moved up; a
+// subnormal one, its 3-bit mantissa times 2^-9 (exact); S.1111.111 is NaN.
+inline float Float8Value(std::uint8_t code) {
+  const std::uint32_t magnitude = code & 0x7fu;
+  const std::uint32_t normal = (magnitude << 20) + (120u << 23);
+  const auto subnormal = std::bit_cast<std::uint32_t>(static_cast<float>(magnitude) * 0x1p-9f);
+  const std::uint32_t is_normal = 0u - static_cast<std::uint32_t>(magnitude >= 8u);  // all ones or zero
+  const std::uint32_t is_nan = 0u - static_cast<std::uint32_t>(magnitude == 0x7fu);
+  std::uint32_t bits = (normal & is_normal) | (subnormal & ~is_normal);
+  bits = (0x7ff00000u & is_nan) | (bits & ~is_nan);
+  return std::bit_cast<float>(bits | (static_cast<std::uint32_t>(code & 0x80u) << 24));
+}
+
+// The value of one-byte code @p code of the block-scaled format kFormat before its scale: the
+// integer (Int8Block sign-extended) or the E4M3FN value (Float8Value()), each exact in FP32.
+template <StateFormat kFormat>
+inline float CodeValue(std::uint8_t code) {
+  if constexpr (kFormat == StateFormat::Int8Block) {
+    return static_cast<float>(static_cast<std::int8_t>(code));
+  } else if constexpr (kFormat == StateFormat::UInt8Block) {
+    return static_cast<float>(code);
+  } else {
+    return Float8Value(code);
+  }
+}
+
+// CodeValue() of the kWidth codes at @p in, on float8::Elements' vectors: one widening load and
+// an exact conversion.
+template <StateFormat kFormat, int kWidth>
+inline typename float8::Elements<kWidth>::F CodeLanes(const std::uint8_t* in) {
+  using Lanes = float8::Elements<kWidth>;
+  using F = typename Lanes::F;
+  using I = typename Lanes::I;
+  const typename Lanes::U code = Lanes::WidenBytes(in);
+  if constexpr (kFormat == StateFormat::Int8Block) {
+    return __builtin_convertvector(reinterpret_cast<I>(code << 24) >> 24, F);  // sign-extended
+  } else if constexpr (kFormat == StateFormat::UInt8Block) {
+    return __builtin_convertvector(reinterpret_cast<I>(code), F);
+  } else {
+    return reinterpret_cast<F>(Lanes::template Decode<DataType::Float8E4M3FN>(code));
+  }
+}
+
+// Reads a block's one-byte codes of the block-scaled format kFormat and decodes them in the loop,
 // as DecodeCodes() does (an exact conversion, one FP32 product): the tile's FP32 copy of the
 // state is then only written, for the encode, and the decode's pass over the tile is saved.
 template <StateFormat kFormat>
-struct LinearCodesIn {
+struct BlockCodesIn {
   const std::uint8_t* codes;
   float scale;
   template <class T>
   T Get(const float* /*values*/, std::size_t i) const {
     if constexpr (std::is_same_v<T, float>) {
-      const float x = kFormat == StateFormat::Int8Block ? static_cast<float>(static_cast<std::int8_t>(codes[i]))
-                                                        : static_cast<float>(codes[i]);
-      return x * scale;
+      return CodeValue<kFormat>(codes[i]) * scale;
     } else {
-      using Lanes = float8::Elements<static_cast<int>(T::size)>;
-      using F = typename Lanes::F;
-      using I = typename Lanes::I;
-      const typename Lanes::U code = Lanes::WidenBytes(codes + i);
-      F x;
-      if constexpr (kFormat == StateFormat::Int8Block) {
-        x = __builtin_convertvector(reinterpret_cast<I>(code << 24) >> 24, F);  // sign-extended
-      } else {
-        x = __builtin_convertvector(reinterpret_cast<I>(code), F);
-      }
-      const F y = x * (F{} + scale);
+      using F = typename float8::Elements<static_cast<int>(T::size)>::F;
+      const F y = CodeLanes<kFormat, static_cast<int>(T::size)>(codes + i) * (F{} + scale);
       return T::load_unaligned(reinterpret_cast<const float*>(&y));
     }
   }
@@ -364,54 +397,22 @@ inline void AdamSpan(float* w, const float* g, float* m, float* v, std::size_t n
 // decoded into FP32 copies in the cache, updated by the FP32 loop, and encoded back, so memory is
 // read and written once (StateCodes.hpp has the codes; these loops are the CUDA kernels' arithmetic).
 
-// The value of the E4M3FN code @p code, Float8E4M3FNBitsToFloat()'s bits in selects and integer
-// operations that vectorise: a normal code is its exponent rebiased and its mantissa moved up; a
-// subnormal one, its 3-bit mantissa times 2^-9 (exact); S.1111.111 is NaN.
-inline float Float8Value(std::uint8_t code) {
-  const std::uint32_t magnitude = code & 0x7fu;
-  const std::uint32_t normal = (magnitude << 20) + (120u << 23);
-  const auto subnormal = std::bit_cast<std::uint32_t>(static_cast<float>(magnitude) * 0x1p-9f);
-  const std::uint32_t is_normal = 0u - static_cast<std::uint32_t>(magnitude >= 8u);  // all ones or zero
-  const std::uint32_t is_nan = 0u - static_cast<std::uint32_t>(magnitude == 0x7fu);
-  std::uint32_t bits = (normal & is_normal) | (subnormal & ~is_normal);
-  bits = (0x7ff00000u & is_nan) | (bits & ~is_nan);
-  return std::bit_cast<float>(bits | (static_cast<std::uint32_t>(code & 0x80u) << 24));
-}
-
 // The FP32 values code * scale of @p n one-byte codes of the block-scaled format kFormat, on
-// vectors of kWidth lanes (float8::Elements: one widening load, an exact conversion, one FP32
-// product) and Float8Value() or the integer conversion for the tail.
+// vectors of kWidth lanes (CodeLanes()) and CodeValue() for the tail.
 template <StateFormat kFormat, int kWidth>
 inline void DecodeCodes(const std::uint8_t* in, std::size_t n, float scale, float* out) {
   std::size_t i = 0;
   if constexpr (kWidth > 1) {
-    using Lanes = float8::Elements<kWidth>;
-    using F = typename Lanes::F;
-    using I = typename Lanes::I;
+    using F = typename float8::Elements<kWidth>::F;
     const F factor = F{} + scale;
     for (; i + kWidth <= n; i += kWidth) {
-      const typename Lanes::U code = Lanes::WidenBytes(in + i);
-      F x;
-      if constexpr (kFormat == StateFormat::Int8Block) {
-        x = __builtin_convertvector(reinterpret_cast<I>(code << 24) >> 24, F);  // sign-extended
-      } else if constexpr (kFormat == StateFormat::UInt8Block) {
-        x = __builtin_convertvector(reinterpret_cast<I>(code), F);
-      } else {
-        x = reinterpret_cast<F>(Lanes::template Decode<DataType::Float8E4M3FN>(code));
-      }
-      const F y = x * factor;
+      const F y = CodeLanes<kFormat, kWidth>(in + i) * factor;
       std::memcpy(out + i, &y, sizeof y);
     }
   }
 #pragma omp simd
   for (std::size_t k = i; k < n; ++k) {
-    if constexpr (kFormat == StateFormat::Int8Block) {
-      out[k] = static_cast<float>(static_cast<std::int8_t>(in[k])) * scale;
-    } else if constexpr (kFormat == StateFormat::UInt8Block) {
-      out[k] = static_cast<float>(in[k]) * scale;
-    } else {
-      out[k] = Float8Value(in[k]) * scale;
-    }
+    out[k] = CodeValue<kFormat>(in[k]) * scale;
   }
 }
 
@@ -1039,8 +1040,8 @@ void AdamRunFixed(const OptimizerPiece& piece, const AdamStepScalars& scalars) {
                   const StagedCodes* codes) {
     if constexpr (!std::is_same_v<Batch, float>) {
       if (codes != nullptr && maxima != nullptr) {  // a block of the 8-bit pair
-        AdamSpan<Batch, kL2, kDecay, kSmallWeight, true, LinearCodesIn<StateFormat::Int8Block>,
-                 LinearCodesIn<StateFormat::UInt8Block>>(
+        AdamSpan<Batch, kL2, kDecay, kSmallWeight, true, BlockCodesIn<StateFormat::Int8Block>,
+                 BlockCodesIn<StateFormat::UInt8Block>>(
             w, g, m, v, n, vc, sc, maxima, {static_cast<const std::uint8_t*>(codes->first), codes->first_scale},
             {static_cast<const std::uint8_t*>(codes->second), codes->second_scale});
         return;
