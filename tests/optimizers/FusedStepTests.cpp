@@ -201,6 +201,37 @@ BOOST_AUTO_TEST_CASE(AdamMatchesTheReferenceOnZeroInfiniteNaNNegativeAndTinyMome
   BOOST_TEST(nans < n);  // the case is not all NaN: finite lanes were compared too
 }
 
+BOOST_AUTO_TEST_CASE(AdamTakesTheRootOfTinySecondMomentsBesideOrdinaryOnes) {
+  // Second moments from the smallest subnormal up to 2^-100, where MKL's root scales its input
+  // (MklRoot()), alone in a vector or beside ordinary ones; an epsilon far below every root, so
+  // that each weight's update is the first moment over the root itself and every bit of the root
+  // shows in the weight.
+  std::vector<float> tiny;
+  for (const float x :
+       {0x1p-149f, 0x1.8p-148f, 0x1p-127f, 0x1.4p-120f, 0x1.fffffep-101f, 0x1p-101f, 0x1.6a09e6p-110f}) {
+    tiny.push_back(x);
+  }
+  const std::size_t n = 16 * 8 + 5;  // AVX-512 vectors: all tiny, mixed, none tiny; a tail
+  std::vector<float> ref_w(n), ref_m(n), ref_v(n), grad(n, 0.0f);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::size_t vector = i / 16;
+    const bool is_tiny = vector < 2 || (vector < 6 && i % 3 != 0) || vector == 8;
+    ref_v[i] = is_tiny ? tiny[i % tiny.size()] * static_cast<float>(1 + i % 5) : 1e-6f * static_cast<float>(1 + i % 7);
+    ref_m[i] = std::sqrt(ref_v[i]) * (0.75f + 0.01f * static_cast<float>(i % 13));
+    ref_w[i] = 1.0f + 0.125f * static_cast<float>(i % 9);
+  }
+  const mlfw_reference::AdamConfig config{.lr = 1e-3f, .eps = 0x1p-149f};
+  const std::vector<TensorPtr> w = {Host(ref_w)};
+  const std::vector<TensorPtr> m = {Host(ref_m)};
+  const std::vector<TensorPtr> v = {Host(ref_v)};
+  mlfw_reference::AdamStep(ref_w, grad, ref_m, ref_v, config, 2, Fused(), Root());
+  const std::vector<TensorPtr> g = {Host(grad)};
+  const OptimizerStepLists lists{.Parameters = w, .Gradients = g, .FirstState = m, .SecondState = v};
+  BOOST_TEST(FusedAdamStep(lists, AdamStepScalarsFor(ToOptions(config), 2)));
+  BOOST_TEST(MaxUlps(w[0]->ToFloatVector(), ref_w) == 0u);
+  BOOST_TEST(MaxUlps(v[0]->ToFloatVector(), ref_v) == 0u);
+}
+
 BOOST_AUTO_TEST_CASE(SGDMatchesTheReferenceToTheBit) {
   const std::vector<mlfw_reference::SGDConfig> configs = {
       {.lr = 0.1f},
