@@ -25,6 +25,7 @@
 #include <mlframework/optimizers/FusedSteps.hpp>
 
 #include "cuda/CudaTestUtil.hpp"
+#include "mlframework/backends/cuda/LowBitSteps.cuh"
 #include "mlframework/core/StateCodes.hpp"
 #include "mlframework/core/StepElements.hpp"
 
@@ -344,6 +345,40 @@ BOOST_AUTO_TEST_CASE(SGDOfTheSharedElementFunctionsIsTheCpuBackendsBits) {
       }
     }
   }
+}
+
+BOOST_AUTO_TEST_CASE(StochasticRoundingTakesEachElementsCounterFromALaneThatDrewIt) {
+  // The kernel draws one Philox counter per thread and hands each element the words of its
+  // counter from a lane of its warp (RoundingBits() in LowBitSteps.cu). For tiles starting at
+  // every Philox index modulo 8 (element offsets that are not multiples of 8, a counter's low
+  // word wrapping) and every warp of the block: each element's source lane lies in its warp,
+  // among the lanes that drew the counters of its k, and drew the element's counter (index / 8).
+  using mlframework::backends::cuda::kLowBitThreads;
+  using mlframework::backends::cuda::kLowBitTile;
+  using mlframework::backends::cuda::RoundingCounterOfLane;
+  using mlframework::backends::cuda::RoundingSourceLane;
+  std::size_t checked = 0;
+  std::size_t wrong = 0;
+  for (const std::uint64_t tile_first : {0ull, 1ull, 7ull, 2048ull + 3ull, 0xfffffffcull, 0x1234567891ull}) {
+    for (std::uint64_t shift = 0; shift < 8; ++shift) {
+      const std::uint64_t first = tile_first + shift;
+      for (std::uint32_t warp = 0; warp < kLowBitThreads / 32; ++warp) {
+        const std::uint64_t warp_first = first + 32ull * warp;
+        for (std::uint32_t k = 0; k < kLowBitTile / kLowBitThreads; ++k) {
+          for (std::uint32_t lane = 0; lane < 32; ++lane) {
+            const std::uint64_t lane0 = warp_first + static_cast<std::uint64_t>(k) * kLowBitThreads;
+            const std::uint32_t source = RoundingSourceLane(k, lane, lane0);
+            const bool ok = source < 32 && source / 8 == k && source % 8 <= 4 &&
+                            RoundingCounterOfLane(source, warp_first) == (lane0 + lane) / 8;
+            wrong += ok ? 0 : 1;
+            ++checked;
+          }
+        }
+      }
+    }
+  }
+  BOOST_TEST(checked == 6u * 8u * kLowBitTile);
+  BOOST_TEST(wrong == 0u);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -16,7 +16,7 @@ namespace codes = mlframework::detail;
 // 512 threads of 4 elements each: the 2,048-element tile, with every element's loads in flight
 // before the first store and few enough unrolled copies of the element code to stay in the
 // instruction cache.
-constexpr int kThreads = 512;
+constexpr int kThreads = static_cast<int>(kLowBitThreads);
 constexpr int kPerThread = static_cast<int>(kLowBitTile) / kThreads;
 // Blocks of the smallest block size (32 elements) in a tile: one warp's elements lie in one block.
 constexpr int kMaxBlocks = static_cast<int>(kLowBitTile) / 32;
@@ -28,6 +28,31 @@ __device__ std::uint32_t WarpMax(std::uint32_t bits) {
     bits = other > bits ? other : bits;
   }
   return bits;
+}
+
+// The 16 random bits of stochastic rounding (PhiloxElementBits()) of each of the thread's
+// kPerThread elements, with one Philox call per thread where one per element took eight times
+// the arithmetic: each lane draws one counter (RoundingCounterOfLane()) and takes the four words of
+// its elements' counters from the lanes that drew them (RoundingSourceLane()). @p first: the
+// Philox index of the tile's first element (the entry's element offset plus the tile's start).
+// Every lane of the warp must call it (the shuffles take all 32).
+__device__ __forceinline__ void RoundingBits(std::uint64_t seed, std::uint64_t step, std::uint32_t tensor,
+                                             std::uint64_t first, std::uint16_t (&bits)[kPerThread]) {
+  static_assert(kPerThread * 8 == 32, "one lane of the warp per counter of each k");
+  const std::uint32_t lane = threadIdx.x & 31u;
+  const std::uint64_t warp_first = first + (threadIdx.x & ~31u);  // lane 0's element at k = 0
+  const Philox4x32Block drawn = PhiloxRoundingBlock(seed, step, tensor, RoundingCounterOfLane(lane, warp_first));
+#pragma unroll
+  for (int k = 0; k < kPerThread; ++k) {
+    const std::uint64_t lane0 = warp_first + static_cast<std::uint64_t>(k) * kThreads;
+    const auto source = static_cast<int>(RoundingSourceLane(static_cast<std::uint32_t>(k), lane, lane0));
+    Philox4x32Block block;
+#pragma unroll
+    for (int word = 0; word < 4; ++word) {
+      block.Word[word] = __shfl_sync(0xffffffffu, drawn.Word[word], source);
+    }
+    bits[k] = PhiloxBlockHalf(block, static_cast<std::uint32_t>((lane0 + lane) % kPhiloxElementsPerBlock));
+  }
 }
 
 // One state of the step, its format a template argument: every kernel holds the decode and
@@ -141,6 +166,11 @@ __device__ __forceinline__ void StepTile(const LowBitEntry* entries, std::int32_
       }
     }
   }
+  const bool rounds = f.masters == MasterFormat::BFloat16StochasticRounding;  // the same in every thread
+  std::uint16_t random[kPerThread] = {};
+  if (rounds) {
+    RoundingBits(f.seed, step, e.tensor, e.element_offset + lo, random);
+  }
   __syncthreads();  // absmax is zeroed
 #pragma unroll
   for (int k = 0; k < kPerThread; ++k) {
@@ -149,8 +179,12 @@ __device__ __forceinline__ void StepTile(const LowBitEntry* entries, std::int32_
     const bool in_range = i < e.count;
     if (in_range) {
       update(w[k], g[k], m[k], v[k], has_first);
-      codes::EncodeMasterElement(f.masters, e.parameter, e.remainders, i, w[k], f.seed, step, e.tensor,
-                                 e.element_offset);
+      if (rounds) {
+        static_cast<std::uint16_t*>(e.parameter)[i] = StochasticRoundToBFloat16Bits(w[k], random[k]);
+      } else {
+        codes::EncodeMasterElement(f.masters, e.parameter, e.remainders, i, w[k], f.seed, step, e.tensor,
+                                   e.element_offset);
+      }
       WriteCopy(e.low_precision, e.low_precision_dtype, i, w[k]);  // FP32 masters only (FusedSteps.cpp)
     }
     const std::uint32_t block_in_tile = offset >> shift;

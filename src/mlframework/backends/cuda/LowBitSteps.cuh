@@ -13,6 +13,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <mlframework/core/HostDevice.hpp>
 #include <mlframework/core/OptimizerStep.hpp>
 
 namespace mlframework::backends::cuda {
@@ -49,6 +50,24 @@ inline constexpr std::uint64_t kLowBitTile = 2048;
 
 /// Tiles of a tensor of @p count elements.
 constexpr std::uint64_t LowBitTiles(std::uint64_t count) { return (count + kLowBitTile - 1) / kLowBitTile; }
+
+/// Threads of a tile's thread block: thread t holds elements t + k * kLowBitThreads of the tile,
+/// k from 0 to kLowBitTile / kLowBitThreads - 1 (4).
+inline constexpr std::uint32_t kLowBitThreads = 512;
+
+/// Stochastic rounding's Philox counters in a warp (one drawn per thread, LowBitSteps.cu): the
+/// counter lane @p lane draws when the warp's lane 0 holds the element of Philox index
+/// @p warp_first at k = 0: counter j = lane % 8 from the one of lane 0's element at k = lane / 8.
+MLFW_HOST_DEVICE constexpr std::uint64_t RoundingCounterOfLane(std::uint32_t lane, std::uint64_t warp_first) {
+  return (warp_first + static_cast<std::uint64_t>(lane / 8u) * kLowBitThreads) / 8u + lane % 8u;
+}
+
+/// The lane whose counter (RoundingCounterOfLane()) holds the random bits of element @p k of lane
+/// @p lane, when lane 0's element at that k has Philox index @p lane0: the warp's 32 consecutive
+/// elements there span at most five counters, the ones of lanes 8k to 8k + 4.
+MLFW_HOST_DEVICE constexpr std::uint32_t RoundingSourceLane(std::uint32_t k, std::uint32_t lane, std::uint64_t lane0) {
+  return k * 8u + (static_cast<std::uint32_t>(lane0 % 8u) + lane) / 8u;
+}
 
 /// Queues the Adam step over @p count entries at @p entries (device memory, followed by one
 /// sentinel entry whose tile is the list's tile count @p tiles), as LaunchAdamStep() does.
