@@ -141,7 +141,8 @@ OptimizerStepLists StepLists(const Lists& l, StateFormat first, StateFormat seco
 }
 
 // Encodes @p values into a state stored as @p format: each block's scale from its largest
-// magnitude, as the kernel's max-reduction finds it.
+// magnitude, as the kernel's max-reduction finds it, and its code factor, once per block as the
+// kernel takes them (EncodeBlockElement()).
 void EncodeState(StateFormat format, void* data, float* scales, std::size_t block, const std::vector<float>& values,
                  bool keep_positive) {
   if (!IsBlockScaled(format)) {
@@ -158,9 +159,10 @@ void EncodeState(StateFormat format, void* data, float* scales, std::size_t bloc
       largest = bits > largest ? bits : largest;
     }
     const float scale = codes::BlockScale(format, codes::BitsAsFloat(largest));
+    const float factor = codes::BlockCodeFactor(format, scale);
     scales[b] = scale;
     for (std::size_t i = b * block; i < end; ++i) {
-      codes::EncodeStateElement(format, data, i, values[i], scale, keep_positive);
+      codes::EncodeBlockElement(format, data, i, values[i], scale, factor, keep_positive);
     }
   }
 }

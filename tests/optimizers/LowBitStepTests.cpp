@@ -685,6 +685,53 @@ BOOST_AUTO_TEST_CASE(Int8CodesOfQuotientsNearTiesAreLinearCodes) {
   BOOST_TEST(wrong_codes == 0u);
 }
 
+BOOST_AUTO_TEST_CASE(LinearBlockCodesByTheReciprocalAreLinearCodes) {
+  // The CUDA kernels encode the 8-bit blocks with LinearBlockCode() (core/StateCodes.hpp): a
+  // product with the block's reciprocal, and LinearCode()'s division where a quotient lies near a
+  // half-integer. For Int8 and UInt8 blocks (positive and negative values, the second moment's
+  // keep-positive rule), scales with few significant bits and random ones, the values a few ulp
+  // around each (k + 1/2) * scale, the block's absmax and random values of the block: every code
+  // must be LinearCode()'s, including values where the product alone rounds otherwise.
+  namespace codes = mlframework::detail;
+  std::mt19937 rng(42);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  std::size_t checked = 0;
+  std::size_t wrong = 0;
+  std::size_t product_alone_wrong = 0;
+  for (const float code_max : {127.0f, 255.0f}) {
+    for (int trial = 0; trial < 400; ++trial) {
+      const float absmax = trial % 2 == 0 ? std::ldexp(static_cast<float>(3 + 2 * trial), -12 - trial % 7) * code_max
+                                          : std::ldexp(1.0f + 0.5f * (unit(rng) + 1.0f), trial % 40 - 20);
+      const float scale =
+          codes::BlockScale(code_max == 127.0f ? StateFormat::Int8Block : StateFormat::UInt8Block, absmax);
+      const float reciprocal = codes::BlockCodeFactor(StateFormat::Int8Block, scale);
+      std::vector<float> values = {absmax, -absmax, 0.0f, -0.0f, std::ldexp(1.0f, -149)};
+      for (int k = 0; k < static_cast<int>(code_max); k += 1 + trial % 3) {
+        float x = (static_cast<float>(k) + 0.5f) * scale;
+        for (int ulp = 0; ulp < 4; ++ulp, x = std::nextafter(x, 1e30f)) {
+          values.push_back(x);
+          values.push_back(-x);
+        }
+      }
+      for (int r = 0; r < 64; ++r) {
+        values.push_back(unit(rng) * absmax);
+      }
+      for (const float x : values) {
+        if (!(std::fabs(x) <= absmax)) continue;  // the block's values only
+        for (const bool keep : {false, true}) {
+          const std::uint8_t expected = codes::LinearCode(x, scale, code_max, keep);
+          wrong += codes::LinearBlockCode(x, scale, reciprocal, code_max, keep) != expected ? 1 : 0;
+          ++checked;
+        }
+        product_alone_wrong += RoundedProduct(x, scale) != RoundedQuotient(x, scale) ? 1 : 0;
+      }
+    }
+  }
+  BOOST_TEST_MESSAGE(checked << " codes, " << product_alone_wrong << " where the product alone rounds otherwise");
+  BOOST_TEST(product_alone_wrong > 100u);
+  BOOST_TEST(wrong == 0u);
+}
+
 BOOST_AUTO_TEST_CASE(StochasticRoundingIsUnbiasedReproducibleAndThePhiloxCounter) {
   // SGD without momentum from BF16 weights 1.0: every element's FP32 update is 1 - 0.01 * g,
   // between two BF16 neighbours; the stochastic rounding picks one of them.

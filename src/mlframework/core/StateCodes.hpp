@@ -78,12 +78,49 @@ MLFW_HOST_DEVICE inline float Float8CodeFactor(float scale) {
   return factor > kFloatMax ? 0.0f : factor;
 }
 
-/// The FP8 E4M3FN code of @p value * Float8CodeFactor(@p scale) (saturating; a NaN product, from
-/// a NaN block or an infinity times the factor 0 of an infinite scale, as kFloat8NaNCode);
-/// @p keep_positive: a positive value that would round to zero gets the smallest subnormal.
-MLFW_HOST_DEVICE inline std::uint8_t Float8Code(float value, float scale, bool keep_positive) {
-  const std::uint8_t code = CanonicalFloat8Code(FloatToFloat8E4M3FNBits(MulRn(value, Float8CodeFactor(scale))));
+/// The FP8 E4M3FN code of @p value * @p factor, the block's Float8CodeFactor() (saturating; a NaN
+/// product, from a NaN block or an infinity times the factor 0 of an infinite scale, as
+/// kFloat8NaNCode); @p keep_positive: a positive value that would round to zero gets the smallest
+/// subnormal.
+MLFW_HOST_DEVICE inline std::uint8_t Float8CodeOfFactor(float value, float factor, bool keep_positive) {
+  const std::uint8_t code = CanonicalFloat8Code(FloatToFloat8E4M3FNBits(MulRn(value, factor)));
   return keep_positive && value > 0.0f && code == 0 ? std::uint8_t{1} : code;
+}
+
+/// The FP8 E4M3FN code of @p value in a Float8E4M3Block block of scale @p scale.
+MLFW_HOST_DEVICE inline std::uint8_t Float8Code(float value, float scale, bool keep_positive) {
+  return Float8CodeOfFactor(value, Float8CodeFactor(scale), keep_positive);
+}
+
+/// Whether a linear block of scale @p scale may encode by the reciprocal (LinearBlockCode()): its
+/// rounded reciprocal is a normal FP32 value.
+MLFW_HOST_DEVICE inline bool LinearReciprocalEncodes(float scale) { return scale >= 0x1p-126f && scale <= 0x1p126f; }
+
+/// LinearCode(@p value, @p scale, @p code_max, @p keep_positive) for a value of the block whose
+/// largest magnitude absmax gave @p scale (BlockScale(), so |value| <= absmax), by a product with
+/// @p reciprocal = DivRn(1, scale) where that gives the same code and by LinearCode()'s division
+/// where it might not. The quotient value / scale is at most code_max (1 + 2^-23) <= 256 (1 + 2^-23),
+/// and both the rounded product and LinearCode()'s rounded quotient lie within 2^-15 of it, so
+/// both round to the same integer unless the rounded product lies within 2^-14 of a half-integer
+/// (a few values in 10^4; a scale outside [2^-126, 2^126] always divides). Every value of such a block is finite, and
+/// no product exceeds code_max by enough to round past it, so only the lower bound needs a clamp. The CPU backend's
+/// vector loops take the same test (OptimizerElements.hpp, EncodeLinearBlock()).
+MLFW_HOST_DEVICE inline std::uint8_t LinearBlockCode(float value, float scale, float reciprocal, float code_max,
+                                                     bool keep_positive) {
+  if (!LinearReciprocalEncodes(scale)) {
+    return LinearCode(value, scale, code_max, keep_positive);
+  }
+  const float low = code_max == 127.0f ? -127.0f : 0.0f;
+  float q = MulRn(value, reciprocal);
+  q = q < low ? low : q;
+  const float r = RoundHalfEven(q);
+  const float off = SubRn(q, r);  // exact: q and r lie within a unit of each other
+  constexpr float kNearHalf = 0.5f - 0x1p-14f;
+  if (!(off < kNearHalf && off > -kNearHalf)) {
+    return LinearCode(value, scale, code_max, keep_positive);
+  }
+  const bool bump = keep_positive & (value > 0.0f) & (r == 0.0f);
+  return static_cast<std::uint8_t>(static_cast<std::int32_t>(bump ? 1.0f : r));
 }
 
 /// Rounds @p value to BF16 (round to nearest even); @p keep_positive: never a positive value to 0.
@@ -147,6 +184,40 @@ MLFW_HOST_DEVICE inline float BlockScale(StateFormat format, float absmax) {
     return Float16BlockScale(absmax);
   }
   return MagnitudeBits(absmax) > 0x7f800000u ? BlockNaNScale() : DivRn(absmax, BlockCodeMax(format));
+}
+
+/// The factor element codes of a block of the block-scaled @p format under @p scale are taken
+/// with (EncodeBlockElement()): Float8CodeFactor() for Float8E4M3Block, the rounded reciprocal of
+/// the scale for the linear formats (0 where LinearBlockCode() divides instead), none (0) for
+/// Float16, whose factor is a power of two read off the scale's bits. Taken once per block: each
+/// is an IEEE division, a long instruction sequence on the GPU.
+MLFW_HOST_DEVICE inline float BlockCodeFactor(StateFormat format, float scale) {
+  if (format == StateFormat::Float8E4M3Block) {
+    return Float8CodeFactor(scale);
+  }
+  if (format == StateFormat::Float16) {
+    return 0.0f;
+  }
+  return LinearReciprocalEncodes(scale) ? DivRn(1.0f, scale) : 0.0f;
+}
+
+/// Stores @p value as element @p i of a block-scaled state stored as @p format in @p data: its
+/// block's scale @p scale (BlockScale() of the block's largest magnitude) and factor @p factor
+/// (BlockCodeFactor()); @p keep_positive as EncodeStateElement(). The same code as
+/// EncodeStateElement() for every value of the block.
+MLFW_HOST_DEVICE inline void EncodeBlockElement(StateFormat format, void* data, std::size_t i, float value, float scale,
+                                                float factor, bool keep_positive) {
+  switch (format) {
+    case StateFormat::Float16:
+      static_cast<std::uint16_t*>(data)[i] = Float16BlockCode(value, scale, keep_positive);
+      return;
+    case StateFormat::Float8E4M3Block:
+      static_cast<std::uint8_t*>(data)[i] = Float8CodeOfFactor(value, factor, keep_positive);
+      return;
+    default:
+      static_cast<std::uint8_t*>(data)[i] = LinearBlockCode(value, scale, factor, BlockCodeMax(format), keep_positive);
+      return;
+  }
 }
 
 /// Element @p i of a state stored as @p format in @p data (the codes, from the tensor's first

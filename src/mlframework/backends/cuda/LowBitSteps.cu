@@ -90,11 +90,29 @@ __device__ __forceinline__ void Collect(const TileState<Format>& s, bool in_rang
   }
 }
 
-// Encodes the updated @p values of a block-scaled state with the tile's block maxima, and writes
-// the scales of the tile's blocks (blocks of 2^@p shift elements).
+// The scale and code factor (BlockCodeFactor()) of each of the tile's blocks of a block-scaled
+// state from their maxima @p absmax, into @p scale and @p factor (shared memory) and the state's
+// scales: one thread per block, each an IEEE division or two where every element took them before.
+template <StateFormat Format>
+__device__ __forceinline__ void BlockScales(const TileState<Format>& s, const LowBitEntry& e, std::uint64_t lo,
+                                            std::uint32_t shift, const std::uint32_t* absmax, float* scale,
+                                            float* factor) {
+  if constexpr (TileState<Format>::kScaled) {
+    const std::uint32_t b = threadIdx.x;
+    if (b < (static_cast<std::uint32_t>(kLowBitTile) >> shift) &&
+        lo + (static_cast<std::uint64_t>(b) << shift) < e.count) {
+      scale[b] = codes::BlockScale(Format, codes::BitsAsFloat(absmax[b]));
+      factor[b] = codes::BlockCodeFactor(Format, scale[b]);
+      s.scales[(lo >> shift) + b] = scale[b];
+    }
+  }
+}
+
+// Encodes the updated @p values of a block-scaled state with its blocks' scales and factors
+// (BlockScales(), blocks of 2^@p shift elements).
 template <StateFormat Format>
 __device__ __forceinline__ void Encode(const TileState<Format>& s, const LowBitEntry& e, std::uint64_t lo,
-                                       std::uint32_t shift, const std::uint32_t* absmax,
+                                       std::uint32_t shift, const float* scale, const float* factor,
                                        const float (&values)[kPerThread]) {
   if constexpr (TileState<Format>::kScaled) {
 #pragma unroll
@@ -102,14 +120,9 @@ __device__ __forceinline__ void Encode(const TileState<Format>& s, const LowBitE
       const std::uint32_t offset = threadIdx.x + (static_cast<std::uint32_t>(k) * kThreads);
       const std::uint64_t i = lo + offset;
       if (i < e.count) {
-        const float scale = codes::BlockScale(Format, codes::BitsAsFloat(absmax[offset >> shift]));
-        codes::EncodeStateElement(Format, s.data, i, values[k], scale, s.keep_positive);
+        codes::EncodeBlockElement(Format, s.data, i, values[k], scale[offset >> shift], factor[offset >> shift],
+                                  s.keep_positive);
       }
-    }
-    const std::uint32_t b = threadIdx.x;
-    if (b < (static_cast<std::uint32_t>(kLowBitTile) >> shift) &&
-        lo + (static_cast<std::uint64_t>(b) << shift) < e.count) {
-      s.scales[(lo >> shift) + b] = codes::BlockScale(Format, codes::BitsAsFloat(absmax[b]));
     }
   }
 }
@@ -125,6 +138,8 @@ __device__ __forceinline__ void StepTile(const LowBitEntry* entries, std::int32_
                                          const std::int32_t* skip_flag, const float* step_count, bool read_first,
                                          Update&& update) {
   __shared__ std::uint32_t absmax[2][kMaxBlocks];
+  __shared__ float block_scale[2][kMaxBlocks];
+  __shared__ float block_factor[2][kMaxBlocks];
   if (StepSkipped(skip_flag)) {
     return;  // the scaler found an overflow: the step changes nothing
   }
@@ -197,10 +212,17 @@ __device__ __forceinline__ void StepTile(const LowBitEntry* entries, std::int32_
   }
   __syncthreads();
   if (has_first) {
-    Encode(first, e, lo, shift, absmax[0], m);
+    BlockScales(first, e, lo, shift, absmax[0], block_scale[0], block_factor[0]);
   }
   if constexpr (kHasSecond) {
-    Encode(second, e, lo, shift, absmax[1], v);
+    BlockScales(second, e, lo, shift, absmax[1], block_scale[1], block_factor[1]);
+  }
+  __syncthreads();
+  if (has_first) {
+    Encode(first, e, lo, shift, block_scale[0], block_factor[0], m);
+  }
+  if constexpr (kHasSecond) {
+    Encode(second, e, lo, shift, block_scale[1], block_factor[1], v);
   }
 }
 
