@@ -622,6 +622,63 @@ float RoundedQuotient(float value, float scale) {
   return mlframework::detail::RoundHalfEven(quotient);
 }
 
+BOOST_AUTO_TEST_CASE(EveryFloat8CodeDecodesToItsValueAndNaNCodesMakeANaNBlock) {
+  // An FP8 momentum holding every E4M3FN code in one block of finite scale, NaN codes in the
+  // other blocks (the vector loop's and the scalar tail's): SGD with momentum 0.5 and zero
+  // gradients halves each value exactly, so each finite code comes back unchanged (-0 as +0)
+  // under half the scale, and each block holding a NaN code becomes a NaN block. A wrong decode of
+  // any code, NaN included, changes the codes.
+  BOOST_TEST_MESSAGE("instruction set: " << backends::cpu::InstructionSet());
+  constexpr std::size_t kBlock = 256;
+  constexpr std::size_t kN = 2 * kBlock + 7;
+  const float scale = 0.0078125f * 3.0f;
+  std::vector<std::uint8_t> codes;
+  for (std::size_t i = 0; i < 256; ++i) {
+    const auto code = static_cast<std::uint8_t>((i * 37 + 11) % 256);  // each code once, shuffled
+    if ((code & 0x7fu) != 0x7fu) {
+      codes.push_back(code);
+    }
+  }
+  codes.push_back(0x7eu);  // 448: the block's largest magnitude, twice
+  codes.push_back(0x01u);
+  for (std::size_t i = kBlock; i < kN; ++i) {
+    codes.push_back(static_cast<std::uint8_t>(0x38 + i % 16));
+  }
+  codes[kBlock + 100] = 0xffu;    // a negative NaN code in block 1
+  codes[2 * kBlock + 5] = 0x7fu;  // the short last block: the scalar tail
+  const Stored momentum = ZeroState(StateFormat::Float8E4M3Block, kN, kBlock);
+  std::memcpy(momentum.data->MutableHostBytes().data(), codes.data(), kN);
+  const std::vector<float> first_scales(3, scale);
+  std::memcpy(momentum.scales->MutableHostBytes().data(), first_scales.data(), sizeof(float) * 3);
+  const std::vector<TensorPtr> w = {FromVector(std::vector<float>(kN, 1.0f), {kN})};
+  const std::vector<TensorPtr> g = {FromVector(std::vector<float>(kN, 0.0f), {kN})};
+  const std::vector<TensorPtr> codes_list = {momentum.data};
+  const std::vector<TensorPtr> scales_list = {momentum.scales};
+  const OptimizerStepLists lists{.Parameters = w,
+                                 .Gradients = g,
+                                 .FirstState = codes_list,
+                                 .FirstStateFormat = StateFormat::Float8E4M3Block,
+                                 .FirstStateScales = scales_list,
+                                 .StateBlockSize = kBlock};
+  BOOST_TEST(FusedSGDStep(lists, SGDStepScalarsFor(SGDOptions{.LearningRate = 0.01, .Momentum = 0.5}, false)));
+  const std::vector<std::uint8_t> after = Bytes(momentum.data);
+  const std::vector<float> scales = momentum.scales->ToFloatVector();
+  BOOST_TEST(scales[0] == scale / 2.0f);
+  std::size_t changed = 0;
+  for (std::size_t i = 0; i < kBlock; ++i) {
+    changed += after[i] != (codes[i] == 0x80u ? 0u : codes[i]) ? 1 : 0;
+  }
+  BOOST_TEST(changed == 0u);
+  for (const std::size_t b : {std::size_t{1}, std::size_t{2}}) {
+    BOOST_TEST(std::bit_cast<std::uint32_t>(scales[b]) == 0x7fc00000u);
+    std::size_t not_nan = 0;
+    for (std::size_t i = b * kBlock; i < std::min(kN, (b + 1) * kBlock); ++i) {
+      not_nan += after[i] != 0x7fu ? 1 : 0;
+    }
+    BOOST_TEST(not_nan == 0u);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(Int8CodesOfQuotientsNearTiesAreLinearCodes) {
   // The first SGD step stores the momentum d = g exactly, so each block's values are chosen: its
   // first one sets absmax = 127 * scale exactly (scale with few significant bits, its reciprocal

@@ -419,6 +419,46 @@ inline void AdamSpan(float* w, const float* g, float* m, float* v, std::size_t n
 template <StateFormat kFormat, int kWidth>
 inline void DecodeCodes(const std::uint8_t* in, std::size_t n, float scale, float* out) {
   std::size_t i = 0;
+#if defined(__AVX512F__)
+  if constexpr (kFormat == StateFormat::Float8E4M3Block && kWidth == 16) {
+    // E4M3FN's bits moved into FP16's (sign to bit 15, exponent and mantissa to bits 13..7) are
+    // the code's value times 2^-8, normal and subnormal codes alike, which VCVTPH2PS widens
+    // exactly; the scale times 2^8 (exact: no block's scale reaches 2^120) restores it, so each
+    // product is CodeValue() * scale rounded once. NaN codes (S.1111.111) take Float8Value()'s NaN
+    // before the product. Six operations on 16-bit lanes where the FP32 decode took thirteen.
+    const __m512 factor = _mm512_set1_ps(scale * 256.0f);
+    for (; i + 16 <= n; i += 16) {
+      const __m256i code = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i)));
+      const __m256i moved = _mm256_slli_epi16(code, 7);  // the sign lands on bit 14
+      const __m256i half = _mm256_add_epi16(moved, _mm256_and_si256(moved, _mm256_set1_epi16(0x4000)));
+      const __mmask16 nan =
+          _mm256_cmpeq_epi16_mask(_mm256_and_si256(moved, _mm256_set1_epi16(0x3f80)), _mm256_set1_epi16(0x3f80));
+      __m512 value = _mm512_cvtph_ps(half);
+      // (sign & value) | 0x7ff00000: Float8Value()'s NaN, with the code's sign.
+      value = _mm512_castsi512_ps(_mm512_mask_ternarylogic_epi32(_mm512_castps_si512(value), nan,
+                                                                 _mm512_set1_epi32(static_cast<int>(0x80000000u)),
+                                                                 _mm512_set1_epi32(0x7ff00000), 0xea));
+      _mm512_storeu_ps(out + i, _mm512_mul_ps(value, factor));
+    }
+  }
+#endif
+#if defined(__AVX2__) && defined(__F16C__)
+  if constexpr (kFormat == StateFormat::Float8E4M3Block && kWidth == 8) {  // as above, on eight lanes
+    const __m256 factor = _mm256_set1_ps(scale * 256.0f);
+    const __m256 sign = _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(0x80000000u)));
+    const __m256 nan_bits = _mm256_castsi256_ps(_mm256_set1_epi32(0x7ff00000));
+    for (; i + 8 <= n; i += 8) {
+      const __m128i code = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(in + i)));
+      const __m128i moved = _mm_slli_epi16(code, 7);
+      const __m128i half = _mm_add_epi16(moved, _mm_and_si128(moved, _mm_set1_epi16(0x4000)));
+      const __m128i nan16 = _mm_cmpeq_epi16(_mm_and_si128(moved, _mm_set1_epi16(0x3f80)), _mm_set1_epi16(0x3f80));
+      const __m256 nan = _mm256_castsi256_ps(_mm256_cvtepi16_epi32(nan16));
+      __m256 value = _mm256_cvtph_ps(half);
+      value = _mm256_blendv_ps(value, _mm256_or_ps(_mm256_and_ps(value, sign), nan_bits), nan);
+      _mm256_storeu_ps(out + i, _mm256_mul_ps(value, factor));
+    }
+  }
+#endif
   if constexpr (kWidth > 1) {
     using F = typename float8::Elements<kWidth>::F;
     const F factor = F{} + scale;
