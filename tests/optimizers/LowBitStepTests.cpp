@@ -164,6 +164,15 @@ void CheckEncoding(StateFormat format, const Stored& s, const std::vector<float>
                                                              : 448.0f;
   std::size_t outside = 0;
   std::size_t wrong_scales = 0;
+  std::size_t wrong_codes = 0;  // against the shared codes the CUDA kernels take (core/StateCodes.hpp)
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    const float scale = scales[i / block];
+    const std::uint8_t expected = format == StateFormat::Float8E4M3Block
+                                      ? mlframework::detail::Float8Code(ref[i], scale, second)
+                                      : mlframework::detail::LinearCode(ref[i], scale, code_max, second);
+    wrong_codes += codes[i] != expected ? 1 : 0;
+  }
+  BOOST_TEST(wrong_codes == 0u);
   for (std::size_t b = 0; b < scales.size(); ++b) {
     const std::size_t end = std::min(ref.size(), (b + 1) * block);
     float absmax = 0.0f;
