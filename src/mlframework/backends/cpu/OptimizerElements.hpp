@@ -307,6 +307,20 @@ inline typename float8::Elements<kWidth>::F CodeLanes(const std::uint8_t* in) {
   using Lanes = float8::Elements<kWidth>;
   using F = typename Lanes::F;
   using I = typename Lanes::I;
+  if constexpr (kFormat == StateFormat::Int8Block) {
+#if defined(__AVX512F__)
+    if constexpr (kWidth == 16) {  // VPMOVSXBD: the load sign-extends, no shifts
+      return reinterpret_cast<F>(
+          _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in)))));
+    }
+#endif
+#if defined(__AVX2__)
+    if constexpr (kWidth == 8) {
+      return reinterpret_cast<F>(
+          _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(in)))));
+    }
+#endif
+  }
   const typename Lanes::U code = Lanes::WidenBytes(in);
   if constexpr (kFormat == StateFormat::Int8Block) {
     return __builtin_convertvector(reinterpret_cast<I>(code << 24) >> 24, F);  // sign-extended
