@@ -94,9 +94,9 @@ inline T MulAdd(const T& a, const T& b, const T& c) {
 // Inputs below 2^-100 are scaled by 2^64 first (the residual would be subnormal); zero, negative,
 // infinite and NaN inputs take the IEEE square root.
 //
-// Only a positive input below 2^-100 needs the scaling, and one whose vector has none skips it
-// (a branch, nearly always taken): the compare and two masked products on the root's dependency
-// chain made the whole FP32 AdamW update about 17% slower (EPYC). Zero, negative and NaN lanes
+// Only a positive input below 2^-100 needs the scaling, and a vector without one skips it (a
+// branch, nearly always taken): the compare and two masked products on the root's dependency
+// chain made the FP32 AdamW step about 10% slower (EPYC, one core). Zero, negative and NaN lanes
 // take VFIXUPIMMPS's result whether scaled or not, so both ways give the same bits.
 [[gnu::always_inline]] inline __m512 MklSqrt(__m512 x) {
   // The IEEE root of the special inputs by class (VFIXUPIMMPS, one instruction, no compare or
