@@ -680,6 +680,32 @@ inline void EncodeBFloat16(const float* values, std::uint16_t* out, std::size_t 
   }
 }
 
+#if defined(__AVX512F__)
+// EncodeBFloat16() with VCVTNE2PS2BF16 (AVX512_BF16: 32 values an instruction), for a CPU that
+// has it (StoredFormats::native_bf16). The instruction rounds as FloatToBFloat16Bits() (nearest
+// even, NaN quieted) except that it flushes subnormal inputs to zero: 32 values holding a
+// subnormal take EncodeBFloat16()'s integer rounding instead, so the codes never differ. Without
+// subnormals no positive value rounds to code 0, so kSecond's keep-positive rule has nothing to
+// do there.
+template <bool kSecond>
+__attribute__((target("avx512bf16"))) void EncodeBFloat16Native(const float* values, std::uint16_t* out,
+                                                                std::size_t n) {
+  constexpr int kSubnormal = 0x20;  // VFPCLASSPS: denormal, either sign
+  std::size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m512 low = _mm512_loadu_ps(values + i);
+    const __m512 high = _mm512_loadu_ps(values + i + 16);
+    if ((_mm512_fpclass_ps_mask(low, kSubnormal) | _mm512_fpclass_ps_mask(high, kSubnormal)) != 0) {
+      EncodeBFloat16<kSecond>(values + i, out + i, 32);
+      continue;
+    }
+    // The second operand's values fill the low half.
+    _mm512_storeu_si512(out + i, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(high, low)));
+  }
+  EncodeBFloat16<kSecond>(values + i, out + i, n - i);
+}
+#endif
+
 // The E4M3FN codes of values[i] * @p factor (saturating) into out[0, n): the FP8 kernels' encode
 // on the FP32 bits (float8::Elements, core/Float8Bits.hpp's rounding) in the same loop as the
 // product; kSecond: a positive value that would get code 0 gets the smallest subnormal.
@@ -758,8 +784,9 @@ inline void EncodeFloat8(const float* values, std::uint8_t* out, std::size_t n, 
 
 // Encodes @p values (elements [lo, lo + n)) into a state stored as @p format, with new block
 // scales; @p second: the second moment, whose positive values stay positive. The FP16 rounding is
-// the CPU backend's cast kernel (StoredFormats), the BF16 one EncodeBFloat16() and the E4M3FN one
-// EncodeFloat8(), which round as the conversions of core/FloatBits.hpp and core/Float8Bits.hpp do. @p maxima: the
+// the CPU backend's cast kernel (StoredFormats), the BF16 one EncodeBFloat16() (or
+// EncodeBFloat16Native()) and the E4M3FN one EncodeFloat8(), which round as the conversions of
+// core/FloatBits.hpp and core/Float8Bits.hpp do. @p maxima: the
 // block-scaled formats' largest magnitude of each block of @p values (AbsMax()), already taken
 // by the update loop, or null to take them here.
 template <class Batch>
@@ -771,6 +798,16 @@ inline void EncodeState(const StoredFormats& f, StateFormat format, void* data, 
       break;
     case StateFormat::BFloat16: {
       auto* out = static_cast<std::uint16_t*>(data) + lo;
+#if defined(__AVX512F__)
+      if (f.native_bf16) {
+        if (second) {
+          EncodeBFloat16Native<true>(values, out, n);
+        } else {
+          EncodeBFloat16Native<false>(values, out, n);
+        }
+        break;
+      }
+#endif
       if (second) {
         EncodeBFloat16<true>(values, out, n);
       } else {

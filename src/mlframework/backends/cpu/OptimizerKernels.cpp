@@ -148,7 +148,9 @@ bool Run(const OptimizerStepLists& lists, const Scalars& scalars, const DeviceSc
       .masters = lists.Masters,
       .seed = lists.RoundingSeed,
       .step = lists.RoundingStep,
-      .to_float16 = ActiveKernels().cached.cast[Slot(DataType::Float32)][Slot(DataType::Float16)]};
+      .to_float16 = ActiveKernels().cached.cast[Slot(DataType::Float32)][Slot(DataType::Float16)],
+      .native_bf16 =
+          ActiveKernels().name == arch::Avx512Bf16::kName || ActiveKernels().name == arch::Avx512Fp16::kName};
   const std::optional<std::vector<OptimizerPiece>> pieces = Pieces(lists, Staged(lists) ? &formats : nullptr);
   if (!pieces) {
     return false;

@@ -41,6 +41,7 @@ struct StoredFormats {
   std::uint64_t seed = 0;  // Philox key of stochastic rounding
   std::uint64_t step = 0;  // the step in its counter
   NarrowFn to_float16 = nullptr;
+  bool native_bf16 = false;  // the instruction set in use has AVX512_BF16 (avx512_bf16, avx512_fp16)
 };
 
 /// One piece: elements [begin, begin + count) of one tensor of a step, with its narrowing kernel.
