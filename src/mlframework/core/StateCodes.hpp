@@ -2,8 +2,9 @@
 // Private: the element codes of the optimizer state and master formats (StateFormat, MasterFormat
 // in core/OptimizerStep.hpp), shared by the CPU backend's fused steps and the CUDA kernels so that
 // both decode and encode bit for bit alike. Integer and single IEEE operations only (no fused
-// multiply-add, no reciprocal; the products and quotients spelled with RoundedMath.hpp, so nvcc
-// fuses none into a neighbouring addition): every compiler and the GPU round them the same way.
+// multiply-add, no approximate reciprocal; the products and quotients spelled with
+// RoundedMath.hpp, so nvcc fuses none into a neighbouring addition): every compiler and the GPU
+// round them the same way.
 
 #include <cstddef>
 #include <cstdint>
@@ -99,12 +100,13 @@ MLFW_HOST_DEVICE inline bool LinearReciprocalEncodes(float scale) { return scale
 /// LinearCode(@p value, @p scale, @p code_max, @p keep_positive) for a value of the block whose
 /// largest magnitude absmax gave @p scale (BlockScale(), so |value| <= absmax), by a product with
 /// @p reciprocal = DivRn(1, scale) where that gives the same code and by LinearCode()'s division
-/// where it might not. The quotient value / scale is at most code_max (1 + 2^-23) <= 256 (1 + 2^-23),
-/// and both the rounded product and LinearCode()'s rounded quotient lie within 2^-15 of it, so
-/// both round to the same integer unless the rounded product lies within 2^-14 of a half-integer
-/// (a few values in 10^4; a scale outside [2^-126, 2^126] always divides). Every value of such a block is finite, and
-/// no product exceeds code_max by enough to round past it, so only the lower bound needs a clamp. The CPU backend's
-/// vector loops take the same test (OptimizerElements.hpp, EncodeLinearBlock()).
+/// where it might not. The quotient value / scale is at most code_max (1 + 2^-23) <= 256
+/// (1 + 2^-23), and both the rounded product and LinearCode()'s rounded quotient lie within 2^-15
+/// of it, so both round to the same integer unless the rounded product lies within 2^-14 of a
+/// half-integer (a few values in 10^4; a scale outside [2^-126, 2^126] always divides). Every
+/// value of such a block is finite, and no product exceeds code_max by enough to round past it,
+/// so only the lower bound needs a clamp. The CPU backend's vector loops take the same test
+/// (OptimizerElements.hpp, EncodeLinearBlock()).
 MLFW_HOST_DEVICE inline std::uint8_t LinearBlockCode(float value, float scale, float reciprocal, float code_max,
                                                      bool keep_positive) {
   if (!LinearReciprocalEncodes(scale)) {
