@@ -108,22 +108,21 @@ inline T MulAdd(const T& a, const T& b, const T& c) {
   const __m512i bits = _mm512_castps_si512(x);
   const __mmask16 tiny = _mm512_cmplt_epu32_mask(_mm512_sub_epi32(bits, _mm512_set1_epi32(1)),
                                                  _mm512_set1_epi32(kTinyBits - 1));  // 0 < x < 2^-100
-  if (tiny == 0) [[likely]] {
-    const __m512 y = _mm512_rsqrt14_ps(x);
-    const __m512 root = _mm512_mul_ps(x, y);
+  // VRSQRT14PS and one fused Newton step on the root.
+  const auto refine = [](__m512 s) {
+    const __m512 y = _mm512_rsqrt14_ps(s);
+    const __m512 root = _mm512_mul_ps(s, y);
     const __m512 half_y = _mm512_mul_ps(_mm512_set1_ps(0.5f), y);
-    const __m512 residual = _mm512_fnmadd_ps(root, root, x);
-    const __m512 r = _mm512_fmadd_ps(residual, half_y, root);
-    return _mm512_fixupimm_ps(r, x, _mm512_set1_epi32(kSqrtClasses), 0);
+    return _mm512_fmadd_ps(_mm512_fnmadd_ps(root, root, s), half_y, root);
+  };
+  __m512 r;
+  if (tiny == 0) [[likely]] {
+    r = refine(x);
+  } else {
+    const __mmask16 small = _mm512_cmp_ps_mask(x, _mm512_set1_ps(0x1p-100f), _CMP_LT_OQ);
+    r = refine(_mm512_mask_mul_ps(x, small, x, _mm512_set1_ps(0x1p64f)));
+    r = _mm512_mask_mul_ps(r, small, r, _mm512_set1_ps(0x1p-32f));
   }
-  const __mmask16 small = _mm512_cmp_ps_mask(x, _mm512_set1_ps(0x1p-100f), _CMP_LT_OQ);
-  const __m512 scaled = _mm512_mask_mul_ps(x, small, x, _mm512_set1_ps(0x1p64f));
-  const __m512 y = _mm512_rsqrt14_ps(scaled);
-  const __m512 root = _mm512_mul_ps(scaled, y);
-  const __m512 half_y = _mm512_mul_ps(_mm512_set1_ps(0.5f), y);
-  const __m512 residual = _mm512_fnmadd_ps(root, root, scaled);
-  __m512 r = _mm512_fmadd_ps(residual, half_y, root);
-  r = _mm512_mask_mul_ps(r, small, r, _mm512_set1_ps(0x1p-32f));
   return _mm512_fixupimm_ps(r, x, _mm512_set1_epi32(kSqrtClasses), 0);
 }
 #endif
