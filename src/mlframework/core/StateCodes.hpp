@@ -205,8 +205,8 @@ MLFW_HOST_DEVICE inline float BlockCodeFactor(StateFormat format, float scale) {
 
 /// Stores @p value as element @p i of a block-scaled state stored as @p format in @p data: its
 /// block's scale @p scale (BlockScale() of the block's largest magnitude) and factor @p factor
-/// (BlockCodeFactor()); @p keep_positive as EncodeStateElement(). The same code as
-/// EncodeStateElement() for every value of the block.
+/// (BlockCodeFactor()); @p keep_positive: the second moment, whose positive values never get a
+/// zero code. Float16BlockCode(), Float8Code() or LinearCode() of the value.
 MLFW_HOST_DEVICE inline void EncodeBlockElement(StateFormat format, void* data, std::size_t i, float value, float scale,
                                                 float factor, bool keep_positive) {
   switch (format) {
@@ -249,7 +249,9 @@ MLFW_HOST_DEVICE inline float DecodeStateElement(StateFormat format, const void*
 
 /// Stores @p value as element @p i of a state stored as @p format in @p data, @p scale the scale of
 /// its block (block-scaled formats; BlockScale() of the block's largest magnitude); @p keep_positive
-/// (the second moment): a positive value never gets a zero code.
+/// (the second moment): a positive value never gets a zero code. A block-scaled element takes
+/// EncodeBlockElement() with its block's factor: where one call encodes a whole block, take the
+/// factor once (BlockCodeFactor()) and call that instead.
 MLFW_HOST_DEVICE inline void EncodeStateElement(StateFormat format, void* data, std::size_t i, float value, float scale,
                                                 bool keep_positive) {
   switch (format) {
@@ -259,14 +261,8 @@ MLFW_HOST_DEVICE inline void EncodeStateElement(StateFormat format, void* data, 
     case StateFormat::BFloat16:
       static_cast<std::uint16_t*>(data)[i] = BFloat16StateCode(value, keep_positive);
       return;
-    case StateFormat::Float16:
-      static_cast<std::uint16_t*>(data)[i] = Float16BlockCode(value, scale, keep_positive);
-      return;
-    case StateFormat::Float8E4M3Block:
-      static_cast<std::uint8_t*>(data)[i] = Float8Code(value, scale, keep_positive);
-      return;
     default:
-      static_cast<std::uint8_t*>(data)[i] = LinearCode(value, scale, BlockCodeMax(format), keep_positive);
+      EncodeBlockElement(format, data, i, value, scale, BlockCodeFactor(format, scale), keep_positive);
       return;
   }
 }
