@@ -167,9 +167,11 @@ void CheckEncoding(StateFormat format, const Stored& s, const std::vector<float>
   std::size_t wrong_codes = 0;  // against the shared codes the CUDA kernels take (core/StateCodes.hpp)
   for (std::size_t i = 0; i < ref.size(); ++i) {
     const float scale = scales[i / block];
-    const std::uint8_t expected = format == StateFormat::Float8E4M3Block
-                                      ? mlframework::detail::Float8Code(ref[i], scale, second)
-                                      : mlframework::detail::LinearCode(ref[i], scale, code_max, second);
+    const std::uint8_t expected =
+        format == StateFormat::Float8E4M3Block
+            ? mlframework::detail::Float8Code(ref[i], scale, second)
+            : mlframework::detail::LinearBlockCode(ref[i], scale, mlframework::detail::BlockCodeFactor(format, scale),
+                                                   code_max, second);
     wrong_codes += codes[i] != expected ? 1 : 0;
   }
   BOOST_TEST(wrong_codes == 0u);
@@ -618,8 +620,8 @@ BOOST_AUTO_TEST_CASE(NaNAndInfinityBlocksStoreTheCanonicalNaNOnEveryInstructionS
   }
 }
 
-// RoundHalfEven(value * (1 / scale)) through volatiles (no contraction, no folding): the code a
-// kernel that multiplies by the reciprocal instead of dividing would give.
+// RoundHalfEven(value * (1 / scale)) through volatiles (no contraction, no folding): the linear
+// code of a value of a block with a normal reciprocal (LinearBlockCode()).
 float RoundedProduct(float value, float scale) {
   volatile float reciprocal = 1.0f / scale;
   volatile float product = value * reciprocal;
@@ -688,12 +690,13 @@ BOOST_AUTO_TEST_CASE(EveryFloat8CodeDecodesToItsValueAndNaNCodesMakeANaNBlock) {
   }
 }
 
-BOOST_AUTO_TEST_CASE(Int8CodesOfQuotientsNearTiesAreLinearCodes) {
+BOOST_AUTO_TEST_CASE(Int8CodesOfValuesNearTiesAreRoundedProducts) {
   // The first SGD step stores the momentum d = g exactly, so each block's values are chosen: its
   // first one sets absmax = 127 * scale exactly (scale with few significant bits, its reciprocal
-  // inexact), the others lie a few ulp around (k + 1/2) * scale where the quotient rounded
-  // after a multiplication by the reciprocal gives another code than after the division of
-  // LinearCode() (core/StateCodes.hpp). Every code must be LinearCode()'s, on every instruction set.
+  // inexact), the others lie a few ulp around (k + 1/2) * scale where the product with the
+  // reciprocal rounds to another code than the quotient. Every code must be the rounded product
+  // (LinearBlockCode(), PyTorch's quantize_per_tensor), on every instruction set: a kernel that
+  // divides, in the vector body or the scalar tail, gives the quotient's code there.
   constexpr std::size_t kBlock = 256;
   constexpr std::size_t kBlocks = 12;
   const std::size_t n = kBlock * kBlocks + 37;  // a partial last block: the scalar tail too
@@ -745,32 +748,38 @@ BOOST_AUTO_TEST_CASE(Int8CodesOfQuotientsNearTiesAreLinearCodes) {
   BOOST_TEST(stored_scales == block_scales);
   std::size_t wrong_codes = 0;
   for (std::size_t i = 0; i < n; ++i) {
-    wrong_codes += codes[i] != mlframework::detail::LinearCode(grad[i], block_scales[i / kBlock], 127.0f, false);
+    const auto expected =
+        static_cast<std::uint8_t>(static_cast<std::int32_t>(RoundedProduct(grad[i], block_scales[i / kBlock])));
+    wrong_codes += codes[i] != expected ? 1 : 0;
   }
-  BOOST_TEST(disagreeing > kBlocks * 8);  // values where the reciprocal would round otherwise
+  BOOST_TEST(disagreeing > kBlocks * 8);  // values where the quotient rounds otherwise
   BOOST_TEST(wrong_codes == 0u);
 }
 
-BOOST_AUTO_TEST_CASE(LinearBlockCodesByTheReciprocalAreLinearCodes) {
-  // The CUDA kernels encode the 8-bit blocks with LinearBlockCode() (core/StateCodes.hpp): a
-  // product with the block's reciprocal, and LinearCode()'s division where a quotient lies near a
-  // half-integer. For Int8 and UInt8 blocks (positive and negative values, the second moment's
-  // keep-positive rule), scales with few significant bits and random ones, the values a few ulp
-  // around each (k + 1/2) * scale, the block's absmax and random values of the block: every code
-  // must be LinearCode()'s, including values where the product alone rounds otherwise.
+BOOST_AUTO_TEST_CASE(LinearBlockCodesAreRoundedProductsWithinHalfACodeOfTheQuotient) {
+  // The CPU loops and the CUDA kernels encode the 8-bit blocks with LinearBlockCode()
+  // (core/StateCodes.hpp). For Int8 and UInt8 blocks (positive and negative values, the second
+  // moment's keep-positive rule), scales with few significant bits and random ones, the values a
+  // few ulp around each (k + 1/2) * scale, the block's absmax and random values of the block:
+  // each code is the product with the block's reciprocal rounded to the nearest integer (ties to
+  // even), clamped to the format's range, lies within 1/2 + 2^-15 of the exact quotient (in
+  // double), and equals LinearCode()'s division wherever the quotient is not within 2^-15 of a
+  // half-integer. Blocks whose scale has no normal reciprocal take LinearCode()'s division.
   namespace codes = mlframework::detail;
   std::mt19937 rng(42);
   std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
   std::size_t checked = 0;
-  std::size_t wrong = 0;
-  std::size_t product_alone_wrong = 0;
+  std::size_t not_product = 0;
+  std::size_t outside = 0;
+  std::size_t unlike_division = 0;
+  std::size_t near_ties = 0;
   for (const float code_max : {127.0f, 255.0f}) {
+    const StateFormat format = code_max == 127.0f ? StateFormat::Int8Block : StateFormat::UInt8Block;
     for (int trial = 0; trial < 400; ++trial) {
       const float absmax = trial % 2 == 0 ? std::ldexp(static_cast<float>(3 + 2 * trial), -12 - trial % 7) * code_max
                                           : std::ldexp(1.0f + 0.5f * (unit(rng) + 1.0f), trial % 40 - 20);
-      const float scale =
-          codes::BlockScale(code_max == 127.0f ? StateFormat::Int8Block : StateFormat::UInt8Block, absmax);
-      const float reciprocal = codes::BlockCodeFactor(StateFormat::Int8Block, scale);
+      const float scale = codes::BlockScale(format, absmax);
+      const float reciprocal = codes::BlockCodeFactor(format, scale);
       std::vector<float> values = {absmax, -absmax, 0.0f, -0.0f, std::ldexp(1.0f, -149)};
       for (int k = 0; k < static_cast<int>(code_max); k += 1 + trial % 3) {
         float x = (static_cast<float>(k) + 0.5f) * scale;
@@ -784,18 +793,36 @@ BOOST_AUTO_TEST_CASE(LinearBlockCodesByTheReciprocalAreLinearCodes) {
       }
       for (const float x : values) {
         if (!(std::fabs(x) <= absmax)) continue;  // the block's values only
+        const double quotient = static_cast<double>(x) / static_cast<double>(scale);
+        const double low = code_max == 127.0f ? -127.0 : 0.0;
+        const bool near_tie = std::fabs(std::fabs(quotient - std::floor(quotient)) - 0.5) < 0x1p-15;
+        near_ties += near_tie ? 1 : 0;
         for (const bool keep : {false, true}) {
-          const std::uint8_t expected = codes::LinearCode(x, scale, code_max, keep);
-          wrong += codes::LinearBlockCode(x, scale, reciprocal, code_max, keep) != expected ? 1 : 0;
+          const std::uint8_t got = codes::LinearBlockCode(x, scale, reciprocal, code_max, keep);
+          float product = std::max(RoundedProduct(x, scale), static_cast<float>(low));
+          if (keep && x > 0.0f && product == 0.0f) product = 1.0f;
+          not_product += got != static_cast<std::uint8_t>(static_cast<std::int32_t>(product)) ? 1 : 0;
+          const double value = code_max == 127.0f ? static_cast<std::int8_t>(got) : got;
+          const bool kept = keep && x > 0.0f && got == 1 && quotient < 0.5;
+          outside += kept || std::fabs(value - std::max(quotient, low)) <= 0.5 + 0x1p-15 ? 0 : 1;
+          unlike_division += !near_tie && got != codes::LinearCode(x, scale, code_max, keep) ? 1 : 0;
           ++checked;
         }
-        product_alone_wrong += RoundedProduct(x, scale) != RoundedQuotient(x, scale) ? 1 : 0;
       }
     }
   }
-  BOOST_TEST_MESSAGE(checked << " codes, " << product_alone_wrong << " where the product alone rounds otherwise");
-  BOOST_TEST(product_alone_wrong > 100u);
-  BOOST_TEST(wrong == 0u);
+  BOOST_TEST_MESSAGE(checked << " codes, " << near_ties << " values within 2^-15 of a tie");
+  BOOST_TEST(near_ties > 100u);
+  BOOST_TEST(not_product == 0u);
+  BOOST_TEST(outside == 0u);
+  BOOST_TEST(unlike_division == 0u);
+  // A scale below 2^-126 (the block's values under 127 * 2^-126) has no normal reciprocal: the
+  // codes divide.
+  const float tiny_scale = 0x1p-130f;
+  for (const float x : {0x1p-130f * 3.4f, -0x1p-130f * 100.5f, 0x1p-130f * 126.9f}) {
+    BOOST_TEST(codes::LinearBlockCode(x, tiny_scale, codes::BlockCodeFactor(StateFormat::Int8Block, tiny_scale), 127.0f,
+                                      false) == codes::LinearCode(x, tiny_scale, 127.0f, false));
+  }
 }
 
 BOOST_AUTO_TEST_CASE(StochasticRoundingIsUnbiasedReproducibleAndThePhiloxCounter) {

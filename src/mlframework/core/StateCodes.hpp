@@ -54,8 +54,9 @@ MLFW_HOST_DEVICE inline float RoundHalfEven(float q) {
   return (q + kMagic) - kMagic;
 }
 
-/// The linear code of @p value under @p scale (Int8Block: -127..127 as two's complement bytes,
-/// UInt8Block: 0..255); a NaN quotient (zero or non-finite scale) gives code 0. @p keep_positive:
+/// The linear code of @p value under @p scale by division (Int8Block: -127..127 as two's
+/// complement bytes, UInt8Block: 0..255), for a block whose scale has no normal reciprocal
+/// (LinearBlockCode()); a NaN quotient (zero or non-finite scale) gives code 0. @p keep_positive:
 /// a positive value never gets code 0. Selects only, no branch (the CPU loops vectorise).
 MLFW_HOST_DEVICE inline std::uint8_t LinearCode(float value, float scale, float code_max, bool keep_positive) {
   const float quotient = DivRn(value, scale);
@@ -93,20 +94,24 @@ MLFW_HOST_DEVICE inline std::uint8_t Float8Code(float value, float scale, bool k
   return Float8CodeOfFactor(value, Float8CodeFactor(scale), keep_positive);
 }
 
-/// Whether a linear block of scale @p scale may encode by the reciprocal (LinearBlockCode()): its
-/// rounded reciprocal is a normal FP32 value.
+/// Whether a linear block of scale @p scale encodes by its reciprocal (LinearBlockCode()): the
+/// rounded reciprocal is a normal FP32 value. Every block whose largest magnitude is finite and at
+/// least code_max * 2^-126 has such a scale.
 MLFW_HOST_DEVICE inline bool LinearReciprocalEncodes(float scale) { return scale >= 0x1p-126f && scale <= 0x1p126f; }
 
-/// LinearCode(@p value, @p scale, @p code_max, @p keep_positive) for a value of the block whose
-/// largest magnitude absmax gave @p scale (BlockScale(), so |value| <= absmax), by a product with
-/// @p reciprocal = DivRn(1, scale) where that gives the same code and by LinearCode()'s division
-/// where it might not. The quotient value / scale is at most code_max (1 + 2^-23) <= 256
-/// (1 + 2^-23), and both the rounded product and LinearCode()'s rounded quotient lie within 2^-15
-/// of it, so both round to the same integer unless the rounded product lies within 2^-14 of a
-/// half-integer (a few values in 10^4; a scale outside [2^-126, 2^126] always divides). Every
-/// value of such a block is finite, and no product exceeds code_max by enough to round past it,
-/// so only the lower bound needs a clamp. The CPU backend's vector loops take the same test
-/// (OptimizerElements.hpp, EncodeLinearBlock()).
+/// The linear code of @p value in a block of scale @p scale (BlockScale() of the block's largest
+/// magnitude absmax, so |value| <= absmax), @p reciprocal = DivRn(1, scale) (BlockCodeFactor()):
+/// the product value * reciprocal rounded to the nearest integer, ties to even, as PyTorch's
+/// quantize_per_tensor takes codes (`round(input * (1.0 / scale))`); LinearCode()'s division for a
+/// scale outside [2^-126, 2^126] (zero, subnormal, infinite or NaN: its reciprocal inexact or out
+/// of range). The product lies within 2^-15 of value / scale, so a code differs from LinearCode()'s
+/// only where value / scale lies that near a half-integer (by one), and every code lies within
+/// 1/2 + 2^-15 of value / scale.
+/// Every value of a block with a normal reciprocal is finite, and no product exceeds code_max by
+/// enough to round past it (at most code_max * 2^-22 over: the scale, its reciprocal and the
+/// product each rounded once), so only the lower bound needs a clamp (a negative second moment
+/// goes to code 0). The CPU backend's vector loops take the same products (OptimizerElements.hpp,
+/// EncodeLinearBlock()).
 MLFW_HOST_DEVICE inline std::uint8_t LinearBlockCode(float value, float scale, float reciprocal, float code_max,
                                                      bool keep_positive) {
   if (!LinearReciprocalEncodes(scale)) {
@@ -116,11 +121,6 @@ MLFW_HOST_DEVICE inline std::uint8_t LinearBlockCode(float value, float scale, f
   float q = MulRn(value, reciprocal);
   q = q < low ? low : q;
   const float r = RoundHalfEven(q);
-  const float off = SubRn(q, r);  // exact: q and r lie within a unit of each other
-  constexpr float kNearHalf = 0.5f - 0x1p-14f;
-  if (!(off < kNearHalf && off > -kNearHalf)) {
-    return LinearCode(value, scale, code_max, keep_positive);
-  }
   const bool bump = keep_positive & (value > 0.0f) & (r == 0.0f);
   return static_cast<std::uint8_t>(static_cast<std::int32_t>(bump ? 1.0f : r));
 }
@@ -206,7 +206,7 @@ MLFW_HOST_DEVICE inline float BlockCodeFactor(StateFormat format, float scale) {
 /// Stores @p value as element @p i of a block-scaled state stored as @p format in @p data: its
 /// block's scale @p scale (BlockScale() of the block's largest magnitude) and factor @p factor
 /// (BlockCodeFactor()); @p keep_positive: the second moment, whose positive values never get a
-/// zero code. Float16BlockCode(), Float8Code() or LinearCode() of the value.
+/// zero code. Float16BlockCode(), Float8CodeOfFactor() or LinearBlockCode() of the value.
 MLFW_HOST_DEVICE inline void EncodeBlockElement(StateFormat format, void* data, std::size_t i, float value, float scale,
                                                 float factor, bool keep_positive) {
   switch (format) {

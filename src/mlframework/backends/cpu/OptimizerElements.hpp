@@ -566,95 +566,61 @@ inline void StoreLinearCodes(const Batch& x, Batch r, std::uint8_t* out) {
   }
 }
 
-// The reciprocal loop over values[0, whole) (whole vectors), @p low the lower code bound: the
-// codes into out, true when a lane lies near a tie. On the AVX-512 table VREDUCEPS gives a
-// quotient minus its nearest integer (the near-tie test) and VCVTPS2DQ with embedded
-// round-to-nearest-even the integer itself, in two instructions where the generic loop takes the
-// magic-number sum, its difference from the quotient and a conversion, and the keep-positive
-// rule is an integer maximum with the value's bits clamped to 1.
-template <bool kSecond, class Batch>
-inline bool EncodeLinearByReciprocal(const float* values, std::uint8_t* out, std::size_t whole, float reciprocal,
-                                     float low) {
-#if defined(__AVX512DQ__)
-  if constexpr (Batch::size == 16) {
-    const __m512 factor = _mm512_set1_ps(reciprocal);
-    const __m512 bound = _mm512_set1_ps(low);
-    const __m512 near_half = _mm512_set1_ps(0.5f - 0x1p-14f);
-    __mmask16 near = 0;
-    for (std::size_t i = 0; i < whole; i += 16) {
-      const __m512 x = _mm512_loadu_ps(values + i);
-      const __m512 q = _mm512_max_ps(_mm512_mul_ps(x, factor), bound);
-      const __m512 fraction = _mm512_reduce_ps(q, _MM_FROUND_TO_NEAREST_INT);  // q - RNE(q), exact
-      near |= _mm512_cmp_ps_mask(_mm512_abs_ps(fraction), near_half, _CMP_GE_OQ);
-      __m512i code = _mm512_cvt_roundps_epi32(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-      if constexpr (kSecond) {
-        // A positive value's code 0 to 1: its bits are at least 1, a negative value's (-0's
-        // too) are negative as signed integers, far below every code.
-        code = _mm512_max_epi32(code, _mm512_min_epi32(_mm512_castps_si512(x), _mm512_set1_epi32(1)));
-      }
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm512_cvtepi32_epi8(code));  // VPMOVDB
-    }
-    return near != 0;
-  }
-#endif
-  const Batch factor(reciprocal);
-  const Batch bound(low);
-  const Batch magic(12582912.0f);          // RoundHalfEven()'s 1.5 * 2^23
-  const Batch near_half(0.5f - 0x1p-14f);  // a rounded quotient this far off is near a tie
-  auto near = xsimd::batch_bool<float, typename Batch::arch_type>(false);
-  for (std::size_t i = 0; i < whole; i += Batch::size) {
-    const Batch x = Batch::load_unaligned(values + i);
-    // MAXPS for the bound: it differs from LinearCode()'s select only in which of two equal
-    // values (or of -0 and +0, which give the same code) it returns.
-    const Batch q = xsimd::max(x * factor, bound);
-    const Batch r = (q + magic) - magic;
-    near = near | (xsimd::abs(q - r) >= near_half);
-    StoreLinearCodes<kSecond>(x, r, out + i);
-  }
-  return xsimd::any(near);
-}
-
-// LinearCode() of values[0, n) (one block) into out[0, n), on batches of the value type Batch
-// (an exact conversion of the rounded integer values) and LinearCode() itself for the tail.
-//
-// The batches multiply by the reciprocal of the scale instead of dividing by it, and divide only
-// where that could change a code. With |x| <= absmax and scale = absmax / code_max rounded, the
-// quotient is at most 256 and x * fl(1 / scale) lies within 2^-15 of x / scale, and the rounded
-// quotient within 2^-16 + 2^-15 < 2^-14 of that product. Clamping to the integer bounds keeps that
-// distance, so both round to the same integer unless the clamped product lies within 2^-14 of a
-// half-integer: a block with such a lane is encoded again by division (a few percent of blocks).
-// A scale outside [2^-126, 2^126] (zero, subnormal, huge, infinite or NaN; its reciprocal inexact
-// or out of range) divides the whole block. Within that range every value is finite (none exceeds
-// the finite absmax), so the products need no NaN select, and no product exceeds code_max by more
-// than code_max * 2^-22 (three roundings of 2^-24: the scale, its reciprocal, the product), which
-// still rounds to code_max: the products take the lower bound alone (negative second moments, from
-// a negative scale handed in, go to code 0 as LinearCode() sends them).
+// LinearBlockCode() of values[0, n) (one block) into out[0, n): on batches of the value type
+// Batch, the products with the block's reciprocal rounded to integers (a scale without a normal
+// reciprocal divides, as LinearCode()), and LinearBlockCode() itself for the tail. On the AVX-512
+// table VCVTPS2DQ with embedded round-to-nearest-even gives the integer in one instruction where
+// the generic loop takes the magic-number sum, and the keep-positive rule is an integer maximum
+// with the value's bits clamped to 1. The products need no NaN select and only the lower clamp
+// (LinearBlockCode()).
 template <bool kSecond, class Batch>
 inline void EncodeLinearBlock(const float* values, std::uint8_t* out, std::size_t n, float scale, float code_max) {
+  const bool by_reciprocal = mlframework::detail::LinearReciprocalEncodes(scale);
+  const float reciprocal = by_reciprocal ? 1.0f / scale : 0.0f;
+  const float low = code_max == 127.0f ? -127.0f : 0.0f;
   std::size_t whole = 0;
   if constexpr (!std::is_same_v<Batch, float>) {
     whole = n - n % Batch::size;
-    const Batch low(code_max == 127.0f ? -127.0f : 0.0f);
-    const Batch high(code_max);
-    const Batch magic(12582912.0f);  // RoundHalfEven()'s 1.5 * 2^23
-    bool divide = !(scale >= 0x1p-126f && scale <= 0x1p126f);
-    if (!divide) {
-      divide = EncodeLinearByReciprocal<kSecond, Batch>(values, out, whole, 1.0f / scale,
-                                                        code_max == 127.0f ? -127.0f : 0.0f);
-    }
-    if (divide) {
-      const Batch divisor(scale);
-      const Batch zero(0.0f);
-      for (std::size_t i = 0; i < whole; i += Batch::size) {
-        const Batch x = Batch::load_unaligned(values + i);
-        const Batch quotient = x / divisor;  // NaN to 0, as LinearCode()
-        const Batch q = xsimd::min(xsimd::max(xsimd::select(quotient == quotient, quotient, zero), low), high);
-        StoreLinearCodes<kSecond>(x, (q + magic) - magic, out + i);
+    std::size_t i = 0;
+#if defined(__AVX512F__)
+    if constexpr (Batch::size == 16) {
+      const __m512 factor = _mm512_set1_ps(reciprocal);
+      const __m512 bound = _mm512_set1_ps(low);
+      for (; by_reciprocal && i < whole; i += 16) {
+        const __m512 x = _mm512_loadu_ps(values + i);
+        const __m512 q = _mm512_max_ps(_mm512_mul_ps(x, factor), bound);
+        __m512i code = _mm512_cvt_roundps_epi32(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        if constexpr (kSecond) {
+          // A positive value's code 0 to 1: its bits are at least 1, a negative value's (-0's
+          // too) are negative as signed integers, far below every code.
+          code = _mm512_max_epi32(code, _mm512_min_epi32(_mm512_castps_si512(x), _mm512_set1_epi32(1)));
+        }
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm512_cvtepi32_epi8(code));  // VPMOVDB
       }
+    }
+#endif
+    const Batch magic(12582912.0f);  // RoundHalfEven()'s 1.5 * 2^23
+    const Batch bound(low);
+    const Batch factor(reciprocal);
+    for (; by_reciprocal && i < whole; i += Batch::size) {
+      const Batch x = Batch::load_unaligned(values + i);
+      // MAXPS for the bound: it differs from LinearBlockCode()'s select only in which of two
+      // equal values (or of -0 and +0, which give the same code) it returns.
+      const Batch q = xsimd::max(x * factor, bound);
+      StoreLinearCodes<kSecond>(x, (q + magic) - magic, out + i);
+    }
+    const Batch high(code_max);
+    const Batch divisor(scale);
+    const Batch zero(0.0f);
+    for (; i < whole; i += Batch::size) {
+      const Batch x = Batch::load_unaligned(values + i);
+      const Batch quotient = x / divisor;  // NaN to 0, as LinearCode()
+      const Batch q = xsimd::min(xsimd::max(xsimd::select(quotient == quotient, quotient, zero), bound), high);
+      StoreLinearCodes<kSecond>(x, (q + magic) - magic, out + i);
     }
   }
   for (std::size_t i = whole; i < n; ++i) {
-    out[i] = mlframework::detail::LinearCode(values[i], scale, code_max, kSecond);
+    out[i] = mlframework::detail::LinearBlockCode(values[i], scale, reciprocal, code_max, kSecond);
   }
 }
 
