@@ -226,11 +226,24 @@ BOOST_AUTO_TEST_CASE(Fp8ModeTrainsWithinOnePointFiveOfBf16) {
 
 BOOST_AUTO_TEST_CASE(StatesScenarioMeasuresEachRowsBytesAndTrainsThem) {
   const TempDir scratch;
-  const Run run = RunDemoOk("--scenario states --epochs 1 --subset 3000 --batch-size 32 --quiet --no-plot --out '" +
-                                scratch.path.string() + "'",
-                            scratch.path);
+  const Run run =
+      RunDemoOk("--scenario states --seeds 42,7 --epochs 1 --subset 3000 --batch-size 32 --quiet --no-plot --out '" +
+                    scratch.path.string() + "'",
+                scratch.path);
   const auto rows = ReadSummary(scratch.path / "states-summary.csv");
   BOOST_TEST(rows.size() == 9u);
+  // One line per row and seed, the seeds in the order given.
+  std::ifstream summary(scratch.path / "states-summary.csv");
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(summary, line);) {
+    lines.push_back(line);
+  }
+  BOOST_REQUIRE(lines.size() == 1u + 2u * 9u);
+  BOOST_TEST(lines[0].rfind("states,mode,seed,", 0) == 0u, lines[0]);
+  BOOST_TEST(lines[1].rfind("fp32,bf16,42,", 0) == 0u, lines[1]);
+  BOOST_TEST(lines[2].rfind("fp32,bf16,7,", 0) == 0u, lines[2]);
+  BOOST_TEST(run.output.find("mean vs") != std::string::npos);
+  BOOST_TEST(run.output.find("vs fp32 at each seed (42, 7):") != std::string::npos);
   // Bytes per parameter as the optimizer holds them (block scales: 4 bytes per 256 elements,
   // rounded up per tensor).
   const auto bytes = [&](const std::string& row, const std::string& column) { return rows.at(row).at(column); };
@@ -306,6 +319,15 @@ BOOST_AUTO_TEST_CASE(BadDataDirectoryAndOptionsGiveClearErrors) {
   BOOST_TEST(bad_number.status == 2);
   BOOST_TEST(bad_number.output.find("--epochs expects a whole number, got \"two\"") != std::string::npos,
              bad_number.output);
+
+  const Run bad_seeds = RunDemo("--scenario states --seeds 42,one", scratch.path);
+  BOOST_TEST(bad_seeds.status == 2);
+  BOOST_TEST(bad_seeds.output.find("--seeds expects a whole number, got \"one\"") != std::string::npos,
+             bad_seeds.output);
+
+  const Run no_seeds = RunDemo("--scenario states --seeds ''", scratch.path);
+  BOOST_TEST(no_seeds.status == 2);
+  BOOST_TEST(no_seeds.output.find("--seeds needs at least one seed") != std::string::npos, no_seeds.output);
 
   const Run bad_states = RunDemo("--states fp32,int4-moments", scratch.path);
   BOOST_TEST(bad_states.status == 2);
