@@ -306,42 +306,22 @@ BOOST_AUTO_TEST_CASE(BadDataDirectoryAndOptionsGiveClearErrors) {
              missing.output);
   BOOST_TEST(missing.output.find("missing") != std::string::npos, missing.output);
 
-  const Run unknown = RunDemo("--modes fp4", scratch.path);
-  BOOST_TEST(unknown.status == 2);
-  BOOST_TEST(unknown.output.find("unknown mode \"fp4\"") != std::string::npos, unknown.output);
-
-  const Run bad_algo = RunDemo("--modes fp8 --fp8-amax mean", scratch.path);
-  BOOST_TEST(bad_algo.status == 2);
-  BOOST_TEST(bad_algo.output.find("--fp8-amax must be max or most_recent, got \"mean\"") != std::string::npos,
-             bad_algo.output);
-
-  const Run bad_number = RunDemo("--epochs two", scratch.path);
-  BOOST_TEST(bad_number.status == 2);
-  BOOST_TEST(bad_number.output.find("--epochs expects a whole number, got \"two\"") != std::string::npos,
-             bad_number.output);
-
-  const Run bad_seeds = RunDemo("--scenario states --seeds 42,one", scratch.path);
-  BOOST_TEST(bad_seeds.status == 2);
-  BOOST_TEST(bad_seeds.output.find("--seeds expects a whole number, got \"one\"") != std::string::npos,
-             bad_seeds.output);
-
-  const Run no_seeds = RunDemo("--scenario states --seeds ''", scratch.path);
-  BOOST_TEST(no_seeds.status == 2);
-  BOOST_TEST(no_seeds.output.find("--seeds needs at least one seed") != std::string::npos, no_seeds.output);
-
-  const Run bad_states = RunDemo("--states fp32,int4-moments", scratch.path);
-  BOOST_TEST(bad_states.status == 2);
-  BOOST_TEST(bad_states.output.find("--states: unknown row \"int4-moments\"") != std::string::npos, bad_states.output);
-
-  const Run fp32_masters = RunDemo("--modes fp32 --states bf16-sr", scratch.path);
-  BOOST_TEST(fp32_masters.status == 2);
-  BOOST_TEST(
-      fp32_masters.output.find("bf16-sr keeps BF16 masters, which need --modes bf16 (got fp32)") != std::string::npos,
-      fp32_masters.output);
-
-  const Run bad_wire = RunDemo("--wires fp4", scratch.path);
-  BOOST_TEST(bad_wire.status == 2);
-  BOOST_TEST(bad_wire.output.find("--wires: unknown wire \"fp4\"") != std::string::npos, bad_wire.output);
+  // Usage errors: exit status 2 and a message naming the option and the value.
+  const std::pair<const char*, const char*> usage_errors[] = {
+      {"--modes fp4", "unknown mode \"fp4\""},
+      {"--modes fp8 --fp8-amax mean", "--fp8-amax must be max or most_recent, got \"mean\""},
+      {"--epochs two", "--epochs expects a whole number, got \"two\""},
+      {"--scenario states --seeds 42,one", "--seeds expects a whole number, got \"one\""},
+      {"--scenario states --seeds ''", "--seeds needs at least one seed"},
+      {"--states fp32,int4-moments", "--states: unknown row \"int4-moments\""},
+      {"--modes fp32 --states bf16-sr", "bf16-sr keeps BF16 masters, which need --modes bf16 (got fp32)"},
+      {"--wires fp4", "--wires: unknown wire \"fp4\""},
+  };
+  for (const auto& [args, message] : usage_errors) {
+    const Run run = RunDemo(args, scratch.path);
+    BOOST_TEST(run.status == 2, args);
+    BOOST_TEST(run.output.find(message) != std::string::npos, args << ": " << run.output);
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

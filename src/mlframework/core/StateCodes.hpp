@@ -106,12 +106,11 @@ MLFW_HOST_DEVICE inline bool LinearReciprocalEncodes(float scale) { return scale
 /// scale outside [2^-126, 2^126] (zero, subnormal, infinite or NaN: its reciprocal inexact or out
 /// of range). The product lies within 2^-15 of value / scale, so a code differs from LinearCode()'s
 /// only where value / scale lies that near a half-integer (by one), and every code lies within
-/// 1/2 + 2^-15 of value / scale.
-/// Every value of a block with a normal reciprocal is finite, and no product exceeds code_max by
-/// enough to round past it (at most code_max * 2^-22 over: the scale, its reciprocal and the
-/// product each rounded once), so only the lower bound needs a clamp (a negative second moment
-/// goes to code 0). The CPU backend's vector loops take the same products (OptimizerElements.hpp,
-/// EncodeLinearBlock()).
+/// 1/2 + 2^-15 of value / scale. Every value of a block with a normal reciprocal is finite, and
+/// no product exceeds code_max by enough to round past it (at most code_max * 2^-22 over: the
+/// scale, its reciprocal and the product each rounded once), so only the lower bound needs a clamp
+/// (a negative second moment goes to code 0). The CPU backend's vector loops take the same
+/// products (OptimizerElements.hpp, EncodeLinearBlock()).
 MLFW_HOST_DEVICE inline std::uint8_t LinearBlockCode(float value, float scale, float reciprocal, float code_max,
                                                      bool keep_positive) {
   if (!LinearReciprocalEncodes(scale)) {
