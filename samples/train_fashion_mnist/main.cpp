@@ -72,7 +72,8 @@ const char* kUsage =
     "  --fp8-amax max|most_recent  DelayedScaling amax_compute_algo of fp8 (default max)\n"
     "  --seed N               initialization and shuffling seed (default 42)\n"
     "  --seeds LIST           with --states: train every row once per seed (comma-separated) and\n"
-    "                         judge parity by the mean difference from FP32 over them\n"
+    "                         judge parity by the mean difference from FP32 over them (a later\n"
+    "                         --seed N trains seed N alone)\n"
     "  --scenario underflow   a setting where FP16 gradients underflow: loss weight 1e-4,\n"
     "                         3 hidden layers of 128, init gain 0.5 (options after it override)\n"
     "  --scenario states      Adam's moments and masters in every low-precision format on the\n"
@@ -244,6 +245,7 @@ Options ParseArgs(int argc, char** argv) {
       }
     } else if (flag == "--seed") {
       options.train.seed = ParseCount(flag, NeedValue(argc, argv, i), 0);
+      options.seeds.clear();  // that seed alone, also after --scenario states
     } else if (flag == "--seeds") {
       options.seeds.clear();
       for (const std::string& item : SplitList(NeedValue(argc, argv, i))) {

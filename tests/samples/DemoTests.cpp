@@ -244,6 +244,14 @@ BOOST_AUTO_TEST_CASE(StatesScenarioMeasuresEachRowsBytesAndTrainsThem) {
   BOOST_TEST(lines[2].rfind("fp32,bf16,7,", 0) == 0u, lines[2]);
   BOOST_TEST(run.output.find("mean vs") != std::string::npos);
   BOOST_TEST(run.output.find("vs fp32 at each seed (42, 7):") != std::string::npos);
+  // A later --seed trains that seed alone: no mean, no per-seed table.
+  const Run single = RunDemoOk(
+      "--scenario states --seeds 42,7 --seed 7 --states fp32,bf16-moments --epochs 1 "
+      "--subset 1000 --batch-size 50 --quiet --no-plot --out '" +
+          scratch.path.string() + "'",
+      scratch.path);
+  BOOST_TEST(single.output.find("mean vs") == std::string::npos, single.output);
+  BOOST_TEST(single.output.find("at seed 7.") != std::string::npos, single.output);
   // Bytes per parameter as the optimizer holds them (block scales: 4 bytes per 256 elements,
   // rounded up per tensor).
   const auto bytes = [&](const std::string& row, const std::string& column) { return rows.at(row).at(column); };
