@@ -490,7 +490,7 @@ std::string VersusBaseline(double accuracy, const double* baseline, std::string_
     return "-";
   }
   const double points = 100.0 * (accuracy - *baseline);
-  const std::string diff = Points(points);
+  std::string diff = Points(points);
   if (std::abs(points) > kParityPoints) {
     outside += (outside.empty() ? "" : ", ") + std::string(name) + " (" + diff + ")";
   }

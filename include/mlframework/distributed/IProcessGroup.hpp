@@ -28,9 +28,9 @@ MLFRAMEWORK_EXPORT std::string_view ToString(ReduceOp op) noexcept;
 ///
 /// The collectives below are blocking (the *Async forms return a CollectiveRequest) and must be called by every rank of
 /// the group in the same order with matching dtypes and sizes. One thread at a time issues a group's collectives, as
-/// with an MPI communicator or an NCCL one: calls from two threads at once have no order the ranks could agree on. Tensors of all three dtypes are accepted; FP16 and BF16
-/// travel as 16-bit words. Tensors that live on another device or come from a user backend are staged through host
-/// memory by implementations that cannot address them.
+/// with an MPI communicator or an NCCL one: calls from two threads at once have no order the ranks could agree on.
+/// Tensors of all three dtypes are accepted; FP16 and BF16 travel as 16-bit words. Tensors that live on another device
+/// or come from a user backend are staged through host memory by implementations that cannot address them.
 ///
 /// Argument errors (dtype or size mismatch) throw ArgumentError before any communication;
 /// a failed collective throws CommunicationError naming the call and the backend's error string.
