@@ -3,6 +3,8 @@
 #include <vector>
 
 #include <mlframework/c/optimizers.h>
+#include <mlframework/core/Error.hpp>
+#include <mlframework/core/OptimizerStep.hpp>
 #include <mlframework/optimizers/FusedSteps.hpp>
 
 #include "Call.hpp"
@@ -26,6 +28,46 @@ constexpr FieldMap kSGDFields{Field{&mlfw_sgd_options::learning_rate, &optimizer
                               Field{&mlfw_sgd_options::weight_decay, &optimizers::SGDOptions::WeightDecay},
                               Field{&mlfw_sgd_options::dampening, &optimizers::SGDOptions::Dampening},
                               Field{&mlfw_sgd_options::nesterov, &optimizers::SGDOptions::Nesterov}};
+
+constexpr EnumMap<mlfw_state_format, StateFormat, 6> kStateFormats{
+    "mlfw_state_format",
+    {{{MLFW_STATE_FLOAT32, "MLFW_STATE_FLOAT32", StateFormat::Float32},
+      {MLFW_STATE_BFLOAT16, "MLFW_STATE_BFLOAT16", StateFormat::BFloat16},
+      {MLFW_STATE_FLOAT16, "MLFW_STATE_FLOAT16", StateFormat::Float16},
+      {MLFW_STATE_INT8_BLOCK, "MLFW_STATE_INT8_BLOCK", StateFormat::Int8Block},
+      {MLFW_STATE_UINT8_BLOCK, "MLFW_STATE_UINT8_BLOCK", StateFormat::UInt8Block},
+      {MLFW_STATE_FLOAT8_E4M3_BLOCK, "MLFW_STATE_FLOAT8_E4M3_BLOCK", StateFormat::Float8E4M3Block}}}};
+
+constexpr EnumMap<mlfw_master_format, MasterFormat, 3> kMasterFormats{
+    "mlfw_master_format",
+    {{{MLFW_MASTERS_FLOAT32, "MLFW_MASTERS_FLOAT32", MasterFormat::Float32},
+      {MLFW_MASTERS_BFLOAT16_STOCHASTIC_ROUNDING, "MLFW_MASTERS_BFLOAT16_STOCHASTIC_ROUNDING",
+       MasterFormat::BFloat16StochasticRounding},
+      {MLFW_MASTERS_BFLOAT16_REMAINDER, "MLFW_MASTERS_BFLOAT16_REMAINDER", MasterFormat::BFloat16Remainder}}}};
+
+// The caller's @p states onto Adam's options (the C++ constructor checks the combination).
+optimizers::AdamOptions WithStates(optimizers::AdamOptions options, const mlfw_state_options& states) {
+  options.FirstMomentFormat = kStateFormats.ToCpp(states.first, "states.first");
+  options.SecondMomentFormat = kStateFormats.ToCpp(states.second, "states.second");
+  options.StateBlockSize = states.block_size;
+  options.Masters = kMasterFormats.ToCpp(states.masters, "states.masters");
+  options.RoundingSeed = states.rounding_seed;
+  return options;
+}
+
+// The same for SGD, whose one state is `first`.
+optimizers::SGDOptions WithStates(optimizers::SGDOptions options, const mlfw_state_options& states) {
+  options.MomentumFormat = kStateFormats.ToCpp(states.first, "states.first");
+  if (kStateFormats.ToCpp(states.second, "states.second") != StateFormat::Float32) {
+    throw ArgumentError("states.second", std::to_string(EnumValue(states.second)) +
+                                             " is not MLFW_STATE_FLOAT32: SGD keeps one state, the momentum "
+                                             "(states.first)");
+  }
+  options.StateBlockSize = states.block_size;
+  options.Masters = kMasterFormats.ToCpp(states.masters, "states.masters");
+  options.RoundingSeed = states.rounding_seed;
+  return options;
+}
 
 // Builds the handle around the optimizer @p make creates from the parameters' map.
 template <class Make>
@@ -70,6 +112,39 @@ mlfw_status mlfw_sgd_create(const char* const* names, const DLTensor* const* par
   return mlframework::c_api::Create(names, parameters, count, out, [&](mlfw_optimizer& handle, const auto& map) {
     handle.sgd = std::make_unique<mlframework::optimizers::SGD>(
         map, mlframework::c_api::kSGDFields.ToCpp(Deref(options, "options")));
+  });
+}
+
+mlfw_status mlfw_state_options_default(mlfw_state_options* options) {
+  return Call([&] {
+    const mlframework::optimizers::AdamOptions defaults;
+    mlfw_state_options& out = Deref(options, "options");
+    out = mlfw_state_options{};
+    out.first = mlframework::c_api::kStateFormats.ToC(defaults.FirstMomentFormat);
+    out.second = mlframework::c_api::kStateFormats.ToC(defaults.SecondMomentFormat);
+    out.block_size = defaults.StateBlockSize;
+    out.masters = mlframework::c_api::kMasterFormats.ToC(defaults.Masters);
+    out.rounding_seed = defaults.RoundingSeed;
+  });
+}
+
+mlfw_status mlfw_adam_create_with_states(const char* const* names, const DLTensor* const* parameters, size_t count,
+                                         const mlfw_adam_options* options, const mlfw_state_options* states,
+                                         mlfw_optimizer_t* out) {
+  return mlframework::c_api::Create(names, parameters, count, out, [&](mlfw_optimizer& handle, const auto& map) {
+    handle.adam = std::make_unique<mlframework::optimizers::Adam>(
+        map, mlframework::c_api::WithStates(mlframework::c_api::kAdamFields.ToCpp(Deref(options, "options")),
+                                            Deref(states, "states")));
+  });
+}
+
+mlfw_status mlfw_sgd_create_with_states(const char* const* names, const DLTensor* const* parameters, size_t count,
+                                        const mlfw_sgd_options* options, const mlfw_state_options* states,
+                                        mlfw_optimizer_t* out) {
+  return mlframework::c_api::Create(names, parameters, count, out, [&](mlfw_optimizer& handle, const auto& map) {
+    handle.sgd = std::make_unique<mlframework::optimizers::SGD>(
+        map, mlframework::c_api::WithStates(mlframework::c_api::kSGDFields.ToCpp(Deref(options, "options")),
+                                            Deref(states, "states")));
   });
 }
 

@@ -1,6 +1,7 @@
 """The C API from Python with ctypes alone: NumPy arrays handed over through DLPack
 (ndarray.__dlpack__), a dynamic GradScaler and SGD stepping them, checked against the same
-iteration computed with NumPy.
+iteration computed with NumPy; then Adam with 8-bit moments (mlfw_state_options, read through
+its C layout).
 
     python3 ctypes_training.py <path of libmlframework_c.so>
 """
@@ -43,6 +44,21 @@ class SgdOptions(ctypes.Structure):
     _fields_ = [("learning_rate", ctypes.c_double), ("momentum", ctypes.c_double),
                 ("weight_decay", ctypes.c_double), ("dampening", ctypes.c_double),
                 ("nesterov", ctypes.c_int)]
+
+
+class AdamOptions(ctypes.Structure):
+    _fields_ = [("learning_rate", ctypes.c_double), ("beta1", ctypes.c_double), ("beta2", ctypes.c_double),
+                ("epsilon", ctypes.c_double), ("weight_decay", ctypes.c_double),
+                ("decoupled_weight_decay", ctypes.c_int)]
+
+
+class StateOptions(ctypes.Structure):
+    _fields_ = [("first", ctypes.c_int), ("second", ctypes.c_int), ("block_size", ctypes.c_size_t),
+                ("masters", ctypes.c_int), ("rounding_seed", ctypes.c_uint64)]
+
+
+MLFW_STATE_INT8_BLOCK = 3
+MLFW_STATE_UINT8_BLOCK = 4
 
 
 class DLPackView:
@@ -146,7 +162,59 @@ def main(library_path):
 
     lib.mlfw_optimizer_destroy(sgd)
     lib.mlfw_grad_scaler_destroy(scaler)
-    print(f"ctypes training ok (scale {scale.value}, weights match NumPy)")
+    state_ratio = low_bit_adam(lib, ok)
+    print(f"ctypes training ok (scale {scale.value}, weights match NumPy; 8-bit Adam state {state_ratio:.2f}x FP32's)")
+
+
+def low_bit_adam(lib, ok):
+    """Adam with 8-bit moments in blocks of 128 through mlfw_state_options, against FP32 moments:
+    the same loss falls, the state blob shrinks, a bad block size is refused."""
+    assert lib.mlfw_api_version() >= 2
+    defaults = StateOptions()
+    ok(lib.mlfw_state_options_default(ctypes.byref(defaults)))
+    assert (defaults.first, defaults.second, defaults.block_size, defaults.masters, defaults.rounding_seed) == \
+        (0, 0, 256, 0, 0)
+
+    rng = np.random.default_rng(11)
+    target = rng.standard_normal(1000).astype(np.float32)
+    options = AdamOptions()
+    ok(lib.mlfw_adam_options_default(ctypes.byref(options)))
+    options.learning_rate = 0.05
+    names = (ctypes.c_char_p * 1)(b"w")
+    results = {}
+    for label, first, second in (("fp32", 0, 0), ("8bit", MLFW_STATE_INT8_BLOCK, MLFW_STATE_UINT8_BLOCK)):
+        weights = np.zeros(1000, dtype=np.float32)
+        gradients = np.zeros_like(weights)
+        weight_view, gradient_view = DLPackView(weights), DLPackView(gradients)
+        parameters = (ctypes.POINTER(DLTensor) * 1)(weight_view.tensor)
+        grads = (ctypes.POINTER(DLTensor) * 1)(gradient_view.tensor)
+        states = StateOptions()
+        ok(lib.mlfw_state_options_default(ctypes.byref(states)))
+        states.first, states.second, states.block_size = first, second, 128
+        adam = ctypes.c_void_p()
+        ok(lib.mlfw_adam_create_with_states(names, parameters, ctypes.c_size_t(1), ctypes.byref(options),
+                                            ctypes.byref(states), ctypes.byref(adam)))
+        for _ in range(30):
+            gradients[:] = weights - target
+            ok(lib.mlfw_optimizer_set_gradients(adam, names, grads, ctypes.c_size_t(1)))
+            ok(lib.mlfw_optimizer_step(adam, None))
+        size = ctypes.c_size_t()
+        ok(lib.mlfw_optimizer_state_dict(adam, None, ctypes.c_size_t(0), ctypes.byref(size)))
+        results[label] = (float(0.5 * np.sum((weights - target) ** 2)), size.value)
+        lib.mlfw_optimizer_destroy(adam)
+
+        states.block_size = 100
+        refused = ctypes.c_void_p()
+        status = lib.mlfw_adam_create_with_states(names, parameters, ctypes.c_size_t(1), ctypes.byref(options),
+                                                  ctypes.byref(states), ctypes.byref(refused))
+        assert status == 1 and b"100" in lib.mlfw_last_error(), (status, lib.mlfw_last_error())
+        assert refused.value is None
+
+    initial = float(0.5 * np.sum(target ** 2))
+    assert results["8bit"][0] < 0.5 * initial, (results, initial)
+    assert abs(results["8bit"][0] - results["fp32"][0]) < 0.1 * results["fp32"][0] + 1.0, results
+    assert results["8bit"][1] < 0.6 * results["fp32"][1], results
+    return results["8bit"][1] / results["fp32"][1]
 
 
 if __name__ == "__main__":

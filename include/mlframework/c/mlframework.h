@@ -21,7 +21,9 @@
 /// The version of the C API these headers declare. It grows by one with every release that adds
 /// to the API; a release that changed or removed anything would also change the library's
 /// SONAME (see docs/c-api.md, "ABI stability").
-#define MLFW_C_API_VERSION 1
+/// Version 2 added the optimizers' state and master formats (mlfw_state_options,
+/// mlfw_adam_create_with_states(), mlfw_sgd_create_with_states()).
+#define MLFW_C_API_VERSION 2
 
 #ifdef __cplusplus
 extern "C" {

@@ -39,6 +39,36 @@ typedef struct mlfw_sgd_options {
   int nesterov;          ///< Non-zero: Nesterov momentum (needs momentum > 0, dampening 0); default 0.
 } mlfw_sgd_options;
 
+/// How an optimizer stores a state vector (C++ StateFormat; docs/optimizers.md, "Fewer bytes per
+/// parameter"). Since API version 2.
+typedef enum mlfw_state_format {
+  MLFW_STATE_FLOAT32 = 0,            ///< FP32: PyTorch's bits (the default).
+  MLFW_STATE_BFLOAT16 = 1,           ///< BF16, round to nearest even.
+  MLFW_STATE_FLOAT16 = 2,            ///< FP16 codes with one power-of-two FP32 scale per block.
+  MLFW_STATE_INT8_BLOCK = 3,         ///< Signed linear 8-bit codes, one FP32 scale per block (first moment, momentum).
+  MLFW_STATE_UINT8_BLOCK = 4,        ///< Unsigned linear 8-bit codes, one FP32 scale per block (second moment).
+  MLFW_STATE_FLOAT8_E4M3_BLOCK = 5,  ///< FP8 E4M3FN codes with one FP32 scale per block.
+} mlfw_state_format;
+
+/// How an optimizer keeps the master weights (C++ MasterFormat). Since API version 2.
+typedef enum mlfw_master_format {
+  MLFW_MASTERS_FLOAT32 = 0,                       ///< FP32 masters (the default).
+  MLFW_MASTERS_BFLOAT16_STOCHASTIC_ROUNDING = 1,  ///< The BF16 parameters, rounded stochastically (Philox).
+  MLFW_MASTERS_BFLOAT16_REMAINDER = 2,            ///< The BF16 parameters and 16-bit remainders: exact FP32 masters.
+} mlfw_master_format;
+
+/// The formats of an optimizer's state and masters (C++ AdamOptions::FirstMomentFormat,
+/// SecondMomentFormat, StateBlockSize, Masters, RoundingSeed; SGDOptions::MomentumFormat and
+/// the same others). mlfw_state_options_default() fills the defaults: FP32 state and masters,
+/// blocks of 256. Since API version 2.
+typedef struct mlfw_state_options {
+  mlfw_state_format first;     ///< Adam's exp_avg, SGD's momentum buffer (not MLFW_STATE_UINT8_BLOCK).
+  mlfw_state_format second;    ///< Adam's exp_avg_sq (not MLFW_STATE_INT8_BLOCK); MLFW_STATE_FLOAT32 for SGD.
+  size_t block_size;           ///< Elements per block of the block-scaled formats: a power of two from 32 to 2048.
+  mlfw_master_format masters;  ///< The BF16 formats need BF16 parameters in host (kDLCPU) memory.
+  uint64_t rounding_seed;      ///< MLFW_MASTERS_BFLOAT16_STOCHASTIC_ROUNDING: the Philox key.
+} mlfw_state_options;
+
 /// Fills @p options with AdamOptions' defaults (Adam, not AdamW). MLFW_STATUS_NULL_ARGUMENT for null.
 MLFW_C_API mlfw_status mlfw_adam_options_default(mlfw_adam_options* options);
 /// Fills @p options with SGDOptions' defaults. MLFW_STATUS_NULL_ARGUMENT for null.
@@ -55,6 +85,24 @@ MLFW_C_API mlfw_status mlfw_adam_create(const char* const* names, const DLTensor
 /// Creates SGD over @p count named parameters (see mlfw_adam_create() for the arguments).
 MLFW_C_API mlfw_status mlfw_sgd_create(const char* const* names, const DLTensor* const* parameters, size_t count,
                                        const mlfw_sgd_options* options, mlfw_optimizer_t* out);
+/// Fills @p options with the default state formats (FP32 state and masters, blocks of 256).
+/// MLFW_STATUS_NULL_ARGUMENT for null. Since API version 2.
+MLFW_C_API mlfw_status mlfw_state_options_default(mlfw_state_options* options);
+/// mlfw_adam_create() with the state and masters kept as @p states says (C++ Adam with those
+/// AdamOptions fields): for example 8-bit moments and BF16 masters with stochastic rounding, 4.03
+/// bytes per parameter instead of 12. MLFW_STATUS_INVALID_ARGUMENT naming the field and its value
+/// for a value outside an enum, a block size that is not a power of two from 32 to 2048,
+/// MLFW_STATE_UINT8_BLOCK for `first` or MLFW_STATE_INT8_BLOCK for `second`, or BF16 masters
+/// over a parameter that is not BF16 in host memory. Since API version 2.
+MLFW_C_API mlfw_status mlfw_adam_create_with_states(const char* const* names, const DLTensor* const* parameters,
+                                                    size_t count, const mlfw_adam_options* options,
+                                                    const mlfw_state_options* states, mlfw_optimizer_t* out);
+/// mlfw_sgd_create() with the momentum buffers and masters kept as @p states says (`first` is the
+/// momentum's format; `second` must be MLFW_STATE_FLOAT32). Errors as
+/// mlfw_adam_create_with_states(). Since API version 2.
+MLFW_C_API mlfw_status mlfw_sgd_create_with_states(const char* const* names, const DLTensor* const* parameters,
+                                                   size_t count, const mlfw_sgd_options* options,
+                                                   const mlfw_state_options* states, mlfw_optimizer_t* out);
 /// Destroys @p optimizer (null is accepted and does nothing).
 MLFW_C_API void mlfw_optimizer_destroy(mlfw_optimizer_t optimizer);
 
