@@ -595,8 +595,14 @@ int RunStates(const Options& options, const Dataset& data) {
         "         point with single roundings).\n",
         seed_list.c_str());
   }
-  std::printf("issue 42 asks for every row within %.1f%s: %s%s.\n", kParityPoints,
-              several ? " (judged on the mean)" : "", outside.empty() ? "all are" : "outside it: ", outside.c_str());
+  const bool compared =
+      std::any_of(baseline.begin(), baseline.end(), [](std::size_t b) { return b != std::string::npos; });
+  if (compared) {
+    std::printf("issue 42 asks for every row within %.1f%s: %s%s.\n", kParityPoints,
+                several ? " (judged on the mean)" : "", outside.empty() ? "all are" : "outside it: ", outside.c_str());
+  } else {
+    std::printf("no row was compared: add fp32 (FP32 moments and masters) to --states for the baseline.\n");
+  }
   std::printf("\nCSV (step, loss, scale) per row at seed %llu and states-summary.csv (every seed) in %s/\n",
               static_cast<unsigned long long>(seeds.front()), options.out.string().c_str());
   return 0;
@@ -661,7 +667,11 @@ int RunFsdp(const Options& options) {
       "                  to each of the P - 1 other ranks.\n"
       "vs fp32: test accuracy minus the FP32 wire's, in points; issue 42 asks for the FP8 wire within\n"
       "         %.1f: %s%s.\n",
-      kParityPoints, outside.empty() ? "every wire is" : "outside it: ", outside.c_str());
+      kParityPoints,
+      baseline == nullptr ? "no wire was compared (add fp32 to --wires for the baseline)"
+      : outside.empty()   ? "every wire is"
+                          : "outside it: ",
+      outside.c_str());
   std::printf("\nfsdp-summary.csv in %s/\n", options.out.string().c_str());
   return 0;
 }

@@ -306,6 +306,20 @@ BOOST_AUTO_TEST_CASE(FsdpScenarioCountsEachWiresBytesUnderMpiexec) {
 }
 #endif
 
+BOOST_AUTO_TEST_CASE(ScenariosWithoutTheirFp32RowSayNothingWasCompared) {
+  // Parity needs the FP32 row (states) or wire (fsdp): without it the output says so instead of
+  // "all are" / "every wire is".
+  const TempDir scratch;
+  const std::string small =
+      " --epochs 1 --subset 1000 --batch-size 50 --quiet --no-plot --out '" + scratch.path.string() + "'";
+  const Run states = RunDemoOk("--scenario states --seeds 42 --states 8bit-moments" + small, scratch.path);
+  BOOST_TEST(states.output.find("all are") == std::string::npos, states.output);
+  BOOST_TEST(states.output.find("add fp32 (FP32 moments and masters) to --states") != std::string::npos, states.output);
+  const Run wires = RunDemoOk("--scenario fsdp --wires bf16" + small, scratch.path);
+  BOOST_TEST(wires.output.find("every wire is") == std::string::npos, wires.output);
+  BOOST_TEST(wires.output.find("add fp32 to --wires") != std::string::npos, wires.output);
+}
+
 BOOST_AUTO_TEST_CASE(BadDataDirectoryAndOptionsGiveClearErrors) {
   const TempDir scratch;
   const Run missing = RunDemo("--data '" + scratch.path.string() + "' --quiet", scratch.path);
