@@ -45,14 +45,20 @@ constexpr EnumMap<mlfw_master_format, MasterFormat, 3> kMasterFormats{
        MasterFormat::BFloat16StochasticRounding},
       {MLFW_MASTERS_BFLOAT16_REMAINDER, "MLFW_MASTERS_BFLOAT16_REMAINDER", MasterFormat::BFloat16Remainder}}}};
 
-// The caller's @p states onto Adam's options (the C++ constructor checks the combination).
-optimizers::AdamOptions WithStates(optimizers::AdamOptions options, const mlfw_state_options& states) {
-  options.FirstMomentFormat = kStateFormats.ToCpp(states.first, "states.first");
-  options.SecondMomentFormat = kStateFormats.ToCpp(states.second, "states.second");
+// The fields of @p states Adam and SGD share: the block size and the masters.
+template <class Options>
+Options WithBlocksAndMasters(Options options, const mlfw_state_options& states) {
   options.StateBlockSize = states.block_size;
   options.Masters = kMasterFormats.ToCpp(states.masters, "states.masters");
   options.RoundingSeed = states.rounding_seed;
   return options;
+}
+
+// The caller's @p states onto Adam's options (the C++ constructor checks the combination).
+optimizers::AdamOptions WithStates(optimizers::AdamOptions options, const mlfw_state_options& states) {
+  options.FirstMomentFormat = kStateFormats.ToCpp(states.first, "states.first");
+  options.SecondMomentFormat = kStateFormats.ToCpp(states.second, "states.second");
+  return WithBlocksAndMasters(options, states);
 }
 
 // The same for SGD, whose one state is `first`.
@@ -63,10 +69,7 @@ optimizers::SGDOptions WithStates(optimizers::SGDOptions options, const mlfw_sta
                                              " is not MLFW_STATE_FLOAT32: SGD keeps one state, the momentum "
                                              "(states.first)");
   }
-  options.StateBlockSize = states.block_size;
-  options.Masters = kMasterFormats.ToCpp(states.masters, "states.masters");
-  options.RoundingSeed = states.rounding_seed;
-  return options;
+  return WithBlocksAndMasters(options, states);
 }
 
 // Builds the handle around the optimizer @p make creates from the parameters' map.
