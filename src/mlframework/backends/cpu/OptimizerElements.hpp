@@ -552,18 +552,9 @@ inline void StoreLinearCodes(const Batch& x, Batch r, std::uint8_t* out) {
   if constexpr (kSecond) {
     r = xsimd::select((x > Batch(0.0f)) & (r == Batch(0.0f)), Batch(1.0f), r);
   }
-  const auto ints = xsimd::batch_cast<std::int32_t>(r);
-#if defined(__AVX512F__)
-  if constexpr (Batch::size == 16) {  // VPMOVDB: the low byte of each lane
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm512_cvtepi32_epi8(ints));
-    return;
-  }
-#endif
-  alignas(64) std::int32_t lanes[Batch::size];
-  ints.store_aligned(lanes);
-  for (std::size_t k = 0; k < Batch::size; ++k) {
-    out[k] = static_cast<std::uint8_t>(lanes[k]);
-  }
+  // The low byte of each integer lane (the code's two's complement for Int8Block).
+  using Lanes = float8::Elements<static_cast<int>(Batch::size)>;
+  Lanes::NarrowBytes(reinterpret_cast<typename Lanes::U>(xsimd::batch_cast<std::int32_t>(r).data), out);
 }
 
 // LinearBlockCode() of values[0, n) (one block) into out[0, n): on batches of the value type
@@ -596,6 +587,21 @@ inline void EncodeLinearBlock(const float* values, std::uint8_t* out, std::size_
           code = _mm512_max_epi32(code, _mm512_min_epi32(_mm512_castps_si512(x), _mm512_set1_epi32(1)));
         }
         _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm512_cvtepi32_epi8(code));  // VPMOVDB
+      }
+    }
+#endif
+#if defined(__AVX2__)
+    if constexpr (Batch::size == 8) {  // the loop above on eight lanes, rounding with VROUNDPS
+      const __m256 factor = _mm256_set1_ps(reciprocal);
+      const __m256 bound = _mm256_set1_ps(low);
+      for (; by_reciprocal && i < whole; i += 8) {
+        const __m256 x = _mm256_loadu_ps(values + i);
+        const __m256 q = _mm256_max_ps(_mm256_mul_ps(x, factor), bound);
+        __m256i code = _mm256_cvttps_epi32(_mm256_round_ps(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        if constexpr (kSecond) {
+          code = _mm256_max_epi32(code, _mm256_min_epi32(_mm256_castps_si256(x), _mm256_set1_epi32(1)));
+        }
+        float8::Elements<8>::NarrowBytes(reinterpret_cast<float8::Elements<8>::U>(code), out + i);
       }
     }
 #endif
@@ -715,6 +721,31 @@ inline void EncodeFloat8(const float* values, std::uint8_t* out, std::size_t n, 
       }
     }
 #endif
+#if defined(__AVX2__)
+    if constexpr (kWidth == 8) {  // the loop above on eight lanes, with blends for the masks
+      const __m256 f = _mm256_set1_ps(factor);
+      for (; finite_block && i + 8 <= n; i += 8) {
+        const __m256 x = _mm256_loadu_ps(values + i);
+        const __m256i y = _mm256_castps_si256(_mm256_mul_ps(x, f));
+        const __m256i ax = _mm256_and_si256(y, _mm256_set1_epi32(0x7fffffff));
+        const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(ax, 20), _mm256_set1_epi32(1));
+        const __m256i normal = _mm256_sub_epi32(
+            _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(ax, _mm256_set1_epi32(0x7ffff)), odd), 20),
+            _mm256_set1_epi32(120 << 3));
+        const __m256i subnormal =
+            _mm256_sub_epi32(_mm256_castps_si256(_mm256_add_ps(_mm256_castsi256_ps(ax), _mm256_set1_ps(16384.0f))),
+                             _mm256_set1_epi32(0x46800000));
+        // ax below 2^-6; a signed compare, as ax has no sign bit.
+        const __m256i small = _mm256_cmpgt_epi32(_mm256_set1_epi32(0x3c800000), ax);
+        __m256i code = _mm256_blendv_epi8(normal, subnormal, small);
+        code = _mm256_or_si256(code, _mm256_and_si256(_mm256_srli_epi32(y, 24), _mm256_set1_epi32(0x80)));
+        if constexpr (kSecond) {
+          code = _mm256_max_epi32(code, _mm256_min_epi32(_mm256_castps_si256(x), _mm256_set1_epi32(1)));
+        }
+        Lanes::NarrowBytes(reinterpret_cast<U>(code), out + i);
+      }
+    }
+#endif
     for (; finite_block && i + kWidth <= n; i += kWidth) {
       F x;
       std::memcpy(&x, values + i, sizeof x);
@@ -723,8 +754,7 @@ inline void EncodeFloat8(const float* values, std::uint8_t* out, std::size_t n, 
       if constexpr (kSecond) {
         code = Lanes::Select((x > 0.0f) & (code == 0u), Lanes::Splat(1u), code);
       }
-      const typename Lanes::B bytes = __builtin_convertvector(code, typename Lanes::B);
-      std::memcpy(out + i, &bytes, sizeof bytes);
+      Lanes::NarrowBytes(code, out + i);
     }
     for (; i + kWidth <= n; i += kWidth) {
       F x;
@@ -736,8 +766,7 @@ inline void EncodeFloat8(const float* values, std::uint8_t* out, std::size_t n, 
       if constexpr (kSecond) {
         code = Lanes::Select((x > 0.0f) & (code == 0u), Lanes::Splat(1u), code);
       }
-      const typename Lanes::B bytes = __builtin_convertvector(code, typename Lanes::B);
-      std::memcpy(out + i, &bytes, sizeof bytes);
+      Lanes::NarrowBytes(code, out + i);
     }
   }
   for (; i < n; ++i) {
