@@ -258,6 +258,7 @@ struct Avx512Ops {
   //    FP32 path also rounds only once (to FP16): the same bits, for every input.
 
   static constexpr bool kWordKernels = true;
+  static constexpr bool kBf16WordSums = true;
 
   // 32 words per register.
   static __mmask32 WordLanes(std::size_t n) {

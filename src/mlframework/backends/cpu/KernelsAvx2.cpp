@@ -9,6 +9,8 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <utility>
 
@@ -30,7 +32,8 @@ struct Avx2Ops {
   using Batch = xsimd::batch<float, xsimd::fma3<xsimd::avx2>>;
   static constexpr std::size_t kWidth = 8;
   using Flag = __m256i;
-  static constexpr bool kWordKernels = false;  // no 16-bit masks: every 16-bit op takes the FP32 path
+  static constexpr bool kWordKernels = true;    // ScaleWords() below
+  static constexpr bool kBf16WordSums = false;  // the FP32 path's BF16 sum of squares runs at memory speed
 
   template <DataType D>
   static Batch Load(const Element<D>* p) {
@@ -160,6 +163,54 @@ struct Avx2Ops {
     CheckPartialBuffer<D>(buffer, flag);
   }
 
+  /// In-place x = round(x * factor) on 16-bit words for a factor 2^k (normal, positive), 16
+  /// words a register: Avx512Ops::ScaleWordsByPowerOfTwo() with byte blends and an unsigned
+  /// maximum for the 16-bit masks and compares AVX2 lacks. Words whose exponent stays normal get
+  /// k added to it; a register holding any other nonzero word (subnormal, Inf, NaN, or leaving
+  /// the normal range) takes the FP32 path. Returns false, writing nothing, for any other factor.
+  template <DataType D>
+  static bool ScaleWords(std::uint16_t* p, std::size_t count, float factor, bool& found) {
+    std::uint32_t bits = 0;
+    __builtin_memcpy(&bits, &factor, sizeof bits);
+    const int biased = static_cast<int>((bits >> 23) & 0xffu);
+    if ((bits & 0x807fffffu) != 0 || biased == 0 || biased == 0xff) {
+      return false;  // negative, zero, subnormal, Inf/NaN or not a power of two
+    }
+    const int k = biased - 127;
+    constexpr bool kHalf = D == DataType::Float16;
+    constexpr int kShift = kHalf ? 10 : 7;
+    constexpr int kMaxNormal = kHalf ? 30 : 254;  // largest biased exponent of a finite number
+    // Lanes whose exponent e satisfies 1 <= e <= max and 1 <= e + k <= max.
+    const int lo = k < 0 ? 1 - k : 1;
+    const int hi = k > 0 ? kMaxNormal - k : kMaxNormal;
+    if (lo > hi) {
+      return false;  // no normal input stays normal: everything would take the FP32 path
+    }
+    const __m256i exponent_mask = _mm256_set1_epi16(static_cast<short>(kHalf ? 0x7c00 : 0x7f80));
+    const __m256i range_start = _mm256_set1_epi16(static_cast<short>(lo << kShift));
+    const __m256i range_size = _mm256_set1_epi16(static_cast<short>((hi - lo + 1) << kShift));
+    const __m256i magnitude = _mm256_set1_epi16(0x7fff);
+    const __m256i delta = _mm256_set1_epi16(static_cast<short>(k * (1 << kShift)));
+    const __m256 f = _mm256_set1_ps(factor);
+    Flag flag = NoFlag<D>();
+    const auto step = [&](__m256i words) {
+      const __m256i zero = _mm256_cmpeq_epi16(_mm256_and_si256(words, magnitude), _mm256_setzero_si256());
+      // exponent - range_start >= range_size as unsigned 16-bit values: the maximum is the left side.
+      const __m256i offset = _mm256_sub_epi16(_mm256_and_si256(words, exponent_mask), range_start);
+      const __m256i beyond = _mm256_cmpeq_epi16(_mm256_max_epu16(offset, range_size), offset);
+      const __m256i out_of_range = _mm256_andnot_si256(zero, beyond);
+      if (_mm256_testz_si256(out_of_range, out_of_range) != 0) {
+        return _mm256_add_epi16(words, _mm256_andnot_si256(zero, delta));  // zeros stay zeros
+      }
+      const __m256i out = MultiplyWordsViaFloat<D>(words, f);
+      flag = Fold<D>(flag, out);
+      return out;
+    };
+    RunWords(p, count, step);
+    found = AnyNonFinite<D>(flag);
+    return true;
+  }
+
   // The read-only check folds into the same flag as the stores (AVX2 has no mask registers).
   using CheckFlag = Flag;
 
@@ -194,6 +245,55 @@ struct Avx2Ops {
   }
 
  private:
+  // The 16 words of @p words times @p f through FP32, rounded back as Store() rounds.
+  template <DataType D>
+  static __m256i MultiplyWordsViaFloat(__m256i words, __m256 f) {
+    const auto widen = [](__m128i half) {
+      if constexpr (D == DataType::Float16) {
+        return _mm256_cvtph_ps(half);
+      } else {
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(half), 16));
+      }
+    };
+    const __m128i low = Narrow<D>(_mm256_mul_ps(widen(_mm256_castsi256_si128(words)), f));
+    const __m128i high = Narrow<D>(_mm256_mul_ps(widen(_mm256_extracti128_si256(words, 1)), f));
+    return _mm256_set_m128i(high, low);
+  }
+
+  // Applies step (16 words in, 16 words out) over p[0, count): aligned registers in the middle,
+  // and the words before the first 32-byte boundary and after the last one through a zero-filled
+  // buffer (zeros give zeros on both of ScaleWords()' paths).
+  template <typename Step>
+  static void RunWords(std::uint16_t* p, std::size_t count, Step&& step) {
+    const auto partial = [&](std::size_t at, std::size_t n) {
+      alignas(32) std::uint16_t buffer[16] = {};
+      std::memcpy(buffer, p + at, n * sizeof(std::uint16_t));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(buffer),
+                         step(_mm256_load_si256(reinterpret_cast<const __m256i*>(buffer))));
+      std::memcpy(p + at, buffer, n * sizeof(std::uint16_t));
+    };
+    const std::size_t misalignment = reinterpret_cast<std::uintptr_t>(p) % 32;
+    std::size_t i = std::min(count, misalignment == 0 ? std::size_t{0} : (32 - misalignment) / sizeof(std::uint16_t));
+    if (i > 0) {
+      partial(0, i);
+    }
+    for (; i + 32 <= count; i += 32) {
+      simd::PrefetchLines<Avx2Ops, 1>(p + i);
+      auto* at = reinterpret_cast<__m256i*>(p + i);
+      const __m256i a = step(_mm256_load_si256(at));
+      const __m256i b = step(_mm256_load_si256(at + 1));
+      _mm256_store_si256(at, a);
+      _mm256_store_si256(at + 1, b);
+    }
+    for (; i + 16 <= count; i += 16) {
+      auto* at = reinterpret_cast<__m256i*>(p + i);
+      _mm256_store_si256(at, step(_mm256_load_si256(at)));
+    }
+    if (i < count) {
+      partial(i, count - i);
+    }
+  }
+
   template <DataType D>
   static void CheckPartialBuffer(const Element<D>* buffer, Flag& flag) {
     if constexpr (D == DataType::Float32) {

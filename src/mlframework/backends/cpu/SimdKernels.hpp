@@ -27,8 +27,9 @@
 //                                     for the cached and from_memory_no_prefetch sets
 //   Ops::kWordKernels                 true when the Ops has ScaleWords<D>(p, count, factor, found):
 //                                     an in-place 16-bit scale that returns false, writing
-//                                     nothing, when it is not exact for that factor, and
-//                                     SumSquaresBf16Words(p, count), the BF16 sum of squares
+//                                     nothing, when it is not exact for that factor
+//   Ops::kBf16WordSums                true when the Ops has SumSquaresBf16Words(p, count), the
+//                                     BF16 sum of squares on the words
 // The flag keeps the lane-wise maximum of the masked exponent fields; a lane
 // reaching the all-ones exponent means Inf or NaN, exactly the scalar test.
 // Function-local code only: no out-of-line helper from a shared header may be
@@ -357,7 +358,7 @@ float SumSquares(const void* data, std::size_t count) {
   using Batch = typename Ops::Batch;
   using Wide = typename Ops::WideBatch;
   const auto* p = static_cast<const Element<D>*>(data);
-  if constexpr (D == DataType::BFloat16 && Ops::kWordKernels) {
+  if constexpr (D == DataType::BFloat16 && Ops::kBf16WordSums) {
     return Ops::SumSquaresBf16Words(p, count);
   }
   if constexpr (D == DataType::Float32 && kFromMemory) {
