@@ -123,9 +123,26 @@ struct Elements {
   static U Splat(std::uint32_t v) { return U{} + v; }
 
   // Lane-wise `mask ? a : b` (mask lanes all ones or all zeros).
-  static U Select(I mask, U a, U b) {
-    const U m = reinterpret_cast<U>(mask);
-    return (a & m) | (b & ~m);
+  static U Select(I mask, U a, U b) { return mask ? a : b; }
+
+  // Magnitude bits (below 2^31) as signed lanes: their compares are one signed compare, where
+  // unsigned ones take a minimum and an equality on AVX2.
+  static I Magnitude(U ax) { return reinterpret_cast<I>(ax); }
+
+  // The lane-wise unsigned maximum (VPMAXUD; GCC 12 writes the vector ?: of a compare as a
+  // minimum, an equality and a blend).
+  static U Max(U a, U b) {
+#if defined(__AVX512F__)
+    if constexpr (kWidth == 16) {
+      return reinterpret_cast<U>(_mm512_max_epu32(reinterpret_cast<__m512i>(a), reinterpret_cast<__m512i>(b)));
+    }
+#endif
+#if defined(__AVX2__)
+    if constexpr (kWidth == 8) {
+      return reinterpret_cast<U>(_mm256_max_epu32(reinterpret_cast<__m256i>(a), reinterpret_cast<__m256i>(b)));
+    }
+#endif
+    return a > b ? a : b;
   }
 
   static std::uint32_t MaxLane(U v) {
@@ -144,7 +161,7 @@ struct Elements {
     const U normal = ((ax + 0x7ffffu + ((ax >> 20) & 1u)) >> 20) - (120u << 3);
     const F lifted = reinterpret_cast<F>(ax) + 16384.0f;
     const U subnormal = reinterpret_cast<U>(lifted) - 0x46800000u;
-    return Select(ax < 0x3c800000u, subnormal, normal);  // below 2^-6
+    return Select(Magnitude(ax) < 0x3c800000, subnormal, normal);  // below 2^-6
   }
 
   template <DataType D>
@@ -154,15 +171,15 @@ struct Elements {
     U mag;
     if constexpr (D == DataType::Float8E4M3FN) {
       mag = E4M3FNMagnitude(ax);
-      mag = Select(ax >= 0x43e80000u, Splat(0x7eu), mag);  // from 464 on: 448
+      mag = Select(Magnitude(ax) >= 0x43e80000, Splat(0x7eu), mag);  // from 464 on: 448
     } else {
       const U normal = ((ax + 0xfffffu + ((ax >> 21) & 1u)) >> 21) - (112u << 2);
       const F lifted = reinterpret_cast<F>(ax) + 128.0f;
       const U subnormal = reinterpret_cast<U>(lifted) - 0x43000000u;
-      mag = Select(ax < 0x38800000u, subnormal, normal);   // below 2^-14
-      mag = Select(ax >= 0x47700000u, Splat(0x7bu), mag);  // from 61440 on: 57344
+      mag = Select(Magnitude(ax) < 0x38800000, subnormal, normal);   // below 2^-14
+      mag = Select(Magnitude(ax) >= 0x47700000, Splat(0x7bu), mag);  // from 61440 on: 57344
     }
-    mag = Select(ax > 0x7f800000u, Splat(0x7fu), mag);  // NaN
+    mag = Select(Magnitude(ax) > 0x7f800000, Splat(0x7fu), mag);  // NaN
     return mag | sign;
   }
 
@@ -174,7 +191,7 @@ struct Elements {
       F x;
       std::memcpy(&x, src + i, sizeof x);
       const U input = reinterpret_cast<U>(x) & 0x7fffffffu;
-      amax = Select(input > amax, input, amax);
+      amax = Max(input, amax);
       const F y = x * scale;
       NarrowBytes(Encode<D>(reinterpret_cast<U>(y)), dst + i);
     }
@@ -214,15 +231,15 @@ struct Elements {
     if constexpr (D == DataType::Float8E4M3FN) {
       const U normal = (m << 20) + (120u << 23);
       const U subnormal = reinterpret_cast<U>(small * 0x1p-9f);
-      mag = Select(m < 8u, subnormal, normal);
+      mag = Select(Magnitude(m) < 8, subnormal, normal);
       mag = Select(m == 0x7fu, Splat(0x7ff00000u), mag);
     } else {
       const U normal = (m << 21) + (112u << 23);
       const U subnormal = reinterpret_cast<U>(small * 0x1p-16f);
       const U low = m & 3u;
       const U special = 0x7f800000u | Select(low != 0u, 0x00400000u | (low << 21), Splat(0u));
-      mag = Select(m < 4u, subnormal, normal);
-      mag = Select(m >= 0x7cu, special, mag);
+      mag = Select(Magnitude(m) < 4, subnormal, normal);
+      mag = Select(Magnitude(m) >= 0x7c, special, mag);
     }
     return mag | sign;
   }
