@@ -1184,6 +1184,33 @@ BOOST_AUTO_TEST_CASE(BadFormatsThrowNamingTheFieldAndWriteNothing) {
   lists = good;
   lists.StateBlockSize = 4096;
   throws(lists, "lists.StateBlockSize", "4096");
+  // Checked for states without block scales too: BF16 moments with blocks of 4096 elements
+  // overran the CPU kernels' tiles (a crash), and 0 divided by zero.
+  constexpr std::size_t kLong = 5000;  // more than one tile of 2048
+  const std::vector<TensorPtr> w_long = {FromVector(std::vector<float>(kLong, 1.0f), {kLong})};
+  const std::vector<TensorPtr> g_long = {FromVector(std::vector<float>(kLong, 0.5f), {kLong})};
+  const std::vector<TensorPtr> m16 = {Zeros({kLong}, DataType::BFloat16)};
+  const std::vector<TensorPtr> v16 = {Zeros({kLong}, DataType::BFloat16)};
+  for (const std::size_t block : {std::size_t{4096}, std::size_t{0}}) {
+    BOOST_TEST_CONTEXT("BF16 moments, StateBlockSize " << block) {
+      try {
+        FusedAdamStep({.Parameters = w_long,
+                       .Gradients = g_long,
+                       .FirstState = m16,
+                       .SecondState = v16,
+                       .FirstStateFormat = StateFormat::BFloat16,
+                       .SecondStateFormat = StateFormat::BFloat16,
+                       .StateBlockSize = block},
+                      scalars);
+        BOOST_ERROR("no ArgumentError");
+      } catch (const ArgumentError& e) {
+        BOOST_TEST(std::string(e.what()).find("lists.StateBlockSize") != std::string::npos);
+        BOOST_TEST(std::string(e.what()).find(std::to_string(block)) != std::string::npos);
+      }
+      BOOST_TEST(w_long[0]->ToFloatVector() == std::vector<float>(kLong, 1.0f));
+      BOOST_TEST(Halves(m16[0]) == std::vector<std::uint16_t>(kLong, 0));
+    }
+  }
   lists = good;
   lists.FirstStateFormat = static_cast<StateFormat>(42);
   throws(lists, "lists.FirstStateFormat", "42");

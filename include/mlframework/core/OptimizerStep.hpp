@@ -223,7 +223,8 @@ struct OptimizerStepLists {
   StateFormat SecondStateFormat = StateFormat::Float32;  ///< How SecondState is stored.
   std::span<const TensorPtr> FirstStateScales{};   ///< Block-scaled FirstState: per parameter, FP32 scales; else empty.
   std::span<const TensorPtr> SecondStateScales{};  ///< Block-scaled SecondState: likewise; else empty.
-  /// Elements per scale of the block-scaled formats: a power of two from 32 to 2048.
+  /// Elements per scale of the block-scaled formats: a power of two from 32 to 2048 (checked
+  /// whatever the formats).
   std::size_t StateBlockSize = kDefaultStateBlockSize;
   MasterFormat Masters = MasterFormat::Float32;  ///< How Parameters are stored.
   /// BFloat16Remainder: per parameter, the 16-bit remainders (a tensor of any two-byte dtype, read
