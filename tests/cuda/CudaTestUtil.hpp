@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 #include <iterator>
+#include <string_view>
 #include <vector>
 
 #include <boost/test/unit_test.hpp>
@@ -47,6 +48,28 @@ inline bool HostRoundsAsTheDevice() {
   BOOST_TEST_MESSAGE("SKIPPED: the host runs the " << mlframework::backends::cpu::InstructionSet()
                                                    << " kernels; run with MLFW_CPU_ISA=avx2");
   return false;
+}
+
+// Whether this host's CPU kernels fuse multiply-adds as the device kernels do: every vector
+// table does; the portable one rounds each multiply-add twice.
+inline bool HostFusesAsTheDevice() {
+  if (mlframework::backends::cpu::InstructionSet() != "portable") {
+    return true;
+  }
+  BOOST_TEST_MESSAGE("SKIPPED: the portable kernels round each multiply-add twice");
+  return false;
+}
+
+// Whether this host's CPU Adam step with these formats rounds as the device's: on every vector
+// table when a moment is stored below FP32 or the masters are rounded stochastically (such steps
+// take the IEEE root everywhere, as the device does), else on the AVX2 table only (the AVX-512
+// ones take MKL's root there, as torch does).
+inline bool HostAdamRoundsAsTheDevice(mlframework::StateFormat first, mlframework::StateFormat second,
+                                      mlframework::MasterFormat masters) {
+  const bool torch_root = first == mlframework::StateFormat::Float32 && second == mlframework::StateFormat::Float32 &&
+                          masters != mlframework::MasterFormat::BFloat16StochasticRounding;
+  const std::string_view isa = mlframework::backends::cpu::InstructionSet();
+  return isa != "portable" && (!torch_root || isa == "avx2");
 }
 
 // The state formats of each moment and the master formats of the fused steps.

@@ -1,8 +1,8 @@
 // The fused steps with masters and states below FP32 (StateFormat, MasterFormat in
 // core/OptimizerStep.hpp): Philox against Random123's known answers; each state format against
-// the FP32 step of its decoded state (the parameters to the bit, the stored state within its
-// format's bound); stochastic rounding unbiased and reproducible, bit for bit the documented
-// Philox counter; remainder masters bit-identical to FP32 masters; bad formats rejected with
+// the FP32 step of its decoded state with the IEEE root (the parameters to the bit, the stored
+// state within its format's bound); stochastic rounding unbiased and reproducible, bit for bit the
+// documented Philox counter; remainder masters bit-identical to FP32 masters; bad formats rejected with
 // nothing written; and a short regression where every mode ends close to FP32 Adam.
 // CMake runs this suite again with each instruction set forced through MLFW_CPU_ISA.
 #include <algorithm>
@@ -293,7 +293,10 @@ BOOST_AUTO_TEST_CASE(EachStateFormatIsTheFP32StepOfItsDecodedState) {
           g.push_back(FromVector(grads.back(), {kLowBitSizes[t]}));
           ref_m.push_back(Decode(c.first, m[t], c.block));
           ref_v.push_back(Decode(c.second, v[t], c.block));
-          mlfw_reference::AdamStep(ref_w[t], grads[t], ref_m[t], ref_v[t], config, step, Fused(), Root());
+          // A step with a moment below FP32 takes the IEEE root on every instruction set (the CUDA
+          // kernels' arithmetic), not torch's (MKL's on AVX-512, KernelNumerics.hpp's Root()).
+          mlfw_reference::AdamStep(ref_w[t], grads[t], ref_m[t], ref_v[t], config, step, Fused(),
+                                   mlfw_reference::IeeeRoot);
         }
         const OptimizerStepLists lists{.Parameters = w,
                                        .Gradients = g,
@@ -316,6 +319,64 @@ BOOST_AUTO_TEST_CASE(EachStateFormatIsTheFP32StepOfItsDecodedState) {
       }
     }
   }
+}
+
+BOOST_AUTO_TEST_CASE(StochasticRoundingMastersTakeTheIeeeRootAndTheDocumentedPhiloxBits) {
+  // BF16 masters rounded stochastically over FP32 moments have no torch counterpart: the update
+  // takes the IEEE root on every instruction set, as the CUDA kernels do, and each new master is
+  // its FP32 update rounded with the 16 bits of PhiloxElementBits(seed, step, tensor, element).
+  BOOST_TEST_MESSAGE("instruction set: " << backends::cpu::InstructionSet());
+  const mlfw_reference::AdamConfig config{.lr = 3e-3, .weight_decay = 1e-2, .decoupled = true};
+  constexpr std::uint64_t kSeed = 0x5eed'0000'0000'0042ull;
+  std::mt19937 rng(17);
+  std::vector<std::vector<float>> ref_w;
+  std::vector<std::vector<float>> ref_m;
+  std::vector<std::vector<float>> ref_v;
+  std::vector<TensorPtr> w;
+  std::vector<TensorPtr> m;
+  std::vector<TensorPtr> v;
+  for (const std::size_t n : kLowBitSizes) {
+    w.push_back(FromVector(Random(n, rng, 1.0f), {n}, DataType::BFloat16));
+    ref_w.push_back(w.back()->ToFloatVector());
+    ref_m.emplace_back(n, 0.0f);
+    ref_v.emplace_back(n, 0.0f);
+    m.push_back(Zeros({n}));
+    v.push_back(Zeros({n}));
+  }
+  std::size_t differ = 0;
+  for (std::int64_t step = 1; step <= 4; ++step) {
+    std::vector<TensorPtr> g;
+    for (std::size_t t = 0; t < kLowBitSizes.size(); ++t) {
+      std::vector<float> grad = Random(kLowBitSizes[t], rng, 0.1f);
+      g.push_back(FromVector(grad, {kLowBitSizes[t]}));
+      mlfw_reference::AdamStep(ref_w[t], grad, ref_m[t], ref_v[t], config, step, Fused(), mlfw_reference::IeeeRoot);
+      for (std::size_t i = 0; i < ref_w[t].size(); ++i) {
+        const std::uint16_t bits = StochasticRoundToBFloat16Bits(
+            ref_w[t][i], PhiloxElementBits(kSeed, static_cast<std::uint64_t>(step), static_cast<std::uint32_t>(t), i));
+        ref_w[t][i] = std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16);
+      }
+    }
+    BOOST_TEST(FusedAdamStep(
+        {.Parameters = w,
+         .Gradients = g,
+         .FirstState = m,
+         .SecondState = v,
+         .Masters = MasterFormat::BFloat16StochasticRounding,
+         .RoundingSeed = kSeed,
+         .RoundingStep = static_cast<std::uint64_t>(step)},
+        AdamStepScalarsFor(
+            AdamOptions{.LearningRate = config.lr, .WeightDecay = config.weight_decay, .DecoupledWeightDecay = true},
+            step)));
+    for (std::size_t t = 0; t < kLowBitSizes.size(); ++t) {
+      const std::vector<float> got = w[t]->ToFloatVector();
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        differ += std::bit_cast<std::uint32_t>(got[i]) == std::bit_cast<std::uint32_t>(ref_w[t][i]) ? 0 : 1;
+      }
+      BOOST_TEST(m[t]->ToFloatVector() == ref_m[t]);
+      BOOST_TEST(v[t]->ToFloatVector() == ref_v[t]);
+    }
+  }
+  BOOST_TEST(differ == 0u);
 }
 
 BOOST_AUTO_TEST_CASE(SGDMomentumFormatsAreTheFP32StepOfTheirDecodedState) {

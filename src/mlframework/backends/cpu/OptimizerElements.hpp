@@ -127,22 +127,36 @@ inline T MulAdd(const T& a, const T& b, const T& c) {
 }
 #endif
 
-// The square root of Adam's denominator as PyTorch takes it: MKL's on the AVX-512 table (vector
-// bodies and scalar tails alike), the IEEE one elsewhere. torch's CPU sqrt is MKL's on every
-// x86 CPU, whose algorithm on other instruction sets is not reproduced here: on the AVX2 and
-// portable tables an element whose root lies within 0.06 ulp of a rounding midpoint can round
-// the other way than torch's (OptimizerKernels.hpp, "Numerics").
-template <class T>
+// The square root of Adam's denominator. kTorchRoot: as PyTorch takes it, MKL's on the AVX-512
+// table (vector bodies and scalar tails alike), the IEEE one elsewhere. torch's CPU sqrt is
+// MKL's on every x86 CPU, whose algorithm on other instruction sets is not reproduced here: on
+// the AVX2 and portable tables an element whose root lies within 0.06 ulp of a rounding midpoint
+// can round the other way than torch's (OptimizerKernels.hpp, "Numerics"). Otherwise the IEEE
+// root on every table, as the CUDA kernels take it (TakesTorchRoot()).
+template <bool kTorchRoot, class T>
 [[gnu::always_inline]] inline T Root(const T& x) {
 #if defined(__AVX512F__)
-  if constexpr (std::is_same_v<T, float>) {
-    return _mm512_cvtss_f32(MklSqrt(_mm512_set1_ps(x)));
-  } else if constexpr (T::size == 16) {  // a batch of one __m512
-    return T(MklSqrt(x));
+  if constexpr (kTorchRoot) {
+    if constexpr (std::is_same_v<T, float>) {
+      return _mm512_cvtss_f32(MklSqrt(_mm512_set1_ps(x)));
+    } else if constexpr (T::size == 16) {  // a batch of one __m512
+      return T(MklSqrt(x));
+    }
   }
 #endif
   using std::sqrt;  // float; xsimd::sqrt for batches (found by argument-dependent lookup)
   return sqrt(x);
+}
+
+// Whether the Adam step of @p piece takes torch's square root (Root()): a step with FP32 moments
+// and FP32 or remainder masters, whose bits are torch's. A step with a moment stored in a lower
+// precision, or with BF16 masters rounded stochastically, has no torch counterpart; it takes the
+// IEEE root on every instruction set, the CUDA kernels' arithmetic, so that its bits are the same
+// on every CPU and GPU.
+inline bool TakesTorchRoot(const OptimizerPiece& piece) {
+  const StoredFormats* f = piece.formats;
+  return f == nullptr || (f->first == StateFormat::Float32 && f->second == StateFormat::Float32 &&
+                          f->masters != MasterFormat::BFloat16StochasticRounding);
 }
 
 // The Adam constants broadcast into T (each already rounded to FP32 once, AdamStepScalars).
@@ -178,7 +192,7 @@ struct AdamForm {
 // value=-step_size)`, each ATen kernel's arithmetic (addcdiv: `self + (value * t1) / t2`).
 // Always inlined: it is the body of every Adam span, and where GCC's inliner ran out of budget
 // (several spans in one step function) a call per vector cost the staged BF16 step 40%.
-template <bool kFused, bool kL2, bool kDecay, bool kSmallWeight, class T>
+template <bool kFused, bool kL2, bool kDecay, bool kSmallWeight, bool kTorchRoot, class T>
 [[gnu::always_inline]] inline void AdamElement(T& w, const T& g, T& m, T& v, const AdamConstants<T>& c) {
   T d = g;
   if constexpr (kL2) {
@@ -194,7 +208,7 @@ template <bool kFused, bool kL2, bool kDecay, bool kSmallWeight, class T>
     m = MulAdd<kFused>(c.first_weight_minus_one, diff, d);
   }
   v = MulAdd<kFused>(c.second_weight * d, d, v * c.beta2);
-  const T denom = Root(v) / c.bias_correction2_sqrt + c.epsilon;
+  const T denom = Root<kTorchRoot>(v) / c.bias_correction2_sqrt + c.epsilon;
   w = w + (c.neg_step_size * m) / denom;
 }
 
@@ -383,8 +397,8 @@ struct BFloat16In {
 // kMax (vector tables only): also the largest magnitudes of the new m and v (AbsMax()) into
 // maxima[0] and maxima[1], folded into the update loop instead of a pass of their own. The old
 // m and v come from @p first_in and @p second_in (FloatsIn: m and v themselves).
-template <class Batch, bool kL2, bool kDecay, bool kSmallWeight, bool kMax = false, class FirstIn = FloatsIn,
-          class SecondIn = FloatsIn>
+template <class Batch, bool kL2, bool kDecay, bool kSmallWeight, bool kTorchRoot, bool kMax = false,
+          class FirstIn = FloatsIn, class SecondIn = FloatsIn>
 inline void AdamSpan(float* w, const float* g, float* m, float* v, std::size_t n, const AdamConstants<Batch>& vc,
                      const AdamConstants<float>& sc, float* maxima = nullptr, const FirstIn& first_in = {},
                      const SecondIn& second_in = {}) {
@@ -397,7 +411,7 @@ inline void AdamSpan(float* w, const float* g, float* m, float* v, std::size_t n
     auto wi = Load<Batch>(w + i);
     auto mi = first_in.template Get<Batch>(m, i);
     auto vi = second_in.template Get<Batch>(v, i);
-    AdamElement<kFused, kL2, kDecay, kSmallWeight>(wi, Load<Batch>(g + i), mi, vi, vc);
+    AdamElement<kFused, kL2, kDecay, kSmallWeight, kTorchRoot>(wi, Load<Batch>(g + i), mi, vi, vc);
     Store(m + i, mi);
     Store(v + i, vi);
     Store(w + i, wi);
@@ -409,7 +423,7 @@ inline void AdamSpan(float* w, const float* g, float* m, float* v, std::size_t n
   for (; i < n; ++i) {
     auto mi = first_in.template Get<float>(m, i);
     auto vi = second_in.template Get<float>(v, i);
-    AdamElement<kFused, kL2, kDecay, kSmallWeight>(w[i], g[i], mi, vi, sc);
+    AdamElement<kFused, kL2, kDecay, kSmallWeight, kTorchRoot>(w[i], g[i], mi, vi, sc);
     m[i] = mi;
     v[i] = vi;
     if constexpr (kMax) {
@@ -1194,28 +1208,34 @@ template <class Batch, bool kL2, bool kDecay, bool kSmallWeight>
 void AdamRunFixed(const OptimizerPiece& piece, const AdamStepScalars& scalars) {
   const AdamConstants<Batch> vc(scalars);
   const AdamConstants<float> sc(scalars);
+  const bool torch_root = TakesTorchRoot(piece);
+  // The spans that read codes or take block maxima have a moment in a lower precision: IEEE root.
   auto span = [&](float* w, const float* g, float* m, float* v, std::size_t n, float* maxima,
                   const StagedCodes* codes) {
     if constexpr (!std::is_same_v<Batch, float>) {
       if (codes != nullptr && maxima != nullptr) {  // a block of the 8-bit pair
-        AdamSpan<Batch, kL2, kDecay, kSmallWeight, true, BlockCodesIn<StateFormat::Int8Block>,
+        AdamSpan<Batch, kL2, kDecay, kSmallWeight, false, true, BlockCodesIn<StateFormat::Int8Block>,
                  BlockCodesIn<StateFormat::UInt8Block>>(
             w, g, m, v, n, vc, sc, maxima, {static_cast<const std::uint8_t*>(codes->first), codes->first_scale},
             {static_cast<const std::uint8_t*>(codes->second), codes->second_scale});
         return;
       }
       if (codes != nullptr) {  // a tile of the BF16 pair
-        AdamSpan<Batch, kL2, kDecay, kSmallWeight, false, BFloat16In, BFloat16In>(
+        AdamSpan<Batch, kL2, kDecay, kSmallWeight, false, false, BFloat16In, BFloat16In>(
             w, g, m, v, n, vc, sc, nullptr, {static_cast<const std::uint16_t*>(codes->first)},
             {static_cast<const std::uint16_t*>(codes->second)});
         return;
       }
       if (maxima != nullptr) {
-        AdamSpan<Batch, kL2, kDecay, kSmallWeight, true>(w, g, m, v, n, vc, sc, maxima);
+        AdamSpan<Batch, kL2, kDecay, kSmallWeight, false, true>(w, g, m, v, n, vc, sc, maxima);
         return;
       }
     }
-    AdamSpan<Batch, kL2, kDecay, kSmallWeight>(w, g, m, v, n, vc, sc);
+    if (torch_root) {
+      AdamSpan<Batch, kL2, kDecay, kSmallWeight, true>(w, g, m, v, n, vc, sc);
+    } else {
+      AdamSpan<Batch, kL2, kDecay, kSmallWeight, false>(w, g, m, v, n, vc, sc);
+    }
   };
   if (piece.formats != nullptr) {
     ForEachStagedTile<Batch>(piece, true, span);

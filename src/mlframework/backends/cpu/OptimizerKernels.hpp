@@ -14,7 +14,10 @@
 // OptimizerElements.hpp), so its results are torch's bits. The AVX2 and portable tables take the
 // correctly rounded SQRTPS (xsimd::sqrt, or std::sqrt under -fno-math-errno): their results are
 // torch's bits for SGD and Adam's moments, and Adam's weights can differ by a few ulp where one of
-// MKL's roots (about 0.6%) rounds the other way.
+// MKL's roots (about 0.6%) rounds the other way. A step with a moment stored below FP32 or with
+// stochastically rounded BF16 masters has no torch counterpart: every table takes the IEEE root
+// there (TakesTorchRoot()), the CUDA kernels' arithmetic, so such a step's bits are the same on
+// every vector table and on the GPU.
 
 #include <cstddef>
 #include <cstdint>
