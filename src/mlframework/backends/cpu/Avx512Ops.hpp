@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <utility>
 
 #include "mlframework/backends/cpu/SimdKernels.hpp"
@@ -288,27 +289,15 @@ struct Avx512Ops {
   // when the factor is not such a power of two.
   template <DataType D>
   static bool ScaleWordsByPowerOfTwo(std::uint16_t* p, std::size_t count, float factor, bool& found) {
-    std::uint32_t bits = 0;
-    __builtin_memcpy(&bits, &factor, sizeof bits);
-    const int biased = static_cast<int>((bits >> 23) & 0xffu);
-    if ((bits & 0x807fffffu) != 0 || biased == 0 || biased == 0xff) {
-      return false;  // negative, zero, subnormal, Inf/NaN or not a power of two
+    const std::optional<simd::WordScale> scale = simd::PowerOfTwoWordScale<Avx512Ops, D>(factor);
+    if (!scale) {
+      return false;
     }
-    const int k = biased - 127;
-    constexpr bool kHalf = D == DataType::Float16;
-    constexpr int kShift = kHalf ? 10 : 7;
-    constexpr int kMaxNormal = kHalf ? 30 : 254;  // largest biased exponent of a finite number
-    // Lanes whose exponent e satisfies 1 <= e <= max and 1 <= e + k <= max.
-    const int lo = k < 0 ? 1 - k : 1;
-    const int hi = k > 0 ? kMaxNormal - k : kMaxNormal;
-    if (lo > hi) {
-      return false;  // no normal input stays normal: everything would take the FP32 path
-    }
-    const __m512i exponent_mask = _mm512_set1_epi16(static_cast<short>(kHalf ? 0x7c00 : 0x7f80));
-    const __m512i range_start = _mm512_set1_epi16(static_cast<short>(lo << kShift));
-    const __m512i range_size = _mm512_set1_epi16(static_cast<short>((hi - lo + 1) << kShift));
+    const __m512i exponent_mask = _mm512_set1_epi16(static_cast<short>(scale->exponent_mask));
+    const __m512i range_start = _mm512_set1_epi16(static_cast<short>(scale->range_start));
+    const __m512i range_size = _mm512_set1_epi16(static_cast<short>(scale->range_size));
     const __m512i magnitude = _mm512_set1_epi16(0x7fff);
-    const __m512i delta = _mm512_set1_epi16(static_cast<short>(k * (1 << kShift)));
+    const __m512i delta = _mm512_set1_epi16(static_cast<short>(scale->delta));
     const __m512 f = _mm512_set1_ps(factor);
     Flag flag = NoFlag<D>();
 

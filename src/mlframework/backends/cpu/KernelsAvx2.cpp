@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <utility>
 
 #include "mlframework/backends/cpu/InstructionSets.hpp"
@@ -170,27 +171,15 @@ struct Avx2Ops {
   /// the normal range) takes the FP32 path. Returns false, writing nothing, for any other factor.
   template <DataType D>
   static bool ScaleWords(std::uint16_t* p, std::size_t count, float factor, bool& found) {
-    std::uint32_t bits = 0;
-    __builtin_memcpy(&bits, &factor, sizeof bits);
-    const int biased = static_cast<int>((bits >> 23) & 0xffu);
-    if ((bits & 0x807fffffu) != 0 || biased == 0 || biased == 0xff) {
-      return false;  // negative, zero, subnormal, Inf/NaN or not a power of two
+    const std::optional<simd::WordScale> scale = simd::PowerOfTwoWordScale<Avx2Ops, D>(factor);
+    if (!scale) {
+      return false;
     }
-    const int k = biased - 127;
-    constexpr bool kHalf = D == DataType::Float16;
-    constexpr int kShift = kHalf ? 10 : 7;
-    constexpr int kMaxNormal = kHalf ? 30 : 254;  // largest biased exponent of a finite number
-    // Lanes whose exponent e satisfies 1 <= e <= max and 1 <= e + k <= max.
-    const int lo = k < 0 ? 1 - k : 1;
-    const int hi = k > 0 ? kMaxNormal - k : kMaxNormal;
-    if (lo > hi) {
-      return false;  // no normal input stays normal: everything would take the FP32 path
-    }
-    const __m256i exponent_mask = _mm256_set1_epi16(static_cast<short>(kHalf ? 0x7c00 : 0x7f80));
-    const __m256i range_start = _mm256_set1_epi16(static_cast<short>(lo << kShift));
-    const __m256i range_size = _mm256_set1_epi16(static_cast<short>((hi - lo + 1) << kShift));
+    const __m256i exponent_mask = _mm256_set1_epi16(static_cast<short>(scale->exponent_mask));
+    const __m256i range_start = _mm256_set1_epi16(static_cast<short>(scale->range_start));
+    const __m256i range_size = _mm256_set1_epi16(static_cast<short>(scale->range_size));
     const __m256i magnitude = _mm256_set1_epi16(0x7fff);
-    const __m256i delta = _mm256_set1_epi16(static_cast<short>(k * (1 << kShift)));
+    const __m256i delta = _mm256_set1_epi16(static_cast<short>(scale->delta));
     const __m256 f = _mm256_set1_ps(factor);
     Flag flag = NoFlag<D>();
     const auto step = [&](__m256i words) {

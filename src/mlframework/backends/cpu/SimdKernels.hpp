@@ -39,6 +39,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <utility>
 
 #include <xsimd/xsimd.hpp>
@@ -57,6 +58,36 @@ struct ElementOf<DataType::Float32> {
 };
 template <DataType D>
 using Element = typename ElementOf<D>::type;
+
+// The 16-bit lane constants of an in-place scale of FP16/BF16 words by @p factor = 2^k (normal
+// and positive): a word whose exponent field e satisfies 1 <= e <= max and 1 <= e + k <= max (its
+// `(word & exponent_mask) - range_start` below `range_size`, unsigned) is scaled exactly by adding
+// `delta` to it; other nonzero words need the FP32 path. Empty for any other factor, or when no
+// normal input stays normal. Ops keeps each instruction set's instantiation its own.
+struct WordScale {
+  std::uint16_t exponent_mask, range_start, range_size, delta;
+};
+
+template <class Ops, DataType D>
+std::optional<WordScale> PowerOfTwoWordScale(float factor) {
+  std::uint32_t bits = 0;
+  __builtin_memcpy(&bits, &factor, sizeof bits);
+  const int biased = static_cast<int>((bits >> 23) & 0xffu);
+  if ((bits & 0x807fffffu) != 0 || biased == 0 || biased == 0xff) {
+    return std::nullopt;  // negative, zero, subnormal, Inf/NaN or not a power of two
+  }
+  const int k = biased - 127;
+  constexpr bool kHalf = D == DataType::Float16;
+  constexpr int kShift = kHalf ? 10 : 7;
+  constexpr int kMaxNormal = kHalf ? 30 : 254;  // largest biased exponent of a finite number
+  const int lo = k < 0 ? 1 - k : 1;
+  const int hi = k > 0 ? kMaxNormal - k : kMaxNormal;
+  if (lo > hi) {
+    return std::nullopt;  // everything would take the FP32 path
+  }
+  return WordScale{static_cast<std::uint16_t>(kHalf ? 0x7c00 : 0x7f80), static_cast<std::uint16_t>(lo << kShift),
+                   static_cast<std::uint16_t>((hi - lo + 1) << kShift), static_cast<std::uint16_t>(k * (1 << kShift))};
+}
 
 // Elements before `p` reaches the size of one full vector of T (kWidth elements, which
 // is what one full store writes), at most `count` and always below kWidth, so one partial
