@@ -1245,8 +1245,8 @@ BOOST_AUTO_TEST_CASE(BadFormatsThrowNamingTheFieldAndWriteNothing) {
   lists = good;
   lists.StateBlockSize = 4096;
   throws(lists, "lists.StateBlockSize", "4096");
-  // Checked for states without block scales too: BF16 moments with blocks of 4096 elements
-  // overran the CPU kernels' tiles (a crash), and 0 divided by zero.
+  // Checked for states without block scales too: unchecked, BF16 moments with blocks of 4096
+  // elements would overrun the CPU kernels' tiles, and 0 would divide by zero.
   constexpr std::size_t kLong = 5000;  // more than one tile of 2048
   const std::vector<TensorPtr> w_long = {FromVector(std::vector<float>(kLong, 1.0f), {kLong})};
   const std::vector<TensorPtr> g_long = {FromVector(std::vector<float>(kLong, 0.5f), {kLong})};

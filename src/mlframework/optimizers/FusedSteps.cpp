@@ -132,9 +132,9 @@ void CheckStateFormat(StateFormat format, const char* name, bool used, bool seco
 void CheckFormats(const OptimizerStepLists& lists, const ListRules& rules) {
   CheckStateFormat(lists.FirstStateFormat, "FirstStateFormat", rules.first, false);
   CheckStateFormat(lists.SecondStateFormat, "SecondStateFormat", rules.second, true);
-  // Checked whatever the formats, as AdamOptions and SGDOptions check it: the CPU kernels' tiles
-  // hold whole blocks of every staged step (a BF16 state's step with blocks of 4096 elements
-  // overran them).
+  // Checked whatever the formats, as AdamOptions and SGDOptions check it: the CPU kernels size
+  // every staged step's tiles by whole blocks, so a BF16 state's step with blocks of 4096 elements
+  // would overrun them and blocks of 0 would divide by zero.
   const std::size_t block = lists.StateBlockSize;
   if (block < 32 || block > 2048 || (block & (block - 1)) != 0) {
     throw ArgumentError("lists.StateBlockSize",
