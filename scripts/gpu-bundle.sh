@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Gathers the CUDA test and benchmark binaries of a build (and the CPU multi-tensor benchmark, to
-# measure the GPU machine's host processor too), with the shared libraries they need
+# Gathers the CUDA test and benchmark binaries of a build (and the CPU multi-tensor and optimizer
+# benchmarks, to measure the GPU machine's host processor too), with the shared libraries they need
 # that a GPU machine without this project's Debian packages lacks (libmlframework, Boost.Test,
 # Google Benchmark, Open MPI, libgomp), into one folder to copy there. CUDA's and NCCL's
 # libraries are left out: the GPU machine has its own toolkit.
@@ -22,7 +22,7 @@ cd "$(dirname "$0")/.."
 build=${1:-build}
 dest=${2:-gpu-bundle}
 binaries=("$build"/tests/cuda/test_cuda_device "$build"/tests/cuda/test_cuda_host
-  "$build"/benchmarks/bench_cuda_kernels "$build"/benchmarks/bench_multi_tensor)
+  "$build"/benchmarks/bench_cuda_kernels "$build"/benchmarks/bench_multi_tensor "$build"/benchmarks/bench_optimizers)
 for binary in "${binaries[@]}"; do
   [[ -x $binary ]] || { echo "gpu-bundle: $binary is missing (a build with CUDA, tests and benchmarks)" >&2; exit 1; }
 done

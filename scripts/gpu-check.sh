@@ -17,6 +17,9 @@
 #   bench       bench_cuda_kernels (every kernel against a device copy) + benchmarks/cuda_ratios.py
 #   torch       benchmarks/compare_pytorch_cuda.py, when python3 imports torch with CUDA (the
 #               GPU machine's own, or wheels installed before this script runs)
+#   cpu         bench_optimizers' low-precision steps on the machine's host processor, every core
+#               (limit_over_fused: the step against a loop moving the same bytes; on the 2-core
+#               development guest the FP8 and stochastic-rounding steps are compute-bound)
 #
 # MLFW_GPU_CHECK_SKIP lists stages to leave out (for example "racecheck synccheck" when a rerun
 # must fit the device time left); they are reported as skipped.
@@ -52,6 +55,7 @@ budget=${MLFW_GPU_CHECK_SECONDS:-450}
 out_dir=${OUT:-$root}
 summary=${MLFW_GPU_CHECK_SUMMARY:-$out_dir/gpu-check-summary.txt}
 bench_json=$(dirname "$summary")/gpu-check-bench.json
+cpu_json=$(dirname "$summary")/gpu-check-cpu.json
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
 
@@ -209,6 +213,28 @@ if ((dry_run)) || python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_ava
   run_stage torch 45 python3 benchmarks/compare_pytorch_cuda.py "$bench_json"
 else
   results+=("$(printf '%-10s %-18s' torch 'skipped (python3 has no torch with CUDA)')")
+fi
+
+# The CPU kernels' own ISA (the export above pins AVX2 for the device suites' comparisons), one
+# thread per core.
+if [[ -x $bundle/bin/bench_optimizers ]] || ((dry_run)); then
+  run_stage cpu 60 env -u MLFW_CPU_ISA OMP_NUM_THREADS="$(nproc)" OMP_PROC_BIND=close "$bundle/bin/bench_optimizers" \
+    '--benchmark_filter=^lowbit/.*/(gpt64M|shards12x2M)' --benchmark_min_time=0.2 --benchmark_format=json \
+    "--benchmark_out=$cpu_json"
+else
+  results+=("$(printf '%-10s %-18s' cpu 'skipped (no bench_optimizers in the bundle)')")
+fi
+if ((!dry_run)) && [[ -s $cpu_json ]]; then
+  {
+    echo
+    echo "== cpu: low-precision steps on $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | xargs))"
+    python3 - "$cpu_json" <<'EOF' 2>&1 || true
+import json, sys
+for b in json.load(open(sys.argv[1]))["benchmarks"]:
+    label = "limit_over_fused" if "limit_over_fused" in b else "fp32_over_8bit"
+    print(f"{b['name']:50s} {b['real_time']:9.2f} ms  {label} {b.get(label, float('nan')):.2f}")
+EOF
+  } >>"$details"
 fi
 
 if ((dry_run)); then
