@@ -168,9 +168,9 @@ BOOST_AUTO_TEST_CASE(corrupt_truncated_and_other_version_blobs_name_the_blob) {
   damaged[2][damaged[2].size() / 2] ^= std::byte{0x40};
   loader.Expect(damaged, "checksum mismatch", "saved_ranks[2]");
   damaged = blobs;
-  damaged[3][6] = std::byte{6};  // a payload version not written yet (StateBlob.hpp frame), checksum made right again
+  damaged[3][6] = std::byte{7};  // a payload version not written yet (StateBlob.hpp frame), checksum made right again
   Reseal(damaged[3]);
-  loader.Expect(damaged, "state version 6", "saved_ranks[3]");
+  loader.Expect(damaged, "state version 7", "saved_ranks[3]");
   damaged = blobs;
   damaged[0].push_back(std::byte{0});
   loader.Expect(damaged, "", "saved_ranks[0]");

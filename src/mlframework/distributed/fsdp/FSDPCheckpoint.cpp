@@ -65,6 +65,8 @@ detail::SavedOptimizer Describe(const amp::IOptimizerState* state) {
   for (const auto& option : state->StateOptions()) saved.options.push_back(option.second);
   saved.learning_rate = state->StateLearningRate();
   saved.steps = state->StepCount();
+  saved.rounding_seed = state->StateRoundingSeed();
+  saved.has_rounding_seed = true;
   saved.states = static_cast<std::uint32_t>(std::min<std::size_t>(state->StateVectorNames().size(), UINT32_MAX));
   detail::CheckStorable(saved);
   return saved;
@@ -530,6 +532,8 @@ std::int64_t FSDP::LoadShardedCheckpoint(std::span<const std::vector<std::byte>>
   if (optimizer != nullptr) {
     optimizer->ImportStoredState(optimizer_state, saved_optimizer.steps);
     optimizer->SetLearningRate(saved_optimizer.learning_rate);
+    // Stochastic rounding keys its bits by the seed too: the resumed run draws the saved run's.
+    if (saved_optimizer.has_rounding_seed) optimizer->SetRoundingSeed(saved_optimizer.rounding_seed);
   }
   return step;
 }
