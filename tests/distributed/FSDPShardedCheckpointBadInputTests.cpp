@@ -168,9 +168,9 @@ BOOST_AUTO_TEST_CASE(corrupt_truncated_and_other_version_blobs_name_the_blob) {
   damaged[2][damaged[2].size() / 2] ^= std::byte{0x40};
   loader.Expect(damaged, "checksum mismatch", "saved_ranks[2]");
   damaged = blobs;
-  damaged[3][6] = std::byte{6};  // a payload version not written yet (StateBlob.hpp frame), checksum made right again
+  damaged[3][6] = std::byte{7};  // a payload version not written yet (StateBlob.hpp frame), checksum made right again
   Reseal(damaged[3]);
-  loader.Expect(damaged, "state version 6", "saved_ranks[3]");
+  loader.Expect(damaged, "state version 7", "saved_ranks[3]");
   damaged = blobs;
   damaged[0].push_back(std::byte{0});
   loader.Expect(damaged, "", "saved_ranks[0]");
@@ -219,6 +219,51 @@ BOOST_AUTO_TEST_CASE(bad_arguments_and_states_of_the_fsdp) {
   BOOST_CHECK_THROW(static_cast<void>(local.LoadShardedCheckpoint(Blobs{blob})), mlframework::InvalidOperationError);
   local.Unit(0).Release();
   BOOST_CHECK_EQUAL(local.LoadShardedCheckpoint(Blobs{blob}), 0);
+}
+
+// A gather or a gradient reduction in flight still reads the shard or lands a gradient after the
+// load: the load is refused, as while a unit is gathered, and the shard, the gradient on its way
+// and the optimizer stay as they were. Loaded anyway, the gather would hand out the parameters
+// of before the load and the reduction a gradient of the old model, silently.
+BOOST_AUTO_TEST_CASE(a_gather_or_a_reduction_in_flight_refuses_the_load_and_changes_nothing) {
+  fsdp::FSDP saved(mlframework::distributed::MakeLocalProcessGroup());
+  saved.RegisterUnit("embed", mlfw_test::ReshardEmbed(2.0f));
+  saved.RegisterUnit("head", mlfw_test::ReshardHead(2.0f));
+  optim::Adam saved_adam(saved.ShardedParameters());
+  const Blobs blobs{saved.SaveShardedCheckpoint({.Optimizer = &saved_adam, .Step = 5})};
+
+  fsdp::FSDP local(mlframework::distributed::MakeLocalProcessGroup());
+  fsdp::FSDPShardingUnit& embed = local.RegisterUnit("embed", mlfw_test::ReshardEmbed());
+  local.RegisterUnit("head", mlfw_test::ReshardHead());
+  optim::Adam adam(local.ShardedParameters());
+  const std::vector<float> before = embed.LocalShard()->ToFloatVector();
+  const auto refused = [&](const std::string& what) {
+    BOOST_TEST_CONTEXT(what) {
+      try {
+        static_cast<void>(local.LoadShardedCheckpoint(blobs, {.Optimizer = &adam}));
+        BOOST_ERROR("the load went ahead");
+      } catch (const mlframework::InvalidOperationError& error) {
+        BOOST_TEST(std::string(error.what()).find("'embed'") != std::string::npos, error.what());
+      }
+      BOOST_TEST(embed.LocalShard()->ToFloatVector() == before, boost::test_tools::per_element());
+      BOOST_TEST(adam.StepCount() == 0);
+    }
+  };
+
+  embed.GatherAsync();
+  refused("a gather in flight");
+  embed.WaitGather();
+  // The gathered parameters are the shard's, as it still is.
+  BOOST_TEST(embed.Parameters().at("bias")->ToFloatVector() == mlfw_test::ReshardEmbed().at("bias")->ToFloatVector(),
+             boost::test_tools::per_element());
+  std::vector<float> ones(5, 1.0f);
+  embed.ReduceGradientsAsync({{"weight", mlframework::Zeros({6, 7})}, {"bias", mlframework::FromVector(ones, {5})}});
+  embed.Release();
+  refused("a reduction in flight");
+  embed.WaitReduce();
+  BOOST_TEST(embed.LocalGradient() != nullptr);
+  BOOST_CHECK_EQUAL(local.LoadShardedCheckpoint(blobs, {.Optimizer = &adam}), 5);
+  BOOST_TEST(embed.LocalGradient() == nullptr);  // dropped by the load
 }
 
 BOOST_AUTO_TEST_SUITE_END()

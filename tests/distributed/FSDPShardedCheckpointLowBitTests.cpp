@@ -337,10 +337,10 @@ BOOST_AUTO_TEST_CASE(version_four_float16_moments_load_as_scaled_blocks_at_any_w
       if (world == 2) at_two = std::move(loaded);
     }
   }
-  // Saved again (version 5) and loaded: the same state, and the same two steps after it.
+  // Saved again (the current version) and loaded: the same state, and the same two steps after it.
   std::vector<LowBitRank> again = MakeLowBitWorld(2, 3.0f, half);
   LoadLowBit(again, SaveLowBit(at_two, 2));
-  CheckSameLowBitState(at_two, again, "after the load of version 5");
+  CheckSameLowBitState(at_two, again, "after the load of the current version");
   for (const int step : {2, 3}) {
     StepLowBit(at_two, step);
     StepLowBit(again, step);
@@ -434,6 +434,41 @@ BOOST_AUTO_TEST_CASE(bf16_masters_saved_at_four_ranks_load_bit_for_bit_at_two_an
       WithMasters(LowBitAdam(StateFormat::BFloat16, StateFormat::BFloat16), MasterFormat::BFloat16StochasticRounding),
       "BFloat16StochasticRounding, shard offsets off the Philox blocks", true,
       LowBitLayout{.rows_a = 31, .rows_b = 45, .alignment = 1});
+}
+
+// The stochastic rounding's bits are keyed by the seed as much as by the step and the element:
+// the checkpoint carries the saved optimizer's RoundingSeed and the load restores it (as the
+// learning rate), so a run resumed by an optimizer built with another seed still continues bit
+// for bit. A refused load leaves the loading optimizer's seed as it was.
+BOOST_AUTO_TEST_CASE(the_rounding_seed_travels_with_the_checkpoint) {
+  using mlframework::MasterFormat;
+  const optim::AdamOptions saved_options = WithMasters(LowBitAdam(StateFormat::Int8Block, StateFormat::UInt8Block),
+                                                       MasterFormat::BFloat16StochasticRounding);
+  optim::AdamOptions loading_options = saved_options;
+  loading_options.RoundingSeed = 0x5eed0fda7aULL;
+  std::vector<LowBitRank> saved = MakeLowBitWorld(4, 1.0f, saved_options);
+  StepLowBit(saved, 0);
+  StepLowBit(saved, 1);
+  const auto blobs = SaveLowBit(saved, 2);
+  std::vector<LowBitRank> reference = MakeLowBitWorld(4, 1.0f, saved_options);
+  for (int step = 0; step < 4; ++step) StepLowBit(reference, step);
+  for (const int world : {1, 2, 3}) {
+    BOOST_TEST_CONTEXT("at " << world << " ranks") {
+      // Refused (another master format, no conversion asked): the seed stays the optimizer's own.
+      optim::AdamOptions remainder = loading_options;
+      remainder.Masters = MasterFormat::BFloat16Remainder;
+      std::vector<LowBitRank> refused = MakeLowBitWorld(world, 2.0f, remainder);
+      BOOST_CHECK_THROW(LoadLowBit(refused, blobs), mlframework::ArgumentError);
+      BOOST_TEST(refused.front().adam->Options().RoundingSeed == loading_options.RoundingSeed);
+
+      std::vector<LowBitRank> loaded = MakeLowBitWorld(world, 2.0f, loading_options);
+      LoadLowBit(loaded, blobs);
+      for (const LowBitRank& rank : loaded) BOOST_TEST(rank.adam->Options().RoundingSeed == saved_options.RoundingSeed);
+      StepLowBit(loaded, 2);
+      StepLowBit(loaded, 3);
+      CheckSameLowBitState(reference, loaded, "two steps after the load");
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(bf16_masters_convert_from_and_into_other_formats_only_when_asked) {

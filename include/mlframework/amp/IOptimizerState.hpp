@@ -136,6 +136,15 @@ class MLFRAMEWORK_EXPORT IOptimizerState {
   /// parameter, or an offset plus the parameter's element count above 2^64 - 1; nothing
   /// changes then.
   virtual void SetElementOffsets(const std::map<std::string, std::uint64_t>& offsets);
+  /// The key of the random bits of stochastic rounding (OptimizerStepLists::RoundingSeed), which a
+  /// resharding checkpoint stores so that a resumed run draws the bits of the saved one. The
+  /// default: 0 (an optimizer that draws no random bits); optimizers::Adam and optimizers::SGD
+  /// report their options' RoundingSeed.
+  virtual std::uint64_t StateRoundingSeed() const noexcept;
+  /// Replaces the rounding seed for the following steps (distributed::fsdp::FSDP::
+  /// LoadShardedCheckpoint() restores the saved one, as it restores the learning rate). Every
+  /// value is a valid seed. The default ignores it.
+  virtual void SetRoundingSeed(std::uint64_t seed) noexcept;
 
  protected:
   /// Only implementations construct the interface.

@@ -147,6 +147,10 @@ class MLFRAMEWORK_EXPORT Adam final : public amp::IOptimizer, public amp::IOptim
   /// Keeps the offsets for the following steps (OptimizerStepLists::ElementOffsets); ArgumentError
   /// as IOptimizerState::SetElementOffsets().
   void SetElementOffsets(const std::map<std::string, std::uint64_t>& offsets) override;
+  /// Options().RoundingSeed.
+  std::uint64_t StateRoundingSeed() const noexcept override;
+  /// Sets Options().RoundingSeed.
+  void SetRoundingSeed(std::uint64_t seed) noexcept override;
   /// The vectors in stored form, each in this optimizer's format and block size (StoredState()),
   /// taken bit for bit; as RestoreState() otherwise.
   void ImportStoredState(const std::map<std::string, amp::OptimizerStoredParameterState>& state,

@@ -29,6 +29,10 @@ std::vector<float> IOptimizerState::StateMasterValues(const std::string& name) c
 
 void IOptimizerState::SetElementOffsets(const std::map<std::string, std::uint64_t>& /*offsets*/) {}
 
+std::uint64_t IOptimizerState::StateRoundingSeed() const noexcept { return 0; }
+
+void IOptimizerState::SetRoundingSeed(std::uint64_t /*seed*/) noexcept {}
+
 StoredStateVector IOptimizerState::StoredState(const std::string& name, std::size_t index) const {
   return StoredStateVector{.Format = StateFormat::Float32, .Codes = std::as_bytes(StateVector(name, index))};
 }

@@ -208,6 +208,10 @@ void Adam::SetElementOffsets(const std::map<std::string, std::uint64_t>& offsets
   impl_->params.SetElementOffsets(offsets);
 }
 
+std::uint64_t Adam::StateRoundingSeed() const noexcept { return impl_->options.RoundingSeed; }
+
+void Adam::SetRoundingSeed(std::uint64_t seed) noexcept { impl_->options.RoundingSeed = seed; }
+
 void Adam::ImportState(const std::map<std::string, amp::OptimizerParameterState>& state, std::int64_t steps) {
   impl_->Import(detail::StoredForm(state), steps, amp::StateConversion::Convert);
 }

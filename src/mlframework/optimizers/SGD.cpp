@@ -218,6 +218,10 @@ void SGD::SetElementOffsets(const std::map<std::string, std::uint64_t>& offsets)
   impl_->params.SetElementOffsets(offsets);
 }
 
+std::uint64_t SGD::StateRoundingSeed() const noexcept { return impl_->options.RoundingSeed; }
+
+void SGD::SetRoundingSeed(std::uint64_t seed) noexcept { impl_->options.RoundingSeed = seed; }
+
 void SGD::ImportState(const std::map<std::string, amp::OptimizerParameterState>& state, std::int64_t steps) {
   impl_->Import(detail::StoredForm(state), steps, amp::StateConversion::Convert);
 }

@@ -313,9 +313,10 @@ class MLFRAMEWORK_EXPORT FSDP {
   /// or duplicate rank, blobs of different checkpoints, ranks handed different blobs (their
   /// checksums are compared across ranks), another model (unit or parameter
   /// names, shapes, offsets), another optimizer kind or options, or a scaler state its Load
-  /// rejects; InvalidOperationError on every rank while a unit is gathered or holds unsynced
-  /// gradients. Nothing changes on any rank then (a scaler state loaded on some ranks is put
-  /// back). Gradient shards are dropped (ZeroGrad()).
+  /// rejects; InvalidOperationError on every rank while a unit is gathered or being gathered,
+  /// has a gradient reduction in flight or holds unsynced gradients. Nothing changes on any rank
+  /// then (a scaler state loaded on some ranks is put back). Gradient shards are dropped
+  /// (ZeroGrad()).
   std::int64_t LoadShardedCheckpoint(std::span<const std::vector<std::byte>> saved_ranks,
                                      const ShardedCheckpointContents& contents = {});
   /// SaveShardedCheckpoint() into @p directory (collective): every rank writes its blob to

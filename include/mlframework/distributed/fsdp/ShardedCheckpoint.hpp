@@ -46,7 +46,9 @@ struct ShardedCheckpointContents {
   /// count), optimizers::SGD (momentum buffers, step count) or your own. Its per-element state
   /// vectors are sharded like the masters and resharded with them. Its kind and options are
   /// stored: a load needs an optimizer of the same kind and options, except the learning rate,
-  /// which is restored (a scheduler changes it). An optimizer whose State() is null is an
+  /// which is restored (a scheduler changes it), and the rounding seed of stochastic rounding
+  /// (amp::IOptimizerState::StateRoundingSeed()), which is restored so that the resumed run draws
+  /// the saved run's random bits. An optimizer whose State() is null is an
   /// ArgumentError. Null: no optimizer state (a load with null skips a saved one).
   amp::IOptimizer* Optimizer = nullptr;
   /// The loss scaler's (or any replicated object's) state, stored in every rank's blob and
@@ -73,13 +75,15 @@ struct ShardedCheckpointContents {
 };
 
 /// Format version FSDP::SaveShardedCheckpoint() writes (blob kind "distributed.fsdp.ShardedCheckpoint").
+/// 6: the optimizer's rounding seed (amp::IOptimizerState::StateRoundingSeed(), restored by a
+/// load; an older checkpoint leaves the loading optimizer's own);
 /// 5: Float16 optimizer states block-scaled (their scales stored as the 8-bit formats' are);
 /// 4: each unit's master shard dtype and MasterFormat (BF16 shards, with their remainders under
 /// BFloat16Remainder); 3: each optimizer state vector's format, block size and scales; 2: the
 /// optimizer options as doubles. Every older version still loads; a Float16 state of versions 3
 /// and 4 (plain FP16 values) loads converted to the block-scaled Float16 format, with or without
 /// amp::StateConversion::Convert.
-inline constexpr std::uint16_t kShardedCheckpointVersion = 5;
+inline constexpr std::uint16_t kShardedCheckpointVersion = 6;
 
 /// File of @p rank in a checkpoint directory: "shard-00003.mlfw" for rank 3 (five digits, more
 /// when the rank needs them). ArgumentError for a negative rank.

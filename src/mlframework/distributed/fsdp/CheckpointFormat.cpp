@@ -65,7 +65,7 @@ std::span<const std::byte> ReadValues(BlobReader& reader, std::uint64_t count, s
   return reader.Bytes(static_cast<std::size_t>(count) * element);
 }
 
-SavedOptimizer ReadOptimizer(BlobReader& reader) {
+SavedOptimizer ReadOptimizer(BlobReader& reader, std::uint16_t version) {
   SavedOptimizer optimizer;
   const std::uint8_t code = reader.U8();
   const BuiltinOptimizer* builtin = nullptr;
@@ -98,6 +98,10 @@ SavedOptimizer ReadOptimizer(BlobReader& reader) {
     reader.Fail("holds " + std::to_string(optimizer.states) + " state vectors per unit for optimizer " +
                 KindName(optimizer) + ", which keeps " +
                 (named ? "at most " + std::to_string(kMaxStates) : std::to_string(states)));
+  }
+  if (version >= 6) {
+    optimizer.rounding_seed = reader.U64();
+    optimizer.has_rounding_seed = true;
   }
   return optimizer;
 }
@@ -317,6 +321,7 @@ std::vector<std::byte> EncodeCheckpoint(const SavedRank& saved) {
   writer.F64(saved.optimizer.learning_rate);
   writer.I64(saved.optimizer.steps);
   writer.U32(saved.optimizer.states);
+  writer.U64(saved.optimizer.rounding_seed);
   writer.U8(saved.has_scaler ? 1 : 0);
   writer.U64(saved.scaler.size());
   writer.Bytes(saved.scaler);
@@ -353,8 +358,8 @@ std::vector<std::byte> EncodeCheckpoint(const SavedRank& saved) {
 
 SavedRank DecodeCheckpoint(std::span<const std::byte> blob, const std::string& parameter) {
   std::uint16_t version = 0;
-  BlobReader reader = mlframework::detail::OpenBlobVersion(blob, kCheckpointKind, {kShardedCheckpointVersion, 4, 3, 2},
-                                                           version, parameter);
+  BlobReader reader = mlframework::detail::OpenBlobVersion(blob, kCheckpointKind,
+                                                           {kShardedCheckpointVersion, 5, 4, 3, 2}, version, parameter);
   SavedRank saved;
   saved.world = reader.U32();
   saved.rank = reader.U32();
@@ -366,7 +371,7 @@ SavedRank DecodeCheckpoint(std::span<const std::byte> blob, const std::string& p
   // The strategy is recorded for inspection only: a load reads the stored ranges, whatever
   // strategy cut them, so a checkpoint of one strategy loads under another.
   saved.step = reader.Count("training step");
-  saved.optimizer = ReadOptimizer(reader);
+  saved.optimizer = ReadOptimizer(reader, version);
   saved.has_scaler = reader.Flag("scaler");
   const std::uint64_t scaler_length = reader.U64();
   if (scaler_length > blob.size())
@@ -412,12 +417,12 @@ void CheckOneCheckpoint(const std::vector<SavedRank>& ranks) {
     const SavedOptimizer& a = mine.optimizer;
     const SavedOptimizer& b = first.optimizer;
     if (a.kind != b.kind || a.options != b.options || a.learning_rate != b.learning_rate || a.steps != b.steps ||
-        a.states != b.states) {
+        a.states != b.states || a.has_rounding_seed != b.has_rounding_seed || a.rounding_seed != b.rounding_seed) {
       differ("optimizer",
              KindName(a) + Describe(a.options) + " lr " + std::to_string(a.learning_rate) + " at step " +
-                 std::to_string(a.steps),
+                 std::to_string(a.steps) + " rounding seed " + std::to_string(a.rounding_seed),
              KindName(b) + Describe(b.options) + " lr " + std::to_string(b.learning_rate) + " at step " +
-                 std::to_string(b.steps));
+                 std::to_string(b.steps) + " rounding seed " + std::to_string(b.rounding_seed));
     }
     if (mine.has_scaler != first.has_scaler ||
         !std::equal(mine.scaler.begin(), mine.scaler.end(), first.scaler.begin(), first.scaler.end())) {

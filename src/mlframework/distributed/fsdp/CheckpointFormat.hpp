@@ -52,6 +52,10 @@ struct SavedOptimizer {
   double learning_rate = 0.0;
   std::int64_t steps = 0;
   std::uint32_t states = 0;  // per-element state vectors per unit
+  // IOptimizerState::StateRoundingSeed(), stored since version 6 (absent: the load keeps the
+  // loading optimizer's own).
+  std::uint64_t rounding_seed = 0;
+  bool has_rounding_seed = false;
 };
 
 // @p saved's kind, "none" when empty.

@@ -21,6 +21,7 @@
 #include "mlframework/core/StateCodes.hpp"
 #include "mlframework/distributed/Agreement.hpp"
 #include "mlframework/distributed/fsdp/CheckpointFormat.hpp"
+#include "mlframework/distributed/fsdp/Hooks.hpp"
 #include "mlframework/distributed/fsdp/MasterShards.hpp"
 #include "mlframework/optimizers/StateList.hpp"
 
@@ -64,6 +65,8 @@ detail::SavedOptimizer Describe(const amp::IOptimizerState* state) {
   for (const auto& option : state->StateOptions()) saved.options.push_back(option.second);
   saved.learning_rate = state->StateLearningRate();
   saved.steps = state->StepCount();
+  saved.rounding_seed = state->StateRoundingSeed();
+  saved.has_rounding_seed = true;
   saved.states = static_cast<std::uint32_t>(std::min<std::size_t>(state->StateVectorNames().size(), UINT32_MAX));
   detail::CheckStorable(saved);
   return saved;
@@ -439,14 +442,19 @@ std::int64_t FSDP::LoadShardedCheckpoint(std::span<const std::vector<std::byte>>
   distributed::detail::AgreeOn(group, "FSDP::LoadShardedCheckpoint", [&] {
     for (std::size_t u = 0; u < UnitCount(); ++u) {
       const FSDPShardingUnit& unit = Unit(u);
-      if (unit.IsGathered()) {
-        throw InvalidOperationError("unit '" + unit.Name() + "' is gathered: release it before loading a checkpoint");
+      // A gather in flight still reads the shard (and hands out its old values once waited for),
+      // a reduction in flight lands a gradient of the old model after the load dropped them.
+      if (unit.IsGathered() || unit.IsGatherInFlight()) {
+        throw InvalidOperationError("unit '" + unit.Name() + "' is " +
+                                    (unit.IsGathered() ? "gathered: release it" : "being gathered: call WaitGather()") +
+                                    " before loading a checkpoint");
       }
       if (unit.HasUnsyncedGradients()) {
         throw InvalidOperationError("unit '" + unit.Name() +
                                     "' holds gradients accumulated without sync: finish the step first");
       }
     }
+    detail::RefuseReductionsInFlight(*this);
     optimizer = StateOf(contents.Optimizer, *this);
     std::vector<SavedRank> ranks;
     ranks.reserve(saved_ranks.size());
@@ -524,6 +532,8 @@ std::int64_t FSDP::LoadShardedCheckpoint(std::span<const std::vector<std::byte>>
   if (optimizer != nullptr) {
     optimizer->ImportStoredState(optimizer_state, saved_optimizer.steps);
     optimizer->SetLearningRate(saved_optimizer.learning_rate);
+    // Stochastic rounding keys its bits by the seed too: the resumed run draws the saved run's.
+    if (saved_optimizer.has_rounding_seed) optimizer->SetRoundingSeed(saved_optimizer.rounding_seed);
   }
   return step;
 }

@@ -6,7 +6,8 @@
 namespace mlframework::distributed::fsdp::detail {
 
 // InvalidOperationError (local) naming the first unit with a gradient reduction in flight: the
-// norm and the step read every gradient shard. Callers run it inside an agreed check.
+// norm and the step read every gradient shard, a checkpoint load drops them. Callers run it
+// inside an agreed check.
 void RefuseReductionsInFlight(FSDP& fsdp);
 
 }  // namespace mlframework::distributed::fsdp::detail
