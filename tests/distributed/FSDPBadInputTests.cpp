@@ -147,4 +147,50 @@ BOOST_AUTO_TEST_CASE(StepNeedsGradientsAndReleasedUnits) {
               before.at("layer1.weight")->ToFloatVector());
 }
 
+// LoadStateDict() while a unit is gathered, is being gathered, has a gradient reduction in flight
+// or holds gradients accumulated without sync: refused on every rank with the shards unchanged,
+// as LoadShardedCheckpoint() refuses. Loaded anyway, a gather in flight reads the shard while it
+// is overwritten (and hands out the parameters of before the load), and a gradient of the old
+// model would be applied to the loaded one.
+BOOST_AUTO_TEST_CASE(LoadStateDictRefusesGathersAndGradientsInFlight) {
+  auto group = mlfw_test::WorldGroup();
+  fsdp::FSDP saved(group);
+  saved.RegisterUnit("layer1", {{"weight", Zeros({Mlp::kHidden, Mlp::kIn})}, {"bias", Zeros({Mlp::kHidden})}});
+  const auto blob = saved.StateDict();  // the same layout, other values
+  fsdp::FSDP model(group);
+  auto& unit = model.RegisterUnit("layer1", Mlp::Layer1());
+  const std::vector<float> before = unit.LocalShard()->ToFloatVector();
+  const auto refused = [&](const std::string& what) {
+    BOOST_TEST_CONTEXT(what) {
+      try {
+        model.LoadStateDict(blob);
+        BOOST_ERROR("the load went ahead");
+      } catch (const mlframework::InvalidOperationError& error) {
+        BOOST_TEST(std::string(error.what()).find("'layer1'") != std::string::npos, error.what());
+      }
+      BOOST_TEST(unit.LocalShard()->ToFloatVector() == before, boost::test_tools::per_element());
+    }
+  };
+  unit.Gather();
+  refused("a gathered unit");
+  unit.Release();
+  unit.GatherAsync();
+  refused("a gather in flight");
+  unit.WaitGather();
+  unit.ReduceGradientsAsync(Mlp::Layer1());
+  unit.Release();
+  refused("a reduction in flight");
+  unit.WaitReduce();
+  model.ZeroGrad();
+  model.SetRequiresGradientSync(false);
+  unit.Gather();
+  unit.ReduceGradients(Mlp::Layer1());
+  unit.Release();
+  refused("gradients accumulated without sync");
+  model.ZeroGrad();
+  model.SetRequiresGradientSync(true);
+  BOOST_CHECK_NO_THROW(model.LoadStateDict(blob));
+  BOOST_TEST(unit.LocalShard()->ToFloatVector() != before);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -287,8 +287,10 @@ class MLFRAMEWORK_EXPORT FSDP {
   /// Restores a blob from StateDict() of the same rank and world size (collective).
   /// ArgumentError on every rank when any rank's blob is corrupted or does not match
   /// (world size, rank, units, sizes; a HybridShard blob of another shard group size has other
-  /// shard sizes); nothing changes then. Into a BF16 master shard the values are rounded to
-  /// nearest even (exact for a blob of BF16 shards).
+  /// shard sizes); InvalidOperationError on every rank while a unit is gathered or being
+  /// gathered, has a gradient reduction in flight or holds unsynced gradients (as
+  /// LoadShardedCheckpoint()); nothing changes then. Gradient shards are kept. Into a BF16 master
+  /// shard the values are rounded to nearest even (exact for a blob of BF16 shards).
   void LoadStateDict(std::span<const std::byte> state);
 
   /// This rank's part of a resharding checkpoint (PyTorch DCP, DeepSpeed's Universal

@@ -499,6 +499,7 @@ std::vector<std::byte> FSDP::StateDict() const {
 void FSDP::LoadStateDict(std::span<const std::byte> state) {
   std::vector<std::vector<float>> shards;
   distributed::detail::AgreeOn(*impl_->group, "FSDP::LoadStateDict", [&] {
+    detail::RefuseLoadWhileBusy(*this);
     mlframework::detail::BlobReader reader(state, kBlobKind, kBlobVersion);
     const std::uint32_t world = reader.U32();
     const std::uint32_t rank = reader.U32();

@@ -440,21 +440,7 @@ std::int64_t FSDP::LoadShardedCheckpoint(std::span<const std::vector<std::byte>>
   std::int64_t step = 0;
 
   distributed::detail::AgreeOn(group, "FSDP::LoadShardedCheckpoint", [&] {
-    for (std::size_t u = 0; u < UnitCount(); ++u) {
-      const FSDPShardingUnit& unit = Unit(u);
-      // A gather in flight still reads the shard (and hands out its old values once waited for),
-      // a reduction in flight lands a gradient of the old model after the load dropped them.
-      if (unit.IsGathered() || unit.IsGatherInFlight()) {
-        throw InvalidOperationError("unit '" + unit.Name() + "' is " +
-                                    (unit.IsGathered() ? "gathered: release it" : "being gathered: call WaitGather()") +
-                                    " before loading a checkpoint");
-      }
-      if (unit.HasUnsyncedGradients()) {
-        throw InvalidOperationError("unit '" + unit.Name() +
-                                    "' holds gradients accumulated without sync: finish the step first");
-      }
-    }
-    detail::RefuseReductionsInFlight(*this);
+    detail::RefuseLoadWhileBusy(*this);
     optimizer = StateOf(contents.Optimizer, *this);
     std::vector<SavedRank> ranks;
     ranks.reserve(saved_ranks.size());

@@ -41,6 +41,22 @@ void detail::RefuseReductionsInFlight(FSDP& fsdp) {
   }
 }
 
+void detail::RefuseLoadWhileBusy(FSDP& fsdp) {
+  for (std::size_t i = 0; i < fsdp.UnitCount(); ++i) {
+    const FSDPShardingUnit& unit = fsdp.Unit(i);
+    if (unit.IsGathered() || unit.IsGatherInFlight()) {
+      throw InvalidOperationError("unit '" + unit.Name() + "' is " +
+                                  (unit.IsGathered() ? "gathered: release it" : "being gathered: call WaitGather()") +
+                                  " before loading");
+    }
+    if (unit.HasUnsyncedGradients()) {
+      throw InvalidOperationError("unit '" + unit.Name() +
+                                  "' holds gradients accumulated without sync: finish the step first");
+    }
+  }
+  RefuseReductionsInFlight(fsdp);
+}
+
 void FSDP::SetPrefetch(PrefetchPolicy policy) noexcept { prefetch_ = policy; }
 
 const PrefetchPolicy& FSDP::Prefetch() const noexcept { return prefetch_; }

@@ -10,4 +10,11 @@ namespace mlframework::distributed::fsdp::detail {
 // inside an agreed check.
 void RefuseReductionsInFlight(FSDP& fsdp);
 
+// InvalidOperationError (local) naming the first unit a load must not overwrite: gathered (its
+// full parameters would outlive the shard), being gathered (the all-gather still reads the
+// shard), holding gradients accumulated without sync or with a reduction in flight (gradients of
+// the old model, applied to the loaded one). FSDP::LoadStateDict() and
+// FSDP::LoadShardedCheckpoint() run it inside their agreed checks.
+void RefuseLoadWhileBusy(FSDP& fsdp);
+
 }  // namespace mlframework::distributed::fsdp::detail
