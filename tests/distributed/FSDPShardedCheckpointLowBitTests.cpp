@@ -391,6 +391,19 @@ BOOST_AUTO_TEST_CASE(shards_that_cut_blocks_or_another_format_load_only_when_con
       }
     }
   }
+  // Blocks of another size at shards that fall on both grids: the error says so.
+  optim::AdamOptions sixty_four = eight;
+  sixty_four.StateBlockSize = 2 * kLowBitBlock;
+  std::vector<LowBitRank> wider = MakeLowBitWorld(2, 2.0f, sixty_four);
+  try {
+    LoadLowBit(wider, blobs);
+    BOOST_FAIL("a load into blocks of another size without a conversion must fail");
+  } catch (const mlframework::ArgumentError& error) {
+    BOOST_CHECK_EQUAL(error.Parameter(), "contents.Conversion");
+    BOOST_CHECK_MESSAGE(std::string(error.what()).find("in blocks of another size") != std::string::npos,
+                        error.what());
+  }
+  BOOST_CHECK_EQUAL(wider.front().adam->StepCount(), 0);
   // 8-bit into FP32 moments: decoded exactly, with the conversion only.
   std::vector<LowBitRank> fp32 = MakeLowBitWorld(2, 2.0f, LowBitAdam(StateFormat::Float32, StateFormat::Float32));
   BOOST_CHECK_THROW(LoadLowBit(fp32, blobs), mlframework::ArgumentError);

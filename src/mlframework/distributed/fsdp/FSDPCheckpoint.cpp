@@ -359,7 +359,10 @@ amp::StoredStateValues ReshardState(const std::vector<SavedRank>& ranks, std::si
             (scaled ? " in blocks of " + std::to_string(saved.block_size) : std::string()) +
             " and the optimizer keeps " + ToString(live.Format) +
             (IsBlockScaled(live.Format) ? " in blocks of " + std::to_string(live.BlockSize) : std::string()) +
-            (saved.format == live.Format ? ", but the saved or loading shards do not fall on whole blocks" : "") +
+            (saved.format != live.Format ? ""
+             : scaled && live.BlockSize != saved.block_size
+                 ? ", in blocks of another size"
+                 : ", but the saved or loading shards do not fall on whole blocks") +
             ": set it to StateConversion::Convert to re-encode the state (not bit for bit)");
   }
   // Decoded per saved range into FP32, cut like the masters, encoded at this shard's blocks.
