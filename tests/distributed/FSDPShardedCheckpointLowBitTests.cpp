@@ -400,8 +400,7 @@ BOOST_AUTO_TEST_CASE(shards_that_cut_blocks_or_another_format_load_only_when_con
     BOOST_FAIL("a load into blocks of another size without a conversion must fail");
   } catch (const mlframework::ArgumentError& error) {
     BOOST_CHECK_EQUAL(error.Parameter(), "contents.Conversion");
-    BOOST_CHECK_MESSAGE(std::string(error.what()).find("in blocks of another size") != std::string::npos,
-                        error.what());
+    BOOST_CHECK_MESSAGE(std::string(error.what()).find("in blocks of another size") != std::string::npos, error.what());
   }
   BOOST_CHECK_EQUAL(wider.front().adam->StepCount(), 0);
   // 8-bit into FP32 moments: decoded exactly, with the conversion only.
