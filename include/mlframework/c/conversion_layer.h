@@ -67,7 +67,8 @@ MLFW_C_API mlfw_status mlfw_conversion_layer_create(const mlfw_mixed_precision_o
 MLFW_C_API void mlfw_conversion_layer_destroy(mlfw_conversion_layer_t layer);
 
 /// The loss times the current scale (C++ ScaleLoss), as a managed tensor the caller owns (call
-/// its deleter once). @p stream: see mlfw_optimizer_step().
+/// its deleter once); without loss scaling a copy of the loss, never a view of @p loss, which is
+/// borrowed for the call only. @p stream: see mlfw_optimizer_step().
 MLFW_C_API mlfw_status mlfw_conversion_layer_scale_loss(mlfw_conversion_layer_t layer, const DLTensor* loss,
                                                         void* stream, DLManagedTensor** scaled);
 /// One step's gradients (C++ ProcessGradients): overflow check, unscale, clip, convert to FP32;
