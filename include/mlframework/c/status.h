@@ -30,7 +30,7 @@ typedef enum mlfw_status {
 } mlfw_status;
 
 /// The message of the last call of the C API on this thread, when it failed; "" when it
-/// succeeded. The same text as the C++ API's exception, e.g.
+/// succeeded (also when a callback of yours called the C API during it and that call failed). The same text as the C++ API's exception, e.g.
 /// "invalid argument 'config->growth_factor': must be > 1, got 0.5". Valid until the next call
 /// of the C API on this thread; never null.
 MLFW_C_API const char* mlfw_last_error(void);
