@@ -19,6 +19,10 @@
 
 namespace mlframework::c_api {
 
+/// @p error (an ArgumentError or ArgumentNullError) thrown again naming @p parameter, with the
+/// same message.
+[[noreturn]] void ThrowRenamed(const ArgumentError& error, const std::string& parameter);
+
 /// "name[index]", the name of an array element in errors.
 std::string Indexed(const char* name, std::size_t index);
 
