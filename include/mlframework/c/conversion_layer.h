@@ -76,7 +76,9 @@ MLFW_C_API mlfw_status mlfw_conversion_layer_scale_loss(mlfw_conversion_layer_t 
 /// Otherwise the FP32 gradients go to @p optimizer (SetGradients) when it is not NULL, and to
 /// @p fp32_gradients[i] (managed tensors the caller owns, in the order of @p names) when that
 /// array is not NULL; on a skipped step neither is written. The gradients are borrowed for the
-/// call; a framework passing the same buffers every step converts nothing anew. An @p optimizer
+/// call, except FP32 ones: they are unscaled in place, and their `fp32_gradients[i]` and the
+/// optimizer's gradients view the caller's memory, which must outlive them. A framework passing
+/// the same buffers every step converts nothing anew. An @p optimizer
 /// that refuses the gradients (other names or shapes) fails the call after the layer processed
 /// the step (its scale updated): give it the parameters the gradients belong to.
 MLFW_C_API mlfw_status mlfw_conversion_layer_process(mlfw_conversion_layer_t layer, const char* const* names,
