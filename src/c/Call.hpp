@@ -32,6 +32,9 @@ mlfw_status Call(Body&& body) noexcept {
   ClearLastError();
   try {
     std::forward<Body>(body)();
+    // A callback of the caller's may have called the C API and failed while the body ran: the
+    // message belongs to this call, which succeeded.
+    ClearLastError();
     return MLFW_STATUS_OK;
   } catch (const CallbackError& error) {
     return Fail(MLFW_STATUS_CALLBACK_ERROR, error.what());

@@ -1,5 +1,8 @@
+#include <initializer_list>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include <mlframework/c/optimizers.h>
@@ -70,6 +73,32 @@ optimizers::SGDOptions WithStates(optimizers::SGDOptions options, const mlfw_sta
                                              "(states.first)");
   }
   return WithBlocksAndMasters(options, states);
+}
+
+// A list of the fused steps as C++ names it (OptimizerStepLists: `lists.FirstState`) and the C
+// argument the caller passed it as.
+struct ListName {
+  std::string_view cpp;
+  const char* c;
+};
+
+// Runs @p step (FusedAdamStep, FusedSGDStep); an error naming one of the C++ lists of @p names,
+// or an entry of one (`lists.Gradients[1]`), is thrown again naming the caller's argument
+// (`gradients[1]`): a C caller has no `lists`.
+template <class Step>
+void WithArgumentNames(std::initializer_list<ListName> names, Step&& step) {
+  try {
+    std::forward<Step>(step)();
+  } catch (const ArgumentError& error) {
+    const std::string& parameter = error.Parameter();
+    for (const ListName& name : names) {
+      if (parameter.starts_with(name.cpp) &&
+          (parameter.size() == name.cpp.size() || parameter[name.cpp.size()] == '[')) {
+        ThrowRenamed(error, name.c + parameter.substr(name.cpp.size()));
+      }
+    }
+    throw;
+  }
 }
 
 // Builds the handle around the optimizer @p make creates from the parameters' map.
@@ -218,8 +247,15 @@ mlfw_status mlfw_fused_adam_step(const DLTensor* const* parameters, const DLTens
     const auto first = BorrowList(exp_avg, count, "exp_avg");
     const auto second = BorrowList(exp_avg_sq, count, "exp_avg_sq");
     const mlframework::c_api::StreamScope scope(stream, DeviceOf(params));
-    mlframework::optimizers::FusedAdamStep(
-        {.Parameters = params, .Gradients = grads, .FirstState = first, .SecondState = second}, scalars);
+    mlframework::c_api::WithArgumentNames(
+        {{"lists.Parameters", "parameters"},
+         {"lists.Gradients", "gradients"},
+         {"lists.FirstState", "exp_avg"},
+         {"lists.SecondState", "exp_avg_sq"}},
+        [&] {
+          mlframework::optimizers::FusedAdamStep(
+              {.Parameters = params, .Gradients = grads, .FirstState = first, .SecondState = second}, scalars);
+        });
   });
 }
 
@@ -234,7 +270,14 @@ mlfw_status mlfw_fused_sgd_step(const DLTensor* const* parameters, const DLTenso
     const auto buffers = momentum_buffers == nullptr ? std::vector<mlframework::TensorPtr>{}
                                                      : BorrowList(momentum_buffers, count, "momentum_buffers");
     const mlframework::c_api::StreamScope scope(stream, DeviceOf(params));
-    mlframework::optimizers::FusedSGDStep({.Parameters = params, .Gradients = grads, .FirstState = buffers}, scalars);
+    mlframework::c_api::WithArgumentNames({{"lists.Parameters", "parameters"},
+                                           {"lists.Gradients", "gradients"},
+                                           {"lists.FirstState", "momentum_buffers"}},
+                                          [&] {
+                                            mlframework::optimizers::FusedSGDStep(
+                                                {.Parameters = params, .Gradients = grads, .FirstState = buffers},
+                                                scalars);
+                                          });
   });
 }
 

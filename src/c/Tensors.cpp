@@ -20,10 +20,7 @@ constexpr std::string_view kFieldPrefix = "managed->dl_tensor.";
   if (parameter.starts_with(kFieldPrefix)) {
     parameter = name + "->" + parameter.substr(kFieldPrefix.size());
   }
-  // what() is "invalid argument '<parameter>': <message>"
-  const std::string what = error.what();
-  const std::string head = "invalid argument '" + error.Parameter() + "': ";
-  throw ArgumentError(parameter, what.starts_with(head) ? what.substr(head.size()) : what);
+  ThrowRenamed(error, parameter);
 }
 
 void DeleteBorrowed(DLManagedTensor* managed) {
@@ -31,6 +28,16 @@ void DeleteBorrowed(DLManagedTensor* managed) {
 }
 
 }  // namespace
+
+void ThrowRenamed(const ArgumentError& error, const std::string& parameter) {
+  if (dynamic_cast<const ArgumentNullError*>(&error) != nullptr) {
+    throw ArgumentNullError(parameter);
+  }
+  // what() is "invalid argument '<parameter>': <message>"
+  const std::string what = error.what();
+  const std::string head = "invalid argument '" + error.Parameter() + "': ";
+  throw ArgumentError(parameter, what.starts_with(head) ? what.substr(head.size()) : what);
+}
 
 // Appended piecewise: GCC 12 misreads "[" + std::to_string(i) as an overlapping copy.
 std::string Indexed(const char* name, std::size_t index) {

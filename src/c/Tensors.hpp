@@ -19,6 +19,10 @@
 
 namespace mlframework::c_api {
 
+/// @p error (an ArgumentError or ArgumentNullError) thrown again naming @p parameter, with the
+/// same message.
+[[noreturn]] void ThrowRenamed(const ArgumentError& error, const std::string& parameter);
+
 /// "name[index]", the name of an array element in errors.
 std::string Indexed(const char* name, std::size_t index);
 
@@ -105,9 +109,15 @@ Device ScaleLossInto(const DLTensor* loss, void* stream, DLManagedTensor** scale
   }
   const TensorPtr tensor = Borrow(loss, "loss");
   const StreamScope scope(stream, tensor->GetDevice());
+  TensorPtr result = scale_loss(tensor);
+  // A disabled scaler hands the loss back as it is. The caller owns what it receives and may
+  // free or overwrite the loss it lent for this call only, so it gets a copy, never a view of it.
+  if (result == tensor) {
+    result = tensor->Clone();
+  }
   // The scaled loss is the library's own FP32/FP16/BF16 tensor, which ToDLPack() always exports
   // (short of memory).
-  *scaled = ToDLPack(scale_loss(tensor));
+  *scaled = ToDLPack(result);
   return tensor->GetDevice();
 }
 

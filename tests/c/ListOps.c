@@ -147,6 +147,17 @@ int main(void) {
   const DLTensor* half_grads[1] = {&thalf};
   EXPECT_STATUS(mlfw_fused_sgd_step(fused_params, half_grads, first, 1, &sgd_options, 0, NULL),
                 MLFW_STATUS_INVALID_ARGUMENT, "");
+  /* The errors of the fused lists name the caller's arguments, not the C++ step's fields. */
+  EXPECT_STATUS(mlfw_fused_sgd_step(fused_params, fused_grads, NULL, 1, &sgd_options, 0, NULL),
+                MLFW_STATUS_INVALID_ARGUMENT, "'momentum_buffers': holds 0 tensors, expected 1");
+  int64_t shape_short[1] = {2};
+  DLTensor short_moment = CApiFloat32Vector(m, shape_short);
+  const DLTensor* short_first[1] = {&short_moment};
+  EXPECT_STATUS(mlfw_fused_adam_step(fused_params, fused_grads, short_first, second, 1, &adam_options, 4, NULL),
+                MLFW_STATUS_INVALID_ARGUMENT, "'exp_avg[0]'");
+  const DLTensor* short_grads[1] = {&short_moment};
+  EXPECT_STATUS(mlfw_fused_adam_step(fused_params, short_grads, first, second, 1, &adam_options, 4, NULL),
+                MLFW_STATUS_INVALID_ARGUMENT, "'gradients[0]'");
   CHECK(memcmp(p_fused, a_before, sizeof a_before) == 0);
 
   printf("c api list operations ok\n");

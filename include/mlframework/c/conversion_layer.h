@@ -67,7 +67,8 @@ MLFW_C_API mlfw_status mlfw_conversion_layer_create(const mlfw_mixed_precision_o
 MLFW_C_API void mlfw_conversion_layer_destroy(mlfw_conversion_layer_t layer);
 
 /// The loss times the current scale (C++ ScaleLoss), as a managed tensor the caller owns (call
-/// its deleter once). @p stream: see mlfw_optimizer_step().
+/// its deleter once); without loss scaling a copy of the loss, never a view of @p loss, which is
+/// borrowed for the call only. @p stream: see mlfw_optimizer_step().
 MLFW_C_API mlfw_status mlfw_conversion_layer_scale_loss(mlfw_conversion_layer_t layer, const DLTensor* loss,
                                                         void* stream, DLManagedTensor** scaled);
 /// One step's gradients (C++ ProcessGradients): overflow check, unscale, clip, convert to FP32;
@@ -75,7 +76,9 @@ MLFW_C_API mlfw_status mlfw_conversion_layer_scale_loss(mlfw_conversion_layer_t 
 /// Otherwise the FP32 gradients go to @p optimizer (SetGradients) when it is not NULL, and to
 /// @p fp32_gradients[i] (managed tensors the caller owns, in the order of @p names) when that
 /// array is not NULL; on a skipped step neither is written. The gradients are borrowed for the
-/// call; a framework passing the same buffers every step converts nothing anew. An @p optimizer
+/// call, except FP32 ones: they are unscaled in place, and their `fp32_gradients[i]` and the
+/// optimizer's gradients view the caller's memory, which must outlive them. A framework passing
+/// the same buffers every step converts nothing anew. An @p optimizer
 /// that refuses the gradients (other names or shapes) fails the call after the layer processed
 /// the step (its scale updated): give it the parameters the gradients belong to.
 MLFW_C_API mlfw_status mlfw_conversion_layer_process(mlfw_conversion_layer_t layer, const char* const* names,
