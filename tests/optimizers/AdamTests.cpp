@@ -160,4 +160,44 @@ BOOST_AUTO_TEST_CASE(StateDictResumesTheSameTrajectory) {
   BOOST_TEST((b.StateDict() == before));
 }
 
+// A tied weight passed under two names (an embedding and the output layer sharing one tensor) or
+// two parameters over overlapping memory would be updated twice a step, and one gradient tensor
+// given for two parameters unscaled twice by a scaler: both optimizers refuse them, naming both
+// entries, as torch.optim refuses a parameter in two groups. Nothing changes on a refused call.
+BOOST_AUTO_TEST_CASE(TiedParametersAndSharedGradientsAreRefused) {
+  const TensorPtr tied = FromVector({1.0f, 2.0f, 3.0f, 4.0f}, {4});
+  const auto message_of = [](auto&& make) -> std::string {
+    try {
+      make();
+    } catch (const ArgumentError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  const std::string same = message_of([&] { Adam adam({{"embed", tied}, {"head", tied}}); });
+  BOOST_TEST(same.find("parameters[\"head\"]") != std::string::npos, same);
+  BOOST_TEST(same.find("parameters[\"embed\"]") != std::string::npos, same);
+  BOOST_TEST(!message_of([&] { optimizers::SGD sgd({{"embed", tied}, {"head", tied}}); }).empty());
+  // Views of overlapping host memory, and one that only touches its neighbour's end.
+  std::vector<float> storage(8, 1.0f);
+  const auto view = [&](std::size_t first, std::size_t count) {
+    return backends::cpu::Wrap(storage.data() + first, {count}, DataType::Float32, nullptr);
+  };
+  BOOST_TEST(!message_of([&] { Adam adam({{"a", view(0, 5)}, {"b", view(4, 4)}}); }).empty());
+  Adam adjacent({{"a", view(0, 4)}, {"b", view(4, 4)}});
+  // One gradient tensor for two parameters: refused, the gradients set before kept.
+  const TensorPtr g = FromVector({0.5f, 0.5f, 0.5f, 0.5f}, {4});
+  adjacent.SetGradients({{"a", g}, {"b", FromVector({0.5f, 0.5f, 0.5f, 0.5f}, {4})}});
+  const GradientMap before = adjacent.GetGradients();
+  const std::string shared = message_of([&] { adjacent.SetGradients({{"a", g}, {"b", g}}); });
+  BOOST_TEST(shared.find("gradients[\"b\"]") != std::string::npos, shared);
+  BOOST_TEST(adjacent.GetGradients().at("a") == before.at("a"));
+  BOOST_TEST(adjacent.GetGradients().at("b") == before.at("b"));
+  // The tied weight passed once steps as one parameter.
+  Adam once({{"embed", tied}});
+  once.SetGradients({{"embed", g}});
+  once.Step();
+  BOOST_TEST(tied->ToFloatVector()[0] < 1.0f);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -72,7 +72,9 @@ struct AdamParameterState {
 class MLFRAMEWORK_EXPORT Adam final : public amp::IOptimizer, public amp::IOptimizerState {
  public:
   /// Optimizes @p parameters (name to tensor; tensors are updated in place).
-  /// ArgumentError for an empty map, ArgumentNullError for a null tensor, invalid options.
+  /// ArgumentError for an empty map, ArgumentNullError for a null tensor, invalid options, and
+  /// for one tensor under two names or two tensors over overlapping host memory (a tied weight
+  /// goes in once: under two names it would be updated twice a step), naming both entries.
   explicit Adam(GradientMap parameters, AdamOptions options = {});
   /// Releases the master weights and moments.
   ~Adam() override;
@@ -80,7 +82,8 @@ class MLFRAMEWORK_EXPORT Adam final : public amp::IOptimizer, public amp::IOptim
   /// The gradients set by the last SetGradients() (empty before the first).
   GradientMap GetGradients() override;
   /// Every parameter needs a gradient of its shape (any dtype; read in FP32); unknown names,
-  /// missing names, null tensors or shape mismatches are ArgumentError and change nothing.
+  /// missing names, null tensors, shape mismatches and one tensor (or overlapping host memory)
+  /// for two parameters, which a scaler would unscale twice, are ArgumentError and change nothing.
   void SetGradients(const GradientMap& gradients) override;
   /// Applies the current gradients with PyTorch's Adam/AdamW update, bit for bit the parameters
   /// and moments of `torch.optim.Adam/AdamW(foreach=False)` on the CPU under the matching CPU

@@ -61,7 +61,9 @@ struct SGDParameterState {
 class MLFRAMEWORK_EXPORT SGD final : public amp::IOptimizer, public amp::IOptimizerState {
  public:
   /// Optimizes @p parameters (name to tensor; tensors are updated in place).
-  /// ArgumentError for an empty map, ArgumentNullError for a null tensor, invalid options.
+  /// ArgumentError for an empty map, ArgumentNullError for a null tensor, invalid options, and
+  /// for one tensor under two names or two tensors over overlapping host memory (a tied weight
+  /// goes in once: under two names it would be updated twice a step), naming both entries.
   explicit SGD(GradientMap parameters, SGDOptions options = {});
   /// Releases the master weights and buffers.
   ~SGD() override;
@@ -69,7 +71,8 @@ class MLFRAMEWORK_EXPORT SGD final : public amp::IOptimizer, public amp::IOptimi
   /// The gradients set by the last SetGradients() (empty before the first).
   GradientMap GetGradients() override;
   /// Every parameter needs a gradient of its shape (any dtype; read in FP32); unknown names,
-  /// missing names, null tensors or shape mismatches are ArgumentError and change nothing.
+  /// missing names, null tensors, shape mismatches and one tensor (or overlapping host memory)
+  /// for two parameters, which a scaler would unscale twice, are ArgumentError and change nothing.
   void SetGradients(const GradientMap& gradients) override;
   /// Applies the current gradients (PyTorch's update: `d = g + wd*w`; momentum buffer
   /// `b = mu*b + (1 - dampening)*d`, a copy of `d` on the first step; `w -= lr * (nesterov ? d + mu*b : b)`),

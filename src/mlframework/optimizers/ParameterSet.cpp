@@ -1,5 +1,6 @@
 #include "mlframework/optimizers/ParameterSet.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -23,6 +24,42 @@ namespace {
 // An FP32 tensor whose memory the host addresses: the optimizer reads and writes it in place.
 bool IsHostFloat32(const ITensor& tensor) {
   return tensor.GetDataType() == DataType::Float32 && !tensor.HostBytes().empty();
+}
+
+// ArgumentError naming both entries when two tensors of @p tensors (not null) are one object or
+// their host memory overlaps: a tied weight passed under two names would be updated twice a step,
+// and one gradient tensor under two names unscaled twice by a scaler (in place, once per entry).
+// Device tensors are compared as objects only: the library cannot see where their memory lies.
+void RequireNoSharedMemory(const GradientMap& tensors, const std::string& what) {
+  const auto entry = [&](const std::string& name) { return what + "[\"" + name + "\"]"; };
+  std::map<const ITensor*, const std::string*> objects;
+  struct Range {
+    std::uintptr_t begin;
+    std::uintptr_t end;
+    const std::string* name;
+  };
+  std::vector<Range> ranges;
+  for (const auto& [name, tensor] : tensors) {
+    const auto [it, inserted] = objects.emplace(tensor.get(), &name);
+    if (!inserted) {
+      throw ArgumentError(entry(name), "is the same tensor as " + entry(*it->second) +
+                                           ": pass a tensor shared by two names (a tied weight) once");
+    }
+    const std::span<const std::byte> bytes = tensor->HostBytes();
+    if (!bytes.empty()) {
+      const auto begin = reinterpret_cast<std::uintptr_t>(bytes.data());
+      ranges.push_back({begin, begin + bytes.size(), &name});
+    }
+  }
+  std::ranges::sort(ranges, {}, &Range::begin);
+  const Range* reaching = nullptr;  // of the ranges so far, the one that ends last
+  for (const Range& range : ranges) {
+    if (reaching != nullptr && range.begin < reaching->end) {
+      throw ArgumentError(entry(*range.name),
+                          "overlaps the memory of " + entry(*reaching->name) + ": each entry needs memory of its own");
+    }
+    if (reaching == nullptr || range.end > reaching->end) reaching = &range;
+  }
 }
 
 }  // namespace
@@ -58,6 +95,7 @@ ParameterSet::ParameterSet(GradientMap parameters, MasterFormat masters)
                               ", which updates BF16 parameters in host memory (use MasterFormat::Float32)");
     }
   }
+  RequireNoSharedMemory(parameters_, "parameters");
   if (masters != MasterFormat::Float32) {
     // The BF16 parameters are the masters: updated in place, nothing to write back.
     std::vector<Shape> shapes;
@@ -138,6 +176,7 @@ void ParameterSet::SetGradients(const GradientMap& gradients) {
       throw ArgumentError("gradients", "has no gradient for parameter \"" + name + "\"");
     }
   }
+  RequireNoSharedMemory(gradients, "gradients");
   std::vector<TensorPtr> list = TensorList(gradients);
   gradients_ = gradients;
   gradient_list_ = std::move(list);
