@@ -117,7 +117,8 @@ class GradScalerContext;
 /// **Unscaling** multiplies by the inverse scale (computed in double). FP32 gradients are
 /// unscaled in place with one fused unscale-and-check pass, so the optimizer's own tensors
 /// change; FP16/BF16 gradients are unscaled into FP32 tensors (one fused cast pass) owned by
-/// the scaler and reused by the next iteration, and `Step` hands those to the optimizer with
+/// the scaler and reused by the next iteration (each optimizer of an iteration gets its own, also
+/// when their gradients have the same names), and `Step` hands those to the optimizer with
 /// `SetGradients` (FP16 model gradients, FP32 master gradients, as Apex O2 and Megatron do).
 ///
 /// **On a device** (gradients whose backend is a DeviceScalingBackend, e.g. CUDA tensors) the

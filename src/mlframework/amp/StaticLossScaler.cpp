@@ -77,7 +77,9 @@ TensorPtr StaticLossScaler::ScaleLoss(const TensorPtr& loss) {
   if (!loss) {
     throw ArgumentNullError("loss");
   }
-  return impl_->enabled ? loss->Multiply(impl_->scale) : loss;
+  TensorPtr scaled = impl_->enabled ? loss->Multiply(impl_->scale) : loss;
+  impl_->workspace.BeginStep();  // a new loss: the last step's unscaled gradients may be written again
+  return scaled;
 }
 
 GradientMap StaticLossScaler::UnscaleGradients(const GradientMap& gradients) {
