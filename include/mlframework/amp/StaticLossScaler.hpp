@@ -84,6 +84,7 @@ class MLFRAMEWORK_EXPORT StaticLossScaler final : public ILossScaler {
   /// Versioned blob of the scale and the enabled flag.
   std::vector<std::byte> StateDict() const override;
   /// Restores StateDict(); ArgumentError for a truncated, corrupted or foreign blob (state unchanged).
+  /// Amax tracking stays as it was (a setting of this scaler, not in the blob).
   void LoadStateDict(std::span<const std::byte> state) override;
 
  private:

@@ -144,7 +144,9 @@ void StaticLossScaler::LoadStateDict(std::span<const std::byte> state) {
   } catch (const ArgumentError& error) {
     reader.Fail(std::string("holds an invalid scale: ") + error.what());
   }
-  impl_ = std::make_unique<Impl>(scale, enabled == 1);
+  auto next = std::make_unique<Impl>(scale, enabled == 1);
+  next->track_amax = impl_->track_amax;  // a setting of this scaler, not in the blob
+  impl_ = std::move(next);
 }
 
 }  // namespace mlframework::amp
