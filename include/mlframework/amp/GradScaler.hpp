@@ -336,7 +336,10 @@ class MLFRAMEWORK_EXPORT GradScaler {
   /// replaces the growth and backoff settings): a dynamic scaler built with another
   /// DynamicScalerConfig takes the saved one (growth and backoff factors, interval, bounds,
   /// hysteresis, enabled flag) with the saved scale and counters, and a static scaler the saved
-  /// scale. Build the scaler anew after loading if you want other settings.
+  /// scale. Build the scaler anew after loading if you want other settings. The blob holds no
+  /// gradients: FP32 gradients this scaler already unscaled in place in the current iteration
+  /// (and those the previous iteration stepped) stay refused until the next `Scale(loss)`, as
+  /// stepping them again would unscale them twice (InvalidOperationError).
   void LoadStateDict(std::span<const std::byte> state);
 
  private:
