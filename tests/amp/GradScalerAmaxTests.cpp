@@ -147,6 +147,24 @@ BOOST_AUTO_TEST_CASE(ResetStartsOverAndCopiesKeepTracking) {
   BOOST_TEST(dynamic_copy.RecordedAmax().has_value());
 }
 
+// Tracking is a setting of the scaler, not part of its state: loading a checkpoint keeps it on,
+// for the static scaler as for the dynamic one.
+BOOST_AUTO_TEST_CASE(LoadingAStateKeepsTracking) {
+  for (const bool dynamic : {false, true}) {
+    BOOST_TEST_CONTEXT((dynamic ? "dynamic" : "static")) {
+      GradScaler scaler = dynamic ? GradScaler(DynamicScalerConfig{.InitialScale = 4.0f}) : GradScaler::Static(4.0f);
+      scaler.SetAmaxTracking(true);
+      scaler.LoadStateDict(scaler.StateDict());
+      BOOST_TEST(scaler.AmaxTracking());
+      BOOST_TEST(scaler.Scaler()->RecordedAmax().has_value());
+      RecordingOptimizer optimizer(Scaled(4.0f, false));
+      scaler.Scale(Scalar(1.0f));
+      BOOST_TEST(scaler.Step(optimizer));
+      BOOST_TEST(AmaxOf(scaler) == 6.0f);
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(DisabledIterationHasNone) {
   GradScaler scaler(DynamicScalerConfig{.InitialScale = 8.0f});
   scaler.SetAmaxTracking(true);

@@ -454,6 +454,39 @@ BOOST_AUTO_TEST_CASE(AFailingJoiningOptimizerLeavesTheFinishedIteration) {
   BOOST_TEST(scaler.GetStats()->TotalSteps == 1);
 }
 
+// A checkpoint saved and loaded into the same scaler in the middle of an iteration: the blob
+// holds no gradients, but the FP32 ones already unscaled in place are still in memory, so
+// stepping or unscaling them again (a second division by the scale) is refused until the next
+// Scale(loss); FP16 gradients were not changed and are unscaled from their source once.
+BOOST_AUTO_TEST_CASE(AStateLoadedMidIterationDoesNotUnscaleTheGradientsTwice) {
+  const std::vector<float> unscaled = {1.0f, -2.0f, 0.5f};
+  for (const DataType dtype : {DataType::Float32, DataType::Float16}) {
+    BOOST_TEST_CONTEXT(dtype) {
+      GradScaler scaler(DynamicScalerConfig{.InitialScale = 16.0f});
+      RecordingOptimizer opt(Grads(dtype, 16.0f));
+      scaler.Scale(Scalar(1.0f));
+      scaler.Unscale(opt);
+      scaler.LoadStateDict(scaler.StateDict());
+      if (dtype == DataType::Float32) {
+        ExpectRefused<InvalidOperationError>(
+            scaler, [&] { scaler.Step(opt); }, "LoadStateDict()");
+        ExpectRefused<InvalidOperationError>(
+            scaler, [&] { scaler.Unscale(opt); }, "LoadStateDict()");
+        BOOST_TEST(opt.steps == 0);
+        BOOST_TEST(Values(opt.GetGradients().at("a")) == unscaled, boost::test_tools::per_element());
+      } else {
+        BOOST_TEST(scaler.Step(opt));
+        BOOST_TEST(Values(opt.stepped_with.at("a")) == unscaled, boost::test_tools::per_element());
+      }
+      // The next iteration steps as usual.
+      scaler.Scale(Scalar(1.0f));
+      opt.Load(Grads(dtype, scaler.CurrentScale()));
+      BOOST_TEST(scaler.Step(opt));
+      BOOST_TEST(Values(opt.stepped_with.at("a")) == unscaled, boost::test_tools::per_element());
+    }
+  }
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_SUITE(GradScalerFailSafeTests)

@@ -497,6 +497,52 @@ BOOST_AUTO_TEST_CASE(StepKeepsItsScaleSnapshotWithoutADeviceRead) {
   BOOST_TEST(device.GetStats()->StepsSinceLastOverflow == host.GetStats()->StepsSinceLastOverflow);
 }
 
+// Two optimizers over modules whose parameters have the same local names and shapes, with
+// FP16/BF16 gradients: each gets FP32 tensors of its own. The scaler keeps one FP32 buffer per
+// name for the next iteration, so a second optimizer's unscale must not write into the tensors
+// the first one was handed (or the clipping flow's Unscale(o1) returned) in the same iteration.
+BOOST_AUTO_TEST_CASE(OptimizersWithTheSameGradientNamesKeepTheirOwnUnscaledGradients) {
+  const std::vector<float> own1 = {1.0f, -2.0f, 0.5f};
+  const std::vector<float> own2 = {3.0f, -6.0f, 1.5f};  // Grads(dtype, 3 * 16) unscaled by 16
+  for (const DataType dtype2 : {DataType::Float16, DataType::BFloat16}) {
+    for (const int flow : {0, 1, 2}) {  // 0: Unscale(o1), Unscale(o2), Step, Step; 1: deferred steps; 2: Step, Step
+      BOOST_TEST_CONTEXT("o2 " << dtype2 << ", flow " << flow) {
+        GradScaler scaler(DynamicScalerConfig{.InitialScale = 16.0f});
+        RecordingOptimizer o1(Grads(DataType::Float16, 16.0f));
+        RecordingOptimizer o2(Grads(dtype2, 48.0f));
+        scaler.Scale(Scalar(1.0f));
+        GradientMap clipped1;
+        if (flow == 0) {
+          clipped1 = scaler.Unscale(o1);
+          scaler.Unscale(o2);
+          BOOST_TEST(Values(clipped1.at("a")) == own1, boost::test_tools::per_element());
+        }
+        if (flow == 1) {
+          BOOST_TEST(scaler.Step(o1, StepMode::DeferStepAndUpdate));
+          BOOST_TEST(scaler.Step(o2, StepMode::DeferStepAndUpdate));
+          o1.Step();
+          o2.Step();
+          scaler.Update();
+        } else {
+          BOOST_TEST(scaler.Step(o1));
+          BOOST_TEST(scaler.Step(o2));
+        }
+        BOOST_TEST(Values(o1.stepped_with.at("a")) == own1, boost::test_tools::per_element());
+        BOOST_TEST(Values(o2.stepped_with.at("a")) == own2, boost::test_tools::per_element());
+        BOOST_TEST(Values(o1.GetGradients().at("a")) == own1, boost::test_tools::per_element());
+        // The next iteration, one optimizer: the scaler's buffer is written again, not a new one.
+        const ITensor* kept = o1.GetGradients().at("a").get();
+        scaler.Scale(Scalar(1.0f));
+        o1.Load(Grads(DataType::Float16, 32.0f));
+        BOOST_TEST(scaler.Step(o1));
+        BOOST_TEST(Values(o1.stepped_with.at("a")) == (std::vector<float>{2.0f, -4.0f, 1.0f}),
+                   boost::test_tools::per_element());
+        BOOST_TEST(o1.stepped_with.at("a").get() == kept);
+      }
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(PyTorchSequenceMatchesTorchBitForBit) { Replay(Flow::PyTorch); }
 
 BOOST_AUTO_TEST_CASE(DeferredStepsMatchTorchBitForBit) { Replay(Flow::Deferred); }

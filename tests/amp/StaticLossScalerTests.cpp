@@ -69,7 +69,8 @@ BOOST_AUTO_TEST_CASE(LowPrecisionGradientsAreUnscaledIntoFp32) {
     BOOST_TEST(Values(grads.at("g"))[0] * (1.0f / 65536.0f) == std::ldexp(1.0f, -26));
     BOOST_TEST(Values(g)[1] == 3.0f / 65536.0f);
     BOOST_TEST(Values(grads.at("g"))[0] == std::ldexp(1.0f, -10));  // the scaled source is left alone
-    // The FP32 buffer is reused by the next call with the same names and shapes.
+    // The FP32 buffer is reused from the next step on (ScaleLoss) with the same names and shapes.
+    scaler.ScaleLoss(Scalar(1.0f));
     const auto again = scaler.UnscaleGradients(grads);
     BOOST_TEST(again.at("g") == g);
   }
@@ -89,7 +90,9 @@ BOOST_AUTO_TEST_CASE(Fp32BuffersOfLowPrecisionGradientsShareOneBuffer) {
   BOOST_TEST(Values(unscaled.at("c")) == std::vector<float>(40, 1.0f));
   BOOST_TEST(Values(unscaled.at("d")) == (std::vector<float>{-1.0f}));
   BOOST_TEST(unscaled.at("b") == grads.at("b"));
-  // A gradient whose shape changed gets a new buffer of its own; the others are reused.
+  // The next step (ScaleLoss): a gradient whose shape changed gets a new buffer of its own; the
+  // others are reused, though `unscaled` still holds them.
+  scaler.ScaleLoss(Scalar(1.0f));
   auto reshaped = grads;
   reshaped["c"] = FromVector({8.0f, 8.0f}, {2}, DataType::BFloat16);
   const auto next = scaler.UnscaleGradients(reshaped);
@@ -97,6 +100,35 @@ BOOST_AUTO_TEST_CASE(Fp32BuffersOfLowPrecisionGradientsShareOneBuffer) {
   BOOST_TEST(next.at("d") == unscaled.at("d"));
   BOOST_TEST(next.at("c") != unscaled.at("c"));
   BOOST_TEST(Values(next.at("c")) == (std::vector<float>{2.0f, 2.0f}));
+}
+
+// Two unscales in one step (two optimizers, or the clipping flow's result kept while another
+// list is unscaled): the second writes other buffers while the first result is held, so neither
+// sees the other's values; a released buffer is written again, and the next step reuses them all.
+BOOST_AUTO_TEST_CASE(AHeldResultIsNotOverwrittenWithinAStep) {
+  const auto half = [](std::vector<float> values) {
+    return GradientMap{{"a", FromVector(values, {values.size()}, DataType::Float16)}};
+  };
+  StaticLossScaler static_scaler(4.0f);
+  amp::DynamicLossScaler dynamic_scaler(amp::DynamicScalerConfig{.InitialScale = 4.0f});
+  for (ILossScaler* scaler : {static_cast<ILossScaler*>(&static_scaler), static_cast<ILossScaler*>(&dynamic_scaler)}) {
+    BOOST_TEST_CONTEXT((scaler == &static_scaler ? "static" : "dynamic")) {
+      scaler->ScaleLoss(Scalar(1.0f));
+      const GradientMap first = scaler->UnscaleGradients(half({4.0f, 8.0f, 12.0f}));
+      GradientMap second = scaler->UnscaleGradients(half({8.0f, 8.0f, 8.0f}));
+      BOOST_TEST(Values(first.at("a")) == (std::vector<float>{1.0f, 2.0f, 3.0f}), boost::test_tools::per_element());
+      BOOST_TEST(Values(second.at("a")) == (std::vector<float>{2.0f, 2.0f, 2.0f}), boost::test_tools::per_element());
+      const ITensor* released = second.at("a").get();
+      second.clear();
+      const GradientMap third = scaler->UnscaleGradients(half({12.0f, 4.0f, 4.0f}));
+      BOOST_TEST(third.at("a").get() == released);
+      BOOST_TEST(Values(first.at("a")) == (std::vector<float>{1.0f, 2.0f, 3.0f}), boost::test_tools::per_element());
+      scaler->ScaleLoss(Scalar(1.0f));
+      const GradientMap next = scaler->UnscaleGradients(half({4.0f, 4.0f, 4.0f}));
+      BOOST_TEST(next.at("a") == first.at("a"));
+      BOOST_TEST(Values(next.at("a")) == (std::vector<float>{1.0f, 1.0f, 1.0f}), boost::test_tools::per_element());
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(SingleGradientUnscale) {

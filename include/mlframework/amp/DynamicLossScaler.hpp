@@ -51,7 +51,8 @@ struct DynamicScalerStats {
 /// Dynamic loss scaler: the rules of ScalePolicy.hpp (UpdateScaleState), behind ILossScaler.
 ///
 /// Unscaling works as in StaticLossScaler (inverse scale in double; FP32 gradients in
-/// place, FP16/BF16 into reused FP32 buffers owned by the scaler; overflow check fused).
+/// place, FP16/BF16 into FP32 buffers owned by the scaler, reused from the next ScaleLoss() on,
+/// and within a step only once the earlier result is released; overflow check fused).
 /// A disabled scaler passes values through, reports no overflow and ignores UpdateScale().
 /// FP8 gradients are refused as there (ArgumentError naming the gradient and its dtype).
 ///

@@ -117,7 +117,8 @@ class GradScalerContext;
 /// **Unscaling** multiplies by the inverse scale (computed in double). FP32 gradients are
 /// unscaled in place with one fused unscale-and-check pass, so the optimizer's own tensors
 /// change; FP16/BF16 gradients are unscaled into FP32 tensors (one fused cast pass) owned by
-/// the scaler and reused by the next iteration, and `Step` hands those to the optimizer with
+/// the scaler and reused by the next iteration (each optimizer of an iteration gets its own, also
+/// when their gradients have the same names), and `Step` hands those to the optimizer with
 /// `SetGradients` (FP16 model gradients, FP32 master gradients, as Apex O2 and Megatron do).
 ///
 /// **On a device** (gradients whose backend is a DeviceScalingBackend, e.g. CUDA tensors) the
@@ -335,7 +336,10 @@ class MLFRAMEWORK_EXPORT GradScaler {
   /// replaces the growth and backoff settings): a dynamic scaler built with another
   /// DynamicScalerConfig takes the saved one (growth and backoff factors, interval, bounds,
   /// hysteresis, enabled flag) with the saved scale and counters, and a static scaler the saved
-  /// scale. Build the scaler anew after loading if you want other settings.
+  /// scale. Build the scaler anew after loading if you want other settings. The blob holds no
+  /// gradients: FP32 gradients this scaler already unscaled in place in the current iteration
+  /// (and those the previous iteration stepped) stay refused until the next `Scale(loss)`, as
+  /// stepping them again would unscale them twice (InvalidOperationError).
   void LoadStateDict(std::span<const std::byte> state);
 
  private:

@@ -20,8 +20,10 @@ namespace mlframework::amp {
 /// the fused unscale-and-check kernel: the map returned holds the very same tensors.
 /// FP16/BF16 gradients are unscaled into FP32 tensors (one fused cast pass), because
 /// unscaling back into 16 bits would re-create the underflow loss scaling avoids; these
-/// FP32 buffers belong to the scaler and are reused by its next UnscaleGradients() call
-/// for the same names and shapes (clone them to keep them longer). Every call that takes
+/// FP32 buffers belong to the scaler and are reused for the same names and shapes from the next
+/// step on (the next ScaleLoss(); clone them to keep them longer). Within a step, a call writes
+/// other buffers while an earlier call's result is still held (two optimizers whose gradients
+/// share names each keep their own), and a released one again. Every call that takes
 /// gradients refuses FP8 ones (ArgumentError naming the gradient and its dtype), also while
 /// disabled: FP8 tensors are scaled per tensor by an fp8 recipe, not by a loss scale.
 ///
@@ -82,6 +84,7 @@ class MLFRAMEWORK_EXPORT StaticLossScaler final : public ILossScaler {
   /// Versioned blob of the scale and the enabled flag.
   std::vector<std::byte> StateDict() const override;
   /// Restores StateDict(); ArgumentError for a truncated, corrupted or foreign blob (state unchanged).
+  /// Amax tracking stays as it was (a setting of this scaler, not in the blob).
   void LoadStateDict(std::span<const std::byte> state) override;
 
  private:

@@ -89,10 +89,9 @@ TensorPtr DynamicLossScaler::ScaleLoss(const TensorPtr& loss) {
   if (!loss) {
     throw ArgumentNullError("loss");
   }
-  if (!impl_->config.Enabled) {
-    return loss;
-  }
-  return impl_->owner.ScaleLoss(loss);
+  TensorPtr scaled = impl_->config.Enabled ? impl_->owner.ScaleLoss(loss) : loss;
+  impl_->workspace.BeginStep();  // a new loss: the last step's unscaled gradients may be written again
+  return scaled;
 }
 
 GradientMap DynamicLossScaler::UnscaleGradients(const GradientMap& gradients) {

@@ -85,6 +85,13 @@ struct UnscaledGroup {
   bool Holds(const GradientMap& gradients) const {
     return SameTensors(gradients, source) || SameTensors(gradients, result);
   }
+  // Whether an unscale (while enabled) changed some of the given tensors themselves (FP32, in place).
+  bool InPlace() const {
+    return std::any_of(source.begin(), source.end(), [&](const auto& entry) {
+      const auto it = result.find(entry.first);
+      return it != result.end() && it->second == entry.second;
+    });
+  }
 };
 
 // ArgumentError naming the first FP8 gradient: loss scaling takes FP32, FP16 and BF16 gradients.
@@ -500,8 +507,9 @@ GradientMap GradScaler::Unscale(const GradientMap& gradients) {
   }
   if (s.UnscaledBefore(gradients) || s.Spoiled(gradients)) {
     throw InvalidOperationError(
-        "GradScaler::Unscale(): these gradients were already unscaled in the previous iteration. Run backward "
-        "for new gradients and call Scale(loss) before unscaling again.");
+        "GradScaler::Unscale(): these gradients were already unscaled (in the previous iteration, by a Step() "
+        "whose optimizer threw, or before LoadStateDict()). Run backward for new gradients and call Scale(loss) "
+        "before unscaling again.");
   }
   if (s.finished) {
     throw InvalidOperationError(
@@ -525,8 +533,9 @@ GradientMap GradScaler::Unscale(IOptimizer& optimizer) {
   }
   if (s.UnscaledBefore(gradients) || s.Spoiled(gradients)) {
     throw InvalidOperationError(
-        "GradScaler::Unscale(optimizer): these gradients were already unscaled in the previous iteration. Run "
-        "backward for new gradients and call Scale(loss) before unscaling again.");
+        "GradScaler::Unscale(optimizer): these gradients were already unscaled (in the previous iteration, by a "
+        "Step() whose optimizer threw, or before LoadStateDict()). Run backward for new gradients and call "
+        "Scale(loss) before unscaling again.");
   }
   if (s.finished && !s.SteppedBefore(&optimizer)) {
     throw InvalidOperationError(
@@ -615,8 +624,8 @@ bool GradScaler::StepImpl(IOptimizer& optimizer, StepMode mode) {
     if (s.Spoiled(gradients)) {
       throw InvalidOperationError(
           "GradScaler::Step(): these gradients were unscaled by a Step() whose optimizer threw (in place, or "
-          "kept by the optimizer); stepping them again would unscale them twice. Run backward for new gradients "
-          "and call Scale(loss).");
+          "kept by the optimizer), or in place before LoadStateDict() replaced the iteration; stepping them again "
+          "would unscale them twice. Run backward for new gradients and call Scale(loss).");
     }
     // Another optimizer of the iteration that Step() finished joins it (its gradients new, or
     // unscaled by Unscale(optimizer) before that Step()); the same optimizer again (new
@@ -687,11 +696,7 @@ bool GradScaler::StepImpl(IOptimizer& optimizer, StepMode mode) {
       }
       if (s.IsEnabled()) {
         s.RestoreRecordOfChecks();
-        const bool in_place = std::any_of(failed.source.begin(), failed.source.end(), [&](const auto& entry) {
-          const auto it = failed.result.find(entry.first);
-          return it != failed.result.end() && it->second == entry.second;
-        });
-        if (in_place || !optimizer_restored) {
+        if (failed.InPlace() || !optimizer_restored) {
           s.spoiled.push_back(std::move(failed));
         }
       }
@@ -844,8 +849,22 @@ void GradScaler::LoadStateDict(std::span<const std::byte> state) {
   reader.ExpectEnd();
   // Everything of ours is validated; the scaler validates its blob before changing anything.
   s.scaler->LoadStateDict(inner);
+  // The blob holds no gradients, but the ones in memory stay as they are: gradients this
+  // iteration unscaled in place, and those the previous iteration stepped, would be unscaled
+  // twice if stepped again, so they stay refused until the next Scale(loss).
+  std::vector<UnscaledGroup> previous = std::move(s.previous);
+  std::vector<UnscaledGroup> spoiled = std::move(s.spoiled);
+  if (s.unscaled_this_iteration) {
+    for (UnscaledGroup& group : s.groups) {
+      if (group.InPlace()) {
+        spoiled.push_back(std::move(group));
+      }
+    }
+  }
   s.ClearIteration();
   s.ForgetPrevious();
+  s.previous = std::move(previous);
+  s.spoiled = std::move(spoiled);
   s.state = iteration;
   s.own_enabled = own_enabled;
   if (steps) {

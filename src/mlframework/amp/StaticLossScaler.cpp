@@ -77,7 +77,9 @@ TensorPtr StaticLossScaler::ScaleLoss(const TensorPtr& loss) {
   if (!loss) {
     throw ArgumentNullError("loss");
   }
-  return impl_->enabled ? loss->Multiply(impl_->scale) : loss;
+  TensorPtr scaled = impl_->enabled ? loss->Multiply(impl_->scale) : loss;
+  impl_->workspace.BeginStep();  // a new loss: the last step's unscaled gradients may be written again
+  return scaled;
 }
 
 GradientMap StaticLossScaler::UnscaleGradients(const GradientMap& gradients) {
@@ -142,7 +144,9 @@ void StaticLossScaler::LoadStateDict(std::span<const std::byte> state) {
   } catch (const ArgumentError& error) {
     reader.Fail(std::string("holds an invalid scale: ") + error.what());
   }
-  impl_ = std::make_unique<Impl>(scale, enabled == 1);
+  auto next = std::make_unique<Impl>(scale, enabled == 1);
+  next->track_amax = impl_->track_amax;  // a setting of this scaler, not in the blob
+  impl_ = std::move(next);
 }
 
 }  // namespace mlframework::amp

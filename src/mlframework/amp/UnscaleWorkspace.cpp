@@ -17,7 +17,8 @@ namespace mlframework::amp::detail {
 template <typename Allocate>
 UnscaleWorkspace::Split UnscaleWorkspace::SplitList(const GradientMap& gradients, std::span<const TensorPtr> list,
                                                     Allocate&& allocate) {
-  std::vector<std::string> names;
+  // The kept buffer each 16-bit gradient takes (null: a new one), chosen before anything changes.
+  std::vector<Buffer*> chosen;
   std::vector<TensorPtr> like;
   std::size_t index = 0;
   for (const auto& [name, tensor] : gradients) {
@@ -25,20 +26,28 @@ UnscaleWorkspace::Split UnscaleWorkspace::SplitList(const GradientMap& gradients
     if (gradient->GetDataType() == DataType::Float32) {
       continue;
     }
-    const auto cached = buffers_.find(name);
-    if (cached == buffers_.end() || !mlframework::detail::ScaleStateOwner::Fits(*cached->second, *gradient)) {
-      names.push_back(name);
+    Buffer* pick = nullptr;
+    if (const auto cached = buffers_.find(name); cached != buffers_.end()) {
+      for (Buffer& buffer : cached->second) {
+        if (Free(buffer) && mlframework::detail::ScaleStateOwner::Fits(*buffer.tensor, *gradient)) {
+          pick = &buffer;
+          break;
+        }
+      }
+    }
+    chosen.push_back(pick);
+    if (pick == nullptr) {
       like.push_back(gradient);
     }
   }
+  std::vector<TensorPtr> fresh;
   if (!like.empty()) {
-    std::vector<TensorPtr> fresh = allocate(std::span<const TensorPtr>(like));
-    for (std::size_t i = 0; i < names.size(); ++i) {
-      buffers_[names[i]] = std::move(fresh[i]);
-    }
+    fresh = allocate(std::span<const TensorPtr>(like));  // on failure nothing has changed
   }
   Split split;
   index = 0;
+  std::size_t k = 0;
+  std::size_t f = 0;
   for (const auto& [name, tensor] : gradients) {
     const TensorPtr& gradient = list[index++];
     if (gradient->GetDataType() == DataType::Float32) {
@@ -46,7 +55,19 @@ UnscaleWorkspace::Split UnscaleWorkspace::SplitList(const GradientMap& gradients
       split.result.emplace_hint(split.result.end(), name, gradient);
       continue;
     }
-    const TensorPtr& buffer = buffers_.at(name);
+    Buffer* pick = chosen[k++];
+    const TensorPtr buffer = pick != nullptr ? pick->tensor : std::move(fresh[f++]);
+    if (pick != nullptr) {
+      pick->step = step_;
+    }
+    std::vector<Buffer>& kept = buffers_[name];
+    // Buffers of an earlier shape that nobody holds any more are dropped (the one taken is held by `buffer`).
+    std::erase_if(kept, [&](const Buffer& b) {
+      return b.tensor.use_count() == 1 && !mlframework::detail::ScaleStateOwner::Fits(*b.tensor, *gradient);
+    });
+    if (pick == nullptr) {
+      kept.push_back(Buffer{.tensor = buffer, .step = step_});
+    }
     split.src.push_back(gradient);
     split.dst.push_back(buffer);
     split.result.emplace_hint(split.result.end(), name, buffer);

@@ -6,7 +6,13 @@
 // while names, shapes, devices and backends match, with the fused cast, which reports non-finite
 // values it wrote. Each group is one multi-tensor call, so the whole list is read once and
 // written once.
+//
+// A buffer handed out is written again from the next step on (BeginStep(), the scaler's
+// ScaleLoss()), or within the step once nobody but the workspace holds it: several unscales of
+// one step (two optimizers whose gradients share names, the clipping flow's result kept while
+// another list is unscaled) each get their own buffers, and the steps after reuse them all.
 
+#include <cstdint>
 #include <map>
 #include <span>
 #include <string>
@@ -32,8 +38,15 @@ class UnscaleWorkspace {
                   mlframework::detail::ScaleStateOwner& owner);
   // A fresh FP32 result for one tensor (no buffer kept); @p overflow, when given, receives the check.
   static TensorPtr RunOne(const TensorPtr& gradient, float inverse_scale, bool* overflow = nullptr);
+  // A new step starts: every buffer may be written again, also one a caller still holds.
+  void BeginStep() noexcept { ++step_; }
 
  private:
+  // An FP32 buffer and the step it was last handed out in.
+  struct Buffer {
+    TensorPtr tensor;
+    std::uint64_t step = 0;
+  };
   // The split of @p gradients: FP32 ones in place, the others into their FP32 buffers.
   struct Split {
     std::vector<TensorPtr> in_place;
@@ -46,7 +59,11 @@ class UnscaleWorkspace {
   template <typename Allocate>
   Split SplitList(const GradientMap& gradients, std::span<const TensorPtr> list, Allocate&& allocate);
 
-  std::map<std::string, TensorPtr> buffers_;
+  // Whether @p buffer may be written now: handed out in an earlier step, or held by nobody else.
+  bool Free(const Buffer& buffer) const { return buffer.step != step_ || buffer.tensor.use_count() == 1; }
+
+  std::map<std::string, std::vector<Buffer>> buffers_;  // by gradient name: one per unscale of a step
+  std::uint64_t step_ = 0;
 };
 
 // A scalar tensor cached for one value; rebuilt only when the value changes.
