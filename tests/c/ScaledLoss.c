@@ -23,28 +23,31 @@ static float* NewLoss(void) {
   return memory;
 }
 
+/* mlfw_grad_scaler_scale() of a fresh loss through the disabled @p scaler, which it destroys. */
+static void ExpectScalerCopies(mlfw_grad_scaler_t scaler) {
+  int64_t shape[1] = {1};
+  DLManagedTensor* scaled = NULL;
+  float* loss_memory = NewLoss();
+  DLTensor loss = CApiFloat32Vector(loss_memory, shape);
+  CHECK_OK(mlfw_grad_scaler_scale(scaler, &loss, NULL, &scaled));
+  ExpectOwnCopy(scaled, loss_memory);
+  mlfw_grad_scaler_destroy(scaler);
+}
+
 int main(void) {
   int64_t shape[1] = {1};
   DLManagedTensor* scaled = NULL;
 
   mlfw_grad_scaler_t disabled_static = NULL;
   CHECK_OK(mlfw_grad_scaler_create_static(8.0f, 0, &disabled_static));
-  float* loss_memory = NewLoss();
-  DLTensor loss = CApiFloat32Vector(loss_memory, shape);
-  CHECK_OK(mlfw_grad_scaler_scale(disabled_static, &loss, NULL, &scaled));
-  ExpectOwnCopy(scaled, loss_memory);
-  mlfw_grad_scaler_destroy(disabled_static);
+  ExpectScalerCopies(disabled_static);
 
   mlfw_dynamic_scaler_config config;
   CHECK_OK(mlfw_dynamic_scaler_config_default(&config));
   config.enabled = 0;
   mlfw_grad_scaler_t disabled_dynamic = NULL;
   CHECK_OK(mlfw_grad_scaler_create_dynamic(&config, &disabled_dynamic));
-  loss_memory = NewLoss();
-  loss = CApiFloat32Vector(loss_memory, shape);
-  CHECK_OK(mlfw_grad_scaler_scale(disabled_dynamic, &loss, NULL, &scaled));
-  ExpectOwnCopy(scaled, loss_memory);
-  mlfw_grad_scaler_destroy(disabled_dynamic);
+  ExpectScalerCopies(disabled_dynamic);
 
   mlfw_mixed_precision_options options;
   CHECK_OK(mlfw_mixed_precision_options_default(&options));
@@ -52,8 +55,8 @@ int main(void) {
   options.enable_dynamic_loss_scaling = 0;
   mlfw_conversion_layer_t layer = NULL;
   CHECK_OK(mlfw_conversion_layer_create(&options, &layer));
-  loss_memory = NewLoss();
-  loss = CApiFloat32Vector(loss_memory, shape);
+  float* loss_memory = NewLoss();
+  DLTensor loss = CApiFloat32Vector(loss_memory, shape);
   CHECK_OK(mlfw_conversion_layer_scale_loss(layer, &loss, NULL, &scaled));
   ExpectOwnCopy(scaled, loss_memory);
   mlfw_conversion_layer_destroy(layer);
