@@ -561,4 +561,19 @@ BOOST_AUTO_TEST_CASE(AStateDictSavedAfterANaNNormLoadsBack) {
   BOOST_TEST(resumed.StepIndex() == 1);
 }
 
+BOOST_AUTO_TEST_CASE(AFiniteFP32GradientThatOverflowsWhenUnscaledIsSkipped) {
+  // A scale below 1 multiplies by more than 1 when unscaling: 3e38 / 0.5 is Inf in FP32.
+  GradientConversionLayer layer(MixedPrecisionOptions{.InitialLossScale = 0.5f, .MinLossScale = 0.5f});
+  const TensorPtr fp32 = Vec({3e38f, 1.0f});
+  const auto [gradients, skip] = layer.ProcessGradients({{"w", fp32}});
+  BOOST_TEST(skip);
+  BOOST_TEST(gradients.empty());
+  BOOST_TEST(Values(fp32)[0] == 3e38f);  // a skipped step leaves FP32 inputs as they were
+  BOOST_TEST(layer.LossScaler()->TotalOverflows() == 1);
+  // One that stays finite is unscaled in place as before.
+  const TensorPtr finite = Vec({1e38f, 1.0f});
+  BOOST_TEST(!layer.ProcessGradients({{"w", finite}}).ShouldSkip);
+  BOOST_TEST(Values(finite) == (std::vector<float>{2e38f, 2.0f}), tt::per_element());
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -10,9 +10,9 @@
 /// - without clipping, pass 2 of the 16-bit gradients runs first, with the scale the state holds:
 ///   it writes FP32 gradients times the inverse scale and its flag ("a non-finite value written",
 ///   the same as "a non-finite input" for scales >= 1) is their overflow check; FP32 inputs are
-///   only checked. The scale update then reads that flag where the state lives, and the result is
-///   read once because ShouldSkip must reach the host: one host synchronisation per step on a
-///   device. FP32 inputs are scaled in place only when the step is kept.
+///   only checked (for a scale below 1 also whether unscaling would make one of them Inf). The scale update then reads
+///   that flag where the state lives, and the result is read once because ShouldSkip must reach the host: one host
+///   synchronisation per step on a device. FP32 inputs are scaled in place only when the step is kept.
 /// - with clipping, pass 1 reads the gradients once for the non-finite flag and the sum of squares
 ///   of the unscaled values (CheckAndSumSquares); pass 2 writes FP32 gradients multiplied by
 ///   inverse-scale times the clip coefficient (CastInto), FP32 inputs scaled in place. On a device

@@ -226,7 +226,20 @@ GradientProcessingResult GradientConversionLayer::ProcessGradients(const Gradien
     } else {
       scaler.RecordOverflow(fp32);
     }
-    scaler.UpdateScaleFromRecord();
+    // A scale below 1 multiplies by more than 1: a finite FP32 input can become Inf in the
+    // in-place unscale after its check. Rounding is monotonic, so the largest |x| x (1/scale)
+    // says whether any does (one more read, only for scales below 1).
+    bool fp32_overflows_unscaled = false;
+    if (inverse > 1.0 && !fp32.empty()) {
+      const float largest = CheckAndAmax(fp32).Amax * static_cast<float>(inverse);
+      fp32_overflows_unscaled = !std::isfinite(largest);
+    }
+    if (fp32_overflows_unscaled) {
+      scaler.ClearRecordedOverflow();
+      scaler.UpdateScale(true);
+    } else {
+      scaler.UpdateScaleFromRecord();
+    }
     // The one read of the step: an overflowed update leaves ConsecutiveOverflows >= 1, a clean
     // one 0; the fallback check below reuses this read.
     skip = scaler.ConsecutiveOverflows() > 0;
