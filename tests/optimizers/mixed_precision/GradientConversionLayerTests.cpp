@@ -26,6 +26,14 @@ MixedPrecisionOptions Clipping(float max_norm, float scale = 1024.0f) {
   return MixedPrecisionOptions{.InitialLossScale = scale, .EnableGradientClipping = true, .MaxGradNorm = max_norm};
 }
 
+// Clipping under a recipe whose scaler checks nothing (BF16, FP32), so non-finite or huge
+// gradients reach the clipping step.
+MixedPrecisionOptions UncheckedClipping(MixedPrecisionOptions options, float max_norm) {
+  options.EnableGradientClipping = true;
+  options.MaxGradNorm = max_norm;
+  return options;
+}
+
 double NormOf(const std::vector<std::vector<float>>& tensors) {
   double sum = 0.0;
   for (const auto& values : tensors) {
@@ -506,6 +514,66 @@ BOOST_AUTO_TEST_CASE(ALayerBlobWithAVersionOnePrecisionManagerStillLoads) {
   // Resumed in FP32, still checking: a NaN step is skipped, a clean one kept.
   BOOST_TEST(layer.ProcessGradients({{"w", Vec({kNaN})}}).ShouldSkip);
   BOOST_TEST(!layer.ProcessGradients({{"w", Vec({0.5f})}}).ShouldSkip);
+}
+
+BOOST_AUTO_TEST_CASE(AnInfiniteGradientIsNotClippedIntoNaNAndZeros) {
+  // The norm is +Inf: a coefficient of 0 would turn the Inf into NaN and zero every other
+  // gradient; like a NaN norm it is left unclipped.
+  GradientConversionLayer layer(UncheckedClipping(MixedPrecisionOptions::ForBF16(), 1.0f));
+  const auto [gradients, skip] = layer.ProcessGradients(
+      {{"a", Vec({kInf, 1.0f}, DataType::BFloat16)}, {"b", Vec({3.0f, 4.0f}, DataType::BFloat16)}});
+  BOOST_TEST(!skip);  // the BF16 recipe's scaler reports no overflow
+  BOOST_TEST(layer.ClipCount() == 0);
+  BOOST_TEST(Values(gradients.at("a")) == (std::vector<float>{kInf, 1.0f}), tt::per_element());
+  BOOST_TEST(Values(gradients.at("b")) == (std::vector<float>{3.0f, 4.0f}), tt::per_element());
+  const GradientMap inputs{{"a", Vec({-kInf}, DataType::Float16)}, {"b", Vec({2.0f})}};
+  const GradientMap clipped = layer.ClipGradients(inputs);
+  BOOST_TEST(layer.ClipCount() == 0);
+  BOOST_TEST(clipped.at("a") == inputs.at("a"));
+  BOOST_TEST(clipped.at("b") == inputs.at("b"));
+}
+
+BOOST_AUTO_TEST_CASE(AFiniteNormAboveTheFloatRangeStillClipsToMaxGradNorm) {
+  // |g| = 3e38 * sqrt(2) exceeds FLT_MAX although every element is finite: the gradients must
+  // come out with norm MaxGradNorm, not zeroed by a coefficient of MaxGradNorm / inf.
+  GradientConversionLayer layer(UncheckedClipping(MixedPrecisionOptions::ForFP32(), 1.0f));
+  const auto [gradients, skip] = layer.ProcessGradients({{"w", Vec({3e38f, -3e38f})}});
+  BOOST_TEST(!skip);
+  BOOST_TEST(layer.ClipCount() == 1);
+  const std::vector<float> got = Values(gradients.at("w"));
+  BOOST_TEST(got[0] == 0.70710678f, tt::tolerance(1e-4f));
+  BOOST_TEST(got[1] == -0.70710678f, tt::tolerance(1e-4f));
+  const GradientMap clipped = layer.ClipGradients({{"w", Vec({3e38f, 3e38f}, DataType::BFloat16)}});
+  BOOST_TEST(Values(clipped.at("w"))[0] == 0.70710678f, tt::tolerance(1e-2f));  // BF16 output
+}
+
+BOOST_AUTO_TEST_CASE(AStateDictSavedAfterANaNNormLoadsBack) {
+  // An unchecked NaN gradient makes the measured norm NaN; the blob StateDict() writes then
+  // must still load.
+  const MixedPrecisionOptions options = UncheckedClipping(MixedPrecisionOptions::ForBF16(), 1.0f);
+  GradientConversionLayer layer(options);
+  layer.ProcessGradients({{"w", Vec({kNaN, 1.0f}, DataType::BFloat16)}});
+  BOOST_TEST(std::isnan(layer.LastGradientNorm()));
+  const std::vector<std::byte> blob = layer.StateDict();
+  GradientConversionLayer resumed(options);
+  BOOST_CHECK_NO_THROW(resumed.LoadStateDict(blob));
+  BOOST_TEST(std::isnan(resumed.LastGradientNorm()));
+  BOOST_TEST(resumed.StepIndex() == 1);
+}
+
+BOOST_AUTO_TEST_CASE(AFiniteFP32GradientThatOverflowsWhenUnscaledIsSkipped) {
+  // A scale below 1 multiplies by more than 1 when unscaling: 3e38 / 0.5 is Inf in FP32.
+  GradientConversionLayer layer(MixedPrecisionOptions{.InitialLossScale = 0.5f, .MinLossScale = 0.5f});
+  const TensorPtr fp32 = Vec({3e38f, 1.0f});
+  const auto [gradients, skip] = layer.ProcessGradients({{"w", fp32}});
+  BOOST_TEST(skip);
+  BOOST_TEST(gradients.empty());
+  BOOST_TEST(Values(fp32)[0] == 3e38f);  // a skipped step leaves FP32 inputs as they were
+  BOOST_TEST(layer.LossScaler()->TotalOverflows() == 1);
+  // One that stays finite is unscaled in place as before.
+  const TensorPtr finite = Vec({1e38f, 1.0f});
+  BOOST_TEST(!layer.ProcessGradients({{"w", finite}}).ShouldSkip);
+  BOOST_TEST(Values(finite) == (std::vector<float>{2e38f, 2.0f}), tt::per_element());
 }
 
 BOOST_AUTO_TEST_SUITE_END()

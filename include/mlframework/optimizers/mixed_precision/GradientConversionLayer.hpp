@@ -10,9 +10,9 @@
 /// - without clipping, pass 2 of the 16-bit gradients runs first, with the scale the state holds:
 ///   it writes FP32 gradients times the inverse scale and its flag ("a non-finite value written",
 ///   the same as "a non-finite input" for scales >= 1) is their overflow check; FP32 inputs are
-///   only checked. The scale update then reads that flag where the state lives, and the result is
-///   read once because ShouldSkip must reach the host: one host synchronisation per step on a
-///   device. FP32 inputs are scaled in place only when the step is kept.
+///   only checked (for a scale below 1 also whether unscaling would make one of them Inf). The scale update then reads
+///   that flag where the state lives, and the result is read once because ShouldSkip must reach the host: one host
+///   synchronisation per step on a device. FP32 inputs are scaled in place only when the step is kept.
 /// - with clipping, pass 1 reads the gradients once for the non-finite flag and the sum of squares
 ///   of the unscaled values (CheckAndSumSquares); pass 2 writes FP32 gradients multiplied by
 ///   inverse-scale times the clip coefficient (CastInto), FP32 inputs scaled in place. On a device
@@ -125,7 +125,8 @@ class MLFRAMEWORK_EXPORT GradientConversionLayer {
   const MixedPrecisionOptions& Options() const noexcept { return options_; }
 
   /// The full pipeline: check overflow, update the scale (and the auto-fallback), skip with an
-  /// empty map on overflow, else unscale, clip (if enabled and MaxGradNorm > 0) and convert to FP32,
+  /// empty map on overflow, else unscale, clip (if enabled and MaxGradNorm > 0; never for an Inf or
+  /// NaN norm, which only a scaler that checks nothing lets through) and convert to FP32,
   /// in two passes over memory. FP32 inputs are unscaled and clipped in place and returned as they
   /// are; FP16/BF16 inputs get FP32 outputs, whose buffers the layer reuses once the caller no
   /// longer holds them (it keeps the last two calls' buffers, so an optimizer that holds one
@@ -144,8 +145,9 @@ class MLFRAMEWORK_EXPORT GradientConversionLayer {
 
   /// Clips already unscaled @p gradients to MaxGradNorm: measures the global L2 norm (stored in
   /// LastGradientNorm()) and, when it exceeds MaxGradNorm, returns new tensors (same dtypes) times
-  /// MaxGradNorm / (norm + 1e-6) and counts a clip; otherwise returns @p gradients. Returns
-  /// @p gradients untouched when clipping is disabled or MaxGradNorm <= 0.
+  /// MaxGradNorm / (norm + 1e-6) and counts a clip; otherwise returns @p gradients. An Inf or
+  /// NaN norm (a non-finite gradient) is recorded but not clipped: @p gradients are returned.
+  /// Returns @p gradients untouched when clipping is disabled or MaxGradNorm <= 0.
   GradientMap ClipGradients(const GradientMap& gradients);
 
   /// Turns amax tracking (headroom telemetry) on or off; off by default. It is tracked on the
@@ -220,9 +222,10 @@ class MLFRAMEWORK_EXPORT GradientConversionLayer {
   PrecisionManager& Manager() const;
   // EnableGradientClipping and MaxGradNorm > 0.
   bool ClippingActive() const noexcept;
-  // Records the norm sqrt(@p sum_of_squares); when it exceeds MaxGradNorm counts a clip, sets
-  // @p clipped and returns the clip coefficient, else returns 1.
-  float ClipCoefficient(double sum_of_squares, bool& clipped);
+  // Records the norm sqrt(@p sum_of_squares); when it is finite and exceeds MaxGradNorm counts a
+  // clip, sets @p clipped and returns the clip coefficient, else returns 1. Double because the
+  // coefficient for a norm above FLT_MAX is below FLT_MIN (but not 0).
+  double ClipCoefficient(double sum_of_squares, bool& clipped);
   // An FP32 output buffer kept for gradient @p name (from the last call or the one before) that
   // still fits @p like and that nobody else holds; null otherwise.
   TensorPtr ReusableOutput(const std::string& name, const ITensor& like) const;

@@ -90,15 +90,23 @@ bool GradientConversionLayer::ClippingActive() const noexcept {
   return options_.EnableGradientClipping && options_.MaxGradNorm > 0.0f;
 }
 
-float GradientConversionLayer::ClipCoefficient(double sum_of_squares, bool& clipped) {
-  const auto norm = static_cast<float>(std::sqrt(sum_of_squares));
-  last_gradient_norm_ = norm;
-  clipped = norm > options_.MaxGradNorm;  // false for a NaN norm: nothing sensible to clip to
+double GradientConversionLayer::ClipCoefficient(double sum_of_squares, bool& clipped) {
+  const double norm = std::sqrt(sum_of_squares);
+  last_gradient_norm_ = static_cast<float>(norm);  // +inf when the norm exceeds FLT_MAX
+  // The sum is FP64, so only an Inf or NaN gradient (one a disabled scaler did not check) makes
+  // the norm non-finite. No coefficient makes such gradients finite, and MaxGradNorm / inf = 0
+  // would turn an Inf into NaN and zero every other gradient: they are not clipped.
+  clipped = std::isfinite(norm) && norm > static_cast<double>(options_.MaxGradNorm);
   if (!clipped) {
-    return 1.0f;
+    return 1.0;
   }
   ++clip_count_;
-  return options_.MaxGradNorm / (norm + kClipEpsilon);
+  if (std::isfinite(last_gradient_norm_)) {
+    return options_.MaxGradNorm / (last_gradient_norm_ + kClipEpsilon);  // spec 003's FP32 formula
+  }
+  // A finite norm above FLT_MAX (finite FP32/BF16 gradients near the top of their range): in FP32
+  // the coefficient would be MaxGradNorm / inf = 0 and zero every gradient.
+  return static_cast<double>(options_.MaxGradNorm) / (norm + static_cast<double>(kClipEpsilon));
 }
 
 TensorPtr GradientConversionLayer::ReusableOutput(const std::string& name, const ITensor& like) const {
@@ -218,7 +226,20 @@ GradientProcessingResult GradientConversionLayer::ProcessGradients(const Gradien
     } else {
       scaler.RecordOverflow(fp32);
     }
-    scaler.UpdateScaleFromRecord();
+    // A scale below 1 multiplies by more than 1: a finite FP32 input can become Inf in the
+    // in-place unscale after its check. Rounding is monotonic, so the largest |x| x (1/scale)
+    // says whether any does (one more read, only for scales below 1).
+    bool fp32_overflows_unscaled = false;
+    if (inverse > 1.0 && !fp32.empty()) {
+      const float largest = CheckAndAmax(fp32).Amax * static_cast<float>(inverse);
+      fp32_overflows_unscaled = !std::isfinite(largest);
+    }
+    if (fp32_overflows_unscaled) {
+      scaler.ClearRecordedOverflow();
+      scaler.UpdateScale(true);
+    } else {
+      scaler.UpdateScaleFromRecord();
+    }
     // The one read of the step: an overflowed update leaves ConsecutiveOverflows >= 1, a clean
     // one 0; the fallback check below reuses this read.
     skip = scaler.ConsecutiveOverflows() > 0;
@@ -278,8 +299,9 @@ GradientProcessingResult GradientConversionLayer::ProcessGradients(const Gradien
   bool clipped = false;
   float coefficient = 1.0f;
   if (clipping) {
-    coefficient = ClipCoefficient(sum_of_squares, clipped);
-    factor *= static_cast<double>(coefficient);
+    const double exact = ClipCoefficient(sum_of_squares, clipped);
+    coefficient = static_cast<float>(exact);
+    factor *= exact;
   }
   const auto write_factor = static_cast<float>(factor);
   if (amax_tracking_ && clipping) {
@@ -341,7 +363,7 @@ GradientMap GradientConversionLayer::ClipGradients(const GradientMap& gradients)
     clipped_tensors.push_back(Zeros(tensor->GetShape(), tensor->GetDataType(), tensor->GetDevice()));
   }
   bool clipped = false;
-  const float coefficient = ClipCoefficient(SumOfSquares(list), clipped);
+  const auto coefficient = static_cast<float>(ClipCoefficient(SumOfSquares(list), clipped));
   if (!clipped) {
     return gradients;
   }
@@ -401,8 +423,10 @@ void GradientConversionLayer::LoadStateDict(std::span<const std::byte> state) {
   if (clip_count < 0) {
     reader.Fail("stored ClipCount " + std::to_string(clip_count) + " is negative");
   }
-  if (!(last_norm >= 0.0f)) {  // a norm is >= 0 (+inf when the sum of squares overflows float), never NaN
-    reader.Fail("stored LastGradientNorm " + mlframework::detail::Show(last_norm) + " is negative or NaN");
+  // A norm is >= 0 (+inf above FLT_MAX), or NaN when a NaN gradient the scaler did not check
+  // (a disabled scaler, ClipGradients()) was measured: StateDict() writes that too.
+  if (last_norm < 0.0f) {
+    reader.Fail("stored LastGradientNorm " + mlframework::detail::Show(last_norm) + " is negative");
   }
   // Decode the parts into copies first; commit only when all of them are valid.
   DynamicLossScaler scaler = Scaler();
