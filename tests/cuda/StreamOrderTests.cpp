@@ -536,4 +536,32 @@ BOOST_AUTO_TEST_CASE(DLPackMemoryGoesBackAfterTheQueuedWork) {
   RequireOrdered(recorded);
 }
 
+// The other direction: memory the library exports (ToDLPack; the C API's scaled loss) is read
+// by the receiver on its stream, and frameworks call the deleter when the host drops their
+// tensor, with those reads possibly still queued and without a StreamGuard. Fails when the
+// library's stream-ordered pool takes the block back (cudaFreeAsync on the library stream)
+// before the work queued on the stream that was current at the export, up to the deleter call.
+BOOST_AUTO_TEST_CASE(ExportedMemoryGoesBackAfterTheReceiversStream) {
+  Recorded recorded;
+  cudaStream_t framework = nullptr;
+  BOOST_REQUIRE(recorded.driver.StreamCreate(&framework, cudaStreamNonBlocking) == cudaSuccess);
+  recorded.driver.NameStream(framework, "framework");
+  DLManagedTensor* exported = nullptr;
+  {
+    const cuda::StreamGuard guard(framework, 0);
+    const std::vector<TensorPtr> result{Zeros({256}, DataType::Float32, kGpu)};
+    ScaleInPlace(result, 2.0f);
+    exported = ToDLPack(result[0]);
+  }
+  // The receiver's kernel reads the exported tensor on its stream; the host then drops it.
+  const cuda::BufferUse read{exported->dl_tensor.data, 256 * sizeof(float), cuda::Use::Read};
+  recorded.driver.Launch("framework kernel", framework, cuda::KernelOperands{{}, cuda::Access::ReadOnly, {&read, 1}},
+                         [] {});
+  exported->deleter(exported);
+  // The next allocation may be handed the same block and written on the library stream.
+  const std::vector<TensorPtr> next{Zeros({256}, DataType::Float32, kGpu)};
+  ScaleInPlace(next, 3.0f);
+  RequireOrdered(recorded);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -68,7 +68,9 @@ MLFW_C_API void mlfw_conversion_layer_destroy(mlfw_conversion_layer_t layer);
 
 /// The loss times the current scale (C++ ScaleLoss), as a managed tensor the caller owns (call
 /// its deleter once); without loss scaling a copy of the loss, never a view of @p loss, which is
-/// borrowed for the call only. @p stream: see mlfw_optimizer_step().
+/// borrowed for the call only. @p stream: see mlfw_optimizer_step(); as for the scaler's
+/// mlfw_grad_scaler_scale(), the tensor's memory is reused only after the work queued on
+/// @p stream before the deleter's call.
 MLFW_C_API mlfw_status mlfw_conversion_layer_scale_loss(mlfw_conversion_layer_t layer, const DLTensor* loss,
                                                         void* stream, DLManagedTensor** scaled);
 /// One step's gradients (C++ ProcessGradients): overflow check, unscale, clip, convert to FP32;

@@ -95,7 +95,9 @@ MLFW_C_API void mlfw_grad_scaler_destroy(mlfw_grad_scaler_t scaler);
 /// The loss times the scale, as a new tensor (C++ Scale(loss)); starts an iteration. *@p scaled
 /// receives a DLPack managed tensor that the caller owns: call its deleter once (or hand it to a
 /// framework's from_dlpack). A disabled scaler gives a copy of the loss, never a view of it: @p loss
-/// is borrowed for the call only. @p stream: see mlfw_optimizer_step().
+/// is borrowed for the call only. @p stream: see mlfw_optimizer_step(); on a CUDA device the
+/// scaled loss's memory is reused only after the work queued on @p stream before the deleter's
+/// call, so @p stream must still exist then.
 MLFW_C_API mlfw_status mlfw_grad_scaler_scale(mlfw_grad_scaler_t scaler, const DLTensor* loss, void* stream,
                                               DLManagedTensor** scaled);
 /// Unscales the optimizer's gradients (PyTorch's `unscale_(optimizer)`, before clipping): FP32

@@ -43,6 +43,10 @@ MLFRAMEWORK_EXPORT TensorPtr FromDLPackAsFloat8(DLManagedTensor* managed, DataTy
 /// Exports @p tensor's memory as a DLPack managed tensor (no copy) for another framework
 /// (`at::fromDLPack`): compact row-major strides, the tensor's dtype and device. The managed
 /// tensor keeps @p tensor alive until its deleter is called, which the receiver must do once.
+/// A CUDA tensor exported under a backends::cuda::StreamGuard is handed back to the library's
+/// memory pool only after the work queued on the guard's stream before the deleter's call (the
+/// receiver's reads on that stream, still queued when its host code drops the tensor); that
+/// stream must still exist when the deleter runs.
 /// A user's own ITensor on the CPU exports when it gives its memory through HostBytes().
 /// ArgumentNullError for a null @p tensor; ArgumentError when its memory cannot be addressed
 /// (a user's own ITensor that keeps its elements elsewhere) or its dtype is FP8

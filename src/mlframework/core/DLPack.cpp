@@ -184,7 +184,8 @@ DLManagedTensor* ToDLPack(const TensorPtr& tensor) {
     }
   }
   auto context = std::make_unique<ExportContext>();
-  context->tensor = tensor;
+  const detail::DeviceTensorHooks* hooks = device.IsCPU() ? nullptr : &detail::DeviceHooks(device);
+  context->tensor = hooks != nullptr && hooks->Export != nullptr ? hooks->Export(tensor) : tensor;
   for (const std::size_t extent : tensor->GetShape()) {
     context->shape.push_back(static_cast<std::int64_t>(extent));
   }

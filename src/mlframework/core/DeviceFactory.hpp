@@ -30,6 +30,10 @@ struct DeviceTensorHooks {
   void* (*DataPointer)(const ITensor& tensor) = nullptr;
   /// The backend of this device type's tensors (null: the device type has none core calls).
   const TensorBackend& (*Backend)() noexcept = nullptr;
+  /// What ToDLPack() keeps alive for the receiver, until its deleter runs: @p tensor itself
+  /// (null hook), or a handle whose release orders the memory's reuse after the receiver's work
+  /// (CUDA: the stream current at the export).
+  TensorPtr (*Export)(const TensorPtr& tensor) = nullptr;
 };
 
 /// Registers @p hooks (static storage) for @p type, replacing any earlier ones (null unregisters).

@@ -6,12 +6,14 @@
 #include <vector>
 
 #include <mlframework/backends/cuda/CudaTensor.hpp>
+#include <mlframework/backends/cuda/StreamGuard.hpp>
 #include <mlframework/core/Error.hpp>
 
 #include "mlframework/backends/cpu/MultiTensorKernels.hpp"
 #include "mlframework/backends/cuda/CudaBackend.hpp"
 #include "mlframework/backends/cuda/CudaCheck.hpp"
 #include "mlframework/backends/cuda/DeviceContext.hpp"
+#include "mlframework/backends/cuda/ExternalStream.hpp"
 #include "mlframework/backends/cuda/ViewRange.hpp"
 #include "mlframework/core/BackendTensor.hpp"
 #include "mlframework/core/DeviceFactory.hpp"
@@ -184,8 +186,36 @@ void* DataPointerHook(const ITensor& tensor) {
   return cuda_tensor != nullptr ? cuda_tensor->Data() : nullptr;
 }
 
+// ToDLPack(): the receiver reads the memory on its stream and calls the deleter when its host
+// code drops the tensor (torch: when the storage goes), with those reads possibly still queued
+// and, usually, no StreamGuard installed. A free then ordered on the library stream alone would
+// let the pool hand the block to the next allocation, whose kernels write it while the
+// receiver's still read it. Exported under a StreamGuard, the export remembers that stream and
+// its release makes the library stream wait for the work queued there up to the deleter call
+// (so do the later frees of any other holder of the tensor). The stream must still exist then.
+// Without a guard the receiver's stream is the legacy default stream (or the library's), which
+// the library's blocking stream is ordered with already.
+TensorPtr ExportHook(const TensorPtr& tensor) {
+  const auto* cuda_tensor = dynamic_cast<const CudaTensor*>(tensor.get());
+  ExternalStream external;
+  if (cuda_tensor == nullptr || !FindExternalStream(cuda_tensor->DeviceIndex(), external)) {
+    return tensor;
+  }
+  const int device = cuda_tensor->DeviceIndex();
+  return TensorPtr(tensor.get(), [kept = tensor, stream = external.stream, device](ITensor* /*unused*/) mutable {
+    try {
+      const DeviceGuard current(device);
+      const StreamGuard guard(stream, device);  // a free of the last reference waits for it too
+      WaitForExternal(device, DeviceContext::Get(device).Stream());
+      kept.reset();
+    } catch (...) {  // a deleter must not throw; the device error surfaces on the next call
+      kept.reset();
+    }
+  });
+}
+
 const mlframework::detail::DeviceTensorHooks kHooks{
-    .Make = &MakeHook, .Wrap = &WrapHook, .DataPointer = &DataPointerHook};
+    .Make = &MakeHook, .Wrap = &WrapHook, .DataPointer = &DataPointerHook, .Export = &ExportHook};
 
 // Core's Zeros(..., Device::CUDA(i)) and FromDLPack reach this backend through the hooks
 // registered when libmlframework_cuda is loaded; core itself links no CUDA.
