@@ -184,12 +184,46 @@ BOOST_AUTO_TEST_CASE(BadInputIsNamedAndChangesNothing) {
   // Configurations.
   BOOST_CHECK_EXCEPTION(DelayedScaling({.AmaxHistoryLen = 0}), ArgumentError,
                         [](const ArgumentError& e) { return Says(e, "'config.AmaxHistoryLen': is 0"); });
+  // H + 4 state rows wrap around for the largest lengths: Register() would write outside the state.
+  BOOST_CHECK_EXCEPTION(DelayedScaling({.AmaxHistoryLen = std::numeric_limits<std::size_t>::max()}), ArgumentError,
+                        [](const ArgumentError& e) { return Says(e, "'config.AmaxHistoryLen'"); });
   BOOST_CHECK_EXCEPTION(DelayedScaling({.Margin = -1}), ArgumentError,
                         [](const ArgumentError& e) { return Says(e, "'config.Margin'"); });
   BOOST_CHECK_EXCEPTION(DelayedScaling({.Fp8Format = static_cast<Format>(7)}), ArgumentError,
                         [](const ArgumentError& e) { return Says(e, "'config.Fp8Format'"); });
   BOOST_CHECK_EXCEPTION(CurrentScaling({.Fp8Format = static_cast<Format>(9)}), ArgumentError,
                         [](const ArgumentError& e) { return Says(e, "'config.Fp8Format'"); });
+}
+
+BOOST_AUTO_TEST_CASE(ATensorTheKernelsCannotReachFailsTheCallBeforeAnyRunIsCast) {
+  // A list in another order than the registration is cast run by run; a tensor without a backend
+  // or host-addressable elements (a framework's device tensor reported as CPU) passes the name,
+  // dtype, size and device checks but not the kernels', so it must fail the call before the
+  // earlier runs cast, record their amax or (CurrentScaling) rescale.
+  const auto unreachable = std::make_shared<mlframework::testing::UserTensor>(
+      std::vector<float>{1.0f, 2.0f}, DataType::Float32, mlframework::testing::Mode::Defaults, false);
+  const TensorPtr a = FromVector({3.0f, -5.0f}, {2});
+  DelayedScaling delayed({.Fp8Format = Format::E4M3});
+  CurrentScaling current({.Fp8Format = Format::E4M3});
+  for (IScalingRecipe* recipe : {static_cast<IScalingRecipe*>(&delayed), static_cast<IScalingRecipe*>(&current)}) {
+    BOOST_TEST_CONTEXT(recipe->Name()) {
+      recipe->Register("a", TensorRole::Forward, *a);
+      recipe->Register("b", TensorRole::Forward, *a);
+      const std::vector<std::byte> before = recipe->StateDict();
+      const TensorPtr a8 = Zeros({2}, DataType::Float8E4M3FN);
+      const TensorPtr b8 = Zeros({2}, DataType::Float8E4M3FN);
+      BOOST_CHECK_EXCEPTION(recipe->Quantize(Names{"b", "a"}, List{a, unreachable}, List{b8, a8}), ArgumentError,
+                            [](const ArgumentError& e) { return Says(e, "src[1]"); });
+      BOOST_TEST((recipe->StateDict() == before));
+      BOOST_TEST(ValueOf(recipe->Amax("b")) == 0.0f);
+      BOOST_TEST(ValueOf(recipe->Scale("b")) == 1.0f);
+      BOOST_TEST(BytesOf(*b8) == std::vector<std::uint8_t>(2, 0), boost::test_tools::per_element());
+      // Dequantize checks the same way: nothing decoded into the first destination.
+      const TensorPtr back = FromVector({7.0f, 7.0f}, {2});
+      BOOST_CHECK_THROW(recipe->Dequantize(Names{"b", "a"}, List{b8, a8}, List{back, unreachable}), ArgumentError);
+      BOOST_TEST((back->ToFloatVector() == std::vector<float>{7.0f, 7.0f}));
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(AFrameworksOwnHostTensorsQuantize) {

@@ -244,6 +244,16 @@ BOOST_AUTO_TEST_CASE(InsaneValuesAreRejected) {
       "is not finite and positive");
   ExpectRejected(target, Reframed(blob, [&](std::vector<std::byte>& b) { put(b, scale + 4, 3.0f); }),
                  "scale_inv of 'layer0.weight' (3.000000) is not 1 / scale");
+  // A subnormal scale is positive and finite, but its inverse is Inf (the bits of 1 / scale, so
+  // the scale_inv check alone passes): every decode would give Inf. The update never makes a
+  // scale outside [FLT_MIN, FLT_MAX].
+  ExpectRejected(target,
+                 Reframed(blob,
+                          [&](std::vector<std::byte>& b) {
+                            put(b, scale, 1e-39f);
+                            put(b, scale + 4, 1.0f / 1e-39f);
+                          }),
+                 "scale of 'layer0.weight' (0.000000) is below FLT_MIN");
   // NaN and Inf amaxes are legitimate history entries.
   DelayedScaling accepts = MakeRecipe();
   accepts.LoadStateDict(Reframed(blob, [&](std::vector<std::byte>& b) {

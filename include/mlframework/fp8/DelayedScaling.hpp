@@ -54,7 +54,8 @@ struct DelayedScalingConfig {
 /// restored recipe continues exactly as the saved one would have.
 class MLFRAMEWORK_EXPORT DelayedScaling final : public PerTensorScaling {
  public:
-  /// ArgumentError naming the field for a history length of 0, a margin outside
+  /// ArgumentError naming the field for a history length of 0 or above SIZE_MAX - 4 (the state's
+  /// H + 4 rows must fit a size_t), a margin outside
   /// [0, kMaxFloat8Margin], or a format or algorithm outside its enum.
   explicit DelayedScaling(DelayedScalingConfig config = {});
   /// Releases the state tensors.
@@ -67,7 +68,10 @@ class MLFRAMEWORK_EXPORT DelayedScaling final : public PerTensorScaling {
 
   /// The configuration.
   const DelayedScalingConfig& Config() const noexcept { return config_; }
-  /// The amax history of @p name read to the host, newest entry first (waits for the device).
+  /// The amax history of @p name read to the host in Transformer Engine's layout (waits for the
+  /// device): entry 0 is the amax recorded since the last UpdateScales(), and after an update the
+  /// entries that follow run from the oldest kept to the newest (the roll moves each step's amax
+  /// to the back).
   std::vector<float> AmaxHistory(const std::string& name) const;
 
   std::string_view Name() const noexcept override { return "DelayedScaling"; }

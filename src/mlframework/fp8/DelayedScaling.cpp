@@ -20,6 +20,11 @@ const DelayedScalingConfig& Validated(const DelayedScalingConfig& config) {
   if (config.AmaxHistoryLen == 0) {
     throw ArgumentError("config.AmaxHistoryLen", "is 0; the amax history holds at least one step");
   }
+  if (config.AmaxHistoryLen > detail::kMaxAmaxHistory) {
+    throw ArgumentError("config.AmaxHistoryLen", std::to_string(config.AmaxHistoryLen) + " is above " +
+                                                     std::to_string(detail::kMaxAmaxHistory) +
+                                                     ": the state's rows (H + 4) would not fit a size_t");
+  }
   if (config.Margin < 0 || config.Margin > kMaxFloat8Margin) {
     throw ArgumentError("config.Margin",
                         std::to_string(config.Margin) + " is outside [0, " + std::to_string(kMaxFloat8Margin) + "]");

@@ -1,6 +1,7 @@
 #include "mlframework/fp8/ScaleTable.hpp"
 
 #include <bit>
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -9,6 +10,8 @@
 #include <mlframework/core/Error.hpp>
 #include <mlframework/core/Tensor.hpp>
 #include <mlframework/core/TensorBackend.hpp>
+
+#include "mlframework/core/HostAlias.hpp"
 
 namespace mlframework::fp8::detail {
 
@@ -26,6 +29,11 @@ ScaleTable::ScaleTable(Format format, std::size_t history_length) : format_(form
   }
   if (history_length == 0) {
     throw ArgumentError("amax_history_len", "is 0; the amax history holds at least one step");
+  }
+  if (history_length > kMaxAmaxHistory) {
+    throw ArgumentError("amax_history_len", std::to_string(history_length) + " is above " +
+                                                std::to_string(kMaxAmaxHistory) +
+                                                ": the state's rows (H + 4) would not fit a size_t");
   }
 }
 
@@ -124,10 +132,29 @@ std::vector<const ScaleTable::Entry*> ScaleTable::Check(std::span<const std::str
                                             std::to_string(src[i]->Size()));
     }
     const Device device = groups_[entry.group].device;
+    const TensorBackend* state_backend = groups_[entry.group].state->Backend();
     for (const auto& [tensor, label] : {std::pair{src[i].get(), At("src", i)}, std::pair{dst[i].get(), At("dst", i)}}) {
       if (tensor->GetDevice() != device) {
         throw ArgumentError(label, "is on " + tensor->GetDevice().ToString() + "; the state of " + Quoted(names[i]) +
                                        " is on " + device.ToString());
+      }
+      // The kernels take a tensor only on the state's backend (a tensor without one through its
+      // host elements, on the CPU backend). A list is cast run by run, so a tensor they would
+      // refuse must fail the call here, before an earlier run casts, records its amax or rescales.
+      const TensorBackend* backend = tensor->Backend();
+      if (backend == nullptr) {
+        const TensorPtr alias = mlframework::detail::HostAlias(*tensor, nullptr);
+        if (!alias) {
+          throw ArgumentError(label, "(tensor " + Quoted(names[i]) +
+                                         ") has no backend and no host-addressable elements: the FP8 kernels cannot "
+                                         "reach its memory");
+        }
+        backend = alias->Backend();
+      }
+      if (backend != state_backend) {
+        throw ArgumentError(label, "(tensor " + Quoted(names[i]) + ") is on backend '" + std::string(backend->Name()) +
+                                       "'; the state of " + Quoted(names[i]) + " is on backend '" +
+                                       std::string(state_backend->Name()) + "'");
       }
     }
     entries.push_back(&entry);
@@ -265,6 +292,12 @@ std::map<std::string, ScaleTable::Column> ScaleTable::ReadEntries(mlframework::d
     column.scale_inv = reader.F32();
     if (!std::isfinite(column.scale) || !(column.scale > 0.0f)) {
       reader.Fail("scale of " + Quoted(name) + " (" + std::to_string(column.scale) + ") is not finite and positive");
+    }
+    // The update keeps every scale in [FLT_MIN, FLT_MAX], where 1 / scale is finite; a subnormal
+    // scale's inverse is Inf, and every decode with it would be Inf or NaN.
+    if (column.scale < FLT_MIN) {
+      reader.Fail("scale of " + Quoted(name) + " (" + std::to_string(column.scale) +
+                  ") is below FLT_MIN: its inverse is not finite");
     }
     if (std::bit_cast<std::uint32_t>(column.scale_inv) != std::bit_cast<std::uint32_t>(1.0f / column.scale)) {
       reader.Fail("scale_inv of " + Quoted(name) + " (" + std::to_string(column.scale_inv) + ") is not 1 / scale");

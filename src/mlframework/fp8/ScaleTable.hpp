@@ -4,6 +4,7 @@
 // CurrentScaling differ only in when they update the scales; everything else lives here.
 
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <span>
 #include <string>
@@ -17,6 +18,9 @@
 #include "mlframework/core/StateBlob.hpp"
 
 namespace mlframework::fp8::detail {
+
+// The longest amax history: the state's Float8StateRows(H) rows must not wrap around a size_t.
+inline constexpr std::size_t kMaxAmaxHistory = SIZE_MAX - Float8StateRows(0);
 
 class ScaleTable {
  public:
