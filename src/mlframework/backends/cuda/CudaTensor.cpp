@@ -202,16 +202,16 @@ TensorPtr ExportHook(const TensorPtr& tensor) {
     return tensor;
   }
   const int device = cuda_tensor->DeviceIndex();
-  return TensorPtr(tensor.get(), [kept = tensor, stream = external.stream, device](ITensor* /*unused*/) mutable {
-    try {
-      const DeviceGuard current(device);
-      const StreamGuard guard(stream, device);  // a free of the last reference waits for it too
-      WaitForExternal(device, DeviceContext::Get(device).Stream());
-      kept.reset();
-    } catch (...) {  // a deleter must not throw; the device error surfaces on the next call
-      kept.reset();
-    }
-  });
+  return {tensor.get(), [kept = tensor, stream = external.stream, device](ITensor* /*unused*/) mutable {
+            try {
+              const DeviceGuard current(device);
+              const StreamGuard guard(stream, device);  // a free of the last reference waits for it too
+              WaitForExternal(device, DeviceContext::Get(device).Stream());
+              kept.reset();
+            } catch (...) {  // a deleter must not throw; the device error surfaces on the next call
+              kept.reset();
+            }
+          }};
 }
 
 const mlframework::detail::DeviceTensorHooks kHooks{
