@@ -26,39 +26,48 @@ bool IsHostFloat32(const ITensor& tensor) {
   return tensor.GetDataType() == DataType::Float32 && !tensor.HostBytes().empty();
 }
 
-// ArgumentError naming both entries when two tensors of @p tensors (not null) are one object or
-// their host memory overlaps: a tied weight passed under two names would be updated twice a step,
-// and one gradient tensor under two names unscaled twice by a scaler (in place, once per entry).
-// Device tensors are compared as objects only: the library cannot see where their memory lies.
+// ArgumentError naming both entries when two tensors of @p tensors (not null) share memory: a
+// tied weight passed under two names would be updated twice a step, and one gradient tensor under
+// two names unscaled twice by a scaler (in place, once per entry). Host tensors are compared by
+// their byte ranges (one object twice has the same range), device tensors as objects: the
+// library cannot see where their memory lies. Sorted vectors: SetGradients() runs it every step.
 void RequireNoSharedMemory(const GradientMap& tensors, const std::string& what) {
   const auto entry = [&](const std::string& name) { return what + "[\"" + name + "\"]"; };
-  std::map<const ITensor*, const std::string*> objects;
   struct Range {
     std::uintptr_t begin;
     std::uintptr_t end;
     const std::string* name;
   };
   std::vector<Range> ranges;
+  std::vector<std::pair<const ITensor*, const std::string*>> objects;
   for (const auto& [name, tensor] : tensors) {
-    const auto [it, inserted] = objects.emplace(tensor.get(), &name);
-    if (!inserted) {
-      throw ArgumentError(entry(name), "is the same tensor as " + entry(*it->second) +
-                                           ": pass a tensor shared by two names (a tied weight) once");
-    }
     const std::span<const std::byte> bytes = tensor->HostBytes();
-    if (!bytes.empty()) {
+    if (bytes.empty()) {
+      objects.emplace_back(tensor.get(), &name);
+    } else {
       const auto begin = reinterpret_cast<std::uintptr_t>(bytes.data());
       ranges.push_back({begin, begin + bytes.size(), &name});
     }
   }
-  std::ranges::sort(ranges, {}, &Range::begin);
+  // Stable: of two entries at one address, the later name (map order) is the one named.
+  std::ranges::stable_sort(ranges, {}, &Range::begin);
   const Range* reaching = nullptr;  // of the ranges so far, the one that ends last
   for (const Range& range : ranges) {
     if (reaching != nullptr && range.begin < reaching->end) {
-      throw ArgumentError(entry(*range.name),
-                          "overlaps the memory of " + entry(*reaching->name) + ": each entry needs memory of its own");
+      const bool same = range.begin == reaching->begin && range.end == reaching->end;
+      throw ArgumentError(entry(*range.name), same ? "is the same memory as " + entry(*reaching->name) +
+                                                         ": pass a tensor shared by two names (a tied weight) once"
+                                                   : "overlaps the memory of " + entry(*reaching->name) +
+                                                         ": each entry needs memory of its own");
     }
     if (reaching == nullptr || range.end > reaching->end) reaching = &range;
+  }
+  std::ranges::stable_sort(objects, {}, &std::pair<const ITensor*, const std::string*>::first);
+  for (std::size_t i = 1; i < objects.size(); ++i) {
+    if (objects[i].first == objects[i - 1].first) {
+      throw ArgumentError(entry(*objects[i].second), "is the same tensor as " + entry(*objects[i - 1].second) +
+                                                         ": pass a tensor shared by two names (a tied weight) once");
+    }
   }
 }
 
