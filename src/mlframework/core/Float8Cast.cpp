@@ -55,21 +55,6 @@ void RequirePerTensor(const TensorPtr& tensor, const char* name, std::size_t cou
   }
 }
 
-// @p tensor, or its CPU alias when it has no backend and the host addresses its elements;
-// ArgumentError naming it when it has neither.
-TensorPtr OnABackend(const TensorPtr& tensor, const std::string& name) {
-  if (tensor->Backend() != nullptr) {
-    return tensor;
-  }
-  TensorPtr alias = detail::HostAlias(*tensor, tensor);
-  if (!alias) {
-    throw ArgumentError(name,
-                        "has no backend and no host-addressable elements (ITensor::HostBytes()): the FP8 kernels "
-                        "cannot reach its memory");
-  }
-  return alias;
-}
-
 std::string Where(const ITensor& tensor) {
   return tensor.GetDevice().ToString() + " (backend '" + std::string(tensor.Backend()->Name()) + "')";
 }
@@ -79,7 +64,7 @@ std::string Where(const ITensor& tensor) {
 class Call {
  public:
   Call(const TensorPtr& anchor, const char* anchor_name)
-      : anchor_(OnABackend(anchor, anchor_name)), anchor_name_(anchor_name) {}
+      : anchor_(detail::OnABackend(anchor, anchor_name)), anchor_name_(anchor_name) {}
 
   const TensorBackend& Backend() const { return *anchor_->Backend(); }
   ITensor& Anchor() const { return *anchor_; }
@@ -91,7 +76,7 @@ class Call {
     if (tensor->Backend() == anchor_->Backend() && tensor->GetDevice() == anchor_->GetDevice()) {
       return tensor;
     }
-    TensorPtr resolved = OnABackend(tensor, name());
+    TensorPtr resolved = detail::OnABackend(tensor, name());
     if (resolved->Backend() != anchor_->Backend() || resolved->GetDevice() != anchor_->GetDevice()) {
       throw ArgumentError(name(), "is on " + Where(*resolved) + " but " + anchor_name_ + " is on " + Where(*anchor_) +
                                       ": every tensor of the call must be on one device");

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include <mlframework/core/Device.hpp>
+#include <mlframework/core/Error.hpp>
 
 #include "mlframework/core/DeviceFactory.hpp"
 
@@ -34,6 +35,19 @@ TensorPtr HostAlias(const ITensor& tensor, std::shared_ptr<void> owner) {
   // Writing through the alias is writing the tensor's elements, which MutableHostBytes() allows.
   return DeviceHooks(Device::CPU())
       .Wrap(const_cast<std::byte*>(bytes.data()), tensor.GetShape(), dtype, Device::CPU(), std::move(owner));
+}
+
+TensorPtr OnABackend(const TensorPtr& tensor, const std::string& name) {
+  if (tensor->Backend() != nullptr) {
+    return tensor;
+  }
+  TensorPtr alias = HostAlias(*tensor, tensor);
+  if (!alias) {
+    throw ArgumentError(name,
+                        "has no backend and no host-addressable elements (ITensor::HostBytes()): the FP8 kernels "
+                        "cannot reach its memory");
+  }
+  return alias;
 }
 
 std::optional<std::vector<TensorPtr>> WithHostAliases(std::span<const TensorPtr> tensors) {

@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include <mlframework/core/ITensor.hpp>
@@ -18,6 +19,11 @@ namespace mlframework::detail {
 /// bytes the CPU kernels cannot take (empty, a size other than `Size() * ElementSize`, a shape of
 /// another element count, not aligned to the element size).
 TensorPtr HostAlias(const ITensor& tensor, std::shared_ptr<void> owner);
+
+/// @p tensor, or its CPU alias (HostAlias()) when it has no backend: the tensor the fused
+/// kernels run on. ArgumentError naming @p name when it has neither a backend nor host elements
+/// the CPU kernels can take.
+TensorPtr OnABackend(const TensorPtr& tensor, const std::string& name);
 
 /// @p tensors with every entry HostAlias() accepts replaced by its alias (which keeps the entry
 /// alive), or nullopt when no entry changes. Entries must be non-null.

@@ -133,24 +133,16 @@ std::vector<const ScaleTable::Entry*> ScaleTable::Check(std::span<const std::str
     }
     const Device device = groups_[entry.group].device;
     const TensorBackend* state_backend = groups_[entry.group].state->Backend();
-    for (const auto& [tensor, label] : {std::pair{src[i].get(), At("src", i)}, std::pair{dst[i].get(), At("dst", i)}}) {
-      if (tensor->GetDevice() != device) {
-        throw ArgumentError(label, "is on " + tensor->GetDevice().ToString() + "; the state of " + Quoted(names[i]) +
+    for (const auto& [tensor, label] : {std::pair{&src[i], At("src", i)}, std::pair{&dst[i], At("dst", i)}}) {
+      if ((*tensor)->GetDevice() != device) {
+        throw ArgumentError(label, "is on " + (*tensor)->GetDevice().ToString() + "; the state of " + Quoted(names[i]) +
                                        " is on " + device.ToString());
       }
-      // The kernels take a tensor only on the state's backend (a tensor without one through its
-      // host elements, on the CPU backend). A list is cast run by run, so a tensor they would
-      // refuse must fail the call here, before an earlier run casts, records its amax or rescales.
-      const TensorBackend* backend = tensor->Backend();
-      if (backend == nullptr) {
-        const TensorPtr alias = mlframework::detail::HostAlias(*tensor, nullptr);
-        if (!alias) {
-          throw ArgumentError(label, "(tensor " + Quoted(names[i]) +
-                                         ") has no backend and no host-addressable elements: the FP8 kernels cannot "
-                                         "reach its memory");
-        }
-        backend = alias->Backend();
-      }
+      // The kernels take a tensor only on the state's backend (OnABackend(): one without a backend
+      // through its host elements, on the CPU backend). A list is cast run by run, so a tensor
+      // they would refuse must fail the call here, before an earlier run casts, records its amax
+      // or rescales.
+      const TensorBackend* backend = mlframework::detail::OnABackend(*tensor, label)->Backend();
       if (backend != state_backend) {
         throw ArgumentError(label, "(tensor " + Quoted(names[i]) + ") is on backend '" + std::string(backend->Name()) +
                                        "'; the state of " + Quoted(names[i]) + " is on backend '" +
