@@ -52,6 +52,11 @@ std::vector<std::string> RecordingDriver::Trace() const {
   return trace_;
 }
 
+bool RecordingDriver::Live(const void* pointer) {
+  const std::lock_guard lock(mutex_);
+  return Find(pointer) != live_.end();
+}
+
 void RecordingDriver::NameStream(cudaStream_t stream, const std::string& name) {
   const std::lock_guard lock(mutex_);
   names_[LaneOf(stream)] = name;
@@ -288,6 +293,11 @@ cudaError_t RecordingDriver::MallocFromPoolAsync(void** pointer, std::size_t byt
 
 cudaError_t RecordingDriver::FreeAsync(void* pointer, cudaStream_t stream) {
   const std::lock_guard lock(mutex_);
+  if (capturing_) {
+    // Captured, it would be a graph's free node, which may free only memory a graph allocated:
+    // the runtime fails it (and the capture with it).
+    violations_.push_back("stream-ordered free inside a captured region: cudaFreeAsync on " + LaneName(LaneOf(stream)));
+  }
   ReleaseLocked(pointer, LaneOf(stream), "cudaFreeAsync on " + LaneName(LaneOf(stream)));
   return cudaSuccess;
 }

@@ -21,7 +21,8 @@
 //     ordered after the reads since), and any access to freed memory;
 //   - a stream-ordered free not ordered after the memory's last use; a host release of
 //     memory (ReleaseOnHost, as a framework's allocator does) likewise;
-//   - a host synchronisation or an allocation while a region is marked as captured, an event
+//   - a host synchronisation, an allocation or a stream-ordered free while a region is marked
+//     as captured (a graph's free node may free only memory a graph allocated), an event
 //     query there from a thread not in relaxed capture mode (the runtime forbids it during a
 //     capture in global mode and fails it; so does this driver), and a host query of or wait for
 //     an event recorded inside such a region (the runtime answers cudaErrorCapturedEvent; so
@@ -57,6 +58,8 @@ class RecordingDriver final : public Driver {
   /// The kernels launched (by name) and the copies made ("cudaMemcpyAsync") so far, in call
   /// order: what a test reads to see which work an entry point queued.
   std::vector<std::string> Trace() const;
+  /// Whether @p pointer is inside memory of this recorder that was allocated and not yet freed.
+  bool Live(const void* pointer);
   /// Names @p stream in reports ("framework").
   void NameStream(cudaStream_t stream, const std::string& name);
   /// Marks the start and end of a region a framework captures into a CUDA graph (every stream
