@@ -147,15 +147,21 @@ bool DeviceContext::Capturing(cudaStream_t stream) noexcept {
   return queried == cudaSuccess && status != cudaStreamCaptureStatusNone;
 }
 
-bool DeviceContext::HoldWhileCapturing(void* pointer, std::shared_ptr<const void>& owner) noexcept {
+bool DeviceContext::CaptureUnderway() noexcept {
   // A framework captures on its own stream (a StreamGuard's); the library's stream captures
   // once a call under that guard joined it to the capture. Either way, a free or an event
   // queued now would land in the graph. The legacy default stream never captures.
   ExternalStream external;
   const bool guarded = FindExternalStream(device_, external);
-  if (!Capturing(stream_) && !(guarded && external.stream != nullptr && Capturing(external.stream))) {
+  return Capturing(stream_) || (guarded && external.stream != nullptr && Capturing(external.stream));
+}
+
+bool DeviceContext::HoldWhileCapturing(void* pointer, std::shared_ptr<const void>& owner) noexcept {
+  if (!CaptureUnderway()) {
     return false;
   }
+  ExternalStream external;
+  const bool guarded = FindExternalStream(device_, external);
   try {
     const std::lock_guard lock(held_mutex_);
     held_.push_back(Held{pointer, nullptr, guarded, external.stream});

@@ -68,6 +68,9 @@ class DeviceContext {
   void ReleaseAfterWork(std::shared_ptr<const void> owner) noexcept;
   /// Releases the owners of ReleaseAfterWork() whose work has run (and what a capture held).
   void RetireDeferred() noexcept;
+  /// Whether the stream, or the calling thread's framework stream (StreamGuard), captures work
+  /// into a CUDA graph now: what Free() and ReleaseAfterWork() hold until after the capture.
+  bool CaptureUnderway() noexcept;
 
   /// Orders every later Free() and ReleaseAfterWork() after the work recorded in @p event when
   /// they are called (a communication stream's last collective, re-recorded by its owner), so
