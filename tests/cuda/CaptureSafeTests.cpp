@@ -212,6 +212,56 @@ BOOST_AUTO_TEST_CASE(TheFloat8RecipesScaleUpdateIsCaptureSafe) {
   }
 }
 
+// Fails when a tensor dropped inside a captured region frees its memory there (a graph's free
+// node may free only memory a graph allocated; under a StreamGuard, the free's wait for the
+// framework stream would also fork the library stream into the capture with no join back), when
+// a wrapped tensor's owner waits for an event recorded there (never queryable: the owner would
+// never go), or when either is not released after the capture, with the frees ordered after
+// the work queued before.
+BOOST_AUTO_TEST_CASE(TensorsDroppedInsideACaptureAreReleasedAfterIt) {
+  for (const bool guarded : {false, true}) {
+    BOOST_TEST_CONTEXT((guarded ? "under a StreamGuard" : "without a StreamGuard")) {
+      Recorded recorded;
+      cudaStream_t framework = nullptr;
+      BOOST_REQUIRE(recorded.driver.StreamCreate(&framework, cudaStreamNonBlocking) == cudaSuccess);
+      recorded.driver.NameStream(framework, "framework");
+      // Without a guard the framework computes on the legacy default stream.
+      cudaStream_t reader = guarded ? framework : nullptr;
+      bool released = false;
+      const void* pooled = nullptr;
+      {
+        std::optional<cuda::StreamGuard> guard;
+        if (guarded) {
+          guard.emplace(framework, 0);
+        }
+        void* block = nullptr;
+        BOOST_REQUIRE(recorded.driver.Malloc(&block, 64 * sizeof(float)) == cudaSuccess);
+        TensorPtr wrapped = cuda::Wrap(block, {64}, DataType::Float32, 0, std::shared_ptr<void>(block, [&](void* p) {
+                                         recorded.driver.ReleaseOnHost(p);
+                                         released = true;
+                                       }));
+        TensorPtr dropped = Zeros({64}, DataType::Float32, kGpu);
+        pooled = cuda::DevicePointer(*dropped);
+        // The framework's kernels use the library's tensor (its own memory it orders itself),
+        // the library reads both.
+        FrameworkKernel(recorded, reader, {dropped}, cuda::Use::Write);
+        std::vector<TensorPtr> both{wrapped, dropped};
+        (void)cuda::Backend().Read({both, true}, {});
+        FrameworkKernel(recorded, reader, {dropped}, cuda::Use::Read);
+        recorded.driver.BeginCapture();
+        both.clear();
+        wrapped.reset();
+        dropped.reset();
+        recorded.driver.EndCapture();
+        cuda::Synchronize(0);  // releases what went during the capture
+      }
+      BOOST_TEST(released);
+      BOOST_TEST(!recorded.driver.Live(pooled));
+      RequireOrdered(recorded);
+    }
+  }
+}
+
 // What the capture-safe flows above replace: calls that return a host bool read the device flag,
 // a host synchronisation the checker flags inside a captured region (docs/cuda-backend.md).
 BOOST_AUTO_TEST_CASE(CallsThatReturnTheOverflowToTheHostAreNotCaptureSafe) {

@@ -395,6 +395,32 @@ BOOST_AUTO_TEST_CASE(OperandsOfAnAsyncCollectiveMayGoBeforeTheWait) {
   RequireOrdered(recorded);
 }
 
+// Fails when only the first Wait() orders a stream: a request waited for without a StreamGuard,
+// then again under one (another thread's framework stream, or a guard installed since), must
+// order that framework stream too before it reads the output.
+BOOST_AUTO_TEST_CASE(EachWaitOrdersTheCallersFrameworkStream) {
+  RecordedNccl nccl;
+  Recorded recorded;
+  cudaStream_t framework = nullptr;
+  BOOST_REQUIRE(recorded.driver.StreamCreate(&framework, cudaStreamNonBlocking) == cudaSuccess);
+  recorded.driver.NameStream(framework, "framework");
+  {
+    const std::shared_ptr<IProcessGroup> group = Group();
+    const TensorPtr in = Zeros({64}, DataType::Float32, kGpu);
+    const TensorPtr out = Zeros({64}, DataType::Float32, kGpu);
+    const CollectiveRequestPtr request = group->AllGatherAsync(*in, *out);
+    request->Wait();
+    {
+      const cuda::StreamGuard guard(framework, 0);
+      request->Wait();
+      FrameworkKernel(recorded, framework, {out}, cuda::Use::Read);
+    }
+    cuda::Synchronize(0);
+    BOOST_REQUIRE(recorded.driver.StreamSynchronize(framework) == cudaSuccess);
+  }
+  RequireOrdered(recorded);
+}
+
 // Fails when anything blocks the host before the watchdog knows the collective: the
 // all-reduce of host values must end in a CommunicationError after the timeout.
 BOOST_AUTO_TEST_CASE(ADeadPeerEndsInACommunicationErrorAfterTheTimeout) {

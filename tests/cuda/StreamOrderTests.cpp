@@ -162,6 +162,32 @@ BOOST_AUTO_TEST_CASE(FlagsHostSynchronisationAndAllocationInACapturedRegion) {
   BOOST_TEST(driver.Violations().size() == 5u, Joined(driver.Violations()));
 }
 
+// A stream that waits for an event recorded in a capture joins it (a fork) and must be joined
+// back into the stream it was forked from before the capture ends.
+BOOST_AUTO_TEST_CASE(FlagsAStreamForkedIntoACaptureAndNotJoinedBack) {
+  cuda::RecordingDriver driver;
+  cudaStream_t origin = nullptr;
+  cudaStream_t side = nullptr;
+  driver.StreamCreate(&origin, cudaStreamNonBlocking);
+  driver.StreamCreate(&side, cudaStreamNonBlocking);
+  cudaEvent_t fork = nullptr;
+  cudaEvent_t join = nullptr;
+  driver.EventCreate(&fork);
+  driver.EventCreate(&join);
+  for (const bool joined : {true, false}) {
+    driver.BeginCapture();
+    driver.EventRecord(fork, origin);
+    driver.StreamWaitEvent(side, fork);
+    driver.EventRecord(join, side);  // the side stream's captured work
+    if (joined) {
+      driver.StreamWaitEvent(origin, join);
+    }
+    driver.EndCapture();
+    BOOST_TEST(driver.Violations().size() == (joined ? 0u : 1u), Joined(driver.Violations()));
+  }
+  BOOST_TEST(driver.Violations().back().find("not joined back") != std::string::npos);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_SUITE(StreamOrderEntryPoints)
@@ -559,6 +585,37 @@ BOOST_AUTO_TEST_CASE(ExportedMemoryGoesBackAfterTheReceiversStream) {
                          [] {});
   exported->deleter(exported);
   // The next allocation may be handed the same block and written on the library stream.
+  const std::vector<TensorPtr> next{Zeros({256}, DataType::Float32, kGpu)};
+  ScaleInPlace(next, 3.0f);
+  RequireOrdered(recorded);
+}
+
+// The receiver drops the exported tensor while its stream captures a CUDA graph (its host code
+// runs during the capture). Fails when the deleter forks the library stream into the capture
+// (its wait for the receiver's stream, never joined back), or frees there, or when the memory
+// does not go back after the capture, ordered after the receiver's stream.
+BOOST_AUTO_TEST_CASE(AnExportDroppedInsideACaptureGoesBackAfterIt) {
+  Recorded recorded;
+  cudaStream_t framework = nullptr;
+  BOOST_REQUIRE(recorded.driver.StreamCreate(&framework, cudaStreamNonBlocking) == cudaSuccess);
+  recorded.driver.NameStream(framework, "framework");
+  DLManagedTensor* exported = nullptr;
+  {
+    const cuda::StreamGuard guard(framework, 0);
+    const std::vector<TensorPtr> result{Zeros({256}, DataType::Float32, kGpu)};
+    ScaleInPlace(result, 2.0f);
+    exported = ToDLPack(result[0]);
+  }
+  const void* memory = exported->dl_tensor.data;
+  const cuda::BufferUse read{exported->dl_tensor.data, 256 * sizeof(float), cuda::Use::Read};
+  recorded.driver.Launch("framework kernel", framework, cuda::KernelOperands{{}, cuda::Access::ReadOnly, {&read, 1}},
+                         [] {});
+  recorded.driver.BeginCapture();
+  recorded.driver.Launch("captured framework kernel", framework, cuda::KernelOperands{}, [] {});
+  exported->deleter(exported);
+  recorded.driver.EndCapture();
+  cuda::Synchronize(0);  // releases what went during the capture
+  BOOST_TEST(!recorded.driver.Live(memory));
   const std::vector<TensorPtr> next{Zeros({256}, DataType::Float32, kGpu)};
   ScaleInPlace(next, 3.0f);
   RequireOrdered(recorded);

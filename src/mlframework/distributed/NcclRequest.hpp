@@ -33,7 +33,7 @@ class NcclRequest final : public CollectiveRequest {
   }
   ~NcclRequest() override {
     try {
-      Wait();
+      if (!waited_) Wait();
     } catch (...) {  // NOLINT(bugprone-empty-catch): the group's watchdog reports the failure
     }
     MLFW_CUDA_CHECK_NOTHROW(Driver().EventDestroy(done_));
@@ -57,17 +57,20 @@ class NcclRequest final : public CollectiveRequest {
     return true;
   }
   // Stream order, as the blocking calls: later work on the compute stream and on the calling
-  // thread's framework stream sees the result.
+  // thread's framework stream sees the result. The compute stream waits once; the framework
+  // stream at every call, since a later Wait() may come from another thread or under another
+  // StreamGuard, whose stream has not waited yet.
   void Wait() override {
     ThrowIfAborted();
-    if (waited_) return;
     backends::cuda::DeviceGuard guard(context_->DeviceIndex());
-    MLFW_CUDA_CHECK(Driver().StreamWaitEvent(context_->Stream(), done_));
+    if (!waited_) {
+      MLFW_CUDA_CHECK(Driver().StreamWaitEvent(context_->Stream(), done_));
+      waited_ = true;
+    }
     backends::cuda::ExternalStream external;
     if (backends::cuda::FindExternalStream(context_->DeviceIndex(), external)) {
       MLFW_CUDA_CHECK(Driver().StreamWaitEvent(external.stream, done_));
     }
-    waited_ = true;
   }
 
  private:

@@ -195,6 +195,47 @@ void* DataPointerHook(const ITensor& tensor) {
 // (so do the later frees of any other holder of the tensor). The stream must still exist then.
 // Without a guard the receiver's stream is the legacy default stream (or the library's), which
 // the library's blocking stream is ordered with already.
+void ReleaseExport(TensorPtr& kept, cudaStream_t stream, int device) noexcept;
+
+// An export dropped while its stream captured a CUDA graph, released after the capture.
+struct HeldExport {
+  TensorPtr kept;
+  cudaStream_t stream = nullptr;
+  int device = 0;
+  HeldExport() = default;
+  HeldExport(const HeldExport&) = delete;
+  HeldExport& operator=(const HeldExport&) = delete;
+  HeldExport(HeldExport&&) = delete;
+  HeldExport& operator=(HeldExport&&) = delete;
+  ~HeldExport() { ReleaseExport(kept, stream, device); }
+};
+
+// The deleter's work (see ExportHook). While the stream captures, the wait would fork the
+// library stream into the capture with no join back: the reference is held instead
+// (ReleaseAfterWork() keeps it until after the capture), and released then with the wait.
+void ReleaseExport(TensorPtr& kept, cudaStream_t stream, int device) noexcept {
+  if (!kept) {
+    return;
+  }
+  try {
+    const DeviceGuard current(device);
+    const StreamGuard guard(stream, device);  // a free of the last reference waits for it too
+    DeviceContext& context = DeviceContext::Get(device);
+    if (context.CaptureUnderway()) {
+      auto held = std::make_shared<HeldExport>();
+      held->stream = stream;
+      held->device = device;
+      held->kept = std::move(kept);
+      context.ReleaseAfterWork(std::move(held));
+      return;
+    }
+    WaitForExternal(device, context.Stream());
+    kept.reset();
+  } catch (...) {  // a deleter must not throw; the device error surfaces on the next call
+    kept.reset();
+  }
+}
+
 TensorPtr ExportHook(const TensorPtr& tensor) {
   const auto* cuda_tensor = dynamic_cast<const CudaTensor*>(tensor.get());
   ExternalStream external;
@@ -203,14 +244,7 @@ TensorPtr ExportHook(const TensorPtr& tensor) {
   }
   const int device = cuda_tensor->DeviceIndex();
   return {tensor.get(), [kept = tensor, stream = external.stream, device](ITensor* /*unused*/) mutable {
-            try {
-              const DeviceGuard current(device);
-              const StreamGuard guard(stream, device);  // a free of the last reference waits for it too
-              WaitForExternal(device, DeviceContext::Get(device).Stream());
-              kept.reset();
-            } catch (...) {  // a deleter must not throw; the device error surfaces on the next call
-              kept.reset();
-            }
+            ReleaseExport(kept, stream, device);
           }};
 }
 

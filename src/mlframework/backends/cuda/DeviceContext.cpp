@@ -5,6 +5,7 @@
 #include <limits>
 #include <memory>
 #include <new>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -119,23 +120,117 @@ void DeviceContext::Free(void* pointer) noexcept {
   int previous = -1;
   const bool switched =
       driver_->GetDevice(&previous) == cudaSuccess && previous != device_ && driver_->SetDevice(device_) == cudaSuccess;
-  if (stream_ordered_) {
-    try {
-      // The framework's stream may still read library memory it was handed (the FP32 outputs).
-      WaitForExternal(device_, stream_);
-    } catch (const BackendError&) {  // a free must not throw; the device error surfaces on the next call
+  std::shared_ptr<const void> no_owner;
+  if (!HoldWhileCapturing(pointer, no_owner)) {
+    ReleaseHeld();
+    if (stream_ordered_) {
+      try {
+        // The framework's stream may still read library memory it was handed (the FP32 outputs).
+        WaitForExternal(device_, stream_);
+      } catch (const BackendError&) {  // a free must not throw; the device error surfaces on the next call
+      }
+      WaitForSideStreams();
+      MLFW_CUDA_CHECK_NOTHROW(driver_->FreeAsync(pointer, stream_));
+    } else {
+      MLFW_CUDA_CHECK_NOTHROW(driver_->Free(pointer));
     }
-    WaitForSideStreams();
-    MLFW_CUDA_CHECK_NOTHROW(driver_->FreeAsync(pointer, stream_));
-  } else {
-    MLFW_CUDA_CHECK_NOTHROW(driver_->Free(pointer));
   }
   if (switched) {
     MLFW_CUDA_CHECK_NOTHROW(driver_->SetDevice(previous));
   }
 }
 
+bool DeviceContext::Capturing(cudaStream_t stream) noexcept {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  const cudaError_t queried = driver_->StreamIsCapturing(stream, &status);
+  MLFW_CUDA_CHECK_NOTHROW(queried);
+  return queried == cudaSuccess && status != cudaStreamCaptureStatusNone;
+}
+
+bool DeviceContext::CaptureUnderway() noexcept {
+  // A framework captures on its own stream (a StreamGuard's); the library's stream captures
+  // once a call under that guard joined it to the capture. Either way, a free or an event
+  // queued now would land in the graph. The legacy default stream never captures.
+  ExternalStream external;
+  const bool guarded = FindExternalStream(device_, external);
+  return Capturing(stream_) || (guarded && external.stream != nullptr && Capturing(external.stream));
+}
+
+bool DeviceContext::HoldWhileCapturing(void* pointer, std::shared_ptr<const void>& owner) noexcept {
+  if (!CaptureUnderway()) {
+    return false;
+  }
+  ExternalStream external;
+  const bool guarded = FindExternalStream(device_, external);
+  try {
+    const std::lock_guard lock(held_mutex_);
+    held_.push_back(Held{pointer, nullptr, guarded, external.stream});
+    held_.back().owner = std::move(owner);
+    return true;
+  } catch (const std::bad_alloc&) {
+    return false;
+  }
+}
+
+void DeviceContext::ReleaseHeld() noexcept {
+  std::vector<Held> ready;
+  try {
+    const std::lock_guard lock(held_mutex_);
+    if (held_.empty() || Capturing(stream_)) {
+      return;
+    }
+    ready.reserve(held_.size());
+    std::erase_if(held_, [&](Held& entry) {
+      if (entry.guarded && entry.external != nullptr && Capturing(entry.external)) {
+        return false;  // its framework stream still captures
+      }
+      ready.push_back(std::move(entry));
+      return true;
+    });
+  } catch (const std::bad_alloc&) {
+    return;  // kept for the next call
+  }
+  std::optional<DeviceGuard> current;  // the event below belongs to the current device
+  try {
+    current.emplace(device_);
+  } catch (const BackendError&) {  // the device error surfaces on the next call
+  }
+  for (Held& entry : ready) {
+    if (entry.pointer == nullptr) {
+      ReleaseNow(std::move(entry.owner));
+      continue;
+    }
+    if (!stream_ordered_) {
+      MLFW_CUDA_CHECK_NOTHROW(driver_->Free(entry.pointer));
+      continue;
+    }
+    if (entry.guarded) {
+      // Ordered after the work queued on the framework stream by now, which includes what it
+      // queued on the memory before the capture.
+      cudaEvent_t queued = nullptr;
+      if (driver_->EventCreate(&queued) == cudaSuccess) {
+        MLFW_CUDA_CHECK_NOTHROW(driver_->EventRecord(queued, entry.external));
+        MLFW_CUDA_CHECK_NOTHROW(driver_->StreamWaitEvent(stream_, queued));
+        MLFW_CUDA_CHECK_NOTHROW(driver_->EventDestroy(queued));
+      } else {
+        static_cast<void>(cudaGetLastError());
+        MLFW_CUDA_CHECK_NOTHROW(driver_->StreamSynchronize(entry.external));
+      }
+    }
+    WaitForSideStreams();
+    MLFW_CUDA_CHECK_NOTHROW(driver_->FreeAsync(entry.pointer, stream_));
+  }
+}
+
 void DeviceContext::ReleaseAfterWork(std::shared_ptr<const void> owner) noexcept {
+  if (HoldWhileCapturing(nullptr, owner)) {
+    return;
+  }
+  ReleaseHeld();
+  ReleaseNow(std::move(owner));
+}
+
+void DeviceContext::ReleaseNow(std::shared_ptr<const void> owner) noexcept {
   // Released outside the lock: an owner's deleter may drop further tensors of this device.
   std::vector<std::shared_ptr<const void>> released;
   try {
@@ -187,6 +282,7 @@ void DeviceContext::WaitForSideStreams() noexcept {
 }
 
 void DeviceContext::RetireDeferred() noexcept {
+  ReleaseHeld();
   std::vector<std::shared_ptr<const void>> released;
   const std::lock_guard lock(deferred_mutex_);
   RetireDeferredLocked(released);

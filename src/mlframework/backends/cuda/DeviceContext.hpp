@@ -54,15 +54,23 @@ class DeviceContext {
   /// @p bytes of device memory, ordered on the stream (stream-ordered pool when the device has one).
   void* Allocate(std::size_t bytes);
   /// Frees memory from Allocate(), ordered on the stream (and after the calling thread's
-  /// framework stream: StreamGuard); never throws.
+  /// framework stream: StreamGuard); never throws. While the stream or that framework stream
+  /// captures a CUDA graph, the memory is held instead (a free would be captured, and a graph
+  /// may free only memory a graph allocated) and freed by the first Free(), ReleaseAfterWork()
+  /// or RetireDeferred() after the capture, ordered after the framework stream's work by then.
   void Free(void* pointer) noexcept;
 
   /// Releases @p owner (what keeps caller-owned memory alive) once the work queued on the stream
   /// so far has run; the host does not wait (owners whose work is done are released by this
   /// and later calls). Never throws: when no event can be recorded, it waits for the stream.
+  /// During a capture (see Free()) the owner is held until the first such call after it: an
+  /// event recorded in a capture completes only when the graph runs, and cannot be queried.
   void ReleaseAfterWork(std::shared_ptr<const void> owner) noexcept;
-  /// Releases the owners of ReleaseAfterWork() whose work has run.
+  /// Releases the owners of ReleaseAfterWork() whose work has run (and what a capture held).
   void RetireDeferred() noexcept;
+  /// Whether the stream, or the calling thread's framework stream (StreamGuard), captures work
+  /// into a CUDA graph now: what Free() and ReleaseAfterWork() hold until after the capture.
+  bool CaptureUnderway() noexcept;
 
   /// Orders every later Free() and ReleaseAfterWork() after the work recorded in @p event when
   /// they are called (a communication stream's last collective, re-recorded by its owner), so
@@ -155,6 +163,26 @@ class DeviceContext {
   std::vector<cudaEvent_t> side_events_;
   // Queues on the stream a wait for each of side_events_.
   void WaitForSideStreams() noexcept;
+  // Memory of Free() and owners of ReleaseAfterWork() that came during a capture, with the
+  // framework stream of the thread that let them go (a StreamGuard's; that stream must still
+  // exist when they are released, as for an export).
+  struct Held {
+    void* pointer = nullptr;
+    std::shared_ptr<const void> owner;
+    bool guarded = false;
+    cudaStream_t external = nullptr;
+  };
+  std::mutex held_mutex_;
+  std::vector<Held> held_;
+  // Whether @p stream captures work into a CUDA graph (an error counts as not capturing).
+  bool Capturing(cudaStream_t stream) noexcept;
+  // Holds @p pointer or @p owner (moved from only then) when the stream or the calling thread's
+  // framework stream captures; false otherwise, or when it cannot be held.
+  bool HoldWhileCapturing(void* pointer, std::shared_ptr<const void>& owner) noexcept;
+  // Frees or releases what was held, once neither the stream nor its framework stream captures.
+  void ReleaseHeld() noexcept;
+  // ReleaseAfterWork() outside a capture.
+  void ReleaseNow(std::shared_ptr<const void> owner) noexcept;
   // Under deferred_mutex_: moves the owners whose work is done to @p released.
   void RetireDeferredLocked(std::vector<std::shared_ptr<const void>>& released) noexcept;
 };

@@ -52,6 +52,11 @@ std::vector<std::string> RecordingDriver::Trace() const {
   return trace_;
 }
 
+bool RecordingDriver::Live(const void* pointer) {
+  const std::lock_guard lock(mutex_);
+  return Find(pointer) != live_.end();
+}
+
 void RecordingDriver::NameStream(cudaStream_t stream, const std::string& name) {
   const std::lock_guard lock(mutex_);
   names_[LaneOf(stream)] = name;
@@ -60,11 +65,24 @@ void RecordingDriver::NameStream(cudaStream_t stream, const std::string& name) {
 void RecordingDriver::BeginCapture() {
   const std::lock_guard lock(mutex_);
   capturing_ = true;
+  capture_origin_.reset();
+  forked_.clear();
 }
 
 void RecordingDriver::EndCapture() {
   const std::lock_guard lock(mutex_);
+  // A stream forked into the capture must be joined back into the stream it was forked from,
+  // all of its captured work, before the capture ends (else cudaErrorStreamCaptureUnjoined).
+  for (const auto& [lane, origin] : forked_) {
+    const Clock& joined = clocks_[origin];
+    if (lane >= joined.size() || joined[lane] < clocks_[lane][lane]) {
+      violations_.push_back(LaneName(lane) + " was forked into the captured region from " + LaneName(origin) +
+                            " and not joined back before its end (cudaErrorStreamCaptureUnjoined)");
+    }
+  }
   capturing_ = false;
+  capture_origin_.reset();
+  forked_.clear();
 }
 
 void RecordingDriver::ReleaseOnHost(void* pointer) {
@@ -187,6 +205,7 @@ cudaError_t RecordingDriver::EventRecord(cudaEvent_t event, cudaStream_t stream)
   const std::size_t lane = LaneOf(stream);
   Begin(lane);
   events_[event] = clocks_[lane];
+  recorded_on_[event] = lane;
   if (capturing_) {
     captured_events_[event] = true;
   } else {
@@ -204,6 +223,13 @@ cudaError_t RecordingDriver::StreamWaitEvent(cudaStream_t stream, cudaEvent_t ev
   const std::lock_guard lock(mutex_);
   ++operations_;
   const std::size_t lane = LaneOf(stream);
+  if (capturing_ && captured_events_.contains(event)) {
+    // A wait for an event of the capture makes a stream not yet in it part of it (a fork).
+    const std::size_t from = recorded_on_[event];
+    if (lane != from && lane != capture_origin_ && !forked_.contains(lane)) {
+      forked_[lane] = from;
+    }
+  }
   Begin(lane);
   Join(clocks_[lane], events_[event]);
   if (never_.contains(event)) {
@@ -288,6 +314,11 @@ cudaError_t RecordingDriver::MallocFromPoolAsync(void** pointer, std::size_t byt
 
 cudaError_t RecordingDriver::FreeAsync(void* pointer, cudaStream_t stream) {
   const std::lock_guard lock(mutex_);
+  if (capturing_) {
+    // Captured, it would be a graph's free node, which may free only memory a graph allocated:
+    // the runtime fails it (and the capture with it).
+    violations_.push_back("stream-ordered free inside a captured region: cudaFreeAsync on " + LaneName(LaneOf(stream)));
+  }
   ReleaseLocked(pointer, LaneOf(stream), "cudaFreeAsync on " + LaneName(LaneOf(stream)));
   return cudaSuccess;
 }
@@ -413,6 +444,9 @@ std::size_t RecordingDriver::LaneOf(cudaStream_t stream) {
 }
 
 std::uint64_t RecordingDriver::Begin(std::size_t lane) {
+  if (capturing_ && lane != kHost && !capture_origin_ && !forked_.contains(lane)) {
+    capture_origin_ = lane;  // the first stream to queue work in the region captures it
+  }
   Clock& clock = clocks_[lane];
   if (lane != kHost) {
     Join(clock, clocks_[kHost]);

@@ -21,11 +21,15 @@
 //     ordered after the reads since), and any access to freed memory;
 //   - a stream-ordered free not ordered after the memory's last use; a host release of
 //     memory (ReleaseOnHost, as a framework's allocator does) likewise;
-//   - a host synchronisation or an allocation while a region is marked as captured, an event
+//   - a host synchronisation, an allocation or a stream-ordered free while a region is marked
+//     as captured (a graph's free node may free only memory a graph allocated), an event
 //     query there from a thread not in relaxed capture mode (the runtime forbids it during a
 //     capture in global mode and fails it; so does this driver), and a host query of or wait for
 //     an event recorded inside such a region (the runtime answers cudaErrorCapturedEvent; so
-//     does this driver);
+//     does this driver); a stream forked into the region (it waited for an event recorded
+//     there on a stream in it; the first stream to queue work in the region is in it) whose
+//     work there is not all joined back into the stream it was forked from at the region's end
+//     (cudaErrorStreamCaptureUnjoined);
 //   - a host wait for work that never ends (after Stall(): a dead peer's collective), which
 //     would hang; the call returns cudaErrorLaunchTimeout instead of blocking.
 // Memory the recorder did not hand out (a pageable host vector) is not tracked.
@@ -34,6 +38,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -57,6 +62,8 @@ class RecordingDriver final : public Driver {
   /// The kernels launched (by name) and the copies made ("cudaMemcpyAsync") so far, in call
   /// order: what a test reads to see which work an entry point queued.
   std::vector<std::string> Trace() const;
+  /// Whether @p pointer is inside memory of this recorder that was allocated and not yet freed.
+  bool Live(const void* pointer);
   /// Names @p stream in reports ("framework").
   void NameStream(cudaStream_t stream, const std::string& name);
   /// Marks the start and end of a region a framework captures into a CUDA graph (every stream
@@ -152,10 +159,13 @@ class RecordingDriver final : public Driver {
   std::set<std::size_t> blocking_;  // lanes of streams that synchronise with the legacy default stream
   std::map<std::size_t, std::string> names_;
   std::map<cudaEvent_t, Clock> events_;
-  std::map<std::size_t, bool> stalled_;          // lanes whose work never ends
-  std::map<cudaEvent_t, bool> never_;            // events recorded after such work
-  std::map<cudaEvent_t, bool> captured_events_;  // events last recorded inside a captured region
-  std::set<std::thread::id> relaxed_threads_;    // threads in relaxed capture mode
+  std::map<std::size_t, bool> stalled_;             // lanes whose work never ends
+  std::map<cudaEvent_t, bool> never_;               // events recorded after such work
+  std::map<cudaEvent_t, bool> captured_events_;     // events last recorded inside a captured region
+  std::set<std::thread::id> relaxed_threads_;       // threads in relaxed capture mode
+  std::map<cudaEvent_t, std::size_t> recorded_on_;  // the lane of each event's last record
+  std::optional<std::size_t> capture_origin_;       // the lane that queued first in the captured region
+  std::map<std::size_t, std::size_t> forked_;       // lanes forked into the region -> the lane forked from
   std::map<std::uintptr_t, Allocation> live_;
   std::map<std::uintptr_t, std::size_t> freed_;  // base -> bytes of freed allocations
   std::uintptr_t next_handle_ = 0x1000;
