@@ -173,6 +173,29 @@ BOOST_AUTO_TEST_CASE(ExportRoundTripsThroughDLPack) {
   }
 }
 
+// An empty tensor addresses no element: its strides describe nothing, and whatever its producer
+// wrote (the library's own export writes 0 before a zero extent) is accepted.
+BOOST_AUTO_TEST_CASE(EmptyTensorsImportWithAnyStrides) {
+  const TensorPtr original = Zeros({2, 0, 3}, DataType::Float32);
+  DLManagedTensor* exported = ToDLPack(original);
+  const TensorPtr back = FromDLPack(exported);  // takes ownership of the export
+  BOOST_TEST(back->GetShape() == (Shape{2, 0, 3}), boost::test_tools::per_element());
+  BOOST_TEST(back->Size() == 0u);
+
+  Managed m({}, {4, 0});
+  std::vector<std::int64_t> strides = {5, 9};
+  m.managed.dl_tensor.strides = strides.data();
+  BOOST_TEST(FromDLPack(&m.managed)->GetShape() == (Shape{4, 0}), boost::test_tools::per_element());
+  BOOST_TEST(m.deleted == 1);
+  // Non-empty memory keeps the compact rule.
+  Managed dense({1.0f, 2.0f}, {2});
+  strides = {2};
+  dense.managed.dl_tensor.strides = strides.data();
+  BOOST_CHECK_EXCEPTION(FromDLPack(&dense.managed), ArgumentError,
+                        [](const ArgumentError& e) { return e.Parameter() == "managed->dl_tensor.strides[0]"; });
+  BOOST_TEST(dense.deleted == 0);
+}
+
 BOOST_AUTO_TEST_CASE(UserTensorsOverHostMemoryExport) {
   // A user's ITensor without a backend that gives its memory through HostBytes().
   struct HostVector final : ITensor {

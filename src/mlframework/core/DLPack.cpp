@@ -1,5 +1,6 @@
 #include <mlframework/core/DLPack.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -48,7 +49,7 @@ Device DeviceOf(const DLDevice& device) {
 }
 
 // The shape, after checking it and the strides (compact row-major; extent-1 dimensions may carry
-// any stride, as PyTorch writes them).
+// any stride, as PyTorch writes them; a tensor without elements any strides at all).
 Shape ShapeOf(const DLTensor& tensor) {
   constexpr int kMaxDims = 64;  // DLPack leaves it open; anything deeper is a corrupt descriptor
   if (tensor.ndim < 0 || tensor.ndim > kMaxDims) {
@@ -66,7 +67,10 @@ Shape ShapeOf(const DLTensor& tensor) {
     }
     shape.push_back(static_cast<std::size_t>(tensor.shape[i]));
   }
-  if (tensor.strides != nullptr) {
+  // An empty tensor addresses no element, so its strides describe nothing, and producers write
+  // them variously (ToDLPack() 0 before a zero extent, PyTorch the product of the extents >= 1).
+  const bool empty = std::find(shape.begin(), shape.end(), std::size_t{0}) != shape.end();
+  if (tensor.strides != nullptr && !empty) {
     std::int64_t expected = 1;
     for (int i = tensor.ndim - 1; i >= 0; --i) {
       if (tensor.shape[i] != 1 && tensor.strides[i] != expected) {
