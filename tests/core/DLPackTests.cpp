@@ -220,6 +220,39 @@ BOOST_AUTO_TEST_CASE(UserTensorsOverHostMemoryExport) {
   BOOST_TEST(back->ToFloatVector() == user->values, boost::test_tools::per_element());
 }
 
+// A user's tensor whose host bytes are not exactly its elements (fewer bytes than Size() of
+// them, or a shape of another element count) is refused: the receiver would read the shape's
+// elements past the bytes.
+BOOST_AUTO_TEST_CASE(UserTensorsWhoseBytesAreNotTheirElementsDoNotExport) {
+  struct ShortBytes final : ITensor {
+    std::vector<float> values{1.0f, 2.0f, 3.0f, 4.0f};
+    Shape shape{4};
+    std::size_t bytes = 2 * sizeof(float);
+    DataType GetDataType() const override { return DataType::Float32; }
+    Device GetDevice() const override { return Device::CPU(); }
+    const Shape& GetShape() const override { return shape; }
+    std::size_t Size() const override { return 4; }
+    std::vector<float> ToFloatVector() const override { return values; }
+    void CopyFromFloats(std::span<const float>) override {}
+
+   protected:
+    std::span<std::byte> HostStorage() const noexcept override {
+      return {reinterpret_cast<std::byte*>(const_cast<float*>(values.data())), bytes};
+    }
+  };
+  const auto user = std::make_shared<ShortBytes>();
+  BOOST_CHECK_EXCEPTION(ToDLPack(user), ArgumentError,
+                        [](const ArgumentError& e) { return e.Parameter() == "tensor"; });
+  user->bytes = 4 * sizeof(float);
+  user->shape = {2, 3};  // 6 elements over 4
+  BOOST_CHECK_EXCEPTION(ToDLPack(user), ArgumentError,
+                        [](const ArgumentError& e) { return e.Parameter() == "tensor"; });
+  user->shape = {2, 2};
+  DLManagedTensor* exported = ToDLPack(user);
+  BOOST_TEST(exported->dl_tensor.data == user->values.data());
+  exported->deleter(exported);
+}
+
 BOOST_AUTO_TEST_CASE(ExportKeepsTheTensorAlive) {
   std::weak_ptr<ITensor> watch;
   DLManagedTensor* exported = nullptr;

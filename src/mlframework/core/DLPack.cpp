@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -178,8 +179,21 @@ DLManagedTensor* ToDLPack(const TensorPtr& tensor) {
   if (tensor->Size() > 0) {
     data = detail::DeviceHooks(device).DataPointer(*tensor);
     if (data == nullptr && device.IsCPU()) {
-      // Any tensor whose elements the host addresses (a user's ITensor over host memory) exports too.
-      data = tensor->MutableHostBytes().data();
+      // Any tensor whose elements the host addresses (a user's ITensor over host memory) exports
+      // too, when its bytes are exactly its elements, aligned, in its shape: the receiver reads
+      // the shape's elements from there (the rule of the CPU kernels' alias, detail::HostAlias()).
+      const std::span<std::byte> bytes = tensor->MutableHostBytes();
+      const std::size_t element = ElementSize(tensor->GetDataType());
+      if (!bytes.empty() && (bytes.size() % element != 0 || bytes.size() / element != tensor->Size() ||
+                             reinterpret_cast<std::uintptr_t>(bytes.data()) % element != 0 ||
+                             ElementCount(tensor->GetShape()) != tensor->Size())) {
+        throw ArgumentError("tensor", "has no backend, and its HostBytes() (" + std::to_string(bytes.size()) +
+                                          " bytes) are not its Size() " + std::to_string(tensor->Size()) +
+                                          " elements of " + std::string(ToString(tensor->GetDataType())) +
+                                          ", element-aligned, in its shape " + ToString(tensor->GetShape()) +
+                                          ": the export would describe other memory");
+      }
+      data = bytes.data();
     }
     if (data == nullptr) {
       throw ArgumentError("tensor", "on " + device.ToString() +
