@@ -31,18 +31,28 @@ constexpr EnumMap<mlfw_precision, DataType, 3> kPrecisions{
 
 using Options = mlfw_mixed_precision_options;
 constexpr FieldMap kOptionsFields{
-    EnumField{&Options::precision, &mp::MixedPrecisionOptions::Precision, kPrecisions, "options->precision"},
-    Field{&Options::enable_dynamic_loss_scaling, &mp::MixedPrecisionOptions::EnableDynamicLossScaling},
-    Field{&Options::initial_loss_scale, &mp::MixedPrecisionOptions::InitialLossScale},
-    Field{&Options::growth_factor, &mp::MixedPrecisionOptions::GrowthFactor},
-    Field{&Options::backoff_factor, &mp::MixedPrecisionOptions::BackoffFactor},
-    Field{&Options::growth_interval, &mp::MixedPrecisionOptions::GrowthInterval},
-    Field{&Options::min_loss_scale, &mp::MixedPrecisionOptions::MinLossScale},
-    Field{&Options::max_loss_scale, &mp::MixedPrecisionOptions::MaxLossScale},
-    Field{&Options::max_consecutive_overflows, &mp::MixedPrecisionOptions::MaxConsecutiveOverflows},
-    Field{&Options::enable_gradient_clipping, &mp::MixedPrecisionOptions::EnableGradientClipping},
-    Field{&Options::max_grad_norm, &mp::MixedPrecisionOptions::MaxGradNorm},
-    Field{&Options::enable_auto_fallback, &mp::MixedPrecisionOptions::EnableAutoFallback}};
+    EnumField{&Options::precision, &mp::MixedPrecisionOptions::Precision, kPrecisions, {"precision", "Precision"}},
+    Field{&Options::enable_dynamic_loss_scaling,
+          &mp::MixedPrecisionOptions::EnableDynamicLossScaling,
+          {"enable_dynamic_loss_scaling", "EnableDynamicLossScaling"}},
+    Field{&Options::initial_loss_scale,
+          &mp::MixedPrecisionOptions::InitialLossScale,
+          {"initial_loss_scale", "InitialLossScale"}},
+    Field{&Options::growth_factor, &mp::MixedPrecisionOptions::GrowthFactor, {"growth_factor", "GrowthFactor"}},
+    Field{&Options::backoff_factor, &mp::MixedPrecisionOptions::BackoffFactor, {"backoff_factor", "BackoffFactor"}},
+    Field{&Options::growth_interval, &mp::MixedPrecisionOptions::GrowthInterval, {"growth_interval", "GrowthInterval"}},
+    Field{&Options::min_loss_scale, &mp::MixedPrecisionOptions::MinLossScale, {"min_loss_scale", "MinLossScale"}},
+    Field{&Options::max_loss_scale, &mp::MixedPrecisionOptions::MaxLossScale, {"max_loss_scale", "MaxLossScale"}},
+    Field{&Options::max_consecutive_overflows,
+          &mp::MixedPrecisionOptions::MaxConsecutiveOverflows,
+          {"max_consecutive_overflows", "MaxConsecutiveOverflows"}},
+    Field{&Options::enable_gradient_clipping,
+          &mp::MixedPrecisionOptions::EnableGradientClipping,
+          {"enable_gradient_clipping", "EnableGradientClipping"}},
+    Field{&Options::max_grad_norm, &mp::MixedPrecisionOptions::MaxGradNorm, {"max_grad_norm", "MaxGradNorm"}},
+    Field{&Options::enable_auto_fallback,
+          &mp::MixedPrecisionOptions::EnableAutoFallback,
+          {"enable_auto_fallback", "EnableAutoFallback"}}};
 
 // Deletes a managed tensor that has not been handed to the caller yet.
 struct ManagedDeleter {
@@ -62,9 +72,12 @@ mlfw_status mlfw_mixed_precision_options_default(mlfw_mixed_precision_options* o
 
 mlfw_status mlfw_conversion_layer_create(const mlfw_mixed_precision_options* options, mlfw_conversion_layer_t* out) {
   return Call([&] {
-    const mp::MixedPrecisionOptions cpp = mlframework::c_api::kOptionsFields.ToCpp(Deref(options, "options"));
+    const mlfw_mixed_precision_options& c_options = Deref(options, "options");
     Deref(out, "out");
-    *out = std::make_unique<mlfw_conversion_layer>(cpp).release();
+    *out = mlframework::c_api::WithCNames({{"options", mlframework::c_api::kOptionsFields.Names()}}, [&] {
+             return std::make_unique<mlfw_conversion_layer>(
+                 mlframework::c_api::kOptionsFields.ToCpp(c_options, "options"));
+           }).release();
   });
 }
 

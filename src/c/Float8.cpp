@@ -48,12 +48,18 @@ constexpr EnumMap<mlfw_amax_compute_algo, fp8::AmaxComputeAlgorithm, 2> kAmaxAlg
       {MLFW_AMAX_MOST_RECENT, "MLFW_AMAX_MOST_RECENT", fp8::AmaxComputeAlgorithm::MostRecent}}}};
 
 constexpr FieldMap kDelayedScalingFields{
-    Field{&mlfw_delayed_scaling_config::margin, &fp8::DelayedScalingConfig::Margin},
-    EnumField{&mlfw_delayed_scaling_config::fp8_format, &fp8::DelayedScalingConfig::Fp8Format, kRecipeFormats,
-              "fp8_format"},
-    Field{&mlfw_delayed_scaling_config::amax_history_len, &fp8::DelayedScalingConfig::AmaxHistoryLen},
-    EnumField{&mlfw_delayed_scaling_config::amax_compute_algo, &fp8::DelayedScalingConfig::AmaxComputeAlgo,
-              kAmaxAlgorithms, "amax_compute_algo"}};
+    Field{&mlfw_delayed_scaling_config::margin, &fp8::DelayedScalingConfig::Margin, {"margin", "Margin"}},
+    EnumField{&mlfw_delayed_scaling_config::fp8_format,
+              &fp8::DelayedScalingConfig::Fp8Format,
+              kRecipeFormats,
+              {"fp8_format", "Fp8Format"}},
+    Field{&mlfw_delayed_scaling_config::amax_history_len,
+          &fp8::DelayedScalingConfig::AmaxHistoryLen,
+          {"amax_history_len", "AmaxHistoryLen"}},
+    EnumField{&mlfw_delayed_scaling_config::amax_compute_algo,
+              &fp8::DelayedScalingConfig::AmaxComputeAlgo,
+              kAmaxAlgorithms,
+              {"amax_compute_algo", "AmaxComputeAlgo"}}};
 
 // The @p count names of @p names; ArgumentNullError naming `names` or `names[i]`.
 std::vector<std::string> Names(const char* const* names, std::size_t count) {
@@ -145,8 +151,11 @@ mlfw_status mlfw_delayed_scaling_config_default(mlfw_delayed_scaling_config* con
 
 mlfw_status mlfw_delayed_scaling_create(const mlfw_delayed_scaling_config* config, mlfw_fp8_recipe_t* out) {
   return mlframework::c_api::Create(out, [&] {
-    return std::make_unique<mlframework::fp8::DelayedScaling>(
-        mlframework::c_api::kDelayedScalingFields.ToCpp(Deref(config, "config")));
+    const mlfw_delayed_scaling_config& c_config = Deref(config, "config");
+    return mlframework::c_api::WithCNames({{"config", mlframework::c_api::kDelayedScalingFields.Names()}}, [&] {
+      return std::make_unique<mlframework::fp8::DelayedScaling>(
+          mlframework::c_api::kDelayedScalingFields.ToCpp(c_config, "config"));
+    });
   });
 }
 

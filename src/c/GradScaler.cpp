@@ -16,14 +16,22 @@ namespace mlframework::c_api {
 namespace {
 
 constexpr FieldMap kDynamicScalerFields{
-    Field{&mlfw_dynamic_scaler_config::initial_scale, &amp::DynamicScalerConfig::InitialScale},
-    Field{&mlfw_dynamic_scaler_config::growth_factor, &amp::DynamicScalerConfig::GrowthFactor},
-    Field{&mlfw_dynamic_scaler_config::backoff_factor, &amp::DynamicScalerConfig::BackoffFactor},
-    Field{&mlfw_dynamic_scaler_config::growth_interval, &amp::DynamicScalerConfig::GrowthInterval},
-    Field{&mlfw_dynamic_scaler_config::min_scale, &amp::DynamicScalerConfig::MinScale},
-    Field{&mlfw_dynamic_scaler_config::max_scale, &amp::DynamicScalerConfig::MaxScale},
-    Field{&mlfw_dynamic_scaler_config::hysteresis, &amp::DynamicScalerConfig::Hysteresis},
-    Field{&mlfw_dynamic_scaler_config::enabled, &amp::DynamicScalerConfig::Enabled}};
+    Field{&mlfw_dynamic_scaler_config::initial_scale,
+          &amp::DynamicScalerConfig::InitialScale,
+          {"initial_scale", "InitialScale"}},
+    Field{&mlfw_dynamic_scaler_config::growth_factor,
+          &amp::DynamicScalerConfig::GrowthFactor,
+          {"growth_factor", "GrowthFactor"}},
+    Field{&mlfw_dynamic_scaler_config::backoff_factor,
+          &amp::DynamicScalerConfig::BackoffFactor,
+          {"backoff_factor", "BackoffFactor"}},
+    Field{&mlfw_dynamic_scaler_config::growth_interval,
+          &amp::DynamicScalerConfig::GrowthInterval,
+          {"growth_interval", "GrowthInterval"}},
+    Field{&mlfw_dynamic_scaler_config::min_scale, &amp::DynamicScalerConfig::MinScale, {"min_scale", "MinScale"}},
+    Field{&mlfw_dynamic_scaler_config::max_scale, &amp::DynamicScalerConfig::MaxScale, {"max_scale", "MaxScale"}},
+    Field{&mlfw_dynamic_scaler_config::hysteresis, &amp::DynamicScalerConfig::Hysteresis, {"hysteresis", "Hysteresis"}},
+    Field{&mlfw_dynamic_scaler_config::enabled, &amp::DynamicScalerConfig::Enabled, {"enabled", "Enabled"}}};
 
 constexpr EnumMap<mlfw_step_mode, amp::StepMode, 3> kStepModes{
     "mlfw_step_mode",
@@ -51,7 +59,10 @@ mlfw_status mlfw_dynamic_scaler_config_default(mlfw_dynamic_scaler_config* confi
 
 mlfw_status mlfw_grad_scaler_create_dynamic(const mlfw_dynamic_scaler_config* config, mlfw_grad_scaler_t* out) {
   return mlframework::c_api::Create(out, [&] {
-    return mlframework::amp::GradScaler(mlframework::c_api::kDynamicScalerFields.ToCpp(Deref(config, "config")));
+    const mlfw_dynamic_scaler_config& c_config = Deref(config, "config");
+    return mlframework::c_api::WithCNames({{"config", mlframework::c_api::kDynamicScalerFields.Names()}}, [&] {
+      return mlframework::amp::GradScaler(mlframework::c_api::kDynamicScalerFields.ToCpp(c_config, "config"));
+    });
   });
 }
 

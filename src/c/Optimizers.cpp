@@ -19,18 +19,21 @@ namespace mlframework::c_api {
 namespace {
 
 constexpr FieldMap kAdamFields{
-    Field{&mlfw_adam_options::learning_rate, &optimizers::AdamOptions::LearningRate},
-    Field{&mlfw_adam_options::beta1, &optimizers::AdamOptions::Beta1},
-    Field{&mlfw_adam_options::beta2, &optimizers::AdamOptions::Beta2},
-    Field{&mlfw_adam_options::epsilon, &optimizers::AdamOptions::Epsilon},
-    Field{&mlfw_adam_options::weight_decay, &optimizers::AdamOptions::WeightDecay},
-    Field{&mlfw_adam_options::decoupled_weight_decay, &optimizers::AdamOptions::DecoupledWeightDecay}};
+    Field{&mlfw_adam_options::learning_rate, &optimizers::AdamOptions::LearningRate, {"learning_rate", "LearningRate"}},
+    Field{&mlfw_adam_options::beta1, &optimizers::AdamOptions::Beta1, {"beta1", "Beta1"}},
+    Field{&mlfw_adam_options::beta2, &optimizers::AdamOptions::Beta2, {"beta2", "Beta2"}},
+    Field{&mlfw_adam_options::epsilon, &optimizers::AdamOptions::Epsilon, {"epsilon", "Epsilon"}},
+    Field{&mlfw_adam_options::weight_decay, &optimizers::AdamOptions::WeightDecay, {"weight_decay", "WeightDecay"}},
+    Field{&mlfw_adam_options::decoupled_weight_decay,
+          &optimizers::AdamOptions::DecoupledWeightDecay,
+          {"decoupled_weight_decay", "DecoupledWeightDecay"}}};
 
-constexpr FieldMap kSGDFields{Field{&mlfw_sgd_options::learning_rate, &optimizers::SGDOptions::LearningRate},
-                              Field{&mlfw_sgd_options::momentum, &optimizers::SGDOptions::Momentum},
-                              Field{&mlfw_sgd_options::weight_decay, &optimizers::SGDOptions::WeightDecay},
-                              Field{&mlfw_sgd_options::dampening, &optimizers::SGDOptions::Dampening},
-                              Field{&mlfw_sgd_options::nesterov, &optimizers::SGDOptions::Nesterov}};
+constexpr FieldMap kSGDFields{
+    Field{&mlfw_sgd_options::learning_rate, &optimizers::SGDOptions::LearningRate, {"learning_rate", "LearningRate"}},
+    Field{&mlfw_sgd_options::momentum, &optimizers::SGDOptions::Momentum, {"momentum", "Momentum"}},
+    Field{&mlfw_sgd_options::weight_decay, &optimizers::SGDOptions::WeightDecay, {"weight_decay", "WeightDecay"}},
+    Field{&mlfw_sgd_options::dampening, &optimizers::SGDOptions::Dampening, {"dampening", "Dampening"}},
+    Field{&mlfw_sgd_options::nesterov, &optimizers::SGDOptions::Nesterov, {"nesterov", "Nesterov"}}};
 
 constexpr EnumMap<mlfw_state_format, StateFormat, 6> kStateFormats{
     "mlfw_state_format",
@@ -48,29 +51,40 @@ constexpr EnumMap<mlfw_master_format, MasterFormat, 3> kMasterFormats{
        MasterFormat::BFloat16StochasticRounding},
       {MLFW_MASTERS_BFLOAT16_REMAINDER, "MLFW_MASTERS_BFLOAT16_REMAINDER", MasterFormat::BFloat16Remainder}}}};
 
+// The C++ options the fields of mlfw_state_options become, in Adam's options and in SGD's.
+constexpr std::array<FieldName, 5> kAdamStateNames{{{"first", "FirstMomentFormat"},
+                                                    {"second", "SecondMomentFormat"},
+                                                    {"block_size", "StateBlockSize"},
+                                                    {"masters", "Masters"},
+                                                    {"rounding_seed", "RoundingSeed"}}};
+constexpr std::array<FieldName, 4> kSGDStateNames{{{"first", "MomentumFormat"},
+                                                   {"block_size", "StateBlockSize"},
+                                                   {"masters", "Masters"},
+                                                   {"rounding_seed", "RoundingSeed"}}};
+
 // The fields of @p states Adam and SGD share: the block size and the masters.
 template <class Options>
 Options WithBlocksAndMasters(Options options, const mlfw_state_options& states) {
   options.StateBlockSize = states.block_size;
-  options.Masters = kMasterFormats.ToCpp(states.masters, "states.masters");
+  options.Masters = kMasterFormats.ToCpp(states.masters, "states->masters");
   options.RoundingSeed = states.rounding_seed;
   return options;
 }
 
 // The caller's @p states onto Adam's options (the C++ constructor checks the combination).
 optimizers::AdamOptions WithStates(optimizers::AdamOptions options, const mlfw_state_options& states) {
-  options.FirstMomentFormat = kStateFormats.ToCpp(states.first, "states.first");
-  options.SecondMomentFormat = kStateFormats.ToCpp(states.second, "states.second");
+  options.FirstMomentFormat = kStateFormats.ToCpp(states.first, "states->first");
+  options.SecondMomentFormat = kStateFormats.ToCpp(states.second, "states->second");
   return WithBlocksAndMasters(options, states);
 }
 
 // The same for SGD, whose one state is `first`.
 optimizers::SGDOptions WithStates(optimizers::SGDOptions options, const mlfw_state_options& states) {
-  options.MomentumFormat = kStateFormats.ToCpp(states.first, "states.first");
-  if (kStateFormats.ToCpp(states.second, "states.second") != StateFormat::Float32) {
-    throw ArgumentError("states.second", std::to_string(EnumValue(states.second)) +
-                                             " is not MLFW_STATE_FLOAT32: SGD keeps one state, the momentum "
-                                             "(states.first)");
+  options.MomentumFormat = kStateFormats.ToCpp(states.first, "states->first");
+  if (kStateFormats.ToCpp(states.second, "states->second") != StateFormat::Float32) {
+    throw ArgumentError("states->second", std::to_string(EnumValue(states.second)) +
+                                              " is not MLFW_STATE_FLOAT32: SGD keeps one state, the momentum "
+                                              "(states->first)");
   }
   return WithBlocksAndMasters(options, states);
 }
@@ -134,16 +148,20 @@ mlfw_status mlfw_sgd_options_default(mlfw_sgd_options* options) {
 mlfw_status mlfw_adam_create(const char* const* names, const DLTensor* const* parameters, size_t count,
                              const mlfw_adam_options* options, mlfw_optimizer_t* out) {
   return mlframework::c_api::Create(names, parameters, count, out, [&](mlfw_optimizer& handle, const auto& map) {
-    handle.adam = std::make_unique<mlframework::optimizers::Adam>(
-        map, mlframework::c_api::kAdamFields.ToCpp(Deref(options, "options")));
+    mlframework::c_api::WithCNames({{"options", mlframework::c_api::kAdamFields.Names()}}, [&] {
+      handle.adam = std::make_unique<mlframework::optimizers::Adam>(
+          map, mlframework::c_api::kAdamFields.ToCpp(Deref(options, "options"), "options"));
+    });
   });
 }
 
 mlfw_status mlfw_sgd_create(const char* const* names, const DLTensor* const* parameters, size_t count,
                             const mlfw_sgd_options* options, mlfw_optimizer_t* out) {
   return mlframework::c_api::Create(names, parameters, count, out, [&](mlfw_optimizer& handle, const auto& map) {
-    handle.sgd = std::make_unique<mlframework::optimizers::SGD>(
-        map, mlframework::c_api::kSGDFields.ToCpp(Deref(options, "options")));
+    mlframework::c_api::WithCNames({{"options", mlframework::c_api::kSGDFields.Names()}}, [&] {
+      handle.sgd = std::make_unique<mlframework::optimizers::SGD>(
+          map, mlframework::c_api::kSGDFields.ToCpp(Deref(options, "options"), "options"));
+    });
   });
 }
 
@@ -164,9 +182,13 @@ mlfw_status mlfw_adam_create_with_states(const char* const* names, const DLTenso
                                          const mlfw_adam_options* options, const mlfw_state_options* states,
                                          mlfw_optimizer_t* out) {
   return mlframework::c_api::Create(names, parameters, count, out, [&](mlfw_optimizer& handle, const auto& map) {
-    handle.adam = std::make_unique<mlframework::optimizers::Adam>(
-        map, mlframework::c_api::WithStates(mlframework::c_api::kAdamFields.ToCpp(Deref(options, "options")),
-                                            Deref(states, "states")));
+    mlframework::c_api::WithCNames(
+        {{"options", mlframework::c_api::kAdamFields.Names()}, {"states", mlframework::c_api::kAdamStateNames}}, [&] {
+          handle.adam = std::make_unique<mlframework::optimizers::Adam>(
+              map, mlframework::c_api::WithStates(
+                       mlframework::c_api::kAdamFields.ToCpp(Deref(options, "options"), "options"),
+                       Deref(states, "states")));
+        });
   });
 }
 
@@ -174,9 +196,13 @@ mlfw_status mlfw_sgd_create_with_states(const char* const* names, const DLTensor
                                         const mlfw_sgd_options* options, const mlfw_state_options* states,
                                         mlfw_optimizer_t* out) {
   return mlframework::c_api::Create(names, parameters, count, out, [&](mlfw_optimizer& handle, const auto& map) {
-    handle.sgd = std::make_unique<mlframework::optimizers::SGD>(
-        map, mlframework::c_api::WithStates(mlframework::c_api::kSGDFields.ToCpp(Deref(options, "options")),
-                                            Deref(states, "states")));
+    mlframework::c_api::WithCNames(
+        {{"options", mlframework::c_api::kSGDFields.Names()}, {"states", mlframework::c_api::kSGDStateNames}}, [&] {
+          handle.sgd = std::make_unique<mlframework::optimizers::SGD>(
+              map,
+              mlframework::c_api::WithStates(mlframework::c_api::kSGDFields.ToCpp(Deref(options, "options"), "options"),
+                                             Deref(states, "states")));
+        });
   });
 }
 
@@ -240,8 +266,11 @@ mlfw_status mlfw_fused_adam_step(const DLTensor* const* parameters, const DLTens
                                  const DLTensor* const* exp_avg, const DLTensor* const* exp_avg_sq, size_t count,
                                  const mlfw_adam_options* options, int64_t step, void* stream) {
   return Call([&] {
-    const mlframework::AdamStepScalars scalars = mlframework::optimizers::AdamStepScalarsFor(
-        mlframework::c_api::kAdamFields.ToCpp(Deref(options, "options")), step);
+    const mlframework::AdamStepScalars scalars =
+        mlframework::c_api::WithCNames({{"options", mlframework::c_api::kAdamFields.Names()}}, [&] {
+          return mlframework::optimizers::AdamStepScalarsFor(
+              mlframework::c_api::kAdamFields.ToCpp(Deref(options, "options"), "options"), step);
+        });
     const auto params = BorrowList(parameters, count, "parameters");
     const auto grads = BorrowList(gradients, count, "gradients");
     const auto first = BorrowList(exp_avg, count, "exp_avg");
@@ -263,8 +292,11 @@ mlfw_status mlfw_fused_sgd_step(const DLTensor* const* parameters, const DLTenso
                                 const DLTensor* const* momentum_buffers, size_t count, const mlfw_sgd_options* options,
                                 int first_step, void* stream) {
   return Call([&] {
-    const mlframework::SGDStepScalars scalars = mlframework::optimizers::SGDStepScalarsFor(
-        mlframework::c_api::kSGDFields.ToCpp(Deref(options, "options")), first_step != 0);
+    const mlframework::SGDStepScalars scalars =
+        mlframework::c_api::WithCNames({{"options", mlframework::c_api::kSGDFields.Names()}}, [&] {
+          return mlframework::optimizers::SGDStepScalarsFor(
+              mlframework::c_api::kSGDFields.ToCpp(Deref(options, "options"), "options"), first_step != 0);
+        });
     const auto params = BorrowList(parameters, count, "parameters");
     const auto grads = BorrowList(gradients, count, "gradients");
     const auto buffers = momentum_buffers == nullptr ? std::vector<mlframework::TensorPtr>{}

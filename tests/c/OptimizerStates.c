@@ -205,7 +205,7 @@ static void LowBitSGD(void) {
   mlfw_optimizer_t out = sentinel;
   states.second = MLFW_STATE_UINT8_BLOCK;
   EXPECT_STATUS(mlfw_sgd_create_with_states(model.names, model.parameters, 1, &options, &states, &out),
-                MLFW_STATUS_INVALID_ARGUMENT, "states.second");
+                MLFW_STATUS_INVALID_ARGUMENT, "states->second");
   CHECK(out == sentinel);
 }
 
@@ -221,13 +221,13 @@ static void BadStates(void) {
   int bad = 99;
   memcpy(&states.first, &bad, sizeof bad);
   EXPECT_STATUS(mlfw_adam_create_with_states(model.names, model.parameters, 1, &options, &states, &out),
-                MLFW_STATUS_INVALID_ARGUMENT, "states.first");
+                MLFW_STATUS_INVALID_ARGUMENT, "states->first");
   EXPECT_STATUS(mlfw_adam_create_with_states(model.names, model.parameters, 1, &options, &states, &out),
                 MLFW_STATUS_INVALID_ARGUMENT, "99");
   states = LowBitStates();
   memcpy(&states.masters, &bad, sizeof bad);
   EXPECT_STATUS(mlfw_adam_create_with_states(model.names, model.parameters, 1, &options, &states, &out),
-                MLFW_STATUS_INVALID_ARGUMENT, "states.masters");
+                MLFW_STATUS_INVALID_ARGUMENT, "states->masters");
 
   states = LowBitStates();
   states.first = MLFW_STATE_UINT8_BLOCK;

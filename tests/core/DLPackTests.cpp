@@ -173,6 +173,29 @@ BOOST_AUTO_TEST_CASE(ExportRoundTripsThroughDLPack) {
   }
 }
 
+// An empty tensor addresses no element: its strides describe nothing, and whatever its producer
+// wrote (the library's own export writes 0 before a zero extent) is accepted.
+BOOST_AUTO_TEST_CASE(EmptyTensorsImportWithAnyStrides) {
+  const TensorPtr original = Zeros({2, 0, 3}, DataType::Float32);
+  DLManagedTensor* exported = ToDLPack(original);
+  const TensorPtr back = FromDLPack(exported);  // takes ownership of the export
+  BOOST_TEST(back->GetShape() == (Shape{2, 0, 3}), boost::test_tools::per_element());
+  BOOST_TEST(back->Size() == 0u);
+
+  Managed m({}, {4, 0});
+  std::vector<std::int64_t> strides = {5, 9};
+  m.managed.dl_tensor.strides = strides.data();
+  BOOST_TEST(FromDLPack(&m.managed)->GetShape() == (Shape{4, 0}), boost::test_tools::per_element());
+  BOOST_TEST(m.deleted == 1);
+  // Non-empty memory keeps the compact rule.
+  Managed dense({1.0f, 2.0f}, {2});
+  strides = {2};
+  dense.managed.dl_tensor.strides = strides.data();
+  BOOST_CHECK_EXCEPTION(FromDLPack(&dense.managed), ArgumentError,
+                        [](const ArgumentError& e) { return e.Parameter() == "managed->dl_tensor.strides[0]"; });
+  BOOST_TEST(dense.deleted == 0);
+}
+
 BOOST_AUTO_TEST_CASE(UserTensorsOverHostMemoryExport) {
   // A user's ITensor without a backend that gives its memory through HostBytes().
   struct HostVector final : ITensor {
@@ -195,6 +218,39 @@ BOOST_AUTO_TEST_CASE(UserTensorsOverHostMemoryExport) {
   BOOST_TEST(exported->dl_tensor.data == user->values.data());
   const TensorPtr back = FromDLPack(exported);
   BOOST_TEST(back->ToFloatVector() == user->values, boost::test_tools::per_element());
+}
+
+// A user's tensor whose host bytes are not exactly its elements (fewer bytes than Size() of
+// them, or a shape of another element count) is refused: the receiver would read the shape's
+// elements past the bytes.
+BOOST_AUTO_TEST_CASE(UserTensorsWhoseBytesAreNotTheirElementsDoNotExport) {
+  struct ShortBytes final : ITensor {
+    std::vector<float> values{1.0f, 2.0f, 3.0f, 4.0f};
+    Shape shape{4};
+    std::size_t bytes = 2 * sizeof(float);
+    DataType GetDataType() const override { return DataType::Float32; }
+    Device GetDevice() const override { return Device::CPU(); }
+    const Shape& GetShape() const override { return shape; }
+    std::size_t Size() const override { return 4; }
+    std::vector<float> ToFloatVector() const override { return values; }
+    void CopyFromFloats(std::span<const float>) override {}
+
+   protected:
+    std::span<std::byte> HostStorage() const noexcept override {
+      return {reinterpret_cast<std::byte*>(const_cast<float*>(values.data())), bytes};
+    }
+  };
+  const auto user = std::make_shared<ShortBytes>();
+  BOOST_CHECK_EXCEPTION(ToDLPack(user), ArgumentError,
+                        [](const ArgumentError& e) { return e.Parameter() == "tensor"; });
+  user->bytes = 4 * sizeof(float);
+  user->shape = {2, 3};  // 6 elements over 4
+  BOOST_CHECK_EXCEPTION(ToDLPack(user), ArgumentError,
+                        [](const ArgumentError& e) { return e.Parameter() == "tensor"; });
+  user->shape = {2, 2};
+  DLManagedTensor* exported = ToDLPack(user);
+  BOOST_TEST(exported->dl_tensor.data == user->values.data());
+  exported->deleter(exported);
 }
 
 BOOST_AUTO_TEST_CASE(ExportKeepsTheTensorAlive) {

@@ -31,7 +31,7 @@ typedef enum mlfw_precision {
 } mlfw_precision;
 
 /// The layer's settings (C++ MixedPrecisionOptions; mlfw_mixed_precision_options_default()
-/// fills its FP16 recipe). Checked as in C++; the message names the C++ field.
+/// fills its FP16 recipe). Checked as in C++; the message names the field (`options->growth_factor`).
 typedef struct mlfw_mixed_precision_options {
   mlfw_precision precision;         ///< Precision of the parameters and gradients; default FP16.
   int enable_dynamic_loss_scaling;  ///< Non-zero: scale the loss and check for overflow; default 1.

@@ -31,12 +31,11 @@ typedef enum mlfw_status {
 
 /// The message of the last call of the C API on this thread, when it failed; "" when it
 /// succeeded (also when a callback of yours called the C API during it and that call failed).
-/// The same text as the C++ API's exception: an argument of the call is named as the C
-/// caller wrote it ("invalid argument 'gradients[0]->dtype': {code 0, bits 32, lanes 1} is not
-/// float32, float16 or bfloat16 with one lane"), while a value of a settings struct that the
-/// C++ settings' own checks refuse is named as the C++ field ("invalid argument 'GrowthFactor':
-/// must be finite and > 1, got 0.5" for mlfw_dynamic_scaler_config::growth_factor). Valid until the next call of the C API on this
-/// thread; never null.
+/// The same text as the C++ API's exception, with every argument and field named as the C
+/// caller wrote it: an argument ("invalid argument 'gradients[0]->dtype': {code 0, bits 32,
+/// lanes 1} is not float32, float16 or bfloat16 with one lane"), a field of a settings struct
+/// ("invalid argument 'config->growth_factor': must be finite and > 1, got 0.5"). Valid until
+/// the next call of the C API on this thread; never null.
 MLFW_C_API const char* mlfw_last_error(void);
 
 /// The enumerator's name of @p status ("MLFW_STATUS_OK", ...), or "unknown mlfw_status".

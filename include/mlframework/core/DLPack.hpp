@@ -23,7 +23,8 @@ namespace mlframework {
 /// Accepted: device kDLCPU (the CPU backend) or kDLCUDA (the CUDA backend, which needs
 /// mlframework::cuda linked); dtype float32, float16 or bfloat16 with one lane; compact row-major
 /// strides or null strides (strides of extent-1 dimensions are ignored, as PyTorch writes them
-/// freely); `byte_offset` added to `data`; the resulting address aligned to the element size.
+/// freely, and so are all strides of a tensor with no elements: a zero extent); `byte_offset`
+/// added to `data`; the resulting address aligned to the element size.
 ///
 /// Anything else throws, and @p managed is then left untouched (its deleter is not called: the
 /// caller still owns it): ArgumentNullError for a null @p managed; ArgumentError naming the field
@@ -47,9 +48,11 @@ MLFRAMEWORK_EXPORT TensorPtr FromDLPackAsFloat8(DLManagedTensor* managed, DataTy
 /// memory pool only after the work queued on the guard's stream before the deleter's call (the
 /// receiver's reads on that stream, still queued when its host code drops the tensor); that
 /// stream must still exist when the deleter runs.
-/// A user's own ITensor on the CPU exports when it gives its memory through HostBytes().
+/// A user's own ITensor on the CPU exports when it gives its memory through HostBytes():
+/// exactly its Size() elements, aligned to the element size, in a shape of Size() elements.
 /// ArgumentNullError for a null @p tensor; ArgumentError when its memory cannot be addressed
-/// (a user's own ITensor that keeps its elements elsewhere) or its dtype is FP8
+/// (a user's own ITensor that keeps its elements elsewhere, or whose HostBytes() are not its
+/// elements as above) or its dtype is FP8
 /// (Float8E4M3FN, Float8E5M2: this legacy struct has no FP8 type code; FromDLPack() likewise
 /// accepts no FP8 dtype, FromDLPackAsFloat8() takes their bytes).
 MLFRAMEWORK_EXPORT DLManagedTensor* ToDLPack(const TensorPtr& tensor);

@@ -1,7 +1,9 @@
 #include <mlframework/core/DLPack.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -48,7 +50,7 @@ Device DeviceOf(const DLDevice& device) {
 }
 
 // The shape, after checking it and the strides (compact row-major; extent-1 dimensions may carry
-// any stride, as PyTorch writes them).
+// any stride, as PyTorch writes them; a tensor without elements any strides at all).
 Shape ShapeOf(const DLTensor& tensor) {
   constexpr int kMaxDims = 64;  // DLPack leaves it open; anything deeper is a corrupt descriptor
   if (tensor.ndim < 0 || tensor.ndim > kMaxDims) {
@@ -66,7 +68,10 @@ Shape ShapeOf(const DLTensor& tensor) {
     }
     shape.push_back(static_cast<std::size_t>(tensor.shape[i]));
   }
-  if (tensor.strides != nullptr) {
+  // An empty tensor addresses no element, so its strides describe nothing, and producers write
+  // them variously (ToDLPack() 0 before a zero extent, PyTorch the product of the extents >= 1).
+  const bool empty = std::find(shape.begin(), shape.end(), std::size_t{0}) != shape.end();
+  if (tensor.strides != nullptr && !empty) {
     std::int64_t expected = 1;
     for (int i = tensor.ndim - 1; i >= 0; --i) {
       if (tensor.shape[i] != 1 && tensor.strides[i] != expected) {
@@ -174,8 +179,21 @@ DLManagedTensor* ToDLPack(const TensorPtr& tensor) {
   if (tensor->Size() > 0) {
     data = detail::DeviceHooks(device).DataPointer(*tensor);
     if (data == nullptr && device.IsCPU()) {
-      // Any tensor whose elements the host addresses (a user's ITensor over host memory) exports too.
-      data = tensor->MutableHostBytes().data();
+      // Any tensor whose elements the host addresses (a user's ITensor over host memory) exports
+      // too, when its bytes are exactly its elements, aligned, in its shape: the receiver reads
+      // the shape's elements from there (the rule of the CPU kernels' alias, detail::HostAlias()).
+      const std::span<std::byte> bytes = tensor->MutableHostBytes();
+      const std::size_t element = ElementSize(tensor->GetDataType());
+      if (!bytes.empty() && (bytes.size() % element != 0 || bytes.size() / element != tensor->Size() ||
+                             reinterpret_cast<std::uintptr_t>(bytes.data()) % element != 0 ||
+                             ElementCount(tensor->GetShape()) != tensor->Size())) {
+        throw ArgumentError("tensor", "has no backend, and its HostBytes() (" + std::to_string(bytes.size()) +
+                                          " bytes) are not its Size() " + std::to_string(tensor->Size()) +
+                                          " elements of " + std::string(ToString(tensor->GetDataType())) +
+                                          ", element-aligned, in its shape " + ToString(tensor->GetShape()) +
+                                          ": the export would describe other memory");
+      }
+      data = bytes.data();
     }
     if (data == nullptr) {
       throw ArgumentError("tensor", "on " + device.ToString() +
