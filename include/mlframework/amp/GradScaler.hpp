@@ -339,7 +339,11 @@ class MLFRAMEWORK_EXPORT GradScaler {
   /// scale. Build the scaler anew after loading if you want other settings. The blob holds no
   /// gradients: FP32 gradients this scaler already unscaled in place in the current iteration
   /// (and those the previous iteration stepped) stay refused until the next `Scale(loss)`, as
-  /// stepping them again would unscale them twice (InvalidOperationError).
+  /// stepping them again would unscale them twice (InvalidOperationError). Loaded between
+  /// `Step(o1)` and `Step(o2)` of PyTorch's flow (a blob saved between iterations), another
+  /// optimizer can no longer join the iteration `Step(o1)` finished: its gradients were scaled
+  /// with the scale the load replaced, so `Step(o2)` and `Unscale(o2)` are an
+  /// InvalidOperationError until the next `Scale(loss)`; `Update()` is accepted and changes nothing.
   void LoadStateDict(std::span<const std::byte> state);
 
  private:

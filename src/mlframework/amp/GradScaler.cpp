@@ -142,6 +142,9 @@ struct GradScaler::Impl {
     std::optional<float> amax;
     std::int64_t step = 0;
     bool overflowed = false;  // its overflow report was committed
+    // LoadStateDict() replaced the scale state since: the optimizers that have not stepped yet
+    // hold gradients scaled with the iteration's scale, which is gone, so none may join.
+    bool closed_by_load = false;
   };
   std::optional<Finished> finished;
   std::optional<bool> reopened_overflowed;   // set while a reopened iteration runs: the first finish's report
@@ -189,6 +192,12 @@ struct GradScaler::Impl {
   bool SteppedBefore(const IOptimizer* optimizer) const {
     return std::any_of(previous.begin(), previous.end(),
                        [&](const UnscaledGroup& g) { return g.stepped && g.optimizer == optimizer; });
+  }
+  // Whether Step(optimizer) with @p gradients would join the iteration Step() finished: another
+  // optimizer than those that stepped, its gradients new or unscaled for it before that Step().
+  bool WouldJoin(const IOptimizer* optimizer, const GradientMap& gradients) const {
+    return finished.has_value() && !SteppedBefore(optimizer) &&
+           (!UnscaledBefore(gradients) || UnsteppedBefore(optimizer, gradients));
   }
   void ForgetPrevious() {
     previous.clear();
@@ -537,6 +546,12 @@ GradientMap GradScaler::Unscale(IOptimizer& optimizer) {
         "Step() whose optimizer threw, or before LoadStateDict()). Run backward for new gradients and call "
         "Scale(loss) before unscaling again.");
   }
+  if (s.finished && !s.SteppedBefore(&optimizer) && s.finished->closed_by_load) {
+    throw InvalidOperationError(
+        "GradScaler::Unscale(optimizer): Step() of another optimizer finished this iteration and LoadStateDict() "
+        "then replaced the scale state, so this optimizer's gradients, scaled with the iteration's scale, can no "
+        "longer be unscaled. Call Scale(loss) and run backward for the next iteration.");
+  }
   if (s.finished && !s.SteppedBefore(&optimizer)) {
     throw InvalidOperationError(
         "GradScaler::Unscale(optimizer): Step() of another optimizer already finished this iteration and updated "
@@ -630,8 +645,14 @@ bool GradScaler::StepImpl(IOptimizer& optimizer, StepMode mode) {
     // Another optimizer of the iteration that Step() finished joins it (its gradients new, or
     // unscaled by Unscale(optimizer) before that Step()); the same optimizer again (new
     // gradients, no Scale(loss)) starts the next iteration.
-    reopen = s.finished.has_value() && !s.SteppedBefore(&optimizer) &&
-             (!s.UnscaledBefore(gradients) || s.UnsteppedBefore(&optimizer, gradients));
+    reopen = s.WouldJoin(&optimizer, gradients);
+    if (reopen && s.finished->closed_by_load) {
+      throw InvalidOperationError(
+          "GradScaler::Step(): Step() of another optimizer finished this iteration and LoadStateDict() then "
+          "replaced the scale state, so this optimizer cannot join the iteration: its gradients were scaled with "
+          "the iteration's scale, which is gone, and would be unscaled with the loaded one. Call Scale(loss) and "
+          "run backward for the next iteration.");
+    }
     if (!reopen && s.UnscaledBefore(gradients)) {
       throw InvalidOperationError(
           "GradScaler::Step() called twice on the same gradients: the previous Step() already unscaled and "
@@ -854,6 +875,15 @@ void GradScaler::LoadStateDict(std::span<const std::byte> state) {
   // twice if stepped again, so they stay refused until the next Scale(loss).
   std::vector<UnscaledGroup> previous = std::move(s.previous);
   std::vector<UnscaledGroup> spoiled = std::move(s.spoiled);
+  // Loaded between iterations (the blob's state Ready), an iteration Step(o1) finished stays
+  // finished (PyTorch's trailing Update() is accepted), but another optimizer can no longer join
+  // it: the scale its gradients were scaled with is replaced. A blob saved within an iteration
+  // replaces the iteration with its own.
+  std::optional<Impl::Finished> finished;
+  if (iteration == Phase::Ready && s.finished) {
+    finished = std::move(s.finished);
+    finished->closed_by_load = true;
+  }
   if (s.unscaled_this_iteration) {
     for (UnscaledGroup& group : s.groups) {
       if (group.InPlace()) {
@@ -865,6 +895,7 @@ void GradScaler::LoadStateDict(std::span<const std::byte> state) {
   s.ForgetPrevious();
   s.previous = std::move(previous);
   s.spoiled = std::move(spoiled);
+  s.finished = std::move(finished);
   s.state = iteration;
   s.own_enabled = own_enabled;
   if (steps) {
