@@ -337,9 +337,10 @@ class MLFRAMEWORK_EXPORT GradScaler {
   /// DynamicScalerConfig takes the saved one (growth and backoff factors, interval, bounds,
   /// hysteresis, enabled flag) with the saved scale and counters, and a static scaler the saved
   /// scale. Build the scaler anew after loading if you want other settings. The blob holds no
-  /// gradients: FP32 gradients this scaler already unscaled in place in the current iteration
-  /// (and those the previous iteration stepped) stay refused until the next `Scale(loss)`, as
-  /// stepping them again would unscale them twice (InvalidOperationError). Loaded between
+  /// gradients: FP32 gradients this scaler already unscaled in place in the current iteration,
+  /// gradients a deferring `Step(opt, mode)` stepped in it (and those the previous iteration
+  /// stepped) stay refused until the next `Scale(loss)`, as stepping them again would unscale or
+  /// step them twice (InvalidOperationError). Loaded between
   /// `Step(o1)` and `Step(o2)` of PyTorch's flow (a blob saved between iterations), another
   /// optimizer can no longer join the iteration `Step(o1)` finished: its gradients were scaled
   /// with the scale the load replaced, so `Step(o2)` and `Unscale(o2)` are an

@@ -639,8 +639,8 @@ bool GradScaler::StepImpl(IOptimizer& optimizer, StepMode mode) {
     if (s.Spoiled(gradients)) {
       throw InvalidOperationError(
           "GradScaler::Step(): these gradients were unscaled by a Step() whose optimizer threw (in place, or "
-          "kept by the optimizer), or in place before LoadStateDict() replaced the iteration; stepping them again "
-          "would unscale them twice. Run backward for new gradients and call Scale(loss).");
+          "kept by the optimizer), or in place or stepped before LoadStateDict() replaced the iteration; stepping "
+          "them again would unscale them twice. Run backward for new gradients and call Scale(loss).");
     }
     // Another optimizer of the iteration that Step() finished joins it (its gradients new, or
     // unscaled by Unscale(optimizer) before that Step()); the same optimizer again (new
@@ -871,8 +871,8 @@ void GradScaler::LoadStateDict(std::span<const std::byte> state) {
   // Everything of ours is validated; the scaler validates its blob before changing anything.
   s.scaler->LoadStateDict(inner);
   // The blob holds no gradients, but the ones in memory stay as they are: gradients this
-  // iteration unscaled in place, and those the previous iteration stepped, would be unscaled
-  // twice if stepped again, so they stay refused until the next Scale(loss).
+  // iteration unscaled in place or stepped, and those the previous iteration stepped, would be
+  // unscaled (or stepped) twice if stepped again, so they stay refused until the next Scale(loss).
   std::vector<UnscaledGroup> previous = std::move(s.previous);
   std::vector<UnscaledGroup> spoiled = std::move(s.spoiled);
   // Loaded between iterations (the blob's state Ready), an iteration Step(o1) finished stays
@@ -884,11 +884,11 @@ void GradScaler::LoadStateDict(std::span<const std::byte> state) {
     finished = std::move(s.finished);
     finished->closed_by_load = true;
   }
-  if (s.unscaled_this_iteration) {
-    for (UnscaledGroup& group : s.groups) {
-      if (group.InPlace()) {
-        spoiled.push_back(std::move(group));
-      }
+  for (UnscaledGroup& group : s.groups) {
+    // Stepped ones (a deferring Step(opt)) would be stepped twice, the optimizer holding their
+    // unscaled FP32 copies; InPlace() means something only for an unscale that ran enabled.
+    if (group.stepped || (s.unscaled_this_iteration && group.InPlace())) {
+      spoiled.push_back(std::move(group));
     }
   }
   s.ClearIteration();
