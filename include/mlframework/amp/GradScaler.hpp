@@ -265,10 +265,14 @@ class MLFRAMEWORK_EXPORT GradScaler {
   /// iteration. ArgumentError naming an FP8 gradient.
   bool CheckOverflow(const GradientMap& gradients);
   /// Enables scaling (in state Ready; InvalidOperationError otherwise): ILossScaler::SetEnabled,
-  /// and GradScaler's own switch in front of a scaler that has none.
+  /// and GradScaler's own switch in front of a scaler that has none. Between `Step(o1)` and
+  /// `Step(o2)` of PyTorch's flow, a switch that changes leaves o2 refused (InvalidOperationError
+  /// from `Step(o2)` and `Unscale(o2)`, whose gradients were made under the old switch) until the
+  /// next `Scale(loss)`; one that stays as it is lets o2 join the iteration.
   void Enable();
   /// Disables scaling (in state Ready; InvalidOperationError otherwise): ILossScaler::SetEnabled,
-  /// or GradScaler's own switch when the scaler has none (SetEnabled returned false).
+  /// or GradScaler's own switch when the scaler has none (SetEnabled returned false). Between
+  /// `Step(o1)` and `Step(o2)`: as Enable().
   void Disable();
   /// The scaler's ILossScaler::Reset() (the dynamic scaler: back to the initial scale, counters
   /// cleared; the static scaler: nothing), then the iteration is dropped (state Ready) and

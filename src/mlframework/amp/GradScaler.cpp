@@ -142,9 +142,10 @@ struct GradScaler::Impl {
     std::optional<float> amax;
     std::int64_t step = 0;
     bool overflowed = false;  // its overflow report was committed
-    // LoadStateDict() replaced the scale state since: the optimizers that have not stepped yet
-    // hold gradients scaled with the iteration's scale, which is gone, so none may join.
-    bool closed_by_load = false;
+    // The call that replaced the scale state or flipped the switch since (LoadStateDict(),
+    // Enable(), Disable()), or null: the optimizers that have not stepped yet hold gradients
+    // scaled with the iteration's scale and switch, which are gone, so none may join.
+    const char* closed_by = nullptr;
   };
   std::optional<Finished> finished;
   std::optional<bool> reopened_overflowed;   // set while a reopened iteration runs: the first finish's report
@@ -198,6 +199,13 @@ struct GradScaler::Impl {
   bool WouldJoin(const IOptimizer* optimizer, const GradientMap& gradients) const {
     return finished.has_value() && !SteppedBefore(optimizer) &&
            (!UnscaledBefore(gradients) || UnsteppedBefore(optimizer, gradients));
+  }
+  // After Enable()/Disable() (@p call): an iteration Step(o1) finished stays finished (the trailing
+  // Update() is accepted); when the switch flipped, no further optimizer may join it.
+  void CloseFinishedIfSwitched(bool was_enabled, const char* call) {
+    if (finished && IsEnabled() != was_enabled) {
+      finished->closed_by = call;
+    }
   }
   void ForgetPrevious() {
     previous.clear();
@@ -546,11 +554,13 @@ GradientMap GradScaler::Unscale(IOptimizer& optimizer) {
         "Step() whose optimizer threw, or before LoadStateDict()). Run backward for new gradients and call "
         "Scale(loss) before unscaling again.");
   }
-  if (s.finished && !s.SteppedBefore(&optimizer) && s.finished->closed_by_load) {
-    throw InvalidOperationError(
-        "GradScaler::Unscale(optimizer): Step() of another optimizer finished this iteration and LoadStateDict() "
-        "then replaced the scale state, so this optimizer's gradients, scaled with the iteration's scale, can no "
-        "longer be unscaled. Call Scale(loss) and run backward for the next iteration.");
+  if (s.finished && !s.SteppedBefore(&optimizer) && s.finished->closed_by != nullptr) {
+    throw InvalidOperationError(std::string("GradScaler::Unscale(optimizer): Step() of another optimizer finished "
+                                            "this iteration and ") +
+                                s.finished->closed_by +
+                                " then changed the scale state or switch, so this optimizer's gradients, scaled with "
+                                "the iteration's, can no longer be unscaled. Call Scale(loss) and run backward for "
+                                "the next iteration.");
   }
   if (s.finished && !s.SteppedBefore(&optimizer)) {
     throw InvalidOperationError(
@@ -646,12 +656,14 @@ bool GradScaler::StepImpl(IOptimizer& optimizer, StepMode mode) {
     // unscaled by Unscale(optimizer) before that Step()); the same optimizer again (new
     // gradients, no Scale(loss)) starts the next iteration.
     reopen = s.WouldJoin(&optimizer, gradients);
-    if (reopen && s.finished->closed_by_load) {
-      throw InvalidOperationError(
-          "GradScaler::Step(): Step() of another optimizer finished this iteration and LoadStateDict() then "
-          "replaced the scale state, so this optimizer cannot join the iteration: its gradients were scaled with "
-          "the iteration's scale, which is gone, and would be unscaled with the loaded one. Call Scale(loss) and "
-          "run backward for the next iteration.");
+    if (reopen && s.finished->closed_by != nullptr) {
+      throw InvalidOperationError(std::string("GradScaler::Step(): Step() of another optimizer finished this "
+                                              "iteration and ") +
+                                  s.finished->closed_by +
+                                  " then changed the scale state or switch, so this optimizer cannot join the "
+                                  "iteration: its gradients were scaled with the iteration's scale and switch, "
+                                  "which are gone, and would be unscaled with the new ones. Call Scale(loss) and run "
+                                  "backward for the next iteration.");
     }
     if (!reopen && s.UnscaledBefore(gradients)) {
       throw InvalidOperationError(
@@ -752,9 +764,10 @@ void GradScaler::Enable() {
         "GradScaler::Enable() called in the middle of an iteration (the loss or gradients were already "
         "scaled with the old setting): finish it with Step() or Update() first.");
   }
+  const bool was_enabled = s.IsEnabled();
   s.scaler->SetEnabled(true);
   s.own_enabled = true;
-  s.finished.reset();
+  s.CloseFinishedIfSwitched(was_enabled, "Enable()");
 }
 
 void GradScaler::Disable() {
@@ -764,10 +777,11 @@ void GradScaler::Disable() {
         "GradScaler::Disable() called in the middle of an iteration (the loss or gradients were already "
         "scaled): finish it with Step() or Update() first.");
   }
+  const bool was_enabled = s.IsEnabled();
   if (!s.scaler->SetEnabled(false)) {
     s.own_enabled = false;  // the scaler has no switch of its own
   }
-  s.finished.reset();
+  s.CloseFinishedIfSwitched(was_enabled, "Disable()");
 }
 
 void GradScaler::Reset() {
@@ -882,7 +896,7 @@ void GradScaler::LoadStateDict(std::span<const std::byte> state) {
   std::optional<Impl::Finished> finished;
   if (iteration == Phase::Ready && s.finished) {
     finished = std::move(s.finished);
-    finished->closed_by_load = true;
+    finished->closed_by = "LoadStateDict()";
   }
   for (UnscaledGroup& group : s.groups) {
     // Stepped ones (a deferring Step(opt)) would be stepped twice, the optimizer holding their
