@@ -487,6 +487,79 @@ BOOST_AUTO_TEST_CASE(AStateLoadedMidIterationDoesNotUnscaleTheGradientsTwice) {
   }
 }
 
+// A state loaded after a deferring Step(o1): the blob holds no gradients, but o1 already stepped
+// the ones in memory (FP16 ones through their unscaled FP32 copies, which o1 now holds), so
+// stepping o1 again before the next Scale(loss) is refused, as without the load; another
+// optimizer steps and Update() finishes the iteration once.
+BOOST_AUTO_TEST_CASE(AStateLoadedAfterADeferredStepDoesNotStepTheGradientsTwice) {
+  const std::vector<float> unscaled = {1.0f, -2.0f, 0.5f};
+  for (const DataType dtype : {DataType::Float32, DataType::Float16, DataType::BFloat16}) {
+    BOOST_TEST_CONTEXT(dtype) {
+      GradScaler scaler(DynamicScalerConfig{.InitialScale = 8.0f, .GrowthInterval = 1});
+      RecordingOptimizer o1(Grads(dtype, 8.0f));
+      RecordingOptimizer o2(Grads(dtype, 8.0f));
+      scaler.Scale(Scalar(1.0f));
+      BOOST_TEST(scaler.Step(o1, StepMode::DeferUpdate));
+      BOOST_TEST(o1.steps == 1);
+      scaler.LoadStateDict(scaler.StateDict());
+      ExpectRefused<InvalidOperationError>(
+          scaler, [&] { scaler.Step(o1, StepMode::DeferUpdate); }, "LoadStateDict()");
+      BOOST_TEST(o1.steps == 1);
+      BOOST_TEST(scaler.Step(o2, StepMode::DeferUpdate));
+      BOOST_TEST(Values(o2.stepped_with.at("a")) == unscaled, boost::test_tools::per_element());
+      scaler.Update();
+      BOOST_TEST(scaler.CurrentScale() == 16.0f);
+      BOOST_TEST(scaler.GetStats()->TotalSteps == 1);
+      // The next iteration steps o1 as usual.
+      scaler.Scale(Scalar(1.0f));
+      o1.Load(Grads(dtype, 16.0f));
+      BOOST_TEST(scaler.Step(o1));
+      BOOST_TEST(o1.steps == 2);
+      BOOST_TEST(Values(o1.stepped_with.at("a")) == unscaled, boost::test_tools::per_element());
+    }
+  }
+}
+
+// A state loaded between Step(o1) and Step(o2) of PyTorch's flow: o2's gradients were scaled with
+// the iteration's scale, which the load replaced (with o1's update, or another checkpoint's
+// scale), so o2 can no longer join that iteration: Step(o2) and Unscale(o2) are refused until the
+// next Scale(loss), not unscaled with the loaded scale and updated a second time. Update() is
+// still the PyTorch flow's trailing no-op, and o1 starts the next iteration as usual.
+BOOST_AUTO_TEST_CASE(AStateLoadedBetweenTwoOptimizersStepsRefusesTheSecond) {
+  const std::vector<float> unscaled = {1.0f, -2.0f, 0.5f};
+  for (const DataType dtype : {DataType::Float32, DataType::Float16}) {
+    BOOST_TEST_CONTEXT(dtype) {
+      GradScaler scaler(DynamicScalerConfig{.InitialScale = 8.0f, .GrowthInterval = 1});
+      RecordingOptimizer o1(Grads(dtype, 8.0f));
+      RecordingOptimizer o2(Grads(dtype, 8.0f));
+      scaler.Scale(Scalar(1.0f));
+      BOOST_TEST(scaler.Step(o1));
+      BOOST_TEST(scaler.CurrentScale() == 16.0f);
+      scaler.LoadStateDict(scaler.StateDict());
+      ExpectRefused<InvalidOperationError>(
+          scaler, [&] { scaler.Step(o2); }, "LoadStateDict()");
+      ExpectRefused<InvalidOperationError>(
+          scaler, [&] { scaler.Unscale(o2); }, "LoadStateDict()");
+      BOOST_TEST(o2.steps == 0);
+      BOOST_TEST(Values(o2.GetGradients().at("a")) == (std::vector<float>{8.0f, -16.0f, 4.0f}),
+                 boost::test_tools::per_element());
+      BOOST_TEST(scaler.CurrentScale() == 16.0f);
+      BOOST_TEST(scaler.GetStats()->TotalSteps == 1);
+      scaler.Update();  // PyTorch's update() after the steps: accepted, nothing changes
+      BOOST_TEST(scaler.CurrentScale() == 16.0f);
+      // The next iteration steps both as usual.
+      scaler.Scale(Scalar(1.0f));
+      o1.Load(Grads(dtype, 16.0f));
+      o2.Load(Grads(dtype, 16.0f));
+      BOOST_TEST(scaler.Step(o1));
+      BOOST_TEST(scaler.Step(o2));
+      BOOST_TEST(Values(o2.stepped_with.at("a")) == unscaled, boost::test_tools::per_element());
+      BOOST_TEST(scaler.CurrentScale() == 32.0f);
+      BOOST_TEST(scaler.GetStats()->TotalSteps == 2);
+    }
+  }
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_SUITE(GradScalerFailSafeTests)

@@ -391,6 +391,57 @@ BOOST_AUTO_TEST_CASE(SequencesThatCannotBeRightAreRefused) {
   BOOST_TEST(scaler.Step(o1));
 }
 
+// Enable() or Disable() between Step(o1) and Step(o2): a switch that changes would have o2's
+// gradients unscaled though never scaled (Enable) or stepped still scaled (Disable), so o2 is
+// refused until the next Scale(loss); a switch that stays as it is lets o2 join as usual.
+BOOST_AUTO_TEST_CASE(ASwitchBetweenTwoOptimizersStepsRefusesTheSecondOnlyWhenItChanges) {
+  const std::vector<float> unscaled = {1.0f, -2.0f, 0.5f};
+  for (const bool start_enabled : {true, false}) {
+    for (const bool flip : {true, false}) {
+      BOOST_TEST_CONTEXT("enabled " << start_enabled << ", flip " << flip) {
+        GradScaler scaler(DynamicScalerConfig{.InitialScale = 8.0f, .GrowthInterval = 1});
+        if (!start_enabled) {
+          scaler.Disable();
+        }
+        const float factor = start_enabled ? 8.0f : 1.0f;
+        RecordingOptimizer o1(Grads(DataType::Float16, factor));
+        RecordingOptimizer o2(Grads(DataType::Float16, factor));
+        scaler.Scale(Scalar(1.0f));
+        BOOST_TEST(scaler.Step(o1));
+        const bool enable = start_enabled != flip;
+        if (enable) {
+          scaler.Enable();
+        } else {
+          scaler.Disable();
+        }
+        const float scale = scaler.CurrentScale();
+        if (flip) {
+          const std::string call = enable ? "Enable()" : "Disable()";
+          ExpectRefused<InvalidOperationError>(
+              scaler, [&] { scaler.Step(o2); }, call);
+          ExpectRefused<InvalidOperationError>(
+              scaler, [&] { scaler.Unscale(o2); }, call);
+          BOOST_TEST(o2.steps == 0);
+          scaler.Update();  // accepted, nothing changes
+        } else {
+          BOOST_TEST(scaler.Step(o2));  // joins the iteration
+          BOOST_TEST(Values(o2.stepped_with.at("a")) == unscaled, boost::test_tools::per_element());
+        }
+        BOOST_TEST(scaler.CurrentScale() == scale);
+        BOOST_TEST(scaler.GetStats()->TotalSteps == (start_enabled ? 1 : 0));
+        // The next iteration steps both as usual.
+        scaler.Scale(Scalar(1.0f));
+        const float next = scaler.IsEnabled() ? scaler.CurrentScale() : 1.0f;
+        o1.Load(Grads(DataType::Float16, next));
+        o2.Load(Grads(DataType::Float16, next));
+        BOOST_TEST(scaler.Step(o1));
+        BOOST_TEST(scaler.Step(o2));
+        BOOST_TEST(Values(o2.stepped_with.at("a")) == unscaled, boost::test_tools::per_element());
+      }
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(AScalerThatCannotRestoreItsStateRefusesAJoiningOptimizer) {
   GradScaler scaler(std::make_shared<HalvingScaler>());
   RecordingOptimizer o1(PoisonedGrads(DataType::Float32, kInf));

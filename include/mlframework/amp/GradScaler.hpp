@@ -265,10 +265,14 @@ class MLFRAMEWORK_EXPORT GradScaler {
   /// iteration. ArgumentError naming an FP8 gradient.
   bool CheckOverflow(const GradientMap& gradients);
   /// Enables scaling (in state Ready; InvalidOperationError otherwise): ILossScaler::SetEnabled,
-  /// and GradScaler's own switch in front of a scaler that has none.
+  /// and GradScaler's own switch in front of a scaler that has none. Between `Step(o1)` and
+  /// `Step(o2)` of PyTorch's flow, a switch that changes leaves o2 refused (InvalidOperationError
+  /// from `Step(o2)` and `Unscale(o2)`, whose gradients were made under the old switch) until the
+  /// next `Scale(loss)`; one that stays as it is lets o2 join the iteration.
   void Enable();
   /// Disables scaling (in state Ready; InvalidOperationError otherwise): ILossScaler::SetEnabled,
-  /// or GradScaler's own switch when the scaler has none (SetEnabled returned false).
+  /// or GradScaler's own switch when the scaler has none (SetEnabled returned false). Between
+  /// `Step(o1)` and `Step(o2)`: as Enable().
   void Disable();
   /// The scaler's ILossScaler::Reset() (the dynamic scaler: back to the initial scale, counters
   /// cleared; the static scaler: nothing), then the iteration is dropped (state Ready) and
@@ -337,9 +341,14 @@ class MLFRAMEWORK_EXPORT GradScaler {
   /// DynamicScalerConfig takes the saved one (growth and backoff factors, interval, bounds,
   /// hysteresis, enabled flag) with the saved scale and counters, and a static scaler the saved
   /// scale. Build the scaler anew after loading if you want other settings. The blob holds no
-  /// gradients: FP32 gradients this scaler already unscaled in place in the current iteration
-  /// (and those the previous iteration stepped) stay refused until the next `Scale(loss)`, as
-  /// stepping them again would unscale them twice (InvalidOperationError).
+  /// gradients: FP32 gradients this scaler already unscaled in place in the current iteration,
+  /// gradients a deferring `Step(opt, mode)` stepped in it (and those the previous iteration
+  /// stepped) stay refused until the next `Scale(loss)`, as stepping them again would unscale or
+  /// step them twice (InvalidOperationError). Loaded between
+  /// `Step(o1)` and `Step(o2)` of PyTorch's flow (a blob saved between iterations), another
+  /// optimizer can no longer join the iteration `Step(o1)` finished: its gradients were scaled
+  /// with the scale the load replaced, so `Step(o2)` and `Unscale(o2)` are an
+  /// InvalidOperationError until the next `Scale(loss)`; `Update()` is accepted and changes nothing.
   void LoadStateDict(std::span<const std::byte> state);
 
  private:

@@ -142,6 +142,10 @@ struct GradScaler::Impl {
     std::optional<float> amax;
     std::int64_t step = 0;
     bool overflowed = false;  // its overflow report was committed
+    // The call that replaced the scale state or flipped the switch since (LoadStateDict(),
+    // Enable(), Disable()), or null: the optimizers that have not stepped yet hold gradients
+    // scaled with the iteration's scale and switch, which are gone, so none may join.
+    const char* closed_by = nullptr;
   };
   std::optional<Finished> finished;
   std::optional<bool> reopened_overflowed;   // set while a reopened iteration runs: the first finish's report
@@ -189,6 +193,19 @@ struct GradScaler::Impl {
   bool SteppedBefore(const IOptimizer* optimizer) const {
     return std::any_of(previous.begin(), previous.end(),
                        [&](const UnscaledGroup& g) { return g.stepped && g.optimizer == optimizer; });
+  }
+  // Whether Step(optimizer) with @p gradients would join the iteration Step() finished: another
+  // optimizer than those that stepped, its gradients new or unscaled for it before that Step().
+  bool WouldJoin(const IOptimizer* optimizer, const GradientMap& gradients) const {
+    return finished.has_value() && !SteppedBefore(optimizer) &&
+           (!UnscaledBefore(gradients) || UnsteppedBefore(optimizer, gradients));
+  }
+  // After Enable()/Disable() (@p call): an iteration Step(o1) finished stays finished (the trailing
+  // Update() is accepted); when the switch flipped, no further optimizer may join it.
+  void CloseFinishedIfSwitched(bool was_enabled, const char* call) {
+    if (finished && IsEnabled() != was_enabled) {
+      finished->closed_by = call;
+    }
   }
   void ForgetPrevious() {
     previous.clear();
@@ -537,6 +554,14 @@ GradientMap GradScaler::Unscale(IOptimizer& optimizer) {
         "Step() whose optimizer threw, or before LoadStateDict()). Run backward for new gradients and call "
         "Scale(loss) before unscaling again.");
   }
+  if (s.finished && !s.SteppedBefore(&optimizer) && s.finished->closed_by != nullptr) {
+    throw InvalidOperationError(std::string("GradScaler::Unscale(optimizer): Step() of another optimizer finished "
+                                            "this iteration and ") +
+                                s.finished->closed_by +
+                                " then changed the scale state or switch, so this optimizer's gradients, scaled with "
+                                "the iteration's, can no longer be unscaled. Call Scale(loss) and run backward for "
+                                "the next iteration.");
+  }
   if (s.finished && !s.SteppedBefore(&optimizer)) {
     throw InvalidOperationError(
         "GradScaler::Unscale(optimizer): Step() of another optimizer already finished this iteration and updated "
@@ -624,14 +649,22 @@ bool GradScaler::StepImpl(IOptimizer& optimizer, StepMode mode) {
     if (s.Spoiled(gradients)) {
       throw InvalidOperationError(
           "GradScaler::Step(): these gradients were unscaled by a Step() whose optimizer threw (in place, or "
-          "kept by the optimizer), or in place before LoadStateDict() replaced the iteration; stepping them again "
-          "would unscale them twice. Run backward for new gradients and call Scale(loss).");
+          "kept by the optimizer), or in place or stepped before LoadStateDict() replaced the iteration; stepping "
+          "them again would unscale them twice. Run backward for new gradients and call Scale(loss).");
     }
     // Another optimizer of the iteration that Step() finished joins it (its gradients new, or
     // unscaled by Unscale(optimizer) before that Step()); the same optimizer again (new
     // gradients, no Scale(loss)) starts the next iteration.
-    reopen = s.finished.has_value() && !s.SteppedBefore(&optimizer) &&
-             (!s.UnscaledBefore(gradients) || s.UnsteppedBefore(&optimizer, gradients));
+    reopen = s.WouldJoin(&optimizer, gradients);
+    if (reopen && s.finished->closed_by != nullptr) {
+      throw InvalidOperationError(std::string("GradScaler::Step(): Step() of another optimizer finished this "
+                                              "iteration and ") +
+                                  s.finished->closed_by +
+                                  " then changed the scale state or switch, so this optimizer cannot join the "
+                                  "iteration: its gradients were scaled with the iteration's scale and switch, "
+                                  "which are gone, and would be unscaled with the new ones. Call Scale(loss) and run "
+                                  "backward for the next iteration.");
+    }
     if (!reopen && s.UnscaledBefore(gradients)) {
       throw InvalidOperationError(
           "GradScaler::Step() called twice on the same gradients: the previous Step() already unscaled and "
@@ -731,9 +764,10 @@ void GradScaler::Enable() {
         "GradScaler::Enable() called in the middle of an iteration (the loss or gradients were already "
         "scaled with the old setting): finish it with Step() or Update() first.");
   }
+  const bool was_enabled = s.IsEnabled();
   s.scaler->SetEnabled(true);
   s.own_enabled = true;
-  s.finished.reset();
+  s.CloseFinishedIfSwitched(was_enabled, "Enable()");
 }
 
 void GradScaler::Disable() {
@@ -743,10 +777,11 @@ void GradScaler::Disable() {
         "GradScaler::Disable() called in the middle of an iteration (the loss or gradients were already "
         "scaled): finish it with Step() or Update() first.");
   }
+  const bool was_enabled = s.IsEnabled();
   if (!s.scaler->SetEnabled(false)) {
     s.own_enabled = false;  // the scaler has no switch of its own
   }
-  s.finished.reset();
+  s.CloseFinishedIfSwitched(was_enabled, "Disable()");
 }
 
 void GradScaler::Reset() {
@@ -850,21 +885,31 @@ void GradScaler::LoadStateDict(std::span<const std::byte> state) {
   // Everything of ours is validated; the scaler validates its blob before changing anything.
   s.scaler->LoadStateDict(inner);
   // The blob holds no gradients, but the ones in memory stay as they are: gradients this
-  // iteration unscaled in place, and those the previous iteration stepped, would be unscaled
-  // twice if stepped again, so they stay refused until the next Scale(loss).
+  // iteration unscaled in place or stepped, and those the previous iteration stepped, would be
+  // unscaled (or stepped) twice if stepped again, so they stay refused until the next Scale(loss).
   std::vector<UnscaledGroup> previous = std::move(s.previous);
   std::vector<UnscaledGroup> spoiled = std::move(s.spoiled);
-  if (s.unscaled_this_iteration) {
-    for (UnscaledGroup& group : s.groups) {
-      if (group.InPlace()) {
-        spoiled.push_back(std::move(group));
-      }
+  // Loaded between iterations (the blob's state Ready), an iteration Step(o1) finished stays
+  // finished (PyTorch's trailing Update() is accepted), but another optimizer can no longer join
+  // it: the scale its gradients were scaled with is replaced. A blob saved within an iteration
+  // replaces the iteration with its own.
+  std::optional<Impl::Finished> finished;
+  if (iteration == Phase::Ready && s.finished) {
+    finished = std::move(s.finished);
+    finished->closed_by = "LoadStateDict()";
+  }
+  for (UnscaledGroup& group : s.groups) {
+    // Stepped ones (a deferring Step(opt)) would be stepped twice, the optimizer holding their
+    // unscaled FP32 copies; InPlace() means something only for an unscale that ran enabled.
+    if (group.stepped || (s.unscaled_this_iteration && group.InPlace())) {
+      spoiled.push_back(std::move(group));
     }
   }
   s.ClearIteration();
   s.ForgetPrevious();
   s.previous = std::move(previous);
   s.spoiled = std::move(spoiled);
+  s.finished = std::move(finished);
   s.state = iteration;
   s.own_enabled = own_enabled;
   if (steps) {
