@@ -6,8 +6,10 @@
 #include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <mlframework/core/Error.hpp>
+#include <mlframework/core/MultiTensor.hpp>
 #include <mlframework/core/Tensor.hpp>
 #include <mlframework/core/TensorBackend.hpp>
 
@@ -187,13 +189,31 @@ Float8ScaleUpdate ScaleTable::UpdateOf(const Group& group) const {
 }
 
 void ScaleTable::UpdateAll(Float8ScaleUpdate update) const {
-  for (const Group& group : groups_) {
+  // One call per device. So that a failing call on a later device leaves every device as it was,
+  // the states of the devices updated before the last one are copied first (on their device,
+  // without waiting for it) and written back if a later call throws.
+  std::vector<TensorPtr> before;
+  if (groups_.size() > 1) {
+    before.reserve(groups_.size() - 1);
+    for (std::size_t g = 0; g + 1 < groups_.size(); ++g) {
+      const Group& group = groups_[g];
+      before.push_back(group.state->Backend()->Allocate(group.state->GetShape(), DataType::Float32, group.device));
+      CopyInto(std::span(&group.state, 1), std::span(&before.back(), 1));
+    }
+  }
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    const Group& group = groups_[g];
     const Float8ScaleUpdate layout = UpdateOf(group);
     update.HistoryLength = layout.HistoryLength;
     update.Count = layout.Count;
     update.First = 0;
     update.Length = layout.Length;
-    group.state->Backend()->UpdateFloat8Scales(*group.state, update);
+    try {
+      group.state->Backend()->UpdateFloat8Scales(*group.state, update);
+    } catch (...) {
+      for (std::size_t k = 0; k < g; ++k) CopyInto(std::span(&before[k], 1), std::span(&groups_[k].state, 1));
+      throw;
+    }
   }
 }
 
