@@ -226,6 +226,35 @@ BOOST_AUTO_TEST_CASE(ATensorTheKernelsCannotReachFailsTheCallBeforeAnyRunIsCast)
   }
 }
 
+BOOST_AUTO_TEST_CASE(AShapeTheKernelsRefuseFailsTheCallBeforeAnyRunIsCast) {
+  // The FP8 kernels take pairs of one shape; a pair of equal size but another shape in a later
+  // run must fail the whole call up front, naming the caller's index, not after the earlier runs
+  // were cast, recorded their amax or (CurrentScaling) rescaled.
+  const TensorPtr flat = FromVector({3.0f, -5.0f, 1.0f, 2.0f}, {4});
+  const TensorPtr square = FromVector({1.0f, 2.0f, 3.0f, 4.0f}, {2, 2});
+  DelayedScaling delayed({.Fp8Format = Format::E4M3});
+  CurrentScaling current({.Fp8Format = Format::E4M3});
+  for (IScalingRecipe* recipe : {static_cast<IScalingRecipe*>(&delayed), static_cast<IScalingRecipe*>(&current)}) {
+    BOOST_TEST_CONTEXT(recipe->Name()) {
+      recipe->Register("a", TensorRole::Forward, *flat);
+      recipe->Register("b", TensorRole::Forward, *flat);
+      const std::vector<std::byte> before = recipe->StateDict();
+      const TensorPtr a8 = Zeros({4}, DataType::Float8E4M3FN);
+      const TensorPtr b8 = Zeros({4}, DataType::Float8E4M3FN);
+      BOOST_CHECK_EXCEPTION(recipe->Quantize(Names{"b", "a"}, List{flat, square}, List{b8, a8}), ArgumentError,
+                            [](const ArgumentError& e) { return Says(e, "'dst[1]'"); });
+      BOOST_TEST((recipe->StateDict() == before));
+      BOOST_TEST(BytesOf(*b8) == std::vector<std::uint8_t>(4, 0), boost::test_tools::per_element());
+      // Dequantize: nothing decoded into the first destination.
+      recipe->Quantize(Names{"a", "b"}, List{flat, flat}, List{a8, b8});
+      const TensorPtr back = FromVector({7.0f, 7.0f, 7.0f, 7.0f}, {4});
+      BOOST_CHECK_EXCEPTION(recipe->Dequantize(Names{"b", "a"}, List{b8, a8}, List{back, Zeros({2, 2})}), ArgumentError,
+                            [](const ArgumentError& e) { return Says(e, "'dst[1]'"); });
+      BOOST_TEST((back->ToFloatVector() == std::vector<float>(4, 7.0f)));
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(CurrentScalingRefusesANameTwiceInOneCall) {
   // Each cast of CurrentScaling sets the name's scale from its own amax: a second cast of the
   // same name in one call would replace the scale the first destination was cast with, and its

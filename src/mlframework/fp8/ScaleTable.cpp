@@ -129,9 +129,10 @@ std::vector<const ScaleTable::Entry*> ScaleTable::Check(std::span<const std::str
                                            std::string(ToString(format_)) + ") is quantized into " +
                                            std::string(ToString(entry.dtype)));
     }
-    if (src[i]->Size() != dst[i]->Size()) {
-      throw ArgumentError(At("dst", i), "has " + std::to_string(dst[i]->Size()) + " elements, src has " +
-                                            std::to_string(src[i]->Size()));
+    // The FP8 kernels take pairs of one shape (equal sizes are not enough).
+    if (src[i]->GetShape() != dst[i]->GetShape()) {
+      throw ArgumentError(At("dst", i), "has shape " + mlframework::ToString(dst[i]->GetShape()) + ", src[" +
+                                            std::to_string(i) + "] has " + mlframework::ToString(src[i]->GetShape()));
     }
     const Device device = groups_[entry.group].device;
     const TensorBackend* state_backend = groups_[entry.group].state->Backend();
