@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <mlframework/backends/cpu/CpuTensor.hpp>
+#include <mlframework/core/Float8ScaleUpdate.hpp>
 #include <mlframework/core/TensorBackend.hpp>
 #include <mlframework/fp8/DelayedScaling.hpp>
 
@@ -225,6 +226,31 @@ BOOST_AUTO_TEST_CASE(AFailingDeviceUpdateLeavesEveryDeviceAsItWas) {
   recipe.UpdateScales();
   BOOST_TEST((recipe.AmaxHistory("cpu") == std::vector<float>{0.0f, 4.0f, 2.0f}));
   BOOST_TEST(ValueOf(recipe.Scale("other")) == 56.0f);
+}
+
+BOOST_AUTO_TEST_CASE(TheStateStepsRefuseAHistoryLengthWhoseRowsWrap) {
+  // Float8StateRows(H) = H + 4 wraps around a size_t for H above SIZE_MAX - 4: H = SIZE_MAX - 2
+  // makes it 1, so a "state" of one row of 3 slots would pass a size check and the steps would
+  // reach rows far outside it. The slice below has guards on either side.
+  std::vector<float> buffer(9, 7.0f);
+  const std::span<float> state = std::span(buffer).subspan(3, 3);
+  Float8ScaleUpdate update;
+  update.HistoryLength = std::numeric_limits<std::size_t>::max() - 2;
+  update.Count = 3;
+  update.Length = 3;
+  auto names_history = [](const ArgumentError& e) {
+    BOOST_TEST_MESSAGE(e.what());
+    return std::string(e.what()).find("'update.HistoryLength'") != std::string::npos;
+  };
+  BOOST_CHECK_EXCEPTION(FoldFloat8AmaxOnHost(state, update), ArgumentError, names_history);
+  BOOST_TEST(buffer == std::vector<float>(9, 7.0f), boost::test_tools::per_element());
+  BOOST_CHECK_EXCEPTION(UpdateFloat8ScalesOnHost(state, update), ArgumentError, names_history);
+  BOOST_TEST(buffer == std::vector<float>(9, 7.0f), boost::test_tools::per_element());
+  // The largest length whose rows fit is only refused for its size.
+  update.HistoryLength = std::numeric_limits<std::size_t>::max() - 4;
+  BOOST_CHECK_EXCEPTION(FoldFloat8AmaxOnHost(state, update), ArgumentError, [](const ArgumentError& e) {
+    return std::string(e.what()).find("'state'") != std::string::npos;
+  });
 }
 
 BOOST_AUTO_TEST_CASE(AlgorithmNamesParse) {
