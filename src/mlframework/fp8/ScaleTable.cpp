@@ -78,7 +78,7 @@ void ScaleTable::Register(const std::string& name, TensorRole role, const ITenso
 
   // Nothing above changed the table; commit.
   if (group_index == groups_.size()) {
-    groups_.push_back(Group{device, backend, nullptr, {}});
+    groups_.push_back(Group{device, backend, nullptr, {}, nullptr});
   }
   Group& group = groups_[group_index];
   group.state = std::move(state);
@@ -192,15 +192,14 @@ Float8ScaleUpdate ScaleTable::UpdateOf(const Group& group) const {
 void ScaleTable::UpdateAll(Float8ScaleUpdate update) const {
   // One call per device. So that a failing call on a later device leaves every device as it was,
   // the states of the devices updated before the last one are copied first (on their device,
-  // without waiting for it) and written back if a later call throws.
-  std::vector<TensorPtr> before;
-  if (groups_.size() > 1) {
-    before.reserve(groups_.size() - 1);
-    for (std::size_t g = 0; g + 1 < groups_.size(); ++g) {
-      const Group& group = groups_[g];
-      before.push_back(group.state->Backend()->Allocate(group.state->GetShape(), DataType::Float32, group.device));
-      CopyInto(std::span(&group.state, 1), std::span(&before.back(), 1));
+  // without waiting for it, into a buffer kept for the next update) and written back if a later
+  // call throws.
+  for (std::size_t g = 0; g + 1 < groups_.size(); ++g) {
+    const Group& group = groups_[g];
+    if (!group.backup || group.backup->Size() != group.state->Size()) {
+      group.backup = group.state->Backend()->Allocate(group.state->GetShape(), DataType::Float32, group.device);
     }
+    CopyInto(std::span(&group.state, 1), std::span(&group.backup, 1));
   }
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     const Group& group = groups_[g];
@@ -212,7 +211,7 @@ void ScaleTable::UpdateAll(Float8ScaleUpdate update) const {
     try {
       group.state->Backend()->UpdateFloat8Scales(*group.state, update);
     } catch (...) {
-      for (std::size_t k = 0; k < g; ++k) CopyInto(std::span(&before[k], 1), std::span(&groups_[k].state, 1));
+      for (std::size_t k = 0; k < g; ++k) CopyInto(std::span(&groups_[k].backup, 1), std::span(&groups_[k].state, 1));
       throw;
     }
   }
