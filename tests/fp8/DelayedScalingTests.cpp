@@ -77,6 +77,7 @@ class FailingUpdateBackend final : public TensorBackend {
     TensorBackend::UpdateFloat8Scales(state, update);
   }
   mutable bool fail = false;
+  mutable bool fail_writes = false;  // CopyFromFloats() of its tensors throws
 };
 
 const FailingUpdateBackend kFailing;
@@ -89,7 +90,10 @@ class FailingUpdateTensor final : public ITensor {
   const Shape& GetShape() const override { return inner_->GetShape(); }
   std::size_t Size() const override { return inner_->Size(); }
   std::vector<float> ToFloatVector() const override { return inner_->ToFloatVector(); }
-  void CopyFromFloats(std::span<const float> values) override { inner_->CopyFromFloats(values); }
+  void CopyFromFloats(std::span<const float> values) override {
+    if (kFailing.fail_writes) throw InvalidOperationError("failing-update: the write failed");
+    inner_->CopyFromFloats(values);
+  }
   const TensorBackend* Backend() const noexcept override { return &kFailing; }
   std::span<std::byte> HostStorage() const noexcept override {
     const std::span<const std::byte> bytes = inner_->HostBytes();
@@ -226,6 +230,30 @@ BOOST_AUTO_TEST_CASE(AFailingDeviceUpdateLeavesEveryDeviceAsItWas) {
   recipe.UpdateScales();
   BOOST_TEST((recipe.AmaxHistory("cpu") == std::vector<float>{0.0f, 4.0f, 2.0f}));
   BOOST_TEST(ValueOf(recipe.Scale("other")) == 56.0f);
+}
+
+BOOST_AUTO_TEST_CASE(AFailingDeviceWriteLeavesALoadedStateAsItWas) {
+  // LoadStateDict() writes one state tensor per device; when the second device's write fails,
+  // the first device's state is as it was before the load.
+  DelayedScaling saved({.AmaxHistoryLen = 2});
+  DelayedScaling recipe({.AmaxHistoryLen = 2});
+  for (DelayedScaling* r : {&saved, &recipe}) {
+    r->Register("cpu", TensorRole::Forward, *Zeros({2}));
+    r->Register("other", TensorRole::Forward, *std::make_shared<FailingUpdateTensor>(Zeros({2})));
+  }
+  mlfw_test::RecordAmax(saved, "cpu", 4.0f);
+  mlfw_test::RecordAmax(saved, "other", 8.0f);
+  saved.UpdateScales();
+  const std::vector<std::byte> blob = saved.StateDict();
+  mlfw_test::RecordAmax(recipe, "cpu", 2.0f);
+  const std::vector<std::byte> before = recipe.StateDict();
+  kFailing.fail_writes = true;
+  BOOST_CHECK_THROW(recipe.LoadStateDict(blob), InvalidOperationError);
+  kFailing.fail_writes = false;
+  BOOST_TEST((recipe.StateDict() == before));
+  BOOST_TEST(ValueOf(recipe.Scale("cpu")) == 1.0f);
+  recipe.LoadStateDict(blob);
+  BOOST_TEST((recipe.StateDict() == blob));
 }
 
 BOOST_AUTO_TEST_CASE(TheStateStepsRefuseAHistoryLengthWhoseRowsWrap) {

@@ -321,9 +321,13 @@ std::map<std::string, ScaleTable::Column> ScaleTable::ReadEntries(mlframework::d
 
 void ScaleTable::Commit(const std::map<std::string, Column>& columns) const {
   const std::size_t rows = Float8StateRows(history_length_);
-  for (const Group& group : groups_) {
+  std::vector<std::vector<float>> old_values;
+  old_values.reserve(groups_.size());
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    const Group& group = groups_[g];
     const std::size_t n = group.entries.size();
-    std::vector<float> values = group.state->ToFloatVector();
+    old_values.push_back(group.state->ToFloatVector());
+    std::vector<float> values = old_values.back();
     for (std::size_t j = 0; j < n; ++j) {
       const Column& column = columns.at(entries_[group.entries[j]].name);
       for (std::size_t r = 0; r < history_length_; ++r) values[r * n + j] = column.history[r];
@@ -331,7 +335,13 @@ void ScaleTable::Commit(const std::map<std::string, Column>& columns) const {
       values[ScaleInvRow() * n + j] = column.scale_inv;
       values[(rows - 1) * n + j] = 0.0f;  // scratch
     }
-    group.state->CopyFromFloats(values);
+    try {
+      group.state->CopyFromFloats(values);
+    } catch (...) {
+      // A failing write on a later device: the devices written before get their state back.
+      for (std::size_t k = 0; k < g; ++k) groups_[k].state->CopyFromFloats(old_values[k]);
+      throw;
+    }
   }
 }
 
