@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <span>
+#include <utility>
 #include <vector>
 
 #include <mlframework/core/Float8.hpp>
@@ -84,6 +86,23 @@ std::vector<float> Sample(std::size_t count, std::uint32_t seed) {
   }
   return values;
 }
+
+// An FP8 tensor the host cannot address whose writes fail (a device whose copy fails).
+class RefusingTensor final : public ITensor {
+ public:
+  explicit RefusingTensor(Shape shape) : shape_(std::move(shape)) {}
+  DataType GetDataType() const override { return DataType::Float8E4M3FN; }
+  Device GetDevice() const override { return Device::CPU(); }
+  const Shape& GetShape() const override { return shape_; }
+  std::size_t Size() const override { return ElementCount(shape_); }
+  std::vector<float> ToFloatVector() const override { return std::vector<float>(Size(), 0.0f); }
+  void CopyFromFloats(std::span<const float> /*values*/) override {
+    throw InvalidOperationError("refusing tensor: the write failed");
+  }
+
+ private:
+  Shape shape_;
+};
 
 }  // namespace
 
@@ -179,6 +198,15 @@ BOOST_AUTO_TEST_CASE(TheDocsExampleRuns) {
   BOOST_TEST(scales == (std::vector<std::uint8_t>{120, 118, 0, 0, 0, 0, 0, 0}), boost::test_tools::per_element());
   BOOST_TEST(w8->ToFloatVector()[0] == 384.0f);
   BOOST_TEST(w8->ToFloatVector()[39] == 256.0f);
+}
+
+BOOST_AUTO_TEST_CASE(AFailingWriteOfTheElementsLeavesTheScalesAsTheyWere) {
+  const MXFP8BlockScaling mx;
+  const std::vector<float> values = Sample(64, 5);
+  RefusingTensor dst({64});
+  std::vector<std::uint8_t> scales(2, 0xAB);
+  BOOST_CHECK_THROW(mx.Quantize(*FromVector(values, {64}), dst, scales), InvalidOperationError);
+  BOOST_TEST(scales == (std::vector<std::uint8_t>(2, 0xAB)), boost::test_tools::per_element());
 }
 
 BOOST_AUTO_TEST_CASE(BadArgumentsAreNamed) {
