@@ -262,6 +262,26 @@ BOOST_AUTO_TEST_CASE(TensorsDroppedInsideACaptureAreReleasedAfterIt) {
   }
 }
 
+// A recipe with tensors on the GPU and on the host: UpdateScales() keeps a copy of the states
+// updated before the last device's (so a failing device leaves every state as it was) without
+// allocating after the warm-up.
+BOOST_AUTO_TEST_CASE(TheScaleUpdateOfARecipeOnTwoDevicesIsCaptureSafe) {
+  RequireCaptureSafe([] {
+    struct Step {
+      fp8::DelayedScaling recipe;
+      std::vector<TensorPtr> src = List(DataType::BFloat16, 1);
+      std::vector<TensorPtr> dst = List(DataType::Float8E4M3FN, 1);
+    };
+    auto step = std::make_shared<Step>();
+    step->recipe.Register("gpu", fp8::TensorRole::Forward, *step->src[0]);
+    step->recipe.Register("host", fp8::TensorRole::Forward, *Zeros({4}));
+    return CaptureFlow{.captured = [step] {
+      step->recipe.Quantize(std::vector<std::string>{"gpu"}, step->src, step->dst);
+      step->recipe.UpdateScales();
+    }};
+  });
+}
+
 // What the capture-safe flows above replace: calls that return a host bool read the device flag,
 // a host synchronisation the checker flags inside a captured region (docs/cuda-backend.md).
 BOOST_AUTO_TEST_CASE(CallsThatReturnTheOverflowToTheHostAreNotCaptureSafe) {

@@ -5,9 +5,16 @@
 #include <cfloat>
 #include <cmath>
 #include <limits>
+#include <memory>
+#include <span>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
+#include <mlframework/backends/cpu/CpuTensor.hpp>
+#include <mlframework/core/Float8ScaleUpdate.hpp>
+#include <mlframework/core/TensorBackend.hpp>
 #include <mlframework/fp8/DelayedScaling.hpp>
 
 #include "NonFinite.hpp"
@@ -56,6 +63,55 @@ void CheckRecipe(std::size_t history, AmaxComputeAlgorithm algo, int margin, con
       BOOST_TEST(ValueOf(recipe.Amax("w")) == 0.0f);  // the slot of the next step's amax
     }
   }
+}
+
+// A host backend whose scale update fails on demand (a device whose call fails): its tensors
+// wrap CPU tensors and expose their memory.
+class FailingUpdateBackend final : public TensorBackend {
+ public:
+  std::string_view Name() const noexcept override { return "failing-update"; }
+  TensorPtr Allocate(const Shape& shape, DataType dtype, Device device) const override;
+  TensorPtr View(const TensorPtr& base, std::size_t offset, const Shape& shape) const override;
+  void UpdateFloat8Scales(ITensor& state, const Float8ScaleUpdate& update) const override {
+    if (fail) throw InvalidOperationError("failing-update: the scale update failed");
+    TensorBackend::UpdateFloat8Scales(state, update);
+  }
+  mutable bool fail = false;
+  mutable bool fail_writes = false;  // CopyFromFloats() of its tensors throws
+};
+
+const FailingUpdateBackend kFailing;
+
+class FailingUpdateTensor final : public ITensor {
+ public:
+  explicit FailingUpdateTensor(TensorPtr inner) : inner_(std::move(inner)) {}
+  DataType GetDataType() const override { return inner_->GetDataType(); }
+  Device GetDevice() const override { return Device::CPU(); }
+  const Shape& GetShape() const override { return inner_->GetShape(); }
+  std::size_t Size() const override { return inner_->Size(); }
+  std::vector<float> ToFloatVector() const override { return inner_->ToFloatVector(); }
+  void CopyFromFloats(std::span<const float> values) override {
+    if (kFailing.fail_writes) throw InvalidOperationError("failing-update: the write failed");
+    inner_->CopyFromFloats(values);
+  }
+  const TensorBackend* Backend() const noexcept override { return &kFailing; }
+  std::span<std::byte> HostStorage() const noexcept override {
+    const std::span<const std::byte> bytes = inner_->HostBytes();
+    return {const_cast<std::byte*>(bytes.data()), bytes.size()};
+  }
+  const TensorPtr& Inner() const { return inner_; }
+
+ private:
+  TensorPtr inner_;
+};
+
+TensorPtr FailingUpdateBackend::Allocate(const Shape& shape, DataType dtype, Device /*device*/) const {
+  return std::make_shared<FailingUpdateTensor>(Zeros(shape, dtype));
+}
+
+TensorPtr FailingUpdateBackend::View(const TensorPtr& base, std::size_t offset, const Shape& shape) const {
+  const auto& inner = dynamic_cast<const FailingUpdateTensor&>(*base).Inner();
+  return std::make_shared<FailingUpdateTensor>(mlframework::backends::cpu::View(inner, offset, shape));
 }
 
 }  // namespace
@@ -150,6 +206,79 @@ BOOST_AUTO_TEST_CASE(RegisteringMoreKeepsTheStateOfTheOthers) {
   BOOST_TEST((recipe.AmaxHistory("a") == std::vector<float>{8.0f, 4.0f}));
   BOOST_TEST(ValueOf(recipe.Scale("a")) == 112.0f);
   BOOST_TEST(ValueOf(recipe.Scale("b")) == 1.0f);
+}
+
+BOOST_AUTO_TEST_CASE(AFailingDeviceUpdateLeavesEveryDeviceAsItWas) {
+  // Two state tensors (the CPU backend's and another backend's): when the second device's update
+  // fails, the first device's history and scales are as they were before UpdateScales().
+  DelayedScaling recipe({.AmaxHistoryLen = 3});
+  recipe.Register("cpu", TensorRole::Forward, *Zeros({2}));
+  recipe.Register("other", TensorRole::Forward, *std::make_shared<FailingUpdateTensor>(Zeros({2})));
+  mlfw_test::RecordAmax(recipe, "cpu", 4.0f);
+  mlfw_test::RecordAmax(recipe, "other", 8.0f);
+  recipe.UpdateScales();
+  mlfw_test::RecordAmax(recipe, "cpu", 2.0f);
+  mlfw_test::RecordAmax(recipe, "other", 1.0f);
+  const std::vector<std::byte> before = recipe.StateDict();
+  kFailing.fail = true;
+  BOOST_CHECK_THROW(recipe.UpdateScales(), InvalidOperationError);
+  kFailing.fail = false;
+  BOOST_TEST((recipe.StateDict() == before));
+  BOOST_TEST((recipe.AmaxHistory("cpu") == std::vector<float>{2.0f, 0.0f, 4.0f}));
+  BOOST_TEST(ValueOf(recipe.Scale("cpu")) == 112.0f);
+  // The next update goes on from there.
+  recipe.UpdateScales();
+  BOOST_TEST((recipe.AmaxHistory("cpu") == std::vector<float>{0.0f, 4.0f, 2.0f}));
+  BOOST_TEST(ValueOf(recipe.Scale("other")) == 56.0f);
+}
+
+BOOST_AUTO_TEST_CASE(AFailingDeviceWriteLeavesALoadedStateAsItWas) {
+  // LoadStateDict() writes one state tensor per device; when the second device's write fails,
+  // the first device's state is as it was before the load.
+  DelayedScaling saved({.AmaxHistoryLen = 2});
+  DelayedScaling recipe({.AmaxHistoryLen = 2});
+  for (DelayedScaling* r : {&saved, &recipe}) {
+    r->Register("cpu", TensorRole::Forward, *Zeros({2}));
+    r->Register("other", TensorRole::Forward, *std::make_shared<FailingUpdateTensor>(Zeros({2})));
+  }
+  mlfw_test::RecordAmax(saved, "cpu", 4.0f);
+  mlfw_test::RecordAmax(saved, "other", 8.0f);
+  saved.UpdateScales();
+  const std::vector<std::byte> blob = saved.StateDict();
+  mlfw_test::RecordAmax(recipe, "cpu", 2.0f);
+  const std::vector<std::byte> before = recipe.StateDict();
+  kFailing.fail_writes = true;
+  BOOST_CHECK_THROW(recipe.LoadStateDict(blob), InvalidOperationError);
+  kFailing.fail_writes = false;
+  BOOST_TEST((recipe.StateDict() == before));
+  BOOST_TEST(ValueOf(recipe.Scale("cpu")) == 1.0f);
+  recipe.LoadStateDict(blob);
+  BOOST_TEST((recipe.StateDict() == blob));
+}
+
+BOOST_AUTO_TEST_CASE(TheStateStepsRefuseAHistoryLengthWhoseRowsWrap) {
+  // Float8StateRows(H) = H + 4 wraps around a size_t for H above SIZE_MAX - 4: H = SIZE_MAX - 2
+  // makes it 1, so a "state" of one row of 3 slots would pass a size check and the steps would
+  // reach rows far outside it. The slice below has guards on either side.
+  std::vector<float> buffer(9, 7.0f);
+  const std::span<float> state = std::span(buffer).subspan(3, 3);
+  Float8ScaleUpdate update;
+  update.HistoryLength = std::numeric_limits<std::size_t>::max() - 2;
+  update.Count = 3;
+  update.Length = 3;
+  auto names_history = [](const ArgumentError& e) {
+    BOOST_TEST_MESSAGE(e.what());
+    return std::string(e.what()).find("'update.HistoryLength'") != std::string::npos;
+  };
+  BOOST_CHECK_EXCEPTION(FoldFloat8AmaxOnHost(state, update), ArgumentError, names_history);
+  BOOST_TEST(buffer == std::vector<float>(9, 7.0f), boost::test_tools::per_element());
+  BOOST_CHECK_EXCEPTION(UpdateFloat8ScalesOnHost(state, update), ArgumentError, names_history);
+  BOOST_TEST(buffer == std::vector<float>(9, 7.0f), boost::test_tools::per_element());
+  // The largest length whose rows fit is only refused for its size.
+  update.HistoryLength = std::numeric_limits<std::size_t>::max() - 4;
+  BOOST_CHECK_EXCEPTION(FoldFloat8AmaxOnHost(state, update), ArgumentError, [](const ArgumentError& e) {
+    return std::string(e.what()).find("'state'") != std::string::npos;
+  });
 }
 
 BOOST_AUTO_TEST_CASE(AlgorithmNamesParse) {

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <span>
+#include <utility>
 #include <vector>
 
 #include <mlframework/core/Float8.hpp>
@@ -85,6 +87,23 @@ std::vector<float> Sample(std::size_t count, std::uint32_t seed) {
   return values;
 }
 
+// An FP8 tensor the host cannot address whose writes fail (a device whose copy fails).
+class RefusingTensor final : public ITensor {
+ public:
+  explicit RefusingTensor(Shape shape) : shape_(std::move(shape)) {}
+  DataType GetDataType() const override { return DataType::Float8E4M3FN; }
+  Device GetDevice() const override { return Device::CPU(); }
+  const Shape& GetShape() const override { return shape_; }
+  std::size_t Size() const override { return ElementCount(shape_); }
+  std::vector<float> ToFloatVector() const override { return std::vector<float>(Size(), 0.0f); }
+  void CopyFromFloats(std::span<const float> /*values*/) override {
+    throw InvalidOperationError("refusing tensor: the write failed");
+  }
+
+ private:
+  Shape shape_;
+};
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(MXFP8)
@@ -160,6 +179,34 @@ BOOST_AUTO_TEST_CASE(TensorsWithoutHostBytesGoThroughTheirVirtuals) {
   BOOST_TEST(scales == want.scales, boost::test_tools::per_element());
   const auto bytes = dst->Inner()->HostBytes();
   for (std::size_t i = 0; i < 96; ++i) BOOST_TEST(static_cast<std::uint8_t>(bytes[i]) == want.elements[i]);
+}
+
+BOOST_AUTO_TEST_CASE(TheDocsExampleRuns) {
+  // docs/fp8.md, "MXFP8 block scaling": a {4, 40} tensor has two blocks per row, 8 scales.
+  namespace fp8 = mlframework::fp8;
+  auto weight_in_mxfp8 = [](const TensorPtr& weight, const TensorPtr& w8) {
+    const fp8::MXFP8BlockScaling mx(DataType::Float8E4M3FN);
+    std::vector<std::uint8_t> scales(fp8::MXFP8BlockScaling::ScaleCount(weight->GetShape()));
+    mx.Quantize(*weight, *w8, scales);
+    return scales;
+  };
+  std::vector<float> values(160, 0.0f);
+  values[0] = 3.0f;   // row 0, block 0: 2^(1 - 8)
+  values[39] = 0.5f;  // row 0, block 1 (8 values): 2^(-1 - 8)
+  const TensorPtr w8 = Zeros({4, 40}, DataType::Float8E4M3FN);
+  const std::vector<std::uint8_t> scales = weight_in_mxfp8(FromVector(values, {4, 40}), w8);
+  BOOST_TEST(scales == (std::vector<std::uint8_t>{120, 118, 0, 0, 0, 0, 0, 0}), boost::test_tools::per_element());
+  BOOST_TEST(w8->ToFloatVector()[0] == 384.0f);
+  BOOST_TEST(w8->ToFloatVector()[39] == 256.0f);
+}
+
+BOOST_AUTO_TEST_CASE(AFailingWriteOfTheElementsLeavesTheScalesAsTheyWere) {
+  const MXFP8BlockScaling mx;
+  const std::vector<float> values = Sample(64, 5);
+  RefusingTensor dst({64});
+  std::vector<std::uint8_t> scales(2, 0xAB);
+  BOOST_CHECK_THROW(mx.Quantize(*FromVector(values, {64}), dst, scales), InvalidOperationError);
+  BOOST_TEST(scales == (std::vector<std::uint8_t>(2, 0xAB)), boost::test_tools::per_element());
 }
 
 BOOST_AUTO_TEST_CASE(BadArgumentsAreNamed) {

@@ -226,6 +226,69 @@ BOOST_AUTO_TEST_CASE(ATensorTheKernelsCannotReachFailsTheCallBeforeAnyRunIsCast)
   }
 }
 
+BOOST_AUTO_TEST_CASE(AShapeTheKernelsRefuseFailsTheCallBeforeAnyRunIsCast) {
+  // The FP8 kernels take pairs of one shape; a pair of equal size but another shape in a later
+  // run must fail the whole call up front, naming the caller's index, not after the earlier runs
+  // were cast, recorded their amax or (CurrentScaling) rescaled.
+  const TensorPtr flat = FromVector({3.0f, -5.0f, 1.0f, 2.0f}, {4});
+  const TensorPtr square = FromVector({1.0f, 2.0f, 3.0f, 4.0f}, {2, 2});
+  DelayedScaling delayed({.Fp8Format = Format::E4M3});
+  CurrentScaling current({.Fp8Format = Format::E4M3});
+  for (IScalingRecipe* recipe : {static_cast<IScalingRecipe*>(&delayed), static_cast<IScalingRecipe*>(&current)}) {
+    BOOST_TEST_CONTEXT(recipe->Name()) {
+      recipe->Register("a", TensorRole::Forward, *flat);
+      recipe->Register("b", TensorRole::Forward, *flat);
+      const std::vector<std::byte> before = recipe->StateDict();
+      const TensorPtr a8 = Zeros({4}, DataType::Float8E4M3FN);
+      const TensorPtr b8 = Zeros({4}, DataType::Float8E4M3FN);
+      BOOST_CHECK_EXCEPTION(recipe->Quantize(Names{"b", "a"}, List{flat, square}, List{b8, a8}), ArgumentError,
+                            [](const ArgumentError& e) { return Says(e, "'dst[1]'"); });
+      BOOST_TEST((recipe->StateDict() == before));
+      BOOST_TEST(BytesOf(*b8) == std::vector<std::uint8_t>(4, 0), boost::test_tools::per_element());
+      // Dequantize: nothing decoded into the first destination.
+      recipe->Quantize(Names{"a", "b"}, List{flat, flat}, List{a8, b8});
+      const TensorPtr back = FromVector({7.0f, 7.0f, 7.0f, 7.0f}, {4});
+      BOOST_CHECK_EXCEPTION(recipe->Dequantize(Names{"b", "a"}, List{b8, a8}, List{back, Zeros({2, 2})}), ArgumentError,
+                            [](const ArgumentError& e) { return Says(e, "'dst[1]'"); });
+      BOOST_TEST((back->ToFloatVector() == std::vector<float>(4, 7.0f)));
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(CurrentScalingRefusesANameTwiceInOneCall) {
+  // Each cast of CurrentScaling sets the name's scale from its own amax: a second cast of the
+  // same name in one call would replace the scale the first destination was cast with, and its
+  // decode would use the wrong scale_inv. The call is refused, naming both indices.
+  CurrentScaling recipe({.Fp8Format = Format::E4M3});
+  const TensorPtr big = FromVector({4.0f, -2.0f}, {2});
+  const TensorPtr small = FromVector({0.5f, 0.25f}, {2});
+  recipe.Register("a", TensorRole::Forward, *big);
+  recipe.Register("b", TensorRole::Forward, *big);
+  const std::vector<std::byte> before = recipe.StateDict();
+  const TensorPtr a8 = Zeros({2}, DataType::Float8E4M3FN);
+  const TensorPtr b8 = Zeros({2}, DataType::Float8E4M3FN);
+  const TensorPtr again8 = Zeros({2}, DataType::Float8E4M3FN);
+  BOOST_CHECK_EXCEPTION(recipe.Quantize(Names{"a", "b", "a"}, List{big, big, small}, List{a8, b8, again8}),
+                        ArgumentError,
+                        [](const ArgumentError& e) { return Says(e, "'names[2]': 'a' is also names[0]"); });
+  BOOST_TEST((recipe.StateDict() == before));
+  for (const TensorPtr& out : {a8, b8, again8}) {
+    BOOST_TEST(BytesOf(*out) == std::vector<std::uint8_t>(2, 0), boost::test_tools::per_element());
+  }
+  // DelayedScaling casts a name with one scale however often it appears: allowed, and the
+  // recorded amax is the largest of the casts.
+  DelayedScaling delayed({.Fp8Format = Format::E4M3});
+  delayed.Register("a", TensorRole::Forward, *big);
+  delayed.Quantize(Names{"a", "a"}, List{small, big}, List{a8, again8});
+  BOOST_TEST(ValueOf(delayed.Amax("a")) == 4.0f);
+  // Dequantize takes a name twice under either recipe (one scale_inv).
+  recipe.Quantize(Names{"a"}, List{big}, List{a8});
+  const TensorPtr back1 = Zeros({2});
+  const TensorPtr back2 = Zeros({2});
+  recipe.Dequantize(Names{"a", "a"}, List{a8, a8}, List{back1, back2});
+  BOOST_TEST((back2->ToFloatVector() == std::vector<float>{4.0f, -2.0f}));
+}
+
 BOOST_AUTO_TEST_CASE(AFrameworksOwnHostTensorsQuantize) {
   // A tensor without a backend whose host bytes are its elements: its state lives on the CPU and
   // core's kernels run on its memory.

@@ -46,7 +46,7 @@ inline constexpr int kMaxFloat8Margin = 64;
 ///    Transformer Engine's kernel: a NaN entry is skipped, an Inf entry counts);
 /// 3. Float8ScaleFromAmax() turns it into the new scale; scale_inv = 1 / scale.
 struct Float8ScaleUpdate {
-  std::size_t HistoryLength = 1;   ///< H, rows of amax history (at least 1).
+  std::size_t HistoryLength = 1;   ///< H, rows of amax history (1 to SIZE_MAX - 4).
   std::size_t Count = 0;           ///< N, slots (elements per row) of the state tensor.
   std::size_t First = 0;           ///< First slot updated.
   std::size_t Length = 0;          ///< Slots updated, from First on.
@@ -83,7 +83,8 @@ MLFW_HOST_DEVICE inline float FoldAmax(float recorded, float fresh) {
 }
 
 /// Runs @p update on @p state, the host elements of a state tensor (`Float8StateRows(H) * N` floats).
-/// ArgumentError when @p state has another size or the slot range or margin is out of range.
+/// ArgumentError when @p state has another size, H is 0 or above `SIZE_MAX - 4` (its rows would
+/// not fit a size_t), or the slot range or margin is out of range.
 MLFRAMEWORK_EXPORT void UpdateFloat8ScalesOnHost(std::span<float> state, const Float8ScaleUpdate& update);
 
 /// `history[0][j] = FoldAmax(history[0][j], scratch[j])` for the slots of @p update (its other

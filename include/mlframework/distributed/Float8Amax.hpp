@@ -21,9 +21,12 @@ namespace mlframework::distributed {
 /// packed into one flat FP32 tensor on their device (one fused multi-tensor copy), reduced in
 /// ONE AllReduce(ReduceOp::Max) and copied back (a second fused copy): on a CUDA device under
 /// the NCCL engine nothing is read back to the host. An infinite amax wins the maximum, so every
-/// rank's recipe sees it and keeps (DelayedScaling) or resets (CurrentScaling) its scale alike; a
-/// NaN amax fares as the engine's MAX treats NaN (MPI_MAX and ncclMax compare, so another rank's
-/// finite amax may win over it), as under Transformer Engine's all-reduce.
+/// rank's DelayedScaling sees it and keeps its scale alike; a NaN amax fares as the engine's MAX
+/// treats NaN (MPI_MAX and ncclMax compare, so another rank's finite amax may win over it), as
+/// under Transformer Engine's all-reduce. Under CurrentScaling the agreement only replaces the
+/// recorded amax: its casts already took their scales from each rank's own amax and its
+/// UpdateScales() changes nothing, so the ranks' scales stay their own (Transformer Engine's
+/// current scaling reduces the amax inside the cast, which this call does not do).
 ///
 /// Every rank must pass the same names in the same order. The checks run on every rank before
 /// any communication and the verdict is agreed over @p group (one host all-reduce), so a bad

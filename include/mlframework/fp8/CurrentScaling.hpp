@@ -25,7 +25,10 @@ struct CurrentScalingConfig {
 /// quotient overflows, as Transformer Engine's `compute_scale_from_amax`), then casts with that
 /// scale. So the scale always fits the data being cast, at the price of the extra read pass.
 ///
-/// Scale(), ScaleInv() and Amax() are those of the latest Quantize() of the name;
+/// A name appears at most once in one Quantize() call (ArgumentError naming the later
+/// `names[i]` and the earlier index otherwise, nothing cast): a second cast would replace the
+/// scale the first destination was cast with. Scale(), ScaleInv() and Amax() are those of the
+/// latest Quantize() of the name;
 /// UpdateScales() changes nothing (the scales follow each cast). StateDict() holds the format
 /// and, per tensor, its name, role, latest amax, scale and scale_inv.
 class MLFRAMEWORK_EXPORT CurrentScaling final : public PerTensorScaling {

@@ -47,7 +47,11 @@ struct DelayedScalingConfig {
 /// - sets `scale = (fp8_max / amax) / 2^margin` in FP32, keeping the previous scale when the
 ///   amax is 0 or not finite (core/Float8ScaleUpdate.hpp has the exact rule), and
 ///   `scale_inv = 1 / scale`.
-/// fp8_max is 448 for E4M3 tensors and 57344 for E5M2 ones (gradients under HYBRID).
+/// fp8_max is 448 for E4M3 tensors and 57344 for E5M2 ones (gradients under HYBRID). With
+/// tensors on several devices the update is all or nothing: when a later device's call throws,
+/// the devices already updated get back their state from copies taken before (each
+/// UpdateScales() copies the state of every device but the last on that device, into a buffer
+/// the recipe keeps, so an update after the first allocates nothing and can be captured).
 ///
 /// StateDict() holds the configuration and, per registered tensor, its name, role, history,
 /// scale and scale_inv: its size is fixed by the number of tensors and the history length. A

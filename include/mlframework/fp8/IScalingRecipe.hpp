@@ -47,7 +47,7 @@ class MLFRAMEWORK_EXPORT IScalingRecipe {
 
   /// `dst[i] = saturate(src[i] * scale(names[i]))` rounded into dst[i]'s FP8 type, recording the
   /// amax of src[i] for names[i]. ArgumentError (nothing written) when the spans differ in size, a
-  /// name is unknown, a source is FP8, a destination is not the name's FP8 type, sizes differ, or
+  /// name is unknown, a source is FP8, a destination is not the name's FP8 type, shapes differ, or
   /// a tensor is not on the name's device and backend (a tensor without a backend counts as on the
   /// CPU backend when the host addresses its elements, and is refused otherwise).
   virtual void Quantize(std::span<const std::string> names, std::span<const TensorPtr> src,

@@ -51,7 +51,8 @@ class MLFRAMEWORK_EXPORT MXFP8BlockScaling {
 
   /// Quantizes @p src (FP32, FP16 or BF16) into @p dst (ElementType(), the same shape) and the
   /// block scales into @p scales (ScaleCount() bytes). ArgumentError naming the parameter when a
-  /// dtype, shape or size does not fit; nothing is written then.
+  /// dtype, shape or size does not fit; nothing is written then. @p scales is written after
+  /// @p dst, so a write into @p dst that throws leaves it as it was.
   void Quantize(const ITensor& src, ITensor& dst, std::span<std::uint8_t> scales) const;
   /// `dst = P * 2^(scale - 127)` (NaN for the NaN scale) into @p dst (FP32, FP16 or BF16, the
   /// shape of @p src), @p src holding ElementType() values; ArgumentError as Quantize().

@@ -1,6 +1,7 @@
 #include <mlframework/core/Float8ScaleUpdate.hpp>
 
 #include <cmath>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,12 @@ namespace mlframework {
 void ValidateFloat8ScaleUpdate(const Float8ScaleUpdate& update, std::size_t elements) {
   if (update.HistoryLength == 0) {
     throw ArgumentError("update.HistoryLength", "is 0; an amax history has at least one row");
+  }
+  // Float8StateRows() must not wrap around a size_t, or a small state would pass the size check.
+  if (update.HistoryLength > SIZE_MAX - Float8StateRows(0)) {
+    throw ArgumentError("update.HistoryLength", std::to_string(update.HistoryLength) + " is above " +
+                                                    std::to_string(SIZE_MAX - Float8StateRows(0)) +
+                                                    ": the state's rows (H + 4) would not fit a size_t");
   }
   if (update.Count == 0 || elements / update.Count != Float8StateRows(update.HistoryLength) ||
       elements % update.Count != 0) {

@@ -177,14 +177,17 @@ void MXFP8BlockScaling::Quantize(const ITensor& src, ITensor& dst, std::span<std
                    std::span<std::uint8_t>(reinterpret_cast<std::uint8_t*>(host.data()), host.size()), scales);
     return;
   }
+  // The scales are written only once the elements are: a failing write leaves both as they were.
   std::vector<std::uint8_t> elements(values.size());
-  QuantizeBlocks(values, RowLength(src.GetShape()), elements, scales);
+  std::vector<std::uint8_t> block_scales(scales.size());
+  QuantizeBlocks(values, RowLength(src.GetShape()), elements, block_scales);
   std::vector<float> decoded(values.size());
   for (std::size_t i = 0; i < elements.size(); ++i) {
     decoded[i] = element_type_ == DataType::Float8E4M3FN ? mlframework::detail::Float8E4M3FNBitsToFloat(elements[i])
                                                          : mlframework::detail::Float8E5M2BitsToFloat(elements[i]);
   }
   dst.CopyFromFloats(decoded);
+  std::copy(block_scales.begin(), block_scales.end(), scales.begin());
 }
 
 void MXFP8BlockScaling::Dequantize(const ITensor& src, std::span<const std::uint8_t> scales, ITensor& dst) const {

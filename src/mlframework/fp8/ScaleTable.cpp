@@ -6,8 +6,10 @@
 #include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <mlframework/core/Error.hpp>
+#include <mlframework/core/MultiTensor.hpp>
 #include <mlframework/core/Tensor.hpp>
 #include <mlframework/core/TensorBackend.hpp>
 
@@ -76,7 +78,7 @@ void ScaleTable::Register(const std::string& name, TensorRole role, const ITenso
 
   // Nothing above changed the table; commit.
   if (group_index == groups_.size()) {
-    groups_.push_back(Group{device, backend, nullptr, {}});
+    groups_.push_back(Group{device, backend, nullptr, {}, nullptr});
   }
   Group& group = groups_[group_index];
   group.state = std::move(state);
@@ -127,9 +129,10 @@ std::vector<const ScaleTable::Entry*> ScaleTable::Check(std::span<const std::str
                                            std::string(ToString(format_)) + ") is quantized into " +
                                            std::string(ToString(entry.dtype)));
     }
-    if (src[i]->Size() != dst[i]->Size()) {
-      throw ArgumentError(At("dst", i), "has " + std::to_string(dst[i]->Size()) + " elements, src has " +
-                                            std::to_string(src[i]->Size()));
+    // The FP8 kernels take pairs of one shape (equal sizes are not enough).
+    if (src[i]->GetShape() != dst[i]->GetShape()) {
+      throw ArgumentError(At("dst", i), "has shape " + mlframework::ToString(dst[i]->GetShape()) + ", src[" +
+                                            std::to_string(i) + "] has " + mlframework::ToString(src[i]->GetShape()));
     }
     const Device device = groups_[entry.group].device;
     const TensorBackend* state_backend = groups_[entry.group].state->Backend();
@@ -187,13 +190,30 @@ Float8ScaleUpdate ScaleTable::UpdateOf(const Group& group) const {
 }
 
 void ScaleTable::UpdateAll(Float8ScaleUpdate update) const {
-  for (const Group& group : groups_) {
+  // One call per device. So that a failing call on a later device leaves every device as it was,
+  // the states of the devices updated before the last one are copied first (on their device,
+  // without waiting for it, into a buffer kept for the next update) and written back if a later
+  // call throws.
+  for (std::size_t g = 0; g + 1 < groups_.size(); ++g) {
+    const Group& group = groups_[g];
+    if (!group.backup || group.backup->Size() != group.state->Size()) {
+      group.backup = group.state->Backend()->Allocate(group.state->GetShape(), DataType::Float32, group.device);
+    }
+    CopyInto(std::span(&group.state, 1), std::span(&group.backup, 1));
+  }
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    const Group& group = groups_[g];
     const Float8ScaleUpdate layout = UpdateOf(group);
     update.HistoryLength = layout.HistoryLength;
     update.Count = layout.Count;
     update.First = 0;
     update.Length = layout.Length;
-    group.state->Backend()->UpdateFloat8Scales(*group.state, update);
+    try {
+      group.state->Backend()->UpdateFloat8Scales(*group.state, update);
+    } catch (...) {
+      for (std::size_t k = 0; k < g; ++k) CopyInto(std::span(&groups_[k].backup, 1), std::span(&groups_[k].state, 1));
+      throw;
+    }
   }
 }
 
@@ -301,9 +321,13 @@ std::map<std::string, ScaleTable::Column> ScaleTable::ReadEntries(mlframework::d
 
 void ScaleTable::Commit(const std::map<std::string, Column>& columns) const {
   const std::size_t rows = Float8StateRows(history_length_);
-  for (const Group& group : groups_) {
+  std::vector<std::vector<float>> old_values;
+  old_values.reserve(groups_.size());
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    const Group& group = groups_[g];
     const std::size_t n = group.entries.size();
-    std::vector<float> values = group.state->ToFloatVector();
+    old_values.push_back(group.state->ToFloatVector());
+    std::vector<float> values = old_values.back();
     for (std::size_t j = 0; j < n; ++j) {
       const Column& column = columns.at(entries_[group.entries[j]].name);
       for (std::size_t r = 0; r < history_length_; ++r) values[r * n + j] = column.history[r];
@@ -311,7 +335,13 @@ void ScaleTable::Commit(const std::map<std::string, Column>& columns) const {
       values[ScaleInvRow() * n + j] = column.scale_inv;
       values[(rows - 1) * n + j] = 0.0f;  // scratch
     }
-    group.state->CopyFromFloats(values);
+    try {
+      group.state->CopyFromFloats(values);
+    } catch (...) {
+      // A failing write on a later device: the devices written before get their state back.
+      for (std::size_t k = 0; k < g; ++k) groups_[k].state->CopyFromFloats(old_values[k]);
+      throw;
+    }
   }
 }
 

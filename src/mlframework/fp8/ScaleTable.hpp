@@ -107,6 +107,9 @@ class ScaleTable {
     const TensorBackend* backend = nullptr;
     TensorPtr state;
     std::vector<std::size_t> entries;  // entry index of each slot
+    // UpdateAll()'s copy of the state (several devices only), kept so that later updates do not
+    // allocate (a captured UpdateScales() must not).
+    mutable TensorPtr backup;
   };
 
   Float8ScaleUpdate UpdateOf(const Group& group) const;

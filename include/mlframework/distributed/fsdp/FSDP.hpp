@@ -155,7 +155,8 @@ class MLFRAMEWORK_EXPORT FSDP {
   /// so the next IScalingRecipe::UpdateScales() gives every rank the same scales (Transformer
   /// Engine's amax reduction over the data-parallel group). Call it after the step's casts,
   /// before UpdateScales(). distributed::AllReduceAmax() (Float8Amax.hpp) with every name; its
-  /// errors, on every rank with nothing changed.
+  /// errors, on every rank with nothing changed. Under fp8::CurrentScaling, whose scales follow
+  /// each rank's own casts, it changes the recorded amaxes only.
   void AgreeAmax(fp8::IScalingRecipe& recipe);
 
   /// Gradient accumulation without communication (PyTorch FSDP2's set_requires_gradient_sync,
