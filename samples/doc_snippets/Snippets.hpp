@@ -45,6 +45,7 @@ float CastToFloat8(std::span<const mlframework::TensorPtr> weights, std::span<co
                    const mlframework::TensorPtr& scale_inv, const mlframework::TensorPtr& amax);
 std::vector<std::byte> TrainFc1InFp8(const mlframework::TensorPtr& weight, const mlframework::TensorPtr& grad_out,
                                      int steps);
+std::vector<std::uint8_t> WeightInMxfp8(const mlframework::TensorPtr& weight, const mlframework::TensorPtr& w8);
 mlframework::TensorPtr GatherInFp8(std::shared_ptr<mlframework::distributed::IProcessGroup> world,
                                    const mlframework::TensorPtr& w, mlframework::fp8::IScalingRecipe& recipe);
 

@@ -1,5 +1,6 @@
 // docs/fp8.md: FP8 tensors, the fused FP8 list kernels, scaling recipes, FP8 under FSDP.
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
@@ -42,6 +43,14 @@ std::vector<std::byte> TrainFc1InFp8(const TensorPtr& weight, const TensorPtr& g
     recipe.UpdateScales();  // after the step, as Transformer Engine does
   }
   return recipe.StateDict();  // a checkpoint of the scales and amax histories
+}
+
+// A weight as MXFP8: E4M3 elements in w8 (the weight's shape) and one E8M0 byte per block
+std::vector<std::uint8_t> WeightInMxfp8(const TensorPtr& weight, const TensorPtr& w8) {
+  const fp8::MXFP8BlockScaling mx(DataType::Float8E4M3FN);
+  std::vector<std::uint8_t> scales(fp8::MXFP8BlockScaling::ScaleCount(weight->GetShape()));
+  mx.Quantize(*weight, *w8, scales);  // w8 * 2^(scales - 127) is the weight, rounded
+  return scales;
 }
 
 // one FSDP unit gathered as FP8: one byte per element on the wire

@@ -154,6 +154,16 @@ int main() {
     const TensorPtr fc1 = FromVector({0.5f, -1.5f, 3.0f}, {3});
     Expect(!TrainFc1InFp8(fc1, Zeros({3}), 3).empty(), "FP8: the recipe loop runs and checkpoints");
 
+    // A {4, 40} weight: two blocks of a row (32 and 8 values), eight E8M0 scales.
+    std::vector<float> values(160, 0.0f);
+    values[0] = 3.0f;   // row 0, block 0: scale 2^(1 - 8), code 120
+    values[39] = 0.5f;  // row 0, block 1: scale 2^(-1 - 8), code 118
+    const TensorPtr w8 = Zeros({4, 40}, DataType::Float8E4M3FN);
+    const std::vector<std::uint8_t> scales = WeightInMxfp8(FromVector(values, {4, 40}), w8);
+    Expect(scales == std::vector<std::uint8_t>{120, 118, 0, 0, 0, 0, 0, 0} && w8->ToFloatVector()[0] == 384.0f &&
+               w8->ToFloatVector()[39] == 256.0f,
+           "MXFP8: one E8M0 scale per block of 32 along the last dimension, the short last block its own");
+
     fp8::DelayedScaling recipe({.Fp8Format = fp8::Format::HYBRID, .AmaxHistoryLen = 4});
     recipe.Register("act", fp8::TensorRole::Forward, *fc1);
     const TensorPtr w32 = GatherInFp8(distributed::MakeLocalProcessGroup(), FromVector({0.5f, -1.5f}, {2}), recipe);
