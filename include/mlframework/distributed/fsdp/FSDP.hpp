@@ -261,12 +261,17 @@ class MLFRAMEWORK_EXPORT FSDP {
   /// stochastically rounded BF16 masters draw the bits of the same elements at every world size
   /// and a resharded run continues bit for bit. InvalidOperationError on every rank
   /// when any rank misses a gradient, holds unsynced gradients (HasUnsyncedGradients()), has a
-  /// gradient reduction in flight or still has a unit gathered (or being gathered); the optimizer's own
-  /// SetGradients() errors are agreed the same way. An exception from the update itself on a
-  /// multi-rank group ends the job (AbortGuard), since the ranks' weights would diverge.
-  /// ArgumentError naming `optimizer` on every rank, with nothing changed, when its
+  /// gradient reduction in flight or still has a unit gathered (or being gathered).
+  /// ArgumentError naming `optimizer` on every rank when its
   /// amp::IOptimizerState::StateMasterFormat() does not fit a unit's MasterDType(): BF16 masters
-  /// over an FP32 shard, or FP32 masters (copies the FSDP never sees) over a BF16 one.
+  /// over an FP32 shard, or FP32 masters (copies the FSDP never sees) over a BF16 one; or when
+  /// its IOptimizerState::Parameters() are not the units' shards one to one (name and shape).
+  /// These are checked before the optimizer is touched, so nothing changes on any rank. The
+  /// optimizer's own SetGradients() errors are agreed the same way; a rank whose optimizer took
+  /// the gradients while another rank's refused hands it back those it held before
+  /// (IOptimizer::GetGradients()). The element offsets are set only once every rank's optimizer
+  /// took its gradients. An exception from SetElementOffsets() or the update itself on a
+  /// multi-rank group ends the job (AbortGuard), since the ranks' weights would diverge.
   /// Over shards on a GPU the reference optimizers (SGD, Adam) keep FP32 masters and state on
   /// the host (ZeRO-Offload style): the step copies each gradient shard to the host and the
   /// updated shard back, the one host round trip of a training step (docs/cuda-backend.md).

@@ -428,6 +428,8 @@ double FSDP::ClipGradNorm(float max_norm) {
 
 void FSDP::Step(amp::IOptimizer& optimizer) {
   GradientMap gradients;
+  amp::IOptimizerState* const state = optimizer.State();
+  // Checks only: nothing changes on any rank until every rank passed them.
   distributed::detail::AgreeOn(*impl_->group, "FSDP::Step", [&] {
     for (const auto& unit : impl_->units) {
       if (unit->IsGathered() || unit->IsGatherInFlight()) {
@@ -440,19 +442,41 @@ void FSDP::Step(amp::IOptimizer& optimizer) {
       }
     }
     detail::RefuseReductionsInFlight(*this);
-    for (const auto& unit : impl_->units) detail::RequireMatchingMasters(*unit, optimizer.State(), "optimizer");
+    for (const auto& unit : impl_->units) detail::RequireMatchingMasters(*unit, state, "optimizer");
     gradients = LocalGradients();
-    optimizer.SetGradients(gradients);  // rejects gradients that do not match its parameters
-    if (amp::IOptimizerState* state = optimizer.State()) {
-      // Stochastic rounding draws its bits by the element's index in the unit's flat buffer,
-      // which is the same at every world size (the shard's own index is not).
-      std::map<std::string, std::uint64_t> offsets;
-      for (const auto& unit : impl_->units) offsets.emplace(unit->Name(), unit->ShardOffset());
-      state->SetElementOffsets(offsets);
-    }
+    // What SetGradients() of an optimizer with a state checks, checked here without handing the
+    // gradients over, so the library's optimizers are refused before any rank changes one.
+    if (state != nullptr) detail::RequireGradientsFit(gradients, *state, "optimizer");
   });
+  // The optimizer's own SetGradients() checks, agreed: when another rank's optimizer refuses,
+  // one that took the gradients here is handed back those it held before.
+  GradientMap previous;
+  bool taken = false;
+  try {
+    distributed::detail::AgreeOn(*impl_->group, "FSDP::Step", [&] {
+      previous = optimizer.GetGradients();
+      optimizer.SetGradients(gradients);
+      taken = true;
+    });
+  } catch (...) {
+    if (taken) {
+      try {
+        optimizer.SetGradients(previous);
+      } catch (...) {  // NOLINT(bugprone-empty-catch): the agreed error below is the one to report
+      }
+    }
+    throw;
+  }
   // The update runs on this rank only; if it throws, the next collective would hang.
   AbortGuard guard(*impl_->group, "FSDP Step (optimizer)");
+  if (state != nullptr) {
+    // Stochastic rounding draws its bits by the element's index in the unit's flat buffer,
+    // which is the same at every world size (the shard's own index is not). Every name is a
+    // parameter of the optimizer (checked above).
+    std::map<std::string, std::uint64_t> offsets;
+    for (const auto& unit : impl_->units) offsets.emplace(unit->Name(), unit->ShardOffset());
+    state->SetElementOffsets(offsets);
+  }
   optimizer.Step();
   for (const auto& unit : impl_->units) {
     unit->Invalidate();
