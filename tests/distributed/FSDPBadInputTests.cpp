@@ -121,6 +121,42 @@ BOOST_AUTO_TEST_CASE(MismatchedUnitShapesFailOnEveryRank) {
   BOOST_CHECK_THROW(model.RegisterUnit("w", {{"weight", Zeros({4, 6})}}), mlframework::ArgumentError);
 }
 
+// Ranks built with different FSDPConfigs would gather and reduce shards of different sizes or
+// dtypes, or one rank would skip a gather the others run: the first RegisterUnit() refuses it
+// on every rank, naming the config, before any collective of the unit.
+BOOST_AUTO_TEST_CASE(ConfigsThatDifferBetweenRanksFailOnEveryRank) {
+  auto group = mlfw_test::WorldGroup();
+  if (group->WorldSize() == 1) {
+    BOOST_TEST_MESSAGE("world size 1: no second rank to disagree with (covered under mpiexec -n 2 and -n 4)");
+    return;
+  }
+  const bool first = group->Rank() == 0;
+  using mlframework::DataType;
+  const std::vector<std::pair<std::string, fsdp::FSDPConfig>> cases{
+      {"ShardAlignment", {.ShardAlignment = first ? 4u : 1u}},
+      {"Strategy FullShard/ShardGradOp",
+       {.Strategy = first ? fsdp::ShardingStrategy::FullShard : fsdp::ShardingStrategy::ShardGradOp}},
+      {"Strategy FullShard/NoShard",
+       {.Strategy = first ? fsdp::ShardingStrategy::FullShard : fsdp::ShardingStrategy::NoShard}},
+      {"ParamDType", {.ParamDType = first ? DataType::Float32 : DataType::BFloat16}},
+      {"ReduceDType", {.ReduceDType = first ? DataType::Float32 : DataType::Float16}},
+      {"Wire", {.Wire = first ? fsdp::GradientWire::ReduceDType : fsdp::GradientWire::Float8Blocks}},
+  };
+  for (const auto& [what, config] : cases) {
+    BOOST_TEST_CONTEXT(what) {
+      fsdp::FSDP model(group, config);
+      try {
+        model.RegisterUnit("layer2", Mlp::Layer2());
+        BOOST_ERROR("rank " << group->Rank() << ": a unit was registered over ranks with different configs");
+      } catch (const mlframework::ArgumentError& error) {
+        BOOST_TEST(error.Parameter() == "config");
+        BOOST_TEST(std::string(error.what()).find("disagree") != std::string::npos, error.what());
+      }
+      BOOST_TEST(model.UnitCount() == 0u);
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(GatherTwiceAndReduceBeforeGather) {
   auto group = mlfw_test::WorldGroup();
   fsdp::FSDP model(group);

@@ -120,7 +120,9 @@ class MLFRAMEWORK_EXPORT FSDP {
   /// parameters on two devices (or on another device than the units registered before; the
   /// message names the parameter and both devices), a unit smaller than the world size
   /// (sharded strategies; HybridShard: the shard group size), ranks that disagree on the world size, the unit's name,
-  /// its parameter names or shapes, or its precision; an invalid @p precision (named by field).
+  /// its parameter names or shapes, or its precision; an invalid @p precision (named by field);
+  /// ranks whose FSDPConfig differs in Strategy, ShardAlignment, SyncModuleStates, ParamDType,
+  /// ReduceDType or Wire (naming `config`, with this rank's values).
   /// @p precision gives the unit its own gather and reduce dtypes (UnitPrecision: norm layers
   /// in FP32 while the rest runs in BF16); by default it follows the FSDP's. The padding also
   /// makes each shard a multiple of FSDPConfig::ShardAlignment, and the shard is BF16 under

@@ -252,6 +252,38 @@ double PrecisionCode(const UnitPrecision& precision, const FSDPConfig& config) {
          master;
 }
 
+// The config fields every rank must share, as exact numbers (ShardAlignment <= 2^20, checked
+// by FSDPConfig::Validate()), compared by RegisterUnit(); HybridShard's ShardGroupSize is agreed
+// by the constructor.
+double ShardingCode(const FSDPConfig& config) {
+  return (static_cast<double>(static_cast<int>(config.Strategy)) * 2097152.0 +
+          static_cast<double>(config.ShardAlignment)) *
+             2.0 +
+         (config.SyncModuleStates ? 1.0 : 0.0);
+}
+
+double DTypeCode(const FSDPConfig& config) {
+  return (static_cast<double>(static_cast<int>(config.ParamDType)) * 256.0 +
+          static_cast<double>(static_cast<int>(config.ReduceDType))) *
+             4.0 +
+         static_cast<double>(static_cast<int>(config.Wire));
+}
+
+// This rank's values of the fields of ShardingCode() (@p sharding) or DTypeCode().
+std::string DescribeConfig(const FSDPConfig& config, bool sharding) {
+  std::string text;
+  if (sharding) {
+    text.append("Strategy ").append(ToString(config.Strategy));
+    text.append(", ShardAlignment ").append(std::to_string(config.ShardAlignment));
+    text.append(", SyncModuleStates ").append(config.SyncModuleStates ? "true" : "false");
+  } else {
+    text.append("ParamDType ").append(mlframework::ToString(config.ParamDType));
+    text.append(", ReduceDType ").append(mlframework::ToString(config.ReduceDType));
+    text.append(", Wire ").append(ToString(config.Wire));
+  }
+  return text;
+}
+
 }  // namespace
 
 FSDPShardingUnit& FSDP::RegisterUnit(const std::string& name, const GradientMap& parameters,
@@ -303,21 +335,27 @@ FSDPShardingUnit& FSDP::RegisterUnit(const std::string& name, const GradientMap&
     }
   });
 
-  // Every rank must describe the same unit: compare max and min of each field in one all-reduce.
-  const std::array<const char*, 6> fields{
-      "world size",
-      "unit index",
-      "element count",
-      "parameter count",
-      "parameter names and shapes",
-      "precision (ParamDType, ReduceDType, Wire, ShardedAccumulation, MasterDType)"};
-  const std::array<double, 6> mine{static_cast<double>(world),
+  // Every rank must describe the same unit and use the same FSDPConfig (ranks with other
+  // strategies, alignments or dtypes would gather and reduce different sizes and bytes, or skip
+  // a gather the others run): compare max and min of each field in one all-reduce.
+  const FSDPConfig& config = impl_->config;
+  const std::array<const char*, 8> fields{"world size",
+                                          "unit index",
+                                          "element count",
+                                          "parameter count",
+                                          "parameter names and shapes",
+                                          "precision (ParamDType, ReduceDType, Wire, ShardedAccumulation, MasterDType)",
+                                          "FSDPConfig's Strategy, ShardAlignment and SyncModuleStates",
+                                          "FSDPConfig's ParamDType, ReduceDType and Wire"};
+  const std::array<double, 8> mine{static_cast<double>(world),
                                    static_cast<double>(impl_->units.size()),
                                    static_cast<double>(unit->numel),
                                    static_cast<double>(unit->names.size()),
                                    static_cast<double>(LayoutHash(name, unit->names, unit->shapes)),
-                                   PrecisionCode(precision, impl_->config)};
-  std::array<double, 12> extremes{};
+                                   PrecisionCode(precision, impl_->config),
+                                   ShardingCode(config),
+                                   DTypeCode(config)};
+  std::array<double, 16> extremes{};
   for (std::size_t i = 0; i < mine.size(); ++i) {
     extremes[i] = mine[i];
     extremes[i + mine.size()] = -mine[i];
@@ -326,11 +364,16 @@ FSDPShardingUnit& FSDP::RegisterUnit(const std::string& name, const GradientMap&
   for (std::size_t i = 0; i < mine.size(); ++i) {
     const double high = extremes[i];
     const double low = -extremes[i + mine.size()];
-    if (high != low) {
-      throw ArgumentError("parameters", "RegisterUnit('" + name + "'): ranks disagree on the " + fields[i] +
-                                            " (this rank " + Show(mine[i]) + ", min " + Show(low) + ", max " +
-                                            Show(high) + "); every rank must register the same units");
+    if (high == low) continue;
+    if (i >= 6) {
+      // The codes mean nothing to a reader: this rank's values instead.
+      throw ArgumentError("config", "RegisterUnit('" + name + "'): ranks disagree on the " + fields[i] +
+                                        " (this rank: " + DescribeConfig(config, i == 6) +
+                                        "); every rank must use the same FSDPConfig");
     }
+    throw ArgumentError("parameters", "RegisterUnit('" + name + "'): ranks disagree on the " + fields[i] +
+                                          " (this rank " + Show(mine[i]) + ", min " + Show(low) + ", max " +
+                                          Show(high) + "); every rank must register the same units");
   }
 
   AbortGuard guard(group, "FSDP RegisterUnit('" + name + "')");
