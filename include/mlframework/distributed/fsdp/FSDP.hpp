@@ -255,7 +255,8 @@ class MLFRAMEWORK_EXPORT FSDP {
   double GradNorm();
   /// Scales the gradient shards by `max_norm / (norm + 1e-6)` when the global norm exceeds
   /// @p max_norm (PyTorch's clip_grad_norm_), identically on every rank; returns the norm
-  /// before clipping (collective). ArgumentError unless @p max_norm is finite and > 0.
+  /// before clipping (collective). ArgumentError naming `max_norm` on every rank, with nothing
+  /// changed, unless @p max_norm is finite and > 0 on every rank and the same on every rank.
   double ClipGradNorm(float max_norm);
   /// Hands LocalGradients() to @p optimizer (built over ShardedParameters()), steps it and drops
   /// the gradients; the next Gather() sees the new weights. Before the update it hands the

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <exception>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -211,6 +212,13 @@ struct FSDP::Impl {
                                         unit->ShardSize() * (ElementSize(DataType::Float32) + reduce));
     }
     pool.SetCapacity(capacity);
+  }
+
+  // The global norm of the gradient shards (a collective; GradNorm() after its check).
+  double AgreedNorm() const {
+    const std::vector<TensorPtr> list = GradientList();
+    const double sum = list.empty() ? 0.0 : SumOfSquares(list);
+    return std::sqrt(detail::AgreedSquareSum(*group, groups, config.Strategy, sum));
   }
 
   std::vector<TensorPtr> GradientList() const {
@@ -451,16 +459,42 @@ GradientMap FSDP::LocalGradients() const {
 
 double FSDP::GradNorm() {
   distributed::detail::AgreeOn(*impl_->group, "FSDP::GradNorm", [&] { detail::RefuseReductionsInFlight(*this); });
-  const std::vector<TensorPtr> list = impl_->GradientList();
-  const double sum = list.empty() ? 0.0 : SumOfSquares(list);
-  return std::sqrt(detail::AgreedSquareSum(*impl_->group, impl_->groups, impl_->config.Strategy, sum));
+  return impl_->AgreedNorm();
 }
 
 double FSDP::ClipGradNorm(float max_norm) {
-  if (!std::isfinite(max_norm) || !(max_norm > 0.0f)) {
-    throw ArgumentError("max_norm", "must be finite and > 0, got " + Show(max_norm));
+  // Agreed before the norm's collectives, in the one all-reduce that GradNorm()'s check would
+  // run: a rank refusing alone would leave the others waiting in them, and ranks clipping to
+  // different bounds would step to different weights. [bound invalid here, reduction in flight
+  // here, bound, -bound]: MAX gives every rank the verdicts, the largest and the smallest bound.
+  const bool valid = std::isfinite(max_norm) && max_norm > 0.0f;
+  std::exception_ptr busy;
+  try {
+    detail::RefuseReductionsInFlight(*this);
+  } catch (const InvalidOperationError&) {
+    busy = std::current_exception();
   }
-  const double norm = GradNorm();
+  const double bound = valid ? static_cast<double>(max_norm) : 0.0;
+  std::array<double, 4> agreed{valid ? 0.0 : 1.0, busy ? 1.0 : 0.0, bound, -bound};
+  impl_->group->AllReduceHost(agreed, ReduceOp::Max);
+  if (!valid) throw ArgumentError("max_norm", "must be finite and > 0, got " + Show(max_norm));
+  if (busy) std::rethrow_exception(busy);
+  if (agreed[0] > 0.0) {
+    throw ArgumentError("max_norm",
+                        "FSDP::ClipGradNorm: an invalid max_norm on another rank; every rank stops here "
+                        "together");
+  }
+  if (agreed[1] > 0.0) {
+    throw InvalidOperationError(
+        "FSDP::ClipGradNorm: a gradient reduction in flight on another rank; every rank "
+        "stops here together");
+  }
+  if (agreed[2] != -agreed[3]) {
+    throw ArgumentError("max_norm", "ranks disagree on max_norm (this rank " + Show(max_norm) + ", min " +
+                                        Show(-agreed[3]) + ", max " + Show(agreed[2]) +
+                                        "); every rank must clip to the same bound");
+  }
+  const double norm = impl_->AgreedNorm();
   const double coefficient = static_cast<double>(max_norm) / (norm + 1e-6);
   // Every rank computed the same norm, so every rank takes the same branch.
   if (std::isfinite(norm) && coefficient < 1.0) {
