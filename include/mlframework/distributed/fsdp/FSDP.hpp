@@ -251,12 +251,14 @@ class MLFRAMEWORK_EXPORT FSDP {
   /// squares are summed over the shard group (each shard counted once, not once per replica)
   /// and the replicas agree on one value (MAX, exact).
   /// InvalidOperationError on every rank while any rank has a gradient reduction in flight
-  /// (FinishBackward() first).
+  /// (FinishBackward() first) or holds gradients accumulated without sync (HasUnsyncedGradients():
+  /// the norm would leave their sum out; reduce the last micro-batch with sync first).
   double GradNorm();
   /// Scales the gradient shards by `max_norm / (norm + 1e-6)` when the global norm exceeds
   /// @p max_norm (PyTorch's clip_grad_norm_), identically on every rank; returns the norm
   /// before clipping (collective). ArgumentError naming `max_norm` on every rank, with nothing
-  /// changed, unless @p max_norm is finite and > 0 on every rank and the same on every rank.
+  /// changed, unless @p max_norm is finite and > 0 on every rank and the same on every rank;
+  /// GradNorm()'s InvalidOperationError likewise.
   double ClipGradNorm(float max_norm);
   /// Hands LocalGradients() to @p optimizer (built over ShardedParameters()), steps it and drops
   /// the gradients; the next Gather() sees the new weights. Before the update it hands the

@@ -457,8 +457,25 @@ GradientMap FSDP::LocalGradients() const {
   return result;
 }
 
+namespace {
+// InvalidOperationError (local) naming the first unit whose gradient shard is not complete: a
+// reduction in flight, or micro-batches summed without sync (their sum is not in the shard, so
+// a norm would leave it out and clipping would scale only part of the step's gradients).
+void RefuseIncompleteGradients(FSDP& fsdp) {
+  detail::RefuseReductionsInFlight(fsdp);
+  for (std::size_t i = 0; i < fsdp.UnitCount(); ++i) {
+    const FSDPShardingUnit& unit = fsdp.Unit(i);
+    if (unit.HasUnsyncedGradients()) {
+      throw InvalidOperationError("unit '" + unit.Name() +
+                                  "' holds gradients accumulated without sync: reduce the last micro-batch with "
+                                  "SetRequiresGradientSync(true) before the norm");
+    }
+  }
+}
+}  // namespace
+
 double FSDP::GradNorm() {
-  distributed::detail::AgreeOn(*impl_->group, "FSDP::GradNorm", [&] { detail::RefuseReductionsInFlight(*this); });
+  distributed::detail::AgreeOn(*impl_->group, "FSDP::GradNorm", [&] { RefuseIncompleteGradients(*this); });
   return impl_->AgreedNorm();
 }
 
@@ -470,7 +487,7 @@ double FSDP::ClipGradNorm(float max_norm) {
   const bool valid = std::isfinite(max_norm) && max_norm > 0.0f;
   std::exception_ptr busy;
   try {
-    detail::RefuseReductionsInFlight(*this);
+    RefuseIncompleteGradients(*this);
   } catch (const InvalidOperationError&) {
     busy = std::current_exception();
   }
@@ -486,8 +503,8 @@ double FSDP::ClipGradNorm(float max_norm) {
   }
   if (agreed[1] > 0.0) {
     throw InvalidOperationError(
-        "FSDP::ClipGradNorm: a gradient reduction in flight on another rank; every rank "
-        "stops here together");
+        "FSDP::ClipGradNorm: rejected on another rank (a gradient reduction in flight or gradients "
+        "accumulated without sync); every rank stops here together");
   }
   if (agreed[2] != -agreed[3]) {
     throw ArgumentError("max_norm", "ranks disagree on max_norm (this rank " + Show(max_norm) + ", min " +
