@@ -2,6 +2,14 @@
 // objects keep working afterwards.
 #include <boost/test/unit_test.hpp>
 
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <mlframework/amp/IOptimizerState.hpp>
 #include <mlframework/core/Error.hpp>
 #include <mlframework/core/Tensor.hpp>
 #include <mlframework/distributed/LocalProcessGroup.hpp>
@@ -12,6 +20,7 @@
 
 namespace dist = mlframework::distributed;
 namespace fsdp = mlframework::distributed::fsdp;
+using mlframework::GradientMap;
 using mlframework::Zeros;
 using mlfw_test::Mlp;
 
@@ -37,6 +46,38 @@ class WrongWorldSize final : public dist::IProcessGroup {
 
  private:
   std::shared_ptr<dist::IProcessGroup> inner_;
+};
+
+// An optimizer that records what FSDP::Step() hands it, and refuses its gradients on request
+// (as a user's optimizer may on one rank only).
+class RecordingOptimizer final : public mlframework::amp::IOptimizer, public mlframework::amp::IOptimizerState {
+ public:
+  explicit RecordingOptimizer(GradientMap parameters) : parameters_(std::move(parameters)) {}
+  bool refuse = false;
+  int offset_calls = 0;
+  int steps = 0;
+  GradientMap GetGradients() override { return gradients_; }
+  void SetGradients(const GradientMap& gradients) override {
+    if (refuse) throw mlframework::ArgumentError("gradients", "refused on purpose");
+    gradients_ = gradients;
+  }
+  void Step() override { ++steps; }
+  mlframework::amp::IOptimizerState* State() noexcept override { return this; }
+  std::string StateKind() const override { return "Recording"; }
+  std::vector<std::pair<std::string, double>> StateOptions() const override { return {}; }
+  double StateLearningRate() const noexcept override { return 1.0; }
+  void SetLearningRate(double /*learning_rate*/) override {}
+  std::int64_t StepCount() const noexcept override { return steps; }
+  const GradientMap& Parameters() const noexcept override { return parameters_; }
+  std::vector<std::string> StateVectorNames() const override { return {}; }
+  std::span<const float> StateVector(const std::string& /*name*/, std::size_t /*index*/) const override { return {}; }
+  void ImportState(const std::map<std::string, mlframework::amp::OptimizerParameterState>& /*state*/,
+                   std::int64_t /*steps*/) override {}
+  void SetElementOffsets(const std::map<std::string, std::uint64_t>& /*offsets*/) override { ++offset_calls; }
+
+ private:
+  GradientMap parameters_;
+  GradientMap gradients_;
 };
 
 }  // namespace
@@ -78,6 +119,42 @@ BOOST_AUTO_TEST_CASE(MismatchedUnitShapesFailOnEveryRank) {
   model.RegisterUnit("w", {{"weight", Zeros({4, 6})}});
   BOOST_CHECK_EQUAL(model.UnitCount(), 1u);
   BOOST_CHECK_THROW(model.RegisterUnit("w", {{"weight", Zeros({4, 6})}}), mlframework::ArgumentError);
+}
+
+// Ranks built with different FSDPConfigs would gather and reduce shards of different sizes or
+// dtypes, or one rank would skip a gather the others run: the first RegisterUnit() refuses it
+// on every rank, naming the config, before any collective of the unit.
+BOOST_AUTO_TEST_CASE(ConfigsThatDifferBetweenRanksFailOnEveryRank) {
+  auto group = mlfw_test::WorldGroup();
+  if (group->WorldSize() == 1) {
+    BOOST_TEST_MESSAGE("world size 1: no second rank to disagree with (covered under mpiexec -n 2 and -n 4)");
+    return;
+  }
+  const bool first = group->Rank() == 0;
+  using mlframework::DataType;
+  const std::vector<std::pair<std::string, fsdp::FSDPConfig>> cases{
+      {"ShardAlignment", {.ShardAlignment = first ? 4u : 1u}},
+      {"Strategy FullShard/ShardGradOp",
+       {.Strategy = first ? fsdp::ShardingStrategy::FullShard : fsdp::ShardingStrategy::ShardGradOp}},
+      {"Strategy FullShard/NoShard",
+       {.Strategy = first ? fsdp::ShardingStrategy::FullShard : fsdp::ShardingStrategy::NoShard}},
+      {"ParamDType", {.ParamDType = first ? DataType::Float32 : DataType::BFloat16}},
+      {"ReduceDType", {.ReduceDType = first ? DataType::Float32 : DataType::Float16}},
+      {"Wire", {.Wire = first ? fsdp::GradientWire::ReduceDType : fsdp::GradientWire::Float8Blocks}},
+  };
+  for (const auto& [what, config] : cases) {
+    BOOST_TEST_CONTEXT(what) {
+      fsdp::FSDP model(group, config);
+      try {
+        model.RegisterUnit("layer2", Mlp::Layer2());
+        BOOST_ERROR("rank " << group->Rank() << ": a unit was registered over ranks with different configs");
+      } catch (const mlframework::ArgumentError& error) {
+        BOOST_TEST(error.Parameter() == "config");
+        BOOST_TEST(std::string(error.what()).find("disagree") != std::string::npos, error.what());
+      }
+      BOOST_TEST(model.UnitCount() == 0u);
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(GatherTwiceAndReduceBeforeGather) {
@@ -145,6 +222,51 @@ BOOST_AUTO_TEST_CASE(StepNeedsGradientsAndReleasedUnits) {
   BOOST_CHECK_THROW(model.LoadStateDict(blob), mlframework::ArgumentError);
   BOOST_CHECK(model.FullParameters().at("layer1.weight")->ToFloatVector() ==
               before.at("layer1.weight")->ToFloatVector());
+}
+
+// A step refused on another rank leaves this rank's optimizer as it was: no gradients handed to
+// it, no element offsets set, no update.
+BOOST_AUTO_TEST_CASE(StepRefusedOnAnotherRankLeavesTheOptimizerAlone) {
+  auto group = mlfw_test::WorldGroup();
+  if (group->WorldSize() == 1) {
+    BOOST_TEST_MESSAGE("world size 1: no other rank to refuse (covered under mpiexec -n 2 and -n 4)");
+    return;
+  }
+  const bool last = group->Rank() == group->WorldSize() - 1;
+  fsdp::FSDP model(group);
+  auto& unit = model.RegisterUnit("layer1", Mlp::Layer1());
+  const auto reduce = [&] {
+    unit.Gather();
+    unit.ReduceGradients(Mlp::Layer1());
+    unit.Release();
+  };
+  reduce();
+  // The library's SGD; on the last rank one built over a parameter of another shape, whose
+  // SetGradients() refuses the unit's gradient.
+  mlframework::optimizers::SGD sgd(last ? GradientMap{{"layer1", Zeros({3})}} : model.ShardedParameters());
+  try {
+    model.Step(sgd);
+    BOOST_ERROR("a step with a mismatched optimizer went ahead");
+  } catch (const mlframework::ArgumentError& error) {
+    if (last) BOOST_TEST(error.Parameter() == "optimizer", error.what());
+  }
+  BOOST_TEST(sgd.GetGradients().empty(), "rank " << group->Rank() << ": the refused step set the SGD's gradients");
+  BOOST_TEST(unit.LocalGradient() != nullptr);
+  // A user's optimizer whose SetGradients() refuses on the last rank only.
+  RecordingOptimizer recording(model.ShardedParameters());
+  recording.refuse = last;
+  BOOST_CHECK_THROW(model.Step(recording), mlframework::ArgumentError);
+  BOOST_TEST(recording.GetGradients().empty(),
+             "rank " << group->Rank() << ": the refused step left its gradients in the optimizer");
+  BOOST_TEST(recording.offset_calls == 0,
+             "rank " << group->Rank() << ": the refused step set the optimizer's element offsets");
+  BOOST_TEST(recording.steps == 0);
+  // Accepted everywhere, the same call goes through.
+  recording.refuse = false;
+  BOOST_CHECK_NO_THROW(model.Step(recording));
+  BOOST_TEST(recording.steps == 1);
+  BOOST_TEST(recording.offset_calls == 1);
+  BOOST_TEST(recording.GetGradients().size() == 1u);
 }
 
 // LoadStateDict() while a unit is gathered, is being gathered, has a gradient reduction in flight

@@ -314,6 +314,35 @@ BOOST_AUTO_TEST_CASE(AStepWaitsForTheSyncAndAnOverflowSurvivesTheSum) {
   model.ZeroGrad();
 }
 
+// The norm of a step whose last micro-batch is not reduced yet would leave out the locally
+// summed gradients, and clipping would scale only part of them: GradNorm() and ClipGradNorm()
+// refuse on every rank, as Step() does, with the gradients unchanged.
+BOOST_AUTO_TEST_CASE(TheNormWaitsForTheSync) {
+  auto group = mlfw_test::WorldGroup();
+  fsdp::FSDP model(group);
+  auto& unit = model.RegisterUnit("unit", Parameters());
+  const auto reduce = [&](int micro) {
+    unit.Gather();
+    unit.ReduceGradients(Gradients(micro, group->Rank()));
+    unit.Release();
+  };
+  // A reduced shard from a first micro-batch with sync, then one summed locally.
+  reduce(0);
+  const std::vector<float> shard = unit.LocalGradient()->ToFloatVector();
+  model.SetRequiresGradientSync(false);
+  reduce(1);
+  const auto refused = [](const mlframework::InvalidOperationError& e) {
+    return std::string(e.what()).find("without sync") != std::string::npos;
+  };
+  BOOST_CHECK_EXCEPTION(static_cast<void>(model.GradNorm()), mlframework::InvalidOperationError, refused);
+  BOOST_CHECK_EXCEPTION(static_cast<void>(model.ClipGradNorm(1e-3f)), mlframework::InvalidOperationError, refused);
+  BOOST_TEST(unit.LocalGradient()->ToFloatVector() == shard, boost::test_tools::per_element());
+  model.SetRequiresGradientSync(true);
+  reduce(2);
+  BOOST_TEST(model.GradNorm() > 0.0);
+  model.ZeroGrad();
+}
+
 BOOST_AUTO_TEST_CASE(ZeroGradDropsAnUnsyncedSumAndBadInputStaysLocal) {
   fsdp::FSDP model(mlfw_test::WorldGroup());
   auto& unit = model.RegisterUnit("unit", Parameters());

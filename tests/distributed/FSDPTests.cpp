@@ -392,4 +392,34 @@ BOOST_AUTO_TEST_CASE(ClipArgumentChecked) {
   BOOST_CHECK_THROW(model.ClipGradNorm(std::numeric_limits<float>::infinity()), mlframework::ArgumentError);
 }
 
+// A bound that differs between ranks, or is invalid on one rank only, is refused on every rank
+// before the norm's collectives (no rank is left waiting in them), with the gradients unchanged.
+BOOST_AUTO_TEST_CASE(BoundsThatDifferBetweenRanksAreRefusedOnEveryRank) {
+  auto group = mlfw_test::WorldGroup();
+  if (group->WorldSize() == 1) {
+    BOOST_TEST_MESSAGE("world size 1: no second rank to disagree with (covered under mpiexec -n 2 and -n 4)");
+    return;
+  }
+  fsdp::FSDP model(group);
+  auto& unit = model.RegisterUnit("layer1", Mlp::Layer1());
+  unit.Gather();
+  unit.ReduceGradients(Mlp::Layer1());
+  unit.Release();
+  const std::vector<float> before = unit.LocalGradient()->ToFloatVector();
+  const bool first = group->Rank() == 0;
+  for (const float bound : {0.01f, std::numeric_limits<float>::quiet_NaN(), -1.0f}) {
+    BOOST_TEST_CONTEXT("rank 0's bound " << bound) {
+      try {
+        static_cast<void>(model.ClipGradNorm(first ? bound : 100.0f));
+        BOOST_ERROR("rank " << group->Rank() << ": clipped while the ranks' bounds differ");
+      } catch (const mlframework::ArgumentError& error) {
+        BOOST_TEST(error.Parameter() == "max_norm");
+      }
+      BOOST_TEST(unit.LocalGradient()->ToFloatVector() == before, boost::test_tools::per_element());
+    }
+  }
+  // The ranks are still in step.
+  BOOST_TEST(model.ClipGradNorm(1e6f) > 0.0);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

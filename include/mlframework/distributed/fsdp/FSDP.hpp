@@ -120,7 +120,9 @@ class MLFRAMEWORK_EXPORT FSDP {
   /// parameters on two devices (or on another device than the units registered before; the
   /// message names the parameter and both devices), a unit smaller than the world size
   /// (sharded strategies; HybridShard: the shard group size), ranks that disagree on the world size, the unit's name,
-  /// its parameter names or shapes, or its precision; an invalid @p precision (named by field).
+  /// its parameter names or shapes, or its precision; an invalid @p precision (named by field);
+  /// ranks whose FSDPConfig differs in Strategy, ShardAlignment, SyncModuleStates, ParamDType,
+  /// ReduceDType or Wire (naming `config`, with this rank's values).
   /// @p precision gives the unit its own gather and reduce dtypes (UnitPrecision: norm layers
   /// in FP32 while the rest runs in BF16); by default it follows the FSDP's. The padding also
   /// makes each shard a multiple of FSDPConfig::ShardAlignment, and the shard is BF16 under
@@ -250,11 +252,14 @@ class MLFRAMEWORK_EXPORT FSDP {
   /// squares are summed over the shard group (each shard counted once, not once per replica)
   /// and the replicas agree on one value (MAX, exact).
   /// InvalidOperationError on every rank while any rank has a gradient reduction in flight
-  /// (FinishBackward() first).
+  /// (FinishBackward() first) or holds gradients accumulated without sync (HasUnsyncedGradients():
+  /// the norm would leave their sum out; reduce the last micro-batch with sync first).
   double GradNorm();
   /// Scales the gradient shards by `max_norm / (norm + 1e-6)` when the global norm exceeds
   /// @p max_norm (PyTorch's clip_grad_norm_), identically on every rank; returns the norm
-  /// before clipping (collective). ArgumentError unless @p max_norm is finite and > 0.
+  /// before clipping (collective). ArgumentError naming `max_norm` on every rank, with nothing
+  /// changed, unless @p max_norm is finite and > 0 on every rank and the same on every rank;
+  /// GradNorm()'s InvalidOperationError likewise.
   double ClipGradNorm(float max_norm);
   /// Hands LocalGradients() to @p optimizer (built over ShardedParameters()), steps it and drops
   /// the gradients; the next Gather() sees the new weights. Before the update it hands the
@@ -262,12 +267,17 @@ class MLFRAMEWORK_EXPORT FSDP {
   /// stochastically rounded BF16 masters draw the bits of the same elements at every world size
   /// and a resharded run continues bit for bit. InvalidOperationError on every rank
   /// when any rank misses a gradient, holds unsynced gradients (HasUnsyncedGradients()), has a
-  /// gradient reduction in flight or still has a unit gathered (or being gathered); the optimizer's own
-  /// SetGradients() errors are agreed the same way. An exception from the update itself on a
-  /// multi-rank group ends the job (AbortGuard), since the ranks' weights would diverge.
-  /// ArgumentError naming `optimizer` on every rank, with nothing changed, when its
+  /// gradient reduction in flight or still has a unit gathered (or being gathered).
+  /// ArgumentError naming `optimizer` on every rank when its
   /// amp::IOptimizerState::StateMasterFormat() does not fit a unit's MasterDType(): BF16 masters
-  /// over an FP32 shard, or FP32 masters (copies the FSDP never sees) over a BF16 one.
+  /// over an FP32 shard, or FP32 masters (copies the FSDP never sees) over a BF16 one; or when
+  /// its IOptimizerState::Parameters() are not the units' shards one to one (name and shape).
+  /// These are checked before the optimizer is touched, so nothing changes on any rank. The
+  /// optimizer's own SetGradients() errors are agreed the same way; a rank whose optimizer took
+  /// the gradients while another rank's refused hands it back those it held before
+  /// (IOptimizer::GetGradients()). The element offsets are set only once every rank's optimizer
+  /// took its gradients. An exception from SetElementOffsets() or the update itself on a
+  /// multi-rank group ends the job (AbortGuard), since the ranks' weights would diverge.
   /// Over shards on a GPU the reference optimizers (SGD, Adam) keep FP32 masters and state on
   /// the host (ZeRO-Offload style): the step copies each gradient shard to the host and the
   /// updated shard back, the one host round trip of a training step (docs/cuda-backend.md).

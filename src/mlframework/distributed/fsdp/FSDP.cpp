@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <exception>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -213,6 +214,13 @@ struct FSDP::Impl {
     pool.SetCapacity(capacity);
   }
 
+  // The global norm of the gradient shards (a collective; GradNorm() after its check).
+  double AgreedNorm() const {
+    const std::vector<TensorPtr> list = GradientList();
+    const double sum = list.empty() ? 0.0 : SumOfSquares(list);
+    return std::sqrt(detail::AgreedSquareSum(*group, groups, config.Strategy, sum));
+  }
+
   std::vector<TensorPtr> GradientList() const {
     std::vector<TensorPtr> list;
     for (const auto& unit : units) {
@@ -250,6 +258,38 @@ double PrecisionCode(const UnitPrecision& precision, const FSDPConfig& config) {
   return (((((code(precision.ParamDType) * 256.0 + code(precision.ReduceDType)) * 256.0 + wire) * 2.0) + accumulation) *
           2.0) +
          master;
+}
+
+// The config fields every rank must share, as exact numbers (ShardAlignment <= 2^20, checked
+// by FSDPConfig::Validate()), compared by RegisterUnit(); HybridShard's ShardGroupSize is agreed
+// by the constructor.
+double ShardingCode(const FSDPConfig& config) {
+  return (static_cast<double>(static_cast<int>(config.Strategy)) * 2097152.0 +
+          static_cast<double>(config.ShardAlignment)) *
+             2.0 +
+         (config.SyncModuleStates ? 1.0 : 0.0);
+}
+
+double DTypeCode(const FSDPConfig& config) {
+  return (static_cast<double>(static_cast<int>(config.ParamDType)) * 256.0 +
+          static_cast<double>(static_cast<int>(config.ReduceDType))) *
+             4.0 +
+         static_cast<double>(static_cast<int>(config.Wire));
+}
+
+// This rank's values of the fields of ShardingCode() (@p sharding) or DTypeCode().
+std::string DescribeConfig(const FSDPConfig& config, bool sharding) {
+  std::string text;
+  if (sharding) {
+    text.append("Strategy ").append(ToString(config.Strategy));
+    text.append(", ShardAlignment ").append(std::to_string(config.ShardAlignment));
+    text.append(", SyncModuleStates ").append(config.SyncModuleStates ? "true" : "false");
+  } else {
+    text.append("ParamDType ").append(mlframework::ToString(config.ParamDType));
+    text.append(", ReduceDType ").append(mlframework::ToString(config.ReduceDType));
+    text.append(", Wire ").append(ToString(config.Wire));
+  }
+  return text;
 }
 
 }  // namespace
@@ -303,21 +343,27 @@ FSDPShardingUnit& FSDP::RegisterUnit(const std::string& name, const GradientMap&
     }
   });
 
-  // Every rank must describe the same unit: compare max and min of each field in one all-reduce.
-  const std::array<const char*, 6> fields{
-      "world size",
-      "unit index",
-      "element count",
-      "parameter count",
-      "parameter names and shapes",
-      "precision (ParamDType, ReduceDType, Wire, ShardedAccumulation, MasterDType)"};
-  const std::array<double, 6> mine{static_cast<double>(world),
+  // Every rank must describe the same unit and use the same FSDPConfig (ranks with other
+  // strategies, alignments or dtypes would gather and reduce different sizes and bytes, or skip
+  // a gather the others run): compare max and min of each field in one all-reduce.
+  const FSDPConfig& config = impl_->config;
+  const std::array<const char*, 8> fields{"world size",
+                                          "unit index",
+                                          "element count",
+                                          "parameter count",
+                                          "parameter names and shapes",
+                                          "precision (ParamDType, ReduceDType, Wire, ShardedAccumulation, MasterDType)",
+                                          "FSDPConfig's Strategy, ShardAlignment and SyncModuleStates",
+                                          "FSDPConfig's ParamDType, ReduceDType and Wire"};
+  const std::array<double, 8> mine{static_cast<double>(world),
                                    static_cast<double>(impl_->units.size()),
                                    static_cast<double>(unit->numel),
                                    static_cast<double>(unit->names.size()),
                                    static_cast<double>(LayoutHash(name, unit->names, unit->shapes)),
-                                   PrecisionCode(precision, impl_->config)};
-  std::array<double, 12> extremes{};
+                                   PrecisionCode(precision, impl_->config),
+                                   ShardingCode(config),
+                                   DTypeCode(config)};
+  std::array<double, 16> extremes{};
   for (std::size_t i = 0; i < mine.size(); ++i) {
     extremes[i] = mine[i];
     extremes[i + mine.size()] = -mine[i];
@@ -326,11 +372,16 @@ FSDPShardingUnit& FSDP::RegisterUnit(const std::string& name, const GradientMap&
   for (std::size_t i = 0; i < mine.size(); ++i) {
     const double high = extremes[i];
     const double low = -extremes[i + mine.size()];
-    if (high != low) {
-      throw ArgumentError("parameters", "RegisterUnit('" + name + "'): ranks disagree on the " + fields[i] +
-                                            " (this rank " + Show(mine[i]) + ", min " + Show(low) + ", max " +
-                                            Show(high) + "); every rank must register the same units");
+    if (high == low) continue;
+    if (i >= 6) {
+      // The codes mean nothing to a reader: this rank's values instead.
+      throw ArgumentError("config", "RegisterUnit('" + name + "'): ranks disagree on the " + fields[i] +
+                                        " (this rank: " + DescribeConfig(config, i == 6) +
+                                        "); every rank must use the same FSDPConfig");
     }
+    throw ArgumentError("parameters", "RegisterUnit('" + name + "'): ranks disagree on the " + fields[i] +
+                                          " (this rank " + Show(mine[i]) + ", min " + Show(low) + ", max " +
+                                          Show(high) + "); every rank must register the same units");
   }
 
   AbortGuard guard(group, "FSDP RegisterUnit('" + name + "')");
@@ -406,18 +457,61 @@ GradientMap FSDP::LocalGradients() const {
   return result;
 }
 
+namespace {
+// InvalidOperationError (local) naming the first unit whose gradient shard is not complete: a
+// reduction in flight, or micro-batches summed without sync (their sum is not in the shard, so
+// a norm would leave it out and clipping would scale only part of the step's gradients).
+void RefuseIncompleteGradients(FSDP& fsdp) {
+  detail::RefuseReductionsInFlight(fsdp);
+  for (std::size_t i = 0; i < fsdp.UnitCount(); ++i) {
+    const FSDPShardingUnit& unit = fsdp.Unit(i);
+    if (unit.HasUnsyncedGradients()) {
+      throw InvalidOperationError("unit '" + unit.Name() +
+                                  "' holds gradients accumulated without sync: reduce the last micro-batch with "
+                                  "SetRequiresGradientSync(true) before the norm");
+    }
+  }
+}
+}  // namespace
+
 double FSDP::GradNorm() {
-  distributed::detail::AgreeOn(*impl_->group, "FSDP::GradNorm", [&] { detail::RefuseReductionsInFlight(*this); });
-  const std::vector<TensorPtr> list = impl_->GradientList();
-  const double sum = list.empty() ? 0.0 : SumOfSquares(list);
-  return std::sqrt(detail::AgreedSquareSum(*impl_->group, impl_->groups, impl_->config.Strategy, sum));
+  distributed::detail::AgreeOn(*impl_->group, "FSDP::GradNorm", [&] { RefuseIncompleteGradients(*this); });
+  return impl_->AgreedNorm();
 }
 
 double FSDP::ClipGradNorm(float max_norm) {
-  if (!std::isfinite(max_norm) || !(max_norm > 0.0f)) {
-    throw ArgumentError("max_norm", "must be finite and > 0, got " + Show(max_norm));
+  // Agreed before the norm's collectives, in the one all-reduce that GradNorm()'s check would
+  // run: a rank refusing alone would leave the others waiting in them, and ranks clipping to
+  // different bounds would step to different weights. [bound invalid here, reduction in flight
+  // here, bound, -bound]: MAX gives every rank the verdicts, the largest and the smallest bound.
+  const bool valid = std::isfinite(max_norm) && max_norm > 0.0f;
+  std::exception_ptr busy;
+  try {
+    RefuseIncompleteGradients(*this);
+  } catch (const InvalidOperationError&) {
+    busy = std::current_exception();
   }
-  const double norm = GradNorm();
+  const double bound = valid ? static_cast<double>(max_norm) : 0.0;
+  std::array<double, 4> agreed{valid ? 0.0 : 1.0, busy ? 1.0 : 0.0, bound, -bound};
+  impl_->group->AllReduceHost(agreed, ReduceOp::Max);
+  if (!valid) throw ArgumentError("max_norm", "must be finite and > 0, got " + Show(max_norm));
+  if (busy) std::rethrow_exception(busy);
+  if (agreed[0] > 0.0) {
+    throw ArgumentError("max_norm",
+                        "FSDP::ClipGradNorm: an invalid max_norm on another rank; every rank stops here "
+                        "together");
+  }
+  if (agreed[1] > 0.0) {
+    throw InvalidOperationError(
+        "FSDP::ClipGradNorm: rejected on another rank (a gradient reduction in flight or gradients "
+        "accumulated without sync); every rank stops here together");
+  }
+  if (agreed[2] != -agreed[3]) {
+    throw ArgumentError("max_norm", "ranks disagree on max_norm (this rank " + Show(max_norm) + ", min " +
+                                        Show(-agreed[3]) + ", max " + Show(agreed[2]) +
+                                        "); every rank must clip to the same bound");
+  }
+  const double norm = impl_->AgreedNorm();
   const double coefficient = static_cast<double>(max_norm) / (norm + 1e-6);
   // Every rank computed the same norm, so every rank takes the same branch.
   if (std::isfinite(norm) && coefficient < 1.0) {
@@ -428,6 +522,8 @@ double FSDP::ClipGradNorm(float max_norm) {
 
 void FSDP::Step(amp::IOptimizer& optimizer) {
   GradientMap gradients;
+  amp::IOptimizerState* const state = optimizer.State();
+  // Checks only: nothing changes on any rank until every rank passed them.
   distributed::detail::AgreeOn(*impl_->group, "FSDP::Step", [&] {
     for (const auto& unit : impl_->units) {
       if (unit->IsGathered() || unit->IsGatherInFlight()) {
@@ -440,19 +536,41 @@ void FSDP::Step(amp::IOptimizer& optimizer) {
       }
     }
     detail::RefuseReductionsInFlight(*this);
-    for (const auto& unit : impl_->units) detail::RequireMatchingMasters(*unit, optimizer.State(), "optimizer");
+    for (const auto& unit : impl_->units) detail::RequireMatchingMasters(*unit, state, "optimizer");
     gradients = LocalGradients();
-    optimizer.SetGradients(gradients);  // rejects gradients that do not match its parameters
-    if (amp::IOptimizerState* state = optimizer.State()) {
-      // Stochastic rounding draws its bits by the element's index in the unit's flat buffer,
-      // which is the same at every world size (the shard's own index is not).
-      std::map<std::string, std::uint64_t> offsets;
-      for (const auto& unit : impl_->units) offsets.emplace(unit->Name(), unit->ShardOffset());
-      state->SetElementOffsets(offsets);
-    }
+    // What SetGradients() of an optimizer with a state checks, checked here without handing the
+    // gradients over, so the library's optimizers are refused before any rank changes one.
+    if (state != nullptr) detail::RequireGradientsFit(gradients, *state, "optimizer");
   });
+  // The optimizer's own SetGradients() checks, agreed: when another rank's optimizer refuses,
+  // one that took the gradients here is handed back those it held before.
+  GradientMap previous;
+  bool taken = false;
+  try {
+    distributed::detail::AgreeOn(*impl_->group, "FSDP::Step", [&] {
+      previous = optimizer.GetGradients();
+      optimizer.SetGradients(gradients);
+      taken = true;
+    });
+  } catch (...) {
+    if (taken) {
+      try {
+        optimizer.SetGradients(previous);
+      } catch (...) {  // NOLINT(bugprone-empty-catch): the agreed error below is the one to report
+      }
+    }
+    throw;
+  }
   // The update runs on this rank only; if it throws, the next collective would hang.
   AbortGuard guard(*impl_->group, "FSDP Step (optimizer)");
+  if (state != nullptr) {
+    // Stochastic rounding draws its bits by the element's index in the unit's flat buffer,
+    // which is the same at every world size (the shard's own index is not). Every name is a
+    // parameter of the optimizer (checked above).
+    std::map<std::string, std::uint64_t> offsets;
+    for (const auto& unit : impl_->units) offsets.emplace(unit->Name(), unit->ShardOffset());
+    state->SetElementOffsets(offsets);
+  }
   optimizer.Step();
   for (const auto& unit : impl_->units) {
     unit->Invalidate();

@@ -1,6 +1,7 @@
 #include "mlframework/distributed/fsdp/MasterShards.hpp"
 
 #include <mlframework/core/Error.hpp>
+#include <mlframework/core/ITensor.hpp>
 
 namespace mlframework::distributed::fsdp::detail {
 
@@ -34,6 +35,34 @@ void RequireMatchingMasters(const FSDPShardingUnit& unit, const amp::IOptimizerS
                                      ToString(format) +
                                      " masters: set FSDPConfig::MasterDType (or the unit's "
                                      "UnitPrecision::MasterDType) to BFloat16, or the optimizer's Masters to Float32");
+}
+
+void RequireGradientsFit(const GradientMap& gradients, const amp::IOptimizerState& optimizer,
+                         const std::string& parameter) {
+  const GradientMap& parameters = optimizer.Parameters();
+  const std::string kind = optimizer.StateKind();
+  const std::string hint = ": build the optimizer over FSDP::ShardedParameters()";
+  for (const auto& [name, gradient] : gradients) {
+    const auto it = parameters.find(name);
+    std::string message;
+    if (it == parameters.end() || !it->second) {
+      message.append("unit '").append(name).append("' is not a parameter of the ").append(kind);
+    } else if (it->second->GetShape() != gradient->GetShape()) {
+      message.append("the ").append(kind).append("'s parameter '").append(name).append("' has shape ");
+      message.append(mlframework::ToString(it->second->GetShape())).append(" but unit '").append(name);
+      message.append("' has a shard of shape ").append(mlframework::ToString(gradient->GetShape()));
+    } else {
+      continue;
+    }
+    throw ArgumentError(parameter, message.append(hint));
+  }
+  for (const auto& [name, tensor] : parameters) {
+    if (gradients.find(name) == gradients.end()) {
+      std::string message = "the ";
+      message.append(kind).append(" has a parameter '").append(name).append("', which is no unit of this FSDP");
+      throw ArgumentError(parameter, message.append(hint));
+    }
+  }
 }
 
 }  // namespace mlframework::distributed::fsdp::detail

@@ -5,6 +5,7 @@
 
 #include <mlframework/amp/IOptimizerState.hpp>
 #include <mlframework/core/DataType.hpp>
+#include <mlframework/core/ITensor.hpp>
 #include <mlframework/core/OptimizerStep.hpp>
 #include <mlframework/distributed/fsdp/FSDPShardingUnit.hpp>
 
@@ -23,5 +24,11 @@ MasterFormat ShardMasterFormat(const FSDPShardingUnit& unit, const amp::IOptimiz
 // masters (copies the shard never sees) over a BF16 one. The message says what to change.
 void RequireMatchingMasters(const FSDPShardingUnit& unit, const amp::IOptimizerState* optimizer,
                             const std::string& parameter);
+
+// ArgumentError naming @p parameter unless @p gradients (unit name to gradient shard) match
+// @p optimizer's parameters one to one, name and shape: what the optimizer's SetGradients()
+// would refuse, checked without handing the gradients over.
+void RequireGradientsFit(const GradientMap& gradients, const amp::IOptimizerState& optimizer,
+                         const std::string& parameter);
 
 }  // namespace mlframework::distributed::fsdp::detail
