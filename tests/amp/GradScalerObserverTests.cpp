@@ -219,6 +219,36 @@ BOOST_AUTO_TEST_CASE(AThrowingObserverLeavesTheScalerConsistent) {
   BOOST_TEST(recorder->events.back() == "step 1");
 }
 
+// A checkpoint taken after an overflowed check but before Update() holds the found-inf, not the
+// gradients: the Update() after LoadStateDict() backs off, and the observers must hear of a
+// skipped step (without a report, since there are no gradients to scan).
+BOOST_AUTO_TEST_CASE(AFoundInfRestoredByLoadStateDictIsReportedAsSkipped) {
+  amp::GradScaler saved(amp::DynamicScalerConfig{.InitialScale = 64.0f});
+  saved.Scale(mlframework::Scalar(1.0f));
+  saved.Unscale(PoisonedGrads(DataType::Float32, kInf, 64.0f));
+  amp::GradScaler resumed(amp::DynamicScalerConfig{.InitialScale = 64.0f});
+  auto observer = std::make_shared<RecordingObserver>();
+  resumed.AddObserver(observer);
+  resumed.LoadStateDict(saved.StateDict());
+  resumed.Update();
+  BOOST_TEST(resumed.CurrentScale() == 32.0f);
+  BOOST_TEST(observer->events == (Strings{"skipped 0 64", "backoff 0 64->32", "step 0 skipped"}));
+  BOOST_TEST_REQUIRE(observer->steps.size() == 1u);
+  BOOST_TEST(observer->steps[0].Skipped);
+
+  // The same through Step(): the restored found-inf skips the optimizer.
+  amp::GradScaler stepped(amp::DynamicScalerConfig{.InitialScale = 64.0f});
+  auto step_observer = std::make_shared<RecordingObserver>();
+  stepped.AddObserver(step_observer);
+  stepped.LoadStateDict(saved.StateDict());
+  RecordingOptimizer optimizer(Grads(DataType::Float32, 64.0f));
+  BOOST_TEST(!stepped.Step(optimizer));
+  BOOST_TEST(optimizer.steps == 0);
+  BOOST_TEST_REQUIRE(step_observer->steps.size() == 1u);
+  BOOST_TEST(step_observer->steps[0].Skipped);
+  BOOST_TEST(step_observer->steps[0].NewLossScale == 32.0f);
+}
+
 // StepEvent::MinLossScale is the dynamic scaler's minimum (so OverflowLogger notes reaching it);
 // a static scaler has none.
 BOOST_AUTO_TEST_CASE(StepEventsCarryTheMinimumScale) {

@@ -20,7 +20,9 @@ struct StepEvent {
   /// Largest finite absolute value of the unscaled gradients (the front end's LastAmax()), while
   /// its amax tracking is on; HeadroomBits() turns it into the bits left before overflow.
   std::optional<float> GradientAmax = {};
-  const OverflowReport* Overflow = nullptr;  ///< The step's report when it overflowed, else null.
+  /// The step's report when it overflowed, else null. Also null on a skipped step whose gradients
+  /// could not be scanned: a found-inf restored by LoadStateDict() comes without its gradients.
+  const OverflowReport* Overflow = nullptr;
   /// The lowest scale the front end's scaler may reach (its configured minimum), when it has one;
   /// OverflowLogger writes a line when NewLossScale gets there.
   std::optional<float> MinLossScale = {};
