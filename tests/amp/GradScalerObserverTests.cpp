@@ -6,7 +6,10 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include <mlframework/core/TrainingCsvWriter.hpp>
 
 #include "NonFinite.hpp"
 #include "amp/AmpTestUtil.hpp"
@@ -247,6 +250,39 @@ BOOST_AUTO_TEST_CASE(AFoundInfRestoredByLoadStateDictIsReportedAsSkipped) {
   BOOST_TEST_REQUIRE(step_observer->steps.size() == 1u);
   BOOST_TEST(step_observer->steps[0].Skipped);
   BOOST_TEST(step_observer->steps[0].NewLossScale == 32.0f);
+}
+
+// An observer that resets the scaler from its callback (recovery when the scale collapses)
+// clears LastOverflow(); the observers after it still get the step's report, whole.
+BOOST_AUTO_TEST_CASE(AnObserverThatResetsTheScalerLeavesTheOthersTheReport) {
+  class Resetting final : public mlframework::ITrainingObserver {
+   public:
+    explicit Resetting(amp::GradScaler& scaler) : scaler_(scaler) {}
+    void OnOverflow(const mlframework::OverflowReport& /*report*/) override { scaler_.Reset(); }
+
+   private:
+    amp::GradScaler& scaler_;
+  };
+  amp::GradScaler scaler(amp::DynamicScalerConfig{.InitialScale = 64.0f});
+  scaler.AddObserver(std::make_shared<Resetting>(scaler));
+  auto recorder = std::make_shared<RecordingObserver>();
+  scaler.AddObserver(recorder);
+  std::vector<std::string> rows;
+  scaler.AddObserver(
+      std::make_shared<mlframework::TrainingCsvWriter>([&](std::string_view row) { rows.emplace_back(row); }));
+  GradientMap gradients;
+  for (const char* name : {"a_long_parameter_name.weight", "another_long_parameter_name.bias"}) {
+    gradients[name] = mlframework::FromVector({1.0f, kInf, kNaN}, {3}, DataType::Float32);
+  }
+  RecordingOptimizer optimizer;
+  BOOST_TEST(!Iterate(scaler, optimizer, gradients));
+  BOOST_TEST(!scaler.LastOverflow().has_value());  // the observer's Reset() cleared it
+  BOOST_TEST_REQUIRE(recorder->reports.size() == 1u);
+  BOOST_TEST_REQUIRE(recorder->reports[0].Tensors.size() == 2u);
+  BOOST_TEST(recorder->reports[0].Tensors[0].Name == "a_long_parameter_name.weight");
+  BOOST_TEST(recorder->reports[0].Tensors[1].NaNCount == 1u);
+  BOOST_TEST_REQUIRE(rows.size() == 2u);
+  BOOST_TEST(rows[1] == "0,64,1,,\"a_long_parameter_name.weight;another_long_parameter_name.bias\",32,,2,2");
 }
 
 // StepEvent::MinLossScale is the dynamic scaler's minimum (so OverflowLogger notes reaching it);

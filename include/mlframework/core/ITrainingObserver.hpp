@@ -48,6 +48,11 @@ struct StepEvent {
 /// and the next step runs normally; what the throwing call would have returned is lost
 /// (GradientConversionLayer::ProcessGradients' gradients: treat the step as skipped).
 ///
+/// **From a callback** an observer may add or remove observers (the step's callbacks still go to
+/// those registered when it finished) and call the front end, e.g. Reset() when the scale
+/// collapses: the report the callbacks receive is the observers' own copy, valid until the last
+/// callback of the step returns, whatever the front end does with its LastOverflow().
+///
 /// **On a device**, a front end with observers reads the scale before and after its update and,
 /// on overflow steps, waits for the report's scan (host synchronisations it does not need
 /// without observers).
