@@ -274,6 +274,30 @@ BOOST_AUTO_TEST_CASE(ASlowBurstWritesAfterProgressSeconds) {
   BOOST_TEST(out.str() == "steps 0-1: 2 overflows (continuing), scale 2^1 -> 2^1, first: w (1 Inf, first at 0)\n");
 }
 
+// A run that diverges and is rolled back to a checkpoint (LoadStateDict(): the step index goes
+// back) in the middle of a burst: the burst before the rollback and the one after it are two
+// lines, each with its own steps, never "steps 10-6".
+BOOST_AUTO_TEST_CASE(AStepIndexThatGoesBackEndsThePendingLine) {
+  OverflowReport report;
+  report.Ranks = {0};
+  report.Tensors.push_back({.Name = "w", .NonFiniteCount = 1, .HasNaN = true, .NaNCount = 1});
+  for (const std::int64_t interval : {0, 100}) {
+    BOOST_TEST_CONTEXT("interval " << interval) {
+      std::vector<std::string> lines;
+      mlframework::OverflowLogger logger([&](std::string_view line) { lines.emplace_back(line); }, interval);
+      for (const std::int64_t step : {10, 11, 12, 5, 6}) {
+        report.Step = step;
+        logger.OnStep(Step(step, 8.0f, 8.0f, &report));
+      }
+      logger.Flush();
+      BOOST_TEST(
+          lines == (std::vector<std::string>{"steps 10-12: 3 overflows, scale 2^3 -> 2^3, first: w (1 NaN, first at 0)",
+                                             "steps 5-6: 2 overflows, scale 2^3 -> 2^3, first: w (1 NaN, first at 0)"}),
+          boost::test_tools::per_element());
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(OptionsAreChecked) {
   std::ostringstream out;
   mlframework::OverflowLoggerOptions options;

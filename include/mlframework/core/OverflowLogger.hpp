@@ -49,6 +49,10 @@ struct OverflowLoggerOptions {
 ///   there: `step 37: scale reached its minimum 2^0`. It writes again only after the scale has
 ///   left the minimum.
 ///
+/// - A step whose index is lower than the pending line's last step (the run rolled back to a
+///   checkpoint, or SetStepIndex()) writes the pending line first, so no line mixes the steps
+///   before and after the rollback.
+///
 /// A scale that is a power of two prints as `2^k`. "first" names the first overflowing gradient
 /// of the first overflow step of the line (its ranks follow when they are not just rank 0), and
 /// `and N more` counts the other gradients of that step's report.

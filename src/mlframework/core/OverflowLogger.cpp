@@ -175,6 +175,9 @@ void OverflowLogger::NoteMinimum(const StepEvent& event) {
 void OverflowLogger::OnStep(const StepEvent& event) {
   const bool overflow = event.Skipped || event.Overflow != nullptr;
   const std::int64_t interval = options_.Interval;
+  if (pending_ && event.Step < pending_->last_step) {
+    Flush();  // the step index went back (a checkpoint reloaded): the pending line's steps end here
+  }
   if (interval == 0) {
     if (overflow) {
       Add(event);
