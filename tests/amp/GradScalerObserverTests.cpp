@@ -285,6 +285,22 @@ BOOST_AUTO_TEST_CASE(AnObserverThatResetsTheScalerLeavesTheOthersTheReport) {
   BOOST_TEST(rows[1] == "0,64,1,,\"a_long_parameter_name.weight;another_long_parameter_name.bias\",32,,2,2");
 }
 
+// Disabled, the loss is not scaled: the events say the gradients were produced with scale 1
+// (what GetScaleTensor() multiplied by), not the idle scaler's scale.
+BOOST_AUTO_TEST_CASE(ADisabledScalerReportsTheScaleItUsed) {
+  amp::GradScaler scaler(amp::DynamicScalerConfig{.InitialScale = 65536.0f});
+  scaler.Disable();
+  auto observer = std::make_shared<RecordingObserver>();
+  scaler.AddObserver(observer);
+  RecordingOptimizer optimizer;
+  BOOST_TEST(Iterate(scaler, optimizer, Grads(DataType::Float32)));
+  BOOST_TEST(scaler.GetScaleTensor()->ToFloatVector() == std::vector<float>{1.0f});
+  BOOST_TEST_REQUIRE(observer->steps.size() == 1u);
+  BOOST_TEST(observer->steps[0].LossScale == 1.0f);
+  BOOST_TEST(observer->steps[0].NewLossScale == 1.0f);
+  BOOST_TEST(!observer->steps[0].Skipped);
+}
+
 // StepEvent::MinLossScale is the dynamic scaler's minimum (so OverflowLogger notes reaching it);
 // a static scaler has none.
 BOOST_AUTO_TEST_CASE(StepEventsCarryTheMinimumScale) {

@@ -344,7 +344,7 @@ struct GradScaler::Impl {
     const bool observed = !observers.empty();
     float old_scale = 0.0f;
     if (observed) {
-      old_scale = scaler->CurrentScale();
+      old_scale = ScaleUsed();
       for (const UnscaledGroup& group : groups) {
         if (!pending_report && (group.found ? *group.found : FoundInf())) {
           ReportOverflow(group.result);  // Update() after Unscale() alone: the flag is read here
@@ -415,7 +415,7 @@ struct GradScaler::Impl {
     mlframework::detail::StepNotice notice;
     notice.Event = StepEvent{.Step = step,
                              .LossScale = old_scale,
-                             .NewLossScale = scaler->CurrentScale(),
+                             .NewLossScale = ScaleUsed(),
                              .Skipped = overflowed,
                              .GradientNorm = std::nullopt,
                              .GradientAmax = last_amax,
@@ -423,6 +423,10 @@ struct GradScaler::Impl {
                              .MinLossScale = MinScale()};
     return notice;
   }
+
+  // The factor the loss is multiplied by, for StepEvent: 1 while disabled (the loss and gradients
+  // pass through unscaled, whatever scale the idle scaler keeps).
+  float ScaleUsed() const { return IsEnabled() ? scaler->CurrentScale() : 1.0f; }
 
   // The scaler's lowest scale when it has one (a dynamic scaler's configured MinScale), for StepEvent.
   std::optional<float> MinScale() const {
