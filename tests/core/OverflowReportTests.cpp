@@ -152,6 +152,9 @@ BOOST_AUTO_TEST_CASE(ReportFromGradients) {
   const OverflowReport clean = OverflowReport::FromGradients({{"a", FromVector({1.0f}, {1})}}, 0, 1.0f);
   BOOST_TEST(clean.Tensors.empty());
   BOOST_TEST(clean.Ranks.empty());
+  // Such a report (an overflow the scan no longer sees, as when a finite FP32 value only
+  // overflows once unscaled) names no rank, rather than an empty list of them.
+  BOOST_TEST(clean.ToString() == "step 0, scale 1: no non-finite gradient values found");
 }
 
 BOOST_AUTO_TEST_SUITE_END()
