@@ -6,7 +6,10 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include <mlframework/core/TrainingCsvWriter.hpp>
 
 #include "NonFinite.hpp"
 #include "amp/AmpTestUtil.hpp"
@@ -217,6 +220,85 @@ BOOST_AUTO_TEST_CASE(AThrowingObserverLeavesTheScalerConsistent) {
   BOOST_TEST(Iterate(scaler, optimizer, Grads(DataType::Float16, 32.0f)));
   BOOST_TEST(optimizer.steps == 1);
   BOOST_TEST(recorder->events.back() == "step 1");
+}
+
+// A checkpoint taken after an overflowed check but before Update() holds the found-inf, not the
+// gradients: the Update() after LoadStateDict() backs off, and the observers must hear of a
+// skipped step (without a report, since there are no gradients to scan).
+BOOST_AUTO_TEST_CASE(AFoundInfRestoredByLoadStateDictIsReportedAsSkipped) {
+  amp::GradScaler saved(amp::DynamicScalerConfig{.InitialScale = 64.0f});
+  saved.Scale(mlframework::Scalar(1.0f));
+  saved.Unscale(PoisonedGrads(DataType::Float32, kInf, 64.0f));
+  amp::GradScaler resumed(amp::DynamicScalerConfig{.InitialScale = 64.0f});
+  auto observer = std::make_shared<RecordingObserver>();
+  resumed.AddObserver(observer);
+  resumed.LoadStateDict(saved.StateDict());
+  resumed.Update();
+  BOOST_TEST(resumed.CurrentScale() == 32.0f);
+  BOOST_TEST(observer->events == (Strings{"skipped 0 64", "backoff 0 64->32", "step 0 skipped"}));
+  BOOST_TEST_REQUIRE(observer->steps.size() == 1u);
+  BOOST_TEST(observer->steps[0].Skipped);
+
+  // The same through Step(): the restored found-inf skips the optimizer.
+  amp::GradScaler stepped(amp::DynamicScalerConfig{.InitialScale = 64.0f});
+  auto step_observer = std::make_shared<RecordingObserver>();
+  stepped.AddObserver(step_observer);
+  stepped.LoadStateDict(saved.StateDict());
+  RecordingOptimizer optimizer(Grads(DataType::Float32, 64.0f));
+  BOOST_TEST(!stepped.Step(optimizer));
+  BOOST_TEST(optimizer.steps == 0);
+  BOOST_TEST_REQUIRE(step_observer->steps.size() == 1u);
+  BOOST_TEST(step_observer->steps[0].Skipped);
+  BOOST_TEST(step_observer->steps[0].NewLossScale == 32.0f);
+}
+
+// An observer that resets the scaler from its callback (recovery when the scale collapses)
+// clears LastOverflow(); the observers after it still get the step's report, whole.
+BOOST_AUTO_TEST_CASE(AnObserverThatResetsTheScalerLeavesTheOthersTheReport) {
+  class Resetting final : public mlframework::ITrainingObserver {
+   public:
+    explicit Resetting(amp::GradScaler& scaler) : scaler_(scaler) {}
+    void OnOverflow(const mlframework::OverflowReport& /*report*/) override { scaler_.Reset(); }
+
+   private:
+    amp::GradScaler& scaler_;
+  };
+  amp::GradScaler scaler(amp::DynamicScalerConfig{.InitialScale = 64.0f});
+  scaler.AddObserver(std::make_shared<Resetting>(scaler));
+  auto recorder = std::make_shared<RecordingObserver>();
+  scaler.AddObserver(recorder);
+  std::vector<std::string> rows;
+  scaler.AddObserver(
+      std::make_shared<mlframework::TrainingCsvWriter>([&](std::string_view row) { rows.emplace_back(row); }));
+  GradientMap gradients;
+  for (const char* name : {"a_long_parameter_name.weight", "another_long_parameter_name.bias"}) {
+    gradients[name] = mlframework::FromVector({1.0f, kInf, kNaN}, {3}, DataType::Float32);
+  }
+  RecordingOptimizer optimizer;
+  BOOST_TEST(!Iterate(scaler, optimizer, gradients));
+  BOOST_TEST(!scaler.LastOverflow().has_value());  // the observer's Reset() cleared it
+  BOOST_TEST_REQUIRE(recorder->reports.size() == 1u);
+  BOOST_TEST_REQUIRE(recorder->reports[0].Tensors.size() == 2u);
+  BOOST_TEST(recorder->reports[0].Tensors[0].Name == "a_long_parameter_name.weight");
+  BOOST_TEST(recorder->reports[0].Tensors[1].NaNCount == 1u);
+  BOOST_TEST_REQUIRE(rows.size() == 2u);
+  BOOST_TEST(rows[1] == "0,64,1,,\"a_long_parameter_name.weight;another_long_parameter_name.bias\",32,,2,2");
+}
+
+// Disabled, the loss is not scaled: the events say the gradients were produced with scale 1
+// (what GetScaleTensor() multiplied by), not the idle scaler's scale.
+BOOST_AUTO_TEST_CASE(ADisabledScalerReportsTheScaleItUsed) {
+  amp::GradScaler scaler(amp::DynamicScalerConfig{.InitialScale = 65536.0f});
+  scaler.Disable();
+  auto observer = std::make_shared<RecordingObserver>();
+  scaler.AddObserver(observer);
+  RecordingOptimizer optimizer;
+  BOOST_TEST(Iterate(scaler, optimizer, Grads(DataType::Float32)));
+  BOOST_TEST(scaler.GetScaleTensor()->ToFloatVector() == std::vector<float>{1.0f});
+  BOOST_TEST_REQUIRE(observer->steps.size() == 1u);
+  BOOST_TEST(observer->steps[0].LossScale == 1.0f);
+  BOOST_TEST(observer->steps[0].NewLossScale == 1.0f);
+  BOOST_TEST(!observer->steps[0].Skipped);
 }
 
 // StepEvent::MinLossScale is the dynamic scaler's minimum (so OverflowLogger notes reaching it);

@@ -152,6 +152,9 @@ BOOST_AUTO_TEST_CASE(ReportFromGradients) {
   const OverflowReport clean = OverflowReport::FromGradients({{"a", FromVector({1.0f}, {1})}}, 0, 1.0f);
   BOOST_TEST(clean.Tensors.empty());
   BOOST_TEST(clean.Ranks.empty());
+  // Such a report (an overflow the scan no longer sees, as when a finite FP32 value only
+  // overflows once unscaled) names no rank, rather than an empty list of them.
+  BOOST_TEST(clean.ToString() == "step 0, scale 1: no non-finite gradient values found");
 }
 
 BOOST_AUTO_TEST_SUITE_END()
@@ -272,6 +275,30 @@ BOOST_AUTO_TEST_CASE(ASlowBurstWritesAfterProgressSeconds) {
   std::this_thread::sleep_for(std::chrono::milliseconds(80));
   logger.OnStep(Step(1, 2.0f, 2.0f, &report));
   BOOST_TEST(out.str() == "steps 0-1: 2 overflows (continuing), scale 2^1 -> 2^1, first: w (1 Inf, first at 0)\n");
+}
+
+// A run that diverges and is rolled back to a checkpoint (LoadStateDict(): the step index goes
+// back) in the middle of a burst: the burst before the rollback and the one after it are two
+// lines, each with its own steps, never "steps 10-6".
+BOOST_AUTO_TEST_CASE(AStepIndexThatGoesBackEndsThePendingLine) {
+  OverflowReport report;
+  report.Ranks = {0};
+  report.Tensors.push_back({.Name = "w", .NonFiniteCount = 1, .HasNaN = true, .NaNCount = 1});
+  for (const std::int64_t interval : {0, 100}) {
+    BOOST_TEST_CONTEXT("interval " << interval) {
+      std::vector<std::string> lines;
+      mlframework::OverflowLogger logger([&](std::string_view line) { lines.emplace_back(line); }, interval);
+      for (const std::int64_t step : {10, 11, 12, 5, 6}) {
+        report.Step = step;
+        logger.OnStep(Step(step, 8.0f, 8.0f, &report));
+      }
+      logger.Flush();
+      BOOST_TEST(
+          lines == (std::vector<std::string>{"steps 10-12: 3 overflows, scale 2^3 -> 2^3, first: w (1 NaN, first at 0)",
+                                             "steps 5-6: 2 overflows, scale 2^3 -> 2^3, first: w (1 NaN, first at 0)"}),
+          boost::test_tools::per_element());
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(OptionsAreChecked) {

@@ -2,6 +2,7 @@
 // end, empty sinks, negative intervals, null tensors in a scan; every failed call leaves the
 // object as it was (the observers registered, the scaler's state).
 #include <algorithm>
+#include <fstream>
 #include <limits>
 #include <memory>
 #include <sstream>
@@ -82,6 +83,21 @@ BOOST_AUTO_TEST_CASE(BuiltInsRejectEmptySinksAndNegativeIntervals) {
   ExpectError<ArgumentNullError>([] { mlframework::TrainingCsvWriter csv(mlframework::TrainingCsvWriter::Sink{}); },
                                  "sink");
   BOOST_TEST(out.str().empty());  // nothing written by a logger that was never made
+}
+
+// A log file that could not be opened (a missing directory, no permission) is refused when the
+// logger or writer is made, not found empty after the run.
+BOOST_AUTO_TEST_CASE(BuiltInsRejectAStreamThatCannotBeWritten) {
+  std::ofstream missing("/nonexistent-directory-of-mlframework-tests/log.txt");
+  BOOST_TEST_REQUIRE(!missing.good());
+  ExpectError<ArgumentError>([&] { mlframework::OverflowLogger logger(missing); }, "out");
+  ExpectError<ArgumentError>([&] { mlframework::OverflowLogger logger(missing, mlframework::OverflowLoggerOptions{}); },
+                             "out");
+  ExpectError<ArgumentError>([&] { mlframework::TrainingCsvWriter csv(missing); }, "out");
+  std::ostringstream failed;
+  failed.setstate(std::ios::badbit);
+  ExpectError<ArgumentError>([&] { mlframework::TrainingCsvWriter csv(failed); }, "out");
+  BOOST_TEST(failed.str().empty());
 }
 
 BOOST_AUTO_TEST_CASE(ScansAndReportsRejectNullTensors) {

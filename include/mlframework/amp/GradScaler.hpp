@@ -170,7 +170,7 @@ class GradScalerContext;
 /// built-in ones.
 ///
 /// **Disabled**, the scaler passes the loss and gradients through unchanged, never reports
-/// overflow and never skips a step. Enable()/Disable() belong between iterations.
+/// overflow and never skips a step; observers' StepEvent says scale 1. Enable()/Disable() belong between iterations.
 ///
 /// Not thread-safe; move-only.
 ///

@@ -20,7 +20,9 @@ struct StepEvent {
   /// Largest finite absolute value of the unscaled gradients (the front end's LastAmax()), while
   /// its amax tracking is on; HeadroomBits() turns it into the bits left before overflow.
   std::optional<float> GradientAmax = {};
-  const OverflowReport* Overflow = nullptr;  ///< The step's report when it overflowed, else null.
+  /// The step's report when it overflowed, else null. Also null on a skipped step whose gradients
+  /// could not be scanned: a found-inf restored by LoadStateDict() comes without its gradients.
+  const OverflowReport* Overflow = nullptr;
   /// The lowest scale the front end's scaler may reach (its configured minimum), when it has one;
   /// OverflowLogger writes a line when NewLossScale gets there.
   std::optional<float> MinLossScale = {};
@@ -45,6 +47,11 @@ struct StepEvent {
 /// the front-end method. The front end's state is already committed, so it stays consistent
 /// and the next step runs normally; what the throwing call would have returned is lost
 /// (GradientConversionLayer::ProcessGradients' gradients: treat the step as skipped).
+///
+/// **From a callback** an observer may add or remove observers (the step's callbacks still go to
+/// those registered when it finished) and call the front end, e.g. Reset() when the scale
+/// collapses: the report the callbacks receive is the observers' own copy, valid until the last
+/// callback of the step returns, whatever the front end does with its LastOverflow().
 ///
 /// **On a device**, a front end with observers reads the scale before and after its update and,
 /// on overflow steps, waits for the report's scan (host synchronisations it does not need

@@ -49,6 +49,10 @@ struct OverflowLoggerOptions {
 ///   there: `step 37: scale reached its minimum 2^0`. It writes again only after the scale has
 ///   left the minimum.
 ///
+/// - A step whose index is lower than the pending line's last step (the run rolled back to a
+///   checkpoint, or SetStepIndex()) writes the pending line first, so no line mixes the steps
+///   before and after the rollback.
+///
 /// A scale that is a power of two prints as `2^k`. "first" names the first overflowing gradient
 /// of the first overflow step of the line (its ranks follow when they are not just rank 0), and
 /// `and N more` counts the other gradients of that step's report.
@@ -60,12 +64,14 @@ class MLFRAMEWORK_EXPORT OverflowLogger final : public ITrainingObserver {
   /// Receives one line at a time, without a trailing newline.
   using Sink = std::function<void(std::string_view)>;
 
-  /// Writes to @p out, which must outlive the logger. ArgumentError for a negative @p interval.
+  /// Writes to @p out, which must outlive the logger. ArgumentError for a negative @p interval,
+  /// and ArgumentError("out") for a stream already in a failed state (a file that could not be opened).
   explicit OverflowLogger(std::ostream& out, std::int64_t interval = 0);
   /// Writes through @p sink. ArgumentNullError("sink") for an empty function, ArgumentError for a
   /// negative @p interval.
   explicit OverflowLogger(Sink sink, std::int64_t interval = 0);
-  /// Writes to @p out with @p options. ArgumentError naming the invalid option field.
+  /// Writes to @p out with @p options. ArgumentError naming the invalid option field, or "out" for
+  /// a stream already in a failed state.
   OverflowLogger(std::ostream& out, const OverflowLoggerOptions& options);
   /// Writes through @p sink with @p options. ArgumentNullError("sink") for an empty function,
   /// ArgumentError naming the invalid option field.

@@ -44,7 +44,8 @@ struct MLFRAMEWORK_EXPORT OverflowReport {
   /// names it was not given after them in map order.
   std::vector<TensorOverflow> Tensors = {};
 
-  /// "step 12, scale 65536, rank 0: layer3.weight (12 Inf, first at 4)": one line.
+  /// "step 12, scale 65536, rank 0: layer3.weight (12 Inf, first at 4)": one line ("step 12,
+  /// scale 0.5: no non-finite gradient values found" when Tensors and Ranks are empty).
   std::string ToString() const;
   /// Orders Tensors as @p names lists them (the framework's registration or backward order);
   /// names not in @p names keep their order after those that are. Stable, in place.

@@ -39,7 +39,8 @@ class MLFRAMEWORK_EXPORT TrainingCsvWriter final : public ITrainingObserver {
   static constexpr std::string_view kHeader =
       "step,scale,skipped,grad_norm,overflowing_tensors,new_scale,amax,nan_count,inf_count";
 
-  /// Writes to @p out (which must outlive the writer); the header is written now.
+  /// Writes to @p out (which must outlive the writer); the header is written now. ArgumentError("out")
+  /// for a stream already in a failed state (a file that could not be opened).
   explicit TrainingCsvWriter(std::ostream& out);
   /// Writes through @p sink (ArgumentNullError("sink") for an empty function); the header is written now.
   explicit TrainingCsvWriter(Sink sink);

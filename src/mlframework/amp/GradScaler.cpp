@@ -361,7 +361,7 @@ struct GradScaler::Impl {
     const bool observed = !observers.empty();
     float old_scale = 0.0f;
     if (observed) {
-      old_scale = scaler->CurrentScale();
+      old_scale = ScaleUsed();
       for (const UnscaledGroup& group : groups) {
         if (!pending_report && (group.found ? *group.found : FoundInf())) {
           ReportOverflow(group.result);  // Update() after Unscale() alone: the flag is read here
@@ -373,6 +373,10 @@ struct GradScaler::Impl {
       last_amax = IsEnabled() && unscaled_this_iteration ? MaxOf(carried_amax, scaler->RecordedAmax()) : std::nullopt;
     }
     Finished done;
+    // The found-inf the update uses, for the observers: an iteration can have overflowed without
+    // a report (a found-inf restored by LoadStateDict(), or a check made before an observer was
+    // registered), and the observers must still hear of a skipped step.
+    bool found = false;
     if (IsEnabled()) {
       if (keep_open) {
         // Every group's result on the host, for a further optimizer of this iteration: only a
@@ -389,19 +393,22 @@ struct GradScaler::Impl {
         // The result is known on the host: updating with it keeps that copy current.
         scaler->UpdateScale(done.found);
         scaler->ClearRecordedOverflow();
+        found = done.found;
       } else {
         if (carried_found) {
           scaler->MarkOverflow();
         }
+        found = observed && FoundInf();  // a device read only for observers (read above already)
         scaler->UpdateScaleFromRecord();
       }
     }
     // A reopened iteration was reported when it first finished: it is reported again only
     // when a further optimizer's overflow turned it into an overflowed one.
     const bool first_report = !reopened_overflowed.has_value();
-    const bool overflowed = pending_report.has_value() || reopened_overflowed.value_or(false);
-    const bool newly_overflowed = pending_report.has_value() && !reopened_overflowed.value_or(false);
-    if (newly_overflowed) {
+    const bool overflowed = pending_report.has_value() || reopened_overflowed.value_or(false) || found;
+    const bool newly_overflowed = overflowed && !reopened_overflowed.value_or(false);
+    const bool new_report = newly_overflowed && pending_report.has_value();
+    if (new_report) {
       last_overflow = std::move(pending_report);
     }
     const std::int64_t step = steps++;
@@ -425,14 +432,18 @@ struct GradScaler::Impl {
     mlframework::detail::StepNotice notice;
     notice.Event = StepEvent{.Step = step,
                              .LossScale = old_scale,
-                             .NewLossScale = scaler->CurrentScale(),
+                             .NewLossScale = ScaleUsed(),
                              .Skipped = overflowed,
                              .GradientNorm = std::nullopt,
                              .GradientAmax = last_amax,
-                             .Overflow = overflowed ? &*last_overflow : nullptr,
+                             .Overflow = new_report ? &*last_overflow : nullptr,
                              .MinLossScale = MinScale()};
     return notice;
   }
+
+  // The factor the loss is multiplied by, for StepEvent: 1 while disabled (the loss and gradients
+  // pass through unscaled, whatever scale the idle scaler keeps).
+  float ScaleUsed() const { return IsEnabled() ? scaler->CurrentScale() : 1.0f; }
 
   // The scaler's lowest scale when it has one (a dynamic scaler's configured MinScale), for StepEvent.
   std::optional<float> MinScale() const {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <optional>
 #include <utility>
 
 #include <mlframework/core/DeviceScaling.hpp>
@@ -46,7 +47,15 @@ void NotifyObservers(const Observers& list, const StepNotice& notice) {
       }
     }
   };
-  const StepEvent& event = notice.Event;
+  // The report too: it belongs to the front end, and an observer that calls it (Reset(), a new
+  // step) clears or replaces it while the observers after it still read it. A copy on overflow
+  // steps only.
+  StepEvent event = notice.Event;
+  std::optional<OverflowReport> report;
+  if (event.Overflow != nullptr) {
+    report = *event.Overflow;
+    event.Overflow = &*report;
+  }
   if (event.Overflow != nullptr) {
     each([&](ITrainingObserver& o) { o.OnOverflow(*event.Overflow); });
   }

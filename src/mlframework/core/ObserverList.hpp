@@ -33,6 +33,8 @@ void AddObserver(Observers& list, std::shared_ptr<ITrainingObserver> observer);
 bool RemoveObserver(Observers& list, const std::shared_ptr<ITrainingObserver>& observer);
 /// Sends @p notice's callbacks in ITrainingObserver's order to every observer of @p list when it
 /// starts; an exception from one is kept and the others still run, then the first is rethrown.
+/// The observers get a copy of the event's report, so one that calls the front end (which may
+/// clear or replace the report) leaves the others a valid one.
 void NotifyObservers(const Observers& list, const StepNotice& notice);
 
 /// True when every tensor of @p gradients keeps its scaling state in host memory (CPU and user

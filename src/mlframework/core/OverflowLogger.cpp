@@ -32,8 +32,14 @@ OverflowLoggerOptions WithInterval(std::int64_t interval) {
 }
 
 // Each line reaches the stream at once: a log read while the run goes on (or after it was
-// killed) must already hold it.
+// killed) must already hold it. A stream that has already failed (a log file that could not be
+// opened) would drop every line unseen, so it is refused.
 OverflowLogger::Sink StreamSink(std::ostream& out) {
+  if (out.fail()) {
+    throw ArgumentError("out",
+                        "is a stream in a failed state (a log file that could not be opened?): every line "
+                        "would be lost");
+  }
   return [&out](std::string_view line) { out << line << '\n' << std::flush; };
 }
 
@@ -169,6 +175,9 @@ void OverflowLogger::NoteMinimum(const StepEvent& event) {
 void OverflowLogger::OnStep(const StepEvent& event) {
   const bool overflow = event.Skipped || event.Overflow != nullptr;
   const std::int64_t interval = options_.Interval;
+  if (pending_ && event.Step < pending_->last_step) {
+    Flush();  // the step index went back (a checkpoint reloaded): the pending line's steps end here
+  }
   if (interval == 0) {
     if (overflow) {
       Add(event);

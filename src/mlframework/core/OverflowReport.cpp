@@ -83,7 +83,9 @@ void OverflowReport::OrderBy(std::span<const std::string> names) {
 
 std::string OverflowReport::ToString() const {
   std::string text = "step " + std::to_string(Step) + ", scale " + FormatWholeScale(LossScale);
-  text += Ranks.size() == 1 ? ", rank " : ", ranks ";
+  if (!Ranks.empty()) {  // a report whose scan found nothing has no rank to name
+    text += Ranks.size() == 1 ? ", rank " : ", ranks ";
+  }
   for (std::size_t i = 0; i < Ranks.size(); ++i) {
     if (i != 0) {
       text += ',';

@@ -12,6 +12,17 @@ namespace mlframework {
 
 namespace {
 
+// A stream that has already failed (a CSV file that could not be opened) would drop every row
+// unseen, so it is refused.
+std::ostream& Writable(std::ostream& out) {
+  if (out.fail()) {
+    throw ArgumentError("out",
+                        "is a stream in a failed state (a CSV file that could not be opened?): every row "
+                        "would be lost");
+  }
+  return out;
+}
+
 std::string Number(float value) {
   char text[32];
   std::snprintf(text, sizeof text, "%.9g", static_cast<double>(value));
@@ -21,8 +32,8 @@ std::string Number(float value) {
 }  // namespace
 
 TrainingCsvWriter::TrainingCsvWriter(std::ostream& out)
-    : TrainingCsvWriter(Sink([&out](std::string_view line) { out << line << '\n'
-                                                                 << std::flush; })) {}
+    : TrainingCsvWriter(Sink([&out = Writable(out)](std::string_view line) { out << line << '\n'
+                                                                                 << std::flush; })) {}
 
 TrainingCsvWriter::TrainingCsvWriter(Sink sink) : sink_(std::move(sink)) {
   if (!sink_) {
