@@ -6,7 +6,8 @@
 //   gpt64M     a GPT-like list of 64M elements: transformer layers of hidden size 1024 (QKV,
 //              projection, MLP weights and biases, layer norms), the rest one embedding table;
 //   shards12x2M FSDP shards: 12 units of 4M parameters on 2 ranks, one rank's 12 shards of 2M;
-//   shard2M    one such shard (a per-unit step).
+//   shard2M    one such shard (a per-unit step);
+//   small200x1K 200 tensors of 1024 elements (layer norms, biases): the per-call costs of a list.
 // Cases per list (bytes/second counts every byte read and written):
 //   adam/fused, adam/fused_bf16_copy (plus the BF16 copy of the updated parameters), adam/limit
 //   (read p, g, m, v and write p, m, v as plain vectorised loops), adam/reference (the former
@@ -73,7 +74,10 @@ struct ListShape {
 };
 
 std::vector<ListShape> Shapes() {
-  return {{"gpt64M", GptSizes(64 * kM)}, {"shards12x2M", std::vector<std::size_t>(12, 2 * kM)}, {"shard2M", {2 * kM}}};
+  return {{"gpt64M", GptSizes(64 * kM)},
+          {"shards12x2M", std::vector<std::size_t>(12, 2 * kM)},
+          {"shard2M", {2 * kM}},
+          {"small200x1K", std::vector<std::size_t>(200, 1024)}};
 }
 
 std::size_t Total(const std::vector<std::size_t>& sizes) {

@@ -1,3 +1,5 @@
+#include <cctype>
+#include <cstddef>
 #include <initializer_list>
 #include <memory>
 #include <string>
@@ -96,8 +98,26 @@ struct ListName {
   const char* c;
 };
 
+// @p text with each C++ list of @p names it holds (`lists.FirstState`, not `lists.FirstStateScales`)
+// replaced by the caller's argument.
+std::string WithCListNames(std::string text, std::initializer_list<ListName> names) {
+  for (const ListName& name : names) {
+    for (std::size_t at = text.find(name.cpp); at != std::string::npos; at = text.find(name.cpp, at)) {
+      const std::size_t end = at + name.cpp.size();
+      if (end < text.size() && std::isalnum(static_cast<unsigned char>(text[end])) != 0) {
+        at = end;
+        continue;
+      }
+      text.replace(at, name.cpp.size(), name.c);
+      at += std::string_view(name.c).size();
+    }
+  }
+  return text;
+}
+
 // Runs @p step (FusedAdamStep, FusedSGDStep); an error naming one of the C++ lists of @p names,
-// or an entry of one (`lists.Gradients[1]`), is thrown again naming the caller's argument
+// or an entry of one (`lists.Gradients[1]`), in its parameter or its message (a second entry:
+// `is the same memory as lists.Parameters[0]`), is thrown again naming the caller's arguments
 // (`gradients[1]`): a C caller has no `lists`.
 template <class Step>
 void WithArgumentNames(std::initializer_list<ListName> names, Step&& step) {
@@ -105,13 +125,22 @@ void WithArgumentNames(std::initializer_list<ListName> names, Step&& step) {
     std::forward<Step>(step)();
   } catch (const ArgumentError& error) {
     const std::string& parameter = error.Parameter();
-    for (const ListName& name : names) {
-      if (parameter.starts_with(name.cpp) &&
-          (parameter.size() == name.cpp.size() || parameter[name.cpp.size()] == '[')) {
-        ThrowRenamed(error, name.c + parameter.substr(name.cpp.size()));
+    const std::string renamed = WithCListNames(parameter, names);
+    if (dynamic_cast<const ArgumentNullError*>(&error) != nullptr) {
+      if (renamed == parameter) {
+        throw;
       }
+      throw ArgumentNullError(renamed);
     }
-    throw;
+    // what() is "invalid argument '<parameter>': <message>"
+    const std::string what = error.what();
+    const std::string head = "invalid argument '" + parameter + "': ";
+    const std::string message = what.starts_with(head) ? what.substr(head.size()) : what;
+    const std::string renamed_message = WithCListNames(message, names);
+    if (renamed == parameter && renamed_message == message) {
+      throw;
+    }
+    throw ArgumentError(renamed, renamed_message);
   }
 }
 

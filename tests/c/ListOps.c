@@ -158,7 +158,15 @@ int main(void) {
   const DLTensor* short_grads[1] = {&short_moment};
   EXPECT_STATUS(mlfw_fused_adam_step(fused_params, short_grads, first, second, 1, &adam_options, 4, NULL),
                 MLFW_STATUS_INVALID_ARGUMENT, "'gradients[0]'");
+  /* A tensor the step writes over another entry's memory: refused naming both, nothing written. */
+  const DLTensor* params_as_first[1] = {&tp_fused};
+  EXPECT_STATUS(mlfw_fused_adam_step(fused_params, fused_grads, params_as_first, second, 1, &adam_options, 4, NULL),
+                MLFW_STATUS_INVALID_ARGUMENT, "'exp_avg[0]': is the same memory as parameters[0]");
+  const DLTensor* grads_as_buffers[1] = {&tg};
+  EXPECT_STATUS(mlfw_fused_sgd_step(fused_params, fused_grads, grads_as_buffers, 1, &sgd_options, 0, NULL),
+                MLFW_STATUS_INVALID_ARGUMENT, "'momentum_buffers[0]': is the same memory as gradients[0]");
   CHECK(memcmp(p_fused, a_before, sizeof a_before) == 0);
+  CHECK(memcmp(g, (float[3]){0.1f, -0.3f, 0.7f}, sizeof g) == 0);
 
   printf("c api list operations ok\n");
   return 0;

@@ -452,6 +452,108 @@ BOOST_AUTO_TEST_CASE(InvalidListsThrowAndWriteNothing) {
   BOOST_TEST(FusedAdamStep({}, scalars));
 }
 
+// A tensor the step writes (a parameter, a state, a copy) over memory another entry uses would be
+// updated twice (a parameter listed twice) or read after the step changed it (a state over its
+// parameter): refused naming both entries, nothing written. Gradients are only read: one gradient
+// for two parameters steps both.
+BOOST_AUTO_TEST_CASE(TensorsTheStepWritesNeedMemoryOfTheirOwn) {
+  const AdamStepScalars scalars = AdamStepScalarsFor(AdamOptions{}, 1);
+  const auto message_of = [](auto&& step) -> std::string {
+    try {
+      step();
+    } catch (const ArgumentError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  const std::vector<TensorPtr> w = {Host({1.0f, 2.0f}), Host({3.0f, 4.0f})};
+  const std::vector<TensorPtr> g = {Host({0.5f, 0.5f}), Host({0.5f, 0.5f})};
+  const std::vector<TensorPtr> m = {Host({0.0f, 0.0f}), Host({0.0f, 0.0f})};
+  const std::vector<TensorPtr> v = {Host({0.0f, 0.0f}), Host({0.0f, 0.0f})};
+  const auto unchanged = [&] {
+    return Flat(w) == (std::vector<float>{1.0f, 2.0f, 3.0f, 4.0f}) && Flat(g) == std::vector<float>(4, 0.5f) &&
+           Flat(m) == std::vector<float>(4, 0.0f) && Flat(v) == std::vector<float>(4, 0.0f);
+  };
+
+  const std::vector<TensorPtr> twice = {w[0], w[0]};
+  const std::string listed_twice = message_of(
+      [&] { FusedAdamStep({.Parameters = twice, .Gradients = g, .FirstState = m, .SecondState = v}, scalars); });
+  BOOST_TEST(listed_twice.find("'lists.Parameters[1]': is the same memory as lists.Parameters[0]") != std::string::npos,
+             listed_twice);
+  const std::vector<TensorPtr> m_is_w = {m[0], w[1]};
+  const std::string state_over_parameter = message_of(
+      [&] { FusedAdamStep({.Parameters = w, .Gradients = g, .FirstState = m_is_w, .SecondState = v}, scalars); });
+  BOOST_TEST(state_over_parameter.find("lists.Parameters[1]") != std::string::npos, state_over_parameter);
+  BOOST_TEST(state_over_parameter.find("lists.FirstState[1]") != std::string::npos, state_over_parameter);
+  // A parameter over its gradient: the gradient is read, but the parameter is written.
+  const std::vector<TensorPtr> g_is_w = {g[0], w[1]};
+  BOOST_TEST(!message_of([&] {
+                FusedAdamStep({.Parameters = w, .Gradients = g_is_w, .FirstState = m, .SecondState = v}, scalars);
+              }).empty());
+  // SGD's momentum buffer over a gradient.
+  const std::vector<TensorPtr> buffers = {m[0], g[1]};
+  const std::string buffer_over_gradient = message_of([&] {
+    FusedSGDStep({.Parameters = w, .Gradients = g, .FirstState = buffers}, SGDStepScalarsFor({.Momentum = 0.9f}, true));
+  });
+  BOOST_TEST(buffer_over_gradient.find("lists.FirstState[1]") != std::string::npos, buffer_over_gradient);
+  BOOST_TEST(buffer_over_gradient.find("lists.Gradients[1]") != std::string::npos, buffer_over_gradient);
+  // A BF16 copy over the parameter's memory.
+  const std::vector<TensorPtr> copies = {
+      nullptr, backends::cpu::Wrap(w[1]->MutableHostBytes().data(), {2}, DataType::BFloat16, nullptr)};
+  BOOST_TEST(!message_of([&] {
+                FusedAdamStep(
+                    {.Parameters = w, .Gradients = g, .FirstState = m, .SecondState = v, .LowPrecisionCopies = copies},
+                    scalars);
+              }).empty());
+  BOOST_TEST(unchanged());
+
+  // Views of one buffer: overlapping ones are refused, adjacent ones step.
+  std::vector<float> storage(8, 0.0f);
+  const auto view = [&](std::size_t first, std::size_t count) {
+    return backends::cpu::Wrap(storage.data() + first, {count}, DataType::Float32, nullptr);
+  };
+  const std::vector<TensorPtr> one_w = {w[0]};
+  const std::vector<TensorPtr> one_g = {g[0]};
+  const std::vector<TensorPtr> overlapping_m = {view(0, 2)};
+  const std::vector<TensorPtr> overlapping_v = {view(1, 2)};
+  const std::string overlap = message_of([&] {
+    FusedAdamStep({.Parameters = one_w, .Gradients = one_g, .FirstState = overlapping_m, .SecondState = overlapping_v},
+                  scalars);
+  });
+  BOOST_TEST(overlap.find("'lists.SecondState[0]': overlaps the memory of lists.FirstState[0]") != std::string::npos,
+             overlap);
+  BOOST_TEST(storage == std::vector<float>(8, 0.0f));
+  BOOST_TEST(unchanged());
+  const std::vector<TensorPtr> adjacent_v = {view(2, 2)};
+  BOOST_TEST(FusedAdamStep(
+      {.Parameters = one_w, .Gradients = one_g, .FirstState = overlapping_m, .SecondState = adjacent_v}, scalars));
+  // Checked again after a list that shares nothing has stepped (and is remembered as such).
+  BOOST_TEST(
+      !message_of([&] {
+         FusedAdamStep(
+             {.Parameters = one_w, .Gradients = one_g, .FirstState = overlapping_m, .SecondState = overlapping_v},
+             scalars);
+       }).empty());
+
+  // One gradient for both parameters steps both alike.
+  const std::vector<TensorPtr> same_w = {Host({1.0f, 2.0f}), Host({1.0f, 2.0f})};
+  const std::vector<TensorPtr> shared_g = {g[0], g[0]};
+  BOOST_TEST(FusedAdamStep({.Parameters = same_w, .Gradients = shared_g, .FirstState = m, .SecondState = v}, scalars));
+  BOOST_TEST(same_w[0]->ToFloatVector() == same_w[1]->ToFloatVector());
+  BOOST_TEST(same_w[0]->ToFloatVector()[0] < 1.0f);
+
+  // Device tensors compare as objects: one listed twice is refused before the backend runs.
+  const std::vector<TensorPtr> fake_w = {FakeTensor({1.0f}, {1}, DataType::Float32)};
+  const std::vector<TensorPtr> fake_g = {FakeTensor({0.5f}, {1}, DataType::Float32)};
+  const std::vector<TensorPtr> fake_m = {fake_w[0]};
+  const std::vector<TensorPtr> fake_v = {FakeTensor({0.0f}, {1}, DataType::Float32)};
+  const std::string device = message_of([&] {
+    FusedAdamStep({.Parameters = fake_w, .Gradients = fake_g, .FirstState = fake_m, .SecondState = fake_v}, scalars);
+  });
+  BOOST_TEST(device.find("'lists.FirstState[0]': is the same tensor as lists.Parameters[0]") != std::string::npos,
+             device);
+}
+
 BOOST_AUTO_TEST_CASE(DeviceTensorsGoToTheirBackend) {
   // A backend without fused optimizer kernels (the TensorBackend defaults) is named in the error.
   auto fake = [](const std::vector<float>& values) {

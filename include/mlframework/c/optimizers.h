@@ -129,12 +129,16 @@ MLFW_C_API mlfw_status mlfw_optimizer_step_count(mlfw_optimizer_t optimizer, int
 /// @p exp_avg_sq (zero before the first step) updated. @p step is this step's number (1 for the
 /// first; the bias corrections). The lists are borrowed for the call; @p stream as in
 /// mlfw_optimizer_step(). Errors name the list and the element; nothing is written on failure.
+/// A tensor the step writes (a parameter or a moment) over memory another tensor of the call uses
+/// (a parameter listed twice, an exp_avg over its parameter) is MLFW_STATUS_INVALID_ARGUMENT naming
+/// both (`exp_avg[0]`, `parameters[0]`); one gradient may be given for two parameters.
 MLFW_C_API mlfw_status mlfw_fused_adam_step(const DLTensor* const* parameters, const DLTensor* const* gradients,
                                             const DLTensor* const* exp_avg, const DLTensor* const* exp_avg_sq,
                                             size_t count, const mlfw_adam_options* options, int64_t step, void* stream);
 /// One fused SGD step (C++ optimizers::FusedSGDStep): @p momentum_buffers (one per parameter,
 /// FP32) when options->momentum > 0, else NULL; @p first_step non-zero on the first step (the
-/// buffers then start as the step's gradient, as in torch.optim.SGD).
+/// buffers then start as the step's gradient, as in torch.optim.SGD). Errors as
+/// mlfw_fused_adam_step()'s (a momentum buffer over another tensor's memory, say).
 MLFW_C_API mlfw_status mlfw_fused_sgd_step(const DLTensor* const* parameters, const DLTensor* const* gradients,
                                            const DLTensor* const* momentum_buffers, size_t count,
                                            const mlfw_sgd_options* options, int first_step, void* stream);

@@ -48,8 +48,13 @@ MLFRAMEWORK_EXPORT SGDStepScalars SGDStepScalarsFor(const SGDOptions& options, b
 /// with a device state's flag waits for nothing and can be captured in a CUDA graph).
 /// ArgumentError (nothing written) for lists of different lengths, a null entry, a tensor that is
 /// not FP32 (copies: not FP16/BF16), element counts that differ within an entry, or tensors on
-/// different backends, and for a step count that is not one FP32 element beside the lists or, in
-/// host memory, not a whole number from 0 to 2^24 - 1 (a device count is not read by the host);
+/// different backends, for a step count that is not one FP32 element beside the lists or, in
+/// host memory, not a whole number from 0 to 2^24 - 1 (a device count is not read by the host),
+/// and for a tensor the step writes (a parameter, state, scale, remainder, copy or the count) that
+/// shares memory with any other tensor of the call, naming both entries: a parameter listed twice
+/// would be updated twice, a state over another entry read after it changed. Gradients are only
+/// read: one gradient may serve two parameters. Host tensors are compared by their bytes, device
+/// tensors as objects (one object twice);
 /// InvalidOperationError when the tensors' backend has no fused step.
 /// An empty list is a step with nothing to do (true); it still counts.
 MLFRAMEWORK_EXPORT bool FusedAdamStep(const OptimizerStepLists& lists, const AdamStepScalars& scalars,

@@ -1,16 +1,21 @@
 #include <mlframework/optimizers/FusedSteps.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <mutex>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include <mlframework/core/Error.hpp>
 
 #include "mlframework/core/DeviceFactory.hpp"
+#include "mlframework/core/MemoryOverlap.hpp"
 #include "mlframework/core/TensorListWalk.hpp"
 
 namespace mlframework::optimizers {
@@ -170,6 +175,78 @@ const ITensor& CheckedAs(std::span<const TensorPtr> list, const char* name, std:
   return *tensor;
 }
 
+// The tensors of a step with their entries' names, for RequireOwnMemory().
+struct StepTensors {
+  std::vector<mlframework::detail::MemoryUse> uses;
+  std::vector<std::pair<const char*, std::size_t>> entries;  // list and index of each use
+
+  void Add(const mlframework::detail::MemoryUse& use, const char* list, std::size_t i) {
+    uses.push_back(use);
+    entries.emplace_back(list, i);
+  }
+  void Clear() noexcept {
+    uses.clear();
+    entries.clear();
+  }
+};
+
+// The uses of the last lists found to share no memory. A training step passes the same lists
+// every step, and sorting them costs more than a step over small tensors; whether a list shares
+// memory is a function of its uses alone (ranges, object addresses, written flags), so lists with
+// uses equal to those of a list checked before have the same answer, whatever tensors they hold.
+class CheckedUses {
+ public:
+  static constexpr std::size_t kEntries = 4;
+
+  bool Contains(const std::vector<mlframework::detail::MemoryUse>& uses) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    const auto it = std::ranges::find(entries_, uses);
+    if (it == entries_.end()) {
+      return false;
+    }
+    std::rotate(entries_.begin(), it, it + 1);  // most recently used first
+    return true;
+  }
+
+  void Add(std::vector<mlframework::detail::MemoryUse> uses) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    entries_.insert(entries_.begin(), std::move(uses));
+    if (entries_.size() > kEntries) {
+      entries_.pop_back();
+    }
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::vector<mlframework::detail::MemoryUse>> entries_;
+};
+
+// ArgumentError naming both entries when a tensor the step writes shares memory with any other
+// tensor of the step: a parameter listed twice would be updated twice, and a state or parameter
+// over another entry's memory would be read after the step has changed it. Only gradients, read
+// and never written, may share memory with each other (one gradient for two parameters).
+void RequireOwnMemory(const StepTensors& tensors) {
+  static CheckedUses checked;
+  if (tensors.uses.size() < 2 || checked.Contains(tensors.uses)) {
+    return;
+  }
+  const auto shared = mlframework::detail::FindSharedMemory(tensors.uses);
+  if (!shared) {
+    checked.Add(tensors.uses);
+    return;
+  }
+  const auto name = [&](std::size_t use) {
+    const auto& [list, i] = tensors.entries[use];
+    return list == std::string_view("StepCount") ? std::string("lists.StepCount") : Entry(list, i);
+  };
+  const std::string later = name(shared->Later);
+  const std::string earlier = name(shared->Earlier);
+  const char* relation = !shared->Same                            ? "overlaps the memory of "
+                         : tensors.uses[shared->Later].IsObject() ? "is the same tensor as "
+                                                                  : "is the same memory as ";
+  throw ArgumentError(later, relation + earlier + ": a tensor the step writes needs memory of its own");
+}
+
 // The backend that runs a checked list: the device tensors' backend, or, for host memory, the CPU
 // backend (which also takes host memory of tensors without a backend).
 struct Route {
@@ -208,11 +285,18 @@ Route Check(const OptimizerStepLists& lists, const ListRules& rules) {
   const TensorBackend* backend = nullptr;
   // Every tensor of the call: host memory, or the first parameter's backend.
   // The entry's name is built only for an error: a step checks thousands of tensors.
-  auto place = [&](const ITensor& tensor, const char* list, std::size_t i) {
+  // Kept by each thread from call to call: a step over a list of small tensors is short.
+  // (Its address taken once: each access to a thread_local of a shared library is a call.)
+  thread_local StepTensors per_thread;
+  StepTensors& tensors = per_thread;
+  tensors.Clear();
+  auto place = [&](const ITensor& tensor, const char* list, std::size_t i, bool written = true) {
     if (tensor.Size() == 0) {
       return;  // nothing to update: runs anywhere
     }
-    if (!tensor.HostBytes().empty()) {
+    const mlframework::detail::MemoryUse use = mlframework::detail::MemoryUse::Of(tensor, written);
+    tensors.Add(use, list, i);
+    if (!use.IsObject()) {
       any_host = true;
       return;
     }
@@ -243,7 +327,7 @@ Route Check(const OptimizerStepLists& lists, const ListRules& rules) {
                                                           " elements it exceeds 2^64 - 1");
     }
     place(parameter, "Parameters", i);
-    place(Checked(lists.Gradients, "Gradients", i, count), "Gradients", i);
+    place(Checked(lists.Gradients, "Gradients", i, count), "Gradients", i, /*written=*/false);
     if (remainders) {
       place(CheckedAs(lists.ParameterRemainders, "ParameterRemainders", i, count, two_bytes,
                       "a two-byte dtype (16-bit remainders)"),
@@ -290,6 +374,7 @@ Route Check(const OptimizerStepLists& lists, const ListRules& rules) {
   if (any_host && any_device) {
     throw ArgumentError("lists", "mixes host-memory tensors with device tensors; pass one kind per call");
   }
+  RequireOwnMemory(tensors);
   if (any_device) {
     return Route{.backend = backend, .on_host = false};
   }

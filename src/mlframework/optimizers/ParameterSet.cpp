@@ -15,6 +15,7 @@
 #include <mlframework/core/MultiTensor.hpp>
 #include <mlframework/core/Tensor.hpp>
 
+#include "mlframework/core/MemoryOverlap.hpp"
 #include "mlframework/core/StateCodes.hpp"
 
 namespace mlframework::optimizers::detail {
@@ -28,47 +29,32 @@ bool IsHostFloat32(const ITensor& tensor) {
 
 // ArgumentError naming both entries when two tensors of @p tensors (not null) share memory: a
 // tied weight passed under two names would be updated twice a step, and one gradient tensor under
-// two names unscaled twice by a scaler (in place, once per entry). Host tensors are compared by
-// their byte ranges (one object twice has the same range), device tensors as objects: the
-// library cannot see where their memory lies. Sorted vectors: SetGradients() runs it every step.
+// two names unscaled twice by a scaler (in place, once per entry). Every entry counts as written.
+// SetGradients() runs it every step (FindSharedMemory() sorts, in O(n log n)).
 void RequireNoSharedMemory(const GradientMap& tensors, const std::string& what) {
   const auto entry = [&](const std::string& name) { return what + "[\"" + name + "\"]"; };
-  struct Range {
-    std::uintptr_t begin;
-    std::uintptr_t end;
-    const std::string* name;
-  };
-  std::vector<Range> ranges;
-  std::vector<std::pair<const ITensor*, const std::string*>> objects;
+  std::vector<mlframework::detail::MemoryUse> uses;
+  std::vector<const std::string*> names;
+  uses.reserve(tensors.size());
+  names.reserve(tensors.size());
   for (const auto& [name, tensor] : tensors) {
-    const std::span<const std::byte> bytes = tensor->HostBytes();
-    if (bytes.empty()) {
-      objects.emplace_back(tensor.get(), &name);
-    } else {
-      const auto begin = reinterpret_cast<std::uintptr_t>(bytes.data());
-      ranges.push_back({begin, begin + bytes.size(), &name});
-    }
+    uses.push_back(mlframework::detail::MemoryUse::Of(*tensor, true));
+    names.push_back(&name);
   }
-  // Stable: of two entries at one address, the later name (map order) is the one named.
-  std::ranges::stable_sort(ranges, {}, &Range::begin);
-  const Range* reaching = nullptr;  // of the ranges so far, the one that ends last
-  for (const Range& range : ranges) {
-    if (reaching != nullptr && range.begin < reaching->end) {
-      const bool same = range.begin == reaching->begin && range.end == reaching->end;
-      throw ArgumentError(entry(*range.name), same ? "is the same memory as " + entry(*reaching->name) +
-                                                         ": pass a tensor shared by two names (a tied weight) once"
-                                                   : "overlaps the memory of " + entry(*reaching->name) +
-                                                         ": each entry needs memory of its own");
-    }
-    if (reaching == nullptr || range.end > reaching->end) reaching = &range;
+  const auto shared = mlframework::detail::FindSharedMemory(uses);
+  if (!shared) {
+    return;
   }
-  std::ranges::stable_sort(objects, {}, &std::pair<const ITensor*, const std::string*>::first);
-  for (std::size_t i = 1; i < objects.size(); ++i) {
-    if (objects[i].first == objects[i - 1].first) {
-      throw ArgumentError(entry(*objects[i].second), "is the same tensor as " + entry(*objects[i - 1].second) +
-                                                         ": pass a tensor shared by two names (a tied weight) once");
-    }
+  const std::string& later = *names[shared->Later];
+  const std::string& earlier = *names[shared->Earlier];
+  if (shared->Same) {
+    // Without host memory the two entries are one tensor object.
+    const bool device = uses[shared->Later].IsObject();
+    throw ArgumentError(entry(later), std::string(device ? "is the same tensor as " : "is the same memory as ") +
+                                          entry(earlier) + ": pass a tensor shared by two names (a tied weight) once");
   }
+  throw ArgumentError(entry(later),
+                      "overlaps the memory of " + entry(earlier) + ": each entry needs memory of its own");
 }
 
 }  // namespace
