@@ -442,6 +442,56 @@ BOOST_AUTO_TEST_CASE(ASwitchBetweenTwoOptimizersStepsRefusesTheSecondOnlyWhenItC
   }
 }
 
+// Reset() between Step(o1) and Step(o2), with Step(o1) finishing the iteration or deferring its
+// update: o2's gradients were scaled with the iteration's scale, which the reset replaced with
+// the initial one, so o2 is refused until the next Scale(loss), as after LoadStateDict(), not
+// unscaled with the initial scale; o1's gradients, already stepped, stay refused too. Update() is
+// accepted and changes nothing.
+BOOST_AUTO_TEST_CASE(AResetBetweenTwoOptimizersStepsRefusesTheSecond) {
+  const std::vector<float> unscaled = {1.0f, -2.0f, 0.5f};
+  for (const DataType dtype : {DataType::Float32, DataType::Float16}) {
+    for (const StepMode mode : {StepMode::StepAndUpdate, StepMode::DeferUpdate}) {
+      BOOST_TEST_CONTEXT(dtype << ", mode " << static_cast<int>(mode)) {
+        GradScaler scaler(DynamicScalerConfig{.InitialScale = 8.0f, .GrowthInterval = 1});
+        RecordingOptimizer o1(Grads(dtype, 8.0f));
+        RecordingOptimizer o2(Grads(dtype, 8.0f));
+        scaler.Scale(Scalar(1.0f));
+        BOOST_TEST(scaler.Step(o1));
+        BOOST_TEST(scaler.Step(o2));
+        BOOST_TEST(scaler.CurrentScale() == 16.0f);  // an iteration scale other than the initial one
+        scaler.Scale(Scalar(1.0f));
+        o1.Load(Grads(dtype, 16.0f));
+        o2.Load(Grads(dtype, 16.0f));
+        BOOST_TEST(scaler.Step(o1, mode));
+        scaler.Reset();
+        BOOST_TEST(scaler.CurrentScale() == 8.0f);
+        ExpectRefused<InvalidOperationError>(
+            scaler, [&] { scaler.Step(o2, mode); }, "Reset()");
+        ExpectRefused<InvalidOperationError>(
+            scaler, [&] { scaler.Unscale(o2); }, "Reset()");
+        ExpectRefused<InvalidOperationError>(
+            scaler, [&] { scaler.Step(o1, mode); }, "Scale(loss)");
+        BOOST_TEST(o1.steps == 2);
+        BOOST_TEST(o2.steps == 1);
+        BOOST_TEST(Values(o2.GetGradients().at("a")) == (std::vector<float>{16.0f, -32.0f, 8.0f}),
+                   boost::test_tools::per_element());
+        scaler.Update();  // accepted, nothing changes
+        BOOST_TEST(scaler.CurrentScale() == 8.0f);
+        BOOST_TEST(scaler.GetStats()->TotalSteps == 0);
+        // The next iteration steps both as usual.
+        scaler.Scale(Scalar(1.0f));
+        o1.Load(Grads(dtype, 8.0f));
+        o2.Load(Grads(dtype, 8.0f));
+        BOOST_TEST(scaler.Step(o1));
+        BOOST_TEST(scaler.Step(o2));
+        BOOST_TEST(Values(o2.stepped_with.at("a")) == unscaled, boost::test_tools::per_element());
+        BOOST_TEST(scaler.CurrentScale() == 16.0f);
+        BOOST_TEST(scaler.GetStats()->TotalSteps == 1);
+      }
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(AScalerThatCannotRestoreItsStateRefusesAJoiningOptimizer) {
   GradScaler scaler(std::make_shared<HalvingScaler>());
   RecordingOptimizer o1(PoisonedGrads(DataType::Float32, kInf));

@@ -82,7 +82,8 @@ class GradScalerContext;
 ///   (`Unscale(opt)` of the optimizer that stepped starts the next iteration).
 /// - (4) after `Step(o1)` finished the iteration (no `Scale(loss)` since), another optimizer
 ///   joins it (see above); o1 again starts the next iteration.
-/// - (5) accepted, changing nothing, right after `Step(opt)` finished the iteration.
+/// - (5) accepted, changing nothing, right after `Step(opt)` finished the iteration, and after
+///   `Reset()` dropped an iteration an optimizer stepped in.
 /// - Checked, Unscaled and Stepped hold a found-inf result, kept in the scaler's record
 ///   (ILossScaler's found-inf record). When a further optimizer is unscaled, the record is read
 ///   into the earlier optimizers' results first (one device read, only with several optimizers),
@@ -92,7 +93,8 @@ class GradScalerContext;
 /// - `Scale(loss)` applying a pending result is spec 004's manual flow, which skips `Update()` on
 ///   overflow: the scale still backs off exactly once.
 /// - `Reset()` and an abandoned GradScalerContext return to Ready from any state and drop the
-///   iteration's result: no scale update.
+///   iteration's result: no scale update. After `Reset()`, an optimizer that would join an
+///   iteration another one stepped in is refused until the next `Scale(loss)` (see Reset()).
 /// - Stepping or unscaling again, without a new `Scale(loss)`, the very gradients the previous
 ///   iteration already unscaled (or their unscaled FP32 tensors) is an InvalidOperationError
 ///   (they would be unscaled twice).
@@ -276,7 +278,13 @@ class MLFRAMEWORK_EXPORT GradScaler {
   void Disable();
   /// The scaler's ILossScaler::Reset() (the dynamic scaler: back to the initial scale, counters
   /// cleared; the static scaler: nothing), then the iteration is dropped (state Ready) and
-  /// LastOverflow() cleared. Observers stay registered.
+  /// LastOverflow() cleared. Observers stay registered. The gradients in memory stay as they are:
+  /// those this iteration unscaled in place or stepped, and those the previous one stepped, stay
+  /// refused (InvalidOperationError) until the next `Scale(loss)`, as they would be unscaled or
+  /// stepped twice. Called between `Step(o1)` and `Step(o2)` of PyTorch's flow (or after a
+  /// deferring `Step(o1, mode)`), it ends that iteration: o2's gradients were scaled with the
+  /// scale the reset replaced, so `Step(o2)` and `Unscale(o2)` are an InvalidOperationError until
+  /// the next `Scale(loss)`; `Update()` is accepted and changes nothing.
   void Reset();
   /// The factor the loss is multiplied by, as an FP32 scalar (1 when disabled), cached until it changes.
   TensorPtr GetScaleTensor();

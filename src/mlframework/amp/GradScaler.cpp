@@ -143,8 +143,8 @@ struct GradScaler::Impl {
     std::int64_t step = 0;
     bool overflowed = false;  // its overflow report was committed
     // The call that replaced the scale state or flipped the switch since (LoadStateDict(),
-    // Enable(), Disable()), or null: the optimizers that have not stepped yet hold gradients
-    // scaled with the iteration's scale and switch, which are gone, so none may join.
+    // Reset(), Enable(), Disable()), or null: the optimizers that have not stepped yet hold
+    // gradients scaled with the iteration's scale and switch, which are gone, so none may join.
     const char* closed_by = nullptr;
   };
   std::optional<Finished> finished;
@@ -206,6 +206,41 @@ struct GradScaler::Impl {
     if (finished && IsEnabled() != was_enabled) {
       finished->closed_by = call;
     }
+  }
+  // Drops the iteration when @p call (Reset(), LoadStateDict()) replaced the scale state. The
+  // gradients in memory stay as they are: those this iteration unscaled in place or stepped, and
+  // those the previous iteration stepped, would be unscaled (or stepped) twice if stepped again,
+  // so they stay refused until the next Scale(loss). With @p close, an iteration an optimizer
+  // stepped in (Step(o1) finished it, or deferred its update) stays, closed: the other
+  // optimizers' gradients were scaled with the replaced scale, so none may join it, and the
+  // trailing Update() is accepted and changes nothing.
+  void DropIteration(const char* call, bool close) {
+    std::vector<UnscaledGroup> kept = std::move(previous);
+    std::vector<UnscaledGroup> refused = std::move(spoiled);
+    std::optional<Finished> closed;
+    if (close) {
+      closed = std::move(finished);
+    }
+    for (const UnscaledGroup& group : groups) {
+      // Stepped ones (a deferring Step(opt)) would be stepped twice, the optimizer holding their
+      // unscaled FP32 copies; InPlace() means something only for an unscale that ran enabled.
+      if (group.stepped || (unscaled_this_iteration && group.InPlace())) {
+        refused.push_back(group);
+      }
+    }
+    const bool stepped = std::any_of(groups.begin(), groups.end(), [](const UnscaledGroup& g) { return g.stepped; });
+    if (close && stepped) {
+      closed = Finished{};  // its optimizers in `previous`: the ones that stepped start the next
+      kept = std::move(groups);
+    }
+    if (closed) {
+      closed->closed_by = call;
+    }
+    ClearIteration();
+    ForgetPrevious();
+    previous = std::move(kept);
+    spoiled = std::move(refused);
+    finished = std::move(closed);
   }
   void ForgetPrevious() {
     previous.clear();
@@ -525,8 +560,8 @@ GradientMap GradScaler::Unscale(const GradientMap& gradients) {
   if (s.UnscaledBefore(gradients) || s.Spoiled(gradients)) {
     throw InvalidOperationError(
         "GradScaler::Unscale(): these gradients were already unscaled (in the previous iteration, by a Step() "
-        "whose optimizer threw, or before LoadStateDict()). Run backward for new gradients and call Scale(loss) "
-        "before unscaling again.");
+        "whose optimizer threw, or before LoadStateDict() or Reset()). Run backward for new gradients and call "
+        "Scale(loss) before unscaling again.");
   }
   if (s.finished) {
     throw InvalidOperationError(
@@ -551,7 +586,7 @@ GradientMap GradScaler::Unscale(IOptimizer& optimizer) {
   if (s.UnscaledBefore(gradients) || s.Spoiled(gradients)) {
     throw InvalidOperationError(
         "GradScaler::Unscale(optimizer): these gradients were already unscaled (in the previous iteration, by a "
-        "Step() whose optimizer threw, or before LoadStateDict()). Run backward for new gradients and call "
+        "Step() whose optimizer threw, or before LoadStateDict() or Reset()). Run backward for new gradients and call "
         "Scale(loss) before unscaling again.");
   }
   if (s.finished && !s.SteppedBefore(&optimizer) && s.finished->closed_by != nullptr) {
@@ -649,8 +684,8 @@ bool GradScaler::StepImpl(IOptimizer& optimizer, StepMode mode) {
     if (s.Spoiled(gradients)) {
       throw InvalidOperationError(
           "GradScaler::Step(): these gradients were unscaled by a Step() whose optimizer threw (in place, or "
-          "kept by the optimizer), or in place or stepped before LoadStateDict() replaced the iteration; stepping "
-          "them again would unscale them twice. Run backward for new gradients and call Scale(loss).");
+          "kept by the optimizer), or in place or stepped before LoadStateDict() or Reset() replaced the iteration; "
+          "stepping them again would unscale them twice. Run backward for new gradients and call Scale(loss).");
     }
     // Another optimizer of the iteration that Step() finished joins it (its gradients new, or
     // unscaled by Unscale(optimizer) before that Step()); the same optimizer again (new
@@ -787,7 +822,7 @@ void GradScaler::Disable() {
 void GradScaler::Reset() {
   Impl& s = Live();
   s.scaler->Reset();
-  AbandonIteration();
+  s.DropIteration("Reset()", true);
   s.last_overflow.reset();
   s.last_amax.reset();  // the amax belonged to the run before the reset
 }
