@@ -492,6 +492,37 @@ BOOST_AUTO_TEST_CASE(AResetBetweenTwoOptimizersStepsRefusesTheSecond) {
   }
 }
 
+// A blob saved between iterations, loaded after a deferring Step(o1): o2's gradients were scaled
+// with the iteration's scale, which the load replaced, so o2 is refused until the next
+// Scale(loss), as when the load comes after a Step(o1) that finished the iteration; Update() is
+// accepted and changes nothing.
+BOOST_AUTO_TEST_CASE(AStateLoadedAfterADeferredStepRefusesTheSecondOptimizer) {
+  GradScaler scaler(DynamicScalerConfig{.InitialScale = 8.0f, .GrowthInterval = 1});
+  const GradScaler other(DynamicScalerConfig{.InitialScale = 4.0f, .GrowthInterval = 1});
+  RecordingOptimizer o1(Grads(DataType::Float16, 8.0f));
+  RecordingOptimizer o2(Grads(DataType::Float16, 8.0f));
+  scaler.Scale(Scalar(1.0f));
+  BOOST_TEST(scaler.Step(o1, StepMode::DeferUpdate));
+  scaler.LoadStateDict(other.StateDict());
+  BOOST_TEST(scaler.CurrentScale() == 4.0f);
+  ExpectRefused<InvalidOperationError>(
+      scaler, [&] { scaler.Step(o2, StepMode::DeferUpdate); }, "LoadStateDict()");
+  ExpectRefused<InvalidOperationError>(
+      scaler, [&] { scaler.Unscale(o2); }, "LoadStateDict()");
+  BOOST_TEST(o2.steps == 0);
+  scaler.Update();  // accepted, nothing changes
+  BOOST_TEST(scaler.CurrentScale() == 4.0f);
+  BOOST_TEST(scaler.GetStats()->TotalSteps == 0);
+  scaler.Scale(Scalar(1.0f));
+  o1.Load(Grads(DataType::Float16, 4.0f));
+  o2.Load(Grads(DataType::Float16, 4.0f));
+  BOOST_TEST(scaler.Step(o1));
+  BOOST_TEST(scaler.Step(o2));
+  BOOST_TEST(Values(o2.stepped_with.at("a")) == (std::vector<float>{1.0f, -2.0f, 0.5f}),
+             boost::test_tools::per_element());
+  BOOST_TEST(scaler.CurrentScale() == 8.0f);
+}
+
 BOOST_AUTO_TEST_CASE(AScalerThatCannotRestoreItsStateRefusesAJoiningOptimizer) {
   GradScaler scaler(std::make_shared<HalvingScaler>());
   RecordingOptimizer o1(PoisonedGrads(DataType::Float32, kInf));

@@ -83,7 +83,8 @@ class GradScalerContext;
 /// - (4) after `Step(o1)` finished the iteration (no `Scale(loss)` since), another optimizer
 ///   joins it (see above); o1 again starts the next iteration.
 /// - (5) accepted, changing nothing, right after `Step(opt)` finished the iteration, and after
-///   `Reset()` dropped an iteration an optimizer stepped in.
+///   `Reset()` or `LoadStateDict()` of a blob saved between iterations dropped an iteration an
+///   optimizer stepped in.
 /// - Checked, Unscaled and Stepped hold a found-inf result, kept in the scaler's record
 ///   (ILossScaler's found-inf record). When a further optimizer is unscaled, the record is read
 ///   into the earlier optimizers' results first (one device read, only with several optimizers),
@@ -352,9 +353,9 @@ class MLFRAMEWORK_EXPORT GradScaler {
   /// gradients: FP32 gradients this scaler already unscaled in place in the current iteration,
   /// gradients a deferring `Step(opt, mode)` stepped in it (and those the previous iteration
   /// stepped) stay refused until the next `Scale(loss)`, as stepping them again would unscale or
-  /// step them twice (InvalidOperationError). Loaded between
-  /// `Step(o1)` and `Step(o2)` of PyTorch's flow (a blob saved between iterations), another
-  /// optimizer can no longer join the iteration `Step(o1)` finished: its gradients were scaled
+  /// step them twice (InvalidOperationError). Loaded between `Step(o1)` and `Step(o2)` of
+  /// PyTorch's flow, or after a deferring `Step(o1, mode)` (a blob saved between iterations),
+  /// another optimizer can no longer join the iteration o1 stepped in: its gradients were scaled
   /// with the scale the load replaced, so `Step(o2)` and `Unscale(o2)` are an
   /// InvalidOperationError until the next `Scale(loss)`; `Update()` is accepted and changes nothing.
   void LoadStateDict(std::span<const std::byte> state);

@@ -919,32 +919,10 @@ void GradScaler::LoadStateDict(std::span<const std::byte> state) {
   reader.ExpectEnd();
   // Everything of ours is validated; the scaler validates its blob before changing anything.
   s.scaler->LoadStateDict(inner);
-  // The blob holds no gradients, but the ones in memory stay as they are: gradients this
-  // iteration unscaled in place or stepped, and those the previous iteration stepped, would be
-  // unscaled (or stepped) twice if stepped again, so they stay refused until the next Scale(loss).
-  std::vector<UnscaledGroup> previous = std::move(s.previous);
-  std::vector<UnscaledGroup> spoiled = std::move(s.spoiled);
-  // Loaded between iterations (the blob's state Ready), an iteration Step(o1) finished stays
-  // finished (PyTorch's trailing Update() is accepted), but another optimizer can no longer join
-  // it: the scale its gradients were scaled with is replaced. A blob saved within an iteration
-  // replaces the iteration with its own.
-  std::optional<Impl::Finished> finished;
-  if (iteration == Phase::Ready && s.finished) {
-    finished = std::move(s.finished);
-    finished->closed_by = "LoadStateDict()";
-  }
-  for (UnscaledGroup& group : s.groups) {
-    // Stepped ones (a deferring Step(opt)) would be stepped twice, the optimizer holding their
-    // unscaled FP32 copies; InPlace() means something only for an unscale that ran enabled.
-    if (group.stepped || (s.unscaled_this_iteration && group.InPlace())) {
-      spoiled.push_back(std::move(group));
-    }
-  }
-  s.ClearIteration();
-  s.ForgetPrevious();
-  s.previous = std::move(previous);
-  s.spoiled = std::move(spoiled);
-  s.finished = std::move(finished);
+  // The blob holds no gradients; loaded between iterations (the blob's state Ready), the
+  // iteration an optimizer stepped in stays, closed (DropIteration). A blob saved within an
+  // iteration replaces the iteration with its own.
+  s.DropIteration("LoadStateDict()", iteration == Phase::Ready);
   s.state = iteration;
   s.own_enabled = own_enabled;
   if (steps) {
