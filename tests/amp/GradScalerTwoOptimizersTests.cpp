@@ -523,6 +523,37 @@ BOOST_AUTO_TEST_CASE(AStateLoadedAfterADeferredStepRefusesTheSecondOptimizer) {
   BOOST_TEST(scaler.CurrentScale() == 8.0f);
 }
 
+// CheckOverflow(gradients) after Step(o1) finished the iteration is refused, as Unscale(gradients)
+// is there: recorded, it would open an iteration that Update() applies a second time. o2 still
+// joins the iteration with Step(o2), whose check is the one that counts.
+BOOST_AUTO_TEST_CASE(ACheckAfterAFinishingStepIsRefused) {
+  GradScaler scaler(DynamicScalerConfig{.InitialScale = 8.0f, .GrowthInterval = 1});
+  RecordingOptimizer o1(Grads(DataType::Float32, 8.0f));
+  RecordingOptimizer o2(PoisonedGrads(DataType::Float32, kInf, 8.0f));
+  scaler.Scale(Scalar(1.0f));
+  BOOST_TEST(scaler.Step(o1));
+  BOOST_TEST(scaler.CurrentScale() == 16.0f);
+  ExpectRefused<InvalidOperationError>(
+      scaler, [&] { (void)scaler.CheckOverflow(o2.GetGradients()); }, "Scale(loss)");
+  ExpectRefused<InvalidOperationError>(
+      scaler, [&] { (void)scaler.CheckOverflow(o1.GetGradients()); }, "Scale(loss)");
+  BOOST_TEST(scaler.CurrentScale() == 16.0f);
+  BOOST_TEST(scaler.GetStats()->TotalSteps == 1);
+  BOOST_TEST(!scaler.Step(o2));  // joins: the OR of both, one backoff from 8
+  scaler.Update();               // accepted, nothing changes
+  BOOST_TEST(scaler.CurrentScale() == 4.0f);
+  BOOST_TEST(scaler.GetStats()->TotalSteps == 1);
+  BOOST_TEST(scaler.GetStats()->TotalOverflows == 1);
+  // A deferring step leaves the iteration open: a check joins it.
+  scaler.Scale(Scalar(1.0f));
+  o1.Load(Grads(DataType::Float32, 4.0f));
+  BOOST_TEST(scaler.Step(o1, StepMode::DeferUpdate));
+  BOOST_TEST(scaler.CheckOverflow(PoisonedGrads(DataType::Float32, kInf, 4.0f)));
+  scaler.Update();
+  BOOST_TEST(scaler.CurrentScale() == 2.0f);
+  BOOST_TEST(scaler.GetStats()->TotalSteps == 2);
+}
+
 BOOST_AUTO_TEST_CASE(AScalerThatCannotRestoreItsStateRefusesAJoiningOptimizer) {
   GradScaler scaler(std::make_shared<HalvingScaler>());
   RecordingOptimizer o1(PoisonedGrads(DataType::Float32, kInf));

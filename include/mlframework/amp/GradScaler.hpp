@@ -63,7 +63,7 @@ class GradScalerContext;
 /// | call | Ready | LossScaled | Checked | Unscaled | Stepped |
 /// |---|---|---|---|---|---|
 /// | `Scale(loss)` | LossScaled | LossScaled | apply, LossScaled | apply, LossScaled | apply, LossScaled |
-/// | `CheckOverflow` | Checked | Checked | Checked | Unscaled | Stepped |
+/// | `CheckOverflow` | Checked (3) | Checked | Checked | Unscaled | Stepped |
 /// | `Unscale(grads)` | Unscaled (3) | Unscaled | Unscaled | **error** | **error** |
 /// | `Unscale(opt)` | Unscaled (3) | Unscaled | Unscaled | Unscaled (2) | Stepped (2) |
 /// | `Step(opt)` | apply, Ready (4) | apply, Ready | apply, Ready | apply, Ready (1) | apply, Ready (2) |
@@ -77,9 +77,10 @@ class GradScalerContext;
 ///   stepped yet (the manual flow): then it is an InvalidOperationError.
 /// - (2) an optimizer that was not unscaled or stepped in this iteration yet; one that was is an
 ///   InvalidOperationError (`Unscale` twice, `Step` after a deferring `Step(opt, mode)` before `Update()`).
-/// - (3) after `Step(opt)` finished the iteration (no `Scale(loss)` since), `Unscale` is an
-///   InvalidOperationError: the gradients would be unscaled with the next iteration's scale
-///   (`Unscale(opt)` of the optimizer that stepped starts the next iteration).
+/// - (3) after `Step(opt)` finished the iteration (no `Scale(loss)` since), `Unscale` and
+///   `CheckOverflow` are an InvalidOperationError: the gradients would be unscaled with the next
+///   iteration's scale, and a check would update the scale a second time (`Unscale(opt)` of the
+///   optimizer that stepped starts the next iteration).
 /// - (4) after `Step(o1)` finished the iteration (no `Scale(loss)` since), another optimizer
 ///   joins it (see above); o1 again starts the next iteration.
 /// - (5) accepted, changing nothing, right after `Step(opt)` finished the iteration, and after
@@ -265,7 +266,9 @@ class MLFRAMEWORK_EXPORT GradScaler {
   /// when no overflow check was recorded.
   void Update();
   /// True when any of @p gradients holds Inf or NaN (false when disabled); records it for this
-  /// iteration. ArgumentError naming an FP8 gradient.
+  /// iteration. InvalidOperationError after `Step(optimizer)` finished the iteration (no
+  /// `Scale(loss)` since): the following Update() would update the scale a second time (another
+  /// optimizer's `Step(optimizer)` checks its gradients). ArgumentError naming an FP8 gradient.
   bool CheckOverflow(const GradientMap& gradients);
   /// Enables scaling (in state Ready; InvalidOperationError otherwise): ILossScaler::SetEnabled,
   /// and GradScaler's own switch in front of a scaler that has none. Between `Step(o1)` and

@@ -614,6 +614,15 @@ bool GradScaler::CheckOverflow(const GradientMap& gradients) {
   Impl& s = Live();
   TensorList(gradients);  // ArgumentNullError naming a null entry
   RefuseFloat8(gradients);
+  if (s.finished) {
+    // As Unscale(gradients): a result recorded now would open an iteration of its own, and the
+    // Update() after it would update the scale a second time for this one.
+    throw InvalidOperationError(
+        "GradScaler::CheckOverflow(): Step(optimizer) already finished this iteration and updated the scale "
+        "from its check, so a check recorded now would update the scale a second time. Step(optimizer) of another "
+        "optimizer checks its gradients and joins the iteration (its result says whether they overflowed); call "
+        "Scale(loss) to start the next iteration.");
+  }
   if (UnscaledGroup* group = s.FindGroup(nullptr, gradients)) {
     // The fused unscale pass already checked them and recorded the result.
     const bool found = group->found ? (*group->found || s.checked_found) : s.FoundInf();
