@@ -554,6 +554,44 @@ BOOST_AUTO_TEST_CASE(ACheckAfterAFinishingStepIsRefused) {
   BOOST_TEST(scaler.GetStats()->TotalSteps == 2);
 }
 
+// Update() between Step(o1) and Step(o2) ends the iteration (PyTorch's update() comes after the
+// last step): o2's gradients, scaled with the iteration's scale, would be unscaled with the
+// updated one and update the scale a second time, so Step(o2) and Unscale(o2) are refused until
+// the next Scale(loss).
+BOOST_AUTO_TEST_CASE(AnUpdateBetweenTwoOptimizersStepsRefusesTheSecond) {
+  const std::vector<float> unscaled = {1.0f, -2.0f, 0.5f};
+  for (const StepMode mode : {StepMode::StepAndUpdate, StepMode::DeferUpdate}) {
+    BOOST_TEST_CONTEXT("mode " << static_cast<int>(mode)) {
+      GradScaler scaler(DynamicScalerConfig{.InitialScale = 8.0f, .GrowthInterval = 1});
+      RecordingOptimizer o1(Grads(DataType::Float16, 8.0f));
+      RecordingOptimizer o2(Grads(DataType::Float16, 8.0f));
+      scaler.Scale(Scalar(1.0f));
+      BOOST_TEST(scaler.Step(o1, mode));
+      scaler.Update();
+      BOOST_TEST(scaler.CurrentScale() == 16.0f);
+      ExpectRefused<InvalidOperationError>(
+          scaler, [&] { scaler.Step(o2, mode); }, "Update()");
+      ExpectRefused<InvalidOperationError>(
+          scaler, [&] { scaler.Unscale(o2); }, "Update()");
+      ExpectRefused<InvalidOperationError>(
+          scaler, [&] { scaler.Update(); }, "no overflow check");  // nothing left to finish
+      BOOST_TEST(o2.steps == 0);
+      BOOST_TEST(scaler.CurrentScale() == 16.0f);
+      BOOST_TEST(scaler.GetStats()->TotalSteps == 1);
+      // The next iteration steps both as usual.
+      scaler.Scale(Scalar(1.0f));
+      o1.Load(Grads(DataType::Float16, 16.0f));
+      o2.Load(Grads(DataType::Float16, 16.0f));
+      BOOST_TEST(scaler.Step(o1, mode));
+      BOOST_TEST(scaler.Step(o2, mode));
+      scaler.Update();
+      BOOST_TEST(Values(o2.stepped_with.at("a")) == unscaled, boost::test_tools::per_element());
+      BOOST_TEST(scaler.CurrentScale() == 32.0f);
+      BOOST_TEST(scaler.GetStats()->TotalSteps == 2);
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(AScalerThatCannotRestoreItsStateRefusesAJoiningOptimizer) {
   GradScaler scaler(std::make_shared<HalvingScaler>());
   RecordingOptimizer o1(PoisonedGrads(DataType::Float32, kInf));

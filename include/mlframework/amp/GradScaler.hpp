@@ -85,7 +85,9 @@ class GradScalerContext;
 ///   joins it (see above); o1 again starts the next iteration.
 /// - (5) accepted, changing nothing, right after `Step(opt)` finished the iteration, and after
 ///   `Reset()` or `LoadStateDict()` of a blob saved between iterations dropped an iteration an
-///   optimizer stepped in.
+///   optimizer stepped in. `Update()` ends an iteration an optimizer stepped in: until the next
+///   `Scale(loss)`, another optimizer's `Step` and `Unscale(opt)` are an InvalidOperationError
+///   (its gradients would be unscaled with the updated scale), and so is a second `Update()`.
 /// - Checked, Unscaled and Stepped hold a found-inf result, kept in the scaler's record
 ///   (ILossScaler's found-inf record). When a further optimizer is unscaled, the record is read
 ///   into the earlier optimizers' results first (one device read, only with several optimizers),
@@ -263,7 +265,10 @@ class MLFRAMEWORK_EXPORT GradScaler {
   /// Applies the recorded overflow result to the scale and ends the iteration. After
   /// `Step(optimizer)` (PyTorch's `step(o1)`, `step(o2)`, `update()`), it is accepted and changes
   /// nothing: the step already applied the iteration's update. InvalidOperationError otherwise
-  /// when no overflow check was recorded.
+  /// when no overflow check was recorded. Once it ended an iteration an optimizer stepped in,
+  /// `Step` and `Unscale(optimizer)` of an optimizer that did not step in it are an
+  /// InvalidOperationError until the next `Scale(loss)` (its gradients, scaled with the
+  /// iteration's scale, would be unscaled with the updated one): step every optimizer first.
   void Update();
   /// True when any of @p gradients holds Inf or NaN (false when disabled); records it for this
   /// iteration. InvalidOperationError after `Step(optimizer)` finished the iteration (no

@@ -142,10 +142,14 @@ struct GradScaler::Impl {
     std::optional<float> amax;
     std::int64_t step = 0;
     bool overflowed = false;  // its overflow report was committed
-    // The call that replaced the scale state or flipped the switch since (LoadStateDict(),
-    // Reset(), Enable(), Disable()), or null: the optimizers that have not stepped yet hold
-    // gradients scaled with the iteration's scale and switch, which are gone, so none may join.
+    // The call that ended the iteration or replaced its scale state or switch since (Update(),
+    // LoadStateDict(), Reset(), Enable(), Disable()), or null: the optimizers that have not
+    // stepped yet hold gradients scaled with the iteration's scale and switch, which are gone,
+    // so none may join.
     const char* closed_by = nullptr;
+    // Update() ran since: the iteration stays only to refuse a further optimizer (another
+    // Update() has nothing to finish; Unscale(gradients) and CheckOverflow() start a new one).
+    bool updated = false;
   };
   std::optional<Finished> finished;
   std::optional<bool> reopened_overflowed;   // set while a reopened iteration runs: the first finish's report
@@ -563,7 +567,7 @@ GradientMap GradScaler::Unscale(const GradientMap& gradients) {
         "whose optimizer threw, or before LoadStateDict() or Reset()). Run backward for new gradients and call "
         "Scale(loss) before unscaling again.");
   }
-  if (s.finished) {
+  if (s.finished && !s.finished->updated) {
     throw InvalidOperationError(
         "GradScaler::Unscale(gradients): Step(optimizer) already finished this iteration and updated the scale, "
         "so these gradients would be unscaled with the next iteration's scale. Call Scale(loss) to start the next "
@@ -590,12 +594,12 @@ GradientMap GradScaler::Unscale(IOptimizer& optimizer) {
         "Scale(loss) before unscaling again.");
   }
   if (s.finished && !s.SteppedBefore(&optimizer) && s.finished->closed_by != nullptr) {
-    throw InvalidOperationError(std::string("GradScaler::Unscale(optimizer): Step() of another optimizer finished "
-                                            "this iteration and ") +
+    throw InvalidOperationError(std::string("GradScaler::Unscale(optimizer): another optimizer stepped in this "
+                                            "iteration and ") +
                                 s.finished->closed_by +
-                                " then changed the scale state or switch, so this optimizer's gradients, scaled with "
-                                "the iteration's, can no longer be unscaled. Call Scale(loss) and run backward for "
-                                "the next iteration.");
+                                " then ended it or replaced its scale state or switch, so this optimizer's gradients, "
+                                "scaled with the iteration's, can no longer be unscaled. Call Scale(loss) and run "
+                                "backward for the next iteration.");
   }
   if (s.finished && !s.SteppedBefore(&optimizer)) {
     throw InvalidOperationError(
@@ -614,7 +618,7 @@ bool GradScaler::CheckOverflow(const GradientMap& gradients) {
   Impl& s = Live();
   TensorList(gradients);  // ArgumentNullError naming a null entry
   RefuseFloat8(gradients);
-  if (s.finished) {
+  if (s.finished && !s.finished->updated) {
     // As Unscale(gradients): a result recorded now would open an iteration of its own, and the
     // Update() after it would update the scale a second time for this one.
     throw InvalidOperationError(
@@ -650,9 +654,13 @@ bool GradScaler::CheckOverflow(const GradientMap& gradients) {
 void GradScaler::Update() {
   Impl& s = Live();
   if (!HoldsRecord(s.state)) {
-    if (s.state == Phase::Ready && s.finished) {
+    if (s.state == Phase::Ready && s.finished && !s.finished->updated) {
       // PyTorch's Step(o1), Step(o2), Update(): Step() already applied the iteration's update.
-      s.finished.reset();
+      // The iteration ends: a further optimizer would be unscaled with the updated scale.
+      s.finished->updated = true;
+      if (s.finished->closed_by == nullptr) {
+        s.finished->closed_by = "Update()";
+      }
       return;
     }
     throw InvalidOperationError(
@@ -660,7 +668,17 @@ void GradScaler::Update() {
         "CheckOverflow() or Step(optimizer, StepMode::DeferUpdate) first (Step(optimizer) already updates the "
         "scale).");
   }
-  s.Notify(s.Finish(false));
+  const bool stepped =
+      std::any_of(s.groups.begin(), s.groups.end(), [](const UnscaledGroup& group) { return group.stepped; });
+  const std::optional<mlframework::detail::StepNotice> notice = s.Finish(false);
+  if (stepped) {
+    // The deferred flow's iteration ends here: an optimizer that did not step in it would be
+    // unscaled with the updated scale, so it may no longer join.
+    s.finished = Impl::Finished{};
+    s.finished->closed_by = "Update()";
+    s.finished->updated = true;
+  }
+  s.Notify(notice);
 }
 
 bool GradScaler::Step(IOptimizer& optimizer, StepMode mode) { return StepImpl(optimizer, mode); }
@@ -701,12 +719,13 @@ bool GradScaler::StepImpl(IOptimizer& optimizer, StepMode mode) {
     // gradients, no Scale(loss)) starts the next iteration.
     reopen = s.WouldJoin(&optimizer, gradients);
     if (reopen && s.finished->closed_by != nullptr) {
-      throw InvalidOperationError(std::string("GradScaler::Step(): Step() of another optimizer finished this "
-                                              "iteration and ") +
+      throw InvalidOperationError(std::string("GradScaler::Step(): another optimizer stepped in this iteration "
+                                              "and ") +
                                   s.finished->closed_by +
-                                  " then changed the scale state or switch, so this optimizer cannot join the "
-                                  "iteration: its gradients were scaled with the iteration's scale and switch, "
-                                  "which are gone, and would be unscaled with the new ones. Call Scale(loss) and run "
+                                  " then ended it or replaced its scale state or switch, so this optimizer cannot "
+                                  "join the iteration: its gradients were scaled with the iteration's scale and "
+                                  "switch, which are gone, and would be unscaled with the current ones. Step every "
+                                  "optimizer of an iteration before finishing it, or call Scale(loss) and run "
                                   "backward for the next iteration.");
     }
     if (!reopen && s.UnscaledBefore(gradients)) {
