@@ -592,6 +592,24 @@ BOOST_AUTO_TEST_CASE(AnUpdateBetweenTwoOptimizersStepsRefusesTheSecond) {
   }
 }
 
+// After Reset() between a deferring Step(o1) and Step(o2), Unscale(o2's gradients) and
+// CheckOverflow(o2's gradients) are refused as Step(o2) is, naming the call that closed the
+// iteration (o1's step did not update the scale).
+BOOST_AUTO_TEST_CASE(ARefusalAfterAClosedIterationNamesTheCallThatClosedIt) {
+  GradScaler scaler(DynamicScalerConfig{.InitialScale = 8.0f, .GrowthInterval = 1});
+  RecordingOptimizer o1(Grads(DataType::Float32, 8.0f));
+  RecordingOptimizer o2(Grads(DataType::Float32, 8.0f));
+  scaler.Scale(Scalar(1.0f));
+  BOOST_TEST(scaler.Step(o1, StepMode::DeferUpdate));
+  scaler.Reset();
+  ExpectRefused<InvalidOperationError>(
+      scaler, [&] { (void)scaler.CheckOverflow(o2.GetGradients()); }, "Reset()");
+  ExpectRefused<InvalidOperationError>(
+      scaler, [&] { (void)scaler.Unscale(o2.GetGradients()); }, "Reset()");
+  BOOST_TEST(Values(o2.GetGradients().at("a")) == (std::vector<float>{8.0f, -16.0f, 4.0f}),
+             boost::test_tools::per_element());
+}
+
 BOOST_AUTO_TEST_CASE(AScalerThatCannotRestoreItsStateRefusesAJoiningOptimizer) {
   GradScaler scaler(std::make_shared<HalvingScaler>());
   RecordingOptimizer o1(PoisonedGrads(DataType::Float32, kInf));

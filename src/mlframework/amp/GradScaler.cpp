@@ -246,6 +246,18 @@ struct GradScaler::Impl {
     spoiled = std::move(refused);
     finished = std::move(closed);
   }
+  // InvalidOperationError from @p member when an iteration closed by a call (Reset() after a
+  // deferring Step(o1), say) refuses it: the message names that call, since no step may have
+  // updated the scale.
+  void RefuseInClosedIteration(const char* member) const {
+    if (finished && finished->closed_by != nullptr) {
+      throw InvalidOperationError(std::string("GradScaler::") + member +
+                                  ": an optimizer stepped in this iteration and " + finished->closed_by +
+                                  " then ended it or replaced its scale state or switch, so these gradients, scaled "
+                                  "with the iteration's scale, can no longer be unscaled or checked for it. Call "
+                                  "Scale(loss) and run backward for the next iteration.");
+    }
+  }
   void ForgetPrevious() {
     previous.clear();
     spoiled.clear();
@@ -568,6 +580,7 @@ GradientMap GradScaler::Unscale(const GradientMap& gradients) {
         "Scale(loss) before unscaling again.");
   }
   if (s.finished && !s.finished->updated) {
+    s.RefuseInClosedIteration("Unscale(gradients)");
     throw InvalidOperationError(
         "GradScaler::Unscale(gradients): Step(optimizer) already finished this iteration and updated the scale, "
         "so these gradients would be unscaled with the next iteration's scale. Call Scale(loss) to start the next "
@@ -619,6 +632,7 @@ bool GradScaler::CheckOverflow(const GradientMap& gradients) {
   TensorList(gradients);  // ArgumentNullError naming a null entry
   RefuseFloat8(gradients);
   if (s.finished && !s.finished->updated) {
+    s.RefuseInClosedIteration("CheckOverflow()");
     // As Unscale(gradients): a result recorded now would open an iteration of its own, and the
     // Update() after it would update the scale a second time for this one.
     throw InvalidOperationError(
