@@ -610,6 +610,32 @@ BOOST_AUTO_TEST_CASE(ARefusalAfterAClosedIterationNamesTheCallThatClosedIt) {
              boost::test_tools::per_element());
 }
 
+// LastAmax() of an iteration two optimizers stepped in covers both; when amax tracking was
+// turned on between Step(o1) and Step(o2), o1's gradients were not tracked, so the iteration has
+// none (not o2's alone, passed off as the iteration's).
+BOOST_AUTO_TEST_CASE(AmaxTrackingTurnedOnBetweenTwoOptimizersStepsReportsNone) {
+  for (const bool on_from_start : {true, false}) {
+    BOOST_TEST_CONTEXT("on from the start " << on_from_start) {
+      GradScaler scaler(DynamicScalerConfig{.InitialScale = 8.0f, .GrowthInterval = 1});
+      RecordingOptimizer o1(Grads(DataType::Float32, 16.0f));  // amax 8 once unscaled
+      RecordingOptimizer o2(Grads(DataType::Float32, 8.0f));   // amax 4
+      scaler.SetAmaxTracking(on_from_start);
+      scaler.Scale(Scalar(1.0f));
+      BOOST_TEST(scaler.Step(o1));
+      scaler.SetAmaxTracking(true);
+      BOOST_TEST(scaler.Step(o2));
+      BOOST_TEST(scaler.LastAmax().value_or(-1.0f) == (on_from_start ? 8.0f : -1.0f));
+      // The next iteration is tracked whole.
+      scaler.Scale(Scalar(1.0f));
+      o1.Load(Grads(DataType::Float32, 32.0f));
+      o2.Load(Grads(DataType::Float32, 16.0f));
+      BOOST_TEST(scaler.Step(o1));
+      BOOST_TEST(scaler.Step(o2));
+      BOOST_TEST(scaler.LastAmax().value_or(-1.0f) == 8.0f);
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(AScalerThatCannotRestoreItsStateRefusesAJoiningOptimizer) {
   GradScaler scaler(std::make_shared<HalvingScaler>());
   RecordingOptimizer o1(PoisonedGrads(DataType::Float32, kInf));

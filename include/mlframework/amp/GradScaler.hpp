@@ -325,8 +325,9 @@ class MLFRAMEWORK_EXPORT GradScaler {
   bool AmaxTracking() const;
   /// The amax of the last finished iteration (Step() or Update()) that unscaled its gradients
   /// while tracking was on; nullopt while tracking is off, before such an iteration (Reset()
-  /// starts over), and after one that ran disabled or only checked (CheckOverflow() reads
-  /// gradients that may be scaled).
+  /// starts over), after one that ran disabled or only checked (CheckOverflow() reads
+  /// gradients that may be scaled), and after one whose optimizers were not all tracked
+  /// (tracking turned on between `Step(o1)` and `Step(o2)`).
   /// On a device the value was read once when the iteration finished.
   std::optional<float> LastAmax() const;
 

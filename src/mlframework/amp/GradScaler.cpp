@@ -140,6 +140,7 @@ struct GradScaler::Impl {
     std::vector<std::byte> before_update;  // the scaler's ScaleSnapshot() before the update (empty: disabled)
     bool found = false;                    // the found-inf the update used
     std::optional<float> amax;
+    bool amax_tracked = false;  // amax tracking was on: `amax` covers the iteration's gradients
     std::int64_t step = 0;
     bool overflowed = false;  // its overflow report was committed
     // The call that ended the iteration or replaced its scale state or switch since (Update(),
@@ -157,6 +158,7 @@ struct GradScaler::Impl {
 
   bool amax_tracking = false;
   bool unscaled_this_iteration = false;  // an unscale ran (enabled) in this iteration
+  bool amax_partial = false;             // a reopened iteration whose first finish was not tracked
   std::optional<float> last_amax;        // LastAmax()
 
   TensorPtr scale_tensor;  // GetScaleTensor cache
@@ -266,6 +268,7 @@ struct GradScaler::Impl {
 
   void ClearIteration() {
     unscaled_this_iteration = false;
+    amax_partial = false;
     state = Phase::Ready;
     groups.clear();
     carried_found = false;
@@ -383,6 +386,9 @@ struct GradScaler::Impl {
     state = Phase::Stepped;
     carried_found = f.found;
     carried_amax = f.amax;
+    // Tracking turned on since: the gradients stepped before were not tracked, so the
+    // iteration's amax is unknown (not this optimizer's alone).
+    amax_partial = amax_tracking && !f.amax_tracked;
     unscaled_this_iteration = !f.before_update.empty();
     resume_steps = steps;
     steps = f.step;
@@ -421,7 +427,8 @@ struct GradScaler::Impl {
     }
     if (amax_tracking) {
       // Read before the update: the record (and with it the amax) is the iteration's.
-      last_amax = IsEnabled() && unscaled_this_iteration ? MaxOf(carried_amax, scaler->RecordedAmax()) : std::nullopt;
+      last_amax = IsEnabled() && unscaled_this_iteration && !amax_partial ? MaxOf(carried_amax, scaler->RecordedAmax())
+                                                                          : std::nullopt;
     }
     Finished done;
     if (IsEnabled()) {
@@ -459,11 +466,13 @@ struct GradScaler::Impl {
     if (resume_steps) {
       steps = *resume_steps;  // a reopened iteration keeps its index; the next one's is as before
     }
+    const bool amax_tracked = amax_tracking && !amax_partial;
     std::vector<UnscaledGroup> done_groups = std::move(groups);
     ClearIteration();
     previous = std::move(done_groups);
     if (keep_open) {
       done.amax = last_amax;
+      done.amax_tracked = amax_tracked;
       done.step = step;
       done.overflowed = overflowed;
       finished = std::move(done);
