@@ -442,6 +442,200 @@ BOOST_AUTO_TEST_CASE(ASwitchBetweenTwoOptimizersStepsRefusesTheSecondOnlyWhenItC
   }
 }
 
+// Reset() between Step(o1) and Step(o2), with Step(o1) finishing the iteration or deferring its
+// update: o2's gradients were scaled with the iteration's scale, which the reset replaced with
+// the initial one, so o2 is refused until the next Scale(loss), as after LoadStateDict(), not
+// unscaled with the initial scale; o1's gradients, already stepped, stay refused too. Update() is
+// accepted and changes nothing.
+BOOST_AUTO_TEST_CASE(AResetBetweenTwoOptimizersStepsRefusesTheSecond) {
+  const std::vector<float> unscaled = {1.0f, -2.0f, 0.5f};
+  for (const DataType dtype : {DataType::Float32, DataType::Float16}) {
+    for (const StepMode mode : {StepMode::StepAndUpdate, StepMode::DeferUpdate}) {
+      BOOST_TEST_CONTEXT(dtype << ", mode " << static_cast<int>(mode)) {
+        GradScaler scaler(DynamicScalerConfig{.InitialScale = 8.0f, .GrowthInterval = 1});
+        RecordingOptimizer o1(Grads(dtype, 8.0f));
+        RecordingOptimizer o2(Grads(dtype, 8.0f));
+        scaler.Scale(Scalar(1.0f));
+        BOOST_TEST(scaler.Step(o1));
+        BOOST_TEST(scaler.Step(o2));
+        BOOST_TEST(scaler.CurrentScale() == 16.0f);  // an iteration scale other than the initial one
+        scaler.Scale(Scalar(1.0f));
+        o1.Load(Grads(dtype, 16.0f));
+        o2.Load(Grads(dtype, 16.0f));
+        BOOST_TEST(scaler.Step(o1, mode));
+        scaler.Reset();
+        BOOST_TEST(scaler.CurrentScale() == 8.0f);
+        ExpectRefused<InvalidOperationError>(
+            scaler, [&] { scaler.Step(o2, mode); }, "Reset()");
+        ExpectRefused<InvalidOperationError>(
+            scaler, [&] { scaler.Unscale(o2); }, "Reset()");
+        ExpectRefused<InvalidOperationError>(
+            scaler, [&] { scaler.Step(o1, mode); }, "Scale(loss)");
+        BOOST_TEST(o1.steps == 2);
+        BOOST_TEST(o2.steps == 1);
+        BOOST_TEST(Values(o2.GetGradients().at("a")) == (std::vector<float>{16.0f, -32.0f, 8.0f}),
+                   boost::test_tools::per_element());
+        scaler.Update();  // accepted, nothing changes
+        BOOST_TEST(scaler.CurrentScale() == 8.0f);
+        BOOST_TEST(scaler.GetStats()->TotalSteps == 0);
+        // The next iteration steps both as usual.
+        scaler.Scale(Scalar(1.0f));
+        o1.Load(Grads(dtype, 8.0f));
+        o2.Load(Grads(dtype, 8.0f));
+        BOOST_TEST(scaler.Step(o1));
+        BOOST_TEST(scaler.Step(o2));
+        BOOST_TEST(Values(o2.stepped_with.at("a")) == unscaled, boost::test_tools::per_element());
+        BOOST_TEST(scaler.CurrentScale() == 16.0f);
+        BOOST_TEST(scaler.GetStats()->TotalSteps == 1);
+      }
+    }
+  }
+}
+
+// A blob saved between iterations, loaded after a deferring Step(o1): o2's gradients were scaled
+// with the iteration's scale, which the load replaced, so o2 is refused until the next
+// Scale(loss), as when the load comes after a Step(o1) that finished the iteration; Update() is
+// accepted and changes nothing.
+BOOST_AUTO_TEST_CASE(AStateLoadedAfterADeferredStepRefusesTheSecondOptimizer) {
+  GradScaler scaler(DynamicScalerConfig{.InitialScale = 8.0f, .GrowthInterval = 1});
+  const GradScaler other(DynamicScalerConfig{.InitialScale = 4.0f, .GrowthInterval = 1});
+  RecordingOptimizer o1(Grads(DataType::Float16, 8.0f));
+  RecordingOptimizer o2(Grads(DataType::Float16, 8.0f));
+  scaler.Scale(Scalar(1.0f));
+  BOOST_TEST(scaler.Step(o1, StepMode::DeferUpdate));
+  scaler.LoadStateDict(other.StateDict());
+  BOOST_TEST(scaler.CurrentScale() == 4.0f);
+  ExpectRefused<InvalidOperationError>(
+      scaler, [&] { scaler.Step(o2, StepMode::DeferUpdate); }, "LoadStateDict()");
+  ExpectRefused<InvalidOperationError>(
+      scaler, [&] { scaler.Unscale(o2); }, "LoadStateDict()");
+  BOOST_TEST(o2.steps == 0);
+  scaler.Update();  // accepted, nothing changes
+  BOOST_TEST(scaler.CurrentScale() == 4.0f);
+  BOOST_TEST(scaler.GetStats()->TotalSteps == 0);
+  scaler.Scale(Scalar(1.0f));
+  o1.Load(Grads(DataType::Float16, 4.0f));
+  o2.Load(Grads(DataType::Float16, 4.0f));
+  BOOST_TEST(scaler.Step(o1));
+  BOOST_TEST(scaler.Step(o2));
+  BOOST_TEST(Values(o2.stepped_with.at("a")) == (std::vector<float>{1.0f, -2.0f, 0.5f}),
+             boost::test_tools::per_element());
+  BOOST_TEST(scaler.CurrentScale() == 8.0f);
+}
+
+// CheckOverflow(gradients) after Step(o1) finished the iteration is refused, as Unscale(gradients)
+// is there: recorded, it would open an iteration that Update() applies a second time. o2 still
+// joins the iteration with Step(o2), whose check is the one that counts.
+BOOST_AUTO_TEST_CASE(ACheckAfterAFinishingStepIsRefused) {
+  GradScaler scaler(DynamicScalerConfig{.InitialScale = 8.0f, .GrowthInterval = 1});
+  RecordingOptimizer o1(Grads(DataType::Float32, 8.0f));
+  RecordingOptimizer o2(PoisonedGrads(DataType::Float32, kInf, 8.0f));
+  scaler.Scale(Scalar(1.0f));
+  BOOST_TEST(scaler.Step(o1));
+  BOOST_TEST(scaler.CurrentScale() == 16.0f);
+  ExpectRefused<InvalidOperationError>(
+      scaler, [&] { (void)scaler.CheckOverflow(o2.GetGradients()); }, "Scale(loss)");
+  ExpectRefused<InvalidOperationError>(
+      scaler, [&] { (void)scaler.CheckOverflow(o1.GetGradients()); }, "Scale(loss)");
+  BOOST_TEST(scaler.CurrentScale() == 16.0f);
+  BOOST_TEST(scaler.GetStats()->TotalSteps == 1);
+  BOOST_TEST(!scaler.Step(o2));  // joins: the OR of both, one backoff from 8
+  scaler.Update();               // accepted, nothing changes
+  BOOST_TEST(scaler.CurrentScale() == 4.0f);
+  BOOST_TEST(scaler.GetStats()->TotalSteps == 1);
+  BOOST_TEST(scaler.GetStats()->TotalOverflows == 1);
+  // A deferring step leaves the iteration open: a check joins it.
+  scaler.Scale(Scalar(1.0f));
+  o1.Load(Grads(DataType::Float32, 4.0f));
+  BOOST_TEST(scaler.Step(o1, StepMode::DeferUpdate));
+  BOOST_TEST(scaler.CheckOverflow(PoisonedGrads(DataType::Float32, kInf, 4.0f)));
+  scaler.Update();
+  BOOST_TEST(scaler.CurrentScale() == 2.0f);
+  BOOST_TEST(scaler.GetStats()->TotalSteps == 2);
+}
+
+// Update() between Step(o1) and Step(o2) ends the iteration (PyTorch's update() comes after the
+// last step): o2's gradients, scaled with the iteration's scale, would be unscaled with the
+// updated one and update the scale a second time, so Step(o2) and Unscale(o2) are refused until
+// the next Scale(loss).
+BOOST_AUTO_TEST_CASE(AnUpdateBetweenTwoOptimizersStepsRefusesTheSecond) {
+  const std::vector<float> unscaled = {1.0f, -2.0f, 0.5f};
+  for (const StepMode mode : {StepMode::StepAndUpdate, StepMode::DeferUpdate}) {
+    BOOST_TEST_CONTEXT("mode " << static_cast<int>(mode)) {
+      GradScaler scaler(DynamicScalerConfig{.InitialScale = 8.0f, .GrowthInterval = 1});
+      RecordingOptimizer o1(Grads(DataType::Float16, 8.0f));
+      RecordingOptimizer o2(Grads(DataType::Float16, 8.0f));
+      scaler.Scale(Scalar(1.0f));
+      BOOST_TEST(scaler.Step(o1, mode));
+      scaler.Update();
+      BOOST_TEST(scaler.CurrentScale() == 16.0f);
+      ExpectRefused<InvalidOperationError>(
+          scaler, [&] { scaler.Step(o2, mode); }, "Update()");
+      ExpectRefused<InvalidOperationError>(
+          scaler, [&] { scaler.Unscale(o2); }, "Update()");
+      ExpectRefused<InvalidOperationError>(
+          scaler, [&] { scaler.Update(); }, "no overflow check");  // nothing left to finish
+      BOOST_TEST(o2.steps == 0);
+      BOOST_TEST(scaler.CurrentScale() == 16.0f);
+      BOOST_TEST(scaler.GetStats()->TotalSteps == 1);
+      // The next iteration steps both as usual.
+      scaler.Scale(Scalar(1.0f));
+      o1.Load(Grads(DataType::Float16, 16.0f));
+      o2.Load(Grads(DataType::Float16, 16.0f));
+      BOOST_TEST(scaler.Step(o1, mode));
+      BOOST_TEST(scaler.Step(o2, mode));
+      scaler.Update();
+      BOOST_TEST(Values(o2.stepped_with.at("a")) == unscaled, boost::test_tools::per_element());
+      BOOST_TEST(scaler.CurrentScale() == 32.0f);
+      BOOST_TEST(scaler.GetStats()->TotalSteps == 2);
+    }
+  }
+}
+
+// After Reset() between a deferring Step(o1) and Step(o2), Unscale(o2's gradients) and
+// CheckOverflow(o2's gradients) are refused as Step(o2) is, naming the call that closed the
+// iteration (o1's step did not update the scale).
+BOOST_AUTO_TEST_CASE(ARefusalAfterAClosedIterationNamesTheCallThatClosedIt) {
+  GradScaler scaler(DynamicScalerConfig{.InitialScale = 8.0f, .GrowthInterval = 1});
+  RecordingOptimizer o1(Grads(DataType::Float32, 8.0f));
+  RecordingOptimizer o2(Grads(DataType::Float32, 8.0f));
+  scaler.Scale(Scalar(1.0f));
+  BOOST_TEST(scaler.Step(o1, StepMode::DeferUpdate));
+  scaler.Reset();
+  ExpectRefused<InvalidOperationError>(
+      scaler, [&] { (void)scaler.CheckOverflow(o2.GetGradients()); }, "Reset()");
+  ExpectRefused<InvalidOperationError>(
+      scaler, [&] { (void)scaler.Unscale(o2.GetGradients()); }, "Reset()");
+  BOOST_TEST(Values(o2.GetGradients().at("a")) == (std::vector<float>{8.0f, -16.0f, 4.0f}),
+             boost::test_tools::per_element());
+}
+
+// LastAmax() of an iteration two optimizers stepped in covers both; when amax tracking was
+// turned on between Step(o1) and Step(o2), o1's gradients were not tracked, so the iteration has
+// none (not o2's alone, passed off as the iteration's).
+BOOST_AUTO_TEST_CASE(AmaxTrackingTurnedOnBetweenTwoOptimizersStepsReportsNone) {
+  for (const bool on_from_start : {true, false}) {
+    BOOST_TEST_CONTEXT("on from the start " << on_from_start) {
+      GradScaler scaler(DynamicScalerConfig{.InitialScale = 8.0f, .GrowthInterval = 1});
+      RecordingOptimizer o1(Grads(DataType::Float32, 16.0f));  // amax 8 once unscaled
+      RecordingOptimizer o2(Grads(DataType::Float32, 8.0f));   // amax 4
+      scaler.SetAmaxTracking(on_from_start);
+      scaler.Scale(Scalar(1.0f));
+      BOOST_TEST(scaler.Step(o1));
+      scaler.SetAmaxTracking(true);
+      BOOST_TEST(scaler.Step(o2));
+      BOOST_TEST(scaler.LastAmax().value_or(-1.0f) == (on_from_start ? 8.0f : -1.0f));
+      // The next iteration is tracked whole.
+      scaler.Scale(Scalar(1.0f));
+      o1.Load(Grads(DataType::Float32, 32.0f));
+      o2.Load(Grads(DataType::Float32, 16.0f));
+      BOOST_TEST(scaler.Step(o1));
+      BOOST_TEST(scaler.Step(o2));
+      BOOST_TEST(scaler.LastAmax().value_or(-1.0f) == 8.0f);
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(AScalerThatCannotRestoreItsStateRefusesAJoiningOptimizer) {
   GradScaler scaler(std::make_shared<HalvingScaler>());
   RecordingOptimizer o1(PoisonedGrads(DataType::Float32, kInf));

@@ -63,7 +63,7 @@ class GradScalerContext;
 /// | call | Ready | LossScaled | Checked | Unscaled | Stepped |
 /// |---|---|---|---|---|---|
 /// | `Scale(loss)` | LossScaled | LossScaled | apply, LossScaled | apply, LossScaled | apply, LossScaled |
-/// | `CheckOverflow` | Checked | Checked | Checked | Unscaled | Stepped |
+/// | `CheckOverflow` | Checked (3) | Checked | Checked | Unscaled | Stepped |
 /// | `Unscale(grads)` | Unscaled (3) | Unscaled | Unscaled | **error** | **error** |
 /// | `Unscale(opt)` | Unscaled (3) | Unscaled | Unscaled | Unscaled (2) | Stepped (2) |
 /// | `Step(opt)` | apply, Ready (4) | apply, Ready | apply, Ready | apply, Ready (1) | apply, Ready (2) |
@@ -77,12 +77,17 @@ class GradScalerContext;
 ///   stepped yet (the manual flow): then it is an InvalidOperationError.
 /// - (2) an optimizer that was not unscaled or stepped in this iteration yet; one that was is an
 ///   InvalidOperationError (`Unscale` twice, `Step` after a deferring `Step(opt, mode)` before `Update()`).
-/// - (3) after `Step(opt)` finished the iteration (no `Scale(loss)` since), `Unscale` is an
-///   InvalidOperationError: the gradients would be unscaled with the next iteration's scale
-///   (`Unscale(opt)` of the optimizer that stepped starts the next iteration).
+/// - (3) after `Step(opt)` finished the iteration (no `Scale(loss)` since), `Unscale` and
+///   `CheckOverflow` are an InvalidOperationError: the gradients would be unscaled with the next
+///   iteration's scale, and a check would update the scale a second time (`Unscale(opt)` of the
+///   optimizer that stepped starts the next iteration).
 /// - (4) after `Step(o1)` finished the iteration (no `Scale(loss)` since), another optimizer
 ///   joins it (see above); o1 again starts the next iteration.
-/// - (5) accepted, changing nothing, right after `Step(opt)` finished the iteration.
+/// - (5) accepted, changing nothing, right after `Step(opt)` finished the iteration, and after
+///   `Reset()` or `LoadStateDict()` of a blob saved between iterations dropped an iteration an
+///   optimizer stepped in. `Update()` ends an iteration an optimizer stepped in: until the next
+///   `Scale(loss)`, another optimizer's `Step` and `Unscale(opt)` are an InvalidOperationError
+///   (its gradients would be unscaled with the updated scale), and so is a second `Update()`.
 /// - Checked, Unscaled and Stepped hold a found-inf result, kept in the scaler's record
 ///   (ILossScaler's found-inf record). When a further optimizer is unscaled, the record is read
 ///   into the earlier optimizers' results first (one device read, only with several optimizers),
@@ -92,7 +97,8 @@ class GradScalerContext;
 /// - `Scale(loss)` applying a pending result is spec 004's manual flow, which skips `Update()` on
 ///   overflow: the scale still backs off exactly once.
 /// - `Reset()` and an abandoned GradScalerContext return to Ready from any state and drop the
-///   iteration's result: no scale update.
+///   iteration's result: no scale update. After `Reset()`, an optimizer that would join an
+///   iteration another one stepped in is refused until the next `Scale(loss)` (see Reset()).
 /// - Stepping or unscaling again, without a new `Scale(loss)`, the very gradients the previous
 ///   iteration already unscaled (or their unscaled FP32 tensors) is an InvalidOperationError
 ///   (they would be unscaled twice).
@@ -259,10 +265,15 @@ class MLFRAMEWORK_EXPORT GradScaler {
   /// Applies the recorded overflow result to the scale and ends the iteration. After
   /// `Step(optimizer)` (PyTorch's `step(o1)`, `step(o2)`, `update()`), it is accepted and changes
   /// nothing: the step already applied the iteration's update. InvalidOperationError otherwise
-  /// when no overflow check was recorded.
+  /// when no overflow check was recorded. Once it ended an iteration an optimizer stepped in,
+  /// `Step` and `Unscale(optimizer)` of an optimizer that did not step in it are an
+  /// InvalidOperationError until the next `Scale(loss)` (its gradients, scaled with the
+  /// iteration's scale, would be unscaled with the updated one): step every optimizer first.
   void Update();
   /// True when any of @p gradients holds Inf or NaN (false when disabled); records it for this
-  /// iteration. ArgumentError naming an FP8 gradient.
+  /// iteration. InvalidOperationError after `Step(optimizer)` finished the iteration (no
+  /// `Scale(loss)` since): the following Update() would update the scale a second time (another
+  /// optimizer's `Step(optimizer)` checks its gradients). ArgumentError naming an FP8 gradient.
   bool CheckOverflow(const GradientMap& gradients);
   /// Enables scaling (in state Ready; InvalidOperationError otherwise): ILossScaler::SetEnabled,
   /// and GradScaler's own switch in front of a scaler that has none. Between `Step(o1)` and
@@ -276,7 +287,13 @@ class MLFRAMEWORK_EXPORT GradScaler {
   void Disable();
   /// The scaler's ILossScaler::Reset() (the dynamic scaler: back to the initial scale, counters
   /// cleared; the static scaler: nothing), then the iteration is dropped (state Ready) and
-  /// LastOverflow() cleared. Observers stay registered.
+  /// LastOverflow() cleared. Observers stay registered. The gradients in memory stay as they are:
+  /// those this iteration unscaled in place or stepped, and those the previous one stepped, stay
+  /// refused (InvalidOperationError) until the next `Scale(loss)`, as they would be unscaled or
+  /// stepped twice. Called between `Step(o1)` and `Step(o2)` of PyTorch's flow (or after a
+  /// deferring `Step(o1, mode)`), it ends that iteration: o2's gradients were scaled with the
+  /// scale the reset replaced, so `Step(o2)` and `Unscale(o2)` are an InvalidOperationError until
+  /// the next `Scale(loss)`; `Update()` is accepted and changes nothing.
   void Reset();
   /// The factor the loss is multiplied by, as an FP32 scalar (1 when disabled), cached until it changes.
   TensorPtr GetScaleTensor();
@@ -308,8 +325,9 @@ class MLFRAMEWORK_EXPORT GradScaler {
   bool AmaxTracking() const;
   /// The amax of the last finished iteration (Step() or Update()) that unscaled its gradients
   /// while tracking was on; nullopt while tracking is off, before such an iteration (Reset()
-  /// starts over), and after one that ran disabled or only checked (CheckOverflow() reads
-  /// gradients that may be scaled).
+  /// starts over), after one that ran disabled or only checked (CheckOverflow() reads
+  /// gradients that may be scaled), and after one whose optimizers were not all tracked
+  /// (tracking turned on between `Step(o1)` and `Step(o2)`).
   /// On a device the value was read once when the iteration finished.
   std::optional<float> LastAmax() const;
 
@@ -344,9 +362,9 @@ class MLFRAMEWORK_EXPORT GradScaler {
   /// gradients: FP32 gradients this scaler already unscaled in place in the current iteration,
   /// gradients a deferring `Step(opt, mode)` stepped in it (and those the previous iteration
   /// stepped) stay refused until the next `Scale(loss)`, as stepping them again would unscale or
-  /// step them twice (InvalidOperationError). Loaded between
-  /// `Step(o1)` and `Step(o2)` of PyTorch's flow (a blob saved between iterations), another
-  /// optimizer can no longer join the iteration `Step(o1)` finished: its gradients were scaled
+  /// step them twice (InvalidOperationError). Loaded between `Step(o1)` and `Step(o2)` of
+  /// PyTorch's flow, or after a deferring `Step(o1, mode)` (a blob saved between iterations),
+  /// another optimizer can no longer join the iteration o1 stepped in: its gradients were scaled
   /// with the scale the load replaced, so `Step(o2)` and `Unscale(o2)` are an
   /// InvalidOperationError until the next `Scale(loss)`; `Update()` is accepted and changes nothing.
   void LoadStateDict(std::span<const std::byte> state);

@@ -140,12 +140,17 @@ struct GradScaler::Impl {
     std::vector<std::byte> before_update;  // the scaler's ScaleSnapshot() before the update (empty: disabled)
     bool found = false;                    // the found-inf the update used
     std::optional<float> amax;
+    bool amax_tracked = false;  // amax tracking was on: `amax` covers the iteration's gradients
     std::int64_t step = 0;
     bool overflowed = false;  // its overflow report was committed
-    // The call that replaced the scale state or flipped the switch since (LoadStateDict(),
-    // Enable(), Disable()), or null: the optimizers that have not stepped yet hold gradients
-    // scaled with the iteration's scale and switch, which are gone, so none may join.
+    // The call that ended the iteration or replaced its scale state or switch since (Update(),
+    // LoadStateDict(), Reset(), Enable(), Disable()), or null: the optimizers that have not
+    // stepped yet hold gradients scaled with the iteration's scale and switch, which are gone,
+    // so none may join.
     const char* closed_by = nullptr;
+    // Update() ran since: the iteration stays only to refuse a further optimizer (another
+    // Update() has nothing to finish; Unscale(gradients) and CheckOverflow() start a new one).
+    bool updated = false;
   };
   std::optional<Finished> finished;
   std::optional<bool> reopened_overflowed;   // set while a reopened iteration runs: the first finish's report
@@ -153,6 +158,7 @@ struct GradScaler::Impl {
 
   bool amax_tracking = false;
   bool unscaled_this_iteration = false;  // an unscale ran (enabled) in this iteration
+  bool amax_partial = false;             // a reopened iteration whose first finish was not tracked
   std::optional<float> last_amax;        // LastAmax()
 
   TensorPtr scale_tensor;  // GetScaleTensor cache
@@ -207,6 +213,53 @@ struct GradScaler::Impl {
       finished->closed_by = call;
     }
   }
+  // Drops the iteration when @p call (Reset(), LoadStateDict()) replaced the scale state. The
+  // gradients in memory stay as they are: those this iteration unscaled in place or stepped, and
+  // those the previous iteration stepped, would be unscaled (or stepped) twice if stepped again,
+  // so they stay refused until the next Scale(loss). With @p close, an iteration an optimizer
+  // stepped in (Step(o1) finished it, or deferred its update) stays, closed: the other
+  // optimizers' gradients were scaled with the replaced scale, so none may join it, and the
+  // trailing Update() is accepted and changes nothing.
+  void DropIteration(const char* call, bool close) {
+    std::vector<UnscaledGroup> kept = std::move(previous);
+    std::vector<UnscaledGroup> refused = std::move(spoiled);
+    std::optional<Finished> closed;
+    if (close) {
+      closed = std::move(finished);
+    }
+    for (const UnscaledGroup& group : groups) {
+      // Stepped ones (a deferring Step(opt)) would be stepped twice, the optimizer holding their
+      // unscaled FP32 copies; InPlace() means something only for an unscale that ran enabled.
+      if (group.stepped || (unscaled_this_iteration && group.InPlace())) {
+        refused.push_back(group);
+      }
+    }
+    const bool stepped = std::any_of(groups.begin(), groups.end(), [](const UnscaledGroup& g) { return g.stepped; });
+    if (close && stepped) {
+      closed = Finished{};  // its optimizers in `previous`: the ones that stepped start the next
+      kept = std::move(groups);
+    }
+    if (closed) {
+      closed->closed_by = call;
+    }
+    ClearIteration();
+    ForgetPrevious();
+    previous = std::move(kept);
+    spoiled = std::move(refused);
+    finished = std::move(closed);
+  }
+  // InvalidOperationError from @p member when an iteration closed by a call (Reset() after a
+  // deferring Step(o1), say) refuses it: the message names that call, since no step may have
+  // updated the scale.
+  void RefuseInClosedIteration(const char* member) const {
+    if (finished && finished->closed_by != nullptr) {
+      throw InvalidOperationError(std::string("GradScaler::") + member +
+                                  ": an optimizer stepped in this iteration and " + finished->closed_by +
+                                  " then ended it or replaced its scale state or switch, so these gradients, scaled "
+                                  "with the iteration's scale, can no longer be unscaled or checked for it. Call "
+                                  "Scale(loss) and run backward for the next iteration.");
+    }
+  }
   void ForgetPrevious() {
     previous.clear();
     spoiled.clear();
@@ -215,6 +268,7 @@ struct GradScaler::Impl {
 
   void ClearIteration() {
     unscaled_this_iteration = false;
+    amax_partial = false;
     state = Phase::Ready;
     groups.clear();
     carried_found = false;
@@ -332,6 +386,9 @@ struct GradScaler::Impl {
     state = Phase::Stepped;
     carried_found = f.found;
     carried_amax = f.amax;
+    // Tracking turned on since: the gradients stepped before were not tracked, so the
+    // iteration's amax is unknown (not this optimizer's alone).
+    amax_partial = amax_tracking && !f.amax_tracked;
     unscaled_this_iteration = !f.before_update.empty();
     resume_steps = steps;
     steps = f.step;
@@ -370,7 +427,8 @@ struct GradScaler::Impl {
     }
     if (amax_tracking) {
       // Read before the update: the record (and with it the amax) is the iteration's.
-      last_amax = IsEnabled() && unscaled_this_iteration ? MaxOf(carried_amax, scaler->RecordedAmax()) : std::nullopt;
+      last_amax = IsEnabled() && unscaled_this_iteration && !amax_partial ? MaxOf(carried_amax, scaler->RecordedAmax())
+                                                                          : std::nullopt;
     }
     Finished done;
     // The found-inf the update uses, for the observers: an iteration can have overflowed without
@@ -415,11 +473,13 @@ struct GradScaler::Impl {
     if (resume_steps) {
       steps = *resume_steps;  // a reopened iteration keeps its index; the next one's is as before
     }
+    const bool amax_tracked = amax_tracking && !amax_partial;
     std::vector<UnscaledGroup> done_groups = std::move(groups);
     ClearIteration();
     previous = std::move(done_groups);
     if (keep_open) {
       done.amax = last_amax;
+      done.amax_tracked = amax_tracked;
       done.step = step;
       done.overflowed = overflowed;
       finished = std::move(done);
@@ -536,10 +596,11 @@ GradientMap GradScaler::Unscale(const GradientMap& gradients) {
   if (s.UnscaledBefore(gradients) || s.Spoiled(gradients)) {
     throw InvalidOperationError(
         "GradScaler::Unscale(): these gradients were already unscaled (in the previous iteration, by a Step() "
-        "whose optimizer threw, or before LoadStateDict()). Run backward for new gradients and call Scale(loss) "
-        "before unscaling again.");
+        "whose optimizer threw, or before LoadStateDict() or Reset()). Run backward for new gradients and call "
+        "Scale(loss) before unscaling again.");
   }
-  if (s.finished) {
+  if (s.finished && !s.finished->updated) {
+    s.RefuseInClosedIteration("Unscale(gradients)");
     throw InvalidOperationError(
         "GradScaler::Unscale(gradients): Step(optimizer) already finished this iteration and updated the scale, "
         "so these gradients would be unscaled with the next iteration's scale. Call Scale(loss) to start the next "
@@ -562,16 +623,16 @@ GradientMap GradScaler::Unscale(IOptimizer& optimizer) {
   if (s.UnscaledBefore(gradients) || s.Spoiled(gradients)) {
     throw InvalidOperationError(
         "GradScaler::Unscale(optimizer): these gradients were already unscaled (in the previous iteration, by a "
-        "Step() whose optimizer threw, or before LoadStateDict()). Run backward for new gradients and call "
+        "Step() whose optimizer threw, or before LoadStateDict() or Reset()). Run backward for new gradients and call "
         "Scale(loss) before unscaling again.");
   }
   if (s.finished && !s.SteppedBefore(&optimizer) && s.finished->closed_by != nullptr) {
-    throw InvalidOperationError(std::string("GradScaler::Unscale(optimizer): Step() of another optimizer finished "
-                                            "this iteration and ") +
+    throw InvalidOperationError(std::string("GradScaler::Unscale(optimizer): another optimizer stepped in this "
+                                            "iteration and ") +
                                 s.finished->closed_by +
-                                " then changed the scale state or switch, so this optimizer's gradients, scaled with "
-                                "the iteration's, can no longer be unscaled. Call Scale(loss) and run backward for "
-                                "the next iteration.");
+                                " then ended it or replaced its scale state or switch, so this optimizer's gradients, "
+                                "scaled with the iteration's, can no longer be unscaled. Call Scale(loss) and run "
+                                "backward for the next iteration.");
   }
   if (s.finished && !s.SteppedBefore(&optimizer)) {
     throw InvalidOperationError(
@@ -590,6 +651,16 @@ bool GradScaler::CheckOverflow(const GradientMap& gradients) {
   Impl& s = Live();
   TensorList(gradients);  // ArgumentNullError naming a null entry
   RefuseFloat8(gradients);
+  if (s.finished && !s.finished->updated) {
+    s.RefuseInClosedIteration("CheckOverflow()");
+    // As Unscale(gradients): a result recorded now would open an iteration of its own, and the
+    // Update() after it would update the scale a second time for this one.
+    throw InvalidOperationError(
+        "GradScaler::CheckOverflow(): Step(optimizer) already finished this iteration and updated the scale "
+        "from its check, so a check recorded now would update the scale a second time. Step(optimizer) of another "
+        "optimizer checks its gradients and joins the iteration (its result says whether they overflowed); call "
+        "Scale(loss) to start the next iteration.");
+  }
   if (UnscaledGroup* group = s.FindGroup(nullptr, gradients)) {
     // The fused unscale pass already checked them and recorded the result.
     const bool found = group->found ? (*group->found || s.checked_found) : s.FoundInf();
@@ -617,9 +688,13 @@ bool GradScaler::CheckOverflow(const GradientMap& gradients) {
 void GradScaler::Update() {
   Impl& s = Live();
   if (!HoldsRecord(s.state)) {
-    if (s.state == Phase::Ready && s.finished) {
+    if (s.state == Phase::Ready && s.finished && !s.finished->updated) {
       // PyTorch's Step(o1), Step(o2), Update(): Step() already applied the iteration's update.
-      s.finished.reset();
+      // The iteration ends: a further optimizer would be unscaled with the updated scale.
+      s.finished->updated = true;
+      if (s.finished->closed_by == nullptr) {
+        s.finished->closed_by = "Update()";
+      }
       return;
     }
     throw InvalidOperationError(
@@ -627,7 +702,17 @@ void GradScaler::Update() {
         "CheckOverflow() or Step(optimizer, StepMode::DeferUpdate) first (Step(optimizer) already updates the "
         "scale).");
   }
-  s.Notify(s.Finish(false));
+  const bool stepped =
+      std::any_of(s.groups.begin(), s.groups.end(), [](const UnscaledGroup& group) { return group.stepped; });
+  const std::optional<mlframework::detail::StepNotice> notice = s.Finish(false);
+  if (stepped) {
+    // The deferred flow's iteration ends here: an optimizer that did not step in it would be
+    // unscaled with the updated scale, so it may no longer join.
+    s.finished = Impl::Finished{};
+    s.finished->closed_by = "Update()";
+    s.finished->updated = true;
+  }
+  s.Notify(notice);
 }
 
 bool GradScaler::Step(IOptimizer& optimizer, StepMode mode) { return StepImpl(optimizer, mode); }
@@ -660,20 +745,21 @@ bool GradScaler::StepImpl(IOptimizer& optimizer, StepMode mode) {
     if (s.Spoiled(gradients)) {
       throw InvalidOperationError(
           "GradScaler::Step(): these gradients were unscaled by a Step() whose optimizer threw (in place, or "
-          "kept by the optimizer), or in place or stepped before LoadStateDict() replaced the iteration; stepping "
-          "them again would unscale them twice. Run backward for new gradients and call Scale(loss).");
+          "kept by the optimizer), or in place or stepped before LoadStateDict() or Reset() replaced the iteration; "
+          "stepping them again would unscale them twice. Run backward for new gradients and call Scale(loss).");
     }
     // Another optimizer of the iteration that Step() finished joins it (its gradients new, or
     // unscaled by Unscale(optimizer) before that Step()); the same optimizer again (new
     // gradients, no Scale(loss)) starts the next iteration.
     reopen = s.WouldJoin(&optimizer, gradients);
     if (reopen && s.finished->closed_by != nullptr) {
-      throw InvalidOperationError(std::string("GradScaler::Step(): Step() of another optimizer finished this "
-                                              "iteration and ") +
+      throw InvalidOperationError(std::string("GradScaler::Step(): another optimizer stepped in this iteration "
+                                              "and ") +
                                   s.finished->closed_by +
-                                  " then changed the scale state or switch, so this optimizer cannot join the "
-                                  "iteration: its gradients were scaled with the iteration's scale and switch, "
-                                  "which are gone, and would be unscaled with the new ones. Call Scale(loss) and run "
+                                  " then ended it or replaced its scale state or switch, so this optimizer cannot "
+                                  "join the iteration: its gradients were scaled with the iteration's scale and "
+                                  "switch, which are gone, and would be unscaled with the current ones. Step every "
+                                  "optimizer of an iteration before finishing it, or call Scale(loss) and run "
                                   "backward for the next iteration.");
     }
     if (!reopen && s.UnscaledBefore(gradients)) {
@@ -798,7 +884,7 @@ void GradScaler::Disable() {
 void GradScaler::Reset() {
   Impl& s = Live();
   s.scaler->Reset();
-  AbandonIteration();
+  s.DropIteration("Reset()", true);
   s.last_overflow.reset();
   s.last_amax.reset();  // the amax belonged to the run before the reset
 }
@@ -895,32 +981,10 @@ void GradScaler::LoadStateDict(std::span<const std::byte> state) {
   reader.ExpectEnd();
   // Everything of ours is validated; the scaler validates its blob before changing anything.
   s.scaler->LoadStateDict(inner);
-  // The blob holds no gradients, but the ones in memory stay as they are: gradients this
-  // iteration unscaled in place or stepped, and those the previous iteration stepped, would be
-  // unscaled (or stepped) twice if stepped again, so they stay refused until the next Scale(loss).
-  std::vector<UnscaledGroup> previous = std::move(s.previous);
-  std::vector<UnscaledGroup> spoiled = std::move(s.spoiled);
-  // Loaded between iterations (the blob's state Ready), an iteration Step(o1) finished stays
-  // finished (PyTorch's trailing Update() is accepted), but another optimizer can no longer join
-  // it: the scale its gradients were scaled with is replaced. A blob saved within an iteration
-  // replaces the iteration with its own.
-  std::optional<Impl::Finished> finished;
-  if (iteration == Phase::Ready && s.finished) {
-    finished = std::move(s.finished);
-    finished->closed_by = "LoadStateDict()";
-  }
-  for (UnscaledGroup& group : s.groups) {
-    // Stepped ones (a deferring Step(opt)) would be stepped twice, the optimizer holding their
-    // unscaled FP32 copies; InPlace() means something only for an unscale that ran enabled.
-    if (group.stepped || (s.unscaled_this_iteration && group.InPlace())) {
-      spoiled.push_back(std::move(group));
-    }
-  }
-  s.ClearIteration();
-  s.ForgetPrevious();
-  s.previous = std::move(previous);
-  s.spoiled = std::move(spoiled);
-  s.finished = std::move(finished);
+  // The blob holds no gradients; loaded between iterations (the blob's state Ready), the
+  // iteration an optimizer stepped in stays, closed (DropIteration). A blob saved within an
+  // iteration replaces the iteration with its own.
+  s.DropIteration("LoadStateDict()", iteration == Phase::Ready);
   s.state = iteration;
   s.own_enabled = own_enabled;
   if (steps) {
