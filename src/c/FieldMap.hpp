@@ -131,8 +131,9 @@ struct FieldGroup {
 
 /// @p error thrown again naming the C field of @p groups its parameter is the C++ field of
 /// (`GrowthFactor`, `config.Margin`: the C++ checks may prefix the struct), the C++ field names
-/// in its message renamed too; @p error itself (rethrown: call it in a handler) when its
-/// parameter is none of them.
+/// in its message renamed too, and so are the state formats' enumerators (`UInt8Block`:
+/// `MLFW_STATE_UINT8_BLOCK`) and advice that only C++ can follow; @p error itself (rethrown:
+/// call it in a handler) when its parameter is none of them.
 [[noreturn]] void ThrowWithCNames(const ArgumentError& error, std::initializer_list<FieldGroup> groups);
 
 /// Runs @p body, which makes C++ settings out of the caller's structs (@p groups) and hands them

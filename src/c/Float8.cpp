@@ -2,6 +2,7 @@
 
 #include <mlframework/c/fp8.h>
 
+#include <algorithm>
 #include <array>
 #include <memory>
 #include <span>
@@ -18,10 +19,12 @@
 #include "StateBytes.hpp"
 #include "Tensors.hpp"
 
-/// An FP8 scaling recipe (DelayedScaling or CurrentScaling) and the device of its state.
+/// An FP8 scaling recipe (DelayedScaling or CurrentScaling) and the CUDA devices of its state.
 struct mlfw_fp8_recipe {
   std::unique_ptr<mlframework::fp8::IScalingRecipe> recipe;
-  mlframework::Device device;  // of the last tensor registered (the state's, for the stream)
+  // The CUDA devices of the registered tensors, in registration order, each once: the devices
+  // whose state mlfw_fp8_recipe_update_scales() orders on the caller's stream (CPU state needs none).
+  std::vector<int> cuda_devices;
 };
 
 namespace mlframework::c_api {
@@ -178,7 +181,10 @@ mlfw_status mlfw_fp8_recipe_register(mlfw_fp8_recipe_t recipe, const char* name,
     const mlframework::fp8::TensorRole cpp_role = mlframework::c_api::kRoles.ToCpp(role, "role");
     const mlframework::TensorPtr tensor = Borrow(like, "like");
     handle.recipe->Register(name, cpp_role, *tensor);
-    handle.device = tensor->GetDevice();
+    const mlframework::Device device = tensor->GetDevice();
+    if (device.IsCUDA() && std::ranges::find(handle.cuda_devices, device.Index) == handle.cuda_devices.end()) {
+      handle.cuda_devices.push_back(device.Index);
+    }
   });
 }
 
@@ -218,7 +224,16 @@ mlfw_status mlfw_fp8_recipe_dequantize(mlfw_fp8_recipe_t recipe, const char* con
 mlfw_status mlfw_fp8_recipe_update_scales(mlfw_fp8_recipe_t recipe, void* stream) {
   return Call([&] {
     mlfw_fp8_recipe& handle = Deref(recipe, "recipe");
-    const StreamScope scope(stream, handle.device);
+    // One CUDA stream belongs to one device: it cannot order the state of two.
+    if (stream != nullptr && handle.cuda_devices.size() > 1) {
+      throw mlframework::ArgumentError("stream", "is one CUDA stream but the recipe's tensors are on CUDA devices " +
+                                                     std::to_string(handle.cuda_devices[0]) + " and " +
+                                                     std::to_string(handle.cuda_devices[1]) +
+                                                     " (pass NULL, or keep one recipe per device)");
+    }
+    // The stream orders the CUDA state, whatever else (CPU state) the recipe holds.
+    const StreamScope scope(stream, handle.cuda_devices.empty() ? mlframework::Device::CPU()
+                                                                : mlframework::Device::CUDA(handle.cuda_devices[0]));
     handle.recipe->UpdateScales();
   });
 }

@@ -1,8 +1,12 @@
 // GradScalerContext: the RAII iteration, including destruction without a step.
 #include <limits>
+#include <memory>
 #include <stdexcept>
+#include <string>
 
 #include <boost/test/unit_test.hpp>
+
+#include <mlframework/core/ITrainingObserver.hpp>
 
 #include "NonFinite.hpp"
 #include "amp/AmpTestUtil.hpp"
@@ -166,6 +170,31 @@ BOOST_AUTO_TEST_CASE(UpdateBeforeAnEarlyExitKeepsTheBackoff) {
   RecordingOptimizer opt(Grads(DataType::Float32, 4.0f));
   GradScalerContext ctx(scaler, Scalar(1.0f));
   BOOST_TEST(ctx.Step(opt));
+}
+
+// An observer's exception reaches the caller after the scaler stepped the optimizer and
+// committed the iteration: the context records the step. Fails when it does not: leaving the
+// context then abandons the finished iteration, which forgets that its gradients were unscaled
+// and applied, so stepping them again unscales and applies them twice.
+BOOST_AUTO_TEST_CASE(AStepWhoseObserverThrowsCountsAsAStep) {
+  struct ThrowingObserver : ITrainingObserver {
+    void OnStep(const StepEvent& /*event*/) override { throw std::runtime_error("observer failed"); }
+  };
+  GradScaler scaler(DynamicScalerConfig{.InitialScale = 8.0f});
+  scaler.AddObserver(std::make_shared<ThrowingObserver>());
+  RecordingOptimizer opt(Grads(DataType::Float32, 8.0f));
+  {
+    GradScalerContext ctx(scaler, Scalar(1.0f));
+    BOOST_CHECK_THROW(ctx.Step(opt), std::runtime_error);
+    BOOST_TEST(opt.steps == 1);  // the scaler stepped the optimizer before notifying
+    BOOST_CHECK_EXCEPTION(ctx.Step(opt), InvalidOperationError, [](const InvalidOperationError& e) {
+      BOOST_TEST_MESSAGE(e.what());
+      return std::string(e.what()).find("GradScalerContext::Step() called twice") != std::string::npos;
+    });
+  }
+  BOOST_CHECK_THROW(scaler.Step(opt), InvalidOperationError);  // the same gradients, already applied
+  BOOST_TEST(opt.steps == 1);
+  BOOST_TEST(scaler.GetStats()->TotalSteps == 1);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -232,11 +232,11 @@ static void BadStates(void) {
   states = LowBitStates();
   states.first = MLFW_STATE_UINT8_BLOCK;
   EXPECT_STATUS(mlfw_adam_create_with_states(model.names, model.parameters, 1, &options, &states, &out),
-                MLFW_STATUS_INVALID_ARGUMENT, "UInt8Block");
+                MLFW_STATUS_INVALID_ARGUMENT, "is MLFW_STATE_UINT8_BLOCK; unsigned codes hold only the second moment");
   states = LowBitStates();
   states.second = MLFW_STATE_INT8_BLOCK;
   EXPECT_STATUS(mlfw_adam_create_with_states(model.names, model.parameters, 1, &options, &states, &out),
-                MLFW_STATUS_INVALID_ARGUMENT, "Int8Block");
+                MLFW_STATUS_INVALID_ARGUMENT, "is MLFW_STATE_INT8_BLOCK; the second moment takes MLFW_STATE_UINT8_BLOCK");
   states = LowBitStates();
   states.block_size = 100;
   EXPECT_STATUS(mlfw_adam_create_with_states(model.names, model.parameters, 1, &options, &states, &out),

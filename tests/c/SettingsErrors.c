@@ -125,6 +125,9 @@ static void ConversionLayerOptions(void) {
   options.enable_dynamic_loss_scaling = 1;
   EXPECT_C_NAME(mlfw_conversion_layer_create(&options, &layer), "'options->enable_dynamic_loss_scaling'",
                 " Precision ");
+  /* The advice is the C caller's: no C++ factory. */
+  EXPECT_C_NAME(mlfw_conversion_layer_create(&options, &layer), "set options->enable_dynamic_loss_scaling to 0",
+                "MixedPrecisionOptions");
   CHECK(layer == NULL);
 }
 

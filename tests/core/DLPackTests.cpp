@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <dlpack/dlpack.h>
@@ -153,6 +154,26 @@ BOOST_AUTO_TEST_CASE(ByteOffsetAndStridesAsPyTorchWritesThem) {
   m.managed.dl_tensor.strides = strides.data();
   const TensorPtr tensor = FromDLPack(&m.managed);
   BOOST_TEST(tensor->ToFloatVector() == (std::vector<float>{1.0f, 2.0f, 3.0f}), boost::test_tools::per_element());
+}
+
+// A byte_offset that carries data past the end of the address space (or past PTRDIFF_MAX, where
+// pointer arithmetic ends) addresses nothing: refused before the pointer is formed.
+BOOST_AUTO_TEST_CASE(AByteOffsetBeyondTheAddressSpaceIsRefused) {
+  Managed m({1.0f, 2.0f}, {2});
+  const auto refused_with = [&m](std::uint64_t offset) {
+    m.managed.dl_tensor.byte_offset = offset;
+    BOOST_TEST_CONTEXT("byte_offset " << offset) {
+      BOOST_CHECK_EXCEPTION(FromDLPack(&m.managed), ArgumentError, [offset](const ArgumentError& e) {
+        BOOST_TEST_MESSAGE(e.what());
+        return e.Parameter() == "managed->dl_tensor.byte_offset" &&
+               std::string(e.what()).find(std::to_string(offset)) != std::string::npos;
+      });
+    }
+  };
+  // Wraps round to the float just before data.
+  refused_with(std::numeric_limits<std::uint64_t>::max() - sizeof(float) + 1);
+  refused_with(static_cast<std::uint64_t>(std::numeric_limits<std::ptrdiff_t>::max()) + 1);
+  BOOST_TEST(m.deleted == 0);  // a refused import leaves the managed tensor to its owner
 }
 
 BOOST_AUTO_TEST_CASE(ExportRoundTripsThroughDLPack) {

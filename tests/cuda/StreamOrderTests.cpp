@@ -15,6 +15,9 @@
 #include <dlpack/dlpack.h>
 #include <boost/test/unit_test.hpp>
 
+#include <mlframework/c/fp8.h>
+#include <mlframework/c/status.h>
+
 #include <mlframework/backends/cuda/CudaTensor.hpp>
 #include <mlframework/backends/cuda/StreamGuard.hpp>
 #include <mlframework/core/DLPack.hpp>
@@ -513,6 +516,68 @@ BOOST_AUTO_TEST_CASE(Float8Casts) {
                       return all;
                     }};
   });
+}
+
+// The C API's recipe orders the update of its CUDA state on the caller's stream whatever the
+// order its tensors were registered in: fails when a CPU tensor registered after a CUDA one
+// leaves the recipe knowing only the CPU, which refuses the stream.
+BOOST_AUTO_TEST_CASE(CApiRecipeUpdatesItsCudaStateOnTheCallersStream) {
+  Recorded recorded;
+  cudaStream_t framework = nullptr;
+  BOOST_REQUIRE(recorded.driver.StreamCreate(&framework, cudaStreamNonBlocking) == cudaSuccess);
+  recorded.driver.NameStream(framework, "framework");
+  {
+    DLManagedTensor* gpu = ToDLPack(Zeros({64}, DataType::Float32, kGpu));
+    DLManagedTensor* cpu = ToDLPack(Zeros({64}, DataType::Float32));
+    mlfw_delayed_scaling_config config{};
+    BOOST_REQUIRE(mlfw_delayed_scaling_config_default(&config) == MLFW_STATUS_OK);
+    mlfw_fp8_recipe_t recipe = nullptr;
+    BOOST_REQUIRE(mlfw_delayed_scaling_create(&config, &recipe) == MLFW_STATUS_OK);
+    BOOST_REQUIRE(mlfw_fp8_recipe_register(recipe, "w", MLFW_FP8_FORWARD, &gpu->dl_tensor) == MLFW_STATUS_OK);
+    BOOST_REQUIRE(mlfw_fp8_recipe_register(recipe, "host", MLFW_FP8_FORWARD, &cpu->dl_tensor) == MLFW_STATUS_OK);
+    const mlfw_status status = mlfw_fp8_recipe_update_scales(recipe, framework);
+    BOOST_TEST(status == MLFW_STATUS_OK, "mlfw_fp8_recipe_update_scales: " << mlfw_last_error());
+    mlfw_fp8_recipe_destroy(recipe);
+    gpu->deleter(gpu);
+    cpu->deleter(cpu);
+  }
+  RequireOrdered(recorded);
+}
+
+// One stream belongs to one device: a recipe with state on two CUDA devices refuses it, naming
+// it (NULL still updates both). Fails when the stream is taken for the last device registered.
+BOOST_AUTO_TEST_CASE(CApiRecipeRefusesOneStreamForTwoDevices) {
+  struct TwoDevices {
+    cuda::RecordingDriver driver{2};
+    cuda::Driver* previous = cuda::InstallDriver(&driver);
+    TwoDevices() = default;
+    ~TwoDevices() { cuda::InstallDriver(previous); }
+    TwoDevices(const TwoDevices&) = delete;
+    TwoDevices& operator=(const TwoDevices&) = delete;
+  } recorded;
+  cudaStream_t framework = nullptr;
+  BOOST_REQUIRE(recorded.driver.StreamCreate(&framework, cudaStreamNonBlocking) == cudaSuccess);
+  {
+    DLManagedTensor* first = ToDLPack(Zeros({64}, DataType::Float32, Device::CUDA(0)));
+    DLManagedTensor* second = ToDLPack(Zeros({64}, DataType::Float32, Device::CUDA(1)));
+    mlfw_delayed_scaling_config config{};
+    BOOST_REQUIRE(mlfw_delayed_scaling_config_default(&config) == MLFW_STATUS_OK);
+    mlfw_fp8_recipe_t recipe = nullptr;
+    BOOST_REQUIRE(mlfw_delayed_scaling_create(&config, &recipe) == MLFW_STATUS_OK);
+    BOOST_REQUIRE(mlfw_fp8_recipe_register(recipe, "a", MLFW_FP8_FORWARD, &first->dl_tensor) == MLFW_STATUS_OK);
+    BOOST_REQUIRE(mlfw_fp8_recipe_register(recipe, "b", MLFW_FP8_FORWARD, &second->dl_tensor) == MLFW_STATUS_OK);
+    BOOST_TEST(mlfw_fp8_recipe_update_scales(recipe, framework) == MLFW_STATUS_INVALID_ARGUMENT);
+    const std::string message = mlfw_last_error();
+    BOOST_TEST_MESSAGE(message);
+    BOOST_TEST(message.find("'stream'") != std::string::npos, message);
+    BOOST_TEST(message.find("CUDA devices 0 and 1") != std::string::npos, message);
+    BOOST_TEST(mlfw_fp8_recipe_update_scales(recipe, nullptr) == MLFW_STATUS_OK, mlfw_last_error());
+    mlfw_fp8_recipe_destroy(recipe);
+    first->deleter(first);
+    second->deleter(second);
+  }
+  const std::vector<std::string> violations = recorded.driver.Violations();
+  BOOST_TEST(violations.empty(), "stream-order violations:\n" << Joined(violations));
 }
 
 // Fails when the owner of wrapped memory is released as soon as the last tensor goes: its

@@ -373,7 +373,9 @@ class MLFRAMEWORK_EXPORT GradScaler {
   friend class GradScalerContext;
   struct Impl;
   Impl& Live() const;  // InvalidOperationError for a moved-from GradScaler
-  bool StepImpl(IOptimizer& optimizer, StepMode mode);
+  // Step(); *@p committed (when given) turns true once the optimizer stepped and the iteration
+  // is committed, before the observers run (an observer's exception comes after it).
+  bool StepImpl(IOptimizer& optimizer, StepMode mode, bool* committed = nullptr);
   void AbandonIteration() noexcept;
   std::unique_ptr<Impl> impl_;
 };

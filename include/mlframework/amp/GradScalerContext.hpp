@@ -52,6 +52,8 @@ class MLFRAMEWORK_EXPORT GradScalerContext {
   /// once for each; each is skipped only when its own gradients overflowed and the scale is
   /// updated once, from all of them (GradScaler's class notes). InvalidOperationError when this
   /// context already stepped @p optimizer or was disposed, or when the GradScaler was moved from.
+  /// An observer's exception reaches the caller after the step (GradScaler's class notes): the
+  /// optimizer stepped, and the context counts it as stepped.
   bool Step(IOptimizer& optimizer, StepMode mode = StepMode::StepAndUpdate);
   /// Ends the scope early (spec 004's IDisposable): abandons the iteration when it was not
   /// stepped. Idempotent; the destructor then does nothing.

@@ -105,7 +105,9 @@ MLFW_C_API mlfw_status mlfw_fp8_recipe_dequantize(mlfw_fp8_recipe_t recipe, cons
                                                   const DLTensor* const* src, const DLTensor* const* dst, size_t count,
                                                   void* stream);
 /// Advances every registered tensor's scale from its amax (delayed scaling's step end; current
-/// scaling has nothing to advance). @p stream as above, for the recipe's device state.
+/// scaling has nothing to advance). @p stream as above, for the recipe's CUDA state, whatever
+/// other (CPU) tensors are registered; MLFW_STATUS_INVALID_ARGUMENT naming `stream` when the
+/// recipe has tensors on two CUDA devices, which one stream cannot order (pass NULL).
 MLFW_C_API mlfw_status mlfw_fp8_recipe_update_scales(mlfw_fp8_recipe_t recipe, void* stream);
 /// The scale, inverse scale and current amax of the registered tensor @p name (each pointer may
 /// be NULL). A device state is read back: the call waits for the device.

@@ -24,7 +24,8 @@ namespace mlframework {
 /// mlframework::cuda linked); dtype float32, float16 or bfloat16 with one lane; compact row-major
 /// strides or null strides (strides of extent-1 dimensions are ignored, as PyTorch writes them
 /// freely, and so are all strides of a tensor with no elements: a zero extent); `byte_offset`
-/// added to `data`; the resulting address aligned to the element size.
+/// (a multiple of the element size, at most PTRDIFF_MAX and not past the end of the address
+/// space) added to `data`; the resulting address aligned to the element size.
 ///
 /// Anything else throws, and @p managed is then left untouched (its deleter is not called: the
 /// caller still owns it): ArgumentNullError for a null @p managed; ArgumentError naming the field

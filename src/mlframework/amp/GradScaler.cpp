@@ -717,7 +717,7 @@ void GradScaler::Update() {
 
 bool GradScaler::Step(IOptimizer& optimizer, StepMode mode) { return StepImpl(optimizer, mode); }
 
-bool GradScaler::StepImpl(IOptimizer& optimizer, StepMode mode) {
+bool GradScaler::StepImpl(IOptimizer& optimizer, StepMode mode, bool* committed) {
   Impl& s = Live();
   if (mode != StepMode::StepAndUpdate && mode != StepMode::DeferUpdate && mode != StepMode::DeferStepAndUpdate) {
     throw ArgumentError("mode", "is StepMode " + std::to_string(static_cast<int>(mode)) +
@@ -839,6 +839,9 @@ bool GradScaler::StepImpl(IOptimizer& optimizer, StepMode mode) {
   group->optimizer = &optimizer;
   group->stepped = true;
   group->found = overflow;
+  if (committed != nullptr) {
+    *committed = true;
+  }
   if (update_scale) {
     s.Notify(s.Finish(true));
   } else {

@@ -27,10 +27,20 @@ bool GradScalerContext::Step(IOptimizer& optimizer, StepMode mode) {
         "GradScalerContext::Step() called twice for the same optimizer: a context is one iteration and steps "
         "each optimizer once; open a new context for the next iteration.");
   }
-  stepped_.reserve(stepped_.size() + 1);  // the push below cannot throw after the step
-  const bool stepped = scaler_->StepImpl(optimizer, mode);
-  stepped_.push_back(&optimizer);
-  return stepped;
+  stepped_.reserve(stepped_.size() + 1);  // the pushes below cannot throw after the step
+  bool committed = false;
+  try {
+    const bool stepped = scaler_->StepImpl(optimizer, mode, &committed);
+    stepped_.push_back(&optimizer);
+    return stepped;
+  } catch (...) {
+    // An observer's exception comes after the scaler stepped the optimizer and finished the
+    // iteration: that is a step, which Dispose() must not abandon.
+    if (committed) {
+      stepped_.push_back(&optimizer);
+    }
+    throw;
+  }
 }
 
 void GradScalerContext::Dispose() noexcept {

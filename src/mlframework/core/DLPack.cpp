@@ -1,7 +1,9 @@
 #include <mlframework/core/DLPack.hpp>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <span>
 #include <string>
@@ -135,6 +137,13 @@ TensorPtr Import(DLManagedTensor* managed, DTypeOf&& dtype_of) {
   }
   if (tensor.data == nullptr && tensor.byte_offset != 0) {
     throw ArgumentError(Field("data"), "is null with byte_offset " + std::to_string(tensor.byte_offset));
+  }
+  // Pointer arithmetic reaches no further than PTRDIFF_MAX bytes, nor past the end of the
+  // address space: such an offset addresses no memory and forming the pointer is undefined.
+  if (tensor.byte_offset > static_cast<std::uint64_t>(std::numeric_limits<std::ptrdiff_t>::max()) ||
+      reinterpret_cast<std::uintptr_t>(tensor.data) > std::numeric_limits<std::uintptr_t>::max() - tensor.byte_offset) {
+    throw ArgumentError(Field("byte_offset"),
+                        std::to_string(tensor.byte_offset) + " carries data past the end of the address space");
   }
   void* data = tensor.data == nullptr ? nullptr : static_cast<std::byte*>(tensor.data) + tensor.byte_offset;
   detail::CheckWrapArguments(data, shape, dtype, Field("data"), Field("shape"));
