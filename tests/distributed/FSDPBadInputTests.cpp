@@ -224,6 +224,24 @@ BOOST_AUTO_TEST_CASE(StepNeedsGradientsAndReleasedUnits) {
               before.at("layer1.weight")->ToFloatVector());
 }
 
+// SetParamDType() on one rank only: the next gather is refused on every rank (it would gather
+// 16-bit words on one rank and 32-bit ones on the others), and works once the ranks agree again.
+BOOST_AUTO_TEST_CASE(ParamDTypeSetOnOneRankOnlyIsRefusedByTheGather) {
+  auto group = mlfw_test::WorldGroup();
+  if (group->WorldSize() < 2) return;
+  fsdp::FSDP model(group);
+  auto& unit = model.RegisterUnit("layer1", Mlp::Layer1());
+  if (group->Rank() == 1) model.SetParamDType(mlframework::DataType::Float16);
+  BOOST_CHECK_THROW(unit.Gather(), mlframework::ArgumentError);
+  BOOST_TEST(!unit.IsGathered());
+  BOOST_CHECK_THROW(unit.GatherAsync(), mlframework::ArgumentError);
+  BOOST_TEST(!unit.IsGatherInFlight());
+  model.SetParamDType(mlframework::DataType::Float16);
+  unit.Gather();
+  BOOST_TEST((unit.GatheredParameter()->GetDataType() == mlframework::DataType::Float16));
+  unit.Release();
+}
+
 // A step refused on another rank leaves this rank's optimizer as it was: no gradients handed to
 // it, no element offsets set, no update.
 BOOST_AUTO_TEST_CASE(StepRefusedOnAnotherRankLeavesTheOptimizerAlone) {

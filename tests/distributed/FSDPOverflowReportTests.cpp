@@ -155,4 +155,68 @@ BOOST_AUTO_TEST_CASE(StepIndexAndGradientOrderAreTheFrameworks) {
   BOOST_TEST(resumed.StepIndex() == 502);
 }
 
+// An observer on rank 0 only (logging on rank 0 alone): an overflow on another rank still
+// reaches it with the agreed report, and no rank waits for the others.
+BOOST_AUTO_TEST_CASE(AnObserverOnOneRankOnlySeesTheAgreedReport) {
+  auto group = mlfw_test::WorldGroup();
+  const int rank = group->Rank();
+  const int world = group->WorldSize();
+  if (world < 2) return;
+  fsdp::FSDP model(group);
+  fsdp::FSDPMixedPrecisionManager manager({.InitialLossScale = 8.0f}, model);
+  auto observer = std::make_shared<mlfw_test::RecordingObserver>();
+  if (rank == 0) manager.AddObserver(observer);
+  // Only the last rank overflows, in "b".
+  auto gradients = [&](bool poison) {
+    std::vector<float> b(3, 2.0f);
+    if (poison && rank == world - 1) b[1] = kInf;
+    return GradientMap{{"b", FromVector(b, {3}, DataType::Float32)}};
+  };
+  BOOST_TEST(!manager.UnscaleAndCheckOverflow(gradients(false)));
+  BOOST_TEST(manager.UnscaleAndCheckOverflow(gradients(true)));
+  BOOST_TEST(manager.CheckOverflow(gradients(true)));
+  BOOST_TEST(!manager.CheckOverflow(gradients(false)));
+  BOOST_TEST_REQUIRE(manager.LastOverflow().has_value());  // every rank built it
+  BOOST_TEST(manager.LastOverflow()->Ranks == std::vector<int>{world - 1});
+  if (rank == 0) {
+    BOOST_TEST_REQUIRE(observer->reports.size() == 2u);
+    BOOST_TEST(observer->reports[0].Step == 1);
+    BOOST_TEST(observer->reports[1].Step == 2);
+    BOOST_TEST(observer->reports[1].Ranks == std::vector<int>{world - 1});
+    BOOST_TEST_REQUIRE(observer->reports[1].Tensors.size() == 1u);
+    BOOST_TEST(observer->reports[1].Tensors[0].Name == "b");
+  }
+  group->Barrier();
+}
+
+// An FP8 gradient (or one on another device) on one rank only: every rank throws, none waits in
+// the agreement, no scale changes, and the manager works afterwards.
+BOOST_AUTO_TEST_CASE(AGradientRefusedOnOneRankIsRefusedOnEveryRank) {
+  auto group = mlfw_test::WorldGroup();
+  const int rank = group->Rank();
+  if (group->WorldSize() < 2) return;
+  fsdp::FSDP model(group);
+  for (const bool scaling : {true, false}) {
+    for (const bool amax : {false, true}) {
+      fsdp::FSDPMixedPrecisionManager manager({.UseLossScaling = scaling, .InitialLossScale = 8.0f}, model);
+      manager.SetAmaxTracking(amax);
+      auto observer = std::make_shared<mlfw_test::RecordingObserver>();
+      manager.AddObserver(observer);
+      const GradientMap bad{{"g", FromVector(std::vector<float>{1.0f, 2.0f}, {2},
+                                             rank == 1 ? DataType::Float8E4M3FN : DataType::Float32)}};
+      const GradientMap good{{"g", FromVector(std::vector<float>{1.0f, kInf}, {2}, DataType::Float32)}};
+      if (scaling) {
+        BOOST_CHECK_THROW(manager.CheckOverflow(bad), mlframework::ArgumentError);
+      }
+      BOOST_CHECK_THROW(manager.UnscaleAndCheckOverflow(bad), mlframework::ArgumentError);
+      BOOST_TEST(manager.CurrentScale() == 8.0f);
+      BOOST_TEST(manager.StepIndex() == 0);
+      BOOST_TEST(observer->events.empty());
+      BOOST_TEST(manager.UnscaleAndCheckOverflow(good));  // the ranks still agree
+      BOOST_TEST(manager.StepIndex() == 1);
+    }
+  }
+  group->Barrier();
+}
+
 BOOST_AUTO_TEST_SUITE_END()

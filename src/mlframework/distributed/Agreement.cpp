@@ -1,6 +1,7 @@
 #include "mlframework/distributed/Agreement.hpp"
 
-#include <array>
+#include <algorithm>
+#include <vector>
 
 #include <mlframework/core/Error.hpp>
 
@@ -10,29 +11,30 @@ namespace {
 enum Kind : int { kNone = 0, kArgument = 1, kInvalidOperation = 2, kOther = 3 };
 }  // namespace
 
-void AgreeOn(IProcessGroup& group, const std::string& what, const std::function<void()>& check) {
-  std::exception_ptr error;
+LocalCheck::LocalCheck(IProcessGroup& group, const std::function<void()>& check) {
   int kind = kNone;
   try {
     check();
   } catch (const ArgumentError&) {
-    error = std::current_exception();
+    error_ = std::current_exception();
     kind = kArgument;
   } catch (const InvalidOperationError&) {
-    error = std::current_exception();
+    error_ = std::current_exception();
     kind = kInvalidOperation;
   } catch (...) {
-    error = std::current_exception();
+    error_ = std::current_exception();
     kind = kOther;
   }
-  // [kind, failing rank + 1]: MAX gives every rank the same verdict.
-  std::array<double, 2> verdict{static_cast<double>(kind), kind == kNone ? 0.0 : group.Rank() + 1.0};
-  group.AllReduceHost(verdict, ReduceOp::Max);
-  if (error) std::rethrow_exception(error);
-  if (static_cast<int>(verdict[0]) == kNone) return;
-  const std::string message = what + ": rejected on rank " + std::to_string(static_cast<int>(verdict[1]) - 1) +
+  kind_ = static_cast<double>(kind);
+  rank_ = kind == kNone ? 0.0 : group.Rank() + 1.0;  // MAX gives every rank the same verdict
+}
+
+void LocalCheck::Throw(double kind, double rank, const std::string& what) const {
+  if (error_) std::rethrow_exception(error_);
+  if (static_cast<int>(kind) == kNone) return;
+  const std::string message = what + ": rejected on rank " + std::to_string(static_cast<int>(rank) - 1) +
                               " (see its message); every rank stops here together";
-  switch (static_cast<int>(verdict[0])) {
+  switch (static_cast<int>(kind)) {
     case kArgument:
       throw ArgumentError("parameters", message);
     case kInvalidOperation:
@@ -40,6 +42,21 @@ void AgreeOn(IProcessGroup& group, const std::string& what, const std::function<
     default:
       throw CommunicationError(message);
   }
+}
+
+void AgreeOn(IProcessGroup& group, const std::string& what, const std::function<void()>& check,
+             std::span<double> extra) {
+  const LocalCheck local(group, check);
+  // [kind, failing rank + 1, extra...]: one all-reduce MAX.
+  std::vector<double> verdict{local.Kind(), local.Rank()};
+  verdict.insert(verdict.end(), extra.begin(), extra.end());
+  group.AllReduceHost(verdict, ReduceOp::Max);
+  local.Throw(verdict[0], verdict[1], what);
+  std::copy(verdict.begin() + 2, verdict.end(), extra.begin());
+}
+
+void AgreeOn(IProcessGroup& group, const std::string& what, const std::function<void()>& check) {
+  AgreeOn(group, what, check, {});
 }
 
 }  // namespace mlframework::distributed::detail

@@ -150,7 +150,8 @@ class MLFRAMEWORK_EXPORT FSDP {
   /// Changes the dtype later Gather() calls produce (FSDPAmpIntegration sets the forward dtype),
   /// except for units registered with their own UnitPrecision::ParamDType, which keep it. An FP8
   /// dtype gathers FP8 shards with per-parameter scales (FSDPShardingUnit::Float8ScaleInverses()).
-  /// ArgumentError for an invalid dtype; InvalidOperationError while any unit is gathered.
+  /// ArgumentError for an invalid dtype; InvalidOperationError while any unit is gathered. Call it
+  /// on every rank with the same dtype: the next gather refuses (on every rank) while they differ.
   void SetParamDType(DataType dtype);
   /// Agrees @p recipe's recorded amaxes over ProcessGroup() (collective): every registered
   /// tensor's amax becomes its maximum over all ranks, in one all-reduce on the amaxes' device,

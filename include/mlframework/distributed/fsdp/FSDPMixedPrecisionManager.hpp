@@ -23,6 +23,10 @@ namespace mlframework::detail {
 class ScaleStateOwner;
 }  // namespace mlframework::detail
 
+namespace mlframework::distributed::detail {
+class LocalCheck;
+}  // namespace mlframework::distributed::detail
+
 namespace mlframework::distributed::fsdp {
 
 /// Mixed-precision operations of one FSDP instance.
@@ -54,11 +58,22 @@ namespace mlframework::distributed::fsdp {
 /// of the NaN/+Inf/-Inf flags, of "rank r saw non-finite values" and of the negated first
 /// index), so every rank holds the same LastOverflow(): the names, the counts summed over the
 /// ranks, the smallest first index, the kinds and the ranks. All ranks must pass gradient maps
-/// with the same names (as FSDP's units give them; a null entry counts as finite) and opt in
-/// alike (the same SetOverflowReports() value, observers on every rank or on none). Clean steps
-/// run none of this, and without the opt-in an overflow step costs exactly what it did (the
-/// decision's one read and one agreement). The step index counts the calls of CheckOverflow()
-/// and UnscaleAndCheckOverflow() that checked (from 0).
+/// with the same names (as FSDP's units give them; a null entry counts as finite). With an MPI or
+/// local group one rank's opt-in is enough (an observer on rank 0 only, to log there): the opt-in
+/// rides in the flag's all-reduce and every rank builds the report when any rank opted in. With
+/// an NCCL group the flag is agreed on the device only, so opt in alike on every rank (the same
+/// SetOverflowReports() value, observers on every rank or on none). Clean steps run none of this,
+/// and without the opt-in an overflow step costs exactly what it did (the decision's one read and
+/// one agreement).
+///
+/// **Refused arguments** (an FP8 gradient, gradients on two devices) are refused before any
+/// gradient is read or changed. With an MPI or local group the refusal rides in the flag's
+/// all-reduce, so every rank throws when any rank refuses (the others an error of the same type
+/// naming that rank), no scale changes and the step index stays; UnscaleAndCheckOverflow() has
+/// then already unscaled the gradients of the ranks that accepted theirs (the step is abandoned:
+/// skip it). With an NCCL group no host all-reduce runs, so the refusal is this rank's only:
+/// pass gradients of the same dtypes and device on every rank (FSDP's units give them). The step index counts the calls
+/// of CheckOverflow() and UnscaleAndCheckOverflow() that checked (from 0).
 ///
 /// **Observers** (ITrainingObserver) are called by those calls after the scale update:
 /// overflow, skipped step, backoff or growth, OnStep (the scale is read before and after the
@@ -162,8 +177,9 @@ class MLFRAMEWORK_EXPORT FSDPMixedPrecisionManager {
  private:
   TensorPtr CastTensor(const TensorPtr& tensor, TensorDataType targetDType) const;
   // Agrees on the recorded flag across ranks (MAX), advances the scale with the agreed decision
-  // and returns it.
-  bool Agree();
+  // and returns it; throws on every rank when @p local failed on any (host agreements; NCCL:
+  // on this rank), nothing changed. @p call names the caller.
+  bool Agree(const distributed::detail::LocalCheck& local, const char* call);
   // After an agreed overflow: every rank's scan of @p gradients, agreed into one report (collective).
   OverflowReport AgreedReport(const GradientMap& gradients, float scale) const;
   // Whether a step builds a report on overflow: SetOverflowReports(true) or an observer.
@@ -183,8 +199,9 @@ class MLFRAMEWORK_EXPORT FSDPMixedPrecisionManager {
   std::optional<OverflowReport> last_overflow_;
   std::vector<std::shared_ptr<ITrainingObserver>> observers_;
   bool amax_tracking_ = false;
-  std::optional<float> last_amax_;    // LastAmax()
-  std::optional<float> agreed_amax_;  // what the last Agree() agreed, while tracking
+  std::optional<float> last_amax_;        // LastAmax()
+  std::optional<float> agreed_amax_;      // what the last Agree() agreed, while tracking
+  std::optional<bool> agreed_reporting_;  // whether any rank opted in to reports, when agreed with the flag
 };
 
 }  // namespace mlframework::distributed::fsdp

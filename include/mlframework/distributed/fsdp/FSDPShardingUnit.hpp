@@ -101,14 +101,16 @@ class MLFRAMEWORK_EXPORT FSDPShardingUnit {
   bool ShardedAccumulation() const noexcept;
 
   /// All-gathers the unit in the parameter dtype (collective). InvalidOperationError on every
-  /// rank when any rank already has it gathered.
+  /// rank when any rank already has it gathered; ArgumentError("ParamDType") on every rank when the
+  /// ranks' parameter dtypes differ (FSDP::SetParamDType() called on some ranks only).
   void Gather();
   /// Starts Gather() without waiting for its all-gather (collective; PyTorch FSDP2's
   /// `unshard(async_op=True)`, DeepSpeed's parameter prefetch): the shard is cast into the
   /// gathered buffer and the all-gather is started; WaitGather() completes it. Meanwhile the
   /// unit is not gathered (Parameters() throws) and the framework computes something else, for
   /// example the previous unit's forward. InvalidOperationError on every rank when any rank has
-  /// the unit gathered or a gather of it in flight; nothing is started then. The gathered
+  /// the unit gathered or a gather of it in flight, ArgumentError("ParamDType") as Gather();
+  /// nothing is started then. The gathered
   /// buffer counts against memory from here on (FSDP::SetPrefetch() documents the peak).
   void GatherAsync();
   /// True between GatherAsync() and WaitGather().

@@ -14,6 +14,7 @@
 #include "mlframework/core/ScaleStateOwner.hpp"
 #include "mlframework/core/StateBlob.hpp"
 #include "mlframework/core/Validation.hpp"
+#include "mlframework/distributed/Agreement.hpp"
 
 namespace mlframework::distributed::fsdp {
 
@@ -67,26 +68,30 @@ TensorPtr FSDPMixedPrecisionManager::ScaleLoss(const TensorPtr& loss) const {
   return owner_->ScaleLoss(loss);
 }
 
-bool FSDPMixedPrecisionManager::Agree() {
+bool FSDPMixedPrecisionManager::Agree(const distributed::detail::LocalCheck& local, const char* call) {
   // MAX over ranks before the scale changes: every rank takes the same decision.
   IProcessGroup& group = fsdp_.ProcessGroup();
   if (group.BackendName() != "nccl") {
-    // MPI and local groups reduce host values: the local flag is read once (with the amax while
-    // tracked: the same all-reduce carries both).
-    if (owner_->AmaxTracking()) {
-      std::array<double, 2> values{owner_->Recorded() ? 1.0 : 0.0, static_cast<double>(owner_->Amax())};
-      group.AllReduceHost(values, ReduceOp::Max);
-      const bool overflow = values[0] > 0.0;
-      owner_->Update(overflow);
-      agreed_amax_ = static_cast<float>(values[1]);
-      return overflow;
-    }
-    const bool local = owner_->Recorded();
-    const bool overflow = group.AllReduceHost(local ? 1.0 : 0.0, ReduceOp::Max) > 0.0;
+    // MPI and local groups reduce host values, all in one all-reduce: the local flag (read
+    // once), the amax while tracked, this rank's refusal of its arguments (so that every rank
+    // throws when one does, before any scale changes) and its report opt-in (so that one rank's
+    // observer is enough).
+    const bool ok = !local.Failed();
+    std::array<double, 5> values{ok && owner_->Recorded() ? 1.0 : 0.0,
+                                 ok && owner_->AmaxTracking() ? static_cast<double>(owner_->Amax()) : 0.0, local.Kind(),
+                                 local.Rank(), Reporting() ? 1.0 : 0.0};
+    group.AllReduceHost(values, ReduceOp::Max);
+    local.Throw(values[2], values[3], call);
+    const bool overflow = values[0] > 0.0;
     owner_->Update(overflow);
+    if (owner_->AmaxTracking()) agreed_amax_ = static_cast<float>(values[1]);
+    agreed_reporting_ = values[4] > 0.0;
     return overflow;
   }
-  // NCCL: flag -> one-element tensor where the state lives -> AllReduce MAX there -> flag, then
+  // NCCL: the arguments were checked on this rank only (see the class notes: no host
+  // all-reduce runs on this path, so every rank must pass alike).
+  local.Throw(0.0, 0.0, call);
+  // flag -> one-element tensor where the state lives -> AllReduce MAX there -> flag, then
   // the update; on a device all queued there. The decision is read once because it is returned.
   owner_->FlagToTensor(flag_tensor_);
   group.AllReduce(*flag_tensor_, ReduceOp::Max);
@@ -101,38 +106,65 @@ bool FSDPMixedPrecisionManager::Agree() {
 
 bool FSDPMixedPrecisionManager::CheckOverflow(const GradientMap& gradients) {
   if (!config_.UseLossScaling) return false;
-  const std::vector<TensorPtr> list = NonNull(gradients);
-  owner_->Place(list, "gradients");
-  const float old_scale = Reporting() ? owner_->Read().Scale : 0.0f;
-  owner_->ClearRecord();
-  owner_->Check(list);
-  return FinishStep(gradients, Agree(), old_scale);
+  std::vector<TensorPtr> list;
+  // Refusals carried into the agreement, so a rank that refuses does not leave the others in it.
+  const distributed::detail::LocalCheck local(fsdp_.ProcessGroup(), [&] {
+    list = NonNull(gradients);
+    owner_->Place(list, "gradients");
+  });
+  agreed_reporting_.reset();
+  const float old_scale = owner_->Read().Scale;
+  if (!local.Failed()) {
+    owner_->ClearRecord();
+    owner_->Check(list);
+  }
+  return FinishStep(gradients, Agree(local, "FSDPMixedPrecisionManager::CheckOverflow"), old_scale);
 }
 
 bool FSDPMixedPrecisionManager::UnscaleAndCheckOverflow(const GradientMap& gradients) {
-  const std::vector<TensorPtr> list = NonNull(gradients);
+  static constexpr char kCall[] = "FSDPMixedPrecisionManager::UnscaleAndCheckOverflow";
+  std::vector<TensorPtr> list;
+  const distributed::detail::LocalCheck local(fsdp_.ProcessGroup(), [&] {
+    list = NonNull(gradients);
+    if (config_.UseLossScaling) owner_->Place(list, "gradients");
+  });
+  agreed_reporting_.reset();
   if (!config_.UseLossScaling) {
     // Nothing to unscale, but the gradients are still checked and the ranks still agree, so no
     // rank steps on non-finite gradients (there is no scale to update). Unscaled already: their
-    // amax is the amax of the values.
-    if (amax_tracking_) {
-      const NonFiniteAndAmax local = CheckAndAmax(list);
-      std::array<double, 2> values{local.FoundNonFinite ? 1.0 : 0.0, static_cast<double>(local.Amax)};
-      fsdp_.ProcessGroup().AllReduceHost(values, ReduceOp::Max);
-      last_amax_ = static_cast<float>(values[1]);
-      return FinishStep(gradients, values[0] > 0.0, 1.0f, last_amax_);
+    // amax is the amax of the values. One host all-reduce MAX carries the flag, the amax, this
+    // rank's refusal and its report opt-in.
+    NonFiniteAndAmax scan{};
+    if (!local.Failed()) {
+      if (amax_tracking_) {
+        scan = CheckAndAmax(list);
+      } else {
+        scan.FoundNonFinite = HasNonFinite(list);
+      }
     }
-    const bool local = HasNonFinite(list);
-    const bool overflow = fsdp_.ProcessGroup().AllReduceHost(local ? 1.0 : 0.0, ReduceOp::Max) > 0.0;
-    return FinishStep(gradients, overflow, 1.0f);
+    std::array<double, 5> values{scan.FoundNonFinite ? 1.0 : 0.0, static_cast<double>(scan.Amax), local.Kind(),
+                                 local.Rank(), Reporting() ? 1.0 : 0.0};
+    fsdp_.ProcessGroup().AllReduceHost(values, ReduceOp::Max);
+    local.Throw(values[2], values[3], kCall);
+    agreed_reporting_ = values[4] > 0.0;
+    if (amax_tracking_) last_amax_ = static_cast<float>(values[1]);
+    return FinishStep(gradients, values[0] > 0.0, 1.0f, amax_tracking_ ? last_amax_ : std::nullopt);
   }
-  owner_->Place(list, "gradients");
-  const float old_scale = Reporting() ? owner_->Read().Scale : 0.0f;
-  owner_->ClearRecord();
-  owner_->ClearAmax();
-  owner_->Unscale(list, {}, {});  // in place, times InverseScale(scale) read where the state lives
+  const float old_scale = owner_->Read().Scale;
+  if (!local.Failed()) {
+    owner_->ClearRecord();
+    owner_->ClearAmax();
+    owner_->Unscale(list, {}, {});  // in place, times InverseScale(scale) read where the state lives
+  }
+  const std::optional<float> amax_before = agreed_amax_;
   agreed_amax_.reset();
-  const bool overflow = Agree();
+  bool overflow = false;
+  try {
+    overflow = Agree(local, kCall);
+  } catch (...) {
+    agreed_amax_ = amax_before;
+    throw;
+  }
   if (amax_tracking_) {
     last_amax_ = agreed_amax_;
   }
@@ -212,8 +244,11 @@ bool FSDPMixedPrecisionManager::Reporting() const noexcept { return reports_ || 
 
 bool FSDPMixedPrecisionManager::FinishStep(const GradientMap& gradients, bool overflow, float old_scale,
                                            std::optional<float> amax) {
-  if (overflow && Reporting()) {
-    last_overflow_ = AgreedReport(gradients, old_scale);
+  if (overflow) {
+    // Reports when any rank opted in, agreed with the flag (host agreements); NCCL agrees the
+    // flag on the device only, so there every rank opts in alike.
+    const bool reporting = agreed_reporting_.value_or(Reporting());
+    if (reporting) last_overflow_ = AgreedReport(gradients, old_scale);
   }
   const std::int64_t step = steps_++;
   if (!observers_.empty()) {

@@ -5,6 +5,7 @@
 #include <mlframework/distributed/fsdp/FSDPShardingUnit.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstring>
 #include <span>
@@ -165,13 +166,29 @@ void FSDPShardingUnit::Gather() {
 // Gather() up to its all-gather, which @p async starts without waiting (GatherAsync()).
 void FSDPShardingUnit::Impl::StartGather(const char* call, bool async) {
   Impl& s = *this;
-  distributed::detail::AgreeOn(*s.group, std::string(call) + " of unit '" + s.name + "'", [&] {
-    if (s.is_gathered || s.gather.active) {
-      throw InvalidOperationError("unit '" + s.name + "' is already " +
-                                  (s.is_gathered ? "gathered: call Release()" : "being gathered: call WaitGather()") +
-                                  " before gathering it again");
-    }
-  });
+  // The dtype rides in the same all-reduce (MAX of d and of -d): a rank whose FSDP::SetParamDType()
+  // differs would gather words of another width than the others.
+  const DataType mine = s.ParamDType();
+  std::array<double, 2> dtypes{static_cast<double>(mine), -static_cast<double>(mine)};
+  distributed::detail::AgreeOn(
+      *s.group, std::string(call) + " of unit '" + s.name + "'",
+      [&] {
+        if (s.is_gathered || s.gather.active) {
+          throw InvalidOperationError(
+              "unit '" + s.name + "' is already " +
+              (s.is_gathered ? "gathered: call Release()" : "being gathered: call WaitGather()") +
+              " before gathering it again");
+        }
+      },
+      dtypes);
+  if (dtypes[0] != -dtypes[1]) {
+    throw ArgumentError("ParamDType", std::string(call) + " of unit '" + s.name +
+                                          "': ranks disagree on the parameter dtype (this rank " +
+                                          std::string(ToString(mine)) + "; the ranks use " +
+                                          std::string(ToString(static_cast<DataType>(-dtypes[1]))) + " and " +
+                                          std::string(ToString(static_cast<DataType>(dtypes[0]))) +
+                                          "); call FSDP::SetParamDType() with the same dtype on every rank");
+  }
   // Past the agreed check every rank enters the all-gather: a failure on one rank from here
   // on (allocation, MPI) must end the job rather than leave the others waiting.
   AbortGuard guard(*s.group, "FSDP " + std::string(call) + " of unit '" + s.name + "'");
