@@ -626,15 +626,8 @@ GradientMap GradScaler::Unscale(IOptimizer& optimizer) {
         "Step() whose optimizer threw, or before LoadStateDict() or Reset()). Run backward for new gradients and call "
         "Scale(loss) before unscaling again.");
   }
-  if (s.finished && !s.SteppedBefore(&optimizer) && s.finished->closed_by != nullptr) {
-    throw InvalidOperationError(std::string("GradScaler::Unscale(optimizer): another optimizer stepped in this "
-                                            "iteration and ") +
-                                s.finished->closed_by +
-                                " then ended it or replaced its scale state or switch, so this optimizer's gradients, "
-                                "scaled with the iteration's, can no longer be unscaled. Call Scale(loss) and run "
-                                "backward for the next iteration.");
-  }
   if (s.finished && !s.SteppedBefore(&optimizer)) {
+    s.RefuseInClosedIteration("Unscale(optimizer)");
     throw InvalidOperationError(
         "GradScaler::Unscale(optimizer): Step() of another optimizer already finished this iteration and updated "
         "the scale. Unscale every optimizer you clip before the first Step(), or step them with "
