@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <exception>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -480,35 +479,23 @@ double FSDP::GradNorm() {
 }
 
 double FSDP::ClipGradNorm(float max_norm) {
-  // Agreed before the norm's collectives, in the one all-reduce that GradNorm()'s check would
-  // run: a rank refusing alone would leave the others waiting in them, and ranks clipping to
-  // different bounds would step to different weights. [bound invalid here, reduction in flight
-  // here, bound, -bound]: MAX gives every rank the verdicts, the largest and the smallest bound.
+  // Agreed before the norm's collectives, in the one all-reduce of GradNorm()'s check: a rank
+  // refusing alone would leave the others waiting in them, and ranks clipping to different
+  // bounds would step to different weights. [bound invalid here, bound, -bound] ride in it (MAX).
   const bool valid = std::isfinite(max_norm) && max_norm > 0.0f;
-  std::exception_ptr busy;
-  try {
-    RefuseIncompleteGradients(*this);
-  } catch (const InvalidOperationError&) {
-    busy = std::current_exception();
-  }
   const double bound = valid ? static_cast<double>(max_norm) : 0.0;
-  std::array<double, 4> agreed{valid ? 0.0 : 1.0, busy ? 1.0 : 0.0, bound, -bound};
-  impl_->group->AllReduceHost(agreed, ReduceOp::Max);
+  std::array<double, 3> agreed{valid ? 0.0 : 1.0, bound, -bound};
+  distributed::detail::AgreeOn(*impl_->group, "FSDP::ClipGradNorm", [&] { RefuseIncompleteGradients(*this); },
+                               agreed);
   if (!valid) throw ArgumentError("max_norm", "must be finite and > 0, got " + Show(max_norm));
-  if (busy) std::rethrow_exception(busy);
   if (agreed[0] > 0.0) {
     throw ArgumentError("max_norm",
                         "FSDP::ClipGradNorm: an invalid max_norm on another rank; every rank stops here "
                         "together");
   }
-  if (agreed[1] > 0.0) {
-    throw InvalidOperationError(
-        "FSDP::ClipGradNorm: rejected on another rank (a gradient reduction in flight or gradients "
-        "accumulated without sync); every rank stops here together");
-  }
-  if (agreed[2] != -agreed[3]) {
+  if (agreed[1] != -agreed[2]) {
     throw ArgumentError("max_norm", "ranks disagree on max_norm (this rank " + Show(max_norm) + ", min " +
-                                        Show(-agreed[3]) + ", max " + Show(agreed[2]) +
+                                        Show(-agreed[2]) + ", max " + Show(agreed[1]) +
                                         "); every rank must clip to the same bound");
   }
   const double norm = impl_->AgreedNorm();
