@@ -485,8 +485,8 @@ double FSDP::ClipGradNorm(float max_norm) {
   const bool valid = std::isfinite(max_norm) && max_norm > 0.0f;
   const double bound = valid ? static_cast<double>(max_norm) : 0.0;
   std::array<double, 3> agreed{valid ? 0.0 : 1.0, bound, -bound};
-  distributed::detail::AgreeOn(*impl_->group, "FSDP::ClipGradNorm", [&] { RefuseIncompleteGradients(*this); },
-                               agreed);
+  distributed::detail::AgreeOn(
+      *impl_->group, "FSDP::ClipGradNorm", [&] { RefuseIncompleteGradients(*this); }, agreed);
   if (!valid) throw ArgumentError("max_norm", "must be finite and > 0, got " + Show(max_norm));
   if (agreed[0] > 0.0) {
     throw ArgumentError("max_norm",
